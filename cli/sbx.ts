@@ -1,0 +1,289 @@
+#!/usr/bin/env node
+// sbx: the launch-only client. It asks the supervisor to run commands and streams their
+// bytes; it never owns a process, so killing sbx never kills a command (the supervisor
+// decides, per --on-disconnect in a later issue). Exit statuses follow sh, timeout(1) and
+// docker run (SPEC.md): the command's code, 128+N for a signal, 124 for the deadline, 125
+// when the supervisor or the request failed. Imports ipc/ only, never supervisor/.
+import { writeFileSync } from 'node:fs';
+import { constants as osConstants } from 'node:os';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { SupervisorClient } from '../ipc/client.js';
+import { parseDurationMs } from '../ipc/duration.js';
+import { isSupervisorError } from '../ipc/errors.js';
+import { exitStatusOf, type Receipt, type SessionSelector, type StreamName } from '../ipc/protocol.js';
+
+const FAILURE = 125;
+
+interface GlobalOptions {
+  socket?: string;
+  json?: boolean;
+}
+
+function signalNumber(name: string): number {
+  return osConstants.signals[name as keyof typeof osConstants.signals] ?? 0;
+}
+
+function fail(message: string, status = FAILURE): never {
+  process.stderr.write(`sbx: ${message}\n`);
+  process.exit(status);
+}
+
+function describe(err: unknown): string {
+  if (isSupervisorError(err)) return `${err.code}: ${err.message}`;
+  const e = err as NodeJS.ErrnoException;
+  if (e.code === 'ENOENT' || e.code === 'ECONNREFUSED') return `cannot reach the supervisor (${e.code}); is it running? (npm start, or the systemd unit)`;
+  return e.message ?? String(err);
+}
+
+async function connect(g: GlobalOptions): Promise<SupervisorClient> {
+  try {
+    return await SupervisorClient.connect({ socketPath: g.socket, clientName: 'sbx' });
+  } catch (err) {
+    fail(describe(err));
+  }
+}
+
+function selector(id: string | undefined, key: string | undefined): SessionSelector {
+  if (key !== undefined && id !== undefined) fail('give a session ID or --key, not both');
+  if (key !== undefined) return { invocation_key: key };
+  if (id === undefined) fail('a session ID (or --key K) is required');
+  return { session_id: id };
+}
+
+function duration(text: string): number {
+  try {
+    return parseDurationMs(text);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+}
+
+function collectEnv(kv: string, acc: Record<string, string>): Record<string, string> {
+  const eq = kv.indexOf('=');
+  if (eq <= 0) throw new InvalidArgumentError(`--env takes NAME=VALUE, got ${JSON.stringify(kv)}`);
+  acc[kv.slice(0, eq)] = kv.slice(eq + 1);
+  return acc;
+}
+
+/** Writes to a local stream, pausing the connection while it is backed up. */
+function writeOut(out: NodeJS.WriteStream, data: Uint8Array, client: SupervisorClient): void {
+  if (!out.write(data)) {
+    client.pause();
+    out.once('drain', () => client.resume());
+  }
+}
+
+/**
+ * Follows stdout and stderr from the given cursors until both are final, reconnecting and
+ * resuming from the cursors when the connection drops; resolves with the receipt.
+ */
+async function attach(g: GlobalOptions, sel: SessionSelector, first: SupervisorClient): Promise<Receipt> {
+  const cursors: Record<'stdout' | 'stderr', number> = { stdout: 0, stderr: 0 };
+  let client: SupervisorClient | null = first;
+  const reconnectDeadline = () => Date.now() + 60_000;
+  let giveUpAt = reconnectDeadline();
+  for (;;) {
+    try {
+      if (!client) client = await SupervisorClient.connect({ socketPath: g.socket, clientName: 'sbx' });
+      giveUpAt = reconnectDeadline();
+      const c: SupervisorClient = client;
+      const follow = (stream: 'stdout' | 'stderr') =>
+        new Promise<void>((resolve, reject) => {
+          const out = stream === 'stdout' ? process.stdout : process.stderr;
+          c.subscribe({ ...sel, stream, from: cursors[stream], follow: true }, {
+            onOutput: (ev) => {
+              if (ev.cursor !== cursors[stream]) return; // never write a byte twice
+              writeOut(out, ev.data, c);
+              cursors[stream] += ev.data.byteLength;
+            },
+            onEnd: () => resolve(),
+          }).catch(reject);
+          c.onClose(reject);
+        });
+      await Promise.all([follow('stdout'), follow('stderr')]);
+      return await c.wait(sel);
+    } catch (err) {
+      if (isSupervisorError(err)) throw err;
+      client?.close();
+      client = null;
+      if (Date.now() > giveUpAt) throw err;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+}
+
+function printJson(value: unknown): void {
+  process.stdout.write(JSON.stringify(value, null, 2) + '\n');
+}
+
+/** A subcommand that also takes --socket and --json (SPEC: all subcommands do). */
+function sub(name: string): Command {
+  return program
+    .command(name)
+    .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
+    .option('--json', 'machine-readable output');
+}
+
+/** Global options merged with the subcommand's own. */
+function globals(o: object): GlobalOptions {
+  return { ...program.opts<GlobalOptions>(), ...Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) };
+}
+
+const program: Command = new Command()
+  .name('sbx')
+  .description('Launch commands through sandbox-supervisor and read their output and receipts.')
+  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
+  .option('--json', 'machine-readable output')
+  .enablePositionalOptions()
+  .showHelpAfterError()
+  .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : FAILURE));
+
+sub('run')
+  .description('launch CMD and stream its stdout/stderr; exit with its status')
+  .usage('[options] -- CMD [ARG...]')
+  .argument('<cmd...>', 'the command and its arguments')
+  .option('--key <key>', 'invocation key (idempotency): a retry returns the existing session')
+  .option('--timeout <dur>', 'deadline (0: none), e.g. 30s', duration, 0)
+  .option('--grace <dur>', 'TERM→KILL grace, e.g. 10s', duration)
+  .option('--cwd <dir>', 'working directory (default: the current one)')
+  .option('--env <NAME=VALUE>', 'set an environment variable (repeatable)', collectEnv, {})
+  .option('--inherit-env', "add this shell's whole environment")
+  .addOption(new Option('--linger <policy>', 'descendants left when the leader exits').choices(['kill', 'wait']).default('kill'))
+  .option('--detach', 'print the session id and return at once')
+  .option('--receipt <file>', 'write the receipt as JSON to FILE when the session ends')
+  .passThroughOptions()
+  .action(async (cmd: string[], o: { key?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; linger: 'kill' | 'wait'; detach?: boolean; receipt?: string }) => {
+    const g = globals(o);
+    const client = await connect(g);
+    let launched;
+    try {
+      launched = await client.launch({
+        argv: cmd,
+        cwd: o.cwd ?? process.cwd(),
+        env: o.env,
+        inherit_env: o.inheritEnv ? (Object.fromEntries(Object.entries(process.env).filter(([, v]) => v !== undefined)) as Record<string, string>) : undefined,
+        invocation_key: o.key,
+        timeout_ms: o.timeout,
+        grace_ms: o.grace,
+        linger: o.linger,
+      });
+    } catch (err) {
+      fail(describe(err));
+    }
+    if (o.detach) {
+      if (g.json) printJson({ session_id: launched.session_id, existing: launched.existing });
+      else process.stdout.write(`${launched.session_id}\n`);
+      client.close();
+      return;
+    }
+    let receipt: Receipt;
+    try {
+      receipt = await attach(g, { session_id: launched.session_id }, client);
+    } catch (err) {
+      fail(describe(err));
+    }
+    if (o.receipt) writeFileSync(o.receipt, JSON.stringify(receipt, null, 2) + '\n');
+    process.exitCode = exitStatusOf(receipt, signalNumber);
+    process.stdout.write('', () => process.exit());
+  });
+
+sub('logs')
+  .description('print a stream from a byte cursor')
+  .argument('[id]', 'session id')
+  .option('--key <key>', 'select the session by invocation key')
+  .option('--from <n>', 'start at byte cursor N', (v) => {
+    if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v))) throw new InvalidArgumentError('--from takes a non-negative integer');
+    return Number(v);
+  }, 0)
+  .addOption(new Option('--stream <name>', 'stream to read').choices(['stdout', 'stderr', 'pty']).default('stdout'))
+  .option('--follow', 'keep reading until the stream is final')
+  .action(async (id: string | undefined, o: { key?: string; from: number; stream: StreamName; follow?: boolean }) => {
+    const g = globals(o);
+    const sel = selector(id, o.key);
+    const client = await connect(g);
+    try {
+      await new Promise<void>((resolve, reject) => {
+        client.subscribe({ ...sel, stream: o.stream, from: o.from, follow: o.follow ?? false }, {
+          onOutput: (ev) => writeOut(process.stdout, ev.data, client),
+          onEnd: () => resolve(),
+        }).catch(reject);
+        client.onClose(reject);
+      });
+    } catch (err) {
+      fail(describe(err));
+    }
+    client.close();
+  });
+
+sub('wait')
+  .description('wait for the receipt, print it, exit with the session status')
+  .argument('[id]', 'session id')
+  .option('--key <key>', 'select the session by invocation key')
+  .action(async (id: string | undefined, o: { key?: string }) => {
+    const g = globals(o);
+    const client = await connect(g);
+    let receipt: Receipt;
+    try {
+      receipt = await client.wait(selector(id, o.key));
+    } catch (err) {
+      fail(describe(err));
+    }
+    printJson(receipt);
+    client.close();
+    process.exitCode = exitStatusOf(receipt, signalNumber);
+  });
+
+sub('receipt')
+  .description('print the receipt of an ended session')
+  .argument('[id]', 'session id')
+  .option('--key <key>', 'select the session by invocation key')
+  .action(async (id: string | undefined, o: { key?: string }) => {
+    const g = globals(o);
+    const client = await connect(g);
+    let answer;
+    try {
+      answer = await client.receipt(selector(id, o.key));
+    } catch (err) {
+      fail(describe(err));
+    }
+    client.close();
+    if (!answer.receipt) fail(`session is ${answer.state}: no receipt yet`, 1);
+    printJson(answer.receipt);
+  });
+
+sub('ps')
+  .description('list sessions')
+  .option('--all', 'include ended sessions')
+  .action(async (o: { all?: boolean }) => {
+    const g = globals(o);
+    const client = await connect(g);
+    let sessions;
+    try {
+      ({ sessions } = await client.ps(o.all ?? false));
+    } catch (err) {
+      fail(describe(err));
+    }
+    client.close();
+    if (g.json) return printJson(sessions);
+    const rows = [['SESSION', 'STATE', 'PID', 'LIVE', 'OUTCOME', 'KEY', 'COMMAND']];
+    for (const s of sessions) {
+      rows.push([s.session_id, s.state, String(s.pid ?? '-'), String(s.live_pids ?? '-'), s.outcome ?? '-', s.invocation_key, s.argv.join(' ')]);
+    }
+    const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)));
+    for (const r of rows) process.stdout.write(r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join('  ') + '\n');
+  });
+
+sub('status')
+  .description('supervisor health: version, generation, mode, sessions, load')
+  .action(async (o: GlobalOptions) => {
+    const g = globals(o);
+    const client = await connect(g);
+    try {
+      printJson(await client.status());
+    } catch (err) {
+      fail(describe(err));
+    }
+    client.close();
+  });
+
+program.parseAsync(process.argv).catch((err: unknown) => fail(describe(err)));

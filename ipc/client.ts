@@ -1,0 +1,196 @@
+// The client library: one connection to the supervisor's Unix socket, the hello, requests
+// with ids, and output subscriptions whose events are routed to handlers. Used by sbx and by
+// harnesses. Owns no process and no session: closing it never touches a command.
+import { connect as netConnect, type Socket } from 'node:net';
+import { SupervisorError, type WireError } from './errors.js';
+import { encodeFrame, FrameDecoder } from './framing.js';
+import { defaultSocketPath } from './paths.js';
+import {
+  PROTOCOL_VERSIONS,
+  type EndEvent,
+  type HelloResult,
+  type LaunchParams,
+  type LaunchResult,
+  type OutputEvent,
+  type Receipt,
+  type SessionSelector,
+  type SessionSummary,
+  type StatusResult,
+  type StreamName,
+  type SubscribeParams,
+  type SubscribeResult,
+} from './protocol.js';
+
+export interface ConnectOptions {
+  socketPath?: string;
+  clientName?: string;
+}
+
+export interface SubscriptionHandlers {
+  onOutput(event: OutputEvent): void;
+  onEnd(event: EndEvent): void;
+}
+
+interface Pending {
+  resolve(value: unknown): void;
+  reject(err: Error): void;
+}
+
+/** A connection to the supervisor; every method rejects with SupervisorError or a socket Error. */
+export class SupervisorClient {
+  private nextId = 1;
+  private readonly pending = new Map<number, Pending>();
+  private readonly subscriptions = new Map<number, SubscriptionHandlers>();
+  private readonly decoder = new FrameDecoder();
+  private closedError: Error | null = null;
+  private readonly closeListeners: ((err: Error) => void)[] = [];
+  hello!: HelloResult;
+
+  private constructor(private readonly socket: Socket) {
+    socket.on('data', (data: Buffer) => this.onData(data));
+    socket.on('error', (err) => this.fail(err));
+    socket.on('close', () => this.fail(Object.assign(new Error('connection to the supervisor closed'), { code: 'ECONNRESET' })));
+  }
+
+  /** Connects to socketPath (default: SPEC's path) and runs the hello; rejects on ENOENT/ECONNREFUSED. */
+  static async connect(options: ConnectOptions = {}): Promise<SupervisorClient> {
+    const socketPath = options.socketPath ?? defaultSocketPath();
+    const socket = await new Promise<Socket>((resolve, reject) => {
+      const s = netConnect(socketPath);
+      s.once('connect', () => {
+        s.off('error', reject);
+        resolve(s);
+      });
+      s.once('error', reject);
+    });
+    const client = new SupervisorClient(socket);
+    client.hello = await client.request<HelloResult>('hello', {
+      versions: [...PROTOCOL_VERSIONS],
+      client: options.clientName ?? 'sandbox-supervisor-client',
+    });
+    return client;
+  }
+
+  /** Sends one request and resolves with its result. */
+  request<T>(method: string, params: object = {}): Promise<T> {
+    if (this.closedError) return Promise.reject(this.closedError);
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
+      this.socket.write(encodeFrame({ id, method, params: withoutUndefined(params) }));
+    });
+  }
+
+  launch(params: LaunchParams): Promise<LaunchResult> {
+    return this.request('launch', params);
+  }
+
+  /** Resolves with the receipt once the session has ended (durably). */
+  wait(selector: SessionSelector): Promise<Receipt> {
+    return this.request('wait', selector);
+  }
+
+  receipt(selector: SessionSelector): Promise<{ state: string; receipt: Receipt | null }> {
+    return this.request('receipt', selector);
+  }
+
+  ps(all = false): Promise<{ sessions: SessionSummary[] }> {
+    return this.request('ps', { all });
+  }
+
+  status(): Promise<StatusResult> {
+    return this.request('status');
+  }
+
+  /** Starts streaming one stream from a cursor; events go to handlers until onEnd. */
+  subscribe(params: SubscribeParams, handlers: SubscriptionHandlers): Promise<SubscribeResult> {
+    if (this.closedError) return Promise.reject(this.closedError);
+    const id = this.nextId++;
+    this.subscriptions.set(id, handlers);
+    return new Promise<SubscribeResult>((resolve, reject) => {
+      this.pending.set(id, {
+        resolve: resolve as (v: unknown) => void,
+        reject: (err) => {
+          this.subscriptions.delete(id);
+          reject(err);
+        },
+      });
+      this.socket.write(encodeFrame({ id, method: 'subscribe', params: withoutUndefined(params) }));
+    });
+  }
+
+  /** Reads [from, end) of a stream as it is now (no follow) into one Buffer. */
+  async read(selector: SessionSelector, stream: StreamName, from = 0): Promise<Buffer> {
+    const parts: Buffer[] = [];
+    await new Promise<void>((resolve, reject) => {
+      this.subscribe({ ...selector, stream, from, follow: false }, {
+        onOutput: (ev) => parts.push(Buffer.from(ev.data.buffer, ev.data.byteOffset, ev.data.byteLength)),
+        onEnd: () => resolve(),
+      }).catch(reject);
+      this.onClose(reject);
+    });
+    return Buffer.concat(parts);
+  }
+
+  /** Stops reading from the socket (backpressure towards the supervisor) / resumes. */
+  pause(): void {
+    this.socket.pause();
+  }
+  resume(): void {
+    this.socket.resume();
+  }
+
+  /** Called once when the connection is gone, with why. */
+  onClose(listener: (err: Error) => void): void {
+    if (this.closedError) listener(this.closedError);
+    else this.closeListeners.push(listener);
+  }
+
+  close(): void {
+    this.socket.end();
+    this.socket.destroy();
+  }
+
+  private onData(data: Buffer): void {
+    let frames: unknown[];
+    try {
+      frames = this.decoder.push(data);
+    } catch (err) {
+      this.fail(err as Error);
+      this.socket.destroy();
+      return;
+    }
+    for (const raw of frames) {
+      const frame = raw as { id: number; result?: unknown; error?: WireError; event?: string };
+      if (frame.event) {
+        const handlers = this.subscriptions.get(frame.id);
+        if (!handlers) continue;
+        if (frame.event === 'output') handlers.onOutput(frame as unknown as OutputEvent);
+        else if (frame.event === 'end') {
+          this.subscriptions.delete(frame.id);
+          handlers.onEnd(frame as unknown as EndEvent);
+        }
+        continue;
+      }
+      const pending = this.pending.get(frame.id);
+      if (!pending) continue;
+      this.pending.delete(frame.id);
+      if (frame.error) pending.reject(SupervisorError.fromWire(frame.error));
+      else pending.resolve(frame.result);
+    }
+  }
+
+  private fail(err: Error): void {
+    if (this.closedError) return;
+    this.closedError = err;
+    for (const p of this.pending.values()) p.reject(err);
+    this.pending.clear();
+    this.subscriptions.clear();
+    for (const l of this.closeListeners.splice(0)) l(err);
+  }
+}
+
+/** Drops undefined fields: an absent option is absent on the wire, not nil. */
+function withoutUndefined(params: object): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined));
+}

@@ -1,0 +1,63 @@
+// Stable error codes of the wire protocol (SPEC.md "Error codes"): extend, never rename or reuse.
+// Owns the closed code table and the one error class both sides use; not the transport.
+// Modelled on undici lib/core/errors.js: a string `code`, and whether a retry may succeed.
+
+/** code → retryable, exactly the SPEC table. */
+export const ERROR_CODES = {
+  INVALID_ARGUMENT: false,
+  UNSUPPORTED_VERSION: false,
+  FRAME_TOO_LARGE: false,
+  UNAUTHORIZED: false,
+  SESSION_NOT_FOUND: false,
+  KEY_CONFLICT: false,
+  CURSOR_OUT_OF_RANGE: false,
+  SPAWN_FAILED: false,
+  ADMISSION_SEALED: false,
+  ADMISSION_DENIED: true,
+  LIMIT_EXCEEDED: true,
+  SHUTTING_DOWN: true,
+  INTERNAL: false,
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+/** The error shape on the wire: `{ code, message, retryable, details? }`. */
+export interface WireError {
+  code: ErrorCode;
+  message: string;
+  retryable: boolean;
+  details?: Record<string, unknown>;
+}
+
+/** One error class for the daemon and its clients; `code` comes from ERROR_CODES. */
+export class SupervisorError extends Error {
+  readonly code: ErrorCode;
+  readonly retryable: boolean;
+  readonly details?: Record<string, unknown>;
+
+  constructor(code: ErrorCode, message: string, details?: Record<string, unknown>) {
+    super(message);
+    this.name = 'SupervisorError';
+    this.code = code;
+    this.retryable = ERROR_CODES[code];
+    this.details = details;
+  }
+
+  toWire(): WireError {
+    const wire: WireError = { code: this.code, message: this.message, retryable: this.retryable };
+    if (this.details) wire.details = this.details;
+    return wire;
+  }
+
+  /** Rebuilds the error a peer sent; an unknown code becomes INTERNAL with the original named. */
+  static fromWire(wire: WireError): SupervisorError {
+    const code = (wire.code in ERROR_CODES ? wire.code : 'INTERNAL') as ErrorCode;
+    const message = code === wire.code ? wire.message : `${String(wire.code)}: ${wire.message}`;
+    return new SupervisorError(code, message, wire.details);
+  }
+}
+
+/** True for a SupervisorError with the given code. */
+export function isSupervisorError(err: unknown, code?: ErrorCode): err is SupervisorError {
+  return err instanceof SupervisorError && (code === undefined || err.code === code);
+}

@@ -1,0 +1,71 @@
+// Length-prefixed msgpack frames over a stream socket: a 4-byte big-endian body length,
+// then one msgpack value. Owns encoding, incremental decoding and the frame-size bound,
+// which is checked on the prefix before any body byte is buffered. Not the methods.
+import { Packr, Unpackr } from 'msgpackr';
+import { SupervisorError } from './errors.js';
+
+/** Default upper bound on one frame's body, in bytes. */
+export const DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024;
+
+// Plain maps and binary on the wire (no msgpackr records), so any msgpack peer can speak it.
+const packr = new Packr({ useRecords: false, moreTypes: false });
+const unpackr = new Unpackr({ useRecords: false, mapsAsObjects: true });
+
+/** Encodes one value as a frame: [u32 BE length][msgpack body]. */
+export function encodeFrame(value: unknown): Buffer {
+  const body = packr.pack(value);
+  const frame = Buffer.allocUnsafe(4 + body.length);
+  frame.writeUInt32BE(body.length, 0);
+  body.copy(frame, 4);
+  return frame;
+}
+
+/**
+ * Incremental decoder: push() bytes as they arrive, get whole decoded values back.
+ * Throws SupervisorError FRAME_TOO_LARGE when a prefix announces more than maxFrameBytes,
+ * and INVALID_ARGUMENT when a body is not msgpack; the connection should then be closed.
+ */
+export class FrameDecoder {
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
+
+  constructor(private readonly maxFrameBytes = DEFAULT_MAX_FRAME_BYTES) {}
+
+  push(data: Buffer): unknown[] {
+    this.pending.push(data);
+    this.pendingBytes += data.length;
+    const out: unknown[] = [];
+    for (;;) {
+      if (this.pendingBytes < 4) break;
+      const head = this.peek(4);
+      const bodyBytes = head.readUInt32BE(0);
+      if (bodyBytes > this.maxFrameBytes) {
+        throw new SupervisorError('FRAME_TOO_LARGE', `frame of ${bodyBytes} bytes is over the limit of ${this.maxFrameBytes}`, {
+          max_frame_bytes: this.maxFrameBytes,
+        });
+      }
+      if (this.pendingBytes < 4 + bodyBytes) break;
+      const frame = this.take(4 + bodyBytes);
+      try {
+        out.push(unpackr.unpack(frame.subarray(4)));
+      } catch (err) {
+        throw new SupervisorError('INVALID_ARGUMENT', `malformed msgpack frame: ${(err as Error).message}`);
+      }
+    }
+    return out;
+  }
+
+  private peek(bytes: number): Buffer {
+    if (this.pending[0].length < bytes) this.pending = [Buffer.concat(this.pending)];
+    return this.pending[0];
+  }
+
+  private take(bytes: number): Buffer {
+    const all = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending);
+    const frame = all.subarray(0, bytes);
+    const rest = all.subarray(bytes);
+    this.pending = rest.length ? [rest] : [];
+    this.pendingBytes = rest.length;
+    return frame;
+  }
+}

@@ -1,0 +1,182 @@
+// The wire protocol shared by the daemon and every client (sbx, the client library).
+// Owns the version range, method names, request/response/event shapes and the receipt
+// shape (SPEC.md "Receipt"). Not transport (framing.ts) nor validation (supervisor side).
+// Documented for humans in ipc/PROTOCOL.md.
+
+/** Protocol versions this build speaks; the hello picks the highest both sides know. */
+export const PROTOCOL_VERSIONS = [1] as const;
+export const PROTOCOL_VERSION = 1;
+
+export type StreamName = 'stdout' | 'stderr' | 'pty';
+export const STREAM_NAMES: readonly StreamName[] = ['stdout', 'stderr', 'pty'];
+
+export type SessionState = 'admitted' | 'running' | 'leader_exited' | 'terminating' | 'ended' | 'unknown';
+export type Outcome = 'exited' | 'signaled' | 'timed_out' | 'cancelled' | 'spawn_failed' | 'owner_lost';
+export type TerminationCause = 'deadline' | 'cancel' | 'linger' | 'shutdown' | 'reconcile';
+export type DeathEvidence = 'cgroup_empty' | 'subreaper_reaped' | 'boot_changed' | 'operator_attested';
+export type SupervisorMode = 'cgroup' | 'subreaper';
+export type LingerPolicy = 'kill' | 'wait';
+
+/** Client → daemon: `{ id, method, params }`; `id` is the client's, echoed back. */
+export interface RequestFrame {
+  id: number;
+  method: string;
+  params?: Record<string, unknown>;
+}
+
+/** Daemon → client: a response `{ id, result }` or `{ id, error }`, or an event `{ id, event, ... }`. */
+export interface ResponseFrame {
+  id: number;
+  result?: unknown;
+  error?: import('./errors.js').WireError;
+  event?: string;
+  [field: string]: unknown;
+}
+
+/** hello params/result: the first exchange on every connection. */
+export interface HelloParams {
+  versions: number[];
+  client?: string;
+}
+export interface HelloResult {
+  version: number;
+  server: string;
+  instance: string;
+  generation: number;
+}
+
+/** launch params (argv[0] is looked up in the session's PATH by the exec shim). */
+export interface LaunchParams {
+  argv: string[];
+  cwd: string;
+  env?: Record<string, string>;
+  inherit_env?: Record<string, string>;
+  invocation_key?: string;
+  timeout_ms?: number;
+  grace_ms?: number;
+  linger?: LingerPolicy;
+}
+export interface LaunchResult {
+  session_id: string;
+  invocation_key: string;
+  existing: boolean;
+  state: SessionState;
+  command_digest: string;
+}
+
+/** Selects one session by id or by invocation key. */
+export interface SessionSelector {
+  session_id?: string;
+  invocation_key?: string;
+}
+
+/** subscribe: stream one stream's bytes from a cursor; events follow the result. */
+export interface SubscribeParams extends SessionSelector {
+  stream: StreamName;
+  from?: number;
+  follow?: boolean;
+}
+export interface SubscribeResult {
+  session_id: string;
+  stream: StreamName;
+  from: number;
+  cursor: number;
+}
+/** `output` event: bytes [cursor, cursor + data.length) of one stream. */
+export interface OutputEvent {
+  id: number;
+  event: 'output';
+  stream: StreamName;
+  cursor: number;
+  data: Uint8Array;
+}
+/** `end` event: the subscription is over; `final` says whether the stream will never grow. */
+export interface EndEvent {
+  id: number;
+  event: 'end';
+  stream: StreamName;
+  cursor: number;
+  final: boolean;
+}
+
+export interface SessionSummary {
+  session_id: string;
+  invocation_key: string;
+  state: SessionState;
+  argv: string[];
+  pid: number | null;
+  admitted_at: string;
+  ended_at: string | null;
+  outcome: Outcome | null;
+  live_pids: number | null;
+  cursors: Partial<Record<StreamName, number>>;
+}
+
+export interface StatusResult {
+  version: string;
+  protocol: number;
+  instance: string;
+  generation: number;
+  mode: SupervisorMode;
+  boot_id: string;
+  pid: number;
+  socket: string;
+  state_dir: string;
+  cgroup: string | null;
+  sessions: Record<string, number>;
+  load: { loadavg: number[]; cpus: number; free_mem_bytes: number; total_mem_bytes: number };
+}
+
+export interface StreamOutput {
+  final_cursor: number;
+  sha256: string;
+  complete: boolean;
+  reason: null | 'quota' | 'disk_full' | 'drain_timeout' | 'owner_lost';
+  dropped_bytes: number;
+  drain_end: 'eof' | 'eio' | 'timeout';
+  index_sha256: string;
+}
+
+/** The receipt (SPEC.md "Receipt"); `signature` arrives with the signing issue. */
+export interface Receipt {
+  version: 1;
+  session_id: string;
+  invocation_key: string;
+  command_digest: string;
+  argv: string[];
+  cwd: string;
+  supervisor: { instance: string; generation: number; boot_id: string; mode: SupervisorMode; pid: number };
+  admitted_at: string;
+  started_at: string | null;
+  leader_exited_at: string | null;
+  ended_at: string;
+  exit: { code: number | null; signal: string | null };
+  termination: {
+    cause: TerminationCause | null;
+    steps: { signal: string; at: string; pids: number }[];
+  };
+  outcome: Outcome;
+  death: { evidence: DeathEvidence; observed_at: string; cgroup?: string; reaped?: number };
+  output: Partial<Record<StreamName, StreamOutput>>;
+  usage: { cpu_usec?: number; user_usec?: number; system_usec?: number };
+  descendants_terminated: number;
+  spawn_error?: { stage: string; errno: number; code: string };
+  signature?: { alg: 'ed25519'; key_id: string; value: string };
+}
+
+/** sh/timeout(1)/docker conventions: the status `sbx run` and `sbx wait` exit with. */
+export function exitStatusOf(receipt: Pick<Receipt, 'outcome' | 'exit'>, signalNumber: (name: string) => number): number {
+  switch (receipt.outcome) {
+    case 'exited':
+    case 'spawn_failed':
+      return receipt.exit.code ?? 125;
+    case 'timed_out':
+      return 124;
+    case 'owner_lost':
+      return 125;
+    case 'signaled':
+    case 'cancelled':
+      if (receipt.exit.signal) return 128 + signalNumber(receipt.exit.signal);
+      return receipt.exit.code ?? 125;
+  }
+}

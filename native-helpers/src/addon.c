@@ -1,0 +1,168 @@
+/*
+ * sbx_native: the few syscalls Node does not expose, as a tiny N-API addon.
+ * Owns: prctl(PR_SET_CHILD_SUBREAPER), waitpid() of one pid, pipe2(), F_SETPIPE_SZ.
+ * Does not own: spawning (libuv does that) or any reaping of pids it is not handed.
+ * Errors are thrown like Node's fs: an Error whose `code` is the errno name.
+ * See prctl(2), waitpid(2), pipe(2), fcntl(2).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <node_api.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CHECK(call)                                                   \
+  do {                                                                \
+    if ((call) != napi_ok) {                                          \
+      napi_throw_error(env, "EINVAL", "N-API call failed: " #call);   \
+      return NULL;                                                    \
+    }                                                                 \
+  } while (0)
+
+static const char *errno_name(int err) {
+  switch (err) {
+    case EPERM: return "EPERM";
+    case ENOENT: return "ENOENT";
+    case ESRCH: return "ESRCH";
+    case EINTR: return "EINTR";
+    case EBADF: return "EBADF";
+    case ECHILD: return "ECHILD";
+    case EAGAIN: return "EAGAIN";
+    case ENOMEM: return "ENOMEM";
+    case EACCES: return "EACCES";
+    case EBUSY: return "EBUSY";
+    case EINVAL: return "EINVAL";
+    case EMFILE: return "EMFILE";
+    case ENFILE: return "ENFILE";
+    case ENOSYS: return "ENOSYS";
+    default: return "EUNKNOWN";
+  }
+}
+
+/* Throws an Error with `code` = errno name and `errno` = -err, as node:fs does. */
+static napi_value throw_errno(napi_env env, int err, const char *syscall) {
+  char msg[160];
+  snprintf(msg, sizeof msg, "%s, %s", errno_name(err), syscall);
+  napi_value code, message, error, num;
+  napi_create_string_utf8(env, errno_name(err), NAPI_AUTO_LENGTH, &code);
+  napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &message);
+  napi_create_error(env, code, message, &error);
+  napi_create_int32(env, -err, &num);
+  napi_set_named_property(env, error, "errno", num);
+  napi_value sc;
+  napi_create_string_utf8(env, syscall, NAPI_AUTO_LENGTH, &sc);
+  napi_set_named_property(env, error, "syscall", sc);
+  napi_throw(env, error);
+  return NULL;
+}
+
+static int get_int_arg(napi_env env, napi_callback_info info, size_t index, int32_t *out) {
+  size_t argc = 4;
+  napi_value argv[4];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc <= index) return -1;
+  napi_valuetype t;
+  if (napi_typeof(env, argv[index], &t) != napi_ok || t != napi_number) return -1;
+  return napi_get_value_int32(env, argv[index], out) == napi_ok ? 0 : -1;
+}
+
+/* setChildSubreaper(): mark this process a child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER). */
+static napi_value set_child_subreaper(napi_env env, napi_callback_info info) {
+  (void)info;
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) return throw_errno(env, errno, "prctl");
+  return NULL;
+}
+
+/* isChildSubreaper(): boolean (prctl(2) PR_GET_CHILD_SUBREAPER). */
+static napi_value is_child_subreaper(napi_env env, napi_callback_info info) {
+  (void)info;
+  int flag = 0;
+  if (prctl(PR_GET_CHILD_SUBREAPER, (unsigned long)&flag, 0, 0, 0) != 0)
+    return throw_errno(env, errno, "prctl");
+  napi_value result;
+  CHECK(napi_get_boolean(env, flag != 0, &result));
+  return result;
+}
+
+/*
+ * reapPid(pid): waitpid(pid, WNOHANG) for exactly that pid, never -1, so libuv's and
+ * node-pty's children are never stolen. Returns null while the pid still runs, else
+ * { pid, code: int|null, signal: int|null }. Throws ECHILD if pid is not our child.
+ */
+static napi_value reap_pid(napi_env env, napi_callback_info info) {
+  int32_t pid;
+  if (get_int_arg(env, info, 0, &pid) != 0 || pid <= 0) {
+    napi_throw_type_error(env, "EINVAL", "reapPid(pid): pid must be a positive integer");
+    return NULL;
+  }
+  int status = 0;
+  pid_t r;
+  do r = waitpid(pid, &status, WNOHANG); while (r < 0 && errno == EINTR);
+  if (r < 0) return throw_errno(env, errno, "waitpid");
+  napi_value result;
+  if (r == 0) {
+    CHECK(napi_get_null(env, &result));
+    return result;
+  }
+  napi_value vpid, code, sig;
+  CHECK(napi_create_object(env, &result));
+  CHECK(napi_create_int32(env, r, &vpid));
+  if (WIFEXITED(status)) {
+    CHECK(napi_create_int32(env, WEXITSTATUS(status), &code));
+    CHECK(napi_get_null(env, &sig));
+  } else {
+    CHECK(napi_get_null(env, &code));
+    CHECK(napi_create_int32(env, WIFSIGNALED(status) ? WTERMSIG(status) : 0, &sig));
+  }
+  CHECK(napi_set_named_property(env, result, "pid", vpid));
+  CHECK(napi_set_named_property(env, result, "code", code));
+  CHECK(napi_set_named_property(env, result, "signal", sig));
+  return result;
+}
+
+/* makePipe(): [readFd, writeFd], both O_CLOEXEC (pipe2(2)): a real pipe, not a socketpair. */
+static napi_value make_pipe(napi_env env, napi_callback_info info) {
+  (void)info;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return throw_errno(env, errno, "pipe2");
+  napi_value arr, r, w;
+  CHECK(napi_create_array_with_length(env, 2, &arr));
+  CHECK(napi_create_int32(env, fds[0], &r));
+  CHECK(napi_create_int32(env, fds[1], &w));
+  CHECK(napi_set_element(env, arr, 0, r));
+  CHECK(napi_set_element(env, arr, 1, w));
+  return arr;
+}
+
+/* setPipeSize(fd, bytes): the pipe's new capacity in bytes (fcntl(2) F_SETPIPE_SZ). */
+static napi_value set_pipe_size(napi_env env, napi_callback_info info) {
+  int32_t fd, bytes;
+  if (get_int_arg(env, info, 0, &fd) != 0 || get_int_arg(env, info, 1, &bytes) != 0) {
+    napi_throw_type_error(env, "EINVAL", "setPipeSize(fd, bytes): integers expected");
+    return NULL;
+  }
+  int r = fcntl(fd, F_SETPIPE_SZ, bytes);
+  if (r < 0) return throw_errno(env, errno, "fcntl");
+  napi_value result;
+  CHECK(napi_create_int32(env, r, &result));
+  return result;
+}
+
+static napi_value init(napi_env env, napi_value exports) {
+  napi_property_descriptor props[] = {
+    {"setChildSubreaper", NULL, set_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
+    {"isChildSubreaper", NULL, is_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
+    {"reapPid", NULL, reap_pid, NULL, NULL, NULL, napi_default, NULL},
+    {"makePipe", NULL, make_pipe, NULL, NULL, NULL, napi_default, NULL},
+    {"setPipeSize", NULL, set_pipe_size, NULL, NULL, NULL, napi_default, NULL},
+  };
+  if (napi_define_properties(env, exports, sizeof props / sizeof props[0], props) != napi_ok) return NULL;
+  return exports;
+}
+
+NAPI_MODULE(NODE_GYP_MODULE_NAME, init)

@@ -1,0 +1,293 @@
+/*
+ * sbx-exec-shim: what runs between the supervisor's fork and the command's exec.
+ *
+ *   sbx-exec-shim [--cgroup-procs PATH] [--cwd DIR] [--report-fd N]
+ *                 [--subreaper --control-fd N] -- CMD [ARG...]
+ *
+ * Exec mode (cgroup available): join the session's cgroup (write "0" to cgroup.procs,
+ * so the command is inside before its first instruction), chdir, reset every signal
+ * disposition and the mask (Node ignores SIGPIPE), close every fd above 2, execvp.
+ * An exec failure is reported on the CLOEXEC report fd as "error exec <errno>\n" and
+ * the shim exits 127 (not found) or 126 (not executable), as sh does; EOF with nothing
+ * read means the exec succeeded. A failure before exec is "error <stage> <errno>", exit 125.
+ *
+ * Subreaper mode (no cgroup): stay as the session's own subreaper, tini-style: fork the
+ * command, reap every descendant, and report on the report fd, one line each:
+ *   "started <pid>"            the command exec'ed
+ *   "leader exit <code>" | "leader signal <n>"   the leader was reaped
+ *   "signaled <sig> <pids>"    a signal was delivered to every live descendant
+ *   "done <reaped>"            leader reaped and no descendant is left (waitpid: ECHILD)
+ * Each byte read from the control fd is a signal number to deliver to every descendant
+ * (walking /proc/<pid>/task/<tid>/children); signals sent to the shim itself are
+ * forwarded the same way. See prctl(2) PR_SET_CHILD_SUBREAPER, execve(2), close_range(2),
+ * signalfd(2), proc(5) /proc/[pid]/task/[tid]/children, cgroups(7) cgroup.procs.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+struct options {
+  const char *cgroup_procs;
+  const char *cwd;
+  int report_fd;
+  int subreaper;
+  int control_fd;
+  char **argv;
+};
+
+/* Writes one report line; a lost reader is not our concern (EPIPE is ignored). */
+static void report(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report(int fd, const char *fmt, ...) {
+  if (fd < 0) return;
+  char line[128];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (n <= 0) return;
+  if ((size_t)n >= sizeof line) n = sizeof line - 1;
+  ssize_t w;
+  do w = write(fd, line, (size_t)n); while (w < 0 && errno == EINTR);
+}
+
+static int parse_fd(const char *s) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  return (*s && !*end && v >= 0 && v < 1 << 20) ? (int)v : -1;
+}
+
+static int parse_args(int argc, char **argv, struct options *o) {
+  memset(o, 0, sizeof *o);
+  o->report_fd = -1;
+  o->control_fd = -1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--")) {
+      if (i + 1 >= argc) return -1;
+      o->argv = &argv[i + 1];
+      return 0;
+    }
+    if (!strcmp(a, "--subreaper")) { o->subreaper = 1; continue; }
+    if (i + 1 >= argc) return -1;
+    const char *v = argv[++i];
+    if (!strcmp(a, "--cgroup-procs")) o->cgroup_procs = v;
+    else if (!strcmp(a, "--cwd")) o->cwd = v;
+    else if (!strcmp(a, "--report-fd")) { if ((o->report_fd = parse_fd(v)) < 3) return -1; }
+    else if (!strcmp(a, "--control-fd")) { if ((o->control_fd = parse_fd(v)) < 3) return -1; }
+    else return -1;
+  }
+  return -1;
+}
+
+/* Every catchable signal back to SIG_DFL and an empty mask, as a fresh exec expects. */
+static void reset_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  for (int sig = 1; sig < NSIG; sig++) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    sigaction(sig, &sa, NULL); /* EINVAL for glibc-reserved RT signals is fine */
+  }
+  sigset_t empty;
+  sigemptyset(&empty);
+  sigprocmask(SIG_SETMASK, &empty, NULL);
+}
+
+/* Close every fd above 2 except keep (which is made CLOEXEC). close_range(2), else a loop. */
+static void close_fds_above_2(int keep) {
+  if (keep >= 0) fcntl(keep, F_SETFD, FD_CLOEXEC);
+  unsigned int first = 3;
+  if (keep >= 3) {
+    if (keep > 3 && syscall(SYS_close_range, 3u, (unsigned)keep - 1, 0u) != 0) goto fallback;
+    first = (unsigned)keep + 1;
+  }
+  if (syscall(SYS_close_range, first, ~0u, 0u) == 0) return;
+fallback:;
+  long max = sysconf(_SC_OPEN_MAX);
+  for (long fd = 3; fd < (max > 0 ? max : 65536); fd++)
+    if (fd != keep) close((int)fd);
+}
+
+/* chdir, reset signals, close fds, execvp; on failure report and _exit(126/127). */
+static void __attribute__((noreturn)) exec_command(const struct options *o, int report_fd) {
+  if (o->cwd && chdir(o->cwd) != 0) {
+    report(report_fd, "error chdir %d\n", errno);
+    _exit(125);
+  }
+  reset_signals();
+  close_fds_above_2(report_fd);
+  execvp(o->argv[0], o->argv);
+  int err = errno;
+  report(report_fd, "error exec %d\n", err);
+  _exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
+}
+
+/* Join a cgroup v2 leaf by writing "0" (this process) to its cgroup.procs. */
+static int join_cgroup(const char *procs_path) {
+  int fd = open(procs_path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t w;
+  do w = write(fd, "0", 1); while (w < 0 && errno == EINTR);
+  int err = errno;
+  close(fd);
+  if (w != 1) { errno = err; return -1; }
+  return 0;
+}
+
+/* Children of pid across all its threads (proc(5) /proc/pid/task/tid/children). */
+static int read_children(pid_t pid, pid_t *out, int max) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < max) {
+    if (e->d_name[0] == '.') continue;
+    char cpath[320];
+    snprintf(cpath, sizeof cpath, "/proc/%d/task/%s/children", (int)pid, e->d_name);
+    FILE *f = fopen(cpath, "re");
+    if (!f) continue;
+    int c;
+    while (n < max && fscanf(f, "%d", &c) == 1) out[n++] = c;
+    fclose(f);
+  }
+  closedir(d);
+  return n;
+}
+
+/* Deliver sig to every descendant of this process, breadth first; returns pids reached. */
+static int signal_descendants(int sig) {
+  enum { MAX = 65536 };
+  static pid_t queue[MAX];
+  int head = 0, tail = read_children(getpid(), queue, MAX), reached = 0;
+  while (head < tail) {
+    pid_t p = queue[head++];
+    if (kill(p, sig) == 0) reached++;
+    tail += read_children(p, queue + tail, MAX - tail);
+  }
+  return reached;
+}
+
+/* Subreaper mode: fork the command and reap everything until the leader and all are gone. */
+static int run_subreaper(const struct options *o) {
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
+    report(o->report_fd, "error prctl %d\n", errno);
+    return 125;
+  }
+  sigset_t all;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, NULL);
+  int sfd = signalfd(-1, &all, SFD_CLOEXEC | SFD_NONBLOCK);
+  int exec_pipe[2];
+  if (sfd < 0 || pipe2(exec_pipe, O_CLOEXEC) != 0) {
+    report(o->report_fd, "error setup %d\n", errno);
+    return 125;
+  }
+  pid_t leader = fork();
+  if (leader < 0) {
+    report(o->report_fd, "error fork %d\n", errno);
+    return 125;
+  }
+  if (leader == 0) {
+    close(exec_pipe[0]);
+    if (o->control_fd >= 0) close(o->control_fd);
+    exec_command(o, exec_pipe[1]);
+  }
+  close(exec_pipe[1]);
+  /* The shim must not hold the session's stdout/stderr open: EOF belongs to the command. */
+  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull >= 0) { dup2(devnull, 0); dup2(devnull, 1); dup2(devnull, 2); close(devnull); }
+
+  char buf[64];
+  ssize_t n;
+  do n = read(exec_pipe[0], buf, sizeof buf - 1); while (n < 0 && errno == EINTR);
+  close(exec_pipe[0]);
+  int exec_failed = n > 0;
+  if (exec_failed) {
+    buf[n] = 0;
+    report(o->report_fd, "%s", buf);
+  } else {
+    report(o->report_fd, "started %d\n", (int)leader);
+  }
+
+  int leader_status = -1, leader_reaped = 0, reaped = 0, control_open = o->control_fd >= 0;
+  for (;;) {
+    /* Reap every child that has exited; by pid -1 is right here: all are ours. */
+    for (;;) {
+      int st;
+      pid_t p = waitpid(-1, &st, WNOHANG);
+      if (p > 0) {
+        if (p == leader) {
+          leader_reaped = 1;
+          leader_status = st;
+          if (!exec_failed) {
+            if (WIFEXITED(st)) report(o->report_fd, "leader exit %d\n", WEXITSTATUS(st));
+            else report(o->report_fd, "leader signal %d\n", WTERMSIG(st));
+          }
+        } else {
+          reaped++;
+        }
+        continue;
+      }
+      if (p < 0 && errno == EINTR) continue;
+      if (p < 0 && errno == ECHILD && leader_reaped) {
+        if (!exec_failed) report(o->report_fd, "done %d\n", reaped);
+        if (WIFEXITED(leader_status)) return WEXITSTATUS(leader_status);
+        return 128 + WTERMSIG(leader_status);
+      }
+      break;
+    }
+    struct pollfd pfd[2] = {{sfd, POLLIN, 0}, {control_open ? o->control_fd : -1, POLLIN, 0}};
+    if (poll(pfd, 2, -1) < 0 && errno != EINTR) return 125;
+    if (pfd[0].revents & POLLIN) {
+      struct signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGCHLD) continue;
+        report(o->report_fd, "signaled %u %d\n", si.ssi_signo, signal_descendants((int)si.ssi_signo));
+      }
+    }
+    if (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+      unsigned char sigs[16];
+      ssize_t k;
+      do k = read(o->control_fd, sigs, sizeof sigs); while (k < 0 && errno == EINTR);
+      if (k <= 0) {
+        control_open = 0; /* the supervisor went away: keep reaping, it may come back */
+      } else {
+        for (ssize_t i = 0; i < k; i++)
+          report(o->report_fd, "signaled %u %d\n", sigs[i], signal_descendants(sigs[i]));
+      }
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  struct options o;
+  if (parse_args(argc, argv, &o) != 0) {
+    fprintf(stderr, "usage: sbx-exec-shim [--cgroup-procs PATH] [--cwd DIR] [--report-fd N] "
+                    "[--subreaper --control-fd N] -- CMD [ARG...]\n");
+    return 125;
+  }
+  if (o.report_fd >= 0) fcntl(o.report_fd, F_SETFD, FD_CLOEXEC);
+  if (o.control_fd >= 0) fcntl(o.control_fd, F_SETFD, FD_CLOEXEC);
+  if (o.cgroup_procs && join_cgroup(o.cgroup_procs) != 0) {
+    report(o.report_fd, "error cgroup %d\n", errno);
+    return 125;
+  }
+  if (o.subreaper) return run_subreaper(&o);
+  exec_command(&o, o.report_fd);
+}

@@ -1,0 +1,239 @@
+// cgroup v2 for sessions: find the cgroup2 mount and our own cgroup, own a subtree, create
+// one leaf per session, signal and kill everything in a leaf, and wait for `populated 0`.
+// Kernel facts leaned on (Documentation/admin-guide/cgroup-v2.rst, DESIGN.md 1, 2, 4, 15):
+// cgroup.kill SIGKILLs every process in the subtree, setsid'ed and double-forked ones alike;
+// cgroup.events "populated 0" means no live process is left (zombies are not counted, so
+// reaping stays the subreaper's job); its notification can lag 10-20 ms behind the content,
+// so the file is read first and the inotify event is only waited for when it says 1.
+// Controllers (pids, memory) may be bound to v1 and are never required for correctness.
+import { mkdirSync, readFileSync, readdirSync, rmdirSync, watch, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+export interface CgroupMount {
+  /** Where cgroup2 is mounted, e.g. /sys/fs/cgroup or /sys/fs/cgroup/unified. */
+  mountPoint: string;
+  /** The root of the mount within the hierarchy ("/" unless in a cgroup namespace bind). */
+  root: string;
+}
+
+/** The first cgroup2 mount in /proc/self/mountinfo text (proc(5)), or null. */
+export function parseCgroup2Mount(mountinfo: string): CgroupMount | null {
+  for (const line of mountinfo.split('\n')) {
+    const sep = line.indexOf(' - ');
+    if (sep < 0) continue;
+    const fields = line.slice(0, sep).split(' ');
+    const fsType = line.slice(sep + 3).split(' ')[0];
+    if (fsType === 'cgroup2' && fields.length >= 5) {
+      return { mountPoint: unescapeMountPath(fields[4]), root: unescapeMountPath(fields[3]) };
+    }
+  }
+  return null;
+}
+
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+function unescapeMountPath(path: string): string {
+  return path.replace(/\\([0-7]{3})/g, (_m, oct: string) => String.fromCharCode(parseInt(oct, 8)));
+}
+
+/** Our cgroup v2 path from /proc/self/cgroup text: the "0::" line (v1 lines are ignored). */
+export function parseOwnCgroup(procCgroup: string): string | null {
+  for (const line of procCgroup.split('\n')) {
+    if (line.startsWith('0::')) return line.slice(3).trim() || '/';
+  }
+  return null;
+}
+
+/** Pids listed in a cgroup.procs file's text. */
+export function parseProcs(text: string): number[] {
+  return text.split('\n').filter(Boolean).map(Number);
+}
+
+/** True when cgroup.events text says "populated 1". */
+export function parsePopulated(eventsText: string): boolean {
+  return /^populated 1$/m.test(eventsText);
+}
+
+/** The subtree this supervisor owns: sessions live at <base>/sessions/<sessionId>. */
+export class CgroupTree {
+  private constructor(
+    readonly mount: CgroupMount,
+    /** Absolute filesystem path of the owned subtree. */
+    readonly basePath: string,
+    /** Whether we made basePath (and so remove it at shutdown). */
+    private readonly createdBase: boolean,
+  ) {}
+
+  get sessionsPath(): string {
+    return join(this.basePath, 'sessions');
+  }
+
+  /**
+   * Sets up the owned subtree. In the root cgroup (no delegation) it is <mount><parent>;
+   * in a delegated cgroup (systemd Delegate=yes) it is our own cgroup, and we move ourselves
+   * into its leaf "supervisor" first (no internal processes: DESIGN.md 2).
+   * Throws (EACCES, EROFS, ENOENT...) when no writable cgroup2 is there.
+   */
+  static setup(parent: string, pid = process.pid): CgroupTree {
+    const mount = parseCgroup2Mount(readFileSync('/proc/self/mountinfo', 'utf8'));
+    if (!mount) throw Object.assign(new Error('no cgroup2 filesystem is mounted'), { code: 'ENOENT' });
+    const own = parseOwnCgroup(readFileSync('/proc/self/cgroup', 'utf8'));
+    if (own === null) throw Object.assign(new Error('no cgroup v2 line in /proc/self/cgroup'), { code: 'ENOENT' });
+    const ownPath = join(mount.mountPoint, own);
+    let tree: CgroupTree;
+    if (own === '/') {
+      const basePath = join(mount.mountPoint, parent);
+      let created = false;
+      try {
+        mkdirSync(basePath);
+        created = true;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      }
+      tree = new CgroupTree(mount, basePath, created);
+    } else {
+      const leaf = join(ownPath, 'supervisor');
+      mkdirSync(leaf, { recursive: true });
+      writeFileSync(join(leaf, 'cgroup.procs'), String(pid));
+      tree = new CgroupTree(mount, ownPath, false);
+    }
+    mkdirSync(tree.sessionsPath, { recursive: true });
+    // Probe that leaves can be made here (EACCES/EROFS when not ours), then tidy up.
+    const probe = join(tree.sessionsPath, `.probe-${pid}`);
+    mkdirSync(probe);
+    rmdirSync(probe);
+    return tree;
+  }
+
+  /** Creates the leaf for a session; it must not exist yet. */
+  createLeaf(sessionId: string): CgroupLeaf {
+    const path = join(this.sessionsPath, sessionId);
+    mkdirSync(path);
+    return new CgroupLeaf(path);
+  }
+
+  /** The leaf of an existing session, if its directory is there. */
+  leafNames(): string[] {
+    try {
+      return readdirSync(this.sessionsPath, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name);
+    } catch {
+      return [];
+    }
+  }
+
+  /** Removes the sessions dir and, if we made it, the base; leftovers (EBUSY, ENOTEMPTY) stay. */
+  teardown(): void {
+    try {
+      rmdirSync(this.sessionsPath);
+      if (this.createdBase) rmdirSync(this.basePath);
+    } catch {
+      // A live session's leaf keeps it: not ours to force.
+    }
+  }
+}
+
+/** One session's leaf cgroup. */
+export class CgroupLeaf {
+  constructor(readonly path: string) {}
+
+  get procsPath(): string {
+    return join(this.path, 'cgroup.procs');
+  }
+
+  /** Pids in the leaf now (cgroup.procs; empty when the leaf is gone). */
+  pids(): number[] {
+    try {
+      return parseProcs(readFileSync(this.procsPath, 'utf8'));
+    } catch {
+      return [];
+    }
+  }
+
+  /** Whether any live process remains (cgroup.events "populated"); false once removed. */
+  populated(): boolean {
+    try {
+      return parsePopulated(readFileSync(join(this.path, 'cgroup.events'), 'utf8'));
+    } catch {
+      return false;
+    }
+  }
+
+  /**
+   * Sends sig to every process in the leaf, re-reading cgroup.procs until no new pid
+   * appears (a process may fork while we walk). Returns the distinct pids reached.
+   */
+  signalAll(sig: NodeJS.Signals | number, skip: ReadonlySet<number> = new Set()): Set<number> {
+    const reached = new Set<number>();
+    for (let round = 0; round < 64; round++) {
+      let fresh = 0;
+      for (const pid of this.pids()) {
+        if (reached.has(pid) || skip.has(pid)) continue;
+        fresh++;
+        try {
+          process.kill(pid, sig);
+          reached.add(pid);
+        } catch {
+          // ESRCH: it exited between the read and the kill.
+        }
+      }
+      if (fresh === 0) break;
+    }
+    return reached;
+  }
+
+  /** cgroup.kill: SIGKILL to the whole subtree at once (Linux 5.14+). */
+  kill(): void {
+    writeFileSync(join(this.path, 'cgroup.kill'), '1');
+  }
+
+  /**
+   * Resolves true once cgroup.events says "populated 0", false after timeoutMs
+   * (null: no bound). Reads the file first; waits on its inotify event only if needed.
+   */
+  waitEmpty(timeoutMs: number | null): Promise<boolean> {
+    if (!this.populated()) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      const watcher = watch(join(this.path, 'cgroup.events'), () => check());
+      const finish = (empty: boolean) => {
+        watcher.close();
+        if (timer) clearTimeout(timer);
+        resolve(empty);
+      };
+      const check = () => {
+        if (!this.populated()) finish(true);
+      };
+      watcher.on('error', () => finish(!this.populated()));
+      if (timeoutMs !== null) timer = setTimeout(() => finish(!this.populated()), timeoutMs);
+      check(); // the event may have fired between the first read and the watch
+    });
+  }
+
+  /** CPU usage from cpu.stat (present without controllers), in microseconds. */
+  usage(): { cpu_usec?: number; user_usec?: number; system_usec?: number } {
+    try {
+      const text = readFileSync(join(this.path, 'cpu.stat'), 'utf8');
+      const get = (k: string) => {
+        const m = new RegExp(`^${k} (\\d+)$`, 'm').exec(text);
+        return m ? Number(m[1]) : undefined;
+      };
+      return { cpu_usec: get('usage_usec'), user_usec: get('user_usec'), system_usec: get('system_usec') };
+    } catch {
+      return {};
+    }
+  }
+
+  /** rmdir the leaf; retries briefly while the kernel finishes releasing exited tasks (EBUSY). */
+  async remove(): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        rmdirSync(this.path);
+        return;
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === 'ENOENT') return;
+        if (code !== 'EBUSY' || attempt >= 50) throw err;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    }
+  }
+}

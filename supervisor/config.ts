@@ -1,0 +1,100 @@
+// The daemon's configuration: embedded defaults, an optional JSON file (--config FILE, else
+// /etc/sandbox-supervisor/config.json if present) and the env overrides SBX_SOCKET and
+// SBX_STATE_DIR. Validated with zod; an unknown key or a bad value stops start-up with a
+// message naming it. Later features add keys here rather than flags.
+import { existsSync, readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
+import { DEFAULT_MAX_FRAME_BYTES } from '../ipc/framing.js';
+import { MAX_DURATION_MS } from '../ipc/duration.js';
+
+export const DEFAULT_CONFIG_PATH = '/etc/sandbox-supervisor/config.json';
+
+const MiB = 1024 * 1024;
+const durationMs = z.number().int().min(0).max(MAX_DURATION_MS);
+
+const ConfigSchema = z
+  .object({
+    socketPath: z.string().min(1).optional(),
+    stateDir: z.string().min(1).optional(),
+    logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    cgroup: z
+      .object({
+        /** auto: cgroup v2 when a writable one exists, else subreaper; the others insist. */
+        mode: z.enum(['auto', 'cgroup', 'subreaper']).default('auto'),
+        /** Subtree (path inside the cgroup2 mount) when the supervisor sits in the root cgroup. */
+        parent: z.string().regex(/^\/[^\0]*$/, 'must be an absolute cgroup path such as /sandbox-supervisor').default('/sandbox-supervisor'),
+      })
+      .strict()
+      .prefault({}),
+    drain: z
+      .object({
+        /** Chunk files roll at this many bytes. */
+        chunkBytes: z.number().int().min(4096).max(1024 * MiB).default(64 * MiB),
+        /** F_SETPIPE_SZ for each output pipe; 1 MiB is the unprivileged maximum here. */
+        pipeBytes: z.number().int().min(4096).max(64 * MiB).default(MiB),
+        /** After death evidence, how long a stream may take to reach EOF before it is cut. */
+        postDeathDrainMs: durationMs.default(2000),
+      })
+      .strict()
+      .prefault({}),
+    session: z
+      .object({
+        defaultGraceMs: durationMs.default(10_000),
+        path: z.string().default('/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'),
+        lang: z.string().default('C.UTF-8'),
+      })
+      .strict()
+      .prefault({}),
+    ipc: z
+      .object({
+        maxFrameBytes: z.number().int().min(1024).max(256 * MiB).default(DEFAULT_MAX_FRAME_BYTES),
+      })
+      .strict()
+      .prefault({}),
+  })
+  .strict();
+
+export type FileConfig = z.infer<typeof ConfigSchema>;
+export type Config = FileConfig & { socketPath: string; stateDir: string; source: string };
+
+/** A configuration that cannot be used; the message names the key and the file. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/** Validates a parsed config object; throws ConfigError naming each bad key. */
+export function parseConfig(raw: unknown, source: string, env: NodeJS.ProcessEnv = process.env): Config {
+  const result = ConfigSchema.safeParse(raw ?? {});
+  if (!result.success) {
+    const lines = result.error.issues.map((issue) => {
+      const key = issue.path.join('.');
+      if (issue.code === 'unrecognized_keys') {
+        const where = key ? `${key}.` : '';
+        return `unknown key ${issue.keys.map((k) => `"${where}${k}"`).join(', ')}`;
+      }
+      return `"${key || '(root)'}": ${issue.message}`;
+    });
+    throw new ConfigError(`invalid configuration in ${source}: ${lines.join('; ')}`);
+  }
+  const cfg = result.data;
+  return {
+    ...cfg,
+    socketPath: env.SBX_SOCKET || cfg.socketPath || defaultSocketPath({ ...env, SBX_SOCKET: '' }),
+    stateDir: env.SBX_STATE_DIR || cfg.stateDir || defaultStateDir({ ...env, SBX_STATE_DIR: '' }),
+    source,
+  };
+}
+
+/** Loads --config FILE (must exist), else the default path if present, else embedded defaults. */
+export function loadConfig(path: string | undefined, env: NodeJS.ProcessEnv = process.env): Config {
+  const file = path ?? (existsSync(DEFAULT_CONFIG_PATH) ? DEFAULT_CONFIG_PATH : undefined);
+  if (!file) return parseConfig({}, 'embedded defaults', env);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (err) {
+    throw new ConfigError(`cannot read configuration ${file}: ${(err as Error).message}`);
+  }
+  return parseConfig(raw, file, env);
+}

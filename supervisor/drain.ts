@@ -1,0 +1,68 @@
+// Drains one output pipe into its StreamLog, continuously, whether or not anyone reads, so
+// the producer never blocks on us (DESIGN.md 7). The pipe's read end is wrapped in a
+// net.Socket: libuv reads it without blocking the event loop. Owns the read side and how
+// the drain ended (eof, eio, timeout); not the bytes' layout on disk (chunks.ts).
+import { EventEmitter } from 'node:events';
+import { Socket } from 'node:net';
+import type { StreamName, StreamOutput } from '../ipc/protocol.js';
+import { StreamLog } from './chunks.js';
+
+export type DrainEnd = 'eof' | 'eio' | 'timeout';
+
+/** Emits 'advance' (cursor) after each stored read and 'end' (DrainEnd) once. */
+export class StreamDrain extends EventEmitter {
+  readonly log: StreamLog;
+  private readonly socket: Socket;
+  private endedHow: DrainEnd | null = null;
+  readonly done: Promise<DrainEnd>;
+
+  constructor(sessionDir: string, readonly stream: StreamName, readFd: number, chunkBytes: number) {
+    super();
+    this.log = new StreamLog(sessionDir, stream, chunkBytes);
+    this.socket = new Socket({ fd: readFd, readable: true, writable: false, allowHalfOpen: true });
+    this.done = new Promise((resolve) => {
+      const finish = (how: DrainEnd) => {
+        if (this.endedHow) return;
+        this.endedHow = how;
+        this.socket.destroy();
+        resolve(how);
+        this.emit('end', how);
+      };
+      this.socket.on('data', (data: Buffer) => {
+        this.log.append(data, Math.round((performance.timeOrigin + performance.now()) * 1000));
+        this.emit('advance', this.log.cursor);
+      });
+      this.socket.on('end', () => finish('eof'));
+      this.socket.on('error', () => finish('eio')); // EIO from a pty master, or any read error
+      this.socket.on('close', () => finish('eof'));
+      this.cut = () => finish('timeout');
+    });
+  }
+
+  /** Stops draining now (post-death bound ran out): the stream is marked incomplete. */
+  cut: () => void = () => {};
+
+  get cursor(): number {
+    return this.log.cursor;
+  }
+
+  get ended(): DrainEnd | null {
+    return this.endedHow;
+  }
+
+  /** Once ended: fsyncs everything and returns the stream's part of the receipt. */
+  finalize(): StreamOutput {
+    const how = this.endedHow ?? 'timeout';
+    const { sha256, indexSha256 } = this.log.finalize();
+    const reason = this.log.failure ?? (how === 'timeout' ? 'drain_timeout' : null);
+    return {
+      final_cursor: this.log.cursor,
+      sha256,
+      complete: reason === null,
+      reason,
+      dropped_bytes: this.log.droppedBytes,
+      drain_end: how,
+      index_sha256: indexSha256,
+    };
+  }
+}

@@ -1,0 +1,41 @@
+// Durable files in the state dir (DESIGN.md 9, 10): written to a temp file created with
+// O_EXCL|O_NOFOLLOW, fsync'ed, renamed over the target, and the directory fsync'ed, so a
+// reader sees the old file or the whole new one, and a crash after return loses nothing.
+// See open(2), fsync(2), rename(2).
+import { closeSync, constants, fsyncSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+
+/** fsync a directory so a rename or create in it is durable. */
+export function fsyncDir(dir: string): void {
+  const fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY);
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Writes all of data to fd (writeSync may write less than asked). */
+export function writeAll(fd: number, data: Uint8Array): void {
+  let off = 0;
+  while (off < data.length) off += writeSync(fd, data, off, data.length - off);
+}
+
+/** Atomically and durably replaces path with data (mode 0600 by default). */
+export function writeFileDurable(path: string, data: string | Uint8Array, mode = 0o600): void {
+  const dir = dirname(path);
+  const tmp = join(dir, `.${basename(path)}.${randomBytes(6).toString('hex')}.tmp`);
+  const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
+  try {
+    writeAll(fd, typeof data === 'string' ? Buffer.from(data) : data);
+    fsyncSync(fd);
+  } catch (err) {
+    closeSync(fd);
+    unlinkSync(tmp);
+    throw err;
+  }
+  closeSync(fd);
+  renameSync(tmp, path);
+  fsyncDir(dir);
+}

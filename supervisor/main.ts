@@ -1,0 +1,68 @@
+#!/usr/bin/env node
+// sandbox-supervisor: the daemon's entry. `sandbox-supervisor serve [--config FILE]` runs it
+// in the foreground: load and validate the configuration, become child subreaper, set up
+// the cgroup subtree (or subreaper mode), listen on the socket, and on SIGTERM/SIGINT stop
+// admission, settle every session with receipts, and exit 0.
+import { Command } from 'commander';
+import { pino } from 'pino';
+import { ConfigError, loadConfig } from './config.js';
+import { SupervisorServer } from './server.js';
+import { Supervisor } from './supervisor.js';
+import { VERSION } from './version.js';
+
+async function serve(options: { config?: string }): Promise<void> {
+  let config;
+  try {
+    config = loadConfig(options.config);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+  const log = pino({ name: 'sandbox-supervisor', level: config.logLevel });
+  log.info({ config: config.source, socket: config.socketPath, state_dir: config.stateDir }, 'starting');
+  const supervisor = Supervisor.create(config, log);
+  const server = new SupervisorServer(supervisor, log, config.socketPath);
+  await server.listen();
+  log.info({ socket: config.socketPath, mode: supervisor.mode }, 'listening');
+
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'stopping');
+    void supervisor
+      .shutdown()
+      .then(() => server.close())
+      .then(() => {
+        log.info('stopped');
+        process.exit(0);
+      });
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGHUP', () => {}); // a lost terminal is not a reason to drop sessions
+}
+
+const program = new Command()
+  .name('sandbox-supervisor')
+  .description('Runs commands to the end: cgroup v2 leaves, durable byte-exact output, receipts with death evidence.')
+  .version(VERSION);
+
+program
+  .command('serve')
+  .description('run the supervisor in the foreground')
+  .option('--config <file>', 'JSON configuration (default: /etc/sandbox-supervisor/config.json if present)')
+  .action((opts: { config?: string }) =>
+    serve(opts).catch((err: Error) => {
+      process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
+      process.exit(1);
+    }),
+  );
+
+program.parseAsync(process.argv).catch((err: Error) => {
+  process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
+  process.exit(2);
+});

@@ -1,0 +1,94 @@
+// The supervisor as child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER): orphans of every
+// session are reparented to this process and must be reaped here, by pid, never with
+// waitpid(-1), which would steal the statuses libuv and node-pty wait for (DESIGN.md 6).
+// So every child this process spawns goes through track(); on SIGCHLD the reaper lists
+// our children (/proc/self/task/*/children), and reaps each zombie it did not spawn.
+import { readdirSync, readFileSync } from 'node:fs';
+import { native } from './native.js';
+
+/** State letter of a process from /proc/<pid>/stat (proc(5)), or null when gone. */
+function procState(pid: number): string | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  } catch {
+    return null;
+  }
+}
+
+/** Our direct children across all threads of this process. */
+export function ownChildren(): number[] {
+  const out: number[] = [];
+  for (const tid of readdirSync('/proc/self/task')) {
+    try {
+      for (const pid of readFileSync(`/proc/self/task/${tid}/children`, 'utf8').split(' ')) {
+        if (pid.trim()) out.push(Number(pid));
+      }
+    } catch {
+      // thread exited while listing
+    }
+  }
+  return out;
+}
+
+export class Reaper {
+  /** Pids spawned through libuv (child_process) or node-pty: never ours to reap. */
+  private readonly spawned = new Set<number>();
+  private scheduled = false;
+  private reapedTotal = 0;
+  private readonly onSignal = () => this.schedule();
+
+  /** Becomes the child subreaper and starts reaping on SIGCHLD. */
+  start(): void {
+    native().setChildSubreaper();
+    process.on('SIGCHLD', this.onSignal);
+    this.schedule();
+  }
+
+  stop(): void {
+    process.off('SIGCHLD', this.onSignal);
+  }
+
+  /** Records a child that libuv or node-pty will wait for; call right after spawn returns. */
+  track(pid: number): void {
+    this.spawned.add(pid);
+  }
+
+  /** Forgets a tracked child once its exit was observed. */
+  untrack(pid: number): void {
+    this.spawned.delete(pid);
+  }
+
+  /** Orphans reaped since start. */
+  get reaped(): number {
+    return this.reapedTotal;
+  }
+
+  /** Zombie children nobody has reaped yet (tracked ones excluded). */
+  zombies(): number[] {
+    return ownChildren().filter((pid) => !this.spawned.has(pid) && procState(pid) === 'Z');
+  }
+
+  /** Reaps every orphan that is a zombie now; returns how many. */
+  reapNow(): number {
+    let n = 0;
+    for (const pid of this.zombies()) {
+      try {
+        if (native().reapPid(pid)) n++;
+      } catch {
+        // ECHILD: someone else (never libuv: it only waits for its own) got it.
+      }
+    }
+    this.reapedTotal += n;
+    return n;
+  }
+
+  private schedule(): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      this.reapNow();
+    });
+  }
+}

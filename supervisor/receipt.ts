@@ -1,0 +1,109 @@
+// Pure decisions about how a session ended: its outcome (first cause wins, SPEC.md exit
+// table), the command digest, and the receipt assembled from recorded facts. No I/O here,
+// so these are unit-tested without processes.
+import { createHash } from 'node:crypto';
+import canonicalize from 'canonicalize';
+import type { DeathEvidence, Outcome, Receipt, StreamName, StreamOutput, SupervisorMode, TerminationCause } from '../ipc/protocol.js';
+
+/** What the command digest covers (SPEC.md "Session environment and command digest"). */
+export interface DigestInput {
+  argv: string[];
+  cwd: string;
+  /** Only what the request set, by name. */
+  env: Record<string, string>;
+  pty: boolean;
+  stdin: 'null' | 'stream';
+  user: string | null;
+}
+
+/** RFC 8785 (JCS) canonical JSON of v. */
+export function jcs(v: unknown): string {
+  const out = canonicalize(v);
+  if (out === undefined) throw new TypeError('value cannot be canonicalized');
+  return out;
+}
+
+/** "sha256:" + hex SHA-256 of the JCS encoding of the digest input. */
+export function commandDigest(input: DigestInput): string {
+  return `sha256:${createHash('sha256').update(jcs(input)).digest('hex')}`;
+}
+
+export interface SpawnFailureFact {
+  stage: string;
+  errno: number;
+  code: string;
+}
+
+/** Exit code sh reports for a failed exec: 127 not found, 126 found but not executable. */
+export function spawnFailureExitCode(failure: SpawnFailureFact): number {
+  if (failure.stage !== 'exec') return 125;
+  return failure.code === 'ENOENT' || failure.code === 'ENOTDIR' ? 127 : 126;
+}
+
+/** The outcome: a spawn failure, else the first termination cause, else how the leader ended. */
+export function decideOutcome(facts: {
+  spawnFailure: SpawnFailureFact | null;
+  cause: TerminationCause | null;
+  exit: { code: number | null; signal: string | null };
+}): Outcome {
+  if (facts.spawnFailure) return 'spawn_failed';
+  if (facts.cause === 'deadline') return 'timed_out';
+  if (facts.cause === 'cancel' || facts.cause === 'shutdown') return 'cancelled';
+  if (facts.cause === 'reconcile') return 'owner_lost';
+  return facts.exit.signal ? 'signaled' : 'exited';
+}
+
+export interface ReceiptFacts {
+  sessionId: string;
+  invocationKey: string;
+  commandDigest: string;
+  argv: string[];
+  cwd: string;
+  supervisor: { instance: string; generation: number; bootId: string; mode: SupervisorMode; pid: number };
+  admittedAt: Date;
+  startedAt: Date | null;
+  leaderExitedAt: Date | null;
+  endedAt: Date;
+  exit: { code: number | null; signal: string | null };
+  spawnFailure: SpawnFailureFact | null;
+  cause: TerminationCause | null;
+  steps: { signal: string; at: Date; pids: number }[];
+  death: { evidence: DeathEvidence; observedAt: Date; cgroup?: string; reaped?: number };
+  output: Partial<Record<StreamName, StreamOutput>>;
+  usage: Receipt['usage'];
+  descendantsTerminated: number;
+}
+
+const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
+
+/** Assembles the receipt (unsigned) from the facts recorded during the session. */
+export function buildReceipt(f: ReceiptFacts): Receipt {
+  const exit = f.spawnFailure ? { code: spawnFailureExitCode(f.spawnFailure), signal: null } : f.exit;
+  const receipt: Receipt = {
+    version: 1,
+    session_id: f.sessionId,
+    invocation_key: f.invocationKey,
+    command_digest: f.commandDigest,
+    argv: f.argv,
+    cwd: f.cwd,
+    supervisor: { instance: f.supervisor.instance, generation: f.supervisor.generation, boot_id: f.supervisor.bootId, mode: f.supervisor.mode, pid: f.supervisor.pid },
+    admitted_at: f.admittedAt.toISOString(),
+    started_at: iso(f.startedAt),
+    leader_exited_at: iso(f.leaderExitedAt),
+    ended_at: f.endedAt.toISOString(),
+    exit,
+    termination: { cause: f.cause, steps: f.steps.map((s) => ({ signal: s.signal, at: s.at.toISOString(), pids: s.pids })) },
+    outcome: decideOutcome({ spawnFailure: f.spawnFailure, cause: f.cause, exit }),
+    death: {
+      evidence: f.death.evidence,
+      observed_at: f.death.observedAt.toISOString(),
+      ...(f.death.cgroup !== undefined ? { cgroup: f.death.cgroup } : {}),
+      ...(f.death.reaped !== undefined ? { reaped: f.death.reaped } : {}),
+    },
+    output: f.output,
+    usage: f.usage,
+    descendants_terminated: f.descendantsTerminated,
+  };
+  if (f.spawnFailure) receipt.spawn_error = { ...f.spawnFailure };
+  return receipt;
+}

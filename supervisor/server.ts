@@ -1,0 +1,220 @@
+// The Unix socket: accepts connections, decodes frames, requires the versioned hello first,
+// dispatches each request to its handler, and streams output subscriptions from the chunk
+// files with socket backpressure (a slow reader is paused, never buffered without bound,
+// and never slows the drain). Owns connections; not sessions.
+import { chmodSync, mkdirSync, unlinkSync, lstatSync } from 'node:fs';
+import { createServer, type Server, type Socket } from 'node:net';
+import { dirname } from 'node:path';
+import type { Logger } from 'pino';
+import { SupervisorError, isSupervisorError } from '../ipc/errors.js';
+import { encodeFrame, FrameDecoder } from '../ipc/framing.js';
+import { PROTOCOL_VERSIONS, type StreamName } from '../ipc/protocol.js';
+import { readStored } from './chunks.js';
+import type { Session } from './session.js';
+import type { Supervisor } from './supervisor.js';
+import { Schemas, validate } from './validate.js';
+import { VERSION } from './version.js';
+
+/** Largest output event payload, in bytes. */
+const OUTPUT_EVENT_BYTES = 256 * 1024;
+
+type Handler = (conn: Connection, id: number, params: unknown) => unknown;
+
+/** One client connection. */
+class Connection {
+  private readonly decoder: FrameDecoder;
+  helloDone = false;
+  closed = false;
+  private readonly drainWaiters: (() => void)[] = [];
+
+  constructor(readonly socket: Socket, maxFrameBytes: number) {
+    this.decoder = new FrameDecoder(maxFrameBytes);
+    socket.on('drain', () => this.wake());
+    socket.on('close', () => {
+      this.closed = true;
+      this.wake();
+    });
+    socket.on('error', () => {});
+  }
+
+  decode(data: Buffer): unknown[] {
+    return this.decoder.push(data);
+  }
+
+  /** Sends a frame; resolves when the socket can take more (backpressure). */
+  async send(frame: unknown): Promise<void> {
+    if (this.closed) return;
+    if (!this.socket.write(encodeFrame(frame))) {
+      await new Promise<void>((resolve) => this.drainWaiters.push(resolve));
+    }
+  }
+
+  private wake(): void {
+    for (const w of this.drainWaiters.splice(0)) w();
+  }
+}
+
+export class SupervisorServer {
+  private readonly server: Server;
+  private readonly connections = new Set<Connection>();
+  private readonly handlers: Record<string, Handler>;
+
+  constructor(private readonly supervisor: Supervisor, private readonly log: Logger, readonly socketPath: string) {
+    this.server = createServer((socket) => this.accept(socket));
+    const sup = supervisor;
+    this.handlers = {
+      launch: (_c, _id, p) => sup.launch(validate(Schemas.launch, p, 'launch')),
+      wait: async (_c, _id, p) => {
+        const session = sup.find(validate(Schemas.selector, p, 'wait'));
+        const receipt = await session.ended;
+        if (!receipt) throw new SupervisorError('INTERNAL', `session ${session.id} is ${session.state}: no receipt without death evidence`);
+        return receipt;
+      },
+      receipt: (_c, _id, p) => {
+        const session = sup.find(validate(Schemas.selector, p, 'receipt'));
+        return { state: session.state, receipt: session.receipt };
+      },
+      ps: (_c, _id, p) => ({ sessions: sup.list(validate(Schemas.ps, p, 'ps').all ?? false).map((s) => s.summary()) }),
+      status: (_c, _id, p) => {
+        validate(Schemas.empty, p, 'status');
+        return sup.status(this.socketPath);
+      },
+      subscribe: (c, id, p) => this.subscribe(c, id, validate(Schemas.subscribe, p, 'subscribe')),
+    };
+  }
+
+  /** Binds the socket (0660 in a 0750 dir; a stale socket file is replaced). */
+  async listen(): Promise<void> {
+    const dir = dirname(this.socketPath);
+    mkdirSync(dir, { recursive: true, mode: 0o750 });
+    try {
+      if (lstatSync(this.socketPath).isSocket()) unlinkSync(this.socketPath);
+    } catch {
+      // nothing there
+    }
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(this.socketPath, () => {
+        this.server.off('error', reject);
+        resolve();
+      });
+    });
+    chmodSync(this.socketPath, 0o660);
+  }
+
+  /** Stops accepting, closes every connection, removes the socket file. */
+  async close(): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    for (const c of this.connections) c.socket.destroy();
+    await closed;
+    try {
+      unlinkSync(this.socketPath);
+    } catch {
+      // already gone
+    }
+  }
+
+  private accept(socket: Socket): void {
+    const conn = new Connection(socket, this.supervisor.config.ipc.maxFrameBytes);
+    this.connections.add(conn);
+    socket.on('close', () => this.connections.delete(conn));
+    socket.on('data', (data: Buffer) => {
+      let frames: unknown[];
+      try {
+        frames = conn.decode(data);
+      } catch (err) {
+        const wire = isSupervisorError(err) ? err.toWire() : new SupervisorError('INVALID_ARGUMENT', String(err)).toWire();
+        this.log.warn({ code: wire.code }, 'closing connection after a bad frame');
+        socket.end(encodeFrame({ id: 0, error: wire }));
+        socket.destroySoon();
+        return;
+      }
+      for (const frame of frames) void this.dispatch(conn, frame);
+    });
+  }
+
+  private async dispatch(conn: Connection, raw: unknown): Promise<void> {
+    const frame = raw as { id?: unknown; method?: unknown; params?: unknown };
+    const id = typeof frame?.id === 'number' && Number.isSafeInteger(frame.id) ? frame.id : 0;
+    try {
+      if (typeof frame !== 'object' || frame === null || typeof frame.method !== 'string') {
+        throw new SupervisorError('INVALID_ARGUMENT', 'a request is { id: int, method: string, params?: map }');
+      }
+      if (!conn.helloDone) {
+        if (frame.method !== 'hello') throw new SupervisorError('INVALID_ARGUMENT', 'the first request must be hello');
+        const hello = validate(Schemas.hello, frame.params, 'hello');
+        const version = Math.max(...hello.versions.filter((v) => (PROTOCOL_VERSIONS as readonly number[]).includes(v)));
+        if (!Number.isFinite(version)) {
+          const err = new SupervisorError('UNSUPPORTED_VERSION', `protocol versions ${hello.versions.join(', ')} unsupported`, {
+            supported: [...PROTOCOL_VERSIONS],
+          });
+          conn.socket.end(encodeFrame({ id, error: err.toWire() }));
+          return;
+        }
+        conn.helloDone = true;
+        const { instance, generation } = this.supervisor.ctx.identity;
+        await conn.send({ id, result: { version, server: `sandbox-supervisor/${VERSION}`, instance, generation } });
+        return;
+      }
+      const handler = Object.hasOwn(this.handlers, frame.method) ? this.handlers[frame.method] : undefined;
+      if (!handler) throw new SupervisorError('INVALID_ARGUMENT', `unknown method ${JSON.stringify(frame.method)}`);
+      const result = await handler(conn, id, frame.params);
+      if (result !== undefined) await conn.send({ id, result });
+    } catch (err) {
+      if (!isSupervisorError(err)) this.log.error({ err, method: frame?.method }, 'request failed');
+      const wire = isSupervisorError(err) ? err.toWire() : new SupervisorError('INTERNAL', (err as Error).message).toWire();
+      await conn.send({ id, error: wire });
+    }
+  }
+
+  /**
+   * Streams [from, ...) of one stream as `output` events, reading the chunk files, then an
+   * `end` event: at the stored end without follow, at the final cursor with follow.
+   */
+  private async subscribe(conn: Connection, id: number, p: { session_id?: string; invocation_key?: string; stream: StreamName; from?: number; follow?: boolean }): Promise<undefined> {
+    const session: Session = this.supervisor.find(p);
+    const stream = p.stream;
+    if (!session.hasStream(stream)) throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} has no ${stream} stream`);
+    let cursor = p.from ?? 0;
+    const follow = p.follow ?? false;
+    if (!follow && cursor > session.cursor(stream)) {
+      throw new SupervisorError('CURSOR_OUT_OF_RANGE', `cursor ${cursor} is past the end of ${stream} (${session.cursor(stream)})`, {
+        cursor: session.cursor(stream),
+      });
+    }
+    await conn.send({ id, result: { session_id: session.id, stream, from: cursor, cursor: session.cursor(stream) } });
+    const streamDir = session.drains.get(stream)!.log.dir;
+    const chunkBytes = session.drains.get(stream)!.log.chunkBytes;
+    for (;;) {
+      const final = session.streamFinal(stream);
+      const end = session.cursor(stream);
+      while (cursor < end && !conn.closed) {
+        const data = readStored(streamDir, chunkBytes, cursor, end, OUTPUT_EVENT_BYTES);
+        if (data.length === 0) break;
+        await conn.send({ id, event: 'output', stream, cursor, data });
+        cursor += data.length;
+      }
+      if (conn.closed) return undefined;
+      if (!follow || (final && cursor >= session.cursor(stream))) {
+        await conn.send({ id, event: 'end', stream, cursor, final });
+        return undefined;
+      }
+      if (cursor < session.cursor(stream)) continue;
+      await new Promise<void>((resolve) => {
+        const onOutput = (s: StreamName) => {
+          if (s !== stream) return;
+          session.off('output', onOutput);
+          conn.socket.off('close', onClose);
+          resolve();
+        };
+        const onClose = () => {
+          session.off('output', onOutput);
+          resolve();
+        };
+        session.on('output', onOutput);
+        conn.socket.once('close', onClose);
+      });
+    }
+  }
+}
+

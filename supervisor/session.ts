@@ -1,0 +1,335 @@
+// One session: a launched command and everything it spawns, from admission to receipt.
+// Every state transition lives here (SPEC.md "Session lifecycle"): admitted → running →
+// leader_exited → terminating → ended, or unknown when death cannot be proven. Owns the
+// leader, its cgroup leaf, the drains, termination (TERM to every process, KILL after the
+// grace) and the durable receipt. Not the socket (server.ts) nor the registry (supervisor.ts).
+import { EventEmitter } from 'node:events';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import type { LingerPolicy, Receipt, SessionState, SessionSummary, StreamName, StreamOutput, SupervisorMode, TerminationCause } from '../ipc/protocol.js';
+import type { Config } from './config.js';
+import type { CgroupLeaf, CgroupTree } from './cgroup.js';
+import { StreamDrain } from './drain.js';
+import { fsyncDir, writeFileDurable } from './durable.js';
+import { buildReceipt, type SpawnFailureFact } from './receipt.js';
+import type { Reaper } from './reaper.js';
+import { LeaderProcess, signalNumber, type LeaderExit } from './spawn.js';
+import { setDeadline } from './timers.js';
+
+/** What every session shares: configuration, identity, the cgroup subtree, the reaper. */
+export interface SessionContext {
+  config: Config;
+  log: Logger;
+  reaper: Reaper;
+  tree: CgroupTree | null;
+  identity: { instance: string; generation: number; bootId: string; mode: SupervisorMode; pid: number };
+  sessionsDir: string;
+}
+
+export interface SessionRequest {
+  argv: string[];
+  cwd: string;
+  /** Only what the request set (covered by the digest). */
+  env: Record<string, string>;
+  /** The environment the leader gets: the clean base plus the request's. */
+  leaderEnv: Record<string, string>;
+  invocationKey: string;
+  commandDigest: string;
+  timeoutMs: number;
+  graceMs: number;
+  linger: LingerPolicy;
+}
+
+const PIPE_STREAMS: StreamName[] = ['stdout', 'stderr'];
+
+export class Session extends EventEmitter {
+  readonly dir: string;
+  state: SessionState = 'admitted';
+  readonly admittedAt = new Date();
+  startedAt: Date | null = null;
+  leaderExitedAt: Date | null = null;
+  endedAt: Date | null = null;
+  receipt: Receipt | null = null;
+  readonly drains = new Map<StreamName, StreamDrain>();
+  /** Resolves with the receipt once it is durable; never rejects. */
+  readonly ended: Promise<Receipt | null>;
+  private resolveEnded!: (r: Receipt | null) => void;
+  private leaf: CgroupLeaf | null = null;
+  private leader: LeaderProcess | null = null;
+  private exit: { code: number | null; signal: string | null } = { code: null, signal: null };
+  private spawnFailure: SpawnFailureFact | null = null;
+  private cause: TerminationCause | null = null;
+  private readonly steps: { signal: string; at: Date; pids: number }[] = [];
+  private descendantsTerminated: number | null = null;
+  private terminating: Promise<void> | null = null;
+  private cancelDeadline: () => void = () => {};
+
+  constructor(readonly id: string, readonly req: SessionRequest, private readonly ctx: SessionContext) {
+    super();
+    this.setMaxListeners(0);
+    this.dir = join(ctx.sessionsDir, id);
+    this.ended = new Promise((resolve) => (this.resolveEnded = resolve));
+  }
+
+  /**
+   * Durable admission (fsync'ed before spawn, DESIGN.md 9), the cgroup leaf, then the
+   * leader and its drains. Throws only if the admission record cannot be written.
+   */
+  start(): void {
+    const { config, tree, identity } = this.ctx;
+    mkdirSync(this.dir, { mode: 0o700 });
+    if (tree) this.leaf = tree.createLeaf(this.id);
+    writeFileDurable(
+      join(this.dir, 'admission.json'),
+      JSON.stringify({
+        session_id: this.id,
+        invocation_key: this.req.invocationKey,
+        command_digest: this.req.commandDigest,
+        argv: this.req.argv,
+        cwd: this.req.cwd,
+        env: this.req.env,
+        timeout_ms: this.req.timeoutMs,
+        grace_ms: this.req.graceMs,
+        linger: this.req.linger,
+        chunk_bytes: config.drain.chunkBytes,
+        cgroup: this.leaf?.path ?? null,
+        mode: identity.mode,
+        boot_id: identity.bootId,
+        generation: identity.generation,
+        instance: identity.instance,
+        admitted_at: this.admittedAt.toISOString(),
+      }),
+    );
+    fsyncDir(this.ctx.sessionsDir);
+    const leader = new LeaderProcess(
+      {
+        argv: this.req.argv,
+        cwd: this.req.cwd,
+        env: this.req.leaderEnv,
+        cgroupProcsPath: this.leaf?.procsPath ?? null,
+        subreaper: identity.mode === 'subreaper',
+        pipeBytes: config.drain.pipeBytes,
+      },
+      this.ctx.reaper,
+    );
+    this.leader = leader;
+    this.startedAt = new Date();
+    this.transition('running');
+    this.drains.set('stdout', new StreamDrain(this.dir, 'stdout', leader.stdoutFd, config.drain.chunkBytes));
+    this.drains.set('stderr', new StreamDrain(this.dir, 'stderr', leader.stderrFd, config.drain.chunkBytes));
+    for (const drain of this.drains.values()) {
+      drain.on('advance', () => this.emit('output', drain.stream));
+      drain.on('end', () => this.emit('output', drain.stream));
+    }
+    if (this.req.timeoutMs > 0) {
+      this.cancelDeadline = setDeadline(() => void this.terminate('deadline'), this.req.timeoutMs);
+    }
+    this.run(leader).catch((err: Error) => {
+      this.ctx.log.error({ err, session_id: this.id }, 'session lifecycle failed');
+      this.transition('unknown');
+      this.resolveEnded(null);
+    });
+  }
+
+  get pid(): number | null {
+    return this.leader && this.leader.pid > 0 ? this.leader.pid : null;
+  }
+
+  /** Stored bytes of a stream so far. */
+  cursor(stream: StreamName): number {
+    return this.receipt?.output[stream]?.final_cursor ?? this.drains.get(stream)?.cursor ?? 0;
+  }
+
+  /** Whether a stream will never grow again. */
+  streamFinal(stream: StreamName): boolean {
+    const drain = this.drains.get(stream);
+    return !drain || drain.ended !== null;
+  }
+
+  hasStream(stream: StreamName): boolean {
+    return this.drains.has(stream);
+  }
+
+  /** Live processes in the session now (cgroup mode), else null. */
+  livePids(): number | null {
+    return this.leaf && this.state !== 'ended' ? this.leaf.pids().length : null;
+  }
+
+  summary(): SessionSummary {
+    const cursors: Partial<Record<StreamName, number>> = {};
+    for (const s of this.drains.keys()) cursors[s] = this.cursor(s);
+    return {
+      session_id: this.id,
+      invocation_key: this.req.invocationKey,
+      state: this.state,
+      argv: this.req.argv,
+      pid: this.pid,
+      admitted_at: this.admittedAt.toISOString(),
+      ended_at: this.endedAt?.toISOString() ?? null,
+      outcome: this.receipt?.outcome ?? null,
+      live_pids: this.livePids(),
+      cursors,
+    };
+  }
+
+  /**
+   * Ends every process of the session: SIGTERM to each (all of the cgroup, not just the
+   * leader or its process group), cgroup.kill once graceMs passes, then waits for death.
+   * The first cause is the one the receipt keeps; later calls join the running escalation.
+   */
+  terminate(cause: TerminationCause, graceMs = this.req.graceMs): Promise<void> {
+    this.cause ??= cause;
+    if (this.terminating) return this.terminating;
+    if (this.state === 'ended' || this.state === 'unknown') return Promise.resolve();
+    this.cancelDeadline();
+    this.transition('terminating');
+    this.terminating = this.escalate(graceMs);
+    return this.terminating;
+  }
+
+  private async escalate(graceMs: number): Promise<void> {
+    const leader = this.leader!;
+    const leaderPid = this.leaderExitedAt ? null : leader.pid;
+    const leaf = this.leaf;
+    if (graceMs > 0) {
+      const reached = await this.signalEvery('SIGTERM');
+      this.descendantsTerminated ??= reached - (leaderPid !== null ? 1 : 0);
+      if (await this.waitDead(graceMs)) return;
+    }
+    if (leaf) {
+      const pids = leaf.pids();
+      this.descendantsTerminated ??= pids.filter((pid) => pid !== leaderPid).length;
+      leaf.kill();
+      this.steps.push({ signal: 'SIGKILL', at: new Date(), pids: pids.length });
+      await leaf.waitEmpty(null);
+    } else {
+      // Subreaper mode: the shim walks its descendants; repeat until it reports all reaped.
+      let first = true;
+      let done = false;
+      void leader.allReaped.then(() => (done = true));
+      while (!done) {
+        const reached = await leader.signalViaShim(signalNumber('SIGKILL'));
+        if (first) {
+          this.steps.push({ signal: 'SIGKILL', at: new Date(), pids: reached });
+          this.descendantsTerminated ??= reached - (leaderPid !== null ? 1 : 0);
+          first = false;
+        }
+        await Promise.race([leader.allReaped, new Promise((r) => setTimeout(r, 100))]);
+      }
+    }
+  }
+
+  /** Sends sig to every process of the session; returns the pids reached and records the step. */
+  async signalEvery(signal: NodeJS.Signals): Promise<number> {
+    const leader = this.leader!;
+    const reached = this.leaf ? this.leaf.signalAll(signal).size : await leader.signalViaShim(signalNumber(signal));
+    this.steps.push({ signal, at: new Date(), pids: reached });
+    return reached;
+  }
+
+  /** Waits up to timeoutMs (null: unbounded) for proof that nothing of the session runs. */
+  private async waitDead(timeoutMs: number | null): Promise<boolean> {
+    if (this.leaf) return this.leaf.waitEmpty(timeoutMs);
+    const all = this.leader!.allReaped.then(() => true);
+    if (timeoutMs === null) return all;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<boolean>((r) => (timer = setTimeout(() => r(false), timeoutMs)));
+    const result = await Promise.race([all, timeout]);
+    clearTimeout(timer);
+    return result;
+  }
+
+  private async run(leader: LeaderProcess): Promise<void> {
+    const failure = await leader.exec;
+    const exit: LeaderExit = await leader.leaderExit;
+    this.leaderExitedAt = exit.at;
+    this.exit = { code: exit.code, signal: exit.signal };
+    this.spawnFailure = failure;
+    if (this.state === 'running') this.transition('leader_exited');
+    this.ctx.reaper.reapNow();
+
+    // Descendants left behind: end them (systemd's and docker's default) or wait for them.
+    const alive = this.leaf ? this.leaf.populated() : !(await this.waitDead(0));
+    if (alive && this.req.linger === 'kill') await this.terminate('linger');
+
+    let evidence: Receipt['death'];
+    if (this.leaf) {
+      await this.leaf.waitEmpty(null);
+      evidence = { evidence: 'cgroup_empty', observed_at: new Date().toISOString(), cgroup: this.leaf.path };
+    } else {
+      const reaped = await leader.allReaped;
+      if (!reaped) {
+        // The shim died without reporting: no proof of death. Unknown, never failed.
+        this.ctx.log.warn({ session_id: this.id }, 'exec shim lost before all descendants were reaped; session is unknown');
+        this.transition('unknown');
+        this.resolveEnded(null);
+        return;
+      }
+      evidence = { evidence: 'subreaper_reaped', observed_at: new Date().toISOString(), reaped: reaped.reaped };
+    }
+    this.cancelDeadline();
+    if (this.terminating) await this.terminating;
+    leader.release();
+    this.ctx.reaper.reapNow();
+
+    // Every writer in the session is dead; an fd passed outside may still hold a pipe.
+    const bound = setTimeout(() => {
+      for (const d of this.drains.values()) d.cut();
+    }, this.ctx.config.drain.postDeathDrainMs);
+    await Promise.all([...this.drains.values()].map((d) => d.done));
+    clearTimeout(bound);
+
+    const output: Partial<Record<StreamName, StreamOutput>> = {};
+    for (const [name, drain] of this.drains) output[name] = drain.finalize();
+    const usage = this.leaf?.usage() ?? {};
+    const endedAt = new Date();
+    const receipt = buildReceipt({
+      sessionId: this.id,
+      invocationKey: this.req.invocationKey,
+      commandDigest: this.req.commandDigest,
+      argv: this.req.argv,
+      cwd: this.req.cwd,
+      supervisor: this.ctx.identity,
+      admittedAt: this.admittedAt,
+      startedAt: this.startedAt,
+      leaderExitedAt: this.leaderExitedAt,
+      endedAt,
+      exit: this.exit,
+      spawnFailure: this.spawnFailure,
+      cause: this.cause,
+      steps: this.steps,
+      death: {
+        evidence: evidence.evidence,
+        observedAt: new Date(evidence.observed_at),
+        ...(evidence.cgroup ? { cgroup: evidence.cgroup.slice(this.ctx.tree!.mount.mountPoint.length) } : {}),
+        ...(evidence.reaped !== undefined ? { reaped: evidence.reaped } : {}),
+      },
+      output,
+      usage,
+      descendantsTerminated: this.descendantsTerminated ?? 0,
+    });
+    writeFileDurable(join(this.dir, 'receipt.json'), JSON.stringify(receipt, null, 2) + '\n');
+    this.receipt = receipt;
+    this.endedAt = endedAt;
+    this.transition('ended');
+    this.resolveEnded(receipt);
+    this.emit('output', 'stdout');
+    this.emit('output', 'stderr');
+    if (this.leaf) {
+      try {
+        await this.leaf.remove();
+      } catch (err) {
+        this.ctx.log.warn({ err, session_id: this.id }, 'could not remove the session cgroup');
+      }
+    }
+  }
+
+  private transition(next: SessionState): void {
+    this.ctx.log.debug({ session_id: this.id, from: this.state, to: next }, 'session state');
+    this.state = next;
+    this.emit('state', next);
+  }
+}
+
+export { PIPE_STREAMS };

@@ -1,0 +1,222 @@
+// Starts a session's leader through the exec shim (native-helpers/src/exec-shim.c) with
+// real pipes for stdout/stderr (pipe2, not Node's socketpair: DESIGN.md 13), stdin from
+// /dev/null, and a report pipe on which the shim states exec failures and, in subreaper
+// mode, the leader's status and "all reaped". Owns the fds of one spawn; not the session's
+// decisions (session.ts). See execve(2), pipe(2), and the shim's header comment.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, writeSync } from 'node:fs';
+import { Socket } from 'node:net';
+import { constants as osConstants } from 'node:os';
+import { execShimPath, native } from './native.js';
+import type { Reaper } from './reaper.js';
+
+export interface LeaderSpec {
+  argv: string[];
+  cwd: string;
+  env: Record<string, string>;
+  /** cgroup mode: the leaf's cgroup.procs, joined before exec. */
+  cgroupProcsPath: string | null;
+  /** subreaper mode: the shim stays as the session's subreaper. */
+  subreaper: boolean;
+  pipeBytes: number;
+}
+
+export interface SpawnFailure {
+  stage: string;
+  errno: number;
+  code: string;
+}
+
+export interface LeaderExit {
+  code: number | null;
+  signal: string | null;
+  at: Date;
+}
+
+/** Name of a signal number (9 → "SIGKILL"), or "SIG<n>" if unnamed. */
+export function signalName(sig: number): string {
+  for (const [name, num] of Object.entries(osConstants.signals)) if (num === sig) return name;
+  return `SIG${sig}`;
+}
+
+/** Number of a signal name ("SIGKILL" → 9); throws RangeError on an unknown one. */
+export function signalNumber(name: string): number {
+  const key = (name.startsWith('SIG') ? name : `SIG${name}`).toUpperCase() as keyof typeof osConstants.signals;
+  const num = osConstants.signals[key];
+  if (num === undefined) throw new RangeError(`unknown signal ${name}`);
+  return num;
+}
+
+/** errno number → name ("ENOENT"), from os.constants.errno. */
+export function errnoName(errno: number): string {
+  for (const [name, num] of Object.entries(osConstants.errno)) if (num === errno) return name;
+  return `E${errno}`;
+}
+
+/** A started leader: its pid, output read fds, and promises for what the shim reports. */
+export class LeaderProcess {
+  readonly pid: number;
+  readonly stdoutFd: number;
+  readonly stderrFd: number;
+  /** Resolves null when the command exec'ed, else what failed before or at exec. */
+  readonly exec: Promise<SpawnFailure | null>;
+  /** Resolves when the leader has been reaped (by libuv, or in subreaper mode by the shim). */
+  readonly leaderExit: Promise<LeaderExit>;
+  /** Subreaper mode: resolves with the orphans reaped once no descendant is left, or null if the shim died first. */
+  readonly allReaped: Promise<{ reaped: number } | null>;
+  private readonly child: ChildProcess;
+  private controlFd = -1;
+  private readonly signaledWaiters: ((pids: number) => void)[] = [];
+
+  constructor(spec: LeaderSpec, reaper: Reaper) {
+    const n = native();
+    const [stdoutR, stdoutW] = n.makePipe();
+    const [stderrR, stderrW] = n.makePipe();
+    const [reportR, reportW] = n.makePipe();
+    const fds = [stdoutW, stderrW, reportW];
+    let controlR = -1;
+    if (spec.subreaper) {
+      [controlR, this.controlFd] = n.makePipe();
+      fds.push(controlR);
+    }
+    for (const fd of [stdoutR, stderrR]) {
+      try {
+        n.setPipeSize(fd, spec.pipeBytes);
+      } catch {
+        // EPERM above /proc/sys/fs/pipe-max-size: keep the default capacity.
+      }
+    }
+    const args = ['--report-fd', '3', '--cwd', spec.cwd];
+    if (spec.cgroupProcsPath) args.push('--cgroup-procs', spec.cgroupProcsPath);
+    if (spec.subreaper) args.push('--subreaper', '--control-fd', '4');
+    args.push('--', ...spec.argv);
+    try {
+      this.child = spawn(execShimPath(), args, {
+        stdio: ['ignore', stdoutW, stderrW, reportW, ...(spec.subreaper ? [controlR] : [])],
+        env: spec.env,
+        cwd: '/',
+        detached: true, // own session and process group, like a systemd service
+      });
+    } finally {
+      for (const fd of fds) closeSync(fd);
+    }
+    this.stdoutFd = stdoutR;
+    this.stderrFd = stderrR;
+    const pid = this.child.pid;
+    let spawnError: NodeJS.ErrnoException | null = null;
+    this.child.on('error', (err) => (spawnError = err));
+    if (pid === undefined) {
+      // libuv could not start the shim at all (EAGAIN, ENOMEM): the command never ran.
+      closeSync(reportR);
+      if (this.controlFd >= 0) closeSync(this.controlFd);
+      this.pid = -1;
+      const failure = { stage: 'spawn', errno: 0, code: 'EAGAIN' };
+      this.exec = new Promise((resolve) => setImmediate(() => resolve({ ...failure, code: spawnError?.code ?? failure.code })));
+      this.leaderExit = Promise.resolve({ code: null, signal: null, at: new Date() });
+      this.allReaped = Promise.resolve({ reaped: 0 });
+      return;
+    }
+    this.pid = pid;
+    reaper.track(pid);
+
+    const lines = readLines(reportR);
+    const shimExit = new Promise<{ code: number | null; signal: string | null; at: Date }>((resolve) => {
+      this.child.on('exit', (code, signal) => {
+        reaper.untrack(pid);
+        resolve({ code, signal, at: new Date() });
+      });
+    });
+
+    if (!spec.subreaper) {
+      // Exec mode: EOF on the report pipe with no "error" line means the exec succeeded.
+      this.exec = lines.all.then((all) => parseFailure(all));
+      this.leaderExit = shimExit;
+      this.allReaped = Promise.resolve(null);
+      return;
+    }
+    let execResolve!: (f: SpawnFailure | null) => void;
+    let leaderResolve!: (e: LeaderExit) => void;
+    let doneResolve!: (d: { reaped: number } | null) => void;
+    this.exec = new Promise((r) => (execResolve = r));
+    this.leaderExit = new Promise((r) => (leaderResolve = r));
+    this.allReaped = new Promise((r) => (doneResolve = r));
+    lines.onLine = (line) => {
+      const [word, a, b] = line.split(' ');
+      if (word === 'started') execResolve(null);
+      else if (word === 'error') {
+        const failure = parseFailure([line]);
+        execResolve(failure);
+        leaderResolve({ code: null, signal: null, at: new Date() });
+        doneResolve({ reaped: 0 });
+      } else if (word === 'leader') {
+        leaderResolve(a === 'exit' ? { code: Number(b), signal: null, at: new Date() } : { code: null, signal: signalName(Number(b)), at: new Date() });
+      } else if (word === 'signaled') this.signaledWaiters.shift()?.(Number(b));
+      else if (word === 'done') doneResolve({ reaped: Number(a) });
+    };
+    void shimExit.then(async () => {
+      await lines.all;
+      // The shim is gone without saying "done": there is no proof, say so.
+      doneResolve(null);
+      execResolve({ stage: 'shim', errno: 0, code: 'ESRCH' });
+    });
+  }
+
+  /**
+   * Delivers sig to every process of the session. Subreaper mode: through the shim, which
+   * walks its descendants; resolves with how many pids it reached. Exec mode: not used
+   * (the cgroup is the session; see CgroupLeaf.signalAll).
+   */
+  signalViaShim(sig: number): Promise<number> {
+    if (this.controlFd < 0) return Promise.resolve(0);
+    return new Promise((resolve) => {
+      this.signaledWaiters.push(resolve);
+      try {
+        writeSync(this.controlFd, Buffer.from([sig]));
+      } catch {
+        this.signaledWaiters.pop();
+        resolve(0);
+      }
+    });
+  }
+
+  /** Closes the control pipe (subreaper mode) once the session is over. */
+  release(): void {
+    if (this.controlFd >= 0) {
+      closeSync(this.controlFd);
+      this.controlFd = -1;
+    }
+  }
+}
+
+function parseFailure(lines: string[]): SpawnFailure | null {
+  for (const line of lines) {
+    const m = /^error (\w+) (\d+)$/.exec(line);
+    if (m) return { stage: m[1], errno: Number(m[2]), code: errnoName(Number(m[2])) };
+  }
+  return null;
+}
+
+/** Reads a pipe fd line by line until EOF. */
+function readLines(fd: number): { all: Promise<string[]>; onLine: (line: string) => void } {
+  const out = { all: Promise.resolve([] as string[]), onLine: (_line: string) => {} };
+  const socket = new Socket({ fd, readable: true, writable: false, allowHalfOpen: true });
+  const lines: string[] = [];
+  let partial = '';
+  out.all = new Promise((resolve) => {
+    socket.on('data', (data: Buffer) => {
+      partial += data.toString('utf8');
+      let nl: number;
+      while ((nl = partial.indexOf('\n')) >= 0) {
+        const line = partial.slice(0, nl);
+        partial = partial.slice(nl + 1);
+        lines.push(line);
+        out.onLine(line);
+      }
+    });
+    const end = () => resolve(lines);
+    socket.on('end', end);
+    socket.on('error', end);
+    socket.on('close', end);
+  });
+  return out;
+}

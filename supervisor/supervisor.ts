@@ -1,0 +1,204 @@
+// The supervisor: identity (instance, durable generation, boot id), mode (cgroup or
+// subreaper), the registry of sessions by id and invocation key, admission, and orderly
+// shutdown. Owns policy across sessions; one session's life is session.ts, the socket is
+// server.ts.
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { userInfo } from 'node:os';
+import { isAbsolute, join } from 'node:path';
+import type { Logger } from 'pino';
+import { SupervisorError } from '../ipc/errors.js';
+import type { LaunchResult, SessionSelector, StatusResult, SupervisorMode } from '../ipc/protocol.js';
+import { PROTOCOL_VERSION } from '../ipc/protocol.js';
+import { CgroupTree } from './cgroup.js';
+import type { Config } from './config.js';
+import { writeFileDurable } from './durable.js';
+import { native } from './native.js';
+import { Reaper } from './reaper.js';
+import { commandDigest } from './receipt.js';
+import { Session, type SessionContext } from './session.js';
+import type { LaunchParams } from './validate.js';
+import { VERSION } from './version.js';
+import { cpus, freemem, loadavg, totalmem } from 'node:os';
+
+/** Reads /proc/sys/kernel/random/boot_id: changes on every boot. */
+export function readBootId(): string {
+  return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+}
+
+/** A fresh session id: sortable by admission time, unguessable. */
+export function newSessionId(nowMs = Date.now()): string {
+  return `s-${nowMs.toString(36).padStart(9, '0')}-${randomBytes(6).toString('hex')}`;
+}
+
+export class Supervisor {
+  private readonly sessions = new Map<string, Session>();
+  private readonly byKey = new Map<string, Session>();
+  private stopping: Promise<void> | null = null;
+  readonly ctx: SessionContext;
+
+  private constructor(readonly config: Config, readonly log: Logger, ctx: SessionContext) {
+    this.ctx = ctx;
+  }
+
+  /** Prepares the state dir, identity, subreaper and cgroup subtree; throws with a reason. */
+  static create(config: Config, log: Logger): Supervisor {
+    mkdirSync(config.stateDir, { recursive: true, mode: 0o700 });
+    const sessionsDir = join(config.stateDir, 'sessions');
+    mkdirSync(sessionsDir, { recursive: true, mode: 0o700 });
+    const identityPath = join(config.stateDir, 'supervisor.json');
+    let instance = randomBytes(8).toString('hex');
+    let generation = 0;
+    if (existsSync(identityPath)) {
+      const prev = JSON.parse(readFileSync(identityPath, 'utf8')) as { instance: string; generation: number };
+      instance = prev.instance;
+      generation = prev.generation;
+    }
+    generation += 1;
+    writeFileDurable(identityPath, JSON.stringify({ instance, generation }) + '\n');
+
+    const reaper = new Reaper();
+    reaper.start();
+    let tree: CgroupTree | null = null;
+    let mode: SupervisorMode = 'subreaper';
+    if (config.cgroup.mode !== 'subreaper') {
+      try {
+        tree = CgroupTree.setup(config.cgroup.parent);
+        mode = 'cgroup';
+      } catch (err) {
+        if (config.cgroup.mode === 'cgroup') {
+          throw new Error(`cgroup mode was required but no writable cgroup2 is available: ${(err as Error).message}`);
+        }
+        log.warn({ reason: (err as Error).message }, 'no writable cgroup v2: running in subreaper mode (death evidence: subreaper_reaped)');
+      }
+    }
+    const ctx: SessionContext = {
+      config,
+      log,
+      reaper,
+      tree,
+      sessionsDir,
+      identity: { instance, generation, bootId: readBootId(), mode, pid: process.pid },
+    };
+    log.info({ instance, generation, mode, cgroup: tree?.basePath ?? null, subreaper: native().isChildSubreaper() }, 'supervisor ready');
+    return new Supervisor(config, log, ctx);
+  }
+
+  get mode(): SupervisorMode {
+    return this.ctx.identity.mode;
+  }
+
+  /**
+   * Admits and starts a session, or returns the existing one for the same invocation key
+   * and command digest; KEY_CONFLICT when the key was used for another command.
+   */
+  launch(params: LaunchParams): LaunchResult {
+    if (this.stopping) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping');
+    if (!isAbsolute(params.cwd)) throw new SupervisorError('INVALID_ARGUMENT', `cwd must be absolute: ${params.cwd}`);
+    let cwdIsDir = false;
+    try {
+      cwdIsDir = statSync(params.cwd).isDirectory();
+    } catch {
+      // reported below
+    }
+    if (!cwdIsDir) throw new SupervisorError('INVALID_ARGUMENT', `cwd is not a directory: ${params.cwd}`);
+    const env = params.env ?? {};
+    const digest = commandDigest({ argv: params.argv, cwd: params.cwd, env, pty: false, stdin: 'null', user: null });
+    const key = params.invocation_key ?? `auto-${randomBytes(12).toString('hex')}`;
+    const existing = this.byKey.get(key);
+    if (existing) {
+      if (existing.req.commandDigest !== digest) {
+        throw new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} was used for another command`, {
+          invocation_key: key,
+          session_id: existing.id,
+        });
+      }
+      return { session_id: existing.id, invocation_key: key, existing: true, state: existing.state, command_digest: digest };
+    }
+    const user = userInfo();
+    const leaderEnv: Record<string, string> = {
+      PATH: this.config.session.path,
+      HOME: user.homedir,
+      USER: user.username,
+      LOGNAME: user.username,
+      LANG: this.config.session.lang,
+      ...(params.inherit_env ?? {}),
+      ...env,
+    };
+    const session = new Session(
+      newSessionId(),
+      {
+        argv: params.argv,
+        cwd: params.cwd,
+        env,
+        leaderEnv,
+        invocationKey: key,
+        commandDigest: digest,
+        timeoutMs: params.timeout_ms ?? 0,
+        graceMs: params.grace_ms ?? this.config.session.defaultGraceMs,
+        linger: params.linger ?? 'kill',
+      },
+      this.ctx,
+    );
+    // Registered before any await: a concurrent launch with this key finds it.
+    this.sessions.set(session.id, session);
+    this.byKey.set(key, session);
+    session.start();
+    this.log.info({ session_id: session.id, invocation_key: key, argv: params.argv, pid: session.pid }, 'session launched');
+    void session.ended.then((receipt) => {
+      if (receipt) this.log.info({ session_id: session.id, outcome: receipt.outcome, exit: receipt.exit }, 'session ended');
+    });
+    return { session_id: session.id, invocation_key: key, existing: false, state: session.state, command_digest: digest };
+  }
+
+  /** The session named by id or key; SESSION_NOT_FOUND otherwise. */
+  find(selector: SessionSelector): Session {
+    const session = selector.session_id
+      ? this.sessions.get(selector.session_id)
+      : selector.invocation_key
+        ? this.byKey.get(selector.invocation_key)
+        : undefined;
+    if (!session) {
+      const what = selector.session_id ? `session ${selector.session_id}` : `invocation key ${JSON.stringify(selector.invocation_key)}`;
+      throw new SupervisorError('SESSION_NOT_FOUND', `no ${what}`);
+    }
+    return session;
+  }
+
+  list(all: boolean): Session[] {
+    return [...this.sessions.values()].filter((s) => all || s.state !== 'ended');
+  }
+
+  status(socketPath: string): StatusResult {
+    const counts: Record<string, number> = {};
+    for (const s of this.sessions.values()) counts[s.state] = (counts[s.state] ?? 0) + 1;
+    return {
+      version: VERSION,
+      protocol: PROTOCOL_VERSION,
+      instance: this.ctx.identity.instance,
+      generation: this.ctx.identity.generation,
+      mode: this.mode,
+      boot_id: this.ctx.identity.bootId,
+      pid: process.pid,
+      socket: socketPath,
+      state_dir: this.config.stateDir,
+      cgroup: this.ctx.tree ? this.ctx.tree.basePath : null,
+      sessions: counts,
+      load: { loadavg: loadavg(), cpus: cpus().length, free_mem_bytes: freemem(), total_mem_bytes: totalmem() },
+    };
+  }
+
+  /** Stops admission, terminates every session (cause shutdown), waits for every receipt. */
+  shutdown(): Promise<void> {
+    this.stopping ??= (async () => {
+      const live = [...this.sessions.values()].filter((s) => s.state !== 'ended' && s.state !== 'unknown');
+      this.log.info({ sessions: live.length }, 'shutting down: terminating sessions');
+      await Promise.all(live.map((s) => s.terminate('shutdown')));
+      await Promise.all(live.map((s) => s.ended));
+      this.ctx.reaper.reapNow();
+      this.ctx.reaper.stop();
+      this.ctx.tree?.teardown();
+    })();
+    return this.stopping;
+  }
+}

@@ -1,0 +1,55 @@
+// Validation of every request's params with zod: types, ranges (cursors are non-negative
+// safe integers, durations bounded to 30 days), sizes, and no NUL in argv or env. A bad
+// field becomes INVALID_ARGUMENT naming it.
+import { z } from 'zod';
+import { SupervisorError } from '../ipc/errors.js';
+import { MAX_DURATION_MS } from '../ipc/duration.js';
+
+const noNul = (what: string) => z.string().refine((s) => !s.includes('\0'), `${what} must not contain NUL bytes`);
+const cursor = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+const durationMs = z.number().int().min(0).max(MAX_DURATION_MS);
+const envMap = z
+  .record(z.string().min(1).max(4096).regex(/^[^=\0]+$/, 'env names must not contain = or NUL'), noNul('env values').pipe(z.string().max(128 * 1024)))
+  .refine((e) => Object.keys(e).length <= 4096, 'at most 4096 env entries');
+const key = z.string().min(1).max(1024);
+
+const selector = {
+  session_id: z.string().min(1).max(128).optional(),
+  invocation_key: key.optional(),
+};
+const requireOne = (s: { session_id?: string; invocation_key?: string }) => Boolean(s.session_id) !== Boolean(s.invocation_key);
+const SELECTOR_MESSAGE = 'give exactly one of session_id or invocation_key';
+
+export const Schemas = {
+  hello: z.object({ versions: z.array(z.number().int()).min(1).max(64), client: z.string().max(256).optional() }),
+  launch: z
+    .object({
+      argv: z.array(noNul('argv').pipe(z.string().max(128 * 1024))).min(1).max(65536),
+      cwd: noNul('cwd').pipe(z.string().min(1).max(4096)),
+      env: envMap.optional(),
+      inherit_env: envMap.optional(),
+      invocation_key: key.optional(),
+      timeout_ms: durationMs.optional(),
+      grace_ms: durationMs.optional(),
+      linger: z.enum(['kill', 'wait']).optional(),
+    })
+    .strict(),
+  subscribe: z
+    .object({ ...selector, stream: z.enum(['stdout', 'stderr', 'pty']), from: cursor.optional(), follow: z.boolean().optional() })
+    .strict()
+    .refine(requireOne, SELECTOR_MESSAGE),
+  selector: z.object(selector).strict().refine(requireOne, SELECTOR_MESSAGE),
+  ps: z.object({ all: z.boolean().optional() }).strict(),
+  empty: z.object({}).strict(),
+};
+
+export type LaunchParams = z.infer<typeof Schemas.launch>;
+
+/** Parses params with schema or throws INVALID_ARGUMENT naming the field. */
+export function validate<T>(schema: z.ZodType<T>, params: unknown, method: string): T {
+  const result = schema.safeParse(params ?? {});
+  if (result.success) return result.data;
+  const issue = result.error.issues[0];
+  const field = issue.path.join('.') || (issue.code === 'unrecognized_keys' ? issue.keys.join(', ') : 'params');
+  throw new SupervisorError('INVALID_ARGUMENT', `${method}: ${field}: ${issue.message}`, { field });
+}
