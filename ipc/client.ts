@@ -152,32 +152,30 @@ export class SupervisorClient {
   }
 
   private onData(data: Buffer): void {
-    let frames: unknown[];
     try {
-      frames = this.decoder.push(data);
+      this.decoder.push(data, (raw) => this.route(raw as { id: number; result?: unknown; error?: WireError; event?: string }));
     } catch (err) {
       this.fail(err as Error);
       this.socket.destroy();
+    }
+  }
+
+  private route(frame: { id: number; result?: unknown; error?: WireError; event?: string }): void {
+    if (frame.event) {
+      const handlers = this.subscriptions.get(frame.id);
+      if (!handlers) return;
+      if (frame.event === 'output') handlers.onOutput(frame as unknown as OutputEvent);
+      else if (frame.event === 'end') {
+        this.subscriptions.delete(frame.id);
+        handlers.onEnd(frame as unknown as EndEvent);
+      }
       return;
     }
-    for (const raw of frames) {
-      const frame = raw as { id: number; result?: unknown; error?: WireError; event?: string };
-      if (frame.event) {
-        const handlers = this.subscriptions.get(frame.id);
-        if (!handlers) continue;
-        if (frame.event === 'output') handlers.onOutput(frame as unknown as OutputEvent);
-        else if (frame.event === 'end') {
-          this.subscriptions.delete(frame.id);
-          handlers.onEnd(frame as unknown as EndEvent);
-        }
-        continue;
-      }
-      const pending = this.pending.get(frame.id);
-      if (!pending) continue;
-      this.pending.delete(frame.id);
-      if (frame.error) pending.reject(SupervisorError.fromWire(frame.error));
-      else pending.resolve(frame.result);
-    }
+    const pending = this.pending.get(frame.id);
+    if (!pending) return;
+    this.pending.delete(frame.id);
+    if (frame.error) pending.reject(SupervisorError.fromWire(frame.error));
+    else pending.resolve(frame.result);
   }
 
   private fail(err: Error): void {

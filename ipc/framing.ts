@@ -21,9 +21,10 @@ export function encodeFrame(value: unknown): Buffer {
 }
 
 /**
- * Incremental decoder: push() bytes as they arrive, get whole decoded values back.
- * Throws SupervisorError FRAME_TOO_LARGE when a prefix announces more than maxFrameBytes,
- * and INVALID_ARGUMENT when a body is not msgpack; the connection should then be closed.
+ * Incremental decoder: push() bytes as they arrive; each whole frame's value is passed to
+ * onFrame in order. Throws SupervisorError FRAME_TOO_LARGE when a prefix announces more than
+ * maxFrameBytes, and INVALID_ARGUMENT when a body is not msgpack, after handing over every
+ * frame before the bad one; the connection should then be closed.
  */
 export class FrameDecoder {
   private pending: Buffer[] = [];
@@ -31,10 +32,9 @@ export class FrameDecoder {
 
   constructor(private readonly maxFrameBytes = DEFAULT_MAX_FRAME_BYTES) {}
 
-  push(data: Buffer): unknown[] {
+  push(data: Buffer, onFrame: (value: unknown) => void): void {
     this.pending.push(data);
     this.pendingBytes += data.length;
-    const out: unknown[] = [];
     for (;;) {
       if (this.pendingBytes < 4) break;
       const head = this.peek(4);
@@ -46,13 +46,14 @@ export class FrameDecoder {
       }
       if (this.pendingBytes < 4 + bodyBytes) break;
       const frame = this.take(4 + bodyBytes);
+      let value: unknown;
       try {
-        out.push(unpackr.unpack(frame.subarray(4)));
+        value = unpackr.unpack(frame.subarray(4));
       } catch (err) {
         throw new SupervisorError('INVALID_ARGUMENT', `malformed msgpack frame: ${(err as Error).message}`);
       }
+      onFrame(value);
     }
-    return out;
   }
 
   private peek(bytes: number): Buffer {

@@ -37,8 +37,8 @@ class Connection {
     socket.on('error', () => {});
   }
 
-  decode(data: Buffer): unknown[] {
-    return this.decoder.push(data);
+  decode(data: Buffer, onFrame: (value: unknown) => void): void {
+    this.decoder.push(data, onFrame);
   }
 
   /** Sends a frame; resolves when the socket can take more (backpressure). */
@@ -119,17 +119,14 @@ export class SupervisorServer {
     this.connections.add(conn);
     socket.on('close', () => this.connections.delete(conn));
     socket.on('data', (data: Buffer) => {
-      let frames: unknown[];
       try {
-        frames = conn.decode(data);
+        conn.decode(data, (frame) => void this.dispatch(conn, frame));
       } catch (err) {
         const wire = isSupervisorError(err) ? err.toWire() : new SupervisorError('INVALID_ARGUMENT', String(err)).toWire();
         this.log.warn({ code: wire.code }, 'closing connection after a bad frame');
         socket.end(encodeFrame({ id: 0, error: wire }));
         socket.destroySoon();
-        return;
       }
-      for (const frame of frames) void this.dispatch(conn, frame);
     });
   }
 

@@ -1,0 +1,92 @@
+// The socket under wrong input: the hello comes first and is versioned, oversized frames are
+// refused by their prefix, malformed frames and unknown methods get stable codes, and the
+// supervisor keeps serving afterwards.
+import { connect } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { encodeFrame, FrameDecoder } from '../../ipc/framing.js';
+import { TestDaemon } from '../helpers/daemon.js';
+
+let daemon: TestDaemon;
+beforeAll(async () => {
+  daemon = await new TestDaemon({ config: { ipc: { maxFrameBytes: 65536 } } }).start();
+});
+afterAll(async () => {
+  expect(await daemon.stop()).toEqual({ code: 0, signal: null });
+});
+
+/** Sends raw bytes on a fresh connection; resolves with every frame received until close. */
+function exchange(chunks: Buffer[], closeAfterMs = 2000): Promise<{ frames: any[]; closedByServer: boolean }> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(daemon.socketPath);
+    const decoder = new FrameDecoder();
+    const frames: any[] = [];
+    let closedByServer = true;
+    const timer = setTimeout(() => {
+      closedByServer = false;
+      socket.destroy();
+    }, closeAfterMs);
+    socket.on('connect', () => chunks.forEach((c) => socket.write(c)));
+    socket.on('data', (d) => decoder.push(d, (f) => frames.push(f)));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      clearTimeout(timer);
+      resolve({ frames, closedByServer });
+    });
+  });
+}
+
+const hello = (versions = [1]) => encodeFrame({ id: 1, method: 'hello', params: { versions } });
+
+describe('protocol', () => {
+  it('answers hello with the version, then requests', async () => {
+    const { frames } = await exchange([hello(), encodeFrame({ id: 2, method: 'status', params: {} })], 500);
+    expect(frames[0]).toMatchObject({ id: 1, result: { version: 1, generation: 1 } });
+    expect(frames[1]).toMatchObject({ id: 2, result: { mode: 'cgroup', protocol: 1 } });
+  });
+
+  it('refuses an unsupported version with the supported range and closes', async () => {
+    const { frames, closedByServer } = await exchange([hello([99])]);
+    expect(frames[0].error).toMatchObject({ code: 'UNSUPPORTED_VERSION', retryable: false, details: { supported: [1] } });
+    expect(closedByServer).toBe(true);
+  });
+
+  it('requires hello first', async () => {
+    const { frames } = await exchange([encodeFrame({ id: 7, method: 'status' })], 500);
+    expect(frames[0]).toMatchObject({ id: 7, error: { code: 'INVALID_ARGUMENT' } });
+  });
+
+  it('refuses an oversized frame by its length prefix, before the body arrives', async () => {
+    const prefix = Buffer.alloc(4);
+    prefix.writeUInt32BE(10 * 1024 * 1024);
+    const { frames, closedByServer } = await exchange([hello(), prefix]);
+    expect(frames[1].error).toMatchObject({ code: 'FRAME_TOO_LARGE', details: { max_frame_bytes: 65536 } });
+    expect(closedByServer).toBe(true);
+  });
+
+  it('answers malformed msgpack, unknown methods and bad params with stable codes', async () => {
+    const garbage = Buffer.from([0, 0, 0, 1, 0xc1]); // 0xc1 is never valid msgpack
+    const bad = await exchange([hello(), garbage], 500);
+    expect(bad.frames[1].error.code).toBe('INVALID_ARGUMENT');
+    const { frames } = await exchange(
+      [
+        hello(),
+        encodeFrame({ id: 2, method: 'rm -rf' }),
+        encodeFrame({ id: 3, method: 'launch', params: { argv: ['a\0b'], cwd: '/' } }),
+        encodeFrame({ id: 4, method: 'launch', params: { argv: [], cwd: '/' } }),
+        encodeFrame({ id: 5, method: 'subscribe', params: { session_id: 'x', stream: 'stdout', from: -1 } }),
+        encodeFrame({ id: 6, method: 'launch', params: { argv: ['true'], cwd: '/', timeout_ms: 31 * 24 * 3600 * 1000 } }),
+      ],
+      500,
+    );
+    const byId = new Map(frames.map((f) => [f.id, f]));
+    expect(byId.get(2).error.code).toBe('INVALID_ARGUMENT');
+    expect(byId.get(3).error).toMatchObject({ code: 'INVALID_ARGUMENT' });
+    expect(byId.get(3).error.message).toContain('NUL');
+    expect(byId.get(4).error.code).toBe('INVALID_ARGUMENT');
+    expect(byId.get(5).error.code).toBe('INVALID_ARGUMENT');
+    expect(byId.get(6).error.code).toBe('INVALID_ARGUMENT');
+    // Still serving.
+    const r = await daemon.sbx(['run', '--', 'echo', 'still here']);
+    expect(r.stdout.toString()).toBe('still here\n');
+  });
+});

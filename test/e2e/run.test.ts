@@ -1,0 +1,150 @@
+// sbx run end to end against a real supervisor: exact bytes, exit statuses, real pipes,
+// the leader's fds, cursors and the receipt's digests.
+import { chmodSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Receipt } from '../../ipc/protocol.js';
+import { sha256, TestDaemon } from '../helpers/daemon.js';
+
+let daemon: TestDaemon;
+beforeAll(async () => {
+  daemon = await new TestDaemon().start();
+});
+afterAll(async () => {
+  const exit = await daemon.stop();
+  expect(exit).toEqual({ code: 0, signal: null });
+});
+
+async function runWithReceipt(argv: string[], extra: string[] = []) {
+  const receiptPath = join(daemon.dir, `receipt-${Math.random().toString(16).slice(2)}.json`);
+  const r = await daemon.sbx(['run', '--receipt', receiptPath, ...extra, '--', ...argv]);
+  const { readFileSync } = await import('node:fs');
+  const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
+  return { ...r, receipt };
+}
+
+describe('sbx run', () => {
+  it('streams stdout and stderr byte-exact and exits 0', async () => {
+    const { status, stdout, stderr, receipt } = await runWithReceipt(['sh', '-c', 'printf "hello\\n"; printf "warn" >&2']);
+    expect(status).toBe(0);
+    expect(stdout.toString()).toBe('hello\n');
+    expect(stderr.toString()).toBe('warn');
+    expect(receipt.outcome).toBe('exited');
+    expect(receipt.exit).toEqual({ code: 0, signal: null });
+    expect(receipt.output.stdout).toMatchObject({ final_cursor: 6, sha256: sha256('hello\n'), complete: true, drain_end: 'eof', dropped_bytes: 0 });
+    expect(receipt.output.stderr).toMatchObject({ final_cursor: 4, sha256: sha256('warn'), complete: true });
+    expect(receipt.death.evidence).toBe('cgroup_empty');
+    expect(receipt.supervisor.mode).toBe('cgroup');
+    expect(receipt.supervisor.generation).toBe(1);
+    expect(receipt.supervisor.boot_id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(receipt.command_digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    expect(Date.parse(receipt.leader_exited_at!)).toBeLessThanOrEqual(Date.parse(receipt.ended_at));
+  });
+
+  it('gives commands real pipes: /dev/stdout and tee /dev/stderr work as in a shell', async () => {
+    const r = await daemon.sbx(['run', '--', 'sh', '-c', 'echo out > /dev/stdout; echo err | tee /dev/stderr >/dev/null']);
+    expect(r.stderr.toString()).toBe('err\n');
+    expect(r.stdout.toString()).toBe('out\n');
+    expect(r.status).toBe(0);
+  });
+
+  it('exits with the command status: exit 3 → 3, SIGKILL → 137', async () => {
+    expect((await daemon.sbx(['run', '--', 'sh', '-c', 'exit 3'])).status).toBe(3);
+    const killed = await runWithReceipt(['sh', '-c', 'kill -9 $$']);
+    expect(killed.status).toBe(137);
+    expect(killed.receipt.outcome).toBe('signaled');
+    expect(killed.receipt.exit).toEqual({ code: null, signal: 'SIGKILL' });
+  });
+
+  it('reports not found as 127 and not executable as 126 from the exec shim', async () => {
+    const missing = await runWithReceipt(['/nonexistent/sbx-no-such-command']);
+    expect(missing.status).toBe(127);
+    expect(missing.receipt.outcome).toBe('spawn_failed');
+    expect(missing.receipt.spawn_error).toEqual({ stage: 'exec', errno: 2, code: 'ENOENT' });
+    const script = join(daemon.dir, 'not-executable.sh');
+    writeFileSync(script, '#!/bin/sh\necho never\n');
+    chmodSync(script, 0o644);
+    const denied = await runWithReceipt([script]);
+    expect(denied.status).toBe(126);
+    expect(denied.stdout.length).toBe(0);
+    expect(denied.receipt.outcome).toBe('spawn_failed');
+    expect(denied.receipt.spawn_error?.code).toBe('EACCES');
+  });
+
+  it('resets SIGPIPE: yes | head ends quietly with exit 0', async () => {
+    const r = await daemon.sbx(['run', '--', 'sh', '-c', 'yes | head -c 1000000']);
+    expect(r.status).toBe(0);
+    expect(r.stderr.length).toBe(0);
+    expect(r.stdout.length).toBe(1_000_000);
+    expect(sha256(r.stdout)).toBe(sha256(Buffer.from('y\n'.repeat(500_000))));
+  });
+
+  it('leaves the leader only fds 0-2, stdin /dev/null', async () => {
+    const r = await daemon.sbx(['run', '--', 'sh', '-c', 'ls /proc/$$/fd; readlink /proc/$$/fd/0; cat; echo "cat-done"']);
+    expect(r.stdout.toString()).toBe('0\n1\n2\n/dev/null\ncat-done\n');
+    expect(r.status).toBe(0);
+  });
+
+  it('starts in the CLI cwd unless --cwd, with a clean environment plus --env', async () => {
+    const r = await daemon.sbx(['run', '--env', 'FOO=bar baz', '--', 'sh', '-c', 'pwd; echo "$FOO"; echo "${SBX_SOCKET:-unset}"; echo "$PATH"']);
+    expect(r.stdout.toString().split('\n').slice(0, 3)).toEqual([daemon.dir, 'bar baz', 'unset']);
+    const other = await daemon.sbx(['run', '--cwd', '/tmp', '--', 'pwd']);
+    expect(other.stdout.toString()).toBe('/tmp\n');
+    const bad = await daemon.sbx(['run', '--cwd', '/nonexistent-dir', '--', 'pwd']);
+    expect(bad.status).toBe(125);
+    expect(bad.stderr.toString()).toContain('INVALID_ARGUMENT');
+  });
+
+  it('--detach --json prints the session id; logs, wait and receipt agree byte for byte', async () => {
+    const body = Array.from({ length: 2000 }, (_, i) => `line ${i}\n`).join('');
+    const detached = await daemon.sbx(['run', '--detach', '--json', '--', 'sh', '-c', 'i=0; while [ $i -lt 2000 ]; do echo "line $i"; i=$((i+1)); done']);
+    expect(detached.status).toBe(0);
+    const { session_id, existing } = JSON.parse(detached.stdout.toString()) as { session_id: string; existing: boolean };
+    expect(existing).toBe(false);
+    const waited = await daemon.sbx(['wait', session_id]);
+    expect(waited.status).toBe(0);
+    const receipt = JSON.parse(waited.stdout.toString()) as Receipt;
+    expect(receipt.output.stdout!.final_cursor).toBe(Buffer.byteLength(body));
+    expect(receipt.output.stdout!.sha256).toBe(sha256(body));
+    const logs = await daemon.sbx(['logs', session_id]);
+    expect(logs.stdout.toString()).toBe(body);
+    for (const from of [0, 1, 4095, 12345, Buffer.byteLength(body)]) {
+      const suffix = await daemon.sbx(['logs', session_id, '--from', String(from)]);
+      expect(suffix.status).toBe(0);
+      expect(suffix.stdout.equals(Buffer.from(body).subarray(from))).toBe(true);
+    }
+    const past = await daemon.sbx(['logs', session_id, '--from', String(Buffer.byteLength(body) + 1)]);
+    expect(past.status).toBe(125);
+    expect(past.stderr.toString()).toContain('CURSOR_OUT_OF_RANGE');
+    const again = await daemon.sbx(['receipt', session_id]);
+    expect(JSON.parse(again.stdout.toString())).toEqual(receipt);
+    const ps = await daemon.sbx(['ps', '--all', '--json']);
+    const row = (JSON.parse(ps.stdout.toString()) as { session_id: string; state: string; outcome: string }[]).find((s) => s.session_id === session_id);
+    expect(row).toMatchObject({ state: 'ended', outcome: 'exited' });
+  });
+
+  it('selects sessions by --key and refuses a key reused for another command', async () => {
+    const first = await daemon.sbx(['run', '--key', 'build-42', '--detach', '--json', '--', 'echo', 'keyed']);
+    const { session_id } = JSON.parse(first.stdout.toString()) as { session_id: string };
+    const retry = await daemon.sbx(['run', '--key', 'build-42', '--detach', '--json', '--', 'echo', 'keyed']);
+    expect(JSON.parse(retry.stdout.toString())).toEqual({ session_id, existing: true });
+    const waited = await daemon.sbx(['wait', '--key', 'build-42']);
+    expect((JSON.parse(waited.stdout.toString()) as Receipt).session_id).toBe(session_id);
+    expect((await daemon.sbx(['logs', '--key', 'build-42'])).stdout.toString()).toBe('keyed\n');
+    const conflict = await daemon.sbx(['run', '--key', 'build-42', '--', 'echo', 'other']);
+    expect(conflict.status).toBe(125);
+    expect(conflict.stderr.toString()).toContain('KEY_CONFLICT');
+  });
+
+  it('answers a missing session with SESSION_NOT_FOUND and exit 125', async () => {
+    const r = await daemon.sbx(['wait', 's-nope']);
+    expect(r.status).toBe(125);
+    expect(r.stderr.toString()).toContain('SESSION_NOT_FOUND');
+  });
+
+  it('status reports version, generation, mode and sessions', async () => {
+    const r = await daemon.sbx(['status']);
+    const status = JSON.parse(r.stdout.toString());
+    expect(status).toMatchObject({ protocol: 1, generation: 1, mode: 'cgroup', pid: daemon.pid, socket: daemon.socketPath });
+  });
+});

@@ -1,0 +1,40 @@
+// Start-up: a bad configuration stops the daemon with a message naming the key; sbx says
+// clearly when no supervisor is there.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { DAEMON, SBX } from '../helpers/daemon.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'sbx-startup-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+function serveWith(config: unknown) {
+  const path = join(dir, `config-${Math.random().toString(16).slice(2)}.json`);
+  writeFileSync(path, JSON.stringify(config));
+  return spawnSync(process.execPath, [DAEMON, 'serve', '--config', path], {
+    env: { ...process.env, SBX_SOCKET: join(dir, 's.sock'), SBX_STATE_DIR: join(dir, 'state') },
+    timeout: 20_000,
+  });
+}
+
+describe('start-up', () => {
+  it('refuses an unknown config key, naming it', () => {
+    const r = serveWith({ drain: { chunkBytez: 1 } });
+    expect(r.status).toBe(2);
+    expect(r.stderr.toString()).toContain('unknown key "drain.chunkBytez"');
+  });
+
+  it('refuses a bad config value, naming it', () => {
+    const r = serveWith({ session: { defaultGraceMs: 'ten seconds' } });
+    expect(r.status).toBe(2);
+    expect(r.stderr.toString()).toContain('"session.defaultGraceMs"');
+  });
+
+  it('sbx exits 125 with a clear message when no supervisor listens', () => {
+    const r = spawnSync(process.execPath, [SBX, 'run', '--', 'true'], { env: { ...process.env, SBX_SOCKET: join(dir, 'nobody.sock') } });
+    expect(r.status).toBe(125);
+    expect(r.stderr.toString()).toContain('cannot reach the supervisor');
+  });
+});

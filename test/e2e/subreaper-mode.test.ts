@@ -1,0 +1,65 @@
+// Without a writable cgroup2 (not root, no delegation) the supervisor runs in subreaper
+// mode: the exec shim stays as each session's own subreaper, and death evidence is
+// "subreaper_reaped". Forced here with cgroup.mode = "subreaper".
+import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Receipt } from '../../ipc/protocol.js';
+import { pidsWithMarker, sha256, TestDaemon, until, zombieChildren } from '../helpers/daemon.js';
+
+let daemon: TestDaemon;
+beforeAll(async () => {
+  daemon = await new TestDaemon({ config: { cgroup: { mode: 'subreaper' } } }).start();
+});
+afterAll(async () => {
+  expect(await daemon.stop()).toEqual({ code: 0, signal: null });
+});
+
+const marker = () => `4${randomBytes(2).readUInt16BE(0) % 100}.${randomBytes(3).readUIntBE(0, 3)}`;
+
+describe('subreaper mode', () => {
+  it('says so in status and makes no cgroup', async () => {
+    const status = JSON.parse((await daemon.sbx(['status'])).stdout.toString());
+    expect(status.mode).toBe('subreaper');
+    expect(status.cgroup).toBeNull();
+    expect(existsSync(daemon.cgroupBase!)).toBe(false);
+  });
+
+  it('ends setsid and background descendants and proves it by reaping them all', async () => {
+    const a = marker();
+    const b = marker();
+    const receiptPath = join(daemon.dir, 'r.json');
+    const r = await daemon.sbx(['run', '--receipt', receiptPath, '--', 'sh', '-c', `(setsid sleep ${a} &); (sleep ${b} &); echo started`]);
+    expect(r.status).toBe(0);
+    expect(r.stdout.toString()).toBe('started\n');
+    const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
+    expect(receipt.supervisor.mode).toBe('subreaper');
+    expect(receipt.death.evidence).toBe('subreaper_reaped');
+    expect(receipt.death.reaped).toBeGreaterThanOrEqual(2);
+    expect(receipt.descendants_terminated).toBeGreaterThanOrEqual(2);
+    expect(receipt.output.stdout).toMatchObject({ final_cursor: 8, sha256: sha256('started\n'), complete: true });
+    expect(pidsWithMarker(a)).toEqual([]);
+    expect(pidsWithMarker(b)).toEqual([]);
+    expect(Date.parse(receipt.ended_at) - Date.parse(receipt.admitted_at)).toBeLessThan(1000);
+  });
+
+  it('keeps exit statuses: 3, 137, 127, and the leader exit clock', async () => {
+    expect((await daemon.sbx(['run', '--', 'sh', '-c', 'exit 3'])).status).toBe(3);
+    expect((await daemon.sbx(['run', '--', 'sh', '-c', 'kill -9 $$'])).status).toBe(137);
+    const missing = await daemon.sbx(['run', '--', '/nonexistent/sbx-no-such-command']);
+    expect(missing.status).toBe(127);
+    const receiptPath = join(daemon.dir, 'clock.json');
+    const r = await daemon.sbx(['run', '--linger', 'wait', '--receipt', receiptPath, '--', 'sh', '-c', '(sleep 1; echo late) & echo early']);
+    expect(r.stdout.toString()).toBe('early\nlate\n');
+    const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
+    expect(Date.parse(receipt.leader_exited_at!) - Date.parse(receipt.started_at!)).toBeLessThan(800);
+    expect(Date.parse(receipt.ended_at) - Date.parse(receipt.leader_exited_at!)).toBeGreaterThanOrEqual(900);
+  });
+
+  it('leaves no zombie under the supervisor', async () => {
+    const r = await daemon.sbx(['run', '--', 'sh', '-c', 'i=0; while [ $i -lt 50 ]; do sh -c "sleep 0.01 &"; i=$((i+1)); done; echo ok']);
+    expect(r.status).toBe(0);
+    await until(() => zombieChildren(daemon.pid).length === 0, 'no zombie under the supervisor', 5000);
+  });
+});

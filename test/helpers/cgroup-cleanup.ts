@@ -1,0 +1,52 @@
+// Test-side cgroup hygiene: where test daemons put their subtrees, and how to remove one
+// (cgroup.kill every leaf, wait for populated 0, rmdir bottom-up) even after a failure.
+import { existsSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseCgroup2Mount } from '../../supervisor/cgroup.js';
+
+/** Prefix of every cgroup subtree a test daemon owns (under the cgroup2 mount). */
+export const TEST_CGROUP_PREFIX = 'sbx-test-';
+
+export function cgroupMount(): string | null {
+  return parseCgroup2Mount(readFileSync('/proc/self/mountinfo', 'utf8'))?.mountPoint ?? null;
+}
+
+/** Test subtrees left under the cgroup2 mount. */
+export function leftoverTestCgroups(): string[] {
+  const mount = cgroupMount();
+  if (!mount) return [];
+  return readdirSync(mount).filter((n) => n.startsWith(TEST_CGROUP_PREFIX)).map((n) => join(mount, n));
+}
+
+function populated(dir: string): boolean {
+  try {
+    return /^populated 1$/m.test(readFileSync(join(dir, 'cgroup.events'), 'utf8'));
+  } catch {
+    return false;
+  }
+}
+
+/** Kills everything in a cgroup subtree and removes it, deepest first; polls with a deadline. */
+export async function removeCgroupTree(dir: string, deadlineMs = 10_000): Promise<void> {
+  if (!existsSync(dir)) return;
+  const until = Date.now() + deadlineMs;
+  if (populated(dir)) writeFileSync(join(dir, 'cgroup.kill'), '1');
+  while (populated(dir)) {
+    if (Date.now() > until) throw new Error(`cgroup ${dir} still populated after cgroup.kill`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  for (const name of readdirSync(dir)) {
+    const child = join(dir, name);
+    if (statSync(child).isDirectory()) await removeCgroupTree(child, Math.max(1000, until - Date.now()));
+  }
+  for (;;) {
+    try {
+      rmdirSync(dir);
+      return;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+      if (Date.now() > until) throw err;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+}

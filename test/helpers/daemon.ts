@@ -1,0 +1,193 @@
+// Boots a real supervisor (the compiled dist/, as users run it) in a temp dir with its own
+// socket, state dir and cgroup subtree, and drives it through sbx or the client library.
+// stop() settles it with SIGTERM and removes everything it made, also after a failure.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { SupervisorClient } from '../../ipc/client.js';
+import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from './cgroup-cleanup.js';
+
+export const ROOT = resolve(import.meta.dirname, '../..');
+export const SBX = join(ROOT, 'dist/cli/sbx.js');
+export const DAEMON = join(ROOT, 'dist/supervisor/main.js');
+
+export interface DaemonOptions {
+  /** Extra config keys (merged over the test defaults). */
+  config?: Record<string, unknown>;
+}
+
+export interface SbxResult {
+  status: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: Buffer;
+  stderr: Buffer;
+}
+
+/** Polls cond every 20 ms until it is truthy or deadlineMs passes (then throws what). */
+export async function until<T>(cond: () => T | Promise<T>, what: string, deadlineMs = 10_000): Promise<T> {
+  const end = Date.now() + deadlineMs;
+  for (;;) {
+    const v = await cond();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+export const sha256 = (b: Uint8Array | string) => createHash('sha256').update(b).digest('hex');
+
+/** Zombie children of pid right now. */
+export function zombieChildren(pid: number): number[] {
+  const out: number[] = [];
+  for (const name of readdirSafe('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (rest[0] === 'Z' && Number(rest[1]) === pid) out.push(Number(name));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
+/** Pids whose command line contains marker (a unique string the test put there). */
+export function pidsWithMarker(marker: string): number[] {
+  const out: number[] = [];
+  for (const name of readdirSafe('/proc')) {
+    if (!/^\d+$/.test(name) || Number(name) === process.pid) continue;
+    try {
+      const cmd = readFileSync(`/proc/${name}/cmdline`, 'utf8');
+      const state = readFileSync(`/proc/${name}/stat`, 'utf8');
+      if (cmd.includes(marker) && state.slice(state.lastIndexOf(')') + 2)[0] !== 'Z') out.push(Number(name));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
+function readdirSafe(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
+
+export class TestDaemon {
+  readonly dir: string;
+  readonly socketPath: string;
+  readonly stateDir: string;
+  readonly cgroupParent: string;
+  readonly logPath: string;
+  private child: ChildProcess | null = null;
+  private exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }> | null = null;
+  private readonly clients: SupervisorClient[] = [];
+
+  constructor(private readonly options: DaemonOptions = {}) {
+    this.dir = mkdtempSync(join(tmpdir(), 'sbx-test-'));
+    this.socketPath = join(this.dir, 'supervisor.sock');
+    this.stateDir = join(this.dir, 'state');
+    this.cgroupParent = `/${TEST_CGROUP_PREFIX}${process.pid}-${randomBytes(4).toString('hex')}`;
+    this.logPath = join(this.dir, 'supervisor.log');
+  }
+
+  get pid(): number {
+    return this.child?.pid ?? -1;
+  }
+
+  get cgroupBase(): string | null {
+    const mount = cgroupMount();
+    return mount ? join(mount, this.cgroupParent) : null;
+  }
+
+  /** Starts the daemon and waits until its socket answers. */
+  async start(): Promise<this> {
+    const config = {
+      logLevel: 'debug',
+      cgroup: { parent: this.cgroupParent },
+      drain: { postDeathDrainMs: 2000 },
+      ...this.options.config,
+    };
+    const configPath = join(this.dir, 'config.json');
+    writeFileSync(configPath, JSON.stringify(config));
+    const logFd = openSync(this.logPath, 'a');
+    this.child = spawn(process.execPath, [DAEMON, 'serve', '--config', configPath], {
+      env: { ...process.env, SBX_SOCKET: this.socketPath, SBX_STATE_DIR: this.stateDir },
+      stdio: ['ignore', logFd, logFd],
+    });
+    this.exited = new Promise((r) => this.child!.on('exit', (code, signal) => r({ code, signal })));
+    let exitedEarly = false;
+    void this.exited.then(() => (exitedEarly = true));
+    await until(async () => {
+      if (exitedEarly) throw new Error(`supervisor exited at start-up:\n${this.log()}`);
+      if (!existsSync(this.socketPath)) return false;
+      try {
+        (await SupervisorClient.connect({ socketPath: this.socketPath })).close();
+        return true;
+      } catch {
+        return false;
+      }
+    }, 'the supervisor socket');
+    return this;
+  }
+
+  log(): string {
+    try {
+      return readFileSync(this.logPath, 'utf8');
+    } catch {
+      return '';
+    }
+  }
+
+  /** A connected client library instance (closed by stop()). */
+  async client(): Promise<SupervisorClient> {
+    const c = await SupervisorClient.connect({ socketPath: this.socketPath, clientName: 'test' });
+    this.clients.push(c);
+    return c;
+  }
+
+  /** Runs sbx with args against this daemon; resolves with its status and exact bytes. */
+  sbx(args: string[], opts: { input?: Buffer | string; cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<SbxResult> {
+    return new Promise((resolvePromise, reject) => {
+      const child = spawn(process.execPath, [SBX, ...args], {
+        cwd: opts.cwd ?? this.dir,
+        env: { ...process.env, SBX_SOCKET: this.socketPath, ...opts.env },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+      const out: Buffer[] = [];
+      const err: Buffer[] = [];
+      child.stdout.on('data', (d: Buffer) => out.push(d));
+      child.stderr.on('data', (d: Buffer) => err.push(d));
+      child.on('error', reject);
+      child.on('close', (status, signal) => resolvePromise({ status, signal, stdout: Buffer.concat(out), stderr: Buffer.concat(err) }));
+      child.stdin.end(opts.input ?? '');
+    });
+  }
+
+  /** sbx synchronously (for simple calls in assertions). */
+  sbxSync(args: string[]): SbxResult {
+    const r = spawnSync(process.execPath, [SBX, ...args], { env: { ...process.env, SBX_SOCKET: this.socketPath }, cwd: this.dir });
+    return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
+  }
+
+  /** SIGTERM, wait for exit; then remove the cgroup subtree (killing leftovers) and the temp dir. */
+  async stop(): Promise<{ code: number | null; signal: NodeJS.Signals | null } | null> {
+    for (const c of this.clients.splice(0)) c.close();
+    let result = null;
+    if (this.child && this.exited) {
+      if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGTERM');
+      const timer = setTimeout(() => this.child?.kill('SIGKILL'), 20_000);
+      result = await this.exited;
+      clearTimeout(timer);
+    }
+    const base = this.cgroupBase;
+    if (base) await removeCgroupTree(base);
+    rmSync(this.dir, { recursive: true, force: true });
+    return result;
+  }
+}

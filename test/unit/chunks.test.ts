@@ -1,0 +1,47 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { chunkFileName, decodeIndex, readStored, StreamLog } from '../../supervisor/chunks.js';
+
+const dirs: string[] = [];
+afterEach(() => dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+describe('StreamLog', () => {
+  it('rolls chunk files at chunkBytes and reads back any range exactly', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-chunks-'));
+    dirs.push(dir);
+    const log = new StreamLog(dir, 'stdout', 4096);
+    const data = randomBytes(4096 * 4 + 100);
+    const reads = [1, 4095, 4096, 5000, 3000];
+    let off = 0;
+    let t = 1_700_000_000_000_000;
+    for (const n of reads) {
+      log.append(data.subarray(off, off + n), t++);
+      off += n;
+    }
+    log.append(data.subarray(off), t++);
+    const { sha256, indexSha256 } = log.finalize();
+    expect(log.cursor).toBe(data.length);
+    expect(sha256).toBe(createHash('sha256').update(data).digest('hex'));
+    expect(readdirSync(join(dir, 'stdout')).sort()).toEqual([chunkFileName(0), chunkFileName(4096), chunkFileName(8192), chunkFileName(12288), chunkFileName(16384), "index.bin"]);
+    for (const [from, max] of [[0, 1 << 20], [4095, 2], [4096, 10], [5000, 9000], [data.length - 1, 10], [data.length, 10]]) {
+      const parts: Buffer[] = [];
+      let c = from;
+      for (;;) {
+        const b = readStored(join(dir, 'stdout'), 4096, c, log.cursor, max);
+        if (!b.length) break;
+        parts.push(b);
+        c += b.length;
+      }
+      expect(Buffer.concat(parts).equals(data.subarray(from))).toBe(true);
+    }
+    const index = readFileSync(join(dir, 'stdout', 'index.bin'));
+    expect(createHash('sha256').update(index).digest('hex')).toBe(indexSha256);
+    const records = decodeIndex(index);
+    expect(records.map((r) => r.length)).toEqual([...reads, data.length - off]);
+    expect(records.map((r) => r.cursor)).toEqual([0, 1, 4096, 8192, 13192, 16192]);
+    expect(records[0].arrivalUs).toBe(1_700_000_000_000_000);
+  });
+});

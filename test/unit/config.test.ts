@@ -1,0 +1,43 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig, parseConfig } from '../../supervisor/config.js';
+
+const dirs: string[] = [];
+afterEach(() => dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+describe('config', () => {
+  it('has embedded defaults', () => {
+    const c = parseConfig({}, 'embedded defaults', {});
+    expect(c.drain.chunkBytes).toBe(64 * 1024 * 1024);
+    expect(c.session.defaultGraceMs).toBe(10_000);
+    expect(c.cgroup).toEqual({ mode: 'auto', parent: '/sandbox-supervisor' });
+  });
+  it('names an unknown key, nested ones with their path', () => {
+    expect(() => parseConfig({ sockt: '/x' }, 'f.json', {})).toThrow(/unknown key "sockt"/);
+    expect(() => parseConfig({ drain: { chunkByte: 1 } }, 'f.json', {})).toThrow(/unknown key "drain.chunkByte"/);
+  });
+  it('names a bad value', () => {
+    expect(() => parseConfig({ drain: { chunkBytes: -1 } }, 'f.json', {})).toThrow(ConfigError);
+    expect(() => parseConfig({ drain: { chunkBytes: -1 } }, 'f.json', {})).toThrow(/"drain.chunkBytes"/);
+    expect(() => parseConfig({ cgroup: { mode: 'v1' } }, 'f.json', {})).toThrow(/"cgroup.mode"/);
+  });
+  it('lets SBX_SOCKET and SBX_STATE_DIR override the file', () => {
+    const c = parseConfig({ socketPath: '/from/file.sock', stateDir: '/from/file' }, 'f.json', { SBX_SOCKET: '/env.sock', SBX_STATE_DIR: '/env-state' });
+    expect(c.socketPath).toBe('/env.sock');
+    expect(c.stateDir).toBe('/env-state');
+    const f = parseConfig({ socketPath: '/from/file.sock' }, 'f.json', {});
+    expect(f.socketPath).toBe('/from/file.sock');
+  });
+  it('loads a file and reports unreadable JSON with its path', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-config-'));
+    dirs.push(dir);
+    const good = join(dir, 'good.json');
+    writeFileSync(good, JSON.stringify({ logLevel: 'warn' }));
+    expect(loadConfig(good, {}).logLevel).toBe('warn');
+    const bad = join(dir, 'bad.json');
+    writeFileSync(bad, '{ nope');
+    expect(() => loadConfig(bad, {})).toThrow(new RegExp(`cannot read configuration ${bad}`));
+  });
+});

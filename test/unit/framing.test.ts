@@ -1,0 +1,42 @@
+import { describe, expect, it } from 'vitest';
+import { isSupervisorError, SupervisorError, ERROR_CODES } from '../../ipc/errors.js';
+import { encodeFrame, FrameDecoder } from '../../ipc/framing.js';
+
+describe('frames', () => {
+  it('round-trips values, binary included, across arbitrary splits', () => {
+    const values = [{ id: 1, method: 'hello', params: { versions: [1] } }, { id: 2, event: 'output', data: Buffer.from([0, 255, 10, 13]) }];
+    const bytes = Buffer.concat(values.map(encodeFrame));
+    for (const step of [1, 3, 7, bytes.length]) {
+      const decoder = new FrameDecoder();
+      const out: any[] = [];
+      for (let i = 0; i < bytes.length; i += step) decoder.push(bytes.subarray(i, i + step), (v) => out.push(v));
+      expect(out[0]).toEqual(values[0]);
+      expect(Buffer.from(out[1].data).equals(values[1].data as Buffer)).toBe(true);
+    }
+  });
+
+  it('refuses a frame over the limit from its 4-byte prefix alone', () => {
+    const decoder = new FrameDecoder(1024);
+    const prefix = Buffer.alloc(4);
+    prefix.writeUInt32BE(1025);
+    let caught: unknown;
+    try {
+      decoder.push(prefix, () => {});
+    } catch (err) {
+      caught = err;
+    }
+    expect(isSupervisorError(caught, 'FRAME_TOO_LARGE')).toBe(true);
+  });
+
+  it('errors carry the SPEC codes and retryability', () => {
+    expect(new SupervisorError('LIMIT_EXCEEDED', 'x').retryable).toBe(true);
+    expect(new SupervisorError('KEY_CONFLICT', 'x').retryable).toBe(false);
+    expect(Object.keys(ERROR_CODES)).toEqual([
+      'INVALID_ARGUMENT', 'UNSUPPORTED_VERSION', 'FRAME_TOO_LARGE', 'UNAUTHORIZED', 'SESSION_NOT_FOUND', 'KEY_CONFLICT',
+      'CURSOR_OUT_OF_RANGE', 'SPAWN_FAILED', 'ADMISSION_SEALED', 'ADMISSION_DENIED', 'LIMIT_EXCEEDED', 'SHUTTING_DOWN', 'INTERNAL',
+    ]);
+    const back = SupervisorError.fromWire({ code: 'NOT_A_CODE' as any, message: 'm', retryable: false });
+    expect(back.code).toBe('INTERNAL');
+    expect(back.message).toBe('NOT_A_CODE: m');
+  });
+});
