@@ -50,11 +50,12 @@ function selector(id: string | undefined, key: string | undefined): SessionSelec
   return { session_id: id };
 }
 
+/** Option parser for durations; a bad one is INVALID_ARGUMENT, exit 125, before any request. */
 function duration(text: string): number {
   try {
     return parseDurationMs(text);
   } catch (err) {
-    throw new InvalidArgumentError((err as Error).message);
+    fail(`INVALID_ARGUMENT: ${(err as Error).message}`);
   }
 }
 
@@ -112,6 +113,22 @@ async function attach(g: GlobalOptions, sel: SessionSelector, first: SupervisorC
   }
 }
 
+/**
+ * SIGINT/SIGTERM/SIGHUP/SIGQUIT to sbx run are sent on to every process of the session; a
+ * second SIGINT detaches (the session runs on) and exits 130.
+ */
+function forwardSignals(client: SupervisorClient, sessionId: string): void {
+  let interrupts = 0;
+  const forward = (signal: NodeJS.Signals) => {
+    if (signal === 'SIGINT' && ++interrupts >= 2) {
+      process.stderr.write(`sbx: detached; session ${sessionId} goes on (sbx wait ${sessionId})\n`);
+      process.exit(130);
+    }
+    client.request('kill', { session_id: sessionId, signal }).catch(() => {});
+  };
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const) process.on(signal, () => forward(signal));
+}
+
 function printJson(value: unknown): void {
   process.stdout.write(JSON.stringify(value, null, 2) + '\n');
 }
@@ -149,10 +166,11 @@ sub('run')
   .option('--env <NAME=VALUE>', 'set an environment variable (repeatable)', collectEnv, {})
   .option('--inherit-env', "add this shell's whole environment")
   .addOption(new Option('--linger <policy>', 'descendants left when the leader exits').choices(['kill', 'wait']).default('kill'))
+  .addOption(new Option('--on-disconnect <policy>', 'what a lost connection does to the session').choices(['continue', 'cancel']).default('continue'))
   .option('--detach', 'print the session id and return at once')
   .option('--receipt <file>', 'write the receipt as JSON to FILE when the session ends')
   .passThroughOptions()
-  .action(async (cmd: string[], o: { key?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; linger: 'kill' | 'wait'; detach?: boolean; receipt?: string }) => {
+  .action(async (cmd: string[], o: { key?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; linger: 'kill' | 'wait'; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
     const g = globals(o);
     const client = await connect(g);
     let launched;
@@ -166,6 +184,7 @@ sub('run')
         timeout_ms: o.timeout,
         grace_ms: o.grace,
         linger: o.linger,
+        on_disconnect: o.onDisconnect,
       });
     } catch (err) {
       fail(describe(err));
@@ -176,6 +195,7 @@ sub('run')
       client.close();
       return;
     }
+    forwardSignals(client, launched.session_id);
     let receipt: Receipt;
     try {
       receipt = await attach(g, { session_id: launched.session_id }, client);
@@ -185,6 +205,41 @@ sub('run')
     if (o.receipt) writeFileSync(o.receipt, JSON.stringify(receipt, null, 2) + '\n');
     process.exitCode = exitStatusOf(receipt, signalNumber);
     process.stdout.write('', () => process.exit());
+  });
+
+sub('cancel')
+  .description('end the session: SIGTERM to every process, SIGKILL after the grace')
+  .argument('[id]', 'session id')
+  .option('--key <key>', 'select the session by invocation key')
+  .option('--grace <dur>', 'TERM→KILL grace (default: the session\'s)', duration)
+  .action(async (id: string | undefined, o: { key?: string; grace?: number }) => {
+    const g = globals(o);
+    const client = await connect(g);
+    try {
+      const r = await client.request<{ session_id: string; state: string }>('cancel', { ...selector(id, o.key), grace_ms: o.grace });
+      if (g.json) printJson(r);
+    } catch (err) {
+      fail(describe(err));
+    }
+    client.close();
+  });
+
+sub('kill')
+  .description('send a signal to every process of the session (default SIGKILL, as docker kill)')
+  .argument('[id]', 'session id')
+  .option('--key <key>', 'select the session by invocation key')
+  .option('--signal <sig>', 'signal name or number', 'SIGKILL')
+  .action(async (id: string | undefined, o: { key?: string; signal: string }) => {
+    const g = globals(o);
+    const client = await connect(g);
+    try {
+      const signal = /^\d+$/.test(o.signal) ? Number(o.signal) : o.signal.toUpperCase();
+      const r = await client.request<{ session_id: string; signal: string; pids: number }>('kill', { ...selector(id, o.key), signal });
+      if (g.json) printJson(r);
+    } catch (err) {
+      fail(describe(err));
+    }
+    client.close();
   });
 
 sub('logs')

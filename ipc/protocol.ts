@@ -55,6 +55,8 @@ export interface LaunchParams {
   timeout_ms?: number;
   grace_ms?: number;
   linger?: LingerPolicy;
+  /** cancel: the session is cancelled when this connection closes before it ends. */
+  on_disconnect?: 'continue' | 'cancel';
 }
 export interface LaunchResult {
   session_id: string;

@@ -10,6 +10,7 @@ import { SupervisorError, isSupervisorError } from '../ipc/errors.js';
 import { encodeFrame, FrameDecoder } from '../ipc/framing.js';
 import { PROTOCOL_VERSIONS, type StreamName } from '../ipc/protocol.js';
 import { readStored } from './chunks.js';
+import { signalName, signalNumber } from './spawn.js';
 import type { Session } from './session.js';
 import type { Supervisor } from './supervisor.js';
 import { Schemas, validate } from './validate.js';
@@ -63,7 +64,34 @@ export class SupervisorServer {
     this.server = createServer((socket) => this.accept(socket));
     const sup = supervisor;
     this.handlers = {
-      launch: (_c, _id, p) => sup.launch(validate(Schemas.launch, p, 'launch')),
+      launch: (c, _id, p) => {
+        const params = validate(Schemas.launch, p, 'launch');
+        const result = sup.launch(params);
+        if (params.on_disconnect === 'cancel') {
+          // The client asked to own the session's life: its disconnect cancels it.
+          const session = sup.find({ session_id: result.session_id });
+          c.socket.once('close', () => void session.terminate('cancel'));
+        }
+        return result;
+      },
+      cancel: async (_c, _id, p) => {
+        const params = validate(Schemas.cancel, p, 'cancel');
+        const session = sup.find(params);
+        void session.terminate('cancel', params.grace_ms);
+        return { session_id: session.id, state: session.state };
+      },
+      kill: async (_c, _id, p) => {
+        const params = validate(Schemas.kill, p, 'kill');
+        const session = sup.find(params);
+        let name: string;
+        try {
+          name = signalName(typeof params.signal === 'number' ? params.signal : signalNumber(params.signal));
+          signalNumber(name); // a number without a name (e.g. 32) is not deliverable by name
+        } catch {
+          throw new SupervisorError('INVALID_ARGUMENT', `kill: unknown signal ${JSON.stringify(params.signal)}`, { field: 'signal' });
+        }
+        return { session_id: session.id, signal: name, pids: await session.signal(name as NodeJS.Signals) };
+      },
       wait: async (_c, _id, p) => {
         const session = sup.find(validate(Schemas.selector, p, 'wait'));
         const receipt = await session.ended;

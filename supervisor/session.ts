@@ -178,7 +178,7 @@ export class Session extends EventEmitter {
    * leader or its process group), cgroup.kill once graceMs passes, then waits for death.
    * The first cause is the one the receipt keeps; later calls join the running escalation.
    */
-  terminate(cause: TerminationCause, graceMs = this.req.graceMs): Promise<void> {
+  terminate(cause: TerminationCause, graceMs: number = this.req.graceMs): Promise<void> {
     this.cause ??= cause;
     if (this.terminating) return this.terminating;
     if (this.state === 'ended' || this.state === 'unknown') return Promise.resolve();
@@ -193,7 +193,8 @@ export class Session extends EventEmitter {
     const leaderPid = this.leaderExitedAt ? null : leader.pid;
     const leaf = this.leaf;
     if (graceMs > 0) {
-      const reached = await this.signalEvery('SIGTERM');
+      const reached = await this.signal('SIGTERM');
+      this.steps.push({ signal: 'SIGTERM', at: new Date(), pids: reached });
       this.descendantsTerminated ??= reached - (leaderPid !== null ? 1 : 0);
       if (await this.waitDead(graceMs)) return;
     }
@@ -220,12 +221,13 @@ export class Session extends EventEmitter {
     }
   }
 
-  /** Sends sig to every process of the session; returns the pids reached and records the step. */
-  async signalEvery(signal: NodeJS.Signals): Promise<number> {
-    const leader = this.leader!;
-    const reached = this.leaf ? this.leaf.signalAll(signal).size : await leader.signalViaShim(signalNumber(signal));
-    this.steps.push({ signal, at: new Date(), pids: reached });
-    return reached;
+  /**
+   * Sends sig to every process of the session (all of the cgroup; in subreaper mode every
+   * descendant of the shim); resolves with how many pids it reached. 0 once ended.
+   */
+  async signal(signal: NodeJS.Signals): Promise<number> {
+    if (!this.leader || this.state === 'ended' || this.state === 'unknown') return 0;
+    return this.leaf ? this.leaf.signalAll(signal).size : this.leader.signalViaShim(signalNumber(signal));
   }
 
   /** Waits up to timeoutMs (null: unbounded) for proof that nothing of the session runs. */

@@ -32,6 +32,7 @@ export const Schemas = {
       timeout_ms: durationMs.optional(),
       grace_ms: durationMs.optional(),
       linger: z.enum(['kill', 'wait']).optional(),
+      on_disconnect: z.enum(['continue', 'cancel']).optional(),
     })
     .strict(),
   subscribe: z
@@ -39,6 +40,11 @@ export const Schemas = {
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
   selector: z.object(selector).strict().refine(requireOne, SELECTOR_MESSAGE),
+  cancel: z.object({ ...selector, grace_ms: durationMs.optional() }).strict().refine(requireOne, SELECTOR_MESSAGE),
+  kill: z
+    .object({ ...selector, signal: z.union([z.string().regex(/^(SIG)?[A-Z0-9+-]+$/, 'a signal name such as SIGTERM'), z.number().int().min(1).max(64)]) })
+    .strict()
+    .refine(requireOne, SELECTOR_MESSAGE),
   ps: z.object({ all: z.boolean().optional() }).strict(),
   empty: z.object({}).strict(),
 };

@@ -57,6 +57,22 @@ describe('subreaper mode', () => {
     expect(Date.parse(receipt.ended_at) - Date.parse(receipt.leader_exited_at!)).toBeGreaterThanOrEqual(900);
   });
 
+  it('escalates at the deadline through the shim: TERM, then KILL of TERM-ignoring descendants', async () => {
+    const a = marker();
+    const b = marker();
+    const receiptPath = join(daemon.dir, 'deadline.json');
+    const r = await daemon.sbx(['run', '--timeout', '1s', '--grace', '500ms', '--receipt', receiptPath, '--', 'sh', '-c', `trap "" TERM; setsid sleep ${a} & sleep ${b}`]);
+    expect(r.status).toBe(124);
+    const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
+    expect(receipt.outcome).toBe('timed_out');
+    expect(receipt.termination.steps.map((s) => s.signal)).toEqual(['SIGTERM', 'SIGKILL']);
+    expect(receipt.termination.steps[0].pids).toBe(3);
+    expect(receipt.descendants_terminated).toBe(2);
+    expect(receipt.death.evidence).toBe('subreaper_reaped');
+    expect(pidsWithMarker(a)).toEqual([]);
+    expect(pidsWithMarker(b)).toEqual([]);
+  });
+
   it('leaves no zombie under the supervisor', async () => {
     const r = await daemon.sbx(['run', '--', 'sh', '-c', 'i=0; while [ $i -lt 50 ]; do sh -c "sleep 0.01 &"; i=$((i+1)); done; echo ok']);
     expect(r.status).toBe(0);

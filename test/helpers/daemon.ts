@@ -175,16 +175,20 @@ export class TestDaemon {
     return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
   }
 
-  /** SIGTERM, wait for exit; then remove the cgroup subtree (killing leftovers) and the temp dir. */
-  async stop(): Promise<{ code: number | null; signal: NodeJS.Signals | null } | null> {
+  /** SIGTERM to the daemon (by pid) and its exit status; files and cgroups stay for inspection. */
+  async terminate(): Promise<{ code: number | null; signal: NodeJS.Signals | null } | null> {
     for (const c of this.clients.splice(0)) c.close();
-    let result = null;
-    if (this.child && this.exited) {
-      if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGTERM');
-      const timer = setTimeout(() => this.child?.kill('SIGKILL'), 20_000);
-      result = await this.exited;
-      clearTimeout(timer);
-    }
+    if (!this.child || !this.exited) return null;
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGTERM');
+    const timer = setTimeout(() => this.child?.kill('SIGKILL'), 30_000);
+    const result = await this.exited;
+    clearTimeout(timer);
+    return result;
+  }
+
+  /** terminate(), then remove the cgroup subtree (killing leftovers) and the temp dir. */
+  async stop(): Promise<{ code: number | null; signal: NodeJS.Signals | null } | null> {
+    const result = await this.terminate();
     const base = this.cgroupBase;
     if (base) await removeCgroupTree(base);
     rmSync(this.dir, { recursive: true, force: true });
