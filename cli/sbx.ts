@@ -74,41 +74,85 @@ function writeOut(out: NodeJS.WriteStream, data: Uint8Array, client: SupervisorC
   }
 }
 
+/** How long sbx keeps trying to reach a supervisor that went away (restart, crash). */
+const RECONNECT_MS = 60_000;
+
 /**
- * Follows stdout and stderr from the given cursors until both are final, reconnecting and
- * resuming from the cursors when the connection drops; resolves with the receipt.
+ * A connection that comes back: get() reconnects after a drop, retrying for RECONNECT_MS,
+ * then fails with a message that says the session may still run.
  */
-async function attach(g: GlobalOptions, sel: SessionSelector, first: SupervisorClient): Promise<Receipt> {
-  const cursors: Record<'stdout' | 'stderr', number> = { stdout: 0, stderr: 0 };
-  let client: SupervisorClient | null = first;
-  const reconnectDeadline = () => Date.now() + 60_000;
-  let giveUpAt = reconnectDeadline();
+class Reconnecting {
+  constructor(private readonly g: GlobalOptions, public client: SupervisorClient | null = null) {}
+
+  async get(): Promise<SupervisorClient> {
+    const giveUpAt = Date.now() + RECONNECT_MS;
+    while (!this.client) {
+      try {
+        this.client = await SupervisorClient.connect({ socketPath: this.g.socket, clientName: 'sbx' });
+      } catch (err) {
+        if (Date.now() > giveUpAt) throw new Error(`lost the supervisor and it did not come back within ${RECONNECT_MS / 1000} s (${describe(err)})`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+    return this.client;
+  }
+
+  drop(): void {
+    this.client?.close();
+    this.client = null;
+  }
+}
+
+interface Follower {
+  stream: StreamName;
+  out: NodeJS.WriteStream;
+  /** Bytes written out so far: where a resumed subscription starts. */
+  cursor: number;
+}
+
+/**
+ * Streams each follower's stream from its cursor to its end (follow: until final), then
+ * runs `then` on the same connection. A dropped connection is re-made and every stream
+ * resumed from the last byte written out: no gap, no duplicate.
+ */
+async function follow<T>(conn: Reconnecting, sel: SessionSelector, followers: Follower[], followToEnd: boolean, then: (c: SupervisorClient) => Promise<T>): Promise<T> {
   for (;;) {
+    const c = await conn.get();
     try {
-      if (!client) client = await SupervisorClient.connect({ socketPath: g.socket, clientName: 'sbx' });
-      giveUpAt = reconnectDeadline();
-      const c: SupervisorClient = client;
-      const follow = (stream: 'stdout' | 'stderr') =>
-        new Promise<void>((resolve, reject) => {
-          const out = stream === 'stdout' ? process.stdout : process.stderr;
-          c.subscribe({ ...sel, stream, from: cursors[stream], follow: true }, {
-            onOutput: (ev) => {
-              if (ev.cursor !== cursors[stream]) return; // never write a byte twice
-              writeOut(out, ev.data, c);
-              cursors[stream] += ev.data.byteLength;
-            },
-            onEnd: () => resolve(),
-          }).catch(reject);
-          c.onClose(reject);
-        });
-      await Promise.all([follow('stdout'), follow('stderr')]);
-      return await c.wait(sel);
+      await Promise.all(
+        followers.map(
+          (f) =>
+            new Promise<void>((resolve, reject) => {
+              c.subscribe({ ...sel, stream: f.stream, from: f.cursor, follow: followToEnd }, {
+                onOutput: (ev) => {
+                  if (ev.cursor !== f.cursor) return; // never write a byte twice
+                  writeOut(f.out, ev.data, c);
+                  f.cursor += ev.data.byteLength;
+                },
+                onEnd: () => resolve(),
+              }).catch(reject);
+              c.onClose(reject);
+            }),
+        ),
+      );
+      return await then(c);
     } catch (err) {
       if (isSupervisorError(err)) throw err;
-      client?.close();
-      client = null;
-      if (Date.now() > giveUpAt) throw err;
-      await new Promise((r) => setTimeout(r, 200));
+      conn.drop();
+    }
+  }
+}
+
+/** Sends a request, retrying retryable refusals (ADMISSION_DENIED, LIMIT_EXCEEDED) for a while. */
+async function withRetry<T>(fn: () => Promise<T>): Promise<T> {
+  const giveUpAt = Date.now() + RECONNECT_MS;
+  for (;;) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (!isSupervisorError(err) || !err.retryable || Date.now() > giveUpAt) throw err;
+      const wait = Number(err.details?.retry_after_ms ?? 250);
+      await new Promise((r) => setTimeout(r, Math.min(Math.max(wait, 50), 5000)));
     }
   }
 }
@@ -117,14 +161,14 @@ async function attach(g: GlobalOptions, sel: SessionSelector, first: SupervisorC
  * SIGINT/SIGTERM/SIGHUP/SIGQUIT to sbx run are sent on to every process of the session; a
  * second SIGINT detaches (the session runs on) and exits 130.
  */
-function forwardSignals(client: SupervisorClient, sessionId: string): void {
+function forwardSignals(conn: Reconnecting, sessionId: string): void {
   let interrupts = 0;
   const forward = (signal: NodeJS.Signals) => {
     if (signal === 'SIGINT' && ++interrupts >= 2) {
       process.stderr.write(`sbx: detached; session ${sessionId} goes on (sbx wait ${sessionId})\n`);
       process.exit(130);
     }
-    client.request('kill', { session_id: sessionId, signal }).catch(() => {});
+    conn.client?.request('kill', { session_id: sessionId, signal }).catch(() => {});
   };
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const) process.on(signal, () => forward(signal));
 }
@@ -175,7 +219,7 @@ sub('run')
     const client = await connect(g);
     let launched;
     try {
-      launched = await client.launch({
+      launched = await withRetry(() => client.launch({
         argv: cmd,
         cwd: o.cwd ?? process.cwd(),
         env: o.env,
@@ -185,7 +229,7 @@ sub('run')
         grace_ms: o.grace,
         linger: o.linger,
         on_disconnect: o.onDisconnect,
-      });
+      }));
     } catch (err) {
       fail(describe(err));
     }
@@ -195,10 +239,12 @@ sub('run')
       client.close();
       return;
     }
-    forwardSignals(client, launched.session_id);
+    const conn = new Reconnecting(g, client);
+    forwardSignals(conn, launched.session_id);
+    const sel = { session_id: launched.session_id };
     let receipt: Receipt;
     try {
-      receipt = await attach(g, { session_id: launched.session_id }, client);
+      receipt = await follow(conn, sel, [{ stream: 'stdout', out: process.stdout, cursor: 0 }, { stream: 'stderr', out: process.stderr, cursor: 0 }], true, (c) => c.wait(sel));
     } catch (err) {
       fail(describe(err));
     }
@@ -255,19 +301,33 @@ sub('logs')
   .action(async (id: string | undefined, o: { key?: string; from: number; stream: StreamName; follow?: boolean }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
-    const client = await connect(g);
+    const conn = new Reconnecting(g, await connect(g));
     try {
-      await new Promise<void>((resolve, reject) => {
-        client.subscribe({ ...sel, stream: o.stream, from: o.from, follow: o.follow ?? false }, {
-          onOutput: (ev) => writeOut(process.stdout, ev.data, client),
-          onEnd: () => resolve(),
-        }).catch(reject);
-        client.onClose(reject);
-      });
+      await follow(conn, sel, [{ stream: o.stream, out: process.stdout, cursor: o.from }], o.follow ?? false, async () => {});
+    } catch (err) {
+      fail(describe(err));
+    }
+    conn.drop();
+  });
+
+sub('resolve')
+  .description('end a session stuck unknown on your word: evidence operator_attested (never automatic)')
+  .argument('[id]', 'session id')
+  .option('--key <key>', 'select the session by invocation key')
+  .option('--as-operator', 'required: you attest that nothing of the session runs any more')
+  .requiredOption('--reason <text>', 'why you know it is over (recorded in the receipt)')
+  .action(async (id: string | undefined, o: { key?: string; asOperator?: boolean; reason: string }) => {
+    const g = globals(o);
+    if (!o.asOperator) fail('INVALID_ARGUMENT: resolve needs --as-operator: it records your word, not evidence');
+    const client = await connect(g);
+    let receipt: Receipt;
+    try {
+      receipt = await client.request<Receipt>('resolve', { ...selector(id, o.key), as_operator: true, reason: o.reason });
     } catch (err) {
       fail(describe(err));
     }
     client.close();
+    printJson(receipt);
   });
 
 sub('wait')
@@ -276,15 +336,16 @@ sub('wait')
   .option('--key <key>', 'select the session by invocation key')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);
-    const client = await connect(g);
+    const sel = selector(id, o.key);
+    const conn = new Reconnecting(g, await connect(g));
     let receipt: Receipt;
     try {
-      receipt = await client.wait(selector(id, o.key));
+      receipt = await follow(conn, sel, [], true, (c) => c.wait(sel));
     } catch (err) {
       fail(describe(err));
     }
     printJson(receipt);
-    client.close();
+    conn.drop();
     process.exitCode = exitStatusOf(receipt, signalNumber);
   });
 

@@ -112,6 +112,8 @@ export interface SessionSummary {
   outcome: Outcome | null;
   live_pids: number | null;
   cursors: Partial<Record<StreamName, number>>;
+  /** Why the session is unknown, when it is. */
+  reason?: string;
 }
 
 export interface StatusResult {
@@ -135,7 +137,8 @@ export interface StreamOutput {
   complete: boolean;
   reason: null | 'quota' | 'disk_full' | 'drain_timeout' | 'owner_lost';
   dropped_bytes: number;
-  drain_end: 'eof' | 'eio' | 'timeout';
+  /** How the drain ended; "lost": the supervisor that drained it died (owner_lost). */
+  drain_end: 'eof' | 'eio' | 'timeout' | 'lost';
   index_sha256: string;
 }
 
@@ -163,6 +166,8 @@ export interface Receipt {
   usage: { cpu_usec?: number; user_usec?: number; system_usec?: number };
   descendants_terminated: number;
   spawn_error?: { stage: string; errno: number; code: string };
+  /** Only with death.evidence "operator_attested": who said so, and why. */
+  operator?: { uid: number; pid: number; reason: string; unknown_reason: string | null };
   signature?: { alg: 'ed25519'; key_id: string; value: string };
 }
 

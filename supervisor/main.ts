@@ -27,6 +27,7 @@ async function serve(options: { config?: string }): Promise<void> {
   const server = new SupervisorServer(supervisor, log, config.socketPath);
   await server.listen();
   log.info({ socket: config.socketPath, mode: supervisor.mode }, 'listening');
+  void supervisor.reconcile();
 
   let stopping = false;
   const stop = (signal: string) => {

@@ -17,6 +17,8 @@ export interface NativeHelpers {
   makePipe(): [number, number];
   /** fcntl(F_SETPIPE_SZ): the capacity granted, in bytes. */
   setPipeSize(fd: number, bytes: number): number;
+  /** getsockopt(SO_PEERCRED) on a connected Unix socket fd. */
+  peerCred(fd: number): { pid: number; uid: number; gid: number };
 }
 
 const here = dirname(fileURLToPath(import.meta.url));

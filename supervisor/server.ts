@@ -10,6 +10,7 @@ import { SupervisorError, isSupervisorError } from '../ipc/errors.js';
 import { encodeFrame, FrameDecoder } from '../ipc/framing.js';
 import { PROTOCOL_VERSIONS, type StreamName } from '../ipc/protocol.js';
 import { readStored } from './chunks.js';
+import { native } from './native.js';
 import { signalName, signalNumber } from './spawn.js';
 import type { Session } from './session.js';
 import type { Supervisor } from './supervisor.js';
@@ -108,6 +109,12 @@ export class SupervisorServer {
         return sup.status(this.socketPath);
       },
       subscribe: (c, id, p) => this.subscribe(c, id, validate(Schemas.subscribe, p, 'subscribe')),
+      resolve: async (c, _id, p) => {
+        const params = validate(Schemas.resolve, p, 'resolve');
+        // Who attests is read from the socket (SO_PEERCRED), never taken from the request.
+        const peer = native().peerCred((c.socket as unknown as { _handle: { fd: number } })._handle.fd);
+        return sup.resolve(params, { uid: peer.uid, pid: peer.pid, reason: params.reason });
+      },
     };
   }
 
@@ -208,8 +215,8 @@ export class SupervisorServer {
       });
     }
     await conn.send({ id, result: { session_id: session.id, stream, from: cursor, cursor: session.cursor(stream) } });
-    const streamDir = session.drains.get(stream)!.log.dir;
-    const chunkBytes = session.drains.get(stream)!.log.chunkBytes;
+    const streamDir = session.streamDir(stream);
+    const chunkBytes = session.req.chunkBytes;
     for (;;) {
       const final = session.streamFinal(stream);
       const end = session.cursor(stream);

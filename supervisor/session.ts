@@ -4,15 +4,16 @@
 // leader, its cgroup leaf, the drains, termination (TERM to every process, KILL after the
 // grace) and the durable receipt. Not the socket (server.ts) nor the registry (supervisor.ts).
 import { EventEmitter } from 'node:events';
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { LingerPolicy, Receipt, SessionState, SessionSummary, StreamName, StreamOutput, SupervisorMode, TerminationCause } from '../ipc/protocol.js';
 import type { Config } from './config.js';
-import type { CgroupLeaf, CgroupTree } from './cgroup.js';
+import { CgroupLeaf, type CgroupTree } from './cgroup.js';
 import { StreamDrain } from './drain.js';
 import { fsyncDir, writeFileDurable } from './durable.js';
-import { buildReceipt, type SpawnFailureFact } from './receipt.js';
+import { buildReceipt, type ReceiptFacts, type SpawnFailureFact } from './receipt.js';
+import { storedStream, writeAdmission, type AdmissionRecord } from './store.js';
 import type { Reaper } from './reaper.js';
 import { LeaderProcess, signalNumber, type LeaderExit } from './spawn.js';
 import { setDeadline } from './timers.js';
@@ -39,19 +40,32 @@ export interface SessionRequest {
   timeoutMs: number;
   graceMs: number;
   linger: LingerPolicy;
+  chunkBytes: number;
 }
 
 const PIPE_STREAMS: StreamName[] = ['stdout', 'stderr'];
 
+/** An operator's word that ends an unknown session (sbx resolve --as-operator). */
+export interface OperatorAttestation {
+  uid: number;
+  pid: number;
+  reason: string;
+}
+
 export class Session extends EventEmitter {
   readonly dir: string;
   state: SessionState = 'admitted';
-  readonly admittedAt = new Date();
   startedAt: Date | null = null;
   leaderExitedAt: Date | null = null;
   endedAt: Date | null = null;
   receipt: Receipt | null = null;
   readonly drains = new Map<StreamName, StreamDrain>();
+  /** Durable bytes per stream of a session restored after a restart (no drain any more). */
+  private readonly restoredCursors = new Map<StreamName, number>();
+  /** Why the session is unknown (state "unknown"), for ps and logs. */
+  unknownReason: string | null = null;
+  /** The admission record as written (null until admitted). */
+  admission: AdmissionRecord | null = null;
   /** Resolves with the receipt once it is durable; never rejects. */
   readonly ended: Promise<Receipt | null>;
   private resolveEnded!: (r: Receipt | null) => void;
@@ -65,7 +79,7 @@ export class Session extends EventEmitter {
   private terminating: Promise<void> | null = null;
   private cancelDeadline: () => void = () => {};
 
-  constructor(readonly id: string, readonly req: SessionRequest, private readonly ctx: SessionContext) {
+  constructor(readonly id: string, readonly req: SessionRequest, private readonly ctx: SessionContext, readonly admittedAt = new Date()) {
     super();
     this.setMaxListeners(0);
     this.dir = join(ctx.sessionsDir, id);
@@ -73,51 +87,130 @@ export class Session extends EventEmitter {
   }
 
   /**
-   * Durable admission (fsync'ed before spawn, DESIGN.md 9), the cgroup leaf, then the
-   * leader and its drains. Throws only if the admission record cannot be written.
+   * A session found in the state dir at start-up: ended if it has a receipt, else unknown
+   * until reconcile() finds evidence. Its streams are what is durably on disk.
    */
-  start(): void {
-    const { config, tree, identity } = this.ctx;
+  static restore(record: AdmissionRecord, receipt: Receipt | null, ctx: SessionContext): Session {
+    const req: SessionRequest = {
+      argv: record.argv,
+      cwd: record.cwd,
+      env: record.env,
+      leaderEnv: {},
+      invocationKey: record.invocation_key,
+      commandDigest: record.command_digest,
+      timeoutMs: record.timeout_ms,
+      graceMs: record.grace_ms,
+      linger: record.linger,
+      chunkBytes: record.chunk_bytes,
+    };
+    const session = new Session(record.session_id, req, ctx, new Date(record.admitted_at));
+    session.admission = record;
+    if (record.cgroup) session.leaf = new CgroupLeaf(record.cgroup);
+    for (const stream of PIPE_STREAMS) {
+      if (existsSync(join(session.dir, stream))) session.restoredCursors.set(stream, 0);
+    }
+    if (receipt) {
+      session.receipt = receipt;
+      session.startedAt = receipt.started_at ? new Date(receipt.started_at) : null;
+      session.leaderExitedAt = receipt.leader_exited_at ? new Date(receipt.leader_exited_at) : null;
+      session.endedAt = new Date(receipt.ended_at);
+      session.state = 'ended';
+      session.resolveEnded(receipt);
+    } else {
+      for (const stream of session.restoredCursors.keys()) {
+        session.restoredCursors.set(stream, storedStream(session.dir, stream, req.chunkBytes).final_cursor);
+      }
+      session.state = 'unknown';
+      session.unknownReason = 'the supervisor restarted while the session ran (owner lost); reconciling';
+    }
+    return session;
+  }
+
+  /**
+   * A session whose files could not be read at start-up: unknown with the reason, so its
+   * key (if known) is blocked and nothing else is affected.
+   */
+  static broken(sessionId: string, key: string, reason: string, ctx: SessionContext): Session {
+    const req: SessionRequest = {
+      argv: [],
+      cwd: '/',
+      env: {},
+      leaderEnv: {},
+      invocationKey: key,
+      commandDigest: '',
+      timeoutMs: 0,
+      graceMs: ctx.config.session.defaultGraceMs,
+      linger: 'kill',
+      chunkBytes: ctx.config.drain.chunkBytes,
+    };
+    const session = new Session(sessionId, req, ctx);
+    session.state = 'unknown';
+    session.unknownReason = reason;
+    return session;
+  }
+
+  /**
+   * Durable admission (fsync'ed, with its directory, before anything runs: DESIGN.md 9) and
+   * the cgroup leaf. Throws if the record cannot be written; then nothing was started.
+   */
+  admit(): void {
+    const { tree, identity } = this.ctx;
     mkdirSync(this.dir, { mode: 0o700 });
     if (tree) this.leaf = tree.createLeaf(this.id);
-    writeFileDurable(
-      join(this.dir, 'admission.json'),
-      JSON.stringify({
-        session_id: this.id,
-        invocation_key: this.req.invocationKey,
-        command_digest: this.req.commandDigest,
-        argv: this.req.argv,
-        cwd: this.req.cwd,
-        env: this.req.env,
-        timeout_ms: this.req.timeoutMs,
-        grace_ms: this.req.graceMs,
-        linger: this.req.linger,
-        chunk_bytes: config.drain.chunkBytes,
-        cgroup: this.leaf?.path ?? null,
-        mode: identity.mode,
-        boot_id: identity.bootId,
-        generation: identity.generation,
-        instance: identity.instance,
-        admitted_at: this.admittedAt.toISOString(),
-      }),
-    );
+    this.admission = {
+      session_id: this.id,
+      invocation_key: this.req.invocationKey,
+      command_digest: this.req.commandDigest,
+      argv: this.req.argv,
+      cwd: this.req.cwd,
+      env: this.req.env,
+      timeout_ms: this.req.timeoutMs,
+      grace_ms: this.req.graceMs,
+      linger: this.req.linger,
+      chunk_bytes: this.req.chunkBytes,
+      cgroup: this.leaf?.path ?? null,
+      mode: identity.mode,
+      boot_id: identity.bootId,
+      generation: identity.generation,
+      instance: identity.instance,
+      admitted_at: this.admittedAt.toISOString(),
+    };
+    writeAdmission(this.dir, this.admission);
     fsyncDir(this.ctx.sessionsDir);
-    const leader = new LeaderProcess(
-      {
-        argv: this.req.argv,
-        cwd: this.req.cwd,
-        env: this.req.leaderEnv,
-        cgroupProcsPath: this.leaf?.procsPath ?? null,
-        subreaper: identity.mode === 'subreaper',
-        pipeBytes: config.drain.pipeBytes,
-      },
-      this.ctx.reaper,
-    );
+  }
+
+  /** Undoes a failed admit(): nothing ran, so the directory and the leaf go. */
+  abandon(): void {
+    rmSync(this.dir, { recursive: true, force: true });
+    void this.leaf?.remove().catch(() => {});
+  }
+
+  /** Starts the leader in its leaf (after admit()), the drains and the deadline. */
+  start(): void {
+    const { config, identity } = this.ctx;
+    let leader: LeaderProcess;
+    try {
+      leader = new LeaderProcess(
+        {
+          argv: this.req.argv,
+          cwd: this.req.cwd,
+          env: this.req.leaderEnv,
+          cgroupProcsPath: this.leaf?.procsPath ?? null,
+          subreaper: identity.mode === 'subreaper',
+          pipeBytes: config.drain.pipeBytes,
+        },
+        this.ctx.reaper,
+      );
+    } catch (err) {
+      // No pipe or no fork (EMFILE, EAGAIN): nothing ran, and the empty leaf says so.
+      void this.failToStart(err as NodeJS.ErrnoException);
+      return;
+    }
     this.leader = leader;
     this.startedAt = new Date();
     this.transition('running');
-    this.drains.set('stdout', new StreamDrain(this.dir, 'stdout', leader.stdoutFd, config.drain.chunkBytes));
-    this.drains.set('stderr', new StreamDrain(this.dir, 'stderr', leader.stderrFd, config.drain.chunkBytes));
+    this.drains.set('stdout', new StreamDrain(this.dir, 'stdout', leader.stdoutFd, this.req.chunkBytes));
+    this.drains.set('stderr', new StreamDrain(this.dir, 'stderr', leader.stderrFd, this.req.chunkBytes));
     for (const drain of this.drains.values()) {
       drain.on('advance', () => this.emit('output', drain.stream));
       drain.on('end', () => this.emit('output', drain.stream));
@@ -127,8 +220,7 @@ export class Session extends EventEmitter {
     }
     this.run(leader).catch((err: Error) => {
       this.ctx.log.error({ err, session_id: this.id }, 'session lifecycle failed');
-      this.transition('unknown');
-      this.resolveEnded(null);
+      this.becomeUnknown(`internal error: ${err.message}`);
     });
   }
 
@@ -138,7 +230,7 @@ export class Session extends EventEmitter {
 
   /** Stored bytes of a stream so far. */
   cursor(stream: StreamName): number {
-    return this.receipt?.output[stream]?.final_cursor ?? this.drains.get(stream)?.cursor ?? 0;
+    return this.receipt?.output[stream]?.final_cursor ?? this.drains.get(stream)?.cursor ?? this.restoredCursors.get(stream) ?? 0;
   }
 
   /** Whether a stream will never grow again. */
@@ -148,7 +240,12 @@ export class Session extends EventEmitter {
   }
 
   hasStream(stream: StreamName): boolean {
-    return this.drains.has(stream);
+    return this.drains.has(stream) || this.restoredCursors.has(stream) || this.receipt?.output[stream] !== undefined;
+  }
+
+  /** Directory of a stream's chunk files and index. */
+  streamDir(stream: StreamName): string {
+    return join(this.dir, stream);
   }
 
   /** Live processes in the session now (cgroup mode), else null. */
@@ -158,7 +255,7 @@ export class Session extends EventEmitter {
 
   summary(): SessionSummary {
     const cursors: Partial<Record<StreamName, number>> = {};
-    for (const s of this.drains.keys()) cursors[s] = this.cursor(s);
+    for (const s of PIPE_STREAMS) if (this.hasStream(s)) cursors[s] = this.cursor(s);
     return {
       session_id: this.id,
       invocation_key: this.req.invocationKey,
@@ -170,6 +267,7 @@ export class Session extends EventEmitter {
       outcome: this.receipt?.outcome ?? null,
       live_pids: this.livePids(),
       cursors,
+      ...(this.unknownReason ? { reason: this.unknownReason } : {}),
     };
   }
 
@@ -263,9 +361,7 @@ export class Session extends EventEmitter {
       const reaped = await leader.allReaped;
       if (!reaped) {
         // The shim died without reporting: no proof of death. Unknown, never failed.
-        this.ctx.log.warn({ session_id: this.id }, 'exec shim lost before all descendants were reaped; session is unknown');
-        this.transition('unknown');
-        this.resolveEnded(null);
+        this.becomeUnknown('the exec shim (the session\'s subreaper) died before reporting all descendants reaped');
         return;
       }
       evidence = { evidence: 'subreaper_reaped', observed_at: new Date().toISOString(), reaped: reaped.reaped };
@@ -285,8 +381,7 @@ export class Session extends EventEmitter {
     const output: Partial<Record<StreamName, StreamOutput>> = {};
     for (const [name, drain] of this.drains) output[name] = drain.finalize();
     const usage = this.leaf?.usage() ?? {};
-    const endedAt = new Date();
-    const receipt = buildReceipt({
+    await this.finish({
       sessionId: this.id,
       invocationKey: this.req.invocationKey,
       commandDigest: this.req.commandDigest,
@@ -296,7 +391,7 @@ export class Session extends EventEmitter {
       admittedAt: this.admittedAt,
       startedAt: this.startedAt,
       leaderExitedAt: this.leaderExitedAt,
-      endedAt,
+      endedAt: new Date(),
       exit: this.exit,
       spawnFailure: this.spawnFailure,
       cause: this.cause,
@@ -311,13 +406,18 @@ export class Session extends EventEmitter {
       usage,
       descendantsTerminated: this.descendantsTerminated ?? 0,
     });
+  }
+
+  /** Writes the receipt durably, then (only then) reports the end and removes the leaf. */
+  private async finish(facts: ReceiptFacts, extra: Partial<Receipt> = {}): Promise<void> {
+    const receipt = { ...buildReceipt(facts), ...extra };
     writeFileDurable(join(this.dir, 'receipt.json'), JSON.stringify(receipt, null, 2) + '\n');
     this.receipt = receipt;
-    this.endedAt = endedAt;
+    this.endedAt = facts.endedAt;
+    this.unknownReason = null;
     this.transition('ended');
     this.resolveEnded(receipt);
-    this.emit('output', 'stdout');
-    this.emit('output', 'stderr');
+    for (const stream of PIPE_STREAMS) this.emit('output', stream);
     if (this.leaf) {
       try {
         await this.leaf.remove();
@@ -325,6 +425,93 @@ export class Session extends EventEmitter {
         this.ctx.log.warn({ err, session_id: this.id }, 'could not remove the session cgroup');
       }
     }
+  }
+
+  private async failToStart(err: NodeJS.ErrnoException): Promise<void> {
+    this.ctx.log.error({ err, session_id: this.id }, 'could not start the exec shim');
+    const now = new Date();
+    const facts = this.ownerLostFacts(
+      this.leaf ? { evidence: 'cgroup_empty', observedAt: now, cgroup: this.leaf.path.slice(this.ctx.tree!.mount.mountPoint.length) } : { evidence: 'subreaper_reaped', observedAt: now, reaped: 0 },
+      [],
+    );
+    await this.finish({ ...facts, cause: null, spawnFailure: { stage: 'spawn', errno: -(err.errno ?? 0), code: err.code ?? 'EUNKNOWN' } });
+  }
+
+  private becomeUnknown(reason: string): void {
+    this.ctx.log.warn({ session_id: this.id, reason }, 'session is unknown: no evidence of death');
+    this.unknownReason = reason;
+    this.transition('unknown');
+  }
+
+  /** Receipt facts shared by reconciliation and operator resolution: nothing observed of the leader. */
+  private ownerLostFacts(death: ReceiptFacts['death'], steps: ReceiptFacts['steps']): ReceiptFacts {
+    const output: Partial<Record<StreamName, StreamOutput>> = {};
+    for (const stream of this.restoredCursors.keys()) {
+      output[stream] = { ...storedStream(this.dir, stream, this.req.chunkBytes), complete: false, reason: 'owner_lost', dropped_bytes: 0, drain_end: 'lost' };
+    }
+    return {
+      sessionId: this.id,
+      invocationKey: this.req.invocationKey,
+      commandDigest: this.req.commandDigest,
+      argv: this.req.argv,
+      cwd: this.req.cwd,
+      supervisor: this.ctx.identity,
+      admittedAt: this.admittedAt,
+      startedAt: null,
+      leaderExitedAt: null,
+      endedAt: new Date(),
+      exit: { code: null, signal: null },
+      spawnFailure: null,
+      cause: 'reconcile',
+      steps,
+      death,
+      output,
+      usage: {},
+      descendantsTerminated: steps.length ? steps[0].pids : 0,
+    };
+  }
+
+  /**
+   * After a restart: find evidence for an unknown session and write its owner_lost receipt.
+   * boot_id changed → boot_changed; cgroup populated → TERM, grace, cgroup.kill, then
+   * cgroup_empty; cgroup empty or gone → cgroup_empty as observed now. Without a cgroup
+   * (subreaper mode) there is no evidence: the session stays unknown.
+   */
+  async reconcile(): Promise<void> {
+    if (this.state !== 'unknown' || !this.admission) return;
+    const mount = this.ctx.tree?.mount.mountPoint;
+    if (this.admission.boot_id !== this.ctx.identity.bootId) {
+      await this.finish(this.ownerLostFacts({ evidence: 'boot_changed', observedAt: new Date() }, []));
+      return;
+    }
+    if (!this.leaf || !mount || !this.leaf.path.startsWith(mount + '/')) {
+      this.unknownReason = 'owner lost in subreaper mode: no cgroup to prove the session dead (sbx resolve --as-operator)';
+      return;
+    }
+    const steps: ReceiptFacts['steps'] = [];
+    if (existsSync(this.leaf.path) && this.leaf.populated()) {
+      const graceMs = this.req.graceMs;
+      if (graceMs > 0) {
+        steps.push({ signal: 'SIGTERM', at: new Date(), pids: this.leaf.signalAll('SIGTERM').size });
+        await this.leaf.waitEmpty(graceMs);
+      }
+      if (this.leaf.populated()) {
+        steps.push({ signal: 'SIGKILL', at: new Date(), pids: this.leaf.pids().length });
+        this.leaf.kill();
+        await this.leaf.waitEmpty(null);
+      }
+    }
+    const cgroup = this.leaf.path.slice(mount.length);
+    await this.finish(this.ownerLostFacts({ evidence: 'cgroup_empty', observedAt: new Date(), cgroup }, steps));
+  }
+
+  /** Ends an unknown session on an operator's word: evidence operator_attested, never automatic. */
+  async resolveAsOperator(operator: OperatorAttestation): Promise<Receipt> {
+    if (this.state !== 'unknown') throw new Error(`session ${this.id} is ${this.state}, not unknown`);
+    await this.finish(this.ownerLostFacts({ evidence: 'operator_attested', observedAt: new Date() }, []), {
+      operator: { uid: operator.uid, pid: operator.pid, reason: operator.reason, unknown_reason: this.unknownReason },
+    });
+    return this.receipt!;
   }
 
   private transition(next: SessionState): void {

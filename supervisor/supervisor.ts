@@ -16,7 +16,8 @@ import { writeFileDurable } from './durable.js';
 import { native } from './native.js';
 import { Reaper } from './reaper.js';
 import { commandDigest } from './receipt.js';
-import { Session, type SessionContext } from './session.js';
+import { Session, type OperatorAttestation, type SessionContext } from './session.js';
+import { KeyIndex, readAdmission, readReceipt, sessionDirs } from './store.js';
 import type { LaunchParams } from './validate.js';
 import { VERSION } from './version.js';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
@@ -35,10 +36,93 @@ export class Supervisor {
   private readonly sessions = new Map<string, Session>();
   private readonly byKey = new Map<string, Session>();
   private stopping: Promise<void> | null = null;
+  /** True until reconciliation has looked at every session left unknown by a restart. */
+  private reconciling = false;
   readonly ctx: SessionContext;
+  private readonly keys: KeyIndex;
 
   private constructor(readonly config: Config, readonly log: Logger, ctx: SessionContext) {
     this.ctx = ctx;
+    this.keys = new KeyIndex(config.stateDir);
+    this.restore();
+  }
+
+  /**
+   * Loads every session in the state dir: with a receipt it is ended; without one it is
+   * unknown until reconcile(). Files that cannot be read make only their own session
+   * unknown (with the reason) and never stop start-up. Keys are indexed from the key files
+   * and, for a crash between the admission and key writes, from the admission records.
+   */
+  private restore(): void {
+    const keyOf = new Map<string, string>();
+    const { records, errors } = this.keys.load();
+    for (const e of errors) this.log.error(e, 'unreadable key record');
+    for (const r of records) keyOf.set(r.session_id, r.invocation_key);
+    for (const sessionId of sessionDirs(this.ctx.sessionsDir)) {
+      const dir = join(this.ctx.sessionsDir, sessionId);
+      let session: Session;
+      try {
+        const admission = readAdmission(dir);
+        let receipt = null;
+        try {
+          receipt = readReceipt(dir);
+        } catch (err) {
+          throw new Error(`receipt is unreadable: ${(err as Error).message}`);
+        }
+        session = Session.restore(admission, receipt, this.ctx);
+        if (!keyOf.has(sessionId)) {
+          this.keys.write({ invocation_key: admission.invocation_key, session_id: sessionId, command_digest: admission.command_digest, admitted_at: admission.admitted_at });
+        }
+      } catch (err) {
+        const reason = `state files unreadable: ${(err as Error).message}`;
+        this.log.error({ session_id: sessionId, reason }, 'session files are torn or corrupt; the session is unknown');
+        session = Session.broken(sessionId, keyOf.get(sessionId) ?? `unreadable-${sessionId}`, reason, this.ctx);
+      }
+      this.register(session);
+    }
+    // A key whose session is gone from disk still can never run again.
+    for (const r of records) {
+      if (!this.byKey.has(r.invocation_key)) {
+        this.register(Session.broken(r.session_id, r.invocation_key, 'the session\'s files are gone; its key stays used', this.ctx));
+      }
+    }
+    const unknown = [...this.sessions.values()].filter((s) => s.state === 'unknown').length;
+    this.reconciling = unknown > 0;
+    this.log.info({ sessions: this.sessions.size, unknown }, 'state restored');
+  }
+
+  private register(session: Session): void {
+    this.sessions.set(session.id, session);
+    this.byKey.set(session.req.invocationKey, session);
+  }
+
+  /**
+   * Settles every unknown session with evidence where there is some (owner_lost receipts);
+   * until it has looked at each, new keys get ADMISSION_DENIED (retryable).
+   */
+  async reconcile(): Promise<void> {
+    const unknown = [...this.sessions.values()].filter((s) => s.state === 'unknown');
+    await Promise.all(
+      unknown.map((s) =>
+        s.reconcile().catch((err: Error) => {
+          s.unknownReason = `reconciliation failed: ${err.message}`;
+          this.log.error({ err, session_id: s.id }, 'reconciliation failed; the session stays unknown');
+        }),
+      ),
+    );
+    this.reconciling = false;
+    const left = unknown.filter((s) => s.state === 'unknown').length;
+    this.log.info({ reconciled: unknown.length - left, still_unknown: left }, 'reconciliation done');
+  }
+
+  /** Ends an unknown session on an operator's word (never automatic). */
+  async resolve(selector: SessionSelector, operator: OperatorAttestation) {
+    const session = this.find(selector);
+    if (session.state !== 'unknown') {
+      throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} is ${session.state}; only an unknown session can be resolved by an operator`);
+    }
+    this.log.warn({ session_id: session.id, operator }, 'operator attested the end of an unknown session');
+    return session.resolveAsOperator(operator);
   }
 
   /** Prepares the state dir, identity, subreaper and cgroup subtree; throws with a reason. */
@@ -115,6 +199,9 @@ export class Supervisor {
       }
       return { session_id: existing.id, invocation_key: key, existing: true, state: existing.state, command_digest: digest };
     }
+    if (this.reconciling) {
+      throw new SupervisorError('ADMISSION_DENIED', 'reconciling sessions left by a restart; retry shortly', { retry_after_ms: 250 });
+    }
     const user = userInfo();
     const leaderEnv: Record<string, string> = {
       PATH: this.config.session.path,
@@ -137,12 +224,21 @@ export class Supervisor {
         timeoutMs: params.timeout_ms ?? 0,
         graceMs: params.grace_ms ?? this.config.session.defaultGraceMs,
         linger: params.linger ?? 'kill',
+        chunkBytes: this.config.drain.chunkBytes,
       },
       this.ctx,
     );
-    // Registered before any await: a concurrent launch with this key finds it.
-    this.sessions.set(session.id, session);
-    this.byKey.set(key, session);
+    // Admission record, then key record, both durable, then spawn (DESIGN.md 9). All
+    // synchronous, so a concurrent launch with this key finds it registered.
+    try {
+      session.admit();
+      this.keys.write({ invocation_key: key, session_id: session.id, command_digest: digest, admitted_at: session.admittedAt.toISOString() });
+    } catch (err) {
+      this.log.error({ err, session_id: session.id }, 'admission failed');
+      session.abandon();
+      throw new SupervisorError('ADMISSION_DENIED', `cannot record the admission: ${(err as Error).message}`, { retry_after_ms: 1000 });
+    }
+    this.register(session);
     session.start();
     this.log.info({ session_id: session.id, invocation_key: key, argv: params.argv, pid: session.pid }, 'session launched');
     void session.ended.then((receipt) => {

@@ -46,6 +46,10 @@ export const Schemas = {
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
   ps: z.object({ all: z.boolean().optional() }).strict(),
+  resolve: z
+    .object({ ...selector, as_operator: z.literal(true), reason: z.string().min(1).max(4096) })
+    .strict()
+    .refine(requireOne, SELECTOR_MESSAGE),
   empty: z.object({}).strict(),
 };
 

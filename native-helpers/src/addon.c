@@ -1,9 +1,9 @@
 /*
  * sbx_native: the few syscalls Node does not expose, as a tiny N-API addon.
- * Owns: prctl(PR_SET_CHILD_SUBREAPER), waitpid() of one pid, pipe2(), F_SETPIPE_SZ.
+ * Owns: prctl(PR_SET_CHILD_SUBREAPER), waitpid() of one pid, pipe2(), F_SETPIPE_SZ, SO_PEERCRED.
  * Does not own: spawning (libuv does that) or any reaping of pids it is not handed.
  * Errors are thrown like Node's fs: an Error whose `code` is the errno name.
- * See prctl(2), waitpid(2), pipe(2), fcntl(2).
+ * See prctl(2), waitpid(2), pipe(2), fcntl(2), unix(7).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,6 +42,8 @@ static const char *errno_name(int err) {
     case EMFILE: return "EMFILE";
     case ENFILE: return "ENFILE";
     case ENOSYS: return "ENOSYS";
+    case ENOTSOCK: return "ENOTSOCK";
+    case ENOTCONN: return "ENOTCONN";
     default: return "EUNKNOWN";
   }
 }
@@ -153,6 +156,27 @@ static napi_value set_pipe_size(napi_env env, napi_callback_info info) {
   return result;
 }
 
+/* peerCred(fd): { pid, uid, gid } of a connected Unix socket's peer (socket(7) SO_PEERCRED). */
+static napi_value peer_cred(napi_env env, napi_callback_info info) {
+  int32_t fd;
+  if (get_int_arg(env, info, 0, &fd) != 0) {
+    napi_throw_type_error(env, "EINVAL", "peerCred(fd): an integer fd expected");
+    return NULL;
+  }
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return throw_errno(env, errno, "getsockopt");
+  napi_value result, pid, uid, gid;
+  CHECK(napi_create_object(env, &result));
+  CHECK(napi_create_int32(env, cred.pid, &pid));
+  CHECK(napi_create_uint32(env, cred.uid, &uid));
+  CHECK(napi_create_uint32(env, cred.gid, &gid));
+  CHECK(napi_set_named_property(env, result, "pid", pid));
+  CHECK(napi_set_named_property(env, result, "uid", uid));
+  CHECK(napi_set_named_property(env, result, "gid", gid));
+  return result;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"setChildSubreaper", NULL, set_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
@@ -160,6 +184,7 @@ static napi_value init(napi_env env, napi_value exports) {
     {"reapPid", NULL, reap_pid, NULL, NULL, NULL, napi_default, NULL},
     {"makePipe", NULL, make_pipe, NULL, NULL, NULL, napi_default, NULL},
     {"setPipeSize", NULL, set_pipe_size, NULL, NULL, NULL, napi_default, NULL},
+    {"peerCred", NULL, peer_cred, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof props / sizeof props[0], props) != napi_ok) return NULL;
   return exports;
