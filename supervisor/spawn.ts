@@ -86,7 +86,7 @@ export class LeaderProcess {
         // EPERM above /proc/sys/fs/pipe-max-size: keep the default capacity.
       }
     }
-    const args = ['--report-fd', '3', '--cwd', spec.cwd];
+    const args = ['--parent-pid', String(process.pid), '--report-fd', '3', '--cwd', spec.cwd];
     if (spec.cgroupProcsPath) args.push('--cgroup-procs', spec.cgroupProcsPath);
     if (spec.subreaper) args.push('--subreaper', '--control-fd', '4');
     args.push('--', ...spec.argv);

@@ -34,8 +34,13 @@ export type AdmissionRecord = z.infer<typeof AdmissionSchema>;
 
 /** Reads and validates <sessionDir>/admission.json; throws with the reason when torn or corrupt. */
 export function readAdmission(sessionDir: string): AdmissionRecord {
-  const text = readFileSync(join(sessionDir, 'admission.json'), 'utf8');
-  const parsed = AdmissionSchema.safeParse(JSON.parse(text));
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(join(sessionDir, 'admission.json'), 'utf8'));
+  } catch (err) {
+    throw new Error(`admission record is unreadable: ${(err as Error).message}`);
+  }
+  const parsed = AdmissionSchema.safeParse(raw);
   if (!parsed.success) throw new Error(`admission record is not valid: ${parsed.error.issues[0].path.join('.')}: ${parsed.error.issues[0].message}`);
   return parsed.data;
 }

@@ -191,7 +191,9 @@ export class Supervisor {
     const key = params.invocation_key ?? `auto-${randomBytes(12).toString('hex')}`;
     const existing = this.byKey.get(key);
     if (existing) {
-      if (existing.req.commandDigest !== digest) {
+      // A session whose admission record is unreadable has no known digest: its key is
+      // blocked, and a retry gets that session (unknown) rather than a conflict or a run.
+      if (existing.req.commandDigest !== '' && existing.req.commandDigest !== digest) {
         throw new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} was used for another command`, {
           invocation_key: key,
           session_id: existing.id,

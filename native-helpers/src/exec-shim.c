@@ -1,8 +1,12 @@
 /*
  * sbx-exec-shim: what runs between the supervisor's fork and the command's exec.
  *
- *   sbx-exec-shim [--cgroup-procs PATH] [--cwd DIR] [--report-fd N]
+ *   sbx-exec-shim [--parent-pid PID] [--cgroup-procs PATH] [--cwd DIR] [--report-fd N]
  *                 [--subreaper --control-fd N] -- CMD [ARG...]
+ *
+ * --parent-pid: until the cgroup is joined, the shim dies with its parent
+ * (PR_SET_PDEATHSIG), so a supervisor killed mid-spawn never leaves a command running
+ * outside the cgroup it was admitted to; once inside, the command outlives the supervisor.
  *
  * Exec mode (cgroup available): join the session's cgroup (write "0" to cgroup.procs,
  * so the command is inside before its first instruction), chdir, reset every signal
@@ -40,6 +44,7 @@
 #include <unistd.h>
 
 struct options {
+  pid_t parent_pid;
   const char *cgroup_procs;
   const char *cwd;
   int report_fd;
@@ -84,6 +89,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
     if (i + 1 >= argc) return -1;
     const char *v = argv[++i];
     if (!strcmp(a, "--cgroup-procs")) o->cgroup_procs = v;
+    else if (!strcmp(a, "--parent-pid")) { if ((o->parent_pid = parse_fd(v)) <= 0) return -1; }
     else if (!strcmp(a, "--cwd")) o->cwd = v;
     else if (!strcmp(a, "--report-fd")) { if ((o->report_fd = parse_fd(v)) < 3) return -1; }
     else if (!strcmp(a, "--control-fd")) { if ((o->control_fd = parse_fd(v)) < 3) return -1; }
@@ -278,16 +284,21 @@ static int run_subreaper(const struct options *o) {
 int main(int argc, char **argv) {
   struct options o;
   if (parse_args(argc, argv, &o) != 0) {
-    fprintf(stderr, "usage: sbx-exec-shim [--cgroup-procs PATH] [--cwd DIR] [--report-fd N] "
+    fprintf(stderr, "usage: sbx-exec-shim [--parent-pid PID] [--cgroup-procs PATH] [--cwd DIR] [--report-fd N] "
                     "[--subreaper --control-fd N] -- CMD [ARG...]\n");
     return 125;
   }
   if (o.report_fd >= 0) fcntl(o.report_fd, F_SETFD, FD_CLOEXEC);
   if (o.control_fd >= 0) fcntl(o.control_fd, F_SETFD, FD_CLOEXEC);
+  if (o.parent_pid > 0) {
+    /* Die with the supervisor until we are inside the cgroup (see the header). */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != o.parent_pid) return 125;
+  }
   if (o.cgroup_procs && join_cgroup(o.cgroup_procs) != 0) {
     report(o.report_fd, "error cgroup %d\n", errno);
     return 125;
   }
+  if (o.parent_pid > 0) prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
   if (o.subreaper) return run_subreaper(&o);
   exec_command(&o, o.report_fd);
 }

@@ -175,6 +175,14 @@ export class TestDaemon {
     return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
   }
 
+  /** SIGKILL to the daemon (by pid), as a crash: its sessions and state stay for a restart. */
+  async kill9(): Promise<void> {
+    for (const c of this.clients.splice(0)) c.close();
+    if (!this.child || !this.exited) return;
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGKILL');
+    await this.exited;
+  }
+
   /** SIGTERM to the daemon (by pid) and its exit status; files and cgroups stay for inspection. */
   async terminate(): Promise<{ code: number | null; signal: NodeJS.Signals | null } | null> {
     for (const c of this.clients.splice(0)) c.close();

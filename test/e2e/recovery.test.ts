@@ -1,0 +1,184 @@
+// Identity outlives transport: invocation keys run once, admission is durable, a crashed
+// supervisor's sessions become unknown and are settled with evidence (owner_lost) after a
+// restart, never relaunched; torn state files stay local to their session.
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
+import { pidsWithMarker, sha256, TestDaemon, until } from '../helpers/daemon.js';
+
+const daemons: TestDaemon[] = [];
+afterEach(async () => {
+  for (const d of daemons.splice(0)) await d.stop();
+});
+async function daemon(config: Record<string, unknown> = {}): Promise<TestDaemon> {
+  const d = new TestDaemon({ config: { session: { defaultGraceMs: 300 }, ...config } });
+  daemons.push(d);
+  return d.start();
+}
+const marker = () => `6${randomBytes(2).readUInt16BE(0) % 100}.${randomBytes(3).readUIntBE(0, 3)}`;
+
+describe('invocation keys', () => {
+  it('runs a keyed command once: the retry attaches and prints the same bytes', async () => {
+    const d = await daemon();
+    const file = join(d.dir, 'runs.txt');
+    const args = (r: string) => ['run', '--key', 'K-once', '--receipt', r, '--', 'sh', '-c', `echo run >> ${file}; echo hello`];
+    const first = await d.sbx(args(join(d.dir, 'r1.json')));
+    const second = await d.sbx(args(join(d.dir, 'r2.json')));
+    expect(first.stdout.toString()).toBe('hello\n');
+    expect(second.stdout.toString()).toBe('hello\n');
+    expect(first.status).toBe(0);
+    expect(second.status).toBe(0);
+    expect(readFileSync(file, 'utf8')).toBe('run\n');
+    const r1 = JSON.parse(readFileSync(join(d.dir, 'r1.json'), 'utf8')) as Receipt;
+    const r2 = JSON.parse(readFileSync(join(d.dir, 'r2.json'), 'utf8')) as Receipt;
+    expect(r2).toEqual(r1);
+  });
+
+  it('20 concurrent launches with one key: one execution', async () => {
+    const d = await daemon();
+    const file = join(d.dir, 'concurrent.txt');
+    const clients = await Promise.all(Array.from({ length: 20 }, () => d.client()));
+    const results = await Promise.all(clients.map((c) => c.launch({ argv: ['sh', '-c', `echo x >> ${file}`], cwd: '/', invocation_key: 'K-20' })));
+    expect(new Set(results.map((r) => r.session_id)).size).toBe(1);
+    expect(results.filter((r) => !r.existing)).toHaveLength(1);
+    await clients[0].wait({ invocation_key: 'K-20' });
+    expect(readFileSync(file, 'utf8')).toBe('x\n');
+  });
+});
+
+describe('restart', () => {
+  it('a supervisor SIGKILLed mid-run: after restart the session is owner_lost with evidence, dead, and its key never reruns', async () => {
+    const d = await daemon();
+    const m = marker();
+    const file = join(d.dir, 'runs.txt');
+    const argv = ['sh', '-c', `echo run >> ${file}; echo partial; sleep ${m}`];
+    const c = await d.client();
+    const { session_id } = await c.launch({ argv, cwd: '/', invocation_key: 'K-crash' });
+    await until(() => pidsWithMarker(m).length > 0, 'the command to run');
+    await until(async () => (await c.ps()).sessions[0]?.cursors.stdout === 8, 'its output to be stored');
+    await d.kill9();
+    expect(pidsWithMarker(m).length).toBeGreaterThan(0); // a lost owner is not proof of death
+    await d.start();
+    const waited = await d.sbx(['wait', session_id]);
+    expect(waited.status).toBe(125);
+    const receipt = JSON.parse(waited.stdout.toString()) as Receipt;
+    expect(receipt).toMatchObject({ outcome: 'owner_lost', exit: { code: null, signal: null }, termination: { cause: 'reconcile' } });
+    expect(receipt.death.evidence).toBe('cgroup_empty');
+    expect(receipt.supervisor.generation).toBe(2);
+    expect(receipt.termination.steps[0]).toMatchObject({ signal: 'SIGTERM' });
+    expect(receipt.output.stdout).toMatchObject({ final_cursor: 8, sha256: sha256('partial\n'), complete: false, reason: 'owner_lost' });
+    expect(pidsWithMarker(m)).toEqual([]);
+    const again = await d.sbx(['run', '--key', 'K-crash', '--cwd', '/', '--', ...argv]);
+    expect(again.status).toBe(125);
+    expect(again.stderr.toString()).toBe('');
+    expect(again.stdout.toString()).toBe('partial\n');
+    expect(readFileSync(file, 'utf8')).toBe('run\n');
+  });
+
+  it('serves a finished session unchanged after a SIGKILL and restart', async () => {
+    const d = await daemon();
+    const body = randomBytes(300_000).toString('base64');
+    const src = join(d.dir, 'body.txt');
+    writeFileSync(src, body);
+    const r = await d.sbx(['run', '--key', 'K-done', '--receipt', join(d.dir, 'before.json'), '--', 'cat', src]);
+    expect(r.stdout.toString()).toBe(body);
+    await d.kill9();
+    await d.start();
+    const receipt = await d.sbx(['receipt', '--key', 'K-done']);
+    expect(JSON.parse(receipt.stdout.toString())).toEqual(JSON.parse(readFileSync(join(d.dir, 'before.json'), 'utf8')));
+    const logs = await d.sbx(['logs', '--key', 'K-done']);
+    expect(logs.stdout.toString()).toBe(body);
+  });
+
+  it('sbx run rides through a supervisor restart: exact bytes, then owner_lost (125)', async () => {
+    const d = await daemon();
+    const { spawn } = await import('node:child_process');
+    const { SBX } = await import('../helpers/daemon.js');
+    const child = spawn(process.execPath, [SBX, 'run', '--key', 'K-ride', '--', 'sh', '-c', 'i=0; while :; do echo "line $i"; i=$((i+1)); sleep 0.01; done'], {
+      env: { ...process.env, SBX_SOCKET: d.socketPath },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const out: Buffer[] = [];
+    child.stdout.on('data', (b: Buffer) => out.push(b));
+    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+    await until(() => Buffer.concat(out).toString().includes('line 20\n'), 'output to flow');
+    await d.kill9();
+    await d.start();
+    expect(await exited).toBe(125);
+    const got = Buffer.concat(out).toString();
+    const receipt = JSON.parse((await d.sbx(['receipt', '--key', 'K-ride'])).stdout.toString()) as Receipt;
+    const stored = (await d.sbx(['logs', '--key', 'K-ride'])).stdout.toString();
+    expect(got).toBe(stored); // no gap, no duplicate across the reconnect
+    expect(receipt.output.stdout!.sha256).toBe(sha256(got));
+    const lines = got.split('\n').filter(Boolean);
+    lines.forEach((l, i) => expect(l).toBe(`line ${i}`));
+  });
+
+  it('a follower that disconnects at byte 50 and resumes from 50 gets exactly the full log', async () => {
+    const d = await daemon();
+    const c1 = await d.client();
+    const { session_id } = await c1.launch({ argv: ['sh', '-c', 'i=0; while [ $i -lt 200 ]; do echo "row $i"; i=$((i+1)); sleep 0.002; done'], cwd: '/' });
+    const head: Buffer[] = [];
+    await new Promise<void>((resolve) => {
+      void c1.subscribe({ session_id, stream: 'stdout', from: 0, follow: true }, {
+        onOutput: (ev) => {
+          head.push(Buffer.from(ev.data));
+          if (Buffer.concat(head).length >= 50) {
+            c1.close();
+            resolve();
+          }
+        },
+        onEnd: () => resolve(),
+      });
+    });
+    const first50 = Buffer.concat(head).subarray(0, 50);
+    const c2 = await d.client();
+    const rest: Buffer[] = [];
+    await new Promise<void>((resolve) => {
+      void c2.subscribe({ session_id, stream: 'stdout', from: 50, follow: true }, { onOutput: (ev) => rest.push(Buffer.from(ev.data)), onEnd: () => resolve() });
+    });
+    const whole = Buffer.concat([first50, ...rest]).toString();
+    expect(whole).toBe(Array.from({ length: 200 }, (_, i) => `row ${i}\n`).join(''));
+  });
+
+  it('torn files make only their session unknown; an operator can resolve it', async () => {
+    const d = await daemon();
+    const ok = await d.sbx(['run', '--key', 'K-fine', '--', 'echo', 'fine']);
+    expect(ok.status).toBe(0);
+    const c = await d.client();
+    const { session_id } = await c.launch({ argv: ['echo', 'to be torn'], cwd: '/', invocation_key: 'K-torn' });
+    await c.wait({ session_id });
+    await d.kill9();
+    const dir = join(d.stateDir, 'sessions', session_id);
+    writeFileSync(join(dir, 'admission.json'), '{"session_id": "s-');
+    writeFileSync(join(dir, 'receipt.json'), '{ torn');
+    // A session from another boot, never settled: boot_changed evidence.
+    const other = join(d.stateDir, 'sessions', 's-0000000aa-0123456789ab');
+    mkdirSync(other);
+    writeFileSync(join(other, 'admission.json'), JSON.stringify({
+      session_id: 's-0000000aa-0123456789ab', invocation_key: 'K-old-boot', command_digest: 'sha256:00', argv: ['true'], cwd: '/', env: {},
+      timeout_ms: 0, grace_ms: 100, linger: 'kill', chunk_bytes: 4096, cgroup: null, mode: 'cgroup', boot_id: 'not-this-boot', generation: 1, instance: 'x', admitted_at: new Date().toISOString(),
+    }));
+    await d.start();
+    const oldBoot = JSON.parse((await d.sbx(['wait', '--key', 'K-old-boot'])).stdout.toString()) as Receipt;
+    expect(oldBoot).toMatchObject({ outcome: 'owner_lost', death: { evidence: 'boot_changed' } });
+    expect((await d.sbx(['logs', '--key', 'K-fine'])).stdout.toString()).toBe('fine\n');
+    const ps = JSON.parse((await d.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[];
+    const torn = ps.find((s) => s.session_id === session_id)!;
+    expect(torn.state).toBe('unknown');
+    expect(torn.reason).toContain('admission record');
+    const retry = await d.sbx(['run', '--key', 'K-torn', '--cwd', '/', '--detach', '--json', '--', 'echo', 'to be torn']);
+    expect(JSON.parse(retry.stdout.toString())).toEqual({ session_id, existing: true });
+    expect((await d.sbx(['run', '--', 'echo', 'new keys are admitted'])).stdout.toString()).toBe('new keys are admitted\n');
+    const refused = await d.sbx(['resolve', session_id, '--reason', 'checked by hand']);
+    expect(refused.status).toBe(125);
+    const resolved = await d.sbx(['resolve', session_id, '--as-operator', '--reason', 'checked by hand']);
+    expect(resolved.status).toBe(0);
+    const receipt = JSON.parse(resolved.stdout.toString()) as Receipt;
+    expect(receipt).toMatchObject({ outcome: 'owner_lost', death: { evidence: 'operator_attested' }, operator: { uid: 0, reason: 'checked by hand' } });
+    expect(receipt.operator!.unknown_reason).toContain('admission record');
+    expect((await d.sbx(['wait', session_id])).status).toBe(125);
+  });
+});
