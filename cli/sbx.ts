@@ -5,6 +5,7 @@
 // docker run (SPEC.md): the command's code, 128+N for a signal, 124 for the deadline, 125
 // when the supervisor or the request failed. Imports ipc/ only, never supervisor/.
 import { writeFileSync } from 'node:fs';
+import { resolve as resolvePath } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { SupervisorClient } from '../ipc/client.js';
@@ -221,7 +222,7 @@ sub('run')
     try {
       launched = await withRetry(() => client.launch({
         argv: cmd,
-        cwd: o.cwd ?? process.cwd(),
+        cwd: resolvePath(o.cwd ?? '.'),
         env: o.env,
         inherit_env: o.inheritEnv ? (Object.fromEntries(Object.entries(process.env).filter(([, v]) => v !== undefined)) as Record<string, string>) : undefined,
         invocation_key: o.key,
@@ -249,6 +250,10 @@ sub('run')
       fail(describe(err));
     }
     if (o.receipt) writeFileSync(o.receipt, JSON.stringify(receipt, null, 2) + '\n');
+    if (receipt.spawn_error) {
+      const why = { ENOENT: 'not found', ENOTDIR: 'not found', EACCES: 'permission denied', ENOEXEC: 'exec format error' }[receipt.spawn_error.code];
+      process.stderr.write(`sbx: ${cmd[0]}: ${why ?? receipt.spawn_error.code} (${receipt.spawn_error.stage} failed: ${receipt.spawn_error.code})\n`);
+    }
     process.exitCode = exitStatusOf(receipt, signalNumber);
     process.stdout.write('', () => process.exit());
   });
@@ -395,7 +400,21 @@ sub('status')
     const g = globals(o);
     const client = await connect(g);
     try {
-      printJson(await client.status());
+      const status = await client.status();
+      if (g.json) printJson(status);
+      else {
+        const sessions = Object.entries(status.sessions).map(([k, v]) => `${k} ${v}`).join(', ') || 'none';
+        const lines = [
+          ['version', `${status.version} (protocol ${status.protocol})`],
+          ['instance', `${status.instance}, generation ${status.generation}, pid ${status.pid}`],
+          ['mode', status.mode + (status.cgroup ? ` (${status.cgroup})` : '')],
+          ['socket', status.socket],
+          ['state dir', status.state_dir],
+          ['sessions', sessions],
+          ['load', `${status.load.loadavg.map((l) => l.toFixed(2)).join(' ')} on ${status.load.cpus} cpus`],
+        ];
+        for (const [k, v] of lines) process.stdout.write(`${k.padEnd(10)} ${v}\n`);
+      }
     } catch (err) {
       fail(describe(err));
     }

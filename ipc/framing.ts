@@ -9,7 +9,10 @@ export const DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024;
 
 // Plain maps and binary on the wire (no msgpackr records), so any msgpack peer can speak it.
 const packr = new Packr({ useRecords: false, moreTypes: false });
-const unpackr = new Unpackr({ useRecords: false, mapsAsObjects: true });
+// int64AsType auto: a uint64/int64-encoded integer is a number when safe, else a bigint
+// (which validation then refuses), so peers that always encode 64-bit integers work.
+// ('auto' is in msgpackr's unpack.js since 1.x but missing from its type definitions.)
+const unpackr = new Unpackr({ useRecords: false, mapsAsObjects: true, int64AsType: 'auto' as 'bigint' });
 
 /** Encodes one value as a frame: [u32 BE length][msgpack body]. */
 export function encodeFrame(value: unknown): Buffer {

@@ -167,10 +167,12 @@ export class SupervisorServer {
 
   private async dispatch(conn: Connection, raw: unknown): Promise<void> {
     const frame = raw as { id?: unknown; method?: unknown; params?: unknown };
-    const id = typeof frame?.id === 'number' && Number.isSafeInteger(frame.id) ? frame.id : 0;
+    const idOk = typeof frame?.id === 'number' && Number.isSafeInteger(frame.id) && frame.id >= 0;
+    const id = idOk ? (frame.id as number) : 0;
     try {
-      if (typeof frame !== 'object' || frame === null || typeof frame.method !== 'string') {
-        throw new SupervisorError('INVALID_ARGUMENT', 'a request is { id: int, method: string, params?: map }');
+      if (typeof frame !== 'object' || frame === null || !idOk || typeof frame.method !== 'string') {
+        // Nothing runs without an id the client can match the answer to.
+        throw new SupervisorError('INVALID_ARGUMENT', 'a request is { id: non-negative int, method: string, params?: map }');
       }
       if (!conn.helloDone) {
         if (frame.method !== 'hello') throw new SupervisorError('INVALID_ARGUMENT', 'the first request must be hello');
@@ -188,6 +190,7 @@ export class SupervisorServer {
         await conn.send({ id, result: { version, server: `sandbox-supervisor/${VERSION}`, instance, generation } });
         return;
       }
+      if (frame.method === 'hello') throw new SupervisorError('INVALID_ARGUMENT', 'hello was already exchanged on this connection');
       const handler = Object.hasOwn(this.handlers, frame.method) ? this.handlers[frame.method] : undefined;
       if (!handler) throw new SupervisorError('INVALID_ARGUMENT', `unknown method ${JSON.stringify(frame.method)}`);
       const result = await handler(conn, id, frame.params);
@@ -218,7 +221,6 @@ export class SupervisorServer {
     const streamDir = session.streamDir(stream);
     const chunkBytes = session.req.chunkBytes;
     for (;;) {
-      const final = session.streamFinal(stream);
       const end = session.cursor(stream);
       while (cursor < end && !conn.closed) {
         const data = readStored(streamDir, chunkBytes, cursor, end, OUTPUT_EVENT_BYTES);
@@ -227,8 +229,11 @@ export class SupervisorServer {
         cursor += data.length;
       }
       if (conn.closed) return undefined;
-      if (!follow || (final && cursor >= session.cursor(stream))) {
-        await conn.send({ id, event: 'end', stream, cursor, final });
+      // Re-read after the sends: the drain may have ended while a send waited on a slow
+      // reader. Final is read before the cursor, with no await between them.
+      const finalNow = session.streamFinal(stream);
+      if (!follow || (finalNow && cursor >= session.cursor(stream))) {
+        await conn.send({ id, event: 'end', stream, cursor, final: finalNow });
         return undefined;
       }
       if (cursor < session.cursor(stream)) continue;

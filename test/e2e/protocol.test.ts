@@ -44,6 +44,38 @@ describe('protocol', () => {
     expect(frames[1]).toMatchObject({ id: 2, result: { mode: 'cgroup', protocol: 1 } });
   });
 
+  it('runs nothing without an integer id, and refuses a second hello', async () => {
+    const { frames } = await exchange(
+      [
+        hello(),
+        encodeFrame({ id: 'x', method: 'launch', params: { argv: ['true'], cwd: '/' } }),
+        encodeFrame({ id: 1.5, method: 'status' }),
+        encodeFrame({ method: 'status' }),
+        encodeFrame({ id: 9, method: 'hello', params: { versions: [1] } }),
+      ],
+      500,
+    );
+    expect(frames.slice(1).map((f) => [f.id, f.error?.code])).toEqual([
+      [0, 'INVALID_ARGUMENT'],
+      [0, 'INVALID_ARGUMENT'],
+      [0, 'INVALID_ARGUMENT'],
+      [9, 'INVALID_ARGUMENT'],
+    ]);
+    const ps = await daemon.sbx(['ps', '--all', '--json']);
+    expect(JSON.parse(ps.stdout.toString())).toEqual([]);
+  });
+
+  it('accepts integers a peer encodes as 64-bit (msgpack uint64)', async () => {
+    // { id: 1, method: "hello", params: { versions: [1] } } with every integer as 0xcf uint64
+    const u64 = (n: number) => Buffer.from([0xcf, 0, 0, 0, 0, 0, 0, 0, n]);
+    const str = (t: string) => Buffer.concat([Buffer.from([0xa0 | t.length]), Buffer.from(t)]);
+    const body = Buffer.concat([Buffer.from([0x83]), str('id'), u64(1), str('method'), str('hello'), str('params'), Buffer.from([0x81]), str('versions'), Buffer.from([0x91]), u64(1)]);
+    const prefix = Buffer.alloc(4);
+    prefix.writeUInt32BE(body.length);
+    const { frames } = await exchange([prefix, body], 500);
+    expect(frames[0]).toMatchObject({ id: 1, result: { version: 1 } });
+  });
+
   it('refuses an unsupported version with the supported range and closes', async () => {
     const { frames, closedByServer } = await exchange([hello([99])]);
     expect(frames[0].error).toMatchObject({ code: 'UNSUPPORTED_VERSION', retryable: false, details: { supported: [1] } });

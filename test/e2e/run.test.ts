@@ -142,8 +142,41 @@ describe('sbx run', () => {
     expect(r.stderr.toString()).toContain('SESSION_NOT_FOUND');
   });
 
+  it('exits with the status after a reader that stalled until the session ended', async () => {
+    const { spawn } = await import('node:child_process');
+    const { SBX, until } = await import('../helpers/daemon.js');
+    const key = `stalled-${Date.now()}`;
+    const child = spawn(process.execPath, [SBX, 'run', '--key', key, '--', 'sh', '-c', 'head -c 20000000 /dev/zero; echo err >&2; exit 3'], {
+      env: { ...process.env, SBX_SOCKET: daemon.socketPath },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+    child.stdout.pause();
+    // Nobody reads sbx's stdout until the session has ended and its receipt is durable.
+    await until(async () => (await daemon.sbx(['receipt', '--key', key])).status === 0, 'the session to end');
+    let bytes = 0;
+    child.stdout.on('data', (d: Buffer) => (bytes += d.length));
+    child.stdout.resume();
+    expect(await exited).toBe(3);
+    expect(bytes).toBe(20_000_000);
+  });
+
+  it('says why a command could not start', async () => {
+    const r = await daemon.sbx(['run', '--', 'sbx-no-such-command']);
+    expect(r.status).toBe(127);
+    expect(r.stderr.toString()).toBe('sbx: sbx-no-such-command: not found (exec failed: ENOENT)\n');
+  });
+
+  it('resolves a relative --cwd against the CLI working directory', async () => {
+    const r = await daemon.sbx(['run', '--cwd', '.', '--', 'pwd']);
+    expect(r.stdout.toString()).toBe(`${daemon.dir}\n`);
+  });
+
   it('status reports version, generation, mode and sessions', async () => {
-    const r = await daemon.sbx(['status']);
+    const human = await daemon.sbx(['status']);
+    expect(human.stdout.toString()).toMatch(/^version +\d+\.\d+\.\d+ \(protocol 1\)\n/);
+    expect(human.stdout.toString()).toMatch(/\nmode +cgroup \(/);
+    const r = await daemon.sbx(['status', '--json']);
     const status = JSON.parse(r.stdout.toString());
     expect(status).toMatchObject({ protocol: 1, generation: 1, mode: 'cgroup', pid: daemon.pid, socket: daemon.socketPath });
   });

@@ -20,7 +20,7 @@ const marker = () => `4${randomBytes(2).readUInt16BE(0) % 100}.${randomBytes(3).
 
 describe('subreaper mode', () => {
   it('says so in status and makes no cgroup', async () => {
-    const status = JSON.parse((await daemon.sbx(['status'])).stdout.toString());
+    const status = JSON.parse((await daemon.sbx(['status', '--json'])).stdout.toString());
     expect(status.mode).toBe('subreaper');
     expect(status.cgroup).toBeNull();
     expect(existsSync(daemon.cgroupBase!)).toBe(false);

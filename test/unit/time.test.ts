@@ -10,6 +10,9 @@ describe('durations', () => {
     expect(parseDurationMs('1h')).toBe(3_600_000);
     expect(parseDurationMs('1.5s')).toBe(1500);
     expect(parseDurationMs('0')).toBe(0);
+    expect(parseDurationMs('10')).toBe(10_000); // seconds, as timeout(1)
+    expect(parseDurationMs('0.4ms')).toBe(1); // never rounds down to "no deadline"
+    expect(parseDurationMs('2d')).toBe(2 * 86_400_000);
   });
   it('refuses negative, non-numeric and absurd values', () => {
     for (const bad of ['-1s', 'soon', '1x', '', '31d', '1e9h']) expect(() => parseDurationMs(bad)).toThrow(RangeError);
