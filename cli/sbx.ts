@@ -8,7 +8,7 @@ import { writeFileSync } from 'node:fs';
 import { resolve as resolvePath } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { SupervisorClient } from '../ipc/client.js';
+import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient } from '../ipc/client.js';
 import { parseDurationMs } from '../ipc/duration.js';
 import { isSupervisorError } from '../ipc/errors.js';
 import { exitStatusOf, type Receipt, type SessionSelector, type StreamName } from '../ipc/protocol.js';
@@ -67,86 +67,16 @@ function collectEnv(kv: string, acc: Record<string, string>): Record<string, str
   return acc;
 }
 
-/** Writes to a local stream, pausing the connection while it is backed up. */
-function writeOut(out: NodeJS.WriteStream, data: Uint8Array, client: SupervisorClient): void {
-  if (!out.write(data)) {
-    client.pause();
-    out.once('drain', () => client.resume());
-  }
-}
-
-/** How long sbx keeps trying to reach a supervisor that went away (restart, crash). */
-const RECONNECT_MS = 60_000;
-
-/**
- * A connection that comes back: get() reconnects after a drop, retrying for RECONNECT_MS,
- * then fails with a message that says the session may still run.
- */
-class Reconnecting {
-  constructor(private readonly g: GlobalOptions, public client: SupervisorClient | null = null) {}
-
-  async get(): Promise<SupervisorClient> {
-    const giveUpAt = Date.now() + RECONNECT_MS;
-    while (!this.client) {
-      try {
-        this.client = await SupervisorClient.connect({ socketPath: this.g.socket, clientName: 'sbx' });
-      } catch (err) {
-        if (Date.now() > giveUpAt) throw new Error(`lost the supervisor and it did not come back within ${RECONNECT_MS / 1000} s (${describe(err)})`);
-        await new Promise((r) => setTimeout(r, 200));
-      }
-    }
-    return this.client;
-  }
-
-  drop(): void {
-    this.client?.close();
-    this.client = null;
-  }
-}
-
-interface Follower {
-  stream: StreamName;
-  out: NodeJS.WriteStream;
-  /** Bytes written out so far: where a resumed subscription starts. */
-  cursor: number;
-}
-
-/**
- * Streams each follower's stream from its cursor to its end (follow: until final), then
- * runs `then` on the same connection. A dropped connection is re-made and every stream
- * resumed from the last byte written out: no gap, no duplicate.
- */
-async function follow<T>(conn: Reconnecting, sel: SessionSelector, followers: Follower[], followToEnd: boolean, then: (c: SupervisorClient) => Promise<T>): Promise<T> {
-  for (;;) {
-    const c = await conn.get();
-    try {
-      await Promise.all(
-        followers.map(
-          (f) =>
-            new Promise<void>((resolve, reject) => {
-              c.subscribe({ ...sel, stream: f.stream, from: f.cursor, follow: followToEnd }, {
-                onOutput: (ev) => {
-                  if (ev.cursor !== f.cursor) return; // never write a byte twice
-                  writeOut(f.out, ev.data, c);
-                  f.cursor += ev.data.byteLength;
-                },
-                onEnd: () => resolve(),
-              }).catch(reject);
-              c.onClose(reject);
-            }),
-        ),
-      );
-      return await then(c);
-    } catch (err) {
-      if (isSupervisorError(err)) throw err;
-      conn.drop();
-    }
+/** Copies one stream to a local output, waiting for the output to drain (backpressure). */
+async function pipeOutput(g: GlobalOptions, sel: SessionSelector, stream: StreamName, out: NodeJS.WriteStream, from: number, followToEnd: boolean): Promise<void> {
+  for await (const chunk of readOutput({ socketPath: g.socket, clientName: 'sbx', selector: sel, stream, from, follow: followToEnd })) {
+    if (!out.write(chunk.data)) await new Promise((r) => out.once('drain', r));
   }
 }
 
 /** Sends a request, retrying retryable refusals (ADMISSION_DENIED, LIMIT_EXCEEDED) for a while. */
 async function withRetry<T>(fn: () => Promise<T>): Promise<T> {
-  const giveUpAt = Date.now() + RECONNECT_MS;
+  const giveUpAt = Date.now() + DEFAULT_RECONNECT_MS;
   for (;;) {
     try {
       return await fn();
@@ -162,14 +92,14 @@ async function withRetry<T>(fn: () => Promise<T>): Promise<T> {
  * SIGINT/SIGTERM/SIGHUP/SIGQUIT to sbx run are sent on to every process of the session; a
  * second SIGINT detaches (the session runs on) and exits 130.
  */
-function forwardSignals(conn: Reconnecting, sessionId: string): void {
+function forwardSignals(conn: ReconnectingClient, sessionId: string): void {
   let interrupts = 0;
   const forward = (signal: NodeJS.Signals) => {
     if (signal === 'SIGINT' && ++interrupts >= 2) {
       process.stderr.write(`sbx: detached; session ${sessionId} goes on (sbx wait ${sessionId})\n`);
       process.exit(130);
     }
-    conn.client?.request('kill', { session_id: sessionId, signal }).catch(() => {});
+    conn.current?.request('kill', { session_id: sessionId, signal }).catch(() => {});
   };
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const) process.on(signal, () => forward(signal));
 }
@@ -240,12 +170,13 @@ sub('run')
       client.close();
       return;
     }
-    const conn = new Reconnecting(g, client);
+    const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx' }, client);
     forwardSignals(conn, launched.session_id);
     const sel = { session_id: launched.session_id };
     let receipt: Receipt;
     try {
-      receipt = await follow(conn, sel, [{ stream: 'stdout', out: process.stdout, cursor: 0 }, { stream: 'stderr', out: process.stderr, cursor: 0 }], true, (c) => c.wait(sel));
+      await Promise.all([pipeOutput(g, sel, 'stdout', process.stdout, 0, true), pipeOutput(g, sel, 'stderr', process.stderr, 0, true)]);
+      receipt = await conn.run((c) => c.wait(sel));
     } catch (err) {
       fail(describe(err));
     }
@@ -306,13 +237,12 @@ sub('logs')
   .action(async (id: string | undefined, o: { key?: string; from: number; stream: StreamName; follow?: boolean }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
-    const conn = new Reconnecting(g, await connect(g));
+    (await connect(g)).close(); // a clear message now if no supervisor is there
     try {
-      await follow(conn, sel, [{ stream: o.stream, out: process.stdout, cursor: o.from }], o.follow ?? false, async () => {});
+      await pipeOutput(g, sel, o.stream, process.stdout, o.from, o.follow ?? false);
     } catch (err) {
       fail(describe(err));
     }
-    conn.drop();
   });
 
 sub('resolve')
@@ -342,10 +272,10 @@ sub('wait')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
-    const conn = new Reconnecting(g, await connect(g));
+    const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx' }, await connect(g));
     let receipt: Receipt;
     try {
-      receipt = await follow(conn, sel, [], true, (c) => c.wait(sel));
+      receipt = await conn.run((c) => c.wait(sel));
     } catch (err) {
       fail(describe(err));
     }

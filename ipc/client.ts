@@ -192,3 +192,157 @@ export class SupervisorClient {
 function withoutUndefined(params: object): Record<string, unknown> {
   return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined));
 }
+
+/** Default time a ReconnectingClient keeps trying to reach a supervisor that went away. */
+export const DEFAULT_RECONNECT_MS = 60_000;
+
+export interface ReconnectOptions extends ConnectOptions {
+  /** How long to keep trying after a drop, in ms (default 60 s). */
+  reconnectMs?: number;
+}
+
+/**
+ * A connection that comes back: run(fn) calls fn with a connected client and, when the
+ * connection drops (supervisor restart, EOF), reconnects and calls fn again, for up to
+ * reconnectMs. SupervisorErrors (answers, not transport failures) are thrown as they are.
+ */
+export class ReconnectingClient {
+  private client: SupervisorClient | null;
+
+  constructor(private readonly options: ReconnectOptions = {}, first: SupervisorClient | null = null) {
+    this.client = first;
+  }
+
+  /** The connected client now, if any (e.g. to send a signal without waiting). */
+  get current(): SupervisorClient | null {
+    return this.client;
+  }
+
+  /** A connected client, reconnecting for up to reconnectMs. */
+  async get(): Promise<SupervisorClient> {
+    const giveUpAt = Date.now() + (this.options.reconnectMs ?? DEFAULT_RECONNECT_MS);
+    while (!this.client) {
+      try {
+        this.client = await SupervisorClient.connect(this.options);
+      } catch (err) {
+        if (Date.now() > giveUpAt) {
+          const reason = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+          throw new Error(`lost the supervisor and it did not come back within ${Math.round((this.options.reconnectMs ?? DEFAULT_RECONNECT_MS) / 1000)} s (${reason})`);
+        }
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+    return this.client;
+  }
+
+  /** Runs fn on a live connection, again on a new one after each drop. */
+  async run<T>(fn: (client: SupervisorClient) => Promise<T>): Promise<T> {
+    for (;;) {
+      const client = await this.get();
+      try {
+        return await fn(client);
+      } catch (err) {
+        if (err instanceof SupervisorError) throw err;
+        this.drop();
+      }
+    }
+  }
+
+  /** Closes the connection (a later get() makes a new one). */
+  drop(): void {
+    this.client?.close();
+    this.client = null;
+  }
+}
+
+export interface OutputChunk {
+  stream: StreamName;
+  /** Cursor of data[0]. */
+  cursor: number;
+  data: Buffer;
+}
+
+export interface ReadOutputOptions extends ReconnectOptions {
+  selector: SessionSelector;
+  stream: StreamName;
+  /** First cursor (default 0). */
+  from?: number;
+  /** Keep reading until the stream is final (default: stop at the bytes stored now). */
+  follow?: boolean;
+}
+
+/**
+ * The bytes of one stream from a cursor, as an async iterator. Reading is pulled: while the
+ * consumer does not take chunks the socket is paused, so the supervisor holds off, never
+ * buffering without bound. A dropped connection is re-made and the stream resumed from the
+ * next byte not yet yielded: no gap and no duplicate.
+ *
+ *   for await (const { cursor, data } of readOutput({ selector: { session_id }, stream: 'stdout', follow: true })) ...
+ */
+export async function* readOutput(options: ReadOutputOptions): AsyncGenerator<OutputChunk> {
+  const conn = new ReconnectingClient(options);
+  let cursor = options.from ?? 0;
+  const queue: OutputChunk[] = [];
+  let done = false;
+  let failure = null as Error | null;
+  let wake = null as (() => void) | null;
+  const notify = () => {
+    wake?.();
+    wake = null;
+  };
+  let paused = null as SupervisorClient | null;
+  try {
+    for (;;) {
+      const client = await conn.get();
+      done = false;
+      failure = null;
+      let expected = cursor; // the queue is empty whenever we (re)subscribe
+      client
+        .subscribe({ ...options.selector, stream: options.stream, from: expected, follow: options.follow ?? false }, {
+          onOutput: (ev) => {
+            if (ev.cursor !== expected) return;
+            const data = Buffer.from(ev.data.buffer, ev.data.byteOffset, ev.data.byteLength);
+            queue.push({ stream: options.stream, cursor: ev.cursor, data });
+            expected += data.length;
+            if (queue.length >= 16) {
+              client.pause();
+              paused = client;
+            }
+            notify();
+          },
+          onEnd: () => {
+            done = true;
+            notify();
+          },
+        })
+        .catch((err: Error) => {
+          failure = err;
+          notify();
+        });
+      client.onClose((err) => {
+        failure ??= err;
+        notify();
+      });
+      for (;;) {
+        const chunk = queue.shift();
+        if (chunk) {
+          if (paused && queue.length < 4) {
+            paused.resume();
+            paused = null;
+          }
+          cursor = chunk.cursor + chunk.data.length;
+          yield chunk;
+          continue;
+        }
+        if (done) return;
+        if (failure) break;
+        await new Promise<void>((r) => (wake = r));
+      }
+      const why = failure as Error | null; // set by the callbacks above
+      if (why instanceof SupervisorError) throw why;
+      conn.drop();
+    }
+  } finally {
+    conn.drop();
+  }
+}

@@ -40,6 +40,8 @@ const ConfigSchema = z
       .prefault({}),
     session: z
       .object({
+        /** Sessions not yet ended at once; the next launch gets LIMIT_EXCEEDED. */
+        maxSessions: z.number().int().min(1).max(1_000_000).default(4096),
         defaultGraceMs: durationMs.default(10_000),
         path: z.string().default('/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'),
         lang: z.string().default('C.UTF-8'),
@@ -49,6 +51,18 @@ const ConfigSchema = z
     ipc: z
       .object({
         maxFrameBytes: z.number().int().min(1024).max(256 * MiB).default(DEFAULT_MAX_FRAME_BYTES),
+        /** Open connections at once; the next one gets LIMIT_EXCEEDED and is closed. */
+        maxConnections: z.number().int().min(1).max(1_000_000).default(1024),
+        /** Requests (subscriptions and waits included) one connection may have unanswered. */
+        maxInFlight: z.number().int().min(1).max(1_000_000).default(64),
+        /** A connection that has not said hello by then is closed (slowloris). */
+        handshakeTimeoutMs: durationMs.default(10_000),
+        /** Peers allowed by uid (SO_PEERCRED); the supervisor's own uid and root always are. */
+        allowUids: z.array(z.number().int().min(0)).default([]),
+        /** Peers allowed by primary gid. */
+        allowGids: z.array(z.number().int().min(0)).default([]),
+        /** Group (name or gid) given the socket (0660) and its directory (0750). */
+        socketGroup: z.union([z.string().min(1), z.number().int().min(0)]).optional(),
       })
       .strict()
       .prefault({}),

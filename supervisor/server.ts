@@ -2,7 +2,7 @@
 // dispatches each request to its handler, and streams output subscriptions from the chunk
 // files with socket backpressure (a slow reader is paused, never buffered without bound,
 // and never slows the drain). Owns connections; not sessions.
-import { chmodSync, mkdirSync, unlinkSync, lstatSync } from 'node:fs';
+import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
@@ -22,14 +22,19 @@ const OUTPUT_EVENT_BYTES = 256 * 1024;
 
 type Handler = (conn: Connection, id: number, params: unknown) => unknown;
 
-/** One client connection. */
+/** Bytes queued towards a client above which we stop reading its requests. */
+const OUTBOUND_HIGH_WATER_BYTES = 4 * 1024 * 1024;
+
+/** One client connection: its decoder, its peer, what it has in flight, and backpressure. */
 class Connection {
   private readonly decoder: FrameDecoder;
   helloDone = false;
   closed = false;
+  /** Requests received and not yet finished (subscriptions until their end event). */
+  inFlight = 0;
   private readonly drainWaiters: (() => void)[] = [];
 
-  constructor(readonly socket: Socket, maxFrameBytes: number) {
+  constructor(readonly socket: Socket, maxFrameBytes: number, readonly peer: { pid: number; uid: number; gid: number }) {
     this.decoder = new FrameDecoder(maxFrameBytes);
     socket.on('drain', () => this.wake());
     socket.on('close', () => {
@@ -43,15 +48,26 @@ class Connection {
     this.decoder.push(data, onFrame);
   }
 
-  /** Sends a frame; resolves when the socket can take more (backpressure). */
+  /**
+   * Sends a frame; resolves when the socket can take more. While the client does not read,
+   * its requests are not read either, so nothing queues without bound on either side.
+   */
   async send(frame: unknown): Promise<void> {
     if (this.closed) return;
     if (!this.socket.write(encodeFrame(frame))) {
+      if (this.socket.writableLength > OUTBOUND_HIGH_WATER_BYTES) this.socket.pause();
       await new Promise<void>((resolve) => this.drainWaiters.push(resolve));
     }
   }
 
+  /** Sends a last frame and closes. */
+  refuse(frame: unknown): void {
+    this.socket.end(encodeFrame(frame));
+    this.socket.destroySoon();
+  }
+
   private wake(): void {
+    if (!this.closed) this.socket.resume();
     for (const w of this.drainWaiters.splice(0)) w();
   }
 }
@@ -112,8 +128,7 @@ export class SupervisorServer {
       resolve: async (c, _id, p) => {
         const params = validate(Schemas.resolve, p, 'resolve');
         // Who attests is read from the socket (SO_PEERCRED), never taken from the request.
-        const peer = native().peerCred((c.socket as unknown as { _handle: { fd: number } })._handle.fd);
-        return sup.resolve(params, { uid: peer.uid, pid: peer.pid, reason: params.reason });
+        return sup.resolve(params, { uid: c.peer.uid, pid: c.peer.pid, reason: params.reason });
       },
     };
   }
@@ -121,7 +136,8 @@ export class SupervisorServer {
   /** Binds the socket (0660 in a 0750 dir; a stale socket file is replaced). */
   async listen(): Promise<void> {
     const dir = dirname(this.socketPath);
-    mkdirSync(dir, { recursive: true, mode: 0o750 });
+    // Only a directory we create is ours to chown/chmod (never /tmp or /run themselves).
+    const createdDir = mkdirSync(dir, { recursive: true, mode: 0o750 }) !== undefined;
     try {
       if (lstatSync(this.socketPath).isSocket()) unlinkSync(this.socketPath);
     } catch {
@@ -135,6 +151,15 @@ export class SupervisorServer {
       });
     });
     chmodSync(this.socketPath, 0o660);
+    const group = this.supervisor.config.ipc.socketGroup;
+    if (group !== undefined) {
+      const gid = typeof group === 'number' ? group : groupId(group);
+      chownSync(this.socketPath, process.getuid?.() ?? 0, gid);
+      if (createdDir) {
+        chownSync(dir, process.getuid?.() ?? 0, gid);
+        chmodSync(dir, 0o750);
+      }
+    }
   }
 
   /** Stops accepting, closes every connection, removes the socket file. */
@@ -149,20 +174,52 @@ export class SupervisorServer {
     }
   }
 
+  /**
+   * A new connection: its peer is read from the socket (SO_PEERCRED, unix(7)) and checked
+   * against the allow-list; the connection bound, then the hello deadline, apply.
+   */
   private accept(socket: Socket): void {
-    const conn = new Connection(socket, this.supervisor.config.ipc.maxFrameBytes);
+    const ipc = this.supervisor.config.ipc;
+    let peer = { pid: 0, uid: -1, gid: -1 };
+    try {
+      peer = native().peerCred((socket as unknown as { _handle: { fd: number } })._handle.fd);
+    } catch (err) {
+      this.log.error({ err }, 'cannot read the peer credentials; refusing the connection');
+    }
+    const conn = new Connection(socket, ipc.maxFrameBytes, peer);
+    if (!this.allowed(peer)) {
+      this.log.warn({ uid: peer.uid, gid: peer.gid, pid: peer.pid }, 'refused a peer outside the allow-list');
+      conn.refuse({ id: 0, error: new SupervisorError('UNAUTHORIZED', `uid ${peer.uid} / gid ${peer.gid} may not use this supervisor`).toWire() });
+      return;
+    }
+    if (this.connections.size >= ipc.maxConnections) {
+      this.log.warn({ uid: peer.uid, pid: peer.pid, max: ipc.maxConnections }, 'connection limit reached');
+      conn.refuse({ id: 0, error: new SupervisorError('LIMIT_EXCEEDED', `${ipc.maxConnections} connections are open`, { limit: 'connections', max: ipc.maxConnections, retry_after_ms: 500 }).toWire() });
+      return;
+    }
     this.connections.add(conn);
-    socket.on('close', () => this.connections.delete(conn));
+    const handshake = setTimeout(() => {
+      if (!conn.helloDone) conn.refuse({ id: 0, error: new SupervisorError('INVALID_ARGUMENT', `no hello within ${ipc.handshakeTimeoutMs} ms`).toWire() });
+    }, ipc.handshakeTimeoutMs);
+    socket.on('close', () => {
+      clearTimeout(handshake);
+      this.connections.delete(conn);
+    });
     socket.on('data', (data: Buffer) => {
       try {
         conn.decode(data, (frame) => void this.dispatch(conn, frame));
       } catch (err) {
         const wire = isSupervisorError(err) ? err.toWire() : new SupervisorError('INVALID_ARGUMENT', String(err)).toWire();
-        this.log.warn({ code: wire.code }, 'closing connection after a bad frame');
-        socket.end(encodeFrame({ id: 0, error: wire }));
-        socket.destroySoon();
+        this.log.warn({ code: wire.code, uid: peer.uid, pid: peer.pid }, 'closing connection after a bad frame');
+        conn.refuse({ id: 0, error: wire });
       }
     });
+  }
+
+  /** root, the supervisor's own uid, and the configured uids and gids. */
+  private allowed(peer: { uid: number; gid: number }): boolean {
+    const ipc = this.supervisor.config.ipc;
+    return peer.uid === 0 || peer.uid === process.getuid?.() || ipc.allowUids.includes(peer.uid) || ipc.allowGids.includes(peer.gid);
   }
 
   private async dispatch(conn: Connection, raw: unknown): Promise<void> {
@@ -193,8 +250,17 @@ export class SupervisorServer {
       if (frame.method === 'hello') throw new SupervisorError('INVALID_ARGUMENT', 'hello was already exchanged on this connection');
       const handler = Object.hasOwn(this.handlers, frame.method) ? this.handlers[frame.method] : undefined;
       if (!handler) throw new SupervisorError('INVALID_ARGUMENT', `unknown method ${JSON.stringify(frame.method)}`);
-      const result = await handler(conn, id, frame.params);
-      if (result !== undefined) await conn.send({ id, result });
+      const max = this.supervisor.config.ipc.maxInFlight;
+      if (conn.inFlight >= max) {
+        throw new SupervisorError('LIMIT_EXCEEDED', `${max} requests of this connection are in flight`, { limit: 'in_flight', max, retry_after_ms: 100 });
+      }
+      conn.inFlight++;
+      try {
+        const result = await handler(conn, id, frame.params);
+        if (result !== undefined) await conn.send({ id, result });
+      } finally {
+        conn.inFlight--;
+      }
     } catch (err) {
       if (!isSupervisorError(err)) this.log.error({ err, method: frame?.method }, 'request failed');
       const wire = isSupervisorError(err) ? err.toWire() : new SupervisorError('INTERNAL', (err as Error).message).toWire();
@@ -255,3 +321,12 @@ export class SupervisorServer {
   }
 }
 
+
+/** gid of a group name from /etc/group (group(5)); throws naming it when absent. */
+function groupId(name: string): number {
+  for (const line of readFileSync('/etc/group', 'utf8').split('\n')) {
+    const [gname, , gid] = line.split(':');
+    if (gname === name) return Number(gid);
+  }
+  throw new Error(`ipc.socketGroup: no group named ${JSON.stringify(name)} in /etc/group`);
+}

@@ -201,6 +201,14 @@ export class Supervisor {
       }
       return { session_id: existing.id, invocation_key: key, existing: true, state: existing.state, command_digest: digest };
     }
+    const live = this.liveSessions();
+    if (live >= this.config.session.maxSessions) {
+      throw new SupervisorError('LIMIT_EXCEEDED', `${live} sessions are running, the limit is ${this.config.session.maxSessions}`, {
+        limit: 'sessions',
+        max: this.config.session.maxSessions,
+        retry_after_ms: 1000,
+      });
+    }
     if (this.reconciling) {
       throw new SupervisorError('ADMISSION_DENIED', 'reconciling sessions left by a restart; retry shortly', { retry_after_ms: 250 });
     }
@@ -261,6 +269,13 @@ export class Supervisor {
       throw new SupervisorError('SESSION_NOT_FOUND', `no ${what}`);
     }
     return session;
+  }
+
+  /** Sessions that have not ended (unknown ones included: they may still run). */
+  liveSessions(): number {
+    let n = 0;
+    for (const s of this.sessions.values()) if (s.state !== 'ended') n++;
+    return n;
   }
 
   list(all: boolean): Session[] {

@@ -170,7 +170,10 @@ describe('cancel and kill', () => {
     expect(waited.status).toBe(128 + 10);
     const receipt = JSON.parse(waited.stdout.toString()) as Receipt;
     expect(receipt.outcome).toBe('signaled');
-    expect(receipt.termination.cause).toBeNull();
+    expect(receipt.exit.signal).toBe('SIGUSR1');
+    // kill records no cause of its own; a descendant still exiting when the leader is reaped
+    // may meet the linger TERM (a race of the kernel's, not of the test's making).
+    expect([null, 'linger']).toContain(receipt.termination.cause);
     const bad = await daemon.sbx(['kill', id, '--signal', 'SIGNOPE']);
     expect(bad.status).toBe(125);
     expect(bad.stderr.toString()).toContain('INVALID_ARGUMENT');
