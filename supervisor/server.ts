@@ -60,10 +60,16 @@ class Connection {
     }
   }
 
-  /** Sends a last frame and closes. */
+  /**
+   * Sends a last frame and half-closes. What the peer still sends is read and dropped, so
+   * closing with unread bytes does not reset the connection (and discard the frame on its
+   * side); the socket is destroyed once the peer closes too, or after a second.
+   */
   refuse(frame: unknown): void {
+    this.socket.removeAllListeners('data');
+    this.socket.on('data', () => {});
     this.socket.end(encodeFrame(frame));
-    this.socket.destroySoon();
+    setTimeout(() => this.socket.destroy(), 1000).unref();
   }
 
   private wake(): void {

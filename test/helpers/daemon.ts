@@ -16,6 +16,8 @@ export const DAEMON = join(ROOT, 'dist/supervisor/main.js');
 export interface DaemonOptions {
   /** Extra config keys (merged over the test defaults). */
   config?: Record<string, unknown>;
+  /** Where the socket goes (default: the daemon's private temp dir). */
+  socketPath?: string;
 }
 
 export interface SbxResult {
@@ -90,7 +92,7 @@ export class TestDaemon {
 
   constructor(private readonly options: DaemonOptions = {}) {
     this.dir = mkdtempSync(join(tmpdir(), 'sbx-test-'));
-    this.socketPath = join(this.dir, 'supervisor.sock');
+    this.socketPath = options.socketPath ?? join(this.dir, 'supervisor.sock');
     this.stateDir = join(this.dir, 'state');
     this.cgroupParent = `/${TEST_CGROUP_PREFIX}${process.pid}-${randomBytes(4).toString('hex')}`;
     this.logPath = join(this.dir, 'supervisor.log');

@@ -1,0 +1,197 @@
+// The socket as the supervisor's only door: bounds (connections, in-flight requests,
+// sessions, the hello deadline), backpressure towards a stalled reader, and the peer
+// allow-list checked with SO_PEERCRED against a client really running as nobody.
+import { execFileSync } from 'node:child_process';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { SupervisorClient, readOutput } from '../../ipc/client.js';
+import { encodeFrame, FrameDecoder } from '../../ipc/framing.js';
+import { isSupervisorError } from '../../ipc/errors.js';
+import { sha256, TestDaemon, until } from '../helpers/daemon.js';
+
+const daemons: TestDaemon[] = [];
+const sockets: Socket[] = [];
+afterEach(async () => {
+  for (const s of sockets.splice(0)) s.destroy();
+  for (const d of daemons.splice(0)) await d.stop();
+});
+async function daemon(config: Record<string, unknown> = {}, socketPath?: string): Promise<TestDaemon> {
+  const d = new TestDaemon({ config, socketPath });
+  daemons.push(d);
+  return d.start();
+}
+
+/** A raw connection collecting decoded frames; closed tells whether the server closed it. */
+function raw(socketPath: string) {
+  const socket = connect(socketPath);
+  sockets.push(socket);
+  const frames: any[] = [];
+  const decoder = new FrameDecoder();
+  const state = { closed: false };
+  socket.on('data', (d) => decoder.push(d, (f) => frames.push(f)));
+  socket.on('error', () => {});
+  socket.on('close', () => (state.closed = true));
+  return { socket, frames, state };
+}
+const hello = (id = 1) => encodeFrame({ id, method: 'hello', params: { versions: [1] } });
+const rssKb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
+
+describe('bounds', () => {
+  it('300 connections at once, half silent: status and sessions keep being served', async () => {
+    const d = await daemon();
+    const c = await d.client();
+    const { session_id } = await c.launch({ argv: ['sh', '-c', 'for i in $(seq 1 200); do echo "n $i"; done; sleep 0.5'], cwd: '/' });
+    const conns = Array.from({ length: 300 }, (_, i) => raw(d.socketPath));
+    conns.forEach((r, i) => {
+      if (i % 2) r.socket.write(Buffer.concat([hello(), encodeFrame({ id: 2, method: 'status', params: {} })]));
+    });
+    await until(() => conns.every((r, i) => i % 2 === 0 || r.frames.length === 2), 'the talking half to be answered');
+    expect(conns.filter((r, i) => i % 2 && r.frames[1].result?.mode === 'cgroup')).toHaveLength(150);
+    const status = await d.sbx(['status', '--json']);
+    expect(status.status).toBe(0);
+    const receipt = await c.wait({ session_id });
+    const expected = Array.from({ length: 200 }, (_, i) => `n ${i + 1}\n`).join('');
+    expect(receipt.output.stdout).toMatchObject({ final_cursor: expected.length, sha256: sha256(expected), complete: true });
+  });
+
+  it('refuses connections past maxConnections with LIMIT_EXCEEDED, and closes silent ones after the hello deadline', async () => {
+    const d = await daemon({ ipc: { maxConnections: 5, handshakeTimeoutMs: 300 } });
+    const held = Array.from({ length: 5 }, () => raw(d.socketPath));
+    await until(() => held.every((r) => r.socket.readyState === 'open'), 'five connections');
+    const sixth = raw(d.socketPath);
+    await until(() => sixth.state.closed, 'the sixth to be closed');
+    expect(sixth.frames[0].error).toMatchObject({ code: 'LIMIT_EXCEEDED', retryable: true, details: { limit: 'connections', max: 5 } });
+    await until(() => held.every((r) => r.state.closed), 'the silent ones to be closed after 300 ms');
+    expect(held[0].frames[0].error.message).toContain('no hello within 300 ms');
+    const ok = await d.sbx(['status']);
+    expect(ok.status).toBe(0);
+  });
+
+  it('bounds live sessions and in-flight requests per connection', async () => {
+    const d = await daemon({ ipc: { maxInFlight: 2 }, session: { maxSessions: 2 } });
+    const r = raw(d.socketPath);
+    r.socket.write(hello());
+    const answer = async (frame: object & { id: number }) => {
+      r.socket.write(encodeFrame(frame));
+      return until(() => r.frames.find((f) => f.id === frame.id), `the answer to ${frame.id}`);
+    };
+    const launch = (id: number) => ({ id, method: 'launch', params: { argv: ['sleep', '30'], cwd: '/', timeout_ms: 20_000 } });
+    const first = (await answer(launch(2))).result.session_id;
+    const second = (await answer(launch(3))).result.session_id;
+    expect((await answer(launch(4))).error).toMatchObject({ code: 'LIMIT_EXCEEDED', retryable: true, details: { limit: 'sessions', max: 2 } });
+    r.socket.write(encodeFrame({ id: 12, method: 'wait', params: { session_id: first } }));
+    r.socket.write(encodeFrame({ id: 13, method: 'wait', params: { session_id: second } }));
+    expect((await answer({ id: 14, method: 'status', params: {} })).error).toMatchObject({ code: 'LIMIT_EXCEEDED', details: { limit: 'in_flight', max: 2 } });
+    for (const id of [first, second]) await d.sbx(['cancel', id, '--grace', '0']);
+    await until(() => r.frames.some((f) => f.id === 12) && r.frames.some((f) => f.id === 13), 'both waits to be answered');
+    expect(r.frames.filter((f) => f.id === 12 || f.id === 13).map((f) => f.result.outcome)).toEqual(['cancelled', 'cancelled']);
+    expect((await answer({ id: 15, method: 'status', params: {} })).result.mode).toBe('cgroup');
+  });
+});
+
+describe('backpressure', () => {
+  it('a reader stalled for 5 s while 200 MiB are written: bounded RSS, the producer never blocks, every byte arrives', async () => {
+    const d = await daemon();
+    const c = await d.client();
+    const copy = join(d.dir, 'copy.bin');
+    const { session_id } = await c.launch({ argv: ['sh', '-c', `head -c 209715200 /dev/urandom | tee ${copy}`], cwd: '/' });
+    const rssBefore = rssKb(d.pid);
+    const reader = readOutput({ socketPath: d.socketPath, selector: { session_id }, stream: 'stdout', follow: true });
+    const first = await reader.next();
+    expect(first.done).toBe(false);
+    const stalledAt = Date.now();
+    // The reader takes nothing more now. The producer must still finish, with a receipt.
+    const watcher = await d.client();
+    const receipt = await watcher.wait({ session_id });
+    const rssPeak = rssKb(d.pid);
+    await until(() => Date.now() - stalledAt >= 5000, 'the 5 s stall to be over', 10_000);
+    expect(Date.parse(receipt.ended_at)).toBeLessThan(stalledAt + 5000);
+    expect(rssPeak - rssBefore).toBeLessThan(96 * 1024); // kB; 200 MiB went to disk, not memory
+    const hash = (await import('node:crypto')).createHash('sha256');
+    let bytes = first.value!.data.length;
+    hash.update(first.value!.data);
+    for await (const chunk of reader) {
+      hash.update(chunk.data);
+      bytes += chunk.data.length;
+    }
+    expect(bytes).toBe(209715200);
+    expect(hash.digest('hex')).toBe(receipt.output.stdout!.sha256);
+    expect(receipt.output.stdout!.sha256).toBe(sha256(readFileSync(copy)));
+  });
+
+  it('logs --from past the end: CURSOR_OUT_OF_RANGE at once; with --follow it waits for those bytes', async () => {
+    const d = await daemon();
+    const detached = await d.sbx(['run', '--detach', '--', 'sh', '-c', 'echo first; sleep 0.7; echo second']);
+    const id = detached.stdout.toString().trim();
+    const now = await d.sbx(['logs', id, '--from', '10']);
+    expect(now.status).toBe(125);
+    expect(now.stderr.toString()).toContain('CURSOR_OUT_OF_RANGE');
+    const followed = await d.sbx(['logs', id, '--from', '10', '--follow']);
+    expect(followed.status).toBe(0);
+    expect(followed.stdout.toString()).toBe('second\n'.slice(4)); // bytes 10.. of "first\nsecond\n"
+    const missing = await d.sbx(['logs', 's-0-nope']);
+    expect(missing.status).toBe(125);
+    expect(missing.stderr.toString()).toContain('SESSION_NOT_FOUND');
+  });
+});
+
+describe('peer credentials', () => {
+  const shared = mkdtempSync(join(tmpdir(), 'sbx-peer-'));
+  chmodSync(shared, 0o711);
+  afterAll(() => rmSync(shared, { recursive: true, force: true }));
+  // A client with no dependencies, so it runs as nobody wherever the checkout lives.
+  const script = join(shared, 'hello-as-peer.mjs');
+  writeFileSync(
+    script,
+    `import { connect } from 'node:net';
+const s = connect(process.argv[2]);
+const body = Buffer.from('83a26964 01a66d6574686f64 a568656c6c6f a6706172616d73 81a876657273696f6e73 9101'.replace(/ /g, ''), 'hex');
+const head = Buffer.alloc(4); head.writeUInt32BE(body.length);
+let got = Buffer.alloc(0);
+s.on('connect', () => s.write(Buffer.concat([head, body])));
+s.on('data', (d) => { got = Buffer.concat([got, d]); if (got.includes('version') || got.includes('UNAUTHORIZED')) s.end(); });
+s.on('close', () => console.log(got.toString('latin1').replace(/[^ -~]/g, '.')));
+s.on('error', (e) => console.log('error ' + e.code));
+`,
+  );
+  chmodSync(script, 0o644);
+  const asNobody = (socketPath: string) =>
+    execFileSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, script, socketPath], { env: {} }).toString();
+
+  it('refuses a peer outside the allow-list (a client running as nobody) with UNAUTHORIZED, and logs it', async () => {
+    const d = await daemon({ ipc: { socketGroup: 'nogroup' } }, join(shared, 'refuse.sock'));
+    const out = asNobody(d.socketPath);
+    expect(out).toContain('UNAUTHORIZED');
+    expect(out).toContain('uid 65534');
+    await until(() => /refused a peer outside the allow-list/.test(d.log()) && /"uid":65534/.test(d.log()), 'the log line');
+    const st = (await import('node:fs')).statSync(d.socketPath);
+    expect(st.mode & 0o777).toBe(0o660);
+    expect(st.gid).toBe(65534);
+  });
+
+  it('admits that peer once its gid is allowed', async () => {
+    const d = await daemon({ ipc: { socketGroup: 65534, allowGids: [65534] } }, join(shared, 'admit.sock'));
+    const out = asNobody(d.socketPath);
+    expect(out).toContain('version');
+    expect(out).not.toContain('UNAUTHORIZED');
+  });
+});
+
+describe('client library', () => {
+  it('typed errors carry code and retryability', async () => {
+    const d = await daemon();
+    const c = await SupervisorClient.connect({ socketPath: d.socketPath });
+    try {
+      await c.wait({ session_id: 's-0-missing' });
+      expect.unreachable();
+    } catch (err) {
+      expect(isSupervisorError(err, 'SESSION_NOT_FOUND')).toBe(true);
+      expect((err as { retryable: boolean }).retryable).toBe(false);
+    } finally {
+      c.close();
+    }
+  });
+});
