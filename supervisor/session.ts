@@ -382,13 +382,7 @@ export class Session extends EventEmitter {
     for (const [name, drain] of this.drains) output[name] = drain.finalize();
     const usage = this.leaf?.usage() ?? {};
     await this.finish({
-      sessionId: this.id,
-      invocationKey: this.req.invocationKey,
-      commandDigest: this.req.commandDigest,
-      argv: this.req.argv,
-      cwd: this.req.cwd,
-      supervisor: this.ctx.identity,
-      admittedAt: this.admittedAt,
+      ...this.identityFacts(),
       startedAt: this.startedAt,
       leaderExitedAt: this.leaderExitedAt,
       endedAt: new Date(),
@@ -443,12 +437,8 @@ export class Session extends EventEmitter {
     this.transition('unknown');
   }
 
-  /** Receipt facts shared by reconciliation and operator resolution: nothing observed of the leader. */
-  private ownerLostFacts(death: ReceiptFacts['death'], steps: ReceiptFacts['steps']): ReceiptFacts {
-    const output: Partial<Record<StreamName, StreamOutput>> = {};
-    for (const stream of this.restoredCursors.keys()) {
-      output[stream] = { ...storedStream(this.dir, stream, this.req.chunkBytes), complete: false, reason: 'owner_lost', dropped_bytes: 0, drain_end: 'lost' };
-    }
+  /** What every receipt of this session says about what was admitted, and by whom. */
+  private identityFacts() {
     return {
       sessionId: this.id,
       invocationKey: this.req.invocationKey,
@@ -457,6 +447,17 @@ export class Session extends EventEmitter {
       cwd: this.req.cwd,
       supervisor: this.ctx.identity,
       admittedAt: this.admittedAt,
+    };
+  }
+
+  /** Receipt facts shared by reconciliation and operator resolution: nothing observed of the leader. */
+  private ownerLostFacts(death: ReceiptFacts['death'], steps: ReceiptFacts['steps']): ReceiptFacts {
+    const output: Partial<Record<StreamName, StreamOutput>> = {};
+    for (const stream of this.restoredCursors.keys()) {
+      output[stream] = { ...storedStream(this.dir, stream, this.req.chunkBytes), complete: false, reason: 'owner_lost', dropped_bytes: 0, drain_end: 'lost' };
+    }
+    return {
+      ...this.identityFacts(),
       startedAt: null,
       leaderExitedAt: null,
       endedAt: new Date(),
