@@ -4,14 +4,16 @@
 // decides, per --on-disconnect in a later issue). Exit statuses follow sh, timeout(1) and
 // docker run (SPEC.md): the command's code, 128+N for a signal, 124 for the deadline, 125
 // when the supervisor or the request failed. Imports ipc/ only, never supervisor/.
-import { writeFileSync } from 'node:fs';
-import { resolve as resolvePath } from 'node:path';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve as resolvePath } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient } from '../ipc/client.js';
 import { parseDurationMs } from '../ipc/duration.js';
 import { isSupervisorError } from '../ipc/errors.js';
+import { defaultStateDir } from '../ipc/paths.js';
 import { exitStatusOf, type Receipt, type SessionSelector, type StreamName } from '../ipc/protocol.js';
+import { verifySignature, verifyStoredOutput } from '../ipc/verify.js';
 
 const FAILURE = 125;
 
@@ -224,6 +226,36 @@ sub('kill')
     client.close();
   });
 
+sub('verify')
+  .description("check a receipt's signature and, with the state dir, every stored byte it names (works with the supervisor stopped)")
+  .argument('<receipt>', 'the receipt as JSON (sbx receipt ID > r.json, or --receipt FILE)')
+  .option('--key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
+  .option('--state-dir <dir>', 'also re-read the chunk files there and check cursors and digests')
+  .action((file: string, o: { key?: string; stateDir?: string; json?: boolean }) => {
+    const g = globals(o);
+    let receipt: Receipt;
+    try {
+      receipt = JSON.parse(readFileSync(file, 'utf8')) as Receipt;
+    } catch (err) {
+      fail(`INVALID_ARGUMENT: cannot read the receipt ${file}: ${(err as Error).message}`);
+    }
+    const keyFile = o.key ?? join(o.stateDir ?? defaultStateDir(), 'receipt-key.pub');
+    let keyPem: string;
+    try {
+      keyPem = readFileSync(keyFile, 'utf8');
+    } catch (err) {
+      fail(`INVALID_ARGUMENT: cannot read the public key ${keyFile} (give --key FILE): ${(err as Error).message}`);
+    }
+    const problems = verifySignature(receipt, keyPem);
+    if (o.stateDir && problems.length === 0) problems.push(...verifyStoredOutput(receipt, o.stateDir));
+    if (g.json) printJson({ ok: problems.length === 0, key_id: receipt.signature?.key_id ?? null, problems });
+    else if (problems.length === 0) {
+      const streams = Object.entries(receipt.output).map(([n, s]) => `${n} ${s!.final_cursor} bytes`).join(', ');
+      process.stdout.write(`OK: signed by ${receipt.signature!.key_id}${o.stateDir ? `; stored output matches (${streams})` : ''}\n`);
+    } else for (const p of problems) process.stdout.write(`MISMATCH: ${p}\n`);
+    process.exitCode = problems.length === 0 ? 0 : 1;
+  });
+
 sub('logs')
   .description('print a stream from a byte cursor')
   .argument('[id]', 'session id')
@@ -340,6 +372,7 @@ sub('status')
           ['mode', status.mode + (status.cgroup ? ` (${status.cgroup})` : '')],
           ['socket', status.socket],
           ['state dir', status.state_dir],
+          ['receipts', `signed by ${status.receipt_key.key_id} (${status.receipt_key.path})`],
           ['sessions', sessions],
           ['load', `${status.load.loadavg.map((l) => l.toFixed(2)).join(' ')} on ${status.load.cpus} cpus`],
         ];

@@ -127,19 +127,31 @@ export interface StatusResult {
   socket: string;
   state_dir: string;
   cgroup: string | null;
+  /** The public key receipts are signed with (also <state>/receipt-key.pub). */
+  receipt_key: { key_id: string; public_key_pem: string; path: string };
   sessions: Record<string, number>;
   load: { loadavg: number[]; cpus: number; free_mem_bytes: number; total_mem_bytes: number };
+}
+
+/** One chunk file of a stream: [start_cursor, start_cursor + length) and its SHA-256. */
+export interface ChunkDigest {
+  start_cursor: number;
+  length: number;
+  sha256: string;
 }
 
 export interface StreamOutput {
   final_cursor: number;
   sha256: string;
   complete: boolean;
-  reason: null | 'quota' | 'disk_full' | 'drain_timeout' | 'owner_lost';
+  /** io_error: a write refused for another reason than space (e.g. a planted link, EEXIST). */
+  reason: null | 'quota' | 'disk_full' | 'drain_timeout' | 'owner_lost' | 'io_error';
   dropped_bytes: number;
   /** How the drain ended; "lost": the supervisor that drained it died (owner_lost). */
   drain_end: 'eof' | 'eio' | 'timeout' | 'lost';
   index_sha256: string;
+  /** Every chunk file, in order; covered by the signature with the rest. */
+  chunks: ChunkDigest[];
 }
 
 /** The receipt (SPEC.md "Receipt"); `signature` arrives with the signing issue. */

@@ -53,7 +53,7 @@ export class StreamDrain extends EventEmitter {
   /** Once ended: fsyncs everything and returns the stream's part of the receipt. */
   finalize(): StreamOutput {
     const how = this.endedHow ?? 'timeout';
-    const { sha256, indexSha256 } = this.log.finalize();
+    const { sha256, indexSha256, chunks } = this.log.finalize();
     const reason = this.log.failure ?? (how === 'timeout' ? 'drain_timeout' : null);
     return {
       final_cursor: this.log.cursor,
@@ -63,6 +63,7 @@ export class StreamDrain extends EventEmitter {
       dropped_bytes: this.log.droppedBytes,
       drain_end: how,
       index_sha256: indexSha256,
+      chunks,
     };
   }
 }

@@ -1,8 +1,9 @@
 // Durable files in the state dir (DESIGN.md 9, 10): written to a temp file created with
-// O_EXCL|O_NOFOLLOW, fsync'ed, renamed over the target, and the directory fsync'ed, so a
-// reader sees the old file or the whole new one, and a crash after return loses nothing.
-// See open(2), fsync(2), rename(2).
-import { closeSync, constants, fsyncSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+// O_EXCL|O_NOFOLLOW, fsync'ed, then renamed over the target (records that change) or linked
+// to it (records written once: receipts, admissions, keys, which must never be replaced),
+// and the directory fsync'ed, so a reader sees the old file or the whole new one, and a
+// crash after return loses nothing. See open(2), fsync(2), rename(2), link(2).
+import { closeSync, constants, fsyncSync, linkSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 
@@ -24,6 +25,28 @@ export function writeAll(fd: number, data: Uint8Array): void {
 
 /** Atomically and durably replaces path with data (mode 0600 by default). */
 export function writeFileDurable(path: string, data: string | Uint8Array, mode = 0o600): void {
+  const tmp = writeTemp(path, data, mode);
+  renameSync(tmp, path);
+  fsyncDir(dirname(path));
+}
+
+/**
+ * Atomically and durably creates path with data; it must not exist. Anything already there
+ * (a file, a planted symlink or hardlink) makes it fail with EEXIST, never written through
+ * or replaced: link(2) does not follow or replace an existing name.
+ */
+export function createFileDurable(path: string, data: string | Uint8Array, mode = 0o600): void {
+  const tmp = writeTemp(path, data, mode);
+  try {
+    linkSync(tmp, path);
+  } finally {
+    unlinkSync(tmp);
+  }
+  fsyncDir(dirname(path));
+}
+
+/** A fsync'ed temp file beside path, created O_EXCL|O_NOFOLLOW; returns its path. */
+function writeTemp(path: string, data: string | Uint8Array, mode: number): string {
   const dir = dirname(path);
   const tmp = join(dir, `.${basename(path)}.${randomBytes(6).toString('hex')}.tmp`);
   const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
@@ -36,6 +59,5 @@ export function writeFileDurable(path: string, data: string | Uint8Array, mode =
     throw err;
   }
   closeSync(fd);
-  renameSync(tmp, path);
-  fsyncDir(dir);
+  return tmp;
 }

@@ -2,7 +2,6 @@
 // table), the command digest, and the receipt assembled from recorded facts. No I/O here,
 // so these are unit-tested without processes.
 import { createHash } from 'node:crypto';
-import canonicalize from 'canonicalize';
 import type { DeathEvidence, Outcome, Receipt, StreamName, StreamOutput, SupervisorMode, TerminationCause } from '../ipc/protocol.js';
 
 /** What the command digest covers (SPEC.md "Session environment and command digest"). */
@@ -16,12 +15,7 @@ export interface DigestInput {
   user: string | null;
 }
 
-/** RFC 8785 (JCS) canonical JSON of v. */
-export function jcs(v: unknown): string {
-  const out = canonicalize(v);
-  if (out === undefined) throw new TypeError('value cannot be canonicalized');
-  return out;
-}
+import { jcs } from '../ipc/verify.js';
 
 /** "sha256:" + hex SHA-256 of the JCS encoding of the digest input. */
 export function commandDigest(input: DigestInput): string {

@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { SupervisorError, isSupervisorError } from '../ipc/errors.js';
 import { encodeFrame, FrameDecoder } from '../ipc/framing.js';
 import { PROTOCOL_VERSIONS, type StreamName } from '../ipc/protocol.js';
-import { readStored } from './chunks.js';
+import { readStored } from '../ipc/state-layout.js';
 import { native } from './native.js';
 import { signalName, signalNumber } from './spawn.js';
 import type { Session } from './session.js';

@@ -4,16 +4,18 @@
 // leader, its cgroup leaf, the drains, termination (TERM to every process, KILL after the
 // grace) and the durable receipt. Not the socket (server.ts) nor the registry (supervisor.ts).
 import { EventEmitter } from 'node:events';
-import { existsSync, mkdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { LingerPolicy, Receipt, SessionState, SessionSummary, StreamName, StreamOutput, SupervisorMode, TerminationCause } from '../ipc/protocol.js';
 import type { Config } from './config.js';
 import { CgroupLeaf, type CgroupTree } from './cgroup.js';
 import { StreamDrain } from './drain.js';
-import { fsyncDir, writeFileDurable } from './durable.js';
+import { createFileDurable, fsyncDir } from './durable.js';
+import type { ReceiptSigner } from './signing.js';
 import { buildReceipt, type ReceiptFacts, type SpawnFailureFact } from './receipt.js';
-import { storedStream, writeAdmission, type AdmissionRecord } from './store.js';
+import { storedStream } from '../ipc/state-layout.js';
+import { writeAdmission, type AdmissionRecord } from './store.js';
 import type { Reaper } from './reaper.js';
 import { LeaderProcess, signalNumber, type LeaderExit } from './spawn.js';
 import { setDeadline } from './timers.js';
@@ -26,6 +28,7 @@ export interface SessionContext {
   tree: CgroupTree | null;
   identity: { instance: string; generation: number; bootId: string; mode: SupervisorMode; pid: number };
   sessionsDir: string;
+  signer: ReceiptSigner;
 }
 
 export interface SessionRequest {
@@ -379,7 +382,10 @@ export class Session extends EventEmitter {
     clearTimeout(bound);
 
     const output: Partial<Record<StreamName, StreamOutput>> = {};
-    for (const [name, drain] of this.drains) output[name] = drain.finalize();
+    for (const [name, drain] of this.drains) {
+      output[name] = drain.finalize();
+      if (drain.log.failureError) this.ctx.log.error({ session_id: this.id, stream: name, error: drain.log.failureError }, 'the stream stopped storing');
+    }
     const usage = this.leaf?.usage() ?? {};
     await this.finish({
       ...this.identityFacts(),
@@ -404,8 +410,14 @@ export class Session extends EventEmitter {
 
   /** Writes the receipt durably, then (only then) reports the end and removes the leaf. */
   private async finish(facts: ReceiptFacts, extra: Partial<Receipt> = {}): Promise<void> {
-    const receipt = { ...buildReceipt(facts), ...extra };
-    writeFileDurable(join(this.dir, 'receipt.json'), JSON.stringify(receipt, null, 2) + '\n');
+    const receipt = this.ctx.signer.sign({ ...buildReceipt(facts), ...extra });
+    try {
+      createFileDurable(join(this.dir, 'receipt.json'), JSON.stringify(receipt, null, 2) + '\n');
+    } catch (err) {
+      // Something is already where the receipt goes (a planted link?): fail closed.
+      this.becomeUnknown(`the receipt could not be written: ${(err as Error).message}`);
+      return;
+    }
     this.receipt = receipt;
     this.endedAt = facts.endedAt;
     this.unknownReason = null;
@@ -509,6 +521,9 @@ export class Session extends EventEmitter {
   /** Ends an unknown session on an operator's word: evidence operator_attested, never automatic. */
   async resolveAsOperator(operator: OperatorAttestation): Promise<Receipt> {
     if (this.state !== 'unknown') throw new Error(`session ${this.id} is ${this.state}, not unknown`);
+    // An unreadable receipt is kept beside, never silently replaced.
+    const torn = join(this.dir, 'receipt.json');
+    if (existsSync(torn)) renameSync(torn, join(this.dir, `receipt.unreadable-${Date.now()}.json`));
     await this.finish(this.ownerLostFacts({ evidence: 'operator_attested', observedAt: new Date() }, []), {
       operator: { uid: operator.uid, pid: operator.pid, reason: operator.reason, unknown_reason: this.unknownReason },
     });

@@ -3,12 +3,11 @@
 // ever), receipts, and what a stream durably holds on disk. Owns reading and writing them;
 // torn or corrupt files are reported as errors for the caller to mark the session unknown.
 import { createHash } from 'node:crypto';
-import { closeSync, constants, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
-import type { Receipt, StreamName, StreamOutput } from '../ipc/protocol.js';
-import { chunkFileName } from './chunks.js';
-import { writeFileDurable } from './durable.js';
+import type { Receipt } from '../ipc/protocol.js';
+import { createFileDurable } from './durable.js';
 
 const AdmissionSchema = z.object({
   session_id: z.string().regex(/^s-[0-9a-z]+-[0-9a-f]+$/),
@@ -46,7 +45,7 @@ export function readAdmission(sessionDir: string): AdmissionRecord {
 }
 
 export function writeAdmission(sessionDir: string, record: AdmissionRecord): void {
-  writeFileDurable(join(sessionDir, 'admission.json'), JSON.stringify(record) + '\n');
+  createFileDurable(join(sessionDir, 'admission.json'), JSON.stringify(record) + '\n');
 }
 
 /** The receipt if one was written (atomically: it is whole or absent); throws if unparsable. */
@@ -78,7 +77,7 @@ export class KeyIndex {
 
   /** Durably records that key belongs to a session (before its spawn). */
   write(record: KeyRecord): void {
-    writeFileDurable(this.path(record.invocation_key), JSON.stringify(record) + '\n');
+    createFileDurable(this.path(record.invocation_key), JSON.stringify(record) + '\n');
   }
 
   has(key: string): boolean {
@@ -101,43 +100,6 @@ export class KeyIndex {
     }
     return { records, errors };
   }
-}
-
-/**
- * What a stream durably holds: its chunk files read from cursor 0 while contiguous (each
- * full chunk exactly chunkBytes, the last one shorter), their SHA-256, and the index's.
- * A missing stream dir is an empty stream.
- */
-export function storedStream(sessionDir: string, stream: StreamName, chunkBytes: number): Pick<StreamOutput, 'final_cursor' | 'sha256' | 'index_sha256'> {
-  const dir = join(sessionDir, stream);
-  const hash = createHash('sha256');
-  const indexHash = createHash('sha256');
-  let cursor = 0;
-  if (existsSync(dir)) {
-    const buf = Buffer.allocUnsafe(1024 * 1024);
-    for (;;) {
-      const path = join(dir, chunkFileName(cursor));
-      if (!existsSync(path)) break;
-      const size = statSync(path).size;
-      const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
-      try {
-        let off = 0;
-        while (off < size) {
-          const n = readSync(fd, buf, 0, Math.min(buf.length, size - off), off);
-          if (n === 0) break;
-          hash.update(buf.subarray(0, n));
-          off += n;
-        }
-        cursor += off;
-        if (off < chunkBytes) break;
-      } finally {
-        closeSync(fd);
-      }
-    }
-    const index = join(dir, 'index.bin');
-    if (existsSync(index)) indexHash.update(readFileSync(index));
-  }
-  return { final_cursor: cursor, sha256: hash.digest('hex'), index_sha256: indexHash.digest('hex') };
 }
 
 /** Session directory names under <state>/sessions. */

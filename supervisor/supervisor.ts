@@ -17,6 +17,7 @@ import { native } from './native.js';
 import { Reaper } from './reaper.js';
 import { commandDigest } from './receipt.js';
 import { Session, type OperatorAttestation, type SessionContext } from './session.js';
+import { ReceiptSigner } from './signing.js';
 import { KeyIndex, readAdmission, readReceipt, sessionDirs } from './store.js';
 import type { LaunchParams } from './validate.js';
 import { VERSION } from './version.js';
@@ -163,6 +164,7 @@ export class Supervisor {
       tree,
       sessionsDir,
       identity: { instance, generation, bootId: readBootId(), mode, pid: process.pid },
+      signer: ReceiptSigner.loadOrCreate(config.stateDir),
     };
     log.info({ instance, generation, mode, cgroup: tree?.basePath ?? null, subreaper: native().isChildSubreaper() }, 'supervisor ready');
     return new Supervisor(config, log, ctx);
@@ -296,6 +298,7 @@ export class Supervisor {
       socket: socketPath,
       state_dir: this.config.stateDir,
       cgroup: this.ctx.tree ? this.ctx.tree.basePath : null,
+      receipt_key: { key_id: this.ctx.signer.keyId, public_key_pem: this.ctx.signer.publicKeyPem, path: join(this.config.stateDir, 'receipt-key.pub') },
       sessions: counts,
       load: { loadavg: loadavg(), cpus: cpus().length, free_mem_bytes: freemem(), total_mem_bytes: totalmem() },
     };

@@ -10,7 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { SupervisorClient } from '../../ipc/client.js';
 import { isSupervisorError } from '../../ipc/errors.js';
 import type { LaunchParams, Receipt } from '../../ipc/protocol.js';
-import { storedStream } from '../../supervisor/store.js';
+import { storedStream } from '../../ipc/state-layout.js';
 import { pidsWithMarker, TestDaemon } from '../helpers/daemon.js';
 
 const LAUNCHES = Number(process.env.FI_LAUNCHES ?? 50);

@@ -3,7 +3,8 @@ import { createHash, randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { chunkFileName, decodeIndex, readStored, StreamLog } from '../../supervisor/chunks.js';
+import { StreamLog } from '../../supervisor/chunks.js';
+import { chunkFileName, decodeIndex, readStored, storedStream } from '../../ipc/state-layout.js';
 
 const dirs: string[] = [];
 afterEach(() => dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));

@@ -1,0 +1,81 @@
+// Receipt verification, usable with the supervisor stopped (sbx verify, harnesses):
+// the Ed25519 signature over the RFC 8785 (JCS) encoding of the receipt without
+// `signature`, the key id, and, given the state dir, every stored byte against the
+// receipt's cursors and digests. Returns what differs; an empty list means it all matches.
+import { createHash, createPublicKey, verify as verifySig, type KeyObject } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import canonicalize from 'canonicalize';
+import type { Receipt, StreamName } from './protocol.js';
+import { storedStream } from './state-layout.js';
+
+/** RFC 8785 (JCS) canonical JSON of v. */
+export function jcs(v: unknown): string {
+  const out = canonicalize(v);
+  if (out === undefined) throw new TypeError('value cannot be canonicalized');
+  return out;
+}
+
+/** The bytes a receipt's signature covers: JCS of every field but `signature`. */
+export function signedBytes(receipt: Receipt): Buffer {
+  const { signature: _omitted, ...rest } = receipt;
+  return Buffer.from(jcs(rest));
+}
+
+/** "sha256:" + hex SHA-256 of the raw 32-byte Ed25519 public key. */
+export function keyIdOf(publicKey: KeyObject | string): string {
+  const key = typeof publicKey === 'string' ? createPublicKey(publicKey) : publicKey;
+  const raw = Buffer.from(key.export({ format: 'jwk' }).x as string, 'base64url');
+  return `sha256:${createHash('sha256').update(raw).digest('hex')}`;
+}
+
+/** Problems with the signature of receipt under publicKeyPem (SPKI PEM); [] when it verifies. */
+export function verifySignature(receipt: Receipt, publicKeyPem: string): string[] {
+  const sig = receipt.signature;
+  if (!sig) return ['the receipt has no signature'];
+  if (sig.alg !== 'ed25519') return [`unsupported signature algorithm ${JSON.stringify(sig.alg)}`];
+  let key: KeyObject;
+  try {
+    key = createPublicKey(publicKeyPem);
+  } catch (err) {
+    return [`the public key cannot be read: ${(err as Error).message}`];
+  }
+  const problems: string[] = [];
+  const keyId = keyIdOf(key);
+  if (sig.key_id !== keyId) problems.push(`signed by key ${sig.key_id}, but the key given is ${keyId}`);
+  else if (!verifySig(null, signedBytes(receipt), key, Buffer.from(sig.value, 'base64'))) {
+    problems.push('the signature does not match the receipt: a field was changed after signing');
+  }
+  return problems;
+}
+
+/**
+ * Problems with the stored output of receipt in stateDir: each stream's chunk files are
+ * re-read and compared with final_cursor, sha256, every chunk's digest and index_sha256.
+ */
+export function verifyStoredOutput(receipt: Receipt, stateDir: string): string[] {
+  const dir = join(stateDir, 'sessions', receipt.session_id);
+  if (!existsSync(dir)) return [`no session directory ${dir}`];
+  let chunkBytes: number;
+  try {
+    chunkBytes = (JSON.parse(readFileSync(join(dir, 'admission.json'), 'utf8')) as { chunk_bytes: number }).chunk_bytes;
+  } catch (err) {
+    return [`admission record unreadable: ${(err as Error).message}`];
+  }
+  const problems: string[] = [];
+  for (const [name, expected] of Object.entries(receipt.output) as [StreamName, NonNullable<Receipt['output'][StreamName]>][]) {
+    const disk = storedStream(dir, name, chunkBytes);
+    if (disk.final_cursor !== expected.final_cursor) problems.push(`${name}: ${disk.final_cursor} bytes on disk, the receipt says ${expected.final_cursor}`);
+    if (disk.sha256 !== expected.sha256) problems.push(`${name}: sha256 on disk ${disk.sha256}, the receipt says ${expected.sha256}`);
+    if (disk.index_sha256 !== expected.index_sha256) problems.push(`${name}: index sha256 on disk ${disk.index_sha256}, the receipt says ${expected.index_sha256}`);
+    const chunks = expected.chunks ?? [];
+    if (chunks.length !== disk.chunks.length) problems.push(`${name}: ${disk.chunks.length} chunk files on disk, the receipt lists ${chunks.length}`);
+    chunks.forEach((c, i) => {
+      const d = disk.chunks[i];
+      if (d && (d.start_cursor !== c.start_cursor || d.length !== c.length || d.sha256 !== c.sha256)) {
+        problems.push(`${name}: chunk at ${c.start_cursor} differs (disk: ${d.length} bytes, ${d.sha256}; receipt: ${c.length} bytes, ${c.sha256})`);
+      }
+    });
+  }
+  return problems;
+}

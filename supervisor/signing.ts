@@ -1,0 +1,42 @@
+// The supervisor's receipt signing key: an Ed25519 key pair made at first start in the state
+// dir (receipt-key, PKCS#8 PEM, 0600; receipt-key.pub, SPKI PEM), and the signature of each
+// receipt as SPEC.md says (over the JCS encoding of the receipt without `signature`).
+import { createPrivateKey, createPublicKey, generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Receipt } from '../ipc/protocol.js';
+import { keyIdOf, signedBytes } from '../ipc/verify.js';
+import { writeFileDurable } from './durable.js';
+
+export class ReceiptSigner {
+  readonly keyId: string;
+  readonly publicKeyPem: string;
+
+  private constructor(private readonly privateKey: KeyObject) {
+    const publicKey = createPublicKey(privateKey);
+    this.publicKeyPem = publicKey.export({ type: 'spki', format: 'pem' }).toString();
+    this.keyId = keyIdOf(publicKey);
+  }
+
+  /** Loads <stateDir>/receipt-key, or makes the pair (and receipt-key.pub) on first start. */
+  static loadOrCreate(stateDir: string): ReceiptSigner {
+    const privatePath = join(stateDir, 'receipt-key');
+    const publicPath = join(stateDir, 'receipt-key.pub');
+    if (!existsSync(privatePath)) {
+      const { privateKey } = generateKeyPairSync('ed25519');
+      writeFileDurable(privatePath, privateKey.export({ type: 'pkcs8', format: 'pem' }), 0o600);
+    }
+    const signer = new ReceiptSigner(createPrivateKey(readFileSync(privatePath)));
+    if (!existsSync(publicPath) || readFileSync(publicPath, 'utf8') !== signer.publicKeyPem) {
+      writeFileDurable(publicPath, signer.publicKeyPem, 0o644);
+    }
+    return signer;
+  }
+
+  /** The receipt with its signature (any previous one is replaced). */
+  sign(receipt: Receipt): Receipt {
+    const { signature: _old, ...unsigned } = receipt;
+    const value = sign(null, signedBytes(unsigned as Receipt), this.privateKey).toString('base64');
+    return { ...unsigned, signature: { alg: 'ed25519', key_id: this.keyId, value } } as Receipt;
+  }
+}
