@@ -142,12 +142,13 @@ sub('run')
   .option('--cwd <dir>', 'working directory (default: the current one)')
   .option('--env <NAME=VALUE>', 'set an environment variable (repeatable)', collectEnv, {})
   .option('--inherit-env', "add this shell's whole environment")
+  .option('--user <name|uid>', 'run as this user (the supervisor must be root)')
   .addOption(new Option('--linger <policy>', 'descendants left when the leader exits').choices(['kill', 'wait']).default('kill'))
   .addOption(new Option('--on-disconnect <policy>', 'what a lost connection does to the session').choices(['continue', 'cancel']).default('continue'))
   .option('--detach', 'print the session id and return at once')
   .option('--receipt <file>', 'write the receipt as JSON to FILE when the session ends')
   .passThroughOptions()
-  .action(async (cmd: string[], o: { key?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; linger: 'kill' | 'wait'; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
+  .action(async (cmd: string[], o: { key?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; linger: 'kill' | 'wait'; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
     const g = globals(o);
     const client = await connect(g);
     let launched;
@@ -162,6 +163,7 @@ sub('run')
         grace_ms: o.grace,
         linger: o.linger,
         on_disconnect: o.onDisconnect,
+        user: o.user,
       }));
     } catch (err) {
       fail(describe(err));

@@ -55,6 +55,8 @@ export interface LaunchParams {
   timeout_ms?: number;
   grace_ms?: number;
   linger?: LingerPolicy;
+  /** Run as this user (name or uid); the supervisor must be root. Default: config session.user, else the supervisor's. */
+  user?: string;
   /** cancel: the session is cancelled when this connection closes before it ends. */
   on_disconnect?: 'continue' | 'cancel';
 }
@@ -162,6 +164,8 @@ export interface Receipt {
   command_digest: string;
   argv: string[];
   cwd: string;
+  /** The user the session ran as (name or uid), null: the supervisor's own. */
+  user?: string | null;
   supervisor: { instance: string; generation: number; boot_id: string; mode: SupervisorMode; pid: number };
   admitted_at: string;
   started_at: string | null;

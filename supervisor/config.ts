@@ -43,6 +43,8 @@ const ConfigSchema = z
         /** Sessions not yet ended at once; the next launch gets LIMIT_EXCEEDED. */
         maxSessions: z.number().int().min(1).max(1_000_000).default(4096),
         defaultGraceMs: durationMs.default(10_000),
+        /** Run sessions as this user (name or uid) unless the launch says --user. */
+        user: z.union([z.string().min(1), z.number().int().min(0)]).optional(),
         path: z.string().default('/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'),
         lang: z.string().default('C.UTF-8'),
       })

@@ -53,6 +53,7 @@ export interface ReceiptFacts {
   commandDigest: string;
   argv: string[];
   cwd: string;
+  user: string | null;
   supervisor: { instance: string; generation: number; bootId: string; mode: SupervisorMode; pid: number };
   admittedAt: Date;
   startedAt: Date | null;
@@ -80,6 +81,7 @@ export function buildReceipt(f: ReceiptFacts): Receipt {
     command_digest: f.commandDigest,
     argv: f.argv,
     cwd: f.cwd,
+    user: f.user,
     supervisor: { instance: f.supervisor.instance, generation: f.supervisor.generation, boot_id: f.supervisor.bootId, mode: f.supervisor.mode, pid: f.supervisor.pid },
     admitted_at: f.admittedAt.toISOString(),
     started_at: iso(f.startedAt),

@@ -13,6 +13,7 @@ import { CgroupLeaf, type CgroupTree } from './cgroup.js';
 import { StreamDrain } from './drain.js';
 import { createFileDurable, fsyncDir } from './durable.js';
 import type { ReceiptSigner } from './signing.js';
+import type { SessionUser } from './users.js';
 import { buildReceipt, type ReceiptFacts, type SpawnFailureFact } from './receipt.js';
 import { storedStream } from '../ipc/state-layout.js';
 import { writeAdmission, type AdmissionRecord } from './store.js';
@@ -44,6 +45,10 @@ export interface SessionRequest {
   graceMs: number;
   linger: LingerPolicy;
   chunkBytes: number;
+  /** The user as requested (name or uid; covered by the digest), null: the supervisor's. */
+  user: string | null;
+  /** That user resolved (null for restored sessions, which never spawn again). */
+  sessionUser: SessionUser | null;
 }
 
 const PIPE_STREAMS: StreamName[] = ['stdout', 'stderr'];
@@ -105,6 +110,8 @@ export class Session extends EventEmitter {
       graceMs: record.grace_ms,
       linger: record.linger,
       chunkBytes: record.chunk_bytes,
+      user: record.user ?? null,
+      sessionUser: null,
     };
     const session = new Session(record.session_id, req, ctx, new Date(record.admitted_at));
     session.admission = record;
@@ -145,6 +152,8 @@ export class Session extends EventEmitter {
       graceMs: ctx.config.session.defaultGraceMs,
       linger: 'kill',
       chunkBytes: ctx.config.drain.chunkBytes,
+      user: null,
+      sessionUser: null,
     };
     const session = new Session(sessionId, req, ctx);
     session.state = 'unknown';
@@ -171,6 +180,7 @@ export class Session extends EventEmitter {
       grace_ms: this.req.graceMs,
       linger: this.req.linger,
       chunk_bytes: this.req.chunkBytes,
+      user: this.req.user,
       cgroup: this.leaf?.path ?? null,
       mode: identity.mode,
       boot_id: identity.bootId,
@@ -201,6 +211,7 @@ export class Session extends EventEmitter {
           cgroupProcsPath: this.leaf?.procsPath ?? null,
           subreaper: identity.mode === 'subreaper',
           pipeBytes: config.drain.pipeBytes,
+          user: this.req.sessionUser,
         },
         this.ctx.reaper,
       );
@@ -413,17 +424,17 @@ export class Session extends EventEmitter {
     const receipt = this.ctx.signer.sign({ ...buildReceipt(facts), ...extra });
     try {
       createFileDurable(join(this.dir, 'receipt.json'), JSON.stringify(receipt, null, 2) + '\n');
+      this.receipt = receipt;
+      this.endedAt = facts.endedAt;
+      this.unknownReason = null;
+      this.transition('ended');
+      this.resolveEnded(receipt);
+      for (const stream of PIPE_STREAMS) this.emit('output', stream);
     } catch (err) {
       // Something is already where the receipt goes (a planted link?): fail closed.
       this.becomeUnknown(`the receipt could not be written: ${(err as Error).message}`);
-      return;
     }
-    this.receipt = receipt;
-    this.endedAt = facts.endedAt;
-    this.unknownReason = null;
-    this.transition('ended');
-    this.resolveEnded(receipt);
-    for (const stream of PIPE_STREAMS) this.emit('output', stream);
+    // Death was proven either way: the empty leaf goes.
     if (this.leaf) {
       try {
         await this.leaf.remove();
@@ -457,6 +468,7 @@ export class Session extends EventEmitter {
       commandDigest: this.req.commandDigest,
       argv: this.req.argv,
       cwd: this.req.cwd,
+      user: this.req.user,
       supervisor: this.ctx.identity,
       admittedAt: this.admittedAt,
     };

@@ -18,6 +18,8 @@ export interface LeaderSpec {
   cgroupProcsPath: string | null;
   /** subreaper mode: the shim stays as the session's subreaper. */
   subreaper: boolean;
+  /** Run as this user (the shim drops to it after joining the cgroup); null: as the supervisor. */
+  user: { uid: number; gid: number; name: string | null } | null;
   pipeBytes: number;
 }
 
@@ -88,6 +90,10 @@ export class LeaderProcess {
     }
     const args = ['--parent-pid', String(process.pid), '--report-fd', '3', '--cwd', spec.cwd];
     if (spec.cgroupProcsPath) args.push('--cgroup-procs', spec.cgroupProcsPath);
+    if (spec.user) {
+      args.push('--uid', String(spec.user.uid), '--gid', String(spec.user.gid));
+      if (spec.user.name) args.push('--user', spec.user.name);
+    }
     if (spec.subreaper) args.push('--subreaper', '--control-fd', '4');
     args.push('--', ...spec.argv);
     try {

@@ -20,6 +20,7 @@ const AdmissionSchema = z.object({
   grace_ms: z.number().int().min(0),
   linger: z.enum(['kill', 'wait']),
   chunk_bytes: z.number().int().positive(),
+  user: z.string().nullable().optional(),
   cgroup: z.string().nullable(),
   mode: z.enum(['cgroup', 'subreaper']),
   boot_id: z.string(),

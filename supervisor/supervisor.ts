@@ -19,6 +19,7 @@ import { commandDigest } from './receipt.js';
 import { Session, type OperatorAttestation, type SessionContext } from './session.js';
 import { ReceiptSigner } from './signing.js';
 import { KeyIndex, readAdmission, readReceipt, sessionDirs } from './store.js';
+import { lookupUser } from './users.js';
 import type { LaunchParams } from './validate.js';
 import { VERSION } from './version.js';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
@@ -189,7 +190,12 @@ export class Supervisor {
     }
     if (!cwdIsDir) throw new SupervisorError('INVALID_ARGUMENT', `cwd is not a directory: ${params.cwd}`);
     const env = params.env ?? {};
-    const digest = commandDigest({ argv: params.argv, cwd: params.cwd, env, pty: false, stdin: 'null', user: null });
+    const userSpec = params.user ?? (this.config.session.user !== undefined ? String(this.config.session.user) : null);
+    const sessionUser = userSpec === null ? null : lookupUser(userSpec);
+    if (sessionUser && process.getuid?.() !== 0 && sessionUser.uid !== process.getuid?.()) {
+      throw new SupervisorError('INVALID_ARGUMENT', `user: running as ${userSpec} needs a root supervisor`, { field: 'user' });
+    }
+    const digest = commandDigest({ argv: params.argv, cwd: params.cwd, env, pty: false, stdin: 'null', user: userSpec });
     const key = params.invocation_key ?? `auto-${randomBytes(12).toString('hex')}`;
     const existing = this.byKey.get(key);
     if (existing) {
@@ -214,12 +220,13 @@ export class Supervisor {
     if (this.reconciling) {
       throw new SupervisorError('ADMISSION_DENIED', 'reconciling sessions left by a restart; retry shortly', { retry_after_ms: 250 });
     }
-    const user = userInfo();
+    const self = userInfo();
+    const userName = sessionUser ? (sessionUser.name ?? String(sessionUser.uid)) : self.username;
     const leaderEnv: Record<string, string> = {
       PATH: this.config.session.path,
-      HOME: user.homedir,
-      USER: user.username,
-      LOGNAME: user.username,
+      HOME: sessionUser ? sessionUser.home : self.homedir,
+      USER: userName,
+      LOGNAME: userName,
       LANG: this.config.session.lang,
       ...(params.inherit_env ?? {}),
       ...env,
@@ -237,6 +244,8 @@ export class Supervisor {
         graceMs: params.grace_ms ?? this.config.session.defaultGraceMs,
         linger: params.linger ?? 'kill',
         chunkBytes: this.config.drain.chunkBytes,
+        user: userSpec,
+        sessionUser,
       },
       this.ctx,
     );

@@ -33,6 +33,7 @@ export const Schemas = {
       grace_ms: durationMs.optional(),
       linger: z.enum(['kill', 'wait']).optional(),
       on_disconnect: z.enum(['continue', 'cancel']).optional(),
+      user: z.string().min(1).max(256).regex(/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/, 'a user name or a numeric uid').optional(),
     })
     .strict(),
   subscribe: z

@@ -1,8 +1,12 @@
 /*
  * sbx-exec-shim: what runs between the supervisor's fork and the command's exec.
  *
- *   sbx-exec-shim [--parent-pid PID] [--cgroup-procs PATH] [--cwd DIR] [--report-fd N]
- *                 [--subreaper --control-fd N] -- CMD [ARG...]
+ *   sbx-exec-shim [--parent-pid PID] [--cgroup-procs PATH] [--uid N --gid N [--user NAME]]
+ *                 [--cwd DIR] [--report-fd N] [--subreaper --control-fd N] -- CMD [ARG...]
+ *
+ * --uid/--gid: after joining the cgroup (an unprivileged process cannot write cgroup.procs),
+ * drop to that user: supplementary groups from initgroups(3) for --user NAME (else none),
+ * then setgid, then setuid; a drop that fails, or that could be undone, is a stage error.
  *
  * --parent-pid: until the cgroup is joined, the shim dies with its parent
  * (PR_SET_PDEATHSIG), so a supervisor killed mid-spawn never leaves a command running
@@ -28,6 +32,7 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <grp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -45,6 +50,8 @@
 
 struct options {
   pid_t parent_pid;
+  long uid, gid;
+  const char *user;
   const char *cgroup_procs;
   const char *cwd;
   int report_fd;
@@ -78,6 +85,8 @@ static int parse_args(int argc, char **argv, struct options *o) {
   memset(o, 0, sizeof *o);
   o->report_fd = -1;
   o->control_fd = -1;
+  o->uid = -1;
+  o->gid = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--")) {
@@ -90,12 +99,28 @@ static int parse_args(int argc, char **argv, struct options *o) {
     const char *v = argv[++i];
     if (!strcmp(a, "--cgroup-procs")) o->cgroup_procs = v;
     else if (!strcmp(a, "--parent-pid")) { if ((o->parent_pid = parse_fd(v)) <= 0) return -1; }
+    else if (!strcmp(a, "--uid")) { char *e; o->uid = strtol(v, &e, 10); if (*e || o->uid < 0) return -1; }
+    else if (!strcmp(a, "--gid")) { char *e; o->gid = strtol(v, &e, 10); if (*e || o->gid < 0) return -1; }
+    else if (!strcmp(a, "--user")) o->user = v;
     else if (!strcmp(a, "--cwd")) o->cwd = v;
     else if (!strcmp(a, "--report-fd")) { if ((o->report_fd = parse_fd(v)) < 3) return -1; }
     else if (!strcmp(a, "--control-fd")) { if ((o->control_fd = parse_fd(v)) < 3) return -1; }
     else return -1;
   }
   return -1;
+}
+
+/* Drops to uid/gid with the user's groups; 0, or -1 with errno set. */
+static int drop_privileges(const struct options *o) {
+  if (o->uid < 0) return 0;
+  gid_t gid = (gid_t)(o->gid >= 0 ? o->gid : o->uid);
+  if (o->user ? initgroups(o->user, gid) != 0 : setgroups(0, NULL) != 0) return -1;
+  if (setgid(gid) != 0 || setuid((uid_t)o->uid) != 0) return -1;
+  if (o->uid != 0 && (setuid(0) == 0 || seteuid(0) == 0)) {
+    errno = EPERM; /* could regain root: refuse to run the command */
+    return -1;
+  }
+  return 0;
 }
 
 /* Every catchable signal back to SIG_DFL and an empty mask, as a fresh exec expects. */
@@ -299,6 +324,10 @@ int main(int argc, char **argv) {
     return 125;
   }
   if (o.parent_pid > 0) prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+  if (drop_privileges(&o) != 0) {
+    report(o.report_fd, "error user %d\n", errno);
+    return 125;
+  }
   if (o.subreaper) return run_subreaper(&o);
   exec_command(&o, o.report_fd);
 }

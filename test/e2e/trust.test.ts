@@ -1,0 +1,169 @@
+// Receipts you can trust: signatures that break when anything changes, stored bytes that are
+// checked against them, sessions run as another user that cannot touch the evidence, and a
+// state dir that never writes through a planted link.
+import { randomBytes } from 'node:crypto';
+import { chmodSync, existsSync, linkSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
+import { verifySignature, verifyStoredOutput } from '../../ipc/verify.js';
+import { TestDaemon, until } from '../helpers/daemon.js';
+
+let daemon: TestDaemon;
+beforeAll(async () => {
+  daemon = new TestDaemon({ config: { drain: { chunkBytes: 4096 } } });
+  chmodSync(daemon.dir, 0o711); // others may traverse it: the state dir's own modes must protect
+  await daemon.start();
+});
+afterAll(async () => {
+  expect(await daemon.stop()).toEqual({ code: 0, signal: null });
+});
+
+const pub = () => readFileSync(join(daemon.stateDir, 'receipt-key.pub'), 'utf8');
+
+async function receiptOf(argv: string[], extra: string[] = []): Promise<{ receipt: Receipt; path: string }> {
+  const path = join(daemon.dir, `r-${randomBytes(4).toString('hex')}.json`);
+  await daemon.sbx(['run', '--receipt', path, '--cwd', '/', ...extra, '--', ...argv]);
+  return { receipt: JSON.parse(readFileSync(path, 'utf8')) as Receipt, path };
+}
+
+describe('signatures', () => {
+  it('a genuine receipt verifies, offline and with its stored bytes', async () => {
+    const { receipt, path } = await receiptOf(['sh', '-c', 'head -c 10000 /dev/urandom; echo warn >&2; exit 4']);
+    expect(receipt.signature).toMatchObject({ alg: 'ed25519', key_id: expect.stringMatching(/^sha256:[0-9a-f]{64}$/) });
+    expect(receipt.output.stdout!.chunks.map((c) => [c.start_cursor, c.length])).toEqual([[0, 4096], [4096, 4096], [8192, 1808]]);
+    expect(verifySignature(receipt, pub())).toEqual([]);
+    expect(verifyStoredOutput(receipt, daemon.stateDir)).toEqual([]);
+    const cli = await daemon.sbx(['verify', path, '--state-dir', daemon.stateDir]);
+    expect(cli.status).toBe(0);
+    expect(cli.stdout.toString()).toMatch(/^OK: signed by sha256:[0-9a-f]{64}; stored output matches \(stdout 10000 bytes, stderr 5 bytes\)\n$/);
+    const status = JSON.parse((await daemon.sbx(['status', '--json'])).stdout.toString());
+    expect(status.receipt_key.key_id).toBe(receipt.signature!.key_id);
+    expect(status.receipt_key.public_key_pem).toBe(pub());
+    expect(statSync(join(daemon.stateDir, 'receipt-key')).mode & 0o777).toBe(0o600);
+  });
+
+  it('changing any field breaks the signature', async () => {
+    const { receipt } = await receiptOf(['sh', '-c', 'echo hi; exit 3']);
+    const tampered: [string, (r: any) => void][] = [
+      ['exit code', (r) => (r.exit.code = 0)],
+      ['cursor', (r) => (r.output.stdout.final_cursor += 1)],
+      ['digest', (r) => (r.output.stdout.sha256 = r.output.stdout.sha256.replace(/^./, (c: string) => (c === '0' ? '1' : '0')))],
+      ['outcome', (r) => (r.outcome = 'timed_out')],
+      ['a new field', (r) => (r.note = 'added later')],
+      ['a chunk', (r) => (r.output.stdout.chunks[0].length = 2)],
+    ];
+    for (const [what, change] of tampered) {
+      const copy = structuredClone(receipt);
+      change(copy);
+      expect(verifySignature(copy, pub()), what).toEqual(['the signature does not match the receipt: a field was changed after signing']);
+      const path = join(daemon.dir, `tampered-${what.replace(/ /g, '-')}.json`);
+      writeFileSync(path, JSON.stringify(copy));
+      const cli = await daemon.sbx(['verify', path, '--key', join(daemon.stateDir, 'receipt-key.pub')]);
+      expect(cli.status, what).toBe(1);
+      expect(cli.stdout.toString()).toContain('MISMATCH');
+    }
+  });
+
+  it('flipping one byte of a stored chunk fails --state-dir verification', async () => {
+    const { receipt, path } = await receiptOf(['sh', '-c', 'head -c 6000 /dev/zero | tr "\\0" x']);
+    const chunk = join(daemon.stateDir, 'sessions', receipt.session_id, 'stdout', '0000000000001000.chunk');
+    const bytes = readFileSync(chunk);
+    bytes[100] ^= 1;
+    writeFileSync(chunk, bytes);
+    const cli = await daemon.sbx(['verify', path, '--state-dir', daemon.stateDir]);
+    expect(cli.status).toBe(1);
+    expect(cli.stdout.toString()).toContain('MISMATCH: stdout: sha256 on disk');
+    expect(cli.stdout.toString()).toContain('MISMATCH: stdout: chunk at 4096 differs');
+  });
+
+  it('keeps verifying the checked-in v1 receipt and key (format compatibility)', async () => {
+    const fixture = join(import.meta.dirname, '../fixtures/receipt-v1');
+    const receipt = JSON.parse(readFileSync(join(fixture, 'receipt.json'), 'utf8')) as Receipt;
+    expect(receipt.version).toBe(1);
+    expect(verifySignature(receipt, readFileSync(join(fixture, 'receipt-key.pub'), 'utf8'))).toEqual([]);
+    expect(verifyStoredOutput(receipt, join(fixture, 'state'))).toEqual([]);
+    const cli = await daemon.sbx(['verify', join(fixture, 'receipt.json'), '--key', join(fixture, 'receipt-key.pub'), '--state-dir', join(fixture, 'state')]);
+    expect(cli.status).toBe(0);
+  });
+});
+
+describe('sessions as another user', () => {
+  it('runs as nobody, and nobody cannot touch the state dir or the socket dir', async () => {
+    const id = await daemon.sbx(['run', '--user', 'nobody', '--cwd', '/', '--', 'sh', '-c', 'id -u; id -g; echo "$USER $HOME"']);
+    expect(id.stdout.toString()).toBe('65534\n65534\nnobody /nonexistent\n');
+    const sessionDir = join(daemon.stateDir, 'sessions', readdirSync(join(daemon.stateDir, 'sessions'))[0]);
+    const before = readFileSync(join(daemon.stateDir, 'supervisor.json'));
+    const attempts: Record<string, string> = {
+      'create in the state dir': `touch ${daemon.stateDir}/planted`,
+      'create in a session dir': `touch ${sessionDir}/planted`,
+      'change the identity file': `echo x >> ${daemon.stateDir}/supervisor.json`,
+      'delete the identity file': `rm -f ${daemon.stateDir}/supervisor.json`,
+      'read the signing key': `cat ${daemon.stateDir}/receipt-key`,
+      'delete a receipt': `rm -f ${sessionDir}/receipt.json`,
+      'create in the socket dir': `touch ${daemon.dir}/planted`,
+      'delete the socket': `rm -f ${daemon.socketPath}`,
+      'connect to the socket': `exec 3<>/dev/null; node -e "require('net').connect('${daemon.socketPath}').on('connect',()=>process.exit(0)).on('error',()=>process.exit(1))"`,
+    };
+    for (const [what, cmd] of Object.entries(attempts)) {
+      const r = await daemon.sbx(['run', '--user', 'nobody', '--cwd', '/', '--', 'sh', '-c', cmd]);
+      expect(r.status, what).not.toBe(0);
+    }
+    expect(readFileSync(join(daemon.stateDir, 'supervisor.json')).equals(before)).toBe(true);
+    expect(existsSync(join(daemon.stateDir, 'planted'))).toBe(false);
+    expect(existsSync(join(daemon.dir, 'planted'))).toBe(false);
+    expect(existsSync(daemon.socketPath)).toBe(true);
+    expect(existsSync(join(sessionDir, 'receipt.json'))).toBe(true);
+  });
+
+  it('refuses an unknown user', async () => {
+    const r = await daemon.sbx(['run', '--user', 'no-such-user-here', '--', 'true']);
+    expect(r.status).toBe(125);
+    expect(r.stderr.toString()).toContain('INVALID_ARGUMENT');
+  });
+});
+
+describe('no link-following in the state dir', () => {
+  it('refuses to write the next chunk through a planted symlink or hardlink', async () => {
+    const go = join(daemon.dir, `go-${randomBytes(3).toString('hex')}`);
+    const c = await daemon.client();
+    const { session_id } = await c.launch({
+      argv: ['sh', '-c', `head -c 4096 /dev/zero; head -c 4096 /dev/zero >&2; while [ ! -e ${go} ]; do sleep 0.02; done; echo more; echo more >&2`],
+      cwd: '/',
+    });
+    await until(async () => {
+      const s = (await c.ps()).sessions.find((x) => x.session_id === session_id) as SessionSummary;
+      return s.cursors.stdout === 4096 && s.cursors.stderr === 4096;
+    }, 'the first chunks to fill');
+    const dir = join(daemon.stateDir, 'sessions', session_id);
+    const targetA = join(daemon.dir, 'target-a');
+    const targetB = join(daemon.dir, 'target-b');
+    writeFileSync(targetA, 'original a');
+    writeFileSync(targetB, 'original b');
+    symlinkSync(targetA, join(dir, 'stdout', '0000000000001000.chunk'));
+    linkSync(targetB, join(dir, 'stderr', '0000000000001000.chunk'));
+    writeFileSync(go, '');
+    const receipt = await c.wait({ session_id });
+    expect(readFileSync(targetA, 'utf8')).toBe('original a');
+    expect(readFileSync(targetB, 'utf8')).toBe('original b');
+    for (const stream of ['stdout', 'stderr'] as const) {
+      expect(receipt.output[stream]).toMatchObject({ final_cursor: 4096, complete: false, reason: 'io_error', dropped_bytes: 5 });
+    }
+    await until(() => daemon.log().includes('the stream stopped storing'), 'the refusal to be logged');
+  });
+
+  it('refuses to write a receipt through a planted link: the session stays unknown, the target unchanged', async () => {
+    const go = join(daemon.dir, `go-${randomBytes(3).toString('hex')}`);
+    const c = await daemon.client();
+    const { session_id } = await c.launch({ argv: ['sh', '-c', `while [ ! -e ${go} ]; do sleep 0.02; done`], cwd: '/' });
+    const target = join(daemon.dir, 'receipt-target');
+    writeFileSync(target, 'original');
+    await until(() => existsSync(join(daemon.stateDir, 'sessions', session_id)), 'the session dir');
+    symlinkSync(target, join(daemon.stateDir, 'sessions', session_id, 'receipt.json'));
+    writeFileSync(go, '');
+    await until(async () => (await c.ps()).sessions.find((s) => s.session_id === session_id)?.state === 'unknown', 'the session to be unknown');
+    const row = (await c.ps()).sessions.find((s) => s.session_id === session_id)!;
+    expect(row.reason).toContain('the receipt could not be written: EEXIST');
+    expect(readFileSync(target, 'utf8')).toBe('original');
+  });
+});
