@@ -76,6 +76,34 @@ async function pipeOutput(g: GlobalOptions, sel: SessionSelector, stream: Stream
   }
 }
 
+function positiveInt(v: string): number {
+  if (!/^\d+$/.test(v) || Number(v) < 1 || Number(v) > 65535) fail(`INVALID_ARGUMENT: expected an integer from 1 to 65535, got ${JSON.stringify(v)}`);
+  return Number(v);
+}
+
+/**
+ * Streams this CLI's stdin into the session, each write at its offset so a retry after a
+ * reconnect delivers every byte exactly once; EOF closes the session's stdin. A terminal on
+ * stdin is put in raw mode for a pty session (restored on every exit path).
+ */
+async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: boolean): Promise<void> {
+  if (pty && process.stdin.isTTY) {
+    process.stdin.setRawMode(true);
+    process.on('exit', () => process.stdin.setRawMode?.(false));
+  }
+  let offset = 0;
+  try {
+    for await (const chunk of process.stdin) {
+      const data = chunk as Buffer;
+      await conn.run((c) => c.request('write', { ...sel, data, offset }));
+      offset += data.length;
+    }
+    await conn.run((c) => c.request('write', { ...sel, data: Buffer.alloc(0), offset, eof: true }));
+  } catch (err) {
+    process.stderr.write(`sbx: stdin: ${describe(err)}\n`);
+  }
+}
+
 /** Sends a request, retrying retryable refusals (ADMISSION_DENIED, LIMIT_EXCEEDED) for a while. */
 async function withRetry<T>(fn: () => Promise<T>): Promise<T> {
   const giveUpAt = Date.now() + DEFAULT_RECONNECT_MS;
@@ -143,12 +171,16 @@ sub('run')
   .option('--env <NAME=VALUE>', 'set an environment variable (repeatable)', collectEnv, {})
   .option('--inherit-env', "add this shell's whole environment")
   .option('--user <name|uid>', 'run as this user (the supervisor must be root)')
+  .option('--pty', 'give the command a pseudo-terminal (one output stream, "pty")')
+  .option('--cols <n>', 'pty width (default: this terminal\'s, else 80)', positiveInt)
+  .option('--rows <n>', 'pty height (default: this terminal\'s, else 24)', positiveInt)
+  .option('--stdin', "stream this CLI's stdin into the session (default: /dev/null)")
   .addOption(new Option('--linger <policy>', 'descendants left when the leader exits').choices(['kill', 'wait']).default('kill'))
   .addOption(new Option('--on-disconnect <policy>', 'what a lost connection does to the session').choices(['continue', 'cancel']).default('continue'))
   .option('--detach', 'print the session id and return at once')
   .option('--receipt <file>', 'write the receipt as JSON to FILE when the session ends')
   .passThroughOptions()
-  .action(async (cmd: string[], o: { key?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; linger: 'kill' | 'wait'; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
+  .action(async (cmd: string[], o: { key?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; pty?: boolean; cols?: number; rows?: number; stdin?: boolean; linger: 'kill' | 'wait'; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
     const g = globals(o);
     const client = await connect(g);
     let launched;
@@ -164,6 +196,8 @@ sub('run')
         linger: o.linger,
         on_disconnect: o.onDisconnect,
         user: o.user,
+        pty: o.pty ? { cols: o.cols ?? process.stdout.columns ?? 80, rows: o.rows ?? process.stdout.rows ?? 24 } : undefined,
+        stdin: o.stdin,
       }));
     } catch (err) {
       fail(describe(err));
@@ -178,8 +212,16 @@ sub('run')
     forwardSignals(conn, launched.session_id);
     const sel = { session_id: launched.session_id };
     let receipt: Receipt;
+    if (o.pty && process.stdout.isTTY) {
+      // Our terminal's size follows us; SIGWINCH is sent on as a resize.
+      process.on('SIGWINCH', () => void conn.current?.request('resize', { ...sel, cols: process.stdout.columns, rows: process.stdout.rows }).catch(() => {}));
+    }
+    if (o.stdin) void pumpStdin(conn, sel, Boolean(o.pty));
     try {
-      await Promise.all([pipeOutput(g, sel, 'stdout', process.stdout, 0, true), pipeOutput(g, sel, 'stderr', process.stderr, 0, true)]);
+      const outputs = o.pty
+        ? [pipeOutput(g, sel, 'pty', process.stdout, 0, true)]
+        : [pipeOutput(g, sel, 'stdout', process.stdout, 0, true), pipeOutput(g, sel, 'stderr', process.stderr, 0, true)];
+      await Promise.all(outputs);
       receipt = await conn.run((c) => c.wait(sel));
     } catch (err) {
       fail(describe(err));
@@ -258,6 +300,40 @@ sub('verify')
     process.exitCode = problems.length === 0 ? 0 : 1;
   });
 
+sub('write')
+  .description("write this CLI's stdin to a session started with --stdin")
+  .argument('[id]', 'session id')
+  .option('--key <key>', 'select the session by invocation key')
+  .option('--eof', 'then close the session\'s stdin')
+  .action(async (id: string | undefined, o: { key?: string; eof?: boolean }) => {
+    const g = globals(o);
+    const sel = selector(id, o.key);
+    const client = await connect(g);
+    try {
+      if (!process.stdin.isTTY) for await (const chunk of process.stdin) await client.request('write', { ...sel, data: chunk as Buffer });
+      if (o.eof) await client.request('write', { ...sel, data: Buffer.alloc(0), eof: true });
+    } catch (err) {
+      fail(describe(err));
+    }
+    client.close();
+  });
+
+sub('resize')
+  .description("set a pty session's terminal size")
+  .argument('<id>', 'session id')
+  .argument('<cols>', 'columns', positiveInt)
+  .argument('<rows>', 'rows', positiveInt)
+  .action(async (id: string, cols: number, rows: number, o: object) => {
+    const g = globals(o);
+    const client = await connect(g);
+    try {
+      await client.request('resize', { session_id: id, cols, rows });
+    } catch (err) {
+      fail(describe(err));
+    }
+    client.close();
+  });
+
 sub('logs')
   .description('print a stream from a byte cursor')
   .argument('[id]', 'session id')
@@ -266,14 +342,21 @@ sub('logs')
     if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v))) throw new InvalidArgumentError('--from takes a non-negative integer');
     return Number(v);
   }, 0)
-  .addOption(new Option('--stream <name>', 'stream to read').choices(['stdout', 'stderr', 'pty']).default('stdout'))
+  .addOption(new Option('--stream <name>', 'stream to read (default: stdout, or pty for a pty session)').choices(['stdout', 'stderr', 'pty']))
   .option('--follow', 'keep reading until the stream is final')
-  .action(async (id: string | undefined, o: { key?: string; from: number; stream: StreamName; follow?: boolean }) => {
+  .action(async (id: string | undefined, o: { key?: string; from: number; stream?: StreamName; follow?: boolean }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
-    (await connect(g)).close(); // a clear message now if no supervisor is there
+    const first = await connect(g); // a clear message now if no supervisor is there
+    let stream: StreamName = o.stream ?? 'stdout';
+    if (!o.stream) {
+      const { sessions } = await first.ps(true);
+      const found = sessions.find((s) => (sel.session_id ? s.session_id === sel.session_id : s.invocation_key === sel.invocation_key));
+      if (found && found.cursors.pty !== undefined) stream = 'pty';
+    }
+    first.close();
     try {
-      await pipeOutput(g, sel, o.stream, process.stdout, o.from, o.follow ?? false);
+      await pipeOutput(g, sel, stream, process.stdout, o.from, o.follow ?? false);
     } catch (err) {
       fail(describe(err));
     }

@@ -57,6 +57,10 @@ export interface LaunchParams {
   linger?: LingerPolicy;
   /** Run as this user (name or uid); the supervisor must be root. Default: config session.user, else the supervisor's. */
   user?: string;
+  /** A pseudo-terminal (default 80x24) as the leader's stdin/stdout/stderr: one stream, "pty". */
+  pty?: { cols?: number; rows?: number };
+  /** Clients write the session's stdin (method write); else /dev/null (or a pty nobody types in). */
+  stdin?: boolean;
   /** cancel: the session is cancelled when this connection closes before it ends. */
   on_disconnect?: 'continue' | 'cancel';
 }
@@ -147,7 +151,8 @@ export interface StreamOutput {
   sha256: string;
   complete: boolean;
   /** io_error: a write refused for another reason than space (e.g. a planted link, EEXIST). */
-  reason: null | 'quota' | 'disk_full' | 'drain_timeout' | 'owner_lost' | 'io_error';
+  /** pty_hangup: a pty master read EOF (hung up) instead of EIO; bytes in flight may be lost. */
+  reason: null | 'quota' | 'disk_full' | 'drain_timeout' | 'owner_lost' | 'io_error' | 'pty_hangup';
   dropped_bytes: number;
   /** How the drain ended; "lost": the supervisor that drained it died (owner_lost). */
   drain_end: 'eof' | 'eio' | 'timeout' | 'lost';

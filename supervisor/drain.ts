@@ -12,14 +12,19 @@ export type DrainEnd = 'eof' | 'eio' | 'timeout';
 /** Emits 'advance' (cursor) after each stored read and 'end' (DrainEnd) once. */
 export class StreamDrain extends EventEmitter {
   readonly log: StreamLog;
-  private readonly socket: Socket;
+  readonly socket: Socket;
   private endedHow: DrainEnd | null = null;
   readonly done: Promise<DrainEnd>;
 
-  constructor(sessionDir: string, readonly stream: StreamName, readFd: number, chunkBytes: number) {
+  /**
+   * readFd is a pipe's read end, or a pty master (pty: true), which is also written to
+   * (the session's stdin) through `socket`. A pty master is wrapped in a libuv pipe handle,
+   * as node-pty does (net.Socket refuses TTY fds); its end is EIO once every slave is closed.
+   */
+  constructor(sessionDir: string, readonly stream: StreamName, readFd: number, chunkBytes: number, private readonly pty = false) {
     super();
     this.log = new StreamLog(sessionDir, stream, chunkBytes);
-    this.socket = new Socket({ fd: readFd, readable: true, writable: false, allowHalfOpen: true });
+    this.socket = pty ? ptySocket(readFd) : new Socket({ fd: readFd, readable: true, writable: false, allowHalfOpen: true });
     this.done = new Promise((resolve) => {
       const finish = (how: DrainEnd) => {
         if (this.endedHow) return;
@@ -54,7 +59,9 @@ export class StreamDrain extends EventEmitter {
   finalize(): StreamOutput {
     const how = this.endedHow ?? 'timeout';
     const { sha256, indexSha256, chunks } = this.log.finalize();
-    const reason = this.log.failure ?? (how === 'timeout' ? 'drain_timeout' : null);
+    // A pty master that reads EOF (the tty was hung up) rather than EIO (every slave closed)
+    // may have dropped bytes still in flight: never claim it complete (issue 7, open).
+    const reason = this.log.failure ?? (how === 'timeout' ? 'drain_timeout' : this.pty && how === 'eof' ? 'pty_hangup' : null);
     return {
       final_cursor: this.log.cursor,
       sha256,
@@ -66,4 +73,13 @@ export class StreamDrain extends EventEmitter {
       chunks,
     };
   }
+}
+
+/** A net.Socket over a pty master fd, readable and writable (libuv pipe handle). */
+function ptySocket(fd: number): Socket {
+  const pipeWrap = (process as unknown as { binding(name: string): { Pipe: new (type: number) => { open(fd: number): number }; constants: { SOCKET: number } } }).binding('pipe_wrap');
+  const handle = new pipeWrap.Pipe(pipeWrap.constants.SOCKET);
+  const err = handle.open(fd);
+  if (err) throw Object.assign(new Error(`cannot open the pty master (${err})`), { code: 'EBADF' });
+  return new Socket({ handle, readable: true, writable: true, allowHalfOpen: true } as unknown as ConstructorParameters<typeof Socket>[0]);
 }

@@ -19,6 +19,10 @@ export interface NativeHelpers {
   setPipeSize(fd: number, bytes: number): number;
   /** getsockopt(SO_PEERCRED) on a connected Unix socket fd. */
   peerCred(fd: number): { pid: number; uid: number; gid: number };
+  /** posix_openpt + grantpt + unlockpt; both fds O_CLOEXEC, the slave O_NOCTTY. */
+  openPty(cols: number, rows: number): { master: number; slave: number; path: string };
+  /** ioctl(TIOCSWINSZ). */
+  setWindowSize(fd: number, cols: number, rows: number): void;
 }
 
 const here = dirname(fileURLToPath(import.meta.url));

@@ -131,6 +131,18 @@ export class SupervisorServer {
         return sup.status(this.socketPath);
       },
       subscribe: (c, id, p) => this.subscribe(c, id, validate(Schemas.subscribe, p, 'subscribe')),
+      write: async (_c, _id, p) => {
+        const params = validate(Schemas.write, p, 'write');
+        const session = sup.find(params);
+        const cursor = await session.write(Buffer.from(params.data), params.offset, params.eof ?? false);
+        return { session_id: session.id, cursor };
+      },
+      resize: (_c, _id, p) => {
+        const params = validate(Schemas.resize, p, 'resize');
+        const session = sup.find(params);
+        session.resize(params.cols, params.rows);
+        return { session_id: session.id, cols: params.cols, rows: params.rows };
+      },
       resolve: async (c, _id, p) => {
         const params = validate(Schemas.resolve, p, 'resolve');
         // Who attests is read from the socket (SO_PEERCRED), never taken from the request.

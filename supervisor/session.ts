@@ -4,7 +4,10 @@
 // leader, its cgroup leaf, the drains, termination (TERM to every process, KILL after the
 // grace) and the durable receipt. Not the socket (server.ts) nor the registry (supervisor.ts).
 import { EventEmitter } from 'node:events';
-import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
+import { Socket } from 'node:net';
+import { SupervisorError } from '../ipc/errors.js';
+import { native } from './native.js';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { LingerPolicy, Receipt, SessionState, SessionSummary, StreamName, StreamOutput, SupervisorMode, TerminationCause } from '../ipc/protocol.js';
@@ -49,9 +52,14 @@ export interface SessionRequest {
   user: string | null;
   /** That user resolved (null for restored sessions, which never spawn again). */
   sessionUser: SessionUser | null;
+  /** A pseudo-terminal of that size as 0, 1 and 2 (one stream, "pty"); null: pipes. */
+  pty: { cols: number; rows: number } | null;
+  /** "stream": stdin is written by clients (write); "null": /dev/null, or a pty nobody types in. */
+  stdin: 'null' | 'stream';
 }
 
 const PIPE_STREAMS: StreamName[] = ['stdout', 'stderr'];
+const ALL_STREAMS: StreamName[] = ['stdout', 'stderr', 'pty'];
 
 /** An operator's word that ends an unknown session (sbx resolve --as-operator). */
 export interface OperatorAttestation {
@@ -85,6 +93,15 @@ export class Session extends EventEmitter {
   private readonly steps: { signal: string; at: Date; pids: number }[] = [];
   private descendantsTerminated: number | null = null;
   private terminating: Promise<void> | null = null;
+  /** The pty (pty sessions): the slave is held open until death evidence. */
+  private pty: { master: number; slave: number; path: string } | null = null;
+  /** Where stdin bytes go (pipe write end, or the pty master); null without --stdin. */
+  private stdinWriter: Socket | null = null;
+  /** Bytes of stdin accepted so far (the stdin cursor), and whether it was closed. */
+  stdinCursor = 0;
+  private stdinClosed = false;
+  /** Writes to stdin in arrival order. */
+  private stdinChain: Promise<unknown> = Promise.resolve();
   private cancelDeadline: () => void = () => {};
 
   constructor(readonly id: string, readonly req: SessionRequest, private readonly ctx: SessionContext, readonly admittedAt = new Date()) {
@@ -112,11 +129,13 @@ export class Session extends EventEmitter {
       chunkBytes: record.chunk_bytes,
       user: record.user ?? null,
       sessionUser: null,
+      pty: record.pty ?? null,
+      stdin: record.stdin ?? 'null',
     };
     const session = new Session(record.session_id, req, ctx, new Date(record.admitted_at));
     session.admission = record;
     if (record.cgroup) session.leaf = new CgroupLeaf(record.cgroup);
-    for (const stream of PIPE_STREAMS) {
+    for (const stream of ALL_STREAMS) {
       if (existsSync(join(session.dir, stream))) session.restoredCursors.set(stream, 0);
     }
     if (receipt) {
@@ -154,6 +173,8 @@ export class Session extends EventEmitter {
       chunkBytes: ctx.config.drain.chunkBytes,
       user: null,
       sessionUser: null,
+      pty: null,
+      stdin: 'null',
     };
     const session = new Session(sessionId, req, ctx);
     session.state = 'unknown';
@@ -181,6 +202,8 @@ export class Session extends EventEmitter {
       linger: this.req.linger,
       chunk_bytes: this.req.chunkBytes,
       user: this.req.user,
+      pty: this.req.pty,
+      stdin: this.req.stdin,
       cgroup: this.leaf?.path ?? null,
       mode: identity.mode,
       boot_id: identity.bootId,
@@ -203,6 +226,7 @@ export class Session extends EventEmitter {
     const { config, identity } = this.ctx;
     let leader: LeaderProcess;
     try {
+      if (this.req.pty) this.pty = native().openPty(this.req.pty.cols, this.req.pty.rows);
       leader = new LeaderProcess(
         {
           argv: this.req.argv,
@@ -212,19 +236,33 @@ export class Session extends EventEmitter {
           subreaper: identity.mode === 'subreaper',
           pipeBytes: config.drain.pipeBytes,
           user: this.req.sessionUser,
+          ptySlaveFd: this.pty?.slave ?? null,
+          stdinPipe: this.req.stdin === 'stream',
         },
         this.ctx.reaper,
       );
     } catch (err) {
-      // No pipe or no fork (EMFILE, EAGAIN): nothing ran, and the empty leaf says so.
+      // No pty, no pipe or no fork (EMFILE, EAGAIN): nothing ran, and the empty leaf says so.
+      if (this.pty) for (const fd of [this.pty.master, this.pty.slave]) closeSync(fd);
+      this.pty = null;
       void this.failToStart(err as NodeJS.ErrnoException);
       return;
     }
     this.leader = leader;
     this.startedAt = new Date();
     this.transition('running');
-    this.drains.set('stdout', new StreamDrain(this.dir, 'stdout', leader.stdoutFd, this.req.chunkBytes));
-    this.drains.set('stderr', new StreamDrain(this.dir, 'stderr', leader.stderrFd, this.req.chunkBytes));
+    if (this.pty) {
+      const drain = new StreamDrain(this.dir, 'pty', this.pty.master, this.req.chunkBytes, true);
+      this.drains.set('pty', drain);
+      if (this.req.stdin === 'stream') this.stdinWriter = drain.socket;
+    } else {
+      this.drains.set('stdout', new StreamDrain(this.dir, 'stdout', leader.stdoutFd, this.req.chunkBytes));
+      this.drains.set('stderr', new StreamDrain(this.dir, 'stderr', leader.stderrFd, this.req.chunkBytes));
+      if (leader.stdinFd >= 0) {
+        this.stdinWriter = new Socket({ fd: leader.stdinFd, readable: false, writable: true });
+        this.stdinWriter.on('error', () => (this.stdinClosed = true)); // EPIPE: nobody reads stdin any more
+      }
+    }
     for (const drain of this.drains.values()) {
       drain.on('advance', () => this.emit('output', drain.stream));
       drain.on('end', () => this.emit('output', drain.stream));
@@ -257,6 +295,45 @@ export class Session extends EventEmitter {
     return this.drains.has(stream) || this.restoredCursors.has(stream) || this.receipt?.output[stream] !== undefined;
   }
 
+  /**
+   * Writes stdin bytes at `offset` (default: the stdin cursor), exactly once: bytes before
+   * the cursor were already delivered (a retry after a reconnect) and are skipped; a gap is
+   * INVALID_ARGUMENT. Resolves once the bytes are handed to the pipe or pty (backpressure),
+   * with the new cursor. eof closes stdin (a pipe's end; ^D on a pty).
+   */
+  write(data: Buffer, offset: number | undefined, eof: boolean): Promise<number> {
+    const run = async (): Promise<number> => {
+      if (!this.stdinWriter) throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} was not started with --stdin`);
+      const start = offset ?? this.stdinCursor;
+      if (start > this.stdinCursor) throw new SupervisorError('INVALID_ARGUMENT', `stdin offset ${start} is past the stdin cursor ${this.stdinCursor}`, { cursor: this.stdinCursor });
+      const fresh = data.subarray(Math.min(data.length, this.stdinCursor - start));
+      if (this.stdinClosed) {
+        if (fresh.length === 0) return this.stdinCursor; // a retried eof
+        throw new SupervisorError('INVALID_ARGUMENT', `stdin of session ${this.id} is closed`, { cursor: this.stdinCursor });
+      }
+      const writer = this.stdinWriter;
+      if (fresh.length > 0) {
+        this.stdinCursor += fresh.length;
+        if (!writer.write(fresh)) await new Promise<void>((r) => (writer.once('drain', r), writer.once('close', r)));
+      }
+      if (eof) {
+        this.stdinClosed = true;
+        if (this.pty) writer.write(Buffer.from([4])); // VEOF
+        else writer.end();
+      }
+      return this.stdinCursor;
+    };
+    const result = this.stdinChain.then(run, run);
+    this.stdinChain = result.catch(() => {});
+    return result;
+  }
+
+  /** Sets the pty's size (the foreground process group gets SIGWINCH). */
+  resize(cols: number, rows: number): void {
+    if (!this.pty || this.state === 'ended') throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} has no live pty`);
+    native().setWindowSize(this.pty.master, cols, rows);
+  }
+
   /** Directory of a stream's chunk files and index. */
   streamDir(stream: StreamName): string {
     return join(this.dir, stream);
@@ -269,7 +346,7 @@ export class Session extends EventEmitter {
 
   summary(): SessionSummary {
     const cursors: Partial<Record<StreamName, number>> = {};
-    for (const s of PIPE_STREAMS) if (this.hasStream(s)) cursors[s] = this.cursor(s);
+    for (const s of ALL_STREAMS) if (this.hasStream(s)) cursors[s] = this.cursor(s);
     return {
       session_id: this.id,
       invocation_key: this.req.invocationKey,
@@ -302,7 +379,7 @@ export class Session extends EventEmitter {
 
   private async escalate(graceMs: number): Promise<void> {
     const leader = this.leader!;
-    const leaderPid = this.leaderExitedAt ? null : leader.pid;
+    const leaderPid = this.leaderExitedAt ? null : leader.leaderPid;
     const leaf = this.leaf;
     if (graceMs > 0) {
       const reached = await this.signal('SIGTERM');
@@ -310,26 +387,33 @@ export class Session extends EventEmitter {
       this.descendantsTerminated ??= reached - (leaderPid !== null ? 1 : 0);
       if (await this.waitDead(graceMs)) return;
     }
-    if (leaf) {
+    if (leaf && !leader.holdsSession) {
       const pids = leaf.pids();
       this.descendantsTerminated ??= pids.filter((pid) => pid !== leaderPid).length;
       leaf.kill();
       this.steps.push({ signal: 'SIGKILL', at: new Date(), pids: pids.length });
       await leaf.waitEmpty(null);
-    } else {
-      // Subreaper mode: the shim walks its descendants; repeat until it reports all reaped.
-      let first = true;
-      let done = false;
-      void leader.allReaped.then(() => (done = true));
-      while (!done) {
-        const reached = await leader.signalViaShim(signalNumber('SIGKILL'));
-        if (first) {
-          this.steps.push({ signal: 'SIGKILL', at: new Date(), pids: reached });
-          this.descendantsTerminated ??= reached - (leaderPid !== null ? 1 : 0);
-          first = false;
-        }
-        await Promise.race([leader.allReaped, new Promise((r) => setTimeout(r, 100))]);
+      return;
+    }
+    // The shim stays (subreaper mode, or a pty's session leader): KILL everything else, again
+    // until the shim reports all reaped; past a bound, cgroup.kill takes the shim too.
+    let first = true;
+    let done = false;
+    void leader.allReaped.then(() => (done = true));
+    const giveUpAt = Date.now() + 10_000;
+    while (!done) {
+      const reached = await this.signal('SIGKILL');
+      if (first) {
+        this.steps.push({ signal: 'SIGKILL', at: new Date(), pids: reached });
+        this.descendantsTerminated ??= reached - (leaderPid !== null ? 1 : 0);
+        first = false;
       }
+      if (leaf && Date.now() > giveUpAt) {
+        leaf.kill();
+        await leaf.waitEmpty(null);
+        return;
+      }
+      await Promise.race([leader.allReaped, new Promise((r) => setTimeout(r, 100))]);
     }
   }
 
@@ -339,12 +423,16 @@ export class Session extends EventEmitter {
    */
   async signal(signal: NodeJS.Signals): Promise<number> {
     if (!this.leader || this.state === 'ended' || this.state === 'unknown') return 0;
-    return this.leaf ? this.leaf.signalAll(signal).size : this.leader.signalViaShim(signalNumber(signal));
+    if (!this.leaf) return this.leader.signalViaShim(signalNumber(signal));
+    // A shim that stays as the pty's session leader is not signalled: it absorbs signals
+    // and goes when released, after the drain.
+    const skip = this.leader.holdsSession ? new Set([this.leader.pid]) : new Set<number>();
+    return this.leaf.signalAll(signal, skip).size;
   }
 
   /** Waits up to timeoutMs (null: unbounded) for proof that nothing of the session runs. */
   private async waitDead(timeoutMs: number | null): Promise<boolean> {
-    if (this.leaf) return this.leaf.waitEmpty(timeoutMs);
+    if (this.leaf && !this.leader!.holdsSession) return this.leaf.waitEmpty(timeoutMs);
     const all = this.leader!.allReaped.then(() => true);
     if (timeoutMs === null) return all;
     let timer: NodeJS.Timeout | undefined;
@@ -364,33 +452,41 @@ export class Session extends EventEmitter {
     this.ctx.reaper.reapNow();
 
     // Descendants left behind: end them (systemd's and docker's default) or wait for them.
-    const alive = this.leaf ? this.leaf.populated() : !(await this.waitDead(0));
+    const alive = this.leaf && !leader.holdsSession ? this.leaf.populated() : !(await this.waitDead(0));
     if (alive && this.req.linger === 'kill') await this.terminate('linger');
 
     let evidence: Receipt['death'];
-    if (this.leaf) {
-      await this.leaf.waitEmpty(null);
-      evidence = { evidence: 'cgroup_empty', observed_at: new Date().toISOString(), cgroup: this.leaf.path };
-    } else {
+    if (leader.holdsSession || !this.leaf) {
       const reaped = await leader.allReaped;
       if (!reaped) {
         // The shim died without reporting: no proof of death. Unknown, never failed.
         this.becomeUnknown('the exec shim (the session\'s subreaper) died before reporting all descendants reaped');
         return;
       }
-      evidence = { evidence: 'subreaper_reaped', observed_at: new Date().toISOString(), reaped: reaped.reaped };
+      if (leader.holdsSession) {
+        // Everything but the session leader is gone: read the pty to its end while the
+        // session (and so the tty) still stands, then let the shim go.
+        this.releaseStdio();
+        await this.drainAll();
+        leader.release();
+      }
+      evidence = this.leaf
+        ? { evidence: 'cgroup_empty', observed_at: '', cgroup: this.leaf.path }
+        : { evidence: 'subreaper_reaped', observed_at: new Date().toISOString(), reaped: reaped.reaped };
+    } else {
+      evidence = { evidence: 'cgroup_empty', observed_at: '', cgroup: this.leaf.path };
+    }
+    if (this.leaf) {
+      await this.leaf.waitEmpty(null);
+      evidence.observed_at = new Date().toISOString();
     }
     this.cancelDeadline();
     if (this.terminating) await this.terminating;
     leader.release();
     this.ctx.reaper.reapNow();
+    this.releaseStdio();
 
-    // Every writer in the session is dead; an fd passed outside may still hold a pipe.
-    const bound = setTimeout(() => {
-      for (const d of this.drains.values()) d.cut();
-    }, this.ctx.config.drain.postDeathDrainMs);
-    await Promise.all([...this.drains.values()].map((d) => d.done));
-    clearTimeout(bound);
+    await this.drainAll();
 
     const output: Partial<Record<StreamName, StreamOutput>> = {};
     for (const [name, drain] of this.drains) {
@@ -429,7 +525,7 @@ export class Session extends EventEmitter {
       this.unknownReason = null;
       this.transition('ended');
       this.resolveEnded(receipt);
-      for (const stream of PIPE_STREAMS) this.emit('output', stream);
+      for (const stream of ALL_STREAMS) this.emit('output', stream);
     } catch (err) {
       // Something is already where the receipt goes (a planted link?): fail closed.
       this.becomeUnknown(`the receipt could not be written: ${(err as Error).message}`);
@@ -442,6 +538,31 @@ export class Session extends EventEmitter {
         this.ctx.log.warn({ err, session_id: this.id }, 'could not remove the session cgroup');
       }
     }
+  }
+
+  /**
+   * Closes what we held of the session's stdio: the pty slave (the master then reads what is
+   * buffered, then EIO: DESIGN.md 16) and the stdin pipe. Idempotent.
+   */
+  private releaseStdio(): void {
+    if (this.pty && this.pty.slave >= 0) {
+      closeSync(this.pty.slave);
+      this.pty.slave = -1;
+    }
+    if (this.stdinWriter && this.stdinWriter !== this.drains.get('pty')?.socket) this.stdinWriter.destroy();
+  }
+
+  /**
+   * Waits for every stream to end. Every writer in the session is dead by now; an fd passed
+   * outside may still hold a pipe, so this is bounded (postDeathDrainMs) and a cut stream is
+   * marked incomplete.
+   */
+  private async drainAll(): Promise<void> {
+    const bound = setTimeout(() => {
+      for (const d of this.drains.values()) d.cut();
+    }, this.ctx.config.drain.postDeathDrainMs);
+    await Promise.all([...this.drains.values()].map((d) => d.done));
+    clearTimeout(bound);
   }
 
   private async failToStart(err: NodeJS.ErrnoException): Promise<void> {
@@ -549,4 +670,4 @@ export class Session extends EventEmitter {
   }
 }
 
-export { PIPE_STREAMS };
+

@@ -18,6 +18,10 @@ export interface LeaderSpec {
   cgroupProcsPath: string | null;
   /** subreaper mode: the shim stays as the session's subreaper. */
   subreaper: boolean;
+  /** A pty slave fd for 0, 1 and 2 (the caller keeps it and the master); null: pipes. */
+  ptySlaveFd: number | null;
+  /** A pipe for stdin that the supervisor writes (--stdin); false: /dev/null (pipe mode). */
+  stdinPipe: boolean;
   /** Run as this user (the shim drops to it after joining the cgroup); null: as the supervisor. */
   user: { uid: number; gid: number; name: string | null } | null;
   pipeBytes: number;
@@ -58,8 +62,11 @@ export function errnoName(errno: number): string {
 /** A started leader: its pid, output read fds, and promises for what the shim reports. */
 export class LeaderProcess {
   readonly pid: number;
+  /** Read ends of the output pipes (-1 in pty mode). */
   readonly stdoutFd: number;
   readonly stderrFd: number;
+  /** Write end of the stdin pipe (-1 without one). */
+  readonly stdinFd: number;
   /** Resolves null when the command exec'ed, else what failed before or at exec. */
   readonly exec: Promise<SpawnFailure | null>;
   /** Resolves when the leader has been reaped (by libuv, or in subreaper mode by the shim). */
@@ -68,20 +75,30 @@ export class LeaderProcess {
   readonly allReaped: Promise<{ reaped: number } | null>;
   private readonly child: ChildProcess;
   private controlFd = -1;
+  /** The shim stays as the session leader until release() (pty sessions). */
+  readonly holdsSession: boolean = false;
+  /** The command's pid; the shim's own pid is `pid` (they differ when the shim stays). */
+  leaderPid = -1;
   private readonly signaledWaiters: ((pids: number) => void)[] = [];
 
   constructor(spec: LeaderSpec, reaper: Reaper) {
     const n = native();
-    const [stdoutR, stdoutW] = n.makePipe();
-    const [stderrR, stderrW] = n.makePipe();
+    const pty = spec.ptySlaveFd;
+    const [stdoutR, stdoutW] = pty === null ? n.makePipe() : [-1, pty];
+    const [stderrR, stderrW] = pty === null ? n.makePipe() : [-1, pty];
+    const [stdinR, stdinW] = spec.stdinPipe && pty === null ? n.makePipe() : [-1, -1];
     const [reportR, reportW] = n.makePipe();
-    const fds = [stdoutW, stderrW, reportW];
+    // Ours to close once the child has them (the pty slave is the caller's).
+    const fds = [reportW, ...(pty === null ? [stdoutW, stderrW] : []), ...(stdinR >= 0 ? [stdinR] : [])];
     let controlR = -1;
-    if (spec.subreaper) {
+    // A pty session's shim stays as the tty's session leader until released (see --hold).
+    this.holdsSession = pty !== null;
+    const tini = spec.subreaper || this.holdsSession;
+    if (tini) {
       [controlR, this.controlFd] = n.makePipe();
       fds.push(controlR);
     }
-    for (const fd of [stdoutR, stderrR]) {
+    for (const fd of pty === null ? [stdoutR, stderrR] : []) {
       try {
         n.setPipeSize(fd, spec.pipeBytes);
       } catch {
@@ -94,11 +111,15 @@ export class LeaderProcess {
       args.push('--uid', String(spec.user.uid), '--gid', String(spec.user.gid));
       if (spec.user.name) args.push('--user', spec.user.name);
     }
-    if (spec.subreaper) args.push('--subreaper', '--control-fd', '4');
+    if (pty !== null) args.push('--setctty');
+    if (tini) args.push('--subreaper', '--control-fd', '4');
+    if (this.holdsSession) args.push('--hold');
+    if (spec.cgroupProcsPath) args.push('--no-forward');
     args.push('--', ...spec.argv);
+    const stdin = pty !== null ? pty : stdinR >= 0 ? stdinR : 'ignore';
     try {
       this.child = spawn(execShimPath(), args, {
-        stdio: ['ignore', stdoutW, stderrW, reportW, ...(spec.subreaper ? [controlR] : [])],
+        stdio: [stdin, stdoutW, stderrW, reportW, ...(tini ? [controlR] : [])],
         env: spec.env,
         cwd: '/',
         detached: true, // own session and process group, like a systemd service
@@ -108,6 +129,7 @@ export class LeaderProcess {
     }
     this.stdoutFd = stdoutR;
     this.stderrFd = stderrR;
+    this.stdinFd = stdinW;
     const pid = this.child.pid;
     let spawnError: NodeJS.ErrnoException | null = null;
     this.child.on('error', (err) => (spawnError = err));
@@ -123,6 +145,7 @@ export class LeaderProcess {
       return;
     }
     this.pid = pid;
+    this.leaderPid = pid;
     reaper.track(pid);
 
     const lines = readLines(reportR);
@@ -133,7 +156,7 @@ export class LeaderProcess {
       });
     });
 
-    if (!spec.subreaper) {
+    if (!tini) {
       // Exec mode: EOF on the report pipe with no "error" line means the exec succeeded.
       this.exec = lines.all.then((all) => parseFailure(all));
       this.leaderExit = shimExit;
@@ -148,7 +171,10 @@ export class LeaderProcess {
     this.allReaped = new Promise((r) => (doneResolve = r));
     lines.onLine = (line) => {
       const [word, a, b] = line.split(' ');
-      if (word === 'started') execResolve(null);
+      if (word === 'started') {
+        this.leaderPid = Number(a);
+        execResolve(null);
+      }
       else if (word === 'error') {
         const failure = parseFailure([line]);
         execResolve(failure);

@@ -21,6 +21,8 @@ const AdmissionSchema = z.object({
   linger: z.enum(['kill', 'wait']),
   chunk_bytes: z.number().int().positive(),
   user: z.string().nullable().optional(),
+  pty: z.object({ cols: z.number().int(), rows: z.number().int() }).nullable().optional(),
+  stdin: z.enum(['null', 'stream']).optional(),
   cgroup: z.string().nullable(),
   mode: z.enum(['cgroup', 'subreaper']),
   boot_id: z.string(),

@@ -195,7 +195,9 @@ export class Supervisor {
     if (sessionUser && process.getuid?.() !== 0 && sessionUser.uid !== process.getuid?.()) {
       throw new SupervisorError('INVALID_ARGUMENT', `user: running as ${userSpec} needs a root supervisor`, { field: 'user' });
     }
-    const digest = commandDigest({ argv: params.argv, cwd: params.cwd, env, pty: false, stdin: 'null', user: userSpec });
+    const pty = params.pty ? { cols: params.pty.cols ?? 80, rows: params.pty.rows ?? 24 } : null;
+    const stdin = params.stdin ? 'stream' : 'null';
+    const digest = commandDigest({ argv: params.argv, cwd: params.cwd, env, pty: pty !== null, stdin, user: userSpec });
     const key = params.invocation_key ?? `auto-${randomBytes(12).toString('hex')}`;
     const existing = this.byKey.get(key);
     if (existing) {
@@ -228,6 +230,7 @@ export class Supervisor {
       USER: userName,
       LOGNAME: userName,
       LANG: this.config.session.lang,
+      ...(pty ? { TERM: 'xterm-256color' } : {}),
       ...(params.inherit_env ?? {}),
       ...env,
     };
@@ -246,6 +249,8 @@ export class Supervisor {
         chunkBytes: this.config.drain.chunkBytes,
         user: userSpec,
         sessionUser,
+        pty,
+        stdin,
       },
       this.ctx,
     );

@@ -33,6 +33,8 @@ export const Schemas = {
       grace_ms: durationMs.optional(),
       linger: z.enum(['kill', 'wait']).optional(),
       on_disconnect: z.enum(['continue', 'cancel']).optional(),
+      pty: z.object({ cols: z.number().int().min(1).max(65535).optional(), rows: z.number().int().min(1).max(65535).optional() }).strict().optional(),
+      stdin: z.boolean().optional(),
       user: z.string().min(1).max(256).regex(/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/, 'a user name or a numeric uid').optional(),
     })
     .strict(),
@@ -47,6 +49,14 @@ export const Schemas = {
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
   ps: z.object({ all: z.boolean().optional() }).strict(),
+  write: z
+    .object({ ...selector, data: z.instanceof(Uint8Array).refine((d) => d.length <= 8 * 1024 * 1024, 'at most 8 MiB per write'), offset: cursor.optional(), eof: z.boolean().optional() })
+    .strict()
+    .refine(requireOne, SELECTOR_MESSAGE),
+  resize: z
+    .object({ ...selector, cols: z.number().int().min(1).max(65535), rows: z.number().int().min(1).max(65535) })
+    .strict()
+    .refine(requireOne, SELECTOR_MESSAGE),
   resolve: z
     .object({ ...selector, as_operator: z.literal(true), reason: z.string().min(1).max(4096) })
     .strict()

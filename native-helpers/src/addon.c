@@ -14,6 +14,9 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/ioctl.h>
+#include <stdlib.h>
+#include <termios.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -44,6 +47,8 @@ static const char *errno_name(int err) {
     case ENOSYS: return "ENOSYS";
     case ENOTSOCK: return "ENOTSOCK";
     case ENOTCONN: return "ENOTCONN";
+    case ENOTTY: return "ENOTTY";
+    case EIO: return "EIO";
     default: return "EUNKNOWN";
   }
 }
@@ -177,6 +182,58 @@ static napi_value peer_cred(napi_env env, napi_callback_info info) {
   return result;
 }
 
+/*
+ * openPty(cols, rows): { master, slave, path }: a new pseudo-terminal (posix_openpt(3),
+ * grantpt, unlockpt, ptsname_r), both fds O_CLOEXEC, the slave O_NOCTTY so it never becomes
+ * our controlling terminal, sized with TIOCSWINSZ. The supervisor keeps the slave open until
+ * the session is dead, so the master reads every byte before EIO (DESIGN.md 16).
+ */
+static napi_value open_pty(napi_env env, napi_callback_info info) {
+  int32_t cols, rows;
+  if (get_int_arg(env, info, 0, &cols) != 0 || get_int_arg(env, info, 1, &rows) != 0 || cols <= 0 || rows <= 0 || cols > 65535 || rows > 65535) {
+    napi_throw_type_error(env, "EINVAL", "openPty(cols, rows): positive integers up to 65535 expected");
+    return NULL;
+  }
+  int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0) return throw_errno(env, errno, "posix_openpt");
+  char path[128];
+  if (grantpt(master) != 0 || unlockpt(master) != 0 || ptsname_r(master, path, sizeof path) != 0) {
+    int err = errno;
+    close(master);
+    return throw_errno(env, err, "unlockpt");
+  }
+  int slave = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (slave < 0) {
+    int err = errno;
+    close(master);
+    return throw_errno(env, err, "open");
+  }
+  struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+  ioctl(master, TIOCSWINSZ, &ws);
+  napi_value result, m, sl, p;
+  CHECK(napi_create_object(env, &result));
+  CHECK(napi_create_int32(env, master, &m));
+  CHECK(napi_create_int32(env, slave, &sl));
+  CHECK(napi_create_string_utf8(env, path, NAPI_AUTO_LENGTH, &p));
+  CHECK(napi_set_named_property(env, result, "master", m));
+  CHECK(napi_set_named_property(env, result, "slave", sl));
+  CHECK(napi_set_named_property(env, result, "path", p));
+  return result;
+}
+
+/* setWindowSize(fd, cols, rows): TIOCSWINSZ on a pty (the foreground group gets SIGWINCH). */
+static napi_value set_window_size(napi_env env, napi_callback_info info) {
+  int32_t fd, cols, rows;
+  if (get_int_arg(env, info, 0, &fd) != 0 || get_int_arg(env, info, 1, &cols) != 0 || get_int_arg(env, info, 2, &rows) != 0 ||
+      cols <= 0 || rows <= 0 || cols > 65535 || rows > 65535) {
+    napi_throw_type_error(env, "EINVAL", "setWindowSize(fd, cols, rows): integers expected");
+    return NULL;
+  }
+  struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+  if (ioctl(fd, TIOCSWINSZ, &ws) != 0) return throw_errno(env, errno, "ioctl");
+  return NULL;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"setChildSubreaper", NULL, set_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
@@ -185,6 +242,8 @@ static napi_value init(napi_env env, napi_value exports) {
     {"makePipe", NULL, make_pipe, NULL, NULL, NULL, napi_default, NULL},
     {"setPipeSize", NULL, set_pipe_size, NULL, NULL, NULL, napi_default, NULL},
     {"peerCred", NULL, peer_cred, NULL, NULL, NULL, napi_default, NULL},
+    {"openPty", NULL, open_pty, NULL, NULL, NULL, napi_default, NULL},
+    {"setWindowSize", NULL, set_window_size, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof props / sizeof props[0], props) != napi_ok) return NULL;
   return exports;

