@@ -208,6 +208,10 @@ sub('run')
       client.close();
       return;
     }
+    if (launched.state === 'unknown') {
+      const row = (await client.ps(true)).sessions.find((x) => x.session_id === launched.session_id);
+      fail(`session ${launched.session_id} (key ${launched.invocation_key}) is unknown: ${row?.reason ?? 'no evidence of its end yet'}; it is never run again (sbx ps, sbx resolve)`);
+    }
     const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx' }, client);
     forwardSignals(conn, launched.session_id);
     const sel = { session_id: launched.session_id };

@@ -10,6 +10,9 @@ import type { ChunkDigest, StreamName } from '../ipc/protocol.js';
 import { chunkFileName, encodeIndexRecord, INDEX_RECORD_BYTES } from '../ipc/state-layout.js';
 import { fsyncDir } from './durable.js';
 
+/** Longest time an index record waits in memory before it is written. */
+const INDEX_FLUSH_MS = 100;
+
 const O_APPEND_NEW = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_APPEND | constants.O_NOFOLLOW;
 
 /** Writer for one stream's chunk files and index, with the running SHA-256 of both. */
@@ -67,6 +70,8 @@ export class StreamLog {
 
   /** Flushes the index, fsyncs chunk and index files and the directory; returns the digests. */
   finalize(): { sha256: string; indexSha256: string; chunks: ChunkDigest[] } {
+    this.finalized = true;
+    if (this.indexTimer) clearTimeout(this.indexTimer);
     this.flushIndex();
     this.closeChunk();
     fsyncSync(this.indexFd);
@@ -105,7 +110,16 @@ export class StreamLog {
     if (this.indexUsed + INDEX_RECORD_BYTES > this.indexBuf.length) this.flushIndex();
     encodeIndexRecord(this.indexBuf, this.indexUsed, this.stream, cursor, length, arrivalUs);
     this.indexUsed += INDEX_RECORD_BYTES;
+    // Records reach the file within INDEX_FLUSH_MS, so after a crash the index lags the
+    // chunks by at most that much (it covers a prefix of the stream, never more).
+    this.indexTimer ??= setTimeout(() => {
+      this.indexTimer = null;
+      if (!this.finalized) this.flushIndex();
+    }, INDEX_FLUSH_MS).unref();
   }
+
+  private indexTimer: NodeJS.Timeout | null = null;
+  private finalized = false;
 
   private flushIndex(): void {
     if (this.indexUsed === 0 || this.failure) {

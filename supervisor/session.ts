@@ -160,6 +160,7 @@ export class Session extends EventEmitter {
    * key (if known) is blocked and nothing else is affected.
    */
   static broken(sessionId: string, key: string, reason: string, ctx: SessionContext): Session {
+    // Its leaf, if any, is found by its id: what runs there is still ours to end.
     const req: SessionRequest = {
       argv: [],
       cwd: '/',
@@ -179,6 +180,10 @@ export class Session extends EventEmitter {
     const session = new Session(sessionId, req, ctx);
     session.state = 'unknown';
     session.unknownReason = reason;
+    if (ctx.tree) {
+      const leaf = join(ctx.tree.sessionsPath, sessionId);
+      if (existsSync(leaf)) session.leaf = new CgroupLeaf(leaf);
+    }
     return session;
   }
 
@@ -379,12 +384,15 @@ export class Session extends EventEmitter {
 
   private async escalate(graceMs: number): Promise<void> {
     const leader = this.leader!;
+    // Not before the shim has joined the cgroup (it reports exec, or its failure, only after):
+    // an empty leaf before that proves nothing, and a signal then would miss the command.
+    await leader.exec;
     const leaderPid = this.leaderExitedAt ? null : leader.leaderPid;
     const leaf = this.leaf;
     if (graceMs > 0) {
       const reached = await this.signal('SIGTERM');
       this.steps.push({ signal: 'SIGTERM', at: new Date(), pids: reached });
-      this.descendantsTerminated ??= reached - (leaderPid !== null ? 1 : 0);
+      this.descendantsTerminated ??= Math.max(0, reached - (leaderPid !== null ? 1 : 0));
       if (await this.waitDead(graceMs)) return;
     }
     if (leaf && !leader.holdsSession) {
@@ -405,7 +413,7 @@ export class Session extends EventEmitter {
       const reached = await this.signal('SIGKILL');
       if (first) {
         this.steps.push({ signal: 'SIGKILL', at: new Date(), pids: reached });
-        this.descendantsTerminated ??= reached - (leaderPid !== null ? 1 : 0);
+        this.descendantsTerminated ??= Math.max(0, reached - (leaderPid !== null ? 1 : 0));
         first = false;
       }
       if (leaf && Date.now() > giveUpAt) {
@@ -624,7 +632,15 @@ export class Session extends EventEmitter {
    * (subreaper mode) there is no evidence: the session stays unknown.
    */
   async reconcile(): Promise<void> {
-    if (this.state !== 'unknown' || !this.admission) return;
+    if (this.state !== 'unknown') return;
+    if (!this.admission) {
+      // Torn files: no receipt can be written, but nothing of it may run on unowned.
+      if (this.leaf && this.leaf.populated()) {
+        await this.endLeaf([]);
+        this.unknownReason += '; its processes were ended (TERM, then KILL)';
+      }
+      return;
+    }
     const mount = this.ctx.tree?.mount.mountPoint;
     if (this.admission.boot_id !== this.ctx.identity.bootId) {
       await this.finish(this.ownerLostFacts({ evidence: 'boot_changed', observedAt: new Date() }, []));
@@ -635,25 +651,31 @@ export class Session extends EventEmitter {
       return;
     }
     const steps: ReceiptFacts['steps'] = [];
-    if (existsSync(this.leaf.path) && this.leaf.populated()) {
-      const graceMs = this.req.graceMs;
-      if (graceMs > 0) {
-        steps.push({ signal: 'SIGTERM', at: new Date(), pids: this.leaf.signalAll('SIGTERM').size });
-        await this.leaf.waitEmpty(graceMs);
-      }
-      if (this.leaf.populated()) {
-        steps.push({ signal: 'SIGKILL', at: new Date(), pids: this.leaf.pids().length });
-        this.leaf.kill();
-        await this.leaf.waitEmpty(null);
-      }
-    }
+    if (existsSync(this.leaf.path) && this.leaf.populated()) await this.endLeaf(steps);
     const cgroup = this.leaf.path.slice(mount.length);
     await this.finish(this.ownerLostFacts({ evidence: 'cgroup_empty', observedAt: new Date(), cgroup }, steps));
+  }
+
+  /** TERM to every process of the leaf, the grace, then cgroup.kill; records the steps. */
+  private async endLeaf(steps: ReceiptFacts['steps']): Promise<void> {
+    const leaf = this.leaf!;
+    if (this.req.graceMs > 0) {
+      steps.push({ signal: 'SIGTERM', at: new Date(), pids: leaf.signalAll('SIGTERM').size });
+      await leaf.waitEmpty(this.req.graceMs);
+    }
+    if (leaf.populated()) {
+      steps.push({ signal: 'SIGKILL', at: new Date(), pids: leaf.pids().length });
+      leaf.kill();
+      await leaf.waitEmpty(null);
+    }
   }
 
   /** Ends an unknown session on an operator's word: evidence operator_attested, never automatic. */
   async resolveAsOperator(operator: OperatorAttestation): Promise<Receipt> {
     if (this.state !== 'unknown') throw new Error(`session ${this.id} is ${this.state}, not unknown`);
+    if (this.leaf?.populated()) {
+      throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} still has ${this.leaf.pids().length} processes in its cgroup; nothing is attested over a live session`);
+    }
     // An unreadable receipt is kept beside, never silently replaced.
     const torn = join(this.dir, 'receipt.json');
     if (existsSync(torn)) renameSync(torn, join(this.dir, `receipt.unreadable-${Date.now()}.json`));

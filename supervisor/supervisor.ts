@@ -3,7 +3,7 @@
 // shutdown. Owns policy across sessions; one session's life is session.ts, the socket is
 // server.ts.
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import type { Logger } from 'pino';
@@ -27,6 +27,19 @@ import { cpus, freemem, loadavg, totalmem } from 'node:os';
 /** Reads /proc/sys/kernel/random/boot_id: changes on every boot. */
 export function readBootId(): string {
   return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+}
+
+/** The highest generation named by any readable admission record (0 if none). */
+function highestAdmittedGeneration(sessionsDir: string): number {
+  let highest = 0;
+  for (const id of sessionDirs(sessionsDir)) {
+    try {
+      highest = Math.max(highest, readAdmission(join(sessionsDir, id)).generation);
+    } catch {
+      // torn: skipped here, reported by restore()
+    }
+  }
+  return highest;
 }
 
 /** A fresh session id: sortable by admission time, unguessable. */
@@ -136,9 +149,17 @@ export class Supervisor {
     let instance = randomBytes(8).toString('hex');
     let generation = 0;
     if (existsSync(identityPath)) {
-      const prev = JSON.parse(readFileSync(identityPath, 'utf8')) as { instance: string; generation: number };
-      instance = prev.instance;
-      generation = prev.generation;
+      try {
+        const prev = JSON.parse(readFileSync(identityPath, 'utf8')) as { instance: unknown; generation: unknown };
+        if (typeof prev.instance !== 'string' || !Number.isSafeInteger(prev.generation)) throw new Error('fields missing');
+        instance = prev.instance;
+        generation = prev.generation as number;
+      } catch (err) {
+        // Torn identity: kept aside; the generation still only goes up (past every admission).
+        renameSync(identityPath, `${identityPath}.unreadable-${Date.now()}`);
+        generation = highestAdmittedGeneration(sessionsDir);
+        log.error({ err, generation }, 'supervisor.json was unreadable; kept aside, generation recovered from admission records');
+      }
     }
     generation += 1;
     writeFileDurable(identityPath, JSON.stringify({ instance, generation }) + '\n');

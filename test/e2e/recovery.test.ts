@@ -143,6 +143,34 @@ describe('restart', () => {
     expect(whole).toBe(Array.from({ length: 200 }, (_, i) => `row ${i}\n`).join(''));
   });
 
+  it('a torn admission record of a running session: its processes are ended, it stays unknown, its key never reruns', async () => {
+    const d = await daemon();
+    const m = marker();
+    const c = await d.client();
+    const { session_id } = await c.launch({ argv: ['sh', '-c', `sleep ${m}`], cwd: '/', invocation_key: 'K-torn-live' });
+    // Running inside its leaf (before that, a supervisor crash takes the shim with it).
+    const procs = join(d.cgroupBase!, 'sessions', session_id, 'cgroup.procs');
+    await until(() => readFileSync(procs, 'utf8').split('\n').some((pid) => pid && pidsWithMarker(m).includes(Number(pid))), 'the command to run in its leaf');
+    await d.kill9();
+    expect(pidsWithMarker(m).length).toBeGreaterThan(0); // still running, owner gone
+    writeFileSync(join(d.stateDir, 'sessions', session_id, 'admission.json'), '{"sess');
+    writeFileSync(join(d.stateDir, 'supervisor.json'), 'zz'); // a torn identity does not stop start-up
+    await d.start();
+    await until(async () => {
+      const rows = JSON.parse((await d.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[];
+      return rows.find((r) => r.session_id === session_id)?.reason?.includes('its processes were ended');
+    }, 'reconciliation to end the processes');
+    expect(pidsWithMarker(m)).toEqual([]);
+    const again = await d.sbx(['run', '--key', 'K-torn-live', '--cwd', '/', '--', 'sh', '-c', `sleep ${m}`]);
+    expect(again.status).toBe(125);
+    expect(again.stderr.toString()).toContain('is unknown');
+    expect(pidsWithMarker(m)).toEqual([]);
+    const status = JSON.parse((await d.sbx(['status', '--json'])).stdout.toString());
+    expect(status.generation).toBeGreaterThanOrEqual(1); // every admission record is torn here: nothing to recover it from
+    const resolved = await d.sbx(['resolve', session_id, '--as-operator', '--reason', 'leaf empty, checked']);
+    expect(resolved.status).toBe(0);
+  });
+
   it('torn files make only their session unknown; an operator can resolve it', async () => {
     const d = await daemon();
     const ok = await d.sbx(['run', '--key', 'K-fine', '--', 'echo', 'fine']);

@@ -44,6 +44,16 @@ describe('deadline', () => {
     expect(pidsWithMarker(m)).toEqual([]);
   });
 
+  it('enforces a deadline shorter than the spawn itself (1 ms): TERM reaches the command', async () => {
+    const m = marker();
+    const { status, receipt } = await run(['--timeout', '1ms', '--grace', '1s'], ['sleep', m]);
+    expect(status).toBe(124);
+    expect(receipt.termination.steps[0]).toMatchObject({ signal: 'SIGTERM', pids: 1 });
+    expect(receipt.descendants_terminated).toBe(0);
+    expect(ms(receipt.ended_at) - ms(receipt.started_at)).toBeLessThan(1000);
+    expect(pidsWithMarker(m)).toEqual([]);
+  });
+
   it('KILLs a leader and a setsid descendant that both ignore SIGTERM, after the grace', async () => {
     const a = marker();
     const b = marker();
