@@ -60,6 +60,8 @@ export interface SessionRequest {
 
 const PIPE_STREAMS: StreamName[] = ['stdout', 'stderr'];
 const ALL_STREAMS: StreamName[] = ['stdout', 'stderr', 'pty'];
+/** Quiet time on a pty master, after its writers are gone, before the slave is closed. */
+const PTY_QUIET_MS = 20;
 
 /** An operator's word that ends an unknown session (sbx resolve --as-operator). */
 export interface OperatorAttestation {
@@ -474,6 +476,7 @@ export class Session extends EventEmitter {
       if (leader.holdsSession) {
         // Everything but the session leader is gone: read the pty to its end while the
         // session (and so the tty) still stands, then let the shim go.
+        await this.ptyQuiet();
         this.releaseStdio();
         await this.drainAll();
         leader.release();
@@ -558,6 +561,22 @@ export class Session extends EventEmitter {
       this.pty.slave = -1;
     }
     if (this.stdinWriter && this.stdinWriter !== this.drains.get('pty')?.socket) this.stdinWriter.destroy();
+  }
+
+  /**
+   * After every writer of the pty is gone, waits until the master has been quiet for
+   * PTY_QUIET_MS (bytes still in flight in the tty layer arrive within that), bounded by the
+   * post-death drain; only then is the slave closed.
+   */
+  private async ptyQuiet(): Promise<void> {
+    const drain = this.drains.get('pty');
+    if (!drain) return;
+    const giveUpAt = Date.now() + this.ctx.config.drain.postDeathDrainMs;
+    for (;;) {
+      const before = drain.cursor;
+      await new Promise((r) => setTimeout(r, PTY_QUIET_MS));
+      if (drain.cursor === before || drain.ended || Date.now() > giveUpAt) return;
+    }
   }
 
   /**
