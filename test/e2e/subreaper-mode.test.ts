@@ -73,6 +73,14 @@ describe('subreaper mode', () => {
     expect(pidsWithMarker(b)).toEqual([]);
   });
 
+  it('runs pty and stdin sessions too', async () => {
+    const pty = await daemon.sbx(['run', '--pty', '--', 'sh', '-c', 'tty >/dev/null && head -c 300000 /dev/zero | base64 -w0; exit 3']);
+    expect(pty.status).toBe(3);
+    expect(pty.stdout.length).toBe(400000);
+    const stdin = await daemon.sbx(['run', '--stdin', '--', 'wc', '-c'], { input: Buffer.alloc(100000, 1) });
+    expect(stdin.stdout.toString().trim()).toBe('100000');
+  });
+
   it('leaves no zombie under the supervisor', async () => {
     const r = await daemon.sbx(['run', '--', 'sh', '-c', 'i=0; while [ $i -lt 50 ]; do sh -c "sleep 0.01 &"; i=$((i+1)); done; echo ok']);
     expect(r.status).toBe(0);
