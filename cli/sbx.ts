@@ -46,6 +46,18 @@ async function connect(g: GlobalOptions): Promise<SupervisorClient> {
   }
 }
 
+/** Connects, runs one exchange, closes; any failure is the message and exit 125. */
+async function call<T>(g: GlobalOptions, fn: (client: SupervisorClient) => Promise<T>): Promise<T> {
+  const client = await connect(g);
+  try {
+    return await fn(client);
+  } catch (err) {
+    fail(describe(err));
+  } finally {
+    client.close();
+  }
+}
+
 function selector(id: string | undefined, key: string | undefined): SessionSelector {
   if (key !== undefined && id !== undefined) fail('give a session ID or --key, not both');
   if (key !== undefined) return { invocation_key: key };
@@ -246,14 +258,8 @@ sub('cancel')
   .option('--grace <dur>', 'TERM→KILL grace (default: the session\'s)', duration)
   .action(async (id: string | undefined, o: { key?: string; grace?: number }) => {
     const g = globals(o);
-    const client = await connect(g);
-    try {
-      const r = await client.request<{ session_id: string; state: string }>('cancel', { ...selector(id, o.key), grace_ms: o.grace });
-      if (g.json) printJson(r);
-    } catch (err) {
-      fail(describe(err));
-    }
-    client.close();
+    const r = await call(g, (c) => c.request<{ session_id: string; state: string }>('cancel', { ...selector(id, o.key), grace_ms: o.grace }));
+    if (g.json) printJson(r);
   });
 
 sub('kill')
@@ -263,15 +269,9 @@ sub('kill')
   .option('--signal <sig>', 'signal name or number', 'SIGKILL')
   .action(async (id: string | undefined, o: { key?: string; signal: string }) => {
     const g = globals(o);
-    const client = await connect(g);
-    try {
-      const signal = /^\d+$/.test(o.signal) ? Number(o.signal) : o.signal.toUpperCase();
-      const r = await client.request<{ session_id: string; signal: string; pids: number }>('kill', { ...selector(id, o.key), signal });
-      if (g.json) printJson(r);
-    } catch (err) {
-      fail(describe(err));
-    }
-    client.close();
+    const signal = /^\d+$/.test(o.signal) ? Number(o.signal) : o.signal.toUpperCase();
+    const r = await call(g, (c) => c.request<{ session_id: string; signal: string; pids: number }>('kill', { ...selector(id, o.key), signal }));
+    if (g.json) printJson(r);
   });
 
 sub('verify')
@@ -328,14 +328,7 @@ sub('resize')
   .argument('<cols>', 'columns', positiveInt)
   .argument('<rows>', 'rows', positiveInt)
   .action(async (id: string, cols: number, rows: number, o: object) => {
-    const g = globals(o);
-    const client = await connect(g);
-    try {
-      await client.request('resize', { session_id: id, cols, rows });
-    } catch (err) {
-      fail(describe(err));
-    }
-    client.close();
+    await call(globals(o), (c) => c.request('resize', { session_id: id, cols, rows }));
   });
 
 sub('logs')
@@ -375,15 +368,7 @@ sub('resolve')
   .action(async (id: string | undefined, o: { key?: string; asOperator?: boolean; reason: string }) => {
     const g = globals(o);
     if (!o.asOperator) fail('INVALID_ARGUMENT: resolve needs --as-operator: it records your word, not evidence');
-    const client = await connect(g);
-    let receipt: Receipt;
-    try {
-      receipt = await client.request<Receipt>('resolve', { ...selector(id, o.key), as_operator: true, reason: o.reason });
-    } catch (err) {
-      fail(describe(err));
-    }
-    client.close();
-    printJson(receipt);
+    printJson(await call(g, (c) => c.request<Receipt>('resolve', { ...selector(id, o.key), as_operator: true, reason: o.reason })));
   });
 
 sub('wait')
@@ -411,14 +396,7 @@ sub('receipt')
   .option('--key <key>', 'select the session by invocation key')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);
-    const client = await connect(g);
-    let answer;
-    try {
-      answer = await client.receipt(selector(id, o.key));
-    } catch (err) {
-      fail(describe(err));
-    }
-    client.close();
+    const answer = await call(g, (c) => c.receipt(selector(id, o.key)));
     if (!answer.receipt) fail(`session is ${answer.state}: no receipt yet`, 1);
     printJson(answer.receipt);
   });
@@ -428,14 +406,7 @@ sub('ps')
   .option('--all', 'include ended sessions')
   .action(async (o: { all?: boolean }) => {
     const g = globals(o);
-    const client = await connect(g);
-    let sessions;
-    try {
-      ({ sessions } = await client.ps(o.all ?? false));
-    } catch (err) {
-      fail(describe(err));
-    }
-    client.close();
+    const { sessions } = await call(g, (c) => c.ps(o.all ?? false));
     if (g.json) return printJson(sessions);
     const rows = [['SESSION', 'STATE', 'PID', 'LIVE', 'OUTCOME', 'KEY', 'COMMAND']];
     for (const s of sessions) {

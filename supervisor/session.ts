@@ -58,7 +58,6 @@ export interface SessionRequest {
   stdin: 'null' | 'stream';
 }
 
-const PIPE_STREAMS: StreamName[] = ['stdout', 'stderr'];
 const ALL_STREAMS: StreamName[] = ['stdout', 'stderr', 'pty'];
 /** Quiet time on a pty master, after its writers are gone, before the slave is closed. */
 const PTY_QUIET_MS = 20;
