@@ -14,6 +14,7 @@ import { isSupervisorError } from '../ipc/errors.js';
 import { defaultStateDir } from '../ipc/paths.js';
 import { exitStatusOf, type Receipt, type SessionSelector, type StreamName } from '../ipc/protocol.js';
 import { verifySignature, verifyStoredOutput } from '../ipc/verify.js';
+import { VERSION } from '../ipc/version.js';
 
 const FAILURE = 125;
 
@@ -166,6 +167,7 @@ function globals(o: object): GlobalOptions {
 const program: Command = new Command()
   .name('sbx')
   .description('Launch commands through sandbox-supervisor and read their output and receipts.')
+  .version(VERSION)
   .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
   .option('--json', 'machine-readable output')
   .enablePositionalOptions()

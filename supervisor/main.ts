@@ -6,9 +6,11 @@
 import { Command } from 'commander';
 import { pino } from 'pino';
 import { ConfigError, loadConfig } from './config.js';
+import { VERSION } from '../ipc/version.js';
 import { SupervisorServer } from './server.js';
 import { Supervisor } from './supervisor.js';
-import { VERSION } from './version.js';
+import { notify, startWatchdog, takeListenFd } from './systemd.js';
+
 
 async function serve(options: { config?: string }): Promise<void> {
   let config;
@@ -25,15 +27,20 @@ async function serve(options: { config?: string }): Promise<void> {
   log.info({ config: config.source, socket: config.socketPath, state_dir: config.stateDir }, 'starting');
   const supervisor = Supervisor.create(config, log);
   const server = new SupervisorServer(supervisor, log, config.socketPath);
-  await server.listen();
-  log.info({ socket: config.socketPath, mode: supervisor.mode }, 'listening');
-  void supervisor.reconcile();
+  const listenFd = takeListenFd();
+  await server.listen(listenFd);
+  log.info({ socket: config.socketPath, mode: supervisor.mode, socket_activated: listenFd !== null }, 'listening');
+  const stopWatchdog = startWatchdog();
+  // READY=1 once the socket listens and reconciliation has looked at every session.
+  void supervisor.reconcile().then(() => notify(`READY=1\nSTATUS=serving, ${supervisor.mode} mode`));
 
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;
     stopping = true;
     log.info({ signal }, 'stopping');
+    notify('STOPPING=1');
+    stopWatchdog();
     void supervisor
       .shutdown()
       .then(() => server.close())

@@ -21,6 +21,8 @@ export interface NativeHelpers {
   peerCred(fd: number): { pid: number; uid: number; gid: number };
   /** posix_openpt + grantpt + unlockpt; both fds O_CLOEXEC, the slave O_NOCTTY. */
   openPty(cols: number, rows: number): { master: number; slave: number; path: string };
+  /** sd_notify(3): false when $NOTIFY_SOCKET is unset. */
+  sdNotify(message: string): boolean;
   /** ioctl(TIOCSWINSZ). */
   setWindowSize(fd: number, cols: number, rows: number): void;
 }

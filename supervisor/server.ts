@@ -15,7 +15,7 @@ import { signalName, signalNumber } from './spawn.js';
 import type { Session } from './session.js';
 import type { Supervisor } from './supervisor.js';
 import { Schemas, validate } from './validate.js';
-import { VERSION } from './version.js';
+import { VERSION } from '../ipc/version.js';
 
 /** Largest output event payload, in bytes. */
 const OUTPUT_EVENT_BYTES = 256 * 1024;
@@ -151,8 +151,25 @@ export class SupervisorServer {
     };
   }
 
-  /** Binds the socket (0660 in a 0750 dir; a stale socket file is replaced). */
-  async listen(): Promise<void> {
+  /** Whether the socket came from systemd (then its file and modes are the .socket unit's). */
+  private activated = false;
+
+  /**
+   * Listens on a socket systemd passed (listenFd), else binds socketPath itself (0660 in a
+   * 0750 dir; a stale socket file is replaced).
+   */
+  async listen(listenFd: number | null = null): Promise<void> {
+    if (listenFd !== null) {
+      this.activated = true;
+      await new Promise<void>((resolve, reject) => {
+        this.server.once('error', reject);
+        this.server.listen({ fd: listenFd }, () => {
+          this.server.off('error', reject);
+          resolve();
+        });
+      });
+      return;
+    }
     const dir = dirname(this.socketPath);
     // Only a directory we create is ours to chown/chmod (never /tmp or /run themselves).
     const createdDir = mkdirSync(dir, { recursive: true, mode: 0o750 }) !== undefined;
@@ -185,6 +202,7 @@ export class SupervisorServer {
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     for (const c of this.connections) c.socket.destroy();
     await closed;
+    if (this.activated) return; // systemd's socket stays, so clients wait while we restart
     try {
       unlinkSync(this.socketPath);
     } catch {

@@ -21,7 +21,7 @@ import { ReceiptSigner } from './signing.js';
 import { KeyIndex, readAdmission, readReceipt, sessionDirs } from './store.js';
 import { lookupUser } from './users.js';
 import type { LaunchParams } from './validate.js';
-import { VERSION } from './version.js';
+import { VERSION } from '../ipc/version.js';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
 
 /** Reads /proc/sys/kernel/random/boot_id: changes on every boot. */

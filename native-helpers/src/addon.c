@@ -10,10 +10,12 @@
 #include <fcntl.h>
 #include <node_api.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/ioctl.h>
 #include <stdlib.h>
 #include <termios.h>
@@ -49,6 +51,7 @@ static const char *errno_name(int err) {
     case ENOTCONN: return "ENOTCONN";
     case ENOTTY: return "ENOTTY";
     case EIO: return "EIO";
+    case ECONNREFUSED: return "ECONNREFUSED";
     default: return "EUNKNOWN";
   }
 }
@@ -234,6 +237,44 @@ static napi_value set_window_size(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+/*
+ * sdNotify(message): sends message to $NOTIFY_SOCKET (sd_notify(3) protocol: one datagram on
+ * an AF_UNIX socket; a leading '@' is the abstract namespace). Returns false when
+ * NOTIFY_SOCKET is unset (not under systemd), true when sent; throws on a send error.
+ */
+static napi_value sd_notify_fn(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  char msg[512];
+  size_t len = 0;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
+      napi_get_value_string_utf8(env, argv[0], msg, sizeof msg, &len) != napi_ok) {
+    napi_throw_type_error(env, "EINVAL", "sdNotify(message): a string expected");
+    return NULL;
+  }
+  napi_value result;
+  const char *path = getenv("NOTIFY_SOCKET");
+  if (!path || !*path) {
+    CHECK(napi_get_boolean(env, false, &result));
+    return result;
+  }
+  struct sockaddr_un addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  size_t plen = strlen(path);
+  if (plen >= sizeof addr.sun_path) return throw_errno(env, EINVAL, "sd_notify");
+  memcpy(addr.sun_path, path, plen);
+  if (addr.sun_path[0] == '@') addr.sun_path[0] = 0;
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return throw_errno(env, errno, "socket");
+  ssize_t n = sendto(fd, msg, len, MSG_NOSIGNAL, (struct sockaddr *)&addr, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + plen));
+  int err = errno;
+  close(fd);
+  if (n < 0) return throw_errno(env, err, "sendto");
+  CHECK(napi_get_boolean(env, true, &result));
+  return result;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"setChildSubreaper", NULL, set_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
@@ -243,6 +284,7 @@ static napi_value init(napi_env env, napi_value exports) {
     {"setPipeSize", NULL, set_pipe_size, NULL, NULL, NULL, napi_default, NULL},
     {"peerCred", NULL, peer_cred, NULL, NULL, NULL, napi_default, NULL},
     {"openPty", NULL, open_pty, NULL, NULL, NULL, napi_default, NULL},
+    {"sdNotify", NULL, sd_notify_fn, NULL, NULL, NULL, napi_default, NULL},
     {"setWindowSize", NULL, set_window_size, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof props / sizeof props[0], props) != napi_ok) return NULL;
