@@ -236,11 +236,15 @@ sub('run')
     }
     if (o.stdin) void pumpStdin(conn, sel, Boolean(o.pty));
     try {
+      // The wait is in flight from the start, so a supervisor shutting down answers it
+      // (it lets requests in flight finish) before it closes the connection.
+      const waiting = conn.run((c) => c.wait(sel));
+      waiting.catch(() => {});
       const outputs = o.pty
         ? [pipeOutput(g, sel, 'pty', process.stdout, 0, true)]
         : [pipeOutput(g, sel, 'stdout', process.stdout, 0, true), pipeOutput(g, sel, 'stderr', process.stderr, 0, true)];
       await Promise.all(outputs);
-      receipt = await conn.run((c) => c.wait(sel));
+      receipt = await waiting;
     } catch (err) {
       fail(describe(err));
     }
@@ -316,8 +320,15 @@ sub('write')
     const sel = selector(id, o.key);
     const client = await connect(g);
     try {
-      if (!process.stdin.isTTY) for await (const chunk of process.stdin) await client.request('write', { ...sel, data: chunk as Buffer });
-      if (o.eof) await client.request('write', { ...sel, data: Buffer.alloc(0), eof: true });
+      let sent = false;
+      if (!process.stdin.isTTY) {
+        for await (const chunk of process.stdin) {
+          await client.request('write', { ...sel, data: chunk as Buffer });
+          sent = true;
+        }
+      }
+      // Nothing read (or only --eof): still one request, so a wrong session is an error.
+      if (o.eof || !sent) await client.request('write', { ...sel, data: Buffer.alloc(0), eof: Boolean(o.eof) });
     } catch (err) {
       fail(describe(err));
     }

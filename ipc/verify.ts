@@ -3,11 +3,11 @@
 // `signature`, the key id, and, given the state dir, every stored byte against the
 // receipt's cursors and digests. Returns what differs; an empty list means it all matches.
 import { createHash, createPublicKey, verify as verifySig, type KeyObject } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import canonicalize from 'canonicalize';
 import type { Receipt, StreamName } from './protocol.js';
-import { storedStream } from './state-layout.js';
+import { chunkFileName, storedStream } from './state-layout.js';
 
 /** RFC 8785 (JCS) canonical JSON of v. */
 export function jcs(v: unknown): string {
@@ -63,6 +63,19 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string): string[]
     return [`admission record unreadable: ${(err as Error).message}`];
   }
   const problems: string[] = [];
+  // Nothing may have been added: only the records, the receipt and the listed streams.
+  const streams = Object.keys(receipt.output);
+  for (const entry of readdirSync(dir)) {
+    if (['admission.json', 'receipt.json'].includes(entry) || streams.includes(entry) || /^receipt\.unreadable-\d+\.json$/.test(entry)) continue;
+    problems.push(`unexpected entry in the session directory: ${entry}`);
+  }
+  for (const [name, expected] of Object.entries(receipt.output) as [StreamName, NonNullable<Receipt['output'][StreamName]>][]) {
+    const listed = new Set([...(expected.chunks ?? []).map((c) => chunkFileName(c.start_cursor)), 'index.bin']);
+    const streamDir = join(dir, name);
+    for (const entry of existsSync(streamDir) ? readdirSync(streamDir) : []) {
+      if (!listed.has(entry)) problems.push(`${name}: unexpected file ${entry}`);
+    }
+  }
   for (const [name, expected] of Object.entries(receipt.output) as [StreamName, NonNullable<Receipt['output'][StreamName]>][]) {
     const disk = storedStream(dir, name, chunkBytes);
     if (disk.final_cursor !== expected.final_cursor) problems.push(`${name}: ${disk.final_cursor} bytes on disk, the receipt says ${expected.final_cursor}`);

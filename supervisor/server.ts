@@ -197,9 +197,17 @@ export class SupervisorServer {
     }
   }
 
-  /** Stops accepting, closes every connection, removes the socket file. */
-  async close(): Promise<void> {
+  /**
+   * Stops accepting; lets requests in flight finish (followers get the end of their streams,
+   * waits get their receipts) for up to drainMs; then closes every connection and removes
+   * the socket file.
+   */
+  async close(drainMs = 5000): Promise<void> {
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    const giveUpAt = Date.now() + drainMs;
+    while ([...this.connections].some((c) => c.inFlight > 0 && !c.closed) && Date.now() < giveUpAt) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
     for (const c of this.connections) c.socket.destroy();
     await closed;
     if (this.activated) return; // systemd's socket stays, so clients wait while we restart

@@ -4,7 +4,7 @@
 // leader, its cgroup leaf, the drains, termination (TERM to every process, KILL after the
 // grace) and the durable receipt. Not the socket (server.ts) nor the registry (supervisor.ts).
 import { EventEmitter } from 'node:events';
-import { closeSync, existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { SupervisorError } from '../ipc/errors.js';
 import { native } from './native.js';
@@ -101,6 +101,7 @@ export class Session extends EventEmitter {
   /** Bytes of stdin accepted so far (the stdin cursor), and whether it was closed. */
   stdinCursor = 0;
   private stdinClosed = false;
+  private stdinLastByte: number | undefined;
   /** Writes to stdin in arrival order. */
   private stdinChain: Promise<unknown> = Promise.resolve();
   private cancelDeadline: () => void = () => {};
@@ -232,7 +233,14 @@ export class Session extends EventEmitter {
     const { config, identity } = this.ctx;
     let leader: LeaderProcess;
     try {
-      if (this.req.pty) this.pty = native().openPty(this.req.pty.cols, this.req.pty.rows);
+      if (this.req.pty) {
+        this.pty = native().openPty(this.req.pty.cols, this.req.pty.rows);
+        // The terminal is the session user's, as login(1) does it: they may reopen it by name.
+        if (this.req.sessionUser) {
+          chownSync(this.pty.path, this.req.sessionUser.uid, this.req.sessionUser.gid);
+          chmodSync(this.pty.path, 0o620);
+        }
+      }
       leader = new LeaderProcess(
         {
           argv: this.req.argv,
@@ -320,11 +328,24 @@ export class Session extends EventEmitter {
       const writer = this.stdinWriter;
       if (fresh.length > 0) {
         this.stdinCursor += fresh.length;
-        if (!writer.write(fresh)) await new Promise<void>((r) => (writer.once('drain', r), writer.once('close', r)));
+        this.stdinLastByte = fresh[fresh.length - 1];
+        if (!writer.write(fresh)) {
+          await new Promise<void>((resolve) => {
+            const done = () => {
+              writer.off('drain', done);
+              writer.off('close', done);
+              resolve();
+            };
+            writer.on('drain', done);
+            writer.on('close', done);
+          });
+        }
       }
       if (eof) {
         this.stdinClosed = true;
-        if (this.pty) writer.write(Buffer.from([4])); // VEOF
+        // VEOF: after a partial line the first ^D only hands that line over; a second one is
+        // the end of input (termios(3), VEOF).
+        if (this.pty) writer.write(Buffer.from(this.stdinLastByte === undefined || this.stdinLastByte === 10 ? [4] : [4, 4]));
         else writer.end();
       }
       return this.stdinCursor;

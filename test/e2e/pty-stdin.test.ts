@@ -82,6 +82,18 @@ describe('stdin', () => {
     expect(r.stdout.toString()).toContain('got-hi\r\n');
   });
 
+  it('ends a pty session\'s input after a partial line too (two ^D)', async () => {
+    const r = await daemon.sbx(['run', '--pty', '--stdin', '--', 'sh', '-c', 'read x; echo "got=$x"'], { input: 'abc' });
+    expect(r.status).toBe(0);
+    expect(r.stdout.toString()).toContain('got=abc');
+  });
+
+  it('gives a --user session its terminal', async () => {
+    const r = await daemon.sbx(['run', '--pty', '--user', 'nobody', '--cwd', '/', '--', 'sh', '-c', 'echo hi > $(tty) && echo reopened']);
+    expect(r.status).toBe(0);
+    expect(r.stdout.toString()).toContain('reopened');
+  });
+
   it('1 MiB through --stdin into sha256sum (pipe mode) matches', async () => {
     const input = randomBytes(1024 * 1024);
     const r = await daemon.sbx(['run', '--stdin', '--', 'sha256sum'], { input });
@@ -105,6 +117,14 @@ describe('stdin', () => {
     expect((await write('', 8, true)).cursor).toBe(8); // a retried eof
     const receipt = await client.wait({ session_id });
     expect(receipt.output.stdout).toMatchObject({ final_cursor: 8, sha256: sha256('abcdefgh') });
+  });
+
+  it('sbx write with nothing to send still checks the session', async () => {
+    const plain = await daemon.sbx(['run', '--detach', '--', 'true']);
+    const r = await daemon.sbx(['write', plain.stdout.toString().trim()]);
+    expect(r.status).toBe(125);
+    expect(r.stderr.toString()).toContain('not started with --stdin');
+    expect((await daemon.sbx(['write', 's-0-missing'])).status).toBe(125);
   });
 
   it('sbx write feeds a detached session', async () => {

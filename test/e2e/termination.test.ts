@@ -243,4 +243,21 @@ describe('shutdown', () => {
       await own.stop();
     }
   });
+
+  it('an attached sbx run gets its session\'s end when the supervisor shuts down', async () => {
+    const own = await new TestDaemon().start();
+    try {
+      const child = spawn(process.execPath, [SBX, 'run', '--', 'sh', '-c', 'echo up; sleep 60'], { env: { ...process.env, SBX_SOCKET: own.socketPath }, stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (d) => (out += d));
+      const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+      await until(() => out.includes('up'), 'the session to start');
+      const t0 = Date.now();
+      expect(await own.terminate()).toEqual({ code: 0, signal: null });
+      expect(await exited).toBe(143); // cancelled by shutdown: 128 + SIGTERM
+      expect(Date.now() - t0).toBeLessThan(10_000);
+    } finally {
+      await own.stop();
+    }
+  });
 });

@@ -77,6 +77,17 @@ describe('signatures', () => {
     expect(cli.stdout.toString()).toContain('MISMATCH: stdout: chunk at 4096 differs');
   });
 
+  it('an added chunk file or entry fails --state-dir verification', async () => {
+    const { receipt, path } = await receiptOf(['echo', 'short']);
+    const dir = join(daemon.stateDir, 'sessions', receipt.session_id);
+    writeFileSync(join(dir, 'stdout', '0000000000001000.chunk'), 'appended later');
+    mkdirSync(join(dir, 'extra'));
+    const cli = await daemon.sbx(['verify', path, '--state-dir', daemon.stateDir]);
+    expect(cli.status).toBe(1);
+    expect(cli.stdout.toString()).toContain('MISMATCH: stdout: unexpected file 0000000000001000.chunk');
+    expect(cli.stdout.toString()).toContain('MISMATCH: unexpected entry in the session directory: extra');
+  });
+
   it('keeps verifying the checked-in v1 receipt and key (format compatibility)', async () => {
     const fixture = join(import.meta.dirname, '../fixtures/receipt-v1');
     const receipt = JSON.parse(readFileSync(join(fixture, 'receipt.json'), 'utf8')) as Receipt;
