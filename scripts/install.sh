@@ -63,7 +63,13 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/native-helpers/build/Release"
 cp -r "$src/dist" "$src/package.json" "$src/package-lock.json" "$stage/"
 cp "$src/native-helpers/build/Release/sbx_native.node" "$src/native-helpers/build/Release/sbx-exec-shim" "$stage/native-helpers/build/Release/"
-(cd "$stage" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+# Production dependencies, copied from the checkout's node_modules (no network needed).
+(cd "$src" && npm ls --omit=dev --all --parseable 2>/dev/null | tail -n +2) | while read -r pkg; do
+  rel=${pkg#"$src"/}
+  [ -e "$stage/$rel" ] && continue
+  mkdir -p "$stage/$(dirname "$rel")"
+  cp -r "$pkg" "$stage/$rel"
+done
 rm -rf "$dest"
 mkdir -p "$(dirname "$dest")" "$root$prefix/bin" "$units"
 cp -r "$stage" "$dest"
