@@ -17,6 +17,8 @@ const mount = cgroupMount();
 const CG = mount ? join(mount, `${TEST_CGROUP_PREFIX}nspawn`) : '';
 const ROOTFS = '/tmp/sbx-test-nspawn-root';
 const PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+/** The checkout, bound read-only into the container (the container mounts its own /tmp). */
+const CHECKOUT = '/mnt/sandbox-supervisor-checkout';
 let container: ChildProcess | null = null;
 let pid1 = 0;
 
@@ -49,7 +51,7 @@ describe.skipIf(!nspawn || !mount)(nspawn ? 'under a real systemd (nspawn)' : 'u
     mkdirSync(ROOTFS);
     execFileSync('mount', ['--bind', '/', ROOTFS]);
     execFileSync('mount', ['--make-private', ROOTFS]);
-    container = spawn('sh', ['-c', `echo $$ > ${CG}/cgroup.procs && exec systemd-nspawn -D ${ROOTFS} --volatile=overlay --register=no --keep-unit --private-network -b -M sbxtest`], {
+    container = spawn('sh', ['-c', `echo $$ > ${CG}/cgroup.procs && exec systemd-nspawn -D ${ROOTFS} --volatile=overlay --register=no --keep-unit --private-network --bind-ro=${ROOT}:${CHECKOUT} -b -M sbxtest`], {
       env: { PATH, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY: '1' },
       stdio: ['ignore', 'ignore', 'ignore'],
     });
@@ -58,7 +60,7 @@ describe.skipIf(!nspawn || !mount)(nspawn ? 'under a real systemd (nspawn)' : 'u
       return Number(children.split('\n')[0]) || 0;
     }, 'the container to start', 30_000);
     await until(() => /^(running|degraded)$/m.test(inside(['systemctl', 'is-system-running'], { allowFail: true }).stdout), 'the container to boot', 60_000);
-    inside(['bash', join(ROOT, 'scripts/install.sh')]);
+    inside(['bash', join(CHECKOUT, 'scripts/install.sh')]);
   }, 180_000);
   afterAll(cleanUp, 60_000);
 
