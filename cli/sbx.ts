@@ -457,4 +457,13 @@ sub('status')
     client.close();
   });
 
+// A reader that went away (`sbx status | head -1`): end quietly, as a program killed by
+// SIGPIPE would (128 + 13). The session, if any, goes on: the supervisor owns it.
+for (const out of [process.stdout, process.stderr]) {
+  out.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code === 'EPIPE') process.exit(141);
+    throw err;
+  });
+}
+
 program.parseAsync(process.argv).catch((err: unknown) => fail(describe(err)));

@@ -161,6 +161,14 @@ describe('sbx run', () => {
     expect(bytes).toBe(20_000_000);
   });
 
+  it('ends quietly when its reader goes away (sbx status | head -1)', async () => {
+    const { spawnSync } = await import('node:child_process');
+    const { SBX } = await import('../helpers/daemon.js');
+    const r = spawnSync('sh', ['-c', `"${process.execPath}" "${SBX}" status | head -1`], { env: { ...process.env, SBX_SOCKET: daemon.socketPath }, encoding: 'utf8' });
+    expect(r.stdout).toMatch(/^version /);
+    expect(r.stderr).toBe('');
+  });
+
   it('says why a command could not start', async () => {
     const r = await daemon.sbx(['run', '--', 'sbx-no-such-command']);
     expect(r.status).toBe(127);
