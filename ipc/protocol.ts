@@ -8,7 +8,6 @@ export const PROTOCOL_VERSIONS = [1] as const;
 export const PROTOCOL_VERSION = 1;
 
 export type StreamName = 'stdout' | 'stderr' | 'pty';
-export const STREAM_NAMES: readonly StreamName[] = ['stdout', 'stderr', 'pty'];
 
 export type SessionState = 'admitted' | 'running' | 'leader_exited' | 'terminating' | 'ended' | 'unknown';
 export type Outcome = 'exited' | 'signaled' | 'timed_out' | 'cancelled' | 'spawn_failed' | 'owner_lost';

@@ -6,7 +6,7 @@
 // reaping stays the subreaper's job); its notification can lag 10-20 ms behind the content,
 // so the file is read first and the inotify event is only waited for when it says 1.
 // Controllers (pids, memory) may be bound to v1 and are never required for correctness.
-import { mkdirSync, readFileSync, readdirSync, rmdirSync, watch, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmdirSync, watch, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 export interface CgroupMount {
@@ -109,15 +109,6 @@ export class CgroupTree {
     const path = join(this.sessionsPath, sessionId);
     mkdirSync(path);
     return new CgroupLeaf(path);
-  }
-
-  /** The leaf of an existing session, if its directory is there. */
-  leafNames(): string[] {
-    try {
-      return readdirSync(this.sessionsPath, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name);
-    } catch {
-      return [];
-    }
   }
 
   /** Removes the sessions dir and, if we made it, the base; leftovers (EBUSY, ENOTEMPTY) stay. */

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { createHash, type Hash } from 'node:crypto';
 import type { ChunkDigest, StreamName } from '../ipc/protocol.js';
 import { chunkFileName, encodeIndexRecord, INDEX_RECORD_BYTES } from '../ipc/state-layout.js';
-import { fsyncDir } from './durable.js';
+import { fsyncDir, writeAll } from './durable.js';
 
 /** Longest time an index record waits in memory before it is written. */
 const INDEX_FLUSH_MS = 100;
@@ -128,8 +128,7 @@ export class StreamLog {
     }
     const records = this.indexBuf.subarray(0, this.indexUsed);
     try {
-      let off = 0;
-      while (off < records.length) off += writeSync(this.indexFd, records, off, records.length - off);
+      writeAll(this.indexFd, records);
       this.indexHash.update(records);
     } catch (err) {
       this.fail(err as NodeJS.ErrnoException);

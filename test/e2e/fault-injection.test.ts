@@ -43,7 +43,7 @@ describe('fault injection', () => {
     const marker = `7${randomBytes(2).readUInt16BE(0) % 100}.${randomBytes(3).readUIntBE(0, 3)}`;
     const execLog = join(daemon.dir, 'executions.log');
     const params = (i: number): LaunchParams => ({
-      argv: ['sh', '-c', `echo k${i} >> ${execLog}; head -c ${20000 + i * 3000} /dev/urandom | od -An -tx1; sleep 0.0${i % 10} ${marker}`.replace(` ${marker}`, '; : ' + marker)],
+      argv: ['sh', '-c', `echo k${i} >> ${execLog}; head -c ${20000 + i * 3000} /dev/urandom | od -An -tx1; sleep 0.0${i % 10}; : ${marker}`],
       cwd: '/',
       invocation_key: `fi-${i}`,
     });

@@ -2,7 +2,7 @@
 // sessions, the hello deadline), backpressure towards a stalled reader, and the peer
 // allow-list checked with SO_PEERCRED against a client really running as nobody.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -167,7 +167,7 @@ s.on('error', (e) => console.log('error ' + e.code));
     expect(out).toContain('UNAUTHORIZED');
     expect(out).toContain('uid 65534');
     await until(() => /refused a peer outside the allow-list/.test(d.log()) && /"uid":65534/.test(d.log()), 'the log line');
-    const st = (await import('node:fs')).statSync(d.socketPath);
+    const st = statSync(d.socketPath);
     expect(st.mode & 0o777).toBe(0o660);
     expect(st.gid).toBe(65534);
   });

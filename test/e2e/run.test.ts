@@ -1,6 +1,6 @@
 // sbx run end to end against a real supervisor: exact bytes, exit statuses, real pipes,
 // the leader's fds, cursors and the receipt's digests.
-import { chmodSync, writeFileSync } from 'node:fs';
+import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../../ipc/protocol.js';
@@ -18,7 +18,6 @@ afterAll(async () => {
 async function runWithReceipt(argv: string[], extra: string[] = []) {
   const receiptPath = join(daemon.dir, `receipt-${Math.random().toString(16).slice(2)}.json`);
   const r = await daemon.sbx(['run', '--receipt', receiptPath, ...extra, '--', ...argv]);
-  const { readFileSync } = await import('node:fs');
   const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
   return { ...r, receipt };
 }

@@ -20,6 +20,16 @@ afterAll(async () => {
 const marker = () => `5${randomBytes(2).readUInt16BE(0) % 100}.${randomBytes(3).readUIntBE(0, 3)}`;
 const ms = (iso: string | null) => Date.parse(iso!);
 
+/** sbx run attached to a daemon's socket; resolves once `ready` is on its stdout. */
+async function attachedRun(socketPath: string, args: string[], ready: string) {
+  const child = spawn(process.execPath, [SBX, 'run', ...args], { env: { ...process.env, SBX_SOCKET: socketPath }, stdio: ['ignore', 'pipe', 'ignore'] });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  await until(() => out.includes(ready), 'the session to start');
+  return { child, exited };
+}
+
 async function run(args: string[], argv: string[]) {
   const receiptPath = join(daemon.dir, `r-${randomBytes(4).toString('hex')}.json`);
   const r = await daemon.sbx(['run', '--receipt', receiptPath, ...args, '--', ...argv]);
@@ -92,13 +102,7 @@ describe('deadline', () => {
 
   it('outlives a SIGKILLed sbx and still ends at its deadline with a receipt', async () => {
     const key = `orphaned-client-${randomBytes(4).toString('hex')}`;
-    const child = spawn(process.execPath, [SBX, 'run', '--key', key, '--timeout', '2s', '--', 'sh', '-c', 'echo started; sleep 60'], {
-      env: { ...process.env, SBX_SOCKET: daemon.socketPath },
-      stdio: ['ignore', 'pipe', 'ignore'],
-    });
-    let out = '';
-    child.stdout.on('data', (d) => (out += d));
-    await until(() => out.includes('started'), 'the session to start');
+    const { child } = await attachedRun(daemon.socketPath, ['--key', key, '--timeout', '2s', '--', 'sh', '-c', 'echo started; sleep 60'], 'started');
     child.kill('SIGKILL');
     const waited = await daemon.sbx(['wait', '--key', key]);
     expect(waited.status).toBe(124);
@@ -190,27 +194,14 @@ describe('cancel and kill', () => {
   });
 
   it('forwards SIGINT from sbx run to the session: exit 130', async () => {
-    const child = spawn(process.execPath, [SBX, 'run', '--', 'sh', '-c', 'echo ready; sleep 60'], {
-      env: { ...process.env, SBX_SOCKET: daemon.socketPath },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    child.stdout.on('data', (d) => (out += d));
-    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
-    await until(() => out.includes('ready'), 'the session to start');
+    const { child, exited } = await attachedRun(daemon.socketPath, ['--', 'sh', '-c', 'echo ready; sleep 60'], 'ready');
     child.kill('SIGINT');
     expect(await exited).toBe(130);
   });
 
   it('--on-disconnect cancel: a client that dies takes the session with it', async () => {
     const key = `cancel-on-disconnect-${randomBytes(4).toString('hex')}`;
-    const child = spawn(process.execPath, [SBX, 'run', '--key', key, '--on-disconnect', 'cancel', '--', 'sh', '-c', 'echo ready; sleep 60'], {
-      env: { ...process.env, SBX_SOCKET: daemon.socketPath },
-      stdio: ['ignore', 'pipe', 'ignore'],
-    });
-    let out = '';
-    child.stdout.on('data', (d) => (out += d));
-    await until(() => out.includes('ready'), 'the session to start');
+    const { child } = await attachedRun(daemon.socketPath, ['--key', key, '--on-disconnect', 'cancel', '--', 'sh', '-c', 'echo ready; sleep 60'], 'ready');
     child.kill('SIGKILL');
     const waited = await daemon.sbx(['wait', '--key', key]);
     const receipt = JSON.parse(waited.stdout.toString()) as Receipt;
@@ -247,11 +238,7 @@ describe('shutdown', () => {
   it('an attached sbx run gets its session\'s end when the supervisor shuts down', async () => {
     const own = await new TestDaemon().start();
     try {
-      const child = spawn(process.execPath, [SBX, 'run', '--', 'sh', '-c', 'echo up; sleep 60'], { env: { ...process.env, SBX_SOCKET: own.socketPath }, stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
-      child.stdout.on('data', (d) => (out += d));
-      const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
-      await until(() => out.includes('up'), 'the session to start');
+      const { exited } = await attachedRun(own.socketPath, ['--', 'sh', '-c', 'echo up; sleep 60'], 'up');
       const t0 = Date.now();
       expect(await own.terminate()).toEqual({ code: 0, signal: null });
       expect(await exited).toBe(143); // cancelled by shutdown: 128 + SIGTERM
