@@ -1,20 +1,17 @@
-// The field-case harness: runs every case of a JSONL file (../shared/cases/README.md gives the
-// format) through a supervisor, by the client library and by sbx, and checks each expected
-// fact: exact bytes and digests, exit status, signal, deadline, wall time (with 1 s of slack
-// for a loaded machine), death evidence, zombies, resume from a cursor, one execution per
-// key, supervisor memory. Prints a Markdown table, or JSON with --json; exits 1 on a failure.
-//
-//   npm run probes:cases -- [--cases FILE] [--socket PATH] [--json] [--repeat-scale N]
-//
-// Without --socket it boots a supervisor of its own in a temp dir (root: cgroup mode).
+// The case format (../shared/cases/README.md), the judge that checks one observation against
+// a case's expected facts, and the sandbox-supervisor target: every case through the client
+// library and through sbx (and with a pty for the pty kind), plus the probe-only facts
+// (client SIGKILLed mid-run, supervisor SIGKILLed and restarted). scripts/probes/run.ts is
+// the command line (`npm run probes`); test/e2e/field-cases.test.ts runs the cases in CI.
 import { execSync, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { SupervisorClient } from '../../ipc/client.js';
-import type { Receipt } from '../../ipc/protocol.js';
-import { TestDaemon, zombieChildren } from '../../test/helpers/daemon.js';
+import type { LaunchParams, Receipt } from '../../ipc/protocol.js';
+import { type TestDaemon, zombieChildren } from '../../test/helpers/daemon.js';
+import { MARK_VAR, pidsWithMark, rssKb } from './procs.js';
 
 export interface FieldCase {
   id: string;
@@ -22,7 +19,31 @@ export interface FieldCase {
   command: string;
   stdin: string | null;
   timeout_ms: number;
+  /** Facts of ../shared/cases/README.md, plus the probe-only ones in scripts/probes/probes.ts. */
   expect: Record<string, any>;
+  /** A line for the table (probes only). */
+  title?: string;
+}
+
+/** What one run of a case showed, whichever target ran it. */
+export interface Observation {
+  stdout: { bytes: number; sha256: string; newlines: number };
+  stderr: { bytes: number; sha256: string };
+  exitCode: number | null;
+  signal: number | null;
+  timedOut: boolean;
+  /** From launch to receipt (supervisor) or to "done" (naive targets), ms. */
+  wallMs: number;
+  /** Receipt death evidence; null for the naive targets (they have none). */
+  evidence: string | null;
+  /** Receipt outcome; null for the naive targets. */
+  outcome: string | null;
+  /** Processes of the run still alive once it was reported over. */
+  alive: number;
+  /** Streams the receipt marked incomplete, with their reason. */
+  incomplete: string[];
+  /** Set when the run was not comparable at all (hung, crashed, owner gone). */
+  error?: string;
 }
 
 export interface CaseResult {
@@ -34,178 +55,340 @@ export interface CaseResult {
   failures: string[];
 }
 
+export interface RunOptions {
+  /** Scales `repeat` counts (e.g. 0.1 for a quick pass). */
+  repeatScale?: number;
+  /** The supervisor behind socketPath, when this process owns it (needed to SIGKILL it). */
+  daemon?: TestDaemon;
+  /** Called between polls; a subreaper harness reaps reparented orphans here. */
+  reap?: () => void;
+}
+
 const ROOT = resolve(import.meta.dirname, '../..');
 const SBX = join(ROOT, 'dist/cli/sbx.js');
-const GRACE_MS = 1000;
-const SLACK_MS = 1000;
-const sha256 = (b: Uint8Array | string) => createHash('sha256').update(b).digest('hex');
-const signalNumbers: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGUSR1: 10, SIGSEGV: 11, SIGUSR2: 12, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15 };
+export const GRACE_MS = 1000;
+export const SLACK_MS = 1000;
+export const sha256 = (b: Uint8Array | string) => createHash('sha256').update(b).digest('hex');
+export const signalNumbers: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGUSR1: 10, SIGSEGV: 11, SIGUSR2: 12, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15 };
+const EMPTY_SHA256 = sha256('');
+const poll = (ms = 20) => new Promise((r) => setTimeout(r, ms));
 
 export function loadCases(file: string): FieldCase[] {
   return readFileSync(file, 'utf8').split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l) as FieldCase);
 }
 
-/** The facts every case states, checked against one run. */
-function checkCommon(c: FieldCase, r: { stdout: Buffer; stderr: Buffer; receipt: Receipt; wallMs: number }, pty: boolean): string[] {
+/** A fresh marker and execution counter file for one run of a case. */
+export function runEnv(c: FieldCase): { marker: string; counter: string; env: Record<string, string> } {
+  const marker = `${c.id}-${randomBytes(6).toString('hex')}`;
+  const counter = join(tmpdir(), `sbx-probe-${marker}.count`);
+  return { marker, counter, env: { [MARK_VAR]: marker, SBX_PROBE_COUNTER: counter } };
+}
+
+/** Lines in the execution counter a probe's command appends to ("$SBX_PROBE_COUNTER"). */
+export function executions(counter: string): number {
+  try {
+    return readFileSync(counter, 'utf8').split('\n').filter(Boolean).length;
+  } catch {
+    return 0;
+  }
+}
+
+/** The case's stated facts checked against one observation; returns what failed. */
+export function judge(c: FieldCase, o: Observation, opts: { pty?: boolean } = {}): string[] {
   const e = c.expect;
   const f: string[] = [];
-  // A pty turns \n into \r\n: compare with that undone (../shared/cases/README.md).
-  const out = pty ? Buffer.from(r.stdout.toString('latin1').replaceAll('\r\n', '\n'), 'latin1') : r.stdout;
-  if (e.stdout_bytes !== undefined && out.length !== e.stdout_bytes) f.push(`stdout ${out.length} bytes, expected ${e.stdout_bytes}`);
-  if (e.stdout_sha256 && sha256(out) !== e.stdout_sha256) f.push('stdout sha256 differs');
-  if (!pty && e.stderr_bytes !== undefined && r.stderr.length !== e.stderr_bytes) f.push(`stderr ${r.stderr.length} bytes, expected ${e.stderr_bytes}`);
-  if (!pty && e.stderr_sha256 && sha256(r.stderr) !== e.stderr_sha256) f.push('stderr sha256 differs');
-  if (e.stdout_newlines !== undefined && out.filter((b) => b === 10).length !== e.stdout_newlines) f.push('newline count differs');
-  if ('exit_code' in e && r.receipt.exit.code !== e.exit_code) f.push(`exit code ${r.receipt.exit.code}, expected ${e.exit_code}`);
-  if ('signal' in e) {
-    const sig = r.receipt.exit.signal ? signalNumbers[r.receipt.exit.signal] ?? r.receipt.exit.signal : null;
-    if (sig !== e.signal) f.push(`signal ${sig}, expected ${e.signal}`);
+  if (o.error) f.push(o.error);
+  // An empty digest means the target never reported its streams (hung, or its owner died).
+  const known = o.stdout.sha256 !== '';
+  if (!known) {
+    // nothing to compare
+  } else if (e.stdout_bytes !== undefined && o.stdout.bytes !== e.stdout_bytes) f.push(`stdout ${o.stdout.bytes} of ${e.stdout_bytes} bytes`);
+  else if (e.stdout_sha256 && o.stdout.sha256 !== e.stdout_sha256) f.push('stdout sha256 differs');
+  if (known && !opts.pty) {
+    if (e.stderr_bytes !== undefined && o.stderr.bytes !== e.stderr_bytes) f.push(`stderr ${o.stderr.bytes} of ${e.stderr_bytes} bytes`);
+    else if (e.stderr_sha256 && o.stderr.sha256 !== e.stderr_sha256) f.push('stderr sha256 differs');
   }
-  if ('timed_out' in e && (r.receipt.outcome === 'timed_out') !== e.timed_out) f.push(`outcome ${r.receipt.outcome}, timed_out expected ${e.timed_out}`);
-  if (e.min_wall_ms !== undefined && r.wallMs < e.min_wall_ms) f.push(`wall ${r.wallMs} ms < min ${e.min_wall_ms}`);
-  if (e.max_wall_ms !== undefined && r.wallMs > e.max_wall_ms + SLACK_MS) f.push(`wall ${r.wallMs} ms > max ${e.max_wall_ms} (+${SLACK_MS} slack)`);
-  if (e.descendants_dead && !['cgroup_empty', 'subreaper_reaped'].includes(r.receipt.death.evidence)) f.push(`death evidence ${r.receipt.death.evidence}`);
-  for (const [name, s] of Object.entries(r.receipt.output)) if (!s!.complete) f.push(`${name} incomplete: ${s!.reason}`);
+  if (known && e.stdout_newlines !== undefined && o.stdout.newlines !== e.stdout_newlines) f.push(`${o.stdout.newlines} newlines, expected ${e.stdout_newlines}`);
+  if (!o.error) {
+    if ('timed_out' in e && o.timedOut !== e.timed_out) f.push(e.timed_out ? 'deadline not enforced' : 'reported a timeout');
+    else {
+      if ('exit_code' in e && o.exitCode !== e.exit_code) f.push(`exit code ${o.exitCode}, expected ${e.exit_code}`);
+      if ('signal' in e && o.signal !== e.signal) f.push(`signal ${o.signal}, expected ${e.signal}`);
+    }
+  }
+  if (e.min_wall_ms !== undefined && o.wallMs < e.min_wall_ms) f.push(`wall ${o.wallMs} ms < min ${e.min_wall_ms}`);
+  if (e.max_wall_ms !== undefined && o.wallMs > e.max_wall_ms + SLACK_MS) f.push(`wall ${o.wallMs} ms > max ${e.max_wall_ms} (+${SLACK_MS} slack)`);
+  if (e.descendants_dead) {
+    if (o.alive > 0) f.push(`${o.alive} process${o.alive > 1 ? 'es' : ''} left alive`);
+    if (o.evidence !== null && !['cgroup_empty', 'subreaper_reaped'].includes(o.evidence)) f.push(`death evidence ${o.evidence}`);
+  }
+  if (e.outcome !== undefined && o.outcome !== e.outcome) f.push(`outcome ${o.outcome ?? 'none'}, expected ${e.outcome}`);
+  if (!e.allow_incomplete) for (const s of o.incomplete) f.push(`${s} incomplete`);
   return f;
 }
 
-async function viaClient(socketPath: string, c: FieldCase, pty = false) {
-  const client = await SupervisorClient.connect({ socketPath, clientName: 'field-cases' });
+/** One line of what a run showed. */
+export function describeObservation(o: Observation): string {
+  const status = o.signal !== null ? `signal ${o.signal}` : o.exitCode !== null ? `exit ${o.exitCode}` : 'no exit status';
+  const parts = [o.stdout.sha256 === '' ? '' : `${o.stdout.bytes} B out`, status, o.timedOut ? 'timed out' : '', `${(o.wallMs / 1000).toFixed(2)} s`, `${o.alive} alive`];
+  if (o.evidence) parts.push(o.outcome && o.outcome !== 'exited' && o.outcome !== 'timed_out' ? `${o.outcome}/${o.evidence}` : o.evidence);
+  return parts.filter(Boolean).join(', ');
+}
+
+function observe(stdout: Buffer, stderr: Buffer, receipt: Receipt, wallMs: number, alive: number, pty: boolean): Observation {
+  // A pty turns \n into \r\n: compare with that undone (../shared/cases/README.md).
+  const out = pty ? Buffer.from(stdout.toString('latin1').replaceAll('\r\n', '\n'), 'latin1') : stdout;
+  const sig = receipt.exit.signal;
+  return {
+    stdout: { bytes: out.length, sha256: sha256(out), newlines: out.filter((b) => b === 10).length },
+    stderr: { bytes: stderr.length, sha256: stderr.length ? sha256(stderr) : EMPTY_SHA256 },
+    exitCode: receipt.exit.code,
+    signal: sig === null || sig === undefined ? null : (signalNumbers[sig] ?? Number(sig)),
+    timedOut: receipt.outcome === 'timed_out',
+    wallMs,
+    evidence: receipt.death.evidence,
+    outcome: receipt.outcome,
+    alive,
+    incomplete: Object.entries(receipt.output).filter(([, s]) => !s!.complete).map(([n, s]) => `${n} (${s!.reason})`),
+  };
+}
+
+function launchRequest(c: FieldCase, env: Record<string, string>, extra: Partial<LaunchParams> = {}): LaunchParams {
+  return { argv: ['/bin/sh', '-c', c.command], cwd: '/', env, timeout_ms: c.timeout_ms, grace_ms: GRACE_MS, ...extra };
+}
+
+async function settled(session_id: string, client: SupervisorClient, t0: number, marker: string, pty = false): Promise<Observation> {
+  const receipt = await client.wait({ session_id });
+  const wallMs = Date.now() - t0;
+  const alive = pidsWithMark(marker).length; // the receipt is written only once the cgroup is empty
+  const stdout = await client.read({ session_id }, pty ? 'pty' : 'stdout');
+  const stderr = pty ? Buffer.alloc(0) : await client.read({ session_id }, 'stderr');
+  return observe(stdout, stderr, receipt, wallMs, alive, pty);
+}
+
+async function viaClient(socketPath: string, c: FieldCase, pty: boolean): Promise<Observation> {
+  const { marker, env } = runEnv(c);
+  const client = await SupervisorClient.connect({ socketPath, clientName: 'probes' });
   try {
     const t0 = Date.now();
-    const { session_id } = await client.launch({
-      argv: ['/bin/sh', '-c', c.command],
-      cwd: '/',
-      timeout_ms: c.timeout_ms,
-      grace_ms: GRACE_MS,
-      stdin: c.stdin !== null,
-      ...(pty ? { pty: {} } : {}),
-      invocation_key: `${c.id}-${randomBytes(6).toString('hex')}`,
-    });
+    const { session_id } = await client.launch(launchRequest(c, env, { stdin: c.stdin !== null, ...(pty ? { pty: {} } : {}), invocation_key: marker }));
     if (c.stdin !== null) await client.request('write', { session_id, data: Buffer.from(c.stdin), offset: 0, eof: true });
-    const receipt = await client.wait({ session_id });
-    const wallMs = Date.now() - t0;
-    const stdout = await client.read({ session_id }, pty ? 'pty' : 'stdout');
-    const stderr = pty ? Buffer.alloc(0) : await client.read({ session_id }, 'stderr');
-    return { stdout, stderr, receipt, wallMs, session_id };
+    return await settled(session_id, client, t0, marker, pty);
   } finally {
     client.close();
   }
 }
 
-async function viaSbx(socketPath: string, c: FieldCase) {
-  const receiptPath = join(tmpdir(), `field-case-${randomBytes(6).toString('hex')}.json`);
-  const args = [SBX, 'run', '--cwd', '/', '--timeout', `${c.timeout_ms}ms`, '--grace', `${GRACE_MS}ms`, '--receipt', receiptPath, ...(c.stdin !== null ? ['--stdin'] : []), '--', '/bin/sh', '-c', c.command];
+function sbxArgs(c: FieldCase, env: Record<string, string>, extra: string[]): string[] {
+  const envArgs = Object.entries(env).flatMap(([k, v]) => ['--env', `${k}=${v}`]);
+  return [SBX, 'run', '--cwd', '/', '--timeout', `${c.timeout_ms}ms`, '--grace', `${GRACE_MS}ms`, ...envArgs, ...extra, '--', '/bin/sh', '-c', c.command];
+}
+
+async function viaSbx(socketPath: string, c: FieldCase): Promise<Observation> {
+  const { marker, env } = runEnv(c);
+  const receiptPath = join(tmpdir(), `sbx-probe-${marker}.json`);
   const t0 = Date.now();
-  const { stdout, stderr } = await new Promise<{ stdout: Buffer; stderr: Buffer }>((res, rej) => {
-    const child = spawn(process.execPath, args, { env: { ...process.env, SBX_SOCKET: socketPath }, stdio: ['pipe', 'pipe', 'pipe'] });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    child.stdout.on('data', (d: Buffer) => out.push(d));
-    child.stderr.on('data', (d: Buffer) => err.push(d));
-    child.on('error', rej);
-    child.on('close', () => res({ stdout: Buffer.concat(out), stderr: Buffer.concat(err) }));
-    child.stdin.end(c.stdin ?? '');
+  try {
+    const { stdout, stderr } = await new Promise<{ stdout: Buffer; stderr: Buffer }>((res, rej) => {
+      const child = spawn(process.execPath, sbxArgs(c, env, ['--receipt', receiptPath, ...(c.stdin !== null ? ['--stdin'] : [])]), {
+        env: { ...process.env, SBX_SOCKET: socketPath },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+      const out: Buffer[] = [];
+      const err: Buffer[] = [];
+      child.stdout.on('data', (d: Buffer) => out.push(d));
+      child.stderr.on('data', (d: Buffer) => err.push(d));
+      child.on('error', rej);
+      child.on('close', () => res({ stdout: Buffer.concat(out), stderr: Buffer.concat(err) }));
+      child.stdin.end(c.stdin ?? '');
+    });
+    const wallMs = Date.now() - t0;
+    const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
+    return observe(stdout, stderr, receipt, wallMs, pidsWithMark(marker).length, false);
+  } finally {
+    rmSync(receiptPath, { force: true });
+  }
+}
+
+/** `sbx run --key K` SIGKILLed after its first output byte; the session is then found by its key. */
+async function clientKilled(socketPath: string, c: FieldCase): Promise<{ o: Observation; f: string[] }> {
+  const { marker, env } = runEnv(c);
+  const t0 = Date.now();
+  const child = spawn(process.execPath, sbxArgs(c, env, ['--key', marker]), { env: { ...process.env, SBX_SOCKET: socketPath }, stdio: ['ignore', 'pipe', 'ignore'] });
+  const closed = new Promise((r) => child.on('close', r));
+  await new Promise<void>((res) => {
+    child.stdout!.once('data', () => res());
+    child.once('close', () => res());
   });
-  const wallMs = Date.now() - t0;
-  const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
-  rmSync(receiptPath, { force: true });
-  return { stdout, stderr, receipt, wallMs };
+  child.kill('SIGKILL');
+  await closed;
+  const client = await SupervisorClient.connect({ socketPath, clientName: 'probes' });
+  try {
+    const again = await client.launch(launchRequest(c, env, { invocation_key: marker }));
+    const o = await settled(again.session_id, client, t0, marker);
+    return { o, f: again.existing ? [] : ['the key did not find the session'] };
+  } finally {
+    client.close();
+  }
 }
 
-function rssKb(pid: number): number {
-  return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
+/** The supervisor SIGKILLed after the session's first output byte, then restarted. */
+async function supervisorKilled(daemon: TestDaemon, c: FieldCase, reap: () => void): Promise<{ o: Observation; f: string[] }> {
+  const { marker, env, counter } = runEnv(c);
+  const f: string[] = [];
+  try {
+    const t0 = Date.now();
+    let client = await SupervisorClient.connect({ socketPath: daemon.socketPath, clientName: 'probes' });
+    const first = await client.launch(launchRequest(c, env, { invocation_key: marker }));
+    const deadline = Date.now() + 10_000;
+    while ((await client.read({ session_id: first.session_id }, 'stdout')).length === 0) {
+      if (Date.now() > deadline) throw new Error('no output within 10 s');
+      await poll();
+    }
+    client.close();
+    await daemon.kill9();
+    const orphaned = pidsWithMark(marker).length; // still running, with nobody supervising
+    await daemon.start();
+    client = await SupervisorClient.connect({ socketPath: daemon.socketPath, clientName: 'probes' });
+    try {
+      const again = await client.launch(launchRequest(c, env, { invocation_key: marker }));
+      if (!again.existing || again.session_id !== first.session_id) f.push('the retry after the restart was not the same session');
+      const waiting = settled(first.session_id, client, t0, marker);
+      const reaping = setInterval(reap, 20);
+      const o = await waiting.finally(() => clearInterval(reaping));
+      if (orphaned === 0) f.push('the session was not running when the supervisor died');
+      const runs = executions(counter);
+      if (c.expect.executions !== undefined && runs !== c.expect.executions) f.push(`${runs} executions, expected ${c.expect.executions}`);
+      return { o, f };
+    } finally {
+      client.close();
+    }
+  } finally {
+    rmSync(counter, { force: true });
+  }
 }
 
-/** Runs one case every way that applies; returns one result per way. */
-export async function runCase(socketPath: string, supervisorPid: number, c: FieldCase, repeatScale = 1): Promise<CaseResult[]> {
+/** The same launch submitted n times with one key, each answer dropped: one execution. */
+async function retried(socketPath: string, c: FieldCase): Promise<{ o: Observation; f: string[]; note: string }> {
+  const { marker, env, counter } = runEnv(c);
+  try {
+    const ids = new Set<string>();
+    let spawned = 0;
+    const t0 = Date.now();
+    for (let i = 0; i < c.expect.submissions; i++) {
+      const client = await SupervisorClient.connect({ socketPath });
+      const r = await client.launch(launchRequest(c, env, { invocation_key: marker }));
+      client.close(); // the answer is dropped
+      ids.add(r.session_id);
+      if (!r.existing) spawned++;
+    }
+    const client = await SupervisorClient.connect({ socketPath });
+    const o = await settled([...ids][0]!, client, t0, marker);
+    client.close();
+    const counted = executions(counter);
+    const runs = c.command.includes('SBX_PROBE_COUNTER') ? counted : spawned;
+    const f = ids.size === 1 && runs === c.expect.executions ? [] : [`${runs} executions over ${ids.size} sessions, expected ${c.expect.executions}`];
+    return { o, f, note: `${c.expect.submissions} submissions, ${runs} execution${runs === 1 ? '' : 's'}` };
+  } finally {
+    rmSync(counter, { force: true });
+  }
+}
+
+/** A follower that disconnects at byte N, pauses, and resumes from cursor M. */
+async function resumed(socketPath: string, c: FieldCase): Promise<{ o: Observation; f: string[]; note: string }> {
+  const e = c.expect;
+  const { marker, env } = runEnv(c);
+  const client = await SupervisorClient.connect({ socketPath });
+  const t0 = Date.now();
+  const { session_id } = await client.launch(launchRequest(c, env));
+  const head: Buffer[] = [];
+  await new Promise<void>((res) => {
+    void client.subscribe({ session_id, stream: 'stdout', from: 0, follow: true }, {
+      onOutput: (ev) => {
+        head.push(Buffer.from(ev.data));
+        if (Buffer.concat(head).length >= e.reader_disconnect_at_byte) {
+          client.close();
+          res();
+        }
+      },
+      onEnd: () => res(),
+    });
+  });
+  await new Promise((r) => setTimeout(r, e.reader_pause_ms ?? 0)); // the case's own pause
+  const second = await SupervisorClient.connect({ socketPath });
+  try {
+    const tail: Buffer[] = [];
+    await new Promise<void>((res) => {
+      void second.subscribe({ session_id, stream: 'stdout', from: e.reader_resume_cursor, follow: true }, { onOutput: (ev) => tail.push(Buffer.from(ev.data)), onEnd: () => res() });
+    });
+    const o = await settled(session_id, second, t0, marker);
+    const concat = Buffer.concat([Buffer.concat(head).subarray(0, e.reader_resume_cursor), ...tail]);
+    const f = sha256(concat) === e.reader_concat_sha256 ? [] : ['the resumed reader did not get exactly the log'];
+    return { o, f, note: `${concat.length} B across a reconnect` };
+  } finally {
+    second.close();
+  }
+}
+
+async function zombiesSettled(supervisorPid: number, allowed: number): Promise<number> {
+  const deadline = Date.now() + 5000;
+  while (zombieChildren(supervisorPid).length > allowed && Date.now() < deadline) await poll();
+  return zombieChildren(supervisorPid).length;
+}
+
+/** Runs one case every way that applies against a supervisor; one result per way. */
+export async function runCase(socketPath: string, supervisorPid: number, c: FieldCase, options: RunOptions = {}): Promise<CaseResult[]> {
   const e = c.expect;
   const results: CaseResult[] = [];
-  const record = (via: CaseResult['via'], wallMs: number, observed: string, failures: string[]) => results.push({ id: c.id, via, ok: failures.length === 0, wallMs, observed, failures });
+  const record = (via: CaseResult['via'], o: Observation, failures: string[], note?: string) =>
+    results.push({ id: c.id, via, ok: failures.length === 0, wallMs: o.wallMs, observed: note ? `${note}; ${describeObservation(o)}` : describeObservation(o), failures });
   if (e.setup_command) execSync(e.setup_command, { shell: '/bin/sh', stdio: 'ignore' });
   try {
+    if (e.kill_supervisor_after_output) {
+      if (!options.daemon) throw new Error(`${c.id} needs a supervisor of the harness's own (no --socket)`);
+      const { o, f } = await supervisorKilled(options.daemon, c, options.reap ?? (() => {}));
+      record('client', o, [...judge(c, o), ...f], 'supervisor SIGKILLed and restarted');
+      return results;
+    }
+    if (e.kill_client_after_output) {
+      const { o, f } = await clientKilled(socketPath, c);
+      record('sbx', o, [...judge(c, o), ...f], 'sbx SIGKILLed mid-run');
+      return results;
+    }
     if (e.submissions) {
-      // Submit with one key n times, dropping the first answer: the command runs once.
-      const key = `${c.id}-${randomBytes(6).toString('hex')}`;
-      const ids = new Set<string>();
-      let spawned = 0;
-      for (let i = 0; i < e.submissions; i++) {
-        const client = await SupervisorClient.connect({ socketPath });
-        const r = await client.launch({ argv: ['/bin/sh', '-c', c.command], cwd: '/', timeout_ms: c.timeout_ms, grace_ms: GRACE_MS, invocation_key: key });
-        client.close(); // the answer is dropped
-        ids.add(r.session_id);
-        if (!r.existing) spawned++;
-      }
-      const client = await SupervisorClient.connect({ socketPath });
-      const [sessionId] = [...ids];
-      const receipt = await client.wait({ session_id: sessionId });
-      const stdout = await client.read({ session_id: sessionId }, 'stdout');
-      const stderr = await client.read({ session_id: sessionId }, 'stderr');
-      client.close();
-      const f = checkCommon(c, { stdout, stderr, receipt, wallMs: 0 }, false);
-      if (spawned !== e.executions || ids.size !== 1) f.push(`${spawned} executions over ${ids.size} sessions, expected ${e.executions}`);
-      record('client', 0, `${e.submissions} submissions, ${spawned} execution`, f);
+      const { o, f, note } = await retried(socketPath, c);
+      record('client', o, [...judge(c, { ...o, wallMs: 0 }), ...f], note);
       return results;
     }
     if (e.reader_disconnect_at_byte !== undefined) {
-      // A follower that disconnects at byte N, pauses, and resumes from cursor M.
-      const client = await SupervisorClient.connect({ socketPath });
-      const t0 = Date.now();
-      const { session_id } = await client.launch({ argv: ['/bin/sh', '-c', c.command], cwd: '/', timeout_ms: c.timeout_ms, grace_ms: GRACE_MS });
-      const head: Buffer[] = [];
-      await new Promise<void>((res) => {
-        void client.subscribe({ session_id, stream: 'stdout', from: 0, follow: true }, {
-          onOutput: (ev) => {
-            head.push(Buffer.from(ev.data));
-            if (Buffer.concat(head).length >= e.reader_disconnect_at_byte) {
-              client.close();
-              res();
-            }
-          },
-          onEnd: () => res(),
-        });
-      });
-      await new Promise((r) => setTimeout(r, e.reader_pause_ms ?? 0)); // the case's own pause
-      const second = await SupervisorClient.connect({ socketPath });
-      const tail: Buffer[] = [];
-      await new Promise<void>((res) => {
-        void second.subscribe({ session_id, stream: 'stdout', from: e.reader_resume_cursor, follow: true }, { onOutput: (ev) => tail.push(Buffer.from(ev.data)), onEnd: () => res() });
-      });
-      const receipt = await second.wait({ session_id });
-      const wallMs = Date.now() - t0;
-      const stdout = await second.read({ session_id }, 'stdout');
-      const stderr = await second.read({ session_id }, 'stderr');
-      second.close();
-      const concat = Buffer.concat([Buffer.concat(head).subarray(0, e.reader_resume_cursor), ...tail]);
-      const f = checkCommon(c, { stdout, stderr, receipt, wallMs }, false);
-      if (sha256(concat) !== e.reader_concat_sha256) f.push('the resumed reader did not get exactly the log');
-      record('client', wallMs, `${concat.length} bytes across a reconnect`, f);
+      const { o, f, note } = await resumed(socketPath, c);
+      record('client', o, [...judge(c, o), ...f], note);
       return results;
     }
     const rssBefore = rssKb(supervisorPid);
-    const runs = e.repeat ? Math.max(1, Math.round(e.repeat * repeatScale)) : 1;
+    const runs = e.repeat ? Math.max(1, Math.round(e.repeat * (options.repeatScale ?? 1))) : 1;
     const ways: CaseResult['via'][] = c.kind === 'f' ? ['client', 'client+pty', 'sbx'] : ['client', 'sbx'];
     for (const via of ways) {
       const digests = new Set<string>();
       let f: string[] = [];
-      let last = { wallMs: 0, observed: '' };
+      let last: Observation | null = null;
       for (let i = 0; i < runs && f.length === 0; i++) {
-        const r = via === 'sbx' ? await viaSbx(socketPath, c) : await viaClient(socketPath, c, via === 'client+pty');
-        f = checkCommon(c, r, via === 'client+pty');
-        digests.add(sha256(r.stdout));
-        last = { wallMs: r.wallMs, observed: `${r.stdout.length}B out, ${r.receipt.outcome} ${r.receipt.exit.code ?? r.receipt.exit.signal}, ${r.receipt.death.evidence}` };
+        last = via === 'sbx' ? await viaSbx(socketPath, c) : await viaClient(socketPath, c, via === 'client+pty');
+        f = judge(c, last, { pty: via === 'client+pty' });
+        digests.add(last.stdout.sha256);
       }
       if (e.identical_runs && digests.size !== 1) f.push(`${digests.size} different outputs over ${runs} runs`);
       if (e.zombies_after !== undefined) {
-        const deadline = Date.now() + 5000;
-        while (zombieChildren(supervisorPid).length > e.zombies_after && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-        if (zombieChildren(supervisorPid).length > e.zombies_after) f.push(`${zombieChildren(supervisorPid).length} zombies under the supervisor`);
+        const zombies = await zombiesSettled(supervisorPid, e.zombies_after);
+        if (zombies > e.zombies_after) f.push(`${zombies} zombies under the supervisor`);
       }
+      let note = runs > 1 ? `${runs} runs, ${digests.size} distinct` : undefined;
       if (e.max_supervisor_rss_growth_mb !== undefined) {
         const growthMb = (rssKb(supervisorPid) - rssBefore) / 1024;
+        note = `supervisor RSS ${growthMb >= 0 ? '+' : ''}${growthMb.toFixed(0)} MB`;
         if (growthMb > e.max_supervisor_rss_growth_mb) f.push(`supervisor RSS grew ${growthMb.toFixed(1)} MB`);
       }
-      record(via, last.wallMs, runs > 1 ? `${runs} runs, ${digests.size} distinct; ${last.observed}` : last.observed, f);
+      record(via, last!, f, note);
     }
     return results;
   } finally {
@@ -213,45 +396,7 @@ export async function runCase(socketPath: string, supervisorPid: number, c: Fiel
   }
 }
 
-/** Every case of a file, in order. */
-export async function runCases(socketPath: string, supervisorPid: number, cases: FieldCase[], repeatScale = 1): Promise<CaseResult[]> {
-  const all: CaseResult[] = [];
-  for (const c of cases) all.push(...(await runCase(socketPath, supervisorPid, c, repeatScale)));
-  return all;
-}
-
 export function markdown(results: CaseResult[]): string {
   const rows = results.map((r) => `| ${r.id} | ${r.via} | ${r.ok ? 'pass' : 'FAIL'} | ${r.wallMs} | ${r.observed}${r.failures.length ? ` — ${r.failures.join('; ')}` : ''} |`);
   return ['| case | via | result | wall ms | observed |', '|---|---|---|---|---|', ...rows].join('\n');
-}
-
-async function main(): Promise<void> {
-  const argv = process.argv.slice(2);
-  const opt = (name: string) => (argv.includes(name) ? argv[argv.indexOf(name) + 1] : undefined);
-  const shared = resolve(ROOT, '../shared/cases/field-cases.jsonl');
-  const file = opt('--cases') ?? (existsSync(shared) ? shared : join(ROOT, 'test/fixtures/field-cases.jsonl'));
-  const cases = loadCases(file);
-  let socketPath = opt('--socket');
-  let own: TestDaemon | null = null;
-  if (!socketPath) {
-    own = await new TestDaemon({ config: { logLevel: 'warn' } }).start();
-    socketPath = own.socketPath;
-  }
-  try {
-    const client = await SupervisorClient.connect({ socketPath });
-    const { pid } = await client.status();
-    client.close();
-    const results = await runCases(socketPath, pid, cases, Number(opt('--repeat-scale') ?? 1));
-    process.stdout.write(argv.includes('--json') ? JSON.stringify(results, null, 2) + '\n' : `cases: ${file}\n\n${markdown(results)}\n`);
-    process.exitCode = results.every((r) => r.ok) ? 0 : 1;
-  } finally {
-    await own?.stop();
-  }
-}
-
-if (process.argv[1] && resolve(process.argv[1]) === resolve(import.meta.filename)) {
-  main().catch((err) => {
-    process.stderr.write(`field-cases: ${(err as Error).stack}\n`);
-    process.exit(2);
-  });
 }

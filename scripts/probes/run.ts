@@ -1,0 +1,145 @@
+// The qualification harness: every probe (scripts/probes/probes.ts), or every case of a
+// field-case file, against three targets side by side: naive-node, naive-python (a
+// stream-shaped path as agent runtimes commonly build it: scripts/probes/targets/) and
+// sandbox-supervisor (the client library, and sbx where it matters). Prints a Markdown table
+// (one row per probe, one column per target, each cell the exact observation), or JSON.
+// Exits 1 when a probe fails against sandbox-supervisor; naive failures are the point.
+//
+//   npm run probes -- [--cases FILE] [--targets naive-node,naive-python,sandbox-supervisor]
+//                     [--only ID,...] [--fast] [--json] [--socket PATH] [--repeat-scale N]
+//
+// Without --socket it boots a supervisor of its own in a temp dir (as root: cgroup mode),
+// and it makes itself a child subreaper that does not reap on its own, standing for a
+// container init without tini: orphans of a naive run are reparented to it and counted as
+// zombies, then reaped. Every process a probe starts carries SBX_PROBE_MARK=<unique> in its
+// environment; after each probe those still alive are counted, then SIGKILLed by pid.
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { SupervisorClient } from '../../ipc/client.js';
+import { Reaper } from '../../supervisor/reaper.js';
+import { native } from '../../supervisor/native.js';
+import { TestDaemon } from '../../test/helpers/daemon.js';
+import { type CaseResult, type FieldCase, loadCases, runCase } from './field-cases.js';
+import { type NaiveResult, type NaiveTarget, runNaiveCase } from './naive.js';
+import { PROBES } from './probes.js';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+const ALL_TARGETS = ['naive-node', 'naive-python', 'sandbox-supervisor'] as const;
+type Target = (typeof ALL_TARGETS)[number];
+
+interface Cell {
+  ok: boolean | null;
+  text: string;
+  peakRssKb?: number;
+}
+
+interface Row {
+  id: string;
+  title: string;
+  cells: Partial<Record<Target, Cell>>;
+}
+
+function supervisorCell(results: CaseResult[]): Cell {
+  const ok = results.every((r) => r.ok);
+  const text = results.map((r) => `${r.via}: ${r.ok ? '' : `${r.failures.join('; ')}; observed `}${r.observed}`).join('<br>');
+  return { ok, text };
+}
+
+function naiveCell(r: NaiveResult): Cell {
+  return { ok: r.ok, text: r.ok === false ? `${r.failures.join('; ')}; observed ${r.observed}` : r.observed, peakRssKb: r.peakRssKb };
+}
+
+const mark = (c: Cell | undefined) => (c === undefined ? '' : c.ok === null ? '—' : c.ok ? 'pass' : '**FAIL**');
+
+export function table(rows: Row[], targets: readonly Target[]): string {
+  const esc = (s: string) => s.replaceAll('|', '\\|').replaceAll('\n', ' ');
+  const head = `| probe | ${targets.join(' | ')} |`;
+  const sep = `|---|${targets.map(() => '---').join('|')}|`;
+  const lines = rows.map((r) => `| ${esc(r.title)} (\`${r.id}\`) | ${targets.map((t) => (r.cells[t] ? `${mark(r.cells[t])}: ${esc(r.cells[t]!.text)}` : '')).join(' | ')} |`);
+  const summary = `| **passed** | ${targets.map((t) => { const cells = rows.map((r) => r.cells[t]).filter((c) => c && c.ok !== null); return `${cells.filter((c) => c!.ok).length} of ${cells.length}`; }).join(' | ')} |`;
+  return [head, sep, ...lines, summary].join('\n');
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      cases: { type: 'string' },
+      targets: { type: 'string', default: ALL_TARGETS.join(',') },
+      only: { type: 'string' },
+      fast: { type: 'boolean', default: false },
+      json: { type: 'boolean', default: false },
+      socket: { type: 'string' },
+      'repeat-scale': { type: 'string', default: '1' },
+    },
+  });
+  const targets = values.targets!.split(',') as Target[];
+  for (const t of targets) if (!ALL_TARGETS.includes(t)) throw new Error(`unknown target ${t}; one of ${ALL_TARGETS.join(', ')}`);
+  let cases: FieldCase[];
+  if (values.cases) {
+    const file = values.cases === 'default' ? [resolve(ROOT, '../shared/cases/field-cases.jsonl'), join(ROOT, 'test/fixtures/field-cases.jsonl')].find(existsSync)! : values.cases;
+    cases = loadCases(file);
+  } else {
+    cases = PROBES.filter((p) => !values.fast || p.fast);
+  }
+  if (values.only) {
+    const only = new Set(values.only.split(','));
+    cases = cases.filter((c) => only.has(c.id));
+  }
+  const repeatScale = Number(values['repeat-scale']);
+
+  // The harness as a non-reaping subreaper: see the header.
+  const account = new Reaper();
+  native().setChildSubreaper();
+
+  let socketPath = values.socket;
+  let own: TestDaemon | null = null;
+  if (targets.includes('sandbox-supervisor') && !socketPath) {
+    own = await new TestDaemon({ config: { logLevel: 'warn' } }).start();
+    account.track(own.pid);
+    socketPath = own.socketPath;
+  }
+  const rows: Row[] = [];
+  try {
+    let supervisorPid = -1;
+    if (socketPath) {
+      const client = await SupervisorClient.connect({ socketPath });
+      supervisorPid = (await client.status()).pid;
+      client.close();
+    }
+    for (const c of cases) {
+      const row: Row = { id: c.id, title: c.title ?? c.id.replace(/^[a-z]\d+-/, '').replaceAll('-', ' '), cells: {} };
+      for (const target of targets) {
+        process.stderr.write(`probes: ${c.id} / ${target}\n`);
+        if (target === 'sandbox-supervisor') {
+          if (c.expect.kill_supervisor_after_output && !own) {
+            row.cells[target] = { ok: null, text: 'n/a: needs a supervisor of the harness (drop --socket)' };
+            continue;
+          }
+          const results = await runCase(socketPath!, supervisorPid, c, { repeatScale, ...(own ? { daemon: own } : {}), reap: () => account.reapNow() });
+          if (own && c.expect.kill_supervisor_after_output) {
+            account.track(own.pid);
+            supervisorPid = own.pid;
+          }
+          row.cells[target] = supervisorCell(results);
+        } else {
+          row.cells[target] = naiveCell(await runNaiveCase(target as NaiveTarget, c, account, { repeatScale }));
+        }
+      }
+      rows.push(row);
+    }
+  } finally {
+    await own?.stop();
+    account.reapNow();
+  }
+  const out = values.json ? JSON.stringify({ targets, rows }, null, 2) : table(rows, targets);
+  process.stdout.write(`${out}\n`);
+  process.exitCode = rows.every((r) => r.cells['sandbox-supervisor']?.ok !== false) ? 0 : 1;
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === resolve(import.meta.filename)) {
+  main().catch((err) => {
+    process.stderr.write(`probes: ${(err as Error).stack}\n`);
+    process.exit(2);
+  });
+}
