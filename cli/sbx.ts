@@ -12,8 +12,7 @@ import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient 
 import { parseDurationMs } from '../ipc/duration.js';
 import { isSupervisorError } from '../ipc/errors.js';
 import { defaultStateDir } from '../ipc/paths.js';
-import { exitStatusOf, type Receipt, type SessionSelector, type StreamName } from '../ipc/protocol.js';
-import { verifySignature, verifyStoredOutput } from '../ipc/verify.js';
+import { type CloseReceipt, exitStatusOf, type Receipt, type SessionSelector, type StreamName } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
 
 const FAILURE = 125;
@@ -146,6 +145,8 @@ function forwardSignals(conn: ReconnectingClient, sessionId: string): void {
   };
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const) process.on(signal, () => forward(signal));
 }
+
+const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(bytes < 10 * 2 ** 20 ? 1 : 0)} MiB`;
 
 function printJson(value: unknown): void {
   process.stdout.write(JSON.stringify(value, null, 2) + '\n');
@@ -285,8 +286,10 @@ sub('verify')
   .argument('<receipt>', 'the receipt as JSON (sbx receipt ID > r.json, or --receipt FILE)')
   .option('--key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
   .option('--state-dir <dir>', 'also re-read the chunk files there and check cursors and digests')
-  .action((file: string, o: { key?: string; stateDir?: string; json?: boolean }) => {
+  .action(async (file: string, o: { key?: string; stateDir?: string; json?: boolean }) => {
     const g = globals(o);
+    // Loaded here only: run, the common case, starts faster without it (DESIGN.md 17).
+    const { verifyCloseSessions, verifySignature, verifyStoredOutput } = await import('../ipc/verify.js');
     let receipt: Receipt;
     try {
       receipt = JSON.parse(readFileSync(file, 'utf8')) as Receipt;
@@ -301,9 +304,15 @@ sub('verify')
       fail(`INVALID_ARGUMENT: cannot read the public key ${keyFile} (give --key FILE): ${(err as Error).message}`);
     }
     const problems = verifySignature(receipt, keyPem);
-    if (o.stateDir && problems.length === 0) problems.push(...verifyStoredOutput(receipt, o.stateDir));
+    const isClose = (receipt as unknown as { kind?: string }).kind === 'close';
+    if (o.stateDir && problems.length === 0) {
+      problems.push(...(isClose ? verifyCloseSessions(receipt as unknown as CloseReceipt, o.stateDir, keyPem) : verifyStoredOutput(receipt, o.stateDir)));
+    }
     if (g.json) printJson({ ok: problems.length === 0, key_id: receipt.signature?.key_id ?? null, problems });
-    else if (problems.length === 0) {
+    else if (problems.length === 0 && isClose) {
+      const n = (receipt as unknown as CloseReceipt).sessions.length;
+      process.stdout.write(`OK: close receipt signed by ${receipt.signature!.key_id}${o.stateDir ? `; the ${n} session receipts it lists match` : ''}\n`);
+    } else if (problems.length === 0) {
       const streams = Object.entries(receipt.output).map(([n, s]) => `${n} ${s!.final_cursor} bytes`).join(', ');
       process.stdout.write(`OK: signed by ${receipt.signature!.key_id}${o.stateDir ? `; stored output matches (${streams})` : ''}\n`);
     } else for (const p of problems) process.stdout.write(`MISMATCH: ${p}\n`);
@@ -421,9 +430,11 @@ sub('ps')
     const g = globals(o);
     const { sessions } = await call(g, (c) => c.ps(o.all ?? false));
     if (g.json) return printJson(sessions);
-    const rows = [['SESSION', 'STATE', 'PID', 'LIVE', 'OUTCOME', 'KEY', 'COMMAND']];
+    const rows = [['SESSION', 'STATE', 'PID', 'LIVE', 'CPU', 'MEM PEAK', 'OUTCOME', 'KEY', 'COMMAND']];
     for (const s of sessions) {
-      rows.push([s.session_id, s.state, String(s.pid ?? '-'), String(s.live_pids ?? '-'), s.outcome ?? '-', s.invocation_key, s.argv.join(' ')]);
+      const cpu = s.usage?.cpu_usec !== undefined ? `${(s.usage.cpu_usec / 1e6).toFixed(2)}s` : '-';
+      const mem = s.usage?.memory_peak_bytes !== undefined ? mib(s.usage.memory_peak_bytes) : '-';
+      rows.push([s.session_id, s.state, String(s.pid ?? '-'), String(s.live_pids ?? '-'), cpu, mem, s.outcome ?? '-', s.invocation_key, s.argv.join(' ')]);
     }
     const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)));
     for (const r of rows) process.stdout.write(r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join('  ') + '\n');
@@ -446,8 +457,12 @@ sub('status')
           ['socket', status.socket],
           ['state dir', status.state_dir],
           ['receipts', `signed by ${status.receipt_key.key_id} (${status.receipt_key.path})`],
+          ['admission', status.admission + (status.sealed ? ` (sealed at generation ${status.sealed.generation}, ${status.sealed.sealed_at})` : '')],
           ['sessions', sessions],
-          ['load', `${status.load.loadavg.map((l) => l.toFixed(2)).join(' ')} on ${status.load.cpus} cpus`],
+          ['storage', `${mib(status.storage.state_dir_bytes)} in the state dir, ${mib(status.storage.free_bytes)} free (reserve ${mib(status.storage.reserve_bytes)}, launches need ${mib(status.storage.min_free_bytes)})`],
+          ['load', `${status.load.loadavg.map((l) => l.toFixed(2)).join(' ')} on ${status.load.cpus} cpus, cpu ${status.machine.cpu_load_percent ?? '-'}%`],
+          ['memory', `${mib(status.machine.mem_available_bytes)} available of ${mib(status.machine.mem_total_bytes)}`],
+          ['uptime', `${(status.machine.uptime_s / 3600).toFixed(1)} h`],
         ];
         for (const [k, v] of lines) process.stdout.write(`${k.padEnd(10)} ${v}\n`);
       }
@@ -455,6 +470,35 @@ sub('status')
       fail(describe(err));
     }
     client.close();
+  });
+
+sub('gc')
+  .description('apply the retention policy now: old output first, then old receipts (never a running session, never a key)')
+  .action(async (o: GlobalOptions) => {
+    const g = globals(o);
+    const r = await call(g, (c) => c.gc());
+    if (g.json) printJson(r);
+    else process.stdout.write(`removed the output of ${r.removed_output.length} session(s) and ${r.retired.length} whole session(s); ${mib(r.freed_bytes)} freed\n`);
+  });
+
+sub('seal')
+  .description('stop admission for good: new launches get ADMISSION_SEALED (retries of existing keys still answer)')
+  .action(async (o: GlobalOptions) => {
+    const g = globals(o);
+    const r = await call(g, (c) => c.seal());
+    if (g.json) printJson(r);
+    else process.stdout.write(`${r.already_sealed ? 'already sealed' : 'sealed'} at generation ${r.generation} (${r.sealed_at})\n`);
+  });
+
+sub('close')
+  .description('seal, settle every session, wait for every receipt, and print the signed close receipt')
+  .option('--timeout <dur>', 'how long sessions may take to end by themselves before they are terminated (default 60s)', duration, 60_000)
+  .option('--workspace <dir...>', 'directories to scan after the last session died (file count, bytes, newest mtime, digest)')
+  .action(async (o: { timeout: number; workspace?: string[] }) => {
+    const g = globals(o);
+    const workspaces = (o.workspace ?? []).map((w) => resolvePath(w));
+    const receipt = await call(g, (c) => c.closeSupervisor({ timeout_ms: o.timeout, workspaces }));
+    printJson(receipt);
   });
 
 // A reader that went away (`sbx status | head -1`): end quietly, as a program killed by

@@ -16,6 +16,7 @@ import {
   type SessionSelector,
   type SessionSummary,
   type StatusResult,
+  type CloseReceipt,
   type StreamName,
   type SubscribeParams,
   type SubscribeResult,
@@ -100,6 +101,21 @@ export class SupervisorClient {
 
   status(): Promise<StatusResult> {
     return this.request('status');
+  }
+
+  /** Applies the retention policy now (sbx gc). */
+  gc(): Promise<{ removed_output: string[]; retired: string[]; freed_bytes: number }> {
+    return this.request('gc');
+  }
+
+  /** Stops admission for good (durable): new keys get ADMISSION_SEALED. */
+  seal(): Promise<{ generation: number; sealed_at: string; already_sealed: boolean }> {
+    return this.request('seal');
+  }
+
+  /** `close` (sbx close): seals, settles every session (terminating the rest after timeout_ms), returns the signed close receipt. */
+  closeSupervisor(params: { timeout_ms?: number; workspaces?: string[] } = {}): Promise<CloseReceipt> {
+    return this.request('close', params);
   }
 
   /** Starts streaming one stream from a cursor; events go to handlers until onEnd. */

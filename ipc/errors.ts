@@ -17,6 +17,8 @@ export const ERROR_CODES = {
   LIMIT_EXCEEDED: true,
   SHUTTING_DOWN: true,
   INTERNAL: false,
+  /** Extension: the session's output was removed by the retention policy (its receipt stays). */
+  OUTPUT_REMOVED: false,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

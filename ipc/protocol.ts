@@ -11,7 +11,8 @@ export type StreamName = 'stdout' | 'stderr' | 'pty';
 
 export type SessionState = 'admitted' | 'running' | 'leader_exited' | 'terminating' | 'ended' | 'unknown';
 export type Outcome = 'exited' | 'signaled' | 'timed_out' | 'cancelled' | 'spawn_failed' | 'owner_lost';
-export type TerminationCause = 'deadline' | 'cancel' | 'linger' | 'shutdown' | 'reconcile';
+/** close: `sbx close` ended it after its settle timeout (outcome cancelled). */
+export type TerminationCause = 'deadline' | 'cancel' | 'linger' | 'shutdown' | 'reconcile' | 'close';
 export type DeathEvidence = 'cgroup_empty' | 'subreaper_reaped' | 'boot_changed' | 'operator_attested';
 export type SupervisorMode = 'cgroup' | 'subreaper';
 export type LingerPolicy = 'kill' | 'wait';
@@ -117,6 +118,8 @@ export interface SessionSummary {
   outcome: Outcome | null;
   live_pids: number | null;
   cursors: Partial<Record<StreamName, number>>;
+  /** Resource use from the session's cgroup: now while it runs, final once ended ({} without a cgroup). */
+  usage: SessionUsage;
   /** Why the session is unknown, when it is. */
   reason?: string;
 }
@@ -136,13 +139,24 @@ export interface StatusResult {
   receipt_key: { key_id: string; public_key_pem: string; path: string };
   sessions: Record<string, number>;
   load: { loadavg: number[]; cpus: number; free_mem_bytes: number; total_mem_bytes: number };
+  /** Whether launches of new keys are taken: open, sealed (sbx seal/close), reconciling, stopping. */
+  admission: 'open' | 'sealed' | 'reconciling' | 'stopping';
+  sealed: { generation: number; sealed_at: string } | null;
+  /** The state dir: bytes its files hold, free space on its file system, and the thresholds (config storage.*). */
+  storage: { state_dir_bytes: number; free_bytes: number; reserve_bytes: number; min_free_bytes: number; admits: boolean };
+  /** The machine, from systeminformation: CPU load (%), memory and uptime. */
+  machine: { cpu_load_percent: number | null; mem_total_bytes: number; mem_available_bytes: number; uptime_s: number };
 }
 
-/** One chunk file of a stream: [start_cursor, start_cursor + length) and its SHA-256. */
+/**
+ * One chunk file of a stream: [start_cursor, start_cursor + length). `sha256` (the chunk's
+ * own digest) is in receipts written before 0.1.0's drain rework and in `owner_lost`
+ * receipts; new receipts commit to the chunks through the stream's `sha256` only.
+ */
 export interface ChunkDigest {
   start_cursor: number;
   length: number;
-  sha256: string;
+  sha256?: string;
 }
 
 export interface StreamOutput {
@@ -183,7 +197,7 @@ export interface Receipt {
   outcome: Outcome;
   death: { evidence: DeathEvidence; observed_at: string; cgroup?: string; reaped?: number };
   output: Partial<Record<StreamName, StreamOutput>>;
-  usage: { cpu_usec?: number; user_usec?: number; system_usec?: number };
+  usage: SessionUsage;
   descendants_terminated: number;
   spawn_error?: { stage: string; errno: number; code: string };
   /** Only with death.evidence "operator_attested": who said so, and why. */
@@ -206,4 +220,50 @@ export function exitStatusOf(receipt: Pick<Receipt, 'outcome' | 'exit'>, signalN
       if (receipt.exit.signal) return 128 + signalNumber(receipt.exit.signal);
       return receipt.exit.code ?? 125;
   }
+}
+
+/** One workspace directory as `sbx close --workspace` scanned it (supervisor/close.ts). */
+export interface WorkspaceScan {
+  path: string;
+  /** Regular files (symlinks and other entries are digested too, but not counted here). */
+  files: number;
+  /** Sum of the regular files' sizes. */
+  total_bytes: number;
+  /** ISO-8601 mtime of the newest entry (ms), null for an empty directory. */
+  newest_mtime: string | null;
+  /** "sha256:" over "<type> <relative path> <size> <mtime ns>\n" of every entry, sorted by path. */
+  digest: string;
+  /** Set when the directory could not be read (then the other fields are zeros). */
+  error?: string;
+}
+
+export interface CloseSessionEntry {
+  session_id: string;
+  invocation_key: string;
+  state: string;
+  outcome: string | null;
+  receipt_sha256: string | null;
+}
+
+export interface CloseReceipt {
+  version: 1;
+  kind: 'close';
+  supervisor: { instance: string; generation: number; boot_id: string; mode: string };
+  sealed: { generation: number; sealed_at: string };
+  closed_at: string;
+  settle: { timeout_ms: number; terminated: number };
+  sessions: CloseSessionEntry[];
+  workspaces: WorkspaceScan[];
+  signature?: { alg: 'ed25519'; key_id: string; value: string };
+}
+
+/** A session's resource use from its cgroup (receipt `usage`, ps `usage`). */
+export interface SessionUsage {
+  cpu_usec?: number;
+  user_usec?: number;
+  system_usec?: number;
+  /** false: no memory controller in the leaf, so the memory fields are absent (not zero). */
+  memory_controller?: boolean;
+  memory_peak_bytes?: number;
+  oom_kills?: number;
 }

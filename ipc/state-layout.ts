@@ -52,23 +52,31 @@ export function decodeIndex(buf: Buffer): IndexRecord[] {
  * the stored cursor, nor past one chunk). Returns an empty Buffer at the end.
  */
 export function readStored(streamDir: string, chunkBytes: number, from: number, end: number, maxBytes: number): Buffer {
-  if (from >= end) return Buffer.alloc(0);
+  const buf = Buffer.allocUnsafe(Math.max(0, Math.min(maxBytes, end - from)));
+  return buf.subarray(0, readStoredInto(streamDir, chunkBytes, from, end, buf, 0, buf.length));
+}
+
+/** readStored() into buf at offset (at most maxBytes, never past a chunk's end); returns the count. */
+export function readStoredInto(streamDir: string, chunkBytes: number, from: number, end: number, buf: Buffer, offset: number, maxBytes: number): number {
+  if (from >= end) return 0;
   const chunkStart = from - (from % chunkBytes);
   const length = Math.min(maxBytes, end - from, chunkStart + chunkBytes - from);
   const fd = openSync(join(streamDir, chunkFileName(chunkStart)), constants.O_RDONLY | constants.O_NOFOLLOW);
   try {
-    const buf = Buffer.allocUnsafe(length);
     let got = 0;
     while (got < length) {
-      const n = readSync(fd, buf, got, length - got, from - chunkStart + got);
+      const n = readSync(fd, buf, offset + got, length - got, from - chunkStart + got);
       if (n === 0) break;
       got += n;
     }
-    return buf.subarray(0, got);
+    return got;
   } finally {
     closeSync(fd);
   }
 }
+
+/** In a session dir: the retention policy removed its output (chunk files and index). */
+export const OUTPUT_REMOVED_FILE = 'output-removed.json';
 
 /**
  * What a stream durably holds: its chunk files read from cursor 0 while contiguous (each

@@ -7,7 +7,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import canonicalize from 'canonicalize';
 import type { Receipt, StreamName } from './protocol.js';
-import { chunkFileName, storedStream } from './state-layout.js';
+import { chunkFileName, OUTPUT_REMOVED_FILE, storedStream } from './state-layout.js';
 
 /** RFC 8785 (JCS) canonical JSON of v. */
 export function jcs(v: unknown): string {
@@ -20,6 +20,34 @@ export function jcs(v: unknown): string {
 export function signedBytes(receipt: Receipt): Buffer {
   const { signature: _omitted, ...rest } = receipt;
   return Buffer.from(jcs(rest));
+}
+
+/** "sha256:" of the JCS encoding of a whole signed receipt: what a close receipt lists. */
+export function receiptDigest(receipt: unknown): string {
+  return `sha256:${createHash('sha256').update(jcs(receipt)).digest('hex')}`;
+}
+
+/**
+ * Problems with a close receipt's sessions in stateDir: each listed receipt must be there,
+ * hash to the digest listed, and carry a valid signature under publicKeyPem.
+ */
+export function verifyCloseSessions(close: { sessions: { session_id: string; receipt_sha256: string | null }[] }, stateDir: string, publicKeyPem: string): string[] {
+  const problems: string[] = [];
+  for (const entry of close.sessions) {
+    if (entry.receipt_sha256 === null) continue;
+    const path = join(stateDir, 'sessions', entry.session_id, 'receipt.json');
+    let receipt: Receipt;
+    try {
+      receipt = JSON.parse(readFileSync(path, 'utf8')) as Receipt;
+    } catch (err) {
+      problems.push(`${entry.session_id}: receipt unreadable: ${(err as Error).message}`);
+      continue;
+    }
+    const digest = receiptDigest(receipt);
+    if (digest !== entry.receipt_sha256) problems.push(`${entry.session_id}: receipt digest ${digest}, the close receipt says ${entry.receipt_sha256}`);
+    for (const p of verifySignature(receipt, publicKeyPem)) problems.push(`${entry.session_id}: ${p}`);
+  }
+  return problems;
 }
 
 /** "sha256:" + hex SHA-256 of the raw 32-byte Ed25519 public key. */
@@ -62,6 +90,10 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string): string[]
   } catch (err) {
     return [`admission record unreadable: ${(err as Error).message}`];
   }
+  if (existsSync(join(dir, OUTPUT_REMOVED_FILE))) {
+    const removed = JSON.parse(readFileSync(join(dir, OUTPUT_REMOVED_FILE), 'utf8')) as { removed_at: string };
+    return [`the stored output was removed by the retention policy at ${removed.removed_at}: only the signature can be checked`];
+  }
   const problems: string[] = [];
   // Nothing may have been added: only the records, the receipt and the listed streams.
   const streams = Object.keys(receipt.output);
@@ -85,8 +117,8 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string): string[]
     if (chunks.length !== disk.chunks.length) problems.push(`${name}: ${disk.chunks.length} chunk files on disk, the receipt lists ${chunks.length}`);
     chunks.forEach((c, i) => {
       const d = disk.chunks[i];
-      if (d && (d.start_cursor !== c.start_cursor || d.length !== c.length || d.sha256 !== c.sha256)) {
-        problems.push(`${name}: chunk at ${c.start_cursor} differs (disk: ${d.length} bytes, ${d.sha256}; receipt: ${c.length} bytes, ${c.sha256})`);
+      if (d && (d.start_cursor !== c.start_cursor || d.length !== c.length || (c.sha256 !== undefined && d.sha256 !== c.sha256))) {
+        problems.push(`${name}: chunk at ${c.start_cursor} differs (disk: ${d.length} bytes, ${d.sha256}; receipt: ${c.length} bytes, ${c.sha256 ?? 'no chunk digest'})`);
       }
     });
   }

@@ -6,6 +6,7 @@
 // reaping stays the subreaper's job); its notification can lag 10-20 ms behind the content,
 // so the file is read first and the inotify event is only waited for when it says 1.
 // Controllers (pids, memory) may be bound to v1 and are never required for correctness.
+import type { SessionUsage } from '../ipc/protocol.js';
 import { mkdirSync, readFileSync, rmdirSync, watch, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -97,11 +98,30 @@ export class CgroupTree {
       tree = new CgroupTree(mount, ownPath, false);
     }
     mkdirSync(tree.sessionsPath, { recursive: true });
+    tree.enableMemoryAccounting();
     // Probe that leaves can be made here (EACCES/EROFS when not ours), then tidy up.
     const probe = join(tree.sessionsPath, `.probe-${pid}`);
     mkdirSync(probe);
     rmdirSync(probe);
     return tree;
+  }
+
+  /**
+   * Enables the memory controller down to the session leaves where the kernel offers it
+   * (cgroup.controllers; under systemd, MemoryAccounting=yes), so receipts can report peak
+   * memory and OOM kills (memory.peak, memory.events). Best effort: on a host where memory is
+   * bound to cgroup v1 (as here) those fields are reported as absent.
+   */
+  enableMemoryAccounting(): boolean {
+    for (const dir of [this.basePath, this.sessionsPath]) {
+      try {
+        if (!readFileSync(join(dir, 'cgroup.controllers'), 'utf8').split(/\s+/).includes('memory')) return false;
+        if (!readFileSync(join(dir, 'cgroup.subtree_control'), 'utf8').split(/\s+/).includes('memory')) writeFileSync(join(dir, 'cgroup.subtree_control'), '+memory');
+      } catch {
+        return false;
+      }
+    }
+    return true;
   }
 
   /** Creates the leaf for a session; it must not exist yet. */
@@ -199,18 +219,30 @@ export class CgroupLeaf {
     });
   }
 
-  /** CPU usage from cpu.stat (present without controllers), in microseconds. */
-  usage(): { cpu_usec?: number; user_usec?: number; system_usec?: number } {
-    try {
-      const text = readFileSync(join(this.path, 'cpu.stat'), 'utf8');
-      const get = (k: string) => {
-        const m = new RegExp(`^${k} (\\d+)$`, 'm').exec(text);
+  /**
+   * CPU time from cpu.stat (present without controllers), in microseconds; with the memory
+   * controller, peak memory (memory.peak, bytes) and OOM kills (memory.events oom_kill).
+   * `memory_controller: false` says the memory fields are absent, not zero.
+   */
+  usage(): SessionUsage {
+    const field = (file: string, key: string) => {
+      try {
+        const m = new RegExp(`^${key} (\\d+)$`, 'm').exec(readFileSync(join(this.path, file), 'utf8'));
         return m ? Number(m[1]) : undefined;
-      };
-      return { cpu_usec: get('usage_usec'), user_usec: get('user_usec'), system_usec: get('system_usec') };
+      } catch {
+        return undefined;
+      }
+    };
+    const usage: SessionUsage = { cpu_usec: field('cpu.stat', 'usage_usec'), user_usec: field('cpu.stat', 'user_usec'), system_usec: field('cpu.stat', 'system_usec'), memory_controller: false };
+    try {
+      usage.memory_peak_bytes = Number(readFileSync(join(this.path, 'memory.peak'), 'utf8').trim());
+      usage.oom_kills = field('memory.events', 'oom_kill') ?? 0;
+      usage.memory_controller = true;
     } catch {
-      return {};
+      // no memory controller in this leaf
     }
+    for (const k of Object.keys(usage) as (keyof SessionUsage)[]) if (usage[k] === undefined) delete usage[k];
+    return usage;
   }
 
   /** rmdir the leaf; retries briefly while the kernel finishes releasing exited tasks (EBUSY). */

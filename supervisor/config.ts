@@ -35,6 +35,8 @@ const ConfigSchema = z
         pipeBytes: z.number().int().min(4096).max(64 * MiB).default(MiB),
         /** After death evidence, how long a stream may take to reach EOF before it is cut. */
         postDeathDrainMs: durationMs.default(2000),
+        /** Most bytes stored per stream of a session; past it the drain reads on and counts dropped bytes. */
+        quotaBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(1024 * MiB),
       })
       .strict()
       .prefault({}),
@@ -47,6 +49,28 @@ const ConfigSchema = z
         user: z.union([z.string().min(1), z.number().int().min(0)]).optional(),
         path: z.string().default('/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'),
         lang: z.string().default('C.UTF-8'),
+      })
+      .strict()
+      .prefault({}),
+    storage: z
+      .object({
+        /** Chunk writes stop while the state dir's file system has less than this free. */
+        reserveBytes: z.number().int().min(0).default(64 * MiB),
+        /** Launches get ADMISSION_DENIED (retryable) while less than this is free. */
+        minFreeBytes: z.number().int().min(0).default(256 * MiB),
+      })
+      .strict()
+      .prefault({}),
+    retention: z
+      .object({
+        /** Chunk files (and index) of sessions ended longer ago than this are removed. */
+        outputMaxAgeMs: durationMs.default(7 * 24 * 3600 * 1000),
+        /** Oldest ended sessions' chunk files go first while all of them hold more than this. */
+        outputMaxTotalBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(10 * 1024 * MiB),
+        /** Receipts (and admission records) of sessions ended longer ago than this are removed; 0: kept forever. */
+        receiptMaxAgeMs: durationMs.default(30 * 24 * 3600 * 1000),
+        /** How often the policy runs by itself; 0: only on `sbx gc`. */
+        intervalMs: durationMs.default(3600 * 1000),
       })
       .strict()
       .prefault({}),

@@ -6,8 +6,16 @@ import { EventEmitter } from 'node:events';
 import { Socket } from 'node:net';
 import type { StreamName, StreamOutput } from '../ipc/protocol.js';
 import { StreamLog } from './chunks.js';
+import type { StorageGuard } from './storage.js';
 
 export type DrainEnd = 'eof' | 'eio' | 'timeout';
+
+/**
+ * One read buffer for every pipe drained on this thread: libuv reads up to 1 MiB at once into
+ * it (the pipe holds up to drain.pipeBytes), and each read is stored before the next one, so
+ * sharing it is safe and costs 1 MiB per supervisor, not per stream.
+ */
+const READ_BUFFER = Buffer.allocUnsafe(1 << 20);
 
 /** Emits 'advance' (cursor) after each stored read and 'end' (DrainEnd) once. */
 export class StreamDrain extends EventEmitter {
@@ -21,10 +29,16 @@ export class StreamDrain extends EventEmitter {
    * (the session's stdin) through `socket`. A pty master is wrapped in a libuv pipe handle,
    * as node-pty does (net.Socket refuses TTY fds); its end is EIO once every slave is closed.
    */
-  constructor(sessionDir: string, readonly stream: StreamName, readFd: number, chunkBytes: number, private readonly pty = false) {
+  constructor(sessionDir: string, readonly stream: StreamName, readFd: number, policy: { chunkBytes: number; quotaBytes?: number; guard?: StorageGuard | null }, private readonly pty = false) {
     super();
-    this.log = new StreamLog(sessionDir, stream, chunkBytes);
-    this.socket = pty ? ptySocket(readFd) : new Socket({ fd: readFd, readable: true, writable: false, allowHalfOpen: true });
+    this.log = new StreamLog(sessionDir, stream, policy.chunkBytes, policy.quotaBytes, policy.guard ?? null);
+    const store = (data: Buffer) => {
+      this.log.append(data, Math.round((performance.timeOrigin + performance.now()) * 1000));
+      this.emit('advance', this.log.cursor);
+    };
+    this.socket = pty
+      ? ptySocket(readFd)
+      : new Socket({ fd: readFd, readable: true, writable: false, allowHalfOpen: true, onread: { buffer: READ_BUFFER, callback: (n: number, buf: Uint8Array) => void store(Buffer.from(buf.buffer, buf.byteOffset, n)) } } as ConstructorParameters<typeof Socket>[0]);
     this.done = new Promise((resolve) => {
       const finish = (how: DrainEnd) => {
         if (this.endedHow) return;
@@ -33,10 +47,7 @@ export class StreamDrain extends EventEmitter {
         resolve(how);
         this.emit('end', how);
       };
-      this.socket.on('data', (data: Buffer) => {
-        this.log.append(data, Math.round((performance.timeOrigin + performance.now()) * 1000));
-        this.emit('advance', this.log.cursor);
-      });
+      if (pty) this.socket.on('data', store);
       this.socket.on('end', () => finish('eof'));
       this.socket.on('error', () => finish('eio')); // EIO from a pty master, or any read error
       this.socket.on('close', () => finish('eof'));
@@ -56,9 +67,9 @@ export class StreamDrain extends EventEmitter {
   }
 
   /** Once ended: fsyncs everything and returns the stream's part of the receipt. */
-  finalize(): StreamOutput {
+  async finalize(): Promise<StreamOutput> {
     const how = this.endedHow ?? 'timeout';
-    const { sha256, indexSha256, chunks } = this.log.finalize();
+    const { sha256, indexSha256, chunks } = await this.log.finalize();
     // A pty master that reads EOF (the tty was hung up) rather than EIO (every slave closed)
     // may have dropped bytes still in flight: never claim it complete (issue 7, open).
     const reason = this.log.failure ?? (how === 'timeout' ? 'drain_timeout' : this.pty && how === 'eof' ? 'pty_hangup' : null);

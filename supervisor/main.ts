@@ -32,7 +32,10 @@ async function serve(options: { config?: string }): Promise<void> {
   log.info({ socket: config.socketPath, mode: supervisor.mode, socket_activated: listenFd !== null }, 'listening');
   const stopWatchdog = startWatchdog();
   // READY=1 once the socket listens and reconciliation has looked at every session.
-  void supervisor.reconcile().then(() => notify(`READY=1\nSTATUS=serving, ${supervisor.mode} mode`));
+  void supervisor.reconcile().then(() => {
+    supervisor.startRetention();
+    notify(`READY=1\nSTATUS=serving, ${supervisor.mode} mode`);
+  });
 
   let stopping = false;
   const stop = (signal: string) => {

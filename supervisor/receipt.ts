@@ -42,7 +42,7 @@ export function decideOutcome(facts: {
 }): Outcome {
   if (facts.spawnFailure) return 'spawn_failed';
   if (facts.cause === 'deadline') return 'timed_out';
-  if (facts.cause === 'cancel' || facts.cause === 'shutdown') return 'cancelled';
+  if (facts.cause === 'cancel' || facts.cause === 'shutdown' || facts.cause === 'close') return 'cancelled';
   if (facts.cause === 'reconcile') return 'owner_lost';
   return facts.exit.signal ? 'signaled' : 'exited';
 }

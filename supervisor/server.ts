@@ -7,9 +7,9 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { SupervisorError, isSupervisorError } from '../ipc/errors.js';
-import { encodeFrame, FrameDecoder } from '../ipc/framing.js';
+import { encodeFrame, encodeOutputFrame, FrameDecoder } from '../ipc/framing.js';
 import { PROTOCOL_VERSIONS, type StreamName } from '../ipc/protocol.js';
-import { readStored } from '../ipc/state-layout.js';
+import { readStoredInto } from '../ipc/state-layout.js';
 import { native } from './native.js';
 import { signalName, signalNumber } from './spawn.js';
 import type { Session } from './session.js';
@@ -18,7 +18,7 @@ import { Schemas, validate } from './validate.js';
 import { VERSION } from '../ipc/version.js';
 
 /** Largest output event payload, in bytes. */
-const OUTPUT_EVENT_BYTES = 256 * 1024;
+const OUTPUT_EVENT_BYTES = 1024 * 1024;
 
 type Handler = (conn: Connection, id: number, params: unknown) => unknown;
 
@@ -53,9 +53,18 @@ class Connection {
    * its requests are not read either, so nothing queues without bound on either side.
    */
   async send(frame: unknown): Promise<void> {
+    return this.sendEncoded(encodeFrame(frame));
+  }
+
+  /** send() of a frame already encoded (encodeOutputFrame). */
+  async sendEncoded(frame: Buffer): Promise<void> {
     if (this.closed) return;
-    if (!this.socket.write(encodeFrame(frame))) {
-      if (this.socket.writableLength > OUTBOUND_HIGH_WATER_BYTES) this.socket.pause();
+    this.socket.write(frame);
+    // Up to OUTBOUND_HIGH_WATER_BYTES may wait in user space, so output events are pipelined
+    // (waiting for 'drain' after each one halved replay speed); past it, this connection's
+    // requests stop being read and the sender waits until the peer has read everything.
+    if (this.socket.writableLength > OUTBOUND_HIGH_WATER_BYTES) {
+      this.socket.pause();
       await new Promise<void>((resolve) => this.drainWaiters.push(resolve));
     }
   }
@@ -126,6 +135,18 @@ export class SupervisorServer {
         return { state: session.state, receipt: session.receipt };
       },
       ps: (_c, _id, p) => ({ sessions: sup.list(validate(Schemas.ps, p, 'ps').all ?? false).map((s) => s.summary()) }),
+      gc: (_c, _id, p) => {
+        validate(Schemas.gc, p, 'gc');
+        return sup.gc();
+      },
+      seal: (_c, _id, p) => {
+        validate(Schemas.empty, p, 'seal');
+        return sup.seal();
+      },
+      close: async (_c, _id, p) => {
+        const params = validate(Schemas.close, p, 'close');
+        return sup.close(params.timeout_ms ?? 60_000, params.workspaces ?? []);
+      },
       status: (_c, _id, p) => {
         validate(Schemas.empty, p, 'status');
         return sup.status(this.socketPath);
@@ -319,6 +340,9 @@ export class SupervisorServer {
   private async subscribe(conn: Connection, id: number, p: { session_id?: string; invocation_key?: string; stream: StreamName; from?: number; follow?: boolean }): Promise<undefined> {
     const session: Session = this.supervisor.find(p);
     const stream = p.stream;
+    if (session.outputRemoved) {
+      throw new SupervisorError('OUTPUT_REMOVED', `session ${session.id}: its output was removed by the retention policy; the receipt stays (sbx receipt)`);
+    }
     if (!session.hasStream(stream)) throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} has no ${stream} stream`);
     let cursor = p.from ?? 0;
     const follow = p.follow ?? false;
@@ -333,10 +357,12 @@ export class SupervisorServer {
     for (;;) {
       const end = session.cursor(stream);
       while (cursor < end && !conn.closed) {
-        const data = readStored(streamDir, chunkBytes, cursor, end, OUTPUT_EVENT_BYTES);
-        if (data.length === 0) break;
-        await conn.send({ id, event: 'output', stream, cursor, data });
-        cursor += data.length;
+        const from = cursor;
+        let n = 0;
+        const frame = encodeOutputFrame(id, stream, from, Math.min(OUTPUT_EVENT_BYTES, end - from), (buf, offset, max) => (n = readStoredInto(streamDir, chunkBytes, from, end, buf, offset, max)));
+        if (!frame) break;
+        await conn.sendEncoded(frame);
+        cursor += n;
       }
       if (conn.closed) return undefined;
       // Re-read after the sends: the drain may have ended while a send waited on a slow

@@ -4,7 +4,8 @@
 // leader, its cgroup leaf, the drains, termination (TERM to every process, KILL after the
 // grace) and the durable receipt. Not the socket (server.ts) nor the registry (supervisor.ts).
 import { EventEmitter } from 'node:events';
-import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, existsSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import { OUTPUT_REMOVED_FILE } from '../ipc/state-layout.js';
 import { Socket } from 'node:net';
 import { SupervisorError } from '../ipc/errors.js';
 import { native } from './native.js';
@@ -14,6 +15,7 @@ import type { LingerPolicy, Receipt, SessionState, SessionSummary, StreamName, S
 import type { Config } from './config.js';
 import { CgroupLeaf, type CgroupTree } from './cgroup.js';
 import { StreamDrain } from './drain.js';
+import type { StorageGuard } from './storage.js';
 import { createFileDurable, fsyncDir } from './durable.js';
 import type { ReceiptSigner } from './signing.js';
 import type { SessionUser } from './users.js';
@@ -33,6 +35,8 @@ export interface SessionContext {
   identity: { instance: string; generation: number; bootId: string; mode: SupervisorMode; pid: number };
   sessionsDir: string;
   signer: ReceiptSigner;
+  /** Free space of the state dir (chunk writes stop at the reserve). */
+  storage: StorageGuard;
 }
 
 export interface SessionRequest {
@@ -136,6 +140,7 @@ export class Session extends EventEmitter {
     };
     const session = new Session(record.session_id, req, ctx, new Date(record.admitted_at));
     session.admission = record;
+    session.outputRemoved = existsSync(join(session.dir, OUTPUT_REMOVED_FILE));
     if (record.cgroup) session.leaf = new CgroupLeaf(record.cgroup);
     for (const stream of ALL_STREAMS) {
       if (existsSync(join(session.dir, stream))) session.restoredCursors.set(stream, 0);
@@ -266,12 +271,12 @@ export class Session extends EventEmitter {
     this.startedAt = new Date();
     this.transition('running');
     if (this.pty) {
-      const drain = new StreamDrain(this.dir, 'pty', this.pty.master, this.req.chunkBytes, true);
+      const drain = new StreamDrain(this.dir, 'pty', this.pty.master, this.storePolicy(), true);
       this.drains.set('pty', drain);
       if (this.req.stdin === 'stream') this.stdinWriter = drain.socket;
     } else {
-      this.drains.set('stdout', new StreamDrain(this.dir, 'stdout', leader.stdoutFd, this.req.chunkBytes));
-      this.drains.set('stderr', new StreamDrain(this.dir, 'stderr', leader.stderrFd, this.req.chunkBytes));
+      this.drains.set('stdout', new StreamDrain(this.dir, 'stdout', leader.stdoutFd, this.storePolicy()));
+      this.drains.set('stderr', new StreamDrain(this.dir, 'stderr', leader.stderrFd, this.storePolicy()));
       if (leader.stdinFd >= 0) {
         this.stdinWriter = new Socket({ fd: leader.stdinFd, readable: false, writable: true });
         this.stdinWriter.on('error', () => (this.stdinClosed = true)); // EPIPE: nobody reads stdin any more
@@ -288,6 +293,10 @@ export class Session extends EventEmitter {
       this.ctx.log.error({ err, session_id: this.id }, 'session lifecycle failed');
       this.becomeUnknown(`internal error: ${err.message}`);
     });
+  }
+
+  private storePolicy(): { chunkBytes: number; quotaBytes: number; guard: StorageGuard } {
+    return { chunkBytes: this.req.chunkBytes, quotaBytes: this.ctx.config.drain.quotaBytes, guard: this.ctx.storage };
   }
 
   get pid(): number | null {
@@ -366,6 +375,42 @@ export class Session extends EventEmitter {
     return join(this.dir, stream);
   }
 
+  /** The retention policy removed this session's output (its receipt stays). */
+  outputRemoved = false;
+
+  /** Bytes of this session's stream files on disk (chunk files and index). */
+  outputBytes(): number {
+    if (this.outputRemoved) return 0;
+    let bytes = 0;
+    for (const stream of ALL_STREAMS) {
+      const dir = this.streamDir(stream);
+      if (!existsSync(dir)) continue;
+      for (const name of readdirSync(dir)) {
+        try {
+          bytes += lstatSync(join(dir, name)).size;
+        } catch {
+          // gone meanwhile
+        }
+      }
+    }
+    return bytes;
+  }
+
+  /**
+   * Removes an ended session's chunk files and index (retention); the receipt and admission
+   * record stay. A marker (written first, durably) says so to readers and after a restart.
+   * Returns the bytes freed.
+   */
+  removeOutput(): number {
+    if (this.state !== 'ended' || this.outputRemoved) return 0;
+    const bytes = this.outputBytes();
+    createFileDurable(join(this.dir, OUTPUT_REMOVED_FILE), JSON.stringify({ removed_at: new Date().toISOString(), bytes }) + '\n');
+    this.outputRemoved = true;
+    for (const stream of ALL_STREAMS) rmSync(this.streamDir(stream), { recursive: true, force: true });
+    fsyncDir(this.dir);
+    return bytes;
+  }
+
   /** Live processes in the session now (cgroup mode), else null. */
   livePids(): number | null {
     return this.leaf && this.state !== 'ended' ? this.leaf.pids().length : null;
@@ -385,6 +430,7 @@ export class Session extends EventEmitter {
       outcome: this.receipt?.outcome ?? null,
       live_pids: this.livePids(),
       cursors,
+      usage: this.receipt?.usage ?? this.leaf?.usage() ?? {},
       ...(this.unknownReason ? { reason: this.unknownReason } : {}),
     };
   }
@@ -521,7 +567,7 @@ export class Session extends EventEmitter {
 
     const output: Partial<Record<StreamName, StreamOutput>> = {};
     for (const [name, drain] of this.drains) {
-      output[name] = drain.finalize();
+      output[name] = await drain.finalize();
       if (drain.log.failureError) this.ctx.log.error({ session_id: this.id, stream: name, error: drain.log.failureError }, 'the stream stopped storing');
     }
     const usage = this.leaf?.usage() ?? {};

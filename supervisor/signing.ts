@@ -33,10 +33,10 @@ export class ReceiptSigner {
     return signer;
   }
 
-  /** The receipt with its signature (any previous one is replaced). */
-  sign(receipt: Receipt): Receipt {
+  /** The receipt (or close receipt) with its signature (any previous one is replaced). */
+  sign<T extends { signature?: unknown }>(receipt: T): T {
     const { signature: _old, ...unsigned } = receipt;
-    const value = sign(null, signedBytes(unsigned as Receipt), this.privateKey).toString('base64');
-    return { ...unsigned, signature: { alg: 'ed25519', key_id: this.keyId, value } } as Receipt;
+    const value = sign(null, signedBytes(unsigned as unknown as Receipt), this.privateKey).toString('base64');
+    return { ...unsigned, signature: { alg: 'ed25519', key_id: this.keyId, value } } as T;
   }
 }

@@ -3,7 +3,7 @@
 // shutdown. Owns policy across sessions; one session's life is session.ts, the socket is
 // server.ts.
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync, statSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import type { Logger } from 'pino';
@@ -12,7 +12,10 @@ import type { LaunchResult, SessionSelector, StatusResult, SupervisorMode } from
 import { PROTOCOL_VERSION } from '../ipc/protocol.js';
 import { CgroupTree } from './cgroup.js';
 import type { Config } from './config.js';
-import { writeFileDurable } from './durable.js';
+import { createFileDurable, fsyncDir, writeFileDurable } from './durable.js';
+import { planRetention } from './retention.js';
+import { type CloseReceipt, scanWorkspace } from './close.js';
+import { receiptDigest } from '../ipc/verify.js';
 import { native } from './native.js';
 import { Reaper } from './reaper.js';
 import { commandDigest } from './receipt.js';
@@ -20,9 +23,11 @@ import { Session, type OperatorAttestation, type SessionContext } from './sessio
 import { ReceiptSigner } from './signing.js';
 import { KeyIndex, readAdmission, readReceipt, sessionDirs } from './store.js';
 import { lookupUser } from './users.js';
+import { StorageGuard } from './storage.js';
 import type { LaunchParams } from './validate.js';
 import { VERSION } from '../ipc/version.js';
-import { cpus, freemem, loadavg, totalmem } from 'node:os';
+import { cpus, freemem, loadavg, totalmem, uptime } from 'node:os';
+import si from 'systeminformation';
 
 /** Reads /proc/sys/kernel/random/boot_id: changes on every boot. */
 export function readBootId(): string {
@@ -42,6 +47,53 @@ function highestAdmittedGeneration(sessionsDir: string): number {
   return highest;
 }
 
+let stateDirBytesCache: { at: number; bytes: number } | null = null;
+
+/** Bytes held by the files under dir (lstat, not following links), cached for 10 s. */
+function stateDirBytes(dir: string): number {
+  if (stateDirBytesCache && Date.now() - stateDirBytesCache.at < 10_000) return stateDirBytesCache.bytes;
+  let bytes = 0;
+  const walk = (d: string) => {
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      const p = join(d, e.name);
+      try {
+        if (e.isDirectory()) walk(p);
+        else if (e.isFile()) bytes += lstatSync(p).size;
+      } catch {
+        // removed meanwhile
+      }
+    }
+  };
+  walk(dir);
+  stateDirBytesCache = { at: Date.now(), bytes };
+  return bytes;
+}
+
+/** Tombstone of a session the retention policy removed whole (<state>/retired/<id>.json). */
+interface RetiredRecord {
+  session_id: string;
+  invocation_key: string;
+  command_digest: string;
+  outcome: string;
+  ended_at: string;
+  receipt_sha256: string;
+  retired_at: string;
+}
+
+function readRetired(dir: string): RetiredRecord[] {
+  if (!existsSync(dir)) return [];
+  const out: RetiredRecord[] = [];
+  for (const name of readdirSync(dir)) {
+    if (!name.endsWith('.json') || name.startsWith('.')) continue;
+    try {
+      out.push(JSON.parse(readFileSync(join(dir, name), 'utf8')) as RetiredRecord);
+    } catch {
+      // torn tombstone: its key record still blocks the key (the session shows as unknown)
+    }
+  }
+  return out;
+}
+
 /** A fresh session id: sortable by admission time, unguessable. */
 export function newSessionId(nowMs = Date.now()): string {
   return `s-${nowMs.toString(36).padStart(9, '0')}-${randomBytes(6).toString('hex')}`;
@@ -51,6 +103,13 @@ export class Supervisor {
   private readonly sessions = new Map<string, Session>();
   private readonly byKey = new Map<string, Session>();
   private stopping: Promise<void> | null = null;
+  /** Admission sealed (durable: <state>/seal.json), and since which generation. */
+  private sealRecord: { generation: number; sealed_at: string } | null = null;
+  private closing: Promise<CloseReceipt> | null = null;
+  /** Sessions the retention policy removed whole (tombstones in <state>/retired/), by id and by key. */
+  private readonly retired = new Map<string, RetiredRecord>();
+  private readonly retiredByKey = new Map<string, RetiredRecord>();
+  private retentionTimer: NodeJS.Timeout | null = null;
   /** True until reconciliation has looked at every session left unknown by a restart. */
   private reconciling = false;
   readonly ctx: SessionContext;
@@ -59,6 +118,8 @@ export class Supervisor {
   private constructor(readonly config: Config, readonly log: Logger, ctx: SessionContext) {
     this.ctx = ctx;
     this.keys = new KeyIndex(config.stateDir);
+    this.sealRecord = this.readSeal();
+    void si.currentLoad().catch(() => {}); // primes the CPU load sample (see status())
     this.restore();
   }
 
@@ -69,6 +130,7 @@ export class Supervisor {
    * and, for a crash between the admission and key writes, from the admission records.
    */
   private restore(): void {
+    for (const r of readRetired(this.retiredDir)) this.rememberRetired(r);
     const keyOf = new Map<string, string>();
     const { records, errors } = this.keys.load();
     for (const e of errors) this.log.error(e, 'unreadable key record');
@@ -97,7 +159,7 @@ export class Supervisor {
     }
     // A key whose session is gone from disk still can never run again.
     for (const r of records) {
-      if (!this.byKey.has(r.invocation_key)) {
+      if (!this.byKey.has(r.invocation_key) && !this.retiredByKey.has(r.invocation_key)) {
         this.register(Session.broken(r.session_id, r.invocation_key, 'the session\'s files are gone; its key stays used', this.ctx));
       }
     }
@@ -128,6 +190,77 @@ export class Supervisor {
     this.reconciling = false;
     const left = unknown.filter((s) => s.state === 'unknown').length;
     this.log.info({ reconciled: unknown.length - left, still_unknown: left }, 'reconciliation done');
+  }
+
+  private readSeal(): { generation: number; sealed_at: string } | null {
+    const path = join(this.config.stateDir, 'seal.json');
+    if (!existsSync(path)) return null;
+    try {
+      const r = JSON.parse(readFileSync(path, 'utf8')) as { generation: number; sealed_at: string };
+      if (!Number.isSafeInteger(r.generation) || typeof r.sealed_at !== 'string') throw new Error('fields missing');
+      return r;
+    } catch (err) {
+      // Sealed is the safe reading of a torn seal: admission stays closed.
+      this.log.error({ err }, 'seal.json is unreadable; admission stays sealed');
+      return { generation: this.ctx.identity.generation, sealed_at: new Date(0).toISOString() };
+    }
+  }
+
+  /** Whether new launches are taken, and if not why. */
+  admissionState(): 'open' | 'sealed' | 'reconciling' | 'stopping' {
+    return this.stopping ? 'stopping' : this.sealRecord ? 'sealed' : this.reconciling ? 'reconciling' : 'open';
+  }
+
+  /** Stops admission for good (durable; a restart does not unseal). Idempotent. */
+  seal(): { generation: number; sealed_at: string; already_sealed: boolean } {
+    if (this.sealRecord) return { ...this.sealRecord, already_sealed: true };
+    const record = { generation: this.ctx.identity.generation, sealed_at: new Date().toISOString() };
+    writeFileDurable(join(this.config.stateDir, 'seal.json'), JSON.stringify(record) + '\n');
+    this.sealRecord = record;
+    this.log.info(record, 'admission sealed');
+    return { ...record, already_sealed: false };
+  }
+
+  /**
+   * Close is a join: seal, let every running session end by itself for up to timeoutMs,
+   * terminate the rest (TERM, grace, KILL; cause close), wait for every receipt, scan the
+   * workspaces, and write the signed close receipt (<state>/close-receipt.json). Calling it
+   * again, even after a restart, returns the same close receipt.
+   */
+  close(timeoutMs: number, workspaces: string[]): Promise<CloseReceipt> {
+    const path = join(this.config.stateDir, 'close-receipt.json');
+    if (existsSync(path)) return Promise.resolve(JSON.parse(readFileSync(path, 'utf8')) as CloseReceipt);
+    this.closing ??= (async () => {
+      const sealed = this.seal();
+      const live = [...this.sessions.values()].filter((s) => s.state !== 'ended' && s.state !== 'unknown');
+      this.log.info({ sessions: live.length, timeout_ms: timeoutMs }, 'closing: settling sessions');
+      const allEnded = Promise.all(live.map((s) => s.ended));
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = await Promise.race([allEnded.then(() => false), new Promise<boolean>((r) => (timer = setTimeout(() => r(true), timeoutMs)))]);
+      clearTimeout(timer);
+      const rest = timedOut ? live.filter((s) => s.state !== 'ended' && s.state !== 'unknown') : [];
+      await Promise.all(rest.map((s) => s.terminate('close')));
+      await allEnded;
+      const scans = workspaces.map((w) => scanWorkspace(w));
+      const { instance, generation, bootId, mode } = this.ctx.identity;
+      const receipt = this.ctx.signer.sign<CloseReceipt>({
+        version: 1,
+        kind: 'close',
+        supervisor: { instance, generation, boot_id: bootId, mode },
+        sealed: { generation: sealed.generation, sealed_at: sealed.sealed_at },
+        closed_at: new Date().toISOString(),
+        settle: { timeout_ms: timeoutMs, terminated: rest.length },
+        sessions: [...this.sessions.values()]
+          .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+          .map((s) => ({ session_id: s.id, invocation_key: s.req.invocationKey, state: s.state, outcome: s.receipt?.outcome ?? null, receipt_sha256: s.receipt ? receiptDigest(s.receipt) : null })),
+        workspaces: scans,
+      });
+      createFileDurable(path, JSON.stringify(receipt, null, 2) + '\n');
+      this.log.info({ sessions: receipt.sessions.length, terminated: rest.length }, 'closed');
+      return receipt;
+    })();
+    this.closing.catch(() => (this.closing = null));
+    return this.closing;
   }
 
   /** Ends an unknown session on an operator's word (never automatic). */
@@ -187,6 +320,7 @@ export class Supervisor {
       sessionsDir,
       identity: { instance, generation, bootId: readBootId(), mode, pid: process.pid },
       signer: ReceiptSigner.loadOrCreate(config.stateDir),
+      storage: new StorageGuard(config.stateDir, config.storage.reserveBytes, config.storage.minFreeBytes),
     };
     log.info({ instance, generation, mode, cgroup: tree?.basePath ?? null, subreaper: native().isChildSubreaper() }, 'supervisor ready');
     return new Supervisor(config, log, ctx);
@@ -221,6 +355,14 @@ export class Supervisor {
     const digest = commandDigest({ argv: params.argv, cwd: params.cwd, env, pty: pty !== null, stdin, user: userSpec });
     const key = params.invocation_key ?? `auto-${randomBytes(12).toString('hex')}`;
     const existing = this.byKey.get(key);
+    const gone = existing ? undefined : this.retiredByKey.get(key);
+    if (gone) {
+      // Keys are forever: a session removed by retention is never run again.
+      if (gone.command_digest !== digest) {
+        throw new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} was used for another command`, { invocation_key: key, session_id: gone.session_id });
+      }
+      return { session_id: gone.session_id, invocation_key: key, existing: true, state: 'retired' as never, command_digest: digest };
+    }
     if (existing) {
       // A session whose admission record is unreadable has no known digest: its key is
       // blocked, and a retry gets that session (unknown) rather than a conflict or a run.
@@ -232,6 +374,11 @@ export class Supervisor {
       }
       return { session_id: existing.id, invocation_key: key, existing: true, state: existing.state, command_digest: digest };
     }
+    if (this.sealRecord) {
+      throw new SupervisorError('ADMISSION_SEALED', `admission was sealed at generation ${this.sealRecord.generation} (${this.sealRecord.sealed_at})`, {
+        generation: this.sealRecord.generation,
+      });
+    }
     const live = this.liveSessions();
     if (live >= this.config.session.maxSessions) {
       throw new SupervisorError('LIMIT_EXCEEDED', `${live} sessions are running, the limit is ${this.config.session.maxSessions}`, {
@@ -242,6 +389,12 @@ export class Supervisor {
     }
     if (this.reconciling) {
       throw new SupervisorError('ADMISSION_DENIED', 'reconciling sessions left by a restart; retry shortly', { retry_after_ms: 250 });
+    }
+    if (!this.ctx.storage.admits()) {
+      throw new SupervisorError('ADMISSION_DENIED', `disk low: less than ${this.config.storage.minFreeBytes} bytes free in the state dir; retry later`, {
+        retry_after_ms: 5000,
+        reason: 'disk_low',
+      });
     }
     const self = userInfo();
     const userName = sessionUser ? (sessionUser.name ?? String(sessionUser.uid)) : self.username;
@@ -303,9 +456,80 @@ export class Supervisor {
         : undefined;
     if (!session) {
       const what = selector.session_id ? `session ${selector.session_id}` : `invocation key ${JSON.stringify(selector.invocation_key)}`;
+      const gone = selector.session_id ? this.retired.get(selector.session_id) : this.retiredByKey.get(selector.invocation_key ?? '');
+      if (gone) {
+        throw new SupervisorError('SESSION_NOT_FOUND', `${what} was removed by the retention policy at ${gone.retired_at} (it ended ${gone.outcome}; receipt ${gone.receipt_sha256}); its key stays used`, {
+          retired_at: gone.retired_at,
+          receipt_sha256: gone.receipt_sha256,
+        });
+      }
       throw new SupervisorError('SESSION_NOT_FOUND', `no ${what}`);
     }
     return session;
+  }
+
+  private get retiredDir(): string {
+    return join(this.config.stateDir, 'retired');
+  }
+
+  private rememberRetired(r: RetiredRecord): void {
+    this.retired.set(r.session_id, r);
+    this.retiredByKey.set(r.invocation_key, r);
+  }
+
+  /**
+   * Applies the retention policy now (sbx gc; also every retention.intervalMs): output of old
+   * ended sessions first, oldest first while over the total; whole sessions (receipt too)
+   * past receiptMaxAgeMs, leaving a tombstone so their key still answers. Never a running or
+   * unknown session, never a key record.
+   */
+  gc(nowMs = Date.now()): { removed_output: string[]; retired: string[]; freed_bytes: number } {
+    const candidates = [...this.sessions.values()].map((s) => ({
+      sessionId: s.id,
+      ended: s.state === 'ended' && s.receipt !== null,
+      endedAtMs: s.receipt ? Date.parse(s.receipt.ended_at) : 0,
+      outputBytes: s.outputBytes(),
+      outputRemoved: s.outputRemoved,
+    }));
+    const plan = planRetention(candidates, this.config.retention, nowMs);
+    let freed = 0;
+    for (const id of plan.retire) {
+      const s = this.sessions.get(id)!;
+      freed += s.outputBytes();
+      const record: RetiredRecord = {
+        session_id: s.id,
+        invocation_key: s.req.invocationKey,
+        command_digest: s.req.commandDigest,
+        outcome: s.receipt!.outcome,
+        ended_at: s.receipt!.ended_at,
+        receipt_sha256: receiptDigest(s.receipt),
+        retired_at: new Date(nowMs).toISOString(),
+      };
+      mkdirSync(this.retiredDir, { recursive: true, mode: 0o700 });
+      createFileDurable(join(this.retiredDir, `${s.id}.json`), JSON.stringify(record) + '\n'); // tombstone first
+      rmSync(s.dir, { recursive: true, force: true });
+      fsyncDir(this.ctx.sessionsDir);
+      this.sessions.delete(s.id);
+      this.byKey.delete(s.req.invocationKey);
+      this.rememberRetired(record);
+    }
+    for (const id of plan.removeOutput) freed += this.sessions.get(id)!.removeOutput();
+    if (plan.retire.length || plan.removeOutput.length) this.log.info({ removed_output: plan.removeOutput.length, retired: plan.retire.length, freed_bytes: freed }, 'retention applied');
+    return { removed_output: plan.removeOutput, retired: plan.retire, freed_bytes: freed };
+  }
+
+  /** Runs gc() every retention.intervalMs (0: never by itself). */
+  startRetention(): void {
+    const every = this.config.retention.intervalMs;
+    if (every <= 0 || this.retentionTimer) return;
+    this.retentionTimer = setInterval(() => {
+      try {
+        this.gc();
+      } catch (err) {
+        this.log.error({ err }, 'retention failed');
+      }
+    }, every);
+    this.retentionTimer.unref();
   }
 
   /** Sessions that have not ended (unknown ones included: they may still run). */
@@ -319,9 +543,15 @@ export class Supervisor {
     return [...this.sessions.values()].filter((s) => all || s.state !== 'ended');
   }
 
-  status(socketPath: string): StatusResult {
+  async status(socketPath: string): Promise<StatusResult> {
     const counts: Record<string, number> = {};
     for (const s of this.sessions.values()) counts[s.state] = (counts[s.state] ?? 0) + 1;
+    // systeminformation's first currentLoad() samples for about 0.5 s: it is primed at start,
+    // and a status asked before that says null rather than waiting.
+    const load = await Promise.race([si.currentLoad().catch(() => null), new Promise<null>((r) => setTimeout(() => r(null), 50))]);
+    const mem = await si.mem();
+    const storage = this.ctx.storage;
+    const free = storage.freeBytes();
     return {
       version: VERSION,
       protocol: PROTOCOL_VERSION,
@@ -336,6 +566,10 @@ export class Supervisor {
       receipt_key: { key_id: this.ctx.signer.keyId, public_key_pem: this.ctx.signer.publicKeyPem, path: join(this.config.stateDir, 'receipt-key.pub') },
       sessions: counts,
       load: { loadavg: loadavg(), cpus: cpus().length, free_mem_bytes: freemem(), total_mem_bytes: totalmem() },
+      admission: this.admissionState(),
+      sealed: this.sealRecord,
+      storage: { state_dir_bytes: stateDirBytes(this.config.stateDir), free_bytes: free, reserve_bytes: storage.reserveBytes, min_free_bytes: storage.minFreeBytes, admits: free >= storage.minFreeBytes },
+      machine: { cpu_load_percent: load ? Math.round(load.currentLoad * 10) / 10 : null, mem_total_bytes: mem.total, mem_available_bytes: mem.available, uptime_s: Math.round(uptime()) },
     };
   }
 

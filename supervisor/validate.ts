@@ -49,6 +49,13 @@ export const Schemas = {
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
   ps: z.object({ all: z.boolean().optional() }).strict(),
+  close: z
+    .object({
+      timeout_ms: durationMs.optional(),
+      workspaces: z.array(noNul('workspaces').pipe(z.string().min(1).max(4096).refine((p) => p.startsWith('/'), 'an absolute path'))).max(64).optional(),
+    })
+    .strict(),
+  gc: z.object({}).strict(),
   write: z
     .object({ ...selector, data: z.instanceof(Uint8Array).refine((d) => d.length <= 8 * 1024 * 1024, 'at most 8 MiB per write'), offset: cursor.optional(), eof: z.boolean().optional() })
     .strict()

@@ -8,10 +8,11 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { z } from 'zod';
 import { SupervisorClient } from '../../ipc/client.js';
 import type { LaunchParams, Receipt } from '../../ipc/protocol.js';
 import { type TestDaemon, zombieChildren } from '../../test/helpers/daemon.js';
-import { MARK_VAR, pidsWithMark, rssKb } from './procs.js';
+import { killMarked, MARK_VAR, pidsWithMark, rssKb } from './procs.js';
 
 export interface FieldCase {
   id: string;
@@ -73,15 +74,101 @@ export const signalNumbers: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIG
 const EMPTY_SHA256 = sha256('');
 const poll = (ms = 20) => new Promise((r) => setTimeout(r, ms));
 
-export function loadCases(file: string): FieldCase[] {
-  return readFileSync(file, 'utf8').split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l) as FieldCase);
+const sha = z.string().regex(/^[0-9a-f]{64}$/, 'a SHA-256 in hex');
+const count = z.number().int().min(0);
+/** The case format of ../shared/cases/README.md, plus the probe-only facts; unknown keys are errors. */
+const CaseSchema = z.strictObject({
+  id: z.string().regex(/^[A-Za-z0-9._-]+$/, 'letters, digits, dot, dash, underscore'),
+  kind: z.string(),
+  title: z.string().optional(),
+  fast: z.boolean().optional(),
+  command: z.string().min(1),
+  stdin: z.string().nullable(),
+  timeout_ms: z.number().int().positive(),
+  expect: z.strictObject({
+    stdout_bytes: count.optional(),
+    stdout_sha256: sha.optional(),
+    stderr_bytes: count.optional(),
+    stderr_sha256: sha.optional(),
+    stdout_newlines: count.optional(),
+    exit_code: z.number().int().nullable().optional(),
+    signal: z.number().int().nullable().optional(),
+    timed_out: z.boolean().optional(),
+    min_wall_ms: count.optional(),
+    max_wall_ms: count.optional(),
+    descendants_dead: z.boolean().optional(),
+    zombies_after: count.optional(),
+    repeat: z.number().int().positive().optional(),
+    identical_runs: count.optional(),
+    reader_disconnect_at_byte: count.optional(),
+    reader_pause_ms: count.optional(),
+    reader_resume_cursor: count.optional(),
+    reader_concat_sha256: sha.optional(),
+    setup_command: z.string().optional(),
+    teardown_command: z.string().optional(),
+    retry_test: z.string().optional(),
+    submissions: z.number().int().positive().optional(),
+    same_idempotency_key: z.boolean().optional(),
+    executions: count.optional(),
+    max_supervisor_rss_growth_mb: z.number().positive().optional(),
+    kill_client_after_output: z.boolean().optional(),
+    kill_supervisor_after_output: z.boolean().optional(),
+    outcome: z.string().optional(),
+    allow_incomplete: z.boolean().optional(),
+  }),
+});
+
+/** One case checked against the format; throws listing every problem. */
+export function parseCase(value: unknown): FieldCase {
+  const r = CaseSchema.safeParse(value);
+  if (!r.success) throw new Error(r.error.issues.map((x) => `${x.path.join('.') || '(case)'}: ${x.message}`).join('; '));
+  return r.data as FieldCase;
 }
 
-/** A fresh marker and execution counter file for one run of a case. */
+/** The cases of a JSONL file, each checked against the format; throws naming the line. */
+export function loadCases(file: string): FieldCase[] {
+  const cases: FieldCase[] = [];
+  readFileSync(file, 'utf8').split('\n').forEach((line, i) => {
+    if (!line.trim()) return;
+    let value: unknown;
+    try {
+      value = JSON.parse(line);
+    } catch (err) {
+      throw new Error(`${file}:${i + 1}: not JSON: ${(err as Error).message}`);
+    }
+    try {
+      cases.push(parseCase(value));
+    } catch (err) {
+      throw new Error(`${file}:${i + 1}: ${(err as Error).message}`);
+    }
+  });
+  if (cases.length === 0) throw new Error(`${file}: no cases`);
+  return cases;
+}
+
+/** Runs started and not yet released: marker -> execution counter file. */
+const activeRuns = new Map<string, string>();
+
+/** A fresh marker and execution counter file for one run of a case (released by releaseRuns). */
 export function runEnv(c: FieldCase): { marker: string; counter: string; env: Record<string, string> } {
   const marker = `${c.id}-${randomBytes(6).toString('hex')}`;
   const counter = join(tmpdir(), `sbx-probe-${marker}.count`);
+  activeRuns.set(marker, counter);
   return { marker, counter, env: { [MARK_VAR]: marker, SBX_PROBE_COUNTER: counter } };
+}
+
+/**
+ * SIGKILLs what is left of every run not yet released (by the pids carrying its marker) and
+ * removes its counter file; `reap` is called between polls. Returns how many were killed.
+ */
+export async function releaseRuns(reap?: () => void): Promise<number> {
+  let killed = 0;
+  for (const [marker, counter] of activeRuns) {
+    killed += await killMarked(marker, reap);
+    rmSync(counter, { force: true });
+    activeRuns.delete(marker);
+  }
+  return killed;
 }
 
 /** Lines in the execution counter a probe's command appends to ("$SBX_PROBE_COUNTER"). */
@@ -103,10 +190,10 @@ export function judge(c: FieldCase, o: Observation, opts: { pty?: boolean } = {}
   if (!known) {
     // nothing to compare
   } else if (e.stdout_bytes !== undefined && o.stdout.bytes !== e.stdout_bytes) f.push(`stdout ${o.stdout.bytes} of ${e.stdout_bytes} bytes`);
-  else if (e.stdout_sha256 && o.stdout.sha256 !== e.stdout_sha256) f.push('stdout sha256 differs');
+  else if (e.stdout_sha256 && o.stdout.sha256 !== e.stdout_sha256) f.push(`stdout sha256 ${o.stdout.sha256.slice(0, 12)}..., expected ${e.stdout_sha256.slice(0, 12)}...`);
   if (known && !opts.pty) {
     if (e.stderr_bytes !== undefined && o.stderr.bytes !== e.stderr_bytes) f.push(`stderr ${o.stderr.bytes} of ${e.stderr_bytes} bytes`);
-    else if (e.stderr_sha256 && o.stderr.sha256 !== e.stderr_sha256) f.push('stderr sha256 differs');
+    else if (e.stderr_sha256 && o.stderr.sha256 !== e.stderr_sha256) f.push(`stderr sha256 ${o.stderr.sha256.slice(0, 12)}..., expected ${e.stderr_sha256.slice(0, 12)}...`);
   }
   if (known && e.stdout_newlines !== undefined && o.stdout.newlines !== e.stdout_newlines) f.push(`${o.stdout.newlines} newlines, expected ${e.stdout_newlines}`);
   if (!o.error) {
@@ -392,6 +479,7 @@ export async function runCase(socketPath: string, supervisorPid: number, c: Fiel
     }
     return results;
   } finally {
+    await releaseRuns(options.reap);
     if (e.teardown_command) execSync(e.teardown_command, { shell: '/bin/sh', stdio: 'ignore' });
   }
 }

@@ -5,10 +5,9 @@
 // it left, and its peak RSS. Every process of the run is then SIGKILLed by the pids found
 // through the run's environment marker, so a misbehaving target leaves nothing behind.
 import { type ChildProcess, execSync, spawn } from 'node:child_process';
-import { rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { type FieldCase, type Observation, describeObservation, executions, judge, runEnv } from './field-cases.js';
-import { killMarked, peakRssKb, pidsWithMark } from './procs.js';
+import { type FieldCase, type Observation, describeObservation, executions, judge, releaseRuns, runEnv } from './field-cases.js';
+import { peakRssKb, pidsWithMark } from './procs.js';
 
 export type NaiveTarget = 'naive-node' | 'naive-python';
 
@@ -105,11 +104,10 @@ async function runOnce(target: NaiveTarget, c: FieldCase, account: ZombieAccount
   const wallMs = Date.now() - t0;
   const alive = pidsWithMark(marker).length;
   const zombies = account ? account.zombies().length : 0;
-  await killMarked(marker, () => account?.reapNow());
+  const runs = executions(counter);
+  await releaseRuns(() => account?.reapNow());
   // Orphans of the run that were zombies already, or became zombies when killed.
   for (const deadline = Date.now() + 5000; account && account.zombies().length > 0 && Date.now() < deadline; await poll()) account.reapNow();
-  const runs = executions(counter);
-  rmSync(counter, { force: true });
   const empty = { stdout: { bytes: 0, sha256: '', newlines: 0 }, stderr: { bytes: 0, sha256: '' }, exitCode: null, signal: null, timedOut: false, evidence: null, outcome: null, incomplete: [] };
   if (ended !== 'done') {
     const error = ended === 'hung' ? `no end after ${(watchdogMs / 1000).toFixed(0)} s (harness watchdog)` : 'owner SIGKILLed: exit status and the rest of the output lost';

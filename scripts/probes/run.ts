@@ -20,17 +20,22 @@ import { SupervisorClient } from '../../ipc/client.js';
 import { Reaper } from '../../supervisor/reaper.js';
 import { native } from '../../supervisor/native.js';
 import { TestDaemon } from '../../test/helpers/daemon.js';
-import { type CaseResult, type FieldCase, loadCases, runCase } from './field-cases.js';
+import { type CaseResult, type FieldCase, loadCases, releaseRuns, runCase } from './field-cases.js';
 import { type NaiveResult, type NaiveTarget, runNaiveCase } from './naive.js';
 import { PROBES } from './probes.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
+
+/** A bad option or case file: one line, exit 2, no stack. */
+class UsageError extends Error {}
 const ALL_TARGETS = ['naive-node', 'naive-python', 'sandbox-supervisor'] as const;
 type Target = (typeof ALL_TARGETS)[number];
 
 interface Cell {
   ok: boolean | null;
   text: string;
+  /** Per way the target ran it (client, sbx, client+pty; naive: one). */
+  runs: { via: string; ok: boolean | null; failures: string[]; observed: string; wall_ms?: number }[];
   peakRssKb?: number;
 }
 
@@ -43,11 +48,11 @@ interface Row {
 function supervisorCell(results: CaseResult[]): Cell {
   const ok = results.every((r) => r.ok);
   const text = results.map((r) => `${r.via}: ${r.ok ? '' : `${r.failures.join('; ')}; observed `}${r.observed}`).join('<br>');
-  return { ok, text };
+  return { ok, text, runs: results.map((r) => ({ via: r.via, ok: r.ok, failures: r.failures, observed: r.observed, wall_ms: r.wallMs })) };
 }
 
 function naiveCell(r: NaiveResult): Cell {
-  return { ok: r.ok, text: r.ok === false ? `${r.failures.join('; ')}; observed ${r.observed}` : r.observed, peakRssKb: r.peakRssKb };
+  return { ok: r.ok, text: r.ok === false ? `${r.failures.join('; ')}; observed ${r.observed}` : r.observed, runs: [{ via: r.target, ok: r.ok, failures: r.failures, observed: r.observed }], peakRssKb: r.peakRssKb };
 }
 
 const mark = (c: Cell | undefined) => (c === undefined ? '' : c.ok === null ? '—' : c.ok ? 'pass' : '**FAIL**');
@@ -74,19 +79,27 @@ async function main(): Promise<void> {
     },
   });
   const targets = values.targets!.split(',') as Target[];
-  for (const t of targets) if (!ALL_TARGETS.includes(t)) throw new Error(`unknown target ${t}; one of ${ALL_TARGETS.join(', ')}`);
+  for (const t of targets) if (!ALL_TARGETS.includes(t)) throw new UsageError(`--targets: unknown target ${t}; one of ${ALL_TARGETS.join(', ')}`);
   let cases: FieldCase[];
   if (values.cases) {
     const file = values.cases === 'default' ? [resolve(ROOT, '../shared/cases/field-cases.jsonl'), join(ROOT, 'test/fixtures/field-cases.jsonl')].find(existsSync)! : values.cases;
-    cases = loadCases(file);
+    process.stderr.write(`probes: cases from ${file}\n`);
+    try {
+      cases = loadCases(file);
+    } catch (err) {
+      throw new UsageError(`--cases: ${(err as Error).message}`);
+    }
   } else {
     cases = PROBES.filter((p) => !values.fast || p.fast);
   }
   if (values.only) {
-    const only = new Set(values.only.split(','));
-    cases = cases.filter((c) => only.has(c.id));
+    const only = values.only.split(',');
+    const unknown = only.filter((id) => !cases.some((c) => c.id === id));
+    if (unknown.length) throw new UsageError(`--only: no ${values.cases ? 'case' : 'probe'} named ${unknown.join(', ')} (there are: ${cases.map((c) => c.id).join(', ')})`);
+    cases = cases.filter((c) => only.includes(c.id));
   }
   const repeatScale = Number(values['repeat-scale']);
+  if (!(repeatScale > 0)) throw new UsageError(`--repeat-scale: a positive number, not ${JSON.stringify(values['repeat-scale'])}`);
 
   // The harness as a non-reaping subreaper: see the header.
   const account = new Reaper();
@@ -95,11 +108,20 @@ async function main(): Promise<void> {
   let socketPath = values.socket;
   let own: TestDaemon | null = null;
   if (targets.includes('sandbox-supervisor') && !socketPath) {
-    own = await new TestDaemon({ config: { logLevel: 'warn' } }).start();
+    own = await new TestDaemon({ config: { logLevel: 'warn' }, cgroupPrefix: 'sbx-probes-' }).start();
     account.track(own.pid);
     socketPath = own.socketPath;
   }
   const rows: Row[] = [];
+  // Interrupted: end what the current probe started and the harness's own supervisor.
+  const interrupted = (signal: NodeJS.Signals) => {
+    process.stderr.write(`probes: ${signal}: cleaning up\n`);
+    void releaseRuns(() => account.reapNow())
+      .then(() => own?.stop())
+      .finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+  };
+  process.once('SIGINT', interrupted);
+  process.once('SIGTERM', interrupted);
   try {
     let supervisorPid = -1;
     if (socketPath) {
@@ -113,7 +135,7 @@ async function main(): Promise<void> {
         process.stderr.write(`probes: ${c.id} / ${target}\n`);
         if (target === 'sandbox-supervisor') {
           if (c.expect.kill_supervisor_after_output && !own) {
-            row.cells[target] = { ok: null, text: 'n/a: needs a supervisor of the harness (drop --socket)' };
+            row.cells[target] = { ok: null, text: 'n/a: needs a supervisor of the harness (drop --socket)', runs: [] };
             continue;
           }
           const results = await runCase(socketPath!, supervisorPid, c, { repeatScale, ...(own ? { daemon: own } : {}), reap: () => account.reapNow() });
@@ -132,14 +154,16 @@ async function main(): Promise<void> {
     await own?.stop();
     account.reapNow();
   }
-  const out = values.json ? JSON.stringify({ targets, rows }, null, 2) : table(rows, targets);
+  const passed = Object.fromEntries(targets.map((t) => [t, { passed: rows.filter((r) => r.cells[t]?.ok === true).length, failed: rows.filter((r) => r.cells[t]?.ok === false).length, not_applicable: rows.filter((r) => r.cells[t]?.ok === null).length }]));
+  const out = values.json ? JSON.stringify({ targets, summary: passed, rows }, null, 2) : table(rows, targets);
   process.stdout.write(`${out}\n`);
   process.exitCode = rows.every((r) => r.cells['sandbox-supervisor']?.ok !== false) ? 0 : 1;
 }
 
 if (process.argv[1] && resolve(process.argv[1]) === resolve(import.meta.filename)) {
   main().catch((err) => {
-    process.stderr.write(`probes: ${(err as Error).stack}\n`);
+    const usage = err instanceof UsageError || String((err as { code?: string }).code).startsWith('ERR_PARSE_ARGS');
+    process.stderr.write(`probes: ${usage ? (err as Error).message : (err as Error).stack}\n`);
     process.exit(2);
   });
 }

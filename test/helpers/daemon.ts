@@ -18,6 +18,12 @@ export interface DaemonOptions {
   config?: Record<string, unknown>;
   /** Where the socket goes (default: the daemon's private temp dir). */
   socketPath?: string;
+  /**
+   * Prefix of its cgroup parent (default "sbx-test-", which the test suite's teardown
+   * sweeps: the probe and bench harnesses use their own so a concurrent `npm test` leaves
+   * theirs alone).
+   */
+  cgroupPrefix?: string;
 }
 
 export interface SbxResult {
@@ -94,7 +100,7 @@ export class TestDaemon {
     this.dir = mkdtempSync(join(tmpdir(), 'sbx-test-'));
     this.socketPath = options.socketPath ?? join(this.dir, 'supervisor.sock');
     this.stateDir = join(this.dir, 'state');
-    this.cgroupParent = `/${TEST_CGROUP_PREFIX}${process.pid}-${randomBytes(4).toString('hex')}`;
+    this.cgroupParent = `/${options.cgroupPrefix ?? TEST_CGROUP_PREFIX}${process.pid}-${randomBytes(4).toString('hex')}`;
     this.logPath = join(this.dir, 'supervisor.log');
   }
 

@@ -10,7 +10,7 @@ const dirs: string[] = [];
 afterEach(() => dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));
 
 describe('StreamLog', () => {
-  it('rolls chunk files at chunkBytes and reads back any range exactly', () => {
+  it('rolls chunk files at chunkBytes and reads back any range exactly', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sbx-chunks-'));
     dirs.push(dir);
     const log = new StreamLog(dir, 'stdout', 4096);
@@ -23,7 +23,7 @@ describe('StreamLog', () => {
       off += n;
     }
     log.append(data.subarray(off), t++);
-    const { sha256, indexSha256 } = log.finalize();
+    const { sha256, indexSha256 } = await log.finalize();
     expect(log.cursor).toBe(data.length);
     expect(sha256).toBe(createHash('sha256').update(data).digest('hex'));
     expect(readdirSync(join(dir, 'stdout')).sort()).toEqual([chunkFileName(0), chunkFileName(4096), chunkFileName(8192), chunkFileName(12288), chunkFileName(16384), "index.bin"]);

@@ -13,6 +13,14 @@ describe('config', () => {
     expect(c.drain.chunkBytes).toBe(64 * 1024 * 1024);
     expect(c.session.defaultGraceMs).toBe(10_000);
     expect(c.cgroup).toEqual({ mode: 'auto', parent: '/sandbox-supervisor' });
+    expect(c.drain.quotaBytes).toBe(1024 * 1024 * 1024);
+    expect(c.storage).toEqual({ reserveBytes: 64 * 1024 * 1024, minFreeBytes: 256 * 1024 * 1024 });
+    expect(c.retention).toEqual({ outputMaxAgeMs: 7 * 86_400_000, outputMaxTotalBytes: 10 * 1024 ** 3, receiptMaxAgeMs: 30 * 86_400_000, intervalMs: 3_600_000 });
+  });
+  it('names bad storage and retention keys', () => {
+    expect(() => parseConfig({ retention: { maxAge: 1 } }, 'f.json', {})).toThrow(/unknown key "retention.maxAge"/);
+    expect(() => parseConfig({ storage: { reserveBytes: 'lots' } }, 'f.json', {})).toThrow(/"storage.reserveBytes"/);
+    expect(() => parseConfig({ drain: { quotaBytes: -5 } }, 'f.json', {})).toThrow(/"drain.quotaBytes"/);
   });
   it('names an unknown key, nested ones with their path', () => {
     expect(() => parseConfig({ sockt: '/x' }, 'f.json', {})).toThrow(/unknown key "sockt"/);

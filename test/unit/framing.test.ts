@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { isSupervisorError, SupervisorError, ERROR_CODES } from '../../ipc/errors.js';
-import { encodeFrame, FrameDecoder } from '../../ipc/framing.js';
+import { encodeFrame, encodeOutputFrame, FrameDecoder } from '../../ipc/framing.js';
 
 describe('frames', () => {
   it('round-trips values, binary included, across arbitrary splits', () => {
@@ -34,9 +34,32 @@ describe('frames', () => {
     expect(Object.keys(ERROR_CODES)).toEqual([
       'INVALID_ARGUMENT', 'UNSUPPORTED_VERSION', 'FRAME_TOO_LARGE', 'UNAUTHORIZED', 'SESSION_NOT_FOUND', 'KEY_CONFLICT',
       'CURSOR_OUT_OF_RANGE', 'SPAWN_FAILED', 'ADMISSION_SEALED', 'ADMISSION_DENIED', 'LIMIT_EXCEEDED', 'SHUTTING_DOWN', 'INTERNAL',
+      'OUTPUT_REMOVED', // extension (README changelog): appended, never reordered
     ]);
     const back = SupervisorError.fromWire({ code: 'NOT_A_CODE' as any, message: 'm', retryable: false });
     expect(back.code).toBe('INTERNAL');
     expect(back.message).toBe('NOT_A_CODE: m');
+  });
+});
+
+describe('encodeOutputFrame', () => {
+  it('decodes as the map msgpackr would produce, for small and 64-bit cursors', () => {
+    for (const cursor of [0, 1, 2 ** 32 + 5, Number.MAX_SAFE_INTEGER]) {
+      const data = Buffer.from('bytes\0\xff of the stream', 'latin1');
+      const frame = encodeOutputFrame(4_000_000_000, 'stdout', cursor, 1024, (buf, off, max) => {
+        expect(max).toBe(1024);
+        return data.copy(buf, off);
+      })!;
+      const got: unknown[] = [];
+      new FrameDecoder().push(frame, (v) => got.push(v));
+      expect(got).toHaveLength(1);
+      const v = got[0] as { id: number; event: string; stream: string; cursor: number; data: Uint8Array };
+      expect({ ...v, data: Buffer.from(v.data) }).toEqual({ id: 4_000_000_000, event: 'output', stream: 'stdout', cursor, data });
+      expect(frame.readUInt32BE(0)).toBe(frame.length - 4);
+    }
+  });
+
+  it('is null when nothing was read', () => {
+    expect(encodeOutputFrame(1, 'pty', 0, 10, () => 0)).toBeNull();
   });
 });

@@ -1,0 +1,132 @@
+// Shared parts of the benchmarks (scripts/bench/run.ts): the bench's own supervisor, timing,
+// distributions, the same-run baseline, and the table/JSON output. Benchmarks are run by
+// hand (`npm run bench`), never as timed tests.
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { SupervisorClient } from '../../ipc/client.js';
+import { TestDaemon } from '../../test/helpers/daemon.js';
+
+export const nowMs = () => performance.timeOrigin + performance.now();
+
+/** A supervisor of the bench's own (cgroup mode as root), with limits raised for the bench. */
+export async function benchDaemon(): Promise<TestDaemon> {
+  return new TestDaemon({
+    cgroupPrefix: 'sbx-bench-',
+    config: {
+      logLevel: 'warn',
+      ipc: { maxInFlight: 4096, maxConnections: 4096 },
+      session: { maxSessions: 4096 },
+    },
+  }).start();
+}
+
+export async function connect(d: TestDaemon): Promise<SupervisorClient> {
+  return SupervisorClient.connect({ socketPath: d.socketPath, clientName: 'bench' });
+}
+
+/** Wall time of a shell pipeline (bash -c), in ms. */
+export function shellMs(script: string): number {
+  const t0 = nowMs();
+  execFileSync('/bin/bash', ['-c', script], { stdio: 'ignore' });
+  return nowMs() - t0;
+}
+
+export function median(xs: number[]): number {
+  return quantile(xs, 0.5);
+}
+
+export function quantile(xs: number[], q: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
+}
+
+export interface Distribution {
+  n: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+}
+
+export function distribution(xs: number[]): Distribution {
+  return { n: xs.length, p50: quantile(xs, 0.5), p90: quantile(xs, 0.9), p99: quantile(xs, 0.99), max: Math.max(...xs) };
+}
+
+/** A text histogram of values (ms) in the given bucket upper bounds. */
+export function histogram(xs: number[], bounds: number[]): string {
+  const counts = bounds.map(() => 0);
+  let over = 0;
+  for (const x of xs) {
+    const i = bounds.findIndex((b) => x <= b);
+    if (i < 0) over++;
+    else counts[i]!++;
+  }
+  const width = 50;
+  const top = Math.max(...counts, over, 1);
+  const bar = (n: number) => '#'.repeat(Math.ceil((n / top) * width));
+  const lines = bounds.map((b, i) => `  <= ${String(b).padStart(5)} ms ${String(counts[i]).padStart(6)} ${bar(counts[i]!)}`);
+  lines.push(`  >  ${String(bounds.at(-1)).padStart(5)} ms ${String(over).padStart(6)} ${bar(over)}`);
+  return lines.join('\n');
+}
+
+/** RSS (VmRSS) and its peak (VmHWM) of a process, KiB (proc(5)). */
+export function memoryKb(pid: number): { rss: number; hwm: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return { rss: Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0), hwm: Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0) };
+}
+
+/** utime + stime of a process, in ms (proc(5) stat fields 14 and 15, USER_HZ = 100). */
+export function cpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) * 10;
+}
+
+/** Samples a process's RSS every 10 ms until stopped; returns the highest seen, KiB. */
+export function rssSampler(pid: number): { stop(): number } {
+  let peak = memoryKb(pid).rss;
+  const timer = setInterval(() => {
+    try {
+      peak = Math.max(peak, memoryKb(pid).rss);
+    } catch {
+      // exited
+    }
+  }, 10);
+  return {
+    stop() {
+      clearInterval(timer);
+      return Math.max(peak, memoryKb(pid).rss);
+    },
+  };
+}
+
+/** One result line: what was measured, the same-run baseline, the ratio and the target. */
+export interface Row {
+  metric: string;
+  value: string;
+  baseline: string;
+  ratio: string;
+  target: string;
+  met: boolean | null;
+}
+
+export function printTable(title: string, rows: Row[]): void {
+  const head = ['metric', 'measured', 'same-run baseline', 'ratio', 'target', 'met'];
+  const cells = rows.map((r) => [r.metric, r.value, r.baseline, r.ratio, r.target, r.met === null ? '' : r.met ? 'yes' : 'NO']);
+  const widths = head.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
+  const line = (c: string[]) => `| ${c.map((x, i) => x.padEnd(widths[i]!)).join(' | ')} |`;
+  process.stdout.write(`\n### ${title}\n\n${line(head)}\n|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|\n${cells.map(line).join('\n')}\n`);
+}
+
+/** Writes bench-results/<name>.json (in the current directory). */
+export function writeJson(name: string, data: unknown): string {
+  mkdirSync('bench-results', { recursive: true });
+  const path = join('bench-results', `${name}.json`);
+  writeFileSync(path, JSON.stringify({ name, at: new Date().toISOString(), ...(data as object) }, null, 2) + '\n');
+  return path;
+}
+
+export const fmtMs = (ms: number) => `${ms.toFixed(ms < 10 ? 2 : ms < 100 ? 1 : 0)} ms`;
+export const fmtRate = (bytes: number, ms: number) => `${(bytes / (ms / 1000) / 1e9).toFixed(2)} GB/s`;

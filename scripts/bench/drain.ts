@@ -1,0 +1,97 @@
+// drain: how fast the supervisor stores a producer's output (SHA-256 digests on), against
+// `cat > file` on the same file system in the same run. Launch-to-receipt wall time, so it
+// includes the fsync of every chunk and the receipt. Each receipt is checked: final cursor,
+// digest (computed here from the bytes the producer writes: zeros) and `complete`.
+import { createHash } from 'node:crypto';
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import type { TestDaemon } from '../../test/helpers/daemon.js';
+import { connect, fmtMs, fmtRate, median, nowMs, printTable, type Row, shellMs, writeJson } from './common.js';
+
+const zeroDigests = new Map<number, string>();
+function zerosSha256(bytes: number): string {
+  let d = zeroDigests.get(bytes);
+  if (!d) {
+    const h = createHash('sha256');
+    const z = Buffer.alloc(1 << 20);
+    for (let left = bytes; left > 0; left -= z.length) h.update(left >= z.length ? z : z.subarray(0, left));
+    d = h.digest('hex');
+    zeroDigests.set(bytes, d);
+  }
+  return d;
+}
+
+interface Variant {
+  name: string;
+  /** Producer commands run at once (one session each). */
+  producers: string[];
+  bytesEach: number;
+}
+
+async function supervisorMs(d: TestDaemon, v: Variant): Promise<number> {
+  const client = await connect(d);
+  try {
+    const t0 = nowMs();
+    const ids = await Promise.all(v.producers.map(async (cmd) => (await client.launch({ argv: ['/bin/sh', '-c', cmd], cwd: '/' })).session_id));
+    const receipts = await Promise.all(ids.map((session_id) => client.wait({ session_id })));
+    const ms = nowMs() - t0;
+    for (const r of receipts) {
+      const out = r.output.stdout!;
+      if (out.final_cursor !== v.bytesEach || out.sha256 !== zerosSha256(v.bytesEach) || !out.complete || r.exit.code !== 0) {
+        throw new Error(`drain ${v.name}: receipt ${r.session_id} says ${out.final_cursor} bytes, ${out.sha256}, complete ${out.complete}, exit ${JSON.stringify(r.exit)}`);
+      }
+    }
+    for (const id of ids) rmSync(join(d.stateDir, 'sessions', id, 'stdout'), { recursive: true, force: true }); // keep the disk free
+    return ms;
+  } finally {
+    client.close();
+  }
+}
+
+function catMs(d: TestDaemon, v: Variant): number {
+  const files = v.producers.map((_, i) => join(d.stateDir, `cat-baseline-${i}.out`));
+  const script = v.producers.map((cmd, i) => `(${cmd} | cat > ${files[i]}) &`).join(' ') + ' wait';
+  const ms = shellMs(script);
+  for (const f of files) rmSync(f, { force: true });
+  return ms;
+}
+
+export async function drainBench(d: TestDaemon, options: { gib: number; reps: number }): Promise<Row[]> {
+  const total = options.gib * 2 ** 30;
+  const variants: Variant[] = [
+    { name: `${options.gib} GiB, head -c (large writes)`, producers: [`head -c ${total} /dev/zero`], bytesEach: total },
+    { name: `${options.gib} GiB, 4 KiB writes (dd bs=4096)`, producers: [`dd if=/dev/zero bs=4096 count=${total / 4096} status=none`], bytesEach: total },
+    { name: `8 producers x ${options.gib / 8} GiB at once`, producers: Array.from({ length: 8 }, () => `head -c ${total / 8} /dev/zero`), bytesEach: total / 8 },
+  ];
+  const rows: Row[] = [];
+  const json: unknown[] = [];
+  for (const v of variants) {
+    zerosSha256(v.bytesEach);
+    const sup: number[] = [];
+    const cat: number[] = [];
+    for (let i = 0; i < options.reps; i++) {
+      // Interleaved, so both see the same machine.
+      cat.push(catMs(d, v));
+      sup.push(await supervisorMs(d, v));
+    }
+    const s = median(sup);
+    const c = median(cat);
+    const ratio = c / s;
+    rows.push({ metric: v.name, value: `${fmtRate(total, s)} (${fmtMs(s)})`, baseline: `cat: ${fmtRate(total, c)} (${fmtMs(c)})`, ratio: `${ratio.toFixed(2)}x`, target: '>= 0.65x', met: ratio >= 0.65 });
+    json.push({ variant: v.name, bytes: total, supervisor_ms: sup, cat_ms: cat, median_ratio: ratio });
+  }
+  // The ceiling a single stream can reach with a digest: SHA-256 is sequential, one core.
+  const hashMs: number[] = [];
+  for (let i = 0; i < options.reps; i++) {
+    zeroDigests.delete(total);
+    const t0 = nowMs();
+    zerosSha256(total);
+    hashMs.push(nowMs() - t0);
+  }
+  const catAll = json.map((j) => median((j as { cat_ms: number[] }).cat_ms));
+  const h = median(hashMs);
+  rows.push({ metric: `ceiling: SHA-256 of ${options.gib} GiB alone, one thread`, value: `${fmtRate(total, h)} (${fmtMs(h)})`, baseline: `cat: ${fmtRate(total, catAll[0]!)}`, ratio: `${(catAll[0]! / h).toFixed(2)}x`, target: '', met: null });
+  printTable(`drain (median of ${options.reps}, digests on, launch to fsync'ed receipt)`, rows);
+  writeJson('drain', { runs: json, sha256_only_ms: hashMs });
+  return rows;
+}

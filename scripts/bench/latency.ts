@@ -1,0 +1,94 @@
+// exit_to_receipt and launch: what a short command costs around it.
+// - exit_to_receipt: 1,000 short sessions one after another. From the leader's exit (the
+//   receipt's leader_exited_at, taken when it is reaped; ms resolution) to the moment the
+//   client holds the fsync'ed receipt (wait() resolves), and from the launch request to then.
+// - launch: launch request to exec, measured by the command itself (`date +%s%N` prints the
+//   wall clock once exec'd), against child_process.spawn of the same command in this
+//   process; and `sbx run -- true` against `node -e 0` (both whole processes).
+import { execFileSync, spawn } from 'node:child_process';
+import { join, resolve } from 'node:path';
+import type { TestDaemon } from '../../test/helpers/daemon.js';
+import { connect, distribution, fmtMs, histogram, median, nowMs, printTable, type Row, writeJson } from './common.js';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+
+export async function exitToReceiptBench(d: TestDaemon, sessions: number): Promise<Row[]> {
+  const client = await connect(d);
+  const exitToReceipt: number[] = [];
+  const launchToReceipt: number[] = [];
+  try {
+    for (let i = 0; i < sessions; i++) {
+      const t0 = nowMs();
+      const { session_id } = await client.launch({ argv: ['true'], cwd: '/' });
+      const r = await client.wait({ session_id });
+      const t1 = nowMs();
+      launchToReceipt.push(t1 - t0);
+      exitToReceipt.push(t1 - Date.parse(r.leader_exited_at!));
+    }
+  } finally {
+    client.close();
+  }
+  const e = distribution(exitToReceipt);
+  const l = distribution(launchToReceipt);
+  const bounds = [1, 2, 3, 4, 5, 7, 10, 15, 20, 50];
+  process.stdout.write(`\n### exit_to_receipt (${sessions} sessions of \`true\`)\n\nleader exit -> fsync'ed receipt at the client:\n${histogram(exitToReceipt, bounds)}\n\nlaunch request -> receipt:\n${histogram(launchToReceipt, bounds)}\n`);
+  const rows: Row[] = [
+    { metric: 'exit -> receipt p50', value: fmtMs(e.p50), baseline: '', ratio: '', target: '<= 5 ms', met: e.p50 <= 5 },
+    { metric: 'exit -> receipt p99', value: fmtMs(e.p99), baseline: '', ratio: '', target: '<= 20 ms', met: e.p99 <= 20 },
+    { metric: 'exit -> receipt p90 / max', value: `${fmtMs(e.p90)} / ${fmtMs(e.max)}`, baseline: '', ratio: '', target: '', met: null },
+    { metric: 'launch -> receipt p50 / p90 / p99 / max', value: `${fmtMs(l.p50)} / ${fmtMs(l.p90)} / ${fmtMs(l.p99)} / ${fmtMs(l.max)}`, baseline: '', ratio: '', target: '', met: null },
+  ];
+  printTable('exit_to_receipt (leader_exited_at has ms resolution: +-1 ms)', rows);
+  writeJson('exit_to_receipt', { exit_to_receipt_ms: e, launch_to_receipt_ms: l, samples: { exit_to_receipt: exitToReceipt, launch_to_receipt: launchToReceipt } });
+  return rows;
+}
+
+/** ms from t0 (wall clock) to the time `date +%s%N` printed. */
+const execAt = (out: Buffer | string, t0: number) => Number(BigInt(String(out).trim()) / 1000n) / 1000 - t0;
+
+export async function launchBench(d: TestDaemon, runs: number): Promise<Row[]> {
+  const client = await connect(d);
+  const viaSupervisor: number[] = [];
+  const viaSpawn: number[] = [];
+  try {
+    for (let i = 0; i < runs; i++) {
+      let t0 = nowMs();
+      const out = await new Promise<Buffer>((res, rej) => {
+        const c = spawn('date', ['+%s%N'], { stdio: ['ignore', 'pipe', 'ignore'] });
+        const parts: Buffer[] = [];
+        c.stdout.on('data', (b: Buffer) => parts.push(b));
+        c.on('error', rej);
+        c.on('close', () => res(Buffer.concat(parts)));
+      });
+      viaSpawn.push(execAt(out, t0));
+      t0 = nowMs();
+      const { session_id } = await client.launch({ argv: ['date', '+%s%N'], cwd: '/' });
+      await client.wait({ session_id });
+      viaSupervisor.push(execAt(await client.read({ session_id }, 'stdout'), t0));
+    }
+  } finally {
+    client.close();
+  }
+  const sbx = join(ROOT, 'dist/cli/sbx.js');
+  const sbxRuns: number[] = [];
+  const nodeRuns: number[] = [];
+  for (let i = 0; i < Math.min(runs, 30); i++) {
+    let t0 = nowMs();
+    execFileSync(process.execPath, ['-e', '0']);
+    nodeRuns.push(nowMs() - t0);
+    t0 = nowMs();
+    execFileSync(process.execPath, [sbx, 'run', '--', 'true'], { env: { ...process.env, SBX_SOCKET: d.socketPath } });
+    sbxRuns.push(nowMs() - t0);
+  }
+  const s = median(viaSupervisor);
+  const b = median(viaSpawn);
+  const x = median(sbxRuns);
+  const n = median(nodeRuns);
+  const rows: Row[] = [
+    { metric: `launch request -> exec (median of ${runs})`, value: fmtMs(s), baseline: `child_process.spawn: ${fmtMs(b)}`, ratio: `${(s / b).toFixed(2)}x`, target: '<= 2x', met: s / b <= 2 },
+    { metric: `sbx run -- true, wall (median of ${sbxRuns.length})`, value: fmtMs(x), baseline: `node -e 0: ${fmtMs(n)}`, ratio: `${(x / n).toFixed(2)}x`, target: '<= 2x', met: x / n <= 2 },
+  ];
+  printTable('launch', rows);
+  writeJson('launch', { supervisor_launch_to_exec_ms: viaSupervisor, spawn_to_exec_ms: viaSpawn, sbx_run_true_ms: sbxRuns, node_e_0_ms: nodeRuns });
+  return rows;
+}

@@ -1,0 +1,40 @@
+// npm run bench -- [--only drain,exit_to_receipt,launch,scale,replay,long_lines] [--quick]
+// Runs the benchmarks against a supervisor of its own (temp state dir, cgroup mode as root)
+// and prints each result next to its target and its same-run baseline; JSON goes to
+// bench-results/<name>.json. Run by hand on an otherwise idle machine; never a timed test.
+// --quick: smaller sizes and counts (a smoke run, not a measurement).
+import { parseArgs } from 'node:util';
+import { benchDaemon, printTable, type Row } from './common.js';
+import { drainBench } from './drain.js';
+import { exitToReceiptBench, launchBench } from './latency.js';
+import { longLinesBench, replayBench, scaleBench } from './scale.js';
+
+const ALL = ['drain', 'exit_to_receipt', 'launch', 'scale', 'replay', 'long_lines'] as const;
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({ options: { only: { type: 'string' }, quick: { type: 'boolean', default: false } } });
+  const only = values.only ? values.only.split(',') : [...ALL];
+  for (const name of only) if (!(ALL as readonly string[]).includes(name)) throw new Error(`unknown benchmark ${name}; one of ${ALL.join(', ')}`);
+  const q = values.quick;
+  const started = Date.now();
+  const d = await benchDaemon();
+  const summary: Row[] = [];
+  try {
+    if (only.includes('drain')) summary.push(...(await drainBench(d, { gib: q ? 0.25 : 2, reps: q ? 1 : 3 })));
+    if (only.includes('exit_to_receipt')) summary.push(...(await exitToReceiptBench(d, q ? 100 : 1000)));
+    if (only.includes('launch')) summary.push(...(await launchBench(d, q ? 20 : 200)));
+    if (only.includes('replay')) summary.push(...(await replayBench(d, q ? 0.25 : 1)));
+    if (only.includes('scale')) summary.push(...(await scaleBench(d, q ? 100 : 1000, q ? 20 : 100)));
+    if (only.includes('long_lines')) summary.push(...(await longLinesBench(d, q ? [4 << 20, 64 << 20] : [4 << 20, 2 ** 30])));
+  } finally {
+    await d.stop();
+  }
+  printTable(`summary (${((Date.now() - started) / 1000).toFixed(0)} s)`, summary.filter((r) => r.met !== null));
+  const missed = summary.filter((r) => r.met === false).length;
+  process.stdout.write(`\n${missed === 0 ? 'every target met' : `${missed} target(s) missed`}\n`);
+}
+
+main().catch((err) => {
+  process.stderr.write(`bench: ${(err as Error).stack}\n`);
+  process.exit(2);
+});

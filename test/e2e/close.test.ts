@@ -1,0 +1,120 @@
+// Close is a join: seal stops admission (durably), close settles every session, waits for
+// every receipt, scans the workspaces and returns a signed close receipt listing every
+// receipt's digest; calling it again, even after a restart, returns the same one.
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SupervisorError } from '../../ipc/errors.js';
+import type { CloseReceipt } from '../../ipc/protocol.js';
+import { receiptDigest } from '../../ipc/verify.js';
+import { TestDaemon, until } from '../helpers/daemon.js';
+
+let daemon: TestDaemon;
+beforeAll(async () => {
+  daemon = await new TestDaemon({ config: { logLevel: 'warn' } }).start();
+});
+afterAll(async () => {
+  expect(await daemon.stop()).toEqual({ code: 0, signal: null });
+});
+
+describe('seal and close', () => {
+  it('seal refuses new keys, close settles both running sessions and signs what it saw', async () => {
+    const workspace = join(daemon.dir, 'workspace');
+    const client = await daemon.client();
+    const quick = await client.launch({ argv: ['sh', '-c', `sleep 0.3; mkdir -p ${workspace}/sub; printf 12345 > ${workspace}/a; printf 123 > ${workspace}/sub/b`], cwd: '/', invocation_key: 'quick' });
+    const stuck = await client.launch({ argv: ['sleep', '60'], cwd: '/', invocation_key: 'stuck', grace_ms: 500 });
+
+    const sealed = await daemon.sbx(['seal', '--json']);
+    expect(sealed.status).toBe(0);
+    const seal = JSON.parse(sealed.stdout.toString());
+    expect(seal).toMatchObject({ already_sealed: false, generation: expect.any(Number) });
+    const refused = await client.launch({ argv: ['true'], cwd: '/', invocation_key: 'new' }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(SupervisorError);
+    expect(refused).toMatchObject({ code: 'ADMISSION_SEALED', retryable: false, details: { generation: seal.generation } });
+    const retry = await client.launch({ argv: ['sleep', '60'], cwd: '/', invocation_key: 'stuck', grace_ms: 500 });
+    expect(retry).toMatchObject({ session_id: stuck.session_id, existing: true });
+
+    const closed = await daemon.sbx(['close', '--timeout', '2s', '--workspace', workspace]);
+    expect(closed.status, closed.stderr.toString()).toBe(0);
+    const close = JSON.parse(closed.stdout.toString()) as CloseReceipt;
+    const quickReceipt = await client.wait({ session_id: quick.session_id });
+    const stuckReceipt = await client.wait({ session_id: stuck.session_id });
+    expect(quickReceipt.outcome).toBe('exited');
+    expect(stuckReceipt).toMatchObject({ outcome: 'cancelled', termination: { cause: 'close' }, exit: { signal: 'SIGTERM' } });
+    expect(close).toMatchObject({
+      version: 1,
+      kind: 'close',
+      sealed: { generation: seal.generation, sealed_at: seal.sealed_at },
+      settle: { timeout_ms: 2000, terminated: 1 },
+      signature: { alg: 'ed25519' },
+    });
+    expect(close.sessions).toEqual(
+      [
+        { session_id: quick.session_id, invocation_key: 'quick', state: 'ended', outcome: 'exited', receipt_sha256: receiptDigest(quickReceipt) },
+        { session_id: stuck.session_id, invocation_key: 'stuck', state: 'ended', outcome: 'cancelled', receipt_sha256: receiptDigest(stuckReceipt) },
+      ].sort((a, b) => (a.session_id < b.session_id ? -1 : 1)),
+    );
+    expect(close.workspaces).toEqual([{ path: workspace, files: 2, total_bytes: 8, newest_mtime: expect.any(String), digest: expect.stringMatching(/^sha256:[0-9a-f]{64}$/) }]);
+
+    const path = join(daemon.dir, 'close.json');
+    writeFileSync(path, closed.stdout);
+    const verified = await daemon.sbx(['verify', path, '--state-dir', daemon.stateDir]);
+    expect(verified.stdout.toString()).toMatch(/^OK: close receipt signed by sha256:[0-9a-f]{64}; the 2 session receipts it lists match\n$/);
+    expect(verified.status).toBe(0);
+
+    // A changed receipt on disk no longer matches the close receipt.
+    const stuckPath = join(daemon.stateDir, 'sessions', stuck.session_id, 'receipt.json');
+    const original = readFileSync(stuckPath);
+    writeFileSync(stuckPath, original.toString().replace('"cancelled"', '"exited"'));
+    const tampered = await daemon.sbx(['verify', path, '--state-dir', daemon.stateDir]);
+    expect(tampered.status).toBe(1);
+    expect(tampered.stdout.toString()).toContain(`MISMATCH: ${stuck.session_id}: receipt digest`);
+    writeFileSync(stuckPath, original);
+
+    // Idempotent, and durable across a restart: still sealed, the same close receipt.
+    mkdirSync(join(workspace, 'later'));
+    expect(JSON.parse((await daemon.sbx(['close', '--timeout', '1s'])).stdout.toString())).toEqual(close);
+    await daemon.terminate();
+    await daemon.start();
+    const after = await daemon.client();
+    expect(await after.closeSupervisor()).toEqual(close);
+    await expect(after.launch({ argv: ['true'], cwd: '/', invocation_key: 'after-restart' })).rejects.toMatchObject({ code: 'ADMISSION_SEALED' });
+    expect((await after.status()).admission).toBe('sealed');
+  });
+});
+
+describe('status and stats', () => {
+  it('status shows admission, storage and the machine; ps and receipts carry the cgroup usage', async () => {
+    const d = await new TestDaemon({ config: { logLevel: 'warn' } }).start();
+    try {
+      const st = JSON.parse((await d.sbx(['status', '--json'])).stdout.toString());
+      expect(st).toMatchObject({ admission: 'open', sealed: null, mode: 'cgroup', generation: 1 });
+      expect(st.storage.free_bytes).toBeGreaterThan(0);
+      expect(st.storage.state_dir_bytes).toBeGreaterThan(0); // keys, identity
+      expect(st.storage).toMatchObject({ reserve_bytes: 64 * 2 ** 20, min_free_bytes: 256 * 2 ** 20, admits: true });
+      expect(st.machine.mem_total_bytes).toBeGreaterThan(st.machine.mem_available_bytes);
+      expect(st.machine.uptime_s).toBeGreaterThan(0);
+      const text = (await d.sbx(['status'])).stdout.toString();
+      expect(text).toMatch(/^admission +open$/m);
+      expect(text).toMatch(/^storage +[\d.]+ MiB in the state dir, \d+ MiB free/m);
+
+      const client = await d.client();
+      const busy = await client.launch({ argv: ['sh', '-c', 'end=$(($(date +%s) + 1)); while [ $(date +%s) -lt $end ]; do :; done'], cwd: '/' });
+      await until(async () => ((await client.ps()).sessions[0]?.usage.cpu_usec ?? 0) > 100_000, 'cpu time shows in ps while it runs');
+      const receipt = await client.wait({ session_id: busy.session_id });
+      expect(receipt.usage.cpu_usec).toBeGreaterThan(100_000);
+      const memoryOffered = readFileSync(join(d.cgroupBase!, 'sessions', 'cgroup.controllers'), 'utf8').split(/\s+/).includes('memory');
+      if (memoryOffered) expect(receipt.usage).toMatchObject({ memory_controller: true, memory_peak_bytes: expect.any(Number), oom_kills: 0 });
+      else {
+        // This host binds memory to cgroup v1: the fields are absent, and said to be.
+        expect(receipt.usage.memory_controller).toBe(false);
+        expect(receipt.usage).not.toHaveProperty('memory_peak_bytes');
+      }
+      const ps = (await d.sbx(['ps', '--all'])).stdout.toString().split('\n');
+      expect(ps[0]).toMatch(/^SESSION +STATE +PID +LIVE +CPU +MEM PEAK +OUTCOME/);
+      expect(ps[1]).toMatch(new RegExp(`^${busy.session_id} +ended +\\S+ +\\S+ +\\d+\\.\\d\\ds `));
+    } finally {
+      expect(await d.stop()).toEqual({ code: 0, signal: null });
+    }
+  });
+});

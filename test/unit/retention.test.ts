@@ -1,0 +1,24 @@
+import { describe, expect, it } from 'vitest';
+import { planRetention, type RetentionCandidate } from '../../supervisor/retention.js';
+
+const MiB = 1 << 20;
+const c = (sessionId: string, endedAtMs: number, outputBytes = MiB, ended = true): RetentionCandidate => ({ sessionId, ended, endedAtMs, outputBytes, outputRemoved: false });
+
+describe('planRetention', () => {
+  const policy = { outputMaxAgeMs: 1000, outputMaxTotalBytes: 2.5 * MiB, receiptMaxAgeMs: 0 };
+
+  it('removes the oldest ended output first until under the total, counting running output but never touching it', () => {
+    const plan = planRetention([c('running', 0, MiB, false), c('s3', 300), c('s1', 100), c('s2', 200)], policy, 500);
+    expect(plan).toEqual({ removeOutput: ['s1', 's2'], retire: [] });
+  });
+
+  it('removes output past its age, and whole sessions past the receipt age', () => {
+    expect(planRetention([c('old', 0, 10), c('new', 1500, 10)], policy, 2000)).toEqual({ removeOutput: ['old'], retire: [] });
+    expect(planRetention([c('old', 0, 10), c('new', 1500, 10), c('live', 0, 10, false)], { ...policy, receiptMaxAgeMs: 1800 }, 2000)).toEqual({ removeOutput: [], retire: ['old'] });
+  });
+
+  it('does nothing under the limits, and skips output already removed', () => {
+    expect(planRetention([c('a', 900), c('b', 950)], policy, 1000)).toEqual({ removeOutput: [], retire: [] });
+    expect(planRetention([{ ...c('a', 0), outputRemoved: true }], policy, 5000)).toEqual({ removeOutput: [], retire: [] });
+  });
+});
