@@ -218,10 +218,13 @@ sub('run')
       fail(describe(err));
     }
     if (o.detach) {
-      if (g.json) printJson({ session_id: launched.session_id, existing: launched.existing });
+      if (g.json) printJson({ session_id: launched.session_id, existing: launched.existing, state: launched.state });
       else process.stdout.write(`${launched.session_id}\n`);
       client.close();
       return;
+    }
+    if ((launched.state as string) === 'retired') {
+      fail(`session ${launched.session_id} (key ${launched.invocation_key}) was removed by the retention policy; it is never run again`);
     }
     if (launched.state === 'unknown') {
       const row = (await client.ps(true)).sessions.find((x) => x.session_id === launched.session_id);
@@ -244,7 +247,14 @@ sub('run')
       const outputs = o.pty
         ? [pipeOutput(g, sel, 'pty', process.stdout, 0, true)]
         : [pipeOutput(g, sel, 'stdout', process.stdout, 0, true), pipeOutput(g, sel, 'stderr', process.stderr, 0, true)];
-      await Promise.all(outputs);
+      // A replay whose output retention removed still ends with the recorded status.
+      let removedSaid = false;
+      const outputRemoved = (err: unknown) => {
+        if (!isSupervisorError(err) || err.code !== 'OUTPUT_REMOVED') throw err;
+        if (!removedSaid) process.stderr.write(`sbx: ${err.message}\n`);
+        removedSaid = true;
+      };
+      await Promise.all(outputs.map((p) => p.catch(outputRemoved)));
       receipt = await waiting;
     } catch (err) {
       fail(describe(err));
@@ -478,7 +488,8 @@ sub('gc')
     const g = globals(o);
     const r = await call(g, (c) => c.gc());
     if (g.json) printJson(r);
-    else process.stdout.write(`removed the output of ${r.removed_output.length} session(s) and ${r.retired.length} whole session(s); ${mib(r.freed_bytes)} freed\n`);
+    else if (r.closed) process.stdout.write('nothing removed: the state dir is closed (its close receipt keeps every listed receipt verifiable)\n');
+    else process.stdout.write(`removed the output of ${r.removed_output.length} session(s) and ${r.retired.length} whole session(s); ${r.freed_bytes} bytes freed\n`);
   });
 
 sub('seal')
@@ -492,7 +503,7 @@ sub('seal')
 
 sub('close')
   .description('seal, settle every session, wait for every receipt, and print the signed close receipt')
-  .option('--timeout <dur>', 'how long sessions may take to end by themselves before they are terminated (default 60s)', duration, 60_000)
+  .option('--timeout <dur>', 'how long sessions may take to end by themselves before they are terminated (e.g. 30s)', duration, 60_000)
   .option('--workspace <dir...>', 'directories to scan after the last session died (file count, bytes, newest mtime, digest)')
   .action(async (o: { timeout: number; workspace?: string[] }) => {
     const g = globals(o);

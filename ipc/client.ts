@@ -104,7 +104,7 @@ export class SupervisorClient {
   }
 
   /** Applies the retention policy now (sbx gc). */
-  gc(): Promise<{ removed_output: string[]; retired: string[]; freed_bytes: number }> {
+  gc(): Promise<{ removed_output: string[]; retired: string[]; freed_bytes: number; closed?: true }> {
     return this.request('gc');
   }
 

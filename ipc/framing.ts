@@ -31,7 +31,15 @@ export function encodeFrame(value: unknown): Buffer {
  * decoder as the same map msgpackr would produce (test/unit/framing.test.ts); cursor is a
  * uint64, id a uint32, data a bin32.
  */
-export function encodeOutputFrame(id: number, stream: string, cursor: number, maxBytes: number, fill: (buf: Buffer, offset: number, maxBytes: number) => number): Buffer | null {
+export function encodeOutputFrame(
+  id: number,
+  stream: string,
+  cursor: number,
+  maxBytes: number,
+  fill: (buf: Buffer, offset: number, maxBytes: number) => number,
+  /** A buffer to encode into, when it has room (a sender's pool); else one is allocated. */
+  into?: Buffer,
+): Buffer | null {
   const streamName = Buffer.from(stream);
   if (streamName.length > 31) throw new RangeError('stream name longer than a fixstr');
   const head = Buffer.concat([
@@ -44,7 +52,7 @@ export function encodeOutputFrame(id: number, stream: string, cursor: number, ma
   head.writeUInt32BE(id, 5);
   const cursorAt = head.length - 5 - 5 - 8;
   head.writeBigUInt64BE(BigInt(cursor), cursorAt);
-  const frame = Buffer.allocUnsafe(4 + head.length + maxBytes);
+  const frame = into && into.length >= 4 + head.length + maxBytes ? into : Buffer.allocUnsafe(4 + head.length + maxBytes);
   head.copy(frame, 4);
   const n = fill(frame, 4 + head.length, maxBytes);
   if (n <= 0) return null;

@@ -29,7 +29,8 @@ export function receiptDigest(receipt: unknown): string {
 
 /**
  * Problems with a close receipt's sessions in stateDir: each listed receipt must be there,
- * hash to the digest listed, and carry a valid signature under publicKeyPem.
+ * hash to the digest listed, carry a valid signature under publicKeyPem, and its stored
+ * output must match it (verifyStoredOutput).
  */
 export function verifyCloseSessions(close: { sessions: { session_id: string; receipt_sha256: string | null }[] }, stateDir: string, publicKeyPem: string): string[] {
   const problems: string[] = [];
@@ -46,6 +47,7 @@ export function verifyCloseSessions(close: { sessions: { session_id: string; rec
     const digest = receiptDigest(receipt);
     if (digest !== entry.receipt_sha256) problems.push(`${entry.session_id}: receipt digest ${digest}, the close receipt says ${entry.receipt_sha256}`);
     for (const p of verifySignature(receipt, publicKeyPem)) problems.push(`${entry.session_id}: ${p}`);
+    for (const p of verifyStoredOutput(receipt, stateDir)) problems.push(`${entry.session_id}: ${p}`);
   }
   return problems;
 }

@@ -35,7 +35,7 @@ const ConfigSchema = z
         pipeBytes: z.number().int().min(4096).max(64 * MiB).default(MiB),
         /** After death evidence, how long a stream may take to reach EOF before it is cut. */
         postDeathDrainMs: durationMs.default(2000),
-        /** Most bytes stored per stream of a session; past it the drain reads on and counts dropped bytes. */
+        /** Most bytes stored per stream of a session (0: no quota); past it the drain reads on and counts dropped bytes. */
         quotaBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(1024 * MiB),
       })
       .strict()
@@ -63,9 +63,9 @@ const ConfigSchema = z
       .prefault({}),
     retention: z
       .object({
-        /** Chunk files (and index) of sessions ended longer ago than this are removed. */
+        /** Chunk files (and index) of sessions ended longer ago than this are removed; 0: no age limit. */
         outputMaxAgeMs: durationMs.default(7 * 24 * 3600 * 1000),
-        /** Oldest ended sessions' chunk files go first while all of them hold more than this. */
+        /** Oldest ended sessions' chunk files go first while all of them hold more than this; 0: no limit. */
         outputMaxTotalBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(10 * 1024 * MiB),
         /** Receipts (and admission records) of sessions ended longer ago than this are removed; 0: kept forever. */
         receiptMaxAgeMs: durationMs.default(30 * 24 * 3600 * 1000),

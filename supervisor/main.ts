@@ -28,7 +28,12 @@ async function serve(options: { config?: string }): Promise<void> {
   const supervisor = Supervisor.create(config, log);
   const server = new SupervisorServer(supervisor, log, config.socketPath);
   const listenFd = takeListenFd();
-  await server.listen(listenFd);
+  try {
+    await server.listen(listenFd);
+  } catch (err) {
+    supervisor.ctx.tree?.teardown(); // nothing ran: the cgroup subtree made at start goes
+    throw err;
+  }
   log.info({ socket: config.socketPath, mode: supervisor.mode, socket_activated: listenFd !== null }, 'listening');
   const stopWatchdog = startWatchdog();
   // READY=1 once the socket listens and reconciliation has looked at every session.

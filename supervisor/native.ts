@@ -25,6 +25,8 @@ export interface NativeHelpers {
   sdNotify(message: string): boolean;
   /** ioctl(TIOCSWINSZ). */
   setWindowSize(fd: number, cols: number, rows: number): void;
+  /** flock(LOCK_EX|LOCK_NB): true when taken, false when held elsewhere; held while fd is open. */
+  tryLockExclusive(fd: number): boolean;
 }
 
 const here = dirname(fileURLToPath(import.meta.url));

@@ -4,9 +4,9 @@
 // sessions are never candidates, and keys are never removed (keys are forever).
 
 export interface RetentionPolicy {
-  /** Output of sessions ended longer ago than this goes. */
+  /** Output of sessions ended longer ago than this goes; 0: no age limit. */
   outputMaxAgeMs: number;
-  /** Then the oldest ended sessions' output goes while all output holds more than this. */
+  /** Then the oldest ended sessions' output goes while all output holds more than this; 0: no limit. */
   outputMaxTotalBytes: number;
   /** Receipts of sessions ended longer ago than this go too; 0 keeps them forever. */
   receiptMaxAgeMs: number;
@@ -37,7 +37,8 @@ export function planRetention(candidates: RetentionCandidate[], policy: Retentio
   let total = candidates.reduce((n, c) => n + (c.outputRemoved || retired.has(c.sessionId) ? 0 : c.outputBytes), 0);
   for (const c of ended) {
     if (c.outputRemoved || retired.has(c.sessionId)) continue;
-    if (nowMs - c.endedAtMs > policy.outputMaxAgeMs || total > policy.outputMaxTotalBytes) {
+    const tooOld = policy.outputMaxAgeMs > 0 && nowMs - c.endedAtMs > policy.outputMaxAgeMs;
+    if (tooOld || (policy.outputMaxTotalBytes > 0 && total > policy.outputMaxTotalBytes)) {
       removeOutput.push(c.sessionId);
       total -= c.outputBytes;
     }

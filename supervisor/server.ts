@@ -3,7 +3,7 @@
 // files with socket backpressure (a slow reader is paused, never buffered without bound,
 // and never slows the drain). Owns connections; not sessions.
 import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, unlinkSync } from 'node:fs';
-import { createServer, type Server, type Socket } from 'node:net';
+import { connect as netConnect, createServer, type Server, type Socket } from 'node:net';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { SupervisorError, isSupervisorError } from '../ipc/errors.js';
@@ -19,6 +19,8 @@ import { VERSION } from '../ipc/version.js';
 
 /** Largest output event payload, in bytes. */
 const OUTPUT_EVENT_BYTES = 1024 * 1024;
+/** Output frame buffers kept per connection for reuse (OUTBOUND_HIGH_WATER_BYTES / 1 MiB). */
+const FRAME_POOL_SIZE = 4;
 
 type Handler = (conn: Connection, id: number, params: unknown) => unknown;
 
@@ -56,10 +58,22 @@ class Connection {
     return this.sendEncoded(encodeFrame(frame));
   }
 
-  /** send() of a frame already encoded (encodeOutputFrame). */
-  async sendEncoded(frame: Buffer): Promise<void> {
+  /**
+   * Buffers for output frames, reused once the socket has written them: replay allocated a
+   * 1 MiB frame per event before, and the garbage halved its rate in a large supervisor.
+   */
+  private readonly framePool: Buffer[] = [];
+
+  /** An output frame buffer of at least `bytes`, from the pool when it has one. */
+  frameBuffer(bytes: number): Buffer {
+    const b = this.framePool.pop();
+    return b && b.length >= bytes ? b : Buffer.allocUnsafe(bytes);
+  }
+
+  /** send() of a frame already encoded (encodeOutputFrame); `pooled` goes back to the pool once written. */
+  async sendEncoded(frame: Buffer, pooled?: Buffer): Promise<void> {
     if (this.closed) return;
-    this.socket.write(frame);
+    this.socket.write(frame, pooled ? () => void (this.framePool.length < FRAME_POOL_SIZE && this.framePool.push(pooled)) : undefined);
     // Up to OUTBOUND_HIGH_WATER_BYTES may wait in user space, so output events are pipelined
     // (waiting for 'drain' after each one halved replay speed); past it, this connection's
     // requests stop being read and the sender waits until the peer has read everything.
@@ -174,6 +188,8 @@ export class SupervisorServer {
 
   /** Whether the socket came from systemd (then its file and modes are the .socket unit's). */
   private activated = false;
+  /** Inode of the socket file this server made (close() removes only that one). */
+  private socketIno = -1;
 
   /**
    * Listens on a socket systemd passed (listenFd), else binds socketPath itself (0660 in a
@@ -194,10 +210,17 @@ export class SupervisorServer {
     const dir = dirname(this.socketPath);
     // Only a directory we create is ours to chown/chmod (never /tmp or /run themselves).
     const createdDir = mkdirSync(dir, { recursive: true, mode: 0o750 }) !== undefined;
+    let stale = false;
     try {
-      if (lstatSync(this.socketPath).isSocket()) unlinkSync(this.socketPath);
+      stale = lstatSync(this.socketPath).isSocket();
     } catch {
       // nothing there
+    }
+    if (stale) {
+      // A socket file left by a supervisor that died is replaced; one that answers is not:
+      // two supervisors on one socket would unlink each other's.
+      if (await answers(this.socketPath)) throw new Error(`the socket ${this.socketPath} is in use by a running supervisor; stop it first, or give this one its own socketPath`);
+      unlinkSync(this.socketPath);
     }
     await new Promise<void>((resolve, reject) => {
       this.server.once('error', reject);
@@ -206,6 +229,7 @@ export class SupervisorServer {
         resolve();
       });
     });
+    this.socketIno = lstatSync(this.socketPath).ino;
     chmodSync(this.socketPath, 0o660);
     const group = this.supervisor.config.ipc.socketGroup;
     if (group !== undefined) {
@@ -233,7 +257,8 @@ export class SupervisorServer {
     await closed;
     if (this.activated) return; // systemd's socket stays, so clients wait while we restart
     try {
-      unlinkSync(this.socketPath);
+      // Only our own socket file: never one a later supervisor made at the same path.
+      if (lstatSync(this.socketPath).ino === this.socketIno) unlinkSync(this.socketPath);
     } catch {
       // already gone
     }
@@ -359,9 +384,10 @@ export class SupervisorServer {
       while (cursor < end && !conn.closed) {
         const from = cursor;
         let n = 0;
-        const frame = encodeOutputFrame(id, stream, from, Math.min(OUTPUT_EVENT_BYTES, end - from), (buf, offset, max) => (n = readStoredInto(streamDir, chunkBytes, from, end, buf, offset, max)));
+        const into = conn.frameBuffer(OUTPUT_EVENT_BYTES + 64);
+        const frame = encodeOutputFrame(id, stream, from, Math.min(OUTPUT_EVENT_BYTES, end - from), (buf, offset, max) => (n = readStoredInto(streamDir, chunkBytes, from, end, buf, offset, max)), into);
         if (!frame) break;
-        await conn.sendEncoded(frame);
+        await conn.sendEncoded(frame, frame.buffer === into.buffer ? into : undefined);
         cursor += n;
       }
       if (conn.closed) return undefined;
@@ -391,6 +417,18 @@ export class SupervisorServer {
   }
 }
 
+
+/** Whether something accepts connections on the Unix socket at path (ECONNREFUSED: stale). */
+function answers(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = netConnect(path);
+    s.once('connect', () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once('error', () => resolve(false));
+  });
+}
 
 /** gid of a group name from /etc/group (group(5)); throws naming it when absent. */
 function groupId(name: string): number {

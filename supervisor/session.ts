@@ -296,7 +296,8 @@ export class Session extends EventEmitter {
   }
 
   private storePolicy(): { chunkBytes: number; quotaBytes: number; guard: StorageGuard } {
-    return { chunkBytes: this.req.chunkBytes, quotaBytes: this.ctx.config.drain.quotaBytes, guard: this.ctx.storage };
+    const quota = this.ctx.config.drain.quotaBytes;
+    return { chunkBytes: this.req.chunkBytes, quotaBytes: quota > 0 ? quota : Number.MAX_SAFE_INTEGER, guard: this.ctx.storage };
   }
 
   get pid(): number | null {

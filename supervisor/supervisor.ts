@@ -3,7 +3,7 @@
 // shutdown. Owns policy across sessions; one session's life is session.ts, the socket is
 // server.ts.
 import { randomBytes } from 'node:crypto';
-import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
+import { closeSync, constants, existsSync, ftruncateSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import type { Logger } from 'pino';
@@ -92,6 +92,27 @@ function readRetired(dir: string): RetiredRecord[] {
     }
   }
   return out;
+}
+
+/** The open lock file of this process's state dir: held (flock) until the process exits. */
+let stateDirLockFd = -1;
+
+/**
+ * One supervisor per state dir: an exclusive flock(2) on <state>/supervisor.lock, which holds
+ * the owner's pid. A second one would reconcile the first one's live sessions as owner_lost.
+ */
+function lockStateDir(stateDir: string): void {
+  if (stateDirLockFd >= 0) return;
+  const path = join(stateDir, 'supervisor.lock');
+  const fd = openSync(path, constants.O_RDWR | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
+  if (!native().tryLockExclusive(fd)) {
+    const holder = readFileSync(path, 'utf8').trim();
+    closeSync(fd);
+    throw new Error(`the state dir ${stateDir} is in use by another supervisor (pid ${holder || 'unknown'}); stop it first, or give this one its own stateDir`);
+  }
+  ftruncateSync(fd, 0);
+  writeSync(fd, `${process.pid}\n`);
+  stateDirLockFd = fd;
 }
 
 /** A fresh session id: sortable by admission time, unguessable. */
@@ -276,6 +297,7 @@ export class Supervisor {
   /** Prepares the state dir, identity, subreaper and cgroup subtree; throws with a reason. */
   static create(config: Config, log: Logger): Supervisor {
     mkdirSync(config.stateDir, { recursive: true, mode: 0o700 });
+    lockStateDir(config.stateDir);
     const sessionsDir = join(config.stateDir, 'sessions');
     mkdirSync(sessionsDir, { recursive: true, mode: 0o700 });
     const identityPath = join(config.stateDir, 'supervisor.json');
@@ -483,7 +505,10 @@ export class Supervisor {
    * past receiptMaxAgeMs, leaving a tombstone so their key still answers. Never a running or
    * unknown session, never a key record.
    */
-  gc(nowMs = Date.now()): { removed_output: string[]; retired: string[]; freed_bytes: number } {
+  gc(nowMs = Date.now()): { removed_output: string[]; retired: string[]; freed_bytes: number; closed?: true } {
+    // A closed state dir is an archive: its close receipt lists receipts (and their output)
+    // that must stay verifiable, so retention leaves it alone.
+    if (existsSync(join(this.config.stateDir, 'close-receipt.json'))) return { removed_output: [], retired: [], freed_bytes: 0, closed: true };
     const candidates = [...this.sessions.values()].map((s) => ({
       sessionId: s.id,
       ended: s.state === 'ended' && s.receipt !== null,

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -164,6 +165,23 @@ static napi_value set_pipe_size(napi_env env, napi_callback_info info) {
   return result;
 }
 
+/* tryLockExclusive(fd): flock(2) LOCK_EX|LOCK_NB; true when taken, false when another open
+ * file description holds it (EWOULDBLOCK); throws on any other error. The lock lasts as long
+ * as the fd stays open in this process. */
+static napi_value try_lock_exclusive(napi_env env, napi_callback_info info) {
+  int32_t fd;
+  if (get_int_arg(env, info, 0, &fd) != 0) {
+    napi_throw_type_error(env, "EINVAL", "tryLockExclusive(fd): an integer expected");
+    return NULL;
+  }
+  int r;
+  do r = flock(fd, LOCK_EX | LOCK_NB); while (r < 0 && errno == EINTR);
+  if (r < 0 && errno != EWOULDBLOCK) return throw_errno(env, errno, "flock");
+  napi_value result;
+  CHECK(napi_get_boolean(env, r == 0, &result));
+  return result;
+}
+
 /* peerCred(fd): { pid, uid, gid } of a connected Unix socket's peer (socket(7) SO_PEERCRED). */
 static napi_value peer_cred(napi_env env, napi_callback_info info) {
   int32_t fd;
@@ -286,6 +304,7 @@ static napi_value init(napi_env env, napi_value exports) {
     {"openPty", NULL, open_pty, NULL, NULL, NULL, napi_default, NULL},
     {"sdNotify", NULL, sd_notify_fn, NULL, NULL, NULL, napi_default, NULL},
     {"setWindowSize", NULL, set_window_size, NULL, NULL, NULL, napi_default, NULL},
+    {"tryLockExclusive", NULL, try_lock_exclusive, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof props / sizeof props[0], props) != napi_ok) return NULL;
   return exports;

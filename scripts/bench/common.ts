@@ -2,6 +2,7 @@
 // distributions, the same-run baseline, and the table/JSON output. Benchmarks are run by
 // hand (`npm run bench`), never as timed tests.
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SupervisorClient } from '../../ipc/client.js';
@@ -11,12 +12,17 @@ export const nowMs = () => performance.timeOrigin + performance.now();
 
 /** A supervisor of the bench's own (cgroup mode as root), with limits raised for the bench. */
 export async function benchDaemon(): Promise<TestDaemon> {
+  // Changed from the defaults: the scale run keeps 1,000 waits in flight on one connection
+  // (ipc.maxInFlight is 64), no output quota, and logLevel warn drops the two info lines a
+  // session logs.
   return new TestDaemon({
     cgroupPrefix: 'sbx-bench-',
     config: {
       logLevel: 'warn',
       ipc: { maxInFlight: 4096, maxConnections: 4096 },
       session: { maxSessions: 4096 },
+      // 2 GiB streams: over the default 1 GiB quota per stream (issue 10: raise it here).
+      drain: { quotaBytes: 0 },
     },
   }).start();
 }
@@ -84,23 +90,42 @@ export function cpuMs(pid: number): number {
   return (Number(f[11]) + Number(f[12])) * 10;
 }
 
-/** Samples a process's RSS every 10 ms until stopped; returns the highest seen, KiB. */
-export function rssSampler(pid: number): { stop(): number } {
-  let peak = memoryKb(pid).rss;
-  const timer = setInterval(() => {
-    try {
-      peak = Math.max(peak, memoryKb(pid).rss);
-    } catch {
-      // exited
-    }
-  }, 10);
-  return {
-    stop() {
-      clearInterval(timer);
-      return Math.max(peak, memoryKb(pid).rss);
-    },
-  };
+/**
+ * Peak resident memory of a process over a stretch of work, in KiB: the kernel's own high-water
+ * mark (VmHWM), reset to the current RSS first (proc(5): writing 5 to clear_refs), so nothing
+ * between samples is missed. stop() returns the peak and the RSS at the start.
+ */
+export function peakRss(pid: number): { stop(): { peakKb: number; startKb: number } } {
+  const startKb = memoryKb(pid).rss;
+  writeFileSync(`/proc/${pid}/clear_refs`, '5');
+  return { stop: () => ({ peakKb: memoryKb(pid).hwm, startKb }) };
 }
+
+/**
+ * A position-dependent test pattern: each 8-byte word holds its own index (little endian), so
+ * reordered, repeated or shifted bytes change it. `pattern.mjs N` writes the first N bytes.
+ */
+export function patternBytes(offset: number, length: number): Buffer {
+  const first = Math.floor(offset / 8);
+  const words = Math.ceil((offset + length) / 8) - first;
+  const u32 = new Uint32Array(words * 2);
+  for (let i = 0; i < words; i++) {
+    const w = first + i;
+    u32[2 * i] = w; // ToUint32: the low word
+    u32[2 * i + 1] = Math.floor(w / 0x1_0000_0000);
+  }
+  const bytes = Buffer.from(u32.buffer);
+  return bytes.subarray(offset - first * 8, offset - first * 8 + length);
+}
+
+/** SHA-256 (hex) of the first `bytes` bytes of the pattern. */
+export function patternSha256(bytes: number): string {
+  const h = createHash('sha256');
+  for (let off = 0; off < bytes; off += 1 << 20) h.update(patternBytes(off, Math.min(1 << 20, bytes - off)));
+  return h.digest('hex');
+}
+
+export const PATTERN_PRODUCER = join(import.meta.dirname, 'pattern.mjs');
 
 /** One result line: what was measured, the same-run baseline, the ratio and the target. */
 export interface Row {

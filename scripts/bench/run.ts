@@ -2,7 +2,8 @@
 // Runs the benchmarks against a supervisor of its own (temp state dir, cgroup mode as root)
 // and prints each result next to its target and its same-run baseline; JSON goes to
 // bench-results/<name>.json. Run by hand on an otherwise idle machine; never a timed test.
-// --quick: smaller sizes and counts (a smoke run, not a measurement).
+// --quick: smaller sizes and counts (a smoke run, not a measurement). Exits 1 when a target
+// is missed, 2 on an error.
 import { parseArgs } from 'node:util';
 import { benchDaemon, printTable, type Row } from './common.js';
 import { drainBench } from './drain.js';
@@ -18,20 +19,33 @@ async function main(): Promise<void> {
   const q = values.quick;
   const started = Date.now();
   const d = await benchDaemon();
+  // Ctrl-C: stop the bench's supervisor (its sessions, cgroups and temp dir go with it).
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      process.stderr.write(`bench: ${signal}: stopping the bench's supervisor\n`);
+      void d.stop().finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+    });
+  }
   const summary: Row[] = [];
   try {
-    if (only.includes('drain')) summary.push(...(await drainBench(d, { gib: q ? 0.25 : 2, reps: q ? 1 : 3 })));
+    let drainBytesPerMs: number | undefined;
+    if (only.includes('drain')) {
+      const drain = await drainBench(d, { gib: q ? 0.25 : 2, reps: q ? 1 : 3 });
+      summary.push(...drain.rows);
+      drainBytesPerMs = drain.bytesPerMs;
+    }
     if (only.includes('exit_to_receipt')) summary.push(...(await exitToReceiptBench(d, q ? 100 : 1000)));
     if (only.includes('launch')) summary.push(...(await launchBench(d, q ? 20 : 200)));
-    if (only.includes('replay')) summary.push(...(await replayBench(d, q ? 0.25 : 1)));
+    if (only.includes('replay')) summary.push(...(await replayBench(d, q ? 0.25 : 1, drainBytesPerMs)));
     if (only.includes('scale')) summary.push(...(await scaleBench(d, q ? 100 : 1000, q ? 20 : 100)));
     if (only.includes('long_lines')) summary.push(...(await longLinesBench(d, q ? [4 << 20, 64 << 20] : [4 << 20, 2 ** 30])));
   } finally {
     await d.stop();
   }
-  printTable(`summary (${((Date.now() - started) / 1000).toFixed(0)} s)`, summary.filter((r) => r.met !== null));
+  printTable(`summary (${((Date.now() - started) / 1000).toFixed(0)} s)`, summary);
   const missed = summary.filter((r) => r.met === false).length;
   process.stdout.write(`\n${missed === 0 ? 'every target met' : `${missed} target(s) missed`}\n`);
+  process.exitCode = missed === 0 ? 0 : 1;
 }
 
 main().catch((err) => {

@@ -1,7 +1,7 @@
 // Close is a join: seal stops admission (durably), close settles every session, waits for
 // every receipt, scans the workspaces and returns a signed close receipt listing every
 // receipt's digest; calling it again, even after a restart, returns the same one.
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorError } from '../../ipc/errors.js';
@@ -70,6 +70,15 @@ describe('seal and close', () => {
     expect(tampered.status).toBe(1);
     expect(tampered.stdout.toString()).toContain(`MISMATCH: ${stuck.session_id}: receipt digest`);
     writeFileSync(stuckPath, original);
+    // So does changed stored output of a listed session.
+    const chunk = join(daemon.stateDir, 'sessions', quick.session_id, 'stderr', '0000000000000000.chunk');
+    writeFileSync(chunk, 'planted');
+    const changedOutput = await daemon.sbx(['verify', path, '--state-dir', daemon.stateDir]);
+    expect(changedOutput.status).toBe(1);
+    expect(changedOutput.stdout.toString()).toContain(`MISMATCH: ${quick.session_id}: stderr: 7 bytes on disk, the receipt says 0`);
+    rmSync(chunk);
+    // A closed state dir is an archive: retention leaves it alone.
+    expect(JSON.parse((await daemon.sbx(['gc', '--json'])).stdout.toString())).toEqual({ removed_output: [], retired: [], freed_bytes: 0, closed: true });
 
     // Idempotent, and durable across a restart: still sealed, the same close receipt.
     mkdirSync(join(workspace, 'later'));

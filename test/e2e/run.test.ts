@@ -126,7 +126,7 @@ describe('sbx run', () => {
     const first = await daemon.sbx(['run', '--key', 'build-42', '--detach', '--json', '--', 'echo', 'keyed']);
     const { session_id } = JSON.parse(first.stdout.toString()) as { session_id: string };
     const retry = await daemon.sbx(['run', '--key', 'build-42', '--detach', '--json', '--', 'echo', 'keyed']);
-    expect(JSON.parse(retry.stdout.toString())).toEqual({ session_id, existing: true });
+    expect(JSON.parse(retry.stdout.toString())).toEqual({ session_id, existing: true, state: expect.stringMatching(/^(running|leader_exited|ended)$/) });
     const waited = await daemon.sbx(['wait', '--key', 'build-42']);
     expect((JSON.parse(waited.stdout.toString()) as Receipt).session_id).toBe(session_id);
     expect((await daemon.sbx(['logs', '--key', 'build-42'])).stdout.toString()).toBe('keyed\n');

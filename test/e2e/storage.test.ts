@@ -108,6 +108,11 @@ describe('retention', () => {
     expect((await client.ps()).sessions.map((s) => s.session_id)).toEqual([running.session_id]);
     const again = await client.launch({ argv: ['head', '-c', String(MiB), '/dev/zero'], cwd: '/', invocation_key: 'k1' });
     expect(again).toMatchObject({ session_id: ended[0], existing: true });
+    // Replaying it through sbx still ends with the recorded status, saying the output is gone.
+    const replay = await daemon.sbx(['run', '--key', 'k1', '--cwd', '/', '--', 'head', '-c', String(MiB), '/dev/zero']);
+    expect(replay.status).toBe(0);
+    expect(replay.stdout.length).toBe(0);
+    expect(replay.stderr.toString()).toMatch(/^sbx: session \S+: its output was removed by the retention policy/);
     const receiptPath = join(daemon.dir, 'k1.json');
     writeFileSync(receiptPath, JSON.stringify((await client.receipt({ session_id: ended[0] })).receipt));
     const verify = await daemon.sbx(['verify', receiptPath, '--state-dir', daemon.stateDir]);

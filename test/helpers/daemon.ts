@@ -97,7 +97,7 @@ export class TestDaemon {
   private readonly clients: SupervisorClient[] = [];
 
   constructor(private readonly options: DaemonOptions = {}) {
-    this.dir = mkdtempSync(join(tmpdir(), 'sbx-test-'));
+    this.dir = mkdtempSync(join(tmpdir(), options.cgroupPrefix ?? 'sbx-test-'));
     this.socketPath = options.socketPath ?? join(this.dir, 'supervisor.sock');
     this.stateDir = join(this.dir, 'state');
     this.cgroupParent = `/${options.cgroupPrefix ?? TEST_CGROUP_PREFIX}${process.pid}-${randomBytes(4).toString('hex')}`;

@@ -17,6 +17,11 @@ describe('planRetention', () => {
     expect(planRetention([c('old', 0, 10), c('new', 1500, 10), c('live', 0, 10, false)], { ...policy, receiptMaxAgeMs: 1800 }, 2000)).toEqual({ removeOutput: [], retire: ['old'] });
   });
 
+  it('reads 0 as no limit', () => {
+    const none = { outputMaxAgeMs: 0, outputMaxTotalBytes: 0, receiptMaxAgeMs: 0 };
+    expect(planRetention([c('a', 0, 10 * MiB), c('b', 1, 10 * MiB)], none, 1e12)).toEqual({ removeOutput: [], retire: [] });
+  });
+
   it('does nothing under the limits, and skips output already removed', () => {
     expect(planRetention([c('a', 900), c('b', 950)], policy, 1000)).toEqual({ removeOutput: [], retire: [] });
     expect(planRetention([{ ...c('a', 0), outputRemoved: true }], policy, 5000)).toEqual({ removeOutput: [], retire: [] });

@@ -1,0 +1,49 @@
+// One supervisor per state dir and per socket: a second one refuses to start (it would
+// reconcile the first one's live sessions as owner_lost, or unlink its socket), and the
+// first one keeps running its session untouched.
+import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DAEMON, TestDaemon } from '../helpers/daemon.js';
+
+let daemon: TestDaemon;
+beforeAll(async () => {
+  daemon = await new TestDaemon({ config: { logLevel: 'warn' } }).start();
+});
+afterAll(async () => {
+  expect(await daemon.stop()).toEqual({ code: 0, signal: null });
+});
+
+/** Runs a second supervisor with this env; resolves with its exit code and stderr. */
+function second(env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
+  const config = join(daemon.dir, 'second.json');
+  writeFileSync(config, JSON.stringify({ logLevel: 'warn', cgroup: { parent: `${daemon.cgroupParent}-second` } }));
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [DAEMON, 'serve', '--config', config], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('close', (code) => resolve({ code, stderr }));
+  });
+}
+
+describe('single instance', () => {
+  it('a second supervisor on the same state dir or socket exits 1 and touches nothing', async () => {
+    const client = await daemon.client();
+    const { session_id } = await client.launch({ argv: ['sleep', '30'], cwd: '/', invocation_key: 'live' });
+
+    const sameState = await second({ SBX_SOCKET: join(daemon.dir, 'other.sock'), SBX_STATE_DIR: daemon.stateDir });
+    expect(sameState.code).toBe(1);
+    expect(sameState.stderr).toContain(`the state dir ${daemon.stateDir} is in use by another supervisor (pid ${daemon.pid})`);
+
+    const sameSocket = await second({ SBX_SOCKET: daemon.socketPath, SBX_STATE_DIR: join(daemon.dir, 'other-state') });
+    expect(sameSocket.code).toBe(1);
+    expect(sameSocket.stderr).toContain(`the socket ${daemon.socketPath} is in use by a running supervisor`);
+
+    // The first one is untouched: its session still runs, its socket still answers.
+    const ps = await client.ps();
+    expect(ps.sessions).toMatchObject([{ session_id, state: 'running' }]);
+    await client.request('cancel', { session_id });
+    expect((await client.wait({ session_id })).outcome).toBe('cancelled');
+  });
+});
