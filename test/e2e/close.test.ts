@@ -108,8 +108,10 @@ describe('status and stats', () => {
       expect(text).toMatch(/^storage +[\d.]+ MiB in the state dir, \d+ MiB free/m);
 
       const client = await d.client();
-      const busy = await client.launch({ argv: ['sh', '-c', 'end=$(($(date +%s) + 1)); while [ $(date +%s) -lt $end ]; do :; done'], cwd: '/' });
+      // A shell busy loop (no forks) runs until cancelled, once ps shows 0.1 s of CPU time.
+      const busy = await client.launch({ argv: ['sh', '-c', 'while :; do :; done'], cwd: '/' });
       await until(async () => ((await client.ps()).sessions[0]?.usage.cpu_usec ?? 0) > 100_000, 'cpu time shows in ps while it runs');
+      await client.request('cancel', { session_id: busy.session_id });
       const receipt = await client.wait({ session_id: busy.session_id });
       expect(receipt.usage.cpu_usec).toBeGreaterThan(100_000);
       const memoryOffered = readFileSync(join(d.cgroupBase!, 'sessions', 'cgroup.controllers'), 'utf8').split(/\s+/).includes('memory');

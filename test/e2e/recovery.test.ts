@@ -198,7 +198,7 @@ describe('restart', () => {
     expect(torn.state).toBe('unknown');
     expect(torn.reason).toContain('admission record');
     const retry = await d.sbx(['run', '--key', 'K-torn', '--cwd', '/', '--detach', '--json', '--', 'echo', 'to be torn']);
-    expect(JSON.parse(retry.stdout.toString())).toEqual({ session_id, existing: true });
+    expect(JSON.parse(retry.stdout.toString())).toEqual({ session_id, existing: true, state: 'unknown' });
     expect((await d.sbx(['run', '--', 'echo', 'new keys are admitted'])).stdout.toString()).toBe('new keys are admitted\n');
     const refused = await d.sbx(['resolve', session_id, '--reason', 'checked by hand']);
     expect(refused.status).toBe(125);
