@@ -19,6 +19,8 @@ import { VERSION } from '../ipc/version.js';
 
 /** Largest output event payload, in bytes. */
 const OUTPUT_EVENT_BYTES = 1024 * 1024;
+/** Room for an output frame's length prefix and msgpack head (66 bytes for "stdout"; 31-byte stream names at most). */
+const OUTPUT_FRAME_HEAD_BYTES = 128;
 /** Output frame buffers kept per connection for reuse (OUTBOUND_HIGH_WATER_BYTES / 1 MiB). */
 const FRAME_POOL_SIZE = 4;
 
@@ -384,7 +386,7 @@ export class SupervisorServer {
       while (cursor < end && !conn.closed) {
         const from = cursor;
         let n = 0;
-        const into = conn.frameBuffer(OUTPUT_EVENT_BYTES + 64);
+        const into = conn.frameBuffer(OUTPUT_EVENT_BYTES + OUTPUT_FRAME_HEAD_BYTES);
         const frame = encodeOutputFrame(id, stream, from, Math.min(OUTPUT_EVENT_BYTES, end - from), (buf, offset, max) => (n = readStoredInto(streamDir, chunkBytes, from, end, buf, offset, max)), into);
         if (!frame) break;
         await conn.sendEncoded(frame, frame.buffer === into.buffer ? into : undefined);

@@ -59,6 +59,15 @@ describe('encodeOutputFrame', () => {
     }
   });
 
+  it('encodes into a given buffer when it has room for a full event and the head', () => {
+    const into = Buffer.alloc((1 << 20) + 128);
+    const frame = encodeOutputFrame(7, 'stdout', 0, 1 << 20, (buf, off, max) => buf.fill(1, off, off + max) && max, into)!;
+    expect(frame.buffer).toBe(into.buffer);
+    expect(frame.length).toBe(4 + 62 + (1 << 20));
+    const small = Buffer.alloc(1 << 20);
+    expect(encodeOutputFrame(7, 'stdout', 0, 1 << 20, (_b, _o, max) => max, small)!.buffer).not.toBe(small.buffer);
+  });
+
   it('is null when nothing was read', () => {
     expect(encodeOutputFrame(1, 'pty', 0, 10, () => 0)).toBeNull();
   });
