@@ -28,8 +28,8 @@ export function encodeFrame(value: unknown): Buffer {
  * that the data is read from its chunk file straight into the frame (one copy instead of
  * three: this is the replay hot path). `fill(buf, offset, maxBytes)` writes at most maxBytes
  * at offset and returns how many it wrote; null when it wrote none. Decodes with any msgpack
- * decoder as the same map msgpackr would produce (test/unit/framing.test.ts); cursor is a
- * uint64, id a uint32, data a bin32.
+ * decoder as the same map msgpackr would produce (test/unit/framing.test.ts); id and cursor
+ * are uint64, data a bin32.
  */
 export function encodeOutputFrame(
   id: number,
@@ -43,13 +43,13 @@ export function encodeOutputFrame(
   const streamName = Buffer.from(stream);
   if (streamName.length > 31) throw new RangeError('stream name longer than a fixstr');
   const head = Buffer.concat([
-    Buffer.from([0x85, 0xa2, 0x69, 0x64, 0xce, 0, 0, 0, 0]), // map(5), "id", uint32
+    Buffer.from([0x85, 0xa2, 0x69, 0x64, 0xcf, 0, 0, 0, 0, 0, 0, 0, 0]), // map(5), "id", uint64
     Buffer.from([0xa5, ...Buffer.from('event'), 0xa6, ...Buffer.from('output')]),
     Buffer.from([0xa6, ...Buffer.from('stream'), 0xa0 | streamName.length, ...streamName]),
     Buffer.from([0xa6, ...Buffer.from('cursor'), 0xcf, 0, 0, 0, 0, 0, 0, 0, 0]),
     Buffer.from([0xa4, ...Buffer.from('data'), 0xc6, 0, 0, 0, 0]), // bin32
   ]);
-  head.writeUInt32BE(id, 5);
+  head.writeBigUInt64BE(BigInt(id), 5);
   const cursorAt = head.length - 5 - 5 - 8;
   head.writeBigUInt64BE(BigInt(cursor), cursorAt);
   const frame = into && into.length >= 4 + head.length + maxBytes ? into : Buffer.allocUnsafe(4 + head.length + maxBytes);

@@ -12,6 +12,9 @@ import type { StorageGuard } from './storage.js';
 import { chunkFileName, encodeIndexRecord, INDEX_RECORD_BYTES } from '../ipc/state-layout.js';
 import { fsyncDir, writeAll } from './durable.js';
 
+/** Rolled chunk files of one stream waiting for their fsync on the threadpool, at most. */
+const MAX_BACKGROUND_FSYNCS = 4;
+
 /** Longest time an index record waits in memory before it is written. */
 const INDEX_FLUSH_MS = 100;
 
@@ -37,6 +40,7 @@ export class StreamLog {
   private readonly chunks: ChunkDigest[] = [];
   /** fsyncs of rolled chunk files, running on the libuv threadpool while the drain goes on. */
   private readonly syncing: Promise<void>[] = [];
+  private fsyncsInFlight = 0;
   private chunkFd = -1;
   private chunkStart = 0;
   private readonly indexFd: number;
@@ -139,16 +143,22 @@ export class StreamLog {
     const fd = this.chunkFd;
     this.chunkFd = -1;
     this.chunks.push({ start_cursor: this.chunkStart, length: this.cursor - this.chunkStart });
-    if (final) {
+    // At most MAX_BACKGROUND_FSYNCS chunk fds wait for the threadpool; past that (small
+    // chunkBytes, a fast stream) the fsync happens here, so fds never pile up.
+    if (final || this.fsyncsInFlight >= MAX_BACKGROUND_FSYNCS) {
       fsyncSync(fd);
       closeSync(fd);
       return;
     }
+    this.fsyncsInFlight++;
     this.syncing.push(
       new Promise((resolve) => {
         fsync(fd, (err) => {
           if (err && !this.failure) this.fail(err);
-          close(fd, () => resolve());
+          close(fd, () => {
+            this.fsyncsInFlight--;
+            resolve();
+          });
         });
       }),
     );

@@ -68,7 +68,7 @@ const ConfigSchema = z
         /** Oldest ended sessions' chunk files go first while all of them hold more than this; 0: no limit. */
         outputMaxTotalBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(10 * 1024 * MiB),
         /** Receipts (and admission records) of sessions ended longer ago than this are removed; 0: kept forever. */
-        receiptMaxAgeMs: durationMs.default(30 * 24 * 3600 * 1000),
+        receiptMaxAgeMs: durationMs.default(0),
         /** How often the policy runs by itself; 0: only on `sbx gc`. */
         intervalMs: durationMs.default(3600 * 1000),
       })

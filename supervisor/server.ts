@@ -19,7 +19,7 @@ import { VERSION } from '../ipc/version.js';
 
 /** Largest output event payload, in bytes. */
 const OUTPUT_EVENT_BYTES = 1024 * 1024;
-/** Room for an output frame's length prefix and msgpack head (66 bytes for "stdout"; 31-byte stream names at most). */
+/** Room for an output frame's length prefix and msgpack head (70 bytes for "stdout"; 31-byte stream names at most). */
 const OUTPUT_FRAME_HEAD_BYTES = 128;
 /** Output frame buffers kept per connection for reuse (OUTBOUND_HIGH_WATER_BYTES / 1 MiB). */
 const FRAME_POOL_SIZE = 4;

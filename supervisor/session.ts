@@ -771,6 +771,19 @@ export class Session extends EventEmitter {
     return this.receipt!;
   }
 
+  /** Resolves once the session has a receipt or is unknown (no receipt without evidence). */
+  settled(): Promise<void> {
+    if (this.state === 'ended' || this.state === 'unknown') return Promise.resolve();
+    return new Promise((resolve) => {
+      const onState = (state: SessionState) => {
+        if (state !== 'ended' && state !== 'unknown') return;
+        this.off('state', onState);
+        resolve();
+      };
+      this.on('state', onState);
+    });
+  }
+
   private transition(next: SessionState): void {
     this.ctx.log.debug({ session_id: this.id, from: this.state, to: next }, 'session state');
     this.state = next;

@@ -69,6 +69,14 @@ function stateDirBytes(dir: string): number {
   return bytes;
 }
 
+/** Takes a session dir out of sessions/ in one rename (durable), then removes its files. */
+function removeSessionDir(sessionsDir: string, id: string): void {
+  const trash = join(sessionsDir, `.retiring-${id}`);
+  renameSync(join(sessionsDir, id), trash);
+  fsyncDir(sessionsDir);
+  rmSync(trash, { recursive: true, force: true });
+}
+
 /** Tombstone of a session the retention policy removed whole (<state>/retired/<id>.json). */
 interface RetiredRecord {
   session_id: string;
@@ -152,6 +160,11 @@ export class Supervisor {
    */
   private restore(): void {
     for (const r of readRetired(this.retiredDir)) this.rememberRetired(r);
+    // Retirements a crash interrupted: the tombstone is written, so the dir goes.
+    for (const name of readdirSync(this.ctx.sessionsDir)) {
+      if (name.startsWith('.retiring-')) rmSync(join(this.ctx.sessionsDir, name), { recursive: true, force: true });
+      else if (this.retired.has(name)) removeSessionDir(this.ctx.sessionsDir, name);
+    }
     const keyOf = new Map<string, string>();
     const { records, errors } = this.keys.load();
     for (const e of errors) this.log.error(e, 'unreadable key record');
@@ -255,7 +268,9 @@ export class Supervisor {
       const sealed = this.seal();
       const live = [...this.sessions.values()].filter((s) => s.state !== 'ended' && s.state !== 'unknown');
       this.log.info({ sessions: live.length, timeout_ms: timeoutMs }, 'closing: settling sessions');
-      const allEnded = Promise.all(live.map((s) => s.ended));
+      // Settled: a receipt, or unknown (a session that lost its evidence never gets one, and
+      // is listed as unknown rather than waited for).
+      const allEnded = Promise.all(live.map((s) => s.settled()));
       let timer: NodeJS.Timeout | undefined;
       const timedOut = await Promise.race([allEnded.then(() => false), new Promise<boolean>((r) => (timer = setTimeout(() => r(true), timeoutMs)))]);
       clearTimeout(timer);
@@ -508,7 +523,7 @@ export class Supervisor {
   gc(nowMs = Date.now()): { removed_output: string[]; retired: string[]; freed_bytes: number; closed?: true } {
     // A closed state dir is an archive: its close receipt lists receipts (and their output)
     // that must stay verifiable, so retention leaves it alone.
-    if (existsSync(join(this.config.stateDir, 'close-receipt.json'))) return { removed_output: [], retired: [], freed_bytes: 0, closed: true };
+    if (this.closing || existsSync(join(this.config.stateDir, 'close-receipt.json'))) return { removed_output: [], retired: [], freed_bytes: 0, closed: true };
     const candidates = [...this.sessions.values()].map((s) => ({
       sessionId: s.id,
       ended: s.state === 'ended' && s.receipt !== null,
@@ -531,9 +546,11 @@ export class Supervisor {
         retired_at: new Date(nowMs).toISOString(),
       };
       mkdirSync(this.retiredDir, { recursive: true, mode: 0o700 });
-      createFileDurable(join(this.retiredDir, `${s.id}.json`), JSON.stringify(record) + '\n'); // tombstone first
-      rmSync(s.dir, { recursive: true, force: true });
-      fsyncDir(this.ctx.sessionsDir);
+      // Tombstone first (kept if a crash left one), then the dir leaves the sessions list in
+      // one rename, then its files go: a crash at any point leaves either the session whole
+      // or a tombstone, and restore() finishes what was started.
+      if (!existsSync(join(this.retiredDir, `${s.id}.json`))) createFileDurable(join(this.retiredDir, `${s.id}.json`), JSON.stringify(record) + '\n');
+      removeSessionDir(this.ctx.sessionsDir, s.id);
       this.sessions.delete(s.id);
       this.byKey.delete(s.req.invocationKey);
       this.rememberRetired(record);

@@ -129,3 +129,21 @@ describe('status and stats', () => {
     }
   });
 });
+
+describe('close with a session that loses its evidence', () => {
+  it('does not wait for a receipt that can never come: the session is listed as unknown', async () => {
+    const d = await new TestDaemon({ config: { logLevel: 'error' } }).start();
+    try {
+      const client = await d.client();
+      const doomed = await client.launch({ argv: ['sleep', '60'], cwd: '/', invocation_key: 'doomed', grace_ms: 200 });
+      // A file where its receipt must go: the receipt write fails (never written through), so
+      // the session ends unknown.
+      writeFileSync(join(d.stateDir, 'sessions', doomed.session_id, 'receipt.json'), 'planted');
+      const close = await client.closeSupervisor({ timeout_ms: 300 });
+      expect(close.sessions).toEqual([{ session_id: doomed.session_id, invocation_key: 'doomed', state: 'unknown', outcome: null, receipt_sha256: null }]);
+      expect(close.settle).toEqual({ timeout_ms: 300, terminated: 1 });
+    } finally {
+      expect(await d.stop()).toEqual({ code: 0, signal: null });
+    }
+  });
+});

@@ -134,9 +134,21 @@ describe('retention', () => {
     expect(await client.launch({ argv: ['head', '-c', String(MiB), '/dev/zero'], cwd: '/', invocation_key: 'k3' })).toMatchObject({ session_id: ended[2], existing: true, state: 'retired' });
     expect(existsSync(join(daemon.stateDir, 'sessions', ended[2]))).toBe(false);
     expect(readdirSync(join(daemon.stateDir, 'keys')).filter((n) => n.endsWith('.json'))).toHaveLength(5); // k1, k2, k3, live, live-2: none removed
-    await daemon.terminate();
-    await daemon.start(); // tombstones survive a restart: the key still does not run again
+    // A retirement a crash interrupted after its tombstone: the restart finishes it.
+    const k4 = await client.launch({ argv: ['true'], cwd: '/', invocation_key: 'k4' });
+    const k4Receipt = await client.wait({ session_id: k4.session_id });
+    writeFileSync(
+      join(daemon.stateDir, 'retired', `${k4.session_id}.json`),
+      JSON.stringify({ session_id: k4.session_id, invocation_key: 'k4', command_digest: k4.command_digest, outcome: 'exited', ended_at: k4Receipt.ended_at, receipt_sha256: 'sha256:x', retired_at: new Date().toISOString() }),
+    );
+    await daemon.kill9();
+    await daemon.start(); // tombstones survive a restart: the keys still do not run again
     client = await daemon.client();
     expect(await client.launch({ argv: ['head', '-c', String(MiB), '/dev/zero'], cwd: '/', invocation_key: 'k3' })).toMatchObject({ session_id: ended[2], existing: true, state: 'retired' });
+    expect(await client.launch({ argv: ['true'], cwd: '/', invocation_key: 'k4' })).toMatchObject({ session_id: k4.session_id, existing: true, state: 'retired' });
+    expect(existsSync(join(daemon.stateDir, 'sessions', k4.session_id))).toBe(false);
+    expect(readdirSync(join(daemon.stateDir, 'sessions')).filter((n) => n.startsWith('.retiring-'))).toEqual([]);
+    // Retention goes on working: live-2, settled owner_lost by the restart, is past the age.
+    expect((await client.gc()).retired).toEqual([live.session_id]);
   });
 });

@@ -15,7 +15,7 @@ describe('config', () => {
     expect(c.cgroup).toEqual({ mode: 'auto', parent: '/sandbox-supervisor' });
     expect(c.drain.quotaBytes).toBe(1024 * 1024 * 1024);
     expect(c.storage).toEqual({ reserveBytes: 64 * 1024 * 1024, minFreeBytes: 256 * 1024 * 1024 });
-    expect(c.retention).toEqual({ outputMaxAgeMs: 7 * 86_400_000, outputMaxTotalBytes: 10 * 1024 ** 3, receiptMaxAgeMs: 30 * 86_400_000, intervalMs: 3_600_000 });
+    expect(c.retention).toEqual({ outputMaxAgeMs: 7 * 86_400_000, outputMaxTotalBytes: 10 * 1024 ** 3, receiptMaxAgeMs: 0, intervalMs: 3_600_000 });
   });
   it('names bad storage and retention keys', () => {
     expect(() => parseConfig({ retention: { maxAge: 1 } }, 'f.json', {})).toThrow(/unknown key "retention.maxAge"/);

@@ -46,7 +46,7 @@ describe('encodeOutputFrame', () => {
   it('decodes as the map msgpackr would produce, for small and 64-bit cursors', () => {
     for (const cursor of [0, 1, 2 ** 32 + 5, Number.MAX_SAFE_INTEGER]) {
       const data = Buffer.from('bytes\0\xff of the stream', 'latin1');
-      const frame = encodeOutputFrame(4_000_000_000, 'stdout', cursor, 1024, (buf, off, max) => {
+      const frame = encodeOutputFrame(2 ** 40 + 3, 'stdout', cursor, 1024, (buf, off, max) => {
         expect(max).toBe(1024);
         return data.copy(buf, off);
       })!;
@@ -54,7 +54,7 @@ describe('encodeOutputFrame', () => {
       new FrameDecoder().push(frame, (v) => got.push(v));
       expect(got).toHaveLength(1);
       const v = got[0] as { id: number; event: string; stream: string; cursor: number; data: Uint8Array };
-      expect({ ...v, data: Buffer.from(v.data) }).toEqual({ id: 4_000_000_000, event: 'output', stream: 'stdout', cursor, data });
+      expect({ ...v, data: Buffer.from(v.data) }).toEqual({ id: 2 ** 40 + 3, event: 'output', stream: 'stdout', cursor, data });
       expect(frame.readUInt32BE(0)).toBe(frame.length - 4);
     }
   });
@@ -63,7 +63,7 @@ describe('encodeOutputFrame', () => {
     const into = Buffer.alloc((1 << 20) + 128);
     const frame = encodeOutputFrame(7, 'stdout', 0, 1 << 20, (buf, off, max) => buf.fill(1, off, off + max) && max, into)!;
     expect(frame.buffer).toBe(into.buffer);
-    expect(frame.length).toBe(4 + 62 + (1 << 20));
+    expect(frame.length).toBe(4 + 66 + (1 << 20));
     const small = Buffer.alloc(1 << 20);
     expect(encodeOutputFrame(7, 'stdout', 0, 1 << 20, (_b, _o, max) => max, small)!.buffer).not.toBe(small.buffer);
   });
