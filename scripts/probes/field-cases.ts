@@ -7,11 +7,11 @@ import { execSync, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { z } from 'zod';
 import { SupervisorClient } from '../../ipc/client.js';
 import type { LaunchParams, Receipt } from '../../ipc/protocol.js';
-import { type TestDaemon, zombieChildren } from '../../test/helpers/daemon.js';
+import { runSbx, SBX, type TestDaemon, zombieChildren } from '../../test/helpers/daemon.js';
 import { killMarked, MARK_VAR, pidsWithMark, rssKb } from './procs.js';
 
 export interface FieldCase {
@@ -65,8 +65,6 @@ export interface RunOptions {
   reap?: () => void;
 }
 
-const ROOT = resolve(import.meta.dirname, '../..');
-const SBX = join(ROOT, 'dist/cli/sbx.js');
 export const GRACE_MS = 1000;
 export const SLACK_MS = 1000;
 export const sha256 = (b: Uint8Array | string) => createHash('sha256').update(b).digest('hex');
@@ -268,7 +266,7 @@ async function viaClient(socketPath: string, c: FieldCase, pty: boolean): Promis
 
 function sbxArgs(c: FieldCase, env: Record<string, string>, extra: string[]): string[] {
   const envArgs = Object.entries(env).flatMap(([k, v]) => ['--env', `${k}=${v}`]);
-  return [SBX, 'run', '--cwd', '/', '--timeout', `${c.timeout_ms}ms`, '--grace', `${GRACE_MS}ms`, ...envArgs, ...extra, '--', '/bin/sh', '-c', c.command];
+  return ['run', '--cwd', '/', '--timeout', `${c.timeout_ms}ms`, '--grace', `${GRACE_MS}ms`, ...envArgs, ...extra, '--', '/bin/sh', '-c', c.command];
 }
 
 async function viaSbx(socketPath: string, c: FieldCase): Promise<Observation> {
@@ -276,19 +274,7 @@ async function viaSbx(socketPath: string, c: FieldCase): Promise<Observation> {
   const receiptPath = join(tmpdir(), `sbx-probe-${marker}.json`);
   const t0 = Date.now();
   try {
-    const { stdout, stderr } = await new Promise<{ stdout: Buffer; stderr: Buffer }>((res, rej) => {
-      const child = spawn(process.execPath, sbxArgs(c, env, ['--receipt', receiptPath, ...(c.stdin !== null ? ['--stdin'] : [])]), {
-        env: { ...process.env, SBX_SOCKET: socketPath },
-        stdio: ['pipe', 'pipe', 'pipe'],
-      });
-      const out: Buffer[] = [];
-      const err: Buffer[] = [];
-      child.stdout.on('data', (d: Buffer) => out.push(d));
-      child.stderr.on('data', (d: Buffer) => err.push(d));
-      child.on('error', rej);
-      child.on('close', () => res({ stdout: Buffer.concat(out), stderr: Buffer.concat(err) }));
-      child.stdin.end(c.stdin ?? '');
-    });
+    const { stdout, stderr } = await runSbx(socketPath, sbxArgs(c, env, ['--receipt', receiptPath, ...(c.stdin !== null ? ['--stdin'] : [])]), { input: c.stdin ?? '' });
     const wallMs = Date.now() - t0;
     const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
     return observe(stdout, stderr, receipt, wallMs, pidsWithMark(marker).length, false);
@@ -301,7 +287,7 @@ async function viaSbx(socketPath: string, c: FieldCase): Promise<Observation> {
 async function clientKilled(socketPath: string, c: FieldCase): Promise<{ o: Observation; f: string[] }> {
   const { marker, env } = runEnv(c);
   const t0 = Date.now();
-  const child = spawn(process.execPath, sbxArgs(c, env, ['--key', marker]), { env: { ...process.env, SBX_SOCKET: socketPath }, stdio: ['ignore', 'pipe', 'ignore'] });
+  const child = spawn(process.execPath, [SBX, ...sbxArgs(c, env, ['--key', marker])], { env: { ...process.env, SBX_SOCKET: socketPath }, stdio: ['ignore', 'pipe', 'ignore'] });
   const closed = new Promise((r) => child.on('close', r));
   await new Promise<void>((res) => {
     child.stdout!.once('data', () => res());
@@ -321,64 +307,56 @@ async function clientKilled(socketPath: string, c: FieldCase): Promise<{ o: Obse
 
 /** The supervisor SIGKILLed after the session's first output byte, then restarted. */
 async function supervisorKilled(daemon: TestDaemon, c: FieldCase, reap: () => void): Promise<{ o: Observation; f: string[] }> {
-  const { marker, env, counter } = runEnv(c);
+  const { marker, env, counter } = runEnv(c); // the counter goes with releaseRuns()
   const f: string[] = [];
+  const t0 = Date.now();
+  let client = await SupervisorClient.connect({ socketPath: daemon.socketPath, clientName: 'probes' });
+  const first = await client.launch(launchRequest(c, env, { invocation_key: marker }));
+  const deadline = Date.now() + 10_000;
+  while ((await client.read({ session_id: first.session_id }, 'stdout')).length === 0) {
+    if (Date.now() > deadline) throw new Error('no output within 10 s');
+    await poll();
+  }
+  client.close();
+  await daemon.kill9();
+  const orphaned = pidsWithMark(marker).length; // still running, with nobody supervising
+  await daemon.start();
+  client = await SupervisorClient.connect({ socketPath: daemon.socketPath, clientName: 'probes' });
   try {
-    const t0 = Date.now();
-    let client = await SupervisorClient.connect({ socketPath: daemon.socketPath, clientName: 'probes' });
-    const first = await client.launch(launchRequest(c, env, { invocation_key: marker }));
-    const deadline = Date.now() + 10_000;
-    while ((await client.read({ session_id: first.session_id }, 'stdout')).length === 0) {
-      if (Date.now() > deadline) throw new Error('no output within 10 s');
-      await poll();
-    }
-    client.close();
-    await daemon.kill9();
-    const orphaned = pidsWithMark(marker).length; // still running, with nobody supervising
-    await daemon.start();
-    client = await SupervisorClient.connect({ socketPath: daemon.socketPath, clientName: 'probes' });
-    try {
-      const again = await client.launch(launchRequest(c, env, { invocation_key: marker }));
-      if (!again.existing || again.session_id !== first.session_id) f.push('the retry after the restart was not the same session');
-      const waiting = settled(first.session_id, client, t0, marker);
-      const reaping = setInterval(reap, 20);
-      const o = await waiting.finally(() => clearInterval(reaping));
-      if (orphaned === 0) f.push('the session was not running when the supervisor died');
-      const runs = executions(counter);
-      if (c.expect.executions !== undefined && runs !== c.expect.executions) f.push(`${runs} executions, expected ${c.expect.executions}`);
-      return { o, f };
-    } finally {
-      client.close();
-    }
+    const again = await client.launch(launchRequest(c, env, { invocation_key: marker }));
+    if (!again.existing || again.session_id !== first.session_id) f.push('the retry after the restart was not the same session');
+    const waiting = settled(first.session_id, client, t0, marker);
+    const reaping = setInterval(reap, 20);
+    const o = await waiting.finally(() => clearInterval(reaping));
+    if (orphaned === 0) f.push('the session was not running when the supervisor died');
+    const runs = executions(counter);
+    if (c.expect.executions !== undefined && runs !== c.expect.executions) f.push(`${runs} executions, expected ${c.expect.executions}`);
+    return { o, f };
   } finally {
-    rmSync(counter, { force: true });
+    client.close();
   }
 }
 
 /** The same launch submitted n times with one key, each answer dropped: one execution. */
 async function retried(socketPath: string, c: FieldCase): Promise<{ o: Observation; f: string[]; note: string }> {
-  const { marker, env, counter } = runEnv(c);
-  try {
-    const ids = new Set<string>();
-    let spawned = 0;
-    const t0 = Date.now();
-    for (let i = 0; i < c.expect.submissions; i++) {
-      const client = await SupervisorClient.connect({ socketPath });
-      const r = await client.launch(launchRequest(c, env, { invocation_key: marker }));
-      client.close(); // the answer is dropped
-      ids.add(r.session_id);
-      if (!r.existing) spawned++;
-    }
+  const { marker, env, counter } = runEnv(c); // the counter goes with releaseRuns()
+  const ids = new Set<string>();
+  let spawned = 0;
+  const t0 = Date.now();
+  for (let i = 0; i < c.expect.submissions; i++) {
     const client = await SupervisorClient.connect({ socketPath });
-    const o = await settled([...ids][0]!, client, t0, marker);
-    client.close();
-    const counted = executions(counter);
-    const runs = c.command.includes('SBX_PROBE_COUNTER') ? counted : spawned;
-    const f = ids.size === 1 && runs === c.expect.executions ? [] : [`${runs} executions over ${ids.size} sessions, expected ${c.expect.executions}`];
-    return { o, f, note: `${c.expect.submissions} submissions, ${runs} execution${runs === 1 ? '' : 's'}` };
-  } finally {
-    rmSync(counter, { force: true });
+    const r = await client.launch(launchRequest(c, env, { invocation_key: marker }));
+    client.close(); // the answer is dropped
+    ids.add(r.session_id);
+    if (!r.existing) spawned++;
   }
+  const client = await SupervisorClient.connect({ socketPath });
+  const o = await settled([...ids][0]!, client, t0, marker);
+  client.close();
+  const counted = executions(counter);
+  const runs = c.command.includes('SBX_PROBE_COUNTER') ? counted : spawned;
+  const f = ids.size === 1 && runs === c.expect.executions ? [] : [`${runs} executions over ${ids.size} sessions, expected ${c.expect.executions}`];
+  return { o, f, note: `${c.expect.submissions} submissions, ${runs} execution${runs === 1 ? '' : 's'}` };
 }
 
 /** A follower that disconnects at byte N, pauses, and resumes from cursor M. */

@@ -86,6 +86,24 @@ function readdirSafe(dir: string): string[] {
   }
 }
 
+/** Runs sbx with args against the supervisor at socketPath; resolves with its status and exact bytes. */
+export function runSbx(socketPath: string, args: string[], opts: { input?: Buffer | string; cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<SbxResult> {
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(process.execPath, [SBX, ...args], {
+      cwd: opts.cwd ?? '/',
+      env: { ...process.env, SBX_SOCKET: socketPath, ...opts.env },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on('data', (d: Buffer) => out.push(d));
+    child.stderr.on('data', (d: Buffer) => err.push(d));
+    child.on('error', reject);
+    child.on('close', (status, signal) => resolvePromise({ status, signal, stdout: Buffer.concat(out), stderr: Buffer.concat(err) }));
+    child.stdin.end(opts.input ?? '');
+  });
+}
+
 export class TestDaemon {
   readonly dir: string;
   readonly socketPath: string;
@@ -161,20 +179,7 @@ export class TestDaemon {
 
   /** Runs sbx with args against this daemon; resolves with its status and exact bytes. */
   sbx(args: string[], opts: { input?: Buffer | string; cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<SbxResult> {
-    return new Promise((resolvePromise, reject) => {
-      const child = spawn(process.execPath, [SBX, ...args], {
-        cwd: opts.cwd ?? this.dir,
-        env: { ...process.env, SBX_SOCKET: this.socketPath, ...opts.env },
-        stdio: ['pipe', 'pipe', 'pipe'],
-      });
-      const out: Buffer[] = [];
-      const err: Buffer[] = [];
-      child.stdout.on('data', (d: Buffer) => out.push(d));
-      child.stderr.on('data', (d: Buffer) => err.push(d));
-      child.on('error', reject);
-      child.on('close', (status, signal) => resolvePromise({ status, signal, stdout: Buffer.concat(out), stderr: Buffer.concat(err) }));
-      child.stdin.end(opts.input ?? '');
-    });
+    return runSbx(this.socketPath, args, { ...opts, cwd: opts.cwd ?? this.dir });
   }
 
   /** sbx synchronously (for simple calls in assertions). */
