@@ -6,6 +6,7 @@
 import { closeSync, constants, fsyncSync, linkSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { faultPoint } from './fault.js';
 
 /** fsync a directory so a rename or create in it is durable. */
 export function fsyncDir(dir: string): void {
@@ -37,6 +38,7 @@ export function writeFileDurable(path: string, data: string | Uint8Array, mode =
  */
 export function createFileDurable(path: string, data: string | Uint8Array, mode = 0o600): void {
   const tmp = writeTemp(path, data, mode);
+  faultPoint(`durable:${basename(path)}:before-link`);
   try {
     linkSync(tmp, path);
   } finally {

@@ -4,8 +4,12 @@ import { existsSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSy
 import { join } from 'node:path';
 import { parseCgroup2Mount } from '../../supervisor/cgroup.js';
 
-/** Prefix of every cgroup subtree a test daemon owns (under the cgroup2 mount). */
-export const TEST_CGROUP_PREFIX = 'sbx-test-';
+/**
+ * Prefix of every cgroup subtree a test daemon of this `npm test` run owns (under the
+ * cgroup2 mount). The run id (set once by global-setup.ts, inherited by the test workers)
+ * keeps two runs on one machine out of each other's sweep.
+ */
+export const TEST_CGROUP_PREFIX = `sbx-test-${process.env.SBX_TEST_RUN_ID ?? 'norun'}-`;
 
 export function cgroupMount(): string | null {
   return parseCgroup2Mount(readFileSync('/proc/self/mountinfo', 'utf8'))?.mountPoint ?? null;

@@ -1,0 +1,27 @@
+// Named crash points for the crash tests (test/e2e/fault-injection.test.ts), in the manner
+// of FoundationDB's buggify: `SBX_FAULT_POINT=NAME[@N]` in the supervisor's environment makes
+// the N-th pass (default 1st) through faultPoint(NAME) act, by default a SIGKILL of the whole
+// process, so a test can crash it between two exact steps (the temp admission record written
+// but not linked, say) instead of hoping a random delay lands there. Unset, it costs one
+// comparison. Owns nothing else; the points are listed where they are placed (grep faultPoint).
+
+const spec = process.env.SBX_FAULT_POINT ?? '';
+const at = spec.lastIndexOf('@');
+const armedName = at > 0 ? spec.slice(0, at) : spec;
+const armedPass = at > 0 ? Math.max(1, Number(spec.slice(at + 1)) || 1) : 1;
+let passes = 0;
+
+/** Whether SBX_FAULT_POINT names this point at all (for points that cost something to reach). */
+export function faultArmed(name: string): boolean {
+  return armedName !== '' && armedName === name;
+}
+
+/**
+ * A named crash point: acts on the armed pass (SIGKILL of this process unless `act` says
+ * otherwise, e.g. a worker thread ending itself), else returns at once.
+ */
+export function faultPoint(name: string, act: () => void = () => process.kill(process.pid, 'SIGKILL')): void {
+  if (armedName === '' || armedName !== name) return;
+  if (++passes !== armedPass) return;
+  act();
+}
