@@ -18,6 +18,7 @@ import { type CloseReceipt, scanWorkspace } from './close.js';
 import { receiptDigest } from '../ipc/verify.js';
 import { native } from './native.js';
 import { Reaper } from './reaper.js';
+import { faultPoint } from './fault.js';
 import { commandDigest } from './receipt.js';
 import { Session, type OperatorAttestation, type SessionContext } from './session.js';
 import { ReceiptSigner } from './signing.js';
@@ -425,12 +426,15 @@ export class Supervisor {
       });
     }
     if (this.reconciling) {
-      throw new SupervisorError('ADMISSION_DENIED', 'reconciling sessions left by a restart; retry shortly', { retry_after_ms: 250 });
+      throw new SupervisorError('ADMISSION_DENIED', 'reconciling sessions left by a restart; retry shortly', { retry_after_ms: 250, reason: 'reconciling' });
     }
     if (!this.ctx.storage.admits()) {
-      throw new SupervisorError('ADMISSION_DENIED', `disk low: less than ${this.config.storage.minFreeBytes} bytes free in the state dir; retry later`, {
+      const free = this.ctx.storage.freeBytes();
+      throw new SupervisorError('ADMISSION_DENIED', `disk low: ${free} bytes free in the state dir, ${this.ctx.storage.minFreeBytes} needed; retry later`, {
         retry_after_ms: 5000,
         reason: 'disk_low',
+        free_bytes: free,
+        min_free_bytes: this.ctx.storage.minFreeBytes,
       });
     }
     const self = userInfo();
@@ -477,6 +481,7 @@ export class Supervisor {
     }
     this.register(session);
     session.start();
+    faultPoint('launch:started');
     this.log.info({ session_id: session.id, invocation_key: key, argv: params.argv, pid: session.pid }, 'session launched');
     void session.ended.then((receipt) => {
       if (receipt) this.log.info({ session_id: session.id, outcome: receipt.outcome, exit: receipt.exit }, 'session ended');

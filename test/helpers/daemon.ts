@@ -24,6 +24,8 @@ export interface DaemonOptions {
    * theirs alone).
    */
   cgroupPrefix?: string;
+  /** Extra environment for the daemon (e.g. SBX_FAULT_POINT, supervisor/fault.ts). */
+  env?: NodeJS.ProcessEnv;
 }
 
 export interface SbxResult {
@@ -143,7 +145,7 @@ export class TestDaemon {
     writeFileSync(configPath, JSON.stringify(config));
     const logFd = openSync(this.logPath, 'a');
     this.child = spawn(process.execPath, [DAEMON, 'serve', '--config', configPath], {
-      env: { ...process.env, SBX_SOCKET: this.socketPath, SBX_STATE_DIR: this.stateDir },
+      env: { ...process.env, SBX_SOCKET: this.socketPath, SBX_STATE_DIR: this.stateDir, ...this.options.env },
       stdio: ['ignore', logFd, logFd],
     });
     this.exited = new Promise((r) => this.child!.on('exit', (code, signal) => r({ code, signal })));
