@@ -139,11 +139,13 @@ export interface StatusResult {
   receipt_key: { key_id: string; public_key_pem: string; path: string };
   sessions: Record<string, number>;
   load: { loadavg: number[]; cpus: number; free_mem_bytes: number; total_mem_bytes: number };
-  /** Whether launches of new keys are taken: open, sealed (sbx seal/close), reconciling, stopping. */
-  admission: 'open' | 'sealed' | 'reconciling' | 'stopping';
+  /** Whether launches of new keys are taken: open, sealed (sbx seal/close), reconciling, stopping, or refused for disk_low. */
+  admission: 'open' | 'sealed' | 'reconciling' | 'stopping' | 'disk_low';
+  /** Why admission is not open (disk_low, reconciling), in words. */
+  admission_reason?: string;
   sealed: { generation: number; sealed_at: string } | null;
-  /** The state dir: bytes its files hold, free space on its file system, and the thresholds (config storage.*). */
-  storage: { state_dir_bytes: number; free_bytes: number; reserve_bytes: number; min_free_bytes: number; admits: boolean };
+  /** The state dir: bytes its files hold, free space and size of its file system, and the thresholds (config storage.*, scaled to that size when unset). */
+  storage: { state_dir_bytes: number; free_bytes: number; total_bytes: number; reserve_bytes: number; min_free_bytes: number; keep_free_bytes: number; admits: boolean };
   /** The machine, from systeminformation: CPU load (%), memory and uptime. */
   machine: { cpu_load_percent: number | null; mem_total_bytes: number; mem_available_bytes: number; uptime_s: number };
 }

@@ -2,7 +2,7 @@
 // writes it and by `sbx verify`, which re-reads it with the supervisor stopped: chunk file
 // names, index records, and what a stream durably holds. No writing here.
 import { createHash } from 'node:crypto';
-import { closeSync, constants, existsSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
+import { closeSync, constants, existsSync, lstatSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChunkDigest, StreamName, StreamOutput } from './protocol.js';
 
@@ -77,6 +77,48 @@ export function readStoredInto(streamDir: string, chunkBytes: number, from: numb
 
 /** In a session dir: the retention policy removed its output (chunk files and index). */
 export const OUTPUT_REMOVED_FILE = 'output-removed.json';
+/** In a session dir: the admission record, written once and fsync'ed before the spawn. */
+export const ADMISSION_FILE = 'admission.json';
+/** In a session dir: the receipt, written once (link(2) from its reservation). */
+export const RECEIPT_FILE = 'receipt.json';
+/** In a session dir: space reserved at admission for the receipt, so a full disk cannot lose it. */
+export const RECEIPT_RESERVATION_FILE = 'receipt.reserved';
+/** In a session dir: {started_at, pid}, written right after the spawn (positive evidence that it ran). */
+export const STARTED_FILE = 'started.json';
+
+/**
+ * The chunk files a stream holds from cursor 0 while contiguous (each full chunk exactly
+ * chunkBytes, the last one shorter), from their sizes alone: no byte is read. A missing
+ * stream dir is an empty stream.
+ */
+export function storedChunks(sessionDir: string, stream: StreamName, chunkBytes: number): { final_cursor: number; chunks: ChunkDigest[] } {
+  const dir = join(sessionDir, stream);
+  const chunks: ChunkDigest[] = [];
+  let cursor = 0;
+  for (;;) {
+    let size: number;
+    try {
+      size = lstatSync(join(dir, chunkFileName(cursor))).size;
+    } catch {
+      break;
+    }
+    chunks.push({ start_cursor: cursor, length: size });
+    cursor += size;
+    if (size < chunkBytes) break;
+  }
+  return { final_cursor: cursor, chunks };
+}
+
+/** SHA-256 (hex) of a stream's index.bin as it is on disk (empty when absent). */
+export function indexDigest(sessionDir: string, stream: StreamName): string {
+  const hash = createHash('sha256');
+  try {
+    hash.update(readFileSync(join(sessionDir, stream, 'index.bin')));
+  } catch {
+    // no index: the digest of nothing
+  }
+  return hash.digest('hex');
+}
 
 /**
  * What a stream durably holds: its chunk files read from cursor 0 while contiguous (each

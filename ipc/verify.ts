@@ -7,7 +7,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import canonicalize from 'canonicalize';
 import type { Receipt, StreamName } from './protocol.js';
-import { chunkFileName, OUTPUT_REMOVED_FILE, storedStream } from './state-layout.js';
+import { ADMISSION_FILE, chunkFileName, OUTPUT_REMOVED_FILE, RECEIPT_FILE, STARTED_FILE, storedStream } from './state-layout.js';
 
 /** RFC 8785 (JCS) canonical JSON of v. */
 export function jcs(v: unknown): string {
@@ -36,7 +36,7 @@ export function verifyCloseSessions(close: { sessions: { session_id: string; rec
   const problems: string[] = [];
   for (const entry of close.sessions) {
     if (entry.receipt_sha256 === null) continue;
-    const path = join(stateDir, 'sessions', entry.session_id, 'receipt.json');
+    const path = join(stateDir, 'sessions', entry.session_id, RECEIPT_FILE);
     let receipt: Receipt;
     try {
       receipt = JSON.parse(readFileSync(path, 'utf8')) as Receipt;
@@ -88,7 +88,7 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string): string[]
   if (!existsSync(dir)) return [`no session directory ${dir}`];
   let chunkBytes: number;
   try {
-    chunkBytes = (JSON.parse(readFileSync(join(dir, 'admission.json'), 'utf8')) as { chunk_bytes: number }).chunk_bytes;
+    chunkBytes = (JSON.parse(readFileSync(join(dir, ADMISSION_FILE), 'utf8')) as { chunk_bytes: number }).chunk_bytes;
   } catch (err) {
     return [`admission record unreadable: ${(err as Error).message}`];
   }
@@ -100,7 +100,7 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string): string[]
   // Nothing may have been added: only the records, the receipt and the listed streams.
   const streams = Object.keys(receipt.output);
   for (const entry of readdirSync(dir)) {
-    if (['admission.json', 'receipt.json'].includes(entry) || streams.includes(entry) || /^receipt\.unreadable-\d+\.json$/.test(entry)) continue;
+    if ([ADMISSION_FILE, RECEIPT_FILE, STARTED_FILE].includes(entry) || streams.includes(entry) || /^receipt\.unreadable-\d+\.json$/.test(entry)) continue;
     problems.push(`unexpected entry in the session directory: ${entry}`);
   }
   for (const [name, expected] of Object.entries(receipt.output) as [StreamName, NonNullable<Receipt['output'][StreamName]>][]) {

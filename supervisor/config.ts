@@ -54,10 +54,12 @@ const ConfigSchema = z
       .prefault({}),
     storage: z
       .object({
-        /** Chunk writes stop while the state dir's file system has less than this free. */
-        reserveBytes: z.number().int().min(0).default(64 * MiB),
-        /** Launches get ADMISSION_DENIED (retryable) while less than this is free. */
-        minFreeBytes: z.number().int().min(0).default(256 * MiB),
+        /** Chunk writes stop while the state dir's file system has less than this free (unset: 64 MiB or 5% of it, the smaller). */
+        reserveBytes: z.number().int().min(0).optional(),
+        /** Launches get ADMISSION_DENIED (retryable) while less than this is free (unset: 256 MiB or 10%). */
+        minFreeBytes: z.number().int().min(0).optional(),
+        /** Retention removes the oldest ended sessions' output while less than this is free (unset: 512 MiB or 15%). */
+        keepFreeBytes: z.number().int().min(0).optional(),
       })
       .strict()
       .prefault({}),

@@ -1,96 +1,116 @@
-// SHA-256 of a stream's stored bytes, computed off the drain thread: a pool of two workers
-// (hash-worker.ts) reads the chunk files back as the cursor advances. Should the worker be
-// unavailable or fail, the digest is computed here from the files, synchronously: slower,
-// never wrong. The digest is of the stored bytes, which is what the receipt commits to.
+// SHA-256 of a stream's stored bytes, computed off the event loop: a pool of two worker
+// threads (hash-worker.ts) reads the chunk files back as the cursor advances. Never on the
+// event loop: a digest of gigabytes there would stall every deadline. A worker that fails
+// (error, exit) is replaced; a stream whose running hash died with it is hashed again from
+// cursor 0 by the replacement (the chunk files are the source of truth), a few times at most.
+// The digest is of the stored bytes, which is what the receipt commits to.
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';
-import { closeStream, hashUpTo, openStream } from './hash-worker.js';
+import { faultPoint } from './fault.js';
 
 /** Bytes of progress sent to the worker at once (fewer messages on a fast stream). */
 const ADVANCE_BATCH_BYTES = 4 << 20;
-
 /** Hashing threads: two, so that two busy streams hash on both cores of a small machine. */
 const POOL_SIZE = Math.min(2, availableParallelism());
-const pool: (Worker | null)[] = [];
-let poolBroken = false;
-let nextId = 1;
-const waiting = new Map<number, (r: { sha256?: string; error?: string }) => void>();
+/** Workers a digest may go through (each failure replaces the worker and hashes again from 0). */
+const DIGEST_ATTEMPTS = 3;
 
-/** The compiled worker beside this module (dist/supervisor/), also when run from sources. */
-function workerPath(): string | null {
-  const here = dirname(fileURLToPath(import.meta.url));
-  for (const p of [join(here, 'hash-worker.js'), join(here, '../dist/supervisor/hash-worker.js')]) if (existsSync(p)) return p;
-  return null;
+type Answer = { sha256?: string; error?: string; workerFailed?: boolean };
+
+/** One hashing thread and the answers it still owes. */
+interface PoolWorker {
+  worker: Worker;
+  alive: boolean;
+  waiting: Map<number, (a: Answer) => void>;
 }
 
-/** Worker for stream id (round robin), started on first use; null once any has failed. */
-function workerFor(id: number): Worker | null {
-  if (poolBroken) return null;
-  const slot = id % POOL_SIZE;
+const pool: (PoolWorker | null)[] = [];
+let nextId = 1;
+let onFailure: (reason: string) => void = () => {};
+
+/** The compiled worker beside this module (dist/supervisor/), also when run from sources; throws if absent. */
+export function hashWorkerPath(): string {
+  const here = dirname(fileURLToPath(import.meta.url));
+  const tried = [join(here, 'hash-worker.js'), join(here, '../dist/supervisor/hash-worker.js')];
+  for (const p of tried) if (existsSync(p)) return p;
+  throw new Error(`hash worker not found (run npm ci, which compiles dist/); looked in: ${tried.join(', ')}`);
+}
+
+/** Called with the reason each time a hashing thread fails and is replaced (for the log). */
+export function onHashWorkerFailure(listener: (reason: string) => void): void {
+  onFailure = listener;
+}
+
+/** The live worker of a pool slot, started (again) when there is none. */
+function workerAt(slot: number): PoolWorker {
   const existing = pool[slot];
-  if (existing) return existing;
-  const path = workerPath();
-  if (!path) {
-    poolBroken = true;
-    return null;
-  }
-  const worker = new Worker(path);
-  worker.unref();
-  worker.on('message', (m: { id: number; sha256?: string; error?: string }) => {
-    waiting.get(m.id)?.(m);
-    waiting.delete(m.id);
+  if (existing?.alive) return existing;
+  const pw: PoolWorker = { worker: new Worker(hashWorkerPath()), alive: true, waiting: new Map() };
+  pw.worker.unref();
+  pw.worker.on('message', (m: { id: number; sha256?: string; error?: string }) => {
+    pw.waiting.get(m.id)?.(m);
+    pw.waiting.delete(m.id);
   });
-  // Any failure: every digest still owed is computed in the caller's thread instead.
-  const broken = (err: unknown) => {
-    poolBroken = true;
-    for (const resolve of waiting.values()) resolve({ error: `hash worker: ${String(err)}` });
-    waiting.clear();
+  // Any failure: the slot gets a fresh worker on next use; every digest it owed is retried there.
+  const failed = (reason: string) => {
+    if (!pw.alive) return;
+    pw.alive = false;
+    if (pool[slot] === pw) pool[slot] = null;
+    for (const resolve of pw.waiting.values()) resolve({ workerFailed: true, error: reason });
+    pw.waiting.clear();
+    onFailure(reason);
   };
-  worker.on('error', broken);
-  worker.on('exit', (code) => broken(`exited ${code}`));
-  pool[slot] = worker;
-  return worker;
+  pw.worker.on('error', (err) => failed(`hash worker error: ${err.message}`));
+  pw.worker.on('exit', (code) => failed(`hash worker exited with ${code}`));
+  pool[slot] = pw;
+  return pw;
 }
 
 /** The running digest of one stream's stored bytes; feed it every cursor advance. */
 export class StreamHasher {
   private readonly id = nextId++;
   private posted = 0;
-  private readonly worker: Worker | null;
+  /** The worker holding this stream's running hash (null until opened, or once it failed). */
+  private bound: PoolWorker | null = null;
 
   constructor(private readonly dir: string, private readonly chunkBytes: number) {
-    this.worker = workerFor(this.id);
-    this.worker?.postMessage({ op: 'open', id: this.id, dir, chunkBytes });
+    this.bound = this.open();
+  }
+
+  /** Opens the stream (from cursor 0) on its slot's live worker. */
+  private open(): PoolWorker {
+    const pw = workerAt(this.id % POOL_SIZE);
+    pw.worker.postMessage({ op: 'open', id: this.id, dir: this.dir, chunkBytes: this.chunkBytes });
+    return pw;
   }
 
   /** The stream now holds `cursor` bytes on disk. */
   advance(cursor: number): void {
-    if (this.worker && cursor - this.posted >= ADVANCE_BATCH_BYTES) {
+    if (this.bound?.alive && cursor - this.posted >= ADVANCE_BATCH_BYTES) {
       this.posted = cursor;
-      this.worker.postMessage({ op: 'advance', id: this.id, cursor });
+      this.bound.worker.postMessage({ op: 'advance', id: this.id, cursor });
     }
   }
 
-  /** SHA-256 (hex) of the stored bytes [0, finalCursor); throws when they cannot be read. */
+  /** SHA-256 (hex) of the stored bytes [0, finalCursor); rejects when they cannot be read. */
   async digest(finalCursor: number): Promise<string> {
-    const w = this.worker && !poolBroken ? this.worker : null;
-    if (w) {
-      const r = await new Promise<{ sha256?: string; error?: string }>((resolve) => {
-        waiting.set(this.id, resolve);
-        w.postMessage({ op: 'digest', id: this.id, cursor: finalCursor });
+    let lastFailure = '';
+    for (let attempt = 0; attempt < DIGEST_ATTEMPTS; attempt++) {
+      const pw = this.bound?.alive ? this.bound : this.open();
+      this.bound = pw;
+      const answer = await new Promise<Answer>((resolve) => {
+        pw.waiting.set(this.id, resolve);
+        pw.worker.postMessage({ op: 'digest', id: this.id, cursor: finalCursor });
+        faultPoint('hasher:terminate-worker', () => void pw.worker.terminate());
       });
-      if (r.sha256) return r.sha256;
+      if (answer.sha256) return answer.sha256;
+      if (!answer.workerFailed) throw new Error(`cannot hash the stored stream: ${answer.error}`);
+      lastFailure = answer.error ?? 'hash worker failed';
+      this.bound = null;
     }
-    // No worker, or it failed: the same computation here.
-    const s = openStream(this.dir, this.chunkBytes);
-    try {
-      hashUpTo(s, finalCursor);
-      return s.hash.digest('hex');
-    } finally {
-      closeStream(s);
-    }
+    throw new Error(`cannot hash the stored stream: ${DIGEST_ATTEMPTS} hash workers failed (${lastFailure})`);
   }
 }

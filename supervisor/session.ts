@@ -5,7 +5,7 @@
 // grace) and the durable receipt. Not the socket (server.ts) nor the registry (supervisor.ts).
 import { EventEmitter } from 'node:events';
 import { chmodSync, chownSync, closeSync, existsSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
-import { OUTPUT_REMOVED_FILE } from '../ipc/state-layout.js';
+import { OUTPUT_REMOVED_FILE, RECEIPT_FILE } from '../ipc/state-layout.js';
 import { Socket } from 'node:net';
 import { SupervisorError } from '../ipc/errors.js';
 import { native } from './native.js';
@@ -20,8 +20,9 @@ import { createFileDurable, fsyncDir } from './durable.js';
 import type { ReceiptSigner } from './signing.js';
 import type { SessionUser } from './users.js';
 import { buildReceipt, type ReceiptFacts, type SpawnFailureFact } from './receipt.js';
-import { storedStream } from '../ipc/state-layout.js';
-import { writeAdmission, type AdmissionRecord } from './store.js';
+import { indexDigest, storedChunks } from '../ipc/state-layout.js';
+import { StreamHasher } from './hasher.js';
+import { readStarted, receiptReservationBytes, reserveReceiptSpace, writeAdmission, writeReceiptFile, writeStarted, type AdmissionRecord } from './store.js';
 import type { Reaper } from './reaper.js';
 import { LeaderProcess, signalNumber, type LeaderExit } from './spawn.js';
 import { setDeadline } from './timers.js';
@@ -63,6 +64,9 @@ export interface SessionRequest {
 }
 
 const ALL_STREAMS: StreamName[] = ['stdout', 'stderr', 'pty'];
+/** First and longest wait between attempts to write a receipt the disk had no room for. */
+const RECEIPT_RETRY_FIRST_MS = 1000;
+const RECEIPT_RETRY_MAX_MS = 10_000;
 /** Quiet time on a pty master, after its writers are gone, before the slave is closed. */
 const PTY_QUIET_MS = 20;
 
@@ -142,6 +146,9 @@ export class Session extends EventEmitter {
     session.admission = record;
     session.outputRemoved = existsSync(join(session.dir, OUTPUT_REMOVED_FILE));
     if (record.cgroup) session.leaf = new CgroupLeaf(record.cgroup);
+    // The streams it was admitted with, whether or not it got to open them (a crash between
+    // admission and spawn leaves none on disk: they are empty, and a retry replays nothing).
+    for (const stream of req.pty ? (['pty'] as const) : (['stdout', 'stderr'] as const)) session.restoredCursors.set(stream, 0);
     for (const stream of ALL_STREAMS) {
       if (existsSync(join(session.dir, stream))) session.restoredCursors.set(stream, 0);
     }
@@ -152,10 +159,16 @@ export class Session extends EventEmitter {
       session.endedAt = new Date(receipt.ended_at);
       session.state = 'ended';
       session.resolveEnded(receipt);
+      // Death was proven before the receipt was written: a leaf a crash left behind is empty.
+      if (session.leaf && existsSync(session.leaf.path)) {
+        session.leaf.remove().catch((err: Error) => ctx.log.warn({ err, session_id: session.id }, 'could not remove the cgroup of an ended session'));
+      }
     } else {
       for (const stream of session.restoredCursors.keys()) {
-        session.restoredCursors.set(stream, storedStream(session.dir, stream, req.chunkBytes).final_cursor);
+        session.restoredCursors.set(stream, storedChunks(session.dir, stream, req.chunkBytes).final_cursor);
       }
+      const started = readStarted(session.dir);
+      session.startedAt = started ? new Date(started.started_at) : null;
       session.state = 'unknown';
       session.unknownReason = 'the supervisor restarted while the session ran (owner lost); reconciling';
     }
@@ -225,6 +238,7 @@ export class Session extends EventEmitter {
     };
     writeAdmission(this.dir, this.admission);
     fsyncDir(this.ctx.sessionsDir);
+    reserveReceiptSpace(this.dir, receiptReservationBytes(Buffer.byteLength(JSON.stringify(this.admission))));
   }
 
   /** Undoes a failed admit(): nothing ran, so the directory and the leaf go. */
@@ -269,6 +283,12 @@ export class Session extends EventEmitter {
     }
     this.leader = leader;
     this.startedAt = new Date();
+    try {
+      if (leader.pid > 0) writeStarted(this.dir, { started_at: this.startedAt.toISOString(), pid: leader.pid });
+    } catch (err) {
+      // Only an owner_lost receipt after a crash would miss started_at; nothing else depends on it.
+      this.ctx.log.warn({ session_id: this.id, code: (err as NodeJS.ErrnoException).code }, 'could not record the start');
+    }
     this.transition('running');
     if (this.pty) {
       const drain = new StreamDrain(this.dir, 'pty', this.pty.master, this.storePolicy(), true);
@@ -315,8 +335,10 @@ export class Session extends EventEmitter {
     return !drain || drain.ended !== null;
   }
 
+  /** Whether the session has (or was admitted with) that stream; one that never got to open it reads as empty. */
   hasStream(stream: StreamName): boolean {
-    return this.drains.has(stream) || this.restoredCursors.has(stream) || this.receipt?.output[stream] !== undefined;
+    const admitted = this.req.argv.length > 0 && (this.req.pty ? stream === 'pty' : stream !== 'pty');
+    return admitted || this.drains.has(stream) || this.restoredCursors.has(stream) || this.receipt?.output[stream] !== undefined;
   }
 
   /**
@@ -499,7 +521,10 @@ export class Session extends EventEmitter {
    * descendant of the shim); resolves with how many pids it reached. 0 once ended.
    */
   async signal(signal: NodeJS.Signals): Promise<number> {
-    if (!this.leader || this.state === 'ended' || this.state === 'unknown') return 0;
+    if (this.state === 'ended') return 0;
+    // A session recovered after a restart has no leader here, but what runs in its leaf is ours.
+    if (!this.leader) return this.leaf && this.state === 'unknown' ? this.leaf.signalAll(signal).size : 0;
+    if (this.state === 'unknown') return 0;
     if (!this.leaf) return this.leader.signalViaShim(signalNumber(signal));
     // A shim that stays as the pty's session leader is not signalled: it absorbs signals
     // and goes when released, after the drain.
@@ -593,21 +618,13 @@ export class Session extends EventEmitter {
     });
   }
 
+  /** A signed receipt whose write the disk had no room for: retried until it is durable. */
+  private receiptAwaitingSpace: Receipt | null = null;
+
   /** Writes the receipt durably, then (only then) reports the end and removes the leaf. */
   private async finish(facts: ReceiptFacts, extra: Partial<Receipt> = {}): Promise<void> {
     const receipt = this.ctx.signer.sign({ ...buildReceipt(facts), ...extra });
-    try {
-      createFileDurable(join(this.dir, 'receipt.json'), JSON.stringify(receipt, null, 2) + '\n');
-      this.receipt = receipt;
-      this.endedAt = facts.endedAt;
-      this.unknownReason = null;
-      this.transition('ended');
-      this.resolveEnded(receipt);
-      for (const stream of ALL_STREAMS) this.emit('output', stream);
-    } catch (err) {
-      // Something is already where the receipt goes (a planted link?): fail closed.
-      this.becomeUnknown(`the receipt could not be written: ${(err as Error).message}`);
-    }
+    this.publish(receipt, facts.endedAt, RECEIPT_RETRY_FIRST_MS);
     // Death was proven either way: the empty leaf goes.
     if (this.leaf) {
       try {
@@ -616,6 +633,39 @@ export class Session extends EventEmitter {
         this.ctx.log.warn({ err, session_id: this.id }, 'could not remove the session cgroup');
       }
     }
+  }
+
+  /**
+   * Makes the receipt durable (into the space reserved at admission: store.ts), then ends the
+   * session. No room (a receipt that outgrew its reservation on a full disk): the facts are
+   * kept, the session is unknown meanwhile with the reason, and the write is tried again with
+   * a growing pause until space returns. Anything else already where the receipt goes (a
+   * planted link: EEXIST) fails closed: unknown, never written through.
+   */
+  private publish(receipt: Receipt, endedAt: Date, retryMs: number): void {
+    try {
+      writeReceiptFile(this.dir, JSON.stringify(receipt, null, 2) + '\n');
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'ENOSPC' && code !== 'EDQUOT') {
+        this.receiptAwaitingSpace = null;
+        this.becomeUnknown(`the receipt could not be written: ${(err as Error).message}`);
+        return;
+      }
+      if (!this.receiptAwaitingSpace) {
+        this.becomeUnknown(`the receipt could not be written (${code}: no space in the state dir); its facts are kept and the write is retried until space returns`);
+      }
+      this.receiptAwaitingSpace = receipt;
+      setTimeout(() => this.publish(receipt, endedAt, Math.min(retryMs * 2, RECEIPT_RETRY_MAX_MS)), retryMs).unref();
+      return;
+    }
+    this.receiptAwaitingSpace = null;
+    this.receipt = receipt;
+    this.endedAt = endedAt;
+    this.unknownReason = null;
+    this.transition('ended');
+    this.resolveEnded(receipt);
+    for (const stream of ALL_STREAMS) this.emit('output', stream);
   }
 
   /**
@@ -662,7 +712,7 @@ export class Session extends EventEmitter {
   private async failToStart(err: NodeJS.ErrnoException): Promise<void> {
     this.ctx.log.error({ err, session_id: this.id }, 'could not start the exec shim');
     const now = new Date();
-    const facts = this.ownerLostFacts(
+    const facts = await this.ownerLostFacts(
       this.leaf ? { evidence: 'cgroup_empty', observedAt: now, cgroup: this.leaf.path.slice(this.ctx.tree!.mount.mountPoint.length) } : { evidence: 'subreaper_reaped', observedAt: now, reaped: 0 },
       [],
     );
@@ -689,15 +739,22 @@ export class Session extends EventEmitter {
     };
   }
 
-  /** Receipt facts shared by reconciliation and operator resolution: nothing observed of the leader. */
-  private ownerLostFacts(death: ReceiptFacts['death'], steps: ReceiptFacts['steps']): ReceiptFacts {
+  /**
+   * Receipt facts shared by reconciliation and operator resolution: nothing observed of the
+   * leader; each stream as it is on disk, hashed by the hashing workers (never here: it may be
+   * gigabytes).
+   */
+  private async ownerLostFacts(death: ReceiptFacts['death'], steps: ReceiptFacts['steps']): Promise<ReceiptFacts> {
     const output: Partial<Record<StreamName, StreamOutput>> = {};
     for (const stream of this.restoredCursors.keys()) {
-      output[stream] = { ...storedStream(this.dir, stream, this.req.chunkBytes), complete: false, reason: 'owner_lost', dropped_bytes: 0, drain_end: 'lost' };
+      const { final_cursor, chunks } = storedChunks(this.dir, stream, this.req.chunkBytes);
+      const sha256 = await new StreamHasher(join(this.dir, stream), this.req.chunkBytes).digest(final_cursor);
+      output[stream] = { final_cursor, sha256, complete: false, reason: 'owner_lost', dropped_bytes: 0, drain_end: 'lost', index_sha256: indexDigest(this.dir, stream), chunks };
     }
     return {
       ...this.identityFacts(),
-      startedAt: null,
+      // Known only when the started record survived: the spawn happened then.
+      startedAt: this.startedAt,
       leaderExitedAt: null,
       endedAt: new Date(),
       exit: { code: null, signal: null },
@@ -715,21 +772,25 @@ export class Session extends EventEmitter {
    * After a restart: find evidence for an unknown session and write its owner_lost receipt.
    * boot_id changed → boot_changed; cgroup populated → TERM, grace, cgroup.kill, then
    * cgroup_empty; cgroup empty or gone → cgroup_empty as observed now. Without a cgroup
-   * (subreaper mode) there is no evidence: the session stays unknown.
+   * (subreaper mode) there is no evidence: the session stays unknown. The decision and its
+   * first step are taken synchronously, before the first await (the caller relies on it to
+   * open admission at once); the promise settles when the session has (or stays without) a
+   * receipt, which for a TERM-ignoring leaf is only after its grace.
    */
   async reconcile(): Promise<void> {
     if (this.state !== 'unknown') return;
     if (!this.admission) {
       // Torn files: no receipt can be written, but nothing of it may run on unowned.
       if (this.leaf && this.leaf.populated()) {
+        const reason = this.unknownReason;
         await this.endLeaf([]);
-        this.unknownReason += '; its processes were ended (TERM, then KILL)';
+        this.unknownReason = `${reason}; its processes were ended (TERM, then KILL)`;
       }
       return;
     }
     const mount = this.ctx.tree?.mount.mountPoint;
     if (this.admission.boot_id !== this.ctx.identity.bootId) {
-      await this.finish(this.ownerLostFacts({ evidence: 'boot_changed', observedAt: new Date() }, []));
+      await this.finish(await this.ownerLostFacts({ evidence: 'boot_changed', observedAt: new Date() }, []));
       return;
     }
     if (!this.leaf || !mount || !this.leaf.path.startsWith(mount + '/')) {
@@ -739,14 +800,21 @@ export class Session extends EventEmitter {
     const steps: ReceiptFacts['steps'] = [];
     if (existsSync(this.leaf.path) && this.leaf.populated()) await this.endLeaf(steps);
     const cgroup = this.leaf.path.slice(mount.length);
-    await this.finish(this.ownerLostFacts({ evidence: 'cgroup_empty', observedAt: new Date(), cgroup }, steps));
+    await this.finish(await this.ownerLostFacts({ evidence: 'cgroup_empty', observedAt: new Date(), cgroup }, steps));
   }
 
-  /** TERM to every process of the leaf, the grace, then cgroup.kill; records the steps. */
+  /**
+   * TERM to every process of the leaf, the grace, then cgroup.kill; records the steps. The
+   * TERM goes out before the first await, so the caller's decision is in effect at once and
+   * ps says what is being done meanwhile.
+   */
   private async endLeaf(steps: ReceiptFacts['steps']): Promise<void> {
     const leaf = this.leaf!;
+    const reason = this.unknownReason;
     if (this.req.graceMs > 0) {
-      steps.push({ signal: 'SIGTERM', at: new Date(), pids: leaf.signalAll('SIGTERM').size });
+      const at = new Date();
+      steps.push({ signal: 'SIGTERM', at, pids: leaf.signalAll('SIGTERM').size });
+      this.unknownReason = `${reason}; being ended: SIGTERM sent to ${steps[steps.length - 1].pids} processes at ${at.toISOString()}, cgroup.kill after its grace of ${this.req.graceMs} ms`;
       await leaf.waitEmpty(this.req.graceMs);
     }
     if (leaf.populated()) {
@@ -759,13 +827,16 @@ export class Session extends EventEmitter {
   /** Ends an unknown session on an operator's word: evidence operator_attested, never automatic. */
   async resolveAsOperator(operator: OperatorAttestation): Promise<Receipt> {
     if (this.state !== 'unknown') throw new Error(`session ${this.id} is ${this.state}, not unknown`);
+    if (this.receiptAwaitingSpace) {
+      throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} ended with evidence; its receipt waits for space in the state dir and is written once there is room (free some space)`);
+    }
     if (this.leaf?.populated()) {
       throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} still has ${this.leaf.pids().length} processes in its cgroup; nothing is attested over a live session`);
     }
     // An unreadable receipt is kept beside, never silently replaced.
-    const torn = join(this.dir, 'receipt.json');
+    const torn = join(this.dir, RECEIPT_FILE);
     if (existsSync(torn)) renameSync(torn, join(this.dir, `receipt.unreadable-${Date.now()}.json`));
-    await this.finish(this.ownerLostFacts({ evidence: 'operator_attested', observedAt: new Date() }, []), {
+    await this.finish(await this.ownerLostFacts({ evidence: 'operator_attested', observedAt: new Date() }, []), {
       operator: { uid: operator.uid, pid: operator.pid, reason: operator.reason, unknown_reason: this.unknownReason },
     });
     return this.receipt!;

@@ -3,11 +3,13 @@
 // ever), receipts, and what a stream durably holds on disk. Owns reading and writing them;
 // torn or corrupt files are reported as errors for the caller to mark the session unknown.
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { closeSync, constants, existsSync, fsyncSync, ftruncateSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import type { Receipt } from '../ipc/protocol.js';
-import { createFileDurable } from './durable.js';
+import { ADMISSION_FILE, RECEIPT_FILE, RECEIPT_RESERVATION_FILE, STARTED_FILE } from '../ipc/state-layout.js';
+import { createFileDurable, fsyncDir, writeAll } from './durable.js';
+import { faultPoint } from './fault.js';
 
 const AdmissionSchema = z.object({
   session_id: z.string().regex(/^s-[0-9a-z]+-[0-9a-f]+$/),
@@ -38,7 +40,7 @@ export type AdmissionRecord = z.infer<typeof AdmissionSchema>;
 export function readAdmission(sessionDir: string): AdmissionRecord {
   let raw: unknown;
   try {
-    raw = JSON.parse(readFileSync(join(sessionDir, 'admission.json'), 'utf8'));
+    raw = JSON.parse(readFileSync(join(sessionDir, ADMISSION_FILE), 'utf8'));
   } catch (err) {
     throw new Error(`admission record is unreadable: ${(err as Error).message}`);
   }
@@ -48,14 +50,149 @@ export function readAdmission(sessionDir: string): AdmissionRecord {
 }
 
 export function writeAdmission(sessionDir: string, record: AdmissionRecord): void {
-  createFileDurable(join(sessionDir, 'admission.json'), JSON.stringify(record) + '\n');
+  createFileDurable(join(sessionDir, ADMISSION_FILE), JSON.stringify(record) + '\n');
+}
+
+/** Whether the admission record exists (a session dir without one never committed its admission). */
+export function hasAdmission(sessionDir: string): boolean {
+  return existsSync(join(sessionDir, ADMISSION_FILE));
 }
 
 /** The receipt if one was written (atomically: it is whole or absent); throws if unparsable. */
 export function readReceipt(sessionDir: string): Receipt | null {
-  const path = join(sessionDir, 'receipt.json');
+  const path = join(sessionDir, RECEIPT_FILE);
   if (!existsSync(path)) return null;
   return JSON.parse(readFileSync(path, 'utf8')) as Receipt;
+}
+
+/** Bytes reserved for a receipt: room for a typical one many times over (they are ~3 KiB). */
+export function receiptReservationBytes(admissionBytes: number): number {
+  return Math.ceil((16 * 1024 + 2 * admissionBytes) / 4096) * 4096;
+}
+
+/**
+ * Reserves space for the session's receipt (<session>/receipt.reserved, zeros, created
+ * O_EXCL|O_NOFOLLOW): the blocks are taken now, while there is room, so the receipt can be
+ * written later into them even when the file system is full (ENOSPC then never loses a known
+ * exit status). Not fsync'ed: after a crash a reservation may be gone, and is made again.
+ */
+export function reserveReceiptSpace(sessionDir: string, bytes: number): void {
+  const fd = openSync(join(sessionDir, RECEIPT_RESERVATION_FILE), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+  try {
+    writeAll(fd, Buffer.alloc(bytes));
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Writes the receipt once, durably: into its reservation (pwrite at 0, ftruncate, fsync), then
+ * link(2) to receipt.json, which fails with EEXIST if anything is there (never replaced, never
+ * written through), then the reservation's name goes and the directory is fsync'ed. Without a
+ * reservation it is a fresh temp file (createFileDurable). A receipt larger than its
+ * reservation on a full disk throws ENOSPC: the caller keeps the facts and tries again.
+ */
+export function writeReceiptFile(sessionDir: string, data: string): void {
+  const reserved = join(sessionDir, RECEIPT_RESERVATION_FILE);
+  const final = join(sessionDir, RECEIPT_FILE);
+  let fd: number;
+  try {
+    fd = openSync(reserved, constants.O_WRONLY | constants.O_NOFOLLOW);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    createFileDurable(final, data);
+    return;
+  }
+  try {
+    writeAll(fd, Buffer.from(data));
+    ftruncateSync(fd, Buffer.byteLength(data));
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  faultPoint(`durable:${RECEIPT_FILE}:before-link`);
+  linkSync(reserved, final);
+  unlinkSync(reserved);
+  fsyncDir(sessionDir);
+}
+
+/**
+ * The receipt a crash left in the reservation after it was written and fsync'ed but before
+ * it was linked into place, if the reservation holds one (whole, parseable, for this
+ * session); null when it holds zeros or a torn write. The caller checks the signature.
+ */
+export function readReservedReceipt(sessionDir: string, sessionId: string): Receipt | null {
+  let text: string;
+  try {
+    text = readFileSync(join(sessionDir, RECEIPT_RESERVATION_FILE), 'utf8');
+  } catch {
+    return null;
+  }
+  try {
+    const r = JSON.parse(text) as Receipt;
+    return r && typeof r === 'object' && r.session_id === sessionId && r.signature ? r : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Links a receipt found in the reservation into place (restore); throws as link(2) does. */
+export function promoteReservedReceipt(sessionDir: string): void {
+  linkSync(join(sessionDir, RECEIPT_RESERVATION_FILE), join(sessionDir, RECEIPT_FILE));
+  unlinkSync(join(sessionDir, RECEIPT_RESERVATION_FILE));
+  fsyncDir(sessionDir);
+}
+
+/**
+ * Removes what a receipt written into place no longer needs: a reservation name left by a
+ * crash between link and unlink (a second name of the receipt's inode), temp files. Never
+ * the receipt.
+ */
+export function tidyEndedSessionDir(sessionDir: string): void {
+  for (const name of readdirSync(sessionDir)) {
+    if (name === RECEIPT_RESERVATION_FILE || (name.startsWith('.') && name.endsWith('.tmp'))) unlinkSync(join(sessionDir, name));
+  }
+}
+
+/** What a session dir holds when its admission was never committed: nothing, or only temp files. */
+export function onlyUncommittedAdmission(sessionDir: string): boolean {
+  return readdirSync(sessionDir).every((name) => name.startsWith(`.${ADMISSION_FILE}.`) && name.endsWith('.tmp'));
+}
+
+/** The record that the spawn happened: {started_at, pid} (not fsync'ed: its presence is the evidence). */
+export interface StartedRecord {
+  started_at: string;
+  pid: number;
+}
+
+/** Writes <session>/started.json right after the spawn (O_EXCL|O_NOFOLLOW). */
+export function writeStarted(sessionDir: string, record: StartedRecord): void {
+  const fd = openSync(join(sessionDir, STARTED_FILE), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+  try {
+    writeAll(fd, Buffer.from(JSON.stringify(record) + '\n'));
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The started record if one is there and whole; null otherwise (torn, absent). */
+export function readStarted(sessionDir: string): StartedRecord | null {
+  try {
+    const r = JSON.parse(readFileSync(join(sessionDir, STARTED_FILE), 'utf8')) as StartedRecord;
+    return typeof r.started_at === 'string' && Number.isFinite(Date.parse(r.started_at)) && Number.isSafeInteger(r.pid) ? r : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Whether a path exists without following a link (lstat). */
+export function existsNoFollow(path: string): boolean {
+  try {
+    lstatSync(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 export interface KeyRecord {

@@ -3,28 +3,29 @@
 // shutdown. Owns policy across sessions; one session's life is session.ts, the socket is
 // server.ts.
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, existsSync, ftruncateSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+import { closeSync, constants, existsSync, ftruncateSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync, statSync, writeSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import type { Logger } from 'pino';
 import { SupervisorError } from '../ipc/errors.js';
-import type { LaunchResult, SessionSelector, StatusResult, SupervisorMode } from '../ipc/protocol.js';
+import type { LaunchResult, Receipt, SessionSelector, SessionState, StatusResult, SupervisorMode } from '../ipc/protocol.js';
 import { PROTOCOL_VERSION } from '../ipc/protocol.js';
-import { CgroupTree } from './cgroup.js';
+import { CgroupLeaf, CgroupTree } from './cgroup.js';
 import type { Config } from './config.js';
 import { createFileDurable, fsyncDir, writeFileDurable } from './durable.js';
 import { planRetention } from './retention.js';
 import { type CloseReceipt, scanWorkspace } from './close.js';
-import { receiptDigest } from '../ipc/verify.js';
+import { receiptDigest, verifySignature } from '../ipc/verify.js';
 import { native } from './native.js';
 import { Reaper } from './reaper.js';
 import { faultPoint } from './fault.js';
 import { commandDigest } from './receipt.js';
 import { Session, type OperatorAttestation, type SessionContext } from './session.js';
 import { ReceiptSigner } from './signing.js';
-import { KeyIndex, readAdmission, readReceipt, sessionDirs } from './store.js';
+import { KeyIndex, onlyUncommittedAdmission, promoteReservedReceipt, readAdmission, readReceipt, readReservedReceipt, sessionDirs, tidyEndedSessionDir } from './store.js';
 import { lookupUser } from './users.js';
-import { StorageGuard } from './storage.js';
+import { StorageGuard, thresholdWarnings } from './storage.js';
+import { hashWorkerPath, onHashWorkerFailure } from './hasher.js';
 import type { LaunchParams } from './validate.js';
 import { VERSION } from '../ipc/version.js';
 import { cpus, freemem, loadavg, totalmem, uptime } from 'node:os';
@@ -172,14 +173,22 @@ export class Supervisor {
     for (const r of records) keyOf.set(r.session_id, r.invocation_key);
     for (const sessionId of sessionDirs(this.ctx.sessionsDir)) {
       const dir = join(this.ctx.sessionsDir, sessionId);
+      if (!keyOf.has(sessionId) && onlyUncommittedAdmission(dir) && this.discardUncommittedAdmission(sessionId)) continue;
       let session: Session;
       try {
         const admission = readAdmission(dir);
         let receipt = null;
         try {
-          receipt = readReceipt(dir);
+          receipt = readReceipt(dir) ?? this.adoptReservedReceipt(dir, sessionId);
         } catch (err) {
           throw new Error(`receipt is unreadable: ${(err as Error).message}`);
+        }
+        if (receipt) {
+          try {
+            tidyEndedSessionDir(dir);
+          } catch (err) {
+            this.log.warn({ err, session_id: sessionId }, 'could not tidy an ended session dir');
+          }
         }
         session = Session.restore(admission, receipt, this.ctx);
         if (!keyOf.has(sessionId)) {
@@ -203,29 +212,85 @@ export class Supervisor {
     this.log.info({ sessions: this.sessions.size, unknown }, 'state restored');
   }
 
-  private register(session: Session): void {
-    this.sessions.set(session.id, session);
-    this.byKey.set(session.req.invocationKey, session);
+  /**
+   * A session dir holding no admission record, only its temp file or nothing, is an
+   * admission a crash interrupted before it committed: nothing was spawned (the spawn comes
+   * after the fsync'ed record) and the key was not taken (its record comes after too). The
+   * dir and its empty leaf go. A populated leaf (never by construction) is kept as a broken
+   * session, whose processes reconciliation ends. Returns whether it was discarded.
+   */
+  private discardUncommittedAdmission(sessionId: string): boolean {
+    const leaf = this.ctx.tree ? new CgroupLeaf(join(this.ctx.tree.sessionsPath, sessionId)) : null;
+    if (leaf?.populated()) return false;
+    try {
+      if (leaf && existsSync(leaf.path)) rmdirSync(leaf.path);
+      rmSync(join(this.ctx.sessionsDir, sessionId), { recursive: true, force: true });
+      fsyncDir(this.ctx.sessionsDir);
+    } catch (err) {
+      this.log.warn({ err, session_id: sessionId }, 'could not remove an admission that never committed');
+      return false;
+    }
+    this.log.info({ session_id: sessionId }, 'removed an admission a crash interrupted before it committed (nothing ran, no key was taken)');
+    return true;
   }
 
   /**
-   * Settles every unknown session with evidence where there is some (owner_lost receipts);
-   * until it has looked at each, new keys get ADMISSION_DENIED (retryable).
+   * A receipt a crash left in its reservation (written and fsync'ed, not yet linked): it is
+   * the session's receipt if it carries our signature; it is linked into place now.
    */
-  async reconcile(): Promise<void> {
+  private adoptReservedReceipt(dir: string, sessionId: string): Receipt | null {
+    const receipt = readReservedReceipt(dir, sessionId);
+    if (!receipt) return null;
+    const problems = verifySignature(receipt, this.ctx.signer.publicKeyPem);
+    if (problems.length) {
+      this.log.warn({ session_id: sessionId, problems }, 'the receipt reservation holds a receipt that does not verify; ignored');
+      return null;
+    }
+    try {
+      promoteReservedReceipt(dir);
+      this.log.info({ session_id: sessionId }, 'published a receipt a crash left in its reservation');
+    } catch (err) {
+      // Durable under its reservation's name all the same; linked at a later start.
+      this.log.warn({ err, session_id: sessionId }, 'could not link a receipt found in its reservation');
+    }
+    return receipt;
+  }
+
+  private register(session: Session): void {
+    this.sessions.set(session.id, session);
+    this.byKey.set(session.req.invocationKey, session);
+    session.on('state', (state: SessionState) => {
+      if (state === 'ended') this.keepFree();
+    });
+  }
+
+  /**
+   * Settles every unknown session with evidence where there is some (owner_lost receipts).
+   * Each session's course is decided at once (Session.reconcile decides before its first
+   * await) and admission of new keys opens right after, in the same tick: ending a
+   * TERM-ignoring leaf takes its grace (up to 30 days), and runs on in the background while
+   * retries of its key answer with the session, unknown until its receipt is written.
+   * Resolves once every one of them is settled.
+   */
+  reconcile(): Promise<void> {
     const unknown = [...this.sessions.values()].filter((s) => s.state === 'unknown');
-    await Promise.all(
-      unknown.map((s) =>
-        s.reconcile().catch((err: Error) => {
-          s.unknownReason = `reconciliation failed: ${err.message}`;
-          this.log.error({ err, session_id: s.id }, 'reconciliation failed; the session stays unknown');
-        }),
-      ),
+    const settling = unknown.map((s) =>
+      s.reconcile().catch((err: Error) => {
+        s.unknownReason = `reconciliation failed: ${err.message}`;
+        this.log.error({ err, session_id: s.id }, 'reconciliation failed; the session stays unknown');
+      }),
     );
     this.reconciling = false;
-    const left = unknown.filter((s) => s.state === 'unknown').length;
-    this.log.info({ reconciled: unknown.length - left, still_unknown: left }, 'reconciliation done');
+    this.log.info({ sessions: unknown.length, being_ended: unknown.filter((s) => s.state === 'unknown').length }, 'reconciliation decided; admission open');
+    this.reconciliation = Promise.all(settling).then(() => {
+      const left = unknown.filter((s) => s.state === 'unknown').length;
+      this.log.info({ reconciled: unknown.length - left, still_unknown: left }, 'reconciliation done');
+    });
+    return this.reconciliation;
   }
+
+  /** Reconciliation's background part (escalations of recovered sessions), for shutdown to settle. */
+  private reconciliation: Promise<void> = Promise.resolve();
 
   private readSeal(): { generation: number; sealed_at: string } | null {
     const path = join(this.config.stateDir, 'seal.json');
@@ -242,8 +307,21 @@ export class Supervisor {
   }
 
   /** Whether new launches are taken, and if not why. */
-  admissionState(): 'open' | 'sealed' | 'reconciling' | 'stopping' {
-    return this.stopping ? 'stopping' : this.sealRecord ? 'sealed' : this.reconciling ? 'reconciling' : 'open';
+  admissionState(): StatusResult['admission'] {
+    return this.stopping ? 'stopping' : this.sealRecord ? 'sealed' : this.reconciling ? 'reconciling' : this.ctx.storage.admits() ? 'open' : 'disk_low';
+  }
+
+  /** When free space in the state dir is below retention.keepFreeBytes, gc() (at most once a second). */
+  private keepFreeAt = -Infinity;
+  keepFree(): void {
+    const storage = this.ctx.storage;
+    if (performance.now() - this.keepFreeAt < 1000 || storage.freeBytes() >= storage.keepFreeBytes) return;
+    this.keepFreeAt = performance.now();
+    try {
+      this.gc();
+    } catch (err) {
+      this.log.error({ err }, 'retention (keep-free) failed');
+    }
   }
 
   /** Stops admission for good (durable; a restart does not unseal). Idempotent. */
@@ -350,6 +428,10 @@ export class Supervisor {
         log.warn({ reason: (err as Error).message }, 'no writable cgroup v2: running in subreaper mode (death evidence: subreaper_reaped)');
       }
     }
+    const storage = new StorageGuard(config.stateDir, config.storage);
+    for (const warning of thresholdWarnings(storage, storage.totalBytes)) log.warn({ state_dir: config.stateDir }, warning);
+    hashWorkerPath(); // fails start-up, naming where it looked, rather than every receipt later
+    onHashWorkerFailure((reason) => log.error({ reason }, 'a hashing thread failed; replaced (its streams are hashed again from their chunk files)'));
     const ctx: SessionContext = {
       config,
       log,
@@ -358,7 +440,7 @@ export class Supervisor {
       sessionsDir,
       identity: { instance, generation, bootId: readBootId(), mode, pid: process.pid },
       signer: ReceiptSigner.loadOrCreate(config.stateDir),
-      storage: new StorageGuard(config.stateDir, config.storage.reserveBytes, config.storage.minFreeBytes),
+      storage,
     };
     log.info({ instance, generation, mode, cgroup: tree?.basePath ?? null, subreaper: native().isChildSubreaper() }, 'supervisor ready');
     return new Supervisor(config, log, ctx);
@@ -428,6 +510,7 @@ export class Supervisor {
     if (this.reconciling) {
       throw new SupervisorError('ADMISSION_DENIED', 'reconciling sessions left by a restart; retry shortly', { retry_after_ms: 250, reason: 'reconciling' });
     }
+    if (!this.ctx.storage.admits()) this.keepFree();
     if (!this.ctx.storage.admits()) {
       const free = this.ctx.storage.freeBytes();
       throw new SupervisorError('ADMISSION_DENIED', `disk low: ${free} bytes free in the state dir, ${this.ctx.storage.minFreeBytes} needed; retry later`, {
@@ -480,6 +563,7 @@ export class Supervisor {
       throw new SupervisorError('ADMISSION_DENIED', `cannot record the admission: ${(err as Error).message}`, { retry_after_ms: 1000 });
     }
     this.register(session);
+    faultPoint('launch:before-spawn');
     session.start();
     faultPoint('launch:started');
     this.log.info({ session_id: session.id, invocation_key: key, argv: params.argv, pid: session.pid }, 'session launched');
@@ -536,7 +620,8 @@ export class Supervisor {
       outputBytes: s.outputBytes(),
       outputRemoved: s.outputRemoved,
     }));
-    const plan = planRetention(candidates, this.config.retention, nowMs);
+    const storage = this.ctx.storage;
+    const plan = planRetention(candidates, this.config.retention, nowMs, { freeBytes: storage.freeBytes(), keepFreeBytes: storage.keepFreeBytes });
     let freed = 0;
     for (const id of plan.retire) {
       const s = this.sessions.get(id)!;
@@ -599,6 +684,7 @@ export class Supervisor {
     const mem = await si.mem();
     const storage = this.ctx.storage;
     const free = storage.freeBytes();
+    const admission = this.admissionState();
     return {
       version: VERSION,
       protocol: PROTOCOL_VERSION,
@@ -613,20 +699,39 @@ export class Supervisor {
       receipt_key: { key_id: this.ctx.signer.keyId, public_key_pem: this.ctx.signer.publicKeyPem, path: join(this.config.stateDir, 'receipt-key.pub') },
       sessions: counts,
       load: { loadavg: loadavg(), cpus: cpus().length, free_mem_bytes: freemem(), total_mem_bytes: totalmem() },
-      admission: this.admissionState(),
+      admission,
+      ...(admission === 'disk_low'
+        ? { admission_reason: `disk low: ${free} bytes free in the state dir, ${storage.minFreeBytes} needed; retention removes the oldest ended sessions' output while less than ${storage.keepFreeBytes} is free (sbx gc), and cannot touch running or unknown sessions` }
+        : admission === 'reconciling'
+          ? { admission_reason: 'reconciling sessions left by a restart' }
+          : {}),
       sealed: this.sealRecord,
-      storage: { state_dir_bytes: stateDirBytes(this.config.stateDir), free_bytes: free, reserve_bytes: storage.reserveBytes, min_free_bytes: storage.minFreeBytes, admits: free >= storage.minFreeBytes },
+      storage: {
+        state_dir_bytes: stateDirBytes(this.config.stateDir),
+        free_bytes: free,
+        total_bytes: storage.totalBytes,
+        reserve_bytes: storage.reserveBytes,
+        min_free_bytes: storage.minFreeBytes,
+        keep_free_bytes: storage.keepFreeBytes,
+        admits: free >= storage.minFreeBytes,
+      },
       machine: { cpu_load_percent: load ? Math.round(load.currentLoad * 10) / 10 : null, mem_total_bytes: mem.total, mem_available_bytes: mem.available, uptime_s: Math.round(uptime()) },
     };
   }
 
-  /** Stops admission, terminates every session (cause shutdown), waits for every receipt. */
+  /**
+   * Stops admission, terminates every session (cause shutdown), and waits until each is
+   * settled: a receipt, or unknown (one whose receipt cannot be written, or whose evidence was
+   * lost, never gets one: waiting for its `ended` would never return). Recovered sessions
+   * still being ended by reconciliation are waited for too.
+   */
   shutdown(): Promise<void> {
     this.stopping ??= (async () => {
       const live = [...this.sessions.values()].filter((s) => s.state !== 'ended' && s.state !== 'unknown');
       this.log.info({ sessions: live.length }, 'shutting down: terminating sessions');
       await Promise.all(live.map((s) => s.terminate('shutdown')));
-      await Promise.all(live.map((s) => s.ended));
+      await Promise.all(live.map((s) => s.settled()));
+      await this.reconciliation;
       this.ctx.reaper.reapNow();
       this.ctx.reaper.stop();
       this.ctx.tree?.teardown();

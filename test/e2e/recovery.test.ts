@@ -2,7 +2,7 @@
 // supervisor's sessions become unknown and are settled with evidence (owner_lost) after a
 // restart, never relaunched; torn state files stay local to their session.
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
@@ -208,5 +208,99 @@ describe('restart', () => {
     expect(receipt).toMatchObject({ outcome: 'owner_lost', death: { evidence: 'operator_attested' }, operator: { uid: 0, reason: 'checked by hand' } });
     expect(receipt.operator!.unknown_reason).toContain('admission record');
     expect((await d.sbx(['wait', session_id])).status).toBe(125);
+  });
+});
+
+describe('crashes at exact points (SBX_FAULT_POINT)', () => {
+  it('admission is open at once after a restart while a TERM-ignoring orphan with a 45 s grace is being ended', async () => {
+    const d = await daemon();
+    const m = marker();
+    const c = await d.client();
+    const { session_id } = await c.launch({ argv: ['sh', '-c', `trap "" TERM; sleep ${m}`], cwd: '/', invocation_key: 'lg', grace_ms: 45_000 });
+    const procs = join(d.cgroupBase!, 'sessions', session_id, 'cgroup.procs');
+    await until(() => readFileSync(procs, 'utf8').split('\n').some((pid) => pid && pidsWithMarker(m).includes(Number(pid))), 'the orphan to run in its leaf');
+    await d.kill9();
+    const restartedAt = performance.now();
+    await d.start();
+    const fresh = await d.sbx(['run', '--', 'echo', 'new']);
+    const admittedMs = performance.now() - restartedAt;
+    expect(fresh.stdout.toString()).toBe('new\n');
+    expect(fresh.status).toBe(0);
+    // The answer came while the orphan was still inside its grace: it is running, unknown,
+    // and ps says it is being ended; its key answers with the session, never a new run.
+    expect(pidsWithMarker(m).length).toBeGreaterThan(0);
+    const row = (JSON.parse((await d.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[]).find((r) => r.session_id === session_id)!;
+    expect(row.state).toBe('unknown');
+    expect(row.reason).toMatch(/being ended: SIGTERM sent to \d+ processes at .*, cgroup\.kill after its grace of 45000 ms/);
+    const status = JSON.parse((await d.sbx(['status', '--json'])).stdout.toString());
+    expect(status.admission).toBe('open');
+    const retry = await d.sbx(['run', '--key', 'lg', '--detach', '--json', '--cwd', '/', '--', 'sh', '-c', `trap "" TERM; sleep ${m}`]);
+    expect(JSON.parse(retry.stdout.toString())).toEqual({ session_id, existing: true, state: 'unknown' });
+    console.log(`restart → a new key's receipt: ${admittedMs.toFixed(0)} ms (sbx started twice), while the orphan's grace of 45 s runs`);
+    // An operator need not wait out the grace: sbx kill reaches what runs in the leaf.
+    expect((await d.sbx(['kill', '--key', 'lg'])).status).toBe(0);
+    const receipt = JSON.parse((await d.sbx(['wait', '--key', 'lg'])).stdout.toString()) as Receipt;
+    expect(receipt).toMatchObject({ outcome: 'owner_lost', death: { evidence: 'cgroup_empty' }, termination: { cause: 'reconcile' } });
+    expect(receipt.termination.steps.map((s) => s.signal)).toEqual(['SIGTERM']);
+    expect(pidsWithMarker(m)).toEqual([]);
+  });
+
+  it('a crash during admission (temp record written, not linked) leaves nothing: no phantom, no leaf, the key is free', async () => {
+    const d = await daemon();
+    d.withEnv({ SBX_FAULT_POINT: 'durable:admission.json:before-link' });
+    await d.terminate();
+    await d.start();
+    const file = join(d.dir, 'runs.txt');
+    const args = ['run', '--key', 'K-mid-admission', '--cwd', '/', '--', 'sh', '-c', `echo run >> ${file}`];
+    const cut = await d.sbx(args);
+    expect(cut.status).toBe(125); // the supervisor died under it
+    expect(await d.exitedNow()).toEqual({ code: null, signal: 'SIGKILL' });
+    const sessions = join(d.stateDir, 'sessions');
+    const [dir] = readdirSync(sessions);
+    expect(readdirSync(join(sessions, dir)).every((n) => /^\.admission\.json\.[0-9a-f]+\.tmp$/.test(n))).toBe(true);
+    d.withEnv(undefined);
+    await d.start();
+    expect(readdirSync(sessions)).toEqual([]);
+    expect(existsSync(join(d.cgroupBase!, 'sessions', dir))).toBe(false);
+    expect(JSON.parse((await d.sbx(['ps', '--all', '--json'])).stdout.toString())).toEqual([]);
+    // Nothing ran and the key was never taken: the retry runs it, once.
+    expect(existsSync(file)).toBe(false);
+    expect((await d.sbx(args)).status).toBe(0);
+    expect(readFileSync(file, 'utf8')).toBe('run\n');
+    expect(d.log()).not.toMatch(/"level":50.*torn or corrupt/);
+  });
+
+  it('a key admitted but never spawned answers as owner_lost with empty streams; one that spawned says when', async () => {
+    const d = await daemon();
+    const file = join(d.dir, 'runs.txt');
+    const args = (key: string) => ['run', '--key', key, '--cwd', '/', '--', 'sh', '-c', `echo ${key} >> ${file}; echo out`];
+    for (const [point, key] of [['launch:before-spawn', 'K-unspawned'], ['launch:started', 'K-spawned']]) {
+      d.withEnv({ SBX_FAULT_POINT: point });
+      await d.terminate();
+      await d.start();
+      const admittedAt = Date.now();
+      await d.sbx(args(key));
+      expect(await d.exitedNow()).toEqual({ code: null, signal: 'SIGKILL' });
+      d.withEnv(undefined);
+      await d.start();
+      const again = await d.sbx(args(key));
+      expect(again.stderr.toString()).not.toContain('INVALID_ARGUMENT');
+      expect(again.status).toBe(125);
+      const receipt = JSON.parse((await d.sbx(['receipt', '--key', key])).stdout.toString()) as Receipt;
+      expect(receipt.outcome).toBe('owner_lost');
+      expect(Object.keys(receipt.output).sort()).toEqual(['stderr', 'stdout']);
+      if (key === 'K-unspawned') {
+        expect(receipt.started_at).toBeNull();
+        expect(receipt.output.stdout).toMatchObject({ final_cursor: 0, complete: false, reason: 'owner_lost' });
+      } else {
+        expect(Date.parse(receipt.started_at!)).toBeGreaterThanOrEqual(admittedAt - 1000);
+        expect(Date.parse(receipt.started_at!)).toBeGreaterThanOrEqual(Date.parse(receipt.admitted_at));
+      }
+    }
+    // Neither ran twice; the one that never spawned never ran at all. (The spawned one's shim
+    // may have died with the supervisor before it joined its cgroup: PR_SET_PDEATHSIG.)
+    const runs = existsSync(file) ? readFileSync(file, 'utf8').split('\n') : [];
+    expect(runs.filter((l) => l === 'K-unspawned')).toEqual([]);
+    expect(runs.filter((l) => l === 'K-spawned').length).toBeLessThanOrEqual(1);
   });
 });

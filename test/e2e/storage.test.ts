@@ -3,10 +3,11 @@
 // says what was dropped, every receipt on disk still verifies, and launches are refused
 // (retryable) while space is low.
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorError } from '../../ipc/errors.js';
+import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
 import { verifyStoredOutput } from '../../ipc/verify.js';
 import { TestDaemon, until } from '../helpers/daemon.js';
 
@@ -38,7 +39,8 @@ describe('a full state dir (64 MiB tmpfs)', () => {
   let daemon: TestDaemon;
   let mounted = false;
   beforeAll(async () => {
-    daemon = new TestDaemon({ config: { storage: { reserveBytes: 4 * MiB, minFreeBytes: 16 * MiB } } });
+    // keepFreeBytes 0: retention does not step in here (the keep-free rule has its own test).
+    daemon = new TestDaemon({ config: { storage: { reserveBytes: 4 * MiB, minFreeBytes: 16 * MiB, keepFreeBytes: 0 } } });
     mkdirSync(daemon.stateDir, { recursive: true });
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64m,mode=0700', 'tmpfs', daemon.stateDir]);
     mounted = true;
@@ -73,6 +75,197 @@ describe('a full state dir (64 MiB tmpfs)', () => {
     expect(refused).toBeInstanceOf(SupervisorError);
     expect(refused).toMatchObject({ code: 'ADMISSION_DENIED', retryable: true });
     expect((await client.status()).pid).toBe(daemon.pid);
+  });
+});
+
+/** Mounts a tmpfs of sizeMiB at daemon.stateDir (unmounted by unmountState). */
+function mountState(daemon: TestDaemon, sizeMiB: number): void {
+  mkdirSync(daemon.stateDir, { recursive: true });
+  execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${sizeMiB}m,mode=0700`, 'tmpfs', daemon.stateDir]);
+}
+
+async function unmountState(daemon: TestDaemon): Promise<{ code: number | null; signal: NodeJS.Signals | null } | null> {
+  const exit = await daemon.terminate();
+  try {
+    execFileSync('umount', [daemon.stateDir]);
+  } catch {
+    // not mounted
+  }
+  await daemon.stop();
+  return exit;
+}
+
+/** Fills the file system at dir with a file until write(2) says ENOSPC; returns its path. */
+function fillUp(dir: string): string {
+  const path = join(dir, 'filler');
+  const fd = openSync(path, 'a');
+  try {
+    for (const size of [MiB, 4096, 1]) {
+      const buf = Buffer.alloc(size, 1);
+      for (;;) {
+        try {
+          writeSync(fd, buf);
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code === 'ENOSPC') break;
+          throw err;
+        }
+      }
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return path;
+}
+
+/** Whether a 4 KiB file can still be written at dir (the file system is not full). */
+function hasRoom(dir: string): boolean {
+  const probe = join(dir, 'probe');
+  try {
+    writeFileSync(probe, Buffer.alloc(4096));
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOSPC') return false;
+    throw err;
+  } finally {
+    rmSync(probe, { force: true });
+  }
+}
+
+describe('receipts on a full disk (16 MiB tmpfs)', () => {
+  // keepFreeBytes 0: retention never frees space here; the test fills the disk itself.
+  const config = { storage: { reserveBytes: 0, minFreeBytes: MiB, keepFreeBytes: 0 }, drain: { chunkBytes: 4096 } };
+  const go = (d: TestDaemon, name: string) => join(d.dir, name);
+  const waitForGo = (path: string, before = '') => ['sh', '-c', `${before}while [ ! -e ${path} ]; do sleep 0.02; done; exit 3`];
+
+  it('ENOSPC when the receipt is written loses nothing: it goes into the space reserved at admission', async () => {
+    const daemon = new TestDaemon({ config });
+    mountState(daemon, 16);
+    try {
+      await daemon.start();
+      const client = await daemon.client();
+      const { session_id } = await client.launch({ argv: waitForGo(go(daemon, 'go')), cwd: '/', invocation_key: 'full' });
+      fillUp(daemon.stateDir);
+      expect(hasRoom(daemon.stateDir)).toBe(false); // the session ends on a full disk
+      writeFileSync(go(daemon, 'go'), '');
+      const r = await client.wait({ session_id });
+      expect(r).toMatchObject({ outcome: 'exited', exit: { code: 3, signal: null }, death: { evidence: 'cgroup_empty' } });
+      expect(verifyStoredOutput(r, daemon.stateDir)).toEqual([]);
+      expect((await daemon.sbx(['wait', '--key', 'full'])).status).toBe(3);
+    } finally {
+      expect(await unmountState(daemon)).toEqual({ code: 0, signal: null });
+    }
+  });
+
+  it('a crash after the receipt reached its reservation and before it was linked: the restart publishes it, exit 3 kept', async () => {
+    const daemon = new TestDaemon({ config, env: { SBX_FAULT_POINT: 'durable:receipt.json:before-link' } });
+    mountState(daemon, 16);
+    try {
+      await daemon.start();
+      const client = await daemon.client();
+      const { session_id } = await client.launch({ argv: waitForGo(go(daemon, 'go')), cwd: '/', invocation_key: 'crash' });
+      const filler = fillUp(daemon.stateDir);
+      writeFileSync(go(daemon, 'go'), '');
+      expect(await daemon.exitedNow()).toEqual({ code: null, signal: 'SIGKILL' });
+      rmSync(filler); // a start bumps the generation durably: it needs a few KiB
+      await daemon.withEnv(undefined).start();
+      const r = JSON.parse((await daemon.sbx(['receipt', session_id])).stdout.toString()) as Receipt;
+      expect(r).toMatchObject({ session_id, outcome: 'exited', exit: { code: 3, signal: null }, death: { evidence: 'cgroup_empty' } });
+      expect(r.supervisor.generation).toBe(1); // the receipt of the supervisor that saw the end
+      expect(readdirSync(join(daemon.stateDir, 'sessions', session_id)).sort()).toEqual(['admission.json', 'receipt.json', 'started.json', 'stderr', 'stdout']);
+      expect(verifyStoredOutput(r, daemon.stateDir)).toEqual([]);
+    } finally {
+      expect(await unmountState(daemon)).toEqual({ code: 0, signal: null });
+    }
+  });
+
+  it('a receipt larger than its reservation waits for space (unknown, saying why) and is written once there is room', async () => {
+    const daemon = new TestDaemon({ config });
+    mountState(daemon, 16);
+    try {
+      await daemon.start();
+      const client = await daemon.client();
+      // 6 MiB in 4 KiB chunks: the receipt lists 1,536 chunks (~70 KiB), past its reservation.
+      const { session_id } = await client.launch({ argv: waitForGo(go(daemon, 'go'), 'head -c 6291456 /dev/zero; '), cwd: '/', invocation_key: 'big' });
+      await until(async () => (await client.ps()).sessions.find((s) => s.session_id === session_id)?.cursors.stdout === 6 * MiB, 'the output to be stored');
+      const filler = fillUp(daemon.stateDir);
+      writeFileSync(go(daemon, 'go'), '');
+      const waiting = await until(async () => {
+        const row = (JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[]).find((s) => s.session_id === session_id);
+        return row?.state === 'unknown' ? row : null;
+      }, 'the session to wait for space');
+      expect(waiting.reason).toMatch(/ENOSPC.*retried until space returns/);
+      const resolve = await daemon.sbx(['resolve', session_id, '--as-operator', '--reason', 'no']);
+      expect(resolve.status).toBe(125);
+      expect(resolve.stderr.toString()).toContain('waits for space');
+      const receipt = client.wait({ session_id });
+      rmSync(filler);
+      const r = await receipt;
+      expect(r).toMatchObject({ outcome: 'exited', exit: { code: 3, signal: null }, death: { evidence: 'cgroup_empty' } });
+      expect(r.output.stdout!.chunks).toHaveLength(1536);
+      expect(verifyStoredOutput(r, daemon.stateDir)).toEqual([]);
+    } finally {
+      expect(await unmountState(daemon)).toEqual({ code: 0, signal: null });
+    }
+  }, 60_000);
+});
+
+describe('a small state dir keeps itself usable (64 MiB tmpfs, default thresholds)', () => {
+  let daemon: TestDaemon;
+  beforeAll(async () => {
+    daemon = new TestDaemon({ config: { retention: { intervalMs: 0 } } });
+    mountState(daemon, 64);
+    await daemon.start();
+  });
+  afterAll(async () => {
+    expect(await unmountState(daemon)).toEqual({ code: 0, signal: null });
+  });
+
+  it('scales its thresholds to the file system, so launches are admitted at all', async () => {
+    const status = JSON.parse((await daemon.sbx(['status', '--json'])).stdout.toString());
+    expect(status.storage).toMatchObject({ total_bytes: 64 * MiB, reserve_bytes: Math.floor(64 * MiB * 0.05), min_free_bytes: Math.floor(64 * MiB * 0.1), keep_free_bytes: Math.floor(64 * MiB * 0.15) });
+    expect(status.admission).toBe('open');
+    expect((await daemon.sbx(['run', '--', 'echo', 'ok'])).stdout.toString()).toBe('ok\n');
+  });
+
+  it('after a flood fills it, the oldest ended output goes by itself and admission reopens; a running flood is never touched', async () => {
+    const client = await daemon.client();
+    const flood = await client.launch({ argv: ['head', '-c', String(200 * MiB), '/dev/zero'], cwd: '/', invocation_key: 'flood-1' });
+    const r = await client.wait({ session_id: flood.session_id });
+    expect(r.output.stdout).toMatchObject({ complete: false, reason: 'disk_full' });
+    // Its end put free space under the keep-free target: its output goes, its receipt stays.
+    await until(async () => (await client.read({ session_id: flood.session_id }, 'stdout').catch((e: SupervisorError) => e.code)) === 'OUTPUT_REMOVED', 'the flood output to be removed');
+    expect((await client.receipt({ session_id: flood.session_id })).receipt).toEqual(r);
+    expect((await daemon.sbx(['run', '--', 'echo', 'admitted'])).stdout.toString()).toBe('admitted\n');
+
+    // A running flood holding the space: admission is refused and status says why.
+    const live = await client.launch({ argv: ['sh', '-c', `head -c ${200 * MiB} /dev/zero; exec sleep 60`], cwd: '/', invocation_key: 'flood-2' });
+    const refused = await until(async () => {
+      const s = JSON.parse((await daemon.sbx(['status', '--json'])).stdout.toString());
+      return s.admission === 'disk_low' ? s : null;
+    }, 'admission to close for disk low');
+    expect(refused.admission_reason).toMatch(/^disk low: \d+ bytes free in the state dir, \d+ needed; retention removes the oldest ended sessions' output while less than \d+ is free/);
+    expect((await daemon.sbx(['status'])).stdout.toString()).toMatch(/admission\s+disk_low: disk low/);
+    const denied = await client.launch({ argv: ['true'], cwd: '/' }).catch((e: unknown) => e);
+    expect(denied).toMatchObject({ code: 'ADMISSION_DENIED', retryable: true, details: { reason: 'disk_low', free_bytes: expect.any(Number), min_free_bytes: refused.storage.min_free_bytes } });
+    expect((await client.gc()).removed_output).not.toContain(live.session_id); // running output is never removed
+    expect((await client.read({ session_id: live.session_id }, 'stdout')).length).toBeGreaterThan(0);
+    await client.request('cancel', { session_id: live.session_id });
+    await client.wait({ session_id: live.session_id });
+    await until(async () => (await client.status()).admission === 'open', 'admission to reopen once the flood ended');
+  });
+});
+
+describe('thresholds that can never be met', () => {
+  it('are named at start-up; status says admission is refused and why', async () => {
+    const daemon = new TestDaemon({ config: { storage: { minFreeBytes: 2 ** 52 } } });
+    try {
+      await daemon.start();
+      expect(daemon.log()).toContain('admission can never open');
+      const status = JSON.parse((await daemon.sbx(['status', '--json'])).stdout.toString());
+      expect(status.admission).toBe('disk_low');
+    } finally {
+      await daemon.stop();
+    }
   });
 });
 
@@ -149,6 +342,7 @@ describe('retention', () => {
     expect(existsSync(join(daemon.stateDir, 'sessions', k4.session_id))).toBe(false);
     expect(readdirSync(join(daemon.stateDir, 'sessions')).filter((n) => n.startsWith('.retiring-'))).toEqual([]);
     // Retention goes on working: live-2, settled owner_lost by the restart, is past the age.
+    expect((await client.wait({ session_id: live.session_id })).outcome).toBe('owner_lost');
     expect((await client.gc()).retired).toEqual([live.session_id]);
   });
 });

@@ -3,7 +3,7 @@
 // the deadline, first cause wins, and an orderly shutdown that leaves receipts.
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../../ipc/protocol.js';
@@ -230,6 +230,23 @@ describe('shutdown', () => {
         expect(receipt.death.evidence).toBe('cgroup_empty');
       }
       for (const m of marks) expect(pidsWithMarker(m)).toEqual([]);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  it('settles a session that turns unknown during shutdown (its receipt cannot be written) and exits 0', async () => {
+    const own = await new TestDaemon().start();
+    try {
+      const m = marker();
+      const client = await own.client();
+      const { session_id } = await client.launch({ argv: ['sleep', m], cwd: '/' });
+      await until(() => pidsWithMarker(m).length === 1, 'the session to run');
+      // Something already where its receipt goes: the write fails closed, the session is unknown.
+      mkdirSync(join(own.stateDir, 'sessions', session_id, 'receipt.json'));
+      expect(await own.terminate()).toEqual({ code: 0, signal: null }); // before: waited forever, SIGKILLed after 30 s
+      expect(pidsWithMarker(m)).toEqual([]);
+      expect(own.log()).toMatch(/"session_id":"[^"]+","reason":"the receipt could not be written: EEXIST/);
     } finally {
       await own.stop();
     }

@@ -128,6 +128,18 @@ export class TestDaemon {
     return this.child?.pid ?? -1;
   }
 
+  /** The daemon's extra environment from the next start() on (e.g. a fault point, or none). */
+  withEnv(env: NodeJS.ProcessEnv | undefined): this {
+    this.options.env = env;
+    return this;
+  }
+
+  /** Resolves once the daemon process has exited (a fault point killed it, say). */
+  async exitedNow(): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+    for (const c of this.clients.splice(0)) c.close();
+    return this.exited!;
+  }
+
   get cgroupBase(): string | null {
     const mount = cgroupMount();
     return mount ? join(mount, this.cgroupParent) : null;

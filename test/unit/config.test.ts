@@ -14,7 +14,7 @@ describe('config', () => {
     expect(c.session.defaultGraceMs).toBe(10_000);
     expect(c.cgroup).toEqual({ mode: 'auto', parent: '/sandbox-supervisor' });
     expect(c.drain.quotaBytes).toBe(1024 * 1024 * 1024);
-    expect(c.storage).toEqual({ reserveBytes: 64 * 1024 * 1024, minFreeBytes: 256 * 1024 * 1024 });
+    expect(c.storage).toEqual({}); // scaled to the state dir's file system at start (storage.ts)
     expect(c.retention).toEqual({ outputMaxAgeMs: 7 * 86_400_000, outputMaxTotalBytes: 10 * 1024 ** 3, receiptMaxAgeMs: 0, intervalMs: 3_600_000 });
   });
   it('names bad storage and retention keys', () => {

@@ -26,4 +26,20 @@ describe('planRetention', () => {
     expect(planRetention([c('a', 900), c('b', 950)], policy, 1000)).toEqual({ removeOutput: [], retire: [] });
     expect(planRetention([{ ...c('a', 0), outputRemoved: true }], policy, 5000)).toEqual({ removeOutput: [], retire: [] });
   });
+
+  it('keep-free: removes the oldest ended output until free space reaches the target, never running output, never receipts', () => {
+    const none = { outputMaxAgeMs: 0, outputMaxTotalBytes: 0, receiptMaxAgeMs: 0 };
+    const sessions = [c('running', 0, 50 * MiB, false), c('s2', 200, 4 * MiB), c('s1', 100, 3 * MiB), c('s3', 300, 5 * MiB)];
+    // 1 MiB free, 6 MiB wanted: s1 (3) is not enough, s1 + s2 (7) is.
+    expect(planRetention(sessions, none, 1000, { freeBytes: MiB, keepFreeBytes: 6 * MiB })).toEqual({ removeOutput: ['s1', 's2'], retire: [] });
+    // At or above the target: nothing.
+    expect(planRetention(sessions, none, 1000, { freeBytes: 6 * MiB, keepFreeBytes: 6 * MiB })).toEqual({ removeOutput: [], retire: [] });
+    // Not enough ended output to reach it: all of it goes, the running session's stays.
+    expect(planRetention(sessions, none, 1000, { freeBytes: 0, keepFreeBytes: 100 * MiB })).toEqual({ removeOutput: ['s1', 's2', 's3'], retire: [] });
+  });
+
+  it('keep-free counts the output of sessions it retires whole as freed', () => {
+    const p = { outputMaxAgeMs: 0, outputMaxTotalBytes: 0, receiptMaxAgeMs: 500 };
+    expect(planRetention([c('old', 0, 4 * MiB), c('new', 900, 4 * MiB)], p, 1000, { freeBytes: MiB, keepFreeBytes: 4 * MiB })).toEqual({ removeOutput: [], retire: ['old'] });
+  });
 });
