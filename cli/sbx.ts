@@ -502,7 +502,7 @@ sub('seal')
   });
 
 sub('close')
-  .description('seal, settle every session, wait for every receipt, and print the signed close receipt')
+  .description('seal, settle every session, wait for every receipt, and print the signed close receipt (exit 1 when a workspace could not be scanned)')
   .option('--timeout <dur>', 'how long sessions may take to end by themselves before they are terminated (e.g. 30s)', duration, 60_000)
   .option('--workspace <dir...>', 'directories to scan after the last session died (file count, bytes, newest mtime, digest)')
   .action(async (o: { timeout: number; workspace?: string[] }) => {
@@ -510,6 +510,10 @@ sub('close')
     const workspaces = (o.workspace ?? []).map((w) => resolvePath(w));
     const receipt = await call(g, (c) => c.closeSupervisor({ timeout_ms: o.timeout, workspaces }));
     printJson(receipt);
+    // Closed, but a workspace has no digest: done, incomplete (1), as verify's mismatch.
+    const unscanned = receipt.workspaces.filter((w) => w.error);
+    for (const w of unscanned) process.stderr.write(`sbx: workspace ${w.path} was not scanned: ${w.error_message ?? w.error}\n`);
+    process.exitCode = unscanned.length > 0 ? 1 : 0;
   });
 
 // A reader that went away (`sbx status | head -1`): end quietly, as a program killed by

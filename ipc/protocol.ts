@@ -224,19 +224,34 @@ export function exitStatusOf(receipt: Pick<Receipt, 'outcome' | 'exit'>, signalN
   }
 }
 
-/** One workspace directory as `sbx close --workspace` scanned it (supervisor/close.ts). */
+/**
+ * One workspace directory as `sbx close --workspace` scanned it (supervisor/close.ts), after
+ * the last session died. The walk goes through directory fds (any depth) and never follows a
+ * symlink (a symlink is an entry). A scan that failed says so: `error`, and `digest: null`.
+ */
 export interface WorkspaceScan {
+  /** The directory as given (absolute). */
   path: string;
-  /** Regular files (symlinks and other entries are digested too, but not counted here). */
+  /** Regular files (symlinks and other entries are digested too, but not counted here); 0 on error. */
   files: number;
-  /** Sum of the regular files' sizes. */
+  /** Sum of the regular files' sizes, bytes; 0 on error. */
   total_bytes: number;
-  /** ISO-8601 mtime of the newest entry (ms), null for an empty directory. */
+  /** ISO-8601 mtime of the newest entry (ms), null for an empty directory or on error. */
   newest_mtime: string | null;
-  /** "sha256:" over "<type> <relative path> <size> <mtime ns>\n" of every entry, sorted by path. */
-  digest: string;
-  /** Set when the directory could not be read (then the other fields are zeros). */
+  /**
+   * "sha256:" over the lines "<t> <relative path> <size> <mtime ns>" of every entry below the
+   * directory (t: f file, d dir, l symlink, o other; size 0 but for files), sorted as strings
+   * (UTF-16 code units), joined with "\n". Paths are their bytes (a byte that is not UTF-8 sorts
+   * as U+DC00+byte). null when the scan failed: no digest, not the digest of nothing.
+   */
+  digest: string | null;
+  /**
+   * Set when the scan failed: an errno name (ENOENT, ENOTDIR, ELOOP: the directory is a
+   * symlink, EACCES, EMFILE: out of fds, one per directory level), scan_timeout or scan_failed.
+   */
   error?: string;
+  /** What failed and where (relative path, depth), for people. */
+  error_message?: string;
 }
 
 export interface CloseSessionEntry {

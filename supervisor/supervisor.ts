@@ -14,7 +14,7 @@ import { CgroupLeaf, CgroupTree } from './cgroup.js';
 import type { Config } from './config.js';
 import { createFileDurable, fsyncDir, writeFileDurable } from './durable.js';
 import { planRetention } from './retention.js';
-import { type CloseReceipt, scanWorkspace } from './close.js';
+import { type CloseReceipt, scanWorkspaces } from './close.js';
 import { receiptDigest, verifySignature } from '../ipc/verify.js';
 import { native } from './native.js';
 import { Reaper } from './reaper.js';
@@ -356,7 +356,8 @@ export class Supervisor {
       const rest = timedOut ? live.filter((s) => s.state !== 'ended' && s.state !== 'unknown') : [];
       await Promise.all(rest.map((s) => s.terminate('close')));
       await allEnded;
-      const scans = workspaces.map((w) => scanWorkspace(w));
+      const scans = await scanWorkspaces(workspaces);
+      for (const s of scans) if (s.error) this.log.warn({ path: s.path, error: s.error, message: s.error_message }, 'workspace scan failed');
       const { instance, generation, bootId, mode } = this.ctx.identity;
       const receipt = this.ctx.signer.sign<CloseReceipt>({
         version: 1,

@@ -1,13 +1,15 @@
 // Close is a join: seal stops admission (durably), close settles every session, waits for
 // every receipt, scans the workspaces and returns a signed close receipt listing every
 // receipt's digest; calling it again, even after a restart, returns the same one.
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { CloseReceipt } from '../../ipc/protocol.js';
 import { receiptDigest } from '../../ipc/verify.js';
 import { TestDaemon, until } from '../helpers/daemon.js';
+import { makeDeepTree, makeMixedTree, pythonCloseDigest, removeTree } from '../helpers/workspace-trees.js';
 
 let daemon: TestDaemon;
 beforeAll(async () => {
@@ -142,6 +144,65 @@ describe('close with a session that loses its evidence', () => {
       const close = await client.closeSupervisor({ timeout_ms: 300 });
       expect(close.sessions).toEqual([{ session_id: doomed.session_id, invocation_key: 'doomed', state: 'unknown', outcome: null, receipt_sha256: null }]);
       expect(close.settle).toEqual({ timeout_ms: 300, terminated: 1 });
+    } finally {
+      expect(await d.stop()).toEqual({ code: 0, signal: null });
+    }
+  });
+});
+
+describe('close scans workspaces through directory fds (issue 15)', () => {
+  it('a 2,100-deep tree and a mixed one (symlinks to / and /etc, a fifo, non-UTF-8 names): exit 0, the digests python3 computes', async () => {
+    const trees = mkdtempSync(join(tmpdir(), 'sbx-close-trees-'));
+    const d = await new TestDaemon({ config: { logLevel: 'warn' } }).start();
+    try {
+      const deep = join(trees, 'deep');
+      const mixed = join(trees, 'mixed');
+      makeDeepTree(deep, 2100);
+      makeMixedTree(mixed, { nonUtf8: true });
+      const closed = await d.sbx(['close', '--timeout', '1s', '--workspace', deep, '--workspace', mixed]);
+      expect(closed.stderr.toString()).toBe('');
+      expect(closed.status).toBe(0);
+      const close = JSON.parse(closed.stdout.toString()) as CloseReceipt;
+      const pyDeep = pythonCloseDigest(deep);
+      const pyMixed = pythonCloseDigest(mixed);
+      expect(pyDeep).toMatchObject({ files: 1, total_bytes: 2, entries: 2101 });
+      expect(pyMixed).toMatchObject({ files: 11, total_bytes: 12, entries: 22 }); // /etc's files are not among them
+      expect(close.workspaces).toEqual([
+        { path: deep, files: 1, total_bytes: 2, newest_mtime: expect.any(String), digest: pyDeep.digest },
+        { path: mixed, files: 11, total_bytes: 12, newest_mtime: expect.any(String), digest: pyMixed.digest },
+      ]);
+    } finally {
+      removeTree(trees);
+      expect(await d.stop()).toEqual({ code: 0, signal: null });
+    }
+  });
+
+  it('a workspace that cannot be scanned: error and digest null in the signed receipt, exit 1, the supervisor still serves', async () => {
+    const d = await new TestDaemon({ config: { logLevel: 'error' } }).start();
+    try {
+      const good = join(d.dir, 'good');
+      mkdirSync(good);
+      writeFileSync(join(good, 'f'), 'abc');
+      const closed = await d.sbx(['close', '--timeout', '1s', '--workspace', '/does/not/exist', '--workspace', good]);
+      expect(closed.status).toBe(1);
+      expect(closed.stderr.toString()).toBe('sbx: workspace /does/not/exist was not scanned: ENOENT: opening the workspace root /does/not/exist failed\n');
+      const close = JSON.parse(closed.stdout.toString()) as CloseReceipt;
+      expect(close.workspaces).toEqual([
+        { path: '/does/not/exist', files: 0, total_bytes: 0, newest_mtime: null, digest: null, error: 'ENOENT', error_message: 'ENOENT: opening the workspace root /does/not/exist failed' },
+        { path: good, files: 1, total_bytes: 3, newest_mtime: expect.any(String), digest: pythonCloseDigest(good).digest },
+      ]);
+      // Signed as any close receipt; the same receipt (and status) on the next close.
+      const path = join(d.dir, 'close.json');
+      writeFileSync(path, closed.stdout);
+      const verified = await d.sbx(['verify', path, '--state-dir', d.stateDir]);
+      expect(verified.stdout.toString()).toMatch(/^OK: close receipt signed by sha256:[0-9a-f]{64}; the 0 session receipts it lists match\n$/);
+      const again = await d.sbx(['close']);
+      expect(again.status).toBe(1);
+      expect(JSON.parse(again.stdout.toString())).toEqual(close);
+      // Still serving.
+      const st = await d.sbx(['status', '--json']);
+      expect(st.status).toBe(0);
+      expect(JSON.parse(st.stdout.toString())).toMatchObject({ admission: 'sealed' });
     } finally {
       expect(await d.stop()).toEqual({ code: 0, signal: null });
     }

@@ -1,0 +1,231 @@
+// The workspace walker: every entry under a root, reached through directory fds, so depth is
+// bounded by the kernel and the fd limit (one fd per level), never by PATH_MAX; symlinks are
+// entries (lstat, readlink), never followed. Owns the walk and its errors; not what a scan
+// makes of the entries (digest.ts), nor threads (scan.ts runs it in a worker: it blocks).
+// See openat(2), open(2) O_NOFOLLOW/O_DIRECTORY, proc(5) /proc/self/fd, path_resolution(7).
+//
+// Node has no openat/fstatat. Every call names `/proc/self/fd/<dirfd>/<name>`: the kernel
+// jumps through the magic link to the directory the fd pins (renamed or not), then looks up
+// <name> in it, one component; the path stays short at any depth. The magic link is not the
+// last component, so it is followed; <name> is the last component, so lstat and readlink act
+// on the entry itself, and open(O_DIRECTORY|O_NOFOLLOW) of a symlink fails (ENOTDIR, not the
+// ELOOP open(2) names: with O_NOFOLLOW the lookup stops at the link, and the O_DIRECTORY check
+// comes first), also for one planted after the lstat: a symlink to / or a loop is never walked;
+// a fifo or device fails the same way, never opened. Chosen over openat in the C addon: the
+// same syscalls per entry, bigint ns stats and Buffer names from node:fs, no async-work glue
+// in C; the cost is a /proc lookup per entry and needing /proc (checked at the start).
+import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readlinkSync, statSync, type BigIntStats } from 'node:fs';
+import { showPath } from './names.js';
+
+export type EntryType = 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'unknown';
+
+/** One entry under the root, as lstat saw it (for a directory: fstat of the fd it was walked through). */
+export interface WalkEntry {
+  /** Relative path, '/'-separated bytes (no leading "./"). */
+  path: Buffer;
+  /** The last component, bytes. */
+  name: Buffer;
+  /** 1 for an entry directly under the root. */
+  depth: number;
+  type: EntryType;
+  /** st_size in bytes (a symlink: its target's length). */
+  size: bigint;
+  /** st_mode: type and permission bits. */
+  mode: number;
+  uid: number;
+  gid: number;
+  nlink: bigint;
+  dev: bigint;
+  ino: bigint;
+  mtimeNs: bigint;
+  ctimeNs: bigint;
+  /** A symlink's target, bytes as stored (readlink, never resolved); null for any other type. */
+  linkTarget: Buffer | null;
+  /** The fd of the directory that holds the entry; valid only until the walk is resumed (see entryPath). */
+  dirFd: number;
+}
+
+/** Why a walk stopped: `code` is an errno name (ENOENT, ENOTDIR, ELOOP, EACCES, EMFILE, ...), scan_timeout or scan_failed. */
+export class ScanError extends Error {
+  constructor(readonly code: string, message: string) {
+    super(message);
+    this.name = 'ScanError';
+  }
+}
+
+export interface WalkOptions {
+  /** The walk fails with scan_timeout once this many ms have passed since startHrNs. */
+  deadlineMs?: number;
+  /** process.hrtime.bigint() when the deadline started (default: now); the same clock in every thread. */
+  startHrNs?: bigint;
+}
+
+const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+const SLASH = Buffer.from('/');
+
+/** `/proc/self/fd/<dirFd>/<name>`: the entry, named through its directory's fd (bytes, any name). */
+export function entryPath(dirFd: number, name: Buffer): Buffer {
+  return Buffer.concat([Buffer.from(`/proc/self/fd/${dirFd}/`), name]);
+}
+
+/** Opens the directory <name> in dirFd, never through a symlink; throws ENOTDIR (a symlink, fifo, file...), ENOENT, EACCES... */
+export function openDirAt(dirFd: number, name: Buffer): number {
+  return openSync(entryPath(dirFd, name), OPEN_DIR);
+}
+
+function typeOf(st: BigIntStats): EntryType {
+  if (st.isFile()) return 'file';
+  if (st.isDirectory()) return 'dir';
+  if (st.isSymbolicLink()) return 'symlink';
+  if (st.isFIFO()) return 'fifo';
+  if (st.isSocket()) return 'socket';
+  if (st.isCharacterDevice()) return 'char';
+  if (st.isBlockDevice()) return 'block';
+  return 'unknown';
+}
+
+function errno(err: unknown): string | undefined {
+  return (err as NodeJS.ErrnoException).code;
+}
+
+/** The error a failed call becomes, naming the entry (relative) and what to do about EMFILE. */
+function scanError(err: unknown, what: string, rel: Buffer, depth: number, root: string): ScanError {
+  if (err instanceof ScanError) return err;
+  const e = err as NodeJS.ErrnoException;
+  const code = e.code ?? 'scan_failed';
+  const where = rel.length === 0 ? `the workspace root ${root}` : `${showPath(rel)} (depth ${depth}) in ${root}`;
+  let text = `${code}: ${what} ${where} failed`;
+  if (code === 'EMFILE' || code === 'ENFILE') text += ': the walk holds one fd per directory level; raise the open-files limit (LimitNOFILE, ulimit -n)';
+  else if (!e.code) text += `: ${e.message}`;
+  return new ScanError(code, text);
+}
+
+/** Names in the directory dirFd, bytes, sorted bytewise ("." and ".." left out). */
+function readNames(dirFd: number): Buffer[] {
+  return readdirSync(`/proc/self/fd/${dirFd}`, { encoding: 'buffer' }).sort(Buffer.compare);
+}
+
+/**
+ * Every entry under root, depth first, pre-order, names sorted bytewise; never the root itself.
+ * Synchronous and blocking (run it in a worker). Throws ScanError: the root missing (ENOENT),
+ * not a directory (ENOTDIR), a symlink (ELOOP), unreadable (EACCES), EMFILE, scan_timeout.
+ * An entry removed while the walk runs is left out; a directory swapped for a symlink after its
+ * lstat is recorded as the symlink. Every fd is closed when the walk ends, fails or is abandoned.
+ */
+export function* walkTree(root: string, options: WalkOptions = {}): Generator<WalkEntry, void, undefined> {
+  const startHrNs = options.startHrNs ?? process.hrtime.bigint();
+  const deadlineHrNs = options.deadlineMs === undefined ? null : startHrNs + BigInt(Math.round(options.deadlineMs * 1e6));
+  const none = Buffer.alloc(0);
+  let rootFd: number;
+  try {
+    rootFd = openSync(root, OPEN_DIR);
+  } catch (err) {
+    if (errno(err) === 'ELOOP' || errno(err) === 'ENOTDIR') {
+      let link = false;
+      try {
+        link = lstatSync(root).isSymbolicLink();
+      } catch {
+        // gone meanwhile: not a directory either way
+      }
+      if (link) throw new ScanError('ELOOP', `ELOOP: the workspace root ${root} is a symlink; a workspace is walked, never followed`);
+      throw new ScanError('ENOTDIR', `ENOTDIR: the workspace root ${root} is not a directory`);
+    }
+    throw scanError(err, 'opening', none, 0, root);
+  }
+  const stack: { fd: number; rel: Buffer; depth: number; names: Buffer[]; next: number }[] = [{ fd: rootFd, rel: none, depth: 1, names: [], next: 0 }];
+  let pendingFd = -1; // a directory opened but not yet on the stack
+  let entries = 0;
+  try {
+    // The walk depends on /proc/self/fd naming our fds: check that it names this one.
+    let viaProc: BigIntStats | null = null;
+    try {
+      viaProc = statSync(`/proc/self/fd/${rootFd}`, { bigint: true });
+    } catch {
+      // checked below
+    }
+    const direct = fstatSync(rootFd, { bigint: true });
+    if (!viaProc || viaProc.ino !== direct.ino || viaProc.dev !== direct.dev) {
+      throw new ScanError('scan_failed', "scan_failed: /proc/self/fd does not name this process's fds (is /proc mounted?); the walk reaches entries through it");
+    }
+    try {
+      stack[0].names = readNames(rootFd);
+    } catch (err) {
+      throw scanError(err, 'reading', none, 0, root);
+    }
+    while (stack.length > 0) {
+      const dir = stack[stack.length - 1];
+      if (dir.next >= dir.names.length) {
+        stack.pop();
+        closeSync(dir.fd);
+        continue;
+      }
+      const name = dir.names[dir.next++];
+      if (deadlineHrNs !== null && process.hrtime.bigint() >= deadlineHrNs) {
+        throw new ScanError('scan_timeout', `scan_timeout: the scan passed its ${options.deadlineMs} ms deadline after ${entries} entries`);
+      }
+      const rel = dir.rel.length === 0 ? name : Buffer.concat([dir.rel, SLASH, name]);
+      const path = entryPath(dir.fd, name);
+      let st: BigIntStats;
+      let what = 'lstat of';
+      try {
+        st = lstatSync(path, { bigint: true });
+        if (st.isDirectory()) {
+          what = 'opening';
+          try {
+            pendingFd = openSync(path, OPEN_DIR);
+            st = fstatSync(pendingFd, { bigint: true });
+          } catch (err) {
+            // Swapped since the lstat: a symlink (ENOTDIR, see above) or another type is recorded as it is now.
+            if (errno(err) !== 'ELOOP' && errno(err) !== 'ENOTDIR') throw err;
+            st = lstatSync(path, { bigint: true });
+            if (st.isDirectory()) throw err;
+          }
+        }
+      } catch (err) {
+        if (errno(err) === 'ENOENT') continue; // removed while the walk ran
+        throw scanError(err, what, rel, dir.depth, root);
+      }
+      const type = typeOf(st);
+      let linkTarget: Buffer | null = null;
+      if (type === 'symlink') {
+        try {
+          linkTarget = readlinkSync(path, { encoding: 'buffer' });
+        } catch (err) {
+          if (errno(err) === 'ENOENT') continue;
+          throw scanError(err, 'readlink of', rel, dir.depth, root);
+        }
+      }
+      entries++;
+      yield {
+        path: rel,
+        name,
+        depth: dir.depth,
+        type,
+        size: st.size,
+        mode: Number(st.mode),
+        uid: Number(st.uid),
+        gid: Number(st.gid),
+        nlink: st.nlink,
+        dev: st.dev,
+        ino: st.ino,
+        mtimeNs: st.mtimeNs,
+        ctimeNs: st.ctimeNs,
+        linkTarget,
+        dirFd: dir.fd,
+      };
+      if (pendingFd >= 0) {
+        const child = { fd: pendingFd, rel, depth: dir.depth + 1, names: [] as Buffer[], next: 0 };
+        stack.push(child);
+        pendingFd = -1;
+        try {
+          child.names = readNames(child.fd);
+        } catch (err) {
+          throw scanError(err, 'reading', rel, dir.depth, root);
+        }
+      }
+    }
+  } finally {
+    if (pendingFd >= 0) closeSync(pendingFd);
+    for (const d of stack) closeSync(d.fd);
+  }
+}
