@@ -1,11 +1,16 @@
 // Length-prefixed msgpack frames over a stream socket: a 4-byte big-endian body length,
-// then one msgpack value. Owns encoding, incremental decoding and the frame-size bound,
-// which is checked on the prefix before any body byte is buffered. Not the methods.
+// then one msgpack map. Owns encoding, incremental decoding, the frame-size bound (checked
+// on the prefix before any body byte is buffered) and the account of the incomplete frame
+// (bytes held, when its first byte came) that the server bounds. Not the methods, not timers.
 import { Packr, Unpackr } from 'msgpackr';
 import { SupervisorError } from './errors.js';
 
 /** Default upper bound on one frame's body, in bytes. */
 export const DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024;
+/** Pieces smaller than this are copied into the decoder's tail rather than kept as they came. */
+const SMALL_PIECE_BYTES = 2048;
+/** Size of that tail, in bytes. */
+const TAIL_BYTES = 16 * 1024;
 
 // Plain maps and binary on the wire (no msgpackr records), so any msgpack peer can speak it.
 const packr = new Packr({ useRecords: false, moreTypes: false });
@@ -64,50 +69,158 @@ export function encodeOutputFrame(
 /**
  * Incremental decoder: push() bytes as they arrive; each whole frame's value is passed to
  * onFrame in order. Throws SupervisorError FRAME_TOO_LARGE when a prefix announces more than
- * maxFrameBytes, and INVALID_ARGUMENT when a body is not msgpack, after handing over every
- * frame before the bad one; the connection should then be closed.
+ * maxFrameBytes, and INVALID_ARGUMENT when a body is not one msgpack map, after handing over
+ * every frame before the bad one; the connection should then be closed (and reset() called).
+ * The incomplete frame's pieces are kept as they came and copied once, when it is whole;
+ * pieces under 2 KiB are gathered into a 16 KiB tail instead, since each Buffer costs about
+ * 400 bytes of its own (so a peer sending a byte at a time holds about what it is counted for).
  */
 export class FrameDecoder {
-  private pending: Buffer[] = [];
-  private pendingBytes = 0;
+  private chunks: Buffer[] = [];
+  private heldBytes = 0;
+  /** Where small pieces of an incomplete frame are gathered; dropped once nothing is held. */
+  private tail: Buffer | null = null;
+  private tailUsed = 0;
+  /** Body length the current frame's prefix announced; -1 until its 4 prefix bytes are in. */
+  private bodyBytes = -1;
+  private startedAt: number | null = null;
 
-  constructor(private readonly maxFrameBytes = DEFAULT_MAX_FRAME_BYTES) {}
+  /** `now` is the clock of frameStartedAt, in ms (monotonic: performance.now()). */
+  constructor(
+    private readonly maxFrameBytes = DEFAULT_MAX_FRAME_BYTES,
+    private readonly now: () => number = () => performance.now(),
+  ) {}
 
+  /** Bytes of the incomplete frame held now (prefix included); 0 between frames. */
+  get bufferedBytes(): number {
+    return this.heldBytes;
+  }
+
+  /** now() when the first byte of the incomplete frame arrived; null between frames. */
+  get frameStartedAt(): number | null {
+    return this.startedAt;
+  }
+
+  /** Drops the incomplete frame (after a refusal: its bytes are not kept until the socket closes). */
+  reset(): void {
+    this.chunks = [];
+    this.heldBytes = 0;
+    this.bodyBytes = -1;
+    this.startedAt = null;
+    this.tail = null;
+  }
+
+  /** Takes the next bytes; hands each frame now whole to onFrame; throws as the class says. */
   push(data: Buffer, onFrame: (value: unknown) => void): void {
-    this.pending.push(data);
-    this.pendingBytes += data.length;
+    if (data.length === 0) return;
+    const at = this.now();
+    if (this.heldBytes === 0) this.startedAt = at;
+    this.chunks.push(data);
+    this.heldBytes += data.length;
     for (;;) {
-      if (this.pendingBytes < 4) break;
-      const head = this.peek(4);
-      const bodyBytes = head.readUInt32BE(0);
-      if (bodyBytes > this.maxFrameBytes) {
-        throw new SupervisorError('FRAME_TOO_LARGE', `frame of ${bodyBytes} bytes is over the limit of ${this.maxFrameBytes}`, {
-          max_frame_bytes: this.maxFrameBytes,
-        });
+      if (this.bodyBytes < 0) {
+        if (this.heldBytes < 4) break;
+        const bodyBytes = this.prefix();
+        if (bodyBytes > this.maxFrameBytes) {
+          throw new SupervisorError('FRAME_TOO_LARGE', `frame of ${bodyBytes} bytes is over the limit of ${this.maxFrameBytes}`, {
+            max_frame_bytes: this.maxFrameBytes,
+          });
+        }
+        this.bodyBytes = bodyBytes;
       }
-      if (this.pendingBytes < 4 + bodyBytes) break;
-      const frame = this.take(4 + bodyBytes);
-      let value: unknown;
-      try {
-        value = unpackr.unpack(frame.subarray(4));
-      } catch (err) {
-        throw new SupervisorError('INVALID_ARGUMENT', `malformed msgpack frame: ${(err as Error).message}`);
-      }
-      onFrame(value);
+      if (this.heldBytes < 4 + this.bodyBytes) break;
+      const body = this.take(4 + this.bodyBytes).subarray(4);
+      this.bodyBytes = -1;
+      // What is left came in this push: the next frame started now.
+      this.startedAt = this.heldBytes > 0 ? at : null;
+      if (this.heldBytes === 0) this.tail = null;
+      onFrame(decodeBody(body));
+    }
+    this.gatherLast();
+  }
+
+  /**
+   * Copies the last piece into the tail when it is small (what is left of this push: at most
+   * one such piece per push), so small pieces share one Buffer. The tail is append-only:
+   * views of it handed out in frames are never overwritten.
+   */
+  private gatherLast(): void {
+    const last = this.chunks.length - 1;
+    const piece = this.chunks[last];
+    if (!piece || piece.length >= SMALL_PIECE_BYTES || this.inTail(piece)) return;
+    let tail = this.tail;
+    if (!tail || this.tailUsed + piece.length > tail.length) {
+      // Sized by what is held, so a short remainder of a small request costs a pool slice.
+      tail = this.tail = Buffer.allocUnsafe(Math.min(TAIL_BYTES, Math.max(1024, this.heldBytes)));
+      this.tailUsed = 0;
+    }
+    const at = this.tailUsed;
+    piece.copy(tail, at);
+    this.tailUsed += piece.length;
+    const before = this.chunks[last - 1];
+    if (before && this.inTail(before) && before.byteOffset + before.length === tail.byteOffset + at) {
+      this.chunks.pop();
+      this.chunks[last - 1] = tail.subarray(before.byteOffset - tail.byteOffset, this.tailUsed);
+    } else {
+      this.chunks[last] = tail.subarray(at, this.tailUsed);
     }
   }
 
-  private peek(bytes: number): Buffer {
-    if (this.pending[0].length < bytes) this.pending = [Buffer.concat(this.pending)];
-    return this.pending[0];
+  /** Whether b is a view of the tail (not merely of the same ArrayBuffer: small Buffers share a pool). */
+  private inTail(b: Buffer): boolean {
+    const tail = this.tail;
+    return !!tail && b.buffer === tail.buffer && b.byteOffset >= tail.byteOffset && b.byteOffset + b.length <= tail.byteOffset + tail.length;
   }
 
+  /** The 4-byte big-endian prefix at the front, which may straddle pieces. */
+  private prefix(): number {
+    const first = this.chunks[0];
+    if (first.length >= 4) return first.readUInt32BE(0);
+    const head = Buffer.alloc(4);
+    let filled = 0;
+    for (const c of this.chunks) {
+      filled += c.copy(head, filled, 0, Math.min(c.length, 4 - filled));
+      if (filled === 4) break;
+    }
+    return head.readUInt32BE(0);
+  }
+
+  /** The first `bytes` held, as one buffer (a view when they lie in one piece, else one copy). */
   private take(bytes: number): Buffer {
-    const all = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending);
-    const frame = all.subarray(0, bytes);
-    const rest = all.subarray(bytes);
-    this.pending = rest.length ? [rest] : [];
-    this.pendingBytes = rest.length;
-    return frame;
+    this.heldBytes -= bytes;
+    const first = this.chunks[0];
+    if (first.length >= bytes) {
+      if (first.length === bytes) this.chunks.shift();
+      else this.chunks[0] = first.subarray(bytes);
+      return first.subarray(0, bytes);
+    }
+    const out = Buffer.allocUnsafe(bytes);
+    let filled = 0;
+    let used = 0;
+    while (filled < bytes) {
+      const c = this.chunks[used];
+      const n = Math.min(c.length, bytes - filled);
+      c.copy(out, filled, 0, n);
+      filled += n;
+      if (n === c.length) used++;
+      else this.chunks[used] = c.subarray(n);
+    }
+    this.chunks.splice(0, used);
+    return out;
+  }
+}
+
+/** One frame body: exactly one msgpack map (the first byte says so: fixmap, map16, map32). */
+function decodeBody(body: Buffer): unknown {
+  const first = body.length ? body[0] : -1;
+  if (!((first >= 0x80 && first <= 0x8f) || first === 0xde || first === 0xdf)) {
+    // Checked before msgpackr: it would return a value for 0xc1 ("never used") instead of failing.
+    const what = first < 0 ? 'empty' : `0x${first.toString(16).padStart(2, '0')}`;
+    throw new SupervisorError('INVALID_ARGUMENT', `a frame body must be one msgpack map; it starts with ${what}`);
+  }
+  try {
+    return unpackr.unpack(body);
+  } catch (err) {
+    throw new SupervisorError('INVALID_ARGUMENT', `malformed msgpack frame: ${(err as Error).message}`);
   }
 }

@@ -85,6 +85,13 @@ const ConfigSchema = z
         maxInFlight: z.number().int().min(1).max(1_000_000).default(64),
         /** A connection that has not said hello by then is closed (slowloris). */
         handshakeTimeoutMs: durationMs.default(10_000),
+        /** How long one frame may take to arrive, from its first byte (monotonic); past it LIMIT_EXCEEDED, closed. 0: no bound. */
+        frameTimeoutMs: durationMs.default(30_000),
+        /**
+         * Bytes of incomplete frames held across all connections; the one that would pass it gets
+         * LIMIT_EXCEEDED, closed. 0: no bound. Default 256 MiB, or one whole frame if that is more.
+         */
+        maxPendingFrameBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
         /** Peers allowed by uid (SO_PEERCRED); the supervisor's own uid and root always are. */
         allowUids: z.array(z.number().int().min(0)).default([]),
         /** Peers allowed by primary gid. */
@@ -93,6 +100,12 @@ const ConfigSchema = z
         socketGroup: z.union([z.string().min(1), z.number().int().min(0)]).optional(),
       })
       .strict()
+      // Below one whole frame (prefix + maxFrameBytes), a frame of the allowed size could never arrive.
+      .refine((ipc) => ipc.maxPendingFrameBytes === undefined || ipc.maxPendingFrameBytes === 0 || ipc.maxPendingFrameBytes >= ipc.maxFrameBytes + 4, {
+        path: ['maxPendingFrameBytes'],
+        message: 'must be 0 (no bound) or at least ipc.maxFrameBytes + 4 (one whole frame)',
+      })
+      .transform((ipc) => ({ ...ipc, maxPendingFrameBytes: ipc.maxPendingFrameBytes ?? Math.max(256 * MiB, ipc.maxFrameBytes + 4) }))
       .prefault({}),
   })
   .strict();

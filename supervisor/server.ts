@@ -26,8 +26,26 @@ const FRAME_POOL_SIZE = 4;
 
 type Handler = (conn: Connection, id: number, params: unknown) => unknown;
 
+/** Longest setTimeout delay (a longer one fires at once); longer waits re-arm. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** Bytes queued towards a client above which we stop reading its requests. */
 const OUTBOUND_HIGH_WATER_BYTES = 4 * 1024 * 1024;
+
+/** Bytes of incomplete frames held by all connections together, and their bound (0: none). */
+interface PendingFrames {
+  heldBytes: number;
+  readonly maxBytes: number;
+}
+
+/** What bounds one connection's incoming frames; onFrameTimeout refuses it (its frame took over timeoutMs). */
+interface FrameLimits {
+  maxFrameBytes: number;
+  /** 0: no bound. */
+  frameTimeoutMs: number;
+  pending: PendingFrames;
+  onFrameTimeout: (conn: Connection, err: SupervisorError) => void;
+}
 
 /** One client connection: its decoder, its peer, what it has in flight, and backpressure. */
 class Connection {
@@ -37,19 +55,84 @@ class Connection {
   /** Requests received and not yet finished (subscriptions until their end event). */
   inFlight = 0;
   private readonly drainWaiters: (() => void)[] = [];
+  /** Bytes this connection adds to limits.pending.heldBytes (its decoder's incomplete frame). */
+  private countedBytes = 0;
+  private frameTimer: NodeJS.Timeout | null = null;
+  /** The incomplete frame the clock runs for (its frameStartedAt), and the ms we did not read it. */
+  private frameClock = { startedAt: null as number | null, notReadMs: 0 };
+  /** performance.now() when backpressure stopped our reading; null while we read. */
+  private readPausedAt: number | null = null;
 
-  constructor(readonly socket: Socket, maxFrameBytes: number, readonly peer: { pid: number; uid: number; gid: number }) {
-    this.decoder = new FrameDecoder(maxFrameBytes);
+  constructor(readonly socket: Socket, private readonly limits: FrameLimits, readonly peer: { pid: number; uid: number; gid: number }) {
+    this.decoder = new FrameDecoder(limits.maxFrameBytes);
     socket.on('drain', () => this.wake());
     socket.on('close', () => {
       this.closed = true;
+      this.dropFrame();
       this.wake();
     });
     socket.on('error', () => {});
   }
 
+  /**
+   * Decodes what arrived. Throws (the connection is then refused) on a bad frame, and
+   * LIMIT_EXCEEDED when this connection's incomplete frame brings the bytes of incomplete
+   * frames of all connections over ipc.maxPendingFrameBytes: the others keep theirs.
+   */
   decode(data: Buffer, onFrame: (value: unknown) => void): void {
-    this.decoder.push(data, onFrame);
+    try {
+      this.decoder.push(data, onFrame);
+    } finally {
+      this.count();
+    }
+    const pending = this.limits.pending;
+    if (pending.maxBytes > 0 && this.countedBytes > 0 && pending.heldBytes > pending.maxBytes) {
+      throw new SupervisorError('LIMIT_EXCEEDED', `incomplete frames of all connections would hold more than ${pending.maxBytes} bytes`, {
+        limit: 'pending_frame_bytes',
+        max: pending.maxBytes,
+        retry_after_ms: 500,
+      });
+    }
+    this.armFrameTimer();
+  }
+
+  /** Keeps limits.pending.heldBytes equal to the sum of every connection's incomplete frame. */
+  private count(): void {
+    const bytes = this.decoder.bufferedBytes;
+    this.limits.pending.heldBytes += bytes - this.countedBytes;
+    this.countedBytes = bytes;
+  }
+
+  /** Drops the incomplete frame, its bytes and its clock (refused or closed: nothing more is decoded). */
+  private dropFrame(): void {
+    this.decoder.reset();
+    this.count();
+    if (this.frameTimer) clearTimeout(this.frameTimer);
+    this.frameTimer = null;
+  }
+
+  /**
+   * One timer per connection while a frame is incomplete, due at its first byte plus
+   * frameTimeoutMs plus the time backpressure kept us from reading (that wait is ours, not
+   * the peer's). Between frames nothing runs: an idle connection is not bounded here.
+   */
+  private armFrameTimer(): void {
+    const timeoutMs = this.limits.frameTimeoutMs;
+    const startedAt = this.decoder.frameStartedAt;
+    if (timeoutMs === 0 || startedAt === null || this.frameTimer || this.readPausedAt !== null || this.closed) return;
+    if (this.frameClock.startedAt !== startedAt) this.frameClock = { startedAt, notReadMs: 0 };
+    const leftMs = startedAt + this.frameClock.notReadMs + timeoutMs - performance.now();
+    if (leftMs > 0) {
+      this.frameTimer = setTimeout(() => {
+        this.frameTimer = null;
+        this.armFrameTimer();
+      }, Math.min(Math.ceil(leftMs), MAX_TIMER_MS));
+      return;
+    }
+    this.limits.onFrameTimeout(
+      this,
+      new SupervisorError('LIMIT_EXCEEDED', `a frame did not arrive whole within ${timeoutMs} ms of its first byte`, { limit: 'frame_time', max: timeoutMs }),
+    );
   }
 
   /**
@@ -81,6 +164,7 @@ class Connection {
     // requests stop being read and the sender waits until the peer has read everything.
     if (this.socket.writableLength > OUTBOUND_HIGH_WATER_BYTES) {
       this.socket.pause();
+      this.readPausedAt ??= performance.now();
       await new Promise<void>((resolve) => this.drainWaiters.push(resolve));
     }
   }
@@ -91,6 +175,7 @@ class Connection {
    * side); the socket is destroyed once the peer closes too, or after a second.
    */
   refuse(frame: unknown): void {
+    this.dropFrame();
     this.socket.removeAllListeners('data');
     this.socket.on('data', () => {});
     this.socket.end(encodeFrame(frame));
@@ -99,6 +184,17 @@ class Connection {
 
   private wake(): void {
     if (!this.closed) this.socket.resume();
+    const pausedAt = this.readPausedAt;
+    const startedAt = this.decoder.frameStartedAt;
+    if (pausedAt !== null) {
+      if (startedAt !== null) {
+        // Credit the frame with the time we did not read it (from its start, if that came later).
+        if (this.frameClock.startedAt !== startedAt) this.frameClock = { startedAt, notReadMs: 0 };
+        this.frameClock.notReadMs += performance.now() - Math.max(pausedAt, startedAt);
+      }
+      this.readPausedAt = null;
+      this.armFrameTimer();
+    }
     for (const w of this.drainWaiters.splice(0)) w();
   }
 }
@@ -107,9 +203,12 @@ export class SupervisorServer {
   private readonly server: Server;
   private readonly connections = new Set<Connection>();
   private readonly handlers: Record<string, Handler>;
+  /** Incomplete frames of every connection, against ipc.maxPendingFrameBytes. */
+  private readonly pendingFrames: PendingFrames;
 
   constructor(private readonly supervisor: Supervisor, private readonly log: Logger, readonly socketPath: string) {
     this.server = createServer((socket) => this.accept(socket));
+    this.pendingFrames = { heldBytes: 0, maxBytes: supervisor.config.ipc.maxPendingFrameBytes };
     const sup = supervisor;
     this.handlers = {
       launch: (c, _id, p) => {
@@ -268,7 +367,8 @@ export class SupervisorServer {
 
   /**
    * A new connection: its peer is read from the socket (SO_PEERCRED, unix(7)) and checked
-   * against the allow-list; the connection bound, then the hello deadline, apply.
+   * against the allow-list; the connection bound, then the hello deadline, apply; each
+   * frame must arrive whole within ipc.frameTimeoutMs and fit in ipc.maxPendingFrameBytes.
    */
   private accept(socket: Socket): void {
     const ipc = this.supervisor.config.ipc;
@@ -278,7 +378,12 @@ export class SupervisorServer {
     } catch (err) {
       this.log.error({ err }, 'cannot read the peer credentials; refusing the connection');
     }
-    const conn = new Connection(socket, ipc.maxFrameBytes, peer);
+    const refuseFrame = (c: Connection, err: SupervisorError) => {
+      const wire = err.toWire();
+      this.log.warn({ code: wire.code, limit: err.details?.limit, uid: peer.uid, pid: peer.pid }, 'closing connection after a bad frame');
+      c.refuse({ id: 0, error: wire });
+    };
+    const conn = new Connection(socket, { maxFrameBytes: ipc.maxFrameBytes, frameTimeoutMs: ipc.frameTimeoutMs, pending: this.pendingFrames, onFrameTimeout: refuseFrame }, peer);
     if (!this.allowed(peer)) {
       this.log.warn({ uid: peer.uid, gid: peer.gid, pid: peer.pid }, 'refused a peer outside the allow-list');
       conn.refuse({ id: 0, error: new SupervisorError('UNAUTHORIZED', `uid ${peer.uid} / gid ${peer.gid} may not use this supervisor`).toWire() });
@@ -301,9 +406,7 @@ export class SupervisorServer {
       try {
         conn.decode(data, (frame) => void this.dispatch(conn, frame));
       } catch (err) {
-        const wire = isSupervisorError(err) ? err.toWire() : new SupervisorError('INVALID_ARGUMENT', String(err)).toWire();
-        this.log.warn({ code: wire.code, uid: peer.uid, pid: peer.pid }, 'closing connection after a bad frame');
-        conn.refuse({ id: 0, error: wire });
+        refuseFrame(conn, isSupervisorError(err) ? err : new SupervisorError('INVALID_ARGUMENT', String(err)));
       }
     });
   }

@@ -1,6 +1,7 @@
 // The socket as the supervisor's only door: bounds (connections, in-flight requests,
-// sessions, the hello deadline), backpressure towards a stalled reader, and the peer
-// allow-list checked with SO_PEERCRED against a client really running as nobody.
+// sessions, the hello deadline, partial frames in time and in bytes, bodies that are not
+// maps), backpressure towards a stalled reader, and the peer allow-list checked with
+// SO_PEERCRED against a client really running as nobody.
 import { execFileSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
@@ -30,12 +31,26 @@ function raw(socketPath: string) {
   sockets.push(socket);
   const frames: any[] = [];
   const decoder = new FrameDecoder();
-  const state = { closed: false };
+  const state = { closed: false, ended: false, closedAt: 0 };
   socket.on('data', (d) => decoder.push(d, (f) => frames.push(f)));
   socket.on('error', () => {});
-  socket.on('close', () => (state.closed = true));
+  socket.on('end', () => (state.ended = true)); // the server's FIN: EOF on the socket
+  socket.on('close', () => {
+    state.closed = true;
+    state.closedAt = performance.now();
+  });
   return { socket, frames, state };
 }
+const MiB = 1024 * 1024;
+/** Paces a sender (the stimulus itself), never a wait for a result. */
+const pace = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** A frame with this body, prefix and all (for bodies encodeFrame would not produce). */
+const rawFrame = (body: number[] | Buffer) => {
+  const b = Buffer.from(body);
+  const prefix = Buffer.alloc(4);
+  prefix.writeUInt32BE(b.length);
+  return Buffer.concat([prefix, b]);
+};
 const hello = (id = 1) => encodeFrame({ id, method: 'hello', params: { versions: [1] } });
 const rssKb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
 
@@ -89,6 +104,114 @@ describe('bounds', () => {
     await until(() => r.frames.some((f) => f.id === 12) && r.frames.some((f) => f.id === 13), 'both waits to be answered');
     expect(r.frames.filter((f) => f.id === 12 || f.id === 13).map((f) => f.result.outcome)).toEqual(['cancelled', 'cancelled']);
     expect((await answer({ id: 15, method: 'status', params: {} })).result.mode).toBe('cgroup');
+  });
+});
+
+describe('partial frames and bodies', () => {
+  it('holds at most ipc.maxPendingFrameBytes of incomplete frames across all connections: past it LIMIT_EXCEEDED and closed, the rest served, RSS bounded', async () => {
+    const boundBytes = 64 * MiB;
+    const d = await daemon({ ipc: { maxPendingFrameBytes: boundBytes, frameTimeoutMs: 300_000 } });
+    // A status request padded to a 16 MiB body (= ipc.maxFrameBytes, so the prefix is accepted).
+    const overhead = encodeFrame({ id: 2, method: 'status', params: {}, pad: Buffer.alloc(MiB) }).length - 4 - MiB;
+    const big = encodeFrame({ id: 2, method: 'status', params: {}, pad: Buffer.alloc(16 * MiB - overhead, 0x5a) });
+    expect(big.length).toBe(4 + 16 * MiB);
+    const conns = Array.from({ length: 20 }, () => raw(d.socketPath));
+    for (const r of conns) r.socket.write(hello());
+    await until(() => conns.every((r) => r.frames.length === 1), 'every hello to be answered');
+    const rssBefore = rssKb(d.pid);
+    const allButLast = big.subarray(0, big.length - 1);
+    const written = conns.map((r) => new Promise<void>((resolve) => r.socket.write(allButLast, () => resolve())));
+    // 16 MiB + 3 bytes held per connection: 3 fit under 64 MiB, a 4th would not.
+    await until(() => conns.filter((r) => r.state.closed).length === 17, '17 connections to be refused and closed', 60_000);
+    const refused = conns.filter((r) => r.state.closed);
+    for (const r of refused) {
+      expect(r.frames).toHaveLength(2);
+      expect(r.frames[1]).toEqual({
+        id: 0,
+        error: { code: 'LIMIT_EXCEEDED', retryable: true, message: expect.stringContaining('incomplete frames'), details: { limit: 'pending_frame_bytes', max: boundBytes, retry_after_ms: 500 } },
+      });
+      expect(r.state.ended).toBe(true);
+    }
+    const held = conns.filter((r) => !r.state.closed);
+    await Promise.all(conns.map((r, i) => (r.state.closed ? undefined : written[i])));
+    const grownKb = rssKb(d.pid) - rssBefore;
+    // 20 x 16 MiB = 320 MiB held without the bound; the slack is for the refused connections'
+    // bytes, read and dropped (so they see the error and EOF rather than a reset) and not yet collected.
+    expect(grownKb).toBeLessThan((boundBytes + 128 * MiB) / 1024);
+    // A new connection is served meanwhile, exactly.
+    const echo = await d.sbx(['run', '--', 'echo', 'ok']);
+    expect([echo.status, echo.stdout.toString()]).toEqual([0, 'ok\n']);
+    // The held ones were untouched: their last byte completes the request, which is answered.
+    for (const r of held) r.socket.write(big.subarray(big.length - 1));
+    await until(() => held.every((r) => r.frames.length === 2), 'the held frames to be answered');
+    expect(held.map((r) => [r.frames[1].id, r.frames[1].result?.mode, r.state.closed])).toEqual(Array(3).fill([2, 'cgroup', false]));
+  }, 120_000);
+
+  it('closes a connection whose frame stalls mid-body after ipc.frameTimeoutMs; whole frames sent slowly, idle between them, are served', async () => {
+    const d = await daemon({ ipc: { frameTimeoutMs: 500 } });
+    const stalled = raw(d.socketPath);
+    const slow = raw(d.socketPath);
+    stalled.socket.write(hello());
+    slow.socket.write(hello());
+    await until(() => stalled.frames.length === 1 && slow.frames.length === 1, 'both hellos to be answered');
+    const sentAt = performance.now();
+    stalled.socket.write(encodeFrame({ id: 2, method: 'status', params: {} }).subarray(0, 10));
+    for (let i = 0; i < 4; i++) {
+      // Each request takes 200 ms to arrive (under the bound); the connection idles 700 ms between them (over it).
+      const frame = encodeFrame({ id: 10 + i, method: 'status', params: {} });
+      slow.socket.write(frame.subarray(0, 6));
+      await pace(200);
+      slow.socket.write(frame.subarray(6));
+      await until(() => slow.frames.some((f) => f.id === 10 + i), `request ${10 + i} to be answered`);
+      await pace(700);
+    }
+    await until(() => stalled.state.closed, 'the stalled connection to be closed');
+    expect(stalled.frames[1]).toEqual({
+      id: 0,
+      error: { code: 'LIMIT_EXCEEDED', retryable: true, message: expect.stringContaining('500 ms'), details: { limit: 'frame_time', max: 500 } },
+    });
+    expect(stalled.state.ended).toBe(true);
+    expect(stalled.state.closedAt - sentAt).toBeGreaterThanOrEqual(500);
+    expect(slow.state.closed).toBe(false);
+    expect(slow.frames.slice(1).map((f) => [f.id, f.result?.mode])).toEqual([10, 11, 12, 13].map((id) => [id, 'cgroup']));
+    expect((await d.sbx(['status'])).status).toBe(0);
+  });
+
+  it('does not count against the frame time the time the supervisor stops reading a client that does not read its answers', async () => {
+    const d = await daemon({ ipc: { frameTimeoutMs: 1000 } });
+    const c = await d.client();
+    const { session_id } = await c.launch({ argv: ['head', '-c', String(16 * MiB), '/dev/zero'], cwd: '/' });
+    await c.wait({ session_id });
+    const r = raw(d.socketPath);
+    r.socket.write(hello());
+    await until(() => r.frames.length === 1, 'the hello answer');
+    r.socket.pause(); // read nothing: the supervisor's queue passes 4 MiB and it stops reading this connection
+    const status = encodeFrame({ id: 3, method: 'status', params: {} });
+    r.socket.write(Buffer.concat([encodeFrame({ id: 2, method: 'subscribe', params: { session_id, stream: 'stdout' } }), status.subarray(0, 5)]));
+    await pace(2500); // 2.5 s not read, over the 1 s bound
+    r.socket.resume();
+    r.socket.write(status.subarray(5));
+    await until(() => r.frames.some((f) => f.id === 3) || r.state.closed, 'the status answer');
+    expect(r.frames.find((f) => f.id === 3)?.result?.mode).toBe('cgroup');
+    await until(() => r.frames.some((f) => f.event === 'end'), 'the end of the subscription');
+    expect(r.frames.filter((f) => f.event === 'output').reduce((n, f) => n + f.data.length, 0)).toBe(16 * MiB);
+    expect(r.state.closed).toBe(false);
+  });
+
+  it('answers a body that is not a msgpack map (0xc1, an integer, an array, a string) with INVALID_ARGUMENT and closes the connection', async () => {
+    const d = await daemon();
+    for (const body of [[0xc1], [0x2a], [0x92, 0x01, 0x02], [0xa1, 0x78]]) {
+      const r = raw(d.socketPath);
+      // A status request follows in the same write: it must not run after the bad frame.
+      r.socket.write(Buffer.concat([hello(), rawFrame(body), encodeFrame({ id: 3, method: 'status', params: {} })]));
+      await until(() => r.state.closed, `the connection to be closed after ${Buffer.from(body).toString('hex')}`);
+      expect(r.state.ended).toBe(true);
+      expect(r.frames).toHaveLength(2);
+      expect(r.frames[1]).toMatchObject({ id: 0, error: { code: 'INVALID_ARGUMENT', retryable: false } });
+      expect(r.frames[1].error.message).toContain('map');
+    }
+    const echo = await d.sbx(['run', '--', 'echo', 'ok']);
+    expect([echo.status, echo.stdout.toString()]).toEqual([0, 'ok\n']);
   });
 });
 
