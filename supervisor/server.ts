@@ -397,7 +397,7 @@ export class SupervisorServer {
     this.connections.add(conn);
     const handshake = setTimeout(() => {
       if (!conn.helloDone) conn.refuse({ id: 0, error: new SupervisorError('INVALID_ARGUMENT', `no hello within ${ipc.handshakeTimeoutMs} ms`).toWire() });
-    }, ipc.handshakeTimeoutMs);
+    }, Math.min(ipc.handshakeTimeoutMs, MAX_TIMER_MS)); // a longer setTimeout fires at once; past 24.8 days it is as good as none
     socket.on('close', () => {
       clearTimeout(handshake);
       this.connections.delete(conn);
