@@ -311,11 +311,26 @@ export class Supervisor {
     return this.stopping ? 'stopping' : this.sealRecord ? 'sealed' : this.reconciling ? 'reconciling' : this.ctx.storage.admits() ? 'open' : 'disk_low';
   }
 
-  /** When free space in the state dir is below retention.keepFreeBytes, gc() (at most once a second). */
+  /**
+   * When free space in the state dir is below storage.keepFreeBytes, gc(): at most once a
+   * second; a call within a second of the last run is deferred to the end of that second,
+   * never dropped (the end of the session that held the space must not go unnoticed).
+   */
   private keepFreeAt = -Infinity;
+  private keepFreeTimer: NodeJS.Timeout | null = null;
   keepFree(): void {
+    if (this.keepFreeTimer) return;
+    const waitMs = this.keepFreeAt + 1000 - performance.now();
+    if (waitMs > 0) {
+      this.keepFreeTimer = setTimeout(() => {
+        this.keepFreeTimer = null;
+        this.keepFree();
+      }, Math.ceil(waitMs));
+      this.keepFreeTimer.unref();
+      return;
+    }
     const storage = this.ctx.storage;
-    if (performance.now() - this.keepFreeAt < 1000 || storage.freeBytes() >= storage.keepFreeBytes) return;
+    if (storage.freeBytes() >= storage.keepFreeBytes) return;
     this.keepFreeAt = performance.now();
     try {
       this.gc();
