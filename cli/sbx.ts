@@ -4,15 +4,17 @@
 // decides, per --on-disconnect in a later issue). Exit statuses follow sh, timeout(1) and
 // docker run (SPEC.md): the command's code, 128+N for a signal, 124 for the deadline, 125
 // when the supervisor or the request failed. Imports ipc/ only, never supervisor/.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { join, resolve as resolvePath } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient } from '../ipc/client.js';
 import { parseDurationMs } from '../ipc/duration.js';
-import { isSupervisorError } from '../ipc/errors.js';
-import { defaultStateDir } from '../ipc/paths.js';
-import { type CloseReceipt, exitStatusOf, type Receipt, type SessionSelector, type StreamName } from '../ipc/protocol.js';
+import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
+import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
+import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
+import { type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
 
 const FAILURE = 125;
@@ -94,16 +96,17 @@ function positiveInt(v: string): number {
 }
 
 /**
- * Streams this CLI's stdin into the session, each write at its offset so a retry after a
- * reconnect delivers every byte exactly once; EOF closes the session's stdin. A terminal on
- * stdin is put in raw mode for a pty session (restored on every exit path).
+ * Streams this CLI's stdin into the session from stdin offset fromOffset, each write at its
+ * offset so a retry after a reconnect delivers every byte exactly once; EOF closes the
+ * session's stdin. A terminal on stdin is put in raw mode for a pty session (restored on
+ * every exit path).
  */
-async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: boolean): Promise<void> {
+async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: boolean, fromOffset: number): Promise<void> {
   if (pty && process.stdin.isTTY) {
     process.stdin.setRawMode(true);
     process.on('exit', () => process.stdin.setRawMode?.(false));
   }
-  let offset = 0;
+  let offset = fromOffset;
   try {
     for await (const chunk of process.stdin) {
       const data = chunk as Buffer;
@@ -116,17 +119,88 @@ async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: bo
   }
 }
 
-/** Sends a request, retrying retryable refusals (ADMISSION_DENIED, LIMIT_EXCEEDED) for a while. */
-async function withRetry<T>(fn: () => Promise<T>): Promise<T> {
+/** A fresh invocation key in the supervisor's own format: `auto-` and 24 hex digits. */
+function newInvocationKey(): string {
+  return `auto-${randomBytes(12).toString('hex')}`;
+}
+
+/** Transport failures a resent launch may outlive (the supervisor restarting, a reset). */
+const RETRYABLE_TRANSPORT = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'EAGAIN', 'ENOENT']);
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A waiting line for a retryable refusal, from its details when it has them. */
+function refusalWait(err: SupervisorError): string {
+  const d = err.details ?? {};
+  if (err.code === 'ADMISSION_DENIED' && d.reason === 'disk_low' && typeof d.free_bytes === 'number' && typeof d.min_free_bytes === 'number') {
+    return `disk low in the state dir, ${mib(d.free_bytes)} free, ${mib(d.min_free_bytes)} needed`;
+  }
+  if (err.code === 'ADMISSION_DENIED' && d.reason === 'reconciling') return 'the supervisor is reconciling the sessions left by a restart';
+  if (err.code === 'LIMIT_EXCEEDED' && typeof d.limit === 'string') {
+    const what = { sessions: 'sessions running', connections: 'connections open', in_flight: 'requests in flight' }[d.limit] ?? d.limit;
+    return `the supervisor is at its limit of ${String(d.max ?? '?')} ${what}`;
+  }
+  return err.message;
+}
+
+/**
+ * Sends the launch until it is answered: after a dropped connection (before the answer) or
+ * ECONNREFUSED it reconnects and resends, and a retryable refusal (ADMISSION_DENIED,
+ * LIMIT_EXCEEDED, SHUTTING_DOWN) is retried after its retry_after_ms, for up to
+ * DEFAULT_RECONNECT_MS from the first failure; safe because params carry an invocation key.
+ * ENOENT on the very first connect fails at once (no supervisor at all), as does a refusal
+ * with `detach`. One line on stderr says that it waits (`say`, at most once per run).
+ */
+async function launchUntilAnswered(g: GlobalOptions, params: LaunchParams, detach: boolean, say: (line: string) => void): Promise<{ client: SupervisorClient; launched: LaunchResult }> {
+  const socketPath = g.socket ?? defaultSocketPath();
+  const budgetS = Math.round(DEFAULT_RECONNECT_MS / 1000);
+  let giveUpAt: number | null = null; // set at the first failure
+  for (;;) {
+    let client: SupervisorClient | null = null;
+    let line: string;
+    let delayMs: number;
+    try {
+      client = await SupervisorClient.connect({ socketPath, clientName: 'sbx' });
+      return { client, launched: await client.launch(params) };
+    } catch (err) {
+      client?.close();
+      const code = (err as NodeJS.ErrnoException).code ?? '';
+      const expired = giveUpAt !== null && Date.now() > giveUpAt;
+      if (isSupervisorError(err)) {
+        if (!err.retryable || detach || expired) fail(describe(err));
+        line = `sbx: waiting: ${refusalWait(err)} (retrying for up to ${budgetS} s)`;
+        delayMs = Math.min(Math.max(Number(err.details?.retry_after_ms ?? 250), 50), 5000);
+      } else if (RETRYABLE_TRANSPORT.has(code) && !(code === 'ENOENT' && giveUpAt === null)) {
+        if (expired) fail(`the supervisor at ${socketPath} did not answer the launch within ${budgetS} s (${code}); if it was sent, sbx run --key ${params.invocation_key} finds the session`);
+        line = `sbx: waiting for the supervisor at ${socketPath} (${code}); retrying for up to ${budgetS} s`;
+        delayMs = 200;
+      } else {
+        fail(describe(err));
+      }
+    }
+    giveUpAt ??= Date.now() + DEFAULT_RECONNECT_MS;
+    say(line);
+    await sleep(delayMs);
+  }
+}
+
+/**
+ * A session answered `unknown` while the supervisor still reconciles after a restart gets
+ * its receipt (owner_lost) shortly: wait for that, up to DEFAULT_RECONNECT_MS. Returns once
+ * it is no longer unknown; fails (125) when it stays unknown after reconciliation.
+ */
+async function untilReconciled(client: SupervisorClient, launched: LaunchResult, say: (line: string) => void): Promise<void> {
   const giveUpAt = Date.now() + DEFAULT_RECONNECT_MS;
   for (;;) {
-    try {
-      return await fn();
-    } catch (err) {
-      if (!isSupervisorError(err) || !err.retryable || Date.now() > giveUpAt) throw err;
-      const wait = Number(err.details?.retry_after_ms ?? 250);
-      await new Promise((r) => setTimeout(r, Math.min(Math.max(wait, 50), 5000)));
+    // status before ps: a session still unknown after reconciliation was seen done is stuck.
+    const reconciling = (await client.status()).admission === 'reconciling';
+    const row = (await client.ps(true)).sessions.find((x) => x.session_id === launched.session_id);
+    if (row && row.state !== 'unknown') return;
+    if (!reconciling || Date.now() > giveUpAt) {
+      fail(`session ${launched.session_id} (key ${launched.invocation_key}) is unknown: ${row?.reason ?? 'no evidence of its end yet'}; it is never run again (sbx ps, sbx resolve)`);
     }
+    say(`sbx: waiting: session ${launched.session_id} is unknown until the restarted supervisor has reconciled it (up to ${Math.round(DEFAULT_RECONNECT_MS / 1000)} s)`);
+    await sleep(100);
   }
 }
 
@@ -197,26 +271,40 @@ sub('run')
   .passThroughOptions()
   .action(async (cmd: string[], o: { key?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; pty?: boolean; cols?: number; rows?: number; stdin?: boolean; linger: 'kill' | 'wait'; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
     const g = globals(o);
-    const client = await connect(g);
-    let launched;
-    try {
-      launched = await withRetry(() => client.launch({
-        argv: cmd,
-        cwd: resolvePath(o.cwd ?? '.'),
-        env: o.env,
-        inherit_env: o.inheritEnv ? (Object.fromEntries(Object.entries(process.env).filter(([, v]) => v !== undefined)) as Record<string, string>) : undefined,
-        invocation_key: o.key,
-        timeout_ms: o.timeout,
-        grace_ms: o.grace,
-        linger: o.linger,
-        on_disconnect: o.onDisconnect,
-        user: o.user,
-        pty: o.pty ? { cols: o.cols ?? process.stdout.columns ?? 80, rows: o.rows ?? process.stdout.rows ?? 24 } : undefined,
-        stdin: o.stdin,
-      }));
-    } catch (err) {
-      fail(describe(err));
+    if (o.detach && o.onDisconnect === 'cancel') {
+      fail('INVALID_ARGUMENT: --detach with --on-disconnect cancel: a detached sbx closes its connection at once, which would cancel the session; drop one of them');
     }
+    // The receipt's directory is pinned now, before anything runs (the session may write it).
+    let receiptDir: OutputDir | null = null;
+    if (o.receipt && !o.detach) {
+      try {
+        receiptDir = openOutputDir(o.receipt);
+      } catch (err) {
+        fail(`--receipt ${(err as OutputFileError).message}; nothing was run`);
+      }
+      const refusal = outputNameRefusal(receiptDir);
+      if (refusal) fail(`--receipt ${receiptDir.path}: refused: ${refusal}, and sbx never writes through or replaces one; nothing was run`);
+    }
+    let said = false;
+    const say = (line: string) => {
+      if (!said) process.stderr.write(`${line}\n`);
+      said = true;
+    };
+    const { client, launched } = await launchUntilAnswered(g, {
+      argv: cmd,
+      cwd: resolvePath(o.cwd ?? '.'),
+      env: o.env,
+      inherit_env: o.inheritEnv ? (Object.fromEntries(Object.entries(process.env).filter(([, v]) => v !== undefined)) as Record<string, string>) : undefined,
+      // A key before the first send, so a resend after a drop finds this launch's session.
+      invocation_key: o.key ?? newInvocationKey(),
+      timeout_ms: o.timeout,
+      grace_ms: o.grace,
+      linger: o.linger,
+      on_disconnect: o.onDisconnect,
+      user: o.user,
+      pty: o.pty ? { cols: o.cols ?? process.stdout.columns ?? 80, rows: o.rows ?? process.stdout.rows ?? 24 } : undefined,
+      stdin: o.stdin,
+    }, Boolean(o.detach), say);
     if (o.detach) {
       if (g.json) printJson({ session_id: launched.session_id, existing: launched.existing, state: launched.state });
       else process.stdout.write(`${launched.session_id}\n`);
@@ -227,8 +315,11 @@ sub('run')
       fail(`session ${launched.session_id} (key ${launched.invocation_key}) was removed by the retention policy; it is never run again`);
     }
     if (launched.state === 'unknown') {
-      const row = (await client.ps(true)).sessions.find((x) => x.session_id === launched.session_id);
-      fail(`session ${launched.session_id} (key ${launched.invocation_key}) is unknown: ${row?.reason ?? 'no evidence of its end yet'}; it is never run again (sbx ps, sbx resolve)`);
+      try {
+        await untilReconciled(client, launched, say);
+      } catch (err) {
+        fail(describe(err));
+      }
     }
     const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx' }, client);
     forwardSignals(conn, launched.session_id);
@@ -238,7 +329,9 @@ sub('run')
       // Our terminal's size follows us; SIGWINCH is sent on as a resize.
       process.on('SIGWINCH', () => void conn.current?.request('resize', { ...sel, cols: process.stdout.columns, rows: process.stdout.rows }).catch(() => {}));
     }
-    if (o.stdin) void pumpStdin(conn, sel, Boolean(o.pty));
+    // A person at a terminal reattaching types from where the session's stdin is now; piped
+    // stdin is replayed from 0 and only bytes past what was delivered are added (exactly once).
+    if (o.stdin) void pumpStdin(conn, sel, Boolean(o.pty), process.stdin.isTTY ? (launched.stdin_cursor ?? 0) : 0);
     try {
       // The wait is in flight from the start, so a supervisor shutting down answers it
       // (it lets requests in flight finish) before it closes the connection.
@@ -259,12 +352,22 @@ sub('run')
     } catch (err) {
       fail(describe(err));
     }
-    if (o.receipt) writeFileSync(o.receipt, JSON.stringify(receipt, null, 2) + '\n');
     if (receipt.spawn_error) {
       const why = { ENOENT: 'not found', ENOTDIR: 'not found', EACCES: 'permission denied', ENOEXEC: 'exec format error' }[receipt.spawn_error.code];
       process.stderr.write(`sbx: ${cmd[0]}: ${why ?? receipt.spawn_error.code} (${receipt.spawn_error.stage} failed: ${receipt.spawn_error.code})\n`);
     }
     process.exitCode = exitStatusOf(receipt, signalNumber);
+    if (receiptDir) {
+      try {
+        writeOutputFile(receiptDir, Buffer.from(JSON.stringify(receipt, null, 2) + '\n'));
+      } catch (err) {
+        const e = err as OutputFileError;
+        const why = e.refused ? `${e.reason}; sbx never writes through or replaces a link (the session's directory may hold one it planted)` : e.reason;
+        process.stderr.write(`sbx: --receipt ${e.path}: not written: ${why}; the supervisor keeps the receipt: sbx receipt ${receipt.session_id}\n`);
+        process.exitCode = FAILURE;
+      }
+      closeOutputDir(receiptDir);
+    }
     process.stdout.write('', () => process.exit());
   });
 

@@ -61,7 +61,10 @@ export interface LaunchParams {
   pty?: { cols?: number; rows?: number };
   /** Clients write the session's stdin (method write); else /dev/null (or a pty nobody types in). */
   stdin?: boolean;
-  /** cancel: the session is cancelled when this connection closes before it ends. */
+  /**
+   * cancel: the session is cancelled when this connection closes before it ends. Only for a
+   * new session: a retry of an existing key never changes how that session ends.
+   */
   on_disconnect?: 'continue' | 'cancel';
 }
 export interface LaunchResult {
@@ -70,6 +73,8 @@ export interface LaunchResult {
   existing: boolean;
   state: SessionState;
   command_digest: string;
+  /** Sessions started with stdin: bytes of stdin accepted so far (where a reattaching terminal resumes). */
+  stdin_cursor?: number;
 }
 
 /** Selects one session by id or by invocation key. */

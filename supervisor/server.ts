@@ -214,12 +214,15 @@ export class SupervisorServer {
       launch: (c, _id, p) => {
         const params = validate(Schemas.launch, p, 'launch');
         const result = sup.launch(params);
-        if (params.on_disconnect === 'cancel') {
-          // The client asked to own the session's life: its disconnect cancels it.
-          const session = sup.find({ session_id: result.session_id });
+        if ((result.state as string) === 'retired') return result; // no session object any more
+        const session = sup.find({ session_id: result.session_id });
+        if (params.on_disconnect === 'cancel' && !result.existing) {
+          // The client that launched it asked to own the session's life: its disconnect
+          // cancels it. A retry never changes how an existing session ends (README).
           c.socket.once('close', () => void session.terminate('cancel'));
         }
-        return result;
+        // Where a reattaching terminal resumes typing (sbx run --stdin on a TTY).
+        return session.req.stdin === 'stream' ? { ...result, stdin_cursor: session.stdinCursor } : result;
       },
       cancel: async (_c, _id, p) => {
         const params = validate(Schemas.cancel, p, 'cancel');

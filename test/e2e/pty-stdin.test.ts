@@ -1,13 +1,15 @@
 // Interactive sessions: a pty as the leader's controlling terminal, stdin streamed exactly
 // once, resize, and no byte lost at exit (the supervisor holds the slave until death and
 // reads the master to EIO).
+import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { closeSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../../ipc/protocol.js';
 import { isSupervisorError } from '../../ipc/errors.js';
-import { pidsWithMarker, sha256, TestDaemon, until } from '../helpers/daemon.js';
+import { native } from '../../supervisor/native.js';
+import { pidsWithMarker, SBX, sha256, TestDaemon, until } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;
 beforeAll(async () => {
@@ -136,5 +138,58 @@ describe('stdin', () => {
     expect((await daemon.sbx(['write', id, '--eof'], { input: 'world\n' })).status).toBe(0);
     expect((await daemon.sbx(['wait', id])).status).toBe(0);
     expect((await daemon.sbx(['logs', id])).stdout.toString()).toBe('HELLO WORLD\n');
+  });
+});
+
+describe('a terminal reattaching', () => {
+  it('resumes stdin at the session\'s cursor: what is typed after a reattach is delivered once', async () => {
+    const key = `tty-${randomBytes(4).toString('hex')}`;
+    const fds: number[] = [];
+    const sbxs: ReturnType<typeof spawn>[] = [];
+    /** sbx run --pty --stdin with its stdin on a fresh pty's slave (a person's terminal); stdout a pipe. */
+    const attach = () => {
+      const pty = native().openPty(80, 24);
+      fds.push(pty.master, pty.slave);
+      const child = spawn(process.execPath, [SBX, 'run', '--pty', '--stdin', '--key', key, '--', 'cat'], {
+        cwd: '/',
+        env: { ...process.env, SBX_SOCKET: daemon.socketPath },
+        stdio: [pty.slave, 'pipe', 'pipe'],
+      });
+      sbxs.push(child);
+      let out = '';
+      child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+      child.stderr!.resume();
+      const exited = new Promise<number | null>((r) => child.on('close', (code) => r(code)));
+      return { master: pty.master, child, exited, stdout: () => out };
+    };
+    const logs = async () => (await daemon.sbx(['logs', '--key', key, '--stream', 'pty'])).stdout.toString();
+    try {
+      const first = attach();
+      writeSync(first.master, 'one\n');
+      await until(async () => (await logs()) === 'one\r\none\r\n', 'the first line to be echoed and cat');
+      first.child.kill('SIGKILL');
+      await first.exited;
+      const second = attach();
+      writeSync(second.master, 'two\n');
+      await until(async () => (await logs()) === 'one\r\none\r\ntwo\r\ntwo\r\n', 'the line typed after the reattach to reach cat');
+      writeSync(second.master, '\x04'); // ^D at the start of a line: cat reads EOF
+      expect(await second.exited).toBe(0);
+      expect(second.stdout()).toBe('one\r\none\r\ntwo\r\ntwo\r\n');
+    } finally {
+      for (const c of sbxs) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+      await daemon.sbx(['cancel', '--key', key, '--grace', '0']);
+      for (const fd of fds) closeSync(fd);
+    }
+  });
+
+  it('piped stdin (not a terminal) keeps the exactly-once rule from offset 0', async () => {
+    const key = `piped-${randomBytes(4).toString('hex')}`;
+    const detached = await daemon.sbx(['run', '--detach', '--stdin', '--key', key, '--', 'cat']);
+    expect(detached.status).toBe(0);
+    expect((await daemon.sbx(['write', '--key', key], { input: 'abc' })).status).toBe(0);
+    // A retry replays its input from 0: "abc" counts as delivered, "def" is added, then EOF.
+    const r = await daemon.sbx(['run', '--stdin', '--key', key, '--', 'cat'], { input: 'abcdef' });
+    expect(r.status).toBe(0);
+    expect(r.stdout.toString()).toBe('abcdef');
   });
 });

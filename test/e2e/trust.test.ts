@@ -2,7 +2,7 @@
 // checked against them, sessions run as another user that cannot touch the evidence, and a
 // state dir that never writes through a planted link.
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, linkSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, linkSync, lstatSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
@@ -177,5 +177,98 @@ describe('no link-following in the state dir', () => {
     const row = (await c.ps()).sessions.find((s) => s.session_id === session_id)!;
     expect(row.reason).toContain('the receipt could not be written: EEXIST');
     expect(readFileSync(target, 'utf8')).toBe('original');
+  });
+});
+
+describe('sbx run --receipt never writes through a planted link', () => {
+  const NOBODY = 65534;
+  /** A directory a session run as nobody may write (its cwd), and a root-only file outside it. */
+  function setup() {
+    const work = join(daemon.dir, `work-${randomBytes(3).toString('hex')}`);
+    mkdirSync(work);
+    chownSync(work, NOBODY, NOBODY);
+    const target = join(daemon.dir, `secret-${randomBytes(3).toString('hex')}`);
+    writeFileSync(target, 'root only\n', { mode: 0o600 });
+    chmodSync(target, 0o600);
+    return { work, target };
+  }
+  const fingerprint = (path: string) => {
+    const st = statSync(path);
+    return { bytes: readFileSync(path).toString('hex'), mode: st.mode, ino: st.ino, mtimeMs: st.mtimeMs, nlink: st.nlink };
+  };
+  const sessionCount = async () => (JSON.parse((await daemon.sbx(['ps', '--all', '--json'])).stdout.toString()) as unknown[]).length;
+
+  it('a symlink the session planted (as nobody): exit 125, the target unchanged, the link left as it was', async () => {
+    const { work, target } = setup();
+    const before = fingerprint(target);
+    const key = `plant-${randomBytes(4).toString('hex')}`;
+    const r = await daemon.sbx(['run', '--key', key, '--user', 'nobody', '--receipt', 'receipt.json', '--', 'sh', '-c', `ln -s ${target} receipt.json; echo planted`], { cwd: work });
+    expect(r.stdout.toString()).toBe('planted\n');
+    expect(r.status).toBe(125);
+    const id = (JSON.parse((await daemon.sbx(['receipt', '--key', key])).stdout.toString()) as Receipt).session_id;
+    expect(r.stderr.toString()).toBe(
+      `sbx: --receipt ${work}/receipt.json: not written: it is a symbolic link; sbx never writes through or replaces a link (the session's directory may hold one it planted); the supervisor keeps the receipt: sbx receipt ${id}\n`,
+    );
+    expect(fingerprint(target)).toEqual(before);
+    expect(lstatSync(join(work, 'receipt.json')).isSymbolicLink()).toBe(true);
+    expect(readdirSync(work)).toEqual(['receipt.json']); // no temp file left
+    expect((await daemon.sbx(['receipt', id])).status).toBe(0);
+  });
+
+  it('a hardlink to a root-only file planted while the session runs: exit 125, the target unchanged', async () => {
+    const { work, target } = setup();
+    const before = fingerprint(target);
+    const go = join(work, 'go');
+    const key = `plant-${randomBytes(4).toString('hex')}`;
+    const child = daemon.sbx(['run', '--key', key, '--user', 'nobody', '--receipt', 'receipt.json', '--', 'sh', '-c', `while [ ! -e ${go} ]; do sleep 0.02; done; echo done`], { cwd: work });
+    await until(async () => (JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[]).some((s) => s.invocation_key === key && s.state === 'running'), 'the session to run');
+    // As root: protected_hardlinks stops nobody from linking a file it cannot write.
+    linkSync(target, join(work, 'receipt.json'));
+    writeFileSync(go, '');
+    const r = await child;
+    expect(r.stdout.toString()).toBe('done\n');
+    expect(r.status).toBe(125);
+    const id = (JSON.parse((await daemon.sbx(['receipt', '--key', key])).stdout.toString()) as Receipt).session_id;
+    expect(r.stderr.toString()).toBe(
+      `sbx: --receipt ${work}/receipt.json: not written: it is a file with 2 hard links; sbx never writes through or replaces a link (the session's directory may hold one it planted); the supervisor keeps the receipt: sbx receipt ${id}\n`,
+    );
+    expect(fingerprint(target)).toEqual({ ...before, nlink: 2 });
+    expect(readdirSync(work).sort()).toEqual(['go', 'receipt.json']);
+  });
+
+  it('a link already there before the run: exit 125 and nothing runs', async () => {
+    const { work, target } = setup();
+    symlinkSync(target, join(work, 'receipt.json'));
+    const n = await sessionCount();
+    const r = await daemon.sbx(['run', '--receipt', 'receipt.json', '--', 'sh', '-c', 'echo ran > ran.txt'], { cwd: work });
+    expect(r.status).toBe(125);
+    expect(r.stderr.toString()).toBe(`sbx: --receipt ${work}/receipt.json: refused: it is a symbolic link, and sbx never writes through or replaces one; nothing was run\n`);
+    expect(await sessionCount()).toBe(n);
+    expect(existsSync(join(work, 'ran.txt'))).toBe(false);
+    expect(readFileSync(target, 'utf8')).toBe('root only\n');
+  });
+
+  it('a normal run writes exactly the receipt sbx receipt prints, 0644 minus the umask, and exits with the status', async () => {
+    const { work } = setup();
+    writeFileSync(join(work, 'old.json'), 'an older receipt'); // a regular file is replaced
+    const r = await daemon.sbx(['run', '--receipt', 'old.json', '--', 'sh', '-c', 'echo hi; exit 3'], { cwd: work });
+    expect(r.status).toBe(3);
+    expect(r.stderr.length).toBe(0);
+    const written = readFileSync(join(work, 'old.json'));
+    const id = (JSON.parse(written.toString()) as Receipt).session_id;
+    expect(written.equals((await daemon.sbx(['receipt', id])).stdout)).toBe(true);
+    const umask = parseInt(/^Umask:\s+(\d+)$/m.exec(readFileSync('/proc/self/status', 'utf8'))![1], 8);
+    expect(statSync(join(work, 'old.json')).mode & 0o777).toBe(0o644 & ~umask);
+    expect(readdirSync(work)).toEqual(['old.json']);
+  });
+
+  it('a missing directory: exit 125 before anything runs', async () => {
+    const { work } = setup();
+    const n = await sessionCount();
+    const r = await daemon.sbx(['run', '--receipt', 'no-such-dir/r.json', '--', 'sh', '-c', 'echo ran > ran.txt'], { cwd: work });
+    expect(r.status).toBe(125);
+    expect(r.stderr.toString()).toBe(`sbx: --receipt ${work}/no-such-dir/r.json: cannot open its directory ${work}/no-such-dir: no such directory (ENOENT); nothing was run\n`);
+    expect(await sessionCount()).toBe(n);
+    expect(existsSync(join(work, 'ran.txt'))).toBe(false);
   });
 });
