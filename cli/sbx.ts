@@ -185,23 +185,17 @@ async function launchUntilAnswered(g: GlobalOptions, params: LaunchParams, detac
 }
 
 /**
- * A session answered `unknown` while the supervisor still reconciles after a restart gets
- * its receipt (owner_lost) shortly: wait for that, up to DEFAULT_RECONNECT_MS. Returns once
- * it is no longer unknown; fails (125) when it stays unknown after reconciliation.
+ * A retry answered with an unknown session: one whose receipt is on its way (a restarted
+ * supervisor is ending it, or its receipt waits for disk space; ps says receipt_pending) is
+ * waited for like a running one, saying so once; one with no evidence to come fails (125).
  */
-async function untilReconciled(client: SupervisorClient, launched: LaunchResult, say: (line: string) => void): Promise<void> {
-  const giveUpAt = Date.now() + DEFAULT_RECONNECT_MS;
-  for (;;) {
-    // status before ps: a session still unknown after reconciliation was seen done is stuck.
-    const reconciling = (await client.status()).admission === 'reconciling';
-    const row = (await client.ps(true)).sessions.find((x) => x.session_id === launched.session_id);
-    if (row && row.state !== 'unknown') return;
-    if (!reconciling || Date.now() > giveUpAt) {
-      fail(`session ${launched.session_id} (key ${launched.invocation_key}) is unknown: ${row?.reason ?? 'no evidence of its end yet'}; it is never run again (sbx ps, sbx resolve)`);
-    }
-    say(`sbx: waiting: session ${launched.session_id} is unknown until the restarted supervisor has reconciled it (up to ${Math.round(DEFAULT_RECONNECT_MS / 1000)} s)`);
-    await sleep(100);
+async function unlessPending(client: SupervisorClient, launched: LaunchResult, say: (line: string) => void): Promise<void> {
+  const row = (await client.ps(true)).sessions.find((x) => x.session_id === launched.session_id);
+  if (row && row.state !== 'unknown') return;
+  if (!row?.receipt_pending) {
+    fail(`session ${launched.session_id} (key ${launched.invocation_key}) is unknown: ${row?.reason ?? 'no evidence of its end yet'}; it is never run again (sbx ps, sbx resolve)`);
   }
+  say(`sbx: waiting: session ${launched.session_id} is unknown until its receipt is written: ${row.reason ?? 'evidence is on its way'}`);
 }
 
 /**
@@ -316,7 +310,7 @@ sub('run')
     }
     if (launched.state === 'unknown') {
       try {
-        await untilReconciled(client, launched, say);
+        await unlessPending(client, launched, say);
       } catch (err) {
         fail(describe(err));
       }

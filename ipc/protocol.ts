@@ -127,6 +127,11 @@ export interface SessionSummary {
   usage: SessionUsage;
   /** Why the session is unknown, when it is. */
   reason?: string;
+  /**
+   * Unknown now, and its receipt is on its way: a recovered session reconciliation is ending
+   * (TERM sent, KILL after its grace), or one whose receipt waits for disk space. Absent else.
+   */
+  receipt_pending?: true;
 }
 
 export interface StatusResult {

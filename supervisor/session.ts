@@ -455,6 +455,7 @@ export class Session extends EventEmitter {
       cursors,
       usage: this.receipt?.usage ?? this.leaf?.usage() ?? {},
       ...(this.unknownReason ? { reason: this.unknownReason } : {}),
+      ...(this.state === 'unknown' && (this.receiptOnItsWay || this.receiptAwaitingSpace) ? { receipt_pending: true as const } : {}),
     };
   }
 
@@ -620,6 +621,8 @@ export class Session extends EventEmitter {
 
   /** A signed receipt whose write the disk had no room for: retried until it is durable. */
   private receiptAwaitingSpace: Receipt | null = null;
+  /** Reconciliation has found this recovered session's evidence (or is ending its leaf): its receipt follows. */
+  private receiptOnItsWay = false;
 
   /** Writes the receipt durably, then (only then) reports the end and removes the leaf. */
   private async finish(facts: ReceiptFacts, extra: Partial<Receipt> = {}): Promise<void> {
@@ -778,6 +781,17 @@ export class Session extends EventEmitter {
    * receipt, which for a TERM-ignoring leaf is only after its grace.
    */
   async reconcile(): Promise<void> {
+    try {
+      await this.settleRecovered();
+    } catch (err) {
+      this.receiptOnItsWay = false;
+      this.unknownReason = `reconciliation failed: ${(err as Error).message}`;
+      throw err;
+    }
+  }
+
+  /** reconcile()'s decisions, in order (see there). */
+  private async settleRecovered(): Promise<void> {
     if (this.state !== 'unknown') return;
     if (!this.admission) {
       // Torn files: no receipt can be written, but nothing of it may run on unowned.
@@ -790,6 +804,7 @@ export class Session extends EventEmitter {
     }
     const mount = this.ctx.tree?.mount.mountPoint;
     if (this.admission.boot_id !== this.ctx.identity.bootId) {
+      this.receiptOnItsWay = true;
       await this.finish(await this.ownerLostFacts({ evidence: 'boot_changed', observedAt: new Date() }, []));
       return;
     }
@@ -797,6 +812,7 @@ export class Session extends EventEmitter {
       this.unknownReason = 'owner lost in subreaper mode: no cgroup to prove the session dead (sbx resolve --as-operator)';
       return;
     }
+    this.receiptOnItsWay = true;
     const steps: ReceiptFacts['steps'] = [];
     if (existsSync(this.leaf.path) && this.leaf.populated()) await this.endLeaf(steps);
     const cgroup = this.leaf.path.slice(mount.length);

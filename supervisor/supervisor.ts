@@ -276,7 +276,6 @@ export class Supervisor {
     const unknown = [...this.sessions.values()].filter((s) => s.state === 'unknown');
     const settling = unknown.map((s) =>
       s.reconcile().catch((err: Error) => {
-        s.unknownReason = `reconciliation failed: ${err.message}`;
         this.log.error({ err, session_id: s.id }, 'reconciliation failed; the session stays unknown');
       }),
     );
