@@ -187,6 +187,12 @@ export class SupervisorClient {
       }
       return;
     }
+    // id 0 is never a request of ours: it is the server refusing the whole connection (limits,
+    // UNAUTHORIZED, a bad frame) just before it closes; every request waiting gets that error.
+    if (frame.id === 0 && frame.error) {
+      this.fail(SupervisorError.fromWire(frame.error));
+      return;
+    }
     const pending = this.pending.get(frame.id);
     if (!pending) return;
     this.pending.delete(frame.id);

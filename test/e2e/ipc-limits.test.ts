@@ -79,6 +79,10 @@ describe('bounds', () => {
     const sixth = raw(d.socketPath);
     await until(() => sixth.state.closed, 'the sixth to be closed');
     expect(sixth.frames[0].error).toMatchObject({ code: 'LIMIT_EXCEEDED', retryable: true, details: { limit: 'connections', max: 5 } });
+    // The client library hands that refusal on (not a bare ECONNRESET): sbx says why.
+    const refused = await d.sbx(['status']);
+    expect(refused.status).toBe(125);
+    expect(refused.stderr.toString()).toBe('sbx: LIMIT_EXCEEDED: 5 connections are open\n');
     await until(() => held.every((r) => r.state.closed), 'the silent ones to be closed after 300 ms');
     expect(held[0].frames[0].error.message).toContain('no hello within 300 ms');
     const ok = await d.sbx(['status']);
