@@ -347,7 +347,7 @@ sub('run')
       fail(describe(err));
     }
     if (receipt.spawn_error) {
-      const why = { ENOENT: 'not found', ENOTDIR: 'not found', EACCES: 'permission denied', ENOEXEC: 'exec format error' }[receipt.spawn_error.code];
+      const why = { ENOENT: 'not found', ENOTDIR: 'not found', EACCES: 'permission denied', ENOEXEC: 'exec format error', E2BIG: 'argument list too long' }[receipt.spawn_error.code];
       process.stderr.write(`sbx: ${cmd[0]}: ${why ?? receipt.spawn_error.code} (${receipt.spawn_error.stage} failed: ${receipt.spawn_error.code})\n`);
     }
     process.exitCode = exitStatusOf(receipt, signalNumber);

@@ -713,7 +713,7 @@ export class Session extends EventEmitter {
   }
 
   private async failToStart(err: NodeJS.ErrnoException): Promise<void> {
-    this.ctx.log.error({ err, session_id: this.id }, 'could not start the exec shim');
+    this.ctx.log.error({ session_id: this.id, code: err.code, message: err.message }, 'could not start the exec shim');
     const now = new Date();
     const facts = await this.ownerLostFacts(
       this.leaf ? { evidence: 'cgroup_empty', observedAt: now, cgroup: this.leaf.path.slice(this.ctx.tree!.mount.mountPoint.length) } : { evidence: 'subreaper_reaped', observedAt: now, reaped: 0 },

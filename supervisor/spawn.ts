@@ -1,8 +1,9 @@
 // Starts a session's leader through the exec shim (native-helpers/src/exec-shim.c) with
 // real pipes for stdout/stderr (pipe2, not Node's socketpair: DESIGN.md 13), stdin from
-// /dev/null, and a report pipe on which the shim states exec failures and, in subreaper
-// mode, the leader's status and "all reaped". Owns the fds of one spawn; not the session's
-// decisions (session.ts). See execve(2), pipe(2), and the shim's header comment.
+// /dev/null, the command's argv on a pipe of its own (so only the command's exec can meet
+// E2BIG, and the shim reports it), and a report pipe on which the shim states exec failures
+// and, in subreaper mode, the leader's status and "all reaped". Owns the fds of one spawn;
+// not the session's decisions (session.ts). See execve(2), pipe(2), and the shim's header comment.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, writeSync } from 'node:fs';
 import { Socket } from 'node:net';
@@ -73,7 +74,7 @@ export class LeaderProcess {
   readonly leaderExit: Promise<LeaderExit>;
   /** Subreaper mode: resolves with the orphans reaped once no descendant is left, or null if the shim died first. */
   readonly allReaped: Promise<{ reaped: number } | null>;
-  private readonly child: ChildProcess;
+  private readonly child: ChildProcess | null;
   private controlFd = -1;
   /** The shim stays as the session leader until release() (pty sessions). */
   readonly holdsSession: boolean = false;
@@ -88,8 +89,12 @@ export class LeaderProcess {
     const [stderrR, stderrW] = pty === null ? n.makePipe() : [-1, pty];
     const [stdinR, stdinW] = spec.stdinPipe && pty === null ? n.makePipe() : [-1, -1];
     const [reportR, reportW] = n.makePipe();
+    const [argvR, argvPipeW] = n.makePipe();
+    const argv = encodeArgv(spec.argv);
+    // -1 once argv is all in the pipe (written before the spawn when it fits: see fillPipe).
+    const argvW = fillPipe(argvPipeW, argv) ? -1 : argvPipeW;
     // Ours to close once the child has them (the pty slave is the caller's).
-    const fds = [reportW, ...(pty === null ? [stdoutW, stderrW] : []), ...(stdinR >= 0 ? [stdinR] : [])];
+    const fds = [reportW, argvR, ...(pty === null ? [stdoutW, stderrW] : []), ...(stdinR >= 0 ? [stdinR] : [])];
     let controlR = -1;
     // A pty session's shim stays as the tty's session leader until released (see --hold).
     this.holdsSession = pty !== null;
@@ -115,31 +120,44 @@ export class LeaderProcess {
     if (tini) args.push('--subreaper', '--control-fd', '4');
     if (this.holdsSession) args.push('--hold');
     if (spec.cgroupProcsPath) args.push('--no-forward');
-    args.push('--', ...spec.argv);
+    args.push('--argv-fd', String(tini ? 5 : 4));
     const stdin = pty !== null ? pty : stdinR >= 0 ? stdinR : 'ignore';
+    let child: ChildProcess | null = null;
+    let failure: SpawnFailure | null = null; // the shim's own exec refused
     try {
-      this.child = spawn(execShimPath(), args, {
-        stdio: [stdin, stdoutW, stderrW, reportW, ...(tini ? [controlR] : [])],
+      child = spawn(execShimPath(), args, {
+        stdio: [stdin, stdoutW, stderrW, reportW, ...(tini ? [controlR] : []), argvR],
         env: spec.env,
         cwd: '/',
         detached: true, // own session and process group, like a systemd service
       });
+    } catch (err) {
+      // E2BIG (thrown by spawn()): the kernel refused the shim's own exec, its environment is
+      // over ARG_MAX or an entry over MAX_ARG_STRLEN. The command's exec would meet the same:
+      // reported as its exec failure, like the shim's "error exec 7".
+      if ((err as NodeJS.ErrnoException).code !== 'E2BIG') {
+        for (const fd of [stdoutR, stderrR, stdinW, reportR, argvW, this.controlFd]) if (fd >= 0) closeSync(fd);
+        throw err;
+      }
+      failure = { stage: 'exec', errno: osConstants.errno.E2BIG, code: 'E2BIG' };
     } finally {
       for (const fd of fds) closeSync(fd);
     }
+    this.child = child;
     this.stdoutFd = stdoutR;
     this.stderrFd = stderrR;
     this.stdinFd = stdinW;
-    const pid = this.child.pid;
+    const pid = child?.pid;
     let spawnError: NodeJS.ErrnoException | null = null;
-    this.child.on('error', (err) => (spawnError = err));
+    child?.on('error', (err) => (spawnError = err));
     if (pid === undefined) {
-      // libuv could not start the shim at all (EAGAIN, ENOMEM): the command never ran.
+      // libuv could not start the shim at all (EAGAIN, ENOMEM, E2BIG): the command never ran.
       closeSync(reportR);
+      if (argvW >= 0) closeSync(argvW);
       if (this.controlFd >= 0) closeSync(this.controlFd);
+      this.controlFd = -1;
       this.pid = -1;
-      const failure = { stage: 'spawn', errno: 0, code: 'EAGAIN' };
-      this.exec = new Promise((resolve) => setImmediate(() => resolve({ ...failure, code: spawnError?.code ?? failure.code })));
+      this.exec = new Promise((resolve) => setImmediate(() => resolve(failure ?? { stage: 'spawn', errno: 0, code: spawnError?.code ?? 'EAGAIN' })));
       this.leaderExit = Promise.resolve({ code: null, signal: null, at: new Date() });
       this.allReaped = Promise.resolve({ reaped: 0 });
       return;
@@ -147,10 +165,11 @@ export class LeaderProcess {
     this.pid = pid;
     this.leaderPid = pid;
     reaper.track(pid);
+    if (argvW >= 0) writeAsync(argvW, argv);
 
     const lines = readLines(reportR);
     const shimExit = new Promise<{ code: number | null; signal: string | null; at: Date }>((resolve) => {
-      this.child.on('exit', (code, signal) => {
+      child!.on('exit', (code, signal) => {
         reaper.untrack(pid);
         resolve({ code, signal, at: new Date() });
       });
@@ -218,6 +237,55 @@ export class LeaderProcess {
       this.controlFd = -1;
     }
   }
+}
+
+/** argv as the shim's --argv-fd wants it: count and bytes (u64 little-endian), then each string UTF-8 and NUL-terminated. */
+function encodeArgv(argv: string[]): Buffer {
+  const strings = argv.join('\0') + '\0'; // no NUL inside an argument (validate.ts)
+  const bytes = Buffer.byteLength(strings);
+  const payload = Buffer.allocUnsafe(16 + bytes);
+  payload.writeBigUInt64LE(BigInt(argv.length), 0);
+  payload.writeBigUInt64LE(BigInt(bytes), 8);
+  payload.write(strings, 16, 'utf8');
+  return payload;
+}
+
+/** An unprivileged supervisor's argv pipe can be raised this far: the default /proc/sys/fs/pipe-max-size. */
+const PIPE_MAX_BYTES = 1024 * 1024;
+
+/**
+ * Writes payload into the fresh, empty pipe whose write end is fd and closes fd, if it fits
+ * the pipe's capacity. One page always does; for more the pipe is first raised to the
+ * payload's size (F_SETPIPE_SZ: root may, CAP_SYS_RESOURCE), else to pipe-max-size. A write
+ * that fits an empty pipe never blocks (its cost is a copy, as for any buffer), and the shim
+ * then finds its argv and EOF at once, without waiting for the event loop. false (fd left
+ * open, the pipe raised as far as it went): it does not fit; see writeAsync.
+ */
+function fillPipe(fd: number, payload: Buffer): boolean {
+  let capacityBytes = 4096;
+  for (const bytes of payload.length > capacityBytes ? [payload.length, PIPE_MAX_BYTES] : []) {
+    try {
+      capacityBytes = native().setPipeSize(fd, bytes);
+      break;
+    } catch {
+      // EPERM: above pipe-max-size, or over the user's pipe quota; try less, else keep it.
+    }
+  }
+  if (payload.length > capacityBytes) return false;
+  for (let off = 0; off < payload.length; ) off += writeSync(fd, payload, off);
+  closeSync(fd);
+  return true;
+}
+
+/**
+ * Writes payload to fd (a pipe's write end, which this closes after the last byte) through
+ * a net.Socket: asynchronous, so an argv of MiBs never blocks the event loop on a pipe that
+ * holds less. A shim gone (EPIPE) is not an error here: its exit and report say what happened.
+ */
+function writeAsync(fd: number, payload: Buffer): void {
+  const socket = new Socket({ fd, readable: false, writable: true });
+  socket.on('error', () => {});
+  socket.write(payload, () => socket.destroy());
 }
 
 function parseFailure(lines: string[]): SpawnFailure | null {

@@ -1,6 +1,7 @@
 // Validation of every request's params with zod: types, ranges (cursors are non-negative
 // safe integers, durations bounded to 30 days), sizes, and no NUL in argv or env. A bad
-// field becomes INVALID_ARGUMENT naming it.
+// field becomes INVALID_ARGUMENT naming it. argv has no count or length cap of its own: the
+// frame (ipc.maxFrameBytes) bounds it and the kernel decides (execve(2) E2BIG, at exec).
 import { z } from 'zod';
 import { SupervisorError } from '../ipc/errors.js';
 import { MAX_DURATION_MS } from '../ipc/duration.js';
@@ -24,7 +25,7 @@ export const Schemas = {
   hello: z.object({ versions: z.array(z.number().int()).min(1).max(64), client: z.string().max(256).optional() }),
   launch: z
     .object({
-      argv: z.array(noNul('argv').pipe(z.string().max(128 * 1024))).min(1).max(65536),
+      argv: z.array(noNul('argv')).min(1),
       cwd: noNul('cwd').pipe(z.string().min(1).max(4096)),
       env: envMap.optional(),
       inherit_env: envMap.optional(),

@@ -2,7 +2,18 @@
  * sbx-exec-shim: what runs between the supervisor's fork and the command's exec.
  *
  *   sbx-exec-shim [--parent-pid PID] [--cgroup-procs PATH] [--uid N --gid N [--user NAME]]
- *                 [--cwd DIR] [--report-fd N] [--setctty] [--subreaper --control-fd N] -- CMD [ARG...]
+ *                 [--cwd DIR] [--report-fd N] [--setctty] [--subreaper --control-fd N]
+ *                 (--argv-fd N | -- CMD [ARG...])
+ *
+ * --argv-fd N: the command's argv comes on fd N, not in the shim's own arguments, so an argv
+ * the kernel refuses (E2BIG: over ARG_MAX, or a string over MAX_ARG_STRLEN, execve(2)) fails
+ * at the command's exec, where it is reported, not at the shim's. On the fd: a 16-byte header,
+ * the string count then the byte count of what follows (each an unsigned 64-bit little-endian
+ * integer), then exactly that many bytes holding exactly that many NUL-terminated strings,
+ * then EOF. It is read and checked whole before anything else (still under PR_SET_PDEATHSIG):
+ * EOF before the end is "error argv 5" (EIO); a count of 0, over 1 GiB of bytes, another number
+ * of strings, no NUL at the end or bytes after it is "error argv 71" (EPROTO); exit 125,
+ * nothing run. The environment stays in the shim's own environ.
  *
  * --setctty: fd 0 is a pty slave; make it the controlling terminal (the shim is already a
  * session leader: the supervisor spawns it detached, setsid(2)), see tty_ioctl(4) TIOCSCTTY.
@@ -25,8 +36,9 @@
  * so the command is inside before its first instruction), chdir, reset every signal
  * disposition and the mask (Node ignores SIGPIPE), close every fd above 2, execvp.
  * An exec failure is reported on the CLOEXEC report fd as "error exec <errno>\n" and
- * the shim exits 127 (not found) or 126 (not executable), as sh does; EOF with nothing
- * read means the exec succeeded. A failure before exec is "error <stage> <errno>", exit 125.
+ * the shim exits 127 (not found) or 126 (anything else: not executable, E2BIG), as sh and
+ * bash do; EOF with nothing read means the exec succeeded. A failure before exec is
+ * "error <stage> <errno>", exit 125.
  *
  * Subreaper mode (no cgroup): stay as the session's own subreaper, tini-style: fork the
  * command, reap every descendant, and report on the report fd, one line each:
@@ -47,6 +59,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +83,7 @@ struct options {
   int hold;
   int no_forward;
   int control_fd;
+  int argv_fd;
   char **argv;
 };
 
@@ -98,12 +112,13 @@ static int parse_args(int argc, char **argv, struct options *o) {
   memset(o, 0, sizeof *o);
   o->report_fd = -1;
   o->control_fd = -1;
+  o->argv_fd = -1;
   o->uid = -1;
   o->gid = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--")) {
-      if (i + 1 >= argc) return -1;
+      if (i + 1 >= argc || o->argv_fd >= 0) return -1;
       o->argv = &argv[i + 1];
       return 0;
     }
@@ -121,9 +136,66 @@ static int parse_args(int argc, char **argv, struct options *o) {
     else if (!strcmp(a, "--cwd")) o->cwd = v;
     else if (!strcmp(a, "--report-fd")) { if ((o->report_fd = parse_fd(v)) < 3) return -1; }
     else if (!strcmp(a, "--control-fd")) { if ((o->control_fd = parse_fd(v)) < 3) return -1; }
+    else if (!strcmp(a, "--argv-fd")) { if ((o->argv_fd = parse_fd(v)) < 3) return -1; }
     else return -1;
   }
-  return -1;
+  return o->argv_fd >= 0 ? 0 : -1;
+}
+
+/* Reads exactly len bytes; 0, or -1 with errno (EIO for EOF before the end). */
+static int read_full(int fd, void *buf, size_t len) {
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = read(fd, (char *)buf + got, len - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    if (n == 0) { errno = EIO; return -1; }
+    got += (size_t)n;
+  }
+  return 0;
+}
+
+static uint64_t le64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+/* The command's argv from fd (the protocol in the header comment), NULL-terminated;
+   NULL with errno: EIO short, EPROTO garbled, ENOMEM, or read(2)'s. Closes fd. */
+static char **read_argv(int fd) {
+  enum { MAX_BYTES = 1 << 30 };
+  char **argv = NULL;
+  char *buf = NULL;
+  unsigned char head[16];
+  int err = 0;
+  if (read_full(fd, head, sizeof head) != 0) { err = errno; goto out; }
+  uint64_t count = le64(head), bytes = le64(head + 8);
+  if (count == 0 || bytes < count || bytes > MAX_BYTES) { err = EPROTO; goto out; }
+  buf = malloc((size_t)bytes);
+  argv = calloc((size_t)count + 1, sizeof *argv);
+  if (!buf || !argv) { err = ENOMEM; goto out; }
+  if (read_full(fd, buf, (size_t)bytes) != 0) { err = errno; goto out; }
+  char extra;
+  ssize_t n;
+  do n = read(fd, &extra, 1); while (n < 0 && errno == EINTR);
+  if (n != 0) { err = n < 0 ? errno : EPROTO; goto out; }
+  if (buf[bytes - 1] != 0) { err = EPROTO; goto out; }
+  uint64_t k = 0;
+  for (char *p = buf, *end = buf + bytes; p < end; p += strlen(p) + 1) {
+    if (k == count) { err = EPROTO; goto out; }
+    argv[k++] = p;
+  }
+  if (k != count) err = EPROTO;
+out:
+  close(fd);
+  if (err) {
+    free(buf);
+    free(argv);
+    errno = err;
+    return NULL;
+  }
+  return argv;
 }
 
 /* Drops to uid/gid with the user's groups; 0, or -1 with errno set. */
@@ -332,7 +404,7 @@ int main(int argc, char **argv) {
   struct options o;
   if (parse_args(argc, argv, &o) != 0) {
     fprintf(stderr, "usage: sbx-exec-shim [--parent-pid PID] [--cgroup-procs PATH] [--cwd DIR] [--report-fd N] "
-                    "[--subreaper --control-fd N] -- CMD [ARG...]\n");
+                    "[--subreaper --control-fd N] (--argv-fd N | -- CMD [ARG...])\n");
     return 125;
   }
   if (o.report_fd >= 0) fcntl(o.report_fd, F_SETFD, FD_CLOEXEC);
@@ -340,6 +412,10 @@ int main(int argc, char **argv) {
   if (o.parent_pid > 0) {
     /* Die with the supervisor until we are inside the cgroup (see the header). */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != o.parent_pid) return 125;
+  }
+  if (o.argv_fd >= 0 && !(o.argv = read_argv(o.argv_fd))) {
+    report(o.report_fd, "error argv %d\n", errno);
+    return 125;
   }
   if (o.cgroup_procs && join_cgroup(o.cgroup_procs) != 0) {
     report(o.report_fd, "error cgroup %d\n", errno);

@@ -1,10 +1,13 @@
 // sbx run end to end against a real supervisor: exact bytes, exit statuses, real pipes,
 // the leader's fds, cursors and the receipt's digests.
+import { execFileSync, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../../ipc/protocol.js';
-import { sha256, TestDaemon } from '../helpers/daemon.js';
+import { SBX, type SbxResult, sha256, TestDaemon } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;
 beforeAll(async () => {
@@ -186,5 +189,97 @@ describe('sbx run', () => {
     const r = await daemon.sbx(['status', '--json']);
     const status = JSON.parse(r.stdout.toString());
     expect(status).toMatchObject({ protocol: 1, generation: 1, mode: 'cgroup', pid: daemon.pid, socket: daemon.socketPath });
+  });
+});
+
+/** sbx with an argv too large for sbx's own execve: node reads it from a file and sets process.argv before loading sbx. */
+async function sbxArgvFromFile(args: string[]): Promise<SbxResult> {
+  const file = join(daemon.dir, `argv-${Math.random().toString(16).slice(2)}.json`);
+  writeFileSync(file, JSON.stringify(args));
+  const script = `import { readFileSync } from 'node:fs';
+    process.argv = [process.execPath, ${JSON.stringify(SBX)}, ...JSON.parse(readFileSync(process.argv[1], 'utf8'))];
+    await import(${JSON.stringify(pathToFileURL(SBX).href)});`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script, file], { cwd: daemon.dir, env: { ...process.env, SBX_SOCKET: daemon.socketPath }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  child.stdout.on('data', (d: Buffer) => out.push(d));
+  child.stderr.on('data', (d: Buffer) => err.push(d));
+  const [status, signal] = (await once(child, 'close')) as [number | null, NodeJS.Signals | null];
+  return { status, signal, stdout: Buffer.concat(out), stderr: Buffer.concat(err) };
+}
+
+describe('argv at the kernel limit (execve(2): ARG_MAX, MAX_ARG_STRLEN)', () => {
+  it('runs 100,000 arguments: no count cap of its own', async () => {
+    const argv = ['sh', '-c', 'echo $#', 'sh', ...Array.from({ length: 99_996 }, () => 'x')];
+    expect(argv.length).toBe(100_000);
+    const r = await daemon.sbx(['run', '--', ...argv]);
+    expect(r.stderr.toString()).toBe('');
+    expect(r.stdout.toString()).toBe('99996\n');
+    expect(r.status).toBe(0);
+  });
+
+  it('runs an argv of 1.5 MiB, more than the argv pipe holds at once, byte for byte', async () => {
+    const args = Array.from({ length: 384 }, (_, i) => String(i % 10).repeat(4095));
+    const r = await sbxArgvFromFile(['run', '--', 'sh', '-c', 'echo $#; printf %s "$@" | sha256sum', 'sh', ...args]);
+    expect(r.stderr.toString()).toBe('');
+    expect(r.stdout.toString()).toBe(`384\n${sha256(args.join(''))}  -\n`);
+    expect(r.status).toBe(0);
+  });
+
+  it('hands the argv to a pty session\'s shim too (it stays as the session leader)', async () => {
+    const r = await daemon.sbx(['run', '--pty', '--', 'sh', '-c', 'printf "[%s]" "$#" "$@"', 'sh', 'a  b', '', 'c']);
+    expect(r.stdout.toString()).toBe('[3][a  b][][c]');
+    expect(r.status).toBe(0);
+  });
+
+  it('reports an argv over ARG_MAX as E2BIG at exec, 126, one line, no stack; the supervisor serves on', async () => {
+    const argMax = Number(execFileSync('getconf', ['ARG_MAX']).toString());
+    // 768 strings of 4 KiB: 3 MiB, over ARG_MAX (2 MiB here) and well under the 16 MiB frame.
+    const argv = ['true', ...Array.from({ length: 768 }, () => 'x'.repeat(4095))];
+    expect(argv.reduce((n, a) => n + a.length + 1, 0)).toBeGreaterThan(argMax);
+    const logFrom = daemon.log().length;
+    const receiptPath = join(daemon.dir, 'receipt-e2big.json');
+    const r = await sbxArgvFromFile(['run', '--receipt', receiptPath, '--', ...argv]);
+    expect(r.stderr.toString()).toBe('sbx: true: argument list too long (exec failed: E2BIG)\n');
+    expect(r.stdout.length).toBe(0);
+    expect(r.status).toBe(126);
+    const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
+    expect(receipt.outcome).toBe('spawn_failed');
+    expect(receipt.spawn_error).toEqual({ stage: 'exec', errno: 7, code: 'E2BIG' });
+    expect(receipt.exit).toEqual({ code: 126, signal: null });
+    expect(receipt.argv).toEqual(argv);
+    const log = daemon.log().slice(logFrom);
+    expect(log).not.toMatch(/ {4}at /);
+    expect(log.split('\n').filter((l) => l.includes(receipt.session_id) && /"level":(40|50)/.test(l))).toEqual([]);
+    expect(log.split('\n').filter((l) => l.includes(receipt.session_id) && l.includes('"session ended"')).length).toBe(1);
+    const after = await daemon.sbx(['run', '--', 'echo', 'still serving']);
+    expect(after.stdout.toString()).toBe('still serving\n');
+    expect(after.status).toBe(0);
+  });
+
+  it('reports one argument over MAX_ARG_STRLEN (200 KiB) as E2BIG at exec, 126', async () => {
+    const receiptPath = join(daemon.dir, 'receipt-strlen.json');
+    const r = await sbxArgvFromFile(['run', '--receipt', receiptPath, '--', 'sh', '-c', 'echo never', 'sh', 'y'.repeat(200 * 1024)]);
+    expect(r.stderr.toString()).toBe('sbx: sh: argument list too long (exec failed: E2BIG)\n');
+    expect(r.stdout.length).toBe(0);
+    expect(r.status).toBe(126);
+    const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
+    expect(receipt).toMatchObject({ outcome: 'spawn_failed', spawn_error: { stage: 'exec', errno: 7, code: 'E2BIG' }, exit: { code: 126, signal: null } });
+  });
+
+  it('reports an environment too large for the shim\'s own exec the same way: E2BIG at exec, 126, no stack', async () => {
+    const logFrom = daemon.log().length;
+    const client = await daemon.client();
+    // 24 values of 100 KiB: 2.4 MiB of environment, over ARG_MAX; each entry is valid.
+    const env = Object.fromEntries(Array.from({ length: 24 }, (_, i) => [`BIG_${i}`, 'z'.repeat(100 * 1024)]));
+    const launched = await client.launch({ argv: ['echo', 'never'], cwd: '/', env });
+    const receipt = await client.wait({ session_id: launched.session_id });
+    expect(receipt).toMatchObject({ outcome: 'spawn_failed', spawn_error: { stage: 'exec', code: 'E2BIG' }, exit: { code: 126, signal: null } });
+    expect(receipt.output.stdout).toMatchObject({ final_cursor: 0, complete: true });
+    const log = daemon.log().slice(logFrom);
+    expect(log).not.toMatch(/ {4}at /);
+    expect(log.split('\n').filter((l) => l.includes(launched.session_id) && /"level":50/.test(l)).length).toBeLessThanOrEqual(1);
+    const after = await client.launch({ argv: ['echo', 'ok'], cwd: '/' });
+    expect((await client.wait({ session_id: after.session_id })).exit).toEqual({ code: 0, signal: null });
   });
 });
