@@ -581,7 +581,9 @@ export class Supervisor {
     faultPoint('launch:before-spawn');
     session.start();
     faultPoint('launch:started');
-    this.log.info({ session_id: session.id, invocation_key: key, argv: params.argv, pid: session.pid }, 'session launched');
+    // The command by its digest and name: argv may be megabytes (the kernel's ARG_MAX), and a
+    // log line is written synchronously on the launch path.
+    this.log.info({ session_id: session.id, invocation_key: key, command: params.argv[0].slice(0, 256), argc: params.argv.length, command_digest: digest, pid: session.pid }, 'session launched');
     void session.ended.then((receipt) => {
       if (receipt) this.log.info({ session_id: session.id, outcome: receipt.outcome, exit: receipt.exit }, 'session ended');
     });
