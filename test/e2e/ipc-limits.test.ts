@@ -7,7 +7,7 @@ import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync }
 import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorClient, readOutput } from '../../ipc/client.js';
 import { encodeFrame, FrameDecoder } from '../../ipc/framing.js';
 import { isSupervisorError } from '../../ipc/errors.js';
@@ -266,13 +266,16 @@ describe('backpressure', () => {
 });
 
 describe('peer credentials', () => {
-  const shared = mkdtempSync(join(tmpdir(), 'sbx-peer-'));
-  chmodSync(shared, 0o711);
-  afterAll(() => rmSync(shared, { recursive: true, force: true }));
-  // A client with no dependencies, so it runs as nobody wherever the checkout lives.
-  const script = join(shared, 'hello-as-peer.mjs');
-  writeFileSync(
-    script,
+  // Made in beforeAll (not at collection: a run that filters these tests out never removes it).
+  let shared = '';
+  let script = '';
+  beforeAll(() => {
+    shared = mkdtempSync(join(tmpdir(), 'sbx-peer-'));
+    chmodSync(shared, 0o711);
+    // A client with no dependencies, so it runs as nobody wherever the checkout lives.
+    script = join(shared, 'hello-as-peer.mjs');
+    writeFileSync(
+      script,
     `import { connect } from 'node:net';
 const s = connect(process.argv[2]);
 const body = Buffer.from('83a26964 01a66d6574686f64 a568656c6c6f a6706172616d73 81a876657273696f6e73 9101'.replace(/ /g, ''), 'hex');
@@ -283,8 +286,10 @@ s.on('data', (d) => { got = Buffer.concat([got, d]); if (got.includes('version')
 s.on('close', () => console.log(got.toString('latin1').replace(/[^ -~]/g, '.')));
 s.on('error', (e) => console.log('error ' + e.code));
 `,
-  );
-  chmodSync(script, 0o644);
+    );
+    chmodSync(script, 0o644);
+  });
+  afterAll(() => rmSync(shared, { recursive: true, force: true }));
   const asNobody = (socketPath: string) =>
     execFileSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, script, socketPath], { env: {} }).toString();
 

@@ -245,29 +245,31 @@ describe('crashes at exact points (SBX_FAULT_POINT)', () => {
     expect(pidsWithMarker(m)).toEqual([]);
   });
 
-  it('a crash during admission (temp record written, not linked) leaves nothing: no phantom, no leaf, the key is free', async () => {
+  it('a crash during admission (temp record written, not linked) leaves nothing: no phantom, no leaf; the resent launch runs once', async () => {
     const d = await daemon();
     d.withEnv({ SBX_FAULT_POINT: 'durable:admission.json:before-link' });
     await d.terminate();
     await d.start();
     const file = join(d.dir, 'runs.txt');
     const args = ['run', '--key', 'K-mid-admission', '--cwd', '/', '--', 'sh', '-c', `echo run >> ${file}`];
-    const cut = await d.sbx(args);
-    expect(cut.status).toBe(125); // the supervisor died under it
+    const cut = d.sbx(args); // waits for the supervisor to come back, then resends
     expect(await d.exitedNow()).toEqual({ code: null, signal: 'SIGKILL' });
     const sessions = join(d.stateDir, 'sessions');
-    const [dir] = readdirSync(sessions);
-    expect(readdirSync(join(sessions, dir)).every((n) => /^\.admission\.json\.[0-9a-f]+\.tmp$/.test(n))).toBe(true);
-    d.withEnv(undefined);
-    await d.start();
-    expect(readdirSync(sessions)).toEqual([]);
-    expect(existsSync(join(d.cgroupBase!, 'sessions', dir))).toBe(false);
-    expect(JSON.parse((await d.sbx(['ps', '--all', '--json'])).stdout.toString())).toEqual([]);
-    // Nothing ran and the key was never taken: the retry runs it, once.
+    const [phantom] = readdirSync(sessions);
+    expect(readdirSync(join(sessions, phantom)).every((n) => /^\.admission\.json\.[0-9a-f]+\.tmp$/.test(n))).toBe(true);
+    expect(existsSync(join(d.cgroupBase!, 'sessions', phantom))).toBe(true);
     expect(existsSync(file)).toBe(false);
-    expect((await d.sbx(args)).status).toBe(0);
+    await d.withEnv(undefined).start();
+    // Nothing ran and the key was never taken: the resend runs it, once; the half-made
+    // admission, its dir and its empty leaf are gone.
+    const r = await cut;
+    expect(r.status).toBe(0);
     expect(readFileSync(file, 'utf8')).toBe('run\n');
-    expect(d.log()).not.toMatch(/"level":50.*torn or corrupt/);
+    expect(existsSync(join(sessions, phantom))).toBe(false);
+    expect(existsSync(join(d.cgroupBase!, 'sessions', phantom))).toBe(false);
+    const all = JSON.parse((await d.sbx(['ps', '--all', '--json'])).stdout.toString()) as SessionSummary[];
+    expect(all.map((x) => [x.invocation_key, x.state])).toEqual([['K-mid-admission', 'ended']]);
+    expect(d.log()).not.toContain('torn or corrupt');
   });
 
   it('a key admitted but never spawned answers as owner_lost with empty streams; one that spawned says when', async () => {
@@ -279,13 +281,14 @@ describe('crashes at exact points (SBX_FAULT_POINT)', () => {
       await d.terminate();
       await d.start();
       const admittedAt = Date.now();
-      await d.sbx(args(key));
+      const cut = d.sbx(args(key)); // resends once the supervisor is back
       expect(await d.exitedNow()).toEqual({ code: null, signal: 'SIGKILL' });
-      d.withEnv(undefined);
-      await d.start();
-      const again = await d.sbx(args(key));
-      expect(again.stderr.toString()).not.toContain('INVALID_ARGUMENT');
-      expect(again.status).toBe(125);
+      await d.withEnv(undefined).start();
+      for (const r of [await cut, await d.sbx(args(key))]) {
+        expect(r.stderr.toString()).not.toContain('INVALID_ARGUMENT');
+        expect(r.stdout.toString()).toBe('');
+        expect(r.status).toBe(125);
+      }
       const receipt = JSON.parse((await d.sbx(['receipt', '--key', key])).stdout.toString()) as Receipt;
       expect(receipt.outcome).toBe('owner_lost');
       expect(Object.keys(receipt.output).sort()).toEqual(['stderr', 'stdout']);
