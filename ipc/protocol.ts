@@ -249,10 +249,12 @@ export interface WorkspaceScan {
   /** ISO-8601 mtime of the newest entry (ms), null for an empty directory or on error. */
   newest_mtime: string | null;
   /**
-   * "sha256:" over the lines "<t> <relative path> <size> <mtime ns>" of every entry below the
-   * directory (t: f file, d dir, l symlink, o other; size 0 but for files), sorted as strings
-   * (UTF-16 code units), joined with "\n". Paths are their bytes (a byte that is not UTF-8 sorts
-   * as U+DC00+byte). null when the scan failed: no digest, not the digest of nothing.
+   * "sha256:" over the lines "<t> <relative path> <size> <mtime ns>", and " <target>" for a
+   * symlink, of every entry below the directory (t: f file, d dir, l symlink, o other; size 0
+   * but for files; "%" and newline in paths and targets written %25 and %0A, a space in a
+   * target %20), sorted as strings (UTF-16 code units), joined with "\n". Paths are their bytes
+   * (a byte that is not UTF-8 sorts as U+DC00+byte). null when the scan failed: no digest, not
+   * the digest of nothing (supervisor/workspace/digest.ts).
    */
   digest: string | null;
   /**

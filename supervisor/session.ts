@@ -22,7 +22,7 @@ import type { SessionUser } from './users.js';
 import { buildReceipt, type ReceiptFacts, type SpawnFailureFact } from './receipt.js';
 import { indexDigest, storedChunks } from '../ipc/state-layout.js';
 import { StreamHasher } from './hasher.js';
-import { readStarted, receiptReservationBytes, reserveReceiptSpace, writeAdmission, writeReceiptFile, writeStarted, type AdmissionRecord } from './store.js';
+import { factsOf, readStarted, receiptReservationBytes, reserveReceiptSpace, writeAdmission, writeReceiptFile, writeReservedFacts, writeStarted, type AdmissionRecord } from './store.js';
 import type { Reaper } from './reaper.js';
 import { LeaderProcess, signalNumber, type LeaderExit } from './spawn.js';
 import { setDeadline } from './timers.js';
@@ -238,7 +238,10 @@ export class Session extends EventEmitter {
     };
     writeAdmission(this.dir, this.admission);
     fsyncDir(this.ctx.sessionsDir);
-    reserveReceiptSpace(this.dir, receiptReservationBytes(Buffer.byteLength(JSON.stringify(this.admission))));
+    // Room for the receipt's chunk lists too: a stream stores at most its quota.
+    const quota = this.ctx.config.drain.quotaBytes;
+    const chunksPerStream = quota > 0 ? Math.ceil(quota / this.req.chunkBytes) + 1 : Infinity;
+    reserveReceiptSpace(this.dir, receiptReservationBytes(Buffer.byteLength(JSON.stringify(this.admission)), (this.req.pty ? 1 : 2) * chunksPerStream));
   }
 
   /** Undoes a failed admit(): nothing ran, so the directory and the leaf go. */
@@ -646,8 +649,10 @@ export class Session extends EventEmitter {
    * planted link: EEXIST) fails closed: unknown, never written through.
    */
   private publish(receipt: Receipt, endedAt: Date, retryMs: number): void {
+    // One receipt per session: whoever wrote first won (a later writer never unsettles it).
+    if (this.state === 'ended') return;
     try {
-      writeReceiptFile(this.dir, JSON.stringify(receipt, null, 2) + '\n');
+      writeReceiptFile(this.dir, JSON.stringify(receipt) + '\n');
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       if (code !== 'ENOSPC' && code !== 'EDQUOT') {
@@ -656,7 +661,16 @@ export class Session extends EventEmitter {
         return;
       }
       if (!this.receiptAwaitingSpace) {
-        this.becomeUnknown(`the receipt could not be written (${code}: no space in the state dir); its facts are kept and the write is retried until space returns`);
+        // Its facts, small and without the lists the disk gives back, go into the reservation
+        // in place (no block allocated), so a crash meanwhile loses nothing either.
+        let kept = 'in memory';
+        try {
+          writeReservedFacts(this.dir, JSON.stringify(this.ctx.signer.sign(factsOf(receipt))));
+          kept = 'in its reservation';
+        } catch (factsErr) {
+          this.ctx.log.warn({ session_id: this.id, code: (factsErr as NodeJS.ErrnoException).code }, 'could not keep the receipt\'s facts in its reservation');
+        }
+        this.becomeUnknown(`the receipt could not be written (${code}: no space in the state dir); its facts are kept ${kept} and the write is retried until space returns`);
       }
       this.receiptAwaitingSpace = receipt;
       setTimeout(() => this.publish(receipt, endedAt, Math.min(retryMs * 2, RECEIPT_RETRY_MAX_MS)), retryMs).unref();
@@ -792,7 +806,7 @@ export class Session extends EventEmitter {
 
   /** reconcile()'s decisions, in order (see there). */
   private async settleRecovered(): Promise<void> {
-    if (this.state !== 'unknown') return;
+    if (this.state !== 'unknown' || this.receiptAwaitingSpace) return;
     if (!this.admission) {
       // Torn files: no receipt can be written, but nothing of it may run on unowned.
       if (this.leaf && this.leaf.populated()) {
@@ -842,20 +856,41 @@ export class Session extends EventEmitter {
 
   /** Ends an unknown session on an operator's word: evidence operator_attested, never automatic. */
   async resolveAsOperator(operator: OperatorAttestation): Promise<Receipt> {
-    if (this.state !== 'unknown') throw new Error(`session ${this.id} is ${this.state}, not unknown`);
+    if (this.state !== 'unknown') throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} is ${this.state}; only an unknown session can be resolved by an operator`);
     if (this.receiptAwaitingSpace) {
       throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} ended with evidence; its receipt waits for space in the state dir and is written once there is room (free some space)`);
+    }
+    if (this.receiptOnItsWay) {
+      // Evidence (or an operator's word) is already being written: one receipt per session, ever.
+      throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} has evidence on its way (${this.unknownReason ?? 'reconciling'}); its receipt follows (sbx wait ${this.id}), nothing is left to attest`);
     }
     if (this.leaf?.populated()) {
       throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} still has ${this.leaf.pids().length} processes in its cgroup; nothing is attested over a live session`);
     }
-    // An unreadable receipt is kept beside, never silently replaced.
-    const torn = join(this.dir, RECEIPT_FILE);
-    if (existsSync(torn)) renameSync(torn, join(this.dir, `receipt.unreadable-${Date.now()}.json`));
-    await this.finish(await this.ownerLostFacts({ evidence: 'operator_attested', observedAt: new Date() }, []), {
-      operator: { uid: operator.uid, pid: operator.pid, reason: operator.reason, unknown_reason: this.unknownReason },
-    });
-    return this.receipt!;
+    this.receiptOnItsWay = true;
+    try {
+      // An unreadable receipt is kept beside, never silently replaced.
+      const torn = join(this.dir, RECEIPT_FILE);
+      if (existsSync(torn)) renameSync(torn, join(this.dir, `receipt.unreadable-${Date.now()}.json`));
+      await this.finish(await this.ownerLostFacts({ evidence: 'operator_attested', observedAt: new Date() }, []), {
+        operator: { uid: operator.uid, pid: operator.pid, reason: operator.reason, unknown_reason: this.unknownReason },
+      });
+    } finally {
+      this.receiptOnItsWay = false;
+    }
+    if (!this.receipt) throw new SupervisorError('INTERNAL', `session ${this.id}: the operator's receipt could not be written: ${this.unknownReason}`);
+    return this.receipt;
+  }
+
+  /**
+   * After a restart: the receipt rebuilt from the facts record a crash left in the
+   * reservation (the disk had no room for the whole receipt); it is written as soon as there
+   * is room, and reconciliation leaves the session alone (its evidence is known).
+   */
+  resumeReceipt(receipt: Receipt): void {
+    this.receiptAwaitingSpace = receipt;
+    this.unknownReason = 'its receipt (its facts were kept in its reservation across a restart) waits for space in the state dir; the write is retried until space returns';
+    this.publish(receipt, new Date(receipt.ended_at), RECEIPT_RETRY_FIRST_MS);
   }
 
   /** Resolves once the session has a receipt or is unknown (no receipt without evidence). */

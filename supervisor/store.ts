@@ -3,10 +3,10 @@
 // ever), receipts, and what a stream durably holds on disk. Owns reading and writing them;
 // torn or corrupt files are reported as errors for the caller to mark the session unknown.
 import { createHash } from 'node:crypto';
-import { closeSync, constants, existsSync, fsyncSync, ftruncateSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync } from 'node:fs';
+import { closeSync, constants, existsSync, fstatSync, fsyncSync, ftruncateSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
-import type { Receipt } from '../ipc/protocol.js';
+import type { ChunkDigest, Receipt } from '../ipc/protocol.js';
 import { ADMISSION_FILE, RECEIPT_FILE, RECEIPT_RESERVATION_FILE, STARTED_FILE } from '../ipc/state-layout.js';
 import { createFileDurable, fsyncDir, writeAll } from './durable.js';
 import { faultPoint } from './fault.js';
@@ -65,9 +65,16 @@ export function readReceipt(sessionDir: string): Receipt | null {
   return JSON.parse(readFileSync(path, 'utf8')) as Receipt;
 }
 
-/** Bytes reserved for a receipt: room for a typical one many times over (they are ~3 KiB). */
-export function receiptReservationBytes(admissionBytes: number): number {
-  return Math.ceil((16 * 1024 + 2 * admissionBytes) / 4096) * 4096;
+/** Chunk entries a reservation makes room for at most (64 bytes each); past them the facts record stands in. */
+const RESERVED_CHUNK_ENTRIES = 4096;
+
+/**
+ * Bytes reserved for a receipt (compact JSON): 16 KiB for its fixed fields, twice the
+ * admission record (argv and cwd come back in it), and 64 bytes for each chunk file its
+ * streams may list (at most RESERVED_CHUNK_ENTRIES), rounded up to 4 KiB.
+ */
+export function receiptReservationBytes(admissionBytes: number, chunkEntries: number): number {
+  return Math.ceil((16 * 1024 + 2 * admissionBytes + 64 * Math.min(chunkEntries, RESERVED_CHUNK_ENTRIES)) / 4096) * 4096;
 }
 
 /**
@@ -103,9 +110,19 @@ export function writeReceiptFile(sessionDir: string, data: string): void {
     createFileDurable(final, data);
     return;
   }
+  const bytes = Buffer.from(data);
+  if (bytes.length > fstatSync(fd).size) {
+    // Larger than its reservation: a temp file of its own, so the reservation (and a facts
+    // record in it) stays whole until the receipt is in place.
+    closeSync(fd);
+    createFileDurable(final, bytes);
+    unlinkSync(reserved);
+    fsyncDir(sessionDir);
+    return;
+  }
   try {
-    writeAll(fd, Buffer.from(data));
-    ftruncateSync(fd, Buffer.byteLength(data));
+    writeAll(fd, bytes);
+    ftruncateSync(fd, bytes.length);
     fsyncSync(fd);
   } finally {
     closeSync(fd);
@@ -117,11 +134,34 @@ export function writeReceiptFile(sessionDir: string, data: string): void {
 }
 
 /**
- * The receipt a crash left in the reservation after it was written and fsync'ed but before
- * it was linked into place, if the reservation holds one (whole, parseable, for this
- * session); null when it holds zeros or a torn write. The caller checks the signature.
+ * Writes a receipt's facts record (a signed receipt without its argv and chunk lists, which
+ * the admission record and the chunk files give back: see receiptFromFacts) into the
+ * reservation, in place: the rest is padded with spaces (JSON allows them), so no block is
+ * allocated and it works on a full disk; fsync'ed. Throws ENOSPC if it does not fit.
  */
-export function readReservedReceipt(sessionDir: string, sessionId: string): Receipt | null {
+export function writeReservedFacts(sessionDir: string, data: string): void {
+  const fd = openSync(join(sessionDir, RECEIPT_RESERVATION_FILE), constants.O_WRONLY | constants.O_NOFOLLOW);
+  try {
+    const size = fstatSync(fd).size;
+    const bytes = Buffer.from(data);
+    if (bytes.length > size) throw Object.assign(new Error(`the facts record (${bytes.length} bytes) does not fit the reservation (${size})`), { code: 'ENOSPC' });
+    const padded = Buffer.alloc(size, 0x20);
+    bytes.copy(padded);
+    writeAll(fd, padded);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** What a reservation holds after a crash: a whole receipt not yet linked, a facts record, or nothing usable. */
+export type ReservedRecord = { kind: 'receipt'; receipt: Receipt } | { kind: 'facts'; facts: Receipt };
+
+/**
+ * The receipt or facts record a crash left in the reservation (whole, parseable, signed, for
+ * this session); null when it holds zeros or a torn write. The caller checks the signature.
+ */
+export function readReserved(sessionDir: string, sessionId: string): ReservedRecord | null {
   let text: string;
   try {
     text = readFileSync(join(sessionDir, RECEIPT_RESERVATION_FILE), 'utf8');
@@ -129,11 +169,37 @@ export function readReservedReceipt(sessionDir: string, sessionId: string): Rece
     return null;
   }
   try {
-    const r = JSON.parse(text) as Receipt;
-    return r && typeof r === 'object' && r.session_id === sessionId && r.signature ? r : null;
+    const r = JSON.parse(text) as Receipt & { facts_only?: boolean };
+    if (!r || typeof r !== 'object' || r.session_id !== sessionId || !r.signature) return null;
+    return r.facts_only === true ? { kind: 'facts', facts: r } : { kind: 'receipt', receipt: r };
   } catch {
     return null;
   }
+}
+
+/** The facts record of a receipt (written into the reservation when the whole receipt has no room): unsigned. */
+export function factsOf(receipt: Receipt): Receipt & { facts_only: true } {
+  const { signature: _signature, ...rest } = receipt;
+  const output: Receipt['output'] = {};
+  for (const [stream, o] of Object.entries(receipt.output)) output[stream as keyof Receipt['output']] = { ...o!, chunks: [] };
+  return { ...rest, argv: [], output, facts_only: true };
+}
+
+/**
+ * The receipt a facts record stands for: argv from the admission record, each stream's chunk
+ * list from its chunk files (their sizes must add up to the recorded cursor); unsigned (the
+ * caller signs it: Ed25519 is deterministic, so the bytes and signature are the original's).
+ * Null when the files no longer match the facts.
+ */
+export function receiptFromFacts(facts: Receipt, admission: AdmissionRecord, chunksOf: (stream: string) => { final_cursor: number; chunks: ChunkDigest[] }): Receipt | null {
+  const { signature: _signature, facts_only: _marker, ...rest } = facts as Receipt & { facts_only?: boolean };
+  const output: Receipt['output'] = {};
+  for (const [stream, o] of Object.entries(facts.output)) {
+    const disk = chunksOf(stream);
+    if (disk.final_cursor !== o!.final_cursor) return null;
+    output[stream as keyof Receipt['output']] = { ...o!, chunks: disk.chunks };
+  }
+  return { ...rest, argv: admission.argv, output };
 }
 
 /** Links a receipt found in the reservation into place (restore); throws as link(2) does. */

@@ -3,7 +3,7 @@
 // shutdown. Owns policy across sessions; one session's life is session.ts, the socket is
 // server.ts.
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, existsSync, ftruncateSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync, statSync, writeSync } from 'node:fs';
+import { closeSync, constants, existsSync, fsyncSync, ftruncateSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync, statSync, writeSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import type { Logger } from 'pino';
@@ -22,7 +22,8 @@ import { faultPoint } from './fault.js';
 import { commandDigest } from './receipt.js';
 import { Session, type OperatorAttestation, type SessionContext } from './session.js';
 import { ReceiptSigner } from './signing.js';
-import { KeyIndex, onlyUncommittedAdmission, promoteReservedReceipt, readAdmission, readReceipt, readReservedReceipt, sessionDirs, tidyEndedSessionDir } from './store.js';
+import { KeyIndex, onlyUncommittedAdmission, promoteReservedReceipt, readAdmission, readReceipt, readReserved, receiptFromFacts, sessionDirs, tidyEndedSessionDir, type AdmissionRecord } from './store.js';
+import { storedChunks } from '../ipc/state-layout.js';
 import { lookupUser } from './users.js';
 import { StorageGuard, thresholdWarnings } from './storage.js';
 import { hashWorkerPath, onHashWorkerFailure } from './hasher.js';
@@ -120,9 +121,44 @@ function lockStateDir(stateDir: string): void {
     closeSync(fd);
     throw new Error(`the state dir ${stateDir} is in use by another supervisor (pid ${holder || 'unknown'}); stop it first, or give this one its own stateDir`);
   }
-  ftruncateSync(fd, 0);
-  writeSync(fd, `${process.pid}\n`);
+  // In place, then truncated: on a full file system a truncate first would free the block the
+  // write then cannot get back. The pid is for people; the flock is what counts.
+  const pid = Buffer.from(`${process.pid}\n`);
+  try {
+    writeSync(fd, pid, 0, pid.length, 0);
+    ftruncateSync(fd, pid.length);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOSPC' && (err as NodeJS.ErrnoException).code !== 'EDQUOT') throw err;
+  }
   stateDirLockFd = fd;
+}
+
+/** Bytes an identity record is padded to, so it can be rewritten in place (one sector). */
+const IDENTITY_BYTES = 128;
+
+/**
+ * Writes supervisor.json durably: a new file renamed over the old one; on a full file system
+ * (ENOSPC: no block for the new file) the old one is rewritten in place instead, within its
+ * own padded block (one sector write, fsync'ed), so a start on a full disk still takes a new
+ * generation. A torn identity is recovered at the next start (kept aside; the generation
+ * then comes from the admission records).
+ */
+function writeIdentity(path: string, identity: { instance: string; generation: number }): void {
+  const text = JSON.stringify(identity);
+  const data = text.padEnd(IDENTITY_BYTES - 1, ' ') + '\n';
+  try {
+    writeFileDurable(path, data);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if ((code !== 'ENOSPC' && code !== 'EDQUOT') || !existsSync(path) || statSync(path).size < Buffer.byteLength(data)) throw err;
+    const fd = openSync(path, constants.O_WRONLY | constants.O_NOFOLLOW);
+    try {
+      writeSync(fd, Buffer.from(data), 0, Buffer.byteLength(data), 0);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+  }
 }
 
 /** A fresh session id: sortable by admission time, unguessable. */
@@ -178,10 +214,16 @@ export class Supervisor {
       try {
         const admission = readAdmission(dir);
         let receipt = null;
+        let resumed: Receipt | null = null;
         try {
-          receipt = readReceipt(dir) ?? this.adoptReservedReceipt(dir, sessionId);
+          receipt = readReceipt(dir);
         } catch (err) {
           throw new Error(`receipt is unreadable: ${(err as Error).message}`);
+        }
+        if (!receipt) {
+          const adopted = this.adoptReserved(dir, admission);
+          if (adopted?.published) receipt = adopted.receipt;
+          else if (adopted) resumed = adopted.receipt;
         }
         if (receipt) {
           try {
@@ -191,6 +233,7 @@ export class Supervisor {
           }
         }
         session = Session.restore(admission, receipt, this.ctx);
+        if (resumed) session.resumeReceipt(resumed);
         if (!keyOf.has(sessionId)) {
           this.keys.write({ invocation_key: admission.invocation_key, session_id: sessionId, command_digest: admission.command_digest, admitted_at: admission.admitted_at });
         }
@@ -235,25 +278,39 @@ export class Supervisor {
   }
 
   /**
-   * A receipt a crash left in its reservation (written and fsync'ed, not yet linked): it is
-   * the session's receipt if it carries our signature; it is linked into place now.
+   * What a crash left in a session's reservation, if it carries our signature: a whole
+   * receipt written and fsync'ed but not yet linked (linked into place now: published), or
+   * the facts record of a receipt the disk had no room for (rebuilt from the admission record
+   * and the chunk files; it is written once there is room). Null: nothing usable there.
    */
-  private adoptReservedReceipt(dir: string, sessionId: string): Receipt | null {
-    const receipt = readReservedReceipt(dir, sessionId);
-    if (!receipt) return null;
-    const problems = verifySignature(receipt, this.ctx.signer.publicKeyPem);
+  private adoptReserved(dir: string, admission: AdmissionRecord): { receipt: Receipt; published: boolean } | null {
+    const sessionId = admission.session_id;
+    const found = readReserved(dir, sessionId);
+    if (!found) return null;
+    const record = found.kind === 'receipt' ? found.receipt : found.facts;
+    const problems = verifySignature(record, this.ctx.signer.publicKeyPem);
     if (problems.length) {
-      this.log.warn({ session_id: sessionId, problems }, 'the receipt reservation holds a receipt that does not verify; ignored');
+      this.log.warn({ session_id: sessionId, problems }, 'the receipt reservation holds a record that does not verify; ignored');
       return null;
+    }
+    if (found.kind === 'facts') {
+      const rebuilt = receiptFromFacts(found.facts, admission, (stream) => storedChunks(dir, stream as 'stdout', admission.chunk_bytes));
+      if (!rebuilt) {
+        this.log.warn({ session_id: sessionId }, 'the receipt facts in the reservation no longer match the chunk files; ignored');
+        return null;
+      }
+      this.log.info({ session_id: sessionId }, 'rebuilt a receipt from the facts a crash left in its reservation');
+      return { receipt: this.ctx.signer.sign(rebuilt), published: false };
     }
     try {
       promoteReservedReceipt(dir);
       this.log.info({ session_id: sessionId }, 'published a receipt a crash left in its reservation');
     } catch (err) {
-      // Durable under its reservation's name all the same; linked at a later start.
+      // Durable under its reservation's name all the same: written into place by the session.
       this.log.warn({ err, session_id: sessionId }, 'could not link a receipt found in its reservation');
+      return { receipt: found.receipt, published: false };
     }
-    return receipt;
+    return { receipt: found.receipt, published: true };
   }
 
   private register(session: Session): void {
@@ -396,11 +453,9 @@ export class Supervisor {
   /** Ends an unknown session on an operator's word (never automatic). */
   async resolve(selector: SessionSelector, operator: OperatorAttestation) {
     const session = this.find(selector);
-    if (session.state !== 'unknown') {
-      throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} is ${session.state}; only an unknown session can be resolved by an operator`);
-    }
+    const receipt = await session.resolveAsOperator(operator);
     this.log.warn({ session_id: session.id, operator }, 'operator attested the end of an unknown session');
-    return session.resolveAsOperator(operator);
+    return receipt;
   }
 
   /** Prepares the state dir, identity, subreaper and cgroup subtree; throws with a reason. */
@@ -426,7 +481,7 @@ export class Supervisor {
       }
     }
     generation += 1;
-    writeFileDurable(identityPath, JSON.stringify({ instance, generation }) + '\n');
+    writeIdentity(identityPath, { instance, generation });
 
     const reaper = new Reaper();
     reaper.start();

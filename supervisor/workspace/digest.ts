@@ -1,10 +1,12 @@
-// What a scan makes of the walked entries (walk.ts). Owns the close digest (version 1, the
-// format close receipts have carried since issue 11): not the walk, not threads. Format:
-// "<t> <relative path> <size> <mtime ns>" per entry, t = f (regular file), d, l (symlink) or
-// o (fifo, socket, device), size 0 for all but files; lines sorted as JavaScript sorts strings
-// (UTF-16 code units), joined with "\n", SHA-256. A path is its bytes: for a UTF-8 tree the
-// lines and the digest are exactly those of the by-path scan before; a byte that is not UTF-8
-// is carried through names.ts (sorted as U+DC00+byte, hashed as the byte itself).
+// What a scan makes of the walked entries (walk.ts). Owns the close digest: not the walk, not
+// threads. Format: "<t> <relative path> <size> <mtime ns>" per entry, and for a symlink
+// " <target>" after it; t = f (regular file), d, l (symlink) or o (fifo, socket, device), size 0
+// for all but files; "%" and a newline in a path are written %25 and %0A, in a target also a
+// space (%20), so a line is one entry and its fields parse one way (the path is what lies
+// between the type and the last numbers); lines sorted as JavaScript sorts strings (UTF-16
+// code units), joined with "\n", SHA-256. A path is its bytes: a byte that is not UTF-8 is
+// carried through names.ts (sorted as U+DC00+byte, hashed as the byte itself). For a tree
+// without symlinks or "%"/newline in its names, the digest is the one of issue 11's scan.
 import { createHash } from 'node:crypto';
 import { fsDecode, fsEncode } from './names.js';
 import type { WalkEntry } from './walk.js';
@@ -19,7 +21,13 @@ export interface CloseDigest {
 
 const LETTER: Record<WalkEntry['type'], string> = { file: 'f', dir: 'd', symlink: 'l', fifo: 'o', socket: 'o', char: 'o', block: 'o', unknown: 'o' };
 
-/** Digests entries in the close format (version 1); newest_mtime is ISO-8601 to the ms, null when there are none. */
+/** A path or target as written in a digest line (see the header): %, newline (and for targets, space) escaped. */
+export function digestField(text: string, escapeSpace: boolean): string {
+  const escaped = text.replace(/%/g, '%25').replace(/\n/g, '%0A');
+  return escapeSpace ? escaped.replace(/ /g, '%20') : escaped;
+}
+
+/** Digests entries in the close format; newest_mtime is ISO-8601 to the ms, null when there are none. */
 export function closeDigest(entries: Iterable<WalkEntry>): CloseDigest {
   const lines: string[] = [];
   let files = 0;
@@ -27,7 +35,8 @@ export function closeDigest(entries: Iterable<WalkEntry>): CloseDigest {
   let newest: bigint | null = null;
   for (const e of entries) {
     const size = e.type === 'file' ? e.size : 0n;
-    lines.push(`${LETTER[e.type]} ${fsDecode(e.path)} ${size} ${e.mtimeNs}`);
+    const target = e.type === 'symlink' && e.linkTarget ? ` ${digestField(fsDecode(e.linkTarget), true)}` : '';
+    lines.push(`${LETTER[e.type]} ${digestField(fsDecode(e.path), false)} ${size} ${e.mtimeNs}${target}`);
     if (newest === null || e.mtimeNs > newest) newest = e.mtimeNs;
     if (e.type === 'file') {
       files++;

@@ -1,6 +1,7 @@
 // Workspace trees for the scan tests, and the close digest computed independently of the
 // supervisor: python3's os.fwalk walks with directory fds (fstatat), so it reaches any depth;
-// it writes the same line format and sorts as JavaScript does (UTF-16 code units).
+// it writes the same line format (escapes and symlink targets included) and sorts as
+// JavaScript does (UTF-16 code units).
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -75,7 +76,11 @@ for dirpath, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False)
             files += 1
             total += st.st_size
         path = name if rel == b'.' else rel + b'/' + name
-        lines.append('%s %s %d %d' % (t, path.decode('utf-8', 'surrogateescape'), st.st_size if t == 'f' else 0, st.st_mtime_ns))
+        esc = lambda s: s.replace('%', '%25').replace('\n', '%0A')
+        line = '%s %s %d %d' % (t, esc(path.decode('utf-8', 'surrogateescape')), st.st_size if t == 'f' else 0, st.st_mtime_ns)
+        if t == 'l':
+            line += ' ' + esc(os.fsdecode(os.readlink(name, dir_fd=dirfd))).replace(' ', '%20')
+        lines.append(line)
 lines.sort(key=lambda line: line.encode('utf-16-be', 'surrogatepass'))
 digest = hashlib.sha256('\n'.join(lines).encode('utf-8', 'surrogateescape')).hexdigest()
 print('sha256:%s %d %d %d' % (digest, files, total, len(lines)))

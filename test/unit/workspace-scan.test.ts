@@ -1,10 +1,10 @@
 // The workspace walker (supervisor/workspace/): directory fds at any depth, symlinks recorded
-// and never followed, names as bytes, the close digest byte for byte as before for UTF-8 trees
-// and as python3's os.fwalk computes it, a deadline, every fd closed, and the scan off the
+// and never followed, names as bytes, the close digest as python3's os.fwalk computes it (and
+// byte for byte as before for trees without symlinks), unambiguous, a deadline, every fd closed, and the scan off the
 // event loop. Needs the compiled worker (npm run build / npx tsc).
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, closeSync, constants, lstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, constants, lstatSync, lutimesSync, mkdirSync, mkdtempSync, openSync, readdirSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import fc from 'fast-check';
@@ -187,11 +187,37 @@ describe('walkTree', () => {
 });
 
 describe('the close digest', () => {
-  it('is the by-path digest of before, for a UTF-8 tree, and what python3 os.fwalk computes', () => {
+  it('is what python3 os.fwalk computes, and for a tree without symlinks the by-path digest of before', () => {
     const d = closeDigest(walkTree(mixedUtf8));
-    const py = pythonCloseDigest(mixedUtf8);
-    expect(d).toEqual({ files: 8, total_bytes: 10, newest_mtime: expect.any(String), digest: byPathDigest(mixedUtf8) });
-    expect(py).toEqual({ digest: d.digest, files: 8, total_bytes: 10, entries: 18 });
+    expect(pythonCloseDigest(mixedUtf8)).toEqual({ digest: d.digest, files: 8, total_bytes: 10, entries: 18 });
+    const plain = join(base, 'plain');
+    mkdirSync(join(plain, 'sub', 'deeper'), { recursive: true });
+    for (const [name, bytes] of [['a', '12345'], ['sp ace', ''], ['\u00e9', 'e'], ['\uff21', 'y'], ['\u{1f600}', ''], ['sub/b', '123'], ['sub/deeper/c', 'x']]) writeFileSync(join(plain, name), bytes);
+    expect(closeDigest(walkTree(plain)).digest).toBe(byPathDigest(plain));
+  });
+
+  it('is unambiguous: a newline in a name, or another symlink target, gives another digest', () => {
+    // One dir named "a 0 1000000000\nd b" against dirs a and b with those mtimes: the same lines before.
+    const one = join(base, 'nl-one');
+    const two = join(base, 'nl-two');
+    mkdirSync(join(one, 'a 0 1000000000\nd b'), { recursive: true });
+    mkdirSync(join(two, 'a'), { recursive: true });
+    mkdirSync(join(two, 'b'));
+    utimesSync(join(one, 'a 0 1000000000\nd b'), 2, 2);
+    utimesSync(join(two, 'a'), 1, 1);
+    utimesSync(join(two, 'b'), 2, 2);
+    expect(closeDigest(walkTree(one)).digest).not.toBe(closeDigest(walkTree(two)).digest);
+    expect(pythonCloseDigest(one).digest).toBe(closeDigest(walkTree(one)).digest);
+    // Two trees that differ only in a symlink's target (same name, same mtime).
+    const l1 = join(base, 'link-1');
+    const l2 = join(base, 'link-2');
+    for (const [dir, target] of [[l1, 'x y'], [l2, 'x']]) {
+      mkdirSync(dir);
+      symlinkSync(target, join(dir, 'l'));
+      lutimesSync(join(dir, 'l'), 5, 5);
+    }
+    expect(closeDigest(walkTree(l1)).digest).not.toBe(closeDigest(walkTree(l2)).digest);
+    expect(pythonCloseDigest(l1).digest).toBe(closeDigest(walkTree(l1)).digest);
   });
 
   it('carries non-UTF-8 names as their bytes: no crash, no collision, python3 agrees', () => {
