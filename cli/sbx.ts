@@ -4,6 +4,7 @@
 // decides, per --on-disconnect in a later issue). Exit statuses follow sh, timeout(1) and
 // docker run (SPEC.md): the command's code, 128+N for a signal, 124 for the deadline, 125
 // when the supervisor or the request failed. Imports ipc/ only, never supervisor/.
+import { isUtf8 } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join, resolve as resolvePath } from 'node:path';
@@ -34,9 +35,13 @@ function fail(message: string, status = FAILURE): never {
 }
 
 function describe(err: unknown): string {
+  if (isSupervisorError(err, 'ADMISSION_DENIED')) return `${err.code}: ${err.message} (sbx status says why)`;
   if (isSupervisorError(err)) return `${err.code}: ${err.message}`;
   const e = err as NodeJS.ErrnoException;
-  if (e.code === 'ENOENT' || e.code === 'ECONNREFUSED') return `cannot reach the supervisor (${e.code}); is it running? (npm start, or the systemd unit)`;
+  if (e.code === 'ENOENT' || e.code === 'ECONNREFUSED') {
+    const at = (e as { address?: string }).address;
+    return `cannot reach the supervisor${at ? ` at ${at}` : ''} (${e.code}); is it running? (npm start, or the systemd unit; --socket or SBX_SOCKET name another)`;
+  }
   return e.message ?? String(err);
 }
 
@@ -268,6 +273,10 @@ sub('run')
     if (o.detach && o.onDisconnect === 'cancel') {
       fail('INVALID_ARGUMENT: --detach with --on-disconnect cancel: a detached sbx closes its connection at once, which would cancel the session; drop one of them');
     }
+    if (o.detach && o.receipt) {
+      fail('INVALID_ARGUMENT: --detach with --receipt: a detached sbx is gone before the session ends; get the receipt later with sbx wait ID (or sbx receipt ID)');
+    }
+    cmd = commandArgv ?? cmd;
     // The receipt's directory is pinned now, before anything runs (the session may write it).
     let receiptDir: OutputDir | null = null;
     if (o.receipt && !o.detach) {
@@ -325,7 +334,8 @@ sub('run')
     }
     // A person at a terminal reattaching types from where the session's stdin is now; piped
     // stdin is replayed from 0 and only bytes past what was delivered are added (exactly once).
-    if (o.stdin) void pumpStdin(conn, sel, Boolean(o.pty), process.stdin.isTTY ? (launched.stdin_cursor ?? 0) : 0);
+    // A session that has ended takes no more stdin: a retry only replays it.
+    if (o.stdin && launched.state !== 'ended') void pumpStdin(conn, sel, Boolean(o.pty), process.stdin.isTTY ? (launched.stdin_cursor ?? 0) : 0);
     try {
       // The wait is in flight from the start, so a supervisor shutting down answers it
       // (it lets requests in flight finish) before it closes the connection.
@@ -349,6 +359,14 @@ sub('run')
     if (receipt.spawn_error) {
       const why = { ENOENT: 'not found', ENOTDIR: 'not found', EACCES: 'permission denied', ENOEXEC: 'exec format error', E2BIG: 'argument list too long' }[receipt.spawn_error.code];
       process.stderr.write(`sbx: ${cmd[0]}: ${why ?? receipt.spawn_error.code} (${receipt.spawn_error.stage} failed: ${receipt.spawn_error.code})\n`);
+    }
+    // What the exit status cannot say: bytes that were not stored, a status nobody saw.
+    if (receipt.outcome === 'owner_lost') {
+      process.stderr.write(`sbx: session ${receipt.session_id}: owner lost (the supervisor that ran it stopped before it ended): its exit status is unknown, death evidence ${receipt.death.evidence} (sbx receipt ${receipt.session_id})\n`);
+    } else {
+      for (const [name, out] of Object.entries(receipt.output)) {
+        if (out && !out.complete) process.stderr.write(`sbx: ${name} is incomplete: ${out.reason}${out.dropped_bytes ? `, ${out.dropped_bytes} bytes not stored` : ''} (sbx receipt ${receipt.session_id})\n`);
+      }
     }
     process.exitCode = exitStatusOf(receipt, signalNumber);
     if (receiptDir) {
@@ -545,6 +563,10 @@ sub('ps')
     }
     const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)));
     for (const r of rows) process.stdout.write(r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join('  ') + '\n');
+    // Why each unknown session is unknown (and whether its receipt is on its way).
+    for (const s of sessions) {
+      if (s.state === 'unknown') process.stdout.write(`\n${s.session_id} is unknown${s.receipt_pending ? ' (its receipt is on its way)' : ''}: ${s.reason ?? 'no evidence of its end yet'}\n`);
+    }
   });
 
 sub('status')
@@ -600,9 +622,9 @@ sub('seal')
 
 sub('close')
   .description('seal, settle every session, wait for every receipt, and print the signed close receipt (exit 1 when a workspace could not be scanned)')
-  .option('--timeout <dur>', 'how long sessions may take to end by themselves before they are terminated (e.g. 30s)', duration, 60_000)
+  .option('--timeout <dur>', 'how long sessions may take to end by themselves before they are terminated (default 60s)', duration)
   .option('--workspace <dir...>', 'directories to scan after the last session died (file count, bytes, newest mtime, digest)')
-  .action(async (o: { timeout: number; workspace?: string[] }) => {
+  .action(async (o: { timeout?: number; workspace?: string[] }) => {
     const g = globals(o);
     const workspaces = (o.workspace ?? []).map((w) => resolvePath(w));
     const receipt = await call(g, (c) => c.closeSupervisor({ timeout_ms: o.timeout, workspaces }));
@@ -622,4 +644,45 @@ for (const out of [process.stdout, process.stderr]) {
   });
 }
 
-program.parseAsync(process.argv).catch((err: unknown) => fail(describe(err)));
+/**
+ * The command after `--` of `sbx run`, taken here rather than by commander, which spreads its
+ * arguments onto the stack (`push(...args)`: RangeError past ~120,000 of them, far below the
+ * kernel's ARG_MAX). Only the first is left for commander to see. null: no `--`.
+ */
+let commandArgv: string[] | null = null;
+const argv = process.argv;
+const dashDash = argv.indexOf('--');
+if (dashDash > 0 && argv.slice(2, dashDash).includes('run') && dashDash + 1 < argv.length) {
+  commandArgv = argv.slice(dashDash + 1);
+  // argv is text on the wire (msgpack str); Node decoded ours lossily (an invalid byte becomes
+  // U+FFFD): a command is refused rather than run with other bytes than it was given.
+  const raw = readRawArgs(argv.length - 2);
+  if (raw) {
+    const first = raw.length - commandArgv.length;
+    raw.slice(first).forEach((bytes, i) => {
+      if (!isUtf8(bytes)) fail(`INVALID_ARGUMENT: argument ${i} of the command (${JSON.stringify(commandArgv![i])}) is not valid UTF-8; sbx passes a command's arguments as text, and will not run it with other bytes`);
+    });
+  }
+  argv.splice(dashDash + 2);
+}
+
+/** This process's own arguments as bytes, the last `count` of /proc/self/cmdline (null where unreadable). */
+function readRawArgs(count: number): Buffer[] | null {
+  let cmdline: Buffer;
+  try {
+    cmdline = readFileSync('/proc/self/cmdline');
+  } catch {
+    return null;
+  }
+  const parts: Buffer[] = [];
+  let start = 0;
+  for (let i = 0; i < cmdline.length; i++) {
+    if (cmdline[i] === 0) {
+      parts.push(cmdline.subarray(start, i));
+      start = i + 1;
+    }
+  }
+  return parts.length >= count ? parts.slice(parts.length - count) : null;
+}
+
+program.parseAsync(argv).catch((err: unknown) => fail(describe(err)));

@@ -57,6 +57,14 @@ export function openOutputDir(path: string): OutputDir {
     dirFd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code ?? 'EIO';
+    // O_NOFOLLOW on a directory that is a symlink reads ENOTDIR (O_DIRECTORY is checked first): say which.
+    let link = false;
+    try {
+      link = lstatSync(dir).isSymbolicLink();
+    } catch {
+      // gone: the errno says so
+    }
+    if (link) throw new OutputFileError(abs, `its directory ${dir} is a symbolic link, which sbx does not follow for a receipt (name the directory it points to)`);
     throw new OutputFileError(abs, `cannot open its directory ${dir}: ${ERRNO_WHY[code] ?? code} (${code})`);
   }
   return { path: abs, name, dirFd };

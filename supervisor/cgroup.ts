@@ -60,8 +60,12 @@ export class CgroupTree {
     readonly mount: CgroupMount,
     /** Absolute filesystem path of the owned subtree. */
     readonly basePath: string,
-    /** Whether we made basePath (and so remove it at shutdown). */
-    private readonly createdBase: boolean,
+    /**
+     * Whether basePath is ours to remove at shutdown: the subtree we own under the root cgroup
+     * (config cgroup.parent), made now or left by an earlier run of ours that crashed; never
+     * our own delegated cgroup (systemd's).
+     */
+    private readonly ownsBase: boolean,
   ) {}
 
   get sessionsPath(): string {
@@ -83,14 +87,12 @@ export class CgroupTree {
     let tree: CgroupTree;
     if (own === '/') {
       const basePath = join(mount.mountPoint, parent);
-      let created = false;
       try {
         mkdirSync(basePath);
-        created = true;
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
       }
-      tree = new CgroupTree(mount, basePath, created);
+      tree = new CgroupTree(mount, basePath, true);
     } else {
       const leaf = join(ownPath, 'supervisor');
       mkdirSync(leaf, { recursive: true });
@@ -131,11 +133,11 @@ export class CgroupTree {
     return new CgroupLeaf(path);
   }
 
-  /** Removes the sessions dir and, if we made it, the base; leftovers (EBUSY, ENOTEMPTY) stay. */
+  /** Removes the sessions dir and, when it is ours, the base; leftovers (EBUSY, ENOTEMPTY) stay. */
   teardown(): void {
     try {
       rmdirSync(this.sessionsPath);
-      if (this.createdBase) rmdirSync(this.basePath);
+      if (this.ownsBase) rmdirSync(this.basePath);
     } catch {
       // A live session's leaf keeps it: not ours to force.
     }

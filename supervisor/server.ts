@@ -227,6 +227,13 @@ export class SupervisorServer {
       cancel: async (_c, _id, p) => {
         const params = validate(Schemas.cancel, p, 'cancel');
         const session = sup.find(params);
+        if (session.state === 'unknown') {
+          // Recovered after a restart and being ended: the KILL comes after the given grace (default: now).
+          if (!session.cancelRecovered(params.grace_ms ?? 0)) {
+            throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} is unknown and nothing of it is being ended: ${session.unknownReason ?? 'no evidence of its end'} (sbx kill reaches its cgroup; sbx resolve records an operator's word)`);
+          }
+          return { session_id: session.id, state: session.state };
+        }
         void session.terminate('cancel', params.grace_ms);
         return { session_id: session.id, state: session.state };
       },

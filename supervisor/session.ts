@@ -26,6 +26,7 @@ import { factsOf, readStarted, receiptReservationBytes, reserveReceiptSpace, wri
 import type { Reaper } from './reaper.js';
 import { LeaderProcess, signalNumber, type LeaderExit } from './spawn.js';
 import { setDeadline } from './timers.js';
+import { faultPoint } from './fault.js';
 
 /** What every session shares: configuration, identity, the cgroup subtree, the reaper. */
 export interface SessionContext {
@@ -64,6 +65,8 @@ export interface SessionRequest {
 }
 
 const ALL_STREAMS: StreamName[] = ['stdout', 'stderr', 'pty'];
+/** A stream dir retention has decided to remove is first renamed to this prefix + its name. */
+const REMOVED_PREFIX = '.removed-';
 /** First and longest wait between attempts to write a receipt the disk had no room for. */
 const RECEIPT_RETRY_FIRST_MS = 1000;
 const RECEIPT_RETRY_MAX_MS = 10_000;
@@ -144,7 +147,15 @@ export class Session extends EventEmitter {
     };
     const session = new Session(record.session_id, req, ctx, new Date(record.admitted_at));
     session.admission = record;
-    session.outputRemoved = existsSync(join(session.dir, OUTPUT_REMOVED_FILE));
+    const removing = ALL_STREAMS.some((stream) => existsSync(join(session.dir, `${REMOVED_PREFIX}${stream}`)));
+    session.outputRemoved = removing || existsSync(join(session.dir, OUTPUT_REMOVED_FILE));
+    if (removing) {
+      try {
+        session.finishOutputRemoval(null);
+      } catch (err) {
+        ctx.log.warn({ err, session_id: session.id }, 'could not finish removing output a crash interrupted');
+      }
+    }
     if (record.cgroup) session.leaf = new CgroupLeaf(record.cgroup);
     // The streams it was admitted with, whether or not it got to open them (a crash between
     // admission and spawn leaves none on disk: they are empty, and a retry replays nothing).
@@ -286,12 +297,6 @@ export class Session extends EventEmitter {
     }
     this.leader = leader;
     this.startedAt = new Date();
-    try {
-      if (leader.pid > 0) writeStarted(this.dir, { started_at: this.startedAt.toISOString(), pid: leader.pid });
-    } catch (err) {
-      // Only an owner_lost receipt after a crash would miss started_at; nothing else depends on it.
-      this.ctx.log.warn({ session_id: this.id, code: (err as NodeJS.ErrnoException).code }, 'could not record the start');
-    }
     this.transition('running');
     if (this.pty) {
       const drain = new StreamDrain(this.dir, 'pty', this.pty.master, this.storePolicy(), true);
@@ -424,17 +429,30 @@ export class Session extends EventEmitter {
 
   /**
    * Removes an ended session's chunk files and index (retention); the receipt and admission
-   * record stay. A marker (written first, durably) says so to readers and after a restart.
-   * Returns the bytes freed.
+   * record stay. Each stream dir is first renamed `.removed-<stream>` (durably: that rename is
+   * the decision, and needs no free block, so it works on a full disk), then its files go,
+   * then the marker (output-removed.json) says so to readers and `sbx verify`; a restart
+   * finishes what a crash interrupted (finishOutputRemoval). Returns the bytes freed.
    */
   removeOutput(): number {
     if (this.state !== 'ended' || this.outputRemoved) return 0;
     const bytes = this.outputBytes();
-    createFileDurable(join(this.dir, OUTPUT_REMOVED_FILE), JSON.stringify({ removed_at: new Date().toISOString(), bytes }) + '\n');
-    this.outputRemoved = true;
-    for (const stream of ALL_STREAMS) rmSync(this.streamDir(stream), { recursive: true, force: true });
+    for (const stream of ALL_STREAMS) {
+      if (existsSync(this.streamDir(stream))) renameSync(this.streamDir(stream), join(this.dir, `${REMOVED_PREFIX}${stream}`));
+    }
     fsyncDir(this.dir);
+    this.outputRemoved = true;
+    this.finishOutputRemoval(bytes);
     return bytes;
+  }
+
+  /** Removes the renamed stream dirs and writes the marker (if it is not there yet). */
+  private finishOutputRemoval(bytes: number | null): void {
+    for (const stream of ALL_STREAMS) rmSync(join(this.dir, `${REMOVED_PREFIX}${stream}`), { recursive: true, force: true });
+    if (!existsSync(join(this.dir, OUTPUT_REMOVED_FILE))) {
+      createFileDurable(join(this.dir, OUTPUT_REMOVED_FILE), JSON.stringify({ removed_at: new Date().toISOString(), bytes }) + '\n');
+    }
+    fsyncDir(this.dir);
   }
 
   /** Live processes in the session now (cgroup mode), else null. */
@@ -550,6 +568,17 @@ export class Session extends EventEmitter {
 
   private async run(leader: LeaderProcess): Promise<void> {
     const failure = await leader.exec;
+    // The shim reports exec only once it is in the cgroup and the command runs: a record now
+    // is evidence, for an owner_lost receipt after a crash, that the command started.
+    if (!failure) {
+      try {
+        writeStarted(this.dir, { started_at: this.startedAt!.toISOString(), pid: leader.leaderPid });
+      } catch (err) {
+        // Only an owner_lost receipt after a crash would miss started_at; nothing else depends on it.
+        this.ctx.log.warn({ session_id: this.id, code: (err as NodeJS.ErrnoException).code }, 'could not record the start');
+      }
+      faultPoint('session:started-recorded');
+    }
     const exit: LeaderExit = await leader.leaderExit;
     this.leaderExitedAt = exit.at;
     this.exit = { code: exit.code, signal: exit.signal };
@@ -626,6 +655,21 @@ export class Session extends EventEmitter {
   private receiptAwaitingSpace: Receipt | null = null;
   /** Reconciliation has found this recovered session's evidence (or is ending its leaf): its receipt follows. */
   private receiptOnItsWay = false;
+  /** While reconciliation waits out the grace of a recovered leaf: ends that wait (KILL now). */
+  private cutGrace: (() => void) | null = null;
+
+  /**
+   * `sbx cancel` of a recovered session reconciliation is ending (TERM sent): its KILL comes
+   * after graceMs (0: now) instead of the rest of its grace. False when nothing of the kind
+   * is under way (an unknown session with no evidence to come: nothing to cancel).
+   */
+  cancelRecovered(graceMs: number): boolean {
+    const cut = this.cutGrace;
+    if (this.state !== 'unknown' || !cut) return false;
+    if (graceMs > 0) setTimeout(cut, graceMs).unref();
+    else cut();
+    return true;
+  }
 
   /** Writes the receipt durably, then (only then) reports the end and removes the leaf. */
   private async finish(facts: ReceiptFacts, extra: Partial<Receipt> = {}): Promise<void> {
@@ -845,7 +889,8 @@ export class Session extends EventEmitter {
       const at = new Date();
       steps.push({ signal: 'SIGTERM', at, pids: leaf.signalAll('SIGTERM').size });
       this.unknownReason = `${reason}; being ended: SIGTERM sent to ${steps[steps.length - 1].pids} processes at ${at.toISOString()}, cgroup.kill after its grace of ${this.req.graceMs} ms`;
-      await leaf.waitEmpty(this.req.graceMs);
+      await Promise.race([leaf.waitEmpty(this.req.graceMs), new Promise<void>((resolve) => (this.cutGrace = resolve))]);
+      this.cutGrace = null;
     }
     if (leaf.populated()) {
       steps.push({ signal: 'SIGKILL', at: new Date(), pids: leaf.pids().length });

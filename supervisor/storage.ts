@@ -74,10 +74,17 @@ export class StorageGuard implements StorageThresholds {
     return this.free;
   }
 
+  /** Called when a write finds free space below keepFreeBytes (the supervisor runs retention). */
+  onBelowKeepFree: (() => void) | null = null;
+
   /** Whether `bytes` more may be stored and still leave the reserve. */
   mayWrite(bytes: number): boolean {
     this.writtenSinceCheck += bytes;
-    if (this.writtenSinceCheck >= CHECK_BYTES || performance.now() - this.checkedAt >= CHECK_MS) this.freeBytes();
+    if (this.writtenSinceCheck >= CHECK_BYTES || performance.now() - this.checkedAt >= CHECK_MS) {
+      this.freeBytes();
+      // Retention steps in while the stream still stores, before the reserve is reached.
+      if (this.free < this.keepFreeBytes) this.onBelowKeepFree?.();
+    }
     return this.free - this.writtenSinceCheck >= this.reserveBytes;
   }
 

@@ -58,11 +58,45 @@ export function hasAdmission(sessionDir: string): boolean {
   return existsSync(join(sessionDir, ADMISSION_FILE));
 }
 
-/** The receipt if one was written (atomically: it is whole or absent); throws if unparsable. */
-export function readReceipt(sessionDir: string): Receipt | null {
+const StreamOutputSchema = z.looseObject({
+  final_cursor: z.number().int().min(0),
+  sha256: z.string(),
+  complete: z.boolean(),
+  dropped_bytes: z.number().int().min(0),
+  chunks: z.array(z.looseObject({ start_cursor: z.number().int().min(0), length: z.number().int().min(0) })).optional(),
+});
+
+/** What every receipt the supervisor reads back must have (more fields may follow: SPEC "Receipt"). */
+const ReceiptSchema = z.looseObject({
+  version: z.literal(1),
+  session_id: z.string(),
+  invocation_key: z.string(),
+  command_digest: z.string(),
+  argv: z.array(z.string()),
+  admitted_at: z.string(),
+  started_at: z.string().nullable(),
+  leader_exited_at: z.string().nullable(),
+  ended_at: z.string(),
+  exit: z.object({ code: z.number().int().nullable(), signal: z.string().nullable() }),
+  outcome: z.enum(['exited', 'signaled', 'timed_out', 'cancelled', 'spawn_failed', 'owner_lost']),
+  death: z.looseObject({ evidence: z.string(), observed_at: z.string() }),
+  output: z.partialRecord(z.enum(['stdout', 'stderr', 'pty']), StreamOutputSchema),
+  usage: z.looseObject({}),
+  signature: z.object({ alg: z.literal('ed25519'), key_id: z.string(), value: z.string() }).optional(),
+});
+
+/**
+ * The receipt if one was written (atomically: it is whole or absent), checked against the
+ * receipt's shape and this session's id; throws with the reason when it is torn, not a
+ * receipt, or another session's.
+ */
+export function readReceipt(sessionDir: string, sessionId: string): Receipt | null {
   const path = join(sessionDir, RECEIPT_FILE);
   if (!existsSync(path)) return null;
-  return JSON.parse(readFileSync(path, 'utf8')) as Receipt;
+  const parsed = ReceiptSchema.safeParse(JSON.parse(readFileSync(path, 'utf8')));
+  if (!parsed.success) throw new Error(`not a receipt: ${parsed.error.issues[0].path.join('.')}: ${parsed.error.issues[0].message}`);
+  if (parsed.data.session_id !== sessionId) throw new Error(`it is the receipt of session ${parsed.data.session_id}`);
+  return parsed.data as unknown as Receipt;
 }
 
 /** Chunk entries a reservation makes room for at most (64 bytes each); past them the facts record stands in. */

@@ -52,9 +52,9 @@ function highestAdmittedGeneration(sessionsDir: string): number {
 
 let stateDirBytesCache: { at: number; bytes: number } | null = null;
 
-/** Bytes held by the files under dir (lstat, not following links), cached for 10 s. */
+/** Bytes held by the files under dir (lstat, not following links), cached for 5 s (and dropped by gc). */
 function stateDirBytes(dir: string): number {
-  if (stateDirBytesCache && Date.now() - stateDirBytesCache.at < 10_000) return stateDirBytesCache.bytes;
+  if (stateDirBytesCache && performance.now() - stateDirBytesCache.at < 5_000) return stateDirBytesCache.bytes;
   let bytes = 0;
   const walk = (d: string) => {
     for (const e of readdirSync(d, { withFileTypes: true })) {
@@ -68,7 +68,7 @@ function stateDirBytes(dir: string): number {
     }
   };
   walk(dir);
-  stateDirBytesCache = { at: Date.now(), bytes };
+  stateDirBytesCache = { at: performance.now(), bytes };
   return bytes;
 }
 
@@ -186,6 +186,7 @@ export class Supervisor {
     this.ctx = ctx;
     this.keys = new KeyIndex(config.stateDir);
     this.sealRecord = this.readSeal();
+    ctx.storage.onBelowKeepFree = () => this.keepFree();
     void si.currentLoad().catch(() => {}); // primes the CPU load sample (see status())
     this.restore();
   }
@@ -216,9 +217,15 @@ export class Supervisor {
         let receipt = null;
         let resumed: Receipt | null = null;
         try {
-          receipt = readReceipt(dir);
+          receipt = readReceipt(dir, sessionId);
         } catch (err) {
           throw new Error(`receipt is unreadable: ${(err as Error).message}`);
+        }
+        // Signed by this supervisor's key and not matching: changed since (a receipt signed by
+        // an earlier key, or unsigned from before signing, cannot be checked here: kept).
+        if (receipt?.signature?.key_id === this.ctx.signer.keyId) {
+          const problems = verifySignature(receipt, this.ctx.signer.publicKeyPem);
+          if (problems.length) throw new Error(`receipt does not verify: ${problems.join('; ')}`);
         }
         if (!receipt) {
           const adopted = this.adoptReserved(dir, admission);
@@ -695,9 +702,21 @@ export class Supervisor {
     const storage = this.ctx.storage;
     const plan = planRetention(candidates, this.config.retention, nowMs, { freeBytes: storage.freeBytes(), keepFreeBytes: storage.keepFreeBytes });
     let freed = 0;
+    // Output first: on a full disk it frees the room a tombstone then needs. One that fails
+    // (ENOSPC for a tombstone, say) is logged and left for the next run; the rest go on.
+    const removedOutput: string[] = [];
+    const retired: string[] = [];
+    for (const id of plan.removeOutput) {
+      try {
+        freed += this.sessions.get(id)!.removeOutput();
+        removedOutput.push(id);
+      } catch (err) {
+        this.log.error({ err, session_id: id }, 'retention could not remove this output; left for the next run');
+      }
+    }
     for (const id of plan.retire) {
       const s = this.sessions.get(id)!;
-      freed += s.outputBytes();
+      const bytes = s.outputBytes();
       const record: RetiredRecord = {
         session_id: s.id,
         invocation_key: s.req.invocationKey,
@@ -707,19 +726,26 @@ export class Supervisor {
         receipt_sha256: receiptDigest(s.receipt),
         retired_at: new Date(nowMs).toISOString(),
       };
-      mkdirSync(this.retiredDir, { recursive: true, mode: 0o700 });
-      // Tombstone first (kept if a crash left one), then the dir leaves the sessions list in
-      // one rename, then its files go: a crash at any point leaves either the session whole
-      // or a tombstone, and restore() finishes what was started.
-      if (!existsSync(join(this.retiredDir, `${s.id}.json`))) createFileDurable(join(this.retiredDir, `${s.id}.json`), JSON.stringify(record) + '\n');
-      removeSessionDir(this.ctx.sessionsDir, s.id);
+      try {
+        mkdirSync(this.retiredDir, { recursive: true, mode: 0o700 });
+        // Tombstone first (kept if a crash left one), then the dir leaves the sessions list in
+        // one rename, then its files go: a crash at any point leaves either the session whole
+        // or a tombstone, and restore() finishes what was started.
+        if (!existsSync(join(this.retiredDir, `${s.id}.json`))) createFileDurable(join(this.retiredDir, `${s.id}.json`), JSON.stringify(record) + '\n');
+        removeSessionDir(this.ctx.sessionsDir, s.id);
+      } catch (err) {
+        this.log.error({ err, session_id: id }, 'retention could not retire this session; left for the next run');
+        continue;
+      }
+      freed += bytes;
       this.sessions.delete(s.id);
       this.byKey.delete(s.req.invocationKey);
       this.rememberRetired(record);
+      retired.push(id);
     }
-    for (const id of plan.removeOutput) freed += this.sessions.get(id)!.removeOutput();
-    if (plan.retire.length || plan.removeOutput.length) this.log.info({ removed_output: plan.removeOutput.length, retired: plan.retire.length, freed_bytes: freed }, 'retention applied');
-    return { removed_output: plan.removeOutput, retired: plan.retire, freed_bytes: freed };
+    if (retired.length || removedOutput.length) this.log.info({ removed_output: removedOutput.length, retired: retired.length, freed_bytes: freed }, 'retention applied');
+    stateDirBytesCache = null;
+    return { removed_output: removedOutput, retired, freed_bytes: freed };
   }
 
   /** Runs gc() every retention.intervalMs (0: never by itself). */

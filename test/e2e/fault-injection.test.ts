@@ -1,8 +1,8 @@
 // Fault injection: across 60 keyed launches the supervisor is SIGKILLed, each time at a point
 // drawn from a seeded generator: after a random delay (during admission, spawn, drain or the
 // receipt), or exactly at a named crash point (supervisor/fault.ts: the temp admission record
-// written but not linked, admitted but not spawned, spawned but not answered, the receipt in
-// its reservation but not linked). It is restarted each time, and the client retries every
+// written but not linked, admitted but not spawned, spawned but not answered, running and its
+// start recorded, the receipt in its reservation but not linked). It is restarted each time, and the client retries every
 // key at the end, as a harness would. Invariants: no key executed twice, no phantom session,
 // every key answered, every session ended with a receipt and evidence, every receipt's cursors
 // and digests match the bytes on disk, nothing left running. FI_SEED=<n> replays a run.
@@ -18,7 +18,7 @@ import { pidsWithMarker, TestDaemon } from '../helpers/daemon.js';
 
 const LAUNCHES = Number(process.env.FI_LAUNCHES ?? 60);
 const SEED = Number(process.env.FI_SEED ?? randomBytes(4).readUInt32BE(0));
-const CRASH_POINTS = ['durable:admission.json:before-link', 'launch:before-spawn', 'launch:started', 'durable:receipt.json:before-link'];
+const CRASH_POINTS = ['durable:admission.json:before-link', 'launch:before-spawn', 'launch:started', 'session:started-recorded', 'durable:receipt.json:before-link'];
 
 /** mulberry32: a small seeded generator, so a failing run replays with FI_SEED. */
 function generator(seed: number): () => number {
