@@ -90,6 +90,10 @@ describe('a retry never changes how an existing session ends', () => {
     const r = await d.sbx(['run', '--detach', '--on-disconnect', 'cancel', '--', 'true']);
     expect(r.status).toBe(125);
     expect(r.stderr.toString()).toMatch(/^sbx: INVALID_ARGUMENT: --detach with --on-disconnect cancel: .*\n$/);
+    // So is --detach --receipt: a detached sbx is gone before there is a receipt to write.
+    const withReceipt = await d.sbx(['run', '--detach', '--receipt', join(d.dir, 'r.json'), '--', 'true']);
+    expect(withReceipt.status).toBe(125);
+    expect(withReceipt.stderr.toString()).toMatch(/^sbx: INVALID_ARGUMENT: --detach with --receipt: .*sbx wait ID.*\n$/);
     expect(JSON.parse((await d.sbx(['ps', '--all', '--json'])).stdout.toString())).toEqual([]);
   });
 });
@@ -144,7 +148,7 @@ describe('sbx run outlives the supervisor going away before it answers', () => {
       // is right after the spawn. One session in ps --all: the resend created none.
       expect(['', 'ran\n']).toContain(existsSync(log) ? readFileSync(log, 'utf8') : '');
       expect(waitingLines(run.stderr())).toHaveLength(1);
-      expect(run.stderr()).toMatch(new RegExp(`^sbx: waiting for the supervisor at ${d.socketPath} \\((ECONNRESET|EPIPE)\\); retrying for up to 60 s\\n$`));
+      expect(run.stderr()).toMatch(new RegExp(`^sbx: waiting for the supervisor at ${d.socketPath} \\((ECONNRESET|EPIPE)\\); retrying for up to 60 s\\nsbx: session ${receipt.session_id}: owner lost .*\\n$`));
     }, 40_000);
   }
 });
@@ -168,7 +172,7 @@ describe('a retry while the restarted supervisor reconciles', () => {
     expect(receipt.termination.steps.map((s) => s.signal)).toEqual(['SIGTERM', 'SIGKILL']);
     expect(status).toBe(125);
     expect(retry.stdout()).toBe('up\n');
-    expect(retry.stderr()).toMatch(new RegExp(`^sbx: waiting: session ${receipt.session_id} is unknown until its receipt is written: .*being ended: SIGTERM sent to \\d+ processes at \\S+, cgroup\\.kill after its grace of 5000 ms\n$`));
+    expect(retry.stderr()).toMatch(new RegExp(`^sbx: waiting: session ${receipt.session_id} is unknown until its receipt is written: .*being ended: SIGTERM sent to \\d+ processes at \\S+, cgroup\\.kill after its grace of 5000 ms\nsbx: session ${receipt.session_id}: owner lost .*\n$`));
     expect(pidsWithMarker(m)).toEqual([]);
   }, 30_000);
 });
@@ -196,7 +200,7 @@ describe('retryable refusals', () => {
     const d = await daemon({ config: { storage: { minFreeBytes: 2 ** 50 } } });
     const detached = await d.sbx(['run', '--detach', '--', 'true']);
     expect(detached.status).toBe(125);
-    expect(detached.stderr.toString()).toMatch(/^sbx: ADMISSION_DENIED: disk low: \d+ bytes free in the state dir, 1125899906842624 needed; retry later\n$/);
+    expect(detached.stderr.toString()).toMatch(/^sbx: ADMISSION_DENIED: disk low: \d+ bytes free in the state dir, 1125899906842624 needed; retry later \(sbx status says why\)\n$/);
     const run = liveSbx(d, ['run', '--', 'true']);
     await run.waitingLine();
     expect(run.stderr()).toMatch(/^sbx: waiting: disk low in the state dir, \d+ MiB free, 1073741824 MiB needed \(retrying for up to 60 s\)\n$/);

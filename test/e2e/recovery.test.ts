@@ -266,6 +266,7 @@ describe('crashes at exact points (SBX_FAULT_POINT)', () => {
     expect(row.reason).toMatch(/being ended: SIGTERM sent to \d+ processes at .*, cgroup\.kill after its grace of 45000 ms/);
     const status = JSON.parse((await d.sbx(['status', '--json'])).stdout.toString());
     expect(status.admission).toBe('open');
+    expect((await d.sbx(['ps'])).stdout.toString()).toMatch(new RegExp(`\\n${session_id} is unknown \\(its receipt is on its way\\): .*being ended: SIGTERM sent to`));
     const retry = await d.sbx(['run', '--key', 'lg', '--detach', '--json', '--cwd', '/', '--', 'sh', '-c', `trap "" TERM; sleep ${m}`]);
     expect(JSON.parse(retry.stdout.toString())).toEqual({ session_id, existing: true, state: 'unknown' });
     console.log(`restart → a new key's receipt: ${admittedMs.toFixed(0)} ms (sbx started twice), while the orphan's grace of 45 s runs`);

@@ -1,6 +1,6 @@
 // sbx run end to end against a real supervisor: exact bytes, exit statuses, real pipes,
 // the leader's fds, cursors and the receipt's digests.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -216,6 +216,21 @@ describe('argv at the kernel limit (execve(2): ARG_MAX, MAX_ARG_STRLEN)', () => 
     expect(r.stderr.toString()).toBe('');
     expect(r.stdout.toString()).toBe('99996\n');
     expect(r.status).toBe(0);
+  });
+
+  it('takes 200,000 arguments through sbx itself (its option parser never sees them)', async () => {
+    const argv = ['sh', '-c', 'echo $#', 'sh', ...Array.from({ length: 199_996 }, () => 'x')];
+    const r = await daemon.sbx(['run', '--', ...argv]);
+    expect(r.stderr.toString()).toBe('');
+    expect(r.stdout.toString()).toBe('199996\n');
+    expect(r.status).toBe(0);
+  });
+
+  it('refuses an argument that is not valid UTF-8 rather than run it with other bytes', async () => {
+    const r = spawnSync('sh', ['-c', `exec "$0" "$1" run -- /bin/echo "$(printf 'a\\377b')"`, process.execPath, SBX], { env: { ...process.env, SBX_SOCKET: daemon.socketPath } });
+    expect(r.status).toBe(125);
+    expect(r.stderr.toString()).toMatch(/^sbx: INVALID_ARGUMENT: argument 1 of the command \(".*"\) is not valid UTF-8/);
+    expect(r.stdout.toString()).toBe('');
   });
 
   it('runs an argv of 1.5 MiB, more than the argv pipe holds at once, byte for byte', async () => {

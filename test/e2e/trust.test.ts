@@ -270,5 +270,11 @@ describe('sbx run --receipt never writes through a planted link', () => {
     expect(r.stderr.toString()).toBe(`sbx: --receipt ${work}/no-such-dir/r.json: cannot open its directory ${work}/no-such-dir: no such directory (ENOENT); nothing was run\n`);
     expect(await sessionCount()).toBe(n);
     expect(existsSync(join(work, 'ran.txt'))).toBe(false);
+    // A directory that is a symlink says so (not a bare ENOTDIR).
+    symlinkSync(work, join(work, 'linked'));
+    const linked = await daemon.sbx(['run', '--receipt', 'linked/r.json', '--', 'sh', '-c', 'echo ran > ran.txt'], { cwd: work });
+    expect(linked.status).toBe(125);
+    expect(linked.stderr.toString()).toBe(`sbx: --receipt ${work}/linked/r.json: its directory ${work}/linked is a symbolic link, which sbx does not follow for a receipt (name the directory it points to); nothing was run\n`);
+    expect(existsSync(join(work, 'ran.txt'))).toBe(false);
   });
 });
