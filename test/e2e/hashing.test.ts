@@ -4,7 +4,7 @@
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { verifyStoredOutput } from '../../ipc/verify.js';
-import { TestDaemon } from '../helpers/daemon.js';
+import { TestDaemon, until } from '../helpers/daemon.js';
 
 /** The bytes of `seq 1 n`, made here. */
 const seq = (n: number) => Buffer.from(Array.from({ length: n }, (_, i) => `${i + 1}\n`).join(''));
@@ -29,7 +29,9 @@ describe('a hashing thread that fails', () => {
       expect(r.output.stderr).toMatchObject({ final_cursor: 0, sha256: sha(Buffer.alloc(0)) });
       expect(verifyStoredOutput(r, daemon.stateDir)).toEqual([]);
     }
-    // Exactly one thread was terminated (the fault point acts once) and replaced.
+    // Exactly one thread was terminated (the fault point acts once) and replaced. (The log is
+    // written asynchronously: the line may follow the receipt.)
+    await until(() => /a hashing thread failed; replaced/.test(daemon.log()), 'the replacement in the log');
     expect(daemon.log().match(/a hashing thread failed; replaced/g)).toHaveLength(1);
   });
 });

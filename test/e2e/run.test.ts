@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../../ipc/protocol.js';
-import { SBX, type SbxResult, sha256, TestDaemon } from '../helpers/daemon.js';
+import { SBX, type SbxResult, sha256, TestDaemon, until } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;
 beforeAll(async () => {
@@ -263,6 +263,8 @@ describe('argv at the kernel limit (execve(2): ARG_MAX, MAX_ARG_STRLEN)', () => 
     expect(receipt.spawn_error).toEqual({ stage: 'exec', errno: 7, code: 'E2BIG' });
     expect(receipt.exit).toEqual({ code: 126, signal: null });
     expect(receipt.argv).toEqual(argv);
+    // The log is written asynchronously: wait for the session's last line.
+    await until(() => daemon.log().slice(logFrom).includes(`"session_id":"${receipt.session_id}","outcome"`), 'the session ended line');
     const log = daemon.log().slice(logFrom);
     expect(log).not.toMatch(/ {4}at /);
     expect(log.split('\n').filter((l) => l.includes(receipt.session_id) && /"level":(40|50)/.test(l))).toEqual([]);

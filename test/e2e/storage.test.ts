@@ -310,7 +310,7 @@ describe('thresholds that can never be met', () => {
     const daemon = new TestDaemon({ config: { storage: { minFreeBytes: 2 ** 52 } } });
     try {
       await daemon.start();
-      expect(daemon.log()).toContain('admission can never open');
+      await until(() => daemon.log().includes('admission can never open'), 'the start-up warning in the log');
       const status = JSON.parse((await daemon.sbx(['status', '--json'])).stdout.toString());
       expect(status.admission).toBe('disk_low');
     } finally {
