@@ -297,7 +297,7 @@ sub('run')
       argv: cmd,
       cwd: resolvePath(o.cwd ?? '.'),
       env: o.env,
-      inherit_env: o.inheritEnv ? (Object.fromEntries(Object.entries(process.env).filter(([, v]) => v !== undefined)) as Record<string, string>) : undefined,
+      inherit_env: o.inheritEnv ? inheritedEnv() : undefined,
       // A key before the first send, so a resend after a drop finds this launch's session.
       invocation_key: o.key ?? newInvocationKey(),
       timeout_ms: o.timeout,
@@ -651,19 +651,44 @@ for (const out of [process.stdout, process.stderr]) {
  */
 let commandArgv: string[] | null = null;
 const argv = process.argv;
+// Everything sbx sends is text on the wire (msgpack str), and Node decoded our arguments
+// lossily (an invalid byte becomes U+FFFD): an argument that is not UTF-8 (a command's, an
+// --env value, a --cwd, a --key) is refused rather than sent as other bytes than given.
+const raw = readRawArgs(argv.length - 2);
+raw?.forEach((bytes, i) => {
+  if (!isUtf8(bytes)) fail(`INVALID_ARGUMENT: argument ${i + 1} (${JSON.stringify(argv[i + 2])}) is not valid UTF-8; sbx passes arguments as text, and will not send other bytes than it was given`);
+});
 const dashDash = argv.indexOf('--');
 if (dashDash > 0 && argv.slice(2, dashDash).includes('run') && dashDash + 1 < argv.length) {
   commandArgv = argv.slice(dashDash + 1);
-  // argv is text on the wire (msgpack str); Node decoded ours lossily (an invalid byte becomes
-  // U+FFFD): a command is refused rather than run with other bytes than it was given.
-  const raw = readRawArgs(argv.length - 2);
-  if (raw) {
-    const first = raw.length - commandArgv.length;
-    raw.slice(first).forEach((bytes, i) => {
-      if (!isUtf8(bytes)) fail(`INVALID_ARGUMENT: argument ${i} of the command (${JSON.stringify(commandArgv![i])}) is not valid UTF-8; sbx passes a command's arguments as text, and will not run it with other bytes`);
-    });
-  }
   argv.splice(dashDash + 2);
+}
+
+/** This CLI's whole environment for --inherit-env; a variable that is not UTF-8 is refused (125), as arguments are. */
+function inheritedEnv(): Record<string, string> {
+  let environ: Buffer | null = null;
+  try {
+    environ = readFileSync('/proc/self/environ');
+  } catch {
+    // no /proc: Node's decoding it is
+  }
+  for (const entry of environ ? splitNul(environ) : []) {
+    if (!isUtf8(entry)) fail(`INVALID_ARGUMENT: --inherit-env: the environment variable ${JSON.stringify(entry.toString('utf8').split('=')[0])} is not valid UTF-8; sbx will not send other bytes than it was given (unset it, or pass what is needed with --env)`);
+  }
+  return Object.fromEntries(Object.entries(process.env).filter(([, v]) => v !== undefined)) as Record<string, string>;
+}
+
+/** The NUL-terminated parts of /proc/self/{cmdline,environ}. */
+function splitNul(data: Buffer): Buffer[] {
+  const parts: Buffer[] = [];
+  let start = 0;
+  for (let i = 0; i < data.length; i++) {
+    if (data[i] === 0) {
+      parts.push(data.subarray(start, i));
+      start = i + 1;
+    }
+  }
+  return parts;
 }
 
 /** This process's own arguments as bytes, the last `count` of /proc/self/cmdline (null where unreadable). */
@@ -674,14 +699,7 @@ function readRawArgs(count: number): Buffer[] | null {
   } catch {
     return null;
   }
-  const parts: Buffer[] = [];
-  let start = 0;
-  for (let i = 0; i < cmdline.length; i++) {
-    if (cmdline[i] === 0) {
-      parts.push(cmdline.subarray(start, i));
-      start = i + 1;
-    }
-  }
+  const parts = splitNul(cmdline);
   return parts.length >= count ? parts.slice(parts.length - count) : null;
 }
 

@@ -30,6 +30,8 @@ export interface ConnectOptions {
 export interface SubscriptionHandlers {
   onOutput(event: OutputEvent): void;
   onEnd(event: EndEvent): void;
+  /** The subscription failed after it started (the stored output could not be read): no end event follows. */
+  onError?(err: SupervisorError): void;
 }
 
 interface Pending {
@@ -142,6 +144,7 @@ export class SupervisorClient {
       this.subscribe({ ...selector, stream, from, follow: false }, {
         onOutput: (ev) => parts.push(Buffer.from(ev.data.buffer, ev.data.byteOffset, ev.data.byteLength)),
         onEnd: () => resolve(),
+        onError: reject,
       }).catch(reject);
       this.onClose(reject);
     });
@@ -194,7 +197,15 @@ export class SupervisorClient {
       return;
     }
     const pending = this.pending.get(frame.id);
-    if (!pending) return;
+    if (!pending) {
+      // An error after a subscription's result: it is over, with that error.
+      const handlers = frame.error ? this.subscriptions.get(frame.id) : undefined;
+      if (handlers) {
+        this.subscriptions.delete(frame.id);
+        handlers.onError?.(SupervisorError.fromWire(frame.error!));
+      }
+      return;
+    }
     this.pending.delete(frame.id);
     if (frame.error) pending.reject(SupervisorError.fromWire(frame.error));
     else pending.resolve(frame.result);
@@ -334,6 +345,10 @@ export async function* readOutput(options: ReadOutputOptions): AsyncGenerator<Ou
           },
           onEnd: () => {
             done = true;
+            notify();
+          },
+          onError: (err) => {
+            failure = err;
             notify();
           },
         })

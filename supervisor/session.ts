@@ -22,7 +22,7 @@ import type { SessionUser } from './users.js';
 import { buildReceipt, type ReceiptFacts, type SpawnFailureFact } from './receipt.js';
 import { indexDigest, storedChunks } from '../ipc/state-layout.js';
 import { StreamHasher } from './hasher.js';
-import { factsOf, readStarted, receiptReservationBytes, reserveReceiptSpace, writeAdmission, writeReceiptFile, writeReservedFacts, writeStarted, type AdmissionRecord } from './store.js';
+import { existsNoFollow, factsOf, readStarted, receiptReservationBytes, reserveReceiptSpace, writeAdmission, writeReceiptFile, writeReservedFacts, writeStarted, type AdmissionRecord } from './store.js';
 import type { Reaper } from './reaper.js';
 import { LeaderProcess, signalNumber, type LeaderExit } from './spawn.js';
 import { setDeadline } from './timers.js';
@@ -446,12 +446,19 @@ export class Session extends EventEmitter {
     return bytes;
   }
 
-  /** Removes the renamed stream dirs and writes the marker (if it is not there yet). */
+  /**
+   * Empties the renamed stream dirs (the space comes back), writes the marker (if it is not
+   * there yet), and only then removes the empty dirs: until the marker is durable, an empty
+   * `.removed-<stream>` stays as the trace a restart finishes from.
+   */
   private finishOutputRemoval(bytes: number | null): void {
-    for (const stream of ALL_STREAMS) rmSync(join(this.dir, `${REMOVED_PREFIX}${stream}`), { recursive: true, force: true });
+    const renamed = ALL_STREAMS.map((stream) => join(this.dir, `${REMOVED_PREFIX}${stream}`)).filter((dir) => existsSync(dir));
+    for (const dir of renamed) for (const name of readdirSync(dir)) rmSync(join(dir, name), { force: true });
     if (!existsSync(join(this.dir, OUTPUT_REMOVED_FILE))) {
+      faultPoint('retention:before-marker');
       createFileDurable(join(this.dir, OUTPUT_REMOVED_FILE), JSON.stringify({ removed_at: new Date().toISOString(), bytes }) + '\n');
     }
+    for (const dir of renamed) rmSync(dir, { recursive: true, force: true });
     fsyncDir(this.dir);
   }
 
@@ -700,7 +707,9 @@ export class Session extends EventEmitter {
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       if (code !== 'ENOSPC' && code !== 'EDQUOT') {
+        // For good: nothing is on its way any more (an operator may resolve it).
         this.receiptAwaitingSpace = null;
+        this.receiptOnItsWay = false;
         this.becomeUnknown(`the receipt could not be written: ${(err as Error).message}`);
         return;
       }
@@ -915,8 +924,9 @@ export class Session extends EventEmitter {
     this.receiptOnItsWay = true;
     try {
       // An unreadable receipt is kept beside, never silently replaced.
+      // Whatever is there, a planted link included (lstat: never followed; rename moves the name).
       const torn = join(this.dir, RECEIPT_FILE);
-      if (existsSync(torn)) renameSync(torn, join(this.dir, `receipt.unreadable-${Date.now()}.json`));
+      if (existsNoFollow(torn)) renameSync(torn, join(this.dir, `receipt.unreadable-${Date.now()}.json`));
       await this.finish(await this.ownerLostFacts({ evidence: 'operator_attested', observedAt: new Date() }, []), {
         operator: { uid: operator.uid, pid: operator.pid, reason: operator.reason, unknown_reason: this.unknownReason },
       });
@@ -933,6 +943,8 @@ export class Session extends EventEmitter {
    * is room, and reconciliation leaves the session alone (its evidence is known).
    */
   resumeReceipt(receipt: Receipt): void {
+    // Death was proven before the facts were written: a leaf a crash left behind is empty.
+    if (this.leaf && existsSync(this.leaf.path)) this.leaf.remove().catch((err: Error) => this.ctx.log.warn({ err, session_id: this.id }, 'could not remove the cgroup of an ended session'));
     this.receiptAwaitingSpace = receipt;
     this.unknownReason = 'its receipt (its facts were kept in its reservation across a restart) waits for space in the state dir; the write is retried until space returns';
     this.publish(receipt, new Date(receipt.ended_at), RECEIPT_RETRY_FIRST_MS);

@@ -156,6 +156,7 @@ export function writeReceiptFile(sessionDir: string, data: string): void {
   }
   try {
     writeAll(fd, bytes);
+    faultPoint('receipt:written-in-place'); // the reservation's zeros still follow it
     ftruncateSync(fd, bytes.length);
     fsyncSync(fd);
   } finally {
@@ -203,7 +204,8 @@ export function readReserved(sessionDir: string, sessionId: string): ReservedRec
     return null;
   }
   try {
-    const r = JSON.parse(text) as Receipt & { facts_only?: boolean };
+    // A receipt written in place and not yet truncated is followed by the reservation's zeros.
+    const r = JSON.parse(text.replace(/\0+$/, '')) as Receipt & { facts_only?: boolean };
     if (!r || typeof r !== 'object' || r.session_id !== sessionId || !r.signature) return null;
     return r.facts_only === true ? { kind: 'facts', facts: r } : { kind: 'receipt', receipt: r };
   } catch {

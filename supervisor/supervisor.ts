@@ -31,6 +31,7 @@ import type { LaunchParams } from './validate.js';
 import { VERSION } from '../ipc/version.js';
 import { cpus, freemem, loadavg, totalmem, uptime } from 'node:os';
 import si from 'systeminformation';
+import { z } from 'zod';
 
 /** Reads /proc/sys/kernel/random/boot_id: changes on every boot. */
 export function readBootId(): string {
@@ -91,18 +92,36 @@ interface RetiredRecord {
   retired_at: string;
 }
 
-function readRetired(dir: string): RetiredRecord[] {
-  if (!existsSync(dir)) return [];
-  const out: RetiredRecord[] = [];
+const RetiredSchema = z.object({
+  session_id: z.string().regex(/^s-[0-9a-z]+-[0-9a-f]+$/),
+  invocation_key: z.string().min(1),
+  command_digest: z.string(),
+  outcome: z.string(),
+  ended_at: z.string(),
+  receipt_sha256: z.string(),
+  retired_at: z.string(),
+});
+
+/**
+ * The tombstones in dir, each checked against its shape and its file name; one that fails is
+ * returned as an error (its key record still blocks the key: the session shows as unknown).
+ */
+function readRetired(dir: string): { records: RetiredRecord[]; errors: { file: string; reason: string }[] } {
+  const records: RetiredRecord[] = [];
+  const errors: { file: string; reason: string }[] = [];
+  if (!existsSync(dir)) return { records, errors };
   for (const name of readdirSync(dir)) {
     if (!name.endsWith('.json') || name.startsWith('.')) continue;
     try {
-      out.push(JSON.parse(readFileSync(join(dir, name), 'utf8')) as RetiredRecord);
-    } catch {
-      // torn tombstone: its key record still blocks the key (the session shows as unknown)
+      const parsed = RetiredSchema.safeParse(JSON.parse(readFileSync(join(dir, name), 'utf8')));
+      if (!parsed.success) throw new Error(`not a tombstone: ${parsed.error.issues[0].path.join('.')}: ${parsed.error.issues[0].message}`);
+      if (`${parsed.data.session_id}.json` !== name) throw new Error(`names session ${parsed.data.session_id}`);
+      records.push(parsed.data);
+    } catch (err) {
+      errors.push({ file: name, reason: (err as Error).message });
     }
   }
-  return out;
+  return { records, errors };
 }
 
 /** The open lock file of this process's state dir: held (flock) until the process exits. */
@@ -198,11 +217,14 @@ export class Supervisor {
    * and, for a crash between the admission and key writes, from the admission records.
    */
   private restore(): void {
-    for (const r of readRetired(this.retiredDir)) this.rememberRetired(r);
-    // Retirements a crash interrupted: the tombstone is written, so the dir goes.
+    const tombstones = readRetired(this.retiredDir);
+    for (const e of tombstones.errors) this.log.error(e, 'unreadable tombstone; ignored');
+    for (const r of tombstones.records) this.rememberRetired(r);
+    // Retirements a crash interrupted: the tombstone is written, so the dir goes, but only
+    // when the tombstone is of that very receipt (never a session on a stray tombstone's word).
     for (const name of readdirSync(this.ctx.sessionsDir)) {
       if (name.startsWith('.retiring-')) rmSync(join(this.ctx.sessionsDir, name), { recursive: true, force: true });
-      else if (this.retired.has(name)) removeSessionDir(this.ctx.sessionsDir, name);
+      else if (this.retired.has(name)) this.finishRetirement(name);
     }
     const keyOf = new Map<string, string>();
     const { records, errors } = this.keys.load();
@@ -318,6 +340,24 @@ export class Supervisor {
       return { receipt: found.receipt, published: false };
     }
     return { receipt: found.receipt, published: true };
+  }
+
+  /** A session dir whose tombstone a crash left: removed if the tombstone is of its receipt, else kept (and the tombstone ignored). */
+  private finishRetirement(sessionId: string): void {
+    const tombstone = this.retired.get(sessionId)!;
+    let receipt: Receipt | null = null;
+    try {
+      receipt = readReceipt(join(this.ctx.sessionsDir, sessionId), sessionId);
+    } catch {
+      // unreadable: not the receipt the tombstone names
+    }
+    if (receipt && receiptDigest(receipt) === tombstone.receipt_sha256 && receipt.invocation_key === tombstone.invocation_key) {
+      removeSessionDir(this.ctx.sessionsDir, sessionId);
+      return;
+    }
+    this.log.error({ session_id: sessionId }, 'a tombstone that is not of this session\'s receipt; the session is kept and the tombstone ignored');
+    this.retired.delete(sessionId);
+    if (this.retiredByKey.get(tombstone.invocation_key) === tombstone) this.retiredByKey.delete(tombstone.invocation_key);
   }
 
   private register(session: Session): void {
@@ -520,7 +560,13 @@ export class Supervisor {
       storage,
     };
     log.info({ instance, generation, mode, cgroup: tree?.basePath ?? null, subreaper: native().isChildSubreaper() }, 'supervisor ready');
-    return new Supervisor(config, log, ctx);
+    try {
+      return new Supervisor(config, log, ctx);
+    } catch (err) {
+      // Nothing ran: the cgroup subtree made for this start goes with it.
+      tree?.teardown();
+      throw err;
+    }
   }
 
   get mode(): SupervisorMode {

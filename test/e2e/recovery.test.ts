@@ -2,7 +2,7 @@
 // supervisor's sessions become unknown and are settled with evidence (owner_lost) after a
 // restart, never relaunched; torn state files stay local to their session.
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
@@ -240,6 +240,76 @@ describe('receipts read back at start', () => {
     expect(rows.find((r) => r.session_id === ids[1])).toMatchObject({ state: 'unknown', reason: expect.stringContaining('receipt is unreadable: not a receipt') });
     expect(rows.find((r) => r.session_id === ids[2])).toMatchObject({ state: 'unknown', reason: expect.stringContaining('receipt does not verify') });
     expect((await d.sbx(['run', '--key', 'K-fine', '--cwd', '/', '--', 'sh', '-c', 'exit 3'])).status).toBe(3);
+  });
+});
+
+describe('crashes in the middle of writing a receipt or removing output', () => {
+  it('a receipt written into its reservation but not yet truncated (zeros after it) is published at the next start', async () => {
+    const d = await daemon();
+    d.withEnv({ SBX_FAULT_POINT: 'receipt:written-in-place' });
+    await d.terminate();
+    await d.start();
+    const cut = d.sbx(['run', '--key', 'K-in-place', '--cwd', '/', '--', 'sh', '-c', 'exit 3']);
+    expect(await d.exitedNow()).toEqual({ code: null, signal: 'SIGKILL' });
+    await d.withEnv(undefined).start();
+    expect((await cut).status).toBe(3);
+    const receipt = JSON.parse((await d.sbx(['receipt', '--key', 'K-in-place'])).stdout.toString()) as Receipt;
+    expect(receipt).toMatchObject({ outcome: 'exited', exit: { code: 3, signal: null } });
+  });
+
+  it('a crash after retention emptied a stream and before its marker: the restart finishes it, reads say OUTPUT_REMOVED', async () => {
+    const d = await daemon({ retention: { outputMaxAgeMs: 1, intervalMs: 0 } });
+    const first = await d.sbx(['run', '--key', 'K-gone', '--cwd', '/', '--', 'echo', 'important']);
+    expect(first.stdout.toString()).toBe('important\n');
+    d.withEnv({ SBX_FAULT_POINT: 'retention:before-marker' });
+    await d.terminate();
+    await d.start();
+    void d.sbx(['gc']);
+    expect(await d.exitedNow()).toEqual({ code: null, signal: 'SIGKILL' });
+    await d.withEnv(undefined).start();
+    const replay = await d.sbx(['run', '--key', 'K-gone', '--cwd', '/', '--', 'echo', 'important']);
+    expect(replay.status).toBe(0);
+    expect(replay.stdout.toString()).toBe('');
+    expect(replay.stderr.toString()).toMatch(/its output was removed by the retention policy/);
+    const [id] = readdirSync(join(d.stateDir, 'sessions'));
+    expect(readdirSync(join(d.stateDir, 'sessions', id)).sort()).toEqual(['admission.json', 'output-removed.json', 'receipt.json', 'started.json']);
+  });
+
+  it('a receipt that cannot be written during reconciliation settles as unknown for good: resolve is allowed', async () => {
+    const d = await daemon();
+    const m = marker();
+    const c = await d.client();
+    const { session_id } = await c.launch({ argv: ['sleep', m], cwd: '/', invocation_key: 'K-planted' });
+    await until(() => pidsWithMarker(m).length === 1, 'the session to run');
+    await d.kill9();
+    symlinkSync('/nonexistent', join(d.stateDir, 'sessions', session_id, 'receipt.json'));
+    await d.start();
+    const row = await until(async () => {
+      const r = (JSON.parse((await d.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[]).find((x) => x.session_id === session_id);
+      return r?.reason?.includes('the receipt could not be written') ? r : null;
+    }, 'reconciliation to fail closed');
+    expect(row.receipt_pending).toBeUndefined();
+    expect(pidsWithMarker(m)).toEqual([]);
+    const resolved = await d.sbx(['resolve', session_id, '--as-operator', '--reason', 'a link was planted']);
+    expect(resolved.stderr.toString()).toBe('');
+    expect(JSON.parse(resolved.stdout.toString())).toMatchObject({ outcome: 'owner_lost', death: { evidence: 'operator_attested' } });
+  });
+});
+
+describe('tombstones read back at start', () => {
+  it('a torn tombstone does not stop the start; one that is not of a session\'s receipt does not remove it', async () => {
+    const d = await daemon();
+    const ok = await d.sbx(['run', '--key', 'K-kept', '--cwd', '/', '--', 'echo', 'kept']);
+    const [id] = readdirSync(join(d.stateDir, 'sessions'));
+    await d.kill9();
+    mkdirSync(join(d.stateDir, 'retired'), { recursive: true });
+    writeFileSync(join(d.stateDir, 'retired', 's-0000-00.json'), 'null\n');
+    writeFileSync(join(d.stateDir, 'retired', `${id}.json`), JSON.stringify({ session_id: id, invocation_key: 'K-kept', command_digest: 'x', outcome: 'exited', ended_at: 'x', receipt_sha256: 'sha256:not-its', retired_at: 'x' }));
+    await d.start();
+    expect(ok.status).toBe(0);
+    expect((await d.sbx(['logs', '--key', 'K-kept'])).stdout.toString()).toBe('kept\n');
+    expect(existsSync(join(d.stateDir, 'sessions', id, 'receipt.json'))).toBe(true);
+    await until(() => d.log().includes('unreadable tombstone') && d.log().includes('a tombstone that is not of this session'), 'both in the log');
   });
 });
 

@@ -226,11 +226,15 @@ describe('argv at the kernel limit (execve(2): ARG_MAX, MAX_ARG_STRLEN)', () => 
     expect(r.status).toBe(0);
   });
 
-  it('refuses an argument that is not valid UTF-8 rather than run it with other bytes', async () => {
-    const r = spawnSync('sh', ['-c', `exec "$0" "$1" run -- /bin/echo "$(printf 'a\\377b')"`, process.execPath, SBX], { env: { ...process.env, SBX_SOCKET: daemon.socketPath } });
-    expect(r.status).toBe(125);
-    expect(r.stderr.toString()).toMatch(/^sbx: INVALID_ARGUMENT: argument 1 of the command \(".*"\) is not valid UTF-8/);
-    expect(r.stdout.toString()).toBe('');
+  it('refuses an argument that is not valid UTF-8 (the command\'s, --env, --cwd, --key) rather than send other bytes', async () => {
+    const before = JSON.parse((await daemon.sbx(['ps', '--all', '--json'])).stdout.toString()).length;
+    for (const args of ['run -- /bin/echo "$X"', 'run /bin/echo "$X"', 'run --env "Y=$X" -- true', 'run --cwd "/tmp/$X" -- true', 'run --key "k$X" -- true']) {
+      const r = spawnSync('sh', ['-c', `X="$(printf 'a\\377b')"; exec "$0" "$1" ${args}`, process.execPath, SBX], { env: { ...process.env, SBX_SOCKET: daemon.socketPath } });
+      expect(r.status, args).toBe(125);
+      expect(r.stderr.toString(), args).toMatch(/^sbx: INVALID_ARGUMENT: argument \d+ \(".*"\) is not valid UTF-8/);
+      expect(r.stdout.toString()).toBe('');
+    }
+    expect(JSON.parse((await daemon.sbx(['ps', '--all', '--json'])).stdout.toString()).length).toBe(before);
   });
 
   it('runs an argv of 1.5 MiB, more than the argv pipe holds at once, byte for byte', async () => {

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
-import { verifyStoredOutput } from '../../ipc/verify.js';
+import { receiptDigest, verifyStoredOutput } from '../../ipc/verify.js';
 import { TestDaemon, until } from '../helpers/daemon.js';
 
 const MiB = 1 << 20;
@@ -382,7 +382,7 @@ describe('retention', () => {
     const k4Receipt = await client.wait({ session_id: k4.session_id });
     writeFileSync(
       join(daemon.stateDir, 'retired', `${k4.session_id}.json`),
-      JSON.stringify({ session_id: k4.session_id, invocation_key: 'k4', command_digest: k4.command_digest, outcome: 'exited', ended_at: k4Receipt.ended_at, receipt_sha256: 'sha256:x', retired_at: new Date().toISOString() }),
+      JSON.stringify({ session_id: k4.session_id, invocation_key: 'k4', command_digest: k4.command_digest, outcome: 'exited', ended_at: k4Receipt.ended_at, receipt_sha256: receiptDigest(k4Receipt), retired_at: new Date().toISOString() }),
     );
     await daemon.kill9();
     await daemon.start(); // tombstones survive a restart: the keys still do not run again
