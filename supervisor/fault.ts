@@ -11,11 +11,6 @@ const armedName = at > 0 ? spec.slice(0, at) : spec;
 const armedPass = at > 0 ? Math.max(1, Number(spec.slice(at + 1)) || 1) : 1;
 let passes = 0;
 
-/** Whether SBX_FAULT_POINT names this point at all (for points that cost something to reach). */
-export function faultArmed(name: string): boolean {
-  return armedName !== '' && armedName === name;
-}
-
 /**
  * A named crash point: acts on the armed pass (SIGKILL of this process unless `act` says
  * otherwise, e.g. a worker thread ending itself), else returns at once.

@@ -53,11 +53,6 @@ export function writeAdmission(sessionDir: string, record: AdmissionRecord): voi
   createFileDurable(join(sessionDir, ADMISSION_FILE), JSON.stringify(record) + '\n');
 }
 
-/** Whether the admission record exists (a session dir without one never committed its admission). */
-export function hasAdmission(sessionDir: string): boolean {
-  return existsSync(join(sessionDir, ADMISSION_FILE));
-}
-
 const StreamOutputSchema = z.looseObject({
   final_cursor: z.number().int().min(0),
   sha256: z.string(),
