@@ -314,7 +314,7 @@ sub('run')
       client.close();
       return;
     }
-    if ((launched.state as string) === 'retired') {
+    if (launched.state === 'retired') {
       fail(`session ${launched.session_id} (key ${launched.invocation_key}) was removed by the retention policy; it is never run again`);
     }
     if (launched.state === 'unknown') {
@@ -390,7 +390,7 @@ sub('cancel')
   .option('--grace <dur>', 'TERM→KILL grace (default: the session\'s)', duration)
   .action(async (id: string | undefined, o: { key?: string; grace?: number }) => {
     const g = globals(o);
-    const r = await call(g, (c) => c.request<{ session_id: string; state: string }>('cancel', { ...selector(id, o.key), grace_ms: o.grace }));
+    const r = await call(g, (c) => c.request('cancel', { ...selector(id, o.key), grace_ms: o.grace }));
     if (g.json) printJson(r);
   });
 
@@ -402,7 +402,7 @@ sub('kill')
   .action(async (id: string | undefined, o: { key?: string; signal: string }) => {
     const g = globals(o);
     const signal = /^\d+$/.test(o.signal) ? Number(o.signal) : o.signal.toUpperCase();
-    const r = await call(g, (c) => c.request<{ session_id: string; signal: string; pids: number }>('kill', { ...selector(id, o.key), signal }));
+    const r = await call(g, (c) => c.request('kill', { ...selector(id, o.key), signal }));
     if (g.json) printJson(r);
   });
 
@@ -515,7 +515,7 @@ sub('resolve')
   .action(async (id: string | undefined, o: { key?: string; asOperator?: boolean; reason: string }) => {
     const g = globals(o);
     if (!o.asOperator) fail('INVALID_ARGUMENT: resolve needs --as-operator: it records your word, not evidence');
-    printJson(await call(g, (c) => c.request<Receipt>('resolve', { ...selector(id, o.key), as_operator: true, reason: o.reason })));
+    printJson(await call(g, (c) => c.request('resolve', { ...selector(id, o.key), as_operator: true, reason: o.reason })));
   });
 
 sub('wait')

@@ -4,6 +4,7 @@
 import { connect as netConnect, type Socket } from 'node:net';
 import { SupervisorError, type WireError } from './errors.js';
 import { encodeFrame, FrameDecoder } from './framing.js';
+import type { GcResult, MethodName, ParamsOf, ResultOf, SealResult } from './methods.js';
 import { defaultSocketPath } from './paths.js';
 import {
   PROTOCOL_VERSIONS,
@@ -67,18 +68,18 @@ export class SupervisorClient {
       s.once('error', reject);
     });
     const client = new SupervisorClient(socket);
-    client.hello = await client.request<HelloResult>('hello', {
+    client.hello = await client.request('hello', {
       versions: [...PROTOCOL_VERSIONS],
       client: options.clientName ?? 'sandbox-supervisor-client',
     });
     return client;
   }
 
-  /** Sends one request and resolves with its result. */
-  request<T>(method: string, params: object = {}): Promise<T> {
+  /** Sends one request and resolves with its result (typed by the method table, ipc/methods.ts). */
+  request<M extends MethodName>(method: M, params: ParamsOf<M>): Promise<ResultOf<M>> {
     if (this.closedError) return Promise.reject(this.closedError);
     const id = this.nextId++;
-    return new Promise<T>((resolve, reject) => {
+    return new Promise<ResultOf<M>>((resolve, reject) => {
       this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
       this.socket.write(encodeFrame({ id, method, params: withoutUndefined(params) }));
     });
@@ -102,17 +103,17 @@ export class SupervisorClient {
   }
 
   status(): Promise<StatusResult> {
-    return this.request('status');
+    return this.request('status', {});
   }
 
   /** Applies the retention policy now (sbx gc). */
-  gc(): Promise<{ removed_output: string[]; retired: string[]; freed_bytes: number; closed?: true }> {
-    return this.request('gc');
+  gc(): Promise<GcResult> {
+    return this.request('gc', {});
   }
 
   /** Stops admission for good (durable): new keys get ADMISSION_SEALED. */
-  seal(): Promise<{ generation: number; sealed_at: string; already_sealed: boolean }> {
-    return this.request('seal');
+  seal(): Promise<SealResult> {
+    return this.request('seal', {});
   }
 
   /** `close` (sbx close): seals, settles every session (terminating the rest after timeout_ms), returns the signed close receipt. */

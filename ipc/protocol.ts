@@ -1,7 +1,10 @@
 // The wire protocol shared by the daemon and every client (sbx, the client library).
-// Owns the version range, method names, request/response/event shapes and the receipt
-// shape (SPEC.md "Receipt"). Not transport (framing.ts) nor validation (supervisor side).
-// Documented for humans in ipc/PROTOCOL.md.
+// Owns the version range, the shapes of results, events and the receipt (SPEC.md
+// "Receipt"); params are derived from their zod schemas (schemas.ts), and methods.ts names
+// each method's params and result. Not transport (framing.ts). Documented for humans in
+// ipc/PROTOCOL.md. Only types come from schemas.ts here: importing this module loads no zod.
+import type { z } from 'zod';
+import type { ParamsSchemas } from './schemas.js';
 
 /** Protocol versions this build speaks; the hello picks the highest both sides know. */
 export const PROTOCOL_VERSIONS = [1] as const;
@@ -33,11 +36,11 @@ export interface ResponseFrame {
   [field: string]: unknown;
 }
 
+/** The params a client sends for a method (schemas.ts is their one source). */
+type ParamsFor<M extends keyof typeof ParamsSchemas> = z.input<(typeof ParamsSchemas)[M]>;
+
 /** hello params/result: the first exchange on every connection. */
-export interface HelloParams {
-  versions: number[];
-  client?: string;
-}
+export type HelloParams = ParamsFor<'hello'>;
 export interface HelloResult {
   version: number;
   server: string;
@@ -45,50 +48,31 @@ export interface HelloResult {
   generation: number;
 }
 
-/** launch params (argv[0] is looked up in the session's PATH by the exec shim). */
-export interface LaunchParams {
-  argv: string[];
-  cwd: string;
-  env?: Record<string, string>;
-  inherit_env?: Record<string, string>;
-  invocation_key?: string;
-  timeout_ms?: number;
-  grace_ms?: number;
-  linger?: LingerPolicy;
-  /** Run as this user (name or uid); the supervisor must be root. Default: config session.user, else the supervisor's. */
-  user?: string;
-  /** A pseudo-terminal (default 80x24) as the leader's stdin/stdout/stderr: one stream, "pty". */
-  pty?: { cols?: number; rows?: number };
-  /** Clients write the session's stdin (method write); else /dev/null (or a pty nobody types in). */
-  stdin?: boolean;
-  /**
-   * cancel: the session is cancelled when this connection closes before it ends. Only for a
-   * new session: a retry of an existing key never changes how that session ends.
-   */
-  on_disconnect?: 'continue' | 'cancel';
-}
+/**
+ * launch params (schemas.ts): argv (argv[0] is looked up in the session's PATH by the exec
+ * shim), cwd, env (what the request sets), inherit_env, invocation_key, timeout_ms, grace_ms,
+ * linger, user (run as that user; the supervisor must be root), pty {cols, rows} (one stream,
+ * "pty"), stdin (clients write it: method write; else /dev/null), on_disconnect (cancel: the
+ * session is cancelled when this connection closes before it ends; only for a new session: a
+ * retry of an existing key never changes how that session ends).
+ */
+export type LaunchParams = ParamsFor<'launch'>;
 export interface LaunchResult {
   session_id: string;
   invocation_key: string;
   existing: boolean;
-  state: SessionState;
+  /** retired: the retention policy removed the session whole; its key is never run again. */
+  state: SessionState | 'retired';
   command_digest: string;
   /** Sessions started with stdin: bytes of stdin accepted so far (where a reattaching terminal resumes). */
   stdin_cursor?: number;
 }
 
-/** Selects one session by id or by invocation key. */
-export interface SessionSelector {
-  session_id?: string;
-  invocation_key?: string;
-}
+/** Selects one session by id or by invocation key (exactly one of them). */
+export type SessionSelector = ParamsFor<'wait'>;
 
 /** subscribe: stream one stream's bytes from a cursor; events follow the result. */
-export interface SubscribeParams extends SessionSelector {
-  stream: StreamName;
-  from?: number;
-  follow?: boolean;
-}
+export type SubscribeParams = ParamsFor<'subscribe'>;
 export interface SubscribeResult {
   session_id: string;
   stream: StreamName;

@@ -7,7 +7,7 @@ import { Command } from 'commander';
 import { pino } from 'pino';
 import { ConfigError, loadConfig } from './config.js';
 import { VERSION } from '../ipc/version.js';
-import { SupervisorServer } from './server.js';
+import { SupervisorServer } from './server/server.js';
 import { Supervisor } from './supervisor.js';
 import { notify, startWatchdog, takeListenFd } from './systemd.js';
 

@@ -27,7 +27,7 @@ import { storedChunks } from '../ipc/state-layout.js';
 import { lookupUser } from './users.js';
 import { StorageGuard, thresholdWarnings } from './storage.js';
 import { hashWorkerPath, onHashWorkerFailure } from './hasher.js';
-import type { LaunchParams } from './validate.js';
+import type { LaunchParams } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
 import { cpus, freemem, loadavg, totalmem, uptime } from 'node:os';
 import si from 'systeminformation';
@@ -604,7 +604,7 @@ export class Supervisor {
       if (gone.command_digest !== digest) {
         throw new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} was used for another command`, { invocation_key: key, session_id: gone.session_id });
       }
-      return { session_id: gone.session_id, invocation_key: key, existing: true, state: 'retired' as never, command_digest: digest };
+      return { session_id: gone.session_id, invocation_key: key, existing: true, state: 'retired', command_digest: digest };
     }
     if (existing) {
       // A session whose admission record is unreadable has no known digest: its key is

@@ -111,7 +111,7 @@ describe('stdin', () => {
   it('delivers bytes exactly once by offset: retries skip, gaps are refused', async () => {
     const client = await daemon.client();
     const { session_id } = await client.launch({ argv: ['cat'], cwd: '/', stdin: true });
-    const write = (data: string, offset?: number, eof = false) => client.request<{ cursor: number }>('write', { session_id, data: Buffer.from(data), offset, eof });
+    const write = (data: string, offset?: number, eof = false) => client.request('write', { session_id, data: Buffer.from(data), offset, eof });
     expect((await write('abc', 0)).cursor).toBe(3);
     expect((await write('abcdef', 0)).cursor).toBe(6); // a retry from 0: only "def" is new
     await expect(write('zz', 9)).rejects.toSatisfy((e: unknown) => isSupervisorError(e, 'INVALID_ARGUMENT'));

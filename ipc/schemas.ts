@@ -1,10 +1,13 @@
-// Validation of every request's params with zod: types, ranges (cursors are non-negative
-// safe integers, durations bounded to 30 days), sizes, and no NUL in argv or env. A bad
-// field becomes INVALID_ARGUMENT naming it. argv has no count or length cap of its own: the
-// frame (ipc.maxFrameBytes) bounds it and the kernel decides (execve(2) E2BIG, at exec).
+// The one source of every request's params: a zod schema per method (ParamsSchemas), from
+// which the param types are derived (protocol.ts, methods.ts) and against which the server
+// validates each request (validate). Types, ranges (cursors are non-negative safe integers,
+// durations bounded to 30 days), sizes, no NUL in argv or env; a bad field becomes
+// INVALID_ARGUMENT naming it. argv has no count or length cap of its own: the frame
+// (ipc.maxFrameBytes) bounds it and the kernel decides (execve(2) E2BIG, at exec). Clients
+// import only types from here (no zod at run time: sbx starts faster, DESIGN.md 17).
 import { z } from 'zod';
-import { SupervisorError } from '../ipc/errors.js';
-import { MAX_DURATION_MS } from '../ipc/duration.js';
+import { SupervisorError } from './errors.js';
+import { MAX_DURATION_MS } from './duration.js';
 
 const noNul = (what: string) => z.string().refine((s) => !s.includes('\0'), `${what} must not contain NUL bytes`);
 const cursor = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
@@ -21,7 +24,11 @@ const selector = {
 const requireOne = (s: { session_id?: string; invocation_key?: string }) => Boolean(s.session_id) !== Boolean(s.invocation_key);
 const SELECTOR_MESSAGE = 'give exactly one of session_id or invocation_key';
 
-export const Schemas = {
+const selectorSchema = z.object(selector).strict().refine(requireOne, SELECTOR_MESSAGE);
+const empty = z.object({}).strict();
+
+/** Params of every method, by method name (the dispatch validates with these). */
+export const ParamsSchemas = {
   hello: z.object({ versions: z.array(z.number().int()).min(1).max(64), client: z.string().max(256).optional() }),
   launch: z
     .object({
@@ -43,7 +50,8 @@ export const Schemas = {
     .object({ ...selector, stream: z.enum(['stdout', 'stderr', 'pty']), from: cursor.optional(), follow: z.boolean().optional() })
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
-  selector: z.object(selector).strict().refine(requireOne, SELECTOR_MESSAGE),
+  wait: selectorSchema,
+  receipt: selectorSchema,
   cancel: z.object({ ...selector, grace_ms: durationMs.optional() }).strict().refine(requireOne, SELECTOR_MESSAGE),
   kill: z
     .object({ ...selector, signal: z.union([z.string().regex(/^(SIG)?[A-Z0-9+-]+$/, 'a signal name such as SIGTERM'), z.number().int().min(1).max(64)]) })
@@ -56,9 +64,11 @@ export const Schemas = {
       workspaces: z.array(noNul('workspaces').pipe(z.string().min(1).max(4096).refine((p) => p.startsWith('/'), 'an absolute path'))).max(64).optional(),
     })
     .strict(),
-  gc: z.object({}).strict(),
+  gc: empty,
+  seal: empty,
+  status: empty,
   write: z
-    .object({ ...selector, data: z.instanceof(Uint8Array).refine((d) => d.length <= 8 * 1024 * 1024, 'at most 8 MiB per write'), offset: cursor.optional(), eof: z.boolean().optional() })
+    .object({ ...selector, data: z.custom<Uint8Array>((d) => d instanceof Uint8Array, 'bytes (msgpack bin)').refine((d) => d.length <= 8 * 1024 * 1024, 'at most 8 MiB per write'), offset: cursor.optional(), eof: z.boolean().optional() })
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
   resize: z
@@ -69,10 +79,9 @@ export const Schemas = {
     .object({ ...selector, as_operator: z.literal(true), reason: z.string().min(1).max(4096) })
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
-  empty: z.object({}).strict(),
 };
 
-export type LaunchParams = z.infer<typeof Schemas.launch>;
+export type MethodName = keyof typeof ParamsSchemas;
 
 /** Parses params with schema or throws INVALID_ARGUMENT naming the field. */
 export function validate<T>(schema: z.ZodType<T>, params: unknown, method: string): T {

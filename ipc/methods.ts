@@ -1,0 +1,59 @@
+// The method table: each method's params (derived from its zod schema, schemas.ts) and its
+// result, so the client's request() and the server's handlers are typed from one source.
+// Types only (no code): see ipc/PROTOCOL.md for what each method does.
+import type {
+  CloseReceipt,
+  HelloParams,
+  HelloResult,
+  LaunchParams,
+  LaunchResult,
+  Receipt,
+  SessionSelector,
+  SessionState,
+  SessionSummary,
+  StatusResult,
+  SubscribeParams,
+  SubscribeResult,
+} from './protocol.js';
+import type { z } from 'zod';
+import type { ParamsSchemas } from './schemas.js';
+
+type ParamsFor<M extends keyof typeof ParamsSchemas> = z.input<(typeof ParamsSchemas)[M]>;
+
+/** What `gc` did: sessions whose output went, sessions removed whole, bytes freed; closed: nothing (an archive). */
+export interface GcResult {
+  removed_output: string[];
+  retired: string[];
+  freed_bytes: number;
+  closed?: true;
+}
+
+/** `seal`: the generation admission was sealed at, and whether it already was. */
+export interface SealResult {
+  generation: number;
+  sealed_at: string;
+  already_sealed: boolean;
+}
+
+export interface Methods {
+  hello: { params: HelloParams; result: HelloResult };
+  launch: { params: LaunchParams; result: LaunchResult };
+  /** The result comes first, then `output` events and one `end` event (protocol.ts). */
+  subscribe: { params: SubscribeParams; result: SubscribeResult };
+  wait: { params: SessionSelector; result: Receipt };
+  receipt: { params: SessionSelector; result: { state: SessionState | 'retired'; receipt: Receipt | null } };
+  cancel: { params: ParamsFor<'cancel'>; result: { session_id: string; state: SessionState } };
+  kill: { params: ParamsFor<'kill'>; result: { session_id: string; signal: string; pids: number } };
+  ps: { params: ParamsFor<'ps'>; result: { sessions: SessionSummary[] } };
+  gc: { params: ParamsFor<'gc'>; result: GcResult };
+  seal: { params: ParamsFor<'seal'>; result: SealResult };
+  close: { params: ParamsFor<'close'>; result: CloseReceipt };
+  status: { params: ParamsFor<'status'>; result: StatusResult };
+  write: { params: ParamsFor<'write'>; result: { session_id: string; cursor: number } };
+  resize: { params: ParamsFor<'resize'>; result: { session_id: string; cols: number; rows: number } };
+  resolve: { params: ParamsFor<'resolve'>; result: Receipt };
+}
+
+export type MethodName = keyof Methods;
+export type ParamsOf<M extends MethodName> = Methods[M]['params'];
+export type ResultOf<M extends MethodName> = Methods[M]['result'];

@@ -1,0 +1,184 @@
+// One client connection of the supervisor's socket: its frame decoder and the bounds on
+// incoming frames (time to arrive, bytes held across connections), its peer (SO_PEERCRED),
+// its requests in flight, and backpressure both ways (a client that does not read stops
+// being read; output frames are pipelined up to a high water mark and reuse pooled buffers).
+// Owns one socket's frames; not what a request does (handlers/) nor dispatch (server.ts).
+import type { Socket } from 'node:net';
+import { SupervisorError } from '../../ipc/errors.js';
+import { encodeFrame, FrameDecoder } from '../../ipc/framing.js';
+
+/** Output frame buffers kept per connection for reuse (OUTBOUND_HIGH_WATER_BYTES / 1 MiB). */
+const FRAME_POOL_SIZE = 4;
+
+/** Longest setTimeout delay (a longer one fires at once); longer waits re-arm. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** Bytes queued towards a client above which we stop reading its requests. */
+const OUTBOUND_HIGH_WATER_BYTES = 4 * 1024 * 1024;
+
+/** Bytes of incomplete frames held by all connections together, and their bound (0: none). */
+export interface PendingFrames {
+  heldBytes: number;
+  readonly maxBytes: number;
+}
+
+/** What bounds one connection's incoming frames; onFrameTimeout refuses it (its frame took over timeoutMs). */
+export interface FrameLimits {
+  maxFrameBytes: number;
+  /** 0: no bound. */
+  frameTimeoutMs: number;
+  pending: PendingFrames;
+  onFrameTimeout: (conn: Connection, err: SupervisorError) => void;
+}
+
+/** One client connection: its decoder, its peer, what it has in flight, and backpressure. */
+export class Connection {
+  private readonly decoder: FrameDecoder;
+  helloDone = false;
+  closed = false;
+  /** Requests received and not yet finished (subscriptions until their end event). */
+  inFlight = 0;
+  private readonly drainWaiters: (() => void)[] = [];
+  /** Bytes this connection adds to limits.pending.heldBytes (its decoder's incomplete frame). */
+  private countedBytes = 0;
+  private frameTimer: NodeJS.Timeout | null = null;
+  /** The incomplete frame the clock runs for (its frameStartedAt), and the ms we did not read it. */
+  private frameClock = { startedAt: null as number | null, notReadMs: 0 };
+  /** performance.now() when backpressure stopped our reading; null while we read. */
+  private readPausedAt: number | null = null;
+
+  constructor(readonly socket: Socket, private readonly limits: FrameLimits, readonly peer: { pid: number; uid: number; gid: number }) {
+    this.decoder = new FrameDecoder(limits.maxFrameBytes);
+    socket.on('drain', () => this.wake());
+    socket.on('close', () => {
+      this.closed = true;
+      this.dropFrame();
+      this.wake();
+    });
+    socket.on('error', () => {});
+  }
+
+  /**
+   * Decodes what arrived. Throws (the connection is then refused) on a bad frame, and
+   * LIMIT_EXCEEDED when this connection's incomplete frame brings the bytes of incomplete
+   * frames of all connections over ipc.maxPendingFrameBytes: the others keep theirs.
+   */
+  decode(data: Buffer, onFrame: (value: unknown) => void): void {
+    try {
+      this.decoder.push(data, onFrame);
+    } finally {
+      this.count();
+    }
+    const pending = this.limits.pending;
+    if (pending.maxBytes > 0 && this.countedBytes > 0 && pending.heldBytes > pending.maxBytes) {
+      throw new SupervisorError('LIMIT_EXCEEDED', `incomplete frames of all connections would hold more than ${pending.maxBytes} bytes`, {
+        limit: 'pending_frame_bytes',
+        max: pending.maxBytes,
+        retry_after_ms: 500,
+      });
+    }
+    this.armFrameTimer();
+  }
+
+  /** Keeps limits.pending.heldBytes equal to the sum of every connection's incomplete frame. */
+  private count(): void {
+    const bytes = this.decoder.bufferedBytes;
+    this.limits.pending.heldBytes += bytes - this.countedBytes;
+    this.countedBytes = bytes;
+  }
+
+  /** Drops the incomplete frame, its bytes and its clock (refused or closed: nothing more is decoded). */
+  private dropFrame(): void {
+    this.decoder.reset();
+    this.count();
+    if (this.frameTimer) clearTimeout(this.frameTimer);
+    this.frameTimer = null;
+  }
+
+  /**
+   * One timer per connection while a frame is incomplete, due at its first byte plus
+   * frameTimeoutMs plus the time backpressure kept us from reading (that wait is ours, not
+   * the peer's). Between frames nothing runs: an idle connection is not bounded here.
+   */
+  private armFrameTimer(): void {
+    const timeoutMs = this.limits.frameTimeoutMs;
+    const startedAt = this.decoder.frameStartedAt;
+    if (timeoutMs === 0 || startedAt === null || this.frameTimer || this.readPausedAt !== null || this.closed) return;
+    if (this.frameClock.startedAt !== startedAt) this.frameClock = { startedAt, notReadMs: 0 };
+    const leftMs = startedAt + this.frameClock.notReadMs + timeoutMs - performance.now();
+    if (leftMs > 0) {
+      this.frameTimer = setTimeout(() => {
+        this.frameTimer = null;
+        this.armFrameTimer();
+      }, Math.min(Math.ceil(leftMs), MAX_TIMER_MS));
+      return;
+    }
+    this.limits.onFrameTimeout(
+      this,
+      new SupervisorError('LIMIT_EXCEEDED', `a frame did not arrive whole within ${timeoutMs} ms of its first byte`, { limit: 'frame_time', max: timeoutMs }),
+    );
+  }
+
+  /**
+   * Sends a frame; resolves when the socket can take more. While the client does not read,
+   * its requests are not read either, so nothing queues without bound on either side.
+   */
+  async send(frame: unknown): Promise<void> {
+    return this.sendEncoded(encodeFrame(frame));
+  }
+
+  /**
+   * Buffers for output frames, reused once the socket has written them: replay allocated a
+   * 1 MiB frame per event before, and the garbage halved its rate in a large supervisor.
+   */
+  private readonly framePool: Buffer[] = [];
+
+  /** An output frame buffer of at least `bytes`, from the pool when it has one. */
+  frameBuffer(bytes: number): Buffer {
+    const b = this.framePool.pop();
+    return b && b.length >= bytes ? b : Buffer.allocUnsafe(bytes);
+  }
+
+  /** send() of a frame already encoded (encodeOutputFrame); `pooled` goes back to the pool once written. */
+  async sendEncoded(frame: Buffer, pooled?: Buffer): Promise<void> {
+    if (this.closed) return;
+    this.socket.write(frame, pooled ? () => void (this.framePool.length < FRAME_POOL_SIZE && this.framePool.push(pooled)) : undefined);
+    // Up to OUTBOUND_HIGH_WATER_BYTES may wait in user space, so output events are pipelined
+    // (waiting for 'drain' after each one halved replay speed); past it, this connection's
+    // requests stop being read and the sender waits until the peer has read everything.
+    if (this.socket.writableLength > OUTBOUND_HIGH_WATER_BYTES) {
+      this.socket.pause();
+      this.readPausedAt ??= performance.now();
+      await new Promise<void>((resolve) => this.drainWaiters.push(resolve));
+    }
+  }
+
+  /**
+   * Sends a last frame and half-closes. What the peer still sends is read and dropped, so
+   * closing with unread bytes does not reset the connection (and discard the frame on its
+   * side); the socket is destroyed once the peer closes too, or after a second.
+   */
+  refuse(frame: unknown): void {
+    this.dropFrame();
+    this.socket.removeAllListeners('data');
+    this.socket.on('data', () => {});
+    this.socket.end(encodeFrame(frame));
+    setTimeout(() => this.socket.destroy(), 1000).unref();
+  }
+
+  private wake(): void {
+    if (!this.closed) this.socket.resume();
+    const pausedAt = this.readPausedAt;
+    const startedAt = this.decoder.frameStartedAt;
+    if (pausedAt !== null) {
+      if (startedAt !== null) {
+        // Credit the frame with the time we did not read it (from its start, if that came later).
+        if (this.frameClock.startedAt !== startedAt) this.frameClock = { startedAt, notReadMs: 0 };
+        this.frameClock.notReadMs += performance.now() - Math.max(pausedAt, startedAt);
+      }
+      this.readPausedAt = null;
+      this.armFrameTimer();
+    }
+    for (const w of this.drainWaiters.splice(0)) w();
+  }
+}

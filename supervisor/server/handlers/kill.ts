@@ -1,0 +1,17 @@
+// kill: send one signal to every process of the session (its cgroup; in subreaper mode every
+// descendant of the shim), by name or number; answers with how many pids it reached.
+import { SupervisorError } from '../../../ipc/errors.js';
+import { signalName, signalNumber } from '../../spawn.js';
+import type { Handler } from '../handler.js';
+
+export const kill: Handler<'kill'> = async ({ supervisor }, params) => {
+  const session = supervisor.find(params);
+  let name: string;
+  try {
+    name = signalName(typeof params.signal === 'number' ? params.signal : signalNumber(params.signal));
+    signalNumber(name); // a number without a name (e.g. 32) is not deliverable by name
+  } catch {
+    throw new SupervisorError('INVALID_ARGUMENT', `kill: unknown signal ${JSON.stringify(params.signal)}`, { field: 'signal' });
+  }
+  return { session_id: session.id, signal: name, pids: await session.signal(name as NodeJS.Signals) };
+};

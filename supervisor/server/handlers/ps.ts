@@ -1,0 +1,4 @@
+// ps: the sessions not ended (all: every one), each as its summary.
+import type { Handler } from '../handler.js';
+
+export const ps: Handler<'ps'> = ({ supervisor }, params) => ({ sessions: supervisor.list(params.all ?? false).map((s) => s.summary()) });

@@ -1,0 +1,8 @@
+// resize: a pty session's size (TIOCSWINSZ; its foreground process group gets SIGWINCH).
+import type { Handler } from '../handler.js';
+
+export const resize: Handler<'resize'> = ({ supervisor }, params) => {
+  const session = supervisor.find(params);
+  session.resize(params.cols, params.rows);
+  return { session_id: session.id, cols: params.cols, rows: params.rows };
+};

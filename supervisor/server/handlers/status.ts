@@ -1,0 +1,4 @@
+// status: the supervisor's health (Supervisor.status).
+import type { Handler } from '../handler.js';
+
+export const status: Handler<'status'> = ({ supervisor, socketPath }) => supervisor.status(socketPath);

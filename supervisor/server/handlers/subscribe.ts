@@ -1,0 +1,69 @@
+// subscribe: one stream's stored bytes from a cursor as `output` events, read from the chunk
+// files straight into pooled frames (the replay hot path), then an `end` event: at the stored
+// end without follow, at the final cursor with follow. Socket backpressure paces it: a slow
+// reader is paused, never buffered without bound, and never slows the drain.
+import { SupervisorError } from '../../../ipc/errors.js';
+import { encodeOutputFrame } from '../../../ipc/framing.js';
+import type { StreamName } from '../../../ipc/protocol.js';
+import { readStoredInto } from '../../../ipc/state-layout.js';
+import type { Session } from '../../session.js';
+import type { Handler } from '../handler.js';
+
+/** Largest output event payload, in bytes. */
+const OUTPUT_EVENT_BYTES = 1024 * 1024;
+/** Room for an output frame's length prefix and msgpack head (70 bytes for "stdout"; 31-byte stream names at most). */
+const OUTPUT_FRAME_HEAD_BYTES = 128;
+
+export const subscribe: Handler<'subscribe'> = async ({ supervisor, conn, id }, p) => {
+  const session: Session = supervisor.find(p);
+  const stream = p.stream;
+  if (session.outputRemoved) {
+    throw new SupervisorError('OUTPUT_REMOVED', `session ${session.id}: its output was removed by the retention policy; the receipt stays (sbx receipt)`);
+  }
+  if (!session.hasStream(stream)) throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} has no ${stream} stream`);
+  let cursor = p.from ?? 0;
+  const follow = p.follow ?? false;
+  if (!follow && cursor > session.cursor(stream)) {
+    throw new SupervisorError('CURSOR_OUT_OF_RANGE', `cursor ${cursor} is past the end of ${stream} (${session.cursor(stream)})`, {
+      cursor: session.cursor(stream),
+    });
+  }
+  await conn.send({ id, result: { session_id: session.id, stream, from: cursor, cursor: session.cursor(stream) } });
+  const streamDir = session.streamDir(stream);
+  const chunkBytes = session.req.chunkBytes;
+  for (;;) {
+    const end = session.cursor(stream);
+    while (cursor < end && !conn.closed) {
+      const from = cursor;
+      let n = 0;
+      const into = conn.frameBuffer(OUTPUT_EVENT_BYTES + OUTPUT_FRAME_HEAD_BYTES);
+      const frame = encodeOutputFrame(id, stream, from, Math.min(OUTPUT_EVENT_BYTES, end - from), (buf, offset, max) => (n = readStoredInto(streamDir, chunkBytes, from, end, buf, offset, max)), into);
+      if (!frame) break;
+      await conn.sendEncoded(frame, frame.buffer === into.buffer ? into : undefined);
+      cursor += n;
+    }
+    if (conn.closed) return undefined;
+    // Re-read after the sends: the drain may have ended while a send waited on a slow
+    // reader. Final is read before the cursor, with no await between them.
+    const finalNow = session.streamFinal(stream);
+    if (!follow || (finalNow && cursor >= session.cursor(stream))) {
+      await conn.send({ id, event: 'end', stream, cursor, final: finalNow });
+      return undefined;
+    }
+    if (cursor < session.cursor(stream)) continue;
+    await new Promise<void>((resolve) => {
+      const onOutput = (s: StreamName) => {
+        if (s !== stream) return;
+        session.off('output', onOutput);
+        conn.socket.off('close', onClose);
+        resolve();
+      };
+      const onClose = () => {
+        session.off('output', onOutput);
+        resolve();
+      };
+      session.on('output', onOutput);
+      conn.socket.once('close', onClose);
+    });
+  }
+};
