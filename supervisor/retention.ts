@@ -1,64 +1,187 @@
-// The retention policy (config retention.*; `sbx gc` runs it now): which ended sessions lose
-// their output (chunk files and index) and which lose their receipt too. Pure: the plan is
-// computed from a list of candidates, the supervisor applies it. Running and unknown
-// sessions are never candidates, and keys are never removed (keys are forever). Like
-// journald's SystemKeepFree=, a keep-free target removes the oldest ended output while the
-// file system has less than that free (receipts stay).
+// Retention carried out (the plan is store/retention.ts, a pure function): `sbx gc`, every
+// retention.intervalMs, and keep-free (storage.keepFreeBytes, journald's SystemKeepFree=:
+// while streams store, when a session ends, when a launch is refused for disk low). Owns the
+// tombstones of sessions removed whole (<state>/retired/), by id and by key, so a retired
+// key still answers and never runs again; never touches a running or unknown session, never
+// a key record, never a closed state dir (an archive).
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import type { GcResult } from '../ipc/methods.js';
+import { receiptDigest } from '../ipc/verify.js';
+import type { Config } from './config.js';
+import type { Session } from './session/session.js';
+import { readReceipt, readRetired, removeSessionDir, writeRetired, type RetiredRecord } from './store/records.js';
+import { planRetention } from './store/retention.js';
+import type { StorageGuard } from './store/storage.js';
 
-export interface RetentionPolicy {
-  /** Output of sessions ended longer ago than this goes; 0: no age limit. */
-  outputMaxAgeMs: number;
-  /** Then the oldest ended sessions' output goes while all output holds more than this; 0: no limit. */
-  outputMaxTotalBytes: number;
-  /** Receipts of sessions ended longer ago than this go too; 0 keeps them forever. */
-  receiptMaxAgeMs: number;
+/** What retention needs of the registry. */
+export interface RetentionHost {
+  sessions(): Iterable<Session>;
+  /** Removes a retired session from the registry (by id and key). */
+  forget(session: Session): void;
+  /** Closed (or closing): an archive, left alone. */
+  isClosed(): boolean;
+  /** Retention freed space (the status cache of the state dir's size is stale). */
+  freed(): void;
 }
 
-export interface RetentionCandidate {
-  sessionId: string;
-  /** Ended sessions only can lose anything; the others only count towards the total. */
-  ended: boolean;
-  endedAtMs: number;
-  /** Bytes of chunk files and index on disk; 0 once removed. */
-  outputBytes: number;
-  outputRemoved: boolean;
-}
+/** How often keep-free runs at most. */
+const KEEP_FREE_EVERY_MS = 1000;
 
-export interface RetentionPlan {
-  /** Sessions whose output (chunk files, index) is removed; their receipts stay. */
-  removeOutput: string[];
-  /** Sessions removed whole (receipt and admission record; a tombstone keeps the key's answer). */
-  retire: string[];
-}
+export class Retention {
+  /** Sessions the retention policy removed whole, by id and by key. */
+  private readonly retired = new Map<string, RetiredRecord>();
+  private readonly retiredByKey = new Map<string, RetiredRecord>();
+  private timer: NodeJS.Timeout | null = null;
+  private keepFreeAt = -Infinity;
+  private keepFreeTimer: NodeJS.Timeout | null = null;
 
-/** Free space now and the keep-free target, in bytes (journald's SystemKeepFree=). */
-export interface SpaceTarget {
-  freeBytes: number;
-  keepFreeBytes: number;
-}
+  constructor(
+    private readonly config: Config,
+    private readonly log: Logger,
+    private readonly storage: StorageGuard,
+    private readonly sessionsDir: string,
+    private readonly host: RetentionHost,
+  ) {}
 
-/**
- * The plan: whole sessions past receiptMaxAgeMs; then, oldest ended first, output past its
- * age, while all output is over outputMaxTotalBytes, or while free space (plus what the plan
- * frees) is under the keep-free target.
- */
-export function planRetention(candidates: RetentionCandidate[], policy: RetentionPolicy, nowMs: number, space: SpaceTarget | null = null): RetentionPlan {
-  const ended = candidates.filter((c) => c.ended).sort((a, b) => a.endedAtMs - b.endedAtMs || (a.sessionId < b.sessionId ? -1 : 1));
-  const retire = policy.receiptMaxAgeMs > 0 ? ended.filter((c) => nowMs - c.endedAtMs > policy.receiptMaxAgeMs).map((c) => c.sessionId) : [];
-  const retired = new Set(retire);
-  const removeOutput: string[] = [];
-  let total = candidates.reduce((n, c) => n + (c.outputRemoved || retired.has(c.sessionId) ? 0 : c.outputBytes), 0);
-  let freed = ended.reduce((n, c) => n + (retired.has(c.sessionId) && !c.outputRemoved ? c.outputBytes : 0), 0);
-  for (const c of ended) {
-    if (c.outputRemoved || retired.has(c.sessionId)) continue;
-    const tooOld = policy.outputMaxAgeMs > 0 && nowMs - c.endedAtMs > policy.outputMaxAgeMs;
-    const overTotal = policy.outputMaxTotalBytes > 0 && total > policy.outputMaxTotalBytes;
-    const underKeepFree = space !== null && space.freeBytes + freed < space.keepFreeBytes;
-    if (tooOld || overTotal || underKeepFree) {
-      removeOutput.push(c.sessionId);
-      total -= c.outputBytes;
-      freed += c.outputBytes;
+  private get retiredDir(): string {
+    return join(this.config.stateDir, 'retired');
+  }
+
+  /**
+   * At start: loads the tombstones (an unreadable one is logged and ignored) and finishes the
+   * retirements a crash interrupted: a session dir whose tombstone is of its very receipt goes;
+   * one whose tombstone is not (a stray tombstone) is kept and the tombstone ignored.
+   */
+  restore(sessionDirNames: string[]): void {
+    const tombstones = readRetired(this.retiredDir);
+    for (const e of tombstones.errors) this.log.error(e, 'unreadable tombstone; ignored');
+    for (const r of tombstones.records) this.remember(r);
+    for (const name of sessionDirNames) {
+      const tombstone = this.retired.get(name);
+      if (!tombstone) continue;
+      let receipt = null;
+      try {
+        receipt = readReceipt(join(this.sessionsDir, name), name);
+      } catch {
+        // unreadable: not the receipt the tombstone names
+      }
+      if (receipt && receiptDigest(receipt) === tombstone.receipt_sha256 && receipt.invocation_key === tombstone.invocation_key) {
+        removeSessionDir(this.sessionsDir, name);
+        continue;
+      }
+      this.log.error({ session_id: name }, 'a tombstone that is not of this session\'s receipt; the session is kept and the tombstone ignored');
+      this.retired.delete(name);
+      if (this.retiredByKey.get(tombstone.invocation_key) === tombstone) this.retiredByKey.delete(tombstone.invocation_key);
     }
   }
-  return { removeOutput, retire };
+
+  private remember(r: RetiredRecord): void {
+    this.retired.set(r.session_id, r);
+    this.retiredByKey.set(r.invocation_key, r);
+  }
+
+  /** The tombstone of a retired session, by id or key. */
+  tombstone(by: { sessionId?: string; invocationKey?: string }): RetiredRecord | undefined {
+    return by.sessionId !== undefined ? this.retired.get(by.sessionId) : by.invocationKey !== undefined ? this.retiredByKey.get(by.invocationKey) : undefined;
+  }
+
+  /**
+   * Applies the policy now: output of old ended sessions (and while over the total, or under
+   * the keep-free target) oldest first; whole sessions past receiptMaxAgeMs, leaving a
+   * tombstone. Output first: on a full disk it frees the room a tombstone then needs. One that
+   * fails is logged and left for the next run; the rest go on.
+   */
+  gc(nowMs = Date.now()): GcResult {
+    if (this.host.isClosed()) return { removed_output: [], retired: [], freed_bytes: 0, closed: true };
+    const sessions = new Map([...this.host.sessions()].map((s) => [s.id, s]));
+    const candidates = [...sessions.values()].map((s) => ({
+      sessionId: s.id,
+      ended: s.state === 'ended' && s.receipt !== null,
+      endedAtMs: s.receipt ? Date.parse(s.receipt.ended_at) : 0,
+      outputBytes: s.outputBytes(),
+      outputRemoved: s.outputRemoved,
+    }));
+    const plan = planRetention(candidates, this.config.retention, nowMs, { freeBytes: this.storage.freeBytes(), keepFreeBytes: this.storage.keepFreeBytes });
+    let freed = 0;
+    const removedOutput: string[] = [];
+    const retired: string[] = [];
+    for (const id of plan.removeOutput) {
+      try {
+        freed += sessions.get(id)!.removeOutput();
+        removedOutput.push(id);
+      } catch (err) {
+        this.log.error({ err, session_id: id }, 'retention could not remove this output; left for the next run');
+      }
+    }
+    for (const id of plan.retire) {
+      const s = sessions.get(id)!;
+      const bytes = s.outputBytes();
+      const record: RetiredRecord = {
+        session_id: s.id,
+        invocation_key: s.req.invocationKey,
+        command_digest: s.req.commandDigest,
+        outcome: s.receipt!.outcome,
+        ended_at: s.receipt!.ended_at,
+        receipt_sha256: receiptDigest(s.receipt),
+        retired_at: new Date(nowMs).toISOString(),
+      };
+      try {
+        // Tombstone first, then the dir leaves the sessions list in one rename, then its files
+        // go: a crash at any point leaves either the session whole or a tombstone of its
+        // receipt, and restore() finishes what was started.
+        writeRetired(this.retiredDir, record);
+        removeSessionDir(this.sessionsDir, s.id);
+      } catch (err) {
+        this.log.error({ err, session_id: id }, 'retention could not retire this session; left for the next run');
+        continue;
+      }
+      freed += bytes;
+      this.host.forget(s);
+      this.remember(record);
+      retired.push(id);
+    }
+    if (retired.length || removedOutput.length) this.log.info({ removed_output: removedOutput.length, retired: retired.length, freed_bytes: freed }, 'retention applied');
+    this.host.freed();
+    return { removed_output: removedOutput, retired, freed_bytes: freed };
+  }
+
+  /**
+   * When free space in the state dir is below storage.keepFreeBytes, gc(): at most once a
+   * second; a call within a second of the last run is deferred to the end of that second,
+   * never dropped (the end of the session that held the space must not go unnoticed).
+   */
+  keepFree(): void {
+    if (this.keepFreeTimer) return;
+    const waitMs = this.keepFreeAt + KEEP_FREE_EVERY_MS - performance.now();
+    if (waitMs > 0) {
+      this.keepFreeTimer = setTimeout(() => {
+        this.keepFreeTimer = null;
+        this.keepFree();
+      }, Math.ceil(waitMs));
+      this.keepFreeTimer.unref();
+      return;
+    }
+    if (this.storage.freeBytes() >= this.storage.keepFreeBytes) return;
+    this.keepFreeAt = performance.now();
+    try {
+      this.gc();
+    } catch (err) {
+      this.log.error({ err }, 'retention (keep-free) failed');
+    }
+  }
+
+  /** Runs gc() every retention.intervalMs (0: never by itself). */
+  start(): void {
+    const every = this.config.retention.intervalMs;
+    if (every <= 0 || this.timer) return;
+    this.timer = setInterval(() => {
+      try {
+        this.gc();
+      } catch (err) {
+        this.log.error({ err }, 'retention failed');
+      }
+    }, every);
+    this.timer.unref();
+  }
 }

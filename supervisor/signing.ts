@@ -6,7 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt } from '../ipc/protocol.js';
 import { keyIdOf, signedBytes } from '../ipc/verify.js';
-import { writeFileDurable } from './durable.js';
+import { writeFileDurable } from './store/durable.js';
 
 export class ReceiptSigner {
   readonly keyId: string;

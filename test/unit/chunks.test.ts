@@ -3,7 +3,8 @@ import { createHash, randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { StreamLog } from '../../supervisor/chunks.js';
+import { StreamLog } from '../../supervisor/store/chunks.js';
+import { HashPool } from '../../supervisor/store/hasher.js';
 import { chunkFileName, decodeIndex, readStored, storedStream } from '../../ipc/state-layout.js';
 
 const dirs: string[] = [];
@@ -13,7 +14,7 @@ describe('StreamLog', () => {
   it('rolls chunk files at chunkBytes and reads back any range exactly', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sbx-chunks-'));
     dirs.push(dir);
-    const log = new StreamLog(dir, 'stdout', 4096);
+    const log = new StreamLog(dir, 'stdout', 4096, new HashPool());
     const data = randomBytes(4096 * 4 + 100);
     const reads = [1, 4095, 4096, 5000, 3000];
     let off = 0;

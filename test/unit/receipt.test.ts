@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { exitStatusOf } from '../../ipc/protocol.js';
-import { commandDigest, decideOutcome, spawnFailureExitCode } from '../../supervisor/receipt.js';
-import { signalNumber } from '../../supervisor/spawn.js';
+import { commandDigest, decideOutcome, spawnFailureExitCode } from '../../supervisor/session/receipt.js';
+import { signalNumber } from '../../supervisor/session/spawn.js';
 
 describe('outcome and exit status (SPEC exit table)', () => {
   const exit = (code: number | null, signal: string | null = null) => ({ code, signal });

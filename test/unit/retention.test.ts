@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { planRetention, type RetentionCandidate } from '../../supervisor/retention.js';
+import { planRetention, type RetentionCandidate } from '../../supervisor/store/retention.js';
 
 const MiB = 1 << 20;
 const c = (sessionId: string, endedAtMs: number, outputBytes = MiB, ended = true): RetentionCandidate => ({ sessionId, ended, endedAtMs, outputBytes, outputRemoved: false });

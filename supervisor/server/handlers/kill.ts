@@ -1,7 +1,7 @@
 // kill: send one signal to every process of the session (its cgroup; in subreaper mode every
 // descendant of the shim), by name or number; answers with how many pids it reached.
 import { SupervisorError } from '../../../ipc/errors.js';
-import { signalName, signalNumber } from '../../spawn.js';
+import { signalName, signalNumber } from '../../session/spawn.js';
 import type { Handler } from '../handler.js';
 
 export const kill: Handler<'kill'> = async ({ supervisor }, params) => {

@@ -6,7 +6,7 @@ import { SupervisorError } from '../../../ipc/errors.js';
 import { encodeOutputFrame } from '../../../ipc/framing.js';
 import type { StreamName } from '../../../ipc/protocol.js';
 import { readStoredInto } from '../../../ipc/state-layout.js';
-import type { Session } from '../../session.js';
+import type { Session } from '../../session/session.js';
 import type { Handler } from '../handler.js';
 
 /** Largest output event payload, in bytes. */

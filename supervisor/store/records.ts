@@ -3,13 +3,13 @@
 // ever), receipts, and what a stream durably holds on disk. Owns reading and writing them;
 // torn or corrupt files are reported as errors for the caller to mark the session unknown.
 import { createHash } from 'node:crypto';
-import { closeSync, constants, existsSync, fstatSync, fsyncSync, ftruncateSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync } from 'node:fs';
+import { closeSync, constants, existsSync, fstatSync, fsyncSync, ftruncateSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
-import type { ChunkDigest, Receipt } from '../ipc/protocol.js';
-import { ADMISSION_FILE, RECEIPT_FILE, RECEIPT_RESERVATION_FILE, STARTED_FILE } from '../ipc/state-layout.js';
+import type { ChunkDigest, Receipt } from '../../ipc/protocol.js';
+import { ADMISSION_FILE, RECEIPT_FILE, RECEIPT_RESERVATION_FILE, STARTED_FILE } from '../../ipc/state-layout.js';
 import { createFileDurable, fsyncDir, writeAll } from './durable.js';
-import { faultPoint } from './fault.js';
+import { faultPoint } from '../fault.js';
 
 const AdmissionSchema = z.object({
   session_id: z.string().regex(/^s-[0-9a-z]+-[0-9a-f]+$/),
@@ -344,4 +344,62 @@ export function sessionDirs(sessionsDir: string): string[] {
   return readdirSync(sessionsDir, { withFileTypes: true })
     .filter((d) => d.isDirectory() && !d.name.startsWith('.'))
     .map((d) => d.name);
+}
+
+/** Tombstone of a session the retention policy removed whole (<state>/retired/<id>.json). */
+export interface RetiredRecord {
+  session_id: string;
+  invocation_key: string;
+  command_digest: string;
+  outcome: string;
+  ended_at: string;
+  receipt_sha256: string;
+  retired_at: string;
+}
+
+const RetiredSchema = z.object({
+  session_id: z.string().regex(/^s-[0-9a-z]+-[0-9a-f]+$/),
+  invocation_key: z.string().min(1),
+  command_digest: z.string(),
+  outcome: z.string(),
+  ended_at: z.string(),
+  receipt_sha256: z.string(),
+  retired_at: z.string(),
+});
+
+/**
+ * The tombstones in dir, each checked against its shape and its file name; one that fails is
+ * returned as an error (its key record still blocks the key: the session shows as unknown).
+ */
+export function readRetired(dir: string): { records: RetiredRecord[]; errors: { file: string; reason: string }[] } {
+  const records: RetiredRecord[] = [];
+  const errors: { file: string; reason: string }[] = [];
+  if (!existsSync(dir)) return { records, errors };
+  for (const name of readdirSync(dir)) {
+    if (!name.endsWith('.json') || name.startsWith('.')) continue;
+    try {
+      const parsed = RetiredSchema.safeParse(JSON.parse(readFileSync(join(dir, name), 'utf8')));
+      if (!parsed.success) throw new Error(`not a tombstone: ${parsed.error.issues[0].path.join('.')}: ${parsed.error.issues[0].message}`);
+      if (`${parsed.data.session_id}.json` !== name) throw new Error(`names session ${parsed.data.session_id}`);
+      records.push(parsed.data);
+    } catch (err) {
+      errors.push({ file: name, reason: (err as Error).message });
+    }
+  }
+  return { records, errors };
+}
+
+/** Writes a tombstone once (durably; one left by a crash is kept). */
+export function writeRetired(dir: string, record: RetiredRecord): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const path = join(dir, `${record.session_id}.json`);
+  if (!existsSync(path)) createFileDurable(path, JSON.stringify(record) + '\n');
+}
+
+/** Takes a session dir out of sessions/ in one rename (durable), then removes its files. */
+export function removeSessionDir(sessionsDir: string, sessionId: string): void {
+  const trash = join(sessionsDir, `.retiring-${sessionId}`);
+  renameSync(join(sessionsDir, sessionId), trash);
+  fsyncDir(sessionsDir);
+  rmSync(trash, { recursive: true, force: true });
 }

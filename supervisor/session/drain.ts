@@ -4,11 +4,20 @@
 // the drain ended (eof, eio, timeout); not the bytes' layout on disk (chunks.ts).
 import { EventEmitter } from 'node:events';
 import { Socket } from 'node:net';
-import type { StreamName, StreamOutput } from '../ipc/protocol.js';
-import { StreamLog } from './chunks.js';
-import type { StorageGuard } from './storage.js';
+import type { StreamName, StreamOutput } from '../../ipc/protocol.js';
+import { StreamLog } from '../store/chunks.js';
+import type { StorageGuard } from '../store/storage.js';
+import type { HashPool } from '../store/hasher.js';
 
 export type DrainEnd = 'eof' | 'eio' | 'timeout';
+
+/** How a stream is stored: chunk size, quota (bytes), the state dir's guard, the hashing threads. */
+export interface StorePolicy {
+  chunkBytes: number;
+  quotaBytes: number;
+  guard: StorageGuard | null;
+  hashPool: HashPool;
+}
 
 /**
  * One read buffer for every pipe drained on this thread: libuv reads up to 1 MiB at once into
@@ -29,9 +38,9 @@ export class StreamDrain extends EventEmitter {
    * (the session's stdin) through `socket`. A pty master is wrapped in a libuv pipe handle,
    * as node-pty does (net.Socket refuses TTY fds); its end is EIO once every slave is closed.
    */
-  constructor(sessionDir: string, readonly stream: StreamName, readFd: number, policy: { chunkBytes: number; quotaBytes?: number; guard?: StorageGuard | null }, private readonly pty = false) {
+  constructor(sessionDir: string, readonly stream: StreamName, readFd: number, policy: StorePolicy, private readonly pty = false) {
     super();
-    this.log = new StreamLog(sessionDir, stream, policy.chunkBytes, policy.quotaBytes, policy.guard ?? null);
+    this.log = new StreamLog(sessionDir, stream, policy.chunkBytes, policy.hashPool, policy.quotaBytes, policy.guard);
     const store = (data: Buffer) => {
       this.log.append(data, Math.round((performance.timeOrigin + performance.now()) * 1000));
       this.emit('advance', this.log.cursor);

@@ -7,7 +7,7 @@ import { closeSync, constants, openSync, readSync } from 'node:fs';
 import { createHash, type Hash } from 'node:crypto';
 import { join } from 'node:path';
 import { parentPort } from 'node:worker_threads';
-import { chunkFileName } from '../ipc/state-layout.js';
+import { chunkFileName } from '../../ipc/state-layout.js';
 
 export interface HashStream {
   dir: string;

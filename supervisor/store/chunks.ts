@@ -6,10 +6,10 @@
 import { close, closeSync, constants, fsync, fsyncSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { createHash, type Hash } from 'node:crypto';
-import type { ChunkDigest, StreamName } from '../ipc/protocol.js';
-import { StreamHasher } from './hasher.js';
+import type { ChunkDigest, StreamName } from '../../ipc/protocol.js';
+import type { HashPool, StreamHasher } from './hasher.js';
 import type { StorageGuard } from './storage.js';
-import { chunkFileName, encodeIndexRecord, INDEX_RECORD_BYTES } from '../ipc/state-layout.js';
+import { chunkFileName, encodeIndexRecord, INDEX_RECORD_BYTES } from '../../ipc/state-layout.js';
 import { fsyncDir, writeAll } from './durable.js';
 
 /** Rolled chunk files of one stream waiting for their fsync on the threadpool, at most. */
@@ -59,13 +59,14 @@ export class StreamLog {
     sessionDir: string,
     readonly stream: StreamName,
     readonly chunkBytes: number,
+    hashPool: HashPool,
     readonly quotaBytes = Number.MAX_SAFE_INTEGER,
     private readonly guard: StorageGuard | null = null,
   ) {
     this.dir = join(sessionDir, stream);
     mkdirSync(this.dir, { mode: 0o700 });
     this.indexFd = openSync(join(this.dir, 'index.bin'), O_APPEND_NEW, 0o600);
-    this.hasher = new StreamHasher(this.dir, chunkBytes);
+    this.hasher = hashPool.stream(this.dir, chunkBytes);
   }
 
   /**

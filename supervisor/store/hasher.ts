@@ -1,7 +1,7 @@
 // SHA-256 of a stream's stored bytes, computed off the event loop: a pool of two worker
-// threads (hash-worker.ts) reads the chunk files back as the cursor advances. Never on the
-// event loop: a digest of gigabytes there would stall every deadline. A worker that fails
-// (error, exit) is replaced; a stream whose running hash died with it is hashed again from
+// threads (hash-worker.ts, one HashPool per supervisor) reads the chunk files back as the
+// cursor advances. Never on the event loop: a digest of gigabytes there would stall every
+// deadline. A worker that fails (error, exit) is replaced; a stream whose running hash died with it is hashed again from
 // cursor 0 by the replacement (the chunk files are the source of truth), a few times at most.
 // The digest is of the stored bytes, which is what the receipt commits to.
 import { existsSync } from 'node:fs';
@@ -9,7 +9,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';
-import { faultPoint } from './fault.js';
+import { faultPoint } from '../fault.js';
 
 /** Bytes of progress sent to the worker at once (fewer messages on a fast stream). */
 const ADVANCE_BATCH_BYTES = 4 << 20;
@@ -27,62 +27,67 @@ interface PoolWorker {
   waiting: Map<number, (a: Answer) => void>;
 }
 
-const pool: (PoolWorker | null)[] = [];
-let nextId = 1;
-let onFailure: (reason: string) => void = () => {};
-
-/** The compiled worker beside this module (dist/supervisor/), also when run from sources; throws if absent. */
+/** The compiled worker beside this module (dist/supervisor/store/), also when run from sources; throws if absent. */
 export function hashWorkerPath(): string {
   const here = dirname(fileURLToPath(import.meta.url));
-  const tried = [join(here, 'hash-worker.js'), join(here, '../dist/supervisor/hash-worker.js')];
+  const tried = [join(here, 'hash-worker.js'), join(here, '../../dist/supervisor/store/hash-worker.js')];
   for (const p of tried) if (existsSync(p)) return p;
   throw new Error(`hash worker not found (run npm ci, which compiles dist/); looked in: ${tried.join(', ')}`);
 }
 
-/** Called with the reason each time a hashing thread fails and is replaced (for the log). */
-export function onHashWorkerFailure(listener: (reason: string) => void): void {
-  onFailure = listener;
-}
+/** The hashing threads of one supervisor, started on first use; a failed one is replaced. */
+export class HashPool {
+  private readonly slots: (PoolWorker | null)[] = [];
+  private nextId = 1;
 
-/** The live worker of a pool slot, started (again) when there is none. */
-function workerAt(slot: number): PoolWorker {
-  const existing = pool[slot];
-  if (existing?.alive) return existing;
-  const pw: PoolWorker = { worker: new Worker(hashWorkerPath()), alive: true, waiting: new Map() };
-  pw.worker.unref();
-  pw.worker.on('message', (m: { id: number; sha256?: string; error?: string }) => {
-    pw.waiting.get(m.id)?.(m);
-    pw.waiting.delete(m.id);
-  });
-  // Any failure: the slot gets a fresh worker on next use; every digest it owed is retried there.
-  const failed = (reason: string) => {
-    if (!pw.alive) return;
-    pw.alive = false;
-    if (pool[slot] === pw) pool[slot] = null;
-    for (const resolve of pw.waiting.values()) resolve({ workerFailed: true, error: reason });
-    pw.waiting.clear();
-    onFailure(reason);
-  };
-  pw.worker.on('error', (err) => failed(`hash worker error: ${err.message}`));
-  pw.worker.on('exit', (code) => failed(`hash worker exited with ${code}`));
-  pool[slot] = pw;
-  return pw;
+  /** onFailure hears the reason each time a thread fails and is replaced (for the log). */
+  constructor(private readonly onFailure: (reason: string) => void = () => {}, private readonly size = POOL_SIZE) {}
+
+  /** The running digest of one stream's stored bytes in dir (its chunk files). */
+  stream(dir: string, chunkBytes: number): StreamHasher {
+    return new StreamHasher(this, this.nextId++, dir, chunkBytes);
+  }
+
+  /** The live worker for a stream id (round robin), started (again) when there is none. */
+  workerFor(id: number): PoolWorker {
+    const slot = id % this.size;
+    const existing = this.slots[slot];
+    if (existing?.alive) return existing;
+    const pw: PoolWorker = { worker: new Worker(hashWorkerPath()), alive: true, waiting: new Map() };
+    pw.worker.unref();
+    pw.worker.on('message', (m: { id: number; sha256?: string; error?: string }) => {
+      pw.waiting.get(m.id)?.(m);
+      pw.waiting.delete(m.id);
+    });
+    // Any failure: the slot gets a fresh worker on next use; every digest it owed is retried there.
+    const failed = (reason: string) => {
+      if (!pw.alive) return;
+      pw.alive = false;
+      if (this.slots[slot] === pw) this.slots[slot] = null;
+      for (const resolve of pw.waiting.values()) resolve({ workerFailed: true, error: reason });
+      pw.waiting.clear();
+      this.onFailure(reason);
+    };
+    pw.worker.on('error', (err) => failed(`hash worker error: ${err.message}`));
+    pw.worker.on('exit', (code) => failed(`hash worker exited with ${code}`));
+    this.slots[slot] = pw;
+    return pw;
+  }
 }
 
 /** The running digest of one stream's stored bytes; feed it every cursor advance. */
 export class StreamHasher {
-  private readonly id = nextId++;
   private posted = 0;
-  /** The worker holding this stream's running hash (null until opened, or once it failed). */
-  private bound: PoolWorker | null = null;
+  /** The worker holding this stream's running hash (null once it failed). */
+  private bound: PoolWorker | null;
 
-  constructor(private readonly dir: string, private readonly chunkBytes: number) {
+  constructor(private readonly pool: HashPool, private readonly id: number, private readonly dir: string, private readonly chunkBytes: number) {
     this.bound = this.open();
   }
 
   /** Opens the stream (from cursor 0) on its slot's live worker. */
   private open(): PoolWorker {
-    const pw = workerAt(this.id % POOL_SIZE);
+    const pw = this.pool.workerFor(this.id);
     pw.worker.postMessage({ op: 'open', id: this.id, dir: this.dir, chunkBytes: this.chunkBytes });
     return pw;
   }

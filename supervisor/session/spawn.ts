@@ -8,8 +8,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, writeSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { constants as osConstants } from 'node:os';
-import { execShimPath, native } from './native.js';
-import type { Reaper } from './reaper.js';
+import { execShimPath, native } from '../native.js';
+import type { Reaper } from '../reaper.js';
 
 export interface LeaderSpec {
   argv: string[];

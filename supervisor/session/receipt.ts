@@ -2,7 +2,7 @@
 // table), the command digest, and the receipt assembled from recorded facts. No I/O here,
 // so these are unit-tested without processes.
 import { createHash } from 'node:crypto';
-import type { DeathEvidence, Outcome, Receipt, StreamName, StreamOutput, SupervisorMode, TerminationCause } from '../ipc/protocol.js';
+import type { DeathEvidence, Outcome, Receipt, StreamName, StreamOutput, SupervisorMode, TerminationCause } from '../../ipc/protocol.js';
 
 /** What the command digest covers (SPEC.md "Session environment and command digest"). */
 export interface DigestInput {
@@ -15,7 +15,7 @@ export interface DigestInput {
   user: string | null;
 }
 
-import { jcs } from '../ipc/verify.js';
+import { jcs } from '../../ipc/verify.js';
 
 /** "sha256:" + hex SHA-256 of the JCS encoding of the digest input. */
 export function commandDigest(input: DigestInput): string {

@@ -6,7 +6,7 @@
 import { closeSync, constants, fsyncSync, linkSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { faultPoint } from './fault.js';
+import { faultPoint } from '../fault.js';
 
 /** fsync a directory so a rename or create in it is durable. */
 export function fsyncDir(dir: string): void {

@@ -1,0 +1,81 @@
+// Where a launch is decided: a pure function from the request (its invocation key and
+// command digest) and the supervisor's load (the key's session or tombstone, the seal, live
+// sessions, reconciliation, the state dir's free space) to one decision: answer with the
+// existing session, admit a new one, or refuse with a stable error code (SPEC.md "Error
+// codes"). No I/O: the registry gathers the load and carries the decision out
+// (test/unit/admission.test.ts).
+import { SupervisorError } from '../ipc/errors.js';
+import type { SessionState } from '../ipc/protocol.js';
+
+export interface AdmissionRequest {
+  invocationKey: string;
+  commandDigest: string;
+}
+
+export interface AdmissionLoad {
+  /** The session that holds the key (commandDigest '' when its admission record is unreadable). */
+  existing: { sessionId: string; commandDigest: string; state: SessionState } | null;
+  /** The tombstone of a session removed whole by retention that held the key. */
+  retired: { sessionId: string; commandDigest: string } | null;
+  sealed: { generation: number; sealed_at: string } | null;
+  /** Sessions not ended (unknown ones included: they may still run). */
+  liveSessions: number;
+  maxSessions: number;
+  reconciling: boolean;
+  disk: { admits: boolean; freeBytes: number; minFreeBytes: number };
+}
+
+export type AdmissionDecision =
+  | { kind: 'existing'; sessionId: string; state: SessionState | 'retired' }
+  | { kind: 'admit' }
+  | { kind: 'refuse'; error: SupervisorError };
+
+/**
+ * The decision, in this order: a key is forever (its session, or its tombstone, answers; another
+ * command under it is KEY_CONFLICT); then a sealed admission (ADMISSION_SEALED), the session
+ * bound (LIMIT_EXCEEDED), reconciliation (ADMISSION_DENIED) and disk space (ADMISSION_DENIED)
+ * refuse new keys only.
+ */
+export function admit(request: AdmissionRequest, load: AdmissionLoad): AdmissionDecision {
+  const key = request.invocationKey;
+  const conflict = (sessionId: string): AdmissionDecision => ({
+    kind: 'refuse',
+    error: new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} was used for another command`, { invocation_key: key, session_id: sessionId }),
+  });
+  if (load.existing) {
+    // A session whose admission record is unreadable has no known digest: its key is
+    // blocked, and a retry gets that session (unknown) rather than a conflict or a run.
+    if (load.existing.commandDigest !== '' && load.existing.commandDigest !== request.commandDigest) return conflict(load.existing.sessionId);
+    return { kind: 'existing', sessionId: load.existing.sessionId, state: load.existing.state };
+  }
+  if (load.retired) {
+    // Keys are forever: a session removed by retention is never run again.
+    if (load.retired.commandDigest !== request.commandDigest) return conflict(load.retired.sessionId);
+    return { kind: 'existing', sessionId: load.retired.sessionId, state: 'retired' };
+  }
+  if (load.sealed) {
+    return { kind: 'refuse', error: new SupervisorError('ADMISSION_SEALED', `admission was sealed at generation ${load.sealed.generation} (${load.sealed.sealed_at})`, { generation: load.sealed.generation }) };
+  }
+  if (load.liveSessions >= load.maxSessions) {
+    return {
+      kind: 'refuse',
+      error: new SupervisorError('LIMIT_EXCEEDED', `${load.liveSessions} sessions are running, the limit is ${load.maxSessions}`, { limit: 'sessions', max: load.maxSessions, retry_after_ms: 1000 }),
+    };
+  }
+  if (load.reconciling) {
+    return { kind: 'refuse', error: new SupervisorError('ADMISSION_DENIED', 'reconciling sessions left by a restart; retry shortly', { retry_after_ms: 250, reason: 'reconciling' }) };
+  }
+  if (!load.disk.admits) {
+    const { freeBytes, minFreeBytes } = load.disk;
+    return {
+      kind: 'refuse',
+      error: new SupervisorError('ADMISSION_DENIED', `disk low: ${freeBytes} bytes free in the state dir, ${minFreeBytes} needed; retry later`, {
+        retry_after_ms: 5000,
+        reason: 'disk_low',
+        free_bytes: freeBytes,
+        min_free_bytes: minFreeBytes,
+      }),
+    };
+  }
+  return { kind: 'admit' };
+}

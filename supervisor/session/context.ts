@@ -1,0 +1,56 @@
+// What every session shares (SessionContext: configuration, identity, the cgroup subtree, the
+// reaper, the signer, the state dir's storage guard and hashing threads) and what one session
+// was asked to run (SessionRequest). Types only.
+import type { Logger } from 'pino';
+import type { LingerPolicy, SupervisorMode } from '../../ipc/protocol.js';
+import type { CgroupTree } from '../cgroup.js';
+import type { Config } from '../config.js';
+import type { Reaper } from '../reaper.js';
+import type { ReceiptSigner } from '../signing.js';
+import type { HashPool } from '../store/hasher.js';
+import type { StorageGuard } from '../store/storage.js';
+import type { SessionUser } from '../users.js';
+
+export interface SessionContext {
+  config: Config;
+  log: Logger;
+  reaper: Reaper;
+  tree: CgroupTree | null;
+  identity: { instance: string; generation: number; bootId: string; mode: SupervisorMode; pid: number };
+  sessionsDir: string;
+  signer: ReceiptSigner;
+  /** Free space of the state dir (chunk writes stop at the reserve). */
+  storage: StorageGuard;
+  /** The threads that hash stored streams (never the event loop). */
+  hashPool: HashPool;
+}
+
+export interface SessionRequest {
+  argv: string[];
+  cwd: string;
+  /** Only what the request set (covered by the digest). */
+  env: Record<string, string>;
+  /** The environment the leader gets: the clean base plus the request's. */
+  leaderEnv: Record<string, string>;
+  invocationKey: string;
+  commandDigest: string;
+  timeoutMs: number;
+  graceMs: number;
+  linger: LingerPolicy;
+  chunkBytes: number;
+  /** The user as requested (name or uid; covered by the digest), null: the supervisor's. */
+  user: string | null;
+  /** That user resolved (null for recovered sessions, which never spawn again). */
+  sessionUser: SessionUser | null;
+  /** A pseudo-terminal of that size as 0, 1 and 2 (one stream, "pty"); null: pipes. */
+  pty: { cols: number; rows: number } | null;
+  /** "stream": stdin is written by clients (write); "null": /dev/null, or a pty nobody types in. */
+  stdin: 'null' | 'stream';
+}
+
+/** An operator's word that ends an unknown session (sbx resolve --as-operator). */
+export interface OperatorAttestation {
+  uid: number;
+  pid: number;
+  reason: string;
+}

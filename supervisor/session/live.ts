@@ -1,0 +1,402 @@
+// A session launched by this supervisor: admitted (its record and receipt reservation durable
+// before anything runs: DESIGN.md 9), started in its cgroup leaf through the exec shim
+// (spawn.ts), drained (drain.ts), fed stdin (stdin.ts), ended by its deadline, a cancel, a
+// linger rule, shutdown or close (escalation.ts), and receipted once death is proven
+// (evidence.ts). Owns the leader, the pty, the drains and the stdin writer; what any session
+// has is session.ts. See cgroups(7), pty(7), DESIGN.md 8, 15, 16.
+import { chmodSync, chownSync, closeSync, mkdirSync, rmSync } from 'node:fs';
+import { Socket } from 'node:net';
+import type { StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
+import { faultPoint } from '../fault.js';
+import { native } from '../native.js';
+import { fsyncDir } from '../store/durable.js';
+import { receiptReservationBytes, reserveReceiptSpace, writeAdmission, writeStarted } from '../store/records.js';
+import { setDeadline } from '../timers.js';
+import type { SessionContext, SessionRequest } from './context.js';
+import { StreamDrain, type StorePolicy } from './drain.js';
+import { escalate, type EscalationStep, type EscalationTarget } from './escalation.js';
+import { cgroupEmpty, liveDeath } from './evidence.js';
+import type { SpawnFailureFact } from './receipt.js';
+import { Session } from './session.js';
+import { LeaderProcess, signalNumber } from './spawn.js';
+import { StdinWriter } from './stdin.js';
+
+/** Quiet time on a pty master, after its writers are gone, before the slave is closed. */
+const PTY_QUIET_MS = 20;
+/** How long KILLs through a shim that stays (pty, subreaper mode) may take before cgroup.kill takes it too. */
+const SHIM_KILL_GIVE_UP_MS = 10_000;
+
+export class LiveSession extends Session {
+  readonly drains = new Map<StreamName, StreamDrain>();
+  private leader: LeaderProcess | null = null;
+  private exit: { code: number | null; signal: string | null } = { code: null, signal: null };
+  private spawnFailure: SpawnFailureFact | null = null;
+  private cause: TerminationCause | null = null;
+  private readonly steps: EscalationStep[] = [];
+  private descendantsTerminated: number | null = null;
+  private terminating: Promise<void> | null = null;
+  /** The pty (pty sessions): the slave is held open until death evidence. */
+  private pty: { master: number; slave: number; path: string } | null = null;
+  private stdin: StdinWriter | null = null;
+  private cancelDeadline: () => void = () => {};
+
+  constructor(id: string, req: SessionRequest, ctx: SessionContext, admittedAt = new Date()) {
+    super(id, req, ctx, admittedAt, 'admitted');
+  }
+
+  /**
+   * Durable admission (fsync'ed, with its directory, before anything runs: DESIGN.md 9), the
+   * cgroup leaf, and the receipt's reserved space. Throws if any of it cannot be made; then
+   * nothing was started (abandon() undoes it).
+   */
+  admit(): void {
+    const { tree, identity } = this.ctx;
+    mkdirSync(this.dir, { mode: 0o700 });
+    if (tree) this.leaf = tree.createLeaf(this.id);
+    this.admission = {
+      session_id: this.id,
+      invocation_key: this.req.invocationKey,
+      command_digest: this.req.commandDigest,
+      argv: this.req.argv,
+      cwd: this.req.cwd,
+      env: this.req.env,
+      timeout_ms: this.req.timeoutMs,
+      grace_ms: this.req.graceMs,
+      linger: this.req.linger,
+      chunk_bytes: this.req.chunkBytes,
+      user: this.req.user,
+      pty: this.req.pty,
+      stdin: this.req.stdin,
+      cgroup: this.leaf?.path ?? null,
+      mode: identity.mode,
+      boot_id: identity.bootId,
+      generation: identity.generation,
+      instance: identity.instance,
+      admitted_at: this.admittedAt.toISOString(),
+    };
+    writeAdmission(this.dir, this.admission);
+    fsyncDir(this.ctx.sessionsDir);
+    // Room for the receipt's chunk lists too: a stream stores at most its quota.
+    const quota = this.ctx.config.drain.quotaBytes;
+    const chunksPerStream = quota > 0 ? Math.ceil(quota / this.req.chunkBytes) + 1 : Infinity;
+    reserveReceiptSpace(this.dir, receiptReservationBytes(Buffer.byteLength(JSON.stringify(this.admission)), (this.req.pty ? 1 : 2) * chunksPerStream));
+  }
+
+  /** Undoes a failed admit(): nothing ran, so the directory and the leaf go. */
+  abandon(): void {
+    rmSync(this.dir, { recursive: true, force: true });
+    void this.leaf?.remove().catch(() => {});
+  }
+
+  /** Starts the leader in its leaf (after admit()), the drains and the deadline. */
+  start(): void {
+    const { config, identity } = this.ctx;
+    let leader: LeaderProcess;
+    try {
+      if (this.req.pty) {
+        this.pty = native().openPty(this.req.pty.cols, this.req.pty.rows);
+        // The terminal is the session user's, as login(1) does it: they may reopen it by name.
+        if (this.req.sessionUser) {
+          chownSync(this.pty.path, this.req.sessionUser.uid, this.req.sessionUser.gid);
+          chmodSync(this.pty.path, 0o620);
+        }
+      }
+      leader = new LeaderProcess(
+        {
+          argv: this.req.argv,
+          cwd: this.req.cwd,
+          env: this.req.leaderEnv,
+          cgroupProcsPath: this.leaf?.procsPath ?? null,
+          subreaper: identity.mode === 'subreaper',
+          pipeBytes: config.drain.pipeBytes,
+          user: this.req.sessionUser,
+          ptySlaveFd: this.pty?.slave ?? null,
+          stdinPipe: this.req.stdin === 'stream',
+        },
+        this.ctx.reaper,
+      );
+    } catch (err) {
+      // No pty, no pipe or no fork (EMFILE, EAGAIN): nothing ran, and the empty leaf says so.
+      if (this.pty) for (const fd of [this.pty.master, this.pty.slave]) closeSync(fd);
+      this.pty = null;
+      void this.failToStart(err as NodeJS.ErrnoException);
+      return;
+    }
+    this.leader = leader;
+    this.startedAt = new Date();
+    this.transition('running');
+    if (this.pty) {
+      const drain = new StreamDrain(this.dir, 'pty', this.pty.master, this.storePolicy(), true);
+      this.drains.set('pty', drain);
+      if (this.req.stdin === 'stream') this.stdin = new StdinWriter(this.id, drain.socket, true);
+    } else {
+      this.drains.set('stdout', new StreamDrain(this.dir, 'stdout', leader.stdoutFd, this.storePolicy()));
+      this.drains.set('stderr', new StreamDrain(this.dir, 'stderr', leader.stderrFd, this.storePolicy()));
+      if (leader.stdinFd >= 0) this.stdin = new StdinWriter(this.id, new Socket({ fd: leader.stdinFd, readable: false, writable: true }), false);
+    }
+    for (const drain of this.drains.values()) {
+      drain.on('advance', () => this.emit('output', drain.stream));
+      drain.on('end', () => this.emit('output', drain.stream));
+    }
+    if (this.req.timeoutMs > 0) {
+      this.cancelDeadline = setDeadline(() => void this.terminate('deadline'), this.req.timeoutMs);
+    }
+    this.run(leader).catch((err: Error) => {
+      this.ctx.log.error({ err, session_id: this.id }, 'session lifecycle failed');
+      this.becomeUnknown(`internal error: ${err.message}`);
+    });
+  }
+
+  private storePolicy(): StorePolicy {
+    const quota = this.ctx.config.drain.quotaBytes;
+    return { chunkBytes: this.req.chunkBytes, quotaBytes: quota > 0 ? quota : Number.MAX_SAFE_INTEGER, guard: this.ctx.storage, hashPool: this.ctx.hashPool };
+  }
+
+  override get pid(): number | null {
+    return this.leader && this.leader.pid > 0 ? this.leader.pid : null;
+  }
+
+  override get stdinCursor(): number {
+    return this.stdin?.cursor ?? 0;
+  }
+
+  protected storedCursor(stream: StreamName): number | undefined {
+    return this.drains.get(stream)?.cursor;
+  }
+
+  override streamFinal(stream: StreamName): boolean {
+    const drain = this.drains.get(stream);
+    return !drain || drain.ended !== null;
+  }
+
+  override write(data: Buffer, offset: number | undefined, eof: boolean): Promise<number> {
+    return this.stdin ? this.stdin.write(data, offset, eof) : super.write(data, offset, eof);
+  }
+
+  override resize(cols: number, rows: number): void {
+    if (!this.pty || this.state === 'ended') return super.resize(cols, rows);
+    native().setWindowSize(this.pty.master, cols, rows);
+  }
+
+  /**
+   * Ends every process of the session: SIGTERM to each (all of the cgroup, not just the
+   * leader or its process group), cgroup.kill once graceMs passes, then waits for death.
+   * The first cause is the one the receipt keeps; later calls join the running escalation.
+   */
+  terminate(cause: TerminationCause, graceMs: number = this.req.graceMs): Promise<void> {
+    this.cause ??= cause;
+    if (this.terminating) return this.terminating;
+    if (this.state !== 'running' && this.state !== 'leader_exited') return Promise.resolve();
+    this.cancelDeadline();
+    this.transition('terminating');
+    this.terminating = this.escalate(graceMs);
+    return this.terminating;
+  }
+
+  private async escalate(graceMs: number): Promise<void> {
+    const leader = this.leader!;
+    // Not before the shim has joined the cgroup (it reports exec, or its failure, only after):
+    // an empty leaf before that proves nothing, and a signal then would miss the command.
+    await leader.exec;
+    const leaderPid = this.leaderExitedAt ? null : leader.leaderPid;
+    await escalate(this.escalationTarget(leader), graceMs, (step) => {
+      this.steps.push(step);
+      // Descendants: every pid the first step reached but the leader.
+      this.descendantsTerminated ??= Math.max(0, step.pids - (leaderPid !== null ? 1 : 0));
+    });
+  }
+
+  /** How the escalation reaches this session: its cgroup, or through a shim that stays. */
+  private escalationTarget(leader: LeaderProcess): EscalationTarget {
+    const leaf = this.leaf;
+    return {
+      term: () => this.signal('SIGTERM'),
+      waitDead: (timeoutMs) => this.waitDead(timeoutMs),
+      killAll: async (killed) => {
+        if (leaf && !leader.holdsSession) {
+          killed(leaf.pids().length);
+          leaf.kill();
+          await leaf.waitEmpty(null);
+          return;
+        }
+        // The shim stays (subreaper mode, or a pty's session leader): KILL everything else,
+        // again until the shim reports all reaped; past a bound, cgroup.kill takes the shim too.
+        let first = true;
+        let done = false;
+        void leader.allReaped.then(() => (done = true));
+        const giveUpAt = performance.now() + SHIM_KILL_GIVE_UP_MS;
+        while (!done) {
+          const reached = await this.signal('SIGKILL');
+          if (first) killed(reached);
+          first = false;
+          if (leaf && performance.now() > giveUpAt) {
+            leaf.kill();
+            await leaf.waitEmpty(null);
+            return;
+          }
+          await Promise.race([leader.allReaped, new Promise((r) => setTimeout(r, 100))]);
+        }
+      },
+    };
+  }
+
+  /**
+   * Sends sig to every process of the session (all of the cgroup; in subreaper mode every
+   * descendant of the shim); resolves with how many pids it reached. 0 once settled.
+   */
+  async signal(signal: NodeJS.Signals): Promise<number> {
+    if (!this.leader || this.state === 'ended' || this.state === 'unknown') return 0;
+    if (!this.leaf) return this.leader.signalViaShim(signalNumber(signal));
+    // A shim that stays as the pty's session leader is not signalled: it absorbs signals
+    // and goes when released, after the drain.
+    const skip = this.leader.holdsSession ? new Set([this.leader.pid]) : new Set<number>();
+    return this.leaf.signalAll(signal, skip).size;
+  }
+
+  /** Waits up to timeoutMs (null: unbounded) for proof that nothing of the session runs. */
+  private async waitDead(timeoutMs: number | null): Promise<boolean> {
+    if (this.leaf && !this.leader!.holdsSession) return this.leaf.waitEmpty(timeoutMs);
+    const all = this.leader!.allReaped.then(() => true);
+    if (timeoutMs === null) return all;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<boolean>((r) => (timer = setTimeout(() => r(false), timeoutMs)));
+    const result = await Promise.race([all, timeout]);
+    clearTimeout(timer);
+    return result;
+  }
+
+  private async run(leader: LeaderProcess): Promise<void> {
+    const failure = await leader.exec;
+    // The shim reports exec only once it is in the cgroup and the command runs: a record now
+    // is evidence, for an owner_lost receipt after a crash, that the command started.
+    if (!failure) {
+      try {
+        writeStarted(this.dir, { started_at: this.startedAt!.toISOString(), pid: leader.leaderPid });
+      } catch (err) {
+        // Only an owner_lost receipt after a crash would miss started_at; nothing else depends on it.
+        this.ctx.log.warn({ session_id: this.id, code: (err as NodeJS.ErrnoException).code }, 'could not record the start');
+      }
+      faultPoint('session:started-recorded');
+    }
+    const exit = await leader.leaderExit;
+    this.leaderExitedAt = exit.at;
+    this.exit = { code: exit.code, signal: exit.signal };
+    this.spawnFailure = failure;
+    if (this.state === 'running') this.transition('leader_exited');
+    this.ctx.reaper.reapNow();
+
+    // Descendants left behind: end them (systemd's and docker's default) or wait for them.
+    const alive = this.leaf && !leader.holdsSession ? this.leaf.populated() : !(await this.waitDead(0));
+    if (alive && this.req.linger === 'kill') await this.terminate('linger');
+
+    let shimReport: { reaped: number } | null = null;
+    if (leader.holdsSession || !this.leaf) {
+      shimReport = await leader.allReaped;
+      if (!shimReport) {
+        // The shim died without reporting: no proof of death. Unknown, never failed.
+        this.becomeUnknown('the exec shim (the session\'s subreaper) died before reporting all descendants reaped');
+        return;
+      }
+      if (leader.holdsSession) {
+        // Everything but the session leader is gone: read the pty to its end while the
+        // session (and so the tty) still stands, then let the shim go.
+        await this.ptyQuiet();
+        this.releaseStdio();
+        await this.drainAll();
+        leader.release();
+      }
+    }
+    if (this.leaf) await this.leaf.waitEmpty(null);
+    const death = liveDeath({ leafPath: this.leaf?.path ?? null, mountPoint: this.ctx.tree?.mount.mountPoint ?? null, shimReport }, new Date());
+    this.cancelDeadline();
+    if (this.terminating) await this.terminating;
+    leader.release();
+    this.ctx.reaper.reapNow();
+    this.releaseStdio();
+
+    await this.drainAll();
+
+    const output: Partial<Record<StreamName, StreamOutput>> = {};
+    for (const [name, drain] of this.drains) {
+      output[name] = await drain.finalize();
+      if (drain.log.failureError) this.ctx.log.error({ session_id: this.id, stream: name, error: drain.log.failureError }, 'the stream stopped storing');
+    }
+    await this.finish({
+      ...this.identityFacts(),
+      startedAt: this.startedAt,
+      leaderExitedAt: this.leaderExitedAt,
+      endedAt: new Date(),
+      exit: this.exit,
+      spawnFailure: this.spawnFailure,
+      cause: this.cause,
+      steps: this.steps,
+      death: death!,
+      output,
+      usage: this.leaf?.usage() ?? {},
+      descendantsTerminated: this.descendantsTerminated ?? 0,
+    });
+  }
+
+  /**
+   * Closes what we held of the session's stdio: the pty slave (the master then reads what is
+   * buffered, then EIO: DESIGN.md 16) and the stdin pipe. Idempotent.
+   */
+  private releaseStdio(): void {
+    if (this.pty && this.pty.slave >= 0) {
+      closeSync(this.pty.slave);
+      this.pty.slave = -1;
+    }
+    this.stdin?.release();
+  }
+
+  /**
+   * After every writer of the pty is gone, waits until the master has been quiet for
+   * PTY_QUIET_MS (bytes still in flight in the tty layer arrive within that), bounded by the
+   * post-death drain; only then is the slave closed.
+   */
+  private async ptyQuiet(): Promise<void> {
+    const drain = this.drains.get('pty');
+    if (!drain) return;
+    const giveUpAt = performance.now() + this.ctx.config.drain.postDeathDrainMs;
+    for (;;) {
+      const before = drain.cursor;
+      await new Promise((r) => setTimeout(r, PTY_QUIET_MS));
+      if (drain.cursor === before || drain.ended || performance.now() > giveUpAt) return;
+    }
+  }
+
+  /**
+   * Waits for every stream to end. Every writer in the session is dead by now; an fd passed
+   * outside may still hold a pipe, so this is bounded (postDeathDrainMs) and a cut stream is
+   * marked incomplete.
+   */
+  private async drainAll(): Promise<void> {
+    const bound = setTimeout(() => {
+      for (const d of this.drains.values()) d.cut();
+    }, this.ctx.config.drain.postDeathDrainMs);
+    await Promise.all([...this.drains.values()].map((d) => d.done));
+    clearTimeout(bound);
+  }
+
+  /** The shim could not be started at all (no fork, no pipe): nothing ran, and the empty leaf (or nothing) says so. */
+  private async failToStart(err: NodeJS.ErrnoException): Promise<void> {
+    this.ctx.log.error({ session_id: this.id, code: err.code, message: err.message }, 'could not start the exec shim');
+    const now = new Date();
+    const mount = this.ctx.tree?.mount.mountPoint ?? null;
+    const death = this.leaf && mount ? cgroupEmpty(this.leaf.path, mount, now) : liveDeath({ leafPath: null, mountPoint: null, shimReport: { reaped: 0 } }, now)!;
+    await this.finish({
+      ...this.identityFacts(),
+      startedAt: null,
+      leaderExitedAt: null,
+      endedAt: now,
+      exit: { code: null, signal: null },
+      spawnFailure: { stage: 'spawn', errno: -(err.errno ?? 0), code: err.code ?? 'EUNKNOWN' },
+      cause: null,
+      steps: [],
+      death,
+      output: {},
+      usage: {},
+      descendantsTerminated: 0,
+    });
+  }
+}

@@ -1,0 +1,379 @@
+// What every session has, live or recovered after a restart: its id, request and dir, its
+// lifecycle (lifecycle.ts: the one place its state changes), its streams as stored, its
+// receipt (built from facts, signed, made durable into the space reserved at admission, then
+// reported), output removal for retention, its summary, and an operator's word for a session
+// stuck unknown. What only a live session has (leader, drains, stdin, pty) is live.ts; what
+// only a recovered one does (reconciliation) is recovered.ts. Not the registry, not the socket.
+import { EventEmitter } from 'node:events';
+import { existsSync, lstatSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { SupervisorError } from '../../ipc/errors.js';
+import type { Receipt, SessionState, SessionSummary, StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
+import { indexDigest, OUTPUT_REMOVED_FILE, RECEIPT_FILE, storedChunks } from '../../ipc/state-layout.js';
+import type { CgroupLeaf } from '../cgroup.js';
+import { faultPoint } from '../fault.js';
+import { createFileDurable, fsyncDir } from '../store/durable.js';
+import { existsNoFollow, factsOf, writeReceiptFile, writeReservedFacts, type AdmissionRecord } from '../store/records.js';
+import type { OperatorAttestation, SessionContext, SessionRequest } from './context.js';
+import { operatorAttested, type DeathFacts } from './evidence.js';
+import { isSettled, Lifecycle, type InitialState } from './lifecycle.js';
+import { buildReceipt, type ReceiptFacts } from './receipt.js';
+
+export const ALL_STREAMS: readonly StreamName[] = ['stdout', 'stderr', 'pty'];
+/** A stream dir retention has decided to remove is first renamed to this prefix + its name. */
+const REMOVED_PREFIX = '.removed-';
+/** First and longest wait between attempts to write a receipt the disk had no room for. */
+export const RECEIPT_RETRY_FIRST_MS = 1000;
+const RECEIPT_RETRY_MAX_MS = 10_000;
+
+export abstract class Session extends EventEmitter {
+  readonly dir: string;
+  private readonly lifecycle: Lifecycle;
+  receipt: Receipt | null = null;
+  startedAt: Date | null = null;
+  leaderExitedAt: Date | null = null;
+  endedAt: Date | null = null;
+  /** Why the session is unknown (state "unknown"), for ps and logs. */
+  unknownReason: string | null = null;
+  /** The admission record as written (null until admitted, or unreadable). */
+  admission: AdmissionRecord | null = null;
+  /** The retention policy removed this session's output (its receipt stays). */
+  outputRemoved = false;
+  /** Resolves with the receipt once it is durable; never rejects. */
+  readonly ended: Promise<Receipt | null>;
+  private resolveEnded!: (r: Receipt | null) => void;
+  protected leaf: CgroupLeaf | null = null;
+  /** A signed receipt whose write the disk had no room for: retried until it is durable. */
+  protected receiptAwaitingSpace: Receipt | null = null;
+  /** Evidence (or an operator's word) is being turned into a receipt: one receipt per session, ever. */
+  protected receiptOnItsWay = false;
+
+  constructor(readonly id: string, readonly req: SessionRequest, protected readonly ctx: SessionContext, readonly admittedAt: Date, initial: InitialState) {
+    super();
+    this.setMaxListeners(0);
+    this.dir = join(ctx.sessionsDir, id);
+    this.ended = new Promise((resolve) => (this.resolveEnded = resolve));
+    this.lifecycle = new Lifecycle(initial, (from, to) => {
+      ctx.log.debug({ session_id: id, from, to }, 'session state');
+      this.emit('state', to);
+    });
+  }
+
+  get state(): SessionState {
+    return this.lifecycle.state;
+  }
+
+  protected transition(next: SessionState): void {
+    this.lifecycle.to(next);
+  }
+
+  /** A session found ended at start: its receipt is the one on disk. */
+  protected restoreEnded(receipt: Receipt): void {
+    this.receipt = receipt;
+    this.startedAt = receipt.started_at ? new Date(receipt.started_at) : null;
+    this.leaderExitedAt = receipt.leader_exited_at ? new Date(receipt.leader_exited_at) : null;
+    this.endedAt = new Date(receipt.ended_at);
+    this.resolveEnded(receipt);
+  }
+
+  // --- What a live session does; these are the answers of a session with no process of ours.
+
+  /** The pid of its shim, while one runs. */
+  get pid(): number | null {
+    return null;
+  }
+
+  /** Bytes of stdin accepted so far (sessions started with --stdin). */
+  get stdinCursor(): number {
+    return 0;
+  }
+
+  /** Ends every process of the session (TERM, grace, KILL); the first cause is the receipt's. */
+  abstract terminate(cause: TerminationCause, graceMs?: number): Promise<void>;
+
+  /** Sends sig to every process of the session; resolves with how many pids it reached. */
+  abstract signal(signal: NodeJS.Signals): Promise<number>;
+
+  /** Stdin bytes at an offset (stdin.ts); only a live session started with --stdin takes them. */
+  write(_data: Buffer, _offset: number | undefined, _eof: boolean): Promise<number> {
+    return Promise.reject(new SupervisorError('INVALID_ARGUMENT', `session ${this.id} takes no stdin: ${this.req.stdin === 'stream' ? 'its stdin went with the supervisor that ran it' : 'it was not started with --stdin'}`));
+  }
+
+  /** The pty's size; only a live pty session has one. */
+  resize(_cols: number, _rows: number): void {
+    throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} has no live pty`);
+  }
+
+  /** sbx cancel of a recovered session being ended (recovered.ts); false: nothing of the kind. */
+  cancelRecovered(_graceMs: number): boolean {
+    return false;
+  }
+
+  // --- Streams as stored.
+
+  /** The streams it was admitted with (none for a session whose admission is unreadable). */
+  protected declaredStreams(): StreamName[] {
+    if (this.req.argv.length === 0) return [];
+    return this.req.pty ? ['pty'] : ['stdout', 'stderr'];
+  }
+
+  /** Stored bytes of a stream that is not in the receipt (a live drain's cursor, or what is on disk). */
+  protected abstract storedCursor(stream: StreamName): number | undefined;
+
+  /** Stored bytes of a stream so far. */
+  cursor(stream: StreamName): number {
+    return this.receipt?.output[stream]?.final_cursor ?? this.storedCursor(stream) ?? 0;
+  }
+
+  /** Whether a stream will never grow again (a live session's drain may still be open). */
+  streamFinal(_stream: StreamName): boolean {
+    return true;
+  }
+
+  /** Whether the session has (or was admitted with) that stream; one that never got to open it reads as empty. */
+  hasStream(stream: StreamName): boolean {
+    return this.declaredStreams().includes(stream) || this.storedCursor(stream) !== undefined || this.receipt?.output[stream] !== undefined;
+  }
+
+  /** Directory of a stream's chunk files and index. */
+  streamDir(stream: StreamName): string {
+    return join(this.dir, stream);
+  }
+
+  /** Bytes of this session's stream files on disk (chunk files and index). */
+  outputBytes(): number {
+    if (this.outputRemoved) return 0;
+    let bytes = 0;
+    for (const stream of ALL_STREAMS) {
+      const dir = this.streamDir(stream);
+      if (!existsSync(dir)) continue;
+      for (const name of readdirSync(dir)) {
+        try {
+          bytes += lstatSync(join(dir, name)).size;
+        } catch {
+          // gone meanwhile
+        }
+      }
+    }
+    return bytes;
+  }
+
+  /**
+   * Removes an ended session's chunk files and index (retention); the receipt and admission
+   * record stay. Each stream dir is first renamed `.removed-<stream>` (durably: that rename is
+   * the decision, and needs no free block, so it works on a full disk), then its files go,
+   * then the marker (output-removed.json) says so to readers and `sbx verify`; a restart
+   * finishes what a crash interrupted. Returns the bytes freed.
+   */
+  removeOutput(): number {
+    if (this.state !== 'ended' || this.outputRemoved) return 0;
+    const bytes = this.outputBytes();
+    for (const stream of ALL_STREAMS) {
+      if (existsSync(this.streamDir(stream))) renameSync(this.streamDir(stream), join(this.dir, `${REMOVED_PREFIX}${stream}`));
+    }
+    fsyncDir(this.dir);
+    this.outputRemoved = true;
+    this.finishOutputRemoval(bytes);
+    return bytes;
+  }
+
+  /** Whether retention had begun to remove this session's output (a `.removed-<stream>` is left). */
+  protected outputRemovalBegun(): boolean {
+    return ALL_STREAMS.some((stream) => existsSync(join(this.dir, `${REMOVED_PREFIX}${stream}`)));
+  }
+
+  /**
+   * Empties the renamed stream dirs (the space comes back), writes the marker (if it is not
+   * there yet), and only then removes the empty dirs: until the marker is durable, an empty
+   * `.removed-<stream>` stays as the trace a restart finishes from.
+   */
+  protected finishOutputRemoval(bytes: number | null): void {
+    const renamed = ALL_STREAMS.map((stream) => join(this.dir, `${REMOVED_PREFIX}${stream}`)).filter((dir) => existsSync(dir));
+    for (const dir of renamed) for (const name of readdirSync(dir)) rmSync(join(dir, name), { force: true });
+    if (!existsSync(join(this.dir, OUTPUT_REMOVED_FILE))) {
+      faultPoint('retention:before-marker');
+      createFileDurable(join(this.dir, OUTPUT_REMOVED_FILE), JSON.stringify({ removed_at: new Date().toISOString(), bytes }) + '\n');
+    }
+    for (const dir of renamed) rmSync(dir, { recursive: true, force: true });
+    fsyncDir(this.dir);
+  }
+
+  /** Live processes in the session now (cgroup mode), else null. */
+  livePids(): number | null {
+    return this.leaf && this.state !== 'ended' ? this.leaf.pids().length : null;
+  }
+
+  summary(): SessionSummary {
+    const cursors: Partial<Record<StreamName, number>> = {};
+    for (const s of ALL_STREAMS) if (this.hasStream(s)) cursors[s] = this.cursor(s);
+    return {
+      session_id: this.id,
+      invocation_key: this.req.invocationKey,
+      state: this.state,
+      argv: this.req.argv,
+      pid: this.pid,
+      admitted_at: this.admittedAt.toISOString(),
+      ended_at: this.endedAt?.toISOString() ?? null,
+      outcome: this.receipt?.outcome ?? null,
+      live_pids: this.livePids(),
+      cursors,
+      usage: this.receipt?.usage ?? this.leaf?.usage() ?? {},
+      ...(this.unknownReason ? { reason: this.unknownReason } : {}),
+      ...(this.state === 'unknown' && (this.receiptOnItsWay || this.receiptAwaitingSpace) ? { receipt_pending: true as const } : {}),
+    };
+  }
+
+  /** Resolves once the session is settled: a receipt, or unknown (no receipt without evidence). */
+  settled(): Promise<void> {
+    if (isSettled(this.state)) return Promise.resolve();
+    return new Promise((resolve) => {
+      const onState = (state: SessionState) => {
+        if (!isSettled(state)) return;
+        this.off('state', onState);
+        resolve();
+      };
+      this.on('state', onState);
+    });
+  }
+
+  // --- The receipt.
+
+  /** What every receipt of this session says about what was admitted, and by whom. */
+  protected identityFacts() {
+    return {
+      sessionId: this.id,
+      invocationKey: this.req.invocationKey,
+      commandDigest: this.req.commandDigest,
+      argv: this.req.argv,
+      cwd: this.req.cwd,
+      user: this.req.user,
+      supervisor: this.ctx.identity,
+      admittedAt: this.admittedAt,
+    };
+  }
+
+  /**
+   * Receipt facts of a session whose leader nobody watched end (reconciliation, an operator's
+   * word): exit unknown; each stream it was admitted with (or has on disk) as it is on disk,
+   * hashed by the hashing threads (never here: it may be gigabytes).
+   */
+  protected async ownerLostFacts(death: DeathFacts, steps: ReceiptFacts['steps']): Promise<ReceiptFacts> {
+    const output: Partial<Record<StreamName, StreamOutput>> = {};
+    const streams = new Set([...this.declaredStreams(), ...ALL_STREAMS.filter((s) => existsSync(this.streamDir(s)))]);
+    for (const stream of streams) {
+      const { final_cursor, chunks } = storedChunks(this.dir, stream, this.req.chunkBytes);
+      const sha256 = await this.ctx.hashPool.stream(this.streamDir(stream), this.req.chunkBytes).digest(final_cursor);
+      output[stream] = { final_cursor, sha256, complete: false, reason: 'owner_lost', dropped_bytes: 0, drain_end: 'lost', index_sha256: indexDigest(this.dir, stream), chunks };
+    }
+    return {
+      ...this.identityFacts(),
+      // Known only when the started record survived: the command started then.
+      startedAt: this.startedAt,
+      leaderExitedAt: null,
+      endedAt: new Date(),
+      exit: { code: null, signal: null },
+      spawnFailure: null,
+      cause: 'reconcile',
+      steps,
+      death,
+      output,
+      usage: {},
+      descendantsTerminated: steps.length ? steps[0].pids : 0,
+    };
+  }
+
+  /** Writes the receipt durably, then (only then) reports the end and removes the leaf. */
+  protected async finish(facts: ReceiptFacts, extra: Partial<Receipt> = {}): Promise<void> {
+    const receipt = this.ctx.signer.sign({ ...buildReceipt(facts), ...extra });
+    this.publish(receipt, facts.endedAt, RECEIPT_RETRY_FIRST_MS);
+    // Death was proven either way: the empty leaf goes.
+    if (this.leaf) {
+      try {
+        await this.leaf.remove();
+      } catch (err) {
+        this.ctx.log.warn({ err, session_id: this.id }, 'could not remove the session cgroup');
+      }
+    }
+  }
+
+  /**
+   * Makes the receipt durable (into the space reserved at admission: store/records.ts), then
+   * ends the session. No room (a receipt that outgrew its reservation on a full disk): its
+   * facts go into the reservation in place, the session is unknown meanwhile with the reason,
+   * and the write is tried again with a growing pause until space returns. Anything else
+   * already where the receipt goes (a planted link: EEXIST) fails closed: unknown, never
+   * written through. One receipt per session: a later writer never unsettles an ended one.
+   */
+  protected publish(receipt: Receipt, endedAt: Date, retryMs: number): void {
+    if (this.state === 'ended') return;
+    try {
+      writeReceiptFile(this.dir, JSON.stringify(receipt) + '\n');
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'ENOSPC' && code !== 'EDQUOT') {
+        // For good: nothing is on its way any more (an operator may resolve it).
+        this.receiptAwaitingSpace = null;
+        this.receiptOnItsWay = false;
+        this.becomeUnknown(`the receipt could not be written: ${(err as Error).message}`);
+        return;
+      }
+      if (!this.receiptAwaitingSpace) {
+        // Its facts, small and without the lists the disk gives back, go into the reservation
+        // in place (no block allocated), so a crash meanwhile loses nothing either.
+        let kept = 'in memory';
+        try {
+          writeReservedFacts(this.dir, JSON.stringify(this.ctx.signer.sign(factsOf(receipt))));
+          kept = 'in its reservation';
+        } catch (factsErr) {
+          this.ctx.log.warn({ session_id: this.id, code: (factsErr as NodeJS.ErrnoException).code }, 'could not keep the receipt\'s facts in its reservation');
+        }
+        this.becomeUnknown(`the receipt could not be written (${code}: no space in the state dir); its facts are kept ${kept} and the write is retried until space returns`);
+      }
+      this.receiptAwaitingSpace = receipt;
+      setTimeout(() => this.publish(receipt, endedAt, Math.min(retryMs * 2, RECEIPT_RETRY_MAX_MS)), retryMs).unref();
+      return;
+    }
+    this.receiptAwaitingSpace = null;
+    this.receipt = receipt;
+    this.endedAt = endedAt;
+    this.unknownReason = null;
+    this.transition('ended');
+    this.resolveEnded(receipt);
+    for (const stream of ALL_STREAMS) this.emit('output', stream);
+  }
+
+  /** No evidence of death (yet): unknown with the reason, never failed. */
+  protected becomeUnknown(reason: string): void {
+    this.ctx.log.warn({ session_id: this.id, reason }, 'session is unknown: no evidence of death');
+    this.unknownReason = reason;
+    if (this.state !== 'unknown') this.transition('unknown');
+  }
+
+  /** Ends an unknown session on an operator's word: evidence operator_attested, never automatic. */
+  async resolveAsOperator(operator: OperatorAttestation): Promise<Receipt> {
+    if (this.state !== 'unknown') throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} is ${this.state}; only an unknown session can be resolved by an operator`);
+    if (this.receiptAwaitingSpace) {
+      throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} ended with evidence; its receipt waits for space in the state dir and is written once there is room (free some space)`);
+    }
+    if (this.receiptOnItsWay) {
+      throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} has evidence on its way (${this.unknownReason ?? 'reconciling'}); its receipt follows (sbx wait ${this.id}), nothing is left to attest`);
+    }
+    if (this.leaf?.populated()) {
+      throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} still has ${this.leaf.pids().length} processes in its cgroup; nothing is attested over a live session`);
+    }
+    this.receiptOnItsWay = true;
+    try {
+      // Whatever is where the receipt goes (an unreadable receipt, a planted link: lstat, never
+      // followed; rename moves the name) is kept beside, never silently replaced.
+      const torn = join(this.dir, RECEIPT_FILE);
+      if (existsNoFollow(torn)) renameSync(torn, join(this.dir, `receipt.unreadable-${Date.now()}.json`));
+      await this.finish(await this.ownerLostFacts(operatorAttested(new Date()), []), {
+        operator: { uid: operator.uid, pid: operator.pid, reason: operator.reason, unknown_reason: this.unknownReason },
+      });
+    } finally {
+      this.receiptOnItsWay = false;
+    }
+    if (!this.receipt) throw new SupervisorError('INTERNAL', `session ${this.id}: the operator's receipt could not be written: ${this.unknownReason}`);
+    return this.receipt;
+  }
+}
