@@ -3,11 +3,11 @@
 // `signature`, the key id, and, given the state dir, every stored byte against the
 // receipt's cursors and digests. Returns what differs; an empty list means it all matches.
 import { createHash, createPublicKey, verify as verifySig, type KeyObject } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import canonicalize from 'canonicalize';
 import type { Receipt, StreamName } from './protocol.js';
-import { ADMISSION_FILE, chunkFileName, OUTPUT_REMOVED_FILE, RECEIPT_FILE, STARTED_FILE, storedStream } from './state-layout.js';
+import { ADMISSION_FILE, chunkFileName, INDEX_FILE, OUTPUT_REMOVED_FILE, RECEIPT_FILE, readRecord, STARTED_FILE, STATE, storedStream } from './state-layout.js';
 
 /** RFC 8785 (JCS) canonical JSON of v. */
 export function jcs(v: unknown): string {
@@ -36,10 +36,10 @@ export function verifyCloseSessions(close: { sessions: { session_id: string; rec
   const problems: string[] = [];
   for (const entry of close.sessions) {
     if (entry.receipt_sha256 === null) continue;
-    const path = join(stateDir, 'sessions', entry.session_id, RECEIPT_FILE);
+    const path = join(stateDir, STATE.sessionsDir, entry.session_id, RECEIPT_FILE);
     let receipt: Receipt;
     try {
-      receipt = JSON.parse(readFileSync(path, 'utf8')) as Receipt;
+      receipt = readRecord('receipt', path);
     } catch (err) {
       problems.push(`${entry.session_id}: receipt unreadable: ${(err as Error).message}`);
       continue;
@@ -84,16 +84,16 @@ export function verifySignature(receipt: Receipt, publicKeyPem: string): string[
  * re-read and compared with final_cursor, sha256, every chunk's digest and index_sha256.
  */
 export function verifyStoredOutput(receipt: Receipt, stateDir: string): string[] {
-  const dir = join(stateDir, 'sessions', receipt.session_id);
+  const dir = join(stateDir, STATE.sessionsDir, receipt.session_id);
   if (!existsSync(dir)) return [`no session directory ${dir}`];
   let chunkBytes: number;
   try {
-    chunkBytes = (JSON.parse(readFileSync(join(dir, ADMISSION_FILE), 'utf8')) as { chunk_bytes: number }).chunk_bytes;
+    chunkBytes = readRecord('admission', join(dir, ADMISSION_FILE)).chunk_bytes;
   } catch (err) {
     return [`admission record unreadable: ${(err as Error).message}`];
   }
   if (existsSync(join(dir, OUTPUT_REMOVED_FILE))) {
-    const removed = JSON.parse(readFileSync(join(dir, OUTPUT_REMOVED_FILE), 'utf8')) as { removed_at: string };
+    const removed = readRecord('outputRemoved', join(dir, OUTPUT_REMOVED_FILE));
     return [`the stored output was removed by the retention policy at ${removed.removed_at}: only the signature can be checked`];
   }
   const problems: string[] = [];
@@ -104,7 +104,7 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string): string[]
     problems.push(`unexpected entry in the session directory: ${entry}`);
   }
   for (const [name, expected] of Object.entries(receipt.output) as [StreamName, NonNullable<Receipt['output'][StreamName]>][]) {
-    const listed = new Set([...(expected.chunks ?? []).map((c) => chunkFileName(c.start_cursor)), 'index.bin']);
+    const listed = new Set([...(expected.chunks ?? []).map((c) => chunkFileName(c.start_cursor)), INDEX_FILE]);
     const streamDir = join(dir, name);
     for (const entry of existsSync(streamDir) ? readdirSync(streamDir) : []) {
       if (!listed.has(entry)) problems.push(`${name}: unexpected file ${entry}`);

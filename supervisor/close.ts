@@ -3,11 +3,12 @@
 // settle every session (terminate what is left after the timeout, cause close), scan the
 // workspaces (workspace/: directory fds, in a worker), and write the signed close receipt
 // (<state>/close-receipt.json) once; every later call returns that same receipt.
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { SealResult } from '../ipc/methods.js';
 import type { CloseReceipt, WorkspaceScan } from '../ipc/protocol.js';
+import { readRecord, STATE, type SealRecord } from '../ipc/state-layout.js';
 import { receiptDigest } from '../ipc/verify.js';
 import type { SessionContext } from './session/context.js';
 import { isLive, isSettled } from './session/lifecycle.js';
@@ -32,7 +33,6 @@ export async function scanWorkspaces(roots: string[], options: { deadlineMs?: nu
   return scans;
 }
 
-export type SealRecord = { generation: number; sealed_at: string };
 
 /** The seal and the close receipt of one state dir. */
 export class Closing {
@@ -45,11 +45,11 @@ export class Closing {
   }
 
   private get sealPath(): string {
-    return join(this.ctx.config.stateDir, 'seal.json');
+    return join(this.ctx.config.stateDir, STATE.seal);
   }
 
   private get receiptPath(): string {
-    return join(this.ctx.config.stateDir, 'close-receipt.json');
+    return join(this.ctx.config.stateDir, STATE.closeReceipt);
   }
 
   /** Closed, or closing now: the state dir is an archive. */
@@ -60,9 +60,7 @@ export class Closing {
   private readSeal(): SealRecord | null {
     if (!existsSync(this.sealPath)) return null;
     try {
-      const r = JSON.parse(readFileSync(this.sealPath, 'utf8')) as SealRecord;
-      if (!Number.isSafeInteger(r.generation) || typeof r.sealed_at !== 'string') throw new Error('fields missing');
-      return r;
+      return readRecord('seal', this.sealPath);
     } catch (err) {
       // Sealed is the safe reading of a torn seal: admission stays closed.
       this.log.error({ err }, 'seal.json is unreadable; admission stays sealed');
@@ -88,7 +86,7 @@ export class Closing {
    * again, even after a restart, returns the same close receipt.
    */
   close(sessions: () => Session[], timeoutMs: number, workspaces: string[]): Promise<CloseReceipt> {
-    if (existsSync(this.receiptPath)) return Promise.resolve(JSON.parse(readFileSync(this.receiptPath, 'utf8')) as CloseReceipt);
+    if (existsSync(this.receiptPath)) return Promise.resolve(readRecord('closeReceipt', this.receiptPath));
     this.closing ??= (async () => {
       const sealed = this.sealNow();
       const live = sessions().filter((s) => isLive(s.state));

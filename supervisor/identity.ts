@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { closeSync, constants, existsSync, fsyncSync, ftruncateSync, openSync, readFileSync, renameSync, statSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import { readRecord, STATE } from '../ipc/state-layout.js';
 import { native } from './native.js';
 import { writeFileDurable } from './store/durable.js';
 import { readAdmission, sessionDirs } from './store/records.js';
@@ -20,9 +21,9 @@ export function newSessionId(nowMs = Date.now()): string {
   return `s-${nowMs.toString(36).padStart(9, '0')}-${randomBytes(6).toString('hex')}`;
 }
 
-/** The open lock file of a state dir: held (flock) as long as this process runs. */
+/** The open lock file of a state dir: held (flock) as long as this process runs (and its fd stays open). */
 export class StateDirLock {
-  private constructor(readonly path: string, private readonly fd: number) {}
+  private constructor(readonly path: string, readonly fd: number) {}
 
   /**
    * One supervisor per state dir: an exclusive flock(2) on <state>/supervisor.lock, which
@@ -30,7 +31,7 @@ export class StateDirLock {
    * owner_lost; it gets an Error naming the holder.
    */
   static take(stateDir: string): StateDirLock {
-    const path = join(stateDir, 'supervisor.lock');
+    const path = join(stateDir, STATE.lock);
     const fd = openSync(path, constants.O_RDWR | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
     if (!native().tryLockExclusive(fd)) {
       const holder = readFileSync(path, 'utf8').trim();
@@ -95,15 +96,12 @@ function writeIdentity(path: string, identity: { instance: string; generation: n
  * kept aside and the generation recovered past every admission record (it only goes up).
  */
 export function takeGeneration(stateDir: string, sessionsDir: string, log: Logger): { instance: string; generation: number } {
-  const path = join(stateDir, 'supervisor.json');
+  const path = join(stateDir, STATE.identity);
   let instance = randomBytes(8).toString('hex');
   let generation = 0;
   if (existsSync(path)) {
     try {
-      const prev = JSON.parse(readFileSync(path, 'utf8')) as { instance: unknown; generation: unknown };
-      if (typeof prev.instance !== 'string' || !Number.isSafeInteger(prev.generation)) throw new Error('fields missing');
-      instance = prev.instance;
-      generation = prev.generation as number;
+      ({ instance, generation } = readRecord('identity', path));
     } catch (err) {
       renameSync(path, `${path}.unreadable-${Date.now()}`);
       generation = highestAdmittedGeneration(sessionsDir);

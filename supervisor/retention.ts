@@ -7,10 +7,12 @@
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { GcResult } from '../ipc/methods.js';
+import { STATE } from '../ipc/state-layout.js';
 import { receiptDigest } from '../ipc/verify.js';
 import type { Config } from './config.js';
 import type { Session } from './session/session.js';
-import { readReceipt, readRetired, removeSessionDir, writeRetired, type RetiredRecord } from './store/records.js';
+import { readReceipt } from './store/receipt-file.js';
+import { readRetired, removeSessionDir, writeRetired, type TombstoneRecord as RetiredRecord } from './store/records.js';
 import { planRetention } from './store/retention.js';
 import type { StorageGuard } from './store/storage.js';
 
@@ -45,7 +47,7 @@ export class Retention {
   ) {}
 
   private get retiredDir(): string {
-    return join(this.config.stateDir, 'retired');
+    return join(this.config.stateDir, STATE.retiredDir);
   }
 
   /**

@@ -5,6 +5,7 @@ import { createPrivateKey, createPublicKey, generateKeyPairSync, sign, type KeyO
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt } from '../ipc/protocol.js';
+import { STATE } from '../ipc/state-layout.js';
 import { keyIdOf, signedBytes } from '../ipc/verify.js';
 import { writeFileDurable } from './store/durable.js';
 
@@ -20,8 +21,8 @@ export class ReceiptSigner {
 
   /** Loads <stateDir>/receipt-key, or makes the pair (and receipt-key.pub) on first start. */
   static loadOrCreate(stateDir: string): ReceiptSigner {
-    const privatePath = join(stateDir, 'receipt-key');
-    const publicPath = join(stateDir, 'receipt-key.pub');
+    const privatePath = join(stateDir, STATE.receiptKey);
+    const publicPath = join(stateDir, STATE.receiptKeyPub);
     if (!existsSync(privatePath)) {
       const { privateKey } = generateKeyPairSync('ed25519');
       writeFileDurable(privatePath, privateKey.export({ type: 'pkcs8', format: 'pem' }), 0o600);

@@ -7,6 +7,7 @@ import { lstatSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import si from 'systeminformation';
 import { PROTOCOL_VERSION, type SessionState, type StatusResult } from '../ipc/protocol.js';
+import { STATE } from '../ipc/state-layout.js';
 import { VERSION } from '../ipc/version.js';
 import type { SessionContext } from './session/context.js';
 
@@ -80,7 +81,7 @@ export class StatusReporter {
       socket: socketPath,
       state_dir: ctx.config.stateDir,
       cgroup: ctx.tree ? ctx.tree.basePath : null,
-      receipt_key: { key_id: ctx.signer.keyId, public_key_pem: ctx.signer.publicKeyPem, path: join(ctx.config.stateDir, 'receipt-key.pub') },
+      receipt_key: { key_id: ctx.signer.keyId, public_key_pem: ctx.signer.publicKeyPem, path: join(ctx.config.stateDir, STATE.receiptKeyPub) },
       sessions: counts,
       load: { loadavg: loadavg(), cpus: cpus().length, free_mem_bytes: freemem(), total_mem_bytes: totalmem() },
       admission,

@@ -11,7 +11,7 @@ import type { Logger } from 'pino';
 import { SupervisorError } from '../ipc/errors.js';
 import type { GcResult, SealResult } from '../ipc/methods.js';
 import type { CloseReceipt, LaunchParams, LaunchResult, Receipt, SessionSelector, StatusResult, SupervisorMode } from '../ipc/protocol.js';
-import { storedChunks } from '../ipc/state-layout.js';
+import { STATE, storedChunks } from '../ipc/state-layout.js';
 import { verifySignature } from '../ipc/verify.js';
 import { admit } from './admission.js';
 import { CgroupLeaf, CgroupTree } from './cgroup.js';
@@ -32,18 +32,8 @@ import { ReceiptSigner } from './signing.js';
 import { StatusReporter } from './status.js';
 import { fsyncDir } from './store/durable.js';
 import { HashPool, hashWorkerPath } from './store/hasher.js';
-import {
-  KeyIndex,
-  onlyUncommittedAdmission,
-  promoteReservedReceipt,
-  readAdmission,
-  readReceipt,
-  readReserved,
-  receiptFromFacts,
-  sessionDirs,
-  tidyEndedSessionDir,
-  type AdmissionRecord,
-} from './store/records.js';
+import { promoteReservedReceipt, readReceipt, readReserved, receiptFromFacts, tidyEndedSessionDir } from './store/receipt-file.js';
+import { KeyIndex, onlyUncommittedAdmission, readAdmission, sessionDirs, type AdmissionRecord } from './store/records.js';
 import { StorageGuard, thresholdWarnings } from './store/storage.js';
 import { lookupUser } from './users.js';
 
@@ -60,7 +50,8 @@ export class Supervisor {
   private readonly retention: Retention;
   private readonly statusReporter: StatusReporter;
 
-  private constructor(readonly config: Config, readonly log: Logger, readonly ctx: SessionContext, private readonly lock: StateDirLock) {
+  /** `lock`: this state dir's flock, held for the supervisor's life. */
+  private constructor(readonly config: Config, readonly log: Logger, readonly ctx: SessionContext, readonly lock: StateDirLock) {
     this.keys = new KeyIndex(config.stateDir);
     this.closing = new Closing(ctx, log);
     this.retention = new Retention(config, log, ctx.storage, ctx.sessionsDir, {
@@ -86,7 +77,7 @@ export class Supervisor {
   static create(config: Config, log: Logger): Supervisor {
     mkdirSync(config.stateDir, { recursive: true, mode: 0o700 });
     const lock = StateDirLock.take(config.stateDir);
-    const sessionsDir = join(config.stateDir, 'sessions');
+    const sessionsDir = join(config.stateDir, STATE.sessionsDir);
     mkdirSync(sessionsDir, { recursive: true, mode: 0o700 });
     const { instance, generation } = takeGeneration(config.stateDir, sessionsDir, log);
 

@@ -10,7 +10,8 @@ import type { StreamName, StreamOutput, TerminationCause } from '../../ipc/proto
 import { faultPoint } from '../fault.js';
 import { native } from '../native.js';
 import { fsyncDir } from '../store/durable.js';
-import { receiptReservationBytes, reserveReceiptSpace, writeAdmission, writeStarted } from '../store/records.js';
+import { receiptReservationBytes, reserveReceiptSpace } from '../store/receipt-file.js';
+import { writeAdmission, writeStarted } from '../store/records.js';
 import { setDeadline } from '../timers.js';
 import type { SessionContext, SessionRequest } from './context.js';
 import { StreamDrain, type StorePolicy } from './drain.js';

@@ -13,7 +13,8 @@ import { indexDigest, OUTPUT_REMOVED_FILE, RECEIPT_FILE, storedChunks } from '..
 import type { CgroupLeaf } from '../cgroup.js';
 import { faultPoint } from '../fault.js';
 import { createFileDurable, fsyncDir } from '../store/durable.js';
-import { existsNoFollow, factsOf, writeReceiptFile, writeReservedFacts, type AdmissionRecord } from '../store/records.js';
+import { existsNoFollow, factsOf, writeReceiptFile, writeReservedFacts } from '../store/receipt-file.js';
+import type { AdmissionRecord } from '../store/records.js';
 import type { OperatorAttestation, SessionContext, SessionRequest } from './context.js';
 import { operatorAttested, type DeathFacts } from './evidence.js';
 import { isSettled, Lifecycle, type InitialState } from './lifecycle.js';

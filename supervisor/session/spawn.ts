@@ -74,7 +74,6 @@ export class LeaderProcess {
   readonly leaderExit: Promise<LeaderExit>;
   /** Subreaper mode: resolves with the orphans reaped once no descendant is left, or null if the shim died first. */
   readonly allReaped: Promise<{ reaped: number } | null>;
-  private readonly child: ChildProcess | null;
   private controlFd = -1;
   /** The shim stays as the session leader until release() (pty sessions). */
   readonly holdsSession: boolean = false;
@@ -143,7 +142,6 @@ export class LeaderProcess {
     } finally {
       for (const fd of fds) closeSync(fd);
     }
-    this.child = child;
     this.stdoutFd = stdoutR;
     this.stderrFd = stderrR;
     this.stdinFd = stdinW;

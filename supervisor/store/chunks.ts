@@ -9,7 +9,7 @@ import { createHash, type Hash } from 'node:crypto';
 import type { ChunkDigest, StreamName } from '../../ipc/protocol.js';
 import type { HashPool, StreamHasher } from './hasher.js';
 import type { StorageGuard } from './storage.js';
-import { chunkFileName, encodeIndexRecord, INDEX_RECORD_BYTES } from '../../ipc/state-layout.js';
+import { chunkFileName, encodeIndexRecord, INDEX_FILE, INDEX_RECORD_BYTES } from '../../ipc/state-layout.js';
 import { fsyncDir, writeAll } from './durable.js';
 
 /** Rolled chunk files of one stream waiting for their fsync on the threadpool, at most. */
@@ -65,7 +65,7 @@ export class StreamLog {
   ) {
     this.dir = join(sessionDir, stream);
     mkdirSync(this.dir, { mode: 0o700 });
-    this.indexFd = openSync(join(this.dir, 'index.bin'), O_APPEND_NEW, 0o600);
+    this.indexFd = openSync(join(this.dir, INDEX_FILE), O_APPEND_NEW, 0o600);
     this.hasher = hashPool.stream(this.dir, chunkBytes);
   }
 

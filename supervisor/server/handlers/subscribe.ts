@@ -1,12 +1,13 @@
-// subscribe: one stream's stored bytes from a cursor as `output` events, read from the chunk
-// files straight into pooled frames (the replay hot path), then an `end` event: at the stored
-// end without follow, at the final cursor with follow. Socket backpressure paces it: a slow
-// reader is paused, never buffered without bound, and never slows the drain.
+// subscribe: one stream's stored bytes from a cursor as `output` events, read through the
+// chunk reader straight into pooled frames (the replay hot path), then an `end` event: at the
+// stored end without follow, at the final cursor with follow. Socket backpressure paces it:
+// a slow reader is paused, never buffered without bound, and never slows the drain.
 import { SupervisorError } from '../../../ipc/errors.js';
 import { encodeOutputFrame } from '../../../ipc/framing.js';
 import type { StreamName } from '../../../ipc/protocol.js';
-import { readStoredInto } from '../../../ipc/state-layout.js';
+import { ChunkReader } from '../../../ipc/state-layout.js';
 import type { Session } from '../../session/session.js';
+import type { Connection } from '../connection.js';
 import type { Handler } from '../handler.js';
 
 /** Largest output event payload, in bytes. */
@@ -15,40 +16,48 @@ const OUTPUT_EVENT_BYTES = 1024 * 1024;
 const OUTPUT_FRAME_HEAD_BYTES = 128;
 
 export const subscribe: Handler<'subscribe'> = async ({ supervisor, conn, id }, p) => {
-  const session: Session = supervisor.find(p);
+  const session = supervisor.find(p);
   const stream = p.stream;
   if (session.outputRemoved) {
     throw new SupervisorError('OUTPUT_REMOVED', `session ${session.id}: its output was removed by the retention policy; the receipt stays (sbx receipt)`);
   }
   if (!session.hasStream(stream)) throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} has no ${stream} stream`);
-  let cursor = p.from ?? 0;
+  const from = p.from ?? 0;
   const follow = p.follow ?? false;
-  if (!follow && cursor > session.cursor(stream)) {
-    throw new SupervisorError('CURSOR_OUT_OF_RANGE', `cursor ${cursor} is past the end of ${stream} (${session.cursor(stream)})`, {
-      cursor: session.cursor(stream),
-    });
+  if (!follow && from > session.cursor(stream)) {
+    throw new SupervisorError('CURSOR_OUT_OF_RANGE', `cursor ${from} is past the end of ${stream} (${session.cursor(stream)})`, { cursor: session.cursor(stream) });
   }
-  await conn.send({ id, result: { session_id: session.id, stream, from: cursor, cursor: session.cursor(stream) } });
-  const streamDir = session.streamDir(stream);
-  const chunkBytes = session.req.chunkBytes;
+  await conn.send({ id, result: { session_id: session.id, stream, from, cursor: session.cursor(stream) } });
+  // One reader for the whole subscription: each chunk file is opened once, not per event.
+  const reader = new ChunkReader(session.streamDir(stream), session.req.chunkBytes);
+  try {
+    await streamFrom(conn, id, session, stream, from, follow, reader);
+  } finally {
+    reader.close();
+  }
+  return undefined;
+};
+
+/** Sends [cursor, ...) as output events, then the end event (see the header). */
+async function streamFrom(conn: Connection, id: number, session: Session, stream: StreamName, cursor: number, follow: boolean, reader: ChunkReader): Promise<void> {
   for (;;) {
     const end = session.cursor(stream);
     while (cursor < end && !conn.closed) {
       const from = cursor;
       let n = 0;
       const into = conn.frameBuffer(OUTPUT_EVENT_BYTES + OUTPUT_FRAME_HEAD_BYTES);
-      const frame = encodeOutputFrame(id, stream, from, Math.min(OUTPUT_EVENT_BYTES, end - from), (buf, offset, max) => (n = readStoredInto(streamDir, chunkBytes, from, end, buf, offset, max)), into);
+      const frame = encodeOutputFrame(id, stream, from, Math.min(OUTPUT_EVENT_BYTES, end - from), (buf, offset, max) => (n = reader.readInto(from, end, buf, offset, max)), into);
       if (!frame) break;
       await conn.sendEncoded(frame, frame.buffer === into.buffer ? into : undefined);
       cursor += n;
     }
-    if (conn.closed) return undefined;
+    if (conn.closed) return;
     // Re-read after the sends: the drain may have ended while a send waited on a slow
     // reader. Final is read before the cursor, with no await between them.
     const finalNow = session.streamFinal(stream);
     if (!follow || (finalNow && cursor >= session.cursor(stream))) {
       await conn.send({ id, event: 'end', stream, cursor, final: finalNow });
-      return undefined;
+      return;
     }
     if (cursor < session.cursor(stream)) continue;
     await new Promise<void>((resolve) => {
@@ -66,4 +75,4 @@ export const subscribe: Handler<'subscribe'> = async ({ supervisor, conn, id }, 
       conn.socket.once('close', onClose);
     });
   }
-};
+}
