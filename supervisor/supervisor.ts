@@ -4,23 +4,23 @@
 // settled. Identity and the lock are identity.ts, seal and close close.ts, retention
 // retention.ts, status status.ts; one session's life is session/, the socket server/.
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, rmdirSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import type { Logger } from 'pino';
 import { SupervisorError } from '../ipc/errors.js';
 import type { GcResult, SealResult } from '../ipc/methods.js';
 import type { CloseReceipt, LaunchParams, LaunchResult, Receipt, SessionSelector, StatusResult, SupervisorMode } from '../ipc/protocol.js';
-import { STATE, storedChunks } from '../ipc/state-layout.js';
-import { verifySignature } from '../ipc/verify.js';
+import { STATE } from '../ipc/state-layout.js';
 import { admit } from './admission.js';
-import { CgroupLeaf, CgroupTree } from './cgroup.js';
+import { CgroupTree } from './cgroup.js';
 import { Closing } from './close.js';
 import type { Config } from './config.js';
 import { faultPoint } from './fault.js';
 import { newSessionId, readBootId, StateDirLock, takeGeneration } from './identity.js';
 import { native } from './native.js';
 import { Reaper } from './reaper.js';
+import { restoreSessions } from './restore.js';
 import { Retention } from './retention.js';
 import type { OperatorAttestation, SessionContext } from './session/context.js';
 import { isSettled } from './session/lifecycle.js';
@@ -30,10 +30,8 @@ import { RecoveredSession } from './session/recovered.js';
 import type { Session } from './session/session.js';
 import { ReceiptSigner } from './signing.js';
 import { StatusReporter } from './status.js';
-import { fsyncDir } from './store/durable.js';
 import { HashPool, hashWorkerPath } from './store/hasher.js';
-import { promoteReservedReceipt, readReceipt, readReserved, receiptFromFacts, tidyEndedSessionDir } from './store/receipt-file.js';
-import { KeyIndex, onlyUncommittedAdmission, readAdmission, sessionDirs, type AdmissionRecord } from './store/records.js';
+import { KeyIndex } from './store/records.js';
 import { StorageGuard, thresholdWarnings } from './store/storage.js';
 import { lookupUser } from './users.js';
 
@@ -125,132 +123,14 @@ export class Supervisor {
   }
 
   /**
-   * Loads every session in the state dir: with a receipt it is ended; without one it is
-   * unknown until reconcile(). Files that cannot be read make only their own session
-   * unknown (with the reason) and never stop start-up. Keys are indexed from the key files
-   * and, for a crash between the admission and key writes, from the admission records.
+   * Loads every session in the state dir (restore.ts): ended, unknown until reconcile(), or
+   * broken (unreadable files, unknown with the reason). Never stops start-up.
    */
   private restore(): void {
-    const names = readdirSync(this.ctx.sessionsDir);
-    for (const name of names) {
-      if (name.startsWith('.retiring-')) rmSync(join(this.ctx.sessionsDir, name), { recursive: true, force: true });
-    }
-    this.retention.restore(names.filter((n) => !n.startsWith('.')));
-    const keyOf = new Map<string, string>();
-    const { records, errors } = this.keys.load();
-    for (const e of errors) this.log.error(e, 'unreadable key record');
-    for (const r of records) keyOf.set(r.session_id, r.invocation_key);
-    for (const sessionId of sessionDirs(this.ctx.sessionsDir)) {
-      const dir = join(this.ctx.sessionsDir, sessionId);
-      if (!keyOf.has(sessionId) && onlyUncommittedAdmission(dir) && this.discardUncommittedAdmission(sessionId)) continue;
-      let session: Session;
-      try {
-        const admission = readAdmission(dir);
-        let receipt: Receipt | null = null;
-        let resumed: Receipt | null = null;
-        try {
-          receipt = readReceipt(dir, sessionId);
-        } catch (err) {
-          throw new Error(`receipt is unreadable: ${(err as Error).message}`);
-        }
-        // Signed by this supervisor's key and not matching: changed since (a receipt signed by
-        // an earlier key, or unsigned from before signing, cannot be checked here: kept).
-        if (receipt?.signature?.key_id === this.ctx.signer.keyId) {
-          const problems = verifySignature(receipt, this.ctx.signer.publicKeyPem);
-          if (problems.length) throw new Error(`receipt does not verify: ${problems.join('; ')}`);
-        }
-        if (!receipt) {
-          const adopted = this.adoptReserved(dir, admission);
-          if (adopted?.published) receipt = adopted.receipt;
-          else if (adopted) resumed = adopted.receipt;
-        }
-        if (receipt) {
-          try {
-            tidyEndedSessionDir(dir);
-          } catch (err) {
-            this.log.warn({ err, session_id: sessionId }, 'could not tidy an ended session dir');
-          }
-        }
-        const recovered = RecoveredSession.fromRecords(admission, receipt, this.ctx);
-        if (resumed) recovered.resumeReceipt(resumed);
-        session = recovered;
-        if (!keyOf.has(sessionId)) {
-          this.keys.write({ invocation_key: admission.invocation_key, session_id: sessionId, command_digest: admission.command_digest, admitted_at: admission.admitted_at });
-        }
-      } catch (err) {
-        const reason = `state files unreadable: ${(err as Error).message}`;
-        this.log.error({ session_id: sessionId, reason }, 'session files are torn or corrupt; the session is unknown');
-        session = RecoveredSession.broken(sessionId, keyOf.get(sessionId) ?? `unreadable-${sessionId}`, reason, this.ctx);
-      }
-      this.register(session);
-    }
-    // A key whose session is gone from disk still can never run again.
-    for (const r of records) {
-      if (!this.byKey.has(r.invocation_key) && !this.retention.tombstone({ invocationKey: r.invocation_key })) {
-        this.register(RecoveredSession.broken(r.session_id, r.invocation_key, 'the session\'s files are gone; its key stays used', this.ctx));
-      }
-    }
+    for (const session of restoreSessions(this.ctx, this.keys, this.retention)) this.register(session);
     const unknown = [...this.sessions.values()].filter((s) => s.state === 'unknown').length;
     this.reconciling = unknown > 0;
     this.log.info({ sessions: this.sessions.size, unknown }, 'state restored');
-  }
-
-  /**
-   * A session dir holding no admission record, only its temp file or nothing, is an
-   * admission a crash interrupted before it committed: nothing was spawned (the spawn comes
-   * after the fsync'ed record) and the key was not taken (its record comes after too). The
-   * dir and its empty leaf go. A populated leaf (never by construction) is kept as a broken
-   * session, whose processes reconciliation ends. Returns whether it was discarded.
-   */
-  private discardUncommittedAdmission(sessionId: string): boolean {
-    const leaf = this.ctx.tree ? new CgroupLeaf(join(this.ctx.tree.sessionsPath, sessionId)) : null;
-    if (leaf?.populated()) return false;
-    try {
-      if (leaf && existsSync(leaf.path)) rmdirSync(leaf.path);
-      rmSync(join(this.ctx.sessionsDir, sessionId), { recursive: true, force: true });
-      fsyncDir(this.ctx.sessionsDir);
-    } catch (err) {
-      this.log.warn({ err, session_id: sessionId }, 'could not remove an admission that never committed');
-      return false;
-    }
-    this.log.info({ session_id: sessionId }, 'removed an admission a crash interrupted before it committed (nothing ran, no key was taken)');
-    return true;
-  }
-
-  /**
-   * What a crash left in a session's reservation, if it carries our signature: a whole
-   * receipt written and fsync'ed but not yet linked (linked into place now: published), or
-   * the facts record of a receipt the disk had no room for (rebuilt from the admission record
-   * and the chunk files; it is written once there is room). Null: nothing usable there.
-   */
-  private adoptReserved(dir: string, admission: AdmissionRecord): { receipt: Receipt; published: boolean } | null {
-    const sessionId = admission.session_id;
-    const found = readReserved(dir, sessionId);
-    if (!found) return null;
-    const record = found.kind === 'receipt' ? found.receipt : found.facts;
-    const problems = verifySignature(record, this.ctx.signer.publicKeyPem);
-    if (problems.length) {
-      this.log.warn({ session_id: sessionId, problems }, 'the receipt reservation holds a record that does not verify; ignored');
-      return null;
-    }
-    if (found.kind === 'facts') {
-      const rebuilt = receiptFromFacts(found.facts, admission, (stream) => storedChunks(dir, stream as 'stdout', admission.chunk_bytes));
-      if (!rebuilt) {
-        this.log.warn({ session_id: sessionId }, 'the receipt facts in the reservation no longer match the chunk files; ignored');
-        return null;
-      }
-      this.log.info({ session_id: sessionId }, 'rebuilt a receipt from the facts a crash left in its reservation');
-      return { receipt: this.ctx.signer.sign(rebuilt), published: false };
-    }
-    try {
-      promoteReservedReceipt(dir);
-      this.log.info({ session_id: sessionId }, 'published a receipt a crash left in its reservation');
-    } catch (err) {
-      // Durable under its reservation's name all the same: written into place by the session.
-      this.log.warn({ err, session_id: sessionId }, 'could not link a receipt found in its reservation');
-      return { receipt: found.receipt, published: false };
-    }
-    return { receipt: found.receipt, published: true };
   }
 
   private register(session: Session): void {

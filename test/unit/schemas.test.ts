@@ -1,0 +1,46 @@
+// Request validation (ipc/schemas.ts): the one source of every method's params; a bad field
+// is INVALID_ARGUMENT naming it.
+import { describe, expect, it } from 'vitest';
+import { SupervisorError } from '../../ipc/errors.js';
+import { ParamsSchemas, validate } from '../../ipc/schemas.js';
+
+const fails = (method: keyof typeof ParamsSchemas, params: unknown) => {
+  try {
+    validate(ParamsSchemas[method] as never, params, method);
+  } catch (err) {
+    expect(err).toBeInstanceOf(SupervisorError);
+    return (err as SupervisorError).toWire();
+  }
+  throw new Error(`${method} accepted ${JSON.stringify(params)}`);
+};
+
+describe('ParamsSchemas', () => {
+  it('has one schema per method of the method table', () => {
+    expect(Object.keys(ParamsSchemas).sort()).toEqual(['cancel', 'close', 'gc', 'hello', 'kill', 'launch', 'ps', 'receipt', 'resize', 'resolve', 'seal', 'status', 'subscribe', 'wait', 'write']);
+  });
+
+  it('launch: argv without a fixed cap, no NUL; env names without = ; durations up to 30 days; no unknown keys', () => {
+    expect(validate(ParamsSchemas.launch, { argv: Array.from({ length: 100_000 }, () => 'x'), cwd: '/' }, 'launch').argv).toHaveLength(100_000);
+    expect(fails('launch', { argv: ['a\0b'], cwd: '/' })).toMatchObject({ code: 'INVALID_ARGUMENT', details: { field: 'argv.0' }, message: expect.stringContaining('NUL') });
+    expect(fails('launch', { argv: [], cwd: '/' })).toMatchObject({ details: { field: 'argv' } });
+    expect(fails('launch', { argv: ['true'], cwd: '/', env: { 'A=B': 'x' } })).toMatchObject({ message: 'launch: env.A=B: Invalid key in record', details: { field: 'env.A=B' } });
+    expect(fails('launch', { argv: ['true'], cwd: '/', timeout_ms: 31 * 24 * 3600 * 1000 })).toMatchObject({ details: { field: 'timeout_ms' } });
+    expect(fails('launch', { argv: ['true'], cwd: '/', surprise: 1 })).toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('surprise') });
+  });
+
+  it('selectors take exactly one of session_id and invocation_key', () => {
+    expect(validate(ParamsSchemas.wait, { session_id: 's-1-aa' }, 'wait')).toEqual({ session_id: 's-1-aa' });
+    expect(fails('wait', {})).toMatchObject({ message: 'wait: params: give exactly one of session_id or invocation_key' });
+    expect(fails('wait', { session_id: 's', invocation_key: 'k' })).toMatchObject({ code: 'INVALID_ARGUMENT' });
+  });
+
+  it('write takes bytes (at most 8 MiB), subscribe a known stream and a non-negative cursor, kill a signal', () => {
+    expect(validate(ParamsSchemas.write, { session_id: 's', data: Buffer.from('x') }, 'write').data).toEqual(Buffer.from('x'));
+    expect(fails('write', { session_id: 's', data: 'text' })).toMatchObject({ details: { field: 'data' } });
+    expect(fails('write', { session_id: 's', data: Buffer.alloc(8 * 1024 * 1024 + 1) })).toMatchObject({ message: expect.stringContaining('at most 8 MiB') });
+    expect(fails('subscribe', { session_id: 's', stream: 'stdin' })).toMatchObject({ details: { field: 'stream' } });
+    expect(fails('subscribe', { session_id: 's', stream: 'stdout', from: -1 })).toMatchObject({ details: { field: 'from' } });
+    expect(validate(ParamsSchemas.kill, { session_id: 's', signal: 'SIGTERM' }, 'kill').signal).toBe('SIGTERM');
+    expect(fails('kill', { session_id: 's', signal: 65 })).toMatchObject({ details: { field: 'signal' } });
+  });
+});
