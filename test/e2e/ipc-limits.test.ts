@@ -251,12 +251,17 @@ describe('backpressure', () => {
 
   it('logs --from past the end: CURSOR_OUT_OF_RANGE at once; with --follow it waits for those bytes', async () => {
     const d = await daemon();
-    const detached = await d.sbx(['run', '--detach', '--', 'sh', '-c', 'echo first; sleep 0.7; echo second']);
+    // "second" comes only once the test says so: no race against a sleep.
+    const go = join(d.dir, 'go');
+    const detached = await d.sbx(['run', '--detach', '--', 'sh', '-c', `echo first; while [ ! -e ${go} ]; do sleep 0.02; done; echo second`]);
     const id = detached.stdout.toString().trim();
+    await until(async () => JSON.parse((await d.sbx(['ps', '--json'])).stdout.toString())[0]?.cursors.stdout === 6, '"first" to be stored');
     const now = await d.sbx(['logs', id, '--from', '10']);
     expect(now.status).toBe(125);
     expect(now.stderr.toString()).toContain('CURSOR_OUT_OF_RANGE');
-    const followed = await d.sbx(['logs', id, '--from', '10', '--follow']);
+    const following = d.sbx(['logs', id, '--from', '10', '--follow']);
+    writeFileSync(go, '');
+    const followed = await following;
     expect(followed.status).toBe(0);
     expect(followed.stdout.toString()).toBe('second\n'.slice(4)); // bytes 10.. of "first\nsecond\n"
     const missing = await d.sbx(['logs', 's-0-nope']);

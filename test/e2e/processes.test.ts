@@ -6,7 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../../ipc/protocol.js';
-import { pidsWithMarker, sha256, TestDaemon, until, zombieChildren } from '../helpers/daemon.js';
+import { pidsWithMarker, PROGRAMS, sha256, TestDaemon, until, zombieChildren } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;
 beforeAll(async () => {
@@ -99,7 +99,7 @@ describe('descendants', () => {
   });
 
   it('reaps 100 orphans: no zombie is left under the supervisor', async () => {
-    const r = await daemon.sbx(['run', '--', 'sh', '-c', 'i=0; while [ $i -lt 100 ]; do sh -c "sleep 0.01 &"; i=$((i+1)); done; sleep 0.2; echo done']);
+    const r = await daemon.sbx(['run', '--', join(PROGRAMS, 'spawn-orphans'), '100']);
     expect(r.status).toBe(0);
     expect(r.stdout.toString()).toBe('done\n');
     await until(() => zombieChildren(daemon.pid).length === 0, 'zombies under the supervisor to be reaped', 5000);

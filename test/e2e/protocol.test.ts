@@ -14,19 +14,31 @@ afterAll(async () => {
   expect(await daemon.stop()).toEqual({ code: 0, signal: null });
 });
 
-/** Sends raw bytes on a fresh connection; resolves with every frame received until close. */
-function exchange(chunks: Buffer[], closeAfterMs = 2000): Promise<{ frames: any[]; closedByServer: boolean }> {
+/**
+ * Sends raw bytes on a fresh connection; resolves with the frames received once `frames` of
+ * them have arrived (then it closes its end), or when the server closes first. Fails after a
+ * deadline rather than waiting a fixed time.
+ */
+function exchange(chunks: Buffer[], expectFrames = Infinity, deadlineMs = 10_000): Promise<{ frames: any[]; closedByServer: boolean }> {
   return new Promise((resolve, reject) => {
     const socket = connect(daemon.socketPath);
     const decoder = new FrameDecoder();
     const frames: any[] = [];
     let closedByServer = true;
     const timer = setTimeout(() => {
-      closedByServer = false;
       socket.destroy();
-    }, closeAfterMs);
+      reject(new Error(`${frames.length} of ${expectFrames} frames within ${deadlineMs} ms`));
+    }, deadlineMs);
     socket.on('connect', () => chunks.forEach((c) => socket.write(c)));
-    socket.on('data', (d) => decoder.push(d, (f) => frames.push(f)));
+    socket.on('data', (d) =>
+      decoder.push(d, (f) => {
+        frames.push(f);
+        if (frames.length >= expectFrames) {
+          closedByServer = false;
+          socket.destroy();
+        }
+      }),
+    );
     socket.on('error', reject);
     socket.on('close', () => {
       clearTimeout(timer);
@@ -39,7 +51,7 @@ const hello = (versions = [1]) => encodeFrame({ id: 1, method: 'hello', params: 
 
 describe('protocol', () => {
   it('answers hello with the version, then requests', async () => {
-    const { frames } = await exchange([hello(), encodeFrame({ id: 2, method: 'status', params: {} })], 500);
+    const { frames } = await exchange([hello(), encodeFrame({ id: 2, method: 'status', params: {} })], 2);
     expect(frames[0]).toMatchObject({ id: 1, result: { version: 1, generation: 1 } });
     expect(frames[1]).toMatchObject({ id: 2, result: { mode: 'cgroup', protocol: 1 } });
   });
@@ -53,7 +65,7 @@ describe('protocol', () => {
         encodeFrame({ method: 'status' }),
         encodeFrame({ id: 9, method: 'hello', params: { versions: [1] } }),
       ],
-      500,
+      5,
     );
     expect(frames.slice(1).map((f) => [f.id, f.error?.code])).toEqual([
       [0, 'INVALID_ARGUMENT'],
@@ -72,7 +84,7 @@ describe('protocol', () => {
     const body = Buffer.concat([Buffer.from([0x83]), str('id'), u64(1), str('method'), str('hello'), str('params'), Buffer.from([0x81]), str('versions'), Buffer.from([0x91]), u64(1)]);
     const prefix = Buffer.alloc(4);
     prefix.writeUInt32BE(body.length);
-    const { frames } = await exchange([prefix, body], 500);
+    const { frames } = await exchange([prefix, body], 1);
     expect(frames[0]).toMatchObject({ id: 1, result: { version: 1 } });
   });
 
@@ -83,7 +95,7 @@ describe('protocol', () => {
   });
 
   it('requires hello first', async () => {
-    const { frames } = await exchange([encodeFrame({ id: 7, method: 'status' })], 500);
+    const { frames } = await exchange([encodeFrame({ id: 7, method: 'status' })], 1);
     expect(frames[0]).toMatchObject({ id: 7, error: { code: 'INVALID_ARGUMENT' } });
   });
 
@@ -97,8 +109,9 @@ describe('protocol', () => {
 
   it('answers malformed msgpack, unknown methods and bad params with stable codes', async () => {
     const garbage = Buffer.from([0, 0, 0, 1, 0xc1]); // 0xc1 is never valid msgpack
-    const bad = await exchange([hello(), garbage], 500);
+    const bad = await exchange([hello(), garbage]);
     expect(bad.frames[1].error.code).toBe('INVALID_ARGUMENT');
+    expect(bad.closedByServer).toBe(true);
     const { frames } = await exchange(
       [
         hello(),
@@ -108,7 +121,7 @@ describe('protocol', () => {
         encodeFrame({ id: 5, method: 'subscribe', params: { session_id: 'x', stream: 'stdout', from: -1 } }),
         encodeFrame({ id: 6, method: 'launch', params: { argv: ['true'], cwd: '/', timeout_ms: 31 * 24 * 3600 * 1000 } }),
       ],
-      500,
+      6,
     );
     const byId = new Map(frames.map((f) => [f.id, f]));
     expect(byId.get(2).error.code).toBe('INVALID_ARGUMENT');

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
 import { receiptDigest, verifyStoredOutput } from '../../ipc/verify.js';
-import { TestDaemon, until } from '../helpers/daemon.js';
+import { PROGRAMS, TestDaemon, until } from '../helpers/daemon.js';
 
 const MiB = 1 << 20;
 
@@ -275,7 +275,7 @@ describe('a small state dir keeps itself usable (64 MiB tmpfs, default threshold
 
   it('after a flood fills it, the oldest ended output goes by itself and admission reopens; a running flood is never touched', async () => {
     const client = await daemon.client();
-    const flood = await client.launch({ argv: ['head', '-c', String(200 * MiB), '/dev/zero'], cwd: '/', invocation_key: 'flood-1' });
+    const flood = await client.launch({ argv: [join(PROGRAMS, 'flood-stdout'), String(200 * MiB)], cwd: '/', invocation_key: 'flood-1' });
     const r = await client.wait({ session_id: flood.session_id });
     expect(r.output.stdout).toMatchObject({ complete: false, reason: 'disk_full' });
     // Its end left free space under the keep-free target: the oldest ended output goes (the

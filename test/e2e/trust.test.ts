@@ -115,11 +115,17 @@ describe('sessions as another user', () => {
       'delete a receipt': `rm -f ${sessionDir}/receipt.json`,
       'create in the socket dir': `touch ${daemon.dir}/planted`,
       'delete the socket': `rm -f ${daemon.socketPath}`,
-      'connect to the socket': `exec 3<>/dev/null; node -e "require('net').connect('${daemon.socketPath}').on('connect',()=>process.exit(0)).on('error',()=>process.exit(1))"`,
+      'connect to the socket': `exec 3<>/dev/null; node -e "require('net').connect('${daemon.socketPath}').on('connect',()=>process.exit(0)).on('error',(e)=>process.exit(e.code==='EACCES'?1:3))"`,
     };
     for (const [what, cmd] of Object.entries(attempts)) {
       const r = await daemon.sbx(['run', '--user', 'nobody', '--cwd', '/', '--', 'sh', '-c', cmd]);
-      expect(r.status, what).not.toBe(0);
+      // Each fails for the one right reason: permission (EACCES), never a missing file.
+      if (what === 'connect to the socket') {
+        expect(r.status, what).toBe(1); // the script's exit on the connect error
+        continue;
+      }
+      expect(r.status, what).toBe(what === 'change the identity file' ? 2 : 1); // sh's status for a failed redirection is 2
+      expect(r.stderr.toString(), what).toMatch(/Permission denied\n$/);
     }
     expect(readFileSync(join(daemon.stateDir, 'supervisor.json')).equals(before)).toBe(true);
     expect(existsSync(join(daemon.stateDir, 'planted'))).toBe(false);

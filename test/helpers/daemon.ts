@@ -12,6 +12,8 @@ import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from './cgroup-clea
 export const ROOT = resolve(import.meta.dirname, '../..');
 export const SBX = join(ROOT, 'dist/cli/sbx.js');
 export const DAEMON = join(ROOT, 'dist/supervisor/main.js');
+/** Small programs the tests run, named for what they do (test/fixtures/programs/). */
+export const PROGRAMS = join(ROOT, 'test/fixtures/programs');
 
 export interface DaemonOptions {
   /** Extra config keys (merged over the test defaults). */
