@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 // sbx: the launch-only client. It asks the supervisor to run commands and streams their
-// bytes; it never owns a process, so killing sbx never kills a command (the supervisor
-// decides, per --on-disconnect in a later issue). Exit statuses follow sh, timeout(1) and
-// docker run (SPEC.md): the command's code, 128+N for a signal, 124 for the deadline, 125
-// when the supervisor or the request failed. Imports ipc/ only, never supervisor/.
+// bytes; it never owns a process, so killing sbx never kills a command (unless it was
+// launched with --on-disconnect cancel: the supervisor then cancels it). A launch carries an
+// invocation key (sbx makes one when none is given), so a drop before the answer is resent.
+// Exit statuses follow sh, timeout(1) and docker run (SPEC.md): the command's code, 128+N for
+// a signal, 124 for the deadline, 125 when the supervisor or the request failed. Imports ipc/
+// only, never supervisor/, and no zod (types only): it starts fast (DESIGN.md 17).
 import { isUtf8 } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -170,7 +172,7 @@ async function launchUntilAnswered(g: GlobalOptions, params: LaunchParams, detac
     } catch (err) {
       client?.close();
       const code = (err as NodeJS.ErrnoException).code ?? '';
-      const expired = giveUpAt !== null && Date.now() > giveUpAt;
+      const expired = giveUpAt !== null && performance.now() > giveUpAt;
       if (isSupervisorError(err)) {
         if (!err.retryable || detach || expired) fail(describe(err));
         line = `sbx: waiting: ${refusalWait(err)} (retrying for up to ${budgetS} s)`;
@@ -183,7 +185,7 @@ async function launchUntilAnswered(g: GlobalOptions, params: LaunchParams, detac
         fail(describe(err));
       }
     }
-    giveUpAt ??= Date.now() + DEFAULT_RECONNECT_MS;
+    giveUpAt ??= performance.now() + DEFAULT_RECONNECT_MS;
     say(line);
     await sleep(delayMs);
   }

@@ -2,7 +2,7 @@
 // with ids, and output subscriptions whose events are routed to handlers. Used by sbx and by
 // harnesses. Owns no process and no session: closing it never touches a command.
 import { connect as netConnect, type Socket } from 'node:net';
-import { SupervisorError, type WireError } from './errors.js';
+import { SupervisorError } from './errors.js';
 import { encodeFrame, FrameDecoder } from './framing.js';
 import type { GcResult, MethodName, ParamsOf, ResultOf, SealResult } from './methods.js';
 import { defaultSocketPath } from './paths.js';
@@ -13,6 +13,8 @@ import {
   type LaunchParams,
   type LaunchResult,
   type OutputEvent,
+  type RequestFrame,
+  type ResponseFrame,
   type Receipt,
   type SessionSelector,
   type SessionSummary,
@@ -81,7 +83,7 @@ export class SupervisorClient {
     const id = this.nextId++;
     return new Promise<ResultOf<M>>((resolve, reject) => {
       this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
-      this.socket.write(encodeFrame({ id, method, params: withoutUndefined(params) }));
+      this.socket.write(encodeFrame({ id, method, params: withoutUndefined(params) } satisfies RequestFrame));
     });
   }
 
@@ -134,7 +136,7 @@ export class SupervisorClient {
           reject(err);
         },
       });
-      this.socket.write(encodeFrame({ id, method: 'subscribe', params: withoutUndefined(params) }));
+      this.socket.write(encodeFrame({ id, method: 'subscribe', params: withoutUndefined(params) } satisfies RequestFrame));
     });
   }
 
@@ -173,14 +175,14 @@ export class SupervisorClient {
 
   private onData(data: Buffer): void {
     try {
-      this.decoder.push(data, (raw) => this.route(raw as { id: number; result?: unknown; error?: WireError; event?: string }));
+      this.decoder.push(data, (raw) => this.route(raw as ResponseFrame));
     } catch (err) {
       this.fail(err as Error);
       this.socket.destroy();
     }
   }
 
-  private route(frame: { id: number; result?: unknown; error?: WireError; event?: string }): void {
+  private route(frame: ResponseFrame): void {
     if (frame.event) {
       const handlers = this.subscriptions.get(frame.id);
       if (!handlers) return;
@@ -254,12 +256,12 @@ export class ReconnectingClient {
 
   /** A connected client, reconnecting for up to reconnectMs. */
   async get(): Promise<SupervisorClient> {
-    const giveUpAt = Date.now() + (this.options.reconnectMs ?? DEFAULT_RECONNECT_MS);
+    const giveUpAt = performance.now() + (this.options.reconnectMs ?? DEFAULT_RECONNECT_MS);
     while (!this.client) {
       try {
         this.client = await SupervisorClient.connect(this.options);
       } catch (err) {
-        if (Date.now() > giveUpAt) {
+        if (performance.now() > giveUpAt) {
           const reason = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
           throw new Error(`lost the supervisor and it did not come back within ${Math.round((this.options.reconnectMs ?? DEFAULT_RECONNECT_MS) / 1000)} s (${reason})`);
         }

@@ -11,6 +11,11 @@ export const ERROR_CODES = {
   SESSION_NOT_FOUND: false,
   KEY_CONFLICT: false,
   CURSOR_OUT_OF_RANGE: false,
+  /**
+   * Reserved (SPEC table; a code is never reused): a spawn that fails is a fact of the session,
+   * which was admitted and whose key is taken, so it is reported in its receipt (outcome
+   * spawn_failed, spawn_error with the stage and errno), never as a refused launch.
+   */
   SPAWN_FAILED: false,
   ADMISSION_SEALED: false,
   ADMISSION_DENIED: true,

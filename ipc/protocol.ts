@@ -170,7 +170,7 @@ export interface StreamOutput {
   chunks: ChunkDigest[];
 }
 
-/** The receipt (SPEC.md "Receipt"); `signature` arrives with the signing issue. */
+/** The receipt (SPEC.md "Receipt"): signed (Ed25519 over its JCS encoding without `signature`). */
 export interface Receipt {
   version: 1;
   session_id: string;

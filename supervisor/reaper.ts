@@ -1,6 +1,6 @@
 // The supervisor as child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER): orphans of every
 // session are reparented to this process and must be reaped here, by pid, never with
-// waitpid(-1), which would steal the statuses libuv and node-pty wait for (DESIGN.md 6).
+// waitpid(-1), which would steal the statuses libuv waits for (DESIGN.md 6).
 // So every child this process spawns goes through track(); on SIGCHLD the reaper lists
 // our children (/proc/self/task/*/children), and reaps each zombie it did not spawn.
 import { readdirSync, readFileSync } from 'node:fs';
@@ -32,7 +32,7 @@ export function ownChildren(): number[] {
 }
 
 export class Reaper {
-  /** Pids spawned through libuv (child_process) or node-pty: never ours to reap. */
+  /** Pids spawned through libuv (child_process): never ours to reap. */
   private readonly spawned = new Set<number>();
   private scheduled = false;
   private reapedTotal = 0;
@@ -49,7 +49,7 @@ export class Reaper {
     process.off('SIGCHLD', this.onSignal);
   }
 
-  /** Records a child that libuv or node-pty will wait for; call right after spawn returns. */
+  /** Records a child that libuv will wait for; call right after spawn returns. */
   track(pid: number): void {
     this.spawned.add(pid);
   }

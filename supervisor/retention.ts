@@ -92,7 +92,8 @@ export class Retention {
    * Applies the policy now: output of old ended sessions (and while over the total, or under
    * the keep-free target) oldest first; whole sessions past receiptMaxAgeMs, leaving a
    * tombstone. Output first: on a full disk it frees the room a tombstone then needs. One that
-   * fails is logged and left for the next run; the rest go on.
+   * fails is logged and left for the next run; the rest go on. nowMs is wall-clock time, as
+   * the receipts' ended_at that ages are counted from.
    */
   gc(nowMs = Date.now()): GcResult {
     if (this.host.isClosed()) return { removed_output: [], retired: [], freed_bytes: 0, closed: true };

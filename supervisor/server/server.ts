@@ -94,8 +94,8 @@ export class SupervisorServer {
    */
   async close(drainMs = 5000): Promise<void> {
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
-    const giveUpAt = Date.now() + drainMs;
-    while ([...this.connections].some((c) => c.inFlight > 0 && !c.closed) && Date.now() < giveUpAt) {
+    const giveUpAt = performance.now() + drainMs;
+    while ([...this.connections].some((c) => c.inFlight > 0 && !c.closed) && performance.now() < giveUpAt) {
       await new Promise((r) => setTimeout(r, 20));
     }
     for (const c of this.connections) c.socket.destroy();
