@@ -14,6 +14,7 @@ import { native } from './native.js';
 import { signalName, signalNumber } from './spawn.js';
 import type { Session } from './session.js';
 import type { Supervisor } from './supervisor.js';
+import { lookupGroup } from './users.js';
 import { Schemas, validate } from './validate.js';
 import { VERSION } from '../ipc/version.js';
 
@@ -344,7 +345,7 @@ export class SupervisorServer {
     chmodSync(this.socketPath, 0o660);
     const group = this.supervisor.config.ipc.socketGroup;
     if (group !== undefined) {
-      const gid = typeof group === 'number' ? group : groupId(group);
+      const gid = lookupGroup(group, 'ipc.socketGroup');
       chownSync(this.socketPath, process.getuid?.() ?? 0, gid);
       if (createdDir) {
         chownSync(dir, process.getuid?.() ?? 0, gid);
@@ -543,13 +544,4 @@ function answers(path: string): Promise<boolean> {
     });
     s.once('error', () => resolve(false));
   });
-}
-
-/** gid of a group name from /etc/group (group(5)); throws naming it when absent. */
-function groupId(name: string): number {
-  for (const line of readFileSync('/etc/group', 'utf8').split('\n')) {
-    const [gname, , gid] = line.split(':');
-    if (gname === name) return Number(gid);
-  }
-  throw new Error(`ipc.socketGroup: no group named ${JSON.stringify(name)} in /etc/group`);
 }
