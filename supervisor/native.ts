@@ -5,28 +5,40 @@ import { createRequire } from 'node:module';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-/** The addon's surface (native-helpers/src/addon.c); errors carry `code` = errno name. */
+/**
+ * The addon's surface (native-helpers/src/addon.c over sys.c). A failed call throws an Error
+ * like node:fs does: `code` the errno name, `errno` negative, `syscall`; bad arguments throw
+ * a TypeError with code EINVAL. Fds it returns are O_CLOEXEC.
+ */
 export interface NativeHelpers {
-  /** prctl(PR_SET_CHILD_SUBREAPER, 1). */
+  /** prctl(PR_SET_CHILD_SUBREAPER, 1): this process adopts its orphaned descendants. */
   setChildSubreaper(): void;
   /** prctl(PR_GET_CHILD_SUBREAPER). */
   isChildSubreaper(): boolean;
-  /** waitpid(pid, WNOHANG) for that pid only: null while it runs; ECHILD if not our child. */
+  /** waitpid(pid, WNOHANG) for that pid only: null while it runs, else how it ended; ECHILD if not our child. */
   reapPid(pid: number): { pid: number; code: number | null; signal: number | null } | null;
-  /** pipe2(O_CLOEXEC): [readFd, writeFd]. */
+  /** pipe2(O_CLOEXEC): [readFd, writeFd] of a real pipe. */
   makePipe(): [number, number];
-  /** fcntl(F_SETPIPE_SZ): the capacity granted, in bytes. */
+  /** fcntl(F_SETPIPE_SZ): the capacity granted, in bytes; EBADF on a fd that is not a pipe, EPERM above pipe-max-size. */
   setPipeSize(fd: number, bytes: number): number;
-  /** getsockopt(SO_PEERCRED) on a connected Unix socket fd. */
-  peerCred(fd: number): { pid: number; uid: number; gid: number };
-  /** posix_openpt + grantpt + unlockpt; both fds O_CLOEXEC, the slave O_NOCTTY. */
-  openPty(cols: number, rows: number): { master: number; slave: number; path: string };
-  /** sd_notify(3): false when $NOTIFY_SOCKET is unset. */
-  sdNotify(message: string): boolean;
-  /** ioctl(TIOCSWINSZ). */
-  setWindowSize(fd: number, cols: number, rows: number): void;
   /** flock(LOCK_EX|LOCK_NB): true when taken, false when held elsewhere; held while fd is open. */
   tryLockExclusive(fd: number): boolean;
+  /** getsockopt(SO_PEERCRED) on a connected Unix socket fd; ENOTSOCK on anything else. */
+  peerCred(fd: number): { pid: number; uid: number; gid: number };
+  /** posix_openpt + grantpt + unlockpt + TIOCSWINSZ (cols, rows 1..65535): the master O_NONBLOCK, the slave O_NOCTTY; syscall names the step that failed. */
+  openPty(cols: number, rows: number): { master: number; slave: number; path: string };
+  /** ioctl(TIOCSWINSZ): the foreground process group gets SIGWINCH; ENOTTY on a non-tty. */
+  setWindowSize(fd: number, cols: number, rows: number): void;
+  /** sd_notify(3): false when $NOTIFY_SOCKET is unset, true when the datagram was sent (message: at most 4096 bytes). */
+  sdNotify(message: string): boolean;
+  /** getpwnam_r(3) through NSS: the passwd entry; ENOENT when there is no such user. */
+  userByName(name: string): { uid: number; gid: number; name: string; home: string };
+  /** getpwuid_r(3) through NSS (uid 0..4294967294): the passwd entry; ENOENT when no entry has that uid. */
+  userById(uid: number): { uid: number; gid: number; name: string; home: string };
+  /** getgrnam_r(3) through NSS: the gid; ENOENT when there is no such group. */
+  groupByName(name: string): number;
+  /** Calls callback once, from the event loop, when fd is writable, hung up or in error (the next write says which); returns cancel(), idempotent. Watches a dup of fd. */
+  waitWritable(fd: number, callback: () => void): () => void;
 }
 
 const here = dirname(fileURLToPath(import.meta.url));

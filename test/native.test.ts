@@ -1,12 +1,15 @@
-// The native helper and the reaper built on it, in processes of their own.
-import { execFileSync, spawn } from 'node:child_process';
+// The native helper and the reaper built on it, in processes of their own; and the pty
+// master socket built on it (drain.ts).
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { closeSync, existsSync, mkdtempSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { StreamDrain } from '../supervisor/drain.js';
 import { native } from '../supervisor/native.js';
-import { ROOT } from './helpers/daemon.js';
+import { ROOT, until } from './helpers/daemon.js';
 
 describe('native helper', () => {
   it('makes real O_CLOEXEC pipes and raises their capacity', () => {
@@ -50,6 +53,206 @@ describe('native helper', () => {
     expect(result.codes).toEqual([7, ...Array.from({ length: 20 }, (_, i) => i)]);
     expect(result.reaped).toBeGreaterThanOrEqual(100);
     expect(result.zombies).toBe(0);
+  });
+});
+
+/** What fn throws (it must throw). */
+function thrown(fn: () => unknown): any {
+  try {
+    fn();
+  } catch (err) {
+    return err;
+  }
+  throw new Error('expected a throw');
+}
+
+/** sdNotify with $NOTIFY_SOCKET set to path for the call (the C library reads the real environ). */
+function notifyAt(path: string): unknown {
+  const before = process.env.NOTIFY_SOCKET;
+  process.env.NOTIFY_SOCKET = path;
+  try {
+    return thrown(() => native().sdNotify('READY=1'));
+  } finally {
+    if (before === undefined) delete process.env.NOTIFY_SOCKET;
+    else process.env.NOTIFY_SOCKET = before;
+  }
+}
+
+describe('native helper errors, named as node:fs names them', () => {
+  it('gives every errno its name, errno and syscall, not only a table of 19 (ENOTDIR, ELOOP were EUNKNOWN)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-native-err-'));
+    const file = openSync(join(dir, 'file'), 'w');
+    const [r, w] = native().makePipe();
+    try {
+      symlinkSync('loop', join(dir, 'loop'));
+      expect(notifyAt('/etc/passwd/sock')).toMatchObject({ code: 'ENOTDIR', errno: -20, syscall: 'sendto', message: 'ENOTDIR: not a directory, sendto' });
+      expect(notifyAt(join(dir, 'loop'))).toMatchObject({ code: 'ELOOP', errno: -40, syscall: 'sendto' });
+      expect(notifyAt(join(dir, 'missing'))).toMatchObject({ code: 'ENOENT', errno: -2, syscall: 'sendto' });
+      expect(notifyAt(`/${'x'.repeat(200)}`)).toMatchObject({ code: 'EINVAL', errno: -22, syscall: 'sd_notify' });
+      expect(thrown(() => native().setPipeSize(file, 1 << 16))).toMatchObject({ code: 'EBADF', errno: -9, syscall: 'fcntl', message: 'EBADF: bad file descriptor, fcntl' });
+      expect(thrown(() => native().peerCred(r))).toMatchObject({ code: 'ENOTSOCK', errno: -88, syscall: 'getsockopt' });
+      expect(thrown(() => native().setWindowSize(w, 80, 24))).toMatchObject({ code: 'ENOTTY', errno: -25, syscall: 'ioctl' });
+      // An errno libuv has no name for is named by the C library.
+      expect(thrown(() => native().reapPid(1))).toMatchObject({ code: 'ECHILD', errno: -10, syscall: 'waitpid', message: 'ECHILD: No child processes, waitpid' });
+      expect(thrown(() => native().openPty(0, 24))).toMatchObject({ name: 'TypeError', code: 'EINVAL' });
+    } finally {
+      for (const fd of [file, r, w]) closeSync(fd);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('looks users and groups up through NSS (as getent does); a missing one is ENOENT', () => {
+    const entry = (db: string, key: string) => execFileSync('getent', [db, key]).toString().trim().split(':');
+    const [name, , uid, gid, , home] = entry('passwd', 'nobody');
+    const nobody = { name, uid: Number(uid), gid: Number(gid), home };
+    expect(native().userByName('nobody')).toEqual(nobody);
+    expect(native().userById(nobody.uid)).toEqual(nobody);
+    expect(native().userByName('root')).toEqual({ name: 'root', uid: 0, gid: 0, home: entry('passwd', 'root')[5] });
+    expect(native().groupByName('root')).toBe(0);
+    expect(native().groupByName(entry('group', String(nobody.gid))[0])).toBe(nobody.gid);
+    let free = 4_000_000_123;
+    while (spawnSync('getent', ['passwd', String(free)]).status !== 2) free++;
+    expect(thrown(() => native().userByName('no-such-user-here'))).toMatchObject({ code: 'ENOENT', errno: -2, syscall: 'getpwnam_r' });
+    expect(thrown(() => native().userById(free))).toMatchObject({ code: 'ENOENT', errno: -2, syscall: 'getpwuid_r' });
+    expect(thrown(() => native().groupByName('no-such-group-here'))).toMatchObject({ code: 'ENOENT', errno: -2, syscall: 'getgrnam_r' });
+    for (const bad of [() => native().userByName('root\0x'), () => native().userById(-1), () => native().userById(2 ** 32 - 1), () => native().groupByName(7 as unknown as string)]) {
+      expect(thrown(bad)).toMatchObject({ name: 'TypeError', code: 'EINVAL' });
+    }
+  });
+});
+
+/** A fd's file status flags (fdinfo's octal `flags`). */
+const fdFlags = (fd: number) => parseInt(/^flags:\s+(\d+)$/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'))![1], 8);
+
+/** Open fds of this process on the pty master numbered index (/dev/ptmx, fdinfo tty-index). */
+function masterFds(index: number): number {
+  let n = 0;
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      if (!readlinkSync(`/proc/self/fd/${fd}`).endsWith('ptmx')) continue;
+      if (new RegExp(`^tty-index:\\s+${index}$`, 'm').test(readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'))) n++;
+    } catch {
+      // closed meanwhile (readdir's own fd)
+    }
+  }
+  return n;
+}
+
+/** Writes into the master until the pty takes nothing more, even after its queue moved on. */
+async function fillMaster(master: number): Promise<number> {
+  expect(fdFlags(master) & 0o4000).toBe(0o4000); // O_NONBLOCK, else the fill would block
+  const chunk = Buffer.alloc(1 << 16, 'x');
+  let total = 0;
+  await until(async () => {
+    let added = 0;
+    for (;;) {
+      try {
+        added += writeSync(master, chunk);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EAGAIN') throw err;
+        break;
+      }
+    }
+    total += added;
+    await new Promise((r) => setTimeout(r, 20)); // the tty layer moves bytes on in a worker
+    return added === 0;
+  }, 'the pty input queue to be full');
+  return total;
+}
+
+/** Reads n bytes from a (blocking) slave fd. */
+function readSlave(slave: number, n: number): void {
+  const buf = Buffer.alloc(1 << 16);
+  for (let got = 0; got < n; ) got += readSync(slave, buf, 0, Math.min(buf.length, n - got), null);
+}
+
+describe('pty', () => {
+  it('opens a pty: the master O_NONBLOCK (the event loop reads it), both O_CLOEXEC, the size set', () => {
+    const pty = native().openPty(123, 45);
+    try {
+      expect(fdFlags(pty.master) & 0o2004000).toBe(0o2004000); // O_CLOEXEC | O_NONBLOCK
+      expect(fdFlags(pty.slave) & 0o2004000).toBe(0o2000000); // O_CLOEXEC, blocking
+      expect(pty.path).toMatch(/^\/dev\/pts\/\d+$/);
+      expect(execFileSync('stty', ['size'], { stdio: [pty.slave, 'pipe', 'inherit'] }).toString()).toBe('45 123\n');
+    } finally {
+      closeSync(pty.master);
+      closeSync(pty.slave);
+    }
+  });
+
+  it('waitWritable calls back once the slave has read, not before; cancel stops it; its dup of the fd is closed', async () => {
+    const pty = native().openPty(80, 24);
+    const index = Number(pty.path.slice('/dev/pts/'.length));
+    try {
+      execFileSync('stty', ['raw', '-echo'], { stdio: [pty.slave, 'ignore', 'inherit'] });
+      let fired = 0;
+      let queued = await fillMaster(pty.master);
+      expect(masterFds(index)).toBe(1);
+      const cancel = native().waitWritable(pty.master, () => fired++);
+      expect(masterFds(index)).toBe(2); // the dup it watches
+      await new Promise((r) => setTimeout(r, 50));
+      expect(fired).toBe(0); // still full: nobody has read
+      readSlave(pty.slave, queued);
+      await until(() => fired === 1, 'the wait to fire once there is room');
+      await until(() => masterFds(index) === 1, 'the dup to be closed after firing');
+      cancel(); // after firing: nothing happens
+
+      queued = await fillMaster(pty.master);
+      const cancelEarly = native().waitWritable(pty.master, () => fired++);
+      expect(masterFds(index)).toBe(2);
+      cancelEarly();
+      cancelEarly();
+      await until(() => masterFds(index) === 1, 'the dup to be closed on cancel');
+      readSlave(pty.slave, queued);
+      await new Promise((r) => setTimeout(r, 50));
+      expect(fired).toBe(1);
+    } finally {
+      closeSync(pty.master);
+      closeSync(pty.slave);
+    }
+  });
+
+  it('the drain\'s pty socket: stdin waits for the reader while the loop runs, every byte is read, then EIO', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-native-pty-'));
+    const pty = native().openPty(80, 24);
+    let slave = pty.slave;
+    const drain = new StreamDrain(dir, 'pty', pty.master, { chunkBytes: 1 << 20 }, true);
+    const go = join(dir, 'go');
+    const input = randomBytes(1 << 20);
+    const child = spawn('sh', ['-c', `stty raw -echo; echo ready; while [ ! -e ${go} ]; do sleep 0.01; done; head -c ${input.length} | sha256sum; head -c 300000 /dev/zero | base64 -w0`], {
+      stdio: [slave, slave, slave],
+    });
+    const exited = once(child, 'exit');
+    const out: Buffer[] = [];
+    drain.socket.on('data', (b: Buffer) => out.push(b));
+    const text = () => Buffer.concat(out).toString();
+    let finalized = false;
+    try {
+      await until(() => text() === 'ready\n', 'the child to set raw mode');
+      expect(drain.socket.write(input)).toBe(false); // over the high-water mark: backpressure
+      const drained = once(drain.socket, 'drain');
+      await new Promise((r) => setTimeout(r, 50)); // the loop runs while the write waits
+      expect(drain.socket.writableLength).toBeGreaterThan(0); // nobody reads stdin yet
+      writeFileSync(go, '');
+      await drained;
+      await exited;
+      const expected = `ready\n${createHash('sha256').update(input).digest('hex')}  -\n${Buffer.alloc(300000).toString('base64')}`;
+      await until(() => text().length === expected.length, 'every byte of the output');
+      closeSync(slave);
+      slave = -1;
+      expect(await drain.done).toBe('eio');
+      expect(text()).toBe(expected);
+      expect(drain.cursor).toBe(expected.length);
+      const result = await drain.finalize();
+      finalized = true;
+      expect(result).toMatchObject({ final_cursor: expected.length, complete: true, drain_end: 'eio', sha256: createHash('sha256').update(expected).digest('hex') });
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      if (slave >= 0) closeSync(slave);
+      drain.cut();
+      if (!finalized) await drain.finalize().catch(() => {});
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

@@ -1,28 +1,24 @@
 /*
- * sbx_native: the few syscalls Node does not expose, as a tiny N-API addon.
- * Owns: prctl(PR_SET_CHILD_SUBREAPER), waitpid() of one pid, pipe2(), F_SETPIPE_SZ, SO_PEERCRED.
- * Does not own: spawning (libuv does that) or any reaping of pids it is not handed.
- * Errors are thrown like Node's fs: an Error whose `code` is the errno name.
- * See prctl(2), waitpid(2), pipe(2), fcntl(2), unix(7).
+ * sbx_native: thin N-API glue over sys.c. Checks arguments, calls the plain C wrapper, and
+ * turns its -errno into a thrown Error like node:fs does (`code` the errno name from
+ * uv_err_name_r, `errno` negative, `syscall`, message "CODE: description, syscall").
+ * Exports (typed in supervisor/native.ts): setChildSubreaper, isChildSubreaper, reapPid,
+ * makePipe, setPipeSize, tryLockExclusive, peerCred, openPty, setWindowSize, sdNotify,
+ * userByName, userById, groupByName, waitWritable. Owns no state but the writability waits
+ * it hands out (uv_poll_t, see there); spawning and reaping others' children is libuv's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <node_api.h>
-#include <signal.h>
-#include <stddef.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
-#include <string.h>
-#include <sys/file.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <sys/ioctl.h>
 #include <stdlib.h>
-#include <termios.h>
-#include <sys/types.h>
-#include <sys/wait.h>
+#include <string.h>
 #include <unistd.h>
+#include <uv.h>
+
+#include "sys.h"
 
 #define CHECK(call)                                                   \
   do {                                                                \
@@ -32,265 +28,431 @@
     }                                                                 \
   } while (0)
 
-static const char *errno_name(int err) {
-  switch (err) {
-    case EPERM: return "EPERM";
-    case ENOENT: return "ENOENT";
-    case ESRCH: return "ESRCH";
-    case EINTR: return "EINTR";
-    case EBADF: return "EBADF";
-    case ECHILD: return "ECHILD";
-    case EAGAIN: return "EAGAIN";
-    case ENOMEM: return "ENOMEM";
-    case EACCES: return "EACCES";
-    case EBUSY: return "EBUSY";
-    case EINVAL: return "EINVAL";
-    case EMFILE: return "EMFILE";
-    case ENFILE: return "ENFILE";
-    case ENOSYS: return "ENOSYS";
-    case ENOTSOCK: return "ENOTSOCK";
-    case ENOTCONN: return "ENOTCONN";
-    case ENOTTY: return "ENOTTY";
-    case EIO: return "EIO";
-    case ECONNREFUSED: return "ECONNREFUSED";
-    default: return "EUNKNOWN";
+/*
+ * Throws an Error for neg (-errno) from syscall, as node:fs does. The name and text are
+ * libuv's (uv_err_name_r, uv_strerror_r), as in Node's own errors; an errno libuv does not
+ * map (ECHILD, say) is named and described by glibc (strerrorname_np, 2.32+) when it can.
+ */
+static napi_value throw_errno(napi_env env, int neg, const char *syscall) {
+  char name[64], text[128], msg[256];
+  uv_err_name_r(neg, name, sizeof name);
+  uv_strerror_r(neg, text, sizeof text);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+  if (strncmp(name, "Unknown", 7) == 0 && strerrorname_np(-neg)) {
+    snprintf(name, sizeof name, "%s", strerrorname_np(-neg));
+    snprintf(text, sizeof text, "%s", strerrordesc_np(-neg));
   }
-}
-
-/* Throws an Error with `code` = errno name and `errno` = -err, as node:fs does. */
-static napi_value throw_errno(napi_env env, int err, const char *syscall) {
-  char msg[160];
-  snprintf(msg, sizeof msg, "%s, %s", errno_name(err), syscall);
-  napi_value code, message, error, num;
-  napi_create_string_utf8(env, errno_name(err), NAPI_AUTO_LENGTH, &code);
-  napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &message);
-  napi_create_error(env, code, message, &error);
-  napi_create_int32(env, -err, &num);
-  napi_set_named_property(env, error, "errno", num);
-  napi_value sc;
-  napi_create_string_utf8(env, syscall, NAPI_AUTO_LENGTH, &sc);
-  napi_set_named_property(env, error, "syscall", sc);
+#endif
+  snprintf(msg, sizeof msg, "%s: %s, %s", name, text, syscall);
+  napi_value code, message, error, num, sc;
+  if (napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &code) != napi_ok ||
+      napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &message) != napi_ok ||
+      napi_create_error(env, code, message, &error) != napi_ok ||
+      napi_create_int32(env, neg, &num) != napi_ok ||
+      napi_set_named_property(env, error, "errno", num) != napi_ok ||
+      napi_create_string_utf8(env, syscall, NAPI_AUTO_LENGTH, &sc) != napi_ok ||
+      napi_set_named_property(env, error, "syscall", sc) != napi_ok) {
+    napi_throw_error(env, name, msg);
+    return NULL;
+  }
   napi_throw(env, error);
   return NULL;
 }
 
-static int get_int_arg(napi_env env, napi_callback_info info, size_t index, int32_t *out) {
-  size_t argc = 4;
-  napi_value argv[4];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc <= index) return -1;
-  napi_valuetype t;
-  if (napi_typeof(env, argv[index], &t) != napi_ok || t != napi_number) return -1;
-  return napi_get_value_int32(env, argv[index], out) == napi_ok ? 0 : -1;
+/* Up to max arguments into argv; their count. */
+static size_t get_args(napi_env env, napi_callback_info info, napi_value *argv, size_t max) {
+  size_t argc = max;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return 0;
+  return argc < max ? argc : max;
 }
 
-/* setChildSubreaper(): mark this process a child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER). */
+/* argv[index] as an int32 when it is a number holding one; 0, else -1. */
+static int int_arg(napi_env env, napi_value *argv, size_t argc, size_t index, int32_t *out) {
+  napi_valuetype t;
+  double d;
+  if (index >= argc || napi_typeof(env, argv[index], &t) != napi_ok || t != napi_number) return -1;
+  if (napi_get_value_double(env, argv[index], &d) != napi_ok || !(d >= INT32_MIN && d <= INT32_MAX) || d != (double)(int32_t)d) return -1;
+  *out = (int32_t)d;
+  return 0;
+}
+
+/* argv[index] as a malloc'ed NUL-terminated UTF-8 string with no NUL inside; NULL if not. */
+static char *string_arg(napi_env env, napi_value *argv, size_t argc, size_t index, size_t max_bytes) {
+  napi_valuetype t;
+  size_t len = 0, copied = 0;
+  if (index >= argc || napi_typeof(env, argv[index], &t) != napi_ok || t != napi_string) return NULL;
+  if (napi_get_value_string_utf8(env, argv[index], NULL, 0, &len) != napi_ok || len > max_bytes) return NULL;
+  char *s = malloc(len + 1);
+  if (!s) return NULL;
+  if (napi_get_value_string_utf8(env, argv[index], s, len + 1, &copied) != napi_ok || copied != len || strlen(s) != len) {
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
+static napi_value make_int(napi_env env, int32_t v) {
+  napi_value r;
+  return napi_create_int32(env, v, &r) == napi_ok ? r : NULL;
+}
+
+static napi_value make_uint(napi_env env, uint32_t v) {
+  napi_value r;
+  return napi_create_uint32(env, v, &r) == napi_ok ? r : NULL;
+}
+
+static napi_value make_bool(napi_env env, int v) {
+  napi_value r;
+  return napi_get_boolean(env, v != 0, &r) == napi_ok ? r : NULL;
+}
+
+static napi_value make_string(napi_env env, const char *s) {
+  napi_value r;
+  return napi_create_string_utf8(env, s, NAPI_AUTO_LENGTH, &r) == napi_ok ? r : NULL;
+}
+
+static napi_value make_null(napi_env env) {
+  napi_value r;
+  return napi_get_null(env, &r) == napi_ok ? r : NULL;
+}
+
+/* obj[key] = value; fails (napi_generic_failure) when value is NULL. */
+static napi_status set(napi_env env, napi_value obj, const char *key, napi_value value) {
+  return value ? napi_set_named_property(env, obj, key, value) : napi_generic_failure;
+}
+
+/* setChildSubreaper(): void. */
 static napi_value set_child_subreaper(napi_env env, napi_callback_info info) {
   (void)info;
-  if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) return throw_errno(env, errno, "prctl");
-  return NULL;
+  int r = sys_set_child_subreaper();
+  return r < 0 ? throw_errno(env, r, "prctl") : NULL;
 }
 
-/* isChildSubreaper(): boolean (prctl(2) PR_GET_CHILD_SUBREAPER). */
+/* isChildSubreaper(): boolean. */
 static napi_value is_child_subreaper(napi_env env, napi_callback_info info) {
   (void)info;
-  int flag = 0;
-  if (prctl(PR_GET_CHILD_SUBREAPER, (unsigned long)&flag, 0, 0, 0) != 0)
-    return throw_errno(env, errno, "prctl");
-  napi_value result;
-  CHECK(napi_get_boolean(env, flag != 0, &result));
-  return result;
+  int r = sys_is_child_subreaper();
+  return r < 0 ? throw_errno(env, r, "prctl") : make_bool(env, r);
 }
 
-/*
- * reapPid(pid): waitpid(pid, WNOHANG) for exactly that pid, never -1, so libuv's and
- * node-pty's children are never stolen. Returns null while the pid still runs, else
- * { pid, code: int|null, signal: int|null }. Throws ECHILD if pid is not our child.
- */
+/* reapPid(pid): null while it runs, else { pid, code: int|null, signal: int|null }. */
 static napi_value reap_pid(napi_env env, napi_callback_info info) {
+  napi_value argv[1], result;
+  size_t argc = get_args(env, info, argv, 1);
   int32_t pid;
-  if (get_int_arg(env, info, 0, &pid) != 0 || pid <= 0) {
+  if (int_arg(env, argv, argc, 0, &pid) != 0 || pid <= 0) {
     napi_throw_type_error(env, "EINVAL", "reapPid(pid): pid must be a positive integer");
     return NULL;
   }
-  int status = 0;
-  pid_t r;
-  do r = waitpid(pid, &status, WNOHANG); while (r < 0 && errno == EINTR);
-  if (r < 0) return throw_errno(env, errno, "waitpid");
-  napi_value result;
-  if (r == 0) {
-    CHECK(napi_get_null(env, &result));
-    return result;
-  }
-  napi_value vpid, code, sig;
+  struct sys_exit ex;
+  int r = sys_reap_pid(pid, &ex);
+  if (r < 0) return throw_errno(env, r, "waitpid");
+  if (r == 0) return make_null(env);
   CHECK(napi_create_object(env, &result));
-  CHECK(napi_create_int32(env, r, &vpid));
-  if (WIFEXITED(status)) {
-    CHECK(napi_create_int32(env, WEXITSTATUS(status), &code));
-    CHECK(napi_get_null(env, &sig));
-  } else {
-    CHECK(napi_get_null(env, &code));
-    CHECK(napi_create_int32(env, WIFSIGNALED(status) ? WTERMSIG(status) : 0, &sig));
-  }
-  CHECK(napi_set_named_property(env, result, "pid", vpid));
-  CHECK(napi_set_named_property(env, result, "code", code));
-  CHECK(napi_set_named_property(env, result, "signal", sig));
+  CHECK(set(env, result, "pid", make_int(env, ex.pid)));
+  CHECK(set(env, result, "code", ex.code >= 0 ? make_int(env, ex.code) : make_null(env)));
+  CHECK(set(env, result, "signal", ex.signal >= 0 ? make_int(env, ex.signal) : make_null(env)));
   return result;
 }
 
-/* makePipe(): [readFd, writeFd], both O_CLOEXEC (pipe2(2)): a real pipe, not a socketpair. */
+/* makePipe(): [readFd, writeFd]. */
 static napi_value make_pipe(napi_env env, napi_callback_info info) {
   (void)info;
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return throw_errno(env, errno, "pipe2");
-  napi_value arr, r, w;
+  int r = sys_make_pipe(fds);
+  if (r < 0) return throw_errno(env, r, "pipe2");
+  napi_value arr;
   CHECK(napi_create_array_with_length(env, 2, &arr));
-  CHECK(napi_create_int32(env, fds[0], &r));
-  CHECK(napi_create_int32(env, fds[1], &w));
-  CHECK(napi_set_element(env, arr, 0, r));
-  CHECK(napi_set_element(env, arr, 1, w));
+  CHECK(napi_set_element(env, arr, 0, make_int(env, fds[0])));
+  CHECK(napi_set_element(env, arr, 1, make_int(env, fds[1])));
   return arr;
 }
 
-/* setPipeSize(fd, bytes): the pipe's new capacity in bytes (fcntl(2) F_SETPIPE_SZ). */
+/* setPipeSize(fd, bytes): the capacity granted, in bytes. */
 static napi_value set_pipe_size(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  size_t argc = get_args(env, info, argv, 2);
   int32_t fd, bytes;
-  if (get_int_arg(env, info, 0, &fd) != 0 || get_int_arg(env, info, 1, &bytes) != 0) {
+  if (int_arg(env, argv, argc, 0, &fd) != 0 || int_arg(env, argv, argc, 1, &bytes) != 0) {
     napi_throw_type_error(env, "EINVAL", "setPipeSize(fd, bytes): integers expected");
     return NULL;
   }
-  int r = fcntl(fd, F_SETPIPE_SZ, bytes);
-  if (r < 0) return throw_errno(env, errno, "fcntl");
-  napi_value result;
-  CHECK(napi_create_int32(env, r, &result));
-  return result;
+  int r = sys_set_pipe_size(fd, bytes);
+  return r < 0 ? throw_errno(env, r, "fcntl") : make_int(env, r);
 }
 
-/* tryLockExclusive(fd): flock(2) LOCK_EX|LOCK_NB; true when taken, false when another open
- * file description holds it (EWOULDBLOCK); throws on any other error. The lock lasts as long
- * as the fd stays open in this process. */
+/* tryLockExclusive(fd): true when taken, false when another open file description holds it. */
 static napi_value try_lock_exclusive(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t argc = get_args(env, info, argv, 1);
   int32_t fd;
-  if (get_int_arg(env, info, 0, &fd) != 0) {
+  if (int_arg(env, argv, argc, 0, &fd) != 0) {
     napi_throw_type_error(env, "EINVAL", "tryLockExclusive(fd): an integer expected");
     return NULL;
   }
-  int r;
-  do r = flock(fd, LOCK_EX | LOCK_NB); while (r < 0 && errno == EINTR);
-  if (r < 0 && errno != EWOULDBLOCK) return throw_errno(env, errno, "flock");
-  napi_value result;
-  CHECK(napi_get_boolean(env, r == 0, &result));
-  return result;
+  int r = sys_try_lock_exclusive(fd);
+  return r < 0 ? throw_errno(env, r, "flock") : make_bool(env, r);
 }
 
-/* peerCred(fd): { pid, uid, gid } of a connected Unix socket's peer (socket(7) SO_PEERCRED). */
+/* peerCred(fd): { pid, uid, gid }. */
 static napi_value peer_cred(napi_env env, napi_callback_info info) {
+  napi_value argv[1], result;
+  size_t argc = get_args(env, info, argv, 1);
   int32_t fd;
-  if (get_int_arg(env, info, 0, &fd) != 0) {
+  if (int_arg(env, argv, argc, 0, &fd) != 0) {
     napi_throw_type_error(env, "EINVAL", "peerCred(fd): an integer fd expected");
     return NULL;
   }
-  struct ucred cred;
-  socklen_t len = sizeof cred;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return throw_errno(env, errno, "getsockopt");
-  napi_value result, pid, uid, gid;
+  struct sys_cred cred;
+  int r = sys_peer_cred(fd, &cred);
+  if (r < 0) return throw_errno(env, r, "getsockopt");
   CHECK(napi_create_object(env, &result));
-  CHECK(napi_create_int32(env, cred.pid, &pid));
-  CHECK(napi_create_uint32(env, cred.uid, &uid));
-  CHECK(napi_create_uint32(env, cred.gid, &gid));
-  CHECK(napi_set_named_property(env, result, "pid", pid));
-  CHECK(napi_set_named_property(env, result, "uid", uid));
-  CHECK(napi_set_named_property(env, result, "gid", gid));
+  CHECK(set(env, result, "pid", make_int(env, cred.pid)));
+  CHECK(set(env, result, "uid", make_uint(env, cred.uid)));
+  CHECK(set(env, result, "gid", make_uint(env, cred.gid)));
   return result;
 }
 
-/*
- * openPty(cols, rows): { master, slave, path }: a new pseudo-terminal (posix_openpt(3),
- * grantpt, unlockpt, ptsname_r), both fds O_CLOEXEC, the slave O_NOCTTY so it never becomes
- * our controlling terminal, sized with TIOCSWINSZ. The supervisor keeps the slave open until
- * the session is dead, so the master reads every byte before EIO (DESIGN.md 16).
- */
+/* Whether cols and rows fit a struct winsize (1..65535). */
+static int size_ok(int32_t cols, int32_t rows) {
+  return cols > 0 && rows > 0 && cols <= 65535 && rows <= 65535;
+}
+
+/* openPty(cols, rows): { master, slave, path }. */
 static napi_value open_pty(napi_env env, napi_callback_info info) {
+  napi_value argv[2], result;
+  size_t argc = get_args(env, info, argv, 2);
   int32_t cols, rows;
-  if (get_int_arg(env, info, 0, &cols) != 0 || get_int_arg(env, info, 1, &rows) != 0 || cols <= 0 || rows <= 0 || cols > 65535 || rows > 65535) {
+  if (int_arg(env, argv, argc, 0, &cols) != 0 || int_arg(env, argv, argc, 1, &rows) != 0 || !size_ok(cols, rows)) {
     napi_throw_type_error(env, "EINVAL", "openPty(cols, rows): positive integers up to 65535 expected");
     return NULL;
   }
-  int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-  if (master < 0) return throw_errno(env, errno, "posix_openpt");
-  char path[128];
-  if (grantpt(master) != 0 || unlockpt(master) != 0 || ptsname_r(master, path, sizeof path) != 0) {
-    int err = errno;
-    close(master);
-    return throw_errno(env, err, "unlockpt");
+  struct sys_pty pty;
+  const char *failed = "posix_openpt";
+  int r = sys_open_pty(cols, rows, &pty, &failed);
+  if (r < 0) return throw_errno(env, r, failed);
+  if (napi_create_object(env, &result) != napi_ok || set(env, result, "master", make_int(env, pty.master)) != napi_ok ||
+      set(env, result, "slave", make_int(env, pty.slave)) != napi_ok || set(env, result, "path", make_string(env, pty.path)) != napi_ok) {
+    close(pty.master);
+    close(pty.slave);
+    napi_throw_error(env, "EINVAL", "N-API call failed: openPty result");
+    return NULL;
   }
-  int slave = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC);
-  if (slave < 0) {
-    int err = errno;
-    close(master);
-    return throw_errno(env, err, "open");
-  }
-  struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
-  ioctl(master, TIOCSWINSZ, &ws);
-  napi_value result, m, sl, p;
-  CHECK(napi_create_object(env, &result));
-  CHECK(napi_create_int32(env, master, &m));
-  CHECK(napi_create_int32(env, slave, &sl));
-  CHECK(napi_create_string_utf8(env, path, NAPI_AUTO_LENGTH, &p));
-  CHECK(napi_set_named_property(env, result, "master", m));
-  CHECK(napi_set_named_property(env, result, "slave", sl));
-  CHECK(napi_set_named_property(env, result, "path", p));
   return result;
 }
 
-/* setWindowSize(fd, cols, rows): TIOCSWINSZ on a pty (the foreground group gets SIGWINCH). */
+/* setWindowSize(fd, cols, rows): void. */
 static napi_value set_window_size(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  size_t argc = get_args(env, info, argv, 3);
   int32_t fd, cols, rows;
-  if (get_int_arg(env, info, 0, &fd) != 0 || get_int_arg(env, info, 1, &cols) != 0 || get_int_arg(env, info, 2, &rows) != 0 ||
-      cols <= 0 || rows <= 0 || cols > 65535 || rows > 65535) {
+  if (int_arg(env, argv, argc, 0, &fd) != 0 || int_arg(env, argv, argc, 1, &cols) != 0 || int_arg(env, argv, argc, 2, &rows) != 0 ||
+      !size_ok(cols, rows)) {
     napi_throw_type_error(env, "EINVAL", "setWindowSize(fd, cols, rows): integers expected");
     return NULL;
   }
-  struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
-  if (ioctl(fd, TIOCSWINSZ, &ws) != 0) return throw_errno(env, errno, "ioctl");
-  return NULL;
+  int r = sys_set_window_size(fd, cols, rows);
+  return r < 0 ? throw_errno(env, r, "ioctl") : NULL;
+}
+
+/* sdNotify(message): false when $NOTIFY_SOCKET is unset, true when sent. */
+static napi_value sd_notify_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t argc = get_args(env, info, argv, 1);
+  char *msg = string_arg(env, argv, argc, 0, 4096);
+  if (!msg) {
+    napi_throw_type_error(env, "EINVAL", "sdNotify(message): a string of at most 4096 bytes expected");
+    return NULL;
+  }
+  const char *failed = "sd_notify";
+  int r = sys_sd_notify(msg, strlen(msg), &failed);
+  free(msg);
+  return r < 0 ? throw_errno(env, r, failed) : make_bool(env, r);
+}
+
+/* { uid, gid, name, home } of a passwd entry (then freed), or NULL with an exception pending. */
+static napi_value user_result(napi_env env, int r, struct sys_user *user, const char *syscall) {
+  if (r < 0) return throw_errno(env, r, syscall);
+  napi_value result;
+  napi_status s = napi_create_object(env, &result);
+  if (s == napi_ok) s = set(env, result, "uid", make_uint(env, user->uid));
+  if (s == napi_ok) s = set(env, result, "gid", make_uint(env, user->gid));
+  if (s == napi_ok) s = set(env, result, "name", make_string(env, user->name));
+  if (s == napi_ok) s = set(env, result, "home", make_string(env, user->home));
+  sys_user_free(user);
+  if (s != napi_ok) {
+    napi_throw_error(env, "EINVAL", "N-API call failed: user result");
+    return NULL;
+  }
+  return result;
+}
+
+/* userByName(name): { uid, gid, name, home }; ENOENT when there is no such user. */
+static napi_value user_by_name(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t argc = get_args(env, info, argv, 1);
+  char *name = string_arg(env, argv, argc, 0, 4096);
+  if (!name) {
+    napi_throw_type_error(env, "EINVAL", "userByName(name): a string without NUL of at most 4096 bytes expected");
+    return NULL;
+  }
+  struct sys_user user;
+  int r = sys_getpwnam(name, &user);
+  free(name);
+  return user_result(env, r, &user, "getpwnam_r");
+}
+
+/* userById(uid): { uid, gid, name, home }; ENOENT when no entry has that uid. */
+static napi_value user_by_id(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t argc = get_args(env, info, argv, 1);
+  napi_valuetype t;
+  double uid;
+  if (argc < 1 || napi_typeof(env, argv[0], &t) != napi_ok || t != napi_number || napi_get_value_double(env, argv[0], &uid) != napi_ok ||
+      !(uid >= 0 && uid <= 4294967294.0) || uid != (double)(uint32_t)uid) {
+    napi_throw_type_error(env, "EINVAL", "userById(uid): an integer from 0 to 4294967294 expected");
+    return NULL;
+  }
+  struct sys_user user;
+  int r = sys_getpwuid((uint32_t)uid, &user);
+  return user_result(env, r, &user, "getpwuid_r");
+}
+
+/* groupByName(name): gid; ENOENT when there is no such group. */
+static napi_value group_by_name(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t argc = get_args(env, info, argv, 1);
+  char *name = string_arg(env, argv, argc, 0, 4096);
+  if (!name) {
+    napi_throw_type_error(env, "EINVAL", "groupByName(name): a string without NUL of at most 4096 bytes expected");
+    return NULL;
+  }
+  uint32_t gid = 0;
+  int r = sys_getgrnam(name, &gid);
+  free(name);
+  return r < 0 ? throw_errno(env, r, "getgrnam_r") : make_uint(env, gid);
 }
 
 /*
- * sdNotify(message): sends message to $NOTIFY_SOCKET (sd_notify(3) protocol: one datagram on
- * an AF_UNIX socket; a leading '@' is the abstract namespace). Returns false when
- * NOTIFY_SOCKET is unset (not under systemd), true when sent; throws on a send error.
+ * A wait for a fd to become writable. libuv watches a fd once per loop, and the pty master is
+ * already watched by the tty handle that reads it, so this watches a dup of it: epoll(7)
+ * tells the two apart, and the dup is removed from epoll (uv_close) before it is closed.
+ * Freed when both the poll handle is closed and the cancel function is collected.
  */
-static napi_value sd_notify_fn(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  char msg[512];
-  size_t len = 0;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
-      napi_get_value_string_utf8(env, argv[0], msg, sizeof msg, &len) != napi_ok) {
-    napi_throw_type_error(env, "EINVAL", "sdNotify(message): a string expected");
+struct writable_wait {
+  uv_poll_t poll;
+  napi_env env;
+  napi_ref callback;
+  napi_async_context async;
+  int fd;
+  int active;
+  int refs;
+};
+
+static void wait_release(struct writable_wait *w) {
+  if (--w->refs == 0) free(w);
+}
+
+static void wait_closed(uv_handle_t *handle) {
+  struct writable_wait *w = handle->data;
+  close(w->fd);
+  wait_release(w);
+}
+
+/* Stops the wait once: the poll handle closes (then the dup); callback and context are let go. */
+static void wait_stop(struct writable_wait *w) {
+  if (!w->active) return;
+  w->active = 0;
+  uv_close((uv_handle_t *)&w->poll, wait_closed);
+  if (w->callback) napi_delete_reference(w->env, w->callback);
+  if (w->async) napi_async_destroy(w->env, w->async);
+  w->callback = NULL;
+  w->async = NULL;
+}
+
+/* The poll fired (writable, POLLHUP or POLLERR alike): stop, then call back once. */
+static void wait_fired(uv_poll_t *poll, int status, int events) {
+  (void)status;
+  (void)events;
+  struct writable_wait *w = poll->data;
+  napi_env env = w->env;
+  napi_handle_scope scope;
+  if (napi_open_handle_scope(env, &scope) != napi_ok) return wait_stop(w);
+  napi_value callback = NULL, recv, ignored;
+  napi_async_context async = w->async;
+  /* napi_make_callback: microtasks run after it, as after any libuv callback of Node's. */
+  int ok = napi_get_reference_value(env, w->callback, &callback) == napi_ok && callback && napi_get_global(env, &recv) == napi_ok;
+  w->async = NULL; /* kept for the call below */
+  wait_stop(w);
+  bool pending = false;
+  if (ok && napi_make_callback(env, async, recv, callback, 0, NULL, &ignored) != napi_ok && napi_is_exception_pending(env, &pending) == napi_ok && pending) {
+    napi_value err;
+    if (napi_get_and_clear_last_exception(env, &err) == napi_ok) napi_fatal_exception(env, err); /* 'uncaughtException' */
+  }
+  napi_async_destroy(env, async);
+  napi_close_handle_scope(env, scope);
+}
+
+static napi_value wait_cancel(napi_env env, napi_callback_info info) {
+  void *data = NULL;
+  if (napi_get_cb_info(env, info, NULL, NULL, NULL, &data) == napi_ok && data) wait_stop(data);
+  return NULL;
+}
+
+static void wait_finalize(napi_env env, void *data, void *hint) {
+  (void)env;
+  (void)hint;
+  wait_release(data);
+}
+
+/* waitWritable(fd, callback): cancel(); callback() once fd is writable, hung up or in error. */
+static napi_value wait_writable(napi_env env, napi_callback_info info) {
+  napi_value argv[2], cancel, name;
+  size_t argc = get_args(env, info, argv, 2);
+  int32_t fd;
+  napi_valuetype t;
+  if (int_arg(env, argv, argc, 0, &fd) != 0 || argc < 2 || napi_typeof(env, argv[1], &t) != napi_ok || t != napi_function) {
+    napi_throw_type_error(env, "EINVAL", "waitWritable(fd, callback): an integer fd and a function expected");
     return NULL;
   }
-  napi_value result;
-  const char *path = getenv("NOTIFY_SOCKET");
-  if (!path || !*path) {
-    CHECK(napi_get_boolean(env, false, &result));
-    return result;
+  uv_loop_t *loop;
+  CHECK(napi_get_uv_event_loop(env, &loop));
+  int dupfd = sys_dup_cloexec(fd);
+  if (dupfd < 0) return throw_errno(env, dupfd, "fcntl");
+  struct writable_wait *w = calloc(1, sizeof *w);
+  if (!w) {
+    close(dupfd);
+    return throw_errno(env, -ENOMEM, "waitWritable");
   }
-  struct sockaddr_un addr;
-  memset(&addr, 0, sizeof addr);
-  addr.sun_family = AF_UNIX;
-  size_t plen = strlen(path);
-  if (plen >= sizeof addr.sun_path) return throw_errno(env, EINVAL, "sd_notify");
-  memcpy(addr.sun_path, path, plen);
-  if (addr.sun_path[0] == '@') addr.sun_path[0] = 0;
-  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return throw_errno(env, errno, "socket");
-  ssize_t n = sendto(fd, msg, len, MSG_NOSIGNAL, (struct sockaddr *)&addr, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + plen));
-  int err = errno;
-  close(fd);
-  if (n < 0) return throw_errno(env, err, "sendto");
-  CHECK(napi_get_boolean(env, true, &result));
-  return result;
+  w->env = env;
+  w->fd = dupfd;
+  int r = uv_poll_init(loop, &w->poll, dupfd);
+  if (r < 0) {
+    close(dupfd);
+    free(w);
+    return throw_errno(env, r, "uv_poll_init");
+  }
+  w->poll.data = w;
+  w->active = 1;
+  w->refs = 1; /* the poll handle's, released once it is closed */
+  if (napi_create_reference(env, argv[1], 1, &w->callback) != napi_ok ||
+      napi_create_string_utf8(env, "sbx:waitWritable", NAPI_AUTO_LENGTH, &name) != napi_ok ||
+      napi_async_init(env, NULL, name, &w->async) != napi_ok ||
+      napi_create_function(env, "cancel", NAPI_AUTO_LENGTH, wait_cancel, w, &cancel) != napi_ok) {
+    wait_stop(w);
+    napi_throw_error(env, "EINVAL", "N-API call failed: waitWritable");
+    return NULL;
+  }
+  r = uv_poll_start(&w->poll, UV_WRITABLE, wait_fired);
+  if (r < 0) {
+    wait_stop(w);
+    return throw_errno(env, r, "uv_poll_start");
+  }
+  /* The cancel function's reference, released once it is collected (if the finalizer cannot
+   * be added, w is never freed: a few bytes, rather than a cancel() on freed memory). */
+  w->refs++;
+  napi_add_finalizer(env, cancel, w, wait_finalize, NULL, NULL);
+  return cancel;
 }
 
 static napi_value init(napi_env env, napi_value exports) {
@@ -300,11 +462,15 @@ static napi_value init(napi_env env, napi_value exports) {
     {"reapPid", NULL, reap_pid, NULL, NULL, NULL, napi_default, NULL},
     {"makePipe", NULL, make_pipe, NULL, NULL, NULL, napi_default, NULL},
     {"setPipeSize", NULL, set_pipe_size, NULL, NULL, NULL, napi_default, NULL},
+    {"tryLockExclusive", NULL, try_lock_exclusive, NULL, NULL, NULL, napi_default, NULL},
     {"peerCred", NULL, peer_cred, NULL, NULL, NULL, napi_default, NULL},
     {"openPty", NULL, open_pty, NULL, NULL, NULL, napi_default, NULL},
-    {"sdNotify", NULL, sd_notify_fn, NULL, NULL, NULL, napi_default, NULL},
     {"setWindowSize", NULL, set_window_size, NULL, NULL, NULL, napi_default, NULL},
-    {"tryLockExclusive", NULL, try_lock_exclusive, NULL, NULL, NULL, napi_default, NULL},
+    {"sdNotify", NULL, sd_notify_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"userByName", NULL, user_by_name, NULL, NULL, NULL, napi_default, NULL},
+    {"userById", NULL, user_by_id, NULL, NULL, NULL, napi_default, NULL},
+    {"groupByName", NULL, group_by_name, NULL, NULL, NULL, napi_default, NULL},
+    {"waitWritable", NULL, wait_writable, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof props / sizeof props[0], props) != napi_ok) return NULL;
   return exports;

@@ -2,8 +2,11 @@
  * sbx-exec-shim: what runs between the supervisor's fork and the command's exec.
  *
  *   sbx-exec-shim [--parent-pid PID] [--cgroup-procs PATH] [--uid N --gid N [--user NAME]]
- *                 [--cwd DIR] [--report-fd N] [--setctty] [--subreaper --control-fd N]
+ *                 [--cwd DIR] [--report-fd N] [--setctty]
+ *                 [--subreaper --control-fd N [--hold] [--no-forward]]
  *                 (--argv-fd N | -- CMD [ARG...])
+ *
+ * Exports nothing: a standalone executable (main), spawned by supervisor/spawn.ts.
  *
  * --argv-fd N: the command's argv comes on fd N, not in the shim's own arguments, so an argv
  * the kernel refuses (E2BIG: over ARG_MAX, or a string over MAX_ARG_STRLEN, execve(2)) fails
@@ -32,17 +35,19 @@
  * (PR_SET_PDEATHSIG), so a supervisor killed mid-spawn never leaves a command running
  * outside the cgroup it was admitted to; once inside, the command outlives the supervisor.
  *
- * Exec mode (cgroup available): join the session's cgroup (write "0" to cgroup.procs,
- * so the command is inside before its first instruction), chdir, reset every signal
- * disposition and the mask (Node ignores SIGPIPE), close every fd above 2, execvp.
+ * Exec mode (no --subreaper: the supervisor has a cgroup and no pty): join the session's
+ * cgroup (write "0" to cgroup.procs, so the command is inside before its first instruction),
+ * chdir, reset every signal disposition and the mask (Node ignores SIGPIPE), close every fd
+ * above 2, execvp.
  * An exec failure is reported on the CLOEXEC report fd as "error exec <errno>\n" and
  * the shim exits 127 (not found) or 126 (anything else: not executable, E2BIG), as sh and
  * bash do; EOF with nothing read means the exec succeeded. A failure before exec is
  * "error <stage> <errno>", exit 125.
  *
- * Subreaper mode (no cgroup): stay as the session's own subreaper, tini-style: fork the
- * command, reap every descendant, and report on the report fd, one line each:
- *   "started <pid>"            the command exec'ed
+ * Subreaper mode (--subreaper: no cgroup, or a pty whose session the shim holds): stay as
+ * the session's own subreaper, tini-style: join the cgroup if given, fork the command, reap
+ * every descendant, and report on the report fd, one line each:
+ *   "started <pid>"            the command exec'ed (else its "error exec <errno>" line)
  *   "leader exit <code>" | "leader signal <n>"   the leader was reaped
  *   "signaled <sig> <pids>"    a signal was delivered to every live descendant
  *   "done <reaped>"            leader reaped and no descendant is left (waitpid: ECHILD)

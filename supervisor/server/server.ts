@@ -3,7 +3,7 @@
 // requires the versioned hello first, and dispatches each request: its params validated
 // against the method's schema (ipc/schemas.ts), then its handler (handlers/, one per verb).
 // Owns the listening socket and the dispatch; a connection's frames are connection.ts's.
-import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, unlinkSync } from 'node:fs';
+import { chmodSync, chownSync, lstatSync, mkdirSync, unlinkSync } from 'node:fs';
 import { connect as netConnect, createServer, type Server, type Socket } from 'node:net';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
@@ -16,6 +16,7 @@ import { ParamsSchemas, validate } from '../../ipc/schemas.js';
 import { VERSION } from '../../ipc/version.js';
 import { native } from '../native.js';
 import type { Supervisor } from '../supervisor.js';
+import { lookupGroup } from '../users.js';
 import { Connection, MAX_TIMER_MS, type PendingFrames } from './connection.js';
 import type { Handler } from './handler.js';
 import { HANDLERS } from './handlers/index.js';
@@ -78,7 +79,7 @@ export class SupervisorServer {
     chmodSync(this.socketPath, 0o660);
     const group = this.supervisor.config.ipc.socketGroup;
     if (group !== undefined) {
-      const gid = typeof group === 'number' ? group : groupId(group);
+      const gid = lookupGroup(group, 'ipc.socketGroup');
       chownSync(this.socketPath, process.getuid?.() ?? 0, gid);
       if (createdDir) {
         chownSync(dir, process.getuid?.() ?? 0, gid);
@@ -211,7 +212,6 @@ export class SupervisorServer {
 
 }
 
-
 /** Whether something accepts connections on the Unix socket at path (ECONNREFUSED: stale). */
 function answers(path: string): Promise<boolean> {
   return new Promise((resolve) => {
@@ -222,13 +222,4 @@ function answers(path: string): Promise<boolean> {
     });
     s.once('error', () => resolve(false));
   });
-}
-
-/** gid of a group name from /etc/group (group(5)); throws naming it when absent. */
-function groupId(name: string): number {
-  for (const line of readFileSync('/etc/group', 'utf8').split('\n')) {
-    const [gname, , gid] = line.split(':');
-    if (gname === name) return Number(gid);
-  }
-  throw new Error(`ipc.socketGroup: no group named ${JSON.stringify(name)} in /etc/group`);
 }

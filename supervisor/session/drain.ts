@@ -3,8 +3,11 @@
 // net.Socket: libuv reads it without blocking the event loop. Owns the read side and how
 // the drain ended (eof, eio, timeout); not the bytes' layout on disk (chunks.ts).
 import { EventEmitter } from 'node:events';
+import { writeSync } from 'node:fs';
 import { Socket } from 'node:net';
+import { ReadStream } from 'node:tty';
 import type { StreamName, StreamOutput } from '../../ipc/protocol.js';
+import { native } from '../native.js';
 import { StreamLog } from '../store/chunks.js';
 import type { StorageGuard } from '../store/storage.js';
 import type { HashPool } from '../store/hasher.js';
@@ -35,8 +38,8 @@ export class StreamDrain extends EventEmitter {
 
   /**
    * readFd is a pipe's read end, or a pty master (pty: true), which is also written to
-   * (the session's stdin) through `socket`. A pty master is wrapped in a libuv pipe handle,
-   * as node-pty does (net.Socket refuses TTY fds); its end is EIO once every slave is closed.
+   * (the session's stdin) through `socket` (ptySocket: net.Socket refuses TTY fds); its end
+   * is EIO once every slave is closed.
    */
   constructor(sessionDir: string, readonly stream: StreamName, readFd: number, policy: StorePolicy, private readonly pty = false) {
     super();
@@ -95,11 +98,64 @@ export class StreamDrain extends EventEmitter {
   }
 }
 
-/** A net.Socket over a pty master fd, readable and writable (libuv pipe handle). */
+/**
+ * A pty master fd (O_NONBLOCK, from openPty) as a net.Socket, readable and writable. Reads are
+ * libuv's, through a tty handle (tty.ReadStream, as node-pty reads its master): every byte,
+ * then EIO once every slave is closed, or EOF if the tty was hung up. Writes (the session's
+ * stdin) are not: libuv cannot reopen a master, so its tty handle writes one synchronously,
+ * looping on EAGAIN (uv_tty_init: UV_HANDLE_BLOCKING_WRITES), which would stall the event
+ * loop while the slave's input queue is full. Here each write is one non-blocking write(2);
+ * what the kernel does not take yet waits for the fd to be writable (native waitWritable,
+ * epoll), and the write's callback, so 'drain', waits with it: backpressure, never blocking.
+ */
+class PtyMaster extends ReadStream {
+  private cancelWait: (() => void) | null = null;
+
+  constructor(private readonly masterFd: number) {
+    super(masterFd, { allowHalfOpen: true });
+  }
+
+  override _write(chunk: Buffer | string, encoding: BufferEncoding, callback: (err?: Error | null) => void): void {
+    this.writeFrom(typeof chunk === 'string' ? Buffer.from(chunk, encoding) : chunk, callback);
+  }
+
+  override _writev(chunks: { chunk: Buffer | string; encoding: BufferEncoding }[], callback: (err?: Error | null) => void): void {
+    this.writeFrom(Buffer.concat(chunks.map((c) => (typeof c.chunk === 'string' ? Buffer.from(c.chunk, c.encoding) : c.chunk))), callback);
+  }
+
+  /** A master has no half-close: the session's end of input is ^D (Session.write). */
+  override _final(callback: (err?: Error | null) => void): void {
+    callback();
+  }
+
+  override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
+    this.cancelWait?.();
+    this.cancelWait = null;
+    super._destroy(err, callback);
+  }
+
+  private writeFrom(data: Buffer, callback: (err?: Error | null) => void): void {
+    let written = 0;
+    try {
+      written = writeSync(this.masterFd, data);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EAGAIN') {
+        // EIO: no slave is open any more. The read side ends by itself once it has read
+        // every byte (EIO too); failing the write now would close the master before that.
+        this.once('close', () => callback(err as Error));
+        return;
+      }
+    }
+    if (written === data.length) return callback();
+    const rest = data.subarray(written);
+    this.cancelWait = native().waitWritable(this.masterFd, () => {
+      this.cancelWait = null;
+      if (!this.destroyed) this.writeFrom(rest, callback);
+    });
+  }
+}
+
+/** The pty master's socket (see PtyMaster). */
 function ptySocket(fd: number): Socket {
-  const pipeWrap = (process as unknown as { binding(name: string): { Pipe: new (type: number) => { open(fd: number): number }; constants: { SOCKET: number } } }).binding('pipe_wrap');
-  const handle = new pipeWrap.Pipe(pipeWrap.constants.SOCKET);
-  const err = handle.open(fd);
-  if (err) throw Object.assign(new Error(`cannot open the pty master (${err})`), { code: 'EBADF' });
-  return new Socket({ handle, readable: true, writable: true, allowHalfOpen: true } as unknown as ConstructorParameters<typeof Socket>[0]);
+  return new PtyMaster(fd);
 }

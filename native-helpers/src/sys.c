@@ -1,0 +1,186 @@
+/*
+ * sys.c: the syscall wrappers declared in sys.h, in plain C: each returns a value >= 0 or
+ * -errno and leaves nothing open or allocated on failure. No N-API here (addon.c is the glue).
+ * Owns nothing long-lived: every fd made is handed to the caller.
+ * See sys.h for the list of exports and the man pages each leans on.
+ */
+#define _GNU_SOURCE
+#include "sys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+int sys_set_child_subreaper(void) {
+  return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? 0 : -errno;
+}
+
+int sys_is_child_subreaper(void) {
+  int flag = 0;
+  if (prctl(PR_GET_CHILD_SUBREAPER, (unsigned long)&flag, 0, 0, 0) != 0) return -errno;
+  return flag != 0;
+}
+
+int sys_reap_pid(pid_t pid, struct sys_exit *out) {
+  int status = 0;
+  pid_t r;
+  do r = waitpid(pid, &status, WNOHANG); while (r < 0 && errno == EINTR);
+  if (r < 0) return -errno;
+  if (r == 0) return 0;
+  out->pid = r;
+  out->code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  out->signal = WIFEXITED(status) ? -1 : WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  return 1;
+}
+
+int sys_make_pipe(int fds[2]) {
+  return pipe2(fds, O_CLOEXEC) == 0 ? 0 : -errno;
+}
+
+int sys_dup_cloexec(int fd) {
+  int r = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  return r < 0 ? -errno : r;
+}
+
+int sys_set_pipe_size(int fd, int bytes) {
+  int r = fcntl(fd, F_SETPIPE_SZ, bytes);
+  return r < 0 ? -errno : r;
+}
+
+int sys_try_lock_exclusive(int fd) {
+  int r;
+  do r = flock(fd, LOCK_EX | LOCK_NB); while (r < 0 && errno == EINTR);
+  if (r == 0) return 1;
+  return errno == EWOULDBLOCK ? 0 : -errno;
+}
+
+int sys_peer_cred(int fd, struct sys_cred *out) {
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -errno;
+  out->pid = cred.pid;
+  out->uid = cred.uid;
+  out->gid = cred.gid;
+  return 0;
+}
+
+/* The error path of a multi-step wrapper: closes fd (if >= 0), names the call, returns -err. */
+static int fail_at(const char **failed, const char *call, int fd, int err) {
+  if (fd >= 0) close(fd);
+  *failed = call;
+  return -err;
+}
+
+int sys_open_pty(int cols, int rows, struct sys_pty *out, const char **failed) {
+  int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0) return fail_at(failed, "posix_openpt", -1, errno);
+  if (grantpt(master) != 0) return fail_at(failed, "grantpt", master, errno);
+  if (unlockpt(master) != 0) return fail_at(failed, "unlockpt", master, errno);
+  int err = ptsname_r(master, out->path, sizeof out->path);
+  if (err != 0) return fail_at(failed, "ptsname_r", master, err);
+  /* Non-blocking: the supervisor reads and writes it from its event loop (libuv). */
+  int flags = fcntl(master, F_GETFL);
+  if (flags < 0 || fcntl(master, F_SETFL, flags | O_NONBLOCK) != 0) return fail_at(failed, "fcntl", master, errno);
+  int slave = open(out->path, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (slave < 0) return fail_at(failed, "open", master, errno);
+  int r = sys_set_window_size(master, cols, rows);
+  if (r < 0) {
+    close(slave);
+    return fail_at(failed, "ioctl", master, -r);
+  }
+  out->master = master;
+  out->slave = slave;
+  return 0;
+}
+
+int sys_set_window_size(int fd, int cols, int rows) {
+  struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+  return ioctl(fd, TIOCSWINSZ, &ws) == 0 ? 0 : -errno;
+}
+
+int sys_sd_notify(const char *msg, size_t len, const char **failed) {
+  const char *path = getenv("NOTIFY_SOCKET");
+  if (!path || !*path) return 0;
+  struct sockaddr_un addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  size_t plen = strlen(path);
+  if (plen >= sizeof addr.sun_path) return fail_at(failed, "sd_notify", -1, EINVAL);
+  memcpy(addr.sun_path, path, plen);
+  if (addr.sun_path[0] == '@') addr.sun_path[0] = 0;
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return fail_at(failed, "socket", -1, errno);
+  ssize_t n = sendto(fd, msg, len, MSG_NOSIGNAL, (struct sockaddr *)&addr, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + plen));
+  if (n < 0) return fail_at(failed, "sendto", fd, errno);
+  close(fd);
+  return 1;
+}
+
+/* Initial buffer for the *_r lookups, doubled on ERANGE up to MAX_LOOKUP_BYTES. */
+static size_t lookup_bytes(int name) {
+  long n = sysconf(name);
+  return n > 0 && n < 1 << 20 ? (size_t)n : 1024;
+}
+enum { MAX_LOOKUP_BYTES = 1 << 20 };
+
+/* getpwnam_r (name) or getpwuid_r (name NULL): the shared ERANGE loop. */
+static int lookup_passwd(const char *name, uint32_t uid, struct sys_user *out) {
+  struct passwd pw, *result = NULL;
+  for (size_t size = lookup_bytes(_SC_GETPW_R_SIZE_MAX);; size *= 2) {
+    char *buf = malloc(size);
+    if (!buf) return -ENOMEM;
+    int err;
+    do err = name ? getpwnam_r(name, &pw, buf, size, &result) : getpwuid_r((uid_t)uid, &pw, buf, size, &result);
+    while (err == EINTR);
+    if (err == 0 && result) {
+      out->uid = pw.pw_uid;
+      out->gid = pw.pw_gid;
+      out->name = pw.pw_name;
+      out->home = pw.pw_dir ? pw.pw_dir : "";
+      out->buf = buf;
+      return 0;
+    }
+    free(buf);
+    if (err == ERANGE && size < MAX_LOOKUP_BYTES) continue;
+    return err == 0 ? -ENOENT : -err;
+  }
+}
+
+int sys_getpwnam(const char *name, struct sys_user *out) {
+  return lookup_passwd(name, 0, out);
+}
+
+int sys_getpwuid(uint32_t uid, struct sys_user *out) {
+  return lookup_passwd(NULL, uid, out);
+}
+
+void sys_user_free(struct sys_user *user) {
+  free(user->buf);
+  user->buf = NULL;
+}
+
+int sys_getgrnam(const char *name, uint32_t *gid) {
+  struct group gr, *result = NULL;
+  for (size_t size = lookup_bytes(_SC_GETGR_R_SIZE_MAX);; size *= 2) {
+    char *buf = malloc(size);
+    if (!buf) return -ENOMEM;
+    int err;
+    do err = getgrnam_r(name, &gr, buf, size, &result); while (err == EINTR);
+    if (err == 0 && result) *gid = gr.gr_gid;
+    free(buf);
+    if (err == 0) return result ? 0 : -ENOENT;
+    if (err == ERANGE && size < MAX_LOOKUP_BYTES) continue;
+    return -err;
+  }
+}

@@ -1,0 +1,91 @@
+/*
+ * sys: the few syscalls the supervisor needs and Node does not expose, as plain C. Each
+ * returns a value >= 0 on success and -errno on failure; none touches N-API (addon.c does).
+ * Exports: sys_set_child_subreaper, sys_is_child_subreaper, sys_reap_pid, sys_make_pipe,
+ * sys_dup_cloexec, sys_set_pipe_size, sys_try_lock_exclusive, sys_peer_cred, sys_open_pty,
+ * sys_set_window_size, sys_sd_notify, sys_getpwnam, sys_getpwuid, sys_user_free,
+ * sys_getgrnam. See prctl(2), waitpid(2), pipe(2), fcntl(2), flock(2), unix(7),
+ * posix_openpt(3), tty_ioctl(4), sd_notify(3), getpwnam_r(3), getgrnam_r(3).
+ */
+#ifndef SBX_SYS_H
+#define SBX_SYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* How a reaped child ended: exit code, or the signal that killed it (the other is -1). */
+struct sys_exit {
+  pid_t pid;
+  int code;
+  int signal;
+};
+
+/* A Unix socket peer's credentials (SO_PEERCRED). */
+struct sys_cred {
+  pid_t pid;
+  uint32_t uid;
+  uint32_t gid;
+};
+
+/* A new pseudo-terminal: both fds O_CLOEXEC, the master O_NONBLOCK, the slave O_NOCTTY. */
+struct sys_pty {
+  int master;
+  int slave;
+  char path[128];
+};
+
+/* A passwd(5) entry; name and home point into buf (free with sys_user_free). */
+struct sys_user {
+  uint32_t uid;
+  uint32_t gid;
+  const char *name;
+  const char *home;
+  char *buf;
+};
+
+/* prctl(PR_SET_CHILD_SUBREAPER, 1): 0 | -errno. */
+int sys_set_child_subreaper(void);
+
+/* prctl(PR_GET_CHILD_SUBREAPER): 1 set, 0 not | -errno. */
+int sys_is_child_subreaper(void);
+
+/* waitpid(pid, WNOHANG) for that pid only (never -1): 1 reaped (*out filled), 0 still
+ * running | -errno (-ECHILD: not our child). */
+int sys_reap_pid(pid_t pid, struct sys_exit *out);
+
+/* pipe2(O_CLOEXEC): 0, fds[0] the read end, fds[1] the write end | -errno. */
+int sys_make_pipe(int fds[2]);
+
+/* fcntl(F_DUPFD_CLOEXEC): a new fd (>= 3) on the same open file description | -errno. */
+int sys_dup_cloexec(int fd);
+
+/* fcntl(F_SETPIPE_SZ): the capacity granted, in bytes | -errno. */
+int sys_set_pipe_size(int fd, int bytes);
+
+/* flock(LOCK_EX | LOCK_NB): 1 taken, 0 held by another open file description | -errno. */
+int sys_try_lock_exclusive(int fd);
+
+/* getsockopt(SO_PEERCRED) on a connected Unix socket: 0 | -errno. */
+int sys_peer_cred(int fd, struct sys_cred *out);
+
+/* posix_openpt, grantpt, unlockpt, ptsname_r, open of the slave, TIOCSWINSZ: 0 | -errno,
+ * with *failed naming the call that failed (nothing is left open then). */
+int sys_open_pty(int cols, int rows, struct sys_pty *out, const char **failed);
+
+/* ioctl(TIOCSWINSZ): 0 | -errno. */
+int sys_set_window_size(int fd, int cols, int rows);
+
+/* One datagram to $NOTIFY_SOCKET ('@' = abstract): 1 sent, 0 NOTIFY_SOCKET unset | -errno,
+ * with *failed naming the call that failed. */
+int sys_sd_notify(const char *msg, size_t len, const char **failed);
+
+/* getpwnam_r / getpwuid_r through NSS: 0 (*out filled) | -ENOENT no entry | -errno. */
+int sys_getpwnam(const char *name, struct sys_user *out);
+int sys_getpwuid(uint32_t uid, struct sys_user *out);
+void sys_user_free(struct sys_user *user);
+
+/* getgrnam_r through NSS: 0 (*gid filled) | -ENOENT no entry | -errno. */
+int sys_getgrnam(const char *name, uint32_t *gid);
+
+#endif
