@@ -1,14 +1,12 @@
 // The state dir's layout (docs/STATE.md), shared by the supervisor that writes it and by
-// `sbx verify`, which re-reads it with the supervisor stopped: every file and dir name, the
-// schema every record is parsed with (a torn or foreign file is an Error naming why, never a
-// cast), chunk file names and index records, and the one chunk reader that the hashing
-// threads, replay and verify all read stored bytes with. Reads only; writing is the
-// supervisor's (supervisor/store/). See open(2) O_NOFOLLOW, pread(2).
+// `sbx verify`, which re-reads it with the supervisor stopped: every file and dir name, and
+// the schema every record is parsed with (a torn or foreign file is an Error naming why,
+// never a cast). A stream's chunk files and index are stream-files.ts. Reads only; writing
+// is the supervisor's (supervisor/store/).
 import { createHash } from 'node:crypto';
-import { closeSync, constants, existsSync, lstatSync, openSync, readFileSync, readSync } from 'node:fs';
-import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import type { ChunkDigest, CloseReceipt, Receipt, StreamName, StreamOutput } from './protocol.js';
+import type { CloseReceipt, Receipt } from './protocol.js';
 
 // --- Names.
 
@@ -35,8 +33,9 @@ export const RECEIPT_RESERVATION_FILE = 'receipt.reserved';
 export const STARTED_FILE = 'started.json';
 /** In a session dir: the retention policy removed its output (chunk files and index). */
 export const OUTPUT_REMOVED_FILE = 'output-removed.json';
-/** In a stream dir: one record per read (INDEX_RECORD_BYTES each). */
-export const INDEX_FILE = 'index.bin';
+// In a stream dir: chunk files (chunkFileName) and the index (INDEX_FILE), named in stream-files.ts,
+// which the hashing threads load without the record schemas (zod: ~7 MiB per thread).
+export { chunkFileName, INDEX_FILE } from './stream-files.js';
 
 /** The key record's file name in keys/: the key's SHA-256, never the key itself (a key is never a path). */
 export function keyRecordName(invocationKey: string): string {
@@ -46,11 +45,6 @@ export function keyRecordName(invocationKey: string): string {
 /** A tombstone's file name in retired/. */
 export function tombstoneName(sessionId: string): string {
   return `${sessionId}.json`;
-}
-
-/** File name of the chunk that starts at cursor: 16 hex digits. */
-export function chunkFileName(startCursor: number): string {
-  return `${startCursor.toString(16).padStart(16, '0')}.chunk`;
 }
 
 // --- Records: every one is parsed with its schema.
@@ -192,164 +186,4 @@ export function parseRecord<K extends RecordKind>(kind: K, text: string): Record
 /** A record read from path and parsed (parseRecord); throws with the reason, or ENOENT when absent. */
 export function readRecord<K extends RecordKind>(kind: K, path: string): RecordKinds[K] {
   return parseRecord(kind, readFileSync(path, 'utf8'));
-}
-
-// --- Streams: chunk files and the index.
-
-export const STREAM_IDS: Record<StreamName, number> = { stdout: 0, stderr: 1, pty: 2 };
-/** Bytes per index record: u8 stream, 3 reserved, u32 length, u64 cursor, u64 arrival µs (LE). */
-export const INDEX_RECORD_BYTES = 24;
-
-/** Encodes one index record. */
-export function encodeIndexRecord(out: Buffer, offset: number, stream: StreamName, cursor: number, length: number, arrivalUs: number): void {
-  out.writeUInt8(STREAM_IDS[stream], offset);
-  out.writeUIntLE(0, offset + 1, 3);
-  out.writeUInt32LE(length, offset + 4);
-  out.writeUInt32LE(cursor % 2 ** 32, offset + 8);
-  out.writeUInt32LE(Math.floor(cursor / 2 ** 32), offset + 12);
-  out.writeUInt32LE(arrivalUs % 2 ** 32, offset + 16);
-  out.writeUInt32LE(Math.floor(arrivalUs / 2 ** 32), offset + 20);
-}
-
-export interface IndexRecord {
-  stream: number;
-  length: number;
-  cursor: number;
-  arrivalUs: number;
-}
-
-/** Decodes every whole record in an index file's bytes. */
-export function decodeIndex(buf: Buffer): IndexRecord[] {
-  const out: IndexRecord[] = [];
-  for (let off = 0; off + INDEX_RECORD_BYTES <= buf.length; off += INDEX_RECORD_BYTES) {
-    out.push({
-      stream: buf.readUInt8(off),
-      length: buf.readUInt32LE(off + 4),
-      cursor: buf.readUInt32LE(off + 8) + buf.readUInt32LE(off + 12) * 2 ** 32,
-      arrivalUs: buf.readUInt32LE(off + 16) + buf.readUInt32LE(off + 20) * 2 ** 32,
-    });
-  }
-  return out;
-}
-
-/**
- * The one reader of a stream's stored bytes by cursor: cursor c is chunk c - c % chunkBytes
- * at offset c % chunkBytes. Keeps the chunk it last read open (sequential readers, the
- * hashing threads and replay, open each chunk once); O_NOFOLLOW: a planted link is refused.
- * close() when done.
- */
-export class ChunkReader {
-  private fd = -1;
-  private fdStart = -1;
-
-  constructor(readonly streamDir: string, readonly chunkBytes: number) {}
-
-  /**
-   * Reads bytes from cursor `from` into buf at offset: at most maxBytes, never past `end` nor
-   * past the end of from's chunk; returns how many (0 at `end`). Throws when the chunk is
-   * missing (ENOENT) or shorter than what is asked of it.
-   */
-  readInto(from: number, end: number, buf: Buffer, offset: number, maxBytes: number): number {
-    if (from >= end) return 0;
-    const start = from - (from % this.chunkBytes);
-    const length = Math.min(maxBytes, end - from, start + this.chunkBytes - from);
-    if (this.fd < 0 || this.fdStart !== start) {
-      this.close();
-      this.fd = openSync(join(this.streamDir, chunkFileName(start)), constants.O_RDONLY | constants.O_NOFOLLOW);
-      this.fdStart = start;
-    }
-    let got = 0;
-    while (got < length) {
-      const n = readSync(this.fd, buf, offset + got, length - got, from - start + got);
-      if (n === 0) throw new Error(`chunk ${chunkFileName(start)} ends at ${from + got}, before ${from + length}`);
-      got += n;
-    }
-    return got;
-  }
-
-  /** Feeds the bytes [from, to) to onBytes, in pieces of at most buf's size. */
-  each(from: number, to: number, buf: Buffer, onBytes: (bytes: Buffer) => void): void {
-    for (let cursor = from; cursor < to; ) {
-      const n = this.readInto(cursor, to, buf, 0, buf.length);
-      onBytes(buf.subarray(0, n));
-      cursor += n;
-    }
-  }
-
-  close(): void {
-    if (this.fd >= 0) closeSync(this.fd);
-    this.fd = -1;
-    this.fdStart = -1;
-  }
-}
-
-/** Up to maxBytes of a stream's stored bytes from cursor `from` (never past `end` nor one chunk), as a new Buffer. */
-export function readStored(streamDir: string, chunkBytes: number, from: number, end: number, maxBytes: number): Buffer {
-  const buf = Buffer.allocUnsafe(Math.max(0, Math.min(maxBytes, end - from)));
-  const reader = new ChunkReader(streamDir, chunkBytes);
-  try {
-    return buf.subarray(0, reader.readInto(from, end, buf, 0, buf.length));
-  } finally {
-    reader.close();
-  }
-}
-
-/**
- * The chunk files a stream holds from cursor 0 while contiguous (each full chunk exactly
- * chunkBytes, the last one shorter), from their sizes alone: no byte is read. A missing
- * stream dir is an empty stream.
- */
-export function storedChunks(sessionDir: string, stream: StreamName, chunkBytes: number): { final_cursor: number; chunks: ChunkDigest[] } {
-  const dir = join(sessionDir, stream);
-  const chunks: ChunkDigest[] = [];
-  let cursor = 0;
-  for (;;) {
-    let size: number;
-    try {
-      size = lstatSync(join(dir, chunkFileName(cursor))).size;
-    } catch {
-      break;
-    }
-    chunks.push({ start_cursor: cursor, length: size });
-    cursor += size;
-    if (size < chunkBytes) break;
-  }
-  return { final_cursor: cursor, chunks };
-}
-
-/** SHA-256 (hex) of a stream's index.bin as it is on disk (empty when absent). */
-export function indexDigest(sessionDir: string, stream: StreamName): string {
-  const hash = createHash('sha256');
-  try {
-    hash.update(readFileSync(join(sessionDir, stream, INDEX_FILE)));
-  } catch {
-    // no index: the digest of nothing
-  }
-  return hash.digest('hex');
-}
-
-/**
- * What a stream durably holds: its chunk files from cursor 0 while contiguous (storedChunks),
- * read back through the chunk reader: the SHA-256 of all of them and of each, and the index's.
- * A missing stream dir is an empty stream.
- */
-export function storedStream(sessionDir: string, stream: StreamName, chunkBytes: number): Pick<StreamOutput, 'final_cursor' | 'sha256' | 'index_sha256' | 'chunks'> {
-  const dir = join(sessionDir, stream);
-  const hash = createHash('sha256');
-  const { final_cursor, chunks } = existsSync(dir) ? storedChunks(sessionDir, stream, chunkBytes) : { final_cursor: 0, chunks: [] };
-  const reader = new ChunkReader(dir, chunkBytes);
-  const buf = Buffer.allocUnsafe(1024 * 1024);
-  try {
-    for (const chunk of chunks) {
-      const chunkHash = createHash('sha256');
-      reader.each(chunk.start_cursor, chunk.start_cursor + chunk.length, buf, (bytes) => {
-        hash.update(bytes);
-        chunkHash.update(bytes);
-      });
-      chunk.sha256 = chunkHash.digest('hex');
-    }
-  } finally {
-    reader.close();
-  }
-  return { final_cursor, sha256: hash.digest('hex'), index_sha256: indexDigest(sessionDir, stream), chunks };
 }

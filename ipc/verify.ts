@@ -7,7 +7,8 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import canonicalize from 'canonicalize';
 import type { Receipt, StreamName } from './protocol.js';
-import { ADMISSION_FILE, chunkFileName, INDEX_FILE, OUTPUT_REMOVED_FILE, RECEIPT_FILE, readRecord, STARTED_FILE, STATE, storedStream } from './state-layout.js';
+import { ADMISSION_FILE, OUTPUT_REMOVED_FILE, RECEIPT_FILE, readRecord, STARTED_FILE, STATE } from './state-layout.js';
+import { chunkFileName, INDEX_FILE, storedStream } from './stream-files.js';
 
 /** RFC 8785 (JCS) canonical JSON of v. */
 export function jcs(v: unknown): string {

@@ -7,7 +7,7 @@
 import { existsSync, readdirSync, rmdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt } from '../ipc/protocol.js';
-import { storedChunks } from '../ipc/state-layout.js';
+import { storedChunks } from '../ipc/stream-files.js';
 import { verifySignature } from '../ipc/verify.js';
 import { CgroupLeaf } from './cgroup.js';
 import type { Retention } from './retention.js';

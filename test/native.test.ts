@@ -7,7 +7,8 @@ import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { StreamDrain } from '../supervisor/drain.js';
+import { StreamDrain } from '../supervisor/session/drain.js';
+import { HashPool } from '../supervisor/store/hasher.js';
 import { native } from '../supervisor/native.js';
 import { ROOT, until } from './helpers/daemon.js';
 
@@ -216,7 +217,8 @@ describe('pty', () => {
     const dir = mkdtempSync(join(tmpdir(), 'sbx-native-pty-'));
     const pty = native().openPty(80, 24);
     let slave = pty.slave;
-    const drain = new StreamDrain(dir, 'pty', pty.master, { chunkBytes: 1 << 20 }, true);
+    const hashPool = new HashPool();
+    const drain = new StreamDrain(dir, 'pty', pty.master, { chunkBytes: 1 << 20, hashPool, quotaBytes: Number.MAX_SAFE_INTEGER, guard: null }, true);
     const go = join(dir, 'go');
     const input = randomBytes(1 << 20);
     const child = spawn('sh', ['-c', `stty raw -echo; echo ready; while [ ! -e ${go} ]; do sleep 0.01; done; head -c ${input.length} | sha256sum; head -c 300000 /dev/zero | base64 -w0`], {
@@ -251,6 +253,7 @@ describe('pty', () => {
       if (slave >= 0) closeSync(slave);
       drain.cut();
       if (!finalized) await drain.finalize().catch(() => {});
+      await hashPool.close();
       rmSync(dir, { recursive: true, force: true });
     }
   });

@@ -6,7 +6,8 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt, StreamName, TerminationCause } from '../../ipc/protocol.js';
-import { OUTPUT_REMOVED_FILE, storedChunks } from '../../ipc/state-layout.js';
+import { OUTPUT_REMOVED_FILE } from '../../ipc/state-layout.js';
+import { storedChunks } from '../../ipc/stream-files.js';
 import { CgroupLeaf } from '../cgroup.js';
 import { readStarted, type AdmissionRecord } from '../store/records.js';
 import type { SessionContext, SessionRequest } from './context.js';

@@ -9,7 +9,8 @@ import { existsSync, lstatSync, readdirSync, renameSync, rmSync } from 'node:fs'
 import { join } from 'node:path';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { Receipt, SessionState, SessionSummary, StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
-import { indexDigest, OUTPUT_REMOVED_FILE, RECEIPT_FILE, storedChunks } from '../../ipc/state-layout.js';
+import { OUTPUT_REMOVED_FILE, RECEIPT_FILE } from '../../ipc/state-layout.js';
+import { indexDigest, storedChunks } from '../../ipc/stream-files.js';
 import type { CgroupLeaf } from '../cgroup.js';
 import { faultPoint } from '../fault.js';
 import { createFileDurable, fsyncDir } from '../store/durable.js';

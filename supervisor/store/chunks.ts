@@ -9,7 +9,7 @@ import { createHash, type Hash } from 'node:crypto';
 import type { ChunkDigest, StreamName } from '../../ipc/protocol.js';
 import type { HashPool, StreamHasher } from './hasher.js';
 import type { StorageGuard } from './storage.js';
-import { chunkFileName, encodeIndexRecord, INDEX_FILE, INDEX_RECORD_BYTES } from '../../ipc/state-layout.js';
+import { chunkFileName, encodeIndexRecord, INDEX_FILE, INDEX_RECORD_BYTES } from '../../ipc/stream-files.js';
 import { fsyncDir, writeAll } from './durable.js';
 
 /** Rolled chunk files of one stream waiting for their fsync on the threadpool, at most. */

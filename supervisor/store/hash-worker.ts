@@ -6,7 +6,7 @@
 // {id, sha256} | {id, error}.
 import { createHash, type Hash } from 'node:crypto';
 import { parentPort } from 'node:worker_threads';
-import { ChunkReader } from '../../ipc/state-layout.js';
+import { ChunkReader } from '../../ipc/stream-files.js';
 
 interface HashStream {
   reader: ChunkReader;

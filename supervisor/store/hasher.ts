@@ -48,6 +48,12 @@ export class HashPool {
     return new StreamHasher(this, this.nextId++, dir, chunkBytes);
   }
 
+  /** Stops every thread (digests still owed fail); the pool starts new ones if used again. For tests and embedders. */
+  async close(): Promise<void> {
+    const workers = this.slots.splice(0).filter((pw): pw is PoolWorker => pw !== null);
+    await Promise.all(workers.map((pw) => pw.worker.terminate()));
+  }
+
   /** The live worker for a stream id (round robin), started (again) when there is none. */
   workerFor(id: number): PoolWorker {
     const slot = id % this.size;

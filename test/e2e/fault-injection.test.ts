@@ -13,7 +13,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { SupervisorClient } from '../../ipc/client.js';
 import { isSupervisorError } from '../../ipc/errors.js';
 import type { LaunchParams, Receipt, SessionSummary } from '../../ipc/protocol.js';
-import { storedStream } from '../../ipc/state-layout.js';
+import { storedStream } from '../../ipc/stream-files.js';
 import { pidsWithMarker, TestDaemon } from '../helpers/daemon.js';
 
 const LAUNCHES = Number(process.env.FI_LAUNCHES ?? 60);

@@ -93,7 +93,7 @@ describe('bounds', () => {
     const d = await daemon({ ipc: { maxInFlight: 2 }, session: { maxSessions: 2 } });
     const r = raw(d.socketPath);
     r.socket.write(hello());
-    const answer = async (frame: object & { id: number }) => {
+    const answer = async (frame: { id: number; method: string; params: object }) => {
       r.socket.write(encodeFrame(frame));
       return until(() => r.frames.find((f) => f.id === frame.id), `the answer to ${frame.id}`);
     };

@@ -33,15 +33,15 @@ function populated(dir: string): boolean {
 /** Kills everything in a cgroup subtree and removes it, deepest first; polls with a deadline. */
 export async function removeCgroupTree(dir: string, deadlineMs = 10_000): Promise<void> {
   if (!existsSync(dir)) return;
-  const until = Date.now() + deadlineMs;
+  const until = performance.now() + deadlineMs;
   if (populated(dir)) writeFileSync(join(dir, 'cgroup.kill'), '1');
   while (populated(dir)) {
-    if (Date.now() > until) throw new Error(`cgroup ${dir} still populated after cgroup.kill`);
+    if (performance.now() > until) throw new Error(`cgroup ${dir} still populated after cgroup.kill`);
     await new Promise((r) => setTimeout(r, 20));
   }
   for (const name of readdirSync(dir)) {
     const child = join(dir, name);
-    if (statSync(child).isDirectory()) await removeCgroupTree(child, Math.max(1000, until - Date.now()));
+    if (statSync(child).isDirectory()) await removeCgroupTree(child, Math.max(1000, until - performance.now()));
   }
   for (;;) {
     try {
@@ -49,7 +49,7 @@ export async function removeCgroupTree(dir: string, deadlineMs = 10_000): Promis
       return;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
-      if (Date.now() > until) throw err;
+      if (performance.now() > until) throw err;
       await new Promise((r) => setTimeout(r, 20));
     }
   }

@@ -37,13 +37,13 @@ export interface SbxResult {
   stderr: Buffer;
 }
 
-/** Polls cond every 20 ms until it is truthy or deadlineMs passes (then throws what). */
-export async function until<T>(cond: () => T | Promise<T>, what: string, deadlineMs = 10_000): Promise<T> {
-  const end = Date.now() + deadlineMs;
+/** Polls cond every 20 ms until it is truthy or deadlineMs passes (then throws what); the monotonic clock. */
+export async function until<T>(cond: () => T | Promise<T>, what: string, deadlineMs = 10_000): Promise<NonNullable<T>> {
+  const end = performance.now() + deadlineMs;
   for (;;) {
     const v = await cond();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    if (v) return v as NonNullable<T>;
+    if (performance.now() > end) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
 }

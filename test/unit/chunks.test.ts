@@ -2,19 +2,21 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { StreamLog } from '../../supervisor/store/chunks.js';
 import { HashPool } from '../../supervisor/store/hasher.js';
-import { chunkFileName, decodeIndex, readStored, storedStream } from '../../ipc/state-layout.js';
+import { chunkFileName, decodeIndex, readStored, storedStream } from '../../ipc/stream-files.js';
 
 const dirs: string[] = [];
+const hashPool = new HashPool();
 afterEach(() => dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));
+afterAll(() => hashPool.close());
 
 describe('StreamLog', () => {
   it('rolls chunk files at chunkBytes and reads back any range exactly', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sbx-chunks-'));
     dirs.push(dir);
-    const log = new StreamLog(dir, 'stdout', 4096, new HashPool());
+    const log = new StreamLog(dir, 'stdout', 4096, hashPool);
     const data = randomBytes(4096 * 4 + 100);
     const reads = [1, 4095, 4096, 5000, 3000];
     let off = 0;

@@ -5,7 +5,8 @@ import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync, mkdirSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ChunkReader, chunkFileName, decodeIndex, keyRecordName, parseRecord, readRecord, storedStream, tombstoneName } from '../../ipc/state-layout.js';
+import { keyRecordName, parseRecord, readRecord, tombstoneName } from '../../ipc/state-layout.js';
+import { ChunkReader, chunkFileName, decodeIndex, storedStream } from '../../ipc/stream-files.js';
 
 const FIXTURES = join(import.meta.dirname, '../fixtures');
 const V1 = join(FIXTURES, 'records-v1');

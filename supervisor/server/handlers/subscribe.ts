@@ -5,7 +5,7 @@
 import { SupervisorError } from '../../../ipc/errors.js';
 import { encodeOutputFrame } from '../../../ipc/framing.js';
 import type { StreamName } from '../../../ipc/protocol.js';
-import { ChunkReader } from '../../../ipc/state-layout.js';
+import { ChunkReader } from '../../../ipc/stream-files.js';
 import type { Session } from '../../session/session.js';
 import type { Connection } from '../connection.js';
 import type { Handler } from '../handler.js';
