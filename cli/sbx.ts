@@ -6,26 +6,226 @@
 // Exit statuses follow sh, timeout(1) and docker run (SPEC.md): the command's code, 128+N for
 // a signal, 124 for the deadline, 125 when the supervisor or the request failed. Imports ipc/
 // only, never supervisor/, and no zod (types only): it starts fast (DESIGN.md 17).
+import { isUtf8 } from 'node:buffer';
+import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join, resolve as resolvePath } from 'node:path';
+import { constants as osConstants } from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { ReconnectingClient } from '../ipc/client.js';
-import { defaultStateDir } from '../ipc/paths.js';
-import { type CloseReceipt, exitStatusOf, type Receipt, type StreamName } from '../ipc/protocol.js';
+import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient } from '../ipc/client.js';
+import { parseDurationMs } from '../ipc/duration.js';
+import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
+import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
+import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
+import { type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
-import { call, collectEnv, connect, describe, duration, fail, FAILURE, type GlobalOptions, mib, pipeOutput, positiveInt, printJson, selector, signalNumber } from './common.js';
-import { takeCommandArgv } from './raw-args.js';
-import { run, type RunOptions } from './run.js';
 
-const program: Command = new Command()
-  .name('sbx')
-  .description('Launch commands through sandbox-supervisor and read their output and receipts.')
-  .version(VERSION)
-  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
-  .option('--json', 'machine-readable output')
-  .enablePositionalOptions()
-  .showHelpAfterError()
-  .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : FAILURE));
+const FAILURE = 125;
+
+interface GlobalOptions {
+  socket?: string;
+  json?: boolean;
+}
+
+function signalNumber(name: string): number {
+  return osConstants.signals[name as keyof typeof osConstants.signals] ?? 0;
+}
+
+function fail(message: string, status = FAILURE): never {
+  process.stderr.write(`sbx: ${message}\n`);
+  process.exit(status);
+}
+
+function describe(err: unknown): string {
+  if (isSupervisorError(err, 'ADMISSION_DENIED')) return `${err.code}: ${err.message} (sbx status says why)`;
+  if (isSupervisorError(err)) return `${err.code}: ${err.message}`;
+  const e = err as NodeJS.ErrnoException;
+  if (e.code === 'ENOENT' || e.code === 'ECONNREFUSED') {
+    const at = (e as { address?: string }).address;
+    return `cannot reach the supervisor${at ? ` at ${at}` : ''} (${e.code}); is it running? (npm start, or the systemd unit; --socket or SBX_SOCKET name another)`;
+  }
+  return e.message ?? String(err);
+}
+
+async function connect(g: GlobalOptions): Promise<SupervisorClient> {
+  try {
+    return await SupervisorClient.connect({ socketPath: g.socket, clientName: 'sbx' });
+  } catch (err) {
+    fail(describe(err));
+  }
+}
+
+/** Connects, runs one exchange, closes; any failure is the message and exit 125. */
+async function call<T>(g: GlobalOptions, fn: (client: SupervisorClient) => Promise<T>): Promise<T> {
+  const client = await connect(g);
+  try {
+    return await fn(client);
+  } catch (err) {
+    fail(describe(err));
+  } finally {
+    client.close();
+  }
+}
+
+function selector(id: string | undefined, key: string | undefined): SessionSelector {
+  if (key !== undefined && id !== undefined) fail('give a session ID or --key, not both');
+  if (key !== undefined) return { invocation_key: key };
+  if (id === undefined) fail('a session ID (or --key K) is required');
+  return { session_id: id };
+}
+
+/** Option parser for durations; a bad one is INVALID_ARGUMENT, exit 125, before any request. */
+function duration(text: string): number {
+  try {
+    return parseDurationMs(text);
+  } catch (err) {
+    fail(`INVALID_ARGUMENT: ${(err as Error).message}`);
+  }
+}
+
+function collectEnv(kv: string, acc: Record<string, string>): Record<string, string> {
+  const eq = kv.indexOf('=');
+  if (eq <= 0) throw new InvalidArgumentError(`--env takes NAME=VALUE, got ${JSON.stringify(kv)}`);
+  acc[kv.slice(0, eq)] = kv.slice(eq + 1);
+  return acc;
+}
+
+/** Copies one stream to a local output, waiting for the output to drain (backpressure). */
+async function pipeOutput(g: GlobalOptions, sel: SessionSelector, stream: StreamName, out: NodeJS.WriteStream, from: number, followToEnd: boolean): Promise<void> {
+  for await (const chunk of readOutput({ socketPath: g.socket, clientName: 'sbx', selector: sel, stream, from, follow: followToEnd })) {
+    if (!out.write(chunk.data)) await new Promise((r) => out.once('drain', r));
+  }
+}
+
+function positiveInt(v: string): number {
+  if (!/^\d+$/.test(v) || Number(v) < 1 || Number(v) > 65535) fail(`INVALID_ARGUMENT: expected an integer from 1 to 65535, got ${JSON.stringify(v)}`);
+  return Number(v);
+}
+
+/**
+ * Streams this CLI's stdin into the session from stdin offset fromOffset, each write at its
+ * offset so a retry after a reconnect delivers every byte exactly once; EOF closes the
+ * session's stdin. A terminal on stdin is put in raw mode for a pty session (restored on
+ * every exit path).
+ */
+async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: boolean, fromOffset: number): Promise<void> {
+  if (pty && process.stdin.isTTY) {
+    process.stdin.setRawMode(true);
+    process.on('exit', () => process.stdin.setRawMode?.(false));
+  }
+  let offset = fromOffset;
+  try {
+    for await (const chunk of process.stdin) {
+      const data = chunk as Buffer;
+      await conn.run((c) => c.request('write', { ...sel, data, offset }));
+      offset += data.length;
+    }
+    await conn.run((c) => c.request('write', { ...sel, data: Buffer.alloc(0), offset, eof: true }));
+  } catch (err) {
+    process.stderr.write(`sbx: stdin: ${describe(err)}\n`);
+  }
+}
+
+/** A fresh invocation key in the supervisor's own format: `auto-` and 24 hex digits. */
+function newInvocationKey(): string {
+  return `auto-${randomBytes(12).toString('hex')}`;
+}
+
+/** Transport failures a resent launch may outlive (the supervisor restarting, a reset). */
+const RETRYABLE_TRANSPORT = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'EAGAIN', 'ENOENT']);
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A waiting line for a retryable refusal, from its details when it has them. */
+function refusalWait(err: SupervisorError): string {
+  const d = err.details ?? {};
+  if (err.code === 'ADMISSION_DENIED' && d.reason === 'disk_low' && typeof d.free_bytes === 'number' && typeof d.min_free_bytes === 'number') {
+    return `disk low in the state dir, ${mib(d.free_bytes)} free, ${mib(d.min_free_bytes)} needed`;
+  }
+  if (err.code === 'ADMISSION_DENIED' && d.reason === 'reconciling') return 'the supervisor is reconciling the sessions left by a restart';
+  if (err.code === 'LIMIT_EXCEEDED' && typeof d.limit === 'string') {
+    const what = { sessions: 'sessions running', connections: 'connections open', in_flight: 'requests in flight' }[d.limit] ?? d.limit;
+    return `the supervisor is at its limit of ${String(d.max ?? '?')} ${what}`;
+  }
+  return err.message;
+}
+
+/**
+ * Sends the launch until it is answered: after a dropped connection (before the answer) or
+ * ECONNREFUSED it reconnects and resends, and a retryable refusal (ADMISSION_DENIED,
+ * LIMIT_EXCEEDED, SHUTTING_DOWN) is retried after its retry_after_ms, for up to
+ * DEFAULT_RECONNECT_MS from the first failure; safe because params carry an invocation key.
+ * ENOENT on the very first connect fails at once (no supervisor at all), as does a refusal
+ * with `detach`. One line on stderr says that it waits (`say`, at most once per run).
+ */
+async function launchUntilAnswered(g: GlobalOptions, params: LaunchParams, detach: boolean, say: (line: string) => void): Promise<{ client: SupervisorClient; launched: LaunchResult }> {
+  const socketPath = g.socket ?? defaultSocketPath();
+  const budgetS = Math.round(DEFAULT_RECONNECT_MS / 1000);
+  let giveUpAt: number | null = null; // set at the first failure
+  for (;;) {
+    let client: SupervisorClient | null = null;
+    let line: string;
+    let delayMs: number;
+    try {
+      client = await SupervisorClient.connect({ socketPath, clientName: 'sbx' });
+      return { client, launched: await client.launch(params) };
+    } catch (err) {
+      client?.close();
+      const code = (err as NodeJS.ErrnoException).code ?? '';
+      const expired = giveUpAt !== null && performance.now() > giveUpAt;
+      if (isSupervisorError(err)) {
+        if (!err.retryable || detach || expired) fail(describe(err));
+        line = `sbx: waiting: ${refusalWait(err)} (retrying for up to ${budgetS} s)`;
+        delayMs = Math.min(Math.max(Number(err.details?.retry_after_ms ?? 250), 50), 5000);
+      } else if (RETRYABLE_TRANSPORT.has(code) && !(code === 'ENOENT' && giveUpAt === null)) {
+        if (expired) fail(`the supervisor at ${socketPath} did not answer the launch within ${budgetS} s (${code}); if it was sent, sbx run --key ${params.invocation_key} finds the session`);
+        line = `sbx: waiting for the supervisor at ${socketPath} (${code}); retrying for up to ${budgetS} s`;
+        delayMs = 200;
+      } else {
+        fail(describe(err));
+      }
+    }
+    giveUpAt ??= performance.now() + DEFAULT_RECONNECT_MS;
+    say(line);
+    await sleep(delayMs);
+  }
+}
+
+/**
+ * A retry answered with an unknown session: one whose receipt is on its way (a restarted
+ * supervisor is ending it, or its receipt waits for disk space; ps says receipt_pending) is
+ * waited for like a running one, saying so once; one with no evidence to come fails (125).
+ */
+async function unlessPending(client: SupervisorClient, launched: LaunchResult, say: (line: string) => void): Promise<void> {
+  const row = (await client.ps(true)).sessions.find((x) => x.session_id === launched.session_id);
+  if (row && row.state !== 'unknown') return;
+  if (!row?.receipt_pending) {
+    fail(`session ${launched.session_id} (key ${launched.invocation_key}) is unknown: ${row?.reason ?? 'no evidence of its end yet'}; it is never run again (sbx ps, sbx resolve)`);
+  }
+  say(`sbx: waiting: session ${launched.session_id} is unknown until its receipt is written: ${row.reason ?? 'evidence is on its way'}`);
+}
+
+/**
+ * SIGINT/SIGTERM/SIGHUP/SIGQUIT to sbx run are sent on to every process of the session; a
+ * second SIGINT detaches (the session runs on) and exits 130.
+ */
+function forwardSignals(conn: ReconnectingClient, sessionId: string): void {
+  let interrupts = 0;
+  const forward = (signal: NodeJS.Signals) => {
+    if (signal === 'SIGINT' && ++interrupts >= 2) {
+      process.stderr.write(`sbx: detached; session ${sessionId} goes on (sbx wait ${sessionId})\n`);
+      process.exit(130);
+    }
+    conn.current?.request('kill', { session_id: sessionId, signal }).catch(() => {});
+  };
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const) process.on(signal, () => forward(signal));
+}
+
+const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(bytes < 10 * 2 ** 20 ? 1 : 0)} MiB`;
+
+function printJson(value: unknown): void {
+  process.stdout.write(JSON.stringify(value, null, 2) + '\n');
+}
 
 /** A subcommand that also takes --socket and --json (SPEC: all subcommands do). */
 function sub(name: string): Command {
@@ -39,6 +239,16 @@ function sub(name: string): Command {
 function globals(o: object): GlobalOptions {
   return { ...program.opts<GlobalOptions>(), ...Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) };
 }
+
+const program: Command = new Command()
+  .name('sbx')
+  .description('Launch commands through sandbox-supervisor and read their output and receipts.')
+  .version(VERSION)
+  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
+  .option('--json', 'machine-readable output')
+  .enablePositionalOptions()
+  .showHelpAfterError()
+  .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : FAILURE));
 
 sub('run')
   .description('launch CMD and stream its stdout/stderr; exit with its status')
@@ -60,8 +270,119 @@ sub('run')
   .option('--detach', 'print the session id and return at once')
   .option('--receipt <file>', 'write the receipt as JSON to FILE when the session ends')
   .passThroughOptions()
-  .action(async (cmd: string[], o: RunOptions) => {
-    await run(globals(o), commandArgv ?? cmd, o);
+  .action(async (cmd: string[], o: { key?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; pty?: boolean; cols?: number; rows?: number; stdin?: boolean; linger: 'kill' | 'wait'; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
+    const g = globals(o);
+    if (o.detach && o.onDisconnect === 'cancel') {
+      fail('INVALID_ARGUMENT: --detach with --on-disconnect cancel: a detached sbx closes its connection at once, which would cancel the session; drop one of them');
+    }
+    if (o.detach && o.receipt) {
+      fail('INVALID_ARGUMENT: --detach with --receipt: a detached sbx is gone before the session ends; get the receipt later with sbx wait ID (or sbx receipt ID)');
+    }
+    cmd = commandArgv ?? cmd;
+    // The receipt's directory is pinned now, before anything runs (the session may write it).
+    let receiptDir: OutputDir | null = null;
+    if (o.receipt && !o.detach) {
+      try {
+        receiptDir = openOutputDir(o.receipt);
+      } catch (err) {
+        fail(`--receipt ${(err as OutputFileError).message}; nothing was run`);
+      }
+      const refusal = outputNameRefusal(receiptDir);
+      if (refusal) fail(`--receipt ${receiptDir.path}: refused: ${refusal}, and sbx never writes through or replaces one; nothing was run`);
+    }
+    let said = false;
+    const say = (line: string) => {
+      if (!said) process.stderr.write(`${line}\n`);
+      said = true;
+    };
+    const { client, launched } = await launchUntilAnswered(g, {
+      argv: cmd,
+      cwd: resolvePath(o.cwd ?? '.'),
+      env: o.env,
+      inherit_env: o.inheritEnv ? inheritedEnv() : undefined,
+      // A key before the first send, so a resend after a drop finds this launch's session.
+      invocation_key: o.key ?? newInvocationKey(),
+      timeout_ms: o.timeout,
+      grace_ms: o.grace,
+      linger: o.linger,
+      on_disconnect: o.onDisconnect,
+      user: o.user,
+      pty: o.pty ? { cols: o.cols ?? process.stdout.columns ?? 80, rows: o.rows ?? process.stdout.rows ?? 24 } : undefined,
+      stdin: o.stdin,
+    }, Boolean(o.detach), say);
+    if (o.detach) {
+      if (g.json) printJson({ session_id: launched.session_id, existing: launched.existing, state: launched.state });
+      else process.stdout.write(`${launched.session_id}\n`);
+      client.close();
+      return;
+    }
+    if (launched.state === 'retired') {
+      fail(`session ${launched.session_id} (key ${launched.invocation_key}) was removed by the retention policy; it is never run again`);
+    }
+    if (launched.state === 'unknown') {
+      try {
+        await unlessPending(client, launched, say);
+      } catch (err) {
+        fail(describe(err));
+      }
+    }
+    const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx' }, client);
+    forwardSignals(conn, launched.session_id);
+    const sel = { session_id: launched.session_id };
+    let receipt: Receipt;
+    if (o.pty && process.stdout.isTTY) {
+      // Our terminal's size follows us; SIGWINCH is sent on as a resize.
+      process.on('SIGWINCH', () => void conn.current?.request('resize', { ...sel, cols: process.stdout.columns, rows: process.stdout.rows }).catch(() => {}));
+    }
+    // A person at a terminal reattaching types from where the session's stdin is now; piped
+    // stdin is replayed from 0 and only bytes past what was delivered are added (exactly once).
+    // A session that has ended takes no more stdin: a retry only replays it.
+    if (o.stdin && launched.state !== 'ended') void pumpStdin(conn, sel, Boolean(o.pty), process.stdin.isTTY ? (launched.stdin_cursor ?? 0) : 0);
+    try {
+      // The wait is in flight from the start, so a supervisor shutting down answers it
+      // (it lets requests in flight finish) before it closes the connection.
+      const waiting = conn.run((c) => c.wait(sel));
+      waiting.catch(() => {});
+      const outputs = o.pty
+        ? [pipeOutput(g, sel, 'pty', process.stdout, 0, true)]
+        : [pipeOutput(g, sel, 'stdout', process.stdout, 0, true), pipeOutput(g, sel, 'stderr', process.stderr, 0, true)];
+      // A replay whose output retention removed still ends with the recorded status.
+      let removedSaid = false;
+      const outputRemoved = (err: unknown) => {
+        if (!isSupervisorError(err) || err.code !== 'OUTPUT_REMOVED') throw err;
+        if (!removedSaid) process.stderr.write(`sbx: ${err.message}\n`);
+        removedSaid = true;
+      };
+      await Promise.all(outputs.map((p) => p.catch(outputRemoved)));
+      receipt = await waiting;
+    } catch (err) {
+      fail(describe(err));
+    }
+    if (receipt.spawn_error) {
+      const why = { ENOENT: 'not found', ENOTDIR: 'not found', EACCES: 'permission denied', ENOEXEC: 'exec format error', E2BIG: 'argument list too long' }[receipt.spawn_error.code];
+      process.stderr.write(`sbx: ${cmd[0]}: ${why ?? receipt.spawn_error.code} (${receipt.spawn_error.stage} failed: ${receipt.spawn_error.code})\n`);
+    }
+    // What the exit status cannot say: bytes that were not stored, a status nobody saw.
+    if (receipt.outcome === 'owner_lost') {
+      process.stderr.write(`sbx: session ${receipt.session_id}: owner lost (the supervisor that ran it stopped before it ended): its exit status is unknown, death evidence ${receipt.death.evidence} (sbx receipt ${receipt.session_id})\n`);
+    } else {
+      for (const [name, out] of Object.entries(receipt.output)) {
+        if (out && !out.complete) process.stderr.write(`sbx: ${name} is incomplete: ${out.reason}${out.dropped_bytes ? `, ${out.dropped_bytes} bytes not stored` : ''} (sbx receipt ${receipt.session_id})\n`);
+      }
+    }
+    process.exitCode = exitStatusOf(receipt, signalNumber);
+    if (receiptDir) {
+      try {
+        writeOutputFile(receiptDir, Buffer.from(JSON.stringify(receipt, null, 2) + '\n'));
+      } catch (err) {
+        const e = err as OutputFileError;
+        const why = e.refused ? `${e.reason}; sbx never writes through or replaces a link (the session's directory may hold one it planted)` : e.reason;
+        process.stderr.write(`sbx: --receipt ${e.path}: not written: ${why}; the supervisor keeps the receipt: sbx receipt ${receipt.session_id}\n`);
+        process.exitCode = FAILURE;
+      }
+      closeOutputDir(receiptDir);
+    }
+    process.stdout.write('', () => process.exit());
   });
 
 sub('cancel')
@@ -325,7 +646,63 @@ for (const out of [process.stdout, process.stderr]) {
   });
 }
 
+/**
+ * The command after `--` of `sbx run`, taken here rather than by commander, which spreads its
+ * arguments onto the stack (`push(...args)`: RangeError past ~120,000 of them, far below the
+ * kernel's ARG_MAX). Only the first is left for commander to see. null: no `--`.
+ */
+let commandArgv: string[] | null = null;
 const argv = process.argv;
-const commandArgv = takeCommandArgv(argv);
+// Everything sbx sends is text on the wire (msgpack str), and Node decoded our arguments
+// lossily (an invalid byte becomes U+FFFD): an argument that is not UTF-8 (a command's, an
+// --env value, a --cwd, a --key) is refused rather than sent as other bytes than given.
+const raw = readRawArgs(argv.length - 2);
+raw?.forEach((bytes, i) => {
+  if (!isUtf8(bytes)) fail(`INVALID_ARGUMENT: argument ${i + 1} (${JSON.stringify(argv[i + 2])}) is not valid UTF-8; sbx passes arguments as text, and will not send other bytes than it was given`);
+});
+const dashDash = argv.indexOf('--');
+if (dashDash > 0 && argv.slice(2, dashDash).includes('run') && dashDash + 1 < argv.length) {
+  commandArgv = argv.slice(dashDash + 1);
+  argv.splice(dashDash + 2);
+}
+
+/** This CLI's whole environment for --inherit-env; a variable that is not UTF-8 is refused (125), as arguments are. */
+function inheritedEnv(): Record<string, string> {
+  let environ: Buffer | null = null;
+  try {
+    environ = readFileSync('/proc/self/environ');
+  } catch {
+    // no /proc: Node's decoding it is
+  }
+  for (const entry of environ ? splitNul(environ) : []) {
+    if (!isUtf8(entry)) fail(`INVALID_ARGUMENT: --inherit-env: the environment variable ${JSON.stringify(entry.toString('utf8').split('=')[0])} is not valid UTF-8; sbx will not send other bytes than it was given (unset it, or pass what is needed with --env)`);
+  }
+  return Object.fromEntries(Object.entries(process.env).filter(([, v]) => v !== undefined)) as Record<string, string>;
+}
+
+/** The NUL-terminated parts of /proc/self/{cmdline,environ}. */
+function splitNul(data: Buffer): Buffer[] {
+  const parts: Buffer[] = [];
+  let start = 0;
+  for (let i = 0; i < data.length; i++) {
+    if (data[i] === 0) {
+      parts.push(data.subarray(start, i));
+      start = i + 1;
+    }
+  }
+  return parts;
+}
+
+/** This process's own arguments as bytes, the last `count` of /proc/self/cmdline (null where unreadable). */
+function readRawArgs(count: number): Buffer[] | null {
+  let cmdline: Buffer;
+  try {
+    cmdline = readFileSync('/proc/self/cmdline');
+  } catch {
+    return null;
+  }
+  const parts = splitNul(cmdline);
+  return parts.length >= count ? parts.slice(parts.length - count) : null;
+}
 
 program.parseAsync(argv).catch((err: unknown) => fail(describe(err)));
