@@ -4,7 +4,7 @@
 // O_CREAT|O_EXCL|O_NOFOLLOW, is fsync'ed, and is renamed over the final name only when that is
 // absent or a regular file with one link; never written through a link. Node has no
 // openat/renameat, so names are resolved as /proc/self/fd/<dirfd>/<name>: the magic link is the
-// directory opened (proc(5), open(2), rename(2), fsync(2)). Not the state dir (supervisor/durable.ts).
+// directory opened (proc(5), open(2), rename(2), fsync(2)). Not the state dir (supervisor/store/durable.ts).
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fsyncSync, lstatSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, resolve as resolvePath } from 'node:path';

@@ -6,7 +6,7 @@
  *                 [--subreaper --control-fd N [--hold] [--no-forward]]
  *                 (--argv-fd N | -- CMD [ARG...])
  *
- * Exports nothing: a standalone executable (main), spawned by supervisor/spawn.ts.
+ * Exports nothing: a standalone executable (main), spawned by supervisor/session/spawn.ts.
  *
  * --argv-fd N: the command's argv comes on fd N, not in the shim's own arguments, so an argv
  * the kernel refuses (E2BIG: over ARG_MAX, or a string over MAX_ARG_STRLEN, execve(2)) fails

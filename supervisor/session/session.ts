@@ -299,7 +299,7 @@ export abstract class Session extends EventEmitter {
   }
 
   /**
-   * Makes the receipt durable (into the space reserved at admission: store/records.ts), then
+   * Makes the receipt durable (into the space reserved at admission: store/receipt-file.ts), then
    * ends the session. No room (a receipt that outgrew its reservation on a full disk): its
    * facts go into the reservation in place, the session is unknown meanwhile with the reason,
    * and the write is tried again with a growing pause until space returns. Anything else

@@ -1,6 +1,6 @@
 // Starts a session's leader through the exec shim (native-helpers/src/exec-shim.c) with
 // real pipes for stdout/stderr (pipe2, not Node's socketpair: DESIGN.md 13), stdin from
-// /dev/null, the command's argv on a pipe of its own (so only the command's exec can meet
+// /dev/null (a pipe with --stdin, the pty slave with --pty), the command's argv on a pipe of its own (so only the command's exec can meet
 // E2BIG, and the shim reports it), and a report pipe on which the shim states exec failures
 // and, in subreaper mode, the leader's status and "all reaped". Owns the fds of one spawn;
 // not the session's decisions (session.ts). See execve(2), pipe(2), and the shim's header comment.
@@ -239,7 +239,7 @@ export class LeaderProcess {
 
 /** argv as the shim's --argv-fd wants it: count and bytes (u64 little-endian), then each string UTF-8 and NUL-terminated. */
 function encodeArgv(argv: string[]): Buffer {
-  const strings = argv.join('\0') + '\0'; // no NUL inside an argument (validate.ts)
+  const strings = argv.join('\0') + '\0'; // no NUL inside an argument (ipc/schemas.ts)
   const bytes = Buffer.byteLength(strings);
   const payload = Buffer.allocUnsafe(16 + bytes);
   payload.writeBigUInt64LE(BigInt(argv.length), 0);

@@ -1,7 +1,7 @@
 // The on-disk log of one stream (docs/STATE.md): append-only chunk files named by their
 // start cursor, rolled every chunkBytes, holding the bytes exactly as read; and an index of
-// every read (stream, cursor, length, arrival time). Owns writing and reading by cursor;
-// not the pipe (drain.ts). Once a write fails (ENOSPC, EIO) the stream stores nothing more,
+// every read (stream, cursor, length, arrival time). Owns writing them; not reading
+// them back (ipc/stream-files.ts), nor the pipe (session/drain.ts). Once a write fails (ENOSPC, EIO) the stream stores nothing more,
 // so a stored log never has a gap; what could not be stored is counted, never invented.
 import { close, closeSync, constants, fsync, fsyncSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
