@@ -27,6 +27,16 @@ export function operatorAttested(observedAt: Date): DeathFacts {
 }
 
 /**
+ * Whether a live session's end can still be proven once its shim is gone: where the shim's
+ * report is needed (subreaper mode, where it is the proof; a pty, whose session leader the shim
+ * stays) and it died without one, nothing proves the session dead: the reason, for unknown
+ * (never failed). null: the end can be proven (liveDeath).
+ */
+export function missingShimReport(o: { reportNeeded: boolean; shimReport: { reaped: number } | null }): string | null {
+  return o.reportNeeded && !o.shimReport ? "the exec shim (the session's subreaper) died before reporting all descendants reaped" : null;
+}
+
+/**
  * What a live session's end proves, once the leader is reaped and (with a leaf) the leaf read
  * `populated 0`: cgroup_empty with a leaf; without one (subreaper mode) subreaper_reaped when
  * the shim reported all reaped; null when it died without reporting (no proof: unknown).

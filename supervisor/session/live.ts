@@ -16,7 +16,7 @@ import { setDeadline } from '../timers.js';
 import type { SessionContext, SessionRequest } from './context.js';
 import { StreamDrain, type StorePolicy } from './drain.js';
 import { escalate, type EscalationStep, type EscalationTarget } from './escalation.js';
-import { cgroupEmpty, liveDeath } from './evidence.js';
+import { cgroupEmpty, liveDeath, missingShimReport } from './evidence.js';
 import type { SpawnFailureFact } from './receipt.js';
 import { Session } from './session.js';
 import { LeaderProcess, signalNumber } from './spawn.js';
@@ -290,22 +290,20 @@ export class LiveSession extends Session {
     const alive = this.leaf && !leader.holdsSession ? this.leaf.populated() : !(await this.waitDead(0));
     if (alive && this.req.linger === 'kill') await this.terminate('linger');
 
-    let shimReport: { reaped: number } | null = null;
-    if (leader.holdsSession || !this.leaf) {
-      shimReport = await leader.allReaped;
-      if (!shimReport) {
-        // The shim died without reporting: no proof of death. Unknown, never failed.
-        this.becomeUnknown('the exec shim (the session\'s subreaper) died before reporting all descendants reaped');
-        return;
-      }
-      if (leader.holdsSession) {
-        // Everything but the session leader is gone: read the pty to its end while the
-        // session (and so the tty) still stands, then let the shim go.
-        await this.ptyQuiet();
-        this.releaseStdio();
-        await this.drainAll();
-        leader.release();
-      }
+    const reportNeeded = leader.holdsSession || !this.leaf;
+    const shimReport = reportNeeded ? await leader.allReaped : null;
+    const noProof = missingShimReport({ reportNeeded, shimReport });
+    if (noProof) {
+      this.becomeUnknown(noProof);
+      return;
+    }
+    if (leader.holdsSession) {
+      // Everything but the session leader is gone: read the pty to its end while the
+      // session (and so the tty) still stands, then let the shim go.
+      await this.ptyQuiet();
+      this.releaseStdio();
+      await this.drainAll();
+      leader.release();
     }
     if (this.leaf) await this.leaf.waitEmpty(null);
     const death = liveDeath({ leafPath: this.leaf?.path ?? null, mountPoint: this.ctx.tree?.mount.mountPoint ?? null, shimReport }, new Date());

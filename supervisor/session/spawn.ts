@@ -202,11 +202,14 @@ export class LeaderProcess {
       } else if (word === 'signaled') this.signaledWaiters.shift()?.(Number(b));
       else if (word === 'done') doneResolve({ reaped: Number(a) });
     };
-    void shimExit.then(async () => {
+    void shimExit.then(async (shim) => {
       await lines.all;
-      // The shim is gone without saying "done": there is no proof, say so.
+      // The shim is gone without saying "done": there is no proof, say so. Nor, if it never
+      // said "leader", an exit status: the leader's end is not known (no status is made up;
+      // the session goes unknown), but it is not waited for any more.
       doneResolve(null);
       execResolve({ stage: 'shim', errno: 0, code: 'ESRCH' });
+      leaderResolve({ code: null, signal: null, at: shim.at });
     });
   }
 

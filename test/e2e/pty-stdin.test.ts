@@ -3,7 +3,7 @@
 // reads the master to EIO).
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../../ipc/protocol.js';
@@ -74,6 +74,25 @@ describe('pty', () => {
     await until(async () => (await daemon.sbx(['logs', id])).stdout.toString().includes('40 120'), 'the new size to be printed');
     await daemon.sbx(['cancel', id, '--grace', '0']);
     expect((JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt).outcome).toBe('cancelled');
+  });
+  it('a shim (the pty\'s session leader) killed before it reports leaves the session unknown, not hung', async () => {
+    const m = `9${randomBytes(3).readUIntBE(0, 3)}`;
+    const client = await daemon.client();
+    try {
+      const { session_id } = await client.launch({ argv: ['sleep', m], cwd: '/', pty: { cols: 80, rows: 24 } });
+      const [leader] = await until(() => { const pids = pidsWithMarker(m); return pids.length === 1 ? pids : null; }, 'the command to run');
+      const stat = readFileSync(`/proc/${leader}/stat`, 'utf8');
+      const shim = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      expect(readFileSync(`/proc/${shim}/cmdline`, 'utf8')).toContain('exec-shim');
+      process.kill(shim, 'SIGKILL');
+      const row = await until(async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id && s.state === 'unknown'), 'the session to be unknown');
+      expect(row.reason).toBe("the exec shim (the session's subreaper) died before reporting all descendants reaped");
+      expect((await client.receipt({ session_id })).receipt).toBeNull();
+    } finally {
+      for (const pid of pidsWithMarker(m)) process.kill(pid, 'SIGKILL');
+      await until(() => pidsWithMarker(m).length === 0, 'the command to be gone');
+      client.close();
+    }
   });
 });
 

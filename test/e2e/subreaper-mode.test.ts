@@ -81,6 +81,28 @@ describe('subreaper mode', () => {
     expect(stdin.stdout.toString().trim()).toBe('100000');
   });
 
+  it('a shim killed before it reports leaves the session unknown (no proof of death), never failed', async () => {
+    const m = marker();
+    const client = await daemon.client();
+    try {
+      const { session_id } = await client.launch({ argv: ['sleep', m], cwd: '/' });
+      const [leader] = await until(() => { const pids = pidsWithMarker(m); return pids.length === 1 ? pids : null; }, 'the command to run');
+      const stat = readFileSync(`/proc/${leader}/stat`, 'utf8');
+      const shim = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      expect(readFileSync(`/proc/${shim}/cmdline`, 'utf8')).toContain('exec-shim');
+      process.kill(shim, 'SIGKILL');
+      const row = await until(async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id && s.state === 'unknown'), 'the session to be unknown');
+      expect(row.reason).toBe("the exec shim (the session's subreaper) died before reporting all descendants reaped");
+      expect(row.outcome).toBeNull();
+      expect((await client.receipt({ session_id })).receipt).toBeNull();
+    } finally {
+      // The command outlives its shim (reparented to the supervisor): ended here, by pid.
+      for (const pid of pidsWithMarker(m)) process.kill(pid, 'SIGKILL');
+      await until(() => pidsWithMarker(m).length === 0, 'the orphaned command to be gone');
+      client.close();
+    }
+  });
+
   it('leaves no zombie under the supervisor', async () => {
     const r = await daemon.sbx(['run', '--', 'sh', '-c', 'i=0; while [ $i -lt 50 ]; do sh -c "sleep 0.01 &"; i=$((i+1)); done; echo ok']);
     expect(r.status).toBe(0);

@@ -1,6 +1,6 @@
 // Death evidence decided from observations (supervisor/session/evidence.ts), without processes.
 import { describe, expect, it } from 'vitest';
-import { bootChanged, cgroupEmpty, liveDeath, operatorAttested, recoveredCourse, subreaperReaped } from '../../supervisor/session/evidence.js';
+import { bootChanged, cgroupEmpty, liveDeath, missingShimReport, operatorAttested, recoveredCourse, subreaperReaped } from '../../supervisor/session/evidence.js';
 
 const at = new Date('2026-12-01T10:00:00.000Z');
 
@@ -16,6 +16,13 @@ describe('evidence', () => {
     expect(liveDeath({ leafPath: '/m/l', mountPoint: '/m', shimReport: null }, at)).toEqual({ evidence: 'cgroup_empty', observedAt: at, cgroup: '/l' });
     expect(liveDeath({ leafPath: null, mountPoint: null, shimReport: { reaped: 2 } }, at)).toEqual({ evidence: 'subreaper_reaped', observedAt: at, reaped: 2 });
     expect(liveDeath({ leafPath: null, mountPoint: null, shimReport: null }, at)).toBeNull();
+  });
+
+  it('a shim that died without its report leaves no proof where the report was needed, and only there', () => {
+    const reason = "the exec shim (the session's subreaper) died before reporting all descendants reaped";
+    expect(missingShimReport({ reportNeeded: true, shimReport: null })).toBe(reason);
+    expect(missingShimReport({ reportNeeded: true, shimReport: { reaped: 0 } })).toBeNull();
+    expect(missingShimReport({ reportNeeded: false, shimReport: null })).toBeNull();
   });
 
   it('a recovered session: another boot is evidence; else only a leaf under our mount; else none', () => {
