@@ -37,6 +37,43 @@ export const OUTPUT_REMOVED_FILE = 'output-removed.json';
 // which the hashing threads load without the record schemas (zod: ~7 MiB per thread).
 export { chunkFileName, INDEX_FILE } from './stream-files.js';
 
+// Transient names: made, and cleared, by the supervisor around the records above.
+
+/** A stream dir retention is removing, first renamed to this (a restart finishes the removal). */
+export function removedStreamDirName(stream: string): string {
+  return `.removed-${stream}`;
+}
+
+/** A session dir being removed whole by retention, renamed to this in sessions/ first (a restart removes it). */
+export function retiringDirName(sessionId: string): string {
+  return `.retiring-${sessionId}`;
+}
+
+/** Whether a name in sessions/ is a session dir being removed (retiringDirName). */
+export function isRetiringDirName(name: string): boolean {
+  return name.startsWith('.retiring-');
+}
+
+/** Where an unreadable record (a torn receipt, supervisor.json) is kept aside, never replaced: name + time in ms. */
+export function unreadableName(name: string, atMs: number): string {
+  return name === RECEIPT_FILE ? `receipt.unreadable-${atMs}.json` : `${name}.unreadable-${atMs}`;
+}
+
+/** Whether a name in a session dir is a receipt kept aside as unreadable (unreadableName). */
+export function isUnreadableReceiptName(name: string): boolean {
+  return /^receipt\.unreadable-\d+\.json$/.test(name);
+}
+
+/** The temp file a durable write of `name` goes through, beside it: `.<name>.<random hex>.tmp`. */
+export function tempFileName(name: string, randomHex: string): string {
+  return `.${name}.${randomHex}.tmp`;
+}
+
+/** Whether a name is a durable write's temp file (tempFileName), of `of` when given. */
+export function isTempFileName(name: string, of?: string): boolean {
+  return name.startsWith(of === undefined ? '.' : `.${of}.`) && name.endsWith('.tmp');
+}
+
 /** The key record's file name in keys/: the key's SHA-256, never the key itself (a key is never a path). */
 export function keyRecordName(invocationKey: string): string {
   return `${createHash('sha256').update(invocationKey).digest('hex')}.json`;

@@ -4,9 +4,9 @@
 // Owns those records; not the sessions. See flock(2), random(4) (boot_id), rename(2).
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, existsSync, fsyncSync, ftruncateSync, openSync, readFileSync, renameSync, statSync, writeSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import type { Logger } from 'pino';
-import { readRecord, STATE } from '../ipc/state-layout.js';
+import { readRecord, STATE, unreadableName } from '../ipc/state-layout.js';
 import { native } from './native.js';
 import { writeFileDurable } from './store/durable.js';
 import { readAdmission, sessionDirs } from './store/records.js';
@@ -103,7 +103,7 @@ export function takeGeneration(stateDir: string, sessionsDir: string, log: Logge
     try {
       ({ instance, generation } = readRecord('identity', path));
     } catch (err) {
-      renameSync(path, `${path}.unreadable-${Date.now()}`);
+      renameSync(path, join(dirname(path), unreadableName(basename(path), Date.now())));
       generation = highestAdmittedGeneration(sessionsDir);
       log.error({ err, generation }, 'supervisor.json was unreadable; kept aside, generation recovered from admission records');
     }

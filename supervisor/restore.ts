@@ -7,6 +7,7 @@
 import { existsSync, readdirSync, rmdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt } from '../ipc/protocol.js';
+import { isRetiringDirName } from '../ipc/state-layout.js';
 import { storedChunks } from '../ipc/stream-files.js';
 import { verifySignature } from '../ipc/verify.js';
 import { CgroupLeaf } from './cgroup.js';
@@ -34,7 +35,7 @@ export function restoreSessions(ctx: SessionContext, keys: KeyIndex, retention: 
   };
   const names = readdirSync(ctx.sessionsDir);
   for (const name of names) {
-    if (name.startsWith('.retiring-')) rmSync(join(ctx.sessionsDir, name), { recursive: true, force: true });
+    if (isRetiringDirName(name)) rmSync(join(ctx.sessionsDir, name), { recursive: true, force: true });
   }
   retention.restore(names.filter((n) => !n.startsWith('.')));
   const keyOf = new Map<string, string>();

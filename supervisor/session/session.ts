@@ -9,7 +9,7 @@ import { existsSync, lstatSync, readdirSync, renameSync, rmSync } from 'node:fs'
 import { join } from 'node:path';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { Receipt, SessionState, SessionSummary, StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
-import { OUTPUT_REMOVED_FILE, RECEIPT_FILE } from '../../ipc/state-layout.js';
+import { OUTPUT_REMOVED_FILE, RECEIPT_FILE, removedStreamDirName, unreadableName } from '../../ipc/state-layout.js';
 import { indexDigest, storedChunks } from '../../ipc/stream-files.js';
 import type { CgroupLeaf } from '../cgroup.js';
 import { faultPoint } from '../fault.js';
@@ -22,8 +22,6 @@ import { isSettled, Lifecycle, type InitialState } from './lifecycle.js';
 import { buildReceipt, type ReceiptFacts } from './receipt.js';
 
 export const ALL_STREAMS: readonly StreamName[] = ['stdout', 'stderr', 'pty'];
-/** A stream dir retention has decided to remove is first renamed to this prefix + its name. */
-const REMOVED_PREFIX = '.removed-';
 /** First and longest wait between attempts to write a receipt the disk had no room for. */
 export const RECEIPT_RETRY_FIRST_MS = 1000;
 const RECEIPT_RETRY_MAX_MS = 10_000;
@@ -171,7 +169,7 @@ export abstract class Session extends EventEmitter {
     if (this.state !== 'ended' || this.outputRemoved) return 0;
     const bytes = this.outputBytes();
     for (const stream of ALL_STREAMS) {
-      if (existsSync(this.streamDir(stream))) renameSync(this.streamDir(stream), join(this.dir, `${REMOVED_PREFIX}${stream}`));
+      if (existsSync(this.streamDir(stream))) renameSync(this.streamDir(stream), join(this.dir, removedStreamDirName(stream)));
     }
     fsyncDir(this.dir);
     this.outputRemoved = true;
@@ -181,7 +179,7 @@ export abstract class Session extends EventEmitter {
 
   /** Whether retention had begun to remove this session's output (a `.removed-<stream>` is left). */
   protected outputRemovalBegun(): boolean {
-    return ALL_STREAMS.some((stream) => existsSync(join(this.dir, `${REMOVED_PREFIX}${stream}`)));
+    return ALL_STREAMS.some((stream) => existsSync(join(this.dir, removedStreamDirName(stream))));
   }
 
   /**
@@ -190,7 +188,7 @@ export abstract class Session extends EventEmitter {
    * `.removed-<stream>` stays as the trace a restart finishes from.
    */
   protected finishOutputRemoval(bytes: number | null): void {
-    const renamed = ALL_STREAMS.map((stream) => join(this.dir, `${REMOVED_PREFIX}${stream}`)).filter((dir) => existsSync(dir));
+    const renamed = ALL_STREAMS.map((stream) => join(this.dir, removedStreamDirName(stream))).filter((dir) => existsSync(dir));
     for (const dir of renamed) for (const name of readdirSync(dir)) rmSync(join(dir, name), { force: true });
     if (!existsSync(join(this.dir, OUTPUT_REMOVED_FILE))) {
       faultPoint('retention:before-marker');
@@ -368,7 +366,7 @@ export abstract class Session extends EventEmitter {
       // Whatever is where the receipt goes (an unreadable receipt, a planted link: lstat, never
       // followed; rename moves the name) is kept beside, never silently replaced.
       const torn = join(this.dir, RECEIPT_FILE);
-      if (existsNoFollow(torn)) renameSync(torn, join(this.dir, `receipt.unreadable-${Date.now()}.json`));
+      if (existsNoFollow(torn)) renameSync(torn, join(this.dir, unreadableName(RECEIPT_FILE, Date.now())));
       await this.finish(await this.ownerLostFacts(operatorAttested(new Date()), []), {
         operator: { uid: operator.uid, pid: operator.pid, reason: operator.reason, unknown_reason: this.unknownReason },
       });

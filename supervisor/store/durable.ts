@@ -6,6 +6,7 @@
 import { closeSync, constants, fsyncSync, linkSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { tempFileName } from '../../ipc/state-layout.js';
 import { faultPoint } from '../fault.js';
 
 /** fsync a directory so a rename or create in it is durable. */
@@ -50,7 +51,7 @@ export function createFileDurable(path: string, data: string | Uint8Array, mode 
 /** A fsync'ed temp file beside path, created O_EXCL|O_NOFOLLOW; returns its path. */
 function writeTemp(path: string, data: string | Uint8Array, mode: number): string {
   const dir = dirname(path);
-  const tmp = join(dir, `.${basename(path)}.${randomBytes(6).toString('hex')}.tmp`);
+  const tmp = join(dir, tempFileName(basename(path), randomBytes(6).toString('hex')));
   const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
   try {
     writeAll(fd, typeof data === 'string' ? Buffer.from(data) : data);

@@ -7,7 +7,7 @@
 import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, linkSync, lstatSync, openSync, readdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChunkDigest, Receipt } from '../../ipc/protocol.js';
-import { parseRecord, RECEIPT_FILE, RECEIPT_RESERVATION_FILE, type AdmissionRecord } from '../../ipc/state-layout.js';
+import { isTempFileName, parseRecord, RECEIPT_FILE, RECEIPT_RESERVATION_FILE, type AdmissionRecord } from '../../ipc/state-layout.js';
 import { faultPoint } from '../fault.js';
 import { createFileDurable, fsyncDir, writeAll } from './durable.js';
 
@@ -166,7 +166,7 @@ export function promoteReservedReceipt(sessionDir: string): void {
  */
 export function tidyEndedSessionDir(sessionDir: string): void {
   for (const name of readdirSync(sessionDir)) {
-    if (name === RECEIPT_RESERVATION_FILE || (name.startsWith('.') && name.endsWith('.tmp'))) unlinkSync(join(sessionDir, name));
+    if (name === RECEIPT_RESERVATION_FILE || isTempFileName(name)) unlinkSync(join(sessionDir, name));
   }
 }
 

@@ -7,9 +7,11 @@ import { closeSync, constants, existsSync, mkdirSync, openSync, readdirSync, rea
 import { join } from 'node:path';
 import {
   ADMISSION_FILE,
+  isTempFileName,
   keyRecordName,
   parseRecord,
   readRecord,
+  retiringDirName,
   STARTED_FILE,
   STATE,
   tombstoneName,
@@ -38,7 +40,7 @@ export function writeAdmission(sessionDir: string, record: AdmissionRecord): voi
 
 /** What a session dir holds when its admission was never committed: nothing, or only temp files. */
 export function onlyUncommittedAdmission(sessionDir: string): boolean {
-  return readdirSync(sessionDir).every((name) => name.startsWith(`.${ADMISSION_FILE}.`) && name.endsWith('.tmp'));
+  return readdirSync(sessionDir).every((name) => isTempFileName(name, ADMISSION_FILE));
 }
 
 /** Writes <session>/started.json once the exec is reported (O_EXCL|O_NOFOLLOW; not fsync'ed). */
@@ -129,7 +131,7 @@ export function writeRetired(dir: string, record: TombstoneRecord): void {
 
 /** Takes a session dir out of sessions/ in one rename (durable), then removes its files. */
 export function removeSessionDir(sessionsDir: string, sessionId: string): void {
-  const trash = join(sessionsDir, `.retiring-${sessionId}`);
+  const trash = join(sessionsDir, retiringDirName(sessionId));
   renameSync(join(sessionsDir, sessionId), trash);
   fsyncDir(sessionsDir);
   rmSync(trash, { recursive: true, force: true });

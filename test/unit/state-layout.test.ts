@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync, mkdirSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { keyRecordName, parseRecord, readRecord, tombstoneName } from '../../ipc/state-layout.js';
+import { isRetiringDirName, isTempFileName, isUnreadableReceiptName, keyRecordName, parseRecord, readRecord, removedStreamDirName, retiringDirName, tempFileName, tombstoneName, unreadableName } from '../../ipc/state-layout.js';
 import { ChunkReader, chunkFileName, decodeIndex, storedStream } from '../../ipc/stream-files.js';
 
 const FIXTURES = join(import.meta.dirname, '../fixtures');
@@ -51,6 +51,24 @@ describe('version 1 records read back', () => {
     while (got < 5000) got += reader.readInto(got, 5000, buf, got, 5000 - got);
     reader.close();
     expect(buf.equals(Buffer.alloc(5000, 'v'))).toBe(true);
+  });
+});
+
+describe('transient names (docs/STATE.md)', () => {
+  it('are the ones a restart and verify recognise', () => {
+    expect(removedStreamDirName('stdout')).toBe('.removed-stdout');
+    expect(retiringDirName('s-1-ab')).toBe('.retiring-s-1-ab');
+    expect(isRetiringDirName('.retiring-s-1-ab')).toBe(true);
+    expect(isRetiringDirName('s-1-ab')).toBe(false);
+    expect(unreadableName('receipt.json', 1700000000000)).toBe('receipt.unreadable-1700000000000.json');
+    expect(unreadableName('supervisor.json', 5)).toBe('supervisor.json.unreadable-5');
+    expect(isUnreadableReceiptName(unreadableName('receipt.json', 42))).toBe(true);
+    expect(isUnreadableReceiptName('receipt.unreadable-x.json')).toBe(false);
+    expect(tempFileName('admission.json', 'a1b2c3')).toBe('.admission.json.a1b2c3.tmp');
+    expect(isTempFileName(tempFileName('admission.json', 'ff'), 'admission.json')).toBe(true);
+    expect(isTempFileName(tempFileName('receipt.json', 'ff'), 'admission.json')).toBe(false);
+    expect(isTempFileName(tempFileName('receipt.json', 'ff'))).toBe(true);
+    expect(isTempFileName('admission.json')).toBe(false);
   });
 });
 
