@@ -7,7 +7,7 @@
 import { existsSync, readdirSync, rmdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt } from '../ipc/protocol.js';
-import { isRetiringDirName } from '../ipc/state-layout.js';
+import { isRetiringDirName, keyRecordName } from '../ipc/state-layout.js';
 import { storedChunks } from '../ipc/stream-files.js';
 import { verifySignature } from '../ipc/verify.js';
 import { CgroupLeaf } from './cgroup.js';
@@ -42,6 +42,9 @@ export function restoreSessions(ctx: SessionContext, keys: KeyIndex, retention: 
   const { records, errors } = keys.load();
   for (const e of errors) log.error(e, 'unreadable key record');
   for (const r of records) keyOf.set(r.session_id, r.invocation_key);
+  // Key record files that could not be read: each still blocks its key (the name is the key's
+  // hash); one whose session's admission record names its key is rebuilt from that record.
+  const unreadableKeyFiles = new Set(errors.map((e) => e.file));
   for (const sessionId of sessionDirs(ctx.sessionsDir)) {
     const dir = join(ctx.sessionsDir, sessionId);
     if (!keyOf.has(sessionId) && onlyUncommittedAdmission(dir) && discardUncommittedAdmission(ctx, sessionId)) continue;
@@ -77,7 +80,18 @@ export function restoreSessions(ctx: SessionContext, keys: KeyIndex, retention: 
       if (resumed) recovered.resumeReceipt(resumed);
       session = recovered;
       if (!keyOf.has(sessionId)) {
-        keys.write({ invocation_key: admission.invocation_key, session_id: sessionId, command_digest: admission.command_digest, admitted_at: admission.admitted_at });
+        const record = { invocation_key: admission.invocation_key, session_id: sessionId, command_digest: admission.command_digest, admitted_at: admission.admitted_at };
+        try {
+          if (unreadableKeyFiles.delete(keyRecordName(record.invocation_key))) {
+            keys.rebuild(record);
+            log.warn({ session_id: sessionId, file: keyRecordName(record.invocation_key) }, 'rebuilt an unreadable key record from its session\'s admission record (the unreadable one kept aside)');
+          } else {
+            keys.write(record);
+          }
+        } catch (err) {
+          // The session is readable and keeps its key in memory; the next start tries again.
+          log.error({ err, session_id: sessionId }, 'could not write the key record of a restored session');
+        }
       }
     } catch (err) {
       const reason = `state files unreadable: ${(err as Error).message}`;

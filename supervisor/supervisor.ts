@@ -11,7 +11,7 @@ import type { Logger } from 'pino';
 import { SupervisorError } from '../ipc/errors.js';
 import type { GcResult, SealResult } from '../ipc/methods.js';
 import type { CloseReceipt, LaunchParams, LaunchResult, Receipt, SessionSelector, StatusResult, SupervisorMode } from '../ipc/protocol.js';
-import { STATE } from '../ipc/state-layout.js';
+import { keyRecordName, STATE } from '../ipc/state-layout.js';
 import { admit } from './admission.js';
 import { CgroupTree } from './cgroup.js';
 import { Closing } from './close.js';
@@ -285,12 +285,19 @@ export class Supervisor {
       this.ctx,
     );
     // Admission record, then key record, both durable, then spawn (DESIGN.md 9).
+    let keyStep = false;
     try {
       session.admit();
+      keyStep = true;
       this.keys.write({ invocation_key: key, session_id: session.id, command_digest: digest, admitted_at: session.admittedAt.toISOString() });
     } catch (err) {
       this.log.error({ err, session_id: session.id }, 'admission failed');
       session.abandon();
+      if (keyStep && (err as NodeJS.ErrnoException).code === 'EEXIST') {
+        // The key has a record no session of ours claims: one the start found unreadable
+        // (logged then). The key may have run; it never runs again.
+        throw new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} has a key record that cannot be read (${keyRecordName(key)}; see the supervisor's log); the key may have run and cannot run again`);
+      }
       throw new SupervisorError('ADMISSION_DENIED', `cannot record the admission: ${(err as Error).message}`, { retry_after_ms: 1000 });
     }
     this.register(session);

@@ -200,22 +200,35 @@ export class LiveSession extends Session {
     // an empty leaf before that proves nothing, and a signal then would miss the command.
     await leader.exec;
     const leaderPid = this.leaderExitedAt ? null : leader.leaderPid;
-    await escalate(this.escalationTarget(leader), graceMs, (step) => {
+    // The pids the latest step reached, where they are known (a cgroup); null: only a count.
+    let reached: ReadonlySet<number> | null = null;
+    await escalate(this.escalationTarget(leader, (pids) => (reached = pids)), graceMs, (step) => {
       this.steps.push(step);
-      // Descendants: every pid the first step reached but the leader.
-      this.descendantsTerminated ??= Math.max(0, step.pids - (leaderPid !== null ? 1 : 0));
+      // Descendants: every pid the first step reached but the leader. A leader that exited and
+      // is not reaped yet is in no cgroup.procs any more: it is subtracted only if reached.
+      const leaderReached = leaderPid !== null && (reached === null || reached.has(leaderPid));
+      this.descendantsTerminated ??= Math.max(0, step.pids - (leaderReached ? 1 : 0));
     });
   }
 
-  /** How the escalation reaches this session: its cgroup, or through a shim that stays. */
-  private escalationTarget(leader: LeaderProcess): EscalationTarget {
+  /**
+   * How the escalation reaches this session: its cgroup, or through a shim that stays.
+   * `reached` hears the pids each step reached when the cgroup names them (null: a count only).
+   */
+  private escalationTarget(leader: LeaderProcess, reached: (pids: ReadonlySet<number> | null) => void): EscalationTarget {
     const leaf = this.leaf;
     return {
-      term: () => this.signal('SIGTERM'),
+      term: async () => {
+        const r = await this.signalPids('SIGTERM');
+        reached(r.pids);
+        return r.count;
+      },
       waitDead: (timeoutMs) => this.waitDead(timeoutMs),
       killAll: async (killed) => {
         if (leaf && !leader.holdsSession) {
-          killed(leaf.pids().length);
+          const pids = leaf.pids();
+          reached(new Set(pids));
+          killed(pids.length);
           leaf.kill();
           await leaf.waitEmpty(null);
           return;
@@ -227,8 +240,11 @@ export class LiveSession extends Session {
         void leader.allReaped.then(() => (done = true));
         const giveUpAt = performance.now() + SHIM_KILL_GIVE_UP_MS;
         while (!done) {
-          const reached = await this.signal('SIGKILL');
-          if (first) killed(reached);
+          const r = await this.signalPids('SIGKILL');
+          if (first) {
+            reached(r.pids);
+            killed(r.count);
+          }
           first = false;
           if (leaf && performance.now() > giveUpAt) {
             leaf.kill();
@@ -246,12 +262,18 @@ export class LiveSession extends Session {
    * descendant of the shim); resolves with how many pids it reached. 0 once settled.
    */
   async signal(signal: NodeJS.Signals): Promise<number> {
-    if (!this.leader || this.state === 'ended' || this.state === 'unknown') return 0;
-    if (!this.leaf) return this.leader.signalViaShim(signalNumber(signal));
+    return (await this.signalPids(signal)).count;
+  }
+
+  /** signal(), with the pids reached when the cgroup names them (null: through the shim, a count only). */
+  private async signalPids(signal: NodeJS.Signals): Promise<{ count: number; pids: ReadonlySet<number> | null }> {
+    if (!this.leader || this.state === 'ended' || this.state === 'unknown') return { count: 0, pids: new Set() };
+    if (!this.leaf) return { count: await this.leader.signalViaShim(signalNumber(signal)), pids: null };
     // A shim that stays as the pty's session leader is not signalled: it absorbs signals
     // and goes when released, after the drain.
     const skip = this.leader.holdsSession ? new Set([this.leader.pid]) : new Set<number>();
-    return this.leaf.signalAll(signal, skip).size;
+    const pids = this.leaf.signalAll(signal, skip);
+    return { count: pids.size, pids };
   }
 
   /** Waits up to timeoutMs (null: unbounded) for proof that nothing of the session runs. */

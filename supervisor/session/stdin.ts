@@ -42,15 +42,24 @@ export class StdinWriter {
       this.cursor += fresh.length;
       this.lastByte = fresh[fresh.length - 1];
       if (!writer.write(fresh)) {
+        // Until the pipe takes the bytes, or fails (EPIPE: the command stopped reading) or is
+        // closed under the write (the session ended): then the write is refused, never hangs.
         await new Promise<void>((resolve) => {
           const done = () => {
             writer.off('drain', done);
             writer.off('close', done);
+            writer.off('error', done);
             resolve();
           };
           writer.on('drain', done);
           writer.on('close', done);
+          writer.on('error', done);
+          if (writer.destroyed) done();
         });
+        if (writer.destroyed) {
+          this.closed = true;
+          throw new SupervisorError('INVALID_ARGUMENT', `stdin of session ${this.sessionId} closed before it took the bytes (the command stopped reading, or ended)`, { cursor: this.cursor });
+        }
       }
     }
     if (eof) {
@@ -63,6 +72,7 @@ export class StdinWriter {
 
   /** Closes a pipe's write end (the pty master is the drain's: left to it). */
   release(): void {
+    this.closed = true;
     if (!this.pty) this.writer.destroy();
   }
 }

@@ -4,7 +4,7 @@
 // reading and writing them, each parsed with its schema (ipc/state-layout.ts); a torn or
 // corrupt file is an Error for the caller to make its session unknown.
 import { closeSync, constants, existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import {
   ADMISSION_FILE,
   isTempFileName,
@@ -19,6 +19,7 @@ import {
   type KeyRecord,
   type StartedRecord,
   type TombstoneRecord,
+  unreadableName,
 } from '../../ipc/state-layout.js';
 import { createFileDurable, fsyncDir, writeAll } from './durable.js';
 
@@ -74,6 +75,19 @@ export class KeyIndex {
   /** Durably records that key belongs to a session (before its spawn). */
   write(record: KeyRecord): void {
     createFileDurable(join(this.dir, keyRecordName(record.invocation_key)), JSON.stringify(record) + '\n');
+  }
+
+  /**
+   * Replaces an unreadable key record (one of load()'s errors) with record, rebuilt from its
+   * session's admission record. The unreadable bytes are kept aside (unreadableName), never
+   * removed; a crash between the two steps leaves no record, which the next start rebuilds
+   * the same way. Throws the fs error.
+   */
+  rebuild(record: KeyRecord): void {
+    const path = join(this.dir, keyRecordName(record.invocation_key));
+    renameSync(path, join(this.dir, unreadableName(basename(path), Date.now())));
+    fsyncDir(this.dir);
+    this.write(record);
   }
 
   /** Every readable key record; unreadable ones are returned as errors with their file. */

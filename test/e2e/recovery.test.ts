@@ -2,7 +2,7 @@
 // supervisor's sessions become unknown and are settled with evidence (owner_lost) after a
 // restart, never relaunched; torn state files stay local to their session.
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
@@ -215,6 +215,33 @@ describe('restart', () => {
     expect(receipt).toMatchObject({ outcome: 'owner_lost', death: { evidence: 'operator_attested' }, operator: { uid: 0, reason: 'checked by hand' } });
     expect(receipt.operator!.unknown_reason).toContain('admission record');
     expect((await d.sbx(['wait', session_id])).status).toBe(125);
+  });
+
+  it('an unreadable key record: rebuilt from its session\'s admission record (kept aside); one no session claims refuses its key at once', async () => {
+    const d = await daemon();
+    const c = await d.client();
+    const { session_id } = await c.launch({ argv: ['echo', 'ran once'], cwd: '/', invocation_key: 'K-rebuilt' });
+    await c.wait({ session_id });
+    const orphan = await c.launch({ argv: ['echo', 'orphan'], cwd: '/', invocation_key: 'K-orphan' });
+    await c.wait({ session_id: orphan.session_id });
+    await d.kill9();
+    const keysDir = join(d.stateDir, 'keys');
+    const keyFile = (k: string) => sha256(Buffer.from(k)) + '.json';
+    writeFileSync(join(keysDir, keyFile('K-rebuilt')), '');
+    // A key whose record is torn and whose session dir is gone: nothing says which session it was.
+    writeFileSync(join(keysDir, keyFile('K-orphan')), '{"invocation_key": "K-or');
+    rmSync(join(d.stateDir, 'sessions', orphan.session_id), { recursive: true });
+    await d.start();
+    const retry = await d.sbx(['run', '--key', 'K-rebuilt', '--cwd', '/', '--', 'echo', 'ran once']);
+    expect({ status: retry.status, stdout: retry.stdout.toString() }).toEqual({ status: 0, stdout: 'ran once\n' });
+    expect(JSON.parse(readFileSync(join(keysDir, keyFile('K-rebuilt')), 'utf8'))).toMatchObject({ invocation_key: 'K-rebuilt', session_id });
+    expect(readdirSync(keysDir).filter((n) => n.startsWith(keyFile('K-rebuilt') + '.unreadable-')).map((n) => readFileSync(join(keysDir, n), 'utf8'))).toEqual(['']);
+    const refused = await d.sbx(['run', '--key', 'K-orphan', '--cwd', '/', '--', 'echo', 'orphan']);
+    expect(refused.status).toBe(125);
+    expect(refused.stderr.toString()).toContain('KEY_CONFLICT');
+    expect(refused.stderr.toString()).toContain('cannot be read');
+    expect(readFileSync(join(keysDir, keyFile('K-orphan')), 'utf8')).toBe('{"invocation_key": "K-or');
+    expect(await until(() => d.log().includes('unreadable key record'))).toBe(true);
   });
 });
 

@@ -3,7 +3,7 @@
 // the deadline, first cause wins, and an orderly shutdown that leaves receipts.
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../../ipc/protocol.js';
@@ -191,6 +191,46 @@ describe('cancel and kill', () => {
     const bad = await daemon.sbx(['kill', id, '--signal', 'SIGNOPE']);
     expect(bad.status).toBe(125);
     expect(bad.stderr.toString()).toContain('INVALID_ARGUMENT');
+  });
+
+  it('a cancel that lands after the leader exited, before it is reaped: descendants_terminated counts every descendant', async () => {
+    // The supervisor is stopped (SIGSTOP) while the leader exits, so the leader is a zombie
+    // (gone from cgroup.procs, not yet reaped) when the cancel is read: the request is queued
+    // before the SIGCHLD, which only arrives once the supervisor runs again.
+    const client = await daemon.client();
+    const stateOf = (pid: number) => {
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        return stat.slice(stat.lastIndexOf(')') + 2)[0];
+      } catch {
+        return 'gone';
+      }
+    };
+    for (const graceMs of [0, 5000]) {
+      const m = marker();
+      const go = join(daemon.dir, `go-${m}`);
+      const { session_id } = await client.launch({ argv: ['sh', '-c', `sleep ${m} & sleep ${m} & while [ ! -e ${go} ]; do sleep 0.02; done; exit 0`], cwd: '/' });
+      const leaderPid = await until(async () => {
+        const s = (await client.ps()).sessions.find((x) => x.session_id === session_id);
+        return s?.live_pids === 3 && s.pid;
+      }, 'the leader and its two descendants');
+      process.kill(daemon.pid, 'SIGSTOP');
+      try {
+        await until(() => stateOf(daemon.pid) === 'T', 'the supervisor to stop');
+        writeFileSync(go, '');
+        await until(() => stateOf(leaderPid) === 'Z', 'the leader to exit');
+        const cancelled = client.request('cancel', { session_id, grace_ms: graceMs });
+        await new Promise((r) => setImmediate(r)); // the frame is written to the socket
+        process.kill(daemon.pid, 'SIGCONT');
+        await cancelled;
+      } finally {
+        process.kill(daemon.pid, 'SIGCONT');
+      }
+      const receipt = await client.wait({ session_id });
+      expect(receipt.termination).toMatchObject({ cause: 'cancel', steps: [{ signal: graceMs > 0 ? 'SIGTERM' : 'SIGKILL', pids: 2 }] });
+      expect(receipt.descendants_terminated).toBe(2);
+      expect(pidsWithMarker(m)).toEqual([]);
+    }
   });
 
   it('forwards SIGINT from sbx run to the session: exit 130', async () => {
