@@ -241,7 +241,7 @@ describe('restart', () => {
     expect(refused.stderr.toString()).toContain('KEY_CONFLICT');
     expect(refused.stderr.toString()).toContain('cannot be read');
     expect(readFileSync(join(keysDir, keyFile('K-orphan')), 'utf8')).toBe('{"invocation_key": "K-or');
-    expect(await until(() => d.log().includes('unreadable key record'))).toBe(true);
+    expect(await until(() => d.log().includes('unreadable key record'), 'the unreadable key record logged')).toBe(true);
   });
 });
 

@@ -212,7 +212,7 @@ describe('cancel and kill', () => {
       const { session_id } = await client.launch({ argv: ['sh', '-c', `sleep ${m} & sleep ${m} & while [ ! -e ${go} ]; do sleep 0.02; done; exit 0`], cwd: '/' });
       const leaderPid = await until(async () => {
         const s = (await client.ps()).sessions.find((x) => x.session_id === session_id);
-        return s?.live_pids === 3 && s.pid;
+        return s?.live_pids === 3 ? s.pid : null;
       }, 'the leader and its two descendants');
       process.kill(daemon.pid, 'SIGSTOP');
       try {

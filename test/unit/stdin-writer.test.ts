@@ -2,6 +2,7 @@
 // waiting for room when it is, is refused with INVALID_ARGUMENT at once (it used to wait
 // forever, or report bytes as handed over that never were).
 import { spawn, type ChildProcess } from 'node:child_process';
+import type { Socket } from 'node:net';
 import { afterEach, expect, it } from 'vitest';
 import { isSupervisorError } from '../../ipc/errors.js';
 import { StdinWriter } from '../../supervisor/session/stdin.js';
@@ -21,7 +22,7 @@ afterEach(async () => {
 function pipeNobodyReads() {
   const child = spawn('sleep', ['60'], { stdio: ['pipe', 'ignore', 'ignore'] });
   children.push(child);
-  return child.stdin!;
+  return child.stdin as Socket; // a pipe's end is a net.Socket (node:child_process)
 }
 
 const refusal = (p: Promise<unknown>) =>
