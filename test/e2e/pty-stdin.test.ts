@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../../ipc/protocol.js';
 import { isSupervisorError } from '../../ipc/errors.js';
 import { native } from '../../supervisor/native.js';
-import { pidsWithMarker, SBX, sha256, TestDaemon, until } from '../helpers/daemon.js';
+import { parentPid, pidsWithMarker, SBX, sha256, TestDaemon, until } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;
 beforeAll(async () => {
@@ -81,8 +81,7 @@ describe('pty', () => {
     try {
       const { session_id } = await client.launch({ argv: ['sleep', m], cwd: '/', pty: { cols: 80, rows: 24 } });
       const [leader] = await until(() => { const pids = pidsWithMarker(m); return pids.length === 1 ? pids : null; }, 'the command to run');
-      const stat = readFileSync(`/proc/${leader}/stat`, 'utf8');
-      const shim = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      const shim = parentPid(leader);
       expect(readFileSync(`/proc/${shim}/cmdline`, 'utf8')).toContain('exec-shim');
       process.kill(shim, 'SIGKILL');
       const row = await until(async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id && s.state === 'unknown'), 'the session to be unknown');

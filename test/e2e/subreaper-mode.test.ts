@@ -6,7 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../../ipc/protocol.js';
-import { pidsWithMarker, sha256, TestDaemon, until, zombieChildren } from '../helpers/daemon.js';
+import { parentPid, pidsWithMarker, sha256, TestDaemon, until, zombieChildren } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;
 beforeAll(async () => {
@@ -87,8 +87,7 @@ describe('subreaper mode', () => {
     try {
       const { session_id } = await client.launch({ argv: ['sleep', m], cwd: '/' });
       const [leader] = await until(() => { const pids = pidsWithMarker(m); return pids.length === 1 ? pids : null; }, 'the command to run');
-      const stat = readFileSync(`/proc/${leader}/stat`, 'utf8');
-      const shim = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      const shim = parentPid(leader);
       expect(readFileSync(`/proc/${shim}/cmdline`, 'utf8')).toContain('exec-shim');
       process.kill(shim, 'SIGKILL');
       const row = await until(async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id && s.state === 'unknown'), 'the session to be unknown');

@@ -1,7 +1,7 @@
 // Deadlines, cancellation and termination owned by the supervisor: independent of output,
 // readers and clients; TERM to every process of the cgroup, KILL after the grace, 124 for
 // the deadline, first cause wins, and an orderly shutdown that leaves receipts.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -208,8 +208,10 @@ describe('cancel and kill', () => {
     };
     for (const graceMs of [0, 5000]) {
       const m = marker();
+      // The leader waits on a fifo (no polling children: live_pids stays exactly 3).
       const go = join(daemon.dir, `go-${m}`);
-      const { session_id } = await client.launch({ argv: ['sh', '-c', `sleep ${m} & sleep ${m} & while [ ! -e ${go} ]; do sleep 0.02; done; exit 0`], cwd: '/' });
+      expect(spawnSync('mkfifo', [go]).status).toBe(0);
+      const { session_id } = await client.launch({ argv: ['sh', '-c', `sleep ${m} & sleep ${m} & read x < ${go}; exit 0`], cwd: '/' });
       const leaderPid = await until(async () => {
         const s = (await client.ps()).sessions.find((x) => x.session_id === session_id);
         return s?.live_pids === 3 ? s.pid : null;
@@ -217,7 +219,7 @@ describe('cancel and kill', () => {
       process.kill(daemon.pid, 'SIGSTOP');
       try {
         await until(() => stateOf(daemon.pid) === 'T', 'the supervisor to stop');
-        writeFileSync(go, '');
+        writeFileSync(go, 'go\n');
         await until(() => stateOf(leaderPid) === 'Z', 'the leader to exit');
         const cancelled = client.request('cancel', { session_id, grace_ms: graceMs });
         await new Promise((r) => setImmediate(r)); // the frame is written to the socket

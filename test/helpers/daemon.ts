@@ -66,6 +66,12 @@ export function zombieChildren(pid: number): number[] {
   return out;
 }
 
+/** The parent pid of pid (field 4 of /proc/<pid>/stat: proc(5)); for a leader, its exec shim. */
+export function parentPid(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+}
+
 /** Pids whose command line contains marker (a unique string the test put there). */
 export function pidsWithMarker(marker: string): number[] {
   const out: number[] = [];
