@@ -562,6 +562,31 @@ sub('receipt')
     printJson(answer.receipt);
   });
 
+sub('changes')
+  .description('what a session created, modified, deleted and renamed in the workspaces, in order')
+  .argument('[id]', 'session id')
+  .option('--key <key>', 'select the session by invocation key')
+  .action(async (id: string | undefined, o: { key?: string }) => {
+    const g = globals(o);
+    const answer = await call(g, (c) => c.changes(selector(id, o.key)));
+    if (g.json) return printJson(answer);
+    if (answer.workspaces.length === 0) process.stdout.write('no workspaces are watched (workspace.paths, serve --workspace)\n');
+    for (const ws of answer.workspaces) {
+      const facts = [
+        ws.terminal_mutation !== null ? `terminal_mutation ${ws.terminal_mutation}` : answer.state === 'ended' ? 'no terminal_mutation' : `session ${answer.state}`,
+        ws.gap ? `gap ${ws.gap}: the events are incomplete, see the receipt's scan` : null,
+        ws.unattributed_events !== null ? `${ws.unattributed_events} events no session claimed meanwhile` : null,
+        ws.dropped ? `${ws.dropped} changes past the log's bound, not listed` : null,
+      ].filter(Boolean);
+      process.stdout.write(`${ws.path} (${facts.join('; ')})\n`);
+      const width = Math.max(0, ...ws.changes.map((c) => String(c.seq).length));
+      for (const c of ws.changes) {
+        const what = c.kind === 'renamed' ? `${c.from} -> ${c.path}` : c.path;
+        process.stdout.write(`  ${String(c.seq).padStart(width)}  ${c.kind.padEnd(9)} ${what}${c.dir ? '/' : ''}\n`);
+      }
+    }
+  });
+
 sub('ps')
   .description('list sessions')
   .option('--all', 'include ended sessions')
@@ -606,6 +631,7 @@ sub('status')
           ['load', `${status.load.loadavg.map((l) => l.toFixed(2)).join(' ')} on ${status.load.cpus} cpus, cpu ${status.machine.cpu_load_percent ?? '-'}%`],
           ['memory', `${mib(status.machine.mem_available_bytes)} available of ${mib(status.machine.mem_total_bytes)}`],
           ['uptime', `${(status.machine.uptime_s / 3600).toFixed(1)} h`],
+          ...(status.workspaces ?? []).map((w) => ['workspace', `${w.path} (${w.fs}): ${w.mode}, ${w.health}; ${w.events} events, ${w.unattributed_events} unattributed`]),
         ];
         for (const [k, v] of lines) process.stdout.write(`${k.padEnd(10)} ${v}\n`);
       }

@@ -8,6 +8,7 @@ import type { GcResult, MethodName, ParamsOf, ResultOf, SealResult } from './met
 import { defaultSocketPath } from './paths.js';
 import {
   PROTOCOL_VERSIONS,
+  type ChangesResult,
   type EndEvent,
   type HelloResult,
   type LaunchParams,
@@ -98,6 +99,11 @@ export class SupervisorClient {
 
   receipt(selector: SessionSelector): Promise<{ state: string; receipt: Receipt | null }> {
     return this.request('receipt', selector);
+  }
+
+  /** What the session changed in each workspace (attributed events, in order), and what no session claimed meanwhile. */
+  changes(selector: SessionSelector): Promise<ChangesResult> {
+    return this.request('changes', selector);
   }
 
   ps(all = false): Promise<{ sessions: SessionSummary[] }> {

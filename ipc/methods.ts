@@ -2,6 +2,7 @@
 // result, so the client's request() and the server's handlers are typed from one source.
 // Types only (no code): see ipc/PROTOCOL.md for what each method does.
 import type {
+  ChangesResult,
   CloseReceipt,
   HelloParams,
   HelloResult,
@@ -52,6 +53,7 @@ export interface Methods {
   write: { params: ParamsFor<'write'>; result: { session_id: string; cursor: number } };
   resize: { params: ParamsFor<'resize'>; result: { session_id: string; cols: number; rows: number } };
   resolve: { params: ParamsFor<'resolve'>; result: Receipt };
+  changes: { params: SessionSelector; result: ChangesResult };
 }
 
 export type MethodName = keyof Methods;

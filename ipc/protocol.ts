@@ -142,6 +142,74 @@ export interface StatusResult {
   storage: { state_dir_bytes: number; free_bytes: number; total_bytes: number; reserve_bytes: number; min_free_bytes: number; keep_free_bytes: number; admits: boolean };
   /** The machine, from systeminformation: CPU load (%), memory and uptime. */
   machine: { cpu_load_percent: number | null; mem_total_bytes: number; mem_available_bytes: number; uptime_s: number };
+  /** The watched workspaces (config workspace.paths, serve --workspace); [] when none. */
+  workspaces: WorkspaceStatus[];
+}
+
+/** One workspace as `sbx status` shows it (supervisor/workspace/watcher.ts). */
+export interface WorkspaceStatus {
+  path: string;
+  /** The file system (statfs(2) f_type: ext4, tmpfs, overlay, ...). */
+  fs: string;
+  /** fanotify: events are attributed and ordered; scan: they cannot be (the reason is in health), sessions get a scan at death. */
+  mode: 'fanotify' | 'scan';
+  health: string;
+  /** The listener epoch: boot id and the listener's start (ms); sequence numbers count within it. */
+  epoch: string;
+  events: number;
+  last_seq: number | null;
+  unattributed_events: number;
+}
+
+/** One change as `sbx changes` lists it (supervisor/workspace/changes.ts): a renamed_from then renamed_to of the session is one `renamed`. */
+export interface WorkspaceChange {
+  /** The event's sequence (of the last one coalesced into it). */
+  seq: number;
+  kind: 'created' | 'modified' | 'attrib' | 'deleted' | 'renamed' | 'renamed_from' | 'renamed_to';
+  /** Relative to the workspace. */
+  path: string;
+  /** For renamed: the old path. */
+  from?: string;
+  /** The entry is a directory. */
+  dir?: true;
+  at: string;
+}
+
+/** `changes`: what one session changed in each workspace, in order (attributed events only). */
+export interface ChangesResult {
+  session_id: string;
+  state: SessionState | 'retired';
+  workspaces: {
+    path: string;
+    epoch: string | null;
+    changes: WorkspaceChange[];
+    /** Changes past the log's bound (workspace.changesMaxEntries), counted, not listed. */
+    dropped: number;
+    /** Events no session claimed during this session's life (so far, while it runs). */
+    unattributed_events: number | null;
+    terminal_mutation: number | null;
+    gap: WorkspaceGap | null;
+  }[];
+}
+
+/** Why a workspace entry cannot vouch for the events (SPEC "Workspaces"): then `scan` stands in. */
+export type WorkspaceGap = 'unsupported' | 'overflow' | 'listener_restart' | 'barrier_timeout';
+
+/**
+ * A receipt's evidence for one workspace (SPEC "Receipt", "Workspaces"). terminal_mutation:
+ * the sequence of the barrier written after the session's cgroup emptied, every event of the
+ * session is before it, attributed or not; null with a gap.
+ */
+export interface WorkspaceEntry {
+  path: string;
+  epoch: string;
+  terminal_mutation: number | null;
+  attributed: { events: number; last_seq: number | null; last_at: string | null; last_path: string | null };
+  /** Events in the workspace during the session's life that no session's leaf claimed (writers reaped before the read, or outside any session). */
+  unattributed_events: number;
+  gap: WorkspaceGap | null;
+  /** The scan at death, when gap is not null (null if the scan failed: see the log). */
+  scan: { digest: string; entries: number; bytes: number; max_ctime: string | null } | null;
 }
 
 /**
@@ -195,6 +263,8 @@ export interface Receipt {
   output: Partial<Record<StreamName, StreamOutput>>;
   usage: SessionUsage;
   descendants_terminated: number;
+  /** One entry per watched workspace (absent when the supervisor watches none). */
+  workspace?: WorkspaceEntry[];
   spawn_error?: { stage: string; errno: number; code: string };
   /** Only with death.evidence "operator_attested": who said so, and why. */
   operator?: { uid: number; pid: number; reason: string; unknown_reason: string | null };

@@ -52,6 +52,7 @@ export const ParamsSchemas = {
     .refine(requireOne, SELECTOR_MESSAGE),
   wait: selectorSchema,
   receipt: selectorSchema,
+  changes: selectorSchema,
   cancel: z.object({ ...selector, grace_ms: durationMs.optional() }).strict().refine(requireOne, SELECTOR_MESSAGE),
   kill: z
     .object({ ...selector, signal: z.union([z.string().regex(/^(SIG)?[A-Z0-9+-]+$/, 'a signal name such as SIGTERM'), z.number().int().min(1).max(64)]) })

@@ -16,12 +16,14 @@ import type { Session } from './session/session.js';
 import { createFileDurable, writeFileDurable } from './store/durable.js';
 import type { CloseDigest } from './workspace/digest.js';
 import { scanInWorker } from './workspace/scan.js';
+import { OWN_DIR } from './workspace/watch-worker.js';
 
 export type { CloseReceipt } from '../ipc/protocol.js';
 
 /** Scans one directory tree off the event loop; never rejects: a failure is `error` + `digest: null`. */
 export async function scanWorkspace(root: string, options: { deadlineMs?: number } = {}): Promise<WorkspaceScan> {
-  const reply = await scanInWorker<CloseDigest>(root, 'close', options);
+  // The supervisor's own directory in a watched workspace (the barrier file) is never scanned.
+  const reply = await scanInWorker<CloseDigest>(root, 'close', { ...options, skipTopLevel: [OWN_DIR] });
   if (reply.ok) return { path: root, ...reply.result };
   return { path: root, files: 0, total_bytes: 0, newest_mtime: null, digest: null, error: reply.code, error_message: reply.message };
 }

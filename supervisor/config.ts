@@ -107,6 +107,22 @@ const ConfigSchema = z
       })
       .transform((ipc) => ({ ...ipc, maxPendingFrameBytes: ipc.maxPendingFrameBytes ?? Math.max(256 * MiB, ipc.maxFrameBytes + 4) }))
       .prefault({}),
+    /** The workspace clock (README "Workspaces"): the directories watched, and its bounds. */
+    workspace: z
+      .object({
+        /** Absolute directories; each must exist at start. `serve --workspace DIR` adds to them. */
+        paths: z.array(z.string().regex(/^\/[^\0]*$/, 'must be an absolute path')).default([]),
+        /** How long a session's receipt waits for its barrier to come back, ms; past it: gap barrier_timeout. */
+        barrierTimeoutMs: z.number().int().min(1).max(600_000).default(2000),
+        /** The bound of the scan at death (when a workspace has a gap), ms. */
+        scanDeadlineMs: z.number().int().min(1).max(3_600_000).default(30_000),
+        /** Lines a session's change log keeps (coalesced); past it, counted. */
+        changesMaxEntries: z.number().int().min(0).max(10_000_000).default(100_000),
+        /** The reading thread lets a burst gather this long before a read, ms (a barrier cuts it short). */
+        batchMs: z.number().int().min(0).max(1000).default(10),
+      })
+      .strict()
+      .prefault({}),
   })
   .strict();
 

@@ -12,10 +12,11 @@ import { Supervisor } from './supervisor.js';
 import { notify, startWatchdog, takeListenFd } from './systemd.js';
 
 
-async function serve(options: { config?: string }): Promise<void> {
+async function serve(options: { config?: string; workspace?: string[] }): Promise<void> {
   let config;
   try {
     config = loadConfig(options.config);
+    if (options.workspace?.length) config = { ...config, workspace: { ...config.workspace, paths: [...config.workspace.paths, ...options.workspace] } };
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
@@ -26,6 +27,7 @@ async function serve(options: { config?: string }): Promise<void> {
   const log = pino({ name: 'sandbox-supervisor', level: config.logLevel });
   log.info({ config: config.source, socket: config.socketPath, state_dir: config.stateDir }, 'starting');
   const supervisor = Supervisor.create(config, log);
+  await supervisor.ctx.watcher.ready; // every workspace marked before the first launch
   const server = new SupervisorServer(supervisor, log, config.socketPath);
   const listenFd = takeListenFd();
   try {
@@ -71,7 +73,8 @@ program
   .command('serve')
   .description('run the supervisor in the foreground')
   .option('--config <file>', 'JSON configuration (default: /etc/sandbox-supervisor/config.json if present)')
-  .action((opts: { config?: string }) =>
+  .option('--workspace <dir>', 'watch this directory (repeatable; added to workspace.paths)', (dir: string, prev: string[] = []) => [...prev, dir])
+  .action((opts: { config?: string; workspace?: string[] }) =>
     serve(opts).catch((err: Error) => {
       process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
       process.exit(1);

@@ -39,6 +39,24 @@ export interface NativeHelpers {
   groupByName(name: string): number;
   /** Calls callback once, from the event loop, when fd is writable, hung up or in error (the next write says which); returns cancel(), idempotent. Watches a dup of fd. */
   waitWritable(fd: number, callback: () => void): () => void;
+  /**
+   * fanotify_init(FAN_CLASS_NOTIF|FAN_CLOEXEC|FAN_NONBLOCK|FAN_REPORT_DFID_NAME|FAN_REPORT_PIDFD
+   * [|FAN_UNLIMITED_QUEUE]): the group's fd; EPERM without CAP_SYS_ADMIN (fanotify_init(2)).
+   */
+  watchInit(unlimitedQueue: boolean): number;
+  /** fanotify_mark(FAN_MARK_ADD|FAN_MARK_FILESYSTEM) on path's file system; EOPNOTSUPP/EXDEV where it has no usable fids (fanotify_mark(2)). */
+  watchMark(fd: number, path: string): void;
+  /** poll(2) the group up to timeoutMs: true when events are queued. Blocks: for a worker thread. */
+  watchPoll(fd: number, timeoutMs: number): boolean;
+  /**
+   * One read(2) of queued events (none: []). Events by selfPid are dropped unless named
+   * keepName. Each pidfd becomes the writer's cgroup id (PIDFD_GET_INFO, else cgroupMount's
+   * /proc lookup; 0n: the writer was reaped first, pidfd 0) and is closed. handle: fsid, type,
+   * bytes of the directory's file handle; name: the entry's name bytes ("." the directory itself).
+   */
+  watchRead(fd: number, selfPid: number, keepName: string, cgroupMount: string): { mask: number; pid: number; pidfd: number; cgroup: bigint; handle: Buffer; name: Buffer }[];
+  /** open_by_handle_at(2) + readlink: the directory a watchRead handle names; ESTALE when it is gone. */
+  watchHandlePath(mountFd: number, handle: Buffer): Buffer;
 }
 
 const here = dirname(fileURLToPath(import.meta.url));

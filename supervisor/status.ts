@@ -78,6 +78,7 @@ export class StatusReporter {
       mode: ctx.identity.mode,
       boot_id: ctx.identity.bootId,
       pid: process.pid,
+      workspaces: ctx.watcher.status(),
       socket: socketPath,
       state_dir: ctx.config.stateDir,
       cgroup: ctx.tree ? ctx.tree.basePath : null,

@@ -17,6 +17,7 @@ import { CgroupTree } from './cgroup.js';
 import { Closing } from './close.js';
 import type { Config } from './config.js';
 import { faultPoint } from './fault.js';
+import { checkWorkspacePaths, WorkspaceWatcher } from './workspace/watcher.js';
 import { newSessionId, readBootId, StateDirLock, takeGeneration } from './identity.js';
 import { native } from './native.js';
 import { Reaper } from './reaper.js';
@@ -74,6 +75,7 @@ export class Supervisor {
   /** Prepares the state dir, identity, subreaper and cgroup subtree; throws with a reason. */
   static create(config: Config, log: Logger): Supervisor {
     mkdirSync(config.stateDir, { recursive: true, mode: 0o700 });
+    const workspacePaths = checkWorkspacePaths(config.workspace.paths, config.stateDir);
     const lock = StateDirLock.take(config.stateDir);
     const sessionsDir = join(config.stateDir, STATE.sessionsDir);
     mkdirSync(sessionsDir, { recursive: true, mode: 0o700 });
@@ -97,16 +99,29 @@ export class Supervisor {
     const storage = new StorageGuard(config.stateDir, config.storage);
     for (const warning of thresholdWarnings(storage, storage.totalBytes)) log.warn({ state_dir: config.stateDir }, warning);
     hashWorkerPath(); // fails start-up, naming where it looked, rather than every receipt later
+    const bootId = readBootId();
     const ctx: SessionContext = {
       config,
       log,
       reaper,
       tree,
       sessionsDir,
-      identity: { instance, generation, bootId: readBootId(), mode, pid: process.pid },
+      identity: { instance, generation, bootId, mode, pid: process.pid },
       signer: ReceiptSigner.loadOrCreate(config.stateDir),
       storage,
       hashPool: new HashPool((reason) => log.error({ reason }, 'a hashing thread failed; replaced (its streams are hashed again from their chunk files)')),
+      watcher: new WorkspaceWatcher({
+        paths: workspacePaths,
+        bootId,
+        cgroupMount: tree?.mount.mountPoint ?? '',
+        log,
+        barrierTimeoutMs: config.workspace.barrierTimeoutMs,
+        scanDeadlineMs: config.workspace.scanDeadlineMs,
+        changesMaxEntries: config.workspace.changesMaxEntries,
+        batchMs: config.workspace.batchMs,
+        limitedQueue: process.env.SBX_TEST_WATCH_LIMITED_QUEUE === '1',
+        pauseFile: process.env.SBX_TEST_WATCH_PAUSE_FILE || undefined,
+      }),
     };
     log.info({ instance, generation, mode, cgroup: tree?.basePath ?? null, subreaper: native().isChildSubreaper() }, 'supervisor ready');
     try {
@@ -356,6 +371,7 @@ export class Supervisor {
       this.ctx.reaper.reapNow();
       this.ctx.reaper.stop();
       this.ctx.tree?.teardown();
+      await this.ctx.watcher.stop();
     })();
     return this.stopping;
   }

@@ -4,7 +4,8 @@
  * uv_err_name_r, `errno` negative, `syscall`, message "CODE: description, syscall").
  * Exports (typed in supervisor/native.ts): setChildSubreaper, isChildSubreaper, reapPid,
  * makePipe, setPipeSize, tryLockExclusive, peerCred, openPty, setWindowSize, sdNotify,
- * userByName, userById, groupByName, waitWritable. Owns no state but the writability waits
+ * userByName, userById, groupByName, waitWritable; and over watch.c: watchInit, watchMark,
+ * watchPoll, watchRead, watchHandlePath. Owns no state but the writability waits
  * it hands out (uv_poll_t, see there); spawning and reaping others' children is libuv's.
  */
 #define _GNU_SOURCE
@@ -19,6 +20,7 @@
 #include <uv.h>
 
 #include "sys.h"
+#include "watch.h"
 
 #define CHECK(call)                                                   \
   do {                                                                \
@@ -455,6 +457,132 @@ static napi_value wait_writable(napi_env env, napi_callback_info info) {
   return cancel;
 }
 
+/* ---- the workspace watcher (watch.c) ---- */
+
+/* watchInit(unlimitedQueue): the fanotify group's fd. */
+static napi_value watch_init_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t argc = get_args(env, info, argv, 1);
+  bool unlimited = false;
+  if (argc < 1 || napi_get_value_bool(env, argv[0], &unlimited) != napi_ok) {
+    napi_throw_type_error(env, "EINVAL", "watchInit(unlimitedQueue): a boolean expected");
+    return NULL;
+  }
+  int r = watch_init(unlimited);
+  return r < 0 ? throw_errno(env, r, "fanotify_init") : make_int(env, r);
+}
+
+/* watchMark(fd, path): a filesystem mark on the file system holding path. */
+static napi_value watch_mark_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  size_t argc = get_args(env, info, argv, 2);
+  int32_t fd;
+  char *path = string_arg(env, argv, argc, 1, 4096);
+  if (int_arg(env, argv, argc, 0, &fd) != 0 || !path) {
+    free(path);
+    napi_throw_type_error(env, "EINVAL", "watchMark(fd, path): an fd and a path expected");
+    return NULL;
+  }
+  int r = watch_mark(fd, path);
+  free(path);
+  return r < 0 ? throw_errno(env, r, "fanotify_mark") : NULL;
+}
+
+/* watchPoll(fd, timeoutMs): true when events are queued. Blocks: call it from a worker. */
+static napi_value watch_poll_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  size_t argc = get_args(env, info, argv, 2);
+  int32_t fd, timeout;
+  if (int_arg(env, argv, argc, 0, &fd) != 0 || int_arg(env, argv, argc, 1, &timeout) != 0) {
+    napi_throw_type_error(env, "EINVAL", "watchPoll(fd, timeoutMs): integers expected");
+    return NULL;
+  }
+  int r = watch_poll(fd, timeout);
+  return r < 0 ? throw_errno(env, r, "poll") : make_bool(env, r);
+}
+
+/* watchRead(fd, selfPid, keepName, cgroupMount): [{mask, pid, pidfd, cgroup, handle, name}]. */
+static napi_value watch_read_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  size_t argc = get_args(env, info, argv, 4);
+  int32_t fd, self;
+  char *keep = string_arg(env, argv, argc, 2, 255);
+  char *mount = string_arg(env, argv, argc, 3, 4096);
+  if (int_arg(env, argv, argc, 0, &fd) != 0 || int_arg(env, argv, argc, 1, &self) != 0 || !keep || !mount) {
+    free(keep);
+    free(mount);
+    napi_throw_type_error(env, "EINVAL", "watchRead(fd, selfPid, keepName, cgroupMount) expected");
+    return NULL;
+  }
+  struct watch_event *events = malloc(sizeof(struct watch_event) * WATCH_MAX_EVENTS);
+  if (!events) {
+    free(keep);
+    free(mount);
+    return throw_errno(env, -ENOMEM, "malloc");
+  }
+  int n = watch_read(fd, events, WATCH_MAX_EVENTS, self, keep, mount);
+  free(keep);
+  free(mount);
+  if (n < 0) {
+    free(events);
+    return throw_errno(env, n, "read");
+  }
+  napi_value list;
+  napi_status st = napi_create_array_with_length(env, (size_t)n, &list);
+  for (int i = 0; i < n && st == napi_ok; i++) {
+    struct watch_event *e = &events[i];
+    napi_value obj, mask, cgroup, handle, name;
+    void *data;
+    st = napi_create_object(env, &obj);
+    if (st == napi_ok) st = napi_create_double(env, (double)e->mask, &mask);
+    if (st == napi_ok) st = set(env, obj, "mask", mask);
+    if (st == napi_ok) st = set(env, obj, "pid", make_int(env, e->pid));
+    if (st == napi_ok) st = set(env, obj, "pidfd", make_int(env, e->pidfd_state));
+    if (st == napi_ok) st = napi_create_bigint_uint64(env, e->cgroup_id, &cgroup);
+    if (st == napi_ok) st = set(env, obj, "cgroup", cgroup);
+    /* The handle as one key: fsid (8 bytes), handle type (int32, host order), the handle's bytes. */
+    if (st == napi_ok) st = napi_create_buffer(env, 12 + e->handle_len, &data, &handle);
+    if (st == napi_ok) {
+      memcpy(data, e->fsid, 8);
+      memcpy((char *)data + 8, &e->handle_type, 4);
+      memcpy((char *)data + 12, e->handle, e->handle_len);
+      st = set(env, obj, "handle", handle);
+    }
+    if (st == napi_ok) st = napi_create_buffer_copy(env, strlen(e->name), e->name, NULL, &name);
+    if (st == napi_ok) st = set(env, obj, "name", name);
+    if (st == napi_ok) st = napi_set_element(env, list, (uint32_t)i, obj);
+  }
+  free(events);
+  if (st != napi_ok) {
+    napi_throw_error(env, "EINVAL", "N-API call failed: watchRead result");
+    return NULL;
+  }
+  return list;
+}
+
+/* watchHandlePath(mountFd, handle): the directory's path (Buffer); ESTALE when it is gone. */
+static napi_value watch_handle_path_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  size_t argc = get_args(env, info, argv, 2);
+  int32_t mount_fd;
+  bool is_buffer = false;
+  void *data = NULL;
+  size_t len = 0;
+  if (int_arg(env, argv, argc, 0, &mount_fd) != 0 || argc < 2 || napi_is_buffer(env, argv[1], &is_buffer) != napi_ok || !is_buffer ||
+      napi_get_buffer_info(env, argv[1], &data, &len) != napi_ok || len < 12 || len > 12 + WATCH_HANDLE_MAX) {
+    napi_throw_type_error(env, "EINVAL", "watchHandlePath(mountFd, handle): an fd and a handle from watchRead expected");
+    return NULL;
+  }
+  int32_t type;
+  memcpy(&type, (char *)data + 8, 4);
+  char path[4096];
+  int r = watch_handle_path(mount_fd, type, (const unsigned char *)data + 12, (uint32_t)(len - 12), path, sizeof path);
+  if (r < 0) return throw_errno(env, r, "open_by_handle_at");
+  napi_value out;
+  CHECK(napi_create_buffer_copy(env, (size_t)r, path, NULL, &out));
+  return out;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"setChildSubreaper", NULL, set_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
@@ -471,6 +599,11 @@ static napi_value init(napi_env env, napi_value exports) {
     {"userById", NULL, user_by_id, NULL, NULL, NULL, napi_default, NULL},
     {"groupByName", NULL, group_by_name, NULL, NULL, NULL, napi_default, NULL},
     {"waitWritable", NULL, wait_writable, NULL, NULL, NULL, napi_default, NULL},
+    {"watchInit", NULL, watch_init_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"watchMark", NULL, watch_mark_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"watchPoll", NULL, watch_poll_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"watchRead", NULL, watch_read_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"watchHandlePath", NULL, watch_handle_path_fn, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof props / sizeof props[0], props) != napi_ok) return NULL;
   return exports;

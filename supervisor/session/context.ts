@@ -1,5 +1,5 @@
 // What every session shares (SessionContext: configuration, identity, the cgroup subtree, the
-// reaper, the signer, the state dir's storage guard and hashing threads) and what one session
+// reaper, the signer, the state dir's storage guard and hashing threads, the workspace watcher) and what one session
 // was asked to run (SessionRequest). Types only.
 import type { Logger } from 'pino';
 import type { LingerPolicy, SupervisorMode } from '../../ipc/protocol.js';
@@ -10,6 +10,7 @@ import type { ReceiptSigner } from '../signing.js';
 import type { HashPool } from '../store/hasher.js';
 import type { StorageGuard } from '../store/storage.js';
 import type { SessionUser } from '../users.js';
+import type { WorkspaceWatcher } from '../workspace/watcher.js';
 
 export interface SessionContext {
   config: Config;
@@ -23,6 +24,8 @@ export interface SessionContext {
   storage: StorageGuard;
   /** The threads that hash stored streams (never the event loop). */
   hashPool: HashPool;
+  /** The workspace clock: attribution, barriers, gaps (workspace/watcher.ts). */
+  watcher: WorkspaceWatcher;
 }
 
 export interface SessionRequest {

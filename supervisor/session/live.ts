@@ -80,7 +80,9 @@ export class LiveSession extends Session {
     // Room for the receipt's chunk lists too: a stream stores at most its quota.
     const quota = this.ctx.config.drain.quotaBytes;
     const chunksPerStream = quota > 0 ? Math.ceil(quota / this.req.chunkBytes) + 1 : Infinity;
-    reserveReceiptSpace(this.dir, receiptReservationBytes(Buffer.byteLength(JSON.stringify(this.admission)), (this.req.pty ? 1 : 2) * chunksPerStream));
+    // And each workspace entry: its path, a last_path (at most PATH_MAX, JSON-escaped), numbers.
+    const workspaceBytes = this.ctx.watcher.paths.reduce((sum, p) => sum + 2 * Buffer.byteLength(p) + 2 * 4096 + 1024, 0);
+    reserveReceiptSpace(this.dir, receiptReservationBytes(Buffer.byteLength(JSON.stringify(this.admission)), (this.req.pty ? 1 : 2) * chunksPerStream, workspaceBytes));
   }
 
   /** Undoes a failed admit(): nothing ran, so the directory and the leaf go. */
@@ -125,6 +127,8 @@ export class LiveSession extends Session {
     }
     this.leader = leader;
     this.startedAt = new Date();
+    // Before the exec (the shim waits for its start in the leaf): every write is the session's.
+    this.ctx.watcher.track(this.id, this.leaf?.path ?? null, this.dir);
     this.transition('running');
     if (this.pty) {
       const drain = new StreamDrain(this.dir, 'pty', this.pty.master, this.storePolicy(), true);
@@ -329,6 +333,8 @@ export class LiveSession extends Session {
     }
     if (this.leaf) await this.leaf.waitEmpty(null);
     const death = liveDeath({ leafPath: this.leaf?.path ?? null, mountPoint: this.ctx.tree?.mount.mountPoint ?? null, shimReport }, new Date());
+    // Nothing of the session can write any more: its barrier goes out now, while the drains finish.
+    const workspace = this.ctx.watcher.settle(this.id);
     this.cancelDeadline();
     if (this.terminating) await this.terminating;
     leader.release();
@@ -355,6 +361,7 @@ export class LiveSession extends Session {
       output,
       usage: this.leaf?.usage() ?? {},
       descendantsTerminated: this.descendantsTerminated ?? 0,
+      workspace: await workspace,
     });
   }
 
@@ -418,6 +425,7 @@ export class LiveSession extends Session {
       output: {},
       usage: {},
       descendantsTerminated: 0,
+      workspace: await this.ctx.watcher.settle(this.id),
     });
   }
 }

@@ -2,7 +2,7 @@
 // table), the command digest, and the receipt assembled from recorded facts. No I/O here,
 // so these are unit-tested without processes.
 import { createHash } from 'node:crypto';
-import type { DeathEvidence, Outcome, Receipt, StreamName, StreamOutput, SupervisorMode, TerminationCause } from '../../ipc/protocol.js';
+import type { DeathEvidence, Outcome, Receipt, StreamName, StreamOutput, SupervisorMode, TerminationCause, WorkspaceEntry } from '../../ipc/protocol.js';
 
 /** What the command digest covers (SPEC.md "Session environment and command digest"). */
 export interface DigestInput {
@@ -67,6 +67,8 @@ export interface ReceiptFacts {
   output: Partial<Record<StreamName, StreamOutput>>;
   usage: Receipt['usage'];
   descendantsTerminated: number;
+  /** The workspace clock's entries (workspace/watcher.ts); absent or [] without workspaces. */
+  workspace?: WorkspaceEntry[];
 }
 
 const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
@@ -99,6 +101,7 @@ export function buildReceipt(f: ReceiptFacts): Receipt {
     output: f.output,
     usage: f.usage,
     descendants_terminated: f.descendantsTerminated,
+    ...(f.workspace?.length ? { workspace: f.workspace } : {}),
   };
   if (f.spawnFailure) receipt.spawn_error = { ...f.spawnFailure };
   return receipt;

@@ -279,6 +279,8 @@ export abstract class Session extends EventEmitter {
       output,
       usage: {},
       descendantsTerminated: steps.length ? steps[0].pids : 0,
+      // Its events were another listener's (or this one lost it): each workspace is a gap with a scan.
+      workspace: await this.ctx.watcher.restartEntries(),
     };
   }
 

@@ -19,8 +19,8 @@ const RESERVED_CHUNK_ENTRIES = 4096;
  * admission record (argv and cwd come back in it), and 64 bytes for each chunk file its
  * streams may list (at most RESERVED_CHUNK_ENTRIES), rounded up to 4 KiB.
  */
-export function receiptReservationBytes(admissionBytes: number, chunkEntries: number): number {
-  return Math.ceil((16 * 1024 + 2 * admissionBytes + 64 * Math.min(chunkEntries, RESERVED_CHUNK_ENTRIES)) / 4096) * 4096;
+export function receiptReservationBytes(admissionBytes: number, chunkEntries: number, extraBytes = 0): number {
+  return Math.ceil((16 * 1024 + 2 * admissionBytes + 64 * Math.min(chunkEntries, RESERVED_CHUNK_ENTRIES) + extraBytes) / 4096) * 4096;
 }
 
 /**

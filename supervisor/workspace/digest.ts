@@ -56,3 +56,35 @@ export function closeDigest(entries: Iterable<WalkEntry>): CloseDigest {
     digest: `sha256:${hash.digest('hex')}`,
   };
 }
+
+/** The scan at a session's death when its workspace has a gap (SPEC "Workspaces"): what stands in for the events. */
+export interface MutationScan {
+  /** sha256: over the sorted lines "<t> <path> <size> <mode, octal> <ctime ns>" (+ " <target>" for a symlink), escaped as above. */
+  digest: string;
+  entries: number;
+  /** Sum of the regular files' sizes. */
+  bytes: number;
+  /** ISO-8601 ctime of the newest entry (ms; ctime, not mtime: touch -d moves mtime back, never ctime), null when empty. */
+  max_ctime: string | null;
+}
+
+/** Digests entries for a mutation scan (ctime and mode: what a change always moves). */
+export function mutationDigest(entries: Iterable<WalkEntry>): MutationScan {
+  const lines: string[] = [];
+  let bytes = 0;
+  let newest: bigint | null = null;
+  for (const e of entries) {
+    const size = e.type === 'file' ? e.size : 0n;
+    const target = e.type === 'symlink' && e.linkTarget ? ` ${digestField(fsDecode(e.linkTarget), true)}` : '';
+    lines.push(`${LETTER[e.type]} ${digestField(fsDecode(e.path), false)} ${size} ${(e.mode & 0o7777).toString(8)} ${e.ctimeNs}${target}`);
+    if (newest === null || e.ctimeNs > newest) newest = e.ctimeNs;
+    if (e.type === 'file') bytes += Number(e.size);
+  }
+  lines.sort();
+  const hash = createHash('sha256');
+  lines.forEach((line, i) => {
+    if (i > 0) hash.update('\n');
+    hash.update(fsEncode(line));
+  });
+  return { digest: `sha256:${hash.digest('hex')}`, entries: lines.length, bytes, max_ctime: newest === null ? null : new Date(Number(newest / 1_000_000n)).toISOString() };
+}

@@ -3,12 +3,13 @@
 // the supervisor's event loop. Input workerData {root, kind, deadlineMs?, startHrNs}; one
 // message back, {ok: true, result} | {ok: false, code, message}; then the thread ends.
 import { parentPort, workerData } from 'node:worker_threads';
-import { closeDigest } from './digest.js';
+import { closeDigest, mutationDigest } from './digest.js';
 import { ScanError, walkTree, type WalkEntry } from './walk.js';
 
 /** The scans a worker can run, by name; each consumes the walk and returns structured-cloneable data. */
 export const SCAN_KINDS = {
   close: (entries: Iterable<WalkEntry>) => closeDigest(entries),
+  mutation: (entries: Iterable<WalkEntry>) => mutationDigest(entries),
 } as const;
 
 export type ScanKind = keyof typeof SCAN_KINDS;
@@ -18,6 +19,7 @@ export interface ScanRequest {
   kind: ScanKind;
   deadlineMs?: number;
   startHrNs: bigint;
+  skipTopLevel?: string[];
 }
 
 export type ScanReply<T = unknown> = { ok: true; result: T } | { ok: false; code: string; message: string };
@@ -27,7 +29,7 @@ export function runScanHere(req: ScanRequest): ScanReply {
   try {
     const kind = SCAN_KINDS[req.kind];
     if (!kind) return { ok: false, code: 'scan_failed', message: `scan_failed: unknown scan kind ${JSON.stringify(req.kind)}` };
-    return { ok: true, result: kind(walkTree(req.root, { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs })) };
+    return { ok: true, result: kind(walkTree(req.root, { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs, skipTopLevel: req.skipTopLevel })) };
   } catch (err) {
     if (err instanceof ScanError) return { ok: false, code: err.code, message: err.message };
     return { ok: false, code: 'scan_failed', message: `scan_failed: ${(err as Error).message}` };

@@ -28,6 +28,8 @@ export interface DaemonOptions {
   cgroupPrefix?: string;
   /** Extra environment for the daemon (e.g. SBX_FAULT_POINT, supervisor/fault.ts). */
   env?: NodeJS.ProcessEnv;
+  /** A command the daemon is exec'ed through (e.g. setpriv dropping a capability); its pid is the daemon's. */
+  wrap?: string[];
 }
 
 export interface SbxResult {
@@ -142,6 +144,12 @@ export class TestDaemon {
     return this;
   }
 
+  /** Config keys merged over the current ones from the next start() on (e.g. paths made in this.dir). */
+  withConfig(config: Record<string, unknown>): this {
+    this.options.config = { ...this.options.config, ...config };
+    return this;
+  }
+
   /** Resolves once the daemon process has exited (a fault point killed it, say). */
   async exitedNow(): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
     for (const c of this.clients.splice(0)) c.close();
@@ -164,7 +172,8 @@ export class TestDaemon {
     const configPath = join(this.dir, 'config.json');
     writeFileSync(configPath, JSON.stringify(config));
     const logFd = openSync(this.logPath, 'a');
-    this.child = spawn(process.execPath, [DAEMON, 'serve', '--config', configPath], {
+    const argv = [...(this.options.wrap ?? []), process.execPath, DAEMON, 'serve', '--config', configPath];
+    this.child = spawn(argv[0], argv.slice(1), {
       env: { ...process.env, SBX_SOCKET: this.socketPath, SBX_STATE_DIR: this.stateDir, ...this.options.env },
       stdio: ['ignore', logFd, logFd],
     });

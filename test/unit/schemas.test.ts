@@ -16,7 +16,7 @@ const fails = (method: keyof typeof ParamsSchemas, params: unknown) => {
 
 describe('ParamsSchemas', () => {
   it('has one schema per method of the method table', () => {
-    expect(Object.keys(ParamsSchemas).sort()).toEqual(['cancel', 'close', 'gc', 'hello', 'kill', 'launch', 'ps', 'receipt', 'resize', 'resolve', 'seal', 'status', 'subscribe', 'wait', 'write']);
+    expect(Object.keys(ParamsSchemas).sort()).toEqual(['cancel', 'changes', 'close', 'gc', 'hello', 'kill', 'launch', 'ps', 'receipt', 'resize', 'resolve', 'seal', 'status', 'subscribe', 'wait', 'write']);
   });
 
   it('launch: argv without a fixed cap, no NUL; env names without = ; durations up to 30 days; no unknown keys', () => {

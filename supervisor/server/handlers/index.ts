@@ -3,6 +3,7 @@
 import type { MethodName } from '../../../ipc/methods.js';
 import type { Handler } from '../handler.js';
 import { cancel } from './cancel.js';
+import { changes } from './changes.js';
 import { close } from './close.js';
 import { gc } from './gc.js';
 import { kill } from './kill.js';
@@ -32,4 +33,5 @@ export const HANDLERS: { [M in Exclude<MethodName, 'hello'>]: Handler<M> } = {
   write,
   resize,
   resolve,
+  changes,
 };

@@ -1,0 +1,64 @@
+/*
+ * watch: the workspace watcher's syscalls, as plain C (addon.c is the N-API glue). One
+ * fanotify group reporting the directory's file handle and the entry's name
+ * (FAN_REPORT_DFID_NAME) and a pidfd for the writer (FAN_REPORT_PIDFD); a filesystem mark
+ * per workspace; reads that parse events and turn each pidfd into the writer's cgroup id at
+ * once (PIDFD_GET_INFO, else /proc/<pid>/cgroup read while the pidfd is held) and close it.
+ * Each call returns >= 0 on success, -errno on failure. See fanotify(7), fanotify_init(2),
+ * fanotify_mark(2), open_by_handle_at(2), pidfd_open(2), Documentation/filesystems/pidfs.
+ */
+#ifndef SBX_WATCH_H
+#define SBX_WATCH_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The longest file handle we keep (MAX_HANDLE_SZ is 128) and name (NAME_MAX + 1). */
+#define WATCH_HANDLE_MAX 128
+#define WATCH_NAME_MAX 256
+
+/* One event as read: mask (FAN_*), the writer's pid (0 if none), its cgroup id (0 when it
+ * could not be found: the writer was already reaped, no pidfd), the directory's file handle
+ * (type, bytes), the entry's name ("." for the directory itself; "" when none). */
+struct watch_event {
+  uint64_t mask;
+  int32_t pid;
+  int32_t pidfd_state; /* 1 pidfd, 0 FAN_NOPIDFD (reaped), -1 FAN_EPIDFD / none */
+  uint64_t cgroup_id;
+  int32_t handle_type;
+  uint32_t handle_len;
+  unsigned char fsid[8];
+  unsigned char handle[WATCH_HANDLE_MAX];
+  char name[WATCH_NAME_MAX];
+};
+
+/* fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DFID_NAME |
+ * FAN_REPORT_PIDFD [| FAN_UNLIMITED_QUEUE], O_RDONLY | O_CLOEXEC): the group's fd | -errno
+ * (EPERM without CAP_SYS_ADMIN, EINVAL where the kernel lacks a flag). */
+int watch_init(int unlimited_queue);
+
+/* fanotify_mark(FAN_MARK_ADD | FAN_MARK_FILESYSTEM, create, modify, close-write, attrib,
+ * delete, moves, self-delete/move, FAN_ONDIR) on the file system holding path: 0 | -errno
+ * (EOPNOTSUPP: an overlayfs without nfs_export, EXDEV: a file system without fids). */
+int watch_mark(int fd, const char *path);
+
+/* poll(POLLIN) up to timeout_ms: 1 readable, 0 not | -errno. */
+int watch_poll(int fd, int timeout_ms);
+
+/* One read(2) takes at most this many bytes (whole events), so at most WATCH_MAX_EVENTS
+ * (the smallest event, a queue overflow, is a bare 24-byte metadata). */
+#define WATCH_READ_BYTES (64 * 1024)
+#define WATCH_MAX_EVENTS (WATCH_READ_BYTES / 24 + 1)
+
+/* Reads what is queued (one read) into out (room for max >= WATCH_MAX_EVENTS events).
+ * Events written by self_pid are dropped unless their name is keep_name (the barrier).
+ * Without PIDFD_GET_INFO the cgroup is found under cgroup_mount (the cgroup2 mount; "" for
+ * none). Every pidfd is closed. Returns the count (0: nothing queued) | -errno. */
+int watch_read(int fd, struct watch_event *out, int max, pid_t self_pid, const char *keep_name, const char *cgroup_mount);
+
+/* The path of the directory a file handle names (open_by_handle_at(mount_fd, O_PATH) then
+ * readlink of /proc/self/fd/N), into out (NUL-terminated): its length | -errno (ESTALE: the
+ * directory is gone, ENAMETOOLONG: past out_len). */
+int watch_handle_path(int mount_fd, int32_t handle_type, const unsigned char *handle, uint32_t handle_len, char *out, size_t out_len);
+
+#endif

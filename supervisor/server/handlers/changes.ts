@@ -1,0 +1,30 @@
+// changes: what one session changed in each workspace (its change log, renames paired), with
+// the evidence its receipt carries once it has ended (terminal_mutation, gap, unattributed).
+import type { ChangesResult } from '../../../ipc/protocol.js';
+import { pairRenames, readChanges } from '../../workspace/changes.js';
+import type { Handler } from '../handler.js';
+
+export const changes: Handler<'changes'> = ({ supervisor }, params): ChangesResult => {
+  const session = supervisor.find(params);
+  const watcher = supervisor.ctx.watcher;
+  const live = watcher.liveChanges(session.id);
+  const { records, dropped } = readChanges(session.dir);
+  const entries = session.receipt?.workspace ?? [];
+  const paths = entries.length ? entries.map((e) => e.path) : watcher.paths;
+  return {
+    session_id: session.id,
+    state: session.state,
+    workspaces: paths.map((path, i) => {
+      const entry = entries[i];
+      return {
+        path,
+        epoch: entry?.epoch ?? (live ? watcher.epoch : null),
+        changes: pairRenames(records.filter((r) => r.ws === i)),
+        dropped: live ? live.dropped : dropped,
+        unattributed_events: entry ? entry.unattributed_events : (live?.unattributed[i] ?? null),
+        terminal_mutation: entry?.terminal_mutation ?? null,
+        gap: entry?.gap ?? null,
+      };
+    }),
+  };
+};

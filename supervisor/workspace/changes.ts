@@ -1,0 +1,133 @@
+// What a session changed in the workspaces: its attributed events as a bounded append-only
+// record next to its output (<session>/changes.jsonl, one JSON object per line: seq, ws, kind,
+// path, at; coalesced: an event on the path and of the kind of the previous line only moves
+// that line's seq when the next batch is written), past the bound counted, never written.
+// Owns the record's format and reading it back as `sbx changes` shows it (renames paired);
+// not attribution (watcher.ts).
+import { appendFileSync, existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { FAN } from './watch-worker.js';
+
+export const CHANGES_FILE = 'changes.jsonl';
+
+export type ChangeKind = 'created' | 'modified' | 'attrib' | 'deleted' | 'renamed_from' | 'renamed_to';
+
+/** One line of the record. */
+export interface ChangeRecord {
+  seq: number;
+  /** Index of the workspace in the supervisor's list when it was written. */
+  ws: number;
+  kind: ChangeKind;
+  path: string;
+  dir?: true;
+  at: string;
+}
+
+/** What `sbx changes` prints per change: renamed_from + renamed_to of one writer paired as renamed. */
+export interface Change {
+  seq: number;
+  kind: ChangeKind | 'renamed';
+  path: string;
+  /** For renamed: the old path. */
+  from?: string;
+  dir?: true;
+  at: string;
+}
+
+/** The kind an event's mask (possibly merged by the kernel) means, strongest first; null: none we record. */
+export function changeKind(mask: number): ChangeKind | null {
+  if (mask & FAN.DELETE) return 'deleted';
+  if (mask & FAN.MOVED_FROM) return 'renamed_from';
+  if (mask & FAN.MOVED_TO) return 'renamed_to';
+  if (mask & FAN.CREATE) return 'created';
+  if (mask & (FAN.MODIFY | FAN.CLOSE_WRITE)) return 'modified';
+  if (mask & FAN.ATTRIB) return 'attrib';
+  return null;
+}
+
+/** The record of one session: appended in batches, bounded at maxEntries lines. */
+export class ChangeLog {
+  entries = 0;
+  dropped = 0;
+  private pending: ChangeRecord[] = [];
+  private last: ChangeRecord | null = null;
+  private failed = false;
+
+  constructor(readonly path: string, private readonly maxEntries: number) {}
+
+  add(rec: ChangeRecord): void {
+    const last = this.last;
+    if (last && last.ws === rec.ws && last.path === rec.path && last.kind === rec.kind && (rec.kind === 'modified' || rec.kind === 'attrib')) {
+      last.seq = rec.seq;
+      last.at = rec.at;
+      return;
+    }
+    if (this.entries >= this.maxEntries) {
+      this.dropped++;
+      return;
+    }
+    this.entries++;
+    this.pending.push(rec);
+    this.last = rec;
+  }
+
+  /** The last line: {"summary": {entries, dropped}} (at the session's end), so a reader knows what was counted only. */
+  close(): void {
+    this.flush();
+    if (this.failed || (this.entries === 0 && this.dropped === 0)) return;
+    try {
+      appendFileSync(this.path, JSON.stringify({ summary: { entries: this.entries, dropped: this.dropped } }) + '\n', { mode: 0o600 });
+    } catch {
+      this.failed = true;
+    }
+  }
+
+  /** Appends what was added since the last flush (the last line stays open to coalescing until then). */
+  flush(): void {
+    if (this.pending.length === 0 || this.failed) return;
+    const text = this.pending.map((r) => JSON.stringify(r)).join('\n') + '\n';
+    this.pending = [];
+    try {
+      appendFileSync(this.path, text, { mode: 0o600 });
+    } catch {
+      // A full disk: the record stops here, and says so through `dropped` (never invented).
+      this.failed = true;
+    }
+    this.last = null;
+  }
+}
+
+/** The record read back, and its summary's dropped count (0 before the end); a torn line (a crash mid-append) is left out. */
+export function readChanges(sessionDir: string): { records: ChangeRecord[]; dropped: number } {
+  const path = join(sessionDir, CHANGES_FILE);
+  const records: ChangeRecord[] = [];
+  let dropped = 0;
+  if (!existsSync(path)) return { records, dropped };
+  for (const line of readFileSync(path, 'utf8').split('\n')) {
+    if (!line) continue;
+    try {
+      const v = JSON.parse(line) as ChangeRecord | { summary: { dropped: number } };
+      if ('summary' in v) dropped = v.summary.dropped;
+      else records.push(v);
+    } catch {
+      // torn
+    }
+  }
+  return { records, dropped };
+}
+
+/** Records of one workspace as changes: a renamed_from directly followed by a renamed_to is one rename. */
+export function pairRenames(records: ChangeRecord[]): Change[] {
+  const out: Change[] = [];
+  for (let i = 0; i < records.length; i++) {
+    const r = records[i];
+    const next = records[i + 1];
+    if (r.kind === 'renamed_from' && next && next.kind === 'renamed_to') {
+      out.push({ seq: next.seq, kind: 'renamed', path: next.path, from: r.path, ...(r.dir ? { dir: true as const } : {}), at: next.at });
+      i++;
+      continue;
+    }
+    out.push({ seq: r.seq, kind: r.kind, path: r.path, ...(r.dir ? { dir: true as const } : {}), at: r.at });
+  }
+  return out;
+}

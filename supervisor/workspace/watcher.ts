@@ -1,0 +1,429 @@
+// The workspace clock (SPEC "Workspaces"): where a session's workspace evidence is decided.
+// Runs the reading thread (watch-worker.ts), attributes each event to the session whose leaf
+// its writer was in (the cgroup id is the leaf directory's inode: cgroups(7), pidfd info),
+// counts the rest as unattributed, never guesses; writes barriers after a session's death and
+// makes the barrier's sequence its terminal_mutation; turns every reason it cannot vouch for
+// the events (no fanotify, a queue overflow, a restart, a barrier that did not come back) into
+// a gap with a scan that stands in. Owns the barrier files (<ws>/.sandbox-supervisor/barrier)
+// and the per-session change logs; not the walk (walk.ts) or the reading (watch-worker.ts).
+import { closeSync, constants, existsSync, mkdirSync, openSync, realpathSync, statfsSync, statSync, writeSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import type { Logger } from 'pino';
+import type { WorkspaceEntry, WorkspaceGap, WorkspaceStatus } from '../../ipc/protocol.js';
+import { ChangeLog, changeKind, CHANGES_FILE } from './changes.js';
+import type { MutationScan } from './digest.js';
+import { scanInWorker } from './scan.js';
+import { BARRIER_FILE, FAN, OWN_DIR, type WatchEvent, type WatchMessage, type WatchWorkerInit } from './watch-worker.js';
+
+export interface WatcherOptions {
+  paths: string[];
+  bootId: string;
+  /** The cgroup2 mount point ("" without one: attribution only through PIDFD_GET_INFO). */
+  cgroupMount: string;
+  log: Logger;
+  barrierTimeoutMs: number;
+  scanDeadlineMs: number;
+  changesMaxEntries: number;
+  batchMs: number;
+  /** Test hook: the kernel's bounded queue (16384 events) instead of FAN_UNLIMITED_QUEUE. */
+  limitedQueue?: boolean;
+  /** Test hook: no reads while this file exists. */
+  pauseFile?: string;
+}
+
+/** statfs(2) f_type names for the file systems a workspace is usually on. */
+const FS_TYPES: Record<number, string> = {
+  0xef53: 'ext4',
+  0x01021994: 'tmpfs',
+  0x794c7630: 'overlay',
+  0x58465342: 'xfs',
+  0x9123683e: 'btrfs',
+  0x6969: 'nfs',
+  0x65735546: 'fuse',
+  0x2fc12fc1: 'zfs',
+};
+
+interface Workspace {
+  path: string;
+  fsType: string;
+  /** Why events cannot be vouched for, from the start (null: watched). */
+  unsupported: string | null;
+  barrierFd: number;
+  /** Barrier writes whose events have not come back (a round that timed out); skipped when they do. */
+  staleBarriers: number;
+  events: number;
+  lastSeq: number;
+  unattributed: number;
+  overflows: number;
+}
+
+interface Attributed {
+  events: number;
+  last_seq: number | null;
+  last_at: string | null;
+  last_path: string | null;
+}
+
+interface Tracked {
+  sessionId: string;
+  changes: ChangeLog;
+  attributed: Attributed[];
+  unattributedAtStart: number[];
+  overflowsAtStart: number[];
+}
+
+type BarrierResult = { ok: true; seqs: (number | null)[] } | { ok: false };
+
+export class WorkspaceWatcher {
+  readonly epoch: string;
+  private readonly workspaces: Workspace[];
+  private worker: Worker | null = null;
+  private readonly wake = new SharedArrayBuffer(8);
+  private readonly byCgroup = new Map<string, Tracked>();
+  private readonly bySession = new Map<string, Tracked>();
+  private seq = 0;
+  private listenerGap: string | null = null;
+  private round: { waiting: Set<number>; seqs: (number | null)[]; done: (r: BarrierResult) => void; promise: Promise<BarrierResult> } | null = null;
+  private next: Promise<BarrierResult> | null = null;
+  private roundNo = 0;
+
+  /** Settles once every workspace is marked, or known unwatchable (never rejects). */
+  readonly ready: Promise<void>;
+  private pauseTimer: NodeJS.Timeout | null = null;
+
+  constructor(private readonly options: WatcherOptions) {
+    this.epoch = `${options.bootId}:${Date.now()}`;
+    this.workspaces = options.paths.map((path) => {
+      let fsType = 'unknown';
+      try {
+        const t = Number(statfsSync(path).type);
+        fsType = FS_TYPES[t] ?? `0x${t.toString(16)}`;
+      } catch {
+        // checked at start (config)
+      }
+      return { path, fsType, unsupported: null, barrierFd: -1, staleBarriers: 0, events: 0, lastSeq: 0, unattributed: 0, overflows: 0 };
+    });
+    this.ready = options.paths.length > 0 ? this.startWorker() : Promise.resolve();
+    if (options.pauseFile) {
+      // Test hook: while the file exists the reading thread does not read (to force an overflow).
+      const pauseFile = options.pauseFile;
+      const wake = new Int32Array(this.wake);
+      this.pauseTimer = setInterval(() => Atomics.store(wake, 1, existsSync(pauseFile) ? 1 : 0), 20);
+      this.pauseTimer.unref();
+    }
+  }
+
+  get paths(): string[] {
+    return this.workspaces.map((w) => w.path);
+  }
+
+  private async startWorker(): Promise<void> {
+    const { log } = this.options;
+    for (const ws of this.workspaces) {
+      const own = join(ws.path, OWN_DIR);
+      try {
+        mkdirSync(own, { recursive: true, mode: 0o700 });
+        ws.barrierFd = openSync(join(own, BARRIER_FILE), constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
+      } catch (err) {
+        ws.unsupported = `the barrier file cannot be made: ${(err as Error).message}`;
+      }
+    }
+    const path = workerPath();
+    if (!path) {
+      this.failAll('the watch worker (dist/supervisor/workspace/watch-worker.js) is missing; build with tsc');
+      return;
+    }
+    const init: WatchWorkerInit = {
+      watchWorker: true,
+      paths: this.paths,
+      selfPid: process.pid,
+      cgroupMount: this.options.cgroupMount,
+      unlimitedQueue: !this.options.limitedQueue,
+      batchMs: this.options.batchMs,
+      wake: this.wake,
+    };
+    const worker = new Worker(path, { workerData: init });
+    this.worker = worker;
+    await new Promise<void>((resolve) => {
+      worker.on('message', (m: WatchMessage) => {
+        if (m.type === 'ready') {
+          m.marks.forEach((mark, i) => {
+            if (!mark.ok && !this.workspaces[i].unsupported) this.workspaces[i].unsupported = `fanotify_mark: ${mark.message}`;
+          });
+          resolve();
+        } else if (m.type === 'failed') {
+          this.failAll(`fanotify_init: ${m.message}`);
+          resolve();
+        } else this.onBatch(m);
+      });
+      worker.on('error', (err) => {
+        log.error({ err }, 'the workspace watcher failed; workspaces are scanned instead');
+        this.listenerGap = `the watcher failed: ${err.message}`;
+        this.round?.done({ ok: false });
+        resolve();
+      });
+      worker.on('exit', () => resolve());
+    });
+    worker.unref();
+    for (const ws of this.workspaces) {
+      log.info({ path: ws.path, fs: ws.fsType, mode: ws.unsupported ? 'scan' : 'fanotify', gap: ws.unsupported }, ws.unsupported ? 'workspace not watchable: sessions get a scan at death' : 'workspace watched');
+    }
+  }
+
+  private failAll(reason: string): void {
+    for (const ws of this.workspaces) ws.unsupported ??= reason;
+  }
+
+  /** Every workspace with its file system, mode and health (sbx status). */
+  status(): WorkspaceStatus[] {
+    return this.workspaces.map((ws) => ({
+      path: ws.path,
+      fs: ws.fsType,
+      mode: ws.unsupported || this.listenerGap ? 'scan' : 'fanotify',
+      health: ws.unsupported ?? this.listenerGap ?? (ws.overflows > 0 ? `ok (queue overflowed ${ws.overflows} times)` : 'ok'),
+      epoch: this.epoch,
+      events: ws.events,
+      last_seq: ws.lastSeq || null,
+      unattributed_events: ws.unattributed,
+    }));
+  }
+
+  /** From now on, events whose writer is in the cgroup at leafPath are the session's. */
+  track(sessionId: string, leafPath: string | null, sessionDir: string): void {
+    if (this.workspaces.length === 0) return;
+    const t: Tracked = {
+      sessionId,
+      changes: new ChangeLog(join(sessionDir, CHANGES_FILE), this.options.changesMaxEntries),
+      attributed: this.workspaces.map(() => ({ events: 0, last_seq: null, last_at: null, last_path: null })),
+      unattributedAtStart: this.workspaces.map((w) => w.unattributed),
+      overflowsAtStart: this.workspaces.map((w) => w.overflows),
+    };
+    this.bySession.set(sessionId, t);
+    if (leafPath) {
+      try {
+        this.byCgroup.set(String(statSync(leafPath).ino), t);
+      } catch {
+        // no leaf: nothing is attributed to it (subreaper mode); its events are unattributed
+      }
+    }
+  }
+
+  /** A live session's change log flushed, its dropped count and unattributed events so far, per workspace; null when not tracked. */
+  liveChanges(sessionId: string): { dropped: number; unattributed: number[] } | null {
+    const t = this.bySession.get(sessionId);
+    if (!t) return null;
+    t.changes.flush();
+    return { dropped: t.changes.dropped, unattributed: this.workspaces.map((w, i) => w.unattributed - t.unattributedAtStart[i]) };
+  }
+
+  private onBatch(m: Extract<WatchMessage, { type: 'batch' }>): void {
+    if (m.overflowSeq !== null) {
+      for (const ws of this.workspaces) ws.overflows++;
+      this.options.log.warn({ seq: m.overflowSeq }, 'fanotify queue overflow: events were lost; sessions alive now get a scan');
+    }
+    const touched = new Set<Tracked>();
+    for (const e of m.events) this.onEvent(e, touched);
+    for (const t of touched) t.changes.flush();
+    for (const b of m.barriers) this.onBarrier(b.ws, b.seq);
+    this.seq = Math.max(this.seq, ...m.events.map((e) => e.seq), ...m.barriers.map((b) => b.seq), m.overflowSeq ?? 0);
+  }
+
+  private onEvent(e: WatchEvent, touched: Set<Tracked>): void {
+    const ws = this.workspaces[e.ws];
+    ws.events++;
+    ws.lastSeq = e.seq;
+    const t = e.cgroup !== '0' ? this.byCgroup.get(e.cgroup) : undefined;
+    if (!t) {
+      ws.unattributed++;
+      return;
+    }
+    const a = t.attributed[e.ws];
+    const at = new Date(e.atMs).toISOString();
+    a.events++;
+    a.last_seq = e.seq;
+    a.last_at = at;
+    if (e.path !== null) a.last_path = e.path;
+    const kind = changeKind(e.mask);
+    if (kind && e.path !== null && e.path !== '') {
+      t.changes.add({ seq: e.seq, ws: e.ws, kind, path: e.path, ...(e.mask & FAN.ONDIR ? { dir: true as const } : {}), at });
+      touched.add(t);
+    }
+  }
+
+  private onBarrier(ws: number, seq: number): void {
+    const w = this.workspaces[ws];
+    w.lastSeq = seq;
+    if (w.staleBarriers > 0) {
+      w.staleBarriers--;
+      return;
+    }
+    const r = this.round;
+    if (!r || !r.waiting.has(ws)) return;
+    r.waiting.delete(ws);
+    r.seqs[ws] = seq;
+    if (r.waiting.size === 0) r.done({ ok: true, seqs: r.seqs });
+  }
+
+  /** One barrier round for every watched workspace; requests while one is out join the next. */
+  private barrier(): Promise<BarrierResult> {
+    if (this.next) return this.next;
+    const start = (): Promise<BarrierResult> => {
+      this.next = null;
+      let done!: (r: BarrierResult) => void;
+      const promise = new Promise<BarrierResult>((r) => (done = r));
+      const waiting = new Set<number>();
+      const seqs: (number | null)[] = this.workspaces.map(() => null);
+      const round = { waiting, seqs, done, promise };
+      this.roundNo++;
+      const stamp = Buffer.alloc(8);
+      stamp.writeBigUInt64LE(BigInt(this.roundNo));
+      this.workspaces.forEach((ws, i) => {
+        if (ws.unsupported || ws.barrierFd < 0) return;
+        try {
+          writeSync(ws.barrierFd, stamp, 0, 8, 0);
+          waiting.add(i);
+        } catch (err) {
+          this.options.log.warn({ err, path: ws.path }, 'the barrier write failed');
+        }
+      });
+      if (waiting.size === 0 || !this.worker || this.listenerGap) {
+        done({ ok: waiting.size === 0 && !this.listenerGap, seqs });
+        return promise;
+      }
+      this.round = round;
+      const wake = new Int32Array(this.wake);
+      Atomics.store(wake, 0, 1);
+      Atomics.notify(wake, 0);
+      const timer = setTimeout(() => {
+        for (const i of waiting) this.workspaces[i].staleBarriers++;
+        done({ ok: false });
+      }, this.options.barrierTimeoutMs);
+      void promise.then(() => {
+        clearTimeout(timer);
+        if (this.round === round) this.round = null;
+      });
+      return promise;
+    };
+    if (!this.round) return start();
+    const current = this.round.promise;
+    this.next = current.then(start, start);
+    return this.next;
+  }
+
+  /**
+   * A session's workspace entries once nothing of it can write (its cgroup empty): its
+   * barrier's sequence, what was attributed to it, the unattributed events of its lifetime,
+   * and a gap with a scan where the events cannot be vouched for. [] without workspaces.
+   */
+  async settle(sessionId: string): Promise<WorkspaceEntry[]> {
+    if (this.workspaces.length === 0) return [];
+    await this.ready;
+    const t = this.bySession.get(sessionId);
+    const result = await this.barrier();
+    t?.changes.close();
+    const entries = await Promise.all(
+      this.workspaces.map(async (ws, i): Promise<WorkspaceEntry> => {
+        let gap: WorkspaceGap | null = null;
+        if (ws.unsupported) gap = 'unsupported';
+        else if (this.listenerGap) gap = 'listener_restart';
+        else if (t && ws.overflows > t.overflowsAtStart[i]) gap = 'overflow';
+        else if (!result.ok || result.seqs[i] === null) gap = 'barrier_timeout';
+        return {
+          path: ws.path,
+          epoch: this.epoch,
+          terminal_mutation: gap ? null : result.ok ? result.seqs[i] : null,
+          attributed: t ? { ...t.attributed[i] } : { events: 0, last_seq: null, last_at: null, last_path: null },
+          unattributed_events: t ? ws.unattributed - t.unattributedAtStart[i] : 0,
+          gap,
+          scan: gap ? await this.scan(ws.path) : null,
+        };
+      }),
+    );
+    if (t) {
+      this.bySession.delete(sessionId);
+      for (const [k, v] of this.byCgroup) if (v === t) this.byCgroup.delete(k);
+    }
+    return entries;
+  }
+
+  /** Entries for a session settled after a restart: its events were another listener's. */
+  async restartEntries(): Promise<WorkspaceEntry[]> {
+    return Promise.all(
+      this.workspaces.map(async (ws) => ({
+        path: ws.path,
+        epoch: this.epoch,
+        terminal_mutation: null,
+        attributed: { events: 0, last_seq: null, last_at: null, last_path: null },
+        unattributed_events: 0,
+        gap: 'listener_restart' as const,
+        scan: await this.scan(ws.path),
+      })),
+    );
+  }
+
+  private async scan(root: string): Promise<MutationScan | null> {
+    const reply = await scanInWorker<MutationScan>(root, 'mutation', { deadlineMs: this.options.scanDeadlineMs, skipTopLevel: [OWN_DIR] });
+    if (reply.ok) return reply.result;
+    this.options.log.warn({ path: root, code: reply.code, message: reply.message }, 'workspace scan at death failed');
+    return null;
+  }
+
+  async stop(): Promise<void> {
+    if (this.pauseTimer) clearInterval(this.pauseTimer);
+    await this.ready;
+    const w = this.worker;
+    this.worker = null;
+    if (w) {
+      const exited = new Promise((r) => w.once('exit', r));
+      w.postMessage({ stop: true });
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 1000).unref())]);
+      await w.terminate();
+    }
+    for (const ws of this.workspaces) if (ws.barrierFd >= 0) closeSync(ws.barrierFd);
+  }
+}
+
+/** The compiled worker beside this module, also when run from sources (as scan.ts). */
+function workerPath(): string | null {
+  const here = dirname(fileURLToPath(import.meta.url));
+  for (const p of [join(here, 'watch-worker.js'), join(here, '../../dist/supervisor/workspace/watch-worker.js')]) if (existsSync(p)) return p;
+  return null;
+}
+
+/**
+ * Checks the configured workspaces at start: absolute, existing directories (a path that
+ * does not exist is refused: a watch that starts later would miss what came before), not
+ * inside the state dir and not holding it. Returns their real paths; throws with every problem.
+ */
+export function checkWorkspacePaths(paths: string[], stateDir: string): string[] {
+  const problems: string[] = [];
+  const out: string[] = [];
+  let state: string;
+  try {
+    state = realpathSync(stateDir);
+  } catch {
+    state = stateDir;
+  }
+  for (const p of paths) {
+    if (!p.startsWith('/')) {
+      problems.push(`workspace ${JSON.stringify(p)} is not an absolute path`);
+      continue;
+    }
+    let real: string;
+    try {
+      real = realpathSync(p);
+      if (!statSync(real).isDirectory()) throw Object.assign(new Error('not a directory'), { code: 'ENOTDIR' });
+    } catch (err) {
+      problems.push(`workspace ${p}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'does not exist (create it before the supervisor starts)' : (err as Error).message}`);
+      continue;
+    }
+    const inside = (a: string, b: string) => a === b || a.startsWith(b.endsWith('/') ? b : b + '/');
+    if (inside(real, state)) problems.push(`workspace ${p} is inside the state dir ${stateDir}`);
+    else if (inside(state, real)) problems.push(`the state dir ${stateDir} is inside workspace ${p}`);
+    else if (!out.includes(real)) out.push(real);
+  }
+  if (problems.length) throw new Error(problems.join('; '));
+  return out;
+}

@@ -1,0 +1,215 @@
+// The workspace clock against the real kernel (fanotify, cgroups, tmpfs, overlayfs): each
+// session's writes attributed to it or counted as unattributed, never to another; its barrier
+// (terminal_mutation) after every write it made; and every reason the events cannot be vouched
+// for (no fanotify, an overflow, a restart) a gap with a scan, never "no mutations".
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { ChangesResult, Receipt, StatusResult, WorkspaceEntry } from '../../ipc/protocol.js';
+import { TestDaemon, until } from '../helpers/daemon.js';
+
+const daemons: TestDaemon[] = [];
+const mounts: string[] = [];
+afterEach(async () => {
+  const stopping = daemons.splice(0);
+  for (const d of stopping) await d.terminate();
+  for (const m of mounts.splice(0).reverse()) expect(spawnSync('umount', [m]).status).toBe(0);
+  for (const d of stopping) await d.stop(); // its cgroups and dir, once nothing is mounted in it
+  for (const n of readdirSync('/tmp').filter((n) => n.startsWith('sbx-test-ws-pause-'))) rmSync(join('/tmp', n), { force: true });
+});
+
+function mount(args: string[], at: string): void {
+  mkdirSync(at, { recursive: true });
+  const r = spawnSync('mount', [...args, at]);
+  if (r.status !== 0) throw new Error(`mount ${args.join(' ')} ${at}: ${r.stderr.toString()}`);
+  mounts.push(at);
+}
+
+/** A daemon watching the given workspaces (made under its dir by make()). */
+async function daemonWith(make: (dir: string) => string[], options: { env?: NodeJS.ProcessEnv; wrap?: string[]; config?: Record<string, unknown> } = {}) {
+  const d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-', env: options.env, wrap: options.wrap });
+  daemons.push(d);
+  const paths = make(d.dir);
+  d.withConfig({ workspace: { paths, ...(options.config ?? {}) } });
+  await d.start();
+  return { d, paths };
+}
+
+const json = <T>(r: { stdout: Buffer }) => JSON.parse(r.stdout.toString()) as T;
+
+/** sbx run (exit 0 expected), then its receipt. */
+async function run(d: TestDaemon, key: string, script: string): Promise<Receipt> {
+  const r = await d.sbx(['run', '--key', key, '--', 'sh', '-c', script]);
+  expect(r.status).toBe(0);
+  return json<Receipt>(await d.sbx(['receipt', '--key', key]));
+}
+
+/**
+ * Writes by the session's shell (alive when the reader looks: attributable) and by short-lived
+ * children (touch, cp, /bin/echo, rm, mv: often reaped before the reader's batch, then counted
+ * as unattributed). The shell stays 0.2 s after its last write so that write is attributable.
+ */
+const writer = (tag: string, dirs: string[]) =>
+  dirs
+    .map((dir) => `cd ${dir}; for i in 1 2 3 4 5 6 7 8 9 10; do echo $i > ${tag}-$i; sleep 0.01; done; /bin/echo x > ${tag}-echo; touch ${tag}-touch; cp ${tag}-1 ${tag}-cp; rm ${tag}-2; mv ${tag}-3 ${tag}-moved; echo last > ${tag}-last`)
+    .join('; ') + '; sleep 0.2';
+
+describe('attribution', () => {
+  it('two sessions writing at once into an ext4 and a tmpfs workspace: each sees only its own writes', async () => {
+    const { d, paths } = await daemonWith((dir) => {
+      mkdirSync(join(dir, 'ext4-ws'));
+      mount(['-t', 'tmpfs', '-o', 'size=16m', 'tmpfs'], join(dir, 'tmpfs-ws'));
+      return [join(dir, 'ext4-ws'), join(dir, 'tmpfs-ws')];
+    });
+    const status = json<StatusResult>(await d.sbx(['status', '--json']));
+    expect(status.workspaces.map((w) => [w.fs, w.mode, w.health])).toEqual([
+      ['ext4', 'fanotify', 'ok'],
+      ['tmpfs', 'fanotify', 'ok'],
+    ]);
+    const c = await d.client();
+    const [a, b] = await Promise.all(['A', 'B'].map((tag) => c.launch({ argv: ['sh', '-c', writer(tag, paths)], cwd: '/', invocation_key: `ws-${tag}` })));
+    const [ra, rb] = await Promise.all([c.wait({ session_id: a.session_id }), c.wait({ session_id: b.session_id })]);
+    for (const [tag, r] of [['A', ra], ['B', rb]] as const) {
+      expect(r.outcome).toBe('exited');
+      expect(r.workspace!.map((w) => w.path)).toEqual(paths);
+      for (const w of r.workspace!) {
+        expect(w.gap).toBeNull();
+        expect(w.epoch).toBe(status.workspaces[0].epoch);
+        expect(w.attributed.last_path).toBe(`${tag}-last`);
+        expect(w.attributed.events).toBeGreaterThanOrEqual(11); // the shell's own: 10 files and the last
+        expect(w.terminal_mutation).toBeGreaterThan(w.attributed.last_seq!);
+      }
+      const changes = json<ChangesResult>(await d.sbx(['changes', '--key', `ws-${tag}`, '--json']));
+      for (const ws of changes.workspaces) {
+        const other = tag === 'A' ? 'B-' : 'A-';
+        expect(ws.changes.filter((ch) => ch.path.startsWith(other) || ch.from?.startsWith(other))).toEqual([]);
+        // Every file the shell itself made is there, in order of sequence.
+        const created = ws.changes.filter((ch) => ch.kind === 'created').map((ch) => ch.path);
+        for (const i of [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]) expect(created).toContain(`${tag}-${i}`);
+        expect(ws.changes.map((ch) => ch.seq)).toEqual([...ws.changes.map((ch) => ch.seq)].sort((x, y) => x - y));
+        expect(ws.terminal_mutation).toBe(r.workspace![changes.workspaces.indexOf(ws)].terminal_mutation);
+      }
+    }
+    // The human form lists the same.
+    const text = (await d.sbx(['changes', '--key', 'ws-A'])).stdout.toString();
+    expect(text).toContain(`${paths[0]} (terminal_mutation ${ra.workspace![0].terminal_mutation}`);
+    expect(text).toMatch(/created +A-1\n/);
+    expect(text).not.toContain('B-');
+  });
+
+  it('background children writing until the leaf is killed: terminal_mutation is after their last write; the next session is after it', async () => {
+    const { d, paths } = await daemonWith((dir) => {
+      mkdirSync(join(dir, 'ws'));
+      return [join(dir, 'ws')];
+    });
+    const ws = paths[0];
+    const r1 = await run(d, 'bg', `cd ${ws}; (while :; do echo x >> bg; done) & (while :; do echo y >> bg2; done) & sleep 0.3; exit 0`);
+    const e1 = r1.workspace![0];
+    expect(r1.descendants_terminated).toBe(2);
+    expect(e1.gap).toBeNull();
+    expect(e1.attributed.events).toBeGreaterThan(0);
+    expect(e1.terminal_mutation).toBeGreaterThan(e1.attributed.last_seq!);
+    const r2 = await run(d, 'after', `cd ${ws}; echo z >> bg; echo z > after; sleep 0.2`);
+    const changes = json<ChangesResult>(await d.sbx(['changes', '--key', 'after', '--json']));
+    const seqs = changes.workspaces[0].changes.map((ch) => ch.seq);
+    expect(seqs.length).toBeGreaterThan(0);
+    expect(Math.min(...seqs)).toBeGreaterThan(e1.terminal_mutation!);
+    expect(r2.workspace![0].terminal_mutation).toBeGreaterThan(Math.max(...seqs));
+  });
+});
+
+describe('gaps', () => {
+  const scanned = (e: WorkspaceEntry, gap: string) => {
+    expect(e.gap).toBe(gap);
+    expect(e.terminal_mutation).toBeNull();
+    expect(e.scan).not.toBeNull();
+    expect(e.scan!.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+  };
+
+  it('an overlayfs without nfs_export: unsupported, and a scan at death that sees what was written', async () => {
+    const { d, paths } = await daemonWith((dir) => {
+      for (const sub of ['lower', 'upper', 'work']) mkdirSync(join(dir, sub));
+      writeFileSync(join(dir, 'lower', 'base'), 'from the lower layer\n');
+      mount(['-t', 'overlay', 'overlay', '-o', `lowerdir=${join(dir, 'lower')},upperdir=${join(dir, 'upper')},workdir=${join(dir, 'work')}`], join(dir, 'merged'));
+      return [join(dir, 'merged')];
+    });
+    const status = json<StatusResult>(await d.sbx(['status', '--json']));
+    expect(status.workspaces[0]).toMatchObject({ fs: 'overlay', mode: 'scan' });
+    expect(status.workspaces[0].health).toMatch(/fanotify_mark: E(NOTSUP|OPNOTSUPP|XDEV)/);
+    const r = await run(d, 'overlay', `printf 12345 > ${paths[0]}/new`);
+    scanned(r.workspace![0], 'unsupported');
+    // base and new (the supervisor's own directory is not scanned).
+    expect(r.workspace![0].scan).toMatchObject({ entries: 2, bytes: 'from the lower layer\n'.length + 5 });
+  });
+
+  it('a supervisor without CAP_SYS_ADMIN: unsupported, with a scan', async () => {
+    const { d, paths } = await daemonWith(
+      (dir) => {
+        mkdirSync(join(dir, 'ws'));
+        return [join(dir, 'ws')];
+      },
+      { wrap: ['setpriv', '--inh-caps=-sys_admin', '--bounding-set=-sys_admin', '--'] },
+    );
+    const status = json<StatusResult>(await d.sbx(['status', '--json']));
+    expect(status.workspaces[0]).toMatchObject({ mode: 'scan', health: expect.stringContaining('fanotify_init: EPERM') });
+    const r = await run(d, 'nocap', `echo hi > ${paths[0]}/f`);
+    scanned(r.workspace![0], 'unsupported');
+    expect(r.workspace![0].scan).toMatchObject({ entries: 1, bytes: 3 });
+  });
+
+  it('a queue overflow (bounded queue, reader held): gap overflow with a scan', async () => {
+    const pause = join('/tmp', `sbx-test-ws-pause-${process.pid}-${Date.now()}`);
+    const { d, paths } = await daemonWith(
+      (dir) => {
+        mkdirSync(join(dir, 'ws'));
+        return [join(dir, 'ws')];
+      },
+      { env: { SBX_TEST_WATCH_LIMITED_QUEUE: '1', SBX_TEST_WATCH_PAUSE_FILE: pause } },
+    );
+    writeFileSync(pause, '');
+    const go = join(d.dir, 'go');
+    expect(spawnSync('mkfifo', [go]).status).toBe(0);
+    const c = await d.client();
+    const { session_id } = await c.launch({ argv: ['sh', '-c', `cd ${paths[0]}; i=0; while [ $i -lt 20000 ]; do : > f$i; i=$((i+1)); done; read x < ${go}`], cwd: '/' });
+    await until(() => readdirSync(paths[0]).length >= 20001, 'the 20,000 files', 60_000);
+    rmSync(pause);
+    await until(async () => (await c.status()).workspaces[0].health.includes('overflowed'), 'the overflow to be read');
+    writeFileSync(go, 'go\n');
+    const r = await c.wait({ session_id });
+    scanned(r.workspace![0], 'overflow');
+    expect(r.workspace![0].scan!.entries).toBe(20000);
+  });
+
+  it('a restart: a new epoch; a session reconciled after it has gap listener_restart and a scan', async () => {
+    const { d, paths } = await daemonWith((dir) => {
+      mkdirSync(join(dir, 'ws'));
+      return [join(dir, 'ws')];
+    });
+    const before = json<StatusResult>(await d.sbx(['status', '--json'])).workspaces[0].epoch;
+    const c = await d.client();
+    const { session_id } = await c.launch({ argv: ['sh', '-c', `echo one > ${paths[0]}/one; sleep 60`], cwd: '/', grace_ms: 100 });
+    await until(() => readdirSync(paths[0]).includes('one'), 'the first write');
+    await d.kill9();
+    await d.start();
+    const after = json<StatusResult>(await d.sbx(['status', '--json'])).workspaces[0].epoch;
+    expect(after).not.toBe(before);
+    const r = json<Receipt>(await d.sbx(['wait', session_id]));
+    expect(r.outcome).toBe('owner_lost');
+    scanned(r.workspace![0], 'listener_restart');
+    expect(r.workspace![0]).toMatchObject({ epoch: after, scan: { entries: 1, bytes: 4 } });
+  });
+});
+
+describe('start-up checks', () => {
+  it('refuses a workspace that does not exist, or that holds the state dir', async () => {
+    for (const [paths, message] of [
+      [['/nonexistent-sbx-ws'], 'workspace /nonexistent-sbx-ws: does not exist'],
+      [['/tmp'], 'is inside workspace /tmp'],
+    ] as const) {
+      const d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-', config: { workspace: { paths } } });
+      daemons.push(d);
+      await expect(d.start()).rejects.toThrow(message);
+    }
+  });
+});

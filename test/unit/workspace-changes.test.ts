@@ -1,0 +1,81 @@
+// The change log (coalescing, bound, renames paired, torn lines) and the mutation scan's
+// digest (ctime: a `touch -d` that moves mtime back still changes it).
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, expect, it } from 'vitest';
+import { ChangeLog, changeKind, CHANGES_FILE, pairRenames, readChanges } from '../../supervisor/workspace/changes.js';
+import { runScanHere } from '../../supervisor/workspace/scan-worker.js';
+import type { MutationScan } from '../../supervisor/workspace/digest.js';
+import { FAN } from '../../supervisor/workspace/watch-worker.js';
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+const tmp = () => {
+  const d = mkdtempSync(join(tmpdir(), 'sbx-unit-ws-'));
+  dirs.push(d);
+  return d;
+};
+const at = '2026-12-01T00:00:00.000Z';
+
+it('names a merged mask by its strongest kind', () => {
+  expect(changeKind(FAN.CREATE | FAN.MODIFY | FAN.CLOSE_WRITE)).toBe('created');
+  expect(changeKind(FAN.MODIFY | FAN.CLOSE_WRITE)).toBe('modified');
+  expect(changeKind(FAN.CREATE | FAN.DELETE)).toBe('deleted');
+  expect(changeKind(FAN.ATTRIB)).toBe('attrib');
+  expect(changeKind(FAN.DELETE_SELF)).toBeNull();
+});
+
+it('coalesces repeated modifications of one path, bounds the log, and reads it back with renames paired', () => {
+  const dir = tmp();
+  const log = new ChangeLog(join(dir, CHANGES_FILE), 4);
+  log.add({ seq: 1, ws: 0, kind: 'created', path: 'a', at });
+  for (let seq = 2; seq <= 5; seq++) log.add({ seq, ws: 0, kind: 'modified', path: 'a', at });
+  log.add({ seq: 6, ws: 0, kind: 'renamed_from', path: 'a', at });
+  log.add({ seq: 7, ws: 0, kind: 'renamed_to', path: 'b', at });
+  log.add({ seq: 8, ws: 0, kind: 'deleted', path: 'b', at }); // the 5th line: past the bound
+  log.add({ seq: 9, ws: 0, kind: 'created', path: 'c', at });
+  log.close();
+  const { records, dropped } = readChanges(dir);
+  expect(dropped).toBe(2);
+  expect(records.map((r) => [r.seq, r.kind, r.path])).toEqual([
+    [1, 'created', 'a'],
+    [5, 'modified', 'a'],
+    [6, 'renamed_from', 'a'],
+    [7, 'renamed_to', 'b'],
+  ]);
+  expect(pairRenames(records).map((c) => [c.seq, c.kind, c.from ?? null, c.path])).toEqual([
+    [1, 'created', null, 'a'],
+    [5, 'modified', null, 'a'],
+    [7, 'renamed', 'a', 'b'],
+  ]);
+});
+
+it('leaves a torn last line out', () => {
+  const dir = tmp();
+  writeFileSync(join(dir, CHANGES_FILE), JSON.stringify({ seq: 1, ws: 0, kind: 'created', path: 'a', at }) + '\n{"seq": 2, "ws"');
+  expect(readChanges(dir).records.map((r) => r.path)).toEqual(['a']);
+});
+
+it('the mutation scan changes when touch -d moves mtime back (ctime moves on), and skips the supervisor\'s own directory', () => {
+  const dir = tmp();
+  writeFileSync(join(dir, 'f'), 'x');
+  execFileSync('mkdir', [join(dir, '.sandbox-supervisor')]);
+  writeFileSync(join(dir, '.sandbox-supervisor', 'barrier'), '12345678');
+  const scan = () => {
+    const r = runScanHere({ root: dir, kind: 'mutation', startHrNs: process.hrtime.bigint(), skipTopLevel: ['.sandbox-supervisor'] });
+    if (!r.ok) throw new Error(r.message);
+    return r.result as MutationScan;
+  };
+  const first = scan();
+  expect(first).toMatchObject({ entries: 1, bytes: 1 });
+  const mtimeBefore = execFileSync('stat', ['-c', '%Y', join(dir, 'f')]).toString();
+  execFileSync('touch', ['-d', '2001-01-01', join(dir, 'f')]);
+  const second = scan();
+  expect(Number(execFileSync('stat', ['-c', '%Y', join(dir, 'f')]).toString())).toBeLessThan(Number(mtimeBefore));
+  expect(second.digest).not.toBe(first.digest);
+  expect(Date.parse(second.max_ctime!)).toBeGreaterThanOrEqual(Date.parse(first.max_ctime!));
+});
