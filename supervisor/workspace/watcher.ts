@@ -395,7 +395,8 @@ function workerPath(): string | null {
 /**
  * Checks the configured workspaces at start: absolute, existing directories (a path that
  * does not exist is refused: a watch that starts later would miss what came before), not
- * inside the state dir and not holding it. Returns their real paths; throws with every problem.
+ * inside the state dir and not holding it, not inside one another. Returns their real paths;
+ * throws with every problem.
  */
 export function checkWorkspacePaths(paths: string[], stateDir: string): string[] {
   const problems: string[] = [];
@@ -424,6 +425,8 @@ export function checkWorkspacePaths(paths: string[], stateDir: string): string[]
     else if (inside(state, real)) problems.push(`the state dir ${stateDir} is inside workspace ${p}`);
     else if (!out.includes(real)) out.push(real);
   }
+  // One event belongs to one workspace: nested workspaces would make that a guess.
+  for (const a of out) for (const b of out) if (a !== b && b.startsWith(a.endsWith('/') ? a : a + '/')) problems.push(`workspace ${b} is inside workspace ${a}`);
   if (problems.length) throw new Error(problems.join('; '));
   return out;
 }

@@ -202,14 +202,18 @@ describe('gaps', () => {
 });
 
 describe('start-up checks', () => {
-  it('refuses a workspace that does not exist, or that holds the state dir', async () => {
+  it('refuses a workspace that does not exist, that holds the state dir, or inside another', async () => {
+    const nest = join('/tmp', `sbx-test-ws-nest-${process.pid}`);
+    mkdirSync(join(nest, 'inner'), { recursive: true });
     for (const [paths, message] of [
       [['/nonexistent-sbx-ws'], 'workspace /nonexistent-sbx-ws: does not exist'],
       [['/tmp'], 'is inside workspace /tmp'],
+      [[nest, join(nest, 'inner')], `workspace ${join(nest, 'inner')} is inside workspace ${nest}`],
     ] as const) {
       const d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-', config: { workspace: { paths } } });
       daemons.push(d);
       await expect(d.start()).rejects.toThrow(message);
     }
+    rmSync(nest, { recursive: true });
   });
 });
