@@ -575,10 +575,11 @@ sub('changes')
       const facts = [
         ws.terminal_mutation !== null ? `terminal_mutation ${ws.terminal_mutation}` : answer.state === 'ended' ? 'no terminal_mutation' : `session ${answer.state}`,
         ws.gap ? `gap ${ws.gap}: the events are incomplete, see the receipt's scan` : null,
-        ws.unattributed_events !== null ? `${ws.unattributed_events} events no session claimed meanwhile` : null,
+        ws.unattributed_events !== null ? `${ws.unattributed_events} ${ws.unattributed_events === 1 ? 'event' : 'events'} no session claimed meanwhile` : null,
         ws.dropped ? `${ws.dropped} changes past the log's bound, not listed` : null,
       ].filter(Boolean);
       process.stdout.write(`${ws.path} (${facts.join('; ')})\n`);
+      if (ws.changes.length === 0) process.stdout.write('  (no changes attributed to the session)\n');
       const width = Math.max(0, ...ws.changes.map((c) => String(c.seq).length));
       for (const c of ws.changes) {
         const what = c.kind === 'renamed' ? `${c.from} -> ${c.path}` : c.path;

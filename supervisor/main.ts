@@ -16,7 +16,11 @@ async function serve(options: { config?: string; workspace?: string[] }): Promis
   let config;
   try {
     config = loadConfig(options.config);
-    if (options.workspace?.length) config = { ...config, workspace: { ...config.workspace, paths: [...config.workspace.paths, ...options.workspace] } };
+    if (options.workspace?.length) {
+      const relative = options.workspace.filter((p) => !p.startsWith('/'));
+      if (relative.length) throw new ConfigError(`--workspace must be an absolute path: ${relative.map((p) => JSON.stringify(p)).join(', ')}`);
+      config = { ...config, workspace: { ...config.workspace, paths: [...config.workspace.paths, ...options.workspace] } };
+    }
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stderr.write(`sandbox-supervisor: ${err.message}\n`);

@@ -74,8 +74,8 @@ export class Supervisor {
 
   /** Prepares the state dir, identity, subreaper and cgroup subtree; throws with a reason. */
   static create(config: Config, log: Logger): Supervisor {
-    mkdirSync(config.stateDir, { recursive: true, mode: 0o700 });
     const workspacePaths = checkWorkspacePaths(config.workspace.paths, config.stateDir);
+    mkdirSync(config.stateDir, { recursive: true, mode: 0o700 });
     const lock = StateDirLock.take(config.stateDir);
     const sessionsDir = join(config.stateDir, STATE.sessionsDir);
     mkdirSync(sessionsDir, { recursive: true, mode: 0o700 });

@@ -1,6 +1,6 @@
 // What a session changed in the workspaces: its attributed events as a bounded append-only
-// record next to its output (<session>/changes.jsonl, one JSON object per line: seq, ws, kind,
-// path, at; coalesced: an event on the path and of the kind of the previous line only moves
+// record next to its output (<session>/changes.jsonl: {epoch} first, then one JSON object per
+// line: seq, ws, kind, path, at; coalesced: an event on the path and of the kind of the previous line only moves
 // that line's seq when the next batch is written), past the bound counted, never written.
 // Owns the record's format and reading it back as `sbx changes` shows it (renames paired);
 // not attribution (watcher.ts).
@@ -34,15 +34,21 @@ export interface Change {
   at: string;
 }
 
-/** The kind an event's mask (possibly merged by the kernel) means, strongest first; null: none we record. */
-export function changeKind(mask: number): ChangeKind | null {
-  if (mask & FAN.DELETE) return 'deleted';
-  if (mask & FAN.MOVED_FROM) return 'renamed_from';
-  if (mask & FAN.MOVED_TO) return 'renamed_to';
-  if (mask & FAN.CREATE) return 'created';
-  if (mask & (FAN.MODIFY | FAN.CLOSE_WRITE)) return 'modified';
-  if (mask & FAN.ATTRIB) return 'attrib';
-  return null;
+/**
+ * The kinds an event's mask means, in the order they can happen to one name: the kernel merges
+ * events on a name still queued (fanotify(7)), so `create, write, rename away` arrives as one
+ * event. A name arrives (created, renamed_to), is written (modified, attrib), leaves
+ * (renamed_from, deleted). [] for none we record (self events of the root, overflow).
+ */
+export function changeKinds(mask: number): ChangeKind[] {
+  const kinds: ChangeKind[] = [];
+  if (mask & FAN.CREATE) kinds.push('created');
+  if (mask & FAN.MOVED_TO) kinds.push('renamed_to');
+  if (mask & (FAN.MODIFY | FAN.CLOSE_WRITE)) kinds.push('modified');
+  if (mask & FAN.ATTRIB) kinds.push('attrib');
+  if (mask & FAN.MOVED_FROM) kinds.push('renamed_from');
+  if (mask & FAN.DELETE) kinds.push('deleted');
+  return kinds;
 }
 
 /** The record of one session: appended in batches, bounded at maxEntries lines. */
@@ -53,7 +59,10 @@ export class ChangeLog {
   private last: ChangeRecord | null = null;
   private failed = false;
 
-  constructor(readonly path: string, private readonly maxEntries: number) {}
+  private headed = false;
+
+  /** epoch: the listener's (its sequence numbers count within it); written as the first line. */
+  constructor(readonly path: string, private readonly maxEntries: number, private readonly epoch: string) {}
 
   add(rec: ChangeRecord): void {
     const last = this.last;
@@ -85,8 +94,10 @@ export class ChangeLog {
   /** Appends what was added since the last flush (the last line stays open to coalescing until then). */
   flush(): void {
     if (this.pending.length === 0 || this.failed) return;
-    const text = this.pending.map((r) => JSON.stringify(r)).join('\n') + '\n';
+    const head = this.headed ? '' : JSON.stringify({ epoch: this.epoch }) + '\n';
+    const text = head + this.pending.map((r) => JSON.stringify(r)).join('\n') + '\n';
     this.pending = [];
+    this.headed = true;
     try {
       appendFileSync(this.path, text, { mode: 0o600 });
     } catch {
@@ -97,23 +108,28 @@ export class ChangeLog {
   }
 }
 
-/** The record read back, and its summary's dropped count (0 before the end); a torn line (a crash mid-append) is left out. */
-export function readChanges(sessionDir: string): { records: ChangeRecord[]; dropped: number } {
+/**
+ * The record read back: its listener's epoch (null when nothing was written), the records, and
+ * its summary's dropped count (0 before the end); a torn line (a crash mid-append) is left out.
+ */
+export function readChanges(sessionDir: string): { epoch: string | null; records: ChangeRecord[]; dropped: number } {
   const path = join(sessionDir, CHANGES_FILE);
   const records: ChangeRecord[] = [];
   let dropped = 0;
-  if (!existsSync(path)) return { records, dropped };
+  let epoch: string | null = null;
+  if (!existsSync(path)) return { epoch, records, dropped };
   for (const line of readFileSync(path, 'utf8').split('\n')) {
     if (!line) continue;
     try {
-      const v = JSON.parse(line) as ChangeRecord | { summary: { dropped: number } };
+      const v = JSON.parse(line) as ChangeRecord | { summary: { dropped: number } } | { epoch: string };
       if ('summary' in v) dropped = v.summary.dropped;
+      else if ('epoch' in v) epoch = v.epoch;
       else records.push(v);
     } catch {
       // torn
     }
   }
-  return { records, dropped };
+  return { epoch, records, dropped };
 }
 
 /** Records of one workspace as changes: a renamed_from directly followed by a renamed_to is one rename. */

@@ -7,12 +7,12 @@
 // a gap with a scan that stands in. Owns the barrier files (<ws>/.sandbox-supervisor/barrier)
 // and the per-session change logs; not the walk (walk.ts) or the reading (watch-worker.ts).
 import { closeSync, constants, existsSync, mkdirSync, openSync, realpathSync, statfsSync, statSync, writeSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { WorkspaceEntry, WorkspaceGap, WorkspaceStatus } from '../../ipc/protocol.js';
-import { ChangeLog, changeKind, CHANGES_FILE } from './changes.js';
+import { ChangeLog, changeKinds, CHANGES_FILE } from './changes.js';
 import type { MutationScan } from './digest.js';
 import { scanInWorker } from './scan.js';
 import { BARRIER_FILE, FAN, OWN_DIR, type WatchEvent, type WatchMessage, type WatchWorkerInit } from './watch-worker.js';
@@ -195,7 +195,7 @@ export class WorkspaceWatcher {
     if (this.workspaces.length === 0) return;
     const t: Tracked = {
       sessionId,
-      changes: new ChangeLog(join(sessionDir, CHANGES_FILE), this.options.changesMaxEntries),
+      changes: new ChangeLog(join(sessionDir, CHANGES_FILE), this.options.changesMaxEntries, this.epoch),
       attributed: this.workspaces.map(() => ({ events: 0, last_seq: null, last_at: null, last_path: null })),
       unattributedAtStart: this.workspaces.map((w) => w.unattributed),
       overflowsAtStart: this.workspaces.map((w) => w.overflows),
@@ -245,11 +245,9 @@ export class WorkspaceWatcher {
     a.last_seq = e.seq;
     a.last_at = at;
     if (e.path !== null) a.last_path = e.path;
-    const kind = changeKind(e.mask);
-    if (kind && e.path !== null && e.path !== '') {
-      t.changes.add({ seq: e.seq, ws: e.ws, kind, path: e.path, ...(e.mask & FAN.ONDIR ? { dir: true as const } : {}), at });
-      touched.add(t);
-    }
+    if (e.path === null || e.path === '') return;
+    for (const kind of changeKinds(e.mask)) t.changes.add({ seq: e.seq, ws: e.ws, kind, path: e.path, ...(e.mask & FAN.ONDIR ? { dir: true as const } : {}), at });
+    touched.add(t);
   }
 
   private onBarrier(ws: number, seq: number): void {
@@ -401,11 +399,11 @@ function workerPath(): string | null {
 export function checkWorkspacePaths(paths: string[], stateDir: string): string[] {
   const problems: string[] = [];
   const out: string[] = [];
-  let state: string;
+  let state = resolve(stateDir);
   try {
     state = realpathSync(stateDir);
   } catch {
-    state = stateDir;
+    // not made yet: checked as given (made only once the workspaces pass)
   }
   for (const p of paths) {
     if (!p.startsWith('/')) {

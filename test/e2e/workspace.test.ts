@@ -98,6 +98,21 @@ describe('attribution', () => {
     expect(text).not.toContain('B-');
   });
 
+  it('an atomic save (write a temp file, rename it over) whose events the kernel merged: created, then renamed', async () => {
+    const { d, paths } = await daemonWith((dir) => {
+      mkdirSync(join(dir, 'ws'));
+      return [join(dir, 'ws')];
+    });
+    const py = `import os, time; os.chdir(${JSON.stringify(paths[0])}); f = open("t.tmp", "w"); f.write("a"); f.close(); os.rename("t.tmp", "out"); time.sleep(0.2)`;
+    expect((await d.sbx(['run', '--key', 'save', '--', 'python3', '-c', py])).status).toBe(0);
+    const ws = json<ChangesResult>(await d.sbx(['changes', '--key', 'save', '--json'])).workspaces[0];
+    expect(ws.changes.map((c) => [c.kind, c.from ?? null, c.path])).toEqual([
+      ['created', null, 't.tmp'],
+      ['modified', null, 't.tmp'],
+      ['renamed', 't.tmp', 'out'],
+    ]);
+  });
+
   it('background children writing until the leaf is killed: terminal_mutation is after their last write; the next session is after it', async () => {
     const { d, paths } = await daemonWith((dir) => {
       mkdirSync(join(dir, 'ws'));

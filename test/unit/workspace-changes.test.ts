@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, expect, it } from 'vitest';
-import { ChangeLog, changeKind, CHANGES_FILE, pairRenames, readChanges } from '../../supervisor/workspace/changes.js';
+import { ChangeLog, changeKinds, CHANGES_FILE, pairRenames, readChanges } from '../../supervisor/workspace/changes.js';
 import { runScanHere } from '../../supervisor/workspace/scan-worker.js';
 import type { MutationScan } from '../../supervisor/workspace/digest.js';
 import { FAN } from '../../supervisor/workspace/watch-worker.js';
@@ -21,17 +21,18 @@ const tmp = () => {
 };
 const at = '2026-12-01T00:00:00.000Z';
 
-it('names a merged mask by its strongest kind', () => {
-  expect(changeKind(FAN.CREATE | FAN.MODIFY | FAN.CLOSE_WRITE)).toBe('created');
-  expect(changeKind(FAN.MODIFY | FAN.CLOSE_WRITE)).toBe('modified');
-  expect(changeKind(FAN.CREATE | FAN.DELETE)).toBe('deleted');
-  expect(changeKind(FAN.ATTRIB)).toBe('attrib');
-  expect(changeKind(FAN.DELETE_SELF)).toBeNull();
+it('spells a merged mask as every kind in it, in the order they happen to one name', () => {
+  expect(changeKinds(FAN.CREATE | FAN.MODIFY | FAN.CLOSE_WRITE)).toEqual(['created', 'modified']);
+  expect(changeKinds(FAN.MODIFY | FAN.CLOSE_WRITE)).toEqual(['modified']);
+  expect(changeKinds(FAN.CREATE | FAN.MODIFY | FAN.MOVED_FROM)).toEqual(['created', 'modified', 'renamed_from']); // an atomic save's temp file
+  expect(changeKinds(FAN.MOVED_TO | FAN.ATTRIB | FAN.MOVED_FROM)).toEqual(['renamed_to', 'attrib', 'renamed_from']);
+  expect(changeKinds(FAN.CREATE | FAN.DELETE)).toEqual(['created', 'deleted']);
+  expect(changeKinds(FAN.DELETE_SELF)).toEqual([]);
 });
 
 it('coalesces repeated modifications of one path, bounds the log, and reads it back with renames paired', () => {
   const dir = tmp();
-  const log = new ChangeLog(join(dir, CHANGES_FILE), 4);
+  const log = new ChangeLog(join(dir, CHANGES_FILE), 4, 'boot:1');
   log.add({ seq: 1, ws: 0, kind: 'created', path: 'a', at });
   for (let seq = 2; seq <= 5; seq++) log.add({ seq, ws: 0, kind: 'modified', path: 'a', at });
   log.add({ seq: 6, ws: 0, kind: 'renamed_from', path: 'a', at });
@@ -39,7 +40,8 @@ it('coalesces repeated modifications of one path, bounds the log, and reads it b
   log.add({ seq: 8, ws: 0, kind: 'deleted', path: 'b', at }); // the 5th line: past the bound
   log.add({ seq: 9, ws: 0, kind: 'created', path: 'c', at });
   log.close();
-  const { records, dropped } = readChanges(dir);
+  const { epoch, records, dropped } = readChanges(dir);
+  expect(epoch).toBe('boot:1');
   expect(dropped).toBe(2);
   expect(records.map((r) => [r.seq, r.kind, r.path])).toEqual([
     [1, 'created', 'a'],

@@ -8,7 +8,7 @@ export const changes: Handler<'changes'> = ({ supervisor }, params): ChangesResu
   const session = supervisor.find(params);
   const watcher = supervisor.ctx.watcher;
   const live = watcher.liveChanges(session.id);
-  const { records, dropped } = readChanges(session.dir);
+  const { epoch, records, dropped } = readChanges(session.dir);
   const entries = session.receipt?.workspace ?? [];
   const paths = entries.length ? entries.map((e) => e.path) : watcher.paths;
   return {
@@ -18,7 +18,8 @@ export const changes: Handler<'changes'> = ({ supervisor }, params): ChangesResu
       const entry = entries[i];
       return {
         path,
-        epoch: entry?.epoch ?? (live ? watcher.epoch : null),
+        // The sequence numbers are the change log's listener's (after a restart: an earlier epoch than the receipt's).
+        epoch: epoch ?? entry?.epoch ?? (live ? watcher.epoch : null),
         changes: pairRenames(records.filter((r) => r.ws === i)),
         dropped: live ? live.dropped : dropped,
         unattributed_events: entry ? entry.unattributed_events : (live?.unattributed[i] ?? null),
