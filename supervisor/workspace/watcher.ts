@@ -51,7 +51,11 @@ interface Workspace {
   /** Why events cannot be vouched for, from the start (null: watched). */
   unsupported: string | null;
   barrierFd: number;
-  /** Barrier writes whose events have not come back (a round that timed out); skipped when they do. */
+  /**
+   * Barrier writes whose events have not come back (a round that timed out); skipped when they
+   * do. At most 1: no barrier is written while one is out, since fanotify merges a write into
+   * the same file's event still queued (fanotify(7)), which would come back once for two.
+   */
   staleBarriers: number;
   events: number;
   lastSeq: number;
@@ -76,6 +80,16 @@ interface Tracked {
 
 type BarrierResult = { ok: true; seqs: (number | null)[] } | { ok: false };
 
+interface Round {
+  waiting: Set<number>;
+  /** Workspaces whose barrier waits for a stale one to come back before it is written. */
+  unwritten: Set<number>;
+  stamp: Buffer;
+  seqs: (number | null)[];
+  done: (r: BarrierResult) => void;
+  promise: Promise<BarrierResult>;
+}
+
 export class WorkspaceWatcher {
   readonly epoch: string;
   private readonly workspaces: Workspace[];
@@ -85,7 +99,7 @@ export class WorkspaceWatcher {
   private readonly bySession = new Map<string, Tracked>();
   private seq = 0;
   private listenerGap: string | null = null;
-  private round: { waiting: Set<number>; seqs: (number | null)[]; done: (r: BarrierResult) => void; promise: Promise<BarrierResult> } | null = null;
+  private round: Round | null = null;
   private next: Promise<BarrierResult> | null = null;
   private roundNo = 0;
 
@@ -257,13 +271,41 @@ export class WorkspaceWatcher {
     w.lastSeq = seq;
     if (w.staleBarriers > 0) {
       w.staleBarriers--;
+      // The round that waited for this one writes its own now (a write before would have merged).
+      const r = this.round;
+      if (r && r.unwritten.delete(ws)) {
+        if (this.writeBarrier(ws, r.stamp)) this.wakeReader();
+        else {
+          r.waiting.delete(ws);
+          if (r.waiting.size === 0) r.done({ ok: true, seqs: r.seqs });
+        }
+      }
       return;
     }
     const r = this.round;
-    if (!r || !r.waiting.has(ws)) return;
+    if (!r || !r.waiting.has(ws) || r.unwritten.has(ws)) return;
     r.waiting.delete(ws);
     r.seqs[ws] = seq;
     if (r.waiting.size === 0) r.done({ ok: true, seqs: r.seqs });
+  }
+
+  /** Writes workspace i's barrier (8 bytes at offset 0): false (logged) when the write fails. */
+  private writeBarrier(i: number, stamp: Buffer): boolean {
+    const ws = this.workspaces[i];
+    try {
+      writeSync(ws.barrierFd, stamp, 0, 8, 0);
+      return true;
+    } catch (err) {
+      this.options.log.warn({ err, path: ws.path }, 'the barrier write failed');
+      return false;
+    }
+  }
+
+  /** Tells the reading thread to read now, not at the end of its batch. */
+  private wakeReader(): void {
+    const wake = new Int32Array(this.wake);
+    Atomics.store(wake, 0, 1);
+    Atomics.notify(wake, 0);
   }
 
   /** One barrier round for every watched workspace; requests while one is out join the next. */
@@ -274,30 +316,27 @@ export class WorkspaceWatcher {
       let done!: (r: BarrierResult) => void;
       const promise = new Promise<BarrierResult>((r) => (done = r));
       const waiting = new Set<number>();
+      const unwritten = new Set<number>();
       const seqs: (number | null)[] = this.workspaces.map(() => null);
-      const round = { waiting, seqs, done, promise };
       this.roundNo++;
       const stamp = Buffer.alloc(8);
       stamp.writeBigUInt64LE(BigInt(this.roundNo));
+      const round: Round = { waiting, unwritten, stamp, seqs, done, promise };
       this.workspaces.forEach((ws, i) => {
         if (ws.unsupported || ws.barrierFd < 0) return;
-        try {
-          writeSync(ws.barrierFd, stamp, 0, 8, 0);
+        if (ws.staleBarriers > 0) {
           waiting.add(i);
-        } catch (err) {
-          this.options.log.warn({ err, path: ws.path }, 'the barrier write failed');
-        }
+          unwritten.add(i);
+        } else if (this.writeBarrier(i, stamp)) waiting.add(i);
       });
       if (waiting.size === 0 || !this.worker || this.listenerGap) {
         done({ ok: waiting.size === 0 && !this.listenerGap, seqs });
         return promise;
       }
       this.round = round;
-      const wake = new Int32Array(this.wake);
-      Atomics.store(wake, 0, 1);
-      Atomics.notify(wake, 0);
+      this.wakeReader();
       const timer = setTimeout(() => {
-        for (const i of waiting) this.workspaces[i].staleBarriers++;
+        for (const i of waiting) if (!unwritten.has(i)) this.workspaces[i].staleBarriers++;
         done({ ok: false });
       }, this.options.barrierTimeoutMs);
       void promise.then(() => {

@@ -1,0 +1,75 @@
+// Breaking the workspace clock (issue 17 review): the barrier after a round that timed out,
+// and other edges found by trying. Real daemons, real fanotify; each test fails on the code
+// before its fix.
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Receipt, StatusResult } from '../../ipc/protocol.js';
+import { TestDaemon, until } from '../helpers/daemon.js';
+
+const daemons: TestDaemon[] = [];
+const mounts: string[] = [];
+const pauses: string[] = [];
+afterEach(async () => {
+  const stopping = daemons.splice(0);
+  for (const d of stopping) await d.terminate();
+  for (const m of mounts.splice(0).reverse()) expect(spawnSync('umount', [m]).status).toBe(0);
+  for (const d of stopping) await d.stop();
+  for (const p of pauses.splice(0)) rmSync(p, { force: true });
+});
+
+function mount(args: string[], at: string): void {
+  mkdirSync(at, { recursive: true });
+  const r = spawnSync('mount', [...args, at]);
+  if (r.status !== 0) throw new Error(`mount ${args.join(' ')} ${at}: ${r.stderr.toString()}`);
+  mounts.push(at);
+}
+
+async function daemonWith(make: (dir: string) => string[], options: { env?: NodeJS.ProcessEnv; config?: Record<string, unknown> } = {}) {
+  const d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-', env: options.env });
+  daemons.push(d);
+  const paths = make(d.dir);
+  d.withConfig({ workspace: { paths, ...(options.config ?? {}) } });
+  await d.start();
+  return { d, paths };
+}
+
+const json = <T>(r: { stdout: Buffer }) => JSON.parse(r.stdout.toString()) as T;
+
+async function run(d: TestDaemon, key: string, script: string): Promise<Receipt> {
+  const r = await d.sbx(['run', '--key', key, '--', 'sh', '-c', script]);
+  expect(r.status).toBe(0);
+  return json<Receipt>(await d.sbx(['receipt', '--key', key]));
+}
+
+describe('barrier rounds', () => {
+  it('two rounds that time out while the reader is held: once it reads again, the next session has its terminal_mutation', async () => {
+    const pause = join('/tmp', `sbx-test-ws-break-pause-${process.pid}-${Date.now()}`);
+    pauses.push(pause);
+    const { d, paths } = await daemonWith(
+      (dir) => {
+        mkdirSync(join(dir, 'ws'));
+        return [join(dir, 'ws')];
+      },
+      { env: { SBX_TEST_WATCH_PAUSE_FILE: pause }, config: { barrierTimeoutMs: 300 } },
+    );
+    writeFileSync(pause, '');
+    // Two rounds, each written while the previous one's barrier event is still queued.
+    for (const key of ['held-1', 'held-2']) {
+      const r = await run(d, key, `echo ${key} > ${paths[0]}/${key}`);
+      expect(r.workspace![0]).toMatchObject({ gap: 'barrier_timeout', terminal_mutation: null });
+    }
+    rmSync(pause);
+    const c = await d.client();
+    await until(async () => (await c.status()).workspaces[0].events >= 2, 'the held events to be read');
+    for (const key of ['after-1', 'after-2']) {
+      const r = await run(d, key, `echo ${key} > ${paths[0]}/${key}; sleep 0.1`);
+      const e = r.workspace![0];
+      expect(e.gap).toBeNull();
+      expect(e.terminal_mutation).toBeGreaterThan(e.attributed.last_seq!);
+    }
+    const status = json<StatusResult>(await d.sbx(['status', '--json']));
+    expect(status.workspaces[0].health).toBe('ok');
+  });
+});
