@@ -73,3 +73,39 @@ describe('barrier rounds', () => {
     expect(status.workspaces[0].health).toBe('ok');
   });
 });
+
+describe('the supervisor directory in the workspace', () => {
+  for (const [name, script] of [
+    ['removed (rm -rf)', 'rm -rf .sandbox-supervisor'],
+    ['renamed away', 'mv .sandbox-supervisor moved-away'],
+    ['its barrier file removed', 'rm .sandbox-supervisor/barrier'],
+  ] as const) {
+    it(`${name} by a session: the next sessions still get their terminal_mutation`, async () => {
+      const { d, paths } = await daemonWith((dir) => {
+        mkdirSync(join(dir, 'ws'));
+        return [join(dir, 'ws')];
+      }, { config: { barrierTimeoutMs: 1000 } });
+      const vandal = await run(d, 'vandal', `cd ${paths[0]}; ${script}`);
+      expect(vandal.workspace![0].gap).toBeNull();
+      expect(vandal.workspace![0].terminal_mutation).toBeGreaterThan(0);
+      for (const key of ['next-1', 'next-2']) {
+        const r = await run(d, key, `echo ${key} > ${paths[0]}/${key}; sleep 0.1`);
+        const e = r.workspace![0];
+        expect(e.gap).toBeNull();
+        expect(e.attributed.last_path).toBe(key);
+        expect(e.terminal_mutation).toBeGreaterThan(e.attributed.last_seq!);
+      }
+    });
+  }
+
+  it("a session's writes directly in .sandbox-supervisor/ are its events (the scan leaves that directory out)", async () => {
+    const { d, paths } = await daemonWith((dir) => {
+      mkdirSync(join(dir, 'ws'));
+      return [join(dir, 'ws')];
+    });
+    const r = await run(d, 'hide', `cd ${paths[0]}; echo hidden > .sandbox-supervisor/hidden; sleep 0.2`);
+    expect(r.workspace![0].attributed.last_path).toBe('.sandbox-supervisor/hidden');
+    const changes = json<{ workspaces: { changes: { kind: string; path: string }[] }[] }>(await d.sbx(['changes', '--key', 'hide', '--json']));
+    expect(changes.workspaces[0].changes.map((c) => [c.kind, c.path])).toContainEqual(['created', '.sandbox-supervisor/hidden']);
+  });
+});
