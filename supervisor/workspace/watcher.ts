@@ -14,6 +14,7 @@ import type { Logger } from 'pino';
 import type { WorkspaceEntry, WorkspaceGap, WorkspaceStatus } from '../../ipc/protocol.js';
 import { ChangeLog, changeKind, CHANGES_FILE } from './changes.js';
 import type { MutationScan } from './digest.js';
+import { nameText } from './names.js';
 import { scanInWorker } from './scan.js';
 import { barrierName, FAN, OWN_DIR, type WatchEvent, type WatchMessage, type WatchWorkerInit } from './watch-worker.js';
 
@@ -259,7 +260,7 @@ export class WorkspaceWatcher {
     a.events++;
     a.last_seq = e.seq;
     a.last_at = at;
-    if (e.path !== null) a.last_path = e.path;
+    if (e.path !== null) a.last_path = nameText(e.path); // the receipt's text: \xNN for a byte that is not UTF-8
     const kind = changeKind(e.mask);
     if (kind && e.path !== null && e.path !== '') {
       t.changes.add({ seq: e.seq, ws: e.ws, kind, path: e.path, ...(e.mask & FAN.ONDIR ? { dir: true as const } : {}), at });

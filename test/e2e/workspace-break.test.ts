@@ -5,7 +5,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Receipt, StatusResult } from '../../ipc/protocol.js';
+import type { ChangesResult, Receipt, StatusResult } from '../../ipc/protocol.js';
 import { TestDaemon, until } from '../helpers/daemon.js';
 
 const daemons: TestDaemon[] = [];
@@ -107,5 +107,44 @@ describe('the supervisor directory in the workspace', () => {
     expect(r.workspace![0].attributed.last_path).toBe('.sandbox-supervisor/hidden');
     const changes = json<{ workspaces: { changes: { kind: string; path: string }[] }[] }>(await d.sbx(['changes', '--key', 'hide', '--json']));
     expect(changes.workspaces[0].changes.map((c) => [c.kind, c.path])).toContainEqual(['created', '.sandbox-supervisor/hidden']);
+  });
+});
+
+describe('names', () => {
+  it('names that are not UTF-8, or hold a newline: shown as \\xNN with their bytes (base64) over the socket and in --json, one line each in the human form', async () => {
+    const { d, paths } = await daemonWith((dir) => {
+      mkdirSync(join(dir, 'ws'));
+      return [join(dir, 'ws')];
+    });
+    await run(d, 'names', `cd ${paths[0]}; printf 1 > "$(printf 'z\\377\\376')"; printf 2 > "$(printf 'z\\376\\377')"; printf 3 > "$(printf 'a\\n  9  created   b')"; sleep 0.2`);
+    const c = await d.client();
+    const pick = (chs: ChangesResult['workspaces'][0]['changes']) => chs.map((ch) => [ch.path, ch.path_b64 ?? null]);
+    const expected = [
+      ['z\\xff\\xfe', Buffer.from('z\xff\xfe', 'latin1').toString('base64')],
+      ['z\\xfe\\xff', Buffer.from('z\xfe\xff', 'latin1').toString('base64')],
+      ['a\n  9  created   b', null],
+    ];
+    expect(pick((await c.changes({ invocation_key: 'names' })).workspaces[0].changes)).toEqual(expected);
+    expect(pick(json<ChangesResult>(await d.sbx(['changes', '--key', 'names', '--json'])).workspaces[0].changes)).toEqual(expected);
+    const text = (await d.sbx(['changes', '--key', 'names'])).stdout.toString();
+    const lines = text.split('\n').filter((l) => l.startsWith('  '));
+    expect(lines.map((l) => l.replace(/^ +\d+ +created +/, ''))).toEqual(['z\\xff\\xfe', 'z\\xfe\\xff', 'a\\n  9  created   b']);
+  });
+});
+
+describe('names in receipts', () => {
+  it("a session whose last write is to a name that is not UTF-8: its receipt, as sbx receipt prints it, verifies", async () => {
+    const { d, paths } = await daemonWith((dir) => {
+      mkdirSync(join(dir, 'ws'));
+      return [join(dir, 'ws')];
+    });
+    // It used to be unsignable (RFC 8785 refuses a lone surrogate): the session became unknown, and sbx run hung.
+    const r = await run(d, 'latin1', `cd ${paths[0]}; printf 1 > "$(printf 'caf\\351')"; sleep 0.2`);
+    expect(r.workspace![0].attributed.last_path).toBe('caf\\xe9');
+    const file = join(d.dir, 'r.json');
+    writeFileSync(file, (await d.sbx(['receipt', '--key', 'latin1'])).stdout);
+    const v = await d.sbx(['verify', file, '--key', join(d.stateDir, 'receipt-key.pub')]);
+    expect(v.stdout.toString()).toMatch(/^OK: signed by /);
+    expect(v.status).toBe(0);
   });
 });
