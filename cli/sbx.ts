@@ -582,7 +582,9 @@ sub('changes')
       if (ws.changes.length === 0) process.stdout.write('  (no changes attributed to the session)\n');
       const width = Math.max(0, ...ws.changes.map((c) => String(c.seq).length));
       for (const c of ws.changes) {
-        const what = c.kind === 'renamed' ? `${c.from} -> ${c.path}` : c.path;
+        // One change a line: a newline or other control character in a name is shown escaped.
+        const show = (name: string) => name.replace(/[\x00-\x1f\x7f]/g, (ch) => (ch === '\n' ? '\\n' : `\\x${ch.charCodeAt(0).toString(16).padStart(2, '0')}`));
+        const what = c.kind === 'renamed' ? `${show(c.from!)} -> ${show(c.path)}` : show(c.path);
         process.stdout.write(`  ${String(c.seq).padStart(width)}  ${c.kind.padEnd(9)} ${what}${c.dir ? '/' : ''}\n`);
       }
     }

@@ -170,6 +170,9 @@ export interface WorkspaceChange {
   path: string;
   /** For renamed: the old path. */
   from?: string;
+  /** Only for a name that is not UTF-8 (path/from then show each such byte as \xNN): its bytes, base64. */
+  path_b64?: string;
+  from_b64?: string;
   /** The entry is a directory. */
   dir?: true;
   at: string;

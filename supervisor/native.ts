@@ -49,8 +49,8 @@ export interface NativeHelpers {
   /** poll(2) the group up to timeoutMs: true when events are queued. Blocks: for a worker thread. */
   watchPoll(fd: number, timeoutMs: number): boolean;
   /**
-   * One read(2) of queued events (none: []). Events by selfPid are dropped unless named
-   * keepName. Each pidfd becomes the writer's cgroup id (PIDFD_GET_INFO, else cgroupMount's
+   * One read(2) of queued events (none: []). Events by selfPid are dropped unless their
+   * name starts with keepName. Each pidfd becomes the writer's cgroup id (PIDFD_GET_INFO, else cgroupMount's
    * /proc lookup; 0n: the writer was reaped first, pidfd 0) and is closed. handle: fsid, type,
    * bytes of the directory's file handle; name: the entry's name bytes ("." the directory itself).
    */

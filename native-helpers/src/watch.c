@@ -106,7 +106,7 @@ int watch_read(int fd, struct watch_event *out, int max, pid_t self_pid, const c
       }
       p += h->len;
     }
-    int keep = !(self_pid > 0 && m->pid == self_pid && (!keep_name || strcmp(name, keep_name) != 0));
+    int keep = !(self_pid > 0 && m->pid == self_pid && (!keep_name || strncmp(name, keep_name, strlen(keep_name)) != 0));
     if (e && keep) {
       memset(e, 0, sizeof *e);
       e->mask = m->mask;

@@ -62,6 +62,15 @@ export function fsEncode(text: string): Buffer {
   return Buffer.concat(parts);
 }
 
+/**
+ * A decoded name (fsDecode) as well-formed Unicode text, for a receipt (RFC 8785 refuses a lone
+ * surrogate) or a msgpack frame (which would make it U+FFFD): each escaped byte as \xNN.
+ * Returns the text unchanged when the name was UTF-8; fsEncode(text) gives the bytes otherwise.
+ */
+export function nameText(text: string): string {
+  return LONE_ESCAPE.test(text) ? text.replace(/(?<![\uD800-\uDBFF])[\uDC80-\uDCFF]/g, (s) => `\\x${(s.charCodeAt(0) - 0xdc00).toString(16)}`) : text;
+}
+
 /** A relative path for an error message: decoded, escapes shown as \xNN, at most maxChars (its tail). */
 export function showPath(bytes: Buffer, maxChars = 200): string {
   const text = fsDecode(bytes).replace(/(?<![\uD800-\uDBFF])[\uDC80-\uDCFF]/g, (s) => `\\x${(s.charCodeAt(0) - 0xdc00).toString(16)}`);

@@ -4,7 +4,7 @@
 // in the order the kernel queued them (fanotify(7): events are read in order), so a barrier's
 // sequence orders it after every event queued before it. Resolves the directory handle to a
 // path (cached; dropped on any directory move or delete), drops events outside the
-// workspaces and the supervisor's own writes (but the barrier's), and posts each batch.
+// workspaces and the supervisor's own writes (but the barriers'), and posts each batch.
 // Owns the group fd and the mount fds; not attribution to sessions (watcher.ts does that from
 // the cgroup id each event carries).
 //
@@ -17,8 +17,11 @@ import { fsDecode } from './names.js';
 
 /** The directory of the supervisor's own in each workspace (barrier file; excluded from scans). */
 export const OWN_DIR = '.sandbox-supervisor';
-/** The barrier file in OWN_DIR. */
+/** The barrier file in OWN_DIR (`barrier-<n>` once OWN_DIR had to be made again: barrierName()). */
 export const BARRIER_FILE = 'barrier';
+
+/** The barrier file's name in its n-th OWN_DIR (0: the first). */
+export const barrierName = (n: number): string => (n === 0 ? BARRIER_FILE : `${BARRIER_FILE}-${n}`);
 
 export interface WatchWorkerInit {
   watchWorker: true;
@@ -64,7 +67,7 @@ export interface WatchEvent {
 export type WatchMessage =
   | { type: 'ready'; marks: { path: string; ok: boolean; code: string | null; message: string | null }[] }
   | { type: 'failed'; code: string; message: string }
-  | { type: 'batch'; events: WatchEvent[]; barriers: { ws: number; seq: number }[]; overflowSeq: number | null; readMs: number };
+  | { type: 'batch'; events: WatchEvent[]; barriers: { ws: number; seq: number; name: string }[]; overflowSeq: number | null; readMs: number };
 
 const DIR_CHANGED = FAN.MOVED_FROM | FAN.MOVED_TO | FAN.DELETE | FAN.DELETE_SELF | FAN.MOVE_SELF;
 
@@ -142,7 +145,7 @@ function run(init: WatchWorkerInit): void {
     Atomics.store(wake, 0, 0);
     const t0 = performance.now();
     const events: WatchEvent[] = [];
-    const barriers: { ws: number; seq: number }[] = [];
+    const barriers: { ws: number; seq: number; name: string }[] = [];
     let overflowSeq: number | null = null;
     for (;;) {
       const raw = n.watchRead(fd, selfPid, BARRIER_FILE, init.cgroupMount);
@@ -161,8 +164,9 @@ function run(init: WatchWorkerInit): void {
         const full = name === '' || name === '.' ? dir : `${dir}/${name}`;
         const ws = roots.findIndex((root, i) => full === init.paths[i] || full.startsWith(root));
         if (ws < 0) continue;
-        if (r.pid === selfPid || dir === ownDirs[ws] || full === ownDirs[ws]) {
-          if (r.pid === selfPid && dir === ownDirs[ws] && name === BARRIER_FILE) barriers.push({ ws, seq: ++seq });
+        // The supervisor's own writes are not events, but its barriers; a session's are, in OWN_DIR too.
+        if (r.pid === selfPid) {
+          if (dir === ownDirs[ws] && name.startsWith(BARRIER_FILE)) barriers.push({ ws, seq: ++seq, name });
           continue;
         }
         events.push({ seq: ++seq, ws, mask: r.mask, path: full === init.paths[ws] ? '' : full.slice(roots[ws].length), pid: r.pid, cgroup: r.cgroup.toString(), atMs });

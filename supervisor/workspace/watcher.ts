@@ -6,7 +6,7 @@
 // the events (no fanotify, a queue overflow, a restart, a barrier that did not come back) into
 // a gap with a scan that stands in. Owns the barrier files (<ws>/.sandbox-supervisor/barrier)
 // and the per-session change logs; not the walk (walk.ts) or the reading (watch-worker.ts).
-import { closeSync, constants, existsSync, mkdirSync, openSync, realpathSync, statfsSync, statSync, writeSync } from 'node:fs';
+import { closeSync, constants, existsSync, lstatSync, mkdirSync, openSync, realpathSync, statfsSync, statSync, writeSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
@@ -14,8 +14,9 @@ import type { Logger } from 'pino';
 import type { WorkspaceEntry, WorkspaceGap, WorkspaceStatus } from '../../ipc/protocol.js';
 import { ChangeLog, changeKinds, CHANGES_FILE } from './changes.js';
 import type { MutationScan } from './digest.js';
+import { nameText } from './names.js';
 import { scanInWorker } from './scan.js';
-import { BARRIER_FILE, FAN, OWN_DIR, type WatchEvent, type WatchMessage, type WatchWorkerInit } from './watch-worker.js';
+import { barrierName, FAN, OWN_DIR, type WatchEvent, type WatchMessage, type WatchWorkerInit } from './watch-worker.js';
 
 export interface WatcherOptions {
   paths: string[];
@@ -51,7 +52,14 @@ interface Workspace {
   /** Why events cannot be vouched for, from the start (null: watched). */
   unsupported: string | null;
   barrierFd: number;
-  /** Barrier writes whose events have not come back (a round that timed out); skipped when they do. */
+  /** Which OWN_DIR this is (a session may remove or move it: it is made again, n+1) and its inode. */
+  ownGen: number;
+  ownIno: number;
+  /**
+   * Barrier writes whose events have not come back (a round that timed out); skipped when they
+   * do. At most 1: no barrier is written while one is out, since fanotify merges a write into
+   * the same file's event still queued (fanotify(7)), which would come back once for two.
+   */
   staleBarriers: number;
   events: number;
   lastSeq: number;
@@ -76,6 +84,16 @@ interface Tracked {
 
 type BarrierResult = { ok: true; seqs: (number | null)[] } | { ok: false };
 
+interface Round {
+  waiting: Set<number>;
+  /** Workspaces whose barrier waits for a stale one to come back before it is written. */
+  unwritten: Set<number>;
+  stamp: Buffer;
+  seqs: (number | null)[];
+  done: (r: BarrierResult) => void;
+  promise: Promise<BarrierResult>;
+}
+
 export class WorkspaceWatcher {
   readonly epoch: string;
   private readonly workspaces: Workspace[];
@@ -85,7 +103,7 @@ export class WorkspaceWatcher {
   private readonly bySession = new Map<string, Tracked>();
   private seq = 0;
   private listenerGap: string | null = null;
-  private round: { waiting: Set<number>; seqs: (number | null)[]; done: (r: BarrierResult) => void; promise: Promise<BarrierResult> } | null = null;
+  private round: Round | null = null;
   private next: Promise<BarrierResult> | null = null;
   private roundNo = 0;
 
@@ -103,7 +121,7 @@ export class WorkspaceWatcher {
       } catch {
         // checked at start (config)
       }
-      return { path, fsType, unsupported: null, barrierFd: -1, staleBarriers: 0, events: 0, lastSeq: 0, unattributed: 0, overflows: 0 };
+      return { path, fsType, unsupported: null, barrierFd: -1, ownGen: 0, ownIno: -1, staleBarriers: 0, events: 0, lastSeq: 0, unattributed: 0, overflows: 0 };
     });
     this.ready = options.paths.length > 0 ? this.startWorker() : Promise.resolve();
     if (options.pauseFile) {
@@ -122,10 +140,8 @@ export class WorkspaceWatcher {
   private async startWorker(): Promise<void> {
     const { log } = this.options;
     for (const ws of this.workspaces) {
-      const own = join(ws.path, OWN_DIR);
       try {
-        mkdirSync(own, { recursive: true, mode: 0o700 });
-        ws.barrierFd = openSync(join(own, BARRIER_FILE), constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
+        this.openBarrier(ws);
       } catch (err) {
         ws.unsupported = `the barrier file cannot be made: ${(err as Error).message}`;
       }
@@ -226,7 +242,7 @@ export class WorkspaceWatcher {
     const touched = new Set<Tracked>();
     for (const e of m.events) this.onEvent(e, touched);
     for (const t of touched) t.changes.flush();
-    for (const b of m.barriers) this.onBarrier(b.ws, b.seq);
+    for (const b of m.barriers) this.onBarrier(b.ws, b.seq, b.name);
     this.seq = Math.max(this.seq, ...m.events.map((e) => e.seq), ...m.barriers.map((b) => b.seq), m.overflowSeq ?? 0);
   }
 
@@ -244,24 +260,88 @@ export class WorkspaceWatcher {
     a.events++;
     a.last_seq = e.seq;
     a.last_at = at;
-    if (e.path !== null) a.last_path = e.path;
+    if (e.path !== null) a.last_path = nameText(e.path); // the receipt's text: \xNN for a byte that is not UTF-8
     if (e.path === null || e.path === '') return;
     for (const kind of changeKinds(e.mask)) t.changes.add({ seq: e.seq, ws: e.ws, kind, path: e.path, ...(e.mask & FAN.ONDIR ? { dir: true as const } : {}), at });
     touched.add(t);
   }
 
-  private onBarrier(ws: number, seq: number): void {
+  private onBarrier(ws: number, seq: number, name: string): void {
     const w = this.workspaces[ws];
     w.lastSeq = seq;
+    if (name !== barrierName(w.ownGen)) return; // a write to a barrier file since replaced
     if (w.staleBarriers > 0) {
       w.staleBarriers--;
+      // The round that waited for this one writes its own now (a write before would have merged).
+      const r = this.round;
+      if (r && r.unwritten.delete(ws)) {
+        if (this.writeBarrier(ws, r.stamp)) this.wakeReader();
+        else {
+          r.waiting.delete(ws);
+          if (r.waiting.size === 0) r.done({ ok: true, seqs: r.seqs });
+        }
+      }
       return;
     }
     const r = this.round;
-    if (!r || !r.waiting.has(ws)) return;
+    if (!r || !r.waiting.has(ws) || r.unwritten.has(ws)) return;
     r.waiting.delete(ws);
     r.seqs[ws] = seq;
     if (r.waiting.size === 0) r.done({ ok: true, seqs: r.seqs });
+  }
+
+  /** Makes ws's OWN_DIR (a directory, not a symlink) and its barrier file barrierName(ownGen); throws on failure. */
+  private openBarrier(ws: Workspace): void {
+    const own = join(ws.path, OWN_DIR);
+    mkdirSync(own, { recursive: true, mode: 0o700 });
+    const st = lstatSync(own);
+    if (!st.isDirectory()) throw new Error(`${own} is not a directory`);
+    ws.barrierFd = openSync(join(own, barrierName(ws.ownGen)), constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
+    ws.ownIno = st.ino;
+  }
+
+  /**
+   * Before a barrier: ws's OWN_DIR still the one its barrier file is in, else (a session removed
+   * or moved it) a new one with a new barrier name, so no event of the old file, read late, is
+   * taken for a barrier of the new (and none is waited for). False (logged) when it cannot be made.
+   */
+  private barrierInPlace(ws: Workspace): boolean {
+    try {
+      if (ws.barrierFd >= 0 && lstatSync(join(ws.path, OWN_DIR)).ino === ws.ownIno) return true;
+    } catch {
+      // gone
+    }
+    if (ws.barrierFd >= 0) closeSync(ws.barrierFd);
+    ws.barrierFd = -1;
+    ws.ownGen++;
+    ws.staleBarriers = 0;
+    try {
+      this.openBarrier(ws);
+      this.options.log.warn({ path: ws.path, barrier: barrierName(ws.ownGen) }, `${OWN_DIR} was removed or moved (by a session): made again`);
+      return true;
+    } catch (err) {
+      this.options.log.warn({ err, path: ws.path }, `${OWN_DIR} was removed or moved and cannot be made again: this barrier fails`);
+      return false;
+    }
+  }
+
+  /** Writes workspace i's barrier (8 bytes at offset 0): false (logged) when the write fails. */
+  private writeBarrier(i: number, stamp: Buffer): boolean {
+    const ws = this.workspaces[i];
+    try {
+      writeSync(ws.barrierFd, stamp, 0, 8, 0);
+      return true;
+    } catch (err) {
+      this.options.log.warn({ err, path: ws.path }, 'the barrier write failed');
+      return false;
+    }
+  }
+
+  /** Tells the reading thread to read now, not at the end of its batch. */
+  private wakeReader(): void {
+    const wake = new Int32Array(this.wake);
+    Atomics.store(wake, 0, 1);
+    Atomics.notify(wake, 0);
   }
 
   /** One barrier round for every watched workspace; requests while one is out join the next. */
@@ -272,30 +352,27 @@ export class WorkspaceWatcher {
       let done!: (r: BarrierResult) => void;
       const promise = new Promise<BarrierResult>((r) => (done = r));
       const waiting = new Set<number>();
+      const unwritten = new Set<number>();
       const seqs: (number | null)[] = this.workspaces.map(() => null);
-      const round = { waiting, seqs, done, promise };
       this.roundNo++;
       const stamp = Buffer.alloc(8);
       stamp.writeBigUInt64LE(BigInt(this.roundNo));
+      const round: Round = { waiting, unwritten, stamp, seqs, done, promise };
       this.workspaces.forEach((ws, i) => {
-        if (ws.unsupported || ws.barrierFd < 0) return;
-        try {
-          writeSync(ws.barrierFd, stamp, 0, 8, 0);
+        if (ws.unsupported || !this.barrierInPlace(ws)) return;
+        if (ws.staleBarriers > 0) {
           waiting.add(i);
-        } catch (err) {
-          this.options.log.warn({ err, path: ws.path }, 'the barrier write failed');
-        }
+          unwritten.add(i);
+        } else if (this.writeBarrier(i, stamp)) waiting.add(i);
       });
       if (waiting.size === 0 || !this.worker || this.listenerGap) {
         done({ ok: waiting.size === 0 && !this.listenerGap, seqs });
         return promise;
       }
       this.round = round;
-      const wake = new Int32Array(this.wake);
-      Atomics.store(wake, 0, 1);
-      Atomics.notify(wake, 0);
+      this.wakeReader();
       const timer = setTimeout(() => {
-        for (const i of waiting) this.workspaces[i].staleBarriers++;
+        for (const i of waiting) if (!unwritten.has(i)) this.workspaces[i].staleBarriers++;
         done({ ok: false });
       }, this.options.barrierTimeoutMs);
       void promise.then(() => {

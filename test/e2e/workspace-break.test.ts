@@ -1,0 +1,151 @@
+// Breaking the workspace clock (issue 17 review): the barrier after a round that timed out,
+// and other edges found by trying. Real daemons, real fanotify; each test fails on the code
+// before its fix.
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { ChangesResult, Receipt, StatusResult } from '../../ipc/protocol.js';
+import { TestDaemon, until } from '../helpers/daemon.js';
+
+const daemons: TestDaemon[] = [];
+const mounts: string[] = [];
+const pauses: string[] = [];
+afterEach(async () => {
+  const stopping = daemons.splice(0);
+  for (const d of stopping) await d.terminate();
+  for (const m of mounts.splice(0).reverse()) expect(spawnSync('umount', [m]).status).toBe(0);
+  for (const d of stopping) await d.stop();
+  for (const p of pauses.splice(0)) rmSync(p, { force: true });
+});
+
+function mount(args: string[], at: string): void {
+  mkdirSync(at, { recursive: true });
+  const r = spawnSync('mount', [...args, at]);
+  if (r.status !== 0) throw new Error(`mount ${args.join(' ')} ${at}: ${r.stderr.toString()}`);
+  mounts.push(at);
+}
+
+async function daemonWith(make: (dir: string) => string[], options: { env?: NodeJS.ProcessEnv; config?: Record<string, unknown> } = {}) {
+  const d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-', env: options.env });
+  daemons.push(d);
+  const paths = make(d.dir);
+  d.withConfig({ workspace: { paths, ...(options.config ?? {}) } });
+  await d.start();
+  return { d, paths };
+}
+
+const json = <T>(r: { stdout: Buffer }) => JSON.parse(r.stdout.toString()) as T;
+
+async function run(d: TestDaemon, key: string, script: string): Promise<Receipt> {
+  const r = await d.sbx(['run', '--key', key, '--', 'sh', '-c', script]);
+  expect(r.status).toBe(0);
+  return json<Receipt>(await d.sbx(['receipt', '--key', key]));
+}
+
+describe('barrier rounds', () => {
+  it('two rounds that time out while the reader is held: once it reads again, the next session has its terminal_mutation', async () => {
+    const pause = join('/tmp', `sbx-test-ws-break-pause-${process.pid}-${Date.now()}`);
+    pauses.push(pause);
+    const { d, paths } = await daemonWith(
+      (dir) => {
+        mkdirSync(join(dir, 'ws'));
+        return [join(dir, 'ws')];
+      },
+      { env: { SBX_TEST_WATCH_PAUSE_FILE: pause }, config: { barrierTimeoutMs: 300 } },
+    );
+    writeFileSync(pause, '');
+    // Two rounds, each written while the previous one's barrier event is still queued.
+    for (const key of ['held-1', 'held-2']) {
+      const r = await run(d, key, `echo ${key} > ${paths[0]}/${key}`);
+      expect(r.workspace![0]).toMatchObject({ gap: 'barrier_timeout', terminal_mutation: null });
+    }
+    rmSync(pause);
+    const c = await d.client();
+    await until(async () => (await c.status()).workspaces[0].events >= 2, 'the held events to be read');
+    for (const key of ['after-1', 'after-2']) {
+      const r = await run(d, key, `echo ${key} > ${paths[0]}/${key}; sleep 0.1`);
+      const e = r.workspace![0];
+      expect(e.gap).toBeNull();
+      expect(e.terminal_mutation).toBeGreaterThan(e.attributed.last_seq!);
+    }
+    const status = json<StatusResult>(await d.sbx(['status', '--json']));
+    expect(status.workspaces[0].health).toBe('ok');
+  });
+});
+
+describe('the supervisor directory in the workspace', () => {
+  for (const [name, script] of [
+    ['removed (rm -rf)', 'rm -rf .sandbox-supervisor'],
+    ['renamed away', 'mv .sandbox-supervisor moved-away'],
+    ['its barrier file removed', 'rm .sandbox-supervisor/barrier'],
+  ] as const) {
+    it(`${name} by a session: the next sessions still get their terminal_mutation`, async () => {
+      const { d, paths } = await daemonWith((dir) => {
+        mkdirSync(join(dir, 'ws'));
+        return [join(dir, 'ws')];
+      }, { config: { barrierTimeoutMs: 1000 } });
+      const vandal = await run(d, 'vandal', `cd ${paths[0]}; ${script}`);
+      expect(vandal.workspace![0].gap).toBeNull();
+      expect(vandal.workspace![0].terminal_mutation).toBeGreaterThan(0);
+      for (const key of ['next-1', 'next-2']) {
+        const r = await run(d, key, `echo ${key} > ${paths[0]}/${key}; sleep 0.1`);
+        const e = r.workspace![0];
+        expect(e.gap).toBeNull();
+        expect(e.attributed.last_path).toBe(key);
+        expect(e.terminal_mutation).toBeGreaterThan(e.attributed.last_seq!);
+      }
+    });
+  }
+
+  it("a session's writes directly in .sandbox-supervisor/ are its events (the scan leaves that directory out)", async () => {
+    const { d, paths } = await daemonWith((dir) => {
+      mkdirSync(join(dir, 'ws'));
+      return [join(dir, 'ws')];
+    });
+    const r = await run(d, 'hide', `cd ${paths[0]}; echo hidden > .sandbox-supervisor/hidden; sleep 0.2`);
+    expect(r.workspace![0].attributed.last_path).toBe('.sandbox-supervisor/hidden');
+    const changes = json<{ workspaces: { changes: { kind: string; path: string }[] }[] }>(await d.sbx(['changes', '--key', 'hide', '--json']));
+    expect(changes.workspaces[0].changes.map((c) => [c.kind, c.path])).toContainEqual(['created', '.sandbox-supervisor/hidden']);
+  });
+});
+
+describe('names', () => {
+  it('names that are not UTF-8, or hold a newline: shown as \\xNN with their bytes (base64) over the socket and in --json, one line each in the human form', async () => {
+    const { d, paths } = await daemonWith((dir) => {
+      mkdirSync(join(dir, 'ws'));
+      return [join(dir, 'ws')];
+    });
+    await run(d, 'names', `cd ${paths[0]}; printf 1 > "$(printf 'z\\377\\376')"; printf 2 > "$(printf 'z\\376\\377')"; printf 3 > "$(printf 'a\\n  9  created   b')"; sleep 0.2`);
+    const c = await d.client();
+    // Each file: created, then written (the kernel merged the two into one event); the created ones here.
+    const pick = (chs: ChangesResult['workspaces'][0]['changes']) => chs.filter((ch) => ch.kind === 'created').map((ch) => [ch.path, ch.path_b64 ?? null]);
+    const expected = [
+      ['z\\xff\\xfe', Buffer.from('z\xff\xfe', 'latin1').toString('base64')],
+      ['z\\xfe\\xff', Buffer.from('z\xfe\xff', 'latin1').toString('base64')],
+      ['a\n  9  created   b', null],
+    ];
+    expect(pick((await c.changes({ invocation_key: 'names' })).workspaces[0].changes)).toEqual(expected);
+    expect(pick(json<ChangesResult>(await d.sbx(['changes', '--key', 'names', '--json'])).workspaces[0].changes)).toEqual(expected);
+    const text = (await d.sbx(['changes', '--key', 'names'])).stdout.toString();
+    const lines = text.split('\n').filter((l) => /^ +\d+ +created +/.test(l));
+    expect(lines.map((l) => l.replace(/^ +\d+ +created +/, ''))).toEqual(['z\\xff\\xfe', 'z\\xfe\\xff', 'a\\n  9  created   b']);
+  });
+});
+
+describe('names in receipts', () => {
+  it("a session whose last write is to a name that is not UTF-8: its receipt, as sbx receipt prints it, verifies", async () => {
+    const { d, paths } = await daemonWith((dir) => {
+      mkdirSync(join(dir, 'ws'));
+      return [join(dir, 'ws')];
+    });
+    // It used to be unsignable (RFC 8785 refuses a lone surrogate): the session became unknown, and sbx run hung.
+    const r = await run(d, 'latin1', `cd ${paths[0]}; printf 1 > "$(printf 'caf\\351')"; sleep 0.2`);
+    expect(r.workspace![0].attributed.last_path).toBe('caf\\xe9');
+    const file = join(d.dir, 'r.json');
+    writeFileSync(file, (await d.sbx(['receipt', '--key', 'latin1'])).stdout);
+    const v = await d.sbx(['verify', file, '--key', join(d.stateDir, 'receipt-key.pub')]);
+    expect(v.stdout.toString()).toMatch(/^OK: signed by /);
+    expect(v.status).toBe(0);
+  });
+});
