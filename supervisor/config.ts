@@ -120,6 +120,8 @@ const ConfigSchema = z
         changesMaxEntries: z.number().int().min(0).max(10_000_000).default(100_000),
         /** The reading thread lets a burst gather this long before a read, ms (a barrier cuts it short). */
         batchMs: z.number().int().min(0).max(1000).default(10),
+        /** FAN_MODIFY too: every write(2) is an event, not only the writer's close (measured: tar -x 30% slower instead of 15%). */
+        reportModify: z.boolean().default(false),
       })
       .strict()
       .prefault({}),

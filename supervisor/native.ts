@@ -44,8 +44,8 @@ export interface NativeHelpers {
    * [|FAN_UNLIMITED_QUEUE]): the group's fd; EPERM without CAP_SYS_ADMIN (fanotify_init(2)).
    */
   watchInit(unlimitedQueue: boolean): number;
-  /** fanotify_mark(FAN_MARK_ADD|FAN_MARK_FILESYSTEM) on path's file system; EOPNOTSUPP/EXDEV where it has no usable fids (fanotify_mark(2)). */
-  watchMark(fd: number, path: string): void;
+  /** fanotify_mark(FAN_MARK_ADD|FAN_MARK_FILESYSTEM) on path's file system (FAN_MODIFY only with reportModify: close-write stands for writes otherwise); ENOTSUP/EXDEV where it has no usable fids (fanotify_mark(2)). */
+  watchMark(fd: number, path: string, reportModify: boolean): void;
   /** poll(2) the group up to timeoutMs: true when events are queued. Blocks: for a worker thread. */
   watchPoll(fd: number, timeoutMs: number): boolean;
   /**

@@ -472,18 +472,19 @@ static napi_value watch_init_fn(napi_env env, napi_callback_info info) {
   return r < 0 ? throw_errno(env, r, "fanotify_init") : make_int(env, r);
 }
 
-/* watchMark(fd, path): a filesystem mark on the file system holding path. */
+/* watchMark(fd, path, reportModify): a filesystem mark on the file system holding path. */
 static napi_value watch_mark_fn(napi_env env, napi_callback_info info) {
-  napi_value argv[2];
-  size_t argc = get_args(env, info, argv, 2);
+  napi_value argv[3];
+  size_t argc = get_args(env, info, argv, 3);
   int32_t fd;
+  bool modify = false;
   char *path = string_arg(env, argv, argc, 1, 4096);
-  if (int_arg(env, argv, argc, 0, &fd) != 0 || !path) {
+  if (int_arg(env, argv, argc, 0, &fd) != 0 || !path || argc < 3 || napi_get_value_bool(env, argv[2], &modify) != napi_ok) {
     free(path);
-    napi_throw_type_error(env, "EINVAL", "watchMark(fd, path): an fd and a path expected");
+    napi_throw_type_error(env, "EINVAL", "watchMark(fd, path, reportModify): an fd, a path and a boolean expected");
     return NULL;
   }
-  int r = watch_mark(fd, path);
+  int r = watch_mark(fd, path, modify);
   free(path);
   return r < 0 ? throw_errno(env, r, "fanotify_mark") : NULL;
 }

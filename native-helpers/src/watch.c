@@ -34,9 +34,10 @@ int watch_init(int unlimited_queue) {
   return fd < 0 ? -errno : fd;
 }
 
-int watch_mark(int fd, const char *path) {
-  uint64_t mask = FAN_CREATE | FAN_MODIFY | FAN_CLOSE_WRITE | FAN_ATTRIB | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO |
-                  FAN_DELETE_SELF | FAN_MOVE_SELF | FAN_ONDIR;
+int watch_mark(int fd, const char *path, int report_modify) {
+  uint64_t mask = FAN_CREATE | FAN_CLOSE_WRITE | FAN_ATTRIB | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_DELETE_SELF |
+                  FAN_MOVE_SELF | FAN_ONDIR;
+  if (report_modify) mask |= FAN_MODIFY;
   return fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, mask, AT_FDCWD, path) < 0 ? -errno : 0;
 }
 

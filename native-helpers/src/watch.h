@@ -37,10 +37,12 @@ struct watch_event {
  * (EPERM without CAP_SYS_ADMIN, EINVAL where the kernel lacks a flag). */
 int watch_init(int unlimited_queue);
 
-/* fanotify_mark(FAN_MARK_ADD | FAN_MARK_FILESYSTEM, create, modify, close-write, attrib,
- * delete, moves, self-delete/move, FAN_ONDIR) on the file system holding path: 0 | -errno
- * (EOPNOTSUPP: an overlayfs without nfs_export, EXDEV: a file system without fids). */
-int watch_mark(int fd, const char *path);
+/* fanotify_mark(FAN_MARK_ADD | FAN_MARK_FILESYSTEM, create, close-write, attrib, delete,
+ * moves, self-delete/move, FAN_ONDIR, and modify when report_modify) on the file system
+ * holding path: 0 | -errno (EOPNOTSUPP: an overlayfs without nfs_export, EXDEV: a file
+ * system without fids). Without modify, a write is seen at the writer's close (explicit, or
+ * at its exit: before its cgroup empties), one event per file instead of one per write(2). */
+int watch_mark(int fd, const char *path, int report_modify);
 
 /* poll(POLLIN) up to timeout_ms: 1 readable, 0 not | -errno. */
 int watch_poll(int fd, int timeout_ms);

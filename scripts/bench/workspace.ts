@@ -58,7 +58,7 @@ export async function workspaceBench(base: TestDaemon, opts: { files: number; to
       mountTmpfs(m);
       mounted.push(m);
     }
-    d = await new TestDaemon({ cgroupPrefix: 'sbx-bench-', config: { logLevel: 'warn', workspace: { paths: [watched] } } }).start();
+    d = await new TestDaemon({ cgroupPrefix: 'sbx-bench-', config: { logLevel: 'warn', workspace: { paths: [watched], batchMs: Number(process.env.WS_BATCH_MS ?? 10), reportModify: process.env.WS_REPORT_MODIFY === '1' } } }).start();
     const c = await connect(d);
     const times: Record<'watched' | 'plain', number[]> = { watched: [], plain: [] };
     const cpu: Record<'watched' | 'plain', number> = { watched: 0, plain: 0 };

@@ -30,6 +30,8 @@ export interface WatchWorkerInit {
   cgroupMount: string;
   unlimitedQueue: boolean;
   batchMs: number;
+  /** FAN_MODIFY too (an event per write(2), not only at close). */
+  reportModify: boolean;
   wake: SharedArrayBuffer;
 }
 
@@ -86,7 +88,7 @@ function run(init: WatchWorkerInit): void {
   const mountFds: number[] = [];
   const marks = init.paths.map((path) => {
     try {
-      n.watchMark(fd, path);
+      n.watchMark(fd, path, init.reportModify);
       mountFds.push(openSync(path, constants.O_RDONLY | constants.O_DIRECTORY));
       return { path, ok: true, code: null, message: null };
     } catch (err) {

@@ -6,7 +6,7 @@
 // the events (no fanotify, a queue overflow, a restart, a barrier that did not come back) into
 // a gap with a scan that stands in. Owns the barrier files (<ws>/.sandbox-supervisor/barrier)
 // and the per-session change logs; not the walk (walk.ts) or the reading (watch-worker.ts).
-import { closeSync, constants, existsSync, lstatSync, mkdirSync, openSync, realpathSync, statfsSync, statSync, writeSync } from 'node:fs';
+import { closeSync, constants, existsSync, futimesSync, lstatSync, mkdirSync, openSync, realpathSync, statfsSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
@@ -28,6 +28,8 @@ export interface WatcherOptions {
   scanDeadlineMs: number;
   changesMaxEntries: number;
   batchMs: number;
+  /** workspace.reportModify: FAN_MODIFY too (live writes in `sbx changes`; ~2x the events of close-write alone). */
+  reportModify: boolean;
   /** Test hook: the kernel's bounded queue (16384 events) instead of FAN_UNLIMITED_QUEUE. */
   limitedQueue?: boolean;
   /** Test hook: no reads while this file exists. */
@@ -158,6 +160,7 @@ export class WorkspaceWatcher {
       cgroupMount: this.options.cgroupMount,
       unlimitedQueue: !this.options.limitedQueue,
       batchMs: this.options.batchMs,
+      reportModify: this.options.reportModify,
       wake: this.wake,
     };
     const worker = new Worker(path, { workerData: init });
@@ -325,11 +328,16 @@ export class WorkspaceWatcher {
     }
   }
 
-  /** Writes workspace i's barrier (8 bytes at offset 0): false (logged) when the write fails. */
+  /**
+   * Writes workspace i's barrier: futimens(2) of the barrier file, times set to the round's
+   * stamp (an ATTRIB event, in the mask whatever workspace.reportModify says; one event per
+   * barrier). False (logged) when it fails.
+   */
   private writeBarrier(i: number, stamp: Buffer): boolean {
     const ws = this.workspaces[i];
     try {
-      writeSync(ws.barrierFd, stamp, 0, 8, 0);
+      const seconds = Number(stamp.readBigUInt64LE(0));
+      futimesSync(ws.barrierFd, seconds, seconds);
       return true;
     } catch (err) {
       this.options.log.warn({ err, path: ws.path }, 'the barrier write failed');
