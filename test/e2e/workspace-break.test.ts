@@ -1,52 +1,22 @@
 // Breaking the workspace clock (issue 17 review): the barrier after a round that timed out,
 // and other edges found by trying. Real daemons, real fanotify; each test fails on the code
 // before its fix.
-import { spawnSync } from 'node:child_process';
-import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { ChangesResult, Receipt, StatusResult } from '../../ipc/protocol.js';
-import { TestDaemon, until } from '../helpers/daemon.js';
+import type { ChangesResult, StatusResult } from '../../ipc/protocol.js';
+import { until } from '../helpers/daemon.js';
+import { json, runScript, WorkspaceRig } from '../helpers/workspace.js';
 
-const daemons: TestDaemon[] = [];
-const mounts: string[] = [];
-const pauses: string[] = [];
-afterEach(async () => {
-  const stopping = daemons.splice(0);
-  for (const d of stopping) await d.terminate();
-  for (const m of mounts.splice(0).reverse()) expect(spawnSync('umount', [m]).status).toBe(0);
-  for (const d of stopping) await d.stop();
-  for (const p of pauses.splice(0)) rmSync(p, { force: true });
-});
-
-function mount(args: string[], at: string): void {
-  mkdirSync(at, { recursive: true });
-  const r = spawnSync('mount', [...args, at]);
-  if (r.status !== 0) throw new Error(`mount ${args.join(' ')} ${at}: ${r.stderr.toString()}`);
-  mounts.push(at);
-}
-
-async function daemonWith(make: (dir: string) => string[], options: { env?: NodeJS.ProcessEnv; config?: Record<string, unknown> } = {}) {
-  const d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-', env: options.env });
-  daemons.push(d);
-  const paths = make(d.dir);
-  d.withConfig({ workspace: { paths, ...(options.config ?? {}) } });
-  await d.start();
-  return { d, paths };
-}
-
-const json = <T>(r: { stdout: Buffer }) => JSON.parse(r.stdout.toString()) as T;
-
-async function run(d: TestDaemon, key: string, script: string): Promise<Receipt> {
-  const r = await d.sbx(['run', '--key', key, '--', 'sh', '-c', script]);
-  expect(r.status).toBe(0);
-  return json<Receipt>(await d.sbx(['receipt', '--key', key]));
-}
+const rig = new WorkspaceRig();
+afterEach(() => rig.cleanup());
+const daemonWith = rig.daemon.bind(rig);
+const run = runScript;
 
 describe('barrier rounds', () => {
   it('two rounds that time out while the reader is held: once it reads again, the next session has its terminal_mutation', async () => {
     const pause = join('/tmp', `sbx-test-ws-break-pause-${process.pid}-${Date.now()}`);
-    pauses.push(pause);
+    rig.removeLater(pause);
     const { d, paths } = await daemonWith(
       (dir) => {
         mkdirSync(join(dir, 'ws'));

@@ -8,42 +8,13 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { ChangesResult, Receipt, StatusResult, WorkspaceEntry } from '../../ipc/protocol.js';
 import { TestDaemon, until } from '../helpers/daemon.js';
+import { json, runScript, WorkspaceRig } from '../helpers/workspace.js';
 
-const daemons: TestDaemon[] = [];
-const mounts: string[] = [];
-afterEach(async () => {
-  const stopping = daemons.splice(0);
-  for (const d of stopping) await d.terminate();
-  for (const m of mounts.splice(0).reverse()) expect(spawnSync('umount', [m]).status).toBe(0);
-  for (const d of stopping) await d.stop(); // its cgroups and dir, once nothing is mounted in it
-  for (const n of readdirSync('/tmp').filter((n) => n.startsWith('sbx-test-ws-pause-'))) rmSync(join('/tmp', n), { force: true });
-});
-
-function mount(args: string[], at: string): void {
-  mkdirSync(at, { recursive: true });
-  const r = spawnSync('mount', [...args, at]);
-  if (r.status !== 0) throw new Error(`mount ${args.join(' ')} ${at}: ${r.stderr.toString()}`);
-  mounts.push(at);
-}
-
-/** A daemon watching the given workspaces (made under its dir by make()). */
-async function daemonWith(make: (dir: string) => string[], options: { env?: NodeJS.ProcessEnv; wrap?: string[]; config?: Record<string, unknown> } = {}) {
-  const d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-', env: options.env, wrap: options.wrap });
-  daemons.push(d);
-  const paths = make(d.dir);
-  d.withConfig({ workspace: { paths, ...(options.config ?? {}) } });
-  await d.start();
-  return { d, paths };
-}
-
-const json = <T>(r: { stdout: Buffer }) => JSON.parse(r.stdout.toString()) as T;
-
-/** sbx run (exit 0 expected), then its receipt. */
-async function run(d: TestDaemon, key: string, script: string): Promise<Receipt> {
-  const r = await d.sbx(['run', '--key', key, '--', 'sh', '-c', script]);
-  expect(r.status).toBe(0);
-  return json<Receipt>(await d.sbx(['receipt', '--key', key]));
-}
+const rig = new WorkspaceRig();
+afterEach(() => rig.cleanup());
+const daemonWith = rig.daemon.bind(rig);
+const mount = rig.mount.bind(rig);
+const run = runScript;
 
 /**
  * Writes by the session's shell (alive when the reader looks: attributable) and by short-lived
@@ -174,7 +145,7 @@ describe('gaps', () => {
   });
 
   it('a queue overflow (bounded queue, reader held): gap overflow with a scan', async () => {
-    const pause = join('/tmp', `sbx-test-ws-pause-${process.pid}-${Date.now()}`);
+    const pause = rig.removeLater(join('/tmp', `sbx-test-ws-pause-${process.pid}-${Date.now()}`));
     const { d, paths } = await daemonWith(
       (dir) => {
         mkdirSync(join(dir, 'ws'));
@@ -226,7 +197,7 @@ describe('start-up checks', () => {
       [[nest, join(nest, 'inner')], `workspace ${join(nest, 'inner')} is inside workspace ${nest}`],
     ] as const) {
       const d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-', config: { workspace: { paths } } });
-      daemons.push(d);
+      rig.track(d);
       await expect(d.start()).rejects.toThrow(message);
     }
     rmSync(nest, { recursive: true });
