@@ -35,6 +35,7 @@ export class Reaper {
   /** Pids spawned through libuv (child_process): never ours to reap. */
   private readonly spawned = new Set<number>();
   private scheduled = false;
+  private retryTimer: NodeJS.Timeout | null = null;
   private reapedTotal = 0;
   private readonly onSignal = () => this.schedule();
 
@@ -47,6 +48,8 @@ export class Reaper {
 
   stop(): void {
     process.off('SIGCHLD', this.onSignal);
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = null;
   }
 
   /** Records a child that libuv will wait for; call right after spawn returns. */
@@ -69,10 +72,26 @@ export class Reaper {
     return ownChildren().filter((pid) => !this.spawned.has(pid) && procState(pid) === 'Z');
   }
 
-  /** Reaps every orphan that is a zombie now; returns how many. */
+  /**
+   * Reaps every orphan that is a zombie now; returns how many. Never throws: when /proc cannot
+   * be listed (EMFILE, ENFILE, ENOMEM: no fd for the directory), it tries again in 100 ms.
+   */
   reapNow(): number {
     let n = 0;
-    for (const pid of this.zombies()) {
+    let zombies: number[];
+    try {
+      zombies = this.zombies();
+    } catch {
+      if (!this.retryTimer) {
+        this.retryTimer = setTimeout(() => {
+          this.retryTimer = null;
+          this.reapNow();
+        }, 100);
+        this.retryTimer.unref();
+      }
+      return 0;
+    }
+    for (const pid of zombies) {
       try {
         if (native().reapPid(pid)) n++;
       } catch {

@@ -24,6 +24,14 @@ import { buildReceipt, type ReceiptFacts } from './receipt.js';
 export const ALL_STREAMS: readonly StreamName[] = ['stdout', 'stderr', 'pty'];
 /** First and longest wait between attempts to write a receipt the disk had no room for. */
 export const RECEIPT_RETRY_FIRST_MS = 1000;
+/** Errors a receipt write is retried after (the resource comes back), with what they mean; any other is for good. */
+const TRANSIENT_WRITE_ERRORS: Record<string, string> = {
+  ENOSPC: 'no space in the state dir',
+  EDQUOT: 'over the disk quota of the state dir',
+  EMFILE: 'the supervisor has no file descriptor left (RLIMIT_NOFILE)',
+  ENFILE: 'the system has no file descriptor left',
+  ENOMEM: 'out of kernel memory',
+};
 const RECEIPT_RETRY_MAX_MS = 10_000;
 
 export abstract class Session extends EventEmitter {
@@ -300,9 +308,10 @@ export abstract class Session extends EventEmitter {
 
   /**
    * Makes the receipt durable (into the space reserved at admission: store/receipt-file.ts), then
-   * ends the session. No room (a receipt that outgrew its reservation on a full disk): its
-   * facts go into the reservation in place, the session is unknown meanwhile with the reason,
-   * and the write is tried again with a growing pause until space returns. Anything else
+   * ends the session. No room (a receipt that outgrew its reservation on a full disk), or no
+   * fd or memory left (EMFILE, ENFILE, ENOMEM): its facts go into the reservation in place, the
+   * session is unknown meanwhile with the reason, and the write is tried again with a growing
+   * pause until it succeeds. Anything else
    * already where the receipt goes (a planted link: EEXIST) fails closed: unknown, never
    * written through. One receipt per session: a later writer never unsettles an ended one.
    */
@@ -311,8 +320,9 @@ export abstract class Session extends EventEmitter {
     try {
       writeReceiptFile(this.dir, JSON.stringify(receipt) + '\n');
     } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code;
-      if (code !== 'ENOSPC' && code !== 'EDQUOT') {
+      const code = (err as NodeJS.ErrnoException).code ?? '';
+      const why = TRANSIENT_WRITE_ERRORS[code];
+      if (!why) {
         // For good: nothing is on its way any more (an operator may resolve it).
         this.receiptAwaitingSpace = null;
         this.receiptOnItsWay = false;
@@ -329,7 +339,7 @@ export abstract class Session extends EventEmitter {
         } catch (factsErr) {
           this.ctx.log.warn({ session_id: this.id, code: (factsErr as NodeJS.ErrnoException).code }, 'could not keep the receipt\'s facts in its reservation');
         }
-        this.becomeUnknown(`the receipt could not be written (${code}: no space in the state dir); its facts are kept ${kept} and the write is retried until space returns`);
+        this.becomeUnknown(`the receipt could not be written (${code}: ${why}); its facts are kept ${kept} and the write is retried until ${code === 'ENOSPC' || code === 'EDQUOT' ? 'space returns' : 'it succeeds'}`);
       }
       this.receiptAwaitingSpace = receipt;
       setTimeout(() => this.publish(receipt, endedAt, Math.min(retryMs * 2, RECEIPT_RETRY_MAX_MS)), retryMs).unref();

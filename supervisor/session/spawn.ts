@@ -84,11 +84,23 @@ export class LeaderProcess {
   constructor(spec: LeaderSpec, reaper: Reaper) {
     const n = native();
     const pty = spec.ptySlaveFd;
-    const [stdoutR, stdoutW] = pty === null ? n.makePipe() : [-1, pty];
-    const [stderrR, stderrW] = pty === null ? n.makePipe() : [-1, pty];
-    const [stdinR, stdinW] = spec.stdinPipe && pty === null ? n.makePipe() : [-1, -1];
-    const [reportR, reportW] = n.makePipe();
-    const [argvR, argvPipeW] = n.makePipe();
+    // Every pipe or none: one that fails (EMFILE) closes the ones made before it.
+    const made: number[] = [];
+    const pipe = (): [number, number] => {
+      try {
+        const p = n.makePipe();
+        made.push(...p);
+        return p;
+      } catch (err) {
+        for (const fd of made) closeSync(fd);
+        throw err;
+      }
+    };
+    const [stdoutR, stdoutW] = pty === null ? pipe() : [-1, pty];
+    const [stderrR, stderrW] = pty === null ? pipe() : [-1, pty];
+    const [stdinR, stdinW] = spec.stdinPipe && pty === null ? pipe() : [-1, -1];
+    const [reportR, reportW] = pipe();
+    const [argvR, argvPipeW] = pipe();
     const argv = encodeArgv(spec.argv);
     // -1 once argv is all in the pipe (written before the spawn when it fits: see fillPipe).
     const argvW = fillPipe(argvPipeW, argv) ? -1 : argvPipeW;
@@ -99,7 +111,7 @@ export class LeaderProcess {
     this.holdsSession = pty !== null;
     const tini = spec.subreaper || this.holdsSession;
     if (tini) {
-      [controlR, this.controlFd] = n.makePipe();
+      [controlR, this.controlFd] = pipe();
       fds.push(controlR);
     }
     for (const fd of pty === null ? [stdoutR, stderrR] : []) {

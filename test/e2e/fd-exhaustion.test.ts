@@ -1,0 +1,50 @@
+// A supervisor out of file descriptors (RLIMIT_NOFILE lowered on the running daemon with
+// prlimit(1)): every launch is refused or ends with a receipt (spawn_failed EMFILE), none is
+// left unknown, and no fd is left behind. Before: a pipe made before the one that failed
+// leaked, and a receipt write that hit EMFILE left its session unknown for good.
+import { spawnSync } from 'node:child_process';
+import { readdirSync } from 'node:fs';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { isSupervisorError } from '../../ipc/errors.js';
+import { TestDaemon, until } from '../helpers/daemon.js';
+
+let daemon: TestDaemon;
+beforeAll(async () => {
+  daemon = await new TestDaemon().start();
+});
+afterAll(async () => {
+  spawnSync('prlimit', ['--pid', String(daemon.pid), '--nofile=1024:']);
+  expect(await daemon.stop()).toEqual({ code: 0, signal: null });
+});
+
+const fds = () => readdirSync(`/proc/${daemon.pid}/fd`).length;
+
+it('launches at the fd limit are refused or end with a receipt; nothing is left unknown or open', async () => {
+  const c = await daemon.client();
+  // Warm: the hashing threads and every lazily opened file exist before the limit is lowered.
+  await c.wait({ session_id: (await c.launch({ argv: ['true'], cwd: '/' })).session_id });
+  const base = fds();
+  const seen: string[] = [];
+  for (let extra = 0; extra <= 5; extra++) {
+    expect(spawnSync('prlimit', ['--pid', String(daemon.pid), `--nofile=${base + extra}:`]).status).toBe(0);
+    let session_id: string | null = null;
+    try {
+      session_id = (await c.launch({ argv: ['sh', '-c', 'echo out; echo err >&2'], cwd: '/' })).session_id;
+    } catch (err) {
+      if (!isSupervisorError(err)) throw err;
+      seen.push(`refused ${err.code}`);
+    }
+    if (session_id) {
+      // The limit stays low until the session is settled one way or the other.
+      const row = await until(async () => (await c.ps(true)).sessions.find((s) => s.session_id === session_id && (s.state === 'ended' || (s.state === 'unknown' && !s.receipt_pending))), 'the session to settle', 20_000);
+      expect(spawnSync('prlimit', ['--pid', String(daemon.pid), '--nofile=1024:']).status).toBe(0);
+      const receipt = await c.wait({ session_id });
+      seen.push(`${row.state} ${receipt.outcome} ${receipt.spawn_error?.code ?? ''}`.trim());
+    }
+    expect(spawnSync('prlimit', ['--pid', String(daemon.pid), '--nofile=1024:']).status).toBe(0);
+  }
+  console.log(`fd exhaustion: base ${base} fds; outcomes ${JSON.stringify(seen)}`);
+  for (const s of seen) expect(s).toMatch(/^(refused ADMISSION_DENIED|ended spawn_failed EMFILE|ended exited)$/);
+  expect((await c.ps(true)).sessions.filter((s) => s.state === 'unknown')).toEqual([]);
+  await until(() => fds() === base, `the daemon's fds back to ${base}`);
+});
