@@ -59,7 +59,6 @@ export interface WatchEvent {
   mask: number;
   /** Path relative to the workspace ("" for the root itself), or null when its directory was gone. */
   path: string | null;
-  pid: number;
   /** The writer's cgroup id (decimal), "0" when unknown (reaped before the read: unattributed). */
   cgroup: string;
   /** ms since the epoch when read. */
@@ -67,9 +66,9 @@ export interface WatchEvent {
 }
 
 export type WatchMessage =
-  | { type: 'ready'; marks: { path: string; ok: boolean; code: string | null; message: string | null }[] }
+  | { type: 'ready'; marks: { path: string; ok: boolean; message: string | null }[] }
   | { type: 'failed'; code: string; message: string }
-  | { type: 'batch'; events: WatchEvent[]; barriers: { ws: number; seq: number; name: string }[]; overflowSeq: number | null; readMs: number };
+  | { type: 'batch'; events: WatchEvent[]; barriers: { ws: number; seq: number; name: string }[]; overflowSeq: number | null };
 
 const DIR_CHANGED = FAN.MOVED_FROM | FAN.MOVED_TO | FAN.DELETE | FAN.DELETE_SELF | FAN.MOVE_SELF;
 
@@ -90,11 +89,11 @@ function run(init: WatchWorkerInit): void {
     try {
       n.watchMark(fd, path, init.reportModify);
       mountFds.push(openSync(path, constants.O_RDONLY | constants.O_DIRECTORY));
-      return { path, ok: true, code: null, message: null };
+      return { path, ok: true, message: null };
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       mountFds.push(-1);
-      return { path, ok: false, code: e.code ?? 'EINVAL', message: e.message };
+      return { path, ok: false, message: e.message };
     }
   });
   port.postMessage({ type: 'ready', marks } satisfies WatchMessage);
@@ -145,7 +144,6 @@ function run(init: WatchWorkerInit): void {
     // Let a burst accumulate, unless a barrier is waiting.
     if (Atomics.load(wake, 0) === 0) Atomics.wait(wake, 0, 0, init.batchMs);
     Atomics.store(wake, 0, 0);
-    const t0 = performance.now();
     const events: WatchEvent[] = [];
     const barriers: { ws: number; seq: number; name: string }[] = [];
     let overflowSeq: number | null = null;
@@ -171,11 +169,11 @@ function run(init: WatchWorkerInit): void {
           if (dir === ownDirs[ws] && name.startsWith(BARRIER_FILE)) barriers.push({ ws, seq: ++seq, name });
           continue;
         }
-        events.push({ seq: ++seq, ws, mask: r.mask, path: full === init.paths[ws] ? '' : full.slice(roots[ws].length), pid: r.pid, cgroup: r.cgroup.toString(), atMs });
+        events.push({ seq: ++seq, ws, mask: r.mask, path: full === init.paths[ws] ? '' : full.slice(roots[ws].length), cgroup: r.cgroup.toString(), atMs });
       }
     }
     if (events.length || barriers.length || overflowSeq !== null) {
-      port.postMessage({ type: 'batch', events, barriers, overflowSeq, readMs: performance.now() - t0 } satisfies WatchMessage);
+      port.postMessage({ type: 'batch', events, barriers, overflowSeq } satisfies WatchMessage);
     }
     setImmediate(tick);
   };

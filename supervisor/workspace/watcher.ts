@@ -90,7 +90,8 @@ interface Round {
   waiting: Set<number>;
   /** Workspaces whose barrier waits for a stale one to come back before it is written. */
   unwritten: Set<number>;
-  stamp: Buffer;
+  /** The round's number: the barrier file's times are set to it (seconds). */
+  no: number;
   seqs: (number | null)[];
   done: (r: BarrierResult) => void;
   promise: Promise<BarrierResult>;
@@ -103,7 +104,6 @@ export class WorkspaceWatcher {
   private readonly wake = new SharedArrayBuffer(8);
   private readonly byCgroup = new Map<string, Tracked>();
   private readonly bySession = new Map<string, Tracked>();
-  private seq = 0;
   private listenerGap: string | null = null;
   private round: Round | null = null;
   private next: Promise<BarrierResult> | null = null;
@@ -246,7 +246,6 @@ export class WorkspaceWatcher {
     for (const e of m.events) this.onEvent(e, touched);
     for (const t of touched) t.changes.flush();
     for (const b of m.barriers) this.onBarrier(b.ws, b.seq, b.name);
-    this.seq = Math.max(this.seq, ...m.events.map((e) => e.seq), ...m.barriers.map((b) => b.seq), m.overflowSeq ?? 0);
   }
 
   private onEvent(e: WatchEvent, touched: Set<Tracked>): void {
@@ -278,7 +277,7 @@ export class WorkspaceWatcher {
       // The round that waited for this one writes its own now (a write before would have merged).
       const r = this.round;
       if (r && r.unwritten.delete(ws)) {
-        if (this.writeBarrier(ws, r.stamp)) this.wakeReader();
+        if (this.writeBarrier(ws, r.no)) this.wakeReader();
         else {
           r.waiting.delete(ws);
           if (r.waiting.size === 0) r.done({ ok: true, seqs: r.seqs });
@@ -330,14 +329,13 @@ export class WorkspaceWatcher {
 
   /**
    * Writes workspace i's barrier: futimens(2) of the barrier file, times set to the round's
-   * stamp (an ATTRIB event, in the mask whatever workspace.reportModify says; one event per
+   * number, in seconds (an ATTRIB event, in the mask whatever workspace.reportModify says; one event per
    * barrier). False (logged) when it fails.
    */
-  private writeBarrier(i: number, stamp: Buffer): boolean {
+  private writeBarrier(i: number, roundNo: number): boolean {
     const ws = this.workspaces[i];
     try {
-      const seconds = Number(stamp.readBigUInt64LE(0));
-      futimesSync(ws.barrierFd, seconds, seconds);
+      futimesSync(ws.barrierFd, roundNo, roundNo);
       return true;
     } catch (err) {
       this.options.log.warn({ err, path: ws.path }, 'the barrier write failed');
@@ -362,16 +360,13 @@ export class WorkspaceWatcher {
       const waiting = new Set<number>();
       const unwritten = new Set<number>();
       const seqs: (number | null)[] = this.workspaces.map(() => null);
-      this.roundNo++;
-      const stamp = Buffer.alloc(8);
-      stamp.writeBigUInt64LE(BigInt(this.roundNo));
-      const round: Round = { waiting, unwritten, stamp, seqs, done, promise };
+      const round: Round = { waiting, unwritten, no: ++this.roundNo, seqs, done, promise };
       this.workspaces.forEach((ws, i) => {
         if (ws.unsupported || !this.barrierInPlace(ws)) return;
         if (ws.staleBarriers > 0) {
           waiting.add(i);
           unwritten.add(i);
-        } else if (this.writeBarrier(i, stamp)) waiting.add(i);
+        } else if (this.writeBarrier(i, round.no)) waiting.add(i);
       });
       if (waiting.size === 0 || !this.worker || this.listenerGap) {
         done({ ok: waiting.size === 0 && !this.listenerGap, seqs });
