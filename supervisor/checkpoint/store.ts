@@ -1,0 +1,66 @@
+// Where checkpoints are kept: the store interface every backend implements (local directory,
+// S3), its one error class, and how `checkpoint.store` names one. Owns the contract only; the
+// local store's files are local-store.ts, S3's s3-store.ts (loaded only for an s3:// URL, so
+// the AWS SDK costs nothing otherwise). A checkpoint always writes its objects to the local
+// store first (the scanning thread writes them there, create-once); a remote store is given
+// each object from that local file, then the manifest, then reads them back.
+
+/** Why a store call failed: `missing` (no such object/manifest), `conflict` (a precondition failed: a wrong ETag), `refused` (a planted link, not a regular file), `io` (anything else: the message says). */
+export type StoreErrorCode = 'missing' | 'conflict' | 'refused' | 'io';
+
+export class StoreError extends Error {
+  constructor(readonly code: StoreErrorCode, message: string, readonly key?: string) {
+    super(message);
+    this.name = 'StoreError';
+  }
+}
+
+/** What a manifest write returned, to read that exact version back (S3: the ETag and version id; local: null). */
+export interface WrittenVersion {
+  etag: string | null;
+  versionId: string | null;
+}
+
+/**
+ * A checkpoint store. Keys: objects by lowercase hex SHA-256 of their content; manifests and
+ * published records by the checkpoint id (hex SHA-256 of the manifest's canonical bytes).
+ * Every write is create-once: what is there already is never replaced (and is verified by the
+ * caller's read-back, never trusted). Every read returns the bytes as stored; the caller hashes.
+ */
+export interface CheckpointStore {
+  /** For people and records: an absolute directory, or s3://bucket/prefix. */
+  readonly location: string;
+  /** Stores the object sha256 from a local file holding exactly its bytes (size bytes); stored: false when it was there already. */
+  putObject(sha256: string, file: string, size: number): Promise<{ stored: boolean }>;
+  /** The object's bytes, streamed in order; StoreError missing/refused/io. */
+  readObject(sha256: string): AsyncIterable<Uint8Array>;
+  /** Creates the manifest (its canonical bytes); StoreError conflict if a different one has that id. */
+  putManifest(id: string, bytes: Buffer): Promise<WrittenVersion>;
+  /** The manifest's bytes; with `version` (what putManifest returned) exactly that version (S3: If-Match on the ETag), else StoreError conflict. */
+  readManifest(id: string, version?: WrittenVersion): Promise<Buffer>;
+  /** Creates the published record of id (written only after the read-back); present already: no-op. */
+  putPublished(id: string, bytes: Buffer): Promise<void>;
+  /** The published record's bytes, or null when the checkpoint was never published. */
+  readPublished(id: string): Promise<Buffer | null>;
+  /** Ids of the manifests held (published or not), any order. */
+  listManifests(): Promise<string[]>;
+}
+
+/** `checkpoint.store` parsed: a local directory (absolute) or an S3 bucket and key prefix ('' or ending in '/'). */
+export type StoreUrl = { kind: 'local'; dir: string } | { kind: 's3'; bucket: string; prefix: string };
+
+/** Parses `checkpoint.store`: '' → the local store under the state dir; an absolute path; s3://bucket[/prefix]. Throws Error naming what is wrong. */
+export function parseStoreUrl(value: string, defaultDir: string): StoreUrl {
+  if (value === '') return { kind: 'local', dir: defaultDir };
+  if (value.startsWith('/')) return { kind: 'local', dir: value };
+  const m = /^s3:\/\/([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:\/(.*))?$/.exec(value);
+  if (!m) throw new Error(`checkpoint store ${JSON.stringify(value)}: expected an absolute directory or s3://bucket/prefix (a bucket name of 3-63 lowercase letters, digits, dots, hyphens)`);
+  let prefix = m[2] ?? '';
+  if (prefix !== '' && !prefix.endsWith('/')) prefix += '/';
+  return { kind: 's3', bucket: m[1], prefix };
+}
+
+/** True for a lowercase hex SHA-256. */
+export function isSha256Hex(s: string): boolean {
+  return /^[0-9a-f]{64}$/.test(s);
+}
