@@ -424,16 +424,24 @@ sub('verify')
   .description("check a receipt's signature and, with the state dir, every stored byte it names (works with the supervisor stopped)")
   .argument('<receipt>', 'the receipt as JSON (sbx receipt ID > r.json, or --receipt FILE)')
   .option('--key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
-  .option('--state-dir <dir>', 'also re-read the chunk files there and check cursors and digests')
-  .action(async (file: string, o: { key?: string; stateDir?: string; json?: boolean }) => {
+  .option('--state-dir <dir>', 'also re-read the chunk files (or checkpoint objects) there and check cursors and digests')
+  .option('--store <dir|s3://bucket/prefix>', 'a checkpoint manifest: the store to re-hash its objects from (default with --state-dir: its checkpoints/)')
+  .action(async (file: string, o: { key?: string; stateDir?: string; store?: string; json?: boolean }) => {
     const g = globals(o);
     // Loaded here only: run, the common case, starts faster without it (DESIGN.md 17).
     const { verifyCloseSessions, verifySignature, verifyStoredOutput } = await import('../ipc/verify.js');
     let receipt: Receipt;
+    let bytes: Buffer | null = null;
     try {
-      receipt = JSON.parse(readFileSync(file, 'utf8')) as Receipt;
+      bytes = readFileSync(file);
+      receipt = JSON.parse(bytes.toString('utf8')) as Receipt;
     } catch (err) {
-      fail(`INVALID_ARGUMENT: cannot read the receipt ${file}: ${(err as Error).message}`);
+      if (bytes === null && /^(sha256:)?[0-9a-fA-F]{8,64}$/.test(file)) receipt = { kind: 'checkpoint' } as unknown as Receipt; // a checkpoint id: read from the store
+      else fail(`INVALID_ARGUMENT: cannot read the receipt ${file}: ${(err as Error).message}`);
+    }
+    if ((receipt as unknown as { kind?: string }).kind === 'checkpoint') {
+      const { verifyManifestCommand } = await import('./checkpoints.js');
+      return verifyManifestCommand(file, bytes, { stateDir: o.stateDir ?? defaultStateDir(), store: o.store, key: o.key, json: g.json, withStore: o.stateDir !== undefined || o.store !== undefined });
     }
     const keyFile = o.key ?? join(o.stateDir ?? defaultStateDir(), 'receipt-key.pub');
     let keyPem: string;
@@ -644,6 +652,46 @@ sub('status')
     client.close();
   });
 
+sub('checkpoint')
+  .description('a content-addressed, signed checkpoint of a workspace directory, published once its manifest and every object read back exactly; prints its id (exit 1: published, but paths kept changing: not consistent)')
+  .requiredOption('--workspace <dir>', 'the directory (absolute or relative to here)')
+  .option('--task <task>', 'the task it belongs to')
+  .action(async (o: { workspace: string; task?: string }) => {
+    const g = globals(o);
+    const workspace = resolvePath(o.workspace);
+    // On a terminal, a long one says it is still going (the supervisor answers once it is published).
+    const t0 = Date.now();
+    const ticker = process.stderr.isTTY && !g.json ? setInterval(() => process.stderr.write(`\rsbx: checkpointing ${workspace}: ${((Date.now() - t0) / 1000).toFixed(0)} s`), 1000) : null;
+    const r = await call(g, (c) => c.checkpoint({ workspace, ...(o.task !== undefined ? { task: o.task } : {}) })).finally(() => {
+      if (ticker) {
+        clearInterval(ticker);
+        if (Date.now() - t0 >= 1000) process.stderr.write('\n');
+      }
+    });
+    process.exitCode = r.consistent ? 0 : 1;
+    if (g.json) return printJson(r);
+    process.stdout.write(`${r.checkpoint_id}\n`);
+    const boundary = r.boundary.gap ? `no boundary (gap ${r.boundary.gap})` : `boundary seq ${r.boundary.seq}`;
+    process.stderr.write(
+      `sbx: published to ${r.store}: ${r.scan.entries} entries, ${r.scan.files} files, ${mib(r.scan.bytes)}; ${r.objects.written} new objects (${mib(r.objects.bytes_written)}); ` +
+        `read back ${r.read_back.objects} objects in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms\n`,
+    );
+    if (!r.consistent) process.stderr.write(`sbx: not consistent: ${r.unstable_count} paths changed in every pass (${r.scan.passes}): ${r.unstable.slice(0, 5).join(', ')}\n`);
+  });
+
+sub('restore')
+  .description('materialise a published checkpoint into an empty or new directory, byte for byte, then compare it with the manifest (reads the store directly: works with the supervisor stopped; exit 1 when it differs)')
+  .argument('<checkpoint>', 'checkpoint id (or a unique prefix of 8+ hex digits)')
+  .argument('<dir>', 'an empty or new directory')
+  .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the SPEC path)')
+  .option('--store <dir|s3://bucket/prefix>', 'another store (S3: endpoint and credentials from AWS_* environment variables)')
+  .option('--key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
+  .action(async (id: string, dir: string, o: { stateDir?: string; store?: string; key?: string; json?: boolean }) => {
+    const g = globals(o);
+    const { restoreCommand } = await import('./checkpoints.js');
+    await restoreCommand(id, dir, { stateDir: o.stateDir ?? defaultStateDir(), store: o.store, key: o.key, json: g.json });
+  });
+
 sub('gc')
   .description('apply the retention policy now: old output first, then old receipts (never a running session, never a key)')
   .action(async (o: GlobalOptions) => {
@@ -651,7 +699,11 @@ sub('gc')
     const r = await call(g, (c) => c.gc());
     if (g.json) printJson(r);
     else if (r.closed) process.stdout.write('nothing removed: the state dir is closed (its close receipt keeps every listed receipt verifiable)\n');
-    else process.stdout.write(`removed the output of ${r.removed_output.length} session(s) and ${r.retired.length} whole session(s); ${r.freed_bytes} bytes freed\n`);
+    else {
+      process.stdout.write(`removed the output of ${r.removed_output.length} session(s) and ${r.retired.length} whole session(s); ${r.freed_bytes} bytes freed\n`);
+      const ck = r.checkpoints;
+      if (ck) process.stdout.write(`checkpoints: ${ck.kept_manifests} kept, ${ck.removed_manifests.length} manifest(s) removed, ${ck.removed_objects} unreferenced object(s) removed; ${ck.freed_bytes} bytes freed\n`);
+    }
   });
 
 sub('seal')

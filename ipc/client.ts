@@ -9,6 +9,7 @@ import { defaultSocketPath } from './paths.js';
 import {
   PROTOCOL_VERSIONS,
   type ChangesResult,
+  type CheckpointResult,
   type EndEvent,
   type HelloResult,
   type LaunchParams,
@@ -104,6 +105,15 @@ export class SupervisorClient {
   /** What the session changed in each workspace (attributed events, in order), and what no session claimed meanwhile. */
   changes(selector: SessionSelector): Promise<ChangesResult> {
     return this.request('changes', selector);
+  }
+
+  /**
+   * Takes a checkpoint of a workspace directory (absolute) and resolves once it is published:
+   * its manifest and every object read back and re-hashed (README "Checkpoints"). Errors:
+   * INVALID_ARGUMENT (no such directory, holds the state dir), CHECKPOINT_FAILED (details.stage).
+   */
+  checkpoint(params: { workspace: string; task?: string }): Promise<CheckpointResult> {
+    return this.request('checkpoint', params);
   }
 
   ps(all = false): Promise<{ sessions: SessionSummary[] }> {

@@ -24,6 +24,12 @@ export const ERROR_CODES = {
   INTERNAL: false,
   /** Extension: the session's output was removed by the retention policy (its receipt stays). */
   OUTPUT_REMOVED: false,
+  /**
+   * Extension: a checkpoint was not published (details.stage: scan, store, read_back; details
+   * names the object or path). Nothing was claimed; a retry takes a new checkpoint (a corrupt
+   * local object it found is set aside first, so the retry stores it again).
+   */
+  CHECKPOINT_FAILED: true,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

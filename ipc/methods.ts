@@ -3,6 +3,7 @@
 // Types only (no code): see ipc/PROTOCOL.md for what each method does.
 import type {
   ChangesResult,
+  CheckpointResult,
   CloseReceipt,
   HelloParams,
   HelloResult,
@@ -27,6 +28,8 @@ export interface GcResult {
   retired: string[];
   freed_bytes: number;
   closed?: true;
+  /** The local checkpoint store: unpublished and expired manifests removed, objects no kept manifest names removed. */
+  checkpoints?: { removed_manifests: string[]; removed_objects: number; freed_bytes: number; kept_manifests: number };
 }
 
 /** `seal`: the generation admission was sealed at, and whether it already was. */
@@ -54,6 +57,7 @@ export interface Methods {
   resize: { params: ParamsFor<'resize'>; result: { session_id: string; cols: number; rows: number } };
   resolve: { params: ParamsFor<'resolve'>; result: Receipt };
   changes: { params: SessionSelector; result: ChangesResult };
+  checkpoint: { params: ParamsFor<'checkpoint'>; result: CheckpointResult };
 }
 
 export type MethodName = keyof Methods;

@@ -343,6 +343,35 @@ export interface CloseReceipt {
   signature?: { alg: 'ed25519'; key_id: string; value: string };
 }
 
+/**
+ * `checkpoint`: a checkpoint published (its manifest and every object read back and re-hashed
+ * first; README "Checkpoints"). The manifest itself is in the store, named by checkpoint_id.
+ */
+export interface CheckpointResult {
+  /** Hex SHA-256 of the manifest's canonical bytes (RFC 8785). */
+  checkpoint_id: string;
+  workspace: string;
+  task: string | null;
+  /** The store published to: a directory, or s3://bucket/prefix. */
+  store: string;
+  started_at: string;
+  created_at: string;
+  /** The barrier taken before the scan, or a gap (not_watched, unsupported, listener_restart, barrier_timeout). */
+  boundary: { epoch: string | null; seq: number | null; gap: string | null };
+  scan: { digest: string; entries: number; files: number; bytes: number; passes: number };
+  /** False when paths still changed in the last pass (`unstable`, at most 100 shown, `unstable_count` in all). */
+  consistent: boolean;
+  unstable: string[];
+  unstable_count: number;
+  /** Objects the manifest names; how many and how many bytes this checkpoint wrote (0 for an unchanged tree). */
+  objects: { referenced: number; written: number; bytes_written: number };
+  read_back: { objects: number; bytes: number; ms: number };
+  supervisor: { instance: string; generation: number; boot_id: string; mode: string };
+  duration_ms: number;
+  /** Where the time went: the barrier, the capture thread (hash, store, passes), the manifest (JCS, signature), the store writes, the read-back. */
+  phases_ms: { boundary: number; capture: number; manifest: number; store: number; read_back: number };
+}
+
 /** A session's resource use from its cgroup (receipt `usage`, ps `usage`). */
 export interface SessionUsage {
   cpu_usec?: number;

@@ -65,6 +65,12 @@ export const ParamsSchemas = {
       workspaces: z.array(noNul('workspaces').pipe(z.string().min(1).max(4096).refine((p) => p.startsWith('/'), 'an absolute path'))).max(64).optional(),
     })
     .strict(),
+  checkpoint: z
+    .object({
+      workspace: noNul('workspace').pipe(z.string().min(1).max(4096).refine((p) => p.startsWith('/'), 'an absolute path')),
+      task: key.optional(),
+    })
+    .strict(),
   gc: empty,
   seal: empty,
   status: empty,

@@ -125,6 +125,25 @@ const ConfigSchema = z
       })
       .strict()
       .prefault({}),
+    /** Checkpoints (README "Checkpoints"): where they are kept and the bounds of one. */
+    checkpoint: z
+      .object({
+        /** '' (default): <stateDir>/checkpoints; an absolute directory; or s3://bucket/prefix (objects are written locally first, then to S3). */
+        store: z.string().default(''),
+        /** For an s3:// store; endpoint and credentials otherwise come from the AWS SDK's environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). */
+        s3: z
+          .object({ endpoint: z.string().url().optional(), region: z.string().min(1).optional(), forcePathStyle: z.boolean().optional() })
+          .strict()
+          .prefault({}),
+        /** Walks of one checkpoint at most: the first hashes, each later one checks and re-hashes what moved; past it the paths still moving are `unstable`. */
+        maxPasses: z.number().int().min(2).max(100).default(4),
+        /** A checkpoint's scan fails (scan_timeout) past this, ms. */
+        deadlineMs: z.number().int().min(1).max(24 * 3600 * 1000).default(600_000),
+        /** Manifests made longer ago than this are removed by gc (with what only they reference); 0: kept forever. */
+        maxAgeMs: durationMs.default(0),
+      })
+      .strict()
+      .prefault({}),
   })
   .strict();
 

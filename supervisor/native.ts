@@ -35,6 +35,14 @@ export interface NativeHelpers {
   userByName(name: string): { uid: number; gid: number; name: string; home: string };
   /** getpwuid_r(3) through NSS (uid 0..4294967294): the passwd entry; ENOENT when no entry has that uid. */
   userById(uid: number): { uid: number; gid: number; name: string; home: string };
+  /** mknodat(2): a fifo, socket or device node (mode: type and permission bits; rdev: st_rdev) named name (bytes, no '/') in dirFd; EEXIST when the name is taken (never replaced, never followed). */
+  mknodAt(dirFd: number, name: Buffer, mode: number, rdev: number): void;
+  /** utimensat(2) with AT_SYMLINK_NOFOLLOW of name in dirFd (null: futimens(2) of dirFd): atime and mtime set to sec + nsec, exactly. */
+  setTimesAt(dirFd: number, name: Buffer | null, sec: number, nsec: number): void;
+  /** ioctl(FIFREEZE) of the file system whose mount root fd is open on (ioctl_fifreeze, fs/ioctl.c): writes to it block until thaw; EOPNOTSUPP where unsupported, EBUSY if frozen. */
+  freeze(fd: number): void;
+  /** ioctl(FITHAW): undoes freeze; EINVAL when it was not frozen. */
+  thaw(fd: number): void;
   /** getgrnam_r(3) through NSS: the gid; ENOENT when there is no such group. */
   groupByName(name: string): number;
   /** Calls callback once, from the event loop, when fd is writable, hung up or in error (the next write says which); returns cancel(), idempotent. Watches a dup of fd. */

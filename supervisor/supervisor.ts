@@ -14,6 +14,7 @@ import type { CloseReceipt, LaunchParams, LaunchResult, Receipt, SessionSelector
 import { keyRecordName, STATE } from '../ipc/state-layout.js';
 import { admit } from './admission.js';
 import { CgroupTree } from './cgroup.js';
+import { Checkpoints } from './checkpoint/checkpoint.js';
 import { Closing } from './close.js';
 import type { Config } from './config.js';
 import { faultPoint } from './fault.js';
@@ -48,6 +49,8 @@ export class Supervisor {
   private readonly closing: Closing;
   private readonly retention: Retention;
   private readonly statusReporter: StatusReporter;
+  /** Checkpoints of workspaces and their store (checkpoint/checkpoint.ts). */
+  readonly checkpoints: Checkpoints;
 
   /** `lock`: this state dir's flock, held for the supervisor's life. */
   private constructor(readonly config: Config, readonly log: Logger, readonly ctx: SessionContext, readonly lock: StateDirLock) {
@@ -69,6 +72,8 @@ export class Supervisor {
       sealRecord: () => this.closing.seal,
     });
     ctx.storage.onBelowKeepFree = () => this.retention.keepFree();
+    this.checkpoints = new Checkpoints({ config, log, identity: ctx.identity, signer: ctx.signer, watcher: ctx.watcher });
+    this.checkpoints.recover();
     this.restore();
   }
 
@@ -196,9 +201,11 @@ export class Supervisor {
     return this.closing.close(() => [...this.sessions.values()], timeoutMs, workspaces);
   }
 
-  /** Applies the retention policy now (sbx gc). */
-  gc(nowMs = Date.now()): GcResult {
-    return this.retention.gc(nowMs);
+  /** Applies the retention policy now (sbx gc): sessions' output and receipts, then the checkpoint store's unreferenced objects. */
+  async gc(nowMs = Date.now()): Promise<GcResult> {
+    const result = this.retention.gc(nowMs);
+    if (result.closed) return result; // an archive: nothing is removed
+    return { ...result, checkpoints: await this.checkpoints.gc(nowMs) };
   }
 
   /** Runs retention every retention.intervalMs (0: never by itself). */

@@ -584,6 +584,83 @@ static napi_value watch_handle_path_fn(napi_env env, napi_callback_info info) {
   return out;
 }
 
+/* mknodAt(dirFd, name: Buffer, mode, rdev): a fifo, socket or device node named name in dirFd. */
+static napi_value mknod_at_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  size_t argc = get_args(env, info, argv, 4);
+  int32_t dirfd, mode;
+  bool is_buffer = false;
+  void *data = NULL;
+  size_t len = 0;
+  double dev = 0;
+  if (int_arg(env, argv, argc, 0, &dirfd) != 0 || argc < 4 || napi_is_buffer(env, argv[1], &is_buffer) != napi_ok || !is_buffer ||
+      napi_get_buffer_info(env, argv[1], &data, &len) != napi_ok || len == 0 || len > 255 || memchr(data, 0, len) || memchr(data, '/', len) ||
+      int_arg(env, argv, argc, 2, &mode) != 0 || napi_get_value_double(env, argv[3], &dev) != napi_ok || dev < 0) {
+    napi_throw_type_error(env, "EINVAL", "mknodAt(dirFd, name, mode, rdev): an fd, a name of 1-255 bytes without '/' or NUL, a mode and a device number expected");
+    return NULL;
+  }
+  char name[256];
+  memcpy(name, data, len);
+  name[len] = '\0';
+  int r = sys_mknodat(dirfd, name, (uint32_t)mode, (uint64_t)dev);
+  if (r < 0) return throw_errno(env, r, "mknodat");
+  return make_null(env);
+}
+
+/* setTimesAt(dirFd, name: Buffer | null, sec, nsec): atime and mtime of name in dirFd (or of dirFd itself), to the ns, never through a link. */
+static napi_value set_times_at_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  size_t argc = get_args(env, info, argv, 4);
+  int32_t dirfd;
+  bool is_buffer = false;
+  void *data = NULL;
+  size_t len = 0;
+  double sec = 0, nsec = 0;
+  napi_valuetype t = napi_undefined;
+  if (int_arg(env, argv, argc, 0, &dirfd) != 0 || argc < 4 || napi_typeof(env, argv[1], &t) != napi_ok ||
+      (t != napi_null && (napi_is_buffer(env, argv[1], &is_buffer) != napi_ok || !is_buffer || napi_get_buffer_info(env, argv[1], &data, &len) != napi_ok ||
+                          len == 0 || len > 255 || memchr(data, 0, len) || memchr(data, '/', len))) ||
+      napi_get_value_double(env, argv[2], &sec) != napi_ok || napi_get_value_double(env, argv[3], &nsec) != napi_ok) {
+    napi_throw_type_error(env, "EINVAL", "setTimesAt(dirFd, name | null, sec, nsec): an fd, a name of 1-255 bytes without '/' or NUL (or null), seconds and nanoseconds expected");
+    return NULL;
+  }
+  char name[256];
+  if (t != napi_null) {
+    memcpy(name, data, len);
+    name[len] = '\0';
+  }
+  int r = sys_set_times_at(dirfd, t == napi_null ? NULL : name, (int64_t)sec, (long)nsec);
+  if (r < 0) return throw_errno(env, r, t == napi_null ? "futimens" : "utimensat");
+  return make_null(env);
+}
+
+/* freeze(fd) / thaw(fd): FIFREEZE / FITHAW of the file system fd is on (fd: its mount root). */
+static napi_value freeze_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t argc = get_args(env, info, argv, 1);
+  int32_t fd;
+  if (int_arg(env, argv, argc, 0, &fd) != 0) {
+    napi_throw_type_error(env, "EINVAL", "freeze(fd): an fd expected");
+    return NULL;
+  }
+  int r = sys_freeze(fd);
+  if (r < 0) return throw_errno(env, r, "ioctl(FIFREEZE)");
+  return make_null(env);
+}
+
+static napi_value thaw_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t argc = get_args(env, info, argv, 1);
+  int32_t fd;
+  if (int_arg(env, argv, argc, 0, &fd) != 0) {
+    napi_throw_type_error(env, "EINVAL", "thaw(fd): an fd expected");
+    return NULL;
+  }
+  int r = sys_thaw(fd);
+  if (r < 0) return throw_errno(env, r, "ioctl(FITHAW)");
+  return make_null(env);
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"setChildSubreaper", NULL, set_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
@@ -605,6 +682,10 @@ static napi_value init(napi_env env, napi_value exports) {
     {"watchPoll", NULL, watch_poll_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchRead", NULL, watch_read_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchHandlePath", NULL, watch_handle_path_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"mknodAt", NULL, mknod_at_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"setTimesAt", NULL, set_times_at_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"freeze", NULL, freeze_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"thaw", NULL, thaw_fn, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof props / sizeof props[0], props) != napi_ok) return NULL;
   return exports;

@@ -14,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <linux/fs.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -183,4 +186,24 @@ int sys_getgrnam(const char *name, uint32_t *gid) {
     if (err == ERANGE && size < MAX_LOOKUP_BYTES) continue;
     return -err;
   }
+}
+
+int sys_mknodat(int dirfd, const char *name, uint32_t mode, uint64_t dev) {
+  if (strchr(name, '/') || name[0] == '\0') return -EINVAL;
+  return mknodat(dirfd, name, (mode_t)mode, (dev_t)dev) == 0 ? 0 : -errno;
+}
+
+int sys_freeze(int fd) {
+  return ioctl(fd, FIFREEZE, 0) == 0 ? 0 : -errno;
+}
+
+int sys_thaw(int fd) {
+  return ioctl(fd, FITHAW, 0) == 0 ? 0 : -errno;
+}
+
+int sys_set_times_at(int dirfd, const char *name, int64_t sec, long nsec) {
+  struct timespec ts[2] = {{.tv_sec = (time_t)sec, .tv_nsec = nsec}, {.tv_sec = (time_t)sec, .tv_nsec = nsec}};
+  if (nsec < 0 || nsec > 999999999) return -EINVAL;
+  int r = name ? utimensat(dirfd, name, ts, AT_SYMLINK_NOFOLLOW) : futimens(dirfd, ts);
+  return r == 0 ? 0 : -errno;
 }

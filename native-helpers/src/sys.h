@@ -88,4 +88,14 @@ void sys_user_free(struct sys_user *user);
 /* getgrnam_r through NSS: 0 (*gid filled) | -ENOENT no entry | -errno. */
 int sys_getgrnam(const char *name, uint32_t *gid);
 
+/* mknodat(2) of one name (no '/') in dirfd: a fifo, socket or device node; 0 | -errno. */
+int sys_mknodat(int dirfd, const char *name, uint32_t mode, uint64_t dev);
+
+/* utimensat(2) / futimens(2): atime and mtime set to sec.nsec, exactly; name NULL: dirfd itself; never follows a link. 0 | -errno. */
+int sys_set_times_at(int dirfd, const char *name, int64_t sec, long nsec);
+
+/* ioctl FIFREEZE / FITHAW on an fd of the file system's mount root (ioctl_fifreeze? see fs/ioctl.c): 0 | -errno. */
+int sys_freeze(int fd);
+int sys_thaw(int fd);
+
 #endif

@@ -39,6 +39,8 @@ export interface WalkEntry {
   ino: bigint;
   mtimeNs: bigint;
   ctimeNs: bigint;
+  /** st_rdev: the device a char/block special file names (0 for other types). */
+  rdev: bigint;
   /** A symlink's target, bytes as stored (readlink, never resolved); null for any other type. */
   linkTarget: Buffer | null;
   /** The fd of the directory that holds the entry; valid only until the walk is resumed (see entryPath). */
@@ -214,6 +216,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         ino: st.ino,
         mtimeNs: st.mtimeNs,
         ctimeNs: st.ctimeNs,
+        rdev: st.rdev,
         linkTarget,
         dirFd: dir.fd,
       };

@@ -426,6 +426,24 @@ export class WorkspaceWatcher {
     return entries;
   }
 
+  /**
+   * The mutation boundary of a checkpoint of path, taken before its scan: a barrier round's
+   * sequence for that workspace (every write closed before now is ordered before it, so a scan
+   * started after sees it), or a gap and why: not_watched (path is no watched workspace),
+   * unsupported, listener_restart, barrier_timeout. Never rejects.
+   */
+  async boundary(path: string): Promise<{ epoch: string | null; seq: number | null; gap: null | 'not_watched' | 'unsupported' | 'listener_restart' | 'barrier_timeout' }> {
+    const i = this.workspaces.findIndex((w) => w.path === path);
+    if (i < 0) return { epoch: null, seq: null, gap: 'not_watched' };
+    await this.ready;
+    const result = await this.barrier();
+    const ws = this.workspaces[i];
+    if (ws.unsupported) return { epoch: this.epoch, seq: null, gap: 'unsupported' };
+    if (this.listenerGap) return { epoch: this.epoch, seq: null, gap: 'listener_restart' };
+    if (!result.ok || result.seqs[i] === null) return { epoch: this.epoch, seq: null, gap: 'barrier_timeout' };
+    return { epoch: this.epoch, seq: result.seqs[i], gap: null };
+  }
+
   /** Entries for a session settled after a restart: its events were another listener's. */
   async restartEntries(): Promise<WorkspaceEntry[]> {
     return Promise.all(

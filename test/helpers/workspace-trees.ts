@@ -91,3 +91,64 @@ export function pythonCloseDigest(dir: string): { digest: string; files: number;
   const [digest, files, total, entries] = run(['python3', '-c', PY_DIGEST, dir]).trim().split(' ');
   return { digest, files: Number(files), total_bytes: Number(total), entries: Number(entries) };
 }
+
+const PY_LISTING = String.raw`
+import hashlib, json, os, stat, sys
+sys.setrecursionlimit(100000)  # os.fwalk recurses once per level
+root = os.fsencode(sys.argv[1])
+skip = [os.fsencode(n) for n in sys.argv[2:]]
+out = []
+kinds = [(stat.S_ISREG, 'file'), (stat.S_ISDIR, 'dir'), (stat.S_ISLNK, 'symlink'), (stat.S_ISFIFO, 'fifo'), (stat.S_ISSOCK, 'socket'), (stat.S_ISCHR, 'char'), (stat.S_ISBLK, 'block')]
+for dirpath, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
+    rel = os.path.relpath(dirpath, root)
+    if rel == b'.':
+        dirnames[:] = [d for d in dirnames if d not in skip]
+    for name in dirnames + filenames:
+        st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+        t = next(k for f, k in kinds if f(st.st_mode))
+        path = name if rel == b'.' else rel + b'/' + name
+        e = {'path': path.hex(), 'type': t, 'mode': st.st_mode & 0o7777, 'uid': st.st_uid, 'gid': st.st_gid, 'size': 0, 'mtime_ns': str(st.st_mtime_ns)}
+        if t == 'file':
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dirfd)
+            h = hashlib.sha256()
+            n = 0
+            while True:
+                b = os.read(fd, 1 << 20)
+                if not b:
+                    break
+                h.update(b)
+                n += len(b)
+            os.close(fd)
+            e['size'] = n
+            e['sha256'] = h.hexdigest()
+        elif t == 'symlink':
+            target = os.readlink(name, dir_fd=dirfd)
+            e['target'] = target.hex()
+            e['size'] = len(target)
+        elif t in ('char', 'block'):
+            e['rdev'] = st.st_rdev
+        out.append(e)
+out.sort(key=lambda e: bytes.fromhex(e['path']))
+json.dump(out, sys.stdout)
+`;
+
+/** One entry as python3 sees it (os.fwalk, lstat; a file's bytes hashed), path and target as hex of their bytes. */
+export interface ListedEntry {
+  path: string;
+  type: string;
+  mode: number;
+  uid: number;
+  gid: number;
+  size: number;
+  mtime_ns: string;
+  sha256?: string;
+  target?: string;
+  rdev?: number;
+}
+
+/** Every entry under dir (not dir itself; top-level names in skip left out), sorted by path bytes: computed by python3, independently of the supervisor. */
+export function pythonTreeListing(dir: string, skip: string[] = []): ListedEntry[] {
+  const r = spawnSync('python3', ['-c', PY_LISTING, dir, ...skip], { encoding: 'utf8', maxBuffer: 1 << 30 });
+  if (r.status !== 0) throw new Error(`python3 listing of ${dir}: exit ${r.status}: ${r.stderr}`);
+  return JSON.parse(r.stdout) as ListedEntry[];
+}

@@ -4,6 +4,7 @@ import type { MethodName } from '../../../ipc/methods.js';
 import type { Handler } from '../handler.js';
 import { cancel } from './cancel.js';
 import { changes } from './changes.js';
+import { checkpoint } from './checkpoint.js';
 import { close } from './close.js';
 import { gc } from './gc.js';
 import { kill } from './kill.js';
@@ -34,4 +35,5 @@ export const HANDLERS: { [M in Exclude<MethodName, 'hello'>]: Handler<M> } = {
   resize,
   resolve,
   changes,
+  checkpoint,
 };

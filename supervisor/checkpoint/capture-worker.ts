@@ -1,0 +1,341 @@
+// The checkpoint's thread (worker_threads, one per checkpoint step): `capture` walks a workspace
+// (walk.ts: directory fds, no link followed), hashes each regular file and stores its object in
+// the local store create-once (local-store.ts), then walks again comparing each entry's type,
+// size, mode, owner, mtime, ctime and inode with what was captured, re-capturing what moved,
+// until a whole pass sees nothing move (or the bound: those paths are `unstable`); `rehash`
+// re-reads and re-hashes objects (the read-back). Owns those loops; not the manifest
+// (manifest.ts) or publication (checkpoint.ts). Blocking by design: never on the event loop.
+//
+// Why a still pass proves a consistent state: every entry was unchanged from its capture (in an
+// earlier pass) to its check (in the last one), and every such interval contains the instant
+// between the two passes, so at that instant the tree was exactly what was captured.
+import { createHash } from 'node:crypto';
+import { appendFileSync, closeSync, constants, fstatSync, openSync, readSync, type BigIntStats } from 'node:fs';
+import { parentPort, workerData } from 'node:worker_threads';
+import { faultPoint } from '../fault.js';
+import { writeAll } from '../store/durable.js';
+import { entryPath, ScanError, walkTree, type EntryType, type WalkEntry } from '../workspace/walk.js';
+import { LocalStoreFiles } from './local-store.js';
+import { StoreError } from './store.js';
+
+export interface CaptureRequest {
+  kind: 'capture';
+  root: string;
+  storeDir: string;
+  skipTopLevel: string[];
+  deadlineMs?: number;
+  startHrNs: bigint;
+  /** Walks at most: the first captures, each later one checks (and re-captures what moved). At least 2. */
+  maxPasses: number;
+}
+
+/** One captured entry: what the manifest records, and the stat signature the next pass compares. */
+export interface CapturedEntry {
+  path: Buffer;
+  type: Exclude<EntryType, 'unknown'>;
+  mode: number;
+  uid: number;
+  gid: number;
+  /** A file: the bytes stored (what sha256 covers); a symlink: its target's length; others 0. */
+  size: number;
+  mtimeNs: bigint;
+  sha256?: string;
+  target?: Buffer;
+  rdev?: number;
+  /** type, size, mode, owner, mtime, ctime, inode, rdev as seen before the content was read. */
+  sig: string;
+  /** The file changed while it was read (its stat before and after differ). */
+  moved?: boolean;
+}
+
+export interface CaptureResult {
+  entries: CapturedEntry[];
+  /** Paths that still changed in the last pass (moved, appeared or went). Empty: consistent. */
+  unstable: Buffer[];
+  passes: number;
+  files: number;
+  bytes: number;
+  objectsWritten: number;
+  bytesWritten: number;
+  bytesHashed: number;
+}
+
+export interface RehashRequest {
+  kind: 'rehash';
+  storeDir: string;
+  /** [sha256, size] of each object to read back. */
+  objects: [string, number][];
+}
+
+export interface RehashResult {
+  objects: number;
+  bytes: number;
+  problems: { sha256: string; problem: string }[];
+}
+
+export type CheckpointWorkerRequest = CaptureRequest | RehashRequest;
+export type WorkerReply<T> = { ok: true; result: T } | { ok: false; code: string; message: string };
+/** Sent now and then while a step runs. */
+export interface WorkerProgress {
+  progress: { pass: number; entries: number; bytesHashed: number };
+}
+
+/** Files up to this size are read whole into one buffer: hashed and stored from the same bytes. */
+const SMALL_FILE_BYTES = 4 << 20;
+const BLOCK_BYTES = 1 << 20;
+/** Reads of one file before it counts as moved for this pass. */
+const FILE_ATTEMPTS = 3;
+const PROGRESS_EVERY_MS = 250;
+const OPEN_FILE = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK | constants.O_NOCTTY;
+
+const small = Buffer.allocUnsafe(SMALL_FILE_BYTES + 1);
+const block = Buffer.allocUnsafe(BLOCK_BYTES);
+
+function sigOf(type: string, st: { size: bigint; mode: number | bigint; uid: number | bigint; gid: number | bigint; mtimeNs: bigint; ctimeNs: bigint; ino: bigint; rdev: bigint }, target?: Buffer): string {
+  return `${type}:${st.size}:${st.mode}:${st.uid}:${st.gid}:${st.mtimeNs}:${st.ctimeNs}:${st.ino}:${st.rdev}:${target ? target.toString('hex') : ''}`;
+}
+
+function sameStat(a: BigIntStats, b: BigIntStats): boolean {
+  return a.size === b.size && a.mtimeNs === b.mtimeNs && a.ctimeNs === b.ctimeNs && a.ino === b.ino && a.mode === b.mode;
+}
+
+class Capture {
+  objectsWritten = 0;
+  bytesWritten = 0;
+  bytesHashed = 0;
+  private lastProgress = Date.now();
+
+  constructor(private readonly store: LocalStoreFiles, private readonly progress: (p: WorkerProgress['progress']) => void) {}
+
+  tick(pass: number, entries: number): void {
+    const now = Date.now();
+    if (now - this.lastProgress < PROGRESS_EVERY_MS) return;
+    this.lastProgress = now;
+    this.progress({ pass, entries, bytesHashed: this.bytesHashed });
+  }
+
+  /** The entry captured now; null when it went (or changed type) since the walk saw it. */
+  entry(e: WalkEntry): CapturedEntry | null {
+    const type = e.type === 'unknown' ? null : e.type;
+    if (type === null) return null;
+    const base = { path: e.path, type, mode: e.mode & 0o7777, uid: e.uid, gid: e.gid, mtimeNs: e.mtimeNs };
+    if (type === 'symlink') {
+      const target = e.linkTarget ?? Buffer.alloc(0);
+      return { ...base, size: target.length, target, sig: sigOf(type, e, target) };
+    }
+    if (type === 'char' || type === 'block') return { ...base, size: 0, rdev: Number(e.rdev), sig: sigOf(type, e) };
+    if (type !== 'file') return { ...base, size: 0, sig: sigOf(type, e) };
+    return this.file(e);
+  }
+
+  private file(e: WalkEntry): CapturedEntry | null {
+    let fd: number;
+    try {
+      fd = openSync(entryPath(e.dirFd, e.name), OPEN_FILE);
+    } catch (err) {
+      const c = (err as NodeJS.ErrnoException).code;
+      if (c === 'ENOENT' || c === 'ELOOP' || c === 'ENXIO') return null; // went, or is now a link or a fifo: the next pass sees it as it is
+      throw err;
+    }
+    try {
+      let last: CapturedEntry | null = null;
+      for (let attempt = 1; attempt <= FILE_ATTEMPTS; attempt++) {
+        const before = fstatSync(fd, { bigint: true });
+        if (!before.isFile()) return null;
+        const got = before.size <= BigInt(SMALL_FILE_BYTES) ? this.smallFile(fd) : this.largeFile(fd);
+        const after = fstatSync(fd, { bigint: true });
+        const moved = !got.consistent || !sameStat(before, after) || BigInt(got.size) !== before.size;
+        last = {
+          path: e.path,
+          type: 'file',
+          mode: Number(before.mode) & 0o7777,
+          uid: Number(before.uid),
+          gid: Number(before.gid),
+          mtimeNs: before.mtimeNs,
+          size: got.size,
+          sha256: got.sha256,
+          sig: sigOf('file', before),
+          ...(moved ? { moved: true } : {}),
+        };
+        if (!moved) return last;
+      }
+      return last;
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  /** Reads the whole file into one buffer, hashes it, stores those bytes when the object is absent. */
+  private smallFile(fd: number): { sha256: string; size: number; consistent: boolean } {
+    let n = 0;
+    while (n < small.length) {
+      const r = readSync(fd, small, n, small.length - n, n);
+      if (r === 0) break;
+      n += r;
+    }
+    const bytes = small.subarray(0, Math.min(n, SMALL_FILE_BYTES));
+    const sha256 = createHash('sha256').update(bytes).digest('hex');
+    this.bytesHashed += bytes.length;
+    if (!this.store.hasObject(sha256) && this.store.createObject(sha256, (out) => writeAll(out, bytes))) this.wrote(bytes.length);
+    return { sha256, size: bytes.length, consistent: n <= SMALL_FILE_BYTES };
+  }
+
+  /**
+   * A file too big for one buffer: hashed in blocks; when its object is absent, copied into
+   * the store hashing what is written (the object's name is the copy's digest, so the stored
+   * bytes always match their name); a copy whose digest differs from the first read moved.
+   */
+  private largeFile(fd: number): { sha256: string; size: number; consistent: boolean } {
+    const hash = createHash('sha256');
+    let pos = 0;
+    for (;;) {
+      const r = readSync(fd, block, 0, BLOCK_BYTES, pos);
+      if (r === 0) break;
+      hash.update(block.subarray(0, r));
+      pos += r;
+    }
+    this.bytesHashed += pos;
+    const first = hash.digest('hex');
+    if (this.store.hasObject(first)) return { sha256: first, size: pos, consistent: true };
+    let copied = 0;
+    const made = this.store.createObjectHashed((out) => {
+      const h = createHash('sha256');
+      for (;;) {
+        const r = readSync(fd, block, 0, BLOCK_BYTES, copied);
+        if (r === 0) break;
+        h.update(block.subarray(0, r));
+        writeAll(out, block.subarray(0, r));
+        copied += r;
+      }
+      return h.digest('hex');
+    })!;
+    this.bytesHashed += copied;
+    if (made.stored) this.wrote(copied);
+    return { sha256: made.sha256, size: copied, consistent: made.sha256 === first };
+  }
+
+  private wrote(bytes: number): void {
+    this.objectsWritten++;
+    this.bytesWritten += bytes;
+    // A crash point after each object written (the crash tests name one: checkpoint:object@N).
+    faultPoint('checkpoint:object');
+  }
+}
+
+/**
+ * Test hook (only tests set it): SBX_TEST_CHECKPOINT_TOUCH=NAME[@N] appends one byte to
+ * <root>/NAME before passes 2..N+1 (default: every later pass), so a test can make a file
+ * change between passes exactly, instead of hoping a writer's timing lands there.
+ */
+function testTouch(root: string, pass: number): void {
+  const spec = process.env.SBX_TEST_CHECKPOINT_TOUCH;
+  if (!spec) return;
+  const at = spec.lastIndexOf('@');
+  const name = at > 0 ? spec.slice(0, at) : spec;
+  const times = at > 0 ? Number(spec.slice(at + 1)) : Infinity;
+  if (pass - 1 <= times) appendFileSync(`${root}/${name}`, 'x');
+}
+
+/** Runs a capture in this thread (blocking). Throws ScanError / StoreError / errno errors. */
+export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['progress']) => void = () => {}): CaptureResult {
+  const store = LocalStoreFiles.open(req.storeDir, { create: true });
+  try {
+    const cap = new Capture(store, progress);
+    let prev = new Map<string, CapturedEntry>();
+    let entries: CapturedEntry[] = [];
+    let changed: Buffer[] = [];
+    let pass = 0;
+    const maxPasses = Math.max(2, req.maxPasses);
+    while (pass < maxPasses) {
+      pass++;
+      if (pass > 1) testTouch(req.root, pass);
+      const current: CapturedEntry[] = [];
+      const seen = new Set<string>();
+      changed = [];
+      for (const e of walkTree(req.root, { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs, skipTopLevel: req.skipTopLevel })) {
+        const key = e.path.toString('latin1');
+        seen.add(key);
+        const old = prev.get(key);
+        const sig = e.type === 'symlink' ? sigOf('symlink', e, e.linkTarget ?? Buffer.alloc(0)) : sigOf(e.type, e);
+        if (old && !old.moved && old.sig === sig) {
+          current.push(old);
+          continue;
+        }
+        const c = cap.entry(e);
+        if (pass > 1 || c === null || c.moved) changed.push(e.path);
+        if (c) current.push(c);
+        cap.tick(pass, current.length);
+      }
+      if (pass > 1) for (const k of prev.keys()) if (!seen.has(k)) changed.push(Buffer.from(k, 'latin1'));
+      entries = current;
+      prev = new Map(current.map((c) => [c.path.toString('latin1'), c]));
+      if (pass > 1 && changed.length === 0) break;
+    }
+    store.syncObjects();
+    let files = 0;
+    let bytes = 0;
+    for (const e of entries) {
+      if (e.type !== 'file') continue;
+      files++;
+      bytes += e.size;
+    }
+    return { entries, unstable: changed, passes: pass, files, bytes, objectsWritten: cap.objectsWritten, bytesWritten: cap.bytesWritten, bytesHashed: cap.bytesHashed };
+  } finally {
+    store.close();
+  }
+}
+
+/** Re-reads and re-hashes each object (blocking); what differs is a problem naming the object, never thrown. */
+export function runRehash(req: RehashRequest): RehashResult {
+  const store = LocalStoreFiles.open(req.storeDir, { create: false });
+  const problems: RehashResult['problems'] = [];
+  let bytes = 0;
+  try {
+    for (const [sha256, size] of req.objects) {
+      let opened: { fd: number; size: number };
+      try {
+        opened = store.openObject(sha256);
+      } catch (err) {
+        problems.push({ sha256, problem: err instanceof StoreError ? err.message : `object ${sha256}: ${(err as Error).message}` });
+        continue;
+      }
+      try {
+        const hash = createHash('sha256');
+        let pos = 0;
+        for (;;) {
+          const r = readSync(opened.fd, block, 0, BLOCK_BYTES, pos);
+          if (r === 0) break;
+          hash.update(block.subarray(0, r));
+          pos += r;
+        }
+        bytes += pos;
+        const got = hash.digest('hex');
+        if (got !== sha256) problems.push({ sha256, problem: `object ${sha256} reads back as ${got} (${pos} bytes): its bytes changed in the store` });
+        else if (pos !== size) problems.push({ sha256, problem: `object ${sha256} holds ${pos} bytes, the manifest says ${size}` });
+      } finally {
+        closeSync(opened.fd);
+      }
+    }
+  } finally {
+    store.close();
+  }
+  return { objects: req.objects.length, bytes, problems };
+}
+
+function reply(err: unknown): WorkerReply<never> {
+  if (err instanceof ScanError) return { ok: false, code: err.code, message: err.message };
+  if (err instanceof StoreError) return { ok: false, code: `store_${err.code}`, message: err.message };
+  const e = err as NodeJS.ErrnoException;
+  return { ok: false, code: e.code ?? 'checkpoint_failed', message: e.message };
+}
+
+if (parentPort && workerData && (workerData as { checkpointWorker?: boolean }).checkpointWorker) {
+  const port = parentPort;
+  const req = workerData as CheckpointWorkerRequest;
+  try {
+    const result = req.kind === 'capture' ? runCapture(req, (progress) => port.postMessage({ progress })) : runRehash(req);
+    port.postMessage({ ok: true, result });
+  } catch (err) {
+    port.postMessage(reply(err));
+  }
+}

@@ -1,0 +1,399 @@
+// Taking and publishing checkpoints (README "Checkpoints"), one at a time per supervisor:
+// the boundary first (a watcher barrier), then the capture in a thread (objects stored
+// create-once in the local store), the manifest last (JCS, signed, id = its SHA-256), then
+// the read-back (the manifest by id: digest, canonical form, signature; every object re-read
+// and re-hashed), and only then the signed published record. Where a checkpoint is decided
+// published; also the store's recovery at start and its gc. Not the format (manifest.ts), the
+// scan (capture-worker.ts) or the files (local-store.ts, s3-store.ts).
+import { createHash } from 'node:crypto';
+import { closeSync, lstatSync, mkdirSync, realpathSync, renameSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { SupervisorError } from '../../ipc/errors.js';
+import type { GcResult } from '../../ipc/methods.js';
+import type { CheckpointResult } from '../../ipc/protocol.js';
+import { jcs } from '../../ipc/verify.js';
+import type { Config } from '../config.js';
+import { faultPoint } from '../fault.js';
+import type { ReceiptSigner } from '../signing.js';
+import { fsDecode, nameText } from '../workspace/names.js';
+import { entryPath } from '../workspace/walk.js';
+import { OWN_DIR } from '../workspace/watch-worker.js';
+import type { WorkspaceWatcher } from '../workspace/watcher.js';
+import { runInWorker } from './capture.js';
+import { LocalStore, objectKey } from './local-store.js';
+import { checkManifest, manifestBytes, manifestObjects, scanDigest, toManifestEntry, showEntryPath, type CheckpointBoundary, type Manifest, type ManifestEntry, type PublishedRecord, type RuntimeFence } from './manifest.js';
+import { type CheckpointStore, parseStoreUrl, StoreError } from './store.js';
+
+export interface CheckpointDeps {
+  config: Config;
+  log: Logger;
+  identity: { instance: string; generation: number; bootId: string; mode: string };
+  signer: ReceiptSigner;
+  watcher: WorkspaceWatcher;
+}
+
+/** Unstable paths a result shows (the manifest lists them all). */
+const SHOWN_UNSTABLE = 100;
+
+/** The local store's directory for a config: checkpoint.store when it is a directory, else <stateDir>/checkpoints. */
+export function localStoreDir(config: Config): string {
+  const url = parseStoreUrl(config.checkpoint.store, join(config.stateDir, 'checkpoints'));
+  return url.kind === 'local' ? url.dir : join(config.stateDir, 'checkpoints');
+}
+
+function failed(stage: 'scan' | 'store' | 'read_back', message: string, details: Record<string, unknown> = {}): SupervisorError {
+  return new SupervisorError('CHECKPOINT_FAILED', message, { stage, ...details });
+}
+
+/** The checkpoints of one supervisor: its local store, an optional remote one, and the one-at-a-time queue. */
+export class Checkpoints {
+  readonly local: LocalStore;
+  private remote: Promise<CheckpointStore> | null = null;
+  private chain: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly deps: CheckpointDeps) {
+    this.local = new LocalStore(localStoreDir(deps.config), true);
+  }
+
+  /** Where checkpoints are published: the local directory or s3://bucket/prefix. */
+  get location(): string {
+    const url = parseStoreUrl(this.deps.config.checkpoint.store, this.local.dir);
+    return url.kind === 's3' ? `s3://${url.bucket}/${url.prefix}` : this.local.dir;
+  }
+
+  private remoteStore(): Promise<CheckpointStore> | null {
+    const url = parseStoreUrl(this.deps.config.checkpoint.store, this.local.dir);
+    if (url.kind !== 's3') return null;
+    // Loaded only for an s3:// store: the AWS SDK costs nothing otherwise.
+    const module = './s3-store.js';
+    this.remote ??= (import(module) as Promise<{ S3Store: new (u: typeof url, o: Config['checkpoint']['s3']) => CheckpointStore }>).then(({ S3Store }) => new S3Store(url, this.deps.config.checkpoint.s3));
+    return this.remote;
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.chain.then(fn, fn);
+    this.chain = run.catch(() => {});
+    return run;
+  }
+
+  private get fence(): RuntimeFence {
+    const { instance, generation, bootId, mode } = this.deps.identity;
+    return { instance, generation, boot_id: bootId, mode };
+  }
+
+  /**
+   * At start: temp files of a checkpoint that did not finish are removed, and so are
+   * manifests never published (written, but their read-back did not complete: they claim
+   * nothing, and no later run may publish what another generation wrote). Logs what it did.
+   */
+  recover(): void {
+    let fs;
+    try {
+      fs = this.local.fs;
+    } catch (err) {
+      this.deps.log.error({ err, store: this.local.dir }, 'the checkpoint store cannot be opened; checkpoints will fail until it can');
+      return;
+    }
+    for (const name of fs.list(fs.tmpFd)) fs.remove(fs.tmpFd, name);
+    const unpublished = this.unpublished();
+    for (const id of unpublished) fs.remove(fs.manifestsFd, `${id}.json`);
+    if (unpublished.length) this.deps.log.warn({ manifests: unpublished }, 'removed checkpoint manifests whose read-back never completed (a crash mid-checkpoint): they were never published');
+  }
+
+  private unpublished(): string[] {
+    const fs = this.local.fs;
+    const published = new Set(fs.list(fs.publishedFd));
+    return fs
+      .list(fs.manifestsFd)
+      .filter((n) => /^[0-9a-f]{64}\.json$/.test(n) && !published.has(n))
+      .map((n) => n.slice(0, 64));
+  }
+
+  /** Takes, stores, reads back and publishes one checkpoint (queued behind any other). SupervisorError INVALID_ARGUMENT, CHECKPOINT_FAILED. */
+  checkpoint(workspace: string, task: string | null): Promise<CheckpointResult> {
+    return this.serial(() => this.take(workspace, task));
+  }
+
+  /** The workspace as walked: its real path, a directory, holding neither the state dir nor the store. */
+  private checkWorkspace(path: string): string {
+    let real: string;
+    try {
+      real = realpathSync(path);
+      if (!statSync(real).isDirectory()) throw Object.assign(new Error(`${path} is not a directory`), { code: 'ENOTDIR' });
+    } catch (err) {
+      throw new SupervisorError('INVALID_ARGUMENT', `checkpoint: workspace ${path}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'does not exist' : (err as Error).message}`, { field: 'workspace' });
+    }
+    const inside = (a: string, b: string) => a === b || a.startsWith(b.endsWith('/') ? b : b + '/');
+    for (const [what, dir] of [['state dir', this.deps.config.stateDir], ['checkpoint store', this.local.dir]]) {
+      let d = dir;
+      try {
+        d = realpathSync(dir);
+      } catch {
+        // not made yet
+      }
+      if (inside(d, real)) throw new SupervisorError('INVALID_ARGUMENT', `checkpoint: the ${what} ${dir} is inside workspace ${path}: a checkpoint would hold itself`, { field: 'workspace' });
+      if (inside(real, d)) throw new SupervisorError('INVALID_ARGUMENT', `checkpoint: workspace ${path} is inside the ${what} ${dir}`, { field: 'workspace' });
+    }
+    return real;
+  }
+
+  private async take(workspaceArg: string, task: string | null): Promise<CheckpointResult> {
+    const t0 = performance.now();
+    const { config, log, signer } = this.deps;
+    const workspace = this.checkWorkspace(workspaceArg);
+    const startedAt = new Date().toISOString();
+    // 1. The boundary, before anything is read: every write closed before it is seen by the scan.
+    const boundary: CheckpointBoundary = await this.deps.watcher.boundary(workspace);
+    const tBoundary = performance.now();
+    // 2-3. Capture: hash, store, and pass again until still (or the bound).
+    const captured = await runInWorker({
+      kind: 'capture',
+      root: workspace,
+      storeDir: this.local.dir,
+      skipTopLevel: [OWN_DIR],
+      deadlineMs: config.checkpoint.deadlineMs,
+      startHrNs: process.hrtime.bigint(),
+      maxPasses: config.checkpoint.maxPasses,
+    });
+    if (!captured.ok) {
+      const stage = captured.code.startsWith('store_') ? 'store' : 'scan';
+      throw failed(stage, `checkpoint of ${workspace} failed (${stage}): ${captured.message}`, { code: captured.code });
+    }
+    const cap = captured.result;
+    const tCapture = performance.now();
+    const entries = cap.entries.map(toManifestEntry);
+    const unstable = cap.unstable.map((p) => nameText(fsDecode(Buffer.from(p))));
+    // 4. The manifest, last.
+    const manifest = signer.sign<Manifest>({
+      version: 1,
+      kind: 'checkpoint',
+      workspace,
+      task,
+      started_at: startedAt,
+      created_at: new Date().toISOString(),
+      boundary,
+      scan: { digest: scanDigest(entries), entries: entries.length, files: cap.files, bytes: cap.bytes, passes: cap.passes },
+      consistent: unstable.length === 0,
+      unstable,
+      supervisor: this.fence,
+      entries,
+    });
+    const { bytes, id } = manifestBytes(manifest);
+    const objects = manifestObjects(manifest);
+    const tManifest = performance.now();
+    faultPoint('checkpoint:before-manifest');
+    const remote = this.remoteStore();
+    let store: CheckpointStore = this.local;
+    let version;
+    try {
+      await this.local.putManifest(id, bytes);
+      if (remote) {
+        store = await remote;
+        for (const [sha, size] of objects) await store.putObject(sha, join(this.local.dir, objectKey(sha)), size);
+        version = await store.putManifest(id, bytes);
+      }
+    } catch (err) {
+      throw failed('store', `checkpoint of ${workspace}: writing to ${store.location} failed: ${(err as Error).message}`, err instanceof StoreError && err.key ? { key: err.key } : {});
+    }
+    const tStore = performance.now();
+    faultPoint('checkpoint:after-manifest');
+    // 5. Read back: the manifest by id, then every object, re-hashed. Only then published.
+    const rb0 = performance.now();
+    let readBack = { objects: objects.size, bytes: [...objects.values()].reduce((a, b) => a + b, 0) };
+    try {
+      await this.readBackLocal(id, manifest);
+      if (remote) readBack = await this.readBackRemote(store, id, version, manifest);
+    } catch (err) {
+      // Never published: the local manifest goes at once (it claims nothing; gc would remove it too).
+      const fs = this.local.fs;
+      fs.remove(fs.manifestsFd, `${id}.json`);
+      throw err;
+    }
+    const readBackMs = Math.round(performance.now() - rb0);
+    faultPoint('checkpoint:after-read-back');
+    const record = signer.sign<PublishedRecord>({
+      version: 1,
+      kind: 'checkpoint_published',
+      checkpoint_id: id,
+      workspace,
+      task,
+      boundary,
+      read_back: { at: new Date().toISOString(), objects: readBack.objects, bytes: readBack.bytes, ms: readBackMs },
+      supervisor: this.fence,
+    });
+    const recordBytes = Buffer.from(jcs(record));
+    try {
+      if (remote) await store.putPublished(id, recordBytes);
+      await this.local.putPublished(id, recordBytes);
+    } catch (err) {
+      throw failed('store', `checkpoint ${id}: the published record could not be written to ${store.location}: ${(err as Error).message}`);
+    }
+    const result: CheckpointResult = {
+      checkpoint_id: id,
+      workspace,
+      task,
+      store: this.location,
+      started_at: startedAt,
+      created_at: manifest.created_at,
+      boundary,
+      scan: manifest.scan,
+      consistent: manifest.consistent,
+      unstable: unstable.slice(0, SHOWN_UNSTABLE),
+      unstable_count: unstable.length,
+      objects: { referenced: objects.size, written: cap.objectsWritten, bytes_written: cap.bytesWritten },
+      read_back: { objects: readBack.objects, bytes: readBack.bytes, ms: readBackMs },
+      supervisor: this.fence,
+      duration_ms: Math.round(performance.now() - t0),
+      phases_ms: {
+        boundary: Math.round(tBoundary - t0),
+        capture: Math.round(tCapture - tBoundary),
+        manifest: Math.round(tManifest - tCapture),
+        store: Math.round(tStore - tManifest),
+        read_back: readBackMs,
+      },
+    };
+    log.info({ checkpoint_id: id, workspace, task, entries: entries.length, bytes: cap.bytes, written: cap.objectsWritten, passes: cap.passes, unstable: unstable.length, boundary, ms: result.duration_ms }, 'checkpoint published');
+    return result;
+  }
+
+  /** The paths of entries that use an object, for an error message. */
+  private pathsOf(manifest: Manifest, sha256: string): string[] {
+    return manifest.entries.filter((e) => e.sha256 === sha256 || e.chunks?.some((c) => c.sha256 === sha256)).slice(0, 3).map(showEntryPath);
+  }
+
+  private async readBackLocal(id: string, written: Manifest): Promise<void> {
+    const bytes = await this.local.readManifest(id).catch((err: Error) => {
+      throw failed('read_back', `checkpoint ${id}: the manifest cannot be read back from ${this.local.dir}: ${err.message}`);
+    });
+    const check = checkManifest(bytes, { expectId: id, publicKeyPem: this.deps.signer.publicKeyPem });
+    if (check.problems.length) throw failed('read_back', `checkpoint ${id}: the manifest read back from ${this.local.dir} is not the one written: ${check.problems.join('; ')}`);
+    const objects = manifestObjects(check.manifest!);
+    const reply = await runInWorker({ kind: 'rehash', storeDir: this.local.dir, objects: [...objects] });
+    if (!reply.ok) throw failed('read_back', `checkpoint ${id}: the read-back failed: ${reply.message}`);
+    const problems = reply.result.problems;
+    if (problems.length === 0) return;
+    // A bad object is set aside, so that the retry stores it afresh (create-once never replaces).
+    for (const p of problems) this.setAside(p.sha256);
+    const first = problems[0];
+    throw failed('read_back', `checkpoint ${id} not published: ${first.problem} (used by ${this.pathsOf(written, first.sha256).join(', ')})${problems.length > 1 ? `; and ${problems.length - 1} more objects` : ''}; set aside, a retry stores them again`, {
+      object: first.sha256,
+      paths: this.pathsOf(written, first.sha256),
+      objects: problems.map((p) => p.sha256),
+    });
+  }
+
+  /** Moves what sits at an object's name (a corrupt file, a planted link: never followed) into quarantine/. */
+  private setAside(sha256: string): void {
+    const fs = this.local.fs;
+    try {
+      const q = join(this.local.dir, 'quarantine');
+      mkdirSync(q, { recursive: true, mode: 0o700 });
+      const fan = fs.fanDir(sha256.slice(0, 2));
+      try {
+        const from = entryPath(fan, Buffer.from(sha256));
+        lstatSync(from);
+        renameSync(from, join(q, `${sha256}.${Date.now()}`));
+      } finally {
+        closeSync(fan);
+      }
+      this.deps.log.error({ object: sha256, quarantine: q }, 'a checkpoint object failed its read-back: set aside');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT' && !(err instanceof StoreError)) this.deps.log.error({ err, object: sha256 }, 'a bad checkpoint object could not be set aside');
+    }
+  }
+
+  private async readBackRemote(store: CheckpointStore, id: string, version: Awaited<ReturnType<CheckpointStore['putManifest']>> | undefined, written: Manifest): Promise<{ objects: number; bytes: number }> {
+    let bytes: Buffer;
+    try {
+      bytes = await store.readManifest(id, version);
+    } catch (err) {
+      throw failed('read_back', `checkpoint ${id}: the manifest cannot be read back from ${store.location}: ${(err as Error).message}`);
+    }
+    const check = checkManifest(bytes, { expectId: id, publicKeyPem: this.deps.signer.publicKeyPem });
+    if (check.problems.length) throw failed('read_back', `checkpoint ${id}: the manifest read back from ${store.location} is not the one written: ${check.problems.join('; ')}`);
+    let total = 0;
+    const objects = manifestObjects(check.manifest!);
+    for (const [sha, size] of objects) {
+      const hash = createHash('sha256');
+      let n = 0;
+      try {
+        for await (const chunk of store.readObject(sha)) {
+          hash.update(chunk);
+          n += chunk.length;
+        }
+      } catch (err) {
+        throw failed('read_back', `checkpoint ${id} not published: object ${sha} cannot be read back from ${store.location}: ${(err as Error).message} (used by ${this.pathsOf(written, sha).join(', ')})`, { object: sha });
+      }
+      const got = hash.digest('hex');
+      if (got !== sha || n !== size) {
+        throw failed('read_back', `checkpoint ${id} not published: object ${sha} reads back from ${store.location} as ${got} (${n} bytes, ${size} expected) (used by ${this.pathsOf(written, sha).join(', ')})`, { object: sha });
+      }
+      total += n;
+    }
+    return { objects: objects.size, bytes: total };
+  }
+
+  /**
+   * The local store's gc (sbx gc), queued behind any checkpoint: manifests never published and
+   * manifests past checkpoint.maxAgeMs go (published record first), then every object no kept
+   * manifest names, then temp files. A manifest that cannot be read keeps every object.
+   */
+  gc(nowMs = Date.now()): Promise<NonNullable<GcResult['checkpoints']>> {
+    return this.serial(async () => {
+      const fs = this.local.fs;
+      const removed: string[] = [];
+      const maxAgeMs = this.deps.config.checkpoint.maxAgeMs;
+      for (const id of this.unpublished()) {
+        fs.remove(fs.manifestsFd, `${id}.json`);
+        removed.push(id);
+      }
+      const referenced = new Set<string>();
+      let unreadable = false;
+      let kept = 0;
+      for (const id of await this.local.listManifests()) {
+        const bytes = fs.readRecord(fs.manifestsFd, `${id}.json`);
+        const { manifest } = bytes ? checkManifest(bytes) : { manifest: null };
+        if (!manifest) {
+          unreadable = true;
+          this.deps.log.error({ manifest: id }, 'gc: a checkpoint manifest cannot be read; no object is removed');
+          continue;
+        }
+        if (maxAgeMs > 0 && nowMs - Date.parse(manifest.created_at) > maxAgeMs) {
+          fs.remove(fs.publishedFd, `${id}.json`);
+          fs.remove(fs.manifestsFd, `${id}.json`);
+          removed.push(id);
+          continue;
+        }
+        kept++;
+        for (const sha of manifestObjects(manifest).keys()) referenced.add(sha);
+      }
+      let removedObjects = 0;
+      let freed = 0;
+      if (!unreadable) {
+        for (const fan of fs.fanNames()) {
+          const fanFd = fs.fanDir(fan);
+          try {
+            for (const name of fs.list(fanFd)) {
+              if (referenced.has(name)) continue;
+              const p = entryPath(fanFd, Buffer.from(name));
+              try {
+                freed += lstatSync(p).size;
+              } catch {
+                continue;
+              }
+              fs.remove(fanFd, name);
+              removedObjects++;
+            }
+          } finally {
+            closeSync(fanFd);
+          }
+        }
+      }
+      for (const name of fs.list(fs.tmpFd)) fs.remove(fs.tmpFd, name);
+      if (removed.length || removedObjects) this.deps.log.info({ removed_manifests: removed.length, removed_objects: removedObjects, freed_bytes: freed }, 'checkpoint gc');
+      return { removed_manifests: removed, removed_objects: removedObjects, freed_bytes: freed, kept_manifests: kept };
+    });
+  }
+}
+

@@ -1,0 +1,361 @@
+// The local checkpoint store (default <state>/checkpoints, docs/STATE.md): objects/<aa>/<sha256>,
+// manifests/<id>.json, published/<id>.json, tmp/. Owns its files and their create-once writes
+// (temp O_EXCL|O_NOFOLLOW in tmp/, fsync, link(2) into place: EEXIST means it is there already
+// and is never replaced; directory fsync); everything is reached through directory fds opened
+// O_NOFOLLOW, so a link planted in the store is refused, never followed. Synchronous primitives
+// (LocalStoreFiles: the scanning thread and sbx restore use them) and the async CheckpointStore.
+// See open(2) O_EXCL/O_NOFOLLOW, link(2), fsync(2), path_resolution(7).
+import { randomBytes } from 'node:crypto';
+import { closeSync, constants, fstatSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, unlinkSync } from 'node:fs';
+import { writeAll } from '../store/durable.js';
+import { entryPath, openDirAt } from '../workspace/walk.js';
+import { type CheckpointStore, isSha256Hex, StoreError, type WrittenVersion } from './store.js';
+
+export const STORE_DIRS = { objects: 'objects', manifests: 'manifests', published: 'published', tmp: 'tmp' } as const;
+
+const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
+const OPEN_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+/** Objects, manifests and records are read-only once written. */
+export const STORED_MODE = 0o444;
+
+function code(err: unknown): string | undefined {
+  return (err as NodeJS.ErrnoException).code;
+}
+
+/** The relative name of an object in the store. */
+export function objectKey(sha256: string): string {
+  return `${STORE_DIRS.objects}/${sha256.slice(0, 2)}/${sha256}`;
+}
+
+/** Opens (making it, when create) the directory name in dirFd, never through a link; StoreError refused for a link or another type. */
+function dirAt(dirFd: number, name: string, create: boolean, what: string): number {
+  const b = Buffer.from(name);
+  try {
+    return openDirAt(dirFd, b);
+  } catch (err) {
+    if (code(err) === 'ENOENT' && create) {
+      try {
+        mkdirSync(entryPath(dirFd, b), 0o700);
+      } catch (e) {
+        if (code(e) !== 'EEXIST') throw e;
+      }
+      return dirAt(dirFd, name, false, what);
+    }
+    if (code(err) === 'ENOTDIR' || code(err) === 'ELOOP') throw new StoreError('refused', `${what}: not a directory (a link or another file is there; the store never follows one)`, name);
+    if (code(err) === 'ENOENT') throw new StoreError('missing', `${what}: no such directory`, name);
+    throw err;
+  }
+}
+
+/**
+ * Fds to one local store's directories, for one thread's synchronous use; close() when done.
+ * Throws StoreError refused (a link where a directory should be), missing (no store and not
+ * create), or the errno Error.
+ */
+export class LocalStoreFiles {
+  private readonly fanFds = new Map<string, number>();
+  private readonly dirty = new Set<number>();
+
+  private constructor(readonly dir: string, readonly rootFd: number, readonly objectsFd: number, readonly manifestsFd: number, readonly publishedFd: number, readonly tmpFd: number) {}
+
+  static open(dir: string, options: { create: boolean }): LocalStoreFiles {
+    if (options.create) mkdirSync(dir, { recursive: true, mode: 0o700 });
+    let rootFd: number;
+    try {
+      rootFd = openSync(dir, OPEN_DIR);
+    } catch (err) {
+      if (code(err) === 'ENOENT') throw new StoreError('missing', `no checkpoint store at ${dir}`);
+      if (code(err) === 'ENOTDIR' || code(err) === 'ELOOP') throw new StoreError('refused', `the checkpoint store ${dir} is not a directory (or is a link: never followed)`);
+      throw err;
+    }
+    const fds: number[] = [];
+    try {
+      for (const name of [STORE_DIRS.objects, STORE_DIRS.manifests, STORE_DIRS.published, STORE_DIRS.tmp]) fds.push(dirAt(rootFd, name, options.create, `${dir}/${name}`));
+    } catch (err) {
+      for (const fd of [rootFd, ...fds]) closeSync(fd);
+      throw err;
+    }
+    return new LocalStoreFiles(dir, rootFd, fds[0], fds[1], fds[2], fds[3]);
+  }
+
+  close(): void {
+    for (const fd of this.fanFds.values()) closeSync(fd);
+    this.fanFds.clear();
+    for (const fd of [this.rootFd, this.objectsFd, this.manifestsFd, this.publishedFd, this.tmpFd]) closeSync(fd);
+  }
+
+  private fan(sha256: string, create: boolean): number {
+    const name = sha256.slice(0, 2);
+    let fd = this.fanFds.get(name);
+    if (fd === undefined) {
+      fd = dirAt(this.objectsFd, name, create, `${this.dir}/${STORE_DIRS.objects}/${name}`);
+      this.fanFds.set(name, fd);
+    }
+    return fd;
+  }
+
+  /**
+   * True when something is at the object's name: the object, or what only looks like it (a
+   * damaged file, a planted link). Either way it is never replaced; the read-back re-hashes
+   * it (openObject, O_NOFOLLOW) before any manifest naming it is published.
+   */
+  hasObject(sha256: string): boolean {
+    if (!isSha256Hex(sha256)) throw new StoreError('refused', `not a SHA-256: ${JSON.stringify(sha256)}`);
+    let fd: number;
+    try {
+      fd = this.fan(sha256, false);
+    } catch (err) {
+      if (err instanceof StoreError && err.code === 'missing') return false;
+      throw err;
+    }
+    try {
+      lstatSync(entryPath(fd, Buffer.from(sha256)));
+      return true;
+    } catch (err) {
+      if (code(err) === 'ENOENT') return false;
+      throw err;
+    }
+  }
+
+  /**
+   * Creates the object sha256 from what write(fd) writes to a fresh temp file (fsync'ed, mode
+   * 0444, linked into place). Returns false (the temp removed) when it was there already.
+   * The caller has hashed exactly the bytes it writes.
+   */
+  createObject(sha256: string, write: (fd: number) => void): boolean {
+    if (!isSha256Hex(sha256)) throw new StoreError('refused', `not a SHA-256: ${JSON.stringify(sha256)}`);
+    const fanFd = this.fan(sha256, true);
+    const stored = this.createAt(fanFd, sha256, write);
+    if (stored) this.dirty.add(fanFd);
+    return stored;
+  }
+
+  /**
+   * Creates an object from what write(fd) writes to a fresh temp file; write returns the hex
+   * SHA-256 of exactly the bytes it wrote (so the name is known only at the end: a copy
+   * hashed as it is written), or null to abandon it (the temp removed). Returns the digest and
+   * whether it was stored (false: there already).
+   */
+  createObjectHashed(write: (fd: number) => string | null): { sha256: string; stored: boolean } | null {
+    let sha: string | null = null;
+    const tmp = this.writeTemp('object', (fd) => (sha = write(fd)));
+    if (sha === null) {
+      unlinkSync(tmp);
+      return null;
+    }
+    const sha256: string = sha;
+    try {
+      const fanFd = this.fan(sha256, true);
+      const stored = this.linkTemp(tmp, fanFd, sha256);
+      if (stored) this.dirty.add(fanFd);
+      return { sha256, stored };
+    } finally {
+      unlinkSync(tmp);
+    }
+  }
+
+  /** fsync of every object directory written to since the last call: after it, every object created is durable. */
+  syncObjects(): void {
+    for (const fd of this.dirty) fsyncSync(fd);
+    this.dirty.clear();
+  }
+
+  /** Opens the object for reading (O_NOFOLLOW: a planted link is refused); StoreError missing/refused. Returns the fd and its size. */
+  openObject(sha256: string): { fd: number; size: number } {
+    if (!isSha256Hex(sha256)) throw new StoreError('refused', `not a SHA-256: ${JSON.stringify(sha256)}`);
+    const key = objectKey(sha256);
+    let fanFd: number;
+    try {
+      fanFd = this.fan(sha256, false);
+    } catch (err) {
+      if (err instanceof StoreError && err.code === 'missing') throw new StoreError('missing', `object ${sha256} is missing from ${this.dir}`, key);
+      throw err;
+    }
+    let fd: number;
+    try {
+      fd = openSync(entryPath(fanFd, Buffer.from(sha256)), OPEN_READ);
+    } catch (err) {
+      if (code(err) === 'ENOENT') throw new StoreError('missing', `object ${sha256} is missing from ${this.dir}`, key);
+      if (code(err) === 'ELOOP') throw new StoreError('refused', `${this.dir}/${key} is a symlink (planted; never followed)`, key);
+      throw err;
+    }
+    const st = fstatSync(fd);
+    if (!st.isFile()) {
+      closeSync(fd);
+      throw new StoreError('refused', `${this.dir}/${key} is not a regular file`, key);
+    }
+    return { fd, size: st.size };
+  }
+
+  /** Creates name in dirFd (manifests or published) holding bytes, create-once, durable; false when it was there already. */
+  createRecord(dirFd: number, name: string, bytes: Buffer): boolean {
+    const stored = this.createAt(dirFd, name, (fd) => writeAll(fd, bytes));
+    if (stored) fsyncSync(dirFd);
+    return stored;
+  }
+
+  /** The bytes of name in dirFd (O_NOFOLLOW), or null when absent; StoreError refused for a link or non-file. */
+  readRecord(dirFd: number, name: string): Buffer | null {
+    let fd: number;
+    try {
+      fd = openSync(entryPath(dirFd, Buffer.from(name)), OPEN_READ);
+    } catch (err) {
+      if (code(err) === 'ENOENT') return null;
+      if (code(err) === 'ELOOP') throw new StoreError('refused', `${this.dir}: ${name} is a symlink (planted; never followed)`, name);
+      throw err;
+    }
+    try {
+      const st = fstatSync(fd);
+      if (!st.isFile()) throw new StoreError('refused', `${this.dir}: ${name} is not a regular file`, name);
+      return readFd(fd, st.size);
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  /** Names in a directory of the store. */
+  list(dirFd: number): string[] {
+    return readdirSync(`/proc/self/fd/${dirFd}`);
+  }
+
+  /** Removes name from dirFd (no error when already gone). */
+  remove(dirFd: number, name: string): void {
+    try {
+      unlinkSync(entryPath(dirFd, Buffer.from(name)));
+    } catch (err) {
+      if (code(err) !== 'ENOENT') throw err;
+    }
+  }
+
+  /** The object fan directory names (two hex digits) and, for one, its object names. */
+  fanNames(): string[] {
+    return this.list(this.objectsFd).filter((n) => /^[0-9a-f]{2}$/.test(n));
+  }
+
+  fanDir(name: string): number {
+    return dirAt(this.objectsFd, name, false, `${this.dir}/${STORE_DIRS.objects}/${name}`);
+  }
+
+  private createAt(dirFd: number, name: string, write: (fd: number) => void): boolean {
+    const tmp = this.writeTemp(name.slice(0, 16), write);
+    try {
+      return this.linkTemp(tmp, dirFd, name);
+    } finally {
+      unlinkSync(tmp);
+    }
+  }
+
+  /** A fresh temp file in tmp/ (O_EXCL|O_NOFOLLOW, 0444) holding what write wrote, fsync'ed; its path (through the tmp fd). */
+  private writeTemp(stem: string, write: (fd: number) => void): Buffer {
+    const tmpPath = entryPath(this.tmpFd, Buffer.from(`${stem}.${randomBytes(8).toString('hex')}.tmp`));
+    const fd = openSync(tmpPath, CREATE, STORED_MODE);
+    try {
+      write(fd);
+      fsyncSync(fd);
+    } catch (err) {
+      closeSync(fd);
+      unlinkSync(tmpPath);
+      throw err;
+    }
+    closeSync(fd);
+    return tmpPath;
+  }
+
+  /** link(2) of the temp to name in dirFd: true when made, false when the name exists (never replaced). */
+  private linkTemp(tmpPath: Buffer, dirFd: number, name: string): boolean {
+    try {
+      linkSync(tmpPath, entryPath(dirFd, Buffer.from(name)));
+      return true;
+    } catch (err) {
+      if (code(err) === 'EEXIST') return false;
+      throw err;
+    }
+  }
+}
+
+/** Reads exactly size bytes from fd from offset 0 (fewer if it ends sooner). */
+function readFd(fd: number, size: number): Buffer {
+  const buf = Buffer.allocUnsafe(size);
+  let off = 0;
+  while (off < size) {
+    const n = readSync(fd, buf, off, size - off, off);
+    if (n === 0) break;
+    off += n;
+  }
+  return buf.subarray(0, off);
+}
+
+/** Bytes read from an object at a time. */
+const READ_BLOCK = 1 << 20;
+
+/** The local store as a CheckpointStore (for the supervisor's orchestration and sbx restore). Objects are written by the scanning thread, so putObject only checks they are there. */
+export class LocalStore implements CheckpointStore {
+  readonly location: string;
+  private files: LocalStoreFiles | null = null;
+
+  constructor(readonly dir: string, private readonly create: boolean) {
+    this.location = dir;
+  }
+
+  /** The store's fds, opened on first use (StoreError missing when there is no store and create is false). */
+  get fs(): LocalStoreFiles {
+    this.files ??= LocalStoreFiles.open(this.dir, { create: this.create });
+    return this.files;
+  }
+
+  close(): void {
+    this.files?.close();
+    this.files = null;
+  }
+
+  async putObject(sha256: string): Promise<{ stored: boolean }> {
+    if (!this.fs.hasObject(sha256)) throw new StoreError('missing', `object ${sha256} was not written to ${this.dir}`, objectKey(sha256));
+    return { stored: false };
+  }
+
+  async *readObject(sha256: string): AsyncIterable<Uint8Array> {
+    const { fd } = this.fs.openObject(sha256);
+    try {
+      for (let pos = 0; ; ) {
+        const buf = Buffer.allocUnsafe(READ_BLOCK);
+        const n = readSync(fd, buf, 0, READ_BLOCK, pos);
+        if (n === 0) return;
+        pos += n;
+        yield buf.subarray(0, n);
+      }
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  async putManifest(id: string, bytes: Buffer): Promise<WrittenVersion> {
+    const name = `${id}.json`;
+    if (!this.fs.createRecord(this.fs.manifestsFd, name, bytes)) {
+      const there = this.fs.readRecord(this.fs.manifestsFd, name);
+      if (!there || !there.equals(bytes)) throw new StoreError('conflict', `${this.dir}/manifests/${name} exists with other bytes`, name);
+    }
+    return { etag: null, versionId: null };
+  }
+
+  async readManifest(id: string): Promise<Buffer> {
+    const bytes = this.fs.readRecord(this.fs.manifestsFd, `${id}.json`);
+    if (!bytes) throw new StoreError('missing', `no manifest ${id} in ${this.dir}`, `manifests/${id}.json`);
+    return bytes;
+  }
+
+  async putPublished(id: string, bytes: Buffer): Promise<void> {
+    this.fs.createRecord(this.fs.publishedFd, `${id}.json`, bytes);
+  }
+
+  async readPublished(id: string): Promise<Buffer | null> {
+    return this.fs.readRecord(this.fs.publishedFd, `${id}.json`);
+  }
+
+  async listManifests(): Promise<string[]> {
+    return this.fs
+      .list(this.fs.manifestsFd)
+      .filter((n) => /^[0-9a-f]{64}\.json$/.test(n))
+      .map((n) => n.slice(0, 64));
+  }
+}

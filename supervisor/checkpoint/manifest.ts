@@ -1,0 +1,234 @@
+// The checkpoint manifest (format v1, README "Checkpoints"): its entries, its canonical bytes
+// (RFC 8785 JCS), its id (SHA-256 of those bytes), the scan digest, the published record, and
+// the checks any reader makes of them (id, JCS round trip, signature, digest, counts). Owns the
+// format; not the scan (capture-worker.ts), the store (store.ts) or the restore (restore.ts).
+// Signature as a receipt's (SPEC "Receipt"): Ed25519 over the JCS of all but `signature`.
+import { createHash } from 'node:crypto';
+import { isUtf8 } from 'node:buffer';
+import type { Receipt } from '../../ipc/protocol.js';
+import { jcs, verifySignature } from '../../ipc/verify.js';
+import type { EntryType } from '../workspace/walk.js';
+
+/**
+ * One entry. `path` is the relative path ('/'-separated) when its bytes are UTF-8, else
+ * `path_b64` (base64 of the bytes); a symlink's `target` / `target_b64` the same. A regular
+ * file has `sha256` (one object holding all its bytes) or, in a later writer, `chunks` (objects
+ * whose concatenation is the file); a reader takes either. `mode` is the permission bits with
+ * set-user-ID, set-group-ID and sticky (st_mode & 07777); `size` the file's bytes (a symlink: its
+ * target's length; others 0); `mtime_ns` decimal nanoseconds; `rdev` for char/block devices.
+ */
+export interface ManifestEntry {
+  path?: string;
+  path_b64?: string;
+  type: Exclude<EntryType, 'unknown'>;
+  mode: number;
+  uid: number;
+  gid: number;
+  size: number;
+  mtime_ns: string;
+  sha256?: string;
+  chunks?: { sha256: string; size: number }[];
+  target?: string;
+  target_b64?: string;
+  rdev?: number;
+}
+
+/** The mutation boundary a checkpoint covers: the barrier's (epoch, seq) written before the scan, or a gap and why. */
+export interface CheckpointBoundary {
+  epoch: string | null;
+  seq: number | null;
+  gap: null | 'not_watched' | 'unsupported' | 'listener_restart' | 'barrier_timeout';
+}
+
+/** The runtime fence: which supervisor run wrote it. */
+export interface RuntimeFence {
+  instance: string;
+  generation: number;
+  boot_id: string;
+  mode: string;
+}
+
+export interface Manifest {
+  version: 1;
+  kind: 'checkpoint';
+  /** The workspace directory, absolute (as given, resolved). */
+  workspace: string;
+  task: string | null;
+  /** When the boundary was taken (ISO-8601 UTC, ms) and when the manifest was made. */
+  started_at: string;
+  created_at: string;
+  boundary: CheckpointBoundary;
+  scan: {
+    /** "sha256:" + hex SHA-256 of the JCS of `entries`. */
+    digest: string;
+    entries: number;
+    files: number;
+    /** Sum of the regular files' sizes. */
+    bytes: number;
+    /** Walks made: the first hashes, each later one compares (type, size, mode, owner, mtime, ctime) and re-hashes what moved. */
+    passes: number;
+  };
+  /** False when `unstable` is not empty: those paths changed in every pass, so no pass saw the whole tree still. */
+  consistent: boolean;
+  unstable: string[];
+  supervisor: RuntimeFence;
+  entries: ManifestEntry[];
+  signature?: { alg: 'ed25519'; key_id: string; value: string };
+}
+
+/** Written after the read-back, never before: the claim that the checkpoint id reads back exactly. Signed. */
+export interface PublishedRecord {
+  version: 1;
+  kind: 'checkpoint_published';
+  checkpoint_id: string;
+  workspace: string;
+  task: string | null;
+  boundary: CheckpointBoundary;
+  read_back: { at: string; objects: number; bytes: number; ms: number };
+  supervisor: RuntimeFence;
+  signature?: { alg: 'ed25519'; key_id: string; value: string };
+}
+
+/** A path or link target for the manifest: text when UTF-8, else base64 under the *_b64 name. */
+export function nameFields(bytes: Buffer, field: 'path' | 'target'): Partial<ManifestEntry> {
+  return isUtf8(bytes) ? { [field]: bytes.toString('utf8') } : { [`${field}_b64`]: bytes.toString('base64') };
+}
+
+/** What an entry is made from (a captured entry, or one rescanned after a restore). */
+export interface EntryFacts {
+  path: Uint8Array;
+  type: ManifestEntry['type'];
+  mode: number;
+  uid: number;
+  gid: number;
+  size: number;
+  mtimeNs: bigint;
+  sha256?: string;
+  target?: Uint8Array;
+  rdev?: number;
+}
+
+/** The manifest entry for facts (Uint8Arrays from a thread are taken as Buffers). */
+export function toManifestEntry(c: EntryFacts): ManifestEntry {
+  const e = { ...nameFields(Buffer.from(c.path), 'path'), type: c.type, mode: c.mode, uid: c.uid, gid: c.gid, size: c.size, mtime_ns: c.mtimeNs.toString() } as ManifestEntry;
+  if (c.sha256 !== undefined) e.sha256 = c.sha256;
+  if (c.target !== undefined) Object.assign(e, nameFields(Buffer.from(c.target), 'target'));
+  if (c.rdev !== undefined) e.rdev = c.rdev;
+  return e;
+}
+
+/** An entry's path as bytes. */
+export function entryPathBytes(e: ManifestEntry): Buffer {
+  if (e.path !== undefined) return Buffer.from(e.path, 'utf8');
+  if (e.path_b64 !== undefined) return Buffer.from(e.path_b64, 'base64');
+  throw new Error('a manifest entry has neither path nor path_b64');
+}
+
+/** A symlink entry's target as bytes. */
+export function entryTargetBytes(e: ManifestEntry): Buffer {
+  if (e.target !== undefined) return Buffer.from(e.target, 'utf8');
+  if (e.target_b64 !== undefined) return Buffer.from(e.target_b64, 'base64');
+  throw new Error('a symlink entry has neither target nor target_b64');
+}
+
+/** A path for people: text, bytes that are not UTF-8 as \xNN; past maxChars its tail after "...". */
+export function showEntryPath(e: ManifestEntry, maxChars = 200): string {
+  let out = '';
+  if (e.path !== undefined) out = e.path;
+  else {
+    const b = entryPathBytes(e);
+    for (let i = 0; i < b.length; i++) out += b[i] >= 0x20 && b[i] < 0x7f ? String.fromCharCode(b[i]) : `\\x${b[i].toString(16).padStart(2, '0')}`;
+  }
+  return out.length <= maxChars ? out : `...${out.slice(out.length - maxChars)}`;
+}
+
+/**
+ * The order of entries: by path, component by component, each compared bytewise (a directory
+ * right before what it holds: depth-first, as the walk yields them). Negative, 0, positive.
+ */
+export function comparePaths(a: Buffer, b: Buffer): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    if (a[i] === b[i]) continue;
+    if (a[i] === 0x2f) return -1; // '/' ends a component: the shorter component first
+    if (b[i] === 0x2f) return 1;
+    return a[i] - b[i];
+  }
+  return a.length - b.length;
+}
+
+/** The objects a manifest names (each once), with their sizes. */
+export function manifestObjects(m: Manifest): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const e of m.entries) {
+    if (e.type !== 'file') continue;
+    if (e.sha256 !== undefined) out.set(e.sha256, e.size);
+    for (const c of e.chunks ?? []) out.set(c.sha256, c.size);
+  }
+  return out;
+}
+
+/** "sha256:" + hex of the JCS of the entries: the scan digest. */
+export function scanDigest(entries: ManifestEntry[]): string {
+  return `sha256:${createHash('sha256').update(jcs(entries)).digest('hex')}`;
+}
+
+/** The canonical bytes of a signed manifest (what is stored) and its id. */
+export function manifestBytes(m: Manifest): { bytes: Buffer; id: string } {
+  const bytes = Buffer.from(jcs(m));
+  return { bytes, id: createHash('sha256').update(bytes).digest('hex') };
+}
+
+/** A checkpoint id as given by people: bare hex or "sha256:"-prefixed, any case; '' if it is neither. */
+export function normaliseId(text: string): string {
+  const t = text.trim().toLowerCase().replace(/^sha256:/, '');
+  return /^[0-9a-f]{1,64}$/.test(t) ? t : '';
+}
+
+/**
+ * Problems with a manifest's own bytes: parsed from `bytes`, its JCS must be those bytes (no
+ * other encoding is ever stored), their SHA-256 `expectId` (when given), the scan digest and
+ * counts must match its entries, entries in order, no path twice; and with a public key, the
+ * signature. Returns the manifest (null when it cannot be parsed) and what is wrong ([] = fine).
+ */
+export function checkManifest(bytes: Buffer, options: { expectId?: string; publicKeyPem?: string } = {}): { manifest: Manifest | null; problems: string[] } {
+  const problems: string[] = [];
+  let manifest: Manifest;
+  try {
+    manifest = JSON.parse(bytes.toString('utf8')) as Manifest;
+  } catch (err) {
+    return { manifest: null, problems: [`the manifest is not JSON: ${(err as Error).message}`] };
+  }
+  if (manifest === null || typeof manifest !== 'object' || manifest.kind !== 'checkpoint' || !Array.isArray(manifest.entries)) {
+    return { manifest: null, problems: ['not a checkpoint manifest (kind "checkpoint" with entries)'] };
+  }
+  if (manifest.version !== 1) problems.push(`manifest version ${JSON.stringify(manifest.version)}: this sbx reads version 1`);
+  const id = createHash('sha256').update(bytes).digest('hex');
+  if (options.expectId !== undefined) {
+    if (!Buffer.from(jcs(manifest)).equals(bytes)) problems.push('the stored manifest is not in canonical form (RFC 8785): its bytes were edited');
+    if (id !== options.expectId) problems.push(`the manifest's SHA-256 is ${id}, not its id ${options.expectId}`);
+  }
+  const digest = scanDigest(manifest.entries);
+  if (manifest.scan?.digest !== digest) problems.push(`the scan digest is ${manifest.scan?.digest}, the entries hash to ${digest}`);
+  if (manifest.scan?.entries !== manifest.entries.length) problems.push(`the manifest says ${manifest.scan?.entries} entries and lists ${manifest.entries.length}`);
+  let prev: Buffer | null = null;
+  for (const e of manifest.entries) {
+    let p: Buffer;
+    try {
+      p = entryPathBytes(e);
+    } catch (err) {
+      problems.push((err as Error).message);
+      continue;
+    }
+    if (p.length === 0 || p[0] === 0x2f || p.includes(0) || p.toString('latin1').split('/').some((c) => c === '' || c === '.' || c === '..')) {
+      problems.push(`entry ${JSON.stringify(showEntryPath(e))}: not a relative path of plain names`);
+    }
+    if (prev && comparePaths(prev, p) >= 0) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: out of order or listed twice`);
+    prev = p;
+    if (e.type === 'file' && e.sha256 === undefined && e.chunks === undefined) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: a file with no sha256 or chunks`);
+  }
+  if (options.publicKeyPem !== undefined) {
+    for (const p of verifySignature(manifest as unknown as Receipt, options.publicKeyPem)) problems.push(p.replace('the receipt', 'the manifest'));
+  }
+  return { manifest, problems };
+}

@@ -1,0 +1,96 @@
+// sbx verify of a checkpoint manifest (works with the supervisor stopped): its signature, id,
+// canonical form, digest and counts (manifest.ts), and with a store, that it was published and
+// that every object it names is there and re-hashes to its name and size. An edited copy is
+// matched to the stored original by its signature, so the edited entries are named. Owns
+// those checks; returns what differs ([] = it all holds), never throws for a mismatch.
+import { createHash } from 'node:crypto';
+import { checkManifest, entryPathBytes, manifestBytes, manifestObjects, showEntryPath, type Manifest } from './manifest.js';
+import type { CheckpointStore } from './store.js';
+
+export interface CheckpointVerdict {
+  /** Hex SHA-256 of the bytes given (the checkpoint id when they are the stored manifest). */
+  id: string;
+  manifest: Manifest | null;
+  problems: string[];
+  /** Objects re-hashed from the store, and their bytes. */
+  objects: number;
+  bytes: number;
+}
+
+/** Entries of edited that differ from original, by path (at most 20 lines). */
+function diffEntries(original: Manifest, edited: Manifest): string[] {
+  const key = (e: Manifest['entries'][number]) => entryPathBytes(e).toString('latin1');
+  const before = new Map(original.entries.map((e) => [key(e), e]));
+  const out: string[] = [];
+  for (const e of edited.entries) {
+    const o = before.get(key(e));
+    before.delete(key(e));
+    if (!o) out.push(`${showEntryPath(e)}: added to the manifest after signing`);
+    else if (JSON.stringify(o) !== JSON.stringify(e)) {
+      const fields = [...new Set([...Object.keys(o), ...Object.keys(e)])].filter((f) => JSON.stringify((o as never)[f]) !== JSON.stringify((e as never)[f]));
+      out.push(`${showEntryPath(e)}: ${fields.join(', ')} edited after signing`);
+    }
+  }
+  for (const o of before.values()) out.push(`${showEntryPath(o)}: removed from the manifest after signing`);
+  return out.slice(0, 20);
+}
+
+/**
+ * Verifies manifest bytes (as a file holds them: canonical or pretty-printed JSON) under
+ * publicKeyPem; with a store, publication and every object. expectId: the id it should have
+ * (from its file name or the command line).
+ */
+export async function verifyCheckpoint(bytes: Buffer, publicKeyPem: string, store?: CheckpointStore, expectId?: string): Promise<CheckpointVerdict> {
+  const { manifest, problems } = checkManifest(bytes, { publicKeyPem });
+  let id = createHash('sha256').update(bytes).digest('hex');
+  if (manifest) {
+    // A file may hold it pretty-printed: the id is that of the canonical bytes.
+    id = manifestBytes(manifest).id;
+  }
+  const verdict: CheckpointVerdict = { id, manifest, problems, objects: 0, bytes: 0 };
+  if (!manifest) return verdict;
+  if (expectId && id !== expectId) problems.push(`the manifest's canonical SHA-256 is ${id}, not ${expectId}: it was edited`);
+  if (!store) return verdict;
+  if (problems.some((p) => p.includes('signature'))) {
+    // Edited after signing: name what, from the stored original with the same signature.
+    for (const other of await store.listManifests().catch(() => [])) {
+      const stored = await store.readManifest(other).catch(() => null);
+      if (!stored) continue;
+      const original = checkManifest(stored).manifest;
+      if (original?.signature?.value && original.signature.value === manifest.signature?.value) {
+        problems.push(...diffEntries(original, manifest).map((d) => `${d} (the stored checkpoint ${other} says otherwise)`));
+        break;
+      }
+    }
+    return verdict;
+  }
+  if (!(await store.readPublished(id).catch(() => null))) problems.push(`checkpoint ${id} was never published in ${store.location}: its read-back did not complete (it claims nothing)`);
+  const users = new Map<string, string[]>();
+  for (const e of manifest.entries) {
+    for (const sha of e.chunks ? e.chunks.map((c) => c.sha256) : e.sha256 ? [e.sha256] : []) {
+      const list = users.get(sha) ?? [];
+      if (list.length < 3) list.push(showEntryPath(e));
+      users.set(sha, list);
+    }
+  }
+  for (const [sha, size] of manifestObjects(manifest)) {
+    const named = `object ${sha} (${users.get(sha)?.join(', ')})`;
+    const hash = createHash('sha256');
+    let n = 0;
+    try {
+      for await (const chunk of store.readObject(sha)) {
+        hash.update(chunk);
+        n += chunk.length;
+      }
+    } catch (err) {
+      problems.push(`${named}: ${(err as Error).message}`);
+      continue;
+    }
+    verdict.objects++;
+    verdict.bytes += n;
+    const got = hash.digest('hex');
+    if (got !== sha) problems.push(`${named}: its bytes hash to ${got}: changed in the store`);
+    else if (n !== size) problems.push(`${named}: ${n} bytes, the manifest says ${size}`);
+  }
+  return verdict;
+}

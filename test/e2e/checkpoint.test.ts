@@ -1,0 +1,386 @@
+// Checkpoints (README "Checkpoints"): a real tree (binary, empty and 100 MiB files, symlinks
+// dangling and absolute, a fifo, modes, set-user-ID, a 2,000-deep path, names with a newline and
+// not UTF-8) checkpointed by the daemon and restored by sbx with the daemon stopped, compared
+// entry by entry with what python3 lists (independently of the supervisor); planted links in
+// the target and the store; tampering; crashes mid-checkpoint; the boundary against a
+// session's terminal_mutation; unstable paths; gc.
+import { createCipheriv, createHash, randomInt } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync, lstatSync, renameSync, openSync, writeSync, closeSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { CheckpointResult, Receipt } from '../../ipc/protocol.js';
+import { sha256, TestDaemon, until } from '../helpers/daemon.js';
+import { json, WorkspaceRig } from '../helpers/workspace.js';
+import { makeDeepTree, pythonTreeListing, removeTree, type ListedEntry } from '../helpers/workspace-trees.js';
+
+const MiB = 1024 * 1024;
+const SEED = Number(process.env.CK_SEED ?? randomInt(1, 2 ** 31));
+console.log(`checkpoint.test.ts: CK_SEED=${SEED} (set it to replay the same file contents)`);
+
+/** n bytes from the seed (AES-256-CTR keystream): reproducible, incompressible. */
+function seededBytes(n: number, salt: string): Buffer {
+  const key = createHash('sha256').update(`${SEED}:${salt}`).digest();
+  return createCipheriv('aes-256-ctr', key, Buffer.alloc(16)).update(Buffer.alloc(n));
+}
+
+const OWN = '.sandbox-supervisor';
+const DEEP = 2000;
+
+/** The issue's tree, in ws. Returns the names made at the top. */
+function makeTree(ws: string): void {
+  writeFileSync(join(ws, 'binary.bin'), seededBytes(70_001, 'binary'));
+  writeFileSync(join(ws, 'empty'), '');
+  writeFileSync(join(ws, 'big.bin'), seededBytes(100 * MiB, 'big'));
+  symlinkSync('no/such/target', join(ws, 'dangling'));
+  symlinkSync('/etc/passwd', join(ws, 'absolute'));
+  expect(spawnSync('mkfifo', [join(ws, 'fifo')]).status).toBe(0);
+  mkdirSync(join(ws, 'private'), { mode: 0o700 });
+  chmodSync(join(ws, 'private'), 0o700);
+  writeFileSync(join(ws, 'private', 'key'), 'secret\n');
+  chmodSync(join(ws, 'private', 'key'), 0o644);
+  writeFileSync(join(ws, 'tool'), '#!/bin/sh\necho hi\n');
+  chmodSync(join(ws, 'tool'), 0o755);
+  writeFileSync(join(ws, 'setuid-tool'), '#!/bin/sh\n');
+  chmodSync(join(ws, 'setuid-tool'), 0o4755);
+  writeFileSync(join(ws, 'new\nline'), 'newline in the name\n');
+  writeFileSync(Buffer.concat([Buffer.from(ws + '/'), Buffer.from([0x6e, 0xff, 0xfe, 0x2e, 0x62])]), seededBytes(333, 'latin'));
+  mkdirSync(join(ws, 'a-b'));
+  mkdirSync(join(ws, 'a'));
+  writeFileSync(join(ws, 'a', 'b'), 'component order: a/b after a-b bytewise, before it by component\n');
+  // 2,000 levels of "deep/" (10,000 bytes of path: past PATH_MAX), made without a long path.
+  expect(spawnSync('sh', ['-c', `mkdir deep && cd deep && for i in $(seq ${DEEP - 1}); do mkdir deep && cd -P deep || exit 1; done; printf bottom > f`], { cwd: ws }).status).toBe(0);
+}
+
+/** Listing without mtimes (compared separately, to the µs). */
+const shape = (l: ListedEntry[]) => l.map(({ mtime_ns: _m, ...rest }) => rest);
+
+/** A manifest entry in the listing's form. */
+function listed(e: Record<string, unknown>): Omit<ListedEntry, 'mtime_ns'> {
+  const path = e.path !== undefined ? Buffer.from(e.path as string, 'utf8') : Buffer.from(e.path_b64 as string, 'base64');
+  const out: Record<string, unknown> = { path: path.toString('hex'), type: e.type, mode: e.mode, uid: e.uid, gid: e.gid, size: e.size };
+  if (e.sha256 !== undefined) out.sha256 = e.sha256;
+  if (e.target !== undefined) out.target = Buffer.from(e.target as string, 'utf8').toString('hex');
+  if (e.target_b64 !== undefined) out.target = Buffer.from(e.target_b64 as string, 'base64').toString('hex');
+  if (e.rdev !== undefined) out.rdev = e.rdev;
+  return out as Omit<ListedEntry, 'mtime_ns'>;
+}
+
+const byPath = <T extends { path: string }>(a: T[]) => [...a].sort((x, y) => (x.path < y.path ? -1 : x.path > y.path ? 1 : 0));
+
+function storeDir(d: TestDaemon): string {
+  return join(d.stateDir, 'checkpoints');
+}
+
+function manifestFile(d: TestDaemon, id: string): string {
+  return join(storeDir(d), 'manifests', `${id}.json`);
+}
+
+function objectFile(d: TestDaemon, sha: string): string {
+  return join(storeDir(d), 'objects', sha.slice(0, 2), sha);
+}
+
+async function checkpoint(d: TestDaemon, ws: string, extra: string[] = []): Promise<CheckpointResult> {
+  const r = await d.sbx(['checkpoint', '--workspace', ws, '--json', ...extra]);
+  expect(r.stderr.toString()).toBe('');
+  expect(r.status).toBe(0);
+  return json<CheckpointResult>(r);
+}
+
+describe('checkpoint and restore: byte for byte', () => {
+  const rig = new WorkspaceRig();
+  let d: TestDaemon;
+  let ws: string;
+  let first: CheckpointResult;
+  let source: ListedEntry[];
+
+  beforeAll(async () => {
+    ({ d, paths: [ws] } = await rig.daemon((dir) => {
+      const w = join(dir, 'ws');
+      mkdirSync(w);
+      makeTree(w);
+      return [w];
+    }));
+    source = pythonTreeListing(ws, [OWN]);
+    first = await checkpoint(d, ws);
+  }, 120_000);
+
+  afterAll(async () => {
+    for (const p of [ws, join(d.dir, 'restored'), join(d.dir, 'restored2')]) if (existsSync(p)) removeTree(p);
+    await rig.cleanup();
+  });
+
+  it('records every entry as python3 lists it: content digests, modes, owners, link targets, the fifo, the deep path', () => {
+    expect(first.consistent).toBe(true);
+    expect(first.unstable).toEqual([]);
+    expect(first.boundary.gap).toBeNull();
+    expect(first.boundary.seq).toBeGreaterThanOrEqual(1);
+    const files = source.filter((e) => e.type === 'file');
+    expect(first.scan.entries).toBe(source.length);
+    expect(first.scan.files).toBe(files.length);
+    expect(first.scan.bytes).toBe(files.reduce((a, e) => a + e.size, 0));
+    const manifest = JSON.parse(readFileSync(manifestFile(d, first.checkpoint_id), 'utf8'));
+    expect(byPath(manifest.entries.map(listed))).toEqual(byPath(shape(source)));
+    // Its id is the SHA-256 of the stored bytes; the deep file is there, 2,000 levels down.
+    expect(sha256(readFileSync(manifestFile(d, first.checkpoint_id)))).toBe(first.checkpoint_id);
+    expect(manifest.entries.some((e: { path?: string }) => e.path === `${'deep/'.repeat(DEEP)}f`)).toBe(true);
+    expect(manifest.entries.find((e: { path?: string }) => e.path === 'setuid-tool').mode).toBe(0o4755);
+    expect(manifest.supervisor.generation).toBe(1);
+    // The objects: one per distinct content, each holding exactly it.
+    const distinct = new Set(files.map((e) => e.sha256));
+    expect(first.objects.referenced).toBe(distinct.size);
+    for (const sha of distinct) expect(sha256(readFileSync(objectFile(d, sha!)))).toBe(sha);
+    expect(first.read_back.objects).toBe(distinct.size);
+  });
+
+  it('an unchanged workspace checkpoints again without writing an object', async () => {
+    const again = await checkpoint(d, ws);
+    expect(again.scan.digest).toBe(first.scan.digest);
+    expect(again.objects.written).toBe(0);
+    expect(again.objects.bytes_written).toBe(0);
+    expect(again.checkpoint_id).not.toBe(first.checkpoint_id); // another time, another boundary
+    expect(again.boundary.seq).toBeGreaterThan(first.boundary.seq!);
+  });
+
+  it('sbx restore, with the supervisor stopped, materialises it byte for byte and says so', async () => {
+    await d.terminate();
+    const target = join(d.dir, 'restored');
+    const r = await d.sbx(['restore', first.checkpoint_id, target, '--state-dir', d.stateDir, '--json']);
+    expect(r.stderr.toString()).toBe('');
+    const result = json<{ identical: boolean; differences: string[]; entries: number; owners_not_given: number }>(r);
+    expect(result.differences).toEqual([]);
+    expect(r.status).toBe(0);
+    expect(result).toMatchObject({ identical: true, differences: [], entries: source.length, owners_not_given: 0 });
+    const restored = pythonTreeListing(target);
+    expect(byPath(shape(restored))).toEqual(byPath(shape(source)));
+    const mtimes = new Map(source.map((e) => [e.path, BigInt(e.mtime_ns)]));
+    for (const e of restored) {
+      const dt = BigInt(e.mtime_ns) - mtimes.get(e.path)!;
+      expect(dt >= -1000n && dt <= 1000n, `${e.path}: mtime off by ${dt} ns`).toBe(true);
+    }
+    // A unique prefix names it too; the human output says OK.
+    const again = await d.sbx(['restore', first.checkpoint_id.slice(0, 12), join(d.dir, 'restored2'), '--state-dir', d.stateDir]);
+    expect(again.status).toBe(0);
+    expect(again.stdout.toString()).toContain('OK: the restored tree is identical to the manifest');
+    await d.start();
+  });
+});
+
+describe('checkpoint: what is refused, tampered with or crashed', () => {
+  const rig = new WorkspaceRig();
+  let d: TestDaemon;
+  let ws: string;
+
+  beforeAll(async () => {
+    ({ d, paths: [ws] } = await rig.daemon((dir) => {
+      const w = join(dir, 'ws');
+      mkdirSync(w);
+      return [w];
+    }));
+  });
+
+  afterEach(() => {
+    d.withEnv(undefined);
+  });
+
+  afterAll(() => rig.cleanup());
+
+  function fill(files: Record<string, string>): void {
+    for (const name of readdirSync(ws)) if (name !== OWN) rmSync(join(ws, name), { recursive: true, force: true });
+    for (const [name, data] of Object.entries(files)) writeFileSync(join(ws, name), data);
+  }
+
+  it('the boundary is past the terminal_mutation of a session that ended before it, and the checkpoint holds its write', async () => {
+    fill({});
+    const r = await d.sbx(['run', '--key', 'writer', '--', 'sh', '-c', `printf written > ${ws}/out`]);
+    expect(r.status).toBe(0);
+    const receipt = json<Receipt>(await d.sbx(['receipt', '--key', 'writer']));
+    const tm = receipt.workspace![0];
+    expect(tm.gap).toBeNull();
+    const ck = await checkpoint(d, ws, ['--task', 'task-1']);
+    expect(ck.boundary.epoch).toBe(tm.epoch);
+    expect(ck.boundary.seq).toBeGreaterThan(tm.terminal_mutation!);
+    expect(ck.task).toBe('task-1');
+    const manifest = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
+    expect(manifest.entries).toEqual([expect.objectContaining({ path: 'out', sha256: sha256('written'), size: 7 })]);
+  });
+
+  it('a directory that is not watched checkpoints with the gap said; a missing one or one holding the state dir is refused', async () => {
+    const other = join(d.dir, 'unwatched');
+    mkdirSync(other, { recursive: true });
+    writeFileSync(join(other, 'f'), 'x');
+    const ck = await checkpoint(d, other);
+    expect(ck.boundary).toEqual({ epoch: null, seq: null, gap: 'not_watched' });
+    const missing = await d.sbx(['checkpoint', '--workspace', join(d.dir, 'nope')]);
+    expect(missing.status).toBe(125);
+    expect(missing.stderr.toString()).toMatch(/^sbx: INVALID_ARGUMENT: checkpoint: workspace .*nope: does not exist\n$/);
+    const holder = await d.sbx(['checkpoint', '--workspace', d.dir]);
+    expect(holder.status).toBe(125);
+    expect(holder.stderr.toString()).toContain('is inside workspace');
+  });
+
+  it('a link planted in the restore target, or the target being a link, is never followed', async () => {
+    fill({ f: 'content' });
+    const ck = await checkpoint(d, ws);
+    const victim = join(d.dir, 'victim');
+    writeFileSync(victim, 'untouched');
+    const target = join(d.dir, 'planted');
+    mkdirSync(target);
+    symlinkSync(victim, join(target, 'f'));
+    const r = await d.sbx(['restore', ck.checkpoint_id, target, '--state-dir', d.stateDir]);
+    expect(r.status).toBe(125);
+    expect(r.stderr.toString()).toContain('is not empty');
+    const linkTarget = join(d.dir, 'link-target');
+    mkdirSync(linkTarget);
+    symlinkSync(linkTarget, join(d.dir, 'as-link'));
+    const r2 = await d.sbx(['restore', ck.checkpoint_id, join(d.dir, 'as-link'), '--state-dir', d.stateDir]);
+    expect(r2.status).toBe(125);
+    expect(r2.stderr.toString()).toContain('is not a directory (a symlink is never followed)');
+    expect(readdirSync(linkTarget)).toEqual([]);
+    expect(readFileSync(victim, 'utf8')).toBe('untouched');
+  });
+
+  it('a link planted in the store is never followed: verify and restore name the object, a new checkpoint sets it aside', async () => {
+    fill({ f: 'planted-store' });
+    const ck = await checkpoint(d, ws);
+    const sha = sha256('planted-store');
+    // A file elsewhere with the very same bytes: following the link would "verify".
+    const decoy = join(d.dir, 'decoy');
+    writeFileSync(decoy, 'planted-store');
+    unlinkSync(objectFile(d, sha));
+    symlinkSync(decoy, objectFile(d, sha));
+    const v = await d.sbx(['verify', manifestFile(d, ck.checkpoint_id), '--state-dir', d.stateDir]);
+    expect(v.status).toBe(1);
+    expect(v.stdout.toString()).toContain(`MISMATCH: object ${sha} (f):`);
+    expect(v.stdout.toString()).toContain('is a symlink (planted; never followed)');
+    const r = await d.sbx(['restore', ck.checkpoint_id, join(d.dir, 'from-planted-store'), '--state-dir', d.stateDir]);
+    expect(r.status).toBe(125);
+    expect(r.stderr.toString()).toContain(`"f": object ${sha}`);
+    // The next checkpoint of the same content finds the name taken, reads it back, refuses it and sets it aside...
+    const c = await d.sbx(['checkpoint', '--workspace', ws]);
+    expect(c.status).toBe(125);
+    expect(c.stderr.toString()).toMatch(/^sbx: CHECKPOINT_FAILED: checkpoint [0-9a-f]{64} not published: .*symlink.*\(used by f\)/);
+    expect(lstatSync(decoy).isFile()).toBe(true);
+    // ...so the retry stores it again, and publishes.
+    const retry = await checkpoint(d, ws);
+    expect(retry.objects.written).toBe(1);
+    expect(lstatSync(objectFile(d, sha)).isFile()).toBe(true);
+  });
+
+  it('a flipped byte in an object, a missing object, an edited manifest: verify and restore fail naming it', async () => {
+    fill({ one: 'first file', two: 'second file' });
+    const ck = await checkpoint(d, ws);
+    const m = manifestFile(d, ck.checkpoint_id);
+    const good = await d.sbx(['verify', m, '--state-dir', d.stateDir]);
+    expect(good.stdout.toString()).toBe(`OK: checkpoint ${ck.checkpoint_id} signed by ${JSON.parse(readFileSync(m, 'utf8')).signature.key_id}; published; 2 objects (21 bytes) re-hashed from ${storeDir(d)}\n`);
+    expect(good.status).toBe(0);
+    // One byte flipped in the object of "one".
+    const one = objectFile(d, sha256('first file'));
+    chmodSync(one, 0o644);
+    const fd = openSync(one, 'r+');
+    writeSync(fd, Buffer.from('F'), 0, 1, 0);
+    closeSync(fd);
+    const flipped = await d.sbx(['verify', m, '--state-dir', d.stateDir]);
+    expect(flipped.status).toBe(1);
+    expect(flipped.stdout.toString()).toBe(`MISMATCH: object ${sha256('first file')} (one): its bytes hash to ${sha256('First file')}: changed in the store\n`);
+    const r = await d.sbx(['restore', ck.checkpoint_id, join(d.dir, 'from-flipped'), '--state-dir', d.stateDir]);
+    expect(r.status).toBe(125);
+    expect(r.stderr.toString()).toContain(`"one": object ${sha256('first file')} in ${storeDir(d)} reads as ${sha256('First file')}`);
+    // The object of "two" removed.
+    unlinkSync(objectFile(d, sha256('second file')));
+    const missing = await d.sbx(['verify', m, '--state-dir', d.stateDir]);
+    expect(missing.stdout.toString()).toContain(`MISMATCH: object ${sha256('second file')} (two): object ${sha256('second file')} is missing from ${storeDir(d)}`);
+    // A copy of the manifest with one mode edited: the signature fails, and the path is named.
+    const edited = JSON.parse(readFileSync(m, 'utf8'));
+    edited.entries.find((e: { path: string }) => e.path === 'two').mode = 0o4777;
+    const copy = join(d.dir, 'edited.json');
+    writeFileSync(copy, JSON.stringify(edited, null, 2));
+    const e = await d.sbx(['verify', copy, '--state-dir', d.stateDir]);
+    expect(e.status).toBe(1);
+    expect(e.stdout.toString()).toContain('MISMATCH: the signature does not match the manifest');
+    expect(e.stdout.toString()).toContain(`MISMATCH: two: mode edited after signing (the stored checkpoint ${ck.checkpoint_id} says otherwise)`);
+    // Without the store, the signature alone still catches it.
+    const alone = await d.sbx(['verify', copy, '--key', join(d.stateDir, 'receipt-key.pub')]);
+    expect(alone.status).toBe(1);
+  });
+
+  for (const point of ['checkpoint:object@2', 'checkpoint:before-manifest', 'checkpoint:after-manifest', 'checkpoint:after-read-back']) {
+    it(`a crash at ${point} leaves no manifest that claims anything; the next checkpoint completes`, async () => {
+      fill({ a: `a ${point}`, b: `b ${point}`, c: `c ${point}` });
+      const publishedBefore = readdirSync(join(storeDir(d), 'published'));
+      await d.terminate();
+      d.withEnv({ SBX_FAULT_POINT: point });
+      await d.start();
+      const r = await d.sbx(['checkpoint', '--workspace', ws]);
+      expect(r.status).toBe(125);
+      expect((await d.exitedNow()).signal).toBe('SIGKILL');
+      const manifests = readdirSync(join(storeDir(d), 'manifests'));
+      d.withEnv(undefined);
+      await d.start();
+      // Published records did not change; a manifest left by the crash is gone; tmp/ is empty.
+      expect(readdirSync(join(storeDir(d), 'published'))).toEqual(publishedBefore);
+      expect(readdirSync(join(storeDir(d), 'manifests')).sort()).toEqual(publishedBefore.sort());
+      expect(readdirSync(join(storeDir(d), 'tmp'))).toEqual([]);
+      for (const name of manifests.filter((n) => !publishedBefore.includes(n))) {
+        const id = name.slice(0, 64);
+        const restore = await d.sbx(['restore', id, join(d.dir, `crash-${id}`), '--state-dir', d.stateDir]);
+        expect(restore.status).toBe(125);
+        expect(restore.stderr.toString()).toContain(`checkpoint ${id} was never published`);
+      }
+      const ck = await checkpoint(d, ws);
+      expect(ck.scan.files).toBe(3);
+    });
+  }
+
+  it('a file that changes between passes is checked again; one that never stops changing is reported unstable (exit 1)', async () => {
+    fill({ busy: '', calm: 'calm' });
+    await d.terminate();
+    d.withEnv({ SBX_TEST_CHECKPOINT_TOUCH: 'busy@1' });
+    await d.start();
+    const once = await checkpoint(d, ws);
+    expect(once).toMatchObject({ consistent: true, unstable: [], scan: { passes: 3 } });
+    const manifest = JSON.parse(readFileSync(manifestFile(d, once.checkpoint_id), 'utf8'));
+    expect(manifest.entries.find((e: { path: string }) => e.path === 'busy')).toMatchObject({ size: 1, sha256: sha256('x') });
+    await d.terminate();
+    d.withEnv({ SBX_TEST_CHECKPOINT_TOUCH: 'busy' });
+    await d.start();
+    const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
+    expect(r.status).toBe(1);
+    const never = json<CheckpointResult>(r);
+    expect(never).toMatchObject({ consistent: false, unstable: ['busy'], unstable_count: 1, scan: { passes: 4 } });
+    const m2 = JSON.parse(readFileSync(manifestFile(d, never.checkpoint_id), 'utf8'));
+    expect(m2).toMatchObject({ consistent: false, unstable: ['busy'] });
+    // What it holds for busy is exactly what its object holds.
+    const busy = m2.entries.find((e: { path: string }) => e.path === 'busy');
+    expect(sha256(readFileSync(objectFile(d, busy.sha256)))).toBe(busy.sha256);
+    const human = await d.sbx(['checkpoint', '--workspace', ws]);
+    expect(human.status).toBe(1);
+    expect(human.stderr.toString()).toContain('sbx: not consistent: 1 paths changed in every pass (4): busy');
+    await d.terminate();
+    d.withEnv(undefined);
+    await d.start();
+  });
+
+  it('sbx gc removes objects no manifest names (left by a crash) and keeps every referenced one', async () => {
+    fill({ kept: 'kept content' });
+    const ck = await checkpoint(d, ws);
+    fill({ orphan1: 'orphan one', orphan2: 'orphan two' });
+    await d.terminate();
+    d.withEnv({ SBX_FAULT_POINT: 'checkpoint:before-manifest' });
+    await d.start();
+    await d.sbx(['checkpoint', '--workspace', ws]);
+    await d.exitedNow();
+    expect(existsSync(objectFile(d, sha256('orphan one')))).toBe(true);
+    d.withEnv(undefined);
+    await d.start();
+    const r = await d.sbx(['gc', '--json']);
+    expect(r.status).toBe(0);
+    const gc = json<{ checkpoints: { removed_objects: number; freed_bytes: number } }>(r);
+    expect(gc.checkpoints.removed_objects).toBe(2);
+    expect(gc.checkpoints.freed_bytes).toBe(20);
+    expect(existsSync(objectFile(d, sha256('orphan one')))).toBe(false);
+    expect(existsSync(objectFile(d, sha256('kept content')))).toBe(true);
+    const v = await d.sbx(['verify', ck.checkpoint_id, '--state-dir', d.stateDir]);
+    expect(v.status).toBe(0);
+  });
+});
