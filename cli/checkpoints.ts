@@ -35,8 +35,7 @@ export async function openStore(o: StoreOptions): Promise<CheckpointStore> {
     if (!existsSync(url.dir)) fail(`no checkpoint store at ${url.dir} (give --state-dir DIR or --store DIR|s3://bucket/prefix)`);
     return new LocalStore(url.dir, false);
   }
-  const module = '../supervisor/checkpoint/s3-store.js';
-  const { S3Store } = (await import(module)) as { S3Store: new (u: typeof url, o: object) => CheckpointStore };
+  const { S3Store } = await import('../supervisor/checkpoint/s3-store.js');
   return new S3Store(url, {});
 }
 

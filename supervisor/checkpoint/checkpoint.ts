@@ -66,8 +66,7 @@ export class Checkpoints {
     const url = parseStoreUrl(this.deps.config.checkpoint.store, this.local.dir);
     if (url.kind !== 's3') return null;
     // Loaded only for an s3:// store: the AWS SDK costs nothing otherwise.
-    const module = './s3-store.js';
-    this.remote ??= (import(module) as Promise<{ S3Store: new (u: typeof url, o: Config['checkpoint']['s3']) => CheckpointStore }>).then(({ S3Store }) => new S3Store(url, this.deps.config.checkpoint.s3));
+    this.remote ??= import('./s3-store.js').then(({ S3Store }) => new S3Store(url, this.deps.config.checkpoint.s3));
     return this.remote;
   }
 
@@ -259,7 +258,7 @@ export class Checkpoints {
 
   /** The paths of entries that use an object, for an error message. */
   private pathsOf(manifest: Manifest, sha256: string): string[] {
-    return manifest.entries.filter((e) => e.sha256 === sha256 || e.chunks?.some((c) => c.sha256 === sha256)).slice(0, 3).map(showEntryPath);
+    return manifest.entries.filter((e) => e.sha256 === sha256 || e.chunks?.some((c) => c.sha256 === sha256)).slice(0, 3).map((e) => showEntryPath(e));
   }
 
   private async readBackLocal(id: string, written: Manifest): Promise<void> {

@@ -5,7 +5,7 @@
 // yes; x-amz-checksum-sha256: no). Skips, saying why, where radosgw is not installed (.ci/run installs it).
 import { execFile, execFileSync, spawnSync } from 'node:child_process';
 import { createCipheriv, createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -13,7 +13,8 @@ import { CreateBucketCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { S3Store } from '../../supervisor/checkpoint/s3-store.js';
 import { StoreError } from '../../supervisor/checkpoint/store.js';
-import { ROOT, sha256, until } from '../helpers/daemon.js';
+import { ROOT, sha256, TestDaemon, until } from '../helpers/daemon.js';
+import { pythonTreeListing } from '../helpers/workspace-trees.js';
 
 const run = promisify(execFile);
 const SCRIPT = join(ROOT, 'scripts/s3/radosgw.sh');
@@ -300,5 +301,58 @@ describe.skipIf(!installed)(installed ? 'S3 checkpoint store against radosgw' : 
       expect(versions.Versions).toHaveLength(2);
       expect([await put(UNVERSIONED), await put(UNVERSIONED)]).toEqual([200, 412]);
     });
+  });
+
+  it('a supervisor with checkpoint.store s3://: checkpoint, re-checkpoint without a PUT, restore elsewhere from S3 alone byte for byte, a tampered object caught', async () => {
+    const d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
+    try {
+      const ws = join(d.dir, 'ws');
+      mkdirSync(ws);
+      writeFileSync(join(ws, 'binary'), seeded('s3-roundtrip', 300_000));
+      writeFileSync(join(ws, 'empty'), '');
+      writeFileSync(join(ws, 'new\nline'), 'x');
+      symlinkSync('/etc/passwd', join(ws, 'abs'));
+      expect(spawnSync('mkfifo', [join(ws, 'fifo')]).status).toBe(0);
+      d.withConfig({ workspace: { paths: [ws] }, checkpoint: { store: `s3://${bucket}/rt/` } });
+      await d.start();
+      const source = pythonTreeListing(ws, ['.sandbox-supervisor']);
+      const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
+      expect(r.stderr.toString()).toBe('');
+      expect(r.status).toBe(0);
+      const ck = JSON.parse(r.stdout.toString());
+      expect(ck).toMatchObject({ store: `s3://${bucket}/rt/`, consistent: true, objects: { referenced: 3, written: 3 }, read_back: { objects: 3, bytes: 300_001 } });
+      const id = ck.checkpoint_id as string;
+      const keys = async () => (await raw.send(new ListObjectVersionsCommand({ Bucket: bucket, Prefix: 'rt/' }))).Versions!.map((v) => v.Key!).sort();
+      const first = await keys();
+      expect(first).toEqual(
+        [...[sha256(seeded('s3-roundtrip', 300_000)), sha256(''), sha256('x')].map((h) => `rt/objects/${h.slice(0, 2)}/${h}`), `rt/manifests/${id}.json`, `rt/published/${id}.json`].sort(),
+      );
+      // Unchanged: no object is PUT again (one version each); only the new manifest and its record.
+      const again = JSON.parse((await d.sbx(['checkpoint', '--workspace', ws, '--json'])).stdout.toString());
+      expect(again.objects.written).toBe(0);
+      expect((await keys()).filter((k) => k.includes('/objects/'))).toEqual(first.filter((k) => k.includes('/objects/')));
+      // Another machine: the supervisor stopped, its local store gone; only S3 and the public key.
+      await d.terminate();
+      const key = join(d.dir, 'receipt-key.pub');
+      writeFileSync(key, readFileSync(join(d.stateDir, 'receipt-key.pub')));
+      rmSync(join(d.stateDir, 'checkpoints'), { recursive: true });
+      const target = join(d.dir, 'elsewhere');
+      const rs = await d.sbx(['restore', id, target, '--store', `s3://${bucket}/rt/`, '--key', key]);
+      expect(rs.stderr.toString()).toBe('');
+      expect(rs.stdout.toString()).toContain('OK: the restored tree is identical to the manifest');
+      expect(rs.status).toBe(0);
+      expect(pythonTreeListing(target)).toEqual(source);
+      // A new version of one object with other bytes (the bucket keeps both): our re-hash catches it.
+      const sha = sha256('x');
+      await raw.send(new PutObjectCommand({ Bucket: bucket, Key: `rt/objects/${sha.slice(0, 2)}/${sha}`, Body: 'y' }));
+      const v = await d.sbx(['verify', id, '--store', `s3://${bucket}/rt/`, '--key', key]);
+      expect(v.status).toBe(1);
+      expect(v.stdout.toString()).toContain(`MISMATCH: object ${sha} (new\nline): its bytes hash to ${sha256('y')}: changed in the store`);
+      const rs2 = await d.sbx(['restore', id, join(d.dir, 'elsewhere2'), '--store', `s3://${bucket}/rt/`, '--key', key]);
+      expect(rs2.status).toBe(125);
+      expect(rs2.stderr.toString()).toContain(`object ${sha}`);
+    } finally {
+      await d.stop();
+    }
   });
 });
