@@ -4,6 +4,7 @@
 // output and exit statuses (0 all holds, 1 restored or read but differs, 125 could not).
 import { existsSync, readFileSync } from 'node:fs';
 import { basename, join, resolve as resolvePath } from 'node:path';
+import { STATE } from '../ipc/state-layout.js';
 import { LocalStore } from '../supervisor/checkpoint/local-store.js';
 import { normaliseId } from '../supervisor/checkpoint/manifest.js';
 import { RestoreError, restoreCheckpoint } from '../supervisor/checkpoint/restore.js';
@@ -27,7 +28,7 @@ function fail(message: string): never {
 export async function openStore(o: StoreOptions): Promise<CheckpointStore> {
   let url: StoreUrl;
   try {
-    url = parseStoreUrl(o.store ?? '', join(o.stateDir, 'checkpoints'));
+    url = parseStoreUrl(o.store ?? '', join(o.stateDir, STATE.checkpointsDir));
   } catch (err) {
     fail(`INVALID_ARGUMENT: --store: ${(err as Error).message}`);
   }

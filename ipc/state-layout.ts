@@ -21,6 +21,8 @@ export const STATE = {
   keysDir: 'keys',
   sessionsDir: 'sessions',
   retiredDir: 'retired',
+  /** The local checkpoint store (unless checkpoint.store names another directory); its own layout is STORE_DIRS in supervisor/checkpoint/local-store.ts, which the checkpoint threads load without zod. */
+  checkpointsDir: 'checkpoints',
 } as const;
 
 /** In a session dir: the admission record, written once and fsync'ed before the spawn. */

@@ -12,6 +12,7 @@ import type { Logger } from 'pino';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { GcResult } from '../../ipc/methods.js';
 import type { CheckpointResult } from '../../ipc/protocol.js';
+import { STATE } from '../../ipc/state-layout.js';
 import { jcs } from '../../ipc/verify.js';
 import type { Config } from '../config.js';
 import { faultPoint } from '../fault.js';
@@ -21,7 +22,7 @@ import { entryPath } from '../workspace/walk.js';
 import { OWN_DIR } from '../workspace/watch-worker.js';
 import type { WorkspaceWatcher } from '../workspace/watcher.js';
 import { runInWorker } from './capture.js';
-import { LocalStore, objectKey } from './local-store.js';
+import { LocalStore, objectKey, STORE_DIRS } from './local-store.js';
 import { checkManifest, manifestBytes, manifestObjects, scanDigest, toManifestEntry, showEntryPath, type CheckpointBoundary, type Manifest, type ManifestEntry, type PublishedRecord, type RuntimeFence } from './manifest.js';
 import { type CheckpointStore, parseStoreUrl, StoreError } from './store.js';
 
@@ -38,8 +39,9 @@ const SHOWN_UNSTABLE = 100;
 
 /** The local store's directory for a config: checkpoint.store when it is a directory, else <stateDir>/checkpoints. */
 export function localStoreDir(config: Config): string {
-  const url = parseStoreUrl(config.checkpoint.store, join(config.stateDir, 'checkpoints'));
-  return url.kind === 'local' ? url.dir : join(config.stateDir, 'checkpoints');
+  const dflt = join(config.stateDir, STATE.checkpointsDir);
+  const url = parseStoreUrl(config.checkpoint.store, dflt);
+  return url.kind === 'local' ? url.dir : dflt;
 }
 
 function failed(stage: 'scan' | 'store' | 'read_back', message: string, details: Record<string, unknown> = {}): SupervisorError {
@@ -286,7 +288,7 @@ export class Checkpoints {
   private setAside(sha256: string): void {
     const fs = this.local.fs;
     try {
-      const q = join(this.local.dir, 'quarantine');
+      const q = join(this.local.dir, STORE_DIRS.quarantine);
       mkdirSync(q, { recursive: true, mode: 0o700 });
       const fan = fs.fanDir(sha256.slice(0, 2));
       try {

@@ -11,7 +11,8 @@ import { writeAll } from '../store/durable.js';
 import { entryPath, openDirAt } from '../workspace/walk.js';
 import { type CheckpointStore, isSha256Hex, StoreError, type WrittenVersion } from './store.js';
 
-export const STORE_DIRS = { objects: 'objects', manifests: 'manifests', published: 'published', tmp: 'tmp' } as const;
+/** The store's directories (docs/STATE.md "Checkpoint store"); quarantine/ holds what failed a read-back, made when first needed. */
+export const STORE_DIRS = { objects: 'objects', manifests: 'manifests', published: 'published', tmp: 'tmp', quarantine: 'quarantine' } as const;
 
 const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
 const OPEN_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
