@@ -5,14 +5,51 @@
 import { createHash, createPublicKey, verify as verifySig, type KeyObject } from 'node:crypto';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import canonicalize from 'canonicalize';
 import type { Receipt, StreamName } from './protocol.js';
 import { ADMISSION_FILE, isUnreadableReceiptName, OUTPUT_REMOVED_FILE, RECEIPT_FILE, readRecord, STARTED_FILE, STATE } from './state-layout.js';
 import { chunkFileName, INDEX_FILE, storedStream } from './stream-files.js';
 
-/** RFC 8785 (JCS) canonical JSON of v. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** v with every object's keys in JCS order (UTF-16 code units), checked as JCS requires; JSON.stringify of it is the JCS text. */
+function sortedForJcs(v: unknown, seen: Set<object>): unknown {
+  if (typeof v === 'number') {
+    if (!Number.isFinite(v)) throw new Error(`${v} is not allowed`);
+    return v;
+  }
+  if (typeof v === 'string') {
+    if (LONE_SURROGATE.test(v)) throw new Error('Lone surrogate is not allowed');
+    return v;
+  }
+  if (v === null || typeof v !== 'object') return v;
+  if (seen.has(v)) throw new Error('Circular reference detected');
+  seen.add(v);
+  let out: unknown;
+  if (typeof (v as { toJSON?: unknown }).toJSON === 'function') out = sortedForJcs((v as { toJSON(): unknown }).toJSON(), seen);
+  else if (Array.isArray(v)) out = v.map((x) => (x === undefined || typeof x === 'symbol' ? null : sortedForJcs(x, seen)));
+  else {
+    const o: Record<string, unknown> = {};
+    for (const key of Object.keys(v).sort()) {
+      const x = (v as Record<string, unknown>)[key];
+      if (x === undefined || typeof x === 'symbol') continue;
+      if (LONE_SURROGATE.test(key)) throw new Error('Lone surrogate is not allowed');
+      o[key] = sortedForJcs(x, seen);
+    }
+    out = o;
+  }
+  seen.delete(v);
+  return out;
+}
+
+/**
+ * RFC 8785 (JCS) canonical JSON of v: ES2015 JSON.stringify (its number and string forms are
+ * JCS's) of v with every object's keys sorted by UTF-16 code units; NaN, Infinity, a lone
+ * surrogate and cycles throw. The same text as the `canonicalize` package (the property test in
+ * test/unit/jcs.test.ts checks it against it), about ten times faster: a manifest of 4,000
+ * entries is canonicalized several times per checkpoint.
+ */
 export function jcs(v: unknown): string {
-  const out = canonicalize(v);
+  const out = JSON.stringify(sortedForJcs(v, new Set()));
   if (out === undefined) throw new TypeError('value cannot be canonicalized');
   return out;
 }

@@ -380,6 +380,7 @@ export class Supervisor {
       this.ctx.reaper.stop();
       this.ctx.tree?.teardown();
       await this.ctx.watcher.stop();
+      await this.checkpoints.stop();
     })();
     return this.stopping;
   }

@@ -1,17 +1,18 @@
-// npm run bench -- [--only drain,exit_to_receipt,launch,scale,replay,long_lines,workspace] [--quick]
+// npm run bench -- [--only drain,exit_to_receipt,launch,scale,replay,long_lines,workspace,checkpoint] [--quick]
 // Runs the benchmarks against a supervisor of its own (temp state dir, cgroup mode as root)
 // and prints each result next to its target and its same-run baseline; JSON goes to
 // bench-results/<name>.json. Run by hand on an otherwise idle machine; never a timed test.
 // --quick: smaller sizes and counts (a smoke run, not a measurement). Exits 1 when a target
 // is missed, 2 on an error.
 import { parseArgs } from 'node:util';
+import { checkpointBench } from './checkpoint.js';
 import { benchDaemon, printTable, type Row } from './common.js';
 import { drainBench } from './drain.js';
 import { exitToReceiptBench, launchBench } from './latency.js';
 import { longLinesBench, replayBench, scaleBench } from './scale.js';
 import { workspaceBench } from './workspace.js';
 
-const ALL = ['drain', 'exit_to_receipt', 'launch', 'scale', 'replay', 'long_lines', 'workspace'] as const;
+const ALL = ['drain', 'exit_to_receipt', 'launch', 'scale', 'replay', 'long_lines', 'workspace', 'checkpoint'] as const;
 
 async function main(): Promise<void> {
   const { values } = parseArgs({ options: { only: { type: 'string' }, quick: { type: 'boolean', default: false } } });
@@ -40,6 +41,7 @@ async function main(): Promise<void> {
     if (only.includes('replay')) summary.push(...(await replayBench(d, q ? 0.25 : 1, drainBytesPerMs)));
     if (only.includes('scale')) summary.push(...(await scaleBench(d, q ? 100 : 1000, q ? 20 : 100)));
     if (only.includes('long_lines')) summary.push(...(await longLinesBench(d, q ? [4 << 20, 64 << 20] : [4 << 20, 2 ** 30])));
+    if (only.includes('checkpoint')) summary.push(...(await checkpointBench(q ? { smallFiles: 256, smallBytes: 16384, largeFiles: 2, largeBytes: 2 << 20, reps: 1 } : { smallFiles: 4096, smallBytes: 16384, largeFiles: 19, largeBytes: 2 << 20, reps: 3 })));
     if (only.includes('workspace')) summary.push(...(await workspaceBench(d, { files: q ? 500 : 5000, totalBytes: q ? 10e6 : 100e6, reps: q ? 2 : 6, sessions: q ? 40 : 400 })));
   } finally {
     await d.stop();

@@ -21,7 +21,7 @@ import { fsDecode, nameText } from '../workspace/names.js';
 import { entryPath } from '../workspace/walk.js';
 import { OWN_DIR } from '../workspace/watch-worker.js';
 import type { WorkspaceWatcher } from '../workspace/watcher.js';
-import { runInWorker } from './capture.js';
+import { CheckpointThread } from './capture.js';
 import { LocalStore, objectKey, STORE_DIRS } from './local-store.js';
 import { checkManifest, manifestBytes, manifestObjects, scanDigest, toManifestEntry, showEntryPath, type CheckpointBoundary, type Manifest, type ManifestEntry, type PublishedRecord, type RuntimeFence } from './manifest.js';
 import { type CheckpointStore, parseStoreUrl, StoreError } from './store.js';
@@ -53,6 +53,7 @@ export class Checkpoints {
   readonly local: LocalStore;
   private remote: Promise<CheckpointStore> | null = null;
   private chain: Promise<unknown> = Promise.resolve();
+  private readonly thread = new CheckpointThread();
 
   constructor(private readonly deps: CheckpointDeps) {
     this.local = new LocalStore(localStoreDir(deps.config), true);
@@ -81,6 +82,11 @@ export class Checkpoints {
   private get fence(): RuntimeFence {
     const { instance, generation, bootId, mode } = this.deps.identity;
     return { instance, generation, boot_id: bootId, mode };
+  }
+
+  /** Ends the checkpoint thread (at shutdown). */
+  stop(): Promise<void> {
+    return this.thread.stop();
   }
 
   /**
@@ -148,7 +154,7 @@ export class Checkpoints {
     const boundary: CheckpointBoundary = await this.deps.watcher.boundary(workspace);
     const tBoundary = performance.now();
     // 2-3. Capture: hash, store, and pass again until still (or the bound).
-    const captured = await runInWorker({
+    const captured = await this.thread.run({
       kind: 'capture',
       root: workspace,
       storeDir: this.local.dir,
@@ -270,7 +276,7 @@ export class Checkpoints {
     const check = checkManifest(bytes, { expectId: id, publicKeyPem: this.deps.signer.publicKeyPem });
     if (check.problems.length) throw failed('read_back', `checkpoint ${id}: the manifest read back from ${this.local.dir} is not the one written: ${check.problems.join('; ')}`);
     const objects = manifestObjects(check.manifest!);
-    const reply = await runInWorker({ kind: 'rehash', storeDir: this.local.dir, objects: [...objects] });
+    const reply = await this.thread.run({ kind: 'rehash', storeDir: this.local.dir, objects: [...objects] });
     if (!reply.ok) throw failed('read_back', `checkpoint ${id}: the read-back failed: ${reply.message}`);
     const problems = reply.result.problems;
     if (problems.length === 0) return;

@@ -6,8 +6,8 @@
 // (LocalStoreFiles: the scanning thread and sbx restore use them) and the async CheckpointStore.
 // See open(2) O_EXCL/O_NOFOLLOW, link(2), fsync(2), path_resolution(7).
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, fstatSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, unlinkSync } from 'node:fs';
-import { writeAll } from '../store/durable.js';
+import { closeSync, constants, fstatSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, unlinkSync, writeSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import { entryPath, openDirAt } from '../workspace/walk.js';
 import { type CheckpointStore, isSha256Hex, StoreError, type WrittenVersion } from './store.js';
 
@@ -19,6 +19,12 @@ const OPEN_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLO
 const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 /** Objects, manifests and records are read-only once written. */
 export const STORED_MODE = 0o444;
+
+/** Writes all of data to fd (writeSync may write less). Here, not store/durable.ts: that one loads zod (the record schemas) into every checkpoint thread. */
+export function writeAll(fd: number, data: Uint8Array): void {
+  let off = 0;
+  while (off < data.length) off += writeSync(fd, data, off, data.length - off);
+}
 
 function code(err: unknown): string | undefined {
   return (err as NodeJS.ErrnoException).code;
@@ -57,6 +63,8 @@ function dirAt(dirFd: number, name: string, create: boolean, what: string): numb
 export class LocalStoreFiles {
   private readonly fanFds = new Map<string, number>();
   private readonly dirty = new Set<number>();
+  /** Objects written to temp files but not yet synced and linked (commitObjects), by digest. */
+  private readonly pending = new Map<string, Buffer>();
 
   private constructor(readonly dir: string, readonly rootFd: number, readonly objectsFd: number, readonly manifestsFd: number, readonly publishedFd: number, readonly tmpFd: number) {}
 
@@ -103,6 +111,7 @@ export class LocalStoreFiles {
    */
   hasObject(sha256: string): boolean {
     if (!isSha256Hex(sha256)) throw new StoreError('refused', `not a SHA-256: ${JSON.stringify(sha256)}`);
+    if (this.pending.has(sha256)) return true;
     let fd: number;
     try {
       fd = this.fan(sha256, false);
@@ -120,46 +129,76 @@ export class LocalStoreFiles {
   }
 
   /**
-   * Creates the object sha256 from what write(fd) writes to a fresh temp file (fsync'ed, mode
-   * 0444, linked into place). Returns false (the temp removed) when it was there already.
-   * The caller has hashed exactly the bytes it writes.
+   * Writes the object sha256 from what write(fd) writes to a fresh temp file (mode 0444); the
+   * caller has hashed exactly those bytes. Not yet in place: commitObjects() syncs every temp
+   * file at once and then links each to its name (so a name never points at bytes not on disk).
+   * Returns false when the object is there (or pending) already.
    */
   createObject(sha256: string, write: (fd: number) => void): boolean {
-    if (!isSha256Hex(sha256)) throw new StoreError('refused', `not a SHA-256: ${JSON.stringify(sha256)}`);
-    const fanFd = this.fan(sha256, true);
-    const stored = this.createAt(fanFd, sha256, write);
-    if (stored) this.dirty.add(fanFd);
-    return stored;
+    if (this.hasObject(sha256)) return false;
+    this.pending.set(sha256, this.writeTemp(sha256.slice(0, 16), write, false));
+    return true;
   }
 
   /**
-   * Creates an object from what write(fd) writes to a fresh temp file; write returns the hex
-   * SHA-256 of exactly the bytes it wrote (so the name is known only at the end: a copy
-   * hashed as it is written), or null to abandon it (the temp removed). Returns the digest and
-   * whether it was stored (false: there already).
+   * Writes an object from what write(fd) writes to a fresh temp file; write returns the hex
+   * SHA-256 of exactly the bytes it wrote (the name is known only at the end: a copy hashed as
+   * it is written), or null to abandon it. Returns the digest and whether it is new (false:
+   * there or pending already, the temp removed); committed by commitObjects().
    */
   createObjectHashed(write: (fd: number) => string | null): { sha256: string; stored: boolean } | null {
     let sha: string | null = null;
-    const tmp = this.writeTemp('object', (fd) => (sha = write(fd)));
+    const tmp = this.writeTemp('object', (fd) => (sha = write(fd)), false);
     if (sha === null) {
       unlinkSync(tmp);
       return null;
     }
     const sha256: string = sha;
-    try {
-      const fanFd = this.fan(sha256, true);
-      const stored = this.linkTemp(tmp, fanFd, sha256);
-      if (stored) this.dirty.add(fanFd);
-      return { sha256, stored };
-    } finally {
+    if (this.hasObject(sha256)) {
       unlinkSync(tmp);
+      return { sha256, stored: false };
     }
+    this.pending.set(sha256, tmp);
+    return { sha256, stored: true };
   }
 
-  /** fsync of every object directory written to since the last call: after it, every object created is durable. */
-  syncObjects(): void {
+  /**
+   * Makes every object written since the last call durable and in place: syncfs(2) of the
+   * store's file system (one journal commit for them all, where an fsync per file costs one
+   * each), then link(2) of each temp file to its name (EEXIST: there already, never replaced),
+   * the temp removed, and the object directories fsync'ed. Returns the objects linked.
+   */
+  commitObjects(): number {
+    if (this.pending.size === 0) return 0;
+    syncFileSystem(this.dir);
+    let linked = 0;
+    for (const [sha256, tmp] of this.pending) {
+      const fanFd = this.fan(sha256, true);
+      try {
+        if (this.linkTemp(tmp, fanFd, sha256)) {
+          linked++;
+          this.dirty.add(fanFd);
+        }
+      } finally {
+        unlinkSync(tmp);
+      }
+    }
+    this.pending.clear();
     for (const fd of this.dirty) fsyncSync(fd);
     this.dirty.clear();
+    return linked;
+  }
+
+  /** Removes the temp files of objects not committed (a capture that failed). */
+  abandonObjects(): void {
+    for (const tmp of this.pending.values()) {
+      try {
+        unlinkSync(tmp);
+      } catch {
+        // swept at the next start
+      }
+    }
+    this.pending.clear();
   }
 
   /** Opens the object for reading (O_NOFOLLOW: a planted link is refused); StoreError missing/refused. Returns the fd and its size. */
@@ -239,7 +278,7 @@ export class LocalStoreFiles {
   }
 
   private createAt(dirFd: number, name: string, write: (fd: number) => void): boolean {
-    const tmp = this.writeTemp(name.slice(0, 16), write);
+    const tmp = this.writeTemp(name.slice(0, 16), write, true);
     try {
       return this.linkTemp(tmp, dirFd, name);
     } finally {
@@ -247,13 +286,13 @@ export class LocalStoreFiles {
     }
   }
 
-  /** A fresh temp file in tmp/ (O_EXCL|O_NOFOLLOW, 0444) holding what write wrote, fsync'ed; its path (through the tmp fd). */
-  private writeTemp(stem: string, write: (fd: number) => void): Buffer {
+  /** A fresh temp file in tmp/ (O_EXCL|O_NOFOLLOW, 0444) holding what write wrote, fsync'ed when sync; its path (through the tmp fd). */
+  private writeTemp(stem: string, write: (fd: number) => void, sync: boolean): Buffer {
     const tmpPath = entryPath(this.tmpFd, Buffer.from(`${stem}.${randomBytes(8).toString('hex')}.tmp`));
     const fd = openSync(tmpPath, CREATE, STORED_MODE);
     try {
       write(fd);
-      fsyncSync(fd);
+      if (sync) fsyncSync(fd);
     } catch (err) {
       closeSync(fd);
       unlinkSync(tmpPath);
@@ -359,4 +398,15 @@ export class LocalStore implements CheckpointStore {
       .filter((n) => /^[0-9a-f]{64}\.json$/.test(n))
       .map((n) => n.slice(0, 64));
   }
+}
+
+/**
+ * syncfs(2) of the file system holding dir, through coreutils `sync -f` (Node has no syncfs, and
+ * the addon is not loaded in threads); throws with its message when it fails (since Linux 5.8
+ * syncfs reports writeback errors).
+ */
+function syncFileSystem(dir: string): void {
+  const r = spawnSync('sync', ['-f', dir], { encoding: 'utf8' });
+  if (r.error) throw new StoreError('io', `sync -f ${dir}: ${r.error.message}`);
+  if (r.status !== 0) throw new StoreError('io', `sync -f ${dir} failed (exit ${r.status}): ${r.stderr.trim()}`);
 }

@@ -22,10 +22,10 @@ import {
   symlinkSync,
   chmodSync,
 } from 'node:fs';
-import { writeAll } from '../store/durable.js';
 import { native } from '../native.js';
 import { entryPath, openDirAt, walkTree } from '../workspace/walk.js';
 import { checkManifest, entryPathBytes, entryTargetBytes, showEntryPath, toManifestEntry, type Manifest, type ManifestEntry } from './manifest.js';
+import { writeAll } from './local-store.js';
 import type { CheckpointStore } from './store.js';
 
 /** Why a restore could not be done (nothing claimed): `code` not_published, bad_manifest, target, object, io. */
