@@ -1,18 +1,21 @@
-// sbx's offline checkpoint commands (restore, verify of a manifest), loaded by sbx.ts only when
-// one runs: they read the store directly (the state dir's checkpoints/, another directory, or
-// s3://), so they work with the supervisor stopped, and cost `sbx run` nothing. Owns their
-// output and exit statuses (0 all holds, 1 restored or read but differs, 125 could not).
+// sbx's offline checkpoint commands (restore, checkpoints, verify of a manifest), loaded by
+// sbx.ts only when one runs: they read the store directly (the state dir's checkpoints/,
+// another directory, or s3://), so they work with the supervisor stopped, and cost `sbx run`
+// nothing. Owns their output and exit statuses (0 all holds, 1 restored or read but differs,
+// 125 could not).
 import { existsSync, readFileSync } from 'node:fs';
 import { basename, join, resolve as resolvePath } from 'node:path';
 import { STATE } from '../ipc/state-layout.js';
-import { LocalStore } from '../supervisor/checkpoint/local-store.js';
-import { normaliseId } from '../supervisor/checkpoint/manifest.js';
-import { RestoreError, restoreCheckpoint } from '../supervisor/checkpoint/restore.js';
+import { LocalStore, STORE_DIRS } from '../supervisor/checkpoint/local-store.js';
+import { checkManifest, normaliseId, type PublishedRecord } from '../supervisor/checkpoint/manifest.js';
+import { RestoreError, restoreCheckpoint, showDifference } from '../supervisor/checkpoint/restore.js';
 import { type CheckpointStore, parseStoreUrl, type StoreUrl } from '../supervisor/checkpoint/store.js';
 import { verifyCheckpoint } from '../supervisor/checkpoint/verify.js';
 
 export interface StoreOptions {
   stateDir: string;
+  /** Whether --state-dir was given (with --store it is refused: which store would be meant?). */
+  stateDirGiven?: boolean;
   /** A directory or s3://bucket/prefix (default: <stateDir>/checkpoints). */
   store?: string;
   key?: string;
@@ -24,8 +27,11 @@ function fail(message: string): never {
   process.exit(125);
 }
 
+const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+
 /** The store named by the options; an S3 one takes endpoint and credentials from the AWS environment. */
 export async function openStore(o: StoreOptions): Promise<CheckpointStore> {
+  if (o.stateDirGiven && o.store) fail('INVALID_ARGUMENT: give --state-dir or --store, not both');
   let url: StoreUrl;
   try {
     url = parseStoreUrl(o.store ?? '', join(o.stateDir, STATE.checkpointsDir));
@@ -34,6 +40,9 @@ export async function openStore(o: StoreOptions): Promise<CheckpointStore> {
   }
   if (url.kind === 'local') {
     if (!existsSync(url.dir)) fail(`no checkpoint store at ${url.dir} (give --state-dir DIR or --store DIR|s3://bucket/prefix)`);
+    if (!existsSync(join(url.dir, STORE_DIRS.objects)) && existsSync(join(url.dir, STATE.checkpointsDir, STORE_DIRS.objects))) {
+      fail(`${url.dir} is a state dir, not a checkpoint store: give --state-dir ${url.dir}, or --store ${join(url.dir, STATE.checkpointsDir)}`);
+    }
     return new LocalStore(url.dir, false);
   }
   const { S3Store } = await import('../supervisor/checkpoint/s3-store.js');
@@ -54,7 +63,7 @@ export async function resolveId(store: CheckpointStore, text: string): Promise<s
   }
   const matches = all.filter((m) => m.startsWith(id));
   if (matches.length === 1) return matches[0];
-  fail(matches.length === 0 ? `no checkpoint ${id}… in ${store.location}` : `${id}… is ambiguous in ${store.location}: ${matches.join(', ')}`);
+  fail(matches.length === 0 ? `no checkpoint ${id}… in ${store.location} (sbx checkpoints lists them)` : `${id}… is ambiguous in ${store.location}: ${matches.join(', ')}`);
 }
 
 function publicKey(o: StoreOptions): string | undefined {
@@ -67,27 +76,66 @@ function publicKey(o: StoreOptions): string | undefined {
   }
 }
 
+function warnUnstable(unstable: string[]): void {
+  if (unstable.length) process.stderr.write(`sbx: warning: this checkpoint is not consistent: ${plural(unstable.length, 'path')} kept changing while it was taken (${unstable.slice(0, 5).join(', ')}); their content is one of their states, not proven current\n`);
+}
+
 /** sbx restore ID DIR. */
-export async function restoreCommand(idText: string, dir: string, o: StoreOptions): Promise<void> {
+export async function restoreCommand(idText: string, dir: string, o: StoreOptions & { sameOwner?: boolean }): Promise<void> {
   const store = await openStore(o);
   const id = await resolveId(store, idText);
   const key = publicKey(o);
   if (!key) fail(`no public key to check the manifest's signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --key FILE`);
   let result;
   try {
-    result = await restoreCheckpoint(store, id, resolvePath(dir), { publicKeyPem: key });
+    result = await restoreCheckpoint(store, id, resolvePath(dir), { publicKeyPem: key, sameOwner: o.sameOwner, remote: store.location.startsWith('s3://') });
   } catch (err) {
-    if (err instanceof RestoreError) fail(`restore: ${err.message}`);
-    throw err;
+    fail(`restore: ${(err as Error).message}`);
   }
   if (o.json) process.stdout.write(JSON.stringify(result, null, 2) + '\n');
   else {
-    process.stdout.write(`restored checkpoint ${id} into ${result.target}: ${result.entries} entries, ${result.files} files, ${result.bytes} bytes in ${result.ms} ms\n`);
-    if (result.owners_not_given) process.stderr.write(`sbx: ${result.owners_not_given} entries could not be given their recorded owner (not root)${result.setid_dropped.length ? `; set-user-ID/set-group-ID dropped on ${result.setid_dropped.length}: ${result.setid_dropped.slice(0, 5).join(', ')}` : ''}\n`);
+    process.stdout.write(`restored checkpoint ${id} into ${result.target}: ${plural(result.entries, 'entry', 'entries')}, ${plural(result.files, 'file')}, ${result.bytes} bytes in ${result.ms} ms\n`);
+    if (result.owners === 'not_given') process.stderr.write(`sbx: owners not given (${process.getuid?.() === 0 ? '--no-same-owner' : 'not root'}): every entry is the restorer's, uid and gid not compared${result.setid_dropped.length ? `; set-user-ID/set-group-ID dropped on ${plural(result.setid_dropped.length, 'entry', 'entries')}: ${result.setid_dropped.slice(0, 5).join(', ')}` : ''}\n`);
+    warnUnstable(result.unstable);
     if (result.identical) process.stdout.write('OK: the restored tree is identical to the manifest\n');
-    else for (const d of result.differences.slice(0, 50)) process.stdout.write(`DIFFERS: ${d}\n`);
+    else {
+      for (const d of result.differences.slice(0, 50)) process.stdout.write(`DIFFERS: ${showDifference(d)}\n`);
+      if (result.differences.length > 50) process.stdout.write(`DIFFERS: and ${result.differences.length - 50} more (--json lists them all)\n`);
+    }
   }
   process.exitCode = result.identical ? 0 : 1;
+}
+
+/** sbx checkpoints: the published checkpoints in the store, oldest first. */
+export async function listCommand(o: StoreOptions & { workspace?: string }): Promise<void> {
+  const store = await openStore(o);
+  let ids: string[];
+  try {
+    ids = await store.listManifests();
+  } catch (err) {
+    fail(`cannot list the checkpoints in ${store.location}: ${(err as Error).message}`);
+  }
+  const rows: { checkpoint_id: string; created_at: string; workspace: string; task: string | null; entries: number; bytes: number; consistent: boolean; boundary: unknown }[] = [];
+  for (const id of ids) {
+    const published = await store.readPublished(id).catch(() => null);
+    if (!published) continue; // never published: claims nothing
+    let record: PublishedRecord;
+    try {
+      record = JSON.parse(published.toString('utf8')) as PublishedRecord;
+    } catch {
+      continue;
+    }
+    const bytes = await store.readManifest(id).catch(() => null);
+    const m = bytes ? checkManifest(bytes).manifest : null;
+    if (!m || (o.workspace && m.workspace !== resolvePath(o.workspace))) continue;
+    rows.push({ checkpoint_id: id, created_at: m.created_at, workspace: m.workspace, task: record.task, entries: m.scan.entries, bytes: m.scan.bytes, consistent: m.consistent, boundary: m.boundary });
+  }
+  rows.sort((a, b) => (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : 0));
+  if (o.json) return void process.stdout.write(JSON.stringify(rows, null, 2) + '\n');
+  if (rows.length === 0) return void process.stdout.write(`no published checkpoints in ${store.location}\n`);
+  const table = [['CHECKPOINT', 'CREATED', 'WORKSPACE', 'TASK', 'ENTRIES', 'BYTES', 'CONSISTENT'], ...rows.map((r) => [r.checkpoint_id.slice(0, 16), r.created_at, r.workspace, r.task ?? '-', String(r.entries), String(r.bytes), r.consistent ? 'yes' : 'NO'])];
+  const widths = table[0].map((_, i) => Math.max(...table.map((row) => row[i].length)));
+  for (const row of table) process.stdout.write(row.map((c, i) => c.padEnd(widths[i])).join('  ').trimEnd() + '\n');
 }
 
 /** sbx verify of a checkpoint manifest: a file (MANIFEST.json) or an id in the store. */
@@ -108,9 +156,13 @@ export async function verifyManifestCommand(arg: string, bytes: Buffer | null, o
   const key = publicKey(o);
   if (!key) fail(`no public key to check the signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --key FILE`);
   const v = await verifyCheckpoint(bytes, key, store, expectId);
-  if (o.json) process.stdout.write(JSON.stringify({ ok: v.problems.length === 0, checkpoint_id: v.id, objects: v.objects, bytes: v.bytes, problems: v.problems }, null, 2) + '\n');
-  else if (v.problems.length === 0) {
-    process.stdout.write(`OK: checkpoint ${v.id} signed by ${v.manifest!.signature!.key_id}${store ? `; published; ${v.objects} objects (${v.bytes} bytes) re-hashed from ${store.location}` : ''}\n`);
+  if (o.json) {
+    process.stdout.write(JSON.stringify({ ok: v.problems.length === 0, checkpoint_id: v.id, store: store?.location ?? null, objects: v.objects, bytes: v.bytes, consistent: v.manifest?.consistent ?? null, unstable: v.manifest?.unstable ?? [], problems: v.problems }, null, 2) + '\n');
+  } else if (v.problems.length === 0) {
+    process.stdout.write(
+      `OK: checkpoint ${v.id} signed by ${v.manifest!.signature!.key_id}${store ? `; published; ${plural(v.objects, 'object')} (${v.bytes} bytes) re-hashed from ${store.location}` : '; the signature only: the objects were not checked (give --state-dir or --store)'}\n`,
+    );
+    warnUnstable(v.manifest!.unstable ?? []);
   } else for (const p of v.problems) process.stdout.write(`MISMATCH: ${p}\n`);
   process.exitCode = v.problems.length === 0 ? 0 : 1;
 }

@@ -23,7 +23,7 @@ import { parseDurationMs } from '../ipc/duration.js';
 import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
 import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
-import { type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName } from '../ipc/protocol.js';
+import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
 
 // --- What every command shares.
@@ -421,8 +421,8 @@ sub('kill')
   });
 
 sub('verify')
-  .description("check a receipt's signature and, with the state dir, every stored byte it names (works with the supervisor stopped)")
-  .argument('<receipt>', 'the receipt as JSON (sbx receipt ID > r.json, or --receipt FILE)')
+  .description("check a receipt's or a checkpoint manifest's signature and, with the state dir (or --store), every stored byte it names (works with the supervisor stopped)")
+  .argument('<file|checkpoint>', 'a receipt or close receipt as JSON (sbx receipt ID > r.json, or --receipt FILE), a checkpoint manifest (<state>/checkpoints/manifests/<id>.json), or a checkpoint id')
   .option('--key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
   .option('--state-dir <dir>', 'also re-read the chunk files (or checkpoint objects) there and check cursors and digests')
   .option('--store <dir|s3://bucket/prefix>', 'a checkpoint manifest: the store to re-hash its objects from (default with --state-dir: its checkpoints/)')
@@ -441,7 +441,7 @@ sub('verify')
     }
     if ((receipt as unknown as { kind?: string }).kind === 'checkpoint') {
       const { verifyManifestCommand } = await import('./checkpoints.js');
-      return verifyManifestCommand(file, bytes, { stateDir: o.stateDir ?? defaultStateDir(), store: o.store, key: o.key, json: g.json, withStore: o.stateDir !== undefined || o.store !== undefined });
+      return verifyManifestCommand(file, bytes, { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key: o.key, json: g.json, withStore: o.stateDir !== undefined || o.store !== undefined });
     }
     const keyFile = o.key ?? join(o.stateDir ?? defaultStateDir(), 'receipt-key.pub');
     let keyPem: string;
@@ -643,6 +643,7 @@ sub('status')
           ['memory', `${mib(status.machine.mem_available_bytes)} available of ${mib(status.machine.mem_total_bytes)}`],
           ['uptime', `${(status.machine.uptime_s / 3600).toFixed(1)} h`],
           ...(status.workspaces ?? []).map((w) => ['workspace', `${w.path} (${w.fs}): ${w.mode}, ${w.health}; ${w.events} events, ${w.unattributed_events} unattributed`]),
+          ...(status.checkpoint_store ? [['checkpoints', status.checkpoint_store]] : []),
         ];
         for (const [k, v] of lines) process.stdout.write(`${k.padEnd(10)} ${v}\n`);
       }
@@ -662,21 +663,37 @@ sub('checkpoint')
     // On a terminal, a long one says it is still going (the supervisor answers once it is published).
     const t0 = Date.now();
     const ticker = process.stderr.isTTY && !g.json ? setInterval(() => process.stderr.write(`\rsbx: checkpointing ${workspace}: ${((Date.now() - t0) / 1000).toFixed(0)} s`), 1000) : null;
-    const r = await call(g, (c) => c.checkpoint({ workspace, ...(o.task !== undefined ? { task: o.task } : {}) })).finally(() => {
+    // Interrupted, sbx goes; the checkpoint does not (the supervisor owns it): say where to find it.
+    process.once('SIGINT', () => {
+      process.stderr.write(`\nsbx: interrupted; the checkpoint of ${workspace} goes on in the supervisor (sbx checkpoints lists it once published)\n`);
+      process.exit(130);
+    });
+    const client = await connect(g);
+    let r: CheckpointResult;
+    try {
+      r = await client.checkpoint({ workspace, ...(o.task !== undefined ? { task: o.task } : {}) });
+    } catch (err) {
+      // --json: the error as JSON on stdout too, for a harness that parses it.
+      if (g.json && isSupervisorError(err)) printJson({ error: err.toWire() });
+      fail(describe(err));
+    } finally {
+      client.close();
       if (ticker) {
         clearInterval(ticker);
         if (Date.now() - t0 >= 1000) process.stderr.write('\n');
       }
-    });
+    }
     process.exitCode = r.consistent ? 0 : 1;
     if (g.json) return printJson(r);
     process.stdout.write(`${r.checkpoint_id}\n`);
+    const n = (k: number, one: string, many = `${one}s`) => `${k} ${k === 1 ? one : many}`;
     const boundary = r.boundary.gap ? `no boundary (gap ${r.boundary.gap})` : `boundary seq ${r.boundary.seq}`;
+    const uploaded = r.objects.uploaded !== undefined ? `, ${r.objects.uploaded} uploaded` : '';
     process.stderr.write(
-      `sbx: published to ${r.store}: ${r.scan.entries} entries, ${r.scan.files} files, ${mib(r.scan.bytes)}; ${r.objects.written} new objects (${mib(r.objects.bytes_written)}); ` +
-        `read back ${r.read_back.objects} objects in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms\n`,
+      `sbx: published to ${r.store}: ${n(r.scan.entries, 'entry', 'entries')}, ${n(r.scan.files, 'file')}, ${mib(r.scan.bytes)}; ${n(r.objects.written, 'new object')} (${mib(r.objects.bytes_written)})${uploaded}; ` +
+        `read back ${n(r.read_back.objects, 'object')} in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms\n`,
     );
-    if (!r.consistent) process.stderr.write(`sbx: not consistent: ${r.unstable_count} paths changed in every pass (${r.scan.passes}): ${r.unstable.slice(0, 5).join(', ')}\n`);
+    if (!r.consistent) process.stderr.write(`sbx: not consistent: ${n(r.unstable_count, 'path')} changed in every pass (${r.scan.passes}): ${r.unstable.slice(0, 5).join(', ')}\n`);
   });
 
 sub('restore')
@@ -686,14 +703,27 @@ sub('restore')
   .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the SPEC path)')
   .option('--store <dir|s3://bucket/prefix>', 'another store (S3: endpoint and credentials from AWS_* environment variables)')
   .option('--key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
-  .action(async (id: string, dir: string, o: { stateDir?: string; store?: string; key?: string; json?: boolean }) => {
+  .option('--same-owner', 'give every entry its recorded owner (the default as root, as tar does)')
+  .option('--no-same-owner', "every entry is the restorer's; set-ID bits dropped; owners not compared (the default when not root)")
+  .action(async (id: string, dir: string, o: { stateDir?: string; store?: string; key?: string; sameOwner?: boolean; json?: boolean }) => {
     const g = globals(o);
     const { restoreCommand } = await import('./checkpoints.js');
-    await restoreCommand(id, dir, { stateDir: o.stateDir ?? defaultStateDir(), store: o.store, key: o.key, json: g.json });
+    await restoreCommand(id, dir, { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key: o.key, sameOwner: o.sameOwner, json: g.json });
+  });
+
+sub('checkpoints')
+  .description('list the published checkpoints in the store, oldest first (reads the store directly)')
+  .option('--workspace <dir>', 'only those of this workspace')
+  .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the SPEC path)')
+  .option('--store <dir|s3://bucket/prefix>', 'another store')
+  .action(async (o: { workspace?: string; stateDir?: string; store?: string; json?: boolean }) => {
+    const g = globals(o);
+    const { listCommand } = await import('./checkpoints.js');
+    await listCommand({ stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, workspace: o.workspace, json: g.json });
   });
 
 sub('gc')
-  .description('apply the retention policy now: old output first, then old receipts (never a running session, never a key)')
+  .description('apply the retention policy now: old output first, then old receipts (never a running session, never a key); in the local checkpoint store, unpublished and expired manifests and every object no kept manifest names')
   .action(async (o: GlobalOptions) => {
     const g = globals(o);
     const r = await call(g, (c) => c.gc());

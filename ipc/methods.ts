@@ -28,8 +28,8 @@ export interface GcResult {
   retired: string[];
   freed_bytes: number;
   closed?: true;
-  /** The local checkpoint store: unpublished and expired manifests removed, objects no kept manifest names removed. */
-  checkpoints?: { removed_manifests: string[]; removed_objects: number; freed_bytes: number; kept_manifests: number };
+  /** The local checkpoint store: unpublished and expired manifests removed, objects no kept manifest names removed, what quarantine/ held removed. */
+  checkpoints?: { removed_manifests: string[]; removed_objects: number; removed_quarantined: number; freed_bytes: number; kept_manifests: number };
 }
 
 /** `seal`: the generation admission was sealed at, and whether it already was. */

@@ -144,6 +144,8 @@ export interface StatusResult {
   machine: { cpu_load_percent: number | null; mem_total_bytes: number; mem_available_bytes: number; uptime_s: number };
   /** The watched workspaces (config workspace.paths, serve --workspace); [] when none. */
   workspaces: WorkspaceStatus[];
+  /** Where checkpoints are published: a directory, or s3://bucket/prefix (config checkpoint.store). */
+  checkpoint_store?: string;
 }
 
 /** One workspace as `sbx status` shows it (supervisor/workspace/watcher.ts). */
@@ -363,8 +365,8 @@ export interface CheckpointResult {
   consistent: boolean;
   unstable: string[];
   unstable_count: number;
-  /** Objects the manifest names; how many and how many bytes this checkpoint wrote (0 for an unchanged tree). */
-  objects: { referenced: number; written: number; bytes_written: number };
+  /** Objects the manifest names; how many and how many bytes this checkpoint wrote to the local store (0 for an unchanged tree); with an S3 store, how many it uploaded. */
+  objects: { referenced: number; written: number; bytes_written: number; uploaded?: number };
   read_back: { objects: number; bytes: number; ms: number };
   supervisor: { instance: string; generation: number; boot_id: string; mode: string };
   duration_ms: number;

@@ -39,6 +39,8 @@ export interface NativeHelpers {
   mknodAt(dirFd: number, name: Buffer, mode: number, rdev: number): void;
   /** utimensat(2) with AT_SYMLINK_NOFOLLOW of name in dirFd (null: futimens(2) of dirFd): atime and mtime set to sec + nsec, exactly. */
   setTimesAt(dirFd: number, name: Buffer | null, sec: number, nsec: number): void;
+  /** syncfs(2) of the file system fd is on (blocking: call it off the event loop); writeback errors are reported (Linux 5.8+). */
+  syncfsFd(fd: number): void;
   /** ioctl(FIFREEZE) of the file system whose mount root fd is open on (ioctl_fifreeze, fs/ioctl.c): writes to it block until thaw; EOPNOTSUPP where unsupported, EBUSY if frozen. */
   freeze(fd: number): void;
   /** ioctl(FITHAW): undoes freeze; EINVAL when it was not frozen. */

@@ -17,6 +17,8 @@ const STATE_DIR_BYTES_TTL_MS = 5_000;
 /** What status reads from the registry. */
 export interface StatusSource {
   ctx: SessionContext;
+  /** Where checkpoints are published (a directory or s3://bucket/prefix). */
+  checkpointStore: () => string;
   sessionStates(): Iterable<SessionState>;
   admissionState(): StatusResult['admission'];
   sealRecord(): StatusResult['sealed'];
@@ -79,6 +81,7 @@ export class StatusReporter {
       boot_id: ctx.identity.bootId,
       pid: process.pid,
       workspaces: ctx.watcher.status(),
+      checkpoint_store: this.source.checkpointStore(),
       socket: socketPath,
       state_dir: ctx.config.stateDir,
       cgroup: ctx.tree ? ctx.tree.basePath : null,

@@ -70,6 +70,7 @@ export class Supervisor {
       sessionStates: () => [...this.sessions.values()].map((s) => s.state),
       admissionState: () => this.admissionState(),
       sealRecord: () => this.closing.seal,
+      checkpointStore: () => this.checkpoints.location,
     });
     ctx.storage.onBelowKeepFree = () => this.retention.keepFree();
     this.checkpoints = new Checkpoints({ config, log, identity: ctx.identity, signer: ctx.signer, watcher: ctx.watcher });

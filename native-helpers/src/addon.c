@@ -634,6 +634,20 @@ static napi_value set_times_at_fn(napi_env env, napi_callback_info info) {
   return make_null(env);
 }
 
+/* syncfsFd(fd): syncfs(2) of the file system fd is on. */
+static napi_value syncfs_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t argc = get_args(env, info, argv, 1);
+  int32_t fd;
+  if (int_arg(env, argv, argc, 0, &fd) != 0) {
+    napi_throw_type_error(env, "EINVAL", "syncfsFd(fd): an fd expected");
+    return NULL;
+  }
+  int r = sys_syncfs(fd);
+  if (r < 0) return throw_errno(env, r, "syncfs");
+  return make_null(env);
+}
+
 /* freeze(fd) / thaw(fd): FIFREEZE / FITHAW of the file system fd is on (fd: its mount root). */
 static napi_value freeze_fn(napi_env env, napi_callback_info info) {
   napi_value argv[1];
@@ -661,7 +675,7 @@ static napi_value thaw_fn(napi_env env, napi_callback_info info) {
   return make_null(env);
 }
 
-static napi_value init(napi_env env, napi_value exports) {
+static napi_value init_module(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"setChildSubreaper", NULL, set_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
     {"isChildSubreaper", NULL, is_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
@@ -684,6 +698,7 @@ static napi_value init(napi_env env, napi_value exports) {
     {"watchHandlePath", NULL, watch_handle_path_fn, NULL, NULL, NULL, napi_default, NULL},
     {"mknodAt", NULL, mknod_at_fn, NULL, NULL, NULL, napi_default, NULL},
     {"setTimesAt", NULL, set_times_at_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"syncfsFd", NULL, syncfs_fn, NULL, NULL, NULL, napi_default, NULL},
     {"freeze", NULL, freeze_fn, NULL, NULL, NULL, napi_default, NULL},
     {"thaw", NULL, thaw_fn, NULL, NULL, NULL, napi_default, NULL},
   };
@@ -691,4 +706,7 @@ static napi_value init(napi_env env, napi_value exports) {
   return exports;
 }
 
-NAPI_MODULE(NODE_GYP_MODULE_NAME, init)
+/* Context-aware (NAPI_MODULE_INIT): it loads in worker threads too (the checkpoint thread calls syncfs); it keeps no process-wide state. */
+NAPI_MODULE_INIT() {
+  return init_module(env, exports);
+}

@@ -207,3 +207,7 @@ int sys_set_times_at(int dirfd, const char *name, int64_t sec, long nsec) {
   int r = name ? utimensat(dirfd, name, ts, AT_SYMLINK_NOFOLLOW) : futimens(dirfd, ts);
   return r == 0 ? 0 : -errno;
 }
+
+int sys_syncfs(int fd) {
+  return syncfs(fd) == 0 ? 0 : -errno;
+}

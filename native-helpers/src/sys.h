@@ -94,6 +94,9 @@ int sys_mknodat(int dirfd, const char *name, uint32_t mode, uint64_t dev);
 /* utimensat(2) / futimens(2): atime and mtime set to sec.nsec, exactly; name NULL: dirfd itself; never follows a link. 0 | -errno. */
 int sys_set_times_at(int dirfd, const char *name, int64_t sec, long nsec);
 
+/* syncfs(2) of the file system fd is on: 0 | -errno (writeback errors are reported since Linux 5.8). */
+int sys_syncfs(int fd);
+
 /* ioctl FIFREEZE / FITHAW on an fd of the file system's mount root (ioctl_fifreeze? see fs/ioctl.c): 0 | -errno. */
 int sys_freeze(int fd);
 int sys_thaw(int fd);

@@ -10,7 +10,7 @@
 // earlier pass) to its check (in the last one), and every such interval contains the instant
 // between the two passes, so at that instant the tree was exactly what was captured.
 import { createHash } from 'node:crypto';
-import { appendFileSync, closeSync, constants, fstatSync, openSync, readSync, type BigIntStats } from 'node:fs';
+import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readSync, type BigIntStats } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import { faultPoint } from '../fault.js';
 import { entryPath, ScanError, walkTree, type EntryType, type WalkEntry } from '../workspace/walk.js';
@@ -48,6 +48,8 @@ export interface CapturedEntry {
 }
 
 export interface CaptureResult {
+  /** The workspace directory itself, as the last pass saw it. */
+  root: { mode: number; uid: number; gid: number; mtimeNs: bigint };
   entries: CapturedEntry[];
   /** Paths that still changed in the last pass (moved, appeared or went). Empty: consistent. */
   unstable: Buffer[];
@@ -244,6 +246,8 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
     let entries: CapturedEntry[] = [];
     let changed: Buffer[] = [];
     let pass = 0;
+    let prevRootSig = '';
+    let root: CaptureResult['root'] = { mode: 0, uid: 0, gid: 0, mtimeNs: 0n };
     const maxPasses = Math.max(2, req.maxPasses);
     while (pass < maxPasses) {
       pass++;
@@ -251,6 +255,11 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       const current: CapturedEntry[] = [];
       const seen = new Set<string>();
       changed = [];
+      const rootSt = lstatSync(req.root, { bigint: true });
+      const rootSig = sigOf('dir', rootSt);
+      if (pass > 1 && rootSig !== prevRootSig) changed.push(Buffer.from('.'));
+      prevRootSig = rootSig;
+      root = { mode: Number(rootSt.mode) & 0o7777, uid: Number(rootSt.uid), gid: Number(rootSt.gid), mtimeNs: rootSt.mtimeNs };
       for (const e of walkTree(req.root, { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs, skipTopLevel: req.skipTopLevel })) {
         const key = e.path.toString('latin1');
         seen.add(key);
@@ -282,6 +291,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
     // buffer: each becomes an exact copy first (else 4,000 entries sent ~64 MiB: measured).
     const exact = (b: Buffer) => Buffer.from(new Uint8Array(b).buffer);
     return {
+      root,
       entries: entries.map((e) => ({ ...e, path: exact(e.path), ...(e.target ? { target: exact(e.target) } : {}) })),
       unstable: changed.map(exact),
       passes: pass,

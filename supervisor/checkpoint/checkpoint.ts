@@ -6,7 +6,7 @@
 // published; also the store's recovery at start and its gc. Not the format (manifest.ts), the
 // scan (capture-worker.ts) or the files (local-store.ts, s3-store.ts).
 import { createHash } from 'node:crypto';
-import { closeSync, lstatSync, mkdirSync, realpathSync, renameSync, statSync } from 'node:fs';
+import { closeSync, existsSync, lstatSync, mkdirSync, readdirSync, realpathSync, renameSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { SupervisorError } from '../../ipc/errors.js';
@@ -32,6 +32,42 @@ export interface CheckpointDeps {
   identity: { instance: string; generation: number; bootId: string; mode: string };
   signer: ReceiptSigner;
   watcher: WorkspaceWatcher;
+}
+
+/** Requests to a remote store at once (uploads, read-back): one at a time, radosgw took ~45 ms an object. */
+const REMOTE_CONCURRENCY = 8;
+
+/** Runs fn over items, at most `limit` at once; rejects with the first failure (after the running ones settle). */
+async function inParallel<T>(items: T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  let failure: unknown = null;
+  const lane = async () => {
+    while (failure === null && next < items.length) {
+      const item = items[next++];
+      try {
+        await fn(item);
+      } catch (err) {
+        failure ??= err;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+  if (failure !== null) throw failure;
+}
+
+/** Re-reads one object from a store and hashes it: its digest and size, or why it could not be read. */
+async function rehashRemote(store: CheckpointStore, sha256: string): Promise<{ sha256: string; bytes: number; error?: string }> {
+  const hash = createHash('sha256');
+  let bytes = 0;
+  try {
+    for await (const chunk of store.readObject(sha256)) {
+      hash.update(chunk);
+      bytes += chunk.length;
+    }
+  } catch (err) {
+    return { sha256: '', bytes, error: (err as Error).message };
+  }
+  return { sha256: hash.digest('hex'), bytes };
 }
 
 /** Unstable paths a result shows (the manifest lists them all). */
@@ -184,6 +220,7 @@ export class Checkpoints {
       consistent: unstable.length === 0,
       unstable,
       supervisor: this.fence,
+      root: { mode: cap.root.mode, uid: cap.root.uid, gid: cap.root.gid, mtime_ns: String(cap.root.mtimeNs) },
       entries,
     });
     const { bytes, id } = manifestBytes(manifest);
@@ -193,11 +230,15 @@ export class Checkpoints {
     const remote = this.remoteStore();
     let store: CheckpointStore = this.local;
     let version;
+    let uploaded = 0;
     try {
       await this.local.putManifest(id, bytes);
       if (remote) {
         store = await remote;
-        for (const [sha, size] of objects) await store.putObject(sha, join(this.local.dir, objectKey(sha)), size);
+        const target = store;
+        await inParallel([...objects], REMOTE_CONCURRENCY, async ([sha, size]) => {
+          if ((await target.putObject(sha, join(this.local.dir, objectKey(sha)), size)).stored) uploaded++;
+        });
         version = await store.putManifest(id, bytes);
       }
     } catch (err) {
@@ -212,9 +253,10 @@ export class Checkpoints {
       await this.readBackLocal(id, manifest);
       if (remote) readBack = await this.readBackRemote(store, id, version, manifest);
     } catch (err) {
-      // Never published: the local manifest goes at once (it claims nothing; gc would remove it too).
+      // Never published: the manifest goes at once (it claims nothing; gc would remove a local one too).
       const fs = this.local.fs;
       fs.remove(fs.manifestsFd, `${id}.json`);
+      if (remote && store.deleteManifest) await store.deleteManifest(id).catch((e: Error) => log.warn({ err: e, checkpoint_id: id }, 'an unpublished manifest could not be removed from the store'));
       throw err;
     }
     const readBackMs = Math.round(performance.now() - rb0);
@@ -248,7 +290,7 @@ export class Checkpoints {
       consistent: manifest.consistent,
       unstable: unstable.slice(0, SHOWN_UNSTABLE),
       unstable_count: unstable.length,
-      objects: { referenced: objects.size, written: cap.objectsWritten, bytes_written: cap.bytesWritten },
+      objects: { referenced: objects.size, written: cap.objectsWritten, bytes_written: cap.bytesWritten, ...(remote ? { uploaded } : {}) },
       read_back: { objects: readBack.objects, bytes: readBack.bytes, ms: readBackMs },
       supervisor: this.fence,
       duration_ms: Math.round(performance.now() - t0),
@@ -321,23 +363,25 @@ export class Checkpoints {
     if (check.problems.length) throw failed('read_back', `checkpoint ${id}: the manifest read back from ${store.location} is not the one written: ${check.problems.join('; ')}`);
     let total = 0;
     const objects = manifestObjects(check.manifest!);
-    for (const [sha, size] of objects) {
-      const hash = createHash('sha256');
-      let n = 0;
-      try {
-        for await (const chunk of store.readObject(sha)) {
-          hash.update(chunk);
-          n += chunk.length;
+    await inParallel([...objects], REMOTE_CONCURRENCY, async ([sha, size]) => {
+      let got = await rehashRemote(store, sha);
+      if ((got.error || got.sha256 !== sha || got.bytes !== size) && store.replaceObject) {
+        // The local copy was read back exactly just before: put it over what the bucket holds.
+        this.deps.log.error({ object: sha, store: store.location, found: got.error ?? `${got.sha256} (${got.bytes} bytes)` }, 'a checkpoint object failed its read-back from the store: uploaded again from the local store');
+        try {
+          await store.replaceObject(sha, join(this.local.dir, objectKey(sha)), size);
+          got = await rehashRemote(store, sha);
+        } catch (err) {
+          got = { sha256: '', bytes: 0, error: `uploading it again failed: ${(err as Error).message}` };
         }
-      } catch (err) {
-        throw failed('read_back', `checkpoint ${id} not published: object ${sha} cannot be read back from ${store.location}: ${(err as Error).message} (used by ${this.pathsOf(written, sha).join(', ')})`, { object: sha });
       }
-      const got = hash.digest('hex');
-      if (got !== sha || n !== size) {
-        throw failed('read_back', `checkpoint ${id} not published: object ${sha} reads back from ${store.location} as ${got} (${n} bytes, ${size} expected) (used by ${this.pathsOf(written, sha).join(', ')})`, { object: sha });
+      const where = `(used by ${this.pathsOf(written, sha).join(', ')})`;
+      if (got.error) throw failed('read_back', `checkpoint ${id} not published: object ${sha} cannot be read back from ${store.location}: ${got.error} ${where}`, { object: sha });
+      if (got.sha256 !== sha || got.bytes !== size) {
+        throw failed('read_back', `checkpoint ${id} not published: object ${sha} reads back from ${store.location} as ${got.sha256} (${got.bytes} bytes, ${size} expected), also after uploading it again ${where}`, { object: sha });
       }
-      total += n;
-    }
+      total += got.bytes;
+    });
     return { objects: objects.size, bytes: total };
   }
 
@@ -398,8 +442,22 @@ export class Checkpoints {
         }
       }
       for (const name of fs.list(fs.tmpFd)) fs.remove(fs.tmpFd, name);
-      if (removed.length || removedObjects) this.deps.log.info({ removed_manifests: removed.length, removed_objects: removedObjects, freed_bytes: freed }, 'checkpoint gc');
-      return { removed_manifests: removed, removed_objects: removedObjects, freed_bytes: freed, kept_manifests: kept };
+      // What failed a read-back was kept for a look (the log names each); gc lets it go.
+      const quarantine = join(this.local.dir, STORE_DIRS.quarantine);
+      let quarantined = 0;
+      if (existsSync(quarantine)) {
+        for (const name of readdirSync(quarantine)) {
+          try {
+            freed += lstatSync(join(quarantine, name)).size;
+            rmSync(join(quarantine, name), { recursive: true, force: true });
+            quarantined++;
+          } catch {
+            // gone meanwhile
+          }
+        }
+      }
+      if (removed.length || removedObjects || quarantined) this.deps.log.info({ removed_manifests: removed.length, removed_objects: removedObjects, removed_quarantined: quarantined, freed_bytes: freed }, 'checkpoint gc');
+      return { removed_manifests: removed, removed_objects: removedObjects, removed_quarantined: quarantined, freed_bytes: freed, kept_manifests: kept };
     });
   }
 }

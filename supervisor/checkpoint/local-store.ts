@@ -7,7 +7,7 @@
 // See open(2) O_EXCL/O_NOFOLLOW, link(2), fsync(2), path_resolution(7).
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fstatSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, unlinkSync, writeSync } from 'node:fs';
-import { spawnSync } from 'node:child_process';
+import { native } from '../native.js';
 import { entryPath, openDirAt } from '../workspace/walk.js';
 import { type CheckpointStore, isSha256Hex, StoreError, type WrittenVersion } from './store.js';
 
@@ -170,7 +170,7 @@ export class LocalStoreFiles {
    */
   commitObjects(): number {
     if (this.pending.size === 0) return 0;
-    syncFileSystem(this.dir);
+    syncFileSystem(this.rootFd, this.dir);
     let linked = 0;
     for (const [sha256, tmp] of this.pending) {
       const fanFd = this.fan(sha256, true);
@@ -401,12 +401,14 @@ export class LocalStore implements CheckpointStore {
 }
 
 /**
- * syncfs(2) of the file system holding dir, through coreutils `sync -f` (Node has no syncfs, and
- * the addon is not loaded in threads); throws with its message when it fails (since Linux 5.8
- * syncfs reports writeback errors).
+ * syncfs(2) of the store's file system through the addon (loaded in the checkpoint thread too):
+ * never a `sync -f` child, whose exit the supervisor's subreaper could reap before the thread's
+ * spawnSync did (which then waits for good). StoreError io when it fails.
  */
-function syncFileSystem(dir: string): void {
-  const r = spawnSync('sync', ['-f', dir], { encoding: 'utf8' });
-  if (r.error) throw new StoreError('io', `sync -f ${dir}: ${r.error.message}`);
-  if (r.status !== 0) throw new StoreError('io', `sync -f ${dir} failed (exit ${r.status}): ${r.stderr.trim()}`);
+function syncFileSystem(dirFd: number, dir: string): void {
+  try {
+    native().syncfsFd(dirFd);
+  } catch (err) {
+    throw new StoreError('io', `syncfs of the checkpoint store ${dir} failed: ${(err as Error).message}`);
+  }
 }

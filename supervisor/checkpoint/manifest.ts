@@ -72,6 +72,8 @@ export interface Manifest {
   consistent: boolean;
   unstable: string[];
   supervisor: RuntimeFence;
+  /** The workspace directory itself (a restore gives DIR these). */
+  root: { mode: number; uid: number; gid: number; mtime_ns: string };
   entries: ManifestEntry[];
   signature?: { alg: 'ed25519'; key_id: string; value: string };
 }

@@ -4,36 +4,33 @@
 // format (manifest.ts) or the store (store.ts). Every name is created relative to the fd of its
 // directory, O_EXCL|O_NOFOLLOW (mkdir, symlink, mknod never follow or replace either), so a
 // link planted in the target is never followed: the restore fails naming it instead. Owners
-// as recorded when they can be given; when one cannot (not root), set-user-ID and
-// set-group-ID are dropped rather than handed to another owner. See open(2), mkdirat(2),
-// symlinkat(2), mknodat(2), chown(2) (which clears set-ID bits: so chmod comes after it).
+// as recorded when the restorer can give them (root, as tar's --same-owner); otherwise the
+// restorer's, and then set-user-ID and set-group-ID are dropped rather than handed to another
+// owner. See open(2), mkdirat(2), symlinkat(2), mknodat(2), utimensat(2), chown(2) (which
+// clears set-ID bits: so chmod comes after it), tar(1) --same-owner.
 import { createHash } from 'node:crypto';
-import {
-  closeSync,
-  constants,
-  fchmodSync,
-  fchownSync,
-  fstatSync,
-  lchownSync,
-  mkdirSync,
-  openSync,
-  readdirSync,
-  readSync,
-  symlinkSync,
-  chmodSync,
-} from 'node:fs';
+import { chmodSync, closeSync, constants, fchmodSync, fchownSync, fstatSync, lchownSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, symlinkSync } from 'node:fs';
 import { native } from '../native.js';
 import { entryPath, openDirAt, walkTree } from '../workspace/walk.js';
-import { checkManifest, entryPathBytes, entryTargetBytes, showEntryPath, toManifestEntry, type Manifest, type ManifestEntry } from './manifest.js';
+import { OWN_DIR } from '../workspace/watch-worker.js';
 import { writeAll } from './local-store.js';
+import { checkManifest, entryPathBytes, entryTargetBytes, showEntryPath, toManifestEntry, type Manifest, type ManifestEntry } from './manifest.js';
 import type { CheckpointStore } from './store.js';
 
-/** Why a restore could not be done (nothing claimed): `code` not_published, bad_manifest, target, object, io. */
+/** Why a restore could not be done (nothing claimed): `code` not_published, no_such_checkpoint, bad_manifest, target, object, io. */
 export class RestoreError extends Error {
-  constructor(readonly code: 'not_published' | 'bad_manifest' | 'target' | 'object' | 'io', message: string) {
+  constructor(readonly code: 'not_published' | 'no_such_checkpoint' | 'bad_manifest' | 'target' | 'object' | 'io', message: string) {
     super(message);
     this.name = 'RestoreError';
   }
+}
+
+/** One way the restored tree differs from the manifest: a path ('.' for DIR itself) and a field (`missing`, `extra`, or an entry field). */
+export interface Difference {
+  path: string;
+  field: string;
+  found: unknown;
+  expected: unknown;
 }
 
 export interface RestoreResult {
@@ -42,14 +39,16 @@ export interface RestoreResult {
   entries: number;
   files: number;
   bytes: number;
-  /** Entries whose recorded owner could not be given (chown EPERM: not root). */
-  owners_not_given: number;
-  /** Paths whose set-user-ID / set-group-ID bits were dropped because their owner could not be given. */
+  /** same: owners as recorded (root); not_given: the restorer's (not root, or --no-same-owner), and uid/gid are not compared. */
+  owners: 'same' | 'not_given';
+  /** Paths whose set-user-ID / set-group-ID bits were dropped because their owner was not given. */
   setid_dropped: string[];
-  /** The rescan equals the manifest (type, mode, owner, size, content, target, device, mtime to the ns). */
+  /** From the manifest: false when paths kept changing while it was taken (listed in `unstable`). */
+  consistent: boolean;
+  unstable: string[];
+  /** The rescan equals the manifest (type, mode, owner when given, size, content, target, device, mtime to the ns; DIR's own mode, owner and mtime). */
   identical: boolean;
-  /** How it differs, one line per path and field. */
-  differences: string[];
+  differences: Difference[];
   ms: number;
 }
 
@@ -57,6 +56,9 @@ const TYPE_BITS: Record<string, number> = { fifo: constants.S_IFIFO, socket: con
 const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
 const SETID = 0o6000;
+/** Objects fetched ahead from a remote store while earlier ones are written, and the largest so fetched. */
+const PREFETCH_OBJECTS = 8;
+const PREFETCH_MAX_BYTES = 8 << 20;
 
 function code(err: unknown): string | undefined {
   return (err as NodeJS.ErrnoException).code;
@@ -68,7 +70,11 @@ function setTimes(dirFd: number, name: Buffer | null, ns: string): void {
   native().setTimesAt(dirFd, name, Number(t / 1_000_000_000n), Number(t % 1_000_000_000n));
 }
 
-/** Opens (or makes) the target: a directory, not a link, empty. RestoreError target otherwise. */
+/**
+ * Opens (or makes) the target: a directory, not a link, empty but for the supervisor's own
+ * `.sandbox-supervisor/` (a watched workspace being restored into: it is left as it is).
+ * RestoreError target otherwise.
+ */
 function openTarget(target: string): number {
   try {
     mkdirSync(target, 0o700);
@@ -79,13 +85,21 @@ function openTarget(target: string): number {
   try {
     fd = openSync(target, OPEN_DIR);
   } catch (err) {
-    if (code(err) === 'ELOOP' || code(err) === 'ENOTDIR') throw new RestoreError('target', `${target} is not a directory (a symlink is never followed): restore into an empty or new directory`);
+    // O_DIRECTORY|O_NOFOLLOW of a symlink fails ENOTDIR (walk.ts): lstat says which it was.
+    let link = false;
+    try {
+      link = lstatSync(target).isSymbolicLink();
+    } catch {
+      // gone meanwhile
+    }
+    if (link) throw new RestoreError('target', `${target} is a symlink (never followed): restore into an empty or new directory`);
+    if (code(err) === 'ENOTDIR') throw new RestoreError('target', `${target} is not a directory: restore into an empty or new directory`);
     throw new RestoreError('target', `cannot open ${target}: ${(err as Error).message}`);
   }
-  const names = readdirSync(`/proc/self/fd/${fd}`);
+  const names = readdirSync(`/proc/self/fd/${fd}`).filter((n) => !(n === OWN_DIR && lstatSync(entryPath(fd, Buffer.from(n))).isDirectory()));
   if (names.length) {
     closeSync(fd);
-    throw new RestoreError('target', `${target} is not empty (${names.length} entries, e.g. ${JSON.stringify(names[0])}): restore into an empty or new directory`);
+    throw new RestoreError('target', `${target} is not empty (${names.length} ${names.length === 1 ? 'entry' : 'entries'}, e.g. ${JSON.stringify(names[0])}): restore into an empty or new directory`);
   }
   return fd;
 }
@@ -93,54 +107,92 @@ function openTarget(target: string): number {
 /**
  * Reads the published checkpoint id from store and checks it: published (its record is
  * there), the manifest's bytes hash to id and are canonical, its digest and counts hold, and
- * with publicKeyPem its signature. RestoreError not_published / bad_manifest.
+ * with publicKeyPem its signature. RestoreError not_published / no_such_checkpoint / bad_manifest.
  */
 export async function loadCheckpoint(store: CheckpointStore, id: string, publicKeyPem?: string): Promise<Manifest> {
   const published = await store.readPublished(id);
-  if (!published) throw new RestoreError('not_published', `checkpoint ${id} was never published in ${store.location} (its read-back did not complete, or no such checkpoint): it claims nothing`);
-  let bytes: Buffer;
+  let bytes: Buffer | null = null;
+  let readError: Error | null = null;
   try {
     bytes = await store.readManifest(id);
   } catch (err) {
-    throw new RestoreError('bad_manifest', `checkpoint ${id}: ${(err as Error).message}`);
+    readError = err as Error;
   }
+  if (!published) {
+    if (bytes) throw new RestoreError('not_published', `checkpoint ${id} in ${store.location} was never published (its read-back did not complete): it claims nothing`);
+    throw new RestoreError('no_such_checkpoint', `no checkpoint ${id} in ${store.location} (never taken there, or removed by gc)`);
+  }
+  if (!bytes) throw new RestoreError('bad_manifest', `checkpoint ${id}: its published record is there but its manifest is not: ${readError?.message}`);
   const { manifest, problems } = checkManifest(bytes, { expectId: id, publicKeyPem });
   if (!manifest || problems.length) throw new RestoreError('bad_manifest', `checkpoint ${id}: ${problems.join('; ')}`);
   return manifest;
 }
 
-/** Materialises the checkpoint id (published; see loadCheckpoint) into target, then rescans and compares. Throws RestoreError. */
-export async function restoreCheckpoint(store: CheckpointStore, id: string, target: string, options: { publicKeyPem?: string } = {}): Promise<RestoreResult> {
+/** A remote store's small objects fetched a few ahead of the restore (bounded: PREFETCH_OBJECTS of at most PREFETCH_MAX_BYTES). */
+class Prefetch {
+  private readonly ahead = new Map<string, Promise<Buffer | Error>>();
+  private next = 0;
+
+  constructor(private readonly store: CheckpointStore, private readonly order: { sha256: string; size: number }[]) {}
+
+  /** The bytes of the object at position i of the order, when it is one fetched ahead (else null: stream it). */
+  async take(i: number): Promise<Buffer | Error | null> {
+    const part = this.order[i];
+    if (part.size > PREFETCH_MAX_BYTES) return null;
+    while (this.next < this.order.length && this.next < i + PREFETCH_OBJECTS) {
+      const p = this.order[this.next++];
+      if (p.size <= PREFETCH_MAX_BYTES && !this.ahead.has(p.sha256)) this.ahead.set(p.sha256, this.fetch(p.sha256));
+    }
+    const got = this.ahead.get(part.sha256) ?? this.fetch(part.sha256);
+    this.ahead.delete(part.sha256);
+    return got;
+  }
+
+  private async fetch(sha256: string): Promise<Buffer | Error> {
+    try {
+      const parts: Uint8Array[] = [];
+      for await (const c of this.store.readObject(sha256)) parts.push(c);
+      return Buffer.concat(parts);
+    } catch (err) {
+      return err as Error;
+    }
+  }
+}
+
+/**
+ * Materialises the checkpoint id (published; see loadCheckpoint) into target, then rescans and
+ * compares. sameOwner (default: when root) gives every entry its recorded owner. remote: fetch
+ * small objects a few ahead (an S3 store answers each in tens of ms). Throws RestoreError.
+ */
+export async function restoreCheckpoint(store: CheckpointStore, id: string, target: string, options: { publicKeyPem?: string; sameOwner?: boolean; remote?: boolean } = {}): Promise<RestoreResult> {
   const t0 = performance.now();
   const manifest = await loadCheckpoint(store, id, options.publicKeyPem);
+  const sameOwner = options.sameOwner ?? process.getuid?.() === 0;
+  const myUid = process.getuid?.() ?? -1;
+  const myGid = process.getgid?.() ?? -1;
   const rootFd = openTarget(target);
-  const root = process.getuid?.() === 0;
   const stack: { fd: number; name: Buffer; entry: ManifestEntry }[] = [];
-  let ownersNotGiven = 0;
   const setidDropped: string[] = [];
+  const dropped = new Set<ManifestEntry | 'root'>();
   let files = 0;
   let bytes = 0;
+  const parts: { sha256: string; size: number }[] = [];
+  for (const e of manifest.entries) if (e.type === 'file') parts.push(...(e.chunks ?? [{ sha256: e.sha256!, size: e.size }]));
+  const prefetch = options.remote ? new Prefetch(store, parts) : null;
+  let partIndex = 0;
 
-  /** chown as recorded (via fn); false when it cannot be given (EPERM), so set-ID bits go. */
-  const giveOwner = (e: ManifestEntry, fn: () => void): boolean => {
-    try {
-      fn();
-      return true;
-    } catch (err) {
-      if (code(err) !== 'EPERM' && code(err) !== 'EINVAL') throw err;
-      ownersNotGiven++;
-      return false;
-    }
-  };
-  const modeFor = (e: ManifestEntry, owned: boolean): number => {
-    if (owned || (e.mode & SETID) === 0) return e.mode;
-    setidDropped.push(showEntryPath(e));
+  /** The mode an entry gets: as recorded, without set-ID bits when its recorded owner is not given. */
+  const modeFor = (e: { mode: number; uid: number; gid: number }, key: ManifestEntry | 'root', where: string): number => {
+    const given = sameOwner || (e.uid === myUid && e.gid === myGid);
+    if (given || (e.mode & SETID) === 0) return e.mode;
+    setidDropped.push(where);
+    dropped.add(key);
     return e.mode & ~SETID;
   };
   const finishDir = (d: { fd: number; entry: ManifestEntry }) => {
     try {
-      const owned = giveOwner(d.entry, () => fchownSync(d.fd, d.entry.uid, d.entry.gid));
-      fchmodSync(d.fd, modeFor(d.entry, owned));
+      if (sameOwner) fchownSync(d.fd, d.entry.uid, d.entry.gid);
+      fchmodSync(d.fd, modeFor(d.entry, d.entry, showEntryPath(d.entry)));
       setTimes(d.fd, null, d.entry.mtime_ns);
     } finally {
       closeSync(d.fd);
@@ -165,10 +217,13 @@ export async function restoreCheckpoint(store: CheckpointStore, id: string, targ
         } else if (e.type === 'file') {
           const fd = openSync(at, CREATE, 0o600);
           try {
-            const parts = e.chunks ?? [{ sha256: e.sha256!, size: e.size }];
-            for (const part of parts) await copyObject(store, part.sha256, part.size, fd, where);
-            const owned = giveOwner(e, () => fchownSync(fd, e.uid, e.gid));
-            fchmodSync(fd, modeFor(e, owned));
+            for (const part of e.chunks ?? [{ sha256: e.sha256!, size: e.size }]) {
+              const ahead = prefetch ? await prefetch.take(partIndex) : null;
+              partIndex++;
+              await copyObject(store, part.sha256, part.size, fd, where, ahead);
+            }
+            if (sameOwner) fchownSync(fd, e.uid, e.gid);
+            fchmodSync(fd, modeFor(e, e, showEntryPath(e)));
             setTimes(fd, null, e.mtime_ns);
           } finally {
             closeSync(fd);
@@ -177,13 +232,13 @@ export async function restoreCheckpoint(store: CheckpointStore, id: string, targ
           bytes += e.size;
         } else if (e.type === 'symlink') {
           symlinkSync(entryTargetBytes(e), at);
-          giveOwner(e, () => lchownSync(at, e.uid, e.gid));
+          if (sameOwner) lchownSync(at, e.uid, e.gid);
           setTimes(dirFd, name, e.mtime_ns);
         } else {
           native().mknodAt(dirFd, name, TYPE_BITS[e.type] | (e.mode & 0o777), e.rdev ?? 0);
-          // Not a link (just made, O_EXCL-like: mknod never replaces), so chown/chmod by name act on it.
-          const owned = giveOwner(e, () => lchownSync(at, e.uid, e.gid));
-          chmodSync(at, modeFor(e, owned));
+          // Not a link (just made: mknod never replaces), so chown/chmod by name act on it.
+          if (sameOwner) lchownSync(at, e.uid, e.gid);
+          chmodSync(at, modeFor(e, e, showEntryPath(e)));
           setTimes(dirFd, name, e.mtime_ns);
         }
       } catch (err) {
@@ -193,34 +248,53 @@ export async function restoreCheckpoint(store: CheckpointStore, id: string, targ
       }
     }
     while (stack.length) finishDir(stack.pop()!);
+    // DIR itself last: its mode, owner and mtime as the workspace had them.
+    const r = manifest.root;
+    if (r) {
+      if (sameOwner) fchownSync(rootFd, r.uid, r.gid);
+      fchmodSync(rootFd, modeFor(r, 'root', '.'));
+      setTimes(rootFd, null, r.mtime_ns);
+    }
+  } catch (err) {
+    if (err instanceof RestoreError) throw err;
+    throw new RestoreError('io', `${target}: ${(err as Error).message}`);
   } finally {
     for (const d of stack) closeSync(d.fd);
     closeSync(rootFd);
   }
-  const differences = compareTree(manifest.entries, describeTree(target));
+  const differences = compareTree(manifest, target, { compareOwners: sameOwner, setidDropped: dropped });
   return {
     checkpoint_id: id,
     target,
     entries: manifest.entries.length,
     files,
     bytes,
-    owners_not_given: ownersNotGiven,
+    owners: sameOwner ? 'same' : 'not_given',
     setid_dropped: setidDropped,
+    consistent: manifest.consistent,
+    unstable: manifest.unstable,
     identical: differences.length === 0,
     differences,
     ms: Math.round(performance.now() - t0),
   };
 }
 
-/** Copies one object into fd, hashing what it reads: a digest or size that differs stops the restore naming the object. */
-async function copyObject(store: CheckpointStore, sha256: string, size: number, fd: number, where: string): Promise<void> {
+/** Copies one object into fd (from `ahead` when it was fetched ahead), hashing what it reads: a digest or size that differs stops the restore naming the object. */
+async function copyObject(store: CheckpointStore, sha256: string, size: number, fd: number, where: string, ahead: Buffer | Error | null): Promise<void> {
   const hash = createHash('sha256');
   let n = 0;
   try {
-    for await (const chunk of store.readObject(sha256)) {
-      hash.update(chunk);
-      writeAll(fd, chunk);
-      n += chunk.length;
+    if (ahead instanceof Error) throw ahead;
+    if (ahead) {
+      hash.update(ahead);
+      writeAll(fd, ahead);
+      n = ahead.length;
+    } else {
+      for await (const chunk of store.readObject(sha256)) {
+        hash.update(chunk);
+        writeAll(fd, chunk);
+        n += chunk.length;
+      }
     }
   } catch (err) {
     throw new RestoreError('object', `${where}: object ${sha256}: ${(err as Error).message}`);
@@ -241,11 +315,11 @@ function splitPath(p: Buffer): Buffer[] {
   return out;
 }
 
-/** Every entry under root as a manifest would record it, files hashed (blocking; no link followed). */
+/** Every entry under root as a manifest would record it, files hashed (blocking; no link followed; the top-level `.sandbox-supervisor/` left out, as a checkpoint does). */
 export function describeTree(root: string): ManifestEntry[] {
   const out: ManifestEntry[] = [];
   const block = Buffer.allocUnsafe(1 << 20);
-  for (const e of walkTree(root)) {
+  for (const e of walkTree(root, { skipTopLevel: [OWN_DIR] })) {
     if (e.type === 'unknown') continue;
     let sha256: string | undefined;
     let size = 0;
@@ -283,26 +357,48 @@ export function describeTree(root: string): ManifestEntry[] {
   return out;
 }
 
-/** How found differs from expected: missing or extra paths, and per path each field (mtime to the ns). */
-export function compareTree(expected: ManifestEntry[], found: ManifestEntry[]): string[] {
+/** A difference for people: one line, modes in octal. */
+export function showDifference(d: Difference): string {
+  if (d.field === 'missing') return `${d.path}: missing`;
+  if (d.field === 'extra') return `${d.path}: not in the manifest`;
+  const show = (v: unknown) => (d.field === 'mode' && typeof v === 'number' ? `0${v.toString(8)}` : JSON.stringify(v ?? null));
+  return `${d.path}: ${d.field} ${show(d.found)}, the manifest says ${show(d.expected)}`;
+}
+
+/**
+ * How the tree at target differs from the manifest: missing and extra paths, and per path each
+ * field (mtime to the ns); uid and gid only with compareOwners; a mode whose set-ID bits the
+ * restore dropped (setidDropped) is compared without them. DIR itself is path '.'.
+ */
+export function compareTree(manifest: Manifest, target: string, options: { compareOwners: boolean; setidDropped: Set<ManifestEntry | 'root'> }): Difference[] {
+  const out: Difference[] = [];
+  const fields: (keyof ManifestEntry)[] = ['type', 'mode', ...(options.compareOwners ? (['uid', 'gid'] as const) : []), 'size', 'sha256', 'target', 'target_b64', 'rdev', 'mtime_ns'];
+  const expectedMode = (mode: number, key: ManifestEntry | 'root') => (options.setidDropped.has(key) ? mode & ~SETID : mode);
+  if (manifest.root) {
+    const st = lstatSync(target, { bigint: true });
+    const found = { mode: Number(st.mode) & 0o7777, uid: Number(st.uid), gid: Number(st.gid), mtime_ns: String(st.mtimeNs) };
+    const want = { ...manifest.root, mode: expectedMode(manifest.root.mode, 'root') };
+    for (const f of ['mode', ...(options.compareOwners ? (['uid', 'gid'] as const) : []), 'mtime_ns'] as const) {
+      if (found[f] !== want[f]) out.push({ path: '.', field: f, found: found[f], expected: want[f] });
+    }
+  }
   const key = (e: ManifestEntry) => entryPathBytes(e).toString('latin1');
-  const got = new Map(found.map((e) => [key(e), e]));
-  const out: string[] = [];
-  for (const e of expected) {
+  const got = new Map(describeTree(target).map((e) => [key(e), e]));
+  for (const e of manifest.entries) {
     const k = key(e);
     const f = got.get(k);
     const where = showEntryPath(e);
     if (!f) {
-      out.push(`${where}: missing`);
+      out.push({ path: where, field: 'missing', found: null, expected: e.type });
       continue;
     }
     got.delete(k);
-    for (const field of ['type', 'mode', 'uid', 'gid', 'size', 'sha256', 'target', 'target_b64', 'rdev'] as const) {
+    for (const field of fields) {
       if (field === 'sha256' && e.sha256 === undefined) continue; // chunked: each chunk was checked as it was written
-      if (e[field] !== f[field]) out.push(`${where}: ${field} ${JSON.stringify(f[field] ?? null)}, the manifest says ${JSON.stringify(e[field] ?? null)}`);
+      const want = field === 'mode' ? expectedMode(e.mode, e) : e[field];
+      if (want !== f[field]) out.push({ path: where, field, found: f[field] ?? null, expected: want ?? null });
     }
-    if (f.mtime_ns !== e.mtime_ns) out.push(`${where}: mtime_ns ${f.mtime_ns}, the manifest says ${e.mtime_ns}`);
   }
-  for (const f of got.values()) out.push(`${showEntryPath(f)}: not in the manifest`);
+  for (const f of got.values()) out.push({ path: showEntryPath(f), field: 'extra', found: f.type, expected: null });
   return out;
 }

@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
-import { GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client, type GetObjectCommandOutput, type PutObjectCommandInput, type PutObjectCommandOutput } from '@aws-sdk/client-s3';
+import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client, type GetObjectCommandOutput, type PutObjectCommandInput, type PutObjectCommandOutput } from '@aws-sdk/client-s3';
 import { isSha256Hex, StoreError, type CheckpointStore, type StoreUrl, type WrittenVersion } from './store.js';
 
 /** How to reach the bucket; each unset one comes from the standard environment (see the README, "S3 checkpoint store"). */
@@ -50,6 +50,9 @@ export class S3Store implements CheckpointStore {
 
   constructor(url: S3Url, opts: S3StoreOptions = {}) {
     const env = opts.env ?? process.env;
+    // The pinned SDK warns on every client that its releases from 2027 need Node 22; this one
+    // runs on Node 20 as pinned, and the warning filled every sbx command's stderr.
+    process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
     this.bucket = url.bucket;
     this.prefix = url.prefix;
     this.checkBeforePut = opts.checkBeforePut ?? true;
@@ -97,6 +100,26 @@ export class S3Store implements CheckpointStore {
   async putObject(sha256: string, file: string, size: number): Promise<{ stored: boolean }> {
     const key = this.objectKey(checkSha(sha256, 'object'));
     if (this.checkBeforePut && (await this.exists(key))) return { stored: false };
+    return this.upload(sha256, key, file, size, true);
+  }
+
+  /**
+   * Uploads the object again over what its key holds (no If-None-Match): for an object whose
+   * bytes in the bucket failed a read-back (damaged, or another version put there), from a local
+   * file that hashes to its name (checked first, as for putObject). A versioned bucket keeps the
+   * bad version too; the current one is good again.
+   */
+  async replaceObject(sha256: string, file: string, size: number): Promise<void> {
+    await this.upload(sha256, this.objectKey(checkSha(sha256, 'object')), file, size, false);
+  }
+
+  /** Deletes a manifest that was never published (its read-back failed); a versioned bucket keeps it behind a delete marker. */
+  async deleteManifest(id: string): Promise<void> {
+    const key = this.manifestKey(checkSha(id, 'manifest'));
+    await this.attempt('DeleteObject', key, () => this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: key })));
+  }
+
+  private async upload(sha256: string, key: string, file: string, size: number, conditional: boolean): Promise<{ stored: boolean }> {
     let fh: FileHandle;
     try {
       fh = await open(file, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK); // a fifo must not block the open
@@ -114,7 +137,7 @@ export class S3Store implements CheckpointStore {
       const input = (): PutObjectCommandInput => ({
         Bucket: this.bucket,
         Key: key,
-        IfNoneMatch: '*',
+        ...(conditional ? { IfNoneMatch: '*' } : {}),
         ContentLength: size,
         ContentMD5: digest.md5.toString('base64'),
         ChecksumSHA256: digest.sha256.toString('base64'),

@@ -44,6 +44,10 @@ export interface CheckpointStore {
   readPublished(id: string): Promise<Buffer | null>;
   /** Ids of the manifests held (published or not), any order. */
   listManifests(): Promise<string[]>;
+  /** A remote store: uploads the object again over bytes that failed a read-back, from a local file that hashes to its name. */
+  replaceObject?(sha256: string, file: string, size: number): Promise<void>;
+  /** A remote store: removes a manifest never published (its read-back failed). */
+  deleteManifest?(id: string): Promise<void>;
 }
 
 /** `checkpoint.store` parsed: a local directory (absolute) or an S3 bucket and key prefix ('' or ending in '/'). */

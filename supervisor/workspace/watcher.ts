@@ -428,12 +428,14 @@ export class WorkspaceWatcher {
 
   /**
    * The mutation boundary of a checkpoint of path, taken before its scan: a barrier round's
-   * sequence for that workspace (every write closed before now is ordered before it, so a scan
-   * started after sees it), or a gap and why: not_watched (path is no watched workspace),
+   * sequence for the workspace holding path (itself or a directory in it: every write closed
+   * before now is ordered before it, so a scan started after sees it), or a gap and why:
+   * not_watched (path is in no watched workspace),
    * unsupported, listener_restart, barrier_timeout. Never rejects.
    */
   async boundary(path: string): Promise<{ epoch: string | null; seq: number | null; gap: null | 'not_watched' | 'unsupported' | 'listener_restart' | 'barrier_timeout' }> {
-    const i = this.workspaces.findIndex((w) => w.path === path);
+    // A directory inside a watched workspace is ordered by that workspace's barrier.
+    const i = this.workspaces.findIndex((w) => path === w.path || path.startsWith(w.path.endsWith('/') ? w.path : `${w.path}/`));
     if (i < 0) return { epoch: null, seq: null, gap: 'not_watched' };
     await this.ready;
     const result = await this.barrier();

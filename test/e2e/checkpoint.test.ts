@@ -147,10 +147,13 @@ describe('checkpoint and restore: byte for byte', () => {
     const target = join(d.dir, 'restored');
     const r = await d.sbx(['restore', first.checkpoint_id, target, '--state-dir', d.stateDir, '--json']);
     expect(r.stderr.toString()).toBe('');
-    const result = json<{ identical: boolean; differences: string[]; entries: number; owners_not_given: number }>(r);
+    const result = json<{ identical: boolean; differences: unknown[]; entries: number; owners: string }>(r);
     expect(result.differences).toEqual([]);
     expect(r.status).toBe(0);
-    expect(result).toMatchObject({ identical: true, differences: [], entries: source.length, owners_not_given: 0 });
+    expect(result).toMatchObject({ identical: true, entries: source.length, owners: 'same', consistent: true });
+    // The directory itself too: its mode, owner and mtime as the workspace had them.
+    const [a, b] = [lstatSync(ws, { bigint: true }), lstatSync(target, { bigint: true })];
+    expect([b.mode, b.uid, b.gid, b.mtimeNs]).toEqual([a.mode, a.uid, a.gid, a.mtimeNs]);
     // Exactly what python3 lists of the source, mtimes to the ns included.
     expect(byPath(pythonTreeListing(target))).toEqual(byPath(source));
     // A unique prefix names it too; the human output says OK.
@@ -230,7 +233,7 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     symlinkSync(linkTarget, join(d.dir, 'as-link'));
     const r2 = await d.sbx(['restore', ck.checkpoint_id, join(d.dir, 'as-link'), '--state-dir', d.stateDir]);
     expect(r2.status).toBe(125);
-    expect(r2.stderr.toString()).toContain('is not a directory (a symlink is never followed)');
+    expect(r2.stderr.toString()).toContain('is a symlink (never followed)');
     expect(readdirSync(linkTarget)).toEqual([]);
     expect(readFileSync(victim, 'utf8')).toBe('untouched');
   });
@@ -320,7 +323,8 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
         const id = name.slice(0, 64);
         const restore = await d.sbx(['restore', id, join(d.dir, `crash-${id}`), '--state-dir', d.stateDir]);
         expect(restore.status).toBe(125);
-        expect(restore.stderr.toString()).toContain(`checkpoint ${id} was never published`);
+        // The restart removed it (it claimed nothing): no such checkpoint.
+        expect(restore.stderr.toString()).toContain(`no checkpoint ${id} in ${storeDir(d)}`);
       }
       const ck = await checkpoint(d, ws);
       expect(ck.scan.files).toBe(3);
@@ -350,10 +354,59 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     expect(sha256(readFileSync(objectFile(d, busy.sha256)))).toBe(busy.sha256);
     const human = await d.sbx(['checkpoint', '--workspace', ws]);
     expect(human.status).toBe(1);
-    expect(human.stderr.toString()).toContain('sbx: not consistent: 1 paths changed in every pass (4): busy');
+    expect(human.stderr.toString()).toContain('sbx: not consistent: 1 path changed in every pass (4): busy');
     await d.terminate();
     d.withEnv(undefined);
     await d.start();
+  });
+
+  it('a directory inside the watched workspace gets its boundary; sbx checkpoints lists what was published', async () => {
+    fill({});
+    mkdirSync(join(ws, 'sub'));
+    writeFileSync(join(ws, 'sub', 'f'), 'in sub');
+    const ck = await checkpoint(d, join(ws, 'sub'));
+    expect(ck.boundary.gap).toBeNull();
+    expect(ck.boundary.seq).toBeGreaterThan(0);
+    const list = json<{ checkpoint_id: string; workspace: string; entries: number }[]>(await d.sbx(['checkpoints', '--state-dir', d.stateDir, '--workspace', join(ws, 'sub'), '--json']));
+    expect(list).toEqual([expect.objectContaining({ checkpoint_id: ck.checkpoint_id, workspace: join(ws, 'sub'), entries: 1 })]);
+    const human = await d.sbx(['checkpoints', '--state-dir', d.stateDir]);
+    expect(human.status).toBe(0);
+    expect(human.stdout.toString()).toContain(ck.checkpoint_id.slice(0, 16));
+  });
+
+  it('restores into the watched workspace itself (empty but for .sandbox-supervisor/, left alone): the rollback', async () => {
+    fill({ keep: 'version 1' });
+    const ck = await checkpoint(d, ws);
+    writeFileSync(join(ws, 'keep'), 'version 2, to be rolled back');
+    for (const name of readdirSync(ws)) if (name !== OWN) rmSync(join(ws, name), { recursive: true });
+    const r = await d.sbx(['restore', ck.checkpoint_id, ws, '--state-dir', d.stateDir]);
+    expect(r.stderr.toString()).toBe('');
+    expect(r.status).toBe(0);
+    expect(readFileSync(join(ws, 'keep'), 'utf8')).toBe('version 1');
+    expect(lstatSync(join(ws, OWN)).isDirectory()).toBe(true);
+    // A session still gets its barrier there afterwards.
+    const after = await d.sbx(['run', '--key', 'after-rollback', '--', 'sh', '-c', `printf x > ${ws}/new`]);
+    expect(after.status).toBe(0);
+    expect(json<Receipt>(await d.sbx(['receipt', '--key', 'after-rollback'])).workspace![0].gap).toBeNull();
+  });
+
+  it('--no-same-owner: every entry the restorer\'s, set-user-ID dropped where its owner was someone else, owners not compared (exit 0)', async () => {
+    fill({ mine: 'root owned', theirs: 'uid 1000' });
+    chmodSync(join(ws, 'mine'), 0o4755);
+    chmodSync(join(ws, 'theirs'), 0o4755);
+    expect(spawnSync('chown', ['1000:1000', join(ws, 'theirs')]).status).toBe(0);
+    chmodSync(join(ws, 'theirs'), 0o4755); // chown cleared it
+    const ck = await checkpoint(d, ws);
+    const target = join(d.dir, 'not-same-owner');
+    const r = await d.sbx(['restore', ck.checkpoint_id, target, '--state-dir', d.stateDir, '--no-same-owner', '--json']);
+    expect(r.status).toBe(0);
+    expect(json<{ owners: string; setid_dropped: string[]; identical: boolean }>(r)).toMatchObject({ owners: 'not_given', setid_dropped: ['theirs'], identical: true });
+    expect(lstatSync(join(target, 'theirs'))).toMatchObject({ uid: 0, gid: 0, mode: 0o100755 });
+    expect(lstatSync(join(target, 'mine')).mode).toBe(0o104755); // its recorded owner is the restorer: kept
+    // As root, the default gives the owner, and set-user-ID with it.
+    const same = join(d.dir, 'same-owner');
+    expect((await d.sbx(['restore', ck.checkpoint_id, same, '--state-dir', d.stateDir])).status).toBe(0);
+    expect(lstatSync(join(same, 'theirs'))).toMatchObject({ uid: 1000, gid: 1000, mode: 0o104755 });
   });
 
   it('sbx gc removes objects no manifest names (left by a crash) and keeps every referenced one', async () => {
@@ -377,11 +430,16 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     }
     const garbage = all.filter((sha) => !referenced.has(sha));
     expect(garbage).toEqual(expect.arrayContaining([sha256('orphan one'), sha256('orphan two')]));
-    const garbageBytes = garbage.reduce((a, sha) => a + lstatSync(objectFile(d, sha)).size, 0);
+    // And what quarantine/ holds (the planted link an earlier test set aside).
+    const qdir = join(storeDir(d), 'quarantine');
+    const quarantined = existsSync(qdir) ? readdirSync(qdir) : [];
+    expect(quarantined.length).toBeGreaterThan(0);
+    const garbageBytes = garbage.reduce((a, sha) => a + lstatSync(objectFile(d, sha)).size, 0) + quarantined.reduce((a, n) => a + lstatSync(join(qdir, n)).size, 0);
     const r = await d.sbx(['gc', '--json']);
     expect(r.status).toBe(0);
-    const gc = json<{ checkpoints: { removed_objects: number; freed_bytes: number } }>(r);
-    expect(gc.checkpoints).toMatchObject({ removed_objects: garbage.length, freed_bytes: garbageBytes });
+    const gc = json<{ checkpoints: { removed_objects: number; removed_quarantined: number; freed_bytes: number } }>(r);
+    expect(gc.checkpoints).toMatchObject({ removed_objects: garbage.length, removed_quarantined: quarantined.length, freed_bytes: garbageBytes });
+    expect(readdirSync(qdir)).toEqual([]);
     for (const sha of garbage) expect(existsSync(objectFile(d, sha))).toBe(false);
     for (const sha of referenced) if (all.includes(sha)) expect(existsSync(objectFile(d, sha))).toBe(true); // (an earlier test removed one)
     const v = await d.sbx(['verify', ck.checkpoint_id, '--state-dir', d.stateDir]);
