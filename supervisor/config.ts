@@ -137,6 +137,8 @@ const ConfigSchema = z
           .prefault({}),
         /** Walks of one checkpoint at most: the first hashes, each later one checks and re-hashes what moved; past it the paths still moving are `unstable`. */
         maxPasses: z.number().int().min(2).max(100).default(4),
+        /** Passes after the first re-read and re-hash every file, not only compare its stat: a write through a shared mmap moves no timestamp (the hashing is then twice). */
+        verifyContent: z.boolean().default(false),
         /** A checkpoint's scan fails (scan_timeout) past this, ms. */
         deadlineMs: z.number().int().min(1).max(24 * 3600 * 1000).default(600_000),
         /** Manifests made longer ago than this are removed by gc (with what only they reference); 0: kept forever. */

@@ -73,7 +73,7 @@ export class Supervisor {
       checkpointStore: () => this.checkpoints.location,
     });
     ctx.storage.onBelowKeepFree = () => this.retention.keepFree();
-    this.checkpoints = new Checkpoints({ config, log, identity: ctx.identity, signer: ctx.signer, watcher: ctx.watcher });
+    this.checkpoints = new Checkpoints({ config, log, identity: ctx.identity, signer: ctx.signer, watcher: ctx.watcher, reserveBytes: () => ctx.storage.minFreeBytes });
     this.checkpoints.recover();
     this.restore();
   }

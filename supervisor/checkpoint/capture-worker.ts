@@ -20,12 +20,18 @@ import { StoreError } from './store.js';
 export interface CaptureRequest {
   kind: 'capture';
   root: string;
+  /** The store's path (for messages) and the supervisor's fd holding it open (what is written to). */
   storeDir: string;
+  storeFd: number;
+  /** Bytes storing must leave free in the store's file system. */
+  reserveBytes: number;
   skipTopLevel: string[];
   deadlineMs?: number;
   startHrNs: bigint;
   /** Walks at most: the first captures, each later one checks (and re-captures what moved). At least 2. */
   maxPasses: number;
+  /** Later passes also re-hash every file whose stat did not move (a write through a shared mmap moves no timestamp). */
+  verifyContent?: boolean;
 }
 
 /** One captured entry: what the manifest records, and the stat signature the next pass compares. */
@@ -64,6 +70,7 @@ export interface CaptureResult {
 export interface RehashRequest {
   kind: 'rehash';
   storeDir: string;
+  storeFd: number;
   /** [sha256, size] of each object to read back. */
   objects: [string, number][];
 }
@@ -106,13 +113,55 @@ class Capture {
   bytesHashed = 0;
   private lastProgress = Date.now();
 
-  constructor(private readonly store: LocalStoreFiles, private readonly progress: (p: WorkerProgress['progress']) => void) {}
+  constructor(private readonly store: LocalStoreFiles, private readonly progress: (p: WorkerProgress['progress']) => void, private readonly deadline: { hrNs: bigint | null; ms?: number }) {}
+
+  /** ScanError scan_timeout once the checkpoint's deadline has passed (checked per block read, so one big file is bounded too). */
+  private checkDeadline(): void {
+    if (this.deadline.hrNs !== null && process.hrtime.bigint() >= this.deadline.hrNs) {
+      throw new ScanError('scan_timeout', `scan_timeout: the checkpoint passed its ${this.deadline.ms} ms deadline (checkpoint.deadlineMs) while reading a file`);
+    }
+  }
+
+  /** Writes through the store, an errno failure named as the store's (ENOSPC, EMFILE...), not the scan's. */
+  private storing<T>(fn: () => T): T {
+    try {
+      return fn();
+    } catch (err) {
+      if (err instanceof StoreError || err instanceof ScanError) throw err;
+      const e = err as NodeJS.ErrnoException;
+      throw new StoreError('io', `${e.code ?? 'error'}: writing to the checkpoint store ${this.store.dir} failed: ${e.message}`);
+    }
+  }
 
   tick(pass: number, entries: number): void {
     const now = Date.now();
     if (now - this.lastProgress < PROGRESS_EVERY_MS) return;
     this.lastProgress = now;
     this.progress({ pass, entries, bytesHashed: this.bytesHashed });
+  }
+
+  /** Whether the file e still hashes to sha256 (read only, nothing stored); false when it cannot be read as a file now. */
+  sameContent(e: WalkEntry, sha256: string): boolean {
+    let fd: number;
+    try {
+      fd = openSync(entryPath(e.dirFd, e.name), OPEN_FILE);
+    } catch {
+      return false;
+    }
+    try {
+      const hash = createHash('sha256');
+      for (let pos = 0; ; ) {
+        this.checkDeadline();
+        const r = readSync(fd, block, 0, BLOCK_BYTES, pos);
+        if (r === 0) break;
+        hash.update(block.subarray(0, r));
+        pos += r;
+        this.bytesHashed += r;
+      }
+      return hash.digest('hex') === sha256;
+    } finally {
+      closeSync(fd);
+    }
   }
 
   /** The entry captured now; null when it went (or changed type) since the walk saw it. */
@@ -177,7 +226,7 @@ class Capture {
     const bytes = small.subarray(0, Math.min(n, SMALL_FILE_BYTES));
     const sha256 = createHash('sha256').update(bytes).digest('hex');
     this.bytesHashed += bytes.length;
-    if (this.store.createObject(sha256, (out) => writeAll(out, bytes))) this.wrote(bytes.length);
+    if (this.storing(() => this.store.createObject(sha256, (out) => writeAll(out, bytes), bytes.length))) this.wrote(bytes.length);
     return { sha256, size: bytes.length, consistent: n <= SMALL_FILE_BYTES };
   }
 
@@ -190,6 +239,7 @@ class Capture {
     const hash = createHash('sha256');
     let pos = 0;
     for (;;) {
+      this.checkDeadline();
       const r = readSync(fd, block, 0, BLOCK_BYTES, pos);
       if (r === 0) break;
       hash.update(block.subarray(0, r));
@@ -199,20 +249,28 @@ class Capture {
     const first = hash.digest('hex');
     if (this.store.hasObject(first)) return { sha256: first, size: pos, consistent: true };
     let copied = 0;
-    const made = this.store.createObjectHashed((out) => {
-      const h = createHash('sha256');
-      for (;;) {
-        const r = readSync(fd, block, 0, BLOCK_BYTES, copied);
-        if (r === 0) break;
-        h.update(block.subarray(0, r));
-        writeAll(out, block.subarray(0, r));
-        copied += r;
-      }
-      return h.digest('hex');
-    })!;
+    const made = this.storing(() =>
+      this.store.createObjectHashed((out) => {
+        const h = createHash('sha256');
+        for (;;) {
+          this.checkDeadline();
+          const r = readSync(fd, block, 0, BLOCK_BYTES, copied);
+          if (r === 0) break;
+          h.update(block.subarray(0, r));
+          writeAll(out, block.subarray(0, r));
+          copied += r;
+        }
+        return h.digest('hex');
+      }, pos),
+    )!;
     this.bytesHashed += copied;
     if (made.stored) this.wrote(copied);
     return { sha256: made.sha256, size: copied, consistent: made.sha256 === first };
+  }
+
+  /** Every object written made durable and linked into place (the store's commitObjects), failures named as the store's. */
+  commit(): void {
+    this.storing(() => this.store.commitObjects());
   }
 
   private wrote(bytes: number): void {
@@ -239,9 +297,11 @@ function testTouch(root: string, pass: number): void {
 
 /** Runs a capture in this thread (blocking). Throws ScanError / StoreError / errno errors. */
 export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['progress']) => void = () => {}): CaptureResult {
-  const store = LocalStoreFiles.open(req.storeDir, { create: true });
+  const store = LocalStoreFiles.open(req.storeDir, { create: true, viaFd: req.storeFd });
+  store.reserveBytes = req.reserveBytes;
   try {
-    const cap = new Capture(store, progress);
+    const deadlineHrNs = req.deadlineMs === undefined ? null : req.startHrNs + BigInt(Math.round(req.deadlineMs * 1e6));
+    const cap = new Capture(store, progress, { hrNs: deadlineHrNs, ms: req.deadlineMs });
     let prev = new Map<string, CapturedEntry>();
     let entries: CapturedEntry[] = [];
     let changed: Buffer[] = [];
@@ -260,12 +320,12 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       if (pass > 1 && rootSig !== prevRootSig) changed.push(Buffer.from('.'));
       prevRootSig = rootSig;
       root = { mode: Number(rootSt.mode) & 0o7777, uid: Number(rootSt.uid), gid: Number(rootSt.gid), mtimeNs: rootSt.mtimeNs };
-      for (const e of walkTree(req.root, { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs, skipTopLevel: req.skipTopLevel })) {
+      for (const e of walkTree(req.root, { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs, skipTopLevel: req.skipTopLevel, oneFileSystem: true })) {
         const key = e.path.toString('latin1');
         seen.add(key);
         const old = prev.get(key);
         const sig = e.type === 'symlink' ? sigOf('symlink', e, e.linkTarget ?? Buffer.alloc(0)) : sigOf(e.type, e);
-        if (old && !old.moved && old.sig === sig) {
+        if (old && !old.moved && old.sig === sig && (!req.verifyContent || old.type !== 'file' || cap.sameContent(e, old.sha256!))) {
           current.push(old);
           continue;
         }
@@ -279,7 +339,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       prev = new Map(current.map((c) => [c.path.toString('latin1'), c]));
       if (pass > 1 && changed.length === 0) break;
     }
-    store.commitObjects();
+    cap.commit();
     let files = 0;
     let bytes = 0;
     for (const e of entries) {
@@ -309,7 +369,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
 
 /** Re-reads and re-hashes each object (blocking); what differs is a problem naming the object, never thrown. */
 export function runRehash(req: RehashRequest): RehashResult {
-  const store = LocalStoreFiles.open(req.storeDir, { create: false });
+  const store = LocalStoreFiles.open(req.storeDir, { create: false, viaFd: req.storeFd });
   const problems: RehashResult['problems'] = [];
   let bytes = 0;
   try {

@@ -32,6 +32,8 @@ export interface CheckpointDeps {
   identity: { instance: string; generation: number; bootId: string; mode: string };
   signer: ReceiptSigner;
   watcher: WorkspaceWatcher;
+  /** Bytes a checkpoint must leave free where it stores objects (the state dir's admission threshold). */
+  reserveBytes: () => number;
 }
 
 /** Requests to a remote store at once (uploads, read-back): one at a time, radosgw took ~45 ms an object. */
@@ -70,6 +72,9 @@ async function rehashRemote(store: CheckpointStore, sha256: string): Promise<{ s
   return { sha256: hash.digest('hex'), bytes };
 }
 
+/** Checkpoints (and gc) waiting at once; the next is refused, retryable. */
+const MAX_QUEUED = 16;
+
 /** Unstable paths a result shows (the manifest lists them all). */
 const SHOWN_UNSTABLE = 100;
 
@@ -92,7 +97,7 @@ export class Checkpoints {
   private readonly thread = new CheckpointThread();
 
   constructor(private readonly deps: CheckpointDeps) {
-    this.local = new LocalStore(localStoreDir(deps.config), true);
+    this.local = new LocalStore(localStoreDir(deps.config), true, true);
   }
 
   /** Where checkpoints are published: the local directory or s3://bucket/prefix. */
@@ -109,8 +114,15 @@ export class Checkpoints {
     return this.remote;
   }
 
+  private queued = 0;
+
+  /** Runs fn after every step queued before it; LIMIT_EXCEEDED (retryable) past MAX_QUEUED waiting. */
   private serial<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.chain.then(fn, fn);
+    if (this.queued >= MAX_QUEUED) {
+      return Promise.reject(new SupervisorError('LIMIT_EXCEEDED', `${this.queued} checkpoints (or gc) are queued already; checkpoints run one at a time`, { limit: 'checkpoints_queued', max: MAX_QUEUED }));
+    }
+    this.queued++;
+    const run = this.chain.then(fn, fn).finally(() => this.queued--);
     this.chain = run.catch(() => {});
     return run;
   }
@@ -185,6 +197,13 @@ export class Checkpoints {
     const t0 = performance.now();
     const { config, log, signer } = this.deps;
     const workspace = this.checkWorkspace(workspaceArg);
+    if (this.local.reopenIfMoved()) log.warn({ store: this.local.dir }, 'the checkpoint store was moved or removed since it was opened: opened (made) again at its path');
+    let storeFd: number;
+    try {
+      storeFd = this.local.fs.rootFd;
+    } catch (err) {
+      throw failed('store', `checkpoint of ${workspace}: the checkpoint store cannot be used: ${(err as Error).message}`);
+    }
     const startedAt = new Date().toISOString();
     // 1. The boundary, before anything is read: every write closed before it is seen by the scan.
     const boundary: CheckpointBoundary = await this.deps.watcher.boundary(workspace);
@@ -194,10 +213,13 @@ export class Checkpoints {
       kind: 'capture',
       root: workspace,
       storeDir: this.local.dir,
+      storeFd,
+      reserveBytes: this.deps.reserveBytes(),
       skipTopLevel: [OWN_DIR],
       deadlineMs: config.checkpoint.deadlineMs,
       startHrNs: process.hrtime.bigint(),
       maxPasses: config.checkpoint.maxPasses,
+      verifyContent: config.checkpoint.verifyContent,
     });
     if (!captured.ok) {
       const stage = captured.code.startsWith('store_') ? 'store' : 'scan';
@@ -318,7 +340,7 @@ export class Checkpoints {
     const check = checkManifest(bytes, { expectId: id, publicKeyPem: this.deps.signer.publicKeyPem });
     if (check.problems.length) throw failed('read_back', `checkpoint ${id}: the manifest read back from ${this.local.dir} is not the one written: ${check.problems.join('; ')}`);
     const objects = manifestObjects(check.manifest!);
-    const reply = await this.thread.run({ kind: 'rehash', storeDir: this.local.dir, objects: [...objects] });
+    const reply = await this.thread.run({ kind: 'rehash', storeDir: this.local.dir, storeFd: this.local.fs.rootFd, objects: [...objects] });
     if (!reply.ok) throw failed('read_back', `checkpoint ${id}: the read-back failed: ${reply.message}`);
     const problems = reply.result.problems;
     if (problems.length === 0) return;
@@ -403,8 +425,13 @@ export class Checkpoints {
       let unreadable = false;
       let kept = 0;
       for (const id of await this.local.listManifests()) {
-        const bytes = fs.readRecord(fs.manifestsFd, `${id}.json`);
-        const { manifest } = bytes ? checkManifest(bytes) : { manifest: null };
+        let manifest: Manifest | null = null;
+        try {
+          const bytes = fs.readRecord(fs.manifestsFd, `${id}.json`);
+          manifest = bytes ? checkManifest(bytes).manifest : null;
+        } catch {
+          // a directory or a link where a manifest should be: unreadable
+        }
         if (!manifest) {
           unreadable = true;
           this.deps.log.error({ manifest: id }, 'gc: a checkpoint manifest cannot be read; no object is removed');

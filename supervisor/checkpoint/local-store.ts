@@ -6,7 +6,7 @@
 // (LocalStoreFiles: the scanning thread and sbx restore use them) and the async CheckpointStore.
 // See open(2) O_EXCL/O_NOFOLLOW, link(2), fsync(2), path_resolution(7).
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, fstatSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statfsSync, unlinkSync, writeSync } from 'node:fs';
 import { native } from '../native.js';
 import { entryPath, openDirAt } from '../workspace/walk.js';
 import { type CheckpointStore, isSha256Hex, StoreError, type WrittenVersion } from './store.js';
@@ -17,6 +17,8 @@ export const STORE_DIRS = { objects: 'objects', manifests: 'manifests', publishe
 const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
 const OPEN_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+/** Object fan directories kept open at once (256 exist): the capture must not eat the fd limit. */
+const MAX_FAN_FDS = 16;
 /** Objects, manifests and records are read-only once written. */
 export const STORED_MODE = 0o444;
 
@@ -68,11 +70,20 @@ export class LocalStoreFiles {
 
   private constructor(readonly dir: string, readonly rootFd: number, readonly objectsFd: number, readonly manifestsFd: number, readonly publishedFd: number, readonly tmpFd: number) {}
 
-  static open(dir: string, options: { create: boolean }): LocalStoreFiles {
-    if (options.create) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  /** Bytes that storing an object must leave free in the store's file system (createObject*: StoreError io "ENOSPC" past it). */
+  reserveBytes = 0;
+
+  /**
+   * Opens the store at dir (made when create), or, with viaFd, the very directory that fd (of
+   * this process: a checkpoint thread shares the supervisor's fds) holds open, so a store
+   * renamed or removed meanwhile is never half written at its old name and half at a new one.
+   */
+  static open(dir: string, options: { create: boolean; viaFd?: number }): LocalStoreFiles {
+    if (options.create && options.viaFd === undefined) mkdirSync(dir, { recursive: true, mode: 0o700 });
     let rootFd: number;
     try {
-      rootFd = openSync(dir, OPEN_DIR);
+      // /proc/self/fd/N is a magic link: opened without O_NOFOLLOW (it names an fd, not a path).
+      rootFd = options.viaFd !== undefined ? openSync(`/proc/self/fd/${options.viaFd}`, constants.O_RDONLY | constants.O_DIRECTORY) : openSync(dir, OPEN_DIR);
     } catch (err) {
       if (code(err) === 'ENOENT') throw new StoreError('missing', `no checkpoint store at ${dir}`);
       if (code(err) === 'ENOTDIR' || code(err) === 'ELOOP') throw new StoreError('refused', `the checkpoint store ${dir} is not a directory (or is a link: never followed)`);
@@ -91,17 +102,74 @@ export class LocalStoreFiles {
   close(): void {
     for (const fd of this.fanFds.values()) closeSync(fd);
     this.fanFds.clear();
+    if (this.lockFd >= 0) closeSync(this.lockFd);
+    this.lockFd = -1;
     for (const fd of [this.rootFd, this.objectsFd, this.manifestsFd, this.publishedFd, this.tmpFd]) closeSync(fd);
   }
 
+  /** The fd of an object fan directory; at most MAX_FAN_FDS kept open (least recently used closed, fsync'ed first if written to). */
   private fan(sha256: string, create: boolean): number {
     const name = sha256.slice(0, 2);
     let fd = this.fanFds.get(name);
-    if (fd === undefined) {
-      fd = dirAt(this.objectsFd, name, create, `${this.dir}/${STORE_DIRS.objects}/${name}`);
+    if (fd !== undefined) {
+      this.fanFds.delete(name); // most recently used last
       this.fanFds.set(name, fd);
+      return fd;
+    }
+    fd = dirAt(this.objectsFd, name, create, `${this.dir}/${STORE_DIRS.objects}/${name}`);
+    this.fanFds.set(name, fd);
+    if (this.fanFds.size > MAX_FAN_FDS) {
+      const [oldName, oldFd] = this.fanFds.entries().next().value as [string, number];
+      this.fanFds.delete(oldName);
+      if (this.dirty.delete(oldFd)) fsyncSync(oldFd);
+      closeSync(oldFd);
     }
     return fd;
+  }
+
+  /**
+   * Takes the store's lock (`lock`, flock(2) exclusive, held while this stays open): one
+   * supervisor per store, since one's gc would remove another's objects in flight. StoreError
+   * conflict naming the holder's pid when another holds it.
+   */
+  lock(): void {
+    const fd = openSync(entryPath(this.rootFd, Buffer.from('lock')), constants.O_RDWR | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
+    if (!native().tryLockExclusive(fd)) {
+      const holder = readFd(fd, 64).toString('utf8').trim();
+      closeSync(fd);
+      throw new StoreError('conflict', `the checkpoint store ${this.dir} is in use by another supervisor (pid ${holder || 'unknown'}); give each supervisor its own checkpoint.store`);
+    }
+    const pid = Buffer.from(`${process.pid}\n`);
+    try {
+      writeSync(fd, pid, 0, pid.length, 0);
+      ftruncateSync(fd, pid.length);
+    } catch {
+      // the pid is for people; the flock is what counts
+    }
+    this.lockFd = fd;
+  }
+
+  private lockFd = -1;
+
+  /** Whether the store's path still names the directory these fds hold (an operator may have moved or removed it). */
+  stillAt(dir: string): boolean {
+    try {
+      const a = fstatSync(this.rootFd);
+      const b = lstatSync(dir);
+      return b.isDirectory() && a.ino === b.ino && a.dev === b.dev;
+    } catch {
+      return false;
+    }
+  }
+
+  /** StoreError io when writing bytes more would leave less than reserveBytes free (statfs of the store). */
+  private ensureRoom(bytes: number, what: string): void {
+    if (this.reserveBytes <= 0) return;
+    const st = statfsSync(`/proc/self/fd/${this.rootFd}`);
+    const free = Number(st.bavail) * Number(st.bsize);
+    if (free - bytes < this.reserveBytes) {
+      throw new StoreError('io', `ENOSPC: storing ${what} (${bytes} bytes) would leave ${Math.max(0, free - bytes)} bytes free in the file system of the checkpoint store ${this.dir}, below the ${this.reserveBytes} kept for sessions (storage.minFreeBytes); nothing of this checkpoint was kept`);
+    }
   }
 
   /**
@@ -134,8 +202,9 @@ export class LocalStoreFiles {
    * file at once and then links each to its name (so a name never points at bytes not on disk).
    * Returns false when the object is there (or pending) already.
    */
-  createObject(sha256: string, write: (fd: number) => void): boolean {
+  createObject(sha256: string, write: (fd: number) => void, size = 0): boolean {
     if (this.hasObject(sha256)) return false;
+    this.ensureRoom(size, `object ${sha256}`);
     this.pending.set(sha256, this.writeTemp(sha256.slice(0, 16), write, false));
     return true;
   }
@@ -146,7 +215,8 @@ export class LocalStoreFiles {
    * it is written), or null to abandon it. Returns the digest and whether it is new (false:
    * there or pending already, the temp removed); committed by commitObjects().
    */
-  createObjectHashed(write: (fd: number) => string | null): { sha256: string; stored: boolean } | null {
+  createObjectHashed(write: (fd: number) => string | null, size = 0): { sha256: string; stored: boolean } | null {
+    this.ensureRoom(size, 'an object');
     let sha: string | null = null;
     const tmp = this.writeTemp('object', (fd) => (sha = write(fd)), false);
     if (sha === null) {
@@ -259,12 +329,15 @@ export class LocalStoreFiles {
     return readdirSync(`/proc/self/fd/${dirFd}`);
   }
 
-  /** Removes name from dirFd (no error when already gone). */
+  /** Removes name from dirFd (no error when already gone); a directory there (put by someone else) is removed whole, never followed. */
   remove(dirFd: number, name: string): void {
+    const at = entryPath(dirFd, Buffer.from(name));
     try {
-      unlinkSync(entryPath(dirFd, Buffer.from(name)));
+      unlinkSync(at);
     } catch (err) {
-      if (code(err) !== 'ENOENT') throw err;
+      if (code(err) === 'ENOENT') return;
+      if (code(err) !== 'EISDIR' && code(err) !== 'EPERM') throw err;
+      rmSync(at, { recursive: true, force: true });
     }
   }
 
@@ -334,13 +407,34 @@ export class LocalStore implements CheckpointStore {
   readonly location: string;
   private files: LocalStoreFiles | null = null;
 
-  constructor(readonly dir: string, private readonly create: boolean) {
+  /** create: make the store if absent (the supervisor; sbx reads only); lock: hold its lock (the supervisor: one per store). */
+  constructor(readonly dir: string, private readonly create: boolean, private readonly takeLock = false) {
     this.location = dir;
+  }
+
+  /**
+   * The store's fds, reopened when its path no longer names the directory they hold (moved or
+   * removed by an operator: what follows goes wholly to the store at the path, made afresh);
+   * returns whether they were reopened.
+   */
+  reopenIfMoved(): boolean {
+    if (!this.files || this.files.stillAt(this.dir)) return false;
+    this.close();
+    return true;
   }
 
   /** The store's fds, opened on first use (StoreError missing when there is no store and create is false). */
   get fs(): LocalStoreFiles {
-    this.files ??= LocalStoreFiles.open(this.dir, { create: this.create });
+    if (!this.files) {
+      const files = LocalStoreFiles.open(this.dir, { create: this.create });
+      try {
+        if (this.takeLock) files.lock();
+      } catch (err) {
+        files.close();
+        throw err;
+      }
+      this.files = files;
+    }
     return this.files;
   }
 

@@ -170,6 +170,44 @@ export function manifestObjects(m: Manifest): Map<string, number> {
   return out;
 }
 
+const TYPES = new Set(['file', 'dir', 'symlink', 'fifo', 'socket', 'char', 'block']);
+const uint = (v: unknown, max = Number.MAX_SAFE_INTEGER) => Number.isSafeInteger(v) && (v as number) >= 0 && (v as number) <= max;
+const hex64 = (v: unknown) => typeof v === 'string' && /^[0-9a-f]{64}$/.test(v);
+
+/** What is wrong with one entry's fields (types, ranges, what its type needs), or null. */
+function entryProblem(e: ManifestEntry): string | null {
+  if (!TYPES.has(e.type)) return `unknown type ${JSON.stringify(e.type)}`;
+  if (!uint(e.mode, 0o7777)) return `mode ${JSON.stringify(e.mode)} is not permission bits (0..07777)`;
+  if (!uint(e.uid, 0xfffffffe) || !uint(e.gid, 0xfffffffe)) return 'uid/gid is not a number 0..4294967294';
+  if (!uint(e.size)) return `size ${JSON.stringify(e.size)} is not a byte count`;
+  if (typeof e.mtime_ns !== 'string' || !/^-?\d{1,20}$/.test(e.mtime_ns)) return 'mtime_ns is not decimal nanoseconds';
+  if (e.type === 'file') {
+    if (e.chunks !== undefined) {
+      if (!Array.isArray(e.chunks) || e.chunks.some((c) => !hex64(c?.sha256) || !uint(c?.size)) || e.chunks.reduce((a, c) => a + c.size, 0) !== e.size) return 'chunks are not {sha256, size} adding up to size';
+    } else if (!hex64(e.sha256)) return 'a file with no sha256 (64 hex digits) or chunks';
+  } else if (e.sha256 !== undefined || e.chunks !== undefined) return `a ${e.type} with content`;
+  if (e.type === 'symlink' && e.target === undefined && e.target_b64 === undefined) return 'a symlink with no target';
+  if (e.type !== 'symlink' && (e.target !== undefined || e.target_b64 !== undefined)) return `a ${e.type} with a link target`;
+  if ((e.type === 'char' || e.type === 'block') !== (e.rdev !== undefined)) return e.rdev === undefined ? 'a device with no rdev' : `a ${e.type} with an rdev`;
+  if (e.rdev !== undefined && !uint(e.rdev)) return 'rdev is not a device number';
+  return null;
+}
+
+/** Problems with a published record's bytes: JSON, kind, the checkpoint id it names, and with a key its signature. */
+export function checkPublished(bytes: Buffer, id: string, publicKeyPem?: string): string[] {
+  let record: PublishedRecord;
+  try {
+    record = JSON.parse(bytes.toString('utf8')) as PublishedRecord;
+  } catch (err) {
+    return [`not JSON: ${(err as Error).message}`];
+  }
+  if (record === null || typeof record !== 'object' || record.kind !== 'checkpoint_published') return ['not a published record (kind "checkpoint_published")'];
+  const problems: string[] = [];
+  if (record.checkpoint_id !== id) problems.push(`it names checkpoint ${JSON.stringify(record.checkpoint_id)}`);
+  if (publicKeyPem !== undefined) for (const p of verifySignature(record as unknown as Receipt, publicKeyPem)) problems.push(p.replace('the receipt', 'the record'));
+  return problems;
+}
+
 /** "sha256:" + hex of the JCS of the entries: the scan digest. */
 export function scanDigest(entries: ManifestEntry[]): string {
   return `sha256:${createHash('sha256').update(jcs(entries)).digest('hex')}`;
@@ -227,7 +265,8 @@ export function checkManifest(bytes: Buffer, options: { expectId?: string; publi
     }
     if (prev && comparePaths(prev, p) >= 0) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: out of order or listed twice`);
     prev = p;
-    if (e.type === 'file' && e.sha256 === undefined && e.chunks === undefined) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: a file with no sha256 or chunks`);
+    const bad = entryProblem(e);
+    if (bad) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: ${bad}`);
   }
   if (options.publicKeyPem !== undefined) {
     for (const p of verifySignature(manifest as unknown as Receipt, options.publicKeyPem)) problems.push(p.replace('the receipt', 'the manifest'));

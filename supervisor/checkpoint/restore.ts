@@ -9,12 +9,12 @@
 // owner. See open(2), mkdirat(2), symlinkat(2), mknodat(2), utimensat(2), chown(2) (which
 // clears set-ID bits: so chmod comes after it), tar(1) --same-owner.
 import { createHash } from 'node:crypto';
-import { chmodSync, closeSync, constants, fchmodSync, fchownSync, fstatSync, lchownSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, symlinkSync } from 'node:fs';
+import { closeSync, constants, fchmodSync, fchownSync, fstatSync, lchownSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, symlinkSync } from 'node:fs';
 import { native } from '../native.js';
 import { entryPath, openDirAt, walkTree } from '../workspace/walk.js';
 import { OWN_DIR } from '../workspace/watch-worker.js';
 import { writeAll } from './local-store.js';
-import { checkManifest, entryPathBytes, entryTargetBytes, showEntryPath, toManifestEntry, type Manifest, type ManifestEntry } from './manifest.js';
+import { checkManifest, checkPublished, entryPathBytes, entryTargetBytes, showEntryPath, toManifestEntry, type Manifest, type ManifestEntry } from './manifest.js';
 import type { CheckpointStore } from './store.js';
 
 /** Why a restore could not be done (nothing claimed): `code` not_published, no_such_checkpoint, bad_manifest, target, object, io. */
@@ -96,10 +96,26 @@ function openTarget(target: string): number {
     if (code(err) === 'ENOTDIR') throw new RestoreError('target', `${target} is not a directory: restore into an empty or new directory`);
     throw new RestoreError('target', `cannot open ${target}: ${(err as Error).message}`);
   }
-  const names = readdirSync(`/proc/self/fd/${fd}`).filter((n) => !(n === OWN_DIR && lstatSync(entryPath(fd, Buffer.from(n))).isDirectory()));
-  if (names.length) {
+  try {
+    // Nobody else may write in it while the restore runs: names made there by another user
+    // could be swapped for links between a create and a chown. Root takes it over (0700, its
+    // own) until the end, when the workspace's mode and owner are given to it; anyone else
+    // restores only into a directory of their own that no one else can write.
+    const st = fstatSync(fd);
+    const me = process.getuid?.() ?? -1;
+    if (me === 0) {
+      if (st.uid !== 0 || st.gid !== 0) fchownSync(fd, 0, 0);
+      fchmodSync(fd, 0o700);
+    } else if (st.uid !== me || (st.mode & 0o022) !== 0) {
+      throw new RestoreError('target', `${target} is ${st.uid !== me ? `owned by uid ${st.uid}` : `writable by others (mode 0${(st.mode & 0o7777).toString(8)})`}: another user could plant names in it during the restore; restore into a new directory, or one of your own that only you can write`);
+    }
+    const names = readdirSync(`/proc/self/fd/${fd}`).filter((n) => !(n === OWN_DIR && lstatSync(entryPath(fd, Buffer.from(n))).isDirectory()));
+    if (names.length) {
+      throw new RestoreError('target', `${target} is not empty (${names.length} ${names.length === 1 ? 'entry' : 'entries'}, e.g. ${JSON.stringify(names[0])}): restore into an empty or new directory`);
+    }
+  } catch (err) {
     closeSync(fd);
-    throw new RestoreError('target', `${target} is not empty (${names.length} ${names.length === 1 ? 'entry' : 'entries'}, e.g. ${JSON.stringify(names[0])}): restore into an empty or new directory`);
+    throw err;
   }
   return fd;
 }
@@ -123,6 +139,8 @@ export async function loadCheckpoint(store: CheckpointStore, id: string, publicK
     throw new RestoreError('no_such_checkpoint', `no checkpoint ${id} in ${store.location} (never taken there, or removed by gc)`);
   }
   if (!bytes) throw new RestoreError('bad_manifest', `checkpoint ${id}: its published record is there but its manifest is not: ${readError?.message}`);
+  const recordProblems = checkPublished(published, id, publicKeyPem);
+  if (recordProblems.length) throw new RestoreError('not_published', `checkpoint ${id}: its published record does not hold: ${recordProblems.join('; ')}`);
   const { manifest, problems } = checkManifest(bytes, { expectId: id, publicKeyPem });
   if (!manifest || problems.length) throw new RestoreError('bad_manifest', `checkpoint ${id}: ${problems.join('; ')}`);
   return manifest;
@@ -235,10 +253,16 @@ export async function restoreCheckpoint(store: CheckpointStore, id: string, targ
           if (sameOwner) lchownSync(at, e.uid, e.gid);
           setTimes(dirFd, name, e.mtime_ns);
         } else {
-          native().mknodAt(dirFd, name, TYPE_BITS[e.type] | (e.mode & 0o777), e.rdev ?? 0);
-          // Not a link (just made: mknod never replaces), so chown/chmod by name act on it.
+          // Made with its final mode (umask 0 meanwhile): nothing is done to it by name but
+          // lchown, which never follows a link (and DIR is the restorer's alone meanwhile).
+          const mode = modeFor(e, e, showEntryPath(e));
+          const umask = process.umask(0);
+          try {
+            native().mknodAt(dirFd, name, TYPE_BITS[e.type] | (mode & 0o7777), e.rdev ?? 0);
+          } finally {
+            process.umask(umask);
+          }
           if (sameOwner) lchownSync(at, e.uid, e.gid);
-          chmodSync(at, modeFor(e, e, showEntryPath(e)));
           setTimes(dirFd, name, e.mtime_ns);
         }
       } catch (err) {
@@ -300,7 +324,8 @@ async function copyObject(store: CheckpointStore, sha256: string, size: number, 
     throw new RestoreError('object', `${where}: object ${sha256}: ${(err as Error).message}`);
   }
   const got = hash.digest('hex');
-  if (got !== sha256 || n !== size) throw new RestoreError('object', `${where}: object ${sha256} in ${store.location} reads as ${got} (${n} bytes, ${size} expected): the store's copy is damaged; the restore stops here`);
+  if (got !== sha256) throw new RestoreError('object', `${where}: object ${sha256} in ${store.location} reads as ${got} (${n} bytes): the store's copy is damaged; the restore stops here`);
+  if (n !== size) throw new RestoreError('object', `${where}: object ${sha256} holds ${n} bytes, the manifest says ${size}; the restore stops here`);
 }
 
 function splitPath(p: Buffer): Buffer[] {

@@ -4,7 +4,7 @@
 // matched to the stored original by its signature, so the edited entries are named. Owns
 // those checks; returns what differs ([] = it all holds), never throws for a mismatch.
 import { createHash } from 'node:crypto';
-import { checkManifest, entryPathBytes, manifestBytes, manifestObjects, showEntryPath, type Manifest } from './manifest.js';
+import { checkManifest, checkPublished, entryPathBytes, manifestBytes, manifestObjects, showEntryPath, type Manifest } from './manifest.js';
 import type { CheckpointStore } from './store.js';
 
 export interface CheckpointVerdict {
@@ -64,7 +64,9 @@ export async function verifyCheckpoint(bytes: Buffer, publicKeyPem: string, stor
     }
     return verdict;
   }
-  if (!(await store.readPublished(id).catch(() => null))) problems.push(`checkpoint ${id} was never published in ${store.location}: its read-back did not complete (it claims nothing)`);
+  const published = await store.readPublished(id).catch(() => null);
+  if (!published) problems.push(`checkpoint ${id} was never published in ${store.location}: its read-back did not complete (it claims nothing)`);
+  else for (const p of checkPublished(published, id, publicKeyPem)) problems.push(`its published record in ${store.location}: ${p}`);
   const users = new Map<string, string[]>();
   for (const e of manifest.entries) {
     for (const sha of e.chunks ? e.chunks.map((c) => c.sha256) : e.sha256 ? [e.sha256] : []) {

@@ -62,6 +62,8 @@ export interface WalkOptions {
   startHrNs?: bigint;
   /** Names directly under the root that are not walked (the supervisor's own directory). */
   skipTopLevel?: string[];
+  /** Do not descend into another file system (find -xdev, tar --one-file-system): a mount point is yielded as the directory it is, never entered. */
+  oneFileSystem?: boolean;
 }
 
 const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
@@ -139,6 +141,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
   }
   const stack: { fd: number; rel: Buffer; depth: number; names: Buffer[]; next: number }[] = [{ fd: rootFd, rel: none, depth: 1, names: [], next: 0 }];
   let pendingFd = -1; // a directory opened but not yet on the stack
+  let rootDev = 0n;
   let entries = 0;
   try {
     // The walk depends on /proc/self/fd naming our fds: check that it names this one.
@@ -149,6 +152,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
       // checked below
     }
     const direct = fstatSync(rootFd, { bigint: true });
+    rootDev = direct.dev;
     if (!viaProc || viaProc.ino !== direct.ino || viaProc.dev !== direct.dev) {
       throw new ScanError('scan_failed', "scan_failed: /proc/self/fd does not name this process's fds (is /proc mounted?); the walk reaches entries through it");
     }
@@ -193,20 +197,35 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
       }
       const type = typeOf(st);
       let linkTarget: Buffer | null = null;
+      let entryType = type;
       if (type === 'symlink') {
         try {
           linkTarget = readlinkSync(path, { encoding: 'buffer' });
         } catch (err) {
           if (errno(err) === 'ENOENT') continue;
-          throw scanError(err, 'readlink of', rel, dir.depth, root);
+          if (errno(err) !== 'EINVAL') throw scanError(err, 'readlink of', rel, dir.depth, root);
+          // EINVAL: no longer a link (replaced since the lstat): recorded as what it is now.
+          try {
+            st = lstatSync(path, { bigint: true });
+          } catch (e) {
+            if (errno(e) === 'ENOENT') continue;
+            throw scanError(e, 'lstat of', rel, dir.depth, root);
+          }
+          entryType = typeOf(st);
+          if (entryType === 'symlink' || entryType === 'dir') continue; // swapped again: the next walk sees it as it settles
         }
+      }
+      if (pendingFd >= 0 && options.oneFileSystem && st.dev !== rootDev) {
+        // A mount point: the directory itself, not what is mounted there.
+        closeSync(pendingFd);
+        pendingFd = -1;
       }
       entries++;
       yield {
         path: rel,
         name,
         depth: dir.depth,
-        type,
+        type: entryType,
         size: st.size,
         mode: Number(st.mode),
         uid: Number(st.uid),

@@ -351,6 +351,13 @@ describe.skipIf(!installed)(installed ? 'S3 checkpoint store against radosgw' : 
       const rs2 = await d.sbx(['restore', id, join(d.dir, 'elsewhere2'), '--store', `s3://${bucket}/rt/`, '--key', key]);
       expect(rs2.status).toBe(125);
       expect(rs2.stderr.toString()).toContain(`object ${sha}`);
+      // The next checkpoint reads the bad version back, uploads the good bytes again (its local
+      // store has them once more), and publishes; the old checkpoint verifies again too.
+      await d.start();
+      const repaired = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
+      expect(repaired.status).toBe(0);
+      expect(d.log()).toContain('uploaded again from the local store');
+      expect((await d.sbx(['verify', id, '--store', `s3://${bucket}/rt/`, '--key', key])).status).toBe(0);
     } finally {
       await d.stop();
     }

@@ -113,7 +113,9 @@ describe('frames', () => {
       'INVALID_ARGUMENT', 'UNSUPPORTED_VERSION', 'FRAME_TOO_LARGE', 'UNAUTHORIZED', 'SESSION_NOT_FOUND', 'KEY_CONFLICT',
       'CURSOR_OUT_OF_RANGE', 'SPAWN_FAILED', 'ADMISSION_SEALED', 'ADMISSION_DENIED', 'LIMIT_EXCEEDED', 'SHUTTING_DOWN', 'INTERNAL',
       'OUTPUT_REMOVED', // extension (README changelog): appended, never reordered
+      'CHECKPOINT_FAILED', // extension (issue 18)
     ]);
+    expect(new SupervisorError('CHECKPOINT_FAILED', 'x').retryable).toBe(true);
     const back = SupervisorError.fromWire({ code: 'NOT_A_CODE' as any, message: 'm', retryable: false });
     expect(back.code).toBe('INTERNAL');
     expect(back.message).toBe('NOT_A_CODE: m');

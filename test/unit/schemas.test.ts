@@ -16,7 +16,15 @@ const fails = (method: keyof typeof ParamsSchemas, params: unknown) => {
 
 describe('ParamsSchemas', () => {
   it('has one schema per method of the method table', () => {
-    expect(Object.keys(ParamsSchemas).sort()).toEqual(['cancel', 'changes', 'close', 'gc', 'hello', 'kill', 'launch', 'ps', 'receipt', 'resize', 'resolve', 'seal', 'status', 'subscribe', 'wait', 'write']);
+    expect(Object.keys(ParamsSchemas).sort()).toEqual(['cancel', 'changes', 'checkpoint', 'close', 'gc', 'hello', 'kill', 'launch', 'ps', 'receipt', 'resize', 'resolve', 'seal', 'status', 'subscribe', 'wait', 'write']);
+  });
+
+  it('checkpoint: an absolute workspace without NUL, a task like a key, nothing else', () => {
+    expect(validate(ParamsSchemas.checkpoint, { workspace: '/w', task: 't' }, 'checkpoint')).toEqual({ workspace: '/w', task: 't' });
+    expect(fails('checkpoint', { workspace: 'rel' })).toMatchObject({ code: 'INVALID_ARGUMENT', details: { field: 'workspace' } });
+    expect(fails('checkpoint', { workspace: '/a\0b' })).toMatchObject({ details: { field: 'workspace' } });
+    expect(fails('checkpoint', { workspace: '/w', task: '' })).toMatchObject({ details: { field: 'task' } });
+    expect(fails('checkpoint', { workspace: '/w', extra: 1 })).toMatchObject({ code: 'INVALID_ARGUMENT' });
   });
 
   it('launch: argv without a fixed cap, no NUL; env names without = ; durations up to 30 days; no unknown keys', () => {

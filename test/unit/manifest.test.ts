@@ -1,0 +1,65 @@
+// The manifest format's pure parts (supervisor/checkpoint/manifest.ts): the entry order (by
+// component, a directory right before what it holds), names that are not UTF-8, the checks a
+// reader makes of a manifest's own bytes and of each entry's fields.
+import { describe, expect, it } from 'vitest';
+import { jcs } from '../../ipc/verify.js';
+import { checkManifest, comparePaths, manifestBytes, nameFields, scanDigest, type Manifest, type ManifestEntry } from '../../supervisor/checkpoint/manifest.js';
+
+const b = (s: string) => Buffer.from(s, 'latin1');
+
+function manifestOf(entries: ManifestEntry[]): Manifest {
+  return {
+    version: 1,
+    kind: 'checkpoint',
+    workspace: '/w',
+    task: null,
+    started_at: '2026-12-01T00:00:00.000Z',
+    created_at: '2026-12-01T00:00:00.000Z',
+    boundary: { epoch: null, seq: null, gap: 'not_watched' },
+    scan: { digest: scanDigest(entries), entries: entries.length, files: 0, bytes: 0, passes: 2 },
+    consistent: true,
+    unstable: [],
+    supervisor: { instance: 'i', generation: 1, boot_id: 'b', mode: 'cgroup' },
+    root: { mode: 0o755, uid: 0, gid: 0, mtime_ns: '1' },
+    entries,
+  };
+}
+
+const file = (path: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({ path, type: 'file', mode: 0o644, uid: 0, gid: 0, size: 0, mtime_ns: '1', sha256: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855', ...extra });
+
+describe('manifest', () => {
+  it('orders paths by component: a directory right before what it holds, then its later siblings', () => {
+    const paths = ['a-b', 'a/b', 'a', 'a/b/c', 'a!', 'ab', 'a/a'];
+    expect([...paths].sort((x, y) => comparePaths(b(x), b(y)))).toEqual(['a', 'a/a', 'a/b', 'a/b/c', 'a!', 'a-b', 'ab']);
+    expect(comparePaths(b('x'), b('x'))).toBe(0);
+  });
+
+  it('names a path that is not UTF-8 by its bytes (path_b64), and a UTF-8 one as text', () => {
+    expect(nameFields(Buffer.from([0x6e, 0xff]), 'path')).toEqual({ path_b64: 'bv8=' });
+    expect(nameFields(Buffer.from('new\nline é'), 'target')).toEqual({ target: 'new\nline é' });
+  });
+
+  it('accepts its own canonical bytes, and names what is wrong with edited ones', () => {
+    const m = manifestOf([file('a'), file('b/c')]);
+    const { bytes, id } = manifestBytes(m);
+    expect(checkManifest(bytes, { expectId: id }).problems).toEqual([]);
+    expect(checkManifest(Buffer.from(JSON.stringify(m, null, 1)), { expectId: id }).problems).toEqual([expect.stringContaining('not in canonical form'), expect.stringContaining(`not its id ${id}`)]);
+    const edited = { ...m, entries: [file('a'), file('b/c', { mode: 0o4777 })] };
+    expect(checkManifest(Buffer.from(jcs(edited))).problems).toEqual([expect.stringContaining('the scan digest is')]);
+  });
+
+  it('refuses entries a restore must never act on: escapes, duplicates, unknown types, bad fields', () => {
+    const problems = (entries: ManifestEntry[]) => checkManifest(Buffer.from(jcs(manifestOf(entries)))).problems.join(' | ');
+    expect(problems([file('../x')])).toContain('not a relative path of plain names');
+    expect(problems([file('/abs')])).toContain('not a relative path of plain names');
+    expect(problems([file('a//b')])).toContain('not a relative path of plain names');
+    expect(problems([file('a'), file('a')])).toContain('out of order or listed twice');
+    expect(problems([{ ...file('a'), type: 'door' as never }])).toContain('unknown type');
+    expect(problems([file('a', { mode: '0777' as never })])).toContain('is not permission bits');
+    expect(problems([file('a', { sha256: 'nothex' })])).toContain('no sha256');
+    expect(problems([{ path: 'l', type: 'symlink', mode: 0o777, uid: 0, gid: 0, size: 1, mtime_ns: '1' }])).toContain('a symlink with no target');
+    expect(problems([{ path: 'd', type: 'char', mode: 0o600, uid: 0, gid: 0, size: 0, mtime_ns: '1' }])).toContain('a device with no rdev');
+    expect(problems([file('a', { size: 3, chunks: [{ sha256: 'a'.repeat(64), size: 1 }] })])).toContain('chunks are not');
+    expect(problems([file('a', { size: 2, sha256: undefined, chunks: [{ sha256: 'a'.repeat(64), size: 1 }, { sha256: 'b'.repeat(64), size: 1 }] })])).toBe('');
+  });
+});
