@@ -370,8 +370,8 @@ export interface CheckpointResult {
   read_back: { objects: number; bytes: number; ms: number };
   supervisor: { instance: string; generation: number; boot_id: string; mode: string };
   duration_ms: number;
-  /** Where the time went: the barrier, the capture thread (hash, store, passes), the manifest (JCS, signature), the store writes, the read-back. */
-  phases_ms: { boundary: number; capture: number; manifest: number; store: number; read_back: number };
+  /** Where the time went: the barrier, the checkpoint thread (hash, store, passes, the manifest built, signed and written), a remote store's uploads, the read-back. */
+  phases_ms: { boundary: number; capture: number; store: number; read_back: number };
 }
 
 /** A session's resource use from its cgroup (receipt `usage`, ps `usage`). */

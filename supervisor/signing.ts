@@ -19,6 +19,11 @@ export class ReceiptSigner {
     this.keyId = keyIdOf(publicKey);
   }
 
+  /** The private key as PKCS#8 PEM, for the checkpoint thread (same process), which signs manifests off the event loop. */
+  get privateKeyPem(): string {
+    return this.privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+  }
+
   /** Loads <stateDir>/receipt-key, or makes the pair (and receipt-key.pub) on first start. */
   static loadOrCreate(stateDir: string): ReceiptSigner {
     const privatePath = join(stateDir, STATE.receiptKey);

@@ -9,12 +9,15 @@
 // Why a still pass proves a consistent state: every entry was unchanged from its capture (in an
 // earlier pass) to its check (in the last one), and every such interval contains the instant
 // between the two passes, so at that instant the tree was exactly what was captured.
-import { createHash } from 'node:crypto';
+import { createHash, createPrivateKey, sign } from 'node:crypto';
 import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readSync, type BigIntStats } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import { faultPoint } from '../fault.js';
 import { entryPath, ScanError, walkTree, type EntryType, type WalkEntry } from '../workspace/walk.js';
+import { jcs } from '../../ipc/signature.js';
+import { fsDecode, nameText } from '../workspace/names.js';
 import { LocalStoreFiles, writeAll } from './local-store.js';
+import { checkManifest, manifestBytes, manifestObjects, scanDigest, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
 import { StoreError } from './store.js';
 
 export interface CaptureRequest {
@@ -81,7 +84,138 @@ export interface RehashResult {
   problems: { sha256: string; problem: string }[];
 }
 
-export type CheckpointWorkerRequest = CaptureRequest | RehashRequest;
+/** What the manifest says besides its entries and scan, decided by the supervisor before the capture. */
+export interface ManifestHeader {
+  workspace: string;
+  task: string | null;
+  started_at: string;
+  boundary: CheckpointBoundary;
+  supervisor: RuntimeFence;
+}
+
+/** The whole checkpoint up to its manifest, in the thread: capture, then the manifest built, signed and stored (last). */
+export interface CheckpointRequest extends Omit<CaptureRequest, 'kind'> {
+  kind: 'checkpoint';
+  header: ManifestHeader;
+  /** The signing key (PKCS#8 PEM) and its key id: the manifest is signed here, off the event loop. */
+  signingKeyPem: string;
+  keyId: string;
+  /** For a remote store: the manifest's bytes and its objects come back too. */
+  forRemote: boolean;
+}
+
+/** What the supervisor is told of a checkpoint whose manifest is stored (the entries stay in the thread: a big tree's manifest would be copied and re-parsed on the event loop). */
+export interface CheckpointStepResult {
+  id: string;
+  created_at: string;
+  scan: Manifest['scan'];
+  consistent: boolean;
+  /** The first SHOWN_UNSTABLE unstable paths, and how many in all. */
+  unstable: string[];
+  unstableCount: number;
+  objects: { referenced: number; bytes: number; written: number; bytesWritten: number };
+  /** forRemote: the manifest's canonical bytes, and [sha256, size, a path using it] per object. */
+  manifestBytes?: Uint8Array;
+  objectList?: [string, number, string][];
+}
+
+/** The read-back of a stored manifest, in the thread: its bytes, canonical form, digest, fields and signature, then every object re-hashed. */
+export interface ReadBackRequest {
+  kind: 'readback';
+  storeDir: string;
+  storeFd: number;
+  id: string;
+  publicKeyPem: string;
+}
+
+export interface ReadBackResult {
+  /** What is wrong with the manifest read back ([]: it is the one written); objects are not read then. */
+  manifestProblems: string[];
+  objects: number;
+  bytes: number;
+  problems: { sha256: string; problem: string; paths: string[] }[];
+}
+
+export type CheckpointWorkerRequest = CheckpointRequest | ReadBackRequest;
+
+const SHOWN_UNSTABLE = 100;
+
+/** Runs a checkpoint up to its stored manifest (blocking): capture, commit, manifest (JCS, signed), written create-once. */
+export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgress['progress']) => void = () => {}): CheckpointStepResult {
+  const cap = runCapture({ ...req, kind: 'capture' }, progress);
+  const entries = cap.entries.map(toManifestEntry);
+  const unstable = cap.unstable.map((p) => nameText(fsDecode(p)));
+  const unsigned: Manifest = {
+    version: 1,
+    kind: 'checkpoint',
+    workspace: req.header.workspace,
+    task: req.header.task,
+    started_at: req.header.started_at,
+    created_at: new Date().toISOString(),
+    boundary: req.header.boundary,
+    scan: { digest: scanDigest(entries), entries: entries.length, files: cap.files, bytes: cap.bytes, passes: cap.passes },
+    consistent: unstable.length === 0,
+    unstable,
+    supervisor: req.header.supervisor,
+    root: { mode: cap.root.mode, uid: cap.root.uid, gid: cap.root.gid, mtime_ns: String(cap.root.mtimeNs) },
+    entries,
+  };
+  const value = sign(null, Buffer.from(jcs(unsigned)), createPrivateKey(req.signingKeyPem)).toString('base64');
+  const manifest: Manifest = { ...unsigned, signature: { alg: 'ed25519', key_id: req.keyId, value } };
+  const { bytes, id } = manifestBytes(manifest);
+  const objects = manifestObjects(manifest);
+  let objectBytes = 0;
+  for (const size of objects.values()) objectBytes += size;
+  faultPoint('checkpoint:before-manifest');
+  const store = LocalStoreFiles.open(req.storeDir, { create: false, viaFd: req.storeFd });
+  try {
+    if (!store.createRecord(store.manifestsFd, `${id}.json`, bytes)) {
+      const there = store.readRecord(store.manifestsFd, `${id}.json`);
+      if (!there || !there.equals(bytes)) throw new StoreError('conflict', `${req.storeDir}/manifests/${id}.json exists with other bytes`, `manifests/${id}.json`);
+    }
+  } finally {
+    store.close();
+  }
+  faultPoint('checkpoint:after-manifest');
+  const result: CheckpointStepResult = {
+    id,
+    created_at: manifest.created_at,
+    scan: manifest.scan,
+    consistent: manifest.consistent,
+    unstable: unstable.slice(0, SHOWN_UNSTABLE),
+    unstableCount: unstable.length,
+    objects: { referenced: objects.size, bytes: objectBytes, written: cap.objectsWritten, bytesWritten: cap.bytesWritten },
+  };
+  if (req.forRemote) {
+    result.manifestBytes = new Uint8Array(bytes);
+    const firstUser = new Map<string, string>();
+    for (const e of manifest.entries) for (const sha of e.chunks ? e.chunks.map((c) => c.sha256) : e.sha256 ? [e.sha256] : []) if (!firstUser.has(sha)) firstUser.set(sha, showEntryPath(e));
+    result.objectList = [...objects].map(([sha, size]) => [sha, size, firstUser.get(sha) ?? '']);
+  }
+  return result;
+}
+
+/** Reads a stored manifest back by id and re-hashes every object it names (blocking); what differs is reported, never thrown. */
+export function runReadBack(req: ReadBackRequest): ReadBackResult {
+  const store = LocalStoreFiles.open(req.storeDir, { create: false, viaFd: req.storeFd });
+  let bytes: Buffer | null;
+  try {
+    bytes = store.readRecord(store.manifestsFd, `${req.id}.json`);
+  } finally {
+    store.close();
+  }
+  if (!bytes) return { manifestProblems: [`no manifest ${req.id} in ${req.storeDir}`], objects: 0, bytes: 0, problems: [] };
+  const check = checkManifest(bytes, { expectId: req.id, publicKeyPem: req.publicKeyPem });
+  if (check.problems.length || !check.manifest) return { manifestProblems: check.problems, objects: 0, bytes: 0, problems: [] };
+  const objects = manifestObjects(check.manifest);
+  const rehash = runRehash({ kind: 'rehash', storeDir: req.storeDir, storeFd: req.storeFd, objects: [...objects] });
+  const paths = (sha: string) =>
+    check.manifest!.entries
+      .filter((e) => e.sha256 === sha || e.chunks?.some((c) => c.sha256 === sha))
+      .slice(0, 3)
+      .map((e) => showEntryPath(e));
+  return { manifestProblems: [], objects: rehash.objects, bytes: rehash.bytes, problems: rehash.problems.map((p) => ({ ...p, paths: paths(p.sha256) })) };
+}
 export type WorkerReply<T> = { ok: true; result: T } | { ok: false; code: string; message: string };
 /** Sent now and then while a step runs. */
 export interface WorkerProgress {
@@ -347,13 +481,10 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       files++;
       bytes += e.size;
     }
-    // Names are slices of Buffer's 8 KiB pool, and a structured clone copies a view's whole
-    // buffer: each becomes an exact copy first (else 4,000 entries sent ~64 MiB: measured).
-    const exact = (b: Buffer) => Buffer.from(new Uint8Array(b).buffer);
     return {
       root,
-      entries: entries.map((e) => ({ ...e, path: exact(e.path), ...(e.target ? { target: exact(e.target) } : {}) })),
-      unstable: changed.map(exact),
+      entries,
+      unstable: changed,
       passes: pass,
       files,
       bytes,
@@ -417,7 +548,7 @@ if (parentPort && workerData && (workerData as { checkpointWorker?: boolean }).c
   port.on('message', ({ id, req }: { id: number; req: CheckpointWorkerRequest }) => {
     let reply: WorkerReply<unknown>;
     try {
-      reply = { ok: true, result: req.kind === 'capture' ? runCapture(req, (progress) => port.postMessage({ id, progress })) : runRehash(req) };
+      reply = { ok: true, result: req.kind === 'checkpoint' ? runCheckpoint(req, (progress) => port.postMessage({ id, progress })) : runReadBack(req) };
     } catch (err) {
       reply = toReply(err);
     }

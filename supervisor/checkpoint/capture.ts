@@ -1,6 +1,6 @@
 // The checkpoint thread: one worker_thread per supervisor (capture-worker.ts, loaded from dist/
 // as scan.ts loads its worker), started on first use and kept, that runs the blocking steps
-// (capture, rehash) one at a time and answers each by id; progress messages go to the caller
+// (the checkpoint up to its manifest, the read-back) one at a time and answers each by id; progress messages go to the caller
 // as they come. One kept thread, not one per step: each new thread's heap and malloc arena
 // stayed behind (measured: +20 MiB RSS per step, never returned). A thread that dies fails the
 // step it ran (checkpoint_failed) and is replaced at the next one. Owns the thread's life; not
@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import type { CaptureRequest, CaptureResult, RehashRequest, RehashResult, WorkerProgress, WorkerReply } from './capture-worker.js';
+import type { CheckpointRequest, CheckpointStepResult, ReadBackRequest, ReadBackResult, WorkerProgress, WorkerReply } from './capture-worker.js';
 
 type Reply = WorkerReply<unknown>;
 
@@ -25,9 +25,9 @@ export class CheckpointThread {
   private readonly waiting = new Map<number, { resolve: (r: Reply) => void; onProgress: (p: WorkerProgress['progress']) => void }>();
 
   /** Runs req in the thread; never rejects: a failure is {ok: false, code, message} (an errno name, scan_timeout, store_*, checkpoint_failed). */
-  run(req: CaptureRequest, onProgress?: (p: WorkerProgress['progress']) => void): Promise<WorkerReply<CaptureResult>>;
-  run(req: RehashRequest, onProgress?: (p: WorkerProgress['progress']) => void): Promise<WorkerReply<RehashResult>>;
-  run(req: CaptureRequest | RehashRequest, onProgress: (p: WorkerProgress['progress']) => void = () => {}): Promise<Reply> {
+  run(req: CheckpointRequest, onProgress?: (p: WorkerProgress['progress']) => void): Promise<WorkerReply<CheckpointStepResult>>;
+  run(req: ReadBackRequest, onProgress?: (p: WorkerProgress['progress']) => void): Promise<WorkerReply<ReadBackResult>>;
+  run(req: CheckpointRequest | ReadBackRequest, onProgress: (p: WorkerProgress['progress']) => void = () => {}): Promise<Reply> {
     let worker: Worker;
     try {
       worker = this.thread();

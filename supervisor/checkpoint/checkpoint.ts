@@ -17,13 +17,12 @@ import { jcs } from '../../ipc/verify.js';
 import type { Config } from '../config.js';
 import { faultPoint } from '../fault.js';
 import type { ReceiptSigner } from '../signing.js';
-import { fsDecode, nameText } from '../workspace/names.js';
 import { entryPath } from '../workspace/walk.js';
 import { OWN_DIR } from '../workspace/watch-worker.js';
 import type { WorkspaceWatcher } from '../workspace/watcher.js';
 import { CheckpointThread } from './capture.js';
 import { LocalStore, objectKey, STORE_DIRS } from './local-store.js';
-import { checkManifest, manifestBytes, manifestObjects, scanDigest, toManifestEntry, showEntryPath, type CheckpointBoundary, type Manifest, type ManifestEntry, type PublishedRecord, type RuntimeFence } from './manifest.js';
+import { checkManifest, manifestObjects, type CheckpointBoundary, type Manifest, type PublishedRecord, type RuntimeFence } from './manifest.js';
 import { type CheckpointStore, parseStoreUrl, StoreError } from './store.js';
 
 export interface CheckpointDeps {
@@ -75,8 +74,6 @@ async function rehashRemote(store: CheckpointStore, sha256: string): Promise<{ s
 /** Checkpoints (and gc) waiting at once; the next is refused, retryable. */
 const MAX_QUEUED = 16;
 
-/** Unstable paths a result shows (the manifest lists them all). */
-const SHOWN_UNSTABLE = 100;
 
 /** The local store's directory for a config: checkpoint.store when it is a directory, else <stateDir>/checkpoints. */
 export function localStoreDir(config: Config): string {
@@ -208,9 +205,12 @@ export class Checkpoints {
     // 1. The boundary, before anything is read: every write closed before it is seen by the scan.
     const boundary: CheckpointBoundary = await this.deps.watcher.boundary(workspace);
     const tBoundary = performance.now();
-    // 2-3. Capture: hash, store, and pass again until still (or the bound).
+    const remote = this.remoteStore();
+    // 2-4. In the checkpoint thread: capture (hash, store, pass again until still or the
+    // bound), then the manifest, built, signed and stored last. Nothing of the tree's size
+    // is copied to or canonicalised on the event loop.
     const captured = await this.thread.run({
-      kind: 'capture',
+      kind: 'checkpoint',
       root: workspace,
       storeDir: this.local.dir,
       storeFd,
@@ -220,60 +220,41 @@ export class Checkpoints {
       startHrNs: process.hrtime.bigint(),
       maxPasses: config.checkpoint.maxPasses,
       verifyContent: config.checkpoint.verifyContent,
+      header: { workspace, task, started_at: startedAt, boundary, supervisor: this.fence },
+      signingKeyPem: signer.privateKeyPem,
+      keyId: signer.keyId,
+      forRemote: remote !== null,
     });
     if (!captured.ok) {
       const stage = captured.code.startsWith('store_') ? 'store' : 'scan';
       throw failed(stage, `checkpoint of ${workspace} failed (${stage}): ${captured.message}`, { code: captured.code });
     }
     const cap = captured.result;
+    const id = cap.id;
     const tCapture = performance.now();
-    const entries = cap.entries.map(toManifestEntry);
-    const unstable = cap.unstable.map((p) => nameText(fsDecode(Buffer.from(p))));
-    // 4. The manifest, last.
-    const manifest = signer.sign<Manifest>({
-      version: 1,
-      kind: 'checkpoint',
-      workspace,
-      task,
-      started_at: startedAt,
-      created_at: new Date().toISOString(),
-      boundary,
-      scan: { digest: scanDigest(entries), entries: entries.length, files: cap.files, bytes: cap.bytes, passes: cap.passes },
-      consistent: unstable.length === 0,
-      unstable,
-      supervisor: this.fence,
-      root: { mode: cap.root.mode, uid: cap.root.uid, gid: cap.root.gid, mtime_ns: String(cap.root.mtimeNs) },
-      entries,
-    });
-    const { bytes, id } = manifestBytes(manifest);
-    const objects = manifestObjects(manifest);
-    const tManifest = performance.now();
-    faultPoint('checkpoint:before-manifest');
-    const remote = this.remoteStore();
     let store: CheckpointStore = this.local;
     let version;
     let uploaded = 0;
+    const manifestBytesOut = cap.manifestBytes ? Buffer.from(cap.manifestBytes.buffer, cap.manifestBytes.byteOffset, cap.manifestBytes.byteLength) : null;
     try {
-      await this.local.putManifest(id, bytes);
       if (remote) {
         store = await remote;
         const target = store;
-        await inParallel([...objects], REMOTE_CONCURRENCY, async ([sha, size]) => {
+        await inParallel(cap.objectList!, REMOTE_CONCURRENCY, async ([sha, size]) => {
           if ((await target.putObject(sha, join(this.local.dir, objectKey(sha)), size)).stored) uploaded++;
         });
-        version = await store.putManifest(id, bytes);
+        version = await store.putManifest(id, manifestBytesOut!);
       }
     } catch (err) {
+      this.local.fs.remove(this.local.fs.manifestsFd, `${id}.json`);
       throw failed('store', `checkpoint of ${workspace}: writing to ${store.location} failed: ${(err as Error).message}`, err instanceof StoreError && err.key ? { key: err.key } : {});
     }
     const tStore = performance.now();
-    faultPoint('checkpoint:after-manifest');
     // 5. Read back: the manifest by id, then every object, re-hashed. Only then published.
-    const rb0 = performance.now();
-    let readBack = { objects: objects.size, bytes: [...objects.values()].reduce((a, b) => a + b, 0) };
+    let readBack = { objects: cap.objects.referenced, bytes: cap.objects.bytes };
     try {
-      await this.readBackLocal(id, manifest);
-      if (remote) readBack = await this.readBackRemote(store, id, version, manifest);
+      await this.readBackLocal(id);
+      if (remote) readBack = await this.readBackRemote(store, id, version, manifestBytesOut!, cap.objectList!);
     } catch (err) {
       // Never published: the manifest goes at once (it claims nothing; gc would remove a local one too).
       const fs = this.local.fs;
@@ -281,7 +262,7 @@ export class Checkpoints {
       if (remote && store.deleteManifest) await store.deleteManifest(id).catch((e: Error) => log.warn({ err: e, checkpoint_id: id }, 'an unpublished manifest could not be removed from the store'));
       throw err;
     }
-    const readBackMs = Math.round(performance.now() - rb0);
+    const readBackMs = Math.round(performance.now() - tStore);
     faultPoint('checkpoint:after-read-back');
     const record = signer.sign<PublishedRecord>({
       version: 1,
@@ -306,50 +287,39 @@ export class Checkpoints {
       task,
       store: this.location,
       started_at: startedAt,
-      created_at: manifest.created_at,
+      created_at: cap.created_at,
       boundary,
-      scan: manifest.scan,
-      consistent: manifest.consistent,
-      unstable: unstable.slice(0, SHOWN_UNSTABLE),
-      unstable_count: unstable.length,
-      objects: { referenced: objects.size, written: cap.objectsWritten, bytes_written: cap.bytesWritten, ...(remote ? { uploaded } : {}) },
+      scan: cap.scan,
+      consistent: cap.consistent,
+      unstable: cap.unstable,
+      unstable_count: cap.unstableCount,
+      objects: { referenced: cap.objects.referenced, written: cap.objects.written, bytes_written: cap.objects.bytesWritten, ...(remote ? { uploaded } : {}) },
       read_back: { objects: readBack.objects, bytes: readBack.bytes, ms: readBackMs },
       supervisor: this.fence,
       duration_ms: Math.round(performance.now() - t0),
       phases_ms: {
         boundary: Math.round(tBoundary - t0),
         capture: Math.round(tCapture - tBoundary),
-        manifest: Math.round(tManifest - tCapture),
-        store: Math.round(tStore - tManifest),
+        store: Math.round(tStore - tCapture),
         read_back: readBackMs,
       },
     };
-    log.info({ checkpoint_id: id, workspace, task, entries: entries.length, bytes: cap.bytes, written: cap.objectsWritten, passes: cap.passes, unstable: unstable.length, boundary, ms: result.duration_ms }, 'checkpoint published');
+    log.info({ checkpoint_id: id, workspace, task, entries: cap.scan.entries, bytes: cap.scan.bytes, written: cap.objects.written, passes: cap.scan.passes, unstable: cap.unstableCount, boundary, ms: result.duration_ms }, 'checkpoint published');
     return result;
   }
 
-  /** The paths of entries that use an object, for an error message. */
-  private pathsOf(manifest: Manifest, sha256: string): string[] {
-    return manifest.entries.filter((e) => e.sha256 === sha256 || e.chunks?.some((c) => c.sha256 === sha256)).slice(0, 3).map((e) => showEntryPath(e));
-  }
-
-  private async readBackLocal(id: string, written: Manifest): Promise<void> {
-    const bytes = await this.local.readManifest(id).catch((err: Error) => {
-      throw failed('read_back', `checkpoint ${id}: the manifest cannot be read back from ${this.local.dir}: ${err.message}`);
-    });
-    const check = checkManifest(bytes, { expectId: id, publicKeyPem: this.deps.signer.publicKeyPem });
-    if (check.problems.length) throw failed('read_back', `checkpoint ${id}: the manifest read back from ${this.local.dir} is not the one written: ${check.problems.join('; ')}`);
-    const objects = manifestObjects(check.manifest!);
-    const reply = await this.thread.run({ kind: 'rehash', storeDir: this.local.dir, storeFd: this.local.fs.rootFd, objects: [...objects] });
+  private async readBackLocal(id: string): Promise<void> {
+    const reply = await this.thread.run({ kind: 'readback', storeDir: this.local.dir, storeFd: this.local.fs.rootFd, id, publicKeyPem: this.deps.signer.publicKeyPem });
     if (!reply.ok) throw failed('read_back', `checkpoint ${id}: the read-back failed: ${reply.message}`);
-    const problems = reply.result.problems;
+    const { manifestProblems, problems } = reply.result;
+    if (manifestProblems.length) throw failed('read_back', `checkpoint ${id}: the manifest read back from ${this.local.dir} is not the one written: ${manifestProblems.join('; ')}`);
     if (problems.length === 0) return;
     // A bad object is set aside, so that the retry stores it afresh (create-once never replaces).
     for (const p of problems) this.setAside(p.sha256);
     const first = problems[0];
-    throw failed('read_back', `checkpoint ${id} not published: ${first.problem} (used by ${this.pathsOf(written, first.sha256).join(', ')})${problems.length > 1 ? `; and ${problems.length - 1} more objects` : ''}; set aside, a retry stores them again`, {
+    throw failed('read_back', `checkpoint ${id} not published: ${first.problem} (used by ${first.paths.join(', ')})${problems.length > 1 ? `; and ${problems.length - 1} more objects` : ''}; set aside, a retry stores them again`, {
       object: first.sha256,
-      paths: this.pathsOf(written, first.sha256),
+      paths: first.paths,
       objects: problems.map((p) => p.sha256),
     });
   }
@@ -374,18 +344,17 @@ export class Checkpoints {
     }
   }
 
-  private async readBackRemote(store: CheckpointStore, id: string, version: Awaited<ReturnType<CheckpointStore['putManifest']>> | undefined, written: Manifest): Promise<{ objects: number; bytes: number }> {
+  private async readBackRemote(store: CheckpointStore, id: string, version: Awaited<ReturnType<CheckpointStore['putManifest']>> | undefined, written: Buffer, objects: [string, number, string][]): Promise<{ objects: number; bytes: number }> {
     let bytes: Buffer;
     try {
       bytes = await store.readManifest(id, version);
     } catch (err) {
       throw failed('read_back', `checkpoint ${id}: the manifest cannot be read back from ${store.location}: ${(err as Error).message}`);
     }
-    const check = checkManifest(bytes, { expectId: id, publicKeyPem: this.deps.signer.publicKeyPem });
-    if (check.problems.length) throw failed('read_back', `checkpoint ${id}: the manifest read back from ${store.location} is not the one written: ${check.problems.join('; ')}`);
+    // The local copy was just checked whole in the thread: the remote one must be those bytes.
+    if (!bytes.equals(written)) throw failed('read_back', `checkpoint ${id}: the manifest read back from ${store.location} is not the one written (${bytes.length} bytes, sha256 ${createHash('sha256').update(bytes).digest('hex')})`);
     let total = 0;
-    const objects = manifestObjects(check.manifest!);
-    await inParallel([...objects], REMOTE_CONCURRENCY, async ([sha, size]) => {
+    await inParallel(objects, REMOTE_CONCURRENCY, async ([sha, size, user]) => {
       let got = await rehashRemote(store, sha);
       if ((got.error || got.sha256 !== sha || got.bytes !== size) && store.replaceObject) {
         // The local copy was read back exactly just before: put it over what the bucket holds.
@@ -397,14 +366,14 @@ export class Checkpoints {
           got = { sha256: '', bytes: 0, error: `uploading it again failed: ${(err as Error).message}` };
         }
       }
-      const where = `(used by ${this.pathsOf(written, sha).join(', ')})`;
+      const where = `(used by ${user})`;
       if (got.error) throw failed('read_back', `checkpoint ${id} not published: object ${sha} cannot be read back from ${store.location}: ${got.error} ${where}`, { object: sha });
       if (got.sha256 !== sha || got.bytes !== size) {
         throw failed('read_back', `checkpoint ${id} not published: object ${sha} reads back from ${store.location} as ${got.sha256} (${got.bytes} bytes, ${size} expected), also after uploading it again ${where}`, { object: sha });
       }
       total += got.bytes;
     });
-    return { objects: objects.size, bytes: total };
+    return { objects: objects.length, bytes: total };
   }
 
   /**

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { isUtf8 } from 'node:buffer';
 import type { Receipt } from '../../ipc/protocol.js';
-import { jcs, verifySignature } from '../../ipc/verify.js';
+import { jcs, verifySignature } from '../../ipc/signature.js';
 import type { EntryType } from '../workspace/walk.js';
 
 /**
