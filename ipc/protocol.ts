@@ -363,6 +363,8 @@ export interface CheckpointResult {
   scan: { digest: string; entries: number; files: number; bytes: number; passes: number };
   /** False when paths still changed in the last pass (`unstable`, at most 100 shown, `unstable_count` in all). */
   consistent: boolean;
+  /** With checkpoint.freeze: whether the last pass ran with the workspace's file system frozen, how long, or why not; null when not asked. */
+  freeze: { frozen: boolean; ms: number; reason: string | null } | null;
   unstable: string[];
   unstable_count: number;
   /** Objects the manifest names; how many and how many bytes this checkpoint wrote to the local store (0 for an unchanged tree); with an S3 store, how many it uploaded. */

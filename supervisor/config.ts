@@ -139,6 +139,10 @@ const ConfigSchema = z
         maxPasses: z.number().int().min(2).max(100).default(4),
         /** Passes after the first re-read and re-hash every file, not only compare its stat: a write through a shared mmap moves no timestamp (the hashing is then twice). */
         verifyContent: z.boolean().default(false),
+        /** Freeze the workspace's file system (FIFREEZE) around one last pass when it is its own mount (writers wait meanwhile): a consistent capture whatever they do. */
+        freeze: z.boolean().default(false),
+        /** The frozen pass's bound, ms: past it the file system is thawed and the passes before stand. */
+        freezeMaxMs: z.number().int().min(1).max(600_000).default(5000),
         /** A checkpoint's scan fails (scan_timeout) past this, ms. */
         deadlineMs: z.number().int().min(1).max(24 * 3600 * 1000).default(600_000),
         /** Manifests made longer ago than this are removed by gc (with what only they reference); 0: kept forever. */

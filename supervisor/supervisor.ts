@@ -14,7 +14,7 @@ import type { CloseReceipt, LaunchParams, LaunchResult, Receipt, SessionSelector
 import { keyRecordName, STATE } from '../ipc/state-layout.js';
 import { admit } from './admission.js';
 import { CgroupTree } from './cgroup.js';
-import { Checkpoints } from './checkpoint/checkpoint.js';
+import { Checkpoints, thawLeftFrozen } from './checkpoint/checkpoint.js';
 import { Closing } from './close.js';
 import type { Config } from './config.js';
 import { faultPoint } from './fault.js';
@@ -83,6 +83,7 @@ export class Supervisor {
     const workspacePaths = checkWorkspacePaths(config.workspace.paths, config.stateDir);
     mkdirSync(config.stateDir, { recursive: true, mode: 0o700 });
     const lock = StateDirLock.take(config.stateDir);
+    thawLeftFrozen(config, log); // before the watcher writes in a workspace a crash left frozen
     const sessionsDir = join(config.stateDir, STATE.sessionsDir);
     mkdirSync(sessionsDir, { recursive: true, mode: 0o700 });
     const { instance, generation } = takeGeneration(config.stateDir, sessionsDir, log);

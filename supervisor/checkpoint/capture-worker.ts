@@ -13,6 +13,7 @@ import { createHash, createPrivateKey, sign } from 'node:crypto';
 import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readSync, type BigIntStats } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import { faultPoint } from '../fault.js';
+import { native } from '../native.js';
 import { entryPath, ScanError, walkTree, type EntryType, type WalkEntry } from '../workspace/walk.js';
 import { jcs } from '../../ipc/signature.js';
 import { fsDecode, nameText } from '../workspace/names.js';
@@ -35,6 +36,11 @@ export interface CaptureRequest {
   maxPasses: number;
   /** Later passes also re-hash every file whose stat did not move (a write through a shared mmap moves no timestamp). */
   verifyContent?: boolean;
+  /**
+   * Freeze the workspace's file system (FIFREEZE; its own mount, checked by the supervisor)
+   * around one last pass, at most this many ms (then thawed, whatever the pass); 0: no freeze.
+   */
+  freezeMaxMs?: number;
 }
 
 /** One captured entry: what the manifest records, and the stat signature the next pass compares. */
@@ -57,6 +63,8 @@ export interface CapturedEntry {
 }
 
 export interface CaptureResult {
+  /** With freezeMaxMs: whether the last pass ran frozen (then nothing could change under it), or why not. */
+  freeze: { frozen: boolean; ms: number; reason: string | null } | null;
   /** The workspace directory itself, as the last pass saw it. */
   root: { mode: number; uid: number; gid: number; mtimeNs: bigint };
   entries: CapturedEntry[];
@@ -114,6 +122,7 @@ export interface CheckpointStepResult {
   unstable: string[];
   unstableCount: number;
   objects: { referenced: number; bytes: number; written: number; bytesWritten: number };
+  freeze: CaptureResult['freeze'];
   /** forRemote: the manifest's canonical bytes, and [sha256, size, a path using it] per object. */
   manifestBytes?: Uint8Array;
   objectList?: [string, number, string][];
@@ -156,6 +165,7 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     scan: { digest: scanDigest(entries), entries: entries.length, files: cap.files, bytes: cap.bytes, passes: cap.passes },
     consistent: unstable.length === 0,
     unstable,
+    ...(cap.freeze?.frozen ? { frozen: true } : {}),
     supervisor: req.header.supervisor,
     root: { mode: cap.root.mode, uid: cap.root.uid, gid: cap.root.gid, mtime_ns: String(cap.root.mtimeNs) },
     entries,
@@ -185,6 +195,7 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     unstable: unstable.slice(0, SHOWN_UNSTABLE),
     unstableCount: unstable.length,
     objects: { referenced: objects.size, bytes: objectBytes, written: cap.objectsWritten, bytesWritten: cap.bytesWritten },
+    freeze: cap.freeze,
   };
   if (req.forRemote) {
     result.manifestBytes = new Uint8Array(bytes);
@@ -247,7 +258,12 @@ class Capture {
   bytesHashed = 0;
   private lastProgress = Date.now();
 
-  constructor(private readonly store: LocalStoreFiles, private readonly progress: (p: WorkerProgress['progress']) => void, private readonly deadline: { hrNs: bigint | null; ms?: number }) {}
+  constructor(private readonly store: LocalStoreFiles, private readonly progress: (p: WorkerProgress['progress']) => void, private deadline: { hrNs: bigint | null; ms?: number }) {}
+
+  /** Another deadline for what follows (the frozen pass has its own). */
+  bound(hrNs: bigint | null, ms?: number): void {
+    this.deadline = { hrNs, ms };
+  }
 
   /** ScanError scan_timeout once the checkpoint's deadline has passed (checked per block read, so one big file is bounded too). */
   private checkDeadline(): void {
@@ -416,6 +432,48 @@ class Capture {
 }
 
 /**
+ * One last pass with the workspace's file system frozen (FIFREEZE: writes to it wait until
+ * FITHAW), so nothing can change under it: if it completes, the capture is consistent. The
+ * store's `frozen` record names the workspace meanwhile (the store is on another file system),
+ * so a supervisor killed while it is frozen thaws it at its next start. Thawed in every case,
+ * at the latest when the pass passes freezeMaxMs (scan_timeout: the passes before stand).
+ * See ioctl_fifreeze? fs/ioctl.c, fsfreeze(8).
+ */
+function frozenPass(req: CaptureRequest, store: LocalStoreFiles, run: () => void): NonNullable<CaptureResult['freeze']> {
+  let fd: number;
+  try {
+    fd = openSync(req.root, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+  } catch (err) {
+    return { frozen: false, ms: 0, reason: `cannot open the workspace to freeze it: ${(err as Error).message}` };
+  }
+  const t0 = performance.now();
+  try {
+    store.markFrozen(req.root);
+    try {
+      native().freeze(fd);
+    } catch (err) {
+      store.clearFrozen();
+      return { frozen: false, ms: 0, reason: `FIFREEZE failed: ${(err as Error).message}` };
+    }
+    try {
+      faultPoint('checkpoint:frozen');
+      run();
+      return { frozen: true, ms: Math.round(performance.now() - t0), reason: null };
+    } catch (err) {
+      if (err instanceof ScanError && err.code === 'scan_timeout') {
+        return { frozen: false, ms: Math.round(performance.now() - t0), reason: `the frozen pass took longer than checkpoint.freezeMaxMs (${req.freezeMaxMs} ms): thawed; the passes before it stand` };
+      }
+      throw err;
+    } finally {
+      native().thaw(fd);
+      store.clearFrozen();
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
  * Test hook (only tests set it): SBX_TEST_CHECKPOINT_TOUCH=NAME[@N] appends one byte to
  * <root>/NAME before passes 2..N+1 (default: every later pass), so a test can make a file
  * change between passes exactly, instead of hoping a writer's timing lands there.
@@ -443,9 +501,8 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
     let prevRootSig = '';
     let root: CaptureResult['root'] = { mode: 0, uid: 0, gid: 0, mtimeNs: 0n };
     const maxPasses = Math.max(2, req.maxPasses);
-    while (pass < maxPasses) {
-      pass++;
-      if (pass > 1) testTouch(req.root, pass);
+    /** One walk: entries whose stat (and with verifyContent, content) did not move are kept, the rest captured again. */
+    const walkOnce = (frozen?: { startHrNs: bigint; ms: number }) => {
       const current: CapturedEntry[] = [];
       const seen = new Set<string>();
       changed = [];
@@ -454,7 +511,8 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       if (pass > 1 && rootSig !== prevRootSig) changed.push(Buffer.from('.'));
       prevRootSig = rootSig;
       root = { mode: Number(rootSt.mode) & 0o7777, uid: Number(rootSt.uid), gid: Number(rootSt.gid), mtimeNs: rootSt.mtimeNs };
-      for (const e of walkTree(req.root, { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs, skipTopLevel: req.skipTopLevel, oneFileSystem: true })) {
+      const bound = frozen ? { deadlineMs: frozen.ms, startHrNs: frozen.startHrNs } : { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs };
+      for (const e of walkTree(req.root, { ...bound, skipTopLevel: req.skipTopLevel, oneFileSystem: true })) {
         const key = e.path.toString('latin1');
         seen.add(key);
         const old = prev.get(key);
@@ -471,7 +529,30 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       if (pass > 1) for (const k of prev.keys()) if (!seen.has(k)) changed.push(Buffer.from(k, 'latin1'));
       entries = current;
       prev = new Map(current.map((c) => [c.path.toString('latin1'), c]));
+    };
+    while (pass < maxPasses) {
+      pass++;
+      if (pass > 1) testTouch(req.root, pass);
+      walkOnce();
       if (pass > 1 && changed.length === 0) break;
+    }
+    let freeze: CaptureResult['freeze'] = null;
+    if (req.freezeMaxMs && req.freezeMaxMs > 0) {
+      freeze = frozenPass(req, store, () => {
+        const startHrNs = process.hrtime.bigint();
+        cap.bound(startHrNs + BigInt(req.freezeMaxMs!) * 1_000_000n, req.freezeMaxMs!);
+        pass++;
+        const before = changed;
+        try {
+          walkOnce({ startHrNs, ms: req.freezeMaxMs! });
+        } catch (err) {
+          changed = before; // the passes before stand
+          pass--;
+          throw err;
+        }
+        changed = []; // captured while nothing could change: consistent
+      });
+      cap.bound(deadlineHrNs, req.deadlineMs);
     }
     cap.commit();
     let files = 0;
@@ -482,6 +563,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       bytes += e.size;
     }
     return {
+      freeze,
       root,
       entries,
       unstable: changed,

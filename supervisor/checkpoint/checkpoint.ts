@@ -6,7 +6,7 @@
 // published; also the store's recovery at start and its gc. Not the format (manifest.ts), the
 // scan (capture-worker.ts) or the files (local-store.ts, s3-store.ts).
 import { createHash } from 'node:crypto';
-import { closeSync, existsSync, lstatSync, mkdirSync, readdirSync, realpathSync, renameSync, rmSync, statSync } from 'node:fs';
+import { closeSync, constants, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { SupervisorError } from '../../ipc/errors.js';
@@ -16,6 +16,7 @@ import { STATE } from '../../ipc/state-layout.js';
 import { jcs } from '../../ipc/verify.js';
 import type { Config } from '../config.js';
 import { faultPoint } from '../fault.js';
+import { native } from '../native.js';
 import type { ReceiptSigner } from '../signing.js';
 import { entryPath } from '../workspace/walk.js';
 import { OWN_DIR } from '../workspace/watch-worker.js';
@@ -69,6 +70,41 @@ async function rehashRemote(store: CheckpointStore, sha256: string): Promise<{ s
     return { sha256: '', bytes, error: (err as Error).message };
   }
   return { sha256: hash.digest('hex'), bytes };
+}
+
+/**
+ * At start, before anything touches a workspace (the watcher writes its barrier there): a file
+ * system a supervisor killed in a frozen pass left frozen (the store's `frozen` record names
+ * it) is thawed (FITHAW; EINVAL: not frozen any more), and the record removed. Logs what it did.
+ */
+export function thawLeftFrozen(config: Config, log: Logger): void {
+  const record = join(localStoreDir(config), 'frozen');
+  let workspace: string;
+  try {
+    const fd = openSync(record, constants.O_RDONLY | constants.O_NOFOLLOW);
+    try {
+      workspace = readFileSync(fd, 'utf8');
+    } finally {
+      closeSync(fd);
+    }
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') log.error({ err, record }, 'the checkpoint store\'s frozen record cannot be read');
+    return;
+  }
+  try {
+    const fd = openSync(workspace, constants.O_RDONLY | constants.O_DIRECTORY);
+    try {
+      native().thaw(fd);
+      log.warn({ workspace }, 'a checkpoint was stopped while its workspace was frozen: thawed');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EINVAL') throw err;
+    } finally {
+      closeSync(fd);
+    }
+  } catch (err) {
+    log.error({ err, workspace }, 'a workspace left frozen by a stopped checkpoint could not be thawed (fsfreeze -u it)');
+  }
+  rmSync(record, { force: true });
 }
 
 /** Checkpoints (and gc) waiting at once; the next is refused, retryable. */
@@ -167,6 +203,24 @@ export class Checkpoints {
     return this.serial(() => this.take(workspace, task));
   }
 
+  /**
+   * Whether the last pass may run frozen (checkpoint.freeze): only a workspace that is its own
+   * mount, on a file system holding neither the state dir nor the store (their writes would
+   * wait for the thaw). refused: why not (null: it may).
+   */
+  private freezePlan(workspace: string): { asked: boolean; refused: string | null } {
+    if (!this.deps.config.checkpoint.freeze) return { asked: false, refused: 'off' };
+    try {
+      const dev = statSync(workspace).dev;
+      if (workspace !== '/' && statSync(join(workspace, '..')).dev === dev) return { asked: true, refused: 'the workspace is not its own mount: freezing would stop every writer of the file system it is on' };
+      if (statSync(this.deps.config.stateDir).dev === dev) return { asked: true, refused: 'the state dir is on the workspace\'s file system' };
+      if (statSync(this.local.dir).dev === dev) return { asked: true, refused: 'the checkpoint store is on the workspace\'s file system' };
+    } catch (err) {
+      return { asked: true, refused: `cannot tell: ${(err as Error).message}` };
+    }
+    return { asked: true, refused: null };
+  }
+
   /** The workspace as walked: its real path, a directory, holding neither the state dir nor the store. */
   private checkWorkspace(path: string): string {
     let real: string;
@@ -206,6 +260,7 @@ export class Checkpoints {
     const boundary: CheckpointBoundary = await this.deps.watcher.boundary(workspace);
     const tBoundary = performance.now();
     const remote = this.remoteStore();
+    const freeze = this.freezePlan(workspace);
     // 2-4. In the checkpoint thread: capture (hash, store, pass again until still or the
     // bound), then the manifest, built, signed and stored last. Nothing of the tree's size
     // is copied to or canonicalised on the event loop.
@@ -220,6 +275,7 @@ export class Checkpoints {
       startHrNs: process.hrtime.bigint(),
       maxPasses: config.checkpoint.maxPasses,
       verifyContent: config.checkpoint.verifyContent,
+      freezeMaxMs: freeze.refused === null ? config.checkpoint.freezeMaxMs : 0,
       header: { workspace, task, started_at: startedAt, boundary, supervisor: this.fence },
       signingKeyPem: signer.privateKeyPem,
       keyId: signer.keyId,
@@ -291,6 +347,7 @@ export class Checkpoints {
       boundary,
       scan: cap.scan,
       consistent: cap.consistent,
+      freeze: freeze.asked ? (cap.freeze ?? { frozen: false, ms: 0, reason: freeze.refused }) : null,
       unstable: cap.unstable,
       unstable_count: cap.unstableCount,
       objects: { referenced: cap.objects.referenced, written: cap.objects.written, bytes_written: cap.objects.bytesWritten, ...(remote ? { uploaded } : {}) },

@@ -17,6 +17,8 @@ export const STORE_DIRS = { objects: 'objects', manifests: 'manifests', publishe
 const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
 const OPEN_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+/** In the store's root while a workspace's file system is frozen: its path. */
+const FROZEN_FILE = 'frozen';
 /** Object fan directories kept open at once (256 exist): the capture must not eat the fd limit. */
 const MAX_FAN_FDS = 16;
 /** Objects, manifests and records are read-only once written. */
@@ -150,6 +152,22 @@ export class LocalStoreFiles {
   }
 
   private lockFd = -1;
+
+  /** Records (durably) that the file system of workspace is being frozen: a start finding it thaws it (checkpoint.ts thawLeftFrozen). */
+  markFrozen(workspace: string): void {
+    const fd = openSync(entryPath(this.rootFd, Buffer.from(FROZEN_FILE)), constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, 0o600);
+    try {
+      writeAll(fd, Buffer.from(workspace));
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    fsyncSync(this.rootFd);
+  }
+
+  clearFrozen(): void {
+    this.remove(this.rootFd, FROZEN_FILE);
+  }
 
   /** Whether the store's path still names the directory these fds hold (an operator may have moved or removed it). */
   stillAt(dir: string): boolean {

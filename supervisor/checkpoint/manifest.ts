@@ -71,6 +71,8 @@ export interface Manifest {
   /** False when `unstable` is not empty: those paths changed in every pass, so no pass saw the whole tree still. */
   consistent: boolean;
   unstable: string[];
+  /** Present (true) when the last pass ran with the workspace's file system frozen (FIFREEZE). */
+  frozen?: true;
   supervisor: RuntimeFence;
   /** The workspace directory itself (a restore gives DIR these). */
   root: { mode: number; uid: number; gid: number; mtime_ns: string };

@@ -6,7 +6,7 @@
 // session's terminal_mutation; unstable paths; gc.
 import { createCipheriv, createHash, randomInt } from 'node:crypto';
 import { chmodSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult, Receipt } from '../../ipc/protocol.js';
@@ -444,5 +444,78 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     for (const sha of referenced) if (all.includes(sha)) expect(existsSync(objectFile(d, sha))).toBe(true); // (an earlier test removed one)
     const v = await d.sbx(['verify', ck.checkpoint_id, '--state-dir', d.stateDir]);
     expect(v.status).toBe(0);
+  });
+});
+
+const HAVE_LOOP = existsSync('/dev/loop-control') && spawnSync('sh', ['-c', 'command -v mkfs.ext4 && command -v fsfreeze']).status === 0;
+
+describe.skipIf(!HAVE_LOOP)(HAVE_LOOP ? 'checkpoint.freeze: the last pass with the workspace file system frozen' : 'checkpoint.freeze (skipped: no loop devices or no mkfs.ext4/fsfreeze to make a file system of its own)', () => {
+  let d: TestDaemon;
+  let ws: string;
+  let mounted = false;
+
+  beforeAll(async () => {
+    d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
+    ws = join(d.dir, 'ws');
+    const img = join(d.dir, 'ws.img');
+    expect(spawnSync('truncate', ['-s', '32M', img]).status).toBe(0);
+    expect(spawnSync('mkfs.ext4', ['-q', '-F', img]).status).toBe(0);
+    mkdirSync(ws);
+    const m = spawnSync('mount', ['-o', 'loop', img, ws]);
+    expect(m.status, m.stderr.toString()).toBe(0);
+    mounted = true;
+    rmSync(join(ws, 'lost+found'), { recursive: true, force: true });
+    writeFileSync(join(ws, 'busy'), '');
+    mkdirSync(join(ws, 'sub'));
+    writeFileSync(join(ws, 'sub', 'calm'), 'calm');
+    d.withConfig({ workspace: { paths: [ws] }, checkpoint: { freeze: true } });
+    d.withEnv({ SBX_TEST_CHECKPOINT_TOUCH: 'busy' });
+    await d.start();
+  });
+
+  afterAll(async () => {
+    if (mounted) spawnSync('fsfreeze', ['-u', ws]); // whatever a failed test left
+    await d.terminate();
+    if (mounted) expect(spawnSync('umount', [ws]).status).toBe(0);
+    await d.stop();
+  });
+
+  it('a file changed before every pass: the frozen pass pins it (consistent, frozen), where without it the checkpoint says unstable', async () => {
+    const ck = await checkpoint(d, ws);
+    expect(ck).toMatchObject({ consistent: true, unstable: [], freeze: { frozen: true, reason: null }, scan: { passes: 5 } });
+    const manifest = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
+    expect(manifest.frozen).toBe(true);
+    // The bytes it holds for busy are what busy held when frozen: 3 touches (passes 2-4), none in the frozen pass.
+    expect(manifest.entries.find((e: { path: string }) => e.path === 'busy')).toMatchObject({ size: 3, sha256: sha256('xxx') });
+    // Thawed: a write goes through at once.
+    writeFileSync(join(ws, 'after'), 'thawed');
+    rmSync(join(ws, 'after'));
+  });
+
+  it('a directory that is not its own mount is not frozen, and says why', async () => {
+    // (The touch hook makes sub/busy change in every pass: unstable, exit 1, as without a freeze.)
+    const r = await d.sbx(['checkpoint', '--workspace', join(ws, 'sub'), '--json']);
+    expect(r.status).toBe(1);
+    const ck = json<CheckpointResult>(r);
+    expect(ck).toMatchObject({ consistent: false, unstable: ['busy'] });
+    expect(ck.freeze).toEqual({ frozen: false, ms: 0, reason: expect.stringContaining('not its own mount') });
+  });
+
+  it('a supervisor killed while the workspace is frozen: it stays frozen (fsfreeze says busy) until the next start thaws it', async () => {
+    await d.terminate();
+    d.withEnv({ SBX_TEST_CHECKPOINT_TOUCH: 'busy', SBX_FAULT_POINT: 'checkpoint:frozen' });
+    await d.start();
+    const r = await d.sbx(['checkpoint', '--workspace', ws]);
+    expect(r.status).toBe(125);
+    expect((await d.exitedNow()).signal).toBe('SIGKILL');
+    const busy = spawnSync('fsfreeze', ['-f', ws]);
+    expect(busy.status).not.toBe(0); // EBUSY: frozen already
+    expect(busy.stderr.toString()).toMatch(/busy/i);
+    d.withEnv(undefined);
+    await d.start();
+    const writer = spawn('sh', ['-c', `printf x > ${ws}/probe`]);
+    const done = await until(() => (writer.exitCode !== null ? { code: writer.exitCode } : null), 'a write to the workspace after the restart', 10_000);
+    expect(done.code).toBe(0);
+    expect(d.log()).toContain('a checkpoint was stopped while its workspace was frozen: thawed');
   });
 });
