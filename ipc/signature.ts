@@ -70,7 +70,12 @@ export function keyIdOf(publicKey: KeyObject | string): string {
 
 /** Problems with the signature of receipt under publicKeyPem (SPKI PEM); [] when it verifies. */
 export function verifySignature(receipt: Receipt, publicKeyPem: string): string[] {
-  const sig = receipt.signature;
+  return verifySignatureOver(receipt.signature, () => signedBytes(receipt), publicKeyPem);
+}
+
+/** Problems with signature over the bytes it covers (given lazily: the caller may have them already); [] when it verifies. */
+export function verifySignatureOver(signature: Receipt['signature'], covered: () => Buffer, publicKeyPem: string): string[] {
+  const sig = signature;
   if (!sig) return ['the receipt has no signature'];
   if (sig.alg !== 'ed25519') return [`unsupported signature algorithm ${JSON.stringify(sig.alg)}`];
   let key: KeyObject;
@@ -82,7 +87,7 @@ export function verifySignature(receipt: Receipt, publicKeyPem: string): string[
   const problems: string[] = [];
   const keyId = keyIdOf(key);
   if (sig.key_id !== keyId) problems.push(`signed by key ${sig.key_id}, but the key given is ${keyId}`);
-  else if (!verifySig(null, signedBytes(receipt), key, Buffer.from(sig.value, 'base64'))) {
+  else if (!verifySig(null, covered(), key, Buffer.from(sig.value, 'base64'))) {
     problems.push('the signature does not match the receipt: a field was changed after signing');
   }
   return problems;

@@ -18,7 +18,7 @@ import { entryPath, ScanError, walkTree, type EntryType, type WalkEntry } from '
 import { jcs } from '../../ipc/signature.js';
 import { fsDecode, nameText } from '../workspace/names.js';
 import { LocalStoreFiles, writeAll } from './local-store.js';
-import { checkManifest, manifestBytes, manifestObjects, scanDigest, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
+import { checkManifest, manifestBytes, manifestJcs, manifestObjects, scanDigest, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
 import { StoreError } from './store.js';
 
 export interface CaptureRequest {
@@ -153,6 +153,7 @@ const SHOWN_UNSTABLE = 100;
 export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgress['progress']) => void = () => {}): CheckpointStepResult {
   const cap = runCapture({ ...req, kind: 'capture' }, progress);
   const entries = cap.entries.map(toManifestEntry);
+  const entriesJcs = jcs(entries); // once: the rest of the manifest is small
   const unstable = cap.unstable.map((p) => nameText(fsDecode(p)));
   const unsigned: Manifest = {
     version: 1,
@@ -162,7 +163,7 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     started_at: req.header.started_at,
     created_at: new Date().toISOString(),
     boundary: req.header.boundary,
-    scan: { digest: scanDigest(entries), entries: entries.length, files: cap.files, bytes: cap.bytes, passes: cap.passes },
+    scan: { digest: scanDigest(entries, entriesJcs), entries: entries.length, files: cap.files, bytes: cap.bytes, passes: cap.passes },
     consistent: unstable.length === 0,
     unstable,
     ...(cap.freeze?.frozen ? { frozen: true } : {}),
@@ -170,9 +171,9 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     root: { mode: cap.root.mode, uid: cap.root.uid, gid: cap.root.gid, mtime_ns: String(cap.root.mtimeNs) },
     entries,
   };
-  const value = sign(null, Buffer.from(jcs(unsigned)), createPrivateKey(req.signingKeyPem)).toString('base64');
+  const value = sign(null, Buffer.from(manifestJcs(unsigned, entriesJcs)), createPrivateKey(req.signingKeyPem)).toString('base64');
   const manifest: Manifest = { ...unsigned, signature: { alg: 'ed25519', key_id: req.keyId, value } };
-  const { bytes, id } = manifestBytes(manifest);
+  const { bytes, id } = manifestBytes(manifest, entriesJcs);
   const objects = manifestObjects(manifest);
   let objectBytes = 0;
   for (const size of objects.values()) objectBytes += size;
@@ -248,8 +249,11 @@ function sigOf(type: string, st: { size: bigint; mode: number | bigint; uid: num
   return `${type}:${st.size}:${st.mode}:${st.uid}:${st.gid}:${st.mtimeNs}:${st.ctimeNs}:${st.ino}:${st.rdev}:${target ? target.toString('hex') : ''}`;
 }
 
-function sameStat(a: BigIntStats, b: BigIntStats): boolean {
-  return a.size === b.size && a.mtimeNs === b.mtimeNs && a.ctimeNs === b.ctimeNs && a.ino === b.ino && a.mode === b.mode;
+/** The stat fields a file's capture is compared by (a walk entry, or BigIntStats). */
+type StatFacts = { size: bigint; mode: number | bigint; uid: number | bigint; gid: number | bigint; mtimeNs: bigint; ctimeNs: bigint; ino: bigint; rdev: bigint };
+
+function sameStat(a: StatFacts, b: StatFacts): boolean {
+  return a.size === b.size && a.mtimeNs === b.mtimeNs && a.ctimeNs === b.ctimeNs && a.ino === b.ino && Number(a.mode) === Number(b.mode);
 }
 
 class Capture {
@@ -339,11 +343,18 @@ class Capture {
     }
     try {
       let last: CapturedEntry | null = null;
+      // The first read is checked against the walk's lstat (the fd opened after it: a file
+      // replaced in between has another inode), a retry against an fstat of its own.
+      let before: StatFacts = e;
       for (let attempt = 1; attempt <= FILE_ATTEMPTS; attempt++) {
-        const before = fstatSync(fd, { bigint: true });
-        if (!before.isFile()) return null;
+        if (attempt > 1) {
+          const st = fstatSync(fd, { bigint: true });
+          if (!st.isFile()) return null;
+          before = st;
+        }
         const got = before.size <= BigInt(SMALL_FILE_BYTES) ? this.smallFile(fd) : this.largeFile(fd);
         const after = fstatSync(fd, { bigint: true });
+        if (!after.isFile()) return null;
         const moved = !got.consistent || !sameStat(before, after) || BigInt(got.size) !== before.size;
         last = {
           path: e.path,

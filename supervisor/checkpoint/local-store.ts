@@ -198,21 +198,31 @@ export class LocalStoreFiles {
   hasObject(sha256: string): boolean {
     if (!isSha256Hex(sha256)) throw new StoreError('refused', `not a SHA-256: ${JSON.stringify(sha256)}`);
     if (this.pending.has(sha256)) return true;
-    let fd: number;
-    try {
-      fd = this.fan(sha256, false);
-    } catch (err) {
-      if (err instanceof StoreError && err.code === 'missing') return false;
-      throw err;
-    }
-    try {
-      lstatSync(entryPath(fd, Buffer.from(sha256)));
-      return true;
-    } catch (err) {
-      if (code(err) === 'ENOENT') return false;
-      throw err;
-    }
+    return this.namesIn(sha256).has(sha256);
   }
+
+  /**
+   * The names in one object fan directory, listed once per opening of the store (one readdir
+   * where a lookup per file cost 4 µs through /proc: measured 15 ms of an unchanged 4,115-file
+   * checkpoint); only this supervisor writes objects (the lock), and what it links is added.
+   */
+  private namesIn(sha256: string): Set<string> {
+    const fan = sha256.slice(0, 2);
+    let names = this.listed.get(fan);
+    if (!names) {
+      try {
+        // Through the fan directory's own fd (opened O_NOFOLLOW: a link there is refused, never listed).
+        names = new Set(readdirSync(`/proc/self/fd/${this.fan(sha256, false)}`));
+      } catch (err) {
+        if (!(err instanceof StoreError && err.code === 'missing')) throw err;
+        names = new Set();
+      }
+      this.listed.set(fan, names);
+    }
+    return names;
+  }
+
+  private readonly listed = new Map<string, Set<string>>();
 
   /**
    * Writes the object sha256 from what write(fd) writes to a fresh temp file (mode 0444); the
@@ -264,6 +274,7 @@ export class LocalStoreFiles {
       const fanFd = this.fan(sha256, true);
       try {
         if (this.linkTemp(tmp, fanFd, sha256)) {
+          this.listed.get(sha256.slice(0, 2))?.add(sha256);
           linked++;
           this.dirty.add(fanFd);
         }

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { isUtf8 } from 'node:buffer';
 import type { Receipt } from '../../ipc/protocol.js';
-import { jcs, verifySignature } from '../../ipc/signature.js';
+import { jcs, verifySignature, verifySignatureOver } from '../../ipc/signature.js';
 import type { EntryType } from '../workspace/walk.js';
 
 /**
@@ -114,9 +114,10 @@ export interface EntryFacts {
 
 /** The manifest entry for facts (Uint8Arrays from a thread are taken as Buffers). */
 export function toManifestEntry(c: EntryFacts): ManifestEntry {
-  const e = { ...nameFields(Buffer.from(c.path), 'path'), type: c.type, mode: c.mode, uid: c.uid, gid: c.gid, size: c.size, mtime_ns: c.mtimeNs.toString() } as ManifestEntry;
+  const asBuffer = (b: Uint8Array) => (Buffer.isBuffer(b) ? b : Buffer.from(b));
+  const e = { ...nameFields(asBuffer(c.path), 'path'), type: c.type, mode: c.mode, uid: c.uid, gid: c.gid, size: c.size, mtime_ns: c.mtimeNs.toString() } as ManifestEntry;
   if (c.sha256 !== undefined) e.sha256 = c.sha256;
-  if (c.target !== undefined) Object.assign(e, nameFields(Buffer.from(c.target), 'target'));
+  if (c.target !== undefined) Object.assign(e, nameFields(asBuffer(c.target), 'target'));
   if (c.rdev !== undefined) e.rdev = c.rdev;
   return e;
 }
@@ -210,14 +211,29 @@ export function checkPublished(bytes: Buffer, id: string, publicKeyPem?: string)
   return problems;
 }
 
-/** "sha256:" + hex of the JCS of the entries: the scan digest. */
-export function scanDigest(entries: ManifestEntry[]): string {
-  return `sha256:${createHash('sha256').update(jcs(entries)).digest('hex')}`;
+/** "sha256:" + hex of the JCS of the entries: the scan digest (entriesJcs: that JCS when known). */
+export function scanDigest(entries: ManifestEntry[], entriesJcs = jcs(entries)): string {
+  return `sha256:${createHash('sha256').update(entriesJcs).digest('hex')}`;
+}
+
+/** A string no manifest member can hold (NUL is refused in every path, task and target): where the entries go. */
+const ENTRIES_HOLE = '\u0000entries\u0000';
+const ENTRIES_HOLE_JSON = JSON.stringify(ENTRIES_HOLE);
+
+/**
+ * JCS of a manifest whose entries' JCS is already known: the entries are canonicalised once
+ * (a big tree's manifest is mostly them) and set into the JCS of the rest. The same text as
+ * jcs(m) (JCS of an object is its members' JCS in key order; unit-tested against it).
+ */
+export function manifestJcs(m: Manifest | Omit<Manifest, 'signature'>, entriesJcs: string): string {
+  const text = jcs({ ...m, entries: ENTRIES_HOLE });
+  const at = text.indexOf(ENTRIES_HOLE_JSON);
+  return text.slice(0, at) + entriesJcs + text.slice(at + ENTRIES_HOLE_JSON.length);
 }
 
 /** The canonical bytes of a signed manifest (what is stored) and its id. */
-export function manifestBytes(m: Manifest): { bytes: Buffer; id: string } {
-  const bytes = Buffer.from(jcs(m));
+export function manifestBytes(m: Manifest, entriesJcs = jcs(m.entries)): { bytes: Buffer; id: string } {
+  const bytes = Buffer.from(manifestJcs(m, entriesJcs));
   return { bytes, id: createHash('sha256').update(bytes).digest('hex') };
 }
 
@@ -246,11 +262,17 @@ export function checkManifest(bytes: Buffer, options: { expectId?: string; publi
   }
   if (manifest.version !== 1) problems.push(`manifest version ${JSON.stringify(manifest.version)}: this sbx reads version 1`);
   const id = createHash('sha256').update(bytes).digest('hex');
+  let entriesJcs: string;
+  try {
+    entriesJcs = jcs(manifest.entries);
+  } catch (err) {
+    return { manifest: null, problems: [`the entries cannot be canonicalised: ${(err as Error).message}`] };
+  }
   if (options.expectId !== undefined) {
-    if (!Buffer.from(jcs(manifest)).equals(bytes)) problems.push('the stored manifest is not in canonical form (RFC 8785): its bytes were edited');
+    if (!Buffer.from(manifestJcs(manifest, entriesJcs)).equals(bytes)) problems.push('the stored manifest is not in canonical form (RFC 8785): its bytes were edited');
     if (id !== options.expectId) problems.push(`the manifest's SHA-256 is ${id}, not its id ${options.expectId}`);
   }
-  const digest = scanDigest(manifest.entries);
+  const digest = scanDigest(manifest.entries, entriesJcs);
   if (manifest.scan?.digest !== digest) problems.push(`the scan digest is ${manifest.scan?.digest}, the entries hash to ${digest}`);
   if (manifest.scan?.entries !== manifest.entries.length) problems.push(`the manifest says ${manifest.scan?.entries} entries and lists ${manifest.entries.length}`);
   let prev: Buffer | null = null;
@@ -271,7 +293,9 @@ export function checkManifest(bytes: Buffer, options: { expectId?: string; publi
     if (bad) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: ${bad}`);
   }
   if (options.publicKeyPem !== undefined) {
-    for (const p of verifySignature(manifest as unknown as Receipt, options.publicKeyPem)) problems.push(p.replace('the receipt', 'the manifest'));
+    const { signature, ...unsigned } = manifest;
+    const covered = () => Buffer.from(manifestJcs(unsigned, entriesJcs));
+    for (const p of verifySignatureOver(signature, covered, options.publicKeyPem)) problems.push(p.replace('the receipt', 'the manifest'));
   }
   return { manifest, problems };
 }

@@ -3,7 +3,7 @@
 // reader makes of a manifest's own bytes and of each entry's fields.
 import { describe, expect, it } from 'vitest';
 import { jcs } from '../../ipc/verify.js';
-import { checkManifest, comparePaths, manifestBytes, nameFields, scanDigest, type Manifest, type ManifestEntry } from '../../supervisor/checkpoint/manifest.js';
+import { checkManifest, comparePaths, manifestBytes, manifestJcs, nameFields, scanDigest, type Manifest, type ManifestEntry } from '../../supervisor/checkpoint/manifest.js';
 
 const b = (s: string) => Buffer.from(s, 'latin1');
 
@@ -37,6 +37,14 @@ describe('manifest', () => {
   it('names a path that is not UTF-8 by its bytes (path_b64), and a UTF-8 one as text', () => {
     expect(nameFields(Buffer.from([0x6e, 0xff]), 'path')).toEqual({ path_b64: 'bv8=' });
     expect(nameFields(Buffer.from('new\nline é'), 'target')).toEqual({ target: 'new\nline é' });
+  });
+
+  it('manifestJcs (the entries canonicalised once, set into the rest) is the JCS of the whole', () => {
+    const m = { ...manifestOf([file('a'), file('b/c'), { path: 'l', type: 'symlink', mode: 0o777, uid: 0, gid: 0, size: 1, mtime_ns: '1', target: 'x' } as ManifestEntry]), signature: { alg: 'ed25519' as const, key_id: 'k', value: 'v' } };
+    expect(manifestJcs(m, jcs(m.entries))).toBe(jcs(m));
+    const { signature: _s, ...unsigned } = m;
+    expect(manifestJcs(unsigned, jcs(m.entries))).toBe(jcs(unsigned));
+    expect(manifestBytes(m).bytes.toString()).toBe(jcs(m));
   });
 
   it('accepts its own canonical bytes, and names what is wrong with edited ones', () => {
