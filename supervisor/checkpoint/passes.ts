@@ -1,0 +1,490 @@
+// The capture (in the checkpoint thread, capture-worker.ts): walks a workspace (walk.ts:
+// directory fds, no link followed, one file system), hashes each regular file and stores its
+// object in the local store create-once (local-store.ts), then walks again comparing each
+// entry's type, size, mode, owner, mtime, ctime and inode (with verifyContent, its content)
+// with what was captured, re-capturing what moved, until a whole pass sees nothing move (or
+// the bound: those paths are `unstable`); optionally one last pass with the file system frozen
+// (FIFREEZE). Owns those loops and their bounds (deadline, free space); not the manifest
+// (manifest.ts, capture-worker.ts) or publication (checkpoint.ts). Blocking by design.
+//
+// Why a still pass proves a consistent state: every entry was unchanged from its capture (in an
+// earlier pass) to its check (in the last one), and every such interval contains the instant
+// between the two passes, so at that instant the tree was exactly what was captured.
+import { createHash } from 'node:crypto';
+import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readSync } from 'node:fs';
+import { faultPoint } from '../fault.js';
+import { native } from '../native.js';
+import { entryPath, ScanError, walkTree, type EntryType, type WalkEntry } from '../workspace/walk.js';
+import { LocalStoreFiles, writeAll } from './local-store.js';
+import { StoreError } from './store.js';
+
+export interface CaptureRequest {
+  kind: 'capture';
+  root: string;
+  /** The store's path (for messages) and the supervisor's fd holding it open (what is written to). */
+  storeDir: string;
+  storeFd: number;
+  /** Bytes storing must leave free in the store's file system. */
+  reserveBytes: number;
+  skipTopLevel: string[];
+  deadlineMs?: number;
+  startHrNs: bigint;
+  /** Walks at most: the first captures, each later one checks (and re-captures what moved). At least 2. */
+  maxPasses: number;
+  /** Later passes also re-hash every file whose stat did not move (a write through a shared mmap moves no timestamp). */
+  verifyContent?: boolean;
+  /**
+   * Freeze the workspace's file system (FIFREEZE; its own mount, checked by the supervisor)
+   * around one last pass, at most this many ms (then thawed, whatever the pass); 0: no freeze.
+   */
+  freezeMaxMs?: number;
+}
+
+/** One captured entry: what the manifest records, and the stat signature the next pass compares. */
+export interface CapturedEntry {
+  path: Buffer;
+  type: Exclude<EntryType, 'unknown'>;
+  mode: number;
+  uid: number;
+  gid: number;
+  /** A file: the bytes stored (what sha256 covers); a symlink: its target's length; others 0. */
+  size: number;
+  mtimeNs: bigint;
+  sha256?: string;
+  target?: Buffer;
+  rdev?: number;
+  /** type, size, mode, owner, mtime, ctime, inode, rdev as seen before the content was read. */
+  sig: string;
+  /** The file changed while it was read (its stat before and after differ). */
+  moved?: boolean;
+}
+
+export interface CaptureResult {
+  /** With freezeMaxMs: whether the last pass ran frozen (then nothing could change under it), or why not. */
+  freeze: { frozen: boolean; ms: number; reason: string | null } | null;
+  /** The workspace directory itself, as the last pass saw it. */
+  root: { mode: number; uid: number; gid: number; mtimeNs: bigint };
+  entries: CapturedEntry[];
+  /** Paths that still changed in the last pass (moved, appeared or went). Empty: consistent. */
+  unstable: Buffer[];
+  passes: number;
+  files: number;
+  bytes: number;
+  objectsWritten: number;
+  bytesWritten: number;
+  bytesHashed: number;
+}
+
+export type WorkerReply<T> = { ok: true; result: T } | { ok: false; code: string; message: string };
+/** Sent now and then while a step runs. */
+export interface WorkerProgress {
+  progress: { pass: number; entries: number; bytesHashed: number };
+}
+
+/** Files up to this size are read whole into one buffer: hashed and stored from the same bytes. */
+const SMALL_FILE_BYTES = 4 << 20;
+const BLOCK_BYTES = 1 << 20;
+/** Reads of one file before it counts as moved for this pass. */
+const FILE_ATTEMPTS = 3;
+const PROGRESS_EVERY_MS = 250;
+const OPEN_FILE = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK | constants.O_NOCTTY;
+
+const small = Buffer.allocUnsafe(SMALL_FILE_BYTES + 1);
+const block = Buffer.allocUnsafe(BLOCK_BYTES);
+
+function sigOf(type: string, st: { size: bigint; mode: number | bigint; uid: number | bigint; gid: number | bigint; mtimeNs: bigint; ctimeNs: bigint; ino: bigint; rdev: bigint }, target?: Buffer): string {
+  return `${type}:${st.size}:${st.mode}:${st.uid}:${st.gid}:${st.mtimeNs}:${st.ctimeNs}:${st.ino}:${st.rdev}:${target ? target.toString('hex') : ''}`;
+}
+
+/** The stat fields a file's capture is compared by (a walk entry, or BigIntStats). */
+type StatFacts = { size: bigint; mode: number | bigint; uid: number | bigint; gid: number | bigint; mtimeNs: bigint; ctimeNs: bigint; ino: bigint; rdev: bigint };
+
+function sameStat(a: StatFacts, b: StatFacts): boolean {
+  return a.size === b.size && a.mtimeNs === b.mtimeNs && a.ctimeNs === b.ctimeNs && a.ino === b.ino && Number(a.mode) === Number(b.mode);
+}
+
+class Capture {
+  objectsWritten = 0;
+  bytesWritten = 0;
+  bytesHashed = 0;
+  private lastProgress = Date.now();
+
+  constructor(private readonly store: LocalStoreFiles, private readonly progress: (p: WorkerProgress['progress']) => void, private deadline: { hrNs: bigint | null; ms?: number }) {}
+
+  /** Another deadline for what follows (the frozen pass has its own). */
+  bound(hrNs: bigint | null, ms?: number): void {
+    this.deadline = { hrNs, ms };
+  }
+
+  /** ScanError scan_timeout once the checkpoint's deadline has passed (checked per block read, so one big file is bounded too). */
+  private checkDeadline(): void {
+    if (this.deadline.hrNs !== null && process.hrtime.bigint() >= this.deadline.hrNs) {
+      throw new ScanError('scan_timeout', `scan_timeout: the checkpoint passed its ${this.deadline.ms} ms deadline (checkpoint.deadlineMs) while reading a file`);
+    }
+  }
+
+  /** Writes through the store, an errno failure named as the store's (ENOSPC, EMFILE...), not the scan's. */
+  private storing<T>(fn: () => T): T {
+    try {
+      return fn();
+    } catch (err) {
+      if (err instanceof StoreError || err instanceof ScanError) throw err;
+      const e = err as NodeJS.ErrnoException;
+      throw new StoreError('io', `${e.code ?? 'error'}: writing to the checkpoint store ${this.store.dir} failed: ${e.message}`);
+    }
+  }
+
+  tick(pass: number, entries: number): void {
+    const now = Date.now();
+    if (now - this.lastProgress < PROGRESS_EVERY_MS) return;
+    this.lastProgress = now;
+    this.progress({ pass, entries, bytesHashed: this.bytesHashed });
+  }
+
+  /** Whether the file e still hashes to sha256 (read only, nothing stored); false when it cannot be read as a file now. */
+  sameContent(e: WalkEntry, sha256: string): boolean {
+    let fd: number;
+    try {
+      fd = openSync(entryPath(e.dirFd, e.name), OPEN_FILE);
+    } catch {
+      return false;
+    }
+    try {
+      const hash = createHash('sha256');
+      for (let pos = 0; ; ) {
+        this.checkDeadline();
+        const r = readSync(fd, block, 0, BLOCK_BYTES, pos);
+        if (r === 0) break;
+        hash.update(block.subarray(0, r));
+        pos += r;
+        this.bytesHashed += r;
+      }
+      return hash.digest('hex') === sha256;
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  /** The entry captured now; null when it went (or changed type) since the walk saw it. */
+  entry(e: WalkEntry): CapturedEntry | null {
+    const type = e.type === 'unknown' ? null : e.type;
+    if (type === null) return null;
+    const base = { path: e.path, type, mode: e.mode & 0o7777, uid: e.uid, gid: e.gid, mtimeNs: e.mtimeNs };
+    if (type === 'symlink') {
+      const target = e.linkTarget ?? Buffer.alloc(0);
+      return { ...base, size: target.length, target, sig: sigOf(type, e, target) };
+    }
+    if (type === 'char' || type === 'block') return { ...base, size: 0, rdev: Number(e.rdev), sig: sigOf(type, e) };
+    if (type !== 'file') return { ...base, size: 0, sig: sigOf(type, e) };
+    return this.file(e);
+  }
+
+  private file(e: WalkEntry): CapturedEntry | null {
+    let fd: number;
+    try {
+      fd = openSync(entryPath(e.dirFd, e.name), OPEN_FILE);
+    } catch (err) {
+      const c = (err as NodeJS.ErrnoException).code;
+      if (c === 'ENOENT' || c === 'ELOOP' || c === 'ENXIO') return null; // went, or is now a link or a fifo: the next pass sees it as it is
+      throw err;
+    }
+    try {
+      let last: CapturedEntry | null = null;
+      // The first read is checked against the walk's lstat (the fd opened after it: a file
+      // replaced in between has another inode), a retry against an fstat of its own.
+      let before: StatFacts = e;
+      for (let attempt = 1; attempt <= FILE_ATTEMPTS; attempt++) {
+        if (attempt > 1) {
+          const st = fstatSync(fd, { bigint: true });
+          if (!st.isFile()) return null;
+          before = st;
+        }
+        const got = before.size <= BigInt(SMALL_FILE_BYTES) ? this.smallFile(fd) : this.largeFile(fd);
+        const after = fstatSync(fd, { bigint: true });
+        if (!after.isFile()) return null;
+        const moved = !got.consistent || !sameStat(before, after) || BigInt(got.size) !== before.size;
+        last = {
+          path: e.path,
+          type: 'file',
+          mode: Number(before.mode) & 0o7777,
+          uid: Number(before.uid),
+          gid: Number(before.gid),
+          mtimeNs: before.mtimeNs,
+          size: got.size,
+          sha256: got.sha256,
+          sig: sigOf('file', before),
+          ...(moved ? { moved: true } : {}),
+        };
+        if (!moved) return last;
+      }
+      return last;
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  /** Reads the whole file into one buffer, hashes it, stores those bytes when the object is absent. */
+  private smallFile(fd: number): { sha256: string; size: number; consistent: boolean } {
+    let n = 0;
+    while (n < small.length) {
+      const r = readSync(fd, small, n, small.length - n, n);
+      if (r === 0) break;
+      n += r;
+    }
+    const bytes = small.subarray(0, Math.min(n, SMALL_FILE_BYTES));
+    const sha256 = createHash('sha256').update(bytes).digest('hex');
+    this.bytesHashed += bytes.length;
+    if (this.storing(() => this.store.createObject(sha256, (out) => writeAll(out, bytes), bytes.length))) this.wrote(bytes.length);
+    return { sha256, size: bytes.length, consistent: n <= SMALL_FILE_BYTES };
+  }
+
+  /**
+   * A file too big for one buffer: hashed in blocks; when its object is absent, copied into
+   * the store hashing what is written (the object's name is the copy's digest, so the stored
+   * bytes always match their name); a copy whose digest differs from the first read moved.
+   */
+  private largeFile(fd: number): { sha256: string; size: number; consistent: boolean } {
+    const hash = createHash('sha256');
+    let pos = 0;
+    for (;;) {
+      this.checkDeadline();
+      const r = readSync(fd, block, 0, BLOCK_BYTES, pos);
+      if (r === 0) break;
+      hash.update(block.subarray(0, r));
+      pos += r;
+    }
+    this.bytesHashed += pos;
+    const first = hash.digest('hex');
+    if (this.store.hasObject(first)) return { sha256: first, size: pos, consistent: true };
+    let copied = 0;
+    const made = this.storing(() =>
+      this.store.createObjectHashed((out) => {
+        const h = createHash('sha256');
+        for (;;) {
+          this.checkDeadline();
+          const r = readSync(fd, block, 0, BLOCK_BYTES, copied);
+          if (r === 0) break;
+          h.update(block.subarray(0, r));
+          writeAll(out, block.subarray(0, r));
+          copied += r;
+        }
+        return h.digest('hex');
+      }, pos),
+    )!;
+    this.bytesHashed += copied;
+    if (made.stored) this.wrote(copied);
+    return { sha256: made.sha256, size: copied, consistent: made.sha256 === first };
+  }
+
+  /** Every object written made durable and linked into place (the store's commitObjects), failures named as the store's. */
+  commit(): void {
+    this.storing(() => this.store.commitObjects());
+  }
+
+  private wrote(bytes: number): void {
+    this.objectsWritten++;
+    this.bytesWritten += bytes;
+    // A crash point after each object written (the crash tests name one: checkpoint:object@N).
+    faultPoint('checkpoint:object');
+  }
+}
+
+/**
+ * One last pass with the workspace's file system frozen (FIFREEZE: writes to it wait until
+ * FITHAW), so nothing can change under it: if it completes, the capture is consistent. The
+ * store's `frozen` record names the workspace meanwhile (the store is on another file system),
+ * so a supervisor killed while it is frozen thaws it at its next start. Thawed in every case,
+ * at the latest when the pass passes freezeMaxMs (scan_timeout: the passes before stand).
+ * See ioctl_fifreeze? fs/ioctl.c, fsfreeze(8).
+ */
+function frozenPass(req: CaptureRequest, store: LocalStoreFiles, run: () => void): NonNullable<CaptureResult['freeze']> {
+  let fd: number;
+  try {
+    fd = openSync(req.root, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+  } catch (err) {
+    return { frozen: false, ms: 0, reason: `cannot open the workspace to freeze it: ${(err as Error).message}` };
+  }
+  const t0 = performance.now();
+  try {
+    store.markFrozen(req.root);
+    try {
+      native().freeze(fd);
+    } catch (err) {
+      store.clearFrozen();
+      return { frozen: false, ms: 0, reason: `FIFREEZE failed: ${(err as Error).message}` };
+    }
+    try {
+      faultPoint('checkpoint:frozen');
+      run();
+      return { frozen: true, ms: Math.round(performance.now() - t0), reason: null };
+    } catch (err) {
+      if (err instanceof ScanError && err.code === 'scan_timeout') {
+        return { frozen: false, ms: Math.round(performance.now() - t0), reason: `the frozen pass took longer than checkpoint.freezeMaxMs (${req.freezeMaxMs} ms): thawed; the passes before it stand` };
+      }
+      throw err;
+    } finally {
+      native().thaw(fd);
+      store.clearFrozen();
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Test hook (only tests set it): SBX_TEST_CHECKPOINT_TOUCH=NAME[@N] appends one byte to
+ * <root>/NAME before passes 2..N+1 (default: every later pass), so a test can make a file
+ * change between passes exactly, instead of hoping a writer's timing lands there.
+ */
+function testTouch(root: string, pass: number): void {
+  const spec = process.env.SBX_TEST_CHECKPOINT_TOUCH;
+  if (!spec) return;
+  const at = spec.lastIndexOf('@');
+  const name = at > 0 ? spec.slice(0, at) : spec;
+  const times = at > 0 ? Number(spec.slice(at + 1)) : Infinity;
+  if (pass - 1 <= times) appendFileSync(`${root}/${name}`, 'x');
+}
+
+/** Runs a capture in this thread (blocking). Throws ScanError / StoreError / errno errors. */
+export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['progress']) => void = () => {}): CaptureResult {
+  const store = LocalStoreFiles.open(req.storeDir, { create: true, viaFd: req.storeFd });
+  store.reserveBytes = req.reserveBytes;
+  try {
+    const deadlineHrNs = req.deadlineMs === undefined ? null : req.startHrNs + BigInt(Math.round(req.deadlineMs * 1e6));
+    const cap = new Capture(store, progress, { hrNs: deadlineHrNs, ms: req.deadlineMs });
+    let prev = new Map<string, CapturedEntry>();
+    let entries: CapturedEntry[] = [];
+    let changed: Buffer[] = [];
+    let pass = 0;
+    let prevRootSig = '';
+    let root: CaptureResult['root'] = { mode: 0, uid: 0, gid: 0, mtimeNs: 0n };
+    const maxPasses = Math.max(2, req.maxPasses);
+    /** One walk: entries whose stat (and with verifyContent, content) did not move are kept, the rest captured again. */
+    const walkOnce = (frozen?: { startHrNs: bigint; ms: number }) => {
+      const current: CapturedEntry[] = [];
+      const seen = new Set<string>();
+      changed = [];
+      const rootSt = lstatSync(req.root, { bigint: true });
+      const rootSig = sigOf('dir', rootSt);
+      if (pass > 1 && rootSig !== prevRootSig) changed.push(Buffer.from('.'));
+      prevRootSig = rootSig;
+      root = { mode: Number(rootSt.mode) & 0o7777, uid: Number(rootSt.uid), gid: Number(rootSt.gid), mtimeNs: rootSt.mtimeNs };
+      const bound = frozen ? { deadlineMs: frozen.ms, startHrNs: frozen.startHrNs } : { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs };
+      for (const e of walkTree(req.root, { ...bound, skipTopLevel: req.skipTopLevel, oneFileSystem: true })) {
+        const key = e.path.toString('latin1');
+        seen.add(key);
+        const old = prev.get(key);
+        const sig = e.type === 'symlink' ? sigOf('symlink', e, e.linkTarget ?? Buffer.alloc(0)) : sigOf(e.type, e);
+        if (old && !old.moved && old.sig === sig && (!req.verifyContent || old.type !== 'file' || cap.sameContent(e, old.sha256!))) {
+          current.push(old);
+          continue;
+        }
+        const c = cap.entry(e);
+        if (pass > 1 || c === null || c.moved) changed.push(e.path);
+        if (c) current.push(c);
+        cap.tick(pass, current.length);
+      }
+      if (pass > 1) for (const k of prev.keys()) if (!seen.has(k)) changed.push(Buffer.from(k, 'latin1'));
+      entries = current;
+      prev = new Map(current.map((c) => [c.path.toString('latin1'), c]));
+    };
+    while (pass < maxPasses) {
+      pass++;
+      if (pass > 1) testTouch(req.root, pass);
+      walkOnce();
+      if (pass > 1 && changed.length === 0) break;
+    }
+    let freeze: CaptureResult['freeze'] = null;
+    if (req.freezeMaxMs && req.freezeMaxMs > 0) {
+      freeze = frozenPass(req, store, () => {
+        const startHrNs = process.hrtime.bigint();
+        cap.bound(startHrNs + BigInt(req.freezeMaxMs!) * 1_000_000n, req.freezeMaxMs!);
+        pass++;
+        const before = changed;
+        try {
+          walkOnce({ startHrNs, ms: req.freezeMaxMs! });
+        } catch (err) {
+          changed = before; // the passes before stand
+          pass--;
+          throw err;
+        }
+        changed = []; // captured while nothing could change: consistent
+      });
+      cap.bound(deadlineHrNs, req.deadlineMs);
+    }
+    cap.commit();
+    let files = 0;
+    let bytes = 0;
+    for (const e of entries) {
+      if (e.type !== 'file') continue;
+      files++;
+      bytes += e.size;
+    }
+    return {
+      freeze,
+      root,
+      entries,
+      unstable: changed,
+      passes: pass,
+      files,
+      bytes,
+      objectsWritten: cap.objectsWritten,
+      bytesWritten: cap.bytesWritten,
+      bytesHashed: cap.bytesHashed,
+    };
+  } finally {
+    store.abandonObjects(); // nothing is left once committed; a failed capture's temp files go
+    store.close();
+  }
+}
+
+export interface RehashRequest {
+  kind: 'rehash';
+  storeDir: string;
+  storeFd: number;
+  /** [sha256, size] of each object to read back. */
+  objects: [string, number][];
+}
+
+export interface RehashResult {
+  objects: number;
+  bytes: number;
+  problems: { sha256: string; problem: string }[];
+}
+
+/** Re-reads and re-hashes each object (blocking); what differs is a problem naming the object, never thrown. */
+export function runRehash(req: RehashRequest): RehashResult {
+  const store = LocalStoreFiles.open(req.storeDir, { create: false, viaFd: req.storeFd });
+  const problems: RehashResult['problems'] = [];
+  let bytes = 0;
+  try {
+    for (const [sha256, size] of req.objects) {
+      let opened: { fd: number; size: number };
+      try {
+        opened = store.openObject(sha256);
+      } catch (err) {
+        problems.push({ sha256, problem: err instanceof StoreError ? err.message : `object ${sha256}: ${(err as Error).message}` });
+        continue;
+      }
+      try {
+        const hash = createHash('sha256');
+        let pos = 0;
+        for (;;) {
+          const r = readSync(opened.fd, block, 0, BLOCK_BYTES, pos);
+          if (r === 0) break;
+          hash.update(block.subarray(0, r));
+          pos += r;
+        }
+        bytes += pos;
+        const got = hash.digest('hex');
+        if (got !== sha256) problems.push({ sha256, problem: `object ${sha256} reads back as ${got} (${pos} bytes): its bytes changed in the store` });
+        else if (pos !== size) problems.push({ sha256, problem: `object ${sha256} holds ${pos} bytes, the manifest says ${size}` });
+      } finally {
+        closeSync(opened.fd);
+      }
+    }
+  } finally {
+    store.close();
+  }
+  return { objects: req.objects.length, bytes, problems };
+}
