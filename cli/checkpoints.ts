@@ -3,11 +3,11 @@
 // another directory, or s3://), so they work with the supervisor stopped, and cost `sbx run`
 // nothing. Owns their output and exit statuses (0 all holds, 1 restored or read but differs,
 // 125 could not).
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, join, resolve as resolvePath } from 'node:path';
 import { STATE } from '../ipc/state-layout.js';
 import { LocalStore, STORE_DIRS } from '../supervisor/checkpoint/local-store.js';
-import { checkManifest, normaliseId, type PublishedRecord } from '../supervisor/checkpoint/manifest.js';
+import { checkManifest, checkPublished, normaliseId, type PublishedRecord } from '../supervisor/checkpoint/manifest.js';
 import { RestoreError, restoreCheckpoint, showDifference } from '../supervisor/checkpoint/restore.js';
 import { type CheckpointStore, parseStoreUrl, type StoreUrl } from '../supervisor/checkpoint/store.js';
 import { verifyCheckpoint } from '../supervisor/checkpoint/verify.js';
@@ -39,6 +39,13 @@ export async function openStore(o: StoreOptions): Promise<CheckpointStore> {
     fail(`INVALID_ARGUMENT: --store: ${(err as Error).message}`);
   }
   if (url.kind === 'local') {
+    try {
+      statSync(join(url.dir, STORE_DIRS.objects));
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'EACCES') fail(`cannot read the checkpoint store ${url.dir}: permission denied (a state dir is the supervisor's: run as its user, or give --store a copy you can read)`);
+      if (code !== 'ENOENT' && code !== 'ENOTDIR') fail(`cannot read the checkpoint store ${url.dir}: ${(err as Error).message}`);
+    }
     if (!existsSync(url.dir)) fail(`no checkpoint store at ${url.dir} (give --state-dir DIR or --store DIR|s3://bucket/prefix)`);
     if (!existsSync(join(url.dir, STORE_DIRS.objects)) && existsSync(join(url.dir, STATE.checkpointsDir, STORE_DIRS.objects))) {
       fail(`${url.dir} is a state dir, not a checkpoint store: give --state-dir ${url.dir}, or --store ${join(url.dir, STATE.checkpointsDir)}`);
@@ -115,22 +122,27 @@ export async function listCommand(o: StoreOptions & { workspace?: string }): Pro
   } catch (err) {
     fail(`cannot list the checkpoints in ${store.location}: ${(err as Error).message}`);
   }
+  const key = publicKey(o);
+  if (!key) fail(`no public key to check what the store holds (${join(o.stateDir, 'receipt-key.pub')} is absent): give --key FILE`);
   const rows: { checkpoint_id: string; created_at: string; workspace: string; task: string | null; entries: number; bytes: number; consistent: boolean; boundary: unknown }[] = [];
+  const invalid: string[] = [];
   for (const id of ids) {
     const published = await store.readPublished(id).catch(() => null);
     if (!published) continue; // never published: claims nothing
-    let record: PublishedRecord;
-    try {
-      record = JSON.parse(published.toString('utf8')) as PublishedRecord;
-    } catch {
+    // Listed only when its record and manifest verify: anyone who can write the store could plant either.
+    const bytes = await store.readManifest(id).catch(() => null);
+    const check = bytes ? checkManifest(bytes, { expectId: id, publicKeyPem: key }) : null;
+    if (!check?.manifest || check.problems.length || checkPublished(published, id, key).length) {
+      invalid.push(id);
       continue;
     }
-    const bytes = await store.readManifest(id).catch(() => null);
-    const m = bytes ? checkManifest(bytes).manifest : null;
-    if (!m || (o.workspace && m.workspace !== resolvePath(o.workspace))) continue;
+    const m = check.manifest;
+    const record = JSON.parse(published.toString('utf8')) as PublishedRecord;
+    if (o.workspace && m.workspace !== resolvePath(o.workspace)) continue;
     rows.push({ checkpoint_id: id, created_at: m.created_at, workspace: m.workspace, task: record.task, entries: m.scan.entries, bytes: m.scan.bytes, consistent: m.consistent, boundary: m.boundary });
   }
   rows.sort((a, b) => (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : 0));
+  if (invalid.length) process.stderr.write(`sbx: not listed: ${plural(invalid.length, 'id')} whose manifest or published record does not verify (sbx verify ID says why): ${invalid.slice(0, 5).join(', ')}\n`);
   if (o.json) return void process.stdout.write(JSON.stringify(rows, null, 2) + '\n');
   if (rows.length === 0) return void process.stdout.write(`no published checkpoints in ${store.location}\n`);
   const table = [['CHECKPOINT', 'CREATED', 'WORKSPACE', 'TASK', 'ENTRIES', 'BYTES', 'CONSISTENT'], ...rows.map((r) => [r.checkpoint_id.slice(0, 16), r.created_at, r.workspace, r.task ?? '-', String(r.entries), String(r.bytes), r.consistent ? 'yes' : 'NO'])];

@@ -688,7 +688,7 @@ sub('checkpoint')
     process.stdout.write(`${r.checkpoint_id}\n`);
     const n = (k: number, one: string, many = `${one}s`) => `${k} ${k === 1 ? one : many}`;
     const boundary = r.boundary.gap ? `no boundary (gap ${r.boundary.gap})` : `boundary seq ${r.boundary.seq}`;
-    const uploaded = r.objects.uploaded !== undefined ? `, ${r.objects.uploaded} uploaded` : '';
+    const uploaded = r.objects.uploaded !== undefined ? `, ${r.objects.uploaded} uploaded${r.objects.repaired ? ` (${r.objects.repaired} over bytes that failed their read-back)` : ''}` : '';
     process.stderr.write(
       `sbx: published to ${r.store}: ${n(r.scan.entries, 'entry', 'entries')}, ${n(r.scan.files, 'file')}, ${mib(r.scan.bytes)}; ${n(r.objects.written, 'new object')} (${mib(r.objects.bytes_written)})${uploaded}; ` +
         `read back ${n(r.read_back.objects, 'object')} in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms\n`,
@@ -712,14 +712,15 @@ sub('restore')
   });
 
 sub('checkpoints')
-  .description('list the published checkpoints in the store, oldest first (reads the store directly)')
+  .description('list the published checkpoints in the store whose manifest and record verify, oldest first (reads the store directly)')
   .option('--workspace <dir>', 'only those of this workspace')
   .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the SPEC path)')
   .option('--store <dir|s3://bucket/prefix>', 'another store')
-  .action(async (o: { workspace?: string; stateDir?: string; store?: string; json?: boolean }) => {
+  .option('--key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir): only what verifies is listed')
+  .action(async (o: { workspace?: string; stateDir?: string; store?: string; key?: string; json?: boolean }) => {
     const g = globals(o);
     const { listCommand } = await import('./checkpoints.js');
-    await listCommand({ stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, workspace: o.workspace, json: g.json });
+    await listCommand({ stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key: o.key, workspace: o.workspace, json: g.json });
   });
 
 sub('gc')

@@ -367,8 +367,8 @@ export interface CheckpointResult {
   freeze: { frozen: boolean; ms: number; reason: string | null } | null;
   unstable: string[];
   unstable_count: number;
-  /** Objects the manifest names; how many and how many bytes this checkpoint wrote to the local store (0 for an unchanged tree); with an S3 store, how many it uploaded. */
-  objects: { referenced: number; written: number; bytes_written: number; uploaded?: number };
+  /** Objects the manifest names; how many and how many bytes this checkpoint wrote to the local store (0 for an unchanged tree); with an S3 store, how many it uploaded, and of those how many were put over bytes that failed their read-back (repaired). */
+  objects: { referenced: number; written: number; bytes_written: number; uploaded?: number; repaired?: number };
   read_back: { objects: number; bytes: number; ms: number };
   supervisor: { instance: string; generation: number; boot_id: string; mode: string };
   duration_ms: number;

@@ -307,7 +307,7 @@ export class Checkpoints {
     }
     const tStore = performance.now();
     // 5. Read back: the manifest by id, then every object, re-hashed. Only then published.
-    let readBack = { objects: cap.objects.referenced, bytes: cap.objects.bytes };
+    let readBack = { objects: cap.objects.referenced, bytes: cap.objects.bytes, repaired: 0 };
     try {
       await this.readBackLocal(id);
       if (remote) readBack = await this.readBackRemote(store, id, version, manifestBytesOut!, cap.objectList!);
@@ -350,7 +350,7 @@ export class Checkpoints {
       freeze: freeze.asked ? (cap.freeze ?? { frozen: false, ms: 0, reason: freeze.refused }) : null,
       unstable: cap.unstable,
       unstable_count: cap.unstableCount,
-      objects: { referenced: cap.objects.referenced, written: cap.objects.written, bytes_written: cap.objects.bytesWritten, ...(remote ? { uploaded } : {}) },
+      objects: { referenced: cap.objects.referenced, written: cap.objects.written, bytes_written: cap.objects.bytesWritten, ...(remote ? { uploaded: uploaded + readBack.repaired, repaired: readBack.repaired } : {}) },
       read_back: { objects: readBack.objects, bytes: readBack.bytes, ms: readBackMs },
       supervisor: this.fence,
       duration_ms: Math.round(performance.now() - t0),
@@ -401,7 +401,7 @@ export class Checkpoints {
     }
   }
 
-  private async readBackRemote(store: CheckpointStore, id: string, version: Awaited<ReturnType<CheckpointStore['putManifest']>> | undefined, written: Buffer, objects: [string, number, string][]): Promise<{ objects: number; bytes: number }> {
+  private async readBackRemote(store: CheckpointStore, id: string, version: Awaited<ReturnType<CheckpointStore['putManifest']>> | undefined, written: Buffer, objects: [string, number, string][]): Promise<{ objects: number; bytes: number; repaired: number }> {
     let bytes: Buffer;
     try {
       bytes = await store.readManifest(id, version);
@@ -411,6 +411,7 @@ export class Checkpoints {
     // The local copy was just checked whole in the thread: the remote one must be those bytes.
     if (!bytes.equals(written)) throw failed('read_back', `checkpoint ${id}: the manifest read back from ${store.location} is not the one written (${bytes.length} bytes, sha256 ${createHash('sha256').update(bytes).digest('hex')})`);
     let total = 0;
+    let repaired = 0;
     await inParallel(objects, REMOTE_CONCURRENCY, async ([sha, size, user]) => {
       let got = await rehashRemote(store, sha);
       if ((got.error || got.sha256 !== sha || got.bytes !== size) && store.replaceObject) {
@@ -418,6 +419,7 @@ export class Checkpoints {
         this.deps.log.error({ object: sha, store: store.location, found: got.error ?? `${got.sha256} (${got.bytes} bytes)` }, 'a checkpoint object failed its read-back from the store: uploaded again from the local store');
         try {
           await store.replaceObject(sha, join(this.local.dir, objectKey(sha)), size);
+          repaired++;
           got = await rehashRemote(store, sha);
         } catch (err) {
           got = { sha256: '', bytes: 0, error: `uploading it again failed: ${(err as Error).message}` };
@@ -430,7 +432,7 @@ export class Checkpoints {
       }
       total += got.bytes;
     });
-    return { objects: objects.length, bytes: total };
+    return { objects: objects.length, bytes: total, repaired };
   }
 
   /**

@@ -96,22 +96,34 @@ function openTarget(target: string): number {
     if (code(err) === 'ENOTDIR') throw new RestoreError('target', `${target} is not a directory: restore into an empty or new directory`);
     throw new RestoreError('target', `cannot open ${target}: ${(err as Error).message}`);
   }
+  const notEmpty = () => {
+    const names = readdirSync(`/proc/self/fd/${fd}`).filter((n) => !(n === OWN_DIR && lstatSync(entryPath(fd, Buffer.from(n))).isDirectory()));
+    return names.length ? new RestoreError('target', `${target} is not empty (${names.length} ${names.length === 1 ? 'entry' : 'entries'}, e.g. ${JSON.stringify(names[0])}): restore into an empty or new directory`) : null;
+  };
   try {
     // Nobody else may write in it while the restore runs: names made there by another user
     // could be swapped for links between a create and a chown. Root takes it over (0700, its
     // own) until the end, when the workspace's mode and owner are given to it; anyone else
-    // restores only into a directory of their own that no one else can write.
+    // restores only into a directory of their own that no one else can write. A refusal
+    // changes nothing: emptiness is checked before the takeover, and again after it (a name
+    // planted in between), and then the directory gets its owner and mode back.
     const st = fstatSync(fd);
     const me = process.getuid?.() ?? -1;
+    const refused = notEmpty();
+    if (refused) throw refused;
     if (me === 0) {
       if (st.uid !== 0 || st.gid !== 0) fchownSync(fd, 0, 0);
       fchmodSync(fd, 0o700);
-    } else if (st.uid !== me || (st.mode & 0o022) !== 0) {
-      throw new RestoreError('target', `${target} is ${st.uid !== me ? `owned by uid ${st.uid}` : `writable by others (mode 0${(st.mode & 0o7777).toString(8)})`}: another user could plant names in it during the restore; restore into a new directory, or one of your own that only you can write`);
-    }
-    const names = readdirSync(`/proc/self/fd/${fd}`).filter((n) => !(n === OWN_DIR && lstatSync(entryPath(fd, Buffer.from(n))).isDirectory()));
-    if (names.length) {
-      throw new RestoreError('target', `${target} is not empty (${names.length} ${names.length === 1 ? 'entry' : 'entries'}, e.g. ${JSON.stringify(names[0])}): restore into an empty or new directory`);
+      const late = notEmpty();
+      if (late) {
+        fchownSync(fd, st.uid, st.gid);
+        fchmodSync(fd, st.mode & 0o7777);
+        throw late;
+      }
+    } else if (st.uid !== me) {
+      throw new RestoreError('target', `${target} is owned by uid ${st.uid}, not by you (uid ${me}): restore into a new directory, or one of your own that only you can write`);
+    } else if ((st.mode & 0o022) !== 0) {
+      throw new RestoreError('target', `${target} is writable by others (mode 0${(st.mode & 0o7777).toString(8)}): another user could plant names in it during the restore; restore into a new directory, or one only you can write`);
     }
   } catch (err) {
     closeSync(fd);

@@ -356,6 +356,7 @@ describe.skipIf(!installed)(installed ? 'S3 checkpoint store against radosgw' : 
       await d.start();
       const repaired = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
       expect(repaired.status).toBe(0);
+      expect(JSON.parse(repaired.stdout.toString()).objects).toMatchObject({ written: 3, uploaded: 1, repaired: 1 }); // the local store was new; the bucket had them but one
       expect(d.log()).toContain('uploaded again from the local store');
       expect((await d.sbx(['verify', id, '--store', `s3://${bucket}/rt/`, '--key', key])).status).toBe(0);
     } finally {

@@ -225,9 +225,13 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     const target = join(d.dir, 'planted');
     mkdirSync(target);
     symlinkSync(victim, join(target, 'f'));
+    chmodSync(target, 0o777);
+    expect(spawnSync('chown', ['1000:1000', target]).status).toBe(0);
     const r = await d.sbx(['restore', ck.checkpoint_id, target, '--state-dir', d.stateDir]);
     expect(r.status).toBe(125);
     expect(r.stderr.toString()).toContain('is not empty');
+    // Refused, it changed nothing: not even the directory's owner or mode.
+    expect(lstatSync(target)).toMatchObject({ uid: 1000, gid: 1000, mode: 0o40777 });
     const linkTarget = join(d.dir, 'link-target');
     mkdirSync(linkTarget);
     symlinkSync(linkTarget, join(d.dir, 'as-link'));
@@ -372,6 +376,15 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     const human = await d.sbx(['checkpoints', '--state-dir', d.stateDir]);
     expect(human.status).toBe(0);
     expect(human.stdout.toString()).toContain(ck.checkpoint_id.slice(0, 16));
+    // A forged one (a copy of the record and of an edited manifest under another id) is not listed.
+    const fake = 'e'.repeat(64);
+    writeFileSync(join(storeDir(d), 'published', `${fake}.json`), readFileSync(join(storeDir(d), 'published', `${ck.checkpoint_id}.json`)));
+    writeFileSync(manifestFile(d, fake), readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8').replace(join(ws, 'sub'), '/forged'));
+    const forged = await d.sbx(['checkpoints', '--state-dir', d.stateDir, '--json']);
+    expect(json<{ checkpoint_id: string }[]>(forged).map((c) => c.checkpoint_id)).not.toContain(fake);
+    expect(forged.stderr.toString()).toContain(`sbx: not listed: 1 id whose manifest or published record does not verify (sbx verify ID says why): ${fake}`);
+    rmSync(join(storeDir(d), 'published', `${fake}.json`));
+    rmSync(manifestFile(d, fake));
   });
 
   it('restores into the watched workspace itself (empty but for .sandbox-supervisor/, left alone): the rollback', async () => {
