@@ -24,7 +24,7 @@ import type { WorkspaceWatcher } from '../workspace/watcher.js';
 import { CheckpointThread } from './capture.js';
 import { LocalStore, objectKey, STORE_DIRS } from './local-store.js';
 import { checkManifest, manifestObjects, type CheckpointBoundary, type Manifest, type PublishedRecord, type RuntimeFence } from './manifest.js';
-import { type CheckpointStore, parseStoreUrl, StoreError } from './store.js';
+import { type CheckpointStore, parseStoreUrl, rehashObject, StoreError } from './store.js';
 
 export interface CheckpointDeps {
   config: Config;
@@ -57,20 +57,6 @@ async function inParallel<T>(items: T[], limit: number, fn: (item: T) => Promise
   if (failure !== null) throw failure;
 }
 
-/** Re-reads one object from a store and hashes it: its digest and size, or why it could not be read. */
-async function rehashRemote(store: CheckpointStore, sha256: string): Promise<{ sha256: string; bytes: number; error?: string }> {
-  const hash = createHash('sha256');
-  let bytes = 0;
-  try {
-    for await (const chunk of store.readObject(sha256)) {
-      hash.update(chunk);
-      bytes += chunk.length;
-    }
-  } catch (err) {
-    return { sha256: '', bytes, error: (err as Error).message };
-  }
-  return { sha256: hash.digest('hex'), bytes };
-}
 
 /**
  * At start, before anything touches a workspace (the watcher writes its barrier there): a file
@@ -413,14 +399,14 @@ export class Checkpoints {
     let total = 0;
     let repaired = 0;
     await inParallel(objects, REMOTE_CONCURRENCY, async ([sha, size, user]) => {
-      let got = await rehashRemote(store, sha);
+      let got = await rehashObject(store, sha);
       if ((got.error || got.sha256 !== sha || got.bytes !== size) && store.replaceObject) {
         // The local copy was read back exactly just before: put it over what the bucket holds.
         this.deps.log.error({ object: sha, store: store.location, found: got.error ?? `${got.sha256} (${got.bytes} bytes)` }, 'a checkpoint object failed its read-back from the store: uploaded again from the local store');
         try {
           await store.replaceObject(sha, join(this.local.dir, objectKey(sha)), size);
           repaired++;
-          got = await rehashRemote(store, sha);
+          got = await rehashObject(store, sha);
         } catch (err) {
           got = { sha256: '', bytes: 0, error: `uploading it again failed: ${(err as Error).message}` };
         }

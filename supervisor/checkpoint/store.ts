@@ -4,6 +4,7 @@
 // the AWS SDK costs nothing otherwise). A checkpoint always writes its objects to the local
 // store first (the scanning thread writes them there, create-once); a remote store is given
 // each object from that local file, then the manifest, then reads them back.
+import { createHash } from 'node:crypto';
 
 /** Why a store call failed: `missing` (no such object/manifest), `conflict` (a precondition failed: a wrong ETag), `refused` (a planted link, not a regular file), `io` (anything else: the message says). */
 export type StoreErrorCode = 'missing' | 'conflict' | 'refused' | 'io';
@@ -62,6 +63,21 @@ export function parseStoreUrl(value: string, defaultDir: string): StoreUrl {
   let prefix = m[2] ?? '';
   if (prefix !== '' && !prefix.endsWith('/')) prefix += '/';
   return { kind: 's3', bucket: m[1], prefix };
+}
+
+/** Re-reads one object from a store and hashes it: its digest and size, or why it could not be read (never thrown). */
+export async function rehashObject(store: CheckpointStore, sha256: string): Promise<{ sha256: string; bytes: number; error?: string }> {
+  const hash = createHash('sha256');
+  let bytes = 0;
+  try {
+    for await (const chunk of store.readObject(sha256)) {
+      hash.update(chunk);
+      bytes += chunk.length;
+    }
+  } catch (err) {
+    return { sha256: '', bytes, error: (err as Error).message };
+  }
+  return { sha256: hash.digest('hex'), bytes };
 }
 
 /** True for a lowercase hex SHA-256. */

@@ -5,7 +5,7 @@
 // those checks; returns what differs ([] = it all holds), never throws for a mismatch.
 import { createHash } from 'node:crypto';
 import { checkManifest, checkPublished, entryPathBytes, manifestBytes, manifestObjects, showEntryPath, type Manifest } from './manifest.js';
-import type { CheckpointStore } from './store.js';
+import { rehashObject, type CheckpointStore } from './store.js';
 
 export interface CheckpointVerdict {
   /** Hex SHA-256 of the bytes given (the checkpoint id when they are the stored manifest). */
@@ -77,22 +77,15 @@ export async function verifyCheckpoint(bytes: Buffer, publicKeyPem: string, stor
   }
   for (const [sha, size] of manifestObjects(manifest)) {
     const named = `object ${sha} (${users.get(sha)?.join(', ')})`;
-    const hash = createHash('sha256');
-    let n = 0;
-    try {
-      for await (const chunk of store.readObject(sha)) {
-        hash.update(chunk);
-        n += chunk.length;
-      }
-    } catch (err) {
-      problems.push(`${named}: ${(err as Error).message}`);
+    const got = await rehashObject(store, sha);
+    if (got.error !== undefined) {
+      problems.push(`${named}: ${got.error}`);
       continue;
     }
     verdict.objects++;
-    verdict.bytes += n;
-    const got = hash.digest('hex');
-    if (got !== sha) problems.push(`${named}: its bytes hash to ${got}: changed in the store`);
-    else if (n !== size) problems.push(`${named}: ${n} bytes, the manifest says ${size}`);
+    verdict.bytes += got.bytes;
+    if (got.sha256 !== sha) problems.push(`${named}: its bytes hash to ${got.sha256}: changed in the store`);
+    else if (got.bytes !== size) problems.push(`${named}: ${got.bytes} bytes, the manifest says ${size}`);
   }
   return verdict;
 }
