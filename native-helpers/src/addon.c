@@ -634,45 +634,32 @@ static napi_value set_times_at_fn(napi_env env, napi_callback_info info) {
   return make_null(env);
 }
 
-/* syncfsFd(fd): syncfs(2) of the file system fd is on. */
-static napi_value syncfs_fn(napi_env env, napi_callback_info info) {
+/* One fd in, nothing out: fn(fd) returns 0 or -errno, thrown as syscall's error (usage names the call). */
+static napi_value fd_call(napi_env env, napi_callback_info info, int (*fn)(int), const char *usage, const char *syscall) {
   napi_value argv[1];
   size_t argc = get_args(env, info, argv, 1);
   int32_t fd;
   if (int_arg(env, argv, argc, 0, &fd) != 0) {
-    napi_throw_type_error(env, "EINVAL", "syncfsFd(fd): an fd expected");
+    napi_throw_type_error(env, "EINVAL", usage);
     return NULL;
   }
-  int r = sys_syncfs(fd);
-  if (r < 0) return throw_errno(env, r, "syncfs");
+  int r = fn(fd);
+  if (r < 0) return throw_errno(env, r, syscall);
   return make_null(env);
+}
+
+/* syncfsFd(fd): syncfs(2) of the file system fd is on. */
+static napi_value syncfs_fn(napi_env env, napi_callback_info info) {
+  return fd_call(env, info, sys_syncfs, "syncfsFd(fd): an fd expected", "syncfs");
 }
 
 /* freeze(fd) / thaw(fd): FIFREEZE / FITHAW of the file system fd is on (fd: its mount root). */
 static napi_value freeze_fn(napi_env env, napi_callback_info info) {
-  napi_value argv[1];
-  size_t argc = get_args(env, info, argv, 1);
-  int32_t fd;
-  if (int_arg(env, argv, argc, 0, &fd) != 0) {
-    napi_throw_type_error(env, "EINVAL", "freeze(fd): an fd expected");
-    return NULL;
-  }
-  int r = sys_freeze(fd);
-  if (r < 0) return throw_errno(env, r, "ioctl(FIFREEZE)");
-  return make_null(env);
+  return fd_call(env, info, sys_freeze, "freeze(fd): an fd expected", "ioctl(FIFREEZE)");
 }
 
 static napi_value thaw_fn(napi_env env, napi_callback_info info) {
-  napi_value argv[1];
-  size_t argc = get_args(env, info, argv, 1);
-  int32_t fd;
-  if (int_arg(env, argv, argc, 0, &fd) != 0) {
-    napi_throw_type_error(env, "EINVAL", "thaw(fd): an fd expected");
-    return NULL;
-  }
-  int r = sys_thaw(fd);
-  if (r < 0) return throw_errno(env, r, "ioctl(FITHAW)");
-  return make_null(env);
+  return fd_call(env, info, sys_thaw, "thaw(fd): an fd expected", "ioctl(FITHAW)");
 }
 
 static napi_value init_module(napi_env env, napi_value exports) {

@@ -66,7 +66,6 @@ function dirAt(dirFd: number, name: string, create: boolean, what: string): numb
  */
 export class LocalStoreFiles {
   private readonly fanFds = new Map<string, number>();
-  private readonly dirty = new Set<number>();
   /** Objects written to temp files but not yet synced and linked (commitObjects), by digest. */
   private readonly pending = new Map<string, Buffer>();
 
@@ -109,7 +108,7 @@ export class LocalStoreFiles {
     for (const fd of [this.rootFd, this.objectsFd, this.manifestsFd, this.publishedFd, this.tmpFd]) closeSync(fd);
   }
 
-  /** The fd of an object fan directory; at most MAX_FAN_FDS kept open (least recently used closed, fsync'ed first if written to). */
+  /** The fd of an object fan directory; at most MAX_FAN_FDS kept open (the least recently used closed: the links made in it are made durable by commitObjects' syncfs). */
   private fan(sha256: string, create: boolean): number {
     const name = sha256.slice(0, 2);
     let fd = this.fanFds.get(name);
@@ -123,7 +122,6 @@ export class LocalStoreFiles {
     if (this.fanFds.size > MAX_FAN_FDS) {
       const [oldName, oldFd] = this.fanFds.entries().next().value as [string, number];
       this.fanFds.delete(oldName);
-      if (this.dirty.delete(oldFd)) fsyncSync(oldFd);
       closeSync(oldFd);
     }
     return fd;
@@ -276,7 +274,6 @@ export class LocalStoreFiles {
         if (this.linkTemp(tmp, fanFd, sha256)) {
           this.listed.get(sha256.slice(0, 2))?.add(sha256);
           linked++;
-          this.dirty.add(fanFd);
         }
       } finally {
         unlinkSync(tmp);
@@ -285,7 +282,6 @@ export class LocalStoreFiles {
     this.pending.clear();
     // The links durable: one more syncfs (one journal commit), not an fsync per fan directory.
     if (linked > 0) syncFileSystem(this.rootFd, this.dir);
-    this.dirty.clear();
     return linked;
   }
 

@@ -16,6 +16,7 @@ import { faultPoint } from '../fault.js';
 import { native } from '../native.js';
 import { entryPath, ScanError, walkTree, type EntryType, type WalkEntry } from '../workspace/walk.js';
 import { LocalStoreFiles, writeAll } from './local-store.js';
+import type { EntryFacts } from './manifest.js';
 import { StoreError } from './store.js';
 
 export interface CaptureRequest {
@@ -41,18 +42,11 @@ export interface CaptureRequest {
 }
 
 /** One captured entry: what the manifest records, and the stat signature the next pass compares. */
-export interface CapturedEntry {
+export interface CapturedEntry extends EntryFacts {
   path: Buffer;
-  type: Exclude<EntryType, 'unknown'>;
-  mode: number;
-  uid: number;
-  gid: number;
   /** A file: the bytes stored (what sha256 covers); a symlink: its target's length; others 0. */
   size: number;
-  mtimeNs: bigint;
-  sha256?: string;
   target?: Buffer;
-  rdev?: number;
   /** type, size, mode, owner, mtime, ctime, inode, rdev as seen before the content was read. */
   sig: string;
   /** The file changed while it was read (its stat before and after differ). */
@@ -91,6 +85,20 @@ const OPEN_FILE = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLO
 
 const small = Buffer.allocUnsafe(SMALL_FILE_BYTES + 1);
 const block = Buffer.allocUnsafe(BLOCK_BYTES);
+
+/** SHA-256 (hex) and length of fd's bytes from offset 0, read in BLOCK_BYTES blocks; beforeBlock (a deadline check) runs before each read. */
+function hashFd(fd: number, beforeBlock: () => void = () => {}): { sha256: string; bytes: number } {
+  const hash = createHash('sha256');
+  let pos = 0;
+  for (;;) {
+    beforeBlock();
+    const r = readSync(fd, block, 0, BLOCK_BYTES, pos);
+    if (r === 0) break;
+    hash.update(block.subarray(0, r));
+    pos += r;
+  }
+  return { sha256: hash.digest('hex'), bytes: pos };
+}
 
 function sigOf(type: string, st: { size: bigint; mode: number | bigint; uid: number | bigint; gid: number | bigint; mtimeNs: bigint; ctimeNs: bigint; ino: bigint; rdev: bigint }, target?: Buffer): string {
   return `${type}:${st.size}:${st.mode}:${st.uid}:${st.gid}:${st.mtimeNs}:${st.ctimeNs}:${st.ino}:${st.rdev}:${target ? target.toString('hex') : ''}`;
@@ -150,16 +158,9 @@ class Capture {
       return false;
     }
     try {
-      const hash = createHash('sha256');
-      for (let pos = 0; ; ) {
-        this.checkDeadline();
-        const r = readSync(fd, block, 0, BLOCK_BYTES, pos);
-        if (r === 0) break;
-        hash.update(block.subarray(0, r));
-        pos += r;
-        this.bytesHashed += r;
-      }
-      return hash.digest('hex') === sha256;
+      const got = hashFd(fd, () => this.checkDeadline());
+      this.bytesHashed += got.bytes;
+      return got.sha256 === sha256;
     } finally {
       closeSync(fd);
     }
@@ -244,17 +245,8 @@ class Capture {
    * bytes always match their name); a copy whose digest differs from the first read moved.
    */
   private largeFile(fd: number): { sha256: string; size: number; consistent: boolean } {
-    const hash = createHash('sha256');
-    let pos = 0;
-    for (;;) {
-      this.checkDeadline();
-      const r = readSync(fd, block, 0, BLOCK_BYTES, pos);
-      if (r === 0) break;
-      hash.update(block.subarray(0, r));
-      pos += r;
-    }
+    const { sha256: first, bytes: pos } = hashFd(fd, () => this.checkDeadline());
     this.bytesHashed += pos;
-    const first = hash.digest('hex');
     if (this.store.hasObject(first)) return { sha256: first, size: pos, consistent: true };
     let copied = 0;
     const made = this.storing(() =>
@@ -467,16 +459,8 @@ export function runRehash(req: RehashRequest): RehashResult {
         continue;
       }
       try {
-        const hash = createHash('sha256');
-        let pos = 0;
-        for (;;) {
-          const r = readSync(opened.fd, block, 0, BLOCK_BYTES, pos);
-          if (r === 0) break;
-          hash.update(block.subarray(0, r));
-          pos += r;
-        }
+        const { sha256: got, bytes: pos } = hashFd(opened.fd);
         bytes += pos;
-        const got = hash.digest('hex');
         if (got !== sha256) problems.push({ sha256, problem: `object ${sha256} reads back as ${got} (${pos} bytes): its bytes changed in the store` });
         else if (pos !== size) problems.push({ sha256, problem: `object ${sha256} holds ${pos} bytes, the manifest says ${size}` });
       } finally {
