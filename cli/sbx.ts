@@ -23,7 +23,7 @@ import { parseDurationMs } from '../ipc/duration.js';
 import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
 import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
-import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName } from '../ipc/protocol.js';
+import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
 
 // --- What every command shares.
@@ -267,6 +267,7 @@ sub('run')
   .usage('[options] -- CMD [ARG...]')
   .argument('<cmd...>', 'the command and its arguments')
   .option('--key <key>', 'invocation key (idempotency): a retry returns the existing session')
+  .option('--task <task>', 'the task the session belongs to (default: default); sbx close --task T joins over its sessions')
   .option('--timeout <dur>', 'deadline (0: none), e.g. 30s', duration, 0)
   .option('--grace <dur>', 'TERM→KILL grace, e.g. 10s', duration)
   .option('--cwd <dir>', 'working directory (default: the current one)')
@@ -282,7 +283,7 @@ sub('run')
   .option('--detach', 'print the session id and return at once')
   .option('--receipt <file>', 'write the receipt as JSON to FILE when the session ends')
   .passThroughOptions()
-  .action(async (cmd: string[], o: { key?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; pty?: boolean; cols?: number; rows?: number; stdin?: boolean; linger: 'kill' | 'wait'; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
+  .action(async (cmd: string[], o: { key?: string; task?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; pty?: boolean; cols?: number; rows?: number; stdin?: boolean; linger: 'kill' | 'wait'; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
     const g = globals(o);
     if (o.detach && o.onDisconnect === 'cancel') {
       fail('INVALID_ARGUMENT: --detach with --on-disconnect cancel: a detached sbx closes its connection at once, which would cancel the session; drop one of them');
@@ -314,6 +315,7 @@ sub('run')
       inherit_env: o.inheritEnv ? inheritedEnv() : undefined,
       // A key before the first send, so a resend after a drop finds this launch's session.
       invocation_key: o.key ?? newInvocationKey(),
+      task: o.task,
       timeout_ms: o.timeout,
       grace_ms: o.grace,
       linger: o.linger,
@@ -422,7 +424,7 @@ sub('kill')
 
 sub('verify')
   .description("check a receipt's or a checkpoint manifest's signature and, with the state dir (or --store), every stored byte it names (works with the supervisor stopped)")
-  .argument('<file|checkpoint>', 'a receipt or close receipt as JSON (sbx receipt ID > r.json, or --receipt FILE), a checkpoint manifest (<state>/checkpoints/manifests/<id>.json), or a checkpoint id')
+  .argument('<file|checkpoint>', 'a receipt, close receipt or task receipt as JSON (sbx receipt ID > r.json, --receipt FILE, sbx close --task T > t.json), a checkpoint manifest (<state>/checkpoints/manifests/<id>.json), or a checkpoint id')
   .option('--key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
   .option('--state-dir <dir>', 'also re-read the chunk files (or checkpoint objects) there and check cursors and digests')
   .option('--store <dir|s3://bucket/prefix>', 'a checkpoint manifest: the store to re-hash its objects from (default with --state-dir: its checkpoints/)')
@@ -449,6 +451,10 @@ sub('verify')
       keyPem = readFileSync(keyFile, 'utf8');
     } catch (err) {
       fail(`INVALID_ARGUMENT: cannot read the public key ${keyFile} (give --key FILE): ${(err as Error).message}`);
+    }
+    if ((receipt as unknown as { kind?: string }).kind === 'task') {
+      const { verifyTaskCommand } = await import('./tasks.js');
+      return verifyTaskCommand(receipt as unknown as TaskReceipt, keyPem, { stateDir: o.stateDir ?? defaultStateDir(), store: o.store, json: g.json });
     }
     const problems = verifySignature(receipt, keyPem);
     const isClose = (receipt as unknown as { kind?: string }).kind === 'close';
@@ -738,21 +744,32 @@ sub('gc')
   });
 
 sub('seal')
-  .description('stop admission for good: new launches get ADMISSION_SEALED (retries of existing keys still answer)')
-  .action(async (o: GlobalOptions) => {
+  .description('stop admission for good: new launches get ADMISSION_SEALED (retries of existing keys still answer); with --task, of that task only')
+  .option('--task <task>', "seal only this task's admission (other tasks go on)")
+  .action(async (o: GlobalOptions & { task?: string }) => {
     const g = globals(o);
-    const r = await call(g, (c) => c.seal());
+    const task = o.task;
+    const r = task !== undefined ? await call(g, (c) => c.sealTask(task)) : await call(g, (c) => c.seal());
     if (g.json) printJson(r);
-    else process.stdout.write(`${r.already_sealed ? 'already sealed' : 'sealed'} at generation ${r.generation} (${r.sealed_at})\n`);
+    else process.stdout.write(`${task !== undefined ? `task ${JSON.stringify(task)} ` : ''}${r.already_sealed ? 'already sealed' : 'sealed'} at generation ${r.generation} (${r.sealed_at})\n`);
   });
 
 sub('close')
-  .description('seal, settle every session, wait for every receipt, and print the signed close receipt (exit 1 when a workspace could not be scanned)')
+  .description('seal, settle every session, wait for every receipt, and print the signed close receipt (exit 1 when a workspace could not be scanned); with --task: close one task and print its task receipt (exit 0 complete, 1 the join ran but is incomplete: the obligations are on stderr)')
   .option('--timeout <dur>', 'how long sessions may take to end by themselves before they are terminated (default 60s)', duration)
-  .option('--workspace <dir...>', 'directories to scan after the last session died (file count, bytes, newest mtime, digest)')
-  .action(async (o: { timeout?: number; workspace?: string[] }) => {
+  .option('--workspace <dir...>', 'directories to scan after the last session died (file count, bytes, newest mtime, digest); with --task, to checkpoint (default: every watched workspace)')
+  .option('--task <task>', 'close only this task: seal it, settle its sessions, checkpoint the workspaces, read back, fence, and print the signed task receipt')
+  .action(async (o: { timeout?: number; workspace?: string[]; task?: string }) => {
     const g = globals(o);
     const workspaces = (o.workspace ?? []).map((w) => resolvePath(w));
+    const task = o.task;
+    if (task !== undefined) {
+      const receipt = await call(g, (c) => c.closeTask({ task, timeout_ms: o.timeout, workspaces: workspaces.length ? workspaces : undefined }));
+      printJson(receipt);
+      for (const ob of receipt.obligations) process.stderr.write(`sbx: task ${JSON.stringify(task)} incomplete: ${ob.authority} must settle ${ob.condition}: ${ob.what}\n`);
+      process.exitCode = receipt.complete ? 0 : 1;
+      return;
+    }
     const receipt = await call(g, (c) => c.closeSupervisor({ timeout_ms: o.timeout, workspaces }));
     printJson(receipt);
     // Closed, but a workspace has no digest: done, incomplete (1), as verify's mismatch.

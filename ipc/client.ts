@@ -25,6 +25,8 @@ import {
   type StreamName,
   type SubscribeParams,
   type SubscribeResult,
+  type TaskReceipt,
+  type TaskSealResult,
 } from './protocol.js';
 
 export interface ConnectOptions {
@@ -131,12 +133,29 @@ export class SupervisorClient {
 
   /** Stops admission for good (durable): new keys get ADMISSION_SEALED. */
   seal(): Promise<SealResult> {
-    return this.request('seal', {});
+    return this.request('seal', {}) as Promise<SealResult>;
+  }
+
+  /** Stops admission of new keys in one task for good (durable); other tasks are unaffected, retries of the task's keys still answer. */
+  sealTask(task: string): Promise<TaskSealResult> {
+    return this.request('seal', { task }) as Promise<TaskSealResult>;
   }
 
   /** `close` (sbx close): seals, settles every session (terminating the rest after timeout_ms), returns the signed close receipt. */
   closeSupervisor(params: { timeout_ms?: number; workspaces?: string[] } = {}): Promise<CloseReceipt> {
-    return this.request('close', params);
+    return this.request('close', params) as Promise<CloseReceipt>;
+  }
+
+  /**
+   * `close --task` (README "Tasks: complete(task)"): seals the task, settles its sessions
+   * (terminating the rest after timeout_ms, cause close), checkpoints each workspace and
+   * returns the signed task receipt: `complete`, its `conditions`, and the `obligations`
+   * that name what is missing. A complete receipt is final (returned unchanged). The
+   * workspaces default to every watched one. Errors: TASK_CONFLICT (other workspaces than
+   * this task's close named), INVALID_ARGUMENT.
+   */
+  closeTask(params: { task: string; timeout_ms?: number; workspaces?: string[] }): Promise<TaskReceipt> {
+    return this.request('close', params) as Promise<TaskReceipt>;
   }
 
   /** Starts streaming one stream from a cursor; events go to handlers until onEnd. */

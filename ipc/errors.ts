@@ -30,6 +30,12 @@ export const ERROR_CODES = {
    * local object it found is set aside first, so the retry stores it again).
    */
   CHECKPOINT_FAILED: true,
+  /**
+   * Extension: a task's close named other workspaces than the close already under way or done
+   * for that task (details: task, workspaces). The first close's workspaces stand; its task
+   * receipt is never answered for a question it did not answer.
+   */
+  TASK_CONFLICT: false,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

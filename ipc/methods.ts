@@ -16,6 +16,8 @@ import type {
   StatusResult,
   SubscribeParams,
   SubscribeResult,
+  TaskReceipt,
+  TaskSealResult,
 } from './protocol.js';
 import type { z } from 'zod';
 import type { ParamsSchemas } from './schemas.js';
@@ -50,8 +52,10 @@ export interface Methods {
   kill: { params: ParamsFor<'kill'>; result: { session_id: string; signal: string; pids: number } };
   ps: { params: ParamsFor<'ps'>; result: { sessions: SessionSummary[] } };
   gc: { params: ParamsFor<'gc'>; result: GcResult };
-  seal: { params: ParamsFor<'seal'>; result: SealResult };
-  close: { params: ParamsFor<'close'>; result: CloseReceipt };
+  /** With `task`: a TaskSealResult. */
+  seal: { params: ParamsFor<'seal'>; result: SealResult | TaskSealResult };
+  /** With `task`: the task receipt. */
+  close: { params: ParamsFor<'close'>; result: CloseReceipt | TaskReceipt };
   status: { params: ParamsFor<'status'>; result: StatusResult };
   write: { params: ParamsFor<'write'>; result: { session_id: string; cursor: number } };
   resize: { params: ParamsFor<'resize'>; result: { session_id: string; cols: number; rows: number } };

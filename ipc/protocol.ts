@@ -99,6 +99,8 @@ export interface EndEvent {
 export interface SessionSummary {
   session_id: string;
   invocation_key: string;
+  /** Its task; null when its admission record cannot be read. */
+  task: string | null;
   state: SessionState;
   argv: string[];
   pid: number | null;
@@ -253,6 +255,8 @@ export interface Receipt {
   cwd: string;
   /** The user the session ran as (name or uid), null: the supervisor's own. */
   user?: string | null;
+  /** The task the session was launched in (`--task`; `default` when none was named). Absent in receipts of sessions admitted before tasks. */
+  task?: string;
   supervisor: { instance: string; generation: number; boot_id: string; mode: SupervisorMode; pid: number };
   admitted_at: string;
   started_at: string | null;
@@ -345,6 +349,109 @@ export interface CloseReceipt {
   signature?: { alg: 'ed25519'; key_id: string; value: string };
 }
 
+/** The task a session belongs to when its launch named none (`--task`). */
+export const DEFAULT_TASK = 'default';
+
+/** `seal` with a task: that task's admission sealed for good (durable), and whether it already was. */
+export interface TaskSealResult {
+  task: string;
+  generation: number;
+  sealed_at: string;
+  already_sealed: boolean;
+}
+
+/** Which authority must settle an obligation: the session (its own end), the workspace (its scan, checkpoint, store), an operator (a fact only a person can give). */
+export type ObligationAuthority = 'session' | 'workspace' | 'operator';
+
+/** One fact complete(task) lacks, and who must supply it (supervisor/task/join.ts). */
+export interface TaskObligation {
+  authority: ObligationAuthority;
+  /** The condition it holds false: sealed, sessions_settled, terminal_mutations_known, checkpoint_covers, read_back_exact, fenced. */
+  condition: keyof TaskConditions;
+  /** What is missing, for people (with the command that settles it where there is one). */
+  what: string;
+  session_id?: string;
+  workspace?: string;
+}
+
+/** The conditions of complete(task) (SPEC.md "Workspaces, checkpoints and tasks"), each true or false. */
+export interface TaskConditions {
+  sealed: boolean;
+  sessions_settled: boolean;
+  terminal_mutations_known: boolean;
+  checkpoint_covers: boolean;
+  read_back_exact: boolean;
+  fenced: boolean;
+}
+
+/** One session of a task as its task receipt lists it (from its signed receipt). */
+export interface TaskSessionEntry {
+  session_id: string;
+  invocation_key: string;
+  /** The session's task; null: its admission record is unreadable, so it may be any task's (it is listed in every task's join). */
+  task: string | null;
+  state: SessionState;
+  outcome: Outcome | null;
+  /** `sha256:` of the session receipt's JCS (null: no receipt). */
+  receipt_sha256: string | null;
+  /** The receipt's death evidence (operator_attested: an operator's word, shown as such). */
+  death: { evidence: string; observed_at: string } | null;
+  ended_at: string | null;
+  /** Each stream's final cursor, whether the stored log is whole, and why not. */
+  output: Record<string, { final_cursor: number; complete: boolean; reason: string | null }>;
+  /** Per workspace of the close (the watched root holding it): the session's terminal_mutation, or its gap and the digest of the scan that stands in. */
+  workspace: { path: string; root: string | null; epoch: string | null; terminal_mutation: number | null; gap: string | null; scan_digest: string | null }[];
+}
+
+/** The checkpoint of one workspace of a task's close, or why there is none. */
+export interface TaskCheckpointEntry {
+  workspace: string;
+  /** Null: not taken (error says why). */
+  checkpoint_id: string | null;
+  store: string | null;
+  started_at: string | null;
+  boundary: { epoch: string | null; seq: number | null; gap: string | null } | null;
+  scan_digest: string | null;
+  consistent: boolean | null;
+  unstable: string[];
+  unstable_count: number;
+  /** The read-back made before the checkpoint was published (objects re-hashed, bytes); null: none completed. */
+  read_back: { exact: boolean; objects: number; bytes: number; at: string | null } | null;
+  /** The runtime fence the manifest carries. */
+  fence: { instance: string; generation: number; boot_id: string } | null;
+  /** The close attempt that took it (a later attempt reuses a checkpoint that still covers). */
+  close_attempt: number | null;
+  /** Why there is no published checkpoint: { code, stage, message }. */
+  error: { code: string; stage: string | null; message: string } | null;
+}
+
+/**
+ * The task receipt (`sbx close --task T`): complete(task) evaluated over durable facts, signed
+ * like a receipt (Ed25519 over its JCS without `signature`); its id is `sha256:` of that JCS.
+ * A complete one is final: every later close of the task returns it unchanged.
+ */
+export interface TaskReceipt {
+  version: 1;
+  kind: 'task';
+  task: string;
+  /** Which close attempt wrote it: a close that found an incomplete receipt runs the join again as the next attempt. */
+  attempt: number;
+  supervisor: { instance: string; generation: number; boot_id: string; mode: string };
+  /** The task's seal (its admission stopped for good then). */
+  sealed: { generation: number; sealed_at: string } | null;
+  closed_at: string;
+  settle: { timeout_ms: number; terminated: number };
+  sessions: TaskSessionEntry[];
+  workspaces: string[];
+  checkpoints: TaskCheckpointEntry[];
+  /** The fence the join was evaluated under: this supervisor's instance, generation and boot id, as supervisor.json still names them. */
+  fence: { instance: string; generation: number; boot_id: string };
+  complete: boolean;
+  conditions: TaskConditions;
+  obligations: TaskObligation[];
+  signature?: { alg: 'ed25519'; key_id: string; value: string };
+}
+
 /**
  * `checkpoint`: a checkpoint published (its manifest and every object read back and re-hashed
  * first; README "Checkpoints"). The manifest itself is in the store, named by checkpoint_id.
@@ -369,7 +476,8 @@ export interface CheckpointResult {
   unstable_count: number;
   /** Objects the manifest names; how many and how many bytes this checkpoint wrote to the local store (0 for an unchanged tree); with an S3 store, how many it uploaded, and of those how many were put over bytes that failed their read-back (repaired). */
   objects: { referenced: number; written: number; bytes_written: number; uploaded?: number; repaired?: number };
-  read_back: { objects: number; bytes: number; ms: number };
+  /** at: when the read-back completed (ISO-8601 UTC, ms; the published record's time). */
+  read_back: { objects: number; bytes: number; ms: number; at: string };
   supervisor: { instance: string; generation: number; boot_id: string; mode: string };
   duration_ms: number;
   /** Where the time went: the barrier, the checkpoint thread (hash, store, passes, the manifest built, signed and written), a remote store's uploads, the read-back. */

@@ -44,6 +44,7 @@ export const ParamsSchemas = {
       pty: z.object({ cols: z.number().int().min(1).max(65535).optional(), rows: z.number().int().min(1).max(65535).optional() }).strict().optional(),
       stdin: z.boolean().optional(),
       user: z.string().min(1).max(256).regex(/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/, 'a user name or a numeric uid').optional(),
+      task: key.optional(),
     })
     .strict(),
   subscribe: z
@@ -63,6 +64,7 @@ export const ParamsSchemas = {
     .object({
       timeout_ms: durationMs.optional(),
       workspaces: z.array(noNul('workspaces').pipe(z.string().min(1).max(4096).refine((p) => p.startsWith('/'), 'an absolute path'))).max(64).optional(),
+      task: key.optional(),
     })
     .strict(),
   checkpoint: z
@@ -72,7 +74,7 @@ export const ParamsSchemas = {
     })
     .strict(),
   gc: empty,
-  seal: empty,
+  seal: z.object({ task: key.optional() }).strict(),
   status: empty,
   write: z
     .object({ ...selector, data: z.custom<Uint8Array>((d) => d instanceof Uint8Array, 'bytes (msgpack bin)').refine((d) => d.length <= 8 * 1024 * 1024, 'at most 8 MiB per write'), offset: cursor.optional(), eof: z.boolean().optional() })

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import type { CloseReceipt, Receipt } from './protocol.js';
+import type { CloseReceipt, Receipt, TaskCheckpointEntry, TaskReceipt } from './protocol.js';
 
 // --- Names.
 
@@ -21,6 +21,8 @@ export const STATE = {
   keysDir: 'keys',
   sessionsDir: 'sessions',
   retiredDir: 'retired',
+  /** One dir per task that was sealed or closed, named taskDirName(task) (the task id is never a path). */
+  tasksDir: 'tasks',
   /** The local checkpoint store (unless checkpoint.store names another directory); its own layout is STORE_DIRS in supervisor/checkpoint/local-store.ts, which the checkpoint threads load without zod. */
   checkpointsDir: 'checkpoints',
 } as const;
@@ -31,6 +33,8 @@ export const ADMISSION_FILE = 'admission.json';
 export const RECEIPT_FILE = 'receipt.json';
 /** In a session dir: space reserved at admission for the receipt, so a full disk cannot lose it. */
 export const RECEIPT_RESERVATION_FILE = 'receipt.reserved';
+/** In a session dir: what the session changed in the workspaces (supervisor/workspace/changes.ts); not covered by the receipt. */
+export const CHANGES_FILE = 'changes.jsonl';
 /** In a session dir: {started_at, pid}, written once the exec is reported (positive evidence that it ran). */
 export const STARTED_FILE = 'started.json';
 /** In a session dir: the retention policy removed its output (chunk files and index). */
@@ -81,6 +85,14 @@ export function keyRecordName(invocationKey: string): string {
   return `${createHash('sha256').update(invocationKey).digest('hex')}.json`;
 }
 
+/** A task's dir name in tasks/: the task id's SHA-256, never the id itself. */
+export function taskDirName(task: string): string {
+  return createHash('sha256').update(task).digest('hex');
+}
+
+/** In a task dir (docs/STATE.md): the task's seal, its close (the workspaces it names), the close attempt under way, and the task receipt. */
+export const TASK_FILES = { seal: 'seal.json', close: 'close.json', attempt: 'attempt.json', receipt: 'receipt.json' } as const;
+
 /** A tombstone's file name in retired/. */
 export function tombstoneName(sessionId: string): string {
   return `${sessionId}.json`;
@@ -110,6 +122,8 @@ const AdmissionSchema = z.object({
   generation: z.number().int(),
   instance: z.string(),
   admitted_at: z.string(),
+  /** Absent in records written before tasks: the task `default`. */
+  task: z.string().min(1).optional(),
 });
 /** The durable admission record, written before spawn (admission.json). */
 export type AdmissionRecord = z.infer<typeof AdmissionSchema>;
@@ -181,6 +195,44 @@ const CloseReceiptSchema = z.looseObject({
   workspaces: z.array(z.looseObject({ path: z.string() })),
 });
 
+const TaskSealSchema = z.object({ task: z.string().min(1), generation: z.number().int().min(0), sealed_at: z.string() });
+/** tasks/<h>/seal.json: the task's admission sealed for good, at that generation. */
+export type TaskSealRecord = z.infer<typeof TaskSealSchema>;
+
+const TaskCloseSchema = z.object({ task: z.string().min(1), workspaces: z.array(z.string()), requested_at: z.string(), generation: z.number().int().min(0) });
+/** tasks/<h>/close.json: the task's close was asked for, naming these workspaces (every later close must name the same). */
+export type TaskCloseRecord = z.infer<typeof TaskCloseSchema>;
+
+/** A workspace's checkpoint as the attempt recorded it (a TaskCheckpointEntry: published, or the error that stopped it). */
+const TaskCheckpointStepSchema = z.looseObject({
+  workspace: z.string(),
+  checkpoint_id: z.string().regex(/^[0-9a-f]{64}$/).nullable(),
+  error: z.object({ code: z.string(), stage: z.string().nullable(), message: z.string() }).nullable(),
+});
+const TaskAttemptSchema = z.object({
+  task: z.string().min(1),
+  attempt: z.number().int().min(1),
+  started_at: z.string(),
+  generation: z.number().int().min(0),
+  settle: z.object({ timeout_ms: z.number().int().min(0), terminated: z.number().int().min(0) }).nullable(),
+  /** Per workspace: the published checkpoint of this attempt, or why there is none. */
+  checkpoints: z.record(z.string(), TaskCheckpointStepSchema),
+});
+/** tasks/<h>/attempt.json: the close attempt under way (or last made): what it settled and which checkpoints it published. */
+export type TaskAttemptRecord = Omit<z.infer<typeof TaskAttemptSchema>, 'checkpoints'> & { checkpoints: Record<string, TaskCheckpointEntry> };
+
+/** What a task receipt read back must have (tasks/<h>/receipt.json; more fields may follow). */
+const TaskReceiptSchema = z.looseObject({
+  version: z.literal(1),
+  kind: z.literal('task'),
+  task: z.string().min(1),
+  attempt: z.number().int().min(1),
+  complete: z.boolean(),
+  workspaces: z.array(z.string()),
+  sessions: z.array(z.looseObject({ session_id: z.string(), receipt_sha256: z.string().nullable() })),
+  checkpoints: z.array(z.looseObject({ workspace: z.string(), checkpoint_id: z.string().nullable() })),
+});
+
 const RECORDS = {
   admission: AdmissionSchema,
   receipt: ReceiptSchema,
@@ -191,6 +243,10 @@ const RECORDS = {
   started: StartedSchema,
   outputRemoved: OutputRemovedSchema,
   closeReceipt: CloseReceiptSchema,
+  taskSeal: TaskSealSchema,
+  taskClose: TaskCloseSchema,
+  taskAttempt: TaskAttemptSchema,
+  taskReceipt: TaskReceiptSchema,
 };
 type RecordKinds = {
   admission: AdmissionRecord;
@@ -202,6 +258,10 @@ type RecordKinds = {
   started: StartedRecord;
   outputRemoved: OutputRemovedRecord;
   closeReceipt: CloseReceipt;
+  taskSeal: TaskSealRecord;
+  taskClose: TaskCloseRecord;
+  taskAttempt: TaskAttemptRecord;
+  taskReceipt: TaskReceipt;
 };
 export type RecordKind = keyof RecordKinds;
 

@@ -10,14 +10,16 @@ import type { SessionState } from '../ipc/protocol.js';
 export interface AdmissionRequest {
   invocationKey: string;
   commandDigest: string;
+  task: string;
 }
 
 export interface AdmissionLoad {
   /** The session that holds the key (commandDigest '' when its admission record is unreadable). */
-  existing: { sessionId: string; commandDigest: string; state: SessionState } | null;
+  existing: { sessionId: string; commandDigest: string; state: SessionState; task: string | null } | null;
   /** The tombstone of a session removed whole by retention that held the key. */
   retired: { sessionId: string; commandDigest: string } | null;
-  sealed: { generation: number; sealed_at: string } | null;
+  /** The supervisor's seal (every task), else the request's task's own seal (task set). */
+  sealed: { generation: number; sealed_at: string; task?: string } | null;
   /** Sessions not ended (unknown ones included: they may still run). */
   liveSessions: number;
   maxSessions: number;
@@ -46,6 +48,17 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
     // A session whose admission record is unreadable has no known digest: its key is
     // blocked, and a retry gets that session (unknown) rather than a conflict or a run.
     if (load.existing.commandDigest !== '' && load.existing.commandDigest !== request.commandDigest) return conflict(load.existing.sessionId);
+    // A key is in one task: the same command asked for in another task is not a retry of it.
+    if (load.existing.task !== null && load.existing.task !== request.task) {
+      return {
+        kind: 'refuse',
+        error: new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} was used in task ${JSON.stringify(load.existing.task)}, not ${JSON.stringify(request.task)}`, {
+          invocation_key: key,
+          session_id: load.existing.sessionId,
+          task: load.existing.task,
+        }),
+      };
+    }
     return { kind: 'existing', sessionId: load.existing.sessionId, state: load.existing.state };
   }
   if (load.retired) {
@@ -54,7 +67,11 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
     return { kind: 'existing', sessionId: load.retired.sessionId, state: 'retired' };
   }
   if (load.sealed) {
-    return { kind: 'refuse', error: new SupervisorError('ADMISSION_SEALED', `admission was sealed at generation ${load.sealed.generation} (${load.sealed.sealed_at})`, { generation: load.sealed.generation }) };
+    const { generation, sealed_at, task } = load.sealed;
+    if (task !== undefined) {
+      return { kind: 'refuse', error: new SupervisorError('ADMISSION_SEALED', `task ${JSON.stringify(task)} was sealed at generation ${generation} (${sealed_at})`, { generation, task }) };
+    }
+    return { kind: 'refuse', error: new SupervisorError('ADMISSION_SEALED', `admission was sealed at generation ${generation} (${sealed_at})`, { generation }) };
   }
   if (load.liveSessions >= load.maxSessions) {
     return {

@@ -10,12 +10,13 @@ import { isAbsolute, join } from 'node:path';
 import type { Logger } from 'pino';
 import { SupervisorError } from '../ipc/errors.js';
 import type { GcResult, SealResult } from '../ipc/methods.js';
-import type { CloseReceipt, LaunchParams, LaunchResult, Receipt, SessionSelector, StatusResult, SupervisorMode } from '../ipc/protocol.js';
+import { DEFAULT_TASK, type CloseReceipt, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StatusResult, type SupervisorMode, type TaskReceipt, type TaskSealResult } from '../ipc/protocol.js';
 import { keyRecordName, STATE } from '../ipc/state-layout.js';
 import { admit } from './admission.js';
 import { CgroupTree } from './cgroup.js';
 import { Checkpoints, thawLeftFrozen } from './checkpoint/checkpoint.js';
 import { Closing } from './close.js';
+import { Tasks } from './task/close.js';
 import type { Config } from './config.js';
 import { faultPoint } from './fault.js';
 import { checkWorkspacePaths, WorkspaceWatcher } from './workspace/watcher.js';
@@ -51,6 +52,8 @@ export class Supervisor {
   private readonly statusReporter: StatusReporter;
   /** Checkpoints of workspaces and their store (checkpoint/checkpoint.ts). */
   readonly checkpoints: Checkpoints;
+  /** Task seals and task closes (task/close.ts). */
+  private readonly tasks: Tasks;
 
   /** `lock`: this state dir's flock, held for the supervisor's life. */
   private constructor(readonly config: Config, readonly log: Logger, readonly ctx: SessionContext, readonly lock: StateDirLock) {
@@ -75,6 +78,12 @@ export class Supervisor {
     ctx.storage.onBelowKeepFree = () => this.retention.keepFree();
     this.checkpoints = new Checkpoints({ config, log, identity: ctx.identity, signer: ctx.signer, watcher: ctx.watcher, reserveBytes: () => ctx.storage.minFreeBytes });
     this.checkpoints.recover();
+    this.tasks = new Tasks({
+      ctx,
+      checkpoints: this.checkpoints,
+      sessionsOf: (task) => [...this.sessions.values()].filter((s) => s.req.task === task || s.req.task === null),
+      reconciled: () => this.reconciliation,
+    });
     this.restore();
   }
 
@@ -198,9 +207,20 @@ export class Supervisor {
     return this.closing.sealNow();
   }
 
+  /** Stops admission of new keys in one task for good (durable); other tasks go on. Idempotent. */
+  sealTask(task: string): TaskSealResult {
+    return this.tasks.seal(task);
+  }
+
   /** The close join (close.ts): seal, settle, scan, the signed close receipt. */
   close(timeoutMs: number, workspaces: string[]): Promise<CloseReceipt> {
     return this.closing.close(() => [...this.sessions.values()], timeoutMs, workspaces);
+  }
+
+  /** One task's close (task/close.ts): seal, settle, checkpoint, read back, fence, the signed task receipt. TASK_CONFLICT, INVALID_ARGUMENT. */
+  closeTask(task: string, timeoutMs: number, workspaces: string[] | undefined): Promise<TaskReceipt> {
+    if (this.stopping) return Promise.reject(new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping'));
+    return this.tasks.close(task, timeoutMs, workspaces);
   }
 
   /** Applies the retention policy now (sbx gc): sessions' output and receipts, then the checkpoint store's unreferenced objects. */
@@ -253,6 +273,7 @@ export class Supervisor {
     const stdin = params.stdin ? 'stream' : 'null';
     const digest = commandDigest({ argv: params.argv, cwd: params.cwd, env, pty: pty !== null, stdin, user: userSpec });
     const key = params.invocation_key ?? `auto-${randomBytes(12).toString('hex')}`;
+    const task = params.task ?? DEFAULT_TASK;
 
     const storage = this.ctx.storage;
     let freeBytes = storage.freeBytes();
@@ -263,11 +284,11 @@ export class Supervisor {
     const existing = this.byKey.get(key);
     const retired = existing ? undefined : this.retention.tombstone({ invocationKey: key });
     const decision = admit(
-      { invocationKey: key, commandDigest: digest },
+      { invocationKey: key, commandDigest: digest, task },
       {
-        existing: existing ? { sessionId: existing.id, commandDigest: existing.req.commandDigest, state: existing.state } : null,
+        existing: existing ? { sessionId: existing.id, commandDigest: existing.req.commandDigest, state: existing.state, task: existing.req.task } : null,
         retired: retired ? { sessionId: retired.session_id, commandDigest: retired.command_digest } : null,
-        sealed: this.closing.seal,
+        sealed: this.closing.seal ?? this.tasks.sealOf(task),
         liveSessions: this.liveSessions(),
         maxSessions: this.config.session.maxSessions,
         reconciling: this.reconciling,
@@ -306,6 +327,7 @@ export class Supervisor {
         sessionUser,
         pty,
         stdin,
+        task,
       },
       this.ctx,
     );
@@ -331,7 +353,7 @@ export class Supervisor {
     faultPoint('launch:started');
     // The command by its digest and name: argv may be megabytes (the kernel's ARG_MAX), and a
     // log line is written on the launch path.
-    this.log.info({ session_id: session.id, invocation_key: key, command: params.argv[0].slice(0, 256), argc: params.argv.length, command_digest: digest, pid: session.pid }, 'session launched');
+    this.log.info({ session_id: session.id, invocation_key: key, task, command: params.argv[0].slice(0, 256), argc: params.argv.length, command_digest: digest, pid: session.pid }, 'session launched');
     void session.ended.then((receipt) => {
       if (receipt) this.log.info({ session_id: session.id, outcome: receipt.outcome, exit: receipt.exit }, 'session ended');
     });

@@ -5,12 +5,14 @@
 // the thread's message loop; nothing of a tree's size goes back to the event loop. Blocking
 // by design: never on the event loop.
 import { createPrivateKey, sign } from 'node:crypto';
+import { closeSync, constants, openSync, readSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
 import { jcs } from '../../ipc/signature.js';
 import { faultPoint } from '../fault.js';
 import { fsDecode, nameText } from '../workspace/names.js';
 import { ScanError } from '../workspace/walk.js';
-import { LocalStoreFiles } from './local-store.js';
+import { LocalStoreFiles, objectKey } from './local-store.js';
 import { checkManifest, manifestBytes, manifestJcs, manifestObjects, scanDigest, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
 import { runCapture, runRehash, type CaptureRequest, type CaptureResult, type WorkerProgress, type WorkerReply } from './passes.js';
 import { StoreError } from './store.js';
@@ -22,6 +24,7 @@ export { runCapture, runRehash } from './passes.js';
 export interface ManifestHeader {
   workspace: string;
   task: string | null;
+  close_attempt?: number;
   started_at: string;
   boundary: CheckpointBoundary;
   supervisor: RuntimeFence;
@@ -75,6 +78,30 @@ export type CheckpointWorkerRequest = CheckpointRequest | ReadBackRequest;
 
 const SHOWN_UNSTABLE = 100;
 
+/**
+ * Test hook (only tests set it): SBX_TEST_CHECKPOINT_FLIP=NAME flips the first byte of the
+ * stored object of the workspace's file NAME after the manifest is written and before the
+ * read-back, so a test can corrupt an object exactly between its write and its read-back.
+ * Once per supervisor run (the thread is kept): the next checkpoint stores it again.
+ */
+let flipped = false;
+function testFlipObject(storeDir: string, manifest: Manifest): void {
+  const name = process.env.SBX_TEST_CHECKPOINT_FLIP;
+  if (!name || flipped) return;
+  const entry = manifest.entries.find((e) => e.path === name);
+  if (!entry?.sha256 || !entry.size) return;
+  flipped = true;
+  const fd = openSync(join(storeDir, objectKey(entry.sha256)), constants.O_RDWR | constants.O_NOFOLLOW);
+  try {
+    const b = Buffer.alloc(1);
+    readSync(fd, b, 0, 1, 0);
+    b[0] ^= 0xff;
+    writeSync(fd, b, 0, 1, 0);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** Runs a checkpoint up to its stored manifest (blocking): capture, commit, manifest (JCS, signed), written create-once. */
 export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgress['progress']) => void = () => {}): CheckpointStepResult {
   const cap = runCapture({ ...req, kind: 'capture' }, progress);
@@ -86,6 +113,7 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     kind: 'checkpoint',
     workspace: req.header.workspace,
     task: req.header.task,
+    ...(req.header.close_attempt !== undefined ? { close_attempt: req.header.close_attempt } : {}),
     started_at: req.header.started_at,
     created_at: new Date().toISOString(),
     boundary: req.header.boundary,
@@ -114,6 +142,7 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     store.close();
   }
   faultPoint('checkpoint:after-manifest');
+  testFlipObject(req.storeDir, manifest);
   const result: CheckpointStepResult = {
     id,
     created_at: manifest.created_at,

@@ -11,9 +11,9 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { GcResult } from '../../ipc/methods.js';
-import type { CheckpointResult } from '../../ipc/protocol.js';
+import type { CheckpointResult, Receipt, TaskCheckpointEntry } from '../../ipc/protocol.js';
 import { STATE } from '../../ipc/state-layout.js';
-import { jcs } from '../../ipc/verify.js';
+import { jcs, verifySignature } from '../../ipc/verify.js';
 import type { Config } from '../config.js';
 import { faultPoint } from '../fault.js';
 import { native } from '../native.js';
@@ -184,9 +184,69 @@ export class Checkpoints {
       .map((n) => n.slice(0, 64));
   }
 
-  /** Takes, stores, reads back and publishes one checkpoint (queued behind any other). SupervisorError INVALID_ARGUMENT, CHECKPOINT_FAILED. */
-  checkpoint(workspace: string, task: string | null): Promise<CheckpointResult> {
-    return this.serial(() => this.take(workspace, task));
+  /**
+   * Takes, stores, reads back and publishes one checkpoint (queued behind any other).
+   * closeAttempt: the task close attempt it is taken for (in the manifest and the published
+   * record, so a close resumed after a crash finds it: findClosePublished). SupervisorError
+   * INVALID_ARGUMENT, CHECKPOINT_FAILED.
+   */
+  checkpoint(workspace: string, task: string | null, closeAttempt?: number): Promise<CheckpointResult> {
+    return this.serial(() => this.take(workspace, task, closeAttempt));
+  }
+
+  /** The workspace as a checkpoint names it (its real path), or null when it cannot be resolved. */
+  static realWorkspace(path: string): string | null {
+    try {
+      return realpathSync(path);
+    } catch {
+      return null;
+    }
+  }
+
+  /** The published checkpoint of a workspace (its real path) taken for a task's close attempt, if one is in the local store. */
+  findClosePublished(task: string, closeAttempt: number, workspace: string): string | null {
+    const fs = this.local.fs;
+    for (const name of fs.list(fs.publishedFd)) {
+      if (!/^[0-9a-f]{64}\.json$/.test(name)) continue;
+      let record: PublishedRecord;
+      try {
+        record = JSON.parse(fs.readRecord(fs.publishedFd, name)?.toString('utf8') ?? 'null') as PublishedRecord;
+      } catch {
+        continue;
+      }
+      if (record?.task === task && record.close_attempt === closeAttempt && record.workspace === workspace && record.checkpoint_id === name.slice(0, 64)) return record.checkpoint_id;
+    }
+    return null;
+  }
+
+  /**
+   * What a task receipt says of a published checkpoint, from its manifest and its signed
+   * published record in the local store (both signature-checked); throws when either is
+   * missing or does not verify.
+   */
+  describePublished(id: string): Omit<TaskCheckpointEntry, 'workspace' | 'error'> {
+    const fs = this.local.fs;
+    const recordBytes = fs.readRecord(fs.publishedFd, `${id}.json`);
+    const manifestBytesIn = fs.readRecord(fs.manifestsFd, `${id}.json`);
+    if (!recordBytes || !manifestBytesIn) throw new Error(`checkpoint ${id} is not published in ${this.local.dir}`);
+    const { manifest, problems } = checkManifest(manifestBytesIn, { expectId: id, publicKeyPem: this.deps.signer.publicKeyPem });
+    if (!manifest || problems.length) throw new Error(`checkpoint ${id}: ${problems.join('; ') || 'not a manifest'}`);
+    const record = JSON.parse(recordBytes.toString('utf8')) as PublishedRecord;
+    const sigProblems = verifySignature(record as unknown as Receipt, this.deps.signer.publicKeyPem);
+    if (sigProblems.length) throw new Error(`checkpoint ${id}: its published record: ${sigProblems.join('; ')}`);
+    return {
+      checkpoint_id: id,
+      store: this.location,
+      started_at: manifest.started_at,
+      boundary: manifest.boundary,
+      scan_digest: manifest.scan.digest,
+      consistent: manifest.consistent,
+      unstable: manifest.unstable.slice(0, 100),
+      unstable_count: manifest.unstable.length,
+      read_back: { exact: true, objects: record.read_back.objects, bytes: record.read_back.bytes, at: record.read_back.at },
+      fence: { instance: manifest.supervisor.instance, generation: manifest.supervisor.generation, boot_id: manifest.supervisor.boot_id },
+      close_attempt: manifest.close_attempt ?? null,
+    };
   }
 
   /**
@@ -230,7 +290,7 @@ export class Checkpoints {
     return real;
   }
 
-  private async take(workspaceArg: string, task: string | null): Promise<CheckpointResult> {
+  private async take(workspaceArg: string, task: string | null, closeAttempt?: number): Promise<CheckpointResult> {
     const t0 = performance.now();
     const { config, log, signer } = this.deps;
     const workspace = this.checkWorkspace(workspaceArg);
@@ -244,6 +304,7 @@ export class Checkpoints {
     const startedAt = new Date().toISOString();
     // 1. The boundary, before anything is read: every write closed before it is seen by the scan.
     const boundary: CheckpointBoundary = await this.deps.watcher.boundary(workspace);
+    faultPoint('checkpoint:after-boundary');
     const tBoundary = performance.now();
     const remote = this.remoteStore();
     const freeze = this.freezePlan(workspace);
@@ -262,7 +323,7 @@ export class Checkpoints {
       maxPasses: config.checkpoint.maxPasses,
       verifyContent: config.checkpoint.verifyContent,
       freezeMaxMs: freeze.refused === null ? config.checkpoint.freezeMaxMs : 0,
-      header: { workspace, task, started_at: startedAt, boundary, supervisor: this.fence },
+      header: { workspace, task, ...(closeAttempt !== undefined ? { close_attempt: closeAttempt } : {}), started_at: startedAt, boundary, supervisor: this.fence },
       signingKeyPem: signer.privateKeyPem,
       keyId: signer.keyId,
       forRemote: remote !== null,
@@ -306,14 +367,16 @@ export class Checkpoints {
     }
     const readBackMs = Math.round(performance.now() - tStore);
     faultPoint('checkpoint:after-read-back');
+    const readBackAt = new Date().toISOString();
     const record = signer.sign<PublishedRecord>({
       version: 1,
       kind: 'checkpoint_published',
       checkpoint_id: id,
       workspace,
       task,
+      ...(closeAttempt !== undefined ? { close_attempt: closeAttempt } : {}),
       boundary,
-      read_back: { at: new Date().toISOString(), objects: readBack.objects, bytes: readBack.bytes, ms: readBackMs },
+      read_back: { at: readBackAt, objects: readBack.objects, bytes: readBack.bytes, ms: readBackMs },
       supervisor: this.fence,
     });
     const recordBytes = Buffer.from(jcs(record));
@@ -337,7 +400,7 @@ export class Checkpoints {
       unstable: cap.unstable,
       unstable_count: cap.unstableCount,
       objects: { referenced: cap.objects.referenced, written: cap.objects.written, bytes_written: cap.objects.bytesWritten, ...(remote ? { uploaded: uploaded + readBack.repaired, repaired: readBack.repaired } : {}) },
-      read_back: { objects: readBack.objects, bytes: readBack.bytes, ms: readBackMs },
+      read_back: { objects: readBack.objects, bytes: readBack.bytes, ms: readBackMs, at: readBackAt },
       supervisor: this.fence,
       duration_ms: Math.round(performance.now() - t0),
       phases_ms: {

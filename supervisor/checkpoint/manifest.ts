@@ -54,6 +54,8 @@ export interface Manifest {
   /** The workspace directory, absolute (as given, resolved). */
   workspace: string;
   task: string | null;
+  /** Present when a task's close took it: which close attempt (README "Tasks: complete(task)"). */
+  close_attempt?: number;
   /** When the boundary was taken (ISO-8601 UTC, ms) and when the manifest was made. */
   started_at: string;
   created_at: string;
@@ -87,6 +89,7 @@ export interface PublishedRecord {
   checkpoint_id: string;
   workspace: string;
   task: string | null;
+  close_attempt?: number;
   boundary: CheckpointBoundary;
   read_back: { at: string; objects: number; bytes: number; ms: number };
   supervisor: RuntimeFence;

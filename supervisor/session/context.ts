@@ -49,6 +49,8 @@ export interface SessionRequest {
   pty: { cols: number; rows: number } | null;
   /** "stream": stdin is written by clients (write); "null": /dev/null, or a pty nobody types in. */
   stdin: 'null' | 'stream';
+  /** The task it belongs to (`--task`, default `default`); null: unknown (its admission record cannot be read). */
+  task: string | null;
 }
 
 /** An operator's word that ends an unknown session (sbx resolve --as-operator). */

@@ -57,6 +57,7 @@ export class LiveSession extends Session {
     this.admission = {
       session_id: this.id,
       invocation_key: this.req.invocationKey,
+      ...(this.req.task !== null ? { task: this.req.task } : {}),
       command_digest: this.req.commandDigest,
       argv: this.req.argv,
       cwd: this.req.cwd,

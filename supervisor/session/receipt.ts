@@ -50,6 +50,8 @@ export function decideOutcome(facts: {
 export interface ReceiptFacts {
   sessionId: string;
   invocationKey: string;
+  /** The session's task (null: unknown, its admission record unreadable; undefined: not recorded). */
+  task?: string | null;
   commandDigest: string;
   argv: string[];
   cwd: string;
@@ -84,6 +86,7 @@ export function buildReceipt(f: ReceiptFacts): Receipt {
     argv: f.argv,
     cwd: f.cwd,
     user: f.user,
+    ...(f.task ? { task: f.task } : {}),
     supervisor: { instance: f.supervisor.instance, generation: f.supervisor.generation, boot_id: f.supervisor.bootId, mode: f.supervisor.mode, pid: f.supervisor.pid },
     admitted_at: f.admittedAt.toISOString(),
     started_at: iso(f.startedAt),

@@ -5,7 +5,7 @@
 // its streams are what is on disk. What every session has is session.ts.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Receipt, StreamName, TerminationCause } from '../../ipc/protocol.js';
+import { DEFAULT_TASK, type Receipt, type StreamName, type TerminationCause } from '../../ipc/protocol.js';
 import { OUTPUT_REMOVED_FILE } from '../../ipc/state-layout.js';
 import { storedChunks } from '../../ipc/stream-files.js';
 import { CgroupLeaf } from '../cgroup.js';
@@ -46,6 +46,7 @@ export class RecoveredSession extends Session {
       sessionUser: null,
       pty: record.pty ?? null,
       stdin: record.stdin ?? 'null',
+      task: record.task ?? DEFAULT_TASK,
     };
     const session = new RecoveredSession(record.session_id, req, ctx, new Date(record.admitted_at), receipt);
     session.admission = record;
@@ -97,6 +98,7 @@ export class RecoveredSession extends Session {
       sessionUser: null,
       pty: null,
       stdin: 'null',
+      task: null,
     };
     const session = new RecoveredSession(sessionId, req, ctx, new Date(), null);
     session.unknownReason = reason;

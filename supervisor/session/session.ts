@@ -217,6 +217,7 @@ export abstract class Session extends EventEmitter {
     return {
       session_id: this.id,
       invocation_key: this.req.invocationKey,
+      task: this.req.task,
       state: this.state,
       argv: this.req.argv,
       pid: this.pid,
@@ -251,6 +252,7 @@ export abstract class Session extends EventEmitter {
     return {
       sessionId: this.id,
       invocationKey: this.req.invocationKey,
+      task: this.req.task,
       commandDigest: this.req.commandDigest,
       argv: this.req.argv,
       cwd: this.req.cwd,

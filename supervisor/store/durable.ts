@@ -25,11 +25,13 @@ export function writeAll(fd: number, data: Uint8Array): void {
   while (off < data.length) off += writeSync(fd, data, off, data.length - off);
 }
 
-/** Atomically and durably replaces path with data (mode 0600 by default). */
-export function writeFileDurable(path: string, data: string | Uint8Array, mode = 0o600): void {
+/** Atomically and durably replaces path with data (mode 0600 by default); `faults` names crash points after the temp write and after the rename (fault.ts). */
+export function writeFileDurable(path: string, data: string | Uint8Array, mode = 0o600, faults?: { afterTemp: string; afterRename: string }): void {
   const tmp = writeTemp(path, data, mode);
+  if (faults) faultPoint(faults.afterTemp);
   renameSync(tmp, path);
   fsyncDir(dirname(path));
+  if (faults) faultPoint(faults.afterRename);
 }
 
 /**

@@ -8,7 +8,8 @@ import { appendFileSync, existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FAN } from './watch-worker.js';
 
-export const CHANGES_FILE = 'changes.jsonl';
+export { CHANGES_FILE } from '../../ipc/state-layout.js';
+import { CHANGES_FILE } from '../../ipc/state-layout.js';
 
 export type ChangeKind = 'created' | 'modified' | 'attrib' | 'deleted' | 'renamed_from' | 'renamed_to';
 

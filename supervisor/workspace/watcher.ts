@@ -135,6 +135,7 @@ export class WorkspaceWatcher {
     }
   }
 
+  /** The watched workspaces' paths (absolute, real), in config order. */
   get paths(): string[] {
     return this.workspaces.map((w) => w.path);
   }
@@ -434,8 +435,7 @@ export class WorkspaceWatcher {
    * unsupported, listener_restart, barrier_timeout. Never rejects.
    */
   async boundary(path: string): Promise<{ epoch: string | null; seq: number | null; gap: null | 'not_watched' | 'unsupported' | 'listener_restart' | 'barrier_timeout' }> {
-    // A directory inside a watched workspace is ordered by that workspace's barrier.
-    const i = this.workspaces.findIndex((w) => path === w.path || path.startsWith(w.path.endsWith('/') ? w.path : `${w.path}/`));
+    const i = this.indexOf(path);
     if (i < 0) return { epoch: null, seq: null, gap: 'not_watched' };
     await this.ready;
     const result = await this.barrier();
@@ -444,6 +444,18 @@ export class WorkspaceWatcher {
     if (this.listenerGap) return { epoch: this.epoch, seq: null, gap: 'listener_restart' };
     if (!result.ok || result.seqs[i] === null) return { epoch: this.epoch, seq: null, gap: 'barrier_timeout' };
     return { epoch: this.epoch, seq: result.seqs[i], gap: null };
+  }
+
+  /** The watched workspace holding path (a real path): itself or a directory in it; -1: none. */
+  private indexOf(path: string): number {
+    // A directory inside a watched workspace is ordered by that workspace's barrier.
+    return this.workspaces.findIndex((w) => path === w.path || path.startsWith(w.path.endsWith('/') ? w.path : `${w.path}/`));
+  }
+
+  /** The watched workspace (its path, as receipts name it) holding path (a real path), or null. */
+  rootOf(path: string): string | null {
+    const i = this.indexOf(path);
+    return i < 0 ? null : this.workspaces[i].path;
   }
 
   /** Entries for a session settled after a restart: its events were another listener's. */

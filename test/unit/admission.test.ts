@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { admit, type AdmissionLoad } from '../../supervisor/admission.js';
 
-const request = { invocationKey: 'k', commandDigest: 'sha256:a' };
+const request = { invocationKey: 'k', commandDigest: 'sha256:a', task: 'default' };
 const open: AdmissionLoad = {
   existing: null,
   retired: null,
@@ -28,16 +28,32 @@ describe('admit', () => {
   });
 
   it('answers an existing key with its session, whatever else refuses new keys', () => {
-    const existing = { sessionId: 's-1-aa', commandDigest: 'sha256:a', state: 'running' as const };
+    const existing = { sessionId: 's-1-aa', commandDigest: 'sha256:a', state: 'running' as const, task: 'default' };
     expect(admit(request, { ...closedEverywhere, existing })).toEqual({ kind: 'existing', sessionId: 's-1-aa', state: 'running' });
     // Unreadable admission record (digest ''): the key is blocked, the retry gets that session.
     expect(admit(request, { ...open, existing: { ...existing, commandDigest: '', state: 'unknown' } })).toEqual({ kind: 'existing', sessionId: 's-1-aa', state: 'unknown' });
   });
 
   it('refuses another command under a used key: KEY_CONFLICT naming the session', () => {
-    const d = admit(request, { ...open, existing: { sessionId: 's-1-aa', commandDigest: 'sha256:b', state: 'ended' } });
+    const d = admit(request, { ...open, existing: { sessionId: 's-1-aa', commandDigest: 'sha256:b', state: 'ended', task: 'default' } });
     expect(d.kind === 'refuse' && d.error.toWire()).toEqual({ code: 'KEY_CONFLICT', retryable: false, message: 'invocation key "k" was used for another command', details: { invocation_key: 'k', session_id: 's-1-aa' } });
     expect(code(admit(request, { ...open, retired: { sessionId: 's-2-bb', commandDigest: 'sha256:b' } }))).toBe('KEY_CONFLICT');
+  });
+
+  it('a key is in one task: the same command asked for in another task is KEY_CONFLICT naming its task; a key whose task is unknown answers', () => {
+    const existing = { sessionId: 's-1-aa', commandDigest: 'sha256:a', state: 'ended' as const, task: 'A' };
+    const d = admit({ ...request, task: 'B' }, { ...open, existing });
+    expect(d.kind === 'refuse' && d.error.toWire()).toEqual({ code: 'KEY_CONFLICT', retryable: false, message: 'invocation key "k" was used in task "A", not "B"', details: { invocation_key: 'k', session_id: 's-1-aa', task: 'A' } });
+    expect(admit({ ...request, task: 'A' }, { ...open, existing })).toEqual({ kind: 'existing', sessionId: 's-1-aa', state: 'ended' });
+    expect(admit({ ...request, task: 'B' }, { ...open, existing: { ...existing, task: null, state: 'unknown' } })).toEqual({ kind: 'existing', sessionId: 's-1-aa', state: 'unknown' });
+  });
+
+  it("a task's seal refuses new keys naming the task; retries of its keys still answer", () => {
+    const sealed = { generation: 2, sealed_at: '2026-12-01T00:00:00.000Z', task: 'A' };
+    const d = admit({ ...request, task: 'A' }, { ...open, sealed });
+    expect(d.kind === 'refuse' && d.error.toWire()).toEqual({ code: 'ADMISSION_SEALED', retryable: false, message: 'task "A" was sealed at generation 2 (2026-12-01T00:00:00.000Z)', details: { generation: 2, task: 'A' } });
+    const existing = { sessionId: 's-1-aa', commandDigest: 'sha256:a', state: 'running' as const, task: 'A' };
+    expect(admit({ ...request, task: 'A' }, { ...open, sealed, existing })).toEqual({ kind: 'existing', sessionId: 's-1-aa', state: 'running' });
   });
 
   it('answers a retired key as retired (never run again)', () => {

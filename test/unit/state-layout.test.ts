@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync, mkdirSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { isRetiringDirName, isTempFileName, isUnreadableReceiptName, keyRecordName, parseRecord, readRecord, removedStreamDirName, retiringDirName, tempFileName, tombstoneName, unreadableName } from '../../ipc/state-layout.js';
+import { isRetiringDirName, isTempFileName, TASK_FILES, taskDirName, isUnreadableReceiptName, keyRecordName, parseRecord, readRecord, removedStreamDirName, retiringDirName, tempFileName, tombstoneName, unreadableName } from '../../ipc/state-layout.js';
 import { ChunkReader, chunkFileName, decodeIndex, storedStream } from '../../ipc/stream-files.js';
 
 const FIXTURES = join(import.meta.dirname, '../fixtures');
@@ -37,6 +37,16 @@ describe('version 1 records read back', () => {
     const receipt = readRecord('receipt', join(FIXTURES, 'receipt-v1', 'receipt.json'));
     expect(receipt).toMatchObject({ version: 1, session_id: SESSION, outcome: 'exited', exit: { code: 2, signal: null }, signature: { alg: 'ed25519' } });
     expect(readRecord('closeReceipt', join(V1, 'close-receipt.json'))).toMatchObject({ kind: 'close', sessions: [{ session_id: SESSION }] });
+  });
+
+  it("a task's records: its seal, close, attempt and task receipt, in a dir named by the task id's SHA-256", () => {
+    const dir = join(V1, 'tasks', taskDirName('A'));
+    expect(taskDirName('A')).toBe('559aead08264d5795d3909718cdd05abd49572e84fe55590eef31a88a08fdffd');
+    expect(readRecord('taskSeal', join(dir, TASK_FILES.seal))).toEqual({ task: 'A', generation: 1, sealed_at: '2026-12-01T16:47:39.340Z' });
+    expect(readRecord('taskClose', join(dir, TASK_FILES.close))).toMatchObject({ task: 'A', workspaces: ['/tmp/t19/ws'], generation: 1 });
+    expect(readRecord('taskAttempt', join(dir, TASK_FILES.attempt))).toMatchObject({ task: 'A', attempt: 1, settle: { timeout_ms: 60000, terminated: 0 } });
+    expect(readRecord('taskReceipt', join(dir, TASK_FILES.receipt))).toMatchObject({ kind: 'task', task: 'A', attempt: 1, complete: true, signature: { alg: 'ed25519' } });
+    expect(() => parseRecord('taskReceipt', JSON.stringify({ version: 1, kind: 'close' }))).toThrow(/not a taskReceipt record: kind/);
   });
 
   it('the index of a stored stream tiles it, and its bytes read back through the chunk reader', () => {

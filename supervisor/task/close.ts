@@ -1,0 +1,319 @@
+// Tasks: their seals, and the close that ends one (README "Tasks: complete(task)"). The close,
+// in order: the close record (the workspaces it names; a later close naming others is
+// TASK_CONFLICT), the attempt (resumed when a crash stopped it before its receipt, else the
+// next one), the seal, the settle (the task's sessions end by themselves for up to the
+// timeout, then TERM, grace, KILL with cause close; recovered sessions being reconciled are
+// waited for), then per workspace the final checkpoint (boundary, capture, objects, manifest,
+// read-back, published; taken for this attempt, or found published for it after a crash, or
+// an earlier attempt's that still covers: never a second manifest for one attempt), then the
+// fence (supervisor.json still names this run), the join (join.ts) and the signed task
+// receipt. A complete receipt is final; an incomplete one is replaced by the next attempt.
+// Crash points (fault.ts): task-close:after-seal, task-close:settling,
+// task-close:after-last-death, checkpoint:* (checkpoint/), task-close:after-checkpoint,
+// task-close:after-receipt-temp, task-close:after-receipt-rename.
+import { join, resolve } from 'node:path';
+import { SupervisorError } from '../../ipc/errors.js';
+import type { CheckpointResult, TaskCheckpointEntry, TaskReceipt, TaskSealResult, TaskSessionEntry } from '../../ipc/protocol.js';
+import { readRecord, STATE, taskDirName } from '../../ipc/state-layout.js';
+import { receiptDigest } from '../../ipc/verify.js';
+import { Checkpoints } from '../checkpoint/checkpoint.js';
+import { faultPoint } from '../fault.js';
+import type { SessionContext } from '../session/context.js';
+import { isLive, isSettled } from '../session/lifecycle.js';
+import type { Session } from '../session/session.js';
+import { checkpointCovers, evaluateTask, terminalMutationKnown, type JoinSession, type JoinWorkspace } from './join.js';
+import { readTaskSeals, sweepTaskTemps, TaskFiles, type TaskAttemptRecord, type TaskSealRecord } from './records.js';
+
+export interface TaskDeps {
+  ctx: SessionContext;
+  checkpoints: Checkpoints;
+  /** The sessions of a task: those launched in it, and those whose task cannot be read (they may be its). */
+  sessionsOf: (task: string) => Session[];
+  /** Resolves once the reconciliation of sessions left by a restart is done (their receipts written, or stuck unknown). */
+  reconciled: () => Promise<void>;
+}
+
+/** How long a task's sessions may end by themselves before close terminates them, when not given. */
+export const DEFAULT_TASK_CLOSE_TIMEOUT_MS = 60_000;
+
+function sameSet(a: string[], b: string[]): boolean {
+  const x = [...new Set(a)].sort();
+  const y = [...new Set(b)].sort();
+  return x.length === y.length && x.every((v, i) => v === y[i]);
+}
+
+/** A workspace with no published checkpoint: why (error), or none yet (waiting for a session's end). */
+function noCheckpoint(workspace: string, err: SupervisorError | null, attempt: number | null): TaskCheckpointEntry {
+  const stage = typeof err?.details?.stage === 'string' ? err.details.stage : null;
+  return {
+    workspace,
+    checkpoint_id: null,
+    store: null,
+    started_at: null,
+    boundary: null,
+    scan_digest: null,
+    consistent: null,
+    unstable: [],
+    unstable_count: 0,
+    read_back: null,
+    fence: null,
+    close_attempt: attempt,
+    error: err ? { code: err.code, stage, message: err.message } : null,
+  };
+}
+
+/** A published checkpoint as the task receipt lists it. */
+function checkpointEntry(workspace: string, r: CheckpointResult, attempt: number): TaskCheckpointEntry {
+  return {
+    workspace,
+    checkpoint_id: r.checkpoint_id,
+    store: r.store,
+    started_at: r.started_at,
+    boundary: r.boundary,
+    scan_digest: r.scan.digest,
+    consistent: r.consistent,
+    unstable: r.unstable,
+    unstable_count: r.unstable_count,
+    read_back: { exact: true, objects: r.read_back.objects, bytes: r.read_back.bytes, at: r.read_back.at },
+    fence: { instance: r.supervisor.instance, generation: r.supervisor.generation, boot_id: r.supervisor.boot_id },
+    close_attempt: attempt,
+    error: null,
+  };
+}
+
+/** The task seals of one state dir, and the close of each task. */
+export class Tasks {
+  private readonly seals: Map<string, TaskSealRecord>;
+  /** Task dirs whose seal cannot be read: their task (a hash) is sealed, the safe reading. */
+  private readonly unreadableSeals = new Set<string>();
+  private readonly closing = new Map<string, { workspaces: string[]; done: Promise<TaskReceipt> }>();
+
+  constructor(private readonly deps: TaskDeps) {
+    const { config, log } = deps.ctx;
+    this.seals = readTaskSeals(config.stateDir, (dir, err) => {
+      this.unreadableSeals.add(dir.slice(-64));
+      log.error({ dir, err }, 'a task seal is unreadable; that task stays sealed');
+    });
+    const swept = sweepTaskTemps(config.stateDir);
+    if (swept) log.warn({ files: swept }, 'removed temp files of task records a crash cut short');
+  }
+
+  /** The task's seal, if sealed (a task whose seal cannot be read is sealed). */
+  sealOf(task: string): { generation: number; sealed_at: string; task: string } | null {
+    const seal = this.seals.get(task);
+    if (seal) return seal;
+    if (this.unreadableSeals.size && this.unreadableSeals.has(taskDirName(task))) return { task, generation: this.deps.ctx.identity.generation, sealed_at: new Date(0).toISOString() };
+    return null;
+  }
+
+  /** Seals the task's admission for good (durable; a restart does not unseal). Idempotent. */
+  seal(task: string): TaskSealResult {
+    const had = this.sealOf(task);
+    if (had) return { task, generation: had.generation, sealed_at: had.sealed_at, already_sealed: true };
+    const record: TaskSealRecord = { task, generation: this.deps.ctx.identity.generation, sealed_at: new Date().toISOString() };
+    new TaskFiles(this.deps.ctx.config.stateDir, task).writeSeal(record);
+    this.seals.set(task, record);
+    this.deps.ctx.log.info(record, 'task admission sealed');
+    return { ...record, already_sealed: false };
+  }
+
+  /**
+   * The close of one task (the order is this file's header). workspaces: absolute paths,
+   * default every watched workspace. Resolves with the task receipt (complete or not);
+   * rejects with TASK_CONFLICT when the task's close named other workspaces, or with the
+   * error of a step that could not be recorded (nothing is claimed then; close again).
+   */
+  close(task: string, timeoutMs: number, workspacesArg: string[] | undefined): Promise<TaskReceipt> {
+    const workspaces = [...new Set((workspacesArg && workspacesArg.length ? workspacesArg : this.deps.ctx.watcher.paths).map((p) => resolve(p)))];
+    const running = this.closing.get(task);
+    if (running) {
+      if (!sameSet(running.workspaces, workspaces)) throw this.conflict(task, running.workspaces, workspaces);
+      return running.done;
+    }
+    const done = this.run(task, timeoutMs, workspaces).finally(() => this.closing.delete(task));
+    this.closing.set(task, { workspaces, done });
+    return done;
+  }
+
+  private conflict(task: string, had: string[], asked: string[]): SupervisorError {
+    return new SupervisorError(
+      'TASK_CONFLICT',
+      `task ${JSON.stringify(task)} is closed (or closing) with workspaces ${JSON.stringify(had)}; this close names ${JSON.stringify(asked)}: close it with the same workspaces (its task receipt answers for those only)`,
+      { task, workspaces: had },
+    );
+  }
+
+  private async run(task: string, timeoutMs: number, workspaces: string[]): Promise<TaskReceipt> {
+    const { ctx } = this.deps;
+    const { identity, log } = ctx;
+    const files = new TaskFiles(ctx.config.stateDir, task);
+    const closeRecord = files.readClose();
+    if (closeRecord && !sameSet(closeRecord.workspaces, workspaces)) throw this.conflict(task, closeRecord.workspaces, workspaces);
+    const previous = files.readReceipt();
+    if (previous?.complete) return previous;
+    if (!closeRecord) files.writeClose({ task, workspaces, requested_at: new Date().toISOString(), generation: identity.generation });
+
+    // The attempt: resumed when a crash stopped it before its receipt, else the next one.
+    let attempt = files.readAttempt();
+    if (!attempt || (previous && previous.attempt >= attempt.attempt)) {
+      attempt = { task, attempt: (attempt?.attempt ?? 0) + 1, started_at: new Date().toISOString(), generation: identity.generation, settle: null, checkpoints: {} };
+      files.writeAttempt(attempt);
+    } else {
+      log.warn({ task, attempt: attempt.attempt, started_at: attempt.started_at }, 'resuming a task close a restart interrupted');
+    }
+    const seal = this.seal(task);
+    faultPoint('task-close:after-seal');
+    if (process.env.SBX_TEST_TASK_EARLY_CHECKPOINT === '1' && Object.keys(attempt.checkpoints).length === 0) await this.testEarlyCheckpoints(task, attempt, workspaces);
+
+    // Settle: the task's sessions end by themselves, or are ended (cause close).
+    const settle = await this.settle(task, timeoutMs);
+    if (attempt.settle === null) {
+      attempt.settle = settle;
+      files.writeAttempt(attempt);
+    }
+    faultPoint('task-close:after-last-death');
+
+    const sessions = this.deps.sessionsOf(task).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    const joinSessions: JoinSession[] = sessions.map((s) => ({ sessionId: s.id, state: s.state, receipt: s.receipt, unknownReason: s.state === 'unknown' ? (s.summary().reason ?? null) : null }));
+    const waiting = joinSessions.some((s) => !s.receipt);
+    const joinWorkspaces: JoinWorkspace[] = workspaces.map((path) => {
+      const real = Checkpoints.realWorkspace(path);
+      return { path, root: real ? ctx.watcher.rootOf(real) : null };
+    });
+
+    // The final checkpoint of each workspace.
+    const checkpoints: TaskCheckpointEntry[] = [];
+    for (const w of joinWorkspaces) {
+      const entry = await this.checkpointFor(task, attempt, w, previous, joinSessions, waiting);
+      if (entry && !attempt.checkpoints[w.path]) {
+        attempt.checkpoints[w.path] = entry;
+        files.writeAttempt(attempt);
+      }
+      checkpoints.push(entry ?? noCheckpoint(w.path, null, null));
+    }
+
+    // The fence: supervisor.json must still name this run.
+    let fenceOnDisk: { instance: string; generation: number } | null = null;
+    try {
+      fenceOnDisk = readRecord('identity', join(ctx.config.stateDir, STATE.identity));
+    } catch (err) {
+      log.error({ err }, 'task close: supervisor.json cannot be read');
+    }
+    const fence = { instance: identity.instance, generation: identity.generation, boot_id: identity.bootId };
+    const verdict = evaluateTask({ sealed: true, sessions: joinSessions, workspaces: joinWorkspaces, checkpoints, sealGeneration: seal.generation, fence, fenceOnDisk });
+
+    const receipt = ctx.signer.sign<TaskReceipt>({
+      version: 1,
+      kind: 'task',
+      task,
+      attempt: attempt.attempt,
+      supervisor: { instance: identity.instance, generation: identity.generation, boot_id: identity.bootId, mode: identity.mode },
+      sealed: { generation: seal.generation, sealed_at: seal.sealed_at },
+      closed_at: new Date().toISOString(),
+      settle: attempt.settle ?? settle,
+      sessions: sessions.map((s) => this.sessionEntry(s, joinWorkspaces)),
+      workspaces,
+      checkpoints,
+      fence,
+      complete: verdict.complete,
+      conditions: verdict.conditions,
+      obligations: verdict.obligations,
+    });
+    files.writeReceipt(receipt);
+    log.info({ task, attempt: attempt.attempt, complete: receipt.complete, sessions: sessions.length, obligations: receipt.obligations.length }, 'task closed');
+    return receipt;
+  }
+
+  /**
+   * Test hook (only tests set it): SBX_TEST_TASK_EARLY_CHECKPOINT=1 takes the attempt's
+   * checkpoints before the settle, out of the close's order, so a test can show the join
+   * naming a checkpoint older than a session's terminal_mutation.
+   */
+  private async testEarlyCheckpoints(task: string, attempt: TaskAttemptRecord, workspaces: string[]): Promise<void> {
+    for (const path of workspaces) {
+      const r = await this.deps.checkpoints.checkpoint(path, task, attempt.attempt);
+      attempt.checkpoints[path] = checkpointEntry(path, r, attempt.attempt);
+    }
+    new TaskFiles(this.deps.ctx.config.stateDir, task).writeAttempt(attempt);
+  }
+
+  /** Waits for the task's live sessions (up to timeoutMs), ends the rest (cause close), then for reconciliation. */
+  private async settle(task: string, timeoutMs: number): Promise<{ timeout_ms: number; terminated: number }> {
+    const live = this.deps.sessionsOf(task).filter((s) => isLive(s.state));
+    this.deps.ctx.log.info({ task, sessions: live.length, timeout_ms: timeoutMs }, 'task close: settling sessions');
+    faultPoint('task-close:settling');
+    const allSettled = Promise.all(live.map((s) => s.settled()));
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = await Promise.race([allSettled.then(() => false), new Promise<boolean>((r) => (timer = setTimeout(() => r(true), timeoutMs)))]);
+    clearTimeout(timer);
+    const rest = timedOut ? live.filter((s) => !isSettled(s.state)) : [];
+    await Promise.all(rest.map((s) => s.terminate('close')));
+    await allSettled;
+    // Sessions a restart left unknown get their receipts from reconciliation (or stay unknown).
+    await this.deps.reconciled();
+    return { timeout_ms: timeoutMs, terminated: rest.length };
+  }
+
+  /**
+   * The checkpoint of one workspace for this attempt: the one it recorded, the one it published
+   * before a crash kept it from recording it, an earlier attempt's that still covers every
+   * session, or a new one. None (null) while a session has no receipt: it may still write.
+   */
+  private async checkpointFor(task: string, attempt: TaskAttemptRecord, w: JoinWorkspace, previous: TaskReceipt | null, sessions: JoinSession[], waiting: boolean): Promise<TaskCheckpointEntry | null> {
+    const recorded = attempt.checkpoints[w.path];
+    if (recorded) return recorded;
+    const { checkpoints, ctx } = this.deps;
+    const real = Checkpoints.realWorkspace(w.path);
+    const describe = (id: string): TaskCheckpointEntry | null => {
+      try {
+        return { workspace: w.path, ...checkpoints.describePublished(id), error: null };
+      } catch (err) {
+        ctx.log.warn({ err, checkpoint_id: id, task }, 'task close: a checkpoint it took cannot be used');
+        return null;
+      }
+    };
+    const found = real ? checkpoints.findClosePublished(task, attempt.attempt, real) : null;
+    if (found) {
+      const entry = describe(found);
+      if (entry) return entry;
+    }
+    if (waiting) return null;
+    const prev = previous?.checkpoints.find((c) => c.workspace === w.path && c.checkpoint_id !== null);
+    if (prev && prev.checkpoint_id) {
+      const entry = describe(prev.checkpoint_id);
+      const covers = (e: TaskCheckpointEntry) =>
+        w.root !== null && e.consistent === true && sessions.every((s) => s.receipt && (!terminalMutationKnown(s.receipt, w.root!) || checkpointCovers(e, s.receipt, w.root!)));
+      if (entry && covers(entry)) return entry;
+    }
+    try {
+      const r = await checkpoints.checkpoint(w.path, task, attempt.attempt);
+      faultPoint('task-close:after-checkpoint');
+      return checkpointEntry(w.path, r, attempt.attempt);
+    } catch (err) {
+      if (!(err instanceof SupervisorError) || (err.code !== 'CHECKPOINT_FAILED' && err.code !== 'INVALID_ARGUMENT')) throw err;
+      ctx.log.warn({ task, workspace: w.path, code: err.code, message: err.message }, 'task close: the checkpoint failed');
+      return noCheckpoint(w.path, err, attempt.attempt);
+    }
+  }
+
+  private sessionEntry(s: Session, workspaces: JoinWorkspace[]): TaskSessionEntry {
+    const r = s.receipt;
+    const output: TaskSessionEntry['output'] = {};
+    for (const [stream, o] of Object.entries(r?.output ?? {})) if (o) output[stream] = { final_cursor: o.final_cursor, complete: o.complete, reason: o.reason ?? null };
+    return {
+      session_id: s.id,
+      invocation_key: s.req.invocationKey,
+      task: s.req.task,
+      state: s.state,
+      outcome: r?.outcome ?? null,
+      receipt_sha256: r ? receiptDigest(r) : null,
+      death: r ? { evidence: r.death.evidence, observed_at: r.death.observed_at } : null,
+      ended_at: r?.ended_at ?? null,
+      output,
+      workspace: workspaces.map((w) => {
+        const e = r && w.root ? (r.workspace?.find((x) => x.path === w.root) ?? null) : null;
+        return { path: w.path, root: w.root, epoch: e?.epoch ?? null, terminal_mutation: e?.terminal_mutation ?? null, gap: e?.gap ?? null, scan_digest: e?.scan?.digest ?? null };
+      }),
+    };
+  }
+}

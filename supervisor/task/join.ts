@@ -1,0 +1,224 @@
+// Where complete(task) is decided (SPEC.md "Workspaces, checkpoints and tasks"; README
+// "Tasks: complete(task)"): a pure function from the durable facts a close gathered (the
+// task's seal, each session's receipt or why it has none, each workspace's checkpoint or why
+// it has none, the runtime fence) to the verdict: each condition, and the obligations that name
+// which authority must settle which missing fact. No I/O, no clock: the same facts give the
+// same verdict, so a close re-run after a crash answers as the first would have
+// (test/unit/task-join.test.ts).
+//
+//   complete(task) = sealed
+//     AND every session has (death proof, final output cursor, terminal_mutation)
+//     AND the checkpoint covers the final scan boundary (>= every terminal_mutation)
+//     AND the manifest reads back exactly AND the checkpoint carries the runtime fence
+//
+// A condition is true only when its fact is established. One missing fact is named once: a
+// session without a receipt is one obligation (sessions_settled), though its terminal
+// mutations and the checkpoint that waits for it are unknown too.
+import type { Receipt, TaskCheckpointEntry, TaskConditions, TaskObligation } from '../../ipc/protocol.js';
+
+/** A session of the task as the join sees it. */
+export interface JoinSession {
+  sessionId: string;
+  state: string;
+  receipt: Receipt | null;
+  /** Why it is unknown (its summary's reason), when it is. */
+  unknownReason: string | null;
+}
+
+/** A workspace of the close: its path and the watched workspace holding it (null: not watched). */
+export interface JoinWorkspace {
+  path: string;
+  root: string | null;
+}
+
+export interface JoinFacts {
+  sealed: boolean;
+  sessions: JoinSession[];
+  workspaces: JoinWorkspace[];
+  /** One per workspace, in the same order. */
+  checkpoints: TaskCheckpointEntry[];
+  /** The generation the task was sealed at (a checkpoint from before it is not this close's). */
+  sealGeneration: number | null;
+  /** This supervisor run. */
+  fence: { instance: string; generation: number; boot_id: string };
+  /** What supervisor.json names now (null: unreadable): another generation there means this run no longer owns the state dir. */
+  fenceOnDisk: { instance: string; generation: number } | null;
+}
+
+export interface JoinVerdict {
+  complete: boolean;
+  conditions: TaskConditions;
+  obligations: TaskObligation[];
+}
+
+/** Death evidence that proves the end (operator_attested is an operator's word, shown as such in the task receipt). */
+const DEATH_EVIDENCE = new Set(['cgroup_empty', 'subreaper_reaped', 'boot_changed', 'operator_attested']);
+
+/** The session's workspace entry for a watched root, if its receipt has one. */
+function entryFor(receipt: Receipt, root: string) {
+  return receipt.workspace?.find((e) => e.path === root) ?? null;
+}
+
+/** Whether the session's end in this workspace is known: its barrier's sequence, or a gap with the scan that stands in. */
+export function terminalMutationKnown(receipt: Receipt, root: string): boolean {
+  const e = entryFor(receipt, root);
+  return e !== null && (e.terminal_mutation !== null || (e.gap !== null && e.scan !== null));
+}
+
+/**
+ * Whether a checkpoint covers a session's writes in a workspace: in the same listener epoch,
+ * its boundary's sequence is at or past the session's terminal_mutation (every write of the
+ * session is ordered before the barrier, so the capture that followed saw it). Otherwise
+ * (another epoch, a gap on either side) by order of the two facts: the checkpoint's run came
+ * after the run that wrote the receipt, or in the same run it started after the session ended.
+ */
+export function checkpointCovers(cp: TaskCheckpointEntry, receipt: Receipt, root: string): boolean {
+  const e = entryFor(receipt, root);
+  if (!e || !cp.boundary || !cp.fence || !cp.started_at) return false;
+  if (e.terminal_mutation !== null && cp.boundary.seq !== null && e.epoch === cp.boundary.epoch) return cp.boundary.seq >= e.terminal_mutation;
+  const receiptGeneration = receipt.supervisor.generation;
+  if (cp.fence.generation !== receiptGeneration) return cp.fence.generation > receiptGeneration;
+  return Date.parse(cp.started_at) >= Date.parse(receipt.ended_at);
+}
+
+/** The verdict over the facts. */
+export function evaluateTask(f: JoinFacts): JoinVerdict {
+  const obligations: TaskObligation[] = [];
+  const c: TaskConditions = { sealed: f.sealed, sessions_settled: true, terminal_mutations_known: true, checkpoint_covers: true, read_back_exact: true, fenced: true };
+  if (!f.sealed) obligations.push({ authority: 'operator', condition: 'sealed', what: 'the task is not sealed' });
+
+  // Sessions: a receipt with death evidence and a final cursor per stream.
+  const ended: { id: string; receipt: Receipt }[] = [];
+  for (const s of f.sessions) {
+    const r = s.receipt;
+    if (!r) {
+      c.sessions_settled = false;
+      c.terminal_mutations_known = false;
+      if (s.state === 'unknown') {
+        obligations.push({
+          authority: 'operator',
+          condition: 'sessions_settled',
+          session_id: s.sessionId,
+          what: `session ${s.sessionId} is unknown${s.unknownReason ? ` (${s.unknownReason})` : ''}: no proof it ended; once you know it did, sbx resolve ${s.sessionId} --as-operator --reason TEXT`,
+        });
+      } else {
+        obligations.push({ authority: 'session', condition: 'sessions_settled', session_id: s.sessionId, what: `session ${s.sessionId} is still ${s.state}` });
+      }
+      continue;
+    }
+    if (!r.death || !DEATH_EVIDENCE.has(r.death.evidence)) {
+      c.sessions_settled = false;
+      obligations.push({ authority: 'session', condition: 'sessions_settled', session_id: s.sessionId, what: `session ${s.sessionId}'s receipt has no death evidence` });
+    }
+    const streams = Object.entries(r.output ?? {});
+    if (streams.length === 0 || streams.some(([, o]) => !o || !Number.isSafeInteger(o.final_cursor) || o.final_cursor < 0)) {
+      c.sessions_settled = false;
+      obligations.push({ authority: 'session', condition: 'sessions_settled', session_id: s.sessionId, what: `session ${s.sessionId}'s receipt has no final output cursor` });
+    }
+    ended.push({ id: s.sessionId, receipt: r });
+  }
+  const waiting = ended.length < f.sessions.length;
+
+  // Terminal mutations, per session and workspace of the close.
+  for (const w of f.workspaces) {
+    if (w.root === null) {
+      if (f.sessions.length === 0) continue;
+      c.terminal_mutations_known = false;
+      obligations.push({
+        authority: 'workspace',
+        condition: 'terminal_mutations_known',
+        workspace: w.path,
+        what: `${w.path} is not a watched workspace: no session's writes there are ordered (add it to workspace.paths or serve --workspace, and run the task there)`,
+      });
+      continue;
+    }
+    for (const s of ended) {
+      if (terminalMutationKnown(s.receipt, w.root)) continue;
+      c.terminal_mutations_known = false;
+      const e = entryFor(s.receipt, w.root);
+      obligations.push({
+        authority: 'workspace',
+        condition: 'terminal_mutations_known',
+        session_id: s.id,
+        workspace: w.path,
+        what: e
+          ? `session ${s.id}'s end in ${w.root} is unknown: the watcher had a gap (${e.gap}) and the scan that stands in failed`
+          : `session ${s.id}'s receipt has no entry for ${w.root} (the workspace was not watched while it ran)`,
+      });
+    }
+  }
+
+  // Checkpoints: published, read back, consistent, past every terminal mutation, fenced.
+  f.workspaces.forEach((w, i) => {
+    const cp = f.checkpoints[i];
+    if (!cp || cp.checkpoint_id === null) {
+      c.checkpoint_covers = false;
+      c.read_back_exact = false;
+      c.fenced = false;
+      const err = cp?.error ?? null;
+      if (err && err.stage === 'read_back') {
+        obligations.push({ authority: 'workspace', condition: 'read_back_exact', workspace: w.path, what: `the checkpoint of ${w.path} did not read back exactly: ${err.message}; close again to take a new one` });
+      } else if (err) {
+        obligations.push({ authority: 'workspace', condition: 'checkpoint_covers', workspace: w.path, what: `the checkpoint of ${w.path} failed (${err.code}${err.stage ? `, ${err.stage}` : ''}): ${err.message}; close again to retry` });
+      } else if (!waiting) {
+        obligations.push({ authority: 'workspace', condition: 'checkpoint_covers', workspace: w.path, what: `no checkpoint of ${w.path} was taken` });
+      }
+      // waiting: not taken while a session has no receipt (it may still write); that session's obligation says so.
+      return;
+    }
+    if (!cp.read_back?.exact) {
+      c.read_back_exact = false;
+      obligations.push({ authority: 'workspace', condition: 'read_back_exact', workspace: w.path, what: `checkpoint ${cp.checkpoint_id} of ${w.path} has no exact read-back` });
+    }
+    if (cp.consistent !== true) {
+      c.checkpoint_covers = false;
+      obligations.push({
+        authority: 'workspace',
+        condition: 'checkpoint_covers',
+        workspace: w.path,
+        what: `${cp.unstable_count} paths of ${w.path} changed in every pass of checkpoint ${cp.checkpoint_id} (${cp.unstable.slice(0, 3).join(', ')}${cp.unstable_count > 3 ? ', ...' : ''}): stop what writes them and close again`,
+      });
+    }
+    if (w.root !== null) {
+      for (const s of ended) {
+        if (!terminalMutationKnown(s.receipt, w.root) || checkpointCovers(cp, s.receipt, w.root)) continue;
+        c.checkpoint_covers = false;
+        const e = entryFor(s.receipt, w.root)!;
+        const b = cp.boundary;
+        obligations.push({
+          authority: 'workspace',
+          condition: 'checkpoint_covers',
+          session_id: s.id,
+          workspace: w.path,
+          what: `checkpoint ${cp.checkpoint_id} of ${w.path} (boundary ${b?.epoch ?? '-'} seq ${b?.seq ?? b?.gap ?? '-'}) is older than session ${s.id}'s terminal_mutation (${e.epoch} seq ${e.terminal_mutation ?? `${e.gap}, scan at its end`}); close again to take one after it`,
+        });
+      }
+    }
+    const fe = cp.fence;
+    const fenceProblem = !fe
+      ? 'carries no runtime fence'
+      : fe.instance !== f.fence.instance
+        ? `was taken by supervisor instance ${fe.instance}, not this state dir's ${f.fence.instance}`
+        : fe.generation > f.fence.generation
+          ? `carries generation ${fe.generation}, newer than this supervisor's ${f.fence.generation}`
+          : f.sealGeneration !== null && fe.generation < f.sealGeneration
+            ? `carries generation ${fe.generation}, from before the task was sealed (generation ${f.sealGeneration})`
+            : null;
+    if (fenceProblem) {
+      c.fenced = false;
+      obligations.push({ authority: 'operator', condition: 'fenced', workspace: w.path, what: `checkpoint ${cp.checkpoint_id} of ${w.path} ${fenceProblem}` });
+    }
+  });
+  if (!f.fenceOnDisk || f.fenceOnDisk.instance !== f.fence.instance || f.fenceOnDisk.generation !== f.fence.generation) {
+    c.fenced = false;
+    obligations.push({
+      authority: 'operator',
+      condition: 'fenced',
+      what: f.fenceOnDisk
+        ? `supervisor.json names instance ${f.fenceOnDisk.instance} generation ${f.fenceOnDisk.generation}, not this run (${f.fence.instance} generation ${f.fence.generation}): another supervisor took the state dir`
+        : 'supervisor.json cannot be read: this run cannot show it still owns the state dir',
+    });
+  }
+  const complete = Object.values(c).every(Boolean);
+  return { complete, conditions: c, obligations };
+}

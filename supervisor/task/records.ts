@@ -1,0 +1,117 @@
+// Where a task's state reaches disk (docs/STATE.md "tasks/"): <state>/tasks/<sha256(task)>/
+// holds the task's seal (written once: a restart does not unseal), its close (the workspaces
+// the first close named), the close attempt under way (rewritten as each step lands: what the
+// settle did, each workspace's published checkpoint or why there is none), and the task
+// receipt (replaced while incomplete; final once complete). Every file is written durably
+// (store/durable.ts: temp, fsync, rename or link, dir fsync) and read with its schema; the
+// task id is never a path. Not what is decided from them (join.ts) or when (close.ts).
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import type { TaskReceipt } from '../../ipc/protocol.js';
+import { isTempFileName, readRecord, STATE, TASK_FILES, taskDirName, type TaskAttemptRecord, type TaskCloseRecord, type TaskSealRecord } from '../../ipc/state-layout.js';
+import { createFileDurable, writeFileDurable } from '../store/durable.js';
+
+export type { TaskAttemptRecord, TaskCloseRecord, TaskSealRecord } from '../../ipc/state-layout.js';
+
+/** The files of one task. Reads throw with the reason when a file is torn or foreign; absent is null. */
+export class TaskFiles {
+  readonly dir: string;
+
+  constructor(stateDir: string, readonly task: string) {
+    this.dir = join(stateDir, STATE.tasksDir, taskDirName(task));
+  }
+
+  private path(name: keyof typeof TASK_FILES): string {
+    return join(this.dir, TASK_FILES[name]);
+  }
+
+  private ensureDir(): void {
+    mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+  }
+
+  private read<K extends 'taskSeal' | 'taskClose' | 'taskAttempt' | 'taskReceipt'>(kind: K, name: keyof typeof TASK_FILES) {
+    const p = this.path(name);
+    if (!existsSync(p)) return null;
+    const record = readRecord(kind, p);
+    if ((record as { task: string }).task !== this.task) throw new Error(`${p} names task ${JSON.stringify((record as { task: string }).task)}, not ${JSON.stringify(this.task)}`);
+    return record;
+  }
+
+  readSeal(): TaskSealRecord | null {
+    return this.read('taskSeal', 'seal');
+  }
+
+  /** Writes the seal once (EEXIST if sealed already). */
+  writeSeal(record: TaskSealRecord): void {
+    this.ensureDir();
+    createFileDurable(this.path('seal'), JSON.stringify(record) + '\n');
+  }
+
+  readClose(): TaskCloseRecord | null {
+    return this.read('taskClose', 'close');
+  }
+
+  /** Writes the close record once (EEXIST if a close was asked for already). */
+  writeClose(record: TaskCloseRecord): void {
+    this.ensureDir();
+    createFileDurable(this.path('close'), JSON.stringify(record) + '\n');
+  }
+
+  readAttempt(): TaskAttemptRecord | null {
+    return this.read('taskAttempt', 'attempt');
+  }
+
+  writeAttempt(record: TaskAttemptRecord): void {
+    this.ensureDir();
+    writeFileDurable(this.path('attempt'), JSON.stringify(record) + '\n');
+  }
+
+  /** The task receipt as written (checked with its schema, returned with its fields in their written order: unchanged). */
+  readReceipt(): TaskReceipt | null {
+    if (!this.read('taskReceipt', 'receipt')) return null;
+    return JSON.parse(readFileSync(this.path('receipt'), 'utf8')) as TaskReceipt;
+  }
+
+  /** Replaces the task receipt (temp, fsync, rename, dir fsync), with the crash points the fault-injection tests name. */
+  writeReceipt(receipt: TaskReceipt): void {
+    this.ensureDir();
+    writeFileDurable(this.path('receipt'), JSON.stringify(receipt, null, 2) + '\n', 0o600, { afterTemp: 'task-close:after-receipt-temp', afterRename: 'task-close:after-receipt-rename' });
+  }
+
+}
+
+/** Removes the temp files a crash left in every task dir (a write that never landed claims nothing); how many. */
+export function sweepTaskTemps(stateDir: string): number {
+  const root = join(stateDir, STATE.tasksDir);
+  if (!existsSync(root)) return 0;
+  let n = 0;
+  for (const dir of readdirSync(root)) {
+    if (!/^[0-9a-f]{64}$/.test(dir)) continue;
+    for (const name of readdirSync(join(root, dir))) {
+      if (!isTempFileName(name)) continue;
+      rmSync(join(root, dir, name), { force: true });
+      n++;
+    }
+  }
+  return n;
+}
+
+/** Every task with a seal in the state dir: task id → seal (unreadable seals are reported, and their task stays unknown). */
+export function readTaskSeals(stateDir: string, onUnreadable: (dir: string, err: Error) => void): Map<string, TaskSealRecord> {
+  const seals = new Map<string, TaskSealRecord>();
+  const root = join(stateDir, STATE.tasksDir);
+  if (!existsSync(root)) return seals;
+  for (const name of readdirSync(root)) {
+    if (!/^[0-9a-f]{64}$/.test(name)) continue;
+    const p = join(root, name, TASK_FILES.seal);
+    if (!existsSync(p)) continue;
+    try {
+      const record = readRecord('taskSeal', p);
+      if (taskDirName(record.task) !== name) throw new Error(`the seal names task ${JSON.stringify(record.task)}, whose dir is not ${name}`);
+      seals.set(record.task, record);
+    } catch (err) {
+      onUnreadable(join(root, name), err as Error);
+    }
+  }
+  return seals;
+}

@@ -1,0 +1,283 @@
+// Tasks and complete(task) on a real supervisor (README "Tasks: complete(task)"): two tasks
+// in one supervisor closed one at a time; the task receipt of a normal run complete; and
+// complete: false with the right obligation for each missing fact: a session stuck unknown
+// (then resolved by an operator: complete, evidence operator_attested), a workspace whose
+// watcher had a gap and whose scan failed, an object flipped between its write and its
+// read-back, a checkpoint older than a session's terminal_mutation, a workspace not watched.
+// sbx verify checks a task receipt end to end and names what was tampered with.
+import { createHash } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Receipt, SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
+import { pidsWithMarker, type TestDaemon, until } from '../helpers/daemon.js';
+import { json, WorkspaceRig } from '../helpers/workspace.js';
+
+const rig = new WorkspaceRig();
+afterEach(() => rig.cleanup());
+
+const ALL_TRUE = { sealed: true, sessions_settled: true, terminal_mutations_known: true, checkpoint_covers: true, read_back_exact: true, fenced: true };
+const marker = () => `task-test-${process.pid}-${Math.random().toString(36).slice(2)}`;
+
+async function withWorkspace(options: { env?: NodeJS.ProcessEnv; wrap?: string[] } = {}) {
+  const { d, paths } = await rig.daemon((dir) => {
+    mkdirSync(join(dir, 'ws'));
+    return [join(dir, 'ws')];
+  }, options);
+  return { d, ws: paths[0] };
+}
+
+async function closeTask(d: TestDaemon, task: string, args: string[] = []) {
+  const r = await d.sbx(['close', '--task', task, ...args]);
+  return { status: r.status, stderr: r.stderr.toString(), stdout: r.stdout, receipt: r.status === 0 || r.status === 1 ? json<TaskReceipt>(r) : null };
+}
+
+async function verify(d: TestDaemon, receipt: Buffer | string) {
+  const file = join(d.dir, `verify-${Math.random().toString(36).slice(2)}.json`);
+  writeFileSync(file, receipt);
+  const r = await d.sbx(['verify', file, '--state-dir', d.stateDir]);
+  return { status: r.status, out: r.stdout.toString() + r.stderr.toString() };
+}
+
+describe('tasks', () => {
+  it('two tasks in one supervisor: closing A leaves B admitting and running; each task receipt lists only its sessions; a sealed task stays sealed across a restart', async () => {
+    const { d, ws } = await withWorkspace();
+    const m = marker();
+    const a1 = await d.sbx(['run', '--task', 'A', '--key', 'a1', '--', 'sh', '-c', `echo a1 > ${ws}/a1`]);
+    expect(a1.status).toBe(0);
+    const c = await d.client();
+    const b1 = await c.launch({ argv: ['sh', '-c', `echo b1 > ${ws}/b1; sleep 600; : ${m}`], cwd: '/', invocation_key: 'b1', task: 'B' });
+    const dflt = await d.sbx(['run', '--key', 'd1', '--', 'true']); // no --task: the task "default"
+    expect(dflt.status).toBe(0);
+    await until(() => pidsWithMarker(m).length === 1, "B's command to run");
+
+    const A = await closeTask(d, 'A', ['--workspace', ws]);
+    expect(A.stderr).toBe('');
+    expect(A.status).toBe(0);
+    expect(A.receipt).toMatchObject({ kind: 'task', task: 'A', attempt: 1, complete: true, obligations: [], workspaces: [ws], settle: { terminated: 0 } });
+    expect(A.receipt!.conditions).toEqual(ALL_TRUE);
+    expect(A.receipt!.sessions.map((s) => [s.invocation_key, s.task, s.outcome])).toEqual([['a1', 'A', 'exited']]);
+    const [cp] = A.receipt!.checkpoints;
+    expect(cp).toMatchObject({ workspace: ws, consistent: true, close_attempt: 1, error: null, read_back: { exact: true } });
+    // The checkpoint covers A's terminal_mutation in the same epoch.
+    const tm = A.receipt!.sessions[0].workspace[0];
+    expect(tm.root).toBe(ws);
+    expect(cp.boundary!.epoch).toBe(tm.epoch);
+    expect(cp.boundary!.seq).toBeGreaterThanOrEqual(tm.terminal_mutation!);
+
+    // B goes on: its command still runs, and it admits new keys; A refuses new keys, answers retries.
+    expect(pidsWithMarker(m)).toHaveLength(1);
+    expect((await d.sbx(['run', '--task', 'B', '--', 'echo', 'b2'])).stdout.toString()).toBe('b2\n');
+    const refused = await d.sbx(['run', '--task', 'A', '--', 'true']);
+    expect(refused.status).toBe(125);
+    expect(refused.stderr.toString()).toContain('ADMISSION_SEALED: task "A" was sealed at generation');
+    const retry = await d.sbx(['run', '--task', 'A', '--key', 'a1', '--detach', '--json', '--', 'sh', '-c', `echo a1 > ${ws}/a1`]);
+    expect(json<{ existing: boolean }>(retry).existing).toBe(true);
+    const otherTask = await d.sbx(['run', '--task', 'B', '--key', 'a1', '--', 'sh', '-c', `echo a1 > ${ws}/a1`]);
+    expect(otherTask.status).toBe(125);
+    expect(otherTask.stderr.toString()).toContain('KEY_CONFLICT: invocation key "a1" was used in task "A", not "B"');
+
+    // Unchanged on a later call; another set of workspaces is refused.
+    const again = await d.sbx(['close', '--task', 'A', '--workspace', ws]);
+    expect(again.stdout.equals(A.stdout)).toBe(true);
+    const conflict = await d.sbx(['close', '--task', 'A', '--workspace', d.dir]);
+    expect(conflict.status).toBe(125);
+    expect(conflict.stderr.toString()).toContain(`TASK_CONFLICT: task "A" is closed (or closing) with workspaces ["${ws}"]`);
+    expect((await verify(d, A.stdout)).out).toContain('OK: task receipt of "A" (complete: true)');
+
+    // Across a restart: A stays sealed and its receipt unchanged; B's session, owner lost, is reconciled.
+    await d.kill9();
+    await d.start();
+    expect((await d.sbx(['run', '--task', 'A', '--', 'true'])).stderr.toString()).toContain('ADMISSION_SEALED: task "A"');
+    expect((await d.sbx(['close', '--task', 'A', '--workspace', ws])).stdout.equals(A.stdout)).toBe(true);
+    const B = await closeTask(d, 'B', ['--workspace', ws, '--timeout', '200ms']);
+    expect(B.status).toBe(0);
+    expect(B.receipt!.complete).toBe(true);
+    expect(B.receipt!.sessions.map((s) => [s.invocation_key, s.task]).sort()).toEqual([['b1', 'B'], [expect.stringMatching(/^auto-/), 'B']].sort());
+    expect(B.receipt!.sessions.find((s) => s.invocation_key === 'b1')!.outcome).toBe('owner_lost');
+    expect(pidsWithMarker(m)).toEqual([]);
+    // The default task is untouched by both, and the status shows the ps row's task.
+    const ps = json<SessionSummary[]>(await d.sbx(['ps', '--all', '--json']));
+    expect(ps.find((s) => s.invocation_key === 'd1')!.task).toBe('default');
+    expect((await d.sbx(['run', '--', 'echo', 'still open'])).stdout.toString()).toBe('still open\n');
+    expect(json<Receipt>(await d.sbx(['receipt', '--key', 'b1'])).task).toBe('B');
+  });
+
+  it('the client library: launch in a task, sealTask, closeTask (default workspaces: every watched one)', async () => {
+    const { d, ws } = await withWorkspace();
+    const c = await d.client();
+    const s = await c.launch({ argv: ['sh', '-c', `printf x > ${ws}/x`], cwd: '/', task: 'lib' });
+    await c.wait({ session_id: s.session_id });
+    expect(await c.sealTask('lib')).toMatchObject({ task: 'lib', already_sealed: false });
+    expect(await c.sealTask('lib')).toMatchObject({ task: 'lib', already_sealed: true });
+    await expect(c.launch({ argv: ['true'], cwd: '/', task: 'lib' })).rejects.toMatchObject({ code: 'ADMISSION_SEALED', details: { task: 'lib' } });
+    const receipt = await c.closeTask({ task: 'lib' });
+    expect(receipt).toMatchObject({ complete: true, workspaces: [ws], obligations: [] });
+    expect(receipt.sessions.map((x) => x.session_id)).toEqual([s.session_id]);
+    await expect(c.closeTask({ task: 'lib', workspaces: ['/'] })).rejects.toMatchObject({ code: 'TASK_CONFLICT', details: { task: 'lib', workspaces: [ws] } });
+  });
+});
+
+describe('complete: false names what is missing', () => {
+  it('a session stuck unknown: an operator obligation, no checkpoint while it may write; after sbx resolve, close again: complete, evidence operator_attested', async () => {
+    const { d, ws } = await withWorkspace();
+    const c = await d.client();
+    const ok = await c.launch({ argv: ['sh', '-c', `echo ok > ${ws}/ok`], cwd: '/', task: 'T', invocation_key: 'fine' });
+    await c.wait({ session_id: ok.session_id });
+    const lost = await c.launch({ argv: ['sh', '-c', `echo lost > ${ws}/lost`], cwd: '/', task: 'T', invocation_key: 'torn' });
+    await c.wait({ session_id: lost.session_id });
+    await d.kill9();
+    // Its records torn: no proof of its end, and its task unknown (it is listed in every task's join).
+    const dir = join(d.stateDir, 'sessions', lost.session_id);
+    writeFileSync(join(dir, 'admission.json'), '{"session_id": "s-');
+    writeFileSync(join(dir, 'receipt.json'), '{ torn');
+    await d.start();
+    const first = await closeTask(d, 'T', ['--workspace', ws]);
+    expect(first.status).toBe(1);
+    expect(first.receipt).toMatchObject({ complete: false, attempt: 1 });
+    expect(first.receipt!.conditions).toEqual({ ...ALL_TRUE, sessions_settled: false, terminal_mutations_known: false, checkpoint_covers: false, read_back_exact: false, fenced: false });
+    expect(first.receipt!.obligations).toEqual([
+      { authority: 'operator', condition: 'sessions_settled', session_id: lost.session_id, what: expect.stringContaining(`sbx resolve ${lost.session_id} --as-operator --reason TEXT`) },
+    ]);
+    expect(first.receipt!.sessions.find((s) => s.session_id === lost.session_id)).toMatchObject({ task: null, state: 'unknown', receipt_sha256: null });
+    expect(first.receipt!.checkpoints).toEqual([expect.objectContaining({ workspace: ws, checkpoint_id: null, error: null })]);
+    expect(first.stderr).toContain('incomplete: operator must settle sessions_settled');
+    expect((await verify(d, first.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
+
+    const resolved = await d.sbx(['resolve', lost.session_id, '--as-operator', '--reason', 'checked: it exited']);
+    expect(resolved.status).toBe(0);
+    const second = await closeTask(d, 'T', ['--workspace', ws]);
+    expect(second.stderr).toBe('');
+    expect(second.status).toBe(0);
+    expect(second.receipt).toMatchObject({ complete: true, attempt: 2, obligations: [] });
+    expect(second.receipt!.sessions.find((s) => s.session_id === lost.session_id)).toMatchObject({ death: { evidence: 'operator_attested' }, outcome: 'owner_lost' });
+    // Its end in the workspace is the scan at its resolution (a gap: another listener's events), which the checkpoint follows.
+    expect(second.receipt!.sessions.find((s) => s.session_id === lost.session_id)!.workspace[0]).toMatchObject({ gap: 'listener_restart', scan_digest: expect.stringMatching(/^sha256:/) });
+    // Its receipt verifies, but its stored output cannot be re-read: its admission record (the chunk size) is torn. Said, not hidden.
+    const v = await verify(d, second.stdout);
+    expect(v.status).toBe(1);
+    expect(v.out.trim().split('\n')).toEqual([expect.stringMatching(new RegExp(`^MISMATCH: ${lost.session_id}: admission record unreadable: `))]);
+  });
+
+  it('a workspace whose watcher had a gap (no CAP_SYS_ADMIN: no fanotify) and whose scan failed (EACCES without CAP_DAC_OVERRIDE)', async () => {
+    const caps = '-sys_admin,-dac_override,-dac_read_search';
+    const { d, ws } = await withWorkspace({ wrap: ['setpriv', `--inh-caps=${caps}`, `--bounding-set=${caps}`, '--'] });
+    const r = await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `mkdir ${ws}/locked && echo secret > ${ws}/locked/f && chmod 000 ${ws}/locked`]);
+    expect(r.status).toBe(0);
+    const closed = await closeTask(d, 'T', ['--workspace', ws]);
+    expect(closed.status).toBe(1);
+    const { receipt } = closed;
+    expect(receipt!.sessions[0].workspace[0]).toMatchObject({ gap: 'unsupported', terminal_mutation: null, scan_digest: null });
+    expect(receipt!.conditions).toMatchObject({ sessions_settled: true, terminal_mutations_known: false, checkpoint_covers: false });
+    expect(receipt!.obligations).toEqual([
+      {
+        authority: 'workspace',
+        condition: 'terminal_mutations_known',
+        session_id: receipt!.sessions[0].session_id,
+        workspace: ws,
+        what: `session ${receipt!.sessions[0].session_id}'s end in ${ws} is unknown: the watcher had a gap (unsupported) and the scan that stands in failed`,
+      },
+      { authority: 'workspace', condition: 'checkpoint_covers', workspace: ws, what: expect.stringMatching(/^the checkpoint of .* failed \(CHECKPOINT_FAILED, scan\): .*EACCES/) },
+    ]);
+    chmodSync(join(ws, 'locked'), 0o700); // so the rig can remove it
+  });
+
+  it('an object flipped between its write and its read-back: read_back_exact false, the object set aside; close again: a new checkpoint, complete', async () => {
+    const { d, ws } = await withWorkspace({ env: { SBX_TEST_CHECKPOINT_FLIP: 'big' } });
+    const r = await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `head -c 100000 /dev/zero | tr '\\0' 'z' > ${ws}/big; echo small > ${ws}/small`]);
+    expect(r.status).toBe(0);
+    const first = await closeTask(d, 'T', ['--workspace', ws]);
+    expect(first.status).toBe(1);
+    expect(first.receipt!.conditions).toEqual({ ...ALL_TRUE, checkpoint_covers: false, read_back_exact: false, fenced: false });
+    const sha = createHash('sha256').update('z'.repeat(100000)).digest('hex');
+    expect(first.receipt!.obligations).toEqual([{ authority: 'workspace', condition: 'read_back_exact', workspace: ws, what: expect.stringContaining(`object ${sha}`) }]);
+    expect(first.receipt!.checkpoints[0]).toMatchObject({ checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'read_back' } });
+    expect(readdirSync(join(d.stateDir, 'checkpoints', 'quarantine')).some((n) => n.startsWith(sha))).toBe(true);
+    // The hook flips once per run: the next attempt stores the object again and reads it back.
+    const second = await closeTask(d, 'T', ['--workspace', ws]);
+    expect(second.status).toBe(0);
+    expect(second.receipt).toMatchObject({ complete: true, attempt: 2 });
+    expect(readFileSync(join(d.stateDir, 'checkpoints', 'objects', sha.slice(0, 2), sha), 'utf8')).toBe('z'.repeat(100000));
+    expect((await verify(d, second.stdout)).status).toBe(0);
+  });
+
+  it("a checkpoint older than a session's terminal_mutation (test hook: taken before the settle): the obligation names both; close again: a new one after it", async () => {
+    const { d, ws } = await withWorkspace({ env: { SBX_TEST_TASK_EARLY_CHECKPOINT: '1' } });
+    const c = await d.client();
+    const go = join(d.dir, 'go');
+    writeFileSync(go, '');
+    // It writes after it is told to end: its last write is after any checkpoint taken before.
+    const s = await c.launch({ argv: ['sh', '-c', `trap 'echo late > ${ws}/late; exit 0' TERM; echo early > ${ws}/early; while :; do sleep 0.05; done`], cwd: '/', task: 'T' });
+    await until(() => existsSync(join(ws, 'early')), 'the first write');
+    const first = await closeTask(d, 'T', ['--workspace', ws, '--timeout', '100ms']);
+    expect(first.status).toBe(1);
+    const cp = first.receipt!.checkpoints[0];
+    const e = first.receipt!.sessions[0].workspace[0];
+    expect(e.epoch).toBe(cp.boundary!.epoch);
+    expect(e.terminal_mutation!).toBeGreaterThan(cp.boundary!.seq!);
+    expect(first.receipt!.conditions).toEqual({ ...ALL_TRUE, checkpoint_covers: false });
+    expect(first.receipt!.obligations).toEqual([
+      {
+        authority: 'workspace',
+        condition: 'checkpoint_covers',
+        session_id: s.session_id,
+        workspace: ws,
+        what: `checkpoint ${cp.checkpoint_id} of ${ws} (boundary ${cp.boundary!.epoch} seq ${cp.boundary!.seq}) is older than session ${s.session_id}'s terminal_mutation (${e.epoch} seq ${e.terminal_mutation}); close again to take one after it`,
+      },
+    ]);
+    expect((await verify(d, first.stdout)).status).toBe(0); // an incomplete receipt verifies too: it says what it proves
+    const second = await closeTask(d, 'T', ['--workspace', ws]);
+    expect(second.status).toBe(0);
+    expect(second.receipt!.checkpoints[0].boundary!.seq).toBeGreaterThanOrEqual(e.terminal_mutation!);
+    const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${second.receipt!.checkpoints[0].checkpoint_id}.json`), 'utf8')) as { entries: { path: string }[] };
+    expect(manifest.entries.map((x) => x.path)).toEqual(['early', 'late']);
+  });
+
+  it('a workspace that is not watched: terminal mutations unknown there (a workspace obligation); without sessions the task is complete', async () => {
+    const { d, ws } = await withWorkspace();
+    const other = join(d.dir, 'elsewhere');
+    mkdirSync(other);
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo hi > ${ws}/f`])).status).toBe(0);
+    const closed = await closeTask(d, 'T', ['--workspace', other]);
+    expect(closed.status).toBe(1);
+    expect(closed.receipt!.obligations).toEqual([
+      { authority: 'workspace', condition: 'terminal_mutations_known', workspace: other, what: expect.stringContaining(`${other} is not a watched workspace`) },
+    ]);
+    expect(closed.receipt!.checkpoints[0].boundary).toEqual({ epoch: null, seq: null, gap: 'not_watched' });
+    const empty = await closeTask(d, 'nothing-ran-here', ['--workspace', ws]);
+    expect(empty.status).toBe(0);
+    expect(empty.receipt).toMatchObject({ complete: true, sessions: [] });
+  });
+});
+
+describe('sbx verify of a task receipt', () => {
+  it('names an edited receipt, an edited session receipt, and a flipped object', async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--key', 'v1', '--', 'sh', '-c', `echo content > ${ws}/f`])).status).toBe(0);
+    const closed = await closeTask(d, 'T', ['--workspace', ws]);
+    expect(closed.status).toBe(0);
+    const edited = JSON.parse(closed.stdout.toString()) as TaskReceipt;
+    edited.complete = false;
+    const v1 = await verify(d, JSON.stringify(edited));
+    expect(v1.status).toBe(1);
+    expect(v1.out).toContain('MISMATCH: task receipt: ');
+    // A session receipt on disk changed after the task receipt listed it.
+    const sid = closed.receipt!.sessions[0].session_id;
+    const receiptPath = join(d.stateDir, 'sessions', sid, 'receipt.json');
+    const original = readFileSync(receiptPath);
+    writeFileSync(receiptPath, original.toString().replace('"exited"', '"signaled"'));
+    const v2 = await verify(d, closed.stdout);
+    expect(v2.status).toBe(1);
+    expect(v2.out).toContain(`MISMATCH: ${sid}: receipt digest`);
+    writeFileSync(receiptPath, original);
+    // An object of its checkpoint flipped in the store.
+    const sha = createHash('sha256').update('content\n').digest('hex');
+    const object = join(d.stateDir, 'checkpoints', 'objects', sha.slice(0, 2), sha);
+    chmodSync(object, 0o600);
+    writeFileSync(object, 'cONTENT\n');
+    const v3 = await verify(d, closed.stdout);
+    expect(v3.status).toBe(1);
+    expect(v3.out).toContain(`MISMATCH: checkpoint ${closed.receipt!.checkpoints[0].checkpoint_id}`);
+    expect(v3.out).toContain(sha);
+  });
+});

@@ -1,0 +1,170 @@
+// complete(task) as a pure function (supervisor/task/join.ts): each condition from its facts,
+// each missing fact one obligation with its authority, and the same facts in any order give
+// the same verdict (property: random facts, shuffled; the seed is logged).
+import { describe, expect, it } from 'vitest';
+import type { Receipt, TaskCheckpointEntry } from '../../ipc/protocol.js';
+import { checkpointCovers, evaluateTask, type JoinFacts, type JoinSession } from '../../supervisor/task/join.js';
+
+const EPOCH = 'boot:1000';
+const fence = { instance: 'inst', generation: 3, boot_id: 'boot' };
+
+function receipt(id: string, over: { tm?: number | null; gap?: string | null; scan?: boolean; epoch?: string; generation?: number; ended_at?: string; evidence?: string; cursor?: number } = {}): Receipt {
+  return {
+    session_id: id,
+    supervisor: { instance: 'inst', generation: over.generation ?? 3, boot_id: 'boot', mode: 'cgroup', pid: 1 },
+    ended_at: over.ended_at ?? '2026-12-01T10:00:00.000Z',
+    death: { evidence: over.evidence ?? 'cgroup_empty', observed_at: '2026-12-01T10:00:00.000Z' },
+    output: { stdout: { final_cursor: over.cursor ?? 5, complete: true, reason: null } },
+    workspace: [
+      {
+        path: '/ws',
+        epoch: over.epoch ?? EPOCH,
+        terminal_mutation: over.tm === undefined ? 7 : over.tm,
+        gap: over.gap ?? null,
+        scan: over.scan ? { digest: 'sha256:s', entries: 1, bytes: 1, max_ctime: null } : null,
+        attributed: { events: 0, last_seq: null, last_at: null, last_path: null },
+        unattributed_events: 0,
+      },
+    ],
+  } as unknown as Receipt;
+}
+
+function checkpoint(over: Partial<TaskCheckpointEntry> = {}): TaskCheckpointEntry {
+  return {
+    workspace: '/ws',
+    checkpoint_id: 'a'.repeat(64),
+    store: '/store',
+    started_at: '2026-12-01T10:00:01.000Z',
+    boundary: { epoch: EPOCH, seq: 9, gap: null },
+    scan_digest: 'sha256:x',
+    consistent: true,
+    unstable: [],
+    unstable_count: 0,
+    read_back: { exact: true, objects: 1, bytes: 1, at: '2026-12-01T10:00:02.000Z' },
+    fence: { instance: 'inst', generation: 3, boot_id: 'boot' },
+    close_attempt: 1,
+    error: null,
+    ...over,
+  };
+}
+
+const session = (id: string, r: Receipt | null, state = r ? 'ended' : 'unknown'): JoinSession => ({ sessionId: id, state, receipt: r, unknownReason: r ? null : 'restarted' });
+
+function facts(over: Partial<JoinFacts> = {}): JoinFacts {
+  return {
+    sealed: true,
+    sessions: [session('s-1', receipt('s-1'))],
+    workspaces: [{ path: '/ws', root: '/ws' }],
+    checkpoints: [checkpoint()],
+    sealGeneration: 3,
+    fence,
+    fenceOnDisk: { instance: 'inst', generation: 3 },
+    ...over,
+  };
+}
+
+const failing = (v: ReturnType<typeof evaluateTask>) => Object.entries(v.conditions).filter(([, ok]) => !ok).map(([k]) => k);
+
+describe('evaluateTask', () => {
+  it('complete when every fact holds', () => {
+    expect(evaluateTask(facts())).toEqual({ complete: true, conditions: { sealed: true, sessions_settled: true, terminal_mutations_known: true, checkpoint_covers: true, read_back_exact: true, fenced: true }, obligations: [] });
+  });
+
+  it('not sealed: an operator obligation', () => {
+    const v = evaluateTask(facts({ sealed: false }));
+    expect(failing(v)).toEqual(['sealed']);
+    expect(v.obligations).toEqual([{ authority: 'operator', condition: 'sealed', what: 'the task is not sealed' }]);
+  });
+
+  it('a session unknown: one operator obligation; the facts it holds back are false without obligations of their own', () => {
+    const v = evaluateTask(facts({ sessions: [session('s-1', receipt('s-1')), session('s-2', null)], checkpoints: [checkpoint({ checkpoint_id: null, error: null })] }));
+    expect(v.complete).toBe(false);
+    expect(failing(v)).toEqual(['sessions_settled', 'terminal_mutations_known', 'checkpoint_covers', 'read_back_exact', 'fenced']);
+    expect(v.obligations).toEqual([{ authority: 'operator', condition: 'sessions_settled', session_id: 's-2', what: expect.stringContaining('sbx resolve s-2 --as-operator') }]);
+  });
+
+  it('a session still running: a session obligation', () => {
+    const v = evaluateTask(facts({ sessions: [session('s-3', null, 'terminating')] }));
+    expect(v.obligations[0]).toEqual({ authority: 'session', condition: 'sessions_settled', session_id: 's-3', what: 'session s-3 is still terminating' });
+  });
+
+  it('operator_attested is death evidence; an unknown evidence string or no final cursor is not', () => {
+    expect(evaluateTask(facts({ sessions: [session('s-1', receipt('s-1', { evidence: 'operator_attested' }))] })).complete).toBe(true);
+    expect(failing(evaluateTask(facts({ sessions: [session('s-1', receipt('s-1', { evidence: 'hope' }))] })))).toEqual(['sessions_settled']);
+    expect(failing(evaluateTask(facts({ sessions: [session('s-1', receipt('s-1', { cursor: -1 }))] })))).toEqual(['sessions_settled']);
+  });
+
+  it('a gap with a scan stands in for the terminal_mutation; a gap whose scan failed is a workspace obligation', () => {
+    expect(evaluateTask(facts({ sessions: [session('s-1', receipt('s-1', { tm: null, gap: 'overflow', scan: true, ended_at: '2026-12-01T10:00:00.500Z' }))] })).complete).toBe(true);
+    const v = evaluateTask(facts({ sessions: [session('s-1', receipt('s-1', { tm: null, gap: 'overflow', scan: false }))] }));
+    expect(failing(v)).toEqual(['terminal_mutations_known']);
+    expect(v.obligations).toEqual([{ authority: 'workspace', condition: 'terminal_mutations_known', session_id: 's-1', workspace: '/ws', what: "session s-1's end in /ws is unknown: the watcher had a gap (overflow) and the scan that stands in failed" }]);
+  });
+
+  it('a workspace not watched: unknown terminal mutations when the task has sessions, vacuous without', () => {
+    const ws = [{ path: '/elsewhere', root: null }];
+    const cps = [checkpoint({ workspace: '/elsewhere', boundary: { epoch: null, seq: null, gap: 'not_watched' } })];
+    expect(failing(evaluateTask(facts({ workspaces: ws, checkpoints: cps })))).toEqual(['terminal_mutations_known']);
+    expect(evaluateTask(facts({ workspaces: ws, checkpoints: cps, sessions: [] })).complete).toBe(true);
+  });
+
+  it('a checkpoint older than a terminal_mutation in the same epoch does not cover it, even if it started later by the clock', () => {
+    const r = receipt('s-1', { tm: 12, ended_at: '2026-12-01T09:00:00.000Z' });
+    expect(checkpointCovers(checkpoint(), r, '/ws')).toBe(false);
+    const v = evaluateTask(facts({ sessions: [session('s-1', r)] }));
+    expect(failing(v)).toEqual(['checkpoint_covers']);
+    expect(v.obligations[0]).toMatchObject({ authority: 'workspace', condition: 'checkpoint_covers', session_id: 's-1', what: expect.stringContaining('is older than session s-1') });
+    expect(checkpointCovers(checkpoint({ boundary: { epoch: EPOCH, seq: 12, gap: null } }), r, '/ws')).toBe(true);
+  });
+
+  it('across epochs or gaps, by order: a later supervisor run covers; in one run, a checkpoint started after the session ended', () => {
+    const other = receipt('s-1', { epoch: 'boot:500', generation: 2 });
+    expect(checkpointCovers(checkpoint(), other, '/ws')).toBe(true);
+    expect(checkpointCovers(checkpoint({ fence: { ...fence, generation: 1 } }), other, '/ws')).toBe(false);
+    const gap = receipt('s-1', { tm: null, gap: 'listener_restart', scan: true, ended_at: '2026-12-01T10:00:05.000Z' });
+    expect(checkpointCovers(checkpoint(), gap, '/ws')).toBe(false);
+    expect(checkpointCovers(checkpoint({ started_at: '2026-12-01T10:00:05.000Z' }), gap, '/ws')).toBe(true);
+  });
+
+  it('unstable, failed, read-back: each its own obligation', () => {
+    const unstable = evaluateTask(facts({ checkpoints: [checkpoint({ consistent: false, unstable: ['a', 'b'], unstable_count: 2 })] }));
+    expect(failing(unstable)).toEqual(['checkpoint_covers']);
+    expect(unstable.obligations[0].what).toContain('2 paths of /ws changed in every pass');
+    const failedScan = evaluateTask(facts({ checkpoints: [checkpoint({ checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'scan', message: 'EIO' } })] }));
+    expect(failedScan.obligations).toEqual([{ authority: 'workspace', condition: 'checkpoint_covers', workspace: '/ws', what: 'the checkpoint of /ws failed (CHECKPOINT_FAILED, scan): EIO; close again to retry' }]);
+    const readBack = evaluateTask(facts({ checkpoints: [checkpoint({ checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'read_back', message: 'object x' } })] }));
+    expect(readBack.obligations.map((o) => o.condition)).toEqual(['read_back_exact']);
+  });
+
+  it('fenced: the checkpoint is this instance\'s, not newer than this run, not from before the seal; supervisor.json still names this run', () => {
+    expect(failing(evaluateTask(facts({ checkpoints: [checkpoint({ fence: { ...fence, instance: 'other' } })] })))).toEqual(['fenced']);
+    expect(failing(evaluateTask(facts({ checkpoints: [checkpoint({ fence: { ...fence, generation: 4 } })] })))).toEqual(['fenced']);
+    expect(failing(evaluateTask(facts({ sealGeneration: 4, fence: { ...fence, generation: 4 }, fenceOnDisk: { instance: 'inst', generation: 4 } })))).toEqual(['fenced']);
+    const taken = evaluateTask(facts({ fenceOnDisk: { instance: 'inst', generation: 5 } }));
+    expect(taken.obligations).toEqual([{ authority: 'operator', condition: 'fenced', what: expect.stringContaining('another supervisor took the state dir') }]);
+    expect(failing(evaluateTask(facts({ fenceOnDisk: null })))).toEqual(['fenced']);
+  });
+
+  it('property: the verdict does not depend on the order of sessions; complete only when no obligation', () => {
+    const seed = Number(process.env.TASK_JOIN_SEED ?? Date.now() % 1_000_000);
+    console.log(`task-join property seed ${seed} (TASK_JOIN_SEED=${seed} to repeat)`);
+    let x = seed || 1;
+    const rand = () => ((x = (x * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    for (let round = 0; round < 500; round++) {
+      const n = Math.floor(rand() * 5);
+      const sessions: JoinSession[] = Array.from({ length: n }, (_, i) => {
+        const pick = rand();
+        if (pick < 0.1) return session(`s-${i}`, null);
+        const gap = rand() < 0.3;
+        return session(`s-${i}`, receipt(`s-${i}`, { tm: gap ? null : Math.floor(rand() * 12), gap: gap ? 'overflow' : null, scan: rand() < 0.8, ended_at: `2026-12-01T10:00:0${Math.floor(rand() * 3)}.000Z` }));
+      });
+      const f = facts({ sessions, checkpoints: [checkpoint({ consistent: rand() < 0.9 })] });
+      const v = evaluateTask(f);
+      const shuffled = evaluateTask({ ...f, sessions: [...sessions].reverse() });
+      expect(shuffled.complete).toBe(v.complete);
+      expect(shuffled.conditions).toEqual(v.conditions);
+      expect(v.complete).toBe(v.obligations.length === 0);
+      expect(v.complete).toBe(Object.values(v.conditions).every(Boolean));
+    }
+  });
+});
