@@ -114,8 +114,10 @@ describe('frames', () => {
       'CURSOR_OUT_OF_RANGE', 'SPAWN_FAILED', 'ADMISSION_SEALED', 'ADMISSION_DENIED', 'LIMIT_EXCEEDED', 'SHUTTING_DOWN', 'INTERNAL',
       'OUTPUT_REMOVED', // extension (README changelog): appended, never reordered
       'CHECKPOINT_FAILED', // extension (issue 18)
+      'TASK_CONFLICT', // extension (issue 19)
     ]);
     expect(new SupervisorError('CHECKPOINT_FAILED', 'x').retryable).toBe(true);
+    expect(new SupervisorError('TASK_CONFLICT', 'x').retryable).toBe(false);
     const back = SupervisorError.fromWire({ code: 'NOT_A_CODE' as any, message: 'm', retryable: false });
     expect(back.code).toBe('INTERNAL');
     expect(back.message).toBe('NOT_A_CODE: m');
