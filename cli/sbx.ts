@@ -267,7 +267,7 @@ sub('run')
   .usage('[options] -- CMD [ARG...]')
   .argument('<cmd...>', 'the command and its arguments')
   .option('--key <key>', 'invocation key (idempotency): a retry returns the existing session')
-  .option('--task <task>', 'the task the session belongs to (default: default); sbx close --task T joins over its sessions')
+  .option('--task <task>', 'the task the session belongs to (default: the task "default"); sbx close --task T joins over its sessions')
   .option('--timeout <dur>', 'deadline (0: none), e.g. 30s', duration, 0)
   .option('--grace <dur>', 'TERM→KILL grace, e.g. 10s', duration)
   .option('--cwd <dir>', 'working directory (default: the current one)')
@@ -423,7 +423,7 @@ sub('kill')
   });
 
 sub('verify')
-  .description("check a receipt's or a checkpoint manifest's signature and, with the state dir (or --store), every stored byte it names (works with the supervisor stopped)")
+  .description("check a receipt's, close receipt's, task receipt's or checkpoint manifest's signature and, with the state dir (or --store), every stored byte it names (works with the supervisor stopped; exit 0 says it is authentic, not that a task is complete: read its complete)")
   .argument('<file|checkpoint>', 'a receipt, close receipt or task receipt as JSON (sbx receipt ID > r.json, --receipt FILE, sbx close --task T > t.json), a checkpoint manifest (<state>/checkpoints/manifests/<id>.json), or a checkpoint id')
   .option('--key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
   .option('--state-dir <dir>', 'also re-read the chunk files (or checkpoint objects) there and check cursors and digests')
@@ -755,17 +755,29 @@ sub('seal')
   });
 
 sub('close')
-  .description('seal, settle every session, wait for every receipt, and print the signed close receipt (exit 1 when a workspace could not be scanned); with --task: close one task and print its task receipt (exit 0 complete, 1 the join ran but is incomplete: the obligations are on stderr)')
+  .description('seal, settle every session, wait for every receipt, and print the signed close receipt (exit 1 when a workspace could not be scanned); with --task: close one task and print its task receipt (exit 0 complete, 1 the join ran but is incomplete: the obligations are on stderr; 125 the close could not run: the reason on stderr, and with --json as {"error"} on stdout)')
   .option('--timeout <dur>', 'how long sessions may take to end by themselves before they are terminated (default 60s)', duration)
-  .option('--workspace <dir...>', 'directories to scan after the last session died (file count, bytes, newest mtime, digest); with --task, to checkpoint (default: every watched workspace)')
+  .option('--workspace <dir...>', 'directories to scan after the last session died (file count, bytes, newest mtime, digest); with --task, the watched workspaces to checkpoint (default: every watched workspace; every later close of the task must name the same set)')
   .option('--task <task>', 'close only this task: seal it, settle its sessions, checkpoint the workspaces, read back, fence, and print the signed task receipt')
   .action(async (o: { timeout?: number; workspace?: string[]; task?: string }) => {
     const g = globals(o);
     const workspaces = (o.workspace ?? []).map((w) => resolvePath(w));
     const task = o.task;
     if (task !== undefined) {
-      const receipt = await call(g, (c) => c.closeTask({ task, timeout_ms: o.timeout, workspaces: workspaces.length ? workspaces : undefined }));
+      const client = await connect(g);
+      let receipt: TaskReceipt;
+      try {
+        receipt = await client.closeTask({ task, timeout_ms: o.timeout, workspaces: workspaces.length ? workspaces : undefined });
+      } catch (err) {
+        // --json: the error as JSON on stdout too (as sbx checkpoint), for a harness that parses it.
+        if (g.json && isSupervisorError(err)) printJson({ error: err.toWire() });
+        fail(describe(err));
+      } finally {
+        client.close();
+      }
       printJson(receipt);
+      // Vacuously complete: a misspelled task has no sessions either.
+      if (receipt.sessions.length === 0) process.stderr.write(`sbx: note: task ${JSON.stringify(task)} has no sessions (complete holds vacuously; is the task name right?)\n`);
       for (const ob of receipt.obligations) process.stderr.write(`sbx: task ${JSON.stringify(task)} incomplete: ${ob.authority} must settle ${ob.condition}: ${ob.what}\n`);
       process.exitCode = receipt.complete ? 0 : 1;
       return;

@@ -83,6 +83,10 @@ describe('tasks', () => {
     const conflict = await d.sbx(['close', '--task', 'A', '--workspace', d.dir]);
     expect(conflict.status).toBe(125);
     expect(conflict.stderr.toString()).toContain(`TASK_CONFLICT: task "A" is closed (or closing) with workspaces ["${ws}"]`);
+    expect(conflict.stdout.toString()).toBe(''); // without --json, nothing on stdout
+    const conflictJson = await d.sbx(['close', '--task', 'A', '--json', '--workspace', d.dir]);
+    expect(conflictJson.status).toBe(125);
+    expect(JSON.parse(conflictJson.stdout.toString())).toMatchObject({ error: { code: 'TASK_CONFLICT', retryable: false, details: { task: 'A', workspaces: [ws] } } });
     expect((await verify(d, A.stdout)).out).toContain('OK: task receipt of "A" (complete: true)');
 
     // Across a restart: A stays sealed and its receipt unchanged; B's session, owner lost, is reconciled.
@@ -247,6 +251,7 @@ describe('complete: false names what is missing', () => {
     const empty = await closeTask(d, 'nothing-ran-here', ['--workspace', ws]);
     expect(empty.status).toBe(0);
     expect(empty.receipt).toMatchObject({ complete: true, sessions: [] });
+    expect(empty.stderr).toBe('sbx: note: task "nothing-ran-here" has no sessions (complete holds vacuously; is the task name right?)\n');
   });
 });
 
