@@ -392,6 +392,8 @@ export interface TaskSessionEntry {
   task: string | null;
   state: SessionState;
   outcome: Outcome | null;
+  /** The leader's exit as its receipt says (a complete task is not a successful one: check these). */
+  exit: { code: number | null; signal: string | null } | null;
   /** `sha256:` of the session receipt's JCS (null: no receipt). */
   receipt_sha256: string | null;
   /** The receipt's death evidence (operator_attested: an operator's word, shown as such). */
@@ -399,7 +401,7 @@ export interface TaskSessionEntry {
   ended_at: string | null;
   /** Each stream's final cursor, whether the stored log is whole, and why not. */
   output: Record<string, { final_cursor: number; complete: boolean; reason: string | null }>;
-  /** Per workspace of the close (the watched root holding it): the session's terminal_mutation, or its gap and the digest of the scan that stands in. */
+  /** Per workspace of the close (the watched root holding it): the session's terminal_mutation, or its gap (not_watched: no watched root) and the digest of the scan that stands in. */
   workspace: { path: string; root: string | null; epoch: string | null; terminal_mutation: number | null; gap: string | null; scan_digest: string | null }[];
 }
 

@@ -11,6 +11,7 @@
 // Crash points (fault.ts): task-close:after-seal, task-close:settling,
 // task-close:after-last-death, checkpoint:* (checkpoint/), task-close:after-checkpoint,
 // task-close:after-receipt-temp, task-close:after-receipt-rename.
+import { statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { CheckpointResult, TaskCheckpointEntry, TaskReceipt, TaskSealResult, TaskSessionEntry } from '../../ipc/protocol.js';
@@ -124,15 +125,38 @@ export class Tasks {
    * error of a step that could not be recorded (nothing is claimed then; close again).
    */
   close(task: string, timeoutMs: number, workspacesArg: string[] | undefined): Promise<TaskReceipt> {
-    const workspaces = [...new Set((workspacesArg && workspacesArg.length ? workspacesArg : this.deps.ctx.watcher.paths).map((p) => resolve(p)))];
+    const normalise = (paths: string[]) => [...new Set(paths.map((p) => resolve(p)))];
     const running = this.closing.get(task);
+    const recorded = running ? null : new TaskFiles(this.deps.ctx.config.stateDir, task).readClose();
+    // Not named: the workspaces this task's close named first, else every watched one.
+    const workspaces = workspacesArg?.length ? normalise(workspacesArg) : (running?.workspaces ?? recorded?.workspaces ?? normalise(this.deps.ctx.watcher.paths));
     if (running) {
       if (!sameSet(running.workspaces, workspaces)) throw this.conflict(task, running.workspaces, workspaces);
       return running.done;
     }
+    // The first close names its workspaces for good: a path that cannot be checkpointed, or
+    // whose writes no watcher orders, is refused before anything is recorded or sealed.
+    if (!recorded) this.checkWorkspaces(workspaces);
     const done = this.run(task, timeoutMs, workspaces).finally(() => this.closing.delete(task));
     this.closing.set(task, { workspaces, done });
     return done;
+  }
+
+  /** INVALID_ARGUMENT (field workspaces) unless each path is a directory inside a watched workspace. */
+  private checkWorkspaces(workspaces: string[]): void {
+    const watched = this.deps.ctx.watcher.paths;
+    for (const path of workspaces) {
+      const real = Checkpoints.realWorkspace(path);
+      if (real === null) throw new SupervisorError('INVALID_ARGUMENT', `close: workspace ${path} does not exist; nothing was recorded or sealed`, { field: 'workspaces', workspace: path });
+      if (!statSync(real).isDirectory()) throw new SupervisorError('INVALID_ARGUMENT', `close: workspace ${path} is not a directory; nothing was recorded or sealed`, { field: 'workspaces', workspace: path });
+      if (this.deps.ctx.watcher.rootOf(real) === null) {
+        throw new SupervisorError(
+          'INVALID_ARGUMENT',
+          `close: ${path} is not in a watched workspace (${watched.length ? watched.join(', ') : 'none is watched'}): no session's writes there are ordered, so the task could never be complete; name a watched workspace (or a directory in one), or watch it (workspace.paths, serve --workspace) before the task runs. Nothing was recorded or sealed`,
+          { field: 'workspaces', workspace: path, watched },
+        );
+      }
+    }
   }
 
   private conflict(task: string, had: string[], asked: string[]): SupervisorError {
@@ -306,13 +330,14 @@ export class Tasks {
       task: s.req.task,
       state: s.state,
       outcome: r?.outcome ?? null,
+      exit: r ? { code: r.exit.code, signal: r.exit.signal } : null,
       receipt_sha256: r ? receiptDigest(r) : null,
       death: r ? { evidence: r.death.evidence, observed_at: r.death.observed_at } : null,
       ended_at: r?.ended_at ?? null,
       output,
       workspace: workspaces.map((w) => {
         const e = r && w.root ? (r.workspace?.find((x) => x.path === w.root) ?? null) : null;
-        return { path: w.path, root: w.root, epoch: e?.epoch ?? null, terminal_mutation: e?.terminal_mutation ?? null, gap: e?.gap ?? null, scan_digest: e?.scan?.digest ?? null };
+        return { path: w.path, root: w.root, epoch: e?.epoch ?? null, terminal_mutation: e?.terminal_mutation ?? null, gap: w.root === null ? 'not_watched' : (e?.gap ?? null), scan_digest: e?.scan?.digest ?? null };
       }),
     };
   }

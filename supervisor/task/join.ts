@@ -176,7 +176,7 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
         authority: 'workspace',
         condition: 'checkpoint_covers',
         workspace: w.path,
-        what: `${cp.unstable_count} paths of ${w.path} changed in every pass of checkpoint ${cp.checkpoint_id} (${cp.unstable.slice(0, 3).join(', ')}${cp.unstable_count > 3 ? ', ...' : ''}): stop what writes them and close again`,
+        what: `${cp.unstable_count} ${cp.unstable_count === 1 ? 'path' : 'paths'} of ${w.path} changed in every pass of checkpoint ${cp.checkpoint_id} (${cp.unstable.slice(0, 3).join(', ')}${cp.unstable_count > 3 ? ', ...' : ''}): stop what writes them and close again`,
       });
     }
     if (w.root !== null) {

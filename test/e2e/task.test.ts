@@ -237,17 +237,30 @@ describe('complete: false names what is missing', () => {
     expect(manifest.entries.map((x) => x.path)).toEqual(['early', 'late']);
   });
 
-  it('a workspace that is not watched: terminal mutations unknown there (a workspace obligation); without sessions the task is complete', async () => {
+  it('a first close naming a workspace not watched, missing, or a file: INVALID_ARGUMENT, nothing recorded or sealed; then a close without --workspace names the first set', async () => {
     const { d, ws } = await withWorkspace();
     const other = join(d.dir, 'elsewhere');
     mkdirSync(other);
+    writeFileSync(join(d.dir, 'a-file'), '');
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo hi > ${ws}/f`])).status).toBe(0);
-    const closed = await closeTask(d, 'T', ['--workspace', other]);
-    expect(closed.status).toBe(1);
-    expect(closed.receipt!.obligations).toEqual([
-      { authority: 'workspace', condition: 'terminal_mutations_known', workspace: other, what: expect.stringContaining(`${other} is not a watched workspace`) },
-    ]);
-    expect(closed.receipt!.checkpoints[0].boundary).toEqual({ epoch: null, seq: null, gap: 'not_watched' });
+    for (const [path, says] of [
+      [other, `close: ${other} is not in a watched workspace (${ws})`],
+      [join(d.dir, 'missing'), `close: workspace ${join(d.dir, 'missing')} does not exist; nothing was recorded or sealed`],
+      [join(d.dir, 'a-file'), `close: workspace ${join(d.dir, 'a-file')} is not a directory; nothing was recorded or sealed`],
+    ]) {
+      const refused = await closeTask(d, 'T', ['--workspace', path]);
+      expect(refused.status).toBe(125);
+      expect(refused.stderr).toContain(`INVALID_ARGUMENT: ${says}`);
+    }
+    expect(existsSync(join(d.stateDir, 'tasks'))).toBe(false);
+    expect((await d.sbx(['run', '--task', 'T', '--', 'true'])).status).toBe(0); // not sealed
+    // A directory in the watched workspace is fine; later closes without --workspace name it.
+    mkdirSync(join(ws, 'sub'));
+    const sub = await closeTask(d, 'T', ['--workspace', join(ws, 'sub')]);
+    expect(sub.status).toBe(0);
+    expect(sub.receipt!.sessions.map((s) => s.workspace[0].root)).toEqual([ws, ws]);
+    expect(sub.receipt!.sessions.map((s) => s.exit)).toEqual([{ code: 0, signal: null }, { code: 0, signal: null }]);
+    expect((await d.sbx(['close', '--task', 'T'])).stdout.equals(sub.stdout)).toBe(true);
     const empty = await closeTask(d, 'nothing-ran-here', ['--workspace', ws]);
     expect(empty.status).toBe(0);
     expect(empty.receipt).toMatchObject({ complete: true, sessions: [] });
