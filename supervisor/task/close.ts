@@ -119,12 +119,17 @@ export class Tasks {
 
   /**
    * The close of one task (the order is this file's header). workspaces: absolute paths,
-   * default every watched workspace. Resolves with the task receipt (complete or not);
-   * rejects with TASK_CONFLICT when the task's close named other workspaces, or with the
-   * error of a step that could not be recorded (nothing is claimed then; close again).
+   * default the task's first close's, else every watched workspace. Resolves with the task
+   * receipt (complete or not); rejects with TASK_CONFLICT when the task's close named other
+   * workspaces, INVALID_ARGUMENT when a first close names one no checkpoint can be taken of
+   * (nothing recorded), or with the error of a step that could not be recorded (nothing is
+   * claimed then; close again).
    */
   close(task: string, timeoutMs: number, workspacesArg: string[] | undefined): Promise<TaskReceipt> {
-    const workspaces = [...new Set((workspacesArg && workspacesArg.length ? workspacesArg : this.deps.ctx.watcher.paths).map((p) => resolve(p)))];
+    // Without workspaces: the task's own (its first close's), else every watched one, so a
+    // later close without them names the same set even if the watched ones changed since.
+    const asked = workspacesArg && workspacesArg.length ? workspacesArg : (this.recordedWorkspaces(task) ?? this.deps.ctx.watcher.paths);
+    const workspaces = [...new Set(asked.map((p) => resolve(p)))];
     const running = this.closing.get(task);
     if (running) {
       if (!sameSet(running.workspaces, workspaces)) throw this.conflict(task, running.workspaces, workspaces);
@@ -133,6 +138,15 @@ export class Tasks {
     const done = this.run(task, timeoutMs, workspaces).finally(() => this.closing.delete(task));
     this.closing.set(task, { workspaces, done });
     return done;
+  }
+
+  /** The workspaces the task's close record names (null: none yet, or unreadable: run() then says why). */
+  private recordedWorkspaces(task: string): string[] | null {
+    try {
+      return new TaskFiles(this.deps.ctx.config.stateDir, task).readClose()?.workspaces ?? null;
+    } catch {
+      return null;
+    }
   }
 
   private conflict(task: string, had: string[], asked: string[]): SupervisorError {
@@ -151,7 +165,12 @@ export class Tasks {
     if (closeRecord && !sameSet(closeRecord.workspaces, workspaces)) throw this.conflict(task, closeRecord.workspaces, workspaces);
     const previous = files.readReceipt();
     if (previous?.complete) return previous;
-    if (!closeRecord) files.writeClose({ task, workspaces, requested_at: new Date().toISOString(), generation: identity.generation });
+    if (!closeRecord) {
+      // A workspace no checkpoint can be taken of (missing, not a directory, holding the state
+      // dir) is refused before anything is recorded: the close record would bind the task to it.
+      for (const w of workspaces) this.deps.checkpoints.checkWorkspace(w);
+      files.writeClose({ task, workspaces, requested_at: new Date().toISOString(), generation: identity.generation });
+    }
 
     // The attempt: resumed when a crash stopped it before its receipt, else the next one.
     let attempt = files.readAttempt();
@@ -200,6 +219,14 @@ export class Tasks {
       log.error({ err }, 'task close: supervisor.json cannot be read');
     }
     const fence = { instance: identity.instance, generation: identity.generation, boot_id: identity.bootId };
+    // Each checkpoint named must still be published (sbx gc may have removed one meanwhile: a
+    // resumed attempt's, an earlier attempt's reused); checked in one synchronous stretch with
+    // the signing and the write below, so no gc (it runs between awaits) comes in between.
+    checkpoints.forEach((cp, i) => {
+      if (cp.checkpoint_id === null || this.deps.checkpoints.isPublished(cp.checkpoint_id)) return;
+      const gone = new SupervisorError('CHECKPOINT_FAILED', `checkpoint ${cp.checkpoint_id} is no longer published in ${this.deps.checkpoints.local.dir} (removed by sbx gc?)`, { stage: 'store' });
+      checkpoints[i] = noCheckpoint(cp.workspace, gone, cp.close_attempt);
+    });
     const verdict = evaluateTask({ sealed: true, sessions: joinSessions, workspaces: joinWorkspaces, checkpoints, sealGeneration: seal.generation, fence, fenceOnDisk });
 
     const receipt = ctx.signer.sign<TaskReceipt>({
