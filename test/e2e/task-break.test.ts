@@ -3,9 +3,11 @@
 // resumed attempt must not sign a receipt naming it); a first close naming a workspace no
 // checkpoint can be taken of (refused before anything is recorded, so the task can still be
 // closed with the right one); a close without --workspace after the watched workspaces
-// changed (the task's own set: its final receipt is returned unchanged).
+// changed (the task's own set: its final receipt is returned unchanged); an entry in tasks/
+// that is not a task dir (a file, a symlink) at start: the supervisor starts, the task it
+// would be stays sealed, nothing outside the state dir is touched.
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { TaskReceipt } from '../../ipc/protocol.js';
@@ -126,5 +128,28 @@ describe('task close: breaking it', () => {
     const fresh = await d.sbx(['close', '--task', 'V']);
     expect(fresh.status).toBe(0);
     expect(json<TaskReceipt>(fresh).workspaces).toEqual([ws, ws2]);
+  });
+
+  it('an entry in tasks/ that is not a task dir (a file, a symlink to a dir elsewhere): the supervisor starts, that task stays sealed, the link is not followed, other tasks are unaffected', async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
+    const closed = await d.sbx(['close', '--task', 'T']);
+    expect(closed.status).toBe(0);
+    await d.terminate();
+    writeFileSync(taskDir(d, 'X'), 'not a task dir');
+    const elsewhere = join(d.dir, 'elsewhere');
+    mkdirSync(elsewhere);
+    writeFileSync(join(elsewhere, '.keep.json.0123456789ab.tmp'), 'not the supervisor\'s');
+    symlinkSync(elsewhere, taskDir(d, 'Y'));
+    await d.start();
+    for (const t of ['X', 'Y']) {
+      const r = await d.sbx(['run', '--task', t, '--', 'true']);
+      expect(r.stderr.toString()).toContain(`ADMISSION_SEALED: task "${t}" was sealed`);
+      expect(r.status).toBe(125);
+    }
+    expect(readdirSync(elsewhere)).toEqual(['.keep.json.0123456789ab.tmp']);
+    expect(d.log()).toContain('a task seal is unreadable; that task stays sealed');
+    expect((await d.sbx(['close', '--task', 'T'])).stdout.equals(closed.stdout)).toBe(true);
+    expect((await d.sbx(['run', '--task', 'U', '--', 'echo', 'open'])).stdout.toString()).toBe('open\n');
   });
 });
