@@ -5,7 +5,9 @@
 // closed with the right one); a close without --workspace after the watched workspaces
 // changed (the task's own set: its final receipt is returned unchanged); an entry in tasks/
 // that is not a task dir (a file, a symlink) at start: the supervisor starts, the task it
-// would be stays sealed, nothing outside the state dir is touched.
+// would be stays sealed, nothing outside the state dir is touched; sbx verify of an honest
+// receipt whose close could not read supervisor.json (a fact only the receipt can tell now);
+// a key retired whole by retention asked for in another task (KEY_CONFLICT, as a live one).
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -151,5 +153,25 @@ describe('task close: breaking it', () => {
     expect(d.log()).toContain('a task seal is unreadable; that task stays sealed');
     expect((await d.sbx(['close', '--task', 'T'])).stdout.equals(closed.stdout)).toBe(true);
     expect((await d.sbx(['run', '--task', 'U', '--', 'echo', 'open'])).stdout.toString()).toBe('open\n');
+  });
+
+  it('sbx verify of an honest receipt whose close could not read supervisor.json (fenced false, an operator obligation): OK, complete false', async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
+    const identity = join(d.stateDir, 'supervisor.json');
+    const original = readFileSync(identity);
+    writeFileSync(identity, '{ torn');
+    const closed = await d.sbx(['close', '--task', 'T']);
+    writeFileSync(identity, original);
+    expect(closed.status).toBe(1);
+    const receipt = json<TaskReceipt>(closed);
+    expect(receipt.conditions).toMatchObject({ sessions_settled: true, checkpoint_covers: true, read_back_exact: true, fenced: false });
+    expect(receipt.obligations).toEqual([{ authority: 'operator', condition: 'fenced', what: 'supervisor.json cannot be read: this run cannot show it still owns the state dir' }]);
+    const v = await verify(d, closed.stdout);
+    expect(v.out).toContain('OK: task receipt of "T" (complete: false)');
+    expect(v.status).toBe(0);
+    // Edited to claim the fence held, it does not verify (the signature).
+    const edited = { ...receipt, obligations: [], conditions: { ...receipt.conditions, fenced: true }, complete: true };
+    expect((await verify(d, Buffer.from(JSON.stringify(edited)))).status).toBe(1);
   });
 });
