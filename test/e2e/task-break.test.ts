@@ -174,4 +174,22 @@ describe('task close: breaking it', () => {
     const edited = { ...receipt, obligations: [], conditions: { ...receipt.conditions, fenced: true }, complete: true };
     expect((await verify(d, Buffer.from(JSON.stringify(edited)))).status).toBe(1);
   });
+
+  it('a key retired whole by retention is still in its task: the same key in another task is KEY_CONFLICT naming it; in its own task it answers retired', async () => {
+    const { d } = await withWorkspace();
+    const ran = await d.sbx(['run', '--task', 'A', '--key', 'rk', '--', 'true']);
+    expect(ran.status).toBe(0);
+    await d.terminate();
+    await d.withConfig({ retention: { receiptMaxAgeMs: 1 } }).start();
+    const gc = await d.sbx(['gc', '--json']);
+    expect(json<{ retired: string[] }>(gc).retired).toHaveLength(1);
+    const tombstone = JSON.parse(readFileSync(join(d.stateDir, 'retired', `${json<{ retired: string[] }>(gc).retired[0]}.json`), 'utf8')) as { task?: string };
+    expect(tombstone.task).toBe('A');
+    const other = await d.sbx(['run', '--task', 'B', '--key', 'rk', '--detach', '--json', '--', 'true']);
+    expect(other.stderr.toString()).toContain('KEY_CONFLICT: invocation key "rk" was used in task "A", not "B"');
+    expect(other.status).toBe(125);
+    const same = await d.sbx(['run', '--task', 'A', '--key', 'rk', '--detach', '--json', '--', 'true']);
+    expect(same.status).toBe(0);
+    expect(json<{ existing: boolean; state: string }>(same)).toMatchObject({ existing: true, state: 'retired' });
+  });
 });
