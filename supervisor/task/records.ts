@@ -32,7 +32,12 @@ export class TaskFiles {
   private read<K extends 'taskSeal' | 'taskClose' | 'taskAttempt' | 'taskReceipt'>(kind: K, name: keyof typeof TASK_FILES) {
     const p = this.path(name);
     if (!existsSync(p)) return null;
-    const record = readRecord(kind, p);
+    let record;
+    try {
+      record = readRecord(kind, p);
+    } catch (err) {
+      throw new Error(`${p} cannot be read: ${(err as Error).message}`);
+    }
     if ((record as { task: string }).task !== this.task) throw new Error(`${p} names task ${JSON.stringify((record as { task: string }).task)}, not ${JSON.stringify(this.task)}`);
     return record;
   }

@@ -7,7 +7,8 @@
 // that is not a task dir (a file, a symlink) at start: the supervisor starts, the task it
 // would be stays sealed, nothing outside the state dir is touched; sbx verify of an honest
 // receipt whose close could not read supervisor.json (a fact only the receipt can tell now);
-// a key retired whole by retention asked for in another task (KEY_CONFLICT, as a live one).
+// a key retired whole by retention asked for in another task (KEY_CONFLICT, as a live one);
+// a torn close.json or receipt.json (refused naming the file, nothing replaced).
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -191,5 +192,25 @@ describe('task close: breaking it', () => {
     const same = await d.sbx(['run', '--task', 'A', '--key', 'rk', '--detach', '--json', '--', 'true']);
     expect(same.status).toBe(0);
     expect(json<{ existing: boolean; state: string }>(same)).toMatchObject({ existing: true, state: 'retired' });
+  });
+
+  it('a torn task record (close.json, receipt.json): the close is refused naming the file, nothing is replaced, the supervisor and other tasks go on', async () => {
+    const { d, ws } = await withWorkspace();
+    for (const t of ['T1', 'T2']) {
+      expect((await d.sbx(['run', '--task', t, '--', 'sh', '-c', `echo ${t} > ${ws}/${t}`])).status).toBe(0);
+      expect((await d.sbx(['close', '--task', t])).status).toBe(0);
+    }
+    await d.kill9();
+    writeFileSync(join(taskDir(d, 'T1'), 'close.json'), '{ torn');
+    writeFileSync(join(taskDir(d, 'T2'), 'receipt.json'), '{ torn');
+    await d.start();
+    for (const [t, file] of [['T1', 'close.json'], ['T2', 'receipt.json']]) {
+      const r = await d.sbx(['close', '--task', t]);
+      expect(r.stderr.toString()).toContain(`sbx: INTERNAL: ${join(taskDir(d, t), file)} cannot be read: not JSON`);
+      expect(r.status).toBe(125);
+      expect(readFileSync(join(taskDir(d, t), file), 'utf8')).toBe('{ torn');
+    }
+    expect((await d.sbx(['run', '--task', 'T1', '--', 'true'])).status).toBe(125); // still sealed
+    expect((await d.sbx(['close', '--task', 'T3'])).status).toBe(0);
   });
 });
