@@ -308,8 +308,12 @@ export class Tasks {
     const prev = previous?.checkpoints.find((c) => c.workspace === w.path && c.checkpoint_id !== null);
     if (prev && prev.checkpoint_id) {
       const entry = describe(prev.checkpoint_id);
+      // Reused only if it would pass the join: consistent, fenced by this state dir's
+      // supervisor (another instance's, say after a torn supervisor.json, never would), covering.
+      const { identity } = ctx;
+      const fenced = (e: TaskCheckpointEntry) => e.fence !== null && e.fence.instance === identity.instance && e.fence.generation <= identity.generation;
       const covers = (e: TaskCheckpointEntry) =>
-        w.root !== null && e.consistent === true && sessions.every((s) => s.receipt && (!terminalMutationKnown(s.receipt, w.root!) || checkpointCovers(e, s.receipt, w.root!)));
+        w.root !== null && e.consistent === true && fenced(e) && sessions.every((s) => s.receipt && (!terminalMutationKnown(s.receipt, w.root!) || checkpointCovers(e, s.receipt, w.root!)));
       if (entry && covers(entry)) return entry;
     }
     try {

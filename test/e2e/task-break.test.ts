@@ -8,7 +8,9 @@
 // would be stays sealed, nothing outside the state dir is touched; sbx verify of an honest
 // receipt whose close could not read supervisor.json (a fact only the receipt can tell now);
 // a key retired whole by retention asked for in another task (KEY_CONFLICT, as a live one);
-// a torn close.json or receipt.json (refused naming the file, nothing replaced).
+// a torn close.json or receipt.json (refused naming the file, nothing replaced); an earlier
+// attempt's checkpoint of another supervisor instance (supervisor.json was torn: a new
+// instance) is not reused, so closing again converges.
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -212,5 +214,26 @@ describe('task close: breaking it', () => {
     }
     expect((await d.sbx(['run', '--task', 'T1', '--', 'true'])).status).toBe(125); // still sealed
     expect((await d.sbx(['close', '--task', 'T3'])).status).toBe(0);
+  });
+
+  it("an earlier attempt's checkpoint from another supervisor instance (supervisor.json torn: a new one) is not reused: the next close takes a new one and is complete", async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
+    const identity = join(d.stateDir, 'supervisor.json');
+    writeFileSync(identity, '{ torn');
+    const first = await d.sbx(['close', '--task', 'T']);
+    expect(first.status).toBe(1); // this run cannot show it owns the state dir
+    const old = json<TaskReceipt>(first);
+    await d.kill9();
+    await d.start(); // supervisor.json unreadable: kept aside, a new instance
+    const again = await d.sbx(['close', '--task', 'T']);
+    const second = json<TaskReceipt>(again);
+    expect(second.supervisor.instance).not.toBe(old.supervisor.instance);
+    expect(second.obligations).toEqual([]);
+    expect(again.status).toBe(0);
+    expect(second).toMatchObject({ attempt: 2, complete: true });
+    expect(second.checkpoints[0].checkpoint_id).not.toBe(old.checkpoints[0].checkpoint_id);
+    expect(second.checkpoints[0].fence!.instance).toBe(second.supervisor.instance);
+    expect((await verify(d, again.stdout)).status).toBe(0);
   });
 });
