@@ -63,7 +63,10 @@ export async function verifyTaskReceipt(receipt: TaskReceipt, keyPem: string, o:
     said('fence', { instance: m.supervisor.instance, generation: m.supervisor.generation, boot_id: m.supervisor.boot_id }, cp.fence);
     said('close attempt', m.close_attempt ?? null, cp.close_attempt);
   }
-  // The verdict again, from the facts just checked.
+  // The verdict again, from the facts just checked. Whether supervisor.json still named the
+  // run when it signed is a fact of that moment only the (signed) receipt tells: its fenced
+  // obligation without a workspace.
+  const diskFenceFailed = receipt.obligations.some((ob) => ob.condition === 'fenced' && ob.workspace === undefined);
   const again = evaluateTask({
     sealed: receipt.sealed !== null,
     sessions,
@@ -72,7 +75,7 @@ export async function verifyTaskReceipt(receipt: TaskReceipt, keyPem: string, o:
     checkpoints: receipt.workspaces.map((path) => receipt.checkpoints.find((c) => c.workspace === path)!),
     sealGeneration: receipt.sealed?.generation ?? null,
     fence: receipt.fence,
-    fenceOnDisk: { instance: receipt.fence.instance, generation: receipt.fence.generation },
+    fenceOnDisk: diskFenceFailed ? null : { instance: receipt.fence.instance, generation: receipt.fence.generation },
   });
   if (again.complete !== receipt.complete) problems.push(`the task receipt says complete: ${receipt.complete}; its facts say ${again.complete}`);
   for (const [k, v] of Object.entries(again.conditions)) {

@@ -167,6 +167,8 @@ const TombstoneSchema = z.object({
   ended_at: z.string(),
   receipt_sha256: z.string(),
   retired_at: z.string(),
+  /** The session's task (null: unknown); absent in tombstones written before tasks: the task `default`. */
+  task: z.string().min(1).nullable().optional(),
 });
 /** retired/<session_id>.json: a session the retention policy removed whole; its key still answers. */
 export type TombstoneRecord = z.infer<typeof TombstoneSchema>;

@@ -16,8 +16,8 @@ export interface AdmissionRequest {
 export interface AdmissionLoad {
   /** The session that holds the key (commandDigest '' when its admission record is unreadable). */
   existing: { sessionId: string; commandDigest: string; state: SessionState; task: string | null } | null;
-  /** The tombstone of a session removed whole by retention that held the key. */
-  retired: { sessionId: string; commandDigest: string } | null;
+  /** The tombstone of a session removed whole by retention that held the key (task null: unknown). */
+  retired: { sessionId: string; commandDigest: string; task?: string | null } | null;
   /** The supervisor's seal (every task), else the request's task's own seal (task set). */
   sealed: { generation: number; sealed_at: string; task?: string } | null;
   /** Sessions not ended (unknown ones included: they may still run). */
@@ -64,6 +64,14 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
   if (load.retired) {
     // Keys are forever: a session removed by retention is never run again.
     if (load.retired.commandDigest !== request.commandDigest) return conflict(load.retired.sessionId);
+    // Its key is still in its task, as a live session's.
+    const { task } = load.retired;
+    if (task !== undefined && task !== null && task !== request.task) {
+      return {
+        kind: 'refuse',
+        error: new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} was used in task ${JSON.stringify(task)}, not ${JSON.stringify(request.task)}`, { invocation_key: key, session_id: load.retired.sessionId, task }),
+      };
+    }
     return { kind: 'existing', sessionId: load.retired.sessionId, state: 'retired' };
   }
   if (load.sealed) {

@@ -128,6 +128,7 @@ export class Retention {
         ended_at: s.receipt!.ended_at,
         receipt_sha256: receiptDigest(s.receipt),
         retired_at: new Date(nowMs).toISOString(),
+        task: s.req.task,
       };
       try {
         // Tombstone first, then the dir leaves the sessions list in one rename, then its files

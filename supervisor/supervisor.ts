@@ -287,7 +287,7 @@ export class Supervisor {
       { invocationKey: key, commandDigest: digest, task },
       {
         existing: existing ? { sessionId: existing.id, commandDigest: existing.req.commandDigest, state: existing.state, task: existing.req.task } : null,
-        retired: retired ? { sessionId: retired.session_id, commandDigest: retired.command_digest } : null,
+        retired: retired ? { sessionId: retired.session_id, commandDigest: retired.command_digest, task: retired.task === undefined ? DEFAULT_TASK : retired.task } : null,
         sealed: this.closing.seal ?? this.tasks.sealOf(task),
         liveSessions: this.liveSessions(),
         maxSessions: this.config.session.maxSessions,

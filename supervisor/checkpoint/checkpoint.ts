@@ -219,6 +219,16 @@ export class Checkpoints {
     return null;
   }
 
+  /** Whether checkpoint id is published in the local store now (its published record is there: gc removes it first); false when the store cannot be read. */
+  isPublished(id: string): boolean {
+    try {
+      const fs = this.local.fs;
+      return fs.readRecord(fs.publishedFd, `${id}.json`) !== null;
+    } catch {
+      return false;
+    }
+  }
+
   /**
    * What a task receipt says of a published checkpoint, from its manifest and its signed
    * published record in the local store (both signature-checked); throws when either is
@@ -267,8 +277,8 @@ export class Checkpoints {
     return { asked: true, refused: null };
   }
 
-  /** The workspace as walked: its real path, a directory, holding neither the state dir nor the store. */
-  private checkWorkspace(path: string): string {
+  /** The workspace as walked: its real path, a directory, holding neither the state dir nor the store. SupervisorError INVALID_ARGUMENT. */
+  checkWorkspace(path: string): string {
     let real: string;
     try {
       real = realpathSync(path);

@@ -11,7 +11,6 @@
 // Crash points (fault.ts): task-close:after-seal, task-close:settling,
 // task-close:after-last-death, checkpoint:* (checkpoint/), task-close:after-checkpoint,
 // task-close:after-receipt-temp, task-close:after-receipt-rename.
-import { statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { CheckpointResult, TaskCheckpointEntry, TaskReceipt, TaskSealResult, TaskSessionEntry } from '../../ipc/protocol.js';
@@ -120,35 +119,39 @@ export class Tasks {
 
   /**
    * The close of one task (the order is this file's header). workspaces: absolute paths,
-   * default every watched workspace. Resolves with the task receipt (complete or not);
-   * rejects with TASK_CONFLICT when the task's close named other workspaces, or with the
-   * error of a step that could not be recorded (nothing is claimed then; close again).
+   * default the task's first close's, else every watched workspace. Resolves with the task
+   * receipt (complete or not); rejects with TASK_CONFLICT when the task's close named other
+   * workspaces, INVALID_ARGUMENT when a first close names one no checkpoint can be taken of
+   * (nothing recorded), or with the error of a step that could not be recorded (nothing is
+   * claimed then; close again).
    */
   close(task: string, timeoutMs: number, workspacesArg: string[] | undefined): Promise<TaskReceipt> {
     const normalise = (paths: string[]) => [...new Set(paths.map((p) => resolve(p)))];
     const running = this.closing.get(task);
-    const recorded = running ? null : new TaskFiles(this.deps.ctx.config.stateDir, task).readClose();
+    const recorded = running ? null : this.recordedWorkspaces(task);
     // Not named: the workspaces this task's close named first, else every watched one.
-    const workspaces = workspacesArg?.length ? normalise(workspacesArg) : (running?.workspaces ?? recorded?.workspaces ?? normalise(this.deps.ctx.watcher.paths));
+    const workspaces = workspacesArg?.length ? normalise(workspacesArg) : (running?.workspaces ?? (Array.isArray(recorded) ? recorded : null) ?? normalise(this.deps.ctx.watcher.paths));
     if (running) {
       if (!sameSet(running.workspaces, workspaces)) throw this.conflict(task, running.workspaces, workspaces);
       return running.done;
     }
     // The first close names its workspaces for good: a path that cannot be checkpointed, or
     // whose writes no watcher orders, is refused before anything is recorded or sealed.
-    if (!recorded) this.checkWorkspaces(workspaces);
+    if (recorded === null) this.checkWorkspaces(workspaces);
     const done = this.run(task, timeoutMs, workspaces).finally(() => this.closing.delete(task));
     this.closing.set(task, { workspaces, done });
     return done;
   }
 
-  /** INVALID_ARGUMENT (field workspaces) unless each path is a directory inside a watched workspace. */
+  /**
+   * INVALID_ARGUMENT unless a checkpoint can be taken of each path (it exists, is a directory,
+   * holds neither the state dir nor the store: Checkpoints.checkWorkspace) and it is in a
+   * watched workspace.
+   */
   private checkWorkspaces(workspaces: string[]): void {
     const watched = this.deps.ctx.watcher.paths;
     for (const path of workspaces) {
-      const real = Checkpoints.realWorkspace(path);
-      if (real === null) throw new SupervisorError('INVALID_ARGUMENT', `close: workspace ${path} does not exist; nothing was recorded or sealed`, { field: 'workspaces', workspace: path });
-      if (!statSync(real).isDirectory()) throw new SupervisorError('INVALID_ARGUMENT', `close: workspace ${path} is not a directory; nothing was recorded or sealed`, { field: 'workspaces', workspace: path });
+      const real = this.deps.checkpoints.checkWorkspace(path);
       if (this.deps.ctx.watcher.rootOf(real) === null) {
         throw new SupervisorError(
           'INVALID_ARGUMENT',
@@ -156,6 +159,15 @@ export class Tasks {
           { field: 'workspaces', workspace: path, watched },
         );
       }
+    }
+  }
+
+  /** The workspaces the task's close record names; null: none yet; 'unreadable': run() says why. */
+  private recordedWorkspaces(task: string): string[] | null | 'unreadable' {
+    try {
+      return new TaskFiles(this.deps.ctx.config.stateDir, task).readClose()?.workspaces ?? null;
+    } catch {
+      return 'unreadable';
     }
   }
 
@@ -175,6 +187,7 @@ export class Tasks {
     if (closeRecord && !sameSet(closeRecord.workspaces, workspaces)) throw this.conflict(task, closeRecord.workspaces, workspaces);
     const previous = files.readReceipt();
     if (previous?.complete) return previous;
+    // The workspaces were checked by close() (checkWorkspaces): the record binds the task to them.
     if (!closeRecord) files.writeClose({ task, workspaces, requested_at: new Date().toISOString(), generation: identity.generation });
 
     // The attempt: resumed when a crash stopped it before its receipt, else the next one.
@@ -224,6 +237,14 @@ export class Tasks {
       log.error({ err }, 'task close: supervisor.json cannot be read');
     }
     const fence = { instance: identity.instance, generation: identity.generation, boot_id: identity.bootId };
+    // Each checkpoint named must still be published (sbx gc may have removed one meanwhile: a
+    // resumed attempt's, an earlier attempt's reused); checked in one synchronous stretch with
+    // the signing and the write below, so no gc (it runs between awaits) comes in between.
+    checkpoints.forEach((cp, i) => {
+      if (cp.checkpoint_id === null || this.deps.checkpoints.isPublished(cp.checkpoint_id)) return;
+      const gone = new SupervisorError('CHECKPOINT_FAILED', `checkpoint ${cp.checkpoint_id} is no longer published in ${this.deps.checkpoints.local.dir} (removed by sbx gc?)`, { stage: 'store' });
+      checkpoints[i] = noCheckpoint(cp.workspace, gone, cp.close_attempt);
+    });
     const verdict = evaluateTask({ sealed: true, sessions: joinSessions, workspaces: joinWorkspaces, checkpoints, sealGeneration: seal.generation, fence, fenceOnDisk });
 
     const receipt = ctx.signer.sign<TaskReceipt>({
@@ -305,8 +326,12 @@ export class Tasks {
     const prev = previous?.checkpoints.find((c) => c.workspace === w.path && c.checkpoint_id !== null);
     if (prev && prev.checkpoint_id) {
       const entry = describe(prev.checkpoint_id);
+      // Reused only if it would pass the join: consistent, fenced by this state dir's
+      // supervisor (another instance's, say after a torn supervisor.json, never would), covering.
+      const { identity } = ctx;
+      const fenced = (e: TaskCheckpointEntry) => e.fence !== null && e.fence.instance === identity.instance && e.fence.generation <= identity.generation;
       const covers = (e: TaskCheckpointEntry) =>
-        w.root !== null && e.consistent === true && sessions.every((s) => s.receipt && (!terminalMutationKnown(s.receipt, w.root!) || checkpointCovers(e, s.receipt, w.root!)));
+        w.root !== null && e.consistent === true && fenced(e) && sessions.every((s) => s.receipt && (!terminalMutationKnown(s.receipt, w.root!) || checkpointCovers(e, s.receipt, w.root!)));
       if (entry && covers(entry)) return entry;
     }
     try {

@@ -32,7 +32,12 @@ export class TaskFiles {
   private read<K extends 'taskSeal' | 'taskClose' | 'taskAttempt' | 'taskReceipt'>(kind: K, name: keyof typeof TASK_FILES) {
     const p = this.path(name);
     if (!existsSync(p)) return null;
-    const record = readRecord(kind, p);
+    let record;
+    try {
+      record = readRecord(kind, p);
+    } catch (err) {
+      throw new Error(`${p} cannot be read: ${(err as Error).message}`);
+    }
     if ((record as { task: string }).task !== this.task) throw new Error(`${p} names task ${JSON.stringify((record as { task: string }).task)}, not ${JSON.stringify(this.task)}`);
     return record;
   }
@@ -85,8 +90,10 @@ export function sweepTaskTemps(stateDir: string): number {
   const root = join(stateDir, STATE.tasksDir);
   if (!existsSync(root)) return 0;
   let n = 0;
-  for (const dir of readdirSync(root)) {
-    if (!/^[0-9a-f]{64}$/.test(dir)) continue;
+  // Task dirs only: a file or a symlink in their place is never followed (readTaskSeals names it).
+  for (const entry of readdirSync(root, { withFileTypes: true })) {
+    const dir = entry.name;
+    if (!entry.isDirectory() || !/^[0-9a-f]{64}$/.test(dir)) continue;
     for (const name of readdirSync(join(root, dir))) {
       if (!isTempFileName(name)) continue;
       rmSync(join(root, dir, name), { force: true });
@@ -96,13 +103,18 @@ export function sweepTaskTemps(stateDir: string): number {
   return n;
 }
 
-/** Every task with a seal in the state dir: task id → seal (unreadable seals are reported, and their task stays unknown). */
+/** Every task with a seal in the state dir: task id → seal (unreadable seals, and task dirs that are not directories, are reported, and their task stays unknown). */
 export function readTaskSeals(stateDir: string, onUnreadable: (dir: string, err: Error) => void): Map<string, TaskSealRecord> {
   const seals = new Map<string, TaskSealRecord>();
   const root = join(stateDir, STATE.tasksDir);
   if (!existsSync(root)) return seals;
-  for (const name of readdirSync(root)) {
+  for (const entry of readdirSync(root, { withFileTypes: true })) {
+    const name = entry.name;
     if (!/^[0-9a-f]{64}$/.test(name)) continue;
+    if (!entry.isDirectory()) {
+      onUnreadable(join(root, name), new Error('not a directory (a file or a symlink where a task dir should be)'));
+      continue;
+    }
     const p = join(root, name, TASK_FILES.seal);
     if (!existsSync(p)) continue;
     try {

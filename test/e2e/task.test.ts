@@ -245,8 +245,8 @@ describe('complete: false names what is missing', () => {
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo hi > ${ws}/f`])).status).toBe(0);
     for (const [path, says] of [
       [other, `close: ${other} is not in a watched workspace (${ws})`],
-      [join(d.dir, 'missing'), `close: workspace ${join(d.dir, 'missing')} does not exist; nothing was recorded or sealed`],
-      [join(d.dir, 'a-file'), `close: workspace ${join(d.dir, 'a-file')} is not a directory; nothing was recorded or sealed`],
+      [join(d.dir, 'missing'), `checkpoint: workspace ${join(d.dir, 'missing')}: does not exist`],
+      [join(d.dir, 'a-file'), `checkpoint: workspace ${join(d.dir, 'a-file')}: ${join(d.dir, 'a-file')} is not a directory`],
     ]) {
       const refused = await closeTask(d, 'T', ['--workspace', path]);
       expect(refused.status).toBe(125);

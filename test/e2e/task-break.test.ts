@@ -1,0 +1,240 @@
+// Breaking the task close (issue 19, README "Tasks: complete(task)") on a real supervisor:
+// a checkpoint removed by sbx gc while a crashed close attempt waited to be resumed (the
+// resumed attempt must not sign a receipt naming it); a first close naming a workspace no
+// checkpoint can be taken of (refused before anything is recorded, so the task can still be
+// closed with the right one); a close without --workspace after the watched workspaces
+// changed (the task's own set: its final receipt is returned unchanged); an entry in tasks/
+// that is not a task dir (a file, a symlink) at start: the supervisor starts, the task it
+// would be stays sealed, nothing outside the state dir is touched; sbx verify of an honest
+// receipt whose close could not read supervisor.json (a fact only the receipt can tell now);
+// a key retired whole by retention asked for in another task (KEY_CONFLICT, as a live one);
+// a torn close.json or receipt.json (refused naming the file, nothing replaced); an earlier
+// attempt's checkpoint of another supervisor instance (supervisor.json was torn: a new
+// instance) is not reused, so closing again converges.
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { TaskReceipt } from '../../ipc/protocol.js';
+import type { TestDaemon } from '../helpers/daemon.js';
+import { json, WorkspaceRig } from '../helpers/workspace.js';
+
+const rig = new WorkspaceRig();
+afterEach(() => rig.cleanup());
+
+const taskDir = (d: TestDaemon, task: string) => join(d.stateDir, 'tasks', createHash('sha256').update(task).digest('hex'));
+
+async function withWorkspace(env?: NodeJS.ProcessEnv) {
+  const { d, paths } = await rig.daemon((dir) => {
+    mkdirSync(join(dir, 'ws'));
+    return [join(dir, 'ws')];
+  }, { env });
+  return { d, ws: paths[0] };
+}
+
+async function verify(d: TestDaemon, receipt: Buffer) {
+  const file = join(d.dir, `verify-${Math.random().toString(36).slice(2)}.json`);
+  writeFileSync(file, receipt);
+  const r = await d.sbx(['verify', file, '--state-dir', d.stateDir]);
+  return { status: r.status, out: r.stdout.toString() + r.stderr.toString() };
+}
+
+describe('task close: breaking it', () => {
+  it('a crashed attempt whose checkpoint sbx gc removed before the resume: incomplete, naming it (never a receipt naming a checkpoint that is gone); close again: a new one, complete', async () => {
+    const { d, ws } = await withWorkspace({ SBX_FAULT_POINT: 'task-close:after-receipt-temp' });
+    expect((await d.sbx(['run', '--task', 'T', '--key', 'k', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
+    const crashed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    expect(crashed.status).toBe(125);
+    expect(await d.exitedNow()).toEqual({ code: null, signal: 'SIGKILL' });
+    const recorded = (JSON.parse(readFileSync(join(taskDir(d, 'T'), 'attempt.json'), 'utf8')) as { checkpoints: Record<string, { checkpoint_id: string }> }).checkpoints[ws].checkpoint_id;
+    // Restarted with a retention that expires every checkpoint; gc removes the attempt's.
+    await d.withEnv(undefined).withConfig({ checkpoint: { maxAgeMs: 1 } }).start();
+    const gc = await d.sbx(['gc', '--json']);
+    expect(gc.status).toBe(0);
+    expect(json<{ checkpoints: { removed_manifests: string[] } }>(gc).checkpoints.removed_manifests).toEqual([recorded]);
+    expect(existsSync(join(d.stateDir, 'checkpoints', 'manifests', `${recorded}.json`))).toBe(false);
+
+    const resumed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    expect(resumed.status).toBe(1);
+    const first = json<TaskReceipt>(resumed);
+    expect(first).toMatchObject({ attempt: 1, complete: false });
+    expect(first.conditions).toMatchObject({ sessions_settled: true, terminal_mutations_known: true, checkpoint_covers: false, read_back_exact: false, fenced: false });
+    expect(first.checkpoints).toEqual([expect.objectContaining({ workspace: ws, checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'store', message: expect.stringContaining(`checkpoint ${recorded} is no longer published in ${join(d.stateDir, 'checkpoints')} (removed by sbx gc?)`) } })]);
+    expect(first.obligations).toEqual([{ authority: 'workspace', condition: 'checkpoint_covers', workspace: ws, what: expect.stringContaining(`checkpoint ${recorded} is no longer published`) }]);
+    expect(resumed.stderr.toString()).toContain('incomplete: workspace must settle checkpoint_covers');
+    expect((await verify(d, resumed.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
+
+    const again = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    expect(again.stderr.toString()).toBe('');
+    expect(again.status).toBe(0);
+    const second = json<TaskReceipt>(again);
+    expect(second).toMatchObject({ attempt: 2, complete: true, obligations: [] });
+    expect(second.checkpoints[0].checkpoint_id).not.toBe(recorded);
+    expect(second.checkpoints[0].close_attempt).toBe(2);
+    expect((await verify(d, again.stdout)).status).toBe(0);
+    expect(json<{ outcome: string }[]>(await d.sbx(['ps', '--all', '--json'])).length).toBe(1); // the command ran once
+  });
+
+  it('a first close naming a workspace no checkpoint can be taken of is refused with INVALID_ARGUMENT and records nothing; the task then closes with the right one', async () => {
+    const { d, ws } = await withWorkspace();
+    writeFileSync(join(d.dir, 'a-file'), 'x');
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
+    const bad: [string, string][] = [
+      [join(d.dir, 'typo'), 'does not exist'],
+      [join(d.dir, 'a-file'), 'is not a directory'],
+      [d.stateDir, `the state dir ${d.stateDir} is inside workspace ${d.stateDir}`],
+      [d.dir, `the state dir ${d.stateDir} is inside workspace ${d.dir}`],
+    ];
+    for (const [path, why] of bad) {
+      const r = await d.sbx(['close', '--task', 'T', '--workspace', path]);
+      expect(r.stdout.toString()).toBe('');
+      expect(r.stderr.toString()).toContain(`INVALID_ARGUMENT: checkpoint: `);
+      expect(r.stderr.toString()).toContain(why);
+      expect(r.status).toBe(125);
+    }
+    // Nothing was recorded: no close, no seal; the task still admits.
+    expect(existsSync(taskDir(d, 'T'))).toBe(false);
+    expect((await d.sbx(['run', '--task', 'T', '--', 'echo', 'still open'])).stdout.toString()).toBe('still open\n');
+    const closed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    expect(closed.stderr.toString()).toBe('');
+    expect(closed.status).toBe(0);
+    expect(json<TaskReceipt>(closed)).toMatchObject({ complete: true, workspaces: [ws] });
+
+    // A workspace removed after the first close named it stays the task's: a later close is not refused (its receipt, final, is answered).
+    const gone = join(ws, 'gone');
+    mkdirSync(gone);
+    expect((await d.sbx(['run', '--task', 'U', '--', 'true'])).status).toBe(0);
+    const first = await d.sbx(['close', '--task', 'U', '--workspace', gone]);
+    expect(first.status).toBe(0);
+    rmSync(gone, { recursive: true });
+    const later = await d.sbx(['close', '--task', 'U', '--workspace', gone]);
+    expect(later.status).toBe(0);
+    expect(later.stdout.equals(first.stdout)).toBe(true);
+  });
+
+  it('without --workspace, a later close names the task\'s first set, also after the watched workspaces changed: its final receipt is returned unchanged', async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
+    const first = await d.sbx(['close', '--task', 'T']);
+    expect(first.status).toBe(0);
+    expect(json<TaskReceipt>(first).workspaces).toEqual([ws]);
+    // Restarted watching one more workspace.
+    await d.terminate();
+    const ws2 = join(d.dir, 'ws2');
+    mkdirSync(ws2);
+    await d.withConfig({ workspace: { paths: [ws, ws2] } }).start();
+    const again = await d.sbx(['close', '--task', 'T']);
+    expect(again.stderr.toString()).toBe('');
+    expect(again.status).toBe(0);
+    expect(again.stdout.equals(first.stdout)).toBe(true);
+    // Another set named outright is still refused; a new task without --workspace gets every watched one.
+    const other = await d.sbx(['close', '--task', 'T', '--workspace', ws2]);
+    expect(other.status).toBe(125);
+    expect(other.stderr.toString()).toContain(`TASK_CONFLICT: task "T" is closed (or closing) with workspaces ["${ws}"]`);
+    const fresh = await d.sbx(['close', '--task', 'V']);
+    expect(fresh.status).toBe(0);
+    expect(json<TaskReceipt>(fresh).workspaces).toEqual([ws, ws2]);
+  });
+
+  it('an entry in tasks/ that is not a task dir (a file, a symlink to a dir elsewhere): the supervisor starts, that task stays sealed, the link is not followed, other tasks are unaffected', async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
+    const closed = await d.sbx(['close', '--task', 'T']);
+    expect(closed.status).toBe(0);
+    await d.terminate();
+    writeFileSync(taskDir(d, 'X'), 'not a task dir');
+    const elsewhere = join(d.dir, 'elsewhere');
+    mkdirSync(elsewhere);
+    writeFileSync(join(elsewhere, '.keep.json.0123456789ab.tmp'), 'not the supervisor\'s');
+    symlinkSync(elsewhere, taskDir(d, 'Y'));
+    await d.start();
+    for (const t of ['X', 'Y']) {
+      const r = await d.sbx(['run', '--task', t, '--', 'true']);
+      expect(r.stderr.toString()).toContain(`ADMISSION_SEALED: task "${t}" was sealed`);
+      expect(r.status).toBe(125);
+    }
+    expect(readdirSync(elsewhere)).toEqual(['.keep.json.0123456789ab.tmp']);
+    expect(d.log()).toContain('a task seal is unreadable; that task stays sealed');
+    expect((await d.sbx(['close', '--task', 'T'])).stdout.equals(closed.stdout)).toBe(true);
+    expect((await d.sbx(['run', '--task', 'U', '--', 'echo', 'open'])).stdout.toString()).toBe('open\n');
+  });
+
+  it('sbx verify of an honest receipt whose close could not read supervisor.json (fenced false, an operator obligation): OK, complete false', async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
+    const identity = join(d.stateDir, 'supervisor.json');
+    const original = readFileSync(identity);
+    writeFileSync(identity, '{ torn');
+    const closed = await d.sbx(['close', '--task', 'T']);
+    writeFileSync(identity, original);
+    expect(closed.status).toBe(1);
+    const receipt = json<TaskReceipt>(closed);
+    expect(receipt.conditions).toMatchObject({ sessions_settled: true, checkpoint_covers: true, read_back_exact: true, fenced: false });
+    expect(receipt.obligations).toEqual([{ authority: 'operator', condition: 'fenced', what: 'supervisor.json cannot be read: this run cannot show it still owns the state dir' }]);
+    const v = await verify(d, closed.stdout);
+    expect(v.out).toContain('OK: task receipt of "T" (complete: false)');
+    expect(v.status).toBe(0);
+    // Edited to claim the fence held, it does not verify (the signature).
+    const edited = { ...receipt, obligations: [], conditions: { ...receipt.conditions, fenced: true }, complete: true };
+    expect((await verify(d, Buffer.from(JSON.stringify(edited)))).status).toBe(1);
+  });
+
+  it('a key retired whole by retention is still in its task: the same key in another task is KEY_CONFLICT naming it; in its own task it answers retired', async () => {
+    const { d } = await withWorkspace();
+    const ran = await d.sbx(['run', '--task', 'A', '--key', 'rk', '--', 'true']);
+    expect(ran.status).toBe(0);
+    await d.terminate();
+    await d.withConfig({ retention: { receiptMaxAgeMs: 1 } }).start();
+    const gc = await d.sbx(['gc', '--json']);
+    expect(json<{ retired: string[] }>(gc).retired).toHaveLength(1);
+    const tombstone = JSON.parse(readFileSync(join(d.stateDir, 'retired', `${json<{ retired: string[] }>(gc).retired[0]}.json`), 'utf8')) as { task?: string };
+    expect(tombstone.task).toBe('A');
+    const other = await d.sbx(['run', '--task', 'B', '--key', 'rk', '--detach', '--json', '--', 'true']);
+    expect(other.stderr.toString()).toContain('KEY_CONFLICT: invocation key "rk" was used in task "A", not "B"');
+    expect(other.status).toBe(125);
+    const same = await d.sbx(['run', '--task', 'A', '--key', 'rk', '--detach', '--json', '--', 'true']);
+    expect(same.status).toBe(0);
+    expect(json<{ existing: boolean; state: string }>(same)).toMatchObject({ existing: true, state: 'retired' });
+  });
+
+  it('a torn task record (close.json, receipt.json): the close is refused naming the file, nothing is replaced, the supervisor and other tasks go on', async () => {
+    const { d, ws } = await withWorkspace();
+    for (const t of ['T1', 'T2']) {
+      expect((await d.sbx(['run', '--task', t, '--', 'sh', '-c', `echo ${t} > ${ws}/${t}`])).status).toBe(0);
+      expect((await d.sbx(['close', '--task', t])).status).toBe(0);
+    }
+    await d.kill9();
+    writeFileSync(join(taskDir(d, 'T1'), 'close.json'), '{ torn');
+    writeFileSync(join(taskDir(d, 'T2'), 'receipt.json'), '{ torn');
+    await d.start();
+    for (const [t, file] of [['T1', 'close.json'], ['T2', 'receipt.json']]) {
+      const r = await d.sbx(['close', '--task', t]);
+      expect(r.stderr.toString()).toContain(`sbx: INTERNAL: ${join(taskDir(d, t), file)} cannot be read: not JSON`);
+      expect(r.status).toBe(125);
+      expect(readFileSync(join(taskDir(d, t), file), 'utf8')).toBe('{ torn');
+    }
+    expect((await d.sbx(['run', '--task', 'T1', '--', 'true'])).status).toBe(125); // still sealed
+    expect((await d.sbx(['close', '--task', 'T3'])).status).toBe(0);
+  });
+
+  it("an earlier attempt's checkpoint from another supervisor instance (supervisor.json torn: a new one) is not reused: the next close takes a new one and is complete", async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
+    const identity = join(d.stateDir, 'supervisor.json');
+    writeFileSync(identity, '{ torn');
+    const first = await d.sbx(['close', '--task', 'T']);
+    expect(first.status).toBe(1); // this run cannot show it owns the state dir
+    const old = json<TaskReceipt>(first);
+    await d.kill9();
+    await d.start(); // supervisor.json unreadable: kept aside, a new instance
+    const again = await d.sbx(['close', '--task', 'T']);
+    const second = json<TaskReceipt>(again);
+    expect(second.supervisor.instance).not.toBe(old.supervisor.instance);
+    expect(second.obligations).toEqual([]);
+    expect(again.status).toBe(0);
+    expect(second).toMatchObject({ attempt: 2, complete: true });
+    expect(second.checkpoints[0].checkpoint_id).not.toBe(old.checkpoints[0].checkpoint_id);
+    expect(second.checkpoints[0].fence!.instance).toBe(second.supervisor.instance);
+    expect((await verify(d, again.stdout)).status).toBe(0);
+  });
+});
