@@ -25,10 +25,11 @@ export async function verifyTaskReceipt(receipt: TaskReceipt, keyPem: string, o:
   let objects = 0;
   let bytes = 0;
   if (problems.length) return { problems, objects, bytes };
-  problems.push(...verifyCloseSessions(receipt, o.stateDir, keyPem));
+  // A retired session's receipt is gone (its tombstone named it): nothing to re-read.
+  problems.push(...verifyCloseSessions({ sessions: receipt.sessions.filter((s) => s.state !== 'retired') }, o.stateDir, keyPem));
   const sessions: JoinSession[] = receipt.sessions.map((s) => {
     let r: Receipt | null = null;
-    if (s.receipt_sha256 !== null) {
+    if (s.receipt_sha256 !== null && s.state !== 'retired') {
       try {
         r = readRecord('receipt', join(o.stateDir, STATE.sessionsDir, s.session_id, RECEIPT_FILE));
       } catch {

@@ -390,7 +390,8 @@ export interface TaskSessionEntry {
   invocation_key: string;
   /** The session's task; null: its admission record is unreadable, so it may be any task's (it is listed in every task's join). */
   task: string | null;
-  state: SessionState;
+  /** retired: removed whole by the retention policy before the close (its tombstone gives outcome, receipt_sha256 and ended_at). */
+  state: SessionState | 'retired';
   outcome: Outcome | null;
   /** The leader's exit as its receipt says (a complete task is not a successful one: check these). */
   exit: { code: number | null; signal: string | null } | null;

@@ -88,6 +88,11 @@ export class Retention {
     return by.sessionId !== undefined ? this.retired.get(by.sessionId) : by.invocationKey !== undefined ? this.retiredByKey.get(by.invocationKey) : undefined;
   }
 
+  /** Tombstones of the sessions retired from a task (those written before tasks are the task `default`'s; an unknown task's are every task's). */
+  retiredOf(task: string): RetiredRecord[] {
+    return [...this.retired.values()].filter((r) => (r.task === undefined ? 'default' : r.task) === task || r.task === null);
+  }
+
   /**
    * Applies the policy now: output of old ended sessions (and while over the total, or under
    * the keep-free target) oldest first; whole sessions past receiptMaxAgeMs, leaving a

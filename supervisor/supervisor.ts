@@ -76,13 +76,15 @@ export class Supervisor {
       checkpointStore: () => this.checkpoints.location,
     });
     ctx.storage.onBelowKeepFree = () => this.retention.keepFree();
-    this.checkpoints = new Checkpoints({ config, log, identity: ctx.identity, signer: ctx.signer, watcher: ctx.watcher, reserveBytes: () => ctx.storage.minFreeBytes });
+    this.checkpoints = new Checkpoints({ config, log, identity: ctx.identity, signer: ctx.signer, watcher: ctx.watcher, reserveBytes: () => ctx.storage.minFreeBytes, pinned: () => this.tasks.pinnedCheckpoints() });
     this.checkpoints.recover();
     this.tasks = new Tasks({
       ctx,
       checkpoints: this.checkpoints,
       sessionsOf: (task) => [...this.sessions.values()].filter((s) => s.req.task === task || s.req.task === null),
       reconciled: () => this.reconciliation,
+      retiredOf: (task) => this.retention.retiredOf(task),
+      stopping: () => this.stopping !== null,
     });
     this.restore();
   }

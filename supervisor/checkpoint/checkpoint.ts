@@ -34,6 +34,8 @@ export interface CheckpointDeps {
   watcher: WorkspaceWatcher;
   /** Bytes a checkpoint must leave free where it stores objects (the state dir's admission threshold). */
   reserveBytes: () => number;
+  /** Checkpoints gc never removes: those complete task receipts name (their evidence). */
+  pinned?: () => Set<string>;
 }
 
 /** Requests to a remote store at once (uploads, read-back): one at a time, radosgw took ~45 ms an object. */
@@ -234,7 +236,7 @@ export class Checkpoints {
    * published record in the local store (both signature-checked); throws when either is
    * missing or does not verify.
    */
-  describePublished(id: string): Omit<TaskCheckpointEntry, 'workspace' | 'error'> {
+  describePublished(id: string): Omit<TaskCheckpointEntry, 'workspace' | 'error'> & { manifestWorkspace: string } {
     const fs = this.local.fs;
     const recordBytes = fs.readRecord(fs.publishedFd, `${id}.json`);
     const manifestBytesIn = fs.readRecord(fs.manifestsFd, `${id}.json`);
@@ -256,6 +258,7 @@ export class Checkpoints {
       read_back: { exact: true, objects: record.read_back.objects, bytes: record.read_back.bytes, at: record.read_back.at },
       fence: { instance: manifest.supervisor.instance, generation: manifest.supervisor.generation, boot_id: manifest.supervisor.boot_id },
       close_attempt: manifest.close_attempt ?? null,
+      manifestWorkspace: manifest.workspace,
     };
   }
 
@@ -511,6 +514,7 @@ export class Checkpoints {
       const referenced = new Set<string>();
       let unreadable = false;
       let kept = 0;
+      const pinned = this.deps.pinned?.() ?? new Set<string>();
       for (const id of await this.local.listManifests()) {
         let manifest: Manifest | null = null;
         try {
@@ -524,7 +528,7 @@ export class Checkpoints {
           this.deps.log.error({ manifest: id }, 'gc: a checkpoint manifest cannot be read; no object is removed');
           continue;
         }
-        if (maxAgeMs > 0 && nowMs - Date.parse(manifest.created_at) > maxAgeMs) {
+        if (maxAgeMs > 0 && nowMs - Date.parse(manifest.created_at) > maxAgeMs && !pinned.has(id)) {
           fs.remove(fs.publishedFd, `${id}.json`);
           fs.remove(fs.manifestsFd, `${id}.json`);
           removed.push(id);

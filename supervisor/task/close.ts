@@ -22,6 +22,7 @@ import type { SessionContext } from '../session/context.js';
 import { isLive, isSettled } from '../session/lifecycle.js';
 import type { Session } from '../session/session.js';
 import { checkpointCovers, evaluateTask, terminalMutationKnown, type JoinSession, type JoinWorkspace } from './join.js';
+import type { TombstoneRecord } from '../store/records.js';
 import { readTaskSeals, sweepTaskTemps, TaskFiles, type TaskAttemptRecord, type TaskSealRecord } from './records.js';
 
 export interface TaskDeps {
@@ -31,6 +32,10 @@ export interface TaskDeps {
   sessionsOf: (task: string) => Session[];
   /** Resolves once the reconciliation of sessions left by a restart is done (their receipts written, or stuck unknown). */
   reconciled: () => Promise<void>;
+  /** Tombstones of the task's sessions the retention policy removed whole. */
+  retiredOf: (task: string) => TombstoneRecord[];
+  /** Whether the supervisor is stopping (a close then claims nothing: SHUTTING_DOWN). */
+  stopping: () => boolean;
 }
 
 /** How long a task's sessions may end by themselves before close terminates them, when not given. */
@@ -59,6 +64,23 @@ function noCheckpoint(workspace: string, err: SupervisorError | null, attempt: n
     fence: null,
     close_attempt: attempt,
     error: err ? { code: err.code, stage, message: err.message } : null,
+  };
+}
+
+/** A session the retention policy removed whole, as the task receipt lists it (from its tombstone). */
+function retiredEntry(r: TombstoneRecord, workspaces: JoinWorkspace[]): TaskSessionEntry {
+  return {
+    session_id: r.session_id,
+    invocation_key: r.invocation_key,
+    task: r.task === undefined ? 'default' : r.task,
+    state: 'retired',
+    outcome: r.outcome as TaskSessionEntry['outcome'],
+    exit: null,
+    receipt_sha256: r.receipt_sha256,
+    death: null,
+    ended_at: r.ended_at,
+    output: {},
+    workspace: workspaces.map((w) => ({ path: w.path, root: w.root, epoch: null, terminal_mutation: null, gap: w.root === null ? 'not_watched' : null, scan_digest: null })),
   };
 }
 
@@ -96,6 +118,25 @@ export class Tasks {
     });
     const swept = sweepTaskTemps(config.stateDir);
     if (swept) log.warn({ files: swept }, 'removed temp files of task records a crash cut short');
+  }
+
+  /** The checkpoints complete task receipts name (gc keeps them: a final receipt stays verifiable). A receipt that cannot be read pins nothing, and is logged. */
+  pinnedCheckpoints(): Set<string> {
+    const ids = new Set<string>();
+    for (const task of this.closedTasks()) {
+      try {
+        const r = new TaskFiles(this.deps.ctx.config.stateDir, task).readReceipt();
+        if (r?.complete) for (const c of r.checkpoints) if (c.checkpoint_id) ids.add(c.checkpoint_id);
+      } catch (err) {
+        this.deps.ctx.log.error({ err, task }, 'a task receipt cannot be read; the checkpoints it names are not kept from gc');
+      }
+    }
+    return ids;
+  }
+
+  /** Tasks with a seal (every closed task has one). */
+  private closedTasks(): string[] {
+    return [...this.seals.keys()];
   }
 
   /** The task's seal, if sealed (a task whose seal cannot be read is sealed). */
@@ -211,8 +252,13 @@ export class Tasks {
     faultPoint('task-close:after-last-death');
 
     const sessions = this.deps.sessionsOf(task).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-    const joinSessions: JoinSession[] = sessions.map((s) => ({ sessionId: s.id, state: s.state, receipt: s.receipt, unknownReason: s.state === 'unknown' ? (s.summary().reason ?? null) : null }));
-    const waiting = joinSessions.some((s) => !s.receipt);
+    const retired = this.deps.retiredOf(task);
+    const joinSessions: JoinSession[] = [
+      ...sessions.map((s) => ({ sessionId: s.id, state: s.state as string, receipt: s.receipt, unknownReason: s.state === 'unknown' ? (s.summary().reason ?? null) : null })),
+      ...retired.map((r) => ({ sessionId: r.session_id, state: 'retired', receipt: null, unknownReason: null })),
+    ].sort((a, b) => (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : 0));
+    // A session without a receipt may still write (a retired one cannot: it ended long ago).
+    const waiting = joinSessions.some((s) => !s.receipt && s.state !== 'retired');
     const joinWorkspaces: JoinWorkspace[] = workspaces.map((path) => {
       const real = Checkpoints.realWorkspace(path);
       return { path, root: real ? ctx.watcher.rootOf(real) : null };
@@ -245,6 +291,8 @@ export class Tasks {
       const gone = new SupervisorError('CHECKPOINT_FAILED', `checkpoint ${cp.checkpoint_id} is no longer published in ${this.deps.checkpoints.local.dir} (removed by sbx gc?)`, { stage: 'store' });
       checkpoints[i] = noCheckpoint(cp.workspace, gone, cp.close_attempt);
     });
+    // A supervisor stopping claims nothing: the attempt resumes at the next start.
+    if (this.deps.stopping()) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping; the task close resumes when it starts again (close again then)');
     const verdict = evaluateTask({ sealed: true, sessions: joinSessions, workspaces: joinWorkspaces, checkpoints, sealGeneration: seal.generation, fence, fenceOnDisk });
 
     const receipt = ctx.signer.sign<TaskReceipt>({
@@ -256,7 +304,7 @@ export class Tasks {
       sealed: { generation: seal.generation, sealed_at: seal.sealed_at },
       closed_at: new Date().toISOString(),
       settle: attempt.settle ?? settle,
-      sessions: sessions.map((s) => this.sessionEntry(s, joinWorkspaces)),
+      sessions: [...sessions.map((s) => this.sessionEntry(s, joinWorkspaces)), ...retired.map((r) => retiredEntry(r, joinWorkspaces))].sort((a, b) => (a.session_id < b.session_id ? -1 : a.session_id > b.session_id ? 1 : 0)),
       workspaces,
       checkpoints,
       fence,
@@ -311,7 +359,10 @@ export class Tasks {
     const real = Checkpoints.realWorkspace(w.path);
     const describe = (id: string): TaskCheckpointEntry | null => {
       try {
-        return { workspace: w.path, ...checkpoints.describePublished(id), error: null };
+        const { manifestWorkspace, ...rest } = checkpoints.describePublished(id);
+        // Of this directory as it resolves now (a symlinked workspace retargeted since is another tree).
+        if (manifestWorkspace !== real) return null;
+        return { workspace: w.path, ...rest, error: null };
       } catch (err) {
         ctx.log.warn({ err, checkpoint_id: id, task }, 'task close: a checkpoint it took cannot be used');
         return null;
@@ -339,6 +390,8 @@ export class Tasks {
       faultPoint('task-close:after-checkpoint');
       return checkpointEntry(w.path, r, attempt.attempt);
     } catch (err) {
+      // A checkpoint cut short by the supervisor stopping is not a fact of the workspace: not recorded.
+      if (this.deps.stopping()) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping; the task close resumes when it starts again (close again then)');
       if (!(err instanceof SupervisorError) || (err.code !== 'CHECKPOINT_FAILED' && err.code !== 'INVALID_ARGUMENT')) throw err;
       ctx.log.warn({ task, workspace: w.path, code: err.code, message: err.message }, 'task close: the checkpoint failed');
       return noCheckpoint(w.path, err, attempt.attempt);

@@ -19,6 +19,7 @@ import type { Receipt, TaskCheckpointEntry, TaskConditions, TaskObligation } fro
 /** A session of the task as the join sees it. */
 export interface JoinSession {
   sessionId: string;
+  /** Its state, or retired: removed whole by the retention policy (only its tombstone is left). */
   state: string;
   receipt: Receipt | null;
   /** Why it is unknown (its summary's reason), when it is. */
@@ -94,7 +95,14 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
     if (!r) {
       c.sessions_settled = false;
       c.terminal_mutations_known = false;
-      if (s.state === 'unknown') {
+      if (s.state === 'retired') {
+        obligations.push({
+          authority: 'operator',
+          condition: 'sessions_settled',
+          session_id: s.sessionId,
+          what: `session ${s.sessionId} was removed whole by the retention policy before the task closed: its receipt's facts (death proof, final cursors, terminal_mutation) are gone, so this task cannot be shown complete (close tasks before retention.receiptMaxAgeMs)`,
+        });
+      } else if (s.state === 'unknown') {
         obligations.push({
           authority: 'operator',
           condition: 'sessions_settled',

@@ -238,3 +238,85 @@ describe('task close: breaking it', () => {
     expect((await verify(d, again.stdout)).status).toBe(0);
   });
 });
+
+describe('task close: after the breaker', () => {
+  it('a session retired whole by retention before its task closed: listed from its tombstone, an operator obligation (never complete without its facts)', async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--key', 'old', '--', 'sh', '-c', `echo old > ${ws}/old`])).status).toBe(0);
+    await d.terminate();
+    await d.withConfig({ retention: { receiptMaxAgeMs: 1 } }).start();
+    const [sid] = json<{ retired: string[] }>(await d.sbx(['gc', '--json'])).retired;
+    const closed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    expect(closed.status).toBe(1);
+    const r = json<TaskReceipt>(closed);
+    expect(r.sessions).toEqual([expect.objectContaining({ session_id: sid, invocation_key: 'old', task: 'T', state: 'retired', outcome: 'exited', receipt_sha256: expect.stringMatching(/^sha256:/), death: null })]);
+    expect(r.conditions).toMatchObject({ sessions_settled: false, terminal_mutations_known: false });
+    expect(r.obligations).toEqual([{ authority: 'operator', condition: 'sessions_settled', session_id: sid, what: expect.stringContaining('was removed whole by the retention policy before the task closed') }]);
+    expect((await verify(d, closed.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
+  });
+
+  it('sbx gc keeps the checkpoints a complete task receipt names (past checkpoint.maxAgeMs too); the receipt still verifies', async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo kept > ${ws}/kept`])).status).toBe(0);
+    const closed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    expect(closed.status).toBe(0);
+    const id = json<TaskReceipt>(closed).checkpoints[0].checkpoint_id!;
+    const loose = json<{ checkpoint_id: string }>(await d.sbx(['checkpoint', '--workspace', ws, '--json']));
+    await d.terminate();
+    await d.withConfig({ checkpoint: { maxAgeMs: 1 } }).start();
+    const gc = json<{ checkpoints: { removed_manifests: string[]; kept_manifests: number } }>(await d.sbx(['gc', '--json']));
+    expect(gc.checkpoints.removed_manifests).toEqual(loose.checkpoint_id === id ? [] : [loose.checkpoint_id]);
+    expect(existsSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`))).toBe(true);
+    expect((await verify(d, closed.stdout)).status).toBe(0);
+  });
+
+  it('SIGTERM while a close settles: SHUTTING_DOWN, no receipt claimed; after the restart the resumed attempt is complete', async () => {
+    const { d, ws } = await withWorkspace();
+    const c = await d.client();
+    // Ignores TERM: the close waits out its timeout, and the shutdown finds it settling.
+    await c.launch({ argv: ['sh', '-c', `trap '' TERM; echo x > ${ws}/x; while :; do sleep 0.05; done`], cwd: '/', task: 'T', grace_ms: 500 });
+    const closing = d.sbx(['close', '--task', 'T', '--workspace', ws, '--timeout', '30s']);
+    await new Promise<void>((resolve, reject) => {
+      const t0 = Date.now();
+      const tick = () => (existsSync(join(taskDir(d, 'T'), 'attempt.json')) ? resolve() : Date.now() - t0 > 10_000 ? reject(new Error('no attempt record')) : setTimeout(tick, 20));
+      tick();
+    });
+    expect((await d.terminate())?.code).toBe(0);
+    const r = await closing;
+    expect(r.status).toBe(125);
+    expect(existsSync(join(taskDir(d, 'T'), 'receipt.json'))).toBe(false);
+    await d.start();
+    const again = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    expect(again.stderr.toString()).toBe('');
+    expect(again.status).toBe(0);
+    expect(json<TaskReceipt>(again)).toMatchObject({ attempt: 1, complete: true });
+  });
+
+  it("a symlinked workspace retargeted between attempts: the earlier attempt's checkpoint (of the old target) is not reused", async () => {
+    const { d, ws } = await withWorkspace();
+    mkdirSync(join(ws, 'one'));
+    mkdirSync(join(ws, 'two'));
+    writeFileSync(join(ws, 'two', 'f'), 'two\n');
+    const link = join(d.dir, 'current');
+    symlinkSync(join(ws, 'one'), link);
+    expect((await d.sbx(['run', '--task', 'T', '--', 'true'])).status).toBe(0);
+    // supervisor.json unreadable during the first close: fenced false, the checkpoint itself fine (reusable).
+    const identity = join(d.stateDir, 'supervisor.json');
+    const saved = readFileSync(identity);
+    writeFileSync(identity, 'zz');
+    const first = await d.sbx(['close', '--task', 'T', '--workspace', link]);
+    writeFileSync(identity, saved);
+    expect(first.status).toBe(1);
+    const firstCp = json<TaskReceipt>(first).checkpoints[0];
+    expect(firstCp.consistent).toBe(true);
+    rmSync(link);
+    symlinkSync(join(ws, 'two'), link);
+    const second = await d.sbx(['close', '--task', 'T', '--workspace', link]);
+    expect(second.status).toBe(0);
+    const id = json<TaskReceipt>(second).checkpoints[0].checkpoint_id!;
+    expect(id).not.toBe(firstCp.checkpoint_id);
+    const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as { workspace: string; entries: { path: string }[] };
+    expect(manifest.workspace).toBe(join(ws, 'two'));
+    expect(manifest.entries.map((e) => e.path)).toEqual(['f']);
+  });
+});
