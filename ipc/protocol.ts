@@ -440,8 +440,8 @@ export interface TaskReceipt {
   /** Which close attempt wrote it: a close that found an incomplete receipt runs the join again as the next attempt. */
   attempt: number;
   supervisor: { instance: string; generation: number; boot_id: string; mode: string };
-  /** The task's seal (its admission stopped for good then). */
-  sealed: { generation: number; sealed_at: string } | null;
+  /** The task's seal (its admission stopped for good then); generation and sealed_at null when the seal record cannot be read (the task is sealed; when is not known). */
+  sealed: { generation: number | null; sealed_at: string | null } | null;
   closed_at: string;
   settle: { timeout_ms: number; terminated: number };
   sessions: TaskSessionEntry[];

@@ -34,8 +34,8 @@ export interface CheckpointDeps {
   watcher: WorkspaceWatcher;
   /** Bytes a checkpoint must leave free where it stores objects (the state dir's admission threshold). */
   reserveBytes: () => number;
-  /** Checkpoints gc never removes: those complete task receipts name (their evidence). */
-  pinned?: () => Set<string>;
+  /** Checkpoints gc never removes: those complete task receipts name (their evidence); null: cannot tell, none is removed by age. */
+  pinned?: () => Set<string> | null;
 }
 
 /** Requests to a remote store at once (uploads, read-back): one at a time, radosgw took ~45 ms an object. */
@@ -514,7 +514,7 @@ export class Checkpoints {
       const referenced = new Set<string>();
       let unreadable = false;
       let kept = 0;
-      const pinned = this.deps.pinned?.() ?? new Set<string>();
+      const pinned = this.deps.pinned ? this.deps.pinned() : new Set<string>();
       for (const id of await this.local.listManifests()) {
         let manifest: Manifest | null = null;
         try {
@@ -528,7 +528,7 @@ export class Checkpoints {
           this.deps.log.error({ manifest: id }, 'gc: a checkpoint manifest cannot be read; no object is removed');
           continue;
         }
-        if (maxAgeMs > 0 && nowMs - Date.parse(manifest.created_at) > maxAgeMs && !pinned.has(id)) {
+        if (maxAgeMs > 0 && nowMs - Date.parse(manifest.created_at) > maxAgeMs && pinned !== null && !pinned.has(id)) {
           fs.remove(fs.publishedFd, `${id}.json`);
           fs.remove(fs.manifestsFd, `${id}.json`);
           removed.push(id);

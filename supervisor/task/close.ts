@@ -23,7 +23,7 @@ import { isLive, isSettled } from '../session/lifecycle.js';
 import type { Session } from '../session/session.js';
 import { checkpointCovers, evaluateTask, terminalMutationKnown, type JoinSession, type JoinWorkspace } from './join.js';
 import type { TombstoneRecord } from '../store/records.js';
-import { readTaskSeals, sweepTaskTemps, TaskFiles, type TaskAttemptRecord, type TaskSealRecord } from './records.js';
+import { readTaskSeals, sweepTaskTemps, TaskFiles, taskReceiptPaths, type TaskAttemptRecord, type TaskSealRecord } from './records.js';
 
 export interface TaskDeps {
   ctx: SessionContext;
@@ -120,23 +120,23 @@ export class Tasks {
     if (swept) log.warn({ files: swept }, 'removed temp files of task records a crash cut short');
   }
 
-  /** The checkpoints complete task receipts name (gc keeps them: a final receipt stays verifiable). A receipt that cannot be read pins nothing, and is logged. */
-  pinnedCheckpoints(): Set<string> {
+  /**
+   * The checkpoints complete task receipts name (gc keeps them: a final receipt stays
+   * verifiable and restorable); null when a task receipt cannot be read (logged): gc then
+   * removes no checkpoint by age, as it keeps every object when a manifest cannot be read.
+   */
+  pinnedCheckpoints(): Set<string> | null {
     const ids = new Set<string>();
-    for (const task of this.closedTasks()) {
+    for (const path of taskReceiptPaths(this.deps.ctx.config.stateDir)) {
       try {
-        const r = new TaskFiles(this.deps.ctx.config.stateDir, task).readReceipt();
-        if (r?.complete) for (const c of r.checkpoints) if (c.checkpoint_id) ids.add(c.checkpoint_id);
+        const r = readRecord('taskReceipt', path);
+        if (r.complete) for (const c of r.checkpoints) if (c.checkpoint_id) ids.add(c.checkpoint_id);
       } catch (err) {
-        this.deps.ctx.log.error({ err, task }, 'a task receipt cannot be read; the checkpoints it names are not kept from gc');
+        this.deps.ctx.log.error({ err, path }, 'a task receipt cannot be read; gc removes no checkpoint by age until it can');
+        return null;
       }
     }
     return ids;
-  }
-
-  /** Tasks with a seal (every closed task has one). */
-  private closedTasks(): string[] {
-    return [...this.seals.keys()];
   }
 
   /** The task's seal, if sealed (a task whose seal cannot be read is sealed). */
@@ -240,6 +240,8 @@ export class Tasks {
       log.warn({ task, attempt: attempt.attempt, started_at: attempt.started_at }, 'resuming a task close a restart interrupted');
     }
     const seal = this.seal(task);
+    // A seal that cannot be read seals the task, but says nothing of when: the receipt does not invent it.
+    const sealKnown = this.seals.has(task);
     faultPoint('task-close:after-seal');
     if (process.env.SBX_TEST_TASK_EARLY_CHECKPOINT === '1' && Object.keys(attempt.checkpoints).length === 0) await this.testEarlyCheckpoints(task, attempt, workspaces);
 
@@ -293,7 +295,7 @@ export class Tasks {
     });
     // A supervisor stopping claims nothing: the attempt resumes at the next start.
     if (this.deps.stopping()) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping; the task close resumes when it starts again (close again then)');
-    const verdict = evaluateTask({ sealed: true, sessions: joinSessions, workspaces: joinWorkspaces, checkpoints, sealGeneration: seal.generation, fence, fenceOnDisk });
+    const verdict = evaluateTask({ sealed: true, sessions: joinSessions, workspaces: joinWorkspaces, checkpoints, sealGeneration: sealKnown ? seal.generation : null, fence, fenceOnDisk });
 
     const receipt = ctx.signer.sign<TaskReceipt>({
       version: 1,
@@ -301,7 +303,7 @@ export class Tasks {
       task,
       attempt: attempt.attempt,
       supervisor: { instance: identity.instance, generation: identity.generation, boot_id: identity.bootId, mode: identity.mode },
-      sealed: { generation: seal.generation, sealed_at: seal.sealed_at },
+      sealed: sealKnown ? { generation: seal.generation, sealed_at: seal.sealed_at } : { generation: null, sealed_at: null },
       closed_at: new Date().toISOString(),
       settle: attempt.settle ?? settle,
       sessions: [...sessions.map((s) => this.sessionEntry(s, joinWorkspaces)), ...retired.map((r) => retiredEntry(r, joinWorkspaces))].sort((a, b) => (a.session_id < b.session_id ? -1 : a.session_id > b.session_id ? 1 : 0)),

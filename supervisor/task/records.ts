@@ -103,6 +103,16 @@ export function sweepTaskTemps(stateDir: string): number {
   return n;
 }
 
+/** The task receipt files in the state dir (one per task dir that has one; dirs only, never a link followed). */
+export function taskReceiptPaths(stateDir: string): string[] {
+  const root = join(stateDir, STATE.tasksDir);
+  if (!existsSync(root)) return [];
+  return readdirSync(root, { withFileTypes: true })
+    .filter((e) => e.isDirectory() && /^[0-9a-f]{64}$/.test(e.name))
+    .map((e) => join(root, e.name, TASK_FILES.receipt))
+    .filter((p) => existsSync(p));
+}
+
 /** Every task with a seal in the state dir: task id → seal (unreadable seals, and task dirs that are not directories, are reported, and their task stays unknown). */
 export function readTaskSeals(stateDir: string, onUnreadable: (dir: string, err: Error) => void): Map<string, TaskSealRecord> {
   const seals = new Map<string, TaskSealRecord>();

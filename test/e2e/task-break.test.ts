@@ -16,7 +16,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, 
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { TaskReceipt } from '../../ipc/protocol.js';
-import type { TestDaemon } from '../helpers/daemon.js';
+import { type TestDaemon, until } from '../helpers/daemon.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
 
 const rig = new WorkspaceRig();
@@ -268,6 +268,20 @@ describe('task close: after the breaker', () => {
     expect(gc.checkpoints.removed_manifests).toEqual(loose.checkpoint_id === id ? [] : [loose.checkpoint_id]);
     expect(existsSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`))).toBe(true);
     expect((await verify(d, closed.stdout)).status).toBe(0);
+  });
+
+  it('a task receipt that cannot be read: sbx gc removes no checkpoint by age (it cannot tell which are evidence)', async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
+    expect((await d.sbx(['close', '--task', 'T', '--workspace', ws])).status).toBe(0);
+    writeFileSync(join(ws, 'u'), 'u\n');
+    expect((await d.sbx(['checkpoint', '--workspace', ws])).status).toBe(0);
+    await d.terminate();
+    writeFileSync(join(taskDir(d, 'T'), 'receipt.json'), '{ torn');
+    await d.withConfig({ checkpoint: { maxAgeMs: 1 } }).start();
+    const gc = json<{ checkpoints: { removed_manifests: string[]; kept_manifests: number } }>(await d.sbx(['gc', '--json']));
+    expect(gc.checkpoints).toMatchObject({ removed_manifests: [], kept_manifests: 2 });
+    await until(() => d.log().includes('a task receipt cannot be read; gc removes no checkpoint by age until it can'), 'the log line');
   });
 
   it('SIGTERM while a close settles: SHUTTING_DOWN, no receipt claimed; after the restart the resumed attempt is complete', async () => {
