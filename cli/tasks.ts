@@ -2,9 +2,9 @@
 // for one: its signature; with the state dir, every session receipt it lists (digest,
 // signature, stored output), every checkpoint (the manifest by id from its store, its
 // signature and form, publication, every object re-hashed; and that it says what the task
-// receipt says of it: task, close attempt, boundary, scan digest, fence), and the verdict
-// itself, evaluated again from those facts (supervisor/task/join.ts) and compared. Owns that
-// output and exit status (0 it all holds, 1 a mismatch, 125 could not check).
+// receipt says of it: task, close attempt, boundary, started_at, scan digest, fence), and the
+// verdict itself, evaluated again from those facts (supervisor/task/join.ts) and compared. Owns
+// that output and exit status (0 it all holds, 1 a mismatch, 125 could not check).
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt, TaskReceipt } from '../ipc/protocol.js';
@@ -59,6 +59,7 @@ export async function verifyTaskReceipt(receipt: TaskReceipt, keyPem: string, o:
     };
     said('task', m.task, receipt.task);
     said('boundary', m.boundary, cp.boundary);
+    said('started_at', m.started_at, cp.started_at); // the join orders by it across epochs and gaps
     said('scan digest', m.scan.digest, cp.scan_digest);
     said('consistent', m.consistent, cp.consistent);
     said('fence', { instance: m.supervisor.instance, generation: m.supervisor.generation, boot_id: m.supervisor.boot_id }, cp.fence);

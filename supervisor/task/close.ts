@@ -8,7 +8,7 @@
 // an earlier attempt's that still covers: never a second manifest for one attempt), then the
 // fence (supervisor.json still names this run), the join (join.ts) and the signed task
 // receipt. A complete receipt is final; an incomplete one is replaced by the next attempt.
-// Crash points (fault.ts): task-close:after-seal, task-close:settling,
+// Crash points (fault.ts): task-close:after-attempt, task-close:after-seal, task-close:settling,
 // task-close:after-last-death, checkpoint:* (checkpoint/), task-close:after-checkpoint,
 // task-close:after-receipt-temp, task-close:after-receipt-rename.
 import { join, resolve } from 'node:path';
@@ -23,15 +23,15 @@ import { isLive, isSettled } from '../session/lifecycle.js';
 import type { Session } from '../session/session.js';
 import { checkpointCovers, evaluateTask, terminalMutationKnown, type JoinSession, type JoinWorkspace } from './join.js';
 import type { TombstoneRecord } from '../store/records.js';
-import { readTaskSeals, sweepTaskTemps, TaskFiles, type TaskAttemptRecord, type TaskSealRecord } from './records.js';
+import { completeTaskReceipts, readTaskSeals, sweepTaskTemps, TaskFiles, type TaskAttemptRecord, type TaskSealRecord } from './records.js';
 
 export interface TaskDeps {
   ctx: SessionContext;
   checkpoints: Checkpoints;
   /** The sessions of a task: those launched in it, and those whose task cannot be read (they may be its). */
   sessionsOf: (task: string) => Session[];
-  /** Resolves once the reconciliation of sessions left by a restart is done (their receipts written, or stuck unknown). */
-  reconciled: () => Promise<void>;
+  /** Resolves once the reconciliation of these sessions (those a restart left) is done: their receipts written, or stuck unknown. Another task's are not waited for. */
+  reconciled: (sessions: Session[]) => Promise<void>;
   /** Tombstones of the task's sessions the retention policy removed whole. */
   retiredOf: (task: string) => TombstoneRecord[];
   /** Whether the supervisor is stopping (a close then claims nothing: SHUTTING_DOWN). */
@@ -120,23 +120,12 @@ export class Tasks {
     if (swept) log.warn({ files: swept }, 'removed temp files of task records a crash cut short');
   }
 
-  /** The checkpoints complete task receipts name (gc keeps them: a final receipt stays verifiable). A receipt that cannot be read pins nothing, and is logged. */
+  /** The checkpoints complete task receipts name (gc keeps them: a final receipt stays verifiable), from every task dir, its seal readable or not. A receipt that cannot be read pins nothing, and is logged. */
   pinnedCheckpoints(): Set<string> {
     const ids = new Set<string>();
-    for (const task of this.closedTasks()) {
-      try {
-        const r = new TaskFiles(this.deps.ctx.config.stateDir, task).readReceipt();
-        if (r?.complete) for (const c of r.checkpoints) if (c.checkpoint_id) ids.add(c.checkpoint_id);
-      } catch (err) {
-        this.deps.ctx.log.error({ err, task }, 'a task receipt cannot be read; the checkpoints it names are not kept from gc');
-      }
-    }
+    const receipts = completeTaskReceipts(this.deps.ctx.config.stateDir, (path, err) => this.deps.ctx.log.error({ err, path }, 'a task receipt cannot be read; the checkpoints it names are not kept from gc'));
+    for (const r of receipts) for (const c of r.checkpoints) if (c.checkpoint_id) ids.add(c.checkpoint_id);
     return ids;
-  }
-
-  /** Tasks with a seal (every closed task has one). */
-  private closedTasks(): string[] {
-    return [...this.seals.keys()];
   }
 
   /** The task's seal, if sealed (a task whose seal cannot be read is sealed). */
@@ -239,6 +228,7 @@ export class Tasks {
     } else {
       log.warn({ task, attempt: attempt.attempt, started_at: attempt.started_at }, 'resuming a task close a restart interrupted');
     }
+    faultPoint('task-close:after-attempt');
     const seal = this.seal(task);
     faultPoint('task-close:after-seal');
     if (process.env.SBX_TEST_TASK_EARLY_CHECKPOINT === '1' && Object.keys(attempt.checkpoints).length === 0) await this.testEarlyCheckpoints(task, attempt, workspaces);
@@ -251,12 +241,7 @@ export class Tasks {
     }
     faultPoint('task-close:after-last-death');
 
-    const sessions = this.deps.sessionsOf(task).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-    const retired = this.deps.retiredOf(task);
-    const joinSessions: JoinSession[] = [
-      ...sessions.map((s) => ({ sessionId: s.id, state: s.state as string, receipt: s.receipt, unknownReason: s.state === 'unknown' ? (s.summary().reason ?? null) : null })),
-      ...retired.map((r) => ({ sessionId: r.session_id, state: 'retired', receipt: null, unknownReason: null })),
-    ].sort((a, b) => (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : 0));
+    let { sessions, retired, joinSessions } = this.sessionFacts(task);
     // A session without a receipt may still write (a retired one cannot: it ended long ago).
     const waiting = joinSessions.some((s) => !s.receipt && s.state !== 'retired');
     const joinWorkspaces: JoinWorkspace[] = workspaces.map((path) => {
@@ -267,7 +252,7 @@ export class Tasks {
     // The final checkpoint of each workspace.
     const checkpoints: TaskCheckpointEntry[] = [];
     for (const w of joinWorkspaces) {
-      const entry = await this.checkpointFor(task, attempt, w, previous, joinSessions, waiting);
+      const entry = await this.checkpointFor(task, attempt, w, previous, joinSessions, waiting, seal.generation);
       if (entry && !attempt.checkpoints[w.path]) {
         attempt.checkpoints[w.path] = entry;
         files.writeAttempt(attempt);
@@ -291,6 +276,10 @@ export class Tasks {
       const gone = new SupervisorError('CHECKPOINT_FAILED', `checkpoint ${cp.checkpoint_id} is no longer published in ${this.deps.checkpoints.local.dir} (removed by sbx gc?)`, { stage: 'store' });
       checkpoints[i] = noCheckpoint(cp.workspace, gone, cp.close_attempt);
     });
+    // The sessions again, in the same synchronous stretch: one the retention policy retired
+    // while the checkpoints were taken is listed from its tombstone (its receipt's facts are
+    // gone), never as a receipt the state dir no longer has.
+    ({ sessions, retired, joinSessions } = this.sessionFacts(task));
     // A supervisor stopping claims nothing: the attempt resumes at the next start.
     if (this.deps.stopping()) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping; the task close resumes when it starts again (close again then)');
     const verdict = evaluateTask({ sealed: true, sessions: joinSessions, workspaces: joinWorkspaces, checkpoints, sealGeneration: seal.generation, fence, fenceOnDisk });
@@ -315,6 +304,18 @@ export class Tasks {
     files.writeReceipt(receipt);
     log.info({ task, attempt: attempt.attempt, complete: receipt.complete, sessions: sessions.length, obligations: receipt.obligations.length }, 'task closed');
     return receipt;
+  }
+
+  /** The task's sessions (by id), the tombstones of those retired whole, and both as the join sees them. */
+  private sessionFacts(task: string): { sessions: Session[]; retired: TombstoneRecord[]; joinSessions: JoinSession[] } {
+    const byId = <T>(id: (x: T) => string) => (a: T, b: T) => (id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0);
+    const sessions = this.deps.sessionsOf(task).sort(byId((s) => s.id));
+    const retired = this.deps.retiredOf(task);
+    const joinSessions: JoinSession[] = [
+      ...sessions.map((s) => ({ sessionId: s.id, state: s.state as string, receipt: s.receipt, unknownReason: s.state === 'unknown' ? (s.summary().reason ?? null) : null })),
+      ...retired.map((r) => ({ sessionId: r.session_id, state: 'retired', receipt: null, unknownReason: null })),
+    ].sort(byId((s) => s.sessionId));
+    return { sessions, retired, joinSessions };
   }
 
   /**
@@ -342,8 +343,8 @@ export class Tasks {
     const rest = timedOut ? live.filter((s) => !isSettled(s.state)) : [];
     await Promise.all(rest.map((s) => s.terminate('close')));
     await allSettled;
-    // Sessions a restart left unknown get their receipts from reconciliation (or stay unknown).
-    await this.deps.reconciled();
+    // The task's sessions a restart left unknown get their receipts from reconciliation (or stay unknown).
+    await this.deps.reconciled(this.deps.sessionsOf(task));
     return { timeout_ms: timeoutMs, terminated: rest.length };
   }
 
@@ -352,7 +353,7 @@ export class Tasks {
    * before a crash kept it from recording it, an earlier attempt's that still covers every
    * session, or a new one. None (null) while a session has no receipt: it may still write.
    */
-  private async checkpointFor(task: string, attempt: TaskAttemptRecord, w: JoinWorkspace, previous: TaskReceipt | null, sessions: JoinSession[], waiting: boolean): Promise<TaskCheckpointEntry | null> {
+  private async checkpointFor(task: string, attempt: TaskAttemptRecord, w: JoinWorkspace, previous: TaskReceipt | null, sessions: JoinSession[], waiting: boolean, sealGeneration: number): Promise<TaskCheckpointEntry | null> {
     const recorded = attempt.checkpoints[w.path];
     if (recorded) return recorded;
     const { checkpoints, ctx } = this.deps;
@@ -378,9 +379,11 @@ export class Tasks {
     if (prev && prev.checkpoint_id) {
       const entry = describe(prev.checkpoint_id);
       // Reused only if it would pass the join: consistent, fenced by this state dir's
-      // supervisor (another instance's, say after a torn supervisor.json, never would), covering.
+      // supervisor (another instance's, say after a torn supervisor.json, never would; nor one
+      // from before the generation the task counts as sealed at, this run's when its seal
+      // cannot be read), covering.
       const { identity } = ctx;
-      const fenced = (e: TaskCheckpointEntry) => e.fence !== null && e.fence.instance === identity.instance && e.fence.generation <= identity.generation;
+      const fenced = (e: TaskCheckpointEntry) => e.fence !== null && e.fence.instance === identity.instance && e.fence.generation <= identity.generation && e.fence.generation >= sealGeneration;
       const covers = (e: TaskCheckpointEntry) =>
         w.root !== null && e.consistent === true && fenced(e) && sessions.every((s) => s.receipt && (!terminalMutationKnown(s.receipt, w.root!) || checkpointCovers(e, s.receipt, w.root!)));
       if (entry && covers(entry)) return entry;

@@ -103,6 +103,26 @@ export function sweepTaskTemps(stateDir: string): number {
   return n;
 }
 
+/** The complete task receipts of every task dir (whether or not its seal can be read); one that cannot be read is reported and left out. */
+export function completeTaskReceipts(stateDir: string, onUnreadable: (path: string, err: Error) => void): TaskReceipt[] {
+  const root = join(stateDir, STATE.tasksDir);
+  if (!existsSync(root)) return [];
+  const receipts: TaskReceipt[] = [];
+  for (const entry of readdirSync(root, { withFileTypes: true })) {
+    if (!entry.isDirectory() || !/^[0-9a-f]{64}$/.test(entry.name)) continue;
+    const p = join(root, entry.name, TASK_FILES.receipt);
+    if (!existsSync(p)) continue;
+    try {
+      const record = readRecord('taskReceipt', p);
+      if (taskDirName(record.task) !== entry.name) throw new Error(`it names task ${JSON.stringify(record.task)}, whose dir is not ${entry.name}`);
+      if (record.complete) receipts.push(record);
+    } catch (err) {
+      onUnreadable(p, err as Error);
+    }
+  }
+  return receipts;
+}
+
 /** Every task with a seal in the state dir: task id → seal (unreadable seals, and task dirs that are not directories, are reported, and their task stays unknown). */
 export function readTaskSeals(stateDir: string, onUnreadable: (dir: string, err: Error) => void): Map<string, TaskSealRecord> {
   const seals = new Map<string, TaskSealRecord>();

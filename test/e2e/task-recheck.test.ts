@@ -1,0 +1,206 @@
+// A re-check of the task close (issue 19, README "Tasks: complete(task)") after its first
+// round of fixes, on a real supervisor: a close of one task never waits for another task's
+// session a restart left to reconciliation; a session the retention policy retires while the
+// close takes its checkpoint is not claimed (its receipt is gone when the task receipt is
+// signed); a task whose seal cannot be read converges (an earlier attempt's checkpoint from
+// before the generation it now counts as sealed at is not reused for good) and its complete
+// receipt's checkpoints are kept by gc; sbx verify compares the started_at the verdict leans
+// on with the manifest's; two crashes in a row at different points of one close attempt
+// (the second during the resumed attempt) end as an uninterrupted close does.
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
+import { ReceiptSigner } from '../../supervisor/signing.js';
+import { pidsWithMarker, type SbxResult, type TestDaemon, until } from '../helpers/daemon.js';
+import { json, WorkspaceRig } from '../helpers/workspace.js';
+
+const rig = new WorkspaceRig();
+afterEach(() => rig.cleanup());
+
+const taskDir = (d: TestDaemon, task: string) => join(d.stateDir, 'tasks', createHash('sha256').update(task).digest('hex'));
+const marker = () => `task-recheck-${process.pid}-${Math.random().toString(36).slice(2)}`;
+
+async function withWorkspace(options: { env?: NodeJS.ProcessEnv; config?: Record<string, unknown> } = {}) {
+  const { d, paths } = await rig.daemon((dir) => {
+    mkdirSync(join(dir, 'ws'));
+    return [join(dir, 'ws')];
+  }, options);
+  return { d, ws: paths[0] };
+}
+
+async function verify(d: TestDaemon, receipt: Buffer | string) {
+  const file = join(d.dir, `verify-${Math.random().toString(36).slice(2)}.json`);
+  writeFileSync(file, receipt);
+  const r = await d.sbx(['verify', file, '--state-dir', d.stateDir]);
+  return { status: r.status, out: r.stdout.toString() + r.stderr.toString() };
+}
+
+/** The result of a pending sbx call once it answers (until() polls it). */
+function settleLater(p: Promise<SbxResult>): () => SbxResult | null {
+  let done: SbxResult | null = null;
+  void p.then((r) => (done = r));
+  return () => done;
+}
+
+describe('task close: re-check', () => {
+  it("a close of one task does not wait for another task's session that reconciliation is ending (its grace running)", { timeout: 120_000 }, async () => {
+    const { d, ws } = await withWorkspace();
+    const m = marker();
+    const c = await d.client();
+    // B's command ignores TERM and has a grace of 10 minutes.
+    const b = await c.launch({ argv: ['sh', '-c', `trap '' TERM; while :; do sleep 0.05; done; : ${m}`], cwd: '/', task: 'B', invocation_key: 'b', grace_ms: 600_000 });
+    expect((await d.sbx(['run', '--task', 'A', '--key', 'a', '--', 'sh', '-c', `echo a > ${ws}/a`])).status).toBe(0);
+    await until(() => pidsWithMarker(m).length === 1, "B's command to run");
+    await d.kill9();
+    await d.start();
+    // Reconciliation TERMs B's leaf, then waits its grace.
+    await until(async () => json<SessionSummary[]>(await d.sbx(['ps', '--json'])).find((s) => s.session_id === b.session_id)?.reason?.includes('being ended'), 'reconciliation to be ending B');
+    const answered = settleLater(d.sbx(['close', '--task', 'A', '--workspace', ws, '--timeout', '300ms']));
+    // A has nothing left to wait for: it answers while B's grace runs (10 minutes).
+    const r = await until(answered, "A's close to answer while B is still being ended", 60_000);
+    expect(r.stderr.toString()).toBe('');
+    expect(r.status).toBe(0);
+    const receipt = json<TaskReceipt>(r);
+    expect(receipt).toMatchObject({ task: 'A', complete: true, obligations: [] });
+    expect(receipt.sessions.map((s) => s.invocation_key)).toEqual(['a']);
+    expect(pidsWithMarker(m)).toHaveLength(1); // B still in its grace
+    // B's close waits for B's reconciliation: cut short here (sbx cancel), it is complete.
+    const closingB = settleLater(d.sbx(['close', '--task', 'B', '--workspace', ws]));
+    expect((await d.sbx(['cancel', b.session_id])).status).toBe(0);
+    const rb = await until(closingB, "B's close", 60_000);
+    expect(rb.status).toBe(0);
+    expect(json<TaskReceipt>(rb).sessions).toEqual([expect.objectContaining({ session_id: b.session_id, outcome: 'owner_lost', death: expect.objectContaining({ evidence: 'cgroup_empty' }) })]);
+    expect(pidsWithMarker(m)).toEqual([]);
+  });
+
+  it('a session retired by retention while the close takes its checkpoint is not claimed: complete false, listed retired, never a receipt naming a session receipt that is gone', async () => {
+    const pause = rig.removeLater(join('/tmp', `sbx-test-task-recheck-pause-${process.pid}-${Date.now()}`));
+    const { d, ws } = await withWorkspace({ env: { SBX_TEST_WATCH_PAUSE_FILE: pause }, config: { barrierTimeoutMs: 120_000 } });
+    expect((await d.sbx(['run', '--task', 'T', '--key', 'old', '--', 'sh', '-c', `echo old > ${ws}/old`])).status).toBe(0);
+    const [old] = json<SessionSummary[]>(await d.sbx(['ps', '--all', '--json']));
+    await d.terminate();
+    await d.withConfig({ retention: { receiptMaxAgeMs: 1, intervalMs: 0 } }).start();
+    // The reader held: the close's checkpoint waits at its boundary (the barrier round).
+    writeFileSync(pause, '');
+    const closing = settleLater(d.sbx(['close', '--task', 'T', '--workspace', ws]));
+    await until(() => existsSync(join(taskDir(d, 'T'), 'attempt.json')) && (JSON.parse(readFileSync(join(taskDir(d, 'T'), 'attempt.json'), 'utf8')) as { settle: unknown }).settle !== null, 'the settle to be recorded');
+    // Meanwhile sbx gc retires the session whole (its checkpoint part waits behind the close's checkpoint).
+    const gc = settleLater(d.sbx(['gc', '--json']));
+    await until(() => existsSync(join(d.stateDir, 'retired', `${old.session_id}.json`)), 'the session to be retired');
+    expect(existsSync(join(d.stateDir, 'sessions', old.session_id))).toBe(false);
+    rmSync(pause);
+    const r = await until(closing, 'the close', 60_000);
+    expect((await until(gc, 'gc', 60_000)).status).toBe(0);
+    expect(r.status).toBe(1);
+    const receipt = json<TaskReceipt>(r);
+    expect(receipt.complete).toBe(false);
+    expect(receipt.sessions).toEqual([expect.objectContaining({ session_id: old.session_id, state: 'retired', death: null })]);
+    expect(receipt.obligations).toEqual([{ authority: 'operator', condition: 'sessions_settled', session_id: old.session_id, what: expect.stringContaining('was removed whole by the retention policy before the task closed') }]);
+    expect((await verify(d, r.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
+  });
+
+  it("a task whose seal cannot be read (sealed at this run's generation): an earlier attempt's checkpoint from before it is not reused, so closing again converges", async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
+    // Attempt 1: its checkpoint is fine (consistent, covering, this instance's); supervisor.json could not be read.
+    const identity = join(d.stateDir, 'supervisor.json');
+    const saved = readFileSync(identity);
+    writeFileSync(identity, '{ torn');
+    const first = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    writeFileSync(identity, saved);
+    expect(first.status).toBe(1);
+    const p1 = json<TaskReceipt>(first).checkpoints[0];
+    expect(p1).toMatchObject({ consistent: true, close_attempt: 1 });
+    await d.terminate();
+    writeFileSync(join(taskDir(d, 'T'), 'seal.json'), '{ torn');
+    await d.start();
+    const again = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    const second = json<TaskReceipt>(again);
+    expect(second.obligations).toEqual([]);
+    expect(again.status).toBe(0);
+    expect(second).toMatchObject({ attempt: 2, complete: true, sealed: { generation: second.supervisor.generation } });
+    expect(second.checkpoints[0].checkpoint_id).not.toBe(p1.checkpoint_id);
+    expect(second.checkpoints[0].fence!.generation).toBe(second.supervisor.generation);
+    expect((await verify(d, again.stdout)).status).toBe(0);
+  });
+
+  it('sbx gc keeps the checkpoints of a complete task receipt whose seal cannot be read', async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo kept > ${ws}/kept`])).status).toBe(0);
+    const closed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    expect(closed.status).toBe(0);
+    const id = json<TaskReceipt>(closed).checkpoints[0].checkpoint_id!;
+    await d.terminate();
+    writeFileSync(join(taskDir(d, 'T'), 'seal.json'), '{ torn');
+    await d.withConfig({ checkpoint: { maxAgeMs: 1 } }).start();
+    const gc = json<{ checkpoints: { removed_manifests: string[] } }>(await d.sbx(['gc', '--json']));
+    expect(gc.checkpoints.removed_manifests).toEqual([]);
+    expect(existsSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`))).toBe(true);
+    expect((await verify(d, closed.stdout)).status).toBe(0);
+    expect((await d.sbx(['close', '--task', 'T', '--workspace', ws])).stdout.equals(closed.stdout)).toBe(true);
+  });
+
+  it("sbx verify compares a checkpoint's started_at (the join orders by it across gaps) with its manifest's", async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
+    const closed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    expect(closed.status).toBe(0);
+    const receipt = json<TaskReceipt>(closed);
+    const later = new Date(Date.parse(receipt.checkpoints[0].started_at!) + 3_600_000).toISOString();
+    // Signed with the state dir's own key: only what it says differs from the manifest.
+    const signer = ReceiptSigner.loadOrCreate(d.stateDir);
+    const edited = signer.sign({ ...receipt, checkpoints: [{ ...receipt.checkpoints[0], started_at: later }] });
+    const v = await verify(d, JSON.stringify(edited));
+    expect(v.out).toContain(`MISMATCH: checkpoint ${receipt.checkpoints[0].checkpoint_id}: the manifest's started_at is "${receipt.checkpoints[0].started_at}", the task receipt says "${later}"`);
+    expect(v.status).toBe(1);
+  });
+});
+
+describe('task close: two crashes in a row, then close again', () => {
+  const TASK = 'twice';
+  // [the first crash, the second (in the resumed attempt)]
+  const sequences: [string, string][] = [
+    ['task-close:after-attempt', 'task-close:after-seal'], // the attempt recorded, not sealed yet; then sealed
+    ['task-close:settling', 'checkpoint:after-read-back'], // sessions left running; the resumed attempt's checkpoint cut short
+    ['checkpoint:after-manifest', 'task-close:after-checkpoint'], // a manifest never published; then one published, not recorded
+    ['task-close:after-checkpoint', 'task-close:after-receipt-temp'], // published, not recorded; found, recorded, the receipt cut short
+  ];
+  for (const [first, second] of sequences) {
+    it(`killed at ${first}, then at ${second}`, async () => {
+      const { d, ws } = await withWorkspace({ env: { SBX_FAULT_POINT: first } });
+      const runs = join(d.dir, 'runs');
+      const c = await d.client();
+      const s1 = await c.launch({ argv: ['sh', '-c', `echo one > ${ws}/f1; echo s1 >> ${runs}`], cwd: '/', invocation_key: 'k1', task: TASK });
+      await c.wait({ session_id: s1.session_id });
+      const s2 = await c.launch({ argv: ['sh', '-c', `echo two > ${ws}/f2; echo s2 >> ${runs}; exec sleep 600`], cwd: '/', invocation_key: 'k2', task: TASK });
+      await until(() => existsSync(runs) && readFileSync(runs, 'utf8') === 's1\ns2\n', 'both commands to have run');
+      const close = () => d.sbx(['close', '--task', TASK, '--workspace', ws, '--timeout', '300ms']);
+      for (const env of [{ SBX_FAULT_POINT: second }, undefined]) {
+        expect((await close()).status).toBe(125);
+        expect(await d.exitedNow()).toEqual({ code: null, signal: 'SIGKILL' });
+        expect(existsSync(join(taskDir(d, TASK), 'receipt.json'))).toBe(false);
+        await d.withEnv(env).start();
+      }
+      const r = await close();
+      expect(r.stderr.toString()).toBe('');
+      expect(r.status).toBe(0);
+      const receipt = json<TaskReceipt>(r);
+      expect(receipt).toMatchObject({ task: TASK, attempt: 1, complete: true, obligations: [] });
+      expect(receipt.sessions.map((s) => s.session_id)).toEqual([s1.session_id, s2.session_id].sort());
+      expect(readFileSync(runs, 'utf8')).toBe('s1\ns2\n'); // each command ran once
+      // One manifest in the store, published for this attempt: the receipt's.
+      const store = join(d.stateDir, 'checkpoints');
+      const names = (sub: string) => readdirSync(join(store, sub)).filter((n) => /^[0-9a-f]{64}\.json$/.test(n)).map((n) => n.slice(0, 64));
+      const id = receipt.checkpoints[0].checkpoint_id!;
+      expect(names('manifests')).toEqual([id]);
+      expect(names('published')).toEqual([id]);
+      expect(receipt.checkpoints[0].close_attempt).toBe(1);
+      const manifest = JSON.parse(readFileSync(join(store, 'manifests', `${id}.json`), 'utf8')) as { entries: { path: string }[] };
+      expect(manifest.entries.map((e) => e.path)).toEqual(['f1', 'f2']);
+      expect((await verify(d, r.stdout)).status).toBe(0);
+      expect((await close()).stdout.equals(r.stdout)).toBe(true);
+    });
+  }
+});
