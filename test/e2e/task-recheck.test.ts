@@ -5,7 +5,8 @@
 // signed); a task whose seal cannot be read converges (an earlier attempt's checkpoint from
 // before the generation it now counts as sealed at is not reused for good) and its complete
 // receipt's checkpoints are kept by gc; sbx verify compares the started_at the verdict leans
-// on with the manifest's; two crashes in a row at different points of one close attempt
+// on with the manifest's; a session of no known task an operator resolved stays ended
+// across a restart and is never retired whole (it is every task's); two crashes in a row at different points of one close attempt
 // (the second during the resumed attempt) end as an uninterrupted close does.
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -155,6 +156,38 @@ describe('task close: re-check', () => {
     const v = await verify(d, JSON.stringify(edited));
     expect(v.out).toContain(`MISMATCH: checkpoint ${receipt.checkpoints[0].checkpoint_id}: the manifest's started_at is "${receipt.checkpoints[0].started_at}", the task receipt says "${later}"`);
     expect(v.status).toBe(1);
+  });
+});
+
+describe('task close: a session of no known task', () => {
+  it("one an operator resolved stays ended across a restart (its signed receipt is read back), and retention does not retire it whole (it is every task's): later tasks can be complete", async () => {
+    const { d, ws } = await withWorkspace();
+    const c = await d.client();
+    const lost = await c.launch({ argv: ['sh', '-c', `echo lost > ${ws}/lost`], cwd: '/', task: 'T', invocation_key: 'torn' });
+    await c.wait({ session_id: lost.session_id });
+    await d.kill9();
+    // Its records torn: its task is unknown (listed in every task's join) until an operator resolves it.
+    const dir = join(d.stateDir, 'sessions', lost.session_id);
+    writeFileSync(join(dir, 'admission.json'), '{"session_id": "s-');
+    writeFileSync(join(dir, 'receipt.json'), '{ torn');
+    await d.start();
+    const resolved = await d.sbx(['resolve', lost.session_id, '--as-operator', '--json', '--reason', 'checked: it exited']);
+    expect(resolved.status).toBe(0);
+    await d.terminate();
+    await d.withConfig({ retention: { receiptMaxAgeMs: 1, intervalMs: 0 } }).start();
+    // The operator's word holds: ended, its receipt the one written then (not unknown again, to be resolved again).
+    expect(json<SessionSummary[]>(await d.sbx(['ps', '--all', '--json'])).find((s) => s.session_id === lost.session_id)).toMatchObject({ state: 'ended', task: null });
+    expect(readFileSync(join(dir, 'receipt.json'), 'utf8')).toBe(`${JSON.stringify(json(resolved))}\n`);
+    const gc = json<{ retired: string[] }>(await d.sbx(['gc', '--json']));
+    expect(gc.retired).toEqual([]);
+    expect(existsSync(join(d.stateDir, 'retired', `${lost.session_id}.json`))).toBe(false);
+    // A task run afterwards: the resolved session is in its join with its receipt, and it can be complete.
+    expect((await d.sbx(['run', '--task', 'U', '--', 'sh', '-c', `echo u > ${ws}/u`])).status).toBe(0);
+    const closed = await d.sbx(['close', '--task', 'U', '--workspace', ws]);
+    const receipt = json<TaskReceipt>(closed);
+    expect(receipt.obligations).toEqual([]);
+    expect(closed.status).toBe(0);
+    expect(receipt.sessions.find((s) => s.session_id === lost.session_id)).toMatchObject({ task: null, state: 'ended', death: { evidence: 'operator_attested' } });
   });
 });
 
