@@ -5,9 +5,10 @@
 // signed); a task whose seal cannot be read converges (an earlier attempt's checkpoint from
 // before the generation it now counts as sealed at is not reused for good) and its complete
 // receipt's checkpoints are kept by gc; sbx verify compares the started_at the verdict leans
-// on with the manifest's; a session of no known task an operator resolved stays ended
-// across a restart and is never retired whole (it is every task's); two crashes in a row at different points of one close attempt
-// (the second during the resumed attempt) end as an uninterrupted close does.
+// on with the manifest's; a session of no known task an operator resolved stays ended across
+// a restart and is never retired whole (it is every task's); two crashes in a row at
+// different points of one close attempt (the second in the resumed attempt) end as an
+// uninterrupted close does.
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
