@@ -1,6 +1,6 @@
 // sbx verify of a task receipt (works with the supervisor stopped), loaded by sbx.ts only
 // for one: its signature; with the state dir, every session receipt it lists (digest,
-// signature, stored output), every checkpoint (the manifest by id from its store, its
+// signature, stored output, its task), every checkpoint (the manifest by id from its store, its
 // signature and form, publication, every object re-hashed; and that it says what the task
 // receipt says of it: task, close attempt, boundary, started_at, scan digest, fence), and the
 // verdict itself, evaluated again from those facts (supervisor/task/join.ts) and compared. Owns
@@ -35,6 +35,8 @@ export async function verifyTaskReceipt(receipt: TaskReceipt, keyPem: string, o:
       } catch {
         // named by verifyCloseSessions
       }
+      // A session of another task is not this task's fact (one of no known task names none).
+      if (r && typeof r.task === 'string' && r.task !== receipt.task) problems.push(`${s.session_id}: its receipt is of task ${JSON.stringify(r.task)}, not ${JSON.stringify(receipt.task)}`);
     }
     return { sessionId: s.session_id, state: s.state, receipt: r, unknownReason: null };
   });

@@ -10,7 +10,7 @@
 // different points of one close attempt (the second in the resumed attempt) end as an
 // uninterrupted close does.
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
@@ -144,6 +144,22 @@ describe('task close: re-check', () => {
     expect((await d.sbx(['close', '--task', 'T', '--workspace', ws])).stdout.equals(closed.stdout)).toBe(true);
   });
 
+  it("sbx verify names a session of another task listed in a task receipt (signed with the state dir's own key)", async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'A', '--', 'sh', '-c', `echo a > ${ws}/a`])).status).toBe(0);
+    expect((await d.sbx(['run', '--task', 'B', '--', 'sh', '-c', `echo b > ${ws}/b`])).status).toBe(0);
+    const b = json<TaskReceipt>(await d.sbx(['close', '--task', 'B', '--workspace', ws]));
+    const closed = await d.sbx(['close', '--task', 'A', '--workspace', ws]);
+    expect(closed.status).toBe(0);
+    const a = json<TaskReceipt>(closed);
+    // B's session moved into A's receipt: every other fact of it holds (its receipt, A's checkpoint after it).
+    const moved = { ...b.sessions[0], task: 'A', workspace: a.sessions[0].workspace.map((w, i) => ({ ...w, ...b.sessions[0].workspace[i], path: w.path, root: w.root })) };
+    const edited = ReceiptSigner.loadOrCreate(d.stateDir).sign({ ...a, sessions: [...a.sessions, moved].sort((x, y) => (x.session_id < y.session_id ? -1 : 1)) });
+    const v = await verify(d, JSON.stringify(edited));
+    expect(v.out).toContain(`MISMATCH: ${b.sessions[0].session_id}: its receipt is of task "B", not "A"`);
+    expect(v.status).toBe(1);
+  });
+
   it("sbx verify compares a checkpoint's started_at (the join orders by it across gaps) with its manifest's", async () => {
     const { d, ws } = await withWorkspace();
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
@@ -157,6 +173,52 @@ describe('task close: re-check', () => {
     const v = await verify(d, JSON.stringify(edited));
     expect(v.out).toContain(`MISMATCH: checkpoint ${receipt.checkpoints[0].checkpoint_id}: the manifest's started_at is "${receipt.checkpoints[0].started_at}", the task receipt says "${later}"`);
     expect(v.status).toBe(1);
+  });
+});
+
+describe('sbx verify of a task receipt re-signed with another key', () => {
+  it('its fence and boundary edited and the receipt signed again with a key of its own: MISMATCH with the state dir\'s key, and with that key given (--key) every session receipt and manifest says so', async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
+    const closed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    expect(closed.status).toBe(0);
+    const receipt = json<TaskReceipt>(closed);
+    const cp = receipt.checkpoints[0];
+    const other = join(d.dir, 'other-key');
+    mkdirSync(other);
+    const signer = ReceiptSigner.loadOrCreate(other);
+    const edited = signer.sign({ ...receipt, checkpoints: [{ ...cp, fence: { ...cp.fence!, generation: cp.fence!.generation + 1 }, boundary: { ...cp.boundary!, seq: cp.boundary!.seq! + 100 } }] });
+    const own = await verify(d, JSON.stringify(edited));
+    expect(own.status).toBe(1);
+    expect(own.out).toContain('MISMATCH: task receipt: signed by key');
+    const file = join(d.dir, 'edited.json');
+    writeFileSync(file, JSON.stringify(edited));
+    const theirs = await d.sbx(['verify', file, '--state-dir', d.stateDir, '--key', join(other, 'receipt-key.pub')]);
+    expect(theirs.status).toBe(1);
+    const out = theirs.stdout.toString();
+    expect(out).toContain(`MISMATCH: ${receipt.sessions[0].session_id}: signed by key`);
+    expect(out).toContain(`MISMATCH: checkpoint ${cp.checkpoint_id} (${ws}): `);
+    expect(out).toContain(`MISMATCH: checkpoint ${cp.checkpoint_id}: the manifest's boundary is`);
+    expect(out).toContain(`MISMATCH: checkpoint ${cp.checkpoint_id}: the manifest's fence is`);
+  });
+});
+
+describe('task close: workspaces named another way', () => {
+  it('a watched workspace configured through a symlink, closed by the link with a trailing slash: the receipts name its real path, the join matches it, complete', async () => {
+    const { d, paths } = await rig.daemon((dir) => {
+      mkdirSync(join(dir, 'real-ws'));
+      symlinkSync(join(dir, 'real-ws'), join(dir, 'ws-link'));
+      return [join(dir, 'ws-link')];
+    });
+    const real = join(d.dir, 'real-ws');
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${paths[0]}/t`])).status).toBe(0);
+    const closed = await d.sbx(['close', '--task', 'T', '--workspace', `${paths[0]}/`]);
+    expect(closed.stderr.toString()).toBe('');
+    expect(closed.status).toBe(0);
+    const r = json<TaskReceipt>(closed);
+    expect(r.workspaces).toEqual([paths[0]]);
+    expect(r.sessions[0].workspace).toEqual([expect.objectContaining({ path: paths[0], root: real, terminal_mutation: expect.any(Number) })]);
+    expect((await d.sbx(['close', '--task', 'T', '--workspace', paths[0]])).stdout.equals(closed.stdout)).toBe(true);
   });
 });
 
