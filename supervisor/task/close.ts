@@ -18,6 +18,7 @@ import { readRecord, STATE, taskDirName } from '../../ipc/state-layout.js';
 import { receiptDigest } from '../../ipc/verify.js';
 import { Checkpoints } from '../checkpoint/checkpoint.js';
 import { faultPoint } from '../fault.js';
+import { setDeadline } from '../timers.js';
 import type { SessionContext } from '../session/context.js';
 import { isLive, isSettled } from '../session/lifecycle.js';
 import type { Session } from '../session/session.js';
@@ -337,9 +338,10 @@ export class Tasks {
     this.deps.ctx.log.info({ task, sessions: live.length, timeout_ms: timeoutMs }, 'task close: settling sessions');
     faultPoint('task-close:settling');
     const allSettled = Promise.all(live.map((s) => s.settled()));
-    let timer: NodeJS.Timeout | undefined;
-    const timedOut = await Promise.race([allSettled.then(() => false), new Promise<boolean>((r) => (timer = setTimeout(() => r(true), timeoutMs)))]);
-    clearTimeout(timer);
+    // setDeadline: a plain setTimeout past 2^31-1 ms (24.8 days; --timeout allows 30) fires at once.
+    let cancel = () => {};
+    const timedOut = await Promise.race([allSettled.then(() => false), new Promise<boolean>((r) => (cancel = setDeadline(() => r(true), timeoutMs)))]);
+    cancel();
     const rest = timedOut ? live.filter((s) => !isSettled(s.state)) : [];
     await Promise.all(rest.map((s) => s.terminate('close')));
     await allSettled;

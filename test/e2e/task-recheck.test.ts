@@ -1,11 +1,13 @@
 // A re-check of the task close (issue 19, README "Tasks: complete(task)") after its first
-// round of fixes, on a real supervisor: a close of one task never waits for another task's
+// round of fixes, on a real supervisor: a --timeout past 24.8 days is given, not an overflowed
+// timer's 1 ms; a close of one task never waits for another task's
 // session a restart left to reconciliation; a session the retention policy retires while the
 // close takes its checkpoint is not claimed (its receipt is gone when the task receipt is
 // signed); a task whose seal cannot be read converges (an earlier attempt's checkpoint from
 // before the generation it now counts as sealed at is not reused for good) and its complete
 // receipt's checkpoints are kept by gc; sbx verify compares the started_at the verdict leans
-// on with the manifest's; a session of no known task an operator resolved stays ended across
+// on with the manifest's, and a listed session's task; a receipt re-signed with another key;
+// a watched workspace configured through a symlink; a session of no known task an operator resolved stays ended across
 // a restart and is never retired whole (it is every task's); two crashes in a row at
 // different points of one close attempt (the second in the resumed attempt) end as an
 // uninterrupted close does.
@@ -75,6 +77,23 @@ describe('task close: re-check', () => {
     expect(rb.status).toBe(0);
     expect(json<TaskReceipt>(rb).sessions).toEqual([expect.objectContaining({ session_id: b.session_id, outcome: 'owner_lost', death: expect.objectContaining({ evidence: 'cgroup_empty' }) })]);
     expect(pidsWithMarker(m)).toEqual([]);
+  });
+
+  it('--timeout past 24.8 days (2^31-1 ms; 30 days are allowed): the sessions are given it, not ended at once', async () => {
+    const { d, ws } = await withWorkspace();
+    const go = join(d.dir, 'go');
+    const c = await d.client();
+    const s = await c.launch({ argv: ['sh', '-c', `echo x > ${ws}/x; while [ ! -e ${go} ]; do sleep 0.05; done`], cwd: '/', task: 'T' });
+    await until(() => existsSync(join(ws, 'x')), 'the write');
+    const closing = settleLater(d.sbx(['close', '--task', 'T', '--workspace', ws, '--timeout', '25d']));
+    await until(() => existsSync(join(taskDir(d, 'T'), 'seal.json')), 'the close to be settling');
+    // It ends by itself once told to (an overflowing timer would have ended it at once).
+    writeFileSync(go, '');
+    const r = await until(closing, 'the close', 60_000);
+    expect(r.status).toBe(0);
+    const receipt = json<TaskReceipt>(r);
+    expect(receipt.settle).toEqual({ timeout_ms: 25 * 86_400_000, terminated: 0 });
+    expect(receipt.sessions).toEqual([expect.objectContaining({ session_id: s.session_id, outcome: 'exited', exit: { code: 0, signal: null } })]);
   });
 
   it('a session retired by retention while the close takes its checkpoint is not claimed: complete false, listed retired, never a receipt naming a session receipt that is gone', async () => {
