@@ -5,7 +5,7 @@
 // receipt (replaced while incomplete; final once complete). Every file is written durably
 // (store/durable.ts: temp, fsync, rename or link, dir fsync) and read with its schema; the
 // task id is never a path. Not what is decided from them (join.ts) or when (close.ts).
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TaskReceipt } from '../../ipc/protocol.js';
 import { isTempFileName, readRecord, STATE, TASK_FILES, taskDirName, type TaskAttemptRecord, type TaskCloseRecord, type TaskSealRecord } from '../../ipc/state-layout.js';
@@ -25,13 +25,26 @@ export class TaskFiles {
     return join(this.dir, TASK_FILES[name]);
   }
 
+  /** Whether the task dir exists; throws when a file or a symlink is in its place (never followed: its files would land elsewhere). */
+  private dirExists(): boolean {
+    let st;
+    try {
+      st = lstatSync(this.dir);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+      throw err;
+    }
+    if (!st.isDirectory()) throw new Error(`${this.dir} is not a directory (a file or a symlink where a task dir should be; never followed)`);
+    return true;
+  }
+
   private ensureDir(): void {
-    mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    if (!this.dirExists()) mkdirSync(this.dir, { recursive: true, mode: 0o700 });
   }
 
   private read<K extends 'taskSeal' | 'taskClose' | 'taskAttempt' | 'taskReceipt'>(kind: K, name: keyof typeof TASK_FILES) {
     const p = this.path(name);
-    if (!existsSync(p)) return null;
+    if (!this.dirExists() || !existsSync(p)) return null;
     let record;
     try {
       record = readRecord(kind, p);

@@ -222,6 +222,23 @@ describe('sbx verify of a task receipt re-signed with another key', () => {
   });
 });
 
+describe('task close: a task dir that is a symlink', () => {
+  it('a close of that task is refused naming it, and writes nothing where the link points; other tasks close', async () => {
+    const { d, ws } = await withWorkspace();
+    await d.terminate();
+    const elsewhere = join(d.dir, 'elsewhere');
+    mkdirSync(elsewhere);
+    mkdirSync(join(d.stateDir, 'tasks'), { recursive: true });
+    symlinkSync(elsewhere, taskDir(d, 'Y'));
+    await d.start();
+    const r = await d.sbx(['close', '--task', 'Y', '--workspace', ws]);
+    expect(r.stderr.toString()).toContain(`${taskDir(d, 'Y')} is not a directory`);
+    expect(r.status).toBe(125);
+    expect(readdirSync(elsewhere)).toEqual([]);
+    expect((await d.sbx(['close', '--task', 'Z', '--workspace', ws])).status).toBe(0);
+  });
+});
+
 describe('task close: workspaces named another way', () => {
   it('a watched workspace configured through a symlink, closed by the link with a trailing slash: the receipts name its real path, the join matches it, complete', async () => {
     const { d, paths } = await rig.daemon((dir) => {
