@@ -22,7 +22,7 @@ import { setDeadline } from '../timers.js';
 import type { SessionContext } from '../session/context.js';
 import { isLive, isSettled } from '../session/lifecycle.js';
 import type { Session } from '../session/session.js';
-import { checkpointCovers, evaluateTask, terminalMutationKnown, type JoinSession, type JoinWorkspace } from './join.js';
+import { checkpointCovers, evaluateTask, sealFloor, terminalMutationKnown, type JoinSession, type JoinWorkspace } from './join.js';
 import type { TombstoneRecord } from '../store/records.js';
 import { completeTaskReceipts, readTaskSeals, sweepTaskTemps, TaskFiles, type TaskAttemptRecord, type TaskSealRecord } from './records.js';
 
@@ -382,10 +382,11 @@ export class Tasks {
       const entry = describe(prev.checkpoint_id);
       // Reused only if it would pass the join: consistent, fenced by this state dir's
       // supervisor (another instance's, say after a torn supervisor.json, never would; nor one
-      // from before the generation the task counts as sealed at, this run's when its seal
-      // cannot be read), covering.
+      // from before the generation the task counts as sealed at: this run's when its seal
+      // cannot be read, or is another instance's from above this run's: sealFloor), covering.
       const { identity } = ctx;
-      const fenced = (e: TaskCheckpointEntry) => e.fence !== null && e.fence.instance === identity.instance && e.fence.generation <= identity.generation && e.fence.generation >= sealGeneration;
+      const floor = sealFloor(sealGeneration, identity) ?? 0;
+      const fenced = (e: TaskCheckpointEntry) => e.fence !== null && e.fence.instance === identity.instance && e.fence.generation <= identity.generation && e.fence.generation >= floor;
       const covers = (e: TaskCheckpointEntry) =>
         w.root !== null && e.consistent === true && fenced(e) && sessions.every((s) => s.receipt && (!terminalMutationKnown(s.receipt, w.root!) || checkpointCovers(e, s.receipt, w.root!)));
       if (entry && covers(entry)) return entry;

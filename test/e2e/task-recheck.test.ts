@@ -147,6 +147,29 @@ describe('task close: re-check', () => {
     expect((await verify(d, again.stdout)).status).toBe(0);
   });
 
+  it("a task sealed at a generation above this run's (supervisor.json torn: a new instance, its generation recovered from admission records only): closing again is complete", async () => {
+    const { d, ws } = await withWorkspace();
+    expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0); // admitted at generation 1
+    for (let i = 0; i < 2; i++) {
+      await d.terminate();
+      await d.start(); // generations 2, 3
+    }
+    const identity = join(d.stateDir, 'supervisor.json');
+    writeFileSync(identity, '{ torn');
+    const first = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    expect(first.status).toBe(1); // supervisor.json cannot be read
+    expect(json<TaskReceipt>(first).sealed!.generation).toBe(3);
+    await d.kill9();
+    await d.start(); // a new instance at generation 2 (the highest admission record's, plus one)
+    const again = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    const second = json<TaskReceipt>(again);
+    expect(second.supervisor.generation).toBe(2);
+    expect(second.obligations).toEqual([]);
+    expect(again.status).toBe(0);
+    expect(second).toMatchObject({ attempt: 2, complete: true, sealed: { generation: 3 } });
+    expect((await verify(d, again.stdout)).status).toBe(0);
+  });
+
   it('sbx gc keeps the checkpoints of a complete task receipt whose seal cannot be read', async () => {
     const { d, ws } = await withWorkspace();
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo kept > ${ws}/kept`])).status).toBe(0);
