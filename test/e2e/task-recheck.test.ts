@@ -1,16 +1,15 @@
 // A re-check of the task close (issue 19, README "Tasks: complete(task)") after its first
-// round of fixes, on a real supervisor: a --timeout past 24.8 days is given, not an overflowed
-// timer's 1 ms; a close of one task never waits for another task's
-// session a restart left to reconciliation; a session the retention policy retires while the
-// close takes its checkpoint is not claimed (its receipt is gone when the task receipt is
-// signed); a task whose seal cannot be read converges (an earlier attempt's checkpoint from
-// before the generation it now counts as sealed at is not reused for good) and its complete
-// receipt's checkpoints are kept by gc; sbx verify compares the started_at the verdict leans
-// on with the manifest's, and a listed session's task; a receipt re-signed with another key;
-// a watched workspace configured through a symlink; a session of no known task an operator resolved stays ended across
-// a restart and is never retired whole (it is every task's); two crashes in a row at
-// different points of one close attempt (the second in the resumed attempt) end as an
-// uninterrupted close does.
+// round of fixes, on a real supervisor: a --timeout past 24.8 days is given (not an overflowed
+// timer's 1 ms); a close of one task never waits for another task's session a restart left to
+// reconciliation; a session retention retires while the close takes its checkpoint is not
+// claimed; a task whose seal cannot be read, or was written at a generation above this run's
+// (supervisor.json lost), converges, and gc keeps its complete receipt's checkpoints; sbx verify
+// compares started_at and each listed session's task, and names a receipt re-signed with
+// another key; a task dir that is a symlink is never followed; a watched workspace configured
+// through a symlink; a session of no known task an operator resolved stays ended across a
+// restart and is never retired whole (it is every task's); two crashes in a row at different
+// points of one close attempt (the second in the resumed attempt) end as an uninterrupted
+// close does.
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
