@@ -1,10 +1,10 @@
 // sbx verify of a task receipt (works with the supervisor stopped), loaded by sbx.ts only
 // for one: its signature; with the state dir, every session receipt it lists (digest,
-// signature, stored output), every checkpoint (the manifest by id from its store, its
+// signature, stored output, its task), every checkpoint (the manifest by id from its store, its
 // signature and form, publication, every object re-hashed; and that it says what the task
-// receipt says of it: task, close attempt, boundary, scan digest, fence), and the verdict
-// itself, evaluated again from those facts (supervisor/task/join.ts) and compared. Owns that
-// output and exit status (0 it all holds, 1 a mismatch, 125 could not check).
+// receipt says of it: task, close attempt, boundary, started_at, scan digest, fence), and the
+// verdict itself, evaluated again from those facts (supervisor/task/join.ts) and compared. Owns
+// that output and exit status (0 it all holds, 1 a mismatch, 125 could not check).
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt, TaskReceipt } from '../ipc/protocol.js';
@@ -35,6 +35,8 @@ export async function verifyTaskReceipt(receipt: TaskReceipt, keyPem: string, o:
       } catch {
         // named by verifyCloseSessions
       }
+      // A session of another task is not this task's fact (one of no known task names none).
+      if (r && typeof r.task === 'string' && r.task !== receipt.task) problems.push(`${s.session_id}: its receipt is of task ${JSON.stringify(r.task)}, not ${JSON.stringify(receipt.task)}`);
     }
     return { sessionId: s.session_id, state: s.state, receipt: r, unknownReason: null };
   });
@@ -59,6 +61,7 @@ export async function verifyTaskReceipt(receipt: TaskReceipt, keyPem: string, o:
     };
     said('task', m.task, receipt.task);
     said('boundary', m.boundary, cp.boundary);
+    said('started_at', m.started_at, cp.started_at); // the join orders by it across epochs and gaps
     said('scan digest', m.scan.digest, cp.scan_digest);
     said('consistent', m.consistent, cp.consistent);
     said('fence', { instance: m.supervisor.instance, generation: m.supervisor.generation, boot_id: m.supervisor.boot_id }, cp.fence);

@@ -95,8 +95,12 @@ export function restoreSessions(ctx: SessionContext, keys: KeyIndex, retention: 
       }
     } catch (err) {
       const reason = `state files unreadable: ${(err as Error).message}`;
-      log.error({ session_id: sessionId, reason }, 'session files are torn or corrupt; the session is unknown');
-      session = RecoveredSession.broken(sessionId, keyOf.get(sessionId) ?? `unreadable-${sessionId}`, reason, ctx);
+      // Its receipt, readable and signed by this supervisor (an operator's word on a session
+      // whose admission record is torn, say), still ends it: its end was proven once, for good.
+      const receipt = ownReceipt(ctx, dir, sessionId);
+      if (receipt) log.error({ session_id: sessionId, reason }, 'session files are torn or corrupt; the session is ended (its signed receipt is readable)');
+      else log.error({ session_id: sessionId, reason }, 'session files are torn or corrupt; the session is unknown');
+      session = RecoveredSession.broken(sessionId, keyOf.get(sessionId) ?? `unreadable-${sessionId}`, reason, ctx, receipt);
     }
     register(session);
   }
@@ -107,6 +111,16 @@ export function restoreSessions(ctx: SessionContext, keys: KeyIndex, retention: 
     }
   }
   return sessions;
+}
+
+/** The session's receipt if it is readable and verifies under this supervisor's key, else null. */
+function ownReceipt(ctx: SessionContext, dir: string, sessionId: string): Receipt | null {
+  try {
+    const receipt = readReceipt(dir, sessionId);
+    return receipt && receipt.signature?.key_id === ctx.signer.keyId && verifySignature(receipt, ctx.signer.publicKeyPem).length === 0 ? receipt : null;
+  } catch {
+    return null;
+  }
 }
 
 /**

@@ -2,8 +2,8 @@
 // retention.intervalMs, and keep-free (storage.keepFreeBytes, journald's SystemKeepFree=:
 // while streams store, when a session ends, when a launch is refused for disk low). Owns the
 // tombstones of sessions removed whole (<state>/retired/), by id and by key, so a retired
-// key still answers and never runs again; never touches a running or unknown session, never
-// a key record, never a closed state dir (an archive).
+// key still answers and never runs again; never touches a running or unknown session, nor
+// one of no known task (every task's), never a key record, never a closed state dir (an archive).
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { GcResult } from '../ipc/methods.js';
@@ -105,7 +105,9 @@ export class Retention {
     const sessions = new Map([...this.host.sessions()].map((s) => [s.id, s]));
     const candidates = [...sessions.values()].map((s) => ({
       sessionId: s.id,
-      ended: s.state === 'ended' && s.receipt !== null,
+      // A session of no known task (its admission record unreadable) is every task's: removed
+      // whole, its facts would be gone from every later task's close. It keeps all it has.
+      ended: s.state === 'ended' && s.receipt !== null && s.req.task !== null,
       endedAtMs: s.receipt ? Date.parse(s.receipt.ended_at) : 0,
       outputBytes: s.outputBytes(),
       outputRemoved: s.outputRemoved,

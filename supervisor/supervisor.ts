@@ -46,6 +46,8 @@ export class Supervisor {
   private reconciling = false;
   /** Reconciliation's background part (escalations of recovered sessions), for shutdown to settle. */
   private reconciliation: Promise<void> = Promise.resolve();
+  /** Each recovered session's reconciliation while it runs, by session id (a task close waits for its own sessions' only). */
+  private readonly reconcilingSessions = new Map<string, Promise<void>>();
   private readonly keys: KeyIndex;
   private readonly closing: Closing;
   private readonly retention: Retention;
@@ -82,7 +84,7 @@ export class Supervisor {
       ctx,
       checkpoints: this.checkpoints,
       sessionsOf: (task) => [...this.sessions.values()].filter((s) => s.req.task === task || s.req.task === null),
-      reconciled: () => this.reconciliation,
+      reconciled: (sessions) => Promise.all(sessions.map((s) => this.reconcilingSessions.get(s.id))).then(() => {}),
       retiredOf: (task) => this.retention.retiredOf(task),
       stopping: () => this.stopping !== null,
     });
@@ -185,11 +187,16 @@ export class Supervisor {
    */
   reconcile(): Promise<void> {
     const unknown = [...this.sessions.values()].filter((s): s is RecoveredSession => s instanceof RecoveredSession && s.state === 'unknown');
-    const settling = unknown.map((s) =>
-      s.reconcile().catch((err: Error) => {
-        this.log.error({ err, session_id: s.id }, 'reconciliation failed; the session stays unknown');
-      }),
-    );
+    const settling = unknown.map((s) => {
+      const done = s
+        .reconcile()
+        .catch((err: Error) => {
+          this.log.error({ err, session_id: s.id }, 'reconciliation failed; the session stays unknown');
+        })
+        .finally(() => this.reconcilingSessions.delete(s.id));
+      this.reconcilingSessions.set(s.id, done);
+      return done;
+    });
     this.reconciling = false;
     this.log.info({ sessions: unknown.length, being_ended: unknown.filter((s) => s.state === 'unknown').length }, 'reconciliation decided; admission open');
     this.reconciliation = Promise.all(settling).then(() => {

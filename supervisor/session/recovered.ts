@@ -80,9 +80,10 @@ export class RecoveredSession extends Session {
   /**
    * A session whose files could not be read at start: unknown with the reason, so its key
    * (if known) is blocked and nothing else is affected. Its leaf, if any, is found by its id:
-   * what runs there is still ours to end.
+   * what runs there is still ours to end. With its receipt (readable, signed by this
+   * supervisor): ended, in the task the receipt names (none named: unknown, every task's).
    */
-  static broken(sessionId: string, key: string, reason: string, ctx: SessionContext): RecoveredSession {
+  static broken(sessionId: string, key: string, reason: string, ctx: SessionContext, receipt: Receipt | null = null): RecoveredSession {
     const req: SessionRequest = {
       argv: [],
       cwd: '/',
@@ -98,9 +99,13 @@ export class RecoveredSession extends Session {
       sessionUser: null,
       pty: null,
       stdin: 'null',
-      task: null,
+      task: typeof receipt?.task === 'string' ? receipt.task : null,
     };
-    const session = new RecoveredSession(sessionId, req, ctx, new Date(), null);
+    const session = new RecoveredSession(sessionId, req, ctx, receipt?.admitted_at ? new Date(receipt.admitted_at) : new Date(), receipt);
+    if (receipt) {
+      session.restoreEnded(receipt);
+      return session;
+    }
     session.unknownReason = reason;
     if (ctx.tree) {
       const leaf = join(ctx.tree.sessionsPath, sessionId);

@@ -8,7 +8,7 @@
 // an earlier attempt's that still covers: never a second manifest for one attempt), then the
 // fence (supervisor.json still names this run), the join (join.ts) and the signed task
 // receipt. A complete receipt is final; an incomplete one is replaced by the next attempt.
-// Crash points (fault.ts): task-close:after-seal, task-close:settling,
+// Crash points (fault.ts): task-close:after-attempt, task-close:after-seal, task-close:settling,
 // task-close:after-last-death, checkpoint:* (checkpoint/), task-close:after-checkpoint,
 // task-close:after-receipt-temp, task-close:after-receipt-rename.
 import { join, resolve } from 'node:path';
@@ -18,20 +18,21 @@ import { readRecord, STATE, taskDirName } from '../../ipc/state-layout.js';
 import { receiptDigest } from '../../ipc/verify.js';
 import { Checkpoints } from '../checkpoint/checkpoint.js';
 import { faultPoint } from '../fault.js';
+import { setDeadline } from '../timers.js';
 import type { SessionContext } from '../session/context.js';
 import { isLive, isSettled } from '../session/lifecycle.js';
 import type { Session } from '../session/session.js';
-import { checkpointCovers, evaluateTask, terminalMutationKnown, type JoinSession, type JoinWorkspace } from './join.js';
+import { checkpointCovers, evaluateTask, sealFloor, terminalMutationKnown, type JoinSession, type JoinWorkspace } from './join.js';
 import type { TombstoneRecord } from '../store/records.js';
-import { readTaskSeals, sweepTaskTemps, TaskFiles, taskReceiptPaths, type TaskAttemptRecord, type TaskSealRecord } from './records.js';
+import { completeTaskReceipts, readTaskSeals, sweepTaskTemps, TaskFiles, type TaskAttemptRecord, type TaskSealRecord } from './records.js';
 
 export interface TaskDeps {
   ctx: SessionContext;
   checkpoints: Checkpoints;
   /** The sessions of a task: those launched in it, and those whose task cannot be read (they may be its). */
   sessionsOf: (task: string) => Session[];
-  /** Resolves once the reconciliation of sessions left by a restart is done (their receipts written, or stuck unknown). */
-  reconciled: () => Promise<void>;
+  /** Resolves once the reconciliation of these sessions (those a restart left) is done: their receipts written, or stuck unknown. Another task's are not waited for. */
+  reconciled: (sessions: Session[]) => Promise<void>;
   /** Tombstones of the task's sessions the retention policy removed whole. */
   retiredOf: (task: string) => TombstoneRecord[];
   /** Whether the supervisor is stopping (a close then claims nothing: SHUTTING_DOWN). */
@@ -121,21 +122,20 @@ export class Tasks {
   }
 
   /**
-   * The checkpoints complete task receipts name (gc keeps them: a final receipt stays
-   * verifiable and restorable); null when a task receipt cannot be read (logged): gc then
-   * removes no checkpoint by age, as it keeps every object when a manifest cannot be read.
+   * The checkpoints complete task receipts name, from every task dir, its seal readable or
+   * not (gc keeps them: a final receipt stays verifiable and restorable); null when a task
+   * receipt cannot be read (logged): gc then removes no checkpoint by age, as it keeps every
+   * object when a manifest cannot be read.
    */
   pinnedCheckpoints(): Set<string> | null {
     const ids = new Set<string>();
-    for (const path of taskReceiptPaths(this.deps.ctx.config.stateDir)) {
-      try {
-        const r = readRecord('taskReceipt', path);
-        if (r.complete) for (const c of r.checkpoints) if (c.checkpoint_id) ids.add(c.checkpoint_id);
-      } catch (err) {
-        this.deps.ctx.log.error({ err, path }, 'a task receipt cannot be read; gc removes no checkpoint by age until it can');
-        return null;
-      }
-    }
+    let unreadable = false;
+    const receipts = completeTaskReceipts(this.deps.ctx.config.stateDir, (path, err) => {
+      unreadable = true;
+      this.deps.ctx.log.error({ err, path }, 'a task receipt cannot be read; gc removes no checkpoint by age until it can');
+    });
+    if (unreadable) return null;
+    for (const r of receipts) for (const c of r.checkpoints) if (c.checkpoint_id) ids.add(c.checkpoint_id);
     return ids;
   }
 
@@ -239,6 +239,7 @@ export class Tasks {
     } else {
       log.warn({ task, attempt: attempt.attempt, started_at: attempt.started_at }, 'resuming a task close a restart interrupted');
     }
+    faultPoint('task-close:after-attempt');
     const seal = this.seal(task);
     // A seal that cannot be read seals the task, but says nothing of when: the receipt does not invent it.
     const sealKnown = this.seals.has(task);
@@ -253,12 +254,7 @@ export class Tasks {
     }
     faultPoint('task-close:after-last-death');
 
-    const sessions = this.deps.sessionsOf(task).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-    const retired = this.deps.retiredOf(task);
-    const joinSessions: JoinSession[] = [
-      ...sessions.map((s) => ({ sessionId: s.id, state: s.state as string, receipt: s.receipt, unknownReason: s.state === 'unknown' ? (s.summary().reason ?? null) : null })),
-      ...retired.map((r) => ({ sessionId: r.session_id, state: 'retired', receipt: null, unknownReason: null })),
-    ].sort((a, b) => (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : 0));
+    let { sessions, retired, joinSessions } = this.sessionFacts(task);
     // A session without a receipt may still write (a retired one cannot: it ended long ago).
     const waiting = joinSessions.some((s) => !s.receipt && s.state !== 'retired');
     const joinWorkspaces: JoinWorkspace[] = workspaces.map((path) => {
@@ -269,7 +265,7 @@ export class Tasks {
     // The final checkpoint of each workspace.
     const checkpoints: TaskCheckpointEntry[] = [];
     for (const w of joinWorkspaces) {
-      const entry = await this.checkpointFor(task, attempt, w, previous, joinSessions, waiting);
+      const entry = await this.checkpointFor(task, attempt, w, previous, joinSessions, waiting, seal.generation);
       if (entry && !attempt.checkpoints[w.path]) {
         attempt.checkpoints[w.path] = entry;
         files.writeAttempt(attempt);
@@ -293,6 +289,10 @@ export class Tasks {
       const gone = new SupervisorError('CHECKPOINT_FAILED', `checkpoint ${cp.checkpoint_id} is no longer published in ${this.deps.checkpoints.local.dir} (removed by sbx gc?)`, { stage: 'store' });
       checkpoints[i] = noCheckpoint(cp.workspace, gone, cp.close_attempt);
     });
+    // The sessions again, in the same synchronous stretch: one the retention policy retired
+    // while the checkpoints were taken is listed from its tombstone (its receipt's facts are
+    // gone), never as a receipt the state dir no longer has.
+    ({ sessions, retired, joinSessions } = this.sessionFacts(task));
     // A supervisor stopping claims nothing: the attempt resumes at the next start.
     if (this.deps.stopping()) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping; the task close resumes when it starts again (close again then)');
     const verdict = evaluateTask({ sealed: true, sessions: joinSessions, workspaces: joinWorkspaces, checkpoints, sealGeneration: sealKnown ? seal.generation : null, fence, fenceOnDisk });
@@ -319,6 +319,18 @@ export class Tasks {
     return receipt;
   }
 
+  /** The task's sessions (by id), the tombstones of those retired whole, and both as the join sees them. */
+  private sessionFacts(task: string): { sessions: Session[]; retired: TombstoneRecord[]; joinSessions: JoinSession[] } {
+    const byId = <T>(id: (x: T) => string) => (a: T, b: T) => (id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0);
+    const sessions = this.deps.sessionsOf(task).sort(byId((s) => s.id));
+    const retired = this.deps.retiredOf(task);
+    const joinSessions: JoinSession[] = [
+      ...sessions.map((s) => ({ sessionId: s.id, state: s.state as string, receipt: s.receipt, unknownReason: s.state === 'unknown' ? (s.summary().reason ?? null) : null })),
+      ...retired.map((r) => ({ sessionId: r.session_id, state: 'retired', receipt: null, unknownReason: null })),
+    ].sort(byId((s) => s.sessionId));
+    return { sessions, retired, joinSessions };
+  }
+
   /**
    * Test hook (only tests set it): SBX_TEST_TASK_EARLY_CHECKPOINT=1 takes the attempt's
    * checkpoints before the settle, out of the close's order, so a test can show the join
@@ -338,14 +350,15 @@ export class Tasks {
     this.deps.ctx.log.info({ task, sessions: live.length, timeout_ms: timeoutMs }, 'task close: settling sessions');
     faultPoint('task-close:settling');
     const allSettled = Promise.all(live.map((s) => s.settled()));
-    let timer: NodeJS.Timeout | undefined;
-    const timedOut = await Promise.race([allSettled.then(() => false), new Promise<boolean>((r) => (timer = setTimeout(() => r(true), timeoutMs)))]);
-    clearTimeout(timer);
+    // setDeadline: a plain setTimeout past 2^31-1 ms (24.8 days; --timeout allows 30) fires at once.
+    let cancel = () => {};
+    const timedOut = await Promise.race([allSettled.then(() => false), new Promise<boolean>((r) => (cancel = setDeadline(() => r(true), timeoutMs)))]);
+    cancel();
     const rest = timedOut ? live.filter((s) => !isSettled(s.state)) : [];
     await Promise.all(rest.map((s) => s.terminate('close')));
     await allSettled;
-    // Sessions a restart left unknown get their receipts from reconciliation (or stay unknown).
-    await this.deps.reconciled();
+    // The task's sessions a restart left unknown get their receipts from reconciliation (or stay unknown).
+    await this.deps.reconciled(this.deps.sessionsOf(task));
     return { timeout_ms: timeoutMs, terminated: rest.length };
   }
 
@@ -354,7 +367,7 @@ export class Tasks {
    * before a crash kept it from recording it, an earlier attempt's that still covers every
    * session, or a new one. None (null) while a session has no receipt: it may still write.
    */
-  private async checkpointFor(task: string, attempt: TaskAttemptRecord, w: JoinWorkspace, previous: TaskReceipt | null, sessions: JoinSession[], waiting: boolean): Promise<TaskCheckpointEntry | null> {
+  private async checkpointFor(task: string, attempt: TaskAttemptRecord, w: JoinWorkspace, previous: TaskReceipt | null, sessions: JoinSession[], waiting: boolean, sealGeneration: number): Promise<TaskCheckpointEntry | null> {
     const recorded = attempt.checkpoints[w.path];
     if (recorded) return recorded;
     const { checkpoints, ctx } = this.deps;
@@ -380,9 +393,12 @@ export class Tasks {
     if (prev && prev.checkpoint_id) {
       const entry = describe(prev.checkpoint_id);
       // Reused only if it would pass the join: consistent, fenced by this state dir's
-      // supervisor (another instance's, say after a torn supervisor.json, never would), covering.
+      // supervisor (another instance's, say after a torn supervisor.json, never would; nor one
+      // from before the generation the task counts as sealed at: this run's when its seal
+      // cannot be read, or is another instance's from above this run's: sealFloor), covering.
       const { identity } = ctx;
-      const fenced = (e: TaskCheckpointEntry) => e.fence !== null && e.fence.instance === identity.instance && e.fence.generation <= identity.generation;
+      const floor = sealFloor(sealGeneration, identity) ?? 0;
+      const fenced = (e: TaskCheckpointEntry) => e.fence !== null && e.fence.instance === identity.instance && e.fence.generation <= identity.generation && e.fence.generation >= floor;
       const covers = (e: TaskCheckpointEntry) =>
         w.root !== null && e.consistent === true && fenced(e) && sessions.every((s) => s.receipt && (!terminalMutationKnown(s.receipt, w.root!) || checkpointCovers(e, s.receipt, w.root!)));
       if (entry && covers(entry)) return entry;

@@ -82,6 +82,15 @@ export function checkpointCovers(cp: TaskCheckpointEntry, receipt: Receipt, root
   return Date.parse(cp.started_at) >= Date.parse(receipt.ended_at);
 }
 
+/**
+ * The generation no checkpoint of the close may be older than: the seal's. A seal from above
+ * this run's generation was written by another instance (supervisor.json was lost, and the
+ * generation recovered lower): its number says nothing of this run's, so this run's own.
+ */
+export function sealFloor(sealGeneration: number | null, fence: { generation: number }): number | null {
+  return sealGeneration !== null && sealGeneration > fence.generation ? fence.generation : sealGeneration;
+}
+
 /** The verdict over the facts. */
 export function evaluateTask(f: JoinFacts): JoinVerdict {
   const obligations: TaskObligation[] = [];
@@ -203,14 +212,17 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
       }
     }
     const fe = cp.fence;
+    const floor = sealFloor(f.sealGeneration, f.fence);
     const fenceProblem = !fe
       ? 'carries no runtime fence'
       : fe.instance !== f.fence.instance
         ? `was taken by supervisor instance ${fe.instance}, not this state dir's ${f.fence.instance}`
         : fe.generation > f.fence.generation
           ? `carries generation ${fe.generation}, newer than this supervisor's ${f.fence.generation}`
-          : f.sealGeneration !== null && fe.generation < f.sealGeneration
-            ? `carries generation ${fe.generation}, from before the task was sealed (generation ${f.sealGeneration})`
+          : floor !== null && fe.generation < floor
+            ? floor === f.sealGeneration
+              ? `carries generation ${fe.generation}, from before the task was sealed (generation ${f.sealGeneration})`
+              : `carries generation ${fe.generation}, from before this run (generation ${floor}; the task was sealed at generation ${f.sealGeneration} by another instance)`
             : null;
     if (fenceProblem) {
       c.fenced = false;

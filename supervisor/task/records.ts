@@ -5,7 +5,7 @@
 // receipt (replaced while incomplete; final once complete). Every file is written durably
 // (store/durable.ts: temp, fsync, rename or link, dir fsync) and read with its schema; the
 // task id is never a path. Not what is decided from them (join.ts) or when (close.ts).
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TaskReceipt } from '../../ipc/protocol.js';
 import { isTempFileName, readRecord, STATE, TASK_FILES, taskDirName, type TaskAttemptRecord, type TaskCloseRecord, type TaskSealRecord } from '../../ipc/state-layout.js';
@@ -25,13 +25,26 @@ export class TaskFiles {
     return join(this.dir, TASK_FILES[name]);
   }
 
+  /** Whether the task dir exists; throws when a file or a symlink is in its place (never followed: its files would land elsewhere). */
+  private dirExists(): boolean {
+    let st;
+    try {
+      st = lstatSync(this.dir);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+      throw err;
+    }
+    if (!st.isDirectory()) throw new Error(`${this.dir} is not a directory (a file or a symlink where a task dir should be; never followed)`);
+    return true;
+  }
+
   private ensureDir(): void {
-    mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    if (!this.dirExists()) mkdirSync(this.dir, { recursive: true, mode: 0o700 });
   }
 
   private read<K extends 'taskSeal' | 'taskClose' | 'taskAttempt' | 'taskReceipt'>(kind: K, name: keyof typeof TASK_FILES) {
     const p = this.path(name);
-    if (!existsSync(p)) return null;
+    if (!this.dirExists() || !existsSync(p)) return null;
     let record;
     try {
       record = readRecord(kind, p);
@@ -103,14 +116,24 @@ export function sweepTaskTemps(stateDir: string): number {
   return n;
 }
 
-/** The task receipt files in the state dir (one per task dir that has one; dirs only, never a link followed). */
-export function taskReceiptPaths(stateDir: string): string[] {
+/** The complete task receipts of every task dir (whether or not its seal can be read); one that cannot be read is reported and left out. */
+export function completeTaskReceipts(stateDir: string, onUnreadable: (path: string, err: Error) => void): TaskReceipt[] {
   const root = join(stateDir, STATE.tasksDir);
   if (!existsSync(root)) return [];
-  return readdirSync(root, { withFileTypes: true })
-    .filter((e) => e.isDirectory() && /^[0-9a-f]{64}$/.test(e.name))
-    .map((e) => join(root, e.name, TASK_FILES.receipt))
-    .filter((p) => existsSync(p));
+  const receipts: TaskReceipt[] = [];
+  for (const entry of readdirSync(root, { withFileTypes: true })) {
+    if (!entry.isDirectory() || !/^[0-9a-f]{64}$/.test(entry.name)) continue;
+    const p = join(root, entry.name, TASK_FILES.receipt);
+    if (!existsSync(p)) continue;
+    try {
+      const record = readRecord('taskReceipt', p);
+      if (taskDirName(record.task) !== entry.name) throw new Error(`it names task ${JSON.stringify(record.task)}, whose dir is not ${entry.name}`);
+      if (record.complete) receipts.push(record);
+    } catch (err) {
+      onUnreadable(p, err as Error);
+    }
+  }
+  return receipts;
 }
 
 /** Every task with a seal in the state dir: task id → seal (unreadable seals, and task dirs that are not directories, are reported, and their task stays unknown). */

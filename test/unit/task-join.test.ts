@@ -3,7 +3,7 @@
 // the same verdict (property: random facts, shuffled; the seed is logged).
 import { describe, expect, it } from 'vitest';
 import type { Receipt, TaskCheckpointEntry } from '../../ipc/protocol.js';
-import { checkpointCovers, evaluateTask, type JoinFacts, type JoinSession } from '../../supervisor/task/join.js';
+import { checkpointCovers, evaluateTask, sealFloor, type JoinFacts, type JoinSession } from '../../supervisor/task/join.js';
 
 const EPOCH = 'boot:1000';
 const fence = { instance: 'inst', generation: 3, boot_id: 'boot' };
@@ -143,6 +143,18 @@ describe('evaluateTask', () => {
     const taken = evaluateTask(facts({ fenceOnDisk: { instance: 'inst', generation: 5 } }));
     expect(taken.obligations).toEqual([{ authority: 'operator', condition: 'fenced', what: expect.stringContaining('another supervisor took the state dir') }]);
     expect(failing(evaluateTask(facts({ fenceOnDisk: null })))).toEqual(['fenced']);
+  });
+
+  it("a seal from above this run's generation (another instance's: supervisor.json lost, the generation recovered lower): this run's checkpoints are fenced, older ones not", () => {
+    const now = { instance: 'inst', generation: 2, boot_id: 'boot' };
+    const base = { sealGeneration: 5, fence: now, fenceOnDisk: { instance: 'inst', generation: 2 }, sessions: [session('s-1', receipt('s-1', { generation: 2 }))] };
+    expect(evaluateTask(facts({ ...base, checkpoints: [checkpoint({ fence: now })] })).complete).toBe(true);
+    const older = evaluateTask(facts({ ...base, checkpoints: [checkpoint({ fence: { ...now, generation: 1 } })] }));
+    expect(failing(older)).toEqual(['fenced']);
+    expect(older.obligations[0].what).toContain('carries generation 1, from before this run (generation 2; the task was sealed at generation 5 by another instance)');
+    expect(sealFloor(5, now)).toBe(2);
+    expect(sealFloor(1, now)).toBe(1);
+    expect(sealFloor(null, now)).toBeNull();
   });
 
   it('property: the verdict does not depend on the order of sessions; complete only when no obligation', () => {
