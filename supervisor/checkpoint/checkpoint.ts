@@ -232,6 +232,24 @@ export class Checkpoints {
   }
 
   /**
+   * With a remote store: puts the local published record of id there (create-once: a no-op
+   * when it is there), for a checkpoint a crash stopped between the two records. Throws
+   * CHECKPOINT_FAILED (stage store) when it cannot.
+   */
+  async publishRemote(id: string): Promise<void> {
+    const remote = this.remoteStore();
+    if (!remote) return;
+    const bytes = this.local.fs.readRecord(this.local.fs.publishedFd, `${id}.json`);
+    if (!bytes) throw failed('store', `checkpoint ${id} is not published in ${this.local.dir}`);
+    const store = await remote;
+    try {
+      await store.putPublished(id, bytes);
+    } catch (err) {
+      throw failed('store', `checkpoint ${id}: the published record could not be written to ${store.location}: ${(err as Error).message}`);
+    }
+  }
+
+  /**
    * What a task receipt says of a published checkpoint, from its manifest and its signed
    * published record in the local store (both signature-checked); throws when either is
    * missing or does not verify.
@@ -393,11 +411,22 @@ export class Checkpoints {
       supervisor: this.fence,
     });
     const recordBytes = Buffer.from(jcs(record));
+    // The local record first: it is what a restart finds (a task close resumed after a crash
+    // looks there, and puts a remote record that is missing: publishRemote). A remote record
+    // that cannot be written takes the local one back: published everywhere, or nowhere.
     try {
-      if (remote) await store.putPublished(id, recordBytes);
       await this.local.putPublished(id, recordBytes);
     } catch (err) {
-      throw failed('store', `checkpoint ${id}: the published record could not be written to ${store.location}: ${(err as Error).message}`);
+      throw failed('store', `checkpoint ${id}: the published record could not be written to ${this.local.dir}: ${(err as Error).message}`);
+    }
+    faultPoint('checkpoint:after-local-published');
+    if (remote) {
+      try {
+        await store.putPublished(id, recordBytes);
+      } catch (err) {
+        this.local.fs.remove(this.local.fs.publishedFd, `${id}.json`);
+        throw failed('store', `checkpoint ${id}: the published record could not be written to ${store.location}: ${(err as Error).message}`);
+      }
     }
     const result: CheckpointResult = {
       checkpoint_id: id,

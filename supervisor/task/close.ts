@@ -234,7 +234,8 @@ export class Tasks {
     // The attempt: resumed when a crash stopped it before its receipt, else the next one.
     let attempt = files.readAttempt();
     if (!attempt || (previous && previous.attempt >= attempt.attempt)) {
-      attempt = { task, attempt: (attempt?.attempt ?? 0) + 1, started_at: new Date().toISOString(), generation: identity.generation, settle: null, checkpoints: {} };
+      // Past both records: an attempt record lost while the receipt stayed never numbers an attempt again.
+      attempt = { task, attempt: Math.max(attempt?.attempt ?? 0, previous?.attempt ?? 0) + 1, started_at: new Date().toISOString(), generation: identity.generation, settle: null, checkpoints: {} };
       files.writeAttempt(attempt);
     } else {
       log.warn({ task, attempt: attempt.attempt, started_at: attempt.started_at }, 'resuming a task close a restart interrupted');
@@ -325,7 +326,10 @@ export class Tasks {
     const sessions = this.deps.sessionsOf(task).sort(byId((s) => s.id));
     const retired = this.deps.retiredOf(task);
     const joinSessions: JoinSession[] = [
-      ...sessions.map((s) => ({ sessionId: s.id, state: s.state as string, receipt: s.receipt, unknownReason: s.state === 'unknown' ? (s.summary().reason ?? null) : null })),
+      ...sessions.map((s) => {
+        const summary = s.state === 'unknown' ? s.summary() : null;
+        return { sessionId: s.id, state: s.state as string, receipt: s.receipt, unknownReason: summary?.reason ?? null, receiptPending: summary?.receipt_pending === true };
+      }),
       ...retired.map((r) => ({ sessionId: r.session_id, state: 'retired', receipt: null, unknownReason: null })),
     ].sort(byId((s) => s.sessionId));
     return { sessions, retired, joinSessions };
@@ -386,7 +390,16 @@ export class Tasks {
     const found = real ? checkpoints.findClosePublished(task, attempt.attempt, real) : null;
     if (found) {
       const entry = describe(found);
-      if (entry) return entry;
+      if (entry) {
+        // A crash may have come between its local and its remote published record.
+        try {
+          await checkpoints.publishRemote(found);
+        } catch (err) {
+          if (!(err instanceof SupervisorError)) throw err;
+          return noCheckpoint(w.path, err, attempt.attempt);
+        }
+        return entry;
+      }
     }
     if (waiting) return null;
     const prev = previous?.checkpoints.find((c) => c.workspace === w.path && c.checkpoint_id !== null);

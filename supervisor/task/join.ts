@@ -24,6 +24,8 @@ export interface JoinSession {
   receipt: Receipt | null;
   /** Why it is unknown (its summary's reason), when it is. */
   unknownReason: string | null;
+  /** Unknown while its receipt, its evidence in hand, waits to be written (the state dir's disk full): not an operator's to resolve. */
+  receiptPending?: boolean;
 }
 
 /** A workspace of the close: its path and the watched workspace holding it (null: not watched). */
@@ -110,6 +112,13 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
           condition: 'sessions_settled',
           session_id: s.sessionId,
           what: `session ${s.sessionId} was removed whole by the retention policy before the task closed: its receipt's facts (death proof, final cursors, terminal_mutation) are gone, so this task cannot be shown complete (close tasks before retention.receiptMaxAgeMs)`,
+        });
+      } else if (s.state === 'unknown' && s.receiptPending) {
+        obligations.push({
+          authority: 'operator',
+          condition: 'sessions_settled',
+          session_id: s.sessionId,
+          what: `session ${s.sessionId} ended, and its receipt waits to be written${s.unknownReason ? ` (${s.unknownReason})` : ''}: free space in the state dir, then close again`,
         });
       } else if (s.state === 'unknown') {
         obligations.push({

@@ -303,6 +303,30 @@ describe.skipIf(!installed)(installed ? 'S3 checkpoint store against radosgw' : 
     });
   });
 
+  it('a task close killed between the local and the remote published record: resumed, the remote record is put; one published checkpoint for the attempt in S3', async () => {
+    const d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
+    try {
+      const ws = join(d.dir, 'ws');
+      mkdirSync(ws);
+      d.withConfig({ workspace: { paths: [ws] }, checkpoint: { store: `s3://${bucket}/task-crash/` } }).withEnv({ SBX_FAULT_POINT: 'checkpoint:after-local-published' });
+      await d.start();
+      expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo s3 > ${ws}/f`])).status).toBe(0);
+      expect((await d.sbx(['close', '--task', 'T', '--workspace', ws])).status).toBe(125);
+      expect(await d.exitedNow()).toEqual({ code: null, signal: 'SIGKILL' });
+      const published = async () => ((await raw.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: 'task-crash/published/' }))).Contents ?? []).map((o) => o.Key!);
+      expect(await published()).toEqual([]); // killed before the remote record
+      await d.withEnv(undefined).start();
+      const r = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+      expect(r.stderr.toString()).toBe('');
+      expect(r.status).toBe(0);
+      const receipt = JSON.parse(r.stdout.toString()) as { attempt: number; checkpoints: { checkpoint_id: string }[] };
+      expect(receipt.attempt).toBe(1);
+      expect(await published()).toEqual([`task-crash/published/${receipt.checkpoints[0].checkpoint_id}.json`]);
+    } finally {
+      await d.stop();
+    }
+  });
+
   it('a supervisor with checkpoint.store s3://: checkpoint, re-checkpoint without a PUT, restore elsewhere from S3 alone byte for byte, a tampered object caught', async () => {
     const d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
     try {

@@ -100,6 +100,7 @@ describe('task close: SIGKILL at every boundary, then close again', () => {
   });
 
   const points = [
+    'task-close:after-attempt',
     'task-close:after-seal',
     'task-close:settling',
     'task-close:after-last-death',
@@ -128,7 +129,7 @@ describe('task close: SIGKILL at every boundary, then close again', () => {
       if (before !== null) expect(receipt).toEqual(JSON.parse(before)); // returned unchanged
       // A crash before the settle ended s2 leaves it to reconciliation (owner_lost); after, it was ended by close.
       const s2 = receipt.sessions.find((s) => s.invocation_key === 'k2')!;
-      expect(s2.outcome).toBe(['task-close:after-seal', 'task-close:settling'].includes(point) ? 'owner_lost' : 'cancelled');
+      expect(s2.outcome).toBe(['task-close:after-attempt', 'task-close:after-seal', 'task-close:settling'].includes(point) ? 'owner_lost' : 'cancelled');
       const receipts = await Promise.all(ids.map(async (id) => json<Receipt>(await d.sbx(['receipt', id, '--json']))));
       expect(receipts.map((x) => x.task)).toEqual([TASK, TASK]);
     });

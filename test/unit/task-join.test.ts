@@ -83,6 +83,11 @@ describe('evaluateTask', () => {
     expect(v.obligations).toEqual([{ authority: 'operator', condition: 'sessions_settled', session_id: 's-2', what: expect.stringContaining('sbx resolve s-2 --as-operator') }]);
   });
 
+  it('a session whose receipt waits for disk space: an operator obligation to free space, not to resolve it', () => {
+    const v = evaluateTask(facts({ sessions: [{ sessionId: 's-4', state: 'unknown', receipt: null, unknownReason: 'disk full', receiptPending: true }], checkpoints: [checkpoint({ checkpoint_id: null, error: null })] }));
+    expect(v.obligations).toEqual([{ authority: 'operator', condition: 'sessions_settled', session_id: 's-4', what: 'session s-4 ended, and its receipt waits to be written (disk full): free space in the state dir, then close again' }]);
+  });
+
   it('a session still running: a session obligation', () => {
     const v = evaluateTask(facts({ sessions: [session('s-3', null, 'terminating')] }));
     expect(v.obligations[0]).toEqual({ authority: 'session', condition: 'sessions_settled', session_id: 's-3', what: 'session s-3 is still terminating' });
