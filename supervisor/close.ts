@@ -15,6 +15,7 @@ import { isLive, isSettled } from './session/lifecycle.js';
 import type { Session } from './session/session.js';
 import { createFileDurable, writeFileDurable } from './store/durable.js';
 import type { CloseDigest } from './workspace/digest.js';
+import { setDeadline } from './timers.js';
 import { scanInWorker } from './workspace/scan.js';
 import { OWN_DIR } from './workspace/watch-worker.js';
 
@@ -94,9 +95,10 @@ export class Closing {
       const live = sessions().filter((s) => isLive(s.state));
       this.log.info({ sessions: live.length, timeout_ms: timeoutMs }, 'closing: settling sessions');
       const allSettled = Promise.all(live.map((s) => s.settled()));
-      let timer: NodeJS.Timeout | undefined;
-      const timedOut = await Promise.race([allSettled.then(() => false), new Promise<boolean>((r) => (timer = setTimeout(() => r(true), timeoutMs)))]);
-      clearTimeout(timer);
+      // setDeadline: a timeout past setTimeout's 2^31-1 ms (24.8 days; 30 are allowed) would fire at once.
+      let cancel: () => void = () => {};
+      const timedOut = await Promise.race([allSettled.then(() => false), new Promise<boolean>((r) => (cancel = setDeadline(() => r(true), timeoutMs)))]);
+      cancel();
       const rest = timedOut ? live.filter((s) => !isSettled(s.state)) : [];
       await Promise.all(rest.map((s) => s.terminate('close')));
       await allSettled;

@@ -402,7 +402,8 @@ export class Tasks {
       }
     }
     if (waiting) return null;
-    const prev = previous?.checkpoints.find((c) => c.workspace === w.path && c.checkpoint_id !== null);
+    // Of the store checkpoints are published to now (one from before a change of checkpoint.store is not in it).
+    const prev = previous?.checkpoints.find((c) => c.workspace === w.path && c.checkpoint_id !== null && c.store === checkpoints.location);
     if (prev && prev.checkpoint_id) {
       const entry = describe(prev.checkpoint_id);
       // Reused only if it would pass the join: consistent, fenced by this state dir's

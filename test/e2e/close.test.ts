@@ -208,3 +208,24 @@ describe('close scans workspaces through directory fds (issue 15)', () => {
     }
   });
 });
+
+describe('close with a long timeout', () => {
+  it('--timeout 25d (past setTimeout\'s 24.8 days) waits for sessions to end by themselves, never ends them at once', async () => {
+    const d = await new TestDaemon({ config: { logLevel: 'warn' } }).start();
+    try {
+      const go = join(d.dir, 'go');
+      const c = await d.client();
+      const s = await c.launch({ argv: ['sh', '-c', `while [ ! -e ${go} ]; do sleep 0.05; done`], cwd: '/' });
+      const closing = d.sbx(['close', '--timeout', '25d']);
+      await until(async () => (await c.status()).admission === 'sealed', 'the close to seal');
+      writeFileSync(go, ''); // it ends by itself once told to (an overflowing timer ends it at once: cancelled)
+      const r = await closing;
+      expect(r.status).toBe(0);
+      const receipt = JSON.parse(r.stdout.toString()) as CloseReceipt;
+      expect(receipt.settle).toEqual({ timeout_ms: 25 * 86_400_000, terminated: 0 });
+      expect(receipt.sessions).toEqual([expect.objectContaining({ session_id: s.session_id, outcome: 'exited' })]);
+    } finally {
+      await d.stop();
+    }
+  });
+});
