@@ -8,7 +8,7 @@ import { basename, join, resolve as resolvePath } from 'node:path';
 import { STATE } from '../ipc/state-layout.js';
 import { LocalStore, STORE_DIRS } from '../supervisor/checkpoint/local-store.js';
 import { checkManifest, checkPublished, normaliseId, type PublishedRecord } from '../supervisor/checkpoint/manifest.js';
-import { RestoreError, restoreCheckpoint, showDifference } from '../supervisor/checkpoint/restore.js';
+import { restoreCheckpoint, showDifference } from '../supervisor/checkpoint/restore.js';
 import { type CheckpointStore, parseStoreUrl, type StoreUrl } from '../supervisor/checkpoint/store.js';
 import { verifyCheckpoint } from '../supervisor/checkpoint/verify.js';
 

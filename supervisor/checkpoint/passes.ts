@@ -14,7 +14,7 @@ import { createHash } from 'node:crypto';
 import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readSync } from 'node:fs';
 import { faultPoint } from '../fault.js';
 import { native } from '../native.js';
-import { entryPath, ScanError, walkTree, type EntryType, type WalkEntry } from '../workspace/walk.js';
+import { entryPath, ScanError, walkTree, type WalkEntry } from '../workspace/walk.js';
 import { LocalStoreFiles, writeAll } from './local-store.js';
 import type { EntryFacts } from './manifest.js';
 import { StoreError } from './store.js';
