@@ -11,37 +11,23 @@
 // a torn close.json or receipt.json (refused naming the file, nothing replaced); an earlier
 // attempt's checkpoint of another supervisor instance (supervisor.json was torn: a new
 // instance) is not reused, so closing again converges.
-import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { TaskReceipt } from '../../ipc/protocol.js';
-import { type TestDaemon, until } from '../helpers/daemon.js';
+import { until } from '../helpers/daemon.js';
+import { taskDir, verifyTask, withWorkspace } from '../helpers/tasks.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
 
 const rig = new WorkspaceRig();
 afterEach(() => rig.cleanup());
 
-const taskDir = (d: TestDaemon, task: string) => join(d.stateDir, 'tasks', createHash('sha256').update(task).digest('hex'));
 
-async function withWorkspace(env?: NodeJS.ProcessEnv) {
-  const { d, paths } = await rig.daemon((dir) => {
-    mkdirSync(join(dir, 'ws'));
-    return [join(dir, 'ws')];
-  }, { env });
-  return { d, ws: paths[0] };
-}
 
-async function verify(d: TestDaemon, receipt: Buffer) {
-  const file = join(d.dir, `verify-${Math.random().toString(36).slice(2)}.json`);
-  writeFileSync(file, receipt);
-  const r = await d.sbx(['verify', file, '--state-dir', d.stateDir]);
-  return { status: r.status, out: r.stdout.toString() + r.stderr.toString() };
-}
 
 describe('task close: breaking it', () => {
   it('a crashed attempt whose checkpoint sbx gc removed before the resume: incomplete, naming it (never a receipt naming a checkpoint that is gone); close again: a new one, complete', async () => {
-    const { d, ws } = await withWorkspace({ SBX_FAULT_POINT: 'task-close:after-receipt-temp' });
+    const { d, ws } = await withWorkspace(rig, { env: { SBX_FAULT_POINT: 'task-close:after-receipt-temp' } });
     expect((await d.sbx(['run', '--task', 'T', '--key', 'k', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
     const crashed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
     expect(crashed.status).toBe(125);
@@ -62,7 +48,7 @@ describe('task close: breaking it', () => {
     expect(first.checkpoints).toEqual([expect.objectContaining({ workspace: ws, checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'store', message: expect.stringContaining(`checkpoint ${recorded} is no longer published in ${join(d.stateDir, 'checkpoints')} (removed by sbx gc?)`) } })]);
     expect(first.obligations).toEqual([{ authority: 'workspace', condition: 'checkpoint_covers', workspace: ws, what: expect.stringContaining(`checkpoint ${recorded} is no longer published`) }]);
     expect(resumed.stderr.toString()).toContain('incomplete: workspace must settle checkpoint_covers');
-    expect((await verify(d, resumed.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
+    expect((await verifyTask(d, resumed.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
 
     const again = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
     expect(again.stderr.toString()).toBe('');
@@ -71,12 +57,12 @@ describe('task close: breaking it', () => {
     expect(second).toMatchObject({ attempt: 2, complete: true, obligations: [] });
     expect(second.checkpoints[0].checkpoint_id).not.toBe(recorded);
     expect(second.checkpoints[0].close_attempt).toBe(2);
-    expect((await verify(d, again.stdout)).status).toBe(0);
+    expect((await verifyTask(d, again.stdout)).status).toBe(0);
     expect(json<{ outcome: string }[]>(await d.sbx(['ps', '--all', '--json'])).length).toBe(1); // the command ran once
   });
 
   it('a first close naming a workspace no checkpoint can be taken of is refused with INVALID_ARGUMENT and records nothing; the task then closes with the right one', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     writeFileSync(join(d.dir, 'a-file'), 'x');
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
     const bad: [string, string][] = [
@@ -113,7 +99,7 @@ describe('task close: breaking it', () => {
   });
 
   it('without --workspace, a later close names the task\'s first set, also after the watched workspaces changed: its final receipt is returned unchanged', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
     const first = await d.sbx(['close', '--task', 'T']);
     expect(first.status).toBe(0);
@@ -137,7 +123,7 @@ describe('task close: breaking it', () => {
   });
 
   it('an entry in tasks/ that is not a task dir (a file, a symlink to a dir elsewhere): the supervisor starts, that task stays sealed, the link is not followed, other tasks are unaffected', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
     const closed = await d.sbx(['close', '--task', 'T']);
     expect(closed.status).toBe(0);
@@ -160,7 +146,7 @@ describe('task close: breaking it', () => {
   });
 
   it('sbx verify of an honest receipt whose close could not read supervisor.json (fenced false, an operator obligation): OK, complete false', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
     const identity = join(d.stateDir, 'supervisor.json');
     const original = readFileSync(identity);
@@ -171,16 +157,16 @@ describe('task close: breaking it', () => {
     const receipt = json<TaskReceipt>(closed);
     expect(receipt.conditions).toMatchObject({ sessions_settled: true, checkpoint_covers: true, read_back_exact: true, fenced: false });
     expect(receipt.obligations).toEqual([{ authority: 'operator', condition: 'fenced', what: 'supervisor.json cannot be read: this run cannot show it still owns the state dir' }]);
-    const v = await verify(d, closed.stdout);
+    const v = await verifyTask(d, closed.stdout);
     expect(v.out).toContain('OK: task receipt of "T" (complete: false)');
     expect(v.status).toBe(0);
     // Edited to claim the fence held, it does not verify (the signature).
     const edited = { ...receipt, obligations: [], conditions: { ...receipt.conditions, fenced: true }, complete: true };
-    expect((await verify(d, Buffer.from(JSON.stringify(edited)))).status).toBe(1);
+    expect((await verifyTask(d, Buffer.from(JSON.stringify(edited)))).status).toBe(1);
   });
 
   it('a key retired whole by retention is still in its task: the same key in another task is KEY_CONFLICT naming it; in its own task it answers retired', async () => {
-    const { d } = await withWorkspace();
+    const { d } = await withWorkspace(rig);
     const ran = await d.sbx(['run', '--task', 'A', '--key', 'rk', '--', 'true']);
     expect(ran.status).toBe(0);
     await d.terminate();
@@ -198,7 +184,7 @@ describe('task close: breaking it', () => {
   });
 
   it('a torn task record (close.json, receipt.json): the close is refused naming the file, nothing is replaced, the supervisor and other tasks go on', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     for (const t of ['T1', 'T2']) {
       expect((await d.sbx(['run', '--task', t, '--', 'sh', '-c', `echo ${t} > ${ws}/${t}`])).status).toBe(0);
       expect((await d.sbx(['close', '--task', t])).status).toBe(0);
@@ -218,7 +204,7 @@ describe('task close: breaking it', () => {
   });
 
   it("an earlier attempt's checkpoint from another supervisor instance (supervisor.json torn: a new one) is not reused: the next close takes a new one and is complete", async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
     const identity = join(d.stateDir, 'supervisor.json');
     writeFileSync(identity, '{ torn');
@@ -235,13 +221,13 @@ describe('task close: breaking it', () => {
     expect(second).toMatchObject({ attempt: 2, complete: true });
     expect(second.checkpoints[0].checkpoint_id).not.toBe(old.checkpoints[0].checkpoint_id);
     expect(second.checkpoints[0].fence!.instance).toBe(second.supervisor.instance);
-    expect((await verify(d, again.stdout)).status).toBe(0);
+    expect((await verifyTask(d, again.stdout)).status).toBe(0);
   });
 });
 
 describe('task close: after the breaker', () => {
   it('a session retired whole by retention before its task closed: listed from its tombstone, an operator obligation (never complete without its facts)', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--key', 'old', '--', 'sh', '-c', `echo old > ${ws}/old`])).status).toBe(0);
     await d.terminate();
     await d.withConfig({ retention: { receiptMaxAgeMs: 1 } }).start();
@@ -252,11 +238,11 @@ describe('task close: after the breaker', () => {
     expect(r.sessions).toEqual([expect.objectContaining({ session_id: sid, invocation_key: 'old', task: 'T', state: 'retired', outcome: 'exited', receipt_sha256: expect.stringMatching(/^sha256:/), death: null })]);
     expect(r.conditions).toMatchObject({ sessions_settled: false, terminal_mutations_known: false });
     expect(r.obligations).toEqual([{ authority: 'operator', condition: 'sessions_settled', session_id: sid, what: expect.stringContaining('was removed whole by the retention policy before the task closed') }]);
-    expect((await verify(d, closed.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
+    expect((await verifyTask(d, closed.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
   });
 
   it('sbx gc keeps the checkpoints a complete task receipt names (past checkpoint.maxAgeMs too); the receipt still verifies', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo kept > ${ws}/kept`])).status).toBe(0);
     const closed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
     expect(closed.status).toBe(0);
@@ -267,11 +253,11 @@ describe('task close: after the breaker', () => {
     const gc = json<{ checkpoints: { removed_manifests: string[]; kept_manifests: number } }>(await d.sbx(['gc', '--json']));
     expect(gc.checkpoints.removed_manifests).toEqual(loose.checkpoint_id === id ? [] : [loose.checkpoint_id]);
     expect(existsSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`))).toBe(true);
-    expect((await verify(d, closed.stdout)).status).toBe(0);
+    expect((await verifyTask(d, closed.stdout)).status).toBe(0);
   });
 
   it('a task receipt that cannot be read: sbx gc removes no checkpoint by age (it cannot tell which are evidence)', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
     expect((await d.sbx(['close', '--task', 'T', '--workspace', ws])).status).toBe(0);
     writeFileSync(join(ws, 'u'), 'u\n');
@@ -285,7 +271,7 @@ describe('task close: after the breaker', () => {
   });
 
   it('SIGTERM while a close settles: SHUTTING_DOWN, no receipt claimed; after the restart the resumed attempt is complete', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     const c = await d.client();
     // Ignores TERM: the close waits out its timeout, and the shutdown finds it settling.
     await c.launch({ argv: ['sh', '-c', `trap '' TERM; echo x > ${ws}/x; while :; do sleep 0.05; done`], cwd: '/', task: 'T', grace_ms: 500 });
@@ -307,7 +293,7 @@ describe('task close: after the breaker', () => {
   });
 
   it("a symlinked workspace retargeted between attempts: the earlier attempt's checkpoint (of the old target) is not reused", async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     mkdirSync(join(ws, 'one'));
     mkdirSync(join(ws, 'two'));
     writeFileSync(join(ws, 'two', 'f'), 'two\n');

@@ -6,18 +6,18 @@
 // unpublished; the task receipt verifies end to end (sbx verify), and a receipt written
 // before the crash is returned unchanged.
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Receipt, TaskReceipt } from '../../ipc/protocol.js';
-import { TestDaemon, until } from '../helpers/daemon.js';
+import type { TestDaemon } from '../helpers/daemon.js';
+import { taskDir, twoSessionTask, verifyTask, withWorkspace } from '../helpers/tasks.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
 
 const rig = new WorkspaceRig();
 afterEach(() => rig.cleanup());
 
 const TASK = 'task-under-faults';
-const taskDir = (d: TestDaemon) => join(d.stateDir, 'tasks', createHash('sha256').update(TASK).digest('hex'));
 
 /** Published checkpoint records of the task in the local store, and every manifest there. */
 function storeOf(d: TestDaemon) {
@@ -27,27 +27,11 @@ function storeOf(d: TestDaemon) {
   return { published: published.filter((p) => p.task === TASK), manifests: list('manifests').map((n) => n.slice(0, 64)), tmp: existsSync(join(store, 'tmp')) ? readdirSync(join(store, 'tmp')) : [] };
 }
 
-/**
- * A task with one session that ended (it wrote f1) and one still running (it wrote f2, then
- * sleeps): the close waits 300 ms, then ends it (cause close). Each command appends its name
- * to runs (outside the workspace), so a second run would show.
- */
+/** A daemon watching ws (with env), and the two-session task of the crash tests in it (helpers/tasks.ts). */
 async function scenario(env: NodeJS.ProcessEnv | undefined) {
-  const { d, paths } = await rig.daemon(
-    (dir) => {
-      mkdirSync(join(dir, 'ws'));
-      return [join(dir, 'ws')];
-    },
-    { env },
-  );
-  const ws = paths[0];
-  const runs = join(d.dir, 'runs');
-  const c = await d.client();
-  const s1 = await c.launch({ argv: ['sh', '-c', `echo one > ${ws}/f1; echo s1 >> ${runs}`], cwd: '/', invocation_key: 'k1', task: TASK });
-  await c.wait({ session_id: s1.session_id });
-  const s2 = await c.launch({ argv: ['sh', '-c', `echo two > ${ws}/f2; echo s2 >> ${runs}; exec sleep 600`], cwd: '/', invocation_key: 'k2', task: TASK });
-  await until(() => existsSync(runs) && readFileSync(runs, 'utf8') === 's1\ns2\n', 'both commands to have run');
-  return { d, ws, runs, ids: [s1.session_id, s2.session_id].sort() };
+  const { d, ws } = await withWorkspace(rig, { env });
+  const { runs, ids } = await twoSessionTask(d, ws, TASK);
+  return { d, ws, runs, ids };
 }
 
 const close = (d: TestDaemon, ws: string) => d.sbx(['close', '--task', TASK, '--workspace', ws, '--timeout', '300ms']);
@@ -68,7 +52,7 @@ async function expectComplete(d: TestDaemon, ws: string, runs: string, ids: stri
   expect(store.published.map((p) => p.checkpoint_id)).toEqual([receipt.checkpoints[0].checkpoint_id]);
   expect(store.manifests).toEqual([receipt.checkpoints[0].checkpoint_id]);
   expect(store.tmp).toEqual([]);
-  expect(readdirSync(taskDir(d)).filter((n) => n.endsWith('.tmp'))).toEqual([]);
+  expect(readdirSync(taskDir(d, TASK)).filter((n) => n.endsWith('.tmp'))).toEqual([]);
   // The checkpoint holds what the sessions wrote.
   const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${receipt.checkpoints[0].checkpoint_id}.json`), 'utf8')) as { entries: { path: string; sha256?: string }[] };
   const sha = (s: string) => createHash('sha256').update(s).digest('hex');
@@ -77,10 +61,8 @@ async function expectComplete(d: TestDaemon, ws: string, runs: string, ids: stri
     ['f2', sha('two\n')],
   ]);
   // End to end: signature, session receipts, manifest, objects, the verdict from the facts.
-  const file = join(d.dir, 'task.json');
-  await import('node:fs').then((fs) => fs.writeFileSync(file, r.stdout));
-  const v = await d.sbx(['verify', file, '--state-dir', d.stateDir]);
-  expect(v.stdout.toString()).toContain('OK: task receipt');
+  const v = await verifyTask(d, r.stdout);
+  expect(v.out).toContain('OK: task receipt');
   expect(v.status).toBe(0);
   return receipt;
 }
@@ -120,7 +102,7 @@ describe('task close: SIGKILL at every boundary, then close again', () => {
       const crashed = await close(d, ws);
       expect(crashed.status).toBe(125); // the connection died with the supervisor
       expect(await d.exitedNow()).toEqual({ code: null, signal: 'SIGKILL' });
-      const before = existsSync(join(taskDir(d), 'receipt.json')) ? readFileSync(join(taskDir(d), 'receipt.json'), 'utf8') : null;
+      const before = existsSync(join(taskDir(d, TASK), 'receipt.json')) ? readFileSync(join(taskDir(d, TASK), 'receipt.json'), 'utf8') : null;
       // Only the last point has a receipt on disk; a receipt there is never complete with a missing fact.
       expect(before !== null).toBe(point === 'task-close:after-receipt-rename');
       await d.withEnv(undefined).start();

@@ -10,35 +10,21 @@
 // restart and is never retired whole (it is every task's); two crashes in a row at different
 // points of one close attempt (the second in the resumed attempt) end as an uninterrupted
 // close does.
-import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
 import { ReceiptSigner } from '../../supervisor/signing.js';
-import { pidsWithMarker, type SbxResult, type TestDaemon, until } from '../helpers/daemon.js';
+import { pidsWithMarker, type SbxResult, until } from '../helpers/daemon.js';
+import { taskDir, tearSession, twoSessionTask, verifyTask, withWorkspace } from '../helpers/tasks.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
 
 const rig = new WorkspaceRig();
 afterEach(() => rig.cleanup());
 
-const taskDir = (d: TestDaemon, task: string) => join(d.stateDir, 'tasks', createHash('sha256').update(task).digest('hex'));
 const marker = () => `task-recheck-${process.pid}-${Math.random().toString(36).slice(2)}`;
 
-async function withWorkspace(options: { env?: NodeJS.ProcessEnv; config?: Record<string, unknown> } = {}) {
-  const { d, paths } = await rig.daemon((dir) => {
-    mkdirSync(join(dir, 'ws'));
-    return [join(dir, 'ws')];
-  }, options);
-  return { d, ws: paths[0] };
-}
 
-async function verify(d: TestDaemon, receipt: Buffer | string) {
-  const file = join(d.dir, `verify-${Math.random().toString(36).slice(2)}.json`);
-  writeFileSync(file, receipt);
-  const r = await d.sbx(['verify', file, '--state-dir', d.stateDir]);
-  return { status: r.status, out: r.stdout.toString() + r.stderr.toString() };
-}
 
 /** The result of a pending sbx call once it answers (until() polls it). */
 function settleLater(p: Promise<SbxResult>): () => SbxResult | null {
@@ -49,7 +35,7 @@ function settleLater(p: Promise<SbxResult>): () => SbxResult | null {
 
 describe('task close: re-check', () => {
   it("a close of one task does not wait for another task's session that reconciliation is ending (its grace running)", { timeout: 120_000 }, async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     const m = marker();
     const c = await d.client();
     // B's command ignores TERM and has a grace of 10 minutes.
@@ -79,7 +65,7 @@ describe('task close: re-check', () => {
   });
 
   it('--timeout past 24.8 days (2^31-1 ms; 30 days are allowed): the sessions are given it, not ended at once', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     const go = join(d.dir, 'go');
     const c = await d.client();
     const s = await c.launch({ argv: ['sh', '-c', `echo x > ${ws}/x; while [ ! -e ${go} ]; do sleep 0.05; done`], cwd: '/', task: 'T' });
@@ -97,7 +83,7 @@ describe('task close: re-check', () => {
 
   it('a session retired by retention while the close takes its checkpoint is not claimed: complete false, listed retired, never a receipt naming a session receipt that is gone', async () => {
     const pause = rig.removeLater(join('/tmp', `sbx-test-task-recheck-pause-${process.pid}-${Date.now()}`));
-    const { d, ws } = await withWorkspace({ env: { SBX_TEST_WATCH_PAUSE_FILE: pause }, config: { barrierTimeoutMs: 120_000 } });
+    const { d, ws } = await withWorkspace(rig, { env: { SBX_TEST_WATCH_PAUSE_FILE: pause }, config: { barrierTimeoutMs: 120_000 } });
     expect((await d.sbx(['run', '--task', 'T', '--key', 'old', '--', 'sh', '-c', `echo old > ${ws}/old`])).status).toBe(0);
     const [old] = json<SessionSummary[]>(await d.sbx(['ps', '--all', '--json']));
     await d.terminate();
@@ -118,11 +104,11 @@ describe('task close: re-check', () => {
     expect(receipt.complete).toBe(false);
     expect(receipt.sessions).toEqual([expect.objectContaining({ session_id: old.session_id, state: 'retired', death: null })]);
     expect(receipt.obligations).toEqual([{ authority: 'operator', condition: 'sessions_settled', session_id: old.session_id, what: expect.stringContaining('was removed whole by the retention policy before the task closed') }]);
-    expect((await verify(d, r.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
+    expect((await verifyTask(d, r.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
   });
 
   it("a task whose seal cannot be read (sealed at this run's generation): an earlier attempt's checkpoint from before it is not reused, so closing again converges", async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
     // Attempt 1: its checkpoint is fine (consistent, covering, this instance's); supervisor.json could not be read.
     const identity = join(d.stateDir, 'supervisor.json');
@@ -143,11 +129,11 @@ describe('task close: re-check', () => {
     expect(second).toMatchObject({ attempt: 2, complete: true, sealed: { generation: null, sealed_at: null } });
     expect(second.checkpoints[0].checkpoint_id).not.toBe(p1.checkpoint_id);
     expect(second.checkpoints[0].fence!.generation).toBe(second.supervisor.generation);
-    expect((await verify(d, again.stdout)).status).toBe(0);
+    expect((await verifyTask(d, again.stdout)).status).toBe(0);
   });
 
   it("a task sealed at a generation above this run's (supervisor.json torn: a new instance, its generation recovered from admission records only): closing again is complete", async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0); // admitted at generation 1
     for (let i = 0; i < 2; i++) {
       await d.terminate();
@@ -166,11 +152,11 @@ describe('task close: re-check', () => {
     expect(second.obligations).toEqual([]);
     expect(again.status).toBe(0);
     expect(second).toMatchObject({ attempt: 2, complete: true, sealed: { generation: 3 } });
-    expect((await verify(d, again.stdout)).status).toBe(0);
+    expect((await verifyTask(d, again.stdout)).status).toBe(0);
   });
 
   it('sbx gc keeps the checkpoints of a complete task receipt whose seal cannot be read', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo kept > ${ws}/kept`])).status).toBe(0);
     const closed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
     expect(closed.status).toBe(0);
@@ -181,12 +167,12 @@ describe('task close: re-check', () => {
     const gc = json<{ checkpoints: { removed_manifests: string[] } }>(await d.sbx(['gc', '--json']));
     expect(gc.checkpoints.removed_manifests).toEqual([]);
     expect(existsSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`))).toBe(true);
-    expect((await verify(d, closed.stdout)).status).toBe(0);
+    expect((await verifyTask(d, closed.stdout)).status).toBe(0);
     expect((await d.sbx(['close', '--task', 'T', '--workspace', ws])).stdout.equals(closed.stdout)).toBe(true);
   });
 
   it("sbx verify names a session of another task listed in a task receipt (signed with the state dir's own key)", async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'A', '--', 'sh', '-c', `echo a > ${ws}/a`])).status).toBe(0);
     expect((await d.sbx(['run', '--task', 'B', '--', 'sh', '-c', `echo b > ${ws}/b`])).status).toBe(0);
     const b = json<TaskReceipt>(await d.sbx(['close', '--task', 'B', '--workspace', ws]));
@@ -196,13 +182,13 @@ describe('task close: re-check', () => {
     // B's session moved into A's receipt: every other fact of it holds (its receipt, A's checkpoint after it).
     const moved = { ...b.sessions[0], task: 'A', workspace: a.sessions[0].workspace.map((w, i) => ({ ...w, ...b.sessions[0].workspace[i], path: w.path, root: w.root })) };
     const edited = ReceiptSigner.loadOrCreate(d.stateDir).sign({ ...a, sessions: [...a.sessions, moved].sort((x, y) => (x.session_id < y.session_id ? -1 : 1)) });
-    const v = await verify(d, JSON.stringify(edited));
+    const v = await verifyTask(d, JSON.stringify(edited));
     expect(v.out).toContain(`MISMATCH: ${b.sessions[0].session_id}: its receipt is of task "B", not "A"`);
     expect(v.status).toBe(1);
   });
 
   it("sbx verify compares a checkpoint's started_at (the join orders by it across gaps) with its manifest's", async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
     const closed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
     expect(closed.status).toBe(0);
@@ -211,7 +197,7 @@ describe('task close: re-check', () => {
     // Signed with the state dir's own key: only what it says differs from the manifest.
     const signer = ReceiptSigner.loadOrCreate(d.stateDir);
     const edited = signer.sign({ ...receipt, checkpoints: [{ ...receipt.checkpoints[0], started_at: later }] });
-    const v = await verify(d, JSON.stringify(edited));
+    const v = await verifyTask(d, JSON.stringify(edited));
     expect(v.out).toContain(`MISMATCH: checkpoint ${receipt.checkpoints[0].checkpoint_id}: the manifest's started_at is "${receipt.checkpoints[0].started_at}", the task receipt says "${later}"`);
     expect(v.status).toBe(1);
   });
@@ -219,7 +205,7 @@ describe('task close: re-check', () => {
 
 describe('sbx verify of a task receipt re-signed with another key', () => {
   it('its fence and boundary edited and the receipt signed again with a key of its own: MISMATCH with the state dir\'s key, and with that key given (--key) every session receipt and manifest says so', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
     const closed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
     expect(closed.status).toBe(0);
@@ -229,7 +215,7 @@ describe('sbx verify of a task receipt re-signed with another key', () => {
     mkdirSync(other);
     const signer = ReceiptSigner.loadOrCreate(other);
     const edited = signer.sign({ ...receipt, checkpoints: [{ ...cp, fence: { ...cp.fence!, generation: cp.fence!.generation + 1 }, boundary: { ...cp.boundary!, seq: cp.boundary!.seq! + 100 } }] });
-    const own = await verify(d, JSON.stringify(edited));
+    const own = await verifyTask(d, JSON.stringify(edited));
     expect(own.status).toBe(1);
     expect(own.out).toContain('MISMATCH: task receipt: signed by key');
     const file = join(d.dir, 'edited.json');
@@ -246,7 +232,7 @@ describe('sbx verify of a task receipt re-signed with another key', () => {
 
 describe('task close: a task dir that is a symlink', () => {
   it('a close of that task is refused naming it, and writes nothing where the link points; other tasks close', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     await d.terminate();
     const elsewhere = join(d.dir, 'elsewhere');
     mkdirSync(elsewhere);
@@ -282,15 +268,13 @@ describe('task close: workspaces named another way', () => {
 
 describe('task close: a session of no known task', () => {
   it("one an operator resolved stays ended across a restart (its signed receipt is read back), and retention does not retire it whole (it is every task's): later tasks can be complete", async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     const c = await d.client();
     const lost = await c.launch({ argv: ['sh', '-c', `echo lost > ${ws}/lost`], cwd: '/', task: 'T', invocation_key: 'torn' });
     await c.wait({ session_id: lost.session_id });
     await d.kill9();
     // Its records torn: its task is unknown (listed in every task's join) until an operator resolves it.
-    const dir = join(d.stateDir, 'sessions', lost.session_id);
-    writeFileSync(join(dir, 'admission.json'), '{"session_id": "s-');
-    writeFileSync(join(dir, 'receipt.json'), '{ torn');
+    tearSession(d, lost.session_id);
     await d.start();
     const resolved = await d.sbx(['resolve', lost.session_id, '--as-operator', '--json', '--reason', 'checked: it exited']);
     expect(resolved.status).toBe(0);
@@ -298,7 +282,7 @@ describe('task close: a session of no known task', () => {
     await d.withConfig({ retention: { receiptMaxAgeMs: 1, intervalMs: 0 } }).start();
     // The operator's word holds: ended, its receipt the one written then (not unknown again, to be resolved again).
     expect(json<SessionSummary[]>(await d.sbx(['ps', '--all', '--json'])).find((s) => s.session_id === lost.session_id)).toMatchObject({ state: 'ended', task: null });
-    expect(readFileSync(join(dir, 'receipt.json'), 'utf8')).toBe(`${JSON.stringify(json(resolved))}\n`);
+    expect(readFileSync(join(d.stateDir, 'sessions', lost.session_id, 'receipt.json'), 'utf8')).toBe(`${JSON.stringify(json(resolved))}\n`);
     const gc = json<{ retired: string[] }>(await d.sbx(['gc', '--json']));
     expect(gc.retired).toEqual([]);
     expect(existsSync(join(d.stateDir, 'retired', `${lost.session_id}.json`))).toBe(false);
@@ -323,13 +307,8 @@ describe('task close: two crashes in a row, then close again', () => {
   ];
   for (const [first, second] of sequences) {
     it(`killed at ${first}, then at ${second}`, async () => {
-      const { d, ws } = await withWorkspace({ env: { SBX_FAULT_POINT: first } });
-      const runs = join(d.dir, 'runs');
-      const c = await d.client();
-      const s1 = await c.launch({ argv: ['sh', '-c', `echo one > ${ws}/f1; echo s1 >> ${runs}`], cwd: '/', invocation_key: 'k1', task: TASK });
-      await c.wait({ session_id: s1.session_id });
-      const s2 = await c.launch({ argv: ['sh', '-c', `echo two > ${ws}/f2; echo s2 >> ${runs}; exec sleep 600`], cwd: '/', invocation_key: 'k2', task: TASK });
-      await until(() => existsSync(runs) && readFileSync(runs, 'utf8') === 's1\ns2\n', 'both commands to have run');
+      const { d, ws } = await withWorkspace(rig, { env: { SBX_FAULT_POINT: first } });
+      const { runs, ids } = await twoSessionTask(d, ws, TASK);
       const close = () => d.sbx(['close', '--task', TASK, '--workspace', ws, '--timeout', '300ms']);
       for (const env of [{ SBX_FAULT_POINT: second }, undefined]) {
         expect((await close()).status).toBe(125);
@@ -342,7 +321,7 @@ describe('task close: two crashes in a row, then close again', () => {
       expect(r.status).toBe(0);
       const receipt = json<TaskReceipt>(r);
       expect(receipt).toMatchObject({ task: TASK, attempt: 1, complete: true, obligations: [] });
-      expect(receipt.sessions.map((s) => s.session_id)).toEqual([s1.session_id, s2.session_id].sort());
+      expect(receipt.sessions.map((s) => s.session_id)).toEqual(ids);
       expect(readFileSync(runs, 'utf8')).toBe('s1\ns2\n'); // each command ran once
       // One manifest in the store, published for this attempt: the receipt's.
       const store = join(d.stateDir, 'checkpoints');
@@ -353,7 +332,7 @@ describe('task close: two crashes in a row, then close again', () => {
       expect(receipt.checkpoints[0].close_attempt).toBe(1);
       const manifest = JSON.parse(readFileSync(join(store, 'manifests', `${id}.json`), 'utf8')) as { entries: { path: string }[] };
       expect(manifest.entries.map((e) => e.path)).toEqual(['f1', 'f2']);
-      expect((await verify(d, r.stdout)).status).toBe(0);
+      expect((await verifyTask(d, r.stdout)).status).toBe(0);
       expect((await close()).stdout.equals(r.stdout)).toBe(true);
     });
   }

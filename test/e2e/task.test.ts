@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Receipt, SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
 import { pidsWithMarker, type TestDaemon, until } from '../helpers/daemon.js';
+import { tearSession, verifyTask, withWorkspace } from '../helpers/tasks.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
 
 const rig = new WorkspaceRig();
@@ -19,34 +20,21 @@ afterEach(() => rig.cleanup());
 const ALL_TRUE = { sealed: true, sessions_settled: true, terminal_mutations_known: true, checkpoint_covers: true, read_back_exact: true, fenced: true };
 const marker = () => `task-test-${process.pid}-${Math.random().toString(36).slice(2)}`;
 
-async function withWorkspace(options: { env?: NodeJS.ProcessEnv; wrap?: string[] } = {}) {
-  const { d, paths } = await rig.daemon((dir) => {
-    mkdirSync(join(dir, 'ws'));
-    return [join(dir, 'ws')];
-  }, options);
-  return { d, ws: paths[0] };
-}
 
 async function closeTask(d: TestDaemon, task: string, args: string[] = []) {
   const r = await d.sbx(['close', '--task', task, ...args]);
   return { status: r.status, stderr: r.stderr.toString(), stdout: r.stdout, receipt: r.status === 0 || r.status === 1 ? json<TaskReceipt>(r) : null };
 }
 
-async function verify(d: TestDaemon, receipt: Buffer | string) {
-  const file = join(d.dir, `verify-${Math.random().toString(36).slice(2)}.json`);
-  writeFileSync(file, receipt);
-  const r = await d.sbx(['verify', file, '--state-dir', d.stateDir]);
-  return { status: r.status, out: r.stdout.toString() + r.stderr.toString() };
-}
 
 describe('tasks', () => {
   it('two tasks in one supervisor: closing A leaves B admitting and running; each task receipt lists only its sessions; a sealed task stays sealed across a restart', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     const m = marker();
     const a1 = await d.sbx(['run', '--task', 'A', '--key', 'a1', '--', 'sh', '-c', `echo a1 > ${ws}/a1`]);
     expect(a1.status).toBe(0);
     const c = await d.client();
-    const b1 = await c.launch({ argv: ['sh', '-c', `echo b1 > ${ws}/b1; sleep 600; : ${m}`], cwd: '/', invocation_key: 'b1', task: 'B' });
+    await c.launch({ argv: ['sh', '-c', `echo b1 > ${ws}/b1; sleep 600; : ${m}`], cwd: '/', invocation_key: 'b1', task: 'B' });
     const dflt = await d.sbx(['run', '--key', 'd1', '--', 'true']); // no --task: the task "default"
     expect(dflt.status).toBe(0);
     await until(() => pidsWithMarker(m).length === 1, "B's command to run");
@@ -87,7 +75,7 @@ describe('tasks', () => {
     const conflictJson = await d.sbx(['close', '--task', 'A', '--json', '--workspace', d.dir]);
     expect(conflictJson.status).toBe(125);
     expect(JSON.parse(conflictJson.stdout.toString())).toMatchObject({ error: { code: 'TASK_CONFLICT', retryable: false, details: { task: 'A', workspaces: [ws] } } });
-    expect((await verify(d, A.stdout)).out).toContain('OK: task receipt of "A" (complete: true)');
+    expect((await verifyTask(d, A.stdout)).out).toContain('OK: task receipt of "A" (complete: true)');
 
     // Across a restart: A stays sealed and its receipt unchanged; B's session, owner lost, is reconciled.
     await d.kill9();
@@ -108,7 +96,7 @@ describe('tasks', () => {
   });
 
   it('the client library: launch in a task, sealTask, closeTask (default workspaces: every watched one)', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     const c = await d.client();
     const s = await c.launch({ argv: ['sh', '-c', `printf x > ${ws}/x`], cwd: '/', task: 'lib' });
     await c.wait({ session_id: s.session_id });
@@ -124,7 +112,7 @@ describe('tasks', () => {
 
 describe('complete: false names what is missing', () => {
   it('a session stuck unknown: an operator obligation, no checkpoint while it may write; after sbx resolve, close again: complete, evidence operator_attested', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     const c = await d.client();
     const ok = await c.launch({ argv: ['sh', '-c', `echo ok > ${ws}/ok`], cwd: '/', task: 'T', invocation_key: 'fine' });
     await c.wait({ session_id: ok.session_id });
@@ -132,9 +120,7 @@ describe('complete: false names what is missing', () => {
     await c.wait({ session_id: lost.session_id });
     await d.kill9();
     // Its records torn: no proof of its end, and its task unknown (it is listed in every task's join).
-    const dir = join(d.stateDir, 'sessions', lost.session_id);
-    writeFileSync(join(dir, 'admission.json'), '{"session_id": "s-');
-    writeFileSync(join(dir, 'receipt.json'), '{ torn');
+    tearSession(d, lost.session_id);
     await d.start();
     const first = await closeTask(d, 'T', ['--workspace', ws]);
     expect(first.status).toBe(1);
@@ -146,7 +132,7 @@ describe('complete: false names what is missing', () => {
     expect(first.receipt!.sessions.find((s) => s.session_id === lost.session_id)).toMatchObject({ task: null, state: 'unknown', receipt_sha256: null });
     expect(first.receipt!.checkpoints).toEqual([expect.objectContaining({ workspace: ws, checkpoint_id: null, error: null })]);
     expect(first.stderr).toContain('incomplete: operator must settle sessions_settled');
-    expect((await verify(d, first.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
+    expect((await verifyTask(d, first.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
 
     const resolved = await d.sbx(['resolve', lost.session_id, '--as-operator', '--reason', 'checked: it exited']);
     expect(resolved.status).toBe(0);
@@ -158,14 +144,14 @@ describe('complete: false names what is missing', () => {
     // Its end in the workspace is the scan at its resolution (a gap: another listener's events), which the checkpoint follows.
     expect(second.receipt!.sessions.find((s) => s.session_id === lost.session_id)!.workspace[0]).toMatchObject({ gap: 'listener_restart', scan_digest: expect.stringMatching(/^sha256:/) });
     // Its receipt verifies, but its stored output cannot be re-read: its admission record (the chunk size) is torn. Said, not hidden.
-    const v = await verify(d, second.stdout);
+    const v = await verifyTask(d, second.stdout);
     expect(v.status).toBe(1);
     expect(v.out.trim().split('\n')).toEqual([expect.stringMatching(new RegExp(`^MISMATCH: ${lost.session_id}: admission record unreadable: `))]);
   });
 
   it('a workspace whose watcher had a gap (no CAP_SYS_ADMIN: no fanotify) and whose scan failed (EACCES without CAP_DAC_OVERRIDE)', async () => {
     const caps = '-sys_admin,-dac_override,-dac_read_search';
-    const { d, ws } = await withWorkspace({ wrap: ['setpriv', `--inh-caps=${caps}`, `--bounding-set=${caps}`, '--'] });
+    const { d, ws } = await withWorkspace(rig, { wrap: ['setpriv', `--inh-caps=${caps}`, `--bounding-set=${caps}`, '--'] });
     const r = await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `mkdir ${ws}/locked && echo secret > ${ws}/locked/f && chmod 000 ${ws}/locked`]);
     expect(r.status).toBe(0);
     const closed = await closeTask(d, 'T', ['--workspace', ws]);
@@ -187,7 +173,7 @@ describe('complete: false names what is missing', () => {
   });
 
   it('an object flipped between its write and its read-back: read_back_exact false, the object set aside; close again: a new checkpoint, complete', async () => {
-    const { d, ws } = await withWorkspace({ env: { SBX_TEST_CHECKPOINT_FLIP: 'big' } });
+    const { d, ws } = await withWorkspace(rig, { env: { SBX_TEST_CHECKPOINT_FLIP: 'big' } });
     const r = await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `head -c 100000 /dev/zero | tr '\\0' 'z' > ${ws}/big; echo small > ${ws}/small`]);
     expect(r.status).toBe(0);
     const first = await closeTask(d, 'T', ['--workspace', ws]);
@@ -202,11 +188,11 @@ describe('complete: false names what is missing', () => {
     expect(second.status).toBe(0);
     expect(second.receipt).toMatchObject({ complete: true, attempt: 2 });
     expect(readFileSync(join(d.stateDir, 'checkpoints', 'objects', sha.slice(0, 2), sha), 'utf8')).toBe('z'.repeat(100000));
-    expect((await verify(d, second.stdout)).status).toBe(0);
+    expect((await verifyTask(d, second.stdout)).status).toBe(0);
   });
 
   it("a checkpoint older than a session's terminal_mutation (test hook: taken before the settle): the obligation names both; close again: a new one after it", async () => {
-    const { d, ws } = await withWorkspace({ env: { SBX_TEST_TASK_EARLY_CHECKPOINT: '1' } });
+    const { d, ws } = await withWorkspace(rig, { env: { SBX_TEST_TASK_EARLY_CHECKPOINT: '1' } });
     const c = await d.client();
     const go = join(d.dir, 'go');
     writeFileSync(go, '');
@@ -229,7 +215,7 @@ describe('complete: false names what is missing', () => {
         what: `checkpoint ${cp.checkpoint_id} of ${ws} (boundary ${cp.boundary!.epoch} seq ${cp.boundary!.seq}) is older than session ${s.session_id}'s terminal_mutation (${e.epoch} seq ${e.terminal_mutation}); close again to take one after it`,
       },
     ]);
-    expect((await verify(d, first.stdout)).status).toBe(0); // an incomplete receipt verifies too: it says what it proves
+    expect((await verifyTask(d, first.stdout)).status).toBe(0); // an incomplete receipt verifies too: it says what it proves
     const second = await closeTask(d, 'T', ['--workspace', ws]);
     expect(second.status).toBe(0);
     expect(second.receipt!.checkpoints[0].boundary!.seq).toBeGreaterThanOrEqual(e.terminal_mutation!);
@@ -238,7 +224,7 @@ describe('complete: false names what is missing', () => {
   });
 
   it('a first close naming a workspace not watched, missing, or a file: INVALID_ARGUMENT, nothing recorded or sealed; then a close without --workspace names the first set', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     const other = join(d.dir, 'elsewhere');
     mkdirSync(other);
     writeFileSync(join(d.dir, 'a-file'), '');
@@ -270,13 +256,13 @@ describe('complete: false names what is missing', () => {
 
 describe('sbx verify of a task receipt', () => {
   it('names an edited receipt, an edited session receipt, and a flipped object', async () => {
-    const { d, ws } = await withWorkspace();
+    const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--key', 'v1', '--', 'sh', '-c', `echo content > ${ws}/f`])).status).toBe(0);
     const closed = await closeTask(d, 'T', ['--workspace', ws]);
     expect(closed.status).toBe(0);
     const edited = JSON.parse(closed.stdout.toString()) as TaskReceipt;
     edited.complete = false;
-    const v1 = await verify(d, JSON.stringify(edited));
+    const v1 = await verifyTask(d, JSON.stringify(edited));
     expect(v1.status).toBe(1);
     expect(v1.out).toContain('MISMATCH: task receipt: ');
     // A session receipt on disk changed after the task receipt listed it.
@@ -284,7 +270,7 @@ describe('sbx verify of a task receipt', () => {
     const receiptPath = join(d.stateDir, 'sessions', sid, 'receipt.json');
     const original = readFileSync(receiptPath);
     writeFileSync(receiptPath, original.toString().replace('"exited"', '"signaled"'));
-    const v2 = await verify(d, closed.stdout);
+    const v2 = await verifyTask(d, closed.stdout);
     expect(v2.status).toBe(1);
     expect(v2.out).toContain(`MISMATCH: ${sid}: receipt digest`);
     writeFileSync(receiptPath, original);
@@ -293,7 +279,7 @@ describe('sbx verify of a task receipt', () => {
     const object = join(d.stateDir, 'checkpoints', 'objects', sha.slice(0, 2), sha);
     chmodSync(object, 0o600);
     writeFileSync(object, 'cONTENT\n');
-    const v3 = await verify(d, closed.stdout);
+    const v3 = await verifyTask(d, closed.stdout);
     expect(v3.status).toBe(1);
     expect(v3.out).toContain(`MISMATCH: checkpoint ${closed.receipt!.checkpoints[0].checkpoint_id}`);
     expect(v3.out).toContain(sha);
