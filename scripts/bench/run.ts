@@ -1,4 +1,4 @@
-// npm run bench -- [--only drain,exit_to_receipt,launch,scale,replay,long_lines,workspace,checkpoint] [--quick]
+// npm run bench -- [--only drain,exit_to_receipt,launch,scale,replay,long_lines,workspace,checkpoint,peer] [--quick]
 // Runs the benchmarks against a supervisor of its own (temp state dir, cgroup mode as root)
 // and prints each result next to its target and its same-run baseline; JSON goes to
 // bench-results/<name>.json. Run by hand on an otherwise idle machine; never a timed test.
@@ -9,10 +9,11 @@ import { checkpointBench } from './checkpoint.js';
 import { benchDaemon, printTable, type Row } from './common.js';
 import { drainBench } from './drain.js';
 import { exitToReceiptBench, launchBench } from './latency.js';
+import { peerBench } from './peer.js';
 import { longLinesBench, replayBench, scaleBench } from './scale.js';
 import { workspaceBench } from './workspace.js';
 
-const ALL = ['drain', 'exit_to_receipt', 'launch', 'scale', 'replay', 'long_lines', 'workspace', 'checkpoint'] as const;
+const ALL = ['drain', 'exit_to_receipt', 'launch', 'scale', 'replay', 'long_lines', 'workspace', 'checkpoint', 'peer'] as const;
 
 async function main(): Promise<void> {
   const { values } = parseArgs({ options: { only: { type: 'string' }, quick: { type: 'boolean', default: false } } });
@@ -46,6 +47,8 @@ async function main(): Promise<void> {
   } finally {
     await d.stop();
   }
+  // Its own supervisor (the unit in the container), after the bench's is stopped.
+  if (only.includes('peer')) summary.push(...(await peerBench({ launches: q ? 5 : 50, lines: q ? 200_000 : 2_000_000 })));
   printTable(`summary (${((Date.now() - started) / 1000).toFixed(0)} s)`, summary);
   const missed = summary.filter((r) => r.met === false).length;
   process.stdout.write(`\n${missed === 0 ? 'every target met' : `${missed} target(s) missed`}\n`);
