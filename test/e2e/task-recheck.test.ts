@@ -94,8 +94,8 @@ describe('task close: re-check', () => {
     await until(() => existsSync(join(taskDir(d, 'T'), 'attempt.json')) && (JSON.parse(readFileSync(join(taskDir(d, 'T'), 'attempt.json'), 'utf8')) as { settle: unknown }).settle !== null, 'the settle to be recorded');
     // Meanwhile sbx gc retires the session whole (its checkpoint part waits behind the close's checkpoint).
     const gc = settleLater(d.sbx(['gc', '--json']));
-    await until(() => existsSync(join(d.stateDir, 'retired', `${old.session_id}.json`)), 'the session to be retired');
-    expect(existsSync(join(d.stateDir, 'sessions', old.session_id))).toBe(false);
+    // Retired whole: its tombstone written, then its dir removed (retention.ts, in that order: poll for both).
+    await until(() => existsSync(join(d.stateDir, 'retired', `${old.session_id}.json`)) && !existsSync(join(d.stateDir, 'sessions', old.session_id)), 'the session to be retired');
     rmSync(pause);
     const r = await until(closing, 'the close', 60_000);
     expect((await until(gc, 'gc', 60_000)).status).toBe(0);
