@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { TaskReceipt } from '../../ipc/protocol.js';
 import { until } from '../helpers/daemon.js';
-import { taskDir, verifyTask, withWorkspace } from '../helpers/tasks.js';
+import { closeWithIdentityTorn, taskDir, verifyTask, withWorkspace } from '../helpers/tasks.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
 
 const rig = new WorkspaceRig();
@@ -148,11 +148,7 @@ describe('task close: breaking it', () => {
   it('sbx verify of an honest receipt whose close could not read supervisor.json (fenced false, an operator obligation): OK, complete false', async () => {
     const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
-    const identity = join(d.stateDir, 'supervisor.json');
-    const original = readFileSync(identity);
-    writeFileSync(identity, '{ torn');
-    const closed = await d.sbx(['close', '--task', 'T']);
-    writeFileSync(identity, original);
+    const closed = await closeWithIdentityTorn(d, ['T']);
     expect(closed.status).toBe(1);
     const receipt = json<TaskReceipt>(closed);
     expect(receipt.conditions).toMatchObject({ sessions_settled: true, checkpoint_covers: true, read_back_exact: true, fenced: false });
@@ -301,11 +297,7 @@ describe('task close: after the breaker', () => {
     symlinkSync(join(ws, 'one'), link);
     expect((await d.sbx(['run', '--task', 'T', '--', 'true'])).status).toBe(0);
     // supervisor.json unreadable during the first close: fenced false, the checkpoint itself fine (reusable).
-    const identity = join(d.stateDir, 'supervisor.json');
-    const saved = readFileSync(identity);
-    writeFileSync(identity, 'zz');
-    const first = await d.sbx(['close', '--task', 'T', '--workspace', link]);
-    writeFileSync(identity, saved);
+    const first = await closeWithIdentityTorn(d, ['T', '--workspace', link]);
     expect(first.status).toBe(1);
     const firstCp = json<TaskReceipt>(first).checkpoints[0];
     expect(firstCp.consistent).toBe(true);

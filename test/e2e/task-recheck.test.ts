@@ -16,7 +16,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
 import { ReceiptSigner } from '../../supervisor/signing.js';
 import { pidsWithMarker, type SbxResult, until } from '../helpers/daemon.js';
-import { taskDir, tearSession, twoSessionTask, verifyTask, withWorkspace } from '../helpers/tasks.js';
+import { closeWithIdentityTorn, taskDir, tearSession, twoSessionTask, verifyTask, withWorkspace } from '../helpers/tasks.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
 
 const rig = new WorkspaceRig();
@@ -111,11 +111,7 @@ describe('task close: re-check', () => {
     const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
     // Attempt 1: its checkpoint is fine (consistent, covering, this instance's); supervisor.json could not be read.
-    const identity = join(d.stateDir, 'supervisor.json');
-    const saved = readFileSync(identity);
-    writeFileSync(identity, '{ torn');
-    const first = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
-    writeFileSync(identity, saved);
+    const first = await closeWithIdentityTorn(d, ['T', '--workspace', ws]);
     expect(first.status).toBe(1);
     const p1 = json<TaskReceipt>(first).checkpoints[0];
     expect(p1).toMatchObject({ consistent: true, close_attempt: 1 });

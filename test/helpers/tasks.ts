@@ -4,7 +4,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type TestDaemon, until } from './daemon.js';
+import { type SbxResult, type TestDaemon, until } from './daemon.js';
 import type { WorkspaceRig } from './workspace.js';
 
 /** <state>/tasks/<sha256(task)>: where a task's records are. */
@@ -47,4 +47,16 @@ export async function twoSessionTask(d: TestDaemon, ws: string, task: string) {
   const s2 = await c.launch({ argv: ['sh', '-c', `echo two > ${ws}/f2; echo s2 >> ${runs}; exec sleep 600`], cwd: '/', invocation_key: 'k2', task });
   await until(() => existsSync(runs) && readFileSync(runs, 'utf8') === 's1\ns2\n', 'both commands to have run');
   return { runs, ids: [s1.session_id, s2.session_id].sort() };
+}
+
+/** sbx close --task with args while supervisor.json is torn (the fence cannot be shown), then the file put back. */
+export async function closeWithIdentityTorn(d: TestDaemon, args: string[]): Promise<SbxResult> {
+  const identity = join(d.stateDir, 'supervisor.json');
+  const saved = readFileSync(identity);
+  writeFileSync(identity, '{ torn');
+  try {
+    return await d.sbx(['close', '--task', ...args]);
+  } finally {
+    writeFileSync(identity, saved);
+  }
 }
