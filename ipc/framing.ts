@@ -2,7 +2,10 @@
 // then one msgpack map. Owns encoding, incremental decoding, the frame-size bound (checked
 // on the prefix before any body byte is buffered) and the account of the incomplete frame
 // (bytes held, when its first byte came) that the server bounds. Not the methods, not timers.
-import { Packr, Unpackr } from 'msgpackr';
+// msgpackr/pack resolves to its index.js for Node: Packr and Unpackr without the optional
+// native string extractor (msgpackr-extract, found through node-gyp-build and detect-libc),
+// which cost sbx ~8 ms of start-up on every command and is not needed for frames this small.
+import { Packr, Unpackr } from 'msgpackr/pack';
 import { SupervisorError } from './errors.js';
 
 /** Default upper bound on one frame's body, in bytes. */

@@ -41,6 +41,26 @@ export interface NativeHelpers {
   setTimesAt(dirFd: number, name: Buffer | null, sec: number, nsec: number): void;
   /** syncfs(2) of the file system fd is on (blocking: call it off the event loop); writeback errors are reported (Linux 5.8+). */
   syncfsFd(fd: number): void;
+  /**
+   * sync_file_range(2) of the whole file with SYNC_FILE_RANGE_WRITE: starts the writeback of
+   * its dirty pages and returns (it may wait for the device queue, never for the data):
+   * nothing is durable until fsync(2), which then has less left to do.
+   */
+  startWriteback(fd: number): void;
+  /**
+   * posix_spawn(3) of path, as child_process.spawn with detached: true and cwd "/" starts
+   * one, without copying this process's page tables (glibc: CLONE_VM|CLONE_VFORK): fds[i]
+   * becomes the child's fd i (-1: /dev/null; 16 at most), every other fd is closed on exec,
+   * a new session, no signal blocked, signals 1-31 at their defaults. Returns the pid; throws
+   * with the exec's errno (ENOENT, EACCES, E2BIG) or the clone's (EAGAIN, ENOMEM). The child
+   * is not libuv's: it is reaped by the Reaper (adopt()). cgroupFd (a cgroup v2 directory,
+   * open): the child is born in it, clone3(2) CLONE_INTO_CGROUP (Linux 5.7), never migrated
+   * (syscall "clone3"; ENOSYS or EINVAL where the kernel lacks it, EBUSY, EOPNOTSUPP or
+   * EACCES from the cgroup).
+   */
+  spawnDetached(path: string, argv: string[], env: string[], fds: number[], cgroupFd?: number): number;
+  /** prctl(PR_SET_NAME) of the calling thread (at most 15 bytes): its name in /proc/<pid>/task/<tid>/comm. */
+  setThreadName(name: string): void;
   /** ioctl(FIFREEZE) of the file system whose mount root fd is open on (ioctl_fifreeze, fs/ioctl.c): writes to it block until thaw; EOPNOTSUPP where unsupported, EBUSY if frozen. */
   freeze(fd: number): void;
   /** ioctl(FITHAW): undoes freeze; EINVAL when it was not frozen. */

@@ -1,10 +1,11 @@
 // The supervisor as child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER): orphans of every
 // session are reparented to this process and must be reaped here, by pid, never with
 // waitpid(-1), which would steal the statuses libuv waits for (DESIGN.md 6).
-// So every child this process spawns goes through track(); on SIGCHLD the reaper lists
-// our children (/proc/self/task/*/children), and reaps each zombie it did not spawn.
+// So every child libuv spawns goes through track(); on SIGCHLD the reaper first reaps the
+// children spawned natively (session shims, adopt(): their status is handed on), then lists
+// our children (/proc/self/task/*/children) and reaps each zombie nobody else waits for.
 import { readdirSync, readFileSync } from 'node:fs';
-import { native } from './native.js';
+import { native, type NativeHelpers } from './native.js';
 
 /** State letter of a process from /proc/<pid>/stat (proc(5)), or null when gone. */
 function procState(pid: number): string | null {
@@ -34,6 +35,8 @@ export function ownChildren(): number[] {
 export class Reaper {
   /** Pids spawned through libuv (child_process): never ours to reap. */
   private readonly spawned = new Set<number>();
+  /** Children spawned natively (spawnDetached): reaped here, their status handed on. */
+  private readonly adopted = new Map<number, (exit: { code: number | null; signal: number | null }) => void>();
   private scheduled = false;
   private retryTimer: NodeJS.Timeout | null = null;
   private reapedTotal = 0;
@@ -57,6 +60,15 @@ export class Reaper {
     this.spawned.add(pid);
   }
 
+  /**
+   * A child spawned natively (native().spawnDetached: libuv does not wait for it): reaped
+   * here on SIGCHLD, by pid, and onExit is called once with how it ended.
+   */
+  adopt(pid: number, onExit: (exit: { code: number | null; signal: number | null }) => void): void {
+    this.adopted.set(pid, onExit);
+    this.schedule(); // it may have ended already
+  }
+
   /** Forgets a tracked child once its exit was observed. */
   untrack(pid: number): void {
     this.spawned.delete(pid);
@@ -69,7 +81,7 @@ export class Reaper {
 
   /** Zombie children nobody has reaped yet (tracked ones excluded). */
   zombies(): number[] {
-    return ownChildren().filter((pid) => !this.spawned.has(pid) && procState(pid) === 'Z');
+    return ownChildren().filter((pid) => !this.spawned.has(pid) && !this.adopted.has(pid) && procState(pid) === 'Z');
   }
 
   /**
@@ -77,6 +89,18 @@ export class Reaper {
    * be listed (EMFILE, ENFILE, ENOMEM: no fd for the directory), it tries again in 100 ms.
    */
   reapNow(): number {
+    // Adopted children first, by pid (waitpid WNOHANG): no /proc walk on their path.
+    for (const [pid, onExit] of this.adopted) {
+      let exit: ReturnType<NativeHelpers['reapPid']> = null;
+      try {
+        exit = native().reapPid(pid);
+      } catch {
+        exit = { pid, code: null, signal: null }; // ECHILD: gone without a status we can know
+      }
+      if (!exit) continue;
+      this.adopted.delete(pid);
+      onExit({ code: exit.code, signal: exit.signal });
+    }
     let n = 0;
     let zombies: number[];
     try {

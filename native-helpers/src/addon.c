@@ -130,6 +130,87 @@ static napi_value set_child_subreaper(napi_env env, napi_callback_info info) {
   return r < 0 ? throw_errno(env, r, "prctl") : NULL;
 }
 
+/* setThreadName(name): prctl(PR_SET_NAME) of the calling thread (15 bytes at most), as
+ * /proc/<pid>/task/<tid>/comm shows it: the benchmarks tell the hashing threads apart by it. */
+static napi_value set_thread_name(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t argc = get_args(env, info, argv, 1);
+  char *name = string_arg(env, argv, argc, 0, 15);
+  if (!name) {
+    napi_throw_type_error(env, "EINVAL", "setThreadName(name): a string of at most 15 bytes expected");
+    return NULL;
+  }
+  int r = sys_set_thread_name(name);
+  free(name);
+  return r < 0 ? throw_errno(env, r, "prctl") : NULL;
+}
+
+/* A JS array of strings as a NULL-terminated, malloc'ed vector (free with free_strings); NULL if it is not one. */
+static char **string_array(napi_env env, napi_value value, size_t max_bytes) {
+  bool is_array = false;
+  uint32_t n = 0;
+  if (napi_is_array(env, value, &is_array) != napi_ok || !is_array || napi_get_array_length(env, value, &n) != napi_ok) return NULL;
+  char **out = calloc((size_t)n + 1, sizeof *out);
+  if (!out) return NULL;
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value item;
+    if (napi_get_element(env, value, i, &item) != napi_ok || !(out[i] = string_arg(env, &item, 1, 0, max_bytes))) {
+      for (uint32_t j = 0; j < i; j++) free(out[j]);
+      free(out);
+      return NULL;
+    }
+  }
+  return out;
+}
+
+static void free_strings(char **v) {
+  if (!v) return;
+  for (char **p = v; *p; p++) free(*p);
+  free(v);
+}
+
+/*
+ * spawnDetached(path, argv, env, fds[, cgroupFd]): pid (sys_spawn: posix_spawn, setsid, cwd
+ * "/", fds[i] as fd i, -1 for /dev/null; with cgroupFd >= 0, sys_spawn_in_cgroup: born there).
+ */
+static napi_value spawn_detached(napi_env env, napi_callback_info info) {
+  napi_value argv[5];
+  size_t argc = get_args(env, info, argv, 5);
+  const char *usage = "spawnDetached(path, argv, env, fds[, cgroupFd]): a path, two arrays of strings, an array of at most 16 fds and an fd expected";
+  int32_t cgroup_fd = -1;
+  if (argc > 4 && int_arg(env, argv, argc, 4, &cgroup_fd) != 0) {
+    napi_throw_type_error(env, "EINVAL", usage);
+    return NULL;
+  }
+  char *path = string_arg(env, argv, argc, 0, 4096);
+  char **args = argc > 1 ? string_array(env, argv[1], 1 << 20) : NULL;
+  char **envp = argc > 2 ? string_array(env, argv[2], 1 << 20) : NULL;
+  int fds[SYS_SPAWN_MAX_FDS];
+  uint32_t nfds = 0;
+  bool is_array = false;
+  int ok = path && args && envp && argc > 3 && napi_is_array(env, argv[3], &is_array) == napi_ok && is_array &&
+           napi_get_array_length(env, argv[3], &nfds) == napi_ok && nfds <= SYS_SPAWN_MAX_FDS;
+  for (uint32_t i = 0; ok && i < nfds; i++) {
+    napi_value item;
+    int32_t fd;
+    ok = napi_get_element(env, argv[3], i, &item) == napi_ok && int_arg(env, &item, 1, 0, &fd) == 0;
+    if (ok) fds[i] = fd;
+  }
+  napi_value result = NULL;
+  if (!ok) {
+    napi_throw_type_error(env, "EINVAL", usage);
+  } else {
+    pid_t pid = -1;
+    int exec_failed = 0;
+    int r = cgroup_fd >= 0 ? sys_spawn_in_cgroup(path, args, envp, fds, (int)nfds, cgroup_fd, &pid, &exec_failed) : sys_spawn(path, args, envp, fds, (int)nfds, &pid);
+    result = r < 0 ? throw_errno(env, r, exec_failed ? "execve" : cgroup_fd >= 0 ? "clone3" : "posix_spawn") : make_int(env, pid);
+  }
+  free(path);
+  free_strings(args);
+  free_strings(envp);
+  return result;
+}
+
 /* isChildSubreaper(): boolean. */
 static napi_value is_child_subreaper(napi_env env, napi_callback_info info) {
   (void)info;
@@ -653,6 +734,11 @@ static napi_value syncfs_fn(napi_env env, napi_callback_info info) {
   return fd_call(env, info, sys_syncfs, "syncfsFd(fd): an fd expected", "syncfs");
 }
 
+/* startWriteback(fd): sync_file_range(2) SYNC_FILE_RANGE_WRITE of the whole file. */
+static napi_value start_writeback_fn(napi_env env, napi_callback_info info) {
+  return fd_call(env, info, sys_start_writeback, "startWriteback(fd): an fd expected", "sync_file_range");
+}
+
 /* freeze(fd) / thaw(fd): FIFREEZE / FITHAW of the file system fd is on (fd: its mount root). */
 static napi_value freeze_fn(napi_env env, napi_callback_info info) {
   return fd_call(env, info, sys_freeze, "freeze(fd): an fd expected", "ioctl(FIFREEZE)");
@@ -666,6 +752,8 @@ static napi_value init_module(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"setChildSubreaper", NULL, set_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
     {"isChildSubreaper", NULL, is_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
+    {"setThreadName", NULL, set_thread_name, NULL, NULL, NULL, napi_default, NULL},
+    {"spawnDetached", NULL, spawn_detached, NULL, NULL, NULL, napi_default, NULL},
     {"reapPid", NULL, reap_pid, NULL, NULL, NULL, napi_default, NULL},
     {"makePipe", NULL, make_pipe, NULL, NULL, NULL, napi_default, NULL},
     {"setPipeSize", NULL, set_pipe_size, NULL, NULL, NULL, napi_default, NULL},
@@ -686,6 +774,7 @@ static napi_value init_module(napi_env env, napi_value exports) {
     {"mknodAt", NULL, mknod_at_fn, NULL, NULL, NULL, napi_default, NULL},
     {"setTimesAt", NULL, set_times_at_fn, NULL, NULL, NULL, napi_default, NULL},
     {"syncfsFd", NULL, syncfs_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"startWriteback", NULL, start_writeback_fn, NULL, NULL, NULL, napi_default, NULL},
     {"freeze", NULL, freeze_fn, NULL, NULL, NULL, napi_default, NULL},
     {"thaw", NULL, thaw_fn, NULL, NULL, NULL, napi_default, NULL},
   };

@@ -10,6 +10,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <linux/sched.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,4 +216,130 @@ int sys_set_times_at(int dirfd, const char *name, int64_t sec, long nsec) {
 
 int sys_syncfs(int fd) {
   return syncfs(fd) == 0 ? 0 : -errno;
+}
+
+/* Copies of fds above every target fd (-1: /dev/null): 0 | -errno, none left open on failure. */
+static int spawn_sources(const int *fds, int nfds, int *src) {
+  for (int made = 0; made < nfds; made++) {
+    int fd = fds[made] >= 0 ? fcntl(fds[made], F_DUPFD_CLOEXEC, SYS_SPAWN_MAX_FDS) : -1;
+    if (fds[made] < 0) {
+      int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+      if (null >= 0) {
+        fd = fcntl(null, F_DUPFD_CLOEXEC, SYS_SPAWN_MAX_FDS);
+        int e = errno;
+        close(null);
+        errno = e;
+      }
+    }
+    if (fd < 0) {
+      int e = -errno;
+      for (int i = 0; i < made; i++) close(src[i]);
+      return e;
+    }
+    src[made] = fd;
+  }
+  return 0;
+}
+
+int sys_spawn(const char *path, char *const argv[], char *const envp[], const int *fds, int nfds, pid_t *pid) {
+  if (nfds < 0 || nfds > SYS_SPAWN_MAX_FDS) return -EINVAL;
+  /* Copies of the sources above every target, so no dup2 overwrites a source still to come. */
+  int src[SYS_SPAWN_MAX_FDS];
+  int r = spawn_sources(fds, nfds, src);
+  if (r < 0) return r;
+  int made = nfds;
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  int actions_ok = 0, attr_ok = 0;
+  if (r == 0 && (r = -posix_spawn_file_actions_init(&actions)) == 0) actions_ok = 1;
+  if (r == 0 && (r = -posix_spawnattr_init(&attr)) == 0) attr_ok = 1;
+  for (int i = 0; r == 0 && i < nfds; i++) r = -posix_spawn_file_actions_adddup2(&actions, src[i], i);
+  if (r == 0) r = -posix_spawn_file_actions_addchdir_np(&actions, "/");
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int n = 1; n < 32; n++)
+    if (n != SIGKILL && n != SIGSTOP) sigaddset(&defaults, n);
+  if (r == 0) r = -posix_spawnattr_setsigmask(&attr, &none);
+  if (r == 0) r = -posix_spawnattr_setsigdefault(&attr, &defaults);
+  if (r == 0) r = -posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  if (r == 0) r = -posix_spawn(pid, path, &actions, &attr, argv, envp);
+  if (actions_ok) posix_spawn_file_actions_destroy(&actions);
+  if (attr_ok) posix_spawnattr_destroy(&attr);
+  for (int i = 0; i < made; i++) close(src[i]);
+  return r;
+}
+
+int sys_spawn_in_cgroup(const char *path, char *const argv[], char *const envp[], const int *fds, int nfds, int cgroup_fd, pid_t *pid, int *exec_failed) {
+  *exec_failed = 0;
+  if (nfds < 0 || nfds > SYS_SPAWN_MAX_FDS) return -EINVAL;
+  int src[SYS_SPAWN_MAX_FDS];
+  int r = spawn_sources(fds, nfds, src);
+  if (r < 0) return r;
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    r = -errno;
+    for (int i = 0; i < nfds; i++) close(src[i]);
+    return r;
+  }
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  struct clone_args args;
+  memset(&args, 0, sizeof args);
+  args.flags = CLONE_VFORK | CLONE_INTO_CGROUP;
+  args.exit_signal = SIGCHLD;
+  args.cgroup = (uint64_t)cgroup_fd;
+  long child = syscall(SYS_clone3, &args, sizeof args);
+  if (child == 0) {
+    /* The child (a copy of this process, one thread): async-signal-safe calls only. */
+    int e = 0;
+    for (int i = 0; i < nfds && !e; i++)
+      if (dup2(src[i], i) < 0) e = errno;
+    if (!e && setsid() < 0) e = errno;
+    if (!e && chdir("/") != 0) e = errno;
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int n = 1; n < 32 && !e; n++)
+      if (n != SIGKILL && n != SIGSTOP) sigaction(n, &dfl, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    if (!e) sigprocmask(SIG_SETMASK, &none, NULL);
+    if (!e) execve(path, argv, envp);
+    if (!e) e = errno;
+    ssize_t w = write(report[1], &e, sizeof e);
+    (void)w;
+    _exit(127);
+  }
+  int clone_errno = child < 0 ? errno : 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  close(report[1]);
+  for (int i = 0; i < nfds; i++) close(src[i]);
+  if (child < 0) {
+    close(report[0]);
+    return -clone_errno;
+  }
+  /* CLONE_VFORK: the child has exec'ed (the pipe closed, nothing in it) or failed and said why. */
+  int exec_errno = 0;
+  ssize_t n;
+  do n = read(report[0], &exec_errno, sizeof exec_errno); while (n < 0 && errno == EINTR);
+  close(report[0]);
+  if (n == (ssize_t)sizeof exec_errno) {
+    int status;
+    while (waitpid((pid_t)child, &status, 0) < 0 && errno == EINTR) {
+    }
+    *exec_failed = 1;
+    return -exec_errno;
+  }
+  *pid = (pid_t)child;
+  return 0;
+}
+
+int sys_set_thread_name(const char *name) {
+  return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0) == 0 ? 0 : -errno;
+}
+
+int sys_start_writeback(int fd) {
+  return sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE) == 0 ? 0 : -errno;
 }

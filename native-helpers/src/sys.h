@@ -97,6 +97,37 @@ int sys_set_times_at(int dirfd, const char *name, int64_t sec, long nsec);
 /* syncfs(2) of the file system fd is on: 0 | -errno (writeback errors are reported since Linux 5.8). */
 int sys_syncfs(int fd);
 
+/* sync_file_range(2) of all of fd with SYNC_FILE_RANGE_WRITE: starts writeback of its dirty
+ * pages, waits for none (not durable: fsync(2) is): 0 | -errno. */
+int sys_start_writeback(int fd);
+
+/* Most fds sys_spawn hands to a child. */
+#define SYS_SPAWN_MAX_FDS 16
+
+/*
+ * posix_spawn(3) of path (argv, envp NULL-terminated) the way libuv's uv_spawn starts a
+ * detached child, without copying this process's page tables (glibc spawns with
+ * CLONE_VM|CLONE_VFORK): child fd i is fds[i] (i < nfds; -1: /dev/null), every other fd is
+ * closed on exec (all of ours are O_CLOEXEC), cwd "/", a new session (setsid), no signal
+ * blocked, signals 1-31 at their default action. 0 and *pid | -errno (the exec's own
+ * error too: ENOENT, E2BIG, EACCES; EAGAIN, ENOMEM from the clone).
+ */
+int sys_spawn(const char *path, char *const argv[], char *const envp[], const int *fds, int nfds, pid_t *pid);
+
+/*
+ * The same, born in the cgroup v2 directory cgroup_fd is open on: clone3(2) with
+ * CLONE_INTO_CGROUP|CLONE_VFORK (Linux 5.7), so it never migrates there. Moving a process
+ * with cgroup.procs takes the cgroup threadgroup rwsem for writing, which waits for an RCU
+ * grace period: 2-20 ms measured here on every launch. Signals are blocked in this thread
+ * across the clone (the child resets every handler before unblocking). -errno: ENOSYS or
+ * EINVAL where clone3 or CLONE_INTO_CGROUP is missing, EBUSY/EOPNOTSUPP/EACCES from the
+ * cgroup, EAGAIN, ENOMEM; or the exec's own error, with *exec_failed set.
+ */
+int sys_spawn_in_cgroup(const char *path, char *const argv[], char *const envp[], const int *fds, int nfds, int cgroup_fd, pid_t *pid, int *exec_failed);
+
+/* prctl(PR_SET_NAME) of the calling thread: 0 | -errno. */
+int sys_set_thread_name(const char *name);
+
 /* ioctl FIFREEZE / FITHAW on an fd of the file system's mount root (ioctl_fifreeze? see fs/ioctl.c): 0 | -errno. */
 int sys_freeze(int fd);
 int sys_thaw(int fd);

@@ -10,6 +10,9 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestDaemon } from '../../test/helpers/daemon.js';
 import { connect, fmtMs, fmtRate, median, nowMs, PATTERN_PRODUCER, patternSha256, printTable, type Row, shellMs, writeJson } from './common.js';
+import { cpuDelta, threadCpu } from './stages.js';
+
+type StageCpu = Record<string, { userMs: number; sysMs: number }>;
 
 const zeroDigests = new Map<number, string>();
 function zerosSha256(bytes: number): string {
@@ -40,13 +43,15 @@ interface Variant {
 const patternDigests = new Map<number, string>();
 const patternSha = (bytes: number) => patternDigests.get(bytes) ?? patternDigests.set(bytes, patternSha256(bytes)).get(bytes)!;
 
-async function supervisorMs(d: TestDaemon, v: Variant): Promise<number> {
+async function supervisorRun(d: TestDaemon, v: Variant): Promise<{ ms: number; cpu: StageCpu }> {
   const client = await connect(d);
   try {
+    const before = threadCpu(d.pid);
     const t0 = nowMs();
     const ids = await Promise.all(v.producers.map(async (cmd) => (await client.launch({ argv: ['/bin/sh', '-c', cmd], cwd: '/' })).session_id));
     const receipts = await Promise.all(ids.map((session_id) => client.wait({ session_id })));
     const ms = nowMs() - t0;
+    const cpu = cpuDelta(before, threadCpu(d.pid), d.pid);
     for (const r of receipts) {
       const out = r.output.stdout!;
       if (out.final_cursor !== v.bytesEach || out.sha256 !== v.sha256(v.bytesEach) || !out.complete || r.exit.code !== 0) {
@@ -54,7 +59,7 @@ async function supervisorMs(d: TestDaemon, v: Variant): Promise<number> {
       }
     }
     for (const id of ids) rmSync(join(d.stateDir, 'sessions', id, 'stdout'), { recursive: true, force: true }); // keep the disk free
-    return ms;
+    return { ms, cpu };
   } finally {
     client.close();
   }
@@ -83,17 +88,21 @@ export async function drainBench(d: TestDaemon, options: { gib: number; reps: nu
     { name: `8 producers x ${options.gib / 8} GiB at once`, producers: Array.from({ length: 8 }, () => `head -c ${total / 8} /dev/zero`), bytesEach: total / 8, sha256: zerosSha256, target: { plain: 0.5 } },
   ];
   const rows: Row[] = [];
+  const stageRows: Row[] = [];
   const json: unknown[] = [];
   for (const v of variants) {
     v.sha256(v.bytesEach); // computed before the clock runs
     const sup: number[] = [];
+    const cpus: StageCpu[] = [];
     const cat: number[] = [];
     const catDurable: number[] = [];
     for (let i = 0; i < options.reps; i++) {
       // Interleaved, so all three see the same machine.
       cat.push(catMs(d, v, false));
       catDurable.push(catMs(d, v, true));
-      sup.push(await supervisorMs(d, v));
+      const run = await supervisorRun(d, v);
+      sup.push(run.ms);
+      cpus.push(run.cpu);
     }
     const s = median(sup);
     const c = median(cat);
@@ -114,7 +123,20 @@ export async function drainBench(d: TestDaemon, options: { gib: number; reps: nu
         met: durable ? ratioDurable >= durable : null,
       });
     }
-    json.push({ variant: v.name, bytes: total, supervisor_ms: sup, cat_ms: cat, cat_fsync_ms: catDurable, median_ratio: ratio, median_ratio_durable: ratioDurable });
+    json.push({ variant: v.name, bytes: total, supervisor_ms: sup, cat_ms: cat, cat_fsync_ms: catDurable, median_ratio: ratio, median_ratio_durable: ratioDurable, supervisor_cpu_ms: cpus });
+    // Where the median run's CPU went, per thread group of the supervisor (stages.ts).
+    const mid = cpus[sup.indexOf(s)]!;
+    stageRows.push({
+      metric: v.name,
+      value: Object.entries(mid)
+        .sort(([a], [b]) => a.localeCompare(b))
+        .map(([k, c]) => `${k} ${(c.userMs / 1000).toFixed(2)}u+${(c.sysMs / 1000).toFixed(2)}s`)
+        .join(', '),
+      baseline: `wall ${(s / 1000).toFixed(2)} s`,
+      ratio: '',
+      target: '',
+      met: null,
+    });
   }
   // The ceiling a single stream can reach with a digest: SHA-256 is sequential, one core.
   const hashMs: number[] = [];
@@ -128,6 +150,7 @@ export async function drainBench(d: TestDaemon, options: { gib: number; reps: nu
   const h = median(hashMs);
   rows.push({ metric: `ceiling: SHA-256 of ${options.gib} GiB alone, one thread`, value: `${fmtRate(total, h)} (${fmtMs(h)})`, baseline: `cat: ${fmtRate(total, catAll[0]!)}`, ratio: `${(catAll[0]! / h).toFixed(2)}x`, target: '', met: null });
   printTable(`drain (median of ${options.reps}, digests on, launch to fsync'ed receipt)`, rows);
+  printTable('drain: CPU of the median run by thread group (user+system seconds; the producers not counted)', stageRows);
   writeJson('drain', { runs: json, sha256_only_ms: hashMs });
   return { rows, bytesPerMs: total / median((json[0] as { supervisor_ms: number[] }).supervisor_ms) };
 }

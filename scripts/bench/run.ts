@@ -6,7 +6,7 @@
 // is missed, 2 on an error.
 import { parseArgs } from 'node:util';
 import { checkpointBench } from './checkpoint.js';
-import { benchDaemon, printTable, type Row } from './common.js';
+import { benchDaemon, fileCostMs, fmtMs, printTable, type Row } from './common.js';
 import { drainBench } from './drain.js';
 import { exitToReceiptBench, launchBench } from './latency.js';
 import { peerBench } from './peer.js';
@@ -30,6 +30,8 @@ async function main(): Promise<void> {
     });
   }
   const summary: Row[] = [];
+  const fsCost = fileCostMs(d.stateDir);
+  summary.push({ metric: `file system of the state dir (${d.stateDir})`, value: `mkdir+create ${fmtMs(fsCost.createMs)}, fsync ${fmtMs(fsCost.fsyncMs)} a file`, baseline: '', ratio: '', target: '', met: null });
   try {
     let drainBytesPerMs: number | undefined;
     if (only.includes('drain')) {

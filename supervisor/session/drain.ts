@@ -24,16 +24,18 @@ export interface StorePolicy {
 
 /**
  * One read buffer for every pipe drained on this thread: libuv reads up to 1 MiB at once into
- * it (the pipe holds up to drain.pipeBytes), and each read is stored before the next one, so
- * sharing it is safe and costs 1 MiB per supervisor, not per stream.
+ * it (the pipe holds up to drain.pipeBytes), and each read is copied into the stream's write
+ * buffers (or written) before the next one, so sharing it is safe and costs 1 MiB per supervisor, not per stream.
  */
 const READ_BUFFER = Buffer.allocUnsafe(1 << 20);
 
-/** Emits 'advance' (cursor) after each stored read and 'end' (DrainEnd) once. */
+/** Emits 'advance' (cursor) after each write to the chunk files and 'end' (DrainEnd) once, after the last. */
 export class StreamDrain extends EventEmitter {
   readonly log: StreamLog;
   readonly socket: Socket;
   private endedHow: DrainEnd | null = null;
+  /** endedHow, once every byte read is in the chunk files: readers may take the cursor as final. */
+  private storedHow: DrainEnd | null = null;
   readonly done: Promise<DrainEnd>;
 
   /**
@@ -44,22 +46,29 @@ export class StreamDrain extends EventEmitter {
   constructor(sessionDir: string, readonly stream: StreamName, readFd: number, policy: StorePolicy, private readonly pty = false) {
     super();
     this.log = new StreamLog(sessionDir, stream, policy.chunkBytes, policy.hashPool, policy.quotaBytes, policy.guard);
-    const store = (data: Buffer) => {
-      this.log.append(data, Math.round((performance.timeOrigin + performance.now()) * 1000));
-      this.emit('advance', this.log.cursor);
+    // false: this stream's write buffers are full (the disk is behind): the next read waits
+    // until the log has room (onRoom); the pipe holds what comes meanwhile.
+    const store = (data: Buffer): boolean => this.log.append(data, Math.round((performance.timeOrigin + performance.now()) * 1000));
+    this.log.onAdvance = (cursor) => this.emit('advance', cursor);
+    this.log.onRoom = () => {
+      if (!this.endedHow) this.socket.resume();
     };
     this.socket = pty
       ? ptySocket(readFd)
-      : new Socket({ fd: readFd, readable: true, writable: false, allowHalfOpen: true, onread: { buffer: READ_BUFFER, callback: (n: number, buf: Uint8Array) => void store(Buffer.from(buf.buffer, buf.byteOffset, n)) } } as ConstructorParameters<typeof Socket>[0]);
+      : new Socket({ fd: readFd, readable: true, writable: false, allowHalfOpen: true, onread: { buffer: READ_BUFFER, callback: (n: number, buf: Uint8Array) => store(Buffer.from(buf.buffer, buf.byteOffset, n)) } } as ConstructorParameters<typeof Socket>[0]);
     this.done = new Promise((resolve) => {
       const finish = (how: DrainEnd) => {
         if (this.endedHow) return;
         this.endedHow = how;
         this.socket.destroy();
-        resolve(how);
-        this.emit('end', how);
+        // Ended once every byte read is in the chunk files (or dropped).
+        void this.log.idle().then(() => {
+          this.storedHow = how;
+          resolve(how);
+          this.emit('end', how);
+        });
       };
-      if (pty) this.socket.on('data', store);
+      if (pty) this.socket.on('data', (data: Buffer) => void (store(data) || this.socket.pause()));
       this.socket.on('end', () => finish('eof'));
       this.socket.on('error', () => finish('eio')); // EIO from a pty master, or any read error
       this.socket.on('close', () => finish('eof'));
@@ -74,8 +83,9 @@ export class StreamDrain extends EventEmitter {
     return this.log.cursor;
   }
 
+  /** How the drain ended, once its last bytes are stored (the cursor is final); null before. */
   get ended(): DrainEnd | null {
-    return this.endedHow;
+    return this.storedHow;
   }
 
   /** Once ended: fsyncs everything and returns the stream's part of the receipt. */

@@ -4,8 +4,8 @@
 // E2BIG, and the shim reports it), and a report pipe on which the shim states exec failures
 // and, in subreaper mode, the leader's status and "all reaped". Owns the fds of one spawn;
 // not the session's decisions (session.ts). See execve(2), pipe(2), and the shim's header comment.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, writeSync } from 'node:fs';
+import { closeSync, constants, openSync, writeSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { Socket } from 'node:net';
 import { constants as osConstants } from 'node:os';
 import { execShimPath, native } from '../native.js';
@@ -121,8 +121,9 @@ export class LeaderProcess {
         // EPERM above /proc/sys/fs/pipe-max-size: keep the default capacity.
       }
     }
+    // The shim joins the cgroup itself (cgroup.procs) only when it could not be born there.
+    const shimArgs = (join: boolean): string[] => [execShimPath(), ...(join && spec.cgroupProcsPath ? ['--cgroup-procs', spec.cgroupProcsPath] : []), ...args];
     const args = ['--parent-pid', String(process.pid), '--report-fd', '3', '--cwd', spec.cwd];
-    if (spec.cgroupProcsPath) args.push('--cgroup-procs', spec.cgroupProcsPath);
     if (spec.user) {
       args.push('--uid', String(spec.user.uid), '--gid', String(spec.user.gid));
       if (spec.user.name) args.push('--user', spec.user.name);
@@ -132,34 +133,36 @@ export class LeaderProcess {
     if (this.holdsSession) args.push('--hold');
     if (spec.cgroupProcsPath) args.push('--no-forward');
     args.push('--argv-fd', String(tini ? 5 : 4));
-    const stdin = pty !== null ? pty : stdinR >= 0 ? stdinR : 'ignore';
-    let child: ChildProcess | null = null;
+    const stdin = pty !== null ? pty : stdinR >= 0 ? stdinR : -1; // -1: /dev/null
+    let pid: number | undefined;
     let failure: SpawnFailure | null = null; // the shim's own exec refused
+    let spawnError: NodeJS.ErrnoException | null = null;
     try {
-      child = spawn(execShimPath(), args, {
-        stdio: [stdin, stdoutW, stderrW, reportW, ...(tini ? [controlR] : []), argvR],
-        env: spec.env,
-        cwd: '/',
-        detached: true, // own session and process group, like a systemd service
-      });
+      // posix_spawn from the addon, not child_process: libuv forks, copying the page tables of
+      // this large process (about 1 ms here, on every launch), where glibc's posix_spawn
+      // shares them until the exec (CLONE_VM|CLONE_VFORK). Detached (its own session and
+      // process group, like a systemd service), cwd "/", signals at their defaults.
+      const env = Object.entries(spec.env).map(([k, v]) => `${k}=${v}`);
+      const childFds = [stdin, stdoutW, stderrW, reportW, ...(tini ? [controlR] : []), argvR];
+      pid = (spec.cgroupProcsPath ? spawnInCgroup(dirname(spec.cgroupProcsPath), shimArgs(false), env, childFds) : undefined) ?? native().spawnDetached(execShimPath(), shimArgs(true), env, childFds);
     } catch (err) {
-      // E2BIG (thrown by spawn()): the kernel refused the shim's own exec, its environment is
-      // over ARG_MAX or an entry over MAX_ARG_STRLEN. The command's exec would meet the same:
-      // reported as its exec failure, like the shim's "error exec 7".
-      if ((err as NodeJS.ErrnoException).code !== 'E2BIG') {
+      const e = err as NodeJS.ErrnoException;
+      if (typeof e.errno !== 'number') {
         for (const fd of [stdoutR, stderrR, stdinW, reportR, argvW, this.controlFd]) if (fd >= 0) closeSync(fd);
         throw err;
       }
-      failure = { stage: 'exec', errno: osConstants.errno.E2BIG, code: 'E2BIG' };
+      // E2BIG: the kernel refused the shim's own exec, its environment is over ARG_MAX or an
+      // entry over MAX_ARG_STRLEN. The command's exec would meet the same: reported as its
+      // exec failure, like the shim's "error exec 7". Any other (EAGAIN, ENOMEM, the shim
+      // missing): the command never ran.
+      if (e.code === 'E2BIG') failure = { stage: 'exec', errno: osConstants.errno.E2BIG, code: 'E2BIG' };
+      else spawnError = e;
     } finally {
       for (const fd of fds) closeSync(fd);
     }
     this.stdoutFd = stdoutR;
     this.stderrFd = stderrR;
     this.stdinFd = stdinW;
-    const pid = child?.pid;
-    let spawnError: NodeJS.ErrnoException | null = null;
-    child?.on('error', (err) => (spawnError = err));
     if (pid === undefined) {
       // libuv could not start the shim at all (EAGAIN, ENOMEM, E2BIG): the command never ran.
       closeSync(reportR);
@@ -174,16 +177,12 @@ export class LeaderProcess {
     }
     this.pid = pid;
     this.leaderPid = pid;
-    reaper.track(pid);
+    const shimExit = new Promise<{ code: number | null; signal: string | null; at: Date }>((resolve) => {
+      reaper.adopt(pid!, (exit) => resolve({ code: exit.code, signal: exit.signal === null ? null : signalName(exit.signal), at: new Date() }));
+    });
     if (argvW >= 0) writeAsync(argvW, argv);
 
     const lines = readLines(reportR);
-    const shimExit = new Promise<{ code: number | null; signal: string | null; at: Date }>((resolve) => {
-      child!.on('exit', (code, signal) => {
-        reaper.untrack(pid);
-        resolve({ code, signal, at: new Date() });
-      });
-    });
 
     if (!tini) {
       // Exec mode: EOF on the report pipe with no "error" line means the exec succeeded.
@@ -249,6 +248,35 @@ export class LeaderProcess {
       closeSync(this.controlFd);
       this.controlFd = -1;
     }
+  }
+}
+
+/** Whether clone3(CLONE_INTO_CGROUP) works here; false once the kernel said it has none. */
+let cloneIntoCgroup = true;
+
+/**
+ * The shim spawned born in the cgroup at dir (see native spawnDetached), or undefined when it
+ * could not be (no clone3 or CLONE_INTO_CGROUP in this kernel, or the cgroup refused): the
+ * caller then spawns it to join by cgroup.procs, which reports any refusal as before. Errors
+ * of the spawn itself (EAGAIN, ENOMEM, the exec's) are thrown.
+ */
+function spawnInCgroup(dir: string, argv: string[], env: string[], fds: number[]): number | undefined {
+  if (!cloneIntoCgroup) return undefined;
+  let cgroupFd: number;
+  try {
+    cgroupFd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY);
+  } catch {
+    return undefined;
+  }
+  try {
+    return native().spawnDetached(argv[0]!, argv, env, fds, cgroupFd);
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    if (e.syscall !== 'clone3' || !['ENOSYS', 'EINVAL', 'EBUSY', 'EOPNOTSUPP', 'EACCES', 'EPERM'].includes(e.code ?? '')) throw err;
+    if (e.code === 'ENOSYS' || e.code === 'EINVAL') cloneIntoCgroup = false;
+    return undefined;
+  } finally {
+    closeSync(cgroupFd);
   }
 }
 

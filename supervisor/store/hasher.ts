@@ -1,6 +1,7 @@
 // SHA-256 of a stream's stored bytes, computed off the event loop: a pool of two worker
-// threads (hash-worker.ts, one HashPool per supervisor) reads the chunk files back as the
-// cursor advances. Never on the event loop: a digest of gigabytes there would stall every
+// threads (hash-worker.ts, one HashPool per supervisor) hashes the write buffers as their
+// bytes are written (update), and reads the chunk files back for bytes it was not shown
+// (advance, digest). Never on the event loop: a digest of gigabytes there would stall every
 // deadline. A worker that fails (error, exit) is replaced; a stream whose running hash died with it is hashed again from
 // cursor 0 by the replacement (the chunk files are the source of truth), a few times at most.
 // The digest is of the stored bytes, which is what the receipt commits to.
@@ -25,6 +26,8 @@ interface PoolWorker {
   worker: Worker;
   alive: boolean;
   waiting: Map<number, (a: Answer) => void>;
+  /** Write buffers it still reads (update), by token: each released once hashed, or when it fails. */
+  reading: Map<number, () => void>;
 }
 
 /** The compiled worker beside this module (dist/supervisor/store/), also when run from sources; throws if absent. */
@@ -39,6 +42,7 @@ export function hashWorkerPath(): string {
 export class HashPool {
   private readonly slots: (PoolWorker | null)[] = [];
   private nextId = 1;
+  private nextToken = 1;
 
   /** onFailure hears the reason each time a thread fails and is replaced (for the log). */
   constructor(private readonly onFailure: (reason: string) => void = () => {}, private readonly size = POOL_SIZE) {}
@@ -59,9 +63,14 @@ export class HashPool {
     const slot = id % this.size;
     const existing = this.slots[slot];
     if (existing?.alive) return existing;
-    const pw: PoolWorker = { worker: new Worker(hashWorkerPath()), alive: true, waiting: new Map() };
+    const pw: PoolWorker = { worker: new Worker(hashWorkerPath()), alive: true, waiting: new Map(), reading: new Map() };
     pw.worker.unref();
-    pw.worker.on('message', (m: { id: number; sha256?: string; error?: string }) => {
+    pw.worker.on('message', (m: { id: number; sha256?: string; error?: string; hashed?: number }) => {
+      if (m.hashed !== undefined) {
+        pw.reading.get(m.hashed)?.();
+        pw.reading.delete(m.hashed);
+        return;
+      }
       pw.waiting.get(m.id)?.(m);
       pw.waiting.delete(m.id);
     });
@@ -72,12 +81,21 @@ export class HashPool {
       if (this.slots[slot] === pw) this.slots[slot] = null;
       for (const resolve of pw.waiting.values()) resolve({ workerFailed: true, error: reason });
       pw.waiting.clear();
+      for (const release of pw.reading.values()) release();
+      pw.reading.clear();
       this.onFailure(reason);
     };
     pw.worker.on('error', (err) => failed(`hash worker error: ${err.message}`));
     pw.worker.on('exit', (code) => failed(`hash worker exited with ${code}`));
     this.slots[slot] = pw;
     return pw;
+  }
+
+  /** A token for a write buffer pw reads; release() is called once (hashed, or pw failed). */
+  token(pw: PoolWorker, release: () => void): number {
+    const t = this.nextToken++;
+    pw.reading.set(t, release);
+    return t;
   }
 }
 
@@ -104,6 +122,18 @@ export class StreamHasher {
       this.posted = cursor;
       this.bound.worker.postMessage({ op: 'advance', id: this.id, cursor });
     }
+  }
+
+  /**
+   * Stored bytes [at, at + len) are sab[off, off + len): hashed from there, and release() is
+   * called once they were read (at once if this stream's thread failed: its digest reads the
+   * chunk files back instead). Every byte before `at` must be stored already.
+   */
+  update(at: number, sab: SharedArrayBuffer, off: number, len: number, release: () => void): void {
+    const pw = this.bound;
+    if (!pw?.alive) return release();
+    pw.worker.postMessage({ op: 'update', id: this.id, at, sab, off, len, token: this.pool.token(pw, release) });
+    this.posted = at + len;
   }
 
   /** SHA-256 (hex) of the stored bytes [0, finalCursor); rejects when they cannot be read. */

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { StreamLog } from '../../supervisor/store/chunks.js';
 import { HashPool } from '../../supervisor/store/hasher.js';
+import { writeBuffers } from '../../supervisor/store/write-buffers.js';
 import { chunkFileName, decodeIndex, readStored, storedStream } from '../../ipc/stream-files.js';
 
 const dirs: string[] = [];
@@ -49,3 +50,42 @@ describe('StreamLog', () => {
     expect(records[0].arrivalUs).toBe(1_700_000_000_000_000);
   });
 });
+
+describe('StreamLog write buffers', () => {
+  it('takes reads faster than the disk: says when to wait, calls onRoom, stores every byte in order, gives every buffer back', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-chunks-'));
+    dirs.push(dir);
+    const log = new StreamLog(dir, 'stdout', 3 * 1024 * 1024 + 17, hashPool);
+    const before = writeBuffers.inUse;
+    const reads = Array.from({ length: 24 }, (_, i) => randomBytes(i % 3 === 0 ? 1 << 20 : 100_000 + i));
+    let waits = 0;
+    let rooms = 0;
+    let advances = 0;
+    log.onRoom = () => rooms++;
+    log.onAdvance = () => advances++;
+    let t = 1;
+    for (const r of reads) if (!log.append(r, t++)) waits++;
+    // Appended in one go, without awaiting: the writes are on the threadpool.
+    expect(waits).toBeGreaterThan(0);
+    expect(log.cursor).toBeLessThan(reads.reduce((n, r) => n + r.length, 0));
+    const { sha256 } = await log.finalize();
+    const all = Buffer.concat(reads);
+    expect(log.cursor).toBe(all.length);
+    expect(log.droppedBytes).toBe(0);
+    expect(sha256).toBe(createHash('sha256').update(all).digest('hex'));
+    expect(storedStream(dir, 'stdout', 3 * 1024 * 1024 + 17).sha256).toBe(sha256);
+    expect(rooms).toBeGreaterThan(0);
+    expect(advances).toBeGreaterThan(0);
+    const records = decodeIndex(readFileSync(join(dir, 'stdout', 'index.bin')));
+    expect(records.map((r) => r.length)).toEqual(reads.map((r) => r.length));
+    await until(() => writeBuffers.inUse === before, 'every write buffer given back once hashed');
+  });
+});
+
+async function until(ok: () => boolean, what: string, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!ok()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
