@@ -129,7 +129,9 @@ export class Supervisor {
       identity: { instance, generation, bootId, mode, pid: process.pid },
       signer: ReceiptSigner.loadOrCreate(config.stateDir),
       storage,
-      hashPool: new HashPool((reason) => log.error({ reason }, 'a hashing thread failed; replaced (its streams are hashed again from their chunk files)')),
+      // Its threads start now, not with the first session: their ~20 MiB and ~40 ms are paid
+      // once at start, not by the first command's receipt.
+      hashPool: new HashPool((reason) => log.error({ reason }, 'a hashing thread failed; replaced (its streams are hashed again from their chunk files)')).warm(),
       watcher: new WorkspaceWatcher({
         paths: workspacePaths,
         bootId,

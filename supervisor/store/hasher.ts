@@ -52,6 +52,12 @@ export class HashPool {
     return new StreamHasher(this, this.nextId++, dir, chunkBytes);
   }
 
+  /** Starts every thread now (they otherwise start on first use); returns this. */
+  warm(): this {
+    for (let slot = 0; slot < this.size; slot++) this.workerFor(slot);
+    return this;
+  }
+
   /** Stops every thread (digests still owed fail); the pool starts new ones if used again. For tests and embedders. */
   async close(): Promise<void> {
     const workers = this.slots.splice(0).filter((pw): pw is PoolWorker => pw !== null);
