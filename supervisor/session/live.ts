@@ -344,11 +344,13 @@ export class LiveSession extends Session {
 
     await this.drainAll();
 
+    // Every stream's fsyncs at once (on the threadpool: one journal commit serves them all).
+    const finals = await Promise.all([...this.drains.values()].map((drain) => drain.finalize()));
     const output: Partial<Record<StreamName, StreamOutput>> = {};
-    for (const [name, drain] of this.drains) {
-      output[name] = await drain.finalize();
+    [...this.drains].forEach(([name, drain], i) => {
+      output[name] = finals[i];
       if (drain.log.failureError) this.ctx.log.error({ session_id: this.id, stream: name, error: drain.log.failureError }, 'the stream stopped storing');
-    }
+    });
     await this.finish({
       ...this.identityFacts(),
       startedAt: this.startedAt,

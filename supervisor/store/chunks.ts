@@ -13,9 +13,14 @@ import type { ChunkDigest, StreamName } from '../../ipc/protocol.js';
 import type { HashPool, StreamHasher } from './hasher.js';
 import type { StorageGuard } from './storage.js';
 import { chunkFileName, encodeIndexRecord, INDEX_FILE, INDEX_RECORD_BYTES } from '../../ipc/stream-files.js';
-import { fsyncDir, writeAll } from './durable.js';
+import { writeAll } from './durable.js';
 import { STREAM_WRITE_BUFFERS, WRITE_BUFFER_BYTES, writeBuffers } from './write-buffers.js';
 import { native } from '../native.js';
+
+/** fsync(2) of fd on the threadpool. */
+function fsyncAsync(fd: number): Promise<void> {
+  return new Promise((resolve, reject) => fsync(fd, (err) => (err ? reject(err) : resolve())));
+}
 
 /** Rolled chunk files of one stream waiting for their fsync on the threadpool, at most. */
 const MAX_BACKGROUND_FSYNCS = 4;
@@ -153,17 +158,26 @@ export class StreamLog {
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
-  /** Flushes the index, fsyncs chunk and index files and the directory; returns the digests. */
+  /**
+   * Flushes the index, fsyncs chunk and index files and the directory, all at once on the
+   * threadpool (ext4 serves concurrent fsyncs with one journal commit), and returns the
+   * digests; rejects with the first fsync's error.
+   */
   async finalize(): Promise<{ sha256: string; indexSha256: string; chunks: ChunkDigest[] }> {
     this.finalized = true;
     await this.idle();
     if (this.indexTimer) clearTimeout(this.indexTimer);
     this.flushIndex();
-    this.closeChunk(true);
-    await Promise.all(this.syncing);
-    fsyncSync(this.indexFd);
-    closeSync(this.indexFd);
-    fsyncDir(this.dir);
+    const last = this.chunkFd;
+    if (last >= 0) {
+      this.chunkFd = -1;
+      this.chunks.push({ start_cursor: this.chunkStart, length: this.cursor - this.chunkStart });
+    }
+    const dirFd = openSync(this.dir, constants.O_RDONLY | constants.O_DIRECTORY);
+    const synced = await Promise.allSettled([...this.syncing, ...[last, this.indexFd, dirFd].filter((fd) => fd >= 0).map(fsyncAsync)]);
+    for (const fd of [last, this.indexFd, dirFd]) if (fd >= 0) closeSync(fd);
+    const failed = synced.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
     this.records = []; // an ended session stays listed; its buffers need not
     return { sha256: await this.hasher.digest(this.cursor), indexSha256: this.indexHash.digest('hex'), chunks: this.chunks };
   }
@@ -319,18 +333,18 @@ export class StreamLog {
   failureError: string | null = null;
 
   /**
-   * Closes the chunk being written. A rolled chunk is fsynced in the background (an fsync of
-   * 2 GiB takes about 0.9 s here: done at the end it would add that to every large receipt);
-   * the last one (final) here and now. A failed fsync stops storing, like a failed write.
+   * Closes a rolled chunk: fsynced in the background (an fsync of 2 GiB takes about 0.9 s
+   * here: done at the end it would add that to every large receipt); the last one is
+   * finalize()'s. A failed fsync stops storing, like a failed write.
    */
-  private closeChunk(final = false): void {
+  private closeChunk(): void {
     if (this.chunkFd < 0) return;
     const fd = this.chunkFd;
     this.chunkFd = -1;
     this.chunks.push({ start_cursor: this.chunkStart, length: this.cursor - this.chunkStart });
     // At most MAX_BACKGROUND_FSYNCS chunk fds wait for the threadpool; past that (small
     // chunkBytes, a fast stream) the fsync happens here, so fds never pile up.
-    if (final || this.fsyncsInFlight >= MAX_BACKGROUND_FSYNCS) {
+    if (this.fsyncsInFlight >= MAX_BACKGROUND_FSYNCS) {
       fsyncSync(fd);
       closeSync(fd);
       return;
