@@ -34,7 +34,7 @@ export async function benchDaemon(): Promise<TestDaemon> {
  * creating under /tmp cost ~1 ms a file in one measurement and ~0.03 ms under /var/tmp, on
  * the same ext4 file system (TMPDIR picks where the bench's supervisor keeps its state).
  */
-export function fileCostMs(dir: string, files = 50): { createMs: number; fsyncMs: number } {
+export function fileCostMs(dir: string, files = 50): { createMs: number; fsyncMs: number; fsType: string } {
   const base = mkdtempSync(join(dir, 'fs-probe-'));
   const create: number[] = [];
   const sync: number[] = [];
@@ -53,7 +53,13 @@ export function fileCostMs(dir: string, files = 50): { createMs: number; fsyncMs
   } finally {
     rmSync(base, { recursive: true, force: true });
   }
-  return { createMs: median(create), fsyncMs: median(sync) };
+  let fsType = 'unknown';
+  try {
+    fsType = execFileSync('findmnt', ['-n', '-o', 'FSTYPE', '-T', dir], { encoding: 'utf8' }).trim();
+  } catch {
+    // findmnt(8) missing: the type is not essential
+  }
+  return { createMs: median(create), fsyncMs: median(sync), fsType };
 }
 
 export async function connect(d: TestDaemon): Promise<SupervisorClient> {

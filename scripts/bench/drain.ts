@@ -10,7 +10,7 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestDaemon } from '../../test/helpers/daemon.js';
 import { connect, fmtMs, fmtRate, median, nowMs, PATTERN_PRODUCER, patternSha256, printTable, type Row, shellMs, writeJson } from './common.js';
-import { cpuDelta, threadCpu } from './stages.js';
+import { cpuDelta, THREAD_GROUPS, threadCpu } from './stages.js';
 
 type StageCpu = Record<string, { userMs: number; sysMs: number }>;
 
@@ -128,10 +128,7 @@ export async function drainBench(d: TestDaemon, options: { gib: number; reps: nu
     const mid = cpus[sup.indexOf(s)]!;
     stageRows.push({
       metric: v.name,
-      value: Object.entries(mid)
-        .sort(([a], [b]) => a.localeCompare(b))
-        .map(([k, c]) => `${k} ${(c.userMs / 1000).toFixed(2)}u+${(c.sysMs / 1000).toFixed(2)}s`)
-        .join(', '),
+      value: THREAD_GROUPS.map((k) => `${k} ${(mid[k]!.userMs / 1000).toFixed(2)}u+${(mid[k]!.sysMs / 1000).toFixed(2)}s`).join('; '),
       baseline: `wall ${(s / 1000).toFixed(2)} s`,
       ratio: '',
       target: '',
@@ -150,7 +147,7 @@ export async function drainBench(d: TestDaemon, options: { gib: number; reps: nu
   const h = median(hashMs);
   rows.push({ metric: `ceiling: SHA-256 of ${options.gib} GiB alone, one thread`, value: `${fmtRate(total, h)} (${fmtMs(h)})`, baseline: `cat: ${fmtRate(total, catAll[0]!)}`, ratio: `${(catAll[0]! / h).toFixed(2)}x`, target: '', met: null });
   printTable(`drain (median of ${options.reps}, digests on, launch to fsync'ed receipt)`, rows);
-  printTable('drain: CPU of the median run by thread group (user+system seconds; the producers not counted)', stageRows);
+  printTable("drain: the median run's CPU by thread group of the supervisor (user u + system s, seconds, 10 ms steps; the producers not counted; 'same-run baseline' is that run's wall time)", stageRows);
   writeJson('drain', { runs: json, sha256_only_ms: hashMs });
   return { rows, bytesPerMs: total / median((json[0] as { supervisor_ms: number[] }).supervisor_ms) };
 }

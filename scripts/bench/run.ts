@@ -4,6 +4,7 @@
 // bench-results/<name>.json. Run by hand on an otherwise idle machine; never a timed test.
 // --quick: smaller sizes and counts (a smoke run, not a measurement). Exits 1 when a target
 // is missed, 2 on an error.
+import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { checkpointBench } from './checkpoint.js';
 import { benchDaemon, fileCostMs, fmtMs, printTable, type Row } from './common.js';
@@ -15,10 +16,24 @@ import { workspaceBench } from './workspace.js';
 
 const ALL = ['drain', 'exit_to_receipt', 'launch', 'scale', 'replay', 'long_lines', 'workspace', 'checkpoint', 'peer'] as const;
 
+/** Prints the usage (and why, on stderr, exit 2), or just the usage (exit 0). */
+function usage(error?: string): never {
+  const text = `usage: npm run bench -- [--only NAME,...] [--quick]\n  NAME: ${ALL.join(', ')}\n  --quick: 0.25 GiB streams, 1 repetition, 100 sessions: a smoke run (the full targets still apply, so it usually exits 1)\n`;
+  if (error) process.stderr.write(`${error}\n${text}`);
+  else process.stdout.write(text);
+  process.exit(error ? 2 : 0);
+}
+
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { only: { type: 'string' }, quick: { type: 'boolean', default: false } } });
+  let values: { only?: string; quick?: boolean; help?: boolean };
+  try {
+    ({ values } = parseArgs({ options: { only: { type: 'string' }, quick: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } } }));
+  } catch (err) {
+    usage(`bench: ${(err as Error).message}`);
+  }
+  if (values.help) usage();
   const only = values.only ? values.only.split(',') : [...ALL];
-  for (const name of only) if (!(ALL as readonly string[]).includes(name)) throw new Error(`unknown benchmark ${name}; one of ${ALL.join(', ')}`);
+  for (const name of only) if (!(ALL as readonly string[]).includes(name)) usage(`bench: unknown benchmark ${JSON.stringify(name)}`);
   const q = values.quick;
   const started = Date.now();
   const d = await benchDaemon();
@@ -31,7 +46,7 @@ async function main(): Promise<void> {
   }
   const summary: Row[] = [];
   const fsCost = fileCostMs(d.stateDir);
-  summary.push({ metric: `file system of the state dir (${d.stateDir})`, value: `mkdir+create ${fmtMs(fsCost.createMs)}, fsync ${fmtMs(fsCost.fsyncMs)} a file`, baseline: '', ratio: '', target: '', met: null });
+  summary.push({ metric: `the state dir's file system (${fsCost.fsType}, under ${dirname(d.dir)}: $TMPDIR)`, value: `mkdir+create ${fmtMs(fsCost.createMs)}, fsync ${fmtMs(fsCost.fsyncMs)} a file`, baseline: '', ratio: '', target: '', met: null });
   try {
     let drainBytesPerMs: number | undefined;
     if (only.includes('drain')) {

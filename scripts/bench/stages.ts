@@ -26,17 +26,20 @@ export function threadCpu(pid: number): Map<number, ThreadCpu> {
   return out;
 }
 
-/** CPU each thread group spent between two samples: event loop, hashing threads, the rest. */
+/** The thread groups, in the order printed: the rest is libuv's threadpool (chunk writes, fsyncs) and V8's helpers (GC, compiler). */
+export const THREAD_GROUPS = ['event loop', 'hashing threads', 'threadpool and V8 helpers'] as const;
+
+/** CPU each thread group spent between two samples (every group, 0 when idle; 10 ms resolution, USER_HZ). */
 export function cpuDelta(before: Map<number, ThreadCpu>, after: Map<number, ThreadCpu>, mainTid: number): Record<string, { userMs: number; sysMs: number }> {
   const groups: Record<string, { userMs: number; sysMs: number }> = {};
   for (const [tid, a] of after) {
     const b = before.get(tid) ?? { userMs: 0, sysMs: 0 };
-    const key = tid === mainTid ? 'event loop' : a.name === 'sbx-hash' ? 'hashing threads' : 'threadpool (write, fsync), V8';
+    const key = tid === mainTid ? 'event loop' : a.name === 'sbx-hash' ? 'hashing threads' : 'threadpool and V8 helpers';
     const g = (groups[key] ??= { userMs: 0, sysMs: 0 });
     g.userMs += a.userMs - b.userMs;
     g.sysMs += a.sysMs - b.sysMs;
   }
-  for (const [k, g] of Object.entries(groups)) if (g.userMs + g.sysMs === 0) delete groups[k];
+  for (const k of THREAD_GROUPS) groups[k] ??= { userMs: 0, sysMs: 0 };
   return groups;
 }
 
