@@ -51,7 +51,7 @@ export interface NativeHelpers {
    * posix_spawn(3) of path, as child_process.spawn with detached: true and cwd "/" starts
    * one, without copying this process's page tables (glibc: CLONE_VM|CLONE_VFORK): fds[i]
    * becomes the child's fd i (-1: /dev/null; 16 at most), every other fd is closed on exec,
-   * a new session, no signal blocked, signals 1-31 at their defaults. Returns the pid; throws
+   * a new session, no signal blocked, every signal at its default. Returns the pid; throws
    * with the exec's errno (ENOENT, EACCES, E2BIG) or the clone's (EAGAIN, ENOMEM). The child
    * is not libuv's: it is reaped by the Reaper (adopt()). cgroupFd (a cgroup v2 directory,
    * open): the child is born in it, clone3(2) CLONE_INTO_CGROUP (Linux 5.7), never migrated

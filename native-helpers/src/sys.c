@@ -257,9 +257,12 @@ int sys_spawn(const char *path, char *const argv[], char *const envp[], const in
   if (r == 0) r = -posix_spawn_file_actions_addchdir_np(&actions, "/");
   sigset_t none, defaults;
   sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int n = 1; n < 32; n++)
-    if (n != SIGKILL && n != SIGSTOP) sigaddset(&defaults, n);
+  /* Every signal back to SIG_DFL, the two glibc reserves (32, 33) too: left out of the set,
+   * its posix_spawn sets them to SIG_IGN in the child, which the exec keeps; and its
+   * sigaddset and sigfillset refuse them, so the bits are set directly. */
+  memset(&defaults, 0xff, sizeof defaults);
+  sigdelset(&defaults, SIGKILL);
+  sigdelset(&defaults, SIGSTOP);
   if (r == 0) r = -posix_spawnattr_setsigmask(&attr, &none);
   if (r == 0) r = -posix_spawnattr_setsigdefault(&attr, &defaults);
   if (r == 0) r = -posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);

@@ -109,7 +109,7 @@ int sys_start_writeback(int fd);
  * detached child, without copying this process's page tables (glibc spawns with
  * CLONE_VM|CLONE_VFORK): child fd i is fds[i] (i < nfds; -1: /dev/null), every other fd is
  * closed on exec (all of ours are O_CLOEXEC), cwd "/", a new session (setsid), no signal
- * blocked, signals 1-31 at their default action. 0 and *pid | -errno (the exec's own
+ * blocked, every signal at its default action. 0 and *pid | -errno (the exec's own
  * error too: ENOENT, E2BIG, EACCES; EAGAIN, ENOMEM from the clone).
  */
 int sys_spawn(const char *path, char *const argv[], char *const envp[], const int *fds, int nfds, pid_t *pid);

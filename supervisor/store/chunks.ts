@@ -31,6 +31,13 @@ const INDEX_FLUSH_MS = 100;
 /** Index records written at once when reads come fast (4 KiB of records). */
 const INDEX_BATCH_RECORDS = 170;
 
+/**
+ * Reads one stream takes while earlier bytes wait for their write, at most: a record is held
+ * in memory until its bytes are written, and 4 MiB of 1-byte reads would be 4 million of them
+ * (about 80 bytes of heap each); 4096 of them are about 330 KiB.
+ */
+const MAX_WAITING_RECORDS = 4096;
+
 const O_APPEND_NEW = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_APPEND | constants.O_NOFOLLOW;
 
 /** A write buffer of this stream: bytes [written, used) still to be written. */
@@ -209,9 +216,10 @@ export class StreamLog {
     this.pump();
   }
 
-  /** Whether a read of up to WRITE_BUFFER_BYTES fits in this stream's write buffers now. */
+  /** Whether a read of up to WRITE_BUFFER_BYTES fits in this stream's write buffers now, and its record with the others waiting. */
   private hasRoom(): boolean {
     if (this.held.length === 0 || this.failure) return true;
+    if (this.records.length >= MAX_WAITING_RECORDS) return false;
     const last = this.held[this.held.length - 1]!;
     if (last.pooled && last.buf.length - last.used >= WRITE_BUFFER_BYTES) return true;
     return this.pooledOut < STREAM_WRITE_BUFFERS && writeBuffers.available();
@@ -231,6 +239,7 @@ export class StreamLog {
     } catch (err) {
       this.fail(err as NodeJS.ErrnoException);
     }
+    this.guard?.settled(off);
     if (off > 0) {
       this.hasher.advance(this.cursor); // read back by the hashing thread
       this.advanced();
@@ -268,6 +277,7 @@ export class StreamLog {
     const at = this.cursor;
     h.written += n;
     this.cursor += n;
+    this.guard?.settled(n);
     if (h.written === h.used) {
       this.held.shift(); // it fills no more
       h.done = true;
@@ -279,6 +289,8 @@ export class StreamLog {
         if (h.hashing === 0 && h.done) this.giveBack(h);
       });
     } else this.hasher.advance(this.cursor);
+    // Records of the bytes just written leave memory now if many wait (hasRoom counts them).
+    if (this.records.length >= INDEX_BATCH_RECORDS) this.flushIndex();
     this.advanced();
     this.pump();
     this.afterRelease();
@@ -311,6 +323,7 @@ export class StreamLog {
    * keeps only records of stored bytes. Never called while a write runs.
    */
   private abandon(): void {
+    this.guard?.settled(this.accepted - this.cursor);
     this.droppedBytes += this.accepted - this.cursor;
     this.accepted = this.cursor;
     for (const h of this.held.splice(0)) {

@@ -4,7 +4,8 @@
 // refused (ADMISSION_DENIED, retryable) while less than minFreeBytes is free; retention
 // removes the oldest ended output while less than keepFreeBytes is free (journald's
 // SystemKeepFree=). Unset, each scales to the file system's size. Free space is checked at
-// most every CHECK_BYTES written or CHECK_MS elapsed on the write path.
+// most every CHECK_BYTES written or CHECK_MS elapsed on the write path; bytes taken but still
+// waiting in write buffers (chunks.ts) count as used, statfs not having seen them yet.
 import { statfsSync } from 'node:fs';
 
 const CHECK_BYTES = 1 << 20;
@@ -53,6 +54,8 @@ export class StorageGuard implements StorageThresholds {
   private free = Infinity;
   private checkedAt = 0;
   private writtenSinceCheck = 0;
+  /** Bytes mayWrite let through that are not written yet (write buffers, chunks.ts): statfs may not count them yet. */
+  private pendingBytes = 0;
   readonly reserveBytes: number;
   readonly minFreeBytes: number;
   readonly keepFreeBytes: number;
@@ -70,7 +73,7 @@ export class StorageGuard implements StorageThresholds {
     const s = this.statfs(this.dir);
     this.free = s.bavail * s.bsize;
     this.checkedAt = performance.now();
-    this.writtenSinceCheck = 0;
+    this.writtenSinceCheck = this.pendingBytes; // taken, not yet in the file system's count
     return this.free;
   }
 
@@ -85,7 +88,14 @@ export class StorageGuard implements StorageThresholds {
       // Retention steps in while the stream still stores, before the reserve is reached.
       if (this.free < this.keepFreeBytes) this.onBelowKeepFree?.();
     }
-    return this.free - this.writtenSinceCheck >= this.reserveBytes;
+    if (this.free - this.writtenSinceCheck < this.reserveBytes) return false;
+    this.pendingBytes += bytes;
+    return true;
+  }
+
+  /** bytes that mayWrite let through were written or dropped: statfs counts the written from now on. */
+  settled(bytes: number): void {
+    this.pendingBytes = Math.max(0, this.pendingBytes - bytes);
   }
 
   /** Whether a new session may be admitted (free space at or above minFreeBytes). */

@@ -1,0 +1,220 @@
+// Adversarial cases of the drain (issue 20): reads copied into shared write buffers, written
+// on the threadpool one write at a time per stream, hashed from the same memory. Many streams
+// at once, every write pattern, followers, a quota and a full state dir while writes wait, a
+// SIGKILL of the supervisor mid-stream, a pty flood: every stored byte is the producer's, in
+// order, once; receipts, reads and followers agree; the reserve holds; no fd is left.
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, readdirSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { EndEvent, Receipt } from '../../ipc/protocol.js';
+import { decodeIndex } from '../../ipc/stream-files.js';
+import { verifyStoredOutput } from '../../ipc/verify.js';
+import { sha256, TestDaemon, until, zombieChildren } from '../helpers/daemon.js';
+
+const MiB = 1 << 20;
+const fdCount = (pid: number) => readdirSync(`/proc/${pid}/fd`).length;
+
+/** Bytes the index of a stream covers, and whether its records are contiguous from 0. */
+function indexCoverage(stateDir: string, sessionId: string, stream: string): { bytes: number; contiguous: boolean } {
+  let bytes = 0;
+  let contiguous = true;
+  for (const r of decodeIndex(readFileSync(join(stateDir, 'sessions', sessionId, stream, 'index.bin')))) {
+    if (r.cursor !== bytes) contiguous = false;
+    bytes += r.length;
+  }
+  return { bytes, contiguous };
+}
+
+describe('many streams at once', () => {
+  let daemon: TestDaemon;
+  beforeAll(async () => {
+    daemon = await new TestDaemon({ config: { drain: { chunkBytes: 256 * 1024 + 4096 } } }).start();
+  });
+  afterAll(async () => {
+    expect(await daemon.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it('50 sessions writing distinct data (1-byte, 4099-byte and pipe-sized writes, both streams at once): receipts, reads and followers have every byte', async () => {
+    const client = await daemon.client();
+    // The hashing threads start with the first stream: their fds are not a leak.
+    await client.wait({ session_id: (await client.launch({ argv: ['echo', 'warm'], cwd: '/' })).session_id });
+    const fdsBefore = fdCount(daemon.pid);
+    const jobs = Array.from({ length: 50 }, (_, i) => {
+      const out = randomBytes(i % 5 === 0 ? 100_000 + i : (1 + (i % 7)) * MiB + i * 13);
+      const err = randomBytes(1000 + i);
+      const outPath = join(daemon.dir, `out${i}`);
+      const errPath = join(daemon.dir, `err${i}`);
+      writeFileSync(outPath, out);
+      writeFileSync(errPath, err);
+      const script = [
+        `dd if=${outPath} bs=1 status=none; cat ${errPath} >&2`,
+        `dd if=${outPath} bs=4099 status=none; cat ${errPath} >&2`,
+        `cat ${errPath} >&2; cat ${outPath}`,
+        `cat ${outPath} & cat ${errPath} >&2; wait`,
+        `cat ${outPath} & cat ${errPath} >&2; wait`,
+      ][i % 5]!;
+      return { out, err, script };
+    });
+    const followers = await Promise.all(jobs.map(() => daemon.client()));
+    const results = await Promise.all(
+      jobs.map(async (job, i) => {
+        const { session_id } = await client.launch({ argv: ['sh', '-c', job.script], cwd: '/' });
+        const parts: Buffer[] = [];
+        let next = 0;
+        let inOrder = true;
+        const end = new Promise<EndEvent>((resolve) => {
+          void followers[i]!.subscribe({ session_id, stream: 'stdout', follow: true }, {
+            onOutput: (ev) => {
+              if (ev.cursor !== next) inOrder = false;
+              next = ev.cursor + ev.data.length;
+              parts.push(Buffer.from(ev.data));
+            },
+            onEnd: resolve,
+          });
+        });
+        const receipt = await client.wait({ session_id });
+        const ended = await end;
+        return { job, receipt, followed: Buffer.concat(parts), end: ended, inOrder };
+      }),
+    );
+    for (const { job, receipt, followed, end, inOrder } of results) {
+      expect(receipt.output.stdout).toMatchObject({ final_cursor: job.out.length, sha256: sha256(job.out), complete: true, dropped_bytes: 0 });
+      expect(receipt.output.stderr).toMatchObject({ final_cursor: job.err.length, sha256: sha256(job.err), complete: true, dropped_bytes: 0 });
+      expect(inOrder).toBe(true);
+      expect(followed.equals(job.out)).toBe(true);
+      expect(end).toMatchObject({ cursor: job.out.length, final: true });
+      expect((await client.read({ session_id: receipt.session_id }, 'stdout')).equals(job.out)).toBe(true);
+      expect(indexCoverage(daemon.stateDir, receipt.session_id, 'stdout')).toEqual({ bytes: job.out.length, contiguous: true });
+      expect(verifyStoredOutput(receipt, daemon.stateDir)).toEqual([]);
+    }
+    for (const f of followers) f.close();
+    await until(() => fdCount(daemon.pid) <= fdsBefore, `the supervisor's fds back to ${fdsBefore}`);
+    expect(zombieChildren(daemon.pid)).toEqual([]);
+  }, 60_000);
+
+  it('a pty flood: every byte of six 4 MiB sessions and a 1-byte writer at once, in order', async () => {
+    const client = await daemon.client();
+    const jobs = Array.from({ length: 6 }, (_, i) => {
+      // base64 without newlines: the tty's output processing changes nothing.
+      const data = Buffer.from(randomBytes(3 * MiB + i).toString('base64'));
+      const path = join(daemon.dir, `pty${i}`);
+      writeFileSync(path, data);
+      return { data, path };
+    });
+    // And one writing 1 byte at a time (the first 200 kB of the first file).
+    const tiny = jobs[0]!.data.subarray(0, 200_000);
+    const argvs = [...jobs.map((j) => ['cat', j.path]), ['dd', `if=${jobs[0]!.path}`, 'bs=1', 'count=200000', 'status=none']];
+    const expected = [...jobs.map((j) => j.data), tiny];
+    const receipts = await Promise.all(argvs.map(async (argv) => client.wait({ session_id: (await client.launch({ argv, cwd: '/', pty: { cols: 80, rows: 24 } })).session_id })));
+    for (const [i, r] of receipts.entries()) {
+      expect(r.output.pty).toMatchObject({ final_cursor: expected[i]!.length, sha256: sha256(expected[i]!), complete: true });
+      expect((await client.read({ session_id: r.session_id }, 'pty')).equals(expected[i]!)).toBe(true);
+    }
+  }, 30_000);
+
+  it('a SIGKILL of the supervisor mid-stream: after the restart each stored stream is a prefix of what was written, its index no longer than its chunks', async () => {
+    const client = await daemon.client();
+    const jobs = Array.from({ length: 6 }, (_, i) => {
+      const data = randomBytes(48 * MiB);
+      const path = join(daemon.dir, `crash${i}`);
+      writeFileSync(path, data);
+      return { data, script: i % 2 ? `dd if=${path} bs=7777 status=none; sleep 60` : `cat ${path}; sleep 60` };
+    });
+    const ids: string[] = [];
+    for (const j of jobs) ids.push((await client.launch({ argv: ['sh', '-c', j.script], cwd: '/' })).session_id);
+    await until(async () => (await client.ps()).sessions.filter((s) => ids.includes(s.session_id)).every((s) => (s.cursors.stdout ?? 0) > 2 * MiB), 'every stream past 2 MiB', 20_000);
+    await daemon.kill9();
+    await daemon.start();
+    const after = await daemon.client();
+    for (const [i, id] of ids.entries()) {
+      const r: Receipt = await after.wait({ session_id: id });
+      expect(r.outcome).toBe('owner_lost');
+      const stored = await after.read({ session_id: id }, 'stdout');
+      expect(stored.length).toBe(r.output.stdout!.final_cursor);
+      expect(stored.length).toBeGreaterThan(2 * MiB);
+      expect(stored.equals(jobs[i]!.data.subarray(0, stored.length))).toBe(true);
+      expect(r.output.stdout!.sha256).toBe(sha256(stored));
+      const index = indexCoverage(daemon.stateDir, id, 'stdout');
+      expect(index.contiguous).toBe(true);
+      expect(index.bytes).toBeLessThanOrEqual(stored.length);
+      expect(verifyStoredOutput(r, daemon.stateDir)).toEqual([]);
+    }
+  }, 60_000);
+});
+
+describe('a quota reached while writes wait', () => {
+  const quota = 3 * MiB + 123;
+  let daemon: TestDaemon;
+  beforeAll(async () => {
+    daemon = await new TestDaemon({ config: { drain: { quotaBytes: quota, chunkBytes: MiB } } }).start();
+  });
+  afterAll(async () => {
+    expect(await daemon.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it('stores exactly the quota of each of six 20 MiB floods, counts the rest as dropped, indexes exactly what is stored', async () => {
+    const client = await daemon.client();
+    const data = randomBytes(20 * MiB);
+    const path = join(daemon.dir, 'flood');
+    writeFileSync(path, data);
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++) ids.push((await client.launch({ argv: ['sh', '-c', i % 2 ? `cat ${path}; cat ${path} >&2` : `dd if=${path} bs=65537 status=none`], cwd: '/' })).session_id);
+    for (const [i, id] of ids.entries()) {
+      const r = await client.wait({ session_id: id });
+      for (const stream of i % 2 ? (['stdout', 'stderr'] as const) : (['stdout'] as const)) {
+        expect(r.output[stream]).toMatchObject({ final_cursor: quota, dropped_bytes: 20 * MiB - quota, sha256: sha256(data.subarray(0, quota)), complete: false, reason: 'quota' });
+        expect((await client.read({ session_id: id }, stream)).equals(data.subarray(0, quota))).toBe(true);
+        expect(indexCoverage(daemon.stateDir, id, stream)).toEqual({ bytes: quota, contiguous: true });
+      }
+      expect(verifyStoredOutput(r, daemon.stateDir)).toEqual([]);
+    }
+  }, 30_000);
+});
+
+describe('a full state dir (64 MiB tmpfs, 4 MiB reserve) under ten streams at once', () => {
+  let daemon: TestDaemon;
+  let mounted = false;
+  const reserveBytes = 4 * MiB;
+  beforeAll(async () => {
+    daemon = new TestDaemon({ config: { storage: { reserveBytes, minFreeBytes: 16 * MiB, keepFreeBytes: 0 } } });
+    mkdirSync(daemon.stateDir, { recursive: true });
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64m,mode=0700', 'tmpfs', daemon.stateDir]);
+    mounted = true;
+    await daemon.start();
+  });
+  afterAll(async () => {
+    const exit = await daemon.terminate();
+    if (mounted) execFileSync('umount', [daemon.stateDir]);
+    await daemon.stop();
+    expect(exit).toEqual({ code: 0, signal: null });
+  });
+
+  it('storing stops at the reserve, not at ENOSPC: bytes waiting for their write count as used', async () => {
+    const client = await daemon.client();
+    const ids: string[] = [];
+    const lines = Array.from({ length: 20000 }, (_, i) => `${i}\n`).join('');
+    const written = [...Array<number>(9).fill(16 * MiB), lines.length];
+    // All admitted first (the sleep), then nine floods and one stream of short lines at once.
+    for (let i = 0; i < 10; i++) {
+      const script = i === 9 ? 'sleep 0.5; i=0; while [ $i -lt 20000 ]; do echo $i; i=$((i+1)); done' : 'sleep 0.5; head -c 16777216 /dev/zero';
+      ids.push((await client.launch({ argv: ['sh', '-c', script], cwd: '/' })).session_id);
+    }
+    const receipts = await Promise.all(ids.map((session_id) => client.wait({ session_id })));
+    for (const [i, r] of receipts.entries()) {
+      const out = r.output.stdout!;
+      expect(out.final_cursor + out.dropped_bytes).toBe(written[i]);
+      expect(indexCoverage(daemon.stateDir, r.session_id, 'stdout')).toEqual({ bytes: out.final_cursor, contiguous: true });
+      expect(verifyStoredOutput(r, daemon.stateDir)).toEqual([]);
+    }
+    expect(receipts.some((r) => r.output.stdout!.reason === 'disk_full')).toBe(true);
+    // The reserve is left for index records and receipts (some of it they used).
+    const s = statfsSync(daemon.stateDir);
+    expect(s.bavail * s.bsize).toBeGreaterThan(reserveBytes / 2);
+    await until(() => daemon.log().includes('the stream stopped storing'), 'the log');
+    const stops = daemon.log().split('\n').filter((l) => l.includes('the stream stopped storing'));
+    expect(stops.filter((l) => !l.includes('below the reserve'))).toEqual([]);
+  }, 30_000);
+});
+
