@@ -279,9 +279,20 @@ int sys_spawn_in_cgroup(const char *path, char *const argv[], char *const envp[]
   int src[SYS_SPAWN_MAX_FDS];
   int r = spawn_sources(fds, nfds, src);
   if (r < 0) return r;
-  int report[2];
-  if (pipe2(report, O_CLOEXEC) != 0) {
+  /* The exec report pipe, above every target fd too (a dup2 in the child must not hit it). */
+  int report[2] = {-1, -1}, pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) == 0) {
+    for (int k = 0; k < 2; k++) {
+      report[k] = fcntl(pipe_fds[k], F_DUPFD_CLOEXEC, SYS_SPAWN_MAX_FDS);
+      if (report[k] < 0) r = -errno;
+      close(pipe_fds[k]);
+    }
+  } else {
     r = -errno;
+  }
+  if (r < 0) {
+    for (int k = 0; k < 2; k++)
+      if (report[k] >= 0) close(report[k]);
     for (int i = 0; i < nfds; i++) close(src[i]);
     return r;
   }

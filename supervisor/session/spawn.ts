@@ -138,10 +138,12 @@ export class LeaderProcess {
     let failure: SpawnFailure | null = null; // the shim's own exec refused
     let spawnError: NodeJS.ErrnoException | null = null;
     try {
-      // posix_spawn from the addon, not child_process: libuv forks, copying the page tables of
-      // this large process (about 1 ms here, on every launch), where glibc's posix_spawn
-      // shares them until the exec (CLONE_VM|CLONE_VFORK). Detached (its own session and
-      // process group, like a systemd service), cwd "/", signals at their defaults.
+      // Spawned by the addon, not child_process. In cgroup mode the shim is born in its leaf
+      // (clone3 CLONE_INTO_CGROUP|CLONE_VFORK: a fork, page tables copied, but no migration
+      // through cgroup.procs, which waits for an RCU grace period: 2-20 ms a launch here);
+      // else posix_spawn, which shares the page tables until the exec (CLONE_VM|CLONE_VFORK)
+      // where libuv forks. Detached (its own session and process group, like a systemd
+      // service), cwd "/", every signal at its default, none blocked.
       const env = Object.entries(spec.env).map(([k, v]) => `${k}=${v}`);
       const childFds = [stdin, stdoutW, stderrW, reportW, ...(tini ? [controlR] : []), argvR];
       pid = (spec.cgroupProcsPath ? spawnInCgroup(dirname(spec.cgroupProcsPath), shimArgs(false), env, childFds) : undefined) ?? native().spawnDetached(execShimPath(), shimArgs(true), env, childFds);
