@@ -247,7 +247,6 @@ int sys_spawn(const char *path, char *const argv[], char *const envp[], const in
   int src[SYS_SPAWN_MAX_FDS];
   int r = spawn_sources(fds, nfds, src);
   if (r < 0) return r;
-  int made = nfds;
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
   int actions_ok = 0, attr_ok = 0;
@@ -269,7 +268,7 @@ int sys_spawn(const char *path, char *const argv[], char *const envp[], const in
   if (r == 0) r = -posix_spawn(pid, path, &actions, &attr, argv, envp);
   if (actions_ok) posix_spawn_file_actions_destroy(&actions);
   if (attr_ok) posix_spawnattr_destroy(&attr);
-  for (int i = 0; i < made; i++) close(src[i]);
+  for (int i = 0; i < nfds; i++) close(src[i]);
   return r;
 }
 

@@ -5,8 +5,6 @@
 // shown the bytes), and the rest (libuv's threadpool writing chunks and fsyncing them, V8's
 // helpers).
 import { readdirSync, readFileSync } from 'node:fs';
-import type { TestDaemon } from '../../test/helpers/daemon.js';
-import { connect, nowMs } from './common.js';
 
 interface ThreadCpu { name: string; userMs: number; sysMs: number }
 
@@ -41,20 +39,4 @@ export function cpuDelta(before: Map<number, ThreadCpu>, after: Map<number, Thre
   }
   for (const k of THREAD_GROUPS) groups[k] ??= { userMs: 0, sysMs: 0 };
   return groups;
-}
-
-/** One session of `cmd`; returns wall ms and the supervisor's CPU by thread group. */
-export async function stageRun(d: TestDaemon, cmds: string[]): Promise<{ wallMs: number; cpu: Record<string, { userMs: number; sysMs: number }> }> {
-  const pid = d.pid!;
-  const client = await connect(d);
-  try {
-    const before = threadCpu(pid);
-    const t0 = nowMs();
-    const ids = await Promise.all(cmds.map(async (cmd) => (await client.launch({ argv: ['/bin/sh', '-c', cmd], cwd: '/' })).session_id));
-    await Promise.all(ids.map((session_id) => client.wait({ session_id })));
-    const wallMs = nowMs() - t0;
-    return { wallMs, cpu: cpuDelta(before, threadCpu(pid), pid) };
-  } finally {
-    client.close();
-  }
 }

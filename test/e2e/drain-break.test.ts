@@ -3,15 +3,15 @@
 // at once, every write pattern, followers, a quota and a full state dir while writes wait, a
 // SIGKILL of the supervisor mid-stream, a pty flood: every stored byte is the producer's, in
 // order, once; receipts, reads and followers agree; the reserve holds; no fd is left.
-import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EndEvent, Receipt } from '../../ipc/protocol.js';
 import { decodeIndex } from '../../ipc/stream-files.js';
 import { verifyStoredOutput } from '../../ipc/verify.js';
 import { sha256, TestDaemon, until, zombieChildren } from '../helpers/daemon.js';
+import { mountState, unmountState } from '../helpers/state-tmpfs.js';
 
 const MiB = 1 << 20;
 const fdCount = (pid: number) => readdirSync(`/proc/${pid}/fd`).length;
@@ -190,20 +190,14 @@ describe('a quota reached while writes wait', () => {
 
 describe('a full state dir (64 MiB tmpfs, 4 MiB reserve) under ten streams at once', () => {
   let daemon: TestDaemon;
-  let mounted = false;
   const reserveBytes = 4 * MiB;
   beforeAll(async () => {
     daemon = new TestDaemon({ config: { storage: { reserveBytes, minFreeBytes: 16 * MiB, keepFreeBytes: 0 } } });
-    mkdirSync(daemon.stateDir, { recursive: true });
-    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64m,mode=0700', 'tmpfs', daemon.stateDir]);
-    mounted = true;
+    mountState(daemon, 64);
     await daemon.start();
   });
   afterAll(async () => {
-    const exit = await daemon.terminate();
-    if (mounted) execFileSync('umount', [daemon.stateDir]);
-    await daemon.stop();
-    expect(exit).toEqual({ code: 0, signal: null });
+    expect(await unmountState(daemon)).toEqual({ code: 0, signal: null });
   });
 
   it('storing stops at the reserve, not at ENOSPC: bytes waiting for their write count as used', async () => {

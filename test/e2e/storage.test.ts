@@ -2,14 +2,14 @@
 // up (a 64 MiB tmpfs mounted for the test): the session keeps draining and ends, the receipt
 // says what was dropped, every receipt on disk still verifies, and launches are refused
 // (retryable) while space is low.
-import { execFileSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readdirSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
 import { receiptDigest, verifyStoredOutput } from '../../ipc/verify.js';
 import { PROGRAMS, TestDaemon, until } from '../helpers/daemon.js';
+import { mountState, unmountState } from '../helpers/state-tmpfs.js';
 
 const MiB = 1 << 20;
 
@@ -42,20 +42,14 @@ describe('output quota', () => {
 
 describe('a full state dir (64 MiB tmpfs)', () => {
   let daemon: TestDaemon;
-  let mounted = false;
   beforeAll(async () => {
     // keepFreeBytes 0: retention does not step in here (the keep-free rule has its own test).
     daemon = new TestDaemon({ config: { storage: { reserveBytes: 4 * MiB, minFreeBytes: 16 * MiB, keepFreeBytes: 0 } } });
-    mkdirSync(daemon.stateDir, { recursive: true });
-    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64m,mode=0700', 'tmpfs', daemon.stateDir]);
-    mounted = true;
+    mountState(daemon, 64);
     await daemon.start();
   });
   afterAll(async () => {
-    const exit = await daemon.terminate();
-    if (mounted) execFileSync('umount', [daemon.stateDir]);
-    await daemon.stop();
-    expect(exit).toEqual({ code: 0, signal: null });
+    expect(await unmountState(daemon)).toEqual({ code: 0, signal: null });
   });
 
   it('a session writing 128 MiB ends, the supervisor stays up, the receipt says disk_full, nothing stored is corrupt', async () => {
@@ -82,23 +76,6 @@ describe('a full state dir (64 MiB tmpfs)', () => {
     expect((await client.status()).pid).toBe(daemon.pid);
   });
 });
-
-/** Mounts a tmpfs of sizeMiB at daemon.stateDir (unmounted by unmountState). */
-function mountState(daemon: TestDaemon, sizeMiB: number): void {
-  mkdirSync(daemon.stateDir, { recursive: true });
-  execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${sizeMiB}m,mode=0700`, 'tmpfs', daemon.stateDir]);
-}
-
-async function unmountState(daemon: TestDaemon): Promise<{ code: number | null; signal: NodeJS.Signals | null } | null> {
-  const exit = await daemon.terminate();
-  try {
-    execFileSync('umount', [daemon.stateDir]);
-  } catch {
-    // not mounted
-  }
-  await daemon.stop();
-  return exit;
-}
 
 /** Fills the file system at dir with a file until write(2) says ENOSPC; returns its path. */
 function fillUp(dir: string): string {
