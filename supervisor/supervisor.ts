@@ -56,6 +56,11 @@ export class Supervisor {
   readonly checkpoints: Checkpoints;
   /** Task seals and task closes (task/close.ts). */
   private readonly tasks: Tasks;
+  /**
+   * The supervisor's own user (name, home: a session without --user gets them), looked up
+   * once: getpwuid_r(3) opens the user database, so a launch at the fd limit would fail in it.
+   */
+  private readonly self = userInfo();
 
   /** `lock`: this state dir's flock, held for the supervisor's life. */
   private constructor(readonly config: Config, readonly log: Logger, readonly ctx: SessionContext, readonly lock: StateDirLock) {
@@ -309,7 +314,7 @@ export class Supervisor {
     if (decision.kind === 'refuse') throw decision.error;
     if (decision.kind === 'existing') return { session_id: decision.sessionId, invocation_key: key, existing: true, state: decision.state, command_digest: digest };
 
-    const self = userInfo();
+    const self = this.self;
     const userName = sessionUser ? (sessionUser.name ?? String(sessionUser.uid)) : self.username;
     const leaderEnv: Record<string, string> = {
       PATH: this.config.session.path,

@@ -20,10 +20,19 @@ const MAX_ID = 0xfffffffe;
 /** Whether a native lookup error means "no such entry" (ENOENT), not a failed lookup. */
 const noEntry = (err: unknown) => (err as NodeJS.ErrnoException).code === 'ENOENT';
 
-/** A failed lookup (NSS unreachable, EMFILE): INTERNAL, naming what was looked up and why. */
+/** Lookup errors that say "not now": out of fds or memory (getpwnam_r(3) ERRORS); the lookup may work once they come back. */
+const RESOURCE_ERRORS = new Set(['EMFILE', 'ENFILE', 'ENOMEM', 'EAGAIN']);
+
+/**
+ * A failed lookup, naming what was looked up and why: out of a resource (EMFILE, ENFILE,
+ * ENOMEM, EAGAIN) is ADMISSION_DENIED, retryable, as the admission record's own failures;
+ * anything else (NSS unreachable) INTERNAL.
+ */
 function lookupFailed(field: string, what: string, err: unknown): SupervisorError {
   const e = err as NodeJS.ErrnoException;
-  return new SupervisorError('INTERNAL', `${field}: looking up ${what} failed: ${e.message}`, { field, code: e.code });
+  const text = `${field}: looking up ${what} failed: ${e.message}`;
+  if (e.code && RESOURCE_ERRORS.has(e.code)) return new SupervisorError('ADMISSION_DENIED', text, { field, code: e.code, retry_after_ms: 1000 });
+  return new SupervisorError('INTERNAL', text, { field, code: e.code });
 }
 
 /** A decimal id ("65534") as a number, range-checked; null when spec is not all digits. */
@@ -37,7 +46,7 @@ function numericId(spec: string, field: string, kind: 'uid' | 'gid'): number | n
 /**
  * A user by name or numeric uid (getpwnam_r / getpwuid_r). A uid without an entry runs with
  * gid = uid, no supplementary groups and HOME=/. An unknown name is INVALID_ARGUMENT; a lookup
- * that fails (not "no such user") is INTERNAL.
+ * that fails (not "no such user") is ADMISSION_DENIED when out of fds or memory, else INTERNAL.
  */
 export function lookupUser(spec: string): SessionUser {
   const uid = numericId(spec, 'user', 'uid');

@@ -48,10 +48,17 @@ export class StreamDrain extends EventEmitter {
     this.log = new StreamLog(sessionDir, stream, policy.chunkBytes, policy.hashPool, policy.quotaBytes, policy.guard);
     // false: this stream's write buffers are full (the disk is behind): the next read waits
     // until the log has room (onRoom); the pipe holds what comes meanwhile.
-    const store = (data: Buffer): boolean => this.log.append(data, Math.round((performance.timeOrigin + performance.now()) * 1000));
+    const store = (data: Buffer): boolean => {
+      if (this.boundLeftMs !== null) this.readInBoundBytes += data.length;
+      if (this.log.append(data, Math.round((performance.timeOrigin + performance.now()) * 1000))) return true;
+      this.holdBound();
+      return false;
+    };
     this.log.onAdvance = (cursor) => this.emit('advance', cursor);
     this.log.onRoom = () => {
-      if (!this.endedHow) this.socket.resume();
+      if (this.endedHow) return;
+      this.socket.resume();
+      this.armBound();
     };
     this.socket = pty
       ? ptySocket(readFd)
@@ -60,6 +67,7 @@ export class StreamDrain extends EventEmitter {
       const finish = (how: DrainEnd) => {
         if (this.endedHow) return;
         this.endedHow = how;
+        this.clearBound();
         this.socket.destroy();
         // Ended once every byte read is in the chunk files (or dropped).
         void this.log.idle().then(() => {
@@ -78,6 +86,52 @@ export class StreamDrain extends EventEmitter {
 
   /** Stops draining now (post-death bound ran out): the stream is marked incomplete. */
   cut: () => void = () => {};
+
+  /** Time left of the post-death bound (ms), once started; null before. */
+  private boundLeftMs: number | null = null;
+  private boundTimer: NodeJS.Timeout | null = null;
+  private boundArmedAt = 0;
+  /** Bytes read since the bound started, and how many of them the pipe can have held at the writers' death. */
+  private readInBoundBytes = 0;
+  private heldAtDeathBytes = 0;
+  private waitingOnDisk = false;
+
+  /**
+   * Cuts the drain once it has waited boundMs for the pipe's end (every writer in the
+   * session is dead; an fd passed outside may hold it). Time the drain is paused on its own
+   * write buffers (append() said to wait: the disk is behind) does not count while what it
+   * reads could still be what the pipe held when the writers died (pipeBytes: its capacity,
+   * F_SETPIPE_SZ rounds up to a power of two pages, fcntl(2)): those bytes wait in the pipe
+   * because of us, and the EOF behind them cannot be read before them. Past that, a writer
+   * outside is feeding the pipe, and every millisecond counts.
+   */
+  startBound(boundMs: number, pipeBytes: number): void {
+    if (this.boundLeftMs !== null || this.endedHow) return;
+    this.boundLeftMs = boundMs;
+    this.readInBoundBytes = 0;
+    this.heldAtDeathBytes = 2 ** Math.ceil(Math.log2(Math.max(pipeBytes, 65536)));
+    if (!this.waitingOnDisk) this.armBound();
+  }
+
+  private clearBound(): void {
+    if (this.boundTimer) clearTimeout(this.boundTimer);
+    this.boundTimer = null;
+  }
+
+  private armBound(): void {
+    this.waitingOnDisk = false;
+    if (this.boundLeftMs === null || this.boundTimer) return;
+    this.boundArmedAt = performance.now();
+    this.boundTimer = setTimeout(() => this.cut(), this.boundLeftMs);
+  }
+
+  private holdBound(): void {
+    this.waitingOnDisk = true;
+    if (!this.boundTimer || this.readInBoundBytes > this.heldAtDeathBytes) return;
+    clearTimeout(this.boundTimer);
+    this.boundTimer = null;
+    this.boundLeftMs = Math.max(0, this.boundLeftMs! - (performance.now() - this.boundArmedAt));
+  }
 
   get cursor(): number {
     return this.log.cursor;

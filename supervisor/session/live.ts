@@ -398,15 +398,13 @@ export class LiveSession extends Session {
 
   /**
    * Waits for every stream to end. Every writer in the session is dead by now; an fd passed
-   * outside may still hold a pipe, so this is bounded (postDeathDrainMs) and a cut stream is
-   * marked incomplete.
+   * outside may still hold a pipe, so each stream's wait is bounded (postDeathDrainMs, not
+   * counting time it waits on its own disk writes for what the pipe held at the writers'
+   * death: StreamDrain.startBound) and a cut stream is marked incomplete.
    */
   private async drainAll(): Promise<void> {
-    const bound = setTimeout(() => {
-      for (const d of this.drains.values()) d.cut();
-    }, this.ctx.config.drain.postDeathDrainMs);
+    for (const d of this.drains.values()) d.startBound(this.ctx.config.drain.postDeathDrainMs, this.ctx.config.drain.pipeBytes);
     await Promise.all([...this.drains.values()].map((d) => d.done));
-    clearTimeout(bound);
   }
 
   /** The shim could not be started at all (no fork, no pipe): nothing ran, and the empty leaf (or nothing) says so. */

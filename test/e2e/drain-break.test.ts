@@ -4,14 +4,15 @@
 // SIGKILL of the supervisor mid-stream, a pty flood: every stored byte is the producer's, in
 // order, once; receipts, reads and followers agree; the reserve holds; no fd is left.
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EndEvent, Receipt } from '../../ipc/protocol.js';
 import { decodeIndex } from '../../ipc/stream-files.js';
 import { verifyStoredOutput } from '../../ipc/verify.js';
 import { sha256, TestDaemon, until, zombieChildren } from '../helpers/daemon.js';
-import { mountState, unmountState } from '../helpers/state-tmpfs.js';
+import { HAVE_FREEZABLE_IMAGE, mountState, mountStateImage, unmountState } from '../helpers/state-tmpfs.js';
 
 const MiB = 1 << 20;
 const fdCount = (pid: number) => readdirSync(`/proc/${pid}/fd`).length;
@@ -158,6 +159,121 @@ describe('many streams at once', () => {
     }
   }, 60_000);
 });
+
+describe('a pipe held open outside the session after it died (post-death bound 300 ms)', () => {
+  const boundMs = 300;
+  let daemon: TestDaemon;
+  beforeAll(async () => {
+    daemon = await new TestDaemon({ config: { drain: { postDeathDrainMs: boundMs } } }).start();
+  });
+  afterAll(async () => {
+    expect(await daemon.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  // A process outside the session's cgroup gets the session's stdout over a Unix socket
+  // (SCM_RIGHTS, unix(7)): killing the cgroup cannot close it, so only the bound ends the
+  // drain, even while bytes keep arriving (4 KiB every 10 ms: progress does not reset it).
+  const HOLDER = `
+import os, socket, sys, time
+path, mode = sys.argv[1], sys.argv[2]
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(path)
+srv.listen(1)
+print("ready", flush=True)
+conn, _ = srv.accept()
+_, fds, _, _ = socket.recv_fds(conn, 1, 1)
+print("held", flush=True)
+if mode == "trickle":
+    while True:
+        os.write(fds[0], b"y" * 4096)
+        time.sleep(0.01)
+time.sleep(600)
+`;
+  for (const mode of ['silent', 'trickle'] as const) {
+    it(`a ${mode} holder: the stream is cut at the bound, marked incomplete (drain_timeout), and the session ends`, async () => {
+      const sock = join(daemon.dir, `holder-${mode}.sock`);
+      const holder = spawn('python3', ['-c', HOLDER, sock, mode], { stdio: ['ignore', 'pipe', 'ignore'] }); // its EPIPE traceback is expected
+      let said = '';
+      holder.stdout!.on('data', (d: Buffer) => (said += d.toString()));
+      try {
+        await until(() => said.includes('ready'), 'the holder to listen');
+        const client = await daemon.client();
+        const send = `import socket; s = socket.socket(socket.AF_UNIX); s.connect(${JSON.stringify(sock)}); print("sent", flush=True); socket.send_fds(s, [b"x"], [1])`;
+        const { session_id } = await client.launch({ argv: ['python3', '-c', send], cwd: '/' });
+        const receipt = await client.wait({ session_id });
+        expect(said).toContain('held');
+        expect(receipt.outcome).toBe('exited');
+        expect(receipt.output.stdout).toMatchObject({ complete: false, reason: 'drain_timeout', drain_end: 'timeout', dropped_bytes: 0 });
+        const stored = await client.read({ session_id }, 'stdout');
+        expect(stored.length).toBe(receipt.output.stdout!.final_cursor);
+        expect(stored.subarray(0, 5).toString()).toBe('sent\n');
+        console.log(`${mode} holder: ${stored.length} bytes stored before the cut`);
+        if (mode === 'silent') expect(stored.length).toBe(5);
+        else expect(stored.subarray(5).equals(Buffer.alloc(stored.length - 5, 'y'))).toBe(true);
+        expect(verifyStoredOutput(receipt, daemon.stateDir)).toEqual([]);
+        if (mode === 'trickle') {
+          // Our read end closed with the cut: the holder's next write fails (EPIPE) and it exits.
+          await until(() => holder.exitCode !== null, 'the trickling holder to exit on EPIPE');
+          expect(holder.exitCode).not.toBe(0);
+        }
+      } finally {
+        if (holder.exitCode === null && holder.signalCode === null) holder.kill('SIGKILL');
+        await until(() => holder.exitCode !== null || holder.signalCode !== null, 'the holder to be gone');
+      }
+    }, 20_000);
+  }
+});
+
+describe.skipIf(!HAVE_FREEZABLE_IMAGE)(
+  HAVE_FREEZABLE_IMAGE ? 'a disk slower than the post-death bound' : 'a disk slower than the post-death bound (skipped: no loop devices or no mkfs.ext4/fsfreeze for a state dir that can freeze)',
+  () => {
+    const boundMs = 300;
+    let daemon: TestDaemon;
+    beforeAll(async () => {
+      daemon = new TestDaemon({ config: { drain: { postDeathDrainMs: boundMs } } });
+      mountStateImage(daemon, 64);
+      await daemon.start();
+    });
+    afterAll(async () => {
+      expect(await unmountState(daemon)).toEqual({ code: 0, signal: null });
+    });
+
+    // In CI, 50 sessions at once wrote so slowly that a drain paused on its full write
+    // buffers (its pipe's EOF unread behind the bytes) outlived the bound: cut, "incomplete",
+    // though every byte was there. The bound is for a pipe held open outside the session, not
+    // for our own disk: time paused on the write buffers does not count.
+    it('a stream paused on its write buffers while the state dir is frozen for 4 bounds after the last writer died: complete once it thaws', async () => {
+      const client = await daemon.client();
+      // 3.5 MiB: more than 3 of the stream's 4 write buffers (so the drain pauses), less than
+      // those and the 1 MiB pipe together (so the producer gets every byte out and exits).
+      const data = randomBytes(3.5 * MiB);
+      const dataPath = join(daemon.dir, 'data');
+      const go = join(daemon.dir, 'go');
+      const wrote = join(daemon.dir, 'wrote');
+      writeFileSync(dataPath, data);
+      const script = `echo start; while [ ! -e ${go} ]; do sleep 0.01; done; cat ${dataPath}; touch ${wrote}`;
+      const { session_id } = await client.launch({ argv: ['sh', '-c', script], cwd: '/' });
+      // The first bytes and their index record on disk before the freeze: nothing of the
+      // event loop's own (an index flush, a chunk file opened) waits on the frozen disk.
+      await until(() => existsSync(join(daemon.stateDir, 'sessions', session_id, 'stdout', 'index.bin')) && indexCoverage(daemon.stateDir, session_id, 'stdout').bytes === 6, 'the first line written and indexed');
+      expect(spawnSync('fsfreeze', ['-f', daemon.stateDir]).status).toBe(0);
+      try {
+        writeFileSync(go, '');
+        await until(() => existsSync(wrote), 'the producer to get every byte out');
+        await until(async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id)?.live_pids === 0, 'every process of the session to be gone');
+        // The bound would have run out four times over by now (a wait for time to pass, not for a race).
+        await new Promise((r) => setTimeout(r, 4 * boundMs));
+      } finally {
+        expect(spawnSync('fsfreeze', ['-u', daemon.stateDir]).status).toBe(0);
+      }
+      const receipt = await client.wait({ session_id });
+      const expected = Buffer.concat([Buffer.from('start\n'), data]);
+      expect(receipt.output.stdout).toMatchObject({ final_cursor: expected.length, sha256: sha256(expected), complete: true, reason: null, drain_end: 'eof', dropped_bytes: 0 });
+      expect((await client.read({ session_id }, 'stdout')).equals(expected)).toBe(true);
+      expect(verifyStoredOutput(receipt, daemon.stateDir)).toEqual([]);
+    }, 30_000);
+  },
+);
 
 describe('a quota reached while writes wait', () => {
   const quota = 3 * MiB + 123;

@@ -1,7 +1,9 @@
 // A supervisor out of file descriptors (RLIMIT_NOFILE lowered on the running daemon with
 // prlimit(1)): every launch is refused or ends with a receipt (spawn_failed EMFILE), none is
 // left unknown, and no fd is left behind. Before: a pipe made before the one that failed
-// leaked, and a receipt write that hit EMFILE left its session unknown for good.
+// leaked, and a receipt write that hit EMFILE left its session unknown for good; the user
+// lookup (getpwuid_r opens the user database) answered INTERNAL, "a bug", to a launch at the
+// limit, not a retryable ADMISSION_DENIED.
 import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -9,24 +11,48 @@ import { isSupervisorError } from '../../ipc/errors.js';
 import { TestDaemon, until } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;
+/** The same daemon's config with a session user (config session.user): each launch looks it up. */
+let withUser: TestDaemon;
 beforeAll(async () => {
-  daemon = await new TestDaemon().start();
+  [daemon, withUser] = await Promise.all([new TestDaemon().start(), new TestDaemon({ config: { session: { user: 'root' } } }).start()]);
 });
 afterAll(async () => {
-  spawnSync('prlimit', ['--pid', String(daemon.pid), '--nofile=1024:']);
-  expect(await daemon.stop()).toEqual({ code: 0, signal: null });
+  for (const d of [daemon, withUser]) {
+    spawnSync('prlimit', ['--pid', String(d.pid), '--nofile=1024:']);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  }
 });
 
-const fds = () => readdirSync(`/proc/${daemon.pid}/fd`).length;
-
 it('launches at the fd limit are refused or end with a receipt; nothing is left unknown or open', async () => {
+  await atTheLimit(daemon);
+});
+
+it('likewise with a session user looked up at each launch (session.user)', async () => {
+  await atTheLimit(withUser);
+});
+
+/** The RLIMIT_NOFILE soft limit that leaves exactly `free` fd numbers unused below it, in pid's table now. */
+function limitLeaving(pid: number, free: number): number {
+  const open = new Set(readdirSync(`/proc/${pid}/fd`).map(Number));
+  let n = 0;
+  for (let left = free; ; n++) {
+    if (open.has(n)) continue;
+    if (left === 0) return n;
+    left--;
+  }
+}
+
+async function atTheLimit(daemon: TestDaemon): Promise<void> {
+  const fds = () => readdirSync(`/proc/${daemon.pid}/fd`).length;
   const c = await daemon.client();
   // Warm: the hashing threads and every lazily opened file exist before the limit is lowered.
   await c.wait({ session_id: (await c.launch({ argv: ['true'], cwd: '/' })).session_id });
   const base = fds();
   const seen: string[] = [];
   for (let extra = 0; extra <= 5; extra++) {
-    expect(spawnSync('prlimit', ['--pid', String(daemon.pid), `--nofile=${base + extra}:`]).status).toBe(0);
+    // RLIMIT_NOFILE bounds fd numbers, not a count: the limit is the number below which
+    // exactly `extra` fds are free (the daemon's fd table may have holes).
+    expect(spawnSync('prlimit', ['--pid', String(daemon.pid), `--nofile=${limitLeaving(daemon.pid, extra)}:`]).status).toBe(0);
     let session_id: string | null = null;
     try {
       session_id = (await c.launch({ argv: ['sh', '-c', 'echo out; echo err >&2'], cwd: '/' })).session_id;
@@ -47,4 +73,4 @@ it('launches at the fd limit are refused or end with a receipt; nothing is left 
   for (const s of seen) expect(s).toMatch(/^(refused ADMISSION_DENIED|ended spawn_failed EMFILE|ended exited)$/);
   expect((await c.ps(true)).sessions.filter((s) => s.state === 'unknown')).toEqual([]);
   await until(() => fds() === base, `the daemon's fds back to ${base}`);
-});
+}
