@@ -3,7 +3,8 @@
 // hand (`npm run bench`), never as timed tests.
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { closeSync, constants, fsyncSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, constants, fsyncSync, ftruncateSync, linkSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SupervisorClient } from '../../ipc/client.js';
 import { TestDaemon } from '../../test/helpers/daemon.js';
@@ -190,3 +191,72 @@ export function writeJson(name: string, data: unknown): string {
 
 export const fmtMs = (ms: number) => `${ms.toFixed(ms < 10 ? 2 : ms < 100 ? 1 : 0)} ms`;
 export const fmtRate = (bytes: number, ms: number) => `${(bytes / (ms / 1000) / 1e9).toFixed(2)} GB/s`;
+
+/** p50 and p99 of the durable steps alone, in ms (see durableFloors). */
+export interface Floor {
+  p50: number;
+  p99: number;
+}
+
+/**
+ * The fsyncs a short session's receipt and its launch need, alone, in a temp dir on the state
+ * dir's file system, done the way the supervisor does them (supervisor/store), `runs` times:
+ * - receipt: both streams' index and dir fsync'ed at once on the threadpool (StreamLog.finalize),
+ *   then the receipt written into its reservation, truncated, fsync'ed, linked, the
+ *   reservation unlinked, the session dir fsync'ed (receipt-file.ts writeReceiptFile);
+ * - launch: the admission record and the key record, each a fsync'ed temp file linked into
+ *   place and its dir fsync'ed (durable.ts createFileDurable), one after the other.
+ * No hashing, signing, IPC or process: what the disk alone costs, the floor under the
+ * exit -> receipt and launch -> exec rows.
+ */
+export async function durableFloors(dir: string, runs: number): Promise<{ receipt: Floor; launch: Floor }> {
+  const { createFileDurable } = await import('../../supervisor/store/durable.js');
+  const base = mkdtempSync(join(dir, 'floor-'));
+  const receipt: number[] = [];
+  const launch: number[] = [];
+  const fsyncPath = async (path: string) => {
+    const h = await open(path, 'r');
+    try {
+      await h.sync();
+    } finally {
+      await h.close();
+    }
+  };
+  try {
+    mkdirSync(join(base, 'keys'));
+    for (let i = 0; i < runs; i++) {
+      const session = join(base, `s${i}`);
+      let t0 = nowMs();
+      mkdirSync(session);
+      createFileDurable(join(session, 'admission.json'), `{"admission":"${'x'.repeat(300)}"}\n`);
+      createFileDurable(join(base, 'keys', `k${i}.json`), '{"key":"x"}\n'.padEnd(200));
+      launch.push(nowMs() - t0);
+      for (const s of ['stdout', 'stderr']) {
+        mkdirSync(join(session, s));
+        closeSync(openSync(join(session, s, 'index.bin'), 'a'));
+      }
+      const reservation = join(session, 'receipt.reserved');
+      writeFileSync(reservation, Buffer.alloc(4096));
+      t0 = nowMs();
+      await Promise.all(['stdout', 'stderr'].flatMap((s) => [fsyncPath(join(session, s, 'index.bin')), fsyncPath(join(session, s))]));
+      const fd = openSync(reservation, constants.O_WRONLY);
+      writeSync(fd, Buffer.from('{"receipt":1}\n'.padEnd(1500)));
+      ftruncateSync(fd, 1500);
+      fsyncSync(fd);
+      closeSync(fd);
+      linkSync(reservation, join(session, 'receipt.json'));
+      unlinkSync(reservation);
+      const dfd = openSync(session, constants.O_RDONLY | constants.O_DIRECTORY);
+      fsyncSync(dfd);
+      closeSync(dfd);
+      receipt.push(nowMs() - t0);
+    }
+  } finally {
+    rmSync(base, { recursive: true, force: true });
+  }
+  const floor = (v: number[]): Floor => {
+    const s = [...v].sort((a, b) => a - b);
+    return { p50: s[Math.floor(s.length / 2)]!, p99: s[Math.min(s.length - 1, Math.floor(s.length * 0.99))]! };
+  };
+  return { receipt: floor(receipt), launch: floor(launch) };
+}

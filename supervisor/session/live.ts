@@ -36,6 +36,8 @@ export class LiveSession extends Session {
   private readonly steps: EscalationStep[] = [];
   private descendantsTerminated: number | null = null;
   private terminating: Promise<void> | null = null;
+  /** The started record's write (records.ts writeStarted), once the exec is reported; settled before the receipt. */
+  private startedRecord: Promise<void> = Promise.resolve();
   /** The pty (pty sessions): the slave is held open until death evidence. */
   private pty: { master: number; slave: number; path: string } | null = null;
   private stdin: StdinWriter | null = null;
@@ -298,13 +300,12 @@ export class LiveSession extends Session {
     // The shim reports exec only once it is in the cgroup and the command runs: a record now
     // is evidence, for an owner_lost receipt after a crash, that the command started.
     if (!failure) {
-      try {
-        writeStarted(this.dir, { started_at: this.startedAt!.toISOString(), pid: leader.leaderPid });
-      } catch (err) {
+      // Not awaited: the exit of a command that has already ended is handled meanwhile.
+      this.startedRecord = writeStarted(this.dir, { started_at: this.startedAt!.toISOString(), pid: leader.leaderPid }).then(
+        () => faultPoint('session:started-recorded'),
         // Only an owner_lost receipt after a crash would miss started_at; nothing else depends on it.
-        this.ctx.log.warn({ session_id: this.id, code: (err as NodeJS.ErrnoException).code }, 'could not record the start');
-      }
-      faultPoint('session:started-recorded');
+        (err: NodeJS.ErrnoException) => void this.ctx.log.warn({ session_id: this.id, code: err.code }, 'could not record the start'),
+      );
     }
     const exit = await leader.leaderExit;
     this.leaderExitedAt = exit.at;
@@ -346,6 +347,7 @@ export class LiveSession extends Session {
 
     // Every stream's fsyncs at once (on the threadpool: one journal commit serves them all).
     const finals = await Promise.all([...this.drains.values()].map((drain) => drain.finalize()));
+    await this.startedRecord;
     const output: Partial<Record<StreamName, StreamOutput>> = {};
     [...this.drains].forEach(([name, drain], i) => {
       output[name] = finals[i];

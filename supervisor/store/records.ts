@@ -4,6 +4,7 @@
 // reading and writing them, each parsed with its schema (ipc/state-layout.ts); a torn or
 // corrupt file is an Error for the caller to make its session unknown.
 import { closeSync, constants, existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import {
   ADMISSION_FILE,
@@ -44,13 +45,17 @@ export function onlyUncommittedAdmission(sessionDir: string): boolean {
   return readdirSync(sessionDir).every((name) => isTempFileName(name, ADMISSION_FILE));
 }
 
-/** Writes <session>/started.json once the exec is reported (O_EXCL|O_NOFOLLOW; not fsync'ed). */
-export function writeStarted(sessionDir: string, record: StartedRecord): void {
-  const fd = openSync(join(sessionDir, STARTED_FILE), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+/**
+ * Writes <session>/started.json once the exec is reported (O_EXCL|O_NOFOLLOW; not fsync'ed),
+ * on the threadpool: the event loop goes on (a short command's exit is handled meanwhile).
+ * Rejects with the open or write error.
+ */
+export async function writeStarted(sessionDir: string, record: StartedRecord): Promise<void> {
+  const file = await open(join(sessionDir, STARTED_FILE), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
   try {
-    writeAll(fd, Buffer.from(JSON.stringify(record) + '\n'));
+    await file.writeFile(JSON.stringify(record) + '\n');
   } finally {
-    closeSync(fd);
+    await file.close();
   }
 }
 
