@@ -52,6 +52,39 @@ describe('StreamLog', () => {
 });
 
 describe('StreamLog write buffers', () => {
+  it("coalesces the reads of one event-loop turn into one write: 8 reads of 4 KiB that arrive as a write returns go out as one 32 KiB write, not 4 KiB then 28 KiB", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-chunks-'));
+    dirs.push(dir);
+    const log = new StreamLog(dir, 'stdout', 64 << 20, hashPool);
+    const inUse = writeBuffers.inUse;
+    const data = randomBytes(4096 * (1 + 8 * 31)); // within one 1 MiB write buffer
+    let off = 0;
+    const read = () => {
+      if (off === data.length) return;
+      log.append(data.subarray(off, off + 4096), off);
+      off += 4096;
+    };
+    // libuv completes a write and reads the pipe in the same poll phase: here the reads
+    // come just after onAdvance (a microtask: still that phase), which a returned write calls.
+    const writes: number[] = [];
+    let last = 0;
+    log.onAdvance = (cursor) => {
+      writes.push(cursor - last);
+      last = cursor;
+      queueMicrotask(() => {
+        for (let k = 0; k < 8; k++) read();
+      });
+    };
+    read();
+    await until(() => off === data.length && log.cursor === data.length, 'every read written');
+    // Quiet now: the buffer it filled goes back once a turn brings nothing (and its hashing is done).
+    await until(() => writeBuffers.inUse === inUse, "the quiet stream's buffer back in the pool");
+    const { sha256 } = await log.finalize();
+    expect(sha256).toBe(createHash('sha256').update(data).digest('hex'));
+    expect(writes[0]).toBe(4096);
+    expect(writes.slice(1)).toEqual(Array(31).fill(8 * 4096));
+  });
+
   it('takes reads faster than the disk: says when to wait, calls onRoom, stores every byte in order, gives every buffer back', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sbx-chunks-'));
     dirs.push(dir);
