@@ -790,15 +790,6 @@ sub('close')
     process.exitCode = unscanned.length > 0 ? 1 : 0;
   });
 
-// A reader that went away (`sbx status | head -1`): end quietly, as a program killed by
-// SIGPIPE would (128 + 13). The session, if any, goes on: the supervisor owns it.
-for (const out of [process.stdout, process.stderr]) {
-  out.on('error', (err: NodeJS.ErrnoException) => {
-    if (err.code === 'EPIPE') process.exit(141);
-    throw err;
-  });
-}
-
 // --- The argument and environment bytes.
 
 /**
@@ -807,18 +798,21 @@ for (const out of [process.stdout, process.stderr]) {
  * kernel's ARG_MAX). Only the first is left for commander to see. null: no `--`.
  */
 let commandArgv: string[] | null = null;
-const argv = process.argv;
-// Everything sbx sends is text on the wire (msgpack str), and Node decoded our arguments
-// lossily (an invalid byte becomes U+FFFD): an argument that is not UTF-8 (a command's, an
-// --env value, a --cwd, a --key) is refused rather than sent as other bytes than given.
-const raw = readRawArgs(argv.length - 2);
-raw?.forEach((bytes, i) => {
-  if (!isUtf8(bytes)) fail(`INVALID_ARGUMENT: argument ${i + 1} (${JSON.stringify(argv[i + 2])}) is not valid UTF-8; sbx passes arguments as text, and will not send other bytes than it was given`);
-});
-const dashDash = argv.indexOf('--');
-if (dashDash > 0 && argv.slice(2, dashDash).includes('run') && dashDash + 1 < argv.length) {
-  commandArgv = argv.slice(dashDash + 1);
-  argv.splice(dashDash + 2);
+
+/** Takes the command after `--` (commandArgv) and checks every argument is UTF-8; argv as process.argv (node, script, args...). */
+function takeArguments(argv: string[]): void {
+  // Everything sbx sends is text on the wire (msgpack str), and Node decoded our arguments
+  // lossily (an invalid byte becomes U+FFFD): an argument that is not UTF-8 (a command's, an
+  // --env value, a --cwd, a --key) is refused rather than sent as other bytes than given.
+  const raw = readRawArgs(argv.length - 2);
+  raw?.forEach((bytes, i) => {
+    if (!isUtf8(bytes)) fail(`INVALID_ARGUMENT: argument ${i + 1} (${JSON.stringify(argv[i + 2])}) is not valid UTF-8; sbx passes arguments as text, and will not send other bytes than it was given`);
+  });
+  const dashDash = argv.indexOf('--');
+  if (dashDash > 0 && argv.slice(2, dashDash).includes('run') && dashDash + 1 < argv.length) {
+    commandArgv = argv.slice(dashDash + 1);
+    argv.splice(dashDash + 2);
+  }
 }
 
 /** This CLI's whole environment for --inherit-env; a variable that is not UTF-8 is refused (125), as arguments are. */
@@ -860,4 +854,20 @@ function readRawArgs(count: number): Buffer[] | null {
   return parts.length >= count ? parts.slice(parts.length - count) : null;
 }
 
-program.parseAsync(argv).catch((err: unknown) => fail(describe(err)));
+// --- Start.
+
+/** Runs the CLI on argv (process.argv's shape: node, script, args...). */
+function main(argv: string[]): void {
+  // A reader that went away (`sbx status | head -1`): end quietly, as a program killed by
+  // SIGPIPE would (128 + 13). The session, if any, goes on: the supervisor owns it.
+  for (const out of [process.stdout, process.stderr]) {
+    out.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EPIPE') process.exit(141);
+      throw err;
+    });
+  }
+  takeArguments(argv);
+  program.parseAsync(argv).catch((err: unknown) => fail(describe(err)));
+}
+
+main(process.argv);
