@@ -6,7 +6,13 @@
 // Exit statuses follow sh, timeout(1) and docker run (SPEC.md): the command's code, 128+N for
 // a signal, 124 for the deadline, 125 when the supervisor or the request failed. Imports ipc/
 // only, never supervisor/, and no zod (types only): it starts fast (DESIGN.md 17).
-// One module on purpose (~700 lines): sbx starts on every command's path, and split into four
+// The `sbx` bin is its launcher (sbx-launcher.sh), which starts this module from a V8 startup
+// snapshot with everything loaded (scripts/build/sbx-snapshot.mjs; `main` runs on
+// deserialization), else as a script. Either way keep side effects out of the top level: what
+// runs there runs once, at build time, for every later start (process.env, argv, cwd, time
+// and random values are read in main and below it). Lazy imports (verify, restore,
+// checkpoints) are left out of the snapshot, which cannot import(): the launcher starts those
+// commands from this script. One module on purpose (~700 lines): split into four
 // (the commands, sbx run, what they share, argument bytes) it took 2.5-3 ms longer to load
 // (Node 20's ESM loader, per module and import edge: 70.7 vs 73.6 ms to the first line of
 // `sbx run`, interleaved runs, issue 16). Its parts, in order: what every command shares;
@@ -17,6 +23,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join, resolve as resolvePath } from 'node:path';
 import { constants as osConstants } from 'node:os';
+import { startupSnapshot } from 'node:v8';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient } from '../ipc/client.js';
 import { parseDurationMs } from '../ipc/duration.js';
@@ -870,4 +877,7 @@ function main(argv: string[]): void {
   program.parseAsync(argv).catch((err: unknown) => fail(describe(err)));
 }
 
-main(process.argv);
+// Built into a V8 startup snapshot (scripts/build-sbx-snapshot.mjs), the start waits for the
+// process that deserializes it: there process.argv is (node, args...), without a script.
+if (startupSnapshot.isBuildingSnapshot()) startupSnapshot.setDeserializeMainFunction(() => main([process.argv[0]!, 'sbx', ...process.argv.slice(1)]));
+else main(process.argv);

@@ -53,7 +53,7 @@ if [ "$uninstall" = 1 ]; then
   exit 0
 fi
 
-for f in "$src/dist/supervisor/main.js" "$src/dist/cli/sbx.js" "$src/native-helpers/build/Release/sbx_native.node" "$src/native-helpers/build/Release/sbx-exec-shim"; do
+for f in "$src/dist/supervisor/main.js" "$src/dist/cli/sbx.js" "$src/dist/cli/sbx" "$src/native-helpers/build/Release/sbx_native.node" "$src/native-helpers/build/Release/sbx-exec-shim"; do
   [ -e "$f" ] || { echo "install.sh: $f is missing: run npm ci first" >&2; exit 1; }
 done
 
@@ -74,11 +74,10 @@ rm -rf "$dest"
 mkdir -p "$(dirname "$dest")" "$root$prefix/bin" "$units"
 cp -r "$stage" "$dest"
 chmod 0755 "$dest"
-for bin in sbx:dist/cli/sbx.js sandbox-supervisor:dist/supervisor/main.js; do
-  name=${bin%%:*}
-  printf '#!/bin/sh\nexec %s %s/%s "$@"\n' "$node_bin" "$libdir" "${bin#*:}" > "$root$prefix/bin/$name"
-  chmod 0755 "$root$prefix/bin/$name"
-done
+# sbx through its launcher (the startup snapshot when the node that made it is there, else sbx.js).
+printf '#!/bin/sh\nexec %s/dist/cli/sbx "$@"\n' "$libdir" > "$root$prefix/bin/sbx"
+printf '#!/bin/sh\nexec %s %s/dist/supervisor/main.js "$@"\n' "$node_bin" "$libdir" > "$root$prefix/bin/sandbox-supervisor"
+chmod 0755 "$root$prefix/bin/sbx" "$root$prefix/bin/sandbox-supervisor"
 sed -e "s|@NODE@|$node_bin|g" -e "s|@LIBDIR@|$libdir|g" "$src/systemd/sandbox-supervisor.service" > "$units/sandbox-supervisor.service"
 sed -e "s|@GROUP@|$group|g" "$src/systemd/sandbox-supervisor.socket" > "$units/sandbox-supervisor.socket"
 

@@ -42,6 +42,10 @@ describe('install.sh', () => {
     expect(verify.status).toBe(0);
     // The installed copy runs on its own: the CLI and the daemon's native helper load.
     expect(execFileSync(process.execPath, [join(lib, 'dist/cli/sbx.js'), '--version'], { encoding: 'utf8' }).trim()).toMatch(/^\d+\.\d+\.\d+$/);
+    // The sbx wrapper goes through the launcher, which starts the copied startup snapshot.
+    expect(readFileSync(join(root, 'usr/local/bin/sbx'), 'utf8')).toBe('#!/bin/sh\nexec /usr/local/lib/sandbox-supervisor/dist/cli/sbx "$@"\n');
+    expect(existsSync(join(lib, 'dist/cli/sbx.blob'))).toBe(true);
+    expect(execFileSync(join(lib, 'dist/cli/sbx'), ['--version'], { encoding: 'utf8' }).trim()).toMatch(/^\d+\.\d+\.\d+$/);
     expect(execFileSync(process.execPath, ['-e', `import('${join(lib, 'dist/supervisor/native.js')}').then((m) => console.log(typeof m.native().peerCred, m.execShimPath()))`], { encoding: 'utf8' }).trim()).toBe(`function ${join(lib, 'native-helpers/build/Release/sbx-exec-shim')}`);
     install('--root', root, '--uninstall');
     expect(existsSync(lib)).toBe(false);

@@ -11,6 +11,8 @@ import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from './cgroup-clea
 
 export const ROOT = resolve(import.meta.dirname, '../..');
 export const SBX = join(ROOT, 'dist/cli/sbx.js');
+/** The `sbx` bin as users run it: the launcher (cli/sbx-launcher.sh), which starts the startup snapshot. */
+export const SBX_BIN = join(ROOT, 'dist/cli/sbx');
 export const DAEMON = join(ROOT, 'dist/supervisor/main.js');
 /** Small programs the tests run, named for what they do (test/fixtures/programs/). */
 export const PROGRAMS = join(ROOT, 'test/fixtures/programs');
@@ -98,10 +100,10 @@ function readdirSafe(dir: string): string[] {
   }
 }
 
-/** Runs sbx with args against the supervisor at socketPath; resolves with its status and exact bytes. */
+/** Runs sbx (the bin, as users do: SBX_BIN) with args against the supervisor at socketPath; resolves with its status and exact bytes. */
 export function runSbx(socketPath: string, args: string[], opts: { input?: Buffer | string; cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<SbxResult> {
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [SBX, ...args], {
+    const child = spawn(SBX_BIN, args, {
       cwd: opts.cwd ?? '/',
       env: { ...process.env, SBX_SOCKET: socketPath, ...opts.env },
       stdio: ['pipe', 'pipe', 'pipe'],
@@ -215,7 +217,7 @@ export class TestDaemon {
 
   /** sbx synchronously (for simple calls in assertions). */
   sbxSync(args: string[]): SbxResult {
-    const r = spawnSync(process.execPath, [SBX, ...args], { env: { ...process.env, SBX_SOCKET: this.socketPath }, cwd: this.dir });
+    const r = spawnSync(SBX_BIN, args, { env: { ...process.env, SBX_SOCKET: this.socketPath }, cwd: this.dir });
     return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
   }
 

@@ -1,0 +1,102 @@
+// The `sbx` bin is a launcher (cli/sbx-launcher.sh) that starts the CLI from a V8 startup
+// snapshot (scripts/build/sbx-snapshot.mjs) when the node that made it is there, else from
+// sbx.js. Both paths, as users reach them (directly, through a symlink as npx does, a stale
+// snapshot), give the same bytes and statuses; signals reach the session; the commands the
+// snapshot leaves out (verify) start from sbx.js.
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { VERSION } from '../../ipc/version.js';
+import { ROOT, SBX_BIN, TestDaemon, until } from '../helpers/daemon.js';
+
+let daemon: TestDaemon;
+let tmp: string;
+beforeAll(async () => {
+  daemon = await new TestDaemon().start();
+  tmp = mkdtempSync(join(tmpdir(), 'sbx-launcher-'));
+});
+afterAll(async () => {
+  rmSync(tmp, { recursive: true, force: true });
+  expect(await daemon.stop()).toEqual({ code: 0, signal: null });
+});
+
+const env = () => ({ ...process.env, SBX_SOCKET: daemon.socketPath });
+
+/** Starts `bin run -- sleep 30`, returns it once the session runs, with what its process runs (/proc/PID/cmdline). */
+async function running(bin: string): Promise<{ child: ReturnType<typeof spawn>; cmdline: string[]; sessionId: string }> {
+  const key = `launcher-${Math.random().toString(36).slice(2)}`;
+  const child = spawn(bin, ['run', '--key', key, '--', 'sleep', '30'], { env: env(), stdio: ['ignore', 'pipe', 'pipe'] });
+  const client = await daemon.client();
+  const row = await until(async () => (await client.ps(true)).sessions.find((s) => s.invocation_key === key && s.state === 'running'), 'the session to run');
+  const cmdline = readFileSync(`/proc/${child.pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+  client.close();
+  return { child, cmdline, sessionId: row.session_id };
+}
+
+describe('the sbx launcher', () => {
+  it('starts from the snapshot made by this node (named in sbx.blob.node), directly and through a symlink', async () => {
+    expect(readFileSync(join(ROOT, 'dist/cli/sbx.blob.node'), 'utf8').split('\n')[0]).toBe(process.execPath);
+    expect(execFileSync(SBX_BIN, ['--version'], { encoding: 'utf8' })).toBe(`${VERSION}\n`);
+    const link = join(tmp, 'bin');
+    mkdirSync(link);
+    symlinkSync(SBX_BIN, join(link, 'sbx'));
+    for (const bin of [SBX_BIN, join(link, 'sbx')]) {
+      const { child, cmdline } = await running(bin);
+      expect(cmdline.slice(0, 4)).toEqual([process.execPath, '--snapshot-blob', join(ROOT, 'dist/cli/sbx.blob'), '--']);
+      child.kill('SIGKILL');
+      await until(() => child.exitCode !== null || child.signalCode !== null, 'sbx to be gone');
+    }
+  });
+
+  it('from the snapshot: exact bytes on both streams, the exit status, arguments with spaces and a second --', () => {
+    const r = spawnSync(SBX_BIN, ['run', '--', 'sh', '-c', 'printf "%s|" "$@"; printf err >&2; exit 7', 'sh', 'a b', '--', '-x'], { env: env() });
+    expect(r.stdout.toString()).toBe('a b|--|-x|');
+    expect(r.stderr.toString()).toBe('err');
+    expect(r.status).toBe(7);
+  });
+
+  it('from the snapshot: SIGTERM to sbx is sent on to the session, which ends by it', async () => {
+    const { child, sessionId } = await running(SBX_BIN);
+    child.kill('SIGTERM');
+    await until(() => child.exitCode !== null, 'sbx to exit with the session');
+    expect(child.exitCode).toBe(128 + 15);
+    const receipt = await (await daemon.client()).wait({ session_id: sessionId });
+    expect(receipt.exit).toEqual({ code: null, signal: 'SIGTERM' });
+  });
+
+  it('verify starts from sbx.js (the snapshot leaves its modules out) and checks a receipt', async () => {
+    const file = join(tmp, 'receipt.json');
+    const r = spawnSync(SBX_BIN, ['run', '--receipt', file, '--', 'true'], { env: env() });
+    expect(r.status).toBe(0);
+    const v = spawnSync(SBX_BIN, ['verify', file, '--state-dir', daemon.stateDir], { env: env(), encoding: 'utf8' });
+    expect(v.stderr).toBe('');
+    expect(v.stdout).toMatch(/^OK: signed by /);
+    expect(v.status).toBe(0);
+  });
+
+  it('a snapshot made by another node, or older than this node: starts from sbx.js, same bytes and status', async () => {
+    // A copy of the build whose stamp or blob no longer fits.
+    const copy = join(tmp, 'copy');
+    mkdirSync(copy);
+    cpSync(join(ROOT, 'dist'), join(copy, 'dist'), { recursive: true });
+    copyFileSync(join(ROOT, 'package.json'), join(copy, 'package.json'));
+    symlinkSync(join(ROOT, 'node_modules'), join(copy, 'node_modules'));
+    const bin = join(copy, 'dist/cli/sbx');
+    for (const stale of ['another node', 'older than node'] as const) {
+      if (stale === 'another node') writeFileSync(join(copy, 'dist/cli/sbx.blob.node'), '/nonexistent/node\nv0.0.0\n');
+      else {
+        writeFileSync(join(copy, 'dist/cli/sbx.blob.node'), `${process.execPath}\n${process.version}\n`);
+        utimesSync(join(copy, 'dist/cli/sbx.blob'), new Date(0), new Date(0));
+      }
+      const { child, cmdline } = await running(bin);
+      expect(cmdline.slice(1)).toEqual([join(copy, 'dist/cli/sbx.js'), 'run', '--key', expect.any(String), '--', 'sleep', '30']);
+      child.kill('SIGKILL');
+      await until(() => child.exitCode !== null || child.signalCode !== null, 'sbx to be gone');
+      const r = spawnSync(bin, ['run', '--', 'sh', '-c', 'printf out; exit 4'], { env: env() });
+      expect(r.stdout.toString()).toBe('out');
+      expect(r.status).toBe(4);
+    }
+  });
+});
