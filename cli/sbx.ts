@@ -877,7 +877,7 @@ function main(argv: string[]): void {
   program.parseAsync(argv).catch((err: unknown) => fail(describe(err)));
 }
 
-// Built into a V8 startup snapshot (scripts/build-sbx-snapshot.mjs), the start waits for the
+// Built into a V8 startup snapshot (scripts/build/sbx-snapshot.mjs), the start waits for the
 // process that deserializes it: there process.argv is (node, args...), without a script.
 if (startupSnapshot.isBuildingSnapshot()) startupSnapshot.setDeserializeMainFunction(() => main([process.argv[0]!, 'sbx', ...process.argv.slice(1)]));
 else main(process.argv);
