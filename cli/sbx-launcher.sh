@@ -4,15 +4,19 @@
 # modules are already loaded (node --snapshot-blob: Node 20's "Startup snapshot API"), so a
 # command does not pay for loading them again: `sbx --version` starts in about the time of
 # `node -e 0`. The snapshot is made by the build with the node named in sbx.blob.node, and
-# only that node may read it: a missing blob, another node, or a node newer than the blob
-# (upgraded in place) start the CLI from sbx.js instead, as does a command whose modules the
+# only that very node binary, with V8's configuration untouched, may read it (else node exits
+# 14: "Failed to load the startup snapshot"). So the CLI starts from sbx.js instead when there
+# is no blob, when the node is not the same file as at build time (device, inode, size and
+# mtime: an upgrade replaces it), when NODE_OPTIONS is set (V8 flags such as
+# --max-old-space-size change the configuration), and for the commands whose modules the
 # snapshot leaves out (verify, restore, checkpoints: a snapshot's main cannot import()).
 self=$0
 if [ -L "$self" ]; then self=$(readlink -f -- "$self"); fi
 case $self in */*) here=${self%/*} ;; *) here=. ;; esac
-node=
-if [ -r "$here/sbx.blob.node" ]; then read -r node < "$here/sbx.blob.node"; fi
-if [ -n "$node" ] && [ -x "$node" ] && [ -r "$here/sbx.blob" ] && [ ! "$node" -nt "$here/sbx.blob" ]; then
+node= version= identity=
+if [ -r "$here/sbx.blob.node" ]; then { read -r node; read -r version; read -r identity; } < "$here/sbx.blob.node"; fi
+if [ -z "${NODE_OPTIONS:-}" ] && [ -n "$identity" ] && [ -x "$node" ] && [ -r "$here/sbx.blob" ] &&
+  [ "$(stat -L -c '%d:%i:%s:%Y' -- "$node" 2>/dev/null)" = "$identity" ]; then
   # The command: the first word that is not a global option (--socket takes a value).
   cmd=
   skip=

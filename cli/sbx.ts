@@ -20,7 +20,7 @@
 // argument and environment bytes.
 import { isUtf8 } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeSync } from 'node:fs';
 import { join, resolve as resolvePath } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { startupSnapshot } from 'node:v8';
@@ -328,7 +328,8 @@ sub('run')
       linger: o.linger,
       on_disconnect: o.onDisconnect,
       user: o.user,
-      pty: o.pty ? { cols: o.cols ?? process.stdout.columns ?? 80, rows: o.rows ?? process.stdout.rows ?? 24 } : undefined,
+      // A terminal that reports 0x0 (some consoles and CI ptys) counts as none: 80x24.
+      pty: o.pty ? { cols: o.cols ?? (process.stdout.columns || 80), rows: o.rows ?? (process.stdout.rows || 24) } : undefined,
       stdin: o.stdin,
     }, Boolean(o.detach), say);
     if (o.detach) {
@@ -349,6 +350,7 @@ sub('run')
     }
     const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx' }, client);
     forwardSignals(conn, launched.session_id);
+    attachedSession = launched.session_id;
     const sel = { session_id: launched.session_id };
     let receipt: Receipt;
     if (o.pty && process.stdout.isTTY) {
@@ -381,7 +383,10 @@ sub('run')
     }
     if (receipt.spawn_error) {
       const why = { ENOENT: 'not found', ENOTDIR: 'not found', EACCES: 'permission denied', ENOEXEC: 'exec format error', E2BIG: 'argument list too long' }[receipt.spawn_error.code];
-      process.stderr.write(`sbx: ${cmd[0]}: ${why ?? receipt.spawn_error.code} (${receipt.spawn_error.stage} failed: ${receipt.spawn_error.code})\n`);
+      // Stage spawn: the supervisor could not start the exec shim at all (its log says why);
+      // the command itself was never looked up.
+      if (receipt.spawn_error.stage === 'spawn') process.stderr.write(`sbx: ${cmd[0]}: the supervisor could not start it (spawn failed: ${receipt.spawn_error.code}; its log says why)\n`);
+      else process.stderr.write(`sbx: ${cmd[0]}: ${why ?? receipt.spawn_error.code} (${receipt.spawn_error.stage} failed: ${receipt.spawn_error.code})\n`);
     }
     // What the exit status cannot say: bytes that were not stored, a status nobody saw.
     if (receipt.outcome === 'owner_lost') {
@@ -805,6 +810,8 @@ sub('close')
  * kernel's ARG_MAX). Only the first is left for commander to see. null: no `--`.
  */
 let commandArgv: string[] | null = null;
+/** The session `sbx run` is attached to, once launched (for the EPIPE message in main). */
+let attachedSession: string | null = null;
 
 /** Takes the command after `--` (commandArgv) and checks every argument is UTF-8; argv as process.argv (node, script, args...). */
 function takeArguments(argv: string[]): void {
@@ -869,8 +876,16 @@ function main(argv: string[]): void {
   // SIGPIPE would (128 + 13). The session, if any, goes on: the supervisor owns it.
   for (const out of [process.stdout, process.stderr]) {
     out.on('error', (err: NodeJS.ErrnoException) => {
-      if (err.code === 'EPIPE') process.exit(141);
-      throw err;
+      if (err.code !== 'EPIPE') throw err;
+      // `sbx run -- yes | head -1`: say once that the session goes on (docker run's does too).
+      if (attachedSession && out === process.stdout) {
+        try {
+          writeSync(2, `sbx: stdout was closed; session ${attachedSession} goes on (sbx cancel ${attachedSession} ends it)\n`);
+        } catch {
+          // stderr is gone too
+        }
+      }
+      process.exit(141);
     });
   }
   takeArguments(argv);

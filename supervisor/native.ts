@@ -111,7 +111,7 @@ export function native(): NativeHelpers {
   throw new Error(`native helper not found (run npm ci, which builds it with node-gyp); looked in:\n  ${errors.join('\n  ')}`);
 }
 
-/** Absolute path of the sbx-exec-shim executable; throws naming every path tried. */
+/** Absolute path of the sbx-exec-shim executable; throws (code ENOENT) naming every path tried. */
 export function execShimPath(): string {
   const tried: string[] = [];
   for (const dir of buildDirs) {
@@ -123,5 +123,6 @@ export function execShimPath(): string {
       tried.push(path);
     }
   }
-  throw new Error(`exec shim not found (run npm ci); looked in: ${tried.join(', ')}`);
+  // ENOENT, so a session that cannot start for it says so in its receipt (spawn_error), not EUNKNOWN.
+  throw Object.assign(new Error(`exec shim not found (run npm ci); looked in: ${tried.join(', ')}`), { code: 'ENOENT', errno: -2 });
 }

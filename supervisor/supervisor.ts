@@ -273,12 +273,13 @@ export class Supervisor {
     if (this.stopping) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping');
     if (!isAbsolute(params.cwd)) throw new SupervisorError('INVALID_ARGUMENT', `cwd must be absolute: ${params.cwd}`);
     let cwdIsDir = false;
+    let cwdError = '';
     try {
       cwdIsDir = statSync(params.cwd).isDirectory();
-    } catch {
-      // reported below
+    } catch (err) {
+      cwdError = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'does not exist' : `cannot be looked up (${(err as NodeJS.ErrnoException).code})`;
     }
-    if (!cwdIsDir) throw new SupervisorError('INVALID_ARGUMENT', `cwd is not a directory: ${params.cwd}`);
+    if (!cwdIsDir) throw new SupervisorError('INVALID_ARGUMENT', `cwd ${cwdError || 'is not a directory'}: ${params.cwd}`);
     const env = params.env ?? {};
     const userSpec = params.user ?? (this.config.session.user !== undefined ? String(this.config.session.user) : null);
     const sessionUser = userSpec === null ? null : lookupUser(userSpec);

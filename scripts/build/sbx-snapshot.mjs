@@ -4,11 +4,11 @@
 // imports lazily (verify, restore, checkpoints: they start from sbx.js), bundled into one
 // script by esbuild; dist/cli/sbx.blob, a V8 startup snapshot of it (node --build-snapshot,
 // https://nodejs.org/docs/latest-v20.x/api/cli.html#--build-snapshot), valid for this node
-// only, which dist/cli/sbx.blob.node names; dist/cli/sbx, the launcher (cli/sbx-launcher.sh)
+// only, which dist/cli/sbx.blob.node names and identifies; dist/cli/sbx, the launcher (cli/sbx-launcher.sh)
 // that starts it. When the snapshot cannot be made, the blob is left out with a warning and
 // the launcher starts sbx.js: the build does not fail for it.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, copyFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -40,7 +40,10 @@ try {
     logLevel: 'warning',
   });
   execFileSync(process.execPath, ['--snapshot-blob', blob, '--build-snapshot', bundle], { stdio: ['ignore', 'ignore', 'pipe'] });
-  writeFileSync(stamp, `${process.execPath}\n${process.version}\n`);
+  // The node that made it, as the launcher checks it: path, version, and the file's identity
+  // (st_dev:st_ino:st_size:st_mtime, as stat -L -c '%d:%i:%s:%Y' prints it).
+  const st = statSync(process.execPath);
+  writeFileSync(stamp, `${process.execPath}\n${process.version}\n${st.dev}:${st.ino}:${st.size}:${Math.floor(st.mtimeMs / 1000)}\n`);
 } catch (err) {
   rmSync(blob, { force: true });
   const detail = err.stderr ? String(err.stderr).trim() : err.message;

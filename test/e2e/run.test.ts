@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../../ipc/protocol.js';
-import { SBX, type SbxResult, sha256, TestDaemon, until } from '../helpers/daemon.js';
+import { SBX, SBX_BIN, type SbxResult, sha256, TestDaemon, until } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;
 beforeAll(async () => {
@@ -171,6 +171,18 @@ describe('sbx run', () => {
     expect(r.stderr).toBe('');
   });
 
+  it("sbx run's reader going away (sbx run -- ... | head -1): one line says the session goes on", async () => {
+    const key = 'K-reader-gone';
+    const r = spawnSync('sh', ['-c', `${SBX_BIN} run --key ${key} -- sh -c 'while :; do echo y; sleep 0.01; done' | head -1`], { env: { ...process.env, SBX_SOCKET: daemon.socketPath }, encoding: 'utf8' });
+    const client = await daemon.client();
+    const row = (await client.ps(true)).sessions.find((s) => s.invocation_key === key)!;
+    expect(r.stdout).toBe('y\n');
+    expect(r.stderr).toBe(`sbx: stdout was closed; session ${row.session_id} goes on (sbx cancel ${row.session_id} ends it)\n`);
+    expect(row.state).toBe('running'); // --on-disconnect continue, the default
+    expect((await daemon.sbx(['cancel', row.session_id])).status).toBe(0);
+    await client.wait({ session_id: row.session_id });
+  });
+
   it('says why a command could not start', async () => {
     const r = await daemon.sbx(['run', '--', 'sbx-no-such-command']);
     expect(r.status).toBe(127);
@@ -180,6 +192,22 @@ describe('sbx run', () => {
   it('resolves a relative --cwd against the CLI working directory', async () => {
     const r = await daemon.sbx(['run', '--cwd', '.', '--', 'pwd']);
     expect(r.stdout.toString()).toBe(`${daemon.dir}\n`);
+  });
+
+  it('a --cwd that does not exist, and one that is a file, are refused naming which (125)', async () => {
+    const missing = await daemon.sbx(['run', '--cwd', '/nonexistent-sbx-dir', '--', 'true']);
+    expect(missing.status).toBe(125);
+    expect(missing.stderr.toString()).toBe('sbx: INVALID_ARGUMENT: cwd does not exist: /nonexistent-sbx-dir\n');
+    const file = await daemon.sbx(['run', '--cwd', '/etc/passwd', '--', 'true']);
+    expect(file.status).toBe(125);
+    expect(file.stderr.toString()).toBe('sbx: INVALID_ARGUMENT: cwd is not a directory: /etc/passwd\n');
+  });
+
+  it('--pty from a terminal that reports 0x0 (some consoles and CI ptys) gets 80x24, not a refusal', () => {
+    // script(1) gives sbx a terminal; stty sets its size to 0x0 first.
+    const r = spawnSync('script', ['-qec', `stty cols 0 rows 0; ${SBX_BIN} run --pty -- stty size`, '/dev/null'], { env: { ...process.env, SBX_SOCKET: daemon.socketPath }, encoding: 'utf8' });
+    expect(r.stdout.replace(/\r/g, '')).toBe('24 80\n');
+    expect(r.status).toBe(0);
   });
 
   it('status reports version, generation, mode and sessions', async () => {

@@ -4,7 +4,7 @@
 // snapshot), give the same bytes and statuses; signals reach the session; the commands the
 // snapshot leaves out (verify) start from sbx.js.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -25,9 +25,9 @@ afterAll(async () => {
 const env = () => ({ ...process.env, SBX_SOCKET: daemon.socketPath });
 
 /** Starts `bin run -- sleep 30`, returns it once the session runs, with what its process runs (/proc/PID/cmdline). */
-async function running(bin: string): Promise<{ child: ReturnType<typeof spawn>; cmdline: string[]; sessionId: string }> {
+async function running(bin: string, extraEnv: NodeJS.ProcessEnv = {}): Promise<{ child: ReturnType<typeof spawn>; cmdline: string[]; sessionId: string }> {
   const key = `launcher-${Math.random().toString(36).slice(2)}`;
-  const child = spawn(bin, ['run', '--key', key, '--', 'sleep', '30'], { env: env(), stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(bin, ['run', '--key', key, '--', 'sleep', '30'], { env: { ...env(), ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
   const client = await daemon.client();
   const row = await until(async () => (await client.ps(true)).sessions.find((s) => s.invocation_key === key && s.state === 'running'), 'the session to run');
   const cmdline = readFileSync(`/proc/${child.pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
@@ -76,7 +76,19 @@ describe('the sbx launcher', () => {
     expect(v.status).toBe(0);
   });
 
-  it('a snapshot made by another node, or older than this node: starts from sbx.js, same bytes and status', async () => {
+  it('NODE_OPTIONS set (a V8 flag would make node refuse the snapshot, exit 14): starts from sbx.js, same bytes and status', async () => {
+    const opts = { NODE_OPTIONS: '--max-old-space-size=4096' };
+    const { child, cmdline } = await running(SBX_BIN, opts);
+    expect(cmdline.slice(1, 3)).toEqual([join(ROOT, 'dist/cli/sbx.js'), 'run']);
+    child.kill('SIGKILL');
+    await until(() => child.exitCode !== null || child.signalCode !== null, 'sbx to be gone');
+    const r = spawnSync(SBX_BIN, ['run', '--', 'sh', '-c', 'printf out; exit 4'], { env: { ...env(), ...opts } });
+    expect(r.stderr.toString()).toBe('');
+    expect(r.stdout.toString()).toBe('out');
+    expect(r.status).toBe(4);
+  });
+
+  it('a snapshot made by another node, or by a node file since replaced (an upgrade): starts from sbx.js, same bytes and status', async () => {
     // A copy of the build whose stamp or blob no longer fits.
     const copy = join(tmp, 'copy');
     mkdirSync(copy);
@@ -84,12 +96,12 @@ describe('the sbx launcher', () => {
     copyFileSync(join(ROOT, 'package.json'), join(copy, 'package.json'));
     symlinkSync(join(ROOT, 'node_modules'), join(copy, 'node_modules'));
     const bin = join(copy, 'dist/cli/sbx');
-    for (const stale of ['another node', 'older than node'] as const) {
-      if (stale === 'another node') writeFileSync(join(copy, 'dist/cli/sbx.blob.node'), '/nonexistent/node\nv0.0.0\n');
-      else {
-        writeFileSync(join(copy, 'dist/cli/sbx.blob.node'), `${process.execPath}\n${process.version}\n`);
-        utimesSync(join(copy, 'dist/cli/sbx.blob'), new Date(0), new Date(0));
-      }
+    const [, , identity] = readFileSync(join(ROOT, 'dist/cli/sbx.blob.node'), 'utf8').split('\n');
+    for (const stale of ['another node', 'the node file replaced'] as const) {
+      // (the identity is st_dev:st_ino:st_size:st_mtime; another inode stands for a replaced file)
+      const [dev, ino, size, mtime] = identity!.split(':');
+      const stamp = stale === 'another node' ? `/nonexistent/node\nv0.0.0\n${identity}\n` : `${process.execPath}\n${process.version}\n${dev}:${Number(ino) + 1}:${size}:${mtime}\n`;
+      writeFileSync(join(copy, 'dist/cli/sbx.blob.node'), stamp);
       const { child, cmdline } = await running(bin);
       expect(cmdline.slice(1)).toEqual([join(copy, 'dist/cli/sbx.js'), 'run', '--key', expect.any(String), '--', 'sleep', '30']);
       child.kill('SIGKILL');
