@@ -481,6 +481,10 @@ sub('verify')
       const streams = Object.entries(receipt.output).map(([n, s]) => `${n} ${s!.final_cursor} bytes`).join(', ');
       process.stdout.write(`OK: signed by ${receipt.signature!.key_id}${o.stateDir ? `; stored output matches (${streams})` : ''}\n`);
     } else for (const p of problems) process.stdout.write(`MISMATCH: ${p}\n`);
+    // Another key than the receipt's: say which one was taken when none was named.
+    if (!o.key && !g.json && receipt.signature && problems.some((p) => p.includes('the key checked against'))) {
+      process.stderr.write(`sbx: the key checked against is ${keyFile} (${o.stateDir ? 'in --state-dir' : "the default state dir's"}); a receipt from another supervisor needs its key: --key FILE or --state-dir DIR\n`);
+    }
     process.exitCode = problems.length === 0 ? 0 : 1;
   });
 

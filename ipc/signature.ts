@@ -86,7 +86,7 @@ export function verifySignatureOver(signature: Receipt['signature'], covered: ()
   }
   const problems: string[] = [];
   const keyId = keyIdOf(key);
-  if (sig.key_id !== keyId) problems.push(`signed by key ${sig.key_id}, but the key given is ${keyId}`);
+  if (sig.key_id !== keyId) problems.push(`signed by key ${sig.key_id}, but the key checked against is ${keyId}`);
   else if (!verifySig(null, covered(), key, Buffer.from(sig.value, 'base64'))) {
     problems.push('the signature does not match the receipt: a field was changed after signing');
   }

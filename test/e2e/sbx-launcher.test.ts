@@ -4,6 +4,7 @@
 // snapshot), give the same bytes and statuses; signals reach the session; the commands the
 // snapshot leaves out (verify) start from sbx.js.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { generateKeyPairSync } from 'node:crypto';
 import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -74,6 +75,14 @@ describe('the sbx launcher', () => {
     expect(v.stderr).toBe('');
     expect(v.stdout).toMatch(/^OK: signed by /);
     expect(v.status).toBe(0);
+    // Against another state dir's key: MISMATCH, and which key file was taken.
+    const other = join(tmp, 'other-state');
+    mkdirSync(other);
+    writeFileSync(join(other, 'receipt-key.pub'), generateKeyPairSync('ed25519').publicKey.export({ type: 'spki', format: 'pem' }));
+    const w = spawnSync(SBX_BIN, ['verify', file, '--state-dir', other], { env: env(), encoding: 'utf8' });
+    expect(w.stdout).toMatch(/^MISMATCH: signed by key sha256:[0-9a-f]+, but the key checked against is sha256:[0-9a-f]+\n/);
+    expect(w.stderr).toBe(`sbx: the key checked against is ${join(other, 'receipt-key.pub')} (in --state-dir); a receipt from another supervisor needs its key: --key FILE or --state-dir DIR\n`);
+    expect(w.status).toBe(1);
   });
 
   it('NODE_OPTIONS set (a V8 flag would make node refuse the snapshot, exit 14): starts from sbx.js, same bytes and status', async () => {
