@@ -5,7 +5,7 @@
 // snapshot leaves out (verify) start from sbx.js.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
-import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -91,10 +91,55 @@ describe('the sbx launcher', () => {
     expect(cmdline.slice(1, 3)).toEqual([join(ROOT, 'dist/cli/sbx.js'), 'run']);
     child.kill('SIGKILL');
     await until(() => child.exitCode !== null || child.signalCode !== null, 'sbx to be gone');
-    const r = spawnSync(SBX_BIN, ['run', '--', 'sh', '-c', 'printf out; exit 4'], { env: { ...env(), ...opts } });
+    // --inherit-env passes NODE_OPTIONS on to the command unchanged.
+    const r = spawnSync(SBX_BIN, ['run', '--inherit-env', '--', 'sh', '-c', 'printf "%s" "$NODE_OPTIONS"; printf err >&2; exit 4'], { env: { ...env(), ...opts } });
+    expect(r.stderr.toString()).toBe('err');
+    expect(r.stdout.toString()).toBe('--max-old-space-size=4096');
+    expect(r.status).toBe(4);
+    // An empty NODE_OPTIONS is none: the snapshot.
+    const empty = await running(SBX_BIN, { NODE_OPTIONS: '' });
+    expect(empty.cmdline.slice(1, 3)).toEqual(['--snapshot-blob', join(ROOT, 'dist/cli/sbx.blob')]);
+    empty.child.kill('SIGKILL');
+    await until(() => empty.child.exitCode !== null || empty.child.signalCode !== null, 'sbx to be gone');
+  });
+
+  it('the stamped node replaced in place (a new file renamed over it, as dpkg installs, whatever its mtime): starts from sbx.js, same bytes and status', async () => {
+    const copy = join(tmp, 'replaced');
+    mkdirSync(copy);
+    cpSync(join(ROOT, 'dist'), join(copy, 'dist'), { recursive: true });
+    copyFileSync(join(ROOT, 'package.json'), join(copy, 'package.json'));
+    symlinkSync(join(ROOT, 'node_modules'), join(copy, 'node_modules'));
+    const bin = join(copy, 'dist/cli/sbx');
+    // The node the stamp names, at a path of the copy's own: this node, through a script.
+    const node = join(copy, 'node');
+    const upgraded = `#!/bin/sh\nexec ${process.execPath} --stack-size=900 "$@"\n`;
+    const original = `#!/bin/sh\nexec ${process.execPath} "$@"\n`;
+    // The same size as its replacement (a comment fills it): only the inode tells them apart.
+    writeFileSync(node, original.replace('\n', `\n#${'x'.repeat(upgraded.length - original.length - 2)}\n`));
+    chmodSync(node, 0o755);
+    const mtime = new Date('2026-01-01T00:00:00Z');
+    utimesSync(node, mtime, mtime);
+    const st = statSync(node);
+    writeFileSync(join(copy, 'dist/cli/sbx.blob.node'), `${node}\n${process.version}\n${st.dev}:${st.ino}:${st.size}:${Math.floor(st.mtimeMs / 1000)}\n`);
+    const before = await running(bin);
+    expect(before.cmdline.slice(0, 4)).toEqual([process.execPath, '--snapshot-blob', join(copy, 'dist/cli/sbx.blob'), '--']);
+    before.child.kill('SIGKILL');
+    await until(() => before.child.exitCode !== null || before.child.signalCode !== null, 'sbx to be gone');
+    // Upgraded in place: a new file, same size and mtime, renamed over it. A V8 flag makes it
+    // a node that refuses the old snapshot as another version's would (exit 14).
+    writeFileSync(`${node}.new`, upgraded);
+    expect(statSync(`${node}.new`).size).toBe(st.size);
+    chmodSync(`${node}.new`, 0o755);
+    utimesSync(`${node}.new`, mtime, mtime);
+    renameSync(`${node}.new`, node);
+    const r = spawnSync(bin, ['run', '--', 'sh', '-c', 'printf out; exit 4'], { env: env() });
     expect(r.stderr.toString()).toBe('');
     expect(r.stdout.toString()).toBe('out');
     expect(r.status).toBe(4);
+    const after = await running(bin);
+    expect(after.cmdline.slice(0, 3)).toEqual([process.execPath, '--stack-size=900', join(copy, 'dist/cli/sbx.js')]);
+    after.child.kill('SIGKILL');
+    await until(() => after.child.exitCode !== null || after.child.signalCode !== null, 'sbx to be gone');
   });
 
   it('a snapshot made by another node, or by a node file since replaced (an upgrade): starts from sbx.js, same bytes and status', async () => {
