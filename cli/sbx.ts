@@ -378,6 +378,7 @@ sub('run')
       };
       await Promise.all(outputs.map((p) => p.catch(outputRemoved)));
       receipt = await waiting;
+      attachedSession = null; // ended: nothing goes on
     } catch (err) {
       fail(describe(err));
     }
