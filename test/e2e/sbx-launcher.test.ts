@@ -36,6 +36,16 @@ async function running(bin: string, extraEnv: NodeJS.ProcessEnv = {}): Promise<{
   return { child, cmdline, sessionId: row.session_id };
 }
 
+/** A copy of the build in tmp/name (dist and package.json copied, node_modules linked); returns its root. */
+function copyOfBuild(name: string): string {
+  const copy = join(tmp, name);
+  mkdirSync(copy);
+  cpSync(join(ROOT, 'dist'), join(copy, 'dist'), { recursive: true });
+  copyFileSync(join(ROOT, 'package.json'), join(copy, 'package.json'));
+  symlinkSync(join(ROOT, 'node_modules'), join(copy, 'node_modules'));
+  return copy;
+}
+
 describe('the sbx launcher', () => {
   it('starts from the snapshot made by this node (named in sbx.blob.node), directly and through a symlink', async () => {
     expect(readFileSync(join(ROOT, 'dist/cli/sbx.blob.node'), 'utf8').split('\n')[0]).toBe(process.execPath);
@@ -104,11 +114,7 @@ describe('the sbx launcher', () => {
   });
 
   it('the stamped node replaced in place (a new file renamed over it, as dpkg installs, whatever its mtime): starts from sbx.js, same bytes and status', async () => {
-    const copy = join(tmp, 'replaced');
-    mkdirSync(copy);
-    cpSync(join(ROOT, 'dist'), join(copy, 'dist'), { recursive: true });
-    copyFileSync(join(ROOT, 'package.json'), join(copy, 'package.json'));
-    symlinkSync(join(ROOT, 'node_modules'), join(copy, 'node_modules'));
+    const copy = copyOfBuild('replaced');
     const bin = join(copy, 'dist/cli/sbx');
     // The node the stamp names, at a path of the copy's own: this node, through a script.
     const node = join(copy, 'node');
@@ -143,12 +149,8 @@ describe('the sbx launcher', () => {
   });
 
   it('a snapshot made by another node, or by a node file since replaced (an upgrade): starts from sbx.js, same bytes and status', async () => {
-    // A copy of the build whose stamp or blob no longer fits.
-    const copy = join(tmp, 'copy');
-    mkdirSync(copy);
-    cpSync(join(ROOT, 'dist'), join(copy, 'dist'), { recursive: true });
-    copyFileSync(join(ROOT, 'package.json'), join(copy, 'package.json'));
-    symlinkSync(join(ROOT, 'node_modules'), join(copy, 'node_modules'));
+    // A copy of the build whose stamp no longer fits.
+    const copy = copyOfBuild('copy');
     const bin = join(copy, 'dist/cli/sbx');
     const [, , identity] = readFileSync(join(ROOT, 'dist/cli/sbx.blob.node'), 'utf8').split('\n');
     for (const stale of ['another node', 'the node file replaced'] as const) {
