@@ -204,9 +204,13 @@ async function launchUntilAnswered(g: GlobalOptions, params: LaunchParams, detac
     }
     giveUpAt ??= performance.now() + DEFAULT_RECONNECT_MS;
     say(line);
+    launchRetrying = params.invocation_key ?? '';
     await sleep(delayMs);
   }
 }
+
+/** While `sbx run` waits to send its launch again: the invocation key (a signal then ends sbx: takeSignals). */
+let launchRetrying: string | null = null;
 
 /**
  * A retry answered with an unknown session: one whose receipt is on its way (a restarted
@@ -224,11 +228,23 @@ async function unlessPending(client: SupervisorClient, launched: LaunchResult, s
 
 /**
  * SIGINT/SIGTERM/SIGHUP/SIGQUIT to sbx run are sent on to every process of the session; a
- * second SIGINT detaches (the session runs on) and exits 130.
+ * second SIGINT detaches (the session runs on) and exits 130. They are taken from the start
+ * of `sbx run`, before the launch is answered (else one sent meanwhile killed sbx and never
+ * reached the session): they wait, then go to the session once `to` names it. While the
+ * launch waits to be sent again (no supervisor answers), a signal ends sbx with 128+N, saying so.
  */
-function forwardSignals(conn: ReconnectingClient, sessionId: string): void {
+function takeSignals(): { to: (conn: ReconnectingClient, sessionId: string) => void } {
+  let target: { conn: ReconnectingClient; sessionId: string } | null = null;
+  const waiting: NodeJS.Signals[] = [];
   let interrupts = 0;
   const forward = (signal: NodeJS.Signals) => {
+    if (!target && launchRetrying !== null) {
+      // Waiting for a supervisor that does not answer: the signal is for sbx, as before.
+      process.stderr.write(`sbx: ${signal} while waiting to launch; a launch that was admitted runs on (sbx run --key ${launchRetrying} finds it)\n`);
+      process.exit(128 + signalNumber(signal));
+    }
+    if (!target) return void waiting.push(signal); // the launch is in flight: its answer names the session
+    const { conn, sessionId } = target;
     if (signal === 'SIGINT' && ++interrupts >= 2) {
       process.stderr.write(`sbx: detached; session ${sessionId} goes on (sbx wait ${sessionId})\n`);
       process.exit(130);
@@ -236,6 +252,12 @@ function forwardSignals(conn: ReconnectingClient, sessionId: string): void {
     conn.current?.request('kill', { session_id: sessionId, signal }).catch(() => {});
   };
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const) process.on(signal, () => forward(signal));
+  return {
+    to: (conn, sessionId) => {
+      target = { conn, sessionId };
+      for (const signal of waiting.splice(0)) forward(signal);
+    },
+  };
 }
 
 const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(bytes < 10 * 2 ** 20 ? 1 : 0)} MiB`;
@@ -315,6 +337,8 @@ sub('run')
       if (!said) process.stderr.write(`${line}\n`);
       said = true;
     };
+    // Signals from now on are the session's (a detached sbx keeps the default actions).
+    const signals = o.detach ? null : takeSignals();
     const { client, launched } = await launchUntilAnswered(g, {
       argv: cmd,
       cwd: resolvePath(o.cwd ?? '.'),
@@ -349,7 +373,7 @@ sub('run')
       }
     }
     const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx' }, client);
-    forwardSignals(conn, launched.session_id);
+    signals?.to(conn, launched.session_id);
     attachedSession = launched.session_id;
     const sel = { session_id: launched.session_id };
     let receipt: Receipt;

@@ -114,6 +114,17 @@ describe('sbx run outlives the supervisor going away before it answers', () => {
     expect(readFileSync(log, 'utf8')).toBe('ran\n');
   });
 
+  it('SIGTERM while it waits for a supervisor that does not answer ends sbx (143), naming the key to find a launch that was admitted', async () => {
+    const d = await daemon();
+    await d.kill9();
+    const key = `refused-term-${randomBytes(4).toString('hex')}`;
+    const run = liveSbx(d, ['run', '--key', key, '--', 'true']);
+    await run.waitingLine();
+    run.child.kill('SIGTERM');
+    expect(await run.exited).toBe(128 + signalNumber('SIGTERM'));
+    expect(run.stderr()).toBe(`sbx: waiting for the supervisor at ${d.socketPath} (ECONNREFUSED); retrying for up to 60 s\nsbx: SIGTERM while waiting to launch; a launch that was admitted runs on (sbx run --key ${key} finds it)\n`);
+  });
+
   it('ENOENT at start (no socket file at all) fails at once with the message, no waiting', async () => {
     const d = await daemon();
     const r = await d.sbx(['run', '--socket', join(d.dir, 'no-such.sock'), '--', 'true']);
