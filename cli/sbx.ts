@@ -413,7 +413,10 @@ sub('run')
       if (receipt.spawn_error.stage === 'spawn') process.stderr.write(`sbx: ${cmd[0]}: the supervisor could not start it (spawn failed: ${receipt.spawn_error.code}; its log says why)\n`);
       else process.stderr.write(`sbx: ${cmd[0]}: ${why ?? receipt.spawn_error.code} (${receipt.spawn_error.stage} failed: ${receipt.spawn_error.code})\n`);
     }
-    // What the exit status cannot say: bytes that were not stored, a status nobody saw.
+    // What the exit status cannot say: who ended it, bytes that were not stored, a status nobody saw.
+    if (receipt.termination.cause === 'shutdown') {
+      process.stderr.write(`sbx: session ${receipt.session_id} was ended because the supervisor is stopping (${receipt.outcome}, cause shutdown; sbx receipt ${receipt.session_id})\n`);
+    }
     if (receipt.outcome === 'owner_lost') {
       process.stderr.write(`sbx: session ${receipt.session_id}: owner lost (the supervisor that ran it stopped before it ended): its exit status is unknown, death evidence ${receipt.death.evidence} (sbx receipt ${receipt.session_id})\n`);
     } else {

@@ -22,12 +22,14 @@ const ms = (iso: string | null) => Date.parse(iso!);
 
 /** sbx run attached to a daemon's socket; resolves once `ready` is on its stdout. */
 async function attachedRun(socketPath: string, args: string[], ready: string) {
-  const child = spawn(process.execPath, [SBX, 'run', ...args], { env: { ...process.env, SBX_SOCKET: socketPath }, stdio: ['ignore', 'pipe', 'ignore'] });
+  const child = spawn(process.execPath, [SBX, 'run', ...args], { env: { ...process.env, SBX_SOCKET: socketPath }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
+  let err = '';
   child.stdout.on('data', (d) => (out += d));
-  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  child.stderr.on('data', (d) => (err += d));
+  const exited = new Promise<number | null>((r) => child.on('close', (code) => r(code)));
   await until(() => out.includes(ready), 'the session to start');
-  return { child, exited };
+  return { child, exited, stderr: () => err };
 }
 
 async function run(args: string[], argv: string[]) {
@@ -297,10 +299,11 @@ describe('shutdown', () => {
   it('an attached sbx run gets its session\'s end when the supervisor shuts down', async () => {
     const own = await new TestDaemon().start();
     try {
-      const { exited } = await attachedRun(own.socketPath, ['--', 'sh', '-c', 'echo up; sleep 60'], 'up');
+      const { exited, stderr } = await attachedRun(own.socketPath, ['--', 'sh', '-c', 'echo up; sleep 60'], 'up');
       const t0 = Date.now();
       expect(await own.terminate()).toEqual({ code: 0, signal: null });
       expect(await exited).toBe(143); // cancelled by shutdown: 128 + SIGTERM
+      expect(stderr()).toMatch(/^sbx: session s-\S+ was ended because the supervisor is stopping \(cancelled, cause shutdown; sbx receipt s-\S+\)\n$/);
       expect(Date.now() - t0).toBeLessThan(10_000);
     } finally {
       await own.stop();
