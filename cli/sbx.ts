@@ -909,7 +909,7 @@ function main(argv: string[]): void {
   for (const out of [process.stdout, process.stderr]) {
     out.on('error', (err: NodeJS.ErrnoException) => {
       if (err.code !== 'EPIPE') throw err;
-      // `sbx run -- yes | head -1`: say once that the session goes on (docker run's does too).
+      // `sbx run -- yes | head -1`: say once that the session goes on (--on-disconnect continue).
       if (attachedSession && out === process.stdout) {
         try {
           writeSync(2, `sbx: stdout was closed; session ${attachedSession} goes on (sbx cancel ${attachedSession} ends it)\n`);

@@ -47,7 +47,7 @@ async function atTheLimit(daemon: TestDaemon): Promise<void> {
   const fdTable = () => Object.fromEntries(readdirSync(`/proc/${daemon.pid}/fd`).map((n) => [n, (() => { try { return readlinkSync(`/proc/${daemon.pid}/fd/${n}`); } catch { return '?'; } })()]));
   // The fds the supervisor's code opens (pipes, files, sockets, the pty): an epoll instance
   // is only ever a libuv loop's (a thread's own, or spawnSync's), never one of ours. One was
-  // seen left, twice in ~40 runs, after the session-user case; it is reported, not counted.
+  // seen left, twice in about 35 runs, after the session-user case; it is reported, not counted.
   const isEpoll = (what: string) => what === 'anon_inode:[eventpoll]';
   const fds = () => Object.values(fdTable()).filter((what) => !isEpoll(what)).length;
   const c = await daemon.client();
