@@ -3,7 +3,7 @@
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -11,6 +11,7 @@ import { StreamDrain } from '../supervisor/session/drain.js';
 import { HashPool } from '../supervisor/store/hasher.js';
 import { native } from '../supervisor/native.js';
 import { ROOT, until } from './helpers/daemon.js';
+import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from './helpers/cgroup-cleanup.js';
 
 describe('native helper', () => {
   it('makes real O_CLOEXEC pipes and raises their capacity', () => {
@@ -46,6 +47,32 @@ describe('native helper', () => {
         console.log(JSON.stringify([before, native().isChildSubreaper()]));
       });`], { cwd: ROOT }).toString();
     expect(JSON.parse(out)).toEqual([false, true]);
+  });
+
+  it('spawns into a cgroup leaf (clone3 CLONE_INTO_CGROUP, CLONE_VM on x86_64) while other threads run: fds, signals, session, env exact; exec failure named', async (ctx) => {
+    const mount = cgroupMount();
+    if (!mount || process.getuid?.() !== 0) return ctx.skip(); // a leaf of our own needs cgroup2 and root
+    const base = join(mount, `${TEST_CGROUP_PREFIX}spawn-probe-${process.pid}`);
+    mkdirSync(join(base, 'leaf'), { recursive: true });
+    try {
+      const out = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/spawn-probe.ts'), join(base, 'leaf')], { cwd: ROOT }).toString();
+      const result = JSON.parse(out) as { reports: string[]; failure: { code: string; syscall: string }; reapedOk: number; rounds: number[] };
+      expect(result.reports).toHaveLength(100);
+      result.reports.forEach((report, i) => {
+        const lines = report.split('\n');
+        expect(lines.filter((l) => l.startsWith('0::'))).toEqual([`0::/${TEST_CGROUP_PREFIX}spawn-probe-${process.pid}/leaf`]);
+        expect(lines.filter((l) => l.startsWith('Sig'))).toEqual(['SigBlk:\t0000000000000000', 'SigIgn:\t0000000000000000']);
+        expect(lines).toContain('SID=PID'); // setsid: its own session
+        // 0-2 as given (stdout our pipe, the others /dev/null), and none of ours from 3 to 9.
+        expect(lines.find((l) => l.startsWith('FDS')), report).toBe('FDS 0 1 2');
+        expect(lines).toContain(`A=${i}`);
+      });
+      expect(result.failure).toEqual({ code: 'ENOENT', syscall: 'execve' });
+      expect(result.reapedOk).toBe(100);
+      expect(Math.min(...result.rounds)).toBeGreaterThan(0); // the other threads did run meanwhile
+    } finally {
+      await removeCgroupTree(base);
+    }
   });
 
   it('reaps 100 orphans by pid while every child_process exit event still fires', () => {

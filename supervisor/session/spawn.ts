@@ -139,8 +139,8 @@ export class LeaderProcess {
     let spawnError: NodeJS.ErrnoException | null = null;
     try {
       // Spawned by the addon, not child_process. In cgroup mode the shim is born in its leaf
-      // (clone3 CLONE_INTO_CGROUP|CLONE_VFORK: a fork, page tables copied, but no migration
-      // through cgroup.procs, which waits for an RCU grace period: 2-20 ms a launch here);
+      // (clone3 CLONE_INTO_CGROUP|CLONE_VFORK, and CLONE_VM on x86_64: no page tables copied,
+      // no migration through cgroup.procs, which waits for an RCU grace period: 2-20 ms here);
       // else posix_spawn, which shares the page tables until the exec (CLONE_VM|CLONE_VFORK)
       // where libuv forks. Detached (its own session and process group, like a systemd
       // service), cwd "/", every signal at its default, none blocked.
