@@ -7,45 +7,51 @@ import type { Receipt } from './protocol.js';
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
-/** v with every object's keys in JCS order (UTF-16 code units), checked as JCS requires; JSON.stringify of it is the JCS text. */
-function sortedForJcs(v: unknown, seen: Set<object>): unknown {
+/**
+ * The JCS text of v, or undefined where JSON.stringify has none (undefined, a function, a
+ * symbol: dropped from objects, null in arrays, as JSON.stringify does). Objects are written
+ * member by member in UTF-16 code-unit order of their keys: JSON.stringify of a re-keyed object
+ * would put integer-like keys ("0", "9", "10") first in numeric order, as JavaScript enumerates
+ * them, which is not JCS's order.
+ */
+function writeJcs(v: unknown, seen: Set<object>): string | undefined {
   if (typeof v === 'number') {
     if (!Number.isFinite(v)) throw new Error(`${v} is not allowed`);
-    return v;
+    return JSON.stringify(v);
   }
   if (typeof v === 'string') {
     if (LONE_SURROGATE.test(v)) throw new Error('Lone surrogate is not allowed');
-    return v;
+    return JSON.stringify(v);
   }
-  if (v === null || typeof v !== 'object') return v;
+  if (v === null || typeof v !== 'object') return JSON.stringify(v);
   if (seen.has(v)) throw new Error('Circular reference detected');
   seen.add(v);
-  let out: unknown;
-  if (typeof (v as { toJSON?: unknown }).toJSON === 'function') out = sortedForJcs((v as { toJSON(): unknown }).toJSON(), seen);
-  else if (Array.isArray(v)) out = v.map((x) => (x === undefined || typeof x === 'symbol' ? null : sortedForJcs(x, seen)));
+  let out: string | undefined;
+  if (typeof (v as { toJSON?: unknown }).toJSON === 'function') out = writeJcs((v as { toJSON(): unknown }).toJSON(), seen);
+  else if (Array.isArray(v)) out = `[${v.map((x) => writeJcs(x, seen) ?? 'null').join(',')}]`;
   else {
-    const o: Record<string, unknown> = {};
+    const members: string[] = [];
     for (const key of Object.keys(v).sort()) {
-      const x = (v as Record<string, unknown>)[key];
-      if (x === undefined || typeof x === 'symbol') continue;
+      const x = writeJcs((v as Record<string, unknown>)[key], seen);
+      if (x === undefined) continue;
       if (LONE_SURROGATE.test(key)) throw new Error('Lone surrogate is not allowed');
-      o[key] = sortedForJcs(x, seen);
+      members.push(`${JSON.stringify(key)}:${x}`);
     }
-    out = o;
+    out = `{${members.join(',')}}`;
   }
   seen.delete(v);
   return out;
 }
 
 /**
- * RFC 8785 (JCS) canonical JSON of v: ES2015 JSON.stringify (its number and string forms are
- * JCS's) of v with every object's keys sorted by UTF-16 code units; NaN, Infinity, a lone
- * surrogate and cycles throw. The same text as the `canonicalize` package (the property test in
- * test/unit/jcs.test.ts checks it against it), about ten times faster: a manifest of 4,000
- * entries is canonicalized several times per checkpoint.
+ * RFC 8785 (JCS) canonical JSON of v: ES2015 JSON.stringify's number and string forms (they
+ * are JCS's), every object's members in UTF-16 code-unit order of their keys; NaN, Infinity, a
+ * lone surrogate and cycles throw. The same text as the `canonicalize` package (the property
+ * test in test/unit/jcs.test.ts checks it against it), several times faster: a manifest of
+ * 4,000 entries is canonicalized several times per checkpoint.
  */
 export function jcs(v: unknown): string {
-  const out = JSON.stringify(sortedForJcs(v, new Set()));
+  const out = writeJcs(v, new Set());
   if (out === undefined) throw new TypeError('value cannot be canonicalized');
   return out;
 }

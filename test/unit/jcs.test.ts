@@ -21,6 +21,8 @@ describe('jcs', () => {
         fc.string({ unit: 'binary' }),
         fc.array(tie('json'), { maxLength: 5 }),
         fc.dictionary(fc.string({ unit: 'grapheme', maxLength: 6 }), tie('json'), { maxKeys: 6 }),
+        // integer-like keys beside others (JavaScript enumerates them first: JCS does not)
+        fc.dictionary(fc.oneof(fc.nat().map(String), fc.constantFrom('%', '-1', '01', 'a')), tie('json'), { maxKeys: 6 }),
       ),
     })).json;
     const outcome = (f: () => string) => {
@@ -41,6 +43,9 @@ describe('jcs', () => {
   it('drops undefined members, makes undefined array items null, and refuses what JCS refuses', () => {
     expect(jcs({ b: 1, a: undefined, c: [undefined, 2], é: 'x', e: -0 })).toBe(canonicalize({ b: 1, a: undefined, c: [undefined, 2], é: 'x', e: -0 }));
     expect(jcs({ z: 1, Z: 2, '\u{1f600}': 3, '\uff21': 4 })).toBe('{"Z":2,"z":1,"\u{1f600}":3,"\uff21":4}');
+    // Integer-like keys sort as strings too (JavaScript enumerates them first, in numeric order).
+    expect(jcs({ '%': 1, 10: 2, 9: 3, 0: 4, a: { 2: 0, 10: 1 } })).toBe('{"%":1,"0":4,"10":2,"9":3,"a":{"10":1,"2":0}}');
+    expect(jcs({ '%': 1, 10: 2, 9: 3 })).toBe(canonicalize({ '%': 1, 10: 2, 9: 3 }));
     for (const bad of [NaN, Infinity, '\udc80', { ['\ud800']: 1 }, ['a\udfff']]) {
       expect(() => jcs(bad)).toThrow();
       expect(() => canonicalize(bad)).toThrow();

@@ -1,0 +1,44 @@
+"""Python client of sandbox-supervisor (ipc/PROTOCOL.md): a blocking ``Client`` and an asyncio
+``AsyncClient`` over the supervisor's Unix socket, sharing framing, types and errors, and
+``verify_receipt`` (Ed25519 over RFC 8785 JCS, offline; needs ``cryptography``).
+
+    from sandbox_supervisor import Client
+    with Client() as c:
+        r = c.run(["make", "test"], key="job-42", timeout_seconds=600)
+        print(r.exit_code, r.stdout)
+"""
+from .aio import AsyncClient
+from .client import Client, restore_checkpoint
+from .errors import ERROR_CODES, SupervisorError
+from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from .jcs import canonicalize
+from .paths import default_socket_path
+from .types import Hello, InvocationKey, OutputChunk, Receipt, Result, Session, SessionRef
+from .verify import Verification, key_id_of, receipt_digest, signed_bytes, verify_receipt
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "ERROR_CODES",
+    "FrameDecoder",
+    "Hello",
+    "InvocationKey",
+    "OutputChunk",
+    "Receipt",
+    "Result",
+    "Session",
+    "SessionRef",
+    "SupervisorError",
+    "Verification",
+    "canonicalize",
+    "default_socket_path",
+    "encode_frame",
+    "key_id_of",
+    "receipt_digest",
+    "restore_checkpoint",
+    "signed_bytes",
+    "verify_receipt",
+]

@@ -1,0 +1,127 @@
+"""What both clients do the same way, without I/O: the hello, params of each method from
+Python arguments (seconds to ms, absent options absent on the wire), selectors, the answer of
+a response frame, the exit status of a receipt. Methods and shapes: ipc/PROTOCOL.md.
+"""
+from __future__ import annotations
+
+import os
+import signal as _signal
+import secrets
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from .errors import SupervisorError
+from .types import InvocationKey, Receipt, Session, SessionRef
+
+#: Protocol versions this client speaks.
+PROTOCOL_VERSIONS = [1]
+STREAMS = ("stdout", "stderr", "pty")
+#: How long a client keeps trying to reach a supervisor that went away, in seconds (as the TypeScript client).
+DEFAULT_RECONNECT_SECONDS = 60.0
+#: Pause between attempts to reconnect, in seconds.
+RECONNECT_PAUSE_SECONDS = 0.2
+
+
+def hello_params(client_name: str) -> Dict[str, Any]:
+    return {"versions": PROTOCOL_VERSIONS, "client": client_name}
+
+
+def selector(session: SessionRef) -> Dict[str, str]:
+    """The wire selector ``{session_id}`` or ``{invocation_key}`` of a Session, id or InvocationKey."""
+    if isinstance(session, Session):
+        return {"session_id": session.session_id}
+    if isinstance(session, InvocationKey):
+        return {"invocation_key": session.key}
+    if isinstance(session, str):
+        return {"session_id": session}
+    raise TypeError(f"a session is a Session, a session id (str) or InvocationKey(key), not {type(session).__name__}")
+
+
+def ms(seconds: Optional[float], what: str) -> Optional[int]:
+    """Seconds (int or float) as whole ms for the wire; None stays absent."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+        raise SupervisorError("INVALID_ARGUMENT", f"{what} must be a number of seconds >= 0, not {seconds!r}")
+    return int(round(seconds * 1000))
+
+
+def new_invocation_key() -> str:
+    """A fresh invocation key in the supervisor's own format (as sbx makes one): ``auto-`` and 24 hex digits."""
+    return "auto-" + secrets.token_hex(12)
+
+
+def launch_params(
+    argv: Sequence[str],
+    *,
+    key: Optional[str],
+    timeout_seconds: Optional[float],
+    grace_seconds: Optional[float],
+    cwd: Optional[str],
+    env: Optional[Mapping[str, str]],
+    inherit_env: bool,
+    user: Optional[str],
+    task: Optional[str],
+    stdin: bool,
+    pty: Optional[Mapping[str, int]],
+    linger: Optional[str],
+    on_disconnect: Optional[str],
+) -> Dict[str, Any]:
+    """launch's params. A key is made here when none is given, so a resend after a drop finds the first launch's session."""
+    if isinstance(argv, (str, bytes)):
+        raise SupervisorError("INVALID_ARGUMENT", "argv must be a list of strings, not one string")
+    params: Dict[str, Any] = {
+        "argv": list(argv),
+        "cwd": os.path.abspath(cwd if cwd is not None else os.getcwd()),
+        "invocation_key": key if key is not None else new_invocation_key(),
+    }
+    optional = {
+        "env": dict(env) if env is not None else None,
+        "inherit_env": dict(os.environ) if inherit_env else None,
+        "timeout_ms": ms(timeout_seconds, "timeout_seconds"),
+        "grace_ms": ms(grace_seconds, "grace_seconds"),
+        "user": str(user) if user is not None else None,
+        "task": task,
+        "stdin": True if stdin else None,
+        "pty": dict(pty) if pty is not None else None,
+        "linger": linger,
+        "on_disconnect": on_disconnect,
+    }
+    params.update({k: v for k, v in optional.items() if v is not None})
+    return params
+
+
+def answer(frame: Mapping[str, Any]) -> Any:
+    """The result of a response frame, or its error raised as SupervisorError."""
+    if frame.get("error") is not None:
+        raise SupervisorError.from_wire(frame["error"])
+    return frame.get("result")
+
+
+def exit_status_of(receipt: Receipt) -> int:
+    """The status ``sbx run``/``sbx wait`` exit with (ipc/protocol.ts exitStatusOf; SPEC.md's table)."""
+    outcome = receipt.get("outcome")
+    exit_ = receipt.get("exit") or {}
+    code = exit_.get("code")
+    if outcome in ("exited", "spawn_failed"):
+        return code if code is not None else 125
+    if outcome == "timed_out":
+        return 124
+    if outcome == "owner_lost":
+        return 125
+    if outcome in ("signaled", "cancelled"):
+        sig = exit_.get("signal")
+        if sig:
+            try:
+                return 128 + int(_signal.Signals[sig])
+            except KeyError:
+                pass
+        return code if code is not None else 125
+    return 125
+
+
+def ps_rows(result: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    return list(result["sessions"])
+
+
+class ConnectionLost(ConnectionResetError):
+    """The connection to the supervisor closed (EOF or a reset) before the answer came."""

@@ -1,0 +1,373 @@
+"""The asyncio client: the same methods as Client (client.py), as coroutines. Requests on one
+connection run concurrently (answers matched by id, as ipc/PROTOCOL.md allows); each
+``read_output`` reads on a connection of its own, pulled, so a reader that does not iterate
+holds the supervisor off. After a drop it reconnects for up to ``reconnect_seconds`` and resends;
+``read_output`` resumes from the next byte not yet yielded. Same framing, types and errors.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence
+
+from . import _protocol as P
+from .client import _close_params, restore_checkpoint
+from .errors import SupervisorError
+from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from .paths import default_socket_path
+from .types import Hello, OutputChunk, Receipt, Result, Session, SessionRef
+
+_READ_BYTES = 1024 * 1024
+
+
+class _Wire:
+    """One socket with the hello done; frames read in order by whoever calls next_frame()."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
+        self.frames: List[Dict[str, Any]] = []
+        self.next_id = 1
+        self.hello: Hello
+
+    @classmethod
+    async def open(cls, socket_path: str, client_name: str) -> "_Wire":
+        reader, writer = await asyncio.open_unix_connection(socket_path, limit=_READ_BYTES)
+        wire = cls(reader, writer)
+        try:
+            rid = await wire.send("hello", P.hello_params(client_name))
+            frame = await wire.next_frame()
+            while frame.get("id") != rid:
+                frame = await wire.next_frame()
+            r = P.answer(frame)
+        except BaseException:
+            wire.close()
+            raise
+        wire.hello = Hello(version=r["version"], server=r["server"], instance=r["instance"], generation=r["generation"])
+        return wire
+
+    async def send(self, method: str, params: Mapping[str, Any]) -> int:
+        rid = self.next_id
+        self.next_id += 1
+        self.writer.write(encode_frame({"id": rid, "method": method, "params": dict(params)}))
+        await self.writer.drain()
+        return rid
+
+    async def next_frame(self) -> Dict[str, Any]:
+        """The next frame; id 0 with an error (the connection refused) is raised; EOF is ConnectionLost."""
+        while not self.frames:
+            data = await self.reader.read(_READ_BYTES)
+            if not data:
+                raise P.ConnectionLost("connection to the supervisor closed")
+            self.frames.extend(self.decoder.feed(data))
+        frame = self.frames.pop(0)
+        if frame.get("id") == 0 and frame.get("error") is not None:
+            raise SupervisorError.from_wire(frame["error"])
+        return frame
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _Dispatcher:
+    """A wire whose frames a background task routes to the request awaiting each id."""
+
+    def __init__(self, wire: _Wire) -> None:
+        self.wire = wire
+        self.pending: Dict[int, "asyncio.Future[Dict[str, Any]]"] = {}
+        self.failed: Optional[BaseException] = None
+        self.task = asyncio.get_running_loop().create_task(self._route())
+
+    async def call(self, method: str, params: Mapping[str, Any]) -> Dict[str, Any]:
+        if self.failed is not None:
+            raise self.failed
+        fut: "asyncio.Future[Dict[str, Any]]" = asyncio.get_running_loop().create_future()
+        rid = self.wire.next_id
+        self.pending[rid] = fut
+        try:
+            await self.wire.send(method, params)
+            return await fut
+        finally:
+            self.pending.pop(rid, None)
+
+    async def _route(self) -> None:
+        try:
+            while True:
+                frame = await self.wire.next_frame()
+                fut = self.pending.get(frame.get("id"))  # type: ignore[arg-type]
+                if fut is not None and not fut.done():
+                    fut.set_result(frame)
+        except BaseException as err:  # EOF, reset, a bad frame, id 0: every waiting request gets it
+            self.failed = err if isinstance(err, (OSError, SupervisorError)) else P.ConnectionLost(f"connection to the supervisor failed: {err!r}")
+            for fut in self.pending.values():
+                if not fut.done():
+                    fut.set_exception(self.failed)
+
+    def close(self) -> None:
+        self.task.cancel()
+        self.wire.close()
+
+
+class AsyncClient:
+    """An asyncio client: ``async with AsyncClient() as c: r = await c.run([...])``.
+
+    ``socket_path``: default ``$SBX_SOCKET`` or SPEC's path; ``reconnect_seconds``: after a
+    drop, how long to keep trying. The first connection (``connect()`` or the first call)
+    raises the socket's OSError at once when nothing listens.
+    """
+
+    def __init__(self, socket_path: Optional[str] = None, *, client_name: str = "sandbox-supervisor-python", reconnect_seconds: float = P.DEFAULT_RECONNECT_SECONDS) -> None:
+        self.socket_path = socket_path or default_socket_path()
+        self.client_name = client_name
+        self.reconnect_seconds = reconnect_seconds
+        self._conn: Optional[_Dispatcher] = None
+        self._connected_once = False
+        self._lock: Optional[asyncio.Lock] = None
+
+    async def __aenter__(self) -> "AsyncClient":
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def connect(self) -> Hello:
+        """Connects now (hello done) and returns the hello."""
+        return (await self._connection()).wire.hello
+
+    async def close(self) -> None:
+        """Closes the connection; never ends a session."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def _open_wire(self) -> _Wire:
+        if not self._connected_once:
+            wire = await _Wire.open(self.socket_path, self.client_name)
+            self._connected_once = True
+            return wire
+        give_up_at = asyncio.get_running_loop().time() + self.reconnect_seconds
+        while True:
+            try:
+                return await _Wire.open(self.socket_path, self.client_name)
+            except (OSError, SupervisorError) as err:
+                if isinstance(err, SupervisorError) and not err.retryable:
+                    raise
+                if asyncio.get_running_loop().time() > give_up_at:
+                    raise ConnectionError(f"lost the supervisor at {self.socket_path} and it did not come back within {self.reconnect_seconds:g} s ({err})") from err
+                await asyncio.sleep(P.RECONNECT_PAUSE_SECONDS)
+
+    async def _connection(self) -> _Dispatcher:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._conn is not None and self._conn.failed is not None:
+                self._conn.close()
+                self._conn = None
+            if self._conn is None:
+                self._conn = _Dispatcher(await self._open_wire())
+            return self._conn
+
+    async def request(self, method: str, params: Optional[Mapping[str, Any]] = None, *, resend: bool = True) -> Any:
+        """One request's result (see Client.request); concurrent calls share the connection."""
+        while True:
+            conn = await self._connection()
+            try:
+                return P.answer(await conn.call(method, params or {}))
+            except OSError:
+                if self._conn is conn:
+                    conn.close()
+                    self._conn = None
+                if not resend:
+                    raise
+            except SupervisorError:
+                if conn.failed is not None and self._conn is conn:  # a bad frame or a refusal: the connection is gone
+                    conn.close()
+                    self._conn = None
+                raise
+
+    async def launch(
+        self,
+        argv: Sequence[str],
+        *,
+        key: Optional[str] = None,
+        timeout_seconds: Optional[float] = None,
+        grace_seconds: Optional[float] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        inherit_env: bool = False,
+        user: Optional[str] = None,
+        task: Optional[str] = None,
+        stdin: bool = False,
+        pty: Optional[Mapping[str, int]] = None,
+        linger: Optional[str] = None,
+        on_disconnect: Optional[str] = None,
+    ) -> Session:
+        """See Client.launch."""
+        params = P.launch_params(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin, pty=pty, linger=linger, on_disconnect=on_disconnect)
+        return Session.from_wire(await self.request("launch", params))
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        key: Optional[str] = None,
+        timeout_seconds: Optional[float] = None,
+        grace_seconds: Optional[float] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        user: Optional[str] = None,
+        task: Optional[str] = None,
+        stdin: Optional[bytes] = None,
+        linger: Optional[str] = None,
+    ) -> Result:
+        """See Client.run; stdout and stderr are read at once."""
+        session = await self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, user=user, task=task, stdin=stdin is not None, linger=linger)
+
+        async def feed() -> None:
+            if stdin is None or session.state == "ended":
+                return
+            try:
+                await self.write(session, bytes(stdin), offset=0, eof=True)
+            except SupervisorError:
+                if (await self.receipt(session))["state"] != "ended":
+                    raise
+
+        async def collect(stream: str) -> bytes:
+            return b"".join([c.data async for c in self.read_output(session, stream)])
+
+        _, stdout, stderr = await asyncio.gather(feed(), collect("stdout"), collect("stderr"))
+        receipt = await self.wait(session)
+        return Result(exit_code=P.exit_status_of(receipt), outcome=receipt["outcome"], stdout=stdout, stderr=stderr, receipt=receipt, session=session)
+
+    async def read_output(self, session: SessionRef, stream: str = "stdout", cursor: int = 0, follow: bool = True) -> AsyncIterator[OutputChunk]:
+        """See Client.read_output: an async iterator of OutputChunks that resumes across a restart (no gap, no duplicate)."""
+        if stream not in P.STREAMS:
+            raise SupervisorError("INVALID_ARGUMENT", f"stream must be one of {', '.join(P.STREAMS)}, not {stream!r}")
+        sel = P.selector(session)
+        reader = AsyncClient(self.socket_path, client_name=self.client_name, reconnect_seconds=self.reconnect_seconds)
+        reader._connected_once = self._connected_once
+        wire: Optional[_Wire] = None
+        try:
+            while True:
+                wire = await reader._open_wire()
+                expected = cursor
+                try:
+                    rid = await wire.send("subscribe", {**sel, "stream": stream, "from": expected, "follow": follow})
+                    answered = False
+                    while True:
+                        frame = await wire.next_frame()
+                        if frame.get("id") != rid:
+                            continue
+                        if not answered:
+                            P.answer(frame)
+                            answered = True
+                            continue
+                        event = frame.get("event")
+                        if event == "output":
+                            data = bytes(frame["data"])
+                            if frame["cursor"] != expected or not data:
+                                continue
+                            expected += len(data)
+                            cursor = expected
+                            yield OutputChunk(stream=stream, cursor=frame["cursor"], data=data)
+                        elif event == "end":
+                            return
+                        elif frame.get("error") is not None:
+                            raise SupervisorError.from_wire(frame["error"])
+                except OSError:
+                    pass
+                finally:
+                    wire.close()
+                    wire = None
+        finally:
+            if wire is not None:
+                wire.close()
+
+    async def read(self, session: SessionRef, stream: str = "stdout", cursor: int = 0) -> bytes:
+        """The bytes of one stream stored now, from ``cursor``."""
+        return b"".join([c.data async for c in self.read_output(session, stream, cursor, follow=False)])
+
+    async def wait(self, session: SessionRef) -> Receipt:
+        """See Client.wait."""
+        return await self.request("wait", P.selector(session))  # type: ignore[no-any-return]
+
+    async def receipt(self, session: SessionRef) -> Dict[str, Any]:
+        """See Client.receipt."""
+        return await self.request("receipt", P.selector(session))  # type: ignore[no-any-return]
+
+    async def cancel(self, session: SessionRef, grace_seconds: Optional[float] = None) -> Dict[str, Any]:
+        """See Client.cancel."""
+        params: Dict[str, Any] = dict(P.selector(session))
+        if grace_seconds is not None:
+            params["grace_ms"] = P.ms(grace_seconds, "grace_seconds")
+        return await self.request("cancel", params)  # type: ignore[no-any-return]
+
+    async def kill(self, session: SessionRef, signal: Any = "SIGTERM") -> Dict[str, Any]:
+        """See Client.kill (never resent after a drop)."""
+        sig = int(signal) if not isinstance(signal, str) else signal
+        return await self.request("kill", {**P.selector(session), "signal": sig}, resend=False)  # type: ignore[no-any-return]
+
+    async def write(self, session: SessionRef, data: bytes, *, offset: Optional[int] = None, eof: bool = False) -> Dict[str, Any]:
+        """See Client.write."""
+        params: Dict[str, Any] = {**P.selector(session), "data": bytes(data)}
+        if offset is not None:
+            params["offset"] = offset
+        if eof:
+            params["eof"] = True
+        return await self.request("write", params)  # type: ignore[no-any-return]
+
+    async def close_stdin(self, session: SessionRef) -> Dict[str, Any]:
+        """EOF on the session's stdin."""
+        return await self.write(session, b"", eof=True)
+
+    async def resize(self, session: SessionRef, cols: int, rows: int) -> Dict[str, Any]:
+        """See Client.resize."""
+        return await self.request("resize", {**P.selector(session), "cols": cols, "rows": rows})  # type: ignore[no-any-return]
+
+    async def changes(self, session: SessionRef) -> Dict[str, Any]:
+        """See Client.changes."""
+        return await self.request("changes", P.selector(session))  # type: ignore[no-any-return]
+
+    async def resolve(self, session: SessionRef, reason: str) -> Receipt:
+        """See Client.resolve."""
+        return await self.request("resolve", {**P.selector(session), "as_operator": True, "reason": reason})  # type: ignore[no-any-return]
+
+    async def ps(self, all: bool = False) -> List[Dict[str, Any]]:
+        """See Client.ps."""
+        return P.ps_rows(await self.request("ps", {"all": all}))
+
+    async def status(self) -> Dict[str, Any]:
+        """See Client.status."""
+        return await self.request("status", {})  # type: ignore[no-any-return]
+
+    async def gc(self) -> Dict[str, Any]:
+        """See Client.gc."""
+        return await self.request("gc", {})  # type: ignore[no-any-return]
+
+    async def seal(self, task: Optional[str] = None) -> Dict[str, Any]:
+        """See Client.seal."""
+        return await self.request("seal", {"task": task} if task is not None else {})  # type: ignore[no-any-return]
+
+    async def close_task(self, task: str, *, workspaces: Optional[Sequence[str]] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
+        """See Client.close_task."""
+        return await self.request("close", _close_params(task, workspaces, timeout_seconds))  # type: ignore[no-any-return]
+
+    async def close_supervisor(self, *, workspaces: Optional[Sequence[str]] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
+        """See Client.close_supervisor."""
+        return await self.request("close", _close_params(None, workspaces, timeout_seconds))  # type: ignore[no-any-return]
+
+    async def checkpoint(self, workspace: str, task: Optional[str] = None) -> Dict[str, Any]:
+        """See Client.checkpoint."""
+        params: Dict[str, Any] = {"workspace": os.path.abspath(workspace)}
+        if task is not None:
+            params["task"] = task
+        return await self.request("checkpoint", params)  # type: ignore[no-any-return]
+
+    async def restore(self, checkpoint_id: str, directory: str, *, store: Optional[str] = None, key_path: Optional[str] = None, same_owner: Optional[bool] = None, sbx: Optional[str] = None) -> Dict[str, Any]:
+        """See Client.restore (runs ``sbx restore`` in a thread)."""
+        state_dir = None if store is not None else (await self.status())["state_dir"]
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: restore_checkpoint(checkpoint_id, directory, state_dir=state_dir, store=store, key_path=key_path, same_owner=same_owner, sbx=sbx)
+        )

@@ -1,0 +1,420 @@
+"""The blocking client: a connection to the supervisor's Unix socket (hello first), requests by id,
+and output read by cursor on a connection of its own. Owns no process and no session: closing
+it never touches a command. Mirrors ipc/client.ts: after a drop it reconnects (for up to
+``reconnect_seconds``) and resends the request, and ``read_output`` resumes from the next byte
+it has not yielded. Answers' errors are SupervisorError; a first connection that fails raises
+the socket's OSError (FileNotFoundError, ConnectionRefusedError) at once.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections import deque
+from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence
+
+from . import _protocol as P
+from .errors import ERROR_CODES, SupervisorError
+from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from .paths import default_socket_path
+from .types import Hello, OutputChunk, Receipt, Result, Session, SessionRef
+
+_RECV_BYTES = 1024 * 1024
+
+
+class _Connection:
+    """One socket with the hello done; frames of other ids than the one awaited are kept for their turn."""
+
+    def __init__(self, socket_path: str, client_name: str, connect_timeout_seconds: float = 10.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.settimeout(connect_timeout_seconds)
+            self.sock.connect(socket_path)
+            self.sock.settimeout(None)
+        except BaseException:
+            self.sock.close()
+            raise
+        self.decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
+        self.held: Dict[int, Deque[Dict[str, Any]]] = {}
+        self.next_id = 1
+        #: Set once a frame broke the protocol or the supervisor refused the connection: it is unusable.
+        self.broken = False
+        try:
+            r = P.answer(self.recv(self.send("hello", P.hello_params(client_name))))
+        except BaseException:
+            self.close()
+            raise
+        self.hello = Hello(version=r["version"], server=r["server"], instance=r["instance"], generation=r["generation"])
+
+    def send(self, method: str, params: Mapping[str, Any]) -> int:
+        rid = self.next_id
+        self.next_id += 1
+        self.sock.sendall(encode_frame({"id": rid, "method": method, "params": dict(params)}))
+        return rid
+
+    def recv(self, rid: int) -> Dict[str, Any]:
+        """The next frame for request rid (its answer, or one of its events)."""
+        while True:
+            queue = self.held.get(rid)
+            if queue:
+                return queue.popleft()
+            data = self.sock.recv(_RECV_BYTES)
+            if not data:
+                raise P.ConnectionLost("connection to the supervisor closed")
+            try:
+                frames = self.decoder.feed(data)
+            except SupervisorError:
+                self.broken = True
+                raise
+            for frame in frames:
+                fid = frame.get("id")
+                # id 0 is never a request of ours: the supervisor refusing the whole connection.
+                if fid == 0 and frame.get("error") is not None:
+                    self.broken = True
+                    raise SupervisorError.from_wire(frame["error"])
+                if isinstance(fid, int):
+                    self.held.setdefault(fid, deque()).append(frame)
+
+    def forget(self, rid: int) -> None:
+        self.held.pop(rid, None)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class Client:
+    """A blocking client; one request at a time (use AsyncClient for many at once, or several Clients).
+
+    ``socket_path``: default ``$SBX_SOCKET`` or SPEC's path (paths.default_socket_path).
+    ``reconnect_seconds``: after a drop, how long to keep trying to reach the supervisor again.
+    Use as a context manager, or call ``close()`` (the connection only: sessions go on).
+    """
+
+    def __init__(self, socket_path: Optional[str] = None, *, client_name: str = "sandbox-supervisor-python", reconnect_seconds: float = P.DEFAULT_RECONNECT_SECONDS) -> None:
+        self.socket_path = socket_path or default_socket_path()
+        self.client_name = client_name
+        self.reconnect_seconds = reconnect_seconds
+        self._conn: Optional[_Connection] = None
+        self._connected_once = False
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the connection (a later call makes a new one); never ends a session."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    @property
+    def hello(self) -> Hello:
+        """The hello of the current connection (connecting if there is none)."""
+        return self._connection().hello
+
+    def _open(self) -> _Connection:
+        """A new connection: at once the first time; after a drop, retried for reconnect_seconds."""
+        if not self._connected_once:
+            conn = _Connection(self.socket_path, self.client_name)
+            self._connected_once = True
+            return conn
+        give_up_at = time.monotonic() + self.reconnect_seconds
+        while True:
+            try:
+                return _Connection(self.socket_path, self.client_name)
+            except (OSError, SupervisorError) as err:
+                if isinstance(err, SupervisorError) and not err.retryable:
+                    raise
+                if time.monotonic() > give_up_at:
+                    raise ConnectionError(f"lost the supervisor at {self.socket_path} and it did not come back within {self.reconnect_seconds:g} s ({err})") from err
+                time.sleep(P.RECONNECT_PAUSE_SECONDS)
+
+    def _connection(self) -> _Connection:
+        if self._conn is None:
+            self._conn = self._open()
+        return self._conn
+
+    def request(self, method: str, params: Optional[Mapping[str, Any]] = None, *, resend: bool = True) -> Any:
+        """Sends one request and returns its result (ipc/PROTOCOL.md names every method).
+
+        After a dropped connection the request is sent again on a new one when ``resend``
+        (every method here is safe to resend but ``kill``). Raises SupervisorError for the
+        supervisor's answer, OSError when it cannot be reached.
+        """
+        while True:
+            conn = self._connection()
+            try:
+                rid = conn.send(method, params or {})
+                frame = conn.recv(rid)
+                conn.forget(rid)
+                return P.answer(frame)
+            except OSError:
+                self.close()
+                if not resend:
+                    raise
+            finally:
+                if self._conn is not None and self._conn.broken:
+                    self.close()
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    def launch(
+        self,
+        argv: Sequence[str],
+        *,
+        key: Optional[str] = None,
+        timeout_seconds: Optional[float] = None,
+        grace_seconds: Optional[float] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        inherit_env: bool = False,
+        user: Optional[str] = None,
+        task: Optional[str] = None,
+        stdin: bool = False,
+        pty: Optional[Mapping[str, int]] = None,
+        linger: Optional[str] = None,
+        on_disconnect: Optional[str] = None,
+    ) -> Session:
+        """Launches argv and returns its Session at once (``existing`` True: ``key`` already had it).
+
+        ``key``: the invocation key (default: a fresh one, made here so a resend after a drop
+        is the same launch); ``timeout_seconds`` (None or 0: no deadline), ``grace_seconds``
+        (TERM to KILL, default 10 s); ``cwd`` (default: this process's, absolute); ``env``
+        (added to the session's clean base environment), ``inherit_env`` (this process's
+        whole environment too); ``user`` (name or uid: the supervisor must be root);
+        ``task`` (default "default"); ``stdin``: the session's stdin is written with
+        ``write`` (else /dev/null); ``pty``: ``{"cols", "rows"}`` (one stream, "pty");
+        ``linger``: "kill"|"wait"; ``on_disconnect``: "continue"|"cancel".
+        Errors: INVALID_ARGUMENT, KEY_CONFLICT, ADMISSION_SEALED, ADMISSION_DENIED, LIMIT_EXCEEDED.
+        """
+        params = P.launch_params(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin, pty=pty, linger=linger, on_disconnect=on_disconnect)
+        return Session.from_wire(self.request("launch", params))
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        key: Optional[str] = None,
+        timeout_seconds: Optional[float] = None,
+        grace_seconds: Optional[float] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        user: Optional[str] = None,
+        task: Optional[str] = None,
+        stdin: Optional[bytes] = None,
+        linger: Optional[str] = None,
+    ) -> Result:
+        """Launches argv (as ``launch``), feeds it ``stdin`` (bytes, then EOF; None: /dev/null),
+        reads all of stdout and stderr, and returns the Result once the receipt is durable.
+
+        A retry with the same ``key`` after a crash returns the first run's Result (its stored
+        output and receipt), never a second run. Errors as ``launch``.
+        """
+        session = self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, user=user, task=task, stdin=stdin is not None, linger=linger)
+        if stdin is not None and session.state != "ended":
+            self._feed_stdin(session, bytes(stdin))
+        stdout = b"".join(c.data for c in self.read_output(session, "stdout"))
+        stderr = b"".join(c.data for c in self.read_output(session, "stderr"))
+        receipt = self.wait(session)
+        return Result(exit_code=P.exit_status_of(receipt), outcome=receipt["outcome"], stdout=stdout, stderr=stderr, receipt=receipt, session=session)
+
+    def _feed_stdin(self, session: Session, data: bytes) -> None:
+        try:
+            self.write(session, data, offset=0, eof=True)
+        except SupervisorError:
+            # The command may have ended without reading all of it (a shell pipe's EPIPE): not an error of run().
+            if self.receipt(session)["state"] != "ended":
+                raise
+
+    def read_output(self, session: SessionRef, stream: str = "stdout", cursor: int = 0, follow: bool = True) -> Iterator[OutputChunk]:
+        """The bytes of one stream from ``cursor`` as OutputChunks, in order, on a connection of its own.
+
+        ``follow``: until the stream is final (drained to EOF after the session ended); else
+        the bytes stored now. Pulled: while you do not iterate, nothing is read (the
+        supervisor holds off). A dropped connection (a supervisor restart) is re-made for up
+        to reconnect_seconds and the stream resumed from the next byte not yet yielded: no
+        gap, no duplicate. Errors: SESSION_NOT_FOUND, CURSOR_OUT_OF_RANGE (past the end,
+        without follow), OUTPUT_REMOVED (retention removed it), INVALID_ARGUMENT.
+        """
+        if stream not in P.STREAMS:
+            raise SupervisorError("INVALID_ARGUMENT", f"stream must be one of {', '.join(P.STREAMS)}, not {stream!r}")
+        sel = P.selector(session)
+        reader = Client(self.socket_path, client_name=self.client_name, reconnect_seconds=self.reconnect_seconds)
+        reader._connected_once = self._connected_once  # once reached, the reader may wait for the supervisor to come back
+        try:
+            while True:
+                conn = reader._connection()
+                expected = cursor
+                try:
+                    rid = conn.send("subscribe", {**sel, "stream": stream, "from": expected, "follow": follow})
+                    P.answer(conn.recv(rid))
+                    while True:
+                        frame = conn.recv(rid)
+                        event = frame.get("event")
+                        if event == "output":
+                            data = bytes(frame["data"])
+                            if frame["cursor"] != expected or not data:
+                                continue
+                            expected += len(data)
+                            cursor = expected
+                            yield OutputChunk(stream=stream, cursor=frame["cursor"], data=data)
+                        elif event == "end":
+                            return
+                        elif frame.get("error") is not None:
+                            raise SupervisorError.from_wire(frame["error"])
+                except OSError:
+                    reader.close()
+                finally:
+                    if reader._conn is not None and reader._conn.broken:
+                        reader.close()
+        finally:
+            reader.close()
+
+    def read(self, session: SessionRef, stream: str = "stdout", cursor: int = 0) -> bytes:
+        """The bytes of one stream stored now, from ``cursor`` (``read_output`` without follow)."""
+        return b"".join(c.data for c in self.read_output(session, stream, cursor, follow=False))
+
+    def wait(self, session: SessionRef) -> Receipt:
+        """Blocks until the session's receipt is durable and returns it (signed; see verify_receipt)."""
+        return self.request("wait", P.selector(session))  # type: ignore[no-any-return]
+
+    def receipt(self, session: SessionRef) -> Dict[str, Any]:
+        """``{"state", "receipt": receipt or None}`` now, without waiting."""
+        return self.request("receipt", P.selector(session))  # type: ignore[no-any-return]
+
+    def cancel(self, session: SessionRef, grace_seconds: Optional[float] = None) -> Dict[str, Any]:
+        """TERM to every process of the session, KILL after the grace (first cause wins): ``{"session_id", "state"}``."""
+        params: Dict[str, Any] = dict(P.selector(session))
+        if grace_seconds is not None:
+            params["grace_ms"] = P.ms(grace_seconds, "grace_seconds")
+        return self.request("cancel", params)  # type: ignore[no-any-return]
+
+    def kill(self, session: SessionRef, signal: Any = "SIGTERM") -> Dict[str, Any]:
+        """Sends signal (a name like "SIGUSR1"/"USR1", or a number) to every process of the session: ``{"session_id", "signal", "pids"}``. Never resent after a drop."""
+        sig = int(signal) if not isinstance(signal, str) else signal
+        return self.request("kill", {**P.selector(session), "signal": sig}, resend=False)  # type: ignore[no-any-return]
+
+    def write(self, session: SessionRef, data: bytes, *, offset: Optional[int] = None, eof: bool = False) -> Dict[str, Any]:
+        """Writes stdin bytes (a session launched with ``stdin=True``; at most 8 MiB a call).
+
+        ``offset``: the stdin cursor of data[0] (bytes before the session's cursor are skipped,
+        so a resend is exactly once; default: append); ``eof``: close stdin after them.
+        Returns ``{"session_id", "cursor"}`` once handed to the pipe or pty.
+        """
+        params: Dict[str, Any] = {**P.selector(session), "data": bytes(data)}
+        if offset is not None:
+            params["offset"] = offset
+        if eof:
+            params["eof"] = True
+        return self.request("write", params)  # type: ignore[no-any-return]
+
+    def close_stdin(self, session: SessionRef) -> Dict[str, Any]:
+        """EOF on the session's stdin."""
+        return self.write(session, b"", eof=True)
+
+    def resize(self, session: SessionRef, cols: int, rows: int) -> Dict[str, Any]:
+        """A pty session's terminal size."""
+        return self.request("resize", {**P.selector(session), "cols": cols, "rows": rows})  # type: ignore[no-any-return]
+
+    def changes(self, session: SessionRef) -> Dict[str, Any]:
+        """What the session changed in each watched workspace (``ChangesResult``, ipc/protocol.ts)."""
+        return self.request("changes", P.selector(session))  # type: ignore[no-any-return]
+
+    def resolve(self, session: SessionRef, reason: str) -> Receipt:
+        """Operator escape for a session stuck ``unknown``: a receipt with evidence ``operator_attested``."""
+        return self.request("resolve", {**P.selector(session), "as_operator": True, "reason": reason})  # type: ignore[no-any-return]
+
+    # -- the supervisor -----------------------------------------------------------------------
+
+    def ps(self, all: bool = False) -> List[Dict[str, Any]]:
+        """Session summaries (``SessionSummary``): those not ended, or every one with ``all``."""
+        return P.ps_rows(self.request("ps", {"all": all}))
+
+    def status(self) -> Dict[str, Any]:
+        """Supervisor health (``StatusResult``): version, mode, sessions, admission, ``receipt_key`` {key_id, public_key_pem, path}, ..."""
+        return self.request("status", {})  # type: ignore[no-any-return]
+
+    def gc(self) -> Dict[str, Any]:
+        """Applies the retention policy now."""
+        return self.request("gc", {})  # type: ignore[no-any-return]
+
+    def seal(self, task: Optional[str] = None) -> Dict[str, Any]:
+        """Stops admission of new keys for good (durable), of one task with ``task``."""
+        return self.request("seal", {"task": task} if task is not None else {})  # type: ignore[no-any-return]
+
+    def close_task(self, task: str, *, workspaces: Optional[Sequence[str]] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
+        """``sbx close --task``: seals the task, settles its sessions (ending the rest after timeout_seconds, default 60),
+        checkpoints each workspace (default: every watched one) and returns the signed task receipt
+        (``complete``, ``conditions``, ``obligations``). Errors: TASK_CONFLICT, INVALID_ARGUMENT, SHUTTING_DOWN."""
+        return self.request("close", _close_params(task, workspaces, timeout_seconds))  # type: ignore[no-any-return]
+
+    def close_supervisor(self, *, workspaces: Optional[Sequence[str]] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
+        """``sbx close``: seals admission for good, settles every session, returns the signed close receipt."""
+        return self.request("close", _close_params(None, workspaces, timeout_seconds))  # type: ignore[no-any-return]
+
+    def checkpoint(self, workspace: str, task: Optional[str] = None) -> Dict[str, Any]:
+        """A checkpoint of a workspace directory, returned once published (``CheckpointResult``: ``checkpoint_id``, ``consistent``, ...).
+        Errors: INVALID_ARGUMENT, CHECKPOINT_FAILED (retryable; ``details["stage"]``)."""
+        params: Dict[str, Any] = {"workspace": os.path.abspath(workspace)}
+        if task is not None:
+            params["task"] = task
+        return self.request("checkpoint", params)  # type: ignore[no-any-return]
+
+    def restore(self, checkpoint_id: str, directory: str, *, store: Optional[str] = None, key_path: Optional[str] = None, same_owner: Optional[bool] = None, sbx: Optional[str] = None) -> Dict[str, Any]:
+        """Materialises a published checkpoint into an empty or new directory and compares it (``sbx restore --json``).
+
+        Restore reads the store directly (there is no wire method): this runs the ``sbx`` bin
+        (``sbx`` argument, else ``$SBX_BIN``, else ``sbx`` on PATH) with this supervisor's
+        state dir (from ``status()``) unless ``store`` is given. Returns sbx's result
+        (``identical``, ``differences``, ``entries``, ``files``, ``bytes``, ...). Raises
+        SupervisorError (the code sbx names, else INTERNAL) when it could not restore.
+        """
+        state_dir = None if store is not None else self.status()["state_dir"]
+        return restore_checkpoint(checkpoint_id, directory, state_dir=state_dir, store=store, key_path=key_path, same_owner=same_owner, sbx=sbx)
+
+
+def _close_params(task: Optional[str], workspaces: Optional[Sequence[str]], timeout_seconds: Optional[float]) -> Dict[str, Any]:
+    params: Dict[str, Any] = {}
+    if task is not None:
+        params["task"] = task
+    if workspaces is not None:
+        params["workspaces"] = [os.path.abspath(w) for w in workspaces]
+    if timeout_seconds is not None:
+        params["timeout_ms"] = P.ms(timeout_seconds, "timeout_seconds")
+    return params
+
+
+def restore_checkpoint(checkpoint_id: str, directory: str, *, state_dir: Optional[str] = None, store: Optional[str] = None, key_path: Optional[str] = None, same_owner: Optional[bool] = None, sbx: Optional[str] = None) -> Dict[str, Any]:
+    """``sbx restore ID DIR --json`` (offline: the supervisor need not run); see Client.restore."""
+    binary = sbx or os.environ.get("SBX_BIN") or shutil.which("sbx")
+    if not binary:
+        raise SupervisorError("INVALID_ARGUMENT", "restore runs the sbx bin: none given, $SBX_BIN unset and no sbx on PATH")
+    args = [binary, "restore", checkpoint_id, os.path.abspath(directory), "--json"]
+    if state_dir is not None:
+        args += ["--state-dir", state_dir]
+    if store is not None:
+        args += ["--store", store]
+    if key_path is not None:
+        args += ["--key", key_path]
+    if same_owner is not None:
+        args.append("--same-owner" if same_owner else "--no-same-owner")
+    proc = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True)
+    if proc.returncode in (0, 1) and proc.stdout.strip():
+        return json.loads(proc.stdout)  # type: ignore[no-any-return]
+    message = proc.stderr.decode("utf-8", "replace").strip()
+    message = message[len("sbx: "):] if message.startswith("sbx: ") else message
+    code, _, rest = message.partition(": ")
+    if code in ERROR_CODES:
+        raise SupervisorError(code, rest, {"exit_status": proc.returncode})
+    raise SupervisorError("INTERNAL", f"sbx restore exited {proc.returncode}: {message}", {"exit_status": proc.returncode})
+

@@ -1,0 +1,60 @@
+"""Stable error codes of the wire protocol (SPEC.md "Error codes", ipc/errors.ts) and the one
+error class every answer's error becomes. Owns the code table as Python sees it; not the
+transport: a connection that fails raises the socket's own ``OSError`` (``ConnectionError``,
+``FileNotFoundError``), as the TypeScript client does.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+#: code -> retryable, exactly ipc/errors.ts ERROR_CODES (extend, never rename or reuse).
+ERROR_CODES: Dict[str, bool] = {
+    "INVALID_ARGUMENT": False,
+    "UNSUPPORTED_VERSION": False,
+    "FRAME_TOO_LARGE": False,
+    "UNAUTHORIZED": False,
+    "SESSION_NOT_FOUND": False,
+    "KEY_CONFLICT": False,
+    "CURSOR_OUT_OF_RANGE": False,
+    "SPAWN_FAILED": False,
+    "ADMISSION_SEALED": False,
+    "ADMISSION_DENIED": True,
+    "LIMIT_EXCEEDED": True,
+    "SHUTTING_DOWN": True,
+    "INTERNAL": False,
+    "OUTPUT_REMOVED": False,
+    "CHECKPOINT_FAILED": True,
+    "TASK_CONFLICT": False,
+}
+
+
+class SupervisorError(Exception):
+    """An error the supervisor answered (or a frame it sent that breaks the protocol).
+
+    ``code``: one of ERROR_CODES; ``retryable``: whether the same request may succeed later
+    (e.g. ADMISSION_DENIED with ``details["retry_after_ms"]``); ``details``: the wire's
+    ``details`` map or ``{}``.
+    """
+
+    code: str
+    retryable: bool
+    details: Dict[str, Any]
+
+    def __init__(self, code: str, message: str, details: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.retryable = ERROR_CODES.get(code, False)
+        self.details = dict(details or {})
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> "SupervisorError":
+        """The error of a response frame ``{code, message, retryable, details?}``; an unknown code becomes INTERNAL naming it."""
+        if not isinstance(wire, Mapping):
+            return cls("INTERNAL", f"malformed error from the supervisor: {wire!r}")
+        code = str(wire.get("code"))
+        message = str(wire.get("message", ""))
+        details = wire.get("details") if isinstance(wire.get("details"), Mapping) else None
+        if code not in ERROR_CODES:
+            return cls("INTERNAL", f"{code}: {message}", details)
+        return cls(code, message, details)

@@ -1,0 +1,63 @@
+"""The README's harness examples, extracted from README.md and run as written against a test
+supervisor (SBX_SOCKET names it), so the README cannot drift; and the package installs with pip."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import venv
+
+from daemon import ROOT, Daemon
+
+README = os.path.join(ROOT, "README.md")
+
+
+def example(lang: str) -> str:
+    """The first ```lang block of README's "## Client library" section."""
+    with open(README) as f:
+        text = f.read()
+    section = text[text.index("## Client library\n") :]
+    section = section[: section.index("\n## ", 1)]
+    m = re.search(r"^```" + lang + r"\n(.*?)^```$", section, re.S | re.M)
+    assert m, f"no ```{lang} block in README's Client library section"
+    return m.group(1)
+
+
+EXPECTED = "3 exited b'built\\n' b'a warning\\n'\nstep 1\nstep 2\nstep 3\nexited 3 verified\nexited 0 verified\nKEY_CONFLICT False\n"
+
+
+def test_the_python_example_runs_as_written(daemon: Daemon, tmp_path):
+    script = tmp_path / "harness.py"
+    script.write_text(example("python"))
+    env = {**daemon.env(), "PYTHONPATH": os.path.join(ROOT, "ipc", "python")}
+    r = subprocess.run([sys.executable, str(script)], env=env, cwd=str(tmp_path), capture_output=True, timeout=60)
+    assert (r.returncode, r.stderr.decode()) == (0, "")
+    assert r.stdout.decode() == EXPECTED
+
+
+def test_the_typescript_example_runs_as_written(daemon: Daemon, tmp_path):
+    # As a user's project would have it: sandbox-supervisor in node_modules (here a link to this checkout).
+    (tmp_path / "node_modules").mkdir()
+    os.symlink(ROOT, tmp_path / "node_modules" / "sandbox-supervisor")
+    (tmp_path / "harness.mts").write_text(example("ts"))
+    tsx = os.path.join(ROOT, "node_modules", ".bin", "tsx")
+    r = subprocess.run([tsx, "harness.mts"], env=daemon.env(), cwd=str(tmp_path), capture_output=True, timeout=60)
+    assert (r.returncode, r.stderr.decode()) == (0, "")
+    assert r.stdout.decode() == "step 1\nstep 2\nstep 3\nexited 0 verified\nKEY_CONFLICT false\n"
+
+
+def test_pip_installs_the_package_with_its_types(tmp_path):
+    # Offline (no PyPI here): a venv seeing the system's setuptools and msgpack, no build isolation.
+    # From a copy: setuptools writes build/ and *.egg-info beside the sources it builds.
+    source = tmp_path / "src"
+    shutil.copytree(os.path.join(ROOT, "ipc", "python"), source, ignore=shutil.ignore_patterns("tests", "__pycache__", ".pytest_cache", "build", "*.egg-info"))
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    py = str(env_dir / "bin" / "python")
+    pip = subprocess.run([py, "-m", "pip", "install", "--no-index", "--no-build-isolation", "--no-deps", "--quiet", str(source)], capture_output=True, cwd=str(tmp_path), timeout=120)
+    assert pip.returncode == 0, pip.stderr.decode()
+    check = "import os, sandbox_supervisor as s; d = os.path.dirname(s.__file__); print(s.__version__, os.path.exists(os.path.join(d, 'py.typed')), d.startswith(os.environ['VENV']))"
+    r = subprocess.run([py, "-c", check], capture_output=True, cwd=str(tmp_path), env={**os.environ, "VENV": str(env_dir), "PYTHONPATH": ""})
+    assert (r.returncode, r.stdout.decode()) == (0, "0.1.0 True True\n"), r.stderr.decode()
