@@ -42,7 +42,8 @@ export type RenderMetrics = () => Promise<{ contentType: string; body: string }>
  * or taken by another kind of file.
  */
 export async function listenMetrics(addr: MetricsAddress, render: RenderMetrics, log: Logger): Promise<MetricsListener> {
-  const server = createServer({ maxHeaderSize: MAX_HEADER_BYTES, headersTimeout: HEADERS_TIMEOUT_MS, requestTimeout: REQUEST_TIMEOUT_MS, keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS }, (req, res) => {
+  // node checks headersTimeout and requestTimeout every connectionsCheckingInterval (30 s by default).
+  const server = createServer({ maxHeaderSize: MAX_HEADER_BYTES, headersTimeout: HEADERS_TIMEOUT_MS, requestTimeout: REQUEST_TIMEOUT_MS, keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS, connectionsCheckingInterval: 1000 }, (req, res) => {
     void answer(req, res, render, log);
   });
   server.maxConnections = METRICS_MAX_CONNECTIONS;
