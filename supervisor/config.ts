@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
 import { DEFAULT_MAX_FRAME_BYTES } from '../ipc/framing.js';
 import { MAX_DURATION_MS } from '../ipc/duration.js';
+import { parseMetricsAddress } from './metrics/address.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/sandbox-supervisor/config.json';
 
@@ -147,6 +148,23 @@ const ConfigSchema = z
         deadlineMs: z.number().int().min(1).max(24 * 3600 * 1000).default(600_000),
         /** Manifests made longer ago than this are removed by gc (with what only they reference); 0: kept forever. */
         maxAgeMs: durationMs.default(0),
+      })
+      .strict()
+      .prefault({}),
+    /** The Prometheus endpoint (README "Metrics"); off unless listen is set. */
+    metrics: z
+      .object({
+        /** HOST:PORT (an IP literal or localhost; 0.0.0.0 for every interface, written out) or an absolute Unix socket path; `serve --metrics ADDR` overrides it. */
+        listen: z
+          .string()
+          .superRefine((text, ctx) => {
+            try {
+              parseMetricsAddress(text);
+            } catch (err) {
+              ctx.addIssue({ code: 'custom', message: (err as Error).message });
+            }
+          })
+          .optional(),
       })
       .strict()
       .prefault({}),

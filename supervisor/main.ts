@@ -1,18 +1,33 @@
 #!/usr/bin/env node
 // sandbox-supervisor: the daemon's entry. `sandbox-supervisor serve [--config FILE]` runs it
 // in the foreground: load and validate the configuration, become child subreaper, set up
-// the cgroup subtree (or subreaper mode), listen on the socket, and on SIGTERM/SIGINT stop
-// admission, settle every session with receipts, and exit 0.
+// the cgroup subtree (or subreaper mode), listen on the socket (and, with --metrics, the
+// Prometheus endpoint), and on SIGTERM/SIGINT stop admission, settle every session with
+// receipts, and exit 0.
 import { Command } from 'commander';
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
 import { ConfigError, loadConfig } from './config.js';
 import { VERSION } from '../ipc/version.js';
 import { SupervisorServer } from './server/server.js';
 import { Supervisor } from './supervisor.js';
 import { notify, startWatchdog, takeListenFd } from './systemd.js';
+import { parseMetricsAddress } from './metrics/address.js';
+import type { MetricsListener } from './metrics/http.js';
+import type { SupervisorMetrics } from './metrics/registry.js';
+
+/**
+ * The Prometheus registry and its endpoint (metrics.listen), loaded only when asked for;
+ * ConfigError (exit 2) when the address cannot be listened on.
+ */
+async function startMetrics(listen: string, log: Logger): Promise<{ metrics: SupervisorMetrics; listener: MetricsListener }> {
+  const [{ SupervisorMetrics }, { listenMetrics }] = await Promise.all([import('./metrics/registry.js'), import('./metrics/http.js')]);
+  const metrics = new SupervisorMetrics();
+  const listener = await listenMetrics(parseMetricsAddress(listen), () => metrics.render(), log);
+  return { metrics, listener };
+}
 
 
-async function serve(options: { config?: string; workspace?: string[] }): Promise<void> {
+async function serve(options: { config?: string; workspace?: string[]; metrics?: string }): Promise<void> {
   let config;
   try {
     config = loadConfig(options.config);
@@ -20,6 +35,14 @@ async function serve(options: { config?: string; workspace?: string[] }): Promis
       const relative = options.workspace.filter((p) => !p.startsWith('/'));
       if (relative.length) throw new ConfigError(`--workspace must be an absolute path: ${relative.map((p) => JSON.stringify(p)).join(', ')}`);
       config = { ...config, workspace: { ...config.workspace, paths: [...config.workspace.paths, ...options.workspace] } };
+    }
+    if (options.metrics !== undefined) {
+      try {
+        parseMetricsAddress(options.metrics);
+      } catch (err) {
+        throw new ConfigError(`--metrics ${(err as Error).message}`);
+      }
+      config = { ...config, metrics: { listen: options.metrics } };
     }
   } catch (err) {
     if (err instanceof ConfigError) {
@@ -30,7 +53,27 @@ async function serve(options: { config?: string; workspace?: string[] }): Promis
   }
   const log = pino({ name: 'sandbox-supervisor', level: config.logLevel });
   log.info({ config: config.source, socket: config.socketPath, state_dir: config.stateDir }, 'starting');
-  const supervisor = Supervisor.create(config, log);
+  // The metrics endpoint first: an address that cannot be had stops the start before the
+  // state dir, the lock or a cgroup is touched.
+  let metrics: Awaited<ReturnType<typeof startMetrics>> | null = null;
+  if (config.metrics.listen !== undefined) {
+    try {
+      metrics = await startMetrics(config.metrics.listen, log);
+    } catch (err) {
+      if (err instanceof ConfigError) {
+        process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
+        process.exit(2);
+      }
+      throw err;
+    }
+  }
+  let supervisor: Supervisor;
+  try {
+    supervisor = Supervisor.create(config, log, metrics?.metrics ?? null);
+  } catch (err) {
+    await metrics?.listener.close();
+    throw err;
+  }
   await supervisor.ctx.watcher.ready; // every workspace marked before the first launch
   const server = new SupervisorServer(supervisor, log, config.socketPath);
   const listenFd = takeListenFd();
@@ -38,8 +81,15 @@ async function serve(options: { config?: string; workspace?: string[] }): Promis
     await server.listen(listenFd);
   } catch (err) {
     supervisor.ctx.tree?.teardown(); // nothing ran: the cgroup subtree made at start goes
+    await metrics?.listener.close();
     throw err;
   }
+  metrics?.metrics.observe({
+    sessions: () => supervisor.list(true),
+    connections: () => server.connectionCount,
+    workspaces: () => supervisor.ctx.watcher.status(),
+    mode: supervisor.mode,
+  });
   log.info({ socket: config.socketPath, mode: supervisor.mode, socket_activated: listenFd !== null }, 'listening');
   const stopWatchdog = startWatchdog();
   // READY=1 once the socket listens and reconciliation has looked at every session.
@@ -58,6 +108,7 @@ async function serve(options: { config?: string; workspace?: string[] }): Promis
     void supervisor
       .shutdown()
       .then(() => server.close())
+      .then(() => metrics?.listener.close())
       .then(() => {
         log.info('stopped');
         process.exit(0);
@@ -78,7 +129,8 @@ program
   .description('run the supervisor in the foreground')
   .option('--config <file>', 'JSON configuration (default: /etc/sandbox-supervisor/config.json if present)')
   .option('--workspace <dir>', 'watch this directory (repeatable; added to workspace.paths)', (dir: string, prev: string[] = []) => [...prev, dir])
-  .action((opts: { config?: string; workspace?: string[] }) =>
+  .option('--metrics <addr>', 'serve Prometheus metrics at GET /metrics on HOST:PORT (e.g. 127.0.0.1:9464) or a Unix socket path (overrides metrics.listen)')
+  .action((opts: { config?: string; workspace?: string[]; metrics?: string }) =>
     serve(opts).catch((err: Error) => {
       process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
       process.exit(1);

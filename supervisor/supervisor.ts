@@ -37,6 +37,7 @@ import { HashPool, hashWorkerPath } from './store/hasher.js';
 import { KeyIndex } from './store/records.js';
 import { StorageGuard, thresholdWarnings } from './store/storage.js';
 import { lookupUser } from './users.js';
+import type { SupervisorMetrics } from './metrics/registry.js';
 
 export class Supervisor {
   private readonly sessions = new Map<string, Session>();
@@ -62,8 +63,11 @@ export class Supervisor {
    */
   private readonly self = userInfo();
 
-  /** `lock`: this state dir's flock, held for the supervisor's life. */
-  private constructor(readonly config: Config, readonly log: Logger, readonly ctx: SessionContext, readonly lock: StateDirLock) {
+  /**
+   * `lock`: this state dir's flock, held for the supervisor's life. `metrics`: the Prometheus
+   * counters moved here and by the server and checkpoints (null: metrics off).
+   */
+  private constructor(readonly config: Config, readonly log: Logger, readonly ctx: SessionContext, readonly lock: StateDirLock, readonly metrics: SupervisorMetrics | null) {
     this.keys = new KeyIndex(config.stateDir);
     this.closing = new Closing(ctx, log);
     this.retention = new Retention(config, log, ctx.storage, ctx.sessionsDir, {
@@ -83,7 +87,7 @@ export class Supervisor {
       checkpointStore: () => this.checkpoints.location,
     });
     ctx.storage.onBelowKeepFree = () => this.retention.keepFree();
-    this.checkpoints = new Checkpoints({ config, log, identity: ctx.identity, signer: ctx.signer, watcher: ctx.watcher, reserveBytes: () => ctx.storage.minFreeBytes, pinned: () => this.tasks.pinnedCheckpoints() });
+    this.checkpoints = new Checkpoints({ config, log, identity: ctx.identity, signer: ctx.signer, watcher: ctx.watcher, reserveBytes: () => ctx.storage.minFreeBytes, pinned: () => this.tasks.pinnedCheckpoints(), metrics });
     this.checkpoints.recover();
     this.tasks = new Tasks({
       ctx,
@@ -96,8 +100,8 @@ export class Supervisor {
     this.restore();
   }
 
-  /** Prepares the state dir, identity, subreaper and cgroup subtree; throws with a reason. */
-  static create(config: Config, log: Logger): Supervisor {
+  /** Prepares the state dir, identity, subreaper and cgroup subtree; throws with a reason. metrics: the Prometheus hooks, or null. */
+  static create(config: Config, log: Logger, metrics: SupervisorMetrics | null = null): Supervisor {
     const workspacePaths = checkWorkspacePaths(config.workspace.paths, config.stateDir);
     mkdirSync(config.stateDir, { recursive: true, mode: 0o700 });
     const lock = StateDirLock.take(config.stateDir);
@@ -153,7 +157,7 @@ export class Supervisor {
     };
     log.info({ instance, generation, mode, cgroup: tree?.basePath ?? null, subreaper: native().isChildSubreaper() }, 'supervisor ready');
     try {
-      return new Supervisor(config, log, ctx, lock);
+      return new Supervisor(config, log, ctx, lock, metrics);
     } catch (err) {
       // Nothing ran: the cgroup subtree made for this start goes with it.
       tree?.teardown();
@@ -173,6 +177,7 @@ export class Supervisor {
     for (const session of restoreSessions(this.ctx, this.keys, this.retention)) this.register(session);
     const unknown = [...this.sessions.values()].filter((s) => s.state === 'unknown').length;
     this.reconciling = unknown > 0;
+    this.metrics?.foundUnknown(unknown);
     this.log.info({ sessions: this.sessions.size, unknown }, 'state restored');
   }
 
@@ -180,6 +185,7 @@ export class Supervisor {
     this.sessions.set(session.id, session);
     this.byKey.set(session.req.invocationKey, session);
     session.on('state', (state) => {
+      this.metrics?.sessionState(session, state);
       if (state === 'ended') this.retention.keepFree();
     });
   }
@@ -197,9 +203,13 @@ export class Supervisor {
     const settling = unknown.map((s) => {
       const done = s
         .reconcile()
-        .catch((err: Error) => {
-          this.log.error({ err, session_id: s.id }, 'reconciliation failed; the session stays unknown');
-        })
+        .then(
+          () => this.metrics?.reconciled(s.state === 'ended' ? 'ended' : 'unknown'),
+          (err: Error) => {
+            this.metrics?.reconciled('failed');
+            this.log.error({ err, session_id: s.id }, 'reconciliation failed; the session stays unknown');
+          },
+        )
         .finally(() => this.reconcilingSessions.delete(s.id));
       this.reconcilingSessions.set(s.id, done);
       return done;
@@ -267,9 +277,21 @@ export class Supervisor {
    * Admits and starts a session, or returns the existing one for the same invocation key
    * and command digest (admission.ts decides); KEY_CONFLICT when the key was used for
    * another command. Admission record, key record, then spawn: all synchronous, so a
-   * concurrent launch with this key finds it registered.
+   * concurrent launch with this key finds it registered. Counted by outcome (metrics).
    */
   launch(params: LaunchParams): LaunchResult {
+    let result: LaunchResult;
+    try {
+      result = this.admitAndStart(params);
+    } catch (err) {
+      this.metrics?.launchRefused(err);
+      throw err;
+    }
+    this.metrics?.launched(result.existing ? 'existing' : 'started');
+    return result;
+  }
+
+  private admitAndStart(params: LaunchParams): LaunchResult {
     if (this.stopping) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping');
     if (!isAbsolute(params.cwd)) throw new SupervisorError('INVALID_ARGUMENT', `cwd must be absolute: ${params.cwd}`);
     let cwdIsDir = false;

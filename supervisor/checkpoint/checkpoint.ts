@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { closeSync, constants, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { SupervisorError } from '../../ipc/errors.js';
+import { isSupervisorError, SupervisorError } from '../../ipc/errors.js';
 import type { GcResult } from '../../ipc/methods.js';
 import type { CheckpointResult, Receipt, TaskCheckpointEntry } from '../../ipc/protocol.js';
 import { STATE } from '../../ipc/state-layout.js';
@@ -25,6 +25,7 @@ import { CheckpointThread } from './capture.js';
 import { LocalStore, objectKey, STORE_DIRS } from './local-store.js';
 import { checkManifest, manifestObjects, type CheckpointBoundary, type Manifest, type PublishedRecord, type RuntimeFence } from './manifest.js';
 import { type CheckpointStore, parseStoreUrl, rehashObject, StoreError } from './store.js';
+import type { SupervisorMetrics } from '../metrics/registry.js';
 
 export interface CheckpointDeps {
   config: Config;
@@ -36,6 +37,8 @@ export interface CheckpointDeps {
   reserveBytes: () => number;
   /** Checkpoints gc never removes: those complete task receipts name (their evidence); null: cannot tell, none is removed by age. */
   pinned?: () => Set<string> | null;
+  /** Prometheus hooks (metrics/registry.ts): each checkpoint's duration, result and bytes; null: off. */
+  metrics?: SupervisorMetrics | null;
 }
 
 /** Requests to a remote store at once (uploads, read-back): one at a time, radosgw took ~45 ms an object. */
@@ -193,7 +196,18 @@ export class Checkpoints {
    * INVALID_ARGUMENT, CHECKPOINT_FAILED.
    */
   checkpoint(workspace: string, task: string | null, closeAttempt?: number): Promise<CheckpointResult> {
-    return this.serial(() => this.take(workspace, task, closeAttempt));
+    return this.serial(async () => {
+      const t0 = performance.now();
+      try {
+        const result = await this.take(workspace, task, closeAttempt);
+        this.deps.metrics?.checkpointDone(result, (performance.now() - t0) / 1000);
+        return result;
+      } catch (err) {
+        // A refused request (INVALID_ARGUMENT: not a watched workspace) was no attempt.
+        if (!isSupervisorError(err, 'INVALID_ARGUMENT')) this.deps.metrics?.checkpointDone(null, (performance.now() - t0) / 1000);
+        throw err;
+      }
+    });
   }
 
   /** The workspace as a checkpoint names it (its real path), or null when it cannot be resolved. */

@@ -32,6 +32,11 @@ export class SupervisorServer {
     this.pendingFrames = { heldBytes: 0, maxBytes: supervisor.config.ipc.maxPendingFrameBytes };
   }
 
+  /** Connections open now (served ones; refused ones are closed at once). */
+  get connectionCount(): number {
+    return this.connections.size;
+  }
+
   /** Whether the socket came from systemd (then its file and modes are the .socket unit's). */
   private activated = false;
   /** Inode of the socket file this server made (close() removes only that one). */
@@ -131,15 +136,18 @@ export class SupervisorServer {
     const conn = new Connection(socket, { maxFrameBytes: ipc.maxFrameBytes, frameTimeoutMs: ipc.frameTimeoutMs, pending: this.pendingFrames, onFrameTimeout: refuseFrame }, peer);
     if (!this.allowed(peer)) {
       this.log.warn({ uid: peer.uid, gid: peer.gid, pid: peer.pid }, 'refused a peer outside the allow-list');
+      this.supervisor.metrics?.connection('unauthorized');
       conn.refuse({ id: 0, error: new SupervisorError('UNAUTHORIZED', `uid ${peer.uid} / gid ${peer.gid} may not use this supervisor`).toWire() });
       return;
     }
     if (this.connections.size >= ipc.maxConnections) {
       this.log.warn({ uid: peer.uid, pid: peer.pid, max: ipc.maxConnections }, 'connection limit reached');
+      this.supervisor.metrics?.connection('limit_exceeded');
       conn.refuse({ id: 0, error: new SupervisorError('LIMIT_EXCEEDED', `${ipc.maxConnections} connections are open`, { limit: 'connections', max: ipc.maxConnections, retry_after_ms: 500 }).toWire() });
       return;
     }
     this.connections.add(conn);
+    this.supervisor.metrics?.connection('accepted');
     const handshake = setTimeout(() => {
       if (!conn.helloDone) conn.refuse({ id: 0, error: new SupervisorError('INVALID_ARGUMENT', `no hello within ${ipc.handshakeTimeoutMs} ms`).toWire() });
     }, Math.min(ipc.handshakeTimeoutMs, MAX_TIMER_MS)); // a longer setTimeout fires at once; past 24.8 days it is as good as none
