@@ -79,7 +79,7 @@ function publicKey(o: StoreOptions): string | undefined {
   try {
     return readFileSync(file, 'utf8');
   } catch (err) {
-    fail(`INVALID_ARGUMENT: cannot read the public key ${file} (give --key FILE): ${(err as Error).message}`);
+    fail(`INVALID_ARGUMENT: cannot read the public key ${file} (give --public-key FILE): ${(err as Error).message}`);
   }
 }
 
@@ -92,7 +92,7 @@ export async function restoreCommand(idText: string, dir: string, o: StoreOption
   const store = await openStore(o);
   const id = await resolveId(store, idText);
   const key = publicKey(o);
-  if (!key) fail(`no public key to check the manifest's signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --key FILE`);
+  if (!key) fail(`no public key to check the manifest's signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   let result;
   try {
     result = await restoreCheckpoint(store, id, resolvePath(dir), { publicKeyPem: key, sameOwner: o.sameOwner, remote: store.location.startsWith('s3://') });
@@ -123,7 +123,7 @@ export async function listCommand(o: StoreOptions & { workspace?: string }): Pro
     fail(`cannot list the checkpoints in ${store.location}: ${(err as Error).message}`);
   }
   const key = publicKey(o);
-  if (!key) fail(`no public key to check what the store holds (${join(o.stateDir, 'receipt-key.pub')} is absent): give --key FILE`);
+  if (!key) fail(`no public key to check what the store holds (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   const rows: { checkpoint_id: string; created_at: string; workspace: string; task: string | null; entries: number; bytes: number; consistent: boolean; boundary: unknown }[] = [];
   const invalid: string[] = [];
   for (const id of ids) {
@@ -166,7 +166,7 @@ export async function verifyManifestCommand(arg: string, bytes: Buffer | null, o
     if (named.length === 64) expectId = named;
   }
   const key = publicKey(o);
-  if (!key) fail(`no public key to check the signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --key FILE`);
+  if (!key) fail(`no public key to check the signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   const v = await verifyCheckpoint(bytes, key, store, expectId);
   if (o.json) {
     process.stdout.write(JSON.stringify({ ok: v.problems.length === 0, checkpoint_id: v.id, store: store?.location ?? null, objects: v.objects, bytes: v.bytes, consistent: v.manifest?.consistent ?? null, unstable: v.manifest?.unstable ?? [], problems: v.problems }, null, 2) + '\n');
