@@ -32,6 +32,7 @@ import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writ
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
 import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
+import { bashCompletion, zshCompletion } from './completion.js';
 import { describe, endedAs, mib, ownerLostLine, refusalWait, useSocket } from './explain.js';
 import { psTable, unknownNotes } from './ps-format.js';
 
@@ -850,6 +851,15 @@ sub('close')
     const unscanned = receipt.workspaces.filter((w) => w.error);
     for (const w of unscanned) process.stderr.write(`sbx: workspace ${w.path} was not scanned: ${w.error_message ?? w.error}\n`);
     process.exitCode = unscanned.length > 0 ? 1 : 0;
+  });
+
+sub('completion')
+  .description('print a shell completion script (bash or zsh); install: source <(sbx completion bash) in ~/.bashrc, or sbx completion zsh > "${fpath[1]}/_sbx"')
+  .argument('<shell>', 'bash or zsh')
+  .action((shell: string) => {
+    if (shell === 'bash') process.stdout.write(bashCompletion(program));
+    else if (shell === 'zsh') process.stdout.write(zshCompletion(program));
+    else fail(`INVALID_ARGUMENT: completion: no script for ${JSON.stringify(shell)} (bash or zsh)`);
   });
 
 // --- The argument and environment bytes.
