@@ -4,7 +4,8 @@
 // terminal width are arguments), so it is tested without a daemon. Every cell is shown with
 // its control characters escaped (a newline or an ANSI escape in an argv never reaches the
 // terminal as itself). Truncation: on a terminal the rows are fitted to its width (COMMAND
-// first, then KEY, TASK, USER, each to a floor); not on a terminal COMMAND alone is cut at
+// first, then KEY, TASK, USER, each to a floor; then MEM PEAK, CPU, LIVE, USER, STARTED, PID
+// are left out, in that order; a line still too wide is cut); not on a terminal COMMAND alone is cut at
 // PIPE_COMMAND_COLUMNS, as docker cuts COMMAND whether or not stdout is a terminal;
 // `--no-trunc` cuts nothing. The --json output is the supervisor's summaries, not this.
 import type { SessionSummary } from '../ipc/protocol.js';
@@ -119,6 +120,8 @@ const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(bytes < 10 * 2 ** 20
 const HEADER = ['SESSION', 'STATUS', 'STARTED', 'DURATION', 'USER', 'TASK', 'PID', 'LIVE', 'CPU', 'MEM PEAK', 'KEY', 'COMMAND'] as const;
 /** Columns cut on a terminal to fit its width, in this order, each down to its floor (characters). */
 const SHRINK: [column: (typeof HEADER)[number], floor: number][] = [['COMMAND', 12], ['KEY', 12], ['TASK', 8], ['USER', 8]];
+/** Then columns left out, in this order, until the rows fit (`sbx ps --json` has them all). */
+const DROP: (typeof HEADER)[number][] = ['MEM PEAK', 'CPU', 'LIVE', 'USER', 'STARTED', 'PID'];
 
 export interface PsTableOptions {
   /** ms since the epoch (Date.now()). */
@@ -153,26 +156,35 @@ export function psTable(sessions: SessionSummary[], o: PsTableOptions): string {
     ].map((cell, i) => (i === HEADER.length - 1 ? cell : escapeControls(cell))));
   }
   const widths = HEADER.map((_, i) => Math.max(...rows.map((r) => Array.from(r[i]).length)));
+  const shown = HEADER.map(() => true);
   const col = (name: (typeof HEADER)[number]) => HEADER.indexOf(name);
   if (!o.noTrunc) {
     if (o.terminalColumns === null) widths[col('COMMAND')] = Math.min(widths[col('COMMAND')], PIPE_COMMAND_COLUMNS);
     else {
-      const total = () => widths.reduce((a, b) => a + b, 0) + 2 * (widths.length - 1);
+      const width = o.terminalColumns;
+      const total = () => widths.reduce((sum, w, i) => (shown[i] ? sum + w + 2 : sum), -2);
       for (const [name, floor] of SHRINK) {
         const i = col(name);
-        const over = total() - o.terminalColumns;
+        const over = total() - width;
         if (over <= 0) break;
         widths[i] = Math.max(Math.min(widths[i], floor), widths[i] - over);
+      }
+      for (const name of DROP) {
+        if (total() <= width) break;
+        shown[col(name)] = false;
       }
     }
   }
   let text = '';
   for (const r of rows) {
-    const cells = r.map((c, i) => {
+    const cells = r.flatMap((c, i) => {
+      if (!shown[i]) return [];
       const cut = o.noTrunc ? c : truncate(c, widths[i]);
-      return i === r.length - 1 ? cut : cut + ' '.repeat(Math.max(0, widths[i] - Array.from(cut).length));
+      return [i === r.length - 1 ? cut : cut + ' '.repeat(Math.max(0, widths[i] - Array.from(cut).length))];
     });
-    text += cells.join('  ').trimEnd() + '\n';
+    const line = cells.join('  ').trimEnd();
+    // Narrower still than the floors: the line itself is cut, so nothing wraps.
+    text += (o.terminalColumns !== null && !o.noTrunc ? truncate(line, o.terminalColumns) : line) + '\n';
   }
   return text;
 }

@@ -34,6 +34,7 @@ import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchPara
 import { VERSION } from '../ipc/version.js';
 import { bashCompletion, zshCompletion } from './completion.js';
 import { describe, endedAs, mib, ownerLostLine, refusalWait, useSocket } from './explain.js';
+import { clearProgress, Progress } from './progress.js';
 import { psTable, unknownNotes } from './ps-format.js';
 
 // --- What every command shares.
@@ -52,6 +53,7 @@ function signalNumber(name: string): number {
 }
 
 function fail(message: string, status = FAILURE): never {
+  clearProgress();
   process.stderr.write(`sbx: ${message}\n`);
   process.exit(status);
 }
@@ -725,12 +727,13 @@ sub('checkpoint')
   .action(async (o: { workspace: string; task?: string }) => {
     const g = globals(o);
     const workspace = resolvePath(o.workspace);
-    // On a terminal, a long one says it is still going (the supervisor answers once it is published).
-    const t0 = Date.now();
-    const ticker = process.stderr.isTTY && !g.json ? setInterval(() => process.stderr.write(`\rsbx: checkpointing ${workspace}: ${((Date.now() - t0) / 1000).toFixed(0)} s`), 1000) : null;
+    // On a terminal, what it waits for and for how long (the supervisor answers once it is published).
+    const progress = new Progress(`checkpoint ${workspace}`);
+    if (!g.json) progress.waiting('the supervisor to scan, store and read back every object');
     // Interrupted, sbx goes; the checkpoint does not (the supervisor owns it): say where to find it.
     process.once('SIGINT', () => {
-      process.stderr.write(`\nsbx: interrupted; the checkpoint of ${workspace} goes on in the supervisor (sbx checkpoints lists it once published)\n`);
+      progress.done();
+      process.stderr.write(`sbx: interrupted; the checkpoint of ${workspace} goes on in the supervisor (sbx checkpoints lists it once published)\n`);
       process.exit(130);
     });
     const client = await connect(g);
@@ -743,10 +746,7 @@ sub('checkpoint')
       fail(describe(err));
     } finally {
       client.close();
-      if (ticker) {
-        clearInterval(ticker);
-        if (Date.now() - t0 >= 1000) process.stderr.write('\n');
-      }
+      progress.done();
     }
     process.exitCode = r.consistent ? 0 : 1;
     if (g.json) return printJson(r);
@@ -826,18 +826,23 @@ sub('close')
     const g = globals(o);
     const workspaces = (o.workspace ?? []).map((w) => resolvePath(w));
     const task = o.task;
+    // On a terminal, what the close waits for and for how long.
+    const progress = new Progress(task !== undefined ? `close task ${JSON.stringify(task)}` : 'close');
     if (task !== undefined) {
       const client = await connect(g);
       let receipt: TaskReceipt;
       try {
+        progress.waiting(`its sessions to end, then the checkpoint of ${workspaces.length ? workspaces.join(', ') : 'every watched workspace'} and its read-back`);
         receipt = await client.closeTask({ task, timeout_ms: o.timeout, workspaces: workspaces.length ? workspaces : undefined });
       } catch (err) {
+        progress.done();
         // --json: the error as JSON on stdout too (as sbx checkpoint), for a harness that parses it.
         if (g.json && isSupervisorError(err)) printJson({ error: err.toWire() });
         fail(describe(err));
       } finally {
         client.close();
       }
+      progress.done();
       printJson(receipt);
       // Vacuously complete: a misspelled task has no sessions either.
       if (receipt.sessions.length === 0) process.stderr.write(`sbx: note: task ${JSON.stringify(task)} has no sessions (complete holds vacuously; is the task name right?)\n`);
@@ -845,7 +850,9 @@ sub('close')
       process.exitCode = receipt.complete ? 0 : 1;
       return;
     }
+    progress.waiting(`every session to end and its receipt${workspaces.length ? `, then the scan of ${workspaces.join(', ')}` : ''}`);
     const receipt = await call(g, (c) => c.closeSupervisor({ timeout_ms: o.timeout, workspaces }));
+    progress.done();
     printJson(receipt);
     // Closed, but a workspace has no digest: done, incomplete (1), as verify's mismatch.
     const unscanned = receipt.workspaces.filter((w) => w.error);
