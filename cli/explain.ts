@@ -1,7 +1,9 @@
 // What sbx says on stderr when something is not as asked: an error's one line (the code, the
-// supervisor's message, and what to do next), why a wait waits, and what a receipt's exit
-// status cannot say (owner lost). Pure text from errors, details and receipts; sbx.ts prints
-// it. The codes are SPEC.md's "Error codes"; the details are ipc/PROTOCOL.md's.
+// supervisor's message, and what to do next), why a wait waits, what a receipt's exit status
+// cannot say (owner lost), and the note of a deprecated option. Text from errors, details and
+// receipts; sbx.ts prints it (the reconnect line and the note print themselves, once). The codes are SPEC.md's "Error codes"; the details are ipc/PROTOCOL.md's.
+import { Option } from 'commander';
+import { DEFAULT_RECONNECT_MS } from '../ipc/client.js';
 import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
 import type { Receipt, SessionSummary } from '../ipc/protocol.js';
 
@@ -72,4 +74,27 @@ export function endedAs(receipt: Pick<Receipt, 'outcome' | 'exit' | 'ended_at'> 
   const how =
     r.outcome === 'exited' ? `exited ${exit.code}` : r.outcome === 'signaled' ? `killed by ${exit.signal}` : r.outcome === 'owner_lost' ? 'owner lost' : `${r.outcome.replace('_', ' ')}${exit.signal ? ` (${exit.signal})` : exit.code !== null ? ` (exit ${exit.code})` : ''}`;
   return `it ended (${how}${r.ended_at ? ` at ${r.ended_at}` : ''})`;
+}
+
+/** The once-a-run line of a wait for a supervisor that went away (run, wait): "sbx: lost the supervisor at S (ECONNREFUSED); reconnecting for up to 60 s". */
+export function reconnectingLine(socketPath: string): (code: string) => void {
+  let said = false;
+  return (code) => {
+    if (said) return;
+    said = true;
+    process.stderr.write(`sbx: lost the supervisor at ${socketPath} (${code}); reconnecting for up to ${Math.round(DEFAULT_RECONNECT_MS / 1000)} s\n`);
+  };
+}
+
+/** `--key FILE` of verify/restore/checkpoints, kept working but hidden: `--key` is the invocation key everywhere else. */
+export function deprecatedKeyOption(): Option {
+  return new Option('--key <file>', 'deprecated: --public-key').hideHelp();
+}
+
+/** The public key file given (--public-key, else the deprecated --key, with a note on stderr), or undefined. */
+export function publicKeyFile(command: string, o: { publicKey?: string; key?: string }): string | undefined {
+  if (o.key !== undefined && o.publicKey === undefined) {
+    process.stderr.write(`sbx: note: ${command} --key FILE is deprecated, use --public-key FILE (--key names an invocation key everywhere else)\n`);
+  }
+  return o.publicKey ?? o.key;
 }

@@ -12,10 +12,11 @@
 // runs there runs once, at build time, for every later start (process.env, argv, cwd, time
 // and random values are read in main and below it). Lazy imports (verify, restore,
 // checkpoints) are left out of the snapshot, which cannot import(): the launcher starts those
-// commands from this script. One module on purpose (~700 lines): split into four
-// (the commands, sbx run, what they share, argument bytes) it took 2.5-3 ms longer to load
-// (Node 20's ESM loader, per module and import edge: 70.7 vs 73.6 ms to the first line of
-// `sbx run`, interleaved runs, issue 16). Its parts, in order: what every command shares;
+// commands from this script. The core in one module on purpose: split into four (the
+// commands, sbx run, what they share, argument bytes) it took 2.5-3 ms longer to load as a
+// script (Node 20's ESM loader, per module and import edge: 70.7 vs 73.6 ms to the first line
+// of `sbx run`, interleaved runs, issue 16; the snapshot loads none); what only explains
+// (explain.ts: messages, ps-format.ts, progress.ts, completion.ts) is apart. Its parts, in order: what every command shares;
 // sbx run (resend until answered, stdin at offsets, signals sent on); the commands; the
 // argument and environment bytes.
 import { isUtf8 } from 'node:buffer';
@@ -33,7 +34,7 @@ import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
 import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
 import { bashCompletion, zshCompletion } from './completion.js';
-import { describe, endedAs, mib, ownerLostLine, refusalWait, useSocket } from './explain.js';
+import { deprecatedKeyOption, describe, endedAs, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, useSocket } from './explain.js';
 import { clearProgress, Progress } from './progress.js';
 import { psTable, unknownNotes } from './ps-format.js';
 
@@ -250,16 +251,6 @@ function printJson(value: unknown): void {
   process.stdout.write(JSON.stringify(value, null, 2) + '\n');
 }
 
-/** The once-a-run line of a wait for a supervisor that went away (run, wait): "sbx: lost the supervisor at S (ECONNREFUSED); reconnecting for up to 60 s". */
-function reconnectingLine(g: GlobalOptions): (code: string) => void {
-  let said = false;
-  return (code) => {
-    if (said) return;
-    said = true;
-    process.stderr.write(`sbx: lost the supervisor at ${g.socket ?? defaultSocketPath()} (${code}); reconnecting for up to ${Math.round(DEFAULT_RECONNECT_MS / 1000)} s\n`);
-  };
-}
-
 /** A subcommand that also takes --socket and --json (SPEC: all subcommands do). */
 function sub(name: string): Command {
   return program
@@ -273,19 +264,6 @@ function globals(o: object): GlobalOptions {
   const g: GlobalOptions = { ...program.opts<GlobalOptions>(), ...Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) };
   useSocket(g.socket ?? defaultSocketPath());
   return g;
-}
-
-/** `--key FILE` of verify/restore/checkpoints, kept working but hidden: `--key` is the invocation key everywhere else. */
-function deprecatedKeyOption(): Option {
-  return new Option('--key <file>', 'deprecated: --public-key').hideHelp();
-}
-
-/** The public key file given (--public-key, else the deprecated --key, with a note on stderr), or undefined. */
-function publicKeyFile(command: string, o: { publicKey?: string; key?: string }): string | undefined {
-  if (o.key !== undefined && o.publicKey === undefined) {
-    process.stderr.write(`sbx: note: ${command} --key FILE is deprecated, use --public-key FILE (--key names an invocation key everywhere else)\n`);
-  }
-  return o.publicKey ?? o.key;
 }
 
 // --- The commands.
@@ -382,7 +360,7 @@ sub('run')
       }
     }
     // A dropped connection (the supervisor restarting) is waited for: one line says so at once.
-    const reconnecting = reconnectingLine(g);
+    const reconnecting = reconnectingLine(g.socket ?? defaultSocketPath());
     const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx', onReconnecting: reconnecting }, client);
     signals?.to(conn, launched.session_id);
     attachedSession = launched.session_id;
@@ -622,7 +600,7 @@ sub('wait')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
-    const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx', onReconnecting: reconnectingLine(g) }, await connect(g));
+    const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx', onReconnecting: reconnectingLine(g.socket ?? defaultSocketPath()) }, await connect(g));
     let receipt: Receipt;
     try {
       receipt = await conn.run((c) => c.wait(sel));
