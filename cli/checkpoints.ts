@@ -11,6 +11,7 @@ import { checkManifest, checkPublished, normaliseId, type PublishedRecord } from
 import { restoreCheckpoint, showDifference } from '../supervisor/checkpoint/restore.js';
 import { type CheckpointStore, parseStoreUrl, type StoreUrl } from '../supervisor/checkpoint/store.js';
 import { verifyCheckpoint } from '../supervisor/checkpoint/verify.js';
+import { clearProgress, Progress } from './progress.js';
 
 export interface StoreOptions {
   stateDir: string;
@@ -23,6 +24,7 @@ export interface StoreOptions {
 }
 
 function fail(message: string): never {
+  clearProgress();
   process.stderr.write(`sbx: ${message}\n`);
   process.exit(125);
 }
@@ -79,7 +81,7 @@ function publicKey(o: StoreOptions): string | undefined {
   try {
     return readFileSync(file, 'utf8');
   } catch (err) {
-    fail(`INVALID_ARGUMENT: cannot read the public key ${file} (give --key FILE): ${(err as Error).message}`);
+    fail(`INVALID_ARGUMENT: cannot read the public key ${file} (give --public-key FILE): ${(err as Error).message}`);
   }
 }
 
@@ -92,13 +94,16 @@ export async function restoreCommand(idText: string, dir: string, o: StoreOption
   const store = await openStore(o);
   const id = await resolveId(store, idText);
   const key = publicKey(o);
-  if (!key) fail(`no public key to check the manifest's signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --key FILE`);
+  if (!key) fail(`no public key to check the manifest's signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   let result;
+  const progress = new Progress(`restore ${id.slice(0, 16)}`);
   try {
-    result = await restoreCheckpoint(store, id, resolvePath(dir), { publicKeyPem: key, sameOwner: o.sameOwner, remote: store.location.startsWith('s3://') });
+    result = await restoreCheckpoint(store, id, resolvePath(dir), { publicKeyPem: key, sameOwner: o.sameOwner, remote: store.location.startsWith('s3://'), onProgress: (p) => progress.counts(p) });
   } catch (err) {
+    progress.done();
     fail(`restore: ${(err as Error).message}`);
   }
+  progress.done();
   if (o.json) process.stdout.write(JSON.stringify(result, null, 2) + '\n');
   else {
     process.stdout.write(`restored checkpoint ${id} into ${result.target}: ${plural(result.entries, 'entry', 'entries')}, ${plural(result.files, 'file')}, ${result.bytes} bytes in ${result.ms} ms\n`);
@@ -123,7 +128,7 @@ export async function listCommand(o: StoreOptions & { workspace?: string }): Pro
     fail(`cannot list the checkpoints in ${store.location}: ${(err as Error).message}`);
   }
   const key = publicKey(o);
-  if (!key) fail(`no public key to check what the store holds (${join(o.stateDir, 'receipt-key.pub')} is absent): give --key FILE`);
+  if (!key) fail(`no public key to check what the store holds (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   const rows: { checkpoint_id: string; created_at: string; workspace: string; task: string | null; entries: number; bytes: number; consistent: boolean; boundary: unknown }[] = [];
   const invalid: string[] = [];
   for (const id of ids) {
@@ -166,8 +171,10 @@ export async function verifyManifestCommand(arg: string, bytes: Buffer | null, o
     if (named.length === 64) expectId = named;
   }
   const key = publicKey(o);
-  if (!key) fail(`no public key to check the signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --key FILE`);
-  const v = await verifyCheckpoint(bytes, key, store, expectId);
+  if (!key) fail(`no public key to check the signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
+  const progress = new Progress(`verify ${(expectId ?? basename(arg)).slice(0, 16)}`);
+  const v = await verifyCheckpoint(bytes, key, store, expectId, (p) => progress.counts(p));
+  progress.done();
   if (o.json) {
     process.stdout.write(JSON.stringify({ ok: v.problems.length === 0, checkpoint_id: v.id, store: store?.location ?? null, objects: v.objects, bytes: v.bytes, consistent: v.manifest?.consistent ?? null, unstable: v.manifest?.unstable ?? [], problems: v.problems }, null, 2) + '\n');
   } else if (v.problems.length === 0) {

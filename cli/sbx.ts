@@ -12,10 +12,11 @@
 // runs there runs once, at build time, for every later start (process.env, argv, cwd, time
 // and random values are read in main and below it). Lazy imports (verify, restore,
 // checkpoints) are left out of the snapshot, which cannot import(): the launcher starts those
-// commands from this script. One module on purpose (~700 lines): split into four
-// (the commands, sbx run, what they share, argument bytes) it took 2.5-3 ms longer to load
-// (Node 20's ESM loader, per module and import edge: 70.7 vs 73.6 ms to the first line of
-// `sbx run`, interleaved runs, issue 16). Its parts, in order: what every command shares;
+// commands from this script. The core in one module on purpose: split into four (the
+// commands, sbx run, what they share, argument bytes) it took 2.5-3 ms longer to load as a
+// script (Node 20's ESM loader, per module and import edge: 70.7 vs 73.6 ms to the first line
+// of `sbx run`, interleaved runs, issue 16; the snapshot loads none); what only explains
+// (explain.ts: messages, ps-format.ts, progress.ts, completion.ts) is apart. Its parts, in order: what every command shares;
 // sbx run (resend until answered, stdin at offsets, signals sent on); the commands; the
 // argument and environment bytes.
 import { isUtf8 } from 'node:buffer';
@@ -27,15 +28,21 @@ import { startupSnapshot } from 'node:v8';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient } from '../ipc/client.js';
 import { parseDurationMs } from '../ipc/duration.js';
-import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
+import { isSupervisorError } from '../ipc/errors.js';
 import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
 import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
+import { bashCompletion, zshCompletion } from './completion.js';
+import { deprecatedKeyOption, describe, endedAs, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, useSocket } from './explain.js';
+import { clearProgress, Progress } from './progress.js';
+import { psTable, unknownNotes } from './ps-format.js';
 
 // --- What every command shares.
 
 const FAILURE = 125;
+/** `sbx kill`/`sbx cancel` of a session that has ended: nothing was done (docker kill of a stopped container exits 1). */
+const ENDED_ALREADY = 1;
 
 interface GlobalOptions {
   socket?: string;
@@ -47,19 +54,9 @@ function signalNumber(name: string): number {
 }
 
 function fail(message: string, status = FAILURE): never {
+  clearProgress();
   process.stderr.write(`sbx: ${message}\n`);
   process.exit(status);
-}
-
-function describe(err: unknown): string {
-  if (isSupervisorError(err, 'ADMISSION_DENIED')) return `${err.code}: ${err.message} (sbx status says why)`;
-  if (isSupervisorError(err)) return `${err.code}: ${err.message}`;
-  const e = err as NodeJS.ErrnoException;
-  if (e.code === 'ENOENT' || e.code === 'ECONNREFUSED') {
-    const at = (e as { address?: string }).address;
-    return `cannot reach the supervisor${at ? ` at ${at}` : ''} (${e.code}); is it running? (npm start, or the systemd unit; --socket or SBX_SOCKET name another)`;
-  }
-  return e.message ?? String(err);
 }
 
 async function connect(g: GlobalOptions): Promise<SupervisorClient> {
@@ -106,8 +103,8 @@ function collectEnv(kv: string, acc: Record<string, string>): Record<string, str
 }
 
 /** Copies one stream to a local output, waiting for the output to drain (backpressure). */
-async function pipeOutput(g: GlobalOptions, sel: SessionSelector, stream: StreamName, out: NodeJS.WriteStream, from: number, followToEnd: boolean): Promise<void> {
-  for await (const chunk of readOutput({ socketPath: g.socket, clientName: 'sbx', selector: sel, stream, from, follow: followToEnd })) {
+async function pipeOutput(g: GlobalOptions, sel: SessionSelector, stream: StreamName, out: NodeJS.WriteStream, from: number, followToEnd: boolean, onReconnecting?: (code: string) => void): Promise<void> {
+  for await (const chunk of readOutput({ socketPath: g.socket, clientName: 'sbx', selector: sel, stream, from, follow: followToEnd, onReconnecting })) {
     if (!out.write(chunk.data)) await new Promise((r) => out.once('drain', r));
   }
 }
@@ -139,6 +136,10 @@ async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: bo
     }
     await conn.run((c) => c.request('write', { ...sel, data: Buffer.alloc(0), offset, eof: true }));
   } catch (err) {
+    // The command stopped reading its stdin (`yes | sbx run --stdin -- head -c5`) or ended:
+    // like a writer to a closed pipe, sbx stops feeding it, and says nothing (the shell's
+    // `yes | head -c5` prints nothing either).
+    if (isSupervisorError(err) && err.details?.stdin_closed === true) return;
     process.stderr.write(`sbx: stdin: ${describe(err)}\n`);
   }
 }
@@ -152,20 +153,6 @@ function newInvocationKey(): string {
 const RETRYABLE_TRANSPORT = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'EAGAIN', 'ENOENT']);
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** A waiting line for a retryable refusal, from its details when it has them. */
-function refusalWait(err: SupervisorError): string {
-  const d = err.details ?? {};
-  if (err.code === 'ADMISSION_DENIED' && d.reason === 'disk_low' && typeof d.free_bytes === 'number' && typeof d.min_free_bytes === 'number') {
-    return `disk low in the state dir, ${mib(d.free_bytes)} free, ${mib(d.min_free_bytes)} needed`;
-  }
-  if (err.code === 'ADMISSION_DENIED' && d.reason === 'reconciling') return 'the supervisor is reconciling the sessions left by a restart';
-  if (err.code === 'LIMIT_EXCEEDED' && typeof d.limit === 'string') {
-    const what = { sessions: 'sessions running', connections: 'connections open', in_flight: 'requests in flight' }[d.limit] ?? d.limit;
-    return `the supervisor is at its limit of ${String(d.max ?? '?')} ${what}`;
-  }
-  return err.message;
-}
 
 /**
  * Sends the launch until it is answered: after a dropped connection (before the answer) or
@@ -260,8 +247,6 @@ function takeSignals(): { to: (conn: ReconnectingClient, sessionId: string) => v
   };
 }
 
-const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(bytes < 10 * 2 ** 20 ? 1 : 0)} MiB`;
-
 function printJson(value: unknown): void {
   process.stdout.write(JSON.stringify(value, null, 2) + '\n');
 }
@@ -276,7 +261,9 @@ function sub(name: string): Command {
 
 /** Global options merged with the subcommand's own. */
 function globals(o: object): GlobalOptions {
-  return { ...program.opts<GlobalOptions>(), ...Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) };
+  const g: GlobalOptions = { ...program.opts<GlobalOptions>(), ...Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) };
+  useSocket(g.socket ?? defaultSocketPath());
+  return g;
 }
 
 // --- The commands.
@@ -306,7 +293,7 @@ sub('run')
   .option('--pty', 'give the command a pseudo-terminal (one output stream, "pty")')
   .option('--cols <n>', 'pty width (default: this terminal\'s, else 80)', positiveInt)
   .option('--rows <n>', 'pty height (default: this terminal\'s, else 24)', positiveInt)
-  .option('--stdin', "stream this CLI's stdin into the session (default: /dev/null)")
+  .option('--stdin', "stream this CLI's stdin into the session; without it the command's stdin is /dev/null (as docker run without -i): sbx run -- cat returns at once")
   .addOption(new Option('--linger <policy>', 'descendants left when the leader exits').choices(['kill', 'wait']).default('kill'))
   .addOption(new Option('--on-disconnect <policy>', 'what a lost connection does to the session').choices(['continue', 'cancel']).default('continue'))
   .option('--detach', 'print the session id and return at once')
@@ -372,7 +359,9 @@ sub('run')
         fail(describe(err));
       }
     }
-    const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx' }, client);
+    // A dropped connection (the supervisor restarting) is waited for: one line says so at once.
+    const reconnecting = reconnectingLine(g.socket ?? defaultSocketPath());
+    const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx', onReconnecting: reconnecting }, client);
     signals?.to(conn, launched.session_id);
     attachedSession = launched.session_id;
     const sel = { session_id: launched.session_id };
@@ -391,8 +380,8 @@ sub('run')
       const waiting = conn.run((c) => c.wait(sel));
       waiting.catch(() => {});
       const outputs = o.pty
-        ? [pipeOutput(g, sel, 'pty', process.stdout, 0, true)]
-        : [pipeOutput(g, sel, 'stdout', process.stdout, 0, true), pipeOutput(g, sel, 'stderr', process.stderr, 0, true)];
+        ? [pipeOutput(g, sel, 'pty', process.stdout, 0, true, reconnecting)]
+        : [pipeOutput(g, sel, 'stdout', process.stdout, 0, true, reconnecting), pipeOutput(g, sel, 'stderr', process.stderr, 0, true, reconnecting)];
       // A replay whose output retention removed still ends with the recorded status.
       let removedSaid = false;
       const outputRemoved = (err: unknown) => {
@@ -418,7 +407,7 @@ sub('run')
       process.stderr.write(`sbx: session ${receipt.session_id} was ended because the supervisor is stopping (${receipt.outcome}, cause shutdown; sbx receipt ${receipt.session_id})\n`);
     }
     if (receipt.outcome === 'owner_lost') {
-      process.stderr.write(`sbx: session ${receipt.session_id}: owner lost (the supervisor that ran it stopped before it ended): its exit status is unknown, death evidence ${receipt.death.evidence} (sbx receipt ${receipt.session_id})\n`);
+      process.stderr.write(`sbx: ${ownerLostLine(receipt)}\n`);
     } else {
       for (const [name, out] of Object.entries(receipt.output)) {
         if (out && !out.complete) process.stderr.write(`sbx: ${name} is incomplete: ${out.reason}${out.dropped_bytes ? `, ${out.dropped_bytes} bytes not stored` : ''} (sbx receipt ${receipt.session_id})\n`);
@@ -446,8 +435,14 @@ sub('cancel')
   .option('--grace <dur>', 'TERM→KILL grace (default: the session\'s)', duration)
   .action(async (id: string | undefined, o: { key?: string; grace?: number }) => {
     const g = globals(o);
-    const r = await call(g, (c) => c.request('cancel', { ...selector(id, o.key), grace_ms: o.grace }));
-    if (g.json) printJson(r);
+    const sel = selector(id, o.key);
+    const r = await call(g, async (c) => {
+      const answer = await c.request('cancel', { ...sel, grace_ms: o.grace });
+      return { answer, ended: answer.state === 'ended' ? await c.receipt(sel) : null };
+    });
+    if (g.json) printJson(r.answer);
+    // As docker kill of a stopped container: nothing was done, so not 0.
+    if (r.ended) fail(`session ${r.answer.session_id} was not cancelled: ${endedAs(r.ended.receipt)}; nothing of it runs`, ENDED_ALREADY);
   });
 
 sub('kill')
@@ -458,18 +453,26 @@ sub('kill')
   .action(async (id: string | undefined, o: { key?: string; signal: string }) => {
     const g = globals(o);
     const signal = /^\d+$/.test(o.signal) ? Number(o.signal) : o.signal.toUpperCase();
-    const r = await call(g, (c) => c.request('kill', { ...selector(id, o.key), signal }));
-    if (g.json) printJson(r);
+    const sel = selector(id, o.key);
+    const r = await call(g, async (c) => {
+      const answer = await c.request('kill', { ...sel, signal });
+      // No process reached: ended (docker kill: "is not running"), or between its leader and its receipt.
+      return { answer, ended: answer.pids === 0 ? await c.receipt(sel) : null };
+    });
+    if (g.json) printJson(r.answer);
+    if (r.ended?.state === 'ended') fail(`session ${r.answer.session_id} was not signalled: ${endedAs(r.ended.receipt)}; nothing of it runs`, ENDED_ALREADY);
   });
 
 sub('verify')
   .description("check a receipt's, close receipt's, task receipt's or checkpoint manifest's signature and, with the state dir (or --store), every stored byte it names (works with the supervisor stopped; exit 0 says it is authentic, not that a task is complete: read its complete)")
   .argument('<file|checkpoint>', 'a receipt, close receipt or task receipt as JSON (sbx receipt ID > r.json, --receipt FILE, sbx close --task T > t.json), a checkpoint manifest (<state>/checkpoints/manifests/<id>.json), or a checkpoint id')
-  .option('--key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
+  .option('--public-key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
+  .addOption(deprecatedKeyOption())
   .option('--state-dir <dir>', 'also re-read the chunk files (or checkpoint objects) there and check cursors and digests')
   .option('--store <dir|s3://bucket/prefix>', 'a checkpoint manifest: the store to re-hash its objects from (default with --state-dir: its checkpoints/)')
-  .action(async (file: string, o: { key?: string; stateDir?: string; store?: string; json?: boolean }) => {
+  .action(async (file: string, o: { publicKey?: string; key?: string; stateDir?: string; store?: string; json?: boolean }) => {
     const g = globals(o);
+    const key = publicKeyFile('verify', o);
     // Loaded here only: run, the common case, starts faster without it (DESIGN.md 17).
     const { verifyCloseSessions, verifySignature, verifyStoredOutput } = await import('../ipc/verify.js');
     let receipt: Receipt;
@@ -483,14 +486,14 @@ sub('verify')
     }
     if ((receipt as unknown as { kind?: string }).kind === 'checkpoint') {
       const { verifyManifestCommand } = await import('./checkpoints.js');
-      return verifyManifestCommand(file, bytes, { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key: o.key, json: g.json, withStore: o.stateDir !== undefined || o.store !== undefined });
+      return verifyManifestCommand(file, bytes, { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key, json: g.json, withStore: o.stateDir !== undefined || o.store !== undefined });
     }
-    const keyFile = o.key ?? join(o.stateDir ?? defaultStateDir(), 'receipt-key.pub');
+    const keyFile = key ?? join(o.stateDir ?? defaultStateDir(), 'receipt-key.pub');
     let keyPem: string;
     try {
       keyPem = readFileSync(keyFile, 'utf8');
     } catch (err) {
-      fail(`INVALID_ARGUMENT: cannot read the public key ${keyFile} (give --key FILE): ${(err as Error).message}`);
+      fail(`INVALID_ARGUMENT: cannot read the public key ${keyFile} (give --public-key FILE): ${(err as Error).message}`);
     }
     if ((receipt as unknown as { kind?: string }).kind === 'task') {
       const { verifyTaskCommand } = await import('./tasks.js');
@@ -510,8 +513,8 @@ sub('verify')
       process.stdout.write(`OK: signed by ${receipt.signature!.key_id}${o.stateDir ? `; stored output matches (${streams})` : ''}\n`);
     } else for (const p of problems) process.stdout.write(`MISMATCH: ${p}\n`);
     // Another key than the receipt's: say which one was taken when none was named.
-    if (!o.key && !g.json && receipt.signature && problems.some((p) => p.includes('the key checked against'))) {
-      process.stderr.write(`sbx: the key checked against is ${keyFile} (${o.stateDir ? 'in --state-dir' : "the default state dir's"}); a receipt from another supervisor needs its key: --key FILE or --state-dir DIR\n`);
+    if (!key && !g.json && receipt.signature && problems.some((p) => p.includes('the key checked against'))) {
+      process.stderr.write(`sbx: the key checked against is ${keyFile} (${o.stateDir ? 'in --state-dir' : "the default state dir's"}); a receipt from another supervisor needs its key: --public-key FILE or --state-dir DIR\n`);
     }
     process.exitCode = problems.length === 0 ? 0 : 1;
   });
@@ -597,7 +600,7 @@ sub('wait')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
-    const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx' }, await connect(g));
+    const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx', onReconnecting: reconnectingLine(g.socket ?? defaultSocketPath()) }, await connect(g));
     let receipt: Receipt;
     try {
       receipt = await conn.run((c) => c.wait(sel));
@@ -606,6 +609,7 @@ sub('wait')
     }
     printJson(receipt);
     conn.drop();
+    if (receipt.outcome === 'owner_lost') process.stderr.write(`sbx: ${ownerLostLine(receipt)}\n`);
     process.exitCode = exitStatusOf(receipt, signalNumber);
   });
 
@@ -649,24 +653,15 @@ sub('changes')
   });
 
 sub('ps')
-  .description('list sessions')
+  .description('list sessions, as docker ps: STATUS ("exited 3, 2 min ago", "killed by SIGTERM", "running 12 s"), started, duration, user, task; control characters shown escaped; on a terminal rows fit its width, else COMMAND is cut at 40 characters (--no-trunc: nothing is cut)')
   .option('--all', 'include ended sessions')
-  .action(async (o: { all?: boolean }) => {
+  .option('--no-trunc', 'do not cut any column')
+  .action(async (o: { all?: boolean; trunc: boolean }) => {
     const g = globals(o);
     const { sessions } = await call(g, (c) => c.ps(o.all ?? false));
     if (g.json) return printJson(sessions);
-    const rows = [['SESSION', 'STATE', 'PID', 'LIVE', 'CPU', 'MEM PEAK', 'OUTCOME', 'KEY', 'COMMAND']];
-    for (const s of sessions) {
-      const cpu = s.usage?.cpu_usec !== undefined ? `${(s.usage.cpu_usec / 1e6).toFixed(2)}s` : '-';
-      const mem = s.usage?.memory_peak_bytes !== undefined ? mib(s.usage.memory_peak_bytes) : '-';
-      rows.push([s.session_id, s.state, String(s.pid ?? '-'), String(s.live_pids ?? '-'), cpu, mem, s.outcome ?? '-', s.invocation_key, s.argv.join(' ')]);
-    }
-    const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)));
-    for (const r of rows) process.stdout.write(r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join('  ') + '\n');
-    // Why each unknown session is unknown (and whether its receipt is on its way).
-    for (const s of sessions) {
-      if (s.state === 'unknown') process.stdout.write(`\n${s.session_id} is unknown${s.receipt_pending ? ' (its receipt is on its way)' : ''}: ${s.reason ?? 'no evidence of its end yet'}\n`);
-    }
+    const terminalColumns = process.stdout.isTTY ? process.stdout.columns || 80 : null;
+    process.stdout.write(psTable(sessions, { nowMs: Date.now(), terminalColumns, noTrunc: !o.trunc }) + unknownNotes(sessions));
   });
 
 sub('status')
@@ -710,12 +705,13 @@ sub('checkpoint')
   .action(async (o: { workspace: string; task?: string }) => {
     const g = globals(o);
     const workspace = resolvePath(o.workspace);
-    // On a terminal, a long one says it is still going (the supervisor answers once it is published).
-    const t0 = Date.now();
-    const ticker = process.stderr.isTTY && !g.json ? setInterval(() => process.stderr.write(`\rsbx: checkpointing ${workspace}: ${((Date.now() - t0) / 1000).toFixed(0)} s`), 1000) : null;
+    // On a terminal, what it waits for and for how long (the supervisor answers once it is published).
+    const progress = new Progress(`checkpoint ${workspace}`);
+    if (!g.json) progress.waiting('the supervisor to scan, store and read back every object');
     // Interrupted, sbx goes; the checkpoint does not (the supervisor owns it): say where to find it.
     process.once('SIGINT', () => {
-      process.stderr.write(`\nsbx: interrupted; the checkpoint of ${workspace} goes on in the supervisor (sbx checkpoints lists it once published)\n`);
+      progress.done();
+      process.stderr.write(`sbx: interrupted; the checkpoint of ${workspace} goes on in the supervisor (sbx checkpoints lists it once published)\n`);
       process.exit(130);
     });
     const client = await connect(g);
@@ -728,10 +724,7 @@ sub('checkpoint')
       fail(describe(err));
     } finally {
       client.close();
-      if (ticker) {
-        clearInterval(ticker);
-        if (Date.now() - t0 >= 1000) process.stderr.write('\n');
-      }
+      progress.done();
     }
     process.exitCode = r.consistent ? 0 : 1;
     if (g.json) return printJson(r);
@@ -752,13 +745,15 @@ sub('restore')
   .argument('<dir>', 'an empty or new directory')
   .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the SPEC path)')
   .option('--store <dir|s3://bucket/prefix>', 'another store (S3: endpoint and credentials from AWS_* environment variables)')
-  .option('--key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
+  .option('--public-key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
+  .addOption(deprecatedKeyOption())
   .option('--same-owner', 'give every entry its recorded owner (the default as root, as tar does)')
   .option('--no-same-owner', "every entry is the restorer's; set-ID bits dropped; owners not compared (the default when not root)")
-  .action(async (id: string, dir: string, o: { stateDir?: string; store?: string; key?: string; sameOwner?: boolean; json?: boolean }) => {
+  .action(async (id: string, dir: string, o: { stateDir?: string; store?: string; publicKey?: string; key?: string; sameOwner?: boolean; json?: boolean }) => {
     const g = globals(o);
+    const key = publicKeyFile('restore', o);
     const { restoreCommand } = await import('./checkpoints.js');
-    await restoreCommand(id, dir, { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key: o.key, sameOwner: o.sameOwner, json: g.json });
+    await restoreCommand(id, dir, { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key, sameOwner: o.sameOwner, json: g.json });
   });
 
 sub('checkpoints')
@@ -766,11 +761,13 @@ sub('checkpoints')
   .option('--workspace <dir>', 'only those of this workspace')
   .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the SPEC path)')
   .option('--store <dir|s3://bucket/prefix>', 'another store')
-  .option('--key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir): only what verifies is listed')
-  .action(async (o: { workspace?: string; stateDir?: string; store?: string; key?: string; json?: boolean }) => {
+  .option('--public-key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir): only what verifies is listed')
+  .addOption(deprecatedKeyOption())
+  .action(async (o: { workspace?: string; stateDir?: string; store?: string; publicKey?: string; key?: string; json?: boolean }) => {
     const g = globals(o);
+    const key = publicKeyFile('checkpoints', o);
     const { listCommand } = await import('./checkpoints.js');
-    await listCommand({ stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key: o.key, workspace: o.workspace, json: g.json });
+    await listCommand({ stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key, workspace: o.workspace, json: g.json });
   });
 
 sub('gc')
@@ -807,18 +804,23 @@ sub('close')
     const g = globals(o);
     const workspaces = (o.workspace ?? []).map((w) => resolvePath(w));
     const task = o.task;
+    // On a terminal, what the close waits for and for how long.
+    const progress = new Progress(task !== undefined ? `close task ${JSON.stringify(task)}` : 'close');
     if (task !== undefined) {
       const client = await connect(g);
       let receipt: TaskReceipt;
       try {
+        progress.waiting(`its sessions to end, then the checkpoint of ${workspaces.length ? workspaces.join(', ') : 'every watched workspace'} and its read-back`);
         receipt = await client.closeTask({ task, timeout_ms: o.timeout, workspaces: workspaces.length ? workspaces : undefined });
       } catch (err) {
+        progress.done();
         // --json: the error as JSON on stdout too (as sbx checkpoint), for a harness that parses it.
         if (g.json && isSupervisorError(err)) printJson({ error: err.toWire() });
         fail(describe(err));
       } finally {
         client.close();
       }
+      progress.done();
       printJson(receipt);
       // Vacuously complete: a misspelled task has no sessions either.
       if (receipt.sessions.length === 0) process.stderr.write(`sbx: note: task ${JSON.stringify(task)} has no sessions (complete holds vacuously; is the task name right?)\n`);
@@ -826,12 +828,23 @@ sub('close')
       process.exitCode = receipt.complete ? 0 : 1;
       return;
     }
+    progress.waiting(`every session to end and its receipt${workspaces.length ? `, then the scan of ${workspaces.join(', ')}` : ''}`);
     const receipt = await call(g, (c) => c.closeSupervisor({ timeout_ms: o.timeout, workspaces }));
+    progress.done();
     printJson(receipt);
     // Closed, but a workspace has no digest: done, incomplete (1), as verify's mismatch.
     const unscanned = receipt.workspaces.filter((w) => w.error);
     for (const w of unscanned) process.stderr.write(`sbx: workspace ${w.path} was not scanned: ${w.error_message ?? w.error}\n`);
     process.exitCode = unscanned.length > 0 ? 1 : 0;
+  });
+
+sub('completion')
+  .description('print a shell completion script (bash or zsh); install: source <(sbx completion bash) in ~/.bashrc, or sbx completion zsh > "${fpath[1]}/_sbx"')
+  .argument('<shell>', 'bash or zsh')
+  .action((shell: string) => {
+    if (shell === 'bash') process.stdout.write(bashCompletion(program));
+    else if (shell === 'zsh') process.stdout.write(zshCompletion(program));
+    else fail(`INVALID_ARGUMENT: completion: no script for ${JSON.stringify(shell)} (bash or zsh)`);
   });
 
 // --- The argument and environment bytes.

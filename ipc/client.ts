@@ -270,6 +270,8 @@ export const DEFAULT_RECONNECT_MS = 60_000;
 export interface ReconnectOptions extends ConnectOptions {
   /** How long to keep trying after a drop, in ms (default 60 s). */
   reconnectMs?: number;
+  /** Called when an attempt to (re)connect fails and it waits to try again, with the errno code (e.g. ECONNREFUSED): a client can say why it waits. */
+  onReconnecting?: (code: string) => void;
 }
 
 /**
@@ -296,6 +298,7 @@ export class ReconnectingClient {
       try {
         this.client = await SupervisorClient.connect(this.options);
       } catch (err) {
+        this.options.onReconnecting?.((err as NodeJS.ErrnoException).code ?? (err as Error).message);
         if (performance.now() > giveUpAt) {
           const reason = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
           throw new Error(`lost the supervisor and it did not come back within ${Math.round((this.options.reconnectMs ?? DEFAULT_RECONNECT_MS) / 1000)} s (${reason})`);

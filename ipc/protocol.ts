@@ -105,8 +105,16 @@ export interface SessionSummary {
   argv: string[];
   pid: number | null;
   admitted_at: string;
+  /** When the exec shim reported the exec (ISO-8601 UTC, ms); null before, or when it never started. */
+  started_at: string | null;
   ended_at: string | null;
   outcome: Outcome | null;
+  /** The receipt's exit (code or signal name) once ended; null before. */
+  exit: { code: number | null; signal: string | null } | null;
+  /** The receipt's termination cause once ended (deadline, cancel, linger, shutdown, ...); null before or when none. */
+  termination_cause: string | null;
+  /** The user it runs as, as requested (name or uid); null: the supervisor's own. */
+  user: string | null;
   live_pids: number | null;
   cursors: Partial<Record<StreamName, number>>;
   /** Resource use from the session's cgroup: now while it runs, final once ended ({} without a cgroup). */

@@ -11,11 +11,43 @@ export interface AdmissionRequest {
   invocationKey: string;
   commandDigest: string;
   task: string;
+  /** What the digest covers, to name what differs in a KEY_CONFLICT (absent: not named). */
+  command?: CommandFields;
+}
+
+/** The fields the command digest covers (SPEC "Session environment and command digest"). */
+export interface CommandFields {
+  argv: string[];
+  cwd: string;
+  /** Only what the request set. */
+  env: Record<string, string>;
+  /** As requested (name or uid); null: the supervisor's. */
+  user: string | null;
+  pty: boolean;
+  stdin: 'null' | 'stream';
+}
+
+/** The digest's fields, in the SPEC's order, as KEY_CONFLICT's details.differs names them. */
+export const COMMAND_FIELDS = ['argv', 'cwd', 'env', 'user', 'pty', 'stdin'] as const;
+export type CommandField = (typeof COMMAND_FIELDS)[number];
+
+/**
+ * Which fields of two commands differ, and for env the names whose value or presence differs
+ * (sorted; names only: values are never told, they may be secrets).
+ */
+export function commandDifferences(a: CommandFields, b: CommandFields): { fields: CommandField[]; envNames: string[] } {
+  const envNames = [...new Set([...Object.keys(a.env), ...Object.keys(b.env)])].filter((n) => a.env[n] !== b.env[n]).sort();
+  const fields = COMMAND_FIELDS.filter((f) => {
+    if (f === 'argv') return a.argv.length !== b.argv.length || a.argv.some((x, i) => x !== b.argv[i]);
+    if (f === 'env') return envNames.length > 0;
+    return a[f] !== b[f];
+  });
+  return { fields, envNames };
 }
 
 export interface AdmissionLoad {
   /** The session that holds the key (commandDigest '' when its admission record is unreadable). */
-  existing: { sessionId: string; commandDigest: string; state: SessionState; task: string | null } | null;
+  existing: { sessionId: string; commandDigest: string; state: SessionState; task: string | null; command?: CommandFields } | null;
   /** The tombstone of a session removed whole by retention that held the key (task null: unknown). */
   retired: { sessionId: string; commandDigest: string; task?: string | null } | null;
   /** The supervisor's seal (every task), else the request's task's own seal (task set). */
@@ -40,14 +72,24 @@ export type AdmissionDecision =
  */
 export function admit(request: AdmissionRequest, load: AdmissionLoad): AdmissionDecision {
   const key = request.invocationKey;
-  const conflict = (sessionId: string): AdmissionDecision => ({
-    kind: 'refuse',
-    error: new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} was used for another command`, { invocation_key: key, session_id: sessionId }),
-  });
+  // Names what differs when both commands are known (not for a retired session: its tombstone
+  // keeps the digest only); env by names only.
+  const conflict = (sessionId: string, theirs?: CommandFields, note = ''): AdmissionDecision => {
+    const diff = theirs && request.command ? commandDifferences(theirs, request.command) : null;
+    const named = diff ? `: ${diff.fields.length ? diff.fields.map((f) => (f === 'env' ? `env (${diff.envNames.join(', ')})` : f)).join(', ') : 'no field this supervisor can name'} ${diff.fields.length === 1 ? 'differs' : 'differ'}` : '';
+    return {
+      kind: 'refuse',
+      error: new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} was used for another command by session ${sessionId}${named}${note}`, {
+        invocation_key: key,
+        session_id: sessionId,
+        ...(diff ? { differs: diff.fields, env_names: diff.envNames } : {}),
+      }),
+    };
+  };
   if (load.existing) {
     // A session whose admission record is unreadable has no known digest: its key is
     // blocked, and a retry gets that session (unknown) rather than a conflict or a run.
-    if (load.existing.commandDigest !== '' && load.existing.commandDigest !== request.commandDigest) return conflict(load.existing.sessionId);
+    if (load.existing.commandDigest !== '' && load.existing.commandDigest !== request.commandDigest) return conflict(load.existing.sessionId, load.existing.command);
     // A key is in one task: the same command asked for in another task is not a retry of it.
     if (load.existing.task !== null && load.existing.task !== request.task) {
       return {
@@ -63,7 +105,7 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
   }
   if (load.retired) {
     // Keys are forever: a session removed by retention is never run again.
-    if (load.retired.commandDigest !== request.commandDigest) return conflict(load.retired.sessionId);
+    if (load.retired.commandDigest !== request.commandDigest) return conflict(load.retired.sessionId, undefined, ' (removed by the retention policy: its tombstone keeps the digest only, so what differs cannot be named)');
     // Its key is still in its task, as a live session's.
     const { task } = load.retired;
     if (task !== undefined && task !== null && task !== request.task) {

@@ -323,9 +323,17 @@ export class Supervisor {
     const existing = this.byKey.get(key);
     const retired = existing ? undefined : this.retention.tombstone({ invocationKey: key });
     const decision = admit(
-      { invocationKey: key, commandDigest: digest, task },
+      { invocationKey: key, commandDigest: digest, task, command: { argv: params.argv, cwd: params.cwd, env, user: userSpec, pty: pty !== null, stdin } },
       {
-        existing: existing ? { sessionId: existing.id, commandDigest: existing.req.commandDigest, state: existing.state, task: existing.req.task } : null,
+        existing: existing
+          ? {
+              sessionId: existing.id,
+              commandDigest: existing.req.commandDigest,
+              state: existing.state,
+              task: existing.req.task,
+              command: { argv: existing.req.argv, cwd: existing.req.cwd, env: existing.req.env, user: existing.req.user, pty: existing.req.pty !== null, stdin: existing.req.stdin },
+            }
+          : null,
         retired: retired ? { sessionId: retired.session_id, commandDigest: retired.command_digest, task: retired.task === undefined ? DEFAULT_TASK : retired.task } : null,
         sealed: this.closing.seal ?? this.tasks.sealOf(task),
         liveSessions: this.liveSessions(),

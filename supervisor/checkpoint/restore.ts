@@ -194,7 +194,12 @@ class Prefetch {
  * compares. sameOwner (default: when root) gives every entry its recorded owner. remote: fetch
  * small objects a few ahead (an S3 store answers each in tens of ms). Throws RestoreError.
  */
-export async function restoreCheckpoint(store: CheckpointStore, id: string, target: string, options: { publicKeyPem?: string; sameOwner?: boolean; remote?: boolean } = {}): Promise<RestoreResult> {
+export async function restoreCheckpoint(
+  store: CheckpointStore,
+  id: string,
+  target: string,
+  options: { publicKeyPem?: string; sameOwner?: boolean; remote?: boolean; onProgress?: (p: { objects: number; totalObjects: number; bytes: number; totalBytes: number }) => void } = {},
+): Promise<RestoreResult> {
   const t0 = performance.now();
   const manifest = await loadCheckpoint(store, id, options.publicKeyPem);
   const sameOwner = options.sameOwner ?? process.getuid?.() === 0;
@@ -210,6 +215,11 @@ export async function restoreCheckpoint(store: CheckpointStore, id: string, targ
   for (const e of manifest.entries) if (e.type === 'file') parts.push(...(e.chunks ?? [{ sha256: e.sha256!, size: e.size }]));
   const prefetch = options.remote ? new Prefetch(store, parts) : null;
   let partIndex = 0;
+  // Objects (file parts) copied so far, for a progress line (sbx restore on a terminal).
+  const totalBytes = parts.reduce((sum, p) => sum + p.size, 0);
+  let bytesCopied = 0;
+  const progress = () => options.onProgress?.({ objects: partIndex, totalObjects: parts.length, bytes: bytesCopied, totalBytes });
+  progress();
 
   /** The mode an entry gets: as recorded, without set-ID bits when its recorded owner is not given. */
   const modeFor = (e: { mode: number; uid: number; gid: number }, key: ManifestEntry | 'root', where: string): number => {
@@ -251,6 +261,8 @@ export async function restoreCheckpoint(store: CheckpointStore, id: string, targ
               const ahead = prefetch ? await prefetch.take(partIndex) : null;
               partIndex++;
               await copyObject(store, part.sha256, part.size, fd, where, ahead);
+              bytesCopied += part.size;
+              progress();
             }
             if (sameOwner) fchownSync(fd, e.uid, e.gid);
             fchmodSync(fd, modeFor(e, e, showEntryPath(e)));

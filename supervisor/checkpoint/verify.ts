@@ -40,7 +40,13 @@ function diffEntries(original: Manifest, edited: Manifest): string[] {
  * publicKeyPem; with a store, publication and every object. expectId: the id it should have
  * (from its file name or the command line).
  */
-export async function verifyCheckpoint(bytes: Buffer, publicKeyPem: string, store?: CheckpointStore, expectId?: string): Promise<CheckpointVerdict> {
+export async function verifyCheckpoint(
+  bytes: Buffer,
+  publicKeyPem: string,
+  store?: CheckpointStore,
+  expectId?: string,
+  onProgress?: (p: { objects: number; totalObjects: number; bytes: number; totalBytes: number }) => void,
+): Promise<CheckpointVerdict> {
   const { manifest, problems } = checkManifest(bytes, { publicKeyPem });
   let id = createHash('sha256').update(bytes).digest('hex');
   if (manifest) {
@@ -75,9 +81,18 @@ export async function verifyCheckpoint(bytes: Buffer, publicKeyPem: string, stor
       users.set(sha, list);
     }
   }
-  for (const [sha, size] of manifestObjects(manifest)) {
+  // Objects re-hashed so far, for a progress line (sbx verify on a terminal).
+  const objects = [...manifestObjects(manifest)];
+  const totalBytes = objects.reduce((sum, [, size]) => sum + size, 0);
+  let checked = 0;
+  let checkedBytes = 0;
+  onProgress?.({ objects: 0, totalObjects: objects.length, bytes: 0, totalBytes });
+  for (const [sha, size] of objects) {
     const named = `object ${sha} (${users.get(sha)?.join(', ')})`;
     const got = await rehashObject(store, sha);
+    checked++;
+    checkedBytes += size;
+    onProgress?.({ objects: checked, totalObjects: objects.length, bytes: checkedBytes, totalBytes });
     if (got.error !== undefined) {
       problems.push(`${named}: ${got.error}`);
       continue;

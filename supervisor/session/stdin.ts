@@ -35,7 +35,7 @@ export class StdinWriter {
     const fresh = data.subarray(Math.min(data.length, this.cursor - start));
     if (this.closed) {
       if (fresh.length === 0) return this.cursor; // a retried eof
-      throw new SupervisorError('INVALID_ARGUMENT', `stdin of session ${this.sessionId} is closed`, { cursor: this.cursor });
+      throw new SupervisorError('INVALID_ARGUMENT', `stdin of session ${this.sessionId} is closed`, { cursor: this.cursor, stdin_closed: true });
     }
     const writer = this.writer;
     if (fresh.length > 0) {
@@ -58,7 +58,7 @@ export class StdinWriter {
         });
         if (writer.destroyed) {
           this.closed = true;
-          throw new SupervisorError('INVALID_ARGUMENT', `stdin of session ${this.sessionId} closed before it took the bytes (the command stopped reading, or ended)`, { cursor: this.cursor });
+          throw new SupervisorError('INVALID_ARGUMENT', `stdin of session ${this.sessionId} closed before it took the bytes (the command stopped reading, or ended)`, { cursor: this.cursor, stdin_closed: true });
         }
       }
     }

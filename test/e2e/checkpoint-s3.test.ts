@@ -361,7 +361,7 @@ describe.skipIf(!installed)(installed ? 'S3 checkpoint store against radosgw' : 
       writeFileSync(key, readFileSync(join(d.stateDir, 'receipt-key.pub')));
       rmSync(join(d.stateDir, 'checkpoints'), { recursive: true });
       const target = join(d.dir, 'elsewhere');
-      const rs = await d.sbx(['restore', id, target, '--store', `s3://${bucket}/rt/`, '--key', key]);
+      const rs = await d.sbx(['restore', id, target, '--store', `s3://${bucket}/rt/`, '--public-key', key]);
       expect(rs.stderr.toString()).toBe('');
       expect(rs.stdout.toString()).toContain('OK: the restored tree is identical to the manifest');
       expect(rs.status).toBe(0);
@@ -369,10 +369,10 @@ describe.skipIf(!installed)(installed ? 'S3 checkpoint store against radosgw' : 
       // A new version of one object with other bytes (the bucket keeps both): our re-hash catches it.
       const sha = sha256('x');
       await raw.send(new PutObjectCommand({ Bucket: bucket, Key: `rt/objects/${sha.slice(0, 2)}/${sha}`, Body: 'y' }));
-      const v = await d.sbx(['verify', id, '--store', `s3://${bucket}/rt/`, '--key', key]);
+      const v = await d.sbx(['verify', id, '--store', `s3://${bucket}/rt/`, '--public-key', key]);
       expect(v.status).toBe(1);
       expect(v.stdout.toString()).toContain(`MISMATCH: object ${sha} (new\nline): its bytes hash to ${sha256('y')}: changed in the store`);
-      const rs2 = await d.sbx(['restore', id, join(d.dir, 'elsewhere2'), '--store', `s3://${bucket}/rt/`, '--key', key]);
+      const rs2 = await d.sbx(['restore', id, join(d.dir, 'elsewhere2'), '--store', `s3://${bucket}/rt/`, '--public-key', key]);
       expect(rs2.status).toBe(125);
       expect(rs2.stderr.toString()).toContain(`object ${sha}`);
       // The next checkpoint reads the bad version back, uploads the good bytes again (its local
@@ -382,7 +382,7 @@ describe.skipIf(!installed)(installed ? 'S3 checkpoint store against radosgw' : 
       expect(repaired.status).toBe(0);
       expect(JSON.parse(repaired.stdout.toString()).objects).toMatchObject({ written: 3, uploaded: 1, repaired: 1 }); // the local store was new; the bucket had them but one
       expect(d.log()).toContain('uploaded again from the local store');
-      expect((await d.sbx(['verify', id, '--store', `s3://${bucket}/rt/`, '--key', key])).status).toBe(0);
+      expect((await d.sbx(['verify', id, '--store', `s3://${bucket}/rt/`, '--public-key', key])).status).toBe(0);
     } finally {
       await d.stop();
     }

@@ -302,7 +302,7 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     expect(e.stdout.toString()).toContain('MISMATCH: the signature does not match the manifest');
     expect(e.stdout.toString()).toContain(`MISMATCH: two: mode edited after signing (the stored checkpoint ${ck.checkpoint_id} says otherwise)`);
     // Without the store, the signature alone still catches it.
-    const alone = await d.sbx(['verify', copy, '--key', join(d.stateDir, 'receipt-key.pub')]);
+    const alone = await d.sbx(['verify', copy, '--public-key', join(d.stateDir, 'receipt-key.pub')]);
     expect(alone.status).toBe(1);
   });
 

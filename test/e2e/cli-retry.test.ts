@@ -129,7 +129,7 @@ describe('sbx run outlives the supervisor going away before it answers', () => {
     const d = await daemon();
     const r = await d.sbx(['run', '--socket', join(d.dir, 'no-such.sock'), '--', 'true']);
     expect(r.status).toBe(125);
-    expect(r.stderr.toString()).toBe(`sbx: cannot reach the supervisor at ${join(d.dir, 'no-such.sock')} (ENOENT); is it running? (npm start, or the systemd unit; --socket or SBX_SOCKET name another)\n`);
+    expect(r.stderr.toString()).toBe(`sbx: cannot reach the supervisor at ${join(d.dir, 'no-such.sock')} (ENOENT: no socket there); is it running? sbx status checks (start it with npm start or the systemd unit; --socket or SBX_SOCKET name another)\n`);
   });
 
   for (const keyed of [true, false]) {

@@ -124,8 +124,8 @@ describe('status and stats', () => {
         expect(receipt.usage).not.toHaveProperty('memory_peak_bytes');
       }
       const ps = (await d.sbx(['ps', '--all'])).stdout.toString().split('\n');
-      expect(ps[0]).toMatch(/^SESSION +STATE +PID +LIVE +CPU +MEM PEAK +OUTCOME/);
-      expect(ps[1]).toMatch(new RegExp(`^${busy.session_id} +ended +\\S+ +\\S+ +\\d+\\.\\d\\ds `));
+      expect(ps[0]).toMatch(/^SESSION +STATUS +STARTED +DURATION +USER +TASK +PID +LIVE +CPU +MEM PEAK +KEY +COMMAND$/);
+      expect(ps[1]).toMatch(new RegExp(`^${busy.session_id} +cancelled \\(SIG[A-Z]+\\), \\d+ (ms|s) ago +\\d+ (ms|s) ago +\\S+ s +- +default +\\d+ +- +\\d+\\.\\d\\ds `));
     } finally {
       expect(await d.stop()).toEqual({ code: 0, signal: null });
     }

@@ -91,7 +91,7 @@ describe('the sbx launcher', () => {
     writeFileSync(join(other, 'receipt-key.pub'), generateKeyPairSync('ed25519').publicKey.export({ type: 'spki', format: 'pem' }));
     const w = spawnSync(SBX_BIN, ['verify', file, '--state-dir', other], { env: env(), encoding: 'utf8' });
     expect(w.stdout).toMatch(/^MISMATCH: signed by key sha256:[0-9a-f]+, but the key checked against is sha256:[0-9a-f]+\n/);
-    expect(w.stderr).toBe(`sbx: the key checked against is ${join(other, 'receipt-key.pub')} (in --state-dir); a receipt from another supervisor needs its key: --key FILE or --state-dir DIR\n`);
+    expect(w.stderr).toBe(`sbx: the key checked against is ${join(other, 'receipt-key.pub')} (in --state-dir); a receipt from another supervisor needs its key: --public-key FILE or --state-dir DIR\n`);
     expect(w.status).toBe(1);
   });
 

@@ -216,7 +216,7 @@ describe('sbx verify of a task receipt re-signed with another key', () => {
     expect(own.out).toContain('MISMATCH: task receipt: signed by key');
     const file = join(d.dir, 'edited.json');
     writeFileSync(file, JSON.stringify(edited));
-    const theirs = await d.sbx(['verify', file, '--state-dir', d.stateDir, '--key', join(other, 'receipt-key.pub')]);
+    const theirs = await d.sbx(['verify', file, '--state-dir', d.stateDir, '--public-key', join(other, 'receipt-key.pub')]);
     expect(theirs.status).toBe(1);
     const out = theirs.stdout.toString();
     expect(out).toContain(`MISMATCH: ${receipt.sessions[0].session_id}: signed by key`);

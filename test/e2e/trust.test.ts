@@ -59,7 +59,7 @@ describe('signatures', () => {
       expect(verifySignature(copy, pub()), what).toEqual(['the signature does not match the receipt: a field was changed after signing']);
       const path = join(daemon.dir, `tampered-${what.replace(/ /g, '-')}.json`);
       writeFileSync(path, JSON.stringify(copy));
-      const cli = await daemon.sbx(['verify', path, '--key', join(daemon.stateDir, 'receipt-key.pub')]);
+      const cli = await daemon.sbx(['verify', path, '--public-key', join(daemon.stateDir, 'receipt-key.pub')]);
       expect(cli.status, what).toBe(1);
       expect(cli.stdout.toString()).toContain('MISMATCH');
     }
@@ -95,7 +95,7 @@ describe('signatures', () => {
     expect(receipt.version).toBe(1);
     expect(verifySignature(receipt, readFileSync(join(fixture, 'receipt-key.pub'), 'utf8'))).toEqual([]);
     expect(verifyStoredOutput(receipt, join(fixture, 'state'))).toEqual([]);
-    const cli = await daemon.sbx(['verify', join(fixture, 'receipt.json'), '--key', join(fixture, 'receipt-key.pub'), '--state-dir', join(fixture, 'state')]);
+    const cli = await daemon.sbx(['verify', join(fixture, 'receipt.json'), '--public-key', join(fixture, 'receipt-key.pub'), '--state-dir', join(fixture, 'state')]);
     expect(cli.status).toBe(0);
   });
 });

@@ -114,7 +114,7 @@ describe('names in receipts', () => {
     expect(r.workspace![0].attributed.last_path).toBe('caf\\xe9');
     const file = join(d.dir, 'r.json');
     writeFileSync(file, (await d.sbx(['receipt', '--key', 'latin1'])).stdout);
-    const v = await d.sbx(['verify', file, '--key', join(d.stateDir, 'receipt-key.pub')]);
+    const v = await d.sbx(['verify', file, '--public-key', join(d.stateDir, 'receipt-key.pub')]);
     expect(v.stdout.toString()).toMatch(/^OK: signed by /);
     expect(v.status).toBe(0);
   });

@@ -1,7 +1,7 @@
 // The launch decision (supervisor/admission.ts) as a pure function: keys are forever, then
 // seal, the session bound, reconciliation and disk space refuse new keys only.
 import { describe, expect, it } from 'vitest';
-import { admit, type AdmissionLoad } from '../../supervisor/admission.js';
+import { admit, commandDifferences, type AdmissionLoad, type CommandFields } from '../../supervisor/admission.js';
 
 const request = { invocationKey: 'k', commandDigest: 'sha256:a', task: 'default' };
 const open: AdmissionLoad = {
@@ -36,8 +36,32 @@ describe('admit', () => {
 
   it('refuses another command under a used key: KEY_CONFLICT naming the session', () => {
     const d = admit(request, { ...open, existing: { sessionId: 's-1-aa', commandDigest: 'sha256:b', state: 'ended', task: 'default' } });
-    expect(d.kind === 'refuse' && d.error.toWire()).toEqual({ code: 'KEY_CONFLICT', retryable: false, message: 'invocation key "k" was used for another command', details: { invocation_key: 'k', session_id: 's-1-aa' } });
+    expect(d.kind === 'refuse' && d.error.toWire()).toEqual({ code: 'KEY_CONFLICT', retryable: false, message: 'invocation key "k" was used for another command by session s-1-aa', details: { invocation_key: 'k', session_id: 's-1-aa' } });
     expect(code(admit(request, { ...open, retired: { sessionId: 's-2-bb', commandDigest: 'sha256:b' } }))).toBe('KEY_CONFLICT');
+  });
+
+  it('KEY_CONFLICT names the fields that differ, env by names only (never values), when both commands are known', () => {
+    const theirs: CommandFields = { argv: ['make', 'test'], cwd: '/src', env: { TOKEN: 'secret-a', SAME: '1', ONLY_THEIRS: 'x' }, user: null, pty: false, stdin: 'null' };
+    const ours: CommandFields = { ...theirs, argv: ['make', 'build'], env: { TOKEN: 'secret-b', SAME: '1', ONLY_OURS: 'y' }, stdin: 'stream' };
+    expect(commandDifferences(theirs, ours)).toEqual({ fields: ['argv', 'env', 'stdin'], envNames: ['ONLY_OURS', 'ONLY_THEIRS', 'TOKEN'] });
+    expect(commandDifferences(theirs, { ...theirs, cwd: '/', user: 'nobody', pty: true })).toEqual({ fields: ['cwd', 'user', 'pty'], envNames: [] });
+    const d = admit({ ...request, command: ours }, { ...open, existing: { sessionId: 's-1-aa', commandDigest: 'sha256:b', state: 'ended', task: 'default', command: theirs } });
+    const wire = d.kind === 'refuse' ? d.error.toWire() : null;
+    expect(wire).toEqual({
+      code: 'KEY_CONFLICT',
+      retryable: false,
+      message: 'invocation key "k" was used for another command by session s-1-aa: argv, env (ONLY_OURS, ONLY_THEIRS, TOKEN), stdin differ',
+      details: { invocation_key: 'k', session_id: 's-1-aa', differs: ['argv', 'env', 'stdin'], env_names: ['ONLY_OURS', 'ONLY_THEIRS', 'TOKEN'] },
+    });
+    expect(JSON.stringify(wire)).not.toMatch(/secret/);
+    // A retired session's tombstone keeps the digest only: the conflict says it cannot name the fields.
+    const r = admit({ ...request, command: ours }, { ...open, retired: { sessionId: 's-2-bb', commandDigest: 'sha256:b' } });
+    expect(r.kind === 'refuse' && r.error.toWire()).toEqual({
+      code: 'KEY_CONFLICT',
+      retryable: false,
+      message: 'invocation key "k" was used for another command by session s-2-bb (removed by the retention policy: its tombstone keeps the digest only, so what differs cannot be named)',
+      details: { invocation_key: 'k', session_id: 's-2-bb' },
+    });
   });
 
   it('a key is in one task: the same command asked for in another task is KEY_CONFLICT naming its task; a key whose task is unknown answers', () => {

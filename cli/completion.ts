@@ -1,0 +1,138 @@
+// `sbx completion bash|zsh`: a shell completion script made from commander's command tree
+// (subcommand names, their options, which options take a value and their choices), so it
+// never lists a command or flag sbx does not have. bash: a `complete -F` function over
+// COMP_WORDS/COMP_CWORD (bash(1) "Programmable Completion"); zsh: a `#compdef` function with
+// `_arguments` (zshcompsys(1)). Nothing here talks to the supervisor.
+import type { Command, Option } from 'commander';
+
+interface OptionSpec {
+  flag: string;
+  description: string;
+  takesValue: boolean;
+  choices: string[] | null;
+  /** A value that names a file or directory (completed as paths). */
+  path: boolean;
+}
+
+interface CommandSpec {
+  name: string;
+  description: string;
+  options: OptionSpec[];
+}
+
+function optionSpec(o: Option): OptionSpec | null {
+  if (o.hidden || !o.long) return null;
+  const takesValue = o.required || o.optional;
+  return { flag: o.long, description: o.description, takesValue, choices: o.argChoices ?? null, path: takesValue && /<(file|dir|path)/.test(o.flags) };
+}
+
+const HELP: OptionSpec = { flag: '--help', description: 'display help', takesValue: false, choices: null, path: false };
+
+/** The tree as completion needs it: the top level (its options) and each subcommand. */
+function specs(program: Command): { top: OptionSpec[]; commands: CommandSpec[] } {
+  const top = [...program.options.map(optionSpec).filter((o): o is OptionSpec => o !== null), HELP];
+  const commands = program.commands.map((c) => ({
+    name: c.name(),
+    description: c.description(),
+    options: [...c.options.map(optionSpec).filter((o): o is OptionSpec => o !== null), HELP],
+  }));
+  return { top, commands };
+}
+
+const words = (list: string[]) => list.join(' ');
+
+/** The bash script: `source <(sbx completion bash)`; completes subcommands, their options, choices and paths. */
+export function bashCompletion(program: Command): string {
+  const { top, commands } = specs(program);
+  const valued = [...new Set([...top, ...commands.flatMap((c) => c.options)].filter((o) => o.takesValue).map((o) => o.flag))];
+  const lines = [
+    '# bash completion for sbx (sandbox-supervisor); made by `sbx completion bash`.',
+    '# Install: source <(sbx completion bash)  in ~/.bashrc, or',
+    '#          sbx completion bash > /etc/bash_completion.d/sbx',
+    '_sbx() {',
+    '  local cur="${COMP_WORDS[COMP_CWORD]}" prev="" cmd="" i',
+    '  (( COMP_CWORD > 0 )) && prev="${COMP_WORDS[COMP_CWORD-1]}"',
+    '  COMPREPLY=()',
+    '  for (( i = 1; i < COMP_CWORD; i++ )); do',
+    '    case "${COMP_WORDS[i]}" in',
+    '      --) [[ -n $cmd ]] && { COMPREPLY=($(compgen -c -- "$cur")); return 0; } ;;',
+    `      ${valued.join('|')}) (( i++ )) ;;`,
+    '      -*) ;;',
+    '      *) [[ -z $cmd ]] && cmd="${COMP_WORDS[i]}" ;;',
+    '    esac',
+    '  done',
+    '  local opts=""',
+    '  case "$prev" in',
+  ];
+  // A value of an option: its choices, a path, or nothing to offer.
+  const byValue = new Map<string, string>();
+  for (const o of [...top, ...commands.flatMap((c) => c.options)]) {
+    if (!o.takesValue) continue;
+    byValue.set(o.flag, o.choices ? `COMPREPLY=($(compgen -W "${words(o.choices)}" -- "$cur")); return 0 ;;` : o.path ? 'COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;' : 'return 0 ;;');
+  }
+  for (const [flag, action] of byValue) lines.push(`    ${flag}) ${action}`);
+  lines.push('  esac', '  case "$cmd" in', `    "") opts="${words(top.map((o) => o.flag))}" ;;`);
+  for (const c of commands) lines.push(`    ${c.name}) opts="${words(c.options.map((o) => o.flag))}" ;;`);
+  lines.push(
+    '  esac',
+    '  if [[ $cur == -* ]]; then',
+    '    COMPREPLY=($(compgen -W "$opts" -- "$cur"))',
+    '  elif [[ -z $cmd ]]; then',
+    `    COMPREPLY=($(compgen -W "${words(commands.map((c) => c.name))}" -- "$cur"))`,
+    '  elif [[ $cmd == completion ]]; then',
+    '    COMPREPLY=($(compgen -W "bash zsh" -- "$cur"))',
+    '  elif [[ $cmd == verify || $cmd == restore ]]; then',
+    '    COMPREPLY=($(compgen -f -- "$cur"))',
+    '  fi',
+    '  return 0',
+    '}',
+    'complete -F _sbx sbx',
+    '',
+  );
+  return lines.join('\n');
+}
+
+/** zsh's `_arguments` text for one description: brackets, colons and quotes escaped. */
+function zshDescription(text: string): string {
+  return text.split(/[;(]/)[0]!.trim().replace(/\\/g, '\\\\').replace(/'/g, `'\\''`).replace(/([[\]:])/g, '\\$1');
+}
+
+/** The zsh script: `source <(sbx completion zsh)` after compinit, or saved as _sbx on $fpath. */
+export function zshCompletion(program: Command): string {
+  const { top, commands } = specs(program);
+  const optionArgs = (options: OptionSpec[]) =>
+    options.map((o) => {
+      const value = !o.takesValue ? '' : o.choices ? `:value:(${o.choices.join(' ')})` : o.path ? ':path:_files' : ':value:';
+      return `'${o.flag}[${zshDescription(o.description)}]${value}'`;
+    });
+  const lines = [
+    '#compdef sbx',
+    '# zsh completion for sbx (sandbox-supervisor); made by `sbx completion zsh`.',
+    '# Install: sbx completion zsh > "${fpath[1]}/_sbx" (then compinit), or',
+    '#          source <(sbx completion zsh)  in ~/.zshrc after compinit',
+    '_sbx() {',
+    '  local -a commands',
+    '  commands=(',
+    ...commands.map((c) => `    '${c.name}:${zshDescription(c.description).replace(/\\:/g, ':')}'`),
+    '  )',
+    '  local cmd="" ci=0 i',
+    '  for (( i = 2; i < CURRENT; i++ )); do',
+    '    case "${words[i]}" in',
+    '      --) [[ -n $cmd ]] && { shift i words; (( CURRENT -= i )); _normal; return; } ;;',
+    `      ${[...new Set([...top, ...commands.flatMap((c) => c.options)].filter((o) => o.takesValue).map((o) => o.flag))].join('|')}) (( i++ )) ;;`,
+    '      -*) ;;',
+    '      *) [[ -z $cmd ]] && { cmd="${words[i]}"; ci=$i; } ;;',
+    '    esac',
+    '  done',
+    '  # The subcommand as words[1], as _arguments wants it.',
+    '  (( ci > 1 )) && { shift $(( ci - 1 )) words; (( CURRENT -= ci - 1 )); }',
+    '  case "$cmd" in',
+    `    "") _arguments ${optionArgs(top).join(' ')} '1:command:_describe command commands' ;;`,
+    ...commands.map((c) => `    ${c.name}) _arguments ${optionArgs(c.options).join(' ')}${c.name === 'completion' ? " '1:shell:(bash zsh)'" : " '*:argument:_files'"} ;;`),
+    '  esac',
+    '}',
+    'if [[ $zsh_eval_context[-1] == loadautofunc ]]; then _sbx "$@"; else compdef _sbx sbx; fi',
+    '',
+  ];
+  return lines.join('\n');
+}

@@ -1,0 +1,100 @@
+// What sbx says on stderr when something is not as asked: an error's one line (the code, the
+// supervisor's message, and what to do next), why a wait waits, what a receipt's exit status
+// cannot say (owner lost), and the note of a deprecated option. Text from errors, details and
+// receipts; sbx.ts prints it (the reconnect line and the note print themselves, once). The codes are SPEC.md's "Error codes"; the details are ipc/PROTOCOL.md's.
+import { Option } from 'commander';
+import { DEFAULT_RECONNECT_MS } from '../ipc/client.js';
+import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
+import type { Receipt, SessionSummary } from '../ipc/protocol.js';
+
+/** The socket sbx talks to this run (--socket, $SBX_SOCKET or the SPEC path), for messages. */
+let socketInUse: string | null = null;
+
+/** Sets the socket path connection errors name. */
+export function useSocket(path: string): void {
+  socketInUse = path;
+}
+
+export const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(bytes < 10 * 2 ** 20 ? 1 : 0)} MiB`;
+
+/** What a connect errno means, for the one line that names it. */
+const CONNECT_ERRNO: Record<string, string> = {
+  ENOENT: 'no socket there',
+  ECONNREFUSED: 'nothing listens there',
+  EACCES: 'permission denied',
+  ENOTSOCK: 'not a socket',
+  ECONNRESET: 'the connection was reset',
+  EPIPE: 'the connection was closed',
+};
+
+/** An error as sbx's one line (without the `sbx: ` prefix). */
+export function describe(err: unknown): string {
+  if (isSupervisorError(err, 'ADMISSION_DENIED')) return `${err.code}: ${err.message} (sbx status says why)`;
+  if (isSupervisorError(err, 'KEY_CONFLICT')) {
+    const session = typeof err.details?.session_id === 'string' ? err.details.session_id : null;
+    return `${err.code}: ${err.message}; a key runs one command, ever: use another --key${session ? ` (sbx receipt ${session} shows the command it ran)` : ''}`;
+  }
+  if (isSupervisorError(err)) return `${err.code}: ${err.message}`;
+  const e = err as NodeJS.ErrnoException;
+  const at = socketInUse ?? (e as { address?: string }).address ?? null;
+  if (e.code === 'ENOENT' || e.code === 'ECONNREFUSED' || e.code === 'EACCES' || e.code === 'ENOTSOCK') {
+    return `cannot reach the supervisor${at ? ` at ${at}` : ''} (${e.code}: ${CONNECT_ERRNO[e.code]}); is it running? sbx status checks (start it with npm start or the systemd unit; --socket or SBX_SOCKET name another)`;
+  }
+  if (e.code === 'ECONNRESET' || e.code === 'EPIPE') {
+    return `lost the connection to the supervisor${at ? ` at ${at}` : ''} (${e.code}: ${CONNECT_ERRNO[e.code]}); sbx status says whether it is up`;
+  }
+  return e.message ?? String(err);
+}
+
+/** A waiting line's reason for a retryable refusal, from its details when it has them. */
+export function refusalWait(err: SupervisorError): string {
+  const d = err.details ?? {};
+  if (err.code === 'ADMISSION_DENIED' && d.reason === 'disk_low' && typeof d.free_bytes === 'number' && typeof d.min_free_bytes === 'number') {
+    return `disk low in the state dir, ${mib(d.free_bytes)} free, ${mib(d.min_free_bytes)} needed`;
+  }
+  if (err.code === 'ADMISSION_DENIED' && d.reason === 'reconciling') return 'the supervisor is reconciling the sessions left by a restart';
+  if (err.code === 'LIMIT_EXCEEDED' && typeof d.limit === 'string') {
+    const what = { sessions: 'sessions running', connections: 'connections open', in_flight: 'requests in flight' }[d.limit] ?? d.limit;
+    return `the supervisor is at its limit of ${String(d.max ?? '?')} ${what}`;
+  }
+  if (err.code === 'SHUTTING_DOWN') return 'the supervisor is stopping';
+  return err.message;
+}
+
+/** The line for a receipt whose outcome is owner_lost: the status is unknown, and the receipt's evidence. */
+export function ownerLostLine(receipt: Receipt): string {
+  return `session ${receipt.session_id}: owner lost (the supervisor that ran it stopped before it ended): its exit status is unknown, death evidence ${receipt.death.evidence} (sbx receipt ${receipt.session_id})`;
+}
+
+/** How an ended session ended, for `kill`/`cancel` of one ("exited 3 at T", "killed by SIGTERM at T"). */
+export function endedAs(receipt: Pick<Receipt, 'outcome' | 'exit' | 'ended_at'> | null, summary?: Pick<SessionSummary, 'outcome' | 'exit' | 'ended_at'>): string {
+  const r = receipt ?? summary;
+  if (!r || !r.outcome) return 'it has ended';
+  const exit = r.exit ?? { code: null, signal: null };
+  const how =
+    r.outcome === 'exited' ? `exited ${exit.code}` : r.outcome === 'signaled' ? `killed by ${exit.signal}` : r.outcome === 'owner_lost' ? 'owner lost' : `${r.outcome.replace('_', ' ')}${exit.signal ? ` (${exit.signal})` : exit.code !== null ? ` (exit ${exit.code})` : ''}`;
+  return `it ended (${how}${r.ended_at ? ` at ${r.ended_at}` : ''})`;
+}
+
+/** The once-a-run line of a wait for a supervisor that went away (run, wait): "sbx: lost the supervisor at S (ECONNREFUSED); reconnecting for up to 60 s". */
+export function reconnectingLine(socketPath: string): (code: string) => void {
+  let said = false;
+  return (code) => {
+    if (said) return;
+    said = true;
+    process.stderr.write(`sbx: lost the supervisor at ${socketPath} (${code}); reconnecting for up to ${Math.round(DEFAULT_RECONNECT_MS / 1000)} s\n`);
+  };
+}
+
+/** `--key FILE` of verify/restore/checkpoints, kept working but hidden: `--key` is the invocation key everywhere else. */
+export function deprecatedKeyOption(): Option {
+  return new Option('--key <file>', 'deprecated: --public-key').hideHelp();
+}
+
+/** The public key file given (--public-key, else the deprecated --key, with a note on stderr), or undefined. */
+export function publicKeyFile(command: string, o: { publicKey?: string; key?: string }): string | undefined {
+  if (o.key !== undefined && o.publicKey === undefined) {
+    process.stderr.write(`sbx: note: ${command} --key FILE is deprecated, use --public-key FILE (--key names an invocation key everywhere else)\n`);
+  }
+  return o.publicKey ?? o.key;
+}

@@ -1,0 +1,199 @@
+// The table `sbx ps` prints, as `docker ps` does: a STATUS that reads as a sentence ("exited 3,
+// 2 min ago", "killed by SIGTERM, 5 s ago", "running 12 s", "unknown: owner lost"), when it
+// started, how long it ran, its user and task. Pure: rows in, text out (the clock and the
+// terminal width are arguments), so it is tested without a daemon. Every cell is shown with
+// its control characters escaped (a newline or an ANSI escape in an argv never reaches the
+// terminal as itself). Truncation: on a terminal the rows are fitted to its width (COMMAND
+// first, then KEY, TASK, USER, each to a floor; then MEM PEAK, CPU, LIVE, USER, STARTED, PID
+// are left out, in that order; a line still too wide is cut); not on a terminal COMMAND alone is cut at
+// PIPE_COMMAND_COLUMNS, as docker cuts COMMAND whether or not stdout is a terminal;
+// `--no-trunc` cuts nothing. The --json output is the supervisor's summaries, not this.
+import type { SessionSummary } from '../ipc/protocol.js';
+
+/** COMMAND's width when stdout is not a terminal (docker: 20, whatever stdout is). */
+export const PIPE_COMMAND_COLUMNS = 40;
+
+/** What a cut cell ends with (docker's ellipsis). */
+const ELLIPSIS = '…';
+
+/**
+ * text with every control character (C0, DEL, C1) shown as an escape: `\n`, `\r`, `\t`, else
+ * `\xNN` (ESC is `\x1b`), so one cell is one line and no escape sequence reaches the terminal.
+ */
+export function escapeControls(text: string): string {
+  return text.replace(/[\x00-\x1f\x7f-\x9f]/g, (ch) => {
+    if (ch === '\n') return '\\n';
+    if (ch === '\r') return '\\r';
+    if (ch === '\t') return '\\t';
+    return `\\x${ch.charCodeAt(0).toString(16).padStart(2, '0')}`;
+  });
+}
+
+/** One argument as a shell would need it: bare when it is plain, else in single quotes. */
+function shellWord(arg: string): string {
+  if (/^[A-Za-z0-9_@%+=:,./-]+$/.test(arg)) return arg;
+  return `'${arg.replace(/'/g, `'\\''`)}'`;
+}
+
+/**
+ * argv as one escaped line of shell words; with limitChars, stops once it is longer than that
+ * (a 1 MiB argument is not escaped whole to show 40 characters of it).
+ */
+export function commandText(argv: string[], limitChars?: number): string {
+  let out = '';
+  for (const arg of argv) {
+    const word = limitChars !== undefined && arg.length > limitChars + 2 ? shellWord(arg.slice(0, limitChars + 2)) : shellWord(arg);
+    out += (out ? ' ' : '') + escapeControls(word);
+    if (limitChars !== undefined && out.length > limitChars) break;
+  }
+  return out;
+}
+
+/** text cut to at most width characters (code points), ending in … when cut. */
+export function truncate(text: string, width: number): string {
+  if (text.length <= width) return text;
+  const chars = Array.from(text);
+  if (chars.length <= width) return text;
+  return width <= 0 ? '' : chars.slice(0, width - 1).join('') + ELLIPSIS;
+}
+
+/** An age or a wait, coarse as docker's: "450 ms", "12 s", "2 min", "5 h", "3 days". */
+export function coarseDuration(ms: number): string {
+  const s = Math.max(0, ms) / 1000;
+  if (s < 1) return `${Math.max(0, Math.round(ms))} ms`;
+  if (s < 60) return `${Math.floor(s)} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min`;
+  if (s < 48 * 3600) return `${Math.floor(s / 3600)} h`;
+  return `${Math.floor(s / 86400)} days`;
+}
+
+/** A run time, to the unit below the largest: "1.2 s", "12 s", "2 min 5 s", "1 h 3 min", "2 d 3 h". */
+export function preciseDuration(ms: number): string {
+  const s = Math.max(0, ms) / 1000;
+  if (s < 10) return `${s.toFixed(1)} s`;
+  if (s < 60) return `${Math.floor(s)} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.floor(s % 60)} s`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+}
+
+/** The STATUS cell of one session at nowMs (ms since the epoch). */
+export function statusText(s: SessionSummary, nowMs: number): string {
+  const since = (iso: string | null | undefined) => (iso ? nowMs - Date.parse(iso) : 0);
+  switch (s.state) {
+    case 'admitted':
+      return 'admitted';
+    case 'running':
+      return `running ${coarseDuration(since(s.started_at ?? s.admitted_at))}`;
+    case 'leader_exited':
+      return 'leader exited, descendants remain';
+    case 'terminating':
+      return 'terminating';
+    case 'unknown':
+      return s.receipt_pending ? 'unknown: being ended' : 'unknown: owner lost';
+    case 'ended':
+      break;
+  }
+  const ago = `, ${coarseDuration(since(s.ended_at))} ago`;
+  const exit = s.exit ?? { code: null, signal: null };
+  const how = exit.signal ?? (exit.code !== null ? `exit ${exit.code}` : 'no status');
+  switch (s.outcome) {
+    case 'exited':
+      return `exited ${exit.code ?? '?'}${ago}`;
+    case 'signaled':
+      return `killed by ${exit.signal ?? '?'}${ago}`;
+    case 'timed_out':
+      return `timed out (${how})${ago}`;
+    case 'cancelled':
+      return `cancelled${s.termination_cause && s.termination_cause !== 'cancel' ? ` by ${s.termination_cause}` : ''} (${how})${ago}`;
+    case 'spawn_failed':
+      return `spawn failed (${exit.code ?? '?'})${ago}`;
+    case 'owner_lost':
+      return `unknown: owner lost${ago}`;
+    default:
+      return `ended${ago}`;
+  }
+}
+
+const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(bytes < 10 * 2 ** 20 ? 1 : 0)} MiB`;
+
+const HEADER = ['SESSION', 'STATUS', 'STARTED', 'DURATION', 'USER', 'TASK', 'PID', 'LIVE', 'CPU', 'MEM PEAK', 'KEY', 'COMMAND'] as const;
+/** Columns cut on a terminal to fit its width, in this order, each down to its floor (characters). */
+const SHRINK: [column: (typeof HEADER)[number], floor: number][] = [['COMMAND', 12], ['KEY', 12], ['TASK', 8], ['USER', 8]];
+/** Then columns left out, in this order, until the rows fit (`sbx ps --json` has them all). */
+const DROP: (typeof HEADER)[number][] = ['MEM PEAK', 'CPU', 'LIVE', 'USER', 'STARTED', 'PID'];
+
+export interface PsTableOptions {
+  /** ms since the epoch (Date.now()). */
+  nowMs: number;
+  /** The terminal's columns when stdout is one, else null (COMMAND is then cut at PIPE_COMMAND_COLUMNS). */
+  terminalColumns: number | null;
+  /** Cut nothing. */
+  noTrunc: boolean;
+}
+
+/** The whole table, header first, one line per session, each line ending in \n. */
+export function psTable(sessions: SessionSummary[], o: PsTableOptions): string {
+  const commandLimit = o.noTrunc ? undefined : o.terminalColumns !== null ? Math.max(o.terminalColumns, PIPE_COMMAND_COLUMNS) : PIPE_COMMAND_COLUMNS;
+  const rows: string[][] = [[...HEADER]];
+  for (const s of sessions) {
+    const startedIso = s.started_at ?? null;
+    const endMs = s.ended_at ? Date.parse(s.ended_at) : s.state === 'unknown' ? null : o.nowMs;
+    const duration = startedIso && endMs !== null ? preciseDuration(endMs - Date.parse(startedIso)) : '-';
+    rows.push([
+      s.session_id,
+      statusText(s, o.nowMs),
+      startedIso ? `${coarseDuration(o.nowMs - Date.parse(startedIso))} ago` : '-',
+      duration,
+      s.user === null || s.user === undefined ? '-' : s.user,
+      s.task ?? '?',
+      String(s.pid ?? '-'),
+      String(s.live_pids ?? '-'),
+      s.usage?.cpu_usec !== undefined ? `${(s.usage.cpu_usec / 1e6).toFixed(2)}s` : '-',
+      s.usage?.memory_peak_bytes !== undefined ? mib(s.usage.memory_peak_bytes) : '-',
+      s.invocation_key,
+      commandText(s.argv, commandLimit),
+    ].map((cell, i) => (i === HEADER.length - 1 ? cell : escapeControls(cell))));
+  }
+  const widths = HEADER.map((_, i) => Math.max(...rows.map((r) => Array.from(r[i]).length)));
+  const shown = HEADER.map(() => true);
+  const col = (name: (typeof HEADER)[number]) => HEADER.indexOf(name);
+  if (!o.noTrunc) {
+    if (o.terminalColumns === null) widths[col('COMMAND')] = Math.min(widths[col('COMMAND')], PIPE_COMMAND_COLUMNS);
+    else {
+      const width = o.terminalColumns;
+      const total = () => widths.reduce((sum, w, i) => (shown[i] ? sum + w + 2 : sum), -2);
+      for (const [name, floor] of SHRINK) {
+        const i = col(name);
+        const over = total() - width;
+        if (over <= 0) break;
+        widths[i] = Math.max(Math.min(widths[i], floor), widths[i] - over);
+      }
+      for (const name of DROP) {
+        if (total() <= width) break;
+        shown[col(name)] = false;
+      }
+    }
+  }
+  let text = '';
+  for (const r of rows) {
+    const cells = r.flatMap((c, i) => {
+      if (!shown[i]) return [];
+      const cut = o.noTrunc ? c : truncate(c, widths[i]);
+      return [i === r.length - 1 ? cut : cut + ' '.repeat(Math.max(0, widths[i] - Array.from(cut).length))];
+    });
+    const line = cells.join('  ').trimEnd();
+    // Narrower still than the floors: the line itself is cut, so nothing wraps.
+    text += (o.terminalColumns !== null && !o.noTrunc ? truncate(line, o.terminalColumns) : line) + '\n';
+  }
+  return text;
+}
+
+/** The lines under the table: why each unknown session is unknown (and whether its receipt is on its way). */
+export function unknownNotes(sessions: SessionSummary[]): string {
+  let text = '';
+  for (const s of sessions) {
+    if (s.state === 'unknown') text += `\n${s.session_id} is unknown${s.receipt_pending ? ' (its receipt is on its way)' : ''}: ${escapeControls(s.reason ?? 'no evidence of its end yet')}\n`;
+  }
+  return text;
+}

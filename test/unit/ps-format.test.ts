@@ -1,0 +1,82 @@
+// sbx ps's table (cli/ps-format.ts) as a pure function: the STATUS sentences, escaping, and
+// how rows are cut to a terminal's width or, piped, COMMAND alone.
+import { describe, expect, it } from 'vitest';
+import { coarseDuration, commandText, escapeControls, preciseDuration, psTable, statusText, truncate } from '../../cli/ps-format.js';
+import type { SessionSummary } from '../../ipc/protocol.js';
+
+const NOW = Date.parse('2026-12-01T12:00:00.000Z');
+const ago = (ms: number) => new Date(NOW - ms).toISOString();
+
+function row(over: Partial<SessionSummary>): SessionSummary {
+  return {
+    session_id: 's-1-aa',
+    invocation_key: 'k',
+    task: 'default',
+    state: 'ended',
+    argv: ['true'],
+    pid: 42,
+    admitted_at: ago(130_000),
+    started_at: ago(125_000),
+    ended_at: ago(120_000),
+    outcome: 'exited',
+    exit: { code: 0, signal: null },
+    termination_cause: null,
+    user: null,
+    live_pids: null,
+    cursors: {},
+    usage: {},
+    ...over,
+  };
+}
+
+describe('statusText', () => {
+  it('reads as docker ps does, for every state and outcome', () => {
+    expect(statusText(row({ exit: { code: 3, signal: null } }), NOW)).toBe('exited 3, 2 min ago');
+    expect(statusText(row({ outcome: 'signaled', exit: { code: null, signal: 'SIGTERM' } }), NOW)).toBe('killed by SIGTERM, 2 min ago');
+    expect(statusText(row({ outcome: 'timed_out', exit: { code: null, signal: 'SIGKILL' }, termination_cause: 'deadline' }), NOW)).toBe('timed out (SIGKILL), 2 min ago');
+    expect(statusText(row({ outcome: 'cancelled', exit: { code: null, signal: 'SIGTERM' }, termination_cause: 'cancel' }), NOW)).toBe('cancelled (SIGTERM), 2 min ago');
+    expect(statusText(row({ outcome: 'cancelled', exit: { code: null, signal: 'SIGTERM' }, termination_cause: 'shutdown' }), NOW)).toBe('cancelled by shutdown (SIGTERM), 2 min ago');
+    expect(statusText(row({ outcome: 'spawn_failed', exit: { code: 127, signal: null } }), NOW)).toBe('spawn failed (127), 2 min ago');
+    expect(statusText(row({ outcome: 'owner_lost', exit: { code: null, signal: null } }), NOW)).toBe('unknown: owner lost, 2 min ago');
+    expect(statusText(row({ state: 'running', ended_at: null, outcome: null, exit: null, started_at: ago(12_400) }), NOW)).toBe('running 12 s');
+    expect(statusText(row({ state: 'unknown', ended_at: null, outcome: null, exit: null }), NOW)).toBe('unknown: owner lost');
+    expect(statusText(row({ state: 'unknown', ended_at: null, outcome: null, exit: null, receipt_pending: true }), NOW)).toBe('unknown: being ended');
+    expect(statusText(row({ state: 'terminating', ended_at: null, outcome: null, exit: null }), NOW)).toBe('terminating');
+  });
+
+  it('durations: coarse for ages, one unit finer for run times', () => {
+    expect([450, 12_900, 150_000, 5 * 3600_000, 3 * 86400_000].map(coarseDuration)).toEqual(['450 ms', '12 s', '2 min', '5 h', '3 days']);
+    expect([1_230, 12_900, 125_000, 3_780_000, 2 * 86400_000 + 3 * 3600_000].map(preciseDuration)).toEqual(['1.2 s', '12 s', '2 min 5 s', '1 h 3 min', '2 d 3 h']);
+  });
+});
+
+describe('cells', () => {
+  it('escapes C0, DEL and C1 controls; argv as shell words', () => {
+    expect(escapeControls('a\nb\tc\rd\x1b[0m\x7f\x9b')).toBe('a\\nb\\tc\\rd\\x1b[0m\\x7f\\x9b');
+    expect(commandText(['sh', '-c', "echo 'hi'; exit 3", ''])).toBe(`sh -c 'echo '\\''hi'\\''; exit 3' ''`);
+    expect(truncate('abcdef', 4)).toBe('abc…');
+    expect(truncate('abc', 4)).toBe('abc');
+    // A huge argument is not escaped whole to show a few characters of it.
+    expect(commandText(['x', 'y'.repeat(1 << 20)], 40).length).toBeLessThan(100);
+  });
+});
+
+describe('psTable', () => {
+  const sessions = [row({ argv: ['sh', '-c', 'x'.repeat(200)], invocation_key: 'auto-0123456789abcdef01234567' })];
+
+  it('piped: COMMAND cut at 40 characters, the rest whole; --no-trunc cuts nothing', () => {
+    const piped = psTable(sessions, { nowMs: NOW, terminalColumns: null, noTrunc: false }).split('\n');
+    expect(piped[1].endsWith(`auto-0123456789abcdef01234567  sh -c ${'x'.repeat(33)}…`)).toBe(true);
+    const whole = psTable(sessions, { nowMs: NOW, terminalColumns: null, noTrunc: true }).split('\n');
+    expect(whole[1].endsWith(`sh -c ${'x'.repeat(200)}`)).toBe(true);
+  });
+
+  it('on a terminal every line fits its width: columns cut to floors, then left out, then the line cut', () => {
+    for (const width of [200, 120, 80, 40]) {
+      const lines = psTable(sessions, { nowMs: NOW, terminalColumns: width, noTrunc: false }).split('\n').filter(Boolean);
+      for (const l of lines) expect(Array.from(l).length).toBeLessThanOrEqual(width);
+    }
+    const at80 = psTable(sessions, { nowMs: NOW, terminalColumns: 80, noTrunc: false }).split('\n');
+    expect(at80[0]).toMatch(/^SESSION +STATUS +DURATION +TASK +PID +KEY +COMMAND$/);
+  });
+});
