@@ -114,16 +114,24 @@ class AsyncClient:
 
     ``socket_path``: default ``$SBX_SOCKET`` or SPEC's path; ``reconnect_seconds``: after a
     drop, how long to keep trying. The first connection (``connect()`` or the first call)
-    raises the socket's OSError at once when nothing listens.
+    raises the socket's OSError at once when nothing listens. ``max_in_flight``: requests
+    this client keeps on its connection at once (the supervisor's ``ipc.maxInFlight``, 64 by
+    default); more wait their turn here, and one the supervisor still refuses as
+    ``LIMIT_EXCEEDED`` (``limit: "in_flight"``, a lower limit configured there) is sent again
+    after its ``retry_after_ms``: it was refused before it ran.
     """
 
-    def __init__(self, socket_path: Optional[str] = None, *, client_name: str = "sandbox-supervisor-python", reconnect_seconds: float = P.DEFAULT_RECONNECT_SECONDS) -> None:
+    def __init__(self, socket_path: Optional[str] = None, *, client_name: str = "sandbox-supervisor-python", reconnect_seconds: float = P.DEFAULT_RECONNECT_SECONDS, max_in_flight: int = 64) -> None:
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
         self.socket_path = socket_path or default_socket_path()
         self.client_name = client_name
         self.reconnect_seconds = reconnect_seconds
+        self.max_in_flight = max_in_flight
         self._conn: Optional[_Dispatcher] = None
         self._connected_once = False
         self._lock: Optional[asyncio.Lock] = None
+        self._slots: Optional[asyncio.Semaphore] = None
 
     async def __aenter__(self) -> "AsyncClient":
         await self.connect()
@@ -170,22 +178,32 @@ class AsyncClient:
             return self._conn
 
     async def request(self, method: str, params: Optional[Mapping[str, Any]] = None, *, resend: bool = True) -> Any:
-        """One request's result (see Client.request); concurrent calls share the connection."""
+        """One request's result (see Client.request); concurrent calls share the connection, at most ``max_in_flight`` at once."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_in_flight)
+        async with self._slots:
+            return await self._request(method, params, resend)
+
+    async def _request(self, method: str, params: Optional[Mapping[str, Any]], resend: bool) -> Any:
         while True:
             conn = await self._connection()
             try:
                 return P.answer(await conn.call(method, params or {}))
+            except SupervisorError as err:
+                if err.code == "LIMIT_EXCEEDED" and err.details.get("limit") == "in_flight" and conn.failed is None:
+                    # Refused before it ran (the supervisor's limit is below ours): again, after its pause.
+                    await asyncio.sleep(max(float(err.details.get("retry_after_ms", 100)), 1.0) / 1000)
+                    continue
+                if conn.failed is not None and self._conn is conn:  # a bad frame or a refusal: the connection is gone
+                    conn.close()
+                    self._conn = None
+                raise
             except OSError:
                 if self._conn is conn:
                     conn.close()
                     self._conn = None
                 if not resend:
                     raise
-            except SupervisorError:
-                if conn.failed is not None and self._conn is conn:  # a bad frame or a refusal: the connection is gone
-                    conn.close()
-                    self._conn = None
-                raise
 
     async def launch(
         self,
