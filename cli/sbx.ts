@@ -28,7 +28,8 @@ import { startupSnapshot } from 'node:v8';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient } from '../ipc/client.js';
 import { parseDurationMs } from '../ipc/duration.js';
-import { isSupervisorError } from '../ipc/errors.js';
+import { JsonSink, parseTimeUs, RawSink, TailSink, TimestampSink, writeLogs } from './logs.js';
+import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
 import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
 import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
@@ -554,28 +555,59 @@ sub('resize')
   });
 
 sub('logs')
-  .description('print a stream from a byte cursor')
+  .description('print a stream from a byte cursor, or streams merged in arrival order, timestamped, selected by time or lines')
   .argument('[id]', 'session id')
   .option('--key <key>', 'select the session by invocation key')
-  .option('--from <n>', 'start at byte cursor N', (v) => {
+  .option('--from <n>', 'start at byte cursor N (one stream)', (v) => {
     if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v))) throw new InvalidArgumentError('--from takes a non-negative integer');
     return Number(v);
-  }, 0)
-  .addOption(new Option('--stream <name>', 'stream to read (default: stdout, or pty for a pty session)').choices(['stdout', 'stderr', 'pty']))
-  .option('--follow', 'keep reading until the stream is final')
-  .action(async (id: string | undefined, o: { key?: string; from: number; stream?: StreamName; follow?: boolean }) => {
+  })
+  .addOption(new Option('--stream <name>', 'stream to read (default: stdout, or pty for a pty session); all: stdout and stderr merged in arrival order').choices(['stdout', 'stderr', 'pty', 'all']))
+  .option('--follow', 'keep reading until the stream (every stream) is final')
+  .option('--timestamps', 'prefix each line with the arrival of the read carrying its first byte (RFC 3339, µs, UTC)')
+  .option('--since <time>', 'reads arrived at or after TIME: RFC 3339, a Unix time, or a duration ago (10m, 2h)')
+  .option('--until <time>', 'reads arrived at or before TIME (as --since)')
+  .option('--tail <n>', 'the last N lines of what is selected (all: every line)')
+  .action(async (id: string | undefined, o: { key?: string; from?: number; stream?: StreamName | 'all'; follow?: boolean; timestamps?: boolean; since?: string; until?: string; tail?: string }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
+    const indexed = o.stream === 'all' || o.timestamps || g.json || o.since !== undefined || o.until !== undefined || o.tail !== undefined;
+    if (o.stream === 'all' && o.from !== undefined) fail('INVALID_ARGUMENT: --from is a cursor of one stream; --stream all merges two (select by time with --since/--until, or by lines with --tail)');
+    let tailLines: number | undefined;
+    if (o.tail !== undefined && o.tail !== 'all') {
+      if (!/^\d+$/.test(o.tail) || !Number.isSafeInteger(Number(o.tail))) fail(`INVALID_ARGUMENT: --tail takes a number of lines (0 or more) or all, got ${JSON.stringify(o.tail)}`);
+      tailLines = Number(o.tail);
+    }
+    const nowUs = Date.now() * 1000;
+    const time = (text: string | undefined, flag: string): number | undefined => {
+      if (text === undefined) return undefined;
+      try {
+        return parseTimeUs(text, nowUs, flag);
+      } catch (err) {
+        fail(`INVALID_ARGUMENT: ${(err as Error).message}`);
+      }
+    };
+    const sinceUs = time(o.since, '--since');
+    const untilUs = time(o.until, '--until');
     const first = await connect(g); // a clear message now if no supervisor is there
-    let stream: StreamName = o.stream ?? 'stdout';
-    if (!o.stream) {
-      const { sessions } = await first.ps(true);
-      const found = sessions.find((s) => (sel.session_id ? s.session_id === sel.session_id : s.invocation_key === sel.invocation_key));
-      if (found && found.cursors.pty !== undefined) stream = 'pty';
+    let streams: StreamName[] = o.stream === 'all' ? ['stdout', 'stderr'] : [o.stream ?? 'stdout'];
+    let admittedAtUs = 0;
+    if (!o.stream || indexed) {
+      try {
+        const { sessions } = await first.ps(true);
+        const found = sessions.find((s) => (sel.session_id ? s.session_id === sel.session_id : s.invocation_key === sel.invocation_key));
+        if (found && found.cursors.pty !== undefined && (!o.stream || o.stream === 'all')) streams = ['pty'];
+        if (found) admittedAtUs = Date.parse(found.admitted_at) * 1000;
+      } catch (err) {
+        fail(describe(err));
+      }
     }
     first.close();
     try {
-      await pipeOutput(g, sel, stream, process.stdout, o.from, o.follow ?? false);
+      if (!indexed) return await pipeOutput(g, sel, streams[0]!, process.stdout, o.from ?? 0, o.follow ?? false);
+      const out = g.json ? new JsonSink(process.stdout) : o.timestamps ? new TimestampSink(process.stdout) : new RawSink(process.stdout);
+      const sink = tailLines === undefined ? out : new TailSink(tailLines, out);
+      await writeLogs({ socketPath: g.socket, selector: sel, streams, from: o.from, follow: o.follow ?? false, sinceUs, untilUs, noRecordAtUs: admittedAtUs }, sink);
     } catch (err) {
       fail(describe(err));
     }

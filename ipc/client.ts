@@ -23,6 +23,8 @@ import {
   type StatusResult,
   type CloseReceipt,
   type StreamName,
+  type ReadIndexParams,
+  type ReadIndexResult,
   type SubscribeParams,
   type SubscribeResult,
   type TaskReceipt,
@@ -173,6 +175,22 @@ export class SupervisorClient {
       });
       this.socket.write(encodeFrame({ id, method: 'subscribe', params: withoutUndefined(params) } satisfies RequestFrame));
     });
+  }
+
+  /**
+   * The per-read index of one stream (docs/STATE.md "index.bin") from cursor `from`
+   * (default 0): up to `limit` records (default 4096, at most 65536) `{cursor, length,
+   * at_us}` (arrival in µs since the Unix epoch), the first holding byte `from`; `next` to
+   * ask from next, `more` when the limit cut the answer, `cursor` the stored bytes, `final`
+   * once the index will never grow, `through_us` (every read arrived by then is among these
+   * records: what a merge of streams may rely on). With `follow`, an answer with no record
+   * waits until the stream stores a record or becomes final. The bytes themselves come from
+   * subscribe/readOutput. Errors: SESSION_NOT_FOUND, INVALID_ARGUMENT (bad field, no such
+   * stream), CURSOR_OUT_OF_RANGE (`from` past the stored end without follow;
+   * details.cursor), OUTPUT_REMOVED.
+   */
+  readIndex(params: ReadIndexParams): Promise<ReadIndexResult> {
+    return this.request('read_index', params);
   }
 
   /** Reads [from, end) of a stream as it is now (no follow) into one Buffer. */

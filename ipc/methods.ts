@@ -14,6 +14,8 @@ import type {
   SessionState,
   SessionSummary,
   StatusResult,
+  ReadIndexParams,
+  ReadIndexResult,
   SubscribeParams,
   SubscribeResult,
   TaskReceipt,
@@ -46,6 +48,8 @@ export interface Methods {
   launch: { params: LaunchParams; result: LaunchResult };
   /** The result comes first, then `output` events and one `end` event (protocol.ts). */
   subscribe: { params: SubscribeParams; result: SubscribeResult };
+  /** The per-read index of one stream from a cursor; with follow, waits for a record or the stream's end. */
+  read_index: { params: ReadIndexParams; result: ReadIndexResult };
   wait: { params: SessionSelector; result: Receipt };
   receipt: { params: SessionSelector; result: { state: SessionState | 'retired'; receipt: Receipt | null } };
   cancel: { params: ParamsFor<'cancel'>; result: { session_id: string; state: SessionState } };

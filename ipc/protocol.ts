@@ -79,6 +79,35 @@ export interface SubscribeResult {
   from: number;
   cursor: number;
 }
+/** read_index: a stream's per-read index from a cursor (PROTOCOL.md "read_index"). */
+export type ReadIndexParams = ParamsFor<'read_index'>;
+/** One read of a stream: bytes [cursor, cursor + length), arrived at at_us (µs since the Unix epoch, the supervisor's clock). */
+export interface IndexRecordWire {
+  cursor: number;
+  length: number;
+  at_us: number;
+}
+export interface ReadIndexResult {
+  session_id: string;
+  stream: StreamName;
+  from: number;
+  /** In cursor order, tiling the stream: the first is the read holding byte `from` (it may start before it). */
+  records: IndexRecordWire[];
+  /** Where the next request starts: the end of the last record (from, when there is none). */
+  next: number;
+  /** More records are there now past `next` (the answer stopped at `limit`). */
+  more: boolean;
+  /** The stream's stored bytes now (subscribe reads up to it); past the index's end when the index ended short. */
+  cursor: number;
+  /** The index will never grow: the stream is final and this answer reaches the index's end. */
+  final: boolean;
+  /**
+   * Every read of this stream that arrived at or before this time (µs since the epoch) is
+   * among the records up to `next`: a merge may place any read of another stream arrived at
+   * or before it. null when final.
+   */
+  through_us: number | null;
+}
 /** `output` event: bytes [cursor, cursor + data.length) of one stream. */
 export interface OutputEvent {
   id: number;

@@ -51,6 +51,10 @@ export const ParamsSchemas = {
     .object({ ...selector, stream: z.enum(['stdout', 'stderr', 'pty']), from: cursor.optional(), follow: z.boolean().optional() })
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
+  read_index: z
+    .object({ ...selector, stream: z.enum(['stdout', 'stderr', 'pty']), from: cursor.optional(), limit: z.number().int().min(1).max(65536).optional(), follow: z.boolean().optional() })
+    .strict()
+    .refine(requireOne, SELECTOR_MESSAGE),
   wait: selectorSchema,
   receipt: selectorSchema,
   changes: selectorSchema,

@@ -4,7 +4,7 @@
 // and nothing heavier. Reads only; writing is supervisor/store/chunks.ts. See open(2)
 // O_NOFOLLOW, pread(2).
 import { createHash } from 'node:crypto';
-import { closeSync, constants, existsSync, lstatSync, openSync, readFileSync, readSync } from 'node:fs';
+import { closeSync, constants, existsSync, fstatSync, lstatSync, openSync, readFileSync, readSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChunkDigest, StreamName, StreamOutput } from './protocol.js';
 
@@ -52,6 +52,54 @@ export function decodeIndex(buf: Buffer): IndexRecord[] {
     });
   }
   return out;
+}
+
+/**
+ * Up to `limit` whole records of a stream's index.bin from the one holding cursor `from`
+ * (the first whose bytes end past it), in cursor order, read where they lie: records tile the
+ * stream, so the first is found by binary search (pread(2) of 24-byte records). A missing
+ * index is empty; a torn last record (a crash mid-write) is not read. O_NOFOLLOW.
+ */
+export function readIndexFrom(streamDir: string, from: number, limit: number): IndexRecord[] {
+  let fd: number;
+  try {
+    fd = openSync(join(streamDir, INDEX_FILE), constants.O_RDONLY | constants.O_NOFOLLOW);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
+  }
+  try {
+    const count = Math.floor(fstatSync(fd).size / INDEX_RECORD_BYTES);
+    const one = Buffer.alloc(INDEX_RECORD_BYTES);
+    const at = (i: number): IndexRecord => {
+      readFully(fd, one, i * INDEX_RECORD_BYTES);
+      return decodeIndex(one)[0]!;
+    };
+    let lo = 0;
+    let hi = count; // the first record ending past `from` is in [lo, hi]
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      const r = at(mid);
+      if (r.cursor + r.length > from) hi = mid;
+      else lo = mid + 1;
+    }
+    const n = Math.min(limit, count - lo);
+    if (n <= 0) return [];
+    const buf = Buffer.alloc(n * INDEX_RECORD_BYTES);
+    readFully(fd, buf, lo * INDEX_RECORD_BYTES);
+    return decodeIndex(buf);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** pread(2) until buf is full; throws when the file ends first. */
+function readFully(fd: number, buf: Buffer, position: number): void {
+  for (let got = 0; got < buf.length; ) {
+    const n = readSync(fd, buf, got, buf.length - got, position + got);
+    if (n === 0) throw new Error(`index ends at ${position + got}, before ${position + buf.length}`);
+    got += n;
+  }
 }
 
 /**

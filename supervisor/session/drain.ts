@@ -8,7 +8,7 @@ import { Socket } from 'node:net';
 import { ReadStream } from 'node:tty';
 import type { StreamName, StreamOutput } from '../../ipc/protocol.js';
 import { native } from '../native.js';
-import { StreamLog } from '../store/chunks.js';
+import { arrivalNowUs, StreamLog } from '../store/chunks.js';
 import type { StorageGuard } from '../store/storage.js';
 import type { HashPool } from '../store/hasher.js';
 
@@ -50,7 +50,7 @@ export class StreamDrain extends EventEmitter {
     // until the log has room (onRoom); the pipe holds what comes meanwhile.
     const store = (data: Buffer): boolean => {
       if (this.boundLeftMs !== null) this.readInBoundBytes += data.length;
-      if (this.log.append(data, Math.round((performance.timeOrigin + performance.now()) * 1000))) return true;
+      if (this.log.append(data, arrivalNowUs())) return true;
       this.holdBound();
       return false;
     };

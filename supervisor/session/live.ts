@@ -9,6 +9,7 @@ import { Socket } from 'node:net';
 import type { StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
 import { faultPoint } from '../fault.js';
 import { native } from '../native.js';
+import type { ReadRecord } from '../store/chunks.js';
 import { fsyncDir } from '../store/durable.js';
 import { receiptReservationBytes, reserveReceiptSpace } from '../store/receipt-file.js';
 import { writeAdmission, writeStarted } from '../store/records.js';
@@ -170,6 +171,10 @@ export class LiveSession extends Session {
 
   protected storedCursor(stream: StreamName): number | undefined {
     return this.drains.get(stream)?.cursor;
+  }
+
+  override pendingIndex(stream: StreamName, from: number, limit: number): { records: ReadRecord[]; unstoredAtUs: number | null } {
+    return this.drains.get(stream)?.log.pendingRecords(from, limit) ?? super.pendingIndex(stream, from, limit);
   }
 
   override streamFinal(stream: StreamName): boolean {

@@ -15,6 +15,7 @@ import type { CgroupLeaf } from '../cgroup.js';
 import { faultPoint } from '../fault.js';
 import { createFileDurable, fsyncDir } from '../store/durable.js';
 import { existsNoFollow, factsOf, writeReceiptFile, writeReservedFacts } from '../store/receipt-file.js';
+import type { ReadRecord } from '../store/chunks.js';
 import type { AdmissionRecord } from '../store/records.js';
 import type { OperatorAttestation, SessionContext, SessionRequest } from './context.js';
 import { operatorAttested, type DeathFacts } from './evidence.js';
@@ -136,6 +137,15 @@ export abstract class Session extends EventEmitter {
   /** Whether a stream will never grow again (a live session's drain may still be open). */
   streamFinal(_stream: StreamName): boolean {
     return true;
+  }
+
+  /**
+   * Index records not yet in index.bin whose bytes are stored, from the one ending past
+   * `from` (at most limit), and the arrival of the first read whose bytes are not stored yet
+   * (null: none): only a live drain has any (StreamLog.pendingRecords).
+   */
+  pendingIndex(_stream: StreamName, _from: number, _limit: number): { records: ReadRecord[]; unstoredAtUs: number | null } {
+    return { records: [], unstoredAtUs: null };
   }
 
   /** Whether the session has (or was admitted with) that stream; one that never got to open it reads as empty. */

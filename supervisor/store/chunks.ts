@@ -22,6 +22,16 @@ function fsyncAsync(fd: number): Promise<void> {
   return new Promise((resolve, reject) => fsync(fd, (err) => (err ? reject(err) : resolve())));
 }
 
+/**
+ * The arrival clock of index records: microseconds since the Unix epoch, from the monotonic
+ * clock (performance.timeOrigin + now(), so never backwards within one supervisor). Records of
+ * one stream are stamped in read order with it; a later call is never earlier than a record
+ * already taken.
+ */
+export function arrivalNowUs(): number {
+  return Math.round((performance.timeOrigin + performance.now()) * 1000);
+}
+
 /** Rolled chunk files of one stream waiting for their fsync on the threadpool, at most. */
 const MAX_BACKGROUND_FSYNCS = 4;
 
@@ -56,7 +66,7 @@ interface Held {
 }
 
 /** One read, indexed: stream cursor, length, arrival time (µs since the epoch). */
-interface ReadRecord {
+export interface ReadRecord {
   cursor: number;
   length: number;
   arrivalUs: number;
@@ -163,6 +173,26 @@ export class StreamLog {
     if (this.hasRoom()) return true;
     this.wantsRoom = true;
     return false;
+  }
+
+  /**
+   * Index records still in memory (not yet in index.bin) whose bytes are all in the chunk
+   * files, from the one ending past cursor `from`, at most limit; they follow index.bin's
+   * records directly (the file gets a prefix of them). With `unstoredAtUs`: the arrival of the
+   * first record whose bytes are not all stored yet (null: none), so a reader knows which reads
+   * it has not been told of. Synchronous: read with the file in one turn, the two agree.
+   */
+  pendingRecords(from: number, limit: number): { records: ReadRecord[]; unstoredAtUs: number | null } {
+    const records: ReadRecord[] = [];
+    let unstoredAtUs: number | null = null;
+    for (const r of this.records) {
+      if (r.cursor + r.length > this.cursor) {
+        unstoredAtUs = r.arrivalUs;
+        break;
+      }
+      if (r.cursor + r.length > from && records.length < limit) records.push(r);
+    }
+    return { records, unstoredAtUs };
   }
 
   /** Resolves once every byte taken is written to a chunk file, or dropped. */

@@ -6,7 +6,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { StreamLog } from '../../supervisor/store/chunks.js';
 import { HashPool } from '../../supervisor/store/hasher.js';
 import { writeBuffers } from '../../supervisor/store/write-buffers.js';
-import { chunkFileName, decodeIndex, readStored, storedStream } from '../../ipc/stream-files.js';
+import { chunkFileName, decodeIndex, readIndexFrom, readStored, storedStream } from '../../ipc/stream-files.js';
 
 const dirs: string[] = [];
 const hashPool = new HashPool();
@@ -48,6 +48,34 @@ describe('StreamLog', () => {
     expect(records.map((r) => r.length)).toEqual([...reads, data.length - off]);
     expect(records.map((r) => r.cursor)).toEqual([0, 1, 4096, 8192, 13192, 16192]);
     expect(records[0].arrivalUs).toBe(1_700_000_000_000_000);
+  });
+});
+
+describe('the index as read_index reads it', () => {
+  it('readIndexFrom finds the read holding a cursor (binary search) and pages by limit; pendingRecords serves stored records before index.bin has them', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-chunks-'));
+    dirs.push(dir);
+    const log = new StreamLog(dir, 'stdout', 4096, hashPool);
+    const lengths = [3, 1, 7, 100, 5000, 2, 9];
+    let t = 1_800_000_000_000_000;
+    for (const n of lengths) log.append(Buffer.alloc(n, 0x61), t++);
+    // Before any flush (records wait up to 100 ms): index.bin is empty, the stored ones are in memory.
+    await log.idle();
+    expect(readIndexFrom(join(dir, 'stdout'), 0, 100)).toEqual([]);
+    const pending = log.pendingRecords(4, 3);
+    expect(pending.unstoredAtUs).toBeNull();
+    expect(pending.records.map((r) => [r.cursor, r.length])).toEqual([[4, 7], [11, 100], [111, 5000]]);
+    await log.finalize();
+    expect(log.pendingRecords(0, 100).records).toEqual([]);
+    const ends = lengths.map((_, i) => lengths.slice(0, i + 1).reduce((a, b) => a + b, 0));
+    for (const from of [0, 2, 3, 4, 10, 11, 110, 111, 5110, 5111, 5112, 5113, ends[ends.length - 1]! - 1]) {
+      const first = ends.findIndex((e) => e > from);
+      const got = readIndexFrom(join(dir, 'stdout'), from, 2);
+      expect(got.map((r) => r.length), `from ${from}`).toEqual(lengths.slice(first, first + 2));
+      expect(got[0]!.arrivalUs).toBe(1_800_000_000_000_000 + first);
+    }
+    expect(readIndexFrom(join(dir, 'stdout'), ends[ends.length - 1]!, 10)).toEqual([]);
+    expect(readIndexFrom(join(dir, 'nothing-here'), 0, 10)).toEqual([]);
   });
 });
 

@@ -16,7 +16,7 @@ const fails = (method: keyof typeof ParamsSchemas, params: unknown) => {
 
 describe('ParamsSchemas', () => {
   it('has one schema per method of the method table', () => {
-    expect(Object.keys(ParamsSchemas).sort()).toEqual(['cancel', 'changes', 'checkpoint', 'close', 'gc', 'hello', 'kill', 'launch', 'ps', 'receipt', 'resize', 'resolve', 'seal', 'status', 'subscribe', 'wait', 'write']);
+    expect(Object.keys(ParamsSchemas).sort()).toEqual(['cancel', 'changes', 'checkpoint', 'close', 'gc', 'hello', 'kill', 'launch', 'ps', 'read_index', 'receipt', 'resize', 'resolve', 'seal', 'status', 'subscribe', 'wait', 'write']);
   });
 
   it('checkpoint: an absolute workspace without NUL, a task like a key, nothing else', () => {

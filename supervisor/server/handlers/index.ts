@@ -10,6 +10,7 @@ import { gc } from './gc.js';
 import { kill } from './kill.js';
 import { launch } from './launch.js';
 import { ps } from './ps.js';
+import { readIndex } from './read-index.js';
 import { receipt } from './receipt.js';
 import { resize } from './resize.js';
 import { resolve } from './resolve.js';
@@ -22,6 +23,7 @@ import { write } from './write.js';
 export const HANDLERS: { [M in Exclude<MethodName, 'hello'>]: Handler<M> } = {
   launch,
   subscribe,
+  read_index: readIndex,
   wait,
   receipt,
   cancel,

@@ -1,0 +1,74 @@
+// read_index: one stream's per-read index (docs/STATE.md "index.bin"; stream, cursor, length,
+// arrival) from a cursor, for merging streams in arrival order and timestamping (SPEC
+// "Cursors"). Records come from index.bin and, for a live stream, from those still in memory
+// whose bytes are stored (the file lags the chunks by up to 100 ms): read in one turn, so
+// they agree. Bytes are not sent here: they come from subscribe, the index says where each
+// read starts and when it arrived. With follow it is a long poll: no record past `from` yet
+// and the stream not final, the answer waits for the stream to move (or the connection to go).
+import { SupervisorError } from '../../../ipc/errors.js';
+import type { IndexRecordWire, ReadIndexResult, StreamName } from '../../../ipc/protocol.js';
+import { readIndexFrom } from '../../../ipc/stream-files.js';
+import type { Session } from '../../session/session.js';
+import { arrivalNowUs } from '../../store/chunks.js';
+import type { Handler } from '../handler.js';
+
+/** Records per answer when the request gives no limit. */
+export const READ_INDEX_DEFAULT_LIMIT = 4096;
+
+export const readIndex: Handler<'read_index'> = async ({ supervisor, conn }, p) => {
+  const session = supervisor.find(p);
+  const stream = p.stream;
+  if (session.outputRemoved) {
+    throw new SupervisorError('OUTPUT_REMOVED', `session ${session.id}: its output was removed by the retention policy; the receipt stays (sbx receipt)`);
+  }
+  if (!session.hasStream(stream)) throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} has no ${stream} stream`);
+  const from = p.from ?? 0;
+  const limit = p.limit ?? READ_INDEX_DEFAULT_LIMIT;
+  if (!p.follow && from > session.cursor(stream)) {
+    throw new SupervisorError('CURSOR_OUT_OF_RANGE', `cursor ${from} is past the end of ${stream} (${session.cursor(stream)})`, { cursor: session.cursor(stream) });
+  }
+  for (;;) {
+    const answer = indexPage(session, stream, from, limit);
+    if (!p.follow || answer.records.length > 0 || answer.final || conn.closed) return answer;
+    await streamMoved(session, stream, conn.socket);
+  }
+};
+
+/** The records from `from` now, with what they say about reads not in them (see ReadIndexResult). All synchronous. */
+function indexPage(session: Session, stream: StreamName, from: number, limit: number): ReadIndexResult {
+  const final = session.streamFinal(stream); // before the records: a final stream gets no more
+  const cursor = session.cursor(stream);
+  const onDisk = readIndexFrom(session.streamDir(stream), from, limit + 1);
+  const fileEnd = onDisk.length ? onDisk[onDisk.length - 1]!.cursor + onDisk[onDisk.length - 1]!.length : from;
+  const pending = onDisk.length > limit ? { records: [], unstoredAtUs: null } : session.pendingIndex(stream, Math.max(from, fileEnd), limit + 1 - onDisk.length);
+  const all = [...onDisk, ...pending.records];
+  const more = all.length > limit;
+  const records: IndexRecordWire[] = all.slice(0, limit).map((r) => ({ cursor: r.cursor, length: r.length, at_us: r.arrivalUs }));
+  const last = records[records.length - 1];
+  const next = last ? last.cursor + last.length : from;
+  let throughUs: number | null = null;
+  if (!final || more) {
+    if (more) throughUs = last!.at_us - 1; // the next record may share its microsecond
+    else if (pending.unstoredAtUs !== null) throughUs = pending.unstoredAtUs - 1;
+    else throughUs = arrivalNowUs(); // every read so far is indexed: any later one arrives after now
+  }
+  return { session_id: session.id, stream, from, records, next, more, cursor, final: final && !more, through_us: throughUs };
+}
+
+/** Resolves at the stream's next write or end, or when the connection closes. */
+function streamMoved(session: Session, stream: StreamName, socket: NodeJS.EventEmitter): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const onOutput = (s: StreamName) => {
+      if (s !== stream) return;
+      session.off('output', onOutput);
+      socket.off('close', onClose);
+      resolve();
+    };
+    const onClose = () => {
+      session.off('output', onOutput);
+      resolve();
+    };
+    session.on('output', onOutput);
+    socket.once('close', onClose);
+  });
+}
