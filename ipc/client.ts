@@ -309,8 +309,20 @@ export class ReconnectingClient {
     return this.client;
   }
 
-  /** A connected client, reconnecting for up to reconnectMs. */
-  async get(): Promise<SupervisorClient> {
+  /**
+   * A connected client, reconnecting for up to reconnectMs. Calls made while a connect is
+   * under way share it: one connection, never one per caller (a second one was left open,
+   * and kept sbx from exiting).
+   */
+  get(): Promise<SupervisorClient> {
+    if (this.client) return Promise.resolve(this.client);
+    this.connecting ??= this.connectLoop().finally(() => (this.connecting = null));
+    return this.connecting;
+  }
+
+  private connecting: Promise<SupervisorClient> | null = null;
+
+  private async connectLoop(): Promise<SupervisorClient> {
     const giveUpAt = performance.now() + (this.options.reconnectMs ?? DEFAULT_RECONNECT_MS);
     while (!this.client) {
       try {

@@ -135,3 +135,16 @@ describe('protocol', () => {
     expect(r.stdout.toString()).toBe('still here\n');
   });
 });
+
+describe('ReconnectingClient', () => {
+  it('gives callers that ask at once, before it is connected, one connection (a second was left open, keeping sbx from exiting)', async () => {
+    const { ReconnectingClient } = await import('../../ipc/client.js');
+    const conn = new ReconnectingClient({ socketPath: daemon.socketPath, clientName: 'test' });
+    const clients = await Promise.all([conn.get(), conn.get(), conn.get()]);
+    expect(new Set(clients).size).toBe(1);
+    expect(conn.current).toBe(clients[0]);
+    expect((await clients[0].status()).version).toBeDefined();
+    conn.drop();
+    expect(conn.current).toBe(null);
+  });
+});
