@@ -10,6 +10,7 @@ import { createServer, connect, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt, StatusResult } from '../../ipc/protocol.js';
+import { encodeFrame, FrameDecoder } from '../../ipc/framing.js';
 import { DAEMON, TestDaemon, until } from '../helpers/daemon.js';
 import { cgroupMount, TEST_CGROUP_PREFIX } from '../helpers/cgroup-cleanup.js';
 
@@ -287,6 +288,76 @@ describe('metrics over a Unix socket, across a restart', () => {
     expect(v(m, `${P}sessions{state="ended"}`)).toBe(1);
     await d.terminate();
     expect(existsSync(socketPath)).toBe(false);
+  });
+});
+
+describe('metrics of refusals at the socket (ipc limits)', () => {
+  const d = new TestDaemon({ cgroupPrefix: `${TEST_CGROUP_PREFIX}metrics-` });
+  let target: { host: string; port: number };
+  const sockets: Socket[] = [];
+  beforeAll(async () => {
+    d.withConfig({ metrics: { listen: '127.0.0.1:0' }, ipc: { maxInFlight: 3, maxConnections: 4 } });
+    await d.start();
+    const [host, port] = loggedAddress(d).split(':');
+    target = { host, port: Number(port) };
+  });
+  afterAll(async () => {
+    for (const s of sockets) s.destroy();
+    await d.stop();
+  });
+
+  /** A raw connection to the supervisor socket and the frames it got. */
+  function raw() {
+    const socket = connect(d.socketPath);
+    sockets.push(socket);
+    const frames: { id: number; result?: { session_id: string }; error?: { code: string; details?: { limit?: string } } }[] = [];
+    const decoder = new FrameDecoder();
+    const state = { closed: false };
+    socket.on('data', (b) => decoder.push(b, (f) => frames.push(f as (typeof frames)[number])));
+    socket.on('error', () => {});
+    socket.on('close', () => (state.closed = true));
+    return { socket, frames, state };
+  }
+
+  it('N launches at once on one connection: every in_flight refusal counts as a refused launch, LIMIT_EXCEEDED and ipc in_flight', async () => {
+    const before = await scrape(target);
+    const n = 12;
+    const r = raw();
+    const frames = [encodeFrame({ id: 1, method: 'hello', params: { versions: [1] } })];
+    for (let i = 0; i < n; i++) frames.push(encodeFrame({ id: 100 + i, method: 'launch', params: { argv: ['sleep', '0.3'], cwd: '/' } }));
+    r.socket.write(Buffer.concat(frames)); // one write: decoded together, so at most 3 run at once
+    await until(() => r.frames.filter((f) => f.id >= 100).length === n, `the ${n} launches answered`);
+    const answers = r.frames.filter((f) => f.id >= 100);
+    const refused = answers.filter((f) => f.error?.code === 'LIMIT_EXCEEDED' && f.error.details?.limit === 'in_flight').length;
+    const started = answers.filter((f) => f.result?.session_id).length;
+    expect(started + refused).toBe(n);
+    expect(refused).toBeGreaterThan(0);
+    const c = await d.client();
+    for (const f of answers) if (f.result) await c.wait({ session_id: f.result.session_id });
+    const after = await scrape(target);
+    const delta = (series: string) => v(after, `${P}${series}`) - v(before, `${P}${series}`);
+    expect(delta('launches_total{outcome="refused"}')).toBe(refused);
+    expect(delta('launches_total{outcome="started"}')).toBe(started);
+    expect(delta('admission_refusals_total{code="LIMIT_EXCEEDED"}')).toBe(refused);
+    expect(delta('ipc_refusals_total{limit="in_flight"}')).toBe(refused);
+    expect(delta('ipc_refusals_total{limit="connections"}')).toBe(0);
+    c.close();
+    r.socket.destroy();
+  });
+
+  it('a connection past ipc.maxConnections moves ipc_refusals_total{limit="connections"} by 1; every limit starts at 0', async () => {
+    const before = await scrape(target);
+    for (const limit of ['in_flight', 'connections', 'pending_frame_bytes', 'frame_time', 'frame_bytes']) expect(before.has(`${P}ipc_refusals_total{limit="${limit}"}`), limit).toBe(true);
+    await until(async () => v(await scrape(target), `${P}connections`) === 0, 'no connection open');
+    const held = [raw(), raw(), raw(), raw()];
+    await until(async () => v(await scrape(target), `${P}connections`) === 4, 'four connections held');
+    const fifth = raw();
+    await until(() => fifth.state.closed, 'the fifth refused');
+    expect(fifth.frames[0].error).toMatchObject({ code: 'LIMIT_EXCEEDED', details: { limit: 'connections' } });
+    const after = await scrape(target);
+    expect(v(after, `${P}ipc_refusals_total{limit="connections"}`) - v(before, `${P}ipc_refusals_total{limit="connections"}`)).toBe(1);
+    expect(v(after, `${P}launches_total{outcome="refused"}`) - v(before, `${P}launches_total{outcome="refused"}`)).toBe(0);
+    for (const h of held) h.socket.destroy();
   });
 });
 
