@@ -23,6 +23,9 @@ const REFUSAL_CODES = ['INVALID_ARGUMENT', 'KEY_CONFLICT', 'ADMISSION_SEALED', '
 /** The IPC limits a request, frame or connection can be refused by (server.ts, connection.ts), shown at 0 from the start. */
 export const IPC_LIMITS = ['in_flight', 'connections', 'pending_frame_bytes', 'frame_time', 'frame_bytes'] as const;
 
+/** The reasons output bytes are dropped (chunks.ts failure; README "Metrics"), shown at 0 from the start. */
+const DROP_REASONS = ['quota', 'disk_full', 'io_error'] as const;
+
 /** What a launch came to: a new session started, the key's session returned, or refused (with a code). */
 export type LaunchOutcome = 'started' | 'existing' | 'refused';
 /** A connection to the supervisor's socket: served, or refused (unauthorized peer, connection bound). */
@@ -120,7 +123,7 @@ export class SupervisorMetrics {
         const all = new Map(self.endedDroppedBytes);
         for (const [k, v] of live.dropped) all.set(k, (all.get(k) ?? 0) + v);
         this.reset();
-        for (const stream of STREAMS) for (const reason of ['quota', 'disk_full']) all.set(`${stream}\0${reason}`, all.get(`${stream}\0${reason}`) ?? 0);
+        for (const stream of STREAMS) for (const reason of DROP_REASONS) all.set(`${stream}\0${reason}`, all.get(`${stream}\0${reason}`) ?? 0);
         for (const [k, v] of all) {
           const [stream, reason] = k.split('\0');
           this.inc({ stream, reason }, v);

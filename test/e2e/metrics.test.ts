@@ -105,6 +105,11 @@ describe('metrics over TCP', () => {
     expect(r.body).toContain('# TYPE sandbox_supervisor_exit_to_receipt_seconds histogram');
   });
 
+  it('every documented label value of output_dropped_bytes_total is there from the start (quota, disk_full, io_error)', async () => {
+    const m = await scrape(target);
+    for (const stream of ['stdout', 'stderr', 'pty']) for (const reason of ['quota', 'disk_full', 'io_error']) expect(m.get(`${P}output_dropped_bytes_total{stream="${stream}",reason="${reason}"}`), `${stream} ${reason}`).toBe(0);
+  });
+
   it.skipIf(!PROMTOOL)(PROMTOOL ? 'promtool check metrics accepts the scrape' : `promtool check metrics accepts the scrape (${PROMTOOL_MISSING})`, async () => {
     const r = await http(target);
     expect(promtool(r.body)).toEqual({ status: 0, output: '' });
