@@ -4,7 +4,7 @@
 // a restart's unknown session and reconciliation). Bad addresses and a port in use stop the
 // start with exit 2 and a message, before anything is made.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
@@ -424,12 +424,52 @@ describe('metrics start-up errors (exit 2, a message, nothing made)', () => {
     const port = (busy.address() as { port: number }).port;
     const r = serve(['--metrics', `127.0.0.1:${port}`]);
     expect(r.status).toBe(2);
-    expect(r.stderr.toString()).toBe(`sandbox-supervisor: metrics.listen 127.0.0.1:${port}: the address is in use (EADDRINUSE)\n`);
+    expect(r.stderr.toString()).toBe(`sandbox-supervisor: --metrics 127.0.0.1:${port}: the address is in use (EADDRINUSE)\n`);
+    const fromConfig = serve([], { metrics: { listen: `127.0.0.1:${port}` } });
+    expect(fromConfig.status).toBe(2);
+    expect(fromConfig.stderr.toString()).toBe(`sandbox-supervisor: metrics.listen 127.0.0.1:${port}: the address is in use (EADDRINUSE)\n`);
     const file = join(d.dir, 'not-a-socket');
     writeFileSync(file, 'x');
     const f = serve(['--metrics', file]);
     expect(f.status).toBe(2);
-    expect(f.stderr.toString()).toBe(`sandbox-supervisor: metrics.listen ${file}: a file that is not a socket is at that path\n`);
+    expect(f.stderr.toString()).toBe(`sandbox-supervisor: --metrics ${file}: a file that is not a socket is at that path\n`);
     nothingMade();
+  });
+
+  it('a socket path longer than sun_path (107 bytes): refused up front, one line, nothing bound or left', () => {
+    const long = join(d.dir, `${'m'.repeat(140 - d.dir.length)}.sock`);
+    expect(Buffer.byteLength(long)).toBeGreaterThan(107);
+    const before = readdirSync(d.dir).sort();
+    for (const [args, config, says] of [
+      [['--metrics', long], {}, `sandbox-supervisor: --metrics ${JSON.stringify(long)} is a Unix socket path of ${Buffer.byteLength(long)} bytes: at most 107 fit (sun_path, unix(7)); give a shorter path\n`],
+      [[], { metrics: { listen: long } }, 'is a Unix socket path of'],
+    ] as const) {
+      const r = serve([...args], config);
+      expect(r.status).toBe(2);
+      const stderr = r.stderr.toString();
+      expect(stderr.split('\n'), stderr).toHaveLength(2);
+      if (says.endsWith('\n')) expect(stderr).toBe(says);
+      else expect(stderr).toContain(says);
+    }
+    expect(readdirSync(d.dir).filter((n) => n !== 'config.json').sort()).toEqual(before.filter((n) => n !== 'config.json'));
+    expect(existsSync(long.slice(0, 107))).toBe(false);
+    nothingMade();
+  });
+
+  it('a socket path whose directory does not exist says so (not EACCES)', () => {
+    const dir = join(d.dir, 'no-such-dir');
+    const r = serve(['--metrics', join(dir, 'metrics.sock')]);
+    expect(r.status).toBe(2);
+    expect(r.stderr.toString()).toBe(`sandbox-supervisor: --metrics ${join(dir, 'metrics.sock')}: its directory ${dir} does not exist (create it first)\n`);
+    nothingMade();
+  });
+
+  it('--metrics at the supervisor\'s own socket path: refused before anything is made', () => {
+    for (const path of [d.socketPath, d.socketPath.replace(/\/([^/]+)$/, '/./$1')]) {
+      const r = serve(['--metrics', path]);
+      expect(r.status, path).toBe(2);
+      expect(r.stderr.toString()).toBe(`sandbox-supervisor: --metrics ${path} is the supervisor's own socket (SBX_SOCKET or socketPath): give the metrics another path\n`);
+      nothingMade();
+    }
   });
 });
