@@ -3,19 +3,24 @@
 // other path, 405 for any other method, 413 for a request with a body; bounded (connections,
 // header size and time, request time, idle keep-alive) so a slow or hostile client holds
 // little. Owns the listener and its socket file; not the metrics (registry.ts).
-// See node:http (server.headersTimeout, requestTimeout, maxConnections) and unix(7).
+// See node:http (server.headersTimeout, requestTimeout) and unix(7).
 import { chmodSync, lstatSync, statSync, unlinkSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import { connect, type AddressInfo } from 'node:net';
+import { connect, type AddressInfo, type Socket } from 'node:net';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { ConfigError } from '../config.js';
 import { isLoopback, type MetricsAddress } from './address.js';
 
-/** Connections the endpoint holds at once; more are closed by the kernel's accept and node (server.maxConnections). */
-export const METRICS_MAX_CONNECTIONS = 16;
-/** A request's headers must be whole within this (slowloris). */
-const HEADERS_TIMEOUT_MS = 5_000;
+/**
+ * Connections the endpoint holds at once. A new one past it closes the oldest connection
+ * not in a request (one still sending its headers, or idle between requests), so a client
+ * that holds connections open cannot keep a scraper out; only when every one is being
+ * answered is the new one closed.
+ */
+export const METRICS_MAX_CONNECTIONS = 64;
+/** A request's headers must be whole within this (slowloris); a scraper sends them at once. */
+const HEADERS_TIMEOUT_MS = 2_000;
 /** A whole request, headers and all, within this. */
 const REQUEST_TIMEOUT_MS = 10_000;
 /** An idle keep-alive connection is closed after this. */
@@ -47,7 +52,32 @@ export async function listenMetrics(addr: MetricsAddress, render: RenderMetrics,
   const server = createServer({ maxHeaderSize: MAX_HEADER_BYTES, headersTimeout: HEADERS_TIMEOUT_MS, requestTimeout: REQUEST_TIMEOUT_MS, keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS, connectionsCheckingInterval: 1000 }, (req, res) => {
     void answer(req, res, render, log);
   });
-  server.maxConnections = METRICS_MAX_CONNECTIONS;
+  // Connections not in a request, oldest first: the ones a new connection may push out.
+  const waiting = new Set<Socket>();
+  const open = new Set<Socket>();
+  server.on('connection', (socket: Socket) => {
+    if (open.size >= METRICS_MAX_CONNECTIONS) {
+      const oldest = waiting.values().next().value;
+      if (oldest === undefined) return void socket.destroy();
+      waiting.delete(oldest);
+      open.delete(oldest);
+      oldest.destroy();
+    }
+    open.add(socket);
+    waiting.add(socket);
+    socket.once('close', () => {
+      open.delete(socket);
+      waiting.delete(socket);
+    });
+  });
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    const socket = req.socket;
+    waiting.delete(socket);
+    res.once('close', () => {
+      // Waiting for its next request (keep-alive): the newest of those that may be pushed out.
+      if (!socket.destroyed && open.has(socket)) waiting.add(socket);
+    });
+  });
   server.setTimeout(IDLE_TIMEOUT_MS, (socket) => socket.destroy());
   const fail = (why: string) => new ConfigError(`${source} ${addr.text}: ${why}`);
 
