@@ -81,6 +81,7 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
     await metrics?.listener.close();
     throw err;
   }
+  supervisor.metricsAddress = metrics?.listener.address ?? null;
   await supervisor.ctx.watcher.ready; // every workspace marked before the first launch
   const server = new SupervisorServer(supervisor, log, config.socketPath);
   const listenFd = takeListenFd();

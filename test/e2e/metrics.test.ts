@@ -110,6 +110,17 @@ describe('metrics over TCP', () => {
     for (const stream of ['stdout', 'stderr', 'pty']) for (const reason of ['quota', 'disk_full', 'io_error']) expect(m.get(`${P}output_dropped_bytes_total{stream="${stream}",reason="${reason}"}`), `${stream} ${reason}`).toBe(0);
   });
 
+  it('status gives the bound address (port 0 resolved), and sbx status shows it', async () => {
+    const c = await d.client();
+    const status = (await c.status()) as StatusResult;
+    expect(status.metrics).toBe(`${target.host}:${target.port}`);
+    expect(target.port).toBeGreaterThan(0);
+    c.close();
+    const r = await d.sbx(['status']);
+    expect(r.status).toBe(0);
+    expect(r.stdout.toString().split('\n')).toContain(`metrics    http://127.0.0.1:${target.port}/metrics`);
+  });
+
   it.skipIf(!PROMTOOL)(PROMTOOL ? 'promtool check metrics accepts the scrape' : `promtool check metrics accepts the scrape (${PROMTOOL_MISSING})`, async () => {
     const r = await http(target);
     expect(promtool(r.body)).toEqual({ status: 0, output: '' });
@@ -278,6 +289,9 @@ describe('metrics over a Unix socket, across a restart', () => {
 
   it('serves the same text on the socket (0660), and removes the socket at stop', async () => {
     expect(loggedAddress(d)).toBe(socketPath);
+    const c = await d.client();
+    expect(((await c.status()) as StatusResult).metrics).toBe(socketPath);
+    c.close();
     expect(statSync(socketPath).mode & 0o777).toBe(0o660);
     const r = await http({ socketPath });
     expect(r.status).toBe(200);
