@@ -185,6 +185,8 @@ export interface StatusResult {
   workspaces: WorkspaceStatus[];
   /** Where checkpoints are published: a directory, or s3://bucket/prefix (config checkpoint.store). */
   checkpoint_store?: string;
+  /** Where the Prometheus endpoint listens (`HOST:PORT` with the port bound, or a socket path); absent when metrics are off. */
+  metrics?: string;
 }
 
 /** One workspace as `sbx status` shows it (supervisor/workspace/watcher.ts). */

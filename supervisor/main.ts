@@ -4,6 +4,7 @@
 // the cgroup subtree (or subreaper mode), listen on the socket (and, with --metrics, the
 // Prometheus endpoint), and on SIGTERM/SIGINT stop admission, settle every session with
 // receipts, and exit 0.
+import { resolve } from 'node:path';
 import { Command } from 'commander';
 import { pino, type Logger } from 'pino';
 import { ConfigError, loadConfig } from './config.js';
@@ -19,16 +20,18 @@ import type { SupervisorMetrics } from './metrics/registry.js';
  * The Prometheus registry and its endpoint (metrics.listen), loaded only when asked for;
  * ConfigError (exit 2) when the address cannot be listened on.
  */
-async function startMetrics(listen: string, log: Logger): Promise<{ metrics: SupervisorMetrics; listener: MetricsListener }> {
+async function startMetrics(listen: string, source: string, log: Logger): Promise<{ metrics: SupervisorMetrics; listener: MetricsListener }> {
   const [{ SupervisorMetrics }, { listenMetrics }] = await Promise.all([import('./metrics/registry.js'), import('./metrics/http.js')]);
   const metrics = new SupervisorMetrics();
-  const listener = await listenMetrics(parseMetricsAddress(listen), () => metrics.render(), log);
+  const listener = await listenMetrics(parseMetricsAddress(listen), () => metrics.render(), log, source);
   return { metrics, listener };
 }
 
 
 async function serve(options: { config?: string; workspace?: string[]; metrics?: string }): Promise<void> {
   let config;
+  /** Where metrics.listen came from, as the messages name it. */
+  const metricsSource = options.metrics !== undefined ? '--metrics' : 'metrics.listen';
   try {
     config = loadConfig(options.config);
     if (options.workspace?.length) {
@@ -44,6 +47,10 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
       }
       config = { ...config, metrics: { listen: options.metrics } };
     }
+    const listen = config.metrics.listen;
+    if (listen !== undefined && listen.startsWith('/') && resolve(listen) === resolve(config.socketPath)) {
+      throw new ConfigError(`${metricsSource} ${listen} is the supervisor's own socket (SBX_SOCKET or socketPath): give the metrics another path`);
+    }
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
@@ -58,7 +65,7 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
   let metrics: Awaited<ReturnType<typeof startMetrics>> | null = null;
   if (config.metrics.listen !== undefined) {
     try {
-      metrics = await startMetrics(config.metrics.listen, log);
+      metrics = await startMetrics(config.metrics.listen, metricsSource, log);
     } catch (err) {
       if (err instanceof ConfigError) {
         process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
@@ -74,6 +81,7 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
     await metrics?.listener.close();
     throw err;
   }
+  supervisor.metricsAddress = metrics?.listener.address ?? null;
   await supervisor.ctx.watcher.ready; // every workspace marked before the first launch
   const server = new SupervisorServer(supervisor, log, config.socketPath);
   const listenFd = takeListenFd();

@@ -22,6 +22,8 @@ export interface StatusSource {
   sessionStates(): Iterable<SessionState>;
   admissionState(): StatusResult['admission'];
   sealRecord(): StatusResult['sealed'];
+  /** The metrics endpoint's bound address; null: metrics off. */
+  metricsAddress(): string | null;
 }
 
 export class StatusReporter {
@@ -72,6 +74,7 @@ export class StatusReporter {
     const storage = ctx.storage;
     const free = storage.freeBytes();
     const admission = this.source.admissionState();
+    const metrics = this.source.metricsAddress();
     return {
       version: VERSION,
       protocol: PROTOCOL_VERSION,
@@ -82,6 +85,7 @@ export class StatusReporter {
       pid: process.pid,
       workspaces: ctx.watcher.status(),
       checkpoint_store: this.source.checkpointStore(),
+      ...(metrics !== null ? { metrics } : {}),
       socket: socketPath,
       state_dir: ctx.config.stateDir,
       cgroup: ctx.tree ? ctx.tree.basePath : null,

@@ -63,6 +63,9 @@ export class Supervisor {
    */
   private readonly self = userInfo();
 
+  /** Where the metrics endpoint listens (status shows it); null: metrics off. Set by main once it listens. */
+  metricsAddress: string | null = null;
+
   /**
    * `lock`: this state dir's flock, held for the supervisor's life. `metrics`: the Prometheus
    * counters moved here and by the server and checkpoints (null: metrics off).
@@ -85,6 +88,7 @@ export class Supervisor {
       admissionState: () => this.admissionState(),
       sealRecord: () => this.closing.seal,
       checkpointStore: () => this.checkpoints.location,
+      metricsAddress: () => this.metricsAddress,
     });
     ctx.storage.onBelowKeepFree = () => this.retention.keepFree();
     this.checkpoints = new Checkpoints({ config, log, identity: ctx.identity, signer: ctx.signer, watcher: ctx.watcher, reserveBytes: () => ctx.storage.minFreeBytes, pinned: () => this.tasks.pinnedCheckpoints(), metrics });

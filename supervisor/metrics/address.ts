@@ -7,6 +7,9 @@ import { isIPv4, isIPv6 } from 'node:net';
 /** A parsed listen address: TCP host (an IP literal) and port (0: any free one), or a Unix socket path. */
 export type MetricsAddress = { kind: 'tcp'; host: string; port: number; text: string } | { kind: 'unix'; path: string; text: string };
 
+/** Bytes of a Unix socket path that fit sun_path (108 with its NUL, unix(7)); a longer one would bind a truncated path. */
+export const SUN_PATH_MAX_BYTES = 107;
+
 /** The example every error message gives. */
 export const METRICS_ADDRESS_EXAMPLE = '127.0.0.1:9464';
 
@@ -14,7 +17,11 @@ export const METRICS_ADDRESS_EXAMPLE = '127.0.0.1:9464';
 export function parseMetricsAddress(text: string): MetricsAddress {
   const bad = (why: string) => new Error(`${JSON.stringify(text)} ${why} (give HOST:PORT such as ${METRICS_ADDRESS_EXAMPLE}, [::1]:9464, 0.0.0.0:9464 for every interface, or an absolute path for a Unix socket)`);
   if (text.includes('\0')) throw bad('contains a NUL byte');
-  if (text.startsWith('/')) return { kind: 'unix', path: text, text };
+  if (text.startsWith('/')) {
+    const bytes = Buffer.byteLength(text);
+    if (bytes > SUN_PATH_MAX_BYTES) throw new Error(`${JSON.stringify(text)} is a Unix socket path of ${bytes} bytes: at most ${SUN_PATH_MAX_BYTES} fit (sun_path, unix(7)); give a shorter path`);
+    return { kind: 'unix', path: text, text };
+  }
   const m = /^(\[[^\]]*\]|[^:[\]]*):([0-9]+)$/.exec(text);
   if (!m) throw bad('is not HOST:PORT or an absolute path');
   let host = m[1];

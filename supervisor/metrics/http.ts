@@ -3,18 +3,24 @@
 // other path, 405 for any other method, 413 for a request with a body; bounded (connections,
 // header size and time, request time, idle keep-alive) so a slow or hostile client holds
 // little. Owns the listener and its socket file; not the metrics (registry.ts).
-// See node:http (server.headersTimeout, requestTimeout, maxConnections) and unix(7).
-import { chmodSync, lstatSync, unlinkSync } from 'node:fs';
+// See node:http (server.headersTimeout, requestTimeout) and unix(7).
+import { chmodSync, lstatSync, statSync, unlinkSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import { connect, type AddressInfo } from 'node:net';
+import { connect, type AddressInfo, type Socket } from 'node:net';
+import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { ConfigError } from '../config.js';
 import { isLoopback, type MetricsAddress } from './address.js';
 
-/** Connections the endpoint holds at once; more are closed by the kernel's accept and node (server.maxConnections). */
-export const METRICS_MAX_CONNECTIONS = 16;
-/** A request's headers must be whole within this (slowloris). */
-const HEADERS_TIMEOUT_MS = 5_000;
+/**
+ * Connections the endpoint holds at once. A new one past it closes the oldest connection
+ * not in a request (one still sending its headers, or idle between requests), so a client
+ * that holds connections open cannot keep a scraper out; only when every one is being
+ * answered is the new one closed.
+ */
+export const METRICS_MAX_CONNECTIONS = 64;
+/** A request's headers must be whole within this (slowloris); a scraper sends them at once. */
+const HEADERS_TIMEOUT_MS = 2_000;
 /** A whole request, headers and all, within this. */
 const REQUEST_TIMEOUT_MS = 10_000;
 /** An idle keep-alive connection is closed after this. */
@@ -41,16 +47,45 @@ export type RenderMetrics = () => Promise<{ contentType: string; body: string }>
  * the address cannot be had: in use, not this machine's, no permission, a socket path in use
  * or taken by another kind of file.
  */
-export async function listenMetrics(addr: MetricsAddress, render: RenderMetrics, log: Logger): Promise<MetricsListener> {
+export async function listenMetrics(addr: MetricsAddress, render: RenderMetrics, log: Logger, source = 'metrics.listen'): Promise<MetricsListener> {
   // node checks headersTimeout and requestTimeout every connectionsCheckingInterval (30 s by default).
   const server = createServer({ maxHeaderSize: MAX_HEADER_BYTES, headersTimeout: HEADERS_TIMEOUT_MS, requestTimeout: REQUEST_TIMEOUT_MS, keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS, connectionsCheckingInterval: 1000 }, (req, res) => {
     void answer(req, res, render, log);
   });
-  server.maxConnections = METRICS_MAX_CONNECTIONS;
+  // Connections not in a request, oldest first: the ones a new connection may push out.
+  const waiting = new Set<Socket>();
+  const open = new Set<Socket>();
+  server.on('connection', (socket: Socket) => {
+    if (open.size >= METRICS_MAX_CONNECTIONS) {
+      const oldest = waiting.values().next().value;
+      if (oldest === undefined) return void socket.destroy();
+      waiting.delete(oldest);
+      open.delete(oldest);
+      oldest.destroy();
+    }
+    open.add(socket);
+    waiting.add(socket);
+    socket.once('close', () => {
+      open.delete(socket);
+      waiting.delete(socket);
+    });
+  });
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    const socket = req.socket;
+    waiting.delete(socket);
+    res.once('close', () => {
+      // Waiting for its next request (keep-alive): the newest of those that may be pushed out.
+      if (!socket.destroyed && open.has(socket)) waiting.add(socket);
+    });
+  });
   server.setTimeout(IDLE_TIMEOUT_MS, (socket) => socket.destroy());
-  const fail = (why: string) => new ConfigError(`metrics.listen ${addr.text}: ${why}`);
+  const fail = (why: string) => new ConfigError(`${source} ${addr.text}: ${why}`);
 
-  if (addr.kind === 'unix') await clearStaleSocket(addr.path, fail);
+  if (addr.kind === 'unix') {
+    // bind(2) says EACCES (as libuv maps it) for a directory that is not there: look first.
+    checkDirectory(dirname(addr.path), fail);
+    await clearStaleSocket(addr.path, fail);
+  }
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) => {
       const why: Record<string, string> = {
@@ -71,8 +106,19 @@ export async function listenMetrics(addr: MetricsAddress, render: RenderMetrics,
   let address: string;
   let socketIno = -1;
   if (addr.kind === 'unix') {
-    chmodSync(addr.path, 0o660);
-    socketIno = lstatSync(addr.path).ino;
+    try {
+      socketIno = lstatSync(addr.path).ino;
+      chmodSync(addr.path, 0o660);
+    } catch (err) {
+      // Not the socket we bound (gone, or moved): close and leave nothing of ours behind.
+      server.close();
+      try {
+        if (socketIno !== -1 && lstatSync(addr.path).ino === socketIno) unlinkSync(addr.path);
+      } catch {
+        // already gone
+      }
+      throw fail(`the socket bound cannot be set to mode 0660: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
     address = addr.path;
   } else {
     const bound = server.address() as AddressInfo;
@@ -127,6 +173,21 @@ function discardBody(req: IncomingMessage): void {
     bytes += chunk.length;
     if (bytes > MAX_DISCARD_BYTES) req.socket.destroy();
   });
+}
+
+/** The directory a socket is to be made in: it must exist and be a directory. */
+function checkDirectory(dir: string, fail: (why: string) => Error): void {
+  let isDir: boolean;
+  try {
+    isDir = statSync(dir).isDirectory();
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') throw fail(`its directory ${dir} does not exist (create it first)`);
+    if (code === 'ENOTDIR') throw fail(`a component of ${dir} is not a directory (ENOTDIR)`);
+    if (code === 'EACCES') throw fail(`its directory ${dir} cannot be searched: permission denied (EACCES)`);
+    throw fail(`its directory ${dir} cannot be read: ${(err as Error).message}`);
+  }
+  if (!isDir) throw fail(`${dir} is not a directory`);
 }
 
 /** A socket file left at path: replaced if nobody answers on it; one that answers, or any other file, is an error. */

@@ -20,6 +20,12 @@ const GAPS: readonly WorkspaceGap[] = ['unsupported', 'overflow', 'listener_rest
 /** The codes a launch can be refused with (Supervisor.launch, admission.ts), shown at 0 from the start. */
 const REFUSAL_CODES = ['INVALID_ARGUMENT', 'KEY_CONFLICT', 'ADMISSION_SEALED', 'ADMISSION_DENIED', 'LIMIT_EXCEEDED', 'SHUTTING_DOWN', 'INTERNAL'] as const;
 
+/** The IPC limits a request, frame or connection can be refused by (server.ts, connection.ts), shown at 0 from the start. */
+export const IPC_LIMITS = ['in_flight', 'connections', 'pending_frame_bytes', 'frame_time', 'frame_bytes'] as const;
+
+/** The reasons output bytes are dropped (chunks.ts failure; README "Metrics"), shown at 0 from the start. */
+const DROP_REASONS = ['quota', 'disk_full', 'io_error'] as const;
+
 /** What a launch came to: a new session started, the key's session returned, or refused (with a code). */
 export type LaunchOutcome = 'started' | 'existing' | 'refused';
 /** A connection to the supervisor's socket: served, or refused (unauthorized peer, connection bound). */
@@ -56,6 +62,7 @@ export class SupervisorMetrics {
   private readonly checkpointWritten: Counter;
   private readonly checkpointScanned: Counter;
   private readonly connectionsTotal: Counter<'outcome'>;
+  private readonly ipcRefusals: Counter<'limit'>;
 
   constructor() {
     const registers = [this.registry];
@@ -85,8 +92,9 @@ export class SupervisorMetrics {
         for (const [state, n] of counts) this.set({ state }, n);
       },
     });
-    this.launches = new Counter({ name: `${P}launches_total`, help: 'launch requests with valid params, by outcome: started (a new session), existing (the invocation key\'s session returned), refused.', labelNames: ['outcome'], registers });
-    this.refusals = new Counter({ name: `${P}admission_refusals_total`, help: 'Launches refused, by error code (KEY_CONFLICT, ADMISSION_SEALED, ADMISSION_DENIED, LIMIT_EXCEEDED, SHUTTING_DOWN, INVALID_ARGUMENT, INTERNAL).', labelNames: ['code'], registers });
+    this.launches = new Counter({ name: `${P}launches_total`, help: 'launch requests with valid params (or refused by ipc.maxInFlight before their params were read), by outcome: started (a new session), existing (the invocation key\'s session returned), refused.', labelNames: ['outcome'], registers });
+    this.refusals = new Counter({ name: `${P}admission_refusals_total`, help: 'Launches refused, by error code (KEY_CONFLICT, ADMISSION_SEALED, ADMISSION_DENIED, LIMIT_EXCEEDED, SHUTTING_DOWN, INVALID_ARGUMENT, INTERNAL); LIMIT_EXCEEDED includes the in_flight refusals of the socket.', labelNames: ['code'], registers });
+    this.ipcRefusals = new Counter({ name: `${P}ipc_refusals_total`, help: 'Requests, frames and connections of any method refused by an IPC limit, by limit (in_flight, connections, pending_frame_bytes, frame_time, frame_bytes).', labelNames: ['limit'], registers });
     this.receipts = new Counter({ name: `${P}receipts_total`, help: 'Session receipts made durable by this process, by outcome.', labelNames: ['outcome'], registers });
     this.exitToReceipt = new Histogram({
       name: `${P}exit_to_receipt_seconds`,
@@ -115,7 +123,7 @@ export class SupervisorMetrics {
         const all = new Map(self.endedDroppedBytes);
         for (const [k, v] of live.dropped) all.set(k, (all.get(k) ?? 0) + v);
         this.reset();
-        for (const stream of STREAMS) for (const reason of ['quota', 'disk_full']) all.set(`${stream}\0${reason}`, all.get(`${stream}\0${reason}`) ?? 0);
+        for (const stream of STREAMS) for (const reason of DROP_REASONS) all.set(`${stream}\0${reason}`, all.get(`${stream}\0${reason}`) ?? 0);
         for (const [k, v] of all) {
           const [stream, reason] = k.split('\0');
           this.inc({ stream, reason }, v);
@@ -162,6 +170,7 @@ export class SupervisorMetrics {
     for (const outcome of OUTCOMES) this.receipts.inc({ outcome }, 0);
     for (const result of ['ended', 'unknown', 'failed']) this.reconciliations.inc({ result }, 0);
     for (const outcome of ['accepted', 'unauthorized', 'limit_exceeded']) this.connectionsTotal.inc({ outcome }, 0);
+    for (const limit of IPC_LIMITS) this.ipcRefusals.inc({ limit }, 0);
     for (const result of ['published', 'failed']) this.checkpointSeconds.zero({ result });
   }
 
@@ -215,6 +224,11 @@ export class SupervisorMetrics {
   /** A connection to the supervisor socket accepted or refused. */
   connection(outcome: ConnectionOutcome): void {
     this.connectionsTotal.inc({ outcome });
+  }
+
+  /** A request, frame or connection refused by an IPC limit (a LIMIT_EXCEEDED's details.limit; frame_bytes: FRAME_TOO_LARGE). */
+  ipcRefused(limit: string): void {
+    this.ipcRefusals.inc({ limit });
   }
 
   private receiptWritten(session: Session, receipt: Receipt): void {

@@ -130,6 +130,8 @@ export class SupervisorServer {
     }
     const refuseFrame = (c: Connection, err: SupervisorError) => {
       const wire = err.toWire();
+      const limit = err.code === 'FRAME_TOO_LARGE' ? 'frame_bytes' : err.code === 'LIMIT_EXCEEDED' ? err.details?.limit : undefined;
+      if (typeof limit === 'string') this.supervisor.metrics?.ipcRefused(limit);
       this.log.warn({ code: wire.code, limit: err.details?.limit, uid: peer.uid, pid: peer.pid }, 'closing connection after a bad frame');
       c.refuse({ id: 0, error: wire });
     };
@@ -143,6 +145,7 @@ export class SupervisorServer {
     if (this.connections.size >= ipc.maxConnections) {
       this.log.warn({ uid: peer.uid, pid: peer.pid, max: ipc.maxConnections }, 'connection limit reached');
       this.supervisor.metrics?.connection('limit_exceeded');
+      this.supervisor.metrics?.ipcRefused('connections');
       conn.refuse({ id: 0, error: new SupervisorError('LIMIT_EXCEEDED', `${ipc.maxConnections} connections are open`, { limit: 'connections', max: ipc.maxConnections, retry_after_ms: 500 }).toWire() });
       return;
     }
@@ -201,7 +204,11 @@ export class SupervisorServer {
       if (!handler) throw new SupervisorError('INVALID_ARGUMENT', `unknown method ${JSON.stringify(frame.method)}`);
       const max = this.supervisor.config.ipc.maxInFlight;
       if (conn.inFlight >= max) {
-        throw new SupervisorError('LIMIT_EXCEEDED', `${max} requests of this connection are in flight`, { limit: 'in_flight', max, retry_after_ms: 100 });
+        const err = new SupervisorError('LIMIT_EXCEEDED', `${max} requests of this connection are in flight`, { limit: 'in_flight', max, retry_after_ms: 100 });
+        // Refused before Supervisor.launch counts it: a launch refused here is a refused launch too.
+        this.supervisor.metrics?.ipcRefused('in_flight');
+        if (method === 'launch') this.supervisor.metrics?.launchRefused(err);
+        throw err;
       }
       conn.inFlight++;
       try {

@@ -4,12 +4,13 @@
 // a restart's unknown session and reconciliation). Bad addresses and a port in use stop the
 // start with exit 2 and a message, before anything is made.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt, StatusResult } from '../../ipc/protocol.js';
+import { encodeFrame, FrameDecoder } from '../../ipc/framing.js';
 import { DAEMON, TestDaemon, until } from '../helpers/daemon.js';
 import { cgroupMount, TEST_CGROUP_PREFIX } from '../helpers/cgroup-cleanup.js';
 
@@ -102,6 +103,22 @@ describe('metrics over TCP', () => {
     expect(r.body).toContain('# TYPE sandbox_supervisor_launches_total counter');
     expect(r.body).toContain('# TYPE sandbox_supervisor_sessions gauge');
     expect(r.body).toContain('# TYPE sandbox_supervisor_exit_to_receipt_seconds histogram');
+  });
+
+  it('every documented label value of output_dropped_bytes_total is there from the start (quota, disk_full, io_error)', async () => {
+    const m = await scrape(target);
+    for (const stream of ['stdout', 'stderr', 'pty']) for (const reason of ['quota', 'disk_full', 'io_error']) expect(m.get(`${P}output_dropped_bytes_total{stream="${stream}",reason="${reason}"}`), `${stream} ${reason}`).toBe(0);
+  });
+
+  it('status gives the bound address (port 0 resolved), and sbx status shows it', async () => {
+    const c = await d.client();
+    const status = (await c.status()) as StatusResult;
+    expect(status.metrics).toBe(`${target.host}:${target.port}`);
+    expect(target.port).toBeGreaterThan(0);
+    c.close();
+    const r = await d.sbx(['status']);
+    expect(r.status).toBe(0);
+    expect(r.stdout.toString().split('\n')).toContain(`metrics    http://127.0.0.1:${target.port}/metrics`);
   });
 
   it.skipIf(!PROMTOOL)(PROMTOOL ? 'promtool check metrics accepts the scrape' : `promtool check metrics accepts the scrape (${PROMTOOL_MISSING})`, async () => {
@@ -228,21 +245,32 @@ describe('metrics over TCP', () => {
     await until(async () => v(await scrape(target), `${P}connections`) === open, 'the closed connection gone from the gauge');
   });
 
-  it('holds at most 16 connections: the 17th is closed at once, and scrapes go on once they go', async () => {
-    const idle: Socket[] = [];
+  it('80 slow connections held open (slowloris, reopened as they close): a scrape still gets in, the oldest slow one is closed for it', async () => {
+    const slow = new Set<Socket>();
+    let closedSlow = 0;
+    let holding = true;
+    const open = () => {
+      const s = connect(target.port, target.host, () => s.write('GET /metrics HTTP/1.1\r\nHost: x\r\n')); // headers never finished
+      s.on('error', () => {});
+      s.on('close', () => {
+        slow.delete(s);
+        closedSlow++;
+        if (holding) setTimeout(open, 20); // the attacker takes the place again
+      });
+      slow.add(s);
+    };
     try {
-      for (let i = 0; i < 16; i++) {
-        idle.push(await new Promise<Socket>((resolve, reject) => {
-          const s = connect(target.port, target.host, () => resolve(s));
-          s.on('error', reject);
-        }));
-      }
-      // The server accepts in order: once the 16th is accepted, the next one is over the bound.
-      await expect(http(target)).rejects.toThrow(/socket hang up|ECONNRESET/);
+      for (let i = 0; i < 80; i++) open();
+      await until(() => [...slow].filter((s) => s.readyState === 'open').length >= 64, 'the slow connections open');
+      // Before the server closed slow connections for new ones, every scrape waited out the
+      // header timeout of the slow ones (5 s), again and again.
+      await until(() => http(target).then((r) => r.status === 200, () => false), 'a scrape among 80 slow connections', 4_500);
+      expect(closedSlow).toBeGreaterThan(0);
     } finally {
-      for (const s of idle) s.destroy();
+      holding = false;
+      for (const s of slow) s.destroy();
     }
-    await until(() => http(target).then((r) => r.status === 200, () => false), 'a scrape once the idle connections are gone');
+    await until(() => http(target).then((r) => r.status === 200, () => false), 'a scrape once the slow connections are gone');
   });
 });
 
@@ -261,6 +289,9 @@ describe('metrics over a Unix socket, across a restart', () => {
 
   it('serves the same text on the socket (0660), and removes the socket at stop', async () => {
     expect(loggedAddress(d)).toBe(socketPath);
+    const c = await d.client();
+    expect(((await c.status()) as StatusResult).metrics).toBe(socketPath);
+    c.close();
     expect(statSync(socketPath).mode & 0o777).toBe(0o660);
     const r = await http({ socketPath });
     expect(r.status).toBe(200);
@@ -287,6 +318,76 @@ describe('metrics over a Unix socket, across a restart', () => {
     expect(v(m, `${P}sessions{state="ended"}`)).toBe(1);
     await d.terminate();
     expect(existsSync(socketPath)).toBe(false);
+  });
+});
+
+describe('metrics of refusals at the socket (ipc limits)', () => {
+  const d = new TestDaemon({ cgroupPrefix: `${TEST_CGROUP_PREFIX}metrics-` });
+  let target: { host: string; port: number };
+  const sockets: Socket[] = [];
+  beforeAll(async () => {
+    d.withConfig({ metrics: { listen: '127.0.0.1:0' }, ipc: { maxInFlight: 3, maxConnections: 4 } });
+    await d.start();
+    const [host, port] = loggedAddress(d).split(':');
+    target = { host, port: Number(port) };
+  });
+  afterAll(async () => {
+    for (const s of sockets) s.destroy();
+    await d.stop();
+  });
+
+  /** A raw connection to the supervisor socket and the frames it got. */
+  function raw() {
+    const socket = connect(d.socketPath);
+    sockets.push(socket);
+    const frames: { id: number; result?: { session_id: string }; error?: { code: string; details?: { limit?: string } } }[] = [];
+    const decoder = new FrameDecoder();
+    const state = { closed: false };
+    socket.on('data', (b) => decoder.push(b, (f) => frames.push(f as (typeof frames)[number])));
+    socket.on('error', () => {});
+    socket.on('close', () => (state.closed = true));
+    return { socket, frames, state };
+  }
+
+  it('N launches at once on one connection: every in_flight refusal counts as a refused launch, LIMIT_EXCEEDED and ipc in_flight', async () => {
+    const before = await scrape(target);
+    const n = 12;
+    const r = raw();
+    const frames = [encodeFrame({ id: 1, method: 'hello', params: { versions: [1] } })];
+    for (let i = 0; i < n; i++) frames.push(encodeFrame({ id: 100 + i, method: 'launch', params: { argv: ['sleep', '0.3'], cwd: '/' } }));
+    r.socket.write(Buffer.concat(frames)); // one write: decoded together, so at most 3 run at once
+    await until(() => r.frames.filter((f) => f.id >= 100).length === n, `the ${n} launches answered`);
+    const answers = r.frames.filter((f) => f.id >= 100);
+    const refused = answers.filter((f) => f.error?.code === 'LIMIT_EXCEEDED' && f.error.details?.limit === 'in_flight').length;
+    const started = answers.filter((f) => f.result?.session_id).length;
+    expect(started + refused).toBe(n);
+    expect(refused).toBeGreaterThan(0);
+    const c = await d.client();
+    for (const f of answers) if (f.result) await c.wait({ session_id: f.result.session_id });
+    const after = await scrape(target);
+    const delta = (series: string) => v(after, `${P}${series}`) - v(before, `${P}${series}`);
+    expect(delta('launches_total{outcome="refused"}')).toBe(refused);
+    expect(delta('launches_total{outcome="started"}')).toBe(started);
+    expect(delta('admission_refusals_total{code="LIMIT_EXCEEDED"}')).toBe(refused);
+    expect(delta('ipc_refusals_total{limit="in_flight"}')).toBe(refused);
+    expect(delta('ipc_refusals_total{limit="connections"}')).toBe(0);
+    c.close();
+    r.socket.destroy();
+  });
+
+  it('a connection past ipc.maxConnections moves ipc_refusals_total{limit="connections"} by 1; every limit starts at 0', async () => {
+    const before = await scrape(target);
+    for (const limit of ['in_flight', 'connections', 'pending_frame_bytes', 'frame_time', 'frame_bytes']) expect(before.has(`${P}ipc_refusals_total{limit="${limit}"}`), limit).toBe(true);
+    await until(async () => v(await scrape(target), `${P}connections`) === 0, 'no connection open');
+    const held = [raw(), raw(), raw(), raw()];
+    await until(async () => v(await scrape(target), `${P}connections`) === 4, 'four connections held');
+    const fifth = raw();
+    await until(() => fifth.state.closed, 'the fifth refused');
+    expect(fifth.frames[0].error).toMatchObject({ code: 'LIMIT_EXCEEDED', details: { limit: 'connections' } });
+    const after = await scrape(target);
+    expect(v(after, `${P}ipc_refusals_total{limit="connections"}`) - v(before, `${P}ipc_refusals_total{limit="connections"}`)).toBe(1);
+    expect(v(after, `${P}launches_total{outcome="refused"}`) - v(before, `${P}launches_total{outcome="refused"}`)).toBe(0);
+    for (const h of held) h.socket.destroy();
   });
 });
 
@@ -348,12 +449,52 @@ describe('metrics start-up errors (exit 2, a message, nothing made)', () => {
     const port = (busy.address() as { port: number }).port;
     const r = serve(['--metrics', `127.0.0.1:${port}`]);
     expect(r.status).toBe(2);
-    expect(r.stderr.toString()).toBe(`sandbox-supervisor: metrics.listen 127.0.0.1:${port}: the address is in use (EADDRINUSE)\n`);
+    expect(r.stderr.toString()).toBe(`sandbox-supervisor: --metrics 127.0.0.1:${port}: the address is in use (EADDRINUSE)\n`);
+    const fromConfig = serve([], { metrics: { listen: `127.0.0.1:${port}` } });
+    expect(fromConfig.status).toBe(2);
+    expect(fromConfig.stderr.toString()).toBe(`sandbox-supervisor: metrics.listen 127.0.0.1:${port}: the address is in use (EADDRINUSE)\n`);
     const file = join(d.dir, 'not-a-socket');
     writeFileSync(file, 'x');
     const f = serve(['--metrics', file]);
     expect(f.status).toBe(2);
-    expect(f.stderr.toString()).toBe(`sandbox-supervisor: metrics.listen ${file}: a file that is not a socket is at that path\n`);
+    expect(f.stderr.toString()).toBe(`sandbox-supervisor: --metrics ${file}: a file that is not a socket is at that path\n`);
     nothingMade();
+  });
+
+  it('a socket path longer than sun_path (107 bytes): refused up front, one line, nothing bound or left', () => {
+    const long = join(d.dir, `${'m'.repeat(140 - d.dir.length)}.sock`);
+    expect(Buffer.byteLength(long)).toBeGreaterThan(107);
+    const before = readdirSync(d.dir).sort();
+    for (const [args, config, says] of [
+      [['--metrics', long], {}, `sandbox-supervisor: --metrics ${JSON.stringify(long)} is a Unix socket path of ${Buffer.byteLength(long)} bytes: at most 107 fit (sun_path, unix(7)); give a shorter path\n`],
+      [[], { metrics: { listen: long } }, 'is a Unix socket path of'],
+    ] as const) {
+      const r = serve([...args], config);
+      expect(r.status).toBe(2);
+      const stderr = r.stderr.toString();
+      expect(stderr.split('\n'), stderr).toHaveLength(2);
+      if (says.endsWith('\n')) expect(stderr).toBe(says);
+      else expect(stderr).toContain(says);
+    }
+    expect(readdirSync(d.dir).filter((n) => n !== 'config.json').sort()).toEqual(before.filter((n) => n !== 'config.json'));
+    expect(existsSync(long.slice(0, 107))).toBe(false);
+    nothingMade();
+  });
+
+  it('a socket path whose directory does not exist says so (not EACCES)', () => {
+    const dir = join(d.dir, 'no-such-dir');
+    const r = serve(['--metrics', join(dir, 'metrics.sock')]);
+    expect(r.status).toBe(2);
+    expect(r.stderr.toString()).toBe(`sandbox-supervisor: --metrics ${join(dir, 'metrics.sock')}: its directory ${dir} does not exist (create it first)\n`);
+    nothingMade();
+  });
+
+  it('--metrics at the supervisor\'s own socket path: refused before anything is made', () => {
+    for (const path of [d.socketPath, d.socketPath.replace(/\/([^/]+)$/, '/./$1')]) {
+      const r = serve(['--metrics', path]);
+      expect(r.status, path).toBe(2);
+      expect(r.stderr.toString()).toBe(`sandbox-supervisor: --metrics ${path} is the supervisor's own socket (SBX_SOCKET or socketPath): give the metrics another path\n`);
+      nothingMade();
+    }
   });
 });

@@ -33,6 +33,16 @@ describe('parseMetricsAddress', () => {
   });
 });
 
+describe('socket paths and sun_path', () => {
+  it('takes a path of 107 bytes, refuses 108 (counted in bytes, not characters)', () => {
+    const at = (n: number) => `/${'a'.repeat(n - 1)}`;
+    expect(parseMetricsAddress(at(107))).toMatchObject({ kind: 'unix', path: at(107) });
+    expect(() => parseMetricsAddress(at(108))).toThrow('is a Unix socket path of 108 bytes: at most 107 fit (sun_path, unix(7))');
+    const wide = `/${'é'.repeat(54)}`; // 55 characters, 109 bytes
+    expect(() => parseMetricsAddress(wide)).toThrow('of 109 bytes');
+  });
+});
+
 describe('isLoopback', () => {
   it('is 127/8 and ::1 (also IPv4-mapped), nothing else', () => {
     for (const host of ['127.0.0.1', '127.1.2.3', '::1', '0:0:0:0:0:0:0:1', '::ffff:127.0.0.1']) expect(isLoopback(host), host).toBe(true);
