@@ -19,6 +19,8 @@ STREAMS = ("stdout", "stderr", "pty")
 DEFAULT_RECONNECT_SECONDS = 60.0
 #: Pause between attempts to reconnect, in seconds.
 RECONNECT_PAUSE_SECONDS = 0.2
+#: Most stdin bytes one ``write`` request may carry (ipc/PROTOCOL.md ``write``, ipc/schemas.ts: 8 MiB).
+MAX_WRITE_BYTES = 8 * 1024 * 1024
 
 
 def hello_params(client_name: str) -> Dict[str, Any]:
@@ -88,6 +90,26 @@ def launch_params(
     }
     params.update({k: v for k, v in optional.items() if v is not None})
     return params
+
+
+def pieces(data: bytes) -> List[memoryview]:
+    """data cut into the pieces ``write`` sends, each at most MAX_WRITE_BYTES (one empty piece for no data)."""
+    view = memoryview(data)
+    return [view[i : i + MAX_WRITE_BYTES] for i in range(0, len(data), MAX_WRITE_BYTES)] or [view]
+
+
+def write_params(session: SessionRef, data: Any, offset: Optional[int], eof: bool) -> Dict[str, Any]:
+    params: Dict[str, Any] = {**selector(session), "data": bytes(data)}
+    if offset is not None:
+        params["offset"] = offset
+    if eof:
+        params["eof"] = True
+    return params
+
+
+def stdin_closed(err: SupervisorError) -> bool:
+    """A write refused because the command stopped reading stdin (EPIPE), ended, or stdin got its EOF already."""
+    return err.code == "INVALID_ARGUMENT" and bool(err.details.get("stdin_closed"))
 
 
 def answer(frame: Mapping[str, Any]) -> Any:

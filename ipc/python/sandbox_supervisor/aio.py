@@ -248,14 +248,28 @@ class AsyncClient:
                 return
             try:
                 await self.write(session, bytes(stdin), offset=0, eof=True)
-            except SupervisorError:
-                if (await self.receipt(session))["state"] != "ended":
-                    raise
+            except SupervisorError as err:
+                if P.stdin_closed(err):
+                    return  # the command stopped reading: not an error of run()
+                raise
 
         async def collect(stream: str) -> bytes:
             return b"".join([c.data async for c in self.read_output(session, stream)])
 
-        _, stdout, stderr = await asyncio.gather(feed(), collect("stdout"), collect("stderr"))
+        readers = [asyncio.ensure_future(collect("stdout")), asyncio.ensure_future(collect("stderr"))]
+        try:
+            await feed()
+        except BaseException:
+            # The rest of stdin will never come: cancel the session rather than leave it waiting for ever.
+            for t in readers:
+                t.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+            try:
+                await self.cancel(session)
+            except (OSError, SupervisorError):
+                pass
+            raise
+        stdout, stderr = await asyncio.gather(*readers)
         receipt = await self.wait(session)
         return Result(exit_code=P.exit_status_of(receipt), outcome=receipt["outcome"], stdout=stdout, stderr=stderr, receipt=receipt, session=session)
 
@@ -328,13 +342,15 @@ class AsyncClient:
         return await self.request("kill", {**P.selector(session), "signal": sig}, resend=False)  # type: ignore[no-any-return]
 
     async def write(self, session: SessionRef, data: bytes, *, offset: Optional[int] = None, eof: bool = False) -> Dict[str, Any]:
-        """See Client.write."""
-        params: Dict[str, Any] = {**P.selector(session), "data": bytes(data)}
-        if offset is not None:
-            params["offset"] = offset
-        if eof:
-            params["eof"] = True
-        return await self.request("write", params)  # type: ignore[no-any-return]
+        """See Client.write (any amount, in pieces of at most 8 MiB)."""
+        parts = P.pieces(bytes(data))
+        result: Dict[str, Any] = {}
+        for i, part in enumerate(parts):
+            result = await self.request("write", P.write_params(session, part, offset, eof and i == len(parts) - 1))
+            if offset is None:  # the first piece was appended: it began at the cursor less its length
+                offset = result["cursor"] - len(part)
+            offset += len(part)  # each piece's offset from data[0]'s, never the answered cursor (ahead after a resend)
+        return result
 
     async def close_stdin(self, session: SessionRef) -> Dict[str, Any]:
         """EOF on the session's stdin."""

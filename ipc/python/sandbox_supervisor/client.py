@@ -229,12 +229,25 @@ class Client:
         return Result(exit_code=P.exit_status_of(receipt), outcome=receipt["outcome"], stdout=stdout, stderr=stderr, receipt=receipt, session=session)
 
     def _feed_stdin(self, session: Session, data: bytes) -> None:
+        """All of data then EOF, in pieces of at most P.MAX_WRITE_BYTES. A command that stops
+        reading (stdin closed) is not an error of run(); any other failure cancels the session
+        (it would wait for the rest of its stdin for ever) and is raised."""
         try:
             self.write(session, data, offset=0, eof=True)
-        except SupervisorError:
-            # The command may have ended without reading all of it (a shell pipe's EPIPE): not an error of run().
-            if self.receipt(session)["state"] != "ended":
-                raise
+        except SupervisorError as err:
+            if P.stdin_closed(err):
+                return
+            self._cancel_quietly(session)
+            raise
+        except BaseException:
+            self._cancel_quietly(session)
+            raise
+
+    def _cancel_quietly(self, session: Session) -> None:
+        try:
+            self.cancel(session)
+        except (OSError, SupervisorError):
+            pass  # the supervisor is gone too: nothing more to do from here
 
     def read_output(self, session: SessionRef, stream: str = "stdout", cursor: int = 0, follow: bool = True) -> Iterator[OutputChunk]:
         """The bytes of one stream from ``cursor`` as OutputChunks, in order, on a connection of its own.
@@ -305,18 +318,21 @@ class Client:
         return self.request("kill", {**P.selector(session), "signal": sig}, resend=False)  # type: ignore[no-any-return]
 
     def write(self, session: SessionRef, data: bytes, *, offset: Optional[int] = None, eof: bool = False) -> Dict[str, Any]:
-        """Writes stdin bytes (a session launched with ``stdin=True``; at most 8 MiB a call).
+        """Writes stdin bytes (a session launched with ``stdin=True``), any amount: sent in
+        requests of at most P.MAX_WRITE_BYTES (8 MiB) each, at their offsets, eof with the last.
 
         ``offset``: the stdin cursor of data[0] (bytes before the session's cursor are skipped,
         so a resend is exactly once; default: append); ``eof``: close stdin after them.
-        Returns ``{"session_id", "cursor"}`` once handed to the pipe or pty.
+        Returns ``{"session_id", "cursor"}`` of the last piece once handed to the pipe or pty.
         """
-        params: Dict[str, Any] = {**P.selector(session), "data": bytes(data)}
-        if offset is not None:
-            params["offset"] = offset
-        if eof:
-            params["eof"] = True
-        return self.request("write", params)  # type: ignore[no-any-return]
+        parts = P.pieces(bytes(data))
+        result: Dict[str, Any] = {}
+        for i, part in enumerate(parts):
+            result = self.request("write", P.write_params(session, part, offset, eof and i == len(parts) - 1))
+            if offset is None:  # the first piece was appended: it began at the cursor less its length
+                offset = result["cursor"] - len(part)
+            offset += len(part)  # each piece's offset from data[0]'s, never the answered cursor (ahead after a resend)
+        return result
 
     def close_stdin(self, session: SessionRef) -> Dict[str, Any]:
         """EOF on the session's stdin."""
