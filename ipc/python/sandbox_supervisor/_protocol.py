@@ -145,5 +145,10 @@ def ps_rows(result: Mapping[str, Any]) -> List[Dict[str, Any]]:
     return list(result["sessions"])
 
 
+def gave_up(socket_path: str, method: str, reconnect_seconds: float, err: BaseException) -> ConnectionError:
+    """The error of a request resent for reconnect_seconds, its connection lost every time."""
+    return ConnectionError(f"the supervisor at {socket_path} dropped the connection on every attempt of {method} for {reconnect_seconds:g} s; gave up ({err})")
+
+
 class ConnectionLost(ConnectionResetError):
     """The connection to the supervisor closed (EOF or a reset) before the answer came."""

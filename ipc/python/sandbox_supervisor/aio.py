@@ -150,12 +150,14 @@ class AsyncClient:
             self._conn.close()
             self._conn = None
 
-    async def _open_wire(self) -> _Wire:
+    async def _open_wire(self, give_up_at: Optional[float] = None) -> _Wire:
+        """A new connection: at once the first time; after a drop, retried until give_up_at (loop time; default reconnect_seconds from now)."""
         if not self._connected_once:
             wire = await _Wire.open(self.socket_path, self.client_name)
             self._connected_once = True
             return wire
-        give_up_at = asyncio.get_running_loop().time() + self.reconnect_seconds
+        if give_up_at is None:
+            give_up_at = asyncio.get_running_loop().time() + self.reconnect_seconds
         while True:
             try:
                 return await _Wire.open(self.socket_path, self.client_name)
@@ -166,7 +168,7 @@ class AsyncClient:
                     raise ConnectionError(f"lost the supervisor at {self.socket_path} and it did not come back within {self.reconnect_seconds:g} s ({err})") from err
                 await asyncio.sleep(P.RECONNECT_PAUSE_SECONDS)
 
-    async def _connection(self) -> _Dispatcher:
+    async def _connection(self, give_up_at: Optional[float] = None) -> _Dispatcher:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
@@ -174,7 +176,7 @@ class AsyncClient:
                 self._conn.close()
                 self._conn = None
             if self._conn is None:
-                self._conn = _Dispatcher(await self._open_wire())
+                self._conn = _Dispatcher(await self._open_wire(give_up_at))
             return self._conn
 
     async def request(self, method: str, params: Optional[Mapping[str, Any]] = None, *, resend: bool = True) -> Any:
@@ -185,8 +187,9 @@ class AsyncClient:
             return await self._request(method, params, resend)
 
     async def _request(self, method: str, params: Optional[Mapping[str, Any]], resend: bool) -> Any:
+        give_up_at: Optional[float] = None  # set at the request's first failure; a reconnect does not restart it
         while True:
-            conn = await self._connection()
+            conn = await self._connection(give_up_at)
             try:
                 return P.answer(await conn.call(method, params or {}))
             except SupervisorError as err:
@@ -198,12 +201,18 @@ class AsyncClient:
                     conn.close()
                     self._conn = None
                 raise
-            except OSError:
+            except OSError as err:
                 if self._conn is conn:
                     conn.close()
                     self._conn = None
                 if not resend:
                     raise
+                now = asyncio.get_running_loop().time()
+                if give_up_at is None:
+                    give_up_at = now + self.reconnect_seconds
+                elif now > give_up_at:
+                    raise P.gave_up(self.socket_path, method, self.reconnect_seconds, err) from err
+                await asyncio.sleep(P.RECONNECT_PAUSE_SECONDS)
 
     async def launch(
         self,
@@ -281,9 +290,10 @@ class AsyncClient:
         reader = AsyncClient(self.socket_path, client_name=self.client_name, reconnect_seconds=self.reconnect_seconds)
         reader._connected_once = self._connected_once
         wire: Optional[_Wire] = None
+        give_up_at: Optional[float] = None  # from the first failure since the last byte yielded
         try:
             while True:
-                wire = await reader._open_wire()
+                wire = await reader._open_wire(give_up_at)
                 expected = cursor
                 try:
                     rid = await wire.send("subscribe", {**sel, "stream": stream, "from": expected, "follow": follow})
@@ -303,13 +313,19 @@ class AsyncClient:
                                 continue
                             expected += len(data)
                             cursor = expected
+                            give_up_at = None
                             yield OutputChunk(stream=stream, cursor=frame["cursor"], data=data)
                         elif event == "end":
                             return
                         elif frame.get("error") is not None:
                             raise SupervisorError.from_wire(frame["error"])
-                except OSError:
-                    pass
+                except OSError as err:
+                    now = asyncio.get_running_loop().time()
+                    if give_up_at is None:
+                        give_up_at = now + self.reconnect_seconds
+                    elif now > give_up_at:
+                        raise P.gave_up(self.socket_path, "subscribe", self.reconnect_seconds, err) from err
+                    await asyncio.sleep(P.RECONNECT_PAUSE_SECONDS)
                 finally:
                     wire.close()
                     wire = None

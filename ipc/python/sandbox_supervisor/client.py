@@ -122,13 +122,15 @@ class Client:
         """The hello of the current connection (connecting if there is none)."""
         return self._connection().hello
 
-    def _open(self) -> _Connection:
-        """A new connection: at once the first time; after a drop, retried for reconnect_seconds."""
+    def _open(self, give_up_at: Optional[float] = None) -> _Connection:
+        """A new connection: at once the first time; after a drop, retried until give_up_at
+        (monotonic; default reconnect_seconds from now)."""
         if not self._connected_once:
             conn = _Connection(self.socket_path, self.client_name)
             self._connected_once = True
             return conn
-        give_up_at = time.monotonic() + self.reconnect_seconds
+        if give_up_at is None:
+            give_up_at = time.monotonic() + self.reconnect_seconds
         while True:
             try:
                 return _Connection(self.socket_path, self.client_name)
@@ -139,29 +141,38 @@ class Client:
                     raise ConnectionError(f"lost the supervisor at {self.socket_path} and it did not come back within {self.reconnect_seconds:g} s ({err})") from err
                 time.sleep(P.RECONNECT_PAUSE_SECONDS)
 
-    def _connection(self) -> _Connection:
+    def _connection(self, give_up_at: Optional[float] = None) -> _Connection:
         if self._conn is None:
-            self._conn = self._open()
+            self._conn = self._open(give_up_at)
         return self._conn
 
     def request(self, method: str, params: Optional[Mapping[str, Any]] = None, *, resend: bool = True) -> Any:
         """Sends one request and returns its result (ipc/PROTOCOL.md names every method).
 
         After a dropped connection the request is sent again on a new one when ``resend``
-        (every method here is safe to resend but ``kill``). Raises SupervisorError for the
-        supervisor's answer, OSError when it cannot be reached.
+        (every method here is safe to resend but ``kill``), pausing between attempts, for up
+        to reconnect_seconds from its first failure (a supervisor that drops the connection on
+        every attempt is not retried for ever): then ConnectionError naming the socket.
+        Raises SupervisorError for the supervisor's answer, OSError when it cannot be reached.
         """
+        give_up_at: Optional[float] = None  # set at the request's first failure; a reconnect does not restart it
         while True:
-            conn = self._connection()
+            conn = self._connection(give_up_at)
             try:
                 rid = conn.send(method, params or {})
                 frame = conn.recv(rid)
                 conn.forget(rid)
                 return P.answer(frame)
-            except OSError:
+            except OSError as err:
                 self.close()
                 if not resend:
                     raise
+                now = time.monotonic()
+                if give_up_at is None:
+                    give_up_at = now + self.reconnect_seconds
+                elif now > give_up_at:
+                    raise P.gave_up(self.socket_path, method, self.reconnect_seconds, err) from err
+                time.sleep(P.RECONNECT_PAUSE_SECONDS)
             finally:
                 if self._conn is not None and self._conn.broken:
                     self.close()
@@ -264,9 +275,10 @@ class Client:
         sel = P.selector(session)
         reader = Client(self.socket_path, client_name=self.client_name, reconnect_seconds=self.reconnect_seconds)
         reader._connected_once = self._connected_once  # once reached, the reader may wait for the supervisor to come back
+        give_up_at: Optional[float] = None  # from the first failure since the last byte yielded
         try:
             while True:
-                conn = reader._connection()
+                conn = reader._connection(give_up_at)
                 expected = cursor
                 try:
                     rid = conn.send("subscribe", {**sel, "stream": stream, "from": expected, "follow": follow})
@@ -280,13 +292,20 @@ class Client:
                                 continue
                             expected += len(data)
                             cursor = expected
+                            give_up_at = None
                             yield OutputChunk(stream=stream, cursor=frame["cursor"], data=data)
                         elif event == "end":
                             return
                         elif frame.get("error") is not None:
                             raise SupervisorError.from_wire(frame["error"])
-                except OSError:
+                except OSError as err:
                     reader.close()
+                    now = time.monotonic()
+                    if give_up_at is None:
+                        give_up_at = now + self.reconnect_seconds
+                    elif now > give_up_at:
+                        raise P.gave_up(self.socket_path, "subscribe", self.reconnect_seconds, err) from err
+                    time.sleep(P.RECONNECT_PAUSE_SECONDS)
                 finally:
                     if reader._conn is not None and reader._conn.broken:
                         reader.close()
