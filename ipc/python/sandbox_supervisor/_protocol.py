@@ -112,6 +112,22 @@ def stdin_closed(err: SupervisorError) -> bool:
     return err.code == "INVALID_ARGUMENT" and bool(err.details.get("stdin_closed"))
 
 
+def new_output(stream: str, expected: int, cursor: Any, data: bytes) -> bytes:
+    """The bytes of an output frame at ``cursor`` that come after ``expected`` (the next byte not
+    yet yielded): all of them when it starts there, the tail of a frame that overlaps what was
+    yielded (a resend), b"" when it holds nothing new. A frame that starts past ``expected``
+    would lose bytes: SupervisorError INTERNAL naming both cursors, never skipped."""
+    if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
+        raise SupervisorError("INTERNAL", f"an output frame of {stream} has no valid cursor ({cursor!r})", {"stream": stream, "expected_cursor": expected})
+    if cursor > expected:
+        raise SupervisorError(
+            "INTERNAL",
+            f"output of {stream} has a gap: the next frame starts at cursor {cursor}, but the next byte not yet read is {expected} ({cursor - expected} bytes missing)",
+            {"stream": stream, "expected_cursor": expected, "cursor": cursor},
+        )
+    return data[expected - cursor :] if cursor + len(data) > expected else b""
+
+
 def answer(frame: Mapping[str, Any]) -> Any:
     """The result of a response frame, or its error raised as SupervisorError."""
     if frame.get("error") is not None:

@@ -308,13 +308,14 @@ class AsyncClient:
                             continue
                         event = frame.get("event")
                         if event == "output":
-                            data = bytes(frame["data"])
-                            if frame["cursor"] != expected or not data:
+                            data = P.new_output(stream, expected, frame.get("cursor"), bytes(frame["data"]))
+                            if not data:
                                 continue
+                            at = expected
                             expected += len(data)
                             cursor = expected
                             give_up_at = None
-                            yield OutputChunk(stream=stream, cursor=frame["cursor"], data=data)
+                            yield OutputChunk(stream=stream, cursor=at, data=data)
                         elif event == "end":
                             return
                         elif frame.get("error") is not None:

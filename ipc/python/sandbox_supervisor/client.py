@@ -267,7 +267,9 @@ class Client:
         the bytes stored now. Pulled: while you do not iterate, nothing is read (the
         supervisor holds off). A dropped connection (a supervisor restart) is re-made for up
         to reconnect_seconds and the stream resumed from the next byte not yet yielded: no
-        gap, no duplicate. Errors: SESSION_NOT_FOUND, CURSOR_OUT_OF_RANGE (past the end,
+        gap, no duplicate: a frame overlapping bytes already yielded (a resend) is trimmed
+        to its new bytes; one past the next byte (a gap) raises SupervisorError INTERNAL
+        naming both cursors, never skipped. Errors: SESSION_NOT_FOUND, CURSOR_OUT_OF_RANGE (past the end,
         without follow), OUTPUT_REMOVED (retention removed it), INVALID_ARGUMENT.
         """
         if stream not in P.STREAMS:
@@ -287,13 +289,14 @@ class Client:
                         frame = conn.recv(rid)
                         event = frame.get("event")
                         if event == "output":
-                            data = bytes(frame["data"])
-                            if frame["cursor"] != expected or not data:
+                            data = P.new_output(stream, expected, frame.get("cursor"), bytes(frame["data"]))
+                            if not data:
                                 continue
+                            at = expected
                             expected += len(data)
                             cursor = expected
                             give_up_at = None
-                            yield OutputChunk(stream=stream, cursor=frame["cursor"], data=data)
+                            yield OutputChunk(stream=stream, cursor=at, data=data)
                         elif event == "end":
                             return
                         elif frame.get("error") is not None:

@@ -83,3 +83,47 @@ def test_read_output_from_a_supervisor_that_drops_every_subscribe_is_given_up_on
     err = out.get("error")
     assert isinstance(err, ConnectionError) and path in str(err) and "subscribe" in str(err), out
     assert connections <= 1.0 / RECONNECT_PAUSE_SECONDS + 4
+
+
+def serves_output(*pieces):
+    """A handler answering subscribe with output frames at the given (cursor, data), then end."""
+    def handler(frame):
+        rid, p = frame["id"], frame["params"]
+        out = [{"id": rid, "result": {"session_id": "s-fake", "stream": p["stream"], "from": p["from"], "cursor": 0}}]
+        out += [{"id": rid, "event": "output", "stream": p["stream"], "cursor": c, "data": d} for c, d in pieces]
+        end = max([c + len(d) for c, d in pieces] or [0])
+        return out + [{"id": rid, "event": "end", "stream": p["stream"], "cursor": end, "final": True}]
+    return handler
+
+
+def read_all(path: str, flavour: str):
+    if flavour == "blocking":
+        with Client(path) as c:
+            return [(chunk.cursor, chunk.data) for chunk in c.read_output("s-fake", "stdout")]
+
+    async def main():
+        async with AsyncClient(path) as c:
+            return [(chunk.cursor, chunk.data) async for chunk in c.read_output("s-fake", "stdout")]
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("flavour", ["blocking", "async"])
+def test_read_output_trims_an_overlapping_frame_to_its_new_bytes(tmp_path, flavour):
+    path = str(tmp_path / "fake.sock")
+    with FakeServer(path, serves_output((0, b"abcd"), (2, b"cdef"), (1, b"bc"), (6, b"gh"))):
+        chunks = read_all(path, flavour)
+    assert chunks == [(0, b"abcd"), (4, b"ef"), (6, b"gh")]
+
+
+@pytest.mark.parametrize("flavour", ["blocking", "async"])
+def test_read_output_raises_on_a_gap_never_skips_it(tmp_path, flavour):
+    from sandbox_supervisor import SupervisorError
+
+    path = str(tmp_path / "fake.sock")
+    with FakeServer(path, serves_output((0, b"abcd"), (7, b"hij"))):
+        with pytest.raises(SupervisorError) as e:
+            read_all(path, flavour)
+    assert (e.value.code, e.value.retryable) == ("INTERNAL", False)
+    assert "cursor 7" in e.value.message and "4" in e.value.message
+    assert (e.value.details["expected_cursor"], e.value.details["cursor"]) == (4, 7)
