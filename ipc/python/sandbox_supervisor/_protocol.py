@@ -4,6 +4,7 @@ a response frame, the exit status of a receipt. Methods and shapes: ipc/PROTOCOL
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal as _signal
 import secrets
@@ -164,6 +165,17 @@ def ps_rows(result: Mapping[str, Any]) -> List[Dict[str, Any]]:
 def gave_up(socket_path: str, method: str, reconnect_seconds: float, err: BaseException) -> ConnectionError:
     """The error of a request resent for reconnect_seconds, its connection lost every time."""
     return ConnectionError(f"the supervisor at {socket_path} dropped the connection on every attempt of {method} for {reconnect_seconds:g} s; gave up ({err})")
+
+
+def connect_error(err: OSError, socket_path: str) -> OSError:
+    """A failed connect as the same OSError type, its message naming the socket and what to check."""
+    if isinstance(err, FileNotFoundError):
+        return FileNotFoundError(errno.ENOENT, f"no supervisor socket at {socket_path}: is the supervisor running (`sbx status`), and does $SBX_SOCKET name its socket?", socket_path)
+    if isinstance(err, ConnectionRefusedError):
+        return ConnectionRefusedError(errno.ECONNREFUSED, f"nothing accepts connections on the supervisor socket at {socket_path} (a stale socket: the supervisor is not running; `sbx status`)", socket_path)
+    if isinstance(err, PermissionError):
+        return PermissionError(errno.EACCES, f"no permission to connect to the supervisor socket at {socket_path} (see ipc.allowUids / ipc.socketGroup)", socket_path)
+    return err
 
 
 class ConnectionLost(ConnectionResetError):

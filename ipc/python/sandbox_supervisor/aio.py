@@ -33,7 +33,10 @@ class _Wire:
 
     @classmethod
     async def open(cls, socket_path: str, client_name: str) -> "_Wire":
-        reader, writer = await asyncio.open_unix_connection(socket_path, limit=_READ_BYTES)
+        try:
+            reader, writer = await asyncio.open_unix_connection(socket_path, limit=_READ_BYTES)
+        except OSError as err:
+            raise P.connect_error(err, socket_path) from None
         wire = cls(reader, writer)
         try:
             rid = await wire.send("hello", P.hello_params(client_name))

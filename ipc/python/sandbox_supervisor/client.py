@@ -34,6 +34,9 @@ class _Connection:
             self.sock.settimeout(connect_timeout_seconds)
             self.sock.connect(socket_path)
             self.sock.settimeout(None)
+        except OSError as err:
+            self.sock.close()
+            raise P.connect_error(err, socket_path) from None
         except BaseException:
             self.sock.close()
             raise
