@@ -4,6 +4,7 @@ a response frame, the exit status of a receipt. Methods and shapes: ipc/PROTOCOL
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal as _signal
 import secrets
@@ -19,6 +20,8 @@ STREAMS = ("stdout", "stderr", "pty")
 DEFAULT_RECONNECT_SECONDS = 60.0
 #: Pause between attempts to reconnect, in seconds.
 RECONNECT_PAUSE_SECONDS = 0.2
+#: Most stdin bytes one ``write`` request may carry (ipc/PROTOCOL.md ``write``, ipc/schemas.ts: 8 MiB).
+MAX_WRITE_BYTES = 8 * 1024 * 1024
 
 
 def hello_params(client_name: str) -> Dict[str, Any]:
@@ -90,6 +93,42 @@ def launch_params(
     return params
 
 
+def pieces(data: bytes) -> List[memoryview]:
+    """data cut into the pieces ``write`` sends, each at most MAX_WRITE_BYTES (one empty piece for no data)."""
+    view = memoryview(data)
+    return [view[i : i + MAX_WRITE_BYTES] for i in range(0, len(data), MAX_WRITE_BYTES)] or [view]
+
+
+def write_params(session: SessionRef, data: Any, offset: Optional[int], eof: bool) -> Dict[str, Any]:
+    params: Dict[str, Any] = {**selector(session), "data": bytes(data)}
+    if offset is not None:
+        params["offset"] = offset
+    if eof:
+        params["eof"] = True
+    return params
+
+
+def stdin_closed(err: SupervisorError) -> bool:
+    """A write refused because the command stopped reading stdin (EPIPE), ended, or stdin got its EOF already."""
+    return err.code == "INVALID_ARGUMENT" and bool(err.details.get("stdin_closed"))
+
+
+def new_output(stream: str, expected: int, cursor: Any, data: bytes) -> bytes:
+    """The bytes of an output frame at ``cursor`` that come after ``expected`` (the next byte not
+    yet yielded): all of them when it starts there, the tail of a frame that overlaps what was
+    yielded (a resend), b"" when it holds nothing new. A frame that starts past ``expected``
+    would lose bytes: SupervisorError INTERNAL naming both cursors, never skipped."""
+    if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
+        raise SupervisorError("INTERNAL", f"an output frame of {stream} has no valid cursor ({cursor!r})", {"stream": stream, "expected_cursor": expected})
+    if cursor > expected:
+        raise SupervisorError(
+            "INTERNAL",
+            f"output of {stream} has a gap: the next frame starts at cursor {cursor}, but the next byte not yet read is {expected} ({cursor - expected} bytes missing)",
+            {"stream": stream, "expected_cursor": expected, "cursor": cursor},
+        )
+    return data[expected - cursor :] if cursor + len(data) > expected else b""
+
+
 def answer(frame: Mapping[str, Any]) -> Any:
     """The result of a response frame, or its error raised as SupervisorError."""
     if frame.get("error") is not None:
@@ -121,6 +160,22 @@ def exit_status_of(receipt: Receipt) -> int:
 
 def ps_rows(result: Mapping[str, Any]) -> List[Dict[str, Any]]:
     return list(result["sessions"])
+
+
+def gave_up(socket_path: str, method: str, reconnect_seconds: float, err: BaseException) -> ConnectionError:
+    """The error of a request resent for reconnect_seconds, its connection lost every time."""
+    return ConnectionError(f"the supervisor at {socket_path} dropped the connection on every attempt of {method} for {reconnect_seconds:g} s; gave up ({err})")
+
+
+def connect_error(err: OSError, socket_path: str) -> OSError:
+    """A failed connect as the same OSError type, its message naming the socket and what to check."""
+    if isinstance(err, FileNotFoundError):
+        return FileNotFoundError(errno.ENOENT, f"no supervisor socket at {socket_path}: is the supervisor running (`sbx status`), and does $SBX_SOCKET name its socket?", socket_path)
+    if isinstance(err, ConnectionRefusedError):
+        return ConnectionRefusedError(errno.ECONNREFUSED, f"nothing accepts connections on the supervisor socket at {socket_path} (a stale socket: the supervisor is not running; `sbx status`)", socket_path)
+    if isinstance(err, PermissionError):
+        return PermissionError(errno.EACCES, f"no permission to connect to the supervisor socket at {socket_path} (see ipc.allowUids / ipc.socketGroup)", socket_path)
+    return err
 
 
 class ConnectionLost(ConnectionResetError):

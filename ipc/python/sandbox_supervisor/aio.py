@@ -33,7 +33,10 @@ class _Wire:
 
     @classmethod
     async def open(cls, socket_path: str, client_name: str) -> "_Wire":
-        reader, writer = await asyncio.open_unix_connection(socket_path, limit=_READ_BYTES)
+        try:
+            reader, writer = await asyncio.open_unix_connection(socket_path, limit=_READ_BYTES)
+        except OSError as err:
+            raise P.connect_error(err, socket_path) from None
         wire = cls(reader, writer)
         try:
             rid = await wire.send("hello", P.hello_params(client_name))
@@ -150,12 +153,14 @@ class AsyncClient:
             self._conn.close()
             self._conn = None
 
-    async def _open_wire(self) -> _Wire:
+    async def _open_wire(self, give_up_at: Optional[float] = None) -> _Wire:
+        """A new connection: at once the first time; after a drop, retried until give_up_at (loop time; default reconnect_seconds from now)."""
         if not self._connected_once:
             wire = await _Wire.open(self.socket_path, self.client_name)
             self._connected_once = True
             return wire
-        give_up_at = asyncio.get_running_loop().time() + self.reconnect_seconds
+        if give_up_at is None:
+            give_up_at = asyncio.get_running_loop().time() + self.reconnect_seconds
         while True:
             try:
                 return await _Wire.open(self.socket_path, self.client_name)
@@ -166,7 +171,7 @@ class AsyncClient:
                     raise ConnectionError(f"lost the supervisor at {self.socket_path} and it did not come back within {self.reconnect_seconds:g} s ({err})") from err
                 await asyncio.sleep(P.RECONNECT_PAUSE_SECONDS)
 
-    async def _connection(self) -> _Dispatcher:
+    async def _connection(self, give_up_at: Optional[float] = None) -> _Dispatcher:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
@@ -174,7 +179,7 @@ class AsyncClient:
                 self._conn.close()
                 self._conn = None
             if self._conn is None:
-                self._conn = _Dispatcher(await self._open_wire())
+                self._conn = _Dispatcher(await self._open_wire(give_up_at))
             return self._conn
 
     async def request(self, method: str, params: Optional[Mapping[str, Any]] = None, *, resend: bool = True) -> Any:
@@ -185,8 +190,9 @@ class AsyncClient:
             return await self._request(method, params, resend)
 
     async def _request(self, method: str, params: Optional[Mapping[str, Any]], resend: bool) -> Any:
+        give_up_at: Optional[float] = None  # set at the request's first failure; a reconnect does not restart it
         while True:
-            conn = await self._connection()
+            conn = await self._connection(give_up_at)
             try:
                 return P.answer(await conn.call(method, params or {}))
             except SupervisorError as err:
@@ -198,12 +204,18 @@ class AsyncClient:
                     conn.close()
                     self._conn = None
                 raise
-            except OSError:
+            except OSError as err:
                 if self._conn is conn:
                     conn.close()
                     self._conn = None
                 if not resend:
                     raise
+                now = asyncio.get_running_loop().time()
+                if give_up_at is None:
+                    give_up_at = now + self.reconnect_seconds
+                elif now > give_up_at:
+                    raise P.gave_up(self.socket_path, method, self.reconnect_seconds, err) from err
+                await asyncio.sleep(P.RECONNECT_PAUSE_SECONDS)
 
     async def launch(
         self,
@@ -248,14 +260,28 @@ class AsyncClient:
                 return
             try:
                 await self.write(session, bytes(stdin), offset=0, eof=True)
-            except SupervisorError:
-                if (await self.receipt(session))["state"] != "ended":
-                    raise
+            except SupervisorError as err:
+                if P.stdin_closed(err):
+                    return  # the command stopped reading: not an error of run()
+                raise
 
         async def collect(stream: str) -> bytes:
             return b"".join([c.data async for c in self.read_output(session, stream)])
 
-        _, stdout, stderr = await asyncio.gather(feed(), collect("stdout"), collect("stderr"))
+        readers = [asyncio.ensure_future(collect("stdout")), asyncio.ensure_future(collect("stderr"))]
+        try:
+            await feed()
+        except BaseException:
+            # The rest of stdin will never come: cancel the session rather than leave it waiting for ever.
+            for t in readers:
+                t.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+            try:
+                await self.cancel(session)
+            except (OSError, SupervisorError):
+                pass
+            raise
+        stdout, stderr = await asyncio.gather(*readers)
         receipt = await self.wait(session)
         return Result(exit_code=P.exit_status_of(receipt), outcome=receipt["outcome"], stdout=stdout, stderr=stderr, receipt=receipt, session=session)
 
@@ -267,9 +293,10 @@ class AsyncClient:
         reader = AsyncClient(self.socket_path, client_name=self.client_name, reconnect_seconds=self.reconnect_seconds)
         reader._connected_once = self._connected_once
         wire: Optional[_Wire] = None
+        give_up_at: Optional[float] = None  # from the first failure since the last byte yielded
         try:
             while True:
-                wire = await reader._open_wire()
+                wire = await reader._open_wire(give_up_at)
                 expected = cursor
                 try:
                     rid = await wire.send("subscribe", {**sel, "stream": stream, "from": expected, "follow": follow})
@@ -284,18 +311,25 @@ class AsyncClient:
                             continue
                         event = frame.get("event")
                         if event == "output":
-                            data = bytes(frame["data"])
-                            if frame["cursor"] != expected or not data:
+                            data = P.new_output(stream, expected, frame.get("cursor"), bytes(frame["data"]))
+                            if not data:
                                 continue
+                            at = expected
                             expected += len(data)
                             cursor = expected
-                            yield OutputChunk(stream=stream, cursor=frame["cursor"], data=data)
+                            give_up_at = None
+                            yield OutputChunk(stream=stream, cursor=at, data=data)
                         elif event == "end":
                             return
                         elif frame.get("error") is not None:
                             raise SupervisorError.from_wire(frame["error"])
-                except OSError:
-                    pass
+                except OSError as err:
+                    now = asyncio.get_running_loop().time()
+                    if give_up_at is None:
+                        give_up_at = now + self.reconnect_seconds
+                    elif now > give_up_at:
+                        raise P.gave_up(self.socket_path, "subscribe", self.reconnect_seconds, err) from err
+                    await asyncio.sleep(P.RECONNECT_PAUSE_SECONDS)
                 finally:
                     wire.close()
                     wire = None
@@ -328,13 +362,15 @@ class AsyncClient:
         return await self.request("kill", {**P.selector(session), "signal": sig}, resend=False)  # type: ignore[no-any-return]
 
     async def write(self, session: SessionRef, data: bytes, *, offset: Optional[int] = None, eof: bool = False) -> Dict[str, Any]:
-        """See Client.write."""
-        params: Dict[str, Any] = {**P.selector(session), "data": bytes(data)}
-        if offset is not None:
-            params["offset"] = offset
-        if eof:
-            params["eof"] = True
-        return await self.request("write", params)  # type: ignore[no-any-return]
+        """See Client.write (any amount, in pieces of at most 8 MiB)."""
+        parts = P.pieces(bytes(data))
+        result: Dict[str, Any] = {}
+        for i, part in enumerate(parts):
+            result = await self.request("write", P.write_params(session, part, offset, eof and i == len(parts) - 1))
+            if offset is None:  # the first piece was appended: it began at the cursor less its length
+                offset = result["cursor"] - len(part)
+            offset += len(part)  # each piece's offset from data[0]'s, never the answered cursor (ahead after a resend)
+        return result
 
     async def close_stdin(self, session: SessionRef) -> Dict[str, Any]:
         """EOF on the session's stdin."""

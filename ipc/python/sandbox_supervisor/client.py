@@ -34,6 +34,9 @@ class _Connection:
             self.sock.settimeout(connect_timeout_seconds)
             self.sock.connect(socket_path)
             self.sock.settimeout(None)
+        except OSError as err:
+            self.sock.close()
+            raise P.connect_error(err, socket_path) from None
         except BaseException:
             self.sock.close()
             raise
@@ -122,13 +125,15 @@ class Client:
         """The hello of the current connection (connecting if there is none)."""
         return self._connection().hello
 
-    def _open(self) -> _Connection:
-        """A new connection: at once the first time; after a drop, retried for reconnect_seconds."""
+    def _open(self, give_up_at: Optional[float] = None) -> _Connection:
+        """A new connection: at once the first time; after a drop, retried until give_up_at
+        (monotonic; default reconnect_seconds from now)."""
         if not self._connected_once:
             conn = _Connection(self.socket_path, self.client_name)
             self._connected_once = True
             return conn
-        give_up_at = time.monotonic() + self.reconnect_seconds
+        if give_up_at is None:
+            give_up_at = time.monotonic() + self.reconnect_seconds
         while True:
             try:
                 return _Connection(self.socket_path, self.client_name)
@@ -139,29 +144,38 @@ class Client:
                     raise ConnectionError(f"lost the supervisor at {self.socket_path} and it did not come back within {self.reconnect_seconds:g} s ({err})") from err
                 time.sleep(P.RECONNECT_PAUSE_SECONDS)
 
-    def _connection(self) -> _Connection:
+    def _connection(self, give_up_at: Optional[float] = None) -> _Connection:
         if self._conn is None:
-            self._conn = self._open()
+            self._conn = self._open(give_up_at)
         return self._conn
 
     def request(self, method: str, params: Optional[Mapping[str, Any]] = None, *, resend: bool = True) -> Any:
         """Sends one request and returns its result (ipc/PROTOCOL.md names every method).
 
         After a dropped connection the request is sent again on a new one when ``resend``
-        (every method here is safe to resend but ``kill``). Raises SupervisorError for the
-        supervisor's answer, OSError when it cannot be reached.
+        (every method here is safe to resend but ``kill``), pausing between attempts, for up
+        to reconnect_seconds from its first failure (a supervisor that drops the connection on
+        every attempt is not retried for ever): then ConnectionError naming the socket.
+        Raises SupervisorError for the supervisor's answer, OSError when it cannot be reached.
         """
+        give_up_at: Optional[float] = None  # set at the request's first failure; a reconnect does not restart it
         while True:
-            conn = self._connection()
+            conn = self._connection(give_up_at)
             try:
                 rid = conn.send(method, params or {})
                 frame = conn.recv(rid)
                 conn.forget(rid)
                 return P.answer(frame)
-            except OSError:
+            except OSError as err:
                 self.close()
                 if not resend:
                     raise
+                now = time.monotonic()
+                if give_up_at is None:
+                    give_up_at = now + self.reconnect_seconds
+                elif now > give_up_at:
+                    raise P.gave_up(self.socket_path, method, self.reconnect_seconds, err) from err
+                time.sleep(P.RECONNECT_PAUSE_SECONDS)
             finally:
                 if self._conn is not None and self._conn.broken:
                     self.close()
@@ -229,12 +243,25 @@ class Client:
         return Result(exit_code=P.exit_status_of(receipt), outcome=receipt["outcome"], stdout=stdout, stderr=stderr, receipt=receipt, session=session)
 
     def _feed_stdin(self, session: Session, data: bytes) -> None:
+        """All of data then EOF, in pieces of at most P.MAX_WRITE_BYTES. A command that stops
+        reading (stdin closed) is not an error of run(); any other failure cancels the session
+        (it would wait for the rest of its stdin for ever) and is raised."""
         try:
             self.write(session, data, offset=0, eof=True)
-        except SupervisorError:
-            # The command may have ended without reading all of it (a shell pipe's EPIPE): not an error of run().
-            if self.receipt(session)["state"] != "ended":
-                raise
+        except SupervisorError as err:
+            if P.stdin_closed(err):
+                return
+            self._cancel_quietly(session)
+            raise
+        except BaseException:
+            self._cancel_quietly(session)
+            raise
+
+    def _cancel_quietly(self, session: Session) -> None:
+        try:
+            self.cancel(session)
+        except (OSError, SupervisorError):
+            pass  # the supervisor is gone too: nothing more to do from here
 
     def read_output(self, session: SessionRef, stream: str = "stdout", cursor: int = 0, follow: bool = True) -> Iterator[OutputChunk]:
         """The bytes of one stream from ``cursor`` as OutputChunks, in order, on a connection of its own.
@@ -243,7 +270,9 @@ class Client:
         the bytes stored now. Pulled: while you do not iterate, nothing is read (the
         supervisor holds off). A dropped connection (a supervisor restart) is re-made for up
         to reconnect_seconds and the stream resumed from the next byte not yet yielded: no
-        gap, no duplicate. Errors: SESSION_NOT_FOUND, CURSOR_OUT_OF_RANGE (past the end,
+        gap, no duplicate: a frame overlapping bytes already yielded (a resend) is trimmed
+        to its new bytes; one past the next byte (a gap) raises SupervisorError INTERNAL
+        naming both cursors, never skipped. Errors: SESSION_NOT_FOUND, CURSOR_OUT_OF_RANGE (past the end,
         without follow), OUTPUT_REMOVED (retention removed it), INVALID_ARGUMENT.
         """
         if stream not in P.STREAMS:
@@ -251,9 +280,10 @@ class Client:
         sel = P.selector(session)
         reader = Client(self.socket_path, client_name=self.client_name, reconnect_seconds=self.reconnect_seconds)
         reader._connected_once = self._connected_once  # once reached, the reader may wait for the supervisor to come back
+        give_up_at: Optional[float] = None  # from the first failure since the last byte yielded
         try:
             while True:
-                conn = reader._connection()
+                conn = reader._connection(give_up_at)
                 expected = cursor
                 try:
                     rid = conn.send("subscribe", {**sel, "stream": stream, "from": expected, "follow": follow})
@@ -262,18 +292,26 @@ class Client:
                         frame = conn.recv(rid)
                         event = frame.get("event")
                         if event == "output":
-                            data = bytes(frame["data"])
-                            if frame["cursor"] != expected or not data:
+                            data = P.new_output(stream, expected, frame.get("cursor"), bytes(frame["data"]))
+                            if not data:
                                 continue
+                            at = expected
                             expected += len(data)
                             cursor = expected
-                            yield OutputChunk(stream=stream, cursor=frame["cursor"], data=data)
+                            give_up_at = None
+                            yield OutputChunk(stream=stream, cursor=at, data=data)
                         elif event == "end":
                             return
                         elif frame.get("error") is not None:
                             raise SupervisorError.from_wire(frame["error"])
-                except OSError:
+                except OSError as err:
                     reader.close()
+                    now = time.monotonic()
+                    if give_up_at is None:
+                        give_up_at = now + self.reconnect_seconds
+                    elif now > give_up_at:
+                        raise P.gave_up(self.socket_path, "subscribe", self.reconnect_seconds, err) from err
+                    time.sleep(P.RECONNECT_PAUSE_SECONDS)
                 finally:
                     if reader._conn is not None and reader._conn.broken:
                         reader.close()
@@ -305,18 +343,21 @@ class Client:
         return self.request("kill", {**P.selector(session), "signal": sig}, resend=False)  # type: ignore[no-any-return]
 
     def write(self, session: SessionRef, data: bytes, *, offset: Optional[int] = None, eof: bool = False) -> Dict[str, Any]:
-        """Writes stdin bytes (a session launched with ``stdin=True``; at most 8 MiB a call).
+        """Writes stdin bytes (a session launched with ``stdin=True``), any amount: sent in
+        requests of at most P.MAX_WRITE_BYTES (8 MiB) each, at their offsets, eof with the last.
 
         ``offset``: the stdin cursor of data[0] (bytes before the session's cursor are skipped,
         so a resend is exactly once; default: append); ``eof``: close stdin after them.
-        Returns ``{"session_id", "cursor"}`` once handed to the pipe or pty.
+        Returns ``{"session_id", "cursor"}`` of the last piece once handed to the pipe or pty.
         """
-        params: Dict[str, Any] = {**P.selector(session), "data": bytes(data)}
-        if offset is not None:
-            params["offset"] = offset
-        if eof:
-            params["eof"] = True
-        return self.request("write", params)  # type: ignore[no-any-return]
+        parts = P.pieces(bytes(data))
+        result: Dict[str, Any] = {}
+        for i, part in enumerate(parts):
+            result = self.request("write", P.write_params(session, part, offset, eof and i == len(parts) - 1))
+            if offset is None:  # the first piece was appended: it began at the cursor less its length
+                offset = result["cursor"] - len(part)
+            offset += len(part)  # each piece's offset from data[0]'s, never the answered cursor (ahead after a resend)
+        return result
 
     def close_stdin(self, session: SessionRef) -> Dict[str, Any]:
         """EOF on the session's stdin."""

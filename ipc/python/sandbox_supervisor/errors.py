@@ -40,21 +40,24 @@ class SupervisorError(Exception):
     retryable: bool
     details: Dict[str, Any]
 
-    def __init__(self, code: str, message: str, details: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(self, code: str, message: str, details: Optional[Mapping[str, Any]] = None, retryable: Optional[bool] = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
-        self.retryable = ERROR_CODES.get(code, False)
+        self.retryable = ERROR_CODES.get(code, False) if retryable is None else retryable
         self.details = dict(details or {})
 
     @classmethod
     def from_wire(cls, wire: Any) -> "SupervisorError":
-        """The error of a response frame ``{code, message, retryable, details?}``; an unknown code becomes INTERNAL naming it."""
+        """The error of a response frame ``{code, message, retryable, details?}``; ``retryable`` as
+        the wire says (else the table's). A code this client does not know (a newer supervisor's)
+        becomes INTERNAL with the code kept in the message and in ``details["unknown_code"]``."""
         if not isinstance(wire, Mapping):
             return cls("INTERNAL", f"malformed error from the supervisor: {wire!r}")
         code = str(wire.get("code"))
         message = str(wire.get("message", ""))
-        details = wire.get("details") if isinstance(wire.get("details"), Mapping) else None
+        details = dict(wire["details"]) if isinstance(wire.get("details"), Mapping) else {}
+        retryable = wire.get("retryable") if isinstance(wire.get("retryable"), bool) else None
         if code not in ERROR_CODES:
-            return cls("INTERNAL", f"{code}: {message}", details)
-        return cls(code, message, details)
+            return cls("INTERNAL", f"{code} (an error code this client does not know): {message}", {**details, "unknown_code": code}, retryable)
+        return cls(code, message, details, retryable)

@@ -48,6 +48,7 @@ def verify_receipt(receipt: Mapping[str, Any], public_key_pem: Union[str, bytes]
     Every field is covered, known or added later. Raises ImportError when ``cryptography`` is
     missing; anything wrong with the receipt or the key is a problem in the result, never raised.
     """
+    _require_cryptography()
     from cryptography.exceptions import InvalidSignature
 
     sig = receipt.get("signature") if isinstance(receipt, Mapping) else None
@@ -67,6 +68,8 @@ def verify_receipt(receipt: Mapping[str, Any], public_key_pem: Union[str, bytes]
         value = base64.b64decode(str(sig.get("value", "")), validate=True)
     except binascii.Error:
         return Verification(False, ["the signature value is not base64"], key_id)
+    if len(value) != _SIGNATURE_BYTES:
+        return Verification(False, [f"the signature is malformed: {len(value)} bytes, an Ed25519 signature is {_SIGNATURE_BYTES} (wrong length: truncated or padded)"], key_id)
     try:
         covered = signed_bytes(receipt)
     except (ValueError, TypeError) as err:
@@ -78,7 +81,24 @@ def verify_receipt(receipt: Mapping[str, Any], public_key_pem: Union[str, bytes]
     return Verification(True, [], key_id)
 
 
+_SIGNATURE_BYTES = 64
+
+
+def _require_cryptography() -> None:
+    try:
+        import cryptography  # noqa: F401
+        import cryptography.exceptions  # noqa: F401
+        import cryptography.hazmat.primitives.serialization  # noqa: F401
+    except ImportError as err:
+        raise ImportError(
+            "verifying receipts needs the optional 'cryptography' package: pip install 'sandbox-supervisor[verify]' "
+            "(from ./ipc/python), or on Debian apt-get install python3-cryptography (for /usr/bin/python3)",
+            name="cryptography",
+        ) from err
+
+
 def _load_key(pem: Union[str, bytes]) -> Any:
+    _require_cryptography()
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     from cryptography.hazmat.primitives.serialization import load_pem_public_key
 

@@ -14,12 +14,17 @@ from daemon import ROOT, Daemon
 README = os.path.join(ROOT, "README.md")
 
 
-def example(lang: str) -> str:
-    """The first ```lang block of README's "## Client library" section."""
+def example_section() -> str:
+    """README's "## Client library" section."""
     with open(README) as f:
         text = f.read()
     section = text[text.index("## Client library\n") :]
-    section = section[: section.index("\n## ", 1)]
+    return section[: section.index("\n## ", 1)]
+
+
+def example(lang: str) -> str:
+    """The first ```lang block of README's "## Client library" section."""
+    section = example_section()
     m = re.search(r"^```" + lang + r"\n(.*?)^```$", section, re.S | re.M)
     assert m, f"no ```{lang} block in README's Client library section"
     return m.group(1)
@@ -61,3 +66,19 @@ def test_pip_installs_the_package_with_its_types(tmp_path):
     check = "import os, sandbox_supervisor as s; d = os.path.dirname(s.__file__); print(s.__version__, os.path.exists(os.path.join(d, 'py.typed')), d.startswith(os.environ['VENV']))"
     r = subprocess.run([py, "-c", check], capture_output=True, cwd=str(tmp_path), env={**os.environ, "VENV": str(env_dir), "PYTHONPATH": ""})
     assert (r.returncode, r.stdout.decode()) == (0, "0.1.0 True True\n"), r.stderr.decode()
+
+
+def test_the_offline_install_commands_run_as_written(tmp_path):
+    # The README's sh block for installing without PyPI: its venv and pip lines, run as written
+    # in a directory holding a copy of ipc/python (setuptools writes build/ beside the sources).
+    block = next(b for b in re.findall(r"^```sh\n(.*?)^```$", example_section(), re.S | re.M) if "--system-site-packages" in b)
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()]
+    install = [line for line in lines if line.startswith("/usr/bin/python3 -m venv") or "pip install" in line]
+    assert len(install) == 2, block
+    assert any(line.startswith("PYTHONPATH=ipc/python /usr/bin/python3 ") for line in lines), block
+    shutil.copytree(os.path.join(ROOT, "ipc", "python"), tmp_path / "ipc" / "python", ignore=shutil.ignore_patterns("tests", "__pycache__", ".pytest_cache", "build", "*.egg-info"))
+    for line in install:
+        r = subprocess.run(line, shell=True, cwd=str(tmp_path), capture_output=True, timeout=180)
+        assert r.returncode == 0, (line, r.stderr.decode())
+    r = subprocess.run([str(tmp_path / ".venv" / "bin" / "python"), "-c", "import sandbox_supervisor as s; print(s.__file__)"], capture_output=True, cwd="/", env={**os.environ, "PYTHONPATH": ""})
+    assert r.returncode == 0 and r.stdout.decode().startswith(str(tmp_path / ".venv")), r.stderr.decode()
