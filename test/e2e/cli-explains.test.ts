@@ -233,6 +233,32 @@ describe('progress on a terminal only', () => {
     const verifiedQuiet = await d.sbx(['verify', id, '--state-dir', d.stateDir]);
     expect([verifiedQuiet.status, verifiedQuiet.stderr.toString()]).toEqual([0, '']);
   });
+
+  it('on a terminal of 40 columns every drawn line is cut to 39 and erased before the next: no wrapped rows are left behind', async () => {
+    const { d, paths } = await rig.daemon((dir) => {
+      const ws = join(dir, 'ws');
+      mkdirSync(ws);
+      for (const n of ['a', 'b', 'c']) writeFileSync(join(ws, n), `${n}\n`.repeat(1000));
+      return [ws];
+    });
+    const id = (await d.sbx(['checkpoint', '--workspace', paths[0]])).stdout.toString().trim();
+    for (const args of [['restore', id, join(d.dir, 'r40'), '--state-dir', d.stateDir], ['verify', id, '--state-dir', d.stateDir]]) {
+      const r = sbxOnTerminal(d.socketPath, args, 40);
+      expect(r.status).toBe(0);
+      // Replayed: before the first draw nothing; each drawn line ends where the next \r ESC[K erases it.
+      const pieces = r.output.split('\r\x1b[K');
+      expect(pieces.length).toBeGreaterThan(2);
+      expect(pieces[0]).toBe('');
+      for (const drawn of pieces.slice(1, -1)) {
+        expect(drawn).not.toMatch(/[\r\n]/);
+        expect(drawn.startsWith('sbx: ')).toBe(true);
+        expect(Array.from(drawn).length).toBeLessThanOrEqual(39);
+      }
+      // After the final clear only the result lines: no fragment of a progress line.
+      expect(pieces.at(-1)).not.toContain('sbx: ');
+      expect(pieces.at(-1)).toMatch(/^(restored checkpoint|OK)/);
+    }
+  });
 });
 
 describe('sbx completion', () => {
