@@ -64,3 +64,8 @@ export function truncateToWidth(text: string, width: number, ellipsis = '…'): 
   }
   return out + ellipsis;
 }
+
+/** One line of sbx's on stderr, `sbx: ` first, with what came from elsewhere escaped (a message is one line). */
+export function warn(text: string): void {
+  process.stderr.write(`sbx: ${escapeControls(text)}\n`);
+}

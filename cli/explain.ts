@@ -6,6 +6,7 @@ import { Option } from 'commander';
 import { DEFAULT_RECONNECT_MS } from '../ipc/client.js';
 import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
 import type { Receipt, SessionSummary } from '../ipc/protocol.js';
+import { escapeControls } from './escape.js';
 
 /** The socket sbx talks to this run (--socket, $SBX_SOCKET or the SPEC path), for messages. */
 let socketInUse: string | null = null;
@@ -27,8 +28,12 @@ const CONNECT_ERRNO: Record<string, string> = {
   EPIPE: 'the connection was closed',
 };
 
-/** An error as sbx's one line (without the `sbx: ` prefix). */
+/** An error as sbx's one line (without the `sbx: ` prefix), the supervisor's text in it escaped. */
 export function describe(err: unknown): string {
+  return escapeControls(describeRaw(err));
+}
+
+function describeRaw(err: unknown): string {
   if (isSupervisorError(err, 'ADMISSION_DENIED')) return `${err.code}: ${err.message} (sbx status says why)`;
   if (isSupervisorError(err, 'KEY_CONFLICT')) {
     const session = typeof err.details?.session_id === 'string' ? err.details.session_id : null;

@@ -9,25 +9,15 @@
 // PIPE_COMMAND_COLUMNS, as docker cuts COMMAND whether or not stdout is a terminal;
 // `--no-trunc` cuts nothing. The --json output is the supervisor's summaries, not this.
 import type { SessionSummary } from '../ipc/protocol.js';
+import { escapeControls } from './escape.js';
+
+export { escapeControls };
 
 /** COMMAND's width when stdout is not a terminal (docker: 20, whatever stdout is). */
 export const PIPE_COMMAND_COLUMNS = 40;
 
 /** What a cut cell ends with (docker's ellipsis). */
 const ELLIPSIS = '…';
-
-/**
- * text with every control character (C0, DEL, C1) shown as an escape: `\n`, `\r`, `\t`, else
- * `\xNN` (ESC is `\x1b`), so one cell is one line and no escape sequence reaches the terminal.
- */
-export function escapeControls(text: string): string {
-  return text.replace(/[\x00-\x1f\x7f-\x9f]/g, (ch) => {
-    if (ch === '\n') return '\\n';
-    if (ch === '\r') return '\\r';
-    if (ch === '\t') return '\\t';
-    return `\\x${ch.charCodeAt(0).toString(16).padStart(2, '0')}`;
-  });
-}
 
 /** One argument as a shell would need it: bare when it is plain, else in single quotes. */
 function shellWord(arg: string): string {

@@ -128,6 +128,14 @@ describe('sbx ps', () => {
     expect(JSON.stringify(err)).not.toContain('hunter2');
   });
 
+  it('KEY_CONFLICT shows an env name with an ANSI escape in it escaped: no escape sequence of the caller reaches the terminal', async () => {
+    expect((await d.sbx(['run', '--key', 'kc-esc', '--', 'true'])).status).toBe(0);
+    const r = spawnSync('sh', ['-c', `${sq(SBX_BIN)} run --key kc-esc --env "$(printf 'X\\033[31mRED\\033[0m')=1" -- true`], { env: { ...process.env, SBX_SOCKET: d.socketPath }, encoding: 'utf8' });
+    expect(r.status).toBe(125);
+    expect(r.stderr).toContain('env (X\\x1b[31mRED\\x1b[0m)');
+    expect(r.stderr).not.toMatch(/[\x00-\x09\x0b-\x1f\x7f]/);
+  });
+
   it('yes | sbx run --stdin -- head -c5 prints the five bytes and nothing else, exit 0', () => {
     const r = spawnSync('sh', ['-c', `yes | ${sq(SBX_BIN)} run --stdin -- head -c5`], { env: { ...process.env, SBX_SOCKET: d.socketPath }, encoding: 'utf8' });
     expect([r.status, r.stdout, r.stderr]).toEqual([0, 'y\ny\ny', '']);

@@ -80,3 +80,11 @@ describe('psTable', () => {
     expect(at80[0]).toMatch(/^SESSION +STATUS +DURATION +TASK +PID +KEY +COMMAND$/);
   });
 });
+
+describe('escapeControls', () => {
+  it('escapes C0, DEL, C1, the bidi controls and the line and paragraph separators; leaves other text as it is', () => {
+    expect(escapeControls('a\x1b[31mb\x7f\x85\x9b')).toBe('a\\x1b[31mb\\x7f\\x85\\x9b');
+    expect(escapeControls('x\u202ey\u2066z\u2069\u2028\u2029')).toBe('x\\u202ey\\u2066z\\u2069\\u2028\\u2029');
+    expect(escapeControls('漢字 é 👍')).toBe('漢字 é 👍');
+  });
+});
