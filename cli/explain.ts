@@ -37,7 +37,10 @@ function describeRaw(err: unknown): string {
   if (isSupervisorError(err, 'ADMISSION_DENIED')) return `${err.code}: ${err.message} (sbx status says why)`;
   if (isSupervisorError(err, 'KEY_CONFLICT')) {
     const session = typeof err.details?.session_id === 'string' ? err.details.session_id : null;
-    return `${err.code}: ${err.message}; a key runs one command, ever: use another --key${session ? ` (sbx receipt ${session} shows the command it ran)` : ''}`;
+    // A key whose session retention removed: its receipt is gone, so sbx receipt cannot show the command.
+    const retired = err.details?.retired === true || err.message.includes('removed by the retention policy');
+    const hint = !session ? '' : retired ? ` (session ${session} was removed by retention: its receipt is gone)` : ` (sbx receipt ${session} shows the command it ran)`;
+    return `${err.code}: ${err.message}; a key runs one command, ever: use another --key${hint}`;
   }
   if (isSupervisorError(err)) return `${err.code}: ${err.message}`;
   const e = err as NodeJS.ErrnoException;

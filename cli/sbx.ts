@@ -430,6 +430,21 @@ sub('run')
     process.stdout.write('', () => process.exit());
   });
 
+/**
+ * kill/cancel of a session retention removed: it has ended, as one not removed (exit 1, the
+ * README's exit table), not a session that never was (SESSION_NOT_FOUND, 125).
+ */
+function retiredOr(sel: SessionSelector, verb: string): (err: unknown) => never {
+  return (err) => {
+    if (isSupervisorError(err, 'SESSION_NOT_FOUND') && typeof err.details?.retired_at === 'string') {
+      const what = sel.session_id !== undefined ? `session ${sel.session_id}` : `the session of key ${JSON.stringify(sel.invocation_key)}`;
+      const ended = /\(it ended ([a-z_]+)/.exec(err.message)?.[1];
+      fail(`${what} was not ${verb}: it ended${ended ? ` (${ended.replace('_', ' ')})` : ''} and was removed by the retention policy at ${err.details.retired_at}; nothing of it runs`, ENDED_ALREADY);
+    }
+    throw err;
+  };
+}
+
 sub('cancel')
   .description('end the session: SIGTERM to every process, SIGKILL after the grace')
   .argument('[id]', 'session id')
@@ -439,7 +454,7 @@ sub('cancel')
     const g = globals(o);
     const sel = selector(id, o.key);
     const r = await call(g, async (c) => {
-      const answer = await c.request('cancel', { ...sel, grace_ms: o.grace });
+      const answer = await c.request('cancel', { ...sel, grace_ms: o.grace }).catch(retiredOr(sel, 'cancelled'));
       return { answer, ended: answer.state === 'ended' ? await c.receipt(sel) : null };
     });
     if (g.json) printJson(r.answer);
@@ -457,7 +472,7 @@ sub('kill')
     const signal = /^\d+$/.test(o.signal) ? Number(o.signal) : o.signal.toUpperCase();
     const sel = selector(id, o.key);
     const r = await call(g, async (c) => {
-      const answer = await c.request('kill', { ...sel, signal });
+      const answer = await c.request('kill', { ...sel, signal }).catch(retiredOr(sel, 'signalled'));
       // No process reached: ended (docker kill: "is not running"), or between its leader and its receipt.
       return { answer, ended: answer.pids === 0 ? await c.receipt(sel) : null };
     });

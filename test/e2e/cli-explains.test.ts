@@ -169,6 +169,31 @@ describe('sbx ps', () => {
   });
 });
 
+describe('a session retention removed', () => {
+  it('kill and cancel of it exit 1 saying it ended and was removed; a KEY_CONFLICT on its key does not send to sbx receipt', async () => {
+    const d = await new TestDaemon({ config: { logLevel: 'error', retention: { receiptMaxAgeMs: 1, intervalMs: 0 } } }).start();
+    try {
+      const c = await d.client();
+      const { session_id: id } = await c.launch({ argv: ['true'], cwd: '/', invocation_key: 'gone' });
+      await c.wait({ session_id: id });
+      await new Promise((r) => setTimeout(r, 5));
+      expect((await c.gc()).retired).toEqual([id]);
+      const kill = await d.sbx(['kill', id]);
+      expect([kill.status, kill.stdout.toString()]).toEqual([1, '']);
+      expect(kill.stderr.toString()).toMatch(new RegExp(`^sbx: session ${id} was not signalled: it ended \\(exited\\) and was removed by the retention policy at \\S+; nothing of it runs\n$`));
+      const cancel = await d.sbx(['cancel', '--key', 'gone']);
+      expect(cancel.status).toBe(1);
+      expect(cancel.stderr.toString()).toMatch(/^sbx: the session of key "gone" was not cancelled: it ended \(exited\) and was removed by the retention policy at \S+; nothing of it runs\n$/);
+      const conflict = await d.sbx(['run', '--key', 'gone', '--', 'false']);
+      expect(conflict.status).toBe(125);
+      expect(conflict.stderr.toString()).toContain(`(session ${id} was removed by retention: its receipt is gone)`);
+      expect(conflict.stderr.toString()).not.toContain('sbx receipt');
+    } finally {
+      await d.stop();
+    }
+  });
+});
+
 describe('every wait says why, once, as soon as it starts', () => {
   it('a refused admission (the session bound) is waited for with one line; --detach never waits on it', async () => {
     const d = await new TestDaemon({ config: { logLevel: 'error', session: { maxSessions: 1 } } }).start();
