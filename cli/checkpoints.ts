@@ -12,6 +12,7 @@ import { restoreCheckpoint, showDifference } from '../supervisor/checkpoint/rest
 import { type CheckpointStore, parseStoreUrl, type StoreUrl } from '../supervisor/checkpoint/store.js';
 import { verifyCheckpoint } from '../supervisor/checkpoint/verify.js';
 import { clearProgress, Progress } from './progress.js';
+import { warn } from './escape.js';
 
 export interface StoreOptions {
   stateDir: string;
@@ -25,7 +26,7 @@ export interface StoreOptions {
 
 function fail(message: string): never {
   clearProgress();
-  process.stderr.write(`sbx: ${message}\n`);
+  warn(`${message}`);
   process.exit(125);
 }
 
@@ -86,7 +87,7 @@ function publicKey(o: StoreOptions): string | undefined {
 }
 
 function warnUnstable(unstable: string[]): void {
-  if (unstable.length) process.stderr.write(`sbx: warning: this checkpoint is not consistent: ${plural(unstable.length, 'path')} kept changing while it was taken (${unstable.slice(0, 5).join(', ')}); their content is one of their states, not proven current\n`);
+  if (unstable.length) warn(`warning: this checkpoint is not consistent: ${plural(unstable.length, 'path')} kept changing while it was taken (${unstable.slice(0, 5).join(', ')}); their content is one of their states, not proven current`);
 }
 
 /** sbx restore ID DIR. */
@@ -107,7 +108,7 @@ export async function restoreCommand(idText: string, dir: string, o: StoreOption
   if (o.json) process.stdout.write(JSON.stringify(result, null, 2) + '\n');
   else {
     process.stdout.write(`restored checkpoint ${id} into ${result.target}: ${plural(result.entries, 'entry', 'entries')}, ${plural(result.files, 'file')}, ${result.bytes} bytes in ${result.ms} ms\n`);
-    if (result.owners === 'not_given') process.stderr.write(`sbx: owners not given (${process.getuid?.() === 0 ? '--no-same-owner' : 'not root'}): every entry is the restorer's, uid and gid not compared${result.setid_dropped.length ? `; set-user-ID/set-group-ID dropped on ${plural(result.setid_dropped.length, 'entry', 'entries')}: ${result.setid_dropped.slice(0, 5).join(', ')}` : ''}\n`);
+    if (result.owners === 'not_given') warn(`owners not given (${process.getuid?.() === 0 ? '--no-same-owner' : 'not root'}): every entry is the restorer's, uid and gid not compared${result.setid_dropped.length ? `; set-user-ID/set-group-ID dropped on ${plural(result.setid_dropped.length, 'entry', 'entries')}: ${result.setid_dropped.slice(0, 5).join(', ')}` : ''}`);
     warnUnstable(result.unstable);
     if (result.identical) process.stdout.write('OK: the restored tree is identical to the manifest\n');
     else {
@@ -147,7 +148,7 @@ export async function listCommand(o: StoreOptions & { workspace?: string }): Pro
     rows.push({ checkpoint_id: id, created_at: m.created_at, workspace: m.workspace, task: record.task, entries: m.scan.entries, bytes: m.scan.bytes, consistent: m.consistent, boundary: m.boundary });
   }
   rows.sort((a, b) => (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : 0));
-  if (invalid.length) process.stderr.write(`sbx: not listed: ${plural(invalid.length, 'id')} whose manifest or published record does not verify (sbx verify ID says why): ${invalid.slice(0, 5).join(', ')}\n`);
+  if (invalid.length) warn(`not listed: ${plural(invalid.length, 'id')} whose manifest or published record does not verify (sbx verify ID says why): ${invalid.slice(0, 5).join(', ')}`);
   if (o.json) return void process.stdout.write(JSON.stringify(rows, null, 2) + '\n');
   if (rows.length === 0) return void process.stdout.write(`no published checkpoints in ${store.location}\n`);
   const table = [['CHECKPOINT', 'CREATED', 'WORKSPACE', 'TASK', 'ENTRIES', 'BYTES', 'CONSISTENT'], ...rows.map((r) => [r.checkpoint_id.slice(0, 16), r.created_at, r.workspace, r.task ?? '-', String(r.entries), String(r.bytes), r.consistent ? 'yes' : 'NO'])];

@@ -6,6 +6,7 @@ import { Option } from 'commander';
 import { DEFAULT_RECONNECT_MS } from '../ipc/client.js';
 import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
 import type { Receipt, SessionSummary } from '../ipc/protocol.js';
+import { escapeControls } from './escape.js';
 
 /** The socket sbx talks to this run (--socket, $SBX_SOCKET or the SPEC path), for messages. */
 let socketInUse: string | null = null;
@@ -27,12 +28,19 @@ const CONNECT_ERRNO: Record<string, string> = {
   EPIPE: 'the connection was closed',
 };
 
-/** An error as sbx's one line (without the `sbx: ` prefix). */
+/** An error as sbx's one line (without the `sbx: ` prefix), the supervisor's text in it escaped. */
 export function describe(err: unknown): string {
+  return escapeControls(describeRaw(err));
+}
+
+function describeRaw(err: unknown): string {
   if (isSupervisorError(err, 'ADMISSION_DENIED')) return `${err.code}: ${err.message} (sbx status says why)`;
   if (isSupervisorError(err, 'KEY_CONFLICT')) {
     const session = typeof err.details?.session_id === 'string' ? err.details.session_id : null;
-    return `${err.code}: ${err.message}; a key runs one command, ever: use another --key${session ? ` (sbx receipt ${session} shows the command it ran)` : ''}`;
+    // A key whose session retention removed: its receipt is gone, so sbx receipt cannot show the command.
+    const retired = err.details?.retired === true || err.message.includes('removed by the retention policy');
+    const hint = !session ? '' : retired ? ` (session ${session} was removed by retention: its receipt is gone)` : ` (sbx receipt ${session} shows the command it ran)`;
+    return `${err.code}: ${err.message}; a key runs one command, ever: use another --key${hint}`;
   }
   if (isSupervisorError(err)) return `${err.code}: ${err.message}`;
   const e = err as NodeJS.ErrnoException;

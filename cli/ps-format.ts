@@ -1,7 +1,8 @@
 // The table `sbx ps` prints, as `docker ps` does: a STATUS that reads as a sentence ("exited 3,
 // 2 min ago", "killed by SIGTERM, 5 s ago", "running 12 s", "unknown: owner lost"), when it
 // started, how long it ran, its user and task. Pure: rows in, text out (the clock and the
-// terminal width are arguments), so it is tested without a daemon. Every cell is shown with
+// terminal width are arguments), so it is tested without a daemon. Widths are display columns
+// (cli/escape.ts: CJK and emoji 2, combining marks 0). Every cell is shown with
 // its control characters escaped (a newline or an ANSI escape in an argv never reaches the
 // terminal as itself). Truncation: on a terminal the rows are fitted to its width (COMMAND
 // first, then KEY, TASK, USER, each to a floor; then MEM PEAK, CPU, LIVE, USER, STARTED, PID
@@ -9,25 +10,15 @@
 // PIPE_COMMAND_COLUMNS, as docker cuts COMMAND whether or not stdout is a terminal;
 // `--no-trunc` cuts nothing. The --json output is the supervisor's summaries, not this.
 import type { SessionSummary } from '../ipc/protocol.js';
+import { displayWidth, escapeControls, truncateToWidth } from './escape.js';
+
+export { escapeControls };
 
 /** COMMAND's width when stdout is not a terminal (docker: 20, whatever stdout is). */
 export const PIPE_COMMAND_COLUMNS = 40;
 
 /** What a cut cell ends with (docker's ellipsis). */
 const ELLIPSIS = '…';
-
-/**
- * text with every control character (C0, DEL, C1) shown as an escape: `\n`, `\r`, `\t`, else
- * `\xNN` (ESC is `\x1b`), so one cell is one line and no escape sequence reaches the terminal.
- */
-export function escapeControls(text: string): string {
-  return text.replace(/[\x00-\x1f\x7f-\x9f]/g, (ch) => {
-    if (ch === '\n') return '\\n';
-    if (ch === '\r') return '\\r';
-    if (ch === '\t') return '\\t';
-    return `\\x${ch.charCodeAt(0).toString(16).padStart(2, '0')}`;
-  });
-}
 
 /** One argument as a shell would need it: bare when it is plain, else in single quotes. */
 function shellWord(arg: string): string {
@@ -49,12 +40,9 @@ export function commandText(argv: string[], limitChars?: number): string {
   return out;
 }
 
-/** text cut to at most width characters (code points), ending in … when cut. */
+/** text cut to at most width display columns (CJK and emoji 2, combining marks 0), ending in … when cut. */
 export function truncate(text: string, width: number): string {
-  if (text.length <= width) return text;
-  const chars = Array.from(text);
-  if (chars.length <= width) return text;
-  return width <= 0 ? '' : chars.slice(0, width - 1).join('') + ELLIPSIS;
+  return truncateToWidth(text, Math.max(0, width), ELLIPSIS);
 }
 
 /** An age or a wait, coarse as docker's: "450 ms", "12 s", "2 min", "5 h", "3 days". */
@@ -155,7 +143,7 @@ export function psTable(sessions: SessionSummary[], o: PsTableOptions): string {
       commandText(s.argv, commandLimit),
     ].map((cell, i) => (i === HEADER.length - 1 ? cell : escapeControls(cell))));
   }
-  const widths = HEADER.map((_, i) => Math.max(...rows.map((r) => Array.from(r[i]).length)));
+  const widths = HEADER.map((_, i) => Math.max(...rows.map((r) => displayWidth(r[i]))));
   const shown = HEADER.map(() => true);
   const col = (name: (typeof HEADER)[number]) => HEADER.indexOf(name);
   if (!o.noTrunc) {
@@ -180,7 +168,7 @@ export function psTable(sessions: SessionSummary[], o: PsTableOptions): string {
     const cells = r.flatMap((c, i) => {
       if (!shown[i]) return [];
       const cut = o.noTrunc ? c : truncate(c, widths[i]);
-      return [i === r.length - 1 ? cut : cut + ' '.repeat(Math.max(0, widths[i] - Array.from(cut).length))];
+      return [i === r.length - 1 ? cut : cut + ' '.repeat(Math.max(0, widths[i] - displayWidth(cut)))];
     });
     const line = cells.join('  ').trimEnd();
     // Narrower still than the floors: the line itself is cut, so nothing wraps.

@@ -37,6 +37,7 @@ import { VERSION } from '../ipc/version.js';
 import { bashCompletion, zshCompletion } from './completion.js';
 import { deprecatedKeyOption, describe, endedAs, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, useSocket } from './explain.js';
 import { clearProgress, Progress } from './progress.js';
+import { escapeControls, warn } from './escape.js';
 import { psTable, unknownNotes } from './ps-format.js';
 
 // --- What every command shares.
@@ -56,7 +57,7 @@ function signalNumber(name: string): number {
 
 function fail(message: string, status = FAILURE): never {
   clearProgress();
-  process.stderr.write(`sbx: ${message}\n`);
+  warn(message);
   process.exit(status);
 }
 
@@ -141,7 +142,7 @@ async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: bo
     // like a writer to a closed pipe, sbx stops feeding it, and says nothing (the shell's
     // `yes | head -c5` prints nothing either).
     if (isSupervisorError(err) && err.details?.stdin_closed === true) return;
-    process.stderr.write(`sbx: stdin: ${describe(err)}\n`);
+    warn(`stdin: ${describe(err)}`);
   }
 }
 
@@ -228,13 +229,13 @@ function takeSignals(): { to: (conn: ReconnectingClient, sessionId: string) => v
   const forward = (signal: NodeJS.Signals) => {
     if (!target && launchRetrying !== null) {
       // Waiting for a supervisor that does not answer: the signal is for sbx, as before.
-      process.stderr.write(`sbx: ${signal} while waiting to launch; a launch that was admitted runs on (sbx run --key ${launchRetrying} finds it)\n`);
+      warn(`${signal} while waiting to launch; a launch that was admitted runs on (sbx run --key ${launchRetrying} finds it)`);
       process.exit(128 + signalNumber(signal));
     }
     if (!target) return void waiting.push(signal); // the launch is in flight: its answer names the session
     const { conn, sessionId } = target;
     if (signal === 'SIGINT' && ++interrupts >= 2) {
-      process.stderr.write(`sbx: detached; session ${sessionId} goes on (sbx wait ${sessionId})\n`);
+      warn(`detached; session ${sessionId} goes on (sbx wait ${sessionId})`);
       process.exit(130);
     }
     conn.current?.request('kill', { session_id: sessionId, signal }).catch(() => {});
@@ -322,7 +323,7 @@ sub('run')
     }
     let said = false;
     const say = (line: string) => {
-      if (!said) process.stderr.write(`${line}\n`);
+      if (!said) process.stderr.write(`${escapeControls(line)}\n`);
       said = true;
     };
     // Signals from now on are the session's (a detached sbx keeps the default actions).
@@ -387,7 +388,7 @@ sub('run')
       let removedSaid = false;
       const outputRemoved = (err: unknown) => {
         if (!isSupervisorError(err) || err.code !== 'OUTPUT_REMOVED') throw err;
-        if (!removedSaid) process.stderr.write(`sbx: ${err.message}\n`);
+        if (!removedSaid) warn(`${err.message}`);
         removedSaid = true;
       };
       await Promise.all(outputs.map((p) => p.catch(outputRemoved)));
@@ -400,18 +401,18 @@ sub('run')
       const why = { ENOENT: 'not found', ENOTDIR: 'not found', EACCES: 'permission denied', ENOEXEC: 'exec format error', E2BIG: 'argument list too long' }[receipt.spawn_error.code];
       // Stage spawn: the supervisor could not start the exec shim at all (its log says why);
       // the command itself was never looked up.
-      if (receipt.spawn_error.stage === 'spawn') process.stderr.write(`sbx: ${cmd[0]}: the supervisor could not start it (spawn failed: ${receipt.spawn_error.code}; its log says why)\n`);
-      else process.stderr.write(`sbx: ${cmd[0]}: ${why ?? receipt.spawn_error.code} (${receipt.spawn_error.stage} failed: ${receipt.spawn_error.code})\n`);
+      if (receipt.spawn_error.stage === 'spawn') warn(`${cmd[0]}: the supervisor could not start it (spawn failed: ${receipt.spawn_error.code}; its log says why)`);
+      else warn(`${cmd[0]}: ${why ?? receipt.spawn_error.code} (${receipt.spawn_error.stage} failed: ${receipt.spawn_error.code})`);
     }
     // What the exit status cannot say: who ended it, bytes that were not stored, a status nobody saw.
     if (receipt.termination.cause === 'shutdown') {
-      process.stderr.write(`sbx: session ${receipt.session_id} was ended because the supervisor is stopping (${receipt.outcome}, cause shutdown; sbx receipt ${receipt.session_id})\n`);
+      warn(`session ${receipt.session_id} was ended because the supervisor is stopping (${receipt.outcome}, cause shutdown; sbx receipt ${receipt.session_id})`);
     }
     if (receipt.outcome === 'owner_lost') {
-      process.stderr.write(`sbx: ${ownerLostLine(receipt)}\n`);
+      warn(`${ownerLostLine(receipt)}`);
     } else {
       for (const [name, out] of Object.entries(receipt.output)) {
-        if (out && !out.complete) process.stderr.write(`sbx: ${name} is incomplete: ${out.reason}${out.dropped_bytes ? `, ${out.dropped_bytes} bytes not stored` : ''} (sbx receipt ${receipt.session_id})\n`);
+        if (out && !out.complete) warn(`${name} is incomplete: ${out.reason}${out.dropped_bytes ? `, ${out.dropped_bytes} bytes not stored` : ''} (sbx receipt ${receipt.session_id})`);
       }
     }
     process.exitCode = exitStatusOf(receipt, signalNumber);
@@ -421,13 +422,28 @@ sub('run')
       } catch (err) {
         const e = err as OutputFileError;
         const why = e.refused ? `${e.reason}; sbx never writes through or replaces a link (the session's directory may hold one it planted)` : e.reason;
-        process.stderr.write(`sbx: --receipt ${e.path}: not written: ${why}; the supervisor keeps the receipt: sbx receipt ${receipt.session_id}\n`);
+        warn(`--receipt ${e.path}: not written: ${why}; the supervisor keeps the receipt: sbx receipt ${receipt.session_id}`);
         process.exitCode = FAILURE;
       }
       closeOutputDir(receiptDir);
     }
     process.stdout.write('', () => process.exit());
   });
+
+/**
+ * kill/cancel of a session retention removed: it has ended, as one not removed (exit 1, the
+ * README's exit table), not a session that never was (SESSION_NOT_FOUND, 125).
+ */
+function retiredOr(sel: SessionSelector, verb: string): (err: unknown) => never {
+  return (err) => {
+    if (isSupervisorError(err, 'SESSION_NOT_FOUND') && typeof err.details?.retired_at === 'string') {
+      const what = sel.session_id !== undefined ? `session ${sel.session_id}` : `the session of key ${JSON.stringify(sel.invocation_key)}`;
+      const ended = /\(it ended ([a-z_]+)/.exec(err.message)?.[1];
+      fail(`${what} was not ${verb}: it ended${ended ? ` (${ended.replace('_', ' ')})` : ''} and was removed by the retention policy at ${err.details.retired_at}; nothing of it runs`, ENDED_ALREADY);
+    }
+    throw err;
+  };
+}
 
 sub('cancel')
   .description('end the session: SIGTERM to every process, SIGKILL after the grace')
@@ -438,7 +454,7 @@ sub('cancel')
     const g = globals(o);
     const sel = selector(id, o.key);
     const r = await call(g, async (c) => {
-      const answer = await c.request('cancel', { ...sel, grace_ms: o.grace });
+      const answer = await c.request('cancel', { ...sel, grace_ms: o.grace }).catch(retiredOr(sel, 'cancelled'));
       return { answer, ended: answer.state === 'ended' ? await c.receipt(sel) : null };
     });
     if (g.json) printJson(r.answer);
@@ -456,7 +472,7 @@ sub('kill')
     const signal = /^\d+$/.test(o.signal) ? Number(o.signal) : o.signal.toUpperCase();
     const sel = selector(id, o.key);
     const r = await call(g, async (c) => {
-      const answer = await c.request('kill', { ...sel, signal });
+      const answer = await c.request('kill', { ...sel, signal }).catch(retiredOr(sel, 'signalled'));
       // No process reached: ended (docker kill: "is not running"), or between its leader and its receipt.
       return { answer, ended: answer.pids === 0 ? await c.receipt(sel) : null };
     });
@@ -512,10 +528,10 @@ sub('verify')
     } else if (problems.length === 0) {
       const streams = Object.entries(receipt.output).map(([n, s]) => `${n} ${s!.final_cursor} bytes`).join(', ');
       process.stdout.write(`OK: signed by ${receipt.signature!.key_id}${o.stateDir ? `; stored output matches (${streams})` : ''}\n`);
-    } else for (const p of problems) process.stdout.write(`MISMATCH: ${p}\n`);
+    } else for (const p of problems) process.stdout.write(`MISMATCH: ${escapeControls(p)}\n`);
     // Another key than the receipt's: say which one was taken when none was named.
     if (!key && !g.json && receipt.signature && problems.some((p) => p.includes('the key checked against'))) {
-      process.stderr.write(`sbx: the key checked against is ${keyFile} (${o.stateDir ? 'in --state-dir' : "the default state dir's"}); a receipt from another supervisor needs its key: --public-key FILE or --state-dir DIR\n`);
+      warn(`the key checked against is ${keyFile} (${o.stateDir ? 'in --state-dir' : "the default state dir's"}); a receipt from another supervisor needs its key: --public-key FILE or --state-dir DIR`);
     }
     process.exitCode = problems.length === 0 ? 0 : 1;
   });
@@ -641,7 +657,7 @@ sub('wait')
     }
     printJson(receipt);
     conn.drop();
-    if (receipt.outcome === 'owner_lost') process.stderr.write(`sbx: ${ownerLostLine(receipt)}\n`);
+    if (receipt.outcome === 'owner_lost') warn(`${ownerLostLine(receipt)}`);
     process.exitCode = exitStatusOf(receipt, signalNumber);
   });
 
@@ -672,12 +688,12 @@ sub('changes')
         ws.unattributed_events !== null ? `${ws.unattributed_events} ${ws.unattributed_events === 1 ? 'event' : 'events'} no session claimed meanwhile` : null,
         ws.dropped ? `${ws.dropped} changes past the log's bound, not listed` : null,
       ].filter(Boolean);
-      process.stdout.write(`${ws.path} (${facts.join('; ')})\n`);
+      process.stdout.write(`${escapeControls(ws.path)} (${escapeControls(facts.join('; '))})\n`);
       if (ws.changes.length === 0) process.stdout.write('  (no changes attributed to the session)\n');
       const width = Math.max(0, ...ws.changes.map((c) => String(c.seq).length));
       for (const c of ws.changes) {
         // One change a line: a newline or other control character in a name is shown escaped.
-        const show = (name: string) => name.replace(/[\x00-\x1f\x7f]/g, (ch) => (ch === '\n' ? '\\n' : `\\x${ch.charCodeAt(0).toString(16).padStart(2, '0')}`));
+        const show = escapeControls;
         const what = c.kind === 'renamed' ? `${show(c.from!)} -> ${show(c.path)}` : show(c.path);
         process.stdout.write(`  ${String(c.seq).padStart(width)}  ${c.kind.padEnd(9)} ${what}${c.dir ? '/' : ''}\n`);
       }
@@ -723,7 +739,7 @@ sub('status')
           ...(status.checkpoint_store ? [['checkpoints', status.checkpoint_store]] : []),
           ...(status.metrics ? [['metrics', status.metrics.startsWith('/') ? `${status.metrics} (GET /metrics on the socket)` : `http://${status.metrics}/metrics`]] : []),
         ];
-        for (const [k, v] of lines) process.stdout.write(`${k.padEnd(10)} ${v}\n`);
+        for (const [k, v] of lines) process.stdout.write(`${k.padEnd(10)} ${escapeControls(String(v))}\n`);
       }
     } catch (err) {
       fail(describe(err));
@@ -744,7 +760,7 @@ sub('checkpoint')
     // Interrupted, sbx goes; the checkpoint does not (the supervisor owns it): say where to find it.
     process.once('SIGINT', () => {
       progress.done();
-      process.stderr.write(`sbx: interrupted; the checkpoint of ${workspace} goes on in the supervisor (sbx checkpoints lists it once published)\n`);
+      warn(`interrupted; the checkpoint of ${workspace} goes on in the supervisor (sbx checkpoints lists it once published)`);
       process.exit(130);
     });
     const client = await connect(g);
@@ -765,11 +781,11 @@ sub('checkpoint')
     const n = (k: number, one: string, many = `${one}s`) => `${k} ${k === 1 ? one : many}`;
     const boundary = r.boundary.gap ? `no boundary (gap ${r.boundary.gap})` : `boundary seq ${r.boundary.seq}`;
     const uploaded = r.objects.uploaded !== undefined ? `, ${r.objects.uploaded} uploaded${r.objects.repaired ? ` (${r.objects.repaired} over bytes that failed their read-back)` : ''}` : '';
-    process.stderr.write(
-      `sbx: published to ${r.store}: ${n(r.scan.entries, 'entry', 'entries')}, ${n(r.scan.files, 'file')}, ${mib(r.scan.bytes)}; ${n(r.objects.written, 'new object')} (${mib(r.objects.bytes_written)})${uploaded}; ` +
-        `read back ${n(r.read_back.objects, 'object')} in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms\n`,
+    warn(
+      `published to ${r.store}: ${n(r.scan.entries, 'entry', 'entries')}, ${n(r.scan.files, 'file')}, ${mib(r.scan.bytes)}; ${n(r.objects.written, 'new object')} (${mib(r.objects.bytes_written)})${uploaded}; ` +
+        `read back ${n(r.read_back.objects, 'object')} in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms`,
     );
-    if (!r.consistent) process.stderr.write(`sbx: not consistent: ${n(r.unstable_count, 'path')} changed in every pass (${r.scan.passes}): ${r.unstable.slice(0, 5).join(', ')}\n`);
+    if (!r.consistent) warn(`not consistent: ${n(r.unstable_count, 'path')} changed in every pass (${r.scan.passes}): ${r.unstable.slice(0, 5).join(', ')}`);
   });
 
 sub('restore')
@@ -856,8 +872,8 @@ sub('close')
       progress.done();
       printJson(receipt);
       // Vacuously complete: a misspelled task has no sessions either.
-      if (receipt.sessions.length === 0) process.stderr.write(`sbx: note: task ${JSON.stringify(task)} has no sessions (complete holds vacuously; is the task name right?)\n`);
-      for (const ob of receipt.obligations) process.stderr.write(`sbx: task ${JSON.stringify(task)} incomplete: ${ob.authority} must settle ${ob.condition}: ${ob.what}\n`);
+      if (receipt.sessions.length === 0) warn(`note: task ${JSON.stringify(task)} has no sessions (complete holds vacuously; is the task name right?)`);
+      for (const ob of receipt.obligations) warn(`task ${JSON.stringify(task)} incomplete: ${ob.authority} must settle ${ob.condition}: ${ob.what}`);
       process.exitCode = receipt.complete ? 0 : 1;
       return;
     }
@@ -867,7 +883,7 @@ sub('close')
     printJson(receipt);
     // Closed, but a workspace has no digest: done, incomplete (1), as verify's mismatch.
     const unscanned = receipt.workspaces.filter((w) => w.error);
-    for (const w of unscanned) process.stderr.write(`sbx: workspace ${w.path} was not scanned: ${w.error_message ?? w.error}\n`);
+    for (const w of unscanned) warn(`workspace ${w.path} was not scanned: ${w.error_message ?? w.error}`);
     process.exitCode = unscanned.length > 0 ? 1 : 0;
   });
 

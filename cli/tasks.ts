@@ -13,9 +13,10 @@ import { jcs, verifyCloseSessions, verifySignature } from '../ipc/verify.js';
 import { verifyCheckpoint } from '../supervisor/checkpoint/verify.js';
 import { evaluateTask, type JoinSession } from '../supervisor/task/join.js';
 import { openStore } from './checkpoints.js';
+import { warn } from './escape.js';
 
 function fail(message: string): never {
-  process.stderr.write(`sbx: ${message}\n`);
+  warn(`${message}`);
   process.exit(125);
 }
 

@@ -128,6 +128,14 @@ describe('sbx ps', () => {
     expect(JSON.stringify(err)).not.toContain('hunter2');
   });
 
+  it('KEY_CONFLICT shows an env name with an ANSI escape in it escaped: no escape sequence of the caller reaches the terminal', async () => {
+    expect((await d.sbx(['run', '--key', 'kc-esc', '--', 'true'])).status).toBe(0);
+    const r = spawnSync('sh', ['-c', `${sq(SBX_BIN)} run --key kc-esc --env "$(printf 'X\\033[31mRED\\033[0m')=1" -- true`], { env: { ...process.env, SBX_SOCKET: d.socketPath }, encoding: 'utf8' });
+    expect(r.status).toBe(125);
+    expect(r.stderr).toContain('env (X\\x1b[31mRED\\x1b[0m)');
+    expect(r.stderr).not.toMatch(/[\x00-\x09\x0b-\x1f\x7f]/);
+  });
+
   it('yes | sbx run --stdin -- head -c5 prints the five bytes and nothing else, exit 0', () => {
     const r = spawnSync('sh', ['-c', `yes | ${sq(SBX_BIN)} run --stdin -- head -c5`], { env: { ...process.env, SBX_SOCKET: d.socketPath }, encoding: 'utf8' });
     expect([r.status, r.stdout, r.stderr]).toEqual([0, 'y\ny\ny', '']);
@@ -158,6 +166,31 @@ describe('sbx ps', () => {
     expect(spawnSync('python3', ['-c', `import socket; socket.socket(socket.AF_UNIX).bind(${JSON.stringify(stale)})`]).status).toBe(0);
     const refused = await d.sbx(['status', '--socket', stale]);
     expect([refused.status, refused.stderr.toString()]).toEqual([125, `sbx: cannot reach the supervisor at ${stale} (ECONNREFUSED: nothing listens there); is it running? sbx status checks (start it with npm start or the systemd unit; --socket or SBX_SOCKET name another)\n`]);
+  });
+});
+
+describe('a session retention removed', () => {
+  it('kill and cancel of it exit 1 saying it ended and was removed; a KEY_CONFLICT on its key does not send to sbx receipt', async () => {
+    const d = await new TestDaemon({ config: { logLevel: 'error', retention: { receiptMaxAgeMs: 1, intervalMs: 0 } } }).start();
+    try {
+      const c = await d.client();
+      const { session_id: id } = await c.launch({ argv: ['true'], cwd: '/', invocation_key: 'gone' });
+      await c.wait({ session_id: id });
+      await new Promise((r) => setTimeout(r, 5));
+      expect((await c.gc()).retired).toEqual([id]);
+      const kill = await d.sbx(['kill', id]);
+      expect([kill.status, kill.stdout.toString()]).toEqual([1, '']);
+      expect(kill.stderr.toString()).toMatch(new RegExp(`^sbx: session ${id} was not signalled: it ended \\(exited\\) and was removed by the retention policy at \\S+; nothing of it runs\n$`));
+      const cancel = await d.sbx(['cancel', '--key', 'gone']);
+      expect(cancel.status).toBe(1);
+      expect(cancel.stderr.toString()).toMatch(/^sbx: the session of key "gone" was not cancelled: it ended \(exited\) and was removed by the retention policy at \S+; nothing of it runs\n$/);
+      const conflict = await d.sbx(['run', '--key', 'gone', '--', 'false']);
+      expect(conflict.status).toBe(125);
+      expect(conflict.stderr.toString()).toContain(`(session ${id} was removed by retention: its receipt is gone)`);
+      expect(conflict.stderr.toString()).not.toContain('sbx receipt');
+    } finally {
+      await d.stop();
+    }
   });
 });
 
@@ -232,6 +265,32 @@ describe('progress on a terminal only', () => {
     expect(verified.output).toContain(`sbx: verify ${id.slice(0, 16)}: 3/3 objects`);
     const verifiedQuiet = await d.sbx(['verify', id, '--state-dir', d.stateDir]);
     expect([verifiedQuiet.status, verifiedQuiet.stderr.toString()]).toEqual([0, '']);
+  });
+
+  it('on a terminal of 40 columns every drawn line is cut to 39 and erased before the next: no wrapped rows are left behind', async () => {
+    const { d, paths } = await rig.daemon((dir) => {
+      const ws = join(dir, 'ws');
+      mkdirSync(ws);
+      for (const n of ['a', 'b', 'c']) writeFileSync(join(ws, n), `${n}\n`.repeat(1000));
+      return [ws];
+    });
+    const id = (await d.sbx(['checkpoint', '--workspace', paths[0]])).stdout.toString().trim();
+    for (const args of [['restore', id, join(d.dir, 'r40'), '--state-dir', d.stateDir], ['verify', id, '--state-dir', d.stateDir]]) {
+      const r = sbxOnTerminal(d.socketPath, args, 40);
+      expect(r.status).toBe(0);
+      // Replayed: before the first draw nothing; each drawn line ends where the next \r ESC[K erases it.
+      const pieces = r.output.split('\r\x1b[K');
+      expect(pieces.length).toBeGreaterThan(2);
+      expect(pieces[0]).toBe('');
+      for (const drawn of pieces.slice(1, -1)) {
+        expect(drawn).not.toMatch(/[\r\n]/);
+        expect(drawn.startsWith('sbx: ')).toBe(true);
+        expect(Array.from(drawn).length).toBeLessThanOrEqual(39);
+      }
+      // After the final clear only the result lines: no fragment of a progress line.
+      expect(pieces.at(-1)).not.toContain('sbx: ');
+      expect(pieces.at(-1)).toMatch(/^(restored checkpoint|OK)/);
+    }
   });
 });
 

@@ -1,6 +1,7 @@
 // sbx ps's table (cli/ps-format.ts) as a pure function: the STATUS sentences, escaping, and
 // how rows are cut to a terminal's width or, piped, COMMAND alone.
 import { describe, expect, it } from 'vitest';
+import { displayWidth } from '../../cli/escape.js';
 import { coarseDuration, commandText, escapeControls, preciseDuration, psTable, statusText, truncate } from '../../cli/ps-format.js';
 import type { SessionSummary } from '../../ipc/protocol.js';
 
@@ -78,5 +79,29 @@ describe('psTable', () => {
     }
     const at80 = psTable(sessions, { nowMs: NOW, terminalColumns: 80, noTrunc: false }).split('\n');
     expect(at80[0]).toMatch(/^SESSION +STATUS +DURATION +TASK +PID +KEY +COMMAND$/);
+  });
+
+  it('measures display columns, not code points: CJK and emoji (2 columns) stay aligned and within the width', () => {
+    const wide = [
+      row({ session_id: 's-1-aa', invocation_key: '鍵'.repeat(30), argv: ['echo', '漢字👍e\u0301'.repeat(10)] }),
+      row({ session_id: 's-2-bb', invocation_key: 'plain', argv: ['echo', 'abc'] }),
+    ];
+    for (const width of [100, 200]) {
+      const lines = psTable(wide, { nowMs: NOW, terminalColumns: width, noTrunc: false }).split('\n').filter(Boolean);
+      for (const l of lines) expect(displayWidth(l)).toBeLessThanOrEqual(width);
+      // COMMAND starts at the same column on every line.
+      const starts = lines.map((l, i) => displayWidth(l.slice(0, i === 0 ? l.indexOf('COMMAND') : l.indexOf('echo'))));
+      expect(new Set(starts).size).toBe(1);
+    }
+    expect(displayWidth('漢字👍e\u0301')).toBe(7);
+    expect(truncate('漢字漢字', 5)).toBe('漢字…');
+  });
+});
+
+describe('escapeControls', () => {
+  it('escapes C0, DEL, C1, the bidi controls and the line and paragraph separators; leaves other text as it is', () => {
+    expect(escapeControls('a\x1b[31mb\x7f\x85\x9b')).toBe('a\\x1b[31mb\\x7f\\x85\\x9b');
+    expect(escapeControls('x\u202ey\u2066z\u2069\u2028\u2029')).toBe('x\\u202ey\\u2066z\\u2069\\u2028\\u2029');
+    expect(escapeControls('漢字 é 👍')).toBe('漢字 é 👍');
   });
 });
