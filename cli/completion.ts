@@ -127,7 +127,7 @@ export function zshCompletion(program: Command): string {
     '  # The subcommand as words[1], as _arguments wants it.',
     '  (( ci > 1 )) && { shift $(( ci - 1 )) words; (( CURRENT -= ci - 1 )); }',
     '  case "$cmd" in',
-    `    "") _arguments ${optionArgs(top).join(' ')} '1:command:_describe command commands' ;;`,
+    `    "") _arguments ${optionArgs(top).join(' ')} '1:command: _describe command commands' ;;`,
     ...commands.map((c) => `    ${c.name}) _arguments ${optionArgs(c.options).join(' ')}${c.name === 'completion' ? " '1:shell:(bash zsh)'" : " '*:argument:_files'"} ;;`),
     '  esac',
     '}',

@@ -4,7 +4,8 @@
 // an ended session, a closed stdin, --public-key), one line per wait as soon as it starts,
 // progress on a terminal only, and bash completion.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionSummary } from '../../ipc/protocol.js';
@@ -323,5 +324,31 @@ describe('sbx completion', () => {
     expect(zsh.stdout).toContain("\n    'completion:print a shell completion script'\n");
     const fish = spawnSync(SBX_BIN, ['completion', 'fish'], { encoding: 'utf8' });
     expect([fish.status, fish.stdout, fish.stderr]).toEqual([125, '', 'sbx: INVALID_ARGUMENT: completion: no script for "fish" (bash or zsh)\n']);
+  });
+
+  it('zsh, on a terminal (zpty), completes `sbx c<Tab>` to the subcommands with their descriptions, no _describe errors', (ctx) => {
+    if (spawnSync('zsh', ['-fc', 'true']).error) return ctx.skip(); // zsh is not installed here (.ci/run installs it)
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-zsh-'));
+    try {
+      writeFileSync(join(dir, '_sbx'), spawnSync(SBX_BIN, ['completion', 'zsh'], { encoding: 'utf8' }).stdout);
+      // An interactive zsh on a pty: compinit with the script on $fpath, then "sbx c" and a Tab;
+      // everything it draws is read back until it has been quiet for a second.
+      const driver = [
+        'zmodload zsh/zpty',
+        "zpty -b z 'zsh -f -i'",
+        `zpty -w z 'PS1="> "; fpath=(${dir} $fpath); autoload -Uz compinit; compinit -u -d ${dir}/.zcompdump; sbx() { :; }'`,
+        "zpty -n -w z $'sbx c\\t'",
+        'all=""; quiet=0',
+        'while (( quiet < 10 )); do if zpty -r -t z chunk; then all+=$chunk; quiet=0; else sleep 0.1; (( quiet++ )); fi; done',
+        'print -r -- "$all"',
+        'zpty -d z',
+      ].join('\n');
+      const r = spawnSync('zsh', ['-fc', driver], { encoding: 'utf8', timeout: 30_000 });
+      const shown = r.stdout.replace(/\x1b\[[0-9;?]*[a-zA-Z]/g, '');
+      expect(shown).not.toMatch(/bad option|not enough arguments|no tags registered/);
+      for (const name of ['cancel', 'changes', 'checkpoint', 'checkpoints', 'close', 'completion']) expect(shown).toMatch(new RegExp(`\\b${name} +-- `));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
