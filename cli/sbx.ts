@@ -476,7 +476,8 @@ sub('kill')
       // No process reached: ended (docker kill: "is not running"), or between its leader and its receipt.
       return { answer, ended: answer.pids === 0 ? await c.receipt(sel) : null };
     });
-    if (g.json) printJson(r.answer);
+    // --json says so too: a script reading stdout alone sees that nothing was signalled, and why.
+    if (g.json) printJson(r.ended?.state === 'ended' ? { ...r.answer, ended: true, outcome: r.ended.receipt?.outcome ?? null } : r.answer);
     if (r.ended?.state === 'ended') fail(`session ${r.answer.session_id} was not signalled: ${endedAs(r.ended.receipt)}; nothing of it runs`, ENDED_ALREADY);
   });
 

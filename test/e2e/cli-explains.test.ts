@@ -110,6 +110,9 @@ describe('sbx ps', () => {
     const cancel = await d.sbx(['cancel', '--key', 'term']);
     const termEnded = (await (await d.client()).receipt({ session_id: ids.term })).receipt!.ended_at;
     expect([cancel.status, cancel.stderr.toString()]).toEqual([1, `sbx: session ${ids.term} was not cancelled: it ended (killed by SIGTERM at ${termEnded}); nothing of it runs\n`]);
+    const killJson = await d.sbx(['kill', ids.esc, '--json']);
+    expect(killJson.status).toBe(1);
+    expect(JSON.parse(killJson.stdout.toString())).toEqual({ session_id: ids.esc, signal: 'SIGKILL', pids: 0, ended: true, outcome: 'exited' });
     const live = await d.sbx(['kill', '--signal', 'SIGTERM', ids.running]);
     expect([live.status, live.stderr.toString()]).toEqual([0, '']);
   });
