@@ -4,9 +4,10 @@
 // terminal width are arguments), so it is tested without a daemon. Widths are display columns
 // (cli/escape.ts: CJK and emoji 2, combining marks 0). Every cell is shown with
 // its control characters escaped (a newline or an ANSI escape in an argv never reaches the
-// terminal as itself). Truncation: on a terminal the rows are fitted to its width (COMMAND
-// first, then KEY, TASK, USER, each to a floor; then MEM PEAK, CPU, LIVE, USER, STARTED, PID
-// are left out, in that order; a line still too wide is cut); not on a terminal COMMAND alone is cut at
+// terminal as itself). Truncation: on a terminal the rows are fitted to its width (MEM PEAK,
+// CPU, LIVE, USER, STARTED, PID, DURATION, TASK, KEY left out while the rest at their floors
+// would not fit; then KEY, TASK, USER, COMMAND cut, each to a floor, only by what is still
+// over; a line still too wide is cut); not on a terminal COMMAND alone is cut at
 // PIPE_COMMAND_COLUMNS, as docker cuts COMMAND whether or not stdout is a terminal;
 // `--no-trunc` cuts nothing. The --json output is the supervisor's summaries, not this.
 import type { SessionSummary } from '../ipc/protocol.js';
@@ -106,10 +107,13 @@ export function statusText(s: SessionSummary, nowMs: number): string {
 const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(bytes < 10 * 2 ** 20 ? 1 : 0)} MiB`;
 
 const HEADER = ['SESSION', 'STATUS', 'STARTED', 'DURATION', 'USER', 'TASK', 'PID', 'LIVE', 'CPU', 'MEM PEAK', 'KEY', 'COMMAND'] as const;
-/** Columns cut on a terminal to fit its width, in this order, each down to its floor (characters). */
-const SHRINK: [column: (typeof HEADER)[number], floor: number][] = [['COMMAND', 12], ['KEY', 12], ['TASK', 8], ['USER', 8]];
-/** Then columns left out, in this order, until the rows fit (`sbx ps --json` has them all). */
-const DROP: (typeof HEADER)[number][] = ['MEM PEAK', 'CPU', 'LIVE', 'USER', 'STARTED', 'PID'];
+/** Then columns cut on a terminal to fit its width, in this order, each down to its floor (display columns); COMMAND last. */
+const SHRINK: [column: (typeof HEADER)[number], floor: number][] = [['KEY', 12], ['TASK', 8], ['USER', 8], ['COMMAND', 12]];
+/**
+ * Columns left out first, in this order, while the rest at their floors would not fit (`sbx ps
+ * --json` has them all); SESSION, STATUS and COMMAND stay: which session, how it is, what it runs.
+ */
+const DROP: (typeof HEADER)[number][] = ['MEM PEAK', 'CPU', 'LIVE', 'USER', 'STARTED', 'PID', 'DURATION', 'TASK', 'KEY'];
 
 export interface PsTableOptions {
   /** ms since the epoch (Date.now()). */
@@ -151,15 +155,19 @@ export function psTable(sessions: SessionSummary[], o: PsTableOptions): string {
     else {
       const width = o.terminalColumns;
       const total = () => widths.reduce((sum, w, i) => (shown[i] ? sum + w + 2 : sum), -2);
+      // Columns go first while even the cut ones at their floors would not fit; then the cut
+      // ones give up only what is still over, so COMMAND keeps what the dropped ones freed.
+      const floorOf = (i: number) => SHRINK.find(([name]) => col(name) === i)?.[1] ?? widths[i];
+      const leastTotal = () => widths.reduce((sum, w, i) => (shown[i] ? sum + Math.min(w, floorOf(i)) + 2 : sum), -2);
+      for (const name of DROP) {
+        if (leastTotal() <= width) break;
+        shown[col(name)] = false;
+      }
       for (const [name, floor] of SHRINK) {
         const i = col(name);
         const over = total() - width;
         if (over <= 0) break;
         widths[i] = Math.max(Math.min(widths[i], floor), widths[i] - over);
-      }
-      for (const name of DROP) {
-        if (total() <= width) break;
-        shown[col(name)] = false;
       }
     }
   }

@@ -81,6 +81,27 @@ describe('psTable', () => {
     expect(at80[0]).toMatch(/^SESSION +STATUS +DURATION +TASK +PID +KEY +COMMAND$/);
   });
 
+  it('at 80 columns the columns left out free room for COMMAND: it keeps at least its floor, the session id is whole, the width is used', () => {
+    const many = [
+      row({ session_id: 's-0mx5f0jwx-a9309f3b93d6', argv: ['sh', '-c', 'sleep 600; echo done'], invocation_key: 'auto-18d875c2f1e04a9b7c3d2e1f' }),
+      row({ session_id: 's-0mx5f0k1i-507288431972', argv: ['make', '-j2', 'test'], invocation_key: 'build-7', user: 'builder', task: 'ci-1234' }),
+    ];
+    for (const width of [80, 100]) {
+      const lines = psTable(many, { nowMs: NOW, terminalColumns: width, noTrunc: false }).split('\n').filter(Boolean);
+      const at = lines[0].indexOf('COMMAND');
+      expect(at).toBeGreaterThan(0);
+      for (const l of lines.slice(1)) {
+        expect(displayWidth(l)).toBeLessThanOrEqual(width);
+        expect(l).toMatch(/^s-0mx5f0\w{3}-\w{12}  /);
+        // The COMMAND cell: its floor (12) of the argv at least, unless the whole argv is shorter.
+        expect(l.slice(at).replace(/…$/, '').length).toBeGreaterThanOrEqual(12);
+      }
+      // Nothing wasted: the longest row reaches the width, or every cell is whole.
+      const full = lines.some((l) => displayWidth(l) >= width - 1) || !lines.some((l) => l.endsWith('…'));
+      expect(full).toBe(true);
+    }
+  });
+
   it('measures display columns, not code points: CJK and emoji (2 columns) stay aligned and within the width', () => {
     const wide = [
       row({ session_id: 's-1-aa', invocation_key: '鍵'.repeat(30), argv: ['echo', '漢字👍e\u0301'.repeat(10)] }),
