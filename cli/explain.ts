@@ -45,7 +45,11 @@ function describeRaw(err: unknown): string {
   if (isSupervisorError(err)) return `${err.code}: ${err.message}`;
   const e = err as NodeJS.ErrnoException;
   const at = socketInUse ?? (e as { address?: string }).address ?? null;
-  if (e.code === 'ENOENT' || e.code === 'ECONNREFUSED' || e.code === 'EACCES' || e.code === 'ENOTSOCK') {
+  if (e.code === 'ENOTSOCK') {
+    const found = (e as { found?: string }).found ?? 'something';
+    return `cannot reach the supervisor${at ? ` at ${at}` : ''} (ENOTSOCK: ${found} is there, not a socket); --socket or SBX_SOCKET name the supervisor's socket (its log and sbx status show it)`;
+  }
+  if (e.code === 'ENOENT' || e.code === 'ECONNREFUSED' || e.code === 'EACCES') {
     return `cannot reach the supervisor${at ? ` at ${at}` : ''} (${e.code}: ${CONNECT_ERRNO[e.code]}); is it running? sbx status checks (start it with npm start or the systemd unit; --socket or SBX_SOCKET name another)`;
   }
   if (e.code === 'ECONNRESET' || e.code === 'EPIPE') {

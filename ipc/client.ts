@@ -1,6 +1,7 @@
 // The client library: one connection to the supervisor's Unix socket, the hello, requests
 // with ids, and output subscriptions whose events are routed to handlers. Used by sbx and by
 // harnesses. Owns no process and no session: closing it never touches a command.
+import { statSync } from 'node:fs';
 import { connect as netConnect, type Socket } from 'node:net';
 import { SupervisorError } from './errors.js';
 import { encodeFrame, FrameDecoder } from './framing.js';
@@ -48,6 +49,25 @@ interface Pending {
   reject(err: Error): void;
 }
 
+
+/**
+ * connect(2) to a path that is there but no socket (a regular file, a directory) fails
+ * ECONNREFUSED, as for a socket nobody listens on, which a client would wait for: it is
+ * ENOTSOCK here (never retried), naming what is there. null when the path is a socket, or gone.
+ */
+function notASocket(err: NodeJS.ErrnoException, socketPath: string): NodeJS.ErrnoException | null {
+  if (err.code !== 'ECONNREFUSED') return null;
+  let kind: string;
+  try {
+    const st = statSync(socketPath);
+    if (st.isSocket()) return null;
+    kind = st.isDirectory() ? 'a directory' : st.isFile() ? 'a regular file' : 'something else';
+  } catch {
+    return null;
+  }
+  return Object.assign(new Error(`connect ENOTSOCK ${socketPath}: ${kind}, not a socket`), { code: 'ENOTSOCK', errno: -88, syscall: 'connect', address: socketPath, found: kind });
+}
+
 /** A connection to the supervisor; every method rejects with SupervisorError or a socket Error. */
 export class SupervisorClient {
   private nextId = 1;
@@ -73,7 +93,7 @@ export class SupervisorClient {
         s.off('error', reject);
         resolve(s);
       });
-      s.once('error', reject);
+      s.once('error', (err: NodeJS.ErrnoException) => reject(notASocket(err, socketPath) ?? err));
     });
     const client = new SupervisorClient(socket);
     client.hello = await client.request('hello', {

@@ -170,6 +170,14 @@ describe('sbx ps', () => {
     expect(spawnSync('python3', ['-c', `import socket; socket.socket(socket.AF_UNIX).bind(${JSON.stringify(stale)})`]).status).toBe(0);
     const refused = await d.sbx(['status', '--socket', stale]);
     expect([refused.status, refused.stderr.toString()]).toEqual([125, `sbx: cannot reach the supervisor at ${stale} (ECONNREFUSED: nothing listens there); is it running? sbx status checks (start it with npm start or the systemd unit; --socket or SBX_SOCKET name another)\n`]);
+    // Something there that is no socket (connect(2) says ECONNREFUSED for it too): named, and
+    // sbx run does not wait 60 s for it to answer.
+    const file = join(d.dir, 'file.sock');
+    writeFileSync(file, '');
+    const run = await d.sbx(['run', '--socket', file, '--', 'true']);
+    expect([run.status, run.stderr.toString()]).toEqual([125, `sbx: cannot reach the supervisor at ${file} (ENOTSOCK: a regular file is there, not a socket); --socket or SBX_SOCKET name the supervisor's socket (its log and sbx status show it)\n`]);
+    const dir = await d.sbx(['ps', '--socket', d.dir]);
+    expect([dir.status, dir.stderr.toString()]).toEqual([125, `sbx: cannot reach the supervisor at ${d.dir} (ENOTSOCK: a directory is there, not a socket); --socket or SBX_SOCKET name the supervisor's socket (its log and sbx status show it)\n`]);
   });
 });
 
