@@ -46,8 +46,9 @@ export function truncate(text: string, width: number): string {
   return truncateToWidth(text, Math.max(0, width), ELLIPSIS);
 }
 
-/** An age or a wait, coarse as docker's: "450 ms", "12 s", "2 min", "5 h", "3 days". */
+/** An age or a wait, coarse as docker's: "450 ms", "12 s", "2 min", "5 h", "3 days"; "?" for no number (a bad timestamp). */
 export function coarseDuration(ms: number): string {
+  if (!Number.isFinite(ms)) return '?';
   const s = Math.max(0, ms) / 1000;
   if (s < 1) return `${Math.max(0, Math.round(ms))} ms`;
   if (s < 60) return `${Math.floor(s)} s`;
@@ -58,12 +59,19 @@ export function coarseDuration(ms: number): string {
 
 /** A run time, to the unit below the largest: "1.2 s", "12 s", "2 min 5 s", "1 h 3 min", "2 d 3 h". */
 export function preciseDuration(ms: number): string {
+  if (!Number.isFinite(ms)) return '?';
   const s = Math.max(0, ms) / 1000;
-  if (s < 10) return `${s.toFixed(1)} s`;
+  if (s < 10) return s.toFixed(1) === '10.0' ? '10 s' : `${s.toFixed(1)} s`; // 9.96 s is "10 s", not "10.0 s"
   if (s < 60) return `${Math.floor(s)} s`;
   if (s < 3600) return `${Math.floor(s / 60)} min ${Math.floor(s % 60)} s`;
   if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
   return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+}
+
+/** The STARTED cell: "2 min ago"; a start ahead of this clock (skew between hosts or a clock set back) says so. */
+function startedText(agoMs: number): string {
+  if (agoMs < -1000) return `in ${coarseDuration(-agoMs)} (clock skew?)`;
+  return `${coarseDuration(agoMs)} ago`;
 }
 
 /** The STATUS cell of one session at nowMs (ms since the epoch). */
@@ -79,6 +87,7 @@ export function statusText(s: SessionSummary, nowMs: number): string {
     case 'terminating':
       return 'terminating';
     case 'unknown':
+      // Not ended: no evidence of its end yet (why: a note under the table).
       return s.receipt_pending ? 'unknown: being ended' : 'unknown: owner lost';
     case 'ended':
       break;
@@ -98,7 +107,9 @@ export function statusText(s: SessionSummary, nowMs: number): string {
     case 'spawn_failed':
       return `spawn failed (${exit.code ?? '?'})${ago}`;
     case 'owner_lost':
-      return `unknown: owner lost${ago}`;
+      // Ended, its exit status not known: the supervisor that ran it stopped first (a note
+      // says so under the table). Not "unknown: …", which is a session not ended.
+      return `ended, status unknown (owner lost)${ago}`;
     default:
       return `ended${ago}`;
   }
@@ -129,13 +140,14 @@ export function psTable(sessions: SessionSummary[], o: PsTableOptions): string {
   const commandLimit = o.noTrunc ? undefined : o.terminalColumns !== null ? Math.max(o.terminalColumns, PIPE_COMMAND_COLUMNS) : PIPE_COMMAND_COLUMNS;
   const rows: string[][] = [[...HEADER]];
   for (const s of sessions) {
-    const startedIso = s.started_at ?? null;
+    // A command that never started (spawn failed) has no start and no run time.
+    const startedIso = s.outcome === 'spawn_failed' ? null : (s.started_at ?? null);
     const endMs = s.ended_at ? Date.parse(s.ended_at) : s.state === 'unknown' ? null : o.nowMs;
     const duration = startedIso && endMs !== null ? preciseDuration(endMs - Date.parse(startedIso)) : '-';
     rows.push([
       s.session_id,
       statusText(s, o.nowMs),
-      startedIso ? `${coarseDuration(o.nowMs - Date.parse(startedIso))} ago` : '-',
+      startedIso ? startedText(o.nowMs - Date.parse(startedIso)) : '-',
       duration,
       s.user === null || s.user === undefined ? '-' : s.user,
       s.task ?? '?',
@@ -190,6 +202,7 @@ export function unknownNotes(sessions: SessionSummary[]): string {
   let text = '';
   for (const s of sessions) {
     if (s.state === 'unknown') text += `\n${s.session_id} is unknown${s.receipt_pending ? ' (its receipt is on its way)' : ''}: ${escapeControls(s.reason ?? 'no evidence of its end yet')}\n`;
+    else if (s.state === 'ended' && s.outcome === 'owner_lost') text += `\n${s.session_id} ended with its owner lost: the supervisor that ran it stopped before it ended, so its exit status is unknown (sbx receipt ${s.session_id} has the evidence of its end)\n`;
   }
   return text;
 }

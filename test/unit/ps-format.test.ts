@@ -2,7 +2,7 @@
 // how rows are cut to a terminal's width or, piped, COMMAND alone.
 import { describe, expect, it } from 'vitest';
 import { displayWidth } from '../../cli/escape.js';
-import { coarseDuration, commandText, escapeControls, preciseDuration, psTable, statusText, truncate } from '../../cli/ps-format.js';
+import { coarseDuration, commandText, escapeControls, preciseDuration, psTable, statusText, truncate, unknownNotes } from '../../cli/ps-format.js';
 import type { SessionSummary } from '../../ipc/protocol.js';
 
 const NOW = Date.parse('2026-12-01T12:00:00.000Z');
@@ -38,11 +38,24 @@ describe('statusText', () => {
     expect(statusText(row({ outcome: 'cancelled', exit: { code: null, signal: 'SIGTERM' }, termination_cause: 'cancel' }), NOW)).toBe('cancelled (SIGTERM), 2 min ago');
     expect(statusText(row({ outcome: 'cancelled', exit: { code: null, signal: 'SIGTERM' }, termination_cause: 'shutdown' }), NOW)).toBe('cancelled by shutdown (SIGTERM), 2 min ago');
     expect(statusText(row({ outcome: 'spawn_failed', exit: { code: 127, signal: null } }), NOW)).toBe('spawn failed (127), 2 min ago');
-    expect(statusText(row({ outcome: 'owner_lost', exit: { code: null, signal: null } }), NOW)).toBe('unknown: owner lost, 2 min ago');
+    expect(statusText(row({ outcome: 'owner_lost', exit: { code: null, signal: null } }), NOW)).toBe('ended, status unknown (owner lost), 2 min ago');
     expect(statusText(row({ state: 'running', ended_at: null, outcome: null, exit: null, started_at: ago(12_400) }), NOW)).toBe('running 12 s');
     expect(statusText(row({ state: 'unknown', ended_at: null, outcome: null, exit: null }), NOW)).toBe('unknown: owner lost');
     expect(statusText(row({ state: 'unknown', ended_at: null, outcome: null, exit: null, receipt_pending: true }), NOW)).toBe('unknown: being ended');
     expect(statusText(row({ state: 'terminating', ended_at: null, outcome: null, exit: null }), NOW)).toBe('terminating');
+  });
+
+  it('a spawn failure has no start or run time; a start ahead of the clock says so; a bad timestamp is "?", never NaN; an ended owner-lost session has a note', () => {
+    const failed = psTable([row({ outcome: 'spawn_failed', exit: { code: 127, signal: null } })], { nowMs: NOW, terminalColumns: null, noTrunc: false }).split('\n')[1];
+    expect(failed).toMatch(/^s-1-aa +spawn failed \(127\), 2 min ago +- +- /);
+    const ahead = psTable([row({ started_at: new Date(NOW + 90_000).toISOString() })], { nowMs: NOW, terminalColumns: null, noTrunc: false }).split('\n')[1];
+    expect(ahead).toContain('in 1 min (clock skew?)');
+    const bad = psTable([row({ started_at: 'not a time', ended_at: 'nor this' })], { nowMs: NOW, terminalColumns: null, noTrunc: false });
+    expect(bad).not.toContain('NaN');
+    expect(bad.split('\n')[1]).toMatch(/^s-1-aa +exited 0, \? ago +\? ago +\? /);
+    expect(unknownNotes([row({ outcome: 'owner_lost', exit: { code: null, signal: null } })])).toBe('\ns-1-aa ended with its owner lost: the supervisor that ran it stopped before it ended, so its exit status is unknown (sbx receipt s-1-aa has the evidence of its end)\n');
+    expect(preciseDuration(9960)).toBe('10 s');
+    expect(preciseDuration(9940)).toBe('9.9 s');
   });
 
   it('durations: coarse for ages, one unit finer for run times', () => {
