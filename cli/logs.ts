@@ -234,6 +234,8 @@ class IndexFeed {
   next: number;
   /** No item will be added any more. */
   ended = false;
+  /** Ended as a snapshot of a live stream (no --follow): it knows its reads up to throughUs only. */
+  cut = false;
   /** Every read arrived at or before it is in the queue or was given (see ReadIndexResult.through_us); null: not known. */
   throughUs: number | null = null;
   private started = false;
@@ -290,9 +292,10 @@ class IndexFeed {
     this.more = r.more;
     this.throughUs = r.through_us;
     if (r.more) return;
-    if (r.final || !this.opts.follow) {
+    if (r.final) {
       // The index's end: bytes stored past it (an index cut short) are output too, never
       // dropped: after every indexed read, stamped with the latest time known to precede them.
+      // (Only once final: on a live stream next < cursor is also a read not yet wholly stored.)
       if (r.next < r.cursor) {
         const atUs = this.lastAtUs ?? this.opts.noRecordAtUs;
         if ((sinceUs === undefined || atUs >= sinceUs) && (untilUs === undefined || atUs <= untilUs)) {
@@ -300,6 +303,11 @@ class IndexFeed {
         }
       }
       this.ended = true;
+    } else if (!this.opts.follow) {
+      // A snapshot of a live stream: it ends at the last wholly stored indexed read (next);
+      // reads of it after through_us are not known, so the merge stops before them (writeLogs).
+      this.ended = true;
+      this.cut = true;
     } else if (untilUs !== undefined && r.through_us !== null && r.through_us >= untilUs) {
       this.ended = true; // every read up to --until is known
     }
@@ -387,6 +395,10 @@ export async function writeLogs(opts: LogsOptions, sink: PieceSink): Promise<voi
       }
       const feed = heads.reduce((a, b) => (before(b, a) ? b : a));
       const item = feed.queue[0]!;
+      // Without follow, a stream cut live (its snapshot given whole) may have reads after its
+      // through_us not known here: the output stops before any later read of the others, so
+      // it is a prefix of the merge a later sbx logs gives (every item after this is later).
+      if (feeds.some((f) => f !== feed && f.cut && f.queue.length === 0 && (f.throughUs === null || f.throughUs < item.orderUs))) break;
       const blockers = feeds.filter((f) => f !== feed && f.queue.length === 0 && !f.ended && (f.throughUs === null || f.throughUs < item.orderUs));
       if (blockers.length > 0) {
         await Promise.all(blockers.map((f) => f.refresh()));

@@ -5,7 +5,7 @@
 // errors. The producer writes stdout and stderr alternately, each write only after the test
 // saw the previous one stored and indexed (it waits on a fifo the test writes to), so the
 // arrival order is known, not hoped for.
-import { closeSync, constants, openSync, readFileSync, truncateSync, writeSync } from 'node:fs';
+import { closeSync, constants, openSync, readFileSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { execFileSync, spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -276,6 +276,62 @@ describe('sbx logs --follow', () => {
     // Raw follow of the ended session: the same bytes, at once.
     expect((await daemon.sbx(['logs', p.sessionId, '--stream', 'all', '--follow'])).stdout.equals(merged(STEPS))).toBe(true);
   });
+});
+
+describe('sbx logs without --follow on a live session', () => {
+  // 4 KiB chunk files: a read of the pipe (up to 64 KiB) is stored a chunk at a time, so
+  // while a stream is written it mostly has a read partly stored (next < cursor).
+  let live: TestDaemon;
+  beforeAll(async () => {
+    live = await new TestDaemon({ config: { drain: { postDeathDrainMs: 2000, chunkBytes: 4096 } } }).start();
+  });
+  afterAll(async () => {
+    expect(await live.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it('a snapshot ends at the last wholly stored read of each stream: nothing "indexed": false, each stream contiguous from 0, a prefix of the final merge', async () => {
+    const liveClient = await live.client();
+    const stop = join(live.dir, 'live-snapshots.stop');
+    const script = 'while [ ! -e "$0" ]; do head -c 65536 /dev/zero | tr "\\0" o & head -c 65536 /dev/zero | tr "\\0" e >&2; wait; sleep 0.02; done';
+    const run = await live.sbx(['run', '--detach', '--', 'sh', '-c', script, stop]);
+    expect(run.status).toBe(0);
+    const id = run.stdout.toString().trim();
+    /** A --json line without its data: stream, cursor, at, the data's length, and whether it was all the stream's byte. */
+    const parse = (b: Buffer) =>
+      b.toString().trimEnd().split('\n').filter(Boolean).map((l) => {
+        const x = JSON.parse(l) as { stream: 'stdout' | 'stderr'; cursor: number; at: string; data: string; indexed?: boolean };
+        const data = Buffer.from(x.data, 'base64');
+        return { stream: x.stream, cursor: x.cursor, at: x.at, length: data.length, indexed: x.indexed, right: data.every((c) => c === (x.stream === 'stdout' ? 0x6f : 0x65)) };
+      });
+    const snapshots: ReturnType<typeof parse>[] = [];
+    try {
+      await until(async () => (await liveClient.readIndex({ session_id: id, stream: 'stderr' })).cursor > 0, 'stderr written');
+      for (let i = 0; i < 8; i++) {
+        const r = await live.sbx(['logs', id, '--stream', 'all', '--json']);
+        expect(r.stderr.toString()).toBe('');
+        expect(r.status).toBe(0);
+        snapshots.push(parse(r.stdout));
+      }
+    } finally {
+      writeFileSync(stop, '');
+    }
+    expect((await live.sbx(['wait', id])).status).toBe(0);
+    const key = (x: { stream: string; cursor: number; at: string; length: number }) => `${x.stream} ${x.cursor} ${x.at} ${x.length}`;
+    const finalKeys = parse((await live.sbx(['logs', id, '--stream', 'all', '--json'])).stdout).map(key);
+    for (const [i, snap] of snapshots.entries()) {
+      expect(snap.filter((x) => x.indexed === false), `snapshot ${i}`).toEqual([]);
+      expect(snap.every((x) => x.right)).toBe(true);
+      for (const stream of ['stdout', 'stderr'] as const) {
+        let cursor = 0;
+        for (const x of snap.filter((y) => y.stream === stream)) {
+          expect(x.cursor, `snapshot ${i} ${stream}`).toBe(cursor);
+          cursor += x.length;
+        }
+      }
+      // In the ended session's merged order: a prefix of it, read for read.
+      expect(snap.map(key), `snapshot ${i}`).toEqual(finalKeys.slice(0, snap.length));
+    }
+  }, 240_000);
 });
 
 describe('sbx logs: pty and usage errors', () => {
