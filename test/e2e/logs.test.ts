@@ -278,6 +278,60 @@ describe('sbx logs --follow', () => {
   });
 });
 
+describe('sbx logs over a damaged index.bin', () => {
+  type Rec = { cursor: number; length: number; at_us: number };
+  const decode = (b: Buffer): Rec[] => Array.from({ length: b.length / 24 }, (_, i) => ({ length: b.readUInt32LE(i * 24 + 4), cursor: Number(b.readBigUInt64LE(i * 24 + 8)), at_us: Number(b.readBigUInt64LE(i * 24 + 16)) }));
+  const encode = (recs: Rec[]): Buffer => {
+    const b = Buffer.alloc(recs.length * 24);
+    recs.forEach((r, i) => {
+      b.writeUInt32LE(r.length, i * 24 + 4);
+      b.writeBigUInt64LE(BigInt(r.cursor), i * 24 + 8);
+      b.writeBigUInt64LE(BigInt(r.at_us), i * 24 + 16);
+    });
+    return b;
+  };
+  const damages: Record<string, (r: Rec[]) => Rec[]> = {
+    beyond: (r) => [...r, { cursor: r.at(-1)!.cursor + r.at(-1)!.length, length: 100, at_us: r.at(-1)!.at_us + 1 }],
+    backwards: (r) => [...r, { ...r[0]!, at_us: r.at(-1)!.at_us + 1 }],
+    overlap: (r) => [{ ...r[0]!, length: r[0]!.length + 2 }, ...r.slice(1)],
+    gap: (r) => [r[0]!, { ...r[1]!, cursor: r[1]!.cursor + 1, length: r[1]!.length - 1 }, ...r.slice(2)],
+    zero: (r) => [r[0]!, { ...r[1]!, length: 0 }, ...r.slice(1)],
+    huge: (r) => [...r.slice(0, -1), { ...r.at(-1)!, length: 2 ** 32 - 1 }],
+  };
+  for (const [kind, damage] of Object.entries(damages)) {
+    it(`${kind}: every stored byte once, exit 0; the damage logged once`, async () => {
+      const r = await daemon.sbx(['run', '--detach', '--', 'sh', '-c', 'printf "o1\\n"; sleep 0.2; printf "e1\\n" >&2; sleep 0.2; printf "o2\\n"; sleep 0.2; printf "o3\\n"']);
+      expect(r.status).toBe(0);
+      const id = r.stdout.toString().trim();
+      expect((await daemon.sbx(['wait', id])).status).toBe(0);
+      const indexPath = join(daemon.stateDir, 'sessions', id, 'stdout', 'index.bin');
+      const recs = decode(readFileSync(indexPath));
+      expect(recs.map((x) => x.length)).toEqual([3, 3, 3]);
+      writeFileSync(indexPath, encode(damage(recs)));
+      const stream = { stdout: 'o1\no2\no3\n', stderr: 'e1\n' };
+      const j = await daemon.sbx(['logs', id, '--stream', 'all', '--json']);
+      expect(j.stderr.toString()).toBe('');
+      expect(j.status).toBe(0);
+      const lines = j.stdout.toString().trimEnd().split('\n').map((l) => JSON.parse(l) as { stream: 'stdout' | 'stderr'; cursor: number; data: string });
+      for (const name of ['stdout', 'stderr'] as const) {
+        let cursor = 0;
+        for (const l of lines.filter((x) => x.stream === name)) {
+          expect(l.cursor, `${name} ${JSON.stringify(lines)}`).toBe(cursor);
+          cursor += Buffer.from(l.data, 'base64').length;
+        }
+        expect(Buffer.concat(lines.filter((x) => x.stream === name).map((l) => Buffer.from(l.data, 'base64'))).toString()).toBe(stream[name]);
+      }
+      for (const mode of [[], ['--timestamps'], ['--tail', '1']]) {
+        const o = await daemon.sbx(['logs', id, '--stream', 'all', ...mode]);
+        expect(o.stderr.toString(), mode.join(' ')).toBe('');
+        expect(o.status).toBe(0);
+        if (mode.length === 0) expect(o.stdout.toString()).toBe(Buffer.concat(lines.map((l) => Buffer.from(l.data, 'base64'))).toString());
+      }
+      expect(daemon.log().split('\n').filter((l) => l.includes(id) && l.includes('index.bin is damaged'))).toHaveLength(1);
+    });
+  }
+});
+
 describe('sbx logs without --follow on a live session', () => {
   // 4 KiB chunk files: a read of the pipe (up to 64 KiB) is stored a chunk at a time, so
   // while a stream is written it mostly has a read partly stored (next < cursor).
