@@ -11,6 +11,7 @@ import { readIndexFrom } from '../../../ipc/stream-files.js';
 import type { Session } from '../../session/session.js';
 import { arrivalNowUs } from '../../store/chunks.js';
 import type { Handler } from '../handler.js';
+import type { Connection } from '../connection.js';
 
 /** Records per answer when the request gives no limit. */
 export const READ_INDEX_DEFAULT_LIMIT = 4096;
@@ -35,7 +36,7 @@ export const readIndex: Handler<'read_index'> = async ({ supervisor, conn }, p) 
       supervisor.log.warn({ session_id: session.id, stream, ...bad }, 'read_index: index.bin is damaged; the index ends before the bad record (the bytes past it are served as unindexed)');
     });
     if (!p.follow || answer.records.length > 0 || answer.final || conn.closed) return answer;
-    await streamMoved(session, stream, conn.socket);
+    await streamMoved(session, stream, conn);
   }
 };
 
@@ -101,20 +102,22 @@ function indexPage(session: Session, stream: StreamName, from: number, limit: nu
   return { session_id: session.id, stream, from, records, next, more, cursor, final: final && !more, through_us: throughUs };
 }
 
-/** Resolves at the stream's next write or end, or when the connection closes. */
-function streamMoved(session: Session, stream: StreamName, socket: NodeJS.EventEmitter): Promise<void> {
+/**
+ * Resolves at the stream's next write or end, or when the connection closes; either way both
+ * listeners are gone by then (a poll leaves nothing behind on the session or the connection).
+ */
+function streamMoved(session: Session, stream: StreamName, conn: Pick<Connection, 'onClose'>): Promise<void> {
   return new Promise<void>((resolve) => {
-    const onOutput = (s: StreamName) => {
-      if (s !== stream) return;
+    let offClose = () => {};
+    const done = () => {
       session.off('output', onOutput);
-      socket.off('close', onClose);
+      offClose();
       resolve();
     };
-    const onClose = () => {
-      session.off('output', onOutput);
-      resolve();
+    const onOutput = (s: StreamName) => {
+      if (s === stream) done();
     };
     session.on('output', onOutput);
-    socket.once('close', onClose);
+    offClose = conn.onClose(done);
   });
 }
