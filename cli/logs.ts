@@ -20,11 +20,12 @@ export function formatArrivalUs(atUs: number): string {
 const GO_DURATION = /^(?:\d+(?:\.\d+)?(?:us|µs|ms|s|m|h))+$/;
 const DURATION_PART = /(\d+(?:\.\d+)?)(us|µs|ms|s|m|h)/g;
 const UNIT_US: Record<string, number> = { us: 1, µs: 1, ms: 1e3, s: 1e6, m: 60e6, h: 3600e6 };
-const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$/;
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?([Zz]|[+-]\d{2}:\d{2})$/;
 
 /**
  * A --since/--until value as µs since the epoch, as docker logs takes them: RFC 3339 (Z or
- * an offset; fractions to the µs), a Unix time in seconds (`1764583200.5`), or a duration
+ * an offset up to ±23:59; fractions to the µs: more than 6 digits are refused, any year
+ * 0000-9999 as written), a Unix time in seconds (`1764583200.5`), or a duration
  * ago with its unit (`10m`, `2h`, `1h30m`, `500ms`). Throws RangeError naming the input.
  */
 export function parseTimeUs(text: string, nowUs: number, flag: string): number {
@@ -34,16 +35,23 @@ export function parseTimeUs(text: string, nowUs: number, flag: string): number {
     for (const m of t.matchAll(DURATION_PART)) us += Number(m[1]) * UNIT_US[m[2]!]!;
     return nowUs - Math.round(us);
   }
-  if (/^\d+(?:\.\d{1,9})?$/.test(t)) {
+  if (/^\d+(?:\.\d{7,})$/.test(t) || /^\d{4}-.*\.\d{7,}/.test(t)) {
+    throw new RangeError(`${flag}: ${JSON.stringify(text)} has more than 6 fraction digits: times are to the microsecond (the index's unit), give at most 6`);
+  }
+  if (/^\d+(?:\.\d{1,6})?$/.test(t)) {
     const [s, frac = ''] = t.split('.');
     return Number(s) * 1e6 + Number(frac.padEnd(6, '0').slice(0, 6));
   }
   const m = RFC3339.exec(t);
   if (m) {
     const [, y, mo, d, h, mi, s, frac = '', zone] = m;
-    const ms = Date.UTC(Number(y), Number(mo) - 1, Number(d), Number(h), Number(mi), Number(s));
-    const check = new Date(ms);
-    if (check.getUTCDate() === Number(d) && check.getUTCMonth() === Number(mo) - 1 && Number(h) < 24 && Number(mi) < 60 && Number(s) < 60) {
+    // setUTCFullYear, not Date.UTC: that reads years 0-99 as 1900-1999.
+    const check = new Date(0);
+    check.setUTCFullYear(Number(y), Number(mo) - 1, Number(d));
+    check.setUTCHours(Number(h), Number(mi), Number(s), 0);
+    const ms = check.getTime();
+    const offsetOk = zone!.length === 1 || (Number(zone!.slice(1, 3)) < 24 && Number(zone!.slice(4, 6)) < 60);
+    if (check.getUTCFullYear() === Number(y) && check.getUTCDate() === Number(d) && check.getUTCMonth() === Number(mo) - 1 && Number(h) < 24 && Number(mi) < 60 && Number(s) < 60 && offsetOk) {
       const offsetMin = zone!.toUpperCase() === 'Z' ? 0 : (zone![0] === '-' ? -1 : 1) * (Number(zone!.slice(1, 3)) * 60 + Number(zone!.slice(4, 6)));
       return (ms - offsetMin * 60_000) * 1000 + Number(frac.padEnd(6, '0').slice(0, 6));
     }
