@@ -20,11 +20,12 @@ export function formatArrivalUs(atUs: number): string {
 const GO_DURATION = /^(?:\d+(?:\.\d+)?(?:us|µs|ms|s|m|h))+$/;
 const DURATION_PART = /(\d+(?:\.\d+)?)(us|µs|ms|s|m|h)/g;
 const UNIT_US: Record<string, number> = { us: 1, µs: 1, ms: 1e3, s: 1e6, m: 60e6, h: 3600e6 };
-const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$/;
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?([Zz]|[+-]\d{2}:\d{2})$/;
 
 /**
  * A --since/--until value as µs since the epoch, as docker logs takes them: RFC 3339 (Z or
- * an offset; fractions to the µs), a Unix time in seconds (`1764583200.5`), or a duration
+ * an offset up to ±23:59; fractions to the µs: more than 6 digits are refused, any year
+ * 0000-9999 as written), a Unix time in seconds (`1764583200.5`), or a duration
  * ago with its unit (`10m`, `2h`, `1h30m`, `500ms`). Throws RangeError naming the input.
  */
 export function parseTimeUs(text: string, nowUs: number, flag: string): number {
@@ -34,16 +35,23 @@ export function parseTimeUs(text: string, nowUs: number, flag: string): number {
     for (const m of t.matchAll(DURATION_PART)) us += Number(m[1]) * UNIT_US[m[2]!]!;
     return nowUs - Math.round(us);
   }
-  if (/^\d+(?:\.\d{1,9})?$/.test(t)) {
+  if (/^\d+(?:\.\d{7,})$/.test(t) || /^\d{4}-.*\.\d{7,}/.test(t)) {
+    throw new RangeError(`${flag}: ${JSON.stringify(text)} has more than 6 fraction digits: times are to the microsecond (the index's unit), give at most 6`);
+  }
+  if (/^\d+(?:\.\d{1,6})?$/.test(t)) {
     const [s, frac = ''] = t.split('.');
     return Number(s) * 1e6 + Number(frac.padEnd(6, '0').slice(0, 6));
   }
   const m = RFC3339.exec(t);
   if (m) {
     const [, y, mo, d, h, mi, s, frac = '', zone] = m;
-    const ms = Date.UTC(Number(y), Number(mo) - 1, Number(d), Number(h), Number(mi), Number(s));
-    const check = new Date(ms);
-    if (check.getUTCDate() === Number(d) && check.getUTCMonth() === Number(mo) - 1 && Number(h) < 24 && Number(mi) < 60 && Number(s) < 60) {
+    // setUTCFullYear, not Date.UTC: that reads years 0-99 as 1900-1999.
+    const check = new Date(0);
+    check.setUTCFullYear(Number(y), Number(mo) - 1, Number(d));
+    check.setUTCHours(Number(h), Number(mi), Number(s), 0);
+    const ms = check.getTime();
+    const offsetOk = zone!.length === 1 || (Number(zone!.slice(1, 3)) < 24 && Number(zone!.slice(4, 6)) < 60);
+    if (check.getUTCFullYear() === Number(y) && check.getUTCDate() === Number(d) && check.getUTCMonth() === Number(mo) - 1 && Number(h) < 24 && Number(mi) < 60 && Number(s) < 60 && offsetOk) {
       const offsetMin = zone!.toUpperCase() === 'Z' ? 0 : (zone![0] === '-' ? -1 : 1) * (Number(zone!.slice(1, 3)) * 60 + Number(zone!.slice(4, 6)));
       return (ms - offsetMin * 60_000) * 1000 + Number(frac.padEnd(6, '0').slice(0, 6));
     }
@@ -234,6 +242,8 @@ class IndexFeed {
   next: number;
   /** No item will be added any more. */
   ended = false;
+  /** Ended as a snapshot of a live stream (no --follow): it knows its reads up to throughUs only. */
+  cut = false;
   /** Every read arrived at or before it is in the queue or was given (see ReadIndexResult.through_us); null: not known. */
   throughUs: number | null = null;
   private started = false;
@@ -290,9 +300,10 @@ class IndexFeed {
     this.more = r.more;
     this.throughUs = r.through_us;
     if (r.more) return;
-    if (r.final || !this.opts.follow) {
+    if (r.final) {
       // The index's end: bytes stored past it (an index cut short) are output too, never
       // dropped: after every indexed read, stamped with the latest time known to precede them.
+      // (Only once final: on a live stream next < cursor is also a read not yet wholly stored.)
       if (r.next < r.cursor) {
         const atUs = this.lastAtUs ?? this.opts.noRecordAtUs;
         if ((sinceUs === undefined || atUs >= sinceUs) && (untilUs === undefined || atUs <= untilUs)) {
@@ -300,6 +311,11 @@ class IndexFeed {
         }
       }
       this.ended = true;
+    } else if (!this.opts.follow) {
+      // A snapshot of a live stream: it ends at the last wholly stored indexed read (next);
+      // reads of it after through_us are not known, so the merge stops before them (writeLogs).
+      this.ended = true;
+      this.cut = true;
     } else if (untilUs !== undefined && r.through_us !== null && r.through_us >= untilUs) {
       this.ended = true; // every read up to --until is known
     }
@@ -387,6 +403,10 @@ export async function writeLogs(opts: LogsOptions, sink: PieceSink): Promise<voi
       }
       const feed = heads.reduce((a, b) => (before(b, a) ? b : a));
       const item = feed.queue[0]!;
+      // Without follow, a stream cut live (its snapshot given whole) may have reads after its
+      // through_us not known here: the output stops before any later read of the others, so
+      // it is a prefix of the merge a later sbx logs gives (every item after this is later).
+      if (feeds.some((f) => f !== feed && f.cut && f.queue.length === 0 && (f.throughUs === null || f.throughUs < item.orderUs))) break;
       const blockers = feeds.filter((f) => f !== feed && f.queue.length === 0 && !f.ended && (f.throughUs === null || f.throughUs < item.orderUs));
       if (blockers.length > 0) {
         await Promise.all(blockers.map((f) => f.refresh()));

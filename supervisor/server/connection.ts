@@ -39,6 +39,8 @@ export class Connection {
   /** Requests received and not yet finished (subscriptions until their end event). */
   inFlight = 0;
   private readonly drainWaiters: (() => void)[] = [];
+  /** Called once when the socket closes (see onClose): one socket listener for all of them. */
+  private readonly closeWaiters = new Set<() => void>();
   /** Bytes this connection adds to limits.pending.heldBytes (its decoder's incomplete frame). */
   private countedBytes = 0;
   private frameTimer: NodeJS.Timeout | null = null;
@@ -54,8 +56,29 @@ export class Connection {
       this.closed = true;
       this.dropFrame();
       this.wake();
+      for (const fn of [...this.closeWaiters]) fn();
+      this.closeWaiters.clear();
     });
     socket.on('error', () => {});
+  }
+
+  /**
+   * Calls fn once when the socket closes (at once if it has); returns what unregisters it. A
+   * request waiting on the close (a follow long poll) registers here, not on the socket: up
+   * to ipc.maxInFlight of them at once would pass the socket's listener warning (10).
+   */
+  onClose(fn: () => void): () => void {
+    if (this.closed) {
+      fn();
+      return () => {};
+    }
+    this.closeWaiters.add(fn);
+    return () => void this.closeWaiters.delete(fn);
+  }
+
+  /** Callbacks registered with onClose and not yet called or removed (for tests). */
+  get closeWaiterCount(): number {
+    return this.closeWaiters.size;
   }
 
   /**

@@ -5,7 +5,7 @@
 // errors. The producer writes stdout and stderr alternately, each write only after the test
 // saw the previous one stored and indexed (it waits on a fifo the test writes to), so the
 // arrival order is known, not hoped for.
-import { closeSync, constants, openSync, readFileSync, truncateSync, writeSync } from 'node:fs';
+import { closeSync, constants, openSync, readFileSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { execFileSync, spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -276,6 +276,116 @@ describe('sbx logs --follow', () => {
     // Raw follow of the ended session: the same bytes, at once.
     expect((await daemon.sbx(['logs', p.sessionId, '--stream', 'all', '--follow'])).stdout.equals(merged(STEPS))).toBe(true);
   });
+});
+
+describe('sbx logs over a damaged index.bin', () => {
+  type Rec = { cursor: number; length: number; at_us: number };
+  const decode = (b: Buffer): Rec[] => Array.from({ length: b.length / 24 }, (_, i) => ({ length: b.readUInt32LE(i * 24 + 4), cursor: Number(b.readBigUInt64LE(i * 24 + 8)), at_us: Number(b.readBigUInt64LE(i * 24 + 16)) }));
+  const encode = (recs: Rec[]): Buffer => {
+    const b = Buffer.alloc(recs.length * 24);
+    recs.forEach((r, i) => {
+      b.writeUInt32LE(r.length, i * 24 + 4);
+      b.writeBigUInt64LE(BigInt(r.cursor), i * 24 + 8);
+      b.writeBigUInt64LE(BigInt(r.at_us), i * 24 + 16);
+    });
+    return b;
+  };
+  const damages: Record<string, (r: Rec[]) => Rec[]> = {
+    beyond: (r) => [...r, { cursor: r.at(-1)!.cursor + r.at(-1)!.length, length: 100, at_us: r.at(-1)!.at_us + 1 }],
+    backwards: (r) => [...r, { ...r[0]!, at_us: r.at(-1)!.at_us + 1 }],
+    overlap: (r) => [{ ...r[0]!, length: r[0]!.length + 2 }, ...r.slice(1)],
+    gap: (r) => [r[0]!, { ...r[1]!, cursor: r[1]!.cursor + 1, length: r[1]!.length - 1 }, ...r.slice(2)],
+    zero: (r) => [r[0]!, { ...r[1]!, length: 0 }, ...r.slice(1)],
+    huge: (r) => [...r.slice(0, -1), { ...r.at(-1)!, length: 2 ** 32 - 1 }],
+  };
+  for (const [kind, damage] of Object.entries(damages)) {
+    it(`${kind}: every stored byte once, exit 0; the damage logged once`, async () => {
+      const r = await daemon.sbx(['run', '--detach', '--', 'sh', '-c', 'printf "o1\\n"; sleep 0.2; printf "e1\\n" >&2; sleep 0.2; printf "o2\\n"; sleep 0.2; printf "o3\\n"']);
+      expect(r.status).toBe(0);
+      const id = r.stdout.toString().trim();
+      expect((await daemon.sbx(['wait', id])).status).toBe(0);
+      const indexPath = join(daemon.stateDir, 'sessions', id, 'stdout', 'index.bin');
+      const recs = decode(readFileSync(indexPath));
+      expect(recs.map((x) => x.length)).toEqual([3, 3, 3]);
+      writeFileSync(indexPath, encode(damage(recs)));
+      const stream = { stdout: 'o1\no2\no3\n', stderr: 'e1\n' };
+      const j = await daemon.sbx(['logs', id, '--stream', 'all', '--json']);
+      expect(j.stderr.toString()).toBe('');
+      expect(j.status).toBe(0);
+      const lines = j.stdout.toString().trimEnd().split('\n').map((l) => JSON.parse(l) as { stream: 'stdout' | 'stderr'; cursor: number; data: string });
+      for (const name of ['stdout', 'stderr'] as const) {
+        let cursor = 0;
+        for (const l of lines.filter((x) => x.stream === name)) {
+          expect(l.cursor, `${name} ${JSON.stringify(lines)}`).toBe(cursor);
+          cursor += Buffer.from(l.data, 'base64').length;
+        }
+        expect(Buffer.concat(lines.filter((x) => x.stream === name).map((l) => Buffer.from(l.data, 'base64'))).toString()).toBe(stream[name]);
+      }
+      for (const mode of [[], ['--timestamps'], ['--tail', '1']]) {
+        const o = await daemon.sbx(['logs', id, '--stream', 'all', ...mode]);
+        expect(o.stderr.toString(), mode.join(' ')).toBe('');
+        expect(o.status).toBe(0);
+        if (mode.length === 0) expect(o.stdout.toString()).toBe(Buffer.concat(lines.map((l) => Buffer.from(l.data, 'base64'))).toString());
+      }
+      expect(daemon.log().split('\n').filter((l) => l.includes(id) && l.includes('index.bin is damaged'))).toHaveLength(1);
+    });
+  }
+});
+
+describe('sbx logs without --follow on a live session', () => {
+  // 4 KiB chunk files: a read of the pipe (up to 64 KiB) is stored a chunk at a time, so
+  // while a stream is written it mostly has a read partly stored (next < cursor).
+  let live: TestDaemon;
+  beforeAll(async () => {
+    live = await new TestDaemon({ config: { drain: { postDeathDrainMs: 2000, chunkBytes: 4096 } } }).start();
+  });
+  afterAll(async () => {
+    expect(await live.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it('a snapshot ends at the last wholly stored read of each stream: nothing "indexed": false, each stream contiguous from 0, a prefix of the final merge', async () => {
+    const liveClient = await live.client();
+    const stop = join(live.dir, 'live-snapshots.stop');
+    const script = 'while [ ! -e "$0" ]; do head -c 65536 /dev/zero | tr "\\0" o & head -c 65536 /dev/zero | tr "\\0" e >&2; wait; sleep 0.02; done';
+    const run = await live.sbx(['run', '--detach', '--', 'sh', '-c', script, stop]);
+    expect(run.status).toBe(0);
+    const id = run.stdout.toString().trim();
+    /** A --json line without its data: stream, cursor, at, the data's length, and whether it was all the stream's byte. */
+    const parse = (b: Buffer) =>
+      b.toString().trimEnd().split('\n').filter(Boolean).map((l) => {
+        const x = JSON.parse(l) as { stream: 'stdout' | 'stderr'; cursor: number; at: string; data: string; indexed?: boolean };
+        const data = Buffer.from(x.data, 'base64');
+        return { stream: x.stream, cursor: x.cursor, at: x.at, length: data.length, indexed: x.indexed, right: data.every((c) => c === (x.stream === 'stdout' ? 0x6f : 0x65)) };
+      });
+    const snapshots: ReturnType<typeof parse>[] = [];
+    try {
+      await until(async () => (await liveClient.readIndex({ session_id: id, stream: 'stderr' })).cursor > 0, 'stderr written');
+      for (let i = 0; i < 8; i++) {
+        const r = await live.sbx(['logs', id, '--stream', 'all', '--json']);
+        expect(r.stderr.toString()).toBe('');
+        expect(r.status).toBe(0);
+        snapshots.push(parse(r.stdout));
+      }
+    } finally {
+      writeFileSync(stop, '');
+    }
+    expect((await live.sbx(['wait', id])).status).toBe(0);
+    const key = (x: { stream: string; cursor: number; at: string; length: number }) => `${x.stream} ${x.cursor} ${x.at} ${x.length}`;
+    const finalKeys = parse((await live.sbx(['logs', id, '--stream', 'all', '--json'])).stdout).map(key);
+    for (const [i, snap] of snapshots.entries()) {
+      expect(snap.filter((x) => x.indexed === false), `snapshot ${i}`).toEqual([]);
+      expect(snap.every((x) => x.right)).toBe(true);
+      for (const stream of ['stdout', 'stderr'] as const) {
+        let cursor = 0;
+        for (const x of snap.filter((y) => y.stream === stream)) {
+          expect(x.cursor, `snapshot ${i} ${stream}`).toBe(cursor);
+          cursor += x.length;
+        }
+      }
+      // In the ended session's merged order: a prefix of it, read for read.
+      expect(snap.map(key), `snapshot ${i}`).toEqual(finalKeys.slice(0, snap.length));
+    }
+  }, 240_000);
 });
 
 describe('sbx logs: pty and usage errors', () => {

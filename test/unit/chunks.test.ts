@@ -2,7 +2,20 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
+
+/** fs.write's callback held back this long (0: as is): a chunk write still running when the index timer fires. */
+const slowWrite = vi.hoisted(() => ({ ms: 0 }));
+vi.mock('node:fs', async (importOriginal) => {
+  const fs = await importOriginal<typeof import('node:fs')>();
+  const write = (...args: unknown[]) => {
+    const cb = args[args.length - 1] as (...r: unknown[]) => void;
+    const ms = slowWrite.ms;
+    if (!ms) return (fs.write as (...a: unknown[]) => void)(...args);
+    (fs.write as (...a: unknown[]) => void)(...args.slice(0, -1), (...r: unknown[]) => setTimeout(() => cb(...r), ms));
+  };
+  return { ...fs, default: { ...fs, write }, write };
+});
 import { StreamLog } from '../../supervisor/store/chunks.js';
 import { HashPool } from '../../supervisor/store/hasher.js';
 import { writeBuffers } from '../../supervisor/store/write-buffers.js';
@@ -150,3 +163,30 @@ async function until(ok: () => boolean, what: string, ms = 5000): Promise<void> 
     await new Promise((r) => setTimeout(r, 10));
   }
 }
+
+describe('StreamLog index timer', () => {
+  it('a record whose bytes were still being written when the timer fired reaches index.bin within 100 ms of the write', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-chunks-'));
+    dirs.push(dir);
+    const log = new StreamLog(dir, 'stdout', 1 << 20, hashPool);
+    const index = () => readFileSync(join(dir, 'stdout', 'index.bin')).length / 24;
+    slowWrite.ms = 250;
+    try {
+      log.append(Buffer.alloc(1000, 1), 1_700_000_000_000_000); // its write returns after 250 ms
+      await new Promise((r) => setTimeout(r, 150)); // the timer (100 ms) fired with the bytes unwritten
+      expect(log.cursor).toBe(0);
+      expect(index()).toBe(0);
+      const t0 = performance.now();
+      while (log.cursor === 0) await new Promise((r) => setTimeout(r, 2));
+      const wroteAt = performance.now();
+      expect(wroteAt - t0).toBeLessThan(200);
+      while (index() === 0 && performance.now() - wroteAt < 1000) await new Promise((r) => setTimeout(r, 2));
+      expect(index()).toBe(1);
+      expect(performance.now() - wroteAt).toBeLessThan(100 + 50);
+    } finally {
+      slowWrite.ms = 0;
+    }
+    await log.finalize();
+    expect(index()).toBe(1);
+  });
+});

@@ -21,7 +21,17 @@ describe('times', () => {
     expect(formatArrivalUs(NOW_US)).toBe('2026-12-01T10:00:00.123456Z');
     expect(formatArrivalUs(NOW_US - 123_456 + 7)).toBe('2026-12-01T10:00:00.000007Z');
     expect(parseTimeUs('2026-12-01T10:00:00.123456Z', 0, '--since')).toBe(NOW_US);
-    expect(parseTimeUs('2026-12-01T11:00:00.123456789+01:00', 0, '--since')).toBe(NOW_US);
+    expect(parseTimeUs('2026-12-01T11:00:00.123456+01:00', 0, '--since')).toBe(NOW_US);
+    expect(parseTimeUs('2026-12-01T10:00:00.123456-23:59', 0, '--since')).toBe(NOW_US + (23 * 60 + 59) * 60e6);
+    // Years before 1000 as written (Date.UTC would read 0099 as 1999).
+    const y99 = new Date(0);
+    y99.setUTCFullYear(99, 2, 1);
+    expect(parseTimeUs('0099-03-01T00:00:00Z', 0, '--since')).toBe(y99.getTime() * 1000);
+    expect(parseTimeUs('0000-01-01T00:00:00Z', 0, '--since')).toBe(-62167219200e6);
+    // More than 6 fraction digits: refused, not rounded or cut (times are to the µs).
+    for (const nano of ['2026-12-01T10:00:00.1234567Z', '2026-12-01T11:00:00.123456789+01:00', '1764583200.1234567']) {
+      expect(() => parseTimeUs(nano, NOW_US, '--since'), nano).toThrow(/^--since: .* more than 6 fraction digits/);
+    }
     expect(parseTimeUs('2026-12-01T10:00:00Z', 0, '--since')).toBe(NOW_US - 123_456);
     expect(parseTimeUs(`${Math.floor(NOW_US / 1e6)}.123456`, 0, '--since')).toBe(NOW_US);
     expect(parseTimeUs('10m', NOW_US, '--since')).toBe(NOW_US - 600e6);
@@ -29,7 +39,7 @@ describe('times', () => {
     expect(parseTimeUs('500ms', NOW_US, '--since')).toBe(NOW_US - 500e3);
     // (a bare number is a Unix time, as docker takes it: `10` is 1970-01-01T00:00:10Z)
     expect(parseTimeUs('10', NOW_US, '--until')).toBe(10e6);
-    for (const bad of ['garbage', '', '-1', '10x', '2026-02-30T00:00:00Z', '2026-12-01T24:00:00Z', '2026-12-01 10:00:00']) {
+    for (const bad of ['garbage', '', '-1', '10x', '2026-02-30T00:00:00Z', '2026-12-01T24:00:00Z', '2026-12-01 10:00:00', '2026-12-01T10:00:00+25:99', '2026-12-01T10:00:00+24:00', '2026-12-01T10:00:00-01:60', '0099-02-29T00:00:00Z']) {
       expect(() => parseTimeUs(bad, NOW_US, '--until'), bad).toThrow(/^--until: not a time/);
     }
   });
