@@ -220,6 +220,8 @@ export interface LogsOptions {
   untilUs?: number;
   /** Time for bytes of a stream that has no index record at all (the session's admission), µs. */
   noRecordAtUs: number;
+  /** Told the errno of each failed reconnect, after the supervisor went away (sbx prints one line). */
+  onReconnecting?: (code: string) => void;
 }
 
 /** One item of a stream's queue: a read (from the index), or the bytes past the index's end. */
@@ -340,7 +342,7 @@ class ByteSource {
   async take(cursor: number, length: number): Promise<Buffer> {
     if (!this.iter) {
       this.pos = cursor;
-      this.iter = readOutput({ socketPath: this.opts.socketPath, clientName: 'sbx', selector: this.opts.selector, stream: this.stream, from: cursor, follow: true });
+      this.iter = readOutput({ socketPath: this.opts.socketPath, clientName: 'sbx', selector: this.opts.selector, stream: this.stream, from: cursor, follow: true, onReconnecting: this.opts.onReconnecting });
     }
     if (cursor !== this.pos) throw new Error(`sbx logs: ${this.stream} piece at ${cursor}, expected ${this.pos}`);
     while (this.buf.length < length) {
@@ -366,7 +368,7 @@ class ByteSource {
  * (a long poll, never a timer), and ends once every stream is final (or past --until).
  */
 export async function writeLogs(opts: LogsOptions, sink: PieceSink): Promise<void> {
-  const conn = new ReconnectingClient({ socketPath: opts.socketPath, clientName: 'sbx' });
+  const conn = new ReconnectingClient({ socketPath: opts.socketPath, clientName: 'sbx', onReconnecting: opts.onReconnecting });
   let finished = false;
   // One connection for every read_index: feeds ask at once, and two get()s of a client not
   // yet connected would each connect (one left open would keep sbx from exiting).

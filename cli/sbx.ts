@@ -621,10 +621,12 @@ sub('logs')
     }
     first.close();
     try {
-      if (!indexed) return await pipeOutput(g, sel, streams[0]!, process.stdout, o.from ?? 0, o.follow ?? false);
+      // A follow waits for a supervisor that went away: one line says so at once, as run's does.
+      const reconnecting = reconnectingLine(g.socket ?? defaultSocketPath());
+      if (!indexed) return await pipeOutput(g, sel, streams[0]!, process.stdout, o.from ?? 0, o.follow ?? false, reconnecting);
       const out = g.json ? new JsonSink(process.stdout) : o.timestamps ? new TimestampSink(process.stdout) : new RawSink(process.stdout);
       const sink = tailLines === undefined ? out : new TailSink(tailLines, out);
-      await writeLogs({ socketPath: g.socket, selector: sel, streams, from: o.from, follow: o.follow ?? false, sinceUs, untilUs, noRecordAtUs: admittedAtUs }, sink);
+      await writeLogs({ socketPath: g.socket, selector: sel, streams, from: o.from, follow: o.follow ?? false, sinceUs, untilUs, noRecordAtUs: admittedAtUs, onReconnecting: reconnecting }, sink);
     } catch (err) {
       fail(describe(err));
     }

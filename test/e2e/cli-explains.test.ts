@@ -231,8 +231,9 @@ describe('every wait says why, once, as soon as it starts', () => {
       await until(() => run.stdout() === 'up\n', 'the session to run');
       const sessionId = json<SessionSummary[]>(await d.sbx(['ps', '--json']))[0].session_id;
       await d.kill9();
-      const line = `sbx: lost the supervisor at ${d.socketPath} (ECONNREFUSED); reconnecting for up to 60 s\n`;
-      await until(() => run.stderr() === line, 'the reconnecting line before the supervisor is back');
+      // The errno is what failed first: the connect (ECONNREFUSED) or a write to the dead connection (EPIPE, ECONNRESET).
+      const reconnectLine = new RegExp(`^sbx: lost the supervisor at ${d.socketPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\((ECONNREFUSED|EPIPE|ECONNRESET)\\); reconnecting for up to 60 s\n$`);
+      const line = await until(() => reconnectLine.exec(run.stderr())?.[0], 'the reconnecting line before the supervisor is back');
       await d.start();
       const lost = `sbx: session ${sessionId}: owner lost (the supervisor that ran it stopped before it ended): its exit status is unknown, death evidence cgroup_empty (sbx receipt ${sessionId})\n`;
       expect(await run.exited).toBe(125);
@@ -240,6 +241,31 @@ describe('every wait says why, once, as soon as it starts', () => {
       const wait = await d.sbx(['wait', '--key', 'rc']);
       expect([wait.status, wait.stderr.toString()]).toEqual([125, lost]);
       expect(JSON.parse(wait.stdout.toString())).toMatchObject({ outcome: 'owner_lost', session_id: sessionId });
+    } finally {
+      await d.stop();
+    }
+  });
+});
+
+describe('sbx logs --follow across a supervisor restart', () => {
+  it('says once, at once, that it reconnects (one stream, and --stream all); then ends with every byte', async () => {
+    const d = await new TestDaemon({ config: { logLevel: 'error' } }).start();
+    try {
+      const c = await d.client();
+      await c.launch({ argv: ['sh', '-c', 'echo a; echo b >&2; sleep 60'], cwd: '/', invocation_key: 'lf', grace_ms: 100 });
+      const one = background(d, ['logs', '--key', 'lf', '--follow']);
+      const all = background(d, ['logs', '--key', 'lf', '--stream', 'all', '--follow']);
+      await until(() => one.stdout() === 'a\n' && all.stdout().length === 4, 'both followers to have the bytes');
+      await d.kill9();
+      // The errno is what failed first: the connect (ECONNREFUSED) or a write to the dead connection (EPIPE, ECONNRESET).
+      const reconnectLine = new RegExp(`^sbx: lost the supervisor at ${d.socketPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\((ECONNREFUSED|EPIPE|ECONNRESET)\\); reconnecting for up to 60 s\n$`);
+      await until(() => reconnectLine.test(one.stderr()) && reconnectLine.test(all.stderr()), 'the reconnecting line from each before the supervisor is back');
+      const lines = [one.stderr(), all.stderr()];
+      await d.start();
+      expect(await one.exited).toBe(0);
+      expect(await all.exited).toBe(0);
+      expect([one.stdout(), one.stderr()]).toEqual(['a\n', lines[0]]); // the line once, nothing after it
+      expect([[...all.stdout()].sort().join(''), all.stderr()]).toEqual(['\n\nab', lines[1]]);
     } finally {
       await d.stop();
     }
