@@ -52,11 +52,14 @@ export function bashCompletion(program: Command): string {
     '_sbx() {',
     '  local cur="${COMP_WORDS[COMP_CWORD]}" prev="" cmd="" i',
     '  (( COMP_CWORD > 0 )) && prev="${COMP_WORDS[COMP_CWORD-1]}"',
+    '  # --opt=value: bash splits at "=" (COMP_WORDBREAKS), so "=" is a word of its own.',
+    '  if [[ $cur == = ]]; then cur=""; elif [[ $prev == = ]] && (( COMP_CWORD > 1 )); then prev="${COMP_WORDS[COMP_CWORD-2]}"; fi',
     '  COMPREPLY=()',
     '  for (( i = 1; i < COMP_CWORD; i++ )); do',
     '    case "${COMP_WORDS[i]}" in',
-    '      --) [[ -n $cmd ]] && { COMPREPLY=($(compgen -c -- "$cur")); return 0; } ;;',
-    `      ${valued.join('|')}) (( i++ )) ;;`,
+    '      # The command after --: its name, then its own words are files (bash\'s default, quoted as it quotes).',
+    '      --) [[ -n $cmd ]] && { (( i + 1 == COMP_CWORD )) && COMPREPLY=($(compgen -c -- "$cur" | sort -u)); return 0; } ;;',
+    `      ${valued.join('|')}) [[ \${COMP_WORDS[i+1]} == = ]] && (( i++ )); (( i++ )) ;;`,
     '      -*) ;;',
     '      *) [[ -z $cmd ]] && cmd="${COMP_WORDS[i]}" ;;',
     '    esac',
@@ -68,7 +71,8 @@ export function bashCompletion(program: Command): string {
   const byValue = new Map<string, string>();
   for (const o of [...top, ...commands.flatMap((c) => c.options)]) {
     if (!o.takesValue) continue;
-    byValue.set(o.flag, o.choices ? `COMPREPLY=($(compgen -W "${words(o.choices)}" -- "$cur")); return 0 ;;` : o.path ? 'COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;' : 'return 0 ;;');
+    // A path: nothing here, so bash's default completes it (-o default: quoted, spaces and all); other values: nothing at all.
+    byValue.set(o.flag, o.choices ? `compopt +o default 2>/dev/null; COMPREPLY=($(compgen -W "${words(o.choices)}" -- "$cur")); return 0 ;;` : o.path ? 'return 0 ;;' : 'compopt +o default 2>/dev/null; return 0 ;;');
   }
   for (const [flag, action] of byValue) lines.push(`    ${flag}) ${action}`);
   lines.push('  esac', '  case "$cmd" in', `    "") opts="${words(top.map((o) => o.flag))}" ;;`);
@@ -76,17 +80,20 @@ export function bashCompletion(program: Command): string {
   lines.push(
     '  esac',
     '  if [[ $cur == -* ]]; then',
+    '    compopt +o default 2>/dev/null',
     '    COMPREPLY=($(compgen -W "$opts" -- "$cur"))',
     '  elif [[ -z $cmd ]]; then',
-    `    COMPREPLY=($(compgen -W "${words(commands.map((c) => c.name))}" -- "$cur"))`,
+    '    compopt +o default 2>/dev/null',
+    `    COMPREPLY=($(compgen -W "${words([...commands.map((c) => c.name), 'help'])}" -- "$cur"))`,
     '  elif [[ $cmd == completion ]]; then',
     '    COMPREPLY=($(compgen -W "bash zsh" -- "$cur"))',
-    '  elif [[ $cmd == verify || $cmd == restore ]]; then',
-    '    COMPREPLY=($(compgen -f -- "$cur"))',
+    '  elif [[ $cmd != verify && $cmd != restore ]]; then',
+    '    compopt +o default 2>/dev/null # only verify and restore take files',
     '  fi',
     '  return 0',
     '}',
-    'complete -F _sbx sbx',
+    '# -o default: where _sbx offers nothing (a path), bash completes file names as it always does.',
+    'complete -o default -F _sbx sbx',
     '',
   );
   return lines.join('\n');

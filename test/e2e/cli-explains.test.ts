@@ -345,12 +345,22 @@ describe('sbx completion', () => {
   it('the bash script, sourced, completes subcommand names, their options and choices', () => {
     expect(complete('sbx', 'ps', '--no-')).toEqual(['--no-trunc']);
     expect(complete('sbx', 'c')).toEqual(['cancel', 'changes', 'checkpoint', 'checkpoints', 'close', 'completion']);
-    expect(complete('sbx', '')).toEqual(['run', 'cancel', 'kill', 'verify', 'write', 'resize', 'logs', 'resolve', 'wait', 'receipt', 'changes', 'ps', 'status', 'checkpoint', 'restore', 'checkpoints', 'gc', 'seal', 'close', 'completion']);
+    expect(complete('sbx', '')).toEqual(['run', 'cancel', 'kill', 'verify', 'write', 'resize', 'logs', 'resolve', 'wait', 'receipt', 'changes', 'ps', 'status', 'checkpoint', 'restore', 'checkpoints', 'gc', 'seal', 'close', 'completion', 'help']);
     // A global option's value is not taken for the subcommand.
     expect(complete('sbx', '--socket', '/x.sock', 'p')).toEqual(['ps']);
     expect(complete('sbx', 'run', '--linger', '')).toEqual(['kill', 'wait']);
     expect(complete('sbx', 'verify', '--pub')).toEqual(['--public-key']);
     expect(complete('sbx', 'completion', '')).toEqual(['bash', 'zsh']);
+    // --opt=value: bash splits the word at "=".
+    expect(complete('sbx', 'logs', '--stream', '=', '')).toEqual(['stdout', 'stderr', 'pty', 'all']);
+    expect(complete('sbx', 'logs', '--stream', '=', 'st')).toEqual(['stdout', 'stderr']);
+    expect(complete('sbx', '--socket', '=', '/x.sock', 'ps', '--no-')).toEqual(['--no-trunc']);
+    // After --: the command's name (each once), then its own words are left to bash's file
+    // completion (-o default), which quotes names with spaces as it always does.
+    expect(complete('sbx', 'run', '--', 'ech').filter((w) => w === 'echo')).toEqual(['echo']);
+    expect(complete('sbx', 'run', '--', 'cat', '/etc/passw')).toEqual([]);
+    expect(complete('sbx', 'verify', 'my')).toEqual([]);
+    expect(spawnSync('bash', ['-c', `source <(${sq(SBX_BIN)} completion bash) && complete -p sbx`], { encoding: 'utf8' }).stdout).toBe('complete -o default -F _sbx sbx\n');
   });
 
   it('zsh gets a #compdef script from the same tree; another shell is INVALID_ARGUMENT, 125', () => {
