@@ -38,7 +38,7 @@ function describeRaw(err: unknown): string {
   if (isSupervisorError(err, 'KEY_CONFLICT')) {
     const session = typeof err.details?.session_id === 'string' ? err.details.session_id : null;
     // A key whose session retention removed: its receipt is gone, so sbx receipt cannot show the command.
-    const retired = err.details?.retired === true || err.message.includes('removed by the retention policy');
+    const retired = err.details?.retired === true;
     const hint = !session ? '' : retired ? ` (session ${session} was removed by retention: its receipt is gone)` : ` (sbx receipt ${session} shows the command it ran)`;
     return `${err.code}: ${err.message}; a key runs one command, ever: use another --key${hint}`;
   }

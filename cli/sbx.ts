@@ -438,7 +438,7 @@ function retiredOr(sel: SessionSelector, verb: string): (err: unknown) => never 
   return (err) => {
     if (isSupervisorError(err, 'SESSION_NOT_FOUND') && typeof err.details?.retired_at === 'string') {
       const what = sel.session_id !== undefined ? `session ${sel.session_id}` : `the session of key ${JSON.stringify(sel.invocation_key)}`;
-      const ended = /\(it ended ([a-z_]+)/.exec(err.message)?.[1];
+      const ended = typeof err.details.outcome === 'string' ? err.details.outcome : null;
       fail(`${what} was not ${verb}: it ended${ended ? ` (${ended.replace('_', ' ')})` : ''} and was removed by the retention policy at ${err.details.retired_at}; nothing of it runs`, ENDED_ALREADY);
     }
     throw err;

@@ -74,7 +74,7 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
   const key = request.invocationKey;
   // Names what differs when both commands are known (not for a retired session: its tombstone
   // keeps the digest only); env by names only.
-  const conflict = (sessionId: string, theirs?: CommandFields, note = ''): AdmissionDecision => {
+  const conflict = (sessionId: string, theirs?: CommandFields, note = '', retired = false): AdmissionDecision => {
     const diff = theirs && request.command ? commandDifferences(theirs, request.command) : null;
     const named = diff ? `: ${diff.fields.length ? diff.fields.map((f) => (f === 'env' ? `env (${diff.envNames.join(', ')})` : f)).join(', ') : 'no field this supervisor can name'} ${diff.fields.length === 1 ? 'differs' : 'differ'}` : '';
     return {
@@ -83,6 +83,7 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
         invocation_key: key,
         session_id: sessionId,
         ...(diff ? { differs: diff.fields, env_names: diff.envNames } : {}),
+        ...(retired ? { retired: true } : {}),
       }),
     };
   };
@@ -105,7 +106,7 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
   }
   if (load.retired) {
     // Keys are forever: a session removed by retention is never run again.
-    if (load.retired.commandDigest !== request.commandDigest) return conflict(load.retired.sessionId, undefined, ' (removed by the retention policy: its tombstone keeps the digest only, so what differs cannot be named)');
+    if (load.retired.commandDigest !== request.commandDigest) return conflict(load.retired.sessionId, undefined, ' (removed by the retention policy: its tombstone keeps the digest only, so what differs cannot be named)', true);
     // Its key is still in its task, as a live session's.
     const { task } = load.retired;
     if (task !== undefined && task !== null && task !== request.task) {

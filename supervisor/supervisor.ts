@@ -421,6 +421,7 @@ export class Supervisor {
       throw new SupervisorError('SESSION_NOT_FOUND', `${what} was removed by the retention policy at ${gone.retired_at} (it ended ${gone.outcome}; receipt ${gone.receipt_sha256}); its key stays used`, {
         retired_at: gone.retired_at,
         receipt_sha256: gone.receipt_sha256,
+        outcome: gone.outcome,
       });
     }
     throw new SupervisorError('SESSION_NOT_FOUND', `no ${what}`);

@@ -373,10 +373,17 @@ int sys_spawn_in_cgroup(const char *path, char *const argv[], char *const envp[]
 #if defined(__x86_64__)
   /* CLONE_VM on a stack of its own, as glibc's posix_spawn: the page tables are not copied
    * (a fork of this process copies ~150 MiB of mappings' tables: ~1.5 ms a launch here). */
-  void *stack = mmap(NULL, SPAWN_CHILD_STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  /* One guard page below it: an overflow faults in the child, never writes over our memory. */
+  long page = sysconf(_SC_PAGESIZE);
+  size_t mapped = SPAWN_CHILD_STACK_BYTES + (size_t)page;
+  void *stack = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack != MAP_FAILED && mprotect(stack, (size_t)page, PROT_NONE) != 0) {
+    munmap(stack, mapped);
+    stack = MAP_FAILED;
+  }
   if (stack != MAP_FAILED) {
     args.flags |= CLONE_VM;
-    args.stack = (uint64_t)(uintptr_t)stack;
+    args.stack = (uint64_t)(uintptr_t)((char *)stack + page);
     args.stack_size = SPAWN_CHILD_STACK_BYTES;
   }
 #endif
@@ -398,7 +405,7 @@ int sys_spawn_in_cgroup(const char *path, char *const argv[], char *const envp[]
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 #if defined(__x86_64__)
   /* CLONE_VFORK: the child has exec'ed or exited, its stack is free. */
-  if (args.flags & CLONE_VM) munmap(stack, SPAWN_CHILD_STACK_BYTES);
+  if (args.flags & CLONE_VM) munmap(stack, mapped);
 #endif
   close(report[1]);
   for (int i = 0; i < nfds; i++) close(src[i]);

@@ -60,7 +60,7 @@ describe('admit', () => {
       code: 'KEY_CONFLICT',
       retryable: false,
       message: 'invocation key "k" was used for another command by session s-2-bb (removed by the retention policy: its tombstone keeps the digest only, so what differs cannot be named)',
-      details: { invocation_key: 'k', session_id: 's-2-bb' },
+      details: { invocation_key: 'k', session_id: 's-2-bb', retired: true },
     });
   });
 

@@ -30,9 +30,9 @@ export const readIndex: Handler<'read_index'> = async ({ supervisor, conn }, p) 
   }
   for (;;) {
     const answer = indexPage(session, stream, from, limit, (bad) => {
-      const key = `${session.id}/${stream}`;
-      if (damagedLogged.has(key)) return;
-      damagedLogged.add(key);
+      const logged = damagedLogged.get(session) ?? new Set<string>();
+      if (logged.has(stream)) return;
+      damagedLogged.set(session, logged.add(stream));
       supervisor.log.warn({ session_id: session.id, stream, ...bad }, 'read_index: index.bin is damaged; the index ends before the bad record (the bytes past it are served as unindexed)');
     });
     if (!p.follow || answer.records.length > 0 || answer.final || conn.closed) return answer;
@@ -40,8 +40,8 @@ export const readIndex: Handler<'read_index'> = async ({ supervisor, conn }, p) 
   }
 };
 
-/** Streams whose damaged index.bin was logged (once each). */
-const damagedLogged = new Set<string>();
+/** The streams of each session whose damaged index.bin was logged (once each); gone with the session. */
+const damagedLogged = new WeakMap<object, Set<string>>();
 
 /** A record of index.bin that does not tile the stream: where, and how. */
 export interface BadIndexRecord {
@@ -93,8 +93,8 @@ function indexPage(session: Session, stream: StreamName, from: number, limit: nu
   const last = records[records.length - 1];
   const next = last ? last.cursor + last.length : from;
   let throughUs: number | null = null;
-  if (check.bad && !final) throughUs = null; // reads past the damage are not known
-  else if (!final || more) {
+  // Past damage (a live stream) the later reads are not known: no through_us.
+  if (!(check.bad && !final) && (!final || more)) {
     if (more) throughUs = last!.at_us - 1; // the next record may share its microsecond
     else if (pending.unstoredAtUs !== null) throughUs = pending.unstoredAtUs - 1;
     else throughUs = arrivalNowUs(); // every read so far is indexed: any later one arrives after now
