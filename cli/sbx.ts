@@ -520,7 +520,16 @@ sub('verify')
     const problems = verifySignature(receipt, keyPem);
     const isClose = (receipt as unknown as { kind?: string }).kind === 'close';
     if (o.stateDir && problems.length === 0) {
-      problems.push(...(isClose ? verifyCloseSessions(receipt as unknown as CloseReceipt, o.stateDir, keyPem) : verifyStoredOutput(receipt, o.stateDir)));
+      if (isClose) problems.push(...verifyCloseSessions(receipt as unknown as CloseReceipt, o.stateDir, keyPem));
+      else {
+        // Every stored byte is re-read and hashed: a line on a terminal counts chunk files and bytes.
+        const chunks = Object.values(receipt.output).flatMap((s) => s?.chunks ?? []);
+        const progress = new Progress(`verify ${receipt.session_id}`);
+        const done = { objects: 0, totalObjects: chunks.length, bytes: 0, totalBytes: chunks.reduce((n, c) => n + c.length, 0) };
+        progress.counts(done);
+        problems.push(...verifyStoredOutput(receipt, o.stateDir, (bytes) => progress.counts({ ...done, objects: ++done.objects, bytes: (done.bytes += bytes) })));
+        progress.done();
+      }
     }
     if (g.json) printJson({ ok: problems.length === 0, key_id: receipt.signature?.key_id ?? null, problems });
     else if (problems.length === 0 && isClose) {

@@ -203,7 +203,7 @@ export function indexDigest(sessionDir: string, stream: StreamName): string {
  * read back through the chunk reader: the SHA-256 of all of them and of each, and the index's.
  * A missing stream dir is an empty stream.
  */
-export function storedStream(sessionDir: string, stream: StreamName, chunkBytes: number): Pick<StreamOutput, 'final_cursor' | 'sha256' | 'index_sha256' | 'chunks'> {
+export function storedStream(sessionDir: string, stream: StreamName, chunkBytes: number, onChunk?: (bytes: number) => void): Pick<StreamOutput, 'final_cursor' | 'sha256' | 'index_sha256' | 'chunks'> {
   const dir = join(sessionDir, stream);
   const hash = createHash('sha256');
   const { final_cursor, chunks } = existsSync(dir) ? storedChunks(sessionDir, stream, chunkBytes) : { final_cursor: 0, chunks: [] };
@@ -217,6 +217,7 @@ export function storedStream(sessionDir: string, stream: StreamName, chunkBytes:
         chunkHash.update(bytes);
       });
       chunk.sha256 = chunkHash.digest('hex');
+      onChunk?.(chunk.length);
     }
   } finally {
     reader.close();

@@ -39,8 +39,9 @@ export function verifyCloseSessions(close: { sessions: { session_id: string; rec
 /**
  * Problems with the stored output of receipt in stateDir: each stream's chunk files are
  * re-read and compared with final_cursor, sha256, every chunk's digest and index_sha256.
+ * onChunk hears the bytes of each chunk file once it is hashed (for progress).
  */
-export function verifyStoredOutput(receipt: Receipt, stateDir: string): string[] {
+export function verifyStoredOutput(receipt: Receipt, stateDir: string, onChunk?: (bytes: number) => void): string[] {
   const dir = join(stateDir, STATE.sessionsDir, receipt.session_id);
   if (!existsSync(dir)) return [`no session directory ${dir}`];
   let chunkBytes: number;
@@ -68,7 +69,7 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string): string[]
     }
   }
   for (const [name, expected] of Object.entries(receipt.output) as [StreamName, NonNullable<Receipt['output'][StreamName]>][]) {
-    const disk = storedStream(dir, name, chunkBytes);
+    const disk = storedStream(dir, name, chunkBytes, onChunk);
     if (disk.final_cursor !== expected.final_cursor) problems.push(`${name}: ${disk.final_cursor} bytes on disk, the receipt says ${expected.final_cursor}`);
     if (disk.sha256 !== expected.sha256) problems.push(`${name}: sha256 on disk ${disk.sha256}, the receipt says ${expected.sha256}`);
     if (disk.index_sha256 !== expected.index_sha256) problems.push(`${name}: index sha256 on disk ${disk.index_sha256}, the receipt says ${expected.index_sha256}`);

@@ -305,6 +305,26 @@ describe('progress on a terminal only', () => {
     expect([verifiedQuiet.status, verifiedQuiet.stderr.toString()]).toEqual([0, '']);
   });
 
+  it('verify of a receipt with the state dir counts the chunk files and bytes it re-hashes on a terminal; nothing extra piped', async () => {
+    const d = await new TestDaemon({ config: { logLevel: 'error', drain: { chunkBytes: 65536 } } }).start();
+    try {
+      const c = await d.client();
+      const { session_id } = await c.launch({ argv: ['head', '-c', String(5 * 65536 + 100), '/dev/zero'], cwd: '/' });
+      await c.wait({ session_id });
+      const file = join(d.dir, 'r.json');
+      writeFileSync(file, (await d.sbx(['receipt', session_id])).stdout);
+      const shown = sbxOnTerminal(d.socketPath, ['verify', file, '--state-dir', d.stateDir], 200);
+      expect(shown.status).toBe(0);
+      expect(shown.output).toContain(`\r\x1b[Ksbx: verify ${session_id}: 0/6 objects, 0.0 MiB of 0.3 MiB (0%), `);
+      expect(shown.output).toContain(`\r\x1b[Ksbx: verify ${session_id}: 6/6 objects, 0.3 MiB of 0.3 MiB (100%), `);
+      const piped = await d.sbx(['verify', file, '--state-dir', d.stateDir]);
+      expect([piped.status, piped.stderr.toString()]).toEqual([0, '']);
+      expect(piped.stdout.toString()).toMatch(/^OK: /);
+    } finally {
+      await d.stop();
+    }
+  });
+
   it('on a terminal of 40 columns every drawn line is cut to 39 and erased before the next: no wrapped rows are left behind', async () => {
     const { d, paths } = await rig.daemon((dir) => {
       const ws = join(dir, 'ws');
