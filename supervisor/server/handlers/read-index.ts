@@ -5,29 +5,20 @@
 // they agree. Bytes are not sent here: they come from subscribe, the index says where each
 // read starts and when it arrived. With follow it is a long poll: no record past `from` yet
 // and the stream not final, the answer waits for the stream to move (or the connection to go).
-import { SupervisorError } from '../../../ipc/errors.js';
 import type { IndexRecordWire, ReadIndexResult, StreamName } from '../../../ipc/protocol.js';
 import { readIndexFrom } from '../../../ipc/stream-files.js';
 import type { Session } from '../../session/session.js';
 import { arrivalNowUs } from '../../store/chunks.js';
 import type { Handler } from '../handler.js';
+import { streamToRead } from './stream-access.js';
 import type { Connection } from '../connection.js';
 
 /** Records per answer when the request gives no limit. */
 export const READ_INDEX_DEFAULT_LIMIT = 4096;
 
 export const readIndex: Handler<'read_index'> = async ({ supervisor, conn }, p) => {
-  const session = supervisor.find(p);
-  const stream = p.stream;
-  if (session.outputRemoved) {
-    throw new SupervisorError('OUTPUT_REMOVED', `session ${session.id}: its output was removed by the retention policy; the receipt stays (sbx receipt)`);
-  }
-  if (!session.hasStream(stream)) throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} has no ${stream} stream`);
-  const from = p.from ?? 0;
+  const { session, stream, from } = streamToRead(supervisor, p);
   const limit = p.limit ?? READ_INDEX_DEFAULT_LIMIT;
-  if (!p.follow && from > session.cursor(stream)) {
-    throw new SupervisorError('CURSOR_OUT_OF_RANGE', `cursor ${from} is past the end of ${stream} (${session.cursor(stream)})`, { cursor: session.cursor(stream) });
-  }
   for (;;) {
     const answer = indexPage(session, stream, from, limit, (bad) => {
       const logged = damagedLogged.get(session) ?? new Set<string>();

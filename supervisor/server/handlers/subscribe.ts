@@ -2,13 +2,13 @@
 // chunk reader straight into pooled frames (the replay hot path), then an `end` event: at the
 // stored end without follow, at the final cursor with follow. Socket backpressure paces it:
 // a slow reader is paused, never buffered without bound, and never slows the drain.
-import { SupervisorError } from '../../../ipc/errors.js';
 import { encodeOutputFrame } from '../../../ipc/framing.js';
 import type { StreamName } from '../../../ipc/protocol.js';
 import { ChunkReader } from '../../../ipc/stream-files.js';
 import type { Session } from '../../session/session.js';
 import type { Connection } from '../connection.js';
 import type { Handler } from '../handler.js';
+import { streamToRead } from './stream-access.js';
 
 /** Largest output event payload, in bytes. */
 const OUTPUT_EVENT_BYTES = 1024 * 1024;
@@ -16,17 +16,8 @@ const OUTPUT_EVENT_BYTES = 1024 * 1024;
 const OUTPUT_FRAME_HEAD_BYTES = 128;
 
 export const subscribe: Handler<'subscribe'> = async ({ supervisor, conn, id }, p) => {
-  const session = supervisor.find(p);
-  const stream = p.stream;
-  if (session.outputRemoved) {
-    throw new SupervisorError('OUTPUT_REMOVED', `session ${session.id}: its output was removed by the retention policy; the receipt stays (sbx receipt)`);
-  }
-  if (!session.hasStream(stream)) throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} has no ${stream} stream`);
-  const from = p.from ?? 0;
+  const { session, stream, from } = streamToRead(supervisor, p);
   const follow = p.follow ?? false;
-  if (!follow && from > session.cursor(stream)) {
-    throw new SupervisorError('CURSOR_OUT_OF_RANGE', `cursor ${from} is past the end of ${stream} (${session.cursor(stream)})`, { cursor: session.cursor(stream) });
-  }
   await conn.send({ id, result: { session_id: session.id, stream, from, cursor: session.cursor(stream) } });
   // One reader for the whole subscription: each chunk file is opened once, not per event.
   const reader = new ChunkReader(session.streamDir(stream), session.req.chunkBytes);

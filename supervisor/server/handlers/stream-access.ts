@@ -1,0 +1,27 @@
+// What subscribe and read_index both check before reading a stream: the session (by id or
+// key), its output not removed by retention, the stream its own, and a starting cursor not
+// past the stored end unless the reader follows (SPEC "Cursors": CURSOR_OUT_OF_RANGE without
+// --follow, a wait with it).
+import { SupervisorError } from '../../../ipc/errors.js';
+import type { SessionSelector, StreamName } from '../../../ipc/protocol.js';
+import type { Session } from '../../session/session.js';
+import type { Supervisor } from '../../supervisor.js';
+
+/**
+ * The session and stream to read from cursor `from` (default 0). Throws SESSION_NOT_FOUND,
+ * OUTPUT_REMOVED, INVALID_ARGUMENT (no such stream in the session) or CURSOR_OUT_OF_RANGE
+ * (details.cursor: the stored end) when not following.
+ */
+export function streamToRead(supervisor: Supervisor, p: SessionSelector & { stream: StreamName; from?: number; follow?: boolean }): { session: Session; stream: StreamName; from: number } {
+  const session = supervisor.find(p);
+  const stream = p.stream;
+  if (session.outputRemoved) {
+    throw new SupervisorError('OUTPUT_REMOVED', `session ${session.id}: its output was removed by the retention policy; the receipt stays (sbx receipt)`);
+  }
+  if (!session.hasStream(stream)) throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} has no ${stream} stream`);
+  const from = p.from ?? 0;
+  if (!p.follow && from > session.cursor(stream)) {
+    throw new SupervisorError('CURSOR_OUT_OF_RANGE', `cursor ${from} is past the end of ${stream} (${session.cursor(stream)})`, { cursor: session.cursor(stream) });
+  }
+  return { session, stream, from };
+}
