@@ -98,7 +98,7 @@ interface Round {
   waiting: Set<number>;
   /** Workspaces whose barrier waits for a stale one to come back before it is written. */
   unwritten: Set<number>;
-  /** The round's number: the barrier file's times are set to it (seconds). */
+  /** The round's number: the barrier inode's times are set to it (seconds). */
   no: number;
   seqs: (number | null)[];
   done: (r: BarrierResult) => void;
@@ -334,7 +334,7 @@ export class WorkspaceWatcher {
   }
 
   /**
-   * Writes workspace i's barrier: futimens(2) of the barrier file, times set to the round's
+   * Writes workspace i's barrier: futimens(2) of the barrier fd, times set to the round's
    * number, in seconds (an ATTRIB event, in the mask whatever workspace.reportModify says; one event per
    * barrier). False (logged) when it fails.
    */
