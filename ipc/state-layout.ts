@@ -25,6 +25,8 @@ export const STATE = {
   tasksDir: 'tasks',
   /** The local checkpoint store (unless checkpoint.store names another directory); its own layout is STORE_DIRS in supervisor/checkpoint/local-store.ts, which the checkpoint threads load without zod. */
   checkpointsDir: 'checkpoints',
+  /** Barrier files (`#<workspace index>`) of workspaces whose file system has no O_TMPFILE (supervisor/workspace/watcher.ts). */
+  barriersDir: 'barriers',
 } as const;
 
 /** In a session dir: the admission record, written once and fsync'ed before the spawn. */

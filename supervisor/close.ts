@@ -17,14 +17,12 @@ import { createFileDurable, writeFileDurable } from './store/durable.js';
 import type { CloseDigest } from './workspace/digest.js';
 import { setDeadline } from './timers.js';
 import { scanInWorker } from './workspace/scan.js';
-import { OWN_DIR } from './workspace/watch-worker.js';
 
 export type { CloseReceipt } from '../ipc/protocol.js';
 
 /** Scans one directory tree off the event loop; never rejects: a failure is `error` + `digest: null`. */
 export async function scanWorkspace(root: string, options: { deadlineMs?: number } = {}): Promise<WorkspaceScan> {
-  // The supervisor's own directory in a watched workspace (the barrier file) is never scanned.
-  const reply = await scanInWorker<CloseDigest>(root, 'close', { ...options, skipTopLevel: [OWN_DIR] });
+  const reply = await scanInWorker<CloseDigest>(root, 'close', options);
   if (reply.ok) return { path: root, ...reply.result };
   return { path: root, files: 0, total_bytes: 0, newest_mtime: null, digest: null, error: reply.code, error_message: reply.message };
 }

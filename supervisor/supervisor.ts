@@ -147,6 +147,7 @@ export class Supervisor {
       hashPool: new HashPool((reason) => log.error({ reason }, 'a hashing thread failed; replaced (its streams are hashed again from their chunk files)')).warm(),
       watcher: new WorkspaceWatcher({
         paths: workspacePaths,
+        stateDir: config.stateDir,
         bootId,
         cgroupMount: tree?.mount.mountPoint ?? '',
         log,
@@ -157,6 +158,7 @@ export class Supervisor {
         reportModify: config.workspace.reportModify,
         limitedQueue: process.env.SBX_TEST_WATCH_LIMITED_QUEUE === '1',
         pauseFile: process.env.SBX_TEST_WATCH_PAUSE_FILE || undefined,
+        noTmpfile: process.env.SBX_TEST_WATCH_NO_TMPFILE === '1',
       }),
     };
     log.info({ instance, generation, mode, cgroup: tree?.basePath ?? null, subreaper: native().isChildSubreaper() }, 'supervisor ready');

@@ -53,7 +53,8 @@ int watch_poll(int fd, int timeout_ms);
 #define WATCH_MAX_EVENTS (WATCH_READ_BYTES / 24 + 1)
 
 /* Reads what is queued (one read) into out (room for max >= WATCH_MAX_EVENTS events).
- * Events written by self_pid are dropped unless their name starts with keep_name (the barriers).
+ * Events written by self_pid are dropped unless their name starts with keep_name ("#": the
+ * barriers, an O_TMPFILE inode's event names it #<inode>).
  * Without PIDFD_GET_INFO the cgroup is found under cgroup_mount (the cgroup2 mount; "" for
  * none). Every pidfd is closed. Returns the count (0: nothing queued) | -errno. */
 int watch_read(int fd, struct watch_event *out, int max, pid_t self_pid, const char *keep_name, const char *cgroup_mount);

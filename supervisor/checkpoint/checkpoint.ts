@@ -19,7 +19,6 @@ import { faultPoint } from '../fault.js';
 import { native } from '../native.js';
 import type { ReceiptSigner } from '../signing.js';
 import { entryPath } from '../workspace/walk.js';
-import { OWN_DIR } from '../workspace/watch-worker.js';
 import type { WorkspaceWatcher } from '../workspace/watcher.js';
 import { CheckpointThread } from './capture.js';
 import { LocalStore, objectKey, STORE_DIRS } from './local-store.js';
@@ -362,7 +361,6 @@ export class Checkpoints {
       storeDir: this.local.dir,
       storeFd,
       reserveBytes: this.deps.reserveBytes(),
-      skipTopLevel: [OWN_DIR],
       deadlineMs: config.checkpoint.deadlineMs,
       startHrNs: process.hrtime.bigint(),
       maxPasses: config.checkpoint.maxPasses,

@@ -27,7 +27,6 @@ export interface CaptureRequest {
   storeFd: number;
   /** Bytes storing must leave free in the store's file system. */
   reserveBytes: number;
-  skipTopLevel: string[];
   deadlineMs?: number;
   startHrNs: bigint;
   /** Walks at most: the first captures, each later one checks (and re-captures what moved). At least 2. */
@@ -362,7 +361,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       prevRootSig = rootSig;
       root = { mode: Number(rootSt.mode) & 0o7777, uid: Number(rootSt.uid), gid: Number(rootSt.gid), mtimeNs: rootSt.mtimeNs };
       const bound = frozen ? { deadlineMs: frozen.ms, startHrNs: frozen.startHrNs } : { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs };
-      for (const e of walkTree(req.root, { ...bound, skipTopLevel: req.skipTopLevel, oneFileSystem: true })) {
+      for (const e of walkTree(req.root, { ...bound, oneFileSystem: true })) {
         const key = e.path.toString('latin1');
         seen.add(key);
         const old = prev.get(key);

@@ -12,7 +12,6 @@ import { createHash } from 'node:crypto';
 import { closeSync, constants, fchmodSync, fchownSync, fstatSync, lchownSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, symlinkSync } from 'node:fs';
 import { native } from '../native.js';
 import { entryPath, openDirAt, walkTree } from '../workspace/walk.js';
-import { OWN_DIR } from '../workspace/watch-worker.js';
 import { writeAll } from './local-store.js';
 import { checkManifest, checkPublished, entryPathBytes, entryTargetBytes, showEntryPath, toManifestEntry, type Manifest, type ManifestEntry } from './manifest.js';
 import type { CheckpointStore } from './store.js';
@@ -71,9 +70,8 @@ function setTimes(dirFd: number, name: Buffer | null, ns: string): void {
 }
 
 /**
- * Opens (or makes) the target: a directory, not a link, empty but for the supervisor's own
- * `.sandbox-supervisor/` (a watched workspace being restored into: it is left as it is).
- * RestoreError target otherwise.
+ * Opens (or makes) the target: a directory, not a link, empty (a watched workspace too: the
+ * supervisor keeps nothing in it). RestoreError target otherwise.
  */
 function openTarget(target: string): number {
   try {
@@ -97,7 +95,7 @@ function openTarget(target: string): number {
     throw new RestoreError('target', `cannot open ${target}: ${(err as Error).message}`);
   }
   const notEmpty = () => {
-    const names = readdirSync(`/proc/self/fd/${fd}`).filter((n) => !(n === OWN_DIR && lstatSync(entryPath(fd, Buffer.from(n))).isDirectory()));
+    const names = readdirSync(`/proc/self/fd/${fd}`);
     return names.length ? new RestoreError('target', `${target} is not empty (${names.length} ${names.length === 1 ? 'entry' : 'entries'}, e.g. ${JSON.stringify(names[0])}): restore into an empty or new directory`) : null;
   };
   try {
@@ -364,11 +362,11 @@ function splitPath(p: Buffer): Buffer[] {
   return out;
 }
 
-/** Every entry under root as a manifest would record it, files hashed (blocking; no link followed; the top-level `.sandbox-supervisor/` left out, as a checkpoint does). */
+/** Every entry under root as a manifest would record it, files hashed (blocking; no link followed). */
 export function describeTree(root: string): ManifestEntry[] {
   const out: ManifestEntry[] = [];
   const block = Buffer.allocUnsafe(1 << 20);
-  for (const e of walkTree(root, { skipTopLevel: [OWN_DIR] })) {
+  for (const e of walkTree(root)) {
     if (e.type === 'unknown') continue;
     let sha256: string | undefined;
     let size = 0;

@@ -19,7 +19,6 @@ export interface ScanRequest {
   kind: ScanKind;
   deadlineMs?: number;
   startHrNs: bigint;
-  skipTopLevel?: string[];
 }
 
 export type ScanReply<T = unknown> = { ok: true; result: T } | { ok: false; code: string; message: string };
@@ -29,7 +28,7 @@ export function runScanHere(req: ScanRequest): ScanReply {
   try {
     const kind = SCAN_KINDS[req.kind];
     if (!kind) return { ok: false, code: 'scan_failed', message: `scan_failed: unknown scan kind ${JSON.stringify(req.kind)}` };
-    return { ok: true, result: kind(walkTree(req.root, { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs, skipTopLevel: req.skipTopLevel })) };
+    return { ok: true, result: kind(walkTree(req.root, { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs })) };
   } catch (err) {
     if (err instanceof ScanError) return { ok: false, code: err.code, message: err.message };
     return { ok: false, code: 'scan_failed', message: `scan_failed: ${(err as Error).message}` };

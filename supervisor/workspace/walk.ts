@@ -60,8 +60,6 @@ export interface WalkOptions {
   deadlineMs?: number;
   /** process.hrtime.bigint() when the deadline started (default: now); the same clock in every thread. */
   startHrNs?: bigint;
-  /** Names directly under the root that are not walked (the supervisor's own directory). */
-  skipTopLevel?: string[];
   /** Do not descend into another file system (find -xdev, tar --one-file-system): a mount point is yielded as the directory it is, never entered. */
   oneFileSystem?: boolean;
 }
@@ -122,7 +120,6 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
   const startHrNs = options.startHrNs ?? process.hrtime.bigint();
   const deadlineHrNs = options.deadlineMs === undefined ? null : startHrNs + BigInt(Math.round(options.deadlineMs * 1e6));
   const none = Buffer.alloc(0);
-  const skip = (options.skipTopLevel ?? []).map((n) => Buffer.from(n));
   let rootFd: number;
   try {
     rootFd = openSync(root, OPEN_DIR);
@@ -169,7 +166,6 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         continue;
       }
       const name = dir.names[dir.next++];
-      if (dir.depth === 1 && skip.some((b) => b.equals(name))) continue;
       if (deadlineHrNs !== null && process.hrtime.bigint() >= deadlineHrNs) {
         throw new ScanError('scan_timeout', `scan_timeout: the scan passed its ${options.deadlineMs} ms deadline after ${entries} entries`);
       }

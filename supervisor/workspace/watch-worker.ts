@@ -4,9 +4,9 @@
 // in the order the kernel queued them (fanotify(7): events are read in order), so a barrier's
 // sequence orders it after every event queued before it. Resolves the directory handle to a
 // path (cached; dropped on any directory move or delete), drops events outside the
-// workspaces and the supervisor's own writes (but the barriers'), and posts each batch.
-// Owns the group fd and the mount fds; not attribution to sessions (watcher.ts does that from
-// the cgroup id each event carries).
+// workspaces and the supervisor's own writes but its barriers (each workspace's barrier inode,
+// known by its directory and name: BarrierId), and posts each batch. Owns the group fd and the
+// mount fds; not attribution to sessions (watcher.ts does that from the cgroup id of each event).
 //
 // workerData: WatchWorkerInit. Messages out: WatchMessage. In: {stop: true}. Shared memory:
 // Int32Array(wake) [0] = a barrier wants a read now (Atomics.notify), [1] = pause (test hook).
@@ -15,17 +15,24 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { native } from '../native.js';
 import { fsDecode } from './names.js';
 
-/** The directory of the supervisor's own in each workspace (barrier file; excluded from scans). */
-export const OWN_DIR = '.sandbox-supervisor';
-/** The barrier file in OWN_DIR (`barrier-<n>` once OWN_DIR had to be made again: barrierName()). */
-export const BARRIER_FILE = 'barrier';
+/**
+ * How every barrier's name begins: an O_TMPFILE inode's event names it `#<inode number>` (the
+ * kernel's name for an unnamed file), the state-dir fallback's file is named so too. The C reader
+ * drops the supervisor's own events but those with such a name.
+ */
+export const BARRIER_PREFIX = '#';
 
-/** The barrier file's name in its n-th OWN_DIR (0: the first). */
-export const barrierName = (n: number): string => (n === 0 ? BARRIER_FILE : `${BARRIER_FILE}-${n}`);
+/** Where a workspace's barrier events come from: the directory its event names (a real path) and the name. */
+export interface BarrierId {
+  dir: string;
+  name: string;
+}
 
 export interface WatchWorkerInit {
   watchWorker: true;
   paths: string[];
+  /** Each workspace's barrier (null: none, the workspace is unsupported). */
+  barriers: (BarrierId | null)[];
   selfPid: number;
   cgroupMount: string;
   unlimitedQueue: boolean;
@@ -68,7 +75,7 @@ export interface WatchEvent {
 export type WatchMessage =
   | { type: 'ready'; marks: { path: string; ok: boolean; message: string | null }[] }
   | { type: 'failed'; code: string; message: string }
-  | { type: 'batch'; events: WatchEvent[]; barriers: { ws: number; seq: number; name: string }[]; overflowSeq: number | null };
+  | { type: 'batch'; events: WatchEvent[]; barriers: { ws: number; seq: number }[]; overflowSeq: number | null };
 
 const DIR_CHANGED = FAN.MOVED_FROM | FAN.MOVED_TO | FAN.DELETE | FAN.DELETE_SELF | FAN.MOVE_SELF;
 
@@ -96,13 +103,22 @@ function run(init: WatchWorkerInit): void {
       return { path, ok: false, message: e.message };
     }
   });
+  // A barrier file in the state dir (no O_TMPFILE there) is on a workspace's file system but maybe
+  // not under its mount: its directory resolves through an fd of its own too.
+  for (const b of init.barriers) {
+    if (!b || init.paths.includes(b.dir)) continue;
+    try {
+      mountFds.push(openSync(b.dir, constants.O_RDONLY | constants.O_DIRECTORY));
+    } catch {
+      // its barriers will time out: a gap, not a guess
+    }
+  }
   port.postMessage({ type: 'ready', marks } satisfies WatchMessage);
   let stopping = false;
   port.on('message', (m: { stop?: boolean }) => {
     if (m.stop) stopping = true;
   });
   const roots = init.paths.map((p) => (p.endsWith('/') ? p : p + '/'));
-  const ownDirs = init.paths.map((p) => `${p.replace(/\/$/, '')}/${OWN_DIR}`);
   const dirCache = new Map<string, string | null>();
   let seq = 0;
   const selfPid = init.selfPid;
@@ -145,10 +161,10 @@ function run(init: WatchWorkerInit): void {
     if (Atomics.load(wake, 0) === 0) Atomics.wait(wake, 0, 0, init.batchMs);
     Atomics.store(wake, 0, 0);
     const events: WatchEvent[] = [];
-    const barriers: { ws: number; seq: number; name: string }[] = [];
+    const barriers: { ws: number; seq: number }[] = [];
     let overflowSeq: number | null = null;
     for (;;) {
-      const raw = n.watchRead(fd, selfPid, BARRIER_FILE, init.cgroupMount);
+      const raw = n.watchRead(fd, selfPid, BARRIER_PREFIX, init.cgroupMount);
       if (raw.length === 0) break;
       const atMs = Date.now();
       for (const r of raw) {
@@ -161,14 +177,15 @@ function run(init: WatchWorkerInit): void {
         if (r.mask & FAN.ONDIR && r.mask & DIR_CHANGED) dirCache.clear();
         if (dir === null) continue; // its directory is gone: not placeable in any workspace
         const name = fsDecode(r.name);
+        // The supervisor's own writes are not events, but its barriers; a session's file named `#<n>` is an event.
+        if (r.pid === selfPid) {
+          const ws = init.barriers.findIndex((b) => b !== null && b.dir === dir && b.name === name);
+          if (ws >= 0) barriers.push({ ws, seq: ++seq });
+          continue;
+        }
         const full = name === '' || name === '.' ? dir : `${dir}/${name}`;
         const ws = roots.findIndex((root, i) => full === init.paths[i] || full.startsWith(root));
         if (ws < 0) continue;
-        // The supervisor's own writes are not events, but its barriers; a session's are, in OWN_DIR too.
-        if (r.pid === selfPid) {
-          if (dir === ownDirs[ws] && name.startsWith(BARRIER_FILE)) barriers.push({ ws, seq: ++seq, name });
-          continue;
-        }
         events.push({ seq: ++seq, ws, mask: r.mask, path: full === init.paths[ws] ? '' : full.slice(roots[ws].length), cgroup: r.cgroup.toString(), atMs });
       }
     }

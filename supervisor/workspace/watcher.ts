@@ -4,22 +4,26 @@
 // counts the rest as unattributed, never guesses; writes barriers after a session's death and
 // makes the barrier's sequence its terminal_mutation; turns every reason it cannot vouch for
 // the events (no fanotify, a queue overflow, a restart, a barrier that did not come back) into
-// a gap with a scan that stands in. Owns the barrier files (<ws>/.sandbox-supervisor/barrier)
+// a gap with a scan that stands in. Owns the barrier fds (an O_TMPFILE inode in each workspace
+// root: no name a session can reach; else a file in the state dir on the workspace's file system)
 // and the per-session change logs; not the walk (walk.ts) or the reading (watch-worker.ts).
-import { closeSync, constants, existsSync, futimesSync, lstatSync, mkdirSync, openSync, realpathSync, statfsSync, statSync } from 'node:fs';
+import { closeSync, constants, existsSync, fstatSync, futimesSync, mkdirSync, openSync, realpathSync, statfsSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { WorkspaceEntry, WorkspaceGap, WorkspaceStatus } from '../../ipc/protocol.js';
+import { STATE } from '../../ipc/state-layout.js';
 import { ChangeLog, changeKinds, CHANGES_FILE } from './changes.js';
 import type { MutationScan } from './digest.js';
 import { nameText } from './names.js';
 import { scanInWorker } from './scan.js';
-import { barrierName, FAN, OWN_DIR, type WatchEvent, type WatchMessage, type WatchWorkerInit } from './watch-worker.js';
+import { BARRIER_PREFIX, type BarrierId, FAN, type WatchEvent, type WatchMessage, type WatchWorkerInit } from './watch-worker.js';
 
 export interface WatcherOptions {
   paths: string[];
+  /** The supervisor's state dir: a barrier file goes there for a workspace without O_TMPFILE (same file system only). */
+  stateDir: string;
   bootId: string;
   /** The cgroup2 mount point ("" without one: attribution only through PIDFD_GET_INFO). */
   cgroupMount: string;
@@ -34,7 +38,12 @@ export interface WatcherOptions {
   limitedQueue?: boolean;
   /** Test hook: no reads while this file exists. */
   pauseFile?: string;
+  /** Test hook: act as if no file system had O_TMPFILE (every file system here has it). */
+  noTmpfile?: boolean;
 }
+
+/** open(2)'s O_TMPFILE on Linux (__O_TMPFILE | O_DIRECTORY; not in fs.constants). */
+const O_TMPFILE = 0o20200000;
 
 /** statfs(2) f_type names for the file systems a workspace is usually on. */
 const FS_TYPES: Record<number, string> = {
@@ -54,9 +63,8 @@ interface Workspace {
   /** Why events cannot be vouched for, from the start (null: watched). */
   unsupported: string | null;
   barrierFd: number;
-  /** Which OWN_DIR this is (a session may remove or move it: it is made again, n+1) and its inode. */
-  ownGen: number;
-  ownIno: number;
+  /** Its barrier events' directory and name (null: no barrier, unsupported). */
+  barrier: BarrierId | null;
   /**
    * Barrier writes whose events have not come back (a round that timed out); skipped when they
    * do. At most 1: no barrier is written while one is out, since fanotify merges a write into
@@ -90,7 +98,7 @@ interface Round {
   waiting: Set<number>;
   /** Workspaces whose barrier waits for a stale one to come back before it is written. */
   unwritten: Set<number>;
-  /** The round's number: the barrier file's times are set to it (seconds). */
+  /** The round's number: the barrier inode's times are set to it (seconds). */
   no: number;
   seqs: (number | null)[];
   done: (r: BarrierResult) => void;
@@ -123,7 +131,7 @@ export class WorkspaceWatcher {
       } catch {
         // checked at start (config)
       }
-      return { path, fsType, unsupported: null, barrierFd: -1, ownGen: 0, ownIno: -1, staleBarriers: 0, events: 0, lastSeq: 0, unattributed: 0, overflows: 0 };
+      return { path, fsType, unsupported: null, barrierFd: -1, barrier: null, staleBarriers: 0, events: 0, lastSeq: 0, unattributed: 0, overflows: 0 };
     });
     this.ready = options.paths.length > 0 ? this.startWorker() : Promise.resolve();
     if (options.pauseFile) {
@@ -142,13 +150,13 @@ export class WorkspaceWatcher {
 
   private async startWorker(): Promise<void> {
     const { log } = this.options;
-    for (const ws of this.workspaces) {
+    this.workspaces.forEach((ws, i) => {
       try {
-        this.openBarrier(ws);
+        this.openBarrier(ws, i);
       } catch (err) {
-        ws.unsupported = `the barrier file cannot be made: ${(err as Error).message}`;
+        ws.unsupported = `no barrier: ${(err as Error).message}`;
       }
-    }
+    });
     const path = workerPath();
     if (!path) {
       this.failAll('the watch worker (dist/supervisor/workspace/watch-worker.js) is missing; build with tsc');
@@ -157,6 +165,7 @@ export class WorkspaceWatcher {
     const init: WatchWorkerInit = {
       watchWorker: true,
       paths: this.paths,
+      barriers: this.workspaces.map((w) => w.barrier),
       selfPid: process.pid,
       cgroupMount: this.options.cgroupMount,
       unlimitedQueue: !this.options.limitedQueue,
@@ -246,7 +255,7 @@ export class WorkspaceWatcher {
     const touched = new Set<Tracked>();
     for (const e of m.events) this.onEvent(e, touched);
     for (const t of touched) t.changes.flush();
-    for (const b of m.barriers) this.onBarrier(b.ws, b.seq, b.name);
+    for (const b of m.barriers) this.onBarrier(b.ws, b.seq);
   }
 
   private onEvent(e: WatchEvent, touched: Set<Tracked>): void {
@@ -269,10 +278,9 @@ export class WorkspaceWatcher {
     touched.add(t);
   }
 
-  private onBarrier(ws: number, seq: number, name: string): void {
+  private onBarrier(ws: number, seq: number): void {
     const w = this.workspaces[ws];
     w.lastSeq = seq;
-    if (name !== barrierName(w.ownGen)) return; // a write to a barrier file since replaced
     if (w.staleBarriers > 0) {
       w.staleBarriers--;
       // The round that waited for this one writes its own now (a write before would have merged).
@@ -293,43 +301,40 @@ export class WorkspaceWatcher {
     if (r.waiting.size === 0) r.done({ ok: true, seqs: r.seqs });
   }
 
-  /** Makes ws's OWN_DIR (a directory, not a symlink) and its barrier file barrierName(ownGen); throws on failure. */
-  private openBarrier(ws: Workspace): void {
-    const own = join(ws.path, OWN_DIR);
-    mkdirSync(own, { recursive: true, mode: 0o700 });
-    const st = lstatSync(own);
-    if (!st.isDirectory()) throw new Error(`${own} is not a directory`);
-    ws.barrierFd = openSync(join(own, barrierName(ws.ownGen)), constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
-    ws.ownIno = st.ino;
-  }
-
   /**
-   * Before a barrier: ws's OWN_DIR still the one its barrier file is in, else (a session removed
-   * or moved it) a new one with a new barrier name, so no event of the old file, read late, is
-   * taken for a barrier of the new (and none is waited for). False (logged) when it cannot be made.
+   * Opens workspace i's barrier, by fds only (nothing a session can plant is opened by path): an
+   * O_TMPFILE inode in its root, whose events name the root and `#<inode>`; where the file system
+   * has no O_TMPFILE, a file in the state dir's barriers/ if that is on the same file system (the
+   * mark is the whole file system's). Throws, saying why, when neither.
    */
-  private barrierInPlace(ws: Workspace): boolean {
+  private openBarrier(ws: Workspace, i: number): void {
     try {
-      if (ws.barrierFd >= 0 && lstatSync(join(ws.path, OWN_DIR)).ino === ws.ownIno) return true;
-    } catch {
-      // gone
-    }
-    if (ws.barrierFd >= 0) closeSync(ws.barrierFd);
-    ws.barrierFd = -1;
-    ws.ownGen++;
-    ws.staleBarriers = 0;
-    try {
-      this.openBarrier(ws);
-      this.options.log.warn({ path: ws.path, barrier: barrierName(ws.ownGen) }, `${OWN_DIR} was removed or moved (by a session): made again`);
-      return true;
+      if (this.options.noTmpfile) throw Object.assign(new Error('O_TMPFILE off (test hook)'), { code: 'EOPNOTSUPP' });
+      ws.barrierFd = openSync(ws.path, O_TMPFILE | constants.O_WRONLY, 0o600);
+      ws.barrier = { dir: ws.path, name: `${BARRIER_PREFIX}${fstatSync(ws.barrierFd, { bigint: true }).ino}` };
+      return;
     } catch (err) {
-      this.options.log.warn({ err, path: ws.path }, `${OWN_DIR} was removed or moved and cannot be made again: this barrier fails`);
-      return false;
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'EOPNOTSUPP' && code !== 'ENOTSUP' && code !== 'EISDIR' && code !== 'EINVAL') throw err;
     }
+    const dir = join(this.options.stateDir, STATE.barriersDir);
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const real = realpathSync(dir);
+    if (statSync(real).dev !== statSync(ws.path).dev) {
+      throw new Error(`its file system (${ws.fsType}) has no O_TMPFILE and the state dir ${this.options.stateDir} is on another file system (a barrier file there would not be seen)`);
+    }
+    const name = `${BARRIER_PREFIX}${i}`;
+    const fd = openSync(join(real, name), constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o600);
+    if (!fstatSync(fd).isFile()) {
+      closeSync(fd);
+      throw new Error(`${join(real, name)} is not a regular file`);
+    }
+    ws.barrierFd = fd;
+    ws.barrier = { dir: real, name };
   }
 
   /**
-   * Writes workspace i's barrier: futimens(2) of the barrier file, times set to the round's
+   * Writes workspace i's barrier: futimens(2) of the barrier fd, times set to the round's
    * number, in seconds (an ATTRIB event, in the mask whatever workspace.reportModify says; one event per
    * barrier). False (logged) when it fails.
    */
@@ -363,7 +368,7 @@ export class WorkspaceWatcher {
       const seqs: (number | null)[] = this.workspaces.map(() => null);
       const round: Round = { waiting, unwritten, no: ++this.roundNo, seqs, done, promise };
       this.workspaces.forEach((ws, i) => {
-        if (ws.unsupported || !this.barrierInPlace(ws)) return;
+        if (ws.unsupported) return;
         if (ws.staleBarriers > 0) {
           waiting.add(i);
           unwritten.add(i);
@@ -474,7 +479,7 @@ export class WorkspaceWatcher {
   }
 
   private async scan(root: string): Promise<MutationScan | null> {
-    const reply = await scanInWorker<MutationScan>(root, 'mutation', { deadlineMs: this.options.scanDeadlineMs, skipTopLevel: [OWN_DIR] });
+    const reply = await scanInWorker<MutationScan>(root, 'mutation', { deadlineMs: this.options.scanDeadlineMs });
     if (reply.ok) return reply.result;
     this.options.log.warn({ path: root, code: reply.code, message: reply.message }, 'workspace scan at death failed');
     return null;

@@ -339,7 +339,7 @@ describe.skipIf(!installed)(installed ? 'S3 checkpoint store against radosgw' : 
       expect(spawnSync('mkfifo', [join(ws, 'fifo')]).status).toBe(0);
       d.withConfig({ workspace: { paths: [ws] }, checkpoint: { store: `s3://${bucket}/rt/` } });
       await d.start();
-      const source = pythonTreeListing(ws, ['.sandbox-supervisor']);
+      const source = pythonTreeListing(ws);
       const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
       expect(r.stderr.toString()).toBe('');
       expect(r.status).toBe(0);

@@ -24,7 +24,6 @@ function seededBytes(n: number, salt: string): Buffer {
   return createCipheriv('aes-256-ctr', key, Buffer.alloc(16)).update(Buffer.alloc(n));
 }
 
-const OWN = '.sandbox-supervisor';
 const DEEP = 2000;
 
 /** The issue's tree, in ws. Returns the names made at the top. */
@@ -101,7 +100,7 @@ describe('checkpoint and restore: byte for byte', () => {
       makeTree(w);
       return [w];
     }));
-    source = pythonTreeListing(ws, [OWN]);
+    source = pythonTreeListing(ws);
     first = await checkpoint(d, ws);
   }, 120_000);
 
@@ -184,7 +183,7 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
   afterAll(() => rig.cleanup());
 
   function fill(files: Record<string, string>): void {
-    for (const name of readdirSync(ws)) if (name !== OWN) rmSync(join(ws, name), { recursive: true, force: true });
+    for (const name of readdirSync(ws)) rmSync(join(ws, name), { recursive: true, force: true });
     for (const [name, data] of Object.entries(files)) writeFileSync(join(ws, name), data);
   }
 
@@ -387,16 +386,17 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     rmSync(manifestFile(d, fake));
   });
 
-  it('restores into the watched workspace itself (empty but for .sandbox-supervisor/, left alone): the rollback', async () => {
+  it('restores into the watched workspace itself, emptied (the supervisor keeps nothing there): the rollback', async () => {
     fill({ keep: 'version 1' });
     const ck = await checkpoint(d, ws);
     writeFileSync(join(ws, 'keep'), 'version 2, to be rolled back');
-    for (const name of readdirSync(ws)) if (name !== OWN) rmSync(join(ws, name), { recursive: true });
+    for (const name of readdirSync(ws)) rmSync(join(ws, name), { recursive: true });
+    expect(readdirSync(ws)).toEqual([]);
     const r = await d.sbx(['restore', ck.checkpoint_id, ws, '--state-dir', d.stateDir]);
     expect(r.stderr.toString()).toBe('');
     expect(r.status).toBe(0);
     expect(readFileSync(join(ws, 'keep'), 'utf8')).toBe('version 1');
-    expect(lstatSync(join(ws, OWN)).isDirectory()).toBe(true);
+    expect(readdirSync(ws)).toEqual(['keep']);
     // A session still gets its barrier there afterwards.
     const after = await d.sbx(['run', '--key', 'after-rollback', '--', 'sh', '-c', `printf x > ${ws}/new`]);
     expect(after.status).toBe(0);

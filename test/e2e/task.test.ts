@@ -108,6 +108,36 @@ describe('tasks', () => {
     expect(receipt.sessions.map((x) => x.session_id)).toEqual([s.session_id]);
     await expect(c.closeTask({ task: 'lib', workspaces: ['/'] })).rejects.toMatchObject({ code: 'TASK_CONFLICT', details: { task: 'lib', workspaces: [ws] } });
   });
+
+  it("a close of a directory in the workspace: its own .sandbox-supervisor/ is the user's content, in the manifest with its exact sha256 and restored", async () => {
+    const { d, ws } = await withWorkspace(rig);
+    const proj = join(ws, 'proj');
+    const main = 'int main(void) { return 0; }\n';
+    const artifact = Buffer.from([0x7f, 0x45, 0x4c, 0x46, 0x02, 0x01, 0x01, 0x00, 0xff, 0x00]);
+    const script = `mkdir -p ${proj}/.sandbox-supervisor && printf '%s\\n' '${main.trimEnd()}' > ${proj}/main.c && printf '\\177ELF\\002\\001\\001\\000\\377\\000' > ${proj}/.sandbox-supervisor/artifact.o`;
+    const made = await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', script]);
+    expect(made.status).toBe(0);
+    expect(readFileSync(join(proj, 'main.c'), 'utf8')).toBe(main);
+    expect(readFileSync(join(proj, '.sandbox-supervisor', 'artifact.o'))).toEqual(artifact);
+    const closed = await closeTask(d, 'T', ['--workspace', proj]);
+    expect(closed.stderr).toBe('');
+    expect(closed.status).toBe(0);
+    expect(closed.receipt).toMatchObject({ complete: true, workspaces: [proj] });
+    const id = closed.receipt!.checkpoints[0].checkpoint_id!;
+    const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as { entries: { path: string; type: string; sha256?: string }[] };
+    const digest = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
+    expect(manifest.entries.map((e) => [e.path, e.type, e.sha256 ?? null])).toEqual([
+      ['.sandbox-supervisor', 'dir', null],
+      ['.sandbox-supervisor/artifact.o', 'file', digest(artifact)],
+      ['main.c', 'file', digest(main)],
+    ]);
+    const target = join(d.dir, 'restored');
+    const r = await d.sbx(['restore', id, target, '--state-dir', d.stateDir, '--json']);
+    expect(r.stderr.toString()).toBe('');
+    expect(json<{ identical: boolean; entries: number }>(r)).toMatchObject({ identical: true, entries: 3 });
+    expect(readFileSync(join(target, 'main.c'), 'utf8')).toBe(main);
+    expect(readFileSync(join(target, '.sandbox-supervisor', 'artifact.o'))).toEqual(artifact);
+  });
 });
 
 describe('complete: false names what is missing', () => {

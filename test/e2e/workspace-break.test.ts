@@ -1,11 +1,11 @@
-// Breaking the workspace clock (issue 17 review): the barrier after a round that timed out,
-// and other edges found by trying. Real daemons, real fanotify; each test fails on the code
-// before its fix.
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+// Breaking the workspace clock (issues 17, 29): the barrier after a round that timed out, FIFOs
+// planted where the barrier used to be, and other edges found by trying. Real daemons, real
+// fanotify; each test fails on the code before its fix.
+import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { ChangesResult, StatusResult } from '../../ipc/protocol.js';
-import { until } from '../helpers/daemon.js';
+import { until, within } from '../helpers/daemon.js';
 import { json, runScript, WorkspaceRig } from '../helpers/workspace.js';
 
 const rig = new WorkspaceRig();
@@ -44,39 +44,35 @@ describe('barrier rounds', () => {
   });
 });
 
-describe('the supervisor directory in the workspace', () => {
-  for (const [name, script] of [
-    ['removed (rm -rf)', 'rm -rf .sandbox-supervisor'],
-    ['renamed away', 'mv .sandbox-supervisor moved-away'],
-    ['its barrier file removed', 'rm .sandbox-supervisor/barrier'],
-  ] as const) {
-    it(`${name} by a session: the next sessions still get their terminal_mutation`, async () => {
-      const { d, paths } = await daemonWith((dir) => {
-        mkdirSync(join(dir, 'ws'));
-        return [join(dir, 'ws')];
-      }, { config: { barrierTimeoutMs: 1000 } });
-      const vandal = await run(d, 'vandal', `cd ${paths[0]}; ${script}`);
-      expect(vandal.workspace![0].gap).toBeNull();
-      expect(vandal.workspace![0].terminal_mutation).toBeGreaterThan(0);
-      for (const key of ['next-1', 'next-2']) {
-        const r = await run(d, key, `echo ${key} > ${paths[0]}/${key}; sleep 0.1`);
-        const e = r.workspace![0];
-        expect(e.gap).toBeNull();
-        expect(e.attributed.last_path).toBe(key);
-        expect(e.terminal_mutation).toBeGreaterThan(e.attributed.last_seq!);
-      }
-    });
-  }
-
-  it("a session's writes directly in .sandbox-supervisor/ are its events (the scan leaves that directory out)", async () => {
+describe('the barrier, out of any session\'s reach', () => {
+  it("FIFOs planted where older versions kept the barrier (.sandbox-supervisor/barrier, barrier-1) and named #<n>: the receipt has its terminal_mutation, status and a restart answer, nothing hangs", async () => {
     const { d, paths } = await daemonWith((dir) => {
       mkdirSync(join(dir, 'ws'));
       return [join(dir, 'ws')];
-    });
-    const r = await run(d, 'hide', `cd ${paths[0]}; echo hidden > .sandbox-supervisor/hidden; sleep 0.2`);
-    expect(r.workspace![0].attributed.last_path).toBe('.sandbox-supervisor/hidden');
-    const changes = json<{ workspaces: { changes: { kind: string; path: string }[] }[] }>(await d.sbx(['changes', '--key', 'hide', '--json']));
-    expect(changes.workspaces[0].changes.map((c) => [c.kind, c.path])).toContainEqual(['created', '.sandbox-supervisor/hidden']);
+    }, { config: { barrierTimeoutMs: 1000 } });
+    const ws = paths[0];
+    const plant = `cd ${ws}; mv .sandbox-supervisor old 2>/dev/null; mkdir .sandbox-supervisor && mkfifo .sandbox-supervisor/barrier .sandbox-supervisor/barrier-1 .sandbox-supervisor/barrier-2 '#1' "#$(stat -c %i .)" && echo x > '#12' && sleep 0.2`;
+    const c = await d.client();
+    const { session_id } = await c.launch({ argv: ['sh', '-c', plant], cwd: '/', invocation_key: 'plant' });
+    // Polled as a file: a supervisor blocked in open() of a FIFO would not answer.
+    await until(() => existsSync(join(d.stateDir, 'sessions', session_id, 'receipt.json')), "the planting session's receipt", 20_000);
+    const r = await within(c.wait({ session_id }), 'the receipt over the socket');
+    expect(r.outcome).toBe('exited');
+    expect(r.exit).toEqual({ code: 0, signal: null });
+    const e = r.workspace![0];
+    expect(e.gap).toBeNull();
+    expect(e.attributed.last_path).toBe('#12'); // a session's file named #<n> is its event, never a barrier
+    expect(e.terminal_mutation).toBeGreaterThan(e.attributed.last_seq!);
+    expect((await within(c.status(), 'status')).workspaces[0]).toMatchObject({ mode: 'fanotify', health: 'ok' });
+    await d.terminate();
+    await within(d.start(), 'the restart');
+    const status = await within(d.sbx(['status', '--json']), 'sbx status after the restart');
+    expect(json<StatusResult>(status).workspaces[0]).toMatchObject({ mode: 'fanotify', health: 'ok' });
+    const next = await within(run(d, 'next', `echo next > ${ws}/next; sleep 0.1`), 'the next session');
+    expect(next.workspace![0]).toMatchObject({ gap: null, attributed: { last_path: 'next' } });
+    expect(next.workspace![0].terminal_mutation).toBeGreaterThan(next.workspace![0].attributed.last_seq!);
+    // What the session made is its own, left as it made it.
+    expect(readdirSync(join(ws, '.sandbox-supervisor')).sort()).toEqual(['barrier', 'barrier-1', 'barrier-2']);
   });
 });
 

@@ -67,6 +67,8 @@ describe('attribution', () => {
     expect(text).toContain(`${paths[0]} (terminal_mutation ${ra.workspace![0].terminal_mutation}`);
     expect(text).toMatch(/created +A-1\n/);
     expect(text).not.toContain('B-');
+    // The barriers were O_TMPFILE inodes, in the tmpfs mount's root too: nothing but the sessions' files in either workspace.
+    for (const p of paths) expect(readdirSync(p).filter((n) => !/^[AB]-/.test(n))).toEqual([]);
   });
 
   it('an atomic save (write a temp file, rename it over) whose events the kernel merged: created, then renamed', async () => {
@@ -102,6 +104,54 @@ describe('attribution', () => {
     expect(seqs.length).toBeGreaterThan(0);
     expect(Math.min(...seqs)).toBeGreaterThan(e1.terminal_mutation!);
     expect(r2.workspace![0].terminal_mutation).toBeGreaterThan(Math.max(...seqs));
+  });
+});
+
+describe('nothing of the supervisor in a workspace', () => {
+  it('a watched git repository stays clean through sessions, a checkpoint, a task close, a restore, a restart and git clean -fdx', async () => {
+    const { d, paths } = await daemonWith((dir) => {
+      const ws = join(dir, 'ws');
+      mkdirSync(ws);
+      expect(spawnSync('git', ['init', '-q', ws]).status).toBe(0);
+      return [ws];
+    });
+    const ws = paths[0];
+    const git = (dir: string, ...args: string[]) => {
+      const r = spawnSync('git', ['-C', dir, '-c', 'user.name=t', '-c', 'user.email=t@example.invalid', ...args], { encoding: 'utf8' });
+      expect(r.stderr).toBe('');
+      expect(r.status).toBe(0);
+      return r.stdout;
+    };
+    const clean = (dir = ws) => expect(git(dir, 'status', '--porcelain', '--untracked-files=all', '--ignored')).toBe('');
+    const session = async (key: string, line: string, task: string[] = []) => {
+      const r = await d.sbx(['run', '--key', key, ...task, '--', 'sh', '-c', `cd ${ws} && echo ${line} >> f && git add f && git -c user.name=t -c user.email=t@example.invalid commit -qm ${line}`]);
+      expect(r.status).toBe(0);
+      const e = json<Receipt>(await d.sbx(['receipt', '--key', key])).workspace![0];
+      expect(e.gap).toBeNull();
+      expect(e.terminal_mutation).toBeGreaterThan(e.attributed.last_seq!);
+      clean();
+    };
+    await session('one', 'one', ['--task', 'T']);
+    const ck = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
+    expect(ck.status).toBe(0);
+    clean();
+    const closed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
+    expect(closed.stderr.toString()).toBe('');
+    expect(json<{ complete: boolean }>(closed).complete).toBe(true);
+    clean();
+    const restored = join(d.dir, 'restored');
+    const r = await d.sbx(['restore', json<{ checkpoint_id: string }>(ck).checkpoint_id, restored, '--state-dir', d.stateDir, '--json']);
+    expect(json<{ identical: boolean }>(r).identical).toBe(true);
+    expect(readdirSync(restored).sort()).toEqual(['.git', 'f']);
+    clean(restored);
+    clean();
+    await d.terminate();
+    await d.start();
+    clean();
+    expect(git(ws, 'clean', '-fdx')).toBe('');
+    await session('two', 'two');
+    expect(git(ws, 'clean', '-fdxn')).toBe('');
+    expect(readdirSync(ws).sort()).toEqual(['.git', 'f']);
   });
 });
 
@@ -144,6 +194,34 @@ describe('gaps', () => {
     expect(r.workspace![0].scan).toMatchObject({ entries: 1, bytes: 3 });
   });
 
+  it('no O_TMPFILE (test hook: every file system here has it): a barrier file in the state dir on the same file system; a workspace on another (a tmpfs mount) unsupported, with a scan', async () => {
+    const { d, paths } = await daemonWith(
+      (dir) => {
+        mkdirSync(join(dir, 'ws'));
+        mount(['-t', 'tmpfs', '-o', 'size=16m', 'tmpfs'], join(dir, 'tmpfs-ws'));
+        return [join(dir, 'ws'), join(dir, 'tmpfs-ws')];
+      },
+      { env: { SBX_TEST_WATCH_NO_TMPFILE: '1' } },
+    );
+    const status = json<StatusResult>(await d.sbx(['status', '--json']));
+    expect(status.workspaces.map((w) => [w.fs, w.mode])).toEqual([
+      ['ext4', 'fanotify'],
+      ['tmpfs', 'scan'],
+    ]);
+    expect(status.workspaces[0].health).toBe('ok');
+    expect(status.workspaces[1].health).toBe(`no barrier: its file system (tmpfs) has no O_TMPFILE and the state dir ${d.stateDir} is on another file system (a barrier file there would not be seen)`);
+    for (const key of ['one', 'two']) {
+      const r = await run(d, key, `for w in ${paths.join(' ')}; do echo ${key} > $w/${key}; done; sleep 0.2`);
+      const [ext4, tmpfs] = r.workspace!;
+      expect(ext4.gap).toBeNull();
+      expect(ext4.attributed.last_path).toBe(key);
+      expect(ext4.terminal_mutation).toBeGreaterThan(ext4.attributed.last_seq!);
+      scanned(tmpfs, 'unsupported');
+    }
+    expect(readdirSync(join(d.stateDir, 'barriers'))).toEqual(['#0']);
+    for (const p of paths) expect(readdirSync(p).sort()).toEqual(['one', 'two']);
+  });
+
   it('a queue overflow (bounded queue, reader held): gap overflow with a scan', async () => {
     const pause = rig.removeLater(join('/tmp', `sbx-test-ws-pause-${process.pid}-${Date.now()}`));
     const { d, paths } = await daemonWith(
@@ -158,7 +236,7 @@ describe('gaps', () => {
     expect(spawnSync('mkfifo', [go]).status).toBe(0);
     const c = await d.client();
     const { session_id } = await c.launch({ argv: ['sh', '-c', `cd ${paths[0]}; i=0; while [ $i -lt 20000 ]; do : > f$i; i=$((i+1)); done; read x < ${go}`], cwd: '/' });
-    await until(() => readdirSync(paths[0]).length >= 20001, 'the 20,000 files', 60_000);
+    await until(() => readdirSync(paths[0]).length >= 20000, 'the 20,000 files', 60_000);
     rmSync(pause);
     await until(async () => (await c.status()).workspaces[0].health.includes('overflowed'), 'the overflow to be read');
     writeFileSync(go, 'go\n');

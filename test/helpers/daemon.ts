@@ -52,6 +52,17 @@ export async function until<T>(cond: () => T | Promise<T>, what: string, deadlin
   }
 }
 
+/** p, or an Error naming what once deadlineMs passed first (a supervisor that hangs fails the test, not the run). */
+export async function within<T>(p: Promise<T>, what: string, deadlineMs = 10_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), deadlineMs)));
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export const sha256 = (b: Uint8Array | string) => createHash('sha256').update(b).digest('hex');
 
 /** Zombie children of pid right now. */

@@ -96,13 +96,10 @@ const PY_LISTING = String.raw`
 import hashlib, json, os, stat, sys
 sys.setrecursionlimit(100000)  # os.fwalk recurses once per level
 root = os.fsencode(sys.argv[1])
-skip = [os.fsencode(n) for n in sys.argv[2:]]
 out = []
 kinds = [(stat.S_ISREG, 'file'), (stat.S_ISDIR, 'dir'), (stat.S_ISLNK, 'symlink'), (stat.S_ISFIFO, 'fifo'), (stat.S_ISSOCK, 'socket'), (stat.S_ISCHR, 'char'), (stat.S_ISBLK, 'block')]
 for dirpath, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
     rel = os.path.relpath(dirpath, root)
-    if rel == b'.':
-        dirnames[:] = [d for d in dirnames if d not in skip]
     for name in dirnames + filenames:
         st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
         t = next(k for f, k in kinds if f(st.st_mode))
@@ -146,9 +143,9 @@ export interface ListedEntry {
   rdev?: number;
 }
 
-/** Every entry under dir (not dir itself; top-level names in skip left out), sorted by path bytes: computed by python3, independently of the supervisor. */
-export function pythonTreeListing(dir: string, skip: string[] = []): ListedEntry[] {
-  const r = spawnSync('python3', ['-c', PY_LISTING, dir, ...skip], { encoding: 'utf8', maxBuffer: 1 << 30 });
+/** Every entry under dir (not dir itself), sorted by path bytes: computed by python3, independently of the supervisor. */
+export function pythonTreeListing(dir: string): ListedEntry[] {
+  const r = spawnSync('python3', ['-c', PY_LISTING, dir], { encoding: 'utf8', maxBuffer: 1 << 30 });
   if (r.status !== 0) throw new Error(`python3 listing of ${dir}: exit ${r.status}: ${r.stderr}`);
   return JSON.parse(r.stdout) as ListedEntry[];
 }
