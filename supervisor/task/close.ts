@@ -22,7 +22,7 @@ import { setDeadline } from '../timers.js';
 import type { SessionContext } from '../session/context.js';
 import { isLive, isSettled } from '../session/lifecycle.js';
 import type { Session } from '../session/session.js';
-import { checkpointCovers, evaluateTask, sealFloor, terminalMutationKnown, type JoinSession, type JoinWorkspace } from './join.js';
+import { checkpointCovers, evaluateTask, receiptWorkspaces, sealFloor, terminalMutationKnown, type JoinSession, type JoinWorkspace } from './join.js';
 import type { TombstoneRecord } from '../store/records.js';
 import { completeTaskReceipts, readTaskSeals, sweepTaskTemps, TaskFiles, type TaskAttemptRecord, type TaskSealRecord } from './records.js';
 
@@ -258,10 +258,22 @@ export class Tasks {
     let { sessions, retired, joinSessions } = this.sessionFacts(task);
     // A session without a receipt may still write (a retired one cannot: it ended long ago).
     const waiting = joinSessions.some((s) => !s.receipt && s.state !== 'retired');
-    const joinWorkspaces: JoinWorkspace[] = workspaces.map((path) => {
-      const real = Checkpoints.realWorkspace(path);
-      return { path, root: real ? ctx.watcher.rootOf(real) : null };
-    });
+    const toJoin = (paths: string[]): JoinWorkspace[] =>
+      paths.map((path) => {
+        const real = Checkpoints.realWorkspace(path);
+        return { path, root: real ? ctx.watcher.rootOf(real) : null };
+      });
+    // The close covers every watched workspace the task's receipts name, recorded so that
+    // every later close covers it too; one no longer watched stays an obligation (join.ts).
+    const record = files.readClose() ?? closeRecord;
+    const covered = [...workspaces, ...(record?.added_workspaces ?? []).filter((p) => !workspaces.includes(p))];
+    const { include } = receiptWorkspaces(joinSessions, toJoin(covered), ctx.watcher.paths);
+    if (include.length && record) {
+      files.replaceClose({ ...record, added_workspaces: [...(record.added_workspaces ?? []), ...include] });
+      log.info({ task, workspaces: include }, "task close: added the watched workspaces the task's receipts name");
+    }
+    workspaces = [...covered, ...include];
+    const joinWorkspaces = toJoin(workspaces);
 
     // The final checkpoint of each workspace.
     const checkpoints: TaskCheckpointEntry[] = [];

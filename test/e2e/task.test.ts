@@ -254,6 +254,52 @@ describe('complete: false names what is missing', () => {
   });
 });
 
+describe("a workspace the task's receipts name", () => {
+  it('no longer watched (restarted without --workspace): the close is not complete, it names the workspace and the session; watched but not named: the close adds it, records it, and checkpoints it', async () => {
+    const { d, ws } = await withWorkspace(rig);
+    const r2 = await d.sbx(['run', '--task', 'R2', '--key', 'r2', '--', 'sh', '-c', `echo out2 > ${ws}/out2.txt`]);
+    expect(r2.status).toBe(0);
+    const id = json<SessionSummary[]>(await d.sbx(['ps', '--all', '--json'])).find((s) => s.invocation_key === 'r2')!.session_id;
+    const own = json<Receipt>(await d.sbx(['receipt', id]));
+    expect(own.workspace).toEqual([expect.objectContaining({ path: ws, terminal_mutation: expect.any(Number), gap: null })]);
+    // The same supervisor, restarted watching nothing.
+    await d.terminate();
+    d.withConfig({ workspace: { paths: [] } });
+    await d.start();
+    const closed = await closeTask(d, 'R2');
+    expect(closed.status).toBe(1);
+    expect(closed.receipt).toMatchObject({ complete: false, workspaces: [], checkpoints: [] });
+    expect(closed.receipt!.conditions).toEqual({ ...ALL_TRUE, checkpoint_covers: false });
+    const what = `workspace ${ws} is named by session ${id}'s receipt (it may have written there) but is not a workspace of this close, nor watched by this supervisor: no checkpoint orders those writes (watch it again, workspace.paths or serve --workspace, and close again)`;
+    expect(closed.receipt!.obligations).toEqual([{ authority: 'workspace', condition: 'checkpoint_covers', session_id: id, workspace: ws, what }]);
+    expect(closed.stderr).toBe(`sbx: task "R2" incomplete: workspace must settle checkpoint_covers: ${what}\n`);
+    // sbx verify derives the same verdict from the facts.
+    expect(await verifyTask(d, closed.stdout)).toMatchObject({ status: 0 });
+
+    // Watched again, and another workspace too; the close names only the other: it adds ws.
+    const other = join(d.dir, 'other');
+    mkdirSync(other);
+    await d.terminate();
+    d.withConfig({ workspace: { paths: [ws, other] } });
+    await d.start();
+    expect((await d.sbx(['run', '--task', 'R3', '--key', 'r3', '--', 'sh', '-c', `echo out3 > ${ws}/out3.txt`])).status).toBe(0);
+    const added = await closeTask(d, 'R3', ['--workspace', other]);
+    expect(added.stderr).toBe('');
+    expect(added.status).toBe(0);
+    expect(added.receipt).toMatchObject({ complete: true, workspaces: [other, ws], obligations: [] });
+    expect(added.receipt!.checkpoints.map((c) => [c.workspace, c.checkpoint_id !== null])).toEqual([[other, true], [ws, true]]);
+    const record = JSON.parse(readFileSync(join(d.stateDir, 'tasks', createHash('sha256').update('R3').digest('hex'), 'close.json'), 'utf8'));
+    expect(record).toMatchObject({ task: 'R3', workspaces: [other], added_workspaces: [ws] });
+    // A later close naming the first set answers with the same receipt.
+    expect((await d.sbx(['close', '--task', 'R3', '--workspace', other])).stdout.equals(added.stdout)).toBe(true);
+    expect(await verifyTask(d, added.stdout)).toMatchObject({ status: 0 });
+    // R2 closed again with ws watched: complete now, ws added to its set.
+    const again = await closeTask(d, 'R2');
+    expect(again.status).toBe(0);
+    expect(again.receipt).toMatchObject({ complete: true, workspaces: [ws] });
+  });
+});
+
 describe('sbx verify of a task receipt', () => {
   it('names an edited receipt, an edited session receipt, and a flipped object', async () => {
     const { d, ws } = await withWorkspace(rig);
