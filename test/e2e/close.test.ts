@@ -7,9 +7,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorError } from '../../ipc/errors.js';
-import type { CloseReceipt } from '../../ipc/protocol.js';
+import type { CloseReceipt, SessionSummary } from '../../ipc/protocol.js';
 import { receiptDigest } from '../../ipc/verify.js';
-import { TestDaemon, until } from '../helpers/daemon.js';
+import { pidsWithMarker, PROGRAMS, type SbxResult, TestDaemon, until } from '../helpers/daemon.js';
 import { makeDeepTree, makeMixedTree, pythonCloseDigest, removeTree } from '../helpers/workspace-trees.js';
 
 let daemon: TestDaemon;
@@ -240,6 +240,80 @@ describe('close with a long timeout', () => {
       expect(receipt.sessions).toEqual([expect.objectContaining({ session_id: s.session_id, outcome: 'exited' })]);
     } finally {
       await d.stop();
+    }
+  });
+});
+
+describe('sbx close and sbx seal name their scope', () => {
+  it('neither --task nor --all: exit 125 naming both, nothing sent (the sandbox is not sealed, sbx run --task fresh still works); both: a contradiction', async () => {
+    const d = await new TestDaemon({ config: { logLevel: 'warn' } }).start();
+    try {
+      for (const command of ['close', 'seal']) {
+        const r = await d.sbx([command]);
+        expect(r.status).toBe(125);
+        expect(r.stdout.toString()).toBe('');
+        expect(r.stderr.toString()).toBe(`sbx: INVALID_ARGUMENT: ${command} needs --task T (that task only) or --all (every task, the whole sandbox, for good); nothing was sent\n`);
+        const both = await d.sbx([command, '--task', 'T', '--all']);
+        expect(both.status).toBe(125);
+        expect(both.stderr.toString()).toBe(`sbx: INVALID_ARGUMENT: ${command}: --task and --all contradict each other (one task, or every task)\n`);
+      }
+      expect(existsSync(join(d.stateDir, 'seal.json'))).toBe(false);
+      expect(existsSync(join(d.stateDir, 'tasks'))).toBe(false);
+      const fresh = await d.sbx(['run', '--task', 'fresh', '--', 'echo', 'still open']);
+      expect(fresh.stdout.toString()).toBe('still open\n');
+      expect(fresh.status).toBe(0);
+      expect(JSON.parse((await d.sbx(['status', '--json'])).stdout.toString())).toMatchObject({ admission: 'open', sealed: null });
+      // --all is the sandbox-wide form.
+      const sealed = await d.sbx(['seal', '--all']);
+      expect(sealed.status).toBe(0);
+      expect(sealed.stdout.toString()).toMatch(/^sealed at generation 1 \(/);
+      expect((await d.sbx(['run', '--task', 'later', '--', 'true'])).status).toBe(125);
+    } finally {
+      expect(await d.stop()).toEqual({ code: 0, signal: null });
+    }
+  });
+});
+
+describe('close after a crash, with a TERM-ignoring session reconciliation is ending', () => {
+  it('waits for it up to its timeout (no receipt written meanwhile), then KILLs it: exit 0, the cgroup empty, the receipt says ended and terminated 1', { timeout: 90_000 }, async () => {
+    const d = await new TestDaemon({ config: { logLevel: 'warn' } }).start();
+    try {
+      const mark = `7${Math.floor(Math.random() * 1000)}.${process.pid}`;
+      const c = await d.client();
+      const { session_id } = await c.launch({ argv: [join(PROGRAMS, 'ignore-sigterm'), mark], cwd: '/', invocation_key: 'stubborn', task: 'T', grace_ms: 45_000 });
+      const leaf = join(d.cgroupBase!, 'sessions', session_id);
+      await until(() => readFileSync(join(leaf, 'cgroup.procs'), 'utf8').split('\n').some((pid) => pid && pidsWithMarker(mark).includes(Number(pid))), 'the command to run in its leaf');
+      await d.kill9();
+      await d.start();
+      // Reconciliation TERMs the leaf (ignored), then waits its 45 s grace.
+      await until(async () => (JSON.parse((await d.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[]).find((s) => s.session_id === session_id)?.reason?.includes('being ended'), 'reconciliation to be ending it');
+      const started = Date.now();
+      let answer: SbxResult | null = null;
+      void d.sbx(['close', '--all', '--timeout', '3s']).then((r) => (answer = r));
+      // For 2 s (of its 3): no answer, no close receipt, the session unknown and its process alive.
+      await until(() => answer !== null || Date.now() - started >= 2000, '2 s of the close');
+      expect(answer).toBeNull();
+      expect(existsSync(join(d.stateDir, 'close-receipt.json'))).toBe(false);
+      expect(pidsWithMarker(mark)).toHaveLength(1);
+      const r = await until(() => answer, 'the close to answer', 30_000);
+      const tookMs = Date.now() - started;
+      expect(r.stderr.toString()).toBe('');
+      expect(r.status).toBe(0);
+      expect(tookMs).toBeGreaterThanOrEqual(3000);
+      expect(tookMs).toBeLessThan(20_000); // not the 45 s grace
+      expect(pidsWithMarker(mark)).toEqual([]);
+      expect(!existsSync(leaf) || readFileSync(join(leaf, 'cgroup.procs'), 'utf8') === '').toBe(true);
+      const close = JSON.parse(r.stdout.toString()) as CloseReceipt;
+      expect(close).toMatchObject({ complete: true, settle: { timeout_ms: 3000, terminated: 1 }, tasks: [{ task: 'T', complete: true, obligations: [] }] });
+      expect(close.sessions).toEqual([expect.objectContaining({ session_id, task: 'T', state: 'ended', outcome: 'owner_lost' })]);
+      const receipt = await (await d.client()).wait({ session_id });
+      expect(receipt).toMatchObject({ outcome: 'owner_lost', death: { evidence: 'cgroup_empty' } });
+      expect(receipt.termination.steps.map((s) => s.signal)).toEqual(['SIGTERM', 'SIGKILL']);
+      // Final now: written once, returned unchanged.
+      expect(readFileSync(join(d.stateDir, 'close-receipt.json'), 'utf8')).toBe(JSON.stringify(close, null, 2) + '\n');
+      expect(JSON.parse((await d.sbx(['close', '--all'])).stdout.toString())).toEqual(close);
+    } finally {
+      expect(await d.stop()).toEqual({ code: 0, signal: null });
     }
   });
 });
