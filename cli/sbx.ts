@@ -492,7 +492,7 @@ sub('verify')
     const g = globals(o);
     const key = publicKeyFile('verify', o);
     // Loaded here only: run, the common case, starts faster without it (DESIGN.md 17).
-    const { verifyCloseSessions, verifySignature, verifyStoredOutput } = await import('../ipc/verify.js');
+    const { verifyCloseSessions, verifyCloseTasks, verifySignature, verifyStoredOutput } = await import('../ipc/verify.js');
     let receipt: Receipt;
     let bytes: Buffer | null = null;
     try {
@@ -520,7 +520,7 @@ sub('verify')
     const problems = verifySignature(receipt, keyPem);
     const isClose = (receipt as unknown as { kind?: string }).kind === 'close';
     if (o.stateDir && problems.length === 0) {
-      if (isClose) problems.push(...verifyCloseSessions(receipt as unknown as CloseReceipt, o.stateDir, keyPem));
+      if (isClose) problems.push(...verifyCloseSessions(receipt as unknown as CloseReceipt, o.stateDir, keyPem), ...verifyCloseTasks(receipt as unknown as CloseReceipt, o.stateDir));
       else {
         // Every stored byte is re-read and hashed: a line on a terminal counts chunk files and bytes.
         const chunks = Object.values(receipt.output).flatMap((s) => s?.chunks ?? []);

@@ -84,6 +84,14 @@ describe('seal and close', () => {
     expect(changedOutput.status).toBe(1);
     expect(changedOutput.stdout.toString()).toContain(`MISMATCH: ${quick.session_id}: stderr: 7 bytes on disk, the receipt says 0`);
     rmSync(chunk);
+    // And a changed task receipt.
+    const taskPath = join(daemon.stateDir, 'tasks', createHash('sha256').update('default').digest('hex'), 'receipt.json');
+    const taskOriginal = readFileSync(taskPath);
+    writeFileSync(taskPath, taskOriginal.toString().replace('"attempt": 1', '"attempt": 7'));
+    const changedTask = await daemon.sbx(['verify', path, '--state-dir', daemon.stateDir]);
+    expect(changedTask.status).toBe(1);
+    expect(changedTask.stdout.toString()).toMatch(/^MISMATCH: task "default": task receipt digest sha256:[0-9a-f]{64}, the close receipt says sha256:[0-9a-f]{64}\n$/);
+    writeFileSync(taskPath, taskOriginal);
     // A closed state dir is an archive: retention leaves it alone.
     expect(JSON.parse((await daemon.sbx(['gc', '--json'])).stdout.toString())).toEqual({ removed_output: [], retired: [], freed_bytes: 0, closed: true });
 
