@@ -242,7 +242,7 @@ export class Supervisor {
     return this.tasks.seal(task);
   }
 
-  /** The close join (close.ts): seal, settle, scan, the signed close receipt. */
+  /** The sandbox-wide close (close.ts): seal, settle every session, every task's close, scan, the signed close receipt (written once complete). */
   close(timeoutMs: number, workspaces: string[]): Promise<CloseReceipt> {
     if (this.stopping) return Promise.reject(new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping'));
     return this.closing.close({ sessions: () => [...this.sessions.values()], tasks: this.tasks, taskNames: () => this.taskNames(), stopping: () => this.stopping !== null }, timeoutMs, workspaces);

@@ -2,8 +2,9 @@
 // in order: the close record (the workspaces it names; a later close naming others is
 // TASK_CONFLICT), the attempt (resumed when a crash stopped it before its receipt, else the
 // next one), the seal, the settle (the task's sessions end by themselves for up to the
-// timeout, then TERM, grace, KILL with cause close; recovered sessions being reconciled are
-// waited for), then per workspace the final checkpoint (boundary, capture, objects, manifest,
+// timeout, then TERM, grace, KILL with cause close; recovered sessions being reconciled too,
+// then KILL: settleSessions, also the sandbox-wide close's), the watched workspaces the task's
+// receipts name added to the set, then per workspace the final checkpoint (boundary, capture, objects, manifest,
 // read-back, published; taken for this attempt, or found published for it after a crash, or
 // an earlier attempt's that still covers: never a second manifest for one attempt), then the
 // fence (supervisor.json still names this run), the join (join.ts) and the signed task
