@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Receipt, SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
+import type { CloseReceipt, Receipt, SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
 import { pidsWithMarker, type TestDaemon, until } from '../helpers/daemon.js';
 import { tearSession, verifyTask, withWorkspace } from '../helpers/tasks.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
@@ -297,6 +297,39 @@ describe("a workspace the task's receipts name", () => {
     const again = await closeTask(d, 'R2');
     expect(again.status).toBe(0);
     expect(again.receipt).toMatchObject({ complete: true, workspaces: [ws] });
+  });
+});
+
+describe('sbx close --all is the join over every task', () => {
+  it('a task incomplete (its receipt names a workspace no longer watched): exit 1, no close receipt written, the sandbox stays sealed; watched again, the next close --all completes and is final', { timeout: 60_000 }, async () => {
+    const { d, ws } = await withWorkspace(rig);
+    expect((await d.sbx(['run', '--task', 'R', '--key', 'r', '--', 'sh', '-c', `echo out > ${ws}/out.txt`])).status).toBe(0);
+    expect((await d.sbx(['run', '--task', 'Q', '--key', 'q', '--', 'true'])).status).toBe(0);
+    await d.terminate();
+    d.withConfig({ workspace: { paths: [] } });
+    await d.start();
+    const first = await d.sbx(['close', '--all', '--timeout', '1s']);
+    expect(first.status).toBe(1);
+    const close = JSON.parse(first.stdout.toString()) as CloseReceipt;
+    expect(close).toMatchObject({ kind: 'close', complete: false });
+    expect(close.tasks!.map((t) => [t.task, t.attempt, t.complete])).toEqual([['Q', 1, true], ['R', 1, false]]);
+    expect(first.stderr.toString()).toContain(`sbx: task "R" incomplete: workspace must settle checkpoint_covers: workspace ${ws} is named by session`);
+    expect(first.stderr.toString()).toContain('sbx: the close is incomplete: nothing was written, the sandbox stays sealed; close --all again once the obligations above are settled\n');
+    expect(existsSync(join(d.stateDir, 'close-receipt.json'))).toBe(false);
+    expect((await d.sbx(['run', '--task', 'fresh', '--', 'true'])).status).toBe(125); // sealed for good
+    await d.terminate();
+    d.withConfig({ workspace: { paths: [ws] } });
+    await d.start();
+    const second = await d.sbx(['close', '--all', '--timeout', '1s']);
+    expect(second.stderr.toString()).toBe('');
+    expect(second.status).toBe(0);
+    const done = JSON.parse(second.stdout.toString()) as CloseReceipt;
+    // Q's complete task receipt is final (attempt 1 again); R's second attempt checkpointed ws.
+    expect(done.tasks!.map((t) => [t.task, t.attempt, t.complete])).toEqual([['Q', 1, true], ['R', 2, true]]);
+    expect(done.complete).toBe(true);
+    expect(readFileSync(join(d.stateDir, 'close-receipt.json'), 'utf8')).toBe(second.stdout.toString());
+    const rReceipt = json<TaskReceipt>(await d.sbx(['close', '--task', 'R']));
+    expect(rReceipt).toMatchObject({ complete: true, workspaces: [ws], checkpoints: [expect.objectContaining({ workspace: ws, checkpoint_id: expect.any(String) })] });
   });
 });
 
