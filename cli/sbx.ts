@@ -492,7 +492,7 @@ sub('verify')
     const g = globals(o);
     const key = publicKeyFile('verify', o);
     // Loaded here only: run, the common case, starts faster without it (DESIGN.md 17).
-    const { verifyCloseSessions, verifySignature, verifyStoredOutput } = await import('../ipc/verify.js');
+    const { verifyCloseSessions, verifyCloseTasks, verifySignature, verifyStoredOutput } = await import('../ipc/verify.js');
     let receipt: Receipt;
     let bytes: Buffer | null = null;
     try {
@@ -520,7 +520,7 @@ sub('verify')
     const problems = verifySignature(receipt, keyPem);
     const isClose = (receipt as unknown as { kind?: string }).kind === 'close';
     if (o.stateDir && problems.length === 0) {
-      if (isClose) problems.push(...verifyCloseSessions(receipt as unknown as CloseReceipt, o.stateDir, keyPem));
+      if (isClose) problems.push(...verifyCloseSessions(receipt as unknown as CloseReceipt, o.stateDir, keyPem), ...verifyCloseTasks(receipt as unknown as CloseReceipt, o.stateDir));
       else {
         // Every stored byte is re-read and hashed: a line on a terminal counts chunk files and bytes.
         const chunks = Object.values(receipt.output).flatMap((s) => s?.chunks ?? []);
@@ -845,58 +845,71 @@ sub('gc')
     }
   });
 
+/** sbx seal and sbx close act on one task (--task T) or on the whole sandbox (--all), said explicitly: a forgotten --task must not end the sandbox. */
+function taskOrAll(command: string, o: { task?: string; all?: boolean }): string | null {
+  if (o.task !== undefined && o.all) fail(`INVALID_ARGUMENT: ${command}: --task and --all contradict each other (one task, or every task)`);
+  if (o.task === undefined && !o.all) fail(`INVALID_ARGUMENT: ${command} needs --task T (that task only) or --all (every task, the whole sandbox, for good); nothing was sent`);
+  return o.task ?? null;
+}
+
 sub('seal')
-  .description('stop admission for good: new launches get ADMISSION_SEALED (retries of existing keys still answer); with --task, of that task only')
+  .description('stop admission for good: with --task T, of that task only (other tasks go on); with --all, of the whole sandbox (new launches get ADMISSION_SEALED; retries of existing keys still answer)')
   .option('--task <task>', "seal only this task's admission (other tasks go on)")
-  .action(async (o: GlobalOptions & { task?: string }) => {
+  .option('--all', 'seal the whole sandbox: every task, for good')
+  .action(async (o: GlobalOptions & { task?: string; all?: boolean }) => {
     const g = globals(o);
-    const task = o.task;
-    const r = task !== undefined ? await call(g, (c) => c.sealTask(task)) : await call(g, (c) => c.seal());
+    const task = taskOrAll('seal', o);
+    const r = task !== null ? await call(g, (c) => c.sealTask(task)) : await call(g, (c) => c.sealAll());
     if (g.json) printJson(r);
-    else process.stdout.write(`${task !== undefined ? `task ${JSON.stringify(task)} ` : ''}${r.already_sealed ? 'already sealed' : 'sealed'} at generation ${r.generation} (${r.sealed_at})\n`);
+    else process.stdout.write(`${task !== null ? `task ${JSON.stringify(task)} ` : ''}${r.already_sealed ? 'already sealed' : 'sealed'} at generation ${r.generation} (${r.sealed_at})\n`);
   });
 
 sub('close')
-  .description('seal, settle every session, wait for every receipt, and print the signed close receipt (exit 1 when a workspace could not be scanned); with --task: close one task and print its task receipt (exit 0 complete, 1 the join ran but is incomplete: the obligations are on stderr; 125 the close could not run: the reason on stderr, and with --json as {"error"} on stdout)')
+  .description('with --task T: close one task and print its task receipt; with --all: seal the whole sandbox, close every task, and print the signed close receipt listing each task\'s verdict (final only when every task is complete). Exit 0 complete, 1 the join ran but is incomplete (the obligations are on stderr; with --all also a workspace not scanned), 125 the close could not run (the reason on stderr, and with --json as {"error"} on stdout)')
   .option('--timeout <dur>', 'how long sessions may take to end by themselves before they are terminated (default 60s)', duration)
-  .option('--workspace <dir...>', 'directories to scan after the last session died (file count, bytes, newest mtime, digest); with --task, the watched workspaces to checkpoint (default: every watched workspace; every later close of the task must name the same set)')
+  .option('--workspace <dir...>', 'with --task, the watched workspaces to checkpoint (default: every watched workspace; every later close of the task must name the same set); with --all, directories to scan after the last session died (file count, bytes, newest mtime, digest)')
   .option('--task <task>', 'close only this task: seal it, settle its sessions, checkpoint the workspaces, read back, fence, and print the signed task receipt')
-  .action(async (o: { timeout?: number; workspace?: string[]; task?: string }) => {
+  .option('--all', 'close the whole sandbox for good: seal every task, settle every session, close each task, and print the signed close receipt')
+  .action(async (o: { timeout?: number; workspace?: string[]; task?: string; all?: boolean }) => {
     const g = globals(o);
+    const task = taskOrAll('close', o);
     const workspaces = (o.workspace ?? []).map((w) => resolvePath(w));
-    const task = o.task;
     // On a terminal, what the close waits for and for how long.
-    const progress = new Progress(task !== undefined ? `close task ${JSON.stringify(task)}` : 'close');
-    if (task !== undefined) {
-      const client = await connect(g);
-      let receipt: TaskReceipt;
-      try {
+    const progress = new Progress(task !== null ? `close task ${JSON.stringify(task)}` : 'close --all');
+    const client = await connect(g);
+    let receipt: TaskReceipt | CloseReceipt;
+    try {
+      if (task !== null) {
         progress.waiting(`its sessions to end, then the checkpoint of ${workspaces.length ? workspaces.join(', ') : 'every watched workspace'} and its read-back`);
         receipt = await client.closeTask({ task, timeout_ms: o.timeout, workspaces: workspaces.length ? workspaces : undefined });
-      } catch (err) {
-        progress.done();
-        // --json: the error as JSON on stdout too (as sbx checkpoint), for a harness that parses it.
-        if (g.json && isSupervisorError(err)) printJson({ error: err.toWire() });
-        fail(describe(err));
-      } finally {
-        client.close();
+      } else {
+        progress.waiting(`every session to end and its receipt, then each task's close${workspaces.length ? ` and the scan of ${workspaces.join(', ')}` : ''}`);
+        receipt = await client.closeSupervisor({ timeout_ms: o.timeout, workspaces });
       }
+    } catch (err) {
       progress.done();
-      printJson(receipt);
+      // --json: the error as JSON on stdout too (as sbx checkpoint), for a harness that parses it.
+      if (g.json && isSupervisorError(err)) printJson({ error: err.toWire() });
+      fail(describe(err));
+    } finally {
+      client.close();
+    }
+    progress.done();
+    printJson(receipt);
+    if (receipt.kind === 'task') {
       // Vacuously complete: a misspelled task has no sessions either.
       if (receipt.sessions.length === 0) warn(`note: task ${JSON.stringify(task)} has no sessions (complete holds vacuously; is the task name right?)`);
       for (const ob of receipt.obligations) warn(`task ${JSON.stringify(task)} incomplete: ${ob.authority} must settle ${ob.condition}: ${ob.what}`);
       process.exitCode = receipt.complete ? 0 : 1;
       return;
     }
-    progress.waiting(`every session to end and its receipt${workspaces.length ? `, then the scan of ${workspaces.join(', ')}` : ''}`);
-    const receipt = await call(g, (c) => c.closeSupervisor({ timeout_ms: o.timeout, workspaces }));
-    progress.done();
-    printJson(receipt);
-    // Closed, but a workspace has no digest: done, incomplete (1), as verify's mismatch.
+    for (const t of receipt.tasks ?? []) for (const ob of t.obligations) warn(`task ${JSON.stringify(t.task)} incomplete: ${ob.authority} must settle ${ob.condition}: ${ob.what}`);
+    for (const s of receipt.sessions) if (s.state !== 'ended') warn(`session ${s.session_id} is ${s.state}: the close is not final (close again once it has ended)`);
+    if (receipt.complete === false) warn('the close is incomplete: nothing was written, the sandbox stays sealed; close --all again once the obligations above are settled');
+    // A workspace has no digest: closed, but incomplete (1), as verify's mismatch.
     const unscanned = receipt.workspaces.filter((w) => w.error);
     for (const w of unscanned) warn(`workspace ${w.path} was not scanned: ${w.error_message ?? w.error}`);
-    process.exitCode = unscanned.length > 0 ? 1 : 0;
+    process.exitCode = receipt.complete !== false && unscanned.length === 0 ? 0 : 1;
   });
 
 sub('completion')

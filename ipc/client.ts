@@ -153,8 +153,8 @@ export class SupervisorClient {
     return this.request('gc', {});
   }
 
-  /** Stops admission for good (durable): new keys get ADMISSION_SEALED. */
-  seal(): Promise<SealResult> {
+  /** Stops admission of the whole sandbox, every task, for good (durable; sbx seal --all): new keys get ADMISSION_SEALED. */
+  sealAll(): Promise<SealResult> {
     return this.request('seal', {}) as Promise<SealResult>;
   }
 
@@ -163,7 +163,11 @@ export class SupervisorClient {
     return this.request('seal', { task }) as Promise<TaskSealResult>;
   }
 
-  /** `close` (sbx close): seals, settles every session (terminating the rest after timeout_ms), returns the signed close receipt. */
+  /**
+   * `close` of the whole sandbox (sbx close --all): seals every task for good, settles every
+   * session (terminating the rest after timeout_ms), closes each task, returns the signed close
+   * receipt with each task's verdict; `complete: false` is not final (close again).
+   */
   closeSupervisor(params: { timeout_ms?: number; workspaces?: string[] } = {}): Promise<CloseReceipt> {
     return this.request('close', params) as Promise<CloseReceipt>;
   }

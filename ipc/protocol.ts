@@ -371,6 +371,8 @@ export interface WorkspaceScan {
 export interface CloseSessionEntry {
   session_id: string;
   invocation_key: string;
+  /** Its task (null: its admission record cannot be read; it is in every task's join). */
+  task?: string | null;
   state: string;
   outcome: string | null;
   receipt_sha256: string | null;
@@ -385,7 +387,20 @@ export interface CloseReceipt {
   settle: { timeout_ms: number; terminated: number };
   sessions: CloseSessionEntry[];
   workspaces: WorkspaceScan[];
+  /** Each task's verdict: its close (supervisor/task/close.ts) ran as part of this one. */
+  tasks?: CloseTaskEntry[];
+  /** Every task complete and every session ended: then (only) the receipt is final (written). */
+  complete?: boolean;
   signature?: { alg: 'ed25519'; key_id: string; value: string };
+}
+
+/** One task's verdict in a close receipt: its task receipt's attempt, complete, digest (`sha256:` of its JCS) and obligations. */
+export interface CloseTaskEntry {
+  task: string;
+  attempt: number;
+  complete: boolean;
+  receipt_sha256: string;
+  obligations: TaskObligation[];
 }
 
 /** The task a session belongs to when its launch named none (`--task`). */

@@ -203,8 +203,12 @@ const TaskSealSchema = z.object({ task: z.string().min(1), generation: z.number(
 /** tasks/<h>/seal.json: the task's admission sealed for good, at that generation. */
 export type TaskSealRecord = z.infer<typeof TaskSealSchema>;
 
-const TaskCloseSchema = z.object({ task: z.string().min(1), workspaces: z.array(z.string()), requested_at: z.string(), generation: z.number().int().min(0) });
-/** tasks/<h>/close.json: the task's close was asked for, naming these workspaces (every later close must name the same). */
+const TaskCloseSchema = z.object({ task: z.string().min(1), workspaces: z.array(z.string()), requested_at: z.string(), generation: z.number().int().min(0), added_workspaces: z.array(z.string()).optional() });
+/**
+ * tasks/<h>/close.json: the task's close was asked for, naming these workspaces (every later
+ * close must name the same); added_workspaces: watched ones the task's receipts named that the
+ * close added to its set (every later close covers them too).
+ */
 export type TaskCloseRecord = z.infer<typeof TaskCloseSchema>;
 
 /** A workspace's checkpoint as the attempt recorded it (a TaskCheckpointEntry: published, or the error that stopped it). */

@@ -5,7 +5,7 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt, StreamName } from './protocol.js';
-import { ADMISSION_FILE, CHANGES_FILE, isUnreadableReceiptName, OUTPUT_REMOVED_FILE, RECEIPT_FILE, readRecord, STARTED_FILE, STATE } from './state-layout.js';
+import { ADMISSION_FILE, CHANGES_FILE, isUnreadableReceiptName, OUTPUT_REMOVED_FILE, RECEIPT_FILE, readRecord, STARTED_FILE, STATE, TASK_FILES, taskDirName } from './state-layout.js';
 import { chunkFileName, INDEX_FILE, storedStream } from './stream-files.js';
 import { receiptDigest, verifySignature } from './signature.js';
 
@@ -32,6 +32,24 @@ export function verifyCloseSessions(close: { sessions: { session_id: string; rec
     if (digest !== entry.receipt_sha256) problems.push(`${entry.session_id}: receipt digest ${digest}, the close receipt says ${entry.receipt_sha256}`);
     for (const p of verifySignature(receipt, publicKeyPem)) problems.push(`${entry.session_id}: ${p}`);
     for (const p of verifyStoredOutput(receipt, stateDir)) problems.push(`${entry.session_id}: ${p}`);
+  }
+  return problems;
+}
+
+/**
+ * Problems with a close receipt's tasks in stateDir: each task's receipt (tasks/<h>/receipt.json)
+ * must be there and hash to the digest listed (a complete one is final: it never changes).
+ */
+export function verifyCloseTasks(close: { tasks?: { task: string; receipt_sha256: string }[] }, stateDir: string): string[] {
+  const problems: string[] = [];
+  for (const t of close.tasks ?? []) {
+    const path = join(stateDir, STATE.tasksDir, taskDirName(t.task), TASK_FILES.receipt);
+    try {
+      const digest = receiptDigest(readRecord('taskReceipt', path));
+      if (digest !== t.receipt_sha256) problems.push(`task ${JSON.stringify(t.task)}: task receipt digest ${digest}, the close receipt says ${t.receipt_sha256}`);
+    } catch (err) {
+      problems.push(`task ${JSON.stringify(t.task)}: task receipt unreadable: ${(err as Error).message}`);
+    }
   }
   return problems;
 }

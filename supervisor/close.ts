@@ -1,21 +1,21 @@
 // Seal and close, the join that ends a sandbox's work (README "Seal, close"): the durable seal
 // (<state>/seal.json: new keys get ADMISSION_SEALED, a restart does not unseal), then close:
-// settle every session (terminate what is left after the timeout, cause close), scan the
-// workspaces (workspace/: directory fds, in a worker), and write the signed close receipt
-// (<state>/close-receipt.json) once; every later call returns that same receipt.
+// the task close machinery (task/close.ts: one settle, then every task's close), the scans
+// (workspace/: directory fds, in a worker), and the signed close receipt listing each task's
+// verdict, written (<state>/close-receipt.json) once every task is complete; final then.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { SealResult } from '../ipc/methods.js';
-import type { CloseReceipt, WorkspaceScan } from '../ipc/protocol.js';
+import { SupervisorError } from '../ipc/errors.js';
+import type { CloseReceipt, CloseTaskEntry, WorkspaceScan } from '../ipc/protocol.js';
 import { readRecord, STATE, type SealRecord } from '../ipc/state-layout.js';
 import { receiptDigest } from '../ipc/verify.js';
 import type { SessionContext } from './session/context.js';
-import { isLive, isSettled } from './session/lifecycle.js';
 import type { Session } from './session/session.js';
 import { createFileDurable, writeFileDurable } from './store/durable.js';
+import type { Tasks } from './task/close.js';
 import type { CloseDigest } from './workspace/digest.js';
-import { setDeadline } from './timers.js';
 import { scanInWorker } from './workspace/scan.js';
 
 export type { CloseReceipt } from '../ipc/protocol.js';
@@ -80,28 +80,31 @@ export class Closing {
   }
 
   /**
-   * Close is a join: seal, let every live session end by itself for up to timeoutMs,
-   * terminate the rest (TERM, grace, KILL; cause close), wait until each is settled (a
-   * session that lost its evidence never gets a receipt, and is listed as unknown rather
-   * than waited for), scan the workspaces, and write the signed close receipt. Calling it
-   * again, even after a restart, returns the same close receipt.
+   * The sandbox-wide close (sbx close --all): the seal of everything, then the task close
+   * machinery (task/close.ts) for every task: one settle of every session (the same as a
+   * task close's, recovered sessions included), each task's close (checkpoint, read-back,
+   * fence, join), then the scans and the signed close receipt listing each task's verdict.
+   * Complete when every task is and every session ended: the receipt is written
+   * (close-receipt.json, once; every later call returns it, even after a restart). Otherwise
+   * it is answered, not written: the next close runs again.
    */
-  close(sessions: () => Session[], timeoutMs: number, workspaces: string[]): Promise<CloseReceipt> {
+  close(c: { sessions: () => Session[]; tasks: Tasks; taskNames: () => string[]; stopping: () => boolean }, timeoutMs: number, workspaces: string[]): Promise<CloseReceipt> {
     if (existsSync(this.receiptPath)) return Promise.resolve(readRecord('closeReceipt', this.receiptPath));
     this.closing ??= (async () => {
       const sealed = this.sealNow();
-      const live = sessions().filter((s) => isLive(s.state));
-      this.log.info({ sessions: live.length, timeout_ms: timeoutMs }, 'closing: settling sessions');
-      const allSettled = Promise.all(live.map((s) => s.settled()));
-      // setDeadline: a timeout past setTimeout's 2^31-1 ms (24.8 days; 30 are allowed) would fire at once.
-      let cancel: () => void = () => {};
-      const timedOut = await Promise.race([allSettled.then(() => false), new Promise<boolean>((r) => (cancel = setDeadline(() => r(true), timeoutMs)))]);
-      cancel();
-      const rest = timedOut ? live.filter((s) => !isSettled(s.state)) : [];
-      await Promise.all(rest.map((s) => s.terminate('close')));
-      await allSettled;
+      const { settle, terminated } = await c.tasks.settleSessions(c.sessions(), timeoutMs, { scope: 'all' });
+      // Each task's close, one after another (their checkpoints may be of the same workspace).
+      const tasks: CloseTaskEntry[] = [];
+      for (const task of c.taskNames()) {
+        if (c.stopping()) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping; close again once it has started');
+        const r = await c.tasks.close(task, timeoutMs, undefined, terminated);
+        tasks.push({ task, attempt: r.attempt, complete: r.complete, receipt_sha256: receiptDigest(r), obligations: r.obligations });
+      }
       const scans = await scanWorkspaces(workspaces);
       for (const s of scans) if (s.error) this.log.warn({ path: s.path, error: s.error, message: s.error_message }, 'workspace scan failed');
+      if (c.stopping()) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping; close again once it has started');
+      const sessions = c.sessions().sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+      const complete = tasks.every((t) => t.complete) && sessions.every((s) => s.state === 'ended');
       const { instance, generation, bootId, mode } = this.ctx.identity;
       const receipt = this.ctx.signer.sign<CloseReceipt>({
         version: 1,
@@ -109,17 +112,26 @@ export class Closing {
         supervisor: { instance, generation, boot_id: bootId, mode },
         sealed: { generation: sealed.generation, sealed_at: sealed.sealed_at },
         closed_at: new Date().toISOString(),
-        settle: { timeout_ms: timeoutMs, terminated: rest.length },
-        sessions: sessions()
-          .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
-          .map((s) => ({ session_id: s.id, invocation_key: s.req.invocationKey, state: s.state, outcome: s.receipt?.outcome ?? null, receipt_sha256: s.receipt ? receiptDigest(s.receipt) : null })),
+        settle,
+        sessions: sessions.map((s) => ({ session_id: s.id, invocation_key: s.req.invocationKey, task: s.req.task, state: s.state, outcome: s.receipt?.outcome ?? null, receipt_sha256: s.receipt ? receiptDigest(s.receipt) : null })),
         workspaces: scans,
+        tasks,
+        complete,
       });
-      createFileDurable(this.receiptPath, JSON.stringify(receipt, null, 2) + '\n');
-      this.log.info({ sessions: receipt.sessions.length, terminated: rest.length }, 'closed');
+      // Final only when complete: a session unknown, or a task incomplete, is retried by the next close.
+      if (complete) createFileDurable(this.receiptPath, JSON.stringify(receipt, null, 2) + '\n');
+      this.log.info({ sessions: receipt.sessions.length, terminated: settle.terminated, tasks: tasks.length, complete }, complete ? 'closed' : 'close incomplete: not final, close again');
       return receipt;
     })();
-    this.closing.catch(() => (this.closing = null));
-    return this.closing;
+    const done = this.closing;
+    done.then(
+      (r) => {
+        if (!r.complete && this.closing === done) this.closing = null;
+      },
+      () => {
+        if (this.closing === done) this.closing = null;
+      },
+    );
+    return done;
   }
 }

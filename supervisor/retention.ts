@@ -88,6 +88,11 @@ export class Retention {
     return by.sessionId !== undefined ? this.retired.get(by.sessionId) : by.invocationKey !== undefined ? this.retiredByKey.get(by.invocationKey) : undefined;
   }
 
+  /** The tasks of every tombstone (undefined: written before tasks, the task default's; null: no known task). */
+  retiredTasks(): (string | null | undefined)[] {
+    return [...this.retired.values()].map((r) => r.task);
+  }
+
   /** Tombstones of the sessions retired from a task (those written before tasks are the task `default`'s; an unknown task's are every task's). */
   retiredOf(task: string): RetiredRecord[] {
     return [...this.retired.values()].filter((r) => (r.task === undefined ? 'default' : r.task) === task || r.task === null);

@@ -244,9 +244,22 @@ export class Supervisor {
     return this.tasks.seal(task);
   }
 
-  /** The close join (close.ts): seal, settle, scan, the signed close receipt. */
+  /** The sandbox-wide close (close.ts): seal, settle every session, every task's close, scan, the signed close receipt (written once complete). */
   close(timeoutMs: number, workspaces: string[]): Promise<CloseReceipt> {
-    return this.closing.close(() => [...this.sessions.values()], timeoutMs, workspaces);
+    if (this.stopping) return Promise.reject(new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping'));
+    return this.closing.close({ sessions: () => [...this.sessions.values()], tasks: this.tasks, taskNames: () => this.taskNames(), stopping: () => this.stopping !== null }, timeoutMs, workspaces);
+  }
+
+  /**
+   * Every task with a session or a retired one's tombstone, sorted; a session (or tombstone)
+   * of no known task puts the task default in (it is every task's: each join lists it).
+   */
+  private taskNames(): string[] {
+    const names = new Set<string>();
+    const add = (task: string | null | undefined) => names.add(task ?? DEFAULT_TASK);
+    for (const s of this.sessions.values()) add(s.req.task);
+    for (const task of this.retention.retiredTasks()) add(task);
+    return [...names].sort();
   }
 
   /** One task's close (task/close.ts): seal, settle, checkpoint, read back, fence, the signed task receipt. TASK_CONFLICT, INVALID_ARGUMENT. */

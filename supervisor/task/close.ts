@@ -2,8 +2,9 @@
 // in order: the close record (the workspaces it names; a later close naming others is
 // TASK_CONFLICT), the attempt (resumed when a crash stopped it before its receipt, else the
 // next one), the seal, the settle (the task's sessions end by themselves for up to the
-// timeout, then TERM, grace, KILL with cause close; recovered sessions being reconciled are
-// waited for), then per workspace the final checkpoint (boundary, capture, objects, manifest,
+// timeout, then TERM, grace, KILL with cause close; recovered sessions being reconciled too,
+// then KILL: settleSessions, also the sandbox-wide close's), the watched workspaces the task's
+// receipts name added to the set, then per workspace the final checkpoint (boundary, capture, objects, manifest,
 // read-back, published; taken for this attempt, or found published for it after a crash, or
 // an earlier attempt's that still covers: never a second manifest for one attempt), then the
 // fence (supervisor.json still names this run), the join (join.ts) and the signed task
@@ -22,7 +23,7 @@ import { setDeadline } from '../timers.js';
 import type { SessionContext } from '../session/context.js';
 import { isLive, isSettled } from '../session/lifecycle.js';
 import type { Session } from '../session/session.js';
-import { checkpointCovers, evaluateTask, sealFloor, terminalMutationKnown, type JoinSession, type JoinWorkspace } from './join.js';
+import { checkpointCovers, evaluateTask, receiptWorkspaces, sealFloor, terminalMutationKnown, type JoinSession, type JoinWorkspace } from './join.js';
 import type { TombstoneRecord } from '../store/records.js';
 import { completeTaskReceipts, readTaskSeals, sweepTaskTemps, TaskFiles, type TaskAttemptRecord, type TaskSealRecord } from './records.js';
 
@@ -164,9 +165,10 @@ export class Tasks {
    * receipt (complete or not); rejects with TASK_CONFLICT when the task's close named other
    * workspaces, INVALID_ARGUMENT when a first close names one no checkpoint can be taken of
    * (nothing recorded), or with the error of a step that could not be recorded (nothing is
-   * claimed then; close again).
+   * claimed then; close again). settled: the sandbox-wide close settled every session already
+   * (settleSessions), ending these ids.
    */
-  close(task: string, timeoutMs: number, workspacesArg: string[] | undefined): Promise<TaskReceipt> {
+  close(task: string, timeoutMs: number, workspacesArg: string[] | undefined, settled?: Set<string>): Promise<TaskReceipt> {
     const normalise = (paths: string[]) => [...new Set(paths.map((p) => resolve(p)))];
     const running = this.closing.get(task);
     const recorded = running ? null : this.recordedWorkspaces(task);
@@ -179,7 +181,7 @@ export class Tasks {
     // The first close names its workspaces for good: a path that cannot be checkpointed, or
     // whose writes no watcher orders, is refused before anything is recorded or sealed.
     if (recorded === null) this.checkWorkspaces(workspaces);
-    const done = this.run(task, timeoutMs, workspaces).finally(() => this.closing.delete(task));
+    const done = this.run(task, timeoutMs, workspaces, settled).finally(() => this.closing.delete(task));
     this.closing.set(task, { workspaces, done });
     return done;
   }
@@ -220,7 +222,7 @@ export class Tasks {
     );
   }
 
-  private async run(task: string, timeoutMs: number, workspaces: string[]): Promise<TaskReceipt> {
+  private async run(task: string, timeoutMs: number, workspaces: string[], settled: Set<string> | undefined): Promise<TaskReceipt> {
     const { ctx } = this.deps;
     const { identity, log } = ctx;
     const files = new TaskFiles(ctx.config.stateDir, task);
@@ -247,8 +249,11 @@ export class Tasks {
     faultPoint('task-close:after-seal');
     if (process.env.SBX_TEST_TASK_EARLY_CHECKPOINT === '1' && Object.keys(attempt.checkpoints).length === 0) await this.testEarlyCheckpoints(task, attempt, workspaces);
 
-    // Settle: the task's sessions end by themselves, or are ended (cause close).
-    const settle = await this.settle(task, timeoutMs);
+    // Settle: the task's sessions end by themselves, or are ended (cause close); by the
+    // sandbox-wide close already (settled: the ids it ended), for every task at once.
+    const settle = settled
+      ? { timeout_ms: timeoutMs, terminated: this.deps.sessionsOf(task).filter((s) => settled.has(s.id)).length }
+      : (await this.settleSessions(this.deps.sessionsOf(task), timeoutMs, { task })).settle;
     if (attempt.settle === null) {
       attempt.settle = settle;
       files.writeAttempt(attempt);
@@ -258,10 +263,22 @@ export class Tasks {
     let { sessions, retired, joinSessions } = this.sessionFacts(task);
     // A session without a receipt may still write (a retired one cannot: it ended long ago).
     const waiting = joinSessions.some((s) => !s.receipt && s.state !== 'retired');
-    const joinWorkspaces: JoinWorkspace[] = workspaces.map((path) => {
-      const real = Checkpoints.realWorkspace(path);
-      return { path, root: real ? ctx.watcher.rootOf(real) : null };
-    });
+    const toJoin = (paths: string[]): JoinWorkspace[] =>
+      paths.map((path) => {
+        const real = Checkpoints.realWorkspace(path);
+        return { path, root: real ? ctx.watcher.rootOf(real) : null };
+      });
+    // The close covers every watched workspace the task's receipts name, recorded so that
+    // every later close covers it too; one no longer watched stays an obligation (join.ts).
+    const record = files.readClose() ?? closeRecord;
+    const covered = [...workspaces, ...(record?.added_workspaces ?? []).filter((p) => !workspaces.includes(p))];
+    const { include } = receiptWorkspaces(joinSessions, toJoin(covered), ctx.watcher.paths);
+    if (include.length && record) {
+      files.replaceClose({ ...record, added_workspaces: [...(record.added_workspaces ?? []), ...include] });
+      log.info({ task, workspaces: include }, "task close: added the watched workspaces the task's receipts name");
+    }
+    workspaces = [...covered, ...include];
+    const joinWorkspaces = toJoin(workspaces);
 
     // The final checkpoint of each workspace.
     const checkpoints: TaskCheckpointEntry[] = [];
@@ -348,22 +365,32 @@ export class Tasks {
     new TaskFiles(this.deps.ctx.config.stateDir, task).writeAttempt(attempt);
   }
 
-  /** Waits for the task's live sessions (up to timeoutMs), ends the rest (cause close), then for reconciliation. */
-  private async settle(task: string, timeoutMs: number): Promise<{ timeout_ms: number; terminated: number }> {
-    const live = this.deps.sessionsOf(task).filter((s) => isLive(s.state));
-    this.deps.ctx.log.info({ task, sessions: live.length, timeout_ms: timeoutMs }, 'task close: settling sessions');
+  /**
+   * The settle of both closes (a task's, the sandbox-wide one's): the live sessions end by
+   * themselves for up to timeoutMs, and so do those a restart left to reconciliation (their
+   * TERM went out when it began); then the rest are ended, cause close: a live one with TERM,
+   * its grace, KILL; a recovered one still in its grace with KILL now. Resolves once each has
+   * its receipt or stays unknown (no evidence to come). terminated: the ids ended here.
+   */
+  async settleSessions(sessions: Session[], timeoutMs: number, what: Record<string, unknown>): Promise<{ settle: { timeout_ms: number; terminated: number }; terminated: Set<string> }> {
+    const live = sessions.filter((s) => isLive(s.state));
+    const recovered = sessions.filter((s) => s.state === 'unknown');
+    this.deps.ctx.log.info({ ...what, sessions: live.length, being_reconciled: recovered.length, timeout_ms: timeoutMs }, 'close: settling sessions');
     faultPoint('task-close:settling');
-    const allSettled = Promise.all(live.map((s) => s.settled()));
+    const allSettled = Promise.all([...live.map((s) => s.settled()), this.deps.reconciled(recovered)]);
     // setDeadline: a plain setTimeout past 2^31-1 ms (24.8 days; --timeout allows 30) fires at once.
     let cancel = () => {};
     const timedOut = await Promise.race([allSettled.then(() => false), new Promise<boolean>((r) => (cancel = setDeadline(() => r(true), timeoutMs)))]);
     cancel();
-    const rest = timedOut ? live.filter((s) => !isSettled(s.state)) : [];
-    await Promise.all(rest.map((s) => s.terminate('close')));
+    const terminated = new Set<string>();
+    if (timedOut) {
+      for (const s of live) if (!isSettled(s.state)) terminated.add(s.id);
+      // cancelRecovered: false when reconciliation is not ending it (no evidence to come: it stays unknown).
+      for (const s of recovered) if (s.state === 'unknown' && s.cancelRecovered(0)) terminated.add(s.id);
+    }
+    await Promise.all(live.filter((s) => terminated.has(s.id)).map((s) => s.terminate('close')));
     await allSettled;
-    // The task's sessions a restart left unknown get their receipts from reconciliation (or stay unknown).
-    await this.deps.reconciled(this.deps.sessionsOf(task));
-    return { timeout_ms: timeoutMs, terminated: rest.length };
+    return { settle: { timeout_ms: timeoutMs, terminated: terminated.size }, terminated };
   }
 
   /**

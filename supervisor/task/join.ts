@@ -93,6 +93,41 @@ export function sealFloor(sealGeneration: number | null, fence: { generation: nu
   return sealGeneration !== null && sealGeneration > fence.generation ? fence.generation : sealGeneration;
 }
 
+/**
+ * Whether a session's receipt says it may have written in a workspace: events were
+ * attributed to it or went unclaimed while it ran, or a gap hides what happened there. A
+ * receipt lists every workspace watched while the session ran; one it did not touch needs no
+ * checkpoint of this task.
+ */
+export function receiptTouched(e: NonNullable<Receipt['workspace']>[number]): boolean {
+  return e.attributed.events > 0 || e.unattributed_events > 0 || e.gap !== null;
+}
+
+/**
+ * The workspaces the task's own receipts name (touched: receiptTouched) that the close's set
+ * does not cover (no workspace of the close is in them), split by whether this supervisor
+ * watches them now: those it watches join the close's set (close.ts records them, so later
+ * closes stay consistent); the others are obligations (evaluateTask), a checkpoint of an
+ * unwatched tree proving no order.
+ */
+export function receiptWorkspaces(sessions: JoinSession[], workspaces: JoinWorkspace[], watched: string[]): { include: string[]; unwatched: { root: string; sessionIds: string[] }[] } {
+  const covered = new Set(workspaces.map((w) => w.root).filter((r): r is string => r !== null));
+  const named = new Map<string, string[]>();
+  for (const s of sessions) {
+    for (const e of s.receipt?.workspace ?? []) {
+      if (covered.has(e.path) || !receiptTouched(e)) continue;
+      const ids = named.get(e.path) ?? [];
+      if (!ids.includes(s.sessionId)) ids.push(s.sessionId);
+      named.set(e.path, ids);
+    }
+  }
+  const roots = [...named.keys()].sort();
+  return {
+    include: roots.filter((r) => watched.includes(r)),
+    unwatched: roots.filter((r) => !watched.includes(r)).map((root) => ({ root, sessionIds: named.get(root)!.sort() })),
+  };
+}
+
 /** The verdict over the facts. */
 export function evaluateTask(f: JoinFacts): JoinVerdict {
   const obligations: TaskObligation[] = [];
@@ -170,6 +205,22 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
         what: e
           ? `session ${s.id}'s end in ${w.root} is unknown: the watcher had a gap (${e.gap}) and the scan that stands in failed`
           : `session ${s.id}'s receipt has no entry for ${w.root} (the workspace was not watched while it ran)`,
+      });
+    }
+  }
+
+  // A workspace the task's receipts name (the session wrote there) that no workspace of the
+  // close covers: no checkpoint of the close holds those writes (close.ts adds the watched
+  // ones to its set, so what is left here is not watched now).
+  for (const { root, sessionIds } of receiptWorkspaces(f.sessions, f.workspaces, []).unwatched) {
+    for (const id of sessionIds) {
+      c.checkpoint_covers = false;
+      obligations.push({
+        authority: 'workspace',
+        condition: 'checkpoint_covers',
+        session_id: id,
+        workspace: root,
+        what: `workspace ${root} is named by session ${id}'s receipt (it may have written there) but is not a workspace of this close, nor watched by this supervisor: no checkpoint orders those writes (watch it again, workspace.paths or serve --workspace, and close again)`,
       });
     }
   }

@@ -75,6 +75,12 @@ export class TaskFiles {
     createFileDurable(this.path('close'), JSON.stringify(record) + '\n');
   }
 
+  /** Replaces the close record (the workspaces a close added to the set it named). */
+  replaceClose(record: TaskCloseRecord): void {
+    this.ensureDir();
+    writeFileDurable(this.path('close'), JSON.stringify(record) + '\n');
+  }
+
   readAttempt(): TaskAttemptRecord | null {
     return this.read('taskAttempt', 'attempt');
   }

@@ -64,6 +64,26 @@ describe('task close: re-check', () => {
     expect(pidsWithMarker(m)).toEqual([]);
   });
 
+  it("a task close ends its own session reconciliation is ending at the close's --timeout (KILL; its TERM went out when reconciliation began), not after the session's 10-minute grace", { timeout: 120_000 }, async () => {
+    const { d, ws } = await withWorkspace(rig);
+    const m = marker();
+    const c = await d.client();
+    const b = await c.launch({ argv: ['sh', '-c', `trap '' TERM; while :; do sleep 0.05; done; : ${m}`], cwd: '/', task: 'B', invocation_key: 'b', grace_ms: 600_000 });
+    await until(() => pidsWithMarker(m).length === 1, "B's command to run");
+    await d.kill9();
+    await d.start();
+    await until(async () => json<SessionSummary[]>(await d.sbx(['ps', '--json'])).find((s) => s.session_id === b.session_id)?.reason?.includes('being ended'), 'reconciliation to be ending B');
+    const started = Date.now();
+    const r = await d.sbx(['close', '--task', 'B', '--workspace', ws, '--timeout', '2s']);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(2000);
+    expect(r.stderr.toString()).toBe('');
+    expect(r.status).toBe(0);
+    const receipt = json<TaskReceipt>(r);
+    expect(receipt).toMatchObject({ complete: true, settle: { timeout_ms: 2000, terminated: 1 } });
+    expect(receipt.sessions).toEqual([expect.objectContaining({ session_id: b.session_id, outcome: 'owner_lost', death: expect.objectContaining({ evidence: 'cgroup_empty' }) })]);
+    expect(pidsWithMarker(m)).toEqual([]);
+  });
+
   it('--timeout past 24.8 days (2^31-1 ms; 30 days are allowed): the sessions are given it, not ended at once', async () => {
     const { d, ws } = await withWorkspace(rig);
     const go = join(d.dir, 'go');

@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Receipt, SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
+import type { CloseReceipt, Receipt, SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
 import { pidsWithMarker, type TestDaemon, until } from '../helpers/daemon.js';
 import { tearSession, verifyTask, withWorkspace } from '../helpers/tasks.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
@@ -281,6 +281,85 @@ describe('complete: false names what is missing', () => {
     expect(empty.status).toBe(0);
     expect(empty.receipt).toMatchObject({ complete: true, sessions: [] });
     expect(empty.stderr).toBe('sbx: note: task "nothing-ran-here" has no sessions (complete holds vacuously; is the task name right?)\n');
+  });
+});
+
+describe("a workspace the task's receipts name", () => {
+  it('no longer watched (restarted without --workspace): the close is not complete, it names the workspace and the session; watched but not named: the close adds it, records it, and checkpoints it', async () => {
+    const { d, ws } = await withWorkspace(rig);
+    const r2 = await d.sbx(['run', '--task', 'R2', '--key', 'r2', '--', 'sh', '-c', `echo out2 > ${ws}/out2.txt`]);
+    expect(r2.status).toBe(0);
+    const id = json<SessionSummary[]>(await d.sbx(['ps', '--all', '--json'])).find((s) => s.invocation_key === 'r2')!.session_id;
+    const own = json<Receipt>(await d.sbx(['receipt', id]));
+    expect(own.workspace).toEqual([expect.objectContaining({ path: ws, terminal_mutation: expect.any(Number), gap: null })]);
+    // The same supervisor, restarted watching nothing.
+    await d.terminate();
+    d.withConfig({ workspace: { paths: [] } });
+    await d.start();
+    const closed = await closeTask(d, 'R2');
+    expect(closed.status).toBe(1);
+    expect(closed.receipt).toMatchObject({ complete: false, workspaces: [], checkpoints: [] });
+    expect(closed.receipt!.conditions).toEqual({ ...ALL_TRUE, checkpoint_covers: false });
+    const what = `workspace ${ws} is named by session ${id}'s receipt (it may have written there) but is not a workspace of this close, nor watched by this supervisor: no checkpoint orders those writes (watch it again, workspace.paths or serve --workspace, and close again)`;
+    expect(closed.receipt!.obligations).toEqual([{ authority: 'workspace', condition: 'checkpoint_covers', session_id: id, workspace: ws, what }]);
+    expect(closed.stderr).toBe(`sbx: task "R2" incomplete: workspace must settle checkpoint_covers: ${what}\n`);
+    // sbx verify derives the same verdict from the facts.
+    expect(await verifyTask(d, closed.stdout)).toMatchObject({ status: 0 });
+
+    // Watched again, and another workspace too; the close names only the other: it adds ws.
+    const other = join(d.dir, 'other');
+    mkdirSync(other);
+    await d.terminate();
+    d.withConfig({ workspace: { paths: [ws, other] } });
+    await d.start();
+    expect((await d.sbx(['run', '--task', 'R3', '--key', 'r3', '--', 'sh', '-c', `echo out3 > ${ws}/out3.txt`])).status).toBe(0);
+    const added = await closeTask(d, 'R3', ['--workspace', other]);
+    expect(added.stderr).toBe('');
+    expect(added.status).toBe(0);
+    expect(added.receipt).toMatchObject({ complete: true, workspaces: [other, ws], obligations: [] });
+    expect(added.receipt!.checkpoints.map((c) => [c.workspace, c.checkpoint_id !== null])).toEqual([[other, true], [ws, true]]);
+    const record = JSON.parse(readFileSync(join(d.stateDir, 'tasks', createHash('sha256').update('R3').digest('hex'), 'close.json'), 'utf8'));
+    expect(record).toMatchObject({ task: 'R3', workspaces: [other], added_workspaces: [ws] });
+    // A later close naming the first set answers with the same receipt.
+    expect((await d.sbx(['close', '--task', 'R3', '--workspace', other])).stdout.equals(added.stdout)).toBe(true);
+    expect(await verifyTask(d, added.stdout)).toMatchObject({ status: 0 });
+    // R2 closed again with ws watched: complete now, ws added to its set.
+    const again = await closeTask(d, 'R2');
+    expect(again.status).toBe(0);
+    expect(again.receipt).toMatchObject({ complete: true, workspaces: [ws] });
+  });
+});
+
+describe('sbx close --all is the join over every task', () => {
+  it('a task incomplete (its receipt names a workspace no longer watched): exit 1, no close receipt written, the sandbox stays sealed; watched again, the next close --all completes and is final', { timeout: 60_000 }, async () => {
+    const { d, ws } = await withWorkspace(rig);
+    expect((await d.sbx(['run', '--task', 'R', '--key', 'r', '--', 'sh', '-c', `echo out > ${ws}/out.txt`])).status).toBe(0);
+    expect((await d.sbx(['run', '--task', 'Q', '--key', 'q', '--', 'true'])).status).toBe(0);
+    await d.terminate();
+    d.withConfig({ workspace: { paths: [] } });
+    await d.start();
+    const first = await d.sbx(['close', '--all', '--timeout', '1s']);
+    expect(first.status).toBe(1);
+    const close = JSON.parse(first.stdout.toString()) as CloseReceipt;
+    expect(close).toMatchObject({ kind: 'close', complete: false });
+    expect(close.tasks!.map((t) => [t.task, t.attempt, t.complete])).toEqual([['Q', 1, true], ['R', 1, false]]);
+    expect(first.stderr.toString()).toContain(`sbx: task "R" incomplete: workspace must settle checkpoint_covers: workspace ${ws} is named by session`);
+    expect(first.stderr.toString()).toContain('sbx: the close is incomplete: nothing was written, the sandbox stays sealed; close --all again once the obligations above are settled\n');
+    expect(existsSync(join(d.stateDir, 'close-receipt.json'))).toBe(false);
+    expect((await d.sbx(['run', '--task', 'fresh', '--', 'true'])).status).toBe(125); // sealed for good
+    await d.terminate();
+    d.withConfig({ workspace: { paths: [ws] } });
+    await d.start();
+    const second = await d.sbx(['close', '--all', '--timeout', '1s']);
+    expect(second.stderr.toString()).toBe('');
+    expect(second.status).toBe(0);
+    const done = JSON.parse(second.stdout.toString()) as CloseReceipt;
+    // Q's complete task receipt is final (attempt 1 again); R's second attempt checkpointed ws.
+    expect(done.tasks!.map((t) => [t.task, t.attempt, t.complete])).toEqual([['Q', 1, true], ['R', 2, true]]);
+    expect(done.complete).toBe(true);
+    expect(readFileSync(join(d.stateDir, 'close-receipt.json'), 'utf8')).toBe(second.stdout.toString());
+    const rReceipt = json<TaskReceipt>(await d.sbx(['close', '--task', 'R']));
+    expect(rReceipt).toMatchObject({ complete: true, workspaces: [ws], checkpoints: [expect.objectContaining({ workspace: ws, checkpoint_id: expect.any(String) })] });
   });
 });
 

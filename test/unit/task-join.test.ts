@@ -3,7 +3,7 @@
 // the same verdict (property: random facts, shuffled; the seed is logged).
 import { describe, expect, it } from 'vitest';
 import type { Receipt, TaskCheckpointEntry } from '../../ipc/protocol.js';
-import { checkpointCovers, evaluateTask, sealFloor, type JoinFacts, type JoinSession } from '../../supervisor/task/join.js';
+import { checkpointCovers, evaluateTask, receiptWorkspaces, sealFloor, type JoinFacts, type JoinSession } from '../../supervisor/task/join.js';
 
 const EPOCH = 'boot:1000';
 const fence = { instance: 'inst', generation: 3, boot_id: 'boot' };
@@ -111,6 +111,41 @@ describe('evaluateTask', () => {
     const cps = [checkpoint({ workspace: '/elsewhere', boundary: { epoch: null, seq: null, gap: 'not_watched' } })];
     expect(failing(evaluateTask(facts({ workspaces: ws, checkpoints: cps })))).toEqual(['terminal_mutations_known']);
     expect(evaluateTask(facts({ workspaces: ws, checkpoints: cps, sessions: [] })).complete).toBe(true);
+  });
+
+  it("a workspace the task's receipts name (written there) that the close does not cover: watched now, the close adds it; not watched, a workspace obligation naming the path and the session", () => {
+    // s-1 wrote in /ws2 (an attributed event): a receipt from a run that watched it.
+    const wrote = (id: string, over: { events?: number; unattributed?: number; gap?: string | null } = {}): Receipt => {
+      const r = receipt(id);
+      r.workspace!.push({ ...r.workspace![0], path: '/ws2', terminal_mutation: over.gap ? null : 3, gap: (over.gap ?? null) as never, scan: over.gap ? { digest: 'sha256:s', entries: 1, bytes: 1, max_ctime: null } : null, attributed: { events: over.events ?? 0, last_seq: null, last_at: null, last_path: null }, unattributed_events: over.unattributed ?? 0 });
+      return r;
+    };
+    const sessions = [session('s-1', wrote('s-1', { events: 1 })), session('s-2', wrote('s-2', { unattributed: 2 })), session('s-3', wrote('s-3'))];
+    const ws = [{ path: '/ws', root: '/ws' }];
+    // Watched now: the close adds it (and so covers it); s-3 touched nothing there.
+    expect(receiptWorkspaces(sessions, ws, ['/ws', '/ws2'])).toEqual({ include: ['/ws2'], unwatched: [] });
+    // Not watched (a restart without it): each session that wrote there is an obligation.
+    expect(receiptWorkspaces(sessions, ws, ['/ws'])).toEqual({ include: [], unwatched: [{ root: '/ws2', sessionIds: ['s-1', 's-2'] }] });
+    const v = evaluateTask(facts({ sessions }));
+    expect(v.complete).toBe(false);
+    expect(failing(v)).toEqual(['checkpoint_covers']);
+    expect(v.obligations).toEqual(
+      ['s-1', 's-2'].map((id) => ({
+        authority: 'workspace',
+        condition: 'checkpoint_covers',
+        session_id: id,
+        workspace: '/ws2',
+        what: `workspace /ws2 is named by session ${id}'s receipt (it may have written there) but is not a workspace of this close, nor watched by this supervisor: no checkpoint orders those writes (watch it again, workspace.paths or serve --workspace, and close again)`,
+      })),
+    );
+    // A close of no workspace at all (restarted without --workspace): the same obligation, the task not complete.
+    const none = evaluateTask(facts({ sessions: [session('s-1', wrote('s-1', { events: 1 }))], workspaces: [], checkpoints: [] }));
+    expect(none.complete).toBe(false);
+    expect(none.obligations.map((o) => o.workspace)).toEqual(['/ws2']); // s-1 wrote nothing in /ws
+    // A gap hides what happened there: counted as written.
+    expect(receiptWorkspaces([session('s-1', wrote('s-1', { gap: 'overflow' }))], ws, []).unwatched).toEqual([{ root: '/ws2', sessionIds: ['s-1'] }]);
+    // Covered by a workspace of the close (a directory in it counts, as for checkpoints): complete.
+    expect(evaluateTask(facts({ sessions: [session('s-1', wrote('s-1', { events: 1 }))], workspaces: [...ws, { path: '/ws2', root: '/ws2' }], checkpoints: [checkpoint(), checkpoint({ workspace: '/ws2' })] })).complete).toBe(true);
   });
 
   it('a checkpoint older than a terminal_mutation in the same epoch does not cover it, even if it started later by the clock', () => {

@@ -400,9 +400,13 @@ class AsyncClient:
         """See Client.gc."""
         return await self.request("gc", {})  # type: ignore[no-any-return]
 
-    async def seal(self, task: Optional[str] = None) -> Dict[str, Any]:
+    async def seal(self, task: str) -> Dict[str, Any]:
         """See Client.seal."""
-        return await self.request("seal", {"task": task} if task is not None else {})  # type: ignore[no-any-return]
+        return await self.request("seal", {"task": task})  # type: ignore[no-any-return]
+
+    async def seal_all(self) -> Dict[str, Any]:
+        """See Client.seal_all."""
+        return await self.request("seal", {})  # type: ignore[no-any-return]
 
     async def close_task(self, task: str, *, workspaces: Optional[Sequence[str]] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
         """See Client.close_task."""

@@ -389,9 +389,13 @@ class Client:
         """Applies the retention policy now."""
         return self.request("gc", {})  # type: ignore[no-any-return]
 
-    def seal(self, task: Optional[str] = None) -> Dict[str, Any]:
-        """Stops admission of new keys for good (durable), of one task with ``task``."""
-        return self.request("seal", {"task": task} if task is not None else {})  # type: ignore[no-any-return]
+    def seal(self, task: str) -> Dict[str, Any]:
+        """``sbx seal --task``: stops admission of new keys in one task for good (durable); other tasks go on."""
+        return self.request("seal", {"task": task})  # type: ignore[no-any-return]
+
+    def seal_all(self) -> Dict[str, Any]:
+        """``sbx seal --all``: stops admission of the whole sandbox, every task, for good (durable)."""
+        return self.request("seal", {})  # type: ignore[no-any-return]
 
     def close_task(self, task: str, *, workspaces: Optional[Sequence[str]] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
         """``sbx close --task``: seals the task, settles its sessions (ending the rest after timeout_seconds, default 60),
@@ -400,7 +404,8 @@ class Client:
         return self.request("close", _close_params(task, workspaces, timeout_seconds))  # type: ignore[no-any-return]
 
     def close_supervisor(self, *, workspaces: Optional[Sequence[str]] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
-        """``sbx close``: seals admission for good, settles every session, returns the signed close receipt."""
+        """``sbx close --all``: seals the whole sandbox for good, settles every session, closes each task and returns the
+        signed close receipt with each task's verdict (``complete``; not final when false: close again)."""
         return self.request("close", _close_params(None, workspaces, timeout_seconds))  # type: ignore[no-any-return]
 
     def checkpoint(self, workspace: str, task: Optional[str] = None) -> Dict[str, Any]:
