@@ -81,10 +81,26 @@ const BLOCK_BYTES = 1 << 20;
 /** Reads of one file before it counts as moved for this pass. */
 const FILE_ATTEMPTS = 3;
 const PROGRESS_EVERY_MS = 250;
+/**
+ * A file another process holds a write lease on (fcntl(2) F_SETLEASE F_WRLCK): the O_NONBLOCK
+ * open fails with EWOULDBLOCK and starts the lease break; it is tried again for at most this
+ * long (every LEASE_RETRY_MS), in each pass, before it counts as moved for that pass.
+ */
+const LEASE_WAIT_MS = 100;
+const LEASE_RETRY_MS = 5;
+/** What Capture.entry returns for a file it could not open because of a lease. */
+export const LEASED = 'leased';
 const OPEN_FILE = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK | constants.O_NOCTTY;
 
 const small = Buffer.allocUnsafe(SMALL_FILE_BYTES + 1);
 const block = Buffer.allocUnsafe(BLOCK_BYTES);
+const sleeper = new Int32Array(new SharedArrayBuffer(4));
+
+/** Whether an open failed because another process holds a lease on the file (EWOULDBLOCK is EAGAIN on Linux). */
+function leaseBlocked(err: unknown): boolean {
+  const c = (err as NodeJS.ErrnoException).code;
+  return c === 'EAGAIN' || c === 'EWOULDBLOCK';
+}
 
 /** SHA-256 (hex) and length of fd's bytes from offset 0, read in BLOCK_BYTES blocks; beforeBlock (a deadline check) runs before each read. */
 function hashFd(fd: number, beforeBlock: () => void = () => {}): { sha256: string; bytes: number } {
@@ -166,8 +182,8 @@ class Capture {
     }
   }
 
-  /** The entry captured now; null when it went (or changed type) since the walk saw it. */
-  entry(e: WalkEntry): CapturedEntry | null {
+  /** The entry captured now; null when it went (or changed type) since the walk saw it; LEASED: a lease kept it from being opened. */
+  entry(e: WalkEntry): CapturedEntry | null | typeof LEASED {
     const type = e.type === 'unknown' ? null : e.type;
     if (type === null) return null;
     const base = { path: e.path, type, mode: e.mode & 0o7777, uid: e.uid, gid: e.gid, mtimeNs: e.mtimeNs };
@@ -180,10 +196,27 @@ class Capture {
     return this.file(e);
   }
 
-  private file(e: WalkEntry): CapturedEntry | null {
+  /** Opens a file to read; while a lease blocks it (EWOULDBLOCK), tries again for at most LEASE_WAIT_MS, then null. */
+  private openFile(e: WalkEntry): number | null {
+    const until = performance.now() + LEASE_WAIT_MS;
+    for (;;) {
+      try {
+        return openSync(entryPath(e.dirFd, e.name), OPEN_FILE);
+      } catch (err) {
+        if (!leaseBlocked(err)) throw err;
+        if (performance.now() >= until) return null;
+        this.checkDeadline();
+        Atomics.wait(sleeper, 0, 0, LEASE_RETRY_MS);
+      }
+    }
+  }
+
+  private file(e: WalkEntry): CapturedEntry | null | typeof LEASED {
     let fd: number;
     try {
-      fd = openSync(entryPath(e.dirFd, e.name), OPEN_FILE);
+      const opened = this.openFile(e);
+      if (opened === null) return LEASED;
+      fd = opened;
     } catch (err) {
       const c = (err as NodeJS.ErrnoException).code;
       if (c === 'ENOENT' || c === 'ELOOP' || c === 'ENXIO') return null; // went, or is now a link or a fifo: the next pass sees it as it is
@@ -347,6 +380,8 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
     let prev = new Map<string, CapturedEntry>();
     let entries: CapturedEntry[] = [];
     let changed: Buffer[] = [];
+    /** Files of the last walk a lease kept from being opened (in `changed` too). */
+    let leased: Buffer[] = [];
     let pass = 0;
     let prevRootSig = '';
     let root: CaptureResult['root'] = { mode: 0, uid: 0, gid: 0, mtimeNs: 0n };
@@ -356,6 +391,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       const current: CapturedEntry[] = [];
       const seen = new Set<string>();
       changed = [];
+      leased = [];
       const rootSt = lstatSync(req.root, { bigint: true });
       const rootSig = sigOf('dir', rootSt);
       if (pass > 1 && rootSig !== prevRootSig) changed.push(Buffer.from('.'));
@@ -372,6 +408,13 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
           continue;
         }
         const c = cap.entry(e);
+        if (c === LEASED) {
+          // Not read in this pass: what an earlier pass captured of it stands (its object holds exactly that), else it is left out.
+          changed.push(e.path);
+          leased.push(e.path);
+          if (old) current.push(old);
+          continue;
+        }
         if (pass > 1 || c === null || c.moved) changed.push(e.path);
         if (c) current.push(c);
         cap.tick(pass, current.length);
@@ -400,7 +443,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
           pass--;
           throw err;
         }
-        changed = []; // captured while nothing could change: consistent
+        changed = leased; // captured while nothing could change: consistent, but for files a lease kept unread
       });
       cap.bound(deadlineHrNs, req.deadlineMs);
     }

@@ -10,7 +10,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult, Receipt } from '../../ipc/protocol.js';
-import { sha256, TestDaemon, until } from '../helpers/daemon.js';
+import { PROGRAMS, sha256, TestDaemon, until } from '../helpers/daemon.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
 import { pythonTreeListing, removeTree, type ListedEntry } from '../helpers/workspace-trees.js';
 
@@ -362,6 +362,46 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     await d.terminate();
     d.withEnv(undefined);
     await d.start();
+  });
+
+  it('a file another process holds a write lease on (taken again at every break) is unstable, never a failed checkpoint; a read lease does not block', async () => {
+    fill({ leased: 'leased bytes\n', calm: 'calm' });
+    /** hold-lease on ws/leased; resolves once it holds the lease, with what it printed so far. */
+    const hold = async (kind: 'wr' | 'rd') => {
+      const child = spawn(join(PROGRAMS, 'hold-lease'), [join(ws, 'leased'), kind], { stdio: ['ignore', 'pipe', 'inherit'] });
+      let out = '';
+      child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+      const exited = new Promise((r) => child.on('exit', r));
+      await until(() => out.includes('held\n'), `the ${kind} lease`);
+      return { out: () => out, end: async () => (child.kill('SIGTERM'), await exited) };
+    };
+    const writer = await hold('wr');
+    try {
+      const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
+      expect(r.status, r.stderr.toString()).toBe(1);
+      const ck = json<CheckpointResult>(r);
+      expect(ck).toMatchObject({ consistent: false, unstable: ['leased'], unstable_count: 1, scan: { passes: 4 } });
+      // Never opened: left out of the entries (nothing invented for it), named unstable.
+      const m = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
+      expect(m).toMatchObject({ consistent: false, unstable: ['leased'] });
+      expect(m.entries.map((e: { path: string }) => e.path)).toEqual(['calm']);
+      // Each pass's open broke the lease, and the holder took it again each time.
+      expect(writer.out()).toMatch(/broken [4-9]/);
+    } finally {
+      await writer.end();
+    }
+    const after = await checkpoint(d, ws);
+    expect(after).toMatchObject({ consistent: true, unstable: [] });
+    const m = JSON.parse(readFileSync(manifestFile(d, after.checkpoint_id), 'utf8'));
+    expect(m.entries.find((e: { path: string }) => e.path === 'leased')).toMatchObject({ size: 13, sha256: sha256('leased bytes\n') });
+    // A read lease is broken only by an open for writing: the capture reads past it.
+    const reader = await hold('rd');
+    try {
+      expect(await checkpoint(d, ws)).toMatchObject({ consistent: true, unstable: [] });
+      expect(reader.out()).toBe('held\n');
+    } finally {
+      await reader.end();
+    }
   });
 
   it('a directory inside the watched workspace gets its boundary; sbx checkpoints lists what was published', async () => {
