@@ -103,8 +103,8 @@ function testFlipObject(storeDir: string, manifest: Manifest): void {
 }
 
 /** Runs a checkpoint up to its stored manifest (blocking): capture, commit, manifest (JCS, signed), written create-once. */
-export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgress['progress']) => void = () => {}): CheckpointStepResult {
-  const cap = runCapture({ ...req, kind: 'capture' }, progress);
+export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgress['progress']) => void = () => {}, onFrozen: (frozen: boolean) => void = () => {}): CheckpointStepResult {
+  const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen);
   const entries = cap.entries.map(toManifestEntry);
   const entriesJcs = jcs(entries); // once: the rest of the manifest is small
   const unstable = cap.unstable.map((p) => nameText(fsDecode(p)));
@@ -196,7 +196,10 @@ if (parentPort && workerData && (workerData as { checkpointWorker?: boolean }).c
   port.on('message', ({ id, req }: { id: number; req: CheckpointWorkerRequest }) => {
     let reply: WorkerReply<unknown>;
     try {
-      reply = { ok: true, result: req.kind === 'checkpoint' ? runCheckpoint(req, (progress) => port.postMessage({ id, progress })) : runReadBack(req) };
+      reply = {
+        ok: true,
+        result: req.kind === 'checkpoint' ? runCheckpoint(req, (progress) => port.postMessage({ id, progress }), (frozen) => port.postMessage({ id, frozen })) : runReadBack(req),
+      };
     } catch (err) {
       reply = toReply(err);
     }

@@ -21,7 +21,7 @@ import type { ReceiptSigner } from '../signing.js';
 import { entryPath } from '../workspace/walk.js';
 import { OWN_DIR } from '../workspace/watch-worker.js';
 import type { WorkspaceWatcher } from '../workspace/watcher.js';
-import { CheckpointThread } from './capture.js';
+import { CheckpointThread, thawPath } from './capture.js';
 import { LocalStore, objectKey, STORE_DIRS } from './local-store.js';
 import { checkManifest, manifestObjects, type CheckpointBoundary, type Manifest, type PublishedRecord, type RuntimeFence } from './manifest.js';
 import { type CheckpointStore, parseStoreUrl, rehashObject, StoreError } from './store.js';
@@ -83,15 +83,7 @@ export function thawLeftFrozen(config: Config, log: Logger): void {
     return;
   }
   try {
-    const fd = openSync(workspace, constants.O_RDONLY | constants.O_DIRECTORY);
-    try {
-      native().thaw(fd);
-      log.warn({ workspace }, 'a checkpoint was stopped while its workspace was frozen: thawed');
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EINVAL') throw err;
-    } finally {
-      closeSync(fd);
-    }
+    if (thawPath(workspace)) log.warn({ workspace }, 'a checkpoint was stopped while its workspace was frozen: thawed');
   } catch (err) {
     log.error({ err, workspace }, 'a workspace left frozen by a stopped checkpoint could not be thawed (fsfreeze -u it)');
   }
@@ -118,10 +110,21 @@ export class Checkpoints {
   readonly local: LocalStore;
   private remote: Promise<CheckpointStore> | null = null;
   private chain: Promise<unknown> = Promise.resolve();
-  private readonly thread = new CheckpointThread();
+  private readonly thread: CheckpointThread;
 
   constructor(private readonly deps: CheckpointDeps) {
     this.local = new LocalStore(localStoreDir(deps.config), true, true);
+    this.thread = new CheckpointThread((workspace, why, thawed, err) => {
+      if (err) deps.log.error({ err, workspace, why }, 'a workspace frozen by a checkpoint could not be thawed (fsfreeze -u it)');
+      else if (thawed) deps.log.error({ workspace, why }, 'a checkpoint\'s frozen pass did not thaw its workspace: thawed by the supervisor');
+      if (!err) {
+        try {
+          this.local.fs.clearFrozen();
+        } catch {
+          // the next start finds the record and thaws again (EINVAL: nothing to do)
+        }
+      }
+    }, (workspace, frozen) => deps.log.debug({ workspace }, frozen ? 'checkpoint: the workspace is frozen for the last pass' : 'checkpoint: the workspace is thawed'));
   }
 
   /** Where checkpoints are published: the local directory or s3://bucket/prefix. */
@@ -156,9 +159,14 @@ export class Checkpoints {
     return { instance, generation, boot_id: bootId, mode };
   }
 
-  /** Ends the checkpoint thread (at shutdown). */
+  /** Ends the checkpoint thread (at shutdown), thawing what it froze. */
   stop(): Promise<void> {
     return this.thread.stop();
+  }
+
+  /** At the start of shutdown: a frozen pass is thawed now and none starts (writers the shutdown waits for would wait on it). */
+  refuseFreezing(): void {
+    this.thread.refuseFreezing();
   }
 
   /**

@@ -39,7 +39,18 @@ export interface CaptureRequest {
    * around one last pass, at most this many ms (then thawed, whatever the pass); 0: no freeze.
    */
   freezeMaxMs?: number;
+  /**
+   * Shared with the supervisor's thread (capture.ts): FREEZE_IDLE, FREEZE_HELD while this
+   * capture freezes or holds the file system frozen, FREEZE_REFUSED once the supervisor stops
+   * (no freeze starts; one held is thawed at once). The supervisor thaws it itself when this
+   * thread dies, stops, or overruns freezeMaxMs.
+   */
+  freezeState?: Int32Array;
 }
+
+export const FREEZE_IDLE = 0;
+export const FREEZE_HELD = 1;
+export const FREEZE_REFUSED = 2;
 
 /** One captured entry: what the manifest records, and the stat signature the next pass compares. */
 export interface CapturedEntry extends EntryFacts {
@@ -316,41 +327,76 @@ class Capture {
 
 /**
  * One last pass with the workspace's file system frozen (FIFREEZE: writes to it wait until
- * FITHAW), so nothing can change under it: if it completes, the capture is consistent. The
- * store's `frozen` record names the workspace meanwhile (the store is on another file system),
- * so a supervisor killed while it is frozen thaws it at its next start. Thawed in every case,
- * at the latest when the pass passes freezeMaxMs (scan_timeout: the passes before stand).
- * See ioctl_fifreeze? fs/ioctl.c, fsfreeze(8).
+ * FITHAW), so nothing can change under it: if it completes still frozen, the capture is
+ * consistent. The store's `frozen` record names the workspace meanwhile (the store is on
+ * another file system), so a supervisor killed while it is frozen thaws it at its next start;
+ * onFrozen tells the supervisor's thread, which thaws it itself if this thread dies or
+ * overruns (capture.ts). Thawed in every case, at the latest when the pass passes freezeMaxMs
+ * (scan_timeout: the passes before stand). A pass the file system was thawed under before it
+ * ended (FITHAW here says EINVAL) was an ordinary pass. See fs/ioctl.c, fsfreeze(8).
  */
-function frozenPass(req: CaptureRequest, store: LocalStoreFiles, run: () => void): NonNullable<CaptureResult['freeze']> {
+function frozenPass(req: CaptureRequest, store: LocalStoreFiles, onFrozen: (frozen: boolean) => void, run: () => void): NonNullable<CaptureResult['freeze']> {
+  const state = req.freezeState ?? new Int32Array(new SharedArrayBuffer(4));
+  if (Atomics.compareExchange(state, 0, FREEZE_IDLE, FREEZE_HELD) !== FREEZE_IDLE) return { frozen: false, ms: 0, reason: 'the supervisor is stopping' };
   let fd: number;
   try {
     fd = openSync(req.root, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
   } catch (err) {
+    Atomics.compareExchange(state, 0, FREEZE_HELD, FREEZE_IDLE);
     return { frozen: false, ms: 0, reason: `cannot open the workspace to freeze it: ${(err as Error).message}` };
   }
   const t0 = performance.now();
+  const ms = () => Math.round(performance.now() - t0);
   try {
-    store.markFrozen(req.root);
+    let refused: string | null = null;
     try {
-      native().freeze(fd);
+      store.markFrozen(req.root);
+      try {
+        native().freeze(fd);
+      } catch (err) {
+        store.clearFrozen();
+        refused = `FIFREEZE failed: ${(err as Error).message}`;
+      }
     } catch (err) {
-      store.clearFrozen();
-      return { frozen: false, ms: 0, reason: `FIFREEZE failed: ${(err as Error).message}` };
+      Atomics.compareExchange(state, 0, FREEZE_HELD, FREEZE_IDLE);
+      throw err;
     }
+    if (refused !== null) {
+      Atomics.compareExchange(state, 0, FREEZE_HELD, FREEZE_IDLE);
+      return { frozen: false, ms: 0, reason: refused };
+    }
+    onFrozen(true);
+    let outcome: NonNullable<CaptureResult['freeze']> = { frozen: false, ms: 0, reason: 'the supervisor is stopping' };
+    let failure: unknown = null;
     try {
-      faultPoint('checkpoint:frozen');
-      run();
-      return { frozen: true, ms: Math.round(performance.now() - t0), reason: null };
+      // The supervisor began to stop between the claim and the freeze: thawed at once.
+      if (Atomics.load(state, 0) !== FREEZE_REFUSED) {
+        faultPoint('checkpoint:frozen');
+        faultPoint('checkpoint:frozen-thread-exit', () => process.exit(70));
+        faultPoint('checkpoint:frozen-hold', () => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 60_000));
+        run();
+        outcome = { frozen: true, ms: ms(), reason: null };
+      }
     } catch (err) {
       if (err instanceof ScanError && err.code === 'scan_timeout') {
-        return { frozen: false, ms: Math.round(performance.now() - t0), reason: `the frozen pass took longer than checkpoint.freezeMaxMs (${req.freezeMaxMs} ms): thawed; the passes before it stand` };
-      }
-      throw err;
-    } finally {
-      native().thaw(fd);
-      store.clearFrozen();
+        outcome = { frozen: false, ms: ms(), reason: `the frozen pass took longer than checkpoint.freezeMaxMs (${req.freezeMaxMs} ms): thawed; the passes before it stand` };
+      } else failure = err;
     }
+    let thawedHere = true;
+    try {
+      native().thaw(fd);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EINVAL') throw err;
+      thawedHere = false; // not frozen any more: thawed by the supervisor (or someone) meanwhile
+    }
+    store.clearFrozen();
+    Atomics.compareExchange(state, 0, FREEZE_HELD, FREEZE_IDLE);
+    onFrozen(false);
+    if (failure !== null) throw failure;
+    if (!thawedHere && outcome.frozen) {
+      outcome = { frozen: false, ms: outcome.ms, reason: 'the file system was thawed before the frozen pass ended (by the supervisor past checkpoint.freezeMaxMs, or by someone else): it counts as an ordinary pass' };
+    }
+    return outcome;
   } finally {
     closeSync(fd);
   }
@@ -371,7 +417,7 @@ function testTouch(root: string, pass: number): void {
 }
 
 /** Runs a capture in this thread (blocking). Throws ScanError / StoreError / errno errors. */
-export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['progress']) => void = () => {}): CaptureResult {
+export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['progress']) => void = () => {}, onFrozen: (frozen: boolean) => void = () => {}): CaptureResult {
   const store = LocalStoreFiles.open(req.storeDir, { create: true, viaFd: req.storeFd });
   store.reserveBytes = req.reserveBytes;
   try {
@@ -431,7 +477,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
     }
     let freeze: CaptureResult['freeze'] = null;
     if (req.freezeMaxMs && req.freezeMaxMs > 0) {
-      freeze = frozenPass(req, store, () => {
+      freeze = frozenPass(req, store, onFrozen, () => {
         const startHrNs = process.hrtime.bigint();
         cap.bound(startHrNs + BigInt(req.freezeMaxMs!) * 1_000_000n, req.freezeMaxMs!);
         pass++;
@@ -443,8 +489,9 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
           pass--;
           throw err;
         }
-        changed = leased; // captured while nothing could change: consistent, but for files a lease kept unread
       });
+      // Captured while nothing could change: consistent, but for files a lease kept unread.
+      if (freeze.frozen) changed = leased;
       cap.bound(deadlineHrNs, req.deadlineMs);
     }
     cap.commit();

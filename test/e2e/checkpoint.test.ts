@@ -526,6 +526,10 @@ describe.skipIf(!HAVE_LOOP)(HAVE_LOOP ? 'checkpoint.freeze: the last pass with t
     await d.start();
   });
 
+  afterEach(() => {
+    if (mounted) spawnSync('fsfreeze', ['-u', ws]); // whatever a failed test left (a blocked writer goes on)
+  });
+
   afterAll(async () => {
     if (mounted) spawnSync('fsfreeze', ['-u', ws]); // whatever a failed test left
     await d.terminate();
@@ -570,5 +574,45 @@ describe.skipIf(!HAVE_LOOP)(HAVE_LOOP ? 'checkpoint.freeze: the last pass with t
     const done = await until(() => (writer.exitCode !== null ? { code: writer.exitCode } : null), 'a write to the workspace after the restart', 10_000);
     expect(done.code).toBe(0);
     expect(d.log()).toContain('a checkpoint was stopped while its workspace was frozen: thawed');
+  });
+
+  /** A write into the workspace, in a child: its exit status once it completes (within the deadline), never blocking this process. */
+  async function writeCompletes(name: string): Promise<number | null> {
+    const writer = spawn('sh', ['-c', `printf x > ${ws}/${name}`]);
+    const done = await until(() => (writer.exitCode !== null ? { code: writer.exitCode } : null), `a write to ${ws}/${name}`, 10_000);
+    return done.code;
+  }
+
+  it('SIGTERM to the supervisor during the frozen pass: thawed before it exits (the thread it terminates never thaws)', async () => {
+    await d.terminate();
+    d.withEnv({ SBX_FAULT_POINT: 'checkpoint:frozen-hold' }); // the frozen pass waits 60 s
+    const from = d.log().length; // this run's lines only
+    await d.start();
+    const ck = d.sbx(['checkpoint', '--workspace', ws]);
+    await until(() => d.log().slice(from).includes('checkpoint: the workspace is frozen for the last pass'), 'the frozen pass');
+    expect(await d.terminate()).toEqual({ code: 0, signal: null });
+    expect(await writeCompletes('after-sigterm')).toBe(0);
+    expect((await ck).status).toBe(125);
+    expect(d.log().slice(from)).toContain('thawed by the supervisor');
+    expect(existsSync(join(storeDir(d), 'frozen'))).toBe(false);
+    d.withEnv(undefined);
+    await d.start();
+  });
+
+  it('the checkpoint thread dying during the frozen pass: thawed, CHECKPOINT_FAILED, the supervisor goes on', async () => {
+    await d.terminate();
+    d.withEnv({ SBX_FAULT_POINT: 'checkpoint:frozen-thread-exit' }); // process.exit(70) in the thread, frozen
+    const from = d.log().length;
+    await d.start();
+    const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
+    expect(r.status).toBe(125);
+    expect(JSON.parse(r.stdout.toString()).error).toMatchObject({ code: 'CHECKPOINT_FAILED', message: expect.stringContaining('the checkpoint thread exited (70)') });
+    expect(await writeCompletes('after-exit')).toBe(0);
+    expect(d.log().slice(from)).toContain('thawed by the supervisor');
+    // Still serving: a checkpoint of a directory not frozen (a new thread) completes.
+    expect(await checkpoint(d, join(ws, 'sub'))).toMatchObject({ consistent: true, freeze: { frozen: false } });
+    await d.terminate();
+    d.withEnv(undefined);
+    await d.start();
   });
 });
