@@ -13,7 +13,7 @@ import { faultPoint } from '../fault.js';
 import { fsDecode, nameText } from '../workspace/names.js';
 import { ScanError } from '../workspace/walk.js';
 import { LocalStoreFiles, objectKey } from './local-store.js';
-import { checkManifest, manifestBytes, manifestJcs, manifestObjects, scanDigest, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
+import { checkManifest, manifestBytes, manifestJcs, manifestObjects, mountsSkipped, scanDigest, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
 import { runCapture, runRehash, type CaptureRequest, type CaptureResult, type WorkerProgress, type WorkerReply } from './passes.js';
 import { StoreError } from './store.js';
 
@@ -50,6 +50,8 @@ export interface CheckpointStepResult {
   /** The first SHOWN_UNSTABLE unstable paths, and how many in all. */
   unstable: string[];
   unstableCount: number;
+  /** Mount points inside the workspace recorded as (empty) directories, not entered. */
+  mountsSkipped: string[];
   objects: { referenced: number; bytes: number; written: number; bytesWritten: number };
   freeze: CaptureResult['freeze'];
   /** forRemote: the manifest's canonical bytes, and [sha256, size, a path using it] per object. */
@@ -150,6 +152,7 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     consistent: manifest.consistent,
     unstable: unstable.slice(0, SHOWN_UNSTABLE),
     unstableCount: unstable.length,
+    mountsSkipped: mountsSkipped(manifest),
     objects: { referenced: objects.size, bytes: objectBytes, written: cap.objectsWritten, bytesWritten: cap.bytesWritten },
     freeze: cap.freeze,
   };

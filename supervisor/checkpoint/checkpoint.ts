@@ -23,7 +23,7 @@ import { OWN_DIR } from '../workspace/watch-worker.js';
 import type { WorkspaceWatcher } from '../workspace/watcher.js';
 import { CheckpointThread, thawPath } from './capture.js';
 import { LocalStore, objectKey, STORE_DIRS } from './local-store.js';
-import { checkManifest, manifestObjects, type CheckpointBoundary, type Manifest, type PublishedRecord, type RuntimeFence } from './manifest.js';
+import { checkManifest, manifestObjects, mountsSkipped, type CheckpointBoundary, type Manifest, type PublishedRecord, type RuntimeFence } from './manifest.js';
 import { type CheckpointStore, parseStoreUrl, rehashObject, StoreError } from './store.js';
 import type { SupervisorMetrics } from '../metrics/registry.js';
 
@@ -295,6 +295,7 @@ export class Checkpoints {
       consistent: manifest.consistent,
       unstable: manifest.unstable.slice(0, 100),
       unstable_count: manifest.unstable.length,
+      mounts_skipped: mountsSkipped(manifest),
       read_back: { exact: true, objects: record.read_back.objects, bytes: record.read_back.bytes, at: record.read_back.at },
       fence: { instance: manifest.supervisor.instance, generation: manifest.supervisor.generation, boot_id: manifest.supervisor.boot_id },
       close_attempt: manifest.close_attempt ?? null,
@@ -463,6 +464,7 @@ export class Checkpoints {
       freeze: freeze.asked ? (cap.freeze ?? { frozen: false, ms: 0, reason: freeze.refused }) : null,
       unstable: cap.unstable,
       unstable_count: cap.unstableCount,
+      mounts_skipped: cap.mountsSkipped,
       objects: { referenced: cap.objects.referenced, written: cap.objects.written, bytes_written: cap.objects.bytesWritten, ...(remote ? { uploaded: uploaded + readBack.repaired, repaired: readBack.repaired } : {}) },
       read_back: { objects: readBack.objects, bytes: readBack.bytes, ms: readBackMs, at: readBackAt },
       supervisor: this.fence,

@@ -203,7 +203,7 @@ class Capture {
       return { ...base, size: target.length, target, sig: sigOf(type, e, target) };
     }
     if (type === 'char' || type === 'block') return { ...base, size: 0, rdev: Number(e.rdev), sig: sigOf(type, e) };
-    if (type !== 'file') return { ...base, size: 0, sig: sigOf(type, e) };
+    if (type !== 'file') return { ...base, size: 0, sig: sigOf(type, e), ...(e.mountPoint ? { mount: true as const } : {}) };
     return this.file(e);
   }
 

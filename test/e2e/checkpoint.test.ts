@@ -404,6 +404,51 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     }
   });
 
+  it('a file system mounted inside the workspace is not entered, and said so: the manifest marks it, sbx checkpoint and sbx restore name it', async () => {
+    fill({ top: 'top' });
+    const mnt = join(ws, 'mnt');
+    mkdirSync(mnt);
+    const m = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=1m,mode=0755', 'sbx-test-mount', mnt]);
+    expect(m.status, m.stderr.toString()).toBe(0);
+    try {
+      writeFileSync(join(mnt, 'inside'), 'on the tmpfs');
+      const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
+      expect(r.status, r.stderr.toString()).toBe(0);
+      const ck = json<CheckpointResult>(r);
+      expect(ck).toMatchObject({ consistent: true, mounts_skipped: ['mnt'] });
+      // The mount point as a directory marked `mount`, nothing under it (mnt/inside is not there).
+      const manifest = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
+      expect(manifest.entries.map((e: { path: string; type: string; mount?: boolean }) => [e.path, e.type, e.mount ?? null])).toEqual([
+        ['mnt', 'dir', true],
+        ['top', 'file', null],
+      ]);
+      const human = await d.sbx(['checkpoint', '--workspace', ws]);
+      expect(human.status).toBe(0);
+      expect(human.stderr.toString()).toContain('sbx: 1 mount point not entered (recorded as empty directories; what is mounted there is not in the checkpoint): mnt\n');
+      expect((await d.sbx(['verify', ck.checkpoint_id, '--state-dir', d.stateDir])).status).toBe(0);
+      const target = join(d.dir, 'restored-mount');
+      const rs = await d.sbx(['restore', ck.checkpoint_id, target, '--state-dir', d.stateDir]);
+      expect(rs.status, rs.stdout.toString()).toBe(0);
+      expect(rs.stderr.toString()).toContain('warning: 1 mount point inside the workspace was not entered when it was taken, restored as empty directories (what was mounted there is not in the checkpoint): mnt\n');
+      expect(readdirSync(join(target, 'mnt'))).toEqual([]);
+      const asJson = json<{ mounts_skipped: string[] }>(await d.sbx(['restore', ck.checkpoint_id, join(d.dir, 'restored-mount2'), '--state-dir', d.stateDir, '--json']));
+      expect(asJson.mounts_skipped).toEqual(['mnt']);
+      for (const t of [target, join(d.dir, 'restored-mount2')]) rmSync(t, { recursive: true, force: true });
+      // The task receipt's checkpoint entry names it too, and sbx verify checks that against the manifest.
+      const closed = await d.sbx(['close', '--task', 'with-mount', '--workspace', ws]);
+      expect(closed.status, closed.stderr.toString()).toBe(0);
+      const receipt = json<Receipt & { checkpoints: { mounts_skipped?: string[] }[] }>(closed);
+      expect(receipt.checkpoints.map((c) => c.mounts_skipped)).toEqual([['mnt']]);
+      const receiptFile = join(d.dir, 'task-with-mount.json');
+      writeFileSync(receiptFile, closed.stdout);
+      const v = await d.sbx(['verify', receiptFile, '--state-dir', d.stateDir]);
+      expect(v.status, v.stdout.toString()).toBe(0);
+    } finally {
+      expect(spawnSync('umount', [mnt]).status).toBe(0);
+      rmSync(mnt, { recursive: true, force: true });
+    }
+  });
+
   it('a directory inside the watched workspace gets its boundary; sbx checkpoints lists what was published', async () => {
     fill({});
     mkdirSync(join(ws, 'sub'));
