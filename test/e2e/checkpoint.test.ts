@@ -644,6 +644,35 @@ describe.skipIf(!HAVE_LOOP)(HAVE_LOOP ? 'checkpoint.freeze: the last pass with t
     await d.start();
   });
 
+  it('a frozen pass that does not thaw by freezeMaxMs + 2 s: the watchdog thaws it, and the pass counts as an ordinary one', async () => {
+    await d.terminate();
+    d.withConfig({ checkpoint: { freeze: true, freezeMaxMs: 200 } });
+    d.withEnv({ SBX_FAULT_POINT: 'checkpoint:frozen-hold', SBX_TEST_FROZEN_HOLD_MS: '6000' }); // the thread holds it 6 s
+    const from = d.log().length;
+    await d.start();
+    try {
+      const t0 = performance.now();
+      const ck = d.sbx(['checkpoint', '--workspace', ws, '--json']);
+      await until(() => d.log().slice(from).includes('checkpoint: the workspace is frozen for the last pass'), 'the frozen pass');
+      // Thawed by the watchdog (at 2.2 s), while the thread still holds: the write completes before the checkpoint does.
+      expect(await writeCompletes('during-hold')).toBe(0);
+      const writtenMs = performance.now() - t0;
+      const r = await ck;
+      expect(performance.now() - t0).toBeGreaterThan(writtenMs);
+      // An ordinary pass: it saw the write made under it (frozen, it would have claimed none could be).
+      expect(r.status).toBe(1);
+      expect(json<CheckpointResult>(r)).toMatchObject({ consistent: false, unstable: ['.', 'during-hold'], freeze: { frozen: false, reason: expect.stringContaining('thawed before the frozen pass ended') } });
+      expect(d.log().slice(from)).toContain('the frozen pass ran past checkpoint.freezeMaxMs (200 ms) + 2000 ms without thawing');
+      const manifest = JSON.parse(readFileSync(manifestFile(d, json<CheckpointResult>(r).checkpoint_id), 'utf8'));
+      expect(manifest.frozen).toBeUndefined();
+    } finally {
+      await d.terminate();
+      d.withConfig({ checkpoint: { freeze: true } });
+      d.withEnv(undefined);
+      await d.start();
+    }
+  });
+
   it('the checkpoint thread dying during the frozen pass: thawed, CHECKPOINT_FAILED, the supervisor goes on', async () => {
     await d.terminate();
     d.withEnv({ SBX_FAULT_POINT: 'checkpoint:frozen-thread-exit' }); // process.exit(70) in the thread, frozen
