@@ -373,6 +373,10 @@ function frozenPass(req: CaptureRequest, store: LocalStoreFiles, onFrozen: (froz
       if (Atomics.load(state, 0) !== FREEZE_REFUSED) {
         faultPoint('checkpoint:frozen');
         faultPoint('checkpoint:frozen-thread-exit', () => process.exit(70));
+        faultPoint('checkpoint:frozen-thread-oom', () => {
+          const heap: string[][] = []; // until the thread's heap cap ends it (ERR_WORKER_OUT_OF_MEMORY)
+          for (;;) heap.push(Array.from({ length: 1 << 16 }, (_, i) => `${i}`));
+        });
         // (SBX_TEST_FROZEN_HOLD_MS, only tests set it: how long the hold lasts; default 60 s)
         faultPoint('checkpoint:frozen-hold', () => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, Number(process.env.SBX_TEST_FROZEN_HOLD_MS ?? 60_000)));
         run();

@@ -673,14 +673,17 @@ describe.skipIf(!HAVE_LOOP)(HAVE_LOOP ? 'checkpoint.freeze: the last pass with t
     }
   });
 
-  it('the checkpoint thread dying during the frozen pass: thawed, CHECKPOINT_FAILED, the supervisor goes on', async () => {
+  it.each([
+    ['exits', 'checkpoint:frozen-thread-exit', 'the checkpoint thread exited (70)'], // process.exit(70) in the thread
+    ['runs out of memory', 'checkpoint:frozen-thread-oom', 'the checkpoint thread failed: Worker terminated due to reaching memory limit: JS heap out of memory'],
+  ])('the checkpoint thread that %s during the frozen pass: thawed, CHECKPOINT_FAILED, the supervisor goes on', async (_how, point, message) => {
     await d.terminate();
-    d.withEnv({ SBX_FAULT_POINT: 'checkpoint:frozen-thread-exit' }); // process.exit(70) in the thread, frozen
+    d.withEnv({ SBX_FAULT_POINT: point, CKO: '64' }); // CKO: the thread's heap cap (MB), 1024 otherwise
     const from = d.log().length;
     await d.start();
     const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
     expect(r.status).toBe(125);
-    expect(JSON.parse(r.stdout.toString()).error).toMatchObject({ code: 'CHECKPOINT_FAILED', message: expect.stringContaining('the checkpoint thread exited (70)') });
+    expect(JSON.parse(r.stdout.toString()).error).toMatchObject({ code: 'CHECKPOINT_FAILED', message: expect.stringContaining(message) });
     expect(await writeCompletes('after-exit')).toBe(0);
     expect(d.log().slice(from)).toContain('thawed by the supervisor');
     // Still serving: a checkpoint of a directory not frozen (a new thread) completes.
