@@ -3,9 +3,10 @@
 // object in the local store create-once (local-store.ts), then walks again comparing each
 // entry's type, size, mode, owner, mtime, ctime and inode (with verifyContent, its content)
 // with what was captured, re-capturing what moved, until a whole pass sees nothing move (or
-// the bound: those paths are `unstable`); optionally one last pass with the file system frozen
-// (FIFREEZE). Owns those loops and their bounds (deadline, free space); not the manifest
-// (manifest.ts, capture-worker.ts) or publication (checkpoint.ts). Blocking by design.
+// the bound: those paths are `unstable`, as is a file another process's lease keeps shut);
+// optionally one last pass with the file system frozen (FIFREEZE). Owns those loops and their
+// bounds (deadline, free space); not the manifest (manifest.ts, capture-worker.ts) or
+// publication (checkpoint.ts). Blocking by design.
 //
 // Why a still pass proves a consistent state: every entry was unchanged from its capture (in an
 // earlier pass) to its check (in the last one), and every such interval contains the instant
