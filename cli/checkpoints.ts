@@ -110,6 +110,7 @@ export async function restoreCommand(idText: string, dir: string, o: StoreOption
     process.stdout.write(`restored checkpoint ${id} into ${result.target}: ${plural(result.entries, 'entry', 'entries')}, ${plural(result.files, 'file')}, ${result.bytes} bytes in ${result.ms} ms\n`);
     if (result.owners === 'not_given') warn(`owners not given (${process.getuid?.() === 0 ? '--no-same-owner' : 'not root'}): every entry is the restorer's, uid and gid not compared${result.setid_dropped.length ? `; set-user-ID/set-group-ID dropped on ${plural(result.setid_dropped.length, 'entry', 'entries')}: ${result.setid_dropped.slice(0, 5).join(', ')}` : ''}`);
     warnUnstable(result.unstable);
+    if (result.mounts_skipped.length) warn(`warning: ${plural(result.mounts_skipped.length, 'mount point')} inside the workspace ${result.mounts_skipped.length === 1 ? 'was' : 'were'} not entered when it was taken, restored as empty directories (what was mounted there is not in the checkpoint): ${result.mounts_skipped.slice(0, 5).join(', ')}${result.mounts_skipped.length > 5 ? ', ...' : ''}`);
     if (result.identical) process.stdout.write('OK: the restored tree is identical to the manifest\n');
     else {
       for (const d of result.differences.slice(0, 50)) process.stdout.write(`DIFFERS: ${showDifference(d)}\n`);

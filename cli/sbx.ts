@@ -798,6 +798,7 @@ sub('checkpoint')
         `read back ${n(r.read_back.objects, 'object')} in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms`,
     );
     if (!r.consistent) warn(`not consistent: ${n(r.unstable_count, 'path')} changed in every pass (${r.scan.passes}): ${r.unstable.slice(0, 5).join(', ')}`);
+    if (r.mounts_skipped.length) warn(`${n(r.mounts_skipped.length, 'mount point')} not entered (recorded as empty directories; what is mounted there is not in the checkpoint): ${r.mounts_skipped.slice(0, 5).join(', ')}${r.mounts_skipped.length > 5 ? ', ...' : ''}`);
   });
 
 sub('restore')

@@ -11,6 +11,7 @@ import type { Receipt, TaskReceipt } from '../ipc/protocol.js';
 import { readRecord, RECEIPT_FILE, STATE } from '../ipc/state-layout.js';
 import { jcs, verifyCloseSessions, verifySignature } from '../ipc/verify.js';
 import { verifyCheckpoint } from '../supervisor/checkpoint/verify.js';
+import { mountsSkipped } from '../supervisor/checkpoint/manifest.js';
 import { evaluateTask, type JoinSession } from '../supervisor/task/join.js';
 import { openStore } from './checkpoints.js';
 import { warn } from './escape.js';
@@ -67,6 +68,7 @@ export async function verifyTaskReceipt(receipt: TaskReceipt, keyPem: string, o:
     said('consistent', m.consistent, cp.consistent);
     said('fence', { instance: m.supervisor.instance, generation: m.supervisor.generation, boot_id: m.supervisor.boot_id }, cp.fence);
     said('close attempt', m.close_attempt ?? null, cp.close_attempt);
+    if (cp.mounts_skipped !== undefined) said('mount points skipped', mountsSkipped(m), cp.mounts_skipped); // (absent in receipts written before it was said)
   }
   // The verdict again, from the facts just checked. Whether supervisor.json still named the
   // run when it signed is a fact of that moment only the (signed) receipt tells: its fenced

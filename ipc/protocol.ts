@@ -472,6 +472,8 @@ export interface TaskCheckpointEntry {
   consistent: boolean | null;
   unstable: string[];
   unstable_count: number;
+  /** Mount points the checkpoint did not enter (its manifest's `mount: true` entries); absent in receipts written before it was said. */
+  mounts_skipped?: string[];
   /** The read-back made before the checkpoint was published (objects re-hashed, bytes); null: none completed. */
   read_back: { exact: boolean; objects: number; bytes: number; at: string | null } | null;
   /** The runtime fence the manifest carries. */
@@ -531,6 +533,8 @@ export interface CheckpointResult {
   freeze: { frozen: boolean; ms: number; reason: string | null } | null;
   unstable: string[];
   unstable_count: number;
+  /** Mount points inside the workspace: recorded as directories (`mount: true` in the manifest), what is mounted there not captured. */
+  mounts_skipped: string[];
   /** Objects the manifest names; how many and how many bytes this checkpoint wrote to the local store (0 for an unchanged tree); with an S3 store, how many it uploaded, and of those how many were put over bytes that failed their read-back (repaired). */
   objects: { referenced: number; written: number; bytes_written: number; uploaded?: number; repaired?: number };
   /** at: when the read-back completed (ISO-8601 UTC, ms; the published record's time). */

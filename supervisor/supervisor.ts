@@ -462,6 +462,7 @@ export class Supervisor {
    */
   shutdown(): Promise<void> {
     this.stopping ??= (async () => {
+      this.checkpoints.refuseFreezing(); // a session writing to a frozen workspace could not end
       const live = [...this.sessions.values()].filter((s) => !isSettled(s.state));
       this.log.info({ sessions: live.length }, 'shutting down: terminating sessions');
       await Promise.all(live.map((s) => s.terminate('shutdown')));

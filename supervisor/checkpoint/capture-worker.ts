@@ -13,7 +13,7 @@ import { faultPoint } from '../fault.js';
 import { fsDecode, nameText } from '../workspace/names.js';
 import { ScanError } from '../workspace/walk.js';
 import { LocalStoreFiles, objectKey } from './local-store.js';
-import { checkManifest, manifestBytes, manifestJcs, manifestObjects, scanDigest, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
+import { checkManifest, manifestBytes, manifestJcs, manifestObjects, mountsSkipped, scanDigest, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
 import { runCapture, runRehash, type CaptureRequest, type CaptureResult, type WorkerProgress, type WorkerReply } from './passes.js';
 import { StoreError } from './store.js';
 
@@ -50,6 +50,8 @@ export interface CheckpointStepResult {
   /** The first SHOWN_UNSTABLE unstable paths, and how many in all. */
   unstable: string[];
   unstableCount: number;
+  /** Mount points inside the workspace recorded as (empty) directories, not entered. */
+  mountsSkipped: string[];
   objects: { referenced: number; bytes: number; written: number; bytesWritten: number };
   freeze: CaptureResult['freeze'];
   /** forRemote: the manifest's canonical bytes, and [sha256, size, a path using it] per object. */
@@ -103,8 +105,8 @@ function testFlipObject(storeDir: string, manifest: Manifest): void {
 }
 
 /** Runs a checkpoint up to its stored manifest (blocking): capture, commit, manifest (JCS, signed), written create-once. */
-export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgress['progress']) => void = () => {}): CheckpointStepResult {
-  const cap = runCapture({ ...req, kind: 'capture' }, progress);
+export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgress['progress']) => void = () => {}, onFrozen: (frozen: boolean) => void = () => {}): CheckpointStepResult {
+  const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen);
   const entries = cap.entries.map(toManifestEntry);
   const entriesJcs = jcs(entries); // once: the rest of the manifest is small
   const unstable = cap.unstable.map((p) => nameText(fsDecode(p)));
@@ -150,6 +152,7 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     consistent: manifest.consistent,
     unstable: unstable.slice(0, SHOWN_UNSTABLE),
     unstableCount: unstable.length,
+    mountsSkipped: mountsSkipped(manifest),
     objects: { referenced: objects.size, bytes: objectBytes, written: cap.objectsWritten, bytesWritten: cap.bytesWritten },
     freeze: cap.freeze,
   };
@@ -196,7 +199,10 @@ if (parentPort && workerData && (workerData as { checkpointWorker?: boolean }).c
   port.on('message', ({ id, req }: { id: number; req: CheckpointWorkerRequest }) => {
     let reply: WorkerReply<unknown>;
     try {
-      reply = { ok: true, result: req.kind === 'checkpoint' ? runCheckpoint(req, (progress) => port.postMessage({ id, progress })) : runReadBack(req) };
+      reply = {
+        ok: true,
+        result: req.kind === 'checkpoint' ? runCheckpoint(req, (progress) => port.postMessage({ id, progress }), (frozen) => port.postMessage({ id, frozen })) : runReadBack(req),
+      };
     } catch (err) {
       reply = toReply(err);
     }

@@ -3,15 +3,42 @@
 // (the checkpoint up to its manifest, the read-back) one at a time and answers each by id; progress messages go to the caller
 // as they come. One kept thread, not one per step: each new thread's heap and malloc arena
 // stayed behind (measured: +20 MiB RSS per step, never returned). A thread that dies fails the
-// step it ran (checkpoint_failed) and is replaced at the next one. Owns the thread's life; not
-// the steps. Never runs a step on the caller's thread.
-import { existsSync } from 'node:fs';
+// step it ran (checkpoint_failed) and is replaced at the next one. Owns the thread's life, and
+// thawing from this thread what its frozen pass froze (FITHAW) when the thread dies, is stopped,
+// overruns, or this process exits; not the steps. Never runs a step on the caller's thread.
+import { closeSync, constants, existsSync, openSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
+import { native } from '../native.js';
 import type { CheckpointRequest, CheckpointStepResult, ReadBackRequest, ReadBackResult, WorkerProgress, WorkerReply } from './capture-worker.js';
+import { FREEZE_HELD, FREEZE_IDLE, FREEZE_REFUSED } from './passes.js';
 
 type Reply = WorkerReply<unknown>;
+
+/** How long past checkpoint.freezeMaxMs a frozen pass may go before this thread thaws it (the thread thaws it itself at freezeMaxMs, between entries). */
+export const FREEZE_WATCHDOG_MARGIN_MS = 2_000;
+
+/** FITHAW of the file system whose root is path: true when it thawed it, false when it was not frozen (EINVAL). Throws other errors. */
+export function thawPath(path: string): boolean {
+  const fd = openSync(path, constants.O_RDONLY | constants.O_DIRECTORY);
+  try {
+    native().thaw(fd);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EINVAL') return false;
+    throw err;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Called when this thread thawed a workspace itself (thawed: false when it was not frozen any more), or could not (err). */
+export type ThawReport = (workspace: string, why: string, thawed: boolean, err?: Error) => void;
+
+/** Every thread that may hold a file system frozen, thawed at this process's 'exit' (an uncaught exception included). */
+const threads = new Set<CheckpointThread>();
+let exitHook = false;
 
 function workerPath(): string | null {
   const here = dirname(fileURLToPath(import.meta.url));
@@ -23,6 +50,47 @@ export class CheckpointThread {
   private worker: Worker | null = null;
   private nextId = 1;
   private readonly waiting = new Map<number, { resolve: (r: Reply) => void; onProgress: (p: WorkerProgress['progress']) => void }>();
+  /** Shared with the thread (passes.ts FREEZE_*): whether a frozen pass holds a file system frozen. */
+  private readonly freezeState = new Int32Array(new SharedArrayBuffer(4));
+  /** The workspace of the checkpoint running with a freeze allowed, and its bound. */
+  private freezing: { root: string; freezeMaxMs: number } | null = null;
+  private watchdog: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly onThaw: ThawReport = () => {},
+    private readonly onFrozen: (workspace: string, frozen: boolean) => void = () => {},
+  ) {
+    threads.add(this);
+    if (!exitHook) {
+      exitHook = true;
+      process.on('exit', () => {
+        for (const t of threads) t.thawNow('the supervisor is exiting');
+      });
+    }
+  }
+
+  /**
+   * Thaws (FITHAW, from this thread) what the running checkpoint may hold frozen; synchronous
+   * (it runs at 'exit' too). EINVAL (not frozen) is no error. A frozen pass thawed under it
+   * counts as an ordinary pass (passes.ts).
+   */
+  thawNow(why: string): void {
+    if (this.watchdog) clearTimeout(this.watchdog);
+    this.watchdog = null;
+    const f = this.freezing;
+    if (!f || Atomics.load(this.freezeState, 0) === FREEZE_IDLE) return;
+    try {
+      this.onThaw(f.root, why, thawPath(f.root));
+    } catch (err) {
+      this.onThaw(f.root, why, false, err as Error);
+    }
+  }
+
+  /** At shutdown, before anything waits: no freeze starts any more, and one held is thawed now. */
+  refuseFreezing(): void {
+    Atomics.store(this.freezeState, 0, FREEZE_REFUSED);
+    this.thawNow('the supervisor is stopping');
+  }
 
   /** Runs req in the thread; never rejects: a failure is {ok: false, code, message} (an errno name, scan_timeout, store_*, checkpoint_failed). */
   run(req: CheckpointRequest, onProgress?: (p: WorkerProgress['progress']) => void): Promise<WorkerReply<CheckpointStepResult>>;
@@ -35,18 +103,40 @@ export class CheckpointThread {
       return Promise.resolve({ ok: false, code: 'checkpoint_failed', message: `checkpoint_failed: ${(err as Error).message}` });
     }
     const id = this.nextId++;
-    return new Promise((resolve) => {
+    const freezing = req.kind === 'checkpoint' && (req.freezeMaxMs ?? 0) > 0 ? { root: req.root, freezeMaxMs: req.freezeMaxMs! } : null;
+    if (freezing) this.freezing = freezing;
+    return new Promise<Reply>((resolve) => {
       this.waiting.set(id, { resolve, onProgress });
       worker.ref();
-      worker.postMessage({ id, req });
+      worker.postMessage({ id, req: req.kind === 'checkpoint' ? { ...req, freezeState: this.freezeState } : req });
+    }).finally(() => {
+      if (freezing && this.freezing === freezing) {
+        if (this.watchdog) clearTimeout(this.watchdog);
+        this.watchdog = null;
+        this.freezing = null;
+      }
     });
   }
 
-  /** Ends the thread (a step it runs fails); the next run starts another. */
+  /** Ends the thread (a step it runs fails), what it froze thawed first and after; the next run starts another (and never freezes). */
   async stop(): Promise<void> {
+    this.refuseFreezing();
     const w = this.worker;
     this.worker = null;
     if (w) await w.terminate();
+    this.thawNow('the supervisor is stopping'); // one frozen between the refusal and the end
+  }
+
+  /** A frozen pass began (the thread says so once FIFREEZE returned) or ended: the watchdog past freezeMaxMs. */
+  private frozenChanged(frozen: boolean): void {
+    if (this.watchdog) clearTimeout(this.watchdog);
+    this.watchdog = null;
+    const f = this.freezing;
+    if (!f) return;
+    this.onFrozen(f.root, frozen);
+    if (!frozen) return;
+    this.watchdog = setTimeout(() => this.thawNow(`the frozen pass ran past checkpoint.freezeMaxMs (${f.freezeMaxMs} ms) + ${FREEZE_WATCHDOG_MARGIN_MS} ms without thawing`), f.freezeMaxMs + FREEZE_WATCHDOG_MARGIN_MS);
+    this.watchdog.unref();
   }
 
   private thread(): Worker {
@@ -56,15 +146,18 @@ export class CheckpointThread {
     const w = new Worker(path, { workerData: { checkpointWorker: true }, resourceLimits: { maxYoungGenerationSizeMb: Number(process.env.CKY ?? 4), maxOldGenerationSizeMb: Number(process.env.CKO ?? 1024) } });
     const failAll = (message: string) => {
       if (this.worker === w) this.worker = null;
+      this.thawNow(message); // before its step fails: a thread that died frozen (out of memory, say) never thaws
+      if (Atomics.load(this.freezeState, 0) === FREEZE_HELD) Atomics.store(this.freezeState, 0, FREEZE_IDLE);
       for (const [id, waiter] of this.waiting) {
         this.waiting.delete(id);
         waiter.resolve({ ok: false, code: 'checkpoint_failed', message });
       }
     };
-    w.on('message', (m: { id: number; progress?: WorkerProgress['progress']; reply?: Reply }) => {
+    w.on('message', (m: { id: number; progress?: WorkerProgress['progress']; frozen?: boolean; reply?: Reply }) => {
       const waiter = this.waiting.get(m.id);
       if (!waiter) return;
       if (m.progress) waiter.onProgress(m.progress);
+      if (m.frozen !== undefined) this.frozenChanged(m.frozen);
       if (m.reply) {
         this.waiting.delete(m.id);
         if (this.waiting.size === 0) w.unref(); // idle: it must not hold the process up

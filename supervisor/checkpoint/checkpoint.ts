@@ -20,9 +20,9 @@ import { native } from '../native.js';
 import type { ReceiptSigner } from '../signing.js';
 import { entryPath } from '../workspace/walk.js';
 import type { WorkspaceWatcher } from '../workspace/watcher.js';
-import { CheckpointThread } from './capture.js';
+import { CheckpointThread, thawPath } from './capture.js';
 import { LocalStore, objectKey, STORE_DIRS } from './local-store.js';
-import { checkManifest, manifestObjects, type CheckpointBoundary, type Manifest, type PublishedRecord, type RuntimeFence } from './manifest.js';
+import { checkManifest, manifestObjects, mountsSkipped, type CheckpointBoundary, type Manifest, type PublishedRecord, type RuntimeFence } from './manifest.js';
 import { type CheckpointStore, parseStoreUrl, rehashObject, StoreError } from './store.js';
 import type { SupervisorMetrics } from '../metrics/registry.js';
 
@@ -82,15 +82,7 @@ export function thawLeftFrozen(config: Config, log: Logger): void {
     return;
   }
   try {
-    const fd = openSync(workspace, constants.O_RDONLY | constants.O_DIRECTORY);
-    try {
-      native().thaw(fd);
-      log.warn({ workspace }, 'a checkpoint was stopped while its workspace was frozen: thawed');
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EINVAL') throw err;
-    } finally {
-      closeSync(fd);
-    }
+    if (thawPath(workspace)) log.warn({ workspace }, 'a checkpoint was stopped while its workspace was frozen: thawed');
   } catch (err) {
     log.error({ err, workspace }, 'a workspace left frozen by a stopped checkpoint could not be thawed (fsfreeze -u it)');
   }
@@ -117,10 +109,21 @@ export class Checkpoints {
   readonly local: LocalStore;
   private remote: Promise<CheckpointStore> | null = null;
   private chain: Promise<unknown> = Promise.resolve();
-  private readonly thread = new CheckpointThread();
+  private readonly thread: CheckpointThread;
 
   constructor(private readonly deps: CheckpointDeps) {
     this.local = new LocalStore(localStoreDir(deps.config), true, true);
+    this.thread = new CheckpointThread((workspace, why, thawed, err) => {
+      if (err) deps.log.error({ err, workspace, why }, 'a workspace frozen by a checkpoint could not be thawed (fsfreeze -u it)');
+      else if (thawed) deps.log.error({ workspace, why }, 'a checkpoint\'s frozen pass did not thaw its workspace: thawed by the supervisor');
+      if (!err) {
+        try {
+          this.local.fs.clearFrozen();
+        } catch {
+          // the next start finds the record and thaws again (EINVAL: nothing to do)
+        }
+      }
+    }, (workspace, frozen) => deps.log.debug({ workspace }, frozen ? 'checkpoint: the workspace is frozen for the last pass' : 'checkpoint: the workspace is thawed'));
   }
 
   /** Where checkpoints are published: the local directory or s3://bucket/prefix. */
@@ -155,9 +158,14 @@ export class Checkpoints {
     return { instance, generation, boot_id: bootId, mode };
   }
 
-  /** Ends the checkpoint thread (at shutdown). */
+  /** Ends the checkpoint thread (at shutdown), thawing what it froze. */
   stop(): Promise<void> {
     return this.thread.stop();
+  }
+
+  /** At the start of shutdown: a frozen pass is thawed now and none starts (writers the shutdown waits for would wait on it). */
+  refuseFreezing(): void {
+    this.thread.refuseFreezing();
   }
 
   /**
@@ -286,6 +294,7 @@ export class Checkpoints {
       consistent: manifest.consistent,
       unstable: manifest.unstable.slice(0, 100),
       unstable_count: manifest.unstable.length,
+      mounts_skipped: mountsSkipped(manifest),
       read_back: { exact: true, objects: record.read_back.objects, bytes: record.read_back.bytes, at: record.read_back.at },
       fence: { instance: manifest.supervisor.instance, generation: manifest.supervisor.generation, boot_id: manifest.supervisor.boot_id },
       close_attempt: manifest.close_attempt ?? null,
@@ -453,6 +462,7 @@ export class Checkpoints {
       freeze: freeze.asked ? (cap.freeze ?? { frozen: false, ms: 0, reason: freeze.refused }) : null,
       unstable: cap.unstable,
       unstable_count: cap.unstableCount,
+      mounts_skipped: cap.mountsSkipped,
       objects: { referenced: cap.objects.referenced, written: cap.objects.written, bytes_written: cap.objects.bytesWritten, ...(remote ? { uploaded: uploaded + readBack.repaired, repaired: readBack.repaired } : {}) },
       read_back: { objects: readBack.objects, bytes: readBack.bytes, ms: readBackMs, at: readBackAt },
       supervisor: this.fence,

@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import { isUtf8 } from 'node:buffer';
 import type { Receipt } from '../../ipc/protocol.js';
 import { jcs, verifySignature, verifySignatureOver } from '../../ipc/signature.js';
+import { fsDecode, nameText } from '../workspace/names.js';
 import type { EntryType } from '../workspace/walk.js';
 
 /**
@@ -15,7 +16,9 @@ import type { EntryType } from '../workspace/walk.js';
  * file has `sha256` (one object holding all its bytes) or, in a later writer, `chunks` (objects
  * whose concatenation is the file); a reader takes either. `mode` is the permission bits with
  * set-user-ID, set-group-ID and sticky (st_mode & 07777); `size` the file's bytes (a symlink: its
- * target's length; others 0); `mtime_ns` decimal nanoseconds; `rdev` for char/block devices.
+ * target's length; others 0); `mtime_ns` decimal nanoseconds; `rdev` for char/block devices;
+ * `mount` (true) on a directory another file system was mounted on: not entered, so nothing
+ * under it is listed (a writer before it never said; a reader takes its absence as false).
  */
 export interface ManifestEntry {
   path?: string;
@@ -31,6 +34,7 @@ export interface ManifestEntry {
   target?: string;
   target_b64?: string;
   rdev?: number;
+  mount?: true;
 }
 
 /** The mutation boundary a checkpoint covers: the barrier's (epoch, seq) written before the scan, or a gap and why. */
@@ -113,6 +117,7 @@ export interface EntryFacts {
   sha256?: string;
   target?: Uint8Array;
   rdev?: number;
+  mount?: true;
 }
 
 /** The manifest entry for facts (Uint8Arrays from a thread are taken as Buffers). */
@@ -122,6 +127,7 @@ export function toManifestEntry(c: EntryFacts): ManifestEntry {
   if (c.sha256 !== undefined) e.sha256 = c.sha256;
   if (c.target !== undefined) Object.assign(e, nameFields(asBuffer(c.target), 'target'));
   if (c.rdev !== undefined) e.rdev = c.rdev;
+  if (c.mount) e.mount = true;
   return e;
 }
 
@@ -165,6 +171,11 @@ export function comparePaths(a: Buffer, b: Buffer): number {
   return a.length - b.length;
 }
 
+/** The mount points a manifest's capture did not enter (entries with `mount: true`), in its order, as text (bytes not UTF-8 as \xNN, as `unstable`). */
+export function mountsSkipped(m: Manifest): string[] {
+  return m.entries.filter((e) => e.mount === true).map((e) => nameText(fsDecode(entryPathBytes(e))));
+}
+
 /** The objects a manifest names (each once), with their sizes. */
 export function manifestObjects(m: Manifest): Map<string, number> {
   const out = new Map<string, number>();
@@ -196,6 +207,7 @@ function entryProblem(e: ManifestEntry): string | null {
   if (e.type !== 'symlink' && (e.target !== undefined || e.target_b64 !== undefined)) return `a ${e.type} with a link target`;
   if ((e.type === 'char' || e.type === 'block') !== (e.rdev !== undefined)) return e.rdev === undefined ? 'a device with no rdev' : `a ${e.type} with an rdev`;
   if (e.rdev !== undefined && !uint(e.rdev)) return 'rdev is not a device number';
+  if (e.mount !== undefined && (e.mount !== true || e.type !== 'dir')) return `mount ${JSON.stringify(e.mount)} on a ${e.type}: only a directory is a mount point (true)`;
   return null;
 }
 
@@ -279,6 +291,7 @@ export function checkManifest(bytes: Buffer, options: { expectId?: string; publi
   if (manifest.scan?.digest !== digest) problems.push(`the scan digest is ${manifest.scan?.digest}, the entries hash to ${digest}`);
   if (manifest.scan?.entries !== manifest.entries.length) problems.push(`the manifest says ${manifest.scan?.entries} entries and lists ${manifest.entries.length}`);
   let prev: Buffer | null = null;
+  let mount: Buffer | null = null; // the last mount point: nothing under it is walked
   for (const e of manifest.entries) {
     let p: Buffer;
     try {
@@ -292,6 +305,8 @@ export function checkManifest(bytes: Buffer, options: { expectId?: string; publi
     }
     if (prev && comparePaths(prev, p) >= 0) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: out of order or listed twice`);
     prev = p;
+    if (mount && p.length > mount.length && p[mount.length] === 0x2f && p.subarray(0, mount.length).equals(mount)) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: under a mount point, which is never entered`);
+    if (e.mount === true) mount = p;
     const bad = entryProblem(e);
     if (bad) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: ${bad}`);
   }

@@ -3,9 +3,10 @@
 // object in the local store create-once (local-store.ts), then walks again comparing each
 // entry's type, size, mode, owner, mtime, ctime and inode (with verifyContent, its content)
 // with what was captured, re-capturing what moved, until a whole pass sees nothing move (or
-// the bound: those paths are `unstable`); optionally one last pass with the file system frozen
-// (FIFREEZE). Owns those loops and their bounds (deadline, free space); not the manifest
-// (manifest.ts, capture-worker.ts) or publication (checkpoint.ts). Blocking by design.
+// the bound: those paths are `unstable`, as is a file another process's lease keeps shut);
+// optionally one last pass with the file system frozen (FIFREEZE). Owns those loops and their
+// bounds (deadline, free space); not the manifest (manifest.ts, capture-worker.ts) or
+// publication (checkpoint.ts). Blocking by design.
 //
 // Why a still pass proves a consistent state: every entry was unchanged from its capture (in an
 // earlier pass) to its check (in the last one), and every such interval contains the instant
@@ -38,7 +39,18 @@ export interface CaptureRequest {
    * around one last pass, at most this many ms (then thawed, whatever the pass); 0: no freeze.
    */
   freezeMaxMs?: number;
+  /**
+   * Shared with the supervisor's thread (capture.ts): FREEZE_IDLE, FREEZE_HELD while this
+   * capture freezes or holds the file system frozen, FREEZE_REFUSED once the supervisor stops
+   * (no freeze starts; one held is thawed at once). The supervisor thaws it itself when this
+   * thread dies, stops, or overruns freezeMaxMs.
+   */
+  freezeState?: Int32Array;
 }
+
+export const FREEZE_IDLE = 0;
+export const FREEZE_HELD = 1;
+export const FREEZE_REFUSED = 2;
 
 /** One captured entry: what the manifest records, and the stat signature the next pass compares. */
 export interface CapturedEntry extends EntryFacts {
@@ -80,10 +92,26 @@ const BLOCK_BYTES = 1 << 20;
 /** Reads of one file before it counts as moved for this pass. */
 const FILE_ATTEMPTS = 3;
 const PROGRESS_EVERY_MS = 250;
+/**
+ * A file another process holds a write lease on (fcntl(2) F_SETLEASE F_WRLCK): the O_NONBLOCK
+ * open fails with EWOULDBLOCK and starts the lease break; it is tried again for at most this
+ * long (every LEASE_RETRY_MS), in each pass, before it counts as moved for that pass.
+ */
+const LEASE_WAIT_MS = 100;
+const LEASE_RETRY_MS = 5;
+/** What Capture.entry returns for a file it could not open because of a lease. */
+export const LEASED = 'leased';
 const OPEN_FILE = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK | constants.O_NOCTTY;
 
 const small = Buffer.allocUnsafe(SMALL_FILE_BYTES + 1);
 const block = Buffer.allocUnsafe(BLOCK_BYTES);
+const sleeper = new Int32Array(new SharedArrayBuffer(4));
+
+/** Whether an open failed because another process holds a lease on the file (EWOULDBLOCK is EAGAIN on Linux). */
+function leaseBlocked(err: unknown): boolean {
+  const c = (err as NodeJS.ErrnoException).code;
+  return c === 'EAGAIN' || c === 'EWOULDBLOCK';
+}
 
 /** SHA-256 (hex) and length of fd's bytes from offset 0, read in BLOCK_BYTES blocks; beforeBlock (a deadline check) runs before each read. */
 function hashFd(fd: number, beforeBlock: () => void = () => {}): { sha256: string; bytes: number } {
@@ -165,8 +193,8 @@ class Capture {
     }
   }
 
-  /** The entry captured now; null when it went (or changed type) since the walk saw it. */
-  entry(e: WalkEntry): CapturedEntry | null {
+  /** The entry captured now; null when it went (or changed type) since the walk saw it; LEASED: a lease kept it from being opened. */
+  entry(e: WalkEntry): CapturedEntry | null | typeof LEASED {
     const type = e.type === 'unknown' ? null : e.type;
     if (type === null) return null;
     const base = { path: e.path, type, mode: e.mode & 0o7777, uid: e.uid, gid: e.gid, mtimeNs: e.mtimeNs };
@@ -175,14 +203,31 @@ class Capture {
       return { ...base, size: target.length, target, sig: sigOf(type, e, target) };
     }
     if (type === 'char' || type === 'block') return { ...base, size: 0, rdev: Number(e.rdev), sig: sigOf(type, e) };
-    if (type !== 'file') return { ...base, size: 0, sig: sigOf(type, e) };
+    if (type !== 'file') return { ...base, size: 0, sig: sigOf(type, e), ...(e.mountPoint ? { mount: true as const } : {}) };
     return this.file(e);
   }
 
-  private file(e: WalkEntry): CapturedEntry | null {
+  /** Opens a file to read; while a lease blocks it (EWOULDBLOCK), tries again for at most LEASE_WAIT_MS, then null. */
+  private openFile(e: WalkEntry): number | null {
+    const until = performance.now() + LEASE_WAIT_MS;
+    for (;;) {
+      try {
+        return openSync(entryPath(e.dirFd, e.name), OPEN_FILE);
+      } catch (err) {
+        if (!leaseBlocked(err)) throw err;
+        if (performance.now() >= until) return null;
+        this.checkDeadline();
+        Atomics.wait(sleeper, 0, 0, LEASE_RETRY_MS);
+      }
+    }
+  }
+
+  private file(e: WalkEntry): CapturedEntry | null | typeof LEASED {
     let fd: number;
     try {
-      fd = openSync(entryPath(e.dirFd, e.name), OPEN_FILE);
+      const opened = this.openFile(e);
+      if (opened === null) return LEASED;
+      fd = opened;
     } catch (err) {
       const c = (err as NodeJS.ErrnoException).code;
       if (c === 'ENOENT' || c === 'ELOOP' || c === 'ENXIO') return null; // went, or is now a link or a fifo: the next pass sees it as it is
@@ -282,41 +327,81 @@ class Capture {
 
 /**
  * One last pass with the workspace's file system frozen (FIFREEZE: writes to it wait until
- * FITHAW), so nothing can change under it: if it completes, the capture is consistent. The
- * store's `frozen` record names the workspace meanwhile (the store is on another file system),
- * so a supervisor killed while it is frozen thaws it at its next start. Thawed in every case,
- * at the latest when the pass passes freezeMaxMs (scan_timeout: the passes before stand).
- * See ioctl_fifreeze? fs/ioctl.c, fsfreeze(8).
+ * FITHAW), so nothing can change under it: if it completes still frozen, the capture is
+ * consistent. The store's `frozen` record names the workspace meanwhile (the store is on
+ * another file system), so a supervisor killed while it is frozen thaws it at its next start;
+ * onFrozen tells the supervisor's thread, which thaws it itself if this thread dies or
+ * overruns (capture.ts). Thawed in every case, at the latest when the pass passes freezeMaxMs
+ * (scan_timeout: the passes before stand). A pass the file system was thawed under before it
+ * ended (FITHAW here says EINVAL) was an ordinary pass. See fs/ioctl.c, fsfreeze(8).
  */
-function frozenPass(req: CaptureRequest, store: LocalStoreFiles, run: () => void): NonNullable<CaptureResult['freeze']> {
+function frozenPass(req: CaptureRequest, store: LocalStoreFiles, onFrozen: (frozen: boolean) => void, run: () => void): NonNullable<CaptureResult['freeze']> {
+  const state = req.freezeState ?? new Int32Array(new SharedArrayBuffer(4));
+  if (Atomics.compareExchange(state, 0, FREEZE_IDLE, FREEZE_HELD) !== FREEZE_IDLE) return { frozen: false, ms: 0, reason: 'the supervisor is stopping' };
   let fd: number;
   try {
     fd = openSync(req.root, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
   } catch (err) {
+    Atomics.compareExchange(state, 0, FREEZE_HELD, FREEZE_IDLE);
     return { frozen: false, ms: 0, reason: `cannot open the workspace to freeze it: ${(err as Error).message}` };
   }
   const t0 = performance.now();
+  const ms = () => Math.round(performance.now() - t0);
   try {
-    store.markFrozen(req.root);
+    let refused: string | null = null;
     try {
-      native().freeze(fd);
+      store.markFrozen(req.root);
+      try {
+        native().freeze(fd);
+      } catch (err) {
+        store.clearFrozen();
+        refused = `FIFREEZE failed: ${(err as Error).message}`;
+      }
     } catch (err) {
-      store.clearFrozen();
-      return { frozen: false, ms: 0, reason: `FIFREEZE failed: ${(err as Error).message}` };
+      Atomics.compareExchange(state, 0, FREEZE_HELD, FREEZE_IDLE);
+      throw err;
     }
+    if (refused !== null) {
+      Atomics.compareExchange(state, 0, FREEZE_HELD, FREEZE_IDLE);
+      return { frozen: false, ms: 0, reason: refused };
+    }
+    onFrozen(true);
+    let outcome: NonNullable<CaptureResult['freeze']> = { frozen: false, ms: 0, reason: 'the supervisor is stopping' };
+    let failure: unknown = null;
     try {
-      faultPoint('checkpoint:frozen');
-      run();
-      return { frozen: true, ms: Math.round(performance.now() - t0), reason: null };
+      // The supervisor began to stop between the claim and the freeze: thawed at once.
+      if (Atomics.load(state, 0) !== FREEZE_REFUSED) {
+        faultPoint('checkpoint:frozen');
+        faultPoint('checkpoint:frozen-thread-exit', () => process.exit(70));
+        faultPoint('checkpoint:frozen-thread-oom', () => {
+          const heap: string[][] = []; // until the thread's heap cap ends it (ERR_WORKER_OUT_OF_MEMORY)
+          for (;;) heap.push(Array.from({ length: 1 << 16 }, (_, i) => `${i}`));
+        });
+        // (SBX_TEST_FROZEN_HOLD_MS, only tests set it: how long the hold lasts; default 60 s)
+        faultPoint('checkpoint:frozen-hold', () => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, Number(process.env.SBX_TEST_FROZEN_HOLD_MS ?? 60_000)));
+        run();
+        outcome = { frozen: true, ms: ms(), reason: null };
+      }
     } catch (err) {
       if (err instanceof ScanError && err.code === 'scan_timeout') {
-        return { frozen: false, ms: Math.round(performance.now() - t0), reason: `the frozen pass took longer than checkpoint.freezeMaxMs (${req.freezeMaxMs} ms): thawed; the passes before it stand` };
-      }
-      throw err;
-    } finally {
-      native().thaw(fd);
-      store.clearFrozen();
+        outcome = { frozen: false, ms: ms(), reason: `the frozen pass took longer than checkpoint.freezeMaxMs (${req.freezeMaxMs} ms): thawed; the passes before it stand` };
+      } else failure = err;
     }
+    let thawedHere = true;
+    try {
+      native().thaw(fd);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EINVAL') throw err;
+      thawedHere = false; // not frozen any more: thawed by the supervisor (or someone) meanwhile
+    }
+    store.clearFrozen();
+    Atomics.compareExchange(state, 0, FREEZE_HELD, FREEZE_IDLE);
+    onFrozen(false);
+    if (failure !== null) throw failure;
+    if (!thawedHere && outcome.frozen) {
+      outcome = { frozen: false, ms: outcome.ms, reason: 'the file system was thawed before the frozen pass ended (by the supervisor past checkpoint.freezeMaxMs, or by someone else): it counts as an ordinary pass' };
+    }
+    return outcome;
   } finally {
     closeSync(fd);
   }
@@ -337,7 +422,7 @@ function testTouch(root: string, pass: number): void {
 }
 
 /** Runs a capture in this thread (blocking). Throws ScanError / StoreError / errno errors. */
-export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['progress']) => void = () => {}): CaptureResult {
+export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['progress']) => void = () => {}, onFrozen: (frozen: boolean) => void = () => {}): CaptureResult {
   const store = LocalStoreFiles.open(req.storeDir, { create: true, viaFd: req.storeFd });
   store.reserveBytes = req.reserveBytes;
   try {
@@ -346,6 +431,8 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
     let prev = new Map<string, CapturedEntry>();
     let entries: CapturedEntry[] = [];
     let changed: Buffer[] = [];
+    /** Files of the last walk a lease kept from being opened (in `changed` too). */
+    let leased: Buffer[] = [];
     let pass = 0;
     let prevRootSig = '';
     let root: CaptureResult['root'] = { mode: 0, uid: 0, gid: 0, mtimeNs: 0n };
@@ -355,6 +442,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       const current: CapturedEntry[] = [];
       const seen = new Set<string>();
       changed = [];
+      leased = [];
       const rootSt = lstatSync(req.root, { bigint: true });
       const rootSig = sigOf('dir', rootSt);
       if (pass > 1 && rootSig !== prevRootSig) changed.push(Buffer.from('.'));
@@ -371,6 +459,13 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
           continue;
         }
         const c = cap.entry(e);
+        if (c === LEASED) {
+          // Not read in this pass: what an earlier pass captured of it stands (its object holds exactly that), else it is left out.
+          changed.push(e.path);
+          leased.push(e.path);
+          if (old) current.push(old);
+          continue;
+        }
         if (pass > 1 || c === null || c.moved) changed.push(e.path);
         if (c) current.push(c);
         cap.tick(pass, current.length);
@@ -387,7 +482,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
     }
     let freeze: CaptureResult['freeze'] = null;
     if (req.freezeMaxMs && req.freezeMaxMs > 0) {
-      freeze = frozenPass(req, store, () => {
+      freeze = frozenPass(req, store, onFrozen, () => {
         const startHrNs = process.hrtime.bigint();
         cap.bound(startHrNs + BigInt(req.freezeMaxMs!) * 1_000_000n, req.freezeMaxMs!);
         pass++;
@@ -399,8 +494,9 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
           pass--;
           throw err;
         }
-        changed = []; // captured while nothing could change: consistent
       });
+      // Captured while nothing could change: consistent, but for files a lease kept unread.
+      if (freeze.frozen) changed = leased;
       cap.bound(deadlineHrNs, req.deadlineMs);
     }
     cap.commit();

@@ -45,6 +45,8 @@ export interface WalkEntry {
   linkTarget: Buffer | null;
   /** The fd of the directory that holds the entry; valid only until the walk is resumed (see entryPath). */
   dirFd: number;
+  /** With oneFileSystem: a directory another file system is mounted on, yielded and not entered. */
+  mountPoint?: true;
 }
 
 /** Why a walk stopped: `code` is an errno name (ENOENT, ENOTDIR, ELOOP, EACCES, EMFILE, ...), scan_timeout or scan_failed. */
@@ -211,10 +213,12 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
           if (entryType === 'symlink' || entryType === 'dir') continue; // swapped again: the next walk sees it as it settles
         }
       }
+      let mountPoint = false;
       if (pendingFd >= 0 && options.oneFileSystem && st.dev !== rootDev) {
         // A mount point: the directory itself, not what is mounted there.
         closeSync(pendingFd);
         pendingFd = -1;
+        mountPoint = true;
       }
       entries++;
       yield {
@@ -234,6 +238,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         rdev: st.rdev,
         linkTarget,
         dirFd: dir.fd,
+        ...(mountPoint ? { mountPoint: true as const } : {}),
       };
       if (pendingFd >= 0) {
         const child = { fd: pendingFd, rel, depth: dir.depth + 1, names: [] as Buffer[], next: 0 };

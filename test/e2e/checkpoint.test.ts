@@ -10,7 +10,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult, Receipt } from '../../ipc/protocol.js';
-import { sha256, TestDaemon, until } from '../helpers/daemon.js';
+import { PROGRAMS, sha256, TestDaemon, until } from '../helpers/daemon.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
 import { pythonTreeListing, removeTree, type ListedEntry } from '../helpers/workspace-trees.js';
 
@@ -363,6 +363,91 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     await d.start();
   });
 
+  it('a file another process holds a write lease on (taken again at every break) is unstable, never a failed checkpoint; a read lease does not block', async () => {
+    fill({ leased: 'leased bytes\n', calm: 'calm' });
+    /** hold-lease on ws/leased; resolves once it holds the lease, with what it printed so far. */
+    const hold = async (kind: 'wr' | 'rd') => {
+      const child = spawn(join(PROGRAMS, 'hold-lease'), [join(ws, 'leased'), kind], { stdio: ['ignore', 'pipe', 'inherit'] });
+      let out = '';
+      child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+      const exited = new Promise((r) => child.on('exit', r));
+      await until(() => out.includes('held\n'), `the ${kind} lease`);
+      return { out: () => out, end: async () => (child.kill('SIGTERM'), await exited) };
+    };
+    const writer = await hold('wr');
+    try {
+      const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
+      expect(r.status, r.stderr.toString()).toBe(1);
+      const ck = json<CheckpointResult>(r);
+      expect(ck).toMatchObject({ consistent: false, unstable: ['leased'], unstable_count: 1, scan: { passes: 4 } });
+      // Never opened: left out of the entries (nothing invented for it), named unstable.
+      const m = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
+      expect(m).toMatchObject({ consistent: false, unstable: ['leased'] });
+      expect(m.entries.map((e: { path: string }) => e.path)).toEqual(['calm']);
+      // Each pass's open broke the lease, and the holder took it again each time.
+      expect(writer.out()).toMatch(/broken [4-9]/);
+    } finally {
+      await writer.end();
+    }
+    const after = await checkpoint(d, ws);
+    expect(after).toMatchObject({ consistent: true, unstable: [] });
+    const m = JSON.parse(readFileSync(manifestFile(d, after.checkpoint_id), 'utf8'));
+    expect(m.entries.find((e: { path: string }) => e.path === 'leased')).toMatchObject({ size: 13, sha256: sha256('leased bytes\n') });
+    // A read lease is broken only by an open for writing: the capture reads past it.
+    const reader = await hold('rd');
+    try {
+      expect(await checkpoint(d, ws)).toMatchObject({ consistent: true, unstable: [] });
+      expect(reader.out()).toBe('held\n');
+    } finally {
+      await reader.end();
+    }
+  });
+
+  it('a file system mounted inside the workspace is not entered, and said so: the manifest marks it, sbx checkpoint and sbx restore name it', async () => {
+    fill({ top: 'top' });
+    const mnt = join(ws, 'mnt');
+    mkdirSync(mnt);
+    const m = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=1m,mode=0755', 'sbx-test-mount', mnt]);
+    expect(m.status, m.stderr.toString()).toBe(0);
+    try {
+      writeFileSync(join(mnt, 'inside'), 'on the tmpfs');
+      const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
+      expect(r.status, r.stderr.toString()).toBe(0);
+      const ck = json<CheckpointResult>(r);
+      expect(ck).toMatchObject({ consistent: true, mounts_skipped: ['mnt'] });
+      // The mount point as a directory marked `mount`, nothing under it (mnt/inside is not there).
+      const manifest = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
+      expect(manifest.entries.map((e: { path: string; type: string; mount?: boolean }) => [e.path, e.type, e.mount ?? null])).toEqual([
+        ['mnt', 'dir', true],
+        ['top', 'file', null],
+      ]);
+      const human = await d.sbx(['checkpoint', '--workspace', ws]);
+      expect(human.status).toBe(0);
+      expect(human.stderr.toString()).toContain('sbx: 1 mount point not entered (recorded as empty directories; what is mounted there is not in the checkpoint): mnt\n');
+      expect((await d.sbx(['verify', ck.checkpoint_id, '--state-dir', d.stateDir])).status).toBe(0);
+      const target = join(d.dir, 'restored-mount');
+      const rs = await d.sbx(['restore', ck.checkpoint_id, target, '--state-dir', d.stateDir]);
+      expect(rs.status, rs.stdout.toString()).toBe(0);
+      expect(rs.stderr.toString()).toContain('warning: 1 mount point inside the workspace was not entered when it was taken, restored as empty directories (what was mounted there is not in the checkpoint): mnt\n');
+      expect(readdirSync(join(target, 'mnt'))).toEqual([]);
+      const asJson = json<{ mounts_skipped: string[] }>(await d.sbx(['restore', ck.checkpoint_id, join(d.dir, 'restored-mount2'), '--state-dir', d.stateDir, '--json']));
+      expect(asJson.mounts_skipped).toEqual(['mnt']);
+      for (const t of [target, join(d.dir, 'restored-mount2')]) rmSync(t, { recursive: true, force: true });
+      // The task receipt's checkpoint entry names it too, and sbx verify checks that against the manifest.
+      const closed = await d.sbx(['close', '--task', 'with-mount', '--workspace', ws]);
+      expect(closed.status, closed.stderr.toString()).toBe(0);
+      const receipt = json<Receipt & { checkpoints: { mounts_skipped?: string[] }[] }>(closed);
+      expect(receipt.checkpoints.map((c) => c.mounts_skipped)).toEqual([['mnt']]);
+      const receiptFile = join(d.dir, 'task-with-mount.json');
+      writeFileSync(receiptFile, closed.stdout);
+      const v = await d.sbx(['verify', receiptFile, '--state-dir', d.stateDir]);
+      expect(v.status, v.stdout.toString()).toBe(0);
+    } finally {
+      expect(spawnSync('umount', [mnt]).status).toBe(0);
+      rmSync(mnt, { recursive: true, force: true });
+    }
+  });
+
   it('a directory inside the watched workspace gets its boundary; sbx checkpoints lists what was published', async () => {
     fill({});
     mkdirSync(join(ws, 'sub'));
@@ -486,6 +571,10 @@ describe.skipIf(!HAVE_LOOP)(HAVE_LOOP ? 'checkpoint.freeze: the last pass with t
     await d.start();
   });
 
+  afterEach(() => {
+    if (mounted) spawnSync('fsfreeze', ['-u', ws]); // whatever a failed test left (a blocked writer goes on)
+  });
+
   afterAll(async () => {
     if (mounted) spawnSync('fsfreeze', ['-u', ws]); // whatever a failed test left
     await d.terminate();
@@ -530,5 +619,77 @@ describe.skipIf(!HAVE_LOOP)(HAVE_LOOP ? 'checkpoint.freeze: the last pass with t
     const done = await until(() => (writer.exitCode !== null ? { code: writer.exitCode } : null), 'a write to the workspace after the restart', 10_000);
     expect(done.code).toBe(0);
     expect(d.log()).toContain('a checkpoint was stopped while its workspace was frozen: thawed');
+  });
+
+  /** A write into the workspace, in a child: its exit status once it completes (within the deadline), never blocking this process. */
+  async function writeCompletes(name: string): Promise<number | null> {
+    const writer = spawn('sh', ['-c', `printf x > ${ws}/${name}`]);
+    const done = await until(() => (writer.exitCode !== null ? { code: writer.exitCode } : null), `a write to ${ws}/${name}`, 10_000);
+    return done.code;
+  }
+
+  it('SIGTERM to the supervisor during the frozen pass: thawed before it exits (the thread it terminates never thaws)', async () => {
+    await d.terminate();
+    d.withEnv({ SBX_FAULT_POINT: 'checkpoint:frozen-hold' }); // the frozen pass waits 60 s
+    const from = d.log().length; // this run's lines only
+    await d.start();
+    const ck = d.sbx(['checkpoint', '--workspace', ws]);
+    await until(() => d.log().slice(from).includes('checkpoint: the workspace is frozen for the last pass'), 'the frozen pass');
+    expect(await d.terminate()).toEqual({ code: 0, signal: null });
+    expect(await writeCompletes('after-sigterm')).toBe(0);
+    expect((await ck).status).toBe(125);
+    expect(d.log().slice(from)).toContain('thawed by the supervisor');
+    expect(existsSync(join(storeDir(d), 'frozen'))).toBe(false);
+    d.withEnv(undefined);
+    await d.start();
+  });
+
+  it('a frozen pass that does not thaw by freezeMaxMs + 2 s: the watchdog thaws it, and the pass counts as an ordinary one', async () => {
+    await d.terminate();
+    d.withConfig({ checkpoint: { freeze: true, freezeMaxMs: 200 } });
+    d.withEnv({ SBX_FAULT_POINT: 'checkpoint:frozen-hold', SBX_TEST_FROZEN_HOLD_MS: '6000' }); // the thread holds it 6 s
+    const from = d.log().length;
+    await d.start();
+    try {
+      const t0 = performance.now();
+      const ck = d.sbx(['checkpoint', '--workspace', ws, '--json']);
+      await until(() => d.log().slice(from).includes('checkpoint: the workspace is frozen for the last pass'), 'the frozen pass');
+      // Thawed by the watchdog (at 2.2 s), while the thread still holds: the write completes before the checkpoint does.
+      expect(await writeCompletes('during-hold')).toBe(0);
+      const writtenMs = performance.now() - t0;
+      const r = await ck;
+      expect(performance.now() - t0).toBeGreaterThan(writtenMs);
+      // An ordinary pass: it saw the write made under it (frozen, it would have claimed none could be).
+      expect(r.status).toBe(1);
+      expect(json<CheckpointResult>(r)).toMatchObject({ consistent: false, unstable: ['.', 'during-hold'], freeze: { frozen: false, reason: expect.stringContaining('thawed before the frozen pass ended') } });
+      expect(d.log().slice(from)).toContain('the frozen pass ran past checkpoint.freezeMaxMs (200 ms) + 2000 ms without thawing');
+      const manifest = JSON.parse(readFileSync(manifestFile(d, json<CheckpointResult>(r).checkpoint_id), 'utf8'));
+      expect(manifest.frozen).toBeUndefined();
+    } finally {
+      await d.terminate();
+      d.withConfig({ checkpoint: { freeze: true } });
+      d.withEnv(undefined);
+      await d.start();
+    }
+  });
+
+  it.each([
+    ['exits', 'checkpoint:frozen-thread-exit', 'the checkpoint thread exited (70)'], // process.exit(70) in the thread
+    ['runs out of memory', 'checkpoint:frozen-thread-oom', 'the checkpoint thread failed: Worker terminated due to reaching memory limit: JS heap out of memory'],
+  ])('the checkpoint thread that %s during the frozen pass: thawed, CHECKPOINT_FAILED, the supervisor goes on', async (_how, point, message) => {
+    await d.terminate();
+    d.withEnv({ SBX_FAULT_POINT: point, CKO: '64' }); // CKO: the thread's heap cap (MB), 1024 otherwise
+    const from = d.log().length;
+    await d.start();
+    const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
+    expect(r.status).toBe(125);
+    expect(JSON.parse(r.stdout.toString()).error).toMatchObject({ code: 'CHECKPOINT_FAILED', message: expect.stringContaining(message) });
+    expect(await writeCompletes('after-exit')).toBe(0);
+    expect(d.log().slice(from)).toContain('thawed by the supervisor');
+    // Still serving: a checkpoint of a directory not frozen (a new thread) completes.
+    expect(await checkpoint(d, join(ws, 'sub'))).toMatchObject({ consistent: true, freeze: { frozen: false } });
+    await d.terminate();
+    d.withEnv(undefined);
+    await d.start();
   });
 });

@@ -3,7 +3,7 @@
 // reader makes of a manifest's own bytes and of each entry's fields.
 import { describe, expect, it } from 'vitest';
 import { jcs } from '../../ipc/verify.js';
-import { checkManifest, comparePaths, manifestBytes, manifestJcs, nameFields, scanDigest, type Manifest, type ManifestEntry } from '../../supervisor/checkpoint/manifest.js';
+import { checkManifest, comparePaths, manifestBytes, manifestJcs, mountsSkipped, nameFields, scanDigest, type Manifest, type ManifestEntry } from '../../supervisor/checkpoint/manifest.js';
 
 const b = (s: string) => Buffer.from(s, 'latin1');
 
@@ -69,5 +69,19 @@ describe('manifest', () => {
     expect(problems([{ path: 'd', type: 'char', mode: 0o600, uid: 0, gid: 0, size: 0, mtime_ns: '1' }])).toContain('a device with no rdev');
     expect(problems([file('a', { size: 3, chunks: [{ sha256: 'a'.repeat(64), size: 1 }] })])).toContain('chunks are not');
     expect(problems([file('a', { size: 2, sha256: undefined, chunks: [{ sha256: 'a'.repeat(64), size: 1 }, { sha256: 'b'.repeat(64), size: 1 }] })])).toBe('');
+  });
+
+  it('a mount point is a directory marked mount: true with nothing under it; a manifest without the field reads as before', () => {
+    const dir = (path: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({ path, type: 'dir', mode: 0o755, uid: 0, gid: 0, size: 0, mtime_ns: '1', ...extra });
+    const problems = (entries: ManifestEntry[]) => checkManifest(Buffer.from(jcs(manifestOf(entries)))).problems.join(' | ');
+    const ok = manifestOf([dir('m', { mount: true }), dir('m-x'), file('m-x/f'), dir('n'), file('n/f')]);
+    expect(checkManifest(Buffer.from(jcs(ok))).problems).toEqual([]);
+    expect(mountsSkipped(ok)).toEqual(['m']);
+    expect(mountsSkipped(manifestOf([dir('a'), file('a/f')]))).toEqual([]);
+    expect(mountsSkipped(manifestOf([{ ...dir('x'), path: undefined, path_b64: Buffer.from([0x6d, 0xff]).toString('base64'), mount: true }]))).toEqual(['m\\xff']);
+    expect(problems([dir('m', { mount: true }), file('m/inside')])).toContain('entry "m/inside": under a mount point, which is never entered');
+    expect(problems([file('m', { mount: true })])).toContain('mount true on a file: only a directory is a mount point (true)');
+    expect(problems([dir('m', { mount: false as never })])).toContain('mount false on a dir');
+    expect(problems([dir('m', { mount: 'yes' as never })])).toContain('mount "yes" on a dir');
   });
 });
