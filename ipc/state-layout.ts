@@ -114,6 +114,9 @@ const AdmissionSchema = z.object({
   linger: z.enum(['kill', 'wait']),
   chunk_bytes: z.number().int().positive(),
   user: z.string().nullable().optional(),
+  /** The uid and gid it runs as (absent in records written before they were recorded). */
+  uid: z.number().int().min(0).optional(),
+  gid: z.number().int().min(0).optional(),
   pty: z.object({ cols: z.number().int(), rows: z.number().int() }).nullable().optional(),
   stdin: z.enum(['null', 'stream']).optional(),
   cgroup: z.string().nullable(),

@@ -271,6 +271,8 @@ export abstract class Session extends EventEmitter {
       argv: this.req.argv,
       cwd: this.req.cwd,
       user: this.req.user,
+      uid: this.admission?.uid ?? null,
+      gid: this.admission?.gid ?? null,
       supervisor: this.ctx.identity,
       admittedAt: this.admittedAt,
     };

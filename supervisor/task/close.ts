@@ -78,6 +78,7 @@ function retiredEntry(r: TombstoneRecord, workspaces: JoinWorkspace[]): TaskSess
     outcome: r.outcome as TaskSessionEntry['outcome'],
     exit: null,
     receipt_sha256: r.receipt_sha256,
+    uid: null,
     death: null,
     ended_at: r.ended_at,
     output: {},
@@ -314,6 +315,7 @@ export class Tasks {
       complete: verdict.complete,
       conditions: verdict.conditions,
       obligations: verdict.obligations,
+      ...(verdict.trust ? { trust: verdict.trust } : {}),
     });
     files.writeReceipt(receipt);
     log.info({ task, attempt: attempt.attempt, complete: receipt.complete, sessions: sessions.length, obligations: receipt.obligations.length }, 'task closed');
@@ -328,7 +330,7 @@ export class Tasks {
     const joinSessions: JoinSession[] = [
       ...sessions.map((s) => {
         const summary = s.state === 'unknown' ? s.summary() : null;
-        return { sessionId: s.id, state: s.state as string, receipt: s.receipt, unknownReason: summary?.reason ?? null, receiptPending: summary?.receipt_pending === true };
+        return { sessionId: s.id, state: s.state as string, receipt: s.receipt, unknownReason: summary?.reason ?? null, receiptPending: summary?.receipt_pending === true, uid: s.receipt?.uid ?? s.admission?.uid ?? null };
       }),
       ...retired.map((r) => ({ sessionId: r.session_id, state: 'retired', receipt: null, unknownReason: null })),
     ].sort(byId((s) => s.sessionId));
@@ -442,7 +444,8 @@ export class Tasks {
       outcome: r?.outcome ?? null,
       exit: r ? { code: r.exit.code, signal: r.exit.signal } : null,
       receipt_sha256: r ? receiptDigest(r) : null,
-      death: r ? { evidence: r.death.evidence, observed_at: r.death.observed_at } : null,
+      uid: r?.uid ?? s.admission?.uid ?? null,
+      death: r ? { evidence: r.death.evidence, observed_at: r.death.observed_at, ...(r.death.escapes ? { escapes: r.death.escapes } : {}) } : null,
       ended_at: r?.ended_at ?? null,
       output,
       workspace: workspaces.map((w) => {

@@ -47,7 +47,7 @@ describe('deadline', () => {
     expect(receipt.termination.cause).toBe('deadline');
     expect(receipt.termination.steps.map((s) => s.signal)).toEqual(['SIGTERM']);
     expect(receipt.termination.steps[0].pids).toBe(1);
-    expect(receipt.exit).toEqual({ code: null, signal: 'SIGTERM' });
+    expect(receipt.exit).toEqual({ code: null, signal: 'SIGTERM', signal_source: 'supervisor' });
     const termAt = ms(receipt.termination.steps[0].at) - ms(receipt.started_at);
     expect(termAt).toBeGreaterThanOrEqual(990);
     expect(termAt).toBeLessThan(2000);
@@ -163,6 +163,7 @@ describe('cancel and kill', () => {
     expect(receipt.outcome).toBe('cancelled');
     expect(receipt.termination.cause).toBe('cancel');
     expect(receipt.termination.steps.map((s) => s.signal)).toEqual(['SIGTERM', 'SIGKILL']);
+    expect(receipt.exit).toEqual({ code: null, signal: 'SIGKILL', signal_source: 'supervisor' });
     expect(waited.status).toBe(137);
   });
 
@@ -188,7 +189,7 @@ describe('cancel and kill', () => {
     expect(waited.status).toBe(128 + 10);
     const receipt = JSON.parse(waited.stdout.toString()) as Receipt;
     expect(receipt.outcome).toBe('signaled');
-    expect(receipt.exit.signal).toBe('SIGUSR1');
+    expect(receipt.exit).toEqual({ code: null, signal: 'SIGUSR1', signal_source: 'supervisor' }); // sbx kill: the supervisor sent it
     expect(receipt.termination).toEqual({ cause: null, steps: [] }); // kill records no cause of its own
     const bad = await daemon.sbx(['kill', id, '--signal', 'SIGNOPE']);
     expect(bad.status).toBe(125);

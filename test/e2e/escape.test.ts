@@ -1,0 +1,146 @@
+// Root sessions and the trust model: a root process that moves a process out of its leaf
+// (cgroup.procs of another cgroup) is seen by the escape watch, and its receipt's death is
+// qualified (cgroup_escaped, where to), so complete(task) does not count it; a write to its own
+// leaf is no escape; a non-root session cannot escape; receipts carry the uid; a signal the
+// supervisor did not send is marked so (exit.signal_source).
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Receipt, SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
+import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from '../helpers/cgroup-cleanup.js';
+import { TestDaemon, until } from '../helpers/daemon.js';
+
+let daemon: TestDaemon;
+beforeAll(async () => {
+  daemon = new TestDaemon();
+  await daemon.start();
+});
+afterAll(async () => {
+  expect(await daemon.stop()).toEqual({ code: 0, signal: null });
+});
+
+/** A cgroup outside the daemon's subtree, made by the test; whatever went there is killed by pid, then it goes. */
+let foreign: string | null = null;
+function makeForeignCgroup(): string {
+  const mount = cgroupMount();
+  if (!mount) throw new Error('no cgroup2 mount');
+  foreign = join(mount, `${TEST_CGROUP_PREFIX}escape-${randomBytes(4).toString('hex')}`);
+  mkdirSync(foreign);
+  return foreign;
+}
+const procsOf = (dir: string) => readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean).map(Number);
+afterEach(async () => {
+  if (!foreign || !existsSync(foreign)) return;
+  for (const pid of procsOf(foreign)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // Gone already.
+    }
+  }
+  await removeCgroupTree(foreign);
+  foreign = null;
+});
+
+async function run(task: string, argv: string[], extra: string[] = []): Promise<Receipt> {
+  const path = join(daemon.dir, `r-${randomBytes(4).toString('hex')}.json`);
+  await daemon.sbx(['run', '--task', task, '--receipt', path, '--cwd', '/', ...extra, '--', ...argv]);
+  return JSON.parse(readFileSync(path, 'utf8')) as Receipt;
+}
+
+async function closeTask(task: string): Promise<{ status: number | null; receipt: TaskReceipt }> {
+  const r = await daemon.sbx(['close', '--task', task, '--json']);
+  return { status: r.status, receipt: JSON.parse(r.stdout.toString()) as TaskReceipt };
+}
+
+const task = () => `esc-${randomBytes(4).toString('hex')}`;
+
+describe('cgroup escapes', () => {
+  it('a root session that moves a background sleep into another cgroup: death cgroup_escaped naming it, the task incomplete', async () => {
+    const dest = makeForeignCgroup();
+    const t = task();
+    const receipt = await run(t, ['sh', '-c', `sleep 300 & echo $! > ${dest}/cgroup.procs; exit 0`]);
+    // The sleep runs on in the foreign cgroup.
+    const moved = procsOf(dest);
+    expect(moved).toHaveLength(1);
+    expect(readFileSync(`/proc/${moved[0]}/comm`, 'utf8')).toBe('sleep\n');
+    expect(receipt).toMatchObject({ outcome: 'exited', exit: { code: 0, signal: null }, termination: { cause: null, steps: [] }, uid: 0, gid: 0 });
+    expect(receipt.death).toEqual({
+      evidence: 'cgroup_escaped',
+      observed_at: expect.any(String),
+      cgroup: expect.stringMatching(/\/sessions\/s-/),
+      escape_watch: 'fanotify',
+      escapes: [{ kind: 'escape', to: dest, at: expect.any(String), writer_pid: expect.any(Number) }],
+    });
+    const closed = await closeTask(t);
+    expect(closed.status).toBe(1);
+    expect(closed.receipt.complete).toBe(false);
+    expect(closed.receipt.conditions.sessions_settled).toBe(false);
+    expect(closed.receipt.obligations).toEqual([
+      {
+        authority: 'operator',
+        condition: 'sessions_settled',
+        session_id: receipt.session_id,
+        what: expect.stringContaining(`moved out of its cgroup before it emptied (to ${dest} by pid `),
+      },
+    ]);
+    expect(closed.receipt.sessions).toEqual([expect.objectContaining({ session_id: receipt.session_id, uid: 0, death: expect.objectContaining({ evidence: 'cgroup_escaped' }) })]);
+    expect(closed.receipt.trust).toEqual({ root_sessions: [receipt.session_id], reason: expect.stringContaining('a root process can leave its cgroup') });
+  });
+
+  it('a root session whose leader moves itself out: attributed by the shim pid; the supervisor waits for its own child, killed from outside', async () => {
+    const dest = makeForeignCgroup();
+    const id = (await daemon.sbx(['run', '--detach', '--task', task(), '--', 'sh', '-c', `echo $$ > ${dest}/cgroup.procs; exec sleep 300`])).stdout.toString().trim();
+    const [pid] = await until(() => (procsOf(dest).length === 1 ? procsOf(dest) : null), 'the leader in the foreign cgroup');
+    // Its leaf is empty, but the leader is the supervisor's child and not reaped: no receipt yet.
+    expect(JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()).find((s: SessionSummary) => s.session_id === id)).toMatchObject({ state: 'running', pid });
+    process.kill(pid, 'SIGKILL');
+    const receipt = JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt;
+    expect(receipt).toMatchObject({ exit: { signal: 'SIGKILL', signal_source: 'not_supervisor' }, termination: { cause: null, steps: [] } });
+    expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [{ kind: 'escape', to: dest, writer_pid: pid }] });
+  });
+
+  it('a root session that writes only its own leaf: no escape, cgroup_empty watched', async () => {
+    const t = task();
+    const leafProcs = `"${cgroupMount()}$(sed -n 's/^0:://p' /proc/self/cgroup)/cgroup.procs"`;
+    const receipt = await run(t, ['sh', '-c', `echo $$ > ${leafProcs} && echo joined`]);
+    expect(receipt).toMatchObject({ outcome: 'exited', exit: { code: 0 }, uid: 0 });
+    expect(receipt.output.stdout!.final_cursor).toBe(7);
+    expect(receipt.death).toEqual({ evidence: 'cgroup_empty', observed_at: expect.any(String), cgroup: expect.any(String), escape_watch: 'fanotify' });
+    const closed = await closeTask(t);
+    expect(closed.status).toBe(0);
+    expect(closed.receipt.complete).toBe(true);
+    // Complete, with the note that its proof rests on root not interfering.
+    expect(closed.receipt.trust?.root_sessions).toEqual([receipt.session_id]);
+  });
+
+  it('a non-root session cannot escape (EACCES): its receipt is unqualified, the task has no trust note', async () => {
+    const dest = makeForeignCgroup();
+    const t = task();
+    const receipt = await run(t, ['sh', '-c', `echo $$ > ${dest}/cgroup.procs; echo rc=$?`], ['--user', 'nobody']);
+    expect(procsOf(dest)).toEqual([]);
+    expect(receipt).toMatchObject({ outcome: 'exited', user: 'nobody', uid: 65534 });
+    expect(receipt.death).toEqual({ evidence: 'cgroup_empty', observed_at: expect.any(String), cgroup: expect.any(String), escape_watch: 'fanotify' });
+    const out = readFileSync(join(daemon.stateDir, 'sessions', receipt.session_id, 'stdout', '0000000000000000.chunk'), 'utf8');
+    expect(out).toBe('rc=2\n'); // sh: Permission denied
+    const closed = await closeTask(t);
+    expect(closed.status).toBe(0);
+    expect(closed.receipt.sessions).toEqual([expect.objectContaining({ session_id: receipt.session_id, uid: 65534 })]);
+    expect(closed.receipt.trust).toBeUndefined();
+  });
+});
+
+describe('signals from outside', () => {
+  it('a leader killed by someone else (kill -9 from the test): cause null, exit.signal_source not_supervisor', async () => {
+    const id = (await daemon.sbx(['run', '--detach', '--', 'sleep', '300'])).stdout.toString().trim();
+    const pid = await until(async () => {
+      const ps = JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[];
+      return ps.find((s) => s.session_id === id)?.pid;
+    }, 'the leader pid');
+    process.kill(pid, 'SIGKILL');
+    const waited = await daemon.sbx(['wait', id]);
+    const receipt = JSON.parse(waited.stdout.toString()) as Receipt;
+    expect(receipt).toMatchObject({ outcome: 'signaled', exit: { code: null, signal: 'SIGKILL', signal_source: 'not_supervisor' }, termination: { cause: null, steps: [] } });
+  });
+});
