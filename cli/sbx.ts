@@ -642,11 +642,11 @@ sub('logs')
   });
 
 sub('resolve')
-  .description('end a session stuck unknown on your word: evidence operator_attested (never automatic)')
+  .description("end a session stuck unknown on your word: evidence operator_attested (never automatic); or, for an ended session whose receipt says cgroup_escaped, attest that what left its cgroup is ended (complete(task) then counts it, showing your word)")
   .argument('[id]', 'session id')
   .option('--key <key>', 'select the session by invocation key')
   .option('--as-operator', 'required: you attest that nothing of the session runs any more')
-  .requiredOption('--reason <text>', 'why you know it is over (recorded in the receipt)')
+  .requiredOption('--reason <text>', 'why you know it is over (recorded in the receipt, or for an escape in escape-attested.json and the task receipt)')
   .action(async (id: string | undefined, o: { key?: string; asOperator?: boolean; reason: string }) => {
     const g = globals(o);
     if (!o.asOperator) fail('INVALID_ARGUMENT: resolve needs --as-operator: it records your word, not evidence');

@@ -458,7 +458,7 @@ export interface TaskSessionEntry {
   /** The uid it ran as (its receipt's; null: not recorded). */
   uid: number | null;
   /** The receipt's death evidence (operator_attested: an operator's word, shown as such; cgroup_escaped: with where its processes went). */
-  death: { evidence: string; observed_at: string; escapes?: CgroupEscape[] } | null;
+  death: { evidence: string; observed_at: string; escapes?: CgroupEscape[]; escape_attested?: { uid: number; pid: number; reason: string; attested_at: string } } | null;
   ended_at: string | null;
   /** Each stream's final cursor, whether the stored log is whole, and why not. */
   output: Record<string, { final_cursor: number; complete: boolean; reason: string | null }>;

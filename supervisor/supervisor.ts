@@ -274,8 +274,9 @@ export class Supervisor {
   /** Ends an unknown session on an operator's word (never automatic). */
   async resolve(selector: SessionSelector, operator: OperatorAttestation): Promise<Receipt> {
     const session = this.find(selector);
+    const escaped = session.state === 'ended';
     const receipt = await session.resolveAsOperator(operator);
-    this.log.warn({ session_id: session.id, operator }, 'operator attested the end of an unknown session');
+    this.log.warn({ session_id: session.id, operator }, escaped ? "operator attested that an escaped session's processes are ended" : 'operator attested the end of an unknown session');
     return receipt;
   }
 

@@ -87,6 +87,16 @@ describe('cgroup escapes', () => {
     ]);
     expect(closed.receipt.sessions).toEqual([expect.objectContaining({ session_id: receipt.session_id, uid: 0, death: expect.objectContaining({ evidence: 'cgroup_escaped' }) })]);
     expect(closed.receipt.trust).toEqual({ root_sessions: [receipt.session_id], reason: expect.stringContaining('a root process can leave its cgroup') });
+    // The operator ends what escaped, says so; the next close counts it, showing the word.
+    process.kill(moved[0], 'SIGKILL');
+    const resolved = await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--reason', 'killed the escaped sleep']);
+    expect(resolved.status).toBe(0);
+    expect(JSON.parse(resolved.stdout.toString())).toEqual(receipt); // the receipt stays as it was
+    expect((await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--reason', 'again'])).stderr.toString()).toContain('attested already');
+    const again = await closeTask(t);
+    expect(again.status).toBe(0);
+    expect(again.receipt.complete).toBe(true);
+    expect(again.receipt.sessions[0].death).toMatchObject({ evidence: 'cgroup_escaped', escape_attested: { uid: 0, reason: 'killed the escaped sleep', attested_at: expect.any(String) } });
   });
 
   it('a root session whose leader moves itself out: attributed by the shim pid; the supervisor waits for its own child, killed from outside', async () => {
