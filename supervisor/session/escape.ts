@@ -107,6 +107,8 @@ export class EscapeWatch {
   /** A watch on the cgroup2 mount (null: no cgroups); unavailable, with the reason, where fanotify refuses it. */
   static open(mountPoint: string | null, log: Logger): EscapeWatch {
     if (!mountPoint) return new EscapeWatch(-1, -1, 'no cgroup2 mount (subreaper mode)', log);
+    // Tests: the receipts of a supervisor without the watch.
+    if (process.env.SBX_TEST_ESCAPE_WATCH_OFF === '1') return new EscapeWatch(-1, -1, 'turned off (SBX_TEST_ESCAPE_WATCH_OFF)', log);
     let fd = -1;
     try {
       fd = native().watchInit(true);
@@ -130,7 +132,9 @@ export class EscapeWatch {
     } catch {
       // A leaf gone at once: its cgroup id is unknown (the shim's pid still attributes).
     }
+    // What is queued is the sessions' before it (none: stale, dropped), never the new one's.
     if (this.tracked.size === 0) this.read(true);
+    else this.poll();
     this.tracked.set(id, { id, leafPath, leafIno, shimPid, uid, escapes: [] });
     this.timer ??= setInterval(() => this.poll(), POLL_MS).unref();
   }

@@ -141,6 +141,24 @@ describe('cgroup escapes', () => {
   });
 });
 
+describe('without the escape watch', () => {
+  it('receipts say escape detection was unavailable; the trust note of the task names the root sessions it concerns', async () => {
+    const off = new TestDaemon({ env: { SBX_TEST_ESCAPE_WATCH_OFF: '1' } });
+    await off.start();
+    try {
+      const path = join(off.dir, 'r.json');
+      expect((await off.sbx(['run', '--task', 'off', '--receipt', path, '--', 'true'])).status).toBe(0);
+      const receipt = JSON.parse(readFileSync(path, 'utf8')) as Receipt;
+      expect(receipt.death).toEqual({ evidence: 'cgroup_empty', observed_at: expect.any(String), cgroup: expect.any(String), escape_watch: 'unavailable' });
+      const closed = JSON.parse((await off.sbx(['close', '--task', 'off', '--json'])).stdout.toString()) as TaskReceipt;
+      expect(closed.complete).toBe(true);
+      expect(closed.trust).toEqual({ root_sessions: [receipt.session_id], reason: expect.stringMatching(new RegExp(`; escape detection was unavailable for ${receipt.session_id}$`)) });
+    } finally {
+      expect(await off.stop()).toEqual({ code: 0, signal: null });
+    }
+  });
+});
+
 describe('signals from outside', () => {
   it('a leader killed by someone else (kill -9 from the test): cause null, exit.signal_source not_supervisor', async () => {
     const id = (await daemon.sbx(['run', '--detach', '--', 'sleep', '300'])).stdout.toString().trim();
