@@ -318,11 +318,12 @@ export interface Receipt {
   started_at: string | null;
   leader_exited_at: string | null;
   ended_at: string;
-  /** signal_source: with a signal, whether the supervisor had sent it (not_supervisor: another process, the OOM killer, the session itself). */
-  exit: { code: number | null; signal: string | null; signal_source?: 'supervisor' | 'not_supervisor' };
+  exit: { code: number | null; signal: string | null };
   termination: {
     cause: TerminationCause | null;
     steps: { signal: string; at: string; pids: number }[];
+    /** With exit.signal: whether the supervisor had sent that signal (not_supervisor: another process, the OOM killer, the session itself). Here, not in exit, so readers that know only {code, signal} keep it. */
+    signal_source?: 'supervisor' | 'not_supervisor';
   };
   outcome: Outcome;
   /** escape_watch: whether writes moving processes out of the leaf were watched (cgroup deaths); escapes: those seen (evidence cgroup_escaped). */

@@ -82,8 +82,8 @@ const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
 
 /** Assembles the receipt (unsigned) from the facts recorded during the session. */
 export function buildReceipt(f: ReceiptFacts): Receipt {
-  const exit: Receipt['exit'] = f.spawnFailure ? { code: spawnFailureExitCode(f.spawnFailure), signal: null } : { ...f.exit };
-  if (exit.signal && f.signalsSent) exit.signal_source = f.signalsSent.has(exit.signal) ? 'supervisor' : 'not_supervisor';
+  const exit = f.spawnFailure ? { code: spawnFailureExitCode(f.spawnFailure), signal: null } : f.exit;
+  const source = exit.signal && f.signalsSent ? { signal_source: f.signalsSent.has(exit.signal) ? ('supervisor' as const) : ('not_supervisor' as const) } : {};
   const receipt: Receipt = {
     version: 1,
     session_id: f.sessionId,
@@ -101,7 +101,7 @@ export function buildReceipt(f: ReceiptFacts): Receipt {
     leader_exited_at: iso(f.leaderExitedAt),
     ended_at: f.endedAt.toISOString(),
     exit,
-    termination: { cause: f.cause, steps: f.steps.map((s) => ({ signal: s.signal, at: s.at.toISOString(), pids: s.pids })) },
+    termination: { cause: f.cause, steps: f.steps.map((s) => ({ signal: s.signal, at: s.at.toISOString(), pids: s.pids })), ...source },
     outcome: decideOutcome({ spawnFailure: f.spawnFailure, cause: f.cause, exit }),
     death: {
       evidence: f.death.evidence,

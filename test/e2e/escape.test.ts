@@ -66,6 +66,7 @@ describe('cgroup escapes', () => {
     expect(moved).toHaveLength(1);
     expect(readFileSync(`/proc/${moved[0]}/comm`, 'utf8')).toBe('sleep\n');
     expect(receipt).toMatchObject({ outcome: 'exited', exit: { code: 0, signal: null }, termination: { cause: null, steps: [] }, uid: 0, gid: 0 });
+    expect(receipt.termination.signal_source).toBeUndefined(); // no signal
     expect(receipt.death).toEqual({
       evidence: 'cgroup_escaped',
       observed_at: expect.any(String),
@@ -107,7 +108,8 @@ describe('cgroup escapes', () => {
     expect(JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()).find((s: SessionSummary) => s.session_id === id)).toMatchObject({ state: 'running', pid });
     process.kill(pid, 'SIGKILL');
     const receipt = JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt;
-    expect(receipt).toMatchObject({ exit: { signal: 'SIGKILL', signal_source: 'not_supervisor' }, termination: { cause: null, steps: [] } });
+    expect(receipt).toMatchObject({ exit: { signal: 'SIGKILL' } });
+    expect(receipt.termination).toEqual({ cause: null, steps: [], signal_source: 'not_supervisor' });
     expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [{ kind: 'escape', to: dest, writer_pid: pid }] });
   });
 
@@ -169,6 +171,11 @@ describe('signals from outside', () => {
     process.kill(pid, 'SIGKILL');
     const waited = await daemon.sbx(['wait', id]);
     const receipt = JSON.parse(waited.stdout.toString()) as Receipt;
-    expect(receipt).toMatchObject({ outcome: 'signaled', exit: { code: null, signal: 'SIGKILL', signal_source: 'not_supervisor' }, termination: { cause: null, steps: [] } });
+    expect(receipt).toMatchObject({ outcome: 'signaled', exit: { code: null, signal: 'SIGKILL' } });
+    expect(receipt.termination).toEqual({ cause: null, steps: [], signal_source: 'not_supervisor' });
+    // A stored receipt's signature holds as read back through the state dir's schema (sbx verify --state-dir).
+    const path = join(daemon.dir, `signaled-${id}.json`);
+    (await import('node:fs')).writeFileSync(path, waited.stdout);
+    expect((await daemon.sbx(['verify', path, '--state-dir', daemon.stateDir])).status).toBe(0);
   });
 });
