@@ -35,7 +35,7 @@ import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
 import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
 import { bashCompletion, zshCompletion } from './completion.js';
-import { deprecatedKeyOption, describe, endedAs, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, useSocket } from './explain.js';
+import { deprecatedKeyOption, describe, endedAs, escapedLine, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, useSocket } from './explain.js';
 import { clearProgress, Progress } from './progress.js';
 import { escapeControls, warn } from './escape.js';
 import { psTable, unknownNotes } from './ps-format.js';
@@ -408,6 +408,8 @@ sub('run')
     if (receipt.termination.cause === 'shutdown') {
       warn(`session ${receipt.session_id} was ended because the supervisor is stopping (${receipt.outcome}, cause shutdown; sbx receipt ${receipt.session_id})`);
     }
+    const escaped = escapedLine(receipt);
+    if (escaped) warn(escaped);
     if (receipt.outcome === 'owner_lost') {
       warn(`${ownerLostLine(receipt)}`);
     } else {
@@ -670,6 +672,8 @@ sub('wait')
     printJson(receipt);
     conn.drop();
     if (receipt.outcome === 'owner_lost') warn(`${ownerLostLine(receipt)}`);
+    const escaped = escapedLine(receipt);
+    if (escaped) warn(escaped);
     process.exitCode = exitStatusOf(receipt, signalNumber);
   });
 

@@ -43,9 +43,10 @@ afterEach(async () => {
   foreign = null;
 });
 
+let lastStderr = '';
 async function run(task: string, argv: string[], extra: string[] = []): Promise<Receipt> {
   const path = join(daemon.dir, `r-${randomBytes(4).toString('hex')}.json`);
-  await daemon.sbx(['run', '--task', task, '--receipt', path, '--cwd', '/', ...extra, '--', ...argv]);
+  lastStderr = (await daemon.sbx(['run', '--task', task, '--receipt', path, '--cwd', '/', ...extra, '--', ...argv])).stderr.toString();
   return JSON.parse(readFileSync(path, 'utf8')) as Receipt;
 }
 
@@ -74,6 +75,8 @@ describe('cgroup escapes', () => {
       escape_watch: 'fanotify',
       escapes: [{ kind: 'escape', to: dest, at: expect.any(String), writer_pid: expect.any(Number) }],
     });
+    // sbx run says so: the exit status cannot.
+    expect(lastStderr).toContain(`sbx: session ${receipt.session_id}: processes were moved out of its cgroup (to ${dest}): their end is not proven (death evidence cgroup_escaped; sbx receipt ${receipt.session_id})\n`);
     const closed = await closeTask(t);
     expect(closed.status).toBe(1);
     expect(closed.receipt.complete).toBe(false);
@@ -162,7 +165,7 @@ describe('without the escape watch', () => {
 });
 
 describe('signals from outside', () => {
-  it('a leader killed by someone else (kill -9 from the test): cause null, exit.signal_source not_supervisor', async () => {
+  it('a leader killed by someone else (kill -9 from the test): cause null, termination.signal_source not_supervisor', async () => {
     const id = (await daemon.sbx(['run', '--detach', '--', 'sleep', '300'])).stdout.toString().trim();
     const pid = await until(async () => {
       const ps = JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[];
