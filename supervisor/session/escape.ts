@@ -111,7 +111,9 @@ export class EscapeWatch {
     if (process.env.SBX_TEST_ESCAPE_WATCH_OFF === '1') return new EscapeWatch(-1, -1, 'turned off (SBX_TEST_ESCAPE_WATCH_OFF)', log);
     let fd = -1;
     try {
-      fd = native().watchInit(true);
+      // A bounded queue (16384 events): between sessions nothing reads it, and an overflow
+      // while sessions run is charged to the root ones (escape_possible), never lost silently.
+      fd = native().watchInit(false);
       native().watchMarkWrites(fd, mountPoint);
       const mountFd = openSync(mountPoint, constants.O_RDONLY | constants.O_DIRECTORY);
       return new EscapeWatch(fd, mountFd, null, log);
