@@ -39,20 +39,20 @@ export type Attribution = { kind: 'none' } | { kind: 'session'; id: string } | {
  * Who wrote: the shim itself (it joins its leaf by cgroup.procs); else, while the writer lives,
  * its PPid chain (ancestry, writer first): a session's processes stay below the shim, the
  * supervisor being their subreaper; reaching the supervisor through no shim (an orphan) is
- * ours but unattributable; not reaching it is not ours. A writer gone before the read: its
+ * ours: the session whose leaf it is still in, else unattributable; not reaching it is not ours. A writer gone before the read: its
  * cgroup at the read if that is a leaf (0n: none), else unattributable.
  */
 export function attributeWrite(w: { pid: number; cgroupId: bigint; ancestry: number[] | null }, sessions: readonly TrackedLeaf[], selfPid: number): Attribution {
   const byShim = sessions.find((s) => s.shimPid === w.pid);
   if (byShim) return { kind: 'session', id: byShim.id };
+  const byCgroup = w.cgroupId !== 0n ? sessions.find((s) => s.leafIno === w.cgroupId) : undefined;
   if (w.ancestry) {
     const at = w.ancestry.indexOf(selfPid);
     if (at < 0) return { kind: 'none' };
     const top = at > 0 ? w.ancestry[at - 1] : -1;
-    const s = sessions.find((x) => x.shimPid === top);
+    const s = sessions.find((x) => x.shimPid === top) ?? byCgroup;
     return s ? { kind: 'session', id: s.id } : { kind: 'possible' };
   }
-  const byCgroup = w.cgroupId !== 0n ? sessions.find((s) => s.leafIno === w.cgroupId) : undefined;
   return byCgroup ? { kind: 'session', id: byCgroup.id } : { kind: 'possible' };
 }
 

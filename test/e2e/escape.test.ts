@@ -116,6 +116,26 @@ describe('cgroup escapes', () => {
     expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [{ kind: 'escape', to: dest, writer_pid: pid }] });
   });
 
+  it('an orphan of the session (reparented to the supervisor) that moves itself out: unattributable, charged as escape_possible', async () => {
+    const dest = makeForeignCgroup();
+    // The subshell exits at once: its child is an orphan, whose parent is now the supervisor (the subreaper), not the shim.
+    const inner = `sleep 0.3; echo \\$\\$ > ${dest}/cgroup.procs; exec sleep 300`;
+    const receipt = await run(task(), ['sh', '-c', `(sh -c "${inner}" &) ; exit 0`], ['--linger', 'wait']);
+    const [orphan] = procsOf(dest);
+    expect(readFileSync(`/proc/${orphan}/comm`, 'utf8')).toBe('sleep\n');
+    expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [{ kind: 'escape_possible', to: dest, writer_pid: orphan }] });
+  });
+
+  it('an orphan that moves another process out, from inside the leaf: attributed to the session by its cgroup', async () => {
+    const dest = makeForeignCgroup();
+    // The writer stays a moment after its write, so the watch's read (every 50 ms) finds it alive.
+    const inner = `sleep 300 & sleep 0.3; echo \\$! > ${dest}/cgroup.procs; sleep 0.5`;
+    const receipt = await run(task(), ['sh', '-c', `(sh -c "${inner}" &) ; exit 0`], ['--linger', 'wait']);
+    const [moved] = procsOf(dest);
+    expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [{ kind: 'escape', to: dest, writer_pid: expect.any(Number) }] });
+    expect(receipt.death.escapes![0].writer_pid).not.toBe(moved);
+  });
+
   it('a root session that writes only its own leaf: no escape, cgroup_empty watched', async () => {
     const t = task();
     const leafProcs = `"${cgroupMount()}$(sed -n 's/^0:://p' /proc/self/cgroup)/cgroup.procs"`;

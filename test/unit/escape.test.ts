@@ -19,8 +19,9 @@ describe('attributeWrite', () => {
   it('a descendant by its PPid chain, wherever its cgroup is now (it may have moved itself)', () => {
     expect(attributeWrite({ pid: 205, cgroupId: 99n, ancestry: [205, 201, 300, SELF] }, sessions, SELF)).toEqual({ kind: 'session', id: 'b' });
   });
-  it('an orphan of ours (reparented to the supervisor): unattributable, possible', () => {
-    expect(attributeWrite({ pid: 205, cgroupId: 11n, ancestry: [205, SELF] }, sessions, SELF)).toEqual({ kind: 'possible' });
+  it('an orphan of ours (reparented to the supervisor): the session whose leaf it is in, else unattributable, possible', () => {
+    expect(attributeWrite({ pid: 205, cgroupId: 11n, ancestry: [205, SELF] }, sessions, SELF)).toEqual({ kind: 'session', id: 'a' });
+    expect(attributeWrite({ pid: 205, cgroupId: 99n, ancestry: [205, SELF] }, sessions, SELF)).toEqual({ kind: 'possible' });
   });
   it('a process outside our tree (systemd, PID 1): not ours', () => {
     expect(attributeWrite({ pid: 1, cgroupId: 5n, ancestry: [1] }, sessions, SELF)).toEqual({ kind: 'none' });
