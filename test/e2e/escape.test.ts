@@ -10,6 +10,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt, SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
 import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from '../helpers/cgroup-cleanup.js';
 import { TestDaemon, until } from '../helpers/daemon.js';
+import { verifyTask } from '../helpers/tasks.js';
 
 let daemon: TestDaemon;
 beforeAll(async () => {
@@ -50,9 +51,9 @@ async function run(task: string, argv: string[], extra: string[] = []): Promise<
   return JSON.parse(readFileSync(path, 'utf8')) as Receipt;
 }
 
-async function closeTask(task: string): Promise<{ status: number | null; receipt: TaskReceipt }> {
+async function closeTask(task: string): Promise<{ status: number | null; receipt: TaskReceipt; verified: { status: number | null; out: string } }> {
   const r = await daemon.sbx(['close', '--task', task, '--json']);
-  return { status: r.status, receipt: JSON.parse(r.stdout.toString()) as TaskReceipt };
+  return { status: r.status, receipt: JSON.parse(r.stdout.toString()) as TaskReceipt, verified: await verifyTask(daemon, r.stdout) };
 }
 
 const task = () => `esc-${randomBytes(4).toString('hex')}`;
@@ -101,6 +102,8 @@ describe('cgroup escapes', () => {
     expect(again.status).toBe(0);
     expect(again.receipt.complete).toBe(true);
     expect(again.receipt.sessions[0].death).toMatchObject({ evidence: 'cgroup_escaped', escape_attested: { uid: 0, reason: 'killed the escaped sleep', attested_at: expect.any(String) } });
+    // Both task receipts verify end to end: the verdict follows from the receipts and the word in the state dir.
+    for (const c of [closed, again]) expect(c.verified).toEqual({ status: 0, out: expect.stringContaining('OK: task receipt') });
   });
 
   it('a root session whose leader moves itself out: attributed by the shim pid; the supervisor waits for its own child, killed from outside', async () => {
