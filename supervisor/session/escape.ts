@@ -1,9 +1,8 @@
-// The cgroup escape watch (README "Receipts and the trust model"): a root process can write a
-// pid into any cgroup's cgroup.procs and so leave its session's leaf, whose `populated 0` then
-// proves nothing about it. One fanotify group marks the cgroup2 file system for writes
-// (FAN_MODIFY, native watchMarkWrites); each write to a cgroup.procs or cgroup.threads by
-// another process is attributed to a session and, if it moved something out of that session's
-// leaf, recorded for the session's receipt. Owns the group, its timer and the tracked leaves.
+// The cgroup escape watch (README "Receipts and the trust model"): a root process can move a
+// pid out of its session's leaf (another cgroup's cgroup.procs), and `populated 0` then proves
+// nothing about it. One fanotify group marks cgroup2 for writes (native watchMarkWrites); each
+// write to a cgroup.procs/cgroup.threads is attributed to a session and, if it left the leaf,
+// kept for its receipt. Owns the group, its timer and the tracked leaves.
 import { closeSync, constants, openSync, readFileSync, statSync } from 'node:fs';
 import type { Logger } from 'pino';
 import type { CgroupEscape } from '../../ipc/protocol.js';
@@ -91,6 +90,7 @@ export interface EscapeReport {
   escapes: CgroupEscape[];
 }
 
+/** The supervisor-wide watch: track() a session at its start, settle() it at its death. */
 export class EscapeWatch {
   private readonly tracked = new Map<string, TrackedLeaf & { escapes: CgroupEscape[] }>();
   private timer: NodeJS.Timeout | null = null;
