@@ -68,6 +68,8 @@ describe('cgroup escapes', () => {
     expect(moved).toHaveLength(1);
     expect(readFileSync(`/proc/${moved[0]}/comm`, 'utf8')).toBe('sleep\n');
     expect(receipt).toMatchObject({ outcome: 'exited', exit: { code: 0, signal: null }, termination: { cause: null, steps: [] }, uid: 0, gid: 0 });
+    // The sleep holds the session's pipes: the drain is cut after the post-death bound, and says so.
+    expect(receipt.output.stdout).toMatchObject({ complete: false, drain_end: 'timeout' });
     expect(receipt.termination.signal_source).toBeUndefined(); // no signal
     expect(receipt.death).toEqual({
       evidence: 'cgroup_escaped',
