@@ -10,6 +10,8 @@ import { native } from '../native.js';
 
 /** How often queued writes are read while sessions are tracked (a read of an empty queue is one syscall). */
 const POLL_MS = 50;
+/** How long after the first read at a root session's death the queue is read again. */
+const SETTLE_AGAIN_MS = 1;
 /** fanotify's queue overflow event (FAN_Q_OVERFLOW): writes were lost. */
 const FAN_Q_OVERFLOW = 0x4000;
 /** How far up /proc's PPid chain a writer is followed. */
@@ -141,17 +143,31 @@ export class EscapeWatch {
     this.timer ??= setInterval(() => this.poll(), POLL_MS).unref();
   }
 
-  /** Reads every write queued until now (the session's last ones included), then its report; it is no longer tracked. */
-  settle(id: string): EscapeReport {
+  /**
+   * Reads every write queued until now (the session's last ones included), then its report; it
+   * is no longer tracked. A write that empties the leaf (the last process moved out) is queued
+   * only when that write(2) returns, after the leaf said populated 0: for a root session the
+   * queue is read once more after SETTLE_AGAIN_MS, so such a write is in by then.
+   */
+  async settle(id: string): Promise<EscapeReport> {
     if (this.fd < 0) return { watch: 'unavailable', escapes: [] };
     this.poll();
+    if (this.tracked.get(id)?.uid === 0) {
+      await new Promise((r) => setTimeout(r, SETTLE_AGAIN_MS));
+      this.poll();
+    }
     const t = this.tracked.get(id);
+    this.forget(id);
+    return { watch: 'fanotify', escapes: t?.escapes ?? [] };
+  }
+
+  /** Stops tracking a session (its end is not proven: no report is wanted). */
+  forget(id: string): void {
     this.tracked.delete(id);
     if (this.tracked.size === 0 && this.timer) {
       clearInterval(this.timer);
       this.timer = null;
     }
-    return { watch: 'fanotify', escapes: t?.escapes ?? [] };
   }
 
   /** Reads and attributes what is queued. Never throws (a failed read is logged). */

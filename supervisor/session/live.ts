@@ -159,7 +159,7 @@ export class LiveSession extends Session {
     }
     this.run(leader).catch((err: Error) => {
       this.ctx.log.error({ err, session_id: this.id }, 'session lifecycle failed');
-      this.ctx.escapes.settle(this.id);
+      this.ctx.escapes.forget(this.id);
       this.becomeUnknown(`internal error: ${err.message}`);
     });
   }
@@ -338,7 +338,7 @@ export class LiveSession extends Session {
     const shimReport = reportNeeded ? await leader.allReaped : null;
     const noProof = missingShimReport({ reportNeeded, shimReport });
     if (noProof) {
-      this.ctx.escapes.settle(this.id);
+      this.ctx.escapes.forget(this.id);
       this.becomeUnknown(noProof);
       return;
     }
@@ -353,7 +353,7 @@ export class LiveSession extends Session {
     if (this.leaf) await this.leaf.waitEmpty(null);
     const proof = liveDeath({ leafPath: this.leaf?.path ?? null, mountPoint: this.ctx.tree?.mount.mountPoint ?? null, shimReport }, new Date());
     // Every write to a cgroup.procs queued before the leaf emptied is read now: an escape qualifies the proof.
-    const death = proof && this.leaf ? qualifyEscapes(proof, this.ctx.escapes.settle(this.id)) : proof;
+    const death = proof && this.leaf ? qualifyEscapes(proof, await this.ctx.escapes.settle(this.id)) : proof;
     // Nothing of the session can write any more: its barrier goes out now, while the drains finish.
     const workspace = this.ctx.watcher.settle(this.id);
     this.cancelDeadline();
