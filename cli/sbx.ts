@@ -742,6 +742,7 @@ sub('status')
           ['version', `${status.version} (protocol ${status.protocol})`],
           ['instance', `${status.instance}, generation ${status.generation}, pid ${status.pid}`],
           ['mode', status.mode + (status.cgroup ? ` (${status.cgroup})` : '')],
+          ...(status.escape_watch ? [['escapes', status.escape_watch.on ? 'watched (fanotify on cgroup2)' : `not watched: ${status.escape_watch.reason}`]] : []),
           ['socket', status.socket],
           ['state dir', status.state_dir],
           ['receipts', `signed by ${status.receipt_key.key_id} (${status.receipt_key.path})`],

@@ -183,6 +183,8 @@ export interface StatusResult {
   socket: string;
   state_dir: string;
   cgroup: string | null;
+  /** The cgroup escape watch (README "Receipts and the trust model"): on, or off and why (receipts then say escape_watch unavailable). */
+  escape_watch?: { on: boolean; reason: string | null };
   /** The public key receipts are signed with (also <state>/receipt-key.pub). */
   receipt_key: { key_id: string; public_key_pem: string; path: string };
   sessions: Record<string, number>;

@@ -142,6 +142,7 @@ describe('cgroup escapes', () => {
   });
 
   it('a root session that writes only its own leaf: no escape, cgroup_empty watched', async () => {
+    expect(JSON.parse((await daemon.sbx(['status', '--json'])).stdout.toString()).escape_watch).toEqual({ on: true, reason: null });
     const t = task();
     const leafProcs = `"${cgroupMount()}$(sed -n 's/^0:://p' /proc/self/cgroup)/cgroup.procs"`;
     const receipt = await run(t, ['sh', '-c', `echo $$ > ${leafProcs} && echo joined`]);
@@ -180,6 +181,8 @@ describe('without the escape watch', () => {
       expect((await off.sbx(['run', '--task', 'off', '--receipt', path, '--', 'true'])).status).toBe(0);
       const receipt = JSON.parse(readFileSync(path, 'utf8')) as Receipt;
       expect(receipt.death).toEqual({ evidence: 'cgroup_empty', observed_at: expect.any(String), cgroup: expect.any(String), escape_watch: 'unavailable' });
+      expect(JSON.parse((await off.sbx(['status', '--json'])).stdout.toString()).escape_watch).toEqual({ on: false, reason: 'turned off (SBX_TEST_ESCAPE_WATCH_OFF)' });
+      expect((await off.sbx(['status'])).stdout.toString()).toContain('\nescapes    not watched: turned off (SBX_TEST_ESCAPE_WATCH_OFF)\n');
       const closed = JSON.parse((await off.sbx(['close', '--task', 'off', '--json'])).stdout.toString()) as TaskReceipt;
       expect(closed.complete).toBe(true);
       expect(closed.trust).toEqual({ root_sessions: [receipt.session_id], reason: expect.stringMatching(new RegExp(`; escape detection was unavailable for ${receipt.session_id}$`)) });
