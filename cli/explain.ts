@@ -73,6 +73,13 @@ export function refusalWait(err: SupervisorError): string {
   return err.message;
 }
 
+/** The line for a receipt whose death is cgroup_escaped: what left the cgroup, and that its end is not proven; null for any other. */
+export function escapedLine(receipt: Receipt): string | null {
+  if (receipt.death.evidence !== 'cgroup_escaped') return null;
+  const where = [...new Set((receipt.death.escapes ?? []).map((e) => `${e.kind === 'escape' ? '' : 'possibly '}to ${e.to ?? 'a cgroup since removed'}`))].join(', ');
+  return `session ${receipt.session_id}: processes were moved out of its cgroup (${where || 'destination not recorded'}): their end is not proven (death evidence cgroup_escaped; sbx receipt ${receipt.session_id})`;
+}
+
 /** The line for a receipt whose outcome is owner_lost: the status is unknown, and the receipt's evidence. */
 export function ownerLostLine(receipt: Receipt): string {
   return `session ${receipt.session_id}: owner lost (the supervisor that ran it stopped before it ended): its exit status is unknown, death evidence ${receipt.death.evidence} (sbx receipt ${receipt.session_id})`;

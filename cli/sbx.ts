@@ -35,7 +35,7 @@ import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
 import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
 import { bashCompletion, zshCompletion } from './completion.js';
-import { deprecatedKeyOption, describe, endedAs, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, useSocket } from './explain.js';
+import { deprecatedKeyOption, describe, endedAs, escapedLine, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, useSocket } from './explain.js';
 import { clearProgress, Progress } from './progress.js';
 import { escapeControls, warn } from './escape.js';
 import { psTable, unknownNotes } from './ps-format.js';
@@ -408,6 +408,8 @@ sub('run')
     if (receipt.termination.cause === 'shutdown') {
       warn(`session ${receipt.session_id} was ended because the supervisor is stopping (${receipt.outcome}, cause shutdown; sbx receipt ${receipt.session_id})`);
     }
+    const escaped = escapedLine(receipt);
+    if (escaped) warn(escaped);
     if (receipt.outcome === 'owner_lost') {
       warn(`${ownerLostLine(receipt)}`);
     } else {
@@ -642,11 +644,11 @@ sub('logs')
   });
 
 sub('resolve')
-  .description('end a session stuck unknown on your word: evidence operator_attested (never automatic)')
+  .description("end a session stuck unknown on your word: evidence operator_attested (never automatic); or, for an ended session whose receipt says cgroup_escaped, attest that what left its cgroup is ended (complete(task) then counts it, showing your word)")
   .argument('[id]', 'session id')
   .option('--key <key>', 'select the session by invocation key')
   .option('--as-operator', 'required: you attest that nothing of the session runs any more')
-  .requiredOption('--reason <text>', 'why you know it is over (recorded in the receipt)')
+  .requiredOption('--reason <text>', 'why you know it is over (recorded in the receipt, or for an escape in escape-attested.json and the task receipt)')
   .action(async (id: string | undefined, o: { key?: string; asOperator?: boolean; reason: string }) => {
     const g = globals(o);
     if (!o.asOperator) fail('INVALID_ARGUMENT: resolve needs --as-operator: it records your word, not evidence');
@@ -670,6 +672,8 @@ sub('wait')
     printJson(receipt);
     conn.drop();
     if (receipt.outcome === 'owner_lost') warn(`${ownerLostLine(receipt)}`);
+    const escaped = escapedLine(receipt);
+    if (escaped) warn(escaped);
     process.exitCode = exitStatusOf(receipt, signalNumber);
   });
 
@@ -738,6 +742,7 @@ sub('status')
           ['version', `${status.version} (protocol ${status.protocol})`],
           ['instance', `${status.instance}, generation ${status.generation}, pid ${status.pid}`],
           ['mode', status.mode + (status.cgroup ? ` (${status.cgroup})` : '')],
+          ...(status.escape_watch ? [['escapes', status.escape_watch.on ? 'watched (fanotify on cgroup2)' : `not watched: ${status.escape_watch.reason}`]] : []),
           ['socket', status.socket],
           ['state dir', status.state_dir],
           ['receipts', `signed by ${status.receipt_key.key_id} (${status.receipt_key.path})`],

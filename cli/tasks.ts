@@ -8,7 +8,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt, TaskReceipt } from '../ipc/protocol.js';
-import { readRecord, RECEIPT_FILE, STATE } from '../ipc/state-layout.js';
+import { ESCAPE_ATTESTED_FILE, readRecord, RECEIPT_FILE, STATE } from '../ipc/state-layout.js';
 import { jcs, verifyCloseSessions, verifySignature } from '../ipc/verify.js';
 import { verifyCheckpoint } from '../supervisor/checkpoint/verify.js';
 import { mountsSkipped } from '../supervisor/checkpoint/manifest.js';
@@ -19,6 +19,21 @@ import { warn } from './escape.js';
 function fail(message: string): never {
   warn(`${message}`);
   process.exit(125);
+}
+
+/** Whether an escaped session's entry rests on an operator's word the state dir still holds, for that receipt (a mismatch is a problem). */
+function escapeAttested(s: TaskReceipt['sessions'][number], stateDir: string, problems: string[]): boolean {
+  const said = s.death?.escape_attested;
+  if (s.death?.evidence !== 'cgroup_escaped') return false;
+  let record: { receipt_sha256: string; uid: number; reason: string; attested_at: string } | null = null;
+  try {
+    record = readRecord('escapeAttested', join(stateDir, STATE.sessionsDir, s.session_id, ESCAPE_ATTESTED_FILE));
+  } catch {
+    // None (or unreadable): the word is not there.
+  }
+  const holds = record !== null && record.receipt_sha256 === s.receipt_sha256;
+  if (said && (!holds || record!.reason !== said.reason || record!.attested_at !== said.attested_at)) problems.push(`${s.session_id}: the task receipt shows an operator's word on its escape that the state dir does not hold`);
+  return holds && said !== undefined;
 }
 
 /** Problems with a task receipt, checked end to end against the state dir and its stores ([]: it all holds). */
@@ -40,7 +55,7 @@ export async function verifyTaskReceipt(receipt: TaskReceipt, keyPem: string, o:
       // A session of another task is not this task's fact (one of no known task names none).
       if (r && typeof r.task === 'string' && r.task !== receipt.task) problems.push(`${s.session_id}: its receipt is of task ${JSON.stringify(r.task)}, not ${JSON.stringify(receipt.task)}`);
     }
-    return { sessionId: s.session_id, state: s.state, receipt: r, unknownReason: null };
+    return { sessionId: s.session_id, state: s.state, receipt: r, unknownReason: null, escapeAttested: escapeAttested(s, o.stateDir, problems) };
   });
   for (const cp of receipt.checkpoints) {
     if (cp.checkpoint_id === null) continue;

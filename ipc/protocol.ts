@@ -16,7 +16,22 @@ export type SessionState = 'admitted' | 'running' | 'leader_exited' | 'terminati
 export type Outcome = 'exited' | 'signaled' | 'timed_out' | 'cancelled' | 'spawn_failed' | 'owner_lost';
 /** close: `sbx close` ended it after its settle timeout (outcome cancelled). */
 export type TerminationCause = 'deadline' | 'cancel' | 'linger' | 'shutdown' | 'reconcile' | 'close';
-export type DeathEvidence = 'cgroup_empty' | 'subreaper_reaped' | 'boot_changed' | 'operator_attested';
+/** cgroup_escaped: the leaf emptied, but a process of the session moved something out of it first (death.escapes): no proof for what left. */
+export type DeathEvidence = 'cgroup_empty' | 'cgroup_escaped' | 'subreaper_reaped' | 'boot_changed' | 'operator_attested';
+
+/**
+ * A write to another cgroup's cgroup.procs or cgroup.threads (only root can) seen while a
+ * session ran: escape, by one of its processes (writer_pid); escape_possible, by a writer that
+ * could not be attributed (gone before the read, an orphan of ours, a lost event: writer_pid
+ * null), so charged to every root session. to: the destination cgroup's absolute path (null:
+ * gone); at: when the write was read (within 50 ms of it).
+ */
+export interface CgroupEscape {
+  kind: 'escape' | 'escape_possible';
+  to: string | null;
+  at: string;
+  writer_pid: number | null;
+}
 export type SupervisorMode = 'cgroup' | 'subreaper';
 export type LingerPolicy = 'kill' | 'wait';
 
@@ -168,6 +183,8 @@ export interface StatusResult {
   socket: string;
   state_dir: string;
   cgroup: string | null;
+  /** The cgroup escape watch (README "Receipts and the trust model"): on, or off and why (receipts then say escape_watch unavailable). */
+  escape_watch?: { on: boolean; reason: string | null };
   /** The public key receipts are signed with (also <state>/receipt-key.pub). */
   receipt_key: { key_id: string; public_key_pem: string; path: string };
   sessions: Record<string, number>;
@@ -294,6 +311,9 @@ export interface Receipt {
   cwd: string;
   /** The user the session ran as (name or uid), null: the supervisor's own. */
   user?: string | null;
+  /** The uid and gid it ran as (absent in older receipts and where the admission did not record them). */
+  uid?: number;
+  gid?: number;
   /** The task the session was launched in (`--task`; `default` when none was named). Absent in receipts of sessions admitted before tasks. */
   task?: string;
   supervisor: { instance: string; generation: number; boot_id: string; mode: SupervisorMode; pid: number };
@@ -305,9 +325,12 @@ export interface Receipt {
   termination: {
     cause: TerminationCause | null;
     steps: { signal: string; at: string; pids: number }[];
+    /** With exit.signal: whether the supervisor had sent that signal (not_supervisor: another process, the OOM killer, the session itself). Here, not in exit, so readers that know only {code, signal} keep it. */
+    signal_source?: 'supervisor' | 'not_supervisor';
   };
   outcome: Outcome;
-  death: { evidence: DeathEvidence; observed_at: string; cgroup?: string; reaped?: number };
+  /** escape_watch: whether writes moving processes out of the leaf were watched (cgroup deaths); escapes: those seen (evidence cgroup_escaped). */
+  death: { evidence: DeathEvidence; observed_at: string; cgroup?: string; reaped?: number; escape_watch?: 'fanotify' | 'unavailable'; escapes?: CgroupEscape[] };
   output: Partial<Record<StreamName, StreamOutput>>;
   usage: SessionUsage;
   descendants_terminated: number;
@@ -451,8 +474,10 @@ export interface TaskSessionEntry {
   exit: { code: number | null; signal: string | null } | null;
   /** `sha256:` of the session receipt's JCS (null: no receipt). */
   receipt_sha256: string | null;
-  /** The receipt's death evidence (operator_attested: an operator's word, shown as such). */
-  death: { evidence: string; observed_at: string } | null;
+  /** The uid it ran as (its receipt's; null: not recorded). */
+  uid: number | null;
+  /** The receipt's death evidence (operator_attested: an operator's word, shown as such; cgroup_escaped: with where its processes went). */
+  death: { evidence: string; observed_at: string; escapes?: CgroupEscape[]; escape_attested?: { uid: number; pid: number; reason: string; attested_at: string } } | null;
   ended_at: string | null;
   /** Each stream's final cursor, whether the stored log is whole, and why not. */
   output: Record<string, { final_cursor: number; complete: boolean; reason: string | null }>;
@@ -508,6 +533,8 @@ export interface TaskReceipt {
   complete: boolean;
   conditions: TaskConditions;
   obligations: TaskObligation[];
+  /** The sessions that ran as root (uid 0), whose death proof rests on root not interfering (a note; an escape seen is an obligation). Absent when none did. */
+  trust?: { root_sessions: string[]; reason: string };
   signature?: { alg: 'ed25519'; key_id: string; value: string };
 }
 

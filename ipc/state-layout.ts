@@ -39,6 +39,8 @@ export const RECEIPT_RESERVATION_FILE = 'receipt.reserved';
 export const CHANGES_FILE = 'changes.jsonl';
 /** In a session dir: {started_at, pid}, written once the exec is reported (positive evidence that it ran). */
 export const STARTED_FILE = 'started.json';
+/** In a session dir: an operator's word that what its receipt says left its cgroup (death cgroup_escaped) is ended (sbx resolve); written once. */
+export const ESCAPE_ATTESTED_FILE = 'escape-attested.json';
 /** In a session dir: the retention policy removed its output (chunk files and index). */
 export const OUTPUT_REMOVED_FILE = 'output-removed.json';
 // In a stream dir: chunk files (chunkFileName) and the index (INDEX_FILE), named in stream-files.ts,
@@ -116,6 +118,9 @@ const AdmissionSchema = z.object({
   linger: z.enum(['kill', 'wait']),
   chunk_bytes: z.number().int().positive(),
   user: z.string().nullable().optional(),
+  /** The uid and gid it runs as (absent in records written before they were recorded). */
+  uid: z.number().int().min(0).optional(),
+  gid: z.number().int().min(0).optional(),
   pty: z.object({ cols: z.number().int(), rows: z.number().int() }).nullable().optional(),
   stdin: z.enum(['null', 'stream']).optional(),
   cgroup: z.string().nullable(),
@@ -187,6 +192,10 @@ const StartedSchema = z.object({ started_at: z.string().refine((s) => Number.isF
 /** started.json: the exec was reported then (not fsync'ed: its presence is the evidence). */
 export type StartedRecord = z.infer<typeof StartedSchema>;
 
+const EscapeAttestedSchema = z.object({ session_id: sessionId, receipt_sha256: z.string(), uid: z.number().int(), pid: z.number().int(), reason: z.string(), attested_at: z.string() });
+/** escape-attested.json: an operator said the processes the receipt names as escaped are ended. */
+export type EscapeAttestedRecord = z.infer<typeof EscapeAttestedSchema>;
+
 const OutputRemovedSchema = z.object({ removed_at: z.string(), bytes: z.number().int().min(0).nullable() });
 /** output-removed.json: retention removed the session's chunk files and index then. */
 export type OutputRemovedRecord = z.infer<typeof OutputRemovedSchema>;
@@ -250,6 +259,7 @@ const RECORDS = {
   identity: IdentitySchema,
   started: StartedSchema,
   outputRemoved: OutputRemovedSchema,
+  escapeAttested: EscapeAttestedSchema,
   closeReceipt: CloseReceiptSchema,
   taskSeal: TaskSealSchema,
   taskClose: TaskCloseSchema,
@@ -265,6 +275,7 @@ type RecordKinds = {
   identity: IdentityRecord;
   started: StartedRecord;
   outputRemoved: OutputRemovedRecord;
+  escapeAttested: EscapeAttestedRecord;
   closeReceipt: CloseReceipt;
   taskSeal: TaskSealRecord;
   taskClose: TaskCloseRecord;

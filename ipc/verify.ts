@@ -5,7 +5,7 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt, StreamName } from './protocol.js';
-import { ADMISSION_FILE, CHANGES_FILE, isUnreadableReceiptName, OUTPUT_REMOVED_FILE, RECEIPT_FILE, readRecord, STARTED_FILE, STATE, TASK_FILES, taskDirName } from './state-layout.js';
+import { ADMISSION_FILE, CHANGES_FILE, ESCAPE_ATTESTED_FILE, isUnreadableReceiptName, OUTPUT_REMOVED_FILE, RECEIPT_FILE, readRecord, STARTED_FILE, STATE, TASK_FILES, taskDirName } from './state-layout.js';
 import { chunkFileName, INDEX_FILE, storedStream } from './stream-files.js';
 import { receiptDigest, verifySignature } from './signature.js';
 
@@ -73,10 +73,12 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string, onChunk?:
     return [`the stored output was removed by the retention policy at ${removed.removed_at}: only the signature can be checked`];
   }
   const problems: string[] = [];
-  // Nothing may have been added: only the records, the receipt and the listed streams.
+  // Nothing may have been added: only the records, the receipt and the listed streams (and,
+  // for a cgroup_escaped receipt, the operator's word on it).
   const streams = Object.keys(receipt.output);
+  const records = receipt.death.evidence === 'cgroup_escaped' ? [ADMISSION_FILE, RECEIPT_FILE, STARTED_FILE, CHANGES_FILE, ESCAPE_ATTESTED_FILE] : [ADMISSION_FILE, RECEIPT_FILE, STARTED_FILE, CHANGES_FILE];
   for (const entry of readdirSync(dir)) {
-    if ([ADMISSION_FILE, RECEIPT_FILE, STARTED_FILE, CHANGES_FILE].includes(entry) || streams.includes(entry) || isUnreadableReceiptName(entry)) continue;
+    if (records.includes(entry) || streams.includes(entry) || isUnreadableReceiptName(entry)) continue;
     problems.push(`unexpected entry in the session directory: ${entry}`);
   }
   for (const [name, expected] of Object.entries(receipt.output) as [StreamName, NonNullable<Receipt['output'][StreamName]>][]) {

@@ -76,6 +76,8 @@ export interface NativeHelpers {
   watchInit(unlimitedQueue: boolean): number;
   /** fanotify_mark(FAN_MARK_ADD|FAN_MARK_FILESYSTEM) on path's file system (FAN_MODIFY only with reportModify: close-write stands for writes otherwise); ENOTSUP/EXDEV where it has no usable fids (fanotify_mark(2)). */
   watchMark(fd: number, path: string, reportModify: boolean): void;
+  /** fanotify_mark(FAN_MARK_ADD|FAN_MARK_FILESYSTEM, FAN_MODIFY) on path's file system: every write(2) that wrote, with its writer (the cgroup escape watch, on cgroup2). */
+  watchMarkWrites(fd: number, path: string): void;
   /** poll(2) the group up to timeoutMs: true when events are queued. Blocks: for a worker thread. */
   watchPoll(fd: number, timeoutMs: number): boolean;
   /**

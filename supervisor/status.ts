@@ -89,6 +89,7 @@ export class StatusReporter {
       socket: socketPath,
       state_dir: ctx.config.stateDir,
       cgroup: ctx.tree ? ctx.tree.basePath : null,
+      escape_watch: { on: ctx.escapes.unavailable === null, reason: ctx.escapes.unavailable },
       receipt_key: { key_id: ctx.signer.keyId, public_key_pem: ctx.signer.publicKeyPem, path: join(ctx.config.stateDir, STATE.receiptKeyPub) },
       sessions: counts,
       load: { loadavg: loadavg(), cpus: cpus().length, free_mem_bytes: freemem(), total_mem_bytes: totalmem() },

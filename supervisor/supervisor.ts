@@ -20,6 +20,7 @@ import { Tasks } from './task/close.js';
 import type { Config } from './config.js';
 import { faultPoint } from './fault.js';
 import { checkWorkspacePaths, WorkspaceWatcher } from './workspace/watcher.js';
+import { EscapeWatch } from './session/escape.js';
 import { newSessionId, readBootId, StateDirLock, takeGeneration } from './identity.js';
 import { native } from './native.js';
 import { Reaper } from './reaper.js';
@@ -145,6 +146,7 @@ export class Supervisor {
       // Its threads start now, not with the first session: their ~20 MiB and ~40 ms are paid
       // once at start, not by the first command's receipt.
       hashPool: new HashPool((reason) => log.error({ reason }, 'a hashing thread failed; replaced (its streams are hashed again from their chunk files)')).warm(),
+      escapes: EscapeWatch.open(tree?.mount.mountPoint ?? null, log),
       watcher: new WorkspaceWatcher({
         paths: workspacePaths,
         stateDir: config.stateDir,
@@ -287,8 +289,9 @@ export class Supervisor {
   /** Ends an unknown session on an operator's word (never automatic). */
   async resolve(selector: SessionSelector, operator: OperatorAttestation): Promise<Receipt> {
     const session = this.find(selector);
+    const escaped = session.state === 'ended';
     const receipt = await session.resolveAsOperator(operator);
-    this.log.warn({ session_id: session.id, operator }, 'operator attested the end of an unknown session');
+    this.log.warn({ session_id: session.id, operator }, escaped ? "operator attested that an escaped session's processes are ended" : 'operator attested the end of an unknown session');
     return receipt;
   }
 
@@ -472,6 +475,7 @@ export class Supervisor {
       this.ctx.reaper.stop();
       this.ctx.tree?.teardown();
       await this.ctx.watcher.stop();
+      this.ctx.escapes.stop();
       await this.checkpoints.stop();
     })();
     return this.stopping;

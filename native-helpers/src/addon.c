@@ -5,7 +5,7 @@
  * Exports (typed in supervisor/native.ts): setChildSubreaper, isChildSubreaper, reapPid,
  * makePipe, setPipeSize, tryLockExclusive, peerCred, openPty, setWindowSize, sdNotify,
  * userByName, userById, groupByName, waitWritable; and over watch.c: watchInit, watchMark,
- * watchPoll, watchRead, watchHandlePath. Owns no state but the writability waits
+ * watchMarkWrites, watchPoll, watchRead, watchHandlePath. Owns no state but the writability waits
  * it hands out (uv_poll_t, see there); spawning and reaping others' children is libuv's.
  */
 #define _GNU_SOURCE
@@ -570,6 +570,22 @@ static napi_value watch_mark_fn(napi_env env, napi_callback_info info) {
   return r < 0 ? throw_errno(env, r, "fanotify_mark") : NULL;
 }
 
+/* watchMarkWrites(fd, path): a filesystem mark reporting every write (FAN_MODIFY) on path's file system. */
+static napi_value watch_mark_writes_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  size_t argc = get_args(env, info, argv, 2);
+  int32_t fd;
+  char *path = string_arg(env, argv, argc, 1, 4096);
+  if (int_arg(env, argv, argc, 0, &fd) != 0 || !path) {
+    free(path);
+    napi_throw_type_error(env, "EINVAL", "watchMarkWrites(fd, path): an fd and a path expected");
+    return NULL;
+  }
+  int r = watch_mark_writes(fd, path);
+  free(path);
+  return r < 0 ? throw_errno(env, r, "fanotify_mark") : NULL;
+}
+
 /* watchPoll(fd, timeoutMs): true when events are queued. Blocks: call it from a worker. */
 static napi_value watch_poll_fn(napi_env env, napi_callback_info info) {
   napi_value argv[2];
@@ -768,6 +784,7 @@ static napi_value init_module(napi_env env, napi_value exports) {
     {"waitWritable", NULL, wait_writable, NULL, NULL, NULL, napi_default, NULL},
     {"watchInit", NULL, watch_init_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchMark", NULL, watch_mark_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"watchMarkWrites", NULL, watch_mark_writes_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchPoll", NULL, watch_poll_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchRead", NULL, watch_read_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchHandlePath", NULL, watch_handle_path_fn, NULL, NULL, NULL, napi_default, NULL},

@@ -41,6 +41,10 @@ int watch_mark(int fd, const char *path, int report_modify) {
   return fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, mask, AT_FDCWD, path) < 0 ? -errno : 0;
 }
 
+int watch_mark_writes(int fd, const char *path) {
+  return fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, FAN_MODIFY, AT_FDCWD, path) < 0 ? -errno : 0;
+}
+
 int watch_poll(int fd, int timeout_ms) {
   struct pollfd p = {.fd = fd, .events = POLLIN};
   int r = poll(&p, 1, timeout_ms);

@@ -44,6 +44,11 @@ int watch_init(int unlimited_queue);
  * at its exit: before its cgroup empties), one event per file instead of one per write(2). */
 int watch_mark(int fd, const char *path, int report_modify);
 
+/* fanotify_mark(FAN_MARK_ADD | FAN_MARK_FILESYSTEM, FAN_MODIFY) on the file system holding
+ * path: one event per write(2) that wrote something, by the writer (the cgroup escape watch
+ * marks cgroup2 so: every write to any cgroup.procs). 0 | -errno. */
+int watch_mark_writes(int fd, const char *path);
+
 /* poll(POLLIN) up to timeout_ms: 1 readable, 0 not | -errno. */
 int watch_poll(int fd, int timeout_ms);
 

@@ -1,5 +1,5 @@
 // What every session shares (SessionContext: configuration, identity, the cgroup subtree, the
-// reaper, the signer, the state dir's storage guard and hashing threads, the workspace watcher) and what one session
+// reaper, the signer, the state dir's storage guard and hashing threads, the workspace watcher, the escape watch) and what one session
 // was asked to run (SessionRequest). Types only.
 import type { Logger } from 'pino';
 import type { LingerPolicy, SupervisorMode } from '../../ipc/protocol.js';
@@ -11,6 +11,7 @@ import type { HashPool } from '../store/hasher.js';
 import type { StorageGuard } from '../store/storage.js';
 import type { SessionUser } from '../users.js';
 import type { WorkspaceWatcher } from '../workspace/watcher.js';
+import type { EscapeWatch } from './escape.js';
 
 export interface SessionContext {
   config: Config;
@@ -26,6 +27,8 @@ export interface SessionContext {
   hashPool: HashPool;
   /** The workspace clock: attribution, barriers, gaps (workspace/watcher.ts). */
   watcher: WorkspaceWatcher;
+  /** Writes moving processes out of session leaves (escape.ts). */
+  escapes: EscapeWatch;
 }
 
 export interface SessionRequest {

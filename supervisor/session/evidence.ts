@@ -2,6 +2,7 @@
 // was observed (a cgroup read, the shim's report, the boot id, an operator's word) to the
 // receipt's `death` facts, and for a session found without a receipt after a restart, which
 // evidence can be had at all. No I/O: the callers observe, these decide (test/unit/evidence).
+import type { CgroupEscape } from '../../ipc/protocol.js';
 import type { ReceiptFacts } from './receipt.js';
 
 export type DeathFacts = ReceiptFacts['death'];
@@ -9,6 +10,16 @@ export type DeathFacts = ReceiptFacts['death'];
 /** The leaf's cgroup.events said `populated 0` at observedAt; the receipt names the leaf inside the mount. */
 export function cgroupEmpty(leafPath: string, mountPoint: string, observedAt: Date): DeathFacts {
   return { evidence: 'cgroup_empty', observedAt, cgroup: leafPath.startsWith(mountPoint) ? leafPath.slice(mountPoint.length) : leafPath };
+}
+
+/**
+ * A cgroup death qualified by the escape watch (escape.ts): whether it watched, and, when a
+ * process of the session moved something out of the leaf first, cgroup_escaped with where to
+ * (the empty leaf proves nothing for what left). Other evidence is returned as it is.
+ */
+export function qualifyEscapes(death: DeathFacts, report: { watch: 'fanotify' | 'unavailable'; escapes: CgroupEscape[] }): DeathFacts {
+  if (death.evidence !== 'cgroup_empty') return death;
+  return { ...death, evidence: report.escapes.length ? 'cgroup_escaped' : 'cgroup_empty', escapeWatch: report.watch, ...(report.escapes.length ? { escapes: report.escapes } : {}) };
 }
 
 /** The session's own subreaper (the shim) reaped every descendant (`reaped` orphans besides the leader). */

@@ -17,7 +17,8 @@ import { setDeadline } from '../timers.js';
 import type { SessionContext, SessionRequest } from './context.js';
 import { StreamDrain, type StorePolicy } from './drain.js';
 import { escalate, type EscalationStep, type EscalationTarget } from './escalation.js';
-import { cgroupEmpty, liveDeath, missingShimReport } from './evidence.js';
+import { ESCAPES_RESERVE_BYTES } from './escape.js';
+import { cgroupEmpty, liveDeath, missingShimReport, qualifyEscapes } from './evidence.js';
 import type { SpawnFailureFact } from './receipt.js';
 import { Session } from './session.js';
 import { LeaderProcess, signalNumber } from './spawn.js';
@@ -35,6 +36,8 @@ export class LiveSession extends Session {
   private spawnFailure: SpawnFailureFact | null = null;
   private cause: TerminationCause | null = null;
   private readonly steps: EscalationStep[] = [];
+  /** Every signal the supervisor sent the session (the receipt's exit.signal_source). */
+  private readonly signalsSent = new Set<string>();
   private descendantsTerminated: number | null = null;
   private terminating: Promise<void> | null = null;
   /** The started record's write (records.ts writeStarted), once the exec is reported; settled before the receipt. */
@@ -70,6 +73,8 @@ export class LiveSession extends Session {
       linger: this.req.linger,
       chunk_bytes: this.req.chunkBytes,
       user: this.req.user,
+      uid: this.req.sessionUser?.uid ?? process.getuid!(),
+      gid: this.req.sessionUser?.gid ?? process.getgid!(),
       pty: this.req.pty,
       stdin: this.req.stdin,
       cgroup: this.leaf?.path ?? null,
@@ -86,7 +91,8 @@ export class LiveSession extends Session {
     const chunksPerStream = quota > 0 ? Math.ceil(quota / this.req.chunkBytes) + 1 : Infinity;
     // And each workspace entry: its path, a last_path (at most PATH_MAX, JSON-escaped), numbers.
     const workspaceBytes = this.ctx.watcher.paths.reduce((sum, p) => sum + 2 * Buffer.byteLength(p) + 2 * 4096 + 1024, 0);
-    reserveReceiptSpace(this.dir, receiptReservationBytes(Buffer.byteLength(JSON.stringify(this.admission)), (this.req.pty ? 1 : 2) * chunksPerStream, workspaceBytes));
+    // And the escapes its death may list (escape.ts).
+    reserveReceiptSpace(this.dir, receiptReservationBytes(Buffer.byteLength(JSON.stringify(this.admission)), (this.req.pty ? 1 : 2) * chunksPerStream, workspaceBytes + ESCAPES_RESERVE_BYTES));
   }
 
   /** Undoes a failed admit(): nothing ran, so the directory and the leaf go. */
@@ -133,6 +139,7 @@ export class LiveSession extends Session {
     this.startedAt = new Date();
     // Before the exec (the shim waits for its start in the leaf): every write is the session's.
     this.ctx.watcher.track(this.id, this.leaf?.path ?? null, this.dir);
+    if (this.leaf) this.ctx.escapes.track(this.id, this.leaf.path, leader.pid, this.admission!.uid ?? 0);
     this.transition('running');
     if (this.pty) {
       const drain = new StreamDrain(this.dir, 'pty', this.pty.master, this.storePolicy(), true);
@@ -152,6 +159,7 @@ export class LiveSession extends Session {
     }
     this.run(leader).catch((err: Error) => {
       this.ctx.log.error({ err, session_id: this.id }, 'session lifecycle failed');
+      this.ctx.escapes.forget(this.id);
       this.becomeUnknown(`internal error: ${err.message}`);
     });
   }
@@ -241,6 +249,7 @@ export class LiveSession extends Session {
           const pids = leaf.pids();
           reached(new Set(pids));
           killed(pids.length);
+          this.signalsSent.add('SIGKILL');
           leaf.kill();
           await leaf.waitEmpty(null);
           return;
@@ -259,6 +268,7 @@ export class LiveSession extends Session {
           }
           first = false;
           if (leaf && performance.now() > giveUpAt) {
+            this.signalsSent.add('SIGKILL');
             leaf.kill();
             await leaf.waitEmpty(null);
             return;
@@ -280,6 +290,7 @@ export class LiveSession extends Session {
   /** signal(), with the pids reached when the cgroup names them (null: through the shim, a count only). */
   private async signalPids(signal: NodeJS.Signals): Promise<{ count: number; pids: ReadonlySet<number> | null }> {
     if (!this.leader || this.state === 'ended' || this.state === 'unknown') return { count: 0, pids: new Set() };
+    this.signalsSent.add(signal);
     if (!this.leaf) return { count: await this.leader.signalViaShim(signalNumber(signal)), pids: null };
     // A shim that stays as the pty's session leader is not signalled: it absorbs signals
     // and goes when released, after the drain.
@@ -327,6 +338,7 @@ export class LiveSession extends Session {
     const shimReport = reportNeeded ? await leader.allReaped : null;
     const noProof = missingShimReport({ reportNeeded, shimReport });
     if (noProof) {
+      this.ctx.escapes.forget(this.id);
       this.becomeUnknown(noProof);
       return;
     }
@@ -339,7 +351,9 @@ export class LiveSession extends Session {
       leader.release();
     }
     if (this.leaf) await this.leaf.waitEmpty(null);
-    const death = liveDeath({ leafPath: this.leaf?.path ?? null, mountPoint: this.ctx.tree?.mount.mountPoint ?? null, shimReport }, new Date());
+    const proof = liveDeath({ leafPath: this.leaf?.path ?? null, mountPoint: this.ctx.tree?.mount.mountPoint ?? null, shimReport }, new Date());
+    // Every write to a cgroup.procs queued before the leaf emptied is read now: an escape qualifies the proof.
+    const death = proof && this.leaf ? qualifyEscapes(proof, await this.ctx.escapes.settle(this.id)) : proof;
     // Nothing of the session can write any more: its barrier goes out now, while the drains finish.
     const workspace = this.ctx.watcher.settle(this.id);
     this.cancelDeadline();
@@ -367,6 +381,7 @@ export class LiveSession extends Session {
       spawnFailure: this.spawnFailure,
       cause: this.cause,
       steps: this.steps,
+      signalsSent: this.signalsSent,
       death: death!,
       output,
       usage: this.leaf?.usage() ?? {},

@@ -2,7 +2,7 @@
 // table), the command digest, and the receipt assembled from recorded facts. No I/O here,
 // so these are unit-tested without processes.
 import { createHash } from 'node:crypto';
-import type { DeathEvidence, Outcome, Receipt, StreamName, StreamOutput, SupervisorMode, TerminationCause, WorkspaceEntry } from '../../ipc/protocol.js';
+import type { CgroupEscape, DeathEvidence, Outcome, Receipt, StreamName, StreamOutput, SupervisorMode, TerminationCause, WorkspaceEntry } from '../../ipc/protocol.js';
 
 /** What the command digest covers (SPEC.md "Session environment and command digest"). */
 export interface DigestInput {
@@ -56,6 +56,9 @@ export interface ReceiptFacts {
   argv: string[];
   cwd: string;
   user: string | null;
+  /** The uid and gid it ran as (null: not recorded, an old admission). */
+  uid?: number | null;
+  gid?: number | null;
   supervisor: { instance: string; generation: number; bootId: string; mode: SupervisorMode; pid: number };
   admittedAt: Date;
   startedAt: Date | null;
@@ -65,7 +68,9 @@ export interface ReceiptFacts {
   spawnFailure: SpawnFailureFact | null;
   cause: TerminationCause | null;
   steps: { signal: string; at: Date; pids: number }[];
-  death: { evidence: DeathEvidence; observedAt: Date; cgroup?: string; reaped?: number };
+  /** Every signal the supervisor sent the session (escalation, sbx signal); undefined: not watched (owner lost). */
+  signalsSent?: ReadonlySet<string>;
+  death: { evidence: DeathEvidence; observedAt: Date; cgroup?: string; reaped?: number; escapeWatch?: 'fanotify' | 'unavailable'; escapes?: CgroupEscape[] };
   output: Partial<Record<StreamName, StreamOutput>>;
   usage: Receipt['usage'];
   descendantsTerminated: number;
@@ -78,6 +83,7 @@ const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
 /** Assembles the receipt (unsigned) from the facts recorded during the session. */
 export function buildReceipt(f: ReceiptFacts): Receipt {
   const exit = f.spawnFailure ? { code: spawnFailureExitCode(f.spawnFailure), signal: null } : f.exit;
+  const source = exit.signal && f.signalsSent ? { signal_source: f.signalsSent.has(exit.signal) ? ('supervisor' as const) : ('not_supervisor' as const) } : {};
   const receipt: Receipt = {
     version: 1,
     session_id: f.sessionId,
@@ -86,6 +92,8 @@ export function buildReceipt(f: ReceiptFacts): Receipt {
     argv: f.argv,
     cwd: f.cwd,
     user: f.user,
+    ...(typeof f.uid === 'number' ? { uid: f.uid } : {}),
+    ...(typeof f.gid === 'number' ? { gid: f.gid } : {}),
     ...(f.task ? { task: f.task } : {}),
     supervisor: { instance: f.supervisor.instance, generation: f.supervisor.generation, boot_id: f.supervisor.bootId, mode: f.supervisor.mode, pid: f.supervisor.pid },
     admitted_at: f.admittedAt.toISOString(),
@@ -93,13 +101,15 @@ export function buildReceipt(f: ReceiptFacts): Receipt {
     leader_exited_at: iso(f.leaderExitedAt),
     ended_at: f.endedAt.toISOString(),
     exit,
-    termination: { cause: f.cause, steps: f.steps.map((s) => ({ signal: s.signal, at: s.at.toISOString(), pids: s.pids })) },
+    termination: { cause: f.cause, steps: f.steps.map((s) => ({ signal: s.signal, at: s.at.toISOString(), pids: s.pids })), ...source },
     outcome: decideOutcome({ spawnFailure: f.spawnFailure, cause: f.cause, exit }),
     death: {
       evidence: f.death.evidence,
       observed_at: f.death.observedAt.toISOString(),
       ...(f.death.cgroup !== undefined ? { cgroup: f.death.cgroup } : {}),
       ...(f.death.reaped !== undefined ? { reaped: f.death.reaped } : {}),
+      ...(f.death.escapeWatch !== undefined ? { escape_watch: f.death.escapeWatch } : {}),
+      ...(f.death.escapes?.length ? { escapes: f.death.escapes } : {}),
     },
     output: f.output,
     usage: f.usage,

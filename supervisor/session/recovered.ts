@@ -191,7 +191,8 @@ export class RecoveredSession extends Session {
     }
     const steps: EscalationStep[] = [];
     if (existsSync(course.leafPath) && this.leaf!.populated()) await this.endLeaf(steps);
-    await this.finish(await this.ownerLostFacts(cgroupEmpty(course.leafPath, mount!, new Date()), steps));
+    // Nothing watched its leaf while it had no owner: an escape then would not be known.
+    await this.finish(await this.ownerLostFacts({ ...cgroupEmpty(course.leafPath, mount!, new Date()), escapeWatch: 'unavailable' }, steps));
   }
 
   /**

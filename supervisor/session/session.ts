@@ -11,12 +11,13 @@ import { SupervisorError } from '../../ipc/errors.js';
 import type { Receipt, SessionState, SessionSummary, StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
 import { OUTPUT_REMOVED_FILE, RECEIPT_FILE, removedStreamDirName, unreadableName } from '../../ipc/state-layout.js';
 import { indexDigest, storedChunks } from '../../ipc/stream-files.js';
+import { receiptDigest } from '../../ipc/verify.js';
 import type { CgroupLeaf } from '../cgroup.js';
 import { faultPoint } from '../fault.js';
 import { createFileDurable, fsyncDir } from '../store/durable.js';
 import { existsNoFollow, factsOf, writeReceiptFile, writeReservedFacts } from '../store/receipt-file.js';
 import type { ReadRecord } from '../store/chunks.js';
-import type { AdmissionRecord } from '../store/records.js';
+import { readEscapeAttested, writeEscapeAttested, type AdmissionRecord, type EscapeAttestedRecord } from '../store/records.js';
 import type { OperatorAttestation, SessionContext, SessionRequest } from './context.js';
 import { operatorAttested, type DeathFacts } from './evidence.js';
 import { isSettled, Lifecycle, type InitialState } from './lifecycle.js';
@@ -271,6 +272,8 @@ export abstract class Session extends EventEmitter {
       argv: this.req.argv,
       cwd: this.req.cwd,
       user: this.req.user,
+      uid: this.admission?.uid ?? null,
+      gid: this.admission?.gid ?? null,
       supervisor: this.ctx.identity,
       admittedAt: this.admittedAt,
     };
@@ -377,8 +380,30 @@ export abstract class Session extends EventEmitter {
     if (this.state !== 'unknown') this.transition('unknown');
   }
 
-  /** Ends an unknown session on an operator's word: evidence operator_attested, never automatic. */
+  /** The operator's word that what this session's receipt says escaped its cgroup is ended (null: none; unreadable: none, logged). */
+  escapeAttested(): EscapeAttestedRecord | null {
+    try {
+      return readEscapeAttested(this.dir);
+    } catch (err) {
+      this.ctx.log.error({ session_id: this.id, err }, 'the escape attestation is unreadable: not counted');
+      return null;
+    }
+  }
+
+  /**
+   * Records an operator's word that the processes an ended session's receipt says left its
+   * cgroup (death evidence cgroup_escaped) are ended: complete(task) then counts it, showing
+   * the word. The receipt stays as it is; returned.
+   */
+  private attestEscape(receipt: Receipt, operator: OperatorAttestation): Receipt {
+    if (this.escapeAttested()) throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id}'s escape is attested already`);
+    writeEscapeAttested(this.dir, { session_id: this.id, receipt_sha256: receiptDigest(receipt), uid: operator.uid, pid: operator.pid, reason: operator.reason, attested_at: new Date().toISOString() });
+    return receipt;
+  }
+
+  /** Ends an unknown session on an operator's word: evidence operator_attested, never automatic; or attests an ended session's escape (attestEscape). */
   async resolveAsOperator(operator: OperatorAttestation): Promise<Receipt> {
+    if (this.state === 'ended' && this.receipt?.death.evidence === 'cgroup_escaped') return this.attestEscape(this.receipt, operator);
     if (this.state !== 'unknown') throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} is ${this.state}; only an unknown session can be resolved by an operator`);
     if (this.receiptAwaitingSpace) {
       throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} ended with evidence; its receipt waits for space in the state dir and is written once there is room (free some space)`);

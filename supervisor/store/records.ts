@@ -8,6 +8,7 @@ import { open } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import {
   ADMISSION_FILE,
+  ESCAPE_ATTESTED_FILE,
   isTempFileName,
   keyRecordName,
   parseRecord,
@@ -17,6 +18,7 @@ import {
   STATE,
   tombstoneName,
   type AdmissionRecord,
+  type EscapeAttestedRecord,
   type KeyRecord,
   type StartedRecord,
   type TombstoneRecord,
@@ -24,7 +26,7 @@ import {
 } from '../../ipc/state-layout.js';
 import { createFileDurable, fsyncDir, writeAll } from './durable.js';
 
-export type { AdmissionRecord, KeyRecord, StartedRecord, TombstoneRecord } from '../../ipc/state-layout.js';
+export type { AdmissionRecord, EscapeAttestedRecord, KeyRecord, StartedRecord, TombstoneRecord } from '../../ipc/state-layout.js';
 
 /** Reads and checks <sessionDir>/admission.json; throws with the reason when torn or corrupt. */
 export function readAdmission(sessionDir: string): AdmissionRecord {
@@ -57,6 +59,17 @@ export async function writeStarted(sessionDir: string, record: StartedRecord): P
   } finally {
     await file.close();
   }
+}
+
+/** Writes <session>/escape-attested.json once, durably (EEXIST: attested already). */
+export function writeEscapeAttested(sessionDir: string, record: EscapeAttestedRecord): void {
+  createFileDurable(join(sessionDir, ESCAPE_ATTESTED_FILE), JSON.stringify(record) + '\n');
+}
+
+/** The escape attestation if one is there and whole; null when absent (a torn one throws: the caller says so). */
+export function readEscapeAttested(sessionDir: string): EscapeAttestedRecord | null {
+  if (!existsSync(join(sessionDir, ESCAPE_ATTESTED_FILE))) return null;
+  return readRecord('escapeAttested', join(sessionDir, ESCAPE_ATTESTED_FILE));
 }
 
 /** The started record if one is there and whole; null otherwise (torn, absent). */

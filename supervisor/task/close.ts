@@ -14,7 +14,7 @@
 // task-close:after-receipt-temp, task-close:after-receipt-rename.
 import { join, resolve } from 'node:path';
 import { SupervisorError } from '../../ipc/errors.js';
-import type { CheckpointResult, TaskCheckpointEntry, TaskReceipt, TaskSealResult, TaskSessionEntry } from '../../ipc/protocol.js';
+import type { CheckpointResult, Receipt, TaskCheckpointEntry, TaskReceipt, TaskSealResult, TaskSessionEntry } from '../../ipc/protocol.js';
 import { readRecord, STATE, taskDirName } from '../../ipc/state-layout.js';
 import { receiptDigest } from '../../ipc/verify.js';
 import { Checkpoints } from '../checkpoint/checkpoint.js';
@@ -80,6 +80,7 @@ function retiredEntry(r: TombstoneRecord, workspaces: JoinWorkspace[]): TaskSess
     outcome: r.outcome as TaskSessionEntry['outcome'],
     exit: null,
     receipt_sha256: r.receipt_sha256,
+    uid: null,
     death: null,
     ended_at: r.ended_at,
     output: {},
@@ -333,6 +334,7 @@ export class Tasks {
       complete: verdict.complete,
       conditions: verdict.conditions,
       obligations: verdict.obligations,
+      ...(verdict.trust ? { trust: verdict.trust } : {}),
     });
     files.writeReceipt(receipt);
     log.info({ task, attempt: attempt.attempt, complete: receipt.complete, sessions: sessions.length, obligations: receipt.obligations.length }, 'task closed');
@@ -347,7 +349,7 @@ export class Tasks {
     const joinSessions: JoinSession[] = [
       ...sessions.map((s) => {
         const summary = s.state === 'unknown' ? s.summary() : null;
-        return { sessionId: s.id, state: s.state as string, receipt: s.receipt, unknownReason: summary?.reason ?? null, receiptPending: summary?.receipt_pending === true };
+        return { sessionId: s.id, state: s.state as string, receipt: s.receipt, unknownReason: summary?.reason ?? null, receiptPending: summary?.receipt_pending === true, uid: s.receipt?.uid ?? s.admission?.uid ?? null, escapeAttested: s.receipt?.death.evidence === 'cgroup_escaped' && s.escapeAttested()?.receipt_sha256 === receiptDigest(s.receipt) };
       }),
       ...retired.map((r) => ({ sessionId: r.session_id, state: 'retired', receipt: null, unknownReason: null })),
     ].sort(byId((s) => s.sessionId));
@@ -459,6 +461,13 @@ export class Tasks {
     }
   }
 
+  /** An escaped session's attestation as its task entry shows it ({}: none). */
+  private escapeAttestation(s: Session, r: Receipt): { escape_attested?: { uid: number; pid: number; reason: string; attested_at: string } } {
+    if (r.death.evidence !== 'cgroup_escaped') return {};
+    const a = s.escapeAttested();
+    return a && a.receipt_sha256 === receiptDigest(r) ? { escape_attested: { uid: a.uid, pid: a.pid, reason: a.reason, attested_at: a.attested_at } } : {};
+  }
+
   private sessionEntry(s: Session, workspaces: JoinWorkspace[]): TaskSessionEntry {
     const r = s.receipt;
     const output: TaskSessionEntry['output'] = {};
@@ -471,7 +480,8 @@ export class Tasks {
       outcome: r?.outcome ?? null,
       exit: r ? { code: r.exit.code, signal: r.exit.signal } : null,
       receipt_sha256: r ? receiptDigest(r) : null,
-      death: r ? { evidence: r.death.evidence, observed_at: r.death.observed_at } : null,
+      uid: r?.uid ?? s.admission?.uid ?? null,
+      death: r ? { evidence: r.death.evidence, observed_at: r.death.observed_at, ...(r.death.escapes ? { escapes: r.death.escapes } : {}), ...this.escapeAttestation(s, r) } : null,
       ended_at: r?.ended_at ?? null,
       output,
       workspace: workspaces.map((w) => {

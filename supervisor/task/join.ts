@@ -26,6 +26,10 @@ export interface JoinSession {
   unknownReason: string | null;
   /** Unknown while its receipt, its evidence in hand, waits to be written (the state dir's disk full): not an operator's to resolve. */
   receiptPending?: boolean;
+  /** The uid it ran as (its receipt's, else its admission's; null: not recorded). */
+  uid?: number | null;
+  /** An operator's word that the processes its receipt says left its cgroup (death evidence cgroup_escaped) are gone (sbx resolve). */
+  escapeAttested?: boolean;
 }
 
 /** A workspace of the close: its path and the watched workspace holding it (null: not watched). */
@@ -52,6 +56,20 @@ export interface JoinVerdict {
   complete: boolean;
   conditions: TaskConditions;
   obligations: TaskObligation[];
+  /** The sessions that ran as root: a note (their proof rests on root not interfering); undefined when none did. */
+  trust?: { root_sessions: string[]; reason: string };
+}
+
+/** Why a root session's death proof is weaker: said in every task receipt that has one. */
+export const ROOT_TRUST_REASON = 'their death proof rests on root not interfering: a root process can leave its cgroup, signal or trace any process; run one non-root uid per task for isolation';
+
+/** The trust note of a join: the sessions that ran as uid 0, and whose escape watch was unavailable. */
+export function trustNote(sessions: readonly JoinSession[]): JoinVerdict['trust'] {
+  const root = sessions.filter((s) => s.uid === 0);
+  if (root.length === 0) return undefined;
+  const unwatched = root.filter((s) => s.receipt?.death?.escape_watch === 'unavailable').map((s) => s.sessionId);
+  const reason = unwatched.length ? `${ROOT_TRUST_REASON}; escape detection was unavailable for ${unwatched.join(', ')}` : ROOT_TRUST_REASON;
+  return { root_sessions: root.map((s) => s.sessionId).sort(), reason };
 }
 
 /** Death evidence that proves the end (operator_attested is an operator's word, shown as such in the task receipt). */
@@ -167,7 +185,19 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
       }
       continue;
     }
-    if (!r.death || !DEATH_EVIDENCE.has(r.death.evidence)) {
+    if (r.death?.evidence === 'cgroup_escaped') {
+      // Counted on an operator's word only (shown in the task receipt: death.escape_attested).
+      if (!s.escapeAttested) {
+        c.sessions_settled = false;
+        const where = (r.death.escapes ?? []).map((e) => `${e.kind === 'escape' ? '' : 'possibly '}to ${e.to ?? 'a cgroup since removed'}${e.writer_pid !== null ? ` by pid ${e.writer_pid}` : ''}`);
+        obligations.push({
+          authority: 'operator',
+          condition: 'sessions_settled',
+          session_id: s.sessionId,
+          what: `session ${s.sessionId}'s processes were moved out of its cgroup before it emptied (${where.join('; ') || 'destination not recorded'}): its empty cgroup proves nothing for them; once they are ended, sbx resolve ${s.sessionId} --as-operator --reason TEXT`,
+        });
+      }
+    } else if (!r.death || !DEATH_EVIDENCE.has(r.death.evidence)) {
       c.sessions_settled = false;
       obligations.push({ authority: 'session', condition: 'sessions_settled', session_id: s.sessionId, what: `session ${s.sessionId}'s receipt has no death evidence` });
     }
@@ -300,5 +330,6 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
     });
   }
   const complete = Object.values(c).every(Boolean);
-  return { complete, conditions: c, obligations };
+  const trust = trustNote(f.sessions);
+  return { complete, conditions: c, obligations, ...(trust ? { trust } : {}) };
 }

@@ -163,6 +163,8 @@ describe('cancel and kill', () => {
     expect(receipt.outcome).toBe('cancelled');
     expect(receipt.termination.cause).toBe('cancel');
     expect(receipt.termination.steps.map((s) => s.signal)).toEqual(['SIGTERM', 'SIGKILL']);
+    expect(receipt.exit).toEqual({ code: null, signal: 'SIGKILL' });
+    expect(receipt.termination.signal_source).toBe('supervisor');
     expect(waited.status).toBe(137);
   });
 
@@ -188,8 +190,9 @@ describe('cancel and kill', () => {
     expect(waited.status).toBe(128 + 10);
     const receipt = JSON.parse(waited.stdout.toString()) as Receipt;
     expect(receipt.outcome).toBe('signaled');
-    expect(receipt.exit.signal).toBe('SIGUSR1');
-    expect(receipt.termination).toEqual({ cause: null, steps: [] }); // kill records no cause of its own
+    expect(receipt.exit).toEqual({ code: null, signal: 'SIGUSR1' });
+    // kill records no cause of its own; the signal was the supervisor's.
+    expect(receipt.termination).toEqual({ cause: null, steps: [], signal_source: 'supervisor' });
     const bad = await daemon.sbx(['kill', id, '--signal', 'SIGNOPE']);
     expect(bad.status).toBe(125);
     expect(bad.stderr.toString()).toContain('INVALID_ARGUMENT');

@@ -372,7 +372,8 @@ class Client:
         return self.request("changes", P.selector(session))  # type: ignore[no-any-return]
 
     def resolve(self, session: SessionRef, reason: str) -> Receipt:
-        """Operator escape for a session stuck ``unknown``: a receipt with evidence ``operator_attested``."""
+        """Operator escape for a session stuck ``unknown``: a receipt with evidence ``operator_attested``;
+        for an ended one whose death is ``cgroup_escaped``: the word that what left its cgroup is ended (its receipt, unchanged)."""
         return self.request("resolve", {**P.selector(session), "as_operator": True, "reason": reason})  # type: ignore[no-any-return]
 
     # -- the supervisor -----------------------------------------------------------------------

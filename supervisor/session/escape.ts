@@ -1,0 +1,222 @@
+// The cgroup escape watch (README "Receipts and the trust model"): a root process can move a
+// pid out of its session's leaf (another cgroup's cgroup.procs), and `populated 0` then proves
+// nothing about it. One fanotify group marks cgroup2 for writes (native watchMarkWrites); each
+// write to a cgroup.procs/cgroup.threads is attributed to a session and, if it left the leaf,
+// kept for its receipt. Owns the group, its timer and the tracked leaves.
+import { closeSync, constants, openSync, readFileSync, statSync } from 'node:fs';
+import type { Logger } from 'pino';
+import type { CgroupEscape } from '../../ipc/protocol.js';
+import { native } from '../native.js';
+
+/** How often queued writes are read while sessions are tracked (a read of an empty queue is one syscall). */
+const POLL_MS = 50;
+/** How long after the first read at a root session's death the queue is read again. */
+const SETTLE_AGAIN_MS = 1;
+/** fanotify's queue overflow event (FAN_Q_OVERFLOW): writes were lost. */
+const FAN_Q_OVERFLOW = 0x4000;
+/** How far up /proc's PPid chain a writer is followed. */
+const MAX_ANCESTRY = 64;
+/** A receipt lists at most this many escapes, each destination cut at PATH_BYTES_MAX (the receipt's reserved space counts them: ESCAPES_RESERVE_BYTES). */
+export const ESCAPES_MAX = 8;
+const PATH_BYTES_MAX = 1024;
+/** Room the receipt's escapes may take, reserved at admission. */
+export const ESCAPES_RESERVE_BYTES = ESCAPES_MAX * (2 * PATH_BYTES_MAX + 160);
+
+/** A session as the watch attributes writes to it. */
+export interface TrackedLeaf {
+  id: string;
+  /** Its leaf (absolute path under the cgroup2 mount) and that directory's inode (the cgroup id). */
+  leafPath: string;
+  leafIno: bigint;
+  /** The exec shim's pid: the supervisor's child, the leader (or, with a pty, the leader's parent). */
+  shimPid: number;
+  uid: number;
+}
+
+/** Whose write it was: nobody's we run; a session's (an escape unless it stayed in its leaf); or maybe ours, unattributable. */
+export type Attribution = { kind: 'none' } | { kind: 'session'; id: string } | { kind: 'possible' };
+
+/**
+ * Who wrote: the shim itself (it joins its leaf by cgroup.procs); else, while the writer lives,
+ * its PPid chain (ancestry, writer first): a session's processes stay below the shim, the
+ * supervisor being their subreaper; reaching the supervisor through no shim (an orphan) is
+ * ours: the session whose leaf it is still in, else unattributable; not reaching it is not ours. A writer gone before the read: its
+ * cgroup at the read if that is a leaf (0n: none), else unattributable.
+ */
+export function attributeWrite(w: { pid: number; cgroupId: bigint; ancestry: number[] | null }, sessions: readonly TrackedLeaf[], selfPid: number): Attribution {
+  const byShim = sessions.find((s) => s.shimPid === w.pid);
+  if (byShim) return { kind: 'session', id: byShim.id };
+  const byCgroup = w.cgroupId !== 0n ? sessions.find((s) => s.leafIno === w.cgroupId) : undefined;
+  if (w.ancestry) {
+    const at = w.ancestry.indexOf(selfPid);
+    if (at < 0) return { kind: 'none' };
+    const top = at > 0 ? w.ancestry[at - 1] : -1;
+    const s = sessions.find((x) => x.shimPid === top) ?? byCgroup;
+    return s ? { kind: 'session', id: s.id } : { kind: 'possible' };
+  }
+  return byCgroup ? { kind: 'session', id: byCgroup.id } : { kind: 'possible' };
+}
+
+/** Whether dest (a cgroup directory) is the leaf or below it: a move that stays in the session. */
+export function withinLeaf(dest: string | null, leafPath: string): boolean {
+  return dest !== null && (dest === leafPath || dest.startsWith(leafPath + '/'));
+}
+
+/** The writer's PPid chain from /proc (writer first), up to this process or pid 1; null when the writer is gone. */
+function ancestry(pid: number): number[] | null {
+  const chain: number[] = [];
+  for (let p = pid; p > 0 && chain.length < MAX_ANCESTRY; ) {
+    chain.push(p);
+    if (p === 1 || p === process.pid) break;
+    let status: string;
+    try {
+      status = readFileSync(`/proc/${p}/status`, 'latin1');
+    } catch {
+      return null;
+    }
+    p = Number(/^PPid:\s*(\d+)/m.exec(status)?.[1] ?? 0);
+  }
+  return chain;
+}
+
+/** Records one more escape of a session: the same (kind, destination, writer) once, at most ESCAPES_MAX, each destination at most PATH_BYTES_MAX. */
+export function recordEscape(list: CgroupEscape[], e: CgroupEscape): void {
+  const to = e.to !== null && e.to.length > PATH_BYTES_MAX ? e.to.slice(0, PATH_BYTES_MAX) : e.to;
+  if (list.length >= ESCAPES_MAX || list.some((x) => x.kind === e.kind && x.to === to && x.writer_pid === e.writer_pid)) return;
+  list.push({ ...e, to });
+}
+
+/** What a session's receipt says of the watch: on (escapes, possibly none) or unavailable (why). */
+export interface EscapeReport {
+  watch: 'fanotify' | 'unavailable';
+  escapes: CgroupEscape[];
+}
+
+/** The supervisor-wide watch: track() a session at its start, settle() it at its death. */
+export class EscapeWatch {
+  private readonly tracked = new Map<string, TrackedLeaf & { escapes: CgroupEscape[] }>();
+  private timer: NodeJS.Timeout | null = null;
+
+  private constructor(
+    private readonly fd: number,
+    private readonly mountFd: number,
+    /** Why the watch is off (null: on). */
+    readonly unavailable: string | null,
+    private readonly log: Logger,
+    private readonly selfPid = process.pid,
+  ) {}
+
+  /** A watch on the cgroup2 mount (null: no cgroups); unavailable, with the reason, where fanotify refuses it. */
+  static open(mountPoint: string | null, log: Logger): EscapeWatch {
+    if (!mountPoint) return new EscapeWatch(-1, -1, 'no cgroup2 mount (subreaper mode)', log);
+    // Tests: the receipts of a supervisor without the watch.
+    if (process.env.SBX_TEST_ESCAPE_WATCH_OFF === '1') return new EscapeWatch(-1, -1, 'turned off (SBX_TEST_ESCAPE_WATCH_OFF)', log);
+    let fd = -1;
+    try {
+      // A bounded queue (16384 events): between sessions nothing reads it, and an overflow
+      // while sessions run is charged to the root ones (escape_possible), never lost silently.
+      fd = native().watchInit(false);
+      native().watchMarkWrites(fd, mountPoint);
+      const mountFd = openSync(mountPoint, constants.O_RDONLY | constants.O_DIRECTORY);
+      return new EscapeWatch(fd, mountFd, null, log);
+    } catch (err) {
+      if (fd >= 0) closeSync(fd);
+      const e = err as NodeJS.ErrnoException;
+      log.warn({ code: e.code, mount: mountPoint }, 'cgroup escape watch unavailable: receipts say so');
+      return new EscapeWatch(-1, -1, `${e.code ?? 'error'}: ${e.message}`, log);
+    }
+  }
+
+  /** Starts attributing writes to a session (after its spawn, before any event of it is read). */
+  track(id: string, leafPath: string, shimPid: number, uid: number): void {
+    if (this.fd < 0) return;
+    let leafIno = 0n;
+    try {
+      leafIno = statSync(leafPath, { bigint: true }).ino;
+    } catch {
+      // A leaf gone at once: its cgroup id is unknown (the shim's pid still attributes).
+    }
+    // What is queued is the sessions' before it (none: stale, dropped), never the new one's.
+    if (this.tracked.size === 0) this.read(true);
+    else this.poll();
+    this.tracked.set(id, { id, leafPath, leafIno, shimPid, uid, escapes: [] });
+    this.timer ??= setInterval(() => this.poll(), POLL_MS).unref();
+  }
+
+  /**
+   * Reads every write queued until now (the session's last ones included), then its report; it
+   * is no longer tracked. A write that empties the leaf (the last process moved out) is queued
+   * only when that write(2) returns, after the leaf said populated 0: for a root session the
+   * queue is read once more after SETTLE_AGAIN_MS, so such a write is in by then.
+   */
+  async settle(id: string): Promise<EscapeReport> {
+    if (this.fd < 0) return { watch: 'unavailable', escapes: [] };
+    this.poll();
+    if (this.tracked.get(id)?.uid === 0) {
+      await new Promise((r) => setTimeout(r, SETTLE_AGAIN_MS));
+      this.poll();
+    }
+    const t = this.tracked.get(id);
+    this.forget(id);
+    return { watch: 'fanotify', escapes: t?.escapes ?? [] };
+  }
+
+  /** Stops tracking a session (its end is not proven: no report is wanted). */
+  forget(id: string): void {
+    this.tracked.delete(id);
+    if (this.tracked.size === 0 && this.timer) {
+      clearInterval(this.timer);
+      this.timer = null;
+    }
+  }
+
+  /** Reads and attributes what is queued. Never throws (a failed read is logged). */
+  poll(): void {
+    try {
+      this.read(false);
+    } catch (err) {
+      this.log.error({ err }, 'cgroup escape watch: read failed');
+    }
+  }
+
+  private read(discard: boolean): void {
+    for (;;) {
+      const events = native().watchRead(this.fd, this.selfPid, '', '');
+      if (events.length === 0) return;
+      if (discard) continue;
+      for (const e of events) this.attribute(e);
+    }
+  }
+
+  private attribute(e: { mask: number; pid: number; cgroup: bigint; handle: Buffer; name: Buffer }): void {
+    const at = new Date().toISOString();
+    const sessions = [...this.tracked.values()];
+    if (e.mask & FAN_Q_OVERFLOW) {
+      for (const s of sessions) if (s.uid === 0) recordEscape(s.escapes, { kind: 'escape_possible', to: null, at, writer_pid: null });
+      return;
+    }
+    const name = e.name.toString();
+    if (name !== 'cgroup.procs' && name !== 'cgroup.threads') return;
+    let to: string | null = null;
+    try {
+      to = native().watchHandlePath(this.mountFd, e.handle).toString();
+    } catch {
+      // The destination is gone already (ESTALE): named null.
+    }
+    const who = attributeWrite({ pid: e.pid, cgroupId: e.cgroup, ancestry: ancestry(e.pid) }, sessions, this.selfPid);
+    if (who.kind === 'session') {
+      const s = this.tracked.get(who.id)!;
+      if (!withinLeaf(to, s.leafPath)) recordEscape(s.escapes, { kind: 'escape', to, at, writer_pid: e.pid });
+    } else if (who.kind === 'possible') {
+      for (const s of sessions) if (s.uid === 0 && !withinLeaf(to, s.leafPath)) recordEscape(s.escapes, { kind: 'escape_possible', to, at, writer_pid: e.pid });
+    }
+  }
+
+  /** Closes the group. */
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    if (this.fd >= 0) closeSync(this.fd);
+    if (this.mountFd >= 0) closeSync(this.mountFd);
+  }
+}

@@ -1,0 +1,212 @@
+// Root sessions and the trust model: a root process that moves a process out of its leaf
+// (cgroup.procs of another cgroup) is seen by the escape watch, and its receipt's death is
+// qualified (cgroup_escaped, where to), so complete(task) does not count it; a write to its own
+// leaf is no escape; a non-root session cannot escape; receipts carry the uid; a signal the
+// supervisor did not send is marked so (exit.signal_source).
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Receipt, SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
+import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from '../helpers/cgroup-cleanup.js';
+import { TestDaemon, until } from '../helpers/daemon.js';
+import { verifyTask } from '../helpers/tasks.js';
+
+let daemon: TestDaemon;
+beforeAll(async () => {
+  daemon = new TestDaemon();
+  await daemon.start();
+});
+afterAll(async () => {
+  expect(await daemon.stop()).toEqual({ code: 0, signal: null });
+});
+
+/** A cgroup outside the daemon's subtree, made by the test; whatever went there is killed by pid, then it goes. */
+let foreign: string | null = null;
+function makeForeignCgroup(): string {
+  const mount = cgroupMount();
+  if (!mount) throw new Error('no cgroup2 mount');
+  foreign = join(mount, `${TEST_CGROUP_PREFIX}escape-${randomBytes(4).toString('hex')}`);
+  mkdirSync(foreign);
+  return foreign;
+}
+const procsOf = (dir: string) => readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean).map(Number);
+afterEach(async () => {
+  if (!foreign || !existsSync(foreign)) return;
+  for (const pid of procsOf(foreign)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // Gone already.
+    }
+  }
+  await removeCgroupTree(foreign);
+  foreign = null;
+});
+
+let lastStderr = '';
+async function run(task: string, argv: string[], extra: string[] = []): Promise<Receipt> {
+  const path = join(daemon.dir, `r-${randomBytes(4).toString('hex')}.json`);
+  lastStderr = (await daemon.sbx(['run', '--task', task, '--receipt', path, '--cwd', '/', ...extra, '--', ...argv])).stderr.toString();
+  return JSON.parse(readFileSync(path, 'utf8')) as Receipt;
+}
+
+async function closeTask(task: string): Promise<{ status: number | null; receipt: TaskReceipt; verified: { status: number | null; out: string } }> {
+  const r = await daemon.sbx(['close', '--task', task, '--json']);
+  return { status: r.status, receipt: JSON.parse(r.stdout.toString()) as TaskReceipt, verified: await verifyTask(daemon, r.stdout) };
+}
+
+const task = () => `esc-${randomBytes(4).toString('hex')}`;
+
+describe('cgroup escapes', () => {
+  it('a root session that moves a background sleep into another cgroup: death cgroup_escaped naming it, the task incomplete', async () => {
+    const dest = makeForeignCgroup();
+    const t = task();
+    const receipt = await run(t, ['sh', '-c', `sleep 300 & echo $! > ${dest}/cgroup.procs; exit 0`]);
+    // The sleep runs on in the foreign cgroup.
+    const moved = procsOf(dest);
+    expect(moved).toHaveLength(1);
+    expect(readFileSync(`/proc/${moved[0]}/comm`, 'utf8')).toBe('sleep\n');
+    expect(receipt).toMatchObject({ outcome: 'exited', exit: { code: 0, signal: null }, termination: { cause: null, steps: [] }, uid: 0, gid: 0 });
+    // The sleep holds the session's pipes: the drain is cut after the post-death bound, and says so.
+    expect(receipt.output.stdout).toMatchObject({ complete: false, drain_end: 'timeout' });
+    expect(receipt.termination.signal_source).toBeUndefined(); // no signal
+    expect(receipt.death).toEqual({
+      evidence: 'cgroup_escaped',
+      observed_at: expect.any(String),
+      cgroup: expect.stringMatching(/\/sessions\/s-/),
+      escape_watch: 'fanotify',
+      escapes: [{ kind: 'escape', to: dest, at: expect.any(String), writer_pid: expect.any(Number) }],
+    });
+    // sbx run says so: the exit status cannot.
+    expect(lastStderr).toContain(`sbx: session ${receipt.session_id}: processes were moved out of its cgroup (to ${dest}): their end is not proven (death evidence cgroup_escaped; sbx receipt ${receipt.session_id})\n`);
+    const closed = await closeTask(t);
+    expect(closed.status).toBe(1);
+    expect(closed.receipt.complete).toBe(false);
+    expect(closed.receipt.conditions.sessions_settled).toBe(false);
+    expect(closed.receipt.obligations).toEqual([
+      {
+        authority: 'operator',
+        condition: 'sessions_settled',
+        session_id: receipt.session_id,
+        what: expect.stringContaining(`moved out of its cgroup before it emptied (to ${dest} by pid `),
+      },
+    ]);
+    expect(closed.receipt.sessions).toEqual([expect.objectContaining({ session_id: receipt.session_id, uid: 0, death: expect.objectContaining({ evidence: 'cgroup_escaped' }) })]);
+    expect(closed.receipt.trust).toEqual({ root_sessions: [receipt.session_id], reason: expect.stringContaining('a root process can leave its cgroup') });
+    // The operator ends what escaped, says so; the next close counts it, showing the word.
+    process.kill(moved[0], 'SIGKILL');
+    const resolved = await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--reason', 'killed the escaped sleep']);
+    expect(resolved.status).toBe(0);
+    expect(JSON.parse(resolved.stdout.toString())).toEqual(receipt); // the receipt stays as it was
+    expect((await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--reason', 'again'])).stderr.toString()).toContain('attested already');
+    const again = await closeTask(t);
+    expect(again.status).toBe(0);
+    expect(again.receipt.complete).toBe(true);
+    expect(again.receipt.sessions[0].death).toMatchObject({ evidence: 'cgroup_escaped', escape_attested: { uid: 0, reason: 'killed the escaped sleep', attested_at: expect.any(String) } });
+    // Both task receipts verify end to end: the verdict follows from the receipts and the word in the state dir.
+    for (const c of [closed, again]) expect(c.verified).toEqual({ status: 0, out: expect.stringContaining('OK: task receipt') });
+  });
+
+  it('a root session whose leader moves itself out: attributed by the shim pid; the supervisor waits for its own child, killed from outside', async () => {
+    const dest = makeForeignCgroup();
+    const id = (await daemon.sbx(['run', '--detach', '--task', task(), '--', 'sh', '-c', `echo $$ > ${dest}/cgroup.procs; exec sleep 300`])).stdout.toString().trim();
+    const [pid] = await until(() => (procsOf(dest).length === 1 ? procsOf(dest) : null), 'the leader in the foreign cgroup');
+    // Its leaf is empty, but the leader is the supervisor's child and not reaped: no receipt yet.
+    expect(JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()).find((s: SessionSummary) => s.session_id === id)).toMatchObject({ state: 'running', pid });
+    process.kill(pid, 'SIGKILL');
+    const receipt = JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt;
+    expect(receipt).toMatchObject({ exit: { signal: 'SIGKILL' } });
+    expect(receipt.termination).toEqual({ cause: null, steps: [], signal_source: 'not_supervisor' });
+    expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [{ kind: 'escape', to: dest, writer_pid: pid }] });
+  });
+
+  it('an orphan of the session (reparented to the supervisor) that moves itself out: unattributable, charged as escape_possible', async () => {
+    const dest = makeForeignCgroup();
+    // The subshell exits at once: its child is an orphan, whose parent is now the supervisor (the subreaper), not the shim.
+    const inner = `sleep 0.3; echo \\$\\$ > ${dest}/cgroup.procs; exec sleep 300`;
+    const receipt = await run(task(), ['sh', '-c', `(sh -c "${inner}" &) ; exit 0`], ['--linger', 'wait']);
+    const [orphan] = procsOf(dest);
+    expect(readFileSync(`/proc/${orphan}/comm`, 'utf8')).toBe('sleep\n');
+    expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [{ kind: 'escape_possible', to: dest, writer_pid: orphan }] });
+  });
+
+  it('an orphan that moves another process out, from inside the leaf: attributed to the session by its cgroup', async () => {
+    const dest = makeForeignCgroup();
+    // The writer stays a moment after its write, so the watch's read (every 50 ms) finds it alive.
+    const inner = `sleep 300 & sleep 0.3; echo \\$! > ${dest}/cgroup.procs; sleep 0.5`;
+    const receipt = await run(task(), ['sh', '-c', `(sh -c "${inner}" &) ; exit 0`], ['--linger', 'wait']);
+    const [moved] = procsOf(dest);
+    expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [{ kind: 'escape', to: dest, writer_pid: expect.any(Number) }] });
+    expect(receipt.death.escapes![0].writer_pid).not.toBe(moved);
+  });
+
+  it('a root session that writes only its own leaf: no escape, cgroup_empty watched', async () => {
+    expect(JSON.parse((await daemon.sbx(['status', '--json'])).stdout.toString()).escape_watch).toEqual({ on: true, reason: null });
+    const t = task();
+    const leafProcs = `"${cgroupMount()}$(sed -n 's/^0:://p' /proc/self/cgroup)/cgroup.procs"`;
+    const receipt = await run(t, ['sh', '-c', `echo $$ > ${leafProcs} && echo joined`]);
+    expect(receipt).toMatchObject({ outcome: 'exited', exit: { code: 0 }, uid: 0 });
+    expect(receipt.output.stdout!.final_cursor).toBe(7);
+    expect(receipt.death).toEqual({ evidence: 'cgroup_empty', observed_at: expect.any(String), cgroup: expect.any(String), escape_watch: 'fanotify' });
+    const closed = await closeTask(t);
+    expect(closed.status).toBe(0);
+    expect(closed.receipt.complete).toBe(true);
+    // Complete, with the note that its proof rests on root not interfering.
+    expect(closed.receipt.trust?.root_sessions).toEqual([receipt.session_id]);
+  });
+
+  it('a non-root session cannot escape (EACCES): its receipt is unqualified, the task has no trust note', async () => {
+    const dest = makeForeignCgroup();
+    const t = task();
+    const receipt = await run(t, ['sh', '-c', `echo $$ > ${dest}/cgroup.procs; echo rc=$?`], ['--user', 'nobody']);
+    expect(procsOf(dest)).toEqual([]);
+    expect(receipt).toMatchObject({ outcome: 'exited', user: 'nobody', uid: 65534 });
+    expect(receipt.death).toEqual({ evidence: 'cgroup_empty', observed_at: expect.any(String), cgroup: expect.any(String), escape_watch: 'fanotify' });
+    const out = readFileSync(join(daemon.stateDir, 'sessions', receipt.session_id, 'stdout', '0000000000000000.chunk'), 'utf8');
+    expect(out).toBe('rc=2\n'); // sh: Permission denied
+    const closed = await closeTask(t);
+    expect(closed.status).toBe(0);
+    expect(closed.receipt.sessions).toEqual([expect.objectContaining({ session_id: receipt.session_id, uid: 65534 })]);
+    expect(closed.receipt.trust).toBeUndefined();
+  });
+});
+
+describe('without the escape watch', () => {
+  it('receipts say escape detection was unavailable; the trust note of the task names the root sessions it concerns', async () => {
+    const off = new TestDaemon({ env: { SBX_TEST_ESCAPE_WATCH_OFF: '1' } });
+    await off.start();
+    try {
+      const path = join(off.dir, 'r.json');
+      expect((await off.sbx(['run', '--task', 'off', '--receipt', path, '--', 'true'])).status).toBe(0);
+      const receipt = JSON.parse(readFileSync(path, 'utf8')) as Receipt;
+      expect(receipt.death).toEqual({ evidence: 'cgroup_empty', observed_at: expect.any(String), cgroup: expect.any(String), escape_watch: 'unavailable' });
+      expect(JSON.parse((await off.sbx(['status', '--json'])).stdout.toString()).escape_watch).toEqual({ on: false, reason: 'turned off (SBX_TEST_ESCAPE_WATCH_OFF)' });
+      expect((await off.sbx(['status'])).stdout.toString()).toContain('\nescapes    not watched: turned off (SBX_TEST_ESCAPE_WATCH_OFF)\n');
+      const closed = JSON.parse((await off.sbx(['close', '--task', 'off', '--json'])).stdout.toString()) as TaskReceipt;
+      expect(closed.complete).toBe(true);
+      expect(closed.trust).toEqual({ root_sessions: [receipt.session_id], reason: expect.stringMatching(new RegExp(`; escape detection was unavailable for ${receipt.session_id}$`)) });
+    } finally {
+      expect(await off.stop()).toEqual({ code: 0, signal: null });
+    }
+  });
+});
+
+describe('signals from outside', () => {
+  it('a leader killed by someone else (kill -9 from the test): cause null, termination.signal_source not_supervisor', async () => {
+    const id = (await daemon.sbx(['run', '--detach', '--', 'sleep', '300'])).stdout.toString().trim();
+    const pid = await until(async () => {
+      const ps = JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[];
+      return ps.find((s) => s.session_id === id)?.pid;
+    }, 'the leader pid');
+    process.kill(pid, 'SIGKILL');
+    const waited = await daemon.sbx(['wait', id]);
+    const receipt = JSON.parse(waited.stdout.toString()) as Receipt;
+    expect(receipt).toMatchObject({ outcome: 'signaled', exit: { code: null, signal: 'SIGKILL' } });
+    expect(receipt.termination).toEqual({ cause: null, steps: [], signal_source: 'not_supervisor' });
+    // A stored receipt's signature holds as read back through the state dir's schema (sbx verify --state-dir).
+    const path = join(daemon.dir, `signaled-${id}.json`);
+    (await import('node:fs')).writeFileSync(path, waited.stdout);
+    expect((await daemon.sbx(['verify', path, '--state-dir', daemon.stateDir])).status).toBe(0);
+  });
+});
