@@ -73,7 +73,7 @@ describe('bounds', () => {
   });
 
   it('refuses connections past maxConnections with LIMIT_EXCEEDED, and closes silent ones after the hello deadline', async () => {
-    const d = await daemon({ ipc: { maxConnections: 5, handshakeTimeoutMs: 300 } });
+    const d = await daemon({ ipc: { maxConnections: 5, handshakeTimeoutMs: 1500 } });
     const held = Array.from({ length: 5 }, () => raw(d.socketPath));
     await until(() => held.every((r) => r.socket.readyState === 'open'), 'five connections');
     const sixth = raw(d.socketPath);
@@ -83,8 +83,8 @@ describe('bounds', () => {
     const refused = await d.sbx(['status']);
     expect(refused.status).toBe(125);
     expect(refused.stderr.toString()).toBe('sbx: LIMIT_EXCEEDED: 5 connections are open\n');
-    await until(() => held.every((r) => r.state.closed), 'the silent ones to be closed after 300 ms');
-    expect(held[0].frames[0].error.message).toContain('no hello within 300 ms');
+    await until(() => held.every((r) => r.state.closed), 'the silent ones to be closed after 1500 ms');
+    expect(held[0].frames[0].error.message).toContain('no hello within 1500 ms');
     const ok = await d.sbx(['status']);
     expect(ok.status).toBe(0);
   });
