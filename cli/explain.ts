@@ -76,7 +76,7 @@ export function refusalWait(err: SupervisorError): string {
 /** The line for a receipt whose death is cgroup_escaped: what left the cgroup, and that its end is not proven; null for any other. */
 export function escapedLine(receipt: Receipt): string | null {
   if (receipt.death.evidence !== 'cgroup_escaped') return null;
-  const where = [...new Set((receipt.death.escapes ?? []).map((e) => `${e.kind === 'escape' ? '' : 'possibly '}to ${e.to ?? 'a cgroup since removed'}`))].join(', ');
+  const where = [...new Set((receipt.death.escapes ?? []).map((e) => `${e.kind === 'escape_possible' ? 'possibly ' : ''}to ${e.to ?? 'a cgroup since removed'}`))].join(', ');
   return `session ${receipt.session_id}: processes were moved out of its cgroup (${where || 'destination not recorded'}): their end is not proven (death evidence cgroup_escaped; sbx receipt ${receipt.session_id})`;
 }
 

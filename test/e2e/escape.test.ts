@@ -4,7 +4,9 @@
 // leaf is no escape; a non-root session cannot escape; receipts carry the uid; a signal the
 // supervisor did not send is marked so (exit.signal_source).
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt, SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
@@ -169,6 +171,88 @@ describe('cgroup escapes', () => {
     expect(closed.status).toBe(0);
     expect(closed.receipt.sessions).toEqual([expect.objectContaining({ session_id: receipt.session_id, uid: 65534 })]);
     expect(closed.receipt.trust).toBeUndefined();
+  });
+});
+
+/** A C fixture (built with gcc): clone3(CLONE_INTO_CGROUP) of a child born in argv[1] that sleeps; the parent prints its pid and exits. */
+const CLONE3_C = `#define _GNU_SOURCE
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  int fd = open(argv[1], O_RDONLY | O_DIRECTORY);
+  if (fd < 0) { perror("open"); return 2; }
+  struct clone_args a; memset(&a, 0, sizeof a);
+  a.flags = CLONE_INTO_CGROUP; a.exit_signal = SIGCHLD; a.cgroup = (uint64_t)fd;
+  long pid = syscall(SYS_clone3, &a, sizeof a);
+  if (pid < 0) { perror("clone3"); return 3; }
+  if (pid == 0) { execlp("sleep", "sleep", "300", (char *)0); _exit(127); }
+  printf("%ld\\n", pid);
+  return 0;
+}
+`;
+
+describe('the walk at a death (positive proof, no event needed)', () => {
+  let bin = '';
+  let scratch = '';
+  beforeAll(() => {
+    scratch = mkdtempSync(join(tmpdir(), 'sbx-clone3-'));
+    writeFileSync(join(scratch, 'clone3.c'), CLONE3_C);
+    bin = join(scratch, 'clone3-into');
+    execFileSync('gcc', ['-O1', '-o', bin, join(scratch, 'clone3.c')]);
+  });
+  afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+
+  it('a child born in another cgroup (clone3 CLONE_INTO_CGROUP: no cgroup.procs write): a stray, the task incomplete', async () => {
+    const dest = makeForeignCgroup();
+    const t = task();
+    const receipt = await run(t, ['sh', '-c', `${bin} ${dest} > /dev/null 2>&1`]);
+    const [child] = procsOf(dest);
+    expect(readFileSync(`/proc/${child}/comm`, 'utf8')).toBe('sleep\n');
+    expect(receipt).toMatchObject({ outcome: 'exited', exit: { code: 0 } });
+    expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [{ kind: 'stray', to: dest, at: expect.any(String), writer_pid: child }] });
+    const closed = await closeTask(t);
+    expect(closed.status).toBe(1);
+    expect(closed.receipt.complete).toBe(false);
+  });
+
+  it('a process that moves itself out as the leaf\'s last one, 10 sessions at once: every death qualified', async () => {
+    const dest = makeForeignCgroup();
+    // At once, so the supervisor is busy when each write returns (its event queued after populated 0).
+    const receipts = await Promise.all(Array.from({ length: 10 }, () => run(task(), ['sh', '-c', `sh -c 'echo $$ > ${dest}/cgroup.procs; exec sleep 300' > /dev/null 2>&1 & exit 0`], ['--linger', 'wait'])));
+    expect(procsOf(dest)).toHaveLength(10);
+    for (const receipt of receipts) {
+      expect(receipt.death.evidence).toBe('cgroup_escaped');
+      expect(receipt.death.escapes!.some((e) => e.to === dest)).toBe(true);
+    }
+  });
+
+  it('a writer 70 processes deep moves a sleep out: qualified (a cut PPid chain is never "not ours")', async () => {
+    const dest = makeForeignCgroup();
+    const script = join(daemon.dir, `deep-${randomBytes(4).toString('hex')}.sh`);
+    writeFileSync(script, `if [ "$1" -gt 0 ]; then sh ${script} $(($1 - 1)); exit $?; fi\nsleep 300 > /dev/null 2>&1 &\necho $! > ${dest}/cgroup.procs\nsleep 0.3\n`);
+    const receipt = await run(task(), ['sh', script, '70']);
+    expect(procsOf(dest)).toHaveLength(1);
+    expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [expect.objectContaining({ to: dest })] });
+  });
+
+  it('a benign root session whose children all die, beside a live root session: unqualified, the other not charged', async () => {
+    const other = (await daemon.sbx(['run', '--detach', '--', 'sh', '-c', 'sleep 300 & exec sleep 300'])).stdout.toString().trim();
+    try {
+      const t = task();
+      const receipt = await run(t, ['sh', '-c', 'sleep 0.1 & (sleep 0.2 &) ; sh -c "sleep 0.1" & wait'], ['--linger', 'wait']);
+      expect(receipt.death).toEqual({ evidence: 'cgroup_empty', observed_at: expect.any(String), cgroup: expect.any(String), escape_watch: 'fanotify' });
+      expect((await closeTask(t)).receipt.complete).toBe(true);
+    } finally {
+      await daemon.sbx(['kill', other]);
+      const r = JSON.parse((await daemon.sbx(['wait', other])).stdout.toString()) as Receipt;
+      expect(r.death.evidence).toBe('cgroup_empty');
+    }
   });
 });
 
