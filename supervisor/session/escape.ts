@@ -95,12 +95,12 @@ export interface ProcNode {
   startTicks: number;
 }
 
-/** A process's state and start from /proc/<pid>/stat (fields 3 and 22); null when gone. */
-function procStat(pid: number): { state: string; startTicks: number } | null {
+/** A process's state, threads and start from /proc/<pid>/stat (fields 3, 20 and 22); null when gone. */
+function procStat(pid: number): { state: string; threads: number; startTicks: number } | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
     const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return { state: f[0]!, startTicks: Number(f[19]) };
+    return { state: f[0]!, threads: Number(f[17]), startTicks: Number(f[19]) };
   } catch {
     return null;
   }
@@ -119,12 +119,13 @@ export function startTicksOf(pid: number): number {
 export function walkDescendants(root: number, mountPoint: string): ProcNode[] {
   const out: ProcNode[] = [];
   const seen = new Set<number>([root]);
-  const queue = [root];
+  const queue: { pid: number; threads: number }[] = [{ pid: root, threads: 0 }];
   while (queue.length > 0) {
-    const parent = queue.shift()!;
+    const { pid: parent, threads } = queue.shift()!;
     let tids: string[];
     try {
-      tids = readdirSync(`/proc/${parent}/task`);
+      // One thread: its own task only (a thread made since is read by the next walk).
+      tids = threads === 1 ? [String(parent)] : readdirSync(`/proc/${parent}/task`);
     } catch {
       continue; // gone
     }
@@ -149,7 +150,7 @@ export function walkDescendants(root: number, mountPoint: string): ProcNode[] {
           continue; // gone
         }
         out.push({ pid, parent, cgroup, startTicks: st.startTicks });
-        queue.push(pid);
+        queue.push({ pid, threads: st.threads });
       }
     }
   }
