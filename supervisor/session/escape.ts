@@ -192,6 +192,23 @@ export function recordEscape(list: CgroupEscape[], e: CgroupEscape): void {
   list.push({ ...e, to });
 }
 
+/** What an escaped receipt names that still runs: each destination cgroup still populated (its pids), each stray's pid still alive there. */
+export function stillEscaped(escapes: readonly CgroupEscape[]): string[] {
+  const live: string[] = [];
+  for (const e of escapes) {
+    if (e.to === null) continue;
+    let procs: string;
+    try {
+      procs = readFileSync(`${e.to}/cgroup.procs`, 'latin1');
+    } catch {
+      continue; // the cgroup is gone: nothing can be in it
+    }
+    const pids = procs.split('\n').filter(Boolean);
+    if (pids.length > 0) live.push(`${e.to} holds pid${pids.length > 1 ? 's' : ''} ${pids.slice(0, 8).join(', ')}${pids.length > 8 ? ', ...' : ''}`);
+  }
+  return [...new Set(live)];
+}
+
 /** What a session's receipt says of the watch: on (escapes, possibly none) or unavailable (why). */
 export interface EscapeReport {
   watch: 'fanotify' | 'unavailable';

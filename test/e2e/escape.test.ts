@@ -97,10 +97,21 @@ describe('cgroup escapes', () => {
     expect(closed.receipt.sessions).toEqual([expect.objectContaining({ session_id: receipt.session_id, uid: 0, death: expect.objectContaining({ evidence: 'cgroup_escaped' }) })]);
     expect(closed.receipt.trust).toEqual({ root_sessions: [receipt.session_id], reason: expect.stringContaining('a root process can leave its cgroup') });
     // The operator ends what escaped, says so; the next close counts it, showing the word.
+    // Not while the destination still holds it.
+    const early = await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--reason', 'too early']);
+    expect(early.status).not.toBe(0);
+    expect(early.stderr.toString()).toContain(`what left its cgroup still runs (${dest} holds pid ${moved[0]}): end it first, or attest anyway with --force`);
+    expect(existsSync(join(daemon.stateDir, 'sessions', receipt.session_id, 'escape-attested.json'))).toBe(false);
     process.kill(moved[0], 'SIGKILL');
+    await until(() => procsOf(dest).length === 0 || null, 'the foreign cgroup empty');
     const resolved = await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--reason', 'killed the escaped sleep']);
     expect(resolved.status).toBe(0);
     expect(JSON.parse(resolved.stdout.toString())).toEqual(receipt); // the receipt stays as it was
+    expect(resolved.stderr.toString()).toBe(`sbx: session ${receipt.session_id}: your word that what left its cgroup is ended is recorded (escape-attested.json in its directory of the state dir, sessions/${receipt.session_id}/); the receipt stays as it was, and the next close counts the session\n`);
+    // sbx wait says it was attested, no longer that the end is not proven.
+    const waited = (await daemon.sbx(['wait', receipt.session_id])).stderr.toString();
+    expect(waited).toContain(`sbx: session ${receipt.session_id}: processes were moved out of its cgroup (to ${dest}): an operator attested their end (uid 0 at `);
+    expect(waited).not.toContain('not proven');
     expect((await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--reason', 'again'])).stderr.toString()).toContain('attested already');
     const again = await closeTask(t);
     expect(again.status).toBe(0);
@@ -219,6 +230,10 @@ describe('the walk at a death (positive proof, no event needed)', () => {
     const closed = await closeTask(t);
     expect(closed.status).toBe(1);
     expect(closed.receipt.complete).toBe(false);
+    // --force attests over a live destination (the operator's choice, recorded as such).
+    const forced = await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--force', '--reason', 'it may run']);
+    expect(forced.status).toBe(0);
+    expect(forced.stderr.toString()).toContain('is recorded (escape-attested.json');
   });
 
   it('a process that moves itself out as the leaf\'s last one, 10 sessions at once: every death qualified', async () => {
