@@ -99,7 +99,7 @@ describe('cgroup escapes', () => {
     // The operator ends what escaped, says so; the next close counts it, showing the word.
     // Not while the destination still holds it.
     const early = await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--reason', 'too early']);
-    expect(early.status).not.toBe(0);
+    expect(early.status).toBe(125);
     expect(early.stderr.toString()).toContain(`what left its cgroup still runs (${dest} holds pid ${moved[0]}): end it first, or attest anyway with --force`);
     expect(existsSync(join(daemon.stateDir, 'sessions', receipt.session_id, 'escape-attested.json'))).toBe(false);
     process.kill(moved[0], 'SIGKILL');
