@@ -4,7 +4,7 @@
 // write to a cgroup.procs/cgroup.threads is attributed to a session and, if it left the leaf,
 // kept for its receipt. At each death a walk of the supervisor's live descendants proves it
 // independently of events (strays: a process in no live leaf). Owns the group, its timer and the tracked leaves.
-import { closeSync, constants, openSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { closeSync, constants, existsSync, openSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import type { Logger } from 'pino';
 import type { CgroupEscape } from '../../ipc/protocol.js';
 import { native } from '../native.js';
@@ -218,6 +218,8 @@ export interface EscapeReport {
 /** The supervisor-wide watch: track() a session at its start, settle() it at its death. */
 export class EscapeWatch {
   private readonly tracked = new Map<string, TrackedLeaf & { escapes: CgroupEscape[] }>();
+  /** Leaves of sessions forgotten without proof (unknown), while they stand: their processes are theirs, not strays. */
+  private readonly unproven = new Map<string, string>();
   private timer: NodeJS.Timeout | null = null;
 
   private constructor(
@@ -291,7 +293,7 @@ export class EscapeWatch {
     }
     this.poll();
     const t = this.tracked.get(id);
-    this.forget(id);
+    this.drop(id);
     return { watch: this.fd >= 0 ? 'fanotify' : 'unavailable', escapes: t?.escapes ?? [] };
   }
 
@@ -314,7 +316,10 @@ export class EscapeWatch {
       recordEscape(s.escapes, e);
       added = true;
     };
-    for (const st of findStrays(walkDescendants(this.selfPid, this.mountPoint), sessions)) {
+    for (const [sid, path] of this.unproven) if (!existsSync(path)) this.unproven.delete(sid);
+    const leaves = [...sessions, ...[...this.unproven].map(([sid, leafPath]) => ({ id: sid, leafPath, leafIno: 0n, shimPid: -1, uid: -1, startTicks: 0 }))];
+    for (const st of findStrays(walkDescendants(this.selfPid, this.mountPoint), leaves)) {
+      if (st.owner !== null && this.unproven.has(st.owner)) continue;
       const owner = st.owner !== null ? this.tracked.get(st.owner) : undefined;
       if (owner) add(owner, { kind: 'stray', to: st.cgroup, at, writer_pid: st.pid });
       else if (st.startTicks >= dying.startTicks) {
@@ -325,8 +330,14 @@ export class EscapeWatch {
     return added;
   }
 
-  /** Stops tracking a session (its end is not proven: no report is wanted). */
+  /** Stops tracking a session (its end is not proven: no report is wanted); what is still in its leaf is no stray of another session's. */
   forget(id: string): void {
+    const t = this.tracked.get(id);
+    if (t) this.unproven.set(id, t.leafPath);
+    this.drop(id);
+  }
+
+  private drop(id: string): void {
     this.tracked.delete(id);
     if (this.tracked.size === 0 && this.timer) {
       clearInterval(this.timer);
