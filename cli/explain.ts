@@ -73,11 +73,13 @@ export function refusalWait(err: SupervisorError): string {
   return err.message;
 }
 
-/** The line for a receipt whose death is cgroup_escaped: what left the cgroup, and that its end is not proven; null for any other. */
-export function escapedLine(receipt: Receipt): string | null {
+/** The line for a receipt whose death is cgroup_escaped: what left the cgroup, and that its end is not proven or that an operator attested it (attested: the receipt answer's escape_attested); null for any other. */
+export function escapedLine(receipt: Receipt, attested?: { uid: number; reason: string; attested_at: string } | null): string | null {
   if (receipt.death.evidence !== 'cgroup_escaped') return null;
-  const where = [...new Set((receipt.death.escapes ?? []).map((e) => `${e.kind === 'escape' ? '' : 'possibly '}to ${e.to ?? 'a cgroup since removed'}`))].join(', ');
-  return `session ${receipt.session_id}: processes were moved out of its cgroup (${where || 'destination not recorded'}): their end is not proven (death evidence cgroup_escaped; sbx receipt ${receipt.session_id})`;
+  const where = [...new Set((receipt.death.escapes ?? []).map((e) => `${e.kind === 'escape_possible' ? 'possibly ' : ''}to ${e.to ?? 'a cgroup since removed'}`))].join(', ');
+  const moved = `session ${receipt.session_id}: processes were moved out of its cgroup (${where || 'destination not recorded'})`;
+  if (attested) return `${moved}: an operator attested their end (uid ${attested.uid} at ${attested.attested_at}: ${JSON.stringify(attested.reason)}; sbx receipt ${receipt.session_id})`;
+  return `${moved}: their end is not proven (death evidence cgroup_escaped; sbx receipt ${receipt.session_id})`;
 }
 
 /** The line for a receipt whose outcome is owner_lost: the status is unknown, and the receipt's evidence. */

@@ -408,7 +408,9 @@ sub('run')
     if (receipt.termination.cause === 'shutdown') {
       warn(`session ${receipt.session_id} was ended because the supervisor is stopping (${receipt.outcome}, cause shutdown; sbx receipt ${receipt.session_id})`);
     }
-    const escaped = escapedLine(receipt);
+    // An escape the operator attested already (a replay of the key) says so.
+    const attested = receipt.death.evidence === 'cgroup_escaped' ? await conn.run((c) => c.receipt({ session_id: receipt.session_id })).then((a) => a.escape_attested ?? null, () => null) : null;
+    const escaped = escapedLine(receipt, attested);
     if (escaped) warn(escaped);
     if (receipt.outcome === 'owner_lost') {
       warn(`${ownerLostLine(receipt)}`);
@@ -649,10 +651,13 @@ sub('resolve')
   .option('--key <key>', 'select the session by invocation key')
   .option('--as-operator', 'required: you attest that nothing of the session runs any more')
   .requiredOption('--reason <text>', 'why you know it is over (recorded in the receipt, or for an escape in escape-attested.json and the task receipt)')
-  .action(async (id: string | undefined, o: { key?: string; asOperator?: boolean; reason: string }) => {
+  .option('--force', 'for an escape: attest even while a destination cgroup the receipt names still holds processes (refused without it)')
+  .action(async (id: string | undefined, o: { key?: string; asOperator?: boolean; reason: string; force?: boolean }) => {
     const g = globals(o);
     if (!o.asOperator) fail('INVALID_ARGUMENT: resolve needs --as-operator: it records your word, not evidence');
-    printJson(await call(g, (c) => c.request('resolve', { ...selector(id, o.key), as_operator: true, reason: o.reason })));
+    const receipt = await call(g, (c) => c.request('resolve', { ...selector(id, o.key), as_operator: true, reason: o.reason, ...(o.force ? { force: true } : {}) }));
+    printJson(receipt);
+    if (receipt.death.evidence === 'cgroup_escaped') warn(`session ${receipt.session_id}: your word that what left its cgroup is ended is recorded (escape-attested.json in its directory of the state dir, sessions/${receipt.session_id}/); the receipt stays as it was, and the next close counts the session`);
   });
 
 sub('wait')
@@ -670,9 +675,10 @@ sub('wait')
       fail(describe(err));
     }
     printJson(receipt);
+    const attested = receipt.death.evidence === 'cgroup_escaped' ? await conn.run((c) => c.receipt({ session_id: receipt.session_id })).then((a) => a.escape_attested ?? null, () => null) : null;
     conn.drop();
     if (receipt.outcome === 'owner_lost') warn(`${ownerLostLine(receipt)}`);
-    const escaped = escapedLine(receipt);
+    const escaped = escapedLine(receipt, attested);
     if (escaped) warn(escaped);
     process.exitCode = exitStatusOf(receipt, signalNumber);
   });

@@ -122,7 +122,8 @@ export class SupervisorClient {
     return this.request('wait', selector);
   }
 
-  receipt(selector: SessionSelector): Promise<{ state: string; receipt: Receipt | null }> {
+  /** The session's state, its receipt (null until ended) and, for an escaped one, the operator's word once given. */
+  receipt(selector: SessionSelector): Promise<ResultOf<'receipt'>> {
     return this.request('receipt', selector);
   }
 

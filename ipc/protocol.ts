@@ -23,11 +23,13 @@ export type DeathEvidence = 'cgroup_empty' | 'cgroup_escaped' | 'subreaper_reape
  * A write to another cgroup's cgroup.procs or cgroup.threads (only root can) seen while a
  * session ran: escape, by one of its processes (writer_pid); escape_possible, by a writer that
  * could not be attributed (gone before the read, an orphan of ours, a lost event: writer_pid
- * null), so charged to every root session. to: the destination cgroup's absolute path (null:
- * gone); at: when the write was read (within 50 ms of it).
+ * null), so charged to every root session; stray, found by the walk at a death (no event
+ * needed): a live descendant of the supervisor in no live leaf, below the session or started
+ * after it (writer_pid: the stray's pid). to: the destination cgroup's absolute path (null:
+ * gone); at: when the write was read (within 50 ms of it) or the stray found.
  */
 export interface CgroupEscape {
-  kind: 'escape' | 'escape_possible';
+  kind: 'escape' | 'escape_possible' | 'stray';
   to: string | null;
   at: string;
   writer_pid: number | null;

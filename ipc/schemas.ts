@@ -89,7 +89,7 @@ export const ParamsSchemas = {
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
   resolve: z
-    .object({ ...selector, as_operator: z.literal(true), reason: z.string().min(1).max(4096) })
+    .object({ ...selector, as_operator: z.literal(true), reason: z.string().min(1).max(4096), force: z.boolean().optional() })
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
 };

@@ -61,4 +61,6 @@ export interface OperatorAttestation {
   uid: number;
   pid: number;
   reason: string;
+  /** An escape is attested even while a destination cgroup the receipt names still holds processes. */
+  force?: boolean;
 }

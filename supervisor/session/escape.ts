@@ -2,8 +2,9 @@
 // pid out of its session's leaf (another cgroup's cgroup.procs), and `populated 0` then proves
 // nothing about it. One fanotify group marks cgroup2 for writes (native watchMarkWrites); each
 // write to a cgroup.procs/cgroup.threads is attributed to a session and, if it left the leaf,
-// kept for its receipt. Owns the group, its timer and the tracked leaves.
-import { closeSync, constants, openSync, readFileSync, statSync } from 'node:fs';
+// kept for its receipt. At each death a walk of the supervisor's live descendants proves it
+// independently of events (strays: a process in no live leaf). Owns the group, its timer and the tracked leaves.
+import { closeSync, constants, existsSync, openSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import type { Logger } from 'pino';
 import type { CgroupEscape } from '../../ipc/protocol.js';
 import { native } from '../native.js';
@@ -14,8 +15,10 @@ const POLL_MS = 50;
 const SETTLE_AGAIN_MS = 1;
 /** fanotify's queue overflow event (FAN_Q_OVERFLOW): writes were lost. */
 const FAN_Q_OVERFLOW = 0x4000;
-/** How far up /proc's PPid chain a writer is followed. */
-const MAX_ANCESTRY = 64;
+/** How far up /proc's PPid chain a writer is followed (a longer chain is unattributable: possible, never none). */
+const MAX_ANCESTRY = 1024;
+/** The walk at a death: repeated until two walks in a row find nothing new, at most this many times. */
+const WALK_ROUNDS_MAX = 6;
 /** A receipt lists at most this many escapes, each destination cut at PATH_BYTES_MAX (the receipt's reserved space counts them: ESCAPES_RESERVE_BYTES). */
 export const ESCAPES_MAX = 8;
 const PATH_BYTES_MAX = 1024;
@@ -31,6 +34,8 @@ export interface TrackedLeaf {
   /** The exec shim's pid: the supervisor's child, the leader (or, with a pty, the leader's parent). */
   shimPid: number;
   uid: number;
+  /** The shim's start (/proc/<pid>/stat starttime, clock ticks since boot); 0 when unread (every stray counts). */
+  startTicks: number;
 }
 
 /** Whose write it was: nobody's we run; a session's (an escape unless it stayed in its leaf); or maybe ours, unattributable. */
@@ -43,12 +48,14 @@ export type Attribution = { kind: 'none' } | { kind: 'session'; id: string } | {
  * ours: the session whose leaf it is still in, else unattributable; not reaching it is not ours. A writer gone before the read: its
  * cgroup at the read if that is a leaf (0n: none), else unattributable.
  */
-export function attributeWrite(w: { pid: number; cgroupId: bigint; ancestry: number[] | null }, sessions: readonly TrackedLeaf[], selfPid: number): Attribution {
+export function attributeWrite(w: { pid: number; cgroupId: bigint; ancestry: number[] | null; truncated?: boolean }, sessions: readonly TrackedLeaf[], selfPid: number): Attribution {
   const byShim = sessions.find((s) => s.shimPid === w.pid);
   if (byShim) return { kind: 'session', id: byShim.id };
   const byCgroup = w.cgroupId !== 0n ? sessions.find((s) => s.leafIno === w.cgroupId) : undefined;
   if (w.ancestry) {
     const at = w.ancestry.indexOf(selfPid);
+    // A chain cut at MAX_ANCESTRY may go on to us: its leaf's if it is in one, else possible.
+    if (at < 0 && w.truncated) return byCgroup ? { kind: 'session', id: byCgroup.id } : { kind: 'possible' };
     if (at < 0) return { kind: 'none' };
     const top = at > 0 ? w.ancestry[at - 1] : -1;
     const s = sessions.find((x) => x.shimPid === top) ?? byCgroup;
@@ -62,12 +69,13 @@ export function withinLeaf(dest: string | null, leafPath: string): boolean {
   return dest !== null && (dest === leafPath || dest.startsWith(leafPath + '/'));
 }
 
-/** The writer's PPid chain from /proc (writer first), up to this process or pid 1; null when the writer is gone. */
-function ancestry(pid: number): number[] | null {
+/** The writer's PPid chain from /proc (writer first), up to this process or pid 1 (truncated: cut at MAX_ANCESTRY); null when the writer is gone. */
+export function ancestry(pid: number, selfPid = process.pid): { chain: number[]; truncated: boolean } | null {
   const chain: number[] = [];
-  for (let p = pid; p > 0 && chain.length < MAX_ANCESTRY; ) {
+  for (let p = pid; p > 0; ) {
+    if (chain.length >= MAX_ANCESTRY) return { chain, truncated: true };
     chain.push(p);
-    if (p === 1 || p === process.pid) break;
+    if (p === 1 || p === selfPid) break;
     let status: string;
     try {
       status = readFileSync(`/proc/${p}/status`, 'latin1');
@@ -76,7 +84,105 @@ function ancestry(pid: number): number[] | null {
     }
     p = Number(/^PPid:\s*(\d+)/m.exec(status)?.[1] ?? 0);
   }
-  return chain;
+  return { chain, truncated: false };
+}
+
+/** A live descendant as the walk saw it: its parent in the walk, its cgroup (absolute; null: unread) and start (clock ticks since boot). */
+export interface ProcNode {
+  pid: number;
+  parent: number;
+  cgroup: string | null;
+  startTicks: number;
+}
+
+/** A process's state, threads and start from /proc/<pid>/stat (fields 3, 20 and 22); null when gone. */
+function procStat(pid: number): { state: string; threads: number; startTicks: number } | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return { state: f[0]!, threads: Number(f[17]), startTicks: Number(f[19]) };
+  } catch {
+    return null;
+  }
+}
+
+/** Clock ticks since boot at which pid started (/proc/<pid>/stat field 22); 0 when unreadable. */
+export function startTicksOf(pid: number): number {
+  return procStat(pid)?.startTicks ?? 0;
+}
+
+/**
+ * Every live (not zombie) descendant of root, parents first: each thread's
+ * /proc/<pid>/task/<tid>/children (proc(5)), recursively, and each one's cgroup2 path
+ * (the "0::" line of /proc/<pid>/cgroup, under mountPoint).
+ */
+export function walkDescendants(root: number, mountPoint: string): ProcNode[] {
+  const out: ProcNode[] = [];
+  const seen = new Set<number>([root]);
+  const queue: { pid: number; threads: number }[] = [{ pid: root, threads: 0 }];
+  while (queue.length > 0) {
+    const { pid: parent, threads } = queue.shift()!;
+    let tids: string[];
+    try {
+      // One thread: its own task only (a thread made since is read by the next walk).
+      tids = threads === 1 ? [String(parent)] : readdirSync(`/proc/${parent}/task`);
+    } catch {
+      continue; // gone
+    }
+    for (const tid of tids) {
+      let children: string;
+      try {
+        children = readFileSync(`/proc/${parent}/task/${tid}/children`, 'latin1');
+      } catch {
+        continue;
+      }
+      for (const word of children.split(' ')) {
+        const pid = Number(word);
+        if (!word || seen.has(pid)) continue;
+        seen.add(pid);
+        const st = procStat(pid);
+        if (!st || st.state === 'Z' || st.state === 'X') continue;
+        let cgroup: string | null = null;
+        try {
+          const rel = /^0::(.*)$/m.exec(readFileSync(`/proc/${pid}/cgroup`, 'latin1'))?.[1];
+          if (rel !== undefined) cgroup = rel === '/' ? mountPoint : mountPoint + rel;
+        } catch {
+          continue; // gone
+        }
+        out.push({ pid, parent, cgroup, startTicks: st.startTicks });
+        queue.push({ pid, threads: st.threads });
+      }
+    }
+  }
+  return out;
+}
+
+/** A process of ours in no live session's leaf, and the session it is below (its nearest ancestor in a leaf, or a leader), if any. */
+export interface Stray {
+  pid: number;
+  cgroup: string | null;
+  startTicks: number;
+  owner: string | null;
+}
+
+/** The strays of a walk: a descendant in no tracked leaf (the leaf or below it) that is no session's leader (its session handles it). */
+export function findStrays(nodes: readonly ProcNode[], sessions: readonly TrackedLeaf[]): Stray[] {
+  const byPid = new Map(nodes.map((n) => [n.pid, n]));
+  const leafOf = (n: ProcNode) => sessions.find((s) => withinLeaf(n.cgroup, s.leafPath)) ?? sessions.find((s) => s.shimPid === n.pid);
+  const strays: Stray[] = [];
+  for (const n of nodes) {
+    if (sessions.some((s) => s.shimPid === n.pid) || sessions.some((s) => withinLeaf(n.cgroup, s.leafPath))) continue;
+    let owner: string | null = null;
+    for (let a = byPid.get(n.parent); a; a = byPid.get(a.parent)) {
+      const s = leafOf(a);
+      if (s) {
+        owner = s.id;
+        break;
+      }
+    }
+    strays.push({ pid: n.pid, cgroup: n.cgroup, startTicks: n.startTicks, owner });
+  }
+  return strays;
 }
 
 /** Records one more escape of a session: the same (kind, destination, writer) once, at most ESCAPES_MAX, each destination at most PATH_BYTES_MAX. */
@@ -84,6 +190,23 @@ export function recordEscape(list: CgroupEscape[], e: CgroupEscape): void {
   const to = e.to !== null && e.to.length > PATH_BYTES_MAX ? e.to.slice(0, PATH_BYTES_MAX) : e.to;
   if (list.length >= ESCAPES_MAX || list.some((x) => x.kind === e.kind && x.to === to && x.writer_pid === e.writer_pid)) return;
   list.push({ ...e, to });
+}
+
+/** What an escaped receipt names that still runs: each destination cgroup still populated (its pids), each stray's pid still alive there. */
+export function stillEscaped(escapes: readonly CgroupEscape[]): string[] {
+  const live: string[] = [];
+  for (const e of escapes) {
+    if (e.to === null) continue;
+    let procs: string;
+    try {
+      procs = readFileSync(`${e.to}/cgroup.procs`, 'latin1');
+    } catch {
+      continue; // the cgroup is gone: nothing can be in it
+    }
+    const pids = procs.split('\n').filter(Boolean);
+    if (pids.length > 0) live.push(`${e.to} holds pid${pids.length > 1 ? 's' : ''} ${pids.slice(0, 8).join(', ')}${pids.length > 8 ? ', ...' : ''}`);
+  }
+  return [...new Set(live)];
 }
 
 /** What a session's receipt says of the watch: on (escapes, possibly none) or unavailable (why). */
@@ -95,6 +218,8 @@ export interface EscapeReport {
 /** The supervisor-wide watch: track() a session at its start, settle() it at its death. */
 export class EscapeWatch {
   private readonly tracked = new Map<string, TrackedLeaf & { escapes: CgroupEscape[] }>();
+  /** Leaves of sessions forgotten without proof (unknown), while they stand: their processes are theirs, not strays. */
+  private readonly unproven = new Map<string, string>();
   private timer: NodeJS.Timeout | null = null;
 
   private constructor(
@@ -103,14 +228,16 @@ export class EscapeWatch {
     /** Why the watch is off (null: on). */
     readonly unavailable: string | null,
     private readonly log: Logger,
+    /** The cgroup2 mount the walk resolves /proc/<pid>/cgroup under (null: no cgroups, no walk). */
+    private readonly mountPoint: string | null,
     private readonly selfPid = process.pid,
   ) {}
 
   /** A watch on the cgroup2 mount (null: no cgroups); unavailable, with the reason, where fanotify refuses it. */
   static open(mountPoint: string | null, log: Logger): EscapeWatch {
-    if (!mountPoint) return new EscapeWatch(-1, -1, 'no cgroup2 mount (subreaper mode)', log);
+    if (!mountPoint) return new EscapeWatch(-1, -1, 'no cgroup2 mount (subreaper mode)', log, null);
     // Tests: the receipts of a supervisor without the watch.
-    if (process.env.SBX_TEST_ESCAPE_WATCH_OFF === '1') return new EscapeWatch(-1, -1, 'turned off (SBX_TEST_ESCAPE_WATCH_OFF)', log);
+    if (process.env.SBX_TEST_ESCAPE_WATCH_OFF === '1') return new EscapeWatch(-1, -1, 'turned off (SBX_TEST_ESCAPE_WATCH_OFF)', log, mountPoint);
     let fd = -1;
     try {
       // A bounded queue (16384 events): between sessions nothing reads it, and an overflow
@@ -118,18 +245,20 @@ export class EscapeWatch {
       fd = native().watchInit(false);
       native().watchMarkWrites(fd, mountPoint);
       const mountFd = openSync(mountPoint, constants.O_RDONLY | constants.O_DIRECTORY);
-      return new EscapeWatch(fd, mountFd, null, log);
+      return new EscapeWatch(fd, mountFd, null, log, mountPoint);
     } catch (err) {
       if (fd >= 0) closeSync(fd);
       const e = err as NodeJS.ErrnoException;
       log.warn({ code: e.code, mount: mountPoint }, 'cgroup escape watch unavailable: receipts say so');
-      return new EscapeWatch(-1, -1, `${e.code ?? 'error'}: ${e.message}`, log);
+      return new EscapeWatch(-1, -1, `${e.code ?? 'error'}: ${e.message}`, log, mountPoint);
     }
   }
 
   /** Starts attributing writes to a session (after its spawn, before any event of it is read). */
   track(id: string, leafPath: string, shimPid: number, uid: number): void {
-    if (this.fd < 0) return;
+    if (this.mountPoint === null) return;
+    // The session's first process: nothing started before it is below it (the shim is our unreaped child here).
+    const startTicks = startTicksOf(shimPid);
     let leafIno = 0n;
     try {
       leafIno = statSync(leafPath, { bigint: true }).ino;
@@ -137,32 +266,78 @@ export class EscapeWatch {
       // A leaf gone at once: its cgroup id is unknown (the shim's pid still attributes).
     }
     // What is queued is the sessions' before it (none: stale, dropped), never the new one's.
-    if (this.tracked.size === 0) this.read(true);
+    if (this.fd >= 0 && this.tracked.size === 0) this.read(true);
     else this.poll();
-    this.tracked.set(id, { id, leafPath, leafIno, shimPid, uid, escapes: [] });
-    this.timer ??= setInterval(() => this.poll(), POLL_MS).unref();
+    this.tracked.set(id, { id, leafPath, leafIno, shimPid, uid, startTicks, escapes: [] });
+    if (this.fd >= 0) this.timer ??= setInterval(() => this.poll(), POLL_MS).unref();
   }
 
   /**
    * Reads every write queued until now (the session's last ones included), then its report; it
    * is no longer tracked. A write that empties the leaf (the last process moved out) is queued
    * only when that write(2) returns, after the leaf said populated 0: for a root session the
-   * queue is read once more after SETTLE_AGAIN_MS, so such a write is in by then.
+   * queue is read once more after SETTLE_AGAIN_MS. Then, whatever the events said, the
+   * positive check: the walk of our descendants (walkStrays).
    */
   async settle(id: string): Promise<EscapeReport> {
-    if (this.fd < 0) return { watch: 'unavailable', escapes: [] };
+    if (!this.tracked.has(id)) return { watch: 'unavailable', escapes: [] };
     this.poll();
-    if (this.tracked.get(id)?.uid === 0) {
+    if (this.fd >= 0 && this.tracked.get(id)?.uid === 0) {
       await new Promise((r) => setTimeout(r, SETTLE_AGAIN_MS));
       this.poll();
     }
+    // Strays that are still moving (a fork, a move under way) are found by a next walk.
+    for (let round = 0, quiet = 0; round < WALK_ROUNDS_MAX && quiet < 2; round++) {
+      quiet = this.walkStrays(id) ? 0 : quiet + 1;
+      if (quiet < 2) await new Promise((r) => setImmediate(r));
+    }
+    this.poll();
     const t = this.tracked.get(id);
-    this.forget(id);
-    return { watch: 'fanotify', escapes: t?.escapes ?? [] };
+    this.drop(id);
+    return { watch: this.fd >= 0 ? 'fanotify' : 'unavailable', escapes: t?.escapes ?? [] };
   }
 
-  /** Stops tracking a session (its end is not proven: no report is wanted). */
+  /**
+   * The positive check at a death (the leaf is empty): every live descendant of the
+   * supervisor in no live leaf is a stray. Below a live session (an ancestor in its leaf, or
+   * its leader): that session's escape. Else, started at or after the dying session: charged
+   * to it, kind stray (escape_possible when another live session started before it too).
+   * Whether it recorded something new.
+   */
+  private walkStrays(id: string): boolean {
+    const dying = this.tracked.get(id);
+    if (!dying || this.mountPoint === null) return false;
+    const at = new Date().toISOString();
+    const sessions = [...this.tracked.values()];
+    let added = false;
+    const add = (s: (typeof sessions)[number], e: CgroupEscape) => {
+      // The destination is named already (by the watch): the stray adds nothing.
+      if (s.escapes.some((x) => x.to === e.to)) return;
+      recordEscape(s.escapes, e);
+      added = true;
+    };
+    for (const [sid, path] of this.unproven) if (!existsSync(path)) this.unproven.delete(sid);
+    const leaves = [...sessions, ...[...this.unproven].map(([sid, leafPath]) => ({ id: sid, leafPath, leafIno: 0n, shimPid: -1, uid: -1, startTicks: 0 }))];
+    for (const st of findStrays(walkDescendants(this.selfPid, this.mountPoint), leaves)) {
+      if (st.owner !== null && this.unproven.has(st.owner)) continue;
+      const owner = st.owner !== null ? this.tracked.get(st.owner) : undefined;
+      if (owner) add(owner, { kind: 'stray', to: st.cgroup, at, writer_pid: st.pid });
+      else if (st.startTicks >= dying.startTicks) {
+        const shared = sessions.some((s) => s.id !== id && s.startTicks <= st.startTicks);
+        add(dying, { kind: shared ? 'escape_possible' : 'stray', to: st.cgroup, at, writer_pid: st.pid });
+      }
+    }
+    return added;
+  }
+
+  /** Stops tracking a session (its end is not proven: no report is wanted); what is still in its leaf is no stray of another session's. */
   forget(id: string): void {
+    const t = this.tracked.get(id);
+    if (t) this.unproven.set(id, t.leafPath);
+    this.drop(id);
+  }
+
+  private drop(id: string): void {
     this.tracked.delete(id);
     if (this.tracked.size === 0 && this.timer) {
       clearInterval(this.timer);
@@ -180,6 +355,7 @@ export class EscapeWatch {
   }
 
   private read(discard: boolean): void {
+    if (this.fd < 0) return;
     for (;;) {
       const events = native().watchRead(this.fd, this.selfPid, '', '');
       if (events.length === 0) return;
@@ -203,7 +379,8 @@ export class EscapeWatch {
     } catch {
       // The destination is gone already (ESTALE): named null.
     }
-    const who = attributeWrite({ pid: e.pid, cgroupId: e.cgroup, ancestry: ancestry(e.pid) }, sessions, this.selfPid);
+    const chain = ancestry(e.pid, this.selfPid);
+    const who = attributeWrite({ pid: e.pid, cgroupId: e.cgroup, ancestry: chain?.chain ?? null, truncated: chain?.truncated }, sessions, this.selfPid);
     if (who.kind === 'session') {
       const s = this.tracked.get(who.id)!;
       if (!withinLeaf(to, s.leafPath)) recordEscape(s.escapes, { kind: 'escape', to, at, writer_pid: e.pid });

@@ -20,6 +20,7 @@ import type { ReadRecord } from '../store/chunks.js';
 import { readEscapeAttested, writeEscapeAttested, type AdmissionRecord, type EscapeAttestedRecord } from '../store/records.js';
 import type { OperatorAttestation, SessionContext, SessionRequest } from './context.js';
 import { operatorAttested, type DeathFacts } from './evidence.js';
+import { stillEscaped } from './escape.js';
 import { isSettled, Lifecycle, type InitialState } from './lifecycle.js';
 import { buildReceipt, type ReceiptFacts } from './receipt.js';
 
@@ -390,13 +391,26 @@ export abstract class Session extends EventEmitter {
     }
   }
 
+  /** The escape attestation bound to this session's receipt, as a receipt answer shows it (null: none). */
+  escapeAttestedAnswer(): { uid: number; pid: number; reason: string; attested_at: string } | null {
+    if (!this.receipt || this.receipt.death.evidence !== 'cgroup_escaped') return null;
+    const a = this.escapeAttested();
+    if (!a || a.receipt_sha256 !== receiptDigest(this.receipt)) return null;
+    return { uid: a.uid, pid: a.pid, reason: a.reason, attested_at: a.attested_at };
+  }
+
   /**
    * Records an operator's word that the processes an ended session's receipt says left its
    * cgroup (death evidence cgroup_escaped) are ended: complete(task) then counts it, showing
-   * the word. The receipt stays as it is; returned.
+   * the word. Refused while a destination the receipt names still holds processes, unless
+   * forced. The receipt stays as it is; returned.
    */
   private attestEscape(receipt: Receipt, operator: OperatorAttestation): Receipt {
     if (this.escapeAttested()) throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id}'s escape is attested already`);
+    const live = stillEscaped(receipt.death.escapes ?? []);
+    if (live.length > 0 && !operator.force) {
+      throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id}: what left its cgroup still runs (${live.join('; ')}): end it first, or attest anyway with --force`, { still_running: live });
+    }
     writeEscapeAttested(this.dir, { session_id: this.id, receipt_sha256: receiptDigest(receipt), uid: operator.uid, pid: operator.pid, reason: operator.reason, attested_at: new Date().toISOString() });
     return receipt;
   }

@@ -189,7 +189,7 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
       // Counted on an operator's word only (shown in the task receipt: death.escape_attested).
       if (!s.escapeAttested) {
         c.sessions_settled = false;
-        const where = (r.death.escapes ?? []).map((e) => `${e.kind === 'escape' ? '' : 'possibly '}to ${e.to ?? 'a cgroup since removed'}${e.writer_pid !== null ? ` by pid ${e.writer_pid}` : ''}`);
+        const where = (r.death.escapes ?? []).map((e) => `${e.kind === 'escape_possible' ? 'possibly ' : ''}to ${e.to ?? 'a cgroup since removed'}${e.writer_pid !== null ? ` by pid ${e.writer_pid}` : ''}`);
         obligations.push({
           authority: 'operator',
           condition: 'sessions_settled',

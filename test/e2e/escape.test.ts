@@ -4,7 +4,9 @@
 // leaf is no escape; a non-root session cannot escape; receipts carry the uid; a signal the
 // supervisor did not send is marked so (exit.signal_source).
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt, SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
@@ -95,10 +97,21 @@ describe('cgroup escapes', () => {
     expect(closed.receipt.sessions).toEqual([expect.objectContaining({ session_id: receipt.session_id, uid: 0, death: expect.objectContaining({ evidence: 'cgroup_escaped' }) })]);
     expect(closed.receipt.trust).toEqual({ root_sessions: [receipt.session_id], reason: expect.stringContaining('a root process can leave its cgroup') });
     // The operator ends what escaped, says so; the next close counts it, showing the word.
+    // Not while the destination still holds it.
+    const early = await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--reason', 'too early']);
+    expect(early.status).toBe(125);
+    expect(early.stderr.toString()).toContain(`what left its cgroup still runs (${dest} holds pid ${moved[0]}): end it first, or attest anyway with --force`);
+    expect(existsSync(join(daemon.stateDir, 'sessions', receipt.session_id, 'escape-attested.json'))).toBe(false);
     process.kill(moved[0], 'SIGKILL');
+    await until(() => procsOf(dest).length === 0 || null, 'the foreign cgroup empty');
     const resolved = await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--reason', 'killed the escaped sleep']);
     expect(resolved.status).toBe(0);
     expect(JSON.parse(resolved.stdout.toString())).toEqual(receipt); // the receipt stays as it was
+    expect(resolved.stderr.toString()).toBe(`sbx: session ${receipt.session_id}: your word that what left its cgroup is ended is recorded (escape-attested.json in its directory of the state dir, sessions/${receipt.session_id}/); the receipt stays as it was, and the next close counts the session\n`);
+    // sbx wait says it was attested, no longer that the end is not proven.
+    const waited = (await daemon.sbx(['wait', receipt.session_id])).stderr.toString();
+    expect(waited).toContain(`sbx: session ${receipt.session_id}: processes were moved out of its cgroup (to ${dest}): an operator attested their end (uid 0 at `);
+    expect(waited).not.toContain('not proven');
     expect((await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--reason', 'again'])).stderr.toString()).toContain('attested already');
     const again = await closeTask(t);
     expect(again.status).toBe(0);
@@ -169,6 +182,92 @@ describe('cgroup escapes', () => {
     expect(closed.status).toBe(0);
     expect(closed.receipt.sessions).toEqual([expect.objectContaining({ session_id: receipt.session_id, uid: 65534 })]);
     expect(closed.receipt.trust).toBeUndefined();
+  });
+});
+
+/** A C fixture (built with gcc): clone3(CLONE_INTO_CGROUP) of a child born in argv[1] that sleeps; the parent prints its pid and exits. */
+const CLONE3_C = `#define _GNU_SOURCE
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  int fd = open(argv[1], O_RDONLY | O_DIRECTORY);
+  if (fd < 0) { perror("open"); return 2; }
+  struct clone_args a; memset(&a, 0, sizeof a);
+  a.flags = CLONE_INTO_CGROUP; a.exit_signal = SIGCHLD; a.cgroup = (uint64_t)fd;
+  long pid = syscall(SYS_clone3, &a, sizeof a);
+  if (pid < 0) { perror("clone3"); return 3; }
+  if (pid == 0) { execlp("sleep", "sleep", "300", (char *)0); _exit(127); }
+  printf("%ld\\n", pid);
+  return 0;
+}
+`;
+
+describe('the walk at a death (positive proof, no event needed)', () => {
+  let bin = '';
+  let scratch = '';
+  beforeAll(() => {
+    scratch = mkdtempSync(join(tmpdir(), 'sbx-clone3-'));
+    writeFileSync(join(scratch, 'clone3.c'), CLONE3_C);
+    bin = join(scratch, 'clone3-into');
+    execFileSync('gcc', ['-O1', '-o', bin, join(scratch, 'clone3.c')]);
+  });
+  afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+
+  it('a child born in another cgroup (clone3 CLONE_INTO_CGROUP: no cgroup.procs write): a stray, the task incomplete', async () => {
+    const dest = makeForeignCgroup();
+    const t = task();
+    const receipt = await run(t, ['sh', '-c', `${bin} ${dest} > /dev/null 2>&1`]);
+    const [child] = procsOf(dest);
+    expect(readFileSync(`/proc/${child}/comm`, 'utf8')).toBe('sleep\n');
+    expect(receipt).toMatchObject({ outcome: 'exited', exit: { code: 0 } });
+    expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [{ kind: 'stray', to: dest, at: expect.any(String), writer_pid: child }] });
+    const closed = await closeTask(t);
+    expect(closed.status).toBe(1);
+    expect(closed.receipt.complete).toBe(false);
+    // --force attests over a live destination (the operator's choice, recorded as such).
+    const forced = await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--force', '--reason', 'it may run']);
+    expect(forced.status).toBe(0);
+    expect(forced.stderr.toString()).toContain('is recorded (escape-attested.json');
+  });
+
+  it('a process that moves itself out as the leaf\'s last one, 10 sessions at once: every death qualified', async () => {
+    const dest = makeForeignCgroup();
+    // At once, so the supervisor is busy when each write returns (its event queued after populated 0).
+    const receipts = await Promise.all(Array.from({ length: 10 }, () => run(task(), ['sh', '-c', `sh -c 'echo $$ > ${dest}/cgroup.procs; exec sleep 300' > /dev/null 2>&1 & exit 0`], ['--linger', 'wait'])));
+    expect(procsOf(dest)).toHaveLength(10);
+    for (const receipt of receipts) {
+      expect(receipt.death.evidence).toBe('cgroup_escaped');
+      expect(receipt.death.escapes!.some((e) => e.to === dest)).toBe(true);
+    }
+  });
+
+  it('a writer 70 processes deep moves a sleep out: qualified (a cut PPid chain is never "not ours")', async () => {
+    const dest = makeForeignCgroup();
+    const script = join(daemon.dir, `deep-${randomBytes(4).toString('hex')}.sh`);
+    writeFileSync(script, `if [ "$1" -gt 0 ]; then sh ${script} $(($1 - 1)); exit $?; fi\nsleep 300 > /dev/null 2>&1 &\necho $! > ${dest}/cgroup.procs\nsleep 0.3\n`);
+    const receipt = await run(task(), ['sh', script, '70']);
+    expect(procsOf(dest)).toHaveLength(1);
+    expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [expect.objectContaining({ to: dest })] });
+  });
+
+  it('a benign root session whose children all die, beside a live root session: unqualified, the other not charged', async () => {
+    const other = (await daemon.sbx(['run', '--detach', '--', 'sh', '-c', 'sleep 300 & exec sleep 300'])).stdout.toString().trim();
+    try {
+      const t = task();
+      const receipt = await run(t, ['sh', '-c', 'sleep 0.1 & (sleep 0.2 &) ; sh -c "sleep 0.1" & wait'], ['--linger', 'wait']);
+      expect(receipt.death).toEqual({ evidence: 'cgroup_empty', observed_at: expect.any(String), cgroup: expect.any(String), escape_watch: 'fanotify' });
+      expect((await closeTask(t)).receipt.complete).toBe(true);
+    } finally {
+      await daemon.sbx(['kill', other]);
+      const r = JSON.parse((await daemon.sbx(['wait', other])).stdout.toString()) as Receipt;
+      expect(r.death.evidence).toBe('cgroup_empty');
+    }
   });
 });
 

@@ -3,12 +3,12 @@
 // session's leaf, how a death is qualified, and what complete(task) makes of it.
 import { describe, expect, it } from 'vitest';
 import type { CgroupEscape, Receipt } from '../../ipc/protocol.js';
-import { attributeWrite, ESCAPES_MAX, recordEscape, withinLeaf, type TrackedLeaf } from '../../supervisor/session/escape.js';
+import { attributeWrite, ESCAPES_MAX, findStrays, recordEscape, withinLeaf, type TrackedLeaf } from '../../supervisor/session/escape.js';
 import { cgroupEmpty, qualifyEscapes, subreaperReaped } from '../../supervisor/session/evidence.js';
 import { evaluateTask, ROOT_TRUST_REASON } from '../../supervisor/task/join.js';
 
 const SELF = 100;
-const leaf = (id: string, shimPid: number, ino: bigint, uid = 0): TrackedLeaf => ({ id, leafPath: `/cg/sbx/sessions/${id}`, leafIno: ino, shimPid, uid });
+const leaf = (id: string, shimPid: number, ino: bigint, uid = 0): TrackedLeaf => ({ id, leafPath: `/cg/sbx/sessions/${id}`, leafIno: ino, shimPid, uid, startTicks: 0 });
 const sessions = [leaf('a', 200, 11n), leaf('b', 300, 12n)];
 
 describe('attributeWrite', () => {
@@ -26,6 +26,25 @@ describe('attributeWrite', () => {
   it('a process outside our tree (systemd, PID 1): not ours', () => {
     expect(attributeWrite({ pid: 1, cgroupId: 5n, ancestry: [1] }, sessions, SELF)).toEqual({ kind: 'none' });
     expect(attributeWrite({ pid: 900, cgroupId: 5n, ancestry: [900, 1] }, sessions, SELF)).toEqual({ kind: 'none' });
+  });
+  it('a PPid chain cut short (deeper than followed): its leaf when in one, else possible, never none', () => {
+    expect(attributeWrite({ pid: 900, cgroupId: 5n, ancestry: [900, 899], truncated: true }, sessions, SELF)).toEqual({ kind: 'possible' });
+    expect(attributeWrite({ pid: 900, cgroupId: 11n, ancestry: [900, 899], truncated: true }, sessions, SELF)).toEqual({ kind: 'session', id: 'a' });
+  });
+  it('strays of a walk: in no leaf and no leader; owned by the nearest ancestor in a leaf or a leader, else nobody', () => {
+    const nodes = [
+      { pid: 200, parent: SELF, cgroup: '/elsewhere', startTicks: 1 }, // a's leader, moved out: its session's business
+      { pid: 201, parent: 200, cgroup: '/cg/sbx/sessions/a', startTicks: 2 },
+      { pid: 202, parent: 201, cgroup: '/x', startTicks: 3 }, // below a
+      { pid: 203, parent: 202, cgroup: '/x', startTicks: 4 }, // below a, through a stray
+      { pid: 204, parent: SELF, cgroup: '/y', startTicks: 5 }, // an orphan elsewhere
+      { pid: 205, parent: SELF, cgroup: '/cg/sbx/sessions/b/sub', startTicks: 6 }, // in b's leaf
+    ];
+    expect(findStrays(nodes, sessions)).toEqual([
+      { pid: 202, cgroup: '/x', startTicks: 3, owner: 'a' },
+      { pid: 203, cgroup: '/x', startTicks: 4, owner: 'a' },
+      { pid: 204, cgroup: '/y', startTicks: 5, owner: null },
+    ]);
   });
   it('gone before the read: its cgroup at the read when a leaf, else possible', () => {
     expect(attributeWrite({ pid: 777, cgroupId: 12n, ancestry: null }, sessions, SELF)).toEqual({ kind: 'session', id: 'b' });

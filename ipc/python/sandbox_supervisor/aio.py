@@ -384,9 +384,9 @@ class AsyncClient:
         """See Client.changes."""
         return await self.request("changes", P.selector(session))  # type: ignore[no-any-return]
 
-    async def resolve(self, session: SessionRef, reason: str) -> Receipt:
+    async def resolve(self, session: SessionRef, reason: str, force: bool = False) -> Receipt:
         """See Client.resolve."""
-        return await self.request("resolve", {**P.selector(session), "as_operator": True, "reason": reason})  # type: ignore[no-any-return]
+        return await self.request("resolve", {**P.selector(session), "as_operator": True, "reason": reason, **({"force": True} if force else {})})  # type: ignore[no-any-return]
 
     async def ps(self, all: bool = False) -> List[Dict[str, Any]]:
         """See Client.ps."""

@@ -371,10 +371,10 @@ class Client:
         """What the session changed in each watched workspace (``ChangesResult``, ipc/protocol.ts)."""
         return self.request("changes", P.selector(session))  # type: ignore[no-any-return]
 
-    def resolve(self, session: SessionRef, reason: str) -> Receipt:
+    def resolve(self, session: SessionRef, reason: str, force: bool = False) -> Receipt:
         """Operator escape for a session stuck ``unknown``: a receipt with evidence ``operator_attested``;
-        for an ended one whose death is ``cgroup_escaped``: the word that what left its cgroup is ended (its receipt, unchanged)."""
-        return self.request("resolve", {**P.selector(session), "as_operator": True, "reason": reason})  # type: ignore[no-any-return]
+        for an ended one whose death is ``cgroup_escaped``: the word that what left its cgroup is ended (its receipt, unchanged); refused while a destination still holds processes unless ``force``."""
+        return self.request("resolve", {**P.selector(session), "as_operator": True, "reason": reason, **({"force": True} if force else {})})  # type: ignore[no-any-return]
 
     # -- the supervisor -----------------------------------------------------------------------
 
