@@ -363,6 +363,20 @@ describe('sbx close --all is the join over every task', () => {
     expect(readFileSync(join(d.stateDir, 'close-receipt.json'), 'utf8')).toBe(second.stdout.toString());
     const rReceipt = json<TaskReceipt>(await d.sbx(['close', '--task', 'R']));
     expect(rReceipt).toMatchObject({ complete: true, workspaces: [ws], checkpoints: [expect.objectContaining({ workspace: ws, checkpoint_id: expect.any(String) })] });
+    // The same receipt every time: the stored bytes, exactly.
+    const third = await d.sbx(['close', '--all', '--timeout', '1s']);
+    expect(third.status).toBe(0);
+    expect(third.stdout.equals(second.stdout)).toBe(true);
+    // The closed state dir is an archive: a task close writes nothing in it.
+    const files = (): string[] => (readdirSync(d.stateDir, { recursive: true }) as string[]).filter((f) => !f.endsWith('.log')).sort();
+    const before = files();
+    const r = await d.sbx(['close', '--task', 'R']);
+    expect(r.status).toBe(0);
+    expect(r.stdout.toString()).toBe(readFileSync(join(taskDir(d, 'R'), 'receipt.json'), 'utf8'));
+    const fresh = await d.sbx(['close', '--task', 'newtask']);
+    expect(fresh.status).toBe(125);
+    expect(fresh.stderr.toString()).toBe('sbx: ADMISSION_SEALED: the sandbox is closed (its close receipt is final) and task "newtask" has no final task receipt in it: it had no sessions (is the task name right?). Nothing was recorded or sealed\n');
+    expect(files()).toEqual(before);
   });
 });
 
