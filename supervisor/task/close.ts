@@ -169,9 +169,10 @@ export class Tasks {
    * workspaces, INVALID_ARGUMENT when a first close names one no checkpoint can be taken of
    * (nothing recorded), or with the error of a step that could not be recorded (nothing is
    * claimed then; close again). settled: the sandbox-wide close settled every session already
-   * (settleSessions), ending these ids.
+   * (settleSessions), ending these ids. archived: the state dir's close receipt is final (a
+   * task in it): its complete task receipt answers, else ADMISSION_SEALED; nothing is written.
    */
-  close(task: string, timeoutMs: number, workspacesArg: string[] | undefined, settled?: Set<string>): Promise<TaskReceipt> {
+  close(task: string, timeoutMs: number, workspacesArg: string[] | undefined, settled?: Set<string>, archived = false): Promise<TaskReceipt> {
     const normalise = (paths: string[]) => [...new Set(paths.map((p) => resolve(p)))];
     const running = this.closing.get(task);
     const recorded = running ? null : this.recordedWorkspaces(task);
@@ -185,6 +186,7 @@ export class Tasks {
     // The first close names its workspaces for good (or a named set replaces a defaulted one:
     // run()): a path that cannot be checkpointed, or whose writes no watcher orders, is refused
     // before anything is recorded or sealed.
+    if (archived) return Promise.resolve(this.archivedReceipt(task, recorded, workspaces));
     if (recorded === null || (named && recorded !== 'unreadable' && recorded.defaulted === true && !sameSet(recorded.workspaces, workspaces))) this.checkWorkspaces(workspaces);
     const done = this.run(task, timeoutMs, workspaces, named, settled).finally(() => this.closing.delete(task));
     this.closing.set(task, { workspaces, done });
@@ -208,6 +210,16 @@ export class Tasks {
         );
       }
     }
+  }
+
+  /** A task close on a closed state dir (an archive: nothing is written): the task's final receipt, for the workspaces its close named. */
+  private archivedReceipt(task: string, recorded: TaskCloseRecord | null | 'unreadable', workspaces: string[]): TaskReceipt {
+    const previous = recorded === null ? null : new TaskFiles(this.deps.ctx.config.stateDir, task).readReceipt();
+    if (!previous?.complete || recorded === null || recorded === 'unreadable') {
+      throw new SupervisorError('ADMISSION_SEALED', `the sandbox is closed (its close receipt is final) and task ${JSON.stringify(task)} has no final task receipt in it: it had no sessions (is the task name right?). Nothing was recorded or sealed`, { task });
+    }
+    if (!sameSet(recorded.workspaces, workspaces)) throw this.conflict(task, recorded.workspaces, workspaces);
+    return previous;
   }
 
   /** The task's close record (the workspaces it names); null: none yet; 'unreadable': run() says why. */
