@@ -201,7 +201,14 @@ export class Tasks {
   private checkWorkspaces(workspaces: string[]): void {
     const watched = this.deps.ctx.watcher.paths;
     for (const path of workspaces) {
-      const real = this.deps.checkpoints.checkWorkspace(path);
+      let real: string;
+      try {
+        real = this.deps.checkpoints.checkWorkspace(path);
+      } catch (err) {
+        if (!(err instanceof SupervisorError)) throw err;
+        const why = err.message.replace(`checkpoint: workspace ${path}: `, '').replace(/^checkpoint: /, '');
+        throw new SupervisorError('INVALID_ARGUMENT', `close: no checkpoint can be taken of ${path}: ${why}. Nothing was recorded or sealed`, { ...err.details, workspace: path });
+      }
       if (this.deps.ctx.watcher.rootOf(real) === null) {
         throw new SupervisorError(
           'INVALID_ARGUMENT',

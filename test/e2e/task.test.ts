@@ -261,12 +261,22 @@ describe('complete: false names what is missing', () => {
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo hi > ${ws}/f`])).status).toBe(0);
     for (const [path, says] of [
       [other, `close: ${other} is not in a watched workspace (${ws})`],
-      [join(d.dir, 'missing'), `checkpoint: workspace ${join(d.dir, 'missing')}: does not exist`],
-      [join(d.dir, 'a-file'), `checkpoint: workspace ${join(d.dir, 'a-file')}: ${join(d.dir, 'a-file')} is not a directory`],
+      [join(d.dir, 'missing'), `close: no checkpoint can be taken of ${join(d.dir, 'missing')}: does not exist. Nothing was recorded or sealed`],
+      [join(d.dir, 'a-file'), `close: no checkpoint can be taken of ${join(d.dir, 'a-file')}: ${join(d.dir, 'a-file')} is not a directory. Nothing was recorded or sealed`],
+      ['/tmp', `close: no checkpoint can be taken of /tmp: the directory /tmp holds the state dir ${d.stateDir}: a checkpoint would hold itself. Nothing was recorded or sealed`],
     ]) {
       const refused = await closeTask(d, 'T', ['--workspace', path]);
       expect(refused.status).toBe(125);
       expect(refused.stderr).toContain(`INVALID_ARGUMENT: ${says}`);
+    }
+    // --json: each refusal is {"error"} on stdout too, as is a close with neither --task nor --all.
+    const asJson = await d.sbx(['close', '--json', '--task', 'T', '--workspace', '/tmp']);
+    expect(JSON.parse(asJson.stdout.toString())).toMatchObject({ error: { code: 'INVALID_ARGUMENT', retryable: false } });
+    for (const command of ['close', 'seal']) {
+      const neither = await d.sbx([command, '--json']);
+      expect(neither.status).toBe(125);
+      expect(JSON.parse(neither.stdout.toString())).toEqual({ error: { code: 'INVALID_ARGUMENT', message: `${command} needs --task T (that task only) or --all (every task, the whole sandbox, for good); nothing was sent`, retryable: false, details: { field: 'task' } } });
+      expect(neither.stderr.toString()).toBe(`sbx: INVALID_ARGUMENT: ${command} needs --task T (that task only) or --all (every task, the whole sandbox, for good); nothing was sent\n`);
     }
     expect(existsSync(join(d.stateDir, 'tasks'))).toBe(false);
     expect((await d.sbx(['run', '--task', 'T', '--', 'true'])).status).toBe(0); // not sealed
