@@ -187,7 +187,7 @@ export class Tasks {
     // run()): a path that cannot be checkpointed, or whose writes no watcher orders, is refused
     // before anything is recorded or sealed.
     if (archived) return Promise.resolve(this.archivedReceipt(task, recorded, workspaces));
-    if (recorded === null || (named && recorded !== 'unreadable' && recorded.defaulted === true && !sameSet(recorded.workspaces, workspaces))) this.checkWorkspaces(workspaces);
+    if (recorded === null || (named && recorded !== 'unreadable' && recorded.defaulted === true && !sameSet(recorded.workspaces, workspaces) && !this.completeReceipt(task))) this.checkWorkspaces(workspaces);
     const done = this.run(task, timeoutMs, workspaces, named, settled).finally(() => this.closing.delete(task));
     this.closing.set(task, { workspaces, done });
     return done;
@@ -216,6 +216,15 @@ export class Tasks {
           { field: 'workspaces', workspace: path, watched },
         );
       }
+    }
+  }
+
+  /** Whether the task has a complete (final) task receipt; false when it cannot be read (run() says why). */
+  private completeReceipt(task: string): boolean {
+    try {
+      return new TaskFiles(this.deps.ctx.config.stateDir, task).readReceipt()?.complete === true;
+    } catch {
+      return false;
     }
   }
 
