@@ -29,7 +29,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient } from '../ipc/client.js';
 import { parseDurationMs } from '../ipc/duration.js';
 import { JsonSink, parseTimeUs, RawSink, TailSink, TimestampSink, writeLogs } from './logs.js';
-import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
+import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
 import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
@@ -858,9 +858,14 @@ sub('gc')
   });
 
 /** sbx seal and sbx close act on one task (--task T) or on the whole sandbox (--all), said explicitly: a forgotten --task must not end the sandbox. */
-function taskOrAll(command: string, o: { task?: string; all?: boolean }): string | null {
-  if (o.task !== undefined && o.all) fail(`INVALID_ARGUMENT: ${command}: --task and --all contradict each other (one task, or every task)`);
-  if (o.task === undefined && !o.all) fail(`INVALID_ARGUMENT: ${command} needs --task T (that task only) or --all (every task, the whole sandbox, for good); nothing was sent`);
+function taskOrAll(command: string, o: { task?: string; all?: boolean }, json: boolean | undefined): string | null {
+  const refuse = (message: string): never => {
+    // --json: the error as JSON on stdout too, as every other refusal of the command.
+    if (json) printJson({ error: new SupervisorError('INVALID_ARGUMENT', message, { field: 'task' }).toWire() });
+    fail(`INVALID_ARGUMENT: ${message}`);
+  };
+  if (o.task !== undefined && o.all) refuse(`${command}: --task and --all contradict each other (one task, or every task)`);
+  if (o.task === undefined && !o.all) refuse(`${command} needs --task T (that task only) or --all (every task, the whole sandbox, for good); nothing was sent`);
   return o.task ?? null;
 }
 
@@ -870,7 +875,7 @@ sub('seal')
   .option('--all', 'seal the whole sandbox: every task, for good')
   .action(async (o: GlobalOptions & { task?: string; all?: boolean }) => {
     const g = globals(o);
-    const task = taskOrAll('seal', o);
+    const task = taskOrAll('seal', o, g.json);
     const r = task !== null ? await call(g, (c) => c.sealTask(task)) : await call(g, (c) => c.sealAll());
     if (g.json) printJson(r);
     else process.stdout.write(`${task !== null ? `task ${JSON.stringify(task)} ` : ''}${r.already_sealed ? 'already sealed' : 'sealed'} at generation ${r.generation} (${r.sealed_at})\n`);
@@ -884,7 +889,7 @@ sub('close')
   .option('--all', 'close the whole sandbox for good: seal every task, settle every session, close each task, and print the signed close receipt')
   .action(async (o: { timeout?: number; workspace?: string[]; task?: string; all?: boolean }) => {
     const g = globals(o);
-    const task = taskOrAll('close', o);
+    const task = taskOrAll('close', o, g.json);
     const workspaces = (o.workspace ?? []).map((w) => resolvePath(w));
     // On a terminal, what the close waits for and for how long.
     const progress = new Progress(task !== null ? `close task ${JSON.stringify(task)}` : 'close --all');

@@ -212,11 +212,13 @@ const TaskSealSchema = z.object({ task: z.string().min(1), generation: z.number(
 /** tasks/<h>/seal.json: the task's admission sealed for good, at that generation. */
 export type TaskSealRecord = z.infer<typeof TaskSealSchema>;
 
-const TaskCloseSchema = z.object({ task: z.string().min(1), workspaces: z.array(z.string()), requested_at: z.string(), generation: z.number().int().min(0), added_workspaces: z.array(z.string()).optional() });
+const TaskCloseSchema = z.object({ task: z.string().min(1), workspaces: z.array(z.string()), requested_at: z.string(), generation: z.number().int().min(0), added_workspaces: z.array(z.string()).optional(), defaulted: z.boolean().optional() });
 /**
  * tasks/<h>/close.json: the task's close was asked for, naming these workspaces (every later
  * close must name the same); added_workspaces: watched ones the task's receipts named that the
- * close added to its set (every later close covers them too).
+ * close added to its set (every later close covers them too); defaulted: no close named them
+ * (every watched workspace, the default): until the task is complete, the first close that
+ * names workspaces replaces them.
  */
 export type TaskCloseRecord = z.infer<typeof TaskCloseSchema>;
 

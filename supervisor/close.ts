@@ -3,7 +3,7 @@
 // the task close machinery (task/close.ts: one settle, then every task's close), the scans
 // (workspace/: directory fds, in a worker), and the signed close receipt listing each task's
 // verdict, written (<state>/close-receipt.json) once every task is complete; final then.
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { SealResult } from '../ipc/methods.js';
@@ -53,9 +53,20 @@ export class Closing {
     return join(this.ctx.config.stateDir, STATE.closeReceipt);
   }
 
+  /** The close receipt is written: final, the state dir an archive. */
+  get final(): boolean {
+    return existsSync(this.receiptPath);
+  }
+
   /** Closed, or closing now: the state dir is an archive. */
   get closed(): boolean {
     return this.closing !== null || existsSync(this.receiptPath);
+  }
+
+  /** The close receipt as written (checked with its schema, returned with its fields in their written order: the same bytes every time). */
+  storedReceipt(): CloseReceipt {
+    readRecord('closeReceipt', this.receiptPath);
+    return JSON.parse(readFileSync(this.receiptPath, 'utf8')) as CloseReceipt;
   }
 
   private readSeal(): SealRecord | null {
@@ -89,7 +100,7 @@ export class Closing {
    * it is answered, not written: the next close runs again.
    */
   close(c: { sessions: () => Session[]; tasks: Tasks; taskNames: () => string[]; stopping: () => boolean }, timeoutMs: number, workspaces: string[]): Promise<CloseReceipt> {
-    if (existsSync(this.receiptPath)) return Promise.resolve(readRecord('closeReceipt', this.receiptPath));
+    if (existsSync(this.receiptPath)) return Promise.resolve(this.storedReceipt());
     this.closing ??= (async () => {
       const sealed = this.sealNow();
       const { settle, terminated } = await c.tasks.settleSessions(c.sessions(), timeoutMs, { scope: 'all' });

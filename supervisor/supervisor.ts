@@ -267,7 +267,8 @@ export class Supervisor {
   /** One task's close (task/close.ts): seal, settle, checkpoint, read back, fence, the signed task receipt. TASK_CONFLICT, INVALID_ARGUMENT. */
   closeTask(task: string, timeoutMs: number, workspaces: string[] | undefined): Promise<TaskReceipt> {
     if (this.stopping) return Promise.reject(new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping'));
-    return this.tasks.close(task, timeoutMs, workspaces);
+    // A closed state dir is an archive: a task close answers from it and writes nothing.
+    return this.tasks.close(task, timeoutMs, workspaces, undefined, this.closing.final);
   }
 
   /** Applies the retention policy now (sbx gc): sessions' output and receipts, then the checkpoint store's unreferenced objects. */

@@ -337,7 +337,7 @@ export class Checkpoints {
       } catch {
         // not made yet
       }
-      if (inside(d, real)) throw new SupervisorError('INVALID_ARGUMENT', `checkpoint: the ${what} ${dir} is inside workspace ${path}: a checkpoint would hold itself`, { field: 'workspace' });
+      if (inside(d, real)) throw new SupervisorError('INVALID_ARGUMENT', `checkpoint: the directory ${path} holds the ${what} ${dir}: a checkpoint would hold itself`, { field: 'workspace' });
       if (inside(real, d)) throw new SupervisorError('INVALID_ARGUMENT', `checkpoint: workspace ${path} is inside the ${what} ${dir}`, { field: 'workspace' });
     }
     return real;

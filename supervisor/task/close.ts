@@ -23,9 +23,9 @@ import { setDeadline } from '../timers.js';
 import type { SessionContext } from '../session/context.js';
 import { isLive, isSettled } from '../session/lifecycle.js';
 import type { Session } from '../session/session.js';
-import { checkpointCovers, evaluateTask, receiptWorkspaces, sealFloor, terminalMutationKnown, type JoinSession, type JoinWorkspace } from './join.js';
+import { evaluateTask, receiptWorkspaces, sealFloor, sessionCovered, type JoinSession, type JoinWorkspace } from './join.js';
 import type { TombstoneRecord } from '../store/records.js';
-import { completeTaskReceipts, readTaskSeals, sweepTaskTemps, TaskFiles, type TaskAttemptRecord, type TaskSealRecord } from './records.js';
+import { completeTaskReceipts, readTaskSeals, sweepTaskTemps, TaskFiles, type TaskAttemptRecord, type TaskCloseRecord, type TaskSealRecord } from './records.js';
 
 export interface TaskDeps {
   ctx: SessionContext;
@@ -169,22 +169,26 @@ export class Tasks {
    * workspaces, INVALID_ARGUMENT when a first close names one no checkpoint can be taken of
    * (nothing recorded), or with the error of a step that could not be recorded (nothing is
    * claimed then; close again). settled: the sandbox-wide close settled every session already
-   * (settleSessions), ending these ids.
+   * (settleSessions), ending these ids. archived: the state dir's close receipt is final (a
+   * task in it): its complete task receipt answers, else ADMISSION_SEALED; nothing is written.
    */
-  close(task: string, timeoutMs: number, workspacesArg: string[] | undefined, settled?: Set<string>): Promise<TaskReceipt> {
+  close(task: string, timeoutMs: number, workspacesArg: string[] | undefined, settled?: Set<string>, archived = false): Promise<TaskReceipt> {
     const normalise = (paths: string[]) => [...new Set(paths.map((p) => resolve(p)))];
     const running = this.closing.get(task);
     const recorded = running ? null : this.recordedWorkspaces(task);
+    const named = (workspacesArg?.length ?? 0) > 0;
     // Not named: the workspaces this task's close named first, else every watched one.
-    const workspaces = workspacesArg?.length ? normalise(workspacesArg) : (running?.workspaces ?? (Array.isArray(recorded) ? recorded : null) ?? normalise(this.deps.ctx.watcher.paths));
+    const workspaces = named ? normalise(workspacesArg!) : (running?.workspaces ?? (recorded && recorded !== 'unreadable' ? recorded.workspaces : null) ?? normalise(this.deps.ctx.watcher.paths));
     if (running) {
       if (!sameSet(running.workspaces, workspaces)) throw this.conflict(task, running.workspaces, workspaces);
       return running.done;
     }
-    // The first close names its workspaces for good: a path that cannot be checkpointed, or
-    // whose writes no watcher orders, is refused before anything is recorded or sealed.
-    if (recorded === null) this.checkWorkspaces(workspaces);
-    const done = this.run(task, timeoutMs, workspaces, settled).finally(() => this.closing.delete(task));
+    // The first close names its workspaces for good (or a named set replaces a defaulted one:
+    // run()): a path that cannot be checkpointed, or whose writes no watcher orders, is refused
+    // before anything is recorded or sealed.
+    if (archived) return Promise.resolve(this.archivedReceipt(task, recorded, workspaces));
+    if (recorded === null || (named && recorded !== 'unreadable' && recorded.defaulted === true && !sameSet(recorded.workspaces, workspaces) && !this.completeReceipt(task))) this.checkWorkspaces(workspaces);
+    const done = this.run(task, timeoutMs, workspaces, named, settled).finally(() => this.closing.delete(task));
     this.closing.set(task, { workspaces, done });
     return done;
   }
@@ -197,7 +201,14 @@ export class Tasks {
   private checkWorkspaces(workspaces: string[]): void {
     const watched = this.deps.ctx.watcher.paths;
     for (const path of workspaces) {
-      const real = this.deps.checkpoints.checkWorkspace(path);
+      let real: string;
+      try {
+        real = this.deps.checkpoints.checkWorkspace(path);
+      } catch (err) {
+        if (!(err instanceof SupervisorError)) throw err;
+        const why = err.message.replace(`checkpoint: workspace ${path}: `, '').replace(/^checkpoint: /, '');
+        throw new SupervisorError('INVALID_ARGUMENT', `close: no checkpoint can be taken of ${path}: ${why}. Nothing was recorded or sealed`, { ...err.details, workspace: path });
+      }
       if (this.deps.ctx.watcher.rootOf(real) === null) {
         throw new SupervisorError(
           'INVALID_ARGUMENT',
@@ -208,10 +219,29 @@ export class Tasks {
     }
   }
 
-  /** The workspaces the task's close record names; null: none yet; 'unreadable': run() says why. */
-  private recordedWorkspaces(task: string): string[] | null | 'unreadable' {
+  /** Whether the task has a complete (final) task receipt; false when it cannot be read (run() says why). */
+  private completeReceipt(task: string): boolean {
     try {
-      return new TaskFiles(this.deps.ctx.config.stateDir, task).readClose()?.workspaces ?? null;
+      return new TaskFiles(this.deps.ctx.config.stateDir, task).readReceipt()?.complete === true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** A task close on a closed state dir (an archive: nothing is written): the task's final receipt, for the workspaces its close named. */
+  private archivedReceipt(task: string, recorded: TaskCloseRecord | null | 'unreadable', workspaces: string[]): TaskReceipt {
+    const previous = recorded === null ? null : new TaskFiles(this.deps.ctx.config.stateDir, task).readReceipt();
+    if (!previous?.complete || recorded === null || recorded === 'unreadable') {
+      throw new SupervisorError('ADMISSION_SEALED', `the sandbox is closed (its close receipt is final) and task ${JSON.stringify(task)} has no final task receipt in it: it had no sessions (is the task name right?). Nothing was recorded or sealed`, { task });
+    }
+    if (!sameSet(recorded.workspaces, workspaces)) throw this.conflict(task, recorded.workspaces, workspaces);
+    return previous;
+  }
+
+  /** The task's close record (the workspaces it names); null: none yet; 'unreadable': run() says why. */
+  private recordedWorkspaces(task: string): TaskCloseRecord | null | 'unreadable' {
+    try {
+      return new TaskFiles(this.deps.ctx.config.stateDir, task).readClose();
     } catch {
       return 'unreadable';
     }
@@ -225,16 +255,23 @@ export class Tasks {
     );
   }
 
-  private async run(task: string, timeoutMs: number, workspaces: string[], settled: Set<string> | undefined): Promise<TaskReceipt> {
+  private async run(task: string, timeoutMs: number, workspaces: string[], named: boolean, settled: Set<string> | undefined): Promise<TaskReceipt> {
     const { ctx } = this.deps;
     const { identity, log } = ctx;
     const files = new TaskFiles(ctx.config.stateDir, task);
-    const closeRecord = files.readClose();
-    if (closeRecord && !sameSet(closeRecord.workspaces, workspaces)) throw this.conflict(task, closeRecord.workspaces, workspaces);
+    let closeRecord = files.readClose();
     const previous = files.readReceipt();
+    if (closeRecord && !sameSet(closeRecord.workspaces, workspaces)) {
+      // A set no close named (the default, every watched workspace: close --all, close --task
+      // without --workspace) gives way to the first named one while the task is incomplete.
+      if (!(named && closeRecord.defaulted === true && !previous?.complete)) throw this.conflict(task, closeRecord.workspaces, workspaces);
+      closeRecord = { ...closeRecord, workspaces, defaulted: false };
+      files.replaceClose(closeRecord);
+      log.info({ task, workspaces }, 'task close: the workspaces named replace the defaulted set');
+    }
     if (previous?.complete) return previous;
     // The workspaces were checked by close() (checkWorkspaces): the record binds the task to them.
-    if (!closeRecord) files.writeClose({ task, workspaces, requested_at: new Date().toISOString(), generation: identity.generation });
+    if (!closeRecord) files.writeClose({ task, workspaces, requested_at: new Date().toISOString(), generation: identity.generation, ...(named ? {} : { defaulted: true }) });
 
     // The attempt: resumed when a crash stopped it before its receipt, else the next one.
     let attempt = files.readAttempt();
@@ -316,6 +353,7 @@ export class Tasks {
     ({ sessions, retired, joinSessions } = this.sessionFacts(task));
     // A supervisor stopping claims nothing: the attempt resumes at the next start.
     if (this.deps.stopping()) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping; the task close resumes when it starts again (close again then)');
+    const unwatched = receiptWorkspaces(joinSessions, joinWorkspaces, ctx.watcher.paths).unwatched.map((u) => u.root);
     const verdict = evaluateTask({ sealed: true, sessions: joinSessions, workspaces: joinWorkspaces, checkpoints, sealGeneration: sealKnown ? seal.generation : null, fence, fenceOnDisk });
 
     const receipt = ctx.signer.sign<TaskReceipt>({
@@ -327,7 +365,7 @@ export class Tasks {
       sealed: sealKnown ? { generation: seal.generation, sealed_at: seal.sealed_at } : { generation: null, sealed_at: null },
       closed_at: new Date().toISOString(),
       settle: attempt.settle ?? settle,
-      sessions: [...sessions.map((s) => this.sessionEntry(s, joinWorkspaces)), ...retired.map((r) => retiredEntry(r, joinWorkspaces))].sort((a, b) => (a.session_id < b.session_id ? -1 : a.session_id > b.session_id ? 1 : 0)),
+      sessions: [...sessions.map((s) => this.sessionEntry(s, joinWorkspaces, unwatched)), ...retired.map((r) => retiredEntry(r, joinWorkspaces))].sort((a, b) => (a.session_id < b.session_id ? -1 : a.session_id > b.session_id ? 1 : 0)),
       workspaces,
       checkpoints,
       fence,
@@ -444,8 +482,7 @@ export class Tasks {
       const { identity } = ctx;
       const floor = sealFloor(sealGeneration, identity) ?? 0;
       const fenced = (e: TaskCheckpointEntry) => e.fence !== null && e.fence.instance === identity.instance && e.fence.generation <= identity.generation && e.fence.generation >= floor;
-      const covers = (e: TaskCheckpointEntry) =>
-        w.root !== null && e.consistent === true && fenced(e) && sessions.every((s) => s.receipt && (!terminalMutationKnown(s.receipt, w.root!) || checkpointCovers(e, s.receipt, w.root!)));
+      const covers = (e: TaskCheckpointEntry) => w.root !== null && e.consistent === true && fenced(e) && sessions.every((s) => sessionCovered(e, s, w.root!));
       if (entry && covers(entry)) return entry;
     }
     try {
@@ -468,7 +505,8 @@ export class Tasks {
     return a && a.receipt_sha256 === receiptDigest(r) ? { escape_attested: { uid: a.uid, pid: a.pid, reason: a.reason, attested_at: a.attested_at } } : {};
   }
 
-  private sessionEntry(s: Session, workspaces: JoinWorkspace[]): TaskSessionEntry {
+  /** unwatched: the roots the task's receipts name that no workspace of the close covers nor this supervisor watches. */
+  private sessionEntry(s: Session, workspaces: JoinWorkspace[], unwatched: string[]): TaskSessionEntry {
     const r = s.receipt;
     const output: TaskSessionEntry['output'] = {};
     for (const [stream, o] of Object.entries(r?.output ?? {})) if (o) output[stream] = { final_cursor: o.final_cursor, complete: o.complete, reason: o.reason ?? null };
@@ -484,10 +522,15 @@ export class Tasks {
       death: r ? { evidence: r.death.evidence, observed_at: r.death.observed_at, ...(r.death.escapes ? { escapes: r.death.escapes } : {}), ...this.escapeAttestation(s, r) } : null,
       ended_at: r?.ended_at ?? null,
       output,
-      workspace: workspaces.map((w) => {
-        const e = r && w.root ? (r.workspace?.find((x) => x.path === w.root) ?? null) : null;
-        return { path: w.path, root: w.root, epoch: e?.epoch ?? null, terminal_mutation: e?.terminal_mutation ?? null, gap: w.root === null ? 'not_watched' : (e?.gap ?? null), scan_digest: e?.scan?.digest ?? null };
-      }),
+      workspace: [
+        ...workspaces.map((w) => {
+          const e = r && w.root ? (r.workspace?.find((x) => x.path === w.root) ?? null) : null;
+          // not_watched: no watched root holds the path, or the receipt has no entry for it (not watched while the session ran).
+          return { path: w.path, root: w.root, epoch: e?.epoch ?? null, terminal_mutation: e?.terminal_mutation ?? null, gap: w.root === null || (r && !e) ? 'not_watched' : (e?.gap ?? null), scan_digest: e?.scan?.digest ?? null };
+        }),
+        // The receipt's entries for workspaces no longer watched that it may have written (the obligation naming them: join.ts).
+        ...(r?.workspace ?? []).filter((e) => unwatched.includes(e.path)).map((e) => ({ path: e.path, root: null, epoch: e.epoch, terminal_mutation: e.terminal_mutation, gap: e.gap, scan_digest: e.scan?.digest ?? null })),
+      ],
     };
   }
 }

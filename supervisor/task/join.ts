@@ -97,9 +97,34 @@ export function checkpointCovers(cp: TaskCheckpointEntry, receipt: Receipt, root
   const e = entryFor(receipt, root);
   if (!e || !cp.boundary || !cp.fence || !cp.started_at) return false;
   if (e.terminal_mutation !== null && cp.boundary.seq !== null && e.epoch === cp.boundary.epoch) return cp.boundary.seq >= e.terminal_mutation;
+  return takenAfterEnd(cp, receipt);
+}
+
+/** Whether a published checkpoint was taken after the session ended: by a later supervisor run, or in the same run started at or after its ended_at. */
+function takenAfterEnd(cp: TaskCheckpointEntry, receipt: Receipt): boolean {
+  if (cp.checkpoint_id === null || !cp.fence || !cp.started_at) return false;
   const receiptGeneration = receipt.supervisor.generation;
   if (cp.fence.generation !== receiptGeneration) return cp.fence.generation > receiptGeneration;
   return Date.parse(cp.started_at) >= Date.parse(receipt.ended_at);
+}
+
+/**
+ * Whether a session whose receipt has no entry for a watched root (the workspace was not
+ * watched while it ran: a receipt lists every workspace watched then) is ordered before the
+ * checkpoint anyway: its death is proven (no process of it is left to write once the watch
+ * began) and the checkpoint was taken after it ended (takenAfterEnd, the cross-epoch rule).
+ */
+export function endedBeforeWatch(cp: TaskCheckpointEntry | undefined, s: JoinSession, root: string): boolean {
+  const r = s.receipt;
+  if (!r || !cp || entryFor(r, root) !== null) return false;
+  const proven = r.death ? DEATH_EVIDENCE.has(r.death.evidence) || (r.death.evidence === 'cgroup_escaped' && s.escapeAttested === true) : false;
+  return proven && takenAfterEnd(cp, r);
+}
+
+/** Whether the checkpoint orders every write of the session in the watched root: by its terminal_mutation (checkpointCovers), or it ended before the root was watched (endedBeforeWatch). */
+export function sessionCovered(cp: TaskCheckpointEntry, s: JoinSession, root: string): boolean {
+  if (!s.receipt) return false;
+  return terminalMutationKnown(s.receipt, root) ? checkpointCovers(cp, s.receipt, root) : endedBeforeWatch(cp, s, root);
 }
 
 /**
@@ -153,7 +178,7 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
   if (!f.sealed) obligations.push({ authority: 'operator', condition: 'sealed', what: 'the task is not sealed' });
 
   // Sessions: a receipt with death evidence and a final cursor per stream.
-  const ended: { id: string; receipt: Receipt }[] = [];
+  const ended: { id: string; receipt: Receipt; session: JoinSession }[] = [];
   for (const s of f.sessions) {
     const r = s.receipt;
     if (!r) {
@@ -206,7 +231,7 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
       c.sessions_settled = false;
       obligations.push({ authority: 'session', condition: 'sessions_settled', session_id: s.sessionId, what: `session ${s.sessionId}'s receipt has no final output cursor` });
     }
-    ended.push({ id: s.sessionId, receipt: r });
+    ended.push({ id: s.sessionId, receipt: r, session: s });
   }
   const waiting = ended.length < f.sessions.length;
 
@@ -223,8 +248,11 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
       });
       continue;
     }
+    const cp = f.checkpoints[f.workspaces.indexOf(w)];
     for (const s of ended) {
       if (terminalMutationKnown(s.receipt, w.root)) continue;
+      // Not watched while it ran, and ended before this checkpoint: nothing of it to order.
+      if (endedBeforeWatch(cp, s.session, w.root)) continue;
       c.terminal_mutations_known = false;
       const e = entryFor(s.receipt, w.root);
       obligations.push({
@@ -234,7 +262,7 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
         workspace: w.path,
         what: e
           ? `session ${s.id}'s end in ${w.root} is unknown: the watcher had a gap (${e.gap}) and the scan that stands in failed`
-          : `session ${s.id}'s receipt has no entry for ${w.root} (the workspace was not watched while it ran)`,
+          : `session ${s.id}'s receipt has no entry for ${w.root} (the workspace was not watched while it ran), and ${cp?.checkpoint_id ? `checkpoint ${cp.checkpoint_id} cannot be shown to come after its proven end` : 'no checkpoint was taken after its end'}`,
       });
     }
   }

@@ -75,7 +75,7 @@ export class TaskFiles {
     createFileDurable(this.path('close'), JSON.stringify(record) + '\n');
   }
 
-  /** Replaces the close record (the workspaces a close added to the set it named). */
+  /** Replaces the close record (the workspaces a close added to the set it named; a named set in place of a defaulted one). */
   replaceClose(record: TaskCloseRecord): void {
     this.ensureDir();
     writeFileDurable(this.path('close'), JSON.stringify(record) + '\n');

@@ -213,7 +213,7 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     expect(missing.stderr.toString()).toMatch(/^sbx: INVALID_ARGUMENT: checkpoint: workspace .*nope: does not exist\n$/);
     const holder = await d.sbx(['checkpoint', '--workspace', d.dir]);
     expect(holder.status).toBe(125);
-    expect(holder.stderr.toString()).toContain('is inside workspace');
+    expect(holder.stderr.toString()).toContain(`checkpoint: the directory ${d.dir} holds the state dir `);
   });
 
   it('a link planted in the restore target, or the target being a link, is never followed', async () => {

@@ -68,14 +68,15 @@ describe('task close: breaking it', () => {
     const bad: [string, string][] = [
       [join(d.dir, 'typo'), 'does not exist'],
       [join(d.dir, 'a-file'), 'is not a directory'],
-      [d.stateDir, `the state dir ${d.stateDir} is inside workspace ${d.stateDir}`],
-      [d.dir, `the state dir ${d.stateDir} is inside workspace ${d.dir}`],
+      [d.stateDir, `the directory ${d.stateDir} holds the state dir ${d.stateDir}`],
+      [d.dir, `the directory ${d.dir} holds the state dir ${d.stateDir}`],
     ];
     for (const [path, why] of bad) {
       const r = await d.sbx(['close', '--task', 'T', '--workspace', path]);
       expect(r.stdout.toString()).toBe('');
-      expect(r.stderr.toString()).toContain(`INVALID_ARGUMENT: checkpoint: `);
+      expect(r.stderr.toString()).toContain(`INVALID_ARGUMENT: close: no checkpoint can be taken of ${path}: `);
       expect(r.stderr.toString()).toContain(why);
+      expect(r.stderr.toString()).toContain('. Nothing was recorded or sealed\n');
       expect(r.status).toBe(125);
     }
     // Nothing was recorded: no close, no seal; the task still admits.

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { CloseReceipt, Receipt, SessionSummary, TaskReceipt } from '../../ipc/protocol.js';
 import { pidsWithMarker, type TestDaemon, until } from '../helpers/daemon.js';
-import { tearSession, verifyTask, withWorkspace } from '../helpers/tasks.js';
+import { taskDir, tearSession, verifyTask, withWorkspace } from '../helpers/tasks.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
 
 const rig = new WorkspaceRig();
@@ -261,12 +261,22 @@ describe('complete: false names what is missing', () => {
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo hi > ${ws}/f`])).status).toBe(0);
     for (const [path, says] of [
       [other, `close: ${other} is not in a watched workspace (${ws})`],
-      [join(d.dir, 'missing'), `checkpoint: workspace ${join(d.dir, 'missing')}: does not exist`],
-      [join(d.dir, 'a-file'), `checkpoint: workspace ${join(d.dir, 'a-file')}: ${join(d.dir, 'a-file')} is not a directory`],
+      [join(d.dir, 'missing'), `close: no checkpoint can be taken of ${join(d.dir, 'missing')}: does not exist. Nothing was recorded or sealed`],
+      [join(d.dir, 'a-file'), `close: no checkpoint can be taken of ${join(d.dir, 'a-file')}: ${join(d.dir, 'a-file')} is not a directory. Nothing was recorded or sealed`],
+      ['/tmp', `close: no checkpoint can be taken of /tmp: the directory /tmp holds the state dir ${d.stateDir}: a checkpoint would hold itself. Nothing was recorded or sealed`],
     ]) {
       const refused = await closeTask(d, 'T', ['--workspace', path]);
       expect(refused.status).toBe(125);
       expect(refused.stderr).toContain(`INVALID_ARGUMENT: ${says}`);
+    }
+    // --json: each refusal is {"error"} on stdout too, as is a close with neither --task nor --all.
+    const asJson = await d.sbx(['close', '--json', '--task', 'T', '--workspace', '/tmp']);
+    expect(JSON.parse(asJson.stdout.toString())).toMatchObject({ error: { code: 'INVALID_ARGUMENT', retryable: false } });
+    for (const command of ['close', 'seal']) {
+      const neither = await d.sbx([command, '--json']);
+      expect(neither.status).toBe(125);
+      expect(JSON.parse(neither.stdout.toString())).toEqual({ error: { code: 'INVALID_ARGUMENT', message: `${command} needs --task T (that task only) or --all (every task, the whole sandbox, for good); nothing was sent`, retryable: false, details: { field: 'task' } } });
+      expect(neither.stderr.toString()).toBe(`sbx: INVALID_ARGUMENT: ${command} needs --task T (that task only) or --all (every task, the whole sandbox, for good); nothing was sent\n`);
     }
     expect(existsSync(join(d.stateDir, 'tasks'))).toBe(false);
     expect((await d.sbx(['run', '--task', 'T', '--', 'true'])).status).toBe(0); // not sealed
@@ -303,6 +313,9 @@ describe("a workspace the task's receipts name", () => {
     const what = `workspace ${ws} is named by session ${id}'s receipt (it may have written there) but is not a workspace of this close, nor watched by this supervisor: no checkpoint orders those writes (watch it again, workspace.paths or serve --workspace, and close again)`;
     expect(closed.receipt!.obligations).toEqual([{ authority: 'workspace', condition: 'checkpoint_covers', session_id: id, workspace: ws, what }]);
     expect(closed.stderr).toBe(`sbx: task "R2" incomplete: workspace must settle checkpoint_covers: ${what}\n`);
+    // The session's entry shows the receipt's facts for the workspace its obligation names (root null: not watched now).
+    const own2 = own.workspace![0];
+    expect(closed.receipt!.sessions.map((s) => s.workspace)).toEqual([[{ path: ws, root: null, epoch: own2.epoch, terminal_mutation: own2.terminal_mutation, gap: null, scan_digest: null }]]);
     // sbx verify derives the same verdict from the facts.
     expect(await verifyTask(d, closed.stdout)).toMatchObject({ status: 0 });
 
@@ -360,6 +373,78 @@ describe('sbx close --all is the join over every task', () => {
     expect(readFileSync(join(d.stateDir, 'close-receipt.json'), 'utf8')).toBe(second.stdout.toString());
     const rReceipt = json<TaskReceipt>(await d.sbx(['close', '--task', 'R']));
     expect(rReceipt).toMatchObject({ complete: true, workspaces: [ws], checkpoints: [expect.objectContaining({ workspace: ws, checkpoint_id: expect.any(String) })] });
+    // The same receipt every time: the stored bytes, exactly.
+    const third = await d.sbx(['close', '--all', '--timeout', '1s']);
+    expect(third.status).toBe(0);
+    expect(third.stdout.equals(second.stdout)).toBe(true);
+    // The closed state dir is an archive: a task close writes nothing in it.
+    const files = (): string[] => (readdirSync(d.stateDir, { recursive: true }) as string[]).filter((f) => !f.endsWith('.log')).sort();
+    const before = files();
+    const r = await d.sbx(['close', '--task', 'R']);
+    expect(r.status).toBe(0);
+    expect(r.stdout.toString()).toBe(readFileSync(join(taskDir(d, 'R'), 'receipt.json'), 'utf8'));
+    const fresh = await d.sbx(['close', '--task', 'newtask']);
+    expect(fresh.status).toBe(125);
+    expect(fresh.stderr.toString()).toBe('sbx: ADMISSION_SEALED: the sandbox is closed (its close receipt is final) and task "newtask" has no final task receipt in it: it had no sessions (is the task name right?). Nothing was recorded or sealed\n');
+    expect(files()).toEqual(before);
+  });
+});
+
+describe('a workspace added at a restart', () => {
+  it('a session that ended before it was watched (no receipt entry) is ordered by the checkpoint after its end: close --all completes; the task receipt says not_watched', { timeout: 60_000 }, async () => {
+    const { d, ws } = await withWorkspace(rig);
+    expect((await d.sbx(['run', '--task', 't9', '--key', 't9', '--', 'sh', '-c', `echo nine > ${ws}/nine.txt`])).status).toBe(0);
+    const id = json<SessionSummary[]>(await d.sbx(['ps', '--all', '--json'])).find((s) => s.invocation_key === 't9')!.session_id;
+    const ws2 = join(d.dir, 'ws2');
+    mkdirSync(ws2);
+    await d.terminate();
+    d.withConfig({ workspace: { paths: [ws, ws2] } });
+    await d.start();
+    const all = await d.sbx(['close', '--all', '--timeout', '1s']);
+    expect(all.stderr.toString()).toBe('');
+    expect(all.status).toBe(0);
+    expect((JSON.parse(all.stdout.toString()) as CloseReceipt).tasks!.map((t) => [t.task, t.complete])).toEqual([['t9', true]]);
+    const t9 = await closeTask(d, 't9');
+    expect(t9.status).toBe(0);
+    expect(t9.receipt).toMatchObject({ complete: true, workspaces: [ws, ws2], obligations: [] });
+    expect(t9.receipt!.sessions.map((s) => [s.session_id, s.workspace.map((w) => [w.path, w.root, w.gap, w.terminal_mutation === null])])).toEqual([
+      [id, [[ws, ws, null, false], [ws2, ws2, 'not_watched', true]]],
+    ]);
+    expect(await verifyTask(d, t9.stdout)).toMatchObject({ status: 0 });
+    // The set close --all defaulted to is recorded as such.
+    expect(JSON.parse(readFileSync(join(taskDir(d, 't9'), 'close.json'), 'utf8'))).toMatchObject({ workspaces: [ws, ws2], defaulted: true });
+  });
+
+  it('the set close --all defaulted to (every watched workspace) gives way to the first close that names workspaces while the task is incomplete; a named set stays', { timeout: 60_000 }, async () => {
+    const { d, ws } = await withWorkspace(rig);
+    const c = await d.client();
+    const ok = await c.launch({ argv: ['sh', '-c', `echo ok > ${ws}/ok`], cwd: '/', task: 'T', invocation_key: 'fine' });
+    await c.wait({ session_id: ok.session_id });
+    const lost = await c.launch({ argv: ['true'], cwd: '/', task: 'T', invocation_key: 'torn' });
+    await c.wait({ session_id: lost.session_id });
+    await d.kill9();
+    tearSession(d, lost.session_id);
+    const ws2 = join(d.dir, 'ws2');
+    mkdirSync(ws2);
+    d.withConfig({ workspace: { paths: [ws, ws2] } });
+    await d.start();
+    expect((await d.sbx(['close', '--all', '--timeout', '1s'])).status).toBe(1);
+    const record = () => JSON.parse(readFileSync(join(taskDir(d, 'T'), 'close.json'), 'utf8'));
+    expect(record()).toMatchObject({ workspaces: [ws, ws2], defaulted: true });
+    const named = await closeTask(d, 'T', ['--workspace', ws]);
+    expect(named.status).toBe(1);
+    expect(named.receipt).toMatchObject({ complete: false, workspaces: [ws] });
+    expect(record()).toMatchObject({ workspaces: [ws], defaulted: false });
+    const conflict = await d.sbx(['close', '--task', 'T', '--workspace', ws2]);
+    expect(conflict.status).toBe(125);
+    expect(conflict.stderr.toString()).toContain(`TASK_CONFLICT: task "T" is closed (or closing) with workspaces ${JSON.stringify([ws])}`);
+    expect((await d.sbx(['resolve', lost.session_id, '--as-operator', '--reason', 'checked'])).status).toBe(0);
+    const done = await d.sbx(['close', '--all', '--timeout', '1s']);
+    expect(done.stderr.toString()).toBe('');
+    expect(done.status).toBe(0);
+    // The resolved session's receipt has a gap in ws2 (its end was scanned there): the close adds ws2 to the named set.
+    expect(json<TaskReceipt>(await d.sbx(['close', '--task', 'T']))).toMatchObject({ complete: true, workspaces: [ws, ws2] });
+    expect(record()).toMatchObject({ workspaces: [ws], defaulted: false, added_workspaces: [ws2] });
   });
 });
 

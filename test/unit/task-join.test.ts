@@ -3,7 +3,7 @@
 // the same verdict (property: random facts, shuffled; the seed is logged).
 import { describe, expect, it } from 'vitest';
 import type { Receipt, TaskCheckpointEntry } from '../../ipc/protocol.js';
-import { checkpointCovers, evaluateTask, receiptWorkspaces, sealFloor, type JoinFacts, type JoinSession } from '../../supervisor/task/join.js';
+import { checkpointCovers, evaluateTask, receiptWorkspaces, sealFloor, sessionCovered, type JoinFacts, type JoinSession } from '../../supervisor/task/join.js';
 
 const EPOCH = 'boot:1000';
 const fence = { instance: 'inst', generation: 3, boot_id: 'boot' };
@@ -164,6 +164,38 @@ describe('evaluateTask', () => {
     const gap = receipt('s-1', { tm: null, gap: 'listener_restart', scan: true, ended_at: '2026-12-01T10:00:05.000Z' });
     expect(checkpointCovers(checkpoint(), gap, '/ws')).toBe(false);
     expect(checkpointCovers(checkpoint({ started_at: '2026-12-01T10:00:05.000Z' }), gap, '/ws')).toBe(true);
+  });
+
+  it('a workspace first watched after a session ended (its receipt has no entry): ordered by a checkpoint taken after its proven end, else the obligation stays', () => {
+    const ws2 = { path: '/ws2', root: '/ws2' };
+    const cp2 = checkpoint({ workspace: '/ws2', boundary: { epoch: 'boot:2000', seq: 3, gap: null }, fence: { ...fence, generation: 4 } });
+    const run4 = { ...fence, generation: 4 };
+    const base = { workspaces: [{ path: '/ws', root: '/ws' }, ws2], fence: run4, fenceOnDisk: { instance: 'inst', generation: 4 }, sealGeneration: 4 };
+    // Written by run 3, ws2 watched from run 4 on, checkpoints by run 4: complete.
+    const later = evaluateTask(facts({ ...base, checkpoints: [checkpoint({ fence: run4 }), cp2] }));
+    expect(later).toMatchObject({ complete: true, obligations: [] });
+    // In the same run: a checkpoint started after the session ended orders it; one started before does not.
+    const same = { ...base, fence, fenceOnDisk: { instance: 'inst', generation: 3 }, sealGeneration: 3 };
+    const after = checkpoint({ workspace: '/ws2', boundary: { epoch: 'boot:2000', seq: 3, gap: null }, started_at: '2026-12-01T10:00:01.000Z' });
+    expect(evaluateTask(facts({ ...same, checkpoints: [checkpoint(), after] })).complete).toBe(true);
+    const before = evaluateTask(facts({ ...same, checkpoints: [checkpoint(), { ...after, started_at: '2026-12-01T09:59:59.000Z' }] }));
+    expect(failing(before)).toEqual(['terminal_mutations_known']);
+    expect(before.obligations).toEqual([
+      { authority: 'workspace', condition: 'terminal_mutations_known', session_id: 's-1', workspace: '/ws2', what: `session s-1's receipt has no entry for /ws2 (the workspace was not watched while it ran), and checkpoint ${'a'.repeat(64)} cannot be shown to come after its proven end` },
+    ]);
+    // No proven death (escaped, not attested): the order cannot be shown.
+    const escaped = evaluateTask(facts({ ...base, sessions: [session('s-1', receipt('s-1', { evidence: 'cgroup_escaped' }))], checkpoints: [checkpoint({ fence: run4 }), cp2] }));
+    expect(escaped.obligations.filter((o) => o.condition === 'terminal_mutations_known').map((o) => o.workspace)).toEqual(['/ws2']);
+    const attested = evaluateTask(facts({ ...base, sessions: [{ ...session('s-1', receipt('s-1', { evidence: 'cgroup_escaped' })), escapeAttested: true }], checkpoints: [checkpoint({ fence: run4 }), cp2] }));
+    expect(attested).toMatchObject({ complete: true, obligations: [] });
+    // No checkpoint of ws2 (it failed): both facts are missing, each named.
+    const failed = evaluateTask(facts({ ...base, checkpoints: [checkpoint({ fence: run4 }), { ...cp2, checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'capture', message: 'boom' } }] }));
+    expect(failed.obligations.map((o) => [o.condition, o.workspace])).toEqual([
+      ['terminal_mutations_known', '/ws2'],
+      ['checkpoint_covers', '/ws2'],
+    ]);
+    expect(sessionCovered(cp2, session('s-1', receipt('s-1')), '/ws2')).toBe(true);
+    expect(sessionCovered({ ...cp2, fence }, session('s-1', receipt('s-1', { ended_at: '2026-12-01T10:00:05.000Z' })), '/ws2')).toBe(false);
   });
 
   it('unstable, failed, read-back: each its own obligation', () => {
