@@ -4,8 +4,8 @@
 // counts the rest as unattributed, never guesses; writes barriers after a session's death and
 // makes the barrier's sequence its terminal_mutation; turns every reason it cannot vouch for
 // the events (no fanotify, a queue overflow, a restart, a barrier that did not come back) into
-// a gap with a scan that stands in. Owns the barrier fds (an O_TMPFILE inode in each workspace
-// root: no name a session can reach; else a file in the state dir on the workspace's file system)
+// a gap with a scan that stands in. Owns the barrier fds (an O_TMPFILE inode, O_EXCL, in each
+// workspace root: no name a session can reach or give it; else a file in the state dir on the workspace's file system)
 // and the per-session change logs; not the walk (walk.ts) or the reading (watch-worker.ts).
 import { closeSync, constants, existsSync, fstatSync, futimesSync, mkdirSync, openSync, realpathSync, statfsSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -310,7 +310,8 @@ export class WorkspaceWatcher {
   private openBarrier(ws: Workspace, i: number): void {
     try {
       if (this.options.noTmpfile) throw Object.assign(new Error('O_TMPFILE off (test hook)'), { code: 'EOPNOTSUPP' });
-      ws.barrierFd = openSync(ws.path, O_TMPFILE | constants.O_WRONLY, 0o600);
+      // O_EXCL: the inode can never be linked into the file system (open(2)), not even via /proc/<pid>/fd by root.
+      ws.barrierFd = openSync(ws.path, O_TMPFILE | constants.O_EXCL | constants.O_WRONLY, 0o600);
       ws.barrier = { dir: ws.path, name: `${BARRIER_PREFIX}${fstatSync(ws.barrierFd, { bigint: true }).ino}` };
       return;
     } catch (err) {
