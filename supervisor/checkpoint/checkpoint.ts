@@ -357,6 +357,8 @@ export class Checkpoints {
     const startedAt = new Date().toISOString();
     // 1. The boundary, before anything is read: every write closed before it is seen by the scan.
     const boundary: CheckpointBoundary = await this.deps.watcher.boundary(workspace);
+    // The watched file system is what is captured: a walk that finds another (mounted over it) fails.
+    const expectFs = this.deps.watcher.fsIdentity(workspace);
     faultPoint('checkpoint:after-boundary');
     const tBoundary = performance.now();
     const remote = this.remoteStore();
@@ -367,6 +369,7 @@ export class Checkpoints {
     const captured = await this.thread.run({
       kind: 'checkpoint',
       root: workspace,
+      ...(expectFs ? { expectFs } : {}),
       storeDir: this.local.dir,
       storeFd,
       reserveBytes: this.deps.reserveBytes(),

@@ -15,7 +15,7 @@ import { createHash } from 'node:crypto';
 import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readSync } from 'node:fs';
 import { faultPoint } from '../fault.js';
 import { native } from '../native.js';
-import { entryPath, ScanError, walkTree, type WalkEntry } from '../workspace/walk.js';
+import { checkFsIdentity, entryPath, ScanError, walkTree, type FsIdentity, type WalkEntry } from '../workspace/walk.js';
 import { LocalStoreFiles, writeAll } from './local-store.js';
 import type { EntryFacts } from './manifest.js';
 import { StoreError } from './store.js';
@@ -23,6 +23,8 @@ import { StoreError } from './store.js';
 export interface CaptureRequest {
   kind: 'capture';
   root: string;
+  /** A watched workspace (or a directory in it): the file system (and mount) every pass must walk, else fs_changed (something mounted over it). */
+  expectFs?: FsIdentity;
   /** The store's path (for messages) and the supervisor's fd holding it open (what is written to). */
   storeDir: string;
   storeFd: number;
@@ -345,6 +347,13 @@ function frozenPass(req: CaptureRequest, store: LocalStoreFiles, onFrozen: (froz
     Atomics.compareExchange(state, 0, FREEZE_HELD, FREEZE_IDLE);
     return { frozen: false, ms: 0, reason: `cannot open the workspace to freeze it: ${(err as Error).message}` };
   }
+  try {
+    if (req.expectFs) checkFsIdentity(fd, req.root, req.expectFs); // never freeze what is mounted over it
+  } catch (err) {
+    closeSync(fd);
+    Atomics.compareExchange(state, 0, FREEZE_HELD, FREEZE_IDLE);
+    throw err;
+  }
   const t0 = performance.now();
   const ms = () => Math.round(performance.now() - t0);
   try {
@@ -449,7 +458,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       prevRootSig = rootSig;
       root = { mode: Number(rootSt.mode) & 0o7777, uid: Number(rootSt.uid), gid: Number(rootSt.gid), mtimeNs: rootSt.mtimeNs };
       const bound = frozen ? { deadlineMs: frozen.ms, startHrNs: frozen.startHrNs } : { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs };
-      for (const e of walkTree(req.root, { ...bound, oneFileSystem: true })) {
+      for (const e of walkTree(req.root, { ...bound, oneFileSystem: true, expectFs: req.expectFs })) {
         const key = e.path.toString('latin1');
         seen.add(key);
         const old = prev.get(key);

@@ -5,6 +5,7 @@
 // watcher had a gap and whose scan failed, an object flipped between its write and its
 // read-back, a checkpoint older than a session's terminal_mutation, a workspace not watched.
 // sbx verify checks a task receipt end to end and names what was tampered with.
+import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -200,6 +201,39 @@ describe('complete: false names what is missing', () => {
       { authority: 'workspace', condition: 'checkpoint_covers', workspace: ws, what: expect.stringMatching(/^the checkpoint of .* failed \(CHECKPOINT_FAILED, scan\): .*EACCES/) },
     ]);
     chmodSync(join(ws, 'locked'), 0o700); // so the rig can remove it
+  });
+
+  it('a workspace root a session mounted over (tmpfs on WS): the close does not capture the tmpfs as WS: CHECKPOINT_FAILED naming it, not complete; unmounted, close again: complete with what is on the watched file system', async () => {
+    const { d, ws } = await withWorkspace(rig);
+    let mounted = false;
+    try {
+      const r = await d.sbx(['run', '--task', 'M1', '--', 'sh', '-c', `echo real > ${ws}/real.txt && mount -t tmpfs sbx-test-over ${ws} && echo fake > ${ws}/fake.txt`]);
+      mounted = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.split(' ')[4] === ws);
+      expect(r.status, r.stderr.toString()).toBe(0);
+      expect(mounted).toBe(true);
+      const closed = await closeTask(d, 'M1', ['--workspace', ws]);
+      expect(closed.status, closed.stderr).toBe(1);
+      expect(closed.receipt).toMatchObject({ complete: false, conditions: { checkpoint_covers: false } });
+      expect(closed.receipt!.checkpoints[0]).toMatchObject({ checkpoint_id: null });
+      expect(closed.receipt!.obligations).toEqual([
+        { authority: 'workspace', condition: 'checkpoint_covers', workspace: ws, what: expect.stringMatching(new RegExp(`^the checkpoint of .* failed \\(CHECKPOINT_FAILED, scan\\): .*fs_changed: the workspace ${ws} is now another file system: something is mounted over it`)) },
+      ]);
+      // sbx checkpoint of it says the same, and publishes nothing.
+      const ck = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
+      expect(ck.status).not.toBe(0);
+      expect(ck.stderr.toString()).toContain(`fs_changed: the workspace ${ws} is now another file system: something is mounted over it`);
+      expect(spawnSync('umount', [ws]).status).toBe(0);
+      mounted = false;
+      const again = await closeTask(d, 'M1', ['--workspace', ws]);
+      expect(again.status, again.stderr).toBe(0);
+      expect(again.receipt).toMatchObject({ complete: true, obligations: [] });
+      const listing = await d.sbx(['restore', again.receipt!.checkpoints[0].checkpoint_id!, join(d.dir, 'back'), '--state-dir', d.stateDir]);
+      expect(listing.status, listing.stderr.toString()).toBe(0);
+      expect(readdirSync(join(d.dir, 'back')).filter((n) => !n.startsWith('.'))).toEqual(['real.txt']);
+      expect(readFileSync(join(d.dir, 'back', 'real.txt'), 'utf8')).toBe('real\n');
+    } finally {
+      if (mounted) spawnSync('umount', [ws]);
+    }
   });
 
   it('an object flipped between its write and its read-back: read_back_exact false, the object set aside; close again: a new checkpoint, complete', async () => {
