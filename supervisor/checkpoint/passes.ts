@@ -96,10 +96,12 @@ const FILE_ATTEMPTS = 3;
 const PROGRESS_EVERY_MS = 250;
 /**
  * A file another process holds a write lease on (fcntl(2) F_SETLEASE F_WRLCK): the O_NONBLOCK
- * open fails with EWOULDBLOCK and starts the lease break; it is tried again for at most this
- * long (every LEASE_RETRY_MS), in each pass, before it counts as moved for that pass.
+ * open fails with EWOULDBLOCK and starts the lease break; it is tried again (every
+ * LEASE_RETRY_MS) while the pass's lease budget lasts: LEASE_PASS_BUDGET_MS in all per pass,
+ * shared by its leased files (once spent, each further one is tried once), so leases cost a
+ * checkpoint at most passes x LEASE_PASS_BUDGET_MS. One not opened counts as moved for that pass.
  */
-const LEASE_WAIT_MS = 100;
+const LEASE_PASS_BUDGET_MS = 100;
 const LEASE_RETRY_MS = 5;
 /** What Capture.entry returns for a file it could not open because of a lease. */
 export const LEASED = 'leased';
@@ -145,8 +147,15 @@ class Capture {
   bytesWritten = 0;
   bytesHashed = 0;
   private lastProgress = Date.now();
+  /** What is left of this pass's lease budget (ms). */
+  private leaseLeftMs = LEASE_PASS_BUDGET_MS;
 
   constructor(private readonly store: LocalStoreFiles, private readonly progress: (p: WorkerProgress['progress']) => void, private deadline: { hrNs: bigint | null; ms?: number }) {}
+
+  /** A new pass: its lease budget whole again. */
+  newPass(): void {
+    this.leaseLeftMs = LEASE_PASS_BUDGET_MS;
+  }
 
   /** Another deadline for what follows (the frozen pass has its own). */
   bound(hrNs: bigint | null, ms?: number): void {
@@ -209,18 +218,22 @@ class Capture {
     return this.file(e);
   }
 
-  /** Opens a file to read; while a lease blocks it (EWOULDBLOCK), tries again for at most LEASE_WAIT_MS, then null. */
+  /** Opens a file to read; while a lease blocks it (EWOULDBLOCK), tries again while the pass's lease budget lasts, then null. */
   private openFile(e: WalkEntry): number | null {
-    const until = performance.now() + LEASE_WAIT_MS;
-    for (;;) {
-      try {
-        return openSync(entryPath(e.dirFd, e.name), OPEN_FILE);
-      } catch (err) {
-        if (!leaseBlocked(err)) throw err;
-        if (performance.now() >= until) return null;
-        this.checkDeadline();
-        Atomics.wait(sleeper, 0, 0, LEASE_RETRY_MS);
+    const t0 = performance.now();
+    try {
+      for (;;) {
+        try {
+          return openSync(entryPath(e.dirFd, e.name), OPEN_FILE);
+        } catch (err) {
+          if (!leaseBlocked(err)) throw err;
+          if (performance.now() - t0 >= this.leaseLeftMs) return null;
+          this.checkDeadline();
+          Atomics.wait(sleeper, 0, 0, LEASE_RETRY_MS);
+        }
       }
+    } finally {
+      this.leaseLeftMs = Math.max(0, this.leaseLeftMs - (performance.now() - t0));
     }
   }
 
@@ -452,6 +465,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       const seen = new Set<string>();
       changed = [];
       leased = [];
+      cap.newPass();
       const rootSt = lstatSync(req.root, { bigint: true });
       const rootSig = sigOf('dir', rootSt);
       if (pass > 1 && rootSig !== prevRootSig) changed.push(Buffer.from('.'));
