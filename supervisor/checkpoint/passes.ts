@@ -74,6 +74,8 @@ export interface CaptureResult {
   entries: CapturedEntry[];
   /** Paths that still changed in the last pass (moved, appeared or went). Empty: consistent. */
   unstable: Buffer[];
+  /** Those of `unstable` another process's write lease kept shut in the last pass: not read then (captured only if an earlier pass read them). */
+  leased: Buffer[];
   passes: number;
   files: number;
   bytes: number;
@@ -535,6 +537,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       root,
       entries,
       unstable: changed,
+      leased,
       passes: pass,
       files,
       bytes,
