@@ -236,6 +236,26 @@ describe('complete: false names what is missing', () => {
     }
   });
 
+  it('the same check by mount id and for a directory in a workspace: a bind mount of the same file system over WS (same st_dev), a tmpfs over WS/inner: CHECKPOINT_FAILED fs_changed; an unwatched directory is not checked', async () => {
+    const { d, ws } = await withWorkspace(rig);
+    mkdirSync(join(ws, 'sub'));
+    writeFileSync(join(ws, 'sub', 'other'), 'other\n');
+    mkdirSync(join(ws, 'inner'));
+    rig.mount(['-t', 'tmpfs', 'sbx-test-inner'], join(ws, 'inner'));
+    const inner = await d.sbx(['checkpoint', '--workspace', join(ws, 'inner')]);
+    expect(inner.status).not.toBe(0);
+    expect(inner.stderr.toString()).toContain(`CHECKPOINT_FAILED: checkpoint of ${ws}/inner failed (scan): fs_changed: ${ws}/inner (in workspace ${ws}) is now another file system: something is mounted over it`);
+    rig.mount(['--bind', join(ws, 'sub')], ws);
+    const bound = await d.sbx(['checkpoint', '--workspace', ws]);
+    expect(bound.status).not.toBe(0);
+    expect(bound.stderr.toString()).toContain(`fs_changed: the workspace ${ws} is now another mount: something is mounted over it`);
+    // A directory no workspace holds: not_watched, nothing to compare with.
+    mkdirSync(join(d.dir, 'plain'));
+    writeFileSync(join(d.dir, 'plain', 'f'), 'f');
+    const plain = json<{ boundary: { gap: string }; consistent: boolean }>(await d.sbx(['checkpoint', '--workspace', join(d.dir, 'plain'), '--json']));
+    expect(plain).toMatchObject({ boundary: { gap: 'not_watched' }, consistent: true });
+  });
+
   it('an object flipped between its write and its read-back: read_back_exact false, the object set aside; close again: a new checkpoint, complete', async () => {
     const { d, ws } = await withWorkspace(rig, { env: { SBX_TEST_CHECKPOINT_FLIP: 'big' } });
     const r = await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `head -c 100000 /dev/zero | tr '\\0' 'z' > ${ws}/big; echo small > ${ws}/small`]);
