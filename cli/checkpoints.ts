@@ -7,7 +7,7 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, join, resolve as resolvePath } from 'node:path';
 import { STATE } from '../ipc/state-layout.js';
 import { LocalStore, STORE_DIRS } from '../supervisor/checkpoint/local-store.js';
-import { checkManifest, checkPublished, normaliseId, type PublishedRecord } from '../supervisor/checkpoint/manifest.js';
+import { checkManifest, checkPublished, normaliseId, notCaptured, type PublishedRecord } from '../supervisor/checkpoint/manifest.js';
 import { restoreCheckpoint, showDifference } from '../supervisor/checkpoint/restore.js';
 import { type CheckpointStore, parseStoreUrl, type StoreUrl } from '../supervisor/checkpoint/store.js';
 import { verifyCheckpoint } from '../supervisor/checkpoint/verify.js';
@@ -86,8 +86,13 @@ function publicKey(o: StoreOptions): string | undefined {
   }
 }
 
-function warnUnstable(unstable: string[]): void {
-  if (unstable.length) warn(`warning: this checkpoint is not consistent: ${plural(unstable.length, 'path')} kept changing while it was taken (${unstable.slice(0, 5).join(', ')}); their content is one of their states, not proven current`);
+/** The warnings for a checkpoint that is not consistent: paths it holds in one of their states, and paths it does not hold at all (notCaptured). */
+function warnUnstable(unstable: string[], notCaptured: string[]): void {
+  const missing = new Set(notCaptured);
+  const held = unstable.filter((p) => !missing.has(p));
+  const list = (ps: string[]) => `${ps.slice(0, 5).join(', ')}${ps.length > 5 ? ', ...' : ''}`;
+  if (held.length) warn(`warning: this checkpoint is not consistent: ${plural(held.length, 'path')} kept changing while it was taken (${list(held)}); their content is one of their states, not proven current`);
+  if (notCaptured.length) warn(`warning: this checkpoint is not consistent: ${plural(notCaptured.length, 'path')} not captured (${list(notCaptured)}): held by another process's write lease, or gone, while it was taken; not in it, so not restored`);
 }
 
 /** sbx restore ID DIR. */
@@ -109,7 +114,7 @@ export async function restoreCommand(idText: string, dir: string, o: StoreOption
   else {
     process.stdout.write(`restored checkpoint ${id} into ${result.target}: ${plural(result.entries, 'entry', 'entries')}, ${plural(result.files, 'file')}, ${result.bytes} bytes in ${result.ms} ms\n`);
     if (result.owners === 'not_given') warn(`owners not given (${process.getuid?.() === 0 ? '--no-same-owner' : 'not root'}): every entry is the restorer's, uid and gid not compared${result.setid_dropped.length ? `; set-user-ID/set-group-ID dropped on ${plural(result.setid_dropped.length, 'entry', 'entries')}: ${result.setid_dropped.slice(0, 5).join(', ')}` : ''}`);
-    warnUnstable(result.unstable);
+    warnUnstable(result.unstable, result.not_captured);
     if (result.mounts_skipped.length) warn(`warning: ${plural(result.mounts_skipped.length, 'mount point')} inside the workspace ${result.mounts_skipped.length === 1 ? 'was' : 'were'} not entered when it was taken, restored as empty directories (what was mounted there is not in the checkpoint): ${result.mounts_skipped.slice(0, 5).join(', ')}${result.mounts_skipped.length > 5 ? ', ...' : ''}`);
     if (result.identical) process.stdout.write('OK: the restored tree is identical to the manifest\n');
     else {
@@ -183,7 +188,7 @@ export async function verifyManifestCommand(arg: string, bytes: Buffer | null, o
     process.stdout.write(
       `OK: checkpoint ${v.id} signed by ${v.manifest!.signature!.key_id}${store ? `; published; ${plural(v.objects, 'object')} (${v.bytes} bytes) re-hashed from ${store.location}` : '; the signature only: the objects were not checked (give --state-dir or --store)'}\n`,
     );
-    warnUnstable(v.manifest!.unstable ?? []);
+    warnUnstable(v.manifest!.unstable ?? [], notCaptured(v.manifest!));
   } else for (const p of v.problems) process.stdout.write(`MISMATCH: ${p}\n`);
   process.exitCode = v.problems.length === 0 ? 0 : 1;
 }

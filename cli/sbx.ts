@@ -808,7 +808,14 @@ sub('checkpoint')
       `published to ${r.store}: ${n(r.scan.entries, 'entry', 'entries')}, ${n(r.scan.files, 'file')}, ${mib(r.scan.bytes)}; ${n(r.objects.written, 'new object')} (${mib(r.objects.bytes_written)})${uploaded}; ` +
         `read back ${n(r.read_back.objects, 'object')} in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms`,
     );
-    if (!r.consistent) warn(`not consistent: ${n(r.unstable_count, 'path')} changed in every pass (${r.scan.passes}): ${r.unstable.slice(0, 5).join(', ')}`);
+    if (!r.consistent) {
+      // A leased path never changed: a lease kept it shut, so it was not captured.
+      const leased = new Set(r.leased);
+      const changed = r.unstable.filter((p) => !leased.has(p));
+      const changedCount = r.unstable_count - r.leased_count;
+      if (changedCount > 0) warn(`not consistent: ${n(changedCount, 'path')} changed in every pass (${r.scan.passes}): ${changed.slice(0, 5).join(', ')}`);
+      if (r.leased_count > 0) warn(`not consistent: ${n(r.leased_count, 'path')} held by another process's write lease: not captured: ${r.leased.slice(0, 5).join(', ')}${r.leased_count > 5 ? ', ...' : ''}`);
+    }
     if (r.mounts_skipped.length) warn(`${n(r.mounts_skipped.length, 'mount point')} not entered (recorded as empty directories; what is mounted there is not in the checkpoint): ${r.mounts_skipped.slice(0, 5).join(', ')}${r.mounts_skipped.length > 5 ? ', ...' : ''}`);
   });
 

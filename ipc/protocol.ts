@@ -499,6 +499,9 @@ export interface TaskCheckpointEntry {
   consistent: boolean | null;
   unstable: string[];
   unstable_count: number;
+  /** Of `unstable`, the paths another process's write lease held shut (not captured), and how many; absent in receipts written before it was said. */
+  leased?: string[];
+  leased_count?: number;
   /** Mount points the checkpoint did not enter (its manifest's `mount: true` entries); absent in receipts written before it was said. */
   mounts_skipped?: string[];
   /** The read-back made before the checkpoint was published (objects re-hashed, bytes); null: none completed. */
@@ -562,6 +565,9 @@ export interface CheckpointResult {
   freeze: { frozen: boolean; ms: number; reason: string | null } | null;
   unstable: string[];
   unstable_count: number;
+  /** Of `unstable`, the paths another process's write lease held shut in the last pass: never changed, not captured (at most 100 shown, `leased_count` in all). */
+  leased: string[];
+  leased_count: number;
   /** Mount points inside the workspace: recorded as directories (`mount: true` in the manifest), what is mounted there not captured. */
   mounts_skipped: string[];
   /** Objects the manifest names; how many and how many bytes this checkpoint wrote to the local store (0 for an unchanged tree); with an S3 store, how many it uploaded, and of those how many were put over bytes that failed their read-back (repaired). */

@@ -17,20 +17,21 @@ import { createFileDurable, writeFileDurable } from './store/durable.js';
 import type { Tasks } from './task/close.js';
 import type { CloseDigest } from './workspace/digest.js';
 import { scanInWorker } from './workspace/scan.js';
+import type { FsIdentity } from './workspace/walk.js';
 
 export type { CloseReceipt } from '../ipc/protocol.js';
 
 /** Scans one directory tree off the event loop; never rejects: a failure is `error` + `digest: null`. */
-export async function scanWorkspace(root: string, options: { deadlineMs?: number } = {}): Promise<WorkspaceScan> {
+export async function scanWorkspace(root: string, options: { deadlineMs?: number; expectFs?: FsIdentity } = {}): Promise<WorkspaceScan> {
   const reply = await scanInWorker<CloseDigest>(root, 'close', options);
   if (reply.ok) return { path: root, ...reply.result };
   return { path: root, files: 0, total_bytes: 0, newest_mtime: null, digest: null, error: reply.code, error_message: reply.message };
 }
 
-/** Scans the workspaces one after another (one walk, one worker at a time), in the order given. */
-export async function scanWorkspaces(roots: string[], options: { deadlineMs?: number } = {}): Promise<WorkspaceScan[]> {
+/** Scans the workspaces one after another (one walk, one worker at a time), in the order given; a watched one must still be its watched file system (expectFs). */
+export async function scanWorkspaces(roots: string[], options: { deadlineMs?: number; expectFs?: (root: string) => FsIdentity | null } = {}): Promise<WorkspaceScan[]> {
   const scans: WorkspaceScan[] = [];
-  for (const root of roots) scans.push(await scanWorkspace(root, options));
+  for (const root of roots) scans.push(await scanWorkspace(root, { deadlineMs: options.deadlineMs, expectFs: options.expectFs?.(root) ?? undefined }));
   return scans;
 }
 
@@ -111,7 +112,7 @@ export class Closing {
         const r = await c.tasks.close(task, timeoutMs, undefined, terminated);
         tasks.push({ task, attempt: r.attempt, complete: r.complete, receipt_sha256: receiptDigest(r), obligations: r.obligations });
       }
-      const scans = await scanWorkspaces(workspaces);
+      const scans = await scanWorkspaces(workspaces, { expectFs: (root) => this.ctx.watcher.fsIdentity(root) });
       for (const s of scans) if (s.error) this.log.warn({ path: s.path, error: s.error, message: s.error_message }, 'workspace scan failed');
       if (c.stopping()) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping; close again once it has started');
       const sessions = c.sessions().sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));

@@ -50,6 +50,9 @@ export interface CheckpointStepResult {
   /** The first SHOWN_UNSTABLE unstable paths, and how many in all. */
   unstable: string[];
   unstableCount: number;
+  /** Of those, the first SHOWN_UNSTABLE held by another process's write lease (not captured in the last pass), and how many in all. */
+  leased: string[];
+  leasedCount: number;
   /** Mount points inside the workspace recorded as (empty) directories, not entered. */
   mountsSkipped: string[];
   objects: { referenced: number; bytes: number; written: number; bytesWritten: number };
@@ -152,6 +155,8 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     consistent: manifest.consistent,
     unstable: unstable.slice(0, SHOWN_UNSTABLE),
     unstableCount: unstable.length,
+    leased: cap.leased.slice(0, SHOWN_UNSTABLE).map((p) => nameText(fsDecode(p))),
+    leasedCount: cap.leased.length,
     mountsSkipped: mountsSkipped(manifest),
     objects: { referenced: objects.size, bytes: objectBytes, written: cap.objectsWritten, bytesWritten: cap.bytesWritten },
     freeze: cap.freeze,

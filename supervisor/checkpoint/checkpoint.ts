@@ -357,6 +357,8 @@ export class Checkpoints {
     const startedAt = new Date().toISOString();
     // 1. The boundary, before anything is read: every write closed before it is seen by the scan.
     const boundary: CheckpointBoundary = await this.deps.watcher.boundary(workspace);
+    // The watched file system is what is captured: a walk that finds another (mounted over it) fails.
+    const expectFs = this.deps.watcher.fsIdentity(workspace);
     faultPoint('checkpoint:after-boundary');
     const tBoundary = performance.now();
     const remote = this.remoteStore();
@@ -367,6 +369,7 @@ export class Checkpoints {
     const captured = await this.thread.run({
       kind: 'checkpoint',
       root: workspace,
+      ...(expectFs ? { expectFs } : {}),
       storeDir: this.local.dir,
       storeFd,
       reserveBytes: this.deps.reserveBytes(),
@@ -462,6 +465,8 @@ export class Checkpoints {
       freeze: freeze.asked ? (cap.freeze ?? { frozen: false, ms: 0, reason: freeze.refused }) : null,
       unstable: cap.unstable,
       unstable_count: cap.unstableCount,
+      leased: cap.leased,
+      leased_count: cap.leasedCount,
       mounts_skipped: cap.mountsSkipped,
       objects: { referenced: cap.objects.referenced, written: cap.objects.written, bytes_written: cap.objects.bytesWritten, ...(remote ? { uploaded: uploaded + readBack.repaired, repaired: readBack.repaired } : {}) },
       read_back: { objects: readBack.objects, bytes: readBack.bytes, ms: readBackMs, at: readBackAt },

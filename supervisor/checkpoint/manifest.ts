@@ -176,6 +176,16 @@ export function mountsSkipped(m: Manifest): string[] {
   return m.entries.filter((e) => e.mount === true).map((e) => nameText(fsDecode(entryPathBytes(e))));
 }
 
+/**
+ * The unstable paths a manifest holds no entry for: not captured (gone in the last pass, or
+ * held shut by another process's write lease, never opened); the others are in it as one of
+ * the states they passed through.
+ */
+export function notCaptured(m: Manifest): string[] {
+  const held = new Set(m.entries.map((e) => nameText(fsDecode(entryPathBytes(e)))));
+  return (m.unstable ?? []).filter((p) => !held.has(p));
+}
+
 /** The objects a manifest names (each once), with their sizes. */
 export function manifestObjects(m: Manifest): Map<string, number> {
   const out = new Map<string, number>();

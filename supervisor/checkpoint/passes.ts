@@ -15,7 +15,7 @@ import { createHash } from 'node:crypto';
 import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readSync } from 'node:fs';
 import { faultPoint } from '../fault.js';
 import { native } from '../native.js';
-import { entryPath, ScanError, walkTree, type WalkEntry } from '../workspace/walk.js';
+import { checkFsIdentity, entryPath, ScanError, walkTree, type FsIdentity, type WalkEntry } from '../workspace/walk.js';
 import { LocalStoreFiles, writeAll } from './local-store.js';
 import type { EntryFacts } from './manifest.js';
 import { StoreError } from './store.js';
@@ -23,6 +23,8 @@ import { StoreError } from './store.js';
 export interface CaptureRequest {
   kind: 'capture';
   root: string;
+  /** A watched workspace (or a directory in it): the file system (and mount) every pass must walk, else fs_changed (something mounted over it). */
+  expectFs?: FsIdentity;
   /** The store's path (for messages) and the supervisor's fd holding it open (what is written to). */
   storeDir: string;
   storeFd: number;
@@ -72,6 +74,8 @@ export interface CaptureResult {
   entries: CapturedEntry[];
   /** Paths that still changed in the last pass (moved, appeared or went). Empty: consistent. */
   unstable: Buffer[];
+  /** Those of `unstable` another process's write lease kept shut in the last pass: not read then (captured only if an earlier pass read them). */
+  leased: Buffer[];
   passes: number;
   files: number;
   bytes: number;
@@ -94,10 +98,12 @@ const FILE_ATTEMPTS = 3;
 const PROGRESS_EVERY_MS = 250;
 /**
  * A file another process holds a write lease on (fcntl(2) F_SETLEASE F_WRLCK): the O_NONBLOCK
- * open fails with EWOULDBLOCK and starts the lease break; it is tried again for at most this
- * long (every LEASE_RETRY_MS), in each pass, before it counts as moved for that pass.
+ * open fails with EWOULDBLOCK and starts the lease break; it is tried again (every
+ * LEASE_RETRY_MS) while the pass's lease budget lasts: LEASE_PASS_BUDGET_MS in all per pass,
+ * shared by its leased files (once spent, each further one is tried once), so leases cost a
+ * checkpoint at most passes x LEASE_PASS_BUDGET_MS. One not opened counts as moved for that pass.
  */
-const LEASE_WAIT_MS = 100;
+const LEASE_PASS_BUDGET_MS = 100;
 const LEASE_RETRY_MS = 5;
 /** What Capture.entry returns for a file it could not open because of a lease. */
 export const LEASED = 'leased';
@@ -143,8 +149,15 @@ class Capture {
   bytesWritten = 0;
   bytesHashed = 0;
   private lastProgress = Date.now();
+  /** What is left of this pass's lease budget (ms). */
+  private leaseLeftMs = LEASE_PASS_BUDGET_MS;
 
   constructor(private readonly store: LocalStoreFiles, private readonly progress: (p: WorkerProgress['progress']) => void, private deadline: { hrNs: bigint | null; ms?: number }) {}
+
+  /** A new pass: its lease budget whole again. */
+  newPass(): void {
+    this.leaseLeftMs = LEASE_PASS_BUDGET_MS;
+  }
 
   /** Another deadline for what follows (the frozen pass has its own). */
   bound(hrNs: bigint | null, ms?: number): void {
@@ -207,18 +220,22 @@ class Capture {
     return this.file(e);
   }
 
-  /** Opens a file to read; while a lease blocks it (EWOULDBLOCK), tries again for at most LEASE_WAIT_MS, then null. */
+  /** Opens a file to read; while a lease blocks it (EWOULDBLOCK), tries again while the pass's lease budget lasts, then null. */
   private openFile(e: WalkEntry): number | null {
-    const until = performance.now() + LEASE_WAIT_MS;
-    for (;;) {
-      try {
-        return openSync(entryPath(e.dirFd, e.name), OPEN_FILE);
-      } catch (err) {
-        if (!leaseBlocked(err)) throw err;
-        if (performance.now() >= until) return null;
-        this.checkDeadline();
-        Atomics.wait(sleeper, 0, 0, LEASE_RETRY_MS);
+    const t0 = performance.now();
+    try {
+      for (;;) {
+        try {
+          return openSync(entryPath(e.dirFd, e.name), OPEN_FILE);
+        } catch (err) {
+          if (!leaseBlocked(err)) throw err;
+          if (performance.now() - t0 >= this.leaseLeftMs) return null;
+          this.checkDeadline();
+          Atomics.wait(sleeper, 0, 0, LEASE_RETRY_MS);
+        }
       }
+    } finally {
+      this.leaseLeftMs = Math.max(0, this.leaseLeftMs - (performance.now() - t0));
     }
   }
 
@@ -345,6 +362,13 @@ function frozenPass(req: CaptureRequest, store: LocalStoreFiles, onFrozen: (froz
     Atomics.compareExchange(state, 0, FREEZE_HELD, FREEZE_IDLE);
     return { frozen: false, ms: 0, reason: `cannot open the workspace to freeze it: ${(err as Error).message}` };
   }
+  try {
+    if (req.expectFs) checkFsIdentity(fd, req.root, req.expectFs); // never freeze what is mounted over it
+  } catch (err) {
+    closeSync(fd);
+    Atomics.compareExchange(state, 0, FREEZE_HELD, FREEZE_IDLE);
+    throw err;
+  }
   const t0 = performance.now();
   const ms = () => Math.round(performance.now() - t0);
   try {
@@ -443,13 +467,14 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       const seen = new Set<string>();
       changed = [];
       leased = [];
+      cap.newPass();
       const rootSt = lstatSync(req.root, { bigint: true });
       const rootSig = sigOf('dir', rootSt);
       if (pass > 1 && rootSig !== prevRootSig) changed.push(Buffer.from('.'));
       prevRootSig = rootSig;
       root = { mode: Number(rootSt.mode) & 0o7777, uid: Number(rootSt.uid), gid: Number(rootSt.gid), mtimeNs: rootSt.mtimeNs };
       const bound = frozen ? { deadlineMs: frozen.ms, startHrNs: frozen.startHrNs } : { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs };
-      for (const e of walkTree(req.root, { ...bound, oneFileSystem: true })) {
+      for (const e of walkTree(req.root, { ...bound, oneFileSystem: true, expectFs: req.expectFs })) {
         const key = e.path.toString('latin1');
         seen.add(key);
         const old = prev.get(key);
@@ -512,6 +537,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       root,
       entries,
       unstable: changed,
+      leased,
       passes: pass,
       files,
       bytes,

@@ -13,7 +13,7 @@ import { closeSync, constants, fchmodSync, fchownSync, fstatSync, lchownSync, ls
 import { native } from '../native.js';
 import { entryPath, openDirAt, walkTree } from '../workspace/walk.js';
 import { writeAll } from './local-store.js';
-import { checkManifest, checkPublished, entryPathBytes, entryTargetBytes, mountsSkipped, showEntryPath, toManifestEntry, type Manifest, type ManifestEntry } from './manifest.js';
+import { checkManifest, checkPublished, entryPathBytes, entryTargetBytes, mountsSkipped, notCaptured, showEntryPath, toManifestEntry, type Manifest, type ManifestEntry } from './manifest.js';
 import type { CheckpointStore } from './store.js';
 
 /** Why a restore could not be done (nothing claimed): `code` not_published, no_such_checkpoint, bad_manifest, target, object, io. */
@@ -45,6 +45,8 @@ export interface RestoreResult {
   /** From the manifest: false when paths kept changing while it was taken (listed in `unstable`). */
   consistent: boolean;
   unstable: string[];
+  /** Of `unstable`, those the manifest has no entry for: not captured, so not restored (gone, or held by another process's write lease, when it was taken). */
+  not_captured: string[];
   /** From the manifest: mount points the checkpoint did not enter, restored as empty directories. */
   mounts_skipped: string[];
   /** The rescan equals the manifest (type, mode, owner when given, size, content, target, device, mtime to the ns; DIR's own mode, owner and mtime). */
@@ -321,6 +323,7 @@ export async function restoreCheckpoint(
     setid_dropped: setidDropped,
     consistent: manifest.consistent,
     unstable: manifest.unstable,
+    not_captured: notCaptured(manifest),
     mounts_skipped: mountsSkipped(manifest),
     identical: differences.length === 0,
     differences,

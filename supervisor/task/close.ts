@@ -100,6 +100,8 @@ function checkpointEntry(workspace: string, r: CheckpointResult, attempt: number
     consistent: r.consistent,
     unstable: r.unstable,
     unstable_count: r.unstable_count,
+    leased: r.leased,
+    leased_count: r.leased_count,
     mounts_skipped: r.mounts_skipped,
     read_back: { exact: true, objects: r.read_back.objects, bytes: r.read_back.bytes, at: r.read_back.at },
     fence: { instance: r.supervisor.instance, generation: r.supervisor.generation, boot_id: r.supervisor.boot_id },

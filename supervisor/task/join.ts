@@ -307,12 +307,19 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
     }
     if (cp.consistent !== true) {
       c.checkpoint_covers = false;
-      obligations.push({
-        authority: 'workspace',
-        condition: 'checkpoint_covers',
-        workspace: w.path,
-        what: `${cp.unstable_count} ${cp.unstable_count === 1 ? 'path' : 'paths'} of ${w.path} changed in every pass of checkpoint ${cp.checkpoint_id} (${cp.unstable.slice(0, 3).join(', ')}${cp.unstable_count > 3 ? ', ...' : ''}): stop what writes them and close again`,
-      });
+      // A leased path never changed: a lease kept it shut, so it was not captured.
+      const leased = new Set(cp.leased ?? []);
+      const leasedCount = cp.leased_count ?? 0;
+      const changed = cp.unstable.filter((p) => !leased.has(p));
+      const changedCount = cp.unstable_count - leasedCount;
+      const some = (k: number) => `${k} ${k === 1 ? 'path' : 'paths'} of ${w.path}`;
+      const list = (k: number, shown: string[]) => `(${shown.slice(0, 3).join(', ')}${k > 3 ? ', ...' : ''})`;
+      if (changedCount > 0 || leasedCount === 0) {
+        obligations.push({ authority: 'workspace', condition: 'checkpoint_covers', workspace: w.path, what: `${some(changedCount)} changed in every pass of checkpoint ${cp.checkpoint_id} ${list(changedCount, changed)}: stop what writes them and close again` });
+      }
+      if (leasedCount > 0) {
+        obligations.push({ authority: 'workspace', condition: 'checkpoint_covers', workspace: w.path, what: `${some(leasedCount)} held by another process's write lease in checkpoint ${cp.checkpoint_id}: not captured ${list(leasedCount, [...leased])}; end what holds the lease (fcntl F_SETLEASE) and close again` });
+      }
     }
     if (w.root !== null) {
       for (const s of ended) {

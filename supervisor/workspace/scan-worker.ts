@@ -4,7 +4,7 @@
 // message back, {ok: true, result} | {ok: false, code, message}; then the thread ends.
 import { parentPort, workerData } from 'node:worker_threads';
 import { closeDigest, mutationDigest } from './digest.js';
-import { ScanError, walkTree, type WalkEntry } from './walk.js';
+import { ScanError, walkTree, type FsIdentity, type WalkEntry } from './walk.js';
 
 /** The scans a worker can run, by name; each consumes the walk and returns structured-cloneable data. */
 export const SCAN_KINDS = {
@@ -19,6 +19,8 @@ export interface ScanRequest {
   kind: ScanKind;
   deadlineMs?: number;
   startHrNs: bigint;
+  /** The watched file system root must be of (walk.ts checkFsIdentity). */
+  expectFs?: FsIdentity;
 }
 
 export type ScanReply<T = unknown> = { ok: true; result: T } | { ok: false; code: string; message: string };
@@ -28,7 +30,7 @@ export function runScanHere(req: ScanRequest): ScanReply {
   try {
     const kind = SCAN_KINDS[req.kind];
     if (!kind) return { ok: false, code: 'scan_failed', message: `scan_failed: unknown scan kind ${JSON.stringify(req.kind)}` };
-    return { ok: true, result: kind(walkTree(req.root, { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs })) };
+    return { ok: true, result: kind(walkTree(req.root, { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs, expectFs: req.expectFs })) };
   } catch (err) {
     if (err instanceof ScanError) return { ok: false, code: err.code, message: err.message };
     return { ok: false, code: 'scan_failed', message: `scan_failed: ${(err as Error).message}` };

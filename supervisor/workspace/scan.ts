@@ -7,6 +7,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { ScanKind, ScanReply, ScanRequest } from './scan-worker.js';
+import type { FsIdentity } from './walk.js';
 
 export type { ScanKind, ScanReply } from './scan-worker.js';
 
@@ -27,8 +28,8 @@ function workerPath(): string | null {
  * silent past the deadline is left to end by itself (it checks the deadline between entries
  * and closes its fds); the caller gets scan_timeout WORKER_GRACE_MS after the deadline.
  */
-export function scanInWorker<T>(root: string, kind: ScanKind, options: { deadlineMs?: number } = {}): Promise<ScanReply<T>> {
-  const req: ScanRequest & { scanWorker: true } = { scanWorker: true, root, kind, deadlineMs: options.deadlineMs, startHrNs: process.hrtime.bigint() };
+export function scanInWorker<T>(root: string, kind: ScanKind, options: { deadlineMs?: number; expectFs?: FsIdentity } = {}): Promise<ScanReply<T>> {
+  const req: ScanRequest & { scanWorker: true } = { scanWorker: true, root, kind, deadlineMs: options.deadlineMs, startHrNs: process.hrtime.bigint(), ...(options.expectFs ? { expectFs: options.expectFs } : {}) };
   const path = workerPath();
   if (!path) return Promise.resolve({ ok: false, code: 'scan_failed', message: 'scan_failed: the scan worker (dist/supervisor/workspace/scan-worker.js) is missing; build with tsc' });
   return new Promise((resolve) => {

@@ -14,7 +14,7 @@
 // a fifo or device fails the same way, never opened. Chosen over openat in the C addon: the
 // same syscalls per entry, bigint ns stats and Buffer names from node:fs, no async-work glue
 // in C; the cost is a /proc lookup per entry and needing /proc (checked at the start).
-import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readlinkSync, statSync, type BigIntStats } from 'node:fs';
+import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, statSync, type BigIntStats } from 'node:fs';
 import { showPath } from './names.js';
 
 export type EntryType = 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'unknown';
@@ -57,7 +57,46 @@ export class ScanError extends Error {
   }
 }
 
+/**
+ * The watched file system a walk must be of (the watcher's record of its workspace at start):
+ * st_dev, and for the workspace root itself its mount id (a bind mount of the same file system
+ * over it has the same st_dev). `workspace` names it in messages.
+ */
+export interface FsIdentity {
+  workspace: string;
+  dev: bigint;
+  /** The root's mount id (/proc/self/fdinfo mnt_id); null: only st_dev is compared (a directory inside the workspace). */
+  mntId: number | null;
+}
+
+/** The mount id of the mount fd was opened through (proc(5) /proc/self/fdinfo `mnt_id:`), null when /proc does not say. */
+export function mountIdOf(fd: number): number | null {
+  try {
+    const m = /^mnt_id:\s*(\d+)$/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, 'latin1'));
+    return m ? Number(m[1]) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** ScanError fs_changed unless the directory fd (root, by path) is on the file system (and mount) expect names: something mounted over it since. */
+export function checkFsIdentity(fd: number, root: string, expect: FsIdentity): void {
+  const dev = fstatSync(fd, { bigint: true }).dev;
+  const isRoot = root === expect.workspace;
+  const what = isRoot ? `the workspace ${root}` : `${root} (in workspace ${expect.workspace})`;
+  if (dev !== expect.dev) {
+    throw new ScanError('fs_changed', `fs_changed: ${what} is now another file system: something is mounted over it (st_dev ${dev}, the watched one's ${expect.dev}); only the watched file system is captured`);
+  }
+  if (expect.mntId === null) return;
+  const mnt = mountIdOf(fd);
+  if (mnt !== null && mnt !== expect.mntId) {
+    throw new ScanError('fs_changed', `fs_changed: ${what} is now another mount: something is mounted over it (mount id ${mnt}, the watched one's ${expect.mntId}); only the watched tree is captured`);
+  }
+}
+
 export interface WalkOptions {
+  /** The root must be of this file system (and mount): ScanError fs_changed if it is not (something mounted over it). */
+  expectFs?: FsIdentity;
   /** The walk fails with scan_timeout once this many ms have passed since startHrNs. */
   deadlineMs?: number;
   /** process.hrtime.bigint() when the deadline started (default: now); the same clock in every thread. */
@@ -152,6 +191,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
     }
     const direct = fstatSync(rootFd, { bigint: true });
     rootDev = direct.dev;
+    if (options.expectFs) checkFsIdentity(rootFd, root, options.expectFs);
     if (!viaProc || viaProc.ino !== direct.ino || viaProc.dev !== direct.dev) {
       throw new ScanError('scan_failed', "scan_failed: /proc/self/fd does not name this process's fds (is /proc mounted?); the walk reaches entries through it");
     }

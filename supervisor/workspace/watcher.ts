@@ -4,8 +4,8 @@
 // counts the rest as unattributed, never guesses; writes barriers after a session's death and
 // makes the barrier's sequence its terminal_mutation; turns every reason it cannot vouch for
 // the events (no fanotify, a queue overflow, a restart, a barrier that did not come back) into
-// a gap with a scan that stands in. Owns the barrier fds (an O_TMPFILE inode in each workspace
-// root: no name a session can reach; else a file in the state dir on the workspace's file system)
+// a gap with a scan that stands in. Owns the barrier fds (an O_TMPFILE inode, O_EXCL, in each
+// workspace root: no name a session can reach or give it; else a file in the state dir on the workspace's file system)
 // and the per-session change logs; not the walk (walk.ts) or the reading (watch-worker.ts).
 import { closeSync, constants, existsSync, fstatSync, futimesSync, mkdirSync, openSync, realpathSync, statfsSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -18,6 +18,7 @@ import { ChangeLog, changeKinds, CHANGES_FILE } from './changes.js';
 import type { MutationScan } from './digest.js';
 import { nameText } from './names.js';
 import { scanInWorker } from './scan.js';
+import { mountIdOf, type FsIdentity } from './walk.js';
 import { BARRIER_PREFIX, type BarrierId, FAN, type WatchEvent, type WatchMessage, type WatchWorkerInit } from './watch-worker.js';
 
 export interface WatcherOptions {
@@ -60,6 +61,8 @@ const FS_TYPES: Record<number, string> = {
 interface Workspace {
   path: string;
   fsType: string;
+  /** Its root's st_dev and mount id at start: the file system the mark and the barrier are of (null: not a directory then). */
+  fs: { dev: bigint; mntId: number | null } | null;
   /** Why events cannot be vouched for, from the start (null: watched). */
   unsupported: string | null;
   barrierFd: number;
@@ -131,7 +134,7 @@ export class WorkspaceWatcher {
       } catch {
         // checked at start (config)
       }
-      return { path, fsType, unsupported: null, barrierFd: -1, barrier: null, staleBarriers: 0, events: 0, lastSeq: 0, unattributed: 0, overflows: 0 };
+      return { path, fsType, fs: rootIdentity(path), unsupported: null, barrierFd: -1, barrier: null, staleBarriers: 0, events: 0, lastSeq: 0, unattributed: 0, overflows: 0 };
     });
     this.ready = options.paths.length > 0 ? this.startWorker() : Promise.resolve();
     if (options.pauseFile) {
@@ -310,7 +313,8 @@ export class WorkspaceWatcher {
   private openBarrier(ws: Workspace, i: number): void {
     try {
       if (this.options.noTmpfile) throw Object.assign(new Error('O_TMPFILE off (test hook)'), { code: 'EOPNOTSUPP' });
-      ws.barrierFd = openSync(ws.path, O_TMPFILE | constants.O_WRONLY, 0o600);
+      // O_EXCL: the inode can never be linked into the file system (open(2)), not even via /proc/<pid>/fd by root.
+      ws.barrierFd = openSync(ws.path, O_TMPFILE | constants.O_EXCL | constants.O_WRONLY, 0o600);
       ws.barrier = { dir: ws.path, name: `${BARRIER_PREFIX}${fstatSync(ws.barrierFd, { bigint: true }).ino}` };
       return;
     } catch (err) {
@@ -457,6 +461,18 @@ export class WorkspaceWatcher {
     return this.workspaces.findIndex((w) => path === w.path || path.startsWith(w.path.endsWith('/') ? w.path : `${w.path}/`));
   }
 
+  /**
+   * What a walk of path (a real path) must find to be of the watched file system: the holding
+   * workspace's st_dev, and for the workspace itself its mount id too (walk.ts checkFsIdentity);
+   * null when path is in no watched workspace.
+   */
+  fsIdentity(path: string): FsIdentity | null {
+    const i = this.indexOf(path);
+    const ws = this.workspaces[i];
+    if (i < 0 || !ws.fs) return null;
+    return { workspace: ws.path, dev: ws.fs.dev, mntId: path === ws.path ? ws.fs.mntId : null };
+  }
+
   /** The watched workspace (its path, as receipts name it) holding path (a real path), or null. */
   rootOf(path: string): string | null {
     const i = this.indexOf(path);
@@ -479,7 +495,7 @@ export class WorkspaceWatcher {
   }
 
   private async scan(root: string): Promise<MutationScan | null> {
-    const reply = await scanInWorker<MutationScan>(root, 'mutation', { deadlineMs: this.options.scanDeadlineMs });
+    const reply = await scanInWorker<MutationScan>(root, 'mutation', { deadlineMs: this.options.scanDeadlineMs, expectFs: this.fsIdentity(root) ?? undefined });
     if (reply.ok) return reply.result;
     this.options.log.warn({ path: root, code: reply.code, message: reply.message }, 'workspace scan at death failed');
     return null;
@@ -497,6 +513,21 @@ export class WorkspaceWatcher {
       await w.terminate();
     }
     for (const ws of this.workspaces) if (ws.barrierFd >= 0) closeSync(ws.barrierFd);
+  }
+}
+
+/** The root's st_dev and mount id (by an fd: the mount it resolves to now), null when it cannot be opened as a directory. */
+function rootIdentity(path: string): Workspace['fs'] {
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_RDONLY | constants.O_DIRECTORY);
+  } catch {
+    return null;
+  }
+  try {
+    return { dev: fstatSync(fd, { bigint: true }).dev, mntId: mountIdOf(fd) };
+  } finally {
+    closeSync(fd);
   }
 }
 

@@ -10,7 +10,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult, Receipt } from '../../ipc/protocol.js';
-import { PROGRAMS, sha256, TestDaemon, until } from '../helpers/daemon.js';
+import { PROGRAMS, sha256, TestDaemon, until, within } from '../helpers/daemon.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
 import { pythonTreeListing, removeTree, type ListedEntry } from '../helpers/workspace-trees.js';
 
@@ -379,7 +379,17 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
       const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
       expect(r.status, r.stderr.toString()).toBe(1);
       const ck = json<CheckpointResult>(r);
-      expect(ck).toMatchObject({ consistent: false, unstable: ['leased'], unstable_count: 1, scan: { passes: 4 } });
+      expect(ck).toMatchObject({ consistent: false, unstable: ['leased'], unstable_count: 1, leased: ['leased'], leased_count: 1, scan: { passes: 4 } });
+      // Said as what happened: a lease held it shut (it never changed), so it is not captured.
+      const human = await d.sbx(['checkpoint', '--workspace', ws]);
+      expect(human.status).toBe(1);
+      expect(human.stderr.toString()).toContain("sbx: not consistent: 1 path held by another process's write lease: not captured: leased\n");
+      expect(human.stderr.toString()).not.toContain('changed in every pass');
+      const back = await d.sbx(['restore', ck.checkpoint_id, join(d.dir, 'leased-back'), '--state-dir', d.stateDir]);
+      expect(back.status, back.stderr.toString()).toBe(0);
+      expect(back.stderr.toString()).toContain("1 path not captured (leased): held by another process's write lease, or gone, while it was taken; not in it, so not restored");
+      expect(back.stderr.toString()).not.toContain('kept changing');
+      expect(readdirSync(join(d.dir, 'leased-back'))).toEqual(['calm']);
       // Never opened: left out of the entries (nothing invented for it), named unstable.
       const m = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
       expect(m).toMatchObject({ consistent: false, unstable: ['leased'] });
@@ -400,6 +410,31 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
       expect(reader.out()).toBe('held\n');
     } finally {
       await reader.end();
+    }
+  });
+
+  it('200 files under write leases: the lease wait is a budget per pass, so the checkpoint ends within passes x budget (not 100 ms per file per pass), every one of them unstable', async () => {
+    const names = Array.from({ length: 200 }, (_, i) => `l${String(i).padStart(3, '0')}`);
+    fill(Object.fromEntries([...names.map((n) => [n, `${n}\n`]), ['calm', 'calm']]));
+    const child = spawn(join(PROGRAMS, 'hold-lease'), [...names.map((n) => join(ws, n)), 'wr'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+    child.stderr!.on('data', (b: Buffer) => (err += b.toString()));
+    const exited = new Promise((r) => child.on('exit', r));
+    try {
+      await until(() => out.includes('held\n'), 'the 200 leases');
+      // 4 passes x a 100 ms budget, plus the walks: far under 10 s (it took 200 x 100 ms x 4 = 80 s).
+      const r = await within(d.sbx(['checkpoint', '--workspace', ws, '--json']), 'a checkpoint of 200 leased files', 10_000);
+      expect(r.status, `${r.stderr.toString()}; hold-lease: ${err}`).toBe(1);
+      const ck = json<CheckpointResult>(r);
+      expect(ck).toMatchObject({ consistent: false, unstable_count: 200, scan: { passes: 4 } });
+      const m = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
+      expect([...m.unstable].sort()).toEqual(names);
+      expect(m.entries.map((e: { path: string }) => e.path)).toEqual(['calm']);
+    } finally {
+      child.kill('SIGTERM');
+      await exited;
     }
   });
 

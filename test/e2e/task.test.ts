@@ -5,6 +5,7 @@
 // watcher had a gap and whose scan failed, an object flipped between its write and its
 // read-back, a checkpoint older than a session's terminal_mutation, a workspace not watched.
 // sbx verify checks a task receipt end to end and names what was tampered with.
+import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -200,6 +201,59 @@ describe('complete: false names what is missing', () => {
       { authority: 'workspace', condition: 'checkpoint_covers', workspace: ws, what: expect.stringMatching(/^the checkpoint of .* failed \(CHECKPOINT_FAILED, scan\): .*EACCES/) },
     ]);
     chmodSync(join(ws, 'locked'), 0o700); // so the rig can remove it
+  });
+
+  it('a workspace root a session mounted over (tmpfs on WS): the close does not capture the tmpfs as WS: CHECKPOINT_FAILED naming it, not complete; unmounted, close again: complete with what is on the watched file system', async () => {
+    const { d, ws } = await withWorkspace(rig);
+    let mounted = false;
+    try {
+      const r = await d.sbx(['run', '--task', 'M1', '--', 'sh', '-c', `echo real > ${ws}/real.txt && mount -t tmpfs sbx-test-over ${ws} && echo fake > ${ws}/fake.txt`]);
+      mounted = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.split(' ')[4] === ws);
+      expect(r.status, r.stderr.toString()).toBe(0);
+      expect(mounted).toBe(true);
+      const closed = await closeTask(d, 'M1', ['--workspace', ws]);
+      expect(closed.status, closed.stderr).toBe(1);
+      expect(closed.receipt).toMatchObject({ complete: false, conditions: { checkpoint_covers: false } });
+      expect(closed.receipt!.checkpoints[0]).toMatchObject({ checkpoint_id: null });
+      expect(closed.receipt!.obligations).toEqual([
+        { authority: 'workspace', condition: 'checkpoint_covers', workspace: ws, what: expect.stringMatching(new RegExp(`^the checkpoint of .* failed \\(CHECKPOINT_FAILED, scan\\): .*fs_changed: the workspace ${ws} is now another file system: something is mounted over it`)) },
+      ]);
+      // sbx checkpoint of it says the same, and publishes nothing.
+      const ck = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
+      expect(ck.status).not.toBe(0);
+      expect(ck.stderr.toString()).toContain(`fs_changed: the workspace ${ws} is now another file system: something is mounted over it`);
+      expect(spawnSync('umount', [ws]).status).toBe(0);
+      mounted = false;
+      const again = await closeTask(d, 'M1', ['--workspace', ws]);
+      expect(again.status, again.stderr).toBe(0);
+      expect(again.receipt).toMatchObject({ complete: true, obligations: [] });
+      const listing = await d.sbx(['restore', again.receipt!.checkpoints[0].checkpoint_id!, join(d.dir, 'back'), '--state-dir', d.stateDir]);
+      expect(listing.status, listing.stderr.toString()).toBe(0);
+      expect(readdirSync(join(d.dir, 'back')).filter((n) => !n.startsWith('.'))).toEqual(['real.txt']);
+      expect(readFileSync(join(d.dir, 'back', 'real.txt'), 'utf8')).toBe('real\n');
+    } finally {
+      if (mounted) spawnSync('umount', [ws]);
+    }
+  });
+
+  it('the same check by mount id and for a directory in a workspace: a bind mount of the same file system over WS (same st_dev), a tmpfs over WS/inner: CHECKPOINT_FAILED fs_changed; an unwatched directory is not checked', async () => {
+    const { d, ws } = await withWorkspace(rig);
+    mkdirSync(join(ws, 'sub'));
+    writeFileSync(join(ws, 'sub', 'other'), 'other\n');
+    mkdirSync(join(ws, 'inner'));
+    rig.mount(['-t', 'tmpfs', 'sbx-test-inner'], join(ws, 'inner'));
+    const inner = await d.sbx(['checkpoint', '--workspace', join(ws, 'inner')]);
+    expect(inner.status).not.toBe(0);
+    expect(inner.stderr.toString()).toContain(`CHECKPOINT_FAILED: checkpoint of ${ws}/inner failed (scan): fs_changed: ${ws}/inner (in workspace ${ws}) is now another file system: something is mounted over it`);
+    rig.mount(['--bind', join(ws, 'sub')], ws);
+    const bound = await d.sbx(['checkpoint', '--workspace', ws]);
+    expect(bound.status).not.toBe(0);
+    expect(bound.stderr.toString()).toContain(`fs_changed: the workspace ${ws} is now another mount: something is mounted over it`);
+    // A directory no workspace holds: not_watched, nothing to compare with.
+    mkdirSync(join(d.dir, 'plain'));
+    writeFileSync(join(d.dir, 'plain', 'f'), 'f');
+    const plain = json<{ boundary: { gap: string }; consistent: boolean }>(await d.sbx(['checkpoint', '--workspace', join(d.dir, 'plain'), '--json']));
+    expect(plain).toMatchObject({ boundary: { gap: 'not_watched' }, consistent: true });
   });
 
   it('an object flipped between its write and its read-back: read_back_exact false, the object set aside; close again: a new checkpoint, complete', async () => {

@@ -1,7 +1,8 @@
 // Breaking the workspace clock (issues 17, 29): the barrier after a round that timed out, FIFOs
 // planted where the barrier used to be, and other edges found by trying. Real daemons, real
 // fanotify; each test fails on the code before its fix.
-import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { ChangesResult, StatusResult } from '../../ipc/protocol.js';
@@ -73,6 +74,32 @@ describe('the barrier, out of any session\'s reach', () => {
     expect(next.workspace![0].terminal_mutation).toBeGreaterThan(next.workspace![0].attributed.last_seq!);
     // What the session made is its own, left as it made it.
     expect(readdirSync(join(ws, '.sandbox-supervisor')).sort()).toEqual(['barrier', 'barrier-1', 'barrier-2']);
+  });
+});
+
+describe('the barrier cannot be given a name', () => {
+  it('root linking the O_TMPFILE barrier into the workspace through /proc/<pid>/fd (ln -L, linkat AT_SYMLINK_FOLLOW) is refused (O_EXCL): nothing appears, the barrier still orders', async () => {
+    const { d, paths } = await daemonWith((dir) => {
+      mkdirSync(join(dir, 'ws'));
+      return [join(dir, 'ws')];
+    });
+    const ws = paths[0];
+    // The supervisor's fd on the barrier: its /proc link names ws/#<inode> (deleted).
+    const fds = readdirSync(`/proc/${d.pid}/fd`).filter((fd) => {
+      try {
+        return /^.*\/ws\/#\d+ \(deleted\)$/.test(readlinkSync(`/proc/${d.pid}/fd/${fd}`));
+      } catch {
+        return false;
+      }
+    });
+    expect(fds.length).toBe(1);
+    const ln = spawnSync('ln', ['-L', `/proc/${d.pid}/fd/${fds[0]}`, join(ws, 'planted')]);
+    expect(ln.status, 'ln -L of the barrier must fail').not.toBe(0);
+    expect(ln.stderr.toString()).toContain('No such file or directory'); // linkat(2): ENOENT for an O_TMPFILE opened O_EXCL
+    expect(readdirSync(ws)).toEqual([]);
+    const r = await run(d, 'after', `echo after > ${ws}/after; sleep 0.1`);
+    expect(r.workspace![0]).toMatchObject({ gap: null, attributed: { last_path: 'after' } });
+    expect(r.workspace![0].terminal_mutation).toBeGreaterThan(r.workspace![0].attributed.last_seq!);
   });
 });
 

@@ -202,6 +202,14 @@ describe('evaluateTask', () => {
     const unstable = evaluateTask(facts({ checkpoints: [checkpoint({ consistent: false, unstable: ['a', 'b'], unstable_count: 2 })] }));
     expect(failing(unstable)).toEqual(['checkpoint_covers']);
     expect(unstable.obligations[0].what).toContain('2 paths of /ws changed in every pass');
+    // A leased path never changed: its obligation says a lease kept it shut, not captured; the rest still changed.
+    const leased = evaluateTask(facts({ checkpoints: [checkpoint({ consistent: false, unstable: ['a', 'held'], unstable_count: 2, leased: ['held'], leased_count: 1 })] }));
+    expect(leased.obligations.map((o) => o.what)).toEqual([
+      expect.stringMatching(/^1 path of \/ws changed in every pass of checkpoint .* \(a\): stop what writes them and close again$/),
+      expect.stringMatching(/^1 path of \/ws held by another process's write lease in checkpoint .*: not captured \(held\); end what holds the lease \(fcntl F_SETLEASE\) and close again$/),
+    ]);
+    const onlyLeased = evaluateTask(facts({ checkpoints: [checkpoint({ consistent: false, unstable: ['held'], unstable_count: 1, leased: ['held'], leased_count: 1 })] }));
+    expect(onlyLeased.obligations.map((o) => o.what)).toEqual([expect.not.stringContaining('changed in every pass')]);
     const failedScan = evaluateTask(facts({ checkpoints: [checkpoint({ checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'scan', message: 'EIO' } })] }));
     expect(failedScan.obligations).toEqual([{ authority: 'workspace', condition: 'checkpoint_covers', workspace: '/ws', what: 'the checkpoint of /ws failed (CHECKPOINT_FAILED, scan): EIO; close again to retry' }]);
     const readBack = evaluateTask(facts({ checkpoints: [checkpoint({ checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'read_back', message: 'object x' } })] }));
