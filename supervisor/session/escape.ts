@@ -1,4 +1,4 @@
-// The cgroup escape watch (README "Receipts and the trust model"): a root process can move a
+// The cgroup escape watch (docs/ESCAPES.md): a root process can move a
 // pid out of its session's leaf (another cgroup's cgroup.procs), and `populated 0` then proves
 // nothing about it. One fanotify group marks cgroup2 for writes (native watchMarkWrites); each
 // write to a cgroup.procs/cgroup.threads is attributed to a session and, if it left the leaf,
@@ -120,8 +120,9 @@ export function walkDescendants(root: number, mountPoint: string): ProcNode[] {
   const out: ProcNode[] = [];
   const seen = new Set<number>([root]);
   const queue: { pid: number; threads: number }[] = [{ pid: root, threads: 0 }];
-  while (queue.length > 0) {
-    const { pid: parent, threads } = queue.shift()!;
+  // Breadth first by index (shift() would copy the queue at every step: quadratic in descendants).
+  for (let next = 0; next < queue.length; next++) {
+    const { pid: parent, threads } = queue[next]!;
     let tids: string[];
     try {
       // One thread: its own task only (a thread made since is read by the next walk).
