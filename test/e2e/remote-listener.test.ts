@@ -6,13 +6,13 @@
 // still served; token rotation by rename; a silent peer dropped by keepalive; TLS (openssl).
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import type { Receipt, StatusResult } from '../../ipc/protocol.js';
-import { TestDaemon, until } from '../helpers/daemon.js';
+import { DAEMON, TestDaemon, until } from '../helpers/daemon.js';
 import { refusedUpgrade, WsPeer } from '../helpers/ws-peer.js';
 
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
@@ -303,5 +303,39 @@ describe('the WebSocket listener over TLS', () => {
     // Not trusted without the certificate; refused without the token.
     await expect(WsPeer.open(url, 'tls-test-token-0123456789abcdef')).rejects.toThrow(/self.signed|certificate/i);
     expect((await refusedUpgrade(url, { Authorization: 'Bearer nope' }, { ca: cert })).status).toBe(401);
+  });
+});
+
+describe('the WebSocket listener refuses to start', () => {
+  it('insecure on a non-loopback --listen: exit 2 before anything is made (nothing is bound)', () => {
+    const d = new TestDaemon();
+    try {
+      const config = join(d.dir, 'config.json');
+      writeFileSync(config, JSON.stringify({ remote: { insecure: true } }));
+      const r = spawnSync(process.execPath, [DAEMON, 'serve', '--config', config, '--listen', '0.0.0.0:0'], { env: { ...process.env, SBX_SOCKET: d.socketPath, SBX_STATE_DIR: d.stateDir }, encoding: 'utf8', timeout: 30_000 });
+      expect(r.status).toBe(2);
+      expect(r.stderr).toContain('--listen remote.insecure (no token) is allowed only on a loopback address, not 0.0.0.0:0');
+      expect(existsSync(d.stateDir)).toBe(false);
+      const path = spawnSync(process.execPath, [DAEMON, 'serve', '--config', config, '--listen', '/tmp/x.sock'], { env: { ...process.env, SBX_SOCKET: d.socketPath, SBX_STATE_DIR: d.stateDir }, encoding: 'utf8', timeout: 30_000 });
+      expect(path.status).toBe(2);
+      expect(path.stderr).toContain('is a path');
+    } finally {
+      rmSync(d.dir, { recursive: true, force: true });
+    }
+  });
+
+  it('without a token (an empty token file): exit 2 naming the file; the Unix socket never listened', async () => {
+    const d = new TestDaemon();
+    try {
+      const empty = join(d.dir, 'empty-token');
+      writeFileSync(empty, '', { mode: 0o600 });
+      d.withConfig({ remote: { listen: '127.0.0.1:0', tokenFile: empty } });
+      await expect(d.start()).rejects.toThrow(/supervisor exited at start-up/);
+      expect((await d.exitedNow()).code).toBe(2);
+      expect(d.log()).toContain(`the WebSocket listener has no token, so it does not start: the remote token file ${empty} holds no token`);
+      expect(existsSync(d.socketPath)).toBe(false);
+    } finally {
+      await d.stop();
+    }
   });
 });
