@@ -219,7 +219,7 @@ describe('the WebSocket listener', () => {
     await stillServed();
   });
 
-  it('answers a plain HTTP GET with 426 and a JSON error', async () => {
+  it('answers a plain HTTP GET with 426 and a malformed upgrade with 400, JSON errors, counted', async () => {
     const before = await metric(metricsAddr, 'sandbox_supervisor_remote_handshake_failures_total{reason="not_websocket"}');
     const r = await httpGet(host, port, '/', { Authorization: `Bearer ${token}` });
     expect(r.status).toBe(426);
@@ -229,6 +229,18 @@ describe('the WebSocket listener', () => {
     expect(body.error.code).toBe('INVALID_ARGUMENT');
     expect(body.error.message).toContain('WebSocket');
     expect(await metric(metricsAddr, 'sandbox_supervisor_remote_handshake_failures_total{reason="not_websocket"}')).toBe(before + 1);
+    // A malformed upgrade (with the token): 400, counted bad_upgrade.
+    const bad0 = await metric(metricsAddr, 'sandbox_supervisor_remote_handshake_failures_total{reason="bad_upgrade"}');
+    const answer = await new Promise<string>((resolve, reject) => {
+      const sock = connect(port, host, () => sock.write(`GET / HTTP/1.1\r\nHost: ${host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 99\r\nAuthorization: Bearer ${token}\r\n\r\n`));
+      let text = '';
+      sock.on('data', (b: Buffer) => (text += b.toString()));
+      sock.on('error', reject);
+      sock.on('close', () => resolve(text));
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n/);
+    expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).error.code).toBe('INVALID_ARGUMENT');
+    expect(await metric(metricsAddr, 'sandbox_supervisor_remote_handshake_failures_total{reason="bad_upgrade"}')).toBe(bad0 + 1);
     await stillServed();
   });
 
