@@ -365,7 +365,7 @@ describe('sbx completion', () => {
   it('the bash script, sourced, completes subcommand names, their options and choices', () => {
     expect(complete('sbx', 'ps', '--no-')).toEqual(['--no-trunc']);
     expect(complete('sbx', 'c')).toEqual(['cancel', 'changes', 'checkpoint', 'checkpoints', 'close', 'completion']);
-    expect(complete('sbx', '')).toEqual(['run', 'cancel', 'kill', 'verify', 'write', 'resize', 'logs', 'resolve', 'wait', 'receipt', 'changes', 'ps', 'status', 'checkpoint', 'restore', 'checkpoints', 'gc', 'seal', 'close', 'completion', 'help']);
+    expect(complete('sbx', '')).toEqual(['bridge', 'run', 'cancel', 'kill', 'verify', 'write', 'resize', 'logs', 'resolve', 'wait', 'receipt', 'changes', 'ps', 'status', 'checkpoint', 'restore', 'checkpoints', 'gc', 'seal', 'close', 'completion', 'help']);
     // A global option's value is not taken for the subcommand.
     expect(complete('sbx', '--socket', '/x.sock', 'p')).toEqual(['ps']);
     expect(complete('sbx', 'run', '--linger', '')).toEqual(['kill', 'wait']);
@@ -391,6 +391,17 @@ describe('sbx completion', () => {
     expect(zsh.stdout).toContain("\n    'completion:print a shell completion script'\n");
     const fish = spawnSync(SBX_BIN, ['completion', 'fish'], { encoding: 'utf8' });
     expect([fish.status, fish.stdout, fish.stderr]).toEqual([125, '', 'sbx: INVALID_ARGUMENT: completion: no script for "fish" (bash or zsh)\n']);
+  });
+
+  it('knows the remote options --url and --token-file (global and per command): their values are not taken for the subcommand', () => {
+    expect(complete('sbx', '--u')).toEqual(['--url']);
+    expect(complete('sbx', '--to')).toEqual(['--token-file']);
+    expect(complete('sbx', 'ps', '--to')).toEqual(['--token-file']);
+    expect(complete('sbx', '--url', 'ws://h:1', '--token-file', '/t', 'p')).toEqual(['ps']);
+    expect(complete('sbx', 'logs', '--url', 'ws://h:1', '--st')).toEqual(['--stream']);
+    const zsh = spawnSync(SBX_BIN, ['completion', 'zsh'], { encoding: 'utf8' }).stdout;
+    expect(zsh).toContain("'--token-file[its bearer token]:path:_files'");
+    expect(zsh).toContain("'--url[the remote listener of a supervisor, ws\\://HOST\\:PORT or wss\\://HOST\\:PORT]:value:'");
   });
 
   it('zsh, on a terminal (zpty), completes `sbx c<Tab>` to the subcommands with their descriptions, no _describe errors', (ctx) => {
