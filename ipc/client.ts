@@ -435,6 +435,10 @@ export class ReconnectingClient {
 
   private async connectLoop(): Promise<SupervisorClient> {
     const giveUpAt = performance.now() + (this.options.reconnectMs ?? DEFAULT_RECONNECT_MS);
+    // A socket is tried every 200 ms; a URL or a command (each try a TCP handshake or a
+    // process: ssh, docker exec) from 200 ms doubling to 2 s.
+    const growing = resolveEndpoint(this.options).kind !== 'socket';
+    let delayMs = 200;
     while (!this.client) {
       try {
         this.client = await SupervisorClient.connect(this.options);
@@ -446,7 +450,8 @@ export class ReconnectingClient {
           const reason = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
           throw new Error(`lost the supervisor and it did not come back within ${Math.round((this.options.reconnectMs ?? DEFAULT_RECONNECT_MS) / 1000)} s (${reason})`);
         }
-        await new Promise((r) => setTimeout(r, 200));
+        await new Promise((r) => setTimeout(r, delayMs));
+        if (growing) delayMs = Math.min(delayMs * 2, 2000);
       }
     }
     return this.client;
