@@ -312,15 +312,6 @@ const program: Command = new Command()
   .showHelpAfterError()
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : FAILURE));
 
-program
-  .command('bridge')
-  .description("join stdin/stdout to the supervisor's socket byte for byte, for an exec channel (docker exec -i BOX sbx bridge; docs/REMOTE.md); exits when either side closes")
-  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
-  .action(async (o: { socket?: string }) => {
-    const socketPath = o.socket ?? program.opts<GlobalOptions>().socket ?? defaultSocketPath();
-    process.exit(await runBridge(socketPath, warn));
-  });
-
 sub('run')
   .description('launch CMD and stream its stdout/stderr; exit with its status')
   .usage('[options] -- CMD [ARG...]')
@@ -976,6 +967,15 @@ sub('close')
     const unscanned = receipt.workspaces.filter((w) => w.error);
     for (const w of unscanned) warn(`workspace ${w.path} was not scanned: ${w.error_message ?? w.error}`);
     process.exitCode = receipt.complete !== false && unscanned.length === 0 ? 0 : 1;
+  });
+
+program
+  .command('bridge')
+  .description("join stdin/stdout to the supervisor's socket byte for byte, for an exec channel (docker exec -i BOX sbx bridge; docs/REMOTE.md); exits when either side closes")
+  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
+  .action(async (o: { socket?: string }) => {
+    const socketPath = o.socket ?? program.opts<GlobalOptions>().socket ?? defaultSocketPath();
+    process.exit(await runBridge(socketPath, warn));
   });
 
 sub('completion')

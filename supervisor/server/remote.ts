@@ -56,8 +56,13 @@ export class RemoteListener {
       res.end(body);
     });
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.upgrade(req, socket, head));
-    server.on('clientError', (_err, socket: Duplex) => {
+    server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+      // Not HTTP at all (or headers over 16 KiB); a peer that reset is no failed handshake.
       this.upgraded(socket);
+      if (err.code !== 'ECONNRESET') {
+        this.count('bad_upgrade');
+        this.ctx.log.warn({ remote: `${(socket as Socket).remoteAddress}:${(socket as Socket).remotePort}`, code: err.code }, 'a malformed HTTP request on the WebSocket listener; closed');
+      }
       socket.destroy();
     });
   }
