@@ -5,7 +5,7 @@
 // Owns those steps; the connection is ReconnectingClient's, the sessions the supervisor's.
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import type { Readable, Writable } from 'node:stream';
+import { PassThrough, type Readable, type Writable } from 'node:stream';
 import { ReconnectingClient, readOutput, type ReconnectOptions } from './client.js';
 import { ERROR_CODES, SupervisorError, type ErrorCode } from './errors.js';
 import type { MethodName, ParamsOf } from './methods.js';
@@ -56,6 +56,7 @@ async function feedStdin(conn: ReconnectingClient, relaunch: () => Promise<Launc
         await c.request('write', { session_id: sessionId, data, offset, eof });
         return;
       } catch (err) {
+        if (err instanceof SupervisorError && err.details?.stdin_closed === true) throw new StdinClosed();
         if (err instanceof SupervisorError) throw err;
         conn.drop();
       }
@@ -73,17 +74,26 @@ async function feedStdin(conn: ReconnectingClient, relaunch: () => Promise<Launc
       offset += part.length;
     }
   };
-  for await (const chunk of source) {
-    const b = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-    pending.push(b);
-    pendingBytes += b.length;
-    if (pendingBytes >= FILE_WRITE_CHUNK_BYTES) await flush();
+  try {
+    for await (const chunk of source) {
+      const b = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+      pending.push(b);
+      pendingBytes += b.length;
+      if (pendingBytes >= FILE_WRITE_CHUNK_BYTES) await flush();
+    }
+    await flush();
+    await beforeEof?.();
+    await send(Buffer.alloc(0), true);
+  } catch (err) {
+    // The command stopped reading (ended, or closed its stdin: tar past the archive's end, the
+    // tool on too many bytes): its receipt says how it went (settle).
+    if (!(err instanceof StdinClosed)) throw err;
   }
-  await flush();
-  await beforeEof?.();
-  await send(Buffer.alloc(0), true);
   return offset;
 }
+
+/** The session's stdin took no more bytes: its command ended or closed it. */
+class StdinClosed extends Error {}
 
 /** Cancels a session quietly (a file call that failed on our side before its eof). */
 async function cancelQuietly(conn: ReconnectingClient, sessionId: string): Promise<void> {
@@ -223,13 +233,16 @@ export async function upload(target: FilesTarget, localDir: string, remoteDir: s
   const tar = spawn('tar', ['-c', '-f', '-', '-C', localDir, '.'], { stdio: ['ignore', 'pipe', 'pipe'] });
   const tarDone = exited(tar, `upload: local tar -c ${localDir}`, collect(tar.stderr));
   tarDone.catch(() => undefined);
+  // Read from now on: a child's stdout nobody reads when it exits is resumed and its bytes
+  // dropped (node's flushStdio); the PassThrough holds them, with backpressure past 4 MiB.
+  const source = tar.stdout!.pipe(new PassThrough({ highWaterMark: FILE_WRITE_CHUNK_BYTES }));
   let sessionId: string | null = null;
   try {
     const params = { dir: remoteDir, key: opts.key ?? newKey('upload'), task: opts.task, user: opts.user };
     const launch = () => launchFile(conn, 'upload', params);
     const started = await launch();
     sessionId = started.session_id;
-    await feedStdin(conn, launch, started.session_id, tar.stdout!, () => tarDone);
+    await feedStdin(conn, launch, started.session_id, source, () => tarDone);
     sessionId = null;
     const receipt = await settle(conn, started.session_id, `upload ${remoteDir}`);
     return { session_id: started.session_id, invocation_key: started.invocation_key, receipt };
