@@ -5,6 +5,7 @@
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -156,6 +157,98 @@ function tree(root: string): Record<string, string> {
   walk('');
   return out;
 }
+
+/**
+ * A Unix socket proxy to the daemon that cuts connection i (both sides destroyed) once it has
+ * carried cuts[i] bytes, either way; later connections pass whole. Counts the connections.
+ */
+function cuttingProxy(upstream: string, path: string, cuts: number[]): Promise<{ server: Server; connections: () => number; close: () => Promise<void> }> {
+  let n = 0;
+  const open = new Set<Socket>();
+  const server = createServer((client) => {
+    const limit = cuts[n++] ?? Infinity;
+    const up = netConnect(upstream);
+    open.add(client).add(up);
+    let carried = 0;
+    const cut = () => {
+      client.destroy();
+      up.destroy();
+    };
+    const pass = (from: Socket, to: Socket) =>
+      from.on('data', (d: Buffer) => {
+        carried += d.length;
+        if (carried > limit) return cut();
+        if (!to.write(d)) {
+          from.pause();
+          to.once('drain', () => from.resume());
+        }
+      });
+    pass(client, up);
+    pass(up, client);
+    for (const s of [client, up]) {
+      s.on('error', cut);
+      s.on('close', () => {
+        open.delete(s);
+        cut();
+      });
+    }
+  });
+  return new Promise((resolve) =>
+    server.listen(path, () =>
+      resolve({
+        server,
+        connections: () => n,
+        close: () =>
+          new Promise<void>((r) => {
+            for (const s of open) s.destroy();
+            server.close(() => r());
+          }),
+      }),
+    ),
+  );
+}
+
+describe('drops', () => {
+  it('writeFile and readFile through a connection cut at random points: one session each, every byte once', async () => {
+    const seed = randomBytes(4).readUInt32BE(0);
+    console.log(`files.test drops seed ${seed}`);
+    let x = seed || 1;
+    const rand = (max: number) => {
+      x ^= x << 13;
+      x ^= x >>> 17;
+      x ^= x << 5;
+      return (x >>> 0) % max;
+    };
+    const size = 24 * MiB + rand(MiB);
+    const data = randomBytes(size);
+    const cuts = [1, 2, 3, 4, 5, 6, 7, 8].map(() => 4096 + rand(Math.floor(size / 3)));
+    const dir = tempDir('drops');
+    const proxy = await cuttingProxy(daemon.socketPath, join(dir, 'proxy.sock'), cuts);
+    try {
+      const target = { socketPath: join(dir, 'proxy.sock'), reconnectMs: 20_000 };
+      const key = `drops-${seed}`;
+      const w = await writeFile(target, join(dir, 'f'), data, { key });
+      expect(proxy.connections()).toBeGreaterThan(1); // it was cut at least once
+      expect(sha256(readFileSync(join(dir, 'f')))).toBe(sha256(data));
+      const c = await daemon.client();
+      const sessions = (await c.ps(true)).sessions.filter((s) => s.invocation_key === key);
+      expect(sessions.map((s) => s.session_id)).toEqual([w.session_id]);
+      // The read: its first connection (launch, wait) passes whole, its stream's are cut.
+      const readCuts = [Infinity, ...[1, 2, 3, 4].map(() => 4096 + rand(Math.floor(size / 3)))];
+      const readProxy = await cuttingProxy(daemon.socketPath, join(dir, 'read.sock'), readCuts);
+      try {
+        const back = await readFile({ socketPath: join(dir, 'read.sock'), reconnectMs: 20_000 }, join(dir, 'f'));
+        expect(sha256(back)).toBe(sha256(data));
+        expect(readProxy.connections()).toBeGreaterThan(2);
+        console.log(`files.test drops: cuts ${cuts.join(', ')} / ${readCuts.join(', ')} of ${size} bytes; ${proxy.connections()} connections for the write, ${readProxy.connections()} for the read`);
+      } finally {
+        await readProxy.close();
+      }
+    } finally {
+      await proxy.close();
+    }
+  }, 120_000);
+});
 
 describe('upload and download', () => {
   it('a tree with odd names, modes and symlinks round-trips (lstat modes, link targets, bytes)', async () => {
