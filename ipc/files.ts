@@ -65,7 +65,7 @@ async function feedStdin(conn: ReconnectingClient, relaunch: () => Promise<Launc
   let pending: Buffer[] = [];
   let pendingBytes = 0;
   const flush = async () => {
-    const data = pendingBytes === 0 ? Buffer.alloc(0) : Buffer.concat(pending, pendingBytes);
+    const data = pending.length === 1 ? pending[0] : Buffer.concat(pending, pendingBytes); // one chunk (writeFile's data): no copy
     pending = [];
     pendingBytes = 0;
     for (let at = 0; at < data.length; at += FILE_WRITE_CHUNK_BYTES) {

@@ -10,6 +10,9 @@ import { closeSync, constants, fchmodSync, fstatSync, fsyncSync, lstatSync, open
 const { O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_DIRECTORY, O_NOFOLLOW } = constants;
 const O_CLOEXEC = 0o2000000; // Linux; not in fs.constants
 
+/** Waits 1 ms (a non-blocking stdin or stdout that is not ready: never a busy loop). */
+const pause = () => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
+
 class ToolError extends Error {
   constructor(
     readonly code: string,
@@ -94,8 +97,10 @@ function copyStdin(fd: number, size: number): number {
     try {
       n = readSync(0, buf, 0, buf.length, null);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'EAGAIN') continue;
-      if ((err as NodeJS.ErrnoException).code === 'EOF') return total;
+      if ((err as NodeJS.ErrnoException).code === 'EAGAIN') {
+        pause();
+        continue;
+      }
       throw err;
     }
     if (n === 0) return total;
@@ -178,6 +183,7 @@ function readFile(path: string): void {
           off += writeSync(1, buf, off, n - off);
         } catch (err) {
           if ((err as NodeJS.ErrnoException).code !== 'EAGAIN') throw err;
+          pause();
         }
       }
     }
