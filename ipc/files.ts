@@ -14,12 +14,16 @@ import type { LaunchResult, Receipt } from './protocol.js';
 /** Most bytes of stdin per `write` request (the schema allows 8 MiB; a frame stays well under ipc.maxFrameBytes). */
 export const FILE_WRITE_CHUNK_BYTES = 4 * 1024 * 1024;
 
-/** Options of every file call: the invocation key (default: a random one), task, and the user its session runs as. */
+/** Options of every file call: the invocation key (default: a random one), task, the user its session runs as, and its deadline (ms; default none). */
 export interface FileOptions {
   key?: string;
   task?: string;
   user?: string;
+  /** The session's timeout_ms: a client that never comes back leaves no session waiting for its stdin past it. */
+  timeoutMs?: number;
 }
+
+const sessionOpts = (verb: string, opts: FileOptions) => ({ key: opts.key ?? newKey(verb), task: opts.task, user: opts.user, timeout_ms: opts.timeoutMs });
 
 /** Where the calls go: connect options (socketPath, reconnectMs, ...) shared by the requests and readOutput. */
 export type FilesTarget = ReconnectOptions;
@@ -176,7 +180,7 @@ async function* once(data: Uint8Array): AsyncIterable<Uint8Array> {
 export async function writeFile(target: FilesTarget, path: string, data: Uint8Array, opts: FileOptions & { mode?: number } = {}): Promise<FileResult> {
   const conn = new ReconnectingClient(target);
   try {
-    const params = { path, mode: opts.mode, size_bytes: data.length, key: opts.key ?? newKey('write'), task: opts.task, user: opts.user };
+    const params = { path, mode: opts.mode, size_bytes: data.length, ...sessionOpts('write', opts) };
     const launch = () => launchFile(conn, 'write_file', params);
     const started = await launch();
     await feedStdin(conn, launch, started.session_id, once(data));
@@ -194,7 +198,7 @@ export async function writeFile(target: FilesTarget, path: string, data: Uint8Ar
 export async function readFile(target: FilesTarget, path: string, opts: FileOptions = {}): Promise<Buffer & { result: FileResult }> {
   const conn = new ReconnectingClient(target);
   try {
-    const started = await launchFile(conn, 'read_file', { path, key: opts.key ?? newKey('read'), task: opts.task, user: opts.user });
+    const started = await launchFile(conn, 'read_file', { path, ...sessionOpts('read', opts) });
     const receipt = await settle(conn, started.session_id, `read_file ${path}`);
     const parts: Buffer[] = [];
     await readStdout(target, started.session_id, receipt, (d) => void parts.push(d), `read_file ${path}`);
@@ -238,7 +242,7 @@ export async function upload(target: FilesTarget, localDir: string, remoteDir: s
   const source = tar.stdout!.pipe(new PassThrough({ highWaterMark: FILE_WRITE_CHUNK_BYTES }));
   let sessionId: string | null = null;
   try {
-    const params = { dir: remoteDir, key: opts.key ?? newKey('upload'), task: opts.task, user: opts.user };
+    const params = { dir: remoteDir, ...sessionOpts('upload', opts) };
     const launch = () => launchFile(conn, 'upload', params);
     const started = await launch();
     sessionId = started.session_id;
@@ -265,7 +269,7 @@ export async function upload(target: FilesTarget, localDir: string, remoteDir: s
 export async function download(target: FilesTarget, remoteDir: string, localDir: string, opts: FileOptions = {}): Promise<FileResult> {
   const conn = new ReconnectingClient(target);
   try {
-    const started = await launchFile(conn, 'download', { dir: remoteDir, key: opts.key ?? newKey('download'), task: opts.task, user: opts.user });
+    const started = await launchFile(conn, 'download', { dir: remoteDir, ...sessionOpts('download', opts) });
     const receipt = await settle(conn, started.session_id, `download ${remoteDir}`);
     const tar = spawn('tar', ['-x', '-p', '-f', '-', '-C', localDir], { stdio: ['pipe', 'ignore', 'pipe'] });
     const tarDone = exited(tar, `download: local tar -x ${localDir}`, collect(tar.stderr));

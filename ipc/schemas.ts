@@ -19,8 +19,8 @@ const key = z.string().min(1).max(1024);
 
 const absPath = noNul('path').pipe(z.string().min(1).max(4096).refine((p) => p.startsWith('/'), 'an absolute path'));
 const userName = z.string().min(1).max(256).regex(/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/, 'a user name or a numeric uid');
-/** What every file method takes besides its path (docs/FILES.md): the invocation key, task and user of its session. */
-const fileSession = { key: key.optional(), task: key.optional(), user: userName.optional() };
+/** What every file method takes besides its path (docs/FILES.md): the invocation key, task, user and deadline (timeout_ms, 0: none) of its session. */
+const fileSession = { key: key.optional(), task: key.optional(), user: userName.optional(), timeout_ms: durationMs.optional() };
 
 const selector = {
   session_id: z.string().min(1).max(128).optional(),

@@ -5,7 +5,7 @@
 // relative to the last (via /proc/self/fd/N/NAME), and a symlink as the final name is refused.
 // A failure: one JSON line {code, message, ...} on stderr and exit 1 (codes: ipc/errors.ts).
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, fchmodSync, fstatSync, fsyncSync, lstatSync, openSync, readSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, constants, fchmodSync, fstatSync, fsyncSync, lstatSync, openSync, read, readSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 
 const { O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_DIRECTORY, O_NOFOLLOW } = constants;
 const O_CLOEXEC = 0o2000000; // Linux; not in fs.constants
@@ -88,14 +88,14 @@ function openParent(path: string): { dirFd: number; name: string } {
   return { dirFd, name };
 }
 
-/** Reads stdin (fd 0) to its end into fd, at most `size + 1` bytes counted; returns the count. */
-function copyStdin(fd: number, size: number): number {
+/** Reads stdin (fd 0) to its end into fd, at most `size + 1` bytes counted; returns the count. Asynchronous (the thread pool's read), so a SIGTERM handler runs meanwhile. */
+async function copyStdin(fd: number, size: number): Promise<number> {
   const buf = Buffer.allocUnsafe(1024 * 1024);
   let total = 0;
   for (;;) {
     let n: number;
     try {
-      n = readSync(0, buf, 0, buf.length, null);
+      n = await new Promise<number>((resolve, reject) => read(0, buf, 0, buf.length, null, (err, bytes) => (err ? reject(err) : resolve(bytes))));
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'EAGAIN') {
         pause();
@@ -111,7 +111,25 @@ function copyStdin(fd: number, size: number): number {
   }
 }
 
-function writeFile(path: string, mode: number, size: number): void {
+/** The temp file to remove if a signal ends the tool before its rename (a session's cancel or deadline: SIGTERM first). */
+let unfinished: string | null = null;
+for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {
+  process.on(sig, () => {
+    if (unfinished) {
+      try {
+        unlinkSync(unfinished);
+      } catch {
+        // gone already
+      }
+    }
+    process.stderr.write(`${JSON.stringify({ code: 'FILE_ERROR', message: `ended by ${sig} before the rename; no file was written`, signal: sig })}\n`);
+    // Ended by the signal itself (process.exit would wait for the thread blocked in read(2)).
+    process.removeAllListeners(sig);
+    process.kill(process.pid, sig);
+  });
+}
+
+async function writeFile(path: string, mode: number, size: number): Promise<void> {
   const { dirFd, name } = openParent(path);
   try {
     if (isLink(dirFd, name)) throw new ToolError('SYMLINK_REFUSED', `${path} is a symbolic link (refused: a write replaces a file, never follows a link)`, { path });
@@ -123,8 +141,9 @@ function writeFile(path: string, mode: number, size: number): void {
       throw fromErrno(err as NodeJS.ErrnoException, `${path} (its temp file)`);
     }
     let renamed = false;
+    unfinished = at(dirFd, tmp);
     try {
-      const got = copyStdin(fd, size);
+      const got = await copyStdin(fd, size);
       if (got !== size) throw new ToolError('SIZE_MISMATCH', `${path}: stdin had ${got > size ? `more than ${size}` : got} bytes, size_bytes is ${size}; no file was written`, { expected: size, received: got });
       fchmodSync(fd, mode);
       fsyncSync(fd);
@@ -139,10 +158,12 @@ function writeFile(path: string, mode: number, size: number): void {
         throw fromErrno(err as NodeJS.ErrnoException, path);
       }
       renamed = true;
+      unfinished = null;
       fsyncSync(dirFd);
     } finally {
       if (fd >= 0) closeSync(fd);
       if (!renamed) {
+        unfinished = null;
         try {
           unlinkSync(at(dirFd, tmp));
         } catch {
@@ -192,7 +213,7 @@ function readFile(path: string): void {
   }
 }
 
-function main(argv: string[]): void {
+async function main(argv: string[]): Promise<void> {
   const [verb, path, ...rest] = argv;
   const opt = (name: string): string | undefined => {
     const i = rest.indexOf(name);
@@ -202,7 +223,7 @@ function main(argv: string[]): void {
     const mode = Number.parseInt(opt('--mode') ?? '0644', 8);
     const size = Number(opt('--size'));
     if (!Number.isSafeInteger(size) || size < 0 || !(mode >= 0 && mode <= 0o7777)) throw new ToolError('INVALID_ARGUMENT', 'usage: write PATH --mode OCTAL --size BYTES');
-    writeFile(path, mode, size);
+    await writeFile(path, mode, size);
   } else if (verb === 'read' && path) {
     readFile(path);
   } else {
@@ -210,10 +231,8 @@ function main(argv: string[]): void {
   }
 }
 
-try {
-  main(process.argv.slice(2));
-} catch (err) {
+main(process.argv.slice(2)).catch((err: unknown) => {
   const e = err instanceof ToolError ? err : fromErrno(err as NodeJS.ErrnoException, 'file tool');
   process.stderr.write(`${JSON.stringify({ code: e.code, message: e.message, ...e.details })}\n`);
   process.exitCode = 1;
-}
+});

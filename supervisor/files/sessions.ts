@@ -22,8 +22,8 @@ export function fileMaxBytes(config: Config): number {
   return config.files.maxBytes ?? config.drain.quotaBytes;
 }
 
-type Common = { key?: string; task?: string; user?: string };
-const common = (p: Common): Pick<LaunchParams, 'invocation_key' | 'task' | 'user' | 'cwd'> => ({ cwd: '/', invocation_key: p.key, task: p.task, user: p.user });
+type Common = { key?: string; task?: string; user?: string; timeout_ms?: number };
+const common = (p: Common): Pick<LaunchParams, 'invocation_key' | 'task' | 'user' | 'cwd' | 'timeout_ms'> => ({ cwd: '/', invocation_key: p.key, task: p.task, user: p.user, timeout_ms: p.timeout_ms });
 
 /** write_file: `node file-tool.js write PATH --mode 0644 --size N`, stdin streamed. LIMIT_EXCEEDED {limit: "file_bytes"} past the limit. */
 export function writeFileLaunch(config: Config, p: WriteFileParams): LaunchParams {

@@ -107,6 +107,17 @@ describe('writeFile and readFile', () => {
     expect(readdirSync(dir).sort()).toEqual(['dir-link', 'final-link', 'plain']);
   });
 
+  it('a write_file whose client never finishes: its deadline (timeout_ms) ends it with no file and no temp file left', async () => {
+    const dir = tempDir('deadline');
+    const c = await daemon.client();
+    const s = await c.request('write_file', { path: join(dir, 'never'), size_bytes: 10, timeout_ms: 300 });
+    await c.request('write', { session_id: s.session_id, data: Buffer.from('123'), offset: 0 });
+    const receipt = await c.wait({ session_id: s.session_id });
+    expect([receipt.outcome, receipt.termination.cause, receipt.exit.signal]).toEqual(['timed_out', 'deadline', 'SIGTERM']);
+    expect(JSON.parse((await c.read({ session_id: s.session_id }, 'stderr')).toString())).toMatchObject({ code: 'FILE_ERROR', signal: 'SIGTERM' });
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
   it('a size over files.maxBytes is LIMIT_EXCEEDED up front; a file over the stream quota is OUTPUT_QUOTA_EXCEEDED, never a tail', async () => {
     const dir = tempDir('quota');
     const path = join(dir, 'q.bin');

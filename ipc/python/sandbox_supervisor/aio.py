@@ -433,18 +433,18 @@ class AsyncClient:
 
     # -- files (sandbox_supervisor/files.py, docs/FILES.md) -------------------------------------
 
-    async def write_file(self, path: str, data: bytes, *, mode: Optional[int] = None, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> Dict[str, Any]:
+    async def write_file(self, path: str, data: bytes, *, mode: Optional[int] = None, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
         """See Client.write_file."""
-        return await _files.awrite_file(self, path, data, mode=mode, user=user, key=key, task=task)
+        return await _files.awrite_file(self, path, data, mode=mode, user=user, key=key, task=task, timeout_seconds=timeout_seconds)
 
-    async def read_file(self, path: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> bytes:
+    async def read_file(self, path: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> bytes:
         """See Client.read_file."""
-        return await _files.aread_file(self, path, user=user, key=key, task=task)
+        return await _files.aread_file(self, path, user=user, key=key, task=task, timeout_seconds=timeout_seconds)
 
-    async def upload(self, local_dir: str, remote_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> Dict[str, Any]:
+    async def upload(self, local_dir: str, remote_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
         """See Client.upload."""
-        return await _files.aupload(self, local_dir, remote_dir, user=user, key=key, task=task)
+        return await _files.aupload(self, local_dir, remote_dir, user=user, key=key, task=task, timeout_seconds=timeout_seconds)
 
-    async def download(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> Dict[str, Any]:
+    async def download(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
         """See Client.download."""
-        return await _files.adownload(self, remote_dir, local_dir, user=user, key=key, task=task)
+        return await _files.adownload(self, remote_dir, local_dir, user=user, key=key, task=task, timeout_seconds=timeout_seconds)

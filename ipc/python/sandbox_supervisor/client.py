@@ -433,21 +433,21 @@ class Client:
 
     # -- files (sandbox_supervisor/files.py, docs/FILES.md) -------------------------------------
 
-    def write_file(self, path: str, data: bytes, *, mode: Optional[int] = None, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> Dict[str, Any]:
+    def write_file(self, path: str, data: bytes, *, mode: Optional[int] = None, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
         """See files.write_file: atomic, never through a symlink; returns the session's receipt."""
-        return _files.write_file(self, path, data, mode=mode, user=user, key=key, task=task)
+        return _files.write_file(self, path, data, mode=mode, user=user, key=key, task=task, timeout_seconds=timeout_seconds)
 
-    def read_file(self, path: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> bytes:
+    def read_file(self, path: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> bytes:
         """See files.read_file: the file's bytes (OUTPUT_QUOTA_EXCEEDED past the stream quota)."""
-        return _files.read_file(self, path, user=user, key=key, task=task)
+        return _files.read_file(self, path, user=user, key=key, task=task, timeout_seconds=timeout_seconds)
 
-    def upload(self, local_dir: str, remote_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> Dict[str, Any]:
+    def upload(self, local_dir: str, remote_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
         """See files.upload: local_dir's tree into remote_dir as a streamed tar."""
-        return _files.upload(self, local_dir, remote_dir, user=user, key=key, task=task)
+        return _files.upload(self, local_dir, remote_dir, user=user, key=key, task=task, timeout_seconds=timeout_seconds)
 
-    def download(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> Dict[str, Any]:
+    def download(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
         """See files.download: remote_dir's tree into local_dir, each member checked."""
-        return _files.download(self, remote_dir, local_dir, user=user, key=key, task=task)
+        return _files.download(self, remote_dir, local_dir, user=user, key=key, task=task, timeout_seconds=timeout_seconds)
 
 def _close_params(task: Optional[str], workspaces: Optional[Sequence[str]], timeout_seconds: Optional[float]) -> Dict[str, Any]:
     params: Dict[str, Any] = {}

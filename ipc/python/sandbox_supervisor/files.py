@@ -36,8 +36,11 @@ def _key(verb: str, key: Optional[str]) -> str:
     return key if key is not None else f"file-{verb}-{secrets.token_hex(12)}"
 
 
-def _common(verb: str, key: Optional[str], task: Optional[str], user: Optional[str]) -> Dict[str, Any]:
+def _common(verb: str, key: Optional[str], task: Optional[str], user: Optional[str], timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
+    """The session's params of every file method: key (default a random one), task, user, timeout_ms."""
     params: Dict[str, Any] = {"key": _key(verb, key)}
+    if timeout_seconds is not None:
+        params["timeout_ms"] = P.ms(timeout_seconds, "timeout_seconds")
     if task is not None:
         params["task"] = task
     if user is not None:
@@ -222,13 +225,13 @@ def _settle(client: "Client", session: Session, what: str) -> Dict[str, Any]:
     return receipt  # type: ignore[no-any-return]
 
 
-def write_file(client: "Client", path: str, data: bytes, *, mode: Optional[int] = None, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> Dict[str, Any]:
+def write_file(client: "Client", path: str, data: bytes, *, mode: Optional[int] = None, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
     """Writes data to the absolute path atomically (temp, fsync, fchmod(mode, default 0o644),
     rename, fsync of the directory), never through a symlink. Returns the receipt.
     Errors: SYMLINK_REFUSED, NOT_FOUND, NOT_A_DIRECTORY, PERMISSION_DENIED, SIZE_MISMATCH,
     LIMIT_EXCEEDED (details limit "file_bytes"), FILE_ERROR."""
     data = bytes(data)
-    params = {"path": path, "size_bytes": len(data), **_common("write", key, task, user)}
+    params = {"path": path, "size_bytes": len(data), **_common("write", key, task, user, timeout_seconds)}
     if mode is not None:
         params["mode"] = mode
     session = Session.from_wire(client.request("write_file", params))
@@ -241,10 +244,10 @@ def write_file(client: "Client", path: str, data: bytes, *, mode: Optional[int] 
     return _settle(client, session, f"write_file {path}")
 
 
-def read_file(client: "Client", path: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> bytes:
+def read_file(client: "Client", path: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> bytes:
     """The bytes of the regular file at the absolute path (never through a symlink).
     OUTPUT_QUOTA_EXCEEDED when it is larger than the session's stream quota (never a tail)."""
-    session = Session.from_wire(client.request("read_file", {"path": path, **_common("read", key, task, user)}))
+    session = Session.from_wire(client.request("read_file", {"path": path, **_common("read", key, task, user, timeout_seconds)}))
     what = f"read_file {path}"
     receipt = _settle(client, session, what)
     data = client.read(session, "stdout")
@@ -252,10 +255,10 @@ def read_file(client: "Client", path: str, *, user: Optional[str] = None, key: O
     return data
 
 
-def upload(client: "Client", local_dir: str, remote_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> Dict[str, Any]:
+def upload(client: "Client", local_dir: str, remote_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
     """Copies local_dir's tree into remote_dir (which must exist): a tar streamed (tarfile, in
     4 MiB pieces) into ``tar -x -p -f - -C remote_dir`` on the supervisor's side. Returns the receipt."""
-    session = Session.from_wire(client.request("upload", {"dir": remote_dir, **_common("upload", key, task, user)}))
+    session = Session.from_wire(client.request("upload", {"dir": remote_dir, **_common("upload", key, task, user, timeout_seconds)}))
     stdin = _Stdin(client, session)
     try:
         out = _ChunkWriter(stdin.send)
@@ -271,12 +274,12 @@ def upload(client: "Client", local_dir: str, remote_dir: str, *, user: Optional[
     return _settle(client, session, f"upload {remote_dir}")
 
 
-def download(client: "Client", remote_dir: str, local_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> Dict[str, Any]:
+def download(client: "Client", remote_dir: str, local_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
     """Copies remote_dir's tree into local_dir (which must exist): ``tar -c -f - -C remote_dir .``
     on the supervisor's side, its stdout read by cursor and extracted as it streams (each member
     checked: see the module). OUTPUT_QUOTA_EXCEEDED (nothing extracted) when the tar is past the
     stream quota. Returns the receipt."""
-    session = Session.from_wire(client.request("download", {"dir": remote_dir, **_common("download", key, task, user)}))
+    session = Session.from_wire(client.request("download", {"dir": remote_dir, **_common("download", key, task, user, timeout_seconds)}))
     what = f"download {remote_dir}"
     receipt = _settle(client, session, what)
     h = hashlib.sha256()
@@ -320,10 +323,10 @@ async def _asend(client: "AsyncClient", session: Session, source: AsyncIterator[
             raise
 
 
-async def awrite_file(client: "AsyncClient", path: str, data: bytes, *, mode: Optional[int] = None, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> Dict[str, Any]:
+async def awrite_file(client: "AsyncClient", path: str, data: bytes, *, mode: Optional[int] = None, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
     """See write_file."""
     data = bytes(data)
-    params = {"path": path, "size_bytes": len(data), **_common("write", key, task, user)}
+    params = {"path": path, "size_bytes": len(data), **_common("write", key, task, user, timeout_seconds)}
     if mode is not None:
         params["mode"] = mode
     session = Session.from_wire(await client.request("write_file", params))
@@ -337,9 +340,9 @@ async def awrite_file(client: "AsyncClient", path: str, data: bytes, *, mode: Op
     return await _asettle(client, session, f"write_file {path}")
 
 
-async def aread_file(client: "AsyncClient", path: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> bytes:
+async def aread_file(client: "AsyncClient", path: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> bytes:
     """See read_file."""
-    session = Session.from_wire(await client.request("read_file", {"path": path, **_common("read", key, task, user)}))
+    session = Session.from_wire(await client.request("read_file", {"path": path, **_common("read", key, task, user, timeout_seconds)}))
     what = f"read_file {path}"
     receipt = await _asettle(client, session, what)
     data = await client.read(session, "stdout")
@@ -350,9 +353,9 @@ async def aread_file(client: "AsyncClient", path: str, *, user: Optional[str] = 
 _END = object()
 
 
-async def aupload(client: "AsyncClient", local_dir: str, remote_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> Dict[str, Any]:
+async def aupload(client: "AsyncClient", local_dir: str, remote_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
     """See upload (the tar is made on a thread, handed over through a queue of 4 pieces at most)."""
-    session = Session.from_wire(await client.request("upload", {"dir": remote_dir, **_common("upload", key, task, user)}))
+    session = Session.from_wire(await client.request("upload", {"dir": remote_dir, **_common("upload", key, task, user, timeout_seconds)}))
     q: "queue.Queue[Any]" = queue.Queue(maxsize=4)
     failure: list = []
     stop = threading.Event()
@@ -405,9 +408,9 @@ async def aupload(client: "AsyncClient", local_dir: str, remote_dir: str, *, use
     return await _asettle(client, session, f"upload {remote_dir}")
 
 
-async def adownload(client: "AsyncClient", remote_dir: str, local_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None) -> Dict[str, Any]:
+async def adownload(client: "AsyncClient", remote_dir: str, local_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
     """See download (extracted on a thread as the chunks arrive, through a bounded queue)."""
-    session = Session.from_wire(await client.request("download", {"dir": remote_dir, **_common("download", key, task, user)}))
+    session = Session.from_wire(await client.request("download", {"dir": remote_dir, **_common("download", key, task, user, timeout_seconds)}))
     what = f"download {remote_dir}"
     receipt = await _asettle(client, session, what)
     q: "queue.Queue[Any]" = queue.Queue(maxsize=4)
