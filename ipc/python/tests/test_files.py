@@ -204,3 +204,23 @@ def test_download_extraction_keeps_links_inside(tmp: str):
     F._extract_stream(F._ChunkReader(iter([data[i : i + 700] for i in range(0, len(data), 700)])), target)
     assert os.readlink(os.path.join(target, "d", "l")) == "../a"
     assert open(os.path.join(target, "d", "l"), "rb").read() == b"x"
+
+
+def test_quota_and_size_limit(tmp: str):
+    d = Daemon({"drain": {"quotaBytes": MiB, "postDeathDrainMs": 2000}, "files": {"maxBytes": 4 * MiB}})
+    try:
+        d.start()
+        path = os.path.join(tmp, "q")
+        data = os.urandom(3 * MiB)
+        with Client(d.socket_path) as c:
+            with pytest.raises(SupervisorError) as e:
+                c.write_file(path, b"\0" * (4 * MiB + 1))
+            assert e.value.code == "LIMIT_EXCEEDED" and e.value.details["limit"] == "file_bytes"
+            assert os.listdir(tmp) == []
+            c.write_file(path, data)
+            with pytest.raises(SupervisorError) as e:
+                c.read_file(path)
+            assert e.value.code == "OUTPUT_QUOTA_EXCEEDED"
+            assert (e.value.details["total_bytes"], e.value.details["stored_bytes"], e.value.details["dropped_bytes"]) == (3 * MiB, MiB, 2 * MiB)
+    finally:
+        d.stop()
