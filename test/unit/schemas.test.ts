@@ -16,7 +16,7 @@ const fails = (method: keyof typeof ParamsSchemas, params: unknown) => {
 
 describe('ParamsSchemas', () => {
   it('has one schema per method of the method table', () => {
-    expect(Object.keys(ParamsSchemas).sort()).toEqual(['cancel', 'changes', 'checkpoint', 'close', 'gc', 'hello', 'kill', 'launch', 'ps', 'read_index', 'receipt', 'resize', 'resolve', 'seal', 'status', 'subscribe', 'wait', 'write', 'write_file', 'read_file', 'upload', 'download'].sort());
+    expect(Object.keys(ParamsSchemas).sort()).toEqual(['cancel', 'changes', 'checkpoint', 'close', 'gc', 'hello', 'kill', 'ping', 'launch', 'ps', 'read_index', 'receipt', 'resize', 'resolve', 'seal', 'status', 'subscribe', 'wait', 'write', 'write_file', 'read_file', 'upload', 'download'].sort());
   });
 
   it('the file methods: absolute paths without NUL, a mode up to 0o7777, size_bytes required for write_file, key/task/user, nothing else', () => {
