@@ -1,0 +1,150 @@
+// The harness outside the sandbox, for real (issue 30): systemd 252 as PID 1 in systemd-nspawn
+// (test/helpers/nspawn.ts) with the supervisor as its unit, and the harness on the host. Over
+// WebSocket on loopback (the container shares the host's network namespace, no bridge: the
+// unit listens on 127.0.0.1 through /etc/sandbox-supervisor/config.json, its token file read
+// with nsenter cat) and over `nsenter -t PID1 -a sbx bridge` as the exec channel (a command
+// endpoint); with the TypeScript client, the Python client and `sbx --url`. The README's
+// "Driving a remote supervisor" shows these very commands. Skips, saying why, without nspawn.
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SupervisorClient, type ConnectOptions } from '../ipc/client.js';
+import type { Receipt } from '../ipc/protocol.js';
+import { TEST_CGROUP_PREFIX } from './helpers/cgroup-cleanup.js';
+import { ROOT, SBX_BIN, until } from './helpers/daemon.js';
+import { NspawnContainer, nspawnUnavailable } from './helpers/nspawn.js';
+import { freeLoopbackPort } from './helpers/tcp-proxy.js';
+
+const why = nspawnUnavailable();
+const container = new NspawnContainer({ machine: 'sbxremote', rootfs: '/tmp/sbx-test-nspawn-remote-root', cgroupName: `${TEST_CGROUP_PREFIX}nspawn-remote`, privateNetwork: false, bootUnit: 'basic.target' });
+const TOKEN_IN_CONTAINER = '/var/lib/sandbox-supervisor/remote-token';
+const PYTHON_FIXTURE = join(ROOT, 'test/fixtures/remote-client.py');
+let port = 0;
+let hostDir = '';
+let tokenFile = '';
+
+const url = () => `ws://127.0.0.1:${port}`;
+/** The exec channel: every namespace of the container's PID 1, `sbx bridge` joined to its socket. */
+const bridgeCommand = () => container.nsenter(['/usr/local/bin/sbx', 'bridge']);
+
+/** Lines in the marker file inside the container (one per run of the command). */
+const runs = (marker: string) => container.run(['cat', marker], { allowFail: true }).stdout.split('\n').filter(Boolean).length;
+
+/**
+ * One keyed command with stdin through the TypeScript client over endpoint: launched, its stdin
+ * written and ended, stdout read by cursor, the receipt; then the same key again.
+ */
+async function driveTs(endpoint: ConnectOptions, key: string, marker: string): Promise<{ stdout: Buffer; receipt: Receipt; again: { session_id: string; existing: boolean } }> {
+  const client = await SupervisorClient.connect({ ...endpoint, clientName: 'nspawn-remote' });
+  try {
+    const pong = await client.request('ping', {});
+    expect(typeof pong.now_ms).toBe('number');
+    const argv = ['sh', '-c', `echo ran >> ${marker}; printf "ts over %s: " "$0"; cat`, key];
+    const launched = await client.launch({ argv, invocation_key: key, stdin: true, cwd: '/' });
+    await client.request('write', { session_id: launched.session_id, data: Buffer.from('stdin from the host\n'), offset: 0, eof: true });
+    const receipt = await client.wait({ session_id: launched.session_id });
+    const stdout = await client.read({ session_id: launched.session_id }, 'stdout');
+    const again = await client.launch({ argv, invocation_key: key, stdin: true, cwd: '/' });
+    return { stdout, receipt, again };
+  } finally {
+    client.close();
+  }
+}
+
+interface PythonResult {
+  session_id: string;
+  stdout_b64: string;
+  stdout_sha256: string;
+  receipt: Receipt;
+  again_session_id: string;
+  again_existing: boolean;
+  ping_now_ms: number;
+}
+
+/** The same through the Python client (/usr/bin/python3, ipc/python), as a harness process of its own. */
+function drivePython(endpoint: Record<string, unknown>, key: string, marker: string): PythonResult {
+  const r = spawnSync('/usr/bin/python3', [PYTHON_FIXTURE, JSON.stringify(endpoint), key, marker], {
+    env: { PATH: process.env.PATH, PYTHONPATH: join(ROOT, 'ipc/python') },
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  if (r.status !== 0) throw new Error(`remote-client.py: exit ${r.status} ${r.signal ?? ''}\n${r.stdout}\n${r.stderr}`);
+  return JSON.parse(r.stdout) as PythonResult;
+}
+
+function expectOnce(receipt: Receipt, stdout: Buffer, expected: string, marker: string): void {
+  expect(stdout.toString()).toBe(expected);
+  expect(receipt).toMatchObject({ outcome: 'exited', exit: { code: 0 }, death: { evidence: 'cgroup_empty' } });
+  expect(receipt.output.stdout!.final_cursor).toBe(stdout.length);
+  expect(receipt.output.stdout!.sha256).toBe(createHash('sha256').update(stdout).digest('hex'));
+  expect(runs(marker)).toBe(1);
+}
+
+describe.skipIf(why !== null)(why ? `harness on the host, supervisor in nspawn (skipped: ${why})` : 'harness on the host, supervisor in nspawn', () => {
+  beforeAll(async () => {
+    port = await freeLoopbackPort(); // the container shares the host's network namespace
+    await container.boot();
+    // The listener through the unit's config file (install.sh leaves it to the image); the
+    // service is started now (socket activation starts it at the first local client only).
+    container.bash(`mkdir -p /etc/sandbox-supervisor && printf '%s\\n' '{"remote": {"listen": "127.0.0.1:${port}"}}' > /etc/sandbox-supervisor/config.json && systemctl restart sandbox-supervisor.service`);
+    await until(() => container.run(['test', '-s', TOKEN_IN_CONTAINER], { allowFail: true }).status === 0, 'the token file', 30_000);
+    hostDir = mkdtempSync(join(tmpdir(), 'sbx-test-remote-'));
+    tokenFile = join(hostDir, 'token');
+    writeFileSync(tokenFile, container.run(['cat', TOKEN_IN_CONTAINER]).stdout, { mode: 0o600 });
+    chmodSync(tokenFile, 0o600);
+  }, 180_000);
+  afterAll(async () => {
+    await container.cleanUp();
+    if (hostDir) rmSync(hostDir, { recursive: true, force: true });
+  }, 60_000);
+
+  it('the unit listens on loopback only, with a token file made 0600 at first start', () => {
+    expect(container.run(['stat', '-c', '%a %U', TOKEN_IN_CONTAINER]).stdout.trim()).toBe('600 root');
+    expect(container.run(['systemctl', 'is-active', 'sandbox-supervisor.service']).stdout.trim()).toBe('active');
+    const listening = container.bash(`ss -Hltn 'sport = :${port}' | awk '{ print $4 }'`);
+    expect(listening).toBe(`127.0.0.1:${port}`);
+  });
+
+  it('TypeScript client over WebSocket: a keyed command with stdin runs once, its bytes and receipt exact', async () => {
+    const r = await driveTs({ url: url(), tokenFile }, 'ts-ws', '/tmp/ts-ws.marker');
+    expectOnce(r.receipt, r.stdout, 'ts over ts-ws: stdin from the host\n', '/tmp/ts-ws.marker');
+    expect(r.again).toMatchObject({ session_id: r.receipt.session_id, existing: true });
+  });
+
+  it('TypeScript client over `nsenter ... sbx bridge`: the same', async () => {
+    const r = await driveTs({ command: bridgeCommand() }, 'ts-bridge', '/tmp/ts-bridge.marker');
+    expectOnce(r.receipt, r.stdout, 'ts over ts-bridge: stdin from the host\n', '/tmp/ts-bridge.marker');
+    expect(r.again).toMatchObject({ session_id: r.receipt.session_id, existing: true });
+  });
+
+  it('Python client over WebSocket: the same', () => {
+    const r = drivePython({ url: url(), token_file: tokenFile }, 'py-ws', '/tmp/py-ws.marker');
+    const stdout = Buffer.from(r.stdout_b64, 'base64');
+    expect(r.stdout_sha256).toBe(r.receipt.output.stdout!.sha256);
+    expectOnce(r.receipt, stdout, 'python over py-ws: stdin from the host\n', '/tmp/py-ws.marker');
+    expect([r.again_session_id, r.again_existing]).toEqual([r.session_id, true]);
+  });
+
+  it('Python client over `nsenter ... sbx bridge`: the same', () => {
+    const r = drivePython({ command: bridgeCommand() }, 'py-bridge', '/tmp/py-bridge.marker');
+    const stdout = Buffer.from(r.stdout_b64, 'base64');
+    expect(r.stdout_sha256).toBe(r.receipt.output.stdout!.sha256);
+    expectOnce(r.receipt, stdout, 'python over py-bridge: stdin from the host\n', '/tmp/py-bridge.marker');
+    expect([r.again_session_id, r.again_existing]).toEqual([r.session_id, true]);
+  });
+
+  it('sbx --url --token-file on the host drives it too; a wrong token is refused', () => {
+    const run = spawnSync(SBX_BIN, ['--url', url(), '--token-file', tokenFile, 'run', '--key', 'cli-ws', '--cwd', '/', '--', 'sh', '-c', 'echo ran >> /tmp/cli-ws.marker; echo hi from $(hostname)'], { encoding: 'utf8', timeout: 60_000 });
+    expect(run.stderr).toBe('');
+    expect([run.status, run.stdout]).toEqual([0, 'hi from sbxremote\n']);
+    expect(runs('/tmp/cli-ws.marker')).toBe(1);
+    const wrong = join(hostDir, 'wrong-token');
+    writeFileSync(wrong, 'not-the-token-at-all-0123456789\n', { mode: 0o600 });
+    const refused = spawnSync(SBX_BIN, ['--url', url(), '--token-file', wrong, 'ps'], { encoding: 'utf8', timeout: 60_000 });
+    expect(refused.status).not.toBe(0);
+    expect(refused.stderr).toMatch(/UNAUTHORIZED|401/);
+  });
+});
