@@ -4,7 +4,7 @@
 // lines (--tail), live or not (--follow). Owns the merge and the output formats; not the
 // bytes (subscribe, through readOutput) nor the index (read_index), which it only reads.
 // Imports ipc/ only. Formats: RFC 3339 with microseconds, UTC (docker logs -t).
-import { readOutput, ReconnectingClient, type SupervisorClient } from '../ipc/client.js';
+import { readOutput, ReconnectingClient, type EndpointOptions, type SupervisorClient } from '../ipc/client.js';
 import { SupervisorError } from '../ipc/errors.js';
 import type { IndexRecordWire, ReadIndexResult, SessionSelector, StreamName } from '../ipc/protocol.js';
 
@@ -205,11 +205,15 @@ export class JsonSink implements PieceSink {
 
 // --- The merge.
 
+/** The endpoint fields of the options (where the supervisor is). */
+function endpoint(o: LogsOptions): EndpointOptions {
+  return { socketPath: o.socketPath, url: o.url, token: o.token, tokenFile: o.tokenFile, caFile: o.caFile, command: o.command, commandStderr: o.commandStderr };
+}
+
 /** Merge order of streams at the same arrival microsecond. */
 const STREAM_RANK: Record<StreamName, number> = { stdout: 0, stderr: 1, pty: 2 };
 
-export interface LogsOptions {
-  socketPath?: string;
+export interface LogsOptions extends EndpointOptions {
   selector: SessionSelector;
   /** One stream, or stdout and stderr merged. */
   streams: StreamName[];
@@ -342,7 +346,7 @@ class ByteSource {
   async take(cursor: number, length: number): Promise<Buffer> {
     if (!this.iter) {
       this.pos = cursor;
-      this.iter = readOutput({ socketPath: this.opts.socketPath, clientName: 'sbx', selector: this.opts.selector, stream: this.stream, from: cursor, follow: true, onReconnecting: this.opts.onReconnecting });
+      this.iter = readOutput({ ...endpoint(this.opts), clientName: 'sbx', selector: this.opts.selector, stream: this.stream, from: cursor, follow: true, onReconnecting: this.opts.onReconnecting });
     }
     if (cursor !== this.pos) throw new Error(`sbx logs: ${this.stream} piece at ${cursor}, expected ${this.pos}`);
     while (this.buf.length < length) {
@@ -368,7 +372,7 @@ class ByteSource {
  * (a long poll, never a timer), and ends once every stream is final (or past --until).
  */
 export async function writeLogs(opts: LogsOptions, sink: PieceSink): Promise<void> {
-  const conn = new ReconnectingClient({ socketPath: opts.socketPath, clientName: 'sbx', onReconnecting: opts.onReconnecting });
+  const conn = new ReconnectingClient({ ...endpoint(opts), clientName: 'sbx', onReconnecting: opts.onReconnecting });
   let finished = false;
   // One connection for every read_index: feeds ask at once, and two get()s of a client not
   // yet connected would each connect (one left open would keep sbx from exiting).

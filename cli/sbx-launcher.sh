@@ -17,13 +17,13 @@ node= version= identity=
 if [ -r "$here/sbx.blob.node" ]; then { read -r node; read -r version; read -r identity; } < "$here/sbx.blob.node"; fi
 if [ -z "${NODE_OPTIONS:-}" ] && [ -n "$identity" ] && [ -x "$node" ] && [ -r "$here/sbx.blob" ] &&
   [ "$(stat -L -c '%d:%i:%s:%Y' -- "$node" 2>/dev/null)" = "$identity" ]; then
-  # The command: the first word that is not a global option (--socket takes a value).
+  # The command: the first word that is not a global option (--socket, --url and --token-file take a value).
   cmd=
   skip=
   for a in "$@"; do
     if [ -n "$skip" ]; then skip=; continue; fi
     case $a in
-      --socket) skip=1 ;;
+      --socket | --url | --token-file) skip=1 ;;
       -*) ;;
       *) cmd=$a; break ;;
     esac

@@ -26,12 +26,13 @@ import { join, resolve as resolvePath } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { startupSnapshot } from 'node:v8';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient } from '../ipc/client.js';
+import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient, type EndpointOptions } from '../ipc/client.js';
+import { describeEndpoint, resolveEndpoint } from '../ipc/transport.js';
 import { parseDurationMs } from '../ipc/duration.js';
 import { JsonSink, parseTimeUs, RawSink, TailSink, TimestampSink, writeLogs } from './logs.js';
 import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
-import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
+import { defaultStateDir } from '../ipc/paths.js';
 import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
 import { bashCompletion, zshCompletion } from './completion.js';
@@ -48,7 +49,33 @@ const ENDED_ALREADY = 1;
 
 interface GlobalOptions {
   socket?: string;
+  /** --url: a supervisor's remote listener, ws:// or wss:// (else $SBX_URL). */
+  url?: string;
+  /** --token-file: its bearer token (else $SBX_TOKEN_FILE, $SBX_TOKEN). */
+  tokenFile?: string;
   json?: boolean;
+}
+
+/**
+ * Where every command talks to the supervisor: --socket, or --url with --token-file (else
+ * $SBX_URL with $SBX_TOKEN / $SBX_TOKEN_FILE, else $SBX_SOCKET or the SPEC path). --socket
+ * with --url, or --token-file without a URL, is refused (125) before anything is sent.
+ */
+function endpointOf(g: GlobalOptions): EndpointOptions {
+  if (g.socket !== undefined && g.url !== undefined) fail('INVALID_ARGUMENT: --socket and --url both name a supervisor; give one of them');
+  if (g.tokenFile !== undefined && g.url === undefined && !(g.socket === undefined && process.env.SBX_URL)) {
+    fail('INVALID_ARGUMENT: --token-file is the token of a supervisor URL: give --url (or SBX_URL) too');
+  }
+  return g.url !== undefined ? { url: g.url, tokenFile: g.tokenFile } : g.socket !== undefined ? { socketPath: g.socket } : { tokenFile: g.tokenFile };
+}
+
+/** The endpoint as messages name it (the socket path or the URL). */
+function where(g: GlobalOptions): string {
+  try {
+    return describeEndpoint(resolveEndpoint(endpointOf(g)));
+  } catch (err) {
+    fail(describe(err));
+  }
 }
 
 function signalNumber(name: string): number {
@@ -63,7 +90,7 @@ function fail(message: string, status = FAILURE): never {
 
 async function connect(g: GlobalOptions): Promise<SupervisorClient> {
   try {
-    return await SupervisorClient.connect({ socketPath: g.socket, clientName: 'sbx' });
+    return await SupervisorClient.connect({ ...endpointOf(g), clientName: 'sbx' });
   } catch (err) {
     fail(describe(err));
   }
@@ -106,7 +133,7 @@ function collectEnv(kv: string, acc: Record<string, string>): Record<string, str
 
 /** Copies one stream to a local output, waiting for the output to drain (backpressure). */
 async function pipeOutput(g: GlobalOptions, sel: SessionSelector, stream: StreamName, out: NodeJS.WriteStream, from: number, followToEnd: boolean, onReconnecting?: (code: string) => void): Promise<void> {
-  for await (const chunk of readOutput({ socketPath: g.socket, clientName: 'sbx', selector: sel, stream, from, follow: followToEnd, onReconnecting })) {
+  for await (const chunk of readOutput({ ...endpointOf(g), clientName: 'sbx', selector: sel, stream, from, follow: followToEnd, onReconnecting })) {
     if (!out.write(chunk.data)) await new Promise((r) => out.once('drain', r));
   }
 }
@@ -151,8 +178,8 @@ function newInvocationKey(): string {
   return `auto-${randomBytes(12).toString('hex')}`;
 }
 
-/** Transport failures a resent launch may outlive (the supervisor restarting, a reset). */
-const RETRYABLE_TRANSPORT = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'EAGAIN', 'ENOENT']);
+/** Transport failures a resent launch may outlive (the supervisor restarting, a reset, a silent transport). */
+const RETRYABLE_TRANSPORT = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'EAGAIN', 'ENOENT', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH']);
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -165,7 +192,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  * with `detach`. One line on stderr says that it waits (`say`, at most once per run).
  */
 async function launchUntilAnswered(g: GlobalOptions, params: LaunchParams, detach: boolean, say: (line: string) => void): Promise<{ client: SupervisorClient; launched: LaunchResult }> {
-  const socketPath = g.socket ?? defaultSocketPath();
+  const socketPath = where(g);
   const budgetS = Math.round(DEFAULT_RECONNECT_MS / 1000);
   let giveUpAt: number | null = null; // set at the first failure
   for (;;) {
@@ -173,7 +200,7 @@ async function launchUntilAnswered(g: GlobalOptions, params: LaunchParams, detac
     let line: string;
     let delayMs: number;
     try {
-      client = await SupervisorClient.connect({ socketPath, clientName: 'sbx' });
+      client = await SupervisorClient.connect({ ...endpointOf(g), clientName: 'sbx' });
       return { client, launched: await client.launch(params) };
     } catch (err) {
       client?.close();
@@ -258,13 +285,15 @@ function sub(name: string): Command {
   return program
     .command(name)
     .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
+    .option('--url <url>', "a supervisor's remote listener, ws://HOST:PORT or wss://HOST:PORT (default: $SBX_URL)")
+    .option('--token-file <file>', 'its bearer token (default: $SBX_TOKEN_FILE, or the token in $SBX_TOKEN)')
     .option('--json', 'machine-readable output');
 }
 
 /** Global options merged with the subcommand's own. */
 function globals(o: object): GlobalOptions {
   const g: GlobalOptions = { ...program.opts<GlobalOptions>(), ...Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) };
-  useSocket(g.socket ?? defaultSocketPath());
+  useSocket(where(g));
   return g;
 }
 
@@ -275,6 +304,8 @@ const program: Command = new Command()
   .description('Launch commands through sandbox-supervisor and read their output and receipts.')
   .version(VERSION)
   .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
+  .option('--url <url>', "a supervisor's remote listener, ws://HOST:PORT or wss://HOST:PORT (default: $SBX_URL; token: --token-file, $SBX_TOKEN_FILE or $SBX_TOKEN)")
+  .option('--token-file <file>', 'the bearer token of --url (default: $SBX_TOKEN_FILE, or the token in $SBX_TOKEN)')
   .option('--json', 'machine-readable output')
   .enablePositionalOptions()
   .showHelpAfterError()
@@ -362,8 +393,8 @@ sub('run')
       }
     }
     // A dropped connection (the supervisor restarting) is waited for: one line says so at once.
-    const reconnecting = reconnectingLine(g.socket ?? defaultSocketPath());
-    const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx', onReconnecting: reconnecting }, client);
+    const reconnecting = reconnectingLine(where(g));
+    const conn = new ReconnectingClient({ ...endpointOf(g), clientName: 'sbx', onReconnecting: reconnecting }, client);
     signals?.to(conn, launched.session_id);
     attachedSession = launched.session_id;
     const sel = { session_id: launched.session_id };
@@ -635,11 +666,11 @@ sub('logs')
     first.close();
     try {
       // A follow waits for a supervisor that went away: one line says so at once, as run's does.
-      const reconnecting = reconnectingLine(g.socket ?? defaultSocketPath());
+      const reconnecting = reconnectingLine(where(g));
       if (!indexed) return await pipeOutput(g, sel, streams[0]!, process.stdout, o.from ?? 0, o.follow ?? false, reconnecting);
       const out = g.json ? new JsonSink(process.stdout) : o.timestamps ? new TimestampSink(process.stdout) : new RawSink(process.stdout);
       const sink = tailLines === undefined ? out : new TailSink(tailLines, out);
-      await writeLogs({ socketPath: g.socket, selector: sel, streams, from: o.from, follow: o.follow ?? false, sinceUs, untilUs, noRecordAtUs: admittedAtUs, onReconnecting: reconnecting }, sink);
+      await writeLogs({ ...endpointOf(g), selector: sel, streams, from: o.from, follow: o.follow ?? false, sinceUs, untilUs, noRecordAtUs: admittedAtUs, onReconnecting: reconnecting }, sink);
     } catch (err) {
       fail(describe(err));
     }
@@ -667,7 +698,7 @@ sub('wait')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
-    const conn = new ReconnectingClient({ socketPath: g.socket, clientName: 'sbx', onReconnecting: reconnectingLine(g.socket ?? defaultSocketPath()) }, await connect(g));
+    const conn = new ReconnectingClient({ ...endpointOf(g), clientName: 'sbx', onReconnecting: reconnectingLine(where(g)) }, await connect(g));
     let receipt: Receipt;
     try {
       receipt = await conn.run((c) => c.wait(sel));

@@ -1,12 +1,11 @@
-// The client library: one connection to the supervisor's Unix socket, the hello, requests
-// with ids, and output subscriptions whose events are routed to handlers. Used by sbx and by
+// The client library: one connection to the supervisor (its Unix socket, a WebSocket URL or a
+// spawned command: ipc/transport.ts), the hello, requests with ids, keepalive while calls are
+// pending, and output subscriptions whose events are routed to handlers. Used by sbx and by
 // harnesses. Owns no process and no session: closing it never touches a command.
-import { statSync } from 'node:fs';
-import { connect as netConnect, type Socket } from 'node:net';
 import { SupervisorError } from './errors.js';
-import { encodeFrame, FrameDecoder } from './framing.js';
+import { encodeFrame } from './framing.js';
 import type { GcResult, MethodName, ParamsOf, ResultOf, SealResult } from './methods.js';
-import { defaultSocketPath } from './paths.js';
+import { describeEndpoint, openTransport, resolveEndpoint, transportError, type EndpointOptions, type FrameTransport } from './transport.js';
 import {
   PROTOCOL_VERSIONS,
   type ChangesResult,
@@ -32,9 +31,27 @@ import {
   type TaskSealResult,
 } from './protocol.js';
 
-export interface ConnectOptions {
-  socketPath?: string;
+export type { EndpointOptions } from './transport.js';
+
+/** While a call is pending and nothing arrived for this long, a ping is sent, in ms. */
+export const DEFAULT_KEEPALIVE_MS = 5_000;
+/** While a call is pending and nothing arrived for this long, the transport is dead, in ms. */
+export const DEFAULT_SILENCE_MS = 15_000;
+/** Deadline of connect + hello, in ms. */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+
+/**
+ * Where the supervisor is (EndpointOptions: socketPath, or url with token/tokenFile, or
+ * command; default $SBX_URL, else the socket) and the deadlines of the connection.
+ */
+export interface ConnectOptions extends EndpointOptions {
   clientName?: string;
+  /** Ping after this long without a byte while a call is pending (default 5000 ms). */
+  keepaliveMs?: number;
+  /** Declare the transport dead after this long without a byte while a call is pending (default 15000 ms): calls fail ETIMEDOUT. */
+  silenceMs?: number;
+  /** Deadline of connect + hello (default 10000 ms): ETIMEDOUT. */
+  connectTimeoutMs?: number;
 }
 
 export interface SubscriptionHandlers {
@@ -49,68 +66,103 @@ interface Pending {
   reject(err: Error): void;
 }
 
-
 /**
- * connect(2) to a path that is there but no socket (a regular file, a directory) fails
- * ECONNREFUSED, as for a socket nobody listens on, which a client would wait for: it is
- * ENOTSOCK here (never retried), naming what is there. null when the path is a socket, or gone.
+ * A launch without an invocation key that was sent and then lost its connection before the
+ * answer: it may have been admitted, and sending it again could run the command twice, so it
+ * is not resent (ReconnectingClient.run throws it). code LAUNCH_UNCONFIRMED; `cause` the drop.
  */
-function notASocket(err: NodeJS.ErrnoException, socketPath: string): NodeJS.ErrnoException | null {
-  if (err.code !== 'ECONNREFUSED') return null;
-  let kind: string;
-  try {
-    const st = statSync(socketPath);
-    if (st.isSocket()) return null;
-    kind = st.isDirectory() ? 'a directory' : st.isFile() ? 'a regular file' : 'something else';
-  } catch {
-    return null;
+export class LaunchUnconfirmedError extends Error {
+  readonly code = 'LAUNCH_UNCONFIRMED';
+  /** Never resent (ReconnectingClient.run rethrows it). */
+  readonly resend = false;
+
+  constructor(cause: Error) {
+    super(`the launch (without an invocation key) may have reached the supervisor before the connection was lost (${(cause as NodeJS.ErrnoException).code ?? cause.message}); it is not sent again, which could run it twice: give invocation_key to make a launch resendable (ps shows whether it runs)`, { cause });
+    this.name = 'LaunchUnconfirmedError';
   }
-  return Object.assign(new Error(`connect ENOTSOCK ${socketPath}: ${kind}, not a socket`), { code: 'ENOTSOCK', errno: -88, syscall: 'connect', address: socketPath, found: kind });
 }
 
-/** A connection to the supervisor; every method rejects with SupervisorError or a socket Error. */
+/**
+ * A connection to the supervisor; every method rejects with SupervisorError or a transport
+ * Error (an errno-like code: ECONNRESET, ETIMEDOUT when the transport went silent, ...).
+ */
 export class SupervisorClient {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
   private readonly subscriptions = new Map<number, SubscriptionHandlers>();
-  private readonly decoder = new FrameDecoder();
+  /** Ids of keepalive pings not yet answered (their answers, or errors from an older supervisor, are only bytes). */
+  private readonly pings = new Set<number>();
   private closedError: Error | null = null;
   private readonly closeListeners: ((err: Error) => void)[] = [];
+  private readonly keepalive: { timer: NodeJS.Timeout; tickMs: number; lastTickAt: number; seen: number; activeAt: number; pingAt: number };
   hello!: HelloResult;
 
-  private constructor(private readonly socket: Socket) {
-    socket.on('data', (data: Buffer) => this.onData(data));
-    socket.on('error', (err) => this.fail(err));
-    socket.on('close', () => this.fail(Object.assign(new Error('connection to the supervisor closed'), { code: 'ECONNRESET' })));
+  private constructor(
+    private readonly transport: FrameTransport,
+    private readonly keepaliveMs: number,
+    private readonly silenceMs: number,
+  ) {
+    transport.start((frame) => this.route(frame as ResponseFrame));
+    transport.onClose((err) => this.fail(err));
+    const tickMs = Math.max(5, Math.min(keepaliveMs, silenceMs) / 4);
+    const now = performance.now();
+    this.keepalive = { timer: setInterval(() => this.tick(), tickMs).unref(), tickMs, lastTickAt: now, seen: 0, activeAt: now, pingAt: 0 };
   }
 
-  /** Connects to socketPath (default: SPEC's path) and runs the hello; rejects on ENOENT/ECONNREFUSED. */
+  /**
+   * Connects to the endpoint (ConnectOptions: socketPath, url + token, or command; default
+   * $SBX_URL, else the socket) and runs the hello, within connectTimeoutMs (ETIMEDOUT).
+   * Rejects with the connect error (ENOENT, ECONNREFUSED, ENOTSOCK, a spawn error),
+   * UNAUTHORIZED (a 401 from a URL, or the supervisor's refusal), INVALID_ARGUMENT (bad options).
+   */
   static async connect(options: ConnectOptions = {}): Promise<SupervisorClient> {
-    const socketPath = options.socketPath ?? defaultSocketPath();
-    const socket = await new Promise<Socket>((resolve, reject) => {
-      const s = netConnect(socketPath);
-      s.once('connect', () => {
-        s.off('error', reject);
-        resolve(s);
+    const endpoint = resolveEndpoint(options);
+    const timeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    const late = transportError('ETIMEDOUT', `no answer from the supervisor at ${describeEndpoint(endpoint)} within ${timeoutMs} ms (connect and hello)`);
+    const deadline = new AbortController();
+    const timer = setTimeout(() => deadline.abort(late), timeoutMs);
+    let client: SupervisorClient | null = null;
+    try {
+      const transport = await openTransport(endpoint, { signal: deadline.signal });
+      client = new SupervisorClient(transport, options.keepaliveMs ?? DEFAULT_KEEPALIVE_MS, options.silenceMs ?? DEFAULT_SILENCE_MS);
+      const hello = client.request('hello', {
+        versions: [...PROTOCOL_VERSIONS],
+        client: options.clientName ?? 'sandbox-supervisor-client',
       });
-      s.once('error', (err: NodeJS.ErrnoException) => reject(notASocket(err, socketPath) ?? err));
-    });
-    const client = new SupervisorClient(socket);
-    client.hello = await client.request('hello', {
-      versions: [...PROTOCOL_VERSIONS],
-      client: options.clientName ?? 'sandbox-supervisor-client',
-    });
-    return client;
+      const c = client;
+      deadline.signal.addEventListener('abort', () => c.destroy(late), { once: true });
+      client.hello = await hello;
+      if (typeof client.hello?.version !== 'number') throw transportError('EPROTO', `the peer at ${transport.endpoint} answered the hello without a version: not a supervisor`);
+      return client;
+    } catch (err) {
+      client?.close();
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** The spawned command's pid, for a command endpoint (undefined otherwise). */
+  get transportPid(): number | undefined {
+    return this.transport.pid;
   }
 
   /** Sends one request and resolves with its result (typed by the method table, ipc/methods.ts). */
   request<M extends MethodName>(method: M, params: ParamsOf<M>): Promise<ResultOf<M>> {
     if (this.closedError) return Promise.reject(this.closedError);
     const id = this.nextId++;
-    return new Promise<ResultOf<M>>((resolve, reject) => {
+    this.markBusy();
+    const sent = new Promise<ResultOf<M>>((resolve, reject) => {
       this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
-      this.socket.write(encodeFrame({ id, method, params: withoutUndefined(params) } satisfies RequestFrame));
+      this.transport.send(encodeFrame({ id, method, params: withoutUndefined(params) } satisfies RequestFrame));
     });
+    // A keyless launch that may have arrived is never sent again (LaunchUnconfirmedError).
+    if (method === 'launch' && (params as LaunchParams).invocation_key === undefined) {
+      return sent.catch((err: Error) => {
+        throw err instanceof SupervisorError ? err : new LaunchUnconfirmedError(err);
+      });
+    }
+    return sent;
   }
 
   launch(params: LaunchParams): Promise<LaunchResult> {
@@ -189,6 +241,7 @@ export class SupervisorClient {
   subscribe(params: SubscribeParams, handlers: SubscriptionHandlers): Promise<SubscribeResult> {
     if (this.closedError) return Promise.reject(this.closedError);
     const id = this.nextId++;
+    this.markBusy();
     this.subscriptions.set(id, handlers);
     return new Promise<SubscribeResult>((resolve, reject) => {
       this.pending.set(id, {
@@ -198,7 +251,7 @@ export class SupervisorClient {
           reject(err);
         },
       });
-      this.socket.write(encodeFrame({ id, method: 'subscribe', params: withoutUndefined(params) } satisfies RequestFrame));
+      this.transport.send(encodeFrame({ id, method: 'subscribe', params: withoutUndefined(params) } satisfies RequestFrame));
     });
   }
 
@@ -232,12 +285,12 @@ export class SupervisorClient {
     return Buffer.concat(parts);
   }
 
-  /** Stops reading from the socket (backpressure towards the supervisor) / resumes. */
+  /** Stops reading from the transport (backpressure towards the supervisor) / resumes; the silence deadline does not run while paused. */
   pause(): void {
-    this.socket.pause();
+    this.transport.pause();
   }
   resume(): void {
-    this.socket.resume();
+    this.transport.resume();
   }
 
   /** Called once when the connection is gone, with why. */
@@ -246,17 +299,47 @@ export class SupervisorClient {
     else this.closeListeners.push(listener);
   }
 
+  /** Closes the connection (a command transport: ended, killed by pid and reaped). */
   close(): void {
-    this.socket.end();
-    this.socket.destroy();
+    this.transport.close();
   }
 
-  private onData(data: Buffer): void {
-    try {
-      this.decoder.push(data, (raw) => this.route(raw as ResponseFrame));
-    } catch (err) {
-      this.fail(err as Error);
-      this.socket.destroy();
+  /** Ends the connection at once; pending calls fail with err. */
+  private destroy(err: Error): void {
+    this.fail(err);
+    this.transport.destroy(err);
+  }
+
+  /** A call starts: when none was pending, the silence clock starts now. */
+  private markBusy(): void {
+    if (this.pending.size === 0 && this.subscriptions.size === 0) this.keepalive.activeAt = performance.now();
+  }
+
+  /**
+   * Keepalive, every tickMs: while calls are pending and reading is not paused, a ping after
+   * keepaliveMs without a byte, and the transport declared dead (ETIMEDOUT) after silenceMs.
+   * A tick that comes late (this process's event loop was held up) checks nothing: bytes
+   * may be waiting that the loop has not read yet.
+   */
+  private tick(): void {
+    const k = this.keepalive;
+    const now = performance.now();
+    const late = now - k.lastTickAt > 3 * k.tickMs + 50;
+    k.lastTickAt = now;
+    const seen = this.transport.receivedChunks;
+    if (late || seen !== k.seen || this.transport.paused || (this.pending.size === 0 && this.subscriptions.size === 0)) {
+      k.seen = seen;
+      k.activeAt = now;
+      return;
+    }
+    const silentMs = now - k.activeAt;
+    if (silentMs >= this.silenceMs) {
+      this.destroy(transportError('ETIMEDOUT', `no byte from the supervisor at ${this.transport.endpoint} for ${Math.round(silentMs)} ms while calls were pending (keepalive pings unanswered): the transport is taken as dead`));
+    } else if (silentMs >= this.keepaliveMs && now - k.pingAt >= this.keepaliveMs) {
+      k.pingAt = now;
+      const id = this.nextId++;
+      this.pings.add(id);
+      this.transport.send(encodeFrame({ id, method: 'ping', params: {} } satisfies RequestFrame));
     }
   }
 
@@ -279,6 +362,7 @@ export class SupervisorClient {
     }
     const pending = this.pending.get(frame.id);
     if (!pending) {
+      if (this.pings.delete(frame.id)) return;
       // An error after a subscription's result: it is over, with that error.
       const handlers = frame.error ? this.subscriptions.get(frame.id) : undefined;
       if (handlers) {
@@ -295,6 +379,7 @@ export class SupervisorClient {
   private fail(err: Error): void {
     if (this.closedError) return;
     this.closedError = err;
+    clearInterval(this.keepalive.timer);
     for (const p of this.pending.values()) p.reject(err);
     this.pending.clear();
     this.subscriptions.clear();
@@ -353,6 +438,8 @@ export class ReconnectingClient {
       try {
         this.client = await SupervisorClient.connect(this.options);
       } catch (err) {
+        // A refusal that will not change (UNAUTHORIZED: a wrong token; INVALID_ARGUMENT: bad options) ends it now.
+        if (err instanceof SupervisorError && !err.retryable) throw err;
         this.options.onReconnecting?.((err as NodeJS.ErrnoException).code ?? (err as Error).message);
         if (performance.now() > giveUpAt) {
           const reason = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
@@ -371,7 +458,8 @@ export class ReconnectingClient {
       try {
         return await fn(client);
       } catch (err) {
-        if (err instanceof SupervisorError) throw err;
+        // Answers, and a keyless launch that may have arrived (LaunchUnconfirmedError), are not retried.
+        if (err instanceof SupervisorError || (err as { resend?: boolean }).resend === false) throw err;
         this.drop();
       }
     }

@@ -213,8 +213,12 @@ export class FrameDecoder {
   }
 }
 
-/** One frame body: exactly one msgpack map (the first byte says so: fixmap, map16, map32). */
-function decodeBody(body: Buffer): unknown {
+/**
+ * One frame body: exactly one msgpack map (the first byte says so: fixmap, map16, map32);
+ * throws INVALID_ARGUMENT otherwise. Exported for message transports (a WebSocket message is
+ * one body, without the length prefix).
+ */
+export function decodeBody(body: Buffer): unknown {
   const first = body.length ? body[0] : -1;
   if (!((first >= 0x80 && first <= 0x8f) || first === 0xde || first === 0xdf)) {
     // Checked before msgpackr: it would return a value for 0xc1 ("never used") instead of failing.
