@@ -8,7 +8,7 @@ import { connect as netConnect, type Socket } from 'node:net';
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { IncomingMessage } from 'node:http';
 import type WebSocketType from 'ws';
-import { SupervisorError } from './errors.js';
+import { ERROR_CODES, SupervisorError, type ErrorCode } from './errors.js';
 import { decodeBody, DEFAULT_MAX_FRAME_BYTES, FrameDecoder } from './framing.js';
 import { defaultSocketPath } from './paths.js';
 
@@ -402,11 +402,18 @@ function tokenOf(e: Extract<Endpoint, { kind: 'url' }>): string | null {
   }
 }
 
-/** An HTTP answer instead of the upgrade: 401 is UNAUTHORIZED, 5xx (a proxy with no supervisor behind) is retried as ECONNREFUSED, others INVALID_ARGUMENT; the body's message is quoted. */
+/**
+ * An HTTP answer instead of the upgrade, as an error: 401/403 is UNAUTHORIZED; a body
+ * `{ error: { code, message } }` with a known code is that SupervisorError (503 LIMIT_EXCEEDED
+ * is retried, as on the socket); another 5xx (a proxy with no supervisor behind) is
+ * ECONNREFUSED (retried); anything else INVALID_ARGUMENT. The message quotes the body's.
+ */
 function refusal(endpoint: string, res: IncomingMessage, body: string): Error {
   let message = body.trim().slice(0, 500);
+  let wire: { code?: unknown; details?: unknown } | null = null;
   try {
-    const j = JSON.parse(body) as { error?: { code?: string; message?: string } | string; message?: string };
+    const j = JSON.parse(body) as { error?: { code?: string; message?: string; details?: unknown } | string; message?: string };
+    if (typeof j.error === 'object' && j.error !== null) wire = j.error;
     const m = typeof j.error === 'object' ? j.error?.message : typeof j.error === 'string' ? j.error : j.message;
     if (typeof m === 'string') message = m;
   } catch {
@@ -414,10 +421,12 @@ function refusal(endpoint: string, res: IncomingMessage, body: string): Error {
   }
   const status = res.statusCode ?? 0;
   const what = `the supervisor at ${endpoint} answered HTTP ${status}${res.statusMessage ? ` ${res.statusMessage}` : ''}${message ? `: ${message}` : ''}`;
-  if (status === 401 || status === 403) return new SupervisorError('UNAUTHORIZED', `${what} (check the token: --token-file, SBX_TOKEN or SBX_TOKEN_FILE)`, { http_status: status });
-  if (status >= 500) return transportError('ECONNREFUSED', what, { httpStatus: status });
+  const details = { http_status: status, ...(wire?.details && typeof wire.details === 'object' ? wire.details : {}) };
+  if (status === 401 || status === 403) return new SupervisorError('UNAUTHORIZED', `${what} (check the token: --token-file, SBX_TOKEN or SBX_TOKEN_FILE)`, details);
   const hint = status === 426 ? ' (the WebSocket upgrade did not reach it: a proxy in between?)' : '';
-  return new SupervisorError('INVALID_ARGUMENT', `${what}${hint}`, { http_status: status });
+  if (typeof wire?.code === 'string' && Object.hasOwn(ERROR_CODES, wire.code)) return new SupervisorError(wire.code as ErrorCode, `${what}${hint}`, details);
+  if (status >= 500) return transportError('ECONNREFUSED', what, { httpStatus: status });
+  return new SupervisorError('INVALID_ARGUMENT', `${what}${hint}`, details);
 }
 
 async function openWebSocket(e: Extract<Endpoint, { kind: 'url' }>, maxFrameBytes: number, signal?: AbortSignal): Promise<FrameTransport> {
