@@ -34,6 +34,7 @@ import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writ
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
 import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
+import { runBridge } from './bridge.js';
 import { bashCompletion, zshCompletion } from './completion.js';
 import { deprecatedKeyOption, describe, endedAs, escapedLine, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, useSocket } from './explain.js';
 import { clearProgress, Progress } from './progress.js';
@@ -279,6 +280,15 @@ const program: Command = new Command()
   .enablePositionalOptions()
   .showHelpAfterError()
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : FAILURE));
+
+program
+  .command('bridge')
+  .description("join stdin/stdout to the supervisor's socket byte for byte, for an exec channel (docker exec -i BOX sbx bridge; docs/REMOTE.md); exits when either side closes")
+  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
+  .action(async (o: { socket?: string }) => {
+    const socketPath = o.socket ?? program.opts<GlobalOptions>().socket ?? defaultSocketPath();
+    process.exit(await runBridge(socketPath, warn));
+  });
 
 sub('run')
   .description('launch CMD and stream its stdout/stderr; exit with its status')

@@ -61,6 +61,8 @@ export interface Methods {
   /** With `task`: the task receipt. */
   close: { params: ParamsFor<'close'>; result: CloseReceipt | TaskReceipt };
   status: { params: ParamsFor<'status'>; result: StatusResult };
+  /** Keepalive on any transport: the supervisor's wall clock, ms since the epoch. */
+  ping: { params: ParamsFor<'ping'>; result: { now_ms: number } };
   write: { params: ParamsFor<'write'>; result: { session_id: string; cursor: number } };
   resize: { params: ParamsFor<'resize'>; result: { session_id: string; cols: number; rows: number } };
   resolve: { params: ParamsFor<'resolve'>; result: Receipt };

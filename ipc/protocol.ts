@@ -206,6 +206,8 @@ export interface StatusResult {
   checkpoint_store?: string;
   /** Where the Prometheus endpoint listens (`HOST:PORT` with the port bound, or a socket path); absent when metrics are off. */
   metrics?: string;
+  /** The WebSocket listener's URL (`ws://HOST:PORT/` or `wss://`, the port bound); absent when it is off (docs/REMOTE.md). */
+  remote?: string;
 }
 
 /** One workspace as `sbx status` shows it (supervisor/workspace/watcher.ts). */

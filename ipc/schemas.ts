@@ -80,6 +80,8 @@ export const ParamsSchemas = {
   gc: empty,
   seal: z.object({ task: key.optional() }).strict(),
   status: empty,
+  /** Keepalive: answered at once with the supervisor's clock (after hello, counted in flight). */
+  ping: empty,
   write: z
     .object({ ...selector, data: z.custom<Uint8Array>((d) => d instanceof Uint8Array, 'bytes (msgpack bin)').refine((d) => d.length <= 8 * 1024 * 1024, 'at most 8 MiB per write'), offset: cursor.optional(), eof: z.boolean().optional() })
     .strict()

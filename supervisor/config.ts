@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
 import { DEFAULT_MAX_FRAME_BYTES } from '../ipc/framing.js';
 import { MAX_DURATION_MS } from '../ipc/duration.js';
-import { parseMetricsAddress } from './metrics/address.js';
+import { isLoopback, parseMetricsAddress } from './metrics/address.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/sandbox-supervisor/config.json';
 
@@ -151,6 +151,42 @@ const ConfigSchema = z
       })
       .strict()
       .prefault({}),
+    /** The WebSocket listener (docs/REMOTE.md); off unless listen is set. */
+    remote: z
+      .object({
+        /** HOST:PORT (an IP literal or localhost; 0.0.0.0 written out); `serve --listen ADDR` overrides it. */
+        listen: z
+          .string()
+          .superRefine((text, ctx) => {
+            const problem = remoteListenProblem(text);
+            if (problem) ctx.addIssue({ code: 'custom', message: problem });
+          })
+          .optional(),
+        /** The bearer token itself (env SBX_REMOTE_TOKEN wins over it); unset: the token file. */
+        token: z.string().min(16).regex(/^\S+$/, 'no white space').optional(),
+        /** Absolute path of the token file (default <stateDir>/remote-token, made 0600 at first start). */
+        tokenFile: z.string().regex(/^\/[^\0]*$/, 'must be an absolute path').optional(),
+        /** No token at all: allowed only on a loopback address. */
+        insecure: z.boolean().default(false),
+        /** TLS (wss://): certificate chain and key, PEM files; both or neither. */
+        tlsCertFile: z.string().regex(/^\/[^\0]*$/, 'must be an absolute path').optional(),
+        tlsKeyFile: z.string().regex(/^\/[^\0]*$/, 'must be an absolute path').optional(),
+        /** WebSocket connections open at once (counted apart from the Unix socket's); unset: ipc.maxConnections. */
+        maxConnections: z.number().int().min(1).max(1_000_000).optional(),
+        /** The server pings every peer this often, ms. */
+        pingIntervalMs: z.number().int().min(10).max(3_600_000).default(10_000),
+        /** A peer that neither answers a ping nor takes any byte within this is terminated, ms. */
+        pingTimeoutMs: z.number().int().min(10).max(3_600_000).default(10_000),
+        /** A TCP connection that has not finished its HTTP upgrade within this is closed, ms. */
+        upgradeTimeoutMs: z.number().int().min(10).max(600_000).default(10_000),
+      })
+      .strict()
+      .refine((r) => (r.tlsCertFile === undefined) === (r.tlsKeyFile === undefined), { path: ['tlsKeyFile'], message: 'give both remote.tlsCertFile and remote.tlsKeyFile, or neither' })
+      .superRefine((r, ctx) => {
+        const problem = r.listen === undefined ? null : remoteInsecureProblem(r.listen, r.insecure);
+        if (problem) ctx.addIssue({ code: 'custom', path: ['insecure'], message: problem });
+      })
+      .prefault({}),
     /** The Prometheus endpoint (README "Metrics"); off unless listen is set. */
     metrics: z
       .object({
@@ -213,4 +249,23 @@ export function loadConfig(path: string | undefined, env: NodeJS.ProcessEnv = pr
     throw new ConfigError(`cannot read configuration ${file}: ${(err as Error).message}`);
   }
   return parseConfig(raw, file, env);
+}
+
+/** What is wrong with a remote.listen / --listen address (HOST:PORT only: no Unix path), or null. */
+export function remoteListenProblem(text: string): string | null {
+  if (text.startsWith('/')) return `${JSON.stringify(text)} is a path: the WebSocket listener takes HOST:PORT (such as 127.0.0.1:7443); the Unix socket is socketPath`;
+  try {
+    parseMetricsAddress(text);
+    return null;
+  } catch (err) {
+    return (err as Error).message.replace(/127\.0\.0\.1:9464|\[::1\]:9464|0\.0\.0\.0:9464/g, (m) => m.replace('9464', '7443')).replace(', or an absolute path for a Unix socket', '');
+  }
+}
+
+/** Why insecure (no token) may not be used on this address (a non-loopback one), or null. */
+export function remoteInsecureProblem(listen: string, insecure: boolean): string | null {
+  if (!insecure || remoteListenProblem(listen) !== null) return null;
+  const addr = parseMetricsAddress(listen);
+  if (addr.kind === 'tcp' && isLoopback(addr.host)) return null;
+  return `remote.insecure (no token) is allowed only on a loopback address, not ${listen}: remove it and use the token (remote.tokenFile, remote.token or SBX_REMOTE_TOKEN)`;
 }

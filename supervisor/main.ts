@@ -7,9 +7,10 @@
 import { resolve } from 'node:path';
 import { Command } from 'commander';
 import { pino, type Logger } from 'pino';
-import { ConfigError, loadConfig } from './config.js';
+import { ConfigError, loadConfig, remoteInsecureProblem, remoteListenProblem } from './config.js';
 import { VERSION } from '../ipc/version.js';
 import { SupervisorServer } from './server/server.js';
+import type { RemoteListener } from './server/remote.js';
 import { Supervisor } from './supervisor.js';
 import { notify, startWatchdog, takeListenFd } from './systemd.js';
 import { parseMetricsAddress } from './metrics/address.js';
@@ -28,7 +29,7 @@ async function startMetrics(listen: string, source: string, log: Logger): Promis
 }
 
 
-async function serve(options: { config?: string; workspace?: string[]; metrics?: string }): Promise<void> {
+async function serve(options: { config?: string; workspace?: string[]; metrics?: string; listen?: string }): Promise<void> {
   let config;
   /** Where metrics.listen came from, as the messages name it. */
   const metricsSource = options.metrics !== undefined ? '--metrics' : 'metrics.listen';
@@ -46,6 +47,11 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
         throw new ConfigError(`--metrics ${(err as Error).message}`);
       }
       config = { ...config, metrics: { listen: options.metrics } };
+    }
+    if (options.listen !== undefined) {
+      const problem = remoteListenProblem(options.listen) ?? remoteInsecureProblem(options.listen, config.remote.insecure);
+      if (problem) throw new ConfigError(`--listen ${problem}`);
+      config = { ...config, remote: { ...config.remote, listen: options.listen } };
     }
     const listen = config.metrics.listen;
     if (listen !== undefined && listen.startsWith('/') && resolve(listen) === resolve(config.socketPath)) {
@@ -92,9 +98,32 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
     await metrics?.listener.close();
     throw err;
   }
+  // The WebSocket listener (remote.listen / --listen) once the socket listens; no token: exit 2.
+  let remote: RemoteListener | null = null;
+  if (config.remote.listen !== undefined) {
+    try {
+      const { RemoteListener } = await import('./server/remote.js');
+      remote = await RemoteListener.start(server.serveContext, server.pendingFrameAccount, config.remote.listen);
+    } catch (err) {
+      await server.close(0);
+      supervisor.ctx.tree?.teardown();
+      await metrics?.listener.close();
+      if (err instanceof ConfigError) {
+        process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
+        process.exit(2);
+      }
+      throw err;
+    }
+    supervisor.remoteUrl = remote.url;
+    const t = remote.token;
+    log.info({ url: remote.url, token: t.kind === 'file' ? `file ${t.file}` : t.kind === 'none' ? 'none (remote.insecure, loopback only)' : t.kind === 'env' ? 'SBX_REMOTE_TOKEN' : 'remote.token' }, 'WebSocket listener up');
+    if (t.kind === 'file') process.stderr.write(`sandbox-supervisor: WebSocket listener on ${remote.url}; bearer token in ${t.file}\n`);
+  }
+  const remoteListener = remote;
   metrics?.metrics.observe({
     sessions: () => supervisor.list(true),
     connections: () => server.connectionCount,
+    remoteConnections: () => remoteListener?.connectionCount ?? 0,
     workspaces: () => supervisor.ctx.watcher.status(),
     mode: supervisor.mode,
   });
@@ -115,7 +144,7 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
     stopWatchdog();
     void supervisor
       .shutdown()
-      .then(() => server.close())
+      .then(() => Promise.all([server.close(), remoteListener?.close()]))
       .then(() => metrics?.listener.close())
       .then(() => {
         log.info('stopped');
@@ -138,7 +167,8 @@ program
   .option('--config <file>', 'JSON configuration (default: /etc/sandbox-supervisor/config.json if present)')
   .option('--workspace <dir>', 'watch this directory (repeatable; added to workspace.paths)', (dir: string, prev: string[] = []) => [...prev, dir])
   .option('--metrics <addr>', 'serve Prometheus metrics at GET /metrics on HOST:PORT (e.g. 127.0.0.1:9464) or a Unix socket path (overrides metrics.listen)')
-  .action((opts: { config?: string; workspace?: string[]; metrics?: string }) =>
+  .option('--listen <addr>', 'also serve the protocol over WebSocket on HOST:PORT (e.g. 127.0.0.1:7443; token auth, docs/REMOTE.md; overrides remote.listen)')
+  .action((opts: { config?: string; workspace?: string[]; metrics?: string; listen?: string }) =>
     serve(opts).catch((err: Error) => {
       process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
       process.exit(1);

@@ -24,6 +24,8 @@ export interface StatusSource {
   sealRecord(): StatusResult['sealed'];
   /** The metrics endpoint's bound address; null: metrics off. */
   metricsAddress(): string | null;
+  /** The WebSocket listener's URL (ws://HOST:PORT/); null: off. */
+  remoteUrl?(): string | null;
 }
 
 export class StatusReporter {
@@ -75,6 +77,7 @@ export class StatusReporter {
     const free = storage.freeBytes();
     const admission = this.source.admissionState();
     const metrics = this.source.metricsAddress();
+    const remote = this.source.remoteUrl?.() ?? null;
     return {
       version: VERSION,
       protocol: PROTOCOL_VERSION,
@@ -86,6 +89,7 @@ export class StatusReporter {
       workspaces: ctx.watcher.status(),
       checkpoint_store: this.source.checkpointStore(),
       ...(metrics !== null ? { metrics } : {}),
+      ...(remote !== null ? { remote } : {}),
       socket: socketPath,
       state_dir: ctx.config.stateDir,
       cgroup: ctx.tree ? ctx.tree.basePath : null,

@@ -66,6 +66,8 @@ export class Supervisor {
 
   /** Where the metrics endpoint listens (status shows it); null: metrics off. Set by main once it listens. */
   metricsAddress: string | null = null;
+  /** The WebSocket listener's URL (status shows it); null: off. Set by main once it listens. */
+  remoteUrl: string | null = null;
 
   /**
    * `lock`: this state dir's flock, held for the supervisor's life. `metrics`: the Prometheus
@@ -90,6 +92,7 @@ export class Supervisor {
       sealRecord: () => this.closing.seal,
       checkpointStore: () => this.checkpoints.location,
       metricsAddress: () => this.metricsAddress,
+      remoteUrl: () => this.remoteUrl,
     });
     ctx.storage.onBelowKeepFree = () => this.retention.keepFree();
     this.checkpoints = new Checkpoints({ config, log, identity: ctx.identity, signer: ctx.signer, watcher: ctx.watcher, reserveBytes: () => ctx.storage.minFreeBytes, pinned: () => this.tasks.pinnedCheckpoints(), metrics });

@@ -23,6 +23,9 @@ const REFUSAL_CODES = ['INVALID_ARGUMENT', 'KEY_CONFLICT', 'ADMISSION_SEALED', '
 /** The IPC limits a request, frame or connection can be refused by (server.ts, connection.ts), shown at 0 from the start. */
 export const IPC_LIMITS = ['in_flight', 'connections', 'pending_frame_bytes', 'frame_time', 'frame_bytes'] as const;
 
+/** Why a WebSocket handshake failed (remote-auth.ts HandshakeFailure), shown at 0 from the start. */
+const REMOTE_FAILURES = ['no_token', 'wrong_token', 'bad_upgrade', 'not_websocket', 'upgrade_timeout', 'connections'] as const;
+
 /** The reasons output bytes are dropped (chunks.ts failure; README "Metrics"), shown at 0 from the start. */
 const DROP_REASONS = ['quota', 'disk_full', 'io_error'] as const;
 
@@ -39,6 +42,8 @@ export interface MetricsSources {
   sessions: () => Iterable<Session>;
   /** Connections open on the supervisor's socket now. */
   connections: () => number;
+  /** WebSocket connections open now (absent: no listener). */
+  remoteConnections?: () => number;
   /** The workspace watcher's counts, per workspace (watcher.status()). */
   workspaces: () => WorkspaceStatus[];
   mode: SupervisorMode;
@@ -63,6 +68,7 @@ export class SupervisorMetrics {
   private readonly checkpointScanned: Counter;
   private readonly connectionsTotal: Counter<'outcome'>;
   private readonly ipcRefusals: Counter<'limit'>;
+  private readonly remoteFailures: Counter<'reason'>;
 
   constructor() {
     const registers = [this.registry];
@@ -164,6 +170,16 @@ export class SupervisorMetrics {
         this.set(self.sources?.connections() ?? 0);
       },
     });
+    this.remoteFailures = new Counter({ name: `${P}remote_handshake_failures_total`, help: 'Failed handshakes of the WebSocket listener, by reason: no_token, wrong_token (401), bad_upgrade (400), not_websocket (426: a plain HTTP request), upgrade_timeout (no upgrade in time), connections (503: remote.maxConnections).', labelNames: ['reason'], registers });
+    new Gauge({
+      name: `${P}remote_connections`,
+      help: 'WebSocket connections open now.',
+      registers,
+      collect() {
+        this.set(self.sources?.remoteConnections?.() ?? 0);
+      },
+    });
+    for (const reason of REMOTE_FAILURES) this.remoteFailures.inc({ reason }, 0);
     // Known label values start at 0, so a first increase is a visible delta.
     for (const outcome of ['started', 'existing', 'refused']) this.launches.inc({ outcome }, 0);
     for (const code of REFUSAL_CODES) this.refusals.inc({ code }, 0);
@@ -224,6 +240,11 @@ export class SupervisorMetrics {
   /** A connection to the supervisor socket accepted or refused. */
   connection(outcome: ConnectionOutcome): void {
     this.connectionsTotal.inc({ outcome });
+  }
+
+  /** A failed handshake of the WebSocket listener (reason: remote-auth.ts HandshakeFailure). */
+  remoteHandshakeFailed(reason: string): void {
+    this.remoteFailures.inc({ reason });
   }
 
   /** A request, frame or connection refused by an IPC limit (a LIMIT_EXCEEDED's details.limit; frame_bytes: FRAME_TOO_LARGE). */

@@ -2,8 +2,9 @@
 // incoming frames (time to arrive, bytes held across connections), its peer (SO_PEERCRED),
 // its requests in flight, and backpressure both ways (a client that does not read stops
 // being read; output frames are pipelined up to a high water mark and reuse pooled buffers).
-// Owns one socket's frames; not what a request does (handlers/) nor dispatch (server.ts).
-import type { Socket } from 'node:net';
+// Owns one socket's frames; not what a request does (handlers/) nor dispatch (dispatch.ts).
+// The socket is a Unix socket (server.ts) or a WebSocket seen through ws-socket.ts.
+import type { EventEmitter } from 'node:events';
 import { SupervisorError } from '../../ipc/errors.js';
 import { encodeFrame, FrameDecoder } from '../../ipc/framing.js';
 
@@ -15,6 +16,31 @@ export const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** Bytes queued towards a client above which we stop reading its requests. */
 const OUTBOUND_HIGH_WATER_BYTES = 4 * 1024 * 1024;
+
+/**
+ * What a Connection uses of its socket (a net.Socket has it; ws-socket.ts gives a WebSocket
+ * it): 'data' (frame bytes), 'drain', 'close', 'error' events; write gets whole frames.
+ */
+export interface ConnectionSocket extends EventEmitter {
+  write(data: Buffer, cb?: (err?: Error | null) => void): boolean;
+  end(data: Buffer): unknown;
+  destroy(): unknown;
+  pause(): unknown;
+  resume(): unknown;
+  readonly writableLength: number;
+}
+
+/**
+ * Who is on the other end: SO_PEERCRED on the Unix socket (a bridge is a local peer too); a
+ * WebSocket peer has none: pid 0, the supervisor's own uid and gid (the token is its
+ * credential), and `remote` naming the transport and address ("ws 10.0.0.7:51234").
+ */
+export interface Peer {
+  pid: number;
+  uid: number;
+  gid: number;
+  remote?: string;
+}
 
 /** Bytes of incomplete frames held by all connections together, and their bound (0: none). */
 export interface PendingFrames {
@@ -49,7 +75,7 @@ export class Connection {
   /** performance.now() when backpressure stopped our reading; null while we read. */
   private readPausedAt: number | null = null;
 
-  constructor(readonly socket: Socket, private readonly limits: FrameLimits, readonly peer: { pid: number; uid: number; gid: number }) {
+  constructor(readonly socket: ConnectionSocket, private readonly limits: FrameLimits, readonly peer: Peer) {
     this.decoder = new FrameDecoder(limits.maxFrameBytes);
     socket.on('drain', () => this.wake());
     socket.on('close', () => {

@@ -1,25 +1,17 @@
 // The Unix socket: listens (or takes systemd's socket), accepts connections and checks the
-// peer (SO_PEERCRED against the allow-list, the connection bound, the hello deadline),
-// requires the versioned hello first, and dispatches each request: its params validated
-// against the method's schema (ipc/schemas.ts), then its handler (handlers/, one per verb).
-// Owns the listening socket and the dispatch; a connection's frames are connection.ts's.
+// peer (SO_PEERCRED against the allow-list, the connection bound), then serves it
+// (dispatch.ts: the hello deadline, hello first, each request to its handler). Owns the
+// listening socket; a connection's frames are connection.ts's; the WebSocket listener is remote.ts.
 import { chmodSync, chownSync, lstatSync, mkdirSync, unlinkSync } from 'node:fs';
 import { connect as netConnect, createServer, type Server, type Socket } from 'node:net';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
-import type { z } from 'zod';
-import { SupervisorError, isSupervisorError } from '../../ipc/errors.js';
-import { encodeFrame } from '../../ipc/framing.js';
-import type { MethodName } from '../../ipc/methods.js';
-import { PROTOCOL_VERSIONS } from '../../ipc/protocol.js';
-import { ParamsSchemas, validate } from '../../ipc/schemas.js';
-import { VERSION } from '../../ipc/version.js';
+import { SupervisorError } from '../../ipc/errors.js';
 import { native } from '../native.js';
 import type { Supervisor } from '../supervisor.js';
 import { lookupGroup } from '../users.js';
-import { Connection, MAX_TIMER_MS, type PendingFrames } from './connection.js';
-import type { Handler } from './handler.js';
-import { HANDLERS } from './handlers/index.js';
+import { Connection, type PendingFrames } from './connection.js';
+import { refuseFrame, serveConnection, type ServeContext } from './dispatch.js';
 
 export class SupervisorServer {
   private readonly server: Server;
@@ -30,6 +22,15 @@ export class SupervisorServer {
   constructor(private readonly supervisor: Supervisor, private readonly log: Logger, readonly socketPath: string) {
     this.server = createServer((socket) => this.accept(socket));
     this.pendingFrames = { heldBytes: 0, maxBytes: supervisor.config.ipc.maxPendingFrameBytes };
+    this.serveContext = { supervisor, log, socketPath };
+  }
+
+  /** What the dispatch of this server's connections (and the WebSocket listener's, remote.ts) gets. */
+  readonly serveContext: ServeContext;
+
+  /** Incomplete frames held by every connection (the WebSocket listener's count against the same bound). */
+  get pendingFrameAccount(): PendingFrames {
+    return this.pendingFrames;
   }
 
   /** Connections open now (served ones; refused ones are closed at once). */
@@ -128,14 +129,8 @@ export class SupervisorServer {
     } catch (err) {
       this.log.error({ err }, 'cannot read the peer credentials; refusing the connection');
     }
-    const refuseFrame = (c: Connection, err: SupervisorError) => {
-      const wire = err.toWire();
-      const limit = err.code === 'FRAME_TOO_LARGE' ? 'frame_bytes' : err.code === 'LIMIT_EXCEEDED' ? err.details?.limit : undefined;
-      if (typeof limit === 'string') this.supervisor.metrics?.ipcRefused(limit);
-      this.log.warn({ code: wire.code, limit: err.details?.limit, uid: peer.uid, pid: peer.pid }, 'closing connection after a bad frame');
-      c.refuse({ id: 0, error: wire });
-    };
-    const conn = new Connection(socket, { maxFrameBytes: ipc.maxFrameBytes, frameTimeoutMs: ipc.frameTimeoutMs, pending: this.pendingFrames, onFrameTimeout: refuseFrame }, peer);
+    const ctx = this.serveContext;
+    const conn = new Connection(socket, { maxFrameBytes: ipc.maxFrameBytes, frameTimeoutMs: ipc.frameTimeoutMs, pending: this.pendingFrames, onFrameTimeout: (c, err) => refuseFrame(ctx, c, err) }, peer);
     if (!this.allowed(peer)) {
       this.log.warn({ uid: peer.uid, gid: peer.gid, pid: peer.pid }, 'refused a peer outside the allow-list');
       this.supervisor.metrics?.connection('unauthorized');
@@ -149,22 +144,8 @@ export class SupervisorServer {
       conn.refuse({ id: 0, error: new SupervisorError('LIMIT_EXCEEDED', `${ipc.maxConnections} connections are open`, { limit: 'connections', max: ipc.maxConnections, retry_after_ms: 500 }).toWire() });
       return;
     }
-    this.connections.add(conn);
     this.supervisor.metrics?.connection('accepted');
-    const handshake = setTimeout(() => {
-      if (!conn.helloDone) conn.refuse({ id: 0, error: new SupervisorError('INVALID_ARGUMENT', `no hello within ${ipc.handshakeTimeoutMs} ms`).toWire() });
-    }, Math.min(ipc.handshakeTimeoutMs, MAX_TIMER_MS)); // a longer setTimeout fires at once; past 24.8 days it is as good as none
-    socket.on('close', () => {
-      clearTimeout(handshake);
-      this.connections.delete(conn);
-    });
-    socket.on('data', (data: Buffer) => {
-      try {
-        conn.decode(data, (frame) => void this.dispatch(conn, frame));
-      } catch (err) {
-        refuseFrame(conn, isSupervisorError(err) ? err : new SupervisorError('INVALID_ARGUMENT', String(err)));
-      }
-    });
+    serveConnection(ctx, conn, this.connections);
   }
 
   /** root, the supervisor's own uid, and the configured uids and gids. */
@@ -172,59 +153,6 @@ export class SupervisorServer {
     const ipc = this.supervisor.config.ipc;
     return peer.uid === 0 || peer.uid === process.getuid?.() || ipc.allowUids.includes(peer.uid) || ipc.allowGids.includes(peer.gid);
   }
-
-  private async dispatch(conn: Connection, raw: unknown): Promise<void> {
-    const frame = raw as { id?: unknown; method?: unknown; params?: unknown };
-    const idOk = typeof frame?.id === 'number' && Number.isSafeInteger(frame.id) && frame.id >= 0;
-    const id = idOk ? (frame.id as number) : 0;
-    try {
-      if (typeof frame !== 'object' || frame === null || !idOk || typeof frame.method !== 'string') {
-        // Nothing runs without an id the client can match the answer to.
-        throw new SupervisorError('INVALID_ARGUMENT', 'a request is { id: non-negative int, method: string, params?: map }');
-      }
-      if (!conn.helloDone) {
-        if (frame.method !== 'hello') throw new SupervisorError('INVALID_ARGUMENT', 'the first request must be hello');
-        const hello = validate(ParamsSchemas.hello, frame.params, 'hello');
-        const version = Math.max(...hello.versions.filter((v) => (PROTOCOL_VERSIONS as readonly number[]).includes(v)));
-        if (!Number.isFinite(version)) {
-          const err = new SupervisorError('UNSUPPORTED_VERSION', `protocol versions ${hello.versions.join(', ')} unsupported`, {
-            supported: [...PROTOCOL_VERSIONS],
-          });
-          conn.socket.end(encodeFrame({ id, error: err.toWire() }));
-          return;
-        }
-        conn.helloDone = true;
-        const { instance, generation } = this.supervisor.ctx.identity;
-        await conn.send({ id, result: { version, server: `sandbox-supervisor/${VERSION}`, instance, generation } });
-        return;
-      }
-      if (frame.method === 'hello') throw new SupervisorError('INVALID_ARGUMENT', 'hello was already exchanged on this connection');
-      const method = frame.method as Exclude<MethodName, 'hello'>;
-      const handler = Object.hasOwn(HANDLERS, method) ? (HANDLERS[method] as Handler<typeof method>) : undefined;
-      if (!handler) throw new SupervisorError('INVALID_ARGUMENT', `unknown method ${JSON.stringify(frame.method)}`);
-      const max = this.supervisor.config.ipc.maxInFlight;
-      if (conn.inFlight >= max) {
-        const err = new SupervisorError('LIMIT_EXCEEDED', `${max} requests of this connection are in flight`, { limit: 'in_flight', max, retry_after_ms: 100 });
-        // Refused before Supervisor.launch counts it: a launch refused here is a refused launch too.
-        this.supervisor.metrics?.ipcRefused('in_flight');
-        if (method === 'launch') this.supervisor.metrics?.launchRefused(err);
-        throw err;
-      }
-      conn.inFlight++;
-      try {
-        const params = validate(ParamsSchemas[method] as z.ZodType<unknown>, frame.params, method);
-        const result = await handler({ supervisor: this.supervisor, conn, id, socketPath: this.socketPath }, params as never);
-        if (result !== undefined) await conn.send({ id, result });
-      } finally {
-        conn.inFlight--;
-      }
-    } catch (err) {
-      if (!isSupervisorError(err)) this.log.error({ err, method: frame?.method }, 'request failed');
-      const wire = isSupervisorError(err) ? err.toWire() : new SupervisorError('INTERNAL', (err as Error).message).toWire();
-      await conn.send({ id, error: wire });
-    }
-  }
-
 }
 
 /** Whether something accepts connections on the Unix socket at path (ECONNREFUSED: stale). */

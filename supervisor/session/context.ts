@@ -59,7 +59,9 @@ export interface SessionRequest {
 /** An operator's word that ends an unknown session (sbx resolve --as-operator). */
 export interface OperatorAttestation {
   uid: number;
+  /** 0 for a WebSocket peer (no SO_PEERCRED): then `remote` names its address (logged; the receipt keeps uid and pid). */
   pid: number;
+  remote?: string;
   reason: string;
   /** An escape is attested even while a destination cgroup the receipt names still holds processes. */
   force?: boolean;

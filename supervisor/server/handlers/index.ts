@@ -9,6 +9,7 @@ import { close } from './close.js';
 import { gc } from './gc.js';
 import { kill } from './kill.js';
 import { launch } from './launch.js';
+import { ping } from './ping.js';
 import { ps } from './ps.js';
 import { readIndex } from './read-index.js';
 import { receipt } from './receipt.js';
@@ -33,6 +34,7 @@ export const HANDLERS: { [M in Exclude<MethodName, 'hello'>]: Handler<M> } = {
   seal,
   close,
   status,
+  ping,
   write,
   resize,
   resolve,
