@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterator, Tuple
 
 import pytest
 
-from daemon import ROOT, Daemon
+from daemon import ROOT, Daemon, until
 from sandbox_supervisor import AsyncClient, Client, SupervisorError
 from tcp_relay import TcpRelay
 
@@ -32,6 +32,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def connectable(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 @pytest.fixture(scope="module")
 def ws() -> Iterator[Tuple[Daemon, TcpRelay]]:
     """A supervisor reachable over WebSocket through a relay: (daemon, relay)."""
@@ -40,7 +48,9 @@ def ws() -> Iterator[Tuple[Daemon, TcpRelay]]:
     proxy = None
     try:
         d.start()
-        if not HAS_LISTENER:
+        if HAS_LISTENER:
+            until(lambda: connectable(port), f"the supervisor's WebSocket listener on 127.0.0.1:{port}")
+        else:
             from ws_proxy import WsProxy
 
             proxy = WsProxy(d.socket_path, TOKEN).start()
