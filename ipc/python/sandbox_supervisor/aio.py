@@ -61,6 +61,7 @@ class _Wire:
         except asyncio.TimeoutError:
             for t in opened:
                 t.close(dead=True)
+            await asyncio.gather(*list(reaps), return_exceptions=True)
             raise TransportDead(f"the supervisor over {endpoint.describe()} did not connect and hello within {connect_timeout_seconds:g} s") from None
         except BaseException:
             for t in opened:

@@ -109,6 +109,10 @@ async def _reap(proc: Any, grace_seconds: float) -> None:
     except asyncio.CancelledError:
         _kill(proc.pid)  # the loop is ending: the child watcher still reaps it
         raise
+    finally:
+        transport = getattr(proc, "_transport", None)  # asyncio's process transport: closed here, not by GC after the loop
+        if transport is not None:
+            transport.close()
 
 
 class _AioWebSocket(AioTransport):

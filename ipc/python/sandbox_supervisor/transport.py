@@ -331,10 +331,13 @@ def open_websocket(endpoint: Endpoint, deadline: float, stall_seconds: float) ->
             data = io.read_some(left)
             if data is None:
                 continue
-            if data:
-                conn.receive_data(data)
-            else:
-                conn.receive_eof()
+            try:
+                if data:
+                    conn.receive_data(data)
+                else:
+                    conn.receive_eof()
+            except EOFError:
+                raise P.ConnectionLost(f"the supervisor at {url} closed the connection during the WebSocket upgrade") from None
             for event in conn.events_received():
                 if isinstance(event, Response):
                     response = event

@@ -1,0 +1,160 @@
+"""Client and AsyncClient over a WebSocket URL with a bearer token, against a real supervisor: its
+own listener (`remote.listen`, token by config) when the build has one, else ws_proxy.py in front
+of its socket; a TCP relay (tcp_relay.py) in between so a test can reset the connection mid-stream.
+Good token: exact bytes and the receipt's digest; wrong or missing token: UNAUTHORIZED; a reset
+TCP connection during read_output resumes with no gap and no duplicate.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import secrets
+import socket
+from typing import Any, Dict, Iterator, Tuple
+
+import pytest
+
+from daemon import ROOT, Daemon, until
+from sandbox_supervisor import AsyncClient, Client, SupervisorError
+from tcp_relay import TcpRelay
+
+TOKEN = "test-" + secrets.token_urlsafe(24)
+FAST = {"keepalive_seconds": 0.5, "silence_seconds": 3.0, "reconnect_seconds": 20.0}
+HAS_LISTENER = os.path.exists(os.path.join(ROOT, "dist", "supervisor", "server", "remote.js"))
+PRODUCER = ["sh", "-c", "i=0; while [ $i -lt 30 ]; do seq $((i*20000)) $((i*20000+9999)); i=$((i+1)); sleep 0.03; done"]
+EXPECTED = b"".join(b"%d\n" % n for i in range(30) for n in range(i * 20000, i * 20000 + 10000))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def connectable(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def ws() -> Iterator[Tuple[Daemon, TcpRelay]]:
+    """A supervisor reachable over WebSocket through a relay: (daemon, relay)."""
+    port = free_port()
+    d = Daemon({"remote": {"listen": f"127.0.0.1:{port}", "token": TOKEN}} if HAS_LISTENER else None)
+    proxy = None
+    try:
+        d.start()
+        if HAS_LISTENER:
+            until(lambda: connectable(port), f"the supervisor's WebSocket listener on 127.0.0.1:{port}")
+        else:
+            from ws_proxy import WsProxy
+
+            proxy = WsProxy(d.socket_path, TOKEN).start()
+            port = proxy.port
+        relay = TcpRelay(port)
+        try:
+            yield d, relay
+        finally:
+            relay.stop()
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        d.stop()
+
+
+def key() -> str:
+    return f"py-{secrets.token_hex(6)}"
+
+
+def check_digest(receipt: Dict[str, Any], stream: str, data: bytes) -> None:
+    out = receipt["output"][stream]
+    assert (out["final_cursor"], out["sha256"]) == (len(data), hashlib.sha256(data).hexdigest())
+
+
+def test_good_token_run_read_receipt(ws):
+    d, relay = ws
+    payload = os.urandom(300_000)
+    with Client.over_url(relay.url(), token=TOKEN, **FAST) as c:
+        assert c.hello.version == 1
+        r = c.run(["sh", "-c", "cat; printf err >&2"], key=key(), stdin=payload)
+        assert (r.exit_code, r.stdout, r.stderr) == (0, payload, b"err")
+        check_digest(r.receipt, "stdout", payload)
+        assert c.read(r.session, "stdout") == payload
+
+
+def test_wrong_or_missing_token_is_unauthorized(ws, tmp_path, monkeypatch):
+    d, relay = ws
+    monkeypatch.delenv("SBX_TOKEN", raising=False)
+    monkeypatch.delenv("SBX_TOKEN_FILE", raising=False)
+    for token in ("wrong", TOKEN[:-1], None):
+        with pytest.raises(SupervisorError) as info:
+            Client(url=relay.url(), token=token, **FAST).hello
+        assert info.value.code == "UNAUTHORIZED" and "refused the token (HTTP 401)" in info.value.message, info.value
+
+        async def main() -> None:
+            with pytest.raises(SupervisorError) as ainfo:
+                await AsyncClient(url=relay.url(), token=token, **FAST).connect()
+            assert ainfo.value.code == "UNAUTHORIZED" and "HTTP 401" in ainfo.value.message
+
+        asyncio.run(main())
+    # The token from $SBX_URL + $SBX_TOKEN_FILE (read at connect).
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    monkeypatch.setenv("SBX_URL", relay.url())
+    monkeypatch.setenv("SBX_TOKEN_FILE", str(token_file))
+    with Client(**FAST) as c:
+        assert c.endpoint.kind == "url" and c.status()["version"]
+
+
+def test_async_good_token_run_read_receipt(ws):
+    d, relay = ws
+
+    async def main() -> None:
+        async with AsyncClient.over_url(relay.url(), token=TOKEN, **FAST) as c:
+            results = await asyncio.gather(*(c.run(["sh", "-c", f"printf 'out {i}'; printf 'err {i}' >&2; exit {i}"], key=key()) for i in range(6)))
+            assert [(r.exit_code, r.stdout, r.stderr) for r in results] == [(i, b"out %d" % i, b"err %d" % i) for i in range(6)]
+            for i, r in enumerate(results):
+                check_digest(r.receipt, "stdout", b"out %d" % i)
+
+    asyncio.run(main())
+
+
+def test_tcp_reset_mid_stream_resumes_without_gap_or_duplicate(ws):
+    d, relay = ws
+    with Client.over_url(relay.url(), token=TOKEN, **FAST) as c:
+        s = c.launch(PRODUCER, key=key())
+        data = bytearray()
+        drops = 0
+        for i, chunk in enumerate(c.read_output(s, "stdout")):
+            assert chunk.cursor == len(data)
+            data += chunk.data
+            if i in (2, 5, 9):
+                drops += relay.drop_all()
+        receipt = c.wait(s)  # the request connection was reset too: it reconnects
+    assert bytes(data) == EXPECTED
+    check_digest(receipt, "stdout", EXPECTED)
+    assert drops >= 3
+
+
+def test_async_tcp_reset_mid_stream_resumes_without_gap_or_duplicate(ws):
+    d, relay = ws
+
+    async def main() -> None:
+        async with AsyncClient.over_url(relay.url(), token=TOKEN, **FAST) as c:
+            s = await c.launch(PRODUCER, key=key())
+            data = bytearray()
+            i = 0
+            async for chunk in c.read_output(s, "stdout"):
+                assert chunk.cursor == len(data)
+                data += chunk.data
+                if i in (2, 5, 9):
+                    relay.drop_all()
+                i += 1
+            assert bytes(data) == EXPECTED
+            check_digest(await c.wait(s), "stdout", EXPECTED)
+
+    asyncio.run(main())
