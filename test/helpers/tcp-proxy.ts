@@ -76,8 +76,8 @@ export class TcpProxy {
     c.client.unpipe(c.upstream);
     c.upstream.unpipe(c.client);
     const drop = () => {};
-    c.client.on('data', drop);
-    c.upstream.on('data', drop);
+    c.client.on('data', drop).resume(); // unpipe paused them: read on, or a close would go unseen
+    c.upstream.on('data', drop).resume();
   }
 
   /** Ends every connection and stops listening. */
