@@ -79,8 +79,10 @@ export class NspawnContainer {
       stdio: ['ignore', 'ignore', 'ignore'],
     });
     this.pid1 = await until(() => Number(spawnSync('pgrep', ['-P', String(this.child!.pid)], { encoding: 'utf8' }).stdout.trim().split('\n')[0]) || 0, 'the container to start', 30_000);
-    await until(() => /^(running|degraded)$/m.test(this.run(['systemctl', 'is-system-running'], { allowFail: true }).stdout), 'the container to boot', bootMs).catch((err: Error) => {
-      throw new Error(`${err.message}; jobs still queued:\n${this.run(['systemctl', 'list-jobs', '--no-pager'], { allowFail: true }).stdout}`);
+    let state: InsideResult | null = null;
+    await until(() => /^(running|degraded)$/m.test((state = this.run(['systemctl', 'is-system-running'], { allowFail: true })).stdout), 'the container to boot', bootMs).catch((err: Error) => {
+      const said = state ? `${state.stdout.trim()} ${state.stderr.trim()} (exit ${state.status})` : 'nothing';
+      throw new Error(`${err.message} (systemctl is-system-running said ${said}); jobs still queued:\n${this.run(['systemctl', 'list-jobs', '--no-pager'], { allowFail: true }).stdout}`);
     });
     this.run(['bash', join(CHECKOUT, 'scripts/install.sh')]);
     await until(() => this.run(['systemctl', 'is-active', 'sandbox-supervisor.socket'], { allowFail: true }).stdout.trim() === 'active', 'the socket unit', 30_000);
