@@ -27,7 +27,15 @@ function fdStream(fd: 0 | 1): Readable | Writable {
   return fd === 0 ? process.stdin : process.stdout;
 }
 
-/** Runs the bridge until one side closes; resolves with the exit status (0, or EX_UNAVAILABLE). */
+/** Bytes read from the socket at a time, into one buffer reused for the life of the bridge. */
+const READ_BUFFER_BYTES = 256 * 1024;
+
+/**
+ * Runs the bridge until one side closes; resolves with the exit status (0, or EX_UNAVAILABLE).
+ * socket → stdout, the bulk direction, reads into one reused buffer (net's onread) and stops
+ * reading until stdout has taken each piece: no garbage per read, so its memory stays flat
+ * however much passes. stdin → socket is a pipe (requests; stream.pipe's backpressure).
+ */
 export function runBridge(socketPath: string, warn: (message: string) => void): Promise<number> {
   return new Promise((resolve) => {
     let done = false;
@@ -36,7 +44,29 @@ export function runBridge(socketPath: string, warn: (message: string) => void): 
       done = true;
       resolve(status);
     };
-    const sock = connect(socketPath);
+    let output: Writable | null = null;
+    let waitingForOutput = false;
+    const sock = connect({
+      path: socketPath,
+      onread: {
+        buffer: Buffer.allocUnsafe(READ_BUFFER_BYTES),
+        callback: (bytes: number, buf: Uint8Array) => {
+          if (!output) return true;
+          // The buffer is read into again once resumed: stdout must have taken this piece first.
+          waitingForOutput = true;
+          output.write(buf.subarray(0, bytes), () => {
+            waitingForOutput = false;
+            if (!sock.destroyed) sock.resume();
+            flushed();
+          });
+          return false;
+        },
+      },
+    });
+    let closed = false;
+    const flushed = () => {
+      if (closed && !waitingForOutput) finish(0);
+    };
     sock.once('error', (err: NodeJS.ErrnoException) => {
       warn(`bridge: cannot connect to the supervisor at ${socketPath}: ${err.code ?? err.message}`);
       finish(EX_UNAVAILABLE);
@@ -45,7 +75,7 @@ export function runBridge(socketPath: string, warn: (message: string) => void): 
       sock.removeAllListeners('error');
       sock.on('error', () => sock.destroy()); // a reset: 'close' follows
       const input = fdStream(0) as Readable;
-      const output = fdStream(1) as Writable;
+      output = fdStream(1) as Writable;
       output.on('error', () => {
         // The reader of our stdout is gone: nothing can be delivered any more.
         sock.destroy();
@@ -53,12 +83,10 @@ export function runBridge(socketPath: string, warn: (message: string) => void): 
       });
       input.on('error', () => sock.end());
       input.pipe(sock); // stdin's end ends the socket (the supervisor then closes its side)
-      sock.pipe(output, { end: false });
       sock.once('close', () => {
         // Whatever the supervisor sent is flushed to stdout before we exit.
-        if (output.writableLength === 0) return finish(0);
-        output.once('drain', () => finish(0));
-        output.once('close', () => finish(0));
+        closed = true;
+        flushed();
       });
     });
   });

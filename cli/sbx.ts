@@ -312,15 +312,6 @@ const program: Command = new Command()
   .showHelpAfterError()
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : FAILURE));
 
-program
-  .command('bridge')
-  .description("join stdin/stdout to the supervisor's socket byte for byte, for an exec channel (docker exec -i BOX sbx bridge; docs/REMOTE.md); exits when either side closes")
-  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
-  .action(async (o: { socket?: string }) => {
-    const socketPath = o.socket ?? program.opts<GlobalOptions>().socket ?? defaultSocketPath();
-    process.exit(await runBridge(socketPath, warn));
-  });
-
 sub('run')
   .description('launch CMD and stream its stdout/stderr; exit with its status')
   .usage('[options] -- CMD [ARG...]')
@@ -801,6 +792,7 @@ sub('status')
           ['uptime', `${(status.machine.uptime_s / 3600).toFixed(1)} h`],
           ...(status.workspaces ?? []).map((w) => ['workspace', `${w.path} (${w.fs}): ${w.mode}, ${w.health}; ${w.events} events, ${w.unattributed_events} unattributed`]),
           ...(status.checkpoint_store ? [['checkpoints', status.checkpoint_store]] : []),
+          ...(status.remote ? [['remote', `${status.remote} (WebSocket; docs/REMOTE.md)`]] : []),
           ...(status.metrics ? [['metrics', status.metrics.startsWith('/') ? `${status.metrics} (GET /metrics on the socket)` : `http://${status.metrics}/metrics`]] : []),
         ];
         for (const [k, v] of lines) process.stdout.write(`${k.padEnd(10)} ${escapeControls(String(v))}\n`);
@@ -975,6 +967,15 @@ sub('close')
     const unscanned = receipt.workspaces.filter((w) => w.error);
     for (const w of unscanned) warn(`workspace ${w.path} was not scanned: ${w.error_message ?? w.error}`);
     process.exitCode = receipt.complete !== false && unscanned.length === 0 ? 0 : 1;
+  });
+
+program
+  .command('bridge')
+  .description("join stdin/stdout to the supervisor's socket byte for byte, for an exec channel (docker exec -i BOX sbx bridge; docs/REMOTE.md); exits when either side closes")
+  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
+  .action(async (o: { socket?: string }) => {
+    const socketPath = o.socket ?? program.opts<GlobalOptions>().socket ?? defaultSocketPath();
+    process.exit(await runBridge(socketPath, warn));
   });
 
 sub('completion')

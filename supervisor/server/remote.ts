@@ -56,8 +56,13 @@ export class RemoteListener {
       res.end(body);
     });
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.upgrade(req, socket, head));
-    server.on('clientError', (_err, socket: Duplex) => {
+    server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+      // Not HTTP at all (or headers over 16 KiB); a peer that reset is no failed handshake.
       this.upgraded(socket);
+      if (err.code !== 'ECONNRESET') {
+        this.count('bad_upgrade');
+        this.ctx.log.warn({ remote: `${(socket as Socket).remoteAddress}:${(socket as Socket).remotePort}`, code: err.code }, 'a malformed HTTP request on the WebSocket listener; closed');
+      }
       socket.destroy();
     });
   }
@@ -127,10 +132,15 @@ export class RemoteListener {
   /** A new TCP (TLS) connection: it must finish its upgrade within remote.upgradeTimeoutMs. */
   private connected(socket: Socket): void {
     if (this.waiting.size >= this.maxConnections) {
-      // As many half-open upgrades as connections may be open: more is a flood.
+      // As many connections may wait for their upgrade as may be open; past it the one that
+      // waited longest goes (as the metrics endpoint does), so idle connections held open
+      // cannot keep a client with a token out.
+      const [oldest, timer] = this.waiting.entries().next().value!;
+      clearTimeout(timer);
+      this.waiting.delete(oldest);
       this.count('connections');
-      socket.destroy();
-      return;
+      this.ctx.log.warn({ remote: `${(oldest as Socket).remoteAddress}:${(oldest as Socket).remotePort}`, max: this.maxConnections }, 'too many connections waiting for their upgrade; closed the oldest');
+      oldest.destroy();
     }
     const timeoutMs = this.ctx.supervisor.config.remote.upgradeTimeoutMs;
     const timer = setTimeout(() => {

@@ -67,6 +67,11 @@ class BridgePeer {
   }
 }
 
+/** The peak resident set of pid (VmHWM, proc(5)), KiB. */
+function vmHwmKiB(pid: number): number {
+  return Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
+}
+
 /** One sample of /metrics at addr (HOST:PORT). */
 function metric(addr: string, series: string): Promise<number> {
   const [host, port] = addr.split(':');
@@ -157,7 +162,7 @@ describe('sbx bridge', () => {
     expect(await within(b.exited, 'the bridge to exit')).toEqual({ code: 0, signal: null });
   });
 
-  it('holds bounded memory: 200 MB of output through a slowly read stdout, VmHWM under 100 MB', async () => {
+  it('holds bounded memory: 200 MB of output through a slowly read stdout, VmHWM under 100 MB and within 24 MiB of an idle one', async () => {
     const TOTAL = 200 * 1024 * 1024;
     const client = await d.client();
     const launched = await client.launch({ argv: ['head', '-c', String(TOTAL), '/dev/zero'], cwd: '/' });
@@ -183,10 +188,15 @@ describe('sbx bridge', () => {
     });
     await within(end, 'the end of 200 MB', 120_000);
     expect(bytes).toBe(TOTAL);
-    const status = readFileSync(`/proc/${b.child.pid}/status`, 'utf8');
-    const hwmKiB = Number(/VmHWM:\s+(\d+) kB/.exec(status)![1]);
-    console.log(`bridge VmHWM after 200 MB: ${hwmKiB} KiB`);
+    const hwmKiB = vmHwmKiB(b.child.pid!);
+    // A bridge that only said hello: what node and the CLI take before any byte passes.
+    const idle = BridgePeer.spawn(d.socketPath);
+    await idle.hello();
+    const idleKiB = vmHwmKiB(idle.child.pid!);
+    idle.child.stdin.end();
+    console.log(`bridge VmHWM after 200 MB: ${hwmKiB} KiB; an idle bridge's: ${idleKiB} KiB`);
     expect(hwmKiB).toBeLessThan(100 * 1024);
+    expect(hwmKiB - idleKiB).toBeLessThan(24 * 1024);
     b.child.stdin.end();
     expect((await within(b.exited, 'the bridge to exit')).code).toBe(0);
   }, 180_000);

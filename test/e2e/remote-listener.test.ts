@@ -12,7 +12,7 @@ import { connect } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import type { Receipt, StatusResult } from '../../ipc/protocol.js';
-import { DAEMON, TestDaemon, until } from '../helpers/daemon.js';
+import { DAEMON, TestDaemon, until, within } from '../helpers/daemon.js';
 import { refusedUpgrade, WsPeer } from '../helpers/ws-peer.js';
 
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
@@ -21,6 +21,7 @@ const MAX_CONNECTIONS = 4;
 const PING_INTERVAL_MS = 300;
 const PING_TIMEOUT_MS = 300;
 const UPGRADE_TIMEOUT_MS = 500;
+const HELLO_TIMEOUT_MS = 3000;
 
 /** GET path on host:port: status, headers, body. */
 function httpGet(host: string, port: number, path: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
@@ -68,7 +69,7 @@ async function remoteUp(d: TestDaemon): Promise<StatusResult> {
 describe('the WebSocket listener', () => {
   const d = new TestDaemon({
     config: {
-      ipc: { maxFrameBytes: MAX_FRAME_BYTES },
+      ipc: { maxFrameBytes: MAX_FRAME_BYTES, handshakeTimeoutMs: HELLO_TIMEOUT_MS },
       metrics: { listen: '127.0.0.1:0' },
       remote: { listen: '127.0.0.1:0', maxConnections: MAX_CONNECTIONS, pingIntervalMs: PING_INTERVAL_MS, pingTimeoutMs: PING_TIMEOUT_MS, upgradeTimeoutMs: UPGRADE_TIMEOUT_MS },
     },
@@ -178,6 +179,30 @@ describe('the WebSocket listener', () => {
     await stillServed();
   });
 
+  it('closes idle TCP connections past remote.maxConnections oldest first: a client with the token still gets in', async () => {
+    const idle = await Promise.all(
+      Array.from({ length: 3 * MAX_CONNECTIONS }, () => new Promise<ReturnType<typeof connect>>((resolve, reject) => {
+        const s = connect(port, host, () => resolve(s));
+        s.on('error', reject);
+      })),
+    );
+    const closed = idle.map((s) => new Promise<void>((r) => s.once('close', () => r())));
+    onTestFinished(() => idle.forEach((s) => s.destroy()));
+    // Served at once, before any idle one reaches its upgrade deadline.
+    const t0 = performance.now();
+    await stillServed();
+    expect(performance.now() - t0).toBeLessThan(UPGRADE_TIMEOUT_MS * 4);
+    await within(Promise.all(closed), 'every idle connection closed', 10_000);
+  });
+
+  it('refuses a WebSocket that sends no hello within ipc.handshakeTimeoutMs', async () => {
+    const peer = await WsPeer.open(url, token);
+    const t0 = performance.now();
+    await peer.closed;
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(HELLO_TIMEOUT_MS - 100);
+    expect(peer.received).toEqual([{ id: 0, error: { code: 'INVALID_ARGUMENT', message: `no hello within ${HELLO_TIMEOUT_MS} ms`, retryable: false } }]);
+  });
+
   it('closes with 1009 on a message over ipc.maxFrameBytes (counted frame_bytes), and refuses a text message', async () => {
     const before = await metric(metricsAddr, 'sandbox_supervisor_ipc_refusals_total{limit="frame_bytes"}');
     const big = await WsPeer.connect(url, token);
@@ -194,7 +219,7 @@ describe('the WebSocket listener', () => {
     await stillServed();
   });
 
-  it('answers a plain HTTP GET with 426 and a JSON error', async () => {
+  it('answers a plain HTTP GET with 426 and a malformed upgrade with 400, JSON errors, counted', async () => {
     const before = await metric(metricsAddr, 'sandbox_supervisor_remote_handshake_failures_total{reason="not_websocket"}');
     const r = await httpGet(host, port, '/', { Authorization: `Bearer ${token}` });
     expect(r.status).toBe(426);
@@ -204,6 +229,18 @@ describe('the WebSocket listener', () => {
     expect(body.error.code).toBe('INVALID_ARGUMENT');
     expect(body.error.message).toContain('WebSocket');
     expect(await metric(metricsAddr, 'sandbox_supervisor_remote_handshake_failures_total{reason="not_websocket"}')).toBe(before + 1);
+    // A malformed upgrade (with the token): 400, counted bad_upgrade.
+    const bad0 = await metric(metricsAddr, 'sandbox_supervisor_remote_handshake_failures_total{reason="bad_upgrade"}');
+    const answer = await new Promise<string>((resolve, reject) => {
+      const sock = connect(port, host, () => sock.write(`GET / HTTP/1.1\r\nHost: ${host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 99\r\nAuthorization: Bearer ${token}\r\n\r\n`));
+      let text = '';
+      sock.on('data', (b: Buffer) => (text += b.toString()));
+      sock.on('error', reject);
+      sock.on('close', () => resolve(text));
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n/);
+    expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).error.code).toBe('INVALID_ARGUMENT');
+    expect(await metric(metricsAddr, 'sandbox_supervisor_remote_handshake_failures_total{reason="bad_upgrade"}')).toBe(bad0 + 1);
     await stillServed();
   });
 
@@ -227,6 +264,39 @@ describe('the WebSocket listener', () => {
     await Promise.all(held.map((p) => p.closed));
     await until(async () => (await metric(metricsAddr, 'sandbox_supervisor_remote_connections')) === 0, 'the held connections to be gone');
     await stillServed();
+  });
+
+  it('stops sending to a peer that does not read (backpressure), holding little, and drops it by keepalive; a new connection reads every byte', async () => {
+    const TOTAL = 64 * 1024 * 1024;
+    const client = await d.client();
+    const launched = await client.launch({ argv: ['head', '-c', String(TOTAL), '/dev/zero'], cwd: '/' });
+    const receipt = await client.wait({ session_id: launched.session_id });
+    const rss = () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${d.pid}/status`, 'utf8'))![1]) * 1024;
+    const peer = await WsPeer.connect(url, token);
+    onTestFinished(() => peer.close());
+    const before = rss();
+    peer.ws.pause(); // reads nothing from here on, pongs included
+    void peer.request('subscribe', { session_id: launched.session_id, stream: 'stdout', from: 0, follow: true }).catch(() => {});
+    // It took only what fits in the socket buffers; pongs do not come, nothing drains: dropped
+    // (seen from the supervisor: a paused client does not read the FIN either).
+    const t0 = performance.now();
+    const drops = () => d.log().split('did not answer a ping in time').length - 1;
+    const dropsBefore = drops();
+    await new Promise((r) => setTimeout(r, PING_INTERVAL_MS / 2));
+    const grownBytes = rss() - before;
+    await until(() => drops() > dropsBefore, 'the keepalive to drop the peer that does not read');
+    const droppedAfterMs = performance.now() - t0;
+    await until(async () => (await metric(metricsAddr, 'sandbox_supervisor_remote_connections')) === 0, 'the connection gone');
+    console.log(`supervisor RSS growth with a ${TOTAL / 1024 / 1024} MiB subscription to a peer that does not read: ${(grownBytes / 1024 / 1024).toFixed(1)} MiB; dropped after ${Math.round(droppedAfterMs)} ms`);
+    expect(grownBytes).toBeLessThan(32 * 1024 * 1024);
+    expect(droppedAfterMs).toBeLessThan(2 * (PING_INTERVAL_MS + PING_TIMEOUT_MS) + 1000);
+    peer.ws.resume();
+    expect((await within(peer.closed, 'the client to see the close')).code).toBe(1006); // terminated: no close frame
+    const again = await WsPeer.connect(url, token);
+    onTestFinished(() => again.close());
+    const out = await within(again.readAll(launched.session_id), 'the whole stream over a new connection', 60_000);
+    expect(out.length).toBe(TOTAL);
+    expect(sha(out)).toBe(receipt.output.stdout!.sha256);
   });
 
   it('takes a new token renamed over the token file without a restart: the old one refused', async () => {
