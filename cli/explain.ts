@@ -49,6 +49,10 @@ function describeRaw(err: unknown): string {
     const found = (e as { found?: string }).found ?? 'something';
     return `cannot reach the supervisor${at ? ` at ${at}` : ''} (ENOTSOCK: ${found} is there, not a socket); --socket or SBX_SOCKET name the supervisor's socket (its log and sbx status show it)`;
   }
+  if (at && /^wss?:\/\//i.test(at) && e.code === 'ECONNREFUSED') {
+    // A URL: the message says what answered (an HTTP status) or the connect error.
+    return `cannot reach the supervisor at ${at} (${e.message}); is its listener on (serve --listen, remote.listen)? --url or SBX_URL name another`;
+  }
   if (e.code === 'ENOENT' || e.code === 'ECONNREFUSED' || e.code === 'EACCES') {
     return `cannot reach the supervisor${at ? ` at ${at}` : ''} (${e.code}: ${CONNECT_ERRNO[e.code]}); is it running? sbx status checks (start it with npm start or the systemd unit; --socket or SBX_SOCKET name another)`;
   }

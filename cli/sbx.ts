@@ -286,7 +286,7 @@ function sub(name: string): Command {
   return program
     .command(name)
     .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
-    .option('--url <url>', "a supervisor's remote listener, ws://HOST:PORT or wss://HOST:PORT (default: $SBX_URL)")
+    .option('--url <url>', 'the remote listener of a supervisor, ws://HOST:PORT or wss://HOST:PORT (default: $SBX_URL)')
     .option('--token-file <file>', 'its bearer token (default: $SBX_TOKEN_FILE, or the token in $SBX_TOKEN)')
     .option('--json', 'machine-readable output');
 }
@@ -305,7 +305,7 @@ const program: Command = new Command()
   .description('Launch commands through sandbox-supervisor and read their output and receipts.')
   .version(VERSION)
   .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
-  .option('--url <url>', "a supervisor's remote listener, ws://HOST:PORT or wss://HOST:PORT (default: $SBX_URL; token: --token-file, $SBX_TOKEN_FILE or $SBX_TOKEN)")
+  .option('--url <url>', 'the remote listener of a supervisor, ws://HOST:PORT or wss://HOST:PORT (default: $SBX_URL; token: --token-file, $SBX_TOKEN_FILE or $SBX_TOKEN)')
   .option('--token-file <file>', 'the bearer token of --url (default: $SBX_TOKEN_FILE, or the token in $SBX_TOKEN)')
   .option('--json', 'machine-readable output')
   .enablePositionalOptions()

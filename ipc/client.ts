@@ -118,9 +118,10 @@ export class SupervisorClient {
   static async connect(options: ConnectOptions = {}): Promise<SupervisorClient> {
     const endpoint = resolveEndpoint(options);
     const timeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
-    const late = transportError('ETIMEDOUT', `no answer from the supervisor at ${describeEndpoint(endpoint)} within ${timeoutMs} ms (connect and hello)`);
     const deadline = new AbortController();
-    const timer = setTimeout(() => deadline.abort(late), timeoutMs);
+    // The error is made only when the deadline passes (no stack trace on every connect).
+    const late = () => deadline.signal.reason as Error;
+    const timer = setTimeout(() => deadline.abort(transportError('ETIMEDOUT', `no answer from the supervisor at ${describeEndpoint(endpoint)} within ${timeoutMs} ms (connect and hello)`)), timeoutMs);
     let client: SupervisorClient | null = null;
     try {
       const transport = await openTransport(endpoint, { signal: deadline.signal });
@@ -130,7 +131,7 @@ export class SupervisorClient {
         client: options.clientName ?? 'sandbox-supervisor-client',
       });
       const c = client;
-      deadline.signal.addEventListener('abort', () => c.destroy(late), { once: true });
+      deadline.signal.addEventListener('abort', () => c.destroy(late()), { once: true });
       client.hello = await hello;
       if (typeof client.hello?.version !== 'number') throw transportError('EPROTO', `the peer at ${transport.endpoint} answered the hello without a version: not a supervisor`);
       return client;
@@ -434,6 +435,10 @@ export class ReconnectingClient {
 
   private async connectLoop(): Promise<SupervisorClient> {
     const giveUpAt = performance.now() + (this.options.reconnectMs ?? DEFAULT_RECONNECT_MS);
+    // A socket is tried every 200 ms; a URL or a command (each try a TCP handshake or a
+    // process: ssh, docker exec) from 200 ms doubling to 2 s.
+    const growing = resolveEndpoint(this.options).kind !== 'socket';
+    let delayMs = 200;
     while (!this.client) {
       try {
         this.client = await SupervisorClient.connect(this.options);
@@ -445,7 +450,8 @@ export class ReconnectingClient {
           const reason = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
           throw new Error(`lost the supervisor and it did not come back within ${Math.round((this.options.reconnectMs ?? DEFAULT_RECONNECT_MS) / 1000)} s (${reason})`);
         }
-        await new Promise((r) => setTimeout(r, 200));
+        await new Promise((r) => setTimeout(r, delayMs));
+        if (growing) delayMs = Math.min(delayMs * 2, 2000);
       }
     }
     return this.client;

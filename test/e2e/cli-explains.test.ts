@@ -393,6 +393,17 @@ describe('sbx completion', () => {
     expect([fish.status, fish.stdout, fish.stderr]).toEqual([125, '', 'sbx: INVALID_ARGUMENT: completion: no script for "fish" (bash or zsh)\n']);
   });
 
+  it('knows the remote options --url and --token-file (global and per command): their values are not taken for the subcommand', () => {
+    expect(complete('sbx', '--u')).toEqual(['--url']);
+    expect(complete('sbx', '--to')).toEqual(['--token-file']);
+    expect(complete('sbx', 'ps', '--to')).toEqual(['--token-file']);
+    expect(complete('sbx', '--url', 'ws://h:1', '--token-file', '/t', 'p')).toEqual(['ps']);
+    expect(complete('sbx', 'logs', '--url', 'ws://h:1', '--st')).toEqual(['--stream']);
+    const zsh = spawnSync(SBX_BIN, ['completion', 'zsh'], { encoding: 'utf8' }).stdout;
+    expect(zsh).toContain("'--token-file[its bearer token]:path:_files'");
+    expect(zsh).toContain("'--url[the remote listener of a supervisor, ws\\://HOST\\:PORT or wss\\://HOST\\:PORT]:value:'");
+  });
+
   it('zsh, on a terminal (zpty), completes `sbx c<Tab>` to the subcommands with their descriptions, no _describe errors', (ctx) => {
     if (spawnSync('zsh', ['-fc', 'true']).error) return ctx.skip(); // zsh is not installed here (.ci/run installs it)
     const dir = mkdtempSync(join(tmpdir(), 'sbx-zsh-'));

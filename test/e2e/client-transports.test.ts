@@ -5,6 +5,7 @@
 // resumes with no gap or duplicate (digest = the receipt's), a keyed launch resent after a
 // drop is the same session, run once. And `sbx --url ... run -- echo hi` end to end.
 import { appendFileSync, readFileSync, writeFileSync } from 'node:fs';
+import { connect as netConnect, createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { readOutput, ReconnectingClient, SupervisorClient, type ConnectOptions } from '../../ipc/client.js';
@@ -136,6 +137,16 @@ describe('client transports against a real supervisor', () => {
     expect(bridge.pids().length).toBe(3);
   });
 
+  it('a quiet session is not a silent transport: pings answered by the supervisor keep a follow alive past silenceMs, on one bridge', async () => {
+    const bridge = bridged();
+    const opts = { command: bridge.command, keepaliveMs: 100, silenceMs: 400 };
+    const { out, receipt } = await runOver(opts, ['sh', '-c', 'sleep 1.5; printf late']);
+    expect(out.toString()).toBe('late');
+    expect(receipt.exit).toEqual({ code: 0, signal: null });
+    // One bridge for the launch and wait, one for the follow: no reconnect.
+    expect(bridge.pids().length).toBe(2);
+  });
+
   it('a bridge killed mid-readOutput: the stream resumes from the next byte, no gap, no duplicate (digest = the receipt\'s)', async () => {
     const file = join(d.dir, `payload-${SEED}`);
     const payload = seededBytes(6 * 1024 * 1024, SEED);
@@ -223,6 +234,66 @@ describe('client transports against a real supervisor', () => {
     }, 'the one run of the keyless launch');
     kill(relay, 'SIGKILL');
     kill(relay, 'SIGCONT');
+  });
+
+  it('over the WebSocket: a frozen TCP link (a proxy that stops forwarding) fails the wait and the follow within the silence deadline; both reconnect and finish, every byte once', async () => {
+    const target = new URL(url);
+    // A TCP proxy in this process: freeze() stops forwarding on the open connections (the
+    // peers see silence, no FIN), cut() destroys them; new connections are forwarded.
+    const open = new Set<{ c: Socket; u: Socket }>();
+    let accepted = 0;
+    const proxy = createServer((c) => {
+      accepted++;
+      const u = netConnect(Number(target.port), target.hostname);
+      const pair = { c, u };
+      open.add(pair);
+      c.pipe(u);
+      u.pipe(c);
+      const drop = () => {
+        open.delete(pair);
+        c.destroy();
+        u.destroy();
+      };
+      c.on('error', drop).on('close', drop);
+      u.on('error', drop).on('close', drop);
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    onTestFinished(() => {
+      for (const { c, u } of open) c.destroy(), u.destroy();
+      return new Promise<void>((r) => proxy.close(() => r()));
+    });
+    const freeze = () => {
+      for (const p of open) {
+        p.c.unpipe(p.u);
+        p.u.unpipe(p.c);
+        p.c.pause();
+        p.u.pause();
+        open.delete(p); // left frozen; destroyed at the end
+        onTestFinished(() => void (p.c.destroy(), p.u.destroy()));
+      }
+    };
+    const proxied = `ws://127.0.0.1:${(proxy.address() as { port: number }).port}`;
+    const opts = { url: proxied, tokenFile, keepaliveMs: 100, silenceMs: 600 };
+    const c = await d.client();
+    const { session_id } = await c.launch({ argv: ['sh', '-c', 'sleep 1.5; printf "%s" "$0"', `ws-${SEED}`], cwd: '/', invocation_key: `ws-freeze-${SEED}` });
+    const conn = new ReconnectingClient(opts);
+    onTestFinished(() => conn.drop());
+    await conn.get();
+    const waiting = conn.run((cl) => cl.wait({ session_id }));
+    const parts: Buffer[] = [];
+    const reading = (async () => {
+      for await (const chunk of readOutput({ ...opts, selector: { session_id }, stream: 'stdout', follow: true })) parts.push(chunk.data);
+    })();
+    await until(() => open.size >= 2, 'both connections through the proxy');
+    const t = performance.now();
+    freeze();
+    // Both calls come back on new connections: the wait with the receipt, the follow with every byte once.
+    const receipt = await within(waiting, 'the wait after a frozen link', 10_000);
+    await within(reading, 'the follow after a frozen link', 10_000);
+    expect(performance.now() - t).toBeLessThan(1500 + 600 + 2000);
+    expect(accepted).toBeGreaterThanOrEqual(4); // two frozen, two new
+    expect(Buffer.concat(parts).toString()).toBe(`ws-${SEED}`);
+    expect(receipt.output.stdout!.sha256).toBe(sha256(Buffer.concat(parts)));
   });
 
   it('sbx --url ws://127.0.0.1:PORT --token-file F run -- echo hi, end to end', async () => {

@@ -336,7 +336,7 @@ describe('sbx --url (the CLI over a WebSocket, from its startup snapshot)', () =
     expect(bad.stderr.toString()).toMatch(/^sbx: UNAUTHORIZED: the supervisor at ws:\/\/127\.0\.0\.1:\d+ answered HTTP 401 Unauthorized: no valid bearer token/);
   });
 
-  it('refuses --socket with --url, and --token-file without a URL (125, nothing sent)', () => {
+  it('refuses --socket with --url, --token-file without a URL and a URL that is not ws(s):// (125, nothing sent); says what a URL with nobody listening answered', () => {
     const both = spawnSync(SBX_BIN, ['--socket', '/nowhere', '--url', 'ws://127.0.0.1:1', 'ps']);
     expect(both.status).toBe(125);
     expect(both.stderr.toString()).toBe('sbx: INVALID_ARGUMENT: --socket and --url both name a supervisor; give one of them\n');
@@ -345,6 +345,11 @@ describe('sbx --url (the CLI over a WebSocket, from its startup snapshot)', () =
     const tokenOnly = spawnSync(SBX_BIN, ['ps', '--token-file', '/x'], { env });
     expect(tokenOnly.status).toBe(125);
     expect(tokenOnly.stderr.toString()).toBe('sbx: INVALID_ARGUMENT: --token-file is the token of a supervisor URL: give --url (or SBX_URL) too\n');
+    const nobody = spawnSync(SBX_BIN, ['--url', 'ws://127.0.0.1:1', 'ps'], { env });
+    expect(nobody.status).toBe(125);
+    expect(nobody.stderr.toString()).toBe('sbx: cannot reach the supervisor at ws://127.0.0.1:1 (connect ECONNREFUSED 127.0.0.1:1); is its listener on (serve --listen, remote.listen)? --url or SBX_URL name another\n');
+    const notWs = spawnSync(SBX_BIN, ['--url', 'http://127.0.0.1:1', 'ps'], { env });
+    expect([notWs.status, notWs.stderr.toString()]).toEqual([125, 'sbx: INVALID_ARGUMENT: a supervisor URL is ws://HOST:PORT or wss://HOST:PORT, got "http://127.0.0.1:1"\n']);
   });
 });
 
