@@ -229,10 +229,13 @@ class _WsTransport(Transport):
         data = self.io.read_some(timeout)
         if data is None:
             return None
-        if data:
-            self.conn.receive_data(data)
-        else:
-            self.conn.receive_eof()
+        try:
+            if data:
+                self.conn.receive_data(data)
+            else:
+                self.conn.receive_eof()
+        except EOFError:  # data or EOF after the stream already ended
+            raise P.ConnectionLost(f"the WebSocket to {self.io.what} closed") from None
         frames: List[Dict[str, Any]] = []
         closed: Optional[str] = None
         for event in self.conn.events_received():
