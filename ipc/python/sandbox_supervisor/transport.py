@@ -65,12 +65,11 @@ class _SocketIO:
             view = view[n:]
 
     def read_some(self, timeout: float) -> Optional[bytes]:
-        self.sock.settimeout(max(timeout, 0.001))
+        """Bytes (b"" at EOF), or None when none came within timeout (0: what is there now)."""
+        self.sock.settimeout(timeout if timeout > 0 else 0.0)
         try:
             return self.sock.recv(_RECV_BYTES)
-        except socket.timeout:
-            return None
-        except ssl.SSLWantReadError:
+        except (socket.timeout, BlockingIOError, ssl.SSLWantReadError):
             return None
 
     def shutdown_write(self) -> None:

@@ -208,3 +208,33 @@ def test_wss_with_a_ca_file(tmp_path):
         asyncio.run(main())
     finally:
         d.stop()
+
+
+def tcp_state(local_port: int) -> str:
+    """The kernel's state (hex, /proc/net/tcp) of the IPv4 TCP socket bound to 127.0.0.1:local_port."""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == f"0100007F:{local_port:04X}":
+                return fields[3]
+    return ""
+
+
+def test_an_idle_connection_the_server_dropped_is_replaced_before_a_call_is_sent():
+    """The server pings (remote.pingIntervalMs) an idle blocking client that does not read, and drops
+    it; the next call sees the closed connection first and sends on a new one, so even ``kill``
+    (never resent) succeeds."""
+    port = free_port()
+    d = Daemon({"remote": {"listen": f"127.0.0.1:{port}", "token": TOKEN, "pingIntervalMs": 100, "pingTimeoutMs": 100}})
+    try:
+        d.start()
+        until(lambda: connectable(port), "the listener")
+        with Client.over_url(f"ws://127.0.0.1:{port}/", token=TOKEN, **FAST) as c:
+            s = c.launch(["sleep", "30"], key=key())
+            assert c._conn is not None
+            local_port = c._conn.transport.io.sock.getsockname()[1]
+            until(lambda: tcp_state(local_port) in ("08", ""), "the server to drop the idle connection (CLOSE_WAIT here)")
+            assert c.kill(s, "SIGKILL")["session_id"] == s.session_id
+            assert c.wait(s)["outcome"] == "signaled"
+    finally:
+        d.stop()
