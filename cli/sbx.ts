@@ -770,6 +770,7 @@ sub('status')
           ['uptime', `${(status.machine.uptime_s / 3600).toFixed(1)} h`],
           ...(status.workspaces ?? []).map((w) => ['workspace', `${w.path} (${w.fs}): ${w.mode}, ${w.health}; ${w.events} events, ${w.unattributed_events} unattributed`]),
           ...(status.checkpoint_store ? [['checkpoints', status.checkpoint_store]] : []),
+          ...(status.remote ? [['remote', `${status.remote} (WebSocket; docs/REMOTE.md)`]] : []),
           ...(status.metrics ? [['metrics', status.metrics.startsWith('/') ? `${status.metrics} (GET /metrics on the socket)` : `http://${status.metrics}/metrics`]] : []),
         ];
         for (const [k, v] of lines) process.stdout.write(`${k.padEnd(10)} ${escapeControls(String(v))}\n`);

@@ -90,23 +90,15 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
   supervisor.metricsAddress = metrics?.listener.address ?? null;
   await supervisor.ctx.watcher.ready; // every workspace marked before the first launch
   const server = new SupervisorServer(supervisor, log, config.socketPath);
-  const listenFd = takeListenFd();
-  try {
-    await server.listen(listenFd);
-  } catch (err) {
-    supervisor.ctx.tree?.teardown(); // nothing ran: the cgroup subtree made at start goes
-    await metrics?.listener.close();
-    throw err;
-  }
-  // The WebSocket listener (remote.listen / --listen) once the socket listens; no token: exit 2.
+  // The WebSocket listener (remote.listen / --listen) before the socket: a supervisor whose
+  // listener cannot start (no token, the address taken) serves nobody, exit 2.
   let remote: RemoteListener | null = null;
   if (config.remote.listen !== undefined) {
     try {
       const { RemoteListener } = await import('./server/remote.js');
       remote = await RemoteListener.start(server.serveContext, server.pendingFrameAccount, config.remote.listen);
     } catch (err) {
-      await server.close(0);
-      supervisor.ctx.tree?.teardown();
+      supervisor.ctx.tree?.teardown(); // nothing ran: the cgroup subtree made at start goes
       await metrics?.listener.close();
       if (err instanceof ConfigError) {
         process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
@@ -118,6 +110,15 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
     const t = remote.token;
     log.info({ url: remote.url, token: t.kind === 'file' ? `file ${t.file}` : t.kind === 'none' ? 'none (remote.insecure, loopback only)' : t.kind === 'env' ? 'SBX_REMOTE_TOKEN' : 'remote.token' }, 'WebSocket listener up');
     if (t.kind === 'file') process.stderr.write(`sandbox-supervisor: WebSocket listener on ${remote.url}; bearer token in ${t.file}\n`);
+  }
+  const listenFd = takeListenFd();
+  try {
+    await server.listen(listenFd);
+  } catch (err) {
+    await remote?.close(0);
+    supervisor.ctx.tree?.teardown(); // nothing ran: the cgroup subtree made at start goes
+    await metrics?.listener.close();
+    throw err;
   }
   const remoteListener = remote;
   metrics?.metrics.observe({

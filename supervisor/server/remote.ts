@@ -127,10 +127,15 @@ export class RemoteListener {
   /** A new TCP (TLS) connection: it must finish its upgrade within remote.upgradeTimeoutMs. */
   private connected(socket: Socket): void {
     if (this.waiting.size >= this.maxConnections) {
-      // As many half-open upgrades as connections may be open: more is a flood.
+      // As many connections may wait for their upgrade as may be open; past it the one that
+      // waited longest goes (as the metrics endpoint does), so idle connections held open
+      // cannot keep a client with a token out.
+      const [oldest, timer] = this.waiting.entries().next().value!;
+      clearTimeout(timer);
+      this.waiting.delete(oldest);
       this.count('connections');
-      socket.destroy();
-      return;
+      this.ctx.log.warn({ remote: `${(oldest as Socket).remoteAddress}:${(oldest as Socket).remotePort}`, max: this.maxConnections }, 'too many connections waiting for their upgrade; closed the oldest');
+      oldest.destroy();
     }
     const timeoutMs = this.ctx.supervisor.config.remote.upgradeTimeoutMs;
     const timer = setTimeout(() => {

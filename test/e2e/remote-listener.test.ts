@@ -6,13 +6,13 @@
 // still served; token rotation by rename; a silent peer dropped by keepalive; TLS (openssl).
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import type { Receipt, StatusResult } from '../../ipc/protocol.js';
-import { TestDaemon, until } from '../helpers/daemon.js';
+import { DAEMON, TestDaemon, until, within } from '../helpers/daemon.js';
 import { refusedUpgrade, WsPeer } from '../helpers/ws-peer.js';
 
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
@@ -21,6 +21,7 @@ const MAX_CONNECTIONS = 4;
 const PING_INTERVAL_MS = 300;
 const PING_TIMEOUT_MS = 300;
 const UPGRADE_TIMEOUT_MS = 500;
+const HELLO_TIMEOUT_MS = 3000;
 
 /** GET path on host:port: status, headers, body. */
 function httpGet(host: string, port: number, path: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
@@ -68,7 +69,7 @@ async function remoteUp(d: TestDaemon): Promise<StatusResult> {
 describe('the WebSocket listener', () => {
   const d = new TestDaemon({
     config: {
-      ipc: { maxFrameBytes: MAX_FRAME_BYTES },
+      ipc: { maxFrameBytes: MAX_FRAME_BYTES, handshakeTimeoutMs: HELLO_TIMEOUT_MS },
       metrics: { listen: '127.0.0.1:0' },
       remote: { listen: '127.0.0.1:0', maxConnections: MAX_CONNECTIONS, pingIntervalMs: PING_INTERVAL_MS, pingTimeoutMs: PING_TIMEOUT_MS, upgradeTimeoutMs: UPGRADE_TIMEOUT_MS },
     },
@@ -176,6 +177,30 @@ describe('the WebSocket listener', () => {
     expect(closedAfterMs).toBeLessThan(UPGRADE_TIMEOUT_MS + 2000);
     expect(await metric(metricsAddr, 'sandbox_supervisor_remote_handshake_failures_total{reason="upgrade_timeout"}')).toBe(before + 1);
     await stillServed();
+  });
+
+  it('closes idle TCP connections past remote.maxConnections oldest first: a client with the token still gets in', async () => {
+    const idle = await Promise.all(
+      Array.from({ length: 3 * MAX_CONNECTIONS }, () => new Promise<ReturnType<typeof connect>>((resolve, reject) => {
+        const s = connect(port, host, () => resolve(s));
+        s.on('error', reject);
+      })),
+    );
+    const closed = idle.map((s) => new Promise<void>((r) => s.once('close', () => r())));
+    onTestFinished(() => idle.forEach((s) => s.destroy()));
+    // Served at once, before any idle one reaches its upgrade deadline.
+    const t0 = performance.now();
+    await stillServed();
+    expect(performance.now() - t0).toBeLessThan(UPGRADE_TIMEOUT_MS * 4);
+    await within(Promise.all(closed), 'every idle connection closed', 10_000);
+  });
+
+  it('refuses a WebSocket that sends no hello within ipc.handshakeTimeoutMs', async () => {
+    const peer = await WsPeer.open(url, token);
+    const t0 = performance.now();
+    await peer.closed;
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(HELLO_TIMEOUT_MS - 100);
+    expect(peer.received).toEqual([{ id: 0, error: { code: 'INVALID_ARGUMENT', message: `no hello within ${HELLO_TIMEOUT_MS} ms`, retryable: false } }]);
   });
 
   it('closes with 1009 on a message over ipc.maxFrameBytes (counted frame_bytes), and refuses a text message', async () => {
@@ -303,5 +328,39 @@ describe('the WebSocket listener over TLS', () => {
     // Not trusted without the certificate; refused without the token.
     await expect(WsPeer.open(url, 'tls-test-token-0123456789abcdef')).rejects.toThrow(/self.signed|certificate/i);
     expect((await refusedUpgrade(url, { Authorization: 'Bearer nope' }, { ca: cert })).status).toBe(401);
+  });
+});
+
+describe('the WebSocket listener refuses to start', () => {
+  it('insecure on a non-loopback --listen: exit 2 before anything is made (nothing is bound)', () => {
+    const d = new TestDaemon();
+    try {
+      const config = join(d.dir, 'config.json');
+      writeFileSync(config, JSON.stringify({ remote: { insecure: true } }));
+      const r = spawnSync(process.execPath, [DAEMON, 'serve', '--config', config, '--listen', '0.0.0.0:0'], { env: { ...process.env, SBX_SOCKET: d.socketPath, SBX_STATE_DIR: d.stateDir }, encoding: 'utf8', timeout: 30_000 });
+      expect(r.status).toBe(2);
+      expect(r.stderr).toContain('--listen remote.insecure (no token) is allowed only on a loopback address, not 0.0.0.0:0');
+      expect(existsSync(d.stateDir)).toBe(false);
+      const path = spawnSync(process.execPath, [DAEMON, 'serve', '--config', config, '--listen', '/tmp/x.sock'], { env: { ...process.env, SBX_SOCKET: d.socketPath, SBX_STATE_DIR: d.stateDir }, encoding: 'utf8', timeout: 30_000 });
+      expect(path.status).toBe(2);
+      expect(path.stderr).toContain('is a path');
+    } finally {
+      rmSync(d.dir, { recursive: true, force: true });
+    }
+  });
+
+  it('without a token (an empty token file): exit 2 naming the file; the Unix socket never listened', async () => {
+    const d = new TestDaemon();
+    try {
+      const empty = join(d.dir, 'empty-token');
+      writeFileSync(empty, '', { mode: 0o600 });
+      d.withConfig({ remote: { listen: '127.0.0.1:0', tokenFile: empty } });
+      await expect(d.start()).rejects.toThrow(/supervisor exited at start-up/);
+      expect((await d.exitedNow()).code).toBe(2);
+      expect(d.log()).toContain(`the WebSocket listener has no token, so it does not start: the remote token file ${empty} holds no token`);
+      expect(existsSync(d.socketPath)).toBe(false);
+    } finally {
+      await d.stop();
+    }
   });
 });
