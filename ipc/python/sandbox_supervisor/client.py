@@ -106,6 +106,31 @@ class _Connection:
                 elif isinstance(fid, int):
                     self.held.setdefault(fid, deque()).append(frame)
 
+    def alive(self) -> bool:
+        """Takes what arrived while idle without waiting (a WebSocket's pings are answered here) and
+        says whether the transport is still open: one found closed before a request is sent makes
+        the request's reconnect unambiguous (it never reached the supervisor on this one)."""
+        if self.broken:
+            return False
+        try:
+            while True:
+                frames = self.transport.recv(0)
+                if frames is None:
+                    return True
+                self.last_rx = time.monotonic()
+                for frame in frames:
+                    fid = frame.get("id")
+                    if fid == 0 and frame.get("error") is not None:
+                        self.broken = True
+                        return False
+                    if fid in self.pings:
+                        self.pings.discard(fid)
+                    elif isinstance(fid, int):
+                        self.held.setdefault(fid, deque()).append(frame)
+        except (OSError, SupervisorError):
+            self.broken = True
+            return False
+
     def _die(self) -> None:
         self.broken = True
         self.close(dead=True)
@@ -220,6 +245,8 @@ class Client:
                 time.sleep(P.RECONNECT_PAUSE_SECONDS)
 
     def _connection(self, give_up_at: Optional[float] = None) -> _Connection:
+        if self._conn is not None and not self._conn.alive():
+            self.close()  # closed while idle (the supervisor restarted, a server ping went unanswered): a new one
         if self._conn is None:
             self._conn = self._open(give_up_at)
         return self._conn

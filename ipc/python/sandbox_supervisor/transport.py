@@ -65,12 +65,11 @@ class _SocketIO:
             view = view[n:]
 
     def read_some(self, timeout: float) -> Optional[bytes]:
-        self.sock.settimeout(max(timeout, 0.001))
+        """Bytes (b"" at EOF), or None when none came within timeout (0: what is there now)."""
+        self.sock.settimeout(timeout if timeout > 0 else 0.0)
         try:
             return self.sock.recv(_RECV_BYTES)
-        except socket.timeout:
-            return None
-        except ssl.SSLWantReadError:
+        except (socket.timeout, BlockingIOError, ssl.SSLWantReadError):
             return None
 
     def shutdown_write(self) -> None:
@@ -229,10 +228,13 @@ class _WsTransport(Transport):
         data = self.io.read_some(timeout)
         if data is None:
             return None
-        if data:
-            self.conn.receive_data(data)
-        else:
-            self.conn.receive_eof()
+        try:
+            if data:
+                self.conn.receive_data(data)
+            else:
+                self.conn.receive_eof()
+        except EOFError:  # data or EOF after the stream already ended
+            raise P.ConnectionLost(f"the WebSocket to {self.io.what} closed") from None
         frames: List[Dict[str, Any]] = []
         closed: Optional[str] = None
         for event in self.conn.events_received():

@@ -1,6 +1,7 @@
 """A TCP relay for the WebSocket tests: 127.0.0.1:PORT forwards byte for byte to a target port
 (two threads per connection); ``drop_all()`` resets every connection (SO_LINGER 0: an RST, as a
-link that died), so a client's TCP connection can be cut mid-stream. ``stop()`` closes all.
+link that died), so a client's TCP connection can be cut mid-stream; ``freeze()`` makes the open
+connections a black hole (bytes taken, none passed on: a silent link), new ones unaffected.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ class TcpRelay:
         self.listener.listen(64)
         self.port = self.listener.getsockname()[1]
         self.lock = threading.Lock()
-        self.pairs: List[Tuple[socket.socket, socket.socket]] = []
+        self.pairs: List[Tuple[socket.socket, socket.socket, threading.Event]] = []
         self.accepted = 0
         self.closed = False
         self.thread = threading.Thread(target=self._accept, daemon=True)
@@ -40,21 +41,23 @@ class TcpRelay:
             except OSError:
                 client.close()
                 continue
+            frozen = threading.Event()
             with self.lock:
-                self.pairs.append((client, upstream))
+                self.pairs.append((client, upstream, frozen))
                 self.accepted += 1
             for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._copy, args=(a, b), daemon=True).start()
+                threading.Thread(target=self._copy, args=(a, b, frozen), daemon=True).start()
 
     @staticmethod
-    def _copy(src: socket.socket, dst: socket.socket) -> None:
+    def _copy(src: socket.socket, dst: socket.socket, frozen: threading.Event) -> None:
         try:
             while True:
                 data = src.recv(1 << 20)
                 if not data:
                     dst.shutdown(socket.SHUT_WR)
                     return
-                dst.sendall(data)
+                if not frozen.is_set():
+                    dst.sendall(data)
         except OSError:
             for s in (src, dst):
                 try:
@@ -66,7 +69,7 @@ class TcpRelay:
         """Resets every open connection (both sides); how many pairs there were."""
         with self.lock:
             pairs, self.pairs = self.pairs, []
-        for pair in pairs:
+        for *pair, _ in pairs:
             for s in pair:
                 try:
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -78,6 +81,13 @@ class TcpRelay:
                 except OSError:
                     pass
         return len(pairs)
+
+    def freeze(self) -> int:
+        """The open connections pass nothing on from now (a silent link); how many."""
+        with self.lock:
+            for _, _, frozen in self.pairs:
+                frozen.set()
+            return len(self.pairs)
 
     def stop(self) -> None:
         self.listener.close()
