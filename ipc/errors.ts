@@ -36,6 +36,29 @@ export const ERROR_CODES = {
    * receipt is never answered for a question it did not answer.
    */
   TASK_CONFLICT: false,
+  /**
+   * Extension (files, docs/FILES.md): the file tool refused a path with a symbolic link in it
+   * (a parent directory or the final name); nothing was written or read.
+   */
+  SYMLINK_REFUSED: false,
+  /** Extension (files): a path component does not exist. */
+  NOT_FOUND: false,
+  /** Extension (files): a parent path component is not a directory. */
+  NOT_A_DIRECTORY: false,
+  /** Extension (files): the final name is a directory (or another non-regular file) where a regular file was asked for. */
+  IS_A_DIRECTORY: false,
+  /** Extension (files): write_file's stdin ended with another count of bytes than size_bytes (details: expected, received); no file was made. */
+  SIZE_MISMATCH: false,
+  /** Extension (files): the session's user may not open or create the path (EACCES, EPERM, EROFS). */
+  PERMISSION_DENIED: false,
+  /** Extension (files): another failure of the file tool or of tar (details: errno or exit; the message has its stderr). */
+  FILE_ERROR: false,
+  /**
+   * Extension (files): read_file or download produced more bytes than the session's stream
+   * quota (drain.quotaBytes) keeps (details: total_bytes, stored_bytes, dropped_bytes); never a
+   * silent tail.
+   */
+  OUTPUT_QUOTA_EXCEEDED: false,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

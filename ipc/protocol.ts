@@ -85,6 +85,17 @@ export interface LaunchResult {
   stdin_cursor?: number;
 }
 
+/**
+ * The file methods (docs/FILES.md), each a session: write_file {path, mode?, size_bytes} (stdin:
+ * exactly size_bytes, written with `write`), read_file {path} (the bytes on stdout), upload {dir}
+ * (a tar on stdin), download {dir} (a tar on stdout); all take key (the invocation key), task and
+ * user, and answer a LaunchResult.
+ */
+export type WriteFileParams = ParamsFor<'write_file'>;
+export type ReadFileParams = ParamsFor<'read_file'>;
+export type UploadParams = ParamsFor<'upload'>;
+export type DownloadParams = ParamsFor<'download'>;
+
 /** Selects one session by id or by invocation key (exactly one of them). */
 export type SessionSelector = ParamsFor<'wait'>;
 

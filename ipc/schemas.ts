@@ -17,6 +17,11 @@ const envMap = z
   .refine((e) => Object.keys(e).length <= 4096, 'at most 4096 env entries');
 const key = z.string().min(1).max(1024);
 
+const absPath = noNul('path').pipe(z.string().min(1).max(4096).refine((p) => p.startsWith('/'), 'an absolute path'));
+const userName = z.string().min(1).max(256).regex(/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/, 'a user name or a numeric uid');
+/** What every file method takes besides its path (docs/FILES.md): the invocation key, task, user and deadline (timeout_ms, 0: none) of its session. */
+const fileSession = { key: key.optional(), task: key.optional(), user: userName.optional(), timeout_ms: durationMs.optional() };
+
 const selector = {
   session_id: z.string().min(1).max(128).optional(),
   invocation_key: key.optional(),
@@ -94,6 +99,12 @@ export const ParamsSchemas = {
     .object({ ...selector, as_operator: z.literal(true), reason: z.string().min(1).max(4096), force: z.boolean().optional() })
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
+  write_file: z
+    .object({ path: absPath, mode: z.number().int().min(0).max(0o7777).optional(), size_bytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER), ...fileSession })
+    .strict(),
+  read_file: z.object({ path: absPath, ...fileSession }).strict(),
+  upload: z.object({ dir: absPath, ...fileSession }).strict(),
+  download: z.object({ dir: absPath, ...fileSession }).strict(),
 };
 
 export type MethodName = keyof typeof ParamsSchemas;

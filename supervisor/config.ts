@@ -41,6 +41,14 @@ const ConfigSchema = z
       })
       .strict()
       .prefault({}),
+    /** The file methods (docs/FILES.md). */
+    files: z
+      .object({
+        /** Largest write_file size_bytes (LIMIT_EXCEEDED {limit: "file_bytes"} up front); unset: drain.quotaBytes; 0: no limit. */
+        maxBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
+      })
+      .strict()
+      .prefault({}),
     session: z
       .object({
         /** Sessions not yet ended at once; the next launch gets LIMIT_EXCEEDED. */

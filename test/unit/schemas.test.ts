@@ -16,7 +16,17 @@ const fails = (method: keyof typeof ParamsSchemas, params: unknown) => {
 
 describe('ParamsSchemas', () => {
   it('has one schema per method of the method table', () => {
-    expect(Object.keys(ParamsSchemas).sort()).toEqual(['cancel', 'changes', 'checkpoint', 'close', 'gc', 'hello', 'kill', 'launch', 'ps', 'read_index', 'receipt', 'resize', 'resolve', 'seal', 'status', 'subscribe', 'wait', 'write']);
+    expect(Object.keys(ParamsSchemas).sort()).toEqual(['cancel', 'changes', 'checkpoint', 'close', 'gc', 'hello', 'kill', 'launch', 'ps', 'read_index', 'receipt', 'resize', 'resolve', 'seal', 'status', 'subscribe', 'wait', 'write', 'write_file', 'read_file', 'upload', 'download'].sort());
+  });
+
+  it('the file methods: absolute paths without NUL, a mode up to 0o7777, size_bytes required for write_file, key/task/user, nothing else', () => {
+    expect(validate(ParamsSchemas.write_file, { path: '/a/b', size_bytes: 3, mode: 0o600, key: 'k', task: 't', user: 'nobody' }, 'write_file')).toEqual({ path: '/a/b', size_bytes: 3, mode: 0o600, key: 'k', task: 't', user: 'nobody' });
+    expect(fails('write_file', { path: 'rel', size_bytes: 1 })).toMatchObject({ code: 'INVALID_ARGUMENT', details: { field: 'path' } });
+    expect(fails('write_file', { path: '/a' })).toMatchObject({ details: { field: 'size_bytes' } });
+    expect(fails('write_file', { path: '/a', size_bytes: 1, mode: 0o10000 })).toMatchObject({ details: { field: 'mode' } });
+    expect(fails('read_file', { path: '/a\0b' })).toMatchObject({ details: { field: 'path' } });
+    expect(fails('upload', { dir: '/d', user: 'a b' })).toMatchObject({ details: { field: 'user' } });
+    expect(fails('download', { dir: '/d', argv: ['sh'] })).toMatchObject({ code: 'INVALID_ARGUMENT' });
   });
 
   it('checkpoint: an absolute workspace without NUL, a task like a key, nothing else', () => {

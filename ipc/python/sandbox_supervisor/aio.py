@@ -12,6 +12,7 @@ import os
 from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Set
 
 from . import _protocol as P
+from . import files as _files
 from .aio_transport import AioTransport, open_aio_transport
 from .client import _close_params, restore_checkpoint
 from .endpoint import DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_KEEPALIVE_SECONDS, DEFAULT_SILENCE_SECONDS, Endpoint, LaunchNotResent, TransportDead, resolve_endpoint
@@ -548,3 +549,21 @@ class AsyncClient:
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: restore_checkpoint(checkpoint_id, directory, state_dir=state_dir, store=store, key_path=key_path, same_owner=same_owner, sbx=sbx)
         )
+
+    # -- files (sandbox_supervisor/files.py, docs/FILES.md) -------------------------------------
+
+    async def write_file(self, path: str, data: bytes, *, mode: Optional[int] = None, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
+        """See Client.write_file."""
+        return await _files.awrite_file(self, path, data, mode=mode, user=user, key=key, task=task, timeout_seconds=timeout_seconds)
+
+    async def read_file(self, path: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> bytes:
+        """See Client.read_file."""
+        return await _files.aread_file(self, path, user=user, key=key, task=task, timeout_seconds=timeout_seconds)
+
+    async def upload(self, local_dir: str, remote_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
+        """See Client.upload."""
+        return await _files.aupload(self, local_dir, remote_dir, user=user, key=key, task=task, timeout_seconds=timeout_seconds)
+
+    async def download(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
+        """See Client.download."""
+        return await _files.adownload(self, remote_dir, local_dir, user=user, key=key, task=task, timeout_seconds=timeout_seconds)

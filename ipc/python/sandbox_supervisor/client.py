@@ -17,6 +17,7 @@ from collections import deque
 from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set
 
 from . import _protocol as P
+from . import files as _files
 from .errors import ERROR_CODES, SupervisorError
 from .endpoint import DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_KEEPALIVE_SECONDS, DEFAULT_SILENCE_SECONDS, Endpoint, LaunchNotResent, TransportDead, resolve_endpoint
 from .transport import open_transport
@@ -539,6 +540,24 @@ class Client:
         state_dir = None if store is not None else self.status()["state_dir"]
         return restore_checkpoint(checkpoint_id, directory, state_dir=state_dir, store=store, key_path=key_path, same_owner=same_owner, sbx=sbx)
 
+
+    # -- files (sandbox_supervisor/files.py, docs/FILES.md) -------------------------------------
+
+    def write_file(self, path: str, data: bytes, *, mode: Optional[int] = None, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
+        """See files.write_file: atomic, never through a symlink; returns the session's receipt."""
+        return _files.write_file(self, path, data, mode=mode, user=user, key=key, task=task, timeout_seconds=timeout_seconds)
+
+    def read_file(self, path: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> bytes:
+        """See files.read_file: the file's bytes (OUTPUT_QUOTA_EXCEEDED past the stream quota)."""
+        return _files.read_file(self, path, user=user, key=key, task=task, timeout_seconds=timeout_seconds)
+
+    def upload(self, local_dir: str, remote_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
+        """See files.upload: local_dir's tree into remote_dir as a streamed tar."""
+        return _files.upload(self, local_dir, remote_dir, user=user, key=key, task=task, timeout_seconds=timeout_seconds)
+
+    def download(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
+        """See files.download: remote_dir's tree into local_dir, each member checked."""
+        return _files.download(self, remote_dir, local_dir, user=user, key=key, task=task, timeout_seconds=timeout_seconds)
 
 def _close_params(task: Optional[str], workspaces: Optional[Sequence[str]], timeout_seconds: Optional[float]) -> Dict[str, Any]:
     params: Dict[str, Any] = {}

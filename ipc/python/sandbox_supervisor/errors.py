@@ -25,6 +25,15 @@ ERROR_CODES: Dict[str, bool] = {
     "OUTPUT_REMOVED": False,
     "CHECKPOINT_FAILED": True,
     "TASK_CONFLICT": False,
+    # files (docs/FILES.md)
+    "SYMLINK_REFUSED": False,
+    "NOT_FOUND": False,
+    "NOT_A_DIRECTORY": False,
+    "IS_A_DIRECTORY": False,
+    "SIZE_MISMATCH": False,
+    "PERMISSION_DENIED": False,
+    "FILE_ERROR": False,
+    "OUTPUT_QUOTA_EXCEEDED": False,
 }
 
 

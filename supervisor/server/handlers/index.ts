@@ -6,6 +6,7 @@ import { cancel } from './cancel.js';
 import { changes } from './changes.js';
 import { checkpoint } from './checkpoint.js';
 import { close } from './close.js';
+import { download, readFile, upload, writeFile } from './files.js';
 import { gc } from './gc.js';
 import { kill } from './kill.js';
 import { launch } from './launch.js';
@@ -40,4 +41,8 @@ export const HANDLERS: { [M in Exclude<MethodName, 'hello'>]: Handler<M> } = {
   resolve,
   changes,
   checkpoint,
+  write_file: writeFile,
+  read_file: readFile,
+  upload,
+  download,
 };

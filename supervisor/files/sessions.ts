@@ -1,0 +1,51 @@
+// The file methods as sessions (docs/FILES.md): each becomes the launch params of an honest
+// session (argv: the file tool run by this Node, or tar), launched through the normal path, so
+// admission, invocation keys, users, receipts, the workspace clock and task closes cover it.
+// Owns the argv and the size limit; not the launch (Supervisor.launch) nor the bytes (clients).
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { SupervisorError } from '../../ipc/errors.js';
+import type { DownloadParams, LaunchParams, ReadFileParams, UploadParams, WriteFileParams } from '../../ipc/protocol.js';
+import type { Config } from '../config.js';
+
+/** The compiled file tool (dist/supervisor/files/file-tool.js), beside this module once built. */
+export function fileToolPath(): string {
+  const here = dirname(fileURLToPath(import.meta.url));
+  const tried = [join(here, 'file-tool.js'), join(here, '../../dist/supervisor/files/file-tool.js')];
+  for (const p of tried) if (existsSync(p)) return p;
+  throw new SupervisorError('INTERNAL', `the file tool is not built (run npm run build); looked in: ${tried.join(', ')}`);
+}
+
+/** Largest write_file size_bytes: files.maxBytes, else drain.quotaBytes; 0: no limit. */
+export function fileMaxBytes(config: Config): number {
+  return config.files.maxBytes ?? config.drain.quotaBytes;
+}
+
+type Common = { key?: string; task?: string; user?: string; timeout_ms?: number };
+const common = (p: Common): Pick<LaunchParams, 'invocation_key' | 'task' | 'user' | 'cwd' | 'timeout_ms'> => ({ cwd: '/', invocation_key: p.key, task: p.task, user: p.user, timeout_ms: p.timeout_ms });
+
+/** write_file: `node file-tool.js write PATH --mode 0644 --size N`, stdin streamed. LIMIT_EXCEEDED {limit: "file_bytes"} past the limit. */
+export function writeFileLaunch(config: Config, p: WriteFileParams): LaunchParams {
+  const max = fileMaxBytes(config);
+  if (max > 0 && p.size_bytes > max) {
+    throw new SupervisorError('LIMIT_EXCEEDED', `write_file: size_bytes ${p.size_bytes} is over files.maxBytes ${max}`, { limit: 'file_bytes', size_bytes: p.size_bytes, max_bytes: max });
+  }
+  const mode = (p.mode ?? 0o644).toString(8).padStart(4, '0');
+  return { ...common(p), argv: [process.execPath, fileToolPath(), 'write', p.path, '--mode', mode, '--size', String(p.size_bytes)], stdin: true };
+}
+
+/** read_file: `node file-tool.js read PATH`; the bytes are its stdout. */
+export function readFileLaunch(p: ReadFileParams): LaunchParams {
+  return { ...common(p), argv: [process.execPath, fileToolPath(), 'read', p.path] };
+}
+
+/** upload: `tar -x -p -f - -C DIR`, the tar on stdin. */
+export function uploadLaunch(p: UploadParams): LaunchParams {
+  return { ...common(p), argv: ['tar', '-x', '-p', '-f', '-', '-C', p.dir], stdin: true };
+}
+
+/** download: `tar -c -f - -C DIR .`; the tar is its stdout. */
+export function downloadLaunch(p: DownloadParams): LaunchParams {
+  return { ...common(p), argv: ['tar', '-c', '-f', '-', '-C', p.dir, '.'] };
+}
