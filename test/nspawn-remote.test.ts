@@ -3,8 +3,9 @@
 // WebSocket on loopback (the container shares the host's network namespace, no bridge: the
 // unit listens on 127.0.0.1 through /etc/sandbox-supervisor/config.json, its token file read
 // with nsenter cat) and over `nsenter -t PID1 -a sbx bridge` as the exec channel (a command
-// endpoint); with the TypeScript client, the Python client and `sbx --url`. The README's
-// "Driving a remote supervisor" shows these very commands. Skips, saying why, without nspawn.
+// endpoint); with the TypeScript client, the Python client and `sbx --url`, and a file written
+// and read back through both. The README's "Driving a remote supervisor" shows these very
+// commands (its shell blocks are run as written). Skips, saying why, without nspawn.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -12,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorClient, type ConnectOptions } from '../ipc/client.js';
+import { readFile, writeFile } from '../ipc/files.js';
 import type { Receipt } from '../ipc/protocol.js';
 import { TEST_CGROUP_PREFIX } from './helpers/cgroup-cleanup.js';
 import { ROOT, SBX_BIN, until } from './helpers/daemon.js';
@@ -156,6 +158,17 @@ describe.skipIf(why !== null)(why ? `harness on the host, supervisor in nspawn (
     expect(r.stdout_sha256).toBe(r.receipt.output.stdout!.sha256);
     expectOnce(r.receipt, stdout, 'python over py-bridge: stdin from the host\n', '/tmp/py-bridge.marker');
     expect([r.again_session_id, r.again_existing]).toEqual([r.session_id, true]);
+  });
+
+  it('files over both: written into the container over WebSocket, read back over the bridge, byte-exact, as sessions', async () => {
+    const data = Buffer.from(Array.from({ length: 200_000 }, (_, i) => `line ${i}\n`).join(''));
+    const written = await writeFile({ url: url(), tokenFile }, '/root/from-the-host.txt', data, { mode: 0o640, key: 'file-ws-1' });
+    expect(written.receipt).toMatchObject({ outcome: 'exited', exit: { code: 0 } });
+    expect(container.run(['stat', '-c', '%a %s', '/root/from-the-host.txt']).stdout.trim()).toBe(`640 ${data.length}`);
+    expect(container.run(['sha256sum', '/root/from-the-host.txt']).stdout.split(' ')[0]).toBe(createHash('sha256').update(data).digest('hex'));
+    const back = await readFile({ command: bridgeCommand() }, '/root/from-the-host.txt');
+    expect(back.equals(data)).toBe(true);
+    expect(back.result.receipt.output.stdout!.sha256).toBe(createHash('sha256').update(data).digest('hex'));
   });
 
   it('a wrong token is refused (UNAUTHORIZED), the right one still served', () => {
