@@ -1,11 +1,8 @@
-// The harness outside the sandbox, for real (issue 30): systemd 252 as PID 1 in systemd-nspawn
-// (test/helpers/nspawn.ts) with the supervisor as its unit, and the harness on the host. Over
-// WebSocket on loopback (the container shares the host's network namespace, no bridge: the
-// unit listens on 127.0.0.1 through /etc/sandbox-supervisor/config.json, its token file read
-// with nsenter cat) and over `nsenter -t PID1 -a sbx bridge` as the exec channel (a command
-// endpoint); with the TypeScript client, the Python client and `sbx --url`, and a file written
-// and read back through both. The README's "Driving a remote supervisor" shows these very
-// commands (its shell blocks are run as written). Skips, saying why, without nspawn.
+// The harness on the host, the supervisor the unit in systemd-nspawn (test/helpers/nspawn.ts):
+// over WebSocket on loopback (the container shares the host's network namespace; token read by
+// nsenter cat) and over `nsenter -t PID1 -a sbx bridge` (a command endpoint), with the TS and
+// Python clients, `sbx --url` and files. Runs the README's "Driving a remote supervisor" shell
+// blocks as written. Skips, saying why, without nspawn.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';

@@ -1,11 +1,8 @@
-// remote: what the transports of issue 30 cost against the Unix socket, in the same run on one
-// supervisor of the bench's own (its WebSocket listener on loopback): launch -> receipt of
-// `true` (one connection each, kept; the transports take turns every iteration, so a noisy
-// machine weighs on all three alike), p50/p99; and read_output of one stored 1 GiB stream
-// (readOutput, not following: the bytes as fast as each transport carries them). Over the Unix
-// socket (the baseline), `sbx bridge` (a command endpoint: the bridge process between the
-// client and the socket) and ws://127.0.0.1 (token auth). Goal: launch -> receipt within 1.5x
-// of the socket, throughput at least 0.5x.
+// remote: the transports of issue 30 against the Unix socket, same run, one supervisor with its
+// WebSocket listener on loopback: launch -> receipt of `true` p50/p99 (one kept connection each,
+// transports taking turns) and read_output of one stored 1 GiB stream (a new connection each, as
+// readOutput makes it), over the socket, `sbx bridge` and ws://127.0.0.1. Goal: launch within
+// 1.5x of the socket, throughput at least 0.5x.
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { readOutput, SupervisorClient, type ConnectOptions } from '../../ipc/client.js';

@@ -1,14 +1,9 @@
-// The transport-fault run (issue 30): 100 keyed commands (silent sleeps, small outputs, 10 MB
-// of output, a 4 MiB line without a newline, commands reading stdin) driven by the TypeScript
-// client's reconnecting layers over `sbx bridge` (a command endpoint) and over WebSocket (through
-// a TCP proxy of the test's, test/helpers/tcp-proxy.ts), while the transport is dropped on
-// purpose during launch, stdin, streaming and wait: the bridge SIGKILLed or SIGSTOPped (by pid),
-// the TCP connection cut or stalled (pings unanswered). Each command has its own proxies and
-// bridges (control: launch/write/wait; reader: readOutput), so each drop hits the call it is
-// aimed at. Asserts: each command ran once (its marker file has one line), every byte arrived
-// once and in order (sha256 of what was read == the receipt's digest), every receipt obtained,
-// no call outlived its deadline, nothing left (bridges, proxied connections, sessions, fds).
-// The seed is logged; SBX_TRANSPORT_FAULT_SEED=N replays a run. Prints the counts.
+// The transport-fault run (issue 30): 100 keyed commands (silent sleeps, 10 MB outputs, 4 MiB
+// lines, stdin readers) through the TS client's reconnecting layers over `sbx bridge` and over
+// WebSocket (via test/helpers/tcp-proxy.ts), the transport dropped during launch, stdin, streaming
+// and wait (bridge SIGKILL/SIGSTOP by pid, TCP cut/stall). Asserts each ran once, every byte once
+// in order (digest == receipt's), every receipt, every call within its deadline, nothing left.
+// Seed logged (SBX_TRANSPORT_FAULT_SEED=N replays the plan); prints the counts.
 import { randomInt } from 'node:crypto';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
@@ -395,6 +390,10 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
     for (const p of proxies.values()) await p.close();
     const check = await d.client();
     expect((await check.ps(false)).sessions.filter((s) => s.state !== 'ended')).toEqual([]);
+    const base = d.cgroupBase;
+    if (base && existsSync(join(base, 'sessions'))) {
+      await until(() => readdirSync(join(base, 'sessions'), { withFileTypes: true }).filter((e) => e.isDirectory()).length === 0, "every session's cgroup leaf to be removed", 10_000);
+    }
     await until(() => readdirSync('/proc/self/fd').length <= fdsBefore + 2, 'the fds to be closed', 10_000);
 
     // Every kind of drop happened, in every phase.
