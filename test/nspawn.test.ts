@@ -4,70 +4,28 @@
 // install.sh, socket activation, a session in its leaf under the service's delegated
 // subtree, a crash (reconciliation after Restart=on-failure) and a stop (every session
 // settled). Skips, saying why, where systemd-nspawn is not installed (.ci/run installs it).
-import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, rmdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../ipc/protocol.js';
-import { ROOT, until } from './helpers/daemon.js';
-import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from './helpers/cgroup-cleanup.js';
+import { until } from './helpers/daemon.js';
+import { cgroupMount, TEST_CGROUP_PREFIX } from './helpers/cgroup-cleanup.js';
+import { NspawnContainer } from './helpers/nspawn.js';
 
 const nspawn = spawnSync('sh', ['-c', 'command -v systemd-nspawn']).status === 0;
 const mount = cgroupMount();
-const CG = mount ? join(mount, `${TEST_CGROUP_PREFIX}nspawn`) : '';
-const ROOTFS = '/tmp/sbx-test-nspawn-root';
-const PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
-/** The checkout, bound read-only into the container (the container mounts its own /tmp). */
-const CHECKOUT = '/mnt/sandbox-supervisor-checkout';
-let container: ChildProcess | null = null;
-let pid1 = 0;
-
-const mounted = () => spawnSync('mountpoint', ['-q', ROOTFS]).status === 0;
-
-/** Everything a run (this one, or an interrupted one before it) may have left. */
-async function cleanUp(): Promise<void> {
-  if (container && container.exitCode === null) {
-    container.kill('SIGTERM'); // nspawn asks the container's systemd to power off
-    await until(() => container!.exitCode !== null || container!.signalCode !== null, 'the container to power off', 30_000).catch(() => container!.kill('SIGKILL'));
-  }
-  if (CG && existsSync(CG)) await removeCgroupTree(CG); // kills what is left, by cgroup
-  if (mounted()) execFileSync('umount', [ROOTFS]);
-  if (existsSync(ROOTFS)) rmdirSync(ROOTFS); // an empty dir once unmounted: never rm -rf a bind of /
-}
+// Booted to basic.target, not the host's default: the host's enabled services (a database,
+// prometheus, ceph on a CI machine) would boot too, and one slow to start kept the boot
+// "starting" past a minute. What is still queued is said if it does not finish.
+const container = new NspawnContainer({ machine: 'sbxtest', rootfs: '/tmp/sbx-test-nspawn-root', cgroupName: `${TEST_CGROUP_PREFIX}nspawn`, bootUnit: 'basic.target' });
 
 /** Runs a command inside the container (nsenter into every namespace of its PID 1). */
-function inside(args: string[], opts: { allowFail?: boolean } = {}): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync('nsenter', ['-t', String(pid1), '-a', ...args], { env: { PATH, HOME: '/root' }, encoding: 'utf8', timeout: 60_000 });
-  if (!opts.allowFail && r.status !== 0) throw new Error(`inside ${args.join(' ')}: exit ${r.status}\n${r.stdout}\n${r.stderr}`);
-  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
-}
+const inside = (args: string[], opts: { allowFail?: boolean } = {}) => container.run(args, opts);
 
 const sbx = (...args: string[]) => inside(['/usr/local/bin/sbx', ...args], { allowFail: true });
 
 describe.skipIf(!nspawn || !mount)(nspawn ? 'under a real systemd (nspawn)' : 'under a real systemd (skipped: systemd-nspawn is not installed; apt-get install systemd-container)', () => {
-  beforeAll(async () => {
-    await cleanUp();
-    mkdirSync(CG);
-    mkdirSync(ROOTFS);
-    execFileSync('mount', ['--bind', '/', ROOTFS]);
-    execFileSync('mount', ['--make-private', ROOTFS]);
-    container = spawn('sh', ['-c', `echo $$ > ${CG}/cgroup.procs && exec systemd-nspawn -D ${ROOTFS} --volatile=overlay --register=no --keep-unit --private-network --bind-ro=${ROOT}:${CHECKOUT} -b -M sbxtest systemd.unit=basic.target`], {
-      env: { PATH, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY: '1' },
-      stdio: ['ignore', 'ignore', 'ignore'],
-    });
-    pid1 = await until(() => {
-      const children = spawnSync('pgrep', ['-P', String(container!.pid)], { encoding: 'utf8' }).stdout.trim();
-      return Number(children.split('\n')[0]) || 0;
-    }, 'the container to start', 30_000);
-    // Booted to basic.target, not the host's default: the host's enabled services (a database,
-    // prometheus, ceph on a CI machine) would boot too, and one slow to start kept the boot
-    // "starting" past a minute. What is still queued is said if it does not finish.
-    await until(() => /^(running|degraded)$/m.test(inside(['systemctl', 'is-system-running'], { allowFail: true }).stdout), 'the container to boot', 60_000).catch((err: Error) => {
-      throw new Error(`${err.message}; jobs still queued:\n${inside(['systemctl', 'list-jobs', '--no-pager'], { allowFail: true }).stdout}`);
-    });
-    inside(['bash', join(CHECKOUT, 'scripts/install.sh')]);
-  }, 180_000);
-  afterAll(cleanUp, 60_000);
+  beforeAll(() => container.boot(), 180_000);
+  afterAll(() => container.cleanUp(), 60_000);
 
   it('socket-activates the service and puts each session in a leaf of its delegated subtree', () => {
     expect(inside(['systemctl', 'is-active', 'sandbox-supervisor.socket']).stdout.trim()).toBe('active');

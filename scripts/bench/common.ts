@@ -12,10 +12,10 @@ import { TestDaemon } from '../../test/helpers/daemon.js';
 export const nowMs = () => performance.timeOrigin + performance.now();
 
 /** A supervisor of the bench's own (cgroup mode as root), with limits raised for the bench. */
-export async function benchDaemon(): Promise<TestDaemon> {
+export async function benchDaemon(extra: { config?: Record<string, unknown>; env?: NodeJS.ProcessEnv } = {}): Promise<TestDaemon> {
   // Changed from the defaults: the scale run keeps 1,000 waits in flight on one connection
   // (ipc.maxInFlight is 64), no output quota, and logLevel warn drops the two info lines a
-  // session logs.
+  // session logs. extra: config keys merged over these (e.g. remote), and environment.
   return new TestDaemon({
     cgroupPrefix: 'sbx-bench-',
     config: {
@@ -24,7 +24,9 @@ export async function benchDaemon(): Promise<TestDaemon> {
       session: { maxSessions: 4096 },
       // 2 GiB streams: over the default 1 GiB quota per stream (issue 10: raise it here).
       drain: { quotaBytes: 0 },
+      ...extra.config,
     },
+    env: extra.env,
   }).start();
 }
 

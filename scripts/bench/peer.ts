@@ -7,92 +7,24 @@
 // reads them) against the supervisor (lines kept, time until the receipt), and one 4 MiB line
 // (records and the longest). Timed inside the container (date +%s%N around each loop), so
 // nsenter's own start is not counted. Skipped, saying why, where nspawn cannot run.
-import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, rmdirSync } from 'node:fs';
-import { join } from 'node:path';
-import { cgroupMount, removeCgroupTree } from '../../test/helpers/cgroup-cleanup.js';
-import { ROOT, until } from '../../test/helpers/daemon.js';
+import { CHECKOUT, NspawnContainer, nspawnUnavailable } from '../../test/helpers/nspawn.js';
+import { until } from '../../test/helpers/daemon.js';
 import { fmtMs, printTable, type Row, writeJson } from './common.js';
 
-const PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
-const ROOTFS = '/tmp/sbx-bench-nspawn-root';
-const CHECKOUT = '/mnt/sandbox-supervisor-checkout';
-
-/** Why the peer section cannot run here, or null. */
-function cannotRun(): string | null {
-  if (spawnSync('sh', ['-c', 'command -v systemd-nspawn']).status !== 0) return 'systemd-nspawn is not installed (apt-get install systemd-container)';
-  if (process.getuid?.() !== 0) return 'systemd-nspawn needs root';
-  if (!cgroupMount()) return 'no cgroup2 mount';
-  return null;
-}
-
-class Container {
-  private child: ChildProcess | null = null;
-  pid1 = 0;
-  readonly cg: string;
-
-  constructor() {
-    this.cg = join(cgroupMount()!, 'sbx-bench-nspawn');
-  }
-
-  private mounted(): boolean {
-    return spawnSync('mountpoint', ['-q', ROOTFS]).status === 0;
-  }
-
-  async boot(): Promise<void> {
-    await this.cleanUp();
-    mkdirSync(this.cg);
-    mkdirSync(ROOTFS);
-    execFileSync('mount', ['--bind', '/', ROOTFS]);
-    execFileSync('mount', ['--make-private', ROOTFS]);
-    this.child = spawn('sh', ['-c', `echo $$ > ${this.cg}/cgroup.procs && exec systemd-nspawn -D ${ROOTFS} --volatile=overlay --register=no --keep-unit --private-network --bind-ro=${ROOT}:${CHECKOUT} -b -M sbxbench`], {
-      env: { PATH, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY: '1' },
-      stdio: ['ignore', 'ignore', 'ignore'],
-    });
-    this.pid1 = await until(() => Number(spawnSync('pgrep', ['-P', String(this.child!.pid)], { encoding: 'utf8' }).stdout.trim().split('\n')[0]) || 0, 'the container to start', 30_000);
-    await until(() => /^(running|degraded)$/m.test(this.run(['systemctl', 'is-system-running'], true).stdout), 'the container to boot', 60_000);
-    this.run(['bash', join(CHECKOUT, 'scripts/install.sh')]);
-    await until(() => this.run(['systemctl', 'is-active', 'sandbox-supervisor.socket'], true).stdout.trim() === 'active', 'the socket unit', 30_000);
-  }
-
-  /** A command in every namespace of the container's PID 1. */
-  run(args: string[], allowFail = false): { status: number | null; stdout: string; stderr: string } {
-    const r = spawnSync('nsenter', ['-t', String(this.pid1), '-a', ...args], { env: { PATH, HOME: '/root' }, encoding: 'utf8', timeout: 300_000, maxBuffer: 64 << 20 });
-    if (!allowFail && r.status !== 0) throw new Error(`in the container: ${args.join(' ')}: exit ${r.status}\n${r.stdout}\n${r.stderr}`);
-    return { status: r.status, stdout: r.stdout, stderr: r.stderr };
-  }
-
-  bash(script: string): string {
-    return this.run(['bash', '-c', script]).stdout.trim();
-  }
-
-  /** Powers the container off, kills what is left by its cgroup, unmounts (never rm -rf a bind of /). */
-  async cleanUp(): Promise<void> {
-    const c = this.child;
-    if (c && c.exitCode === null && c.signalCode === null) {
-      c.kill('SIGTERM'); // nspawn asks the container's systemd to power off
-      await until(() => c.exitCode !== null || c.signalCode !== null, 'the container to power off', 30_000).catch(() => c.kill('SIGKILL'));
-    }
-    if (existsSync(this.cg)) await removeCgroupTree(this.cg);
-    if (this.mounted()) execFileSync('umount', [ROOTFS]);
-    if (existsSync(ROOTFS)) rmdirSync(ROOTFS);
-  }
-}
-
 /** ms per iteration of body, n times, timed inside the container. */
-function perOpMs(c: Container, body: string, n: number): number {
+function perOpMs(c: NspawnContainer, body: string, n: number): number {
   const ns = Number(c.bash(`t0=$(date +%s%N); for i in $(seq ${n}); do ${body}; done; t1=$(date +%s%N); echo $(( (t1 - t0) / ${n} ))`));
   return ns / 1e6;
 }
 
 export async function peerBench(options: { launches: number; lines: number }): Promise<Row[]> {
-  const why = cannotRun();
+  const why = nspawnUnavailable();
   if (why) {
     const rows: Row[] = [{ metric: 'peer: systemd 252 in nspawn', value: `skipped: ${why}`, baseline: '', ratio: '', target: '', met: null }];
     printTable('peer (systemd in nspawn)', rows);
     return rows;
   }
-  const c = new Container();
+  const c = new NspawnContainer({ machine: 'sbxbench', rootfs: '/tmp/sbx-bench-nspawn-root', cgroupName: 'sbx-bench-nspawn', commandTimeoutMs: 300_000 });
   try {
     await c.boot();
     const n = options.launches;

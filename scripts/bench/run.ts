@@ -1,4 +1,4 @@
-// npm run bench -- [--only drain,exit_to_receipt,launch,scale,replay,long_lines,workspace,checkpoint,peer] [--quick]
+// npm run bench -- [--only drain,exit_to_receipt,launch,scale,replay,long_lines,workspace,checkpoint,peer,remote] [--quick]
 // Runs the benchmarks against a supervisor of its own (temp state dir, cgroup mode as root)
 // and prints each result next to its target and its same-run baseline; JSON goes to
 // bench-results/<name>.json. Run by hand on an otherwise idle machine; never a timed test.
@@ -11,10 +11,11 @@ import { benchDaemon, fileCostMs, fmtMs, printTable, type Row } from './common.j
 import { drainBench } from './drain.js';
 import { exitToReceiptBench, launchBench } from './latency.js';
 import { peerBench } from './peer.js';
+import { remoteBench } from './remote.js';
 import { longLinesBench, replayBench, scaleBench } from './scale.js';
 import { workspaceBench } from './workspace.js';
 
-const ALL = ['drain', 'exit_to_receipt', 'launch', 'scale', 'replay', 'long_lines', 'workspace', 'checkpoint', 'peer'] as const;
+const ALL = ['drain', 'exit_to_receipt', 'launch', 'scale', 'replay', 'long_lines', 'workspace', 'checkpoint', 'peer', 'remote'] as const;
 
 /** Prints the usage (and why, on stderr, exit 2), or just the usage (exit 0). */
 function usage(error?: string): never {
@@ -66,6 +67,8 @@ async function main(): Promise<void> {
   }
   // Its own supervisor (the unit in the container), after the bench's is stopped.
   if (only.includes('peer')) summary.push(...(await peerBench({ launches: q ? 5 : 50, lines: q ? 200_000 : 2_000_000 })));
+  // Its own supervisor too (with the WebSocket listener on loopback).
+  if (only.includes('remote')) summary.push(...(await remoteBench({ launches: q ? 50 : 500, gib: q ? 0.25 : 1 })));
   printTable(`summary (${((Date.now() - started) / 1000).toFixed(0)} s)`, summary);
   const missed = summary.filter((r) => r.met === false).length;
   process.stdout.write(`\n${missed === 0 ? 'every target met' : `${missed} target(s) missed`}\n`);

@@ -1,5 +1,6 @@
 """Python client of sandbox-supervisor (ipc/PROTOCOL.md): a blocking ``Client`` and an asyncio
-``AsyncClient`` over the supervisor's Unix socket, sharing framing, types and errors, and
+``AsyncClient`` over the supervisor's Unix socket, a WebSocket URL with a token, or a command's
+stdin/stdout (``sbx bridge`` through ``docker exec -i``, ``ssh``), sharing framing, types and errors, and
 ``verify_receipt`` (Ed25519 over RFC 8785 JCS, offline; needs ``cryptography``).
 
     from sandbox_supervisor import Client
@@ -9,6 +10,7 @@
 """
 from .aio import AsyncClient
 from .client import Client, restore_checkpoint
+from .endpoint import Endpoint, LaunchNotResent, TransportDead, resolve_endpoint
 from .errors import ERROR_CODES, SupervisorError
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
 from .jcs import canonicalize
@@ -23,21 +25,25 @@ __all__ = [
     "Client",
     "DEFAULT_MAX_FRAME_BYTES",
     "ERROR_CODES",
+    "Endpoint",
     "FrameDecoder",
     "Hello",
     "InvocationKey",
+    "LaunchNotResent",
     "OutputChunk",
     "Receipt",
     "Result",
     "Session",
     "SessionRef",
     "SupervisorError",
+    "TransportDead",
     "Verification",
     "canonicalize",
     "default_socket_path",
     "encode_frame",
     "key_id_of",
     "receipt_digest",
+    "resolve_endpoint",
     "restore_checkpoint",
     "signed_bytes",
     "verify_receipt",

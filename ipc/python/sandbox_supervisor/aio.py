@@ -1,4 +1,5 @@
-"""The asyncio client: the same methods as Client (client.py), as coroutines. Requests on one
+"""The asyncio client: the same methods as Client (client.py), as coroutines, over the same
+endpoints (the Unix socket, a WebSocket URL, a command: aio_transport.py) and deadlines. Requests on one
 connection run concurrently (answers matched by id, as ipc/PROTOCOL.md allows); each
 ``read_output`` reads on a connection of its own, pulled, so a reader that does not iterate
 holds the supervisor off. After a drop it reconnects for up to ``reconnect_seconds`` and resends;
@@ -8,70 +9,133 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Set
 
 from . import _protocol as P
 from . import files as _files
+from .aio_transport import AioTransport, open_aio_transport
 from .client import _close_params, restore_checkpoint
+from .endpoint import DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_KEEPALIVE_SECONDS, DEFAULT_SILENCE_SECONDS, Endpoint, LaunchNotResent, TransportDead, resolve_endpoint
 from .errors import SupervisorError
-from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
-from .paths import default_socket_path
 from .types import Hello, OutputChunk, Receipt, Result, Session, SessionRef
-
-_READ_BYTES = 1024 * 1024
 
 
 class _Wire:
-    """One socket with the hello done; frames read in order by whoever calls next_frame()."""
+    """One transport with the hello done; frames read in order by whoever calls next_frame().
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
+    While busy (``begin()``..``end()``: a call or a read is awaited) a ``ping`` goes every
+    keepalive_seconds, and no frame for silence_seconds closes the transport: the awaited read
+    then raises TransportDead (an OSError: the caller reconnects)."""
+
+    def __init__(self, transport: AioTransport, endpoint: Endpoint, keepalive_seconds: float, silence_seconds: float) -> None:
+        self.transport = transport
+        self.endpoint = endpoint
+        self.keepalive_seconds = keepalive_seconds
+        self.silence_seconds = silence_seconds
         self.frames: List[Dict[str, Any]] = []
         self.next_id = 1
         self.hello: Hello
+        self.busy = 0
+        self.busy_since = self.last_rx = asyncio.get_running_loop().time()
+        self.dead: Optional[TransportDead] = None
+        self.watch: Optional["asyncio.Task[None]"] = None
 
     @classmethod
-    async def open(cls, socket_path: str, client_name: str) -> "_Wire":
-        try:
-            reader, writer = await asyncio.open_unix_connection(socket_path, limit=_READ_BYTES)
-        except OSError as err:
-            raise P.connect_error(err, socket_path) from None
-        wire = cls(reader, writer)
-        try:
+    async def open(cls, endpoint: Endpoint, client_name: str, *, connect_timeout_seconds: float, keepalive_seconds: float, silence_seconds: float, reaps: Set["asyncio.Task[None]"]) -> "_Wire":
+        """Connect + hello within connect_timeout_seconds (else TransportDead, the transport closed)."""
+        opened: List[AioTransport] = []
+
+        async def handshake() -> "_Wire":
+            transport = await open_aio_transport(endpoint, reaps)
+            opened.append(transport)
+            wire = cls(transport, endpoint, keepalive_seconds, silence_seconds)
             rid = await wire.send("hello", P.hello_params(client_name))
             frame = await wire.next_frame()
             while frame.get("id") != rid:
                 frame = await wire.next_frame()
             r = P.answer(frame)
+            wire.hello = Hello(version=r["version"], server=r["server"], instance=r["instance"], generation=r["generation"])
+            return wire
+
+        try:
+            wire = await asyncio.wait_for(handshake(), connect_timeout_seconds)
+        except asyncio.TimeoutError:
+            for t in opened:
+                t.close(dead=True)
+            await asyncio.gather(*list(reaps), return_exceptions=True)
+            raise TransportDead(f"the supervisor over {endpoint.describe()} did not connect and hello within {connect_timeout_seconds:g} s") from None
         except BaseException:
-            wire.close()
+            for t in opened:
+                t.close(dead=True)
             raise
-        wire.hello = Hello(version=r["version"], server=r["server"], instance=r["instance"], generation=r["generation"])
+        wire.watch = asyncio.get_running_loop().create_task(wire._keepalive())
         return wire
+
+    def begin(self) -> None:
+        """A call or read is now awaited (the silence clock starts at the first)."""
+        if self.busy == 0:
+            self.busy_since = asyncio.get_running_loop().time()
+        self.busy += 1
+
+    def end(self) -> None:
+        self.busy -= 1
+
+    async def _keepalive(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_ping = loop.time()
+        while True:
+            now = loop.time()
+            if self.busy <= 0:
+                last_ping = now
+                await asyncio.sleep(min(self.keepalive_seconds or self.silence_seconds, self.silence_seconds))
+                continue
+            quiet_since = max(self.last_rx, self.busy_since)
+            if now - quiet_since >= self.silence_seconds:
+                self.dead = TransportDead(f"no byte from the supervisor over {self.endpoint.describe()} for {self.silence_seconds:g} s while a call was pending: the transport is dead (closed)")
+                self.transport.close(dead=True)
+                return
+            if self.keepalive_seconds > 0 and now - max(last_ping, self.busy_since) >= self.keepalive_seconds:
+                rid = self.next_id
+                self.next_id += 1
+                self.transport.ping({"id": rid, "method": "ping", "params": {}})
+                last_ping = now
+            wake = quiet_since + self.silence_seconds
+            if self.keepalive_seconds > 0:
+                wake = min(wake, max(last_ping, self.busy_since) + self.keepalive_seconds)
+            await asyncio.sleep(max(wake - now, 0.01))
 
     async def send(self, method: str, params: Mapping[str, Any]) -> int:
         rid = self.next_id
         self.next_id += 1
-        self.writer.write(encode_frame({"id": rid, "method": method, "params": dict(params)}))
-        await self.writer.drain()
+        try:
+            await self.transport.send({"id": rid, "method": method, "params": dict(params)})
+        except OSError:
+            if self.dead is not None:
+                raise self.dead from None
+            raise
         return rid
 
     async def next_frame(self) -> Dict[str, Any]:
-        """The next frame; id 0 with an error (the connection refused) is raised; EOF is ConnectionLost."""
+        """The next frame; id 0 with an error (the connection refused) is raised; EOF is ConnectionLost;
+        a transport found silent is TransportDead."""
         while not self.frames:
-            data = await self.reader.read(_READ_BYTES)
-            if not data:
-                raise P.ConnectionLost("connection to the supervisor closed")
-            self.frames.extend(self.decoder.feed(data))
+            try:
+                frames = await self.transport.recv()
+            except OSError:
+                if self.dead is not None:
+                    raise self.dead from None
+                raise
+            self.last_rx = asyncio.get_running_loop().time()
+            self.frames.extend(frames)
         frame = self.frames.pop(0)
         if frame.get("id") == 0 and frame.get("error") is not None:
             raise SupervisorError.from_wire(frame["error"])
         return frame
 
-    def close(self) -> None:
-        self.writer.close()
+    def close(self, dead: bool = False) -> None:
+        if self.watch is not None:
+            self.watch.cancel()
+        self.transport.close(dead=dead or self.dead is not None)
 
 
 class _Dispatcher:
@@ -89,10 +153,12 @@ class _Dispatcher:
         fut: "asyncio.Future[Dict[str, Any]]" = asyncio.get_running_loop().create_future()
         rid = self.wire.next_id
         self.pending[rid] = fut
+        self.wire.begin()
         try:
             await self.wire.send(method, params)
             return await fut
         finally:
+            self.wire.end()
             self.pending.pop(rid, None)
 
     async def _route(self) -> None:
@@ -110,13 +176,15 @@ class _Dispatcher:
 
     def close(self) -> None:
         self.task.cancel()
-        self.wire.close()
+        self.wire.close(dead=self.failed is not None)
 
 
 class AsyncClient:
     """An asyncio client: ``async with AsyncClient() as c: r = await c.run([...])``.
 
-    ``socket_path``: default ``$SBX_SOCKET`` or SPEC's path; ``reconnect_seconds``: after a
+    Endpoint (``socket_path``, ``url`` + ``token``/``token_file``/``ca_file``, ``command``, or
+    ``$SBX_URL``, else the socket) and deadlines (``connect_timeout_seconds``,
+    ``keepalive_seconds``, ``silence_seconds``) as Client; ``reconnect_seconds``: after a
     drop, how long to keep trying. The first connection (``connect()`` or the first call)
     raises the socket's OSError at once when nothing listens. ``max_in_flight``: requests
     this client keeps on its connection at once (the supervisor's ``ipc.maxInFlight``, 64 by
@@ -125,17 +193,59 @@ class AsyncClient:
     after its ``retry_after_ms``: it was refused before it ran.
     """
 
-    def __init__(self, socket_path: Optional[str] = None, *, client_name: str = "sandbox-supervisor-python", reconnect_seconds: float = P.DEFAULT_RECONNECT_SECONDS, max_in_flight: int = 64) -> None:
+    def __init__(
+        self,
+        socket_path: Optional[str] = None,
+        *,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        token_file: Optional[str] = None,
+        ca_file: Optional[str] = None,
+        command: Optional[Sequence[str]] = None,
+        client_name: str = "sandbox-supervisor-python",
+        reconnect_seconds: float = P.DEFAULT_RECONNECT_SECONDS,
+        max_in_flight: int = 64,
+        connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
+        keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
+        silence_seconds: float = DEFAULT_SILENCE_SECONDS,
+        endpoint: Optional[Endpoint] = None,
+    ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
-        self.socket_path = socket_path or default_socket_path()
+        self.endpoint = endpoint or resolve_endpoint(socket_path, url=url, token=token, token_file=token_file, ca_file=ca_file, command=command)
+        #: The Unix socket's path, None over a URL or a command.
+        self.socket_path = self.endpoint.socket_path
         self.client_name = client_name
         self.reconnect_seconds = reconnect_seconds
         self.max_in_flight = max_in_flight
+        self.connect_timeout_seconds = connect_timeout_seconds
+        self.keepalive_seconds = keepalive_seconds
+        self.silence_seconds = silence_seconds
         self._conn: Optional[_Dispatcher] = None
         self._connected_once = False
         self._lock: Optional[asyncio.Lock] = None
         self._slots: Optional[asyncio.Semaphore] = None
+        #: Tasks that reap closed commands / close WebSockets; close() awaits them.
+        self._reaps: Set["asyncio.Task[None]"] = set()
+
+    @classmethod
+    def over_command(cls, command: Sequence[str], **options: Any) -> "AsyncClient":
+        """An AsyncClient whose transport is ``command``'s stdin/stdout (see Client.over_command)."""
+        return cls(command=command, **options)
+
+    @classmethod
+    def over_url(cls, url: str, token: Optional[str] = None, **options: Any) -> "AsyncClient":
+        """An AsyncClient over a WebSocket URL with a bearer token (see Client.over_url)."""
+        return cls(url=url, token=token, **options)
+
+    def _sibling(self) -> "AsyncClient":
+        c = AsyncClient(endpoint=self.endpoint, client_name=self.client_name, reconnect_seconds=self.reconnect_seconds, connect_timeout_seconds=self.connect_timeout_seconds, keepalive_seconds=self.keepalive_seconds, silence_seconds=self.silence_seconds)
+        c._connected_once = self._connected_once
+        c._reaps = self._reaps
+        return c
+
+    async def _new_wire(self) -> _Wire:
+        return await _Wire.open(self.endpoint, self.client_name, connect_timeout_seconds=self.connect_timeout_seconds, keepalive_seconds=self.keepalive_seconds, silence_seconds=self.silence_seconds, reaps=self._reaps)
 
     async def __aenter__(self) -> "AsyncClient":
         await self.connect()
@@ -149,27 +259,29 @@ class AsyncClient:
         return (await self._connection()).wire.hello
 
     async def close(self) -> None:
-        """Closes the connection; never ends a session."""
+        """Closes the connection (a command transport is reaped before this returns); never ends a session."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        while self._reaps:
+            await asyncio.gather(*list(self._reaps), return_exceptions=True)
 
     async def _open_wire(self, give_up_at: Optional[float] = None) -> _Wire:
         """A new connection: at once the first time; after a drop, retried until give_up_at (loop time; default reconnect_seconds from now)."""
         if not self._connected_once:
-            wire = await _Wire.open(self.socket_path, self.client_name)
+            wire = await self._new_wire()
             self._connected_once = True
             return wire
         if give_up_at is None:
             give_up_at = asyncio.get_running_loop().time() + self.reconnect_seconds
         while True:
             try:
-                return await _Wire.open(self.socket_path, self.client_name)
+                return await self._new_wire()
             except (OSError, SupervisorError) as err:
                 if isinstance(err, SupervisorError) and not err.retryable:
                     raise
                 if asyncio.get_running_loop().time() > give_up_at:
-                    raise ConnectionError(f"lost the supervisor at {self.socket_path} and it did not come back within {self.reconnect_seconds:g} s ({err})") from err
+                    raise ConnectionError(f"lost the supervisor at {self.endpoint.describe()} and it did not come back within {self.reconnect_seconds:g} s ({err})") from err
                 await asyncio.sleep(P.RECONNECT_PAUSE_SECONDS)
 
     async def _connection(self, give_up_at: Optional[float] = None) -> _Dispatcher:
@@ -191,11 +303,13 @@ class AsyncClient:
             return await self._request(method, params, resend)
 
     async def _request(self, method: str, params: Optional[Mapping[str, Any]], resend: bool) -> Any:
+        params = params or {}
+        unkeyed_launch = method == "launch" and not params.get("invocation_key")
         give_up_at: Optional[float] = None  # set at the request's first failure; a reconnect does not restart it
         while True:
             conn = await self._connection(give_up_at)
             try:
-                return P.answer(await conn.call(method, params or {}))
+                return P.answer(await conn.call(method, params))
             except SupervisorError as err:
                 if err.code == "LIMIT_EXCEEDED" and err.details.get("limit") == "in_flight" and conn.failed is None:
                     # Refused before it ran (the supervisor's limit is below ours): again, after its pause.
@@ -211,11 +325,13 @@ class AsyncClient:
                     self._conn = None
                 if not resend:
                     raise
+                if unkeyed_launch:  # it may have reached the supervisor before the drop
+                    raise LaunchNotResent(f"the connection to the supervisor at {self.endpoint.describe()} dropped after a launch without an invocation key was sent: it may be running, so it is not sent again (give it a key to make it safe to resend) ({err})") from err
                 now = asyncio.get_running_loop().time()
                 if give_up_at is None:
                     give_up_at = now + self.reconnect_seconds
                 elif now > give_up_at:
-                    raise P.gave_up(self.socket_path, method, self.reconnect_seconds, err) from err
+                    raise P.gave_up(self.endpoint.describe(), method, self.reconnect_seconds, err) from err
                 await asyncio.sleep(P.RECONNECT_PAUSE_SECONDS)
 
     async def launch(
@@ -291,8 +407,7 @@ class AsyncClient:
         if stream not in P.STREAMS:
             raise SupervisorError("INVALID_ARGUMENT", f"stream must be one of {', '.join(P.STREAMS)}, not {stream!r}")
         sel = P.selector(session)
-        reader = AsyncClient(self.socket_path, client_name=self.client_name, reconnect_seconds=self.reconnect_seconds)
-        reader._connected_once = self._connected_once
+        reader = self._sibling()
         wire: Optional[_Wire] = None
         give_up_at: Optional[float] = None  # from the first failure since the last byte yielded
         try:
@@ -303,7 +418,11 @@ class AsyncClient:
                     rid = await wire.send("subscribe", {**sel, "stream": stream, "from": expected, "follow": follow})
                     answered = False
                     while True:
-                        frame = await wire.next_frame()
+                        wire.begin()  # only while awaiting: a reader that does not iterate is not silence
+                        try:
+                            frame = await wire.next_frame()
+                        finally:
+                            wire.end()
                         if frame.get("id") != rid:
                             continue
                         if not answered:
@@ -329,7 +448,7 @@ class AsyncClient:
                     if give_up_at is None:
                         give_up_at = now + self.reconnect_seconds
                     elif now > give_up_at:
-                        raise P.gave_up(self.socket_path, "subscribe", self.reconnect_seconds, err) from err
+                        raise P.gave_up(self.endpoint.describe(), "subscribe", self.reconnect_seconds, err) from err
                     await asyncio.sleep(P.RECONNECT_PAUSE_SECONDS)
                 finally:
                     wire.close()

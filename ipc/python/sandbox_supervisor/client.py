@@ -1,5 +1,6 @@
-"""The blocking client: a connection to the supervisor's Unix socket (hello first), requests by id,
-and output read by cursor on a connection of its own. Owns no process and no session: closing
+"""The blocking client: a connection to the supervisor (its Unix socket, a WebSocket URL or a
+command's stdin/stdout: endpoint.py, transport.py; hello first), requests by id, and output read
+by cursor on a connection of its own. Every call has a deadline (keepalive pings, a silence bound). Owns no process and no session: closing
 it never touches a command. Mirrors ipc/client.ts: after a drop it reconnects (for up to
 ``reconnect_seconds``) and resends the request, and ``read_output`` resumes from the next byte
 it has not yielded. Answers' errors are SupervisorError; a first connection that fails raises
@@ -10,84 +11,137 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set
 
 from . import _protocol as P
 from . import files as _files
 from .errors import ERROR_CODES, SupervisorError
-from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
-from .paths import default_socket_path
+from .endpoint import DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_KEEPALIVE_SECONDS, DEFAULT_SILENCE_SECONDS, Endpoint, LaunchNotResent, TransportDead, resolve_endpoint
+from .transport import open_transport
 from .types import Hello, OutputChunk, Receipt, Result, Session, SessionRef
-
-_RECV_BYTES = 1024 * 1024
 
 
 class _Connection:
-    """One socket with the hello done; frames of other ids than the one awaited are kept for their turn."""
+    """One transport with the hello done; frames of other ids than the one awaited are kept for their turn.
 
-    def __init__(self, socket_path: str, client_name: str, connect_timeout_seconds: float = 10.0) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self.sock.settimeout(connect_timeout_seconds)
-            self.sock.connect(socket_path)
-            self.sock.settimeout(None)
-        except OSError as err:
-            self.sock.close()
-            raise P.connect_error(err, socket_path) from None
-        except BaseException:
-            self.sock.close()
-            raise
-        self.decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
+    While a request is awaited a ``ping`` goes every keepalive_seconds; no byte for silence_seconds
+    closes the transport and raises TransportDead (an OSError: the caller reconnects)."""
+
+    def __init__(self, endpoint: Endpoint, client_name: str, connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS, keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS, silence_seconds: float = DEFAULT_SILENCE_SECONDS) -> None:
+        self.endpoint = endpoint
+        self.keepalive_seconds = keepalive_seconds
+        self.silence_seconds = silence_seconds
+        deadline = time.monotonic() + connect_timeout_seconds
+        self.transport = open_transport(endpoint, deadline, silence_seconds)
         self.held: Dict[int, Deque[Dict[str, Any]]] = {}
+        self.pings: Set[int] = set()
         self.next_id = 1
-        #: Set once a frame broke the protocol or the supervisor refused the connection: it is unusable.
+        self.last_rx = time.monotonic()
+        #: Set once a frame broke the protocol, the supervisor refused the connection or the transport died: it is unusable.
         self.broken = False
         try:
-            r = P.answer(self.recv(self.send("hello", P.hello_params(client_name))))
+            r = P.answer(self.recv(self.send("hello", P.hello_params(client_name)), deadline=deadline, what=f"connect and hello within {connect_timeout_seconds:g} s"))
         except BaseException:
-            self.close()
+            self.close(dead=True)
             raise
         self.hello = Hello(version=r["version"], server=r["server"], instance=r["instance"], generation=r["generation"])
 
     def send(self, method: str, params: Mapping[str, Any]) -> int:
         rid = self.next_id
         self.next_id += 1
-        self.sock.sendall(encode_frame({"id": rid, "method": method, "params": dict(params)}))
+        try:
+            self.transport.send({"id": rid, "method": method, "params": dict(params)})
+        except OSError:
+            self.broken = True
+            raise
         return rid
 
-    def recv(self, rid: int) -> Dict[str, Any]:
-        """The next frame for request rid (its answer, or one of its events)."""
+    def recv(self, rid: int, *, deadline: Optional[float] = None, what: str = "") -> Dict[str, Any]:
+        """The next frame for request rid (its answer, or one of its events). With ``deadline``
+        (the hello): TransportDead past it, no pings; else pings while waiting and TransportDead
+        after silence_seconds without a byte."""
+        waiting_since = last_ping = time.monotonic()
         while True:
             queue = self.held.get(rid)
             if queue:
                 return queue.popleft()
-            data = self.sock.recv(_RECV_BYTES)
-            if not data:
-                raise P.ConnectionLost("connection to the supervisor closed")
+            now = time.monotonic()
+            if deadline is not None:
+                wake = deadline
+                if now >= deadline:
+                    self._die()
+                    raise TransportDead(f"the supervisor over {self.endpoint.describe()} did not {what}")
+            else:
+                quiet_since = max(self.last_rx, waiting_since)
+                if now - quiet_since >= self.silence_seconds:
+                    self._die()
+                    raise TransportDead(f"no byte from the supervisor over {self.endpoint.describe()} for {self.silence_seconds:g} s while a call was pending: the transport is dead (closed)")
+                if self.keepalive_seconds > 0 and now - last_ping >= self.keepalive_seconds:
+                    self.pings.add(self.send("ping", {}))
+                    last_ping = now
+                wake = quiet_since + self.silence_seconds
+                if self.keepalive_seconds > 0:
+                    wake = min(wake, last_ping + self.keepalive_seconds)
             try:
-                frames = self.decoder.feed(data)
+                frames = self.transport.recv(wake - now)
             except SupervisorError:
                 self.broken = True
                 raise
+            except OSError:
+                self.broken = True
+                raise
+            if frames is None:
+                continue
+            self.last_rx = time.monotonic()
             for frame in frames:
                 fid = frame.get("id")
                 # id 0 is never a request of ours: the supervisor refusing the whole connection.
                 if fid == 0 and frame.get("error") is not None:
                     self.broken = True
                     raise SupervisorError.from_wire(frame["error"])
-                if isinstance(fid, int):
+                if fid in self.pings:
+                    self.pings.discard(fid)  # a keepalive's answer (an error from a supervisor without ping: as good)
+                elif isinstance(fid, int):
                     self.held.setdefault(fid, deque()).append(frame)
+
+    def alive(self) -> bool:
+        """Takes what arrived while idle without waiting (a WebSocket's pings are answered here) and
+        says whether the transport is still open: one found closed before a request is sent makes
+        the request's reconnect unambiguous (it never reached the supervisor on this one)."""
+        if self.broken:
+            return False
+        try:
+            while True:
+                frames = self.transport.recv(0)
+                if frames is None:
+                    return True
+                self.last_rx = time.monotonic()
+                for frame in frames:
+                    fid = frame.get("id")
+                    if fid == 0 and frame.get("error") is not None:
+                        self.broken = True
+                        return False
+                    if fid in self.pings:
+                        self.pings.discard(fid)
+                    elif isinstance(fid, int):
+                        self.held.setdefault(fid, deque()).append(frame)
+        except (OSError, SupervisorError):
+            self.broken = True
+            return False
+
+    def _die(self) -> None:
+        self.broken = True
+        self.close(dead=True)
 
     def forget(self, rid: int) -> None:
         self.held.pop(rid, None)
 
-    def close(self) -> None:
+    def close(self, dead: bool = False) -> None:
         try:
-            self.sock.close()
+            self.transport.close(dead=dead or self.broken)
         except OSError:
             pass
 
@@ -95,17 +149,63 @@ class _Connection:
 class Client:
     """A blocking client; one request at a time (use AsyncClient for many at once, or several Clients).
 
-    ``socket_path``: default ``$SBX_SOCKET`` or SPEC's path (paths.default_socket_path).
-    ``reconnect_seconds``: after a drop, how long to keep trying to reach the supervisor again.
+    The endpoint, one of: ``socket_path`` (the Unix socket); ``url`` (ws:// or wss://) with
+    ``token`` or ``token_file`` (else ``$SBX_TOKEN``, ``$SBX_TOKEN_FILE``) and ``ca_file`` (wss:
+    the CA to trust); ``command`` (argv spawned for each connection, its stdin/stdout the
+    transport, e.g. ``["docker", "exec", "-i", "box", "sbx", "bridge"]``; killed by pid and
+    reaped on close). None given: ``$SBX_URL`` (with ``$SBX_TOKEN``/``$SBX_TOKEN_FILE``), else
+    ``$SBX_SOCKET`` or SPEC's path. ``reconnect_seconds``: after a drop, how long to keep trying
+    to reach the supervisor again. Deadlines: ``connect_timeout_seconds`` for connect + hello;
+    while a call is pending a ``ping`` every ``keepalive_seconds``, and no byte for
+    ``silence_seconds`` closes the transport (TransportDead, a TimeoutError) and reconnects.
     Use as a context manager, or call ``close()`` (the connection only: sessions go on).
     """
 
-    def __init__(self, socket_path: Optional[str] = None, *, client_name: str = "sandbox-supervisor-python", reconnect_seconds: float = P.DEFAULT_RECONNECT_SECONDS) -> None:
-        self.socket_path = socket_path or default_socket_path()
+    def __init__(
+        self,
+        socket_path: Optional[str] = None,
+        *,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        token_file: Optional[str] = None,
+        ca_file: Optional[str] = None,
+        command: Optional[Sequence[str]] = None,
+        client_name: str = "sandbox-supervisor-python",
+        reconnect_seconds: float = P.DEFAULT_RECONNECT_SECONDS,
+        connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
+        keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
+        silence_seconds: float = DEFAULT_SILENCE_SECONDS,
+        endpoint: Optional[Endpoint] = None,
+    ) -> None:
+        self.endpoint = endpoint or resolve_endpoint(socket_path, url=url, token=token, token_file=token_file, ca_file=ca_file, command=command)
+        #: The Unix socket's path, None over a URL or a command.
+        self.socket_path = self.endpoint.socket_path
         self.client_name = client_name
         self.reconnect_seconds = reconnect_seconds
+        self.connect_timeout_seconds = connect_timeout_seconds
+        self.keepalive_seconds = keepalive_seconds
+        self.silence_seconds = silence_seconds
         self._conn: Optional[_Connection] = None
         self._connected_once = False
+
+    @classmethod
+    def over_command(cls, command: Sequence[str], **options: Any) -> "Client":
+        """A client whose transport is ``command``'s stdin/stdout (``sbx bridge`` through an exec channel)."""
+        return cls(command=command, **options)
+
+    @classmethod
+    def over_url(cls, url: str, token: Optional[str] = None, **options: Any) -> "Client":
+        """A client over a WebSocket URL (ws:// or wss://) with a bearer token (see the class)."""
+        return cls(url=url, token=token, **options)
+
+    def _sibling(self) -> "Client":
+        """A client to the same endpoint with the same options (read_output's own connection)."""
+        c = Client(endpoint=self.endpoint, client_name=self.client_name, reconnect_seconds=self.reconnect_seconds, connect_timeout_seconds=self.connect_timeout_seconds, keepalive_seconds=self.keepalive_seconds, silence_seconds=self.silence_seconds)
+        c._connected_once = self._connected_once  # once reached, it may wait for the supervisor to come back
+        return c
+
+    def _new_connection(self) -> _Connection:
+        return _Connection(self.endpoint, self.client_name, self.connect_timeout_seconds, self.keepalive_seconds, self.silence_seconds)
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -130,22 +230,24 @@ class Client:
         """A new connection: at once the first time; after a drop, retried until give_up_at
         (monotonic; default reconnect_seconds from now)."""
         if not self._connected_once:
-            conn = _Connection(self.socket_path, self.client_name)
+            conn = self._new_connection()
             self._connected_once = True
             return conn
         if give_up_at is None:
             give_up_at = time.monotonic() + self.reconnect_seconds
         while True:
             try:
-                return _Connection(self.socket_path, self.client_name)
+                return self._new_connection()
             except (OSError, SupervisorError) as err:
                 if isinstance(err, SupervisorError) and not err.retryable:
                     raise
                 if time.monotonic() > give_up_at:
-                    raise ConnectionError(f"lost the supervisor at {self.socket_path} and it did not come back within {self.reconnect_seconds:g} s ({err})") from err
+                    raise ConnectionError(f"lost the supervisor at {self.endpoint.describe()} and it did not come back within {self.reconnect_seconds:g} s ({err})") from err
                 time.sleep(P.RECONNECT_PAUSE_SECONDS)
 
     def _connection(self, give_up_at: Optional[float] = None) -> _Connection:
+        if self._conn is not None and not self._conn.alive():
+            self.close()  # closed while idle (the supervisor restarted, a server ping went unanswered): a new one
         if self._conn is None:
             self._conn = self._open(give_up_at)
         return self._conn
@@ -156,14 +258,21 @@ class Client:
         After a dropped connection the request is sent again on a new one when ``resend``
         (every method here is safe to resend but ``kill``), pausing between attempts, for up
         to reconnect_seconds from its first failure (a supervisor that drops the connection on
-        every attempt is not retried for ever): then ConnectionError naming the socket.
-        Raises SupervisorError for the supervisor's answer, OSError when it cannot be reached.
+        every attempt is not retried for ever): then ConnectionError naming the endpoint.
+        A ``launch`` without ``invocation_key`` is never resent once it may have reached the
+        supervisor: LaunchNotResent (a ConnectionError) instead.
+        Raises SupervisorError for the supervisor's answer, OSError when it cannot be reached,
+        TransportDead (TimeoutError) when the endpoint stays silent through reconnect_seconds.
         """
+        params = params or {}
+        unkeyed_launch = method == "launch" and not params.get("invocation_key")
         give_up_at: Optional[float] = None  # set at the request's first failure; a reconnect does not restart it
         while True:
             conn = self._connection(give_up_at)
+            sent = False
             try:
-                rid = conn.send(method, params or {})
+                rid = conn.send(method, params)
+                sent = True
                 frame = conn.recv(rid)
                 conn.forget(rid)
                 return P.answer(frame)
@@ -171,11 +280,13 @@ class Client:
                 self.close()
                 if not resend:
                     raise
+                if unkeyed_launch and (sent or conn.broken):
+                    raise LaunchNotResent(f"the connection to the supervisor at {self.endpoint.describe()} dropped after a launch without an invocation key was sent: it may be running, so it is not sent again (give it a key to make it safe to resend) ({err})") from err
                 now = time.monotonic()
                 if give_up_at is None:
                     give_up_at = now + self.reconnect_seconds
                 elif now > give_up_at:
-                    raise P.gave_up(self.socket_path, method, self.reconnect_seconds, err) from err
+                    raise P.gave_up(self.endpoint.describe(), method, self.reconnect_seconds, err) from err
                 time.sleep(P.RECONNECT_PAUSE_SECONDS)
             finally:
                 if self._conn is not None and self._conn.broken:
@@ -279,8 +390,7 @@ class Client:
         if stream not in P.STREAMS:
             raise SupervisorError("INVALID_ARGUMENT", f"stream must be one of {', '.join(P.STREAMS)}, not {stream!r}")
         sel = P.selector(session)
-        reader = Client(self.socket_path, client_name=self.client_name, reconnect_seconds=self.reconnect_seconds)
-        reader._connected_once = self._connected_once  # once reached, the reader may wait for the supervisor to come back
+        reader = self._sibling()
         give_up_at: Optional[float] = None  # from the first failure since the last byte yielded
         try:
             while True:
@@ -311,7 +421,7 @@ class Client:
                     if give_up_at is None:
                         give_up_at = now + self.reconnect_seconds
                     elif now > give_up_at:
-                        raise P.gave_up(self.socket_path, "subscribe", self.reconnect_seconds, err) from err
+                        raise P.gave_up(self.endpoint.describe(), "subscribe", self.reconnect_seconds, err) from err
                     time.sleep(P.RECONNECT_PAUSE_SECONDS)
                 finally:
                     if reader._conn is not None and reader._conn.broken:

@@ -1,0 +1,113 @@
+"""Where a client reaches the supervisor (DESIGN issue 30 "Clients"): the Unix socket, a WebSocket
+URL with a bearer token, or a command whose stdin/stdout carry the frames (``sbx bridge`` through
+``docker exec -i``, ``ssh``, ...). Owns choosing the endpoint (explicit arguments, else ``$SBX_URL``
+with ``$SBX_TOKEN``/``$SBX_TOKEN_FILE``, else the socket path), reading the token, the deadlines'
+defaults and the transport errors both clients raise. No I/O but reading a token file.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import List, Mapping, Optional, Sequence
+
+from .errors import SupervisorError
+from .paths import default_socket_path
+
+#: While a call is pending, a ``ping`` request every this many seconds.
+DEFAULT_KEEPALIVE_SECONDS = 5.0
+#: No byte received for this long while a call is pending: the transport is dead.
+DEFAULT_SILENCE_SECONDS = 15.0
+#: Connect (spawn, TCP, TLS, upgrade) and hello together, in seconds.
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 10.0
+#: How long ``close`` lets a command transport exit after its stdin ended before SIGKILL, in seconds.
+COMMAND_EXIT_GRACE_SECONDS = 1.0
+
+
+class TransportDead(TimeoutError):
+    """The transport said nothing for ``silence_seconds`` while a call was pending (or connect + hello
+    overran ``connect_timeout_seconds``): it was closed. An OSError, so the reconnecting layers
+    reconnect and resend as after any drop."""
+
+
+class LaunchNotResent(ConnectionError):
+    """The connection dropped after a launch without an invocation key may have reached the supervisor:
+    it may be running, so it is not sent again. Give ``key`` (``Client.launch`` makes one) to make it safe."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One of: ``socket_path``; ``url`` (ws:// or wss://) with ``token``/``token_file`` and ``ca_file``
+    (wss: a CA bundle to trust instead of the system's); ``command`` (argv spawned per connection)."""
+
+    socket_path: Optional[str] = None
+    url: Optional[str] = None
+    token: Optional[str] = None
+    token_file: Optional[str] = None
+    ca_file: Optional[str] = None
+    command: Optional[List[str]] = field(default=None)
+
+    @property
+    def kind(self) -> str:
+        """"socket", "url" or "command"."""
+        return "url" if self.url else "command" if self.command else "socket"
+
+    def describe(self) -> str:
+        """For messages: the socket path, the URL, or the command line (never the token)."""
+        if self.url:
+            return self.url
+        if self.command:
+            return "command " + " ".join(self.command)
+        return str(self.socket_path)
+
+    def bearer_token(self, env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+        """The token now (a file is read at each connect, so a rotated file is picked up): ``token``,
+        else ``token_file``, else ``$SBX_TOKEN``, else ``$SBX_TOKEN_FILE``; None when none is set.
+        Raises SupervisorError UNAUTHORIZED when a named token file cannot be read or is empty."""
+        env = os.environ if env is None else env
+        if self.token:
+            return self.token
+        path = self.token_file
+        if not path and env.get("SBX_TOKEN"):
+            return env["SBX_TOKEN"]
+        path = path or env.get("SBX_TOKEN_FILE")
+        if not path:
+            return None
+        try:
+            with open(path, encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as err:
+            raise SupervisorError("UNAUTHORIZED", f"cannot read the token file {path} for {self.url}: {err.strerror or err}") from None
+        if not token:
+            raise SupervisorError("UNAUTHORIZED", f"the token file {path} for {self.url} is empty")
+        return token
+
+
+def resolve_endpoint(
+    socket_path: Optional[str] = None,
+    *,
+    url: Optional[str] = None,
+    token: Optional[str] = None,
+    token_file: Optional[str] = None,
+    ca_file: Optional[str] = None,
+    command: Optional[Sequence[str]] = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> Endpoint:
+    """The endpoint of a client: the one given (at most one of socket_path, url, command), else
+    ``$SBX_URL`` (+ ``$SBX_TOKEN``/``$SBX_TOKEN_FILE``, read at connect), else the socket path
+    (``$SBX_SOCKET`` or SPEC's). Raises ValueError for two at once, a command that is one string
+    or empty, or a URL that is not ws:// or wss://."""
+    env = os.environ if env is None else env
+    given = [n for n, v in (("socket_path", socket_path), ("url", url), ("command", command)) if v]
+    if len(given) > 1:
+        raise ValueError(f"give one endpoint, not {' and '.join(given)}")
+    if command is not None:
+        if isinstance(command, (str, bytes)) or not command or not all(isinstance(a, str) for a in command):
+            raise ValueError("command must be a non-empty list of strings (argv), e.g. ['docker', 'exec', '-i', 'box', 'sbx', 'bridge']")
+        return Endpoint(command=list(command))
+    if not socket_path and not url and env.get("SBX_URL"):
+        url = env["SBX_URL"]
+    if url:
+        if not (url.startswith("ws://") or url.startswith("wss://")):
+            raise ValueError(f"the supervisor's URL must be ws:// or wss://, not {url!r}")
+        return Endpoint(url=url, token=token, token_file=token_file, ca_file=ca_file)
+    return Endpoint(socket_path=socket_path or default_socket_path(env))
