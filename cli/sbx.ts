@@ -70,6 +70,21 @@ function endpointOf(g: GlobalOptions): EndpointOptions {
   return g.url !== undefined ? { url: g.url, tokenFile: g.tokenFile } : g.socket !== undefined ? { socketPath: g.socket } : { tokenFile: g.tokenFile };
 }
 
+/** Whether the supervisor is reached over its remote listener (--url, or $SBX_URL without --socket): then this shell's directory means nothing there. */
+function remoteEndpoint(g: GlobalOptions): boolean {
+  return g.url !== undefined || (g.socket === undefined && Boolean(process.env.SBX_URL));
+}
+
+/**
+ * The session's working directory: --cwd; else, over a local socket, this shell's; over a URL
+ * (the shell is on another machine), the supervisor's first watched workspace, else `/`.
+ */
+async function sessionCwd(g: GlobalOptions, client: SupervisorClient, cwd: string | undefined): Promise<string> {
+  if (cwd !== undefined) return remoteEndpoint(g) ? cwd : resolvePath(cwd);
+  if (!remoteEndpoint(g)) return resolvePath('.');
+  return (await client.status()).workspaces[0]?.path ?? '/';
+}
+
 /** The endpoint as messages name it (the socket path or the URL). */
 function where(g: GlobalOptions): string {
   try {
@@ -192,7 +207,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  * ENOENT on the very first connect fails at once (no supervisor at all), as does a refusal
  * with `detach`. One line on stderr says that it waits (`say`, at most once per run).
  */
-async function launchUntilAnswered(g: GlobalOptions, params: LaunchParams, detach: boolean, say: (line: string) => void): Promise<{ client: SupervisorClient; launched: LaunchResult }> {
+async function launchUntilAnswered(g: GlobalOptions, params: Omit<LaunchParams, 'cwd'> & { cwd?: string }, cwdOption: string | undefined, detach: boolean, say: (line: string) => void): Promise<{ client: SupervisorClient; launched: LaunchResult }> {
   const socketPath = where(g);
   const budgetS = Math.round(DEFAULT_RECONNECT_MS / 1000);
   let giveUpAt: number | null = null; // set at the first failure
@@ -202,7 +217,9 @@ async function launchUntilAnswered(g: GlobalOptions, params: LaunchParams, detac
     let delayMs: number;
     try {
       client = await SupervisorClient.connect({ ...endpointOf(g), clientName: 'sbx' });
-      return { client, launched: await client.launch(params) };
+      // Decided once: a resend must carry what the first send did (else KEY_CONFLICT).
+      params.cwd ??= await sessionCwd(g, client, cwdOption);
+      return { client, launched: await client.launch({ ...params, cwd: params.cwd }) };
     } catch (err) {
       client?.close();
       const code = (err as NodeJS.ErrnoException).code ?? '';
@@ -320,7 +337,7 @@ sub('run')
   .option('--task <task>', 'the task the session belongs to (default: the task "default"); sbx close --task T joins over its sessions')
   .option('--timeout <dur>', 'deadline (0: none), e.g. 30s', duration, 0)
   .option('--grace <dur>', 'TERM→KILL grace, e.g. 10s', duration)
-  .option('--cwd <dir>', 'working directory (default: the current one)')
+  .option('--cwd <dir>', 'working directory (default: the current one; with --url, the first watched workspace, else /)')
   .option('--env <NAME=VALUE>', 'set an environment variable (repeatable)', collectEnv, {})
   .option('--inherit-env', "add this shell's whole environment")
   .option('--user <name|uid>', 'run as this user (the supervisor must be root)')
@@ -362,7 +379,6 @@ sub('run')
     const signals = o.detach ? null : takeSignals();
     const { client, launched } = await launchUntilAnswered(g, {
       argv: cmd,
-      cwd: resolvePath(o.cwd ?? '.'),
       env: o.env,
       inherit_env: o.inheritEnv ? inheritedEnv() : undefined,
       // A key before the first send, so a resend after a drop finds this launch's session.
@@ -376,7 +392,7 @@ sub('run')
       // A terminal that reports 0x0 (some consoles and CI ptys) counts as none: 80x24.
       pty: o.pty ? { cols: o.cols ?? (process.stdout.columns || 80), rows: o.rows ?? (process.stdout.rows || 24) } : undefined,
       stdin: o.stdin,
-    }, Boolean(o.detach), say);
+    }, o.cwd, Boolean(o.detach), say);
     if (o.detach) {
       if (g.json) printJson({ session_id: launched.session_id, existing: launched.existing, state: launched.state });
       else process.stdout.write(`${launched.session_id}\n`);

@@ -309,4 +309,15 @@ describe('client transports against a real supervisor', () => {
     expect(bad.stderr.toString()).toMatch(/^sbx: UNAUTHORIZED: the supervisor at ws:\/\/127\.0\.0\.1:\d+\/ answered HTTP 401/);
     expect(bad.stderr.toString()).not.toContain('wrong-token');
   });
+
+  it('sbx --url: the session runs in the supervisor\'s first workspace (none here: /), not in this shell\'s directory; --cwd is sent as given', async () => {
+    const here = d.dir; // a directory of this machine: over a URL it means nothing to the supervisor
+    const r = await runSbx(join(d.dir, 'no-such.sock'), ['--url', url, '--token-file', tokenFile, 'run', '--', 'pwd'], { cwd: here });
+    expect({ status: r.status, stdout: r.stdout.toString(), stderr: r.stderr.toString() }).toEqual({ status: 0, stdout: '/\n', stderr: '' });
+    const given = await runSbx(join(d.dir, 'no-such.sock'), ['--url', url, '--token-file', tokenFile, 'run', '--cwd', '/tmp', '--', 'pwd'], { cwd: here });
+    expect({ status: given.status, stdout: given.stdout.toString() }).toEqual({ status: 0, stdout: '/tmp\n' });
+    // Over the socket the shell's directory is still the default.
+    const local = await runSbx(d.socketPath, ['run', '--', 'pwd'], { cwd: here });
+    expect({ status: local.status, stdout: local.stdout.toString() }).toEqual({ status: 0, stdout: `${here}\n` });
+  });
 });
