@@ -15,22 +15,11 @@ import { isSupervisorError } from '../../ipc/errors.js';
 import type { LaunchParams, Receipt, SessionSummary } from '../../ipc/protocol.js';
 import { storedStream } from '../../ipc/stream-files.js';
 import { pidsWithMarker, TestDaemon } from '../helpers/daemon.js';
+import { seededRandom } from '../helpers/random.js';
 
 const LAUNCHES = Number(process.env.FI_LAUNCHES ?? 60);
 const SEED = Number(process.env.FI_SEED ?? randomBytes(4).readUInt32BE(0));
 const CRASH_POINTS = ['durable:admission.json:before-link', 'launch:before-spawn', 'launch:started', 'session:started-recorded', 'durable:receipt.json:before-link'];
-
-/** mulberry32: a small seeded generator, so a failing run replays with FI_SEED. */
-function generator(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 let daemon: TestDaemon;
 afterAll(async () => {
@@ -58,7 +47,7 @@ async function launchWithRetry(d: TestDaemon, params: LaunchParams): Promise<str
 describe('fault injection', () => {
   it(`keeps every invariant across ${LAUNCHES} supervisor crashes`, async () => {
     console.log(`fault injection: seed ${SEED} (FI_SEED=${SEED} replays it)`);
-    const random = generator(SEED);
+    const random = seededRandom(SEED);
     daemon = new TestDaemon({ config: { session: { defaultGraceMs: 100 }, drain: { postDeathDrainMs: 500, chunkBytes: 65536 } } });
     const marker = `7${randomBytes(2).readUInt16BE(0) % 100}.${randomBytes(3).readUIntBE(0, 3)}`;
     const execLog = join(daemon.dir, 'executions.log');

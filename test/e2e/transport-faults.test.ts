@@ -14,6 +14,7 @@ import { SupervisorError } from '../../ipc/errors.js';
 import type { LaunchResult, Receipt } from '../../ipc/protocol.js';
 import { SBX_BIN, TestDaemon, until } from '../helpers/daemon.js';
 import { freeLoopbackPort, TcpProxy, type ProxiedConnection } from '../helpers/tcp-proxy.js';
+import { seededRandom } from '../helpers/random.js';
 
 const SEED = Number(process.env.SBX_TRANSPORT_FAULT_SEED ?? randomInt(2 ** 31));
 const TOKEN = 'transport-faults-token-0123456789abcdef';
@@ -25,18 +26,6 @@ const CONNECT_TIMEOUT_MS = 3000;
 const STALL_DETECTED_MS = CONNECT_TIMEOUT_MS + KEEPALIVE_MS + 3000;
 /** Commands running at once (each holds two transports). */
 const CONCURRENCY = 16;
-
-/** mulberry32: a small seeded PRNG, so a logged seed replays the same plan. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 type TransportKind = 'bridge' | 'ws';
 type Channel = 'control' | 'reader';
@@ -113,7 +102,7 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
 
   it('each command runs once, every byte arrives once and in order, every receipt is obtained, no call outlives its deadline, nothing is left', async () => {
     process.stdout.write(`transport-faults: seed ${SEED} (SBX_TRANSPORT_FAULT_SEED=${SEED} replays it)\n`);
-    const rand = prng(SEED);
+    const rand = seededRandom(SEED);
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
     const fdsBefore = readdirSync('/proc/self/fd').length;
 
