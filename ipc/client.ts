@@ -202,6 +202,11 @@ export class SupervisorClient {
     return this.request('status', {});
   }
 
+  /** The supervisor's clock now (`{ now_ms }`, ms since the Unix epoch): one round trip, what the keepalive sends. */
+  ping(): Promise<ResultOf<'ping'>> {
+    return this.request('ping', {});
+  }
+
   /** Applies the retention policy now (sbx gc). */
   gc(): Promise<GcResult> {
     return this.request('gc', {});

@@ -101,6 +101,12 @@ describe('client transports against a real supervisor', () => {
       expect(out.toString()).toBe(`over-${Object.keys(opts)[0]}`);
       expect(receipt.exit).toEqual({ code: 0, signal: null });
       expect(receipt.output.stdout!.sha256).toBe(sha256(out));
+      // ping: the supervisor's clock, one round trip, on every transport.
+      const c = await SupervisorClient.connect(opts);
+      const before = Date.now();
+      const { now_ms } = await c.ping();
+      c.close();
+      expect(Math.abs(now_ms - before)).toBeLessThan(60_000);
     }
     // Each connection of the command endpoint spawned its own bridge, all gone now.
     expect(bridge.pids().length).toBeGreaterThanOrEqual(2);
