@@ -87,6 +87,22 @@ export function parentPid(pid: number): number {
   return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
 }
 
+/** Pids of the live (not zombie) processes whose process group is pgid (from /proc/PID/stat). */
+export function pidsInGroup(pgid: number): number[] {
+  const out: number[] = [];
+  for (const name of readdirSafe('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const fields = readFileSync(`/proc/${name}/stat`, 'utf8');
+      const [state, , group] = fields.slice(fields.lastIndexOf(')') + 2).split(' ');
+      if (Number(group) === pgid && state !== 'Z') out.push(Number(name));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
 /** Pids whose command line contains marker (a unique string the test put there). */
 export function pidsWithMarker(marker: string): number[] {
   const out: number[] = [];
