@@ -19,7 +19,7 @@ DEFAULT_KEEPALIVE_SECONDS = 5.0
 DEFAULT_SILENCE_SECONDS = 15.0
 #: Connect (spawn, TCP, TLS, upgrade) and hello together, in seconds.
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 10.0
-#: How long ``close`` lets a command transport exit after its stdin ended before SIGKILL, in seconds.
+#: How long ``close`` gives a command transport's process group after SIGTERM before SIGKILL, in seconds.
 COMMAND_EXIT_GRACE_SECONDS = 1.0
 
 
