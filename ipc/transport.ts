@@ -92,7 +92,7 @@ export interface FrameTransport {
   /** Stops reading (backpressure towards the supervisor) / resumes. */
   pause(): void;
   resume(): void;
-  /** Ends the transport (a command: its stdin ended, then SIGTERM, SIGKILL after 2 s; reaped). */
+  /** Ends the transport (a command: its stdin ended, then SIGTERM to its process group, SIGKILL after 2 s; reaped). */
   close(): void;
   /** Ends it at once; err is what onClose reports (default: closed). */
   destroy(err?: Error): void;
@@ -249,7 +249,7 @@ class CommandTransport extends BaseTransport {
     });
     child.on('exit', (code, signal) => {
       this.exit = { code, signal };
-      if (this.killTimer) clearTimeout(this.killTimer);
+      this.groupGone();
       if (this.stdoutClosed) this.ended();
       else setTimeout(() => this.ended(), STDOUT_AFTER_EXIT_MS).unref();
     });
@@ -293,33 +293,45 @@ class CommandTransport extends BaseTransport {
     this.destroy();
   }
 
-  /** Ends its stdin, SIGTERM (and SIGCONT, for one that is stopped) by pid, SIGKILL after the grace; Node reaps it. */
+  /**
+   * Ends its stdin, then signals its process group (the command runs in its own, so what it
+   * started goes too: `sh -c 'bridge; sleep 30'`) by number: SIGTERM (and SIGCONT, for one
+   * stopped), SIGKILL after the grace unless the group is empty by then; Node reaps the child.
+   */
   destroy(err?: Error): void {
     if (err) this.closed(err);
     this.child.stdin!.end();
     this.child.stdout!.destroy();
-    if (this.exit || this.killTimer || this.child.pid === undefined) return;
-    const pid = this.child.pid;
-    const signal = (s: NodeJS.Signals) => {
-      try {
-        process.kill(pid, s);
-      } catch {
-        // gone already
-      }
-    };
-    signal('SIGTERM');
-    signal('SIGCONT');
-    this.killTimer = setTimeout(() => {
-      if (!this.exit) signal('SIGKILL');
-    }, COMMAND_KILL_GRACE_MS);
+    if (this.killTimer || this.child.pid === undefined) return;
+    const pgid = this.child.pid;
+    signalGroup(pgid, 'SIGTERM');
+    signalGroup(pgid, 'SIGCONT');
+    this.killTimer = setTimeout(() => signalGroup(pgid, 'SIGKILL'), COMMAND_KILL_GRACE_MS);
     this.closed(transportError('ECONNRESET', 'connection to the supervisor closed'));
+  }
+
+  /** Once the child exited: the group's SIGKILL is still due unless nothing of it is left. */
+  private groupGone(): void {
+    if (this.killTimer && !signalGroup(this.child.pid!, 0)) clearTimeout(this.killTimer);
+  }
+}
+
+/** kill(-pgid, signal); false when no process of the group is left (ESRCH). */
+function signalGroup(pgid: number, signal: NodeJS.Signals | 0): boolean {
+  try {
+    process.kill(-pgid, signal);
+    return true;
+  } catch {
+    return false;
   }
 }
 
 async function openCommand(e: Extract<Endpoint, { kind: 'command' }>, maxFrameBytes: number, signal?: AbortSignal): Promise<FrameTransport> {
   const endpoint = describeEndpoint(e);
   return new Promise<FrameTransport>((resolve, reject) => {
-    const child = spawn(e.command[0]!, e.command.slice(1), { stdio: ['pipe', 'pipe', e.stderr === 'capture' ? 'pipe' : 'inherit'] });
+    // detached: its own process group (and session), so close() can signal all it started;
+    // still our child, reaped (never unref'd). No controlling terminal: ssh needs keys/BatchMode.
+    const child = spawn(e.command[0]!, e.command.slice(1), { stdio: ['pipe', 'pipe', e.stderr === 'capture' ? 'pipe' : 'inherit'], detached: true });
     // Made at once (its listeners see an early exit); handed out once the process started.
     const transport = new CommandTransport(child, endpoint, maxFrameBytes);
     const abort = () => {

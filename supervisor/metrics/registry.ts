@@ -24,7 +24,7 @@ const REFUSAL_CODES = ['INVALID_ARGUMENT', 'KEY_CONFLICT', 'ADMISSION_SEALED', '
 export const IPC_LIMITS = ['in_flight', 'connections', 'pending_frame_bytes', 'frame_time', 'frame_bytes'] as const;
 
 /** Why a WebSocket handshake failed (remote-auth.ts HandshakeFailure), shown at 0 from the start. */
-const REMOTE_FAILURES = ['no_token', 'wrong_token', 'bad_upgrade', 'not_websocket', 'upgrade_timeout', 'connections'] as const;
+const REMOTE_FAILURES = ['no_token', 'wrong_token', 'token_file_invalid', 'bad_upgrade', 'not_websocket', 'upgrade_timeout', 'connections'] as const;
 
 /** The reasons output bytes are dropped (chunks.ts failure; README "Metrics"), shown at 0 from the start. */
 const DROP_REASONS = ['quota', 'disk_full', 'io_error'] as const;
@@ -170,7 +170,7 @@ export class SupervisorMetrics {
         this.set(self.sources?.connections() ?? 0);
       },
     });
-    this.remoteFailures = new Counter({ name: `${P}remote_handshake_failures_total`, help: 'Failed handshakes of the WebSocket listener, by reason: no_token, wrong_token (401), bad_upgrade (400), not_websocket (426: a plain HTTP request), upgrade_timeout (no upgrade in time), connections (503: remote.maxConnections).', labelNames: ['reason'], registers });
+    this.remoteFailures = new Counter({ name: `${P}remote_handshake_failures_total`, help: 'Failed handshakes of the WebSocket listener, by reason: no_token, wrong_token, token_file_invalid (401: the token file fails its checks), bad_upgrade (400), not_websocket (426: a plain HTTP request), upgrade_timeout (no upgrade in time), connections (503: remote.maxConnections).', labelNames: ['reason'], registers });
     new Gauge({
       name: `${P}remote_connections`,
       help: 'WebSocket connections open now.',

@@ -1,10 +1,11 @@
 // Who may use the WebSocket listener: the bearer token (from SBX_REMOTE_TOKEN, config
 // remote.token, else the token file, made 0600 with 32 random bytes at first start and read
-// again whenever it changes, so a token is rotated by renaming a new file over it), the
+// again, with the same checks, whenever it changes, so a token is rotated by renaming a new
+// file over it; a file failing them refuses every handshake), the
 // constant-time check of an `Authorization: Bearer` header, and the slow-down of failures
 // per remote address (100 ms doubling to 2 s, reset by a success). Never logs a token.
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { closeSync, constants, fstatSync, openSync, readFileSync, statSync, writeSync } from 'node:fs';
+import { closeSync, constants, fstatSync, lstatSync, openSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
 /** Where the token comes from (status and the start-up log say which, never the token). */
@@ -14,15 +15,71 @@ export type TokenSourceKind = 'env' | 'config' | 'file' | 'none';
 export const TOKEN_FILE_NAME = 'remote-token';
 /** Bytes of a token made at first start (base64url: 43 characters). */
 const TOKEN_BYTES = 32;
+/** The shortest token accepted from any source (as config remote.token). */
+export const MIN_TOKEN_CHARS = 16;
+/** A token file larger than this is no token file (a token is one line). */
+const MAX_TOKEN_FILE_BYTES = 4096;
 
 /** Why a handshake failed (the metric's reason label). */
-export type HandshakeFailure = 'no_token' | 'wrong_token' | 'bad_upgrade' | 'not_websocket' | 'upgrade_timeout' | 'connections';
-export const HANDSHAKE_FAILURES: readonly HandshakeFailure[] = ['no_token', 'wrong_token', 'bad_upgrade', 'not_websocket', 'upgrade_timeout', 'connections'];
+export type HandshakeFailure = 'no_token' | 'wrong_token' | 'token_file_invalid' | 'bad_upgrade' | 'not_websocket' | 'upgrade_timeout' | 'connections';
+export const HANDSHAKE_FAILURES: readonly HandshakeFailure[] = ['no_token', 'wrong_token', 'token_file_invalid', 'bad_upgrade', 'not_websocket', 'upgrade_timeout', 'connections'];
 
-/** The token to compare against; re-read from its file when the file changes (inode, size, mtime). */
+/**
+ * Why text is no token, or null when it is one: the rules of config remote.token (at least
+ * MIN_TOKEN_CHARS characters, no white space). `what` names the source in the message.
+ */
+export function tokenProblem(text: string, what: string): string | null {
+  if (text.length === 0) return `${what} holds no token`;
+  if (/\s/.test(text)) return `${what} holds white space (a token is one word of at least ${MIN_TOKEN_CHARS} characters)`;
+  if (text.length < MIN_TOKEN_CHARS) return `${what} holds a token of ${text.length} characters (at least ${MIN_TOKEN_CHARS})`;
+  return null;
+}
+
+/**
+ * The token file's token, with every check (at start and at every re-read): opened O_NOFOLLOW
+ * (a symlink is refused), a regular file owned by uid, no group/other mode bits, at most 4 KiB,
+ * its content minus one trailing newline (\n or \r\n) obeying tokenProblem. Returns the token
+ * and the file's identity (dev:ino:size:mtime), or throws an Error saying why not (ENOENT's
+ * `code` kept).
+ */
+export function readTokenFile(file: string, uid: number | undefined = process.getuid?.()): { token: string; id: string } {
+  let fd: number;
+  try {
+    fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    const why = e.code === 'ELOOP' ? 'is a symbolic link (the file itself must be the token file)' : `cannot be opened: ${e.code ?? e.message}`;
+    throw Object.assign(new Error(`the remote token file ${file} ${why}`), { code: e.code });
+  }
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) throw new Error(`the remote token file ${file} is not a regular file`);
+    if (uid !== undefined && st.uid !== uid) throw new Error(`the remote token file ${file} is owned by uid ${st.uid}, not the supervisor's (${uid})`);
+    if ((st.mode & 0o077) !== 0) throw new Error(`the remote token file ${file} is readable by others (mode ${(st.mode & 0o777).toString(8)}): chmod 600 it`);
+    if (st.size > MAX_TOKEN_FILE_BYTES) throw new Error(`the remote token file ${file} is ${st.size} bytes (a token is one line)`);
+    const buf = Buffer.alloc(MAX_TOKEN_FILE_BYTES + 1);
+    let n = 0;
+    for (let got = -1; got !== 0 && n < buf.length; n += got) got = readSync(fd, buf, n, buf.length - n, n);
+    const token = buf.subarray(0, n).toString('utf8').replace(/\r?\n$/, '');
+    const problem = tokenProblem(token, `the remote token file ${file}`);
+    if (problem) throw new Error(`${problem} (write one, or delete the file so a new one is made)`);
+    return { token, id: `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.mode}:${st.uid}` };
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * The token to compare against; a token file is re-read (readTokenFile, every check) when its
+ * identity changes. A file that fails the checks (or is gone) refuses every handshake
+ * ('token_file_invalid', `invalid` says why) until a good one is there: fail closed, the
+ * previous token is not kept.
+ */
 export class RemoteToken {
   private digest: Buffer | null = null;
   private seen = '';
+  /** Why the token file is refused now, or null (a fixed token, or a good file). */
+  invalid: string | null = null;
 
   private constructor(readonly kind: TokenSourceKind, readonly file: string | null, fixed: string | null) {
     if (fixed !== null) this.digest = sha256(fixed);
@@ -31,18 +88,24 @@ export class RemoteToken {
   /**
    * The token source, first that is set: env SBX_REMOTE_TOKEN, config remote.token, else the
    * file (tokenFile, default <stateDir>/remote-token), created 0600 if absent; `insecure`:
-   * none (every client is served). Throws an Error saying why when no token can be had.
+   * none (every client is served). Throws an Error saying why when no token can be had (an
+   * env token that breaks the rules of remote.token, a token file that fails readTokenFile).
    */
   static open(opts: { env: NodeJS.ProcessEnv; token?: string; tokenFile?: string; stateDir: string; insecure: boolean }): RemoteToken {
     const envToken = opts.env.SBX_REMOTE_TOKEN;
-    if (envToken) return new RemoteToken('env', null, envToken.trim());
+    if (envToken !== undefined && envToken !== '') {
+      const problem = tokenProblem(envToken, 'SBX_REMOTE_TOKEN');
+      if (problem) throw new Error(problem);
+      return new RemoteToken('env', null, envToken);
+    }
     if (opts.token) return new RemoteToken('config', null, opts.token);
     if (opts.insecure) return new RemoteToken('none', null, null);
     const file = opts.tokenFile ?? join(opts.stateDir, TOKEN_FILE_NAME);
     createTokenFile(file);
     const t = new RemoteToken('file', file, null);
-    t.refresh();
-    if (!t.digest) throw new Error(`the remote token file ${file} holds no token (write one, or delete the file so a new one is made)`);
+    const { token, id } = readTokenFile(file);
+    t.digest = sha256(token);
+    t.seen = id;
     return t;
   }
 
@@ -51,39 +114,39 @@ export class RemoteToken {
     return this.kind !== 'none';
   }
 
-  /** Re-reads the file if it changed since last read (a rename over it is a new inode). */
+  /** Re-reads the file (with every check) when its identity changed (a rename over it is a new inode). */
   private refresh(): void {
     if (this.file === null) return;
-    let st;
+    let id: string;
     try {
-      st = statSync(this.file);
+      const st = lstatSync(this.file);
+      id = `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.mode}:${st.uid}`;
     } catch {
-      this.digest = null; // removed: nothing is accepted until a token file is back
-      this.seen = '';
-      return;
+      id = 'gone';
     }
-    const id = `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}`;
     if (id === this.seen) return;
     this.seen = id;
-    let text = '';
+    this.digest = null; // fail closed: nothing is accepted until the file passes
     try {
-      text = readFileSync(this.file, 'utf8').trim();
-    } catch {
-      text = '';
+      const read = readTokenFile(this.file);
+      this.digest = sha256(read.token);
+      this.invalid = null;
+    } catch (err) {
+      this.invalid = (err as NodeJS.ErrnoException).code === 'ENOENT' ? `the remote token file ${this.file} is gone` : (err as Error).message;
     }
-    this.digest = text ? sha256(text) : null;
   }
 
   /**
    * Checks an Authorization header value: 'ok', or why not ('no_token': none or not Bearer;
-   * 'wrong_token'). Constant time in the token: digests of equal length are compared.
+   * 'token_file_invalid': the token file fails its checks, see `invalid`; 'wrong_token').
+   * Constant time in the token: digests of equal length are compared.
    */
-  check(header: string | undefined): 'ok' | 'no_token' | 'wrong_token' {
+  check(header: string | undefined): 'ok' | 'no_token' | 'wrong_token' | 'token_file_invalid' {
     if (!this.required) return 'ok';
+    this.refresh();
+    if (!this.digest) return 'token_file_invalid';
     const m = header === undefined ? null : /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header);
     if (!m) return 'no_token';
-    this.refresh();
-    if (!this.digest) return 'wrong_token';
     return timingSafeEqual(sha256(m[1]), this.digest) ? 'ok' : 'wrong_token';
   }
 }
@@ -92,7 +155,7 @@ function sha256(text: string): Buffer {
   return createHash('sha256').update(text, 'utf8').digest();
 }
 
-/** Makes the token file (O_EXCL, 0600) with a new token unless it exists; an existing one readable by others is refused. */
+/** Makes the token file (O_EXCL, O_NOFOLLOW, 0600) with a new token unless it exists (readTokenFile then checks it). */
 function createTokenFile(file: string): void {
   try {
     const fd = openSync(file, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
@@ -101,17 +164,8 @@ function createTokenFile(file: string): void {
     } finally {
       closeSync(fd);
     }
-    return;
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw new Error(`cannot create the remote token file ${file}: ${(err as Error).message}`);
-  }
-  const fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW);
-  try {
-    const st = fstatSync(fd);
-    if (!st.isFile()) throw new Error(`the remote token file ${file} is not a regular file`);
-    if ((st.mode & 0o077) !== 0) throw new Error(`the remote token file ${file} is readable by others (mode ${(st.mode & 0o777).toString(8)}): chmod 600 it`);
-  } finally {
-    closeSync(fd);
   }
 }
 

@@ -21,7 +21,7 @@ import { WsSocket } from './ws-socket.js';
 
 /** Failed handshakes held waiting for their delayed answer at once; past it they are closed at once. */
 const MAX_DELAYED_ANSWERS = 1024;
-/** Request headers larger than this get 431 (a bearer token fits many times over). */
+/** Request headers larger than this get 431 with the JSON body (a bearer token fits many times over). */
 const MAX_HEADER_BYTES = 16 * 1024;
 
 export class RemoteListener {
@@ -57,12 +57,18 @@ export class RemoteListener {
     });
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.upgrade(req, socket, head));
     server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
-      // Not HTTP at all (or headers over 16 KiB); a peer that reset is no failed handshake.
+      // Not HTTP at all, or headers over 16 KiB (431, with the JSON body); a peer that reset
+      // is no failed handshake.
       this.upgraded(socket);
-      if (err.code !== 'ECONNRESET') {
-        this.count('bad_upgrade');
-        this.ctx.log.warn({ remote: `${(socket as Socket).remoteAddress}:${(socket as Socket).remotePort}`, code: err.code }, 'a malformed HTTP request on the WebSocket listener; closed');
+      const remote = `${(socket as Socket).remoteAddress}:${(socket as Socket).remotePort}`;
+      if (err.code === 'ECONNRESET') return void socket.destroy();
+      this.count('bad_upgrade');
+      if (err.code === 'HPE_HEADER_OVERFLOW' && socket.writable) {
+        socket.on('error', () => {});
+        this.ctx.log.warn({ remote, max_header_bytes: MAX_HEADER_BYTES }, 'request headers over 16 KiB on the WebSocket listener (431)');
+        return this.answer(socket, 431, 'INVALID_ARGUMENT', `the request headers are over ${MAX_HEADER_BYTES} bytes`, {}, { limit: 'header_bytes', max: MAX_HEADER_BYTES });
       }
+      this.ctx.log.warn({ remote, code: err.code }, 'a malformed HTTP request on the WebSocket listener; closed');
       socket.destroy();
     });
   }
@@ -165,6 +171,10 @@ export class RemoteListener {
     this.upgraded(socket);
     socket.on('error', () => {});
     const auth = this.token.check(req.headers.authorization);
+    if (auth === 'token_file_invalid') {
+      this.ctx.log.error({ remote: remoteOf(req), token_file: this.token.file, why: this.token.invalid }, 'the remote token file fails its checks: every WebSocket handshake is refused until a good one is there');
+      return this.fail(socket, req, 401, auth, 'UNAUTHORIZED', 'the supervisor has no valid token now (its token file fails its checks; see its log)', { 'WWW-Authenticate': 'Bearer' });
+    }
     if (auth !== 'ok') {
       const message = auth === 'no_token' ? 'no bearer token: send Authorization: Bearer TOKEN' : 'the bearer token is not the supervisor\'s';
       return this.fail(socket, req, 401, auth, 'UNAUTHORIZED', message, { 'WWW-Authenticate': 'Bearer' });

@@ -10,23 +10,19 @@ import { readFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { SupervisorError, type WireError } from '../../ipc/errors.js';
-import { encodeFrame, FrameDecoder } from '../../ipc/framing.js';
+import { FrameDecoder } from '../../ipc/framing.js';
 import type { Receipt, StatusResult } from '../../ipc/protocol.js';
 import { SBX, SBX_BIN, TestDaemon, until, within } from '../helpers/daemon.js';
+import { FramePeer, type Answer } from '../helpers/frame-peer.js';
 
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
-type Answer = { id: number; result?: unknown; error?: WireError; event?: string; [k: string]: unknown };
-
-/** A bridge child and the protocol spoken over its stdin/stdout. */
-class BridgePeer {
-  private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
-  private readonly events = new Map<number, (e: Answer) => void>();
+/** A bridge child and the protocol spoken over its stdin/stdout (requests routed by FramePeer). */
+class BridgePeer extends FramePeer {
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   stderr = '';
 
   constructor(readonly child: ChildProcessWithoutNullStreams) {
+    super();
     const decoder = new FrameDecoder(64 * 1024 * 1024);
     child.stdout.on('data', (b: Buffer) => decoder.push(b, (v) => this.onAnswer(v as Answer)));
     child.stderr.on('data', (b: Buffer) => (this.stderr += b.toString()));
@@ -44,22 +40,8 @@ class BridgePeer {
     return peer;
   }
 
-  private onAnswer(a: Answer): void {
-    if (a.event !== undefined) return void this.events.get(a.id)?.(a);
-    const p = this.pending.get(a.id);
-    if (!p) return;
-    this.pending.delete(a.id);
-    if (a.error) p.reject(SupervisorError.fromWire(a.error));
-    else p.resolve(a.result);
-  }
-
-  request<T = Record<string, unknown>>(method: string, params: Record<string, unknown> = {}, onEvent?: (e: Answer) => void): Promise<T> {
-    const id = this.nextId++;
-    if (onEvent) this.events.set(id, onEvent);
-    return new Promise<T>((resolve, reject) => {
-      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
-      this.child.stdin.write(encodeFrame({ id, method, params }));
-    });
+  protected sendFrame(frame: Buffer): void {
+    this.child.stdin.write(frame);
   }
 
   hello(): Promise<unknown> {

@@ -3,10 +3,11 @@
 // over ws; then bad input (no token, a wrong one, one a byte off: 401, counted, each later
 // failure from the address answered later; a slow handshake; an oversized and a text message;
 // a plain HTTP GET; a flood past remote.maxConnections), after each of which a good client is
-// still served; token rotation by rename; a silent peer dropped by keepalive; TLS (openssl).
+// still served; headers over 16 KiB (431); token rotation by rename, a rotated file that
+// fails the start-up checks (refused, fail closed); an invalid SBX_REMOTE_TOKEN (exit 2); a silent peer dropped by keepalive; TLS (openssl).
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { connect } from 'node:net';
 import { join } from 'node:path';
@@ -311,6 +312,62 @@ describe('the WebSocket listener', () => {
     await stillServed();
   });
 
+  it('checks a rotated token file as at start: a 0644 file, a symlink, a 1-character token refuse every handshake (fail closed) until a good file is back', async () => {
+    const series = 'sandbox_supervisor_remote_handshake_failures_total{reason="token_file_invalid"}';
+    const before = await metric(metricsAddr, series);
+    const tmp = `${tokenFile}.new`;
+    const next = `next-${Math.random().toString(36).slice(2)}-0123456789`;
+    const errors = () => d.log().split('\n').filter((l) => /"level":50/.test(l) && l.includes('the remote token file fails its checks')).length;
+    const errors0 = errors();
+    const bad: [string, () => void][] = [
+      ['readable by others (mode 644)', () => writeFileSync(tmp, `${next}\n`, { mode: 0o644 })],
+      ['is a symbolic link', () => {
+        writeFileSync(`${tokenFile}.target`, `${next}\n`, { mode: 0o600 });
+        symlinkSync(`${tokenFile}.target`, tmp);
+      }],
+      ['1 characters (at least 16)', () => writeFileSync(tmp, 'a\n', { mode: 0o600 })],
+    ];
+    let n = 0;
+    for (const [why, make] of bad) {
+      make();
+      renameSync(tmp, tokenFile);
+      for (const offered of [token, next]) {
+        const r = await refusedUpgrade(url, { Authorization: `Bearer ${offered}` });
+        expect(r.status).toBe(401);
+        expect(r.body.error.code).toBe('UNAUTHORIZED');
+        expect(r.body.error.message).toContain('token file fails its checks');
+        n++;
+      }
+      const lines = d.log().split('\n').filter((l) => /"level":50/.test(l) && l.includes('the remote token file fails its checks'));
+      expect(lines.at(-1)).toContain(why);
+      expect(lines.at(-1)).not.toContain(next);
+    }
+    expect(errors() - errors0).toBe(n);
+    expect(await metric(metricsAddr, series)).toBe(before + n);
+    rmSync(`${tokenFile}.target`, { force: true });
+    writeFileSync(tmp, `${next}\n`, { mode: 0o600 });
+    renameSync(tmp, tokenFile);
+    token = next;
+    await stillServed();
+  });
+
+  it('answers request headers over 16 KiB with 431 and the JSON body, counted bad_upgrade', async () => {
+    const bad0 = await metric(metricsAddr, 'sandbox_supervisor_remote_handshake_failures_total{reason="bad_upgrade"}');
+    const answer = await new Promise<string>((resolve, reject) => {
+      const sock = connect(port, host, () => sock.write(`GET / HTTP/1.1\r\nHost: ${host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer ${token}\r\nX-Padding: ${'p'.repeat(17 * 1024)}\r\n\r\n`));
+      let text = '';
+      sock.on('data', (b: Buffer) => (text += b.toString()));
+      sock.on('error', reject);
+      sock.on('close', () => resolve(text));
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 431 Request Header Fields Too Large\r\n/);
+    const body = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as { error: { code: string; details: unknown } };
+    expect(body.error.code).toBe('INVALID_ARGUMENT');
+    expect(body.error.details).toEqual({ limit: 'header_bytes', max: 16384 });
+    expect(await metric(metricsAddr, 'sandbox_supervisor_remote_handshake_failures_total{reason="bad_upgrade"}')).toBe(bad0 + 1);
+    await stillServed();
+  });
+
   it('drops a peer that stops answering pings within pingIntervalMs + pingTimeoutMs', async () => {
     // A raw TCP socket that upgrades, then reads nothing and answers nothing.
     const t0 = performance.now();
@@ -393,6 +450,21 @@ describe('the WebSocket listener refuses to start', () => {
       rmSync(d.dir, { recursive: true, force: true });
     }
   });
+
+  for (const [envToken, why] of [[' ', 'SBX_REMOTE_TOKEN holds white space'], ['a', 'SBX_REMOTE_TOKEN holds a token of 1 characters (at least 16)']]) {
+    it(`with SBX_REMOTE_TOKEN=${JSON.stringify(envToken)}: exit 2 saying why; the Unix socket never listened`, async () => {
+      const d = new TestDaemon({ env: { SBX_REMOTE_TOKEN: envToken } });
+      try {
+        d.withConfig({ remote: { listen: '127.0.0.1:0' } });
+        await expect(d.start()).rejects.toThrow(/supervisor exited at start-up/);
+        expect((await d.exitedNow()).code).toBe(2);
+        expect(d.log()).toContain(`the WebSocket listener has no token, so it does not start: ${why}`);
+        expect(existsSync(d.socketPath)).toBe(false);
+      } finally {
+        await d.stop();
+      }
+    });
+  }
 
   it('without a token (an empty token file): exit 2 naming the file; the Unix socket never listened', async () => {
     const d = new TestDaemon();

@@ -65,20 +65,29 @@ export async function within<T>(p: Promise<T>, what: string, deadlineMs = 10_000
 
 export const sha256 = (b: Uint8Array | string) => createHash('sha256').update(b).digest('hex');
 
-/** Zombie children of pid right now. */
-export function zombieChildren(pid: number): number[] {
-  const out: number[] = [];
+/** Every process now with the fields of /proc/PID/stat after its (comm): [state, ppid, pgrp, ...] (proc(5)). */
+function procStats(): { pid: number; fields: string[] }[] {
+  const out: { pid: number; fields: string[] }[] = [];
   for (const name of readdirSafe('/proc')) {
     if (!/^\d+$/.test(name)) continue;
     try {
       const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
-      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (rest[0] === 'Z' && Number(rest[1]) === pid) out.push(Number(name));
+      out.push({ pid: Number(name), fields: stat.slice(stat.lastIndexOf(')') + 2).split(' ') });
     } catch {
       // gone
     }
   }
   return out;
+}
+
+/** Zombie children of pid right now. */
+export function zombieChildren(pid: number): number[] {
+  return procStats().filter((p) => p.fields[0] === 'Z' && Number(p.fields[1]) === pid).map((p) => p.pid);
+}
+
+/** Pids of the live (not zombie) processes whose process group is pgid. */
+export function pidsInGroup(pgid: number): number[] {
+  return procStats().filter((p) => p.fields[0] !== 'Z' && Number(p.fields[2]) === pgid).map((p) => p.pid);
 }
 
 /** The parent pid of pid (field 4 of /proc/<pid>/stat: proc(5)); for a leader, its exec shim. */

@@ -1,28 +1,25 @@
 // A tiny client of the WebSocket listener for tests, on `ws` directly (not ipc/client.ts):
 // one binary message = one frame body (ipc/framing.ts, its 4-byte prefix dropped), hello,
-// requests matched by id, subscription events, and the HTTP answer of a refused upgrade
+// requests matched by id and subscription events (frame-peer.ts), and the HTTP answer of a refused upgrade
 // (status, headers, JSON body, how long it took).
 import { WebSocket, type ClientOptions } from 'ws';
-import { SupervisorError, type WireError } from '../../ipc/errors.js';
+import type { WireError } from '../../ipc/errors.js';
 import { encodeFrame, FrameDecoder } from '../../ipc/framing.js';
+import { FramePeer, type Answer } from './frame-peer.js';
 
 /** Encodes one frame body (the msgpack map alone). */
 export function frameBody(value: unknown): Buffer {
   return encodeFrame(value).subarray(4);
 }
 
-type Answer = { id: number; result?: unknown; error?: WireError; event?: string; [k: string]: unknown };
-
-export class WsPeer {
-  private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
-  private readonly eventHandlers = new Map<number, (e: Answer) => void>();
+export class WsPeer extends FramePeer {
   /** Every decoded message, in order (for tests that look at what came unasked, e.g. id 0). */
   readonly received: Answer[] = [];
   /** The close code and reason once closed. */
   readonly closed: Promise<{ code: number; reason: string }>;
 
   private constructor(readonly ws: WebSocket) {
+    super();
     const decoder = new FrameDecoder(256 * 1024 * 1024);
     ws.on('message', (data: Buffer) => {
       const prefix = Buffer.allocUnsafe(4);
@@ -31,8 +28,7 @@ export class WsPeer {
     });
     this.closed = new Promise((resolve) =>
       ws.on('close', (code, reason) => {
-        for (const p of this.pending.values()) p.reject(new Error(`closed ${code} before the answer`));
-        this.pending.clear();
+        this.failPending(new Error(`closed ${code} before the answer`));
         resolve({ code, reason: reason.toString() });
       }),
     );
@@ -60,24 +56,14 @@ export class WsPeer {
     return peer;
   }
 
-  private onAnswer(a: Answer): void {
+  protected override onAnswer(a: Answer): void {
     this.received.push(a);
-    if (a.event !== undefined) return void this.eventHandlers.get(a.id)?.(a);
-    const p = this.pending.get(a.id);
-    if (!p) return;
-    this.pending.delete(a.id);
-    if (a.error) p.reject(SupervisorError.fromWire(a.error));
-    else p.resolve(a.result);
+    super.onAnswer(a);
   }
 
-  /** Sends {id, method, params}; resolves with its result, rejects with its SupervisorError. */
-  request<T = Record<string, unknown>>(method: string, params: Record<string, unknown> = {}, onEvent?: (e: Answer) => void): Promise<T> {
-    const id = this.nextId++;
-    if (onEvent) this.eventHandlers.set(id, onEvent);
-    return new Promise<T>((resolve, reject) => {
-      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
-      this.ws.send(frameBody({ id, method, params }), { binary: true });
-    });
+  /** One binary message: the frame body, without its length prefix. */
+  protected sendFrame(frame: Buffer): void {
+    this.ws.send(frame.subarray(4), { binary: true });
   }
 
   /** Every byte of a stream from 0 to its end (subscribe, follow), concatenated. */

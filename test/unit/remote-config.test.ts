@@ -1,7 +1,7 @@
 // The WebSocket listener's configuration (remote.*: the insecure/loopback rule, TLS both or
 // neither, addresses) and its token source (remote-auth.ts: env, config, the 0600 file made
 // at first start and re-read on change, constant-time check) and the failure slow-down.
-import { chmodSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -74,12 +74,65 @@ describe('the remote token', () => {
     expect(t.check(`Bearer ${first.trim()}`)).toBe('wrong_token');
     expect(t.check('Bearer rotated-token-0123456789')).toBe('ok');
     rmSync(file);
-    expect(t.check('Bearer rotated-token-0123456789')).toBe('wrong_token'); // no file: nothing accepted
+    expect(t.check('Bearer rotated-token-0123456789')).toBe('token_file_invalid'); // no file: nothing accepted
+    expect(t.invalid).toMatch(/is gone/);
     writeFileSync(file, 'x-token-0123456789\n', { mode: 0o644 });
     chmodSync(file, 0o644);
     expect(() => RemoteToken.open({ env: {}, stateDir, insecure: false })).toThrow(/readable by others \(mode 644\)/);
     writeFileSync(join(stateDir, 'empty'), '', { mode: 0o600 });
     expect(() => RemoteToken.open({ env: {}, stateDir, tokenFile: join(stateDir, 'empty'), insecure: false })).toThrow(/holds no token/);
+  });
+
+  it('checks a rotated file as at start: a 0644 file, a symlink, a short or spaced token refuse every handshake until a good file is back', () => {
+    const stateDir = tmp();
+    const file = join(stateDir, 'remote-token');
+    const good = 'good-token-0123456789';
+    writeFileSync(file, `${good}\n`, { mode: 0o600 });
+    const t = RemoteToken.open({ env: {}, stateDir, insecure: false });
+    expect(t.check(`Bearer ${good}`)).toBe('ok');
+    const rotate = (content: string, mode = 0o600) => {
+      writeFileSync(`${file}.new`, content, { mode });
+      chmodSync(`${file}.new`, mode);
+      renameSync(`${file}.new`, file);
+    };
+    const next = 'next-token-0123456789';
+    rotate(`${next}\n`, 0o644);
+    expect(t.check(`Bearer ${next}`)).toBe('token_file_invalid');
+    expect(t.check(`Bearer ${good}`)).toBe('token_file_invalid'); // fail closed: the previous token is not kept
+    expect(t.invalid).toMatch(/readable by others \(mode 644\)/);
+    rotate('a\n');
+    expect(t.check('Bearer a')).toBe('token_file_invalid');
+    expect(t.invalid).toMatch(/1 characters \(at least 16\)/);
+    rotate('two words-0123456789\n');
+    expect(t.check('Bearer two')).toBe('token_file_invalid');
+    expect(t.invalid).toMatch(/white space/);
+    const target = join(stateDir, 'elsewhere');
+    writeFileSync(target, `${next}\n`, { mode: 0o600 });
+    symlinkSync(target, `${file}.new`);
+    renameSync(`${file}.new`, file);
+    expect(t.check(`Bearer ${next}`)).toBe('token_file_invalid');
+    expect(t.invalid).toMatch(/symbolic link/);
+    rotate(`${next}\n`);
+    expect(t.check(`Bearer ${next}`)).toBe('ok');
+    chmodSync(file, 0o640); // a chmod alone is seen too
+    expect(t.check(`Bearer ${next}`)).toBe('token_file_invalid');
+    chmodSync(file, 0o600);
+    expect(t.check(`Bearer ${next}`)).toBe('ok');
+    // The same checks at start.
+    rmSync(file);
+    symlinkSync(target, file);
+    expect(() => RemoteToken.open({ env: {}, stateDir, insecure: false })).toThrow(/symbolic link/);
+    rmSync(file);
+    writeFileSync(file, 'short\n', { mode: 0o600 });
+    expect(() => RemoteToken.open({ env: {}, stateDir, insecure: false })).toThrow(/5 characters \(at least 16\)/);
+  });
+
+  it('holds SBX_REMOTE_TOKEN to the rules of remote.token', () => {
+    const stateDir = tmp();
+    expect(() => RemoteToken.open({ env: { SBX_REMOTE_TOKEN: ' ' }, stateDir, insecure: false })).toThrow(/SBX_REMOTE_TOKEN holds white space/);
+    expect(() => RemoteToken.open({ env: { SBX_REMOTE_TOKEN: 'a' }, stateDir, insecure: false })).toThrow(/SBX_REMOTE_TOKEN holds a token of 1 characters \(at least 16\)/);
+    expect(() => RemoteToken.open({ env: { SBX_REMOTE_TOKEN: 'env-token-0123456789\n' }, stateDir, insecure: false })).toThrow(/white space/);
+    expect(RemoteToken.open({ env: { SBX_REMOTE_TOKEN: 'env-token-0123456789' }, stateDir, insecure: false }).check('Bearer env-token-0123456789')).toBe('ok');
   });
 });
 

@@ -3,7 +3,7 @@
 // spawned command (test/fixtures/stdio-bridge.mjs): framing split at every byte, one message
 // per frame body, HTTP refusals, the silence and connect deadlines, a keyless launch never resent.
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -14,7 +14,7 @@ import { LaunchUnconfirmedError, ReconnectingClient, SupervisorClient } from '..
 import { isSupervisorError } from '../../ipc/errors.js';
 import { decodeBody, encodeFrame, FrameDecoder } from '../../ipc/framing.js';
 import { resolveEndpoint } from '../../ipc/transport.js';
-import { pidsWithMarker, ROOT, runSbx, SBX_BIN, until } from '../helpers/daemon.js';
+import { pidsInGroup, pidsWithMarker, ROOT, runSbx, SBX_BIN, until } from '../helpers/daemon.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-transport-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -300,6 +300,22 @@ describe('command transport', () => {
     expect(pid).toBeGreaterThan(0);
     c.close();
     await until(() => !alive(pid), 'the command gone (exited and reaped)');
+  });
+
+  it('runs the command in its own process group and on close signals the group: nothing it started is left', async () => {
+    const s = await unixServer(standard((f, reply) => reply({ id: f.id, result: { sessions: [] } })));
+    const marker = `sbx-transport-group-${process.pid}-${n++}`;
+    // A grandchild that ignores nothing and outlives the bridge unless its group is signalled.
+    const script = `${JSON.stringify(process.execPath)} -e 'setTimeout(() => {}, 30000)' ${marker} & ${JSON.stringify(process.execPath)} ${JSON.stringify(BRIDGE)} ${JSON.stringify(s.path)}; wait`;
+    const c = track(await SupervisorClient.connect({ command: ['sh', '-c', script] }));
+    expect(await c.ps()).toEqual({ sessions: [] });
+    const pid = c.transportPid!;
+    const [grandchild] = await until(() => (pidsWithMarker(marker).length ? pidsWithMarker(marker) : null), 'the grandchild started');
+    const stat = readFileSync(`/proc/${grandchild}/stat`, 'utf8');
+    expect(Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2])).toBe(pid); // its group is the command's
+    expect(pidsInGroup(pid).length).toBeGreaterThanOrEqual(3); // sh, the bridge, the grandchild
+    c.close();
+    await until(() => pidsInGroup(pid).length === 0 && pidsWithMarker(marker).length === 0, 'no process of the group left');
   });
 
   it('an ended command fails the calls naming it, with its captured stderr; one that cannot start fails ENOENT', async () => {

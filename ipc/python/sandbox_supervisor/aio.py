@@ -15,7 +15,7 @@ from . import _protocol as P
 from . import files as _files
 from .aio_transport import AioTransport, open_aio_transport
 from .client import _close_params, restore_checkpoint
-from .endpoint import DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_KEEPALIVE_SECONDS, DEFAULT_SILENCE_SECONDS, Endpoint, LaunchNotResent, TransportDead, resolve_endpoint
+from .endpoint import Endpoint, EndpointClient, LaunchNotResent, TransportDead
 from .errors import SupervisorError
 from .types import Hello, OutputChunk, Receipt, Result, Session, SessionRef
 
@@ -179,7 +179,7 @@ class _Dispatcher:
         self.wire.close(dead=self.failed is not None)
 
 
-class AsyncClient:
+class AsyncClient(EndpointClient):
     """An asyncio client: ``async with AsyncClient() as c: r = await c.run([...])``.
 
     Endpoint (``socket_path``, ``url`` + ``token``/``token_file``/``ca_file``, ``command``, or
@@ -193,53 +193,19 @@ class AsyncClient:
     after its ``retry_after_ms``: it was refused before it ran.
     """
 
-    def __init__(
-        self,
-        socket_path: Optional[str] = None,
-        *,
-        url: Optional[str] = None,
-        token: Optional[str] = None,
-        token_file: Optional[str] = None,
-        ca_file: Optional[str] = None,
-        command: Optional[Sequence[str]] = None,
-        client_name: str = "sandbox-supervisor-python",
-        reconnect_seconds: float = P.DEFAULT_RECONNECT_SECONDS,
-        max_in_flight: int = 64,
-        connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
-        keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
-        silence_seconds: float = DEFAULT_SILENCE_SECONDS,
-        endpoint: Optional[Endpoint] = None,
-    ) -> None:
+    def __init__(self, socket_path: Optional[str] = None, *, max_in_flight: int = 64, **options: Any) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
-        self.endpoint = endpoint or resolve_endpoint(socket_path, url=url, token=token, token_file=token_file, ca_file=ca_file, command=command)
-        #: The Unix socket's path, None over a URL or a command.
-        self.socket_path = self.endpoint.socket_path
-        self.client_name = client_name
-        self.reconnect_seconds = reconnect_seconds
+        super().__init__(socket_path, **options)
         self.max_in_flight = max_in_flight
-        self.connect_timeout_seconds = connect_timeout_seconds
-        self.keepalive_seconds = keepalive_seconds
-        self.silence_seconds = silence_seconds
         self._conn: Optional[_Dispatcher] = None
-        self._connected_once = False
         self._lock: Optional[asyncio.Lock] = None
         self._slots: Optional[asyncio.Semaphore] = None
         #: Tasks that reap closed commands / close WebSockets; close() awaits them.
         self._reaps: Set["asyncio.Task[None]"] = set()
 
-    @classmethod
-    def over_command(cls, command: Sequence[str], **options: Any) -> "AsyncClient":
-        """An AsyncClient whose transport is ``command``'s stdin/stdout (see Client.over_command)."""
-        return cls(command=command, **options)
-
-    @classmethod
-    def over_url(cls, url: str, token: Optional[str] = None, **options: Any) -> "AsyncClient":
-        """An AsyncClient over a WebSocket URL with a bearer token (see Client.over_url)."""
-        return cls(url=url, token=token, **options)
-
     def _sibling(self) -> "AsyncClient":
-        c = AsyncClient(endpoint=self.endpoint, client_name=self.client_name, reconnect_seconds=self.reconnect_seconds, connect_timeout_seconds=self.connect_timeout_seconds, keepalive_seconds=self.keepalive_seconds, silence_seconds=self.silence_seconds)
+        c = AsyncClient(**self._same_options())
         c._connected_once = self._connected_once
         c._reaps = self._reaps
         return c

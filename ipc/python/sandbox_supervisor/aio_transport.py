@@ -1,19 +1,19 @@
 """The asyncio client's transports (endpoint.py chooses one): the Unix socket and a spawned
 command's stdin/stdout carry length-prefixed frames; a WebSocket (websockets' asyncio client,
 ``Authorization: Bearer`` in extra_headers, TLS for wss) one frame body per binary message.
-Owns opening, sending, receiving and closing them; a command is killed by pid and reaped (the
+Owns opening, sending, receiving and closing them; a command's process group is signalled and the command reaped (the
 reaping tasks go into the owner's set, awaited by AsyncClient.close).
 """
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 from typing import Any, Dict, List, Optional, Set
 
 import msgpack
 
 from . import _protocol as P
+from ._pgroup import POLL_SECONDS, signal_group, spawn_options, terminate_group
 from .endpoint import COMMAND_EXIT_GRACE_SECONDS, Endpoint
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, decode_body, encode_frame
 from .transport import handshake_error, ssl_context
@@ -81,33 +81,28 @@ class _AioStream(AioTransport):
         except (OSError, RuntimeError):
             pass
         if dead:
-            _kill(self.proc.pid)
+            signal_group(self.proc.pid, signal.SIGKILL)
         task = asyncio.get_running_loop().create_task(_reap(self.proc, 0 if dead else COMMAND_EXIT_GRACE_SECONDS))
         self.reaps.add(task)
         task.add_done_callback(self.reaps.discard)
 
 
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 async def _reap(proc: Any, grace_seconds: float) -> None:
-    """Waits grace_seconds for the command to exit, then SIGKILL by pid; waits for it (reaped)."""
+    """Signals the command's process group: SIGTERM (+SIGCONT), SIGKILL once the group is still
+    there after grace_seconds (0: at once); waits for the command (reaped)."""
+    pgid = proc.pid  # the leader of its own group (spawn_options)
     try:
-        if proc.returncode is None:
-            if grace_seconds > 0:
-                try:
-                    await asyncio.wait_for(proc.wait(), grace_seconds)
-                except asyncio.TimeoutError:
-                    pass
-        if proc.returncode is None:
-            _kill(proc.pid)
+        if grace_seconds > 0:
+            terminate_group(pgid)
+            give_up = asyncio.get_running_loop().time() + grace_seconds
+            while asyncio.get_running_loop().time() < give_up:
+                if proc.returncode is not None and not signal_group(pgid, 0):
+                    break
+                await asyncio.sleep(POLL_SECONDS)
+        signal_group(pgid, signal.SIGKILL)
         await proc.wait()
     except asyncio.CancelledError:
-        _kill(proc.pid)  # the loop is ending: the child watcher still reaps it
+        signal_group(pgid, signal.SIGKILL)  # the loop is ending: the child watcher still reaps it
         raise
     finally:
         transport = getattr(proc, "_transport", None)  # asyncio's process transport: closed here, not by GC after the loop
@@ -163,7 +158,7 @@ async def open_aio_transport(endpoint: Endpoint, reaps: Set["asyncio.Task[None]"
     Raises OSError when it cannot be reached, SupervisorError UNAUTHORIZED for a refused token."""
     if endpoint.command:
         what = "command " + " ".join(endpoint.command)
-        proc = await asyncio.create_subprocess_exec(*endpoint.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=_READ_BYTES)
+        proc = await asyncio.create_subprocess_exec(*endpoint.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=_READ_BYTES, **spawn_options())
         assert proc.stdin is not None and proc.stdout is not None
         return _AioStream(proc.stdout, proc.stdin, what, proc, reaps)
     if endpoint.url:

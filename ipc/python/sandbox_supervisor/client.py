@@ -19,7 +19,7 @@ from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence
 from . import _protocol as P
 from . import files as _files
 from .errors import ERROR_CODES, SupervisorError
-from .endpoint import DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_KEEPALIVE_SECONDS, DEFAULT_SILENCE_SECONDS, Endpoint, LaunchNotResent, TransportDead, resolve_endpoint
+from .endpoint import DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_KEEPALIVE_SECONDS, DEFAULT_SILENCE_SECONDS, Endpoint, EndpointClient, LaunchNotResent, TransportDead
 from .transport import open_transport
 from .types import Hello, OutputChunk, Receipt, Result, Session, SessionRef
 
@@ -146,7 +146,7 @@ class _Connection:
             pass
 
 
-class Client:
+class Client(EndpointClient):
     """A blocking client; one request at a time (use AsyncClient for many at once, or several Clients).
 
     The endpoint, one of: ``socket_path`` (the Unix socket); ``url`` (ws:// or wss://) with
@@ -161,46 +161,13 @@ class Client:
     Use as a context manager, or call ``close()`` (the connection only: sessions go on).
     """
 
-    def __init__(
-        self,
-        socket_path: Optional[str] = None,
-        *,
-        url: Optional[str] = None,
-        token: Optional[str] = None,
-        token_file: Optional[str] = None,
-        ca_file: Optional[str] = None,
-        command: Optional[Sequence[str]] = None,
-        client_name: str = "sandbox-supervisor-python",
-        reconnect_seconds: float = P.DEFAULT_RECONNECT_SECONDS,
-        connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
-        keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
-        silence_seconds: float = DEFAULT_SILENCE_SECONDS,
-        endpoint: Optional[Endpoint] = None,
-    ) -> None:
-        self.endpoint = endpoint or resolve_endpoint(socket_path, url=url, token=token, token_file=token_file, ca_file=ca_file, command=command)
-        #: The Unix socket's path, None over a URL or a command.
-        self.socket_path = self.endpoint.socket_path
-        self.client_name = client_name
-        self.reconnect_seconds = reconnect_seconds
-        self.connect_timeout_seconds = connect_timeout_seconds
-        self.keepalive_seconds = keepalive_seconds
-        self.silence_seconds = silence_seconds
+    def __init__(self, socket_path: Optional[str] = None, **options: Any) -> None:
+        super().__init__(socket_path, **options)
         self._conn: Optional[_Connection] = None
-        self._connected_once = False
-
-    @classmethod
-    def over_command(cls, command: Sequence[str], **options: Any) -> "Client":
-        """A client whose transport is ``command``'s stdin/stdout (``sbx bridge`` through an exec channel)."""
-        return cls(command=command, **options)
-
-    @classmethod
-    def over_url(cls, url: str, token: Optional[str] = None, **options: Any) -> "Client":
-        """A client over a WebSocket URL (ws:// or wss://) with a bearer token (see the class)."""
-        return cls(url=url, token=token, **options)
 
     def _sibling(self) -> "Client":
         """A client to the same endpoint with the same options (read_output's own connection)."""
-        c = Client(endpoint=self.endpoint, client_name=self.client_name, reconnect_seconds=self.reconnect_seconds, connect_timeout_seconds=self.connect_timeout_seconds, keepalive_seconds=self.keepalive_seconds, silence_seconds=self.silence_seconds)
+        c = Client(**self._same_options())
         c._connected_once = self._connected_once  # once reached, it may wait for the supervisor to come back
         return c
 

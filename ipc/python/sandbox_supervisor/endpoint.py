@@ -2,14 +2,16 @@
 URL with a bearer token, or a command whose stdin/stdout carry the frames (``sbx bridge`` through
 ``docker exec -i``, ``ssh``, ...). Owns choosing the endpoint (explicit arguments, else ``$SBX_URL``
 with ``$SBX_TOKEN``/``$SBX_TOKEN_FILE``, else the socket path), reading the token, the deadlines'
-defaults and the transport errors both clients raise. No I/O but reading a token file.
+defaults, the transport errors both clients raise, and their shared base (EndpointClient: the
+endpoint and deadline options, ``over_command``/``over_url``). No I/O but reading a token file.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, TypeVar
 
+from ._protocol import DEFAULT_RECONNECT_SECONDS
 from .errors import SupervisorError
 from .paths import default_socket_path
 
@@ -19,7 +21,7 @@ DEFAULT_KEEPALIVE_SECONDS = 5.0
 DEFAULT_SILENCE_SECONDS = 15.0
 #: Connect (spawn, TCP, TLS, upgrade) and hello together, in seconds.
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 10.0
-#: How long ``close`` lets a command transport exit after its stdin ended before SIGKILL, in seconds.
+#: How long ``close`` gives a command transport's process group after SIGTERM before SIGKILL, in seconds.
 COMMAND_EXIT_GRACE_SECONDS = 1.0
 
 
@@ -111,3 +113,48 @@ def resolve_endpoint(
             raise ValueError(f"the supervisor's URL must be ws:// or wss://, not {url!r}")
         return Endpoint(url=url, token=token, token_file=token_file, ca_file=ca_file)
     return Endpoint(socket_path=socket_path or default_socket_path(env))
+
+
+_C = TypeVar("_C", bound="EndpointClient")
+
+
+class EndpointClient:
+    """What Client and AsyncClient share: the endpoint (``socket_path``; ``url`` with ``token`` /
+    ``token_file`` / ``ca_file``; ``command``; or a resolved ``endpoint``; none: ``$SBX_URL``, else
+    the socket; see resolve_endpoint), ``client_name`` and the deadlines in seconds
+    (``reconnect_seconds``, ``connect_timeout_seconds``, ``keepalive_seconds``, ``silence_seconds``).
+    Raises ValueError as resolve_endpoint does."""
+
+    def __init__(
+        self, socket_path: Optional[str] = None, *, url: Optional[str] = None, token: Optional[str] = None, token_file: Optional[str] = None, ca_file: Optional[str] = None, command: Optional[Sequence[str]] = None,
+        client_name: str = "sandbox-supervisor-python",
+        reconnect_seconds: float = DEFAULT_RECONNECT_SECONDS,
+        connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
+        keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
+        silence_seconds: float = DEFAULT_SILENCE_SECONDS,
+        endpoint: Optional[Endpoint] = None,
+    ) -> None:
+        self.endpoint = endpoint or resolve_endpoint(socket_path, url=url, token=token, token_file=token_file, ca_file=ca_file, command=command)
+        #: The Unix socket's path, None over a URL or a command.
+        self.socket_path = self.endpoint.socket_path
+        self.client_name = client_name
+        self.reconnect_seconds = reconnect_seconds
+        self.connect_timeout_seconds = connect_timeout_seconds
+        self.keepalive_seconds = keepalive_seconds
+        self.silence_seconds = silence_seconds
+        #: Once reached, a client may wait for the supervisor to come back.
+        self._connected_once = False
+
+    @classmethod
+    def over_command(cls: "type[_C]", command: Sequence[str], **options: Any) -> _C:
+        """A client whose transport is ``command``'s stdin/stdout (``sbx bridge`` through an exec channel)."""
+        return cls(command=command, **options)
+
+    @classmethod
+    def over_url(cls: "type[_C]", url: str, token: Optional[str] = None, **options: Any) -> _C:
+        """A client over a WebSocket URL (ws:// or wss://) with a bearer token."""
+        return cls(url=url, token=token, **options)
+
+    def _same_options(self) -> Dict[str, Any]:
+        """The keyword arguments of a client to the same endpoint with the same options."""
+        return {"endpoint": self.endpoint, "client_name": self.client_name, "reconnect_seconds": self.reconnect_seconds, "connect_timeout_seconds": self.connect_timeout_seconds, "keepalive_seconds": self.keepalive_seconds, "silence_seconds": self.silence_seconds}

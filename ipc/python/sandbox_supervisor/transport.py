@@ -2,7 +2,7 @@
 stdin/stdout carry length-prefixed frames; a WebSocket (websockets' Sans-I/O ClientConnection over
 a plain socket, TLS for wss) carries one frame body per binary message. Owns opening them within a
 deadline, sending and receiving frames with deadlines (no call blocks for ever on a silent peer),
-and closing them (a command is killed by pid and reaped). No background thread, no event loop.
+and closing them (a command's process group is signalled and the command reaped). No background thread, no event loop.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 import msgpack
 
 from . import _protocol as P
+from ._pgroup import POLL_SECONDS, signal_group, spawn_options, terminate_group
 from .endpoint import COMMAND_EXIT_GRACE_SECONDS, Endpoint, TransportDead
 from .errors import SupervisorError
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, decode_body, encode_frame
@@ -121,8 +122,9 @@ class _PipeIO:
             return None
 
     def close(self, dead: bool) -> None:
-        """Ends its stdin (a bridge exits on EOF), gives it COMMAND_EXIT_GRACE_SECONDS unless dead,
-        then SIGKILL by pid; always reaped."""
+        """Ends its stdin and stdout, signals its process group (the command and all it started):
+        SIGTERM (+SIGCONT), then SIGKILL once the group is still there after
+        COMMAND_EXIT_GRACE_SECONDS (at once when dead); the command is always reaped."""
         proc = self.proc
         for f in (proc.stdin, proc.stdout):
             try:
@@ -130,17 +132,19 @@ class _PipeIO:
                     f.close()
             except OSError:
                 pass
-        if proc.poll() is None and not dead:
-            try:
-                proc.wait(timeout=COMMAND_EXIT_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                pass
-        if proc.poll() is None:
-            try:
-                os.kill(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+        pgid = proc.pid  # the leader of its own group (spawn_options)
+        if dead:
+            signal_group(pgid, signal.SIGKILL)
+        else:
+            terminate_group(pgid)
+            give_up = time.monotonic() + COMMAND_EXIT_GRACE_SECONDS
+            while time.monotonic() < give_up:
+                proc.poll()  # reaped once it exits: a zombie leader would keep the group alive
+                if proc.returncode is not None and not signal_group(pgid, 0):
+                    break
+                time.sleep(POLL_SECONDS)
+            signal_group(pgid, signal.SIGKILL)
+        proc.wait()
 
 
 # -- length-prefixed frames (Unix socket, command) ------------------------------------------
@@ -188,9 +192,10 @@ def open_socket(path: str, deadline: float, stall_seconds: float) -> Transport:
 
 
 def open_command(command: List[str], stall_seconds: float) -> Transport:
-    """Spawns command (stderr inherited) with its stdin/stdout as the transport. FileNotFoundError
+    """Spawns command (stderr inherited; in a process group of its own, so no controlling terminal
+    reads a password: ssh needs keys or BatchMode) with its stdin/stdout as the transport. FileNotFoundError
     (no such program) and PermissionError are raised as such."""
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True)
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True, **spawn_options())
     return _StreamTransport(_PipeIO(proc, "command " + " ".join(command)), stall_seconds)
 
 

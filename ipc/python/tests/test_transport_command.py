@@ -201,3 +201,57 @@ def test_async_over_a_command_stop_and_kill_bridges(daemon: Daemon, pid_file: st
 
     asyncio.run(main())
     assert_all_reaped(pid_file)
+
+
+def _group_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[2])
+
+
+def _pids_in_group(pgid: int) -> List[int]:
+    """Live (not zombie) processes whose process group is pgid, from /proc."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(name))
+    return out
+
+
+def _grandchild_command(daemon: Daemon, pid_file: str) -> List[str]:
+    """sh (its pid logged) starting a sleeper that outlives the bridge unless its group is signalled."""
+    bridge = " ".join(f"'{a}'" for a in base_bridge(daemon.socket_path))
+    script = f'echo $$ >> "$0"; sleep 30 & echo $! >> "$0"; {bridge}; wait'
+    return ["sh", "-c", script, pid_file]
+
+
+def test_close_signals_the_commands_process_group_nothing_it_started_is_left(daemon: Daemon, pid_file: str):
+    with Client(command=_grandchild_command(daemon, pid_file), **FAST) as c:
+        c.ps()
+        until(lambda: len(pids(pid_file)) == 2, "the sleeper started")
+        sh, sleeper = pids(pid_file)
+        assert _group_of(sh) == sh and _group_of(sleeper) == sh  # a group of its own, the sleeper in it
+    until(lambda: not _pids_in_group(sh) and gone(sleeper), "no process of the group left", deadline_seconds=5)
+    assert_all_reaped(pid_file)
+
+
+def test_async_close_signals_the_commands_process_group_nothing_it_started_is_left(daemon: Daemon, pid_file: str):
+    async def main() -> None:
+        async with AsyncClient(command=_grandchild_command(daemon, pid_file), **FAST) as c:
+            await c.ps()
+            deadline = time.monotonic() + 10
+            while len(pids(pid_file)) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            sh, sleeper = pids(pid_file)
+            assert _group_of(sh) == sh and _group_of(sleeper) == sh
+
+    asyncio.run(main())
+    sh, sleeper = pids(pid_file)
+    until(lambda: not _pids_in_group(sh) and gone(sleeper), "no process of the group left", deadline_seconds=5)
+    assert_all_reaped(pid_file)
