@@ -248,8 +248,8 @@ function collect(stream: Readable | null): () => string {
 }
 
 /**
- * Copies the local directory's tree into remoteDir (which must exist) with `tar -x -p` on the
- * supervisor's side; the local `tar -c -f - -C localDir .` is streamed to its stdin. A local tar
+ * Copies the local directory's tree into remoteDir (which must exist) with the file tool's `upload` on the
+ * supervisor's side (tar into a staging dir, merged without following links); the local `tar -c -f - -C localDir .` is streamed to its stdin. A local tar
  * that fails leaves the remote stdin open and the session cancelled (FILE_ERROR).
  */
 export async function upload(target: FilesTarget, localDir: string, remoteDir: string, opts: FileOptions = {}): Promise<FileResult> {

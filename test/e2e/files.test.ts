@@ -1,6 +1,6 @@
 // Files over the transport, as sessions (docs/FILES.md), against a real daemon: a 100 MB file
 // byte-exact both ways, a tree with odd names, modes and symlinks through upload + download,
-// writes through planted links refused, the size limit and the stream quota as errors, the
+// writes through planted links refused (write_file and upload), FIFOs and devices refused, small frames, the size limit and the stream quota as errors, the
 // file sessions in a task's receipt and in the workspace's changes, and the user option.
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -450,7 +450,7 @@ describe('files in a task and a workspace', () => {
     // never in another session's changes.
     const own: Record<string, (p: string) => boolean> = {
       fw: (p) => p === 'out.txt' || /^\.out\.txt\.sbx-[0-9a-f]{12}\.tmp$/.test(p),
-      fu: (p) => p === 'up.txt' || p === '' || p === '.',
+      fu: (p) => p === 'up.txt' || p === '' || p === '.' || /^\.sbx-upload-[0-9a-f]{12}(\/.*)?$/.test(p), // its staging dir too
       fr: () => false,
     };
     let attributedPaths = 0;
