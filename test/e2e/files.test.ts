@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { download, readFile, upload, writeFile } from '../../ipc/files.js';
-import { sha256, TestDaemon } from '../helpers/daemon.js';
+import { sha256, TestDaemon, until } from '../helpers/daemon.js';
 import { WorkspaceRig } from '../helpers/workspace.js';
 
 const MiB = 1024 * 1024;
@@ -407,6 +407,22 @@ describe('upload and download', () => {
     await rawUpload(esc2, abs);
     expect(readFileSync(join(victim, 'keep'), 'utf8')).toBe('keep');
     expect(readdirSync(esc2).filter((n) => n.startsWith('.sbx-upload-'))).toEqual([]);
+  });
+
+  it('an upload cancelled while its tar waits on stdin (SIGTERM) leaves no staging dir and merges nothing', async () => {
+    const src = tempDir('cancel-src');
+    writeFileSync(join(src, 'a'), randomBytes(64 * 1024));
+    const whole = spawnSync('tar', ['-c', '-f', '-', '-C', src, '.']).stdout;
+    const remote = tempDir('cancel-remote');
+    const c = await daemon.client();
+    const s = await c.request('upload', { dir: remote });
+    await c.request('write', { session_id: s.session_id, data: whole.subarray(0, 10_000), offset: 0 });
+    // Once the staging dir exists (tar is running), cancel: SIGTERM, then the tool cleans up.
+    await until(() => readdirSync(remote).some((n) => n.startsWith('.sbx-upload-')), 'the staging dir', 10_000);
+    await c.request('cancel', { session_id: s.session_id });
+    const receipt = await c.wait({ session_id: s.session_id });
+    expect(receipt.exit.signal).toBe('SIGTERM');
+    expect(readdirSync(remote)).toEqual([]);
   });
 
   it('a download of a FIFO or device is refused (FILE_ERROR, as Python); a socket the remote tar skips is FILE_ERROR naming it', async () => {
