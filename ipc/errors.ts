@@ -45,8 +45,10 @@ export const ERROR_CODES = {
   NOT_FOUND: false,
   /** Extension (files): a parent path component is not a directory. */
   NOT_A_DIRECTORY: false,
-  /** Extension (files): the final name is a directory (or another non-regular file) where a regular file was asked for. */
+  /** Extension (files): the final name is a directory where a regular file was asked for. */
   IS_A_DIRECTORY: false,
+  /** Extension (files): the name is a FIFO, a device, a socket or another non-regular file (never opened: a FIFO would block); nothing was read or written. */
+  NOT_A_REGULAR_FILE: false,
   /** Extension (files): write_file's stdin ended with another count of bytes than size_bytes (details: expected, received); no file was made. */
   SIZE_MISMATCH: false,
   /** Extension (files): the session's user may not open or create the path (EACCES, EPERM, EROFS). */

@@ -10,9 +10,20 @@ import { ReconnectingClient, readOutput, type ReconnectOptions } from './client.
 import { ERROR_CODES, SupervisorError, type ErrorCode } from './errors.js';
 import type { MethodName, ParamsOf } from './methods.js';
 import type { LaunchResult, Receipt } from './protocol.js';
+import { TarGuard } from './tar-guard.js';
 
-/** Most bytes of stdin per `write` request (the schema allows 8 MiB; a frame stays well under ipc.maxFrameBytes). */
+/** Most bytes of stdin per `write` request (the schema allows 8 MiB); less when the server's frame limit is lower (stdinChunkBytes). */
 export const FILE_WRITE_CHUNK_BYTES = 4 * 1024 * 1024;
+
+/** Bytes of a `write` frame besides its data (id, method, session_id, offset, eof), with room to spare. */
+const WRITE_FRAME_OVERHEAD_BYTES = 4096;
+
+/** Stdin bytes per `write` for a server whose hello said max_frame_bytes: at most 4 MiB, and a frame under its limit. */
+export function stdinChunkBytes(hello: { max_frame_bytes?: number } | undefined): number {
+  const max = hello?.max_frame_bytes;
+  if (typeof max !== 'number' || !Number.isFinite(max)) return FILE_WRITE_CHUNK_BYTES;
+  return Math.max(1, Math.min(FILE_WRITE_CHUNK_BYTES, max - WRITE_FRAME_OVERHEAD_BYTES));
+}
 
 /** Options of every file call: the invocation key (default: a random one), task, the user its session runs as, and its deadline (ms; default none). */
 export interface FileOptions {
@@ -52,31 +63,35 @@ function launchFile<M extends FileMethod>(conn: ReconnectingClient, method: M, p
  */
 async function feedStdin(conn: ReconnectingClient, relaunch: () => Promise<LaunchResult>, sessionId: string, source: AsyncIterable<Uint8Array>, beforeEof?: () => Promise<void>): Promise<number> {
   let offset = 0;
+  // Each piece is sized for the connection it goes on (its hello's max_frame_bytes).
   const send = async (data: Buffer, eof: boolean) => {
-    for (let first = true; ; first = false) {
-      try {
-        const c = await conn.get();
-        if (!first) await relaunch(); // a new connection: the session is found by its key
-        await c.request('write', { session_id: sessionId, data, offset, eof });
-        return;
-      } catch (err) {
-        if (err instanceof SupervisorError && err.details?.stdin_closed === true) throw new StdinClosed();
-        if (err instanceof SupervisorError) throw err;
-        conn.drop();
+    let at = 0;
+    do {
+      for (let first = true; ; first = false) {
+        try {
+          const c = await conn.get();
+          if (!first) await relaunch(); // a new connection: the session is found by its key
+          const n = Math.min(data.length - at, stdinChunkBytes(c.hello));
+          await c.request('write', { session_id: sessionId, data: data.subarray(at, at + n), offset, eof: eof && at + n === data.length });
+          at += n;
+          offset += n;
+          break;
+        } catch (err) {
+          if (err instanceof SupervisorError && err.details?.stdin_closed === true) throw new StdinClosed();
+          if (err instanceof SupervisorError) throw err;
+          conn.drop();
+        }
       }
-    }
+    } while (at < data.length);
   };
   let pending: Buffer[] = [];
   let pendingBytes = 0;
   const flush = async () => {
+    if (pendingBytes === 0) return;
     const data = pending.length === 1 ? pending[0] : Buffer.concat(pending, pendingBytes); // one chunk (writeFile's data): no copy
     pending = [];
     pendingBytes = 0;
-    for (let at = 0; at < data.length; at += FILE_WRITE_CHUNK_BYTES) {
-      const part = data.subarray(at, Math.min(data.length, at + FILE_WRITE_CHUNK_BYTES));
-      await send(part, false);
-      offset += part.length;
-    }
+    await send(data, false);
   };
   try {
     for await (const chunk of source) {
@@ -183,7 +198,12 @@ export async function writeFile(target: FilesTarget, path: string, data: Uint8Ar
     const params = { path, mode: opts.mode, size_bytes: data.length, ...sessionOpts('write', opts) };
     const launch = () => launchFile(conn, 'write_file', params);
     const started = await launch();
-    await feedStdin(conn, launch, started.session_id, once(data));
+    try {
+      await feedStdin(conn, launch, started.session_id, once(data));
+    } catch (err) {
+      await cancelQuietly(conn, started.session_id); // no session left waiting on its stdin
+      throw err;
+    }
     const receipt = await settle(conn, started.session_id, `write_file ${path}`);
     return { session_id: started.session_id, invocation_key: started.invocation_key, receipt };
   } finally {
@@ -228,8 +248,8 @@ function collect(stream: Readable | null): () => string {
 }
 
 /**
- * Copies the local directory's tree into remoteDir (which must exist) with `tar -x -p` on the
- * supervisor's side; the local `tar -c -f - -C localDir .` is streamed to its stdin. A local tar
+ * Copies the local directory's tree into remoteDir (which must exist) with the file tool's `upload` on the
+ * supervisor's side (tar into a staging dir, merged without following links); the local `tar -c -f - -C localDir .` is streamed to its stdin. A local tar
  * that fails leaves the remote stdin open and the session cancelled (FILE_ERROR).
  */
 export async function upload(target: FilesTarget, localDir: string, remoteDir: string, opts: FileOptions = {}): Promise<FileResult> {
@@ -271,11 +291,16 @@ export async function download(target: FilesTarget, remoteDir: string, localDir:
   try {
     const started = await launchFile(conn, 'download', { dir: remoteDir, ...sessionOpts('download', opts) });
     const receipt = await settle(conn, started.session_id, `download ${remoteDir}`);
+    await refuseSkipped(conn, started.session_id, remoteDir);
+    const guard = new TarGuard();
     const tar = spawn('tar', ['-x', '-p', '-f', '-', '-C', localDir], { stdio: ['pipe', 'ignore', 'pipe'] });
     const tarDone = exited(tar, `download: local tar -x ${localDir}`, collect(tar.stderr));
     tarDone.catch(() => undefined);
     try {
-      await readStdout(target, started.session_id, receipt, (d) => writeAll(tar.stdin!, d), `download ${remoteDir}`);
+      await readStdout(target, started.session_id, receipt, (d) => {
+          guard.push(d); // a FIFO or device member: FILE_ERROR before the local tar sees it
+          return writeAll(tar.stdin!, d);
+        }, `download ${remoteDir}`);
       tar.stdin!.end();
       await tarDone;
     } finally {
@@ -285,6 +310,19 @@ export async function download(target: FilesTarget, remoteDir: string, localDir:
     return { session_id: started.session_id, invocation_key: started.invocation_key, receipt };
   } finally {
     conn.drop();
+  }
+}
+
+/**
+ * FILE_ERROR naming the entries the remote tar left out with exit 0 (GNU tar: "socket ignored"):
+ * a download is the whole tree or an error, never silently less (docs/FILES.md).
+ */
+async function refuseSkipped(conn: ReconnectingClient, sessionId: string, remoteDir: string): Promise<void> {
+  const stderr = (await conn.run((c) => c.read({ session_id: sessionId }, 'stderr'))).toString('utf8');
+  const skipped = stderr.split('\n').filter((l) => / ignored$/.test(l.trim()));
+  if (skipped.length > 0) {
+    const entries = skipped.map((l) => l.replace(/^tar: /, '').replace(/: [^:]* ignored$/, ''));
+    throw new SupervisorError('FILE_ERROR', `download ${remoteDir}: the remote tar left out ${skipped.length} entries (sockets): ${skipped.join('; ').slice(0, 4096)}; nothing was extracted`, { skipped: entries, session_id: sessionId });
   }
 }
 

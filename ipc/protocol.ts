@@ -63,6 +63,8 @@ export interface HelloResult {
   server: string;
   instance: string;
   generation: number;
+  /** The server's ipc.maxFrameBytes (a frame's body, bytes): clients size their stdin writes under it. Absent from older supervisors. */
+  max_frame_bytes?: number;
 }
 
 /**

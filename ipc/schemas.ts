@@ -18,6 +18,8 @@ const envMap = z
 const key = z.string().min(1).max(1024);
 
 const absPath = noNul('path').pipe(z.string().min(1).max(4096).refine((p) => p.startsWith('/'), 'an absolute path'));
+/** The path of one file (write_file, read_file): absolute, and not ending in "/" (a trailing slash names a directory). */
+const filePath = absPath.pipe(z.string().refine((p) => !p.endsWith('/'), 'a file path (no trailing "/")'));
 const userName = z.string().min(1).max(256).regex(/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/, 'a user name or a numeric uid');
 /** What every file method takes besides its path (docs/FILES.md): the invocation key, task, user and deadline (timeout_ms, 0: none) of its session. */
 const fileSession = { key: key.optional(), task: key.optional(), user: userName.optional(), timeout_ms: durationMs.optional() };
@@ -100,9 +102,9 @@ export const ParamsSchemas = {
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
   write_file: z
-    .object({ path: absPath, mode: z.number().int().min(0).max(0o7777).optional(), size_bytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER), ...fileSession })
+    .object({ path: filePath, mode: z.number().int().min(0).max(0o7777).optional(), size_bytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER), ...fileSession })
     .strict(),
-  read_file: z.object({ path: absPath, ...fileSession }).strict(),
+  read_file: z.object({ path: filePath, ...fileSession }).strict(),
   upload: z.object({ dir: absPath, ...fileSession }).strict(),
   download: z.object({ dir: absPath, ...fileSession }).strict(),
 };

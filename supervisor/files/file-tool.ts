@@ -3,90 +3,18 @@
 // temp file beside PATH, fsync, fchmod, rename over PATH, fsync the directory. `read PATH`: the
 // file's bytes to stdout. Never through a symlink: every parent is opened O_DIRECTORY|O_NOFOLLOW
 // relative to the last (via /proc/self/fd/N/NAME), and a symlink as the final name is refused.
+// `upload DIR`: tar -x into a fresh private staging dir inside DIR, then merged into DIR by
+// renames, never through a link (upload.ts).
 // A failure: one JSON line {code, message, ...} on stderr and exit 1 (codes: ipc/errors.ts).
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fchmodSync, fstatSync, fsyncSync, lstatSync, openSync, read, readSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { onSignal, uploadDir } from './upload.js';
+import { at, fromErrno, isLink, O_CLOEXEC, openParent, ToolError } from './walk.js';
 
-const { O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_DIRECTORY, O_NOFOLLOW } = constants;
-const O_CLOEXEC = 0o2000000; // Linux; not in fs.constants
+const { O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW, O_NONBLOCK } = constants;
 
 /** Waits 1 ms (a non-blocking stdin or stdout that is not ready: never a busy loop). */
 const pause = () => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
-
-class ToolError extends Error {
-  constructor(
-    readonly code: string,
-    message: string,
-    readonly details: Record<string, unknown> = {},
-  ) {
-    super(message);
-  }
-}
-
-/** The path of NAME inside the directory open at fd: resolving it never follows a link above NAME. */
-const at = (dirFd: number, name: string) => `/proc/self/fd/${dirFd}/${name}`;
-
-/** Maps an errno of an open/rename of `what` to a tool error code. */
-function fromErrno(err: NodeJS.ErrnoException, what: string): ToolError {
-  const errno = err.code ?? 'EIO';
-  switch (errno) {
-    case 'ENOENT':
-      return new ToolError('NOT_FOUND', `${what} does not exist`, { errno });
-    case 'ENOTDIR':
-      return new ToolError('NOT_A_DIRECTORY', `${what}: a parent is not a directory`, { errno });
-    case 'ELOOP':
-      return new ToolError('SYMLINK_REFUSED', `${what} is a symbolic link (refused)`, { errno });
-    case 'EISDIR':
-      return new ToolError('IS_A_DIRECTORY', `${what} is a directory`, { errno });
-    case 'EACCES':
-    case 'EPERM':
-    case 'EROFS':
-      return new ToolError('PERMISSION_DENIED', `${what}: ${errno}`, { errno });
-    default:
-      return new ToolError('FILE_ERROR', `${what}: ${err.message}`, { errno });
-  }
-}
-
-/** True when NAME inside dirFd is itself a symbolic link (lstat never follows the last name). */
-function isLink(dirFd: number, name: string): boolean {
-  try {
-    return lstatSync(at(dirFd, name)).isSymbolicLink();
-  } catch {
-    return false;
-  }
-}
-
-/**
- * Opens the parent directory of an absolute path without following any link, and returns its
- * fd and the final name. INVALID_ARGUMENT for a relative path, `..`, or the root itself.
- */
-function openParent(path: string): { dirFd: number; name: string } {
-  if (!path.startsWith('/')) throw new ToolError('INVALID_ARGUMENT', `not an absolute path: ${path}`);
-  const parts = path.split('/').filter((p) => p !== '' && p !== '.');
-  if (parts.includes('..')) throw new ToolError('INVALID_ARGUMENT', `a path with "..": ${path}`);
-  const name = parts.pop();
-  if (name === undefined) throw new ToolError('INVALID_ARGUMENT', `no file name in ${path}`);
-  let dirFd = openSync('/', O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  let walked = '';
-  for (const part of parts) {
-    walked += `/${part}`;
-    let next: number;
-    try {
-      next = openSync(at(dirFd, part), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    } catch (err) {
-      const e = err as NodeJS.ErrnoException;
-      // O_DIRECTORY|O_NOFOLLOW on a link is ENOTDIR or ELOOP: say which it was.
-      const linked = (e.code === 'ENOTDIR' || e.code === 'ELOOP') && isLink(dirFd, part);
-      closeSync(dirFd);
-      if (linked) throw new ToolError('SYMLINK_REFUSED', `${walked} is a symbolic link (refused: files are never written or read through a link)`, { path: walked });
-      if (e.code === 'ENOTDIR') throw new ToolError('NOT_A_DIRECTORY', `${walked} is not a directory`, { path: walked });
-      throw fromErrno(e, walked);
-    }
-    closeSync(dirFd);
-    dirFd = next;
-  }
-  return { dirFd, name };
-}
 
 /** Reads stdin (fd 0) to its end into fd, at most `size + 1` bytes counted; returns the count. Asynchronous (the thread pool's read), so a SIGTERM handler runs meanwhile. */
 async function copyStdin(fd: number, size: number): Promise<number> {
@@ -115,6 +43,7 @@ async function copyStdin(fd: number, size: number): Promise<number> {
 let unfinished: string | null = null;
 for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {
   process.on(sig, () => {
+    if (onSignal(sig)) return; // an upload: it cleans its staging dir, then ends by the signal
     if (unfinished) {
       try {
         unlinkSync(unfinished);
@@ -129,10 +58,22 @@ for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {
   });
 }
 
+/** NOT_A_REGULAR_FILE when NAME inside dirFd is a FIFO, device or socket (lstat: never opened). */
+function refuseSpecial(dirFd: number, name: string, path: string): void {
+  let st;
+  try {
+    st = lstatSync(at(dirFd, name));
+  } catch {
+    return; // absent: it is made
+  }
+  if (!st.isFile() && !st.isDirectory() && !st.isSymbolicLink()) throw new ToolError('NOT_A_REGULAR_FILE', `${path} is a FIFO, device or socket (refused: a write replaces a regular file only)`, { path });
+}
+
 async function writeFile(path: string, mode: number, size: number): Promise<void> {
   const { dirFd, name } = openParent(path);
   try {
     if (isLink(dirFd, name)) throw new ToolError('SYMLINK_REFUSED', `${path} is a symbolic link (refused: a write replaces a file, never follows a link)`, { path });
+    refuseSpecial(dirFd, name, path);
     const tmp = `.${name.slice(0, 200)}.sbx-${randomBytes(6).toString('hex')}.tmp`;
     let fd: number;
     try {
@@ -152,6 +93,7 @@ async function writeFile(path: string, mode: number, size: number): Promise<void
       // The last check before the rename: a link planted at the name since is refused (rename
       // itself would replace the link, never write through it).
       if (isLink(dirFd, name)) throw new ToolError('SYMLINK_REFUSED', `${path} is a symbolic link (refused)`, { path });
+      refuseSpecial(dirFd, name, path);
       try {
         renameSync(at(dirFd, tmp), at(dirFd, name));
       } catch (err) {
@@ -181,7 +123,9 @@ function readFile(path: string): void {
   let fd: number;
   try {
     try {
-      fd = openSync(at(dirFd, name), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      // O_NONBLOCK: an open of a FIFO returns at once (it would block for a writer, with no
+      // signal handler able to run); fstat then refuses it. A regular file's reads ignore it.
+      fd = openSync(at(dirFd, name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       if (e.code === 'ELOOP' || isLink(dirFd, name)) throw new ToolError('SYMLINK_REFUSED', `${path} is a symbolic link (refused: files are never read through a link)`, { path });
@@ -193,7 +137,7 @@ function readFile(path: string): void {
   try {
     const st = fstatSync(fd);
     if (st.isDirectory()) throw new ToolError('IS_A_DIRECTORY', `${path} is a directory`, { path });
-    if (!st.isFile()) throw new ToolError('IS_A_DIRECTORY', `${path} is not a regular file`, { path });
+    if (!st.isFile()) throw new ToolError('NOT_A_REGULAR_FILE', `${path} is not a regular file (a FIFO, device or socket: refused)`, { path });
     const buf = Buffer.allocUnsafe(1024 * 1024);
     for (;;) {
       const n = readSync(fd, buf, 0, buf.length, null);
@@ -226,8 +170,10 @@ async function main(argv: string[]): Promise<void> {
     await writeFile(path, mode, size);
   } else if (verb === 'read' && path) {
     readFile(path);
+  } else if (verb === 'upload' && path) {
+    await uploadDir(path);
   } else {
-    throw new ToolError('INVALID_ARGUMENT', 'usage: file-tool write PATH --mode OCTAL --size BYTES | read PATH');
+    throw new ToolError('INVALID_ARGUMENT', 'usage: file-tool write PATH --mode OCTAL --size BYTES | read PATH | upload DIR');
   }
 }
 

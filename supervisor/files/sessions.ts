@@ -40,9 +40,9 @@ export function readFileLaunch(p: ReadFileParams): LaunchParams {
   return { ...common(p), argv: [process.execPath, fileToolPath(), 'read', p.path] };
 }
 
-/** upload: `tar -x -p -f - -C DIR`, the tar on stdin. */
+/** upload: `node file-tool.js upload DIR`, the tar on stdin (the tool runs `tar -x -p` into a staging dir inside DIR, then merges it: upload.ts). */
 export function uploadLaunch(p: UploadParams): LaunchParams {
-  return { ...common(p), argv: ['tar', '-x', '-p', '-f', '-', '-C', p.dir], stdin: true };
+  return { ...common(p), argv: [process.execPath, fileToolPath(), 'upload', p.dir], stdin: true };
 }
 
 /** download: `tar -c -f - -C DIR .`; the tar is its stdout. */

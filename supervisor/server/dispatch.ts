@@ -85,7 +85,7 @@ export async function dispatch(ctx: ServeContext, conn: Connection, raw: unknown
       }
       conn.helloDone = true;
       const { instance, generation } = supervisor.ctx.identity;
-      await conn.send({ id, result: { version, server: `sandbox-supervisor/${VERSION}`, instance, generation } });
+      await conn.send({ id, result: { version, server: `sandbox-supervisor/${VERSION}`, instance, generation, max_frame_bytes: supervisor.config.ipc.maxFrameBytes } });
       return;
     }
     if (frame.method === 'hello') throw new SupervisorError('INVALID_ARGUMENT', 'hello was already exchanged on this connection');

@@ -1,6 +1,6 @@
 // Files over the transport, as sessions (docs/FILES.md), against a real daemon: a 100 MB file
 // byte-exact both ways, a tree with odd names, modes and symlinks through upload + download,
-// writes through planted links refused, the size limit and the stream quota as errors, the
+// writes through planted links refused (write_file and upload), FIFOs and devices refused, small frames, the size limit and the stream quota as errors, the
 // file sessions in a task's receipt and in the workspace's changes, and the user option.
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { download, readFile, upload, writeFile } from '../../ipc/files.js';
-import { sha256, TestDaemon } from '../helpers/daemon.js';
+import { sha256, TestDaemon, until } from '../helpers/daemon.js';
 import { WorkspaceRig } from '../helpers/workspace.js';
 
 const MiB = 1024 * 1024;
@@ -139,6 +139,37 @@ describe('writeFile and readFile', () => {
     writeFileSync(join(dir, 'fits'), data.subarray(0, MiB));
     expect(sha256(await readFile(target, join(dir, 'fits')))).toBe(sha256(data.subarray(0, MiB)));
   });
+
+  it('a FIFO or device is never opened: read_file and write_file answer NOT_A_REGULAR_FILE at once', async () => {
+    const dir = tempDir('fifo');
+    const fifo = join(dir, 'fifo');
+    expect(spawnSync('mkfifo', [fifo]).status).toBe(0);
+    const target = { socketPath: daemon.socketPath };
+    // timeoutMs: the old open() blocked on the FIFO until the deadline (then SIGKILL).
+    await expect(readFile(target, fifo, { timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'NOT_A_REGULAR_FILE' });
+    await expect(readFile(target, '/dev/null')).rejects.toMatchObject({ code: 'NOT_A_REGULAR_FILE' });
+    await expect(writeFile(target, fifo, Buffer.from('x'), { timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'NOT_A_REGULAR_FILE' });
+    expect(lstatSync(fifo).isFIFO()).toBe(true);
+    expect(readdirSync(dir)).toEqual(['fifo']);
+    await expect(writeFile(target, `${dir}/`, Buffer.from('x'))).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', details: { field: 'path' } });
+  });
+
+  it('a server with ipc.maxFrameBytes under 4 MiB: the hello says it, writeFile and upload size their writes to fit', async () => {
+    const tiny = await new TestDaemon({ config: { ipc: { maxFrameBytes: 256 * 1024 } } }).start();
+    try {
+      const c = await tiny.client();
+      expect(c.hello.max_frame_bytes).toBe(256 * 1024);
+      const dir = tempDir('tinyframe');
+      const data = randomBytes(3 * MiB + 5);
+      await writeFile({ socketPath: tiny.socketPath }, join(dir, 'f'), data);
+      expect(sha256(readFileSync(join(dir, 'f')))).toBe(sha256(data));
+      const remote = tempDir('tinyframe-up');
+      await upload({ socketPath: tiny.socketPath }, dir, remote);
+      expect(sha256(readFileSync(join(remote, 'f')))).toBe(sha256(data));
+    } finally {
+      expect(await tiny.stop()).toEqual({ code: 0, signal: null });
+    }
+  }, 60_000);
 
   it('the user option: the file is made by and owned by that user', async () => {
     const nobody = spawnSync('id', ['-u', 'nobody']).stdout.toString().trim();
@@ -292,7 +323,7 @@ describe('upload and download', () => {
 
     const remote = tempDir('tree-remote');
     const up = await upload({ socketPath: daemon.socketPath }, local, remote);
-    expect(up.receipt.argv).toEqual(['tar', '-x', '-p', '-f', '-', '-C', remote]);
+    expect(up.receipt.argv).toEqual([process.execPath, expect.stringMatching(/dist\/supervisor\/files\/file-tool\.js$/), 'upload', remote]);
     expect(tree(remote)).toEqual(want);
 
     const back = tempDir('tree-back');
@@ -309,10 +340,104 @@ describe('upload and download', () => {
     expect(readdirSync(local)).toEqual([]);
   });
 
-  it('an upload into a missing directory fails with tar\'s message (FILE_ERROR)', async () => {
+  it('an upload into a missing directory is NOT_FOUND (the walk of the file tool)', async () => {
     const local = tempDir('um');
     writeFileSync(join(local, 'a'), 'a');
-    await expect(upload({ socketPath: daemon.socketPath }, local, join(local, 'no', 'such'))).rejects.toMatchObject({ code: 'FILE_ERROR', message: expect.stringContaining('Cannot') });
+    await expect(upload({ socketPath: daemon.socketPath }, local, join(local, 'no', 'such'))).rejects.toMatchObject({ code: 'NOT_FOUND' });
+  });
+
+  /** Runs an upload session with these raw tar bytes on stdin; its receipt and the tool's error line (if any). */
+  async function rawUpload(dir: string, tarBytes: Buffer) {
+    const c = await daemon.client();
+    const s = await c.request('upload', { dir });
+    await c.request('write', { session_id: s.session_id, data: tarBytes, offset: 0, eof: true });
+    const receipt = await c.wait({ session_id: s.session_id });
+    const stderr = (await c.read({ session_id: s.session_id }, 'stderr')).toString().trim().split('\n');
+    let error: Record<string, unknown> | null = null;
+    try {
+      error = JSON.parse(stderr[stderr.length - 1]) as Record<string, unknown>;
+    } catch {
+      // no tool line
+    }
+    return { receipt, error };
+  }
+
+  it('an upload never writes through a link planted in DIR: a directory over a link is SYMLINK_REFUSED, a file replaces the link; no staging dir is left', async () => {
+    const src = tempDir('plant-src');
+    mkdirSync(join(src, 'sub'));
+    writeFileSync(join(src, 'sub', 'planted'), 'evil');
+    // Only the member sub/planted (no entry for sub/): the old tar -x -C DIR opened DIR/sub/planted through the link.
+    const onlyFile = spawnSync('tar', ['-c', '-f', '-', '-C', src, '--no-recursion', 'sub/planted']).stdout;
+    const remote = tempDir('plant-remote');
+    const victim = tempDir('plant-victim');
+    symlinkSync(victim, join(remote, 'sub'));
+    const r = await rawUpload(remote, onlyFile);
+    expect(r.receipt.exit.code).toBe(1);
+    expect(r.error).toMatchObject({ code: 'SYMLINK_REFUSED', path: `${remote}/sub` });
+    expect(readdirSync(victim)).toEqual([]);
+    expect(readdirSync(remote)).toEqual(['sub']); // the link kept, no .sbx-upload-* left
+    // The same through the client (a tree with sub/ a directory).
+    await expect(upload({ socketPath: daemon.socketPath }, src, remote)).rejects.toMatchObject({ code: 'SYMLINK_REFUSED' });
+    expect(readdirSync(victim)).toEqual([]);
+    expect(readdirSync(remote)).toEqual(['sub']);
+    // A file of the archive where DIR has a link: the link is replaced (rename), the victim untouched.
+    const fileSrc = tempDir('plant-file');
+    writeFileSync(join(fileSrc, 'sub'), 'a file now');
+    writeFileSync(join(victim, 'keep'), 'keep');
+    symlinkSync(join(victim, 'keep'), join(remote, 'flink'));
+    writeFileSync(join(fileSrc, 'flink'), 'replaced');
+    await upload({ socketPath: daemon.socketPath }, fileSrc, remote);
+    expect(lstatSync(join(remote, 'sub')).isFile()).toBe(true);
+    expect(readFileSync(join(remote, 'flink'), 'utf8')).toBe('replaced');
+    expect(readFileSync(join(victim, 'keep'), 'utf8')).toBe('keep');
+    expect(readdirSync(remote).sort()).toEqual(['flink', 'sub']);
+    // What held still holds: a symlink then a file through it, absolute names, "..".
+    const esc = tempDir('plant-esc');
+    symlinkSync(victim, join(esc, 'l'));
+    const src2 = tempDir('plant-src2');
+    mkdirSync(join(src2, 'l'));
+    writeFileSync(join(src2, 'l', 'planted'), 'evil');
+    const linkThen = spawnSync('tar', ['-c', '-f', '-', '-C', esc, 'l', '-C', src2, '--no-recursion', 'l/planted']).stdout; // l -> victim, then l/planted
+    const esc2 = tempDir('plant-remote2');
+    const r2 = await rawUpload(esc2, linkThen);
+    expect(r2.receipt.exit.code).not.toBe(0);
+    expect(readdirSync(victim).sort()).toEqual(['keep']);
+    expect(readdirSync(esc2).filter((n) => n.startsWith('.sbx-upload-'))).toEqual([]);
+    const abs = spawnSync('tar', ['-c', '-P', '-f', '-', join(victim, 'keep')]).stdout;
+    await rawUpload(esc2, abs);
+    expect(readFileSync(join(victim, 'keep'), 'utf8')).toBe('keep');
+    expect(readdirSync(esc2).filter((n) => n.startsWith('.sbx-upload-'))).toEqual([]);
+  });
+
+  it('an upload cancelled while its tar waits on stdin (SIGTERM) leaves no staging dir and merges nothing', async () => {
+    const src = tempDir('cancel-src');
+    writeFileSync(join(src, 'a'), randomBytes(64 * 1024));
+    const whole = spawnSync('tar', ['-c', '-f', '-', '-C', src, '.']).stdout;
+    const remote = tempDir('cancel-remote');
+    const c = await daemon.client();
+    const s = await c.request('upload', { dir: remote });
+    await c.request('write', { session_id: s.session_id, data: whole.subarray(0, 10_000), offset: 0 });
+    // Once the staging dir exists (tar is running), cancel: SIGTERM, then the tool cleans up.
+    await until(() => readdirSync(remote).some((n) => n.startsWith('.sbx-upload-')), 'the staging dir', 10_000);
+    await c.request('cancel', { session_id: s.session_id });
+    const receipt = await c.wait({ session_id: s.session_id });
+    expect(receipt.exit.signal).toBe('SIGTERM');
+    expect(readdirSync(remote)).toEqual([]);
+  });
+
+  it('a download of a FIFO or device is refused (FILE_ERROR, as Python); a socket the remote tar skips is FILE_ERROR naming it', async () => {
+    const remote = tempDir('special');
+    writeFileSync(join(remote, 'a'), 'a');
+    expect(spawnSync('mkfifo', [join(remote, 'fifo')]).status).toBe(0);
+    const local = tempDir('special-local');
+    await expect(download({ socketPath: daemon.socketPath }, remote, local)).rejects.toMatchObject({ code: 'FILE_ERROR', details: { member: './fifo', type: 'fifo' } });
+    expect(readdirSync(local).includes('fifo')).toBe(false);
+    rmSync(join(remote, 'fifo'));
+    const sock = spawnSync('python3', ['-c', `import socket; socket.socket(socket.AF_UNIX).bind(${JSON.stringify(join(remote, 'sock'))})`]);
+    expect(sock.status).toBe(0);
+    const local2 = tempDir('special-local2');
+    await expect(download({ socketPath: daemon.socketPath }, remote, local2)).rejects.toMatchObject({ code: 'FILE_ERROR', details: { skipped: ['./sock'] } });
+    expect(readdirSync(local2)).toEqual([]);
   });
 });
 
@@ -341,7 +466,7 @@ describe('files in a task and a workspace', () => {
     // never in another session's changes.
     const own: Record<string, (p: string) => boolean> = {
       fw: (p) => p === 'out.txt' || /^\.out\.txt\.sbx-[0-9a-f]{12}\.tmp$/.test(p),
-      fu: (p) => p === 'up.txt' || p === '' || p === '.',
+      fu: (p) => p === 'up.txt' || p === '' || p === '.' || /^\.sbx-upload-[0-9a-f]{12}(\/.*)?$/.test(p), // its staging dir too
       fr: () => false,
     };
     let attributedPaths = 0;

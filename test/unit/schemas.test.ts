@@ -25,6 +25,10 @@ describe('ParamsSchemas', () => {
     expect(fails('write_file', { path: '/a' })).toMatchObject({ details: { field: 'size_bytes' } });
     expect(fails('write_file', { path: '/a', size_bytes: 1, mode: 0o10000 })).toMatchObject({ details: { field: 'mode' } });
     expect(fails('read_file', { path: '/a\0b' })).toMatchObject({ details: { field: 'path' } });
+    // A trailing slash names a directory: refused for the one-file methods, not ignored.
+    expect(fails('write_file', { path: '/w/d/', size_bytes: 1 })).toMatchObject({ code: 'INVALID_ARGUMENT', details: { field: 'path' } });
+    expect(fails('read_file', { path: '/w/d/' })).toMatchObject({ code: 'INVALID_ARGUMENT', details: { field: 'path' } });
+    expect(fails('read_file', { path: '/' })).toMatchObject({ code: 'INVALID_ARGUMENT', details: { field: 'path' } });
     expect(fails('upload', { dir: '/d', user: 'a b' })).toMatchObject({ details: { field: 'user' } });
     expect(fails('download', { dir: '/d', argv: ['sh'] })).toMatchObject({ code: 'INVALID_ARGUMENT' });
   });

@@ -54,7 +54,7 @@ class _Wire:
             while frame.get("id") != rid:
                 frame = await wire.next_frame()
             r = P.answer(frame)
-            wire.hello = Hello(version=r["version"], server=r["server"], instance=r["instance"], generation=r["generation"])
+            wire.hello = Hello(version=r["version"], server=r["server"], instance=r["instance"], generation=r["generation"], max_frame_bytes=r.get("max_frame_bytes"))
             return wire
 
         try:

@@ -47,7 +47,7 @@ class _Connection:
         except BaseException:
             self.close(dead=True)
             raise
-        self.hello = Hello(version=r["version"], server=r["server"], instance=r["instance"], generation=r["generation"])
+        self.hello = Hello(version=r["version"], server=r["server"], instance=r["instance"], generation=r["generation"], max_frame_bytes=r.get("max_frame_bytes"))
 
     def send(self, method: str, params: Mapping[str, Any]) -> int:
         rid = self.next_id

@@ -30,6 +30,7 @@ ERROR_CODES: Dict[str, bool] = {
     "NOT_FOUND": False,
     "NOT_A_DIRECTORY": False,
     "IS_A_DIRECTORY": False,
+    "NOT_A_REGULAR_FILE": False,
     "SIZE_MISMATCH": False,
     "PERMISSION_DENIED": False,
     "FILE_ERROR": False,

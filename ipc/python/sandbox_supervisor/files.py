@@ -28,8 +28,26 @@ if TYPE_CHECKING:
     from .aio import AsyncClient
     from .client import Client
 
-#: Most bytes of stdin per write request (the protocol allows 8 MiB).
+#: Most bytes of stdin per write request (the protocol allows 8 MiB); less when the server's frame limit is lower.
 CHUNK_BYTES = 4 * 1024 * 1024
+#: Bytes of a write frame besides its data (id, method, session_id, offset, eof), with room to spare.
+_FRAME_OVERHEAD_BYTES = 4096
+
+
+def chunk_bytes(hello: Any) -> int:
+    """Stdin bytes per write for a server whose hello said max_frame_bytes: at most CHUNK_BYTES, a frame under its limit."""
+    limit = getattr(hello, "max_frame_bytes", None)
+    if not isinstance(limit, int):
+        return CHUNK_BYTES
+    return max(1, min(CHUNK_BYTES, limit - _FRAME_OVERHEAD_BYTES))
+
+
+def _skipped(stderr: bytes, remote_dir: str, session_id: str) -> None:
+    """FILE_ERROR naming the entries the remote tar left out with exit 0 (GNU tar: "socket ignored"): never silently less."""
+    lines = [l.strip() for l in stderr.decode("utf-8", "replace").splitlines() if l.strip().endswith(" ignored")]
+    if lines:
+        entries = [l[len("tar: "):].rsplit(": ", 1)[0] if l.startswith("tar: ") else l for l in lines]
+        raise SupervisorError("FILE_ERROR", f"download {remote_dir}: the remote tar left out {len(lines)} entries (sockets): {'; '.join(lines)[:4096]}; nothing was extracted", {"skipped": entries, "session_id": session_id})
 
 
 def _key(verb: str, key: Optional[str]) -> str:
@@ -170,8 +188,9 @@ class _ChunkReader(io.RawIOBase):
 class _ChunkWriter(io.RawIOBase):
     """A writable file that hands CHUNK_BYTES pieces to send (for tarfile's streamed ``w|``)."""
 
-    def __init__(self, send: Callable[[bytes], None]) -> None:
+    def __init__(self, send: Callable[[bytes], None], size: int = CHUNK_BYTES) -> None:
         self._send = send
+        self._size = size
         self._buf = bytearray()
 
     def writable(self) -> bool:
@@ -179,9 +198,9 @@ class _ChunkWriter(io.RawIOBase):
 
     def write(self, b: Any) -> int:
         self._buf += b
-        while len(self._buf) >= CHUNK_BYTES:
-            self._send(bytes(self._buf[:CHUNK_BYTES]))
-            del self._buf[:CHUNK_BYTES]
+        while len(self._buf) >= self._size:
+            self._send(bytes(self._buf[: self._size]))
+            del self._buf[: self._size]
         return len(b)
 
     def flush_all(self) -> None:
@@ -238,9 +257,17 @@ def write_file(client: "Client", path: str, data: bytes, *, mode: Optional[int] 
     stdin = _Stdin(client, session)
     if session.state != "ended":
         view = memoryview(data)
-        for at in range(0, len(data), CHUNK_BYTES):
-            stdin.send(bytes(view[at : at + CHUNK_BYTES]))
-        stdin.send(b"", eof=True)
+        size = chunk_bytes(client.hello)
+        try:
+            for at in range(0, len(data), size):
+                stdin.send(bytes(view[at : at + size]))
+            stdin.send(b"", eof=True)
+        except BaseException:
+            try:  # no session left waiting on its stdin
+                client.cancel(session)
+            except (OSError, SupervisorError):
+                pass
+            raise
     return _settle(client, session, f"write_file {path}")
 
 
@@ -257,11 +284,12 @@ def read_file(client: "Client", path: str, *, user: Optional[str] = None, key: O
 
 def upload(client: "Client", local_dir: str, remote_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
     """Copies local_dir's tree into remote_dir (which must exist): a tar streamed (tarfile, in
-    4 MiB pieces) into ``tar -x -p -f - -C remote_dir`` on the supervisor's side. Returns the receipt."""
+    pieces sized to the server's frame limit) into the file tool's ``upload remote_dir`` (tar into a staging dir, then
+    merged without following links; docs/FILES.md). Returns the receipt."""
     session = Session.from_wire(client.request("upload", {"dir": remote_dir, **_common("upload", key, task, user, timeout_seconds)}))
     stdin = _Stdin(client, session)
     try:
-        out = _ChunkWriter(stdin.send)
+        out = _ChunkWriter(stdin.send, chunk_bytes(client.hello))
         _write_tar(local_dir, out)
         out.flush_all()
     except BaseException:
@@ -282,6 +310,7 @@ def download(client: "Client", remote_dir: str, local_dir: str, *, user: Optiona
     session = Session.from_wire(client.request("download", {"dir": remote_dir, **_common("download", key, task, user, timeout_seconds)}))
     what = f"download {remote_dir}"
     receipt = _settle(client, session, what)
+    _skipped(client.read(session, "stderr"), remote_dir, receipt["session_id"])
     h = hashlib.sha256()
     size = 0
 
@@ -331,12 +360,21 @@ async def awrite_file(client: "AsyncClient", path: str, data: bytes, *, mode: Op
         params["mode"] = mode
     session = Session.from_wire(await client.request("write_file", params))
 
+    size = chunk_bytes(await client.connect())
+
     async def pieces() -> AsyncIterator[bytes]:
-        for at in range(0, len(data), CHUNK_BYTES):
-            yield data[at : at + CHUNK_BYTES]
+        for at in range(0, len(data), size):
+            yield data[at : at + size]
 
     if session.state != "ended":
-        await _asend(client, session, pieces())
+        try:
+            await _asend(client, session, pieces())
+        except BaseException:
+            try:  # no session left waiting on its stdin
+                await client.cancel(session)
+            except (OSError, SupervisorError):
+                pass
+            raise
     return await _asettle(client, session, f"write_file {path}")
 
 
@@ -356,6 +394,7 @@ _END = object()
 async def aupload(client: "AsyncClient", local_dir: str, remote_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
     """See upload (the tar is made on a thread, handed over through a queue of 4 pieces at most)."""
     session = Session.from_wire(await client.request("upload", {"dir": remote_dir, **_common("upload", key, task, user, timeout_seconds)}))
+    size = chunk_bytes(await client.connect())
     q: "queue.Queue[Any]" = queue.Queue(maxsize=4)
     failure: list = []
     stop = threading.Event()
@@ -371,7 +410,7 @@ async def aupload(client: "AsyncClient", local_dir: str, remote_dir: str, *, use
             raise RuntimeError("upload abandoned")
 
         try:
-            out = _ChunkWriter(put)
+            out = _ChunkWriter(put, size)
             _write_tar(local_dir, out)
             out.flush_all()
         except BaseException as err:  # noqa: BLE001 (handed to the event loop)
@@ -413,6 +452,7 @@ async def adownload(client: "AsyncClient", remote_dir: str, local_dir: str, *, u
     session = Session.from_wire(await client.request("download", {"dir": remote_dir, **_common("download", key, task, user, timeout_seconds)}))
     what = f"download {remote_dir}"
     receipt = await _asettle(client, session, what)
+    _skipped(await client.read(session, "stderr"), remote_dir, receipt["session_id"])
     q: "queue.Queue[Any]" = queue.Queue(maxsize=4)
     h = hashlib.sha256()
     size = 0

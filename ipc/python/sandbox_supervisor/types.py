@@ -84,9 +84,11 @@ class Result:
 
 @dataclass(frozen=True)
 class Hello:
-    """The hello's answer: protocol ``version``, ``server`` version, ``instance`` and ``generation`` of the supervisor."""
+    """The hello's answer: protocol ``version``, ``server`` version, ``instance`` and ``generation`` of the supervisor,
+    and ``max_frame_bytes`` (its ipc.maxFrameBytes, bytes; None from older supervisors)."""
 
     version: int
     server: str
     instance: str
     generation: int
+    max_frame_bytes: Optional[int] = None

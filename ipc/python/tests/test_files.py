@@ -18,7 +18,7 @@ from typing import Dict, Iterator
 import pytest
 
 from daemon import Daemon
-from sandbox_supervisor import AsyncClient, Client, SupervisorError
+from sandbox_supervisor import AsyncClient, Client, InvocationKey, SupervisorError
 from sandbox_supervisor import files as F
 
 MiB = 1024 * 1024
@@ -111,7 +111,7 @@ def test_tree_round_trip(daemon: Daemon, tmp: str):
     assert want["setgid"] == "dir 0o2775" and want["dangling"] == "link does/not/exist"
     with Client(daemon.socket_path) as c:
         up = c.upload(local, remote)
-        assert up["argv"] == ["tar", "-x", "-p", "-f", "-", "-C", remote]
+        assert up["argv"][2:] == ["upload", remote] and up["argv"][1].endswith("dist/supervisor/files/file-tool.js")
         assert tree(remote) == want
         down = c.download(remote, back)
         assert down["argv"] == ["tar", "-c", "-f", "-", "-C", remote, "."]
@@ -222,5 +222,62 @@ def test_quota_and_size_limit(tmp: str):
                 c.read_file(path)
             assert e.value.code == "OUTPUT_QUOTA_EXCEEDED"
             assert (e.value.details["total_bytes"], e.value.details["stored_bytes"], e.value.details["dropped_bytes"]) == (3 * MiB, MiB, 2 * MiB)
+    finally:
+        d.stop()
+
+
+def test_fifo_and_device_refused(daemon: Daemon, tmp: str):
+    fifo = os.path.join(tmp, "fifo")
+    os.mkfifo(fifo)
+    with Client(daemon.socket_path) as c:
+        for call in (lambda: c.read_file(fifo, timeout_seconds=20), lambda: c.read_file("/dev/null"), lambda: c.write_file(fifo, b"x", timeout_seconds=20)):
+            with pytest.raises(SupervisorError) as e:
+                call()
+            assert e.value.code == "NOT_A_REGULAR_FILE", e.value
+        with pytest.raises(SupervisorError) as e:
+            c.read_file(tmp + "/")
+        assert e.value.code == "INVALID_ARGUMENT"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.listdir(tmp) == ["fifo"]
+
+
+def test_download_names_a_skipped_socket(daemon: Daemon, tmp: str):
+    import socket
+
+    remote, local = os.path.join(tmp, "r"), os.path.join(tmp, "l")
+    os.mkdir(remote)
+    os.mkdir(local)
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(os.path.join(remote, "sock"))
+    s.close()
+    with Client(daemon.socket_path) as c:
+        with pytest.raises(SupervisorError) as e:
+            c.download(remote, local)
+    assert e.value.code == "FILE_ERROR" and e.value.details["skipped"] == ["./sock"]
+    assert os.listdir(local) == []
+
+
+def test_small_frames_and_cancel_on_failure(tmp: str, monkeypatch):
+    d = Daemon({"ipc": {"maxFrameBytes": 256 * 1024}})
+    try:
+        d.start()
+        data = os.urandom(3 * MiB + 5)
+        with Client(d.socket_path) as c:
+            assert c.hello.max_frame_bytes == 256 * 1024
+            c.write_file(os.path.join(tmp, "f"), data)
+            assert open(os.path.join(tmp, "f"), "rb").read() == data
+
+            async def run() -> bytes:
+                async with AsyncClient(d.socket_path) as a:
+                    await a.write_file(os.path.join(tmp, "g"), data)
+                    return await a.read_file(os.path.join(tmp, "g"))
+
+            assert asyncio.run(run()) == data
+            # A client that ignores the limit (the old 4 MiB writes): FRAME_TOO_LARGE, and its session is cancelled, not left on stdin.
+            monkeypatch.setattr(F, "chunk_bytes", lambda hello: 4 * MiB)
+            with pytest.raises(SupervisorError):
+                c.write_file(os.path.join(tmp, "h"), data, key="too-big")
+            r = c.wait(InvocationKey("too-big"))
+            assert r["outcome"] in ("cancelled", "killed"), r
+        assert sorted(os.listdir(tmp)) == ["f", "g"]
     finally:
         d.stop()
