@@ -49,6 +49,7 @@ export class StreamDrain extends EventEmitter {
     // false: this stream's write buffers are full (the disk is behind): the next read waits
     // until the log has room (onRoom); the pipe holds what comes meanwhile.
     const store = (data: Buffer): boolean => {
+      this.readBytes += data.length;
       if (this.boundLeftMs !== null) this.readInBoundBytes += data.length;
       if (this.log.append(data, arrivalNowUs())) return true;
       this.holdBound();
@@ -95,6 +96,7 @@ export class StreamDrain extends EventEmitter {
   private readInBoundBytes = 0;
   private heldAtDeathBytes = 0;
   private waitingOnDisk = false;
+  private readBytes = 0;
 
   /**
    * Cuts the drain once it has waited boundMs for the pipe's end (every writer in the
@@ -135,6 +137,16 @@ export class StreamDrain extends EventEmitter {
 
   get cursor(): number {
     return this.log.cursor;
+  }
+
+  /** Bytes read from the fd so far (stored, waiting in the write buffers, or dropped): moves with reads, not with disk writes. */
+  get bytesRead(): number {
+    return this.readBytes;
+  }
+
+  /** Whether reads are paused because this stream's write buffers are full (the disk is behind). */
+  get pausedOnDisk(): boolean {
+    return this.waitingOnDisk;
   }
 
   /** How the drain ended, once its last bytes are stored (the cursor is final); null before. */

@@ -405,16 +405,27 @@ export class LiveSession extends Session {
   /**
    * After every writer of the pty is gone, waits until the master has been quiet for
    * PTY_QUIET_MS (bytes still in flight in the tty layer arrive within that), bounded by the
-   * post-death drain; only then is the slave closed.
+   * post-death drain; only then is the slave closed. Quiet means no byte read from the master
+   * (not: none written to disk, which lags behind a busy threadpool), over an interval the
+   * drain was reading throughout: while it is paused on its own write buffers (the disk is
+   * behind) the master is silent because of us, and that time counts neither as quiet nor
+   * against the bound (as StreamDrain.startBound). Closing the slave with bytes in flight
+   * makes the master read EOF and drop them (pty_hangup).
    */
   private async ptyQuiet(): Promise<void> {
     const drain = this.drains.get('pty');
     if (!drain) return;
-    const giveUpAt = performance.now() + this.ctx.config.drain.postDeathDrainMs;
+    let leftMs = this.ctx.config.drain.postDeathDrainMs;
     for (;;) {
-      const before = drain.cursor;
+      const before = drain.bytesRead;
+      const pausedBefore = drain.pausedOnDisk;
+      const startedAt = performance.now();
       await new Promise((r) => setTimeout(r, PTY_QUIET_MS));
-      if (drain.cursor === before || drain.ended || performance.now() > giveUpAt) return;
+      if (drain.ended) return;
+      if (pausedBefore || drain.pausedOnDisk) continue;
+      if (drain.bytesRead === before) return;
+      leftMs -= performance.now() - startedAt;
+      if (leftMs <= 0) return;
     }
   }
 

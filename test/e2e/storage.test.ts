@@ -269,7 +269,8 @@ describe('a small state dir keeps itself usable (64 MiB tmpfs, default threshold
     const refused = await until(async () => {
       const s = JSON.parse((await daemon.sbx(['status', '--json'])).stdout.toString());
       return s.admission === 'disk_low' ? s : null;
-    }, 'admission to close for disk low');
+      // The flood has to fill the state dir first, each poll is an sbx process: 30 s for a loaded machine.
+    }, 'admission to close for disk low', 30_000);
     expect(refused.admission_reason).toMatch(/^disk low: \d+ bytes free in the state dir, \d+ needed; retention removes the oldest ended sessions' output while less than \d+ is free/);
     expect((await daemon.sbx(['status'])).stdout.toString()).toMatch(/admission\s+disk_low: disk low/);
     const denied = await client.launch({ argv: ['true'], cwd: '/' }).catch((e: unknown) => e);
