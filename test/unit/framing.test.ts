@@ -115,6 +115,9 @@ describe('frames', () => {
       'OUTPUT_REMOVED', // extension (README changelog): appended, never reordered
       'CHECKPOINT_FAILED', // extension (issue 18)
       'TASK_CONFLICT', // extension (issue 19)
+      // extensions (issue 30): the file verbs' errors, and a read past the stream quota
+      'SYMLINK_REFUSED', 'NOT_FOUND', 'NOT_A_DIRECTORY', 'IS_A_DIRECTORY', 'NOT_A_REGULAR_FILE', 'SIZE_MISMATCH', 'PERMISSION_DENIED', 'FILE_ERROR',
+      'OUTPUT_QUOTA_EXCEEDED',
     ]);
     expect(new SupervisorError('CHECKPOINT_FAILED', 'x').retryable).toBe(true);
     expect(new SupervisorError('TASK_CONFLICT', 'x').retryable).toBe(false);
