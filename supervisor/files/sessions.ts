@@ -2,19 +2,54 @@
 // session (argv: the file tool run by this Node, or tar), launched through the normal path, so
 // admission, invocation keys, users, receipts, the workspace clock and task closes cover it.
 // Owns the argv and the size limit; not the launch (Supervisor.launch) nor the bytes (clients).
-import { existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { chmodSync, copyFileSync, existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, parse } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { DownloadParams, LaunchParams, ReadFileParams, UploadParams, WriteFileParams } from '../../ipc/protocol.js';
 import type { Config } from '../config.js';
 
-/** The compiled file tool (dist/supervisor/files/file-tool.js), beside this module once built. */
+/** The tool's modules (node builtins aside, it imports only these, all in its own directory). */
+const TOOL_MODULES = ['file-tool.js', 'walk.js', 'upload.js'];
+let toolPath: string | null = null;
+
+/**
+ * The compiled file tool (dist/supervisor/files/file-tool.js), beside this module once built.
+ * A session with `user` runs it as that user, who must be able to read it: when the checkout
+ * is not readable by others (a 0700 home such as /root/project), the tool's modules are
+ * copied once into a root-owned 0755 directory of the temp dir (files 0644, removed at exit).
+ */
 export function fileToolPath(): string {
+  if (toolPath !== null && existsSync(toolPath)) return toolPath;
   const here = dirname(fileURLToPath(import.meta.url));
   const tried = [join(here, 'file-tool.js'), join(here, '../../dist/supervisor/files/file-tool.js')];
-  for (const p of tried) if (existsSync(p)) return p;
-  throw new SupervisorError('INTERNAL', `the file tool is not built (run npm run build); looked in: ${tried.join(', ')}`);
+  const built = tried.find((p) => existsSync(p));
+  if (built === undefined) throw new SupervisorError('INTERNAL', `the file tool is not built (run npm run build); looked in: ${tried.join(', ')}`);
+  toolPath = readableByAll(built) ? built : publishTool(dirname(built));
+  return toolPath;
+}
+
+/** Whether every user can read path: o+r on it and o+x on each directory above it. */
+function readableByAll(path: string): boolean {
+  if ((statSync(path).mode & 0o004) === 0) return false;
+  for (let dir = dirname(path); ; dir = dirname(dir)) {
+    if ((statSync(dir).mode & 0o001) === 0) return false;
+    if (dir === parse(dir).root) return true;
+  }
+}
+
+/** Copies the tool's modules from builtDir into a fresh 0755 directory (mkdtemp: ours alone); its file-tool.js. */
+function publishTool(builtDir: string): string {
+  const dir = mkdtempSync(join(tmpdir(), 'sandbox-supervisor-file-tool-'));
+  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+  for (const name of TOOL_MODULES) {
+    copyFileSync(join(builtDir, name), join(dir, name));
+    chmodSync(join(dir, name), 0o644);
+  }
+  writeFileSync(join(dir, 'package.json'), '{"type":"module"}\n', { mode: 0o644 });
+  chmodSync(dir, 0o755);
+  return join(dir, 'file-tool.js');
 }
 
 /** Largest write_file size_bytes: files.maxBytes, else drain.quotaBytes; 0: no limit. */

@@ -33,6 +33,9 @@ afterAll(async () => {
   for (const d of temps) rmSync(d, { recursive: true, force: true });
 });
 
+/** The file tool: the build's, or its copy in a 0755 temp dir when the checkout is not readable by others (supervisor/files/sessions.ts). */
+const TOOL = expect.stringMatching(/(\/dist\/supervisor\/files|\/sandbox-supervisor-file-tool-[^/]+)\/file-tool\.js$/);
+
 describe('writeFile and readFile', () => {
   it('a 100 MB file round-trips byte-exact (sha256), with its mode, as honest sessions', async () => {
     const seed = randomBytes(8).toString('hex');
@@ -50,7 +53,7 @@ describe('writeFile and readFile', () => {
     const w = await writeFile({ socketPath: daemon.socketPath }, path, data, { mode: 0o600 });
     const t1 = performance.now();
     expect(w.receipt.exit.code).toBe(0);
-    expect(w.receipt.argv).toEqual([process.execPath, expect.stringMatching(/dist\/supervisor\/files\/file-tool\.js$/), 'write', path, '--mode', '0600', '--size', String(data.length)]);
+    expect(w.receipt.argv).toEqual([process.execPath, TOOL, 'write', path, '--mode', '0600', '--size', String(data.length)]);
     expect(w.invocation_key).toMatch(/^file-write-[0-9a-f]{24}$/);
     expect(sha256(readFileSync(path))).toBe(sha256(data));
     expect(statSync(path).mode & 0o7777).toBe(0o600);
@@ -323,7 +326,7 @@ describe('upload and download', () => {
 
     const remote = tempDir('tree-remote');
     const up = await upload({ socketPath: daemon.socketPath }, local, remote);
-    expect(up.receipt.argv).toEqual([process.execPath, expect.stringMatching(/dist\/supervisor\/files\/file-tool\.js$/), 'upload', remote]);
+    expect(up.receipt.argv).toEqual([process.execPath, TOOL, 'upload', remote]);
     expect(tree(remote)).toEqual(want);
 
     const back = tempDir('tree-back');
