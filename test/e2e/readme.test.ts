@@ -15,7 +15,7 @@ const hasJq = spawnSync('sh', ['-c', 'command -v jq'], { stdio: 'ignore' }).stat
  * The fenced block right after `<!-- test: NAME -->` in README.md: its body (without the fences).
  * Throws when the marker or a block of lang right after it is missing.
  */
-export function markedBlock(readme: string, name: string, lang: string): string {
+function markedBlock(readme: string, name: string, lang: string): string {
   const marker = `<!-- test: ${name} -->\n`;
   const at = readme.indexOf(marker);
   if (at < 0) throw new Error(`README.md has no ${marker.trim()}`);
