@@ -808,7 +808,7 @@ sub('status')
           ['uptime', `${(status.machine.uptime_s / 3600).toFixed(1)} h`],
           ...(status.workspaces ?? []).map((w) => ['workspace', `${w.path} (${w.fs}): ${w.mode}, ${w.health}; ${w.events} events, ${w.unattributed_events} unattributed`]),
           ...(status.checkpoint_store ? [['checkpoints', status.checkpoint_store]] : []),
-          ...(status.remote ? [['remote', `${status.remote} (WebSocket; docs/REMOTE.md)`]] : []),
+          ...(status.remote ? [['remote', `${status.remote} (WebSocket; docs/guide/remote.md)`]] : []),
           ...(status.metrics ? [['metrics', status.metrics.startsWith('/') ? `${status.metrics} (GET /metrics on the socket)` : `http://${status.metrics}/metrics`]] : []),
         ];
         for (const [k, v] of lines) process.stdout.write(`${k.padEnd(10)} ${escapeControls(String(v))}\n`);
@@ -987,7 +987,7 @@ sub('close')
 
 program
   .command('bridge')
-  .description("join stdin/stdout to the supervisor's socket byte for byte, for an exec channel (docker exec -i BOX sbx bridge; docs/REMOTE.md); exits when either side closes")
+  .description("join stdin/stdout to the supervisor's socket byte for byte, for an exec channel (docker exec -i BOX sbx bridge; docs/guide/remote.md); exits when either side closes")
   .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
   .action(async (o: { socket?: string }) => {
     const socketPath = o.socket ?? program.opts<GlobalOptions>().socket ?? defaultSocketPath();

@@ -168,7 +168,7 @@ program
   .option('--config <file>', 'JSON configuration (default: /etc/sandbox-supervisor/config.json if present)')
   .option('--workspace <dir>', 'watch this directory (repeatable; added to workspace.paths)', (dir: string, prev: string[] = []) => [...prev, dir])
   .option('--metrics <addr>', 'serve Prometheus metrics at GET /metrics on HOST:PORT (e.g. 127.0.0.1:9464) or a Unix socket path (overrides metrics.listen)')
-  .option('--listen <addr>', 'also serve the protocol over WebSocket on HOST:PORT (e.g. 127.0.0.1:7443; token auth, docs/REMOTE.md; overrides remote.listen)')
+  .option('--listen <addr>', 'also serve the protocol over WebSocket on HOST:PORT (e.g. 127.0.0.1:7443; token auth, docs/guide/remote.md; overrides remote.listen)')
   .action((opts: { config?: string; workspace?: string[]; metrics?: string; listen?: string }) =>
     serve(opts).catch((err: Error) => {
       process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
