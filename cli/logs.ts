@@ -5,6 +5,7 @@
 // bytes (subscribe, through readOutput) nor the index (read_index), which it only reads.
 // Imports ipc/ only. Formats: RFC 3339 with microseconds, UTC (docker logs -t).
 import { readOutput, ReconnectingClient, type EndpointOptions, type SupervisorClient } from '../ipc/client.js';
+import { isDuration, parseDurationUs } from '../ipc/duration.js';
 import { SupervisorError } from '../ipc/errors.js';
 import type { IndexRecordWire, ReadIndexResult, SessionSelector, StreamName } from '../ipc/protocol.js';
 
@@ -17,9 +18,7 @@ export function formatArrivalUs(atUs: number): string {
   return `${iso.slice(0, -1)}${String(atUs - ms * 1000).padStart(3, '0')}Z`;
 }
 
-const GO_DURATION = /^(?:\d+(?:\.\d+)?(?:us|µs|ms|s|m|h))+$/;
-const DURATION_PART = /(\d+(?:\.\d+)?)(us|µs|ms|s|m|h)/g;
-const UNIT_US: Record<string, number> = { us: 1, µs: 1, ms: 1e3, s: 1e6, m: 60e6, h: 3600e6 };
+const BARE_NUMBER = /^\d+(?:\.\d+)?$/;
 const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?([Zz]|[+-]\d{2}:\d{2})$/;
 
 /**
@@ -30,10 +29,13 @@ const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,
  */
 export function parseTimeUs(text: string, nowUs: number, flag: string): number {
   const t = text.trim();
-  if (GO_DURATION.test(t)) {
-    let us = 0;
-    for (const m of t.matchAll(DURATION_PART)) us += Number(m[1]) * UNIT_US[m[2]!]!;
-    return nowUs - Math.round(us);
+  // A duration with its unit (ipc/duration.ts, the CLI's one syntax): that long ago. A bare number is a Unix time.
+  if (!BARE_NUMBER.test(t) && isDuration(t)) {
+    try {
+      return nowUs - parseDurationUs(t, Infinity);
+    } catch (err) {
+      throw new RangeError(`${flag}: ${(err as Error).message}`);
+    }
   }
   if (/^\d+(?:\.\d{7,})$/.test(t) || /^\d{4}-.*\.\d{7,}/.test(t)) {
     throw new RangeError(`${flag}: ${JSON.stringify(text)} has more than 6 fraction digits: times are to the microsecond (the index's unit), give at most 6`);
