@@ -337,17 +337,17 @@ sub('run')
   .option('--task <task>', 'the task the session belongs to (default: the task "default"); sbx close --task T joins over its sessions')
   .option('--timeout <dur>', 'deadline (0: none), e.g. 30s, 1m30s', duration, 0)
   .option('--grace <dur>', 'TERM→KILL grace, e.g. 10s', duration)
-  .option('--cwd <dir>', 'working directory (default: the current one; with --url, the first watched workspace, else /)')
-  .option('--env <NAME=VALUE>', 'set an environment variable (repeatable)', collectEnv, {})
+  .option('-w, --cwd <dir>', 'working directory (default: the current one; with --url, the first watched workspace, else /)')
+  .option('-e, --env <NAME=VALUE>', 'set an environment variable (repeatable)', collectEnv, {})
   .option('--inherit-env', "add this shell's whole environment")
-  .option('--user <name|uid>', 'run as this user (the supervisor must be root)')
-  .option('--pty', 'give the command a pseudo-terminal (one output stream, "pty")')
+  .option('-u, --user <name|uid>', 'run as this user (the supervisor must be root)')
+  .option('-t, --pty', 'give the command a pseudo-terminal (one output stream, "pty")')
   .option('--cols <n>', 'pty width (default: this terminal\'s, else 80)', positiveInt)
   .option('--rows <n>', 'pty height (default: this terminal\'s, else 24)', positiveInt)
-  .option('--stdin', "stream this CLI's stdin into the session; without it the command's stdin is /dev/null (as docker run without -i): sbx run -- cat returns at once")
+  .option('-i, --stdin', "stream this CLI's stdin into the session; without it the command's stdin is /dev/null (as docker run without -i): sbx run -- cat returns at once")
   .addOption(new Option('--linger <policy>', 'descendants left when the leader exits').choices(['kill', 'wait']).default('kill'))
   .addOption(new Option('--on-disconnect <policy>', 'what a lost connection does to the session').choices(['continue', 'cancel']).default('continue'))
-  .option('--detach', 'print the session id and return at once')
+  .option('-d, --detach', 'print the session id and return at once')
   .option('--receipt <file>', 'write the receipt as JSON to FILE when the session ends')
   .passThroughOptions()
   .action(async (cmd: string[], o: { key?: string; task?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; pty?: boolean; cols?: number; rows?: number; stdin?: boolean; linger: 'kill' | 'wait'; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
@@ -641,11 +641,11 @@ sub('logs')
     return Number(v);
   })
   .addOption(new Option('--stream <name>', 'stream to read (default: stdout, or pty for a pty session); all: stdout and stderr merged in arrival order').choices(['stdout', 'stderr', 'pty', 'all']))
-  .option('--follow', 'keep reading until the stream (every stream) is final')
-  .option('--timestamps', 'prefix each line with the arrival of the read carrying its first byte (RFC 3339, µs, UTC)')
+  .option('-f, --follow', 'keep reading until the stream (every stream) is final')
+  .option('-t, --timestamps', 'prefix each line with the arrival of the read carrying its first byte (RFC 3339, µs, UTC)')
   .option('--since <time>', 'reads arrived at or after TIME: RFC 3339, a Unix time, or a duration ago (10m, 2h)')
   .option('--until <time>', 'reads arrived at or before TIME (as --since)')
-  .option('--tail <n>', 'the last N lines of what is selected (all: every line)')
+  .option('-n, --tail <n>', 'the last N lines of what is selected (all: every line)')
   .action(async (id: string | undefined, o: { key?: string; from?: number; stream?: StreamName | 'all'; follow?: boolean; timestamps?: boolean; since?: string; until?: string; tail?: string }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
@@ -772,11 +772,14 @@ sub('changes')
 
 sub('ps')
   .description('list sessions, as docker ps: STATUS ("exited 3, 2 min ago", "killed by SIGTERM", "running 12 s"), started, duration, user, task; control characters shown escaped; on a terminal rows fit its width, else COMMAND is cut at 40 characters (--no-trunc: nothing is cut)')
-  .option('--all', 'include ended sessions')
+  .option('-a, --all', 'include ended sessions')
+  .option('-q, --quiet', 'only the session ids, one a line (newest first; over --json)')
   .option('--no-trunc', 'do not cut any column')
-  .action(async (o: { all?: boolean; trunc: boolean }) => {
+  .action(async (o: { all?: boolean; quiet?: boolean; trunc: boolean }) => {
     const g = globals(o);
     const { sessions } = await call(g, (c) => c.ps(o.all ?? false));
+    // -q as docker ps -q: the ids alone, for $(sbx ps -q) (over --json, as docker's -q over --format).
+    if (o.quiet) return void process.stdout.write(sessions.map((s) => `${s.session_id}\n`).join(''));
     if (g.json) return printJson(sessions);
     const terminalColumns = process.stdout.isTTY ? process.stdout.columns || 80 : null;
     process.stdout.write(psTable(sessions, { nowMs: Date.now(), terminalColumns, noTrunc: !o.trunc }) + unknownNotes(sessions));
