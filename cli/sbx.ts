@@ -124,6 +124,12 @@ async function call<T>(g: GlobalOptions, fn: (client: SupervisorClient) => Promi
   }
 }
 
+/** The row of this id, else of the one id it is a prefix of (as the supervisor resolves it: its answer decides, this only picks a stream). */
+function byIdOrPrefix<T extends { session_id: string }>(rows: T[], id: string): T | undefined {
+  const prefixed = rows.filter((r) => r.session_id.startsWith(id));
+  return rows.find((r) => r.session_id === id) ?? (prefixed.length === 1 ? prefixed[0] : undefined);
+}
+
 function selector(id: string | undefined, key: string | undefined): SessionSelector {
   if (key !== undefined && id !== undefined) fail('give a session ID or --key, not both');
   if (key !== undefined) return { invocation_key: key };
@@ -499,7 +505,7 @@ function retiredOr(sel: SessionSelector, verb: string): (err: unknown) => never 
 
 sub('cancel')
   .description('end the session: SIGTERM to every process, SIGKILL after the grace')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--grace <dur>', 'TERM→KILL grace (default: the session\'s)', duration)
   .action(async (id: string | undefined, o: { key?: string; grace?: number }) => {
@@ -516,7 +522,7 @@ sub('cancel')
 
 sub('kill')
   .description('send a signal to every process of the session (default SIGKILL, as docker kill)')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--signal <sig>', 'signal name or number', 'SIGKILL')
   .action(async (id: string | undefined, o: { key?: string; signal: string }) => {
@@ -600,7 +606,7 @@ sub('verify')
 
 sub('write')
   .description("write this CLI's stdin to a session started with --stdin")
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--eof', 'then close the session\'s stdin')
   .action(async (id: string | undefined, o: { key?: string; eof?: boolean }) => {
@@ -625,7 +631,7 @@ sub('write')
 
 sub('resize')
   .description("set a pty session's terminal size")
-  .argument('<id>', 'session id')
+  .argument('<id>', 'session id (or a unique prefix of 3+ characters)')
   .argument('<cols>', 'columns', positiveInt)
   .argument('<rows>', 'rows', positiveInt)
   .action(async (id: string, cols: number, rows: number, o: object) => {
@@ -634,7 +640,7 @@ sub('resize')
 
 sub('logs')
   .description('print a stream from a byte cursor, or streams merged in arrival order, timestamped, selected by time or lines')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--from <n>', 'start at byte cursor N (one stream)', (v) => {
     if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v))) throw new InvalidArgumentError('--from takes a non-negative integer');
@@ -673,7 +679,7 @@ sub('logs')
     if (!o.stream || indexed) {
       try {
         const { sessions } = await first.ps(true);
-        const found = sessions.find((s) => (sel.session_id ? s.session_id === sel.session_id : s.invocation_key === sel.invocation_key));
+        const found = sel.session_id ? byIdOrPrefix(sessions, sel.session_id) : sessions.find((s) => s.invocation_key === sel.invocation_key);
         if (found && found.cursors.pty !== undefined && (!o.stream || o.stream === 'all')) streams = ['pty'];
         if (found) admittedAtUs = Date.parse(found.admitted_at) * 1000;
       } catch (err) {
@@ -695,7 +701,7 @@ sub('logs')
 
 sub('resolve')
   .description("end a session stuck unknown on your word: evidence operator_attested (never automatic); or, for an ended session whose receipt says cgroup_escaped, attest that what left its cgroup is ended (complete(task) then counts it, showing your word)")
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--as-operator', 'required: you attest that nothing of the session runs any more')
   .requiredOption('--reason <text>', 'why you know it is over (recorded in the receipt, or for an escape in escape-attested.json and the task receipt)')
@@ -710,7 +716,7 @@ sub('resolve')
 
 sub('wait')
   .description('wait for the receipt, print it, exit with the session status')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);
@@ -733,7 +739,7 @@ sub('wait')
 
 sub('receipt')
   .description('print the receipt of an ended session')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);
@@ -744,7 +750,7 @@ sub('receipt')
 
 sub('changes')
   .description('what a session created, modified, deleted and renamed in the workspaces, in order')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);

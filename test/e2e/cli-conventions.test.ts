@@ -117,3 +117,65 @@ describe('completion offers the short flags', () => {
   });
 });
 
+
+describe('session ids by unique prefix, resolved by the supervisor', () => {
+  /** The shortest prefix (3+ characters) of id that no other id in ids starts with. */
+  const uniquePrefix = (id: string, ids: string[]) => {
+    for (let n = 3; n <= id.length; n++) if (ids.filter((o) => o.startsWith(id.slice(0, n))).length === 1) return id.slice(0, n);
+    throw new Error(`no unique prefix of ${id}`);
+  };
+  const allIds = async () => text(await d.sbx(['ps', '-a', '-q'])).split('\n').filter(Boolean);
+
+  it('every verb taking an id takes a unique prefix: wait, logs, receipt, write, resize, kill, cancel, changes', async () => {
+    const echo = await detached(['-i', '--', 'sh', '-c', 'read x; echo "got $x"']);
+    const pty = await detached(['-t', '--', 'sh', '-c', 'stty size; sleep 60']);
+    const sleeper = await detached(['--', 'sleep', '60']);
+    const ids = await allIds();
+    const [pe, pp, ps] = [uniquePrefix(echo, ids), uniquePrefix(pty, ids), uniquePrefix(sleeper, ids)];
+    expect((await d.sbx(['write', '--eof', pe], { input: 'x\n' })).status).toBe(0);
+    const w = await d.sbx(['wait', pe]);
+    expect(w.status).toBe(0);
+    expect(JSON.parse(text(w)).session_id).toBe(echo);
+    expect(text(await d.sbx(['logs', pe]))).toBe('got x\n');
+    expect(JSON.parse(text(await d.sbx(['receipt', pe]))).session_id).toBe(echo);
+    expect(JSON.parse(text(await d.sbx(['changes', '--json', pe]))).session_id).toBe(echo);
+    // logs of a pty session by prefix still finds its one stream.
+    await until(async () => text(await d.sbx(['logs', pp])).length > 0, 'the pty output');
+    expect((await d.sbx(['resize', pp, '100', '30'])).status).toBe(0);
+    const k = await d.sbx(['kill', '--json', '--signal', 'TERM', ps]);
+    expect([k.status, JSON.parse(text(k)).session_id]).toEqual([0, sleeper]);
+    const c = await d.sbx(['cancel', '--json', pp]);
+    expect([c.status, JSON.parse(text(c)).session_id]).toEqual([0, pty]);
+    // The client library (and so the Python client and sbx --url) gets the same.
+    const client = await d.client();
+    expect((await client.wait({ session_id: ps })).session_id).toBe(sleeper);
+    expect((await client.wait({ session_id: pp })).session_id).toBe(pty);
+    expect((await client.receipt({ session_id: pp })).receipt?.session_id).toBe(pty);
+  });
+
+  it('an ambiguous prefix is INVALID_ARGUMENT listing the matches; too short or none is SESSION_NOT_FOUND', async () => {
+    const a = await detached(['--', 'true']);
+    const b = await detached(['--', 'true']);
+    await d.sbx(['wait', a]);
+    await d.sbx(['wait', b]);
+    let common = 0;
+    while (a[common] === b[common]) common++;
+    const prefix = a.slice(0, common);
+    expect(prefix.length).toBeGreaterThanOrEqual(3); // both are s-<time>-..., made moments apart
+    const matches = (await allIds()).filter((id) => id.startsWith(prefix)).sort();
+    expect(matches).toEqual(expect.arrayContaining([a, b]));
+    const r = await d.sbx(['receipt', prefix]);
+    expect([r.status, text(r), r.stderr.toString()]).toEqual([125, '', `sbx: INVALID_ARGUMENT: session id prefix "${prefix}" is ambiguous: it matches ${matches.slice(0, 10).join(', ')}${matches.length > 10 ? `, ... (${matches.length} in all)` : ''}; give more of the id\n`]);
+    const client = await d.client();
+    const err = await client.receipt({ session_id: prefix }).then(() => null, (e: unknown) => e as { code: string; details: unknown });
+    expect(err?.code).toBe('INVALID_ARGUMENT');
+    expect(err?.details).toEqual({ field: 'session_id', prefix, matches, count: matches.length });
+    // Shorter than 3 characters: only the exact id, so not found; a prefix of nothing: not found.
+    const short = await d.sbx(['receipt', 's-']);
+    expect([short.status, short.stderr.toString()]).toEqual([125, 'sbx: SESSION_NOT_FOUND: no session s-\n']);
+    const none = await d.sbx(['wait', 's-zzzzzzzzz']);
+    expect([none.status, none.stderr.toString()]).toEqual([125, 'sbx: SESSION_NOT_FOUND: no session s-zzzzzzzzz\n']);
+    // The exact id wins even when it is a prefix of nothing else: a full id always resolves.
+    expect(JSON.parse(text(await d.sbx(['receipt', a]))).session_id).toBe(a);
+  });
+});
