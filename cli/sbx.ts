@@ -33,14 +33,14 @@ import { JsonSink, parseTimeUs, RawSink, TailSink, TimestampSink, writeLogs } fr
 import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
-import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
+import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type SessionSummary, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
 import { runBridge } from './bridge.js';
 import { bashCompletion, zshCompletion } from './completion.js';
 import { deprecatedKeyOption, describe, endedAs, escapedLine, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, useSocket } from './explain.js';
 import { clearProgress, Progress } from './progress.js';
 import { escapeControls, warn } from './escape.js';
-import { psTable, unknownNotes } from './ps-format.js';
+import { parsePsFilters, PS_FILTER_KEYS, psNeedsAll, type PsFilters, psTable, selectPsRows, unknownNotes } from './ps-format.js';
 
 // --- What every command shares.
 
@@ -777,13 +777,28 @@ sub('changes')
   });
 
 sub('ps')
-  .description('list sessions, as docker ps: STATUS ("exited 3, 2 min ago", "killed by SIGTERM", "running 12 s"), started, duration, user, task; control characters shown escaped; on a terminal rows fit its width, else COMMAND is cut at 40 characters (--no-trunc: nothing is cut)')
+  .description('list sessions, newest first, as docker ps: STATUS ("exited 3, 2 min ago", "killed by SIGTERM", "running 12 s"), started, duration, user, task; control characters shown escaped; on a terminal rows fit its width, else COMMAND is cut at 40 characters (--no-trunc: nothing is cut)')
   .option('-a, --all', 'include ended sessions')
   .option('-q, --quiet', 'only the session ids, one a line (newest first; over --json)')
+  .option('--task <task>', 'only the sessions of this task (as --filter task=T)')
+  .option('-f, --filter <key=value>', `only the sessions matching (repeatable: one key repeated is OR, keys AND); keys ${PS_FILTER_KEYS.join(', ')}`, (v: string, acc: string[] = []) => [...acc, v])
   .option('--no-trunc', 'do not cut any column')
-  .action(async (o: { all?: boolean; quiet?: boolean; trunc: boolean }) => {
+  .action(async (o: { all?: boolean; quiet?: boolean; task?: string; filter?: string[]; trunc: boolean }) => {
     const g = globals(o);
-    const { sessions } = await call(g, (c) => c.ps(o.all ?? false));
+    let filters: PsFilters;
+    try {
+      filters = parsePsFilters([...(o.filter ?? []), ...(o.task !== undefined ? [`task=${o.task}`] : [])]);
+    } catch (err) {
+      fail(`INVALID_ARGUMENT: ${(err as Error).message}`);
+    }
+    const rows = (await call(g, (c) => c.ps(psNeedsAll(filters, o.all ?? false)))).sessions;
+    let sessions: SessionSummary[];
+    try {
+      // Newest first, as docker ps (by admission: ids sort by it too), the --json output as well.
+      sessions = selectPsRows(rows, filters, o.all ?? false);
+    } catch (err) {
+      fail(`INVALID_ARGUMENT: ${(err as Error).message}`);
+    }
     // -q as docker ps -q: the ids alone, for $(sbx ps -q) (over --json, as docker's -q over --format).
     if (o.quiet) return void process.stdout.write(sessions.map((s) => `${s.session_id}\n`).join(''));
     if (g.json) return printJson(sessions);

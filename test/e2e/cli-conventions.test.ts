@@ -179,3 +179,37 @@ describe('session ids by unique prefix, resolved by the supervisor', () => {
     expect(JSON.parse(text(await d.sbx(['receipt', a]))).session_id).toBe(a);
   });
 });
+
+describe('ps: newest first, --task, --filter', () => {
+  it('lists newest first (table, -q and --json); --task and repeatable --filter select; an unknown key is refused', async () => {
+    const task = `t-${Date.now()}`;
+    const first = await detached(['--task', task, '--', 'true']);
+    await d.sbx(['wait', first]);
+    const second = await detached(['--task', task, '--', 'sh', '-c', 'exit 3']);
+    await d.sbx(['wait', second]);
+    const third = await detached(['--task', task, '--key', `${task}-k`, '--', 'sleep', '60']);
+    const other = await detached(['--', 'sleep', '60']);
+    // Newest first: the ids, the table's rows and --json agree.
+    const q = text(await d.sbx(['ps', '-aq'])).split('\n').filter(Boolean);
+    expect(q.slice(0, 4)).toEqual([other, third, second, first]);
+    const rows = JSON.parse(text(await d.sbx(['ps', '-a', '--json']))) as SessionSummary[];
+    expect(rows.map((r) => r.session_id)).toEqual(q);
+    const admitted = rows.map((r) => Date.parse(r.admitted_at));
+    expect([...admitted].sort((a, b) => b - a)).toEqual(admitted);
+    const table = text(await d.sbx(['ps', '-a'])).split('\n').slice(1, 5).map((l) => l.split(' ')[0]);
+    expect(table).toEqual([other, third, second, first]);
+    // --task T: that task's (running ones without -a).
+    expect(text(await d.sbx(['ps', '-q', '--task', task]))).toBe(`${third}\n`);
+    expect(text(await d.sbx(['ps', '-aq', '--task', task]))).toBe(`${third}\n${second}\n${first}\n`);
+    // --filter: status=exited lists ended ones without -a (docker's); keys AND, one key repeated OR.
+    expect(text(await d.sbx(['ps', '-q', '--task', task, '--filter', 'status=exited']))).toBe(`${second}\n${first}\n`);
+    expect(text(await d.sbx(['ps', '-q', '-f', `task=${task}`, '-f', 'status=running', '-f', 'status=exited']))).toBe(`${third}\n${second}\n${first}\n`);
+    expect(text(await d.sbx(['ps', '-q', '--filter', `key=${task}-k`]))).toBe(`${third}\n`);
+    expect(text(await d.sbx(['ps', '-q', '--filter', `task=${task}`, '--filter', 'outcome=exited']))).toBe(`${second}\n${first}\n`);
+    expect(text(await d.sbx(['ps', '-aq', '--filter', `since=${first}`, '--filter', `before=${other}`]))).toBe(`${third}\n${second}\n`);
+    const bad = await d.sbx(['ps', '--filter', 'name=x']);
+    expect([bad.status, text(bad), bad.stderr.toString()]).toEqual([125, '', 'sbx: INVALID_ARGUMENT: --filter "name=x": unknown key "name" (keys: status, outcome, task, key, id, since, before)\n']);
+    await d.sbx(['kill', third]);
+    await d.sbx(['kill', other]);
+  });
+});
