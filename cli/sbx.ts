@@ -649,7 +649,7 @@ sub('logs')
   .addOption(new Option('--stream <name>', 'stream to read (default: stdout, or pty for a pty session); all: stdout and stderr merged in arrival order').choices(['stdout', 'stderr', 'pty', 'all']))
   .option('-f, --follow', 'keep reading until the stream (every stream) is final')
   .option('-t, --timestamps', 'prefix each line with the arrival of the read carrying its first byte (RFC 3339, µs, UTC)')
-  .option('--since <time>', 'reads arrived at or after TIME: RFC 3339, a Unix time, or a duration ago (10m, 2h)')
+  .option('--since <time>', 'reads arrived at or after TIME: RFC 3339, a local time without a zone (2026-12-03T10:00:00, 2026-12-03 10:00, 2026-12-03; in $TZ), a Unix time, or a duration ago (10m, 1h30m)')
   .option('--until <time>', 'reads arrived at or before TIME (as --since)')
   .option('-n, --tail <n>', 'the last N lines of what is selected (all: every line)')
   .action(async (id: string | undefined, o: { key?: string; from?: number; stream?: StreamName | 'all'; follow?: boolean; timestamps?: boolean; since?: string; until?: string; tail?: string }) => {

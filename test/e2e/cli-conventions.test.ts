@@ -213,3 +213,59 @@ describe('ps: newest first, --task, --filter', () => {
     await d.sbx(['kill', other]);
   });
 });
+
+describe('--since and --until in local time without a zone, as docker', () => {
+  /** µs since the epoch as a wall time without a zone at a fixed offset (minutes east of UTC). */
+  const wall = (us: number, offsetMin: number) => {
+    const ms = Math.floor(us / 1000);
+    return `${new Date(ms + offsetMin * 60_000).toISOString().slice(0, -1)}${String(us - ms * 1000).padStart(3, '0')}`;
+  };
+  /** A zone's offset from UTC at an instant, in minutes east (from Intl's wall-clock parts). */
+  const offsetMinutes = (timeZone: string, ms: number) => {
+    const parts = Object.fromEntries(new Intl.DateTimeFormat('en-US', { timeZone, hourCycle: 'h23', year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit' }).formatToParts(ms).map((p) => [p.type, p.value]));
+    const asUtc = Date.UTC(Number(parts.year), Number(parts.month) - 1, Number(parts.day), Number(parts.hour), Number(parts.minute), Number(parts.second));
+    return Math.round((asUtc - Math.floor(ms / 1000) * 1000) / 60_000);
+  };
+  const usOf = (stamp: string) => {
+    const m = /^(.*)\.(\d{6})Z$/.exec(stamp)!;
+    return Date.parse(`${m[1]}Z`) * 1000 + Number(m[2]);
+  };
+
+  it('reads the time in TZ (set in the environment of sbx); RFC 3339 with a zone, unix seconds and durations still work', async () => {
+    const go = `${d.dir}/go-since`;
+    const id = await detached(['--', 'sh', '-c', `echo before; while [ ! -e ${go} ]; do sleep 0.01; done; echo after`]);
+    await until(async () => text(await d.sbx(['logs', id])) === 'before\n', 'the first line');
+    await d.sbx(['run', '--', 'touch', go]);
+    await d.sbx(['wait', id]);
+    const lines = text(await d.sbx(['logs', '-t', id])).split('\n').filter(Boolean);
+    expect(lines.map((l) => l.split(' ')[1])).toEqual(['before', 'after']);
+    const [t1, t2] = lines.map((l) => usOf(l.split(' ')[0]!));
+    expect(t2! - t1!).toBeGreaterThan(2);
+    const mid = Math.floor((t1! + t2!) / 2);
+    const kolkata = { TZ: 'Asia/Kolkata' }; // +05:30 all year
+    const newYork = { TZ: 'America/New_York' };
+    const nyOffset = offsetMinutes('America/New_York', mid / 1000);
+    const logs = async (args: string[], env: NodeJS.ProcessEnv) => {
+      const r = await d.sbx(['logs', ...args, id], { env });
+      expect([r.status, r.stderr.toString()]).toEqual([0, '']);
+      return text(r);
+    };
+    expect(await logs(['--since', wall(mid, 330)], kolkata)).toBe('after\n');
+    expect(await logs(['--until', wall(mid, 330)], kolkata)).toBe('before\n');
+    // The same wall time read in another zone is another instant: there it is hours away.
+    expect(await logs(['--since', wall(mid, 330)], newYork)).toBe('');
+    expect(await logs(['--since', wall(mid, nyOffset)], newYork)).toBe('after\n');
+    // The space form and minutes only: a minute before t1 (local), and the date alone (local midnight).
+    const minuteBefore = wall(t1! - 60e6, 330).slice(0, 16).replace('T', ' ');
+    expect(await logs(['--since', minuteBefore], kolkata)).toBe('before\nafter\n');
+    expect(await logs(['--since', wall(t1! - 86_400e6, 330).slice(0, 10)], kolkata)).toBe('before\nafter\n');
+    expect(await logs(['--until', wall(t1! - 86_400e6, 330).slice(0, 10)], kolkata)).toBe('');
+    // With a zone, TZ does not matter; unix seconds and a duration ago as before.
+    expect(await logs(['--since', `${wall(mid, 0)}Z`], kolkata)).toBe('after\n');
+    expect(await logs(['--since', `${wall(mid, 330)}+05:30`], newYork)).toBe('after\n');
+    expect(await logs(['--until', `${Math.floor(mid / 1e6)}.${String(mid % 1e6).padStart(6, '0')}`], newYork)).toBe('before\n');
+    expect(await logs(['--since', '1h0m30s'], kolkata)).toBe('before\nafter\n');
+    const bad = await d.sbx(['logs', '--since', '2026-12-03T25:00', id]);
+    expect([bad.status, bad.stderr.toString()]).toEqual([125, 'sbx: INVALID_ARGUMENT: --since: not a time: "2026-12-03T25:00" (use RFC 3339 like 2026-12-01T10:00:00Z, a local time like 2026-12-01T10:00:00, 2026-12-01 10:00 or 2026-12-01, a Unix time in seconds, or a duration ago like 10m, 1h30m)\n']);
+  });
+});
