@@ -3,6 +3,8 @@
 // ids by unique prefix, resolved by the supervisor for every verb; ps newest first, --task and
 // --filter; --since in local time without a zone (TZ set in the child's environment).
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionSummary } from '../../ipc/protocol.js';
 import { SBX_BIN, TestDaemon, until } from '../helpers/daemon.js';
@@ -267,5 +269,32 @@ describe('--since and --until in local time without a zone, as docker', () => {
     expect(await logs(['--since', '1h0m30s'], kolkata)).toBe('before\nafter\n');
     const bad = await d.sbx(['logs', '--since', '2026-12-03T25:00', id]);
     expect([bad.status, bad.stderr.toString()]).toEqual([125, 'sbx: INVALID_ARGUMENT: --since: not a time: "2026-12-03T25:00" (use RFC 3339 like 2026-12-01T10:00:00Z, a local time like 2026-12-01T10:00:00, 2026-12-01 10:00 or 2026-12-01, a Unix time in seconds, or a duration ago like 10m, 1h30m)\n']);
+  });
+});
+
+describe('one duration syntax for every option', () => {
+  it('--timeout, --grace (run, cancel, close) take Go compounds; a bad one is refused before anything is sent', async () => {
+    // 1m30s was refused by --timeout before issue 31; the session's deadline is 90 s.
+    const id = await detached(['--timeout', '1m30s', '--grace', '1s500ms', '--', 'sleep', '60']);
+    const c = await d.sbx(['cancel', '--grace', '250ms', id]);
+    expect([c.status, c.stderr.toString()]).toEqual([0, '']);
+    const receipt = JSON.parse(text(await d.sbx(['wait', id])));
+    expect(receipt).toMatchObject({ session_id: id, outcome: 'cancelled' });
+    // The admission record says what was asked for (docs/reference/state-dir.md).
+    const admission = JSON.parse(readFileSync(join(d.stateDir, 'sessions', id, 'admission.json'), 'utf8'));
+    expect([admission.timeout_ms, admission.grace_ms]).toEqual([90_000, 1500]);
+    const timedOut = await d.sbx(['run', '--timeout', '0.2s', '--grace', '100ms', '--', 'sleep', '60']);
+    expect(timedOut.status).toBe(124);
+    for (const [flag, value, message] of [
+      ['--timeout', '1m30', 'not a duration: "1m30"; the last number needs a unit (use e.g. 500ms, 30s, 1m30s, 1h2m3.5s; a bare number is seconds)'],
+      ['--grace', '-1s', 'not a duration: "-1s" (use e.g. 500ms, 30s, 1m30s, 1h2m3.5s; a bare number is seconds)'],
+      ['--timeout', '1x', 'not a duration: "1x" (use e.g. 500ms, 30s, 1m30s, 1h2m3.5s; a bare number is seconds)'],
+      ['--timeout', '31d', 'duration "31d" is over the limit of 30 days'],
+    ]) {
+      const r = await d.sbx(['run', flag!, value!, '--', 'true']);
+      expect([r.status, text(r), r.stderr.toString()], `${flag} ${value}`).toEqual([125, '', `sbx: INVALID_ARGUMENT: ${message}\n`]);
+    }
+    const close = await d.sbx(['close', '--task', 'no-such-task', '--timeout', '1m']);
+    expect(close.status).toBe(0);
   });
 });
