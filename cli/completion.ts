@@ -1,5 +1,5 @@
 // `sbx completion bash|zsh`: a shell completion script made from commander's command tree
-// (subcommand names, their options, which options take a value and their choices), so it
+// (subcommand names, their options and short forms, which take a value and their choices), so it
 // never lists a command or flag sbx does not have. bash: a `complete -F` function over
 // COMP_WORDS/COMP_CWORD (bash(1) "Programmable Completion"); zsh: a `#compdef` function with
 // `_arguments` (zshcompsys(1)). Nothing here talks to the supervisor.

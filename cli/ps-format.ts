@@ -10,6 +10,7 @@
 // over; a line still too wide is cut); not on a terminal COMMAND alone is cut at
 // PIPE_COMMAND_COLUMNS, as docker cuts COMMAND whether or not stdout is a terminal;
 // `--no-trunc` cuts nothing. The --json output is the supervisor's summaries, not this.
+// Also which rows and in which order (--all, --task, --filter; newest first): selectPsRows.
 import type { SessionSummary } from '../ipc/protocol.js';
 import { displayWidth, escapeControls, truncateToWidth } from './escape.js';
 
