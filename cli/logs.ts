@@ -5,6 +5,7 @@
 // bytes (subscribe, through readOutput) nor the index (read_index), which it only reads.
 // Imports ipc/ only. Formats: RFC 3339 with microseconds, UTC (docker logs -t).
 import { readOutput, ReconnectingClient, type EndpointOptions, type SupervisorClient } from '../ipc/client.js';
+import { isDuration, parseDurationUs } from '../ipc/duration.js';
 import { SupervisorError } from '../ipc/errors.js';
 import type { IndexRecordWire, ReadIndexResult, SessionSelector, StreamName } from '../ipc/protocol.js';
 
@@ -17,23 +18,28 @@ export function formatArrivalUs(atUs: number): string {
   return `${iso.slice(0, -1)}${String(atUs - ms * 1000).padStart(3, '0')}Z`;
 }
 
-const GO_DURATION = /^(?:\d+(?:\.\d+)?(?:us|µs|ms|s|m|h))+$/;
-const DURATION_PART = /(\d+(?:\.\d+)?)(us|µs|ms|s|m|h)/g;
-const UNIT_US: Record<string, number> = { us: 1, µs: 1, ms: 1e3, s: 1e6, m: 60e6, h: 3600e6 };
+/** A local time without a zone, as docker takes it: a date, with hours and minutes, seconds, and a fraction (T, t or a space between). */
+const LOCAL_TIME = /^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?)?$/;
+const BARE_NUMBER = /^\d+(?:\.\d+)?$/;
 const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?([Zz]|[+-]\d{2}:\d{2})$/;
 
 /**
  * A --since/--until value as µs since the epoch, as docker logs takes them: RFC 3339 (Z or
  * an offset up to ±23:59; fractions to the µs: more than 6 digits are refused, any year
- * 0000-9999 as written), a Unix time in seconds (`1764583200.5`), or a duration
- * ago with its unit (`10m`, `2h`, `1h30m`, `500ms`). Throws RangeError naming the input.
+ * 0000-9999 as written), a local time without a zone in this process's zone (TZ):
+ * `2026-12-03T10:00:00[.123456]`, `2026-12-03 10:00`, `2026-12-03` (midnight), a Unix time
+ * in seconds (`1764583200.5`), or a duration ago with its unit (ipc/duration.ts: `10m`,
+ * `1h30m`, `500ms`). Throws RangeError naming the input.
  */
 export function parseTimeUs(text: string, nowUs: number, flag: string): number {
   const t = text.trim();
-  if (GO_DURATION.test(t)) {
-    let us = 0;
-    for (const m of t.matchAll(DURATION_PART)) us += Number(m[1]) * UNIT_US[m[2]!]!;
-    return nowUs - Math.round(us);
+  // A duration with its unit (ipc/duration.ts, the CLI's one syntax): that long ago. A bare number is a Unix time.
+  if (!BARE_NUMBER.test(t) && isDuration(t)) {
+    try {
+      return nowUs - parseDurationUs(t, Infinity);
+    } catch (err) {
+      throw new RangeError(`${flag}: ${(err as Error).message}`);
+    }
   }
   if (/^\d+(?:\.\d{7,})$/.test(t) || /^\d{4}-.*\.\d{7,}/.test(t)) {
     throw new RangeError(`${flag}: ${JSON.stringify(text)} has more than 6 fraction digits: times are to the microsecond (the index's unit), give at most 6`);
@@ -56,7 +62,22 @@ export function parseTimeUs(text: string, nowUs: number, flag: string): number {
       return (ms - offsetMin * 60_000) * 1000 + Number(frac.padEnd(6, '0').slice(0, 6));
     }
   }
-  throw new RangeError(`${flag}: not a time: ${JSON.stringify(text)} (use RFC 3339 like 2026-12-01T10:00:00Z, a Unix time in seconds, or a duration ago like 10m, 2h)`);
+  const local = LOCAL_TIME.exec(t);
+  if (local) {
+    const [, y, mo, d, h = '0', mi = '0', s = '0', frac = ''] = local;
+    // The calendar checked in UTC (no zone moves a day), then read in the local zone (TZ).
+    const check = new Date(0);
+    check.setUTCFullYear(Number(y), Number(mo) - 1, Number(d));
+    if (check.getUTCFullYear() === Number(y) && check.getUTCMonth() === Number(mo) - 1 && check.getUTCDate() === Number(d) && Number(h) < 24 && Number(mi) < 60 && Number(s) < 60) {
+      // setFullYear, not the Date constructor: that reads years 0-99 as 1900-1999. A wall time
+      // a DST change skips is moved forward by the change, one it repeats is its first time.
+      const at = new Date(0);
+      at.setFullYear(Number(y), Number(mo) - 1, Number(d));
+      at.setHours(Number(h), Number(mi), Number(s), 0);
+      return at.getTime() * 1000 + Number(frac.padEnd(6, '0').slice(0, 6));
+    }
+  }
+  throw new RangeError(`${flag}: not a time: ${JSON.stringify(text)} (use RFC 3339 like 2026-12-01T10:00:00Z, a local time like 2026-12-01T10:00:00, 2026-12-01 10:00 or 2026-12-01, a Unix time in seconds, or a duration ago like 10m, 1h30m)`);
 }
 
 /** One piece of output: bytes [cursor, cursor + data.length) of a stream, from a read that arrived at atUs; indexed false: bytes past the index's end (atUs a lower bound). */

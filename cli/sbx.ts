@@ -33,14 +33,14 @@ import { JsonSink, parseTimeUs, RawSink, TailSink, TimestampSink, writeLogs } fr
 import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
-import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
+import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type SessionSummary, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
 import { runBridge } from './bridge.js';
 import { bashCompletion, zshCompletion } from './completion.js';
 import { deprecatedKeyOption, describe, endedAs, escapedLine, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, useSocket } from './explain.js';
 import { clearProgress, Progress } from './progress.js';
 import { escapeControls, warn } from './escape.js';
-import { psTable, unknownNotes } from './ps-format.js';
+import { parsePsFilters, PS_FILTER_KEYS, psNeedsAll, type PsFilters, psTable, selectPsRows, unknownNotes } from './ps-format.js';
 
 // --- What every command shares.
 
@@ -122,6 +122,12 @@ async function call<T>(g: GlobalOptions, fn: (client: SupervisorClient) => Promi
   } finally {
     client.close();
   }
+}
+
+/** The row of this id, else of the one id it is a prefix of (as the supervisor resolves it: its answer decides, this only picks a stream). */
+function byIdOrPrefix<T extends { session_id: string }>(rows: T[], id: string): T | undefined {
+  const prefixed = rows.filter((r) => r.session_id.startsWith(id));
+  return rows.find((r) => r.session_id === id) ?? (prefixed.length === 1 ? prefixed[0] : undefined);
 }
 
 function selector(id: string | undefined, key: string | undefined): SessionSelector {
@@ -335,19 +341,19 @@ sub('run')
   .argument('<cmd...>', 'the command and its arguments')
   .option('--key <key>', 'invocation key (idempotency): a retry returns the existing session')
   .option('--task <task>', 'the task the session belongs to (default: the task "default"); sbx close --task T joins over its sessions')
-  .option('--timeout <dur>', 'deadline (0: none), e.g. 30s', duration, 0)
+  .option('--timeout <dur>', 'deadline (0: none), e.g. 30s, 1m30s', duration, 0)
   .option('--grace <dur>', 'TERM→KILL grace, e.g. 10s', duration)
-  .option('--cwd <dir>', 'working directory (default: the current one; with --url, the first watched workspace, else /)')
-  .option('--env <NAME=VALUE>', 'set an environment variable (repeatable)', collectEnv, {})
+  .option('-w, --cwd <dir>', 'working directory (default: the current one; with --url, the first watched workspace, else /)')
+  .option('-e, --env <NAME=VALUE>', 'set an environment variable (repeatable)', collectEnv, {})
   .option('--inherit-env', "add this shell's whole environment")
-  .option('--user <name|uid>', 'run as this user (the supervisor must be root)')
-  .option('--pty', 'give the command a pseudo-terminal (one output stream, "pty")')
+  .option('-u, --user <name|uid>', 'run as this user (the supervisor must be root)')
+  .option('-t, --pty', 'give the command a pseudo-terminal (one output stream, "pty")')
   .option('--cols <n>', 'pty width (default: this terminal\'s, else 80)', positiveInt)
   .option('--rows <n>', 'pty height (default: this terminal\'s, else 24)', positiveInt)
-  .option('--stdin', "stream this CLI's stdin into the session; without it the command's stdin is /dev/null (as docker run without -i): sbx run -- cat returns at once")
+  .option('-i, --stdin', "stream this CLI's stdin into the session; without it the command's stdin is /dev/null (as docker run without -i): sbx run -- cat returns at once")
   .addOption(new Option('--linger <policy>', 'descendants left when the leader exits').choices(['kill', 'wait']).default('kill'))
   .addOption(new Option('--on-disconnect <policy>', 'what a lost connection does to the session').choices(['continue', 'cancel']).default('continue'))
-  .option('--detach', 'print the session id and return at once')
+  .option('-d, --detach', 'print the session id and return at once')
   .option('--receipt <file>', 'write the receipt as JSON to FILE when the session ends')
   .passThroughOptions()
   .action(async (cmd: string[], o: { key?: string; task?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; pty?: boolean; cols?: number; rows?: number; stdin?: boolean; linger: 'kill' | 'wait'; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
@@ -499,7 +505,7 @@ function retiredOr(sel: SessionSelector, verb: string): (err: unknown) => never 
 
 sub('cancel')
   .description('end the session: SIGTERM to every process, SIGKILL after the grace')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--grace <dur>', 'TERM→KILL grace (default: the session\'s)', duration)
   .action(async (id: string | undefined, o: { key?: string; grace?: number }) => {
@@ -516,7 +522,7 @@ sub('cancel')
 
 sub('kill')
   .description('send a signal to every process of the session (default SIGKILL, as docker kill)')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--signal <sig>', 'signal name or number', 'SIGKILL')
   .action(async (id: string | undefined, o: { key?: string; signal: string }) => {
@@ -600,7 +606,7 @@ sub('verify')
 
 sub('write')
   .description("write this CLI's stdin to a session started with --stdin")
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--eof', 'then close the session\'s stdin')
   .action(async (id: string | undefined, o: { key?: string; eof?: boolean }) => {
@@ -625,7 +631,7 @@ sub('write')
 
 sub('resize')
   .description("set a pty session's terminal size")
-  .argument('<id>', 'session id')
+  .argument('<id>', 'session id (or a unique prefix of 3+ characters)')
   .argument('<cols>', 'columns', positiveInt)
   .argument('<rows>', 'rows', positiveInt)
   .action(async (id: string, cols: number, rows: number, o: object) => {
@@ -634,18 +640,18 @@ sub('resize')
 
 sub('logs')
   .description('print a stream from a byte cursor, or streams merged in arrival order, timestamped, selected by time or lines')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--from <n>', 'start at byte cursor N (one stream)', (v) => {
     if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v))) throw new InvalidArgumentError('--from takes a non-negative integer');
     return Number(v);
   })
   .addOption(new Option('--stream <name>', 'stream to read (default: stdout, or pty for a pty session); all: stdout and stderr merged in arrival order').choices(['stdout', 'stderr', 'pty', 'all']))
-  .option('--follow', 'keep reading until the stream (every stream) is final')
-  .option('--timestamps', 'prefix each line with the arrival of the read carrying its first byte (RFC 3339, µs, UTC)')
-  .option('--since <time>', 'reads arrived at or after TIME: RFC 3339, a Unix time, or a duration ago (10m, 2h)')
+  .option('-f, --follow', 'keep reading until the stream (every stream) is final')
+  .option('-t, --timestamps', 'prefix each line with the arrival of the read carrying its first byte (RFC 3339, µs, UTC)')
+  .option('--since <time>', 'reads arrived at or after TIME: RFC 3339, a local time without a zone (2026-12-03T10:00:00, 2026-12-03 10:00, 2026-12-03; in $TZ), a Unix time, or a duration ago (10m, 1h30m)')
   .option('--until <time>', 'reads arrived at or before TIME (as --since)')
-  .option('--tail <n>', 'the last N lines of what is selected (all: every line)')
+  .option('-n, --tail <n>', 'the last N lines of what is selected (all: every line)')
   .action(async (id: string | undefined, o: { key?: string; from?: number; stream?: StreamName | 'all'; follow?: boolean; timestamps?: boolean; since?: string; until?: string; tail?: string }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
@@ -673,7 +679,7 @@ sub('logs')
     if (!o.stream || indexed) {
       try {
         const { sessions } = await first.ps(true);
-        const found = sessions.find((s) => (sel.session_id ? s.session_id === sel.session_id : s.invocation_key === sel.invocation_key));
+        const found = sel.session_id ? byIdOrPrefix(sessions, sel.session_id) : sessions.find((s) => s.invocation_key === sel.invocation_key);
         if (found && found.cursors.pty !== undefined && (!o.stream || o.stream === 'all')) streams = ['pty'];
         if (found) admittedAtUs = Date.parse(found.admitted_at) * 1000;
       } catch (err) {
@@ -695,7 +701,7 @@ sub('logs')
 
 sub('resolve')
   .description("end a session stuck unknown on your word: evidence operator_attested (never automatic); or, for an ended session whose receipt says cgroup_escaped, attest that what left its cgroup is ended (complete(task) then counts it, showing your word)")
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--as-operator', 'required: you attest that nothing of the session runs any more')
   .requiredOption('--reason <text>', 'why you know it is over (recorded in the receipt, or for an escape in escape-attested.json and the task receipt)')
@@ -710,7 +716,7 @@ sub('resolve')
 
 sub('wait')
   .description('wait for the receipt, print it, exit with the session status')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);
@@ -733,7 +739,7 @@ sub('wait')
 
 sub('receipt')
   .description('print the receipt of an ended session')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);
@@ -744,7 +750,7 @@ sub('receipt')
 
 sub('changes')
   .description('what a session created, modified, deleted and renamed in the workspaces, in order')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);
@@ -771,12 +777,30 @@ sub('changes')
   });
 
 sub('ps')
-  .description('list sessions, as docker ps: STATUS ("exited 3, 2 min ago", "killed by SIGTERM", "running 12 s"), started, duration, user, task; control characters shown escaped; on a terminal rows fit its width, else COMMAND is cut at 40 characters (--no-trunc: nothing is cut)')
-  .option('--all', 'include ended sessions')
+  .description('list sessions, newest first, as docker ps: STATUS ("exited 3, 2 min ago", "killed by SIGTERM", "running 12 s"), started, duration, user, task; control characters shown escaped; on a terminal rows fit its width, else COMMAND is cut at 40 characters (--no-trunc: nothing is cut)')
+  .option('-a, --all', 'include ended sessions')
+  .option('-q, --quiet', 'only the session ids, one a line (newest first; over --json)')
+  .option('--task <task>', 'only the sessions of this task (as --filter task=T)')
+  .option('-f, --filter <key=value>', `only the sessions matching (repeatable: one key repeated is OR, keys AND); keys ${PS_FILTER_KEYS.join(', ')}`, (v: string, acc: string[] = []) => [...acc, v])
   .option('--no-trunc', 'do not cut any column')
-  .action(async (o: { all?: boolean; trunc: boolean }) => {
+  .action(async (o: { all?: boolean; quiet?: boolean; task?: string; filter?: string[]; trunc: boolean }) => {
     const g = globals(o);
-    const { sessions } = await call(g, (c) => c.ps(o.all ?? false));
+    let filters: PsFilters;
+    try {
+      filters = parsePsFilters([...(o.filter ?? []), ...(o.task !== undefined ? [`task=${o.task}`] : [])]);
+    } catch (err) {
+      fail(`INVALID_ARGUMENT: ${(err as Error).message}`);
+    }
+    const rows = (await call(g, (c) => c.ps(psNeedsAll(filters, o.all ?? false)))).sessions;
+    let sessions: SessionSummary[];
+    try {
+      // Newest first, as docker ps (by admission: ids sort by it too), the --json output as well.
+      sessions = selectPsRows(rows, filters, o.all ?? false);
+    } catch (err) {
+      fail(`INVALID_ARGUMENT: ${(err as Error).message}`);
+    }
+    // -q as docker ps -q: the ids alone, for $(sbx ps -q) (over --json, as docker's -q over --format).
+    if (o.quiet) return void process.stdout.write(sessions.map((s) => `${s.session_id}\n`).join(''));
     if (g.json) return printJson(sessions);
     const terminalColumns = process.stdout.isTTY ? process.stdout.columns || 80 : null;
     process.stdout.write(psTable(sessions, { nowMs: Date.now(), terminalColumns, noTrunc: !o.trunc }) + unknownNotes(sessions));
