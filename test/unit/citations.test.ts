@@ -1,10 +1,11 @@
 // Everything the code and the docs cite lives in the repository (issue 31): no file mentions
 // the design notes or product spec that lived beside the checkout (a clone has neither), and
-// every cited docs/… or man/… file exists, with the section or numbered fact it names.
+// every cited docs/… or man/… file exists, with the section or numbered fact it names, and
+// every relative Markdown link resolves.
 // Reads the checkout's files (git ls-files: tracked and untracked, not ignored) as text.
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, statSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
 const ROOT = resolve(import.meta.dirname, '../..');
@@ -61,6 +62,14 @@ function problems(file: string, facts: Set<number>, body = text(file)): string[]
       for (const n of numbers.split(/,\s*|\s+and\s+/).map(Number)) if (!facts.has(n)) found.push(`${file}: cites ${path} ${n}, which has no fact ${n}`);
     }
   }
+  // A Markdown link to a local file ([text](../reference/protocol.md#anchor)): relative to the page.
+  if (file.endsWith('.md')) {
+    for (const m of body.matchAll(/\]\(([^()\s]+?)(?:#[^()\s]*)?\)/g)) {
+      const target = m[1];
+      if (/^[a-z][a-z0-9+.-]*:/i.test(target)) continue; // https:, mailto:
+      if (!existsSync(join(ROOT, dirname(file), target))) found.push(`${file}: links to ${target}, which does not exist`);
+    }
+  }
   return found;
 }
 
@@ -99,5 +108,6 @@ describe('citations', () => {
     expect(problems('x', facts, '(docs/design/facts.md 9, 999)')).toEqual(['x: cites docs/design/facts.md 999, which has no fact 999']);
     expect(problems('x', facts, 'docs/reference/contract.md "No such part"')).toEqual(['x: cites docs/reference/contract.md "No such part", which has no such section or name']);
     expect(problems('x', facts, 'see docs/reference/nothing-here.md.')).toEqual(['x: cites docs/reference/nothing-here.md, which does not exist']);
+    expect(problems('docs/guide/x.md', facts, '[p](../reference/protocol.md#methods), [w](https://x.io/a.md), [n](../reference/nope.md)')).toEqual(['docs/guide/x.md: links to ../reference/nope.md, which does not exist']);
   });
 });
