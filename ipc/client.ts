@@ -262,7 +262,7 @@ export class SupervisorClient {
   }
 
   /**
-   * The per-read index of one stream (docs/STATE.md "index.bin") from cursor `from`
+   * The per-read index of one stream (docs/reference/state-dir.md "index.bin") from cursor `from`
    * (default 0): up to `limit` records (default 4096, at most 65536) `{cursor, length,
    * at_us}` (arrival in µs since the Unix epoch), the first holding byte `from`; `next` to
    * ask from next, `more` when the limit cut the answer, `cursor` the stored bytes, `final`

@@ -1,8 +1,8 @@
-// Stable error codes of the wire protocol (SPEC.md "Error codes"): extend, never rename or reuse.
+// Stable error codes of the wire protocol (docs/reference/contract.md "Error codes"): extend, never rename or reuse.
 // Owns the closed code table and the one error class both sides use; not the transport.
 // Modelled on undici lib/core/errors.js: a string `code`, and whether a retry may succeed.
 
-/** code → retryable, exactly the SPEC table. */
+/** code → retryable, exactly the table of docs/reference/contract.md "Error codes". */
 export const ERROR_CODES = {
   INVALID_ARGUMENT: false,
   UNSUPPORTED_VERSION: false,
@@ -12,7 +12,7 @@ export const ERROR_CODES = {
   KEY_CONFLICT: false,
   CURSOR_OUT_OF_RANGE: false,
   /**
-   * Reserved (SPEC table; a code is never reused): a spawn that fails is a fact of the session,
+   * Reserved (docs/reference/contract.md "Error codes"; a code is never reused): a spawn that fails is a fact of the session,
    * which was admitted and whose key is taken, so it is reported in its receipt (outcome
    * spawn_failed, spawn_error with the stage and errno), never as a refused launch.
    */

@@ -1,6 +1,6 @@
 // The method table: each method's params (derived from its zod schema, schemas.ts) and its
 // result, so the client's request() and the server's handlers are typed from one source.
-// Types only (no code): see ipc/PROTOCOL.md for what each method does.
+// Types only (no code): see docs/reference/protocol.md for what each method does.
 import type {
   ChangesResult,
   CheckpointResult,

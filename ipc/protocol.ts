@@ -1,8 +1,8 @@
 // The wire protocol shared by the daemon and every client (sbx, the client library).
-// Owns the version range, the shapes of results, events and the receipt (SPEC.md
+// Owns the version range, the shapes of results, events and the receipt (docs/reference/contract.md
 // "Receipt"); params are derived from their zod schemas (schemas.ts), and methods.ts names
 // each method's params and result. Not transport (framing.ts). Documented for humans in
-// ipc/PROTOCOL.md. Only types come from schemas.ts here: importing this module loads no zod.
+// docs/reference/protocol.md. Only types come from schemas.ts here: importing this module loads no zod.
 import type { z } from 'zod';
 import type { ParamsSchemas } from './schemas.js';
 
@@ -109,7 +109,7 @@ export interface SubscribeResult {
   from: number;
   cursor: number;
 }
-/** read_index: a stream's per-read index from a cursor (PROTOCOL.md "read_index"). */
+/** read_index: a stream's per-read index from a cursor (docs/reference/protocol.md "read_index"). */
 export type ReadIndexParams = ParamsFor<'read_index'>;
 /** One read of a stream: bytes [cursor, cursor + length), arrived at at_us (µs since the Unix epoch, the supervisor's clock). */
 export interface IndexRecordWire {
@@ -272,11 +272,11 @@ export interface ChangesResult {
   }[];
 }
 
-/** Why a workspace entry cannot vouch for the events (SPEC "Workspaces"): then `scan` stands in. */
+/** Why a workspace entry cannot vouch for the events (docs/reference/contract.md "Workspaces, checkpoints and tasks"): then `scan` stands in. */
 export type WorkspaceGap = 'unsupported' | 'overflow' | 'listener_restart' | 'barrier_timeout';
 
 /**
- * A receipt's evidence for one workspace (SPEC "Receipt", "Workspaces"). terminal_mutation:
+ * A receipt's evidence for one workspace (docs/reference/contract.md "Receipt", "Workspaces"). terminal_mutation:
  * the sequence of the barrier written after the session's cgroup emptied, every event of the
  * session is before it, attributed or not; null with a gap.
  */
@@ -318,7 +318,7 @@ export interface StreamOutput {
   chunks: ChunkDigest[];
 }
 
-/** The receipt (SPEC.md "Receipt"): signed (Ed25519 over its JCS encoding without `signature`). */
+/** The receipt (docs/reference/contract.md "Receipt"): signed (Ed25519 over its JCS encoding without `signature`). */
 export interface Receipt {
   version: 1;
   session_id: string;
@@ -468,7 +468,7 @@ export interface TaskObligation {
   workspace?: string;
 }
 
-/** The conditions of complete(task) (SPEC.md "Workspaces, checkpoints and tasks"), each true or false. */
+/** The conditions of complete(task) (docs/reference/contract.md "Workspaces, checkpoints and tasks"), each true or false. */
 export interface TaskConditions {
   sealed: boolean;
   sessions_settled: boolean;

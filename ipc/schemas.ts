@@ -4,7 +4,7 @@
 // durations bounded to 30 days), sizes, no NUL in argv or env; a bad field becomes
 // INVALID_ARGUMENT naming it. argv has no count or length cap of its own: the frame
 // (ipc.maxFrameBytes) bounds it and the kernel decides (execve(2) E2BIG, at exec). Clients
-// import only types from here (no zod at run time: sbx starts faster, DESIGN.md 17).
+// import only types from here (no zod at run time: sbx starts faster, docs/design/facts.md 17).
 import { z } from 'zod';
 import { SupervisorError } from './errors.js';
 import { MAX_DURATION_MS } from './duration.js';

@@ -409,7 +409,7 @@ export class Supervisor {
       },
       this.ctx,
     );
-    // Admission record, then key record, both durable, then spawn (DESIGN.md 9).
+    // Admission record, then key record, both durable, then spawn (docs/design/facts.md 9).
     let keyStep = false;
     try {
       session.admit();

@@ -2,7 +2,7 @@
 // (RFC 8785 JCS), its id (SHA-256 of those bytes), the scan digest, the published record, and
 // the checks any reader makes of them (id, JCS round trip, signature, digest, counts). Owns the
 // format; not the scan (capture-worker.ts), the store (store.ts) or the restore (restore.ts).
-// Signature as a receipt's (SPEC "Receipt"): Ed25519 over the JCS of all but `signature`.
+// Signature as a receipt's (docs/reference/contract.md "Receipt"): Ed25519 over the JCS of all but `signature`.
 import { createHash } from 'node:crypto';
 import { isUtf8 } from 'node:buffer';
 import type { Receipt } from '../../ipc/protocol.js';

@@ -1,4 +1,4 @@
-// A real systemd 252 booted as PID 1 in systemd-nspawn (the recipe of DESIGN.md, "Testing the
+// A real systemd 252 booted as PID 1 in systemd-nspawn (the recipe of docs/design/facts.md, "Testing the
 // systemd unit for real"), shared by test/nspawn.test.ts, test/nspawn-remote.test.ts and the
 // peer bench: the host root bind-mounted privately and booted with --volatile=overlay from a
 // fresh child cgroup of the cgroup2 mount, this checkout bound read-only and installed as the

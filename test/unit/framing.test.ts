@@ -106,7 +106,7 @@ describe('frames', () => {
     expect(out).toEqual([{}, { a: 1 }, { b: 2 }]); // fixmap, map16, map32
   });
 
-  it('errors carry the SPEC codes and retryability', () => {
+  it('errors carry the documented codes and retryability', () => {
     expect(new SupervisorError('LIMIT_EXCEEDED', 'x').retryable).toBe(true);
     expect(new SupervisorError('KEY_CONFLICT', 'x').retryable).toBe(false);
     expect(Object.keys(ERROR_CODES)).toEqual([

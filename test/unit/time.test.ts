@@ -3,7 +3,7 @@ import { isDuration, MAX_DURATION_MS, parseDurationMs, parseDurationUs } from '.
 import { MAX_TIMER_STEP_MS, setDeadline } from '../../supervisor/timers.js';
 
 describe('durations', () => {
-  it('parses the SPEC forms', () => {
+  it('parses the documented forms', () => {
     expect(parseDurationMs('500ms')).toBe(500);
     expect(parseDurationMs('30s')).toBe(30_000);
     expect(parseDurationMs('5m')).toBe(300_000);

@@ -1,4 +1,4 @@
-"""Python client of sandbox-supervisor (ipc/PROTOCOL.md): a blocking ``Client`` and an asyncio
+"""Python client of sandbox-supervisor (docs/reference/protocol.md): a blocking ``Client`` and an asyncio
 ``AsyncClient`` over the supervisor's Unix socket, a WebSocket URL with a token, or a command's
 stdin/stdout (``sbx bridge`` through ``docker exec -i``, ``ssh``), sharing framing, types and errors, and
 ``verify_receipt`` (Ed25519 over RFC 8785 JCS, offline; needs ``cryptography``).

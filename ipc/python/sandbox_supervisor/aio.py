@@ -1,6 +1,6 @@
 """The asyncio client: the same methods as Client (client.py), as coroutines, over the same
 endpoints (the Unix socket, a WebSocket URL, a command: aio_transport.py) and deadlines. Requests on one
-connection run concurrently (answers matched by id, as ipc/PROTOCOL.md allows); each
+connection run concurrently (answers matched by id, as docs/reference/protocol.md allows); each
 ``read_output`` reads on a connection of its own, pulled, so a reader that does not iterate
 holds the supervisor off. After a drop it reconnects for up to ``reconnect_seconds`` and resends;
 ``read_output`` resumes from the next byte not yet yielded. Same framing, types and errors.

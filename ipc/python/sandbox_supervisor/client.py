@@ -154,7 +154,7 @@ class Client(EndpointClient):
     the CA to trust); ``command`` (argv spawned for each connection, its stdin/stdout the
     transport, e.g. ``["docker", "exec", "-i", "box", "sbx", "bridge"]``; killed by pid and
     reaped on close). None given: ``$SBX_URL`` (with ``$SBX_TOKEN``/``$SBX_TOKEN_FILE``), else
-    ``$SBX_SOCKET`` or SPEC's path. ``reconnect_seconds``: after a drop, how long to keep trying
+    ``$SBX_SOCKET`` or the default path. ``reconnect_seconds``: after a drop, how long to keep trying
     to reach the supervisor again. Deadlines: ``connect_timeout_seconds`` for connect + hello;
     while a call is pending a ``ping`` every ``keepalive_seconds``, and no byte for
     ``silence_seconds`` closes the transport (TransportDead, a TimeoutError) and reconnects.
@@ -220,7 +220,7 @@ class Client(EndpointClient):
         return self._conn
 
     def request(self, method: str, params: Optional[Mapping[str, Any]] = None, *, resend: bool = True) -> Any:
-        """Sends one request and returns its result (ipc/PROTOCOL.md names every method).
+        """Sends one request and returns its result (docs/reference/protocol.md names every method).
 
         After a dropped connection the request is sent again on a new one when ``resend``
         (every method here is safe to resend but ``kill``), pausing between attempts, for up

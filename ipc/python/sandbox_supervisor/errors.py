@@ -1,4 +1,4 @@
-"""Stable error codes of the wire protocol (SPEC.md "Error codes", ipc/errors.ts) and the one
+"""Stable error codes of the wire protocol (docs/reference/contract.md "Error codes", ipc/errors.ts) and the one
 error class every answer's error becomes. Owns the code table as Python sees it; not the
 transport: a connection that fails raises the socket's own ``OSError`` (``ConnectionError``,
 ``FileNotFoundError``), as the TypeScript client does.

@@ -1,14 +1,14 @@
 """The client's shapes, shared by Client and AsyncClient: what launch and run return, a chunk of
 output, and how a session is named. Wire records (receipts, ps rows, status, changes, checkpoint
 and close results) stay plain dicts exactly as the supervisor sent them (ipc/protocol.ts,
-ipc/PROTOCOL.md), so a receipt keeps every field its signature covers.
+docs/reference/protocol.md), so a receipt keeps every field its signature covers.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Union
 
-#: A receipt (SPEC.md "Receipt"), as decoded from msgpack: str keys, ints, str, bools, None, lists, dicts.
+#: A receipt (docs/reference/contract.md "Receipt"), as decoded from msgpack: str keys, ints, str, bools, None, lists, dicts.
 Receipt = Dict[str, Any]
 
 
