@@ -3,9 +3,9 @@
 // bytes; it never owns a process, so killing sbx never kills a command (unless it was
 // launched with --on-disconnect cancel: the supervisor then cancels it). A launch carries an
 // invocation key (sbx makes one when none is given), so a drop before the answer is resent.
-// Exit statuses follow sh, timeout(1) and docker run (SPEC.md): the command's code, 128+N for
+// Exit statuses follow sh, timeout(1) and docker run (docs/reference/exit-statuses.md): the command's code, 128+N for
 // a signal, 124 for the deadline, 125 when the supervisor or the request failed. Imports ipc/
-// only, never supervisor/, and no zod (types only): it starts fast (DESIGN.md 17).
+// only, never supervisor/, and no zod (types only): it starts fast (docs/design/facts.md 17).
 // The `sbx` bin is its launcher (sbx-launcher.sh), which starts this module from a V8 startup
 // snapshot with everything loaded (scripts/build/sbx-snapshot.mjs; `main` runs on
 // deserialization), else as a script. Either way keep side effects out of the top level: what
@@ -59,7 +59,7 @@ interface GlobalOptions {
 
 /**
  * Where every command talks to the supervisor: --socket, or --url with --token-file (else
- * $SBX_URL with $SBX_TOKEN / $SBX_TOKEN_FILE, else $SBX_SOCKET or the SPEC path). --socket
+ * $SBX_URL with $SBX_TOKEN / $SBX_TOKEN_FILE, else $SBX_SOCKET or the default path). --socket
  * with --url, or --token-file without a URL, is refused (125) before anything is sent.
  */
 function endpointOf(g: GlobalOptions): EndpointOptions {
@@ -304,11 +304,11 @@ function printJson(value: unknown): void {
   process.stdout.write(JSON.stringify(value, null, 2) + '\n');
 }
 
-/** A subcommand that also takes --socket and --json (SPEC: all subcommands do). */
+/** A subcommand that also takes --socket and --json (docs/reference/contract.md "sbx": all subcommands do). */
 function sub(name: string): Command {
   return program
     .command(name)
-    .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
+    .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the default path)')
     .option('--url <url>', 'the remote listener of a supervisor, ws://HOST:PORT or wss://HOST:PORT (default: $SBX_URL)')
     .option('--token-file <file>', 'its bearer token (default: $SBX_TOKEN_FILE, or the token in $SBX_TOKEN)')
     .option('--json', 'machine-readable output');
@@ -327,7 +327,7 @@ const program: Command = new Command()
   .name('sbx')
   .description('Launch commands through sandbox-supervisor and read their output and receipts.')
   .version(VERSION)
-  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
+  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the default path)')
   .option('--url <url>', 'the remote listener of a supervisor, ws://HOST:PORT or wss://HOST:PORT (default: $SBX_URL; token: --token-file, $SBX_TOKEN_FILE or $SBX_TOKEN)')
   .option('--token-file <file>', 'the bearer token of --url (default: $SBX_TOKEN_FILE, or the token in $SBX_TOKEN)')
   .option('--json', 'machine-readable output')
@@ -490,7 +490,7 @@ sub('run')
 
 /**
  * kill/cancel of a session retention removed: it has ended, as one not removed (exit 1, the
- * README's exit table), not a session that never was (SESSION_NOT_FOUND, 125).
+ * docs/reference/exit-statuses.md), not a session that never was (SESSION_NOT_FOUND, 125).
  */
 function retiredOr(sel: SessionSelector, verb: string): (err: unknown) => never {
   return (err) => {
@@ -549,7 +549,7 @@ sub('verify')
   .action(async (file: string, o: { publicKey?: string; key?: string; stateDir?: string; store?: string; json?: boolean }) => {
     const g = globals(o);
     const key = publicKeyFile('verify', o);
-    // Loaded here only: run, the common case, starts faster without it (DESIGN.md 17).
+    // Loaded here only: run, the common case, starts faster without it (docs/design/facts.md 17).
     const { verifyCloseSessions, verifyCloseTasks, verifySignature, verifyStoredOutput } = await import('../ipc/verify.js');
     let receipt: Receipt;
     let bytes: Buffer | null = null;
@@ -896,7 +896,7 @@ sub('restore')
   .description('materialise a published checkpoint into an empty or new directory, byte for byte, then compare it with the manifest (reads the store directly: works with the supervisor stopped; exit 1 when it differs)')
   .argument('<checkpoint>', 'checkpoint id (or a unique prefix of 8+ hex digits)')
   .argument('<dir>', 'an empty or new directory')
-  .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the SPEC path)')
+  .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the default path)')
   .option('--store <dir|s3://bucket/prefix>', 'another store (S3: endpoint and credentials from AWS_* environment variables)')
   .option('--public-key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
   .addOption(deprecatedKeyOption())
@@ -912,7 +912,7 @@ sub('restore')
 sub('checkpoints')
   .description('list the published checkpoints in the store whose manifest and record verify, oldest first (reads the store directly)')
   .option('--workspace <dir>', 'only those of this workspace')
-  .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the SPEC path)')
+  .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the default path)')
   .option('--store <dir|s3://bucket/prefix>', 'another store')
   .option('--public-key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir): only what verifies is listed')
   .addOption(deprecatedKeyOption())
@@ -1012,7 +1012,7 @@ sub('close')
 program
   .command('bridge')
   .description("join stdin/stdout to the supervisor's socket byte for byte, for an exec channel (docker exec -i BOX sbx bridge; docs/guide/remote.md); exits when either side closes")
-  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
+  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the default path)')
   .action(async (o: { socket?: string }) => {
     const socketPath = o.socket ?? program.opts<GlobalOptions>().socket ?? defaultSocketPath();
     process.exit(await runBridge(socketPath, warn));

@@ -187,7 +187,7 @@ export class SupervisorClient {
 
   /**
    * Takes a checkpoint of a workspace directory (absolute) and resolves once it is published:
-   * its manifest and every object read back and re-hashed (README "Checkpoints"). Errors:
+   * its manifest and every object read back and re-hashed (docs/guide/checkpoints.md "Checkpoints"). Errors:
    * INVALID_ARGUMENT (no such directory, holds the state dir), CHECKPOINT_FAILED (details.stage).
    */
   checkpoint(params: { workspace: string; task?: string }): Promise<CheckpointResult> {
@@ -232,7 +232,7 @@ export class SupervisorClient {
   }
 
   /**
-   * `close --task` (README "Tasks: complete(task)"): seals the task, settles its sessions
+   * `close --task` (docs/guide/tasks.md "Tasks: complete(task)"): seals the task, settles its sessions
    * (terminating the rest after timeout_ms, cause close), checkpoints each workspace and
    * returns the signed task receipt: `complete`, its `conditions`, and the `obligations`
    * that name what is missing. A complete receipt is final (returned unchanged). The

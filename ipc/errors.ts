@@ -37,7 +37,7 @@ export const ERROR_CODES = {
    */
   TASK_CONFLICT: false,
   /**
-   * Extension (files, docs/FILES.md): the file tool refused a path with a symbolic link in it
+   * Extension (files, docs/guide/files.md): the file tool refused a path with a symbolic link in it
    * (a parent directory or the final name); nothing was written or read.
    */
   SYMLINK_REFUSED: false,

@@ -68,7 +68,7 @@ export interface Methods {
   resolve: { params: ParamsFor<'resolve'>; result: Receipt };
   changes: { params: SessionSelector; result: ChangesResult };
   checkpoint: { params: ParamsFor<'checkpoint'>; result: CheckpointResult };
-  /** Files as sessions (docs/FILES.md): each launches its session and answers as launch does. */
+  /** Files as sessions (docs/guide/files.md): each launches its session and answers as launch does. */
   write_file: { params: ParamsFor<'write_file'>; result: LaunchResult };
   read_file: { params: ParamsFor<'read_file'>; result: LaunchResult };
   upload: { params: ParamsFor<'upload'>; result: LaunchResult };

@@ -88,7 +88,7 @@ export interface LaunchResult {
 }
 
 /**
- * The file methods (docs/FILES.md), each a session: write_file {path, mode?, size_bytes} (stdin:
+ * The file methods (docs/guide/files.md), each a session: write_file {path, mode?, size_bytes} (stdin:
  * exactly size_bytes, written with `write`), read_file {path} (the bytes on stdout), upload {dir}
  * (a tar on stdin), download {dir} (a tar on stdout); all take key (the invocation key), task and
  * user, and answer a LaunchResult.
@@ -198,7 +198,7 @@ export interface StatusResult {
   socket: string;
   state_dir: string;
   cgroup: string | null;
-  /** The cgroup escape watch (README "Receipts and the trust model"): on, or off and why (receipts then say escape_watch unavailable). */
+  /** The cgroup escape watch (docs/guide/receipts.md "Receipts and the trust model"): on, or off and why (receipts then say escape_watch unavailable). */
   escape_watch?: { on: boolean; reason: string | null };
   /** The public key receipts are signed with (also <state>/receipt-key.pub). */
   receipt_key: { key_id: string; public_key_pem: string; path: string };
@@ -219,7 +219,7 @@ export interface StatusResult {
   checkpoint_store?: string;
   /** Where the Prometheus endpoint listens (`HOST:PORT` with the port bound, or a socket path); absent when metrics are off. */
   metrics?: string;
-  /** The WebSocket listener's URL (`ws://HOST:PORT/` or `wss://`, the port bound); absent when it is off (docs/REMOTE.md). */
+  /** The WebSocket listener's URL (`ws://HOST:PORT/` or `wss://`, the port bound); absent when it is off (docs/guide/remote.md). */
   remote?: string;
 }
 
@@ -560,7 +560,7 @@ export interface TaskReceipt {
 
 /**
  * `checkpoint`: a checkpoint published (its manifest and every object read back and re-hashed
- * first; README "Checkpoints"). The manifest itself is in the store, named by checkpoint_id.
+ * first; docs/guide/checkpoints.md "Checkpoints"). The manifest itself is in the store, named by checkpoint_id.
  */
 export interface CheckpointResult {
   /** Hex SHA-256 of the manifest's canonical bytes (RFC 8785). */

@@ -21,7 +21,7 @@ const absPath = noNul('path').pipe(z.string().min(1).max(4096).refine((p) => p.s
 /** The path of one file (write_file, read_file): absolute, and not ending in "/" (a trailing slash names a directory). */
 const filePath = absPath.pipe(z.string().refine((p) => !p.endsWith('/'), 'a file path (no trailing "/")'));
 const userName = z.string().min(1).max(256).regex(/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/, 'a user name or a numeric uid');
-/** What every file method takes besides its path (docs/FILES.md): the invocation key, task, user and deadline (timeout_ms, 0: none) of its session. */
+/** What every file method takes besides its path (docs/guide/files.md): the invocation key, task, user and deadline (timeout_ms, 0: none) of its session. */
 const fileSession = { key: key.optional(), task: key.optional(), user: userName.optional(), timeout_ms: durationMs.optional() };
 
 const selector = {

@@ -41,7 +41,7 @@ const ConfigSchema = z
       })
       .strict()
       .prefault({}),
-    /** The file methods (docs/FILES.md). */
+    /** The file methods (docs/guide/files.md). */
     files: z
       .object({
         /** Largest write_file size_bytes (LIMIT_EXCEEDED {limit: "file_bytes"} up front); unset: drain.quotaBytes; 0: no limit. */
@@ -116,7 +116,7 @@ const ConfigSchema = z
       })
       .transform((ipc) => ({ ...ipc, maxPendingFrameBytes: ipc.maxPendingFrameBytes ?? Math.max(256 * MiB, ipc.maxFrameBytes + 4) }))
       .prefault({}),
-    /** The workspace clock (README "Workspaces"): the directories watched, and its bounds. */
+    /** The workspace clock (docs/guide/workspaces.md "Workspaces"): the directories watched, and its bounds. */
     workspace: z
       .object({
         /** Absolute directories; each must exist at start. `serve --workspace DIR` adds to them. */
@@ -134,7 +134,7 @@ const ConfigSchema = z
       })
       .strict()
       .prefault({}),
-    /** Checkpoints (README "Checkpoints"): where they are kept and the bounds of one. */
+    /** Checkpoints (docs/guide/checkpoints.md "Checkpoints"): where they are kept and the bounds of one. */
     checkpoint: z
       .object({
         /** '' (default): <stateDir>/checkpoints; an absolute directory; or s3://bucket/prefix (objects are written locally first, then to S3). */
@@ -159,7 +159,7 @@ const ConfigSchema = z
       })
       .strict()
       .prefault({}),
-    /** The WebSocket listener (docs/REMOTE.md); off unless listen is set. */
+    /** The WebSocket listener (docs/guide/remote.md); off unless listen is set. */
     remote: z
       .object({
         /** HOST:PORT (an IP literal or localhost; 0.0.0.0 written out); `serve --listen ADDR` overrides it. */
@@ -195,7 +195,7 @@ const ConfigSchema = z
         if (problem) ctx.addIssue({ code: 'custom', path: ['insecure'], message: problem });
       })
       .prefault({}),
-    /** The Prometheus endpoint (README "Metrics"); off unless listen is set. */
+    /** The Prometheus endpoint (docs/guide/running.md "Metrics"); off unless listen is set. */
     metrics: z
       .object({
         /** HOST:PORT (an IP literal or localhost; 0.0.0.0 for every interface, written out) or an absolute Unix socket path; `serve --metrics ADDR` overrides it. */

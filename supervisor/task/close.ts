@@ -1,4 +1,4 @@
-// Tasks: their seals, and the close that ends one (README "Tasks: complete(task)"). The close,
+// Tasks: their seals, and the close that ends one (docs/guide/tasks.md "Tasks: complete(task)"). The close,
 // in order: the close record (the workspaces it names; a later close naming others is
 // TASK_CONFLICT), the attempt (resumed when a crash stopped it before its receipt, else the
 // next one), the seal, the settle (the task's sessions end by themselves for up to the

@@ -1,4 +1,4 @@
-// The Prometheus endpoint (README "Metrics"): scraped over real HTTP, on TCP and on a Unix
+// The Prometheus endpoint (docs/guide/running.md "Metrics"): scraped over real HTTP, on TCP and on a Unix
 // socket, checked by promtool, and its counters moved by exactly what real sessions did
 // (launches, receipts by outcome, bytes stored, a refusal, a checkpoint, workspace events,
 // a restart's unknown session and reconciliation). Bad addresses and a port in use stop the

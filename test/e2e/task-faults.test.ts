@@ -1,4 +1,4 @@
-// The task close under fault injection at every boundary (README "Tasks: complete(task)"):
+// The task close under fault injection at every boundary (docs/guide/tasks.md "Tasks: complete(task)"):
 // for each crash point, a real supervisor is SIGKILLed exactly there (SBX_FAULT_POINT,
 // supervisor/fault.ts), started again, and asked to close the task again. Every run must end
 // as an uninterrupted close does: complete, with every condition; each command ran once; one

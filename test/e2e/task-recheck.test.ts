@@ -1,4 +1,4 @@
-// A re-check of the task close (issue 19, README "Tasks: complete(task)") after its first
+// A re-check of the task close (issue 19, docs/guide/tasks.md "Tasks: complete(task)") after its first
 // round of fixes, on a real supervisor: a --timeout past 24.8 days is given (not an overflowed
 // timer's 1 ms); a close of one task never waits for another task's session a restart left to
 // reconciliation; a session retention retires while the close takes its checkpoint is not

@@ -112,7 +112,7 @@ describe('frames', () => {
     expect(Object.keys(ERROR_CODES)).toEqual([
       'INVALID_ARGUMENT', 'UNSUPPORTED_VERSION', 'FRAME_TOO_LARGE', 'UNAUTHORIZED', 'SESSION_NOT_FOUND', 'KEY_CONFLICT',
       'CURSOR_OUT_OF_RANGE', 'SPAWN_FAILED', 'ADMISSION_SEALED', 'ADMISSION_DENIED', 'LIMIT_EXCEEDED', 'SHUTTING_DOWN', 'INTERNAL',
-      'OUTPUT_REMOVED', // extension (README changelog): appended, never reordered
+      'OUTPUT_REMOVED', // extension (CHANGELOG.md): appended, never reordered
       'CHECKPOINT_FAILED', // extension (issue 18)
       'TASK_CONFLICT', // extension (issue 19)
       // extensions (issue 30): the file verbs' errors, and a read past the stream quota

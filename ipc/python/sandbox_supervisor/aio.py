@@ -516,7 +516,7 @@ class AsyncClient(EndpointClient):
             None, lambda: restore_checkpoint(checkpoint_id, directory, state_dir=state_dir, store=store, key_path=key_path, same_owner=same_owner, sbx=sbx)
         )
 
-    # -- files (sandbox_supervisor/files.py, docs/FILES.md) -------------------------------------
+    # -- files (sandbox_supervisor/files.py, docs/guide/files.md) -------------------------------------
 
     async def write_file(self, path: str, data: bytes, *, mode: Optional[int] = None, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
         """See Client.write_file."""

@@ -25,7 +25,7 @@ ERROR_CODES: Dict[str, bool] = {
     "OUTPUT_REMOVED": False,
     "CHECKPOINT_FAILED": True,
     "TASK_CONFLICT": False,
-    # files (docs/FILES.md)
+    # files (docs/guide/files.md)
     "SYMLINK_REFUSED": False,
     "NOT_FOUND": False,
     "NOT_A_DIRECTORY": False,
