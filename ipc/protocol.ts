@@ -195,6 +195,10 @@ export interface StatusResult {
   mode: SupervisorMode;
   boot_id: string;
   pid: number;
+  /** Seconds since the supervisor process started (ms precision); the machine's is machine.uptime_s. */
+  uptime_s: number;
+  /** When the supervisor process started, RFC 3339 UTC. */
+  started_at: string;
   socket: string;
   state_dir: string;
   cgroup: string | null;
@@ -211,7 +215,7 @@ export interface StatusResult {
   sealed: { generation: number; sealed_at: string } | null;
   /** The state dir: bytes its files hold, free space and size of its file system, and the thresholds (config storage.*, scaled to that size when unset). */
   storage: { state_dir_bytes: number; free_bytes: number; total_bytes: number; reserve_bytes: number; min_free_bytes: number; keep_free_bytes: number; admits: boolean };
-  /** The machine, from systeminformation: CPU load (%), memory and uptime. */
+  /** The machine, from systeminformation: CPU load (%), memory, and its uptime since boot (os.uptime(); the supervisor's own is uptime_s). */
   machine: { cpu_load_percent: number | null; mem_total_bytes: number; mem_available_bytes: number; uptime_s: number };
   /** The watched workspaces (config workspace.paths, serve --workspace); [] when none. */
   workspaces: WorkspaceStatus[];
