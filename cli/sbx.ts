@@ -29,7 +29,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient, type EndpointOptions } from '../ipc/client.js';
 import { describeEndpoint, resolveEndpoint } from '../ipc/transport.js';
 import { parseDurationMs } from '../ipc/duration.js';
-import { JsonSink, parseTimeUs, RawSink, TailSink, TimestampSink, writeLogs } from './logs.js';
+import { JsonSink, parseTimeUs, RawSink, SplitSink, TailSink, TimestampSink, writeLogs } from './logs.js';
 import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
@@ -633,14 +633,14 @@ sub('resize')
   });
 
 sub('logs')
-  .description('print a stream from a byte cursor, or streams merged in arrival order, timestamped, selected by time or lines')
+  .description('print stdout (fd 1) and stderr (fd 2) as docker logs, or one stream from a byte cursor, or both merged in arrival order, timestamped, selected by time or lines')
   .argument('[id]', 'session id')
   .option('--key <key>', 'select the session by invocation key')
   .option('--from <n>', 'start at byte cursor N (one stream)', (v) => {
     if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v))) throw new InvalidArgumentError('--from takes a non-negative integer');
     return Number(v);
   })
-  .addOption(new Option('--stream <name>', 'stream to read (default: stdout, or pty for a pty session); all: stdout and stderr merged in arrival order').choices(['stdout', 'stderr', 'pty', 'all']))
+  .addOption(new Option('--stream <name>', 'stream to read (default: stdout to fd 1 and stderr to fd 2, as docker logs; pty for a pty session; with --from, stdout\'s cursor); all: stdout and stderr merged in arrival order on stdout').choices(['stdout', 'stderr', 'pty', 'all']))
   .option('--follow', 'keep reading until the stream (every stream) is final')
   .option('--timestamps', 'prefix each line with the arrival of the read carrying its first byte (RFC 3339, µs, UTC)')
   .option('--since <time>', 'reads arrived at or after TIME: RFC 3339, a Unix time, or a duration ago (10m, 2h)')
@@ -649,6 +649,9 @@ sub('logs')
   .action(async (id: string | undefined, o: { key?: string; from?: number; stream?: StreamName | 'all'; follow?: boolean; timestamps?: boolean; since?: string; until?: string; tail?: string }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
+    // No --stream: both streams, each to its own fd (docker logs); --from is one stream's
+    // cursor, so with it (and no --stream) stdout alone, as before.
+    const split = o.stream === undefined && o.from === undefined;
     const indexed = o.stream === 'all' || o.timestamps || g.json || o.since !== undefined || o.until !== undefined || o.tail !== undefined;
     if (o.stream === 'all' && o.from !== undefined) fail('INVALID_ARGUMENT: --from is a cursor of one stream; --stream all merges two (select by time with --since/--until, or by lines with --tail)');
     let tailLines: number | undefined;
@@ -668,7 +671,7 @@ sub('logs')
     const sinceUs = time(o.since, '--since');
     const untilUs = time(o.until, '--until');
     const first = await connect(g); // a clear message now if no supervisor is there
-    let streams: StreamName[] = o.stream === 'all' ? ['stdout', 'stderr'] : [o.stream ?? 'stdout'];
+    let streams: StreamName[] = o.stream === 'all' || split ? ['stdout', 'stderr'] : [o.stream ?? 'stdout'];
     let admittedAtUs = 0;
     if (!o.stream || indexed) {
       try {
@@ -684,8 +687,15 @@ sub('logs')
     try {
       // A follow waits for a supervisor that went away: one line says so at once, as run's does.
       const reconnecting = reconnectingLine(where(g));
-      if (!indexed) return await pipeOutput(g, sel, streams[0]!, process.stdout, o.from ?? 0, o.follow ?? false, reconnecting);
-      const out = g.json ? new JsonSink(process.stdout) : o.timestamps ? new TimestampSink(process.stdout) : new RawSink(process.stdout);
+      if (!indexed) {
+        // Without --stream each stream to its fd (no merge to keep: two fds), as sbx run
+        // streams them; one selected stream (--stream stderr too) is printed on stdout.
+        const outs = streams.map((s) => pipeOutput(g, sel, s, split && s === 'stderr' ? process.stderr : process.stdout, o.from ?? 0, o.follow ?? false, reconnecting));
+        return void (await Promise.all(outs));
+      }
+      const sinkTo = (out: NodeJS.WriteStream) => (g.json ? new JsonSink(out) : o.timestamps ? new TimestampSink(out) : new RawSink(out));
+      // --json: one record stream (each names its stream) on stdout; else stderr's bytes to fd 2.
+      const out = split && !g.json && streams.length === 2 ? new SplitSink({ stderr: sinkTo(process.stderr) }, sinkTo(process.stdout)) : sinkTo(process.stdout);
       const sink = tailLines === undefined ? out : new TailSink(tailLines, out);
       await writeLogs({ ...endpointOf(g), selector: sel, streams, from: o.from, follow: o.follow ?? false, sinceUs, untilUs, noRecordAtUs: admittedAtUs, onReconnecting: reconnecting }, sink);
     } catch (err) {

@@ -36,3 +36,29 @@ describe('sbx status', () => {
     expect(text).toMatch(/^uptime {5}\d+ s \(since \d{4}-\d\d-\d\dT[^;]+; machine up [\d.]+ (s|min|h|days)\)$/m);
   });
 });
+
+describe('sbx logs ID on its own', () => {
+  it('shows stdout on fd 1 and stderr on fd 2, byte-exact (as docker logs); --stream still selects one', async () => {
+    const r = await daemon.sbx(['run', '--', 'sh', '-c', 'printf "out \\001\\377\\n"; printf "err one\\n" >&2; printf "out two"; printf "err two" >&2']);
+    expect(r.status).toBe(0);
+    const id = JSON.parse((await daemon.sbx(['ps', '--all', '--json'])).stdout.toString())[0].session_id as string;
+    const both = await daemon.sbx(['logs', id]);
+    expect(both.status).toBe(0);
+    expect(both.stdout.equals(Buffer.from('out \x01\xff\nout two', 'latin1'))).toBe(true);
+    expect(both.stderr.toString()).toBe('err one\nerr two');
+    // Through the index (--tail, --timestamps): still each stream to its own fd.
+    const tail = await daemon.sbx(['logs', id, '--tail', 'all']);
+    expect([tail.stdout.equals(both.stdout), tail.stderr.toString()]).toEqual([true, 'err one\nerr two']);
+    const stamped = await daemon.sbx(['logs', id, '--timestamps']);
+    expect(stamped.stdout.toString('latin1')).toMatch(/^\S+Z out \x01\xff\n\S+Z out two$/);
+    expect(stamped.stderr.toString()).toMatch(/^\S+Z err one\n\S+Z err two$/);
+    const out = await daemon.sbx(['logs', id, '--stream', 'stdout']);
+    expect([out.stdout.equals(both.stdout), out.stderr.length]).toEqual([true, 0]);
+    // One stream selected is printed on stdout, stderr's too (a selection, as before).
+    const err = await daemon.sbx(['logs', id, '--stream', 'stderr']);
+    expect([err.stdout.toString(), err.stderr.length]).toEqual(['err one\nerr two', 0]);
+    // --from is one stream's cursor: without --stream, stdout's (as before).
+    const from = await daemon.sbx(['logs', id, '--from', '7']);
+    expect([from.stdout.toString(), from.stderr.length]).toEqual(['out two', 0]);
+  });
+});

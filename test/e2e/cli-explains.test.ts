@@ -253,7 +253,7 @@ describe('sbx logs --follow across a supervisor restart', () => {
     try {
       const c = await d.client();
       await c.launch({ argv: ['sh', '-c', 'echo a; echo b >&2; sleep 60'], cwd: '/', invocation_key: 'lf', grace_ms: 100 });
-      const one = background(d, ['logs', '--key', 'lf', '--follow']);
+      const one = background(d, ['logs', '--key', 'lf', '--stream', 'stdout', '--follow']);
       const all = background(d, ['logs', '--key', 'lf', '--stream', 'all', '--follow']);
       await until(() => one.stdout() === 'a\n' && all.stdout().length === 4, 'both followers to have the bytes');
       await d.kill9();
