@@ -266,7 +266,12 @@ async function unlessPending(client: SupervisorClient, launched: LaunchResult, s
  * of `sbx run`, before the launch is answered (else one sent meanwhile killed sbx and never
  * reached the session): they wait, then go to the session once `to` names it. While the
  * launch waits to be sent again (no supervisor answers), a signal ends sbx with 128+N, saying so.
+ * A session still running IGNORED_SIGINT_MS after the first SIGINT is said (once, on stderr)
+ * to ignore it, with what ends it.
  */
+/** How long after the first Ctrl-C of sbx run a session still running is said to ignore SIGINT. */
+const IGNORED_SIGINT_MS = 2000;
+
 function takeSignals(): { to: (conn: ReconnectingClient, sessionId: string) => void } {
   let target: { conn: ReconnectingClient; sessionId: string } | null = null;
   const waiting: NodeJS.Signals[] = [];
@@ -284,6 +289,13 @@ function takeSignals(): { to: (conn: ReconnectingClient, sessionId: string) => v
       process.exit(130);
     }
     conn.current?.request('kill', { session_id: sessionId, signal }).catch(() => {});
+    // A command that ignores (or handles and outlives) SIGINT: said once, what ends it.
+    if (signal === 'SIGINT' && interrupts === 1) {
+      setTimeout(() => {
+        if (attachedSession !== sessionId) return; // it ended meanwhile
+        warn(`session ${sessionId} is still running ${IGNORED_SIGINT_MS / 1000} s after SIGINT: the command ignores it. Ctrl-C again detaches (the session goes on: sbx wait ${sessionId}); sbx kill ${sessionId} (SIGKILL) or sbx cancel ${sessionId} (SIGTERM, then SIGKILL after the grace) ends it`);
+      }, IGNORED_SIGINT_MS).unref();
+    }
   };
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const) process.on(signal, () => forward(signal));
   return {

@@ -2,11 +2,13 @@
 // (output from a cursor, stdin, exit status, Ctrl-C detaching), sbx logs showing both streams
 // by default, the first Ctrl-C of sbx run on a command that ignores SIGINT, sbx status's
 // uptime being the supervisor's, and close --task naming the sessions it cancelled.
-import { readFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SupervisorClient } from '../../ipc/client.js';
 import type { StatusResult } from '../../ipc/protocol.js';
-import { TestDaemon, until } from '../helpers/daemon.js';
+import { SBX_BIN, TestDaemon, until } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;
 let client: SupervisorClient;
@@ -60,5 +62,40 @@ describe('sbx logs ID on its own', () => {
     // --from is one stream's cursor: without --stream, stdout's (as before).
     const from = await daemon.sbx(['logs', id, '--from', '7']);
     expect([from.stdout.toString(), from.stderr.length]).toEqual(['out two', 0]);
+  });
+});
+
+/** sbx (the bin) in the background, its bytes collected; exited resolves with its status. */
+function background(args: string[], stdin: 'ignore' | 'pipe' = 'ignore') {
+  const child = spawn(SBX_BIN, args, { env: { ...process.env, SBX_SOCKET: daemon.socketPath }, cwd: daemon.dir, stdio: [stdin, 'pipe', 'pipe'] });
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  child.stdout!.on('data', (b: Buffer) => out.push(b));
+  child.stderr!.on('data', (b: Buffer) => err.push(b));
+  const exited = new Promise<number | null>((r) => child.on('exit', (code, signal) => r(code ?? (signal ? -1 : null))));
+  return { child, stdout: () => Buffer.concat(out), stderr: () => Buffer.concat(err).toString(), exited };
+}
+
+describe('the first Ctrl-C of sbx run', () => {
+  it('on a command that ignores SIGINT: forwarded, then said once on stderr with what ends it; the session runs on', async () => {
+    const go = join(daemon.dir, 'go-int');
+    const run = background(['run', '--key', 'int-ignored', '--', 'sh', '-c', `trap "" INT; echo ready; while [ ! -e ${go} ]; do sleep 0.05; done; echo done`]);
+    await until(() => run.stdout().toString() === 'ready\n', 'the command to be ready');
+    run.child.kill('SIGINT');
+    const id = (await client.ps(false)).sessions.find((s) => s.invocation_key === 'int-ignored')!.session_id;
+    const line = `sbx: session ${id} is still running 2 s after SIGINT: the command ignores it. Ctrl-C again detaches (the session goes on: sbx wait ${id}); sbx kill ${id} (SIGKILL) or sbx cancel ${id} (SIGTERM, then SIGKILL after the grace) ends it\n`;
+    await until(() => run.stderr() === line, 'the ignored-SIGINT line', 15_000);
+    writeFileSync(go, '');
+    expect(await run.exited).toBe(0); // it went on and ended by itself
+    expect(run.stdout().toString()).toBe('ready\ndone\n');
+    expect(run.stderr()).toBe(line); // once
+  });
+
+  it('on a command that ends on SIGINT: 130 and nothing said', async () => {
+    const run = background(['run', '--', 'sh', '-c', 'echo ready; exec sleep 30']);
+    await until(() => run.stdout().toString() === 'ready\n', 'the command to be ready');
+    run.child.kill('SIGINT');
+    expect(await run.exited).toBe(130);
+    expect(run.stderr()).toBe('');
   });
 });
