@@ -974,10 +974,13 @@ sub('close')
     const progress = new Progress(task !== null ? `close task ${JSON.stringify(task)}` : 'close --all');
     const client = await connect(g);
     let receipt: TaskReceipt | CloseReceipt;
+    const argvOf = new Map<string, string[]>();
     try {
       if (task !== null) {
         progress.waiting(`its sessions to end, then the checkpoint of ${workspaces.length ? workspaces.join(', ') : 'every watched workspace'} and its read-back`);
         receipt = await client.closeTask({ task, timeout_ms: o.timeout, workspaces: workspaces.length ? workspaces : undefined });
+        // The argv of each session the close cancelled, for the line that names it.
+        if (receipt.settle.terminated_ids?.length) for (const s of (await client.ps(true)).sessions) argvOf.set(s.session_id, s.argv);
       } else {
         progress.waiting(`every session to end and its receipt, then each task's close${workspaces.length ? ` and the scan of ${workspaces.join(', ')}` : ''}`);
         receipt = await client.closeSupervisor({ timeout_ms: o.timeout, workspaces });
@@ -993,6 +996,11 @@ sub('close')
     progress.done();
     printJson(receipt);
     if (receipt.kind === 'task') {
+      // Each running session the close ended (TERM, grace, KILL after --timeout), one a line.
+      for (const id of receipt.settle.terminated_ids ?? []) {
+        const argv = argvOf.get(id);
+        warn(`cancelled session ${id}${argv ? ` (${argv.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replaceAll("'", `'\\''`)}'`)).join(' ')})` : ''}: it was still running after the ${receipt.settle.timeout_ms / 1000} s timeout`);
+      }
       // Vacuously complete: a misspelled task has no sessions either.
       if (receipt.sessions.length === 0) warn(`note: task ${JSON.stringify(task)} has no sessions (complete holds vacuously; is the task name right?)`);
       for (const ob of receipt.obligations) warn(`task ${JSON.stringify(task)} incomplete: ${ob.authority} must settle ${ob.condition}: ${ob.what}`);

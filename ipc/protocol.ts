@@ -428,7 +428,8 @@ export interface CloseReceipt {
   supervisor: { instance: string; generation: number; boot_id: string; mode: string };
   sealed: { generation: number; sealed_at: string };
   closed_at: string;
-  settle: { timeout_ms: number; terminated: number };
+  /** terminated: how many sessions the close ended (TERM, grace, KILL; cause close) after timeout_ms; terminated_ids: which, sorted (absent in receipts written before issue 31). */
+  settle: { timeout_ms: number; terminated: number; terminated_ids?: string[] };
   sessions: CloseSessionEntry[];
   workspaces: WorkspaceScan[];
   /** Each task's verdict: its close (supervisor/task/close.ts) ran as part of this one. */
@@ -548,7 +549,8 @@ export interface TaskReceipt {
   /** The task's seal (its admission stopped for good then); generation and sealed_at null when the seal record cannot be read (the task is sealed; when is not known). */
   sealed: { generation: number | null; sealed_at: string | null } | null;
   closed_at: string;
-  settle: { timeout_ms: number; terminated: number };
+  /** terminated: how many sessions the close ended (TERM, grace, KILL; cause close) after timeout_ms; terminated_ids: which, sorted (absent in receipts written before issue 31). */
+  settle: { timeout_ms: number; terminated: number; terminated_ids?: string[] };
   sessions: TaskSessionEntry[];
   workspaces: string[];
   checkpoints: TaskCheckpointEntry[];

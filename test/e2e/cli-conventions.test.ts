@@ -7,7 +7,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SupervisorClient } from '../../ipc/client.js';
-import type { StatusResult } from '../../ipc/protocol.js';
+import type { StatusResult, TaskReceipt } from '../../ipc/protocol.js';
 import { SBX_BIN, TestDaemon, until } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;
@@ -97,5 +97,29 @@ describe('the first Ctrl-C of sbx run', () => {
     run.child.kill('SIGINT');
     expect(await run.exited).toBe(130);
     expect(run.stderr()).toBe('');
+  });
+});
+
+describe('sbx close --task', () => {
+  it('says on stderr, one line each, which running sessions it cancelled (id, argv), and lists them in settle.terminated_ids', async () => {
+    const running = (await daemon.sbx(['run', '--detach', '--task', 'cancels', '--grace', '100ms', '--', 'sh', '-c', `echo "it's up"; exec sleep 300`])).stdout.toString().trim();
+    const ended = await daemon.sbx(['run', '--task', 'cancels', '--', 'true']);
+    expect(ended.status).toBe(0);
+    await until(async () => (await client.ps(false)).sessions.some((s) => s.session_id === running && s.cursors.stdout === 8), 'the running session to be up');
+    const r = await daemon.sbx(['close', '--task', 'cancels', '--timeout', '200ms']);
+    const receipt = JSON.parse(r.stdout.toString()) as TaskReceipt;
+    expect(receipt.settle).toEqual({ timeout_ms: 200, terminated: 1, terminated_ids: [running] });
+    const lines = r.stderr.toString().split('\n').filter((l) => l.startsWith('sbx: cancelled'));
+    expect(lines).toEqual([`sbx: cancelled session ${running} (sh -c 'echo "it'\\''s up"; exec sleep 300'): it was still running after the 0.2 s timeout`]);
+    const gone = receipt.sessions.find((s) => s.session_id === running)!;
+    expect(gone.exit).toEqual({ code: null, signal: 'SIGTERM' });
+  });
+
+  it('a task whose sessions had all ended: nothing said, terminated_ids empty', async () => {
+    expect((await daemon.sbx(['run', '--task', 'quiet', '--', 'true'])).status).toBe(0);
+    const r = await daemon.sbx(['close', '--task', 'quiet']);
+    expect(r.status).toBe(0);
+    expect((JSON.parse(r.stdout.toString()) as TaskReceipt).settle).toEqual({ timeout_ms: 60_000, terminated: 0, terminated_ids: [] });
+    expect(r.stderr.toString()).not.toContain('cancelled');
   });
 });
