@@ -16,7 +16,8 @@
 // commands, sbx run, what they share, argument bytes) it took 2.5-3 ms longer to load as a
 // script (Node 20's ESM loader, per module and import edge: 70.7 vs 73.6 ms to the first line
 // of `sbx run`, interleaved runs, issue 16; the snapshot loads none); what only explains
-// (explain.ts: messages, ps-format.ts, progress.ts, completion.ts) is apart. Its parts, in order: what every command shares;
+// (explain.ts: messages, ps-format.ts, progress.ts, completion.ts) is apart, and so is
+// sbx attach (attach.ts, with the stdin pump sbx run shares). Its parts, in order: what every command shares;
 // sbx run (resend until answered, stdin at offsets, signals sent on); the commands; the
 // argument and environment bytes.
 import { isUtf8 } from 'node:buffer';
@@ -35,6 +36,7 @@ import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writ
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
 import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
+import { attachCommand, pumpStdin } from './attach.js';
 import { runBridge } from './bridge.js';
 import { bashCompletion, zshCompletion } from './completion.js';
 import { deprecatedKeyOption, describe, endedAs, escapedLine, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, uptimeText, useSocket } from './explain.js';
@@ -161,33 +163,7 @@ function positiveInt(v: string): number {
 
 // --- sbx run: the parts of its action below.
 
-/**
- * Streams this CLI's stdin into the session from stdin offset fromOffset, each write at its
- * offset so a retry after a reconnect delivers every byte exactly once; EOF closes the
- * session's stdin. A terminal on stdin is put in raw mode for a pty session (restored on
- * every exit path).
- */
-async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: boolean, fromOffset: number): Promise<void> {
-  if (pty && process.stdin.isTTY) {
-    process.stdin.setRawMode(true);
-    process.on('exit', () => process.stdin.setRawMode?.(false));
-  }
-  let offset = fromOffset;
-  try {
-    for await (const chunk of process.stdin) {
-      const data = chunk as Buffer;
-      await conn.run((c) => c.request('write', { ...sel, data, offset }));
-      offset += data.length;
-    }
-    await conn.run((c) => c.request('write', { ...sel, data: Buffer.alloc(0), offset, eof: true }));
-  } catch (err) {
-    // The command stopped reading its stdin (`yes | sbx run --stdin -- head -c5`) or ended:
-    // like a writer to a closed pipe, sbx stops feeding it, and says nothing (the shell's
-    // `yes | head -c5` prints nothing either).
-    if (isSupervisorError(err) && err.details?.stdin_closed === true) return;
-    warn(`stdin: ${describe(err)}`);
-  }
-}
+// pumpStdin (stdin at offsets) is attach.ts's: sbx attach forwards stdin the same way.
 
 /** A fresh invocation key in the supervisor's own format: `auto-` and 24 hex digits. */
 function newInvocationKey(): string {
@@ -493,6 +469,12 @@ sub('run')
     }
     process.stdout.write('', () => process.exit());
   });
+
+attachCommand(sub('attach'), {
+  endpoint: (o) => endpointOf(globals(o)),
+  where: (o) => where(globals(o)),
+  fail,
+});
 
 /**
  * kill/cancel of a session retention removed: it has ended, as one not removed (exit 1, the

@@ -123,3 +123,52 @@ describe('sbx close --task', () => {
     expect(r.stderr.toString()).not.toContain('cancelled');
   });
 });
+
+describe('sbx attach', () => {
+  const ps = async (id: string) => (await client.ps(true)).sessions.find((s) => s.session_id === id)!;
+
+  it('follows from where the session is now: later stdout on fd 1, stderr on fd 2, byte-exact; our stdin into its stdin; exits with its code', async () => {
+    const id = (await daemon.sbx(['run', '--detach', '--stdin', '--', 'sh', '-c', 'echo before; echo before-err >&2; read line; printf "got %s\\001\\377\\n" "$line"; printf "err %s" "$line" >&2; exit 3'])).stdout.toString().trim();
+    await until(async () => (await ps(id)).cursors.stdout === 7 && (await ps(id)).cursors.stderr === 11, 'the first lines to be stored');
+    // Our stdin is read only once attach follows (after it took the cursors): the bytes the
+    // session prints after reading it come after the attach point, "before" is not replayed.
+    const a = background(['attach', id], 'pipe');
+    a.child.stdin!.end('hello\n');
+    expect(await a.exited).toBe(3);
+    expect(a.stdout().equals(Buffer.from('got hello\x01\xff\n', 'latin1'))).toBe(true);
+    expect(a.stderr()).toBe('err hello');
+  });
+
+  it('--from-start replays, also a session that ended (its status); an ended session with nothing to replay: 1, said why', async () => {
+    const r = await daemon.sbx(['run', '--', 'sh', '-c', 'printf "one\\n"; printf "two" >&2; kill -TERM $$']);
+    expect(r.status).toBe(143);
+    const id = (await client.ps(true)).sessions.find((s) => s.argv.join(' ').includes('kill -TERM'))!.session_id;
+    const replay = await daemon.sbx(['attach', id, '--from-start']);
+    expect([replay.status, replay.stdout.toString(), replay.stderr.toString()]).toEqual([143, 'one\n', 'two']);
+    const from = await daemon.sbx(['attach', id, '--cursor', '2', '--stderr-cursor', '1']);
+    expect([from.status, from.stdout.toString(), from.stderr.toString()]).toEqual([143, 'e\n', 'wo']);
+    const ended = await daemon.sbx(['attach', id]);
+    expect(ended.status).toBe(1);
+    expect(ended.stdout.length).toBe(0);
+    expect(ended.stderr.toString()).toMatch(new RegExp(`^sbx: session ${id} has ended: .*nothing to attach to \\(sbx logs ${id} shows its output`));
+    const missing = await daemon.sbx(['attach', 's-0-nope']);
+    expect(missing.status).toBe(125);
+    expect(missing.stderr.toString()).toContain('SESSION_NOT_FOUND');
+  });
+
+  it('Ctrl-C detaches: 130, said on stderr, and the session goes on; a deadline while attached exits 124', async () => {
+    const id = (await daemon.sbx(['run', '--detach', '--grace', '100ms', '--', 'sh', '-c', 'while :; do echo tick; sleep 0.1; done'])).stdout.toString().trim();
+    const a = background(['attach', id]);
+    await until(() => a.stdout().toString().includes('tick\n'), 'attach to follow');
+    a.child.kill('SIGINT');
+    expect(await a.exited).toBe(130);
+    expect(a.stderr()).toBe(`sbx: detached from session ${id}; it goes on (sbx attach ${id} follows it again, sbx wait ${id} waits for its status)\n`);
+    expect((await ps(id)).state).toBe('running');
+    expect((await daemon.sbx(['cancel', id])).status).toBe(0);
+
+    const late = (await daemon.sbx(['run', '--detach', '--timeout', '3s', '--', 'sh', '-c', 'echo up; exec sleep 30'])).stdout.toString().trim();
+    const t = background(['attach', late, '--from-start']);
+    expect(await t.exited).toBe(124);
+    expect(t.stdout().toString()).toBe('up\n');
+  });
+});
