@@ -171,4 +171,13 @@ describe('sbx attach', () => {
     expect(await t.exited).toBe(124);
     expect(t.stdout().toString()).toBe('up\n');
   });
+  it('a pty session: its one stream on fd 1, our stdin into the pty', async () => {
+    const id = (await daemon.sbx(['run', '--detach', '--pty', '--stdin', '--', 'sh', '-c', 'stty -echo; echo ready; read line; echo "pty $line"; exit 5'])).stdout.toString().trim();
+    await until(async () => ((await ps(id)).cursors.pty ?? 0) >= 7, 'the pty session to be ready');
+    const a = background(['attach', id], 'pipe');
+    a.child.stdin!.end('hi\n');
+    expect(await a.exited).toBe(5);
+    expect(a.stdout().toString()).toBe('pty hi\r\n'); // the terminal's line discipline: CR LF
+    expect(a.stderr()).toBe('');
+  });
 });
