@@ -16,10 +16,10 @@
 // commands, sbx run, what they share, argument bytes) it took 2.5-3 ms longer to load as a
 // script (Node 20's ESM loader, per module and import edge: 70.7 vs 73.6 ms to the first line
 // of `sbx run`, interleaved runs, issue 16; the snapshot loads none); what only explains
-// (explain.ts: messages, ps-format.ts, progress.ts, completion.ts) is apart, and so is
-// sbx attach (attach.ts, with the stdin pump sbx run shares). Its parts, in order: what every command shares;
-// sbx run (resend until answered, stdin at offsets, signals sent on); the commands; the
-// argument and environment bytes.
+// (explain.ts: messages, ps-format.ts, progress.ts, completion.ts) is apart, and so is sbx
+// attach (attach.ts, with the stdin pump sbx run shares). Its parts, in order: what every
+// command shares; sbx run (resend until answered, signals sent on); the commands; the argument
+// and environment bytes.
 import { isUtf8 } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, writeSync } from 'node:fs';
@@ -236,6 +236,9 @@ async function unlessPending(client: SupervisorClient, launched: LaunchResult, s
   say(`sbx: waiting: session ${launched.session_id} is unknown until its receipt is written: ${row.reason ?? 'evidence is on its way'}`);
 }
 
+/** How long after the first Ctrl-C of sbx run a session still running is said to ignore SIGINT. */
+const IGNORED_SIGINT_MS = 2000;
+
 /**
  * SIGINT/SIGTERM/SIGHUP/SIGQUIT to sbx run are sent on to every process of the session; a
  * second SIGINT detaches (the session runs on) and exits 130. They are taken from the start
@@ -245,9 +248,6 @@ async function unlessPending(client: SupervisorClient, launched: LaunchResult, s
  * A session still running IGNORED_SIGINT_MS after the first SIGINT is said (once, on stderr)
  * to ignore it, with what ends it.
  */
-/** How long after the first Ctrl-C of sbx run a session still running is said to ignore SIGINT. */
-const IGNORED_SIGINT_MS = 2000;
-
 function takeSignals(): { to: (conn: ReconnectingClient, sessionId: string) => void } {
   let target: { conn: ReconnectingClient; sessionId: string } | null = null;
   const waiting: NodeJS.Signals[] = [];
