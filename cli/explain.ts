@@ -18,6 +18,14 @@ export function useSocket(path: string): void {
 
 export const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(bytes < 10 * 2 ** 20 ? 1 : 0)} MiB`;
 
+/** A duration in seconds as sbx status shows uptimes: `42 s`, `12 min`, `3.5 h`, `2.1 days`. */
+export function uptimeText(seconds: number): string {
+  if (seconds < 120) return `${Math.floor(seconds)} s`;
+  if (seconds < 7200) return `${Math.floor(seconds / 60)} min`;
+  if (seconds < 172_800) return `${(seconds / 3600).toFixed(1)} h`;
+  return `${(seconds / 86_400).toFixed(1)} days`;
+}
+
 /** What a connect errno means, for the one line that names it. */
 const CONNECT_ERRNO: Record<string, string> = {
   ENOENT: 'no socket there',

@@ -1,6 +1,7 @@
 // sbx logs with the per-read index (issue 21): streams merged in arrival order (--stream
 // all), lines timestamped by the arrival of the read carrying their first byte
-// (--timestamps), records as JSON lines (--json), selections by time (--since/--until) and by
+// (--timestamps), records as JSON lines (--json), each stream to its own fd (SplitSink, the
+// default without --stream), selections by time (--since/--until) and by
 // lines (--tail), live or not (--follow). Owns the merge and the output formats; not the
 // bytes (subscribe, through readOutput) nor the index (read_index), which it only reads.
 // Imports ipc/ only. Formats: RFC 3339 with microseconds, UTC (docker logs -t).
@@ -222,6 +223,23 @@ export class JsonSink implements PieceSink {
   }
   async idle(): Promise<void> {}
   async end(): Promise<void> {}
+}
+
+/**
+ * Each stream's pieces to its own sink (sbx logs without --stream: stdout's to fd 1, stderr's
+ * to fd 2, as docker logs), in the merge's order; idle() and end() go to both.
+ */
+export class SplitSink implements PieceSink {
+  constructor(private readonly byStream: Partial<Record<StreamName, PieceSink>>, private readonly other: PieceSink) {}
+  write(piece: Piece): Promise<void> {
+    return (this.byStream[piece.stream] ?? this.other).write(piece);
+  }
+  async idle(): Promise<void> {
+    for (const sink of new Set([...Object.values(this.byStream), this.other])) await sink.idle();
+  }
+  async end(): Promise<void> {
+    for (const sink of new Set([...Object.values(this.byStream), this.other])) await sink.end();
+  }
 }
 
 // --- The merge.

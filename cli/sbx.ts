@@ -16,9 +16,10 @@
 // commands, sbx run, what they share, argument bytes) it took 2.5-3 ms longer to load as a
 // script (Node 20's ESM loader, per module and import edge: 70.7 vs 73.6 ms to the first line
 // of `sbx run`, interleaved runs, issue 16; the snapshot loads none); what only explains
-// (explain.ts: messages, ps-format.ts, progress.ts, completion.ts) is apart. Its parts, in order: what every command shares;
-// sbx run (resend until answered, stdin at offsets, signals sent on); the commands; the
-// argument and environment bytes.
+// (explain.ts: messages, ps-format.ts, progress.ts, completion.ts) is apart, and so is sbx
+// attach (attach.ts, with the stdin pump sbx run shares). Its parts, in order: what every
+// command shares; sbx run (resend until answered, signals sent on); the commands; the argument
+// and environment bytes.
 import { isUtf8 } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, writeSync } from 'node:fs';
@@ -29,15 +30,16 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient, type EndpointOptions } from '../ipc/client.js';
 import { describeEndpoint, resolveEndpoint } from '../ipc/transport.js';
 import { parseDurationMs } from '../ipc/duration.js';
-import { JsonSink, parseTimeUs, RawSink, TailSink, TimestampSink, writeLogs } from './logs.js';
+import { JsonSink, parseTimeUs, RawSink, SplitSink, TailSink, TimestampSink, writeLogs } from './logs.js';
 import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
 import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type SessionSummary, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
+import { attachCommand, pumpStdin } from './attach.js';
 import { runBridge } from './bridge.js';
 import { bashCompletion, zshCompletion } from './completion.js';
-import { deprecatedKeyOption, describe, endedAs, escapedLine, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, useSocket } from './explain.js';
+import { deprecatedKeyOption, describe, endedAs, escapedLine, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, uptimeText, useSocket } from './explain.js';
 import { clearProgress, Progress } from './progress.js';
 import { escapeControls, warn } from './escape.js';
 import { parsePsFilters, PS_FILTER_KEYS, psNeedsAll, type PsFilters, psTable, selectPsRows, unknownNotes } from './ps-format.js';
@@ -167,33 +169,7 @@ function positiveInt(v: string): number {
 
 // --- sbx run: the parts of its action below.
 
-/**
- * Streams this CLI's stdin into the session from stdin offset fromOffset, each write at its
- * offset so a retry after a reconnect delivers every byte exactly once; EOF closes the
- * session's stdin. A terminal on stdin is put in raw mode for a pty session (restored on
- * every exit path).
- */
-async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: boolean, fromOffset: number): Promise<void> {
-  if (pty && process.stdin.isTTY) {
-    process.stdin.setRawMode(true);
-    process.on('exit', () => process.stdin.setRawMode?.(false));
-  }
-  let offset = fromOffset;
-  try {
-    for await (const chunk of process.stdin) {
-      const data = chunk as Buffer;
-      await conn.run((c) => c.request('write', { ...sel, data, offset }));
-      offset += data.length;
-    }
-    await conn.run((c) => c.request('write', { ...sel, data: Buffer.alloc(0), offset, eof: true }));
-  } catch (err) {
-    // The command stopped reading its stdin (`yes | sbx run --stdin -- head -c5`) or ended:
-    // like a writer to a closed pipe, sbx stops feeding it, and says nothing (the shell's
-    // `yes | head -c5` prints nothing either).
-    if (isSupervisorError(err) && err.details?.stdin_closed === true) return;
-    warn(`stdin: ${describe(err)}`);
-  }
-}
+// pumpStdin (stdin at offsets) is attach.ts's: sbx attach forwards stdin the same way.
 
 /** A fresh invocation key in the supervisor's own format: `auto-` and 24 hex digits. */
 function newInvocationKey(): string {
@@ -266,12 +242,17 @@ async function unlessPending(client: SupervisorClient, launched: LaunchResult, s
   say(`sbx: waiting: session ${launched.session_id} is unknown until its receipt is written: ${row.reason ?? 'evidence is on its way'}`);
 }
 
+/** How long after the first Ctrl-C of sbx run a session still running is said to ignore SIGINT. */
+const IGNORED_SIGINT_MS = 2000;
+
 /**
  * SIGINT/SIGTERM/SIGHUP/SIGQUIT to sbx run are sent on to every process of the session; a
  * second SIGINT detaches (the session runs on) and exits 130. They are taken from the start
  * of `sbx run`, before the launch is answered (else one sent meanwhile killed sbx and never
  * reached the session): they wait, then go to the session once `to` names it. While the
  * launch waits to be sent again (no supervisor answers), a signal ends sbx with 128+N, saying so.
+ * A session still running IGNORED_SIGINT_MS after the first SIGINT is said (once, on stderr)
+ * to ignore it, with what ends it.
  */
 function takeSignals(): { to: (conn: ReconnectingClient, sessionId: string) => void } {
   let target: { conn: ReconnectingClient; sessionId: string } | null = null;
@@ -290,6 +271,13 @@ function takeSignals(): { to: (conn: ReconnectingClient, sessionId: string) => v
       process.exit(130);
     }
     conn.current?.request('kill', { session_id: sessionId, signal }).catch(() => {});
+    // A command that ignores (or handles and outlives) SIGINT: said once, what ends it.
+    if (signal === 'SIGINT' && interrupts === 1) {
+      setTimeout(() => {
+        if (attachedSession !== sessionId) return; // it ended meanwhile
+        warn(`session ${sessionId} is still running ${IGNORED_SIGINT_MS / 1000} s after SIGINT: the command ignores it. Ctrl-C again detaches (the session goes on: sbx wait ${sessionId}); sbx kill ${sessionId} (SIGKILL) or sbx cancel ${sessionId} (SIGTERM, then SIGKILL after the grace) ends it`);
+      }, IGNORED_SIGINT_MS).unref();
+    }
   };
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const) process.on(signal, () => forward(signal));
   return {
@@ -488,6 +476,12 @@ sub('run')
     process.stdout.write('', () => process.exit());
   });
 
+attachCommand(sub('attach'), {
+  endpoint: (o) => endpointOf(globals(o)),
+  where: (o) => where(globals(o)),
+  fail,
+});
+
 /**
  * kill/cancel of a session retention removed: it has ended, as one not removed (exit 1, the
  * docs/reference/exit-statuses.md), not a session that never was (SESSION_NOT_FOUND, 125).
@@ -639,14 +633,14 @@ sub('resize')
   });
 
 sub('logs')
-  .description('print a stream from a byte cursor, or streams merged in arrival order, timestamped, selected by time or lines')
+  .description('print stdout (fd 1) and stderr (fd 2) as docker logs, or one stream from a byte cursor, or both merged in arrival order, timestamped, selected by time or lines')
   .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--from <n>', 'start at byte cursor N (one stream)', (v) => {
     if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v))) throw new InvalidArgumentError('--from takes a non-negative integer');
     return Number(v);
   })
-  .addOption(new Option('--stream <name>', 'stream to read (default: stdout, or pty for a pty session); all: stdout and stderr merged in arrival order').choices(['stdout', 'stderr', 'pty', 'all']))
+  .addOption(new Option('--stream <name>', 'stream to read (default: stdout to fd 1 and stderr to fd 2, as docker logs; pty for a pty session; with --from, stdout\'s cursor); all: stdout and stderr merged in arrival order on stdout').choices(['stdout', 'stderr', 'pty', 'all']))
   .option('-f, --follow', 'keep reading until the stream (every stream) is final')
   .option('-t, --timestamps', 'prefix each line with the arrival of the read carrying its first byte (RFC 3339, µs, UTC)')
   .option('--since <time>', 'reads arrived at or after TIME: RFC 3339, a local time without a zone (2026-12-03T10:00:00, 2026-12-03 10:00, 2026-12-03; in $TZ), a Unix time, or a duration ago (10m, 1h30m)')
@@ -655,6 +649,9 @@ sub('logs')
   .action(async (id: string | undefined, o: { key?: string; from?: number; stream?: StreamName | 'all'; follow?: boolean; timestamps?: boolean; since?: string; until?: string; tail?: string }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
+    // No --stream: both streams, each to its own fd (docker logs); --from is one stream's
+    // cursor, so with it (and no --stream) stdout alone, as before.
+    const split = o.stream === undefined && o.from === undefined;
     const indexed = o.stream === 'all' || o.timestamps || g.json || o.since !== undefined || o.until !== undefined || o.tail !== undefined;
     if (o.stream === 'all' && o.from !== undefined) fail('INVALID_ARGUMENT: --from is a cursor of one stream; --stream all merges two (select by time with --since/--until, or by lines with --tail)');
     let tailLines: number | undefined;
@@ -674,7 +671,7 @@ sub('logs')
     const sinceUs = time(o.since, '--since');
     const untilUs = time(o.until, '--until');
     const first = await connect(g); // a clear message now if no supervisor is there
-    let streams: StreamName[] = o.stream === 'all' ? ['stdout', 'stderr'] : [o.stream ?? 'stdout'];
+    let streams: StreamName[] = o.stream === 'all' || split ? ['stdout', 'stderr'] : [o.stream ?? 'stdout'];
     let admittedAtUs = 0;
     if (!o.stream || indexed) {
       try {
@@ -690,8 +687,15 @@ sub('logs')
     try {
       // A follow waits for a supervisor that went away: one line says so at once, as run's does.
       const reconnecting = reconnectingLine(where(g));
-      if (!indexed) return await pipeOutput(g, sel, streams[0]!, process.stdout, o.from ?? 0, o.follow ?? false, reconnecting);
-      const out = g.json ? new JsonSink(process.stdout) : o.timestamps ? new TimestampSink(process.stdout) : new RawSink(process.stdout);
+      if (!indexed) {
+        // Without --stream each stream to its fd (no merge to keep: two fds), as sbx run
+        // streams them; one selected stream (--stream stderr too) is printed on stdout.
+        const outs = streams.map((s) => pipeOutput(g, sel, s, split && s === 'stderr' ? process.stderr : process.stdout, o.from ?? 0, o.follow ?? false, reconnecting));
+        return void (await Promise.all(outs));
+      }
+      const sinkTo = (out: NodeJS.WriteStream) => (g.json ? new JsonSink(out) : o.timestamps ? new TimestampSink(out) : new RawSink(out));
+      // --json: one record stream (each names its stream) on stdout; else stderr's bytes to fd 2.
+      const out = split && !g.json && streams.length === 2 ? new SplitSink({ stderr: sinkTo(process.stderr) }, sinkTo(process.stdout)) : sinkTo(process.stdout);
       const sink = tailLines === undefined ? out : new TailSink(tailLines, out);
       await writeLogs({ ...endpointOf(g), selector: sel, streams, from: o.from, follow: o.follow ?? false, sinceUs, untilUs, noRecordAtUs: admittedAtUs, onReconnecting: reconnecting }, sink);
     } catch (err) {
@@ -829,7 +833,8 @@ sub('status')
           ['storage', `${mib(status.storage.state_dir_bytes)} in the state dir, ${mib(status.storage.free_bytes)} free of ${mib(status.storage.total_bytes)} (reserve ${mib(status.storage.reserve_bytes)}, launches need ${mib(status.storage.min_free_bytes)}, retention keeps ${mib(status.storage.keep_free_bytes)} free)`],
           ['load', `${status.load.loadavg.map((l) => l.toFixed(2)).join(' ')} on ${status.load.cpus} cpus, cpu ${status.machine.cpu_load_percent ?? '-'}%`],
           ['memory', `${mib(status.machine.mem_available_bytes)} available of ${mib(status.machine.mem_total_bytes)}`],
-          ['uptime', `${(status.machine.uptime_s / 3600).toFixed(1)} h`],
+          // The supervisor's (since it started); the machine's after it, named as such.
+          ['uptime', `${uptimeText(status.uptime_s)} (since ${status.started_at}; machine up ${uptimeText(status.machine.uptime_s)})`],
           ...(status.workspaces ?? []).map((w) => ['workspace', `${w.path} (${w.fs}): ${w.mode}, ${w.health}; ${w.events} events, ${w.unattributed_events} unattributed`]),
           ...(status.checkpoint_store ? [['checkpoints', status.checkpoint_store]] : []),
           ...(status.remote ? [['remote', `${status.remote} (WebSocket; docs/guide/remote.md)`]] : []),
@@ -975,10 +980,13 @@ sub('close')
     const progress = new Progress(task !== null ? `close task ${JSON.stringify(task)}` : 'close --all');
     const client = await connect(g);
     let receipt: TaskReceipt | CloseReceipt;
+    const argvOf = new Map<string, string[]>();
     try {
       if (task !== null) {
         progress.waiting(`its sessions to end, then the checkpoint of ${workspaces.length ? workspaces.join(', ') : 'every watched workspace'} and its read-back`);
         receipt = await client.closeTask({ task, timeout_ms: o.timeout, workspaces: workspaces.length ? workspaces : undefined });
+        // The argv of each session the close cancelled, for the line that names it.
+        if (receipt.settle.terminated_ids?.length) for (const s of (await client.ps(true)).sessions) argvOf.set(s.session_id, s.argv);
       } else {
         progress.waiting(`every session to end and its receipt, then each task's close${workspaces.length ? ` and the scan of ${workspaces.join(', ')}` : ''}`);
         receipt = await client.closeSupervisor({ timeout_ms: o.timeout, workspaces });
@@ -994,6 +1002,11 @@ sub('close')
     progress.done();
     printJson(receipt);
     if (receipt.kind === 'task') {
+      // Each running session the close ended (TERM, grace, KILL after --timeout), one a line.
+      for (const id of receipt.settle.terminated_ids ?? []) {
+        const argv = argvOf.get(id);
+        warn(`cancelled session ${id}${argv ? ` (${argv.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replaceAll("'", `'\\''`)}'`)).join(' ')})` : ''}: it was still running after the ${receipt.settle.timeout_ms / 1000} s timeout`);
+      }
       // Vacuously complete: a misspelled task has no sessions either.
       if (receipt.sessions.length === 0) warn(`note: task ${JSON.stringify(task)} has no sessions (complete holds vacuously; is the task name right?)`);
       for (const ob of receipt.obligations) warn(`task ${JSON.stringify(task)} incomplete: ${ob.authority} must settle ${ob.condition}: ${ob.what}`);

@@ -195,6 +195,10 @@ export interface StatusResult {
   mode: SupervisorMode;
   boot_id: string;
   pid: number;
+  /** Seconds since the supervisor process started (ms precision); the machine's is machine.uptime_s. */
+  uptime_s: number;
+  /** When the supervisor process started, RFC 3339 UTC. */
+  started_at: string;
   socket: string;
   state_dir: string;
   cgroup: string | null;
@@ -211,7 +215,7 @@ export interface StatusResult {
   sealed: { generation: number; sealed_at: string } | null;
   /** The state dir: bytes its files hold, free space and size of its file system, and the thresholds (config storage.*, scaled to that size when unset). */
   storage: { state_dir_bytes: number; free_bytes: number; total_bytes: number; reserve_bytes: number; min_free_bytes: number; keep_free_bytes: number; admits: boolean };
-  /** The machine, from systeminformation: CPU load (%), memory and uptime. */
+  /** The machine, from systeminformation: CPU load (%), memory, and its uptime since boot (os.uptime(); the supervisor's own is uptime_s). */
   machine: { cpu_load_percent: number | null; mem_total_bytes: number; mem_available_bytes: number; uptime_s: number };
   /** The watched workspaces (config workspace.paths, serve --workspace); [] when none. */
   workspaces: WorkspaceStatus[];
@@ -424,7 +428,8 @@ export interface CloseReceipt {
   supervisor: { instance: string; generation: number; boot_id: string; mode: string };
   sealed: { generation: number; sealed_at: string };
   closed_at: string;
-  settle: { timeout_ms: number; terminated: number };
+  /** terminated: how many sessions the close ended (TERM, grace, KILL; cause close) after timeout_ms; terminated_ids: which, sorted (absent in receipts written before issue 31). */
+  settle: { timeout_ms: number; terminated: number; terminated_ids?: string[] };
   sessions: CloseSessionEntry[];
   workspaces: WorkspaceScan[];
   /** Each task's verdict: its close (supervisor/task/close.ts) ran as part of this one. */
@@ -544,7 +549,8 @@ export interface TaskReceipt {
   /** The task's seal (its admission stopped for good then); generation and sealed_at null when the seal record cannot be read (the task is sealed; when is not known). */
   sealed: { generation: number | null; sealed_at: string | null } | null;
   closed_at: string;
-  settle: { timeout_ms: number; terminated: number };
+  /** terminated: how many sessions the close ended (TERM, grace, KILL; cause close) after timeout_ms; terminated_ids: which, sorted (absent in receipts written before issue 31). */
+  settle: { timeout_ms: number; terminated: number; terminated_ids?: string[] };
   sessions: TaskSessionEntry[];
   workspaces: string[];
   checkpoints: TaskCheckpointEntry[];

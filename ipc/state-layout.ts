@@ -233,7 +233,7 @@ const TaskAttemptSchema = z.object({
   attempt: z.number().int().min(1),
   started_at: z.string(),
   generation: z.number().int().min(0),
-  settle: z.object({ timeout_ms: z.number().int().min(0), terminated: z.number().int().min(0) }).nullable(),
+  settle: z.object({ timeout_ms: z.number().int().min(0), terminated: z.number().int().min(0), terminated_ids: z.array(z.string()).optional() }).nullable(),
   /** Per workspace: the published checkpoint of this attempt, or why there is none. */
   checkpoints: z.record(z.string(), TaskCheckpointStepSchema),
 });

@@ -253,7 +253,7 @@ describe('sbx logs --follow across a supervisor restart', () => {
     try {
       const c = await d.client();
       await c.launch({ argv: ['sh', '-c', 'echo a; echo b >&2; sleep 60'], cwd: '/', invocation_key: 'lf', grace_ms: 100 });
-      const one = background(d, ['logs', '--key', 'lf', '--follow']);
+      const one = background(d, ['logs', '--key', 'lf', '--stream', 'stdout', '--follow']);
       const all = background(d, ['logs', '--key', 'lf', '--stream', 'all', '--follow']);
       await until(() => one.stdout() === 'a\n' && all.stdout().length === 4, 'both followers to have the bytes');
       await d.kill9();
@@ -365,7 +365,8 @@ describe('sbx completion', () => {
   it('the bash script, sourced, completes subcommand names, their options and choices', () => {
     expect(complete('sbx', 'ps', '--no-')).toEqual(['--no-trunc']);
     expect(complete('sbx', 'c')).toEqual(['cancel', 'changes', 'checkpoint', 'checkpoints', 'close', 'completion']);
-    expect(complete('sbx', '')).toEqual(['run', 'cancel', 'kill', 'verify', 'write', 'resize', 'logs', 'resolve', 'wait', 'receipt', 'changes', 'ps', 'status', 'checkpoint', 'restore', 'checkpoints', 'gc', 'seal', 'close', 'bridge', 'completion', 'help']);
+    expect(complete('sbx', '')).toEqual(['run', 'attach', 'cancel', 'kill', 'verify', 'write', 'resize', 'logs', 'resolve', 'wait', 'receipt', 'changes', 'ps', 'status', 'checkpoint', 'restore', 'checkpoints', 'gc', 'seal', 'close', 'bridge', 'completion', 'help']);
+    expect(complete('sbx', 'attach', '--')).toEqual(['--socket', '--url', '--token-file', '--json', '--from-start', '--cursor', '--stderr-cursor', '--no-stdin', '--close-stdin', '--help']);
     // A global option's value is not taken for the subcommand.
     expect(complete('sbx', '--socket', '/x.sock', 'p')).toEqual(['ps']);
     expect(complete('sbx', 'run', '--linger', '')).toEqual(['kill', 'wait']);
