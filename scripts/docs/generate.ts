@@ -1,7 +1,8 @@
 // The generated reference pages and man pages, from the code's own tables so they cannot
 // drift: docs/reference/errors.md (ipc/errors.ts ERROR_CODES, ERROR_CODE_DOCS),
 // docs/reference/config.md (supervisor/config.ts ConfigSchema and its .meta()),
-// docs/reference/metrics.md (the prom-client registry of supervisor/metrics/registry.ts), and
+// docs/reference/metrics.md (the prom-client registry of supervisor/metrics/registry.ts, the
+// endpoint bounds of http.ts), and
 // man/sbx.1, man/sandbox-supervisor.8 (the commander programs of cli/sbx.ts, supervisor/main.ts).
 //
 //   npm run docs            writes them
@@ -16,6 +17,7 @@ import { z } from 'zod';
 import { ERROR_CODE_DOCS, ERROR_CODES, type ErrorCode } from '../../ipc/errors.js';
 import { VERSION } from '../../ipc/version.js';
 import { ConfigSchema, DEFAULT_CONFIG_PATH } from '../../supervisor/config.js';
+import { HEADERS_TIMEOUT_MS, IDLE_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS, MAX_HEADER_BYTES, METRICS_MAX_CONNECTIONS, REQUEST_TIMEOUT_MS } from '../../supervisor/metrics/http.js';
 import { SupervisorMetrics } from '../../supervisor/metrics/registry.js';
 import { program as sbxProgram } from '../../cli/sbx.js';
 import { program as daemonProgram } from '../../supervisor/main.js';
@@ -227,7 +229,7 @@ export async function metricsPage(): Promise<string> {
   const own = all.filter((m) => m.name.startsWith('sandbox_supervisor_'));
   const others = all.filter((m) => !m.name.startsWith('sandbox_supervisor_')).sort((a, b) => a.name.localeCompare(b.name));
   const lines = [
-    GENERATED('supervisor/metrics/registry.ts (the prom-client registry)'),
+    GENERATED('supervisor/metrics/registry.ts (the prom-client registry) and supervisor/metrics/http.ts (the endpoint\'s bounds)'),
     '',
     '# Metrics',
     '',
@@ -237,6 +239,26 @@ export async function metricsPage(): Promise<string> {
     '(`rate()` and `increase()` handle the reset). Label values listed are those exported from',
     'the start (at 0); labels without a list take values as they occur (a workspace\'s path, the',
     'version and mode).',
+    '',
+    '## The endpoint',
+    '',
+    'A host is an IP literal or `localhost` (names are not resolved); a bare `:9464` is refused:',
+    'listening beyond the loopback is written out (`0.0.0.0:9464`, `[::]:9464`) and logged as a',
+    'warning. A Unix socket is made mode 0660; a stale one left by a crash is replaced, one that',
+    'answers is not. Port 0 takes a free port: `sbx status` (line `metrics`) gives the address bound.',
+    'An address that cannot be listened on stops the start with exit 2, before anything is touched.',
+    '',
+    'Any other path is 404, any other method 405 (`Allow: GET, HEAD`), a request with a body 413.',
+    `A client holds little: at most ${METRICS_MAX_CONNECTIONS} connections, headers within ${HEADERS_TIMEOUT_MS / 1000} s, a request`,
+    `within ${REQUEST_TIMEOUT_MS / 1000} s, idle keep-alive ${KEEP_ALIVE_TIMEOUT_MS / 1000} s, any idle connection ${IDLE_TIMEOUT_MS / 1000} s, headers up to ${MAX_HEADER_BYTES / 1024} KiB (else 431).`,
+    `A connection past the ${METRICS_MAX_CONNECTIONS} closes the oldest one not in a request, so idle or slow clients`,
+    'cannot keep a scraper out.',
+    '',
+    'Cost: counters move where state changes (a launch answered, a session\'s state, a receipt made',
+    'durable, a reconciliation, a checkpoint, a connection), never per read of a drain; sessions by',
+    'state, output bytes of live sessions, workspace events and open connections are read at scrape time.',
+    '',
+    '## The supervisor\'s metrics',
     '',
     '| metric | type | labels | meaning |',
     '|---|---|---|---|',
