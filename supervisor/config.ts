@@ -35,8 +35,8 @@ export const ConfigSchema = z
           .describe("subtree (a path inside the cgroup2 mount) used when the supervisor sits in the root cgroup; under systemd Delegate=yes its own cgroup is used. Give each supervisor on one machine its own"),
       })
       .strict()
-      .prefault({})
-      .describe('how sessions are contained: cgroup v2 leaves, or subreaper mode'),
+      .describe('how sessions are contained: cgroup v2 leaves, or subreaper mode')
+      .prefault({}),
     drain: z
       .object({
         chunkBytes: z.number().int().min(4096).max(1024 * MiB).default(64 * MiB).describe('chunk files roll at this many bytes'),
@@ -53,8 +53,9 @@ export const ConfigSchema = z
           .describe('most bytes stored per stream of a session (0: no quota); past it the drain reads on (the producer never blocks) and counts dropped_bytes; the receipt says complete: false, reason: quota'),
       })
       .strict()
-      .prefault({})
-      .describe("how sessions' output is read and stored"),
+      .describe("how sessions' output is read and stored")
+      .prefault({}),
+    /** The file methods (docs/FILES.md). */
     files: z
       .object({
         maxBytes: z
@@ -66,8 +67,8 @@ export const ConfigSchema = z
           .meta({ description: 'largest write_file size_bytes (LIMIT_EXCEEDED, limit: "file_bytes", up front); 0: no limit', defaultText: 'drain.quotaBytes' }),
       })
       .strict()
-      .prefault({})
-      .describe('the file methods (docs/guide/files.md)'),
+      .describe('the file methods (docs/guide/files.md)')
+      .prefault({}),
     session: z
       .object({
         maxSessions: z.number().int().min(1).max(1_000_000).default(4096).describe('sessions not yet ended at once; the next launch gets LIMIT_EXCEEDED'),
@@ -80,8 +81,8 @@ export const ConfigSchema = z
         lang: z.string().default('C.UTF-8').describe('LANG of the clean base environment'),
       })
       .strict()
-      .prefault({})
-      .describe('what a session is started with'),
+      .describe('what a session is started with')
+      .prefault({}),
     storage: z
       .object({
         reserveBytes: z
@@ -104,8 +105,8 @@ export const ConfigSchema = z
           .meta({ description: "retention removes the oldest ended sessions' output while less than this is free (journald's SystemKeepFree=)", defaultText: '512 MiB or 15%, the smaller' }),
       })
       .strict()
-      .prefault({})
-      .describe("free space kept on the state dir's file system"),
+      .describe("free space kept on the state dir's file system")
+      .prefault({}),
     retention: z
       .object({
         outputMaxAgeMs: durationMs.default(7 * 24 * 3600 * 1000).describe('chunk files and index of sessions ended longer ago than this are removed (the receipt stays); 0: no age limit'),
@@ -122,8 +123,8 @@ export const ConfigSchema = z
         intervalMs: durationMs.default(3600 * 1000).describe('how often the policy runs by itself; 0: only on sbx gc'),
       })
       .strict()
-      .prefault({})
-      .describe("what is removed of ended sessions, and when"),
+      .describe("what is removed of ended sessions, and when")
+      .prefault({}),
     ipc: z
       .object({
         maxFrameBytes: z.number().int().min(1024).max(256 * MiB).default(DEFAULT_MAX_FRAME_BYTES).describe('largest frame accepted; a larger one is refused from its length prefix (FRAME_TOO_LARGE)'),
@@ -151,14 +152,15 @@ export const ConfigSchema = z
           .describe('group (a name, looked up through NSS, or a gid: digits are a gid, as for chown) of the socket (0660) and of its directory (0750) when the supervisor creates it'),
       })
       .strict()
+      .describe("the supervisor's socket: who may connect, and the bounds of a connection")
       // Below one whole frame (prefix + maxFrameBytes), a frame of the allowed size could never arrive.
       .refine((ipc) => ipc.maxPendingFrameBytes === undefined || ipc.maxPendingFrameBytes === 0 || ipc.maxPendingFrameBytes >= ipc.maxFrameBytes + 4, {
         path: ['maxPendingFrameBytes'],
         message: 'must be 0 (no bound) or at least ipc.maxFrameBytes + 4 (one whole frame)',
       })
       .transform((ipc) => ({ ...ipc, maxPendingFrameBytes: ipc.maxPendingFrameBytes ?? Math.max(256 * MiB, ipc.maxFrameBytes + 4) }))
-      .prefault({})
-      .describe("the supervisor's socket: who may connect, and the bounds of a connection"),
+      .prefault({}),
+    /** The workspace clock (README "Workspaces"): the directories watched, and its bounds. */
     workspace: z
       .object({
         paths: z
@@ -175,8 +177,9 @@ export const ConfigSchema = z
           .describe("also mark FAN_MODIFY: every write(2) is an event, so sbx changes shows a file being written before its writer closes it. Off, a write is seen at the writer's close (FAN_CLOSE_WRITE, also at its exit), which is enough for the barrier; measured: tar -x of 5,000 files 11-17% slower than unwatched with it off, 36% with it on"),
       })
       .strict()
-      .prefault({})
-      .describe('the workspace clock (docs/guide/workspaces.md): the directories watched, and its bounds'),
+      .describe('the workspace clock (docs/guide/workspaces.md): the directories watched, and its bounds')
+      .prefault({}),
+    /** Checkpoints (README "Checkpoints"): where they are kept and the bounds of one. */
     checkpoint: z
       .object({
         store: z
@@ -190,8 +193,8 @@ export const ConfigSchema = z
             forcePathStyle: z.boolean().optional().meta({ description: 'path-style bucket addressing (MinIO and other S3-compatible stores)', defaultText: "the AWS SDK's default" }),
           })
           .strict()
-          .prefault({})
-          .describe("for an s3:// store; credentials come from the AWS SDK's environment (AWS_ACCESS_KEY_ID, ...)"),
+          .describe("for an s3:// store; credentials come from the AWS SDK's environment (AWS_ACCESS_KEY_ID, ...)")
+          .prefault({}),
         maxPasses: z.number().int().min(2).max(100).default(4).describe('walks of one checkpoint at most (the first hashes, each later one checks and re-hashes what moved); past it the paths still changing are unstable'),
         verifyContent: z.boolean().default(false).describe('passes after the first re-read and re-hash every file instead of comparing stats (a write through a shared mmap moves no timestamp); the hashing is done twice'),
         freeze: z.boolean().default(false).describe("freeze the workspace's file system (FIFREEZE) around one last pass when it is its own mount (writers wait meanwhile): a consistent capture whatever they do"),
@@ -200,8 +203,9 @@ export const ConfigSchema = z
         maxAgeMs: durationMs.default(0).describe('manifests made longer ago than this are removed by sbx gc, and then the objects only they named; 0: kept forever'),
       })
       .strict()
-      .prefault({})
-      .describe('checkpoints (docs/guide/checkpoints.md): where they are kept and the bounds of one'),
+      .describe('checkpoints (docs/guide/checkpoints.md): where they are kept and the bounds of one')
+      .prefault({}),
+    /** The WebSocket listener (docs/REMOTE.md); off unless listen is set. */
     remote: z
       .object({
         listen: z
@@ -238,13 +242,14 @@ export const ConfigSchema = z
         upgradeTimeoutMs: z.number().int().min(10).max(600_000).default(10_000).describe('a TCP connection that has not finished its HTTP upgrade within this is closed'),
       })
       .strict()
+      .describe('the WebSocket listener (docs/guide/remote.md); off unless listen is set')
       .refine((r) => (r.tlsCertFile === undefined) === (r.tlsKeyFile === undefined), { path: ['tlsKeyFile'], message: 'give both remote.tlsCertFile and remote.tlsKeyFile, or neither' })
       .superRefine((r, ctx) => {
         const problem = r.listen === undefined ? null : remoteInsecureProblem(r.listen, r.insecure);
         if (problem) ctx.addIssue({ code: 'custom', path: ['insecure'], message: problem });
       })
-      .prefault({})
-      .describe('the WebSocket listener (docs/guide/remote.md); off unless listen is set'),
+      .prefault({}),
+    /** The Prometheus endpoint (README "Metrics"); off unless listen is set. */
     metrics: z
       .object({
         listen: z
@@ -263,8 +268,8 @@ export const ConfigSchema = z
           }),
       })
       .strict()
-      .prefault({})
-      .describe('the Prometheus endpoint (docs/reference/metrics.md); off unless listen is set'),
+      .describe('the Prometheus endpoint (docs/reference/metrics.md); off unless listen is set')
+      .prefault({}),
   })
   .strict();
 

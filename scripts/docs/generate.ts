@@ -72,7 +72,16 @@ interface Meta {
 
 type Schema = z.core.$ZodType;
 const defOf = (s: Schema) => s._zod.def as unknown as Record<string, unknown> & { type: string };
-const metaOf = (s: Schema): Meta => (z.globalRegistry.get(s) as Meta | undefined) ?? {};
+/** A key's meta: the outermost wins, then each wrapper's inner schema (a group's is on its z.object). */
+function metaOf(s: Schema): Meta {
+  const metas: Meta[] = [];
+  for (let at: Schema | undefined = s; at; ) {
+    metas.unshift((z.globalRegistry.get(at) as Meta | undefined) ?? {});
+    const def = defOf(at);
+    at = def.type === 'default' || def.type === 'prefault' || def.type === 'optional' ? (def.innerType as Schema) : def.type === 'pipe' ? (def.in as Schema) : undefined;
+  }
+  return Object.assign({}, ...metas) as Meta;
+}
 
 /** The schema under default/prefault/optional/transform wrappers, with the default found on the way. */
 function unwrap(s: Schema): { inner: Schema; hasDefault: boolean; defaultValue: unknown; optional: boolean } {
