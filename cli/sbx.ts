@@ -26,6 +26,8 @@ import { readFileSync, writeSync } from 'node:fs';
 import { join, resolve as resolvePath } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { startupSnapshot } from 'node:v8';
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient, type EndpointOptions } from '../ipc/client.js';
 import { describeEndpoint, resolveEndpoint } from '../ipc/transport.js';
@@ -311,7 +313,8 @@ function globals(o: object): GlobalOptions {
 
 // --- The commands.
 
-const program: Command = new Command()
+/** The commander definition of every command; exported for scripts/docs/generate.ts (man/sbx.1). */
+export const program: Command = new Command()
   .name('sbx')
   .description('Launch commands through sandbox-supervisor and read their output and receipts.')
   .version(VERSION)
@@ -1132,5 +1135,17 @@ function main(argv: string[]): void {
 
 // Built into a V8 startup snapshot (scripts/build/sbx-snapshot.mjs), the start waits for the
 // process that deserializes it: there process.argv is (node, args...), without a script.
+// Imported (scripts/docs/generate.ts reads `program`), it runs nothing: main runs only when
+// this module is the script node was started with.
 if (startupSnapshot.isBuildingSnapshot()) startupSnapshot.setDeserializeMainFunction(() => main([process.argv[0]!, 'sbx', ...process.argv.slice(1)]));
-else main(process.argv);
+else if (isEntry(process.argv[1], import.meta.url)) main(process.argv);
+
+/** Whether `script` (process.argv[1]) is the module at `url`, symbolic links resolved. */
+export function isEntry(script: string | undefined, url: string): boolean {
+  if (!script) return false;
+  try {
+    return realpathSync(script) === realpathSync(fileURLToPath(url));
+  } catch {
+    return false;
+  }
+}

@@ -1,6 +1,7 @@
-// Shipping into images: the install script (into a temp root filesystem), the units as
-// systemd-analyze sees them, and the daemon's systemd protocol (socket activation with
-// LISTEN_FDS, READY=1/STOPPING=1/WATCHDOG=1 on NOTIFY_SOCKET) without booting a systemd.
+// Shipping into images: the install script (into a temp root filesystem; man sbx finds the
+// man pages it installs), the units as systemd-analyze sees them, and the daemon's systemd
+// protocol (socket activation with LISTEN_FDS, READY=1/STOPPING=1/WATCHDOG=1 on
+// NOTIFY_SOCKET) without booting a systemd.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, lstatSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,6 +18,8 @@ const temp = (p: string) => {
   dirs.push(d);
   return d;
 };
+/** man-db's man, not a stub such as a minimized image's (the man page check of the install skips without it, saying so; .ci/run installs it). */
+const hasMan = /^man /.test(spawnSync('man', ['--version'], { encoding: 'utf8' }).stdout ?? '');
 const install = (...args: string[]) => execFileSync('bash', [join(ROOT, 'scripts/install.sh'), ...args], { encoding: 'utf8' });
 
 describe('install.sh', () => {
@@ -47,12 +50,39 @@ describe('install.sh', () => {
     expect(existsSync(join(lib, 'dist/cli/sbx.blob'))).toBe(true);
     expect(execFileSync(join(lib, 'dist/cli/sbx'), ['--version'], { encoding: 'utf8' }).trim()).toMatch(/^\d+\.\d+\.\d+$/);
     expect(execFileSync(process.execPath, ['-e', `import('${join(lib, 'dist/supervisor/native.js')}').then((m) => console.log(typeof m.native().peerCred, m.execShimPath()))`], { encoding: 'utf8' }).trim()).toBe(`function ${join(lib, 'native-helpers/build/Release/sbx-exec-shim')}`);
+    // The man pages, where man finds them: MANPATH names the root's PREFIX/share/man.
+    const man = join(root, 'usr/local/share/man');
+    expect(readFileSync(join(man, 'man1/sbx.1'), 'utf8')).toBe(readFileSync(join(ROOT, 'man/sbx.1'), 'utf8'));
+    expect(readFileSync(join(man, 'man8/sandbox-supervisor.8'), 'utf8')).toBe(readFileSync(join(ROOT, 'man/sandbox-supervisor.8'), 'utf8'));
+    expect((lstatSync(join(man, 'man1/sbx.1')).mode & 0o777).toString(8)).toBe('644');
     install('--root', root, '--uninstall');
+    expect(existsSync(join(man, 'man1/sbx.1'))).toBe(false);
+    expect(existsSync(join(man, 'man8/sandbox-supervisor.8'))).toBe(false);
     expect(existsSync(lib)).toBe(false);
     expect(existsSync(join(units, 'sandbox-supervisor.service'))).toBe(false);
     expect(() => lstatSync(join(units, 'sockets.target.wants/sandbox-supervisor.socket'))).toThrow();
     expect(existsSync(join(root, 'usr/local/bin/sbx'))).toBe(false);
   }, 120_000);
+
+  it.skipIf(!hasMan)(
+    hasMan ? 'puts the man pages where man finds them: MANPATH=ROOT/PREFIX/share/man man -w sbx, and man sbx renders' : 'man sbx after an install (skipped: man-db is not installed; apt-get install man-db groff-base)',
+    () => {
+      const root = temp('sbx-rootfs-man-');
+      install('--root', root, '--prefix', '/opt/sbx', '--no-enable');
+      const man = join(root, 'opt/sbx/share/man');
+      const env = { ...process.env, MANPATH: man, MANPAGER: 'cat', PAGER: 'cat', MANWIDTH: '80' };
+      expect(execFileSync('man', ['-w', 'sbx'], { encoding: 'utf8', env })).toBe(`${join(man, 'man1/sbx.1')}\n`);
+      expect(execFileSync('man', ['-w', '8', 'sandbox-supervisor'], { encoding: 'utf8', env })).toBe(`${join(man, 'man8/sandbox-supervisor.8')}\n`);
+      const page = spawnSync('man', ['sbx'], { encoding: 'utf8', env });
+      expect(page.stderr).toBe('');
+      expect(page.status).toBe(0);
+      expect(page.stdout).toMatch(/^SBX\(1\) +User Commands +SBX\(1\)$/m);
+      expect(page.stdout).toMatch(/^ {3}sbx run$/m);
+      install('--root', root, '--prefix', '/opt/sbx', '--uninstall');
+      expect(spawnSync('man', ['-w', 'sbx'], { encoding: 'utf8', env }).status).not.toBe(0);
+    },
+    120_000,
+  );
 });
 
 describe('systemd protocol', () => {
