@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set
 
 from . import _protocol as P
 from . import files as _files
@@ -63,11 +63,18 @@ class _Connection:
         """The next frame for request rid (its answer, or one of its events). With ``deadline``
         (the hello): TransportDead past it, no pings; else pings while waiting and TransportDead
         after silence_seconds without a byte."""
+        return self.recv_any((rid,), deadline=deadline, what=what)[1]
+
+    def recv_any(self, rids: Sequence[int], *, deadline: Optional[float] = None, what: str = "") -> "tuple[int, Dict[str, Any]]":
+        """``(rid, frame)``: the next frame for any of rids (requests pending at once on this
+        connection, e.g. the subscriptions of two streams), the first rid's first when several
+        are held. Deadlines as ``recv``."""
         waiting_since = last_ping = time.monotonic()
         while True:
-            queue = self.held.get(rid)
-            if queue:
-                return queue.popleft()
+            for rid in rids:
+                queue = self.held.get(rid)
+                if queue:
+                    return rid, queue.popleft()
             now = time.monotonic()
             if deadline is not None:
                 wake = deadline
@@ -302,24 +309,98 @@ class Client(EndpointClient):
         grace_seconds: Optional[float] = None,
         cwd: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None,
+        inherit_env: bool = False,
         user: Optional[str] = None,
         task: Optional[str] = None,
         stdin: Optional[bytes] = None,
         linger: Optional[str] = None,
+        on_stdout: Optional[Callable[[bytes], None]] = None,
+        on_stderr: Optional[Callable[[bytes], None]] = None,
     ) -> Result:
-        """Launches argv (as ``launch``), feeds it ``stdin`` (bytes, then EOF; None: /dev/null),
-        reads all of stdout and stderr, and returns the Result once the receipt is durable.
+        """Launches argv (as ``launch``, ``inherit_env`` too), feeds it ``stdin`` (bytes, then EOF;
+        None: /dev/null), reads stdout and stderr to their ends, and returns the Result once
+        the receipt is durable.
 
+        Both streams are followed at once on one connection of run's own. ``on_stdout`` /
+        ``on_stderr``: called with each new piece of that stream's bytes as it arrives, in
+        cursor order (from this thread, inside run); such a stream is not kept: the Result's
+        ``stdout``/``stderr`` is None for it (memory stays at one piece, not the output).
         A retry with the same ``key`` after a crash returns the first run's Result (its stored
-        output and receipt), never a second run. Errors as ``launch``.
+        output and receipt), never a second run. Errors as ``launch``; an exception from a
+        callback cancels the session and is raised.
         """
-        session = self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, user=user, task=task, stdin=stdin is not None, linger=linger)
+        session = self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin is not None, linger=linger)
         if stdin is not None and session.state != "ended":
             self._feed_stdin(session, bytes(stdin))
-        stdout = b"".join(c.data for c in self.read_output(session, "stdout"))
-        stderr = b"".join(c.data for c in self.read_output(session, "stderr"))
+        kept: Dict[str, List[bytes]] = {"stdout": [], "stderr": []}
+        sinks: Dict[str, Callable[[bytes], None]] = {
+            "stdout": on_stdout or kept["stdout"].append,
+            "stderr": on_stderr or kept["stderr"].append,
+        }
+        try:
+            self._follow_streams(session, sinks)
+        except (SupervisorError, OSError):
+            raise
+        except BaseException:
+            self._cancel_quietly(session)  # a callback failed: nothing reads the rest
+            raise
         receipt = self.wait(session)
+        stdout = None if on_stdout else b"".join(kept["stdout"])
+        stderr = None if on_stderr else b"".join(kept["stderr"])
         return Result(exit_code=P.exit_status_of(receipt), outcome=receipt["outcome"], stdout=stdout, stderr=stderr, receipt=receipt, session=session)
+
+    def _follow_streams(self, session: SessionRef, sinks: Mapping[str, Callable[[bytes], None]]) -> None:
+        """Follows each stream of ``sinks`` from cursor 0 to its end, all subscribed at once on
+        one connection of its own, handing each new piece to its stream's sink in cursor order.
+        A drop is re-made for up to reconnect_seconds and each stream resumed from its next
+        byte not yet handed (no gap, no duplicate, as read_output). Errors as read_output."""
+        sel = P.selector(session)
+        cursors = {stream: 0 for stream in sinks}
+        done: Set[str] = set()
+        reader = self._sibling()
+        give_up_at: Optional[float] = None
+        try:
+            while len(done) < len(sinks):
+                conn = reader._connection(give_up_at)
+                try:
+                    rids: Dict[int, str] = {}
+                    for stream in sinks:
+                        if stream not in done:
+                            rids[conn.send("subscribe", {**sel, "stream": stream, "from": cursors[stream], "follow": True})] = stream
+                    answered: Set[int] = set()
+                    while rids:
+                        rid, frame = conn.recv_any(tuple(rids))
+                        stream = rids[rid]
+                        if rid not in answered:
+                            P.answer(frame)
+                            answered.add(rid)
+                            continue
+                        event = frame.get("event")
+                        if event == "output":
+                            data = P.new_output(stream, cursors[stream], frame.get("cursor"), bytes(frame["data"]))
+                            if data:
+                                cursors[stream] += len(data)
+                                give_up_at = None
+                                sinks[stream](data)
+                        elif event == "end":
+                            done.add(stream)
+                            del rids[rid]
+                            conn.forget(rid)
+                        elif frame.get("error") is not None:
+                            raise SupervisorError.from_wire(frame["error"])
+                except OSError as err:
+                    reader.close()
+                    now = time.monotonic()
+                    if give_up_at is None:
+                        give_up_at = now + self.reconnect_seconds
+                    elif now > give_up_at:
+                        raise P.gave_up(self.endpoint.describe(), "subscribe", self.reconnect_seconds, err) from err
+                    time.sleep(P.RECONNECT_PAUSE_SECONDS)
+                finally:
+                    if reader._conn is not None and reader._conn.broken:
+                        reader.close()
+        finally:
+            reader.close()
 
     def _feed_stdin(self, session: Session, data: bytes) -> None:
         """All of data then EOF, in pieces of at most P.MAX_WRITE_BYTES. A command that stops
@@ -415,8 +496,8 @@ class Client(EndpointClient):
             params["grace_ms"] = P.ms(grace_seconds, "grace_seconds")
         return self.request("cancel", params)  # type: ignore[no-any-return]
 
-    def kill(self, session: SessionRef, signal: Any = "SIGTERM") -> Dict[str, Any]:
-        """Sends signal (a name like "SIGUSR1"/"USR1", or a number) to every process of the session: ``{"session_id", "signal", "pids"}``. Never resent after a drop."""
+    def kill(self, session: SessionRef, signal: Any = "SIGKILL") -> Dict[str, Any]:
+        """Sends signal (a name like "SIGUSR1"/"USR1", or a number; default SIGKILL, as ``sbx kill``) to every process of the session: ``{"session_id", "signal", "pids"}``. Never resent after a drop."""
         sig = int(signal) if not isinstance(signal, str) else signal
         return self.request("kill", {**P.selector(session), "signal": sig}, resend=False)  # type: ignore[no-any-return]
 
