@@ -426,6 +426,10 @@ class Client(EndpointClient):
     def read_output(self, session: SessionRef, stream: str = "stdout", cursor: int = 0, follow: bool = True) -> Iterator[OutputChunk]:
         """The bytes of one stream from ``cursor`` as OutputChunks, in order, on a connection of its own.
 
+        ``stream="all"``: stdout and stderr merged in arrival order, as ``sbx logs --stream
+        all`` (each chunk one read of its own stream, ``chunk.stream`` saying which; cursor 0
+        only): see ``_read_merged``.
+
         ``follow``: until the stream is final (drained to EOF after the session ended); else
         the bytes stored now. Pulled: while you do not iterate, nothing is read (the
         supervisor holds off). A dropped connection (a supervisor restart) is re-made for up
@@ -435,8 +439,13 @@ class Client(EndpointClient):
         naming both cursors, never skipped. Errors: SESSION_NOT_FOUND, CURSOR_OUT_OF_RANGE (past the end,
         without follow), OUTPUT_REMOVED (retention removed it), INVALID_ARGUMENT.
         """
+        if stream == "all":
+            if cursor != 0:
+                raise SupervisorError("INVALID_ARGUMENT", "read_output(stream='all') starts at cursor 0 (a cursor is one stream's)")
+            yield from self._read_merged(session, follow)
+            return
         if stream not in P.STREAMS:
-            raise SupervisorError("INVALID_ARGUMENT", f"stream must be one of {', '.join(P.STREAMS)}, not {stream!r}")
+            raise SupervisorError("INVALID_ARGUMENT", f"stream must be one of all, {', '.join(P.STREAMS)}, not {stream!r}")
         sel = P.selector(session)
         reader = self._sibling()
         give_up_at: Optional[float] = None  # from the first failure since the last byte yielded
@@ -476,6 +485,125 @@ class Client(EndpointClient):
                         reader.close()
         finally:
             reader.close()
+
+    def _read_merged(self, session: SessionRef, follow: bool) -> Iterator[OutputChunk]:
+        """stdout and stderr merged as cli/logs.ts writeLogs merges them (``sbx logs --stream
+        all``): each stream's per-read index (read_index) orders its reads by arrival (µs),
+        ties stdout first, then by cursor; a read is yielded only once the other stream is
+        known (its ``through_us``) to hold no earlier read, waiting for that with a long poll
+        (read_index with follow, both streams' polls pending at once on one connection). The
+        bytes come from read_output of each stream (two more connections). Without follow: a
+        prefix of the merge as stored now, stopped before reads a live stream may still add
+        in between. Bytes past a final index's end (never indexed) come after every read."""
+        sel = P.selector(session)
+        streams = ("stdout", "stderr")
+        rank = {"stdout": 0, "stderr": 1}
+        inf = float("inf")
+        feeds: Dict[str, Dict[str, Any]] = {
+            st: {"queue": deque(), "next": 0, "ended": False, "cut": False, "through": None, "started": False, "more": False, "poll": None} for st in streams
+        }
+        index = self._sibling()
+        sources = {st: self.read_output(session, st, 0, follow=True) for st in streams}
+        pending: Dict[str, bytes] = {st: b"" for st in streams}
+        give_up_at: Optional[float] = None
+
+        def apply(st: str, r: Dict[str, Any]) -> None:
+            f = feeds[st]
+            if r["from"] != f["next"] or f["ended"]:
+                return  # an answer from a cursor already passed (a poll and a refresh crossed)
+            f["started"] = True
+            for rec in r["records"]:
+                skip = max(0, r["from"] - rec["cursor"])
+                f["queue"].append((rec["at_us"], rec["cursor"] + skip, rec["length"] - skip))
+            f["next"], f["more"], f["through"] = r["next"], r["more"], r["through_us"]
+            if r["more"]:
+                return
+            if r["final"]:
+                if r["next"] < r["cursor"]:
+                    f["queue"].append((inf, r["next"], r["cursor"] - r["next"]))
+                f["ended"] = True
+            elif not follow:
+                f["ended"] = f["cut"] = True
+
+        def ask(st: str, long_poll: bool) -> Optional[int]:
+            """read_index of st from its next cursor: answered now (None), or the long poll's rid."""
+            conn = index._connection(give_up_at)
+            rid = conn.send("read_index", {**sel, "stream": st, "from": feeds[st]["next"], "follow": long_poll})
+            if long_poll:
+                return rid
+            apply(st, P.answer(conn.recv(rid)))
+            conn.forget(rid)
+            return None
+
+        def poll(sts: List[str]) -> None:
+            for st in sts:
+                if feeds[st]["poll"] is None:
+                    feeds[st]["poll"] = ask(st, True)
+            by_rid = {feeds[st]["poll"]: st for st in sts}
+            rid, frame = index._connection(give_up_at).recv_any(tuple(by_rid))
+            st = by_rid[rid]
+            feeds[st]["poll"] = None
+            apply(st, P.answer(frame))
+
+        def take(st: str, at: int, length: int) -> bytes:
+            while len(pending[st]) < length:
+                chunk = next(sources[st], None)
+                if chunk is None:
+                    raise SupervisorError("INTERNAL", f"read_output(all): {st} ended before byte {at + length}")
+                pending[st] += chunk.data
+            data, pending[st] = pending[st][:length], pending[st][length:]
+            return data
+
+        def wants_page(f: Dict[str, Any]) -> bool:
+            return not f["ended"] and not f["queue"] and (not f["started"] or f["more"])
+
+        def blocked(f: Dict[str, Any], at: float) -> bool:
+            return not f["queue"] and not f["ended"] and (f["through"] is None or f["through"] < at)
+
+        try:
+            while True:
+                try:
+                    while any(wants_page(f) for f in feeds.values()):
+                        for st in streams:
+                            if wants_page(feeds[st]):
+                                ask(st, False)
+                    heads = [st for st in streams if feeds[st]["queue"]]
+                    if not heads:
+                        if all(f["ended"] for f in feeds.values()):
+                            return
+                        poll([st for st in streams if not feeds[st]["ended"]])
+                        continue
+                    st = min(heads, key=lambda h: (feeds[h]["queue"][0][0], rank[h], feeds[h]["queue"][0][1]))
+                    at_us, at, length = feeds[st]["queue"][0]
+                    others = [o for o in streams if o != st]
+                    if any(feeds[o]["cut"] and not feeds[o]["queue"] and (feeds[o]["through"] is None or feeds[o]["through"] < at_us) for o in others):
+                        return
+                    blockers = [o for o in others if blocked(feeds[o], at_us)]
+                    if blockers:
+                        for o in blockers:
+                            ask(o, False)
+                        still = [o for o in blockers if blocked(feeds[o], at_us)]
+                        if still:
+                            poll(still)
+                        continue
+                except OSError as err:
+                    index.close()
+                    for f in feeds.values():
+                        f["poll"] = None
+                    now = time.monotonic()
+                    if give_up_at is None:
+                        give_up_at = now + self.reconnect_seconds
+                    elif now > give_up_at:
+                        raise P.gave_up(self.endpoint.describe(), "read_index", self.reconnect_seconds, err) from err
+                    time.sleep(P.RECONNECT_PAUSE_SECONDS)
+                    continue
+                give_up_at = None
+                feeds[st]["queue"].popleft()
+                yield OutputChunk(stream=st, cursor=at, data=take(st, at, length))
+        finally:
+            for gen in sources.values():
+                gen.close()
+            index.close()
 
     def read(self, session: SessionRef, stream: str = "stdout", cursor: int = 0) -> bytes:
         """The bytes of one stream stored now, from ``cursor`` (``read_output`` without follow)."""
