@@ -707,11 +707,13 @@ class Client(EndpointClient):
     def restore(self, checkpoint_id: str, directory: str, *, store: Optional[str] = None, key_path: Optional[str] = None, same_owner: Optional[bool] = None, sbx: Optional[str] = None) -> Dict[str, Any]:
         """Materialises a published checkpoint into an empty or new directory and compares it (``sbx restore --json``).
 
-        Restore reads the store directly (there is no wire method): this runs the ``sbx`` bin
-        (``sbx`` argument, else ``$SBX_BIN``, else ``sbx`` on PATH) with this supervisor's
-        state dir (from ``status()``) unless ``store`` is given. Returns sbx's result
-        (``identical``, ``differences``, ``entries``, ``files``, ``bytes``, ...). Raises
-        SupervisorError (the code sbx names, else INTERNAL) when it could not restore.
+        Restore reads the store directly (there is no wire method), from this supervisor's
+        state dir (from ``status()``) unless ``store`` is given: a local store in Python
+        (restore.py, no sbx needed: the same checks, result and refusals as sbx's); with
+        ``sbx`` (a path), or an ``s3://`` store, by running the ``sbx`` bin (``sbx``, else
+        ``$SBX_BIN``, else on PATH). Returns sbx's result (``identical``, ``differences``,
+        ``entries``, ``files``, ``bytes``, ...). Raises SupervisorError (RestoreError from
+        Python, ``details["restore_error"]``; the code sbx names, else INTERNAL) when it could not restore.
         """
         state_dir = None if store is not None else self.status()["state_dir"]
         return restore_checkpoint(checkpoint_id, directory, state_dir=state_dir, store=store, key_path=key_path, same_owner=same_owner, sbx=sbx)
@@ -747,10 +749,20 @@ def _close_params(task: Optional[str], workspaces: Optional[Sequence[str]], time
 
 
 def restore_checkpoint(checkpoint_id: str, directory: str, *, state_dir: Optional[str] = None, store: Optional[str] = None, key_path: Optional[str] = None, same_owner: Optional[bool] = None, sbx: Optional[str] = None) -> Dict[str, Any]:
-    """``sbx restore ID DIR --json`` (offline: the supervisor need not run); see Client.restore."""
+    """``sbx restore ID DIR --json`` (offline: the supervisor need not run); see Client.restore.
+
+    The local store (``store`` a directory, or ``<state_dir>/checkpoints``) is restored here, in
+    Python (restore.py: no sbx needed); ``sbx`` given, or an ``s3://`` store, runs the sbx bin
+    (``sbx``, else ``$SBX_BIN``, else on PATH; none: SupervisorError INVALID_ARGUMENT naming it).
+    """
+    s3 = store is not None and store.startswith("s3://")
+    if sbx is None and not s3:
+        from .restore import restore_local
+
+        return restore_local(checkpoint_id, directory, state_dir=state_dir, store=store, key_path=key_path, same_owner=same_owner)
     binary = sbx or os.environ.get("SBX_BIN") or shutil.which("sbx")
     if not binary:
-        raise SupervisorError("INVALID_ARGUMENT", "restore runs the sbx bin: none given, $SBX_BIN unset and no sbx on PATH")
+        raise SupervisorError("INVALID_ARGUMENT", f"restore from the S3 store {store} runs the sbx bin (this library restores from the local store only: it has no S3 client): give sbx=, set $SBX_BIN, or put sbx on PATH")
     args = [binary, "restore", checkpoint_id, os.path.abspath(directory), "--json"]
     if state_dir is not None:
         args += ["--state-dir", state_dir]
