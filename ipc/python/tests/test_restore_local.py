@@ -110,3 +110,65 @@ def test_s3_store_without_sbx_names_the_fallback(daemon: Daemon, checkpoint, tmp
         with pytest.raises(SupervisorError) as e:
             c.restore(checkpoint, str(tmp_path / "t"), store="s3://bucket/prefix")
     assert e.value.code == "INVALID_ARGUMENT" and "sbx" in e.value.message and "SBX_BIN" in e.value.message
+
+
+def forge(daemon: Daemon, store: str, checkpoint: str, edit) -> str:
+    """A checkpoint made from `checkpoint` with its entries edited by `edit`, digest and counts
+    made to agree and signed with the supervisor's own key (so only the edit is wrong), published."""
+    import base64
+    import hashlib
+
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    from sandbox_supervisor import canonicalize
+
+    key = load_pem_private_key(open(os.path.join(daemon.state_dir, "receipt-key"), "rb").read(), password=None)
+
+    def sign(doc: dict) -> dict:
+        unsigned = {k: v for k, v in doc.items() if k != "signature"}
+        sig = dict(doc["signature"], value=base64.b64encode(key.sign(canonicalize(unsigned))).decode())
+        return {**unsigned, "signature": sig}
+
+    m = json.load(open(os.path.join(store, "manifests", f"{checkpoint}.json")))
+    m["entries"] = edit(m["entries"])
+    m["scan"] = {**m["scan"], "entries": len(m["entries"]), "digest": "sha256:" + hashlib.sha256(canonicalize(m["entries"])).hexdigest()}
+    data = canonicalize(sign(m))
+    new_id = hashlib.sha256(data).hexdigest()
+    with open(os.path.join(store, "manifests", f"{new_id}.json"), "wb") as f:
+        f.write(data)
+    pub = json.load(open(os.path.join(store, "published", f"{checkpoint}.json")))
+    with open(os.path.join(store, "published", f"{new_id}.json"), "wb") as f:
+        f.write(canonicalize(sign({**pub, "checkpoint_id": new_id})))
+    return new_id
+
+
+@pytest.mark.parametrize("case", ["escape", "through_link"])
+def test_restore_refuses_a_path_escape_or_a_path_through_a_link(daemon: Daemon, checkpoint, tmp_path, no_sbx, case):
+    store = str(tmp_path / "store")
+    shutil.copytree(os.path.join(daemon.state_dir, "checkpoints"), store, symlinks=True)
+    a = None
+
+    def edit(entries):
+        nonlocal a
+        a = next(e for e in entries if e.get("path") == "a.txt")
+        if case == "escape":
+            return [{**a, "path": "../escape"}] + entries
+        # "link" is a symlink to a.txt's dir level: a file under it would be written through it.
+        i = next(i for i, e in enumerate(entries) if e.get("path") == "link")
+        return entries[: i + 1] + [{**a, "path": "link/x"}] + entries[i + 1 :]
+
+    forged = forge(daemon, store, checkpoint, edit)
+    target = tmp_path / "t" / "inner"
+    os.makedirs(target.parent)
+    with Client(daemon.socket_path) as c:
+        with pytest.raises(SupervisorError) as e:
+            c.restore(forged, str(target), store=store, key_path=daemon.public_key_path)
+    assert e.value.details["restore_error"] == "bad_manifest", e.value.message
+    want = "not a relative path of plain names" if case == "escape" else "comes before (or without) its directory"
+    assert want in e.value.message
+    # Refused before anything was written through: nothing beside the target, a.txt as recorded.
+    assert set(os.listdir(target.parent)) <= {"inner"} and not os.path.exists(tmp_path / "t" / "escape")
+    if case == "through_link":
+        assert open(target / "a.txt", "rb").read() == b"alpha\n" * 1000 and not os.path.lexists(target / "x")
+    p = daemon.sbx(["restore", forged, str(tmp_path / "t2"), "--store", store, "--public-key", daemon.public_key_path])
+    assert p.returncode != 0 and want.encode() in p.stderr, p.stderr
