@@ -378,10 +378,34 @@ class AsyncClient(EndpointClient):
         receipt = await self.wait(session)
         return Result(exit_code=P.exit_status_of(receipt), outcome=receipt["outcome"], stdout=stdout, stderr=stderr, receipt=receipt, session=session)
 
+    async def _read_merged(self, session: SessionRef, cursor: int, follow: bool) -> AsyncIterator[OutputChunk]:
+        from .client import Client
+
+        blocking = Client(**self._same_options())
+        blocking._connected_once = self._connected_once
+        merged = blocking.read_output(session, "all", cursor, follow)
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                chunk = await loop.run_in_executor(None, next, merged, None)
+                if chunk is None:
+                    return
+                yield chunk
+        finally:
+            await loop.run_in_executor(None, merged.close)
+            blocking.close()
+
     async def read_output(self, session: SessionRef, stream: str = "stdout", cursor: int = 0, follow: bool = True) -> AsyncIterator[OutputChunk]:
-        """See Client.read_output: an async iterator of OutputChunks that resumes across a restart (no gap, no duplicate)."""
+        """See Client.read_output: an async iterator of OutputChunks that resumes across a restart (no gap, no duplicate).
+
+        ``stream="all"``: the merge of Client.read_output(session, "all"), run by a blocking
+        Client to the same endpoint in a worker thread, one chunk per step (pulled, as there)."""
+        if stream == "all":
+            async for chunk in self._read_merged(session, cursor, follow):
+                yield chunk
+            return
         if stream not in P.STREAMS:
-            raise SupervisorError("INVALID_ARGUMENT", f"stream must be one of {', '.join(P.STREAMS)}, not {stream!r}")
+            raise SupervisorError("INVALID_ARGUMENT", f"stream must be one of all, {', '.join(P.STREAMS)}, not {stream!r}")
         sel = P.selector(session)
         reader = self._sibling()
         wire: Optional[_Wire] = None

@@ -50,3 +50,27 @@ def test_all_refuses_a_cursor(daemon: Daemon):
         with pytest.raises(SupervisorError) as e:
             list(c.read_output(r.session, "all", cursor=3))
     assert e.value.code == "INVALID_ARGUMENT"
+
+
+def test_async_all_gives_the_same_merge(daemon: Daemon):
+    import asyncio
+
+    from sandbox_supervisor import AsyncClient
+
+    with Client(daemon.socket_path) as c:
+        s = c.launch(["sh", "-c", ECHO], key=f"py-{secrets.token_hex(6)}", stdin=True)
+        sizes = {"stdout": 0, "stderr": 0}
+        for i, p in enumerate(PLAN[:6]):
+            stream = "stdout" if p == "o" else "stderr"
+            c.write(s, f"{p} {i}\n".encode())
+            sizes[stream] += len(f"out {i}\n")
+            until(lambda: len(c.read(s, stream)) == sizes[stream], f"write {i} stored")
+        c.close_stdin(s)
+        c.wait(s)
+        sync = [(ch.stream, ch.data) for ch in c.read_output(s, "all", follow=False)]
+
+    async def main():
+        async with AsyncClient(daemon.socket_path) as a:
+            return [(ch.stream, ch.data) async for ch in a.read_output(s, "all", follow=True)]
+
+    assert asyncio.run(main()) == sync and [st for st, _ in sync] == ["stdout" if p == "o" else "stderr" for p in PLAN[:6]]
