@@ -1,9 +1,8 @@
-"""Offline verification against a state dir, as ``sbx verify --state-dir DIR`` does (ipc/verify.ts,
-cli/tasks.ts, supervisor/checkpoint/verify.ts; docs/reference/state-dir.md): a session receipt's
-stored output (every chunk file re-read and hashed), a close receipt's sessions and tasks, a task
-receipt's sessions and its checkpoints (manifest form, signature, publication, every object in
-the local store re-hashed). Owns these checks only; problems are phrased as sbx phrases them.
-Needs ``cryptography`` (signatures); reads the local store only (an s3:// store is refused).
+"""Offline verification against a state dir, as ``sbx verify --state-dir DIR`` (ipc/verify.ts, cli/tasks.ts,
+supervisor/checkpoint/verify.ts; docs/reference/state-dir.md): a session receipt's chunk files re-hashed,
+a close receipt's sessions and tasks, a task receipt's sessions and checkpoints (manifest, signature,
+publication, every local-store object re-hashed). Owns these checks, worded as sbx's; needs
+``cryptography``; an s3:// store is refused (no S3 client here).
 """
 from __future__ import annotations
 
