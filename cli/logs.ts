@@ -265,6 +265,8 @@ export interface LogsOptions extends EndpointOptions {
   noRecordAtUs: number;
   /** Told the errno of each failed reconnect, after the supervisor went away (sbx prints one line). */
   onReconnecting?: (code: string) => void;
+  /** Ends the merge early (a client's reader that stopped iterating): the connection is dropped and writeLogs returns. */
+  signal?: AbortSignal;
 }
 
 /** One item of a stream's queue: a read (from the index), or the bytes past the index's end. */
@@ -432,6 +434,11 @@ export async function writeLogs(opts: LogsOptions, sink: PieceSink): Promise<voi
       }
     }
   };
+  const stop = () => {
+    finished = true;
+    conn.drop();
+  };
+  opts.signal?.addEventListener('abort', stop, { once: true });
   const feeds = opts.streams.map((s) => new IndexFeed(s, opts.from ?? 0, opts, call));
   const bytes = new Map(opts.streams.map((s) => [s, new ByteSource(s, opts)]));
   try {
@@ -466,7 +473,10 @@ export async function writeLogs(opts: LogsOptions, sink: PieceSink): Promise<voi
       await sink.write({ stream: feed.stream, cursor: item.cursor, atUs: item.atUs, indexed: item.indexed, data });
     }
     await sink.end();
+  } catch (err) {
+    if (!(err instanceof Finished && opts.signal?.aborted)) throw err;
   } finally {
+    opts.signal?.removeEventListener('abort', stop);
     finished = true;
     conn.drop();
     await Promise.all([...bytes.values()].map((b) => b.close()));

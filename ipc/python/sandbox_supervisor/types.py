@@ -63,13 +63,14 @@ class Result:
     ``exit_code``: sh/timeout(1)/docker conventions, as ``sbx run`` exits (C, 128+N for a
     signal, 124 timed out, 126/127 spawn failed, 125 owner lost); ``outcome``: the receipt's
     (exited, signaled, timed_out, cancelled, spawn_failed, owner_lost); ``stdout``/``stderr``:
-    every stored byte of each stream, exactly; ``receipt``: the signed receipt.
+    every stored byte of each stream, exactly (None for a stream run handed to a callback,
+    ``on_stdout``/``on_stderr``, instead of keeping it); ``receipt``: the signed receipt.
     """
 
     exit_code: int
     outcome: str
-    stdout: bytes
-    stderr: bytes
+    stdout: Optional[bytes]
+    stderr: Optional[bytes]
     receipt: Receipt
     session: Session
 
