@@ -256,12 +256,7 @@ class Client(EndpointClient):
                     raise
                 if unkeyed_launch and (sent or conn.broken):
                     raise LaunchNotResent(f"the connection to the supervisor at {self.endpoint.describe()} dropped after a launch without an invocation key was sent: it may be running, so it is not sent again (give it a key to make it safe to resend) ({err})") from err
-                now = time.monotonic()
-                if give_up_at is None:
-                    give_up_at = now + self.reconnect_seconds
-                elif now > give_up_at:
-                    raise P.gave_up(self.endpoint.describe(), method, self.reconnect_seconds, err) from err
-                time.sleep(P.RECONNECT_PAUSE_SECONDS)
+                give_up_at = self._pause_after_drop(method, err, give_up_at)
             finally:
                 if self._conn is not None and self._conn.broken:
                     self.close()
@@ -390,17 +385,24 @@ class Client(EndpointClient):
                             raise SupervisorError.from_wire(frame["error"])
                 except OSError as err:
                     reader.close()
-                    now = time.monotonic()
-                    if give_up_at is None:
-                        give_up_at = now + self.reconnect_seconds
-                    elif now > give_up_at:
-                        raise P.gave_up(self.endpoint.describe(), "subscribe", self.reconnect_seconds, err) from err
-                    time.sleep(P.RECONNECT_PAUSE_SECONDS)
+                    give_up_at = self._pause_after_drop("subscribe", err, give_up_at)
                 finally:
                     if reader._conn is not None and reader._conn.broken:
                         reader.close()
         finally:
             reader.close()
+
+    def _pause_after_drop(self, method: str, err: OSError, give_up_at: Optional[float]) -> float:
+        """After a dropped connection: the reconnect deadline (reconnect_seconds from the first
+        drop, time.monotonic() seconds), once the pause before the next try is over. Raises
+        ConnectionError (P.gave_up) when the deadline has passed."""
+        now = time.monotonic()
+        if give_up_at is None:
+            give_up_at = now + self.reconnect_seconds
+        elif now > give_up_at:
+            raise P.gave_up(self.endpoint.describe(), method, self.reconnect_seconds, err) from err
+        time.sleep(P.RECONNECT_PAUSE_SECONDS)
+        return give_up_at
 
     def _feed_stdin(self, session: Session, data: bytes) -> None:
         """All of data then EOF, in pieces of at most P.MAX_WRITE_BYTES. A command that stops
@@ -474,12 +476,7 @@ class Client(EndpointClient):
                             raise SupervisorError.from_wire(frame["error"])
                 except OSError as err:
                     reader.close()
-                    now = time.monotonic()
-                    if give_up_at is None:
-                        give_up_at = now + self.reconnect_seconds
-                    elif now > give_up_at:
-                        raise P.gave_up(self.endpoint.describe(), "subscribe", self.reconnect_seconds, err) from err
-                    time.sleep(P.RECONNECT_PAUSE_SECONDS)
+                    give_up_at = self._pause_after_drop("subscribe", err, give_up_at)
                 finally:
                     if reader._conn is not None and reader._conn.broken:
                         reader.close()
@@ -590,12 +587,7 @@ class Client(EndpointClient):
                     index.close()
                     for f in feeds.values():
                         f["poll"] = None
-                    now = time.monotonic()
-                    if give_up_at is None:
-                        give_up_at = now + self.reconnect_seconds
-                    elif now > give_up_at:
-                        raise P.gave_up(self.endpoint.describe(), "read_index", self.reconnect_seconds, err) from err
-                    time.sleep(P.RECONNECT_PAUSE_SECONDS)
+                    give_up_at = self._pause_after_drop("read_index", err, give_up_at)
                     continue
                 give_up_at = None
                 feeds[st]["queue"].popleft()

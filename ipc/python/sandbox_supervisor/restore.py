@@ -198,13 +198,17 @@ def restore_local(checkpoint_id: str, directory: str, *, state_dir: Optional[str
         dropped.add(key)
         return int(e["mode"]) & ~_SETID
 
+    def set_meta(fd: int, e: Mapping[str, Any]) -> None:
+        """Owner (when restoring as the same user), mode and mtime of the entry, on its open fd."""
+        if same:
+            os.fchown(fd, e["uid"], e["gid"])
+        os.fchmod(fd, mode_for(e, id(e), _show(e)))
+        _set_times(e["mtime_ns"], fd=fd)
+
     def finish_dir(d: Tuple[int, bytes, Mapping[str, Any]]) -> None:
         fd, _, e = d
         try:
-            if same:
-                os.fchown(fd, e["uid"], e["gid"])
-            os.fchmod(fd, mode_for(e, id(e), _show(e)))
-            _set_times(e["mtime_ns"], fd=fd)
+            set_meta(fd, e)
         finally:
             os.close(fd)
 
@@ -229,10 +233,7 @@ def restore_local(checkpoint_id: str, directory: str, *, state_dir: Optional[str
                     try:
                         for part in e.get("chunks") or [{"sha256": e["sha256"], "size": e["size"]}]:
                             _copy_object(st, part["sha256"], part["size"], fd, where)
-                        if same:
-                            os.fchown(fd, e["uid"], e["gid"])
-                        os.fchmod(fd, mode_for(e, id(e), _show(e)))
-                        _set_times(e["mtime_ns"], fd=fd)
+                        set_meta(fd, e)
                     finally:
                         os.close(fd)
                     files += 1
