@@ -3,6 +3,7 @@
 // and stderr to fd 2 byte for byte, this CLI's stdin into the session's if it takes stdin, and
 // the session's exit status when it ends (docs/reference/exit-statuses.md). Ctrl-C detaches
 // (the session goes on). Also owns pumpStdin, stdin at offsets, which sbx run uses too.
+import { randomUUID } from 'node:crypto';
 import { constants as osConstants } from 'node:os';
 import { type Command, InvalidArgumentError } from 'commander';
 import { readOutput, ReconnectingClient, SupervisorClient, type EndpointOptions } from '../ipc/client.js';
@@ -13,23 +14,37 @@ import { warn } from './escape.js';
 
 /**
  * Streams this CLI's stdin into the session from stdin offset fromOffset, each write at its
- * offset so a retry after a reconnect delivers every byte exactly once; EOF closes the
- * session's stdin unless eofCloses is false (then forwarding just stops). A terminal on stdin
- * is put in raw mode for a pty session (restored on every exit path).
+ * offset with this pump's writer token, so a retry after a reconnect delivers every byte
+ * exactly once; when another client wrote at those offsets (a second `sbx attach`), the write
+ * goes again at the session's stdin cursor, as two processes writing one pipe interleave (said
+ * once on stderr). EOF closes the session's stdin unless eofCloses is false (then forwarding
+ * just stops). A terminal on stdin is put in raw mode for a pty session (restored on every
+ * exit path).
  */
 export async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: boolean, fromOffset: number, eofCloses = true): Promise<void> {
   if (pty && process.stdin.isTTY) {
     process.stdin.setRawMode(true);
     process.on('exit', () => process.stdin.setRawMode?.(false));
   }
+  const writer = randomUUID();
   let offset = fromOffset;
-  try {
-    for await (const chunk of process.stdin) {
-      const data = chunk as Buffer;
-      await conn.run((c) => c.request('write', { ...sel, data, offset }));
-      offset += data.length;
+  let shared = false;
+  const send = async (data: Buffer, eof: boolean): Promise<void> => {
+    for (;;) {
+      try {
+        offset = (await conn.run((c) => c.request('write', { ...sel, data, offset, writer, ...(eof ? { eof } : {}) }))).cursor;
+        return;
+      } catch (err) {
+        if (!(isSupervisorError(err) && err.details?.stdin_conflict === true && typeof err.details.cursor === 'number')) throw err;
+        if (!shared) warn(`stdin: another client writes this session's stdin too; this one's bytes go in at its cursor, interleaved with the other's`);
+        shared = true;
+        offset = err.details.cursor;
+      }
     }
-    if (eofCloses) await conn.run((c) => c.request('write', { ...sel, data: Buffer.alloc(0), offset, eof: true }));
+  };
+  try {
+    for await (const chunk of process.stdin) await send(chunk as Buffer, false);
+    if (eofCloses) await send(Buffer.alloc(0), true);
   } catch (err) {
     // The command stopped reading its stdin (`yes | sbx run --stdin -- head -c5`) or ended:
     // like a writer to a closed pipe, sbx stops feeding it, and says nothing (the shell's
@@ -48,6 +63,7 @@ export interface AttachContext {
 }
 
 interface AttachOptions {
+  key?: string;
   fromStart?: boolean;
   cursor?: number;
   stderrCursor?: number;
@@ -71,19 +87,21 @@ const signalNumber = (name: string) => osConstants.signals[name as keyof typeof 
 export function attachCommand(cmd: Command, ctx: AttachContext): Command {
   return cmd
     .description("follow a running session by its id, as docker attach: its output from where it is now (stdout to fd 1, stderr to fd 2), this CLI's stdin into its stdin if it was started with --stdin; exits with its status when it ends; Ctrl-C detaches (it goes on)")
-    .argument('<id>', 'session id')
+    .argument('[id]', 'session id, or a unique prefix of one (3 characters or more)')
+    .option('--key <key>', 'select the session by invocation key')
     .option('--from-start', 'replay its output from the first byte, then follow')
     .option('--cursor <n>', "start stdout (a pty session's output) at byte cursor N", cursorArg('--cursor'))
     .option('--stderr-cursor <n>', 'start stderr at byte cursor N', cursorArg('--stderr-cursor'))
     .option('--no-stdin', "do not forward this CLI's stdin (watch only)")
     .option('--close-stdin', "at the end of this CLI's stdin, close the session's (else forwarding stops and its stdin stays open for another writer)")
-    .action(async (id: string, o: AttachOptions) => {
-      await attach(id, o, ctx.endpoint(o), ctx.where(o), ctx.fail);
+    .action(async (id: string | undefined, o: AttachOptions) => {
+      if (id !== undefined && o.key !== undefined) ctx.fail('give a session ID or --key, not both');
+      if (id === undefined && o.key === undefined) ctx.fail('a session ID (or --key K) is required');
+      await attach(id !== undefined ? { session_id: id } : { invocation_key: o.key as string }, o, ctx.endpoint(o), ctx.where(o), ctx.fail);
     });
 }
 
-async function attach(id: string, o: AttachOptions, endpoint: EndpointOptions, where: string, fail: AttachContext['fail']): Promise<void> {
-  const sel = { session_id: id };
+async function attach(given: SessionSelector, o: AttachOptions, endpoint: EndpointOptions, where: string, fail: AttachContext['fail']): Promise<void> {
   let client: SupervisorClient;
   try {
     client = await SupervisorClient.connect({ ...endpoint, clientName: 'sbx' });
@@ -92,13 +110,16 @@ async function attach(id: string, o: AttachOptions, endpoint: EndpointOptions, w
   }
   let row: SessionSummary | undefined;
   let stdinAt: number | null = null;
+  let id = given.session_id ?? '';
   try {
+    // The supervisor resolves a prefix or a key to the one id (or answers SESSION_NOT_FOUND,
+    // with its details, or INVALID_ARGUMENT for an ambiguous prefix).
+    id = (await client.receipt(given)).session_id;
     row = (await client.ps(true)).sessions.find((s) => s.session_id === id);
-    if (!row) await client.receipt(sel); // SESSION_NOT_FOUND, with its details (retired, ...)
     if (!row) fail(`SESSION_NOT_FOUND: no session ${id} (sbx ps --all lists them)`);
     // Whether it takes stdin, and where its stdin is now: an empty write answers its cursor.
     if (o.stdin && row.state !== 'ended') {
-      stdinAt = await client.request('write', { ...sel, data: Buffer.alloc(0) }).then(
+      stdinAt = await client.request('write', { session_id: id, data: Buffer.alloc(0) }).then(
         (r) => r.cursor,
         () => null, // started without --stdin, or its stdin is closed: nothing to forward
       );
@@ -119,13 +140,22 @@ async function attach(id: string, o: AttachOptions, endpoint: EndpointOptions, w
   const pty = row.cursors.pty !== undefined;
   const streams: StreamName[] = pty ? ['pty'] : ['stdout', 'stderr'];
   const startOf = (s: StreamName): number => {
-    const given = s === 'stderr' ? o.stderrCursor : o.cursor;
-    return given ?? (o.fromStart ? 0 : (row.cursors[s] ?? 0));
+    const cursor = s === 'stderr' ? o.stderrCursor : o.cursor;
+    return cursor ?? (o.fromStart ? 0 : (row.cursors[s] ?? 0));
   };
+  for (const s of streams) {
+    // As sbx logs --from: a cursor past what is stored is refused, not waited on in silence.
+    const end = row.cursors[s] ?? 0;
+    if (startOf(s) > end) {
+      client.close();
+      fail(`CURSOR_OUT_OF_RANGE: ${s === 'stderr' ? '--stderr-cursor' : '--cursor'} ${startOf(s)} is past the end of ${s} (${end} bytes so far)`);
+    }
+  }
   process.on('SIGINT', () => {
     warn(`detached from session ${id}; it goes on (sbx attach ${id} follows it again, sbx wait ${id} waits for its status)`);
     process.exit(130);
   });
+  const sel = { session_id: id };
   const reconnecting = reconnectingLine(where);
   const conn = new ReconnectingClient({ ...endpoint, clientName: 'sbx', onReconnecting: reconnecting }, client);
   if (stdinAt !== null) void pumpStdin(conn, sel, pty, stdinAt, Boolean(o.closeStdin));

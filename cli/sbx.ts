@@ -32,7 +32,8 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient, type EndpointOptions } from '../ipc/client.js';
 import { describeEndpoint, resolveEndpoint } from '../ipc/transport.js';
 import { parseDurationMs } from '../ipc/duration.js';
-import { JsonSink, parseTimeUs, RawSink, SplitSink, TailSink, TimestampSink, writeLogs } from './logs.js';
+import { mergeStreams } from '../ipc/merge.js';
+import { JsonSink, parseTimeUs, RawSink, SplitSink, TailSink, TimestampSink } from './logs.js';
 import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
@@ -700,7 +701,7 @@ sub('logs')
       // --json: one record stream (each names its stream) on stdout; else stderr's bytes to fd 2.
       const out = split && !g.json && streams.length === 2 ? new SplitSink({ stderr: sinkTo(process.stderr) }, sinkTo(process.stdout)) : sinkTo(process.stdout);
       const sink = tailLines === undefined ? out : new TailSink(tailLines, out);
-      await writeLogs({ ...endpointOf(g), selector: sel, streams, from: o.from, follow: o.follow ?? false, sinceUs, untilUs, noRecordAtUs: admittedAtUs, onReconnecting: reconnecting }, sink);
+      await mergeStreams({ ...endpointOf(g), selector: sel, streams, from: o.from, follow: o.follow ?? false, sinceUs, untilUs, noRecordAtUs: admittedAtUs, onReconnecting: reconnecting }, sink);
     } catch (err) {
       fail(describe(err));
     }

@@ -683,15 +683,15 @@ export async function* readOutput(options: ReadOutputOptions): AsyncGenerator<Ou
 }
 
 /**
- * stdout and stderr merged in arrival order: the merge of `sbx logs --stream all` (cli/logs.ts
- * writeLogs: read_index of each stream, a read given once the other stream is known to hold
+ * stdout and stderr merged in arrival order: the merge of `sbx logs --stream all` (ipc/merge.ts
+ * mergeStreams: read_index of each stream, a read given once the other stream is known to hold
  * no earlier one; ties stdout first), each piece a chunk of its own stream at its cursor.
- * Pulled: writeLogs waits while 16 pieces are not taken. Stopping early aborts the merge.
+ * Pulled: mergeStreams waits while 16 pieces are not taken. Stopping early aborts the merge.
  */
 async function* readMerged(options: ReadOutputOptions): AsyncGenerator<OutputChunk> {
   if ((options.from ?? 0) !== 0) throw new SupervisorError('INVALID_ARGUMENT', "readOutput with stream 'all' starts at cursor 0 (from is a cursor of one stream)");
-  // Imported when used: cli/logs.ts imports this module (readOutput for the bytes).
-  const { writeLogs } = await import('../cli/logs.js');
+  // Imported when used: merge.ts imports this module (readOutput for the bytes).
+  const { mergeStreams } = await import('./merge.js');
   const queue: OutputChunk[] = [];
   let done = false;
   let failure = null as Error | null;
@@ -703,7 +703,7 @@ async function* readMerged(options: ReadOutputOptions): AsyncGenerator<OutputChu
   };
   const abort = new AbortController();
   const { selector, follow, from: _from, stream: _stream, ...endpoint } = options;
-  const merge = writeLogs(
+  const merge = mergeStreams(
     { ...endpoint, selector, streams: ['stdout', 'stderr'], follow: follow ?? false, noRecordAtUs: 0, signal: abort.signal },
     {
       write: async (p) => {

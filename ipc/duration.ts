@@ -15,23 +15,22 @@ const BARE = /^\d+(?:\.\d+)?$/;
 
 /** Whether text is written as a duration (a compound with units, or a bare number), without checking its bound. */
 export function isDuration(text: string): boolean {
-  const t = text.trim();
-  return COMPOUND.test(t) || BARE.test(t);
+  return COMPOUND.test(text) || BARE.test(text);
 }
 
 /**
  * Parses a duration to microseconds (rounded to the nearest µs; a positive one is at least 1).
- * Throws RangeError naming the input when it is not a duration (`1x`, `-1s`, ``, `1m30`: a
- * number after a unit needs its own unit) or is over maxMs (default 30 days; --since passes
+ * Throws RangeError naming the input when it is not a duration (`1x`, `-1s`, ``, ` 1s` (no
+ * spaces, as Go), `1m30`: a number after a unit needs its own unit) or is over maxMs (default 30 days; --since passes
  * Infinity: an age has no timer to overflow).
  */
 export function parseDurationUs(text: string, maxMs: number = MAX_DURATION_MS): number {
-  const t = text.trim();
   let ns = 0;
-  if (BARE.test(t)) ns = Number(t) * 1e9;
-  else if (COMPOUND.test(t)) for (const m of t.matchAll(PART)) ns += Number(m[1]) * UNIT_NS[m[2]!]!;
+  if (BARE.test(text)) ns = Number(text) * 1e9;
+  else if (COMPOUND.test(text)) for (const m of text.matchAll(PART)) ns += Number(m[1]) * UNIT_NS[m[2]!]!;
   else {
-    const hint = /\d[a-zµμ]+\d+(?:\.\d+)?$/.test(t) ? '; the last number needs a unit' : '';
+    const unitless = /^(.+?)\d+(?:\.\d+)?$/.exec(text);
+    const hint = text !== text.trim() ? '; no spaces' : unitless && COMPOUND.test(unitless[1]!) ? '; the last number needs a unit' : '';
     throw new RangeError(`not a duration: ${JSON.stringify(text)}${hint} (use e.g. 500ms, 30s, 1m30s, 1h2m3.5s; a bare number is seconds)`);
   }
   if (!Number.isFinite(ns) || ns > maxMs * 1e6) throw new RangeError(`duration ${JSON.stringify(text)} is over the limit of ${maxMs === MAX_DURATION_MS ? '30 days' : `${maxMs} ms`}`);

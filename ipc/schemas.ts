@@ -90,7 +90,7 @@ export const ParamsSchemas = {
   /** Keepalive: answered at once with the supervisor's clock (after hello, counted in flight). */
   ping: empty,
   write: z
-    .object({ ...selector, data: z.custom<Uint8Array>((d) => d instanceof Uint8Array, 'bytes (msgpack bin)').refine((d) => d.length <= 8 * 1024 * 1024, 'at most 8 MiB per write'), offset: cursor.optional(), eof: z.boolean().optional() })
+    .object({ ...selector, data: z.custom<Uint8Array>((d) => d instanceof Uint8Array, 'bytes (msgpack bin)').refine((d) => d.length <= 8 * 1024 * 1024, 'at most 8 MiB per write'), offset: cursor.optional(), eof: z.boolean().optional(), writer: z.string().min(1).max(128).optional() })
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
   resize: z

@@ -190,8 +190,8 @@ export class LiveSession extends Session {
     return !drain || drain.ended !== null;
   }
 
-  override write(data: Buffer, offset: number | undefined, eof: boolean): Promise<number> {
-    return this.stdin ? this.stdin.write(data, offset, eof) : super.write(data, offset, eof);
+  override write(data: Buffer, offset: number | undefined, eof: boolean, writer?: string): Promise<number> {
+    return this.stdin ? this.stdin.write(data, offset, eof, writer) : super.write(data, offset, eof, writer);
   }
 
   override resize(cols: number, rows: number): void {

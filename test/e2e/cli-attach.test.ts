@@ -1,7 +1,7 @@
 // Issue 31's CLI conventions, against a real supervisor through the sbx bin: sbx attach
-// (output from a cursor, stdin, exit status, Ctrl-C detaching), sbx logs showing both streams
-// by default, the first Ctrl-C of sbx run on a command that ignores SIGINT, sbx status's
-// uptime being the supervisor's, and close --task naming the sessions it cancelled.
+// (output from a cursor, by id prefix or key, stdin beside a second writer, exit status,
+// Ctrl-C detaching), sbx logs showing both streams by default, the first Ctrl-C of sbx run on
+// a command that ignores SIGINT, sbx status's uptime, and close --task naming what it cancelled.
 import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -154,6 +154,59 @@ describe('sbx attach', () => {
     const missing = await daemon.sbx(['attach', 's-0-nope']);
     expect(missing.status).toBe(125);
     expect(missing.stderr.toString()).toContain('SESSION_NOT_FOUND');
+    // As sbx logs --from: a cursor past what is stored is refused, not waited on.
+    const past = await daemon.sbx(['attach', id, '--cursor', '5']);
+    expect([past.status, past.stdout.length, past.stderr.toString()]).toEqual([125, 0, 'sbx: CURSOR_OUT_OF_RANGE: --cursor 5 is past the end of stdout (4 bytes so far)\n']);
+    const pastErr = await daemon.sbx(['attach', id, '--stderr-cursor', '4']);
+    expect([pastErr.status, pastErr.stderr.toString()]).toEqual([125, 'sbx: CURSOR_OUT_OF_RANGE: --stderr-cursor 4 is past the end of stderr (3 bytes so far)\n']);
+  });
+
+  it('takes a unique id prefix or --key, as the other verbs do', async () => {
+    const r = await daemon.sbx(['run', '--key', 'attach-by-key', '--', 'sh', '-c', 'printf "by key\\n"; exit 4']);
+    expect(r.status).toBe(4);
+    const id = (await client.ps(true)).sessions.find((s) => s.invocation_key === 'attach-by-key')!.session_id;
+    const byPrefix = await daemon.sbx(['attach', id.slice(0, -3), '--from-start']);
+    expect([byPrefix.status, byPrefix.stdout.toString(), byPrefix.stderr.toString()]).toEqual([4, 'by key\n', '']);
+    const byKey = await daemon.sbx(['attach', '--key', 'attach-by-key', '--from-start']);
+    expect([byKey.status, byKey.stdout.toString(), byKey.stderr.toString()]).toEqual([4, 'by key\n', '']);
+    const both = await daemon.sbx(['attach', id, '--key', 'attach-by-key']);
+    expect([both.status, both.stderr.toString()]).toEqual([125, 'sbx: give a session ID or --key, not both\n']);
+    // 's-' starts every id: a prefix that short names them all, and is refused as ambiguous.
+    const ambiguous = await daemon.sbx(['attach', 's-']);
+    expect(ambiguous.status).toBe(125);
+  });
+
+  it('a second writer of the same stdin: its bytes go in after the first one\'s, none dropped, said once', async () => {
+    const go = join(daemon.dir, 'go-cat');
+    const id = (await daemon.sbx(['run', '--detach', '--stdin', '--', 'sh', '-c', `until [ -e ${go} ]; do echo tick; sleep 0.1; done; exec cat`])).stdout.toString().trim();
+    const a = background(['attach', id], 'pipe');
+    // It prints what came after it attached: it has taken the stdin cursor (0) by then.
+    await until(() => a.stdout().toString().includes('tick\n'), 'attach to follow');
+    // Another client fills offsets 0..6 first; attach's write at 0 is then not a retry.
+    expect(await client.request('write', { session_id: id, data: Buffer.from('first\n'), offset: 0, writer: 'other' })).toEqual({ session_id: id, cursor: 6 });
+    a.child.stdin!.end('second\n');
+    await until(async () => (await client.request('write', { session_id: id, data: Buffer.alloc(0) })).cursor === 13, "attach's bytes to go in at the cursor");
+    writeFileSync(go, '');
+    await client.request('write', { session_id: id, data: Buffer.alloc(0), offset: 13, eof: true });
+    expect(await a.exited).toBe(0);
+    expect(a.stdout().toString()).toMatch(/^(tick\n)+first\nsecond\n$/);
+    expect(a.stderr()).toBe("sbx: stdin: another client writes this session's stdin too; this one's bytes go in at its cursor, interleaved with the other's\n");
+  });
+
+  it('the write verb: a writer token tells a retry (skipped) from another writer\'s bytes (refused, nothing written)', async () => {
+    const id = (await daemon.sbx(['run', '--detach', '--stdin', '--', 'cat'])).stdout.toString().trim();
+    const write = (data: string, offset: number, writer?: string) => client.request('write', { session_id: id, data: Buffer.from(data), offset, ...(writer ? { writer } : {}) });
+    expect((await write('abcd', 0, 'A')).cursor).toBe(4);
+    expect((await write('abcd', 0, 'A')).cursor).toBe(4); // A's retry: skipped
+    await expect(write('xy', 2, 'B')).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', details: { cursor: 4, stdin_conflict: true } });
+    expect((await write('xy', 4, 'B')).cursor).toBe(6);
+    // A retry that overlaps B's bytes is B's, not A's: refused.
+    await expect(write('cdzz', 2, 'A')).rejects.toMatchObject({ details: { cursor: 6, stdin_conflict: true } });
+    // Without a token: the single-writer rule, bytes before the cursor are skipped.
+    expect((await write('abcdxyQ', 0)).cursor).toBe(7);
+    await client.request('write', { session_id: id, data: Buffer.alloc(0), offset: 7, eof: true });
+    expect((await client.wait({ session_id: id })).outcome).toBe('exited');
+    expect((await daemon.sbx(['logs', id])).stdout.toString()).toBe('abcdxyQ');
   });
 
   it('Ctrl-C detaches: 130, said on stderr, and the session goes on; a deadline while attached exits 124', async () => {

@@ -24,7 +24,6 @@ describe('durations', () => {
     expect(parseDurationMs('2h45m')).toBe(9_900_000);
     expect(parseDurationMs('1d12h')).toBe(129_600_000);
     expect(parseDurationMs('1s500ms')).toBe(1500);
-    expect(parseDurationMs(' 90s ')).toBe(90_000);
     expect(parseDurationUs('250us')).toBe(250);
     expect(parseDurationUs('250µs')).toBe(250);
     expect(parseDurationUs('1ms250us')).toBe(1250);
@@ -43,6 +42,12 @@ describe('durations', () => {
     expect(() => parseDurationMs('-1s')).toThrow('not a duration: "-1s" (');
     expect(() => parseDurationMs('')).toThrow('not a duration: "" (');
     expect(() => parseDurationMs('1m30')).toThrow('not a duration: "1m30"; the last number needs a unit (');
+    // The hint only where a unit is what is missing: not for hex or exponents.
+    expect(() => parseDurationMs('0x10')).toThrow('not a duration: "0x10" (');
+    expect(() => parseDurationMs('1e3')).toThrow('not a duration: "1e3" (');
+    // As Go's time.ParseDuration: no spaces around it either.
+    expect(() => parseDurationMs(' 90s ')).toThrow('not a duration: " 90s "; no spaces (');
+    expect(() => parseDurationMs('90s\n')).toThrow('not a duration: "90s\\n"; no spaces (');
     for (const bad of ['1h 30m', 's', '.5s', '1.s', '1m-30s', '1e3s', 'Infinity', '1S', '30 s']) expect(() => parseDurationMs(bad), bad).toThrow(/^not a duration: /);
     expect([isDuration('1m30s'), isDuration('10'), isDuration('1m30'), isDuration('2026-12-01')]).toEqual([true, true, false, false]);
   });
