@@ -14,19 +14,19 @@ import { warn } from './escape.js';
 
 /**
  * Streams this CLI's stdin into the session from stdin offset fromOffset, each write at its
- * offset with this pump's writer token, so a retry after a reconnect delivers every byte
- * exactly once; when another client wrote at those offsets (a second `sbx attach`), the write
+ * offset with this pump's writer token (default a fresh one; sbx run's is its invocation key,
+ * so a rerun of the same key replaying its input is a retry), so a retry after a reconnect
+ * delivers every byte exactly once; when another client wrote at those offsets (a second `sbx attach`), the write
  * goes again at the session's stdin cursor, as two processes writing one pipe interleave (said
  * once on stderr). EOF closes the session's stdin unless eofCloses is false (then forwarding
  * just stops). A terminal on stdin is put in raw mode for a pty session (restored on every
  * exit path).
  */
-export async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: boolean, fromOffset: number, eofCloses = true): Promise<void> {
+export async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: boolean, fromOffset: number, eofCloses = true, writer: string = randomUUID()): Promise<void> {
   if (pty && process.stdin.isTTY) {
     process.stdin.setRawMode(true);
     process.on('exit', () => process.stdin.setRawMode?.(false));
   }
-  const writer = randomUUID();
   let offset = fromOffset;
   let shared = false;
   const send = async (data: Buffer, eof: boolean): Promise<void> => {

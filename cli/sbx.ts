@@ -421,7 +421,7 @@ sub('run')
     // A person at a terminal reattaching types from where the session's stdin is now; piped
     // stdin is replayed from 0 and only bytes past what was delivered are added (exactly once).
     // A session that has ended takes no more stdin: a retry only replays it.
-    if (o.stdin && launched.state !== 'ended') void pumpStdin(conn, sel, Boolean(o.pty), process.stdin.isTTY ? (launched.stdin_cursor ?? 0) : 0);
+    if (o.stdin && launched.state !== 'ended') void pumpStdin(conn, sel, Boolean(o.pty), process.stdin.isTTY ? (launched.stdin_cursor ?? 0) : 0, true, `run:${launched.invocation_key}`);
     try {
       // The wait is in flight from the start, so a supervisor shutting down answers it
       // (it lets requests in flight finish) before it closes the connection.

@@ -27,10 +27,11 @@ export class StdinWriter {
   /**
    * Writes data at offset (default: the cursor); resolves with the new cursor once the bytes
    * are handed to the pipe or pty. eof then closes stdin. token: the writing client's token
-   * (any string); bytes before the cursor count as this write's retry only if the same token's writer
-   * delivered them, else INVALID_ARGUMENT with details {cursor, stdin_conflict: true} and
-   * nothing is written (the client may send its bytes again at that cursor). Without a token,
-   * bytes before the cursor are skipped as delivered (a client that is the only writer).
+   * (any string); bytes before the cursor count as this write's retry unless a writer with
+   * another token delivered some of them: then INVALID_ARGUMENT with details {cursor,
+   * stdin_conflict: true} and nothing is written (the client may send its bytes again at that
+   * cursor). Bytes written without a token, and any write without one, follow the
+   * single-writer rule: bytes before the cursor are skipped as delivered.
    */
   write(data: Buffer, offset: number | undefined, eof: boolean, token?: string): Promise<number> {
     const run = () => this.writeNow(data, offset, eof, token);
@@ -84,12 +85,12 @@ export class StdinWriter {
     return this.cursor;
   }
 
-  /** Whether the writer of token delivered every stdin byte in [from, to) (within the kept window). */
+  /** Whether no other token's writer delivered a stdin byte in [from, to) (within the kept window): bytes written without a token are anyone's (the single-writer rule). */
   private wroteAll(token: string, from: number, to: number): boolean {
     let at = from;
     for (const s of this.segments) {
       if (s.end <= at) continue;
-      if (s.start > at || s.token !== token) return false;
+      if (s.start > at || (s.token !== undefined && s.token !== token)) return false;
       at = s.end;
       if (at >= to) return true;
     }
