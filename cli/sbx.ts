@@ -22,7 +22,7 @@
 // and environment bytes.
 import { isUtf8 } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
-import { readFileSync, writeSync } from 'node:fs';
+import { existsSync, readFileSync, writeSync } from 'node:fs';
 import { join, resolve as resolvePath } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { startupSnapshot } from 'node:v8';
@@ -575,25 +575,30 @@ sub('verify')
     }
     const problems = verifySignature(receipt, keyPem);
     const isClose = (receipt as unknown as { kind?: string }).kind === 'close';
-    if (o.stateDir && problems.length === 0) {
-      if (isClose) problems.push(...verifyCloseSessions(receipt as unknown as CloseReceipt, o.stateDir, keyPem), ...verifyCloseTasks(receipt as unknown as CloseReceipt, o.stateDir));
+    // A session receipt's stored bytes are re-read from --state-dir, else from the default
+    // state dir ($SBX_STATE_DIR) when it holds that session, as a task receipt's are: an OK
+    // never rests on the signature alone while the bytes are at hand.
+    const here = defaultStateDir();
+    const stateDir = o.stateDir ?? (!isClose && typeof receipt.session_id === 'string' && existsSync(join(here, 'sessions', receipt.session_id)) ? here : undefined);
+    if (stateDir && problems.length === 0) {
+      if (isClose) problems.push(...verifyCloseSessions(receipt as unknown as CloseReceipt, stateDir, keyPem), ...verifyCloseTasks(receipt as unknown as CloseReceipt, stateDir));
       else {
         // Every stored byte is re-read and hashed: a line on a terminal counts chunk files and bytes.
         const chunks = Object.values(receipt.output).flatMap((s) => s?.chunks ?? []);
         const progress = new Progress(`verify ${receipt.session_id}`);
         const done = { objects: 0, totalObjects: chunks.length, bytes: 0, totalBytes: chunks.reduce((n, c) => n + c.length, 0) };
         progress.counts(done);
-        problems.push(...verifyStoredOutput(receipt, o.stateDir, (bytes) => progress.counts({ ...done, objects: ++done.objects, bytes: (done.bytes += bytes) })));
+        problems.push(...verifyStoredOutput(receipt, stateDir, (bytes) => progress.counts({ ...done, objects: ++done.objects, bytes: (done.bytes += bytes) })));
         progress.done();
       }
     }
     if (g.json) printJson({ ok: problems.length === 0, key_id: receipt.signature?.key_id ?? null, problems });
     else if (problems.length === 0 && isClose) {
       const n = (receipt as unknown as CloseReceipt).sessions.length;
-      process.stdout.write(`OK: close receipt signed by ${receipt.signature!.key_id}${o.stateDir ? `; the ${n} session receipts it lists match` : ''}\n`);
+      process.stdout.write(`OK: close receipt signed by ${receipt.signature!.key_id}${stateDir ? `; the ${n} session receipts it lists match` : '; signature only (--state-dir DIR also checks the session receipts it lists)'}\n`);
     } else if (problems.length === 0) {
       const streams = Object.entries(receipt.output).map(([n, s]) => `${n} ${s!.final_cursor} bytes`).join(', ');
-      process.stdout.write(`OK: signed by ${receipt.signature!.key_id}${o.stateDir ? `; stored output matches (${streams})` : ''}\n`);
+      process.stdout.write(`OK: signed by ${receipt.signature!.key_id}${stateDir ? `; stored output matches (${streams})` : `; signature only (the state dir ${here} does not hold this session: --state-dir DIR re-reads its stored output)`}\n`);
     } else for (const p of problems) process.stdout.write(`MISMATCH: ${escapeControls(p)}\n`);
     // Another key than the receipt's: say which one was taken when none was named.
     if (!key && !g.json && receipt.signature && problems.some((p) => p.includes('the key checked against'))) {
