@@ -13,34 +13,23 @@ import { describe, endedAs, reconnectingLine } from './explain.js';
 import { warn } from './escape.js';
 
 /**
- * Streams this CLI's stdin into the session from stdin offset fromOffset, each write at its
- * offset with this pump's writer token (default a fresh one; sbx run's is its invocation key,
- * so a rerun of the same key replaying its input is a retry), so a retry after a reconnect
- * delivers every byte exactly once; when another client wrote at those offsets (a second `sbx attach`), the write
- * goes again at the session's stdin cursor, as two processes writing one pipe interleave (said
- * once on stderr). EOF closes the session's stdin unless eofCloses is false (then forwarding
- * just stops). A terminal on stdin is put in raw mode for a pty session (restored on every
- * exit path).
+ * Streams this CLI's stdin into the session, each write at its offset, so a retry after a
+ * reconnect delivers every byte exactly once: without writer, in the shared stream of
+ * tokenless writes from fromOffset (sbx run: a rerun of its key replaying its input is a
+ * retry); with a writer token, in that writer's own stream from 0 (sbx attach: beside other
+ * writers, bytes interleave per write, as two processes writing one pipe). EOF closes the
+ * session's stdin unless eofCloses is false (then forwarding just stops). A terminal on stdin
+ * is put in raw mode for a pty session (restored on every exit path).
  */
-export async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: boolean, fromOffset: number, eofCloses = true, writer: string = randomUUID()): Promise<void> {
+export async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: boolean, fromOffset: number, eofCloses = true, writer?: string): Promise<void> {
   if (pty && process.stdin.isTTY) {
     process.stdin.setRawMode(true);
     process.on('exit', () => process.stdin.setRawMode?.(false));
   }
-  let offset = fromOffset;
-  let shared = false;
+  let offset = writer === undefined ? fromOffset : 0;
   const send = async (data: Buffer, eof: boolean): Promise<void> => {
-    for (;;) {
-      try {
-        offset = (await conn.run((c) => c.request('write', { ...sel, data, offset, writer, ...(eof ? { eof } : {}) }))).cursor;
-        return;
-      } catch (err) {
-        if (!(isSupervisorError(err) && err.details?.stdin_conflict === true && typeof err.details.cursor === 'number')) throw err;
-        if (!shared) warn(`stdin: another client writes this session's stdin too; this one's bytes go in at its cursor, interleaved with the other's`);
-        shared = true;
-        offset = err.details.cursor;
-      }
-    }
+    await conn.run((c) => c.request('write', { ...sel, data, offset, ...(writer === undefined ? {} : { writer }), ...(eof ? { eof } : {}) }));
+    offset += data.length;
   };
   try {
     for await (const chunk of process.stdin) await send(chunk as Buffer, false);
@@ -109,7 +98,7 @@ async function attach(given: SessionSelector, o: AttachOptions, endpoint: Endpoi
     fail(describe(err));
   }
   let row: SessionSummary | undefined;
-  let stdinAt: number | null = null;
+  let takesStdin = false;
   let id = given.session_id ?? '';
   try {
     // The supervisor resolves a prefix or a key to the one id (or answers SESSION_NOT_FOUND,
@@ -117,11 +106,11 @@ async function attach(given: SessionSelector, o: AttachOptions, endpoint: Endpoi
     id = (await client.receipt(given)).session_id;
     row = (await client.ps(true)).sessions.find((s) => s.session_id === id);
     if (!row) fail(`SESSION_NOT_FOUND: no session ${id} (sbx ps --all lists them)`);
-    // Whether it takes stdin, and where its stdin is now: an empty write answers its cursor.
+    // Whether it takes stdin: an empty write is answered while its stdin is open.
     if (o.stdin && row.state !== 'ended') {
-      stdinAt = await client.request('write', { session_id: id, data: Buffer.alloc(0) }).then(
-        (r) => r.cursor,
-        () => null, // started without --stdin, or its stdin is closed: nothing to forward
+      takesStdin = await client.request('write', { session_id: id, data: Buffer.alloc(0) }).then(
+        () => true,
+        () => false, // started without --stdin, or its stdin is closed: nothing to forward
       );
     }
   } catch (err) {
@@ -131,7 +120,7 @@ async function attach(given: SessionSelector, o: AttachOptions, endpoint: Endpoi
   const replay = o.fromStart || o.cursor !== undefined || o.stderrCursor !== undefined;
   if (row.state === 'ended' && !replay) {
     client.close();
-    fail(`session ${id} has ended: ${endedAs(null, row)}; nothing to attach to (sbx logs ${id} shows its output, sbx wait ${id} its status; sbx attach --from-start replays it)`, 1);
+    fail(`session ${id} has ended: ${endedAs(null, row).replace(/^it ended \(/, '(')}; nothing to attach to (sbx logs ${id} shows its output, sbx wait ${id} its status; sbx attach --from-start replays it)`, 1);
   }
   if (row.state === 'unknown') {
     client.close();
@@ -158,7 +147,8 @@ async function attach(given: SessionSelector, o: AttachOptions, endpoint: Endpoi
   const sel = { session_id: id };
   const reconnecting = reconnectingLine(where);
   const conn = new ReconnectingClient({ ...endpoint, clientName: 'sbx', onReconnecting: reconnecting }, client);
-  if (stdinAt !== null) void pumpStdin(conn, sel, pty, stdinAt, Boolean(o.closeStdin));
+  // A writer of its own: beside `sbx run --stdin` or another attach, bytes interleave per write.
+  if (takesStdin) void pumpStdin(conn, sel, pty, 0, Boolean(o.closeStdin), randomUUID());
   let status: number;
   try {
     const waiting = conn.run((c) => c.wait(sel));

@@ -297,8 +297,10 @@ function printJson(value: unknown): void {
 
 /** A subcommand that also takes --socket and --json (docs/reference/contract.md "sbx": all subcommands do). */
 function sub(name: string): Command {
+  // A usage error: its one line, then where the usage is (as docker's "See 'docker run --help'."), not the whole help.
   return program
     .command(name)
+    .showHelpAfterError(`See 'sbx ${name} --help'.`)
     .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the default path)')
     .option('--url <url>', 'the remote listener of a supervisor, ws://HOST:PORT or wss://HOST:PORT (default: $SBX_URL)')
     .option('--token-file <file>', 'its bearer token (default: $SBX_TOKEN_FILE, or the token in $SBX_TOKEN)')
@@ -324,7 +326,7 @@ export const program: Command = new Command()
   .option('--token-file <file>', 'the bearer token of --url (default: $SBX_TOKEN_FILE, or the token in $SBX_TOKEN)')
   .option('--json', 'machine-readable output')
   .enablePositionalOptions()
-  .showHelpAfterError()
+  .showHelpAfterError("See 'sbx --help'.")
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : FAILURE));
 
 sub('run')
@@ -421,7 +423,7 @@ sub('run')
     // A person at a terminal reattaching types from where the session's stdin is now; piped
     // stdin is replayed from 0 and only bytes past what was delivered are added (exactly once).
     // A session that has ended takes no more stdin: a retry only replays it.
-    if (o.stdin && launched.state !== 'ended') void pumpStdin(conn, sel, Boolean(o.pty), process.stdin.isTTY ? (launched.stdin_cursor ?? 0) : 0, true, `run:${launched.invocation_key}`);
+    if (o.stdin && launched.state !== 'ended') void pumpStdin(conn, sel, Boolean(o.pty), process.stdin.isTTY ? (launched.stdin_cursor ?? 0) : 0);
     try {
       // The wait is in flight from the start, so a supervisor shutting down answers it
       // (it lets requests in flight finish) before it closes the connection.

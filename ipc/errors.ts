@@ -90,7 +90,7 @@ export const ERROR_CODE_DOCS: { readonly [C in ErrorCode]: ErrorCodeDoc } = {
   SPAWN_FAILED: { when: "reserved, never answered: a spawn that fails is a fact of the admitted session, reported in its receipt (outcome spawn_failed, spawn_error with the stage and errno)" },
   ADMISSION_SEALED: { when: 'admission is sealed (for every task, or for the task of the launch): new keys are refused, durably', details: 'generation; task when the seal was per task' },
   ADMISSION_DENIED: { when: 'not now: the supervisor is reconciling after a restart, or the state dir has less than storage.minFreeBytes free', details: 'retry_after_ms: when to try again' },
-  LIMIT_EXCEEDED: { when: 'a bound is reached: sessions, connections, in-flight requests, frame time, incomplete-frame bytes or a write_file size', details: 'limit: sessions, connections, in_flight, frame_time, pending_frame_bytes or file_bytes' },
+  LIMIT_EXCEEDED: { when: 'a bound is reached: sessions, connections, in-flight requests, frame time, incomplete-frame bytes, a write_file size or the writer tokens of a stdin', details: 'limit: sessions, connections, in_flight, frame_time, pending_frame_bytes, file_bytes or stdin_writers' },
   SHUTTING_DOWN: { when: 'the supervisor is stopping (SIGTERM or SIGINT): it settles its sessions and takes no new work' },
   INTERNAL: { when: 'a bug: the supervisor logged it with details; a code unknown to a client is also shown as INTERNAL, the original named', details: 'unknown_code: the code a peer sent that this side does not know' },
   OUTPUT_REMOVED: { when: "the session's output (chunk files) was removed by the retention policy; its receipt stays", extension: true },

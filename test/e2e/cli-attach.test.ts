@@ -1,5 +1,5 @@
 // Issue 31's CLI conventions, against a real supervisor through the sbx bin: sbx attach
-// (output from a cursor, by id prefix or key, stdin beside a second writer, exit status,
+// (output from a cursor, by id prefix or key, stdin beside other writers, exit status,
 // Ctrl-C detaching), sbx logs showing both streams by default, the first Ctrl-C of sbx run on
 // a command that ignores SIGINT, sbx status's uptime, and close --task naming what it cancelled.
 import { spawn } from 'node:child_process';
@@ -176,37 +176,43 @@ describe('sbx attach', () => {
     expect(ambiguous.status).toBe(125);
   });
 
-  it('a second writer of the same stdin: its bytes go in after the first one\'s, none dropped, said once', async () => {
+  it("writers side by side: attach's stdin, another token writer and a tokenless write interleave, none dropped or doubled", async () => {
     const go = join(daemon.dir, 'go-cat');
     const id = (await daemon.sbx(['run', '--detach', '--stdin', '--', 'sh', '-c', `until [ -e ${go} ]; do echo tick; sleep 0.1; done; exec cat`])).stdout.toString().trim();
     const a = background(['attach', id], 'pipe');
-    // It prints what came after it attached: it has taken the stdin cursor (0) by then.
+    // It prints what came after it attached: it follows, and forwards its stdin, by then.
     await until(() => a.stdout().toString().includes('tick\n'), 'attach to follow');
-    // Another client fills offsets 0..6 first; attach's write at 0 is then not a retry.
-    expect(await client.request('write', { session_id: id, data: Buffer.from('first\n'), offset: 0, writer: 'other' })).toEqual({ session_id: id, cursor: 6 });
-    a.child.stdin!.end('second\n');
-    await until(async () => (await client.request('write', { session_id: id, data: Buffer.alloc(0) })).cursor === 13, "attach's bytes to go in at the cursor");
     writeFileSync(go, '');
-    await client.request('write', { session_id: id, data: Buffer.alloc(0), offset: 13, eof: true });
+    const shown = (tail: string) => until(() => a.stdout().toString().endsWith(tail), `${JSON.stringify(tail)} through cat`);
+    a.child.stdin!.write('one\n');
+    await shown('one\n');
+    // Another writer at offset 0 of its own stream, and a tokenless one (sbx write, the Python client).
+    expect(await client.request('write', { session_id: id, data: Buffer.from('two\n'), offset: 0, writer: 'other' })).toEqual({ session_id: id, cursor: 4 });
+    await shown('two\n');
+    expect(await client.request('write', { session_id: id, data: Buffer.from('X\n'), offset: 0 })).toEqual({ session_id: id, cursor: 2 });
+    await shown('X\n');
+    // attach's next write is at offset 4 of its own stream: nothing of it is taken for a retry.
+    a.child.stdin!.end('three\n');
+    await shown('three\n');
+    await client.request('write', { session_id: id, data: Buffer.alloc(0), offset: 2, eof: true });
     expect(await a.exited).toBe(0);
-    expect(a.stdout().toString()).toMatch(/^(tick\n)+first\nsecond\n$/);
-    expect(a.stderr()).toBe("sbx: stdin: another client writes this session's stdin too; this one's bytes go in at its cursor, interleaved with the other's\n");
+    expect(a.stdout().toString()).toMatch(/^(tick\n)+one\ntwo\nX\nthree\n$/);
+    expect(a.stderr()).toBe('');
   });
 
-  it('the write verb: a writer token tells a retry (skipped) from another writer\'s bytes (refused, nothing written)', async () => {
+  it("the write verb: each writer token's offsets are its own stream's, tokenless writes share one; a retry is skipped, a gap refused", async () => {
     const id = (await daemon.sbx(['run', '--detach', '--stdin', '--', 'cat'])).stdout.toString().trim();
     const write = (data: string, offset: number, writer?: string) => client.request('write', { session_id: id, data: Buffer.from(data), offset, ...(writer ? { writer } : {}) });
     expect((await write('abcd', 0, 'A')).cursor).toBe(4);
     expect((await write('abcd', 0, 'A')).cursor).toBe(4); // A's retry: skipped
-    await expect(write('xy', 2, 'B')).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', details: { cursor: 4, stdin_conflict: true } });
-    expect((await write('xy', 4, 'B')).cursor).toBe(6);
-    // A retry that overlaps B's bytes is B's, not A's: refused.
-    await expect(write('cdzz', 2, 'A')).rejects.toMatchObject({ details: { cursor: 6, stdin_conflict: true } });
-    // Without a token: the single-writer rule, bytes before the cursor are skipped.
-    expect((await write('abcdxyQ', 0)).cursor).toBe(7);
-    await client.request('write', { session_id: id, data: Buffer.alloc(0), offset: 7, eof: true });
+    expect((await write('xy', 0, 'B')).cursor).toBe(2); // B's own stream
+    expect((await write('Q', 0)).cursor).toBe(1); // the tokenless stream
+    expect((await write('cdef', 2, 'A')).cursor).toBe(6); // A's retry with more: only "ef" is new
+    expect((await write('xy', 0, 'B')).cursor).toBe(2); // B's retry, after others wrote: still skipped
+    await expect(write('zz', 7, 'A')).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', details: { cursor: 6 } });
+    await client.request('write', { session_id: id, data: Buffer.alloc(0), offset: 1, eof: true });
     expect((await client.wait({ session_id: id })).outcome).toBe('exited');
-    expect((await daemon.sbx(['logs', id])).stdout.toString()).toBe('abcdxyQ');
+    expect((await daemon.sbx(['logs', id])).stdout.toString()).toBe('abcdxyQef');
   });
 
   it('Ctrl-C detaches: 130, said on stderr, and the session goes on; a deadline while attached exits 124', async () => {

@@ -1,12 +1,12 @@
 // StdinWriter against a real pipe: a write after the session's stdin was released, or one
 // waiting for room when it is, is refused with INVALID_ARGUMENT at once (it used to wait
-// forever, or report bytes as handed over that never were); writer tokens tell a retry from
-// another writer's bytes, with bounded memory (issue 31).
+// forever, or report bytes as handed over that never were); writer tokens give each writer a
+// stream of its own, so writers side by side never skip each other's bytes (issue 31).
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Socket } from 'node:net';
 import { afterEach, expect, it } from 'vitest';
 import { isSupervisorError } from '../../ipc/errors.js';
-import { StdinWriter } from '../../supervisor/session/stdin.js';
+import { MAX_STDIN_WRITERS, StdinWriter } from '../../supervisor/session/stdin.js';
 
 const children: ChildProcess[] = [];
 afterEach(async () => {
@@ -57,35 +57,29 @@ function pipeToBuffer() {
   return { socket: child.stdin as Socket, ended };
 }
 
-it("writer tokens: a retry is skipped, another token's bytes are a conflict, tokenless bytes are anyone's", async () => {
+it("writer tokens: each token's offsets are its own stream's, tokenless writes share one; retries skipped, gaps refused", async () => {
   const { socket, ended } = pipeToBuffer();
   const w = new StdinWriter('s-test', socket, false);
-  const conflict = { code: 'INVALID_ARGUMENT', details: { stdin_conflict: true } };
-  const failure = (p: Promise<unknown>) => p.then(() => null, (err: unknown) => (isSupervisorError(err) ? { code: err.code, details: { stdin_conflict: err.details?.stdin_conflict } } : String(err)));
   expect(await w.write(Buffer.from('aaaa'), 0, false, 'A')).toBe(4);
   expect(await w.write(Buffer.from('aaaa'), 0, false, 'A')).toBe(4); // A's retry
-  expect(await w.write(Buffer.from('aaaaBB'), 0, false, 'A')).toBe(6); // A's retry with more: only the new bytes
-  expect(await failure(w.write(Buffer.from('bb'), 5, false, 'B'))).toEqual(conflict); // A wrote offset 5
-  expect(await w.write(Buffer.from('bb'), 6, false, 'B')).toBe(8);
-  // A retry reaching into B's bytes: refused, even though most of it is A's.
-  expect(await failure(w.write(Buffer.from('aaBBbb'), 2, false, 'A'))).toEqual(conflict);
-  expect(await w.write(Buffer.from('--'), undefined, false)).toBe(10); // tokenless, appended
-  // Tokenless bytes are anyone's: a token's retry over them is a retry.
-  expect(await w.write(Buffer.from('b--!'), 7, false, 'B')).toBe(11);
-  // Without a token, the single-writer rule: bytes before the cursor are skipped, whoever wrote them.
-  expect(await w.write(Buffer.from('aaaaBBbb--!?'), 0, true)).toBe(12);
-  expect(await ended).toBe('aaaaBBbb--!?');
+  expect(await w.write(Buffer.from('bb'), 0, false, 'B')).toBe(2); // B from 0 of its own
+  expect(await w.write(Buffer.from('--'), undefined, false)).toBe(2); // tokenless, appended to its stream
+  expect(await w.write(Buffer.from('aaAA'), 2, false, 'A')).toBe(6); // A's retry with more: "AA" is new
+  expect(await w.write(Buffer.from('-!'), 1, false)).toBe(3); // the tokenless stream's retry with more
+  await expect(w.write(Buffer.from('b'), 3, false, 'B')).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', details: { cursor: 2 } });
+  expect([w.cursorOf('A'), w.cursorOf('B'), w.cursorOf(), w.cursorOf('never'), w.total]).toEqual([6, 2, 3, 0, 11]);
+  expect(await w.write(Buffer.alloc(0), undefined, true, 'B')).toBe(2); // eof from any writer closes it for all
+  expect(await w.write(Buffer.alloc(0), 2, true, 'B')).toBe(2); // a retried eof
+  await expect(w.write(Buffer.from('x'), 6, false, 'A')).rejects.toMatchObject({ details: { stdin_closed: true } });
+  expect(await ended).toBe('aaaabb--AA!');
 });
 
-it('writer tokens: ranges far behind the cursor are forgotten (bounded), and a retry that far back is a conflict', async () => {
+it('writer tokens: at most MAX_STDIN_WRITERS a session (LIMIT_EXCEEDED), the known ones still write', async () => {
   const { socket, ended } = pipeToBuffer();
   const w = new StdinWriter('s-test', socket, false);
-  const MiB = 1024 * 1024;
-  // Alternating writers: one range each, trimmed once 16 MiB behind.
-  for (let i = 0; i < 40; i++) expect(await w.write(Buffer.alloc(MiB, i % 2 ? 'b' : 'a'), i * MiB, false, i % 2 ? 'B' : 'A')).toBe((i + 1) * MiB);
-  expect((w as unknown as { segments: unknown[] }).segments.length).toBeLessThanOrEqual(18);
-  await expect(w.write(Buffer.alloc(1, 'a'), 0, false, 'A')).rejects.toMatchObject({ details: { cursor: 40 * MiB, stdin_conflict: true } });
-  expect(await w.write(Buffer.alloc(MiB, 'b'), 39 * MiB, false, 'B')).toBe(40 * MiB); // a recent retry still is one
-  expect(await w.write(Buffer.alloc(0), undefined, true)).toBe(40 * MiB);
-  expect((await ended).length).toBe(40 * MiB);
+  for (let i = 0; i < MAX_STDIN_WRITERS; i++) await w.write(Buffer.from('.'), 0, false, `w${i}`);
+  await expect(w.write(Buffer.from('x'), 0, false, 'one-too-many')).rejects.toMatchObject({ code: 'LIMIT_EXCEEDED', details: { limit: 'stdin_writers', max: MAX_STDIN_WRITERS } });
+  expect(await w.write(Buffer.from('!'), 1, false, 'w0')).toBe(2);
+  expect(await w.write(Buffer.from('?'), undefined, true)).toBe(1);
+  expect(await ended).toBe('.'.repeat(MAX_STDIN_WRITERS) + '!?');
 });

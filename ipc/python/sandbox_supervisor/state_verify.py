@@ -35,7 +35,8 @@ _READ_BLOCK = 1024 * 1024
 @dataclass(frozen=True)
 class StateVerification:
     """What verify_* against a state dir found: ``ok`` (also the truth value), ``problems`` in sbx's
-    words ([] when it all holds), ``key_id`` of the receipt, ``objects``/``bytes`` re-hashed from the store."""
+    words ([] when it all holds), ``key_id`` of the receipt, ``objects``/``bytes``: what was re-read and
+    hashed (a session receipt's chunk files, a checkpoint's store objects; 0 when nothing was)."""
 
     ok: bool
     problems: List[str] = field(default_factory=list)
@@ -476,4 +477,7 @@ def verify_state(receipt: Mapping[str, Any], state_dir: str, public_key_pem: Opt
             problems += verify_close_sessions(receipt, state_dir, pem) + verify_close_tasks(receipt, state_dir)
         else:
             problems += verify_stored_output(receipt, state_dir)
+            # What was re-read: every chunk file the receipt names, as sbx verify's progress counts them.
+            chunks = [c for s in (receipt.get("output") or {}).values() if s for c in (s.get("chunks") or [])]
+            return StateVerification(not problems, problems, v.key_id, len(chunks), sum(int(c.get("length", 0)) for c in chunks))
     return StateVerification(not problems, problems, v.key_id)

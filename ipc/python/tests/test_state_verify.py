@@ -136,6 +136,9 @@ def test_session_receipt_agrees(daemon: Daemon, closed, tmp_path):
     state = copy_state(daemon, tmp_path, "session")
     ours, theirs = both(daemon, runs[0].receipt, state, tmp_path)
     assert ours.ok is True and theirs["ok"] is True
+    # The counts say what was re-read: each chunk file the receipt names, and its bytes.
+    chunks = [c for st in runs[0].receipt["output"].values() if st for c in st["chunks"]]
+    assert (ours.objects, ours.bytes) == (len(chunks), sum(c["length"] for c in chunks)) and ours.bytes > 0
     flip(os.path.join(state, "sessions", runs[0].session_id, "stdout", chunk_file_name(0)), 3)
     ours, theirs = both(daemon, runs[0].receipt, state, tmp_path)
     assert ours.ok is False and theirs["ok"] is False and sorted(ours.problems) == sorted(theirs["problems"])

@@ -1,6 +1,6 @@
-// write: stdin bytes at an offset (exactly once: bytes before the session's stdin cursor were
-// delivered already; with a writer token, only if that writer delivered them), and eof;
-// answers once they are handed to the pipe or pty.
+// write: stdin bytes at an offset in the writer's stream (exactly once: bytes before that
+// stream's cursor were delivered already; tokenless writes share one stream, each writer
+// token has its own), and eof; answers once they are handed to the pipe or pty.
 import type { Handler } from '../handler.js';
 
 export const write: Handler<'write'> = async ({ supervisor }, params) => {
