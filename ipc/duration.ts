@@ -29,12 +29,18 @@ export function parseDurationUs(text: string, maxMs: number = MAX_DURATION_MS): 
   if (BARE.test(text)) ns = Number(text) * 1e9;
   else if (COMPOUND.test(text)) for (const m of text.matchAll(PART)) ns += Number(m[1]) * UNIT_NS[m[2]!]!;
   else {
-    const unitless = /^(.+?)\d+(?:\.\d+)?$/.exec(text);
-    const hint = text !== text.trim() ? '; no spaces' : unitless && COMPOUND.test(unitless[1]!) ? '; the last number needs a unit' : '';
+    const hint = /\s/.test(text) ? '; no spaces' : COMPOUND.test(withoutTrailingNumber(text)) ? '; the last number needs a unit' : '';
     throw new RangeError(`not a duration: ${JSON.stringify(text)}${hint} (use e.g. 500ms, 30s, 1m30s, 1h2m3.5s; a bare number is seconds)`);
   }
   if (!Number.isFinite(ns) || ns > maxMs * 1e6) throw new RangeError(`duration ${JSON.stringify(text)} is over the limit of ${maxMs === MAX_DURATION_MS ? '30 days' : `${maxMs} ms`}`);
   return ns > 0 ? Math.max(1, Math.round(ns / 1e3)) : 0;
+}
+
+/** text less a trailing number (`1m30` → `1m`), by a scan from the end: linear, where a regex anchored at the end retries every start (quadratic on a long input). */
+function withoutTrailingNumber(text: string): string {
+  let i = text.length;
+  while (i > 0 && /[\d.]/.test(text[i - 1]!)) i--;
+  return i === text.length ? '' : text.slice(0, i);
 }
 
 /** Parses a duration to milliseconds, rounded up (a positive one never becomes 0); errors as parseDurationUs. */

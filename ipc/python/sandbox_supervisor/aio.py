@@ -16,7 +16,7 @@ from . import files as _files
 from .aio_transport import AioTransport, open_aio_transport
 from .client import _close_params, restore_checkpoint
 from .endpoint import Endpoint, EndpointClient, LaunchNotResent, TransportDead
-from .errors import SupervisorError
+from .errors import CallbackFailed, SupervisorError, guarded
 from .types import Hello, OutputChunk, Receipt, Result, Session, SessionRef
 
 
@@ -340,7 +340,8 @@ class AsyncClient(EndpointClient):
     ) -> Result:
         """See Client.run; stdout and stderr are read at once. ``on_stdout``/``on_stderr``
         (plain functions, called in the event loop with each piece in order): that stream is
-        not kept, its Result field None."""
+        not kept, its Result field None. An exception from a callback, or run being cancelled,
+        stops both readers and cancels the session; the callback's exception is raised."""
         session = await self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin is not None, linger=linger)
 
         async def feed() -> None:
@@ -357,8 +358,9 @@ class AsyncClient(EndpointClient):
             sink = on_stdout if stream == "stdout" else on_stderr
             if sink is None:
                 return b"".join([c.data async for c in self.read_output(session, stream)])
+            call = guarded(sink)
             async for c in self.read_output(session, stream):
-                sink(c.data)
+                call(c.data)
             return None
 
         readers = [asyncio.ensure_future(collect("stdout")), asyncio.ensure_future(collect("stderr"))]
@@ -374,7 +376,22 @@ class AsyncClient(EndpointClient):
             except (OSError, SupervisorError):
                 pass
             raise
-        stdout, stderr = await asyncio.gather(*readers)
+        try:
+            stdout, stderr = await asyncio.gather(*readers)
+        except BaseException as err:
+            # One reader failed (or run was cancelled): the other is stopped too, never left pending.
+            for t in readers:
+                t.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+            if isinstance(err, (CallbackFailed, asyncio.CancelledError)):
+                # A callback raised, or the caller gave up on run: nothing reads the rest.
+                try:
+                    await self.cancel(session)
+                except (OSError, SupervisorError):
+                    pass
+            if isinstance(err, CallbackFailed):
+                raise err.error
+            raise
         receipt = await self.wait(session)
         return Result(exit_code=P.exit_status_of(receipt), outcome=receipt["outcome"], stdout=stdout, stderr=stderr, receipt=receipt, session=session)
 

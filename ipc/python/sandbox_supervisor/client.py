@@ -18,7 +18,7 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional
 
 from . import _protocol as P
 from . import files as _files
-from .errors import ERROR_CODES, SupervisorError
+from .errors import ERROR_CODES, CallbackFailed, SupervisorError, guarded
 from .endpoint import DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_KEEPALIVE_SECONDS, DEFAULT_SILENCE_SECONDS, Endpoint, EndpointClient, LaunchNotResent, TransportDead
 from .transport import open_transport
 from .types import Hello, OutputChunk, Receipt, Result, Session, SessionRef
@@ -322,22 +322,26 @@ class Client(EndpointClient):
         ``stdout``/``stderr`` is None for it (memory stays at one piece, not the output).
         A retry with the same ``key`` after a crash returns the first run's Result (its stored
         output and receipt), never a second run. Errors as ``launch``; an exception from a
-        callback cancels the session and is raised.
+        callback (any, an OSError too) cancels the session and is raised as it was.
         """
         session = self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin is not None, linger=linger)
         if stdin is not None and session.state != "ended":
             self._feed_stdin(session, bytes(stdin))
         kept: Dict[str, List[bytes]] = {"stdout": [], "stderr": []}
         sinks: Dict[str, Callable[[bytes], None]] = {
-            "stdout": on_stdout or kept["stdout"].append,
-            "stderr": on_stderr or kept["stderr"].append,
+            "stdout": guarded(on_stdout) if on_stdout else kept["stdout"].append,
+            "stderr": guarded(on_stderr) if on_stderr else kept["stderr"].append,
         }
         try:
             self._follow_streams(session, sinks)
+        except CallbackFailed as failed:
+            # Whatever a callback raised (an OSError too, not taken for a drop): nothing reads the rest.
+            self._cancel_quietly(session)
+            raise failed.error
         except (SupervisorError, OSError):
             raise
         except BaseException:
-            self._cancel_quietly(session)  # a callback failed: nothing reads the rest
+            self._cancel_quietly(session)  # KeyboardInterrupt and the like: nothing reads the rest
             raise
         receipt = self.wait(session)
         stdout = None if on_stdout else b"".join(kept["stdout"])

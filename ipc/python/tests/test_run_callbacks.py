@@ -1,6 +1,7 @@
 """run(on_stdout=, on_stderr=) streams each stream's bytes to its callback, in order and exactly
 (sha256 of what the callbacks got against the command's own), without keeping them (the
-Result's field None); run(inherit_env=) as launch; kill() defaults to SIGKILL as sbx kill.
+Result's field None), a raising callback cancelling the session (an OSError too, sync and
+async, no reader left); run(inherit_env=) as launch; kill() defaults to SIGKILL as sbx kill.
 Also the harness's peak RSS for 100 MB of stdout, buffered vs streamed, in child processes."""
 from __future__ import annotations
 
@@ -72,6 +73,45 @@ def test_async_run_callbacks(daemon: Daemon, tmp_path):
     r = asyncio.run(main())
     assert (r.exit_code, r.stdout, r.stderr) == (0, None, None)
     assert (got["stdout"].hexdigest(), got["stderr"].hexdigest()) == tuple(open(digest_file).read().split())
+
+
+def test_run_callback_raising_oserror_is_raised_and_cancels(daemon: Daemon):
+    """An OSError from a callback (a full disk) is the callback's, not a dropped connection:
+    raised as it was, the session cancelled, never a silent success with the bytes skipped."""
+    k = key()
+    with Client(daemon.socket_path) as c:
+        def full(data: bytes) -> None:
+            raise OSError(28, "No space left on device")
+        try:
+            c.run(["sh", "-c", "echo first; exec sleep 30"], key=k, on_stdout=full)
+        except OSError as err:
+            assert (err.errno, err.strerror) == (28, "No space left on device")
+        else:
+            raise AssertionError("run() returned although its callback raised")
+        session = next(s for s in c.ps(all=True) if s["invocation_key"] == k)
+        receipt = c.wait(session["session_id"])
+    assert receipt["termination"]["cause"] == "cancel", receipt
+
+
+def test_async_run_callback_raising_cancels_and_leaves_nothing_pending(daemon: Daemon):
+    k = key()
+
+    async def main():
+        async with AsyncClient(daemon.socket_path) as c:
+            try:
+                await c.run(["sh", "-c", "echo x; exec sleep 30"], key=k, on_stdout=lambda b: 1 / 0)
+            except ZeroDivisionError:
+                pass
+            else:
+                raise AssertionError("run() returned although its callback raised")
+            # Neither reader is left: only this task (and the client's own keepalive) runs.
+            left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and "collect" in repr(t.get_coro())]
+            session = next(s for s in (await c.ps(all=True)) if s["invocation_key"] == k)
+            return left, await c.wait(session["session_id"])
+
+    left, receipt = asyncio.run(main())
+    assert left == []
+    assert receipt["termination"]["cause"] == "cancel", receipt
 
 
 def test_run_inherit_env(daemon: Daemon, monkeypatch):
