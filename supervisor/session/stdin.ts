@@ -13,8 +13,6 @@ import { SupervisorError } from '../../ipc/errors.js';
 export const MAX_STDIN_WRITERS = 1024;
 
 export class StdinWriter {
-  /** Bytes of stdin accepted so far, from every writer. */
-  total = 0;
   /** Bytes accepted from writes without a token: their shared stream's cursor (where a reattaching terminal resumes). */
   cursor = 0;
   /** Each writer token's cursor: bytes of its stream accepted. */
@@ -66,7 +64,6 @@ export class StdinWriter {
       now = at + fresh.length;
       if (token === undefined) this.cursor = now;
       else this.writers.set(token, now);
-      this.total += fresh.length;
       this.lastByte = fresh[fresh.length - 1];
       if (!writer.write(fresh)) {
         // Until the pipe takes the bytes, or fails (EPIPE: the command stopped reading) or is
