@@ -1,6 +1,6 @@
 // `sbx bridge [--socket PATH]`: joins this process's stdin and stdout to the supervisor's Unix
 // socket byte for byte (frames pass through unchanged), so any exec channel carries the
-// protocol (docker exec -i BOX sbx bridge, kubectl exec -i, ssh, nsenter; docs/REMOTE.md).
+// protocol (docker exec -i BOX sbx bridge, kubectl exec -i, ssh, nsenter; docs/guide/remote.md).
 // Backpressure both ways (pipes: bounded memory); writes nothing of its own to stdout. Exits
 // 0 when stdin ends (the socket is ended) or the supervisor closes; 69 (EX_UNAVAILABLE) with a
 // message on stderr when the socket cannot be connected. Imports node: only (snapshot-safe).

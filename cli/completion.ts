@@ -1,5 +1,5 @@
 // `sbx completion bash|zsh`: a shell completion script made from commander's command tree
-// (subcommand names, their options, which options take a value and their choices), so it
+// (subcommand names, their options and short forms, which take a value and their choices), so it
 // never lists a command or flag sbx does not have. bash: a `complete -F` function over
 // COMP_WORDS/COMP_CWORD (bash(1) "Programmable Completion"); zsh: a `#compdef` function with
 // `_arguments` (zshcompsys(1)). Nothing here talks to the supervisor.
@@ -7,6 +7,8 @@ import type { Command, Option } from 'commander';
 
 interface OptionSpec {
   flag: string;
+  /** Its short form (-d), if any: offered too, and skipped with its value like the long one. */
+  short: string | null;
   description: string;
   takesValue: boolean;
   choices: string[] | null;
@@ -23,10 +25,10 @@ interface CommandSpec {
 function optionSpec(o: Option): OptionSpec | null {
   if (o.hidden || !o.long) return null;
   const takesValue = o.required || o.optional;
-  return { flag: o.long, description: o.description, takesValue, choices: o.argChoices ?? null, path: takesValue && /<(file|dir|path)/.test(o.flags) };
+  return { flag: o.long, short: o.short ?? null, description: o.description, takesValue, choices: o.argChoices ?? null, path: takesValue && /<(file|dir|path)/.test(o.flags) };
 }
 
-const HELP: OptionSpec = { flag: '--help', description: 'display help', takesValue: false, choices: null, path: false };
+const HELP: OptionSpec = { flag: '--help', short: null, description: 'display help', takesValue: false, choices: null, path: false };
 
 /** The tree as completion needs it: the top level (its options) and each subcommand. */
 function specs(program: Command): { top: OptionSpec[]; commands: CommandSpec[] } {
@@ -41,10 +43,13 @@ function specs(program: Command): { top: OptionSpec[]; commands: CommandSpec[] }
 
 const words = (list: string[]) => list.join(' ');
 
+/** An option's spellings: the long flag, then the short one if any. */
+const spellings = (o: OptionSpec): string[] => (o.short ? [o.flag, o.short] : [o.flag]);
+
 /** The bash script: `source <(sbx completion bash)`; completes subcommands, their options, choices and paths. */
 export function bashCompletion(program: Command): string {
   const { top, commands } = specs(program);
-  const valued = [...new Set([...top, ...commands.flatMap((c) => c.options)].filter((o) => o.takesValue).map((o) => o.flag))];
+  const valued = [...new Set([...top, ...commands.flatMap((c) => c.options)].filter((o) => o.takesValue).flatMap(spellings))];
   const lines = [
     '# bash completion for sbx (sandbox-supervisor); made by `sbx completion bash`.',
     '# Install: source <(sbx completion bash)  in ~/.bashrc, or',
@@ -72,11 +77,11 @@ export function bashCompletion(program: Command): string {
   for (const o of [...top, ...commands.flatMap((c) => c.options)]) {
     if (!o.takesValue) continue;
     // A path: nothing here, so bash's default completes it (-o default: quoted, spaces and all); other values: nothing at all.
-    byValue.set(o.flag, o.choices ? `compopt +o default 2>/dev/null; COMPREPLY=($(compgen -W "${words(o.choices)}" -- "$cur")); return 0 ;;` : o.path ? 'return 0 ;;' : 'compopt +o default 2>/dev/null; return 0 ;;');
+    for (const flag of spellings(o)) byValue.set(flag, o.choices ? `compopt +o default 2>/dev/null; COMPREPLY=($(compgen -W "${words(o.choices)}" -- "$cur")); return 0 ;;` : o.path ? 'return 0 ;;' : 'compopt +o default 2>/dev/null; return 0 ;;');
   }
   for (const [flag, action] of byValue) lines.push(`    ${flag}) ${action}`);
-  lines.push('  esac', '  case "$cmd" in', `    "") opts="${words(top.map((o) => o.flag))}" ;;`);
-  for (const c of commands) lines.push(`    ${c.name}) opts="${words(c.options.map((o) => o.flag))}" ;;`);
+  lines.push('  esac', '  case "$cmd" in', `    "") opts="${words(top.flatMap(spellings))}" ;;`);
+  for (const c of commands) lines.push(`    ${c.name}) opts="${words(c.options.flatMap(spellings))}" ;;`);
   lines.push(
     '  esac',
     '  if [[ $cur == -* ]]; then',
@@ -108,9 +113,11 @@ function zshDescription(text: string): string {
 export function zshCompletion(program: Command): string {
   const { top, commands } = specs(program);
   const optionArgs = (options: OptionSpec[]) =>
-    options.map((o) => {
+    options.flatMap((o) => {
       const value = !o.takesValue ? '' : o.choices ? `:value:(${o.choices.join(' ')})` : o.path ? ':path:_files' : ':value:';
-      return `'${o.flag}[${zshDescription(o.description)}]${value}'`;
+      // -d and --detach exclude each other, as zsh's own completions write it.
+      const exclusive = o.short ? `(${o.short} ${o.flag})` : '';
+      return spellings(o).map((flag) => `'${exclusive}${flag}[${zshDescription(o.description)}]${value}'`);
     });
   const lines = [
     '#compdef sbx',
@@ -126,7 +133,7 @@ export function zshCompletion(program: Command): string {
     '  for (( i = 2; i < CURRENT; i++ )); do',
     '    case "${words[i]}" in',
     '      --) [[ -n $cmd ]] && { shift i words; (( CURRENT -= i )); _normal; return; } ;;',
-    `      ${[...new Set([...top, ...commands.flatMap((c) => c.options)].filter((o) => o.takesValue).map((o) => o.flag))].join('|')}) (( i++ )) ;;`,
+    `      ${[...new Set([...top, ...commands.flatMap((c) => c.options)].filter((o) => o.takesValue).flatMap(spellings))].join('|')}) (( i++ )) ;;`,
     '      -*) ;;',
     '      *) [[ -z $cmd ]] && { cmd="${words[i]}"; ci=$i; } ;;',
     '    esac',

@@ -1,14 +1,14 @@
 // What sbx says on stderr when something is not as asked: an error's one line (the code, the
 // supervisor's message, and what to do next), why a wait waits, what a receipt's exit status
 // cannot say (owner lost), and the note of a deprecated option. Text from errors, details and
-// receipts; sbx.ts prints it (the reconnect line and the note print themselves, once). The codes are SPEC.md's "Error codes"; the details are ipc/PROTOCOL.md's.
+// receipts; sbx.ts prints it (the reconnect line and the note print themselves, once). The codes are docs/reference/contract.md "Error codes"; the details are docs/reference/protocol.md's.
 import { Option } from 'commander';
 import { DEFAULT_RECONNECT_MS } from '../ipc/client.js';
 import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
 import type { Receipt, SessionSummary } from '../ipc/protocol.js';
 import { escapeControls } from './escape.js';
 
-/** The socket sbx talks to this run (--socket, $SBX_SOCKET or the SPEC path), for messages. */
+/** The socket sbx talks to this run (--socket, $SBX_SOCKET or the default path), for messages. */
 let socketInUse: string | null = null;
 
 /** Sets the socket path connection errors name. */
@@ -17,6 +17,14 @@ export function useSocket(path: string): void {
 }
 
 export const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(bytes < 10 * 2 ** 20 ? 1 : 0)} MiB`;
+
+/** A duration in seconds as sbx status shows uptimes: `42 s`, `12 min`, `3.5 h`, `2.1 days`. */
+export function uptimeText(seconds: number): string {
+  if (seconds < 120) return `${Math.floor(seconds)} s`;
+  if (seconds < 7200) return `${Math.floor(seconds / 60)} min`;
+  if (seconds < 172_800) return `${(seconds / 3600).toFixed(1)} h`;
+  return `${(seconds / 86_400).toFixed(1)} days`;
+}
 
 /** What a connect errno means, for the one line that names it. */
 const CONNECT_ERRNO: Record<string, string> = {

@@ -10,6 +10,7 @@
 // over; a line still too wide is cut); not on a terminal COMMAND alone is cut at
 // PIPE_COMMAND_COLUMNS, as docker cuts COMMAND whether or not stdout is a terminal;
 // `--no-trunc` cuts nothing. The --json output is the supervisor's summaries, not this.
+// Also which rows and in which order (--all, --task, --filter; newest first): selectPsRows.
 import type { SessionSummary } from '../ipc/protocol.js';
 import { displayWidth, escapeControls, truncateToWidth } from './escape.js';
 
@@ -205,4 +206,80 @@ export function unknownNotes(sessions: SessionSummary[]): string {
     else if (s.state === 'ended' && s.outcome === 'owner_lost') text += `\n${s.session_id} ended with its owner lost: the supervisor that ran it stopped before it ended, so its exit status is unknown (sbx receipt ${s.session_id} has the evidence of its end)\n`;
   }
   return text;
+}
+
+// --- Which rows, in which order (sbx ps --all, --task, --filter): docker ps's selection.
+
+/** The --filter keys sbx ps takes (docker's names where docker has one). */
+export const PS_FILTER_KEYS = ['status', 'outcome', 'task', 'key', 'id', 'since', 'before'] as const;
+export type PsFilterKey = (typeof PS_FILTER_KEYS)[number];
+/** status= values: the session states, and docker's `exited` for ended. */
+const STATUSES = ['admitted', 'running', 'leader_exited', 'terminating', 'ended', 'exited', 'unknown'];
+const OUTCOMES = ['exited', 'signaled', 'timed_out', 'cancelled', 'spawn_failed', 'owner_lost'];
+
+/** Parsed --filter KEY=VALUE options: each key's values (a row matches any value of a key, and every key). */
+export type PsFilters = Partial<Record<PsFilterKey, string[]>>;
+
+/**
+ * Parses --filter KEY=VALUE options (repeatable) as docker ps does: the same key repeated is
+ * OR, different keys AND. Keys: status (a state, or exited = ended), outcome, task, key
+ * (invocation key), id (an id prefix), since / before (a session id or unique prefix: those
+ * admitted after / before it). Throws RangeError naming an unknown key or a bad value.
+ */
+export function parsePsFilters(list: string[]): PsFilters {
+  const filters: PsFilters = {};
+  for (const item of list) {
+    const eq = item.indexOf('=');
+    const k = item.slice(0, Math.max(eq, 0)) as PsFilterKey;
+    const v = item.slice(eq + 1);
+    if (eq <= 0 || !PS_FILTER_KEYS.includes(k)) throw new RangeError(`--filter ${JSON.stringify(item)}: ${eq <= 0 ? 'takes KEY=VALUE' : `unknown key ${JSON.stringify(k)}`} (keys: ${PS_FILTER_KEYS.join(', ')})`);
+    if (v === '') throw new RangeError(`--filter ${JSON.stringify(item)}: ${k} needs a value`);
+    if (k === 'status' && !STATUSES.includes(v)) throw new RangeError(`--filter ${JSON.stringify(item)}: status is one of ${STATUSES.join(', ')}`);
+    if (k === 'outcome' && !OUTCOMES.includes(v)) throw new RangeError(`--filter ${JSON.stringify(item)}: outcome is one of ${OUTCOMES.join(', ')}`);
+    if ((k === 'since' || k === 'before') && filters[k]) throw new RangeError(`--filter ${k}= is given once`);
+    (filters[k] ??= []).push(v);
+  }
+  return filters;
+}
+
+/** Whether ended sessions are shown without --all: a status or outcome filter asks for them (docker: status=exited lists stopped containers without -a). */
+function showsEnded(filters: PsFilters): boolean {
+  return Boolean(filters.status || filters.outcome);
+}
+
+/** Whether sbx ps must ask the supervisor for every session (ps all): --all, or a filter that needs ended ones (since/before: to find the session named). */
+export function psNeedsAll(filters: PsFilters, all: boolean): boolean {
+  return all || showsEnded(filters) || Boolean(filters.since || filters.before);
+}
+
+/**
+ * The rows sbx ps shows: ended ones only with all (or a status/outcome filter), those
+ * matching every filter key, newest first (admitted_at, then session id: ids sort by
+ * admission). since/before name a session by id or unique prefix among rows (RangeError when
+ * none or several).
+ */
+export function selectPsRows(rows: SessionSummary[], filters: PsFilters, all: boolean): SessionSummary[] {
+  const anchor = (k: 'since' | 'before'): SessionSummary | null => {
+    const v = filters[k]?.[0];
+    if (v === undefined) return null;
+    const exact = rows.find((r) => r.session_id === v);
+    const prefixed = rows.filter((r) => r.session_id.startsWith(v));
+    if (exact) return exact;
+    if (prefixed.length === 1 && v.length >= 3) return prefixed[0]!;
+    throw new RangeError(`--filter ${k}=${v}: ${prefixed.length > 1 && v.length >= 3 ? `ambiguous: it matches ${prefixed.map((r) => r.session_id).sort().join(', ')}` : 'no such session'}`);
+  };
+  const order = (a: SessionSummary, b: SessionSummary) => Date.parse(b.admitted_at) - Date.parse(a.admitted_at) || (a.session_id < b.session_id ? 1 : a.session_id > b.session_id ? -1 : 0);
+  const since = anchor('since');
+  const before = anchor('before');
+  const any = (k: PsFilterKey, test: (v: string) => boolean) => !filters[k] || filters[k]!.some(test);
+  return rows
+    .filter((r) => all || showsEnded(filters) || r.state !== 'ended')
+    .filter((r) => any('status', (v) => (v === 'exited' ? 'ended' : v) === r.state))
+    .filter((r) => any('outcome', (v) => v === r.outcome))
+    .filter((r) => any('task', (v) => v === r.task))
+    .filter((r) => any('key', (v) => v === r.invocation_key))
+    .filter((r) => any('id', (v) => r.session_id.startsWith(v)))
+    .filter((r) => !since || order(r, since) < 0)
+    .filter((r) => !before || order(r, before) > 0)
+    .sort(order);
 }

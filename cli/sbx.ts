@@ -3,9 +3,9 @@
 // bytes; it never owns a process, so killing sbx never kills a command (unless it was
 // launched with --on-disconnect cancel: the supervisor then cancels it). A launch carries an
 // invocation key (sbx makes one when none is given), so a drop before the answer is resent.
-// Exit statuses follow sh, timeout(1) and docker run (SPEC.md): the command's code, 128+N for
+// Exit statuses follow sh, timeout(1) and docker run (docs/reference/exit-statuses.md): the command's code, 128+N for
 // a signal, 124 for the deadline, 125 when the supervisor or the request failed. Imports ipc/
-// only, never supervisor/, and no zod (types only): it starts fast (DESIGN.md 17).
+// only, never supervisor/, and no zod (types only): it starts fast (docs/design/facts.md 17).
 // The `sbx` bin is its launcher (sbx-launcher.sh), which starts this module from a V8 startup
 // snapshot with everything loaded (scripts/build/sbx-snapshot.mjs; `main` runs on
 // deserialization), else as a script. Either way keep side effects out of the top level: what
@@ -16,31 +16,36 @@
 // commands, sbx run, what they share, argument bytes) it took 2.5-3 ms longer to load as a
 // script (Node 20's ESM loader, per module and import edge: 70.7 vs 73.6 ms to the first line
 // of `sbx run`, interleaved runs, issue 16; the snapshot loads none); what only explains
-// (explain.ts: messages, ps-format.ts, progress.ts, completion.ts) is apart. Its parts, in order: what every command shares;
-// sbx run (resend until answered, stdin at offsets, signals sent on); the commands; the
-// argument and environment bytes.
+// (explain.ts: messages, ps-format.ts, progress.ts, completion.ts) is apart, and so is sbx
+// attach (attach.ts, with the stdin pump sbx run shares). Its parts, in order: what every
+// command shares; sbx run (resend until answered, signals sent on); the commands; the argument
+// and environment bytes.
 import { isUtf8 } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
-import { readFileSync, writeSync } from 'node:fs';
+import { existsSync, readFileSync, writeSync } from 'node:fs';
 import { join, resolve as resolvePath } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { startupSnapshot } from 'node:v8';
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient, type EndpointOptions } from '../ipc/client.js';
 import { describeEndpoint, resolveEndpoint } from '../ipc/transport.js';
 import { parseDurationMs } from '../ipc/duration.js';
-import { JsonSink, parseTimeUs, RawSink, TailSink, TimestampSink, writeLogs } from './logs.js';
+import { mergeStreams } from '../ipc/merge.js';
+import { JsonSink, parseTimeUs, RawSink, SplitSink, TailSink, TimestampSink } from './logs.js';
 import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
-import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
+import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type SessionSummary, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
+import { attachCommand, pumpStdin } from './attach.js';
 import { runBridge } from './bridge.js';
 import { bashCompletion, zshCompletion } from './completion.js';
-import { deprecatedKeyOption, describe, endedAs, escapedLine, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, useSocket } from './explain.js';
+import { deprecatedKeyOption, describe, endedAs, escapedLine, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, uptimeText, useSocket } from './explain.js';
 import { clearProgress, Progress } from './progress.js';
 import { escapeControls, warn } from './escape.js';
-import { psTable, unknownNotes } from './ps-format.js';
+import { parsePsFilters, PS_FILTER_KEYS, psNeedsAll, type PsFilters, psTable, selectPsRows, unknownNotes } from './ps-format.js';
 
 // --- What every command shares.
 
@@ -59,7 +64,7 @@ interface GlobalOptions {
 
 /**
  * Where every command talks to the supervisor: --socket, or --url with --token-file (else
- * $SBX_URL with $SBX_TOKEN / $SBX_TOKEN_FILE, else $SBX_SOCKET or the SPEC path). --socket
+ * $SBX_URL with $SBX_TOKEN / $SBX_TOKEN_FILE, else $SBX_SOCKET or the default path). --socket
  * with --url, or --token-file without a URL, is refused (125) before anything is sent.
  */
 function endpointOf(g: GlobalOptions): EndpointOptions {
@@ -124,6 +129,12 @@ async function call<T>(g: GlobalOptions, fn: (client: SupervisorClient) => Promi
   }
 }
 
+/** The row of this id, else of the one id it is a prefix of (as the supervisor resolves it: its answer decides, this only picks a stream). */
+function byIdOrPrefix<T extends { session_id: string }>(rows: T[], id: string): T | undefined {
+  const prefixed = rows.filter((r) => r.session_id.startsWith(id));
+  return rows.find((r) => r.session_id === id) ?? (prefixed.length === 1 ? prefixed[0] : undefined);
+}
+
 function selector(id: string | undefined, key: string | undefined): SessionSelector {
   if (key !== undefined && id !== undefined) fail('give a session ID or --key, not both');
   if (key !== undefined) return { invocation_key: key };
@@ -161,33 +172,7 @@ function positiveInt(v: string): number {
 
 // --- sbx run: the parts of its action below.
 
-/**
- * Streams this CLI's stdin into the session from stdin offset fromOffset, each write at its
- * offset so a retry after a reconnect delivers every byte exactly once; EOF closes the
- * session's stdin. A terminal on stdin is put in raw mode for a pty session (restored on
- * every exit path).
- */
-async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: boolean, fromOffset: number): Promise<void> {
-  if (pty && process.stdin.isTTY) {
-    process.stdin.setRawMode(true);
-    process.on('exit', () => process.stdin.setRawMode?.(false));
-  }
-  let offset = fromOffset;
-  try {
-    for await (const chunk of process.stdin) {
-      const data = chunk as Buffer;
-      await conn.run((c) => c.request('write', { ...sel, data, offset }));
-      offset += data.length;
-    }
-    await conn.run((c) => c.request('write', { ...sel, data: Buffer.alloc(0), offset, eof: true }));
-  } catch (err) {
-    // The command stopped reading its stdin (`yes | sbx run --stdin -- head -c5`) or ended:
-    // like a writer to a closed pipe, sbx stops feeding it, and says nothing (the shell's
-    // `yes | head -c5` prints nothing either).
-    if (isSupervisorError(err) && err.details?.stdin_closed === true) return;
-    warn(`stdin: ${describe(err)}`);
-  }
-}
+// pumpStdin (stdin at offsets) is attach.ts's: sbx attach forwards stdin the same way.
 
 /** A fresh invocation key in the supervisor's own format: `auto-` and 24 hex digits. */
 function newInvocationKey(): string {
@@ -260,12 +245,17 @@ async function unlessPending(client: SupervisorClient, launched: LaunchResult, s
   say(`sbx: waiting: session ${launched.session_id} is unknown until its receipt is written: ${row.reason ?? 'evidence is on its way'}`);
 }
 
+/** How long after the first Ctrl-C of sbx run a session still running is said to ignore SIGINT. */
+const IGNORED_SIGINT_MS = 2000;
+
 /**
  * SIGINT/SIGTERM/SIGHUP/SIGQUIT to sbx run are sent on to every process of the session; a
  * second SIGINT detaches (the session runs on) and exits 130. They are taken from the start
  * of `sbx run`, before the launch is answered (else one sent meanwhile killed sbx and never
  * reached the session): they wait, then go to the session once `to` names it. While the
  * launch waits to be sent again (no supervisor answers), a signal ends sbx with 128+N, saying so.
+ * A session still running IGNORED_SIGINT_MS after the first SIGINT is said (once, on stderr)
+ * to ignore it, with what ends it.
  */
 function takeSignals(): { to: (conn: ReconnectingClient, sessionId: string) => void } {
   let target: { conn: ReconnectingClient; sessionId: string } | null = null;
@@ -284,6 +274,13 @@ function takeSignals(): { to: (conn: ReconnectingClient, sessionId: string) => v
       process.exit(130);
     }
     conn.current?.request('kill', { session_id: sessionId, signal }).catch(() => {});
+    // A command that ignores (or handles and outlives) SIGINT: said once, what ends it.
+    if (signal === 'SIGINT' && interrupts === 1) {
+      setTimeout(() => {
+        if (attachedSession !== sessionId) return; // it ended meanwhile
+        warn(`session ${sessionId} is still running ${IGNORED_SIGINT_MS / 1000} s after SIGINT: the command ignores it. Ctrl-C again detaches (the session goes on: sbx wait ${sessionId}); sbx kill ${sessionId} (SIGKILL) or sbx cancel ${sessionId} (SIGTERM, then SIGKILL after the grace) ends it`);
+      }, IGNORED_SIGINT_MS).unref();
+    }
   };
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const) process.on(signal, () => forward(signal));
   return {
@@ -298,11 +295,13 @@ function printJson(value: unknown): void {
   process.stdout.write(JSON.stringify(value, null, 2) + '\n');
 }
 
-/** A subcommand that also takes --socket and --json (SPEC: all subcommands do). */
+/** A subcommand that also takes --socket and --json (docs/reference/contract.md "sbx": all subcommands do). */
 function sub(name: string): Command {
+  // A usage error: its one line, then where the usage is (as docker's "See 'docker run --help'."), not the whole help.
   return program
     .command(name)
-    .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
+    .showHelpAfterError(`See 'sbx ${name} --help'.`)
+    .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the default path)')
     .option('--url <url>', 'the remote listener of a supervisor, ws://HOST:PORT or wss://HOST:PORT (default: $SBX_URL)')
     .option('--token-file <file>', 'its bearer token (default: $SBX_TOKEN_FILE, or the token in $SBX_TOKEN)')
     .option('--json', 'machine-readable output');
@@ -317,16 +316,17 @@ function globals(o: object): GlobalOptions {
 
 // --- The commands.
 
-const program: Command = new Command()
+/** The commander definition of every command; exported for scripts/docs/generate.ts (man/sbx.1). */
+export const program: Command = new Command()
   .name('sbx')
   .description('Launch commands through sandbox-supervisor and read their output and receipts.')
   .version(VERSION)
-  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
+  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the default path)')
   .option('--url <url>', 'the remote listener of a supervisor, ws://HOST:PORT or wss://HOST:PORT (default: $SBX_URL; token: --token-file, $SBX_TOKEN_FILE or $SBX_TOKEN)')
   .option('--token-file <file>', 'the bearer token of --url (default: $SBX_TOKEN_FILE, or the token in $SBX_TOKEN)')
   .option('--json', 'machine-readable output')
   .enablePositionalOptions()
-  .showHelpAfterError()
+  .showHelpAfterError("See 'sbx --help'.")
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : FAILURE));
 
 sub('run')
@@ -335,19 +335,19 @@ sub('run')
   .argument('<cmd...>', 'the command and its arguments')
   .option('--key <key>', 'invocation key (idempotency): a retry returns the existing session')
   .option('--task <task>', 'the task the session belongs to (default: the task "default"); sbx close --task T joins over its sessions')
-  .option('--timeout <dur>', 'deadline (0: none), e.g. 30s', duration, 0)
+  .option('--timeout <dur>', 'deadline (0: none), e.g. 30s, 1m30s', duration, 0)
   .option('--grace <dur>', 'TERM→KILL grace, e.g. 10s', duration)
-  .option('--cwd <dir>', 'working directory (default: the current one; with --url, the first watched workspace, else /)')
-  .option('--env <NAME=VALUE>', 'set an environment variable (repeatable)', collectEnv, {})
+  .option('-w, --cwd <dir>', 'working directory (default: the current one; with --url, the first watched workspace, else /)')
+  .option('-e, --env <NAME=VALUE>', 'set an environment variable (repeatable)', collectEnv, {})
   .option('--inherit-env', "add this shell's whole environment")
-  .option('--user <name|uid>', 'run as this user (the supervisor must be root)')
-  .option('--pty', 'give the command a pseudo-terminal (one output stream, "pty")')
+  .option('-u, --user <name|uid>', 'run as this user (the supervisor must be root)')
+  .option('-t, --pty', 'give the command a pseudo-terminal (one output stream, "pty")')
   .option('--cols <n>', 'pty width (default: this terminal\'s, else 80)', positiveInt)
   .option('--rows <n>', 'pty height (default: this terminal\'s, else 24)', positiveInt)
-  .option('--stdin', "stream this CLI's stdin into the session; without it the command's stdin is /dev/null (as docker run without -i): sbx run -- cat returns at once")
+  .option('-i, --stdin', "stream this CLI's stdin into the session; without it the command's stdin is /dev/null (as docker run without -i): sbx run -- cat returns at once")
   .addOption(new Option('--linger <policy>', 'descendants left when the leader exits').choices(['kill', 'wait']).default('kill'))
   .addOption(new Option('--on-disconnect <policy>', 'what a lost connection does to the session').choices(['continue', 'cancel']).default('continue'))
-  .option('--detach', 'print the session id and return at once')
+  .option('-d, --detach', 'print the session id and return at once')
   .option('--receipt <file>', 'write the receipt as JSON to FILE when the session ends')
   .passThroughOptions()
   .action(async (cmd: string[], o: { key?: string; task?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; pty?: boolean; cols?: number; rows?: number; stdin?: boolean; linger: 'kill' | 'wait'; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
@@ -482,9 +482,15 @@ sub('run')
     process.stdout.write('', () => process.exit());
   });
 
+attachCommand(sub('attach'), {
+  endpoint: (o) => endpointOf(globals(o)),
+  where: (o) => where(globals(o)),
+  fail,
+});
+
 /**
  * kill/cancel of a session retention removed: it has ended, as one not removed (exit 1, the
- * README's exit table), not a session that never was (SESSION_NOT_FOUND, 125).
+ * docs/reference/exit-statuses.md), not a session that never was (SESSION_NOT_FOUND, 125).
  */
 function retiredOr(sel: SessionSelector, verb: string): (err: unknown) => never {
   return (err) => {
@@ -499,7 +505,7 @@ function retiredOr(sel: SessionSelector, verb: string): (err: unknown) => never 
 
 sub('cancel')
   .description('end the session: SIGTERM to every process, SIGKILL after the grace')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--grace <dur>', 'TERM→KILL grace (default: the session\'s)', duration)
   .action(async (id: string | undefined, o: { key?: string; grace?: number }) => {
@@ -516,7 +522,7 @@ sub('cancel')
 
 sub('kill')
   .description('send a signal to every process of the session (default SIGKILL, as docker kill)')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--signal <sig>', 'signal name or number', 'SIGKILL')
   .action(async (id: string | undefined, o: { key?: string; signal: string }) => {
@@ -543,7 +549,7 @@ sub('verify')
   .action(async (file: string, o: { publicKey?: string; key?: string; stateDir?: string; store?: string; json?: boolean }) => {
     const g = globals(o);
     const key = publicKeyFile('verify', o);
-    // Loaded here only: run, the common case, starts faster without it (DESIGN.md 17).
+    // Loaded here only: run, the common case, starts faster without it (docs/design/facts.md 17).
     const { verifyCloseSessions, verifyCloseTasks, verifySignature, verifyStoredOutput } = await import('../ipc/verify.js');
     let receipt: Receipt;
     let bytes: Buffer | null = null;
@@ -571,25 +577,30 @@ sub('verify')
     }
     const problems = verifySignature(receipt, keyPem);
     const isClose = (receipt as unknown as { kind?: string }).kind === 'close';
-    if (o.stateDir && problems.length === 0) {
-      if (isClose) problems.push(...verifyCloseSessions(receipt as unknown as CloseReceipt, o.stateDir, keyPem), ...verifyCloseTasks(receipt as unknown as CloseReceipt, o.stateDir));
+    // A session receipt's stored bytes are re-read from --state-dir, else from the default
+    // state dir ($SBX_STATE_DIR) when it holds that session, as a task receipt's are: an OK
+    // never rests on the signature alone while the bytes are at hand.
+    const here = defaultStateDir();
+    const stateDir = o.stateDir ?? (!isClose && typeof receipt.session_id === 'string' && existsSync(join(here, 'sessions', receipt.session_id)) ? here : undefined);
+    if (stateDir && problems.length === 0) {
+      if (isClose) problems.push(...verifyCloseSessions(receipt as unknown as CloseReceipt, stateDir, keyPem), ...verifyCloseTasks(receipt as unknown as CloseReceipt, stateDir));
       else {
         // Every stored byte is re-read and hashed: a line on a terminal counts chunk files and bytes.
         const chunks = Object.values(receipt.output).flatMap((s) => s?.chunks ?? []);
         const progress = new Progress(`verify ${receipt.session_id}`);
         const done = { objects: 0, totalObjects: chunks.length, bytes: 0, totalBytes: chunks.reduce((n, c) => n + c.length, 0) };
         progress.counts(done);
-        problems.push(...verifyStoredOutput(receipt, o.stateDir, (bytes) => progress.counts({ ...done, objects: ++done.objects, bytes: (done.bytes += bytes) })));
+        problems.push(...verifyStoredOutput(receipt, stateDir, (bytes) => progress.counts({ ...done, objects: ++done.objects, bytes: (done.bytes += bytes) })));
         progress.done();
       }
     }
     if (g.json) printJson({ ok: problems.length === 0, key_id: receipt.signature?.key_id ?? null, problems });
     else if (problems.length === 0 && isClose) {
       const n = (receipt as unknown as CloseReceipt).sessions.length;
-      process.stdout.write(`OK: close receipt signed by ${receipt.signature!.key_id}${o.stateDir ? `; the ${n} session receipts it lists match` : ''}\n`);
+      process.stdout.write(`OK: close receipt signed by ${receipt.signature!.key_id}${stateDir ? `; the ${n} session receipts it lists match` : '; signature only (--state-dir DIR also checks the session receipts it lists)'}\n`);
     } else if (problems.length === 0) {
       const streams = Object.entries(receipt.output).map(([n, s]) => `${n} ${s!.final_cursor} bytes`).join(', ');
-      process.stdout.write(`OK: signed by ${receipt.signature!.key_id}${o.stateDir ? `; stored output matches (${streams})` : ''}\n`);
+      process.stdout.write(`OK: signed by ${receipt.signature!.key_id}${stateDir ? `; stored output matches (${streams})` : `; signature only (the state dir ${here} does not hold this session: --state-dir DIR re-reads its stored output)`}\n`);
     } else for (const p of problems) process.stdout.write(`MISMATCH: ${escapeControls(p)}\n`);
     // Another key than the receipt's: say which one was taken when none was named.
     if (!key && !g.json && receipt.signature && problems.some((p) => p.includes('the key checked against'))) {
@@ -600,7 +611,7 @@ sub('verify')
 
 sub('write')
   .description("write this CLI's stdin to a session started with --stdin")
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--eof', 'then close the session\'s stdin')
   .action(async (id: string | undefined, o: { key?: string; eof?: boolean }) => {
@@ -625,7 +636,7 @@ sub('write')
 
 sub('resize')
   .description("set a pty session's terminal size")
-  .argument('<id>', 'session id')
+  .argument('<id>', 'session id (or a unique prefix of 3+ characters)')
   .argument('<cols>', 'columns', positiveInt)
   .argument('<rows>', 'rows', positiveInt)
   .action(async (id: string, cols: number, rows: number, o: object) => {
@@ -633,22 +644,25 @@ sub('resize')
   });
 
 sub('logs')
-  .description('print a stream from a byte cursor, or streams merged in arrival order, timestamped, selected by time or lines')
-  .argument('[id]', 'session id')
+  .description('print stdout (fd 1) and stderr (fd 2) as docker logs, or one stream from a byte cursor, or both merged in arrival order, timestamped, selected by time or lines')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--from <n>', 'start at byte cursor N (one stream)', (v) => {
     if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v))) throw new InvalidArgumentError('--from takes a non-negative integer');
     return Number(v);
   })
-  .addOption(new Option('--stream <name>', 'stream to read (default: stdout, or pty for a pty session); all: stdout and stderr merged in arrival order').choices(['stdout', 'stderr', 'pty', 'all']))
-  .option('--follow', 'keep reading until the stream (every stream) is final')
-  .option('--timestamps', 'prefix each line with the arrival of the read carrying its first byte (RFC 3339, µs, UTC)')
-  .option('--since <time>', 'reads arrived at or after TIME: RFC 3339, a Unix time, or a duration ago (10m, 2h)')
+  .addOption(new Option('--stream <name>', 'stream to read (default: stdout to fd 1 and stderr to fd 2, as docker logs; pty for a pty session; with --from, stdout\'s cursor); all: stdout and stderr merged in arrival order on stdout').choices(['stdout', 'stderr', 'pty', 'all']))
+  .option('-f, --follow', 'keep reading until the stream (every stream) is final')
+  .option('-t, --timestamps', 'prefix each line with the arrival of the read carrying its first byte (RFC 3339, µs, UTC)')
+  .option('--since <time>', 'reads arrived at or after TIME: RFC 3339, a local time without a zone (2026-12-03T10:00:00, 2026-12-03 10:00, 2026-12-03; in $TZ), a Unix time, or a duration ago (10m, 1h30m)')
   .option('--until <time>', 'reads arrived at or before TIME (as --since)')
-  .option('--tail <n>', 'the last N lines of what is selected (all: every line)')
+  .option('-n, --tail <n>', 'the last N lines of what is selected (all: every line)')
   .action(async (id: string | undefined, o: { key?: string; from?: number; stream?: StreamName | 'all'; follow?: boolean; timestamps?: boolean; since?: string; until?: string; tail?: string }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
+    // No --stream: both streams, each to its own fd (docker logs); --from is one stream's
+    // cursor, so with it (and no --stream) stdout alone, as before.
+    const split = o.stream === undefined && o.from === undefined;
     const indexed = o.stream === 'all' || o.timestamps || g.json || o.since !== undefined || o.until !== undefined || o.tail !== undefined;
     if (o.stream === 'all' && o.from !== undefined) fail('INVALID_ARGUMENT: --from is a cursor of one stream; --stream all merges two (select by time with --since/--until, or by lines with --tail)');
     let tailLines: number | undefined;
@@ -668,12 +682,12 @@ sub('logs')
     const sinceUs = time(o.since, '--since');
     const untilUs = time(o.until, '--until');
     const first = await connect(g); // a clear message now if no supervisor is there
-    let streams: StreamName[] = o.stream === 'all' ? ['stdout', 'stderr'] : [o.stream ?? 'stdout'];
+    let streams: StreamName[] = o.stream === 'all' || split ? ['stdout', 'stderr'] : [o.stream ?? 'stdout'];
     let admittedAtUs = 0;
     if (!o.stream || indexed) {
       try {
         const { sessions } = await first.ps(true);
-        const found = sessions.find((s) => (sel.session_id ? s.session_id === sel.session_id : s.invocation_key === sel.invocation_key));
+        const found = sel.session_id ? byIdOrPrefix(sessions, sel.session_id) : sessions.find((s) => s.invocation_key === sel.invocation_key);
         if (found && found.cursors.pty !== undefined && (!o.stream || o.stream === 'all')) streams = ['pty'];
         if (found) admittedAtUs = Date.parse(found.admitted_at) * 1000;
       } catch (err) {
@@ -684,10 +698,17 @@ sub('logs')
     try {
       // A follow waits for a supervisor that went away: one line says so at once, as run's does.
       const reconnecting = reconnectingLine(where(g));
-      if (!indexed) return await pipeOutput(g, sel, streams[0]!, process.stdout, o.from ?? 0, o.follow ?? false, reconnecting);
-      const out = g.json ? new JsonSink(process.stdout) : o.timestamps ? new TimestampSink(process.stdout) : new RawSink(process.stdout);
+      if (!indexed) {
+        // Without --stream each stream to its fd (no merge to keep: two fds), as sbx run
+        // streams them; one selected stream (--stream stderr too) is printed on stdout.
+        const outs = streams.map((s) => pipeOutput(g, sel, s, split && s === 'stderr' ? process.stderr : process.stdout, o.from ?? 0, o.follow ?? false, reconnecting));
+        return void (await Promise.all(outs));
+      }
+      const sinkTo = (out: NodeJS.WriteStream) => (g.json ? new JsonSink(out) : o.timestamps ? new TimestampSink(out) : new RawSink(out));
+      // --json: one record stream (each names its stream) on stdout; else stderr's bytes to fd 2.
+      const out = split && !g.json && streams.length === 2 ? new SplitSink({ stderr: sinkTo(process.stderr) }, sinkTo(process.stdout)) : sinkTo(process.stdout);
       const sink = tailLines === undefined ? out : new TailSink(tailLines, out);
-      await writeLogs({ ...endpointOf(g), selector: sel, streams, from: o.from, follow: o.follow ?? false, sinceUs, untilUs, noRecordAtUs: admittedAtUs, onReconnecting: reconnecting }, sink);
+      await mergeStreams({ ...endpointOf(g), selector: sel, streams, from: o.from, follow: o.follow ?? false, sinceUs, untilUs, noRecordAtUs: admittedAtUs, onReconnecting: reconnecting }, sink);
     } catch (err) {
       fail(describe(err));
     }
@@ -695,7 +716,7 @@ sub('logs')
 
 sub('resolve')
   .description("end a session stuck unknown on your word: evidence operator_attested (never automatic); or, for an ended session whose receipt says cgroup_escaped, attest that what left its cgroup is ended (complete(task) then counts it, showing your word)")
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--as-operator', 'required: you attest that nothing of the session runs any more')
   .requiredOption('--reason <text>', 'why you know it is over (recorded in the receipt, or for an escape in escape-attested.json and the task receipt)')
@@ -710,7 +731,7 @@ sub('resolve')
 
 sub('wait')
   .description('wait for the receipt, print it, exit with the session status')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);
@@ -733,7 +754,7 @@ sub('wait')
 
 sub('receipt')
   .description('print the receipt of an ended session')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);
@@ -744,7 +765,7 @@ sub('receipt')
 
 sub('changes')
   .description('what a session created, modified, deleted and renamed in the workspaces, in order')
-  .argument('[id]', 'session id')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .action(async (id: string | undefined, o: { key?: string }) => {
     const g = globals(o);
@@ -771,12 +792,30 @@ sub('changes')
   });
 
 sub('ps')
-  .description('list sessions, as docker ps: STATUS ("exited 3, 2 min ago", "killed by SIGTERM", "running 12 s"), started, duration, user, task; control characters shown escaped; on a terminal rows fit its width, else COMMAND is cut at 40 characters (--no-trunc: nothing is cut)')
-  .option('--all', 'include ended sessions')
+  .description('list sessions, newest first, as docker ps: STATUS ("exited 3, 2 min ago", "killed by SIGTERM", "running 12 s"), started, duration, user, task; control characters shown escaped; on a terminal rows fit its width, else COMMAND is cut at 40 characters (--no-trunc: nothing is cut)')
+  .option('-a, --all', 'include ended sessions')
+  .option('-q, --quiet', 'only the session ids, one a line (newest first; over --json)')
+  .option('--task <task>', 'only the sessions of this task (as --filter task=T)')
+  .option('-f, --filter <key=value>', `only the sessions matching (repeatable: one key repeated is OR, keys AND); keys ${PS_FILTER_KEYS.join(', ')}`, (v: string, acc: string[] = []) => [...acc, v])
   .option('--no-trunc', 'do not cut any column')
-  .action(async (o: { all?: boolean; trunc: boolean }) => {
+  .action(async (o: { all?: boolean; quiet?: boolean; task?: string; filter?: string[]; trunc: boolean }) => {
     const g = globals(o);
-    const { sessions } = await call(g, (c) => c.ps(o.all ?? false));
+    let filters: PsFilters;
+    try {
+      filters = parsePsFilters([...(o.filter ?? []), ...(o.task !== undefined ? [`task=${o.task}`] : [])]);
+    } catch (err) {
+      fail(`INVALID_ARGUMENT: ${(err as Error).message}`);
+    }
+    const rows = (await call(g, (c) => c.ps(psNeedsAll(filters, o.all ?? false)))).sessions;
+    let sessions: SessionSummary[];
+    try {
+      // Newest first, as docker ps (by admission: ids sort by it too), the --json output as well.
+      sessions = selectPsRows(rows, filters, o.all ?? false);
+    } catch (err) {
+      fail(`INVALID_ARGUMENT: ${(err as Error).message}`);
+    }
+    // -q as docker ps -q: the ids alone, for $(sbx ps -q) (over --json, as docker's -q over --format).
+    if (o.quiet) return void process.stdout.write(sessions.map((s) => `${s.session_id}\n`).join(''));
     if (g.json) return printJson(sessions);
     const terminalColumns = process.stdout.isTTY ? process.stdout.columns || 80 : null;
     process.stdout.write(psTable(sessions, { nowMs: Date.now(), terminalColumns, noTrunc: !o.trunc }) + unknownNotes(sessions));
@@ -805,10 +844,11 @@ sub('status')
           ['storage', `${mib(status.storage.state_dir_bytes)} in the state dir, ${mib(status.storage.free_bytes)} free of ${mib(status.storage.total_bytes)} (reserve ${mib(status.storage.reserve_bytes)}, launches need ${mib(status.storage.min_free_bytes)}, retention keeps ${mib(status.storage.keep_free_bytes)} free)`],
           ['load', `${status.load.loadavg.map((l) => l.toFixed(2)).join(' ')} on ${status.load.cpus} cpus, cpu ${status.machine.cpu_load_percent ?? '-'}%`],
           ['memory', `${mib(status.machine.mem_available_bytes)} available of ${mib(status.machine.mem_total_bytes)}`],
-          ['uptime', `${(status.machine.uptime_s / 3600).toFixed(1)} h`],
+          // The supervisor's (since it started); the machine's after it, named as such.
+          ['uptime', `${uptimeText(status.uptime_s)} (since ${status.started_at}; machine up ${uptimeText(status.machine.uptime_s)})`],
           ...(status.workspaces ?? []).map((w) => ['workspace', `${w.path} (${w.fs}): ${w.mode}, ${w.health}; ${w.events} events, ${w.unattributed_events} unattributed`]),
           ...(status.checkpoint_store ? [['checkpoints', status.checkpoint_store]] : []),
-          ...(status.remote ? [['remote', `${status.remote} (WebSocket; docs/REMOTE.md)`]] : []),
+          ...(status.remote ? [['remote', `${status.remote} (WebSocket; docs/guide/remote.md)`]] : []),
           ...(status.metrics ? [['metrics', status.metrics.startsWith('/') ? `${status.metrics} (GET /metrics on the socket)` : `http://${status.metrics}/metrics`]] : []),
         ];
         for (const [k, v] of lines) process.stdout.write(`${k.padEnd(10)} ${escapeControls(String(v))}\n`);
@@ -872,7 +912,7 @@ sub('restore')
   .description('materialise a published checkpoint into an empty or new directory, byte for byte, then compare it with the manifest (reads the store directly: works with the supervisor stopped; exit 1 when it differs)')
   .argument('<checkpoint>', 'checkpoint id (or a unique prefix of 8+ hex digits)')
   .argument('<dir>', 'an empty or new directory')
-  .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the SPEC path)')
+  .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the default path)')
   .option('--store <dir|s3://bucket/prefix>', 'another store (S3: endpoint and credentials from AWS_* environment variables)')
   .option('--public-key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
   .addOption(deprecatedKeyOption())
@@ -888,7 +928,7 @@ sub('restore')
 sub('checkpoints')
   .description('list the published checkpoints in the store whose manifest and record verify, oldest first (reads the store directly)')
   .option('--workspace <dir>', 'only those of this workspace')
-  .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the SPEC path)')
+  .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the default path)')
   .option('--store <dir|s3://bucket/prefix>', 'another store')
   .option('--public-key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir): only what verifies is listed')
   .addOption(deprecatedKeyOption())
@@ -951,10 +991,13 @@ sub('close')
     const progress = new Progress(task !== null ? `close task ${JSON.stringify(task)}` : 'close --all');
     const client = await connect(g);
     let receipt: TaskReceipt | CloseReceipt;
+    const argvOf = new Map<string, string[]>();
     try {
       if (task !== null) {
         progress.waiting(`its sessions to end, then the checkpoint of ${workspaces.length ? workspaces.join(', ') : 'every watched workspace'} and its read-back`);
         receipt = await client.closeTask({ task, timeout_ms: o.timeout, workspaces: workspaces.length ? workspaces : undefined });
+        // The argv of each session the close cancelled, for the line that names it.
+        if (receipt.settle.terminated_ids?.length) for (const s of (await client.ps(true)).sessions) argvOf.set(s.session_id, s.argv);
       } else {
         progress.waiting(`every session to end and its receipt, then each task's close${workspaces.length ? ` and the scan of ${workspaces.join(', ')}` : ''}`);
         receipt = await client.closeSupervisor({ timeout_ms: o.timeout, workspaces });
@@ -970,6 +1013,11 @@ sub('close')
     progress.done();
     printJson(receipt);
     if (receipt.kind === 'task') {
+      // Each running session the close ended (TERM, grace, KILL after --timeout), one a line.
+      for (const id of receipt.settle.terminated_ids ?? []) {
+        const argv = argvOf.get(id);
+        warn(`cancelled session ${id}${argv ? ` (${argv.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replaceAll("'", `'\\''`)}'`)).join(' ')})` : ''}: it was still running after the ${receipt.settle.timeout_ms / 1000} s timeout`);
+      }
       // Vacuously complete: a misspelled task has no sessions either.
       if (receipt.sessions.length === 0) warn(`note: task ${JSON.stringify(task)} has no sessions (complete holds vacuously; is the task name right?)`);
       for (const ob of receipt.obligations) warn(`task ${JSON.stringify(task)} incomplete: ${ob.authority} must settle ${ob.condition}: ${ob.what}`);
@@ -987,8 +1035,8 @@ sub('close')
 
 program
   .command('bridge')
-  .description("join stdin/stdout to the supervisor's socket byte for byte, for an exec channel (docker exec -i BOX sbx bridge; docs/REMOTE.md); exits when either side closes")
-  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the SPEC path)')
+  .description("join stdin/stdout to the supervisor's socket byte for byte, for an exec channel (docker exec -i BOX sbx bridge; docs/guide/remote.md); exits when either side closes")
+  .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the default path)')
   .action(async (o: { socket?: string }) => {
     const socketPath = o.socket ?? program.opts<GlobalOptions>().socket ?? defaultSocketPath();
     process.exit(await runBridge(socketPath, warn));
@@ -1095,5 +1143,17 @@ function main(argv: string[]): void {
 
 // Built into a V8 startup snapshot (scripts/build/sbx-snapshot.mjs), the start waits for the
 // process that deserializes it: there process.argv is (node, args...), without a script.
+// Imported (scripts/docs/generate.ts reads `program`), it runs nothing: main runs only when
+// this module is the script node was started with.
 if (startupSnapshot.isBuildingSnapshot()) startupSnapshot.setDeserializeMainFunction(() => main([process.argv[0]!, 'sbx', ...process.argv.slice(1)]));
-else main(process.argv);
+else if (isEntry(process.argv[1], import.meta.url)) main(process.argv);
+
+/** Whether `script` (process.argv[1]) is the module at `url`, symbolic links resolved. */
+export function isEntry(script: string | undefined, url: string): boolean {
+  if (!script) return false;
+  try {
+    return realpathSync(script) === realpathSync(fileURLToPath(url));
+  } catch {
+    return false;
+  }
+}

@@ -170,6 +170,77 @@ export class SupervisorClient {
     return this.request('launch', params);
   }
 
+  /**
+   * Launches params (as launch; `options.inheritEnv`: this process's environment as
+   * `inherit_env`, as `sbx run` passes it), writes `options.stdin` then EOF (absent:
+   * /dev/null), follows stdout and stderr to their ends at once on this connection, and
+   * resolves once the receipt is durable. `onStdout`/`onStderr`: called with each new piece of
+   * that stream as it arrives, in cursor order; such a stream is not kept (its field null),
+   * so memory is one piece, not the output. A callback that throws rejects run and cancels
+   * the session. Errors as launch, subscribe and wait; a drop rejects (one connection).
+   */
+  async run(params: LaunchParams, options: RunOptions = {}): Promise<RunResult> {
+    const launch: LaunchParams = { ...params, stdin: options.stdin !== undefined ? true : params.stdin };
+    if (options.inheritEnv) launch.inherit_env = { ...definedEnv(process.env), ...(params.inherit_env ?? {}) };
+    const session = await this.launch(launch);
+    const selector = { session_id: session.session_id };
+    const kept: Record<'stdout' | 'stderr', Buffer[]> = { stdout: [], stderr: [] };
+    const sinks = { stdout: options.onStdout ?? ((b: Buffer) => void kept.stdout.push(b)), stderr: options.onStderr ?? ((b: Buffer) => void kept.stderr.push(b)) };
+    const follow = (stream: 'stdout' | 'stderr') =>
+      new Promise<void>((resolve, reject) => {
+        let expected = 0;
+        this.subscribe({ ...selector, stream, from: 0, follow: true }, {
+          onOutput: (ev) => {
+            if (ev.cursor !== expected) return;
+            const data = Buffer.from(ev.data.buffer, ev.data.byteOffset, ev.data.byteLength);
+            expected += data.length;
+            try {
+              sinks[stream](data);
+            } catch (err) {
+              reject(err as Error);
+            }
+          },
+          onEnd: () => resolve(),
+          onError: reject,
+        }).catch(reject);
+        this.onClose(reject);
+      });
+    try {
+      if (options.stdin !== undefined && session.state !== 'ended') await this.writeAll(selector, options.stdin);
+      await Promise.all([follow('stdout'), follow('stderr')]);
+    } catch (err) {
+      if (!(err instanceof SupervisorError) && !this.closedError) await this.request('cancel', selector).catch(() => undefined);
+      throw err;
+    }
+    const receipt = await this.wait(selector);
+    return {
+      session,
+      receipt,
+      stdout: options.onStdout ? null : Buffer.concat(kept.stdout),
+      stderr: options.onStderr ? null : Buffer.concat(kept.stderr),
+    };
+  }
+
+  /** All of data then EOF on the session's stdin, in writes of at most 8 MiB at their offsets; a command that stopped reading is not an error. */
+  private async writeAll(selector: SessionSelector, data: Buffer): Promise<void> {
+    const piece = 8 * 1024 * 1024;
+    try {
+      for (let at = 0; at === 0 || at < data.length; at += piece) {
+        const part = data.subarray(at, at + piece);
+        await this.request('write', { ...selector, data: part, offset: at, eof: at + piece >= data.length });
+        if (data.length === 0) break;
+      }
+    } catch (err) {
+      if (err instanceof SupervisorError && err.code === 'INVALID_ARGUMENT' && (err.details as { stdin_closed?: boolean } | undefined)?.stdin_closed) return;
+      throw err;
+    }
+  }
+
+  /** Sends signal (a name such as 'SIGUSR1', or a number; default SIGKILL, as `sbx kill`) to every process of the session. Never resent (ReconnectingClient.run would). */
+  kill(selector: SessionSelector, signal: string | number = 'SIGKILL'): Promise<ResultOf<'kill'>> {
+    return this.request('kill', { ...selector, signal });
+  }
+
   /** Resolves with the receipt once the session has ended (durably). */
   wait(selector: SessionSelector): Promise<Receipt> {
     return this.request('wait', selector);
@@ -187,7 +258,7 @@ export class SupervisorClient {
 
   /**
    * Takes a checkpoint of a workspace directory (absolute) and resolves once it is published:
-   * its manifest and every object read back and re-hashed (README "Checkpoints"). Errors:
+   * its manifest and every object read back and re-hashed (docs/guide/checkpoints.md "Checkpoints"). Errors:
    * INVALID_ARGUMENT (no such directory, holds the state dir), CHECKPOINT_FAILED (details.stage).
    */
   checkpoint(params: { workspace: string; task?: string }): Promise<CheckpointResult> {
@@ -232,7 +303,7 @@ export class SupervisorClient {
   }
 
   /**
-   * `close --task` (README "Tasks: complete(task)"): seals the task, settles its sessions
+   * `close --task` (docs/guide/tasks.md "Tasks: complete(task)"): seals the task, settles its sessions
    * (terminating the rest after timeout_ms, cause close), checkpoints each workspace and
    * returns the signed task receipt: `complete`, its `conditions`, and the `obligations`
    * that name what is missing. A complete receipt is final (returned unchanged). The
@@ -262,7 +333,7 @@ export class SupervisorClient {
   }
 
   /**
-   * The per-read index of one stream (docs/STATE.md "index.bin") from cursor `from`
+   * The per-read index of one stream (docs/reference/state-dir.md "index.bin") from cursor `from`
    * (default 0): up to `limit` records (default 4096, at most 65536) `{cursor, length,
    * at_us}` (arrival in µs since the Unix epoch), the first holding byte `from`; `next` to
    * ask from next, `more` when the limit cut the answer, `cursor` the stored bytes, `final`
@@ -393,6 +464,32 @@ export class SupervisorClient {
   }
 }
 
+/** What SupervisorClient.run takes besides the launch params. */
+export interface RunOptions {
+  /** Bytes written to stdin, then EOF (absent: /dev/null). */
+  stdin?: Buffer;
+  /** Pass this process's environment as `inherit_env` (the launch's `env` still wins), as `sbx run` does. */
+  inheritEnv?: boolean;
+  /** Each new piece of stdout as it arrives, in order; stdout is then not kept (result.stdout null). */
+  onStdout?: (data: Buffer) => void;
+  /** Each new piece of stderr as it arrives, in order; stderr is then not kept (result.stderr null). */
+  onStderr?: (data: Buffer) => void;
+}
+
+/** What SupervisorClient.run resolves with once the receipt is durable. */
+export interface RunResult {
+  session: LaunchResult;
+  receipt: Receipt;
+  /** Every stored byte of stdout, or null when onStdout took it. */
+  stdout: Buffer | null;
+  /** Every stored byte of stderr, or null when onStderr took it. */
+  stderr: Buffer | null;
+}
+
+function definedEnv(env: NodeJS.ProcessEnv): Record<string, string> {
+  return Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => typeof e[1] === 'string'));
+}
+
 /** Drops undefined fields: an absent option is absent on the wire, not nil. */
 function withoutUndefined(params: object): Record<string, unknown> {
   return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined));
@@ -492,7 +589,8 @@ export interface OutputChunk {
 
 export interface ReadOutputOptions extends ReconnectOptions {
   selector: SessionSelector;
-  stream: StreamName;
+  /** One stream, or 'all': stdout and stderr merged in arrival order, as `sbx logs --stream all` (from must be 0). */
+  stream: StreamName | 'all';
   /** First cursor (default 0). */
   from?: number;
   /** Keep reading until the stream is final (default: stop at the bytes stored now). */
@@ -508,6 +606,11 @@ export interface ReadOutputOptions extends ReconnectOptions {
  *   for await (const { cursor, data } of readOutput({ selector: { session_id }, stream: 'stdout', follow: true })) ...
  */
 export async function* readOutput(options: ReadOutputOptions): AsyncGenerator<OutputChunk> {
+  if (options.stream === 'all') {
+    yield* readMerged(options);
+    return;
+  }
+  const stream = options.stream;
   const conn = new ReconnectingClient(options);
   let cursor = options.from ?? 0;
   const queue: OutputChunk[] = [];
@@ -526,11 +629,11 @@ export async function* readOutput(options: ReadOutputOptions): AsyncGenerator<Ou
       failure = null;
       let expected = cursor; // the queue is empty whenever we (re)subscribe
       client
-        .subscribe({ ...options.selector, stream: options.stream, from: expected, follow: options.follow ?? false }, {
+        .subscribe({ ...options.selector, stream, from: expected, follow: options.follow ?? false }, {
           onOutput: (ev) => {
             if (ev.cursor !== expected) return;
             const data = Buffer.from(ev.data.buffer, ev.data.byteOffset, ev.data.byteLength);
-            queue.push({ stream: options.stream, cursor: ev.cursor, data });
+            queue.push({ stream, cursor: ev.cursor, data });
             expected += data.length;
             if (queue.length >= 16) {
               client.pause();
@@ -576,5 +679,70 @@ export async function* readOutput(options: ReadOutputOptions): AsyncGenerator<Ou
     }
   } finally {
     conn.drop();
+  }
+}
+
+/**
+ * stdout and stderr merged in arrival order: the merge of `sbx logs --stream all` (ipc/merge.ts
+ * mergeStreams: read_index of each stream, a read given once the other stream is known to hold
+ * no earlier one; ties stdout first), each piece a chunk of its own stream at its cursor.
+ * Pulled: mergeStreams waits while 16 pieces are not taken. Stopping early aborts the merge.
+ */
+async function* readMerged(options: ReadOutputOptions): AsyncGenerator<OutputChunk> {
+  if ((options.from ?? 0) !== 0) throw new SupervisorError('INVALID_ARGUMENT', "readOutput with stream 'all' starts at cursor 0 (from is a cursor of one stream)");
+  // Imported when used: merge.ts imports this module (readOutput for the bytes).
+  const { mergeStreams } = await import('./merge.js');
+  const queue: OutputChunk[] = [];
+  let done = false;
+  let failure = null as Error | null;
+  let wake = null as (() => void) | null;
+  let drained = null as (() => void) | null;
+  const notify = () => {
+    wake?.();
+    wake = null;
+  };
+  const abort = new AbortController();
+  const { selector, follow, from: _from, stream: _stream, ...endpoint } = options;
+  const merge = mergeStreams(
+    { ...endpoint, selector, streams: ['stdout', 'stderr'], follow: follow ?? false, noRecordAtUs: 0, signal: abort.signal },
+    {
+      write: async (p) => {
+        if (abort.signal.aborted) throw new Error('readOutput: the reader stopped');
+        queue.push({ stream: p.stream, cursor: p.cursor, data: p.data });
+        notify();
+        if (queue.length >= 16) await new Promise<void>((r) => (drained = r));
+      },
+      idle: async () => {},
+      end: async () => {},
+    },
+  ).then(
+    () => {
+      done = true;
+      notify();
+    },
+    (err: Error) => {
+      failure = err;
+      notify();
+    },
+  );
+  try {
+    for (;;) {
+      const chunk = queue.shift();
+      if (chunk) {
+        if (queue.length < 4) {
+          drained?.();
+          drained = null;
+        }
+        yield chunk;
+        continue;
+      }
+      if (failure) throw failure;
+      if (done) return;
+      await new Promise<void>((r) => (wake = r));
+    }
+  } finally {
+    abort.abort();
+    drained?.();
+    await merge;
   }
 }

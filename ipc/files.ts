@@ -1,4 +1,4 @@
-// Files over the transport, as sessions (docs/FILES.md): writeFile, readFile, upload, download.
+// Files over the transport, as sessions (docs/guide/files.md): writeFile, readFile, upload, download.
 // Each call is keyed (a random key when none is given), so a resend after a drop finds the same
 // session; stdin goes by offset (<= 4 MiB per write, exactly once), stdout is read by cursor
 // (readOutput), and the receipt decides: exit 0, no dropped bytes, the digest of what was read.
@@ -315,7 +315,7 @@ export async function download(target: FilesTarget, remoteDir: string, localDir:
 
 /**
  * FILE_ERROR naming the entries the remote tar left out with exit 0 (GNU tar: "socket ignored"):
- * a download is the whole tree or an error, never silently less (docs/FILES.md).
+ * a download is the whole tree or an error, never silently less (docs/guide/files.md).
  */
 async function refuseSkipped(conn: ReconnectingClient, sessionId: string, remoteDir: string): Promise<void> {
   const stderr = (await conn.run((c) => c.read({ session_id: sessionId }, 'stderr'))).toString('utf8');

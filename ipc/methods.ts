@@ -1,6 +1,6 @@
 // The method table: each method's params (derived from its zod schema, schemas.ts) and its
 // result, so the client's request() and the server's handlers are typed from one source.
-// Types only (no code): see ipc/PROTOCOL.md for what each method does.
+// Types only (no code): see docs/reference/protocol.md for what each method does.
 import type {
   ChangesResult,
   CheckpointResult,
@@ -51,7 +51,7 @@ export interface Methods {
   /** The per-read index of one stream from a cursor; with follow, waits for a record or the stream's end. */
   read_index: { params: ReadIndexParams; result: ReadIndexResult };
   wait: { params: SessionSelector; result: Receipt };
-  receipt: { params: SessionSelector; result: { state: SessionState | 'retired'; receipt: Receipt | null; escape_attested?: { uid: number; pid: number; reason: string; attested_at: string } } };
+  receipt: { params: SessionSelector; result: { session_id: string; state: SessionState | 'retired'; receipt: Receipt | null; escape_attested?: { uid: number; pid: number; reason: string; attested_at: string } } };
   cancel: { params: ParamsFor<'cancel'>; result: { session_id: string; state: SessionState } };
   kill: { params: ParamsFor<'kill'>; result: { session_id: string; signal: string; pids: number } };
   ps: { params: ParamsFor<'ps'>; result: { sessions: SessionSummary[] } };
@@ -68,7 +68,7 @@ export interface Methods {
   resolve: { params: ParamsFor<'resolve'>; result: Receipt };
   changes: { params: SessionSelector; result: ChangesResult };
   checkpoint: { params: ParamsFor<'checkpoint'>; result: CheckpointResult };
-  /** Files as sessions (docs/FILES.md): each launches its session and answers as launch does. */
+  /** Files as sessions (docs/guide/files.md): each launches its session and answers as launch does. */
   write_file: { params: ParamsFor<'write_file'>; result: LaunchResult };
   read_file: { params: ParamsFor<'read_file'>; result: LaunchResult };
   upload: { params: ParamsFor<'upload'>; result: LaunchResult };

@@ -1,4 +1,4 @@
-// Default locations from SPEC.md "Names": the socket and the state dir, for root and for
+// Default locations from docs/reference/contract.md "Names": the socket and the state dir, for root and for
 // other users. Shared by the daemon and sbx so both agree without configuration.
 import { homedir } from 'node:os';
 import { join } from 'node:path';

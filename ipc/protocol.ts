@@ -1,8 +1,8 @@
 // The wire protocol shared by the daemon and every client (sbx, the client library).
-// Owns the version range, the shapes of results, events and the receipt (SPEC.md
+// Owns the version range, the shapes of results, events and the receipt (docs/reference/contract.md
 // "Receipt"); params are derived from their zod schemas (schemas.ts), and methods.ts names
 // each method's params and result. Not transport (framing.ts). Documented for humans in
-// ipc/PROTOCOL.md. Only types come from schemas.ts here: importing this module loads no zod.
+// docs/reference/protocol.md. Only types come from schemas.ts here: importing this module loads no zod.
 import type { z } from 'zod';
 import type { ParamsSchemas } from './schemas.js';
 
@@ -88,7 +88,7 @@ export interface LaunchResult {
 }
 
 /**
- * The file methods (docs/FILES.md), each a session: write_file {path, mode?, size_bytes} (stdin:
+ * The file methods (docs/guide/files.md), each a session: write_file {path, mode?, size_bytes} (stdin:
  * exactly size_bytes, written with `write`), read_file {path} (the bytes on stdout), upload {dir}
  * (a tar on stdin), download {dir} (a tar on stdout); all take key (the invocation key), task and
  * user, and answer a LaunchResult.
@@ -109,7 +109,7 @@ export interface SubscribeResult {
   from: number;
   cursor: number;
 }
-/** read_index: a stream's per-read index from a cursor (PROTOCOL.md "read_index"). */
+/** read_index: a stream's per-read index from a cursor (docs/reference/protocol.md "read_index"). */
 export type ReadIndexParams = ParamsFor<'read_index'>;
 /** One read of a stream: bytes [cursor, cursor + length), arrived at at_us (µs since the Unix epoch, the supervisor's clock). */
 export interface IndexRecordWire {
@@ -195,10 +195,14 @@ export interface StatusResult {
   mode: SupervisorMode;
   boot_id: string;
   pid: number;
+  /** Seconds since the supervisor process started (ms precision); the machine's is machine.uptime_s. */
+  uptime_s: number;
+  /** When the supervisor process started, RFC 3339 UTC. */
+  started_at: string;
   socket: string;
   state_dir: string;
   cgroup: string | null;
-  /** The cgroup escape watch (README "Receipts and the trust model"): on, or off and why (receipts then say escape_watch unavailable). */
+  /** The cgroup escape watch (docs/guide/receipts.md "Receipts and the trust model"): on, or off and why (receipts then say escape_watch unavailable). */
   escape_watch?: { on: boolean; reason: string | null };
   /** The public key receipts are signed with (also <state>/receipt-key.pub). */
   receipt_key: { key_id: string; public_key_pem: string; path: string };
@@ -211,7 +215,7 @@ export interface StatusResult {
   sealed: { generation: number; sealed_at: string } | null;
   /** The state dir: bytes its files hold, free space and size of its file system, and the thresholds (config storage.*, scaled to that size when unset). */
   storage: { state_dir_bytes: number; free_bytes: number; total_bytes: number; reserve_bytes: number; min_free_bytes: number; keep_free_bytes: number; admits: boolean };
-  /** The machine, from systeminformation: CPU load (%), memory and uptime. */
+  /** The machine, from systeminformation: CPU load (%), memory, and its uptime since boot (os.uptime(); the supervisor's own is uptime_s). */
   machine: { cpu_load_percent: number | null; mem_total_bytes: number; mem_available_bytes: number; uptime_s: number };
   /** The watched workspaces (config workspace.paths, serve --workspace); [] when none. */
   workspaces: WorkspaceStatus[];
@@ -219,7 +223,7 @@ export interface StatusResult {
   checkpoint_store?: string;
   /** Where the Prometheus endpoint listens (`HOST:PORT` with the port bound, or a socket path); absent when metrics are off. */
   metrics?: string;
-  /** The WebSocket listener's URL (`ws://HOST:PORT/` or `wss://`, the port bound); absent when it is off (docs/REMOTE.md). */
+  /** The WebSocket listener's URL (`ws://HOST:PORT/` or `wss://`, the port bound); absent when it is off (docs/guide/remote.md). */
   remote?: string;
 }
 
@@ -272,11 +276,11 @@ export interface ChangesResult {
   }[];
 }
 
-/** Why a workspace entry cannot vouch for the events (SPEC "Workspaces"): then `scan` stands in. */
+/** Why a workspace entry cannot vouch for the events (docs/reference/contract.md "Workspaces, checkpoints and tasks"): then `scan` stands in. */
 export type WorkspaceGap = 'unsupported' | 'overflow' | 'listener_restart' | 'barrier_timeout';
 
 /**
- * A receipt's evidence for one workspace (SPEC "Receipt", "Workspaces"). terminal_mutation:
+ * A receipt's evidence for one workspace (docs/reference/contract.md "Receipt", "Workspaces"). terminal_mutation:
  * the sequence of the barrier written after the session's cgroup emptied, every event of the
  * session is before it, attributed or not; null with a gap.
  */
@@ -318,7 +322,7 @@ export interface StreamOutput {
   chunks: ChunkDigest[];
 }
 
-/** The receipt (SPEC.md "Receipt"): signed (Ed25519 over its JCS encoding without `signature`). */
+/** The receipt (docs/reference/contract.md "Receipt"): signed (Ed25519 over its JCS encoding without `signature`). */
 export interface Receipt {
   version: 1;
   session_id: string;
@@ -424,7 +428,8 @@ export interface CloseReceipt {
   supervisor: { instance: string; generation: number; boot_id: string; mode: string };
   sealed: { generation: number; sealed_at: string };
   closed_at: string;
-  settle: { timeout_ms: number; terminated: number };
+  /** terminated: how many sessions the close ended (TERM, grace, KILL; cause close) after timeout_ms; terminated_ids: which, sorted (absent in receipts written before issue 31). */
+  settle: { timeout_ms: number; terminated: number; terminated_ids?: string[] };
   sessions: CloseSessionEntry[];
   workspaces: WorkspaceScan[];
   /** Each task's verdict: its close (supervisor/task/close.ts) ran as part of this one. */
@@ -468,7 +473,7 @@ export interface TaskObligation {
   workspace?: string;
 }
 
-/** The conditions of complete(task) (SPEC.md "Workspaces, checkpoints and tasks"), each true or false. */
+/** The conditions of complete(task) (docs/reference/contract.md "Workspaces, checkpoints and tasks"), each true or false. */
 export interface TaskConditions {
   sealed: boolean;
   sessions_settled: boolean;
@@ -544,7 +549,8 @@ export interface TaskReceipt {
   /** The task's seal (its admission stopped for good then); generation and sealed_at null when the seal record cannot be read (the task is sealed; when is not known). */
   sealed: { generation: number | null; sealed_at: string | null } | null;
   closed_at: string;
-  settle: { timeout_ms: number; terminated: number };
+  /** terminated: how many sessions the close ended (TERM, grace, KILL; cause close) after timeout_ms; terminated_ids: which, sorted (absent in receipts written before issue 31). */
+  settle: { timeout_ms: number; terminated: number; terminated_ids?: string[] };
   sessions: TaskSessionEntry[];
   workspaces: string[];
   checkpoints: TaskCheckpointEntry[];
@@ -560,7 +566,7 @@ export interface TaskReceipt {
 
 /**
  * `checkpoint`: a checkpoint published (its manifest and every object read back and re-hashed
- * first; README "Checkpoints"). The manifest itself is in the store, named by checkpoint_id.
+ * first; docs/guide/checkpoints.md "Checkpoints"). The manifest itself is in the store, named by checkpoint_id.
  */
 export interface CheckpointResult {
   /** Hex SHA-256 of the manifest's canonical bytes (RFC 8785). */

@@ -4,7 +4,7 @@
 // durations bounded to 30 days), sizes, no NUL in argv or env; a bad field becomes
 // INVALID_ARGUMENT naming it. argv has no count or length cap of its own: the frame
 // (ipc.maxFrameBytes) bounds it and the kernel decides (execve(2) E2BIG, at exec). Clients
-// import only types from here (no zod at run time: sbx starts faster, DESIGN.md 17).
+// import only types from here (no zod at run time: sbx starts faster, docs/design/facts.md 17).
 import { z } from 'zod';
 import { SupervisorError } from './errors.js';
 import { MAX_DURATION_MS } from './duration.js';
@@ -21,7 +21,7 @@ const absPath = noNul('path').pipe(z.string().min(1).max(4096).refine((p) => p.s
 /** The path of one file (write_file, read_file): absolute, and not ending in "/" (a trailing slash names a directory). */
 const filePath = absPath.pipe(z.string().refine((p) => !p.endsWith('/'), 'a file path (no trailing "/")'));
 const userName = z.string().min(1).max(256).regex(/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/, 'a user name or a numeric uid');
-/** What every file method takes besides its path (docs/FILES.md): the invocation key, task, user and deadline (timeout_ms, 0: none) of its session. */
+/** What every file method takes besides its path (docs/guide/files.md): the invocation key, task, user and deadline (timeout_ms, 0: none) of its session. */
 const fileSession = { key: key.optional(), task: key.optional(), user: userName.optional(), timeout_ms: durationMs.optional() };
 
 const selector = {
@@ -90,7 +90,7 @@ export const ParamsSchemas = {
   /** Keepalive: answered at once with the supervisor's clock (after hello, counted in flight). */
   ping: empty,
   write: z
-    .object({ ...selector, data: z.custom<Uint8Array>((d) => d instanceof Uint8Array, 'bytes (msgpack bin)').refine((d) => d.length <= 8 * 1024 * 1024, 'at most 8 MiB per write'), offset: cursor.optional(), eof: z.boolean().optional() })
+    .object({ ...selector, data: z.custom<Uint8Array>((d) => d instanceof Uint8Array, 'bytes (msgpack bin)').refine((d) => d.length <= 8 * 1024 * 1024, 'at most 8 MiB per write'), offset: cursor.optional(), eof: z.boolean().optional(), writer: z.string().min(1).max(128).optional() })
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
   resize: z

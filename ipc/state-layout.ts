@@ -1,4 +1,4 @@
-// The state dir's layout (docs/STATE.md), shared by the supervisor that writes it and by
+// The state dir's layout (docs/reference/state-dir.md), shared by the supervisor that writes it and by
 // `sbx verify`, which re-reads it with the supervisor stopped: every file and dir name, and
 // the schema every record is parsed with (a torn or foreign file is an Error naming why,
 // never a cast). A stream's chunk files and index are stream-files.ts. Reads only; writing
@@ -94,7 +94,7 @@ export function taskDirName(task: string): string {
   return createHash('sha256').update(task).digest('hex');
 }
 
-/** In a task dir (docs/STATE.md): the task's seal, its close (the workspaces it names), the close attempt under way, and the task receipt. */
+/** In a task dir (docs/reference/state-dir.md): the task's seal, its close (the workspaces it names), the close attempt under way, and the task receipt. */
 export const TASK_FILES = { seal: 'seal.json', close: 'close.json', attempt: 'attempt.json', receipt: 'receipt.json' } as const;
 
 /** A tombstone's file name in retired/. */
@@ -143,7 +143,7 @@ const StreamOutputSchema = z.looseObject({
   chunks: z.array(z.looseObject({ start_cursor: z.number().int().min(0), length: z.number().int().min(0) })).optional(),
 });
 
-/** What every receipt read back must have (more fields may follow: SPEC "Receipt"). */
+/** What every receipt read back must have (more fields may follow: docs/reference/contract.md "Receipt"). */
 const ReceiptSchema = z.looseObject({
   version: z.literal(1),
   session_id: z.string(),
@@ -233,7 +233,7 @@ const TaskAttemptSchema = z.object({
   attempt: z.number().int().min(1),
   started_at: z.string(),
   generation: z.number().int().min(0),
-  settle: z.object({ timeout_ms: z.number().int().min(0), terminated: z.number().int().min(0) }).nullable(),
+  settle: z.object({ timeout_ms: z.number().int().min(0), terminated: z.number().int().min(0), terminated_ids: z.array(z.string()).optional() }).nullable(),
   /** Per workspace: the published checkpoint of this attempt, or why there is none. */
   checkpoints: z.record(z.string(), TaskCheckpointStepSchema),
 });

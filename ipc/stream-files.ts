@@ -1,4 +1,4 @@
-// A stream's files in its stream dir (docs/STATE.md "Chunk files", "index.bin"): chunk file
+// A stream's files in its stream dir (docs/reference/state-dir.md "Chunk files", "index.bin"): chunk file
 // names, the 24-byte index record, and the one chunk reader that the hashing threads, replay
 // and verify all read stored bytes with. No schemas (no zod): the hashing threads load this
 // and nothing heavier. Reads only; writing is supervisor/store/chunks.ts. See open(2)

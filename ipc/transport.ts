@@ -20,7 +20,7 @@ export type Endpoint =
 
 /** The endpoint options of ConnectOptions (at most one of socketPath, url, command). */
 export interface EndpointOptions {
-  /** The supervisor's Unix socket (default: $SBX_SOCKET or the SPEC path). */
+  /** The supervisor's Unix socket (default: $SBX_SOCKET or the default path). */
   socketPath?: string;
   /** ws://HOST:PORT or wss://HOST:PORT of a supervisor's remote listener (default: $SBX_URL). */
   url?: string;
@@ -44,7 +44,7 @@ export function transportError(code: string, message: string, extra: Record<stri
 /**
  * The endpoint: explicit options first (more than one of socketPath, url, command:
  * INVALID_ARGUMENT), else $SBX_URL (with $SBX_TOKEN / $SBX_TOKEN_FILE), else the socket
- * ($SBX_SOCKET or the SPEC path). A url must be ws:// or wss://; a command not empty.
+ * ($SBX_SOCKET or the default path). A url must be ws:// or wss://; a command not empty.
  */
 export function resolveEndpoint(o: EndpointOptions = {}, env: NodeJS.ProcessEnv = process.env): Endpoint {
   const given = [o.socketPath !== undefined && 'socketPath', o.url !== undefined && 'url', o.command !== undefined && 'command'].filter(Boolean);

@@ -5,7 +5,8 @@
 #   scripts/install.sh [--prefix DIR] [--root ROOTFS] [--group NAME] [--no-enable] [--uninstall]
 #
 # --prefix  where it goes inside the root (default /usr/local): PREFIX/lib/sandbox-supervisor,
-#           wrappers PREFIX/bin/sbx and PREFIX/bin/sandbox-supervisor
+#           wrappers PREFIX/bin/sbx and PREFIX/bin/sandbox-supervisor, man pages
+#           PREFIX/share/man/man1/sbx.1 and PREFIX/share/man/man8/sandbox-supervisor.8
 # --root    an image's root filesystem (default /); units go to ROOT/etc/systemd/system and are
 #           enabled offline with systemctl --root
 # --group   group of the socket (0660) and its directory (0750), for allowed non-root clients
@@ -23,7 +24,7 @@ while [ $# -gt 0 ]; do
     --group) group=$2; shift 2 ;;
     --no-enable) enable=0; shift ;;
     --uninstall) uninstall=1; shift ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -33,6 +34,7 @@ root=${root%/}
 libdir=$prefix/lib/sandbox-supervisor
 dest=$root$libdir
 units=$root/etc/systemd/system
+mandir=$root$prefix/share/man
 node_bin=$(command -v node)
 
 systemctl_root() {
@@ -48,12 +50,13 @@ if [ "$uninstall" = 1 ]; then
   fi
   rm -f "$units/sandbox-supervisor.service" "$units/sandbox-supervisor.socket"
   rm -f "$root$prefix/bin/sbx" "$root$prefix/bin/sandbox-supervisor"
+  rm -f "$mandir/man1/sbx.1" "$mandir/man8/sandbox-supervisor.8"
   rm -rf "$dest"
   echo "uninstalled from ${root}${prefix}"
   exit 0
 fi
 
-for f in "$src/dist/supervisor/main.js" "$src/dist/cli/sbx.js" "$src/dist/cli/sbx" "$src/native-helpers/build/Release/sbx_native.node" "$src/native-helpers/build/Release/sbx-exec-shim"; do
+for f in "$src/man/sbx.1" "$src/man/sandbox-supervisor.8" "$src/dist/supervisor/main.js" "$src/dist/cli/sbx.js" "$src/dist/cli/sbx" "$src/native-helpers/build/Release/sbx_native.node" "$src/native-helpers/build/Release/sbx-exec-shim"; do
   [ -e "$f" ] || { echo "install.sh: $f is missing: run npm ci first" >&2; exit 1; }
 done
 
@@ -78,6 +81,9 @@ chmod 0755 "$dest"
 printf '#!/bin/sh\nexec %s/dist/cli/sbx "$@"\n' "$libdir" > "$root$prefix/bin/sbx"
 printf '#!/bin/sh\nexec %s %s/dist/supervisor/main.js "$@"\n' "$node_bin" "$libdir" > "$root$prefix/bin/sandbox-supervisor"
 chmod 0755 "$root$prefix/bin/sbx" "$root$prefix/bin/sandbox-supervisor"
+# The man pages (generated from the commander definitions: npm run docs), for man sbx.
+install -D -m 0644 "$src/man/sbx.1" "$mandir/man1/sbx.1"
+install -D -m 0644 "$src/man/sandbox-supervisor.8" "$mandir/man8/sandbox-supervisor.8"
 sed -e "s|@NODE@|$node_bin|g" -e "s|@LIBDIR@|$libdir|g" "$src/systemd/sandbox-supervisor.service" > "$units/sandbox-supervisor.service"
 sed -e "s|@GROUP@|$group|g" "$src/systemd/sandbox-supervisor.socket" > "$units/sandbox-supervisor.socket"
 
@@ -88,4 +94,4 @@ if [ "$enable" = 1 ]; then
     systemctl start sandbox-supervisor.socket
   fi
 fi
-echo "installed into ${root}${prefix}: $libdir, $prefix/bin/sbx, /etc/systemd/system/sandbox-supervisor.{service,socket}"
+echo "installed into ${root}${prefix}: $libdir, $prefix/bin/sbx, $prefix/share/man/man1/sbx.1, /etc/systemd/system/sandbox-supervisor.{service,socket}"

@@ -1,7 +1,7 @@
 // Where a launch is decided: a pure function from the request (its invocation key and
 // command digest) and the supervisor's load (the key's session or tombstone, the seal, live
 // sessions, reconciliation, the state dir's free space) to one decision: answer with the
-// existing session, admit a new one, or refuse with a stable error code (SPEC.md "Error
+// existing session, admit a new one, or refuse with a stable error code (docs/reference/contract.md "Error
 // codes"). No I/O: the registry gathers the load and carries the decision out
 // (test/unit/admission.test.ts).
 import { SupervisorError } from '../ipc/errors.js';
@@ -15,7 +15,7 @@ export interface AdmissionRequest {
   command?: CommandFields;
 }
 
-/** The fields the command digest covers (SPEC "Session environment and command digest"). */
+/** The fields the command digest covers (docs/reference/contract.md "Session environment and command digest"). */
 export interface CommandFields {
   argv: string[];
   cwd: string;
@@ -27,7 +27,7 @@ export interface CommandFields {
   stdin: 'null' | 'stream';
 }
 
-/** The digest's fields, in the SPEC's order, as KEY_CONFLICT's details.differs names them. */
+/** The digest's fields, in the contract's order, as KEY_CONFLICT's details.differs names them. */
 export const COMMAND_FIELDS = ['argv', 'cwd', 'env', 'user', 'pty', 'stdin'] as const;
 export type CommandField = (typeof COMMAND_FIELDS)[number];
 

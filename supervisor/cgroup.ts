@@ -1,6 +1,6 @@
 // cgroup v2 for sessions: find the cgroup2 mount and our own cgroup, own a subtree, create
 // one leaf per session, signal and kill everything in a leaf, and wait for `populated 0`.
-// Kernel facts leaned on (Documentation/admin-guide/cgroup-v2.rst, DESIGN.md 1, 2, 4, 15):
+// Kernel facts leaned on (Documentation/admin-guide/cgroup-v2.rst, docs/design/facts.md 1, 2, 4, 15):
 // cgroup.kill SIGKILLs every process in the subtree, setsid'ed and double-forked ones alike;
 // cgroup.events "populated 0" means no live process is left (zombies are not counted, so
 // reaping stays the subreaper's job); its notification can lag 10-20 ms behind the content,
@@ -75,7 +75,7 @@ export class CgroupTree {
   /**
    * Sets up the owned subtree. In the root cgroup (no delegation) it is <mount><parent>;
    * in a delegated cgroup (systemd Delegate=yes) it is our own cgroup, and we move ourselves
-   * into its leaf "supervisor" first (no internal processes: DESIGN.md 2).
+   * into its leaf "supervisor" first (no internal processes: docs/design/facts.md 2).
    * Throws (EACCES, EROFS, ENOENT...) when no writable cgroup2 is there.
    */
   static setup(parent: string, pid = process.pid): CgroupTree {

@@ -1,4 +1,4 @@
-// Seal and close, the join that ends a sandbox's work (README "Seal, close"): the durable seal
+// Seal and close, the join that ends a sandbox's work (docs/guide/close-and-retention.md "Seal, close"): the durable seal
 // (<state>/seal.json: new keys get ADMISSION_SEALED, a restart does not unseal), then close:
 // the task close machinery (task/close.ts: one settle, then every task's close), the scans
 // (workspace/: directory fds, in a worker), and the signed close receipt listing each task's

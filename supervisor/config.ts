@@ -14,101 +14,145 @@ export const DEFAULT_CONFIG_PATH = '/etc/sandbox-supervisor/config.json';
 const MiB = 1024 * 1024;
 const durationMs = z.number().int().min(0).max(MAX_DURATION_MS);
 
-const ConfigSchema = z
+/**
+ * The configuration file's schema. Each key's `.meta()` holds its meaning (`description`),
+ * the environment variable or `serve` flag that overrides it (`env`, `flag`), and for a key
+ * whose default is computed, that default in words (`defaultText`): the source of
+ * docs/reference/config.md (`npm run docs`), so say it here, not there.
+ */
+export const ConfigSchema = z
   .object({
-    socketPath: z.string().min(1).optional(),
-    stateDir: z.string().min(1).optional(),
-    logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    socketPath: z.string().min(1).optional().meta({ description: 'the Unix socket clients connect to', env: 'SBX_SOCKET', defaultText: '/run/sandbox-supervisor/supervisor.sock as root, else $XDG_RUNTIME_DIR/sandbox-supervisor/supervisor.sock' }),
+    stateDir: z.string().min(1).optional().meta({ description: 'chunk files, receipts, identity (docs/reference/state-dir.md)', env: 'SBX_STATE_DIR', defaultText: '/var/lib/sandbox-supervisor as root, else $XDG_STATE_HOME/sandbox-supervisor' }),
+    logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('pino level of the JSON log on stderr'),
     cgroup: z
       .object({
-        /** auto: cgroup v2 when a writable one exists, else subreaper; the others insist. */
-        mode: z.enum(['auto', 'cgroup', 'subreaper']).default('auto'),
-        /** Subtree (path inside the cgroup2 mount) when the supervisor sits in the root cgroup. */
-        parent: z.string().regex(/^\/[^\0]*$/, 'must be an absolute cgroup path such as /sandbox-supervisor').default('/sandbox-supervisor'),
+        mode: z.enum(['auto', 'cgroup', 'subreaper']).default('auto').describe('auto: cgroup v2 when a writable one exists, else subreaper; cgroup / subreaper insist'),
+        parent: z
+          .string()
+          .regex(/^\/[^\0]*$/, 'must be an absolute cgroup path such as /sandbox-supervisor')
+          .default('/sandbox-supervisor')
+          .describe("subtree (a path inside the cgroup2 mount) used when the supervisor sits in the root cgroup; under systemd Delegate=yes its own cgroup is used. Give each supervisor on one machine its own"),
       })
       .strict()
+      .describe('how sessions are contained: cgroup v2 leaves, or subreaper mode')
       .prefault({}),
     drain: z
       .object({
-        /** Chunk files roll at this many bytes. */
-        chunkBytes: z.number().int().min(4096).max(1024 * MiB).default(64 * MiB),
-        /** F_SETPIPE_SZ for each output pipe; 1 MiB is the unprivileged maximum here. */
-        pipeBytes: z.number().int().min(4096).max(64 * MiB).default(MiB),
-        /** After death evidence, how long a stream may take to reach EOF before it is cut. */
-        postDeathDrainMs: durationMs.default(2000),
-        /** Most bytes stored per stream of a session (0: no quota); past it the drain reads on and counts dropped bytes. */
-        quotaBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(1024 * MiB),
+        chunkBytes: z.number().int().min(4096).max(1024 * MiB).default(64 * MiB).describe('chunk files roll at this many bytes'),
+        pipeBytes: z.number().int().min(4096).max(64 * MiB).default(MiB).describe('F_SETPIPE_SZ for each output pipe; 1 MiB is the unprivileged maximum'),
+        postDeathDrainMs: durationMs
+          .default(2000)
+          .describe("after death evidence, how long a stream may wait for EOF before it is cut (complete: false, reason: drain_timeout); time paused on the supervisor's own disk writes for what the pipe held at death does not count"),
+        quotaBytes: z
+          .number()
+          .int()
+          .min(0)
+          .max(Number.MAX_SAFE_INTEGER)
+          .default(1024 * MiB)
+          .describe('most bytes stored per stream of a session (0: no quota); past it the drain reads on (the producer never blocks) and counts dropped_bytes; the receipt says complete: false, reason: quota'),
       })
       .strict()
+      .describe("how sessions' output is read and stored")
       .prefault({}),
-    /** The file methods (docs/FILES.md). */
+    /** The file methods (docs/guide/files.md). */
     files: z
       .object({
-        /** Largest write_file size_bytes (LIMIT_EXCEEDED {limit: "file_bytes"} up front); unset: drain.quotaBytes; 0: no limit. */
-        maxBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
+        maxBytes: z
+          .number()
+          .int()
+          .min(0)
+          .max(Number.MAX_SAFE_INTEGER)
+          .optional()
+          .meta({ description: 'largest write_file size_bytes (LIMIT_EXCEEDED, limit: "file_bytes", up front); 0: no limit', defaultText: 'drain.quotaBytes' }),
       })
       .strict()
+      .describe('the file methods (docs/guide/files.md)')
       .prefault({}),
     session: z
       .object({
-        /** Sessions not yet ended at once; the next launch gets LIMIT_EXCEEDED. */
-        maxSessions: z.number().int().min(1).max(1_000_000).default(4096),
-        defaultGraceMs: durationMs.default(10_000),
-        /** Run sessions as this user (name or uid) unless the launch says --user. */
-        user: z.union([z.string().min(1), z.number().int().min(0)]).optional(),
-        path: z.string().default('/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'),
-        lang: z.string().default('C.UTF-8'),
+        maxSessions: z.number().int().min(1).max(1_000_000).default(4096).describe('sessions not yet ended at once; the next launch gets LIMIT_EXCEEDED'),
+        defaultGraceMs: durationMs.default(10_000).describe('TERM→KILL grace of a launch that gives none'),
+        user: z
+          .union([z.string().min(1), z.number().int().min(0)])
+          .optional()
+          .describe('run sessions as this user (name or uid) unless a launch says --user; names and uids are looked up through NSS (getpwnam_r); a uid with no entry runs with gid = uid, no supplementary groups, HOME=/'),
+        path: z.string().default('/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin').describe('PATH of the clean base environment'),
+        lang: z.string().default('C.UTF-8').describe('LANG of the clean base environment'),
       })
       .strict()
+      .describe('what a session is started with')
       .prefault({}),
     storage: z
       .object({
-        /** Chunk writes stop while the state dir's file system has less than this free (unset: 64 MiB or 5% of it, the smaller). */
-        reserveBytes: z.number().int().min(0).optional(),
-        /** Launches get ADMISSION_DENIED (retryable) while less than this is free (unset: 256 MiB or 10%). */
-        minFreeBytes: z.number().int().min(0).optional(),
-        /** Retention removes the oldest ended sessions' output while less than this is free (unset: 512 MiB or 15%). */
-        keepFreeBytes: z.number().int().min(0).optional(),
+        reserveBytes: z
+          .number()
+          .int()
+          .min(0)
+          .optional()
+          .meta({ description: "chunk writes stop while the state dir's file system has less than this free, so indexes and receipts can still be written (reason: disk_full)", defaultText: '64 MiB or 5% of the file system, the smaller' }),
+        minFreeBytes: z
+          .number()
+          .int()
+          .min(0)
+          .optional()
+          .meta({ description: 'launches get ADMISSION_DENIED (retryable, retry_after_ms) while less than this is free', defaultText: '256 MiB or 10%, the smaller' }),
+        keepFreeBytes: z
+          .number()
+          .int()
+          .min(0)
+          .optional()
+          .meta({ description: "retention removes the oldest ended sessions' output while less than this is free (journald's SystemKeepFree=)", defaultText: '512 MiB or 15%, the smaller' }),
       })
       .strict()
+      .describe("free space kept on the state dir's file system")
       .prefault({}),
     retention: z
       .object({
-        /** Chunk files (and index) of sessions ended longer ago than this are removed; 0: no age limit. */
-        outputMaxAgeMs: durationMs.default(7 * 24 * 3600 * 1000),
-        /** Oldest ended sessions' chunk files go first while all of them hold more than this; 0: no limit. */
-        outputMaxTotalBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(10 * 1024 * MiB),
-        /** Receipts (and admission records) of sessions ended longer ago than this are removed; 0: kept forever. */
-        receiptMaxAgeMs: durationMs.default(0),
-        /** How often the policy runs by itself; 0: only on `sbx gc`. */
-        intervalMs: durationMs.default(3600 * 1000),
+        outputMaxAgeMs: durationMs.default(7 * 24 * 3600 * 1000).describe('chunk files and index of sessions ended longer ago than this are removed (the receipt stays); 0: no age limit'),
+        outputMaxTotalBytes: z
+          .number()
+          .int()
+          .min(0)
+          .max(Number.MAX_SAFE_INTEGER)
+          .default(10 * 1024 * MiB)
+          .describe("then the oldest ended sessions' output goes while all output holds more than this; 0: no limit"),
+        receiptMaxAgeMs: durationMs
+          .default(0)
+          .describe('whole sessions (receipt, admission) ended longer ago than this are removed, leaving a tombstone in retired/; 0: kept forever (signed evidence is never removed unless you set this)'),
+        intervalMs: durationMs.default(3600 * 1000).describe('how often the policy runs by itself; 0: only on sbx gc'),
       })
       .strict()
+      .describe("what is removed of ended sessions, and when")
       .prefault({}),
     ipc: z
       .object({
-        maxFrameBytes: z.number().int().min(1024).max(256 * MiB).default(DEFAULT_MAX_FRAME_BYTES),
-        /** Open connections at once; the next one gets LIMIT_EXCEEDED and is closed. */
-        maxConnections: z.number().int().min(1).max(1_000_000).default(1024),
-        /** Requests (subscriptions and waits included) one connection may have unanswered. */
-        maxInFlight: z.number().int().min(1).max(1_000_000).default(64),
-        /** A connection that has not said hello by then is closed (slowloris). */
-        handshakeTimeoutMs: durationMs.default(10_000),
-        /** How long one frame may take to arrive, from its first byte (monotonic); past it LIMIT_EXCEEDED, closed. 0: no bound. */
-        frameTimeoutMs: durationMs.default(30_000),
-        /**
-         * Bytes of incomplete frames held across all connections; the one that would pass it gets
-         * LIMIT_EXCEEDED, closed. 0: no bound. Default 256 MiB, or one whole frame if that is more.
-         */
-        maxPendingFrameBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
-        /** Peers allowed by uid (SO_PEERCRED); the supervisor's own uid and root always are. */
-        allowUids: z.array(z.number().int().min(0)).default([]),
-        /** Peers allowed by primary gid. */
-        allowGids: z.array(z.number().int().min(0)).default([]),
-        /** Group (name or gid) given the socket (0660) and its directory (0750). */
-        socketGroup: z.union([z.string().min(1), z.number().int().min(0)]).optional(),
+        maxFrameBytes: z.number().int().min(1024).max(256 * MiB).default(DEFAULT_MAX_FRAME_BYTES).describe('largest frame accepted; a larger one is refused from its length prefix (FRAME_TOO_LARGE)'),
+        maxConnections: z.number().int().min(1).max(1_000_000).default(1024).describe('open connections at once; the next one gets LIMIT_EXCEEDED and is closed'),
+        maxInFlight: z.number().int().min(1).max(1_000_000).default(64).describe('requests (subscriptions and waits included) one connection may have unanswered'),
+        handshakeTimeoutMs: durationMs.default(10_000).describe('a connection that has not said hello by then is closed'),
+        frameTimeoutMs: durationMs
+          .default(30_000)
+          .describe('a frame not whole this long after its first byte gets LIMIT_EXCEEDED (limit: "frame_time") and its connection is closed (slowloris); idle time between frames does not count, nor time the supervisor itself stops reading a client that does not read its answers. 0: no bound'),
+        maxPendingFrameBytes: z
+          .number()
+          .int()
+          .min(0)
+          .max(Number.MAX_SAFE_INTEGER)
+          .optional()
+          .meta({
+            description: 'bytes of incomplete frames held across all connections; the connection whose frame would pass it gets LIMIT_EXCEEDED (limit: "pending_frame_bytes", retryable) and is closed, the others keep theirs. Frames already whole do not count. At least ipc.maxFrameBytes + 4 (one whole frame), or 0: no bound',
+            defaultText: '256 MiB, or one whole frame (ipc.maxFrameBytes + 4) if that is more',
+          }),
+        allowUids: z.array(z.number().int().min(0)).default([]).describe("peers allowed by uid (SO_PEERCRED) besides root and the supervisor's own uid; others get UNAUTHORIZED"),
+        allowGids: z.array(z.number().int().min(0)).default([]).describe('peers allowed by primary gid'),
+        socketGroup: z
+          .union([z.string().min(1), z.number().int().min(0)])
+          .optional()
+          .describe('group (a name, looked up through NSS, or a gid: digits are a gid, as for chown) of the socket (0660) and of its directory (0750) when the supervisor creates it'),
       })
       .strict()
+      .describe("the supervisor's socket: who may connect, and the bounds of a connection")
       // Below one whole frame (prefix + maxFrameBytes), a frame of the allowed size could never arrive.
       .refine((ipc) => ipc.maxPendingFrameBytes === undefined || ipc.maxPendingFrameBytes === 0 || ipc.maxPendingFrameBytes >= ipc.maxFrameBytes + 4, {
         path: ['maxPendingFrameBytes'],
@@ -116,89 +160,98 @@ const ConfigSchema = z
       })
       .transform((ipc) => ({ ...ipc, maxPendingFrameBytes: ipc.maxPendingFrameBytes ?? Math.max(256 * MiB, ipc.maxFrameBytes + 4) }))
       .prefault({}),
-    /** The workspace clock (README "Workspaces"): the directories watched, and its bounds. */
+    /** The workspace clock (docs/guide/workspaces.md "Workspaces"): the directories watched, and its bounds. */
     workspace: z
       .object({
-        /** Absolute directories; each must exist at start. `serve --workspace DIR` adds to them. */
-        paths: z.array(z.string().regex(/^\/[^\0]*$/, 'must be an absolute path')).default([]),
-        /** How long a session's receipt waits for its barrier to come back, ms; past it: gap barrier_timeout. */
-        barrierTimeoutMs: z.number().int().min(1).max(600_000).default(2000),
-        /** The bound of the scan at death (when a workspace has a gap), ms. */
-        scanDeadlineMs: z.number().int().min(1).max(3_600_000).default(30_000),
-        /** Lines a session's change log keeps (coalesced); past it, counted. */
-        changesMaxEntries: z.number().int().min(0).max(10_000_000).default(100_000),
-        /** The reading thread lets a burst gather this long before a read, ms (a barrier cuts it short). */
-        batchMs: z.number().int().min(0).max(1000).default(10),
-        /** FAN_MODIFY too: every write(2) is an event, not only the writer's close (measured: tar -x 30% slower instead of 15%). */
-        reportModify: z.boolean().default(false),
+        paths: z
+          .array(z.string().regex(/^\/[^\0]*$/, 'must be an absolute path'))
+          .default([])
+          .meta({ description: 'directories to watch (absolute; each must exist at start)', flag: 'serve --workspace DIR (repeatable; adds to them)' }),
+        barrierTimeoutMs: z.number().int().min(1).max(600_000).default(2000).describe("how long a session's receipt waits for its barrier to come back; past it the entry is gap: barrier_timeout, with a scan"),
+        scanDeadlineMs: z.number().int().min(1).max(3_600_000).default(30_000).describe('the bound of the scan at death when a workspace entry has a gap (a scan past it is null, logged)'),
+        changesMaxEntries: z.number().int().min(0).max(10_000_000).default(100_000).describe("lines a session's change log keeps (sbx changes; coalesced); past it, counted as dropped"),
+        batchMs: z.number().int().min(0).max(1000).default(10).describe('the reading thread lets a burst gather this long before a read (a barrier cuts it short)'),
+        reportModify: z
+          .boolean()
+          .default(false)
+          .describe("also mark FAN_MODIFY: every write(2) is an event, so sbx changes shows a file being written before its writer closes it. Off, a write is seen at the writer's close (FAN_CLOSE_WRITE, also at its exit), which is enough for the barrier; measured: tar -x of 5,000 files 11-17% slower than unwatched with it off, 36% with it on"),
       })
       .strict()
+      .describe('the workspace clock (docs/guide/workspaces.md): the directories watched, and its bounds')
       .prefault({}),
-    /** Checkpoints (README "Checkpoints"): where they are kept and the bounds of one. */
+    /** Checkpoints (docs/guide/checkpoints.md "Checkpoints"): where they are kept and the bounds of one. */
     checkpoint: z
       .object({
-        /** '' (default): <stateDir>/checkpoints; an absolute directory; or s3://bucket/prefix (objects are written locally first, then to S3). */
-        store: z.string().default(''),
-        /** For an s3:// store; endpoint and credentials otherwise come from the AWS SDK's environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). */
+        store: z
+          .string()
+          .default('')
+          .meta({ description: 'where checkpoints are kept: an absolute directory, or s3://bucket/prefix (objects are written to <stateDir>/checkpoints first, then uploaded)', defaultText: '"" (<stateDir>/checkpoints)' }),
         s3: z
-          .object({ endpoint: z.string().url().optional(), region: z.string().min(1).optional(), forcePathStyle: z.boolean().optional() })
+          .object({
+            endpoint: z.string().url().optional().meta({ description: 'S3 endpoint URL', defaultText: "the AWS SDK's environment (AWS_ENDPOINT_URL)" }),
+            region: z.string().min(1).optional().meta({ description: 'S3 region', defaultText: "the AWS SDK's environment (AWS_REGION)" }),
+            forcePathStyle: z.boolean().optional().meta({ description: 'path-style bucket addressing (MinIO and other S3-compatible stores)', defaultText: "the AWS SDK's default" }),
+          })
           .strict()
+          .describe("for an s3:// store; credentials come from the AWS SDK's environment (AWS_ACCESS_KEY_ID, ...)")
           .prefault({}),
-        /** Walks of one checkpoint at most: the first hashes, each later one checks and re-hashes what moved; past it the paths still moving are `unstable`. */
-        maxPasses: z.number().int().min(2).max(100).default(4),
-        /** Passes after the first re-read and re-hash every file, not only compare its stat: a write through a shared mmap moves no timestamp (the hashing is then twice). */
-        verifyContent: z.boolean().default(false),
-        /** Freeze the workspace's file system (FIFREEZE) around one last pass when it is its own mount (writers wait meanwhile): a consistent capture whatever they do. */
-        freeze: z.boolean().default(false),
-        /** The frozen pass's bound, ms: past it the file system is thawed and the passes before stand. */
-        freezeMaxMs: z.number().int().min(1).max(600_000).default(5000),
-        /** A checkpoint's scan fails (scan_timeout) past this, ms. */
-        deadlineMs: z.number().int().min(1).max(24 * 3600 * 1000).default(600_000),
-        /** Manifests made longer ago than this are removed by gc (with what only they reference); 0: kept forever. */
-        maxAgeMs: durationMs.default(0),
+        maxPasses: z.number().int().min(2).max(100).default(4).describe('walks of one checkpoint at most (the first hashes, each later one checks and re-hashes what moved); past it the paths still changing are unstable'),
+        verifyContent: z.boolean().default(false).describe('passes after the first re-read and re-hash every file instead of comparing stats (a write through a shared mmap moves no timestamp); the hashing is done twice'),
+        freeze: z.boolean().default(false).describe("freeze the workspace's file system (FIFREEZE) around one last pass when it is its own mount (writers wait meanwhile): a consistent capture whatever they do"),
+        freezeMaxMs: z.number().int().min(1).max(600_000).default(5000).describe("the frozen pass's bound: past it the file system is thawed and the passes before stand"),
+        deadlineMs: z.number().int().min(1).max(24 * 3600 * 1000).default(600_000).describe("a checkpoint's capture fails (scan_timeout) past this"),
+        maxAgeMs: durationMs.default(0).describe('manifests made longer ago than this are removed by sbx gc, and then the objects only they named; 0: kept forever'),
       })
       .strict()
+      .describe('checkpoints (docs/guide/checkpoints.md): where they are kept and the bounds of one')
       .prefault({}),
-    /** The WebSocket listener (docs/REMOTE.md); off unless listen is set. */
+    /** The WebSocket listener (docs/guide/remote.md); off unless listen is set. */
     remote: z
       .object({
-        /** HOST:PORT (an IP literal or localhost; 0.0.0.0 written out); `serve --listen ADDR` overrides it. */
         listen: z
           .string()
           .superRefine((text, ctx) => {
             const problem = remoteListenProblem(text);
             if (problem) ctx.addIssue({ code: 'custom', message: problem });
           })
-          .optional(),
-        /** The bearer token itself (env SBX_REMOTE_TOKEN wins over it); unset: the token file. */
-        token: z.string().min(16).regex(/^\S+$/, 'no white space').optional(),
-        /** Absolute path of the token file (default <stateDir>/remote-token, made 0600 at first start). */
-        tokenFile: z.string().regex(/^\/[^\0]*$/, 'must be an absolute path').optional(),
-        /** No token at all: allowed only on a loopback address. */
-        insecure: z.boolean().default(false),
-        /** TLS (wss://): certificate chain and key, PEM files; both or neither. */
-        tlsCertFile: z.string().regex(/^\/[^\0]*$/, 'must be an absolute path').optional(),
-        tlsKeyFile: z.string().regex(/^\/[^\0]*$/, 'must be an absolute path').optional(),
-        /** WebSocket connections open at once (counted apart from the Unix socket's); unset: ipc.maxConnections. */
-        maxConnections: z.number().int().min(1).max(1_000_000).optional(),
-        /** The server pings every peer this often, ms. */
-        pingIntervalMs: z.number().int().min(10).max(3_600_000).default(10_000),
-        /** A peer that neither answers a ping nor takes any byte within this is terminated, ms. */
-        pingTimeoutMs: z.number().int().min(10).max(3_600_000).default(10_000),
-        /** A TCP connection that has not finished its HTTP upgrade within this is closed, ms. */
-        upgradeTimeoutMs: z.number().int().min(10).max(600_000).default(10_000),
+          .optional()
+          .meta({ description: 'HOST:PORT of the WebSocket listener (an IP literal or localhost; 0.0.0.0 written out); unset: off', flag: 'serve --listen ADDR' }),
+        token: z
+          .string()
+          .min(16)
+          .regex(/^\S+$/, 'no white space')
+          .optional()
+          .meta({ description: 'the bearer token itself (the environment variable wins over it)', env: 'SBX_REMOTE_TOKEN', defaultText: 'the token file' }),
+        tokenFile: z
+          .string()
+          .regex(/^\/[^\0]*$/, 'must be an absolute path')
+          .optional()
+          .meta({ description: 'absolute path of the token file', defaultText: '<stateDir>/remote-token, made 0600 at first start' }),
+        insecure: z.boolean().default(false).describe('no token at all: allowed only on a loopback address'),
+        tlsCertFile: z.string().regex(/^\/[^\0]*$/, 'must be an absolute path').optional().describe('TLS (wss://): the certificate chain, a PEM file; give remote.tlsKeyFile too'),
+        tlsKeyFile: z.string().regex(/^\/[^\0]*$/, 'must be an absolute path').optional().describe('TLS (wss://): the private key, a PEM file; give remote.tlsCertFile too'),
+        maxConnections: z
+          .number()
+          .int()
+          .min(1)
+          .max(1_000_000)
+          .optional()
+          .meta({ description: "WebSocket connections open at once (counted apart from the Unix socket's)", defaultText: 'ipc.maxConnections' }),
+        pingIntervalMs: z.number().int().min(10).max(3_600_000).default(10_000).describe('the server pings every peer this often'),
+        pingTimeoutMs: z.number().int().min(10).max(3_600_000).default(10_000).describe('a peer that neither answers a ping nor takes any byte within this is terminated'),
+        upgradeTimeoutMs: z.number().int().min(10).max(600_000).default(10_000).describe('a TCP connection that has not finished its HTTP upgrade within this is closed'),
       })
       .strict()
+      .describe('the WebSocket listener (docs/guide/remote.md); off unless listen is set')
       .refine((r) => (r.tlsCertFile === undefined) === (r.tlsKeyFile === undefined), { path: ['tlsKeyFile'], message: 'give both remote.tlsCertFile and remote.tlsKeyFile, or neither' })
       .superRefine((r, ctx) => {
         const problem = r.listen === undefined ? null : remoteInsecureProblem(r.listen, r.insecure);
         if (problem) ctx.addIssue({ code: 'custom', path: ['insecure'], message: problem });
       })
       .prefault({}),
-    /** The Prometheus endpoint (README "Metrics"); off unless listen is set. */
+    /** The Prometheus endpoint (docs/guide/running.md "Metrics"); off unless listen is set. */
     metrics: z
       .object({
-        /** HOST:PORT (an IP literal or localhost; 0.0.0.0 for every interface, written out) or an absolute Unix socket path; `serve --metrics ADDR` overrides it. */
         listen: z
           .string()
           .superRefine((text, ctx) => {
@@ -208,9 +261,14 @@ const ConfigSchema = z
               ctx.addIssue({ code: 'custom', message: (err as Error).message });
             }
           })
-          .optional(),
+          .optional()
+          .meta({
+            description: 'the Prometheus endpoint (GET /metrics): HOST:PORT (127.0.0.1:9464; an IP literal, [::1]:9464, or localhost; 0.0.0.0:9464 for every interface, written out) or an absolute path for a Unix socket; unset: off (docs/reference/metrics.md)',
+            flag: 'serve --metrics ADDR',
+          }),
       })
       .strict()
+      .describe('the Prometheus endpoint (docs/reference/metrics.md); off unless listen is set')
       .prefault({}),
   })
   .strict();

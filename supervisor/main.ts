@@ -4,7 +4,9 @@
 // the cgroup subtree (or subreaper mode), listen on the socket (and, with --metrics, the
 // Prometheus endpoint), and on SIGTERM/SIGINT stop admission, settle every session with
 // receipts, and exit 0.
+import { realpathSync } from 'node:fs';
 import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { pino, type Logger } from 'pino';
 import { ConfigError, loadConfig, remoteInsecureProblem, remoteListenProblem } from './config.js';
@@ -157,7 +159,8 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
   process.on('SIGHUP', () => {}); // a lost terminal is not a reason to drop sessions
 }
 
-const program = new Command()
+/** The commander definition of the daemon's commands; exported for scripts/docs/generate.ts (man/sandbox-supervisor.8). */
+export const program = new Command()
   .name('sandbox-supervisor')
   .description('Runs commands to the end: cgroup v2 leaves, durable byte-exact output, receipts with death evidence.')
   .version(VERSION);
@@ -168,7 +171,7 @@ program
   .option('--config <file>', 'JSON configuration (default: /etc/sandbox-supervisor/config.json if present)')
   .option('--workspace <dir>', 'watch this directory (repeatable; added to workspace.paths)', (dir: string, prev: string[] = []) => [...prev, dir])
   .option('--metrics <addr>', 'serve Prometheus metrics at GET /metrics on HOST:PORT (e.g. 127.0.0.1:9464) or a Unix socket path (overrides metrics.listen)')
-  .option('--listen <addr>', 'also serve the protocol over WebSocket on HOST:PORT (e.g. 127.0.0.1:7443; token auth, docs/REMOTE.md; overrides remote.listen)')
+  .option('--listen <addr>', 'also serve the protocol over WebSocket on HOST:PORT (e.g. 127.0.0.1:7443; token auth, docs/guide/remote.md; overrides remote.listen)')
   .action((opts: { config?: string; workspace?: string[]; metrics?: string; listen?: string }) =>
     serve(opts).catch((err: Error) => {
       process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
@@ -176,7 +179,18 @@ program
     }),
   );
 
-program.parseAsync(process.argv).catch((err: Error) => {
-  process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
-  process.exit(2);
-});
+/** Whether node was started with this module as its script (symbolic links resolved): imported, it runs nothing. */
+function isEntry(): boolean {
+  try {
+    return process.argv[1] !== undefined && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url));
+  } catch {
+    return false;
+  }
+}
+
+if (isEntry()) {
+  program.parseAsync(process.argv).catch((err: Error) => {
+    process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
+    process.exit(2);
+  });
+}

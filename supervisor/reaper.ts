@@ -1,6 +1,6 @@
 // The supervisor as child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER): orphans of every
 // session are reparented to this process and must be reaped here, by pid, never with
-// waitpid(-1), which would steal the statuses libuv waits for (DESIGN.md 6).
+// waitpid(-1), which would steal the statuses libuv waits for (docs/design/facts.md 6).
 // So every child libuv spawns goes through track(); on SIGCHLD the reaper first reaps the
 // children spawned natively (session shims, adopt(): their status is handed on), then lists
 // our children (/proc/self/task/*/children) and reaps each zombie nobody else waits for.

@@ -3,7 +3,7 @@
 // ended (its receipt, checked: shape, session, signature; or one a crash left in its
 // reservation, published now), unknown until reconciliation, or broken (files unreadable:
 // unknown with the reason, its key blocked). An admission a crash cut before it committed is
-// removed. Torn or corrupt files never stop start-up. See docs/STATE.md.
+// removed. Torn or corrupt files never stop start-up. See docs/reference/state-dir.md.
 import { existsSync, readdirSync, rmdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt } from '../ipc/protocol.js';

@@ -1,6 +1,6 @@
 // The supervisor's receipt signing key: an Ed25519 key pair made at first start in the state
 // dir (receipt-key, PKCS#8 PEM, 0600; receipt-key.pub, SPKI PEM), and the signature of each
-// receipt as SPEC.md says (over the JCS encoding of the receipt without `signature`).
+// receipt as docs/reference/contract.md "Receipt" says (over the JCS encoding of the receipt without `signature`).
 import { createPrivateKey, createPublicKey, generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';

@@ -1,7 +1,8 @@
 // `sbx status`: the supervisor's health in one answer (StatusResult, ipc/protocol.ts):
 // version, identity, mode, sessions by state, admission and why it is closed, the state dir's
 // size and free space with its thresholds, and the machine (systeminformation's CPU load and
-// memory, os uptime). Owns the state dir's size cache; reads everything else.
+// memory, os uptime) and the supervisor's own uptime (process.uptime(): since this process
+// started, not the machine's boot). Owns the state dir's size cache; reads everything else.
 import { cpus, freemem, loadavg, totalmem, uptime } from 'node:os';
 import { lstatSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -86,6 +87,9 @@ export class StatusReporter {
       mode: ctx.identity.mode,
       boot_id: ctx.identity.bootId,
       pid: process.pid,
+      // The supervisor's, to the ms: a restarted supervisor starts again from 0.
+      uptime_s: Math.round(process.uptime() * 1000) / 1000,
+      started_at: new Date(Date.now() - process.uptime() * 1000).toISOString(),
       workspaces: ctx.watcher.status(),
       checkpoint_store: this.source.checkpointStore(),
       ...(metrics !== null ? { metrics } : {}),

@@ -40,6 +40,11 @@ import { StorageGuard, thresholdWarnings } from './store/storage.js';
 import { lookupUser } from './users.js';
 import type { SupervisorMetrics } from './metrics/registry.js';
 
+/** The shortest session id prefix find() resolves (a shorter one must be the exact id): 3 characters, as `s-` starts every id. */
+export const MIN_ID_PREFIX = 3;
+/** At most this many ids in an ambiguous prefix's details.matches (details.count has them all). */
+const MAX_PREFIX_MATCHES = 100;
+
 export class Supervisor {
   private readonly sessions = new Map<string, Session>();
   private readonly byKey = new Map<string, Session>();
@@ -404,7 +409,7 @@ export class Supervisor {
       },
       this.ctx,
     );
-    // Admission record, then key record, both durable, then spawn (DESIGN.md 9).
+    // Admission record, then key record, both durable, then spawn (docs/design/facts.md 9).
     let keyStep = false;
     try {
       session.admit();
@@ -433,9 +438,16 @@ export class Supervisor {
     return { session_id: session.id, invocation_key: key, existing: false, state: session.state, command_digest: digest };
   }
 
-  /** The session named by id or key; SESSION_NOT_FOUND otherwise (saying so when retention removed it). */
+  /**
+   * The session named by id or key, for every verb that takes one (the one place ids are
+   * looked up). An id is taken as docker takes container ids: the exact id first, else a
+   * unique prefix of at least MIN_ID_PREFIX characters among the sessions held (ended ones
+   * included, retired ones not). Throws INVALID_ARGUMENT when the prefix names several,
+   * details {field, prefix, matches: [ids, sorted, at most 100], count}; SESSION_NOT_FOUND when none (saying so when
+   * retention removed it).
+   */
   find(selector: SessionSelector): Session {
-    const session = selector.session_id ? this.sessions.get(selector.session_id) : selector.invocation_key ? this.byKey.get(selector.invocation_key) : undefined;
+    const session = selector.session_id ? this.byIdOrPrefix(selector.session_id) : selector.invocation_key ? this.byKey.get(selector.invocation_key) : undefined;
     if (session) return session;
     const what = selector.session_id ? `session ${selector.session_id}` : `invocation key ${JSON.stringify(selector.invocation_key)}`;
     const gone = this.retention.tombstone({ sessionId: selector.session_id, invocationKey: selector.invocation_key });
@@ -447,6 +459,18 @@ export class Supervisor {
       });
     }
     throw new SupervisorError('SESSION_NOT_FOUND', `no ${what}`);
+  }
+
+  /** The session of this exact id, else the one session whose id starts with it (3+ characters); undefined when none. */
+  private byIdOrPrefix(id: string): Session | undefined {
+    const exact = this.sessions.get(id);
+    if (exact || id.length < MIN_ID_PREFIX) return exact;
+    const matches: Session[] = [];
+    for (const [sid, s] of this.sessions) if (sid.startsWith(id)) matches.push(s);
+    if (matches.length <= 1) return matches[0];
+    const ids = matches.map((s) => s.id).sort();
+    const shown = ids.length > 10 ? `${ids.slice(0, 10).join(', ')}, ... (${ids.length} in all)` : ids.join(', ');
+    throw new SupervisorError('INVALID_ARGUMENT', `session id prefix ${JSON.stringify(id)} is ambiguous: it matches ${shown}; give more of the id`, { field: 'session_id', prefix: id, matches: ids.slice(0, MAX_PREFIX_MATCHES), count: ids.length });
   }
 
   /** Sessions not ended (unknown ones included: they may still run), against session.maxSessions. */

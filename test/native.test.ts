@@ -55,7 +55,8 @@ describe('native helper', () => {
     const base = join(mount, `${TEST_CGROUP_PREFIX}spawn-probe-${process.pid}`);
     mkdirSync(join(base, 'leaf'), { recursive: true });
     try {
-      const out = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/spawn-probe.ts'), join(base, 'leaf')], { cwd: ROOT }).toString();
+      // A deadline of its own: a sync child the test timeout cannot interrupt must not stall the run.
+      const out = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/spawn-probe.ts'), join(base, 'leaf')], { cwd: ROOT, timeout: 120_000, killSignal: 'SIGKILL' }).toString();
       const result = JSON.parse(out) as { reports: string[]; failure: { code: string; syscall: string }; reapedOk: number; rounds: number[] };
       expect(result.reports).toHaveLength(100);
       result.reports.forEach((report, i) => {
@@ -76,7 +77,7 @@ describe('native helper', () => {
   });
 
   it('reaps 100 orphans by pid while every child_process exit event still fires', () => {
-    const out = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/reaper-probe.ts')], { cwd: ROOT }).toString();
+    const out = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/reaper-probe.ts')], { cwd: ROOT, timeout: 120_000, killSignal: 'SIGKILL' }).toString();
     const result = JSON.parse(out) as { codes: number[]; reaped: number; zombies: number };
     expect(result.codes).toEqual([7, ...Array.from({ length: 20 }, (_, i) => i)]);
     expect(result.reaped).toBeGreaterThanOrEqual(100);

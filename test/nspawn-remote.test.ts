@@ -1,7 +1,7 @@
 // The harness on the host, the supervisor the unit in systemd-nspawn (test/helpers/nspawn.ts):
 // over WebSocket on loopback (the container shares the host's network namespace; token read by
 // nsenter cat) and over `nsenter -t PID1 -a sbx bridge` (a command endpoint), with the TS and
-// Python clients, `sbx --url` and files. Runs the README's "Driving a remote supervisor" shell
+// Python clients, `sbx --url` and files. Runs docs/guide/remote.md's "Driving a remote supervisor" shell
 // blocks as written. Skips, saying why, without nspawn.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -28,14 +28,16 @@ let tokenFile = '';
 const url = () => `ws://127.0.0.1:${port}`;
 
 /**
- * The n-th ```sh block of the README's "Driving a remote supervisor", with its port (7443)
- * replaced by this run's: the test runs the README's commands as written.
+ * The n-th ```sh block of docs/guide/remote.md's "Driving a remote supervisor", with its port
+ * (7443) replaced by this run's: the test runs the guide's commands as written.
  */
 function readmeBlock(n: number): string {
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-  const section = readme.slice(readme.indexOf('## Driving a remote supervisor'));
+  const guide = readFileSync(join(ROOT, 'docs/guide/remote.md'), 'utf8');
+  const at = guide.indexOf('\n## Driving a remote supervisor\n');
+  if (at < 0) throw new Error('docs/guide/remote.md has no "## Driving a remote supervisor"');
+  const section = guide.slice(at + 1);
   const blocks = [...section.slice(0, section.indexOf('\n## ', 5)).matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
-  if (!blocks[n]) throw new Error(`README.md "Driving a remote supervisor" has no sh block ${n}`);
+  if (!blocks[n]) throw new Error(`docs/guide/remote.md "Driving a remote supervisor" has no sh block ${n}`);
   return blocks[n].replaceAll('7443', String(port));
 }
 /** The exec channel: every namespace of the container's PID 1, `sbx bridge` joined to its socket. */
@@ -100,7 +102,7 @@ describe.skipIf(why !== null)(why ? `harness on the host, supervisor in nspawn (
     await container.boot();
     hostDir = mkdtempSync(join(tmpdir(), 'sbx-test-remote-'));
     tokenFile = join(hostDir, 'token');
-    // The README's first block, as written (its port replaced by a free one), inside; the
+    // The guide's first block (docs/guide/remote.md), as written (its port replaced by a free one), inside; the
     // service starts now (socket activation would start it at the first local client only).
     container.bash(readmeBlock(0));
     await until(() => container.run(['test', '-s', TOKEN_IN_CONTAINER], { allowFail: true }).status === 0, 'the token file', 30_000);
@@ -110,8 +112,8 @@ describe.skipIf(why !== null)(why ? `harness on the host, supervisor in nspawn (
     if (hostDir) rmSync(hostDir, { recursive: true, force: true });
   }, 60_000);
 
-  it("the README's commands on the host: the token read through nsenter, sbx --url runs a keyed command", () => {
-    // The README's second block as written: sbx on PATH, $PID1 the container's, in a dir of the host's.
+  it("the remote guide's commands on the host: the token read through nsenter, sbx --url runs a keyed command", () => {
+    // The guide's second block as written: sbx on PATH, $PID1 the container's, in a dir of the host's.
     const r = spawnSync('bash', ['-euc', readmeBlock(1)], { stdio: ['ignore', 'pipe', 'pipe'], cwd: hostDir, env: { PATH: `${dirname(SBX_BIN)}:${process.env.PATH}`, PID1: String(container.pid1) }, encoding: 'utf8', timeout: 60_000 });
     expect(r.stderr).toBe('');
     expect([r.status, r.stdout]).toEqual([0, 'systemd-nspawn\n']); // run inside the container

@@ -1,5 +1,5 @@
 // The systemd unit for real: boot systemd 252 as PID 1 in systemd-nspawn (recipe in
-// DESIGN.md, "Testing the systemd unit for real"): the host root bind-mounted privately and
+// docs/design/facts.md, "Testing the systemd unit for real"): the host root bind-mounted privately and
 // booted with --volatile=overlay to basic.target, from a fresh child cgroup of the cgroup2 mount. Inside:
 // install.sh, socket activation, a session in its leaf under the service's delegated
 // subtree, a crash (reconciliation after Restart=on-failure) and a stop (every session

@@ -1,5 +1,5 @@
 // peer: the supervisor side by side with what users would otherwise pick, systemd 252 booted
-// as PID 1 in systemd-nspawn (the recipe of test/nspawn.test.ts and DESIGN.md "Testing the
+// as PID 1 in systemd-nspawn (the recipe of test/nspawn.test.ts and docs/design/facts.md "Testing the
 // systemd unit for real"), with this checkout installed as its unit (scripts/install.sh).
 // Inside the container, in the same run: launch wall (`systemd-run --wait --pipe -- true`
 // against `sbx run -- true` and a launch -> receipt through the client library on one

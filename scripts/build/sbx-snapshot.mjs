@@ -29,7 +29,9 @@ try {
     outfile: bundle,
     bundle: true,
     platform: 'node',
-    format: 'cjs',
+    // iife, not cjs: the snapshot builder has no `module`, and sbx.js's exports (`program`, read by
+    // scripts/docs/generate.ts) would need one.
+    format: 'iife',
     target: 'node20',
     // Loaded by import() at run time, which a snapshot's main cannot do (the launcher starts
     // these commands from sbx.js).

@@ -1,4 +1,4 @@
-// The case format (../shared/cases/README.md), the judge that checks one observation against
+// The case format (docs/reference/field-cases.md), the judge that checks one observation against
 // a case's expected facts, and the sandbox-supervisor target: every case through the client
 // library and through sbx (and with a pty for the pty kind), plus the probe-only facts
 // (client SIGKILLed mid-run, supervisor SIGKILLed and restarted). scripts/probes/run.ts is
@@ -20,7 +20,7 @@ export interface FieldCase {
   command: string;
   stdin: string | null;
   timeout_ms: number;
-  /** Facts of ../shared/cases/README.md, plus the probe-only ones in scripts/probes/probes.ts. */
+  /** Facts of docs/reference/field-cases.md, plus the probe-only ones in scripts/probes/probes.ts. */
   expect: Record<string, any>;
   /** A line for the table (probes only). */
   title?: string;
@@ -74,7 +74,7 @@ const poll = (ms = 20) => new Promise((r) => setTimeout(r, ms));
 
 const sha = z.string().regex(/^[0-9a-f]{64}$/, 'a SHA-256 in hex');
 const count = z.number().int().min(0);
-/** The case format of ../shared/cases/README.md, plus the probe-only facts; unknown keys are errors. */
+/** The case format of docs/reference/field-cases.md, plus the probe-only facts; unknown keys are errors. */
 const CaseSchema = z.strictObject({
   id: z.string().regex(/^[A-Za-z0-9._-]+$/, 'letters, digits, dot, dash, underscore'),
   kind: z.string(),
@@ -221,7 +221,7 @@ export function describeObservation(o: Observation): string {
 }
 
 function observe(stdout: Buffer, stderr: Buffer, receipt: Receipt, wallMs: number, alive: number, pty: boolean): Observation {
-  // A pty turns \n into \r\n: compare with that undone (../shared/cases/README.md).
+  // A pty turns \n into \r\n: compare with that undone (docs/reference/field-cases.md).
   const out = pty ? Buffer.from(stdout.toString('latin1').replaceAll('\r\n', '\n'), 'latin1') : stdout;
   const sig = receipt.exit.signal;
   return {

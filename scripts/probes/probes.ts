@@ -1,4 +1,4 @@
-// The built-in probes, in the field-case format (../shared/cases/README.md) so every target
+// The built-in probes, in the field-case format (docs/reference/field-cases.md) so every target
 // runs them the same way. Expected bytes and digests are computed here from the bytes the
 // command is meant to write (Buffer/JS generators), never taken from a run.
 //

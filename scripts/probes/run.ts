@@ -5,15 +5,15 @@
 // (one row per probe, one column per target, each cell the exact observation), or JSON.
 // Exits 1 when a probe fails against sandbox-supervisor; naive failures are the point.
 //
-//   npm run probes -- [--cases FILE] [--targets naive-node,naive-python,sandbox-supervisor]
+//   npm run probes -- [--cases FILE|default] [--targets naive-node,naive-python,sandbox-supervisor]
 //                     [--only ID,...] [--fast] [--json] [--socket PATH] [--repeat-scale N]
+//   (--cases default: test/fixtures/field-cases.jsonl, the format of docs/reference/field-cases.md)
 //
 // Without --socket it boots a supervisor of its own in a temp dir (as root: cgroup mode),
 // and it makes itself a child subreaper that does not reap on its own, standing for a
 // container init without tini: orphans of a naive run are reparented to it and counted as
 // zombies, then reaped. Every process a probe starts carries SBX_PROBE_MARK=<unique> in its
 // environment; after each probe those still alive are counted, then SIGKILLed by pid.
-import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { SupervisorClient } from '../../ipc/client.js';
@@ -82,7 +82,7 @@ async function main(): Promise<void> {
   for (const t of targets) if (!ALL_TARGETS.includes(t)) throw new UsageError(`--targets: unknown target ${t}; one of ${ALL_TARGETS.join(', ')}`);
   let cases: FieldCase[];
   if (values.cases) {
-    const file = values.cases === 'default' ? [resolve(ROOT, '../shared/cases/field-cases.jsonl'), join(ROOT, 'test/fixtures/field-cases.jsonl')].find(existsSync)! : values.cases;
+    const file = values.cases === 'default' ? join(ROOT, 'test/fixtures/field-cases.jsonl') : values.cases;
     process.stderr.write(`probes: cases from ${file}\n`);
     try {
       cases = loadCases(file);

@@ -1,4 +1,4 @@
-// Taking and publishing checkpoints (README "Checkpoints"), one at a time per supervisor:
+// Taking and publishing checkpoints (docs/guide/checkpoints.md "Checkpoints"), one at a time per supervisor:
 // the boundary first (a watcher barrier), then the capture in a thread (objects stored
 // create-once in the local store), the manifest last (JCS, signed, id = its SHA-256), then
 // the read-back (the manifest by id: digest, canonical form, signature; every object re-read

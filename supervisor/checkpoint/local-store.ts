@@ -1,4 +1,4 @@
-// The local checkpoint store (default <state>/checkpoints, docs/STATE.md): objects/<aa>/<sha256>,
+// The local checkpoint store (default <state>/checkpoints, docs/reference/state-dir.md): objects/<aa>/<sha256>,
 // manifests/<id>.json, published/<id>.json, tmp/. Owns its files and their create-once writes
 // (temp O_EXCL|O_NOFOLLOW in tmp/, fsync, link(2) into place: EEXIST means it is there already
 // and is never replaced; directory fsync); everything is reached through directory fds opened
@@ -11,7 +11,7 @@ import { native } from '../native.js';
 import { entryPath, openDirAt } from '../workspace/walk.js';
 import { type CheckpointStore, isSha256Hex, StoreError, type WrittenVersion } from './store.js';
 
-/** The store's directories (docs/STATE.md "Checkpoint store"); quarantine/ holds what failed a read-back, made when first needed. */
+/** The store's directories (docs/reference/state-dir.md "Checkpoint store"); quarantine/ holds what failed a read-back, made when first needed. */
 export const STORE_DIRS = { objects: 'objects', manifests: 'manifests', published: 'published', tmp: 'tmp', quarantine: 'quarantine' } as const;
 
 const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;

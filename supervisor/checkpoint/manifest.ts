@@ -1,8 +1,8 @@
-// The checkpoint manifest (format v1, README "Checkpoints"): its entries, its canonical bytes
+// The checkpoint manifest (format v1, docs/guide/checkpoints.md "Checkpoints"): its entries, its canonical bytes
 // (RFC 8785 JCS), its id (SHA-256 of those bytes), the scan digest, the published record, and
 // the checks any reader makes of them (id, JCS round trip, signature, digest, counts). Owns the
 // format; not the scan (capture-worker.ts), the store (store.ts) or the restore (restore.ts).
-// Signature as a receipt's (SPEC "Receipt"): Ed25519 over the JCS of all but `signature`.
+// Signature as a receipt's (docs/reference/contract.md "Receipt"): Ed25519 over the JCS of all but `signature`.
 import { createHash } from 'node:crypto';
 import { isUtf8 } from 'node:buffer';
 import type { Receipt } from '../../ipc/protocol.js';
@@ -58,7 +58,7 @@ export interface Manifest {
   /** The workspace directory, absolute (as given, resolved). */
   workspace: string;
   task: string | null;
-  /** Present when a task's close took it: which close attempt (README "Tasks: complete(task)"). */
+  /** Present when a task's close took it: which close attempt (docs/guide/tasks.md "Tasks: complete(task)"). */
   close_attempt?: number;
   /** When the boundary was taken (ISO-8601 UTC, ms) and when the manifest was made. */
   started_at: string;

@@ -11,7 +11,7 @@ import type { Readable } from 'node:stream';
 import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client, type GetObjectCommandOutput, type PutObjectCommandInput, type PutObjectCommandOutput } from '@aws-sdk/client-s3';
 import { isSha256Hex, StoreError, type CheckpointStore, type StoreUrl, type WrittenVersion } from './store.js';
 
-/** How to reach the bucket; each unset one comes from the standard environment (see the README, "S3 checkpoint store"). */
+/** How to reach the bucket; each unset one comes from the standard environment (see docs/guide/checkpoints.md, "S3 checkpoint store"). */
 export interface S3StoreOptions {
   /** e.g. http://127.0.0.1:7480; default AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, else AWS's own. */
   endpoint?: string;

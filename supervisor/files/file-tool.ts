@@ -1,4 +1,4 @@
-// The file tool a write_file or read_file session runs (docs/FILES.md): pure Node, no imports
+// The file tool a write_file or read_file session runs (docs/guide/files.md): pure Node, no imports
 // from the supervisor. `write PATH --mode 0644 --size N`: exactly N bytes from stdin into a
 // temp file beside PATH, fsync, fchmod, rename over PATH, fsync the directory. `read PATH`: the
 // file's bytes to stdout. Never through a symlink: every parent is opened O_DIRECTORY|O_NOFOLLOW

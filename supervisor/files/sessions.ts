@@ -1,4 +1,4 @@
-// The file methods as sessions (docs/FILES.md): each becomes the launch params of an honest
+// The file methods as sessions (docs/guide/files.md): each becomes the launch params of an honest
 // session (argv: the file tool run by this Node, or tar), launched through the normal path, so
 // admission, invocation keys, users, receipts, the workspace clock and task closes cover it.
 // Owns the argv and the size limit; not the launch (Supervisor.launch) nor the bytes (clients).

@@ -1,4 +1,4 @@
-// The file tool's `upload DIR` (docs/FILES.md): the archive on stdin goes to `tar -x -p` (a child
+// The file tool's `upload DIR` (docs/guide/files.md): the archive on stdin goes to `tar -x -p` (a child
 // of the tool) into a fresh private staging dir `DIR/.sbx-upload-<12 hex>` (mode 0700, made by
 // mkdir: EEXIST if anything is at the name), then is merged into DIR by renames, each relative to
 // a destination directory opened O_DIRECTORY|O_NOFOLLOW: a rename replaces a link planted in DIR,

@@ -1,4 +1,4 @@
-// The no-symlink walk of the file tool (docs/FILES.md): every component opened
+// The no-symlink walk of the file tool (docs/guide/files.md): every component opened
 // O_DIRECTORY|O_NOFOLLOW relative to the last (via /proc/self/fd/N/NAME, the openat(2) of Node),
 // and the tool's errors by code (ipc/errors.ts). Pure Node: nothing of the supervisor.
 import { closeSync, constants, lstatSync, openSync } from 'node:fs';

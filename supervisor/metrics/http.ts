@@ -20,15 +20,15 @@ import { isLoopback, type MetricsAddress } from './address.js';
  */
 export const METRICS_MAX_CONNECTIONS = 64;
 /** A request's headers must be whole within this (slowloris); a scraper sends them at once. */
-const HEADERS_TIMEOUT_MS = 2_000;
+export const HEADERS_TIMEOUT_MS = 2_000;
 /** A whole request, headers and all, within this. */
-const REQUEST_TIMEOUT_MS = 10_000;
+export const REQUEST_TIMEOUT_MS = 10_000;
 /** An idle keep-alive connection is closed after this. */
-const KEEP_ALIVE_TIMEOUT_MS = 5_000;
+export const KEEP_ALIVE_TIMEOUT_MS = 5_000;
 /** Any connection without activity this long is closed. */
-const IDLE_TIMEOUT_MS = 15_000;
+export const IDLE_TIMEOUT_MS = 15_000;
 /** Request headers larger than this get 431. */
-const MAX_HEADER_BYTES = 8 * 1024;
+export const MAX_HEADER_BYTES = 8 * 1024;
 /** Bytes of an unwanted request body read (and dropped) before the connection is cut. */
 const MAX_DISCARD_BYTES = 64 * 1024;
 

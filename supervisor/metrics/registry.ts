@@ -26,7 +26,7 @@ export const IPC_LIMITS = ['in_flight', 'connections', 'pending_frame_bytes', 'f
 /** Why a WebSocket handshake failed (remote-auth.ts HandshakeFailure), shown at 0 from the start. */
 const REMOTE_FAILURES = ['no_token', 'wrong_token', 'token_file_invalid', 'bad_upgrade', 'not_websocket', 'upgrade_timeout', 'connections'] as const;
 
-/** The reasons output bytes are dropped (chunks.ts failure; README "Metrics"), shown at 0 from the start. */
+/** The reasons output bytes are dropped (chunks.ts failure; docs/guide/running.md "Metrics"), shown at 0 from the start. */
 const DROP_REASONS = ['quota', 'disk_full', 'io_error'] as const;
 
 /** What a launch came to: a new session started, the key's session returned, or refused (with a code). */

@@ -1,4 +1,4 @@
-// The WebSocket listener (config remote.*, `serve --listen HOST:PORT`; docs/REMOTE.md): an
+// The WebSocket listener (config remote.*, `serve --listen HOST:PORT`; docs/guide/remote.md): an
 // HTTP(S) server whose upgrades, once their bearer token checks (remote-auth.ts), become
 // Connections served like the Unix socket's (dispatch.ts), through ws-socket.ts. Bounds: the
 // upgrade deadline, remote.maxConnections (apart from the socket's), ipc.maxFrameBytes per
@@ -51,7 +51,7 @@ export class RemoteListener {
       this.upgraded(req.socket);
       this.count('not_websocket');
       this.ctx.log.warn({ remote: remoteOf(req), method: req.method, url: req.url }, 'a plain HTTP request on the WebSocket listener (426)');
-      const body = JSON.stringify({ error: new SupervisorError('INVALID_ARGUMENT', 'this is the sandbox-supervisor WebSocket endpoint: send a WebSocket upgrade (Upgrade: websocket) with Authorization: Bearer TOKEN (docs/REMOTE.md)').toWire() });
+      const body = JSON.stringify({ error: new SupervisorError('INVALID_ARGUMENT', 'this is the sandbox-supervisor WebSocket endpoint: send a WebSocket upgrade (Upgrade: websocket) with Authorization: Bearer TOKEN (docs/guide/remote.md)').toWire() });
       res.writeHead(426, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body), Upgrade: 'websocket', Connection: 'close' });
       res.end(body);
     });

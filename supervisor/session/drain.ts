@@ -1,5 +1,5 @@
 // Drains one output pipe into its StreamLog, continuously, whether or not anyone reads, so
-// the producer never blocks on us (DESIGN.md 7). The pipe's read end is wrapped in a
+// the producer never blocks on us (docs/design/facts.md 7). The pipe's read end is wrapped in a
 // net.Socket: libuv reads it without blocking the event loop. Owns the read side and how
 // the drain ended (eof, eio, timeout); not the bytes' layout on disk (chunks.ts).
 import { EventEmitter } from 'node:events';

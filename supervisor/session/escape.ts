@@ -1,4 +1,4 @@
-// The cgroup escape watch (docs/ESCAPES.md): a root process can move a
+// The cgroup escape watch (docs/guide/escapes.md): a root process can move a
 // pid out of its session's leaf (another cgroup's cgroup.procs), and `populated 0` then proves
 // nothing about it. One fanotify group marks cgroup2 for writes (native watchMarkWrites); each
 // write to a cgroup.procs/cgroup.threads is attributed to a session and, if it left the leaf,

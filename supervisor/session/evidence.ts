@@ -1,4 +1,4 @@
-// Where death evidence is decided (SPEC.md "Words": death evidence): pure functions from what
+// Where death evidence is decided (docs/reference/contract.md "Words": death evidence): pure functions from what
 // was observed (a cgroup read, the shim's report, the boot id, an operator's word) to the
 // receipt's `death` facts, and for a session found without a receipt after a restart, which
 // evidence can be had at all. No I/O: the callers observe, these decide (test/unit/evidence).

@@ -1,4 +1,4 @@
-// A session's lifecycle (SPEC.md "Session lifecycle") as one declared table: admitted →
+// A session's lifecycle (docs/reference/contract.md "Session lifecycle") as one declared table: admitted →
 // running → leader_exited → terminating → ended, and unknown when death cannot be proven
 // (found so at start, or an end whose receipt could not be written) until evidence arrives.
 // Lifecycle holds a session's state privately and refuses any move the table does not list.

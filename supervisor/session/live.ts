@@ -1,9 +1,9 @@
 // A session launched by this supervisor: admitted (its record and receipt reservation durable
-// before anything runs: DESIGN.md 9), started in its cgroup leaf through the exec shim
+// before anything runs: docs/design/facts.md 9), started in its cgroup leaf through the exec shim
 // (spawn.ts), drained (drain.ts), fed stdin (stdin.ts), ended by its deadline, a cancel, a
 // linger rule, shutdown or close (escalation.ts), and receipted once death is proven
 // (evidence.ts). Owns the leader, the pty, the drains and the stdin writer; what any session
-// has is session.ts. See cgroups(7), pty(7), DESIGN.md 8, 15, 16.
+// has is session.ts. See cgroups(7), pty(7), docs/design/facts.md 8, 15, 16.
 import { chmodSync, chownSync, closeSync, mkdirSync, rmSync } from 'node:fs';
 import { Socket } from 'node:net';
 import type { StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
@@ -52,7 +52,7 @@ export class LiveSession extends Session {
   }
 
   /**
-   * Durable admission (fsync'ed, with its directory, before anything runs: DESIGN.md 9), the
+   * Durable admission (fsync'ed, with its directory, before anything runs: docs/design/facts.md 9), the
    * cgroup leaf, and the receipt's reserved space. Throws if any of it cannot be made; then
    * nothing was started (abandon() undoes it).
    */
@@ -190,8 +190,8 @@ export class LiveSession extends Session {
     return !drain || drain.ended !== null;
   }
 
-  override write(data: Buffer, offset: number | undefined, eof: boolean): Promise<number> {
-    return this.stdin ? this.stdin.write(data, offset, eof) : super.write(data, offset, eof);
+  override write(data: Buffer, offset: number | undefined, eof: boolean, writer?: string): Promise<number> {
+    return this.stdin ? this.stdin.write(data, offset, eof, writer) : super.write(data, offset, eof, writer);
   }
 
   override resize(cols: number, rows: number): void {
@@ -392,7 +392,7 @@ export class LiveSession extends Session {
 
   /**
    * Closes what we held of the session's stdio: the pty slave (the master then reads what is
-   * buffered, then EIO: DESIGN.md 16) and the stdin pipe. Idempotent.
+   * buffered, then EIO: docs/design/facts.md 16) and the stdin pipe. Idempotent.
    */
   private releaseStdio(): void {
     if (this.pty && this.pty.slave >= 0) {

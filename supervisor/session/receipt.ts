@@ -1,10 +1,10 @@
-// Pure decisions about how a session ended: its outcome (first cause wins, SPEC.md exit
+// Pure decisions about how a session ended: its outcome (first cause wins, docs/reference/exit-statuses.md
 // table), the command digest, and the receipt assembled from recorded facts. No I/O here,
 // so these are unit-tested without processes.
 import { createHash } from 'node:crypto';
 import type { CgroupEscape, DeathEvidence, Outcome, Receipt, StreamName, StreamOutput, SupervisorMode, TerminationCause, WorkspaceEntry } from '../../ipc/protocol.js';
 
-/** What the command digest covers (SPEC.md "Session environment and command digest"). */
+/** What the command digest covers (docs/reference/contract.md "Session environment and command digest"). */
 export interface DigestInput {
   argv: string[];
   cwd: string;

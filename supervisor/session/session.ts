@@ -106,7 +106,7 @@ export abstract class Session extends EventEmitter {
   abstract signal(signal: NodeJS.Signals): Promise<number>;
 
   /** Stdin bytes at an offset (stdin.ts); only a live session started with --stdin takes them. */
-  write(_data: Buffer, _offset: number | undefined, _eof: boolean): Promise<number> {
+  write(_data: Buffer, _offset: number | undefined, _eof: boolean, _writer?: string): Promise<number> {
     return Promise.reject(new SupervisorError('INVALID_ARGUMENT', `session ${this.id} takes no stdin: ${this.req.stdin === 'stream' ? 'its stdin went with the supervisor that ran it' : 'it was not started with --stdin'}`));
   }
 

@@ -1,5 +1,5 @@
 // Starts a session's leader through the exec shim (native-helpers/src/exec-shim.c) with
-// real pipes for stdout/stderr (pipe2, not Node's socketpair: DESIGN.md 13), stdin from
+// real pipes for stdout/stderr (pipe2, not Node's socketpair: docs/design/facts.md 13), stdin from
 // /dev/null (a pipe with --stdin, the pty slave with --pty), the command's argv on a pipe of its own (so only the command's exec can meet
 // E2BIG, and the shim reports it), and a report pipe on which the shim states exec failures
 // and, in subreaper mode, the leader's status and "all reaped". Owns the fds of one spawn;

@@ -1,4 +1,4 @@
-// The on-disk log of one stream (docs/STATE.md): append-only chunk files named by their
+// The on-disk log of one stream (docs/reference/state-dir.md): append-only chunk files named by their
 // start cursor, rolled every chunkBytes, holding the bytes exactly as read; and an index of
 // every read (stream, cursor, length, arrival time). Owns writing them; not reading
 // them back (ipc/stream-files.ts), nor the pipe (session/drain.ts). A read's bytes are copied
@@ -123,7 +123,7 @@ export class StreamLog {
   readonly dir: string;
 
   /**
-   * quotaBytes: the most this stream stores (SPEC "Cursors"); guard: the state dir's free
+   * quotaBytes: the most this stream stores (docs/reference/contract.md "Cursors"); guard: the state dir's free
    * space (storage.ts), null to rely on ENOSPC alone.
    */
   constructor(

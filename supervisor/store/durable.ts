@@ -1,4 +1,4 @@
-// Durable files in the state dir (DESIGN.md 9, 10): written to a temp file created with
+// Durable files in the state dir (docs/design/facts.md 9, 10): written to a temp file created with
 // O_EXCL|O_NOFOLLOW, fsync'ed, then renamed over the target (records that change) or linked
 // to it (records written once: receipts, admissions, keys, which must never be replaced),
 // and the directory fsync'ed, so a reader sees the old file or the whole new one, and a

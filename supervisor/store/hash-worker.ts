@@ -1,5 +1,5 @@
 // The hashing thread (worker_threads): SHA-256 of each stream's stored bytes, so the thread
-// that reads the pipes never hashes (DESIGN.md 14: SHA-256 is about 0.6 core-seconds per GB
+// that reads the pipes never hashes (docs/design/facts.md 14: SHA-256 is about 0.6 core-seconds per GB
 // here; on the drain thread it halved throughput). Bytes just written from a shared write
 // buffer (store/write-buffers.ts) are hashed from that memory; any others (written without a
 // buffer, or before this thread took the stream over) are read back from the chunk files

@@ -1,4 +1,4 @@
-// Where a receipt's bytes reach disk (DESIGN.md 9; README "Receipts on a full disk"): the
+// Where a receipt's bytes reach disk (docs/design/facts.md 9; docs/guide/close-and-retention.md "Receipts on a full disk"): the
 // space reserved for it at admission (receipt.reserved), the receipt written into it and
 // linked into place once (link(2): EEXIST if anything is there, never written through), the
 // facts record kept in it in place when the whole receipt has no room, and what a crash left

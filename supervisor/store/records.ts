@@ -1,4 +1,4 @@
-// The state dir's records other than the receipt's bytes (docs/STATE.md): admission records,
+// The state dir's records other than the receipt's bytes (docs/reference/state-dir.md): admission records,
 // the invocation-key index (one file per key, named by the key's SHA-256, never removed: a key
 // runs at most once, ever), the started record, tombstones, and the session dirs. Owns
 // reading and writing them, each parsed with its schema (ipc/state-layout.ts); a torn or
@@ -37,7 +37,7 @@ export function readAdmission(sessionDir: string): AdmissionRecord {
   }
 }
 
-/** Writes the admission record once, durably (before anything runs: DESIGN.md 9). */
+/** Writes the admission record once, durably (before anything runs: docs/design/facts.md 9). */
 export function writeAdmission(sessionDir: string, record: AdmissionRecord): void {
   createFileDurable(join(sessionDir, ADMISSION_FILE), JSON.stringify(record) + '\n');
 }

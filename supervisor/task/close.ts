@@ -1,4 +1,4 @@
-// Tasks: their seals, and the close that ends one (README "Tasks: complete(task)"). The close,
+// Tasks: their seals, and the close that ends one (docs/guide/tasks.md "Tasks: complete(task)"). The close,
 // in order: the close record (the workspaces it names; a later close naming others is
 // TASK_CONFLICT), the attempt (resumed when a crash stopped it before its receipt, else the
 // next one), the seal, the settle (the task's sessions end by themselves for up to the
@@ -294,7 +294,7 @@ export class Tasks {
     // Settle: the task's sessions end by themselves, or are ended (cause close); by the
     // sandbox-wide close already (settled: the ids it ended), for every task at once.
     const settle = settled
-      ? { timeout_ms: timeoutMs, terminated: this.deps.sessionsOf(task).filter((s) => settled.has(s.id)).length }
+      ? settleOf(timeoutMs, new Set(this.deps.sessionsOf(task).filter((s) => settled.has(s.id)).map((s) => s.id)))
       : (await this.settleSessions(this.deps.sessionsOf(task), timeoutMs, { task })).settle;
     if (attempt.settle === null) {
       attempt.settle = settle;
@@ -416,7 +416,7 @@ export class Tasks {
    * its grace, KILL; a recovered one still in its grace with KILL now. Resolves once each has
    * its receipt or stays unknown (no evidence to come). terminated: the ids ended here.
    */
-  async settleSessions(sessions: Session[], timeoutMs: number, what: Record<string, unknown>): Promise<{ settle: { timeout_ms: number; terminated: number }; terminated: Set<string> }> {
+  async settleSessions(sessions: Session[], timeoutMs: number, what: Record<string, unknown>): Promise<{ settle: { timeout_ms: number; terminated: number; terminated_ids: string[] }; terminated: Set<string> }> {
     const live = sessions.filter((s) => isLive(s.state));
     const recovered = sessions.filter((s) => s.state === 'unknown');
     this.deps.ctx.log.info({ ...what, sessions: live.length, being_reconciled: recovered.length, timeout_ms: timeoutMs }, 'close: settling sessions');
@@ -434,7 +434,7 @@ export class Tasks {
     }
     await Promise.all(live.filter((s) => terminated.has(s.id)).map((s) => s.terminate('close')));
     await allSettled;
-    return { settle: { timeout_ms: timeoutMs, terminated: terminated.size }, terminated };
+    return { settle: settleOf(timeoutMs, terminated), terminated };
   }
 
   /**
@@ -535,4 +535,9 @@ export class Tasks {
       ],
     };
   }
+}
+
+/** A receipt's settle: the timeout, and the sessions the close ended (count and ids, sorted). */
+function settleOf(timeoutMs: number, terminated: Set<string>): { timeout_ms: number; terminated: number; terminated_ids: string[] } {
+  return { timeout_ms: timeoutMs, terminated: terminated.size, terminated_ids: [...terminated].sort() };
 }

@@ -1,4 +1,4 @@
-// Where complete(task) is decided (SPEC.md "Workspaces, checkpoints and tasks"; README
+// Where complete(task) is decided (docs/reference/contract.md "Workspaces, checkpoints and tasks"; docs/guide/tasks.md
 // "Tasks: complete(task)"): a pure function from the durable facts a close gathered (the
 // task's seal, each session's receipt or why it has none, each workspace's checkpoint or why
 // it has none, the runtime fence) to the verdict: each condition, and the obligations that name

@@ -1,4 +1,4 @@
-// Where a task's state reaches disk (docs/STATE.md "tasks/"): <state>/tasks/<sha256(task)>/
+// Where a task's state reaches disk (docs/reference/state-dir.md "tasks/"): <state>/tasks/<sha256(task)>/
 // holds the task's seal (written once: a restart does not unseal), its close (the workspaces
 // the first close named), the close attempt under way (rewritten as each step lands: what the
 // settle did, each workspace's published checkpoint or why there is none), and the task

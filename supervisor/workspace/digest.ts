@@ -57,7 +57,7 @@ export function closeDigest(entries: Iterable<WalkEntry>): CloseDigest {
   };
 }
 
-/** The scan at a session's death when its workspace has a gap (SPEC "Workspaces"): what stands in for the events. */
+/** The scan at a session's death when its workspace has a gap (docs/reference/contract.md "Workspaces, checkpoints and tasks"): what stands in for the events. */
 export interface MutationScan {
   /** sha256: over the sorted lines "<t> <path> <size> <mode, octal> <ctime ns>" (+ " <target>" for a symlink), escaped as above. */
   digest: string;

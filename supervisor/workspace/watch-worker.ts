@@ -1,6 +1,6 @@
 // The watcher's reading thread (worker_threads): one fanotify group for every workspace
 // (native watch.c), read in batches so a burst of small writes costs one wake-up, not one per
-// event (DESIGN.md 25). Each event kept gets the next sequence number of this listener epoch,
+// event (docs/design/facts.md 25). Each event kept gets the next sequence number of this listener epoch,
 // in the order the kernel queued them (fanotify(7): events are read in order), so a barrier's
 // sequence orders it after every event queued before it. Resolves the directory handle to a
 // path (cached; dropped on any directory move or delete), drops events outside the

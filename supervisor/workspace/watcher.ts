@@ -1,4 +1,4 @@
-// The workspace clock (SPEC "Workspaces"): where a session's workspace evidence is decided.
+// The workspace clock (docs/reference/contract.md "Workspaces, checkpoints and tasks"): where a session's workspace evidence is decided.
 // Runs the reading thread (watch-worker.ts), attributes each event to the session whose leaf
 // its writer was in (the cgroup id is the leaf directory's inode: cgroups(7), pidfd info),
 // counts the rest as unattributed, never guesses; writes barriers after a session's death and

@@ -1,4 +1,4 @@
-// `sbx bridge` (docs/REMOTE.md) as an exec channel would run it: a child whose stdin and
+// `sbx bridge` (docs/guide/remote.md) as an exec channel would run it: a child whose stdin and
 // stdout carry the protocol's frames (ipc/framing.ts) to a real supervisor, byte for byte. A
 // launch read to its receipt; SIGKILL mid-stream (the supervisor sees the connection close,
 // the session goes on); stdin EOF and the supervisor's end both end it with 0; no supervisor:

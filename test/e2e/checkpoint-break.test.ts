@@ -1,5 +1,5 @@
 // Attacks on checkpoints (issue 18) that the implementation does not withstand yet: each test
-// states what README "Checkpoints" promises and fails on the code as it is. A link planted
+// states what docs/guide/checkpoints.md "Checkpoints" promises and fails on the code as it is. A link planted
 // during a restore is chmod'ed through; a store directory moved while the supervisor runs
 // splits a "published" checkpoint across two directories; a directory in the store's tmp/
 // stops the supervisor from starting; a failed checkpoint keeps the state dir full (sessions
@@ -172,7 +172,7 @@ describe.skipIf(!HAVE_CC || !HAVE_SETPRIV)('restore: a link planted over a fifo 
       await swap.stop();
       st = statSync(victim);
     }
-    // README: "so a link planted in DIR is never followed". The victim keeps root's 0600
+    // docs/guide/checkpoints.md: "so a link planted in DIR is never followed". The victim keeps root's 0600
     // (today: 6777 or 666, the fifos' modes, chmod(2) by name after mknod follows the link).
     expect({ mode: (st.mode & 0o7777).toString(8), uid: st.uid }).toEqual({ mode: '600', uid: 0 });
   });
@@ -224,7 +224,7 @@ describe('the store: moved, or holding a directory where files go', () => {
     writeFileSync(join(ws, 'f'), 'changed\n');
     const ck = await checkpointJson(d, ws);
     if (ck.status === 0) {
-      // Published: then it must be restorable (README: "the tree ... restorable byte for byte anywhere").
+      // Published: then it must be restorable (docs/guide/checkpoints.md: "the tree ... restorable byte for byte anywhere").
       // Today its objects went to the new checkpoints/ (the capture thread opens the path), its
       // manifest and published record to checkpoints.old/ (the main thread's cached fds).
       const r = await d.sbx(['restore', ck.result!.checkpoint_id, join(d.dir, 'restored'), '--state-dir', d.stateDir]);
@@ -312,7 +312,7 @@ describe.skipIf(!HAVE_CC)('consistency: a file written through a shared mapping,
 
   beforeAll(async () => {
     // Without verifyContent the passes compare stats, which a store through a mapping (its
-    // pages still dirty) does not move: the README says so. With it, they compare content.
+    // pages still dirty) does not move: docs/guide/checkpoints.md says so. With it, they compare content.
     d = await new TestDaemon({ config: { checkpoint: { verifyContent: true } } }).start();
   });
 
@@ -336,7 +336,7 @@ describe.skipIf(!HAVE_CC)('consistency: a file written through a shared mapping,
     expect(final.equals(Buffer.alloc(size, 'B'))).toBe(true);
     const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${ck.result!.checkpoint_id}.json`), 'utf8'));
     const a = manifest.entries.find((e: { path?: string }) => e.path === 'a');
-    // README: "the tree was exactly what was captured at the instant between the last two
+    // docs/guide/checkpoints.md: "the tree was exactly what was captured at the instant between the last two
     // passes". The file held 'B's from before the second pass began; today the manifest says
     // consistent with the 'A's (mmap stores change no timestamp, so the stat pass sees nothing).
     const recorded = a.sha256 === sha256(final) ? 'final bytes' : a.sha256 === sha256(Buffer.alloc(size, 'A')) ? 'stale bytes' : 'other';

@@ -1,4 +1,4 @@
-// Checkpoints (README "Checkpoints"): a real tree (binary, empty and 100 MiB files, symlinks
+// Checkpoints (docs/guide/checkpoints.md "Checkpoints"): a real tree (binary, empty and 100 MiB files, symlinks
 // dangling and absolute, a fifo, modes, set-user-ID, a 2,000-deep path, names with a newline and
 // not UTF-8) checkpointed by the daemon and restored by sbx with the daemon stopped, compared
 // entry by entry with what python3 lists (independently of the supervisor); planted links in

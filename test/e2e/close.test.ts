@@ -156,7 +156,7 @@ describe('close with a session that loses its evidence', () => {
       writeFileSync(join(d.stateDir, 'sessions', doomed.session_id, 'receipt.json'), 'planted');
       const close = await client.closeSupervisor({ timeout_ms: 300 });
       expect(close.sessions).toEqual([{ session_id: doomed.session_id, invocation_key: 'doomed', task: 'default', state: 'unknown', outcome: null, receipt_sha256: null }]);
-      expect(close.settle).toEqual({ timeout_ms: 300, terminated: 1 });
+      expect(close.settle).toEqual({ timeout_ms: 300, terminated: 1, terminated_ids: [doomed.session_id] });
       expect(close).toMatchObject({ complete: false, tasks: [{ task: 'default', attempt: 1, complete: false, obligations: [expect.objectContaining({ authority: 'operator', condition: 'sessions_settled', session_id: doomed.session_id })] }] });
       expect(existsSync(join(d.stateDir, 'close-receipt.json'))).toBe(false);
       // sbx close --all: exit 1, the obligation and why nothing is final on stderr; the next close is a new attempt.
@@ -244,7 +244,7 @@ describe('close with a long timeout', () => {
       const r = await closing;
       expect(r.status).toBe(0);
       const receipt = JSON.parse(r.stdout.toString()) as CloseReceipt;
-      expect(receipt.settle).toEqual({ timeout_ms: 25 * 86_400_000, terminated: 0 });
+      expect(receipt.settle).toEqual({ timeout_ms: 25 * 86_400_000, terminated: 0, terminated_ids: [] });
       expect(receipt.sessions).toEqual([expect.objectContaining({ session_id: s.session_id, outcome: 'exited' })]);
     } finally {
       await d.stop();

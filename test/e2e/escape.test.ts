@@ -137,7 +137,9 @@ describe('cgroup escapes', () => {
   it('an orphan of the session (reparented to the supervisor) that moves itself out: unattributable, charged as escape_possible', async () => {
     const dest = makeForeignCgroup();
     // The subshell exits at once: its child is an orphan, whose parent is now the supervisor (the subreaper), not the shim.
-    const inner = `sleep 0.3; echo \\$\\$ > ${dest}/cgroup.procs; exec sleep 300`;
+    // `>>`, not `>`: O_TRUNC is a write of its own (FAN_MODIFY at the open), seen while the
+    // orphan is still in the leaf and then rightly charged to the session; one write only here.
+    const inner = `sleep 0.3; echo \\$\\$ >> ${dest}/cgroup.procs; exec sleep 300`;
     const receipt = await run(task(), ['sh', '-c', `(sh -c "${inner}" &) ; exit 0`], ['--linger', 'wait']);
     const [orphan] = procsOf(dest);
     expect(readFileSync(`/proc/${orphan}/comm`, 'utf8')).toBe('sleep\n');

@@ -1,13 +1,12 @@
-// The field cases (../shared/cases, copied to test/fixtures) through the project's own
-// harness, by the client library and by sbx (and with a pty for the pty kind).
-import { existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+// The field cases (test/fixtures/field-cases.jsonl; format: docs/reference/field-cases.md)
+// through the project's own harness, by the client library and by sbx (and with a pty for
+// the pty kind).
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadCases, markdown, runCase } from '../../scripts/probes/field-cases.js';
 import { ROOT, TestDaemon } from '../helpers/daemon.js';
 
-const shared = resolve(ROOT, '../shared/cases/field-cases.jsonl');
-const file = existsSync(shared) ? shared : join(ROOT, 'test/fixtures/field-cases.jsonl');
+const file = join(ROOT, 'test/fixtures/field-cases.jsonl');
 const cases = loadCases(file);
 
 let daemon: TestDaemon;
@@ -18,9 +17,11 @@ afterAll(async () => {
   expect(await daemon.stop()).toEqual({ code: 0, signal: null });
 });
 
-describe(`field cases (${file})`, () => {
-  it('has the cases', () => {
+describe('field cases (test/fixtures/field-cases.jsonl)', () => {
+  it('has the cases, one of each kind a to l, each id once', () => {
     expect(cases.length).toBeGreaterThanOrEqual(12);
+    expect(new Set(cases.map((c) => c.id)).size).toBe(cases.length);
+    expect([...new Set(cases.map((c) => c.kind))].sort()).toEqual([...'abcdefghijkl']);
   });
   for (const c of cases) {
     it(`${c.id}: ${c.kind}`, async () => {

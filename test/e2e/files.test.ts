@@ -1,4 +1,4 @@
-// Files over the transport, as sessions (docs/FILES.md), against a real daemon: a 100 MB file
+// Files over the transport, as sessions (docs/guide/files.md), against a real daemon: a 100 MB file
 // byte-exact both ways, a tree with odd names, modes and symlinks through upload + download,
 // writes through planted links refused (write_file and upload), FIFOs and devices refused, small frames, the size limit and the stream quota as errors, the
 // file sessions in a task's receipt and in the workspace's changes, and the user option.
@@ -463,7 +463,7 @@ describe('files in a task and a workspace', () => {
     expect(rd.toString()).toBe('hello\n');
 
     const c = await d.client();
-    // Attribution is by the writer's cgroup while its pidfd can be had (README "Workspaces"): a
+    // Attribution is by the writer's cgroup while its pidfd can be had (docs/guide/workspaces.md "Workspaces"): a
     // write just before the writer exits may be unattributed (counted, never guessed). So: each
     // file session's writes are in its own changes or counted unattributed in its receipt, and
     // never in another session's changes.

@@ -1,4 +1,4 @@
-// The Prometheus endpoint (README "Metrics"): scraped over real HTTP, on TCP and on a Unix
+// The Prometheus endpoint (docs/guide/running.md "Metrics"): scraped over real HTTP, on TCP and on a Unix
 // socket, checked by promtool, and its counters moved by exactly what real sessions did
 // (launches, receipts by outcome, bytes stored, a refusal, a checkpoint, workspace events,
 // a restart's unknown session and reconciliation). Bad addresses and a port in use stop the
@@ -211,7 +211,7 @@ describe('metrics over TCP', () => {
     const before = await scrape(target);
     const c = await d.client();
     // The shell stays a moment after its writes: a writer already reaped has no pidfd, and its
-    // events are unattributed (DESIGN.md 22); the counts below are exact either way.
+    // events are unattributed (docs/design/facts.md 22); the counts below are exact either way.
     const { session_id } = await c.launch({ argv: ['sh', '-c', `printf hello > ${ws}/a; printf world! > ${ws}/b; sleep 0.2`], cwd: '/' });
     const receipt = await c.wait({ session_id });
     const attributed = receipt.workspace![0].attributed.events;

@@ -1,4 +1,4 @@
-// The WebSocket listener (docs/REMOTE.md) against a real supervisor on loopback, driven by
+// The WebSocket listener (docs/guide/remote.md) against a real supervisor on loopback, driven by
 // `ws` directly (test/helpers/ws-peer.ts): a command launched, its output and receipt read
 // over ws; then bad input (no token, a wrong one, one a byte off: 401, counted, each later
 // failure from the address answered later; a slow handshake; an oversized and a text message;

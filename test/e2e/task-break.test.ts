@@ -1,4 +1,4 @@
-// Breaking the task close (issue 19, README "Tasks: complete(task)") on a real supervisor:
+// Breaking the task close (issue 19, docs/guide/tasks.md "Tasks: complete(task)") on a real supervisor:
 // a checkpoint removed by sbx gc while a crashed close attempt waited to be resumed (the
 // resumed attempt must not sign a receipt naming it); a first close naming a workspace no
 // checkpoint can be taken of (refused before anything is recorded, so the task can still be

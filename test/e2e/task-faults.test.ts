@@ -1,4 +1,4 @@
-// The task close under fault injection at every boundary (README "Tasks: complete(task)"):
+// The task close under fault injection at every boundary (docs/guide/tasks.md "Tasks: complete(task)"):
 // for each crash point, a real supervisor is SIGKILLed exactly there (SBX_FAULT_POINT,
 // supervisor/fault.ts), started again, and asked to close the task again. Every run must end
 // as an uninterrupted close does: complete, with every condition; each command ran once; one
@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Receipt, TaskReceipt } from '../../ipc/protocol.js';
 import type { TestDaemon } from '../helpers/daemon.js';
-import { taskDir, twoSessionTask, verifyTask, withWorkspace } from '../helpers/tasks.js';
+import { cancelledOnStderr, taskDir, twoSessionTask, verifyTask, withWorkspace } from '../helpers/tasks.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
 
 const rig = new WorkspaceRig();
@@ -38,9 +38,11 @@ const close = (d: TestDaemon, ws: string) => d.sbx(['close', '--task', TASK, '--
 
 /** What every close of the scenario must end with, crash or not. */
 async function expectComplete(d: TestDaemon, ws: string, runs: string, ids: string[], r: Awaited<ReturnType<typeof close>>): Promise<TaskReceipt> {
-  expect(r.stderr.toString()).toBe('');
   expect(r.status).toBe(0);
   const receipt = json<TaskReceipt>(r);
+  // stderr names the sessions the close ended (the one still running), and nothing else.
+  expect(cancelledOnStderr(r.stderr)).toEqual(receipt.settle.terminated_ids);
+  expect(receipt.settle.terminated_ids?.every((id) => ids.includes(id))).toBe(true);
   expect(receipt).toMatchObject({ kind: 'task', task: TASK, complete: true, obligations: [], workspaces: [ws] });
   expect(receipt.conditions).toEqual({ sealed: true, sessions_settled: true, terminal_mutations_known: true, checkpoint_covers: true, read_back_exact: true, fenced: true });
   expect(receipt.sessions.map((s) => s.session_id)).toEqual(ids);
@@ -72,7 +74,7 @@ describe('task close: SIGKILL at every boundary, then close again', () => {
     const { d, ws, runs, ids } = await scenario(undefined);
     const receipt = await expectComplete(d, ws, runs, ids, await close(d, ws));
     expect(receipt.attempt).toBe(1);
-    expect(receipt.settle).toEqual({ timeout_ms: 300, terminated: 1 });
+    expect(receipt.settle).toEqual({ timeout_ms: 300, terminated: 1, terminated_ids: [ids[1]] });
     const outcomes = receipt.sessions.map((s) => s.outcome).sort();
     expect(outcomes).toEqual(['cancelled', 'exited']);
     // Unchanged on every later call.

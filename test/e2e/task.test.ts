@@ -1,4 +1,4 @@
-// Tasks and complete(task) on a real supervisor (README "Tasks: complete(task)"): two tasks
+// Tasks and complete(task) on a real supervisor (docs/guide/tasks.md "Tasks: complete(task)"): two tasks
 // in one supervisor closed one at a time; the task receipt of a normal run complete; and
 // complete: false with the right obligation for each missing fact: a session stuck unknown
 // (then resolved by an operator: complete, evidence operator_attested), a workspace whose

@@ -43,6 +43,23 @@ describe('signatures', () => {
     expect(statSync(join(daemon.stateDir, 'receipt-key')).mode & 0o777).toBe(0o600);
   });
 
+  it('without --state-dir, the state dir of $SBX_STATE_DIR is re-read when it holds the session: a corrupt chunk is a MISMATCH, never an OK', async () => {
+    const { receipt, path } = await receiptOf(['sh', '-c', 'printf "0123456789"']);
+    const env = { SBX_STATE_DIR: daemon.stateDir };
+    const good = await daemon.sbx(['verify', path], { env });
+    expect([good.status, good.stdout.toString()]).toEqual([0, `OK: signed by ${receipt.signature!.key_id}; stored output matches (stdout 10 bytes, stderr 0 bytes)\n`]);
+    // A state dir that does not hold it (another machine's receipt): the signature only, said so.
+    const elsewhere = join(daemon.dir, 'elsewhere');
+    mkdirSync(elsewhere, { recursive: true });
+    const only = await daemon.sbx(['verify', path, '--public-key', join(daemon.stateDir, 'receipt-key.pub')], { env: { SBX_STATE_DIR: elsewhere } });
+    expect([only.status, only.stdout.toString()]).toEqual([0, `OK: signed by ${receipt.signature!.key_id}; signature only (the state dir ${elsewhere} does not hold this session: --state-dir DIR re-reads its stored output)\n`]);
+    const chunk = join(daemon.stateDir, 'sessions', receipt.session_id, 'stdout', '0000000000000000.chunk');
+    writeFileSync(chunk, '0123456780');
+    const bad = await daemon.sbx(['verify', path], { env });
+    expect(bad.status).toBe(1);
+    expect(bad.stdout.toString()).toMatch(/^MISMATCH: stdout: /);
+  });
+
   it('changing any field breaks the signature', async () => {
     const { receipt } = await receiptOf(['sh', '-c', 'echo hi; exit 3']);
     const tampered: [string, (r: any) => void][] = [

@@ -1,10 +1,10 @@
-// A real systemd 252 booted as PID 1 in systemd-nspawn (the recipe of DESIGN.md, "Testing the
+// A real systemd 252 booted as PID 1 in systemd-nspawn (the recipe of docs/design/facts.md, "Testing the
 // systemd unit for real"), shared by test/nspawn.test.ts, test/nspawn-remote.test.ts and the
 // peer bench: the host root bind-mounted privately and booted with --volatile=overlay from a
 // fresh child cgroup of the cgroup2 mount, this checkout bound read-only and installed as the
 // unit (scripts/install.sh); commands run inside by nsenter into every namespace of its PID 1.
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, rmdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { cgroupMount, removeCgroupTree } from './cgroup-cleanup.js';
 import { ROOT, until } from './daemon.js';
@@ -78,7 +78,24 @@ export class NspawnContainer {
       env: { PATH: NSPAWN_PATH, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY: '1' },
       stdio: ['ignore', 'ignore', 'ignore'],
     });
-    this.pid1 = await until(() => Number(spawnSync('pgrep', ['-P', String(this.child!.pid)], { encoding: 'utf8' }).stdout.trim().split('\n')[0]) || 0, 'the container to start', 30_000);
+    // The container's PID 1: nspawn's child that is pid 1 of a new pid namespace (NSpid in
+    // /proc/PID/status: "<host pid> 1"). nspawn forks an outer child first, which forks the
+    // container's init and exits: taking the first child alone raced with that exit under load.
+    this.pid1 = await until(() => {
+      for (const word of spawnSync('pgrep', ['-P', String(this.child!.pid)], { encoding: 'utf8' }).stdout.trim().split('\n')) {
+        const pid = Number(word);
+        if (!pid) continue;
+        let status = '';
+        try {
+          status = readFileSync(`/proc/${pid}/status`, 'utf8');
+        } catch {
+          continue; // the outer child, gone meanwhile
+        }
+        const nspid = /^NSpid:\s*(.*)$/m.exec(status)?.[1]?.trim().split(/\s+/) ?? [];
+        if (nspid.length > 1 && nspid[nspid.length - 1] === '1') return pid;
+      }
+      return 0;
+    }, 'the container to start', 30_000);
     let state: InsideResult | null = null;
     await until(() => /^(running|degraded)$/m.test((state = this.run(['systemctl', 'is-system-running'], { allowFail: true })).stdout), 'the container to boot', bootMs).catch((err: Error) => {
       const said = state ? `${state.stdout.trim()} ${state.stderr.trim()} (exit ${state.status})` : 'nothing';

@@ -60,3 +60,18 @@ export async function closeWithIdentityTorn(d: TestDaemon, args: string[]): Prom
     writeFileSync(identity, saved);
   }
 }
+
+/**
+ * The session ids `sbx close --task` names on stderr as cancelled (one line each, in the one form
+ * cli/sbx.ts writes); throws on any other stderr line, so a test comparing the ids with the
+ * receipt's settle.terminated_ids also proves stderr said nothing else.
+ */
+export function cancelledOnStderr(stderr: Buffer | string): string[] {
+  const lines = stderr.toString().split('\n');
+  if (lines.pop() !== '') throw new Error(`stderr does not end with a newline: ${JSON.stringify(stderr.toString())}`);
+  return lines.map((line) => {
+    const m = /^sbx: cancelled session (s-\S+) \(.+\): it was still running after the [0-9.]+ s timeout$/.exec(line);
+    if (!m) throw new Error(`stderr line is not a cancelled session's: ${JSON.stringify(line)}`);
+    return m[1]!;
+  });
+}

@@ -106,13 +106,13 @@ describe('frames', () => {
     expect(out).toEqual([{}, { a: 1 }, { b: 2 }]); // fixmap, map16, map32
   });
 
-  it('errors carry the SPEC codes and retryability', () => {
+  it('errors carry the documented codes and retryability', () => {
     expect(new SupervisorError('LIMIT_EXCEEDED', 'x').retryable).toBe(true);
     expect(new SupervisorError('KEY_CONFLICT', 'x').retryable).toBe(false);
     expect(Object.keys(ERROR_CODES)).toEqual([
       'INVALID_ARGUMENT', 'UNSUPPORTED_VERSION', 'FRAME_TOO_LARGE', 'UNAUTHORIZED', 'SESSION_NOT_FOUND', 'KEY_CONFLICT',
       'CURSOR_OUT_OF_RANGE', 'SPAWN_FAILED', 'ADMISSION_SEALED', 'ADMISSION_DENIED', 'LIMIT_EXCEEDED', 'SHUTTING_DOWN', 'INTERNAL',
-      'OUTPUT_REMOVED', // extension (README changelog): appended, never reordered
+      'OUTPUT_REMOVED', // extension (CHANGELOG.md): appended, never reordered
       'CHECKPOINT_FAILED', // extension (issue 18)
       'TASK_CONFLICT', // extension (issue 19)
       // extensions (issue 30): the file verbs' errors, and a read past the stream quota

@@ -7,7 +7,7 @@ import { canTransition, isLive, isSettled, Lifecycle, TRANSITIONS } from '../../
 const STATES: SessionState[] = ['admitted', 'running', 'leader_exited', 'terminating', 'ended', 'unknown'];
 
 describe('the lifecycle table', () => {
-  it('is the SPEC lifecycle: admitted → running → leader_exited → terminating → ended, unknown until evidence', () => {
+  it('is the documented lifecycle: admitted → running → leader_exited → terminating → ended, unknown until evidence', () => {
     expect(TRANSITIONS).toEqual({
       admitted: ['running', 'ended', 'unknown'],
       running: ['leader_exited', 'terminating', 'unknown'],

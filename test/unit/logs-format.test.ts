@@ -1,6 +1,6 @@
 // sbx logs' pure parts (cli/logs.ts): the RFC 3339 µs format, --since/--until parsing,
 // the --tail selection and the --timestamps prefixes, without a daemon.
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { formatArrivalUs, type Piece, type PieceSink, parseTimeUs, TailSink, TimestampSink } from '../../cli/logs.js';
 
 const NOW_US = Date.UTC(2026, 11, 1, 10, 0, 0) * 1000 + 123_456;
@@ -39,9 +39,39 @@ describe('times', () => {
     expect(parseTimeUs('500ms', NOW_US, '--since')).toBe(NOW_US - 500e3);
     // (a bare number is a Unix time, as docker takes it: `10` is 1970-01-01T00:00:10Z)
     expect(parseTimeUs('10', NOW_US, '--until')).toBe(10e6);
-    for (const bad of ['garbage', '', '-1', '10x', '2026-02-30T00:00:00Z', '2026-12-01T24:00:00Z', '2026-12-01 10:00:00', '2026-12-01T10:00:00+25:99', '2026-12-01T10:00:00+24:00', '2026-12-01T10:00:00-01:60', '0099-02-29T00:00:00Z']) {
+    for (const bad of ['garbage', '', '-1', '10x', '2026-02-30T00:00:00Z', '2026-12-01T24:00:00Z', '2026-12-01T24:00', '2026-02-29', '2026-12-01T10', '2026-12-1', '2026-12-01T10:00Z', '2026-12-01T10:00:00+25:99', '2026-12-01T10:00:00+24:00', '2026-12-01T10:00:00-01:60', '0099-02-29T00:00:00Z']) {
       expect(() => parseTimeUs(bad, NOW_US, '--until'), bad).toThrow(/^--until: not a time/);
     }
+  });
+});
+
+describe('--since in local time (no zone), as docker', () => {
+  const saved = process.env.TZ;
+  afterEach(() => {
+    if (saved === undefined) delete process.env.TZ;
+    else process.env.TZ = saved;
+  });
+  it('reads a date, a date and time, or one with seconds and a fraction in TZ', () => {
+    process.env.TZ = 'Asia/Kolkata'; // +05:30, no DST
+    const at = (iso: string) => Date.parse(iso) * 1000;
+    expect(parseTimeUs('2026-12-03T10:00:00', 0, '--since')).toBe(at('2026-12-03T04:30:00Z'));
+    expect(parseTimeUs('2026-12-03 10:00', 0, '--since')).toBe(at('2026-12-03T04:30:00Z'));
+    expect(parseTimeUs('2026-12-03t10:00:05.25', 0, '--since')).toBe(at('2026-12-03T04:30:05.250Z'));
+    expect(parseTimeUs('2026-12-03T10:00:00.000001', 0, '--since')).toBe(at('2026-12-03T04:30:00Z') + 1);
+    expect(parseTimeUs('2026-12-03', 0, '--since')).toBe(at('2026-12-02T18:30:00Z'));
+    process.env.TZ = 'America/New_York'; // -05:00 in December, -04:00 in July
+    expect(parseTimeUs('2026-12-03T10:00:00', 0, '--since')).toBe(at('2026-12-03T15:00:00Z'));
+    expect(parseTimeUs('2026-07-03 10:00', 0, '--until')).toBe(at('2026-07-03T14:00:00Z'));
+    process.env.TZ = 'UTC';
+    expect(parseTimeUs('2026-12-03', 0, '--since')).toBe(at('2026-12-03T00:00:00Z'));
+    // A zone still wins over TZ; unix seconds and durations are unchanged.
+    process.env.TZ = 'Asia/Kolkata';
+    expect(parseTimeUs('2026-12-03T10:00:00Z', 0, '--since')).toBe(at('2026-12-03T10:00:00Z'));
+    expect(parseTimeUs('2026-12-03 10:00:00+01:00', 0, '--since')).toBe(at('2026-12-03T09:00:00Z'));
+    expect(parseTimeUs('1764583200', 0, '--since')).toBe(1764583200e6);
+    expect(parseTimeUs('1m30s', NOW_US, '--since')).toBe(NOW_US - 90e6);
+    expect(parseTimeUs('1000h', NOW_US, '--since')).toBe(NOW_US - 3600e9); // an age has no 30-day bound
+    expect(() => parseTimeUs('1m30', NOW_US, '--since')).toThrow(/^--since: not a time: "1m30"/);
   });
 });
 

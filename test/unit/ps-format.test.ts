@@ -2,7 +2,7 @@
 // how rows are cut to a terminal's width or, piped, COMMAND alone.
 import { describe, expect, it } from 'vitest';
 import { displayWidth } from '../../cli/escape.js';
-import { coarseDuration, commandText, escapeControls, preciseDuration, psTable, statusText, truncate, unknownNotes } from '../../cli/ps-format.js';
+import { coarseDuration, commandText, escapeControls, parsePsFilters, preciseDuration, psNeedsAll, psTable, selectPsRows, statusText, truncate, unknownNotes } from '../../cli/ps-format.js';
 import type { SessionSummary } from '../../ipc/protocol.js';
 
 const NOW = Date.parse('2026-12-01T12:00:00.000Z');
@@ -137,5 +137,46 @@ describe('escapeControls', () => {
     expect(escapeControls('a\x1b[31mb\x7f\x85\x9b')).toBe('a\\x1b[31mb\\x7f\\x85\\x9b');
     expect(escapeControls('x\u202ey\u2066z\u2069\u2028\u2029')).toBe('x\\u202ey\\u2066z\\u2069\\u2028\\u2029');
     expect(escapeControls('漢字 é 👍')).toBe('漢字 é 👍');
+  });
+});
+
+describe('which rows, in which order (ps --all, --task, --filter)', () => {
+  const rows = [
+    row({ session_id: 's-0000000a-01', admitted_at: ago(50_000), state: 'ended', outcome: 'exited', task: 'A', invocation_key: 'k1' }),
+    row({ session_id: 's-0000000c-03', admitted_at: ago(10_000), state: 'running', outcome: null, task: 'B', invocation_key: 'k3' }),
+    row({ session_id: 's-0000000b-02', admitted_at: ago(30_000), state: 'ended', outcome: 'signaled', task: 'B', invocation_key: 'k2' }),
+    row({ session_id: 's-0000000d-04', admitted_at: ago(10_000), state: 'unknown', outcome: null, task: 'A', invocation_key: 'k4' }),
+  ];
+  const ids = (f: string[], all = false) => selectPsRows(rows, parsePsFilters(f), all).map((r) => r.session_id.slice(-2));
+
+  it('newest first by admission, ties by id; ended only with --all or a status/outcome filter', () => {
+    expect(ids([], true)).toEqual(['04', '03', '02', '01']);
+    expect(ids([])).toEqual(['04', '03']);
+    expect(ids(['status=exited'])).toEqual(['02', '01']); // docker's name for ended
+    expect(ids(['status=ended', 'status=running'])).toEqual(['03', '02', '01']); // one key repeated: OR
+    expect(ids(['outcome=signaled'])).toEqual(['02']);
+    expect(ids(['task=A'], true)).toEqual(['04', '01']);
+    expect(ids(['task=A', 'status=ended'])).toEqual(['01']); // keys: AND
+    expect(ids(['key=k3', 'key=k1'], true)).toEqual(['03', '01']);
+    expect(ids(['id=s-0000000b'], true)).toEqual(['02']);
+    expect(ids(['since=s-0000000b'], true)).toEqual(['04', '03']);
+    expect(ids(['before=s-0000000c-03'], true)).toEqual(['02', '01']);
+    expect(ids(['since=s-0000000a', 'before=s-0000000c'], true)).toEqual(['02']);
+    expect(ids(['task=nope'], true)).toEqual([]);
+  });
+
+  it('asks the supervisor for every session only when the filters need it', () => {
+    expect([psNeedsAll({}, false), psNeedsAll({}, true), psNeedsAll(parsePsFilters(['task=A']), false), psNeedsAll(parsePsFilters(['status=running']), false), psNeedsAll(parsePsFilters(['since=s-1']), false)]).toEqual([false, true, false, true, true]);
+  });
+
+  it('refuses unknown keys, bad values and anchors that name no one session', () => {
+    expect(() => parsePsFilters(['name=x'])).toThrow('--filter "name=x": unknown key "name" (keys: status, outcome, task, key, id, since, before)');
+    expect(() => parsePsFilters(['status'])).toThrow('--filter "status": takes KEY=VALUE (keys: ');
+    expect(() => parsePsFilters(['task='])).toThrow('--filter "task=": task needs a value');
+    expect(() => parsePsFilters(['status=paused'])).toThrow('--filter "status=paused": status is one of admitted, running, leader_exited, terminating, ended, exited, unknown');
+    expect(() => parsePsFilters(['outcome=ok'])).toThrow('outcome is one of exited, signaled, timed_out, cancelled, spawn_failed, owner_lost');
+    expect(() => parsePsFilters(['since=a', 'since=b'])).toThrow('--filter since= is given once');
+    expect(() => ids(['since=s-00'], true)).toThrow('--filter since=s-00: ambiguous: it matches s-0000000a-01, s-0000000b-02, s-0000000c-03, s-0000000d-04');
+    expect(() => ids(['before=s-9'], true)).toThrow('--filter before=s-9: no such session');
   });
 });

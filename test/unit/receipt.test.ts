@@ -4,7 +4,7 @@ import { exitStatusOf } from '../../ipc/protocol.js';
 import { commandDigest, decideOutcome, spawnFailureExitCode } from '../../supervisor/session/receipt.js';
 import { signalNumber } from '../../supervisor/session/spawn.js';
 
-describe('outcome and exit status (SPEC exit table)', () => {
+describe('outcome and exit status (docs/reference/exit-statuses.md)', () => {
   const exit = (code: number | null, signal: string | null = null) => ({ code, signal });
   it('exited and signaled come from the leader', () => {
     expect(decideOutcome({ spawnFailure: null, cause: null, exit: exit(3) })).toBe('exited');

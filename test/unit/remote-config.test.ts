@@ -17,7 +17,7 @@ const tmp = () => {
 };
 
 describe('remote config', () => {
-  it('is off by default, with the DESIGN defaults', () => {
+  it('is off by default, with the documented defaults', () => {
     const c = parseConfig({}, 'embedded defaults', {});
     expect(c.remote).toEqual({ insecure: false, pingIntervalMs: 10_000, pingTimeoutMs: 10_000, upgradeTimeoutMs: 10_000 });
   });

@@ -64,7 +64,7 @@ describe('version 1 records read back', () => {
   });
 });
 
-describe('transient names (docs/STATE.md)', () => {
+describe('transient names (docs/reference/state-dir.md)', () => {
   it('are the ones a restart and verify recognise', () => {
     expect(removedStreamDirName('stdout')).toBe('.removed-stdout');
     expect(retiringDirName('s-1-ab')).toBe('.retiring-s-1-ab');

@@ -1,4 +1,4 @@
-"""Python client of sandbox-supervisor (ipc/PROTOCOL.md): a blocking ``Client`` and an asyncio
+"""Python client of sandbox-supervisor (docs/reference/protocol.md): a blocking ``Client`` and an asyncio
 ``AsyncClient`` over the supervisor's Unix socket, a WebSocket URL with a token, or a command's
 stdin/stdout (``sbx bridge`` through ``docker exec -i``, ``ssh``), sharing framing, types and errors, and
 ``verify_receipt`` (Ed25519 over RFC 8785 JCS, offline; needs ``cryptography``).
@@ -16,6 +16,7 @@ from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
 from .jcs import canonicalize
 from .paths import default_socket_path
 from .types import Hello, InvocationKey, OutputChunk, Receipt, Result, Session, SessionRef
+from .state_verify import StateVerification, verify_state, verify_task_receipt
 from .verify import Verification, key_id_of, receipt_digest, signed_bytes, verify_receipt
 
 __version__ = "0.1.0"
@@ -35,6 +36,7 @@ __all__ = [
     "Result",
     "Session",
     "SessionRef",
+    "StateVerification",
     "SupervisorError",
     "TransportDead",
     "Verification",
@@ -47,4 +49,6 @@ __all__ = [
     "restore_checkpoint",
     "signed_bytes",
     "verify_receipt",
+    "verify_state",
+    "verify_task_receipt",
 ]

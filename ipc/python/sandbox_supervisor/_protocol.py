@@ -1,6 +1,6 @@
 """What both clients do the same way, without I/O: the hello, params of each method from
 Python arguments (seconds to ms, absent options absent on the wire), selectors, the answer of
-a response frame, the exit status of a receipt. Methods and shapes: ipc/PROTOCOL.md.
+a response frame, the exit status of a receipt. Methods and shapes: docs/reference/protocol.md.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ STREAMS = ("stdout", "stderr", "pty")
 DEFAULT_RECONNECT_SECONDS = 60.0
 #: Pause between attempts to reconnect, in seconds.
 RECONNECT_PAUSE_SECONDS = 0.2
-#: Most stdin bytes one ``write`` request may carry (ipc/PROTOCOL.md ``write``, ipc/schemas.ts: 8 MiB).
+#: Most stdin bytes one ``write`` request may carry (docs/reference/protocol.md ``write``, ipc/schemas.ts: 8 MiB).
 MAX_WRITE_BYTES = 8 * 1024 * 1024
 
 
@@ -137,7 +137,7 @@ def answer(frame: Mapping[str, Any]) -> Any:
 
 
 def exit_status_of(receipt: Receipt) -> int:
-    """The status ``sbx run``/``sbx wait`` exit with (ipc/protocol.ts exitStatusOf; SPEC.md's table)."""
+    """The status ``sbx run``/``sbx wait`` exit with (ipc/protocol.ts exitStatusOf; docs/reference/exit-statuses.md)."""
     outcome = receipt.get("outcome")
     exit_ = receipt.get("exit") or {}
     code = exit_.get("code")

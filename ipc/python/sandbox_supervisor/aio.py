@@ -1,6 +1,6 @@
 """The asyncio client: the same methods as Client (client.py), as coroutines, over the same
 endpoints (the Unix socket, a WebSocket URL, a command: aio_transport.py) and deadlines. Requests on one
-connection run concurrently (answers matched by id, as ipc/PROTOCOL.md allows); each
+connection run concurrently (answers matched by id, as docs/reference/protocol.md allows); each
 ``read_output`` reads on a connection of its own, pulled, so a reader that does not iterate
 holds the supervisor off. After a drop it reconnects for up to ``reconnect_seconds`` and resends;
 ``read_output`` resumes from the next byte not yet yielded. Same framing, types and errors.
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, AsyncIterator, Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 from . import _protocol as P
 from . import files as _files
 from .aio_transport import AioTransport, open_aio_transport
 from .client import _close_params, restore_checkpoint
 from .endpoint import Endpoint, EndpointClient, LaunchNotResent, TransportDead
-from .errors import SupervisorError
+from .errors import CallbackFailed, SupervisorError, guarded
 from .types import Hello, OutputChunk, Receipt, Result, Session, SessionRef
 
 
@@ -330,13 +330,19 @@ class AsyncClient(EndpointClient):
         grace_seconds: Optional[float] = None,
         cwd: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None,
+        inherit_env: bool = False,
         user: Optional[str] = None,
         task: Optional[str] = None,
         stdin: Optional[bytes] = None,
         linger: Optional[str] = None,
+        on_stdout: Optional[Callable[[bytes], None]] = None,
+        on_stderr: Optional[Callable[[bytes], None]] = None,
     ) -> Result:
-        """See Client.run; stdout and stderr are read at once."""
-        session = await self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, user=user, task=task, stdin=stdin is not None, linger=linger)
+        """See Client.run; stdout and stderr are read at once. ``on_stdout``/``on_stderr``
+        (plain functions, called in the event loop with each piece in order): that stream is
+        not kept, its Result field None. An exception from a callback, or run being cancelled,
+        stops both readers and cancels the session; the callback's exception is raised."""
+        session = await self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin is not None, linger=linger)
 
         async def feed() -> None:
             if stdin is None or session.state == "ended":
@@ -348,8 +354,14 @@ class AsyncClient(EndpointClient):
                     return  # the command stopped reading: not an error of run()
                 raise
 
-        async def collect(stream: str) -> bytes:
-            return b"".join([c.data async for c in self.read_output(session, stream)])
+        async def collect(stream: str) -> Optional[bytes]:
+            sink = on_stdout if stream == "stdout" else on_stderr
+            if sink is None:
+                return b"".join([c.data async for c in self.read_output(session, stream)])
+            call = guarded(sink)
+            async for c in self.read_output(session, stream):
+                call(c.data)
+            return None
 
         readers = [asyncio.ensure_future(collect("stdout")), asyncio.ensure_future(collect("stderr"))]
         try:
@@ -364,14 +376,53 @@ class AsyncClient(EndpointClient):
             except (OSError, SupervisorError):
                 pass
             raise
-        stdout, stderr = await asyncio.gather(*readers)
+        try:
+            stdout, stderr = await asyncio.gather(*readers)
+        except BaseException as err:
+            # One reader failed (or run was cancelled): the other is stopped too, never left pending.
+            for t in readers:
+                t.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+            if isinstance(err, (CallbackFailed, asyncio.CancelledError)):
+                # A callback raised, or the caller gave up on run: nothing reads the rest.
+                try:
+                    await self.cancel(session)
+                except (OSError, SupervisorError):
+                    pass
+            if isinstance(err, CallbackFailed):
+                raise err.error
+            raise
         receipt = await self.wait(session)
         return Result(exit_code=P.exit_status_of(receipt), outcome=receipt["outcome"], stdout=stdout, stderr=stderr, receipt=receipt, session=session)
 
+    async def _read_merged(self, session: SessionRef, cursor: int, follow: bool) -> AsyncIterator[OutputChunk]:
+        from .client import Client
+
+        blocking = Client(**self._same_options())
+        blocking._connected_once = self._connected_once
+        merged = blocking.read_output(session, "all", cursor, follow)
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                chunk = await loop.run_in_executor(None, next, merged, None)
+                if chunk is None:
+                    return
+                yield chunk
+        finally:
+            await loop.run_in_executor(None, merged.close)
+            blocking.close()
+
     async def read_output(self, session: SessionRef, stream: str = "stdout", cursor: int = 0, follow: bool = True) -> AsyncIterator[OutputChunk]:
-        """See Client.read_output: an async iterator of OutputChunks that resumes across a restart (no gap, no duplicate)."""
+        """See Client.read_output: an async iterator of OutputChunks that resumes across a restart (no gap, no duplicate).
+
+        ``stream="all"``: the merge of Client.read_output(session, "all"), run by a blocking
+        Client to the same endpoint in a worker thread, one chunk per step (pulled, as there)."""
+        if stream == "all":
+            async for chunk in self._read_merged(session, cursor, follow):
+                yield chunk
+            return
         if stream not in P.STREAMS:
-            raise SupervisorError("INVALID_ARGUMENT", f"stream must be one of {', '.join(P.STREAMS)}, not {stream!r}")
+            raise SupervisorError("INVALID_ARGUMENT", f"stream must be one of all, {', '.join(P.STREAMS)}, not {stream!r}")
         sel = P.selector(session)
         reader = self._sibling()
         wire: Optional[_Wire] = None
@@ -442,7 +493,7 @@ class AsyncClient(EndpointClient):
             params["grace_ms"] = P.ms(grace_seconds, "grace_seconds")
         return await self.request("cancel", params)  # type: ignore[no-any-return]
 
-    async def kill(self, session: SessionRef, signal: Any = "SIGTERM") -> Dict[str, Any]:
+    async def kill(self, session: SessionRef, signal: Any = "SIGKILL") -> Dict[str, Any]:
         """See Client.kill (never resent after a drop)."""
         sig = int(signal) if not isinstance(signal, str) else signal
         return await self.request("kill", {**P.selector(session), "signal": sig}, resend=False)  # type: ignore[no-any-return]
@@ -516,7 +567,7 @@ class AsyncClient(EndpointClient):
             None, lambda: restore_checkpoint(checkpoint_id, directory, state_dir=state_dir, store=store, key_path=key_path, same_owner=same_owner, sbx=sbx)
         )
 
-    # -- files (sandbox_supervisor/files.py, docs/FILES.md) -------------------------------------
+    # -- files (sandbox_supervisor/files.py, docs/guide/files.md) -------------------------------------
 
     async def write_file(self, path: str, data: bytes, *, mode: Optional[int] = None, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
         """See Client.write_file."""

@@ -14,11 +14,11 @@ import shutil
 import subprocess
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set
 
 from . import _protocol as P
 from . import files as _files
-from .errors import ERROR_CODES, SupervisorError
+from .errors import ERROR_CODES, CallbackFailed, SupervisorError, guarded
 from .endpoint import DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_KEEPALIVE_SECONDS, DEFAULT_SILENCE_SECONDS, Endpoint, EndpointClient, LaunchNotResent, TransportDead
 from .transport import open_transport
 from .types import Hello, OutputChunk, Receipt, Result, Session, SessionRef
@@ -63,11 +63,18 @@ class _Connection:
         """The next frame for request rid (its answer, or one of its events). With ``deadline``
         (the hello): TransportDead past it, no pings; else pings while waiting and TransportDead
         after silence_seconds without a byte."""
+        return self.recv_any((rid,), deadline=deadline, what=what)[1]
+
+    def recv_any(self, rids: Sequence[int], *, deadline: Optional[float] = None, what: str = "") -> "tuple[int, Dict[str, Any]]":
+        """``(rid, frame)``: the next frame for any of rids (requests pending at once on this
+        connection, e.g. the subscriptions of two streams), the first rid's first when several
+        are held. Deadlines as ``recv``."""
         waiting_since = last_ping = time.monotonic()
         while True:
-            queue = self.held.get(rid)
-            if queue:
-                return queue.popleft()
+            for rid in rids:
+                queue = self.held.get(rid)
+                if queue:
+                    return rid, queue.popleft()
             now = time.monotonic()
             if deadline is not None:
                 wake = deadline
@@ -154,7 +161,7 @@ class Client(EndpointClient):
     the CA to trust); ``command`` (argv spawned for each connection, its stdin/stdout the
     transport, e.g. ``["docker", "exec", "-i", "box", "sbx", "bridge"]``; killed by pid and
     reaped on close). None given: ``$SBX_URL`` (with ``$SBX_TOKEN``/``$SBX_TOKEN_FILE``), else
-    ``$SBX_SOCKET`` or SPEC's path. ``reconnect_seconds``: after a drop, how long to keep trying
+    ``$SBX_SOCKET`` or the default path. ``reconnect_seconds``: after a drop, how long to keep trying
     to reach the supervisor again. Deadlines: ``connect_timeout_seconds`` for connect + hello;
     while a call is pending a ``ping`` every ``keepalive_seconds``, and no byte for
     ``silence_seconds`` closes the transport (TransportDead, a TimeoutError) and reconnects.
@@ -220,7 +227,7 @@ class Client(EndpointClient):
         return self._conn
 
     def request(self, method: str, params: Optional[Mapping[str, Any]] = None, *, resend: bool = True) -> Any:
-        """Sends one request and returns its result (ipc/PROTOCOL.md names every method).
+        """Sends one request and returns its result (docs/reference/protocol.md names every method).
 
         After a dropped connection the request is sent again on a new one when ``resend``
         (every method here is safe to resend but ``kill``), pausing between attempts, for up
@@ -249,12 +256,7 @@ class Client(EndpointClient):
                     raise
                 if unkeyed_launch and (sent or conn.broken):
                     raise LaunchNotResent(f"the connection to the supervisor at {self.endpoint.describe()} dropped after a launch without an invocation key was sent: it may be running, so it is not sent again (give it a key to make it safe to resend) ({err})") from err
-                now = time.monotonic()
-                if give_up_at is None:
-                    give_up_at = now + self.reconnect_seconds
-                elif now > give_up_at:
-                    raise P.gave_up(self.endpoint.describe(), method, self.reconnect_seconds, err) from err
-                time.sleep(P.RECONNECT_PAUSE_SECONDS)
+                give_up_at = self._pause_after_drop(method, err, give_up_at)
             finally:
                 if self._conn is not None and self._conn.broken:
                     self.close()
@@ -302,24 +304,109 @@ class Client(EndpointClient):
         grace_seconds: Optional[float] = None,
         cwd: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None,
+        inherit_env: bool = False,
         user: Optional[str] = None,
         task: Optional[str] = None,
         stdin: Optional[bytes] = None,
         linger: Optional[str] = None,
+        on_stdout: Optional[Callable[[bytes], None]] = None,
+        on_stderr: Optional[Callable[[bytes], None]] = None,
     ) -> Result:
-        """Launches argv (as ``launch``), feeds it ``stdin`` (bytes, then EOF; None: /dev/null),
-        reads all of stdout and stderr, and returns the Result once the receipt is durable.
+        """Launches argv (as ``launch``, ``inherit_env`` too), feeds it ``stdin`` (bytes, then EOF;
+        None: /dev/null), reads stdout and stderr to their ends, and returns the Result once
+        the receipt is durable.
 
+        Both streams are followed at once on one connection of run's own. ``on_stdout`` /
+        ``on_stderr``: called with each new piece of that stream's bytes as it arrives, in
+        cursor order (from this thread, inside run); such a stream is not kept: the Result's
+        ``stdout``/``stderr`` is None for it (memory stays at one piece, not the output).
         A retry with the same ``key`` after a crash returns the first run's Result (its stored
-        output and receipt), never a second run. Errors as ``launch``.
+        output and receipt), never a second run. Errors as ``launch``; an exception from a
+        callback (any, an OSError too) cancels the session and is raised as it was.
         """
-        session = self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, user=user, task=task, stdin=stdin is not None, linger=linger)
+        session = self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin is not None, linger=linger)
         if stdin is not None and session.state != "ended":
             self._feed_stdin(session, bytes(stdin))
-        stdout = b"".join(c.data for c in self.read_output(session, "stdout"))
-        stderr = b"".join(c.data for c in self.read_output(session, "stderr"))
+        kept: Dict[str, List[bytes]] = {"stdout": [], "stderr": []}
+        sinks: Dict[str, Callable[[bytes], None]] = {
+            "stdout": guarded(on_stdout) if on_stdout else kept["stdout"].append,
+            "stderr": guarded(on_stderr) if on_stderr else kept["stderr"].append,
+        }
+        try:
+            self._follow_streams(session, sinks)
+        except CallbackFailed as failed:
+            # Whatever a callback raised (an OSError too, not taken for a drop): nothing reads the rest.
+            self._cancel_quietly(session)
+            raise failed.error
+        except (SupervisorError, OSError):
+            raise
+        except BaseException:
+            self._cancel_quietly(session)  # KeyboardInterrupt and the like: nothing reads the rest
+            raise
         receipt = self.wait(session)
+        stdout = None if on_stdout else b"".join(kept["stdout"])
+        stderr = None if on_stderr else b"".join(kept["stderr"])
         return Result(exit_code=P.exit_status_of(receipt), outcome=receipt["outcome"], stdout=stdout, stderr=stderr, receipt=receipt, session=session)
+
+    def _follow_streams(self, session: SessionRef, sinks: Mapping[str, Callable[[bytes], None]]) -> None:
+        """Follows each stream of ``sinks`` from cursor 0 to its end, all subscribed at once on
+        one connection of its own, handing each new piece to its stream's sink in cursor order.
+        A drop is re-made for up to reconnect_seconds and each stream resumed from its next
+        byte not yet handed (no gap, no duplicate, as read_output). Errors as read_output."""
+        sel = P.selector(session)
+        cursors = {stream: 0 for stream in sinks}
+        done: Set[str] = set()
+        reader = self._sibling()
+        give_up_at: Optional[float] = None
+        try:
+            while len(done) < len(sinks):
+                conn = reader._connection(give_up_at)
+                try:
+                    rids: Dict[int, str] = {}
+                    for stream in sinks:
+                        if stream not in done:
+                            rids[conn.send("subscribe", {**sel, "stream": stream, "from": cursors[stream], "follow": True})] = stream
+                    answered: Set[int] = set()
+                    while rids:
+                        rid, frame = conn.recv_any(tuple(rids))
+                        stream = rids[rid]
+                        if rid not in answered:
+                            P.answer(frame)
+                            answered.add(rid)
+                            continue
+                        event = frame.get("event")
+                        if event == "output":
+                            data = P.new_output(stream, cursors[stream], frame.get("cursor"), bytes(frame["data"]))
+                            if data:
+                                cursors[stream] += len(data)
+                                give_up_at = None
+                                sinks[stream](data)
+                        elif event == "end":
+                            done.add(stream)
+                            del rids[rid]
+                            conn.forget(rid)
+                        elif frame.get("error") is not None:
+                            raise SupervisorError.from_wire(frame["error"])
+                except OSError as err:
+                    reader.close()
+                    give_up_at = self._pause_after_drop("subscribe", err, give_up_at)
+                finally:
+                    if reader._conn is not None and reader._conn.broken:
+                        reader.close()
+        finally:
+            reader.close()
+
+    def _pause_after_drop(self, method: str, err: OSError, give_up_at: Optional[float]) -> float:
+        """After a dropped connection: the reconnect deadline (reconnect_seconds from the first
+        drop, time.monotonic() seconds), once the pause before the next try is over. Raises
+        ConnectionError (P.gave_up) when the deadline has passed."""
+        now = time.monotonic()
+        if give_up_at is None:
+            give_up_at = now + self.reconnect_seconds
+        elif now > give_up_at:
+            raise P.gave_up(self.endpoint.describe(), method, self.reconnect_seconds, err) from err
+        time.sleep(P.RECONNECT_PAUSE_SECONDS)
+        return give_up_at
 
     def _feed_stdin(self, session: Session, data: bytes) -> None:
         """All of data then EOF, in pieces of at most P.MAX_WRITE_BYTES. A command that stops
@@ -345,6 +432,10 @@ class Client(EndpointClient):
     def read_output(self, session: SessionRef, stream: str = "stdout", cursor: int = 0, follow: bool = True) -> Iterator[OutputChunk]:
         """The bytes of one stream from ``cursor`` as OutputChunks, in order, on a connection of its own.
 
+        ``stream="all"``: stdout and stderr merged in arrival order, as ``sbx logs --stream
+        all`` (each chunk one read of its own stream, ``chunk.stream`` saying which; cursor 0
+        only): see ``_read_merged``.
+
         ``follow``: until the stream is final (drained to EOF after the session ended); else
         the bytes stored now. Pulled: while you do not iterate, nothing is read (the
         supervisor holds off). A dropped connection (a supervisor restart) is re-made for up
@@ -354,8 +445,13 @@ class Client(EndpointClient):
         naming both cursors, never skipped. Errors: SESSION_NOT_FOUND, CURSOR_OUT_OF_RANGE (past the end,
         without follow), OUTPUT_REMOVED (retention removed it), INVALID_ARGUMENT.
         """
+        if stream == "all":
+            if cursor != 0:
+                raise SupervisorError("INVALID_ARGUMENT", "read_output(stream='all') starts at cursor 0 (a cursor is one stream's)")
+            yield from self._read_merged(session, follow)
+            return
         if stream not in P.STREAMS:
-            raise SupervisorError("INVALID_ARGUMENT", f"stream must be one of {', '.join(P.STREAMS)}, not {stream!r}")
+            raise SupervisorError("INVALID_ARGUMENT", f"stream must be one of all, {', '.join(P.STREAMS)}, not {stream!r}")
         sel = P.selector(session)
         reader = self._sibling()
         give_up_at: Optional[float] = None  # from the first failure since the last byte yielded
@@ -384,17 +480,126 @@ class Client(EndpointClient):
                             raise SupervisorError.from_wire(frame["error"])
                 except OSError as err:
                     reader.close()
-                    now = time.monotonic()
-                    if give_up_at is None:
-                        give_up_at = now + self.reconnect_seconds
-                    elif now > give_up_at:
-                        raise P.gave_up(self.endpoint.describe(), "subscribe", self.reconnect_seconds, err) from err
-                    time.sleep(P.RECONNECT_PAUSE_SECONDS)
+                    give_up_at = self._pause_after_drop("subscribe", err, give_up_at)
                 finally:
                     if reader._conn is not None and reader._conn.broken:
                         reader.close()
         finally:
             reader.close()
+
+    def _read_merged(self, session: SessionRef, follow: bool) -> Iterator[OutputChunk]:
+        """stdout and stderr merged as cli/logs.ts writeLogs merges them (``sbx logs --stream
+        all``): each stream's per-read index (read_index) orders its reads by arrival (µs),
+        ties stdout first, then by cursor; a read is yielded only once the other stream is
+        known (its ``through_us``) to hold no earlier read, waiting for that with a long poll
+        (read_index with follow, both streams' polls pending at once on one connection). The
+        bytes come from read_output of each stream (two more connections). Without follow: a
+        prefix of the merge as stored now, stopped before reads a live stream may still add
+        in between. Bytes past a final index's end (never indexed) come after every read."""
+        sel = P.selector(session)
+        streams = ("stdout", "stderr")
+        rank = {"stdout": 0, "stderr": 1}
+        inf = float("inf")
+        feeds: Dict[str, Dict[str, Any]] = {
+            st: {"queue": deque(), "next": 0, "ended": False, "cut": False, "through": None, "started": False, "more": False, "poll": None} for st in streams
+        }
+        index = self._sibling()
+        sources = {st: self.read_output(session, st, 0, follow=True) for st in streams}
+        pending: Dict[str, bytes] = {st: b"" for st in streams}
+        give_up_at: Optional[float] = None
+
+        def apply(st: str, r: Dict[str, Any]) -> None:
+            f = feeds[st]
+            if r["from"] != f["next"] or f["ended"]:
+                return  # an answer from a cursor already passed (a poll and a refresh crossed)
+            f["started"] = True
+            for rec in r["records"]:
+                skip = max(0, r["from"] - rec["cursor"])
+                f["queue"].append((rec["at_us"], rec["cursor"] + skip, rec["length"] - skip))
+            f["next"], f["more"], f["through"] = r["next"], r["more"], r["through_us"]
+            if r["more"]:
+                return
+            if r["final"]:
+                if r["next"] < r["cursor"]:
+                    f["queue"].append((inf, r["next"], r["cursor"] - r["next"]))
+                f["ended"] = True
+            elif not follow:
+                f["ended"] = f["cut"] = True
+
+        def ask(st: str, long_poll: bool) -> Optional[int]:
+            """read_index of st from its next cursor: answered now (None), or the long poll's rid."""
+            conn = index._connection(give_up_at)
+            rid = conn.send("read_index", {**sel, "stream": st, "from": feeds[st]["next"], "follow": long_poll})
+            if long_poll:
+                return rid
+            apply(st, P.answer(conn.recv(rid)))
+            conn.forget(rid)
+            return None
+
+        def poll(sts: List[str]) -> None:
+            for st in sts:
+                if feeds[st]["poll"] is None:
+                    feeds[st]["poll"] = ask(st, True)
+            by_rid = {feeds[st]["poll"]: st for st in sts}
+            rid, frame = index._connection(give_up_at).recv_any(tuple(by_rid))
+            st = by_rid[rid]
+            feeds[st]["poll"] = None
+            apply(st, P.answer(frame))
+
+        def take(st: str, at: int, length: int) -> bytes:
+            while len(pending[st]) < length:
+                chunk = next(sources[st], None)
+                if chunk is None:
+                    raise SupervisorError("INTERNAL", f"read_output(all): {st} ended before byte {at + length}")
+                pending[st] += chunk.data
+            data, pending[st] = pending[st][:length], pending[st][length:]
+            return data
+
+        def wants_page(f: Dict[str, Any]) -> bool:
+            return not f["ended"] and not f["queue"] and (not f["started"] or f["more"])
+
+        def blocked(f: Dict[str, Any], at: float) -> bool:
+            return not f["queue"] and not f["ended"] and (f["through"] is None or f["through"] < at)
+
+        try:
+            while True:
+                try:
+                    while any(wants_page(f) for f in feeds.values()):
+                        for st in streams:
+                            if wants_page(feeds[st]):
+                                ask(st, False)
+                    heads = [st for st in streams if feeds[st]["queue"]]
+                    if not heads:
+                        if all(f["ended"] for f in feeds.values()):
+                            return
+                        poll([st for st in streams if not feeds[st]["ended"]])
+                        continue
+                    st = min(heads, key=lambda h: (feeds[h]["queue"][0][0], rank[h], feeds[h]["queue"][0][1]))
+                    at_us, at, length = feeds[st]["queue"][0]
+                    others = [o for o in streams if o != st]
+                    if any(feeds[o]["cut"] and not feeds[o]["queue"] and (feeds[o]["through"] is None or feeds[o]["through"] < at_us) for o in others):
+                        return
+                    blockers = [o for o in others if blocked(feeds[o], at_us)]
+                    if blockers:
+                        for o in blockers:
+                            ask(o, False)
+                        still = [o for o in blockers if blocked(feeds[o], at_us)]
+                        if still:
+                            poll(still)
+                        continue
+                except OSError as err:
+                    index.close()
+                    for f in feeds.values():
+                        f["poll"] = None
+                    give_up_at = self._pause_after_drop("read_index", err, give_up_at)
+                    continue
+                give_up_at = None
+                feeds[st]["queue"].popleft()
+                yield OutputChunk(stream=st, cursor=at, data=take(st, at, length))
+        finally:
+            for gen in sources.values():
+                gen.close()
+            index.close()
 
     def read(self, session: SessionRef, stream: str = "stdout", cursor: int = 0) -> bytes:
         """The bytes of one stream stored now, from ``cursor`` (``read_output`` without follow)."""
@@ -415,8 +620,8 @@ class Client(EndpointClient):
             params["grace_ms"] = P.ms(grace_seconds, "grace_seconds")
         return self.request("cancel", params)  # type: ignore[no-any-return]
 
-    def kill(self, session: SessionRef, signal: Any = "SIGTERM") -> Dict[str, Any]:
-        """Sends signal (a name like "SIGUSR1"/"USR1", or a number) to every process of the session: ``{"session_id", "signal", "pids"}``. Never resent after a drop."""
+    def kill(self, session: SessionRef, signal: Any = "SIGKILL") -> Dict[str, Any]:
+        """Sends signal (a name like "SIGUSR1"/"USR1", or a number; default SIGKILL, as ``sbx kill``) to every process of the session: ``{"session_id", "signal", "pids"}``. Never resent after a drop."""
         sig = int(signal) if not isinstance(signal, str) else signal
         return self.request("kill", {**P.selector(session), "signal": sig}, resend=False)  # type: ignore[no-any-return]
 
@@ -498,17 +703,19 @@ class Client(EndpointClient):
     def restore(self, checkpoint_id: str, directory: str, *, store: Optional[str] = None, key_path: Optional[str] = None, same_owner: Optional[bool] = None, sbx: Optional[str] = None) -> Dict[str, Any]:
         """Materialises a published checkpoint into an empty or new directory and compares it (``sbx restore --json``).
 
-        Restore reads the store directly (there is no wire method): this runs the ``sbx`` bin
-        (``sbx`` argument, else ``$SBX_BIN``, else ``sbx`` on PATH) with this supervisor's
-        state dir (from ``status()``) unless ``store`` is given. Returns sbx's result
-        (``identical``, ``differences``, ``entries``, ``files``, ``bytes``, ...). Raises
-        SupervisorError (the code sbx names, else INTERNAL) when it could not restore.
+        Restore reads the store directly (there is no wire method), from this supervisor's
+        state dir (from ``status()``) unless ``store`` is given: a local store in Python
+        (restore.py, no sbx needed: the same checks, result and refusals as sbx's); with
+        ``sbx`` (a path), or an ``s3://`` store, by running the ``sbx`` bin (``sbx``, else
+        ``$SBX_BIN``, else on PATH). Returns sbx's result (``identical``, ``differences``,
+        ``entries``, ``files``, ``bytes``, ...). Raises SupervisorError (RestoreError from
+        Python, ``details["restore_error"]``; the code sbx names, else INTERNAL) when it could not restore.
         """
         state_dir = None if store is not None else self.status()["state_dir"]
         return restore_checkpoint(checkpoint_id, directory, state_dir=state_dir, store=store, key_path=key_path, same_owner=same_owner, sbx=sbx)
 
 
-    # -- files (sandbox_supervisor/files.py, docs/FILES.md) -------------------------------------
+    # -- files (sandbox_supervisor/files.py, docs/guide/files.md) -------------------------------------
 
     def write_file(self, path: str, data: bytes, *, mode: Optional[int] = None, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
         """See files.write_file: atomic, never through a symlink; returns the session's receipt."""
@@ -538,10 +745,20 @@ def _close_params(task: Optional[str], workspaces: Optional[Sequence[str]], time
 
 
 def restore_checkpoint(checkpoint_id: str, directory: str, *, state_dir: Optional[str] = None, store: Optional[str] = None, key_path: Optional[str] = None, same_owner: Optional[bool] = None, sbx: Optional[str] = None) -> Dict[str, Any]:
-    """``sbx restore ID DIR --json`` (offline: the supervisor need not run); see Client.restore."""
+    """``sbx restore ID DIR --json`` (offline: the supervisor need not run); see Client.restore.
+
+    The local store (``store`` a directory, or ``<state_dir>/checkpoints``) is restored here, in
+    Python (restore.py: no sbx needed); ``sbx`` given, or an ``s3://`` store, runs the sbx bin
+    (``sbx``, else ``$SBX_BIN``, else on PATH; none: SupervisorError INVALID_ARGUMENT naming it).
+    """
+    s3 = store is not None and store.startswith("s3://")
+    if sbx is None and not s3:
+        from .restore import restore_local
+
+        return restore_local(checkpoint_id, directory, state_dir=state_dir, store=store, key_path=key_path, same_owner=same_owner)
     binary = sbx or os.environ.get("SBX_BIN") or shutil.which("sbx")
     if not binary:
-        raise SupervisorError("INVALID_ARGUMENT", "restore runs the sbx bin: none given, $SBX_BIN unset and no sbx on PATH")
+        raise SupervisorError("INVALID_ARGUMENT", f"restore from the S3 store {store} runs the sbx bin (this library restores from the local store only: it has no S3 client): give sbx=, set $SBX_BIN, or put sbx on PATH")
     args = [binary, "restore", checkpoint_id, os.path.abspath(directory), "--json"]
     if state_dir is not None:
         args += ["--state-dir", state_dir]

@@ -1,4 +1,4 @@
-"""Where a client reaches the supervisor (DESIGN issue 30 "Clients"): the Unix socket, a WebSocket
+"""Where a client reaches the supervisor (docs/reference/contract.md "Remote harnesses"): the Unix socket, a WebSocket
 URL with a bearer token, or a command whose stdin/stdout carry the frames (``sbx bridge`` through
 ``docker exec -i``, ``ssh``, ...). Owns choosing the endpoint (explicit arguments, else ``$SBX_URL``
 with ``$SBX_TOKEN``/``$SBX_TOKEN_FILE``, else the socket path), reading the token, the deadlines'
@@ -96,7 +96,7 @@ def resolve_endpoint(
 ) -> Endpoint:
     """The endpoint of a client: the one given (at most one of socket_path, url, command), else
     ``$SBX_URL`` (+ ``$SBX_TOKEN``/``$SBX_TOKEN_FILE``, read at connect), else the socket path
-    (``$SBX_SOCKET`` or SPEC's). Raises ValueError for two at once, a command that is one string
+    (``$SBX_SOCKET`` or the default). Raises ValueError for two at once, a command that is one string
     or empty, or a URL that is not ws:// or wss://."""
     env = os.environ if env is None else env
     given = [n for n, v in (("socket_path", socket_path), ("url", url), ("command", command)) if v]

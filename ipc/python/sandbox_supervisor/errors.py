@@ -1,11 +1,11 @@
-"""Stable error codes of the wire protocol (SPEC.md "Error codes", ipc/errors.ts) and the one
+"""Stable error codes of the wire protocol (docs/reference/contract.md "Error codes", ipc/errors.ts) and the one
 error class every answer's error becomes. Owns the code table as Python sees it; not the
 transport: a connection that fails raises the socket's own ``OSError`` (``ConnectionError``,
 ``FileNotFoundError``), as the TypeScript client does.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 #: code -> retryable, exactly ipc/errors.ts ERROR_CODES (extend, never rename or reuse).
 ERROR_CODES: Dict[str, bool] = {
@@ -25,7 +25,7 @@ ERROR_CODES: Dict[str, bool] = {
     "OUTPUT_REMOVED": False,
     "CHECKPOINT_FAILED": True,
     "TASK_CONFLICT": False,
-    # files (docs/FILES.md)
+    # files (docs/guide/files.md)
     "SYMLINK_REFUSED": False,
     "NOT_FOUND": False,
     "NOT_A_DIRECTORY": False,
@@ -71,3 +71,25 @@ class SupervisorError(Exception):
         if code not in ERROR_CODES:
             return cls("INTERNAL", f"{code} (an error code this client does not know): {message}", {**details, "unknown_code": code}, retryable)
         return cls(code, message, details, retryable)
+
+
+class CallbackFailed(Exception):
+    """Private carrier of an exception a ``run()`` output callback raised (``error``): neither an
+    OSError (taken for a dropped connection) nor a SupervisorError, so ``run()`` tells it from
+    the transport's failures, cancels the session, and raises ``error`` itself."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(repr(error))
+        self.error = error
+
+
+def guarded(callback: Callable[[bytes], None]) -> Callable[[bytes], None]:
+    """``callback``, its exceptions carried out as CallbackFailed."""
+
+    def call(data: bytes) -> None:
+        try:
+            callback(data)
+        except BaseException as err:
+            raise CallbackFailed(err) from err
+
+    return call

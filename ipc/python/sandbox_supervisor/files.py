@@ -1,4 +1,4 @@
-"""Files over the transport, as sessions (docs/FILES.md): ``write_file``, ``read_file``,
+"""Files over the transport, as sessions (docs/guide/files.md): ``write_file``, ``read_file``,
 ``upload`` and ``download`` for ``Client`` and ``AsyncClient`` (their methods call these). Each
 call is keyed (a random key when none is given), so a resend after a drop finds the same
 session; stdin goes by offset in pieces of at most 4 MiB (exactly once), stdout is read by
@@ -285,7 +285,7 @@ def read_file(client: "Client", path: str, *, user: Optional[str] = None, key: O
 def upload(client: "Client", local_dir: str, remote_dir: str, *, user: Optional[str] = None, key: Optional[str] = None, task: Optional[str] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
     """Copies local_dir's tree into remote_dir (which must exist): a tar streamed (tarfile, in
     pieces sized to the server's frame limit) into the file tool's ``upload remote_dir`` (tar into a staging dir, then
-    merged without following links; docs/FILES.md). Returns the receipt."""
+    merged without following links; docs/guide/files.md). Returns the receipt."""
     session = Session.from_wire(client.request("upload", {"dir": remote_dir, **_common("upload", key, task, user, timeout_seconds)}))
     stdin = _Stdin(client, session)
     try:

@@ -1,4 +1,4 @@
-"""Length-prefixed msgpack frames (ipc/PROTOCOL.md, ipc/framing.ts): a 4-byte big-endian body
+"""Length-prefixed msgpack frames (docs/reference/protocol.md, ipc/framing.ts): a 4-byte big-endian body
 length, then one msgpack map (plain maps, ``bin`` for bytes). Owns encoding, incremental
 decoding and the frame-size bound (checked on the prefix, before the body is buffered).
 Shared by the blocking and the asyncio client; no sockets here.

@@ -1,4 +1,4 @@
-"""Default socket location (SPEC.md "Names", ipc/paths.ts): the same rule as the daemon and sbx."""
+"""Default socket location (docs/reference/contract.md "Names", ipc/paths.ts): the same rule as the daemon and sbx."""
 from __future__ import annotations
 
 import os

@@ -1,14 +1,14 @@
 """The client's shapes, shared by Client and AsyncClient: what launch and run return, a chunk of
 output, and how a session is named. Wire records (receipts, ps rows, status, changes, checkpoint
 and close results) stay plain dicts exactly as the supervisor sent them (ipc/protocol.ts,
-ipc/PROTOCOL.md), so a receipt keeps every field its signature covers.
+docs/reference/protocol.md), so a receipt keeps every field its signature covers.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Union
 
-#: A receipt (SPEC.md "Receipt"), as decoded from msgpack: str keys, ints, str, bools, None, lists, dicts.
+#: A receipt (docs/reference/contract.md "Receipt"), as decoded from msgpack: str keys, ints, str, bools, None, lists, dicts.
 Receipt = Dict[str, Any]
 
 
@@ -63,13 +63,14 @@ class Result:
     ``exit_code``: sh/timeout(1)/docker conventions, as ``sbx run`` exits (C, 128+N for a
     signal, 124 timed out, 126/127 spawn failed, 125 owner lost); ``outcome``: the receipt's
     (exited, signaled, timed_out, cancelled, spawn_failed, owner_lost); ``stdout``/``stderr``:
-    every stored byte of each stream, exactly; ``receipt``: the signed receipt.
+    every stored byte of each stream, exactly (None for a stream run handed to a callback,
+    ``on_stdout``/``on_stderr``, instead of keeping it); ``receipt``: the signed receipt.
     """
 
     exit_code: int
     outcome: str
-    stdout: bytes
-    stderr: bytes
+    stdout: Optional[bytes]
+    stderr: Optional[bytes]
     receipt: Receipt
     session: Session
 

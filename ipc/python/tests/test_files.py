@@ -1,4 +1,4 @@
-"""Files as sessions from Python (docs/FILES.md), blocking and async, against a real daemon: a
+"""Files as sessions from Python (docs/guide/files.md), blocking and async, against a real daemon: a
 file round-trips byte-exact, a tree with odd names, modes and symlinks round-trips through
 upload + download, writes through planted links are refused, and a download that would
 escape the target (absolute names, .., links pointing out) is refused."""

@@ -1,5 +1,6 @@
-"""The README's harness examples, extracted from README.md and run as written against a test
-supervisor (SBX_SOCKET names it), so the README cannot drift; and the package installs with pip."""
+"""The client guide's harness examples, extracted from docs/guide/clients.md and run as written
+against a test supervisor (SBX_SOCKET names it), so the guide cannot drift; and the package
+installs with pip. (The README's own Python workflow block is run by test/e2e/readme.test.ts.)"""
 from __future__ import annotations
 
 import os
@@ -11,22 +12,22 @@ import venv
 
 from daemon import ROOT, Daemon
 
-README = os.path.join(ROOT, "README.md")
+CLIENTS = os.path.join(ROOT, "docs", "guide", "clients.md")
 
 
 def example_section() -> str:
-    """README's "## Client library" section."""
-    with open(README) as f:
+    """The client guide, docs/guide/clients.md ("# Client library"), whole."""
+    with open(CLIENTS) as f:
         text = f.read()
-    section = text[text.index("## Client library\n") :]
-    return section[: section.index("\n## ", 1)]
+    assert text.startswith("# Client library\n"), "docs/guide/clients.md does not start with # Client library"
+    return text
 
 
 def example(lang: str) -> str:
-    """The first ```lang block of README's "## Client library" section."""
+    """The first ```lang block of the client guide (docs/guide/clients.md)."""
     section = example_section()
     m = re.search(r"^```" + lang + r"\n(.*?)^```$", section, re.S | re.M)
-    assert m, f"no ```{lang} block in README's Client library section"
+    assert m, f"no ```{lang} block in docs/guide/clients.md"
     return m.group(1)
 
 
@@ -69,7 +70,7 @@ def test_pip_installs_the_package_with_its_types(tmp_path):
 
 
 def test_the_offline_install_commands_run_as_written(tmp_path):
-    # The README's sh block for installing without PyPI: its venv and pip lines, run as written
+    # The client guide's sh block for installing without PyPI: its venv and pip lines, run as written
     # in a directory holding a copy of ipc/python (setuptools writes build/ beside the sources).
     block = next(b for b in re.findall(r"^```sh\n(.*?)^```$", example_section(), re.S | re.M) if "--system-site-packages" in b)
     lines = [line.split("  #")[0].strip() for line in block.splitlines()]

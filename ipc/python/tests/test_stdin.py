@@ -1,4 +1,4 @@
-"""run(stdin=...) of more than one write's worth (8 MiB, ipc/PROTOCOL.md): sent in pieces at
+"""run(stdin=...) of more than one write's worth (8 MiB, docs/reference/protocol.md): sent in pieces at
 their offsets, EOF with the last, blocking and async; a write that fails for good cancels the
 session (never left waiting for the rest of its stdin) and is raised."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from daemon import Daemon, until
 from sandbox_supervisor import AsyncClient, Client, InvocationKey, SupervisorError
-MAX_WRITE_BYTES = 8 * 1024 * 1024  # the most one write may carry (ipc/PROTOCOL.md, ipc/schemas.ts)
+MAX_WRITE_BYTES = 8 * 1024 * 1024  # the most one write may carry (docs/reference/protocol.md, ipc/schemas.ts)
 
 SIZE = 20 * 1024 * 1024
 

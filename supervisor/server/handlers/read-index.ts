@@ -1,5 +1,5 @@
-// read_index: one stream's per-read index (docs/STATE.md "index.bin"; stream, cursor, length,
-// arrival) from a cursor, for merging streams in arrival order and timestamping (SPEC
+// read_index: one stream's per-read index (docs/reference/state-dir.md "index.bin"; stream, cursor, length,
+// arrival) from a cursor, for merging streams in arrival order and timestamping (docs/reference/contract.md
 // "Cursors"). Records come from index.bin and, for a live stream, from those still in memory
 // whose bytes are stored (the file lags the chunks by up to 100 ms): read in one turn, so
 // they agree. Bytes are not sent here: they come from subscribe, the index says where each

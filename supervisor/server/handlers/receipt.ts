@@ -1,9 +1,10 @@
-// receipt: the session's state and its receipt (null until it has ended); for an escaped
-// session, the operator's word that what left its cgroup is ended, once given (escape_attested).
+// receipt: the session's id (the one a prefix or key selected), its state and its receipt (null
+// until it has ended); for an escaped session, the operator's word that what left its
+// cgroup is ended, once given (escape_attested).
 import type { Handler } from '../handler.js';
 
 export const receipt: Handler<'receipt'> = ({ supervisor }, params) => {
   const session = supervisor.find(params);
   const attested = session.escapeAttestedAnswer();
-  return { state: session.state, receipt: session.receipt, ...(attested ? { escape_attested: attested } : {}) };
+  return { session_id: session.id, state: session.state, receipt: session.receipt, ...(attested ? { escape_attested: attested } : {}) };
 };

@@ -1,6 +1,6 @@
 // What subscribe and read_index both check before reading a stream: the session (by id or
 // key), its output not removed by retention, the stream its own, and a starting cursor not
-// past the stored end unless the reader follows (SPEC "Cursors": CURSOR_OUT_OF_RANGE without
+// past the stored end unless the reader follows (docs/reference/contract.md "Cursors": CURSOR_OUT_OF_RANGE without
 // --follow, a wait with it).
 import { SupervisorError } from '../../../ipc/errors.js';
 import type { SessionSelector, StreamName } from '../../../ipc/protocol.js';
