@@ -2,7 +2,7 @@
 // the Ed25519 signature over the RFC 8785 (JCS) encoding of the receipt without
 // `signature`, the key id, and, given the state dir, every stored byte against the
 // receipt's cursors and digests. Returns what differs; an empty list means it all matches.
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt, StreamName } from './protocol.js';
 import { ADMISSION_FILE, CHANGES_FILE, ESCAPE_ATTESTED_FILE, isUnreadableReceiptName, OUTPUT_REMOVED_FILE, RECEIPT_FILE, readRecord, STARTED_FILE, STATE, TASK_FILES, taskDirName } from './state-layout.js';
@@ -69,8 +69,12 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string, onChunk?:
     return [`admission record unreadable: ${(err as Error).message}`];
   }
   if (existsSync(join(dir, OUTPUT_REMOVED_FILE))) {
-    const removed = readRecord('outputRemoved', join(dir, OUTPUT_REMOVED_FILE));
-    return [`the stored output was removed by the retention policy at ${removed.removed_at}: only the signature can be checked`];
+    try {
+      const removed = readRecord('outputRemoved', join(dir, OUTPUT_REMOVED_FILE));
+      return [`the stored output was removed by the retention policy at ${removed.removed_at}: only the signature can be checked`];
+    } catch (err) {
+      return [`output-removed record unreadable: ${(err as Error).message}`];
+    }
   }
   const problems: string[] = [];
   // Nothing may have been added: only the records, the receipt and the listed streams (and,
@@ -89,7 +93,18 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string, onChunk?:
     }
   }
   for (const [name, expected] of Object.entries(receipt.output) as [StreamName, NonNullable<Receipt['output'][StreamName]>][]) {
-    const disk = storedStream(dir, name, chunkBytes, onChunk);
+    // A planted link (the stream's directory, or a chunk: opened O_NOFOLLOW) is a mismatch, not a crash.
+    if (lstatSafe(join(dir, name))?.isSymbolicLink()) {
+      problems.push(`${name}: the stream directory is a symbolic link`);
+      continue;
+    }
+    let disk: ReturnType<typeof storedStream>;
+    try {
+      disk = storedStream(dir, name, chunkBytes, onChunk);
+    } catch (err) {
+      problems.push(`${name}: cannot read the stored stream: ${(err as Error).message}`);
+      continue;
+    }
     if (disk.final_cursor !== expected.final_cursor) problems.push(`${name}: ${disk.final_cursor} bytes on disk, the receipt says ${expected.final_cursor}`);
     if (disk.sha256 !== expected.sha256) problems.push(`${name}: sha256 on disk ${disk.sha256}, the receipt says ${expected.sha256}`);
     if (disk.index_sha256 !== expected.index_sha256) problems.push(`${name}: index sha256 on disk ${disk.index_sha256}, the receipt says ${expected.index_sha256}`);
@@ -103,4 +118,13 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string, onChunk?:
     });
   }
   return problems;
+}
+
+/** lstat, or null where nothing is. */
+function lstatSafe(path: string): ReturnType<typeof lstatSync> | null {
+  try {
+    return lstatSync(path);
+  } catch {
+    return null;
+  }
 }

@@ -2,7 +2,7 @@
 // checked against them, sessions run as another user that cannot touch the evidence, and a
 // state dir that never writes through a planted link.
 import { randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, existsSync, linkSync, lstatSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, cpSync, existsSync, linkSync, lstatSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
@@ -58,6 +58,26 @@ describe('signatures', () => {
     const bad = await daemon.sbx(['verify', path], { env });
     expect(bad.status).toBe(1);
     expect(bad.stdout.toString()).toMatch(/^MISMATCH: stdout: /);
+  });
+
+  it('a planted link in the stored output (a chunk, or a stream directory) is a MISMATCH naming it, never a crash or an OK', async () => {
+    const { receipt, path } = await receiptOf(['sh', '-c', 'printf out; printf err >&2']);
+    const sessionDir = join(daemon.stateDir, 'sessions', receipt.session_id);
+    // stdout's chunk replaced by a link to an identical copy; stderr's directory by a link to a copy of it.
+    const copy = join(daemon.dir, `copy-${receipt.session_id}`);
+    mkdirSync(copy);
+    writeFileSync(join(copy, 'chunk'), readFileSync(join(sessionDir, 'stdout', '0000000000000000.chunk')));
+    rmSync(join(sessionDir, 'stdout', '0000000000000000.chunk'));
+    symlinkSync(join(copy, 'chunk'), join(sessionDir, 'stdout', '0000000000000000.chunk'));
+    cpSync(join(sessionDir, 'stderr'), join(copy, 'stderr'), { recursive: true });
+    rmSync(join(sessionDir, 'stderr'), { recursive: true });
+    symlinkSync(join(copy, 'stderr'), join(sessionDir, 'stderr'));
+    const v = await daemon.sbx(['verify', path, '--state-dir', daemon.stateDir]);
+    expect(v.status).toBe(1);
+    const lines = v.stdout.toString().trimEnd().split('\n');
+    expect(lines).toContain('MISMATCH: stderr: the stream directory is a symbolic link');
+    expect(lines.some((l) => /^MISMATCH: stdout: cannot read the stored stream: .*ELOOP/.test(l))).toBe(true);
+    expect(v.stderr.toString()).toBe('');
   });
 
   it('changing any field breaks the signature', async () => {

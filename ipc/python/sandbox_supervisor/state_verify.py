@@ -125,8 +125,11 @@ def verify_stored_output(receipt: Mapping[str, Any], state_dir: str) -> List[str
         return [f"admission record unreadable: {err}"]
     removed_path = os.path.join(d, OUTPUT_REMOVED_FILE)
     if os.path.exists(removed_path):
-        removed = _read_json(removed_path)
-        return [f"the stored output was removed by the retention policy at {removed.get('removed_at')}: only the signature can be checked"]
+        try:
+            removed = _read_json(removed_path)
+            return [f"the stored output was removed by the retention policy at {removed['removed_at']}: only the signature can be checked"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            return [f"output-removed record unreadable: {err}"]
     problems: List[str] = []
     output: Mapping[str, Any] = receipt.get("output") or {}
     streams = list(output)
@@ -144,7 +147,15 @@ def verify_stored_output(receipt: Mapping[str, Any], state_dir: str) -> List[str
             if entry not in listed:
                 problems.append(f"{name}: unexpected file {entry}")
     for name, expected in output.items():
-        disk = _stored_stream(d, name, chunk_bytes)
+        # A planted link (the stream's directory, or a chunk: opened O_NOFOLLOW) is a mismatch, not a crash.
+        if os.path.islink(os.path.join(d, name)):
+            problems.append(f"{name}: the stream directory is a symbolic link")
+            continue
+        try:
+            disk = _stored_stream(d, name, chunk_bytes)
+        except OSError as err:
+            problems.append(f"{name}: cannot read the stored stream: {_os_message(err)}")
+            continue
         if disk["final_cursor"] != expected.get("final_cursor"):
             problems.append(f"{name}: {disk['final_cursor']} bytes on disk, the receipt says {expected.get('final_cursor')}")
         if disk["sha256"] != expected.get("sha256"):

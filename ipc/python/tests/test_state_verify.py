@@ -2,7 +2,8 @@
 on copies of one state dir holding a closed task (sessions with output, a checkpoint of a
 workspace), both agree on the good task receipt and on each tampering: a flipped byte in an
 output chunk file, a flipped byte in a checkpoint object, a removed session receipt. Also the
-session receipt and close receipt paths, and an s3:// store refused with the fallback named."""
+session receipt and close receipt paths, planted links and a malformed output-removed record
+as problems (never exceptions), and an s3:// store refused with the fallback named."""
 from __future__ import annotations
 
 import json
@@ -149,3 +150,34 @@ def test_s3_store_is_refused_naming_the_fallback(daemon: Daemon, closed):
     with pytest.raises(SupervisorError) as e:
         verify_task_receipt(receipt, daemon.state_dir, store="s3://bucket/prefix")
     assert e.value.code == "INVALID_ARGUMENT" and "sbx" in e.value.message
+
+
+def test_planted_links_are_problems_agreeing_with_sbx(daemon: Daemon, closed, tmp_path):
+    """A chunk replaced by a link (O_NOFOLLOW: ELOOP) or a stream directory replaced by a link to
+    an identical copy: a problem naming it, as sbx's MISMATCH lines, never an exception or ok."""
+    _, runs = closed
+    state = copy_state(daemon, tmp_path, "links")
+    sd = os.path.join(state, "sessions", runs[0].session_id)
+    chunk = os.path.join(sd, "stdout", chunk_file_name(0))
+    shutil.copy(chunk, str(tmp_path / "chunk-copy"))
+    os.unlink(chunk)
+    os.symlink(str(tmp_path / "chunk-copy"), chunk)
+    shutil.copytree(os.path.join(sd, "stderr"), str(tmp_path / "stderr-copy"))
+    shutil.rmtree(os.path.join(sd, "stderr"))
+    os.symlink(str(tmp_path / "stderr-copy"), os.path.join(sd, "stderr"))
+    ours, theirs = both(daemon, runs[0].receipt, state, tmp_path)
+    assert ours.ok is False and theirs["ok"] is False
+    assert "stderr: the stream directory is a symbolic link" in ours.problems and "stderr: the stream directory is a symbolic link" in theirs["problems"]
+    assert any(p.startswith("stdout: cannot read the stored stream: ") for p in ours.problems), ours.problems
+    assert any(p.startswith("stdout: cannot read the stored stream: ") for p in theirs["problems"]), theirs
+
+
+def test_malformed_output_removed_record_is_a_problem(daemon: Daemon, closed, tmp_path):
+    _, runs = closed
+    state = copy_state(daemon, tmp_path, "removed")
+    with open(os.path.join(state, "sessions", runs[1].session_id, "output-removed.json"), "w") as f:
+        f.write("[1]")
+    ours, theirs = both(daemon, runs[1].receipt, state, tmp_path)
+    assert ours.ok is False and theirs["ok"] is False
+    assert [p.split(":")[0] for p in ours.problems] == ["output-removed record unreadable"], ours.problems
+    assert [p.split(":")[0] for p in theirs["problems"]] == ["output-removed record unreadable"], theirs
