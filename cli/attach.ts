@@ -9,15 +9,15 @@ import { type Command, InvalidArgumentError } from 'commander';
 import { readOutput, ReconnectingClient, SupervisorClient, type EndpointOptions } from '../ipc/client.js';
 import { isSupervisorError } from '../ipc/errors.js';
 import { exitStatusOf, type SessionSelector, type SessionSummary, type StreamName } from '../ipc/protocol.js';
-import { describe, endedAs, reconnectingLine } from './explain.js';
+import { describe, howEnded, reconnectingLine } from './explain.js';
 import { warn } from './escape.js';
 
 /**
  * Streams this CLI's stdin into the session, each write at its offset, so a retry after a
  * reconnect delivers every byte exactly once: without writer, in the shared stream of
  * tokenless writes from fromOffset (sbx run: a rerun of its key replaying its input is a
- * retry); with a writer token, in that writer's own stream from 0 (sbx attach: beside other
- * writers, bytes interleave per write, as two processes writing one pipe). EOF closes the
+ * retry); with a writer token, in that writer's own stream (a new token's starts at 0: sbx
+ * attach, beside other writers, bytes interleave per write, as two processes writing one pipe). EOF closes the
  * session's stdin unless eofCloses is false (then forwarding just stops). A terminal on stdin
  * is put in raw mode for a pty session (restored on every exit path).
  */
@@ -26,7 +26,7 @@ export async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, 
     process.stdin.setRawMode(true);
     process.on('exit', () => process.stdin.setRawMode?.(false));
   }
-  let offset = writer === undefined ? fromOffset : 0;
+  let offset = fromOffset;
   const send = async (data: Buffer, eof: boolean): Promise<void> => {
     await conn.run((c) => c.request('write', { ...sel, data, offset, ...(writer === undefined ? {} : { writer }), ...(eof ? { eof } : {}) }));
     offset += data.length;
@@ -48,6 +48,8 @@ export interface AttachContext {
   endpoint(o: object): EndpointOptions;
   /** The endpoint as messages name it. */
   where(o: object): string;
+  /** The session an ID or --key names (sbx.ts's one rule: one of them, not both). */
+  selector(id: string | undefined, key: string | undefined): SessionSelector;
   fail(message: string, status?: number): never;
 }
 
@@ -84,9 +86,7 @@ export function attachCommand(cmd: Command, ctx: AttachContext): Command {
     .option('--no-stdin', "do not forward this CLI's stdin (watch only)")
     .option('--close-stdin', "at the end of this CLI's stdin, close the session's (else forwarding stops and its stdin stays open for another writer)")
     .action(async (id: string | undefined, o: AttachOptions) => {
-      if (id !== undefined && o.key !== undefined) ctx.fail('give a session ID or --key, not both');
-      if (id === undefined && o.key === undefined) ctx.fail('a session ID (or --key K) is required');
-      await attach(id !== undefined ? { session_id: id } : { invocation_key: o.key as string }, o, ctx.endpoint(o), ctx.where(o), ctx.fail);
+      await attach(ctx.selector(id, o.key), o, ctx.endpoint(o), ctx.where(o), ctx.fail);
     });
 }
 
@@ -99,7 +99,7 @@ async function attach(given: SessionSelector, o: AttachOptions, endpoint: Endpoi
   }
   let row: SessionSummary | undefined;
   let takesStdin = false;
-  let id = given.session_id ?? '';
+  let id: string;
   try {
     // The supervisor resolves a prefix or a key to the one id (or answers SESSION_NOT_FOUND,
     // with its details, or INVALID_ARGUMENT for an ambiguous prefix).
@@ -120,7 +120,7 @@ async function attach(given: SessionSelector, o: AttachOptions, endpoint: Endpoi
   const replay = o.fromStart || o.cursor !== undefined || o.stderrCursor !== undefined;
   if (row.state === 'ended' && !replay) {
     client.close();
-    fail(`session ${id} has ended: ${endedAs(null, row).replace(/^it ended \(/, '(')}; nothing to attach to (sbx logs ${id} shows its output, sbx wait ${id} its status; sbx attach --from-start replays it)`, 1);
+    fail(`session ${id} has ended: ${howEnded(row) ?? 'its status is in its receipt'}; nothing to attach to (sbx logs ${id} shows its output, sbx wait ${id} its status; sbx attach --from-start replays it)`, 1);
   }
   if (row.state === 'unknown') {
     client.close();

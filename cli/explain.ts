@@ -99,14 +99,19 @@ export function ownerLostLine(receipt: Receipt): string {
   return `session ${receipt.session_id}: owner lost (the supervisor that ran it stopped before it ended): its exit status is unknown, death evidence ${receipt.death.evidence} (sbx receipt ${receipt.session_id})`;
 }
 
-/** How an ended session ended, for `kill`/`cancel` of one ("exited 3 at T", "killed by SIGTERM at T"). */
+/** How an ended session ended, for `kill`/`cancel` of one ("it ended (exited 3 at T)", "it ended (killed by SIGTERM at T)"). */
 export function endedAs(receipt: Pick<Receipt, 'outcome' | 'exit' | 'ended_at'> | null, summary?: Pick<SessionSummary, 'outcome' | 'exit' | 'ended_at'>): string {
-  const r = receipt ?? summary;
-  if (!r || !r.outcome) return 'it has ended';
+  const how = howEnded(receipt ?? summary);
+  return how === null ? 'it has ended' : `it ended (${how})`;
+}
+
+/** The outcome and time alone ("exited 3 at T", "killed by SIGTERM at T"); null when not known. */
+export function howEnded(r: Pick<Receipt, 'outcome' | 'exit' | 'ended_at'> | Pick<SessionSummary, 'outcome' | 'exit' | 'ended_at'> | null | undefined): string | null {
+  if (!r || !r.outcome) return null;
   const exit = r.exit ?? { code: null, signal: null };
   const how =
     r.outcome === 'exited' ? `exited ${exit.code}` : r.outcome === 'signaled' ? `killed by ${exit.signal}` : r.outcome === 'owner_lost' ? 'owner lost' : `${r.outcome.replace('_', ' ')}${exit.signal ? ` (${exit.signal})` : exit.code !== null ? ` (exit ${exit.code})` : ''}`;
-  return `it ended (${how}${r.ended_at ? ` at ${r.ended_at}` : ''})`;
+  return `${how}${r.ended_at ? ` at ${r.ended_at}` : ''}`;
 }
 
 /** The once-a-run line of a wait for a supervisor that went away (run, wait): "sbx: lost the supervisor at S (ECONNREFUSED); reconnecting for up to 60 s". */

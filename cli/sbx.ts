@@ -485,6 +485,7 @@ sub('run')
 attachCommand(sub('attach'), {
   endpoint: (o) => endpointOf(globals(o)),
   where: (o) => where(globals(o)),
+  selector,
   fail,
 });
 

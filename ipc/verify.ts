@@ -94,7 +94,7 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string, onChunk?:
   }
   for (const [name, expected] of Object.entries(receipt.output) as [StreamName, NonNullable<Receipt['output'][StreamName]>][]) {
     // A planted link (the stream's directory, or a chunk: opened O_NOFOLLOW) is a mismatch, not a crash.
-    if (lstatSafe(join(dir, name))?.isSymbolicLink()) {
+    if (lstatSync(join(dir, name), { throwIfNoEntry: false })?.isSymbolicLink()) {
       problems.push(`${name}: the stream directory is a symbolic link`);
       continue;
     }
@@ -118,13 +118,4 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string, onChunk?:
     });
   }
   return problems;
-}
-
-/** lstat, or null where nothing is. */
-function lstatSafe(path: string): ReturnType<typeof lstatSync> | null {
-  try {
-    return lstatSync(path);
-  } catch {
-    return null;
-  }
 }
