@@ -94,6 +94,21 @@ export function escapedLine(receipt: Receipt, attested?: { uid: number; reason: 
   return `${moved}: their end is not proven (death evidence cgroup_escaped; sbx receipt ${receipt.session_id})`;
 }
 
+/**
+ * The line `sbx run` says once on stderr about processes the leader left (null: none were
+ * left): "sbx: 2 processes handed off to service s-… (sbx ps; sbx close --task T ends it)" or
+ * "sbx: 3 leftover processes were ended (--linger kill)".
+ */
+export function leftoversLine(receipt: Pick<Receipt, 'handed_off' | 'termination' | 'descendants_terminated' | 'task'>): string | null {
+  const n = (count: number, what: string) => `${count} ${what}${count === 1 ? '' : 'es'}`;
+  if (receipt.handed_off) {
+    const ends = receipt.task ? `; sbx close --task ${receipt.task} ends it` : '';
+    return `sbx: ${n(receipt.handed_off.pids, 'process')} handed off to service ${receipt.handed_off.service_id} (sbx ps, sbx logs ${receipt.handed_off.service_id}${ends})`;
+  }
+  if (receipt.termination.cause === 'linger' && receipt.descendants_terminated > 0) return `sbx: ${n(receipt.descendants_terminated, 'leftover process')} ${receipt.descendants_terminated === 1 ? 'was' : 'were'} ended (--linger kill)`;
+  return null;
+}
+
 /** The line for a receipt whose outcome is owner_lost: the status is unknown, and the receipt's evidence. */
 export function ownerLostLine(receipt: Receipt): string {
   return `session ${receipt.session_id}: owner lost (the supervisor that ran it stopped before it ended): its exit status is unknown, death evidence ${receipt.death.evidence} (sbx receipt ${receipt.session_id})`;

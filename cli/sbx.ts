@@ -42,7 +42,7 @@ import { VERSION } from '../ipc/version.js';
 import { attachCommand, pumpStdin } from './attach.js';
 import { runBridge } from './bridge.js';
 import { bashCompletion, zshCompletion } from './completion.js';
-import { deprecatedKeyOption, describe, endedAs, escapedLine, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, uptimeText, useSocket } from './explain.js';
+import { deprecatedKeyOption, describe, endedAs, escapedLine, leftoversLine, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, uptimeText, useSocket } from './explain.js';
 import { clearProgress, Progress } from './progress.js';
 import { escapeControls, warn } from './escape.js';
 import { parsePsFilters, PS_FILTER_KEYS, psNeedsAll, type PsFilters, psTable, selectPsRows, unknownNotes } from './ps-format.js';
@@ -345,13 +345,19 @@ sub('run')
   .option('--cols <n>', 'pty width (default: this terminal\'s, else 80)', positiveInt)
   .option('--rows <n>', 'pty height (default: this terminal\'s, else 24)', positiveInt)
   .option('-i, --stdin', "stream this CLI's stdin into the session; without it the command's stdin is /dev/null (as docker run without -i): sbx run -- cat returns at once")
-  .addOption(new Option('--linger <policy>', 'descendants left when the leader exits').choices(['kill', 'wait']).default('kill'))
+  .addOption(new Option('--linger <policy>', "descendants left when the leader exits: handoff (they go on as a service of their own: sbx ps), kill (TERM, grace, KILL) or wait (default: the supervisor's session.defaultLinger, handoff; kill with --pty or in subreaper mode)").choices(['handoff', 'kill', 'wait']))
+  .option('--service', 'start a service: a session meant to keep running (a dev server, a database); prints its id and returns, as --detach; sbx close --task ends it')
+  .option('--keep-after-close', "with --service: the service outlives its task's close (sbx close --task); the sandbox-wide sbx close ends it")
+  .option('-q, --quiet', "say nothing of sbx's own on stderr but errors and warnings (not the line on what became of leftover processes)")
   .addOption(new Option('--on-disconnect <policy>', 'what a lost connection does to the session').choices(['continue', 'cancel']).default('continue'))
   .option('-d, --detach', 'print the session id and return at once')
   .option('--receipt <file>', 'write the receipt as JSON to FILE when the session ends')
   .passThroughOptions()
-  .action(async (cmd: string[], o: { key?: string; task?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; pty?: boolean; cols?: number; rows?: number; stdin?: boolean; linger: 'kill' | 'wait'; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
+  .action(async (cmd: string[], o: { key?: string; task?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; pty?: boolean; cols?: number; rows?: number; stdin?: boolean; linger?: 'handoff' | 'kill' | 'wait'; service?: boolean; keepAfterClose?: boolean; quiet?: boolean; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
     const g = globals(o);
+    if (o.keepAfterClose && !o.service) fail('INVALID_ARGUMENT: --keep-after-close is for a service: add --service');
+    if (o.service && o.receipt) fail('INVALID_ARGUMENT: --service with --receipt: a service is detached, and sbx is gone before it ends; get the receipt later with sbx wait ID (or sbx receipt ID)');
+    if (o.service) o.detach = true;
     if (o.detach && o.onDisconnect === 'cancel') {
       fail('INVALID_ARGUMENT: --detach with --on-disconnect cancel: a detached sbx closes its connection at once, which would cancel the session; drop one of them');
     }
@@ -387,6 +393,7 @@ sub('run')
       timeout_ms: o.timeout,
       grace_ms: o.grace,
       linger: o.linger,
+      ...(o.service ? { service: true, ...(o.keepAfterClose ? { keep_after_close: true } : {}) } : {}),
       on_disconnect: o.onDisconnect,
       user: o.user,
       // A terminal that reports 0x0 (some consoles and CI ptys) counts as none: 80x24.
@@ -453,6 +460,9 @@ sub('run')
       else warn(`${cmd[0]}: ${why ?? receipt.spawn_error.code} (${receipt.spawn_error.stage} failed: ${receipt.spawn_error.code})`);
     }
     // What the exit status cannot say: who ended it, bytes that were not stored, a status nobody saw.
+    // What became of leftover processes, once (the exit status is the leader's).
+    const leftovers = leftoversLine(receipt);
+    if (leftovers && !o.quiet) process.stderr.write(`${leftovers}\n`);
     if (receipt.termination.cause === 'shutdown') {
       warn(`session ${receipt.session_id} was ended because the supervisor is stopping (${receipt.outcome}, cause shutdown; sbx receipt ${receipt.session_id})`);
     }
@@ -1017,7 +1027,10 @@ sub('close')
       // Each running session the close ended (TERM, grace, KILL after --timeout), one a line.
       for (const id of receipt.settle.terminated_ids ?? []) {
         const argv = argvOf.get(id);
-        warn(`cancelled session ${id}${argv ? ` (${argv.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replaceAll("'", `'\\''`)}'`)).join(' ')})` : ''}: it was still running after the ${receipt.settle.timeout_ms / 1000} s timeout`);
+        const shown = argv ? ` (${argv.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replaceAll("'", `'\\''`)}'`)).join(' ')})` : '';
+        // A service is ended by the close (it is meant to keep running), not after a timeout.
+        if (receipt.sessions.find((s) => s.session_id === id)?.service) warn(`ended service ${id}${shown}`);
+        else warn(`cancelled session ${id}${shown}: it was still running after the ${receipt.settle.timeout_ms / 1000} s timeout`);
       }
       // Vacuously complete: a misspelled task has no sessions either.
       if (receipt.sessions.length === 0) warn(`note: task ${JSON.stringify(task)} has no sessions (complete holds vacuously; is the task name right?)`);

@@ -35,7 +35,32 @@ export interface CgroupEscape {
   writer_pid: number | null;
 }
 export type SupervisorMode = 'cgroup' | 'subreaper';
-export type LingerPolicy = 'kill' | 'wait';
+/**
+ * What becomes of descendants still running when the leader exits: handoff (the default where
+ * the session has a cgroup leaf and no pty) moves them, frozen, into a new session of their own,
+ * a service; kill ends them (TERM, grace, KILL); wait lets the session end with the last of them.
+ */
+export type LingerPolicy = 'kill' | 'wait' | 'handoff';
+
+/**
+ * A service: a session meant to keep running, started directly (`sbx run --service`, from: null)
+ * or made of a command's leftovers at its leader's exit (from: that session's id). A task's close
+ * ends its services at once (TERM, grace, KILL); one kept after close (keep_after_close) is not
+ * the task's close's but the sandbox-wide close's.
+ */
+export interface ServiceFacts {
+  handed_off_from: string | null;
+  keep_after_close: boolean;
+}
+
+/** What a command's session handed off at its leader's exit: every process left in its leaf, moved (frozen) into that service's leaf. */
+export interface HandoffFacts {
+  service_id: string;
+  /** Processes moved (cgroup.procs entries of the leaf, frozen). */
+  pids: number;
+  /** When the move was done (ISO-8601 UTC, ms): the command's streams end there, the service's begin. */
+  at: string;
+}
 
 /** Client → daemon: `{ id, method, params }`; `id` is the client's, echoed back. */
 export interface RequestFrame {
@@ -185,6 +210,10 @@ export interface SessionSummary {
    * (TERM sent, KILL after its grace), or one whose receipt waits for disk space. Absent else.
    */
   receipt_pending?: true;
+  /** A service (ServiceFacts): started with --service, or made of the leftovers of handed_off_from. */
+  service?: ServiceFacts;
+  /** The service this session's leftovers went on as (its receipt's handed_off), once handed off. */
+  handed_off_to?: string;
 }
 
 export interface StatusResult {
@@ -316,7 +345,8 @@ export interface StreamOutput {
   reason: null | 'quota' | 'disk_full' | 'drain_timeout' | 'owner_lost' | 'io_error' | 'pty_hangup';
   dropped_bytes: number;
   /** How the drain ended; "lost": the supervisor that drained it died (owner_lost). */
-  drain_end: 'eof' | 'eio' | 'timeout' | 'lost';
+  /** handoff: the stream was handed on at the leader's exit with the processes holding it (HandoffFacts): every byte written before is here, every byte after is the service's. */
+  drain_end: 'eof' | 'eio' | 'timeout' | 'lost' | 'handoff';
   index_sha256: string;
   /** Every chunk file, in order; covered by the signature with the rest. */
   chunks: ChunkDigest[];
@@ -360,11 +390,17 @@ export interface Receipt {
   spawn_error?: { stage: string; errno: number; code: string };
   /** Only with death.evidence "operator_attested": who said so, and why. */
   operator?: { uid: number; pid: number; reason: string; unknown_reason: string | null };
+  /** The processes left at the leader's exit went on as a service (linger handoff): none of them ran outside it. */
+  handed_off?: HandoffFacts;
+  /** This session is a service (ServiceFacts). */
+  service?: ServiceFacts;
   signature?: { alg: 'ed25519'; key_id: string; value: string };
 }
 
 /** sh/timeout(1)/docker conventions: the status `sbx run` and `sbx wait` exit with. */
-export function exitStatusOf(receipt: Pick<Receipt, 'outcome' | 'exit'>, signalNumber: (name: string) => number): number {
+export function exitStatusOf(receipt: Pick<Receipt, 'outcome' | 'exit' | 'service'>, signalNumber: (name: string) => number): number {
+  // A service of leftovers has no leader, so no exit status of its own: 0 once it ended with proof.
+  if (receipt.service?.handed_off_from && receipt.exit.code === null && receipt.exit.signal === null && (receipt.outcome === 'exited' || receipt.outcome === 'cancelled')) return 0;
   switch (receipt.outcome) {
     case 'exited':
     case 'spawn_failed':
@@ -503,6 +539,8 @@ export interface TaskSessionEntry {
   ended_at: string | null;
   /** Each stream's final cursor, whether the stored log is whole, and why not. */
   output: Record<string, { final_cursor: number; complete: boolean; reason: string | null }>;
+  /** A service of the task (ended by the close at once, not waited for); absent for other sessions. */
+  service?: ServiceFacts;
   /** Per workspace of the close (the watched root holding it): the session's terminal_mutation, or its gap (not_watched: no watched root) and the digest of the scan that stands in. */
   workspace: { path: string; root: string | null; epoch: string | null; terminal_mutation: number | null; gap: string | null; scan_digest: string | null }[];
 }

@@ -5,7 +5,7 @@
 // codes"). No I/O: the registry gathers the load and carries the decision out
 // (test/unit/admission.test.ts).
 import { SupervisorError } from '../ipc/errors.js';
-import type { SessionState } from '../ipc/protocol.js';
+import type { LingerPolicy, SessionState } from '../ipc/protocol.js';
 
 export interface AdmissionRequest {
   invocationKey: string;
@@ -146,4 +146,18 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
     };
   }
   return { kind: 'admit' };
+}
+
+/**
+ * The linger a launch runs with: the one it names, else the configured default
+ * (session.defaultLinger). handoff needs a cgroup leaf to move the leftovers out of, and no
+ * pty (the shim stays its session leader): where it cannot be had, a default of handoff is
+ * kill, and a launch that names it is refused (INVALID_ARGUMENT, field linger).
+ */
+export function resolveLinger(asked: LingerPolicy | null, fallback: LingerPolicy, session: { cgroup: boolean; pty: boolean }): LingerPolicy {
+  const policy = asked ?? fallback;
+  if (policy !== 'handoff' || (session.cgroup && !session.pty)) return policy;
+  if (asked === null) return 'kill';
+  const why = session.pty ? 'a pty session (its exec shim stays the leader of the terminal, so its leftovers cannot be moved out)' : 'subreaper mode (no cgroup leaf to move the leftovers out of)';
+  throw new SupervisorError('INVALID_ARGUMENT', `linger handoff is not available for ${why}: use kill or wait`, { field: 'linger' });
 }

@@ -54,6 +54,11 @@ export function parsePopulated(eventsText: string): boolean {
   return /^populated 1$/m.test(eventsText);
 }
 
+/** True when cgroup.events text says "frozen 1" (cgroup v2's freezer: every process of the cgroup is stopped). */
+export function parseFrozen(eventsText: string): boolean {
+  return /^frozen 1$/m.test(eventsText);
+}
+
 /** The subtree this supervisor owns: sessions live at <base>/sessions/<sessionId>. */
 export class CgroupTree {
   private constructor(
@@ -193,6 +198,43 @@ export class CgroupLeaf {
     return reached;
   }
 
+  /**
+   * cgroup.freeze: 1 stops every process of the leaf (none runs, forks or writes until thawed),
+   * 0 thaws it. A process moved into a frozen cgroup is frozen, one moved out of it thaws
+   * (cgroup-v2.rst, "Core Interface Files": cgroup.freeze). SIGKILL still kills a frozen process.
+   */
+  freeze(on: boolean): void {
+    writeFileSync(join(this.path, 'cgroup.freeze'), on ? '1' : '0');
+  }
+
+  /** Resolves true once cgroup.events says "frozen 1", false after timeoutMs (a process in an uninterruptible sleep freezes only when it wakes). */
+  waitFrozen(timeoutMs: number): Promise<boolean> {
+    return this.waitEvents((text) => parseFrozen(text), timeoutMs);
+  }
+
+  /**
+   * Moves every process of this leaf into `to` (each pid written to its cgroup.procs), reading
+   * cgroup.procs again until it is empty (a process that forked meanwhile: its child is here
+   * too; frozen, none can). Returns the distinct pids moved; a pid gone before its write
+   * (ESRCH) is not counted. Throws on any other write error (the rest stay here).
+   */
+  moveAllTo(to: CgroupLeaf, maxRounds = 64): number[] {
+    const moved = new Set<number>();
+    for (let round = 0; round < maxRounds; round++) {
+      const pids = this.pids();
+      if (pids.length === 0) break;
+      for (const pid of pids) {
+        try {
+          writeFileSync(to.procsPath, String(pid));
+          moved.add(pid);
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
+        }
+      }
+    }
+    return [...moved];
+  }
+
   /** cgroup.kill: SIGKILL to the whole subtree at once (Linux 5.14+). */
   kill(): void {
     writeFileSync(join(this.path, 'cgroup.kill'), '1');
@@ -203,20 +245,36 @@ export class CgroupLeaf {
    * (null: no bound). Reads the file first; waits on its inotify event only if needed.
    */
   waitEmpty(timeoutMs: number | null): Promise<boolean> {
-    if (!this.populated()) return Promise.resolve(true);
+    return this.waitEvents((text) => !parsePopulated(text), timeoutMs);
+  }
+
+  /**
+   * Resolves true once cgroup.events satisfies `done` (read first; then on each of its inotify
+   * events), false after timeoutMs (null: no bound). A leaf that is gone reads as "" (empty, not frozen).
+   */
+  private waitEvents(done: (eventsText: string) => boolean, timeoutMs: number | null): Promise<boolean> {
+    const file = join(this.path, 'cgroup.events');
+    const read = () => {
+      try {
+        return readFileSync(file, 'utf8');
+      } catch {
+        return '';
+      }
+    };
+    if (done(read())) return Promise.resolve(true);
     return new Promise((resolve) => {
       let timer: NodeJS.Timeout | undefined;
-      const watcher = watch(join(this.path, 'cgroup.events'), () => check());
-      const finish = (empty: boolean) => {
+      const watcher = watch(file, () => check());
+      const finish = (result: boolean) => {
         watcher.close();
         if (timer) clearTimeout(timer);
-        resolve(empty);
+        resolve(result);
       };
       const check = () => {
-        if (!this.populated()) finish(true);
+        if (done(read())) finish(true);
       };
-      watcher.on('error', () => finish(!this.populated()));
-      if (timeoutMs !== null) timer = setTimeout(() => finish(!this.populated()), timeoutMs);
+      watcher.on('error', () => finish(done(read())));
+      if (timeoutMs !== null) timer = setTimeout(() => finish(done(read())), timeoutMs);
       check(); // the event may have fired between the first read and the watch
     });
   }

@@ -73,6 +73,10 @@ export const ConfigSchema = z
       .object({
         maxSessions: z.number().int().min(1).max(1_000_000).default(4096).describe('sessions not yet ended at once; the next launch gets LIMIT_EXCEEDED'),
         defaultGraceMs: durationMs.default(10_000).describe('TERM→KILL grace of a launch that gives none'),
+        defaultLinger: z
+          .enum(['handoff', 'kill', 'wait'])
+          .default('handoff')
+          .describe('what becomes of descendants left at the leader\'s exit, for a launch that names no linger: handoff (a service of their own; kill where the session has no cgroup leaf or has a pty), kill (TERM, grace, KILL) or wait'),
         user: z
           .union([z.string().min(1), z.number().int().min(0)])
           .optional()

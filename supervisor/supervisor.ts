@@ -12,7 +12,7 @@ import { SupervisorError } from '../ipc/errors.js';
 import type { GcResult, SealResult } from '../ipc/methods.js';
 import { DEFAULT_TASK, type CloseReceipt, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StatusResult, type SupervisorMode, type TaskReceipt, type TaskSealResult } from '../ipc/protocol.js';
 import { keyRecordName, STATE } from '../ipc/state-layout.js';
-import { admit } from './admission.js';
+import { admit, resolveLinger } from './admission.js';
 import { CgroupTree } from './cgroup.js';
 import { Checkpoints, thawLeftFrozen } from './checkpoint/checkpoint.js';
 import { Closing } from './close.js';
@@ -26,7 +26,7 @@ import { native } from './native.js';
 import { Reaper } from './reaper.js';
 import { restoreSessions } from './restore.js';
 import { Retention } from './retention.js';
-import type { OperatorAttestation, SessionContext } from './session/context.js';
+import type { OperatorAttestation, SessionContext, SessionRequest } from './session/context.js';
 import { isSettled } from './session/lifecycle.js';
 import { LiveSession } from './session/live.js';
 import { commandDigest } from './session/receipt.js';
@@ -80,6 +80,7 @@ export class Supervisor {
    */
   private constructor(readonly config: Config, readonly log: Logger, readonly ctx: SessionContext, readonly lock: StateDirLock, readonly metrics: SupervisorMetrics | null) {
     this.keys = new KeyIndex(config.stateDir);
+    ctx.admitHandoff = (origin) => this.admitHandoff(origin);
     this.closing = new Closing(ctx, log);
     this.retention = new Retention(config, log, ctx.storage, ctx.sessionsDir, {
       sessions: () => this.sessions.values(),
@@ -105,7 +106,8 @@ export class Supervisor {
     this.tasks = new Tasks({
       ctx,
       checkpoints: this.checkpoints,
-      sessionsOf: (task) => [...this.sessions.values()].filter((s) => s.req.task === task || s.req.task === null),
+      // A service kept after close is the sandbox-wide close's, not its task's.
+      sessionsOf: (task) => [...this.sessions.values()].filter((s) => (s.req.task === task || s.req.task === null) && !s.req.service?.keep_after_close),
       reconciled: (sessions) => Promise.all(sessions.map((s) => this.reconcilingSessions.get(s.id))).then(() => {}),
       retiredOf: (task) => this.retention.retiredOf(task),
       stopping: () => this.stopping !== null,
@@ -170,6 +172,9 @@ export class Supervisor {
         pauseFile: process.env.SBX_TEST_WATCH_PAUSE_FILE || undefined,
         noTmpfile: process.env.SBX_TEST_WATCH_NO_TMPFILE === '1',
       }),
+      admitHandoff: () => {
+        throw new Error('no registry yet');
+      },
     };
     log.info({ instance, generation, mode, cgroup: tree?.basePath ?? null, subreaper: native().isChildSubreaper() }, 'supervisor ready');
     try {
@@ -341,6 +346,9 @@ export class Supervisor {
     }
     const pty = params.pty ? { cols: params.pty.cols ?? 80, rows: params.pty.rows ?? 24 } : null;
     const stdin = params.stdin ? 'stream' : 'null';
+    if (params.keep_after_close && !params.service) throw new SupervisorError('INVALID_ARGUMENT', 'keep_after_close is for a service: give service too (sbx run --service --keep-after-close)', { field: 'keep_after_close' });
+    // A service goes on while any process of it runs (wait), unless it names another linger.
+    const linger = resolveLinger(params.linger ?? null, params.service ? 'wait' : this.config.session.defaultLinger, { cgroup: this.ctx.tree !== null, pty: pty !== null });
     const digest = commandDigest({ argv: params.argv, cwd: params.cwd, env, pty: pty !== null, stdin, user: userSpec });
     const key = params.invocation_key ?? `auto-${randomBytes(12).toString('hex')}`;
     const task = params.task ?? DEFAULT_TASK;
@@ -399,13 +407,14 @@ export class Supervisor {
         commandDigest: digest,
         timeoutMs: params.timeout_ms ?? 0,
         graceMs: params.grace_ms ?? this.config.session.defaultGraceMs,
-        linger: params.linger ?? 'kill',
+        linger,
         chunkBytes: this.config.drain.chunkBytes,
         user: userSpec,
         sessionUser,
         pty,
         stdin,
         task,
+        service: params.service ? { handed_off_from: null, keep_after_close: params.keep_after_close === true } : null,
       },
       this.ctx,
     );
@@ -436,6 +445,29 @@ export class Supervisor {
       if (receipt) this.log.info({ session_id: session.id, outcome: receipt.outcome, exit: receipt.exit }, 'session ended');
     });
     return { session_id: session.id, invocation_key: key, existing: false, state: session.state, command_digest: digest };
+  }
+
+  /**
+   * The service a command's leftovers go on as (linger handoff, live.ts): the command's request
+   * as it was (argv, cwd, env, user, task: what its processes are), with no stdin, pty or
+   * deadline of its own, and its own key (`service:<origin id>`); admitted (record, key record,
+   * frozen leaf) and registered as launch() does, not started. Throws when any step fails
+   * (the origin then ends the leftovers: linger kill); nothing of it is left then.
+   */
+  private admitHandoff(origin: { id: string; req: SessionRequest }): LiveSession {
+    if (this.stopping) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping');
+    const key = `service:${origin.id}`;
+    const service = new LiveSession(newSessionId(), { ...origin.req, invocationKey: key, timeoutMs: 0, linger: 'kill', pty: null, stdin: 'null', service: { handed_off_from: origin.id, keep_after_close: false } }, this.ctx);
+    try {
+      service.admit();
+      this.keys.write({ invocation_key: key, session_id: service.id, command_digest: origin.req.commandDigest, admitted_at: service.admittedAt.toISOString() });
+    } catch (err) {
+      service.abandon();
+      throw err;
+    }
+    this.register(service);
+    this.log.info({ session_id: service.id, handed_off_from: origin.id }, 'service admitted for leftovers');
+    return service;
   }
 
   /**

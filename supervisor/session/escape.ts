@@ -374,6 +374,8 @@ export class EscapeWatch {
     }
     const name = e.name.toString();
     if (name !== 'cgroup.procs' && name !== 'cgroup.threads') return;
+    // The supervisor's own writes are the hand-off of leftovers to a service (handoff.ts), said in both receipts.
+    if (e.pid === this.selfPid) return;
     let to: string | null = null;
     try {
       to = native().watchHandlePath(this.mountFd, e.handle).toString();

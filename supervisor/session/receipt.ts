@@ -2,7 +2,7 @@
 // table), the command digest, and the receipt assembled from recorded facts. No I/O here,
 // so these are unit-tested without processes.
 import { createHash } from 'node:crypto';
-import type { CgroupEscape, DeathEvidence, Outcome, Receipt, StreamName, StreamOutput, SupervisorMode, TerminationCause, WorkspaceEntry } from '../../ipc/protocol.js';
+import type { CgroupEscape, DeathEvidence, HandoffFacts, Outcome, Receipt, ServiceFacts, StreamName, StreamOutput, SupervisorMode, TerminationCause, WorkspaceEntry } from '../../ipc/protocol.js';
 
 /** What the command digest covers (docs/reference/contract.md "Session environment and command digest"). */
 export interface DigestInput {
@@ -76,6 +76,10 @@ export interface ReceiptFacts {
   descendantsTerminated: number;
   /** The workspace clock's entries (workspace/watcher.ts); absent or [] without workspaces. */
   workspace?: WorkspaceEntry[];
+  /** What the leftovers went on as (linger handoff); null or absent: nothing was handed off. */
+  handedOff?: HandoffFacts | null;
+  /** The session is a service; null or absent: a command. */
+  service?: ServiceFacts | null;
 }
 
 const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
@@ -115,6 +119,8 @@ export function buildReceipt(f: ReceiptFacts): Receipt {
     usage: f.usage,
     descendants_terminated: f.descendantsTerminated,
     ...(f.workspace?.length ? { workspace: f.workspace } : {}),
+    ...(f.handedOff ? { handed_off: { ...f.handedOff } } : {}),
+    ...(f.service ? { service: { ...f.service } } : {}),
   };
   if (f.spawnFailure) receipt.spawn_error = { ...f.spawnFailure };
   return receipt;

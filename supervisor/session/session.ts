@@ -245,6 +245,8 @@ export abstract class Session extends EventEmitter {
       usage: this.receipt?.usage ?? this.leaf?.usage() ?? {},
       ...(this.unknownReason ? { reason: this.unknownReason } : {}),
       ...(this.state === 'unknown' && (this.receiptOnItsWay || this.receiptAwaitingSpace) ? { receipt_pending: true as const } : {}),
+      ...(this.req.service ? { service: { ...this.req.service } } : {}),
+      ...(this.receipt?.handed_off ? { handed_off_to: this.receipt.handed_off.service_id } : {}),
     };
   }
 
@@ -277,6 +279,7 @@ export abstract class Session extends EventEmitter {
       gid: this.admission?.gid ?? null,
       supervisor: this.ctx.identity,
       admittedAt: this.admittedAt,
+      service: this.req.service,
     };
   }
 
