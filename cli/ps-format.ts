@@ -77,6 +77,13 @@ function startedText(agoMs: number): string {
 
 /** The STATUS cell of one session at nowMs (ms since the epoch). */
 export function statusText(s: SessionSummary, nowMs: number): string {
+  // A service says so, and which session's leftovers it is; a command says where its leftovers went.
+  const what = s.service ? (s.service.handed_off_from ? `service of ${s.service.handed_off_from}, ` : 'service, ') : '';
+  const went = s.handed_off_to ? `, handed off to ${s.handed_off_to}` : '';
+  return `${what}${stateText(s, nowMs)}${went}`;
+}
+
+function stateText(s: SessionSummary, nowMs: number): string {
   const since = (iso: string | null | undefined) => (iso ? nowMs - Date.parse(iso) : 0);
   switch (s.state) {
     case 'admitted':

@@ -68,6 +68,8 @@ def launch_params(
     pty: Optional[Mapping[str, int]],
     linger: Optional[str],
     on_disconnect: Optional[str],
+    service: bool = False,
+    keep_after_close: bool = False,
 ) -> Dict[str, Any]:
     """launch's params. A key is made here when none is given, so a resend after a drop finds the first launch's session."""
     if isinstance(argv, (str, bytes)):
@@ -88,6 +90,8 @@ def launch_params(
         "pty": dict(pty) if pty is not None else None,
         "linger": linger,
         "on_disconnect": on_disconnect,
+        "service": True if service else None,
+        "keep_after_close": True if keep_after_close else None,
     }
     params.update({k: v for k, v in optional.items() if v is not None})
     return params
@@ -141,6 +145,9 @@ def exit_status_of(receipt: Receipt) -> int:
     outcome = receipt.get("outcome")
     exit_ = receipt.get("exit") or {}
     code = exit_.get("code")
+    # A service of leftovers has no leader, so no exit status of its own: 0 once it ended with proof.
+    if (receipt.get("service") or {}).get("handed_off_from") and code is None and not exit_.get("signal") and outcome in ("exited", "cancelled"):
+        return 0
     if outcome in ("exited", "spawn_failed"):
         return code if code is not None else 125
     if outcome == "timed_out":

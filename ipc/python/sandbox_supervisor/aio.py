@@ -316,9 +316,11 @@ class AsyncClient(EndpointClient):
         pty: Optional[Mapping[str, int]] = None,
         linger: Optional[str] = None,
         on_disconnect: Optional[str] = None,
+        service: bool = False,
+        keep_after_close: bool = False,
     ) -> Session:
         """See Client.launch."""
-        params = P.launch_params(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin, pty=pty, linger=linger, on_disconnect=on_disconnect)
+        params = P.launch_params(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin, pty=pty, linger=linger, on_disconnect=on_disconnect, service=service, keep_after_close=keep_after_close)
         return Session.from_wire(await self.request("launch", params))
 
     async def run(

@@ -279,6 +279,8 @@ class Client(EndpointClient):
         pty: Optional[Mapping[str, int]] = None,
         linger: Optional[str] = None,
         on_disconnect: Optional[str] = None,
+        service: bool = False,
+        keep_after_close: bool = False,
     ) -> Session:
         """Launches argv and returns its Session at once (``existing`` True: ``key`` already had it).
 
@@ -289,10 +291,13 @@ class Client(EndpointClient):
         whole environment too); ``user`` (name or uid: the supervisor must be root);
         ``task`` (default "default"); ``stdin``: the session's stdin is written with
         ``write`` (else /dev/null); ``pty``: ``{"cols", "rows"}`` (one stream, "pty");
-        ``linger``: "kill"|"wait"; ``on_disconnect``: "continue"|"cancel".
+        ``linger``: "handoff"|"kill"|"wait" (default: the supervisor's, handoff: leftovers go on as
+        a service); ``on_disconnect``: "continue"|"cancel"; ``service``: start a service (meant
+        to keep running; a task's close ends it), ``keep_after_close``: one that outlives its
+        task's close.
         Errors: INVALID_ARGUMENT, KEY_CONFLICT, ADMISSION_SEALED, ADMISSION_DENIED, LIMIT_EXCEEDED.
         """
-        params = P.launch_params(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin, pty=pty, linger=linger, on_disconnect=on_disconnect)
+        params = P.launch_params(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin, pty=pty, linger=linger, on_disconnect=on_disconnect, service=service, keep_after_close=keep_after_close)
         return Session.from_wire(self.request("launch", params))
 
     def run(
