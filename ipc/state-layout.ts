@@ -131,6 +131,8 @@ const AdmissionSchema = z.object({
   admitted_at: z.string(),
   /** Absent in records written before tasks: the task `default`. */
   task: z.string().min(1).optional(),
+  /** The session's cgroup limits (SessionLimits, written to its leaf before this record); absent when none, and in records written before limits. */
+  limits: z.object({ memory_max_bytes: z.number().int().positive().optional(), pids_max: z.number().int().positive().optional(), cpus: z.number().positive().optional() }).strict().optional(),
 });
 /** The durable admission record, written before spawn (admission.json). */
 export type AdmissionRecord = z.infer<typeof AdmissionSchema>;

@@ -6,7 +6,10 @@
 // has is session.ts. See cgroups(7), pty(7), docs/design/facts.md 8, 15, 16.
 import { chmodSync, chownSync, closeSync, mkdirSync, rmSync } from 'node:fs';
 import { Socket } from 'node:net';
-import type { StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
+import { SupervisorError } from '../../ipc/errors.js';
+import type { SessionLimits, StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
+import { applyLimits } from '../cgroup.js';
+import { hasLimits, LIMITS } from '../limits.js';
 import { faultPoint } from '../fault.js';
 import { native } from '../native.js';
 import type { ReadRecord } from '../store/chunks.js';
@@ -60,6 +63,8 @@ export class LiveSession extends Session {
     const { tree, identity } = this.ctx;
     mkdirSync(this.dir, { mode: 0o700 });
     if (tree) this.leaf = tree.createLeaf(this.id);
+    const limits = this.req.limits ?? {};
+    if (hasLimits(limits)) this.applyLimits(limits);
     this.admission = {
       session_id: this.id,
       invocation_key: this.req.invocationKey,
@@ -83,6 +88,7 @@ export class LiveSession extends Session {
       generation: identity.generation,
       instance: identity.instance,
       admitted_at: this.admittedAt.toISOString(),
+      ...(hasLimits(limits) ? { limits } : {}),
     };
     writeAdmission(this.dir, this.admission);
     fsyncDir(this.ctx.sessionsDir);
@@ -93,6 +99,25 @@ export class LiveSession extends Session {
     const workspaceBytes = this.ctx.watcher.paths.reduce((sum, p) => sum + 2 * Buffer.byteLength(p) + 2 * 4096 + 1024, 0);
     // And the escapes its death may list (escape.ts).
     reserveReceiptSpace(this.dir, receiptReservationBytes(Buffer.byteLength(JSON.stringify(this.admission)), (this.req.pty ? 1 : 2) * chunksPerStream, workspaceBytes + ESCAPES_RESERVE_BYTES));
+  }
+
+  /**
+   * Writes the limits into the leaf before anything runs in it (the supervisor refused the
+   * launch already where a controller is absent: limits.ts). A write the kernel refuses all
+   * the same (the controller went away, a value it does not take) is LIMIT_UNAVAILABLE too:
+   * never run without the limit.
+   */
+  private applyLimits(limits: SessionLimits): void {
+    for (const { limit, controller } of LIMITS) {
+      if (limits[limit] === undefined) continue;
+      const cgroup = this.ctx.tree?.sessionsPath ?? null;
+      if (!this.leaf) throw new SupervisorError('LIMIT_UNAVAILABLE', `${limit} needs the ${controller} controller in cgroup v2, and this supervisor has no cgroup (subreaper mode). Nothing was run.`, { controller, limit, cgroup });
+      try {
+        applyLimits(this.leaf.path, { [limit]: limits[limit] });
+      } catch (err) {
+        throw new SupervisorError('LIMIT_UNAVAILABLE', `${limit} could not be applied: ${(err as Error).message}. Nothing was run.`, { controller, limit, cgroup, errno: (err as NodeJS.ErrnoException).code ?? null });
+      }
+    }
   }
 
   /** Undoes a failed admit(): nothing ran, so the directory and the leaf go. */
@@ -326,6 +351,8 @@ export class LiveSession extends Session {
     const exit = await leader.leaderExit;
     this.leaderExitedAt = exit.at;
     this.exit = { code: exit.code, signal: exit.signal };
+    // A SIGKILL nobody here sent, and no cause yet: the OOM killer's, if memory.events counts one at death.
+    const killedUnasked = exit.signal === 'SIGKILL' && !this.signalsSent.has('SIGKILL') && this.cause === null;
     this.spawnFailure = failure;
     if (this.state === 'running') this.transition('leader_exited');
     this.ctx.reaper.reapNow();
@@ -367,6 +394,11 @@ export class LiveSession extends Session {
     // Every stream's fsyncs at once (on the threadpool: one journal commit serves them all).
     const finals = await Promise.all([...this.drains.values()].map((drain) => drain.finalize()));
     await this.startedRecord;
+    const usage = this.leaf?.usage() ?? {};
+    // The leader's end was the OOM killer's (memory.events oom_kill counts it, read once every
+    // process is dead): said as such, not as a bare SIGKILL; it came before any linger.
+    // An OOM kill of a descendant only stays in usage.oom_kills, the cause unchanged.
+    if (killedUnasked && (usage.oom_kills ?? 0) > 0 && (this.cause === null || this.cause === 'linger')) this.cause = 'oom_kill';
     const output: Partial<Record<StreamName, StreamOutput>> = {};
     [...this.drains].forEach(([name, drain], i) => {
       output[name] = finals[i];
@@ -384,7 +416,7 @@ export class LiveSession extends Session {
       signalsSent: this.signalsSent,
       death: death!,
       output,
-      usage: this.leaf?.usage() ?? {},
+      usage,
       descendantsTerminated: this.descendantsTerminated ?? 0,
       workspace: await workspace,
     });

@@ -2,7 +2,7 @@
 // table), the command digest, and the receipt assembled from recorded facts. No I/O here,
 // so these are unit-tested without processes.
 import { createHash } from 'node:crypto';
-import type { CgroupEscape, DeathEvidence, Outcome, Receipt, StreamName, StreamOutput, SupervisorMode, TerminationCause, WorkspaceEntry } from '../../ipc/protocol.js';
+import type { CgroupEscape, DeathEvidence, Outcome, Receipt, SessionLimits, StreamName, StreamOutput, SupervisorMode, TerminationCause, WorkspaceEntry } from '../../ipc/protocol.js';
 
 /** What the command digest covers (docs/reference/contract.md "Session environment and command digest"). */
 export interface DigestInput {
@@ -34,7 +34,7 @@ export function spawnFailureExitCode(failure: SpawnFailureFact): number {
   return failure.code === 'ENOENT' || failure.code === 'ENOTDIR' ? 127 : 126;
 }
 
-/** The outcome: a spawn failure, else the first termination cause, else how the leader ended. */
+/** The outcome: a spawn failure, else the first termination cause, else how the leader ended (oom_kill and linger: signaled or exited, as it ended). */
 export function decideOutcome(facts: {
   spawnFailure: SpawnFailureFact | null;
   cause: TerminationCause | null;
@@ -73,6 +73,8 @@ export interface ReceiptFacts {
   death: { evidence: DeathEvidence; observedAt: Date; cgroup?: string; reaped?: number; escapeWatch?: 'fanotify' | 'unavailable'; escapes?: CgroupEscape[] };
   output: Partial<Record<StreamName, StreamOutput>>;
   usage: Receipt['usage'];
+  /** The limits it ran under (its admission record's); absent or {}: none, and no `limits` in the receipt. */
+  limits?: SessionLimits;
   descendantsTerminated: number;
   /** The workspace clock's entries (workspace/watcher.ts); absent or [] without workspaces. */
   workspace?: WorkspaceEntry[];
@@ -113,6 +115,7 @@ export function buildReceipt(f: ReceiptFacts): Receipt {
     },
     output: f.output,
     usage: f.usage,
+    ...(f.limits && Object.keys(f.limits).length ? { limits: { ...f.limits } } : {}),
     descendants_terminated: f.descendantsTerminated,
     ...(f.workspace?.length ? { workspace: f.workspace } : {}),
   };
