@@ -9,7 +9,7 @@
 // where they are in v2 they are enabled down to the leaves, and a session's limits
 // (docs/guide/limits.md) are written to its leaf before anything runs in it.
 import type { LimitController, SessionLimits, SessionUsage } from '../ipc/protocol.js';
-import { mkdirSync, readFileSync, rmdirSync, watch, writeFileSync } from 'node:fs';
+import { closeSync, constants as fsConstants, mkdirSync, openSync, readFileSync, rmdirSync, watch, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
 export interface CgroupMount {
@@ -108,7 +108,13 @@ export function limitWrites(limits: SessionLimits): { file: string; value: strin
 export function applyLimits(path: string, limits: SessionLimits): void {
   for (const { file, value, optional } of limitWrites(limits)) {
     try {
-      writeFileSync(join(path, file), value);
+      // Never O_CREAT: a file the leaf lacks is ENOENT (its controller is not there), not made.
+      const fd = openSync(join(path, file), fsConstants.O_WRONLY | fsConstants.O_TRUNC);
+      try {
+        writeSync(fd, value);
+      } finally {
+        closeSync(fd);
+      }
     } catch (err) {
       if (optional && (err as NodeJS.ErrnoException).code === 'ENOENT') continue;
       throw Object.assign(new Error(`cannot write ${value} to ${join(path, file)}: ${(err as Error).message}`), { code: (err as NodeJS.ErrnoException).code });

@@ -22,7 +22,7 @@ import { StreamDrain, type StorePolicy } from './drain.js';
 import { escalate, type EscalationStep, type EscalationTarget } from './escalation.js';
 import { ESCAPES_RESERVE_BYTES } from './escape.js';
 import { cgroupEmpty, liveDeath, missingShimReport, qualifyEscapes } from './evidence.js';
-import type { SpawnFailureFact } from './receipt.js';
+import { causeWithOom, type SpawnFailureFact } from './receipt.js';
 import { Session } from './session.js';
 import { LeaderProcess, signalNumber } from './spawn.js';
 import { StdinWriter } from './stdin.js';
@@ -395,10 +395,9 @@ export class LiveSession extends Session {
     const finals = await Promise.all([...this.drains.values()].map((drain) => drain.finalize()));
     await this.startedRecord;
     const usage = this.leaf?.usage() ?? {};
-    // The leader's end was the OOM killer's (memory.events oom_kill counts it, read once every
-    // process is dead): said as such, not as a bare SIGKILL; it came before any linger.
-    // An OOM kill of a descendant only stays in usage.oom_kills, the cause unchanged.
-    if (killedUnasked && (usage.oom_kills ?? 0) > 0 && (this.cause === null || this.cause === 'linger')) this.cause = 'oom_kill';
+    // The leader's end was the OOM killer's (memory.events oom_kill, read once every process is
+    // dead): said as such, not as a bare SIGKILL (receipt.ts causeWithOom).
+    this.cause = causeWithOom(this.cause, { leaderKilledUnasked: killedUnasked, oomKills: usage.oom_kills });
     const output: Partial<Record<StreamName, StreamOutput>> = {};
     [...this.drains].forEach(([name, drain], i) => {
       output[name] = finals[i];

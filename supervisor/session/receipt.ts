@@ -47,6 +47,19 @@ export function decideOutcome(facts: {
   return facts.exit.signal ? 'signaled' : 'exited';
 }
 
+/**
+ * The termination cause once the OOM killer is known to have struck: oom_kill when the leader
+ * ended by a SIGKILL the supervisor had not sent and while no cause was set
+ * (`leaderKilledUnasked`, decided at the leader's exit), and memory.events counted an OOM kill
+ * by the session's death (cgroup-v2.rst "memory.events": oom_kill). It came before any linger
+ * that followed, so it replaces that; any other cause stands. An OOM kill of a descendant only
+ * leaves the cause as it was (usage.oom_kills says so).
+ */
+export function causeWithOom(cause: TerminationCause | null, facts: { leaderKilledUnasked: boolean; oomKills: number | undefined }): TerminationCause | null {
+  if (!facts.leaderKilledUnasked || !((facts.oomKills ?? 0) > 0)) return cause;
+  return cause === null || cause === 'linger' ? 'oom_kill' : cause;
+}
+
 export interface ReceiptFacts {
   sessionId: string;
   invocationKey: string;

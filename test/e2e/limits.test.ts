@@ -63,7 +63,7 @@ describe.each(LIMITS)('$flag', (l) => {
       expect(run.receipt.limits).toBeUndefined();
     } else {
       const run = await client.run(params);
-      expect(run.stdout.toString().trim()).toBe(l.written);
+      expect(run.stdout!.toString().trim()).toBe(l.written);
       expect(run.receipt.limits).toEqual({ [l.param]: l.value });
     }
   });
@@ -127,7 +127,7 @@ describe('limits', () => {
         const d = await new TestDaemon({ config: { session: { defaultLimits: { memoryMaxBytes: 64 * 2 ** 20 } } } }).start();
         try {
           const run = await (await d.client()).run({ argv: catOwn('memory.max'), cwd: '/' });
-          expect(run.stdout.toString().trim()).toBe(String(64 * 2 ** 20));
+          expect(run.stdout!.toString().trim()).toBe(String(64 * 2 ** 20));
           expect(run.receipt.limits).toEqual({ memory_max_bytes: 64 * 2 ** 20 });
         } finally {
           await d.stop();
