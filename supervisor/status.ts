@@ -1,9 +1,8 @@
-// `sbx status`: the supervisor's health in one answer (StatusResult, ipc/protocol.ts):
-// version, identity, mode, the limits this host can enforce (limits.ts), sessions by state,
-// admission and why it is closed, the state dir's size and free space with its thresholds,
-// and the machine (systeminformation's CPU load and memory, os uptime) and the supervisor's
-// own uptime (process.uptime(): since this process started, not the machine's boot). Owns the
-// state dir's size cache; reads everything else.
+// `sbx status`: the supervisor's health in one answer (StatusResult, ipc/protocol.ts): version,
+// identity, mode, the limits this host can enforce (limits.ts), sessions by state, admission and
+// why it is closed, the state dir's size and free space with its thresholds, the machine
+// (systeminformation's CPU load and memory, os uptime) and the supervisor's own uptime
+// (process.uptime()). Owns the state dir's size cache; reads everything else.
 import { cpus, freemem, loadavg, totalmem, uptime } from 'node:os';
 import { lstatSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';

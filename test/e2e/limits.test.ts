@@ -1,9 +1,8 @@
-// Session limits on this host (docs/guide/limits.md): each of --memory, --pids, --cpus is
-// refused with LIMIT_UNAVAILABLE naming its controller where the sessions cgroup lacks it (this
-// hybrid host: memory, pids, cpu are bound to cgroup v1), through the client and through sbx
-// run, before anything is admitted; where the controller is there, the limit is in the leaf.
-// Which one holds is read from the kernel (the cgroup.controllers its parent hands the
-// supervisor's subtree), never assumed. Enforcement itself: test/nspawn.test.ts.
+// Session limits on this host (docs/guide/limits.md): each of --memory, --pids, --cpus refused
+// with LIMIT_UNAVAILABLE naming its controller where the sessions cgroup lacks it (this hybrid
+// host binds memory, pids, cpu to cgroup v1), through the client and sbx run, nothing admitted;
+// where it is there, the value is in the leaf. Which holds is read from the kernel (the
+// cgroup.controllers handed to the supervisor's subtree). Enforcement: test/nspawn.test.ts.
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';

@@ -11,8 +11,9 @@ import { applyLimits, cpuMaxValue, limitWrites, parseControllers, parseProcCgrou
 import { admit, type AdmissionLoad } from '../../supervisor/admission.js';
 import { defaultLimitsProblem, effectiveLimits, limitRefusal, limitsStatus, type LimitHost } from '../../supervisor/limits.js';
 import { buildReceipt, causeWithOom, decideOutcome, type ReceiptFacts } from '../../supervisor/session/receipt.js';
-import { limitsLine, oomLine } from '../../cli/explain.js';
-import type { Receipt } from '../../ipc/protocol.js';
+import { howEnded, limitsLine, oomLine } from '../../cli/explain.js';
+import { statusText } from '../../cli/ps-format.js';
+import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
 
 // /proc/cgroups as this hybrid host has it (memory, pids, cpu in v1 hierarchies; hugetlb in v2).
 const PROC_CGROUPS_HYBRID = `#subsys_name\thierarchy\tnum_cgroups\tenabled
@@ -204,5 +205,13 @@ describe('status, defaults and receipts', () => {
     expect('limits' in buildReceipt({ ...facts, limits: {} })).toBe(false);
     expect(oomLine(buildReceipt({ ...facts, cause: null }))).toBeNull();
     expect(decideOutcome({ spawnFailure: null, cause: 'oom_kill', exit: { code: null, signal: 'SIGKILL' } })).toBe('signaled');
+  });
+  it('sbx ps and the ended lines say the OOM killer, not a bare SIGKILL', () => {
+    const ended = '2026-12-03T10:00:00.000Z';
+    const row = { state: 'ended', outcome: 'signaled', exit: { code: null, signal: 'SIGKILL' }, termination_cause: 'oom_kill', ended_at: ended } as SessionSummary;
+    expect(statusText(row, Date.parse(ended) + 120_000)).toBe('killed by the OOM killer, 2 min ago');
+    expect(statusText({ ...row, termination_cause: null }, Date.parse(ended) + 120_000)).toBe('killed by SIGKILL, 2 min ago');
+    expect(howEnded(row)).toBe(`killed by the OOM killer (SIGKILL) at ${ended}`);
+    expect(howEnded(buildReceipt({ ...facts, limits: { memory_max_bytes: 1 } }))).toBe(`killed by the OOM killer (SIGKILL) at ${new Date(2).toISOString()}`);
   });
 });
