@@ -648,6 +648,6 @@ export interface SessionUsage {
   memory_peak_bytes?: number;
   /** memory.events oom_kill: processes of the session the OOM killer ended (the leader or a descendant). */
   oom_kills?: number;
-  /** pids.peak: the most tasks the leaf held at once (with the pids controller, where the kernel has the file). */
+  /** pids.peak: the most tasks the leaf held at once (with the pids controller, Linux 6.1+). */
   pids_peak?: number;
 }

@@ -335,7 +335,7 @@ export class CgroupLeaf {
   /**
    * CPU time from cpu.stat (present without controllers), in microseconds; with the memory
    * controller, peak memory (memory.peak, bytes) and OOM kills (memory.events oom_kill); with
-   * the pids controller, the most tasks at once (pids.peak, where the kernel has it).
+   * the pids controller, the most tasks at once (pids.peak, Linux 6.1+).
    * `memory_controller: false` says the memory fields are absent, not zero.
    */
   usage(): SessionUsage {
