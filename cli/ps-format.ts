@@ -107,7 +107,7 @@ function stateText(s: SessionSummary, nowMs: number): string {
     case 'exited':
       return `exited ${exit.code ?? '?'}${ago}`;
     case 'signaled':
-      return `killed by ${exit.signal ?? '?'}${ago}`;
+      return `killed by ${s.termination_cause === 'oom_kill' ? 'the OOM killer' : (exit.signal ?? '?')}${ago}`;
     case 'timed_out':
       return `timed out (${how})${ago}`;
     case 'cancelled':

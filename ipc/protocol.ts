@@ -14,8 +14,12 @@ export type StreamName = 'stdout' | 'stderr' | 'pty';
 
 export type SessionState = 'admitted' | 'running' | 'leader_exited' | 'terminating' | 'ended' | 'unknown';
 export type Outcome = 'exited' | 'signaled' | 'timed_out' | 'cancelled' | 'spawn_failed' | 'owner_lost';
-/** close: `sbx close` ended it after its settle timeout (outcome cancelled). */
-export type TerminationCause = 'deadline' | 'cancel' | 'linger' | 'shutdown' | 'reconcile' | 'close';
+/**
+ * close: `sbx close` ended it after its settle timeout (outcome cancelled). oom_kill: the
+ * kernel's OOM killer ended the leader at the session's memory.max (a SIGKILL the supervisor did
+ * not send, with memory.events oom_kill > 0; outcome signaled; docs/guide/limits.md).
+ */
+export type TerminationCause = 'deadline' | 'cancel' | 'linger' | 'shutdown' | 'reconcile' | 'close' | 'oom_kill';
 /** cgroup_escaped: the leaf emptied, but a process of the session moved something out of it first (death.escapes): no proof for what left. */
 export type DeathEvidence = 'cgroup_empty' | 'cgroup_escaped' | 'subreaper_reaped' | 'boot_changed' | 'operator_attested';
 
@@ -62,6 +66,22 @@ export interface HandoffFacts {
   at: string;
 }
 
+/**
+ * A session's cgroup v2 limits (launch params, admission record, receipt `limits`;
+ * docs/guide/limits.md): memory_max_bytes is written to memory.max (bytes; memory.swap.max
+ * gets 0 where it exists: no swap past it), pids_max to pids.max (tasks: processes and
+ * threads), cpus to cpu.max as `round(cpus * 100000) 100000` (CPUs' worth of time per 100 ms
+ * period). Each is absent when not set; a launch asking for one whose controller this host
+ * cannot enforce is refused (LIMIT_UNAVAILABLE), never run without it.
+ */
+export interface SessionLimits {
+  memory_max_bytes?: number;
+  pids_max?: number;
+  cpus?: number;
+}
+/** The cgroup v2 controller each limit needs (cgroup-v2.rst "Controllers"). */
+export type LimitController = 'memory' | 'pids' | 'cpu';
+
 /** Client → daemon: `{ id, method, params }`; `id` is the client's, echoed back. */
 export interface RequestFrame {
   id: number;
@@ -95,7 +115,8 @@ export interface HelloResult {
 /**
  * launch params (schemas.ts): argv (argv[0] is looked up in the session's PATH by the exec
  * shim), cwd, env (what the request sets), inherit_env, invocation_key, timeout_ms, grace_ms,
- * linger, user (run as that user; the supervisor must be root), pty {cols, rows} (one stream,
+ * linger, memory_max_bytes, pids_max, cpus (SessionLimits; not in the command digest, as
+ * timeout_ms is not; LIMIT_UNAVAILABLE where the controller is absent), user (run as that user; the supervisor must be root), pty {cols, rows} (one stream,
  * "pty"), stdin (clients write it: method write; else /dev/null), on_disconnect (cancel: the
  * session is cancelled when this connection closes before it ends; only for a new session: a
  * retry of an existing key never changes how that session ends).
@@ -254,6 +275,20 @@ export interface StatusResult {
   metrics?: string;
   /** The WebSocket listener's URL (`ws://HOST:PORT/` or `wss://`, the port bound); absent when it is off (docs/guide/remote.md). */
   remote?: string;
+  /**
+   * Which session limits this host can enforce (docs/guide/limits.md): a controller is true when
+   * the sessions cgroup has it in cgroup.subtree_control (so every leaf gets its files); reason,
+   * when any is false, says why in words. Absent from older supervisors.
+   */
+  limits?: LimitsStatus;
+}
+
+/** `status.limits`: memory, pids, cpu enforceable here, and why not (reason, when any is false). */
+export interface LimitsStatus {
+  memory: boolean;
+  pids: boolean;
+  cpu: boolean;
+  reason?: string;
 }
 
 /** One workspace as `sbx status` shows it (supervisor/workspace/watcher.ts). */
@@ -384,6 +419,8 @@ export interface Receipt {
   death: { evidence: DeathEvidence; observed_at: string; cgroup?: string; reaped?: number; escape_watch?: 'fanotify' | 'unavailable'; escapes?: CgroupEscape[] };
   output: Partial<Record<StreamName, StreamOutput>>;
   usage: SessionUsage;
+  /** The limits the session ran under (its admission's; docs/guide/limits.md); absent when none was set, and in receipts written before limits. */
+  limits?: SessionLimits;
   descendants_terminated: number;
   /** One entry per watched workspace (absent when the supervisor watches none). */
   workspace?: WorkspaceEntry[];
@@ -647,5 +684,8 @@ export interface SessionUsage {
   /** false: no memory controller in the leaf, so the memory fields are absent (not zero). */
   memory_controller?: boolean;
   memory_peak_bytes?: number;
+  /** memory.events oom_kill: processes of the session the OOM killer ended (the leader or a descendant). */
   oom_kills?: number;
+  /** pids.peak: the most tasks the leaf held at once (with the pids controller, Linux 6.1+). */
+  pids_peak?: number;
 }

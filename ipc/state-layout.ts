@@ -133,6 +133,8 @@ const AdmissionSchema = z.object({
   task: z.string().min(1).optional(),
   /** A service (protocol.ts ServiceFacts); absent for other sessions. */
   service: z.object({ handed_off_from: sessionId.nullable(), keep_after_close: z.boolean() }).optional(),
+  /** The session's cgroup limits (SessionLimits, written to its leaf before this record); absent when none, and in records written before limits. */
+  limits: z.object({ memory_max_bytes: z.number().int().positive().optional(), pids_max: z.number().int().positive().optional(), cpus: z.number().positive().optional() }).strict().optional(),
 });
 /** The durable admission record, written before spawn (admission.json). */
 export type AdmissionRecord = z.infer<typeof AdmissionSchema>;

@@ -57,6 +57,8 @@ export interface AdmissionLoad {
   maxSessions: number;
   reconciling: boolean;
   disk: { admits: boolean; freeBytes: number; minFreeBytes: number };
+  /** The refusal of the launch's limits on this host (limits.ts limitRefusal: LIMIT_UNAVAILABLE), or null: none asked for, or all enforceable. */
+  limitRefusal?: SupervisorError | null;
 }
 
 export type AdmissionDecision =
@@ -66,9 +68,10 @@ export type AdmissionDecision =
 
 /**
  * The decision, in this order: a key is forever (its session, or its tombstone, answers; another
- * command under it is KEY_CONFLICT); then a sealed admission (ADMISSION_SEALED), the session
- * bound (LIMIT_EXCEEDED), reconciliation (ADMISSION_DENIED) and disk space (ADMISSION_DENIED)
- * refuse new keys only.
+ * command under it is KEY_CONFLICT; its limits are its admission's, as its deadline is); then a
+ * limit this host cannot enforce (LIMIT_UNAVAILABLE: never run without it), a sealed admission
+ * (ADMISSION_SEALED), the session bound (LIMIT_EXCEEDED), reconciliation (ADMISSION_DENIED) and
+ * disk space (ADMISSION_DENIED) refuse new keys only.
  */
 export function admit(request: AdmissionRequest, load: AdmissionLoad): AdmissionDecision {
   const key = request.invocationKey;
@@ -117,6 +120,7 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
     }
     return { kind: 'existing', sessionId: load.retired.sessionId, state: 'retired' };
   }
+  if (load.limitRefusal) return { kind: 'refuse', error: load.limitRefusal };
   if (load.sealed) {
     const { generation, sealed_at, task } = load.sealed;
     if (task !== undefined) {

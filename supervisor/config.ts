@@ -83,6 +83,15 @@ export const ConfigSchema = z
           .describe('run sessions as this user (name or uid) unless a launch says --user; names and uids are looked up through NSS (getpwnam_r); a uid with no entry runs with gid = uid, no supplementary groups, HOME=/'),
         path: z.string().default('/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin').describe('PATH of the clean base environment'),
         lang: z.string().default('C.UTF-8').describe('LANG of the clean base environment'),
+        defaultLimits: z
+          .object({
+            memoryMaxBytes: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER).nullable().default(null).describe('memory.max (bytes) of a session whose launch gives no --memory; null: none (docs/guide/limits.md)'),
+            pidsMax: z.number().int().min(1).max(4_194_304).nullable().default(null).describe('pids.max (tasks) of a session whose launch gives no --pids; null: none'),
+            cpus: z.number().min(0.01).max(1_000_000).nullable().default(null).describe('cpu.max (CPUs, at least 0.01) of a session whose launch gives no --cpus; null: none'),
+          })
+          .strict()
+          .describe('limits of every session unless its launch names its own; a default this host cannot enforce (its controller not in cgroup v2 here) stops start-up: sessions never run without it')
+          .prefault({}),
       })
       .strict()
       .describe('what a session is started with')

@@ -8,16 +8,17 @@ import { mkdirSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import type { Logger } from 'pino';
-import { SupervisorError } from '../ipc/errors.js';
+import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import type { GcResult, SealResult } from '../ipc/methods.js';
 import { DEFAULT_TASK, type CloseReceipt, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StatusResult, type SupervisorMode, type TaskReceipt, type TaskSealResult } from '../ipc/protocol.js';
 import { keyRecordName, STATE } from '../ipc/state-layout.js';
 import { admit, resolveLinger } from './admission.js';
 import { CgroupTree } from './cgroup.js';
+import { defaultLimitsProblem, effectiveLimits, hasLimits, limitHost, limitRefusal } from './limits.js';
 import { Checkpoints, thawLeftFrozen } from './checkpoint/checkpoint.js';
 import { Closing } from './close.js';
 import { Tasks } from './task/close.js';
-import type { Config } from './config.js';
+import { ConfigError, type Config } from './config.js';
 import { faultPoint } from './fault.js';
 import { checkWorkspacePaths, WorkspaceWatcher } from './workspace/watcher.js';
 import { EscapeWatch } from './session/escape.js';
@@ -139,6 +140,13 @@ export class Supervisor {
         }
         log.warn({ reason: (err as Error).message }, 'no writable cgroup v2: running in subreaper mode (death evidence: subreaper_reaped)');
       }
+    }
+    // Default limits this host cannot enforce: no session may run without them, so none starts.
+    const limitsProblem = defaultLimitsProblem(config.session.defaultLimits, limitHost(tree));
+    if (limitsProblem) {
+      tree?.teardown();
+      reaper.stop();
+      throw new ConfigError(limitsProblem);
     }
     const storage = new StorageGuard(config.stateDir, config.storage);
     for (const warning of thresholdWarnings(storage, storage.totalBytes)) log.warn({ state_dir: config.stateDir }, warning);
@@ -352,6 +360,8 @@ export class Supervisor {
     const digest = commandDigest({ argv: params.argv, cwd: params.cwd, env, pty: pty !== null, stdin, user: userSpec });
     const key = params.invocation_key ?? `auto-${randomBytes(12).toString('hex')}`;
     const task = params.task ?? DEFAULT_TASK;
+    // Not in the digest (as the deadline is not): a retry of the key answers with its session as admitted.
+    const limits = effectiveLimits({ memory_max_bytes: params.memory_max_bytes, pids_max: params.pids_max, cpus: params.cpus }, this.config.session.defaultLimits);
 
     const storage = this.ctx.storage;
     let freeBytes = storage.freeBytes();
@@ -379,6 +389,7 @@ export class Supervisor {
         maxSessions: this.config.session.maxSessions,
         reconciling: this.reconciling,
         disk: { admits: freeBytes >= storage.minFreeBytes, freeBytes, minFreeBytes: storage.minFreeBytes },
+        limitRefusal: hasLimits(limits) ? limitRefusal(limits, limitHost(this.ctx.tree)) : null,
       },
     );
     if (decision.kind === 'refuse') throw decision.error;
@@ -415,6 +426,7 @@ export class Supervisor {
         stdin,
         task,
         service: params.service ? { handed_off_from: null, keep_after_close: params.keep_after_close === true } : null,
+        limits,
       },
       this.ctx,
     );
@@ -427,6 +439,8 @@ export class Supervisor {
     } catch (err) {
       this.log.error({ err, session_id: session.id }, 'admission failed');
       session.abandon();
+      // A limit the kernel refused to take (live.ts admit): nothing ran, the key is not taken.
+      if (isSupervisorError(err, 'LIMIT_UNAVAILABLE')) throw err;
       if (keyStep && (err as NodeJS.ErrnoException).code === 'EEXIST') {
         // The key has a record no session of ours claims: one the start found unreadable
         // (logged then). The key may have run; it never runs again.

@@ -2,7 +2,7 @@
 // reaper, the signer, the state dir's storage guard and hashing threads, the workspace watcher, the escape watch) and what one session
 // was asked to run (SessionRequest). Types only.
 import type { Logger } from 'pino';
-import type { LingerPolicy, ServiceFacts, SupervisorMode } from '../../ipc/protocol.js';
+import type { LingerPolicy, ServiceFacts, SessionLimits, SupervisorMode } from '../../ipc/protocol.js';
 import type { CgroupTree } from '../cgroup.js';
 import type { Config } from '../config.js';
 import type { Reaper } from '../reaper.js';
@@ -63,6 +63,8 @@ export interface SessionRequest {
   task: string | null;
   /** A service (started with --service, or a command's handed-off leftovers); null: a command. */
   service: ServiceFacts | null;
+  /** Its cgroup limits (the launch's, else session.defaultLimits; docs/guide/limits.md), written to its leaf at admission; absent or {}: none. Recovered sessions: their admission record's. */
+  limits?: SessionLimits;
 }
 
 /** An operator's word that ends an unknown session (sbx resolve --as-operator). */

@@ -6,8 +6,10 @@
 // has is session.ts. See cgroups(7), pty(7), docs/design/facts.md 8, 15, 16.
 import { chmodSync, chownSync, closeSync, mkdirSync, rmSync } from 'node:fs';
 import { Socket } from 'node:net';
-import type { HandoffFacts, StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
-import type { CgroupLeaf } from '../cgroup.js';
+import { SupervisorError } from '../../ipc/errors.js';
+import type { HandoffFacts, SessionLimits, StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
+import { applyLimits, type CgroupLeaf } from '../cgroup.js';
+import { hasLimits, LIMITS } from '../limits.js';
 import { faultPoint } from '../fault.js';
 import { native } from '../native.js';
 import { StreamLog, type ReadRecord } from '../store/chunks.js';
@@ -20,7 +22,7 @@ import { StreamDrain, type StorePolicy } from './drain.js';
 import { escalate, type EscalationStep, type EscalationTarget } from './escalation.js';
 import { ESCAPES_RESERVE_BYTES } from './escape.js';
 import { cgroupEmpty, liveDeath, missingShimReport, qualifyEscapes } from './evidence.js';
-import type { SpawnFailureFact } from './receipt.js';
+import { causeWithOom, type SpawnFailureFact } from './receipt.js';
 import { Session } from './session.js';
 import { LeaderProcess, signalNumber } from './spawn.js';
 import { StdinWriter } from './stdin.js';
@@ -50,6 +52,8 @@ export class LiveSession extends Session {
   private cancelDeadline: () => void = () => {};
   /** What the leftovers went on as (linger handoff), once handed off. */
   private handedOff: HandoffFacts | null = null;
+  /** The leader died of a SIGKILL nobody here sent, before any cause: the OOM killer's if memory.events counts one. */
+  private leaderKilledUnasked = false;
   /** A service's streams no process held at the hand-off: stored empty, final (the receipt names every stream it has). */
   private readonly emptyStreams: StreamLog[] = [];
 
@@ -68,6 +72,8 @@ export class LiveSession extends Session {
     if (tree) this.leaf = tree.createLeaf(this.id);
     // A service made of a command's leftovers: its leaf stays frozen until they are all in it (handoff.ts).
     if (this.leaf && this.req.service?.handed_off_from) this.leaf.freeze(true);
+    const limits = this.req.limits ?? {};
+    if (hasLimits(limits)) this.applyLimits(limits);
     this.admission = {
       session_id: this.id,
       invocation_key: this.req.invocationKey,
@@ -92,6 +98,7 @@ export class LiveSession extends Session {
       instance: identity.instance,
       admitted_at: this.admittedAt.toISOString(),
       ...(this.req.service ? { service: this.req.service } : {}),
+      ...(hasLimits(limits) ? { limits } : {}),
     };
     writeAdmission(this.dir, this.admission);
     fsyncDir(this.ctx.sessionsDir);
@@ -102,6 +109,25 @@ export class LiveSession extends Session {
     const workspaceBytes = this.ctx.watcher.paths.reduce((sum, p) => sum + 2 * Buffer.byteLength(p) + 2 * 4096 + 1024, 0);
     // And the escapes its death may list (escape.ts).
     reserveReceiptSpace(this.dir, receiptReservationBytes(Buffer.byteLength(JSON.stringify(this.admission)), (this.req.pty ? 1 : 2) * chunksPerStream, workspaceBytes + ESCAPES_RESERVE_BYTES));
+  }
+
+  /**
+   * Writes the limits into the leaf before anything runs in it (the supervisor refused the
+   * launch already where a controller is absent: limits.ts). A write the kernel refuses all
+   * the same (the controller went away, a value it does not take) is LIMIT_UNAVAILABLE too:
+   * never run without the limit.
+   */
+  private applyLimits(limits: SessionLimits): void {
+    for (const { limit, controller } of LIMITS) {
+      if (limits[limit] === undefined) continue;
+      const cgroup = this.ctx.tree?.sessionsPath ?? null;
+      if (!this.leaf) throw new SupervisorError('LIMIT_UNAVAILABLE', `${limit} needs the ${controller} controller in cgroup v2, and this supervisor has no cgroup (subreaper mode). Nothing was run.`, { controller, limit, cgroup });
+      try {
+        applyLimits(this.leaf.path, { [limit]: limits[limit] });
+      } catch (err) {
+        throw new SupervisorError('LIMIT_UNAVAILABLE', `${limit} could not be applied: ${(err as Error).message}. Nothing was run.`, { controller, limit, cgroup, errno: (err as NodeJS.ErrnoException).code ?? null });
+      }
+    }
   }
 
   /** Undoes a failed admit(): nothing ran, so the directory and the leaf go. */
@@ -380,6 +406,8 @@ export class LiveSession extends Session {
     const exit = await leader.leaderExit;
     this.leaderExitedAt = exit.at;
     this.exit = { code: exit.code, signal: exit.signal };
+    // A SIGKILL nobody here sent, and no cause yet: the OOM killer's, if memory.events counts one at death.
+    this.leaderKilledUnasked = exit.signal === 'SIGKILL' && !this.signalsSent.has('SIGKILL') && this.cause === null;
     this.spawnFailure = failure;
     if (this.state === 'running') this.transition('leader_exited');
     this.ctx.reaper.reapNow();
@@ -432,6 +460,10 @@ export class LiveSession extends Session {
     await this.drainAll();
 
     // Every stream's fsyncs at once (on the threadpool: one journal commit serves them all).
+    const usage = this.leaf?.usage() ?? {};
+    // The leader's end was the OOM killer's (memory.events oom_kill, read once every process is
+    // dead): said as such, not as a bare SIGKILL (receipt.ts causeWithOom).
+    this.cause = causeWithOom(this.cause, { leaderKilledUnasked: this.leaderKilledUnasked, oomKills: usage.oom_kills });
     const output: Partial<Record<StreamName, StreamOutput>> = {};
     const finals = await Promise.all([...this.drains.values()].map((drain) => drain.finalize()));
     for (const log of this.emptyStreams) {
@@ -455,7 +487,7 @@ export class LiveSession extends Session {
       signalsSent: this.signalsSent,
       death: death!,
       output,
-      usage: this.leaf?.usage() ?? {},
+      usage,
       descendantsTerminated: this.descendantsTerminated ?? 0,
       workspace: await workspace,
       handedOff: this.handedOff,

@@ -277,6 +277,7 @@ export abstract class Session extends EventEmitter {
       user: this.req.user,
       uid: this.admission?.uid ?? null,
       gid: this.admission?.gid ?? null,
+      limits: this.admission?.limits,
       supervisor: this.ctx.identity,
       admittedAt: this.admittedAt,
       service: this.req.service,

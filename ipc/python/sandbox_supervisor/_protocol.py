@@ -70,8 +70,12 @@ def launch_params(
     on_disconnect: Optional[str],
     service: bool = False,
     keep_after_close: bool = False,
+    memory_max_bytes: Optional[int] = None,
+    pids_max: Optional[int] = None,
+    cpus: Optional[float] = None,
 ) -> Dict[str, Any]:
-    """launch's params. A key is made here when none is given, so a resend after a drop finds the first launch's session."""
+    """launch's params. A key is made here when none is given, so a resend after a drop finds the first launch's session.
+    The limits (memory_max_bytes: bytes, pids_max: tasks, cpus: CPUs; docs/guide/limits.md) go as given; the supervisor checks them."""
     if isinstance(argv, (str, bytes)):
         raise SupervisorError("INVALID_ARGUMENT", "argv must be a list of strings, not one string")
     params: Dict[str, Any] = {
@@ -92,6 +96,9 @@ def launch_params(
         "on_disconnect": on_disconnect,
         "service": True if service else None,
         "keep_after_close": True if keep_after_close else None,
+        "memory_max_bytes": memory_max_bytes,
+        "pids_max": pids_max,
+        "cpus": cpus,
     }
     params.update({k: v for k, v in optional.items() if v is not None})
     return params
