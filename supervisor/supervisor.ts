@@ -43,6 +43,9 @@ import type { SupervisorMetrics } from './metrics/registry.js';
 
 /** The shortest session id prefix find() resolves (a shorter one must be the exact id): 3 characters, as `s-` starts every id. */
 export const MIN_ID_PREFIX = 3;
+/** The invocation keys of services of leftovers (`service:<origin id>`): refused in a launch, so no client can take one first. */
+export const SERVICE_KEY_PREFIX = 'service:';
+
 /** At most this many ids in an ambiguous prefix's details.matches (details.count has them all). */
 const MAX_PREFIX_MATCHES = 100;
 
@@ -358,6 +361,9 @@ export class Supervisor {
     // A service goes on while any process of it runs (wait), unless it names another linger.
     const linger = resolveLinger(params.linger ?? null, params.service ? 'wait' : this.config.session.defaultLinger, { cgroup: this.ctx.tree !== null, pty: pty !== null });
     const digest = commandDigest({ argv: params.argv, cwd: params.cwd, env, pty: pty !== null, stdin, user: userSpec });
+    if (params.invocation_key?.startsWith(SERVICE_KEY_PREFIX)) {
+      throw new SupervisorError('INVALID_ARGUMENT', `invocation keys starting with ${JSON.stringify(SERVICE_KEY_PREFIX)} are the supervisor's own (the services it hands leftovers to); choose another key`, { field: 'invocation_key' });
+    }
     const key = params.invocation_key ?? `auto-${randomBytes(12).toString('hex')}`;
     const task = params.task ?? DEFAULT_TASK;
     // Not in the digest (as the deadline is not): a retry of the key answers with its session as admitted.
@@ -470,7 +476,7 @@ export class Supervisor {
    */
   private admitHandoff(origin: { id: string; req: SessionRequest }): LiveSession {
     if (this.stopping) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping');
-    const key = `service:${origin.id}`;
+    const key = `${SERVICE_KEY_PREFIX}${origin.id}`;
     const service = new LiveSession(newSessionId(), { ...origin.req, invocationKey: key, timeoutMs: 0, linger: 'kill', pty: null, stdin: 'null', service: { handed_off_from: origin.id, keep_after_close: false } }, this.ctx);
     try {
       service.admit();

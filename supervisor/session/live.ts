@@ -209,7 +209,7 @@ export class LiveSession extends Session {
     const leaf = this.leaf!;
     this.startedAt = new Date();
     this.ctx.watcher.track(this.id, leaf.path, this.dir);
-    this.ctx.escapes.track(this.id, leaf.path, -1, this.admission!.uid ?? 0);
+    this.ctx.escapes.track(this.id, leaf.path, -1, this.admission!.uid ?? 0, this.req.service?.handed_off_from ?? undefined);
     this.transition('running');
     for (const stream of ['stdout', 'stderr'] as const) {
       const fd = fds[stream];

@@ -203,6 +203,10 @@ describe('services and tasks', () => {
     expect((await daemon.sbx(['cancel', kept])).status).toBe(0);
     await daemon.sbx(['wait', kept]);
     expect(pidsWithMarker(m)).toEqual([]);
+    // The services' keys are the supervisor's: no launch can take one first (and so keep a hand-off from happening).
+    const taken = await daemon.sbx(['run', '--key', `service:${sid}`, '--', 'true']);
+    expect(taken.status).toBe(125);
+    expect(taken.stderr.toString()).toContain('invocation keys starting with "service:" are the supervisor\'s own');
     const refused = await daemon.sbx(['run', '--keep-after-close', '--', 'true']);
     expect(refused.status).toBe(125);
     expect(refused.stderr.toString()).toContain('--keep-after-close is for a service');
