@@ -5,7 +5,8 @@
 import { Option } from 'commander';
 import { DEFAULT_RECONNECT_MS } from '../ipc/client.js';
 import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
-import type { Receipt, SessionSummary } from '../ipc/protocol.js';
+import type { LimitsStatus, Receipt, SessionSummary } from '../ipc/protocol.js';
+import { sizeText } from '../ipc/size.js';
 import { escapeControls } from './escape.js';
 
 /** The socket sbx talks to this run (--socket, $SBX_SOCKET or the default path), for messages. */
@@ -94,6 +95,39 @@ export function escapedLine(receipt: Receipt, attested?: { uid: number; reason: 
   return `${moved}: their end is not proven (death evidence cgroup_escaped; sbx receipt ${receipt.session_id})`;
 }
 
+/**
+ * The line `sbx run` says once on stderr about processes the leader left (null: none were
+ * left): "sbx: 2 processes handed off to service s-… (sbx ps; sbx close --task T ends it)" or
+ * "sbx: 3 leftover processes were ended (--linger kill)".
+ */
+export function leftoversLine(receipt: Pick<Receipt, 'handed_off' | 'termination' | 'descendants_terminated' | 'task'>): string | null {
+  const n = (count: number, what: string) => `${count} ${what}${count === 1 ? '' : 'es'}`;
+  if (receipt.handed_off) {
+    const ends = receipt.task ? `; sbx close --task ${receipt.task} ends it` : '';
+    return `sbx: ${n(receipt.handed_off.pids, 'process')} handed off to service ${receipt.handed_off.service_id} (sbx ps, sbx logs ${receipt.handed_off.service_id}${ends})`;
+  }
+  if (receipt.termination.cause === 'linger' && receipt.descendants_terminated > 0) return `sbx: ${n(receipt.descendants_terminated, 'leftover process')} ${receipt.descendants_terminated === 1 ? 'was' : 'were'} ended (--linger kill)`;
+  return null;
+}
+
+/**
+ * The line for a receipt whose leader the OOM killer ended (termination.cause oom_kill):
+ * "killed by the OOM killer at memory.max 64 MiB (peak 64 MiB; sbx receipt ID)"; null for any other.
+ */
+export function oomLine(receipt: Receipt): string | null {
+  if (receipt.termination.cause !== 'oom_kill') return null;
+  const max = receipt.limits?.memory_max_bytes;
+  const peak = receipt.usage.memory_peak_bytes;
+  return `killed by the OOM killer at memory.max ${max !== undefined ? sizeText(max) : '(the cgroup\'s)'} (${peak !== undefined ? `peak ${sizeText(peak)}; ` : ''}sbx receipt ${receipt.session_id})`;
+}
+
+/** sbx status's limits line: what this host can enforce ("memory, pids, cpu"), else "none enforceable here (why)". */
+export function limitsLine(limits: LimitsStatus): string {
+  const on = (['memory', 'pids', 'cpu'] as const).filter((c) => limits[c]);
+  const head = on.length === 3 ? 'memory, pids, cpu (--memory, --pids, --cpus)' : on.length ? `only ${on.join(', ')}` : 'none enforceable here';
+  return limits.reason ? `${head} (${limits.reason})` : head;
+}
+
 /** The line for a receipt whose outcome is owner_lost: the status is unknown, and the receipt's evidence. */
 export function ownerLostLine(receipt: Receipt): string {
   return `session ${receipt.session_id}: owner lost (the supervisor that ran it stopped before it ended): its exit status is unknown, death evidence ${receipt.death.evidence} (sbx receipt ${receipt.session_id})`;
@@ -105,12 +139,17 @@ export function endedAs(receipt: Pick<Receipt, 'outcome' | 'exit' | 'ended_at'> 
   return how === null ? 'it has ended' : `it ended (${how})`;
 }
 
-/** The outcome and time alone ("exited 3 at T", "killed by SIGTERM at T"); null when not known. */
+/** Whether a receipt or summary says the OOM killer ended the leader (termination cause oom_kill). */
+function oomKilled(r: object): boolean {
+  return ('termination' in r && (r as Receipt).termination?.cause === 'oom_kill') || ('termination_cause' in r && (r as SessionSummary).termination_cause === 'oom_kill');
+}
+
+/** The outcome and time alone ("exited 3 at T", "killed by SIGTERM at T", "killed by the OOM killer (SIGKILL) at T"); null when not known. */
 export function howEnded(r: Pick<Receipt, 'outcome' | 'exit' | 'ended_at'> | Pick<SessionSummary, 'outcome' | 'exit' | 'ended_at'> | null | undefined): string | null {
   if (!r || !r.outcome) return null;
   const exit = r.exit ?? { code: null, signal: null };
   const how =
-    r.outcome === 'exited' ? `exited ${exit.code}` : r.outcome === 'signaled' ? `killed by ${exit.signal}` : r.outcome === 'owner_lost' ? 'owner lost' : `${r.outcome.replace('_', ' ')}${exit.signal ? ` (${exit.signal})` : exit.code !== null ? ` (exit ${exit.code})` : ''}`;
+    r.outcome === 'exited' ? `exited ${exit.code}` : r.outcome === 'signaled' ? `killed by ${oomKilled(r) ? 'the OOM killer (SIGKILL)' : exit.signal}` : r.outcome === 'owner_lost' ? 'owner lost' : `${r.outcome.replace('_', ' ')}${exit.signal ? ` (${exit.signal})` : exit.code !== null ? ` (exit ${exit.code})` : ''}`;
   return `${how}${r.ended_at ? ` at ${r.ended_at}` : ''}`;
 }
 

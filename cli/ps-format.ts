@@ -77,6 +77,13 @@ function startedText(agoMs: number): string {
 
 /** The STATUS cell of one session at nowMs (ms since the epoch). */
 export function statusText(s: SessionSummary, nowMs: number): string {
+  // A service says so, and which session's leftovers it is; a command says where its leftovers went.
+  const what = s.service ? (s.service.handed_off_from ? `service of ${s.service.handed_off_from}, ` : 'service, ') : '';
+  const went = s.handed_off_to ? `, handed off to ${s.handed_off_to}` : '';
+  return `${what}${stateText(s, nowMs)}${went}`;
+}
+
+function stateText(s: SessionSummary, nowMs: number): string {
   const since = (iso: string | null | undefined) => (iso ? nowMs - Date.parse(iso) : 0);
   switch (s.state) {
     case 'admitted':
@@ -100,7 +107,7 @@ export function statusText(s: SessionSummary, nowMs: number): string {
     case 'exited':
       return `exited ${exit.code ?? '?'}${ago}`;
     case 'signaled':
-      return `killed by ${exit.signal ?? '?'}${ago}`;
+      return `killed by ${s.termination_cause === 'oom_kill' ? 'the OOM killer' : (exit.signal ?? '?')}${ago}`;
     case 'timed_out':
       return `timed out (${how})${ago}`;
     case 'cancelled':

@@ -32,6 +32,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_RECONNECT_MS, readOutput, ReconnectingClient, SupervisorClient, type EndpointOptions } from '../ipc/client.js';
 import { describeEndpoint, resolveEndpoint } from '../ipc/transport.js';
 import { parseDurationMs } from '../ipc/duration.js';
+import { parseSizeBytes } from '../ipc/size.js';
 import { mergeStreams } from '../ipc/merge.js';
 import { JsonSink, parseTimeUs, RawSink, SplitSink, TailSink, TimestampSink } from './logs.js';
 import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
@@ -42,7 +43,7 @@ import { VERSION } from '../ipc/version.js';
 import { attachCommand, pumpStdin } from './attach.js';
 import { runBridge } from './bridge.js';
 import { bashCompletion, zshCompletion } from './completion.js';
-import { deprecatedKeyOption, describe, endedAs, escapedLine, mib, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, uptimeText, useSocket } from './explain.js';
+import { deprecatedKeyOption, describe, endedAs, escapedLine, leftoversLine, limitsLine, mib, oomLine, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, uptimeText, useSocket } from './explain.js';
 import { clearProgress, Progress } from './progress.js';
 import { escapeControls, warn } from './escape.js';
 import { parsePsFilters, PS_FILTER_KEYS, psNeedsAll, type PsFilters, psTable, selectPsRows, unknownNotes } from './ps-format.js';
@@ -163,6 +164,27 @@ async function pipeOutput(g: GlobalOptions, sel: SessionSelector, stream: Stream
   for await (const chunk of readOutput({ ...endpointOf(g), clientName: 'sbx', selector: sel, stream, from, follow: followToEnd, onReconnecting })) {
     if (!out.write(chunk.data)) await new Promise((r) => out.once('drain', r));
   }
+}
+
+/** --memory: a size (ipc/size.ts); a bad one is INVALID_ARGUMENT, exit 125, before any request. */
+function sizeOption(text: string): number {
+  try {
+    return parseSizeBytes(text);
+  } catch (err) {
+    fail(`INVALID_ARGUMENT: --memory: ${(err as Error).message}`);
+  }
+}
+
+/** --pids: a whole number of tasks from 1 to 4194304 (the kernel's PID_MAX_LIMIT). */
+function pidsOption(v: string): number {
+  if (!/^\d+$/.test(v) || Number(v) < 1 || Number(v) > 4_194_304) fail(`INVALID_ARGUMENT: --pids: expected a whole number of tasks from 1 to 4194304, got ${JSON.stringify(v)}`);
+  return Number(v);
+}
+
+/** --cpus: a number of CPUs, at least 0.01 (cpu.max's least quota, 1000 µs per 100000 µs). */
+function cpusOption(v: string): number {
+  if (!/^\d+(\.\d+)?$/.test(v) || Number(v) < 0.01 || Number(v) > 1_000_000) fail(`INVALID_ARGUMENT: --cpus: expected a number of CPUs of at least 0.01 (0.5: half of one), got ${JSON.stringify(v)}`);
+  return Number(v);
 }
 
 function positiveInt(v: string): number {
@@ -345,13 +367,22 @@ sub('run')
   .option('--cols <n>', 'pty width (default: this terminal\'s, else 80)', positiveInt)
   .option('--rows <n>', 'pty height (default: this terminal\'s, else 24)', positiveInt)
   .option('-i, --stdin', "stream this CLI's stdin into the session; without it the command's stdin is /dev/null (as docker run without -i): sbx run -- cat returns at once")
-  .addOption(new Option('--linger <policy>', 'descendants left when the leader exits').choices(['kill', 'wait']).default('kill'))
+  .addOption(new Option('--linger <policy>', "descendants left when the leader exits: handoff (they go on as a service of their own: sbx ps), kill (TERM, grace, KILL) or wait (default: the supervisor's session.defaultLinger, handoff; kill with --pty or in subreaper mode)").choices(['handoff', 'kill', 'wait']))
+  .option('--service', 'start a service: a session meant to keep running (a dev server, a database); prints its id and returns, as --detach; sbx close --task ends it')
+  .option('--keep-after-close', "with --service: the service outlives its task's close (sbx close --task); the sandbox-wide sbx close ends it")
+  .option('-q, --quiet', "say nothing of sbx's own on stderr but errors and warnings (not the line on what became of leftover processes)")
+  .option('--memory <size>', "memory.max of the session's cgroup: bytes, or with a 1024-based unit K, M, G, T (or KiB, MiB, GiB, TiB), e.g. 64M, 1.5G; no swap past it; past it the OOM killer ends a process (the receipt says oom_kill)", sizeOption)
+  .option('--pids <n>', "pids.max of the session's cgroup: at most N tasks (processes and threads) at once; a fork past it fails (EAGAIN)", pidsOption)
+  .option('--cpus <x>', "cpu.max of the session's cgroup: X CPUs' worth of time per 100 ms (0.5: half of one CPU; at least 0.01)", cpusOption)
   .addOption(new Option('--on-disconnect <policy>', 'what a lost connection does to the session').choices(['continue', 'cancel']).default('continue'))
   .option('-d, --detach', 'print the session id and return at once')
   .option('--receipt <file>', 'write the receipt as JSON to FILE when the session ends')
   .passThroughOptions()
-  .action(async (cmd: string[], o: { key?: string; task?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; pty?: boolean; cols?: number; rows?: number; stdin?: boolean; linger: 'kill' | 'wait'; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
+  .action(async (cmd: string[], o: { key?: string; task?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; pty?: boolean; cols?: number; rows?: number; stdin?: boolean; linger?: 'handoff' | 'kill' | 'wait'; service?: boolean; keepAfterClose?: boolean; quiet?: boolean; memory?: number; pids?: number; cpus?: number; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
     const g = globals(o);
+    if (o.keepAfterClose && !o.service) fail('INVALID_ARGUMENT: --keep-after-close is for a service: add --service');
+    if (o.service && o.receipt) fail('INVALID_ARGUMENT: --service with --receipt: a service is detached, and sbx is gone before it ends; get the receipt later with sbx wait ID (or sbx receipt ID)');
+    if (o.service) o.detach = true;
     if (o.detach && o.onDisconnect === 'cancel') {
       fail('INVALID_ARGUMENT: --detach with --on-disconnect cancel: a detached sbx closes its connection at once, which would cancel the session; drop one of them');
     }
@@ -387,6 +418,10 @@ sub('run')
       timeout_ms: o.timeout,
       grace_ms: o.grace,
       linger: o.linger,
+      ...(o.service ? { service: true, ...(o.keepAfterClose ? { keep_after_close: true } : {}) } : {}),
+      memory_max_bytes: o.memory,
+      pids_max: o.pids,
+      cpus: o.cpus,
       on_disconnect: o.onDisconnect,
       user: o.user,
       // A terminal that reports 0x0 (some consoles and CI ptys) counts as none: 80x24.
@@ -453,6 +488,11 @@ sub('run')
       else warn(`${cmd[0]}: ${why ?? receipt.spawn_error.code} (${receipt.spawn_error.stage} failed: ${receipt.spawn_error.code})`);
     }
     // What the exit status cannot say: who ended it, bytes that were not stored, a status nobody saw.
+    // What became of leftover processes, once (the exit status is the leader's).
+    const leftovers = leftoversLine(receipt);
+    if (leftovers && !o.quiet) process.stderr.write(`${leftovers}\n`);
+    const oom = oomLine(receipt);
+    if (oom) warn(oom);
     if (receipt.termination.cause === 'shutdown') {
       warn(`session ${receipt.session_id} was ended because the supervisor is stopping (${receipt.outcome}, cause shutdown; sbx receipt ${receipt.session_id})`);
     }
@@ -748,6 +788,8 @@ sub('wait')
     const attested = receipt.death.evidence === 'cgroup_escaped' ? await conn.run((c) => c.receipt({ session_id: receipt.session_id })).then((a) => a.escape_attested ?? null, () => null) : null;
     conn.drop();
     if (receipt.outcome === 'owner_lost') warn(`${ownerLostLine(receipt)}`);
+    const oom = oomLine(receipt);
+    if (oom) warn(oom);
     const escaped = escapedLine(receipt, attested);
     if (escaped) warn(escaped);
     process.exitCode = exitStatusOf(receipt, signalNumber);
@@ -836,6 +878,7 @@ sub('status')
           ['version', `${status.version} (protocol ${status.protocol})`],
           ['instance', `${status.instance}, generation ${status.generation}, pid ${status.pid}`],
           ['mode', status.mode + (status.cgroup ? ` (${status.cgroup})` : '')],
+          ...(status.limits ? [['limits', limitsLine(status.limits)]] : []),
           ...(status.escape_watch ? [['escapes', status.escape_watch.on ? 'watched (fanotify on cgroup2)' : `not watched: ${status.escape_watch.reason}`]] : []),
           ['socket', status.socket],
           ['state dir', status.state_dir],
@@ -1017,7 +1060,10 @@ sub('close')
       // Each running session the close ended (TERM, grace, KILL after --timeout), one a line.
       for (const id of receipt.settle.terminated_ids ?? []) {
         const argv = argvOf.get(id);
-        warn(`cancelled session ${id}${argv ? ` (${argv.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replaceAll("'", `'\\''`)}'`)).join(' ')})` : ''}: it was still running after the ${receipt.settle.timeout_ms / 1000} s timeout`);
+        const shown = argv ? ` (${argv.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replaceAll("'", `'\\''`)}'`)).join(' ')})` : '';
+        // A service is ended by the close (it is meant to keep running), not after a timeout.
+        if (receipt.sessions.find((s) => s.session_id === id)?.service) warn(`ended service ${id}${shown}`);
+        else warn(`cancelled session ${id}${shown}: it was still running after the ${receipt.settle.timeout_ms / 1000} s timeout`);
       }
       // Vacuously complete: a misspelled task has no sessions either.
       if (receipt.sessions.length === 0) warn(`note: task ${JSON.stringify(task)} has no sessions (complete holds vacuously; is the task name right?)`);

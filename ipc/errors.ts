@@ -61,6 +61,13 @@ export const ERROR_CODES = {
    * silent tail.
    */
   OUTPUT_QUOTA_EXCEEDED: false,
+  /**
+   * Extension (docs/guide/limits.md): the launch asked for a limit (memory_max_bytes, pids_max,
+   * cpus) whose cgroup v2 controller the sessions cgroup does not have (bound to cgroup v1, not
+   * delegated, or no cgroup at all: subreaper mode); details: controller, limit, cgroup (null in
+   * subreaper mode). Refused before admission: nothing was run, no key taken.
+   */
+  LIMIT_UNAVAILABLE: false,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
@@ -105,6 +112,11 @@ export const ERROR_CODE_DOCS: { readonly [C in ErrorCode]: ErrorCodeDoc } = {
   PERMISSION_DENIED: { when: "files: the session's user may not open or create the path (EACCES, EPERM, EROFS)", extension: true },
   FILE_ERROR: { when: 'files: another failure of the file tool or of tar (its stderr in the message), or a download member refused by the client', details: 'errno or exit', extension: true },
   OUTPUT_QUOTA_EXCEEDED: { when: "files (raised by the clients): read_file or download produced more bytes than the session's stream quota (drain.quotaBytes) keeps; never a silent tail", details: 'total_bytes, stored_bytes, dropped_bytes', extension: true },
+  LIMIT_UNAVAILABLE: {
+    when: "a launch asked for a limit (memory_max_bytes, pids_max, cpus) whose cgroup v2 controller the sessions cgroup does not have (bound to cgroup v1, not delegated, or subreaper mode); refused before admission: nothing ran, the key is not taken (docs/guide/limits.md)",
+    details: 'controller: memory, pids or cpu; limit: memory_max_bytes, pids_max or cpus; cgroup: the sessions cgroup (null in subreaper mode)',
+    extension: true,
+  },
 };
 
 /** The error shape on the wire: `{ code, message, retryable, details? }`. */

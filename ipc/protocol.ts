@@ -14,8 +14,12 @@ export type StreamName = 'stdout' | 'stderr' | 'pty';
 
 export type SessionState = 'admitted' | 'running' | 'leader_exited' | 'terminating' | 'ended' | 'unknown';
 export type Outcome = 'exited' | 'signaled' | 'timed_out' | 'cancelled' | 'spawn_failed' | 'owner_lost';
-/** close: `sbx close` ended it after its settle timeout (outcome cancelled). */
-export type TerminationCause = 'deadline' | 'cancel' | 'linger' | 'shutdown' | 'reconcile' | 'close';
+/**
+ * close: `sbx close` ended it after its settle timeout (outcome cancelled). oom_kill: the
+ * kernel's OOM killer ended the leader at the session's memory.max (a SIGKILL the supervisor did
+ * not send, with memory.events oom_kill > 0; outcome signaled; docs/guide/limits.md).
+ */
+export type TerminationCause = 'deadline' | 'cancel' | 'linger' | 'shutdown' | 'reconcile' | 'close' | 'oom_kill';
 /** cgroup_escaped: the leaf emptied, but a process of the session moved something out of it first (death.escapes): no proof for what left. */
 export type DeathEvidence = 'cgroup_empty' | 'cgroup_escaped' | 'subreaper_reaped' | 'boot_changed' | 'operator_attested';
 
@@ -35,7 +39,48 @@ export interface CgroupEscape {
   writer_pid: number | null;
 }
 export type SupervisorMode = 'cgroup' | 'subreaper';
-export type LingerPolicy = 'kill' | 'wait';
+/**
+ * What becomes of descendants still running when the leader exits: handoff (the default where
+ * the session has a cgroup leaf and no pty) moves them, frozen, into a new session of their own,
+ * a service; kill ends them (TERM, grace, KILL); wait lets the session end with the last of them.
+ */
+export type LingerPolicy = 'kill' | 'wait' | 'handoff';
+
+/**
+ * A service: a session meant to keep running, started directly (`sbx run --service`, from: null)
+ * or made of a command's leftovers at its leader's exit (from: that session's id). A task's close
+ * ends its services at once (TERM, grace, KILL); one kept after close (keep_after_close) is not
+ * the task's close's but the sandbox-wide close's.
+ */
+export interface ServiceFacts {
+  handed_off_from: string | null;
+  keep_after_close: boolean;
+}
+
+/** What a command's session handed off at its leader's exit: every process left in its leaf, moved (frozen) into that service's leaf. */
+export interface HandoffFacts {
+  service_id: string;
+  /** Processes moved (cgroup.procs entries of the leaf, frozen). */
+  pids: number;
+  /** When the move was done (ISO-8601 UTC, ms): the command's streams end there, the service's begin. */
+  at: string;
+}
+
+/**
+ * A session's cgroup v2 limits (launch params, admission record, receipt `limits`;
+ * docs/guide/limits.md): memory_max_bytes is written to memory.max (bytes; memory.swap.max
+ * gets 0 where it exists: no swap past it), pids_max to pids.max (tasks: processes and
+ * threads), cpus to cpu.max as `round(cpus * 100000) 100000` (CPUs' worth of time per 100 ms
+ * period). Each is absent when not set; a launch asking for one whose controller this host
+ * cannot enforce is refused (LIMIT_UNAVAILABLE), never run without it.
+ */
+export interface SessionLimits {
+  memory_max_bytes?: number;
+  pids_max?: number;
+  cpus?: number;
+}
+/** The cgroup v2 controller each limit needs (cgroup-v2.rst "Controllers"). */
+export type LimitController = 'memory' | 'pids' | 'cpu';
 
 /** Client → daemon: `{ id, method, params }`; `id` is the client's, echoed back. */
 export interface RequestFrame {
@@ -70,7 +115,8 @@ export interface HelloResult {
 /**
  * launch params (schemas.ts): argv (argv[0] is looked up in the session's PATH by the exec
  * shim), cwd, env (what the request sets), inherit_env, invocation_key, timeout_ms, grace_ms,
- * linger, user (run as that user; the supervisor must be root), pty {cols, rows} (one stream,
+ * linger, memory_max_bytes, pids_max, cpus (SessionLimits; not in the command digest, as
+ * timeout_ms is not; LIMIT_UNAVAILABLE where the controller is absent), user (run as that user; the supervisor must be root), pty {cols, rows} (one stream,
  * "pty"), stdin (clients write it: method write; else /dev/null), on_disconnect (cancel: the
  * session is cancelled when this connection closes before it ends; only for a new session: a
  * retry of an existing key never changes how that session ends).
@@ -185,6 +231,10 @@ export interface SessionSummary {
    * (TERM sent, KILL after its grace), or one whose receipt waits for disk space. Absent else.
    */
   receipt_pending?: true;
+  /** A service (ServiceFacts): started with --service, or made of the leftovers of handed_off_from. */
+  service?: ServiceFacts;
+  /** The service this session's leftovers went on as (its receipt's handed_off), once handed off. */
+  handed_off_to?: string;
 }
 
 export interface StatusResult {
@@ -225,6 +275,20 @@ export interface StatusResult {
   metrics?: string;
   /** The WebSocket listener's URL (`ws://HOST:PORT/` or `wss://`, the port bound); absent when it is off (docs/guide/remote.md). */
   remote?: string;
+  /**
+   * Which session limits this host can enforce (docs/guide/limits.md): a controller is true when
+   * the sessions cgroup has it in cgroup.subtree_control (so every leaf gets its files); reason,
+   * when any is false, says why in words. Absent from older supervisors.
+   */
+  limits?: LimitsStatus;
+}
+
+/** `status.limits`: memory, pids, cpu enforceable here, and why not (reason, when any is false). */
+export interface LimitsStatus {
+  memory: boolean;
+  pids: boolean;
+  cpu: boolean;
+  reason?: string;
 }
 
 /** One workspace as `sbx status` shows it (supervisor/workspace/watcher.ts). */
@@ -316,7 +380,8 @@ export interface StreamOutput {
   reason: null | 'quota' | 'disk_full' | 'drain_timeout' | 'owner_lost' | 'io_error' | 'pty_hangup';
   dropped_bytes: number;
   /** How the drain ended; "lost": the supervisor that drained it died (owner_lost). */
-  drain_end: 'eof' | 'eio' | 'timeout' | 'lost';
+  /** handoff: the stream was handed on at the leader's exit with the processes holding it (HandoffFacts): every byte written before is here, every byte after is the service's. */
+  drain_end: 'eof' | 'eio' | 'timeout' | 'lost' | 'handoff';
   index_sha256: string;
   /** Every chunk file, in order; covered by the signature with the rest. */
   chunks: ChunkDigest[];
@@ -354,17 +419,25 @@ export interface Receipt {
   death: { evidence: DeathEvidence; observed_at: string; cgroup?: string; reaped?: number; escape_watch?: 'fanotify' | 'unavailable'; escapes?: CgroupEscape[] };
   output: Partial<Record<StreamName, StreamOutput>>;
   usage: SessionUsage;
+  /** The limits the session ran under (its admission's; docs/guide/limits.md); absent when none was set, and in receipts written before limits. */
+  limits?: SessionLimits;
   descendants_terminated: number;
   /** One entry per watched workspace (absent when the supervisor watches none). */
   workspace?: WorkspaceEntry[];
   spawn_error?: { stage: string; errno: number; code: string };
   /** Only with death.evidence "operator_attested": who said so, and why. */
   operator?: { uid: number; pid: number; reason: string; unknown_reason: string | null };
+  /** The processes left at the leader's exit went on as a service (linger handoff): none of them ran outside it. */
+  handed_off?: HandoffFacts;
+  /** This session is a service (ServiceFacts). */
+  service?: ServiceFacts;
   signature?: { alg: 'ed25519'; key_id: string; value: string };
 }
 
 /** sh/timeout(1)/docker conventions: the status `sbx run` and `sbx wait` exit with. */
-export function exitStatusOf(receipt: Pick<Receipt, 'outcome' | 'exit'>, signalNumber: (name: string) => number): number {
+export function exitStatusOf(receipt: Pick<Receipt, 'outcome' | 'exit' | 'service'>, signalNumber: (name: string) => number): number {
+  // A service of leftovers has no leader, so no exit status of its own: 0 once it ended with proof.
+  if (receipt.service?.handed_off_from && receipt.exit.code === null && receipt.exit.signal === null && (receipt.outcome === 'exited' || receipt.outcome === 'cancelled')) return 0;
   switch (receipt.outcome) {
     case 'exited':
     case 'spawn_failed':
@@ -503,6 +576,8 @@ export interface TaskSessionEntry {
   ended_at: string | null;
   /** Each stream's final cursor, whether the stored log is whole, and why not. */
   output: Record<string, { final_cursor: number; complete: boolean; reason: string | null }>;
+  /** A service of the task (ended by the close at once, not waited for); absent for other sessions. */
+  service?: ServiceFacts;
   /** Per workspace of the close (the watched root holding it): the session's terminal_mutation, or its gap (not_watched: no watched root) and the digest of the scan that stands in. */
   workspace: { path: string; root: string | null; epoch: string | null; terminal_mutation: number | null; gap: string | null; scan_digest: string | null }[];
 }
@@ -609,5 +684,8 @@ export interface SessionUsage {
   /** false: no memory controller in the leaf, so the memory fields are absent (not zero). */
   memory_controller?: boolean;
   memory_peak_bytes?: number;
+  /** memory.events oom_kill: processes of the session the OOM killer ended (the leader or a descendant). */
   oom_kills?: number;
+  /** pids.peak: the most tasks the leaf held at once (with the pids controller, Linux 6.1+). */
+  pids_peak?: number;
 }

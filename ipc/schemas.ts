@@ -16,6 +16,16 @@ const envMap = z
   .record(z.string().min(1).max(4096).regex(/^[^=\0]+$/, 'env names must not contain = or NUL'), noNul('env values').pipe(z.string().max(128 * 1024)))
   .refine((e) => Object.keys(e).length <= 4096, 'at most 4096 env entries');
 const key = z.string().min(1).max(1024);
+/**
+ * The session limits of a launch (SessionLimits, docs/guide/limits.md): bytes of memory.max, tasks
+ * of pids.max (at most 4194304, the kernel's PID_MAX_LIMIT), CPUs of cpu.max, at least 0.01 (a
+ * quota of 1000 µs per 100000 µs period, the least the kernel takes: cgroup-v2.rst "cpu.max").
+ */
+export const limitParams = {
+  memory_max_bytes: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER).optional(),
+  pids_max: z.number().int().min(1).max(4_194_304).optional(),
+  cpus: z.number().min(0.01, 'at least 0.01 (cpu.max takes a quota of at least 1000 µs per 100000 µs period)').max(1_000_000).optional(),
+};
 
 const absPath = noNul('path').pipe(z.string().min(1).max(4096).refine((p) => p.startsWith('/'), 'an absolute path'));
 /** The path of one file (write_file, read_file): absolute, and not ending in "/" (a trailing slash names a directory). */
@@ -46,7 +56,10 @@ export const ParamsSchemas = {
       invocation_key: key.optional(),
       timeout_ms: durationMs.optional(),
       grace_ms: durationMs.optional(),
-      linger: z.enum(['kill', 'wait']).optional(),
+      linger: z.enum(['kill', 'wait', 'handoff']).optional(),
+      service: z.boolean().optional(),
+      keep_after_close: z.boolean().optional(),
+      ...limitParams,
       on_disconnect: z.enum(['continue', 'cancel']).optional(),
       pty: z.object({ cols: z.number().int().min(1).max(65535).optional(), rows: z.number().int().min(1).max(65535).optional() }).strict().optional(),
       stdin: z.boolean().optional(),

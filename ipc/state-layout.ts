@@ -115,7 +115,7 @@ const AdmissionSchema = z.object({
   env: z.record(z.string(), z.string()),
   timeout_ms: z.number().int().min(0),
   grace_ms: z.number().int().min(0),
-  linger: z.enum(['kill', 'wait']),
+  linger: z.enum(['kill', 'wait', 'handoff']),
   chunk_bytes: z.number().int().positive(),
   user: z.string().nullable().optional(),
   /** The uid and gid it runs as (absent in records written before they were recorded). */
@@ -131,6 +131,10 @@ const AdmissionSchema = z.object({
   admitted_at: z.string(),
   /** Absent in records written before tasks: the task `default`. */
   task: z.string().min(1).optional(),
+  /** A service (protocol.ts ServiceFacts); absent for other sessions. */
+  service: z.object({ handed_off_from: sessionId.nullable(), keep_after_close: z.boolean() }).optional(),
+  /** The session's cgroup limits (SessionLimits, written to its leaf before this record); absent when none, and in records written before limits. */
+  limits: z.object({ memory_max_bytes: z.number().int().positive().optional(), pids_max: z.number().int().positive().optional(), cpus: z.number().positive().optional() }).strict().optional(),
 });
 /** The durable admission record, written before spawn (admission.json). */
 export type AdmissionRecord = z.infer<typeof AdmissionSchema>;

@@ -5,7 +5,7 @@
 // codes"). No I/O: the registry gathers the load and carries the decision out
 // (test/unit/admission.test.ts).
 import { SupervisorError } from '../ipc/errors.js';
-import type { SessionState } from '../ipc/protocol.js';
+import type { LingerPolicy, SessionState } from '../ipc/protocol.js';
 
 export interface AdmissionRequest {
   invocationKey: string;
@@ -57,6 +57,8 @@ export interface AdmissionLoad {
   maxSessions: number;
   reconciling: boolean;
   disk: { admits: boolean; freeBytes: number; minFreeBytes: number };
+  /** The refusal of the launch's limits on this host (limits.ts limitRefusal: LIMIT_UNAVAILABLE), or null: none asked for, or all enforceable. */
+  limitRefusal?: SupervisorError | null;
 }
 
 export type AdmissionDecision =
@@ -66,9 +68,10 @@ export type AdmissionDecision =
 
 /**
  * The decision, in this order: a key is forever (its session, or its tombstone, answers; another
- * command under it is KEY_CONFLICT); then a sealed admission (ADMISSION_SEALED), the session
- * bound (LIMIT_EXCEEDED), reconciliation (ADMISSION_DENIED) and disk space (ADMISSION_DENIED)
- * refuse new keys only.
+ * command under it is KEY_CONFLICT; its limits are its admission's, as its deadline is); then a
+ * limit this host cannot enforce (LIMIT_UNAVAILABLE: never run without it), a sealed admission
+ * (ADMISSION_SEALED), the session bound (LIMIT_EXCEEDED), reconciliation (ADMISSION_DENIED) and
+ * disk space (ADMISSION_DENIED) refuse new keys only.
  */
 export function admit(request: AdmissionRequest, load: AdmissionLoad): AdmissionDecision {
   const key = request.invocationKey;
@@ -117,6 +120,7 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
     }
     return { kind: 'existing', sessionId: load.retired.sessionId, state: 'retired' };
   }
+  if (load.limitRefusal) return { kind: 'refuse', error: load.limitRefusal };
   if (load.sealed) {
     const { generation, sealed_at, task } = load.sealed;
     if (task !== undefined) {
@@ -146,4 +150,18 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
     };
   }
   return { kind: 'admit' };
+}
+
+/**
+ * The linger a launch runs with: the one it names, else the configured default
+ * (session.defaultLinger). handoff needs a cgroup leaf to move the leftovers out of, and no
+ * pty (the shim stays its session leader): where it cannot be had, a default of handoff is
+ * kill, and a launch that names it is refused (INVALID_ARGUMENT, field linger).
+ */
+export function resolveLinger(asked: LingerPolicy | null, fallback: LingerPolicy, session: { cgroup: boolean; pty: boolean }): LingerPolicy {
+  const policy = asked ?? fallback;
+  if (policy !== 'handoff' || (session.cgroup && !session.pty)) return policy;
+  if (asked === null) return 'kill';
+  const why = session.pty ? 'a pty session (its exec shim stays the leader of the terminal, so its leftovers cannot be moved out)' : 'subreaper mode (no cgroup leaf to move the leftovers out of)';
+  throw new SupervisorError('INVALID_ARGUMENT', `linger handoff is not available for ${why}: use kill or wait`, { field: 'linger' });
 }

@@ -5,9 +5,11 @@
 // cgroup.events "populated 0" means no live process is left (zombies are not counted, so
 // reaping stays the subreaper's job); its notification can lag 10-20 ms behind the content,
 // so the file is read first and the inotify event is only waited for when it says 1.
-// Controllers (pids, memory) may be bound to v1 and are never required for correctness.
-import type { SessionUsage } from '../ipc/protocol.js';
-import { mkdirSync, readFileSync, rmdirSync, watch, writeFileSync } from 'node:fs';
+// Controllers (memory, pids, cpu) may be bound to v1 and are never required for correctness;
+// where they are in v2 they are enabled down to the leaves, and a session's limits
+// (docs/guide/limits.md) are written to its leaf before anything runs in it.
+import type { LimitController, SessionLimits, SessionUsage } from '../ipc/protocol.js';
+import { closeSync, constants as fsConstants, mkdirSync, openSync, readFileSync, rmdirSync, watch, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
 export interface CgroupMount {
@@ -52,6 +54,77 @@ export function parseProcs(text: string): number[] {
 /** True when cgroup.events text says "populated 1". */
 export function parsePopulated(eventsText: string): boolean {
   return /^populated 1$/m.test(eventsText);
+}
+
+/** True when cgroup.events text says "frozen 1" (cgroup v2's freezer: every process of the cgroup is stopped). */
+export function parseFrozen(eventsText: string): boolean {
+  return /^frozen 1$/m.test(eventsText);
+}
+
+/** The controllers session limits use, in the order they are checked and enabled. */
+export const LIMIT_CONTROLLERS: readonly LimitController[] = ['memory', 'pids', 'cpu'];
+
+/** The controller names in a cgroup.controllers or cgroup.subtree_control file's text (space separated). */
+export function parseControllers(text: string): string[] {
+  return text.split(/\s+/).filter(Boolean);
+}
+
+/**
+ * /proc/cgroups text (cgroups(7)) by controller: `hierarchy` is the cgroup v1 hierarchy it is
+ * bound to (0: not bound to v1, so v2's or unmounted), `enabled` 0 when the kernel disabled it
+ * (cgroup_disable= on its command line).
+ */
+export function parseProcCgroups(text: string): Map<string, { hierarchy: number; enabled: boolean }> {
+  const out = new Map<string, { hierarchy: number; enabled: boolean }>();
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#')) continue;
+    const [name, hierarchy, , enabled] = line.trim().split(/\s+/);
+    if (name && hierarchy !== undefined && enabled !== undefined) out.set(name, { hierarchy: Number(hierarchy), enabled: enabled === '1' });
+  }
+  return out;
+}
+
+/** cpu.max's content for `cpus` CPUs: `<quota> 100000`, quota = round(cpus * 100000) µs per 100 ms, at least 1000 (cgroup-v2.rst "cpu.max"). */
+export function cpuMaxValue(cpus: number): string {
+  return `${Math.max(1000, Math.round(cpus * 100_000))} 100000`;
+}
+
+/**
+ * The files a session's limits write, in order, and what: memory.max (bytes), then
+ * memory.swap.max 0 (no swap past memory.max, as `docker run --memory M --memory-swap M`; only
+ * where the file exists: swap accounting), pids.max (tasks), cpu.max (cpuMaxValue).
+ * `optional` writes are skipped when their file is absent.
+ */
+export function limitWrites(limits: SessionLimits): { file: string; value: string; optional?: true }[] {
+  const writes: { file: string; value: string; optional?: true }[] = [];
+  if (limits.memory_max_bytes !== undefined) writes.push({ file: 'memory.max', value: String(limits.memory_max_bytes) }, { file: 'memory.swap.max', value: '0', optional: true });
+  if (limits.pids_max !== undefined) writes.push({ file: 'pids.max', value: String(limits.pids_max) });
+  if (limits.cpus !== undefined) writes.push({ file: 'cpu.max', value: cpuMaxValue(limits.cpus) });
+  return writes;
+}
+
+/**
+ * Writes limits into the cgroup at `path` (limitWrites), for a session's leaf or any other
+ * leaf of the sessions cgroup (a service handed off from a session takes its admission's
+ * limits). Throws the write's error (ENOENT: the controller is not enabled above the leaf;
+ * EINVAL: a value the kernel refuses), naming the file; nothing is undone (the caller removes
+ * the leaf, which nothing runs in yet).
+ */
+export function applyLimits(path: string, limits: SessionLimits): void {
+  for (const { file, value, optional } of limitWrites(limits)) {
+    try {
+      // Never O_CREAT: a file the leaf lacks is ENOENT (its controller is not there), not made.
+      const fd = openSync(join(path, file), fsConstants.O_WRONLY | fsConstants.O_TRUNC);
+      try {
+        writeSync(fd, value);
+      } finally {
+        closeSync(fd);
+      }
+    } catch (err) {
+      if (optional && (err as NodeJS.ErrnoException).code === 'ENOENT') continue;
+      throw Object.assign(new Error(`cannot write ${value} to ${join(path, file)}: ${(err as Error).message}`), { code: (err as NodeJS.ErrnoException).code });
+    }
+  }
 }
 
 /** The subtree this supervisor owns: sessions live at <base>/sessions/<sessionId>. */
@@ -100,7 +173,7 @@ export class CgroupTree {
       tree = new CgroupTree(mount, ownPath, false);
     }
     mkdirSync(tree.sessionsPath, { recursive: true });
-    tree.enableMemoryAccounting();
+    tree.enableControllers();
     // Probe that leaves can be made here (EACCES/EROFS when not ours), then tidy up.
     const probe = join(tree.sessionsPath, `.probe-${pid}`);
     mkdirSync(probe);
@@ -109,21 +182,59 @@ export class CgroupTree {
   }
 
   /**
-   * Enables the memory controller down to the session leaves where the kernel offers it
-   * (cgroup.controllers; under systemd, MemoryAccounting=yes), so receipts can report peak
-   * memory and OOM kills (memory.peak, memory.events). Best effort: on a host where memory is
-   * bound to cgroup v1 (as here) those fields are reported as absent.
+   * Enables the memory, pids and cpu controllers down to the session leaves where the kernel
+   * offers them (each dir's cgroup.controllers; under systemd, Delegate=yes), so leaves have
+   * memory.max, pids.max, cpu.max for limits and memory.peak, memory.events for receipts.
+   * Best effort, one controller at a time: on a host where they are bound to cgroup v1 (as this
+   * hybrid one: docs/design/facts.md 1) none is there, and limitsAvailable() says so.
+   * Returns the controllers the sessions dir now hands to its leaves.
    */
-  enableMemoryAccounting(): boolean {
+  enableControllers(): Set<LimitController> {
     for (const dir of [this.basePath, this.sessionsPath]) {
+      let offered: string[];
+      let enabled: string[];
       try {
-        if (!readFileSync(join(dir, 'cgroup.controllers'), 'utf8').split(/\s+/).includes('memory')) return false;
-        if (!readFileSync(join(dir, 'cgroup.subtree_control'), 'utf8').split(/\s+/).includes('memory')) writeFileSync(join(dir, 'cgroup.subtree_control'), '+memory');
+        offered = parseControllers(readFileSync(join(dir, 'cgroup.controllers'), 'utf8'));
+        enabled = parseControllers(readFileSync(join(dir, 'cgroup.subtree_control'), 'utf8'));
       } catch {
-        return false;
+        break;
+      }
+      for (const c of LIMIT_CONTROLLERS) {
+        if (!offered.includes(c) || enabled.includes(c)) continue;
+        try {
+          writeFileSync(join(dir, 'cgroup.subtree_control'), `+${c}`);
+        } catch {
+          // EBUSY (processes in dir), ENOENT, EOPNOTSUPP (cpu with realtime tasks): not here.
+        }
       }
     }
-    return true;
+    return this.enabledControllers();
+  }
+
+  /** The limit controllers in the sessions dir's cgroup.subtree_control now (each leaf has their files). */
+  private enabledControllers(): Set<LimitController> {
+    try {
+      const enabled = parseControllers(readFileSync(join(this.sessionsPath, 'cgroup.subtree_control'), 'utf8'));
+      return new Set(LIMIT_CONTROLLERS.filter((c) => enabled.includes(c)));
+    } catch {
+      return new Set();
+    }
+  }
+
+  /**
+   * Which limits a leaf made now can enforce: a controller is true when the sessions dir has it
+   * in cgroup.subtree_control (read now). `controllers`: the sessions dir's cgroup.controllers
+   * text, what its parent hands it (for messages).
+   */
+  limitsAvailable(): Record<LimitController, boolean> & { controllers: string } {
+    const enabled = this.enabledControllers();
+    let controllers = '';
+    try {
+      controllers = readFileSync(join(this.sessionsPath, 'cgroup.controllers'), 'utf8').trim();
+    } catch {
+      // gone: nothing is offered
+    }
+    return { memory: enabled.has('memory'), pids: enabled.has('pids'), cpu: enabled.has('cpu'), controllers };
   }
 
   /** Creates the leaf for a session; it must not exist yet. */
@@ -147,6 +258,11 @@ export class CgroupTree {
 /** One session's leaf cgroup. */
 export class CgroupLeaf {
   constructor(readonly path: string) {}
+
+  /** Writes a session's limits into this leaf (applyLimits: memory.max, memory.swap.max, pids.max, cpu.max); before anything runs in it. */
+  applyLimits(limits: SessionLimits): void {
+    applyLimits(this.path, limits);
+  }
 
   get procsPath(): string {
     return join(this.path, 'cgroup.procs');
@@ -193,6 +309,43 @@ export class CgroupLeaf {
     return reached;
   }
 
+  /**
+   * cgroup.freeze: 1 stops every process of the leaf (none runs, forks or writes until thawed),
+   * 0 thaws it. A process moved into a frozen cgroup is frozen, one moved out of it thaws
+   * (cgroup-v2.rst, "Core Interface Files": cgroup.freeze). SIGKILL still kills a frozen process.
+   */
+  freeze(on: boolean): void {
+    writeFileSync(join(this.path, 'cgroup.freeze'), on ? '1' : '0');
+  }
+
+  /** Resolves true once cgroup.events says "frozen 1", false after timeoutMs (a process in an uninterruptible sleep freezes only when it wakes). */
+  waitFrozen(timeoutMs: number): Promise<boolean> {
+    return this.waitEvents((text) => parseFrozen(text), timeoutMs);
+  }
+
+  /**
+   * Moves every process of this leaf into `to` (each pid written to its cgroup.procs), reading
+   * cgroup.procs again until it is empty (a process that forked meanwhile: its child is here
+   * too; frozen, none can). Returns the distinct pids moved; a pid gone before its write
+   * (ESRCH) is not counted. Throws on any other write error (the rest stay here).
+   */
+  moveAllTo(to: CgroupLeaf, maxRounds = 64): number[] {
+    const moved = new Set<number>();
+    for (let round = 0; round < maxRounds; round++) {
+      const pids = this.pids();
+      if (pids.length === 0) break;
+      for (const pid of pids) {
+        try {
+          writeFileSync(to.procsPath, String(pid));
+          moved.add(pid);
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
+        }
+      }
+    }
+    return [...moved];
+  }
+
   /** cgroup.kill: SIGKILL to the whole subtree at once (Linux 5.14+). */
   kill(): void {
     writeFileSync(join(this.path, 'cgroup.kill'), '1');
@@ -203,27 +356,44 @@ export class CgroupLeaf {
    * (null: no bound). Reads the file first; waits on its inotify event only if needed.
    */
   waitEmpty(timeoutMs: number | null): Promise<boolean> {
-    if (!this.populated()) return Promise.resolve(true);
+    return this.waitEvents((text) => !parsePopulated(text), timeoutMs);
+  }
+
+  /**
+   * Resolves true once cgroup.events satisfies `done` (read first; then on each of its inotify
+   * events), false after timeoutMs (null: no bound). A leaf that is gone reads as "" (empty, not frozen).
+   */
+  private waitEvents(done: (eventsText: string) => boolean, timeoutMs: number | null): Promise<boolean> {
+    const file = join(this.path, 'cgroup.events');
+    const read = () => {
+      try {
+        return readFileSync(file, 'utf8');
+      } catch {
+        return '';
+      }
+    };
+    if (done(read())) return Promise.resolve(true);
     return new Promise((resolve) => {
       let timer: NodeJS.Timeout | undefined;
-      const watcher = watch(join(this.path, 'cgroup.events'), () => check());
-      const finish = (empty: boolean) => {
+      const watcher = watch(file, () => check());
+      const finish = (result: boolean) => {
         watcher.close();
         if (timer) clearTimeout(timer);
-        resolve(empty);
+        resolve(result);
       };
       const check = () => {
-        if (!this.populated()) finish(true);
+        if (done(read())) finish(true);
       };
-      watcher.on('error', () => finish(!this.populated()));
-      if (timeoutMs !== null) timer = setTimeout(() => finish(!this.populated()), timeoutMs);
+      watcher.on('error', () => finish(done(read())));
+      if (timeoutMs !== null) timer = setTimeout(() => finish(done(read())), timeoutMs);
       check(); // the event may have fired between the first read and the watch
     });
   }
 
   /**
    * CPU time from cpu.stat (present without controllers), in microseconds; with the memory
-   * controller, peak memory (memory.peak, bytes) and OOM kills (memory.events oom_kill).
+   * controller, peak memory (memory.peak, bytes) and OOM kills (memory.events oom_kill); with
+   * the pids controller, the most tasks at once (pids.peak, Linux 6.1+).
    * `memory_controller: false` says the memory fields are absent, not zero.
    */
   usage(): SessionUsage {
@@ -242,6 +412,11 @@ export class CgroupLeaf {
       usage.memory_controller = true;
     } catch {
       // no memory controller in this leaf
+    }
+    try {
+      usage.pids_peak = Number(readFileSync(join(this.path, 'pids.peak'), 'utf8').trim());
+    } catch {
+      // no pids controller in this leaf, or a kernel without pids.peak
     }
     for (const k of Object.keys(usage) as (keyof SessionUsage)[]) if (usage[k] === undefined) delete usage[k];
     return usage;

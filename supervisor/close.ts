@@ -104,7 +104,7 @@ export class Closing {
     if (existsSync(this.receiptPath)) return Promise.resolve(this.storedReceipt());
     this.closing ??= (async () => {
       const sealed = this.sealNow();
-      const { settle, terminated } = await c.tasks.settleSessions(c.sessions(), timeoutMs, { scope: 'all' });
+      const { settle, terminated } = await c.tasks.settleSessions(() => c.sessions(), timeoutMs, { scope: 'all' });
       // Each task's close, one after another (their checkpoints may be of the same workspace).
       const tasks: CloseTaskEntry[] = [];
       for (const task of c.taskNames()) {

@@ -73,12 +73,25 @@ export const ConfigSchema = z
       .object({
         maxSessions: z.number().int().min(1).max(1_000_000).default(4096).describe('sessions not yet ended at once; the next launch gets LIMIT_EXCEEDED'),
         defaultGraceMs: durationMs.default(10_000).describe('TERM→KILL grace of a launch that gives none'),
+        defaultLinger: z
+          .enum(['handoff', 'kill', 'wait'])
+          .default('handoff')
+          .describe('what becomes of descendants left at the leader\'s exit, for a launch that names no linger: handoff (a service of their own; kill where the session has no cgroup leaf or has a pty), kill (TERM, grace, KILL) or wait'),
         user: z
           .union([z.string().min(1), z.number().int().min(0)])
           .optional()
           .describe('run sessions as this user (name or uid) unless a launch says --user; names and uids are looked up through NSS (getpwnam_r); a uid with no entry runs with gid = uid, no supplementary groups, HOME=/'),
         path: z.string().default('/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin').describe('PATH of the clean base environment'),
         lang: z.string().default('C.UTF-8').describe('LANG of the clean base environment'),
+        defaultLimits: z
+          .object({
+            memoryMaxBytes: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER).nullable().default(null).describe('memory.max (bytes) of a session whose launch gives no --memory; null: none (docs/guide/limits.md)'),
+            pidsMax: z.number().int().min(1).max(4_194_304).nullable().default(null).describe('pids.max (tasks) of a session whose launch gives no --pids; null: none'),
+            cpus: z.number().min(0.01).max(1_000_000).nullable().default(null).describe('cpu.max (CPUs, at least 0.01) of a session whose launch gives no --cpus; null: none'),
+          })
+          .strict()
+          .describe('limits of every session unless its launch names its own; a default this host cannot enforce (its controller not in cgroup v2 here) stops start-up: sessions never run without it')
+          .prefault({}),
       })
       .strict()
       .describe('what a session is started with')

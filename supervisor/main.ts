@@ -87,6 +87,11 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
     supervisor = Supervisor.create(config, log, metrics?.metrics ?? null);
   } catch (err) {
     await metrics?.listener.close();
+    // A configuration this host cannot honour (session.defaultLimits without their controller): exit 2, as a bad key.
+    if (err instanceof ConfigError) {
+      process.stderr.write(`sandbox-supervisor: ${err.message}\n`);
+      process.exit(2);
+    }
     throw err;
   }
   supervisor.metricsAddress = metrics?.listener.address ?? null;

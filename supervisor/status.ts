@@ -1,8 +1,8 @@
-// `sbx status`: the supervisor's health in one answer (StatusResult, ipc/protocol.ts):
-// version, identity, mode, sessions by state, admission and why it is closed, the state dir's
-// size and free space with its thresholds, and the machine (systeminformation's CPU load and
-// memory, os uptime) and the supervisor's own uptime (process.uptime(): since this process
-// started, not the machine's boot). Owns the state dir's size cache; reads everything else.
+// `sbx status`: the supervisor's health in one answer (StatusResult, ipc/protocol.ts): version,
+// identity, mode, the limits this host can enforce (limits.ts), sessions by state, admission and
+// why it is closed, the state dir's size and free space with its thresholds, the machine
+// (systeminformation's CPU load and memory, os uptime) and the supervisor's own uptime
+// (process.uptime()). Owns the state dir's size cache; reads everything else.
 import { cpus, freemem, loadavg, totalmem, uptime } from 'node:os';
 import { lstatSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -10,6 +10,7 @@ import si from 'systeminformation';
 import { PROTOCOL_VERSION, type SessionState, type StatusResult } from '../ipc/protocol.js';
 import { STATE } from '../ipc/state-layout.js';
 import { VERSION } from '../ipc/version.js';
+import { limitHost, limitsStatus } from './limits.js';
 import type { SessionContext } from './session/context.js';
 
 /** How long the state dir's size (a walk of every file) is reused. */
@@ -97,6 +98,7 @@ export class StatusReporter {
       socket: socketPath,
       state_dir: ctx.config.stateDir,
       cgroup: ctx.tree ? ctx.tree.basePath : null,
+      limits: limitsStatus(limitHost(ctx.tree)),
       escape_watch: { on: ctx.escapes.unavailable === null, reason: ctx.escapes.unavailable },
       receipt_key: { key_id: ctx.signer.keyId, public_key_pem: ctx.signer.publicKeyPem, path: join(ctx.config.stateDir, STATE.receiptKeyPub) },
       sessions: counts,

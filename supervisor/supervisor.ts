@@ -8,16 +8,17 @@ import { mkdirSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import type { Logger } from 'pino';
-import { SupervisorError } from '../ipc/errors.js';
+import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import type { GcResult, SealResult } from '../ipc/methods.js';
 import { DEFAULT_TASK, type CloseReceipt, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StatusResult, type SupervisorMode, type TaskReceipt, type TaskSealResult } from '../ipc/protocol.js';
 import { keyRecordName, STATE } from '../ipc/state-layout.js';
-import { admit } from './admission.js';
+import { admit, resolveLinger } from './admission.js';
 import { CgroupTree } from './cgroup.js';
+import { defaultLimitsProblem, effectiveLimits, hasLimits, limitHost, limitRefusal } from './limits.js';
 import { Checkpoints, thawLeftFrozen } from './checkpoint/checkpoint.js';
 import { Closing } from './close.js';
 import { Tasks } from './task/close.js';
-import type { Config } from './config.js';
+import { ConfigError, type Config } from './config.js';
 import { faultPoint } from './fault.js';
 import { checkWorkspacePaths, WorkspaceWatcher } from './workspace/watcher.js';
 import { EscapeWatch } from './session/escape.js';
@@ -26,7 +27,7 @@ import { native } from './native.js';
 import { Reaper } from './reaper.js';
 import { restoreSessions } from './restore.js';
 import { Retention } from './retention.js';
-import type { OperatorAttestation, SessionContext } from './session/context.js';
+import type { OperatorAttestation, SessionContext, SessionRequest } from './session/context.js';
 import { isSettled } from './session/lifecycle.js';
 import { LiveSession } from './session/live.js';
 import { commandDigest } from './session/receipt.js';
@@ -42,6 +43,9 @@ import type { SupervisorMetrics } from './metrics/registry.js';
 
 /** The shortest session id prefix find() resolves (a shorter one must be the exact id): 3 characters, as `s-` starts every id. */
 export const MIN_ID_PREFIX = 3;
+/** The invocation keys of services of leftovers (`service:<origin id>`): refused in a launch, so no client can take one first. */
+export const SERVICE_KEY_PREFIX = 'service:';
+
 /** At most this many ids in an ambiguous prefix's details.matches (details.count has them all). */
 const MAX_PREFIX_MATCHES = 100;
 
@@ -80,6 +84,7 @@ export class Supervisor {
    */
   private constructor(readonly config: Config, readonly log: Logger, readonly ctx: SessionContext, readonly lock: StateDirLock, readonly metrics: SupervisorMetrics | null) {
     this.keys = new KeyIndex(config.stateDir);
+    ctx.admitHandoff = (origin) => this.admitHandoff(origin);
     this.closing = new Closing(ctx, log);
     this.retention = new Retention(config, log, ctx.storage, ctx.sessionsDir, {
       sessions: () => this.sessions.values(),
@@ -105,7 +110,8 @@ export class Supervisor {
     this.tasks = new Tasks({
       ctx,
       checkpoints: this.checkpoints,
-      sessionsOf: (task) => [...this.sessions.values()].filter((s) => s.req.task === task || s.req.task === null),
+      // A service kept after close is the sandbox-wide close's, not its task's.
+      sessionsOf: (task) => [...this.sessions.values()].filter((s) => (s.req.task === task || s.req.task === null) && !s.req.service?.keep_after_close),
       reconciled: (sessions) => Promise.all(sessions.map((s) => this.reconcilingSessions.get(s.id))).then(() => {}),
       retiredOf: (task) => this.retention.retiredOf(task),
       stopping: () => this.stopping !== null,
@@ -137,6 +143,13 @@ export class Supervisor {
         }
         log.warn({ reason: (err as Error).message }, 'no writable cgroup v2: running in subreaper mode (death evidence: subreaper_reaped)');
       }
+    }
+    // Default limits this host cannot enforce: no session may run without them, so none starts.
+    const limitsProblem = defaultLimitsProblem(config.session.defaultLimits, limitHost(tree));
+    if (limitsProblem) {
+      tree?.teardown();
+      reaper.stop();
+      throw new ConfigError(limitsProblem);
     }
     const storage = new StorageGuard(config.stateDir, config.storage);
     for (const warning of thresholdWarnings(storage, storage.totalBytes)) log.warn({ state_dir: config.stateDir }, warning);
@@ -170,6 +183,9 @@ export class Supervisor {
         pauseFile: process.env.SBX_TEST_WATCH_PAUSE_FILE || undefined,
         noTmpfile: process.env.SBX_TEST_WATCH_NO_TMPFILE === '1',
       }),
+      admitHandoff: () => {
+        throw new Error('no registry yet');
+      },
     };
     log.info({ instance, generation, mode, cgroup: tree?.basePath ?? null, subreaper: native().isChildSubreaper() }, 'supervisor ready');
     try {
@@ -341,9 +357,17 @@ export class Supervisor {
     }
     const pty = params.pty ? { cols: params.pty.cols ?? 80, rows: params.pty.rows ?? 24 } : null;
     const stdin = params.stdin ? 'stream' : 'null';
+    if (params.keep_after_close && !params.service) throw new SupervisorError('INVALID_ARGUMENT', 'keep_after_close is for a service: give service too (sbx run --service --keep-after-close)', { field: 'keep_after_close' });
+    // A service goes on while any process of it runs (wait), unless it names another linger.
+    const linger = resolveLinger(params.linger ?? null, params.service ? 'wait' : this.config.session.defaultLinger, { cgroup: this.ctx.tree !== null, pty: pty !== null });
     const digest = commandDigest({ argv: params.argv, cwd: params.cwd, env, pty: pty !== null, stdin, user: userSpec });
+    if (params.invocation_key?.startsWith(SERVICE_KEY_PREFIX)) {
+      throw new SupervisorError('INVALID_ARGUMENT', `invocation keys starting with ${JSON.stringify(SERVICE_KEY_PREFIX)} are the supervisor's own (the services it hands leftovers to); choose another key`, { field: 'invocation_key' });
+    }
     const key = params.invocation_key ?? `auto-${randomBytes(12).toString('hex')}`;
     const task = params.task ?? DEFAULT_TASK;
+    // Not in the digest (as the deadline is not): a retry of the key answers with its session as admitted.
+    const limits = effectiveLimits({ memory_max_bytes: params.memory_max_bytes, pids_max: params.pids_max, cpus: params.cpus }, this.config.session.defaultLimits);
 
     const storage = this.ctx.storage;
     let freeBytes = storage.freeBytes();
@@ -371,6 +395,7 @@ export class Supervisor {
         maxSessions: this.config.session.maxSessions,
         reconciling: this.reconciling,
         disk: { admits: freeBytes >= storage.minFreeBytes, freeBytes, minFreeBytes: storage.minFreeBytes },
+        limitRefusal: hasLimits(limits) ? limitRefusal(limits, limitHost(this.ctx.tree)) : null,
       },
     );
     if (decision.kind === 'refuse') throw decision.error;
@@ -399,13 +424,15 @@ export class Supervisor {
         commandDigest: digest,
         timeoutMs: params.timeout_ms ?? 0,
         graceMs: params.grace_ms ?? this.config.session.defaultGraceMs,
-        linger: params.linger ?? 'kill',
+        linger,
         chunkBytes: this.config.drain.chunkBytes,
         user: userSpec,
         sessionUser,
         pty,
         stdin,
         task,
+        service: params.service ? { handed_off_from: null, keep_after_close: params.keep_after_close === true } : null,
+        limits,
       },
       this.ctx,
     );
@@ -418,6 +445,8 @@ export class Supervisor {
     } catch (err) {
       this.log.error({ err, session_id: session.id }, 'admission failed');
       session.abandon();
+      // A limit the kernel refused to take (live.ts admit): nothing ran, the key is not taken.
+      if (isSupervisorError(err, 'LIMIT_UNAVAILABLE')) throw err;
       if (keyStep && (err as NodeJS.ErrnoException).code === 'EEXIST') {
         // The key has a record no session of ours claims: one the start found unreadable
         // (logged then). The key may have run; it never runs again.
@@ -436,6 +465,29 @@ export class Supervisor {
       if (receipt) this.log.info({ session_id: session.id, outcome: receipt.outcome, exit: receipt.exit }, 'session ended');
     });
     return { session_id: session.id, invocation_key: key, existing: false, state: session.state, command_digest: digest };
+  }
+
+  /**
+   * The service a command's leftovers go on as (linger handoff, live.ts): the command's request
+   * as it was (argv, cwd, env, user, task: what its processes are), with no stdin, pty or
+   * deadline of its own, and its own key (`service:<origin id>`); admitted (record, key record,
+   * frozen leaf) and registered as launch() does, not started. Throws when any step fails
+   * (the origin then ends the leftovers: linger kill); nothing of it is left then.
+   */
+  private admitHandoff(origin: { id: string; req: SessionRequest }): LiveSession {
+    if (this.stopping) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping');
+    const key = `${SERVICE_KEY_PREFIX}${origin.id}`;
+    const service = new LiveSession(newSessionId(), { ...origin.req, invocationKey: key, timeoutMs: 0, linger: 'kill', pty: null, stdin: 'null', service: { handed_off_from: origin.id, keep_after_close: false } }, this.ctx);
+    try {
+      service.admit();
+      this.keys.write({ invocation_key: key, session_id: service.id, command_digest: origin.req.commandDigest, admitted_at: service.admittedAt.toISOString() });
+    } catch (err) {
+      service.abandon();
+      throw err;
+    }
+    this.register(service);
+    this.log.info({ session_id: service.id, handed_off_from: origin.id }, 'service admitted for leftovers');
+    return service;
   }
 
   /**

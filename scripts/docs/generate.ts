@@ -126,6 +126,8 @@ function typeOf(s: Schema): string {
       return Object.values(def.entries as Record<string, string>).map((v) => JSON.stringify(v)).join(' | ');
     case 'union':
       return (def.options as Schema[]).map(typeOf).join(' or ');
+    case 'nullable':
+      return `${typeOf(def.innerType as Schema)} or null`;
     case 'array':
       return `array of ${typeOf(def.element as Schema)}`;
     case 'object':

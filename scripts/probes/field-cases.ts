@@ -238,8 +238,15 @@ function observe(stdout: Buffer, stderr: Buffer, receipt: Receipt, wallMs: numbe
   };
 }
 
+/**
+ * A case's run is over when nothing of it runs (descendants_dead): the harness asks for linger
+ * kill, not the default handoff (which would keep leftovers running as a service), and through
+ * sbx for -q, so sbx's stderr is the command's own, byte for byte.
+ */
+const RUN_OVER = { linger: 'kill' } as const;
+
 function launchRequest(c: FieldCase, env: Record<string, string>, extra: Partial<LaunchParams> = {}): LaunchParams {
-  return { argv: ['/bin/sh', '-c', c.command], cwd: '/', env, timeout_ms: c.timeout_ms, grace_ms: GRACE_MS, ...extra };
+  return { argv: ['/bin/sh', '-c', c.command], cwd: '/', env, timeout_ms: c.timeout_ms, grace_ms: GRACE_MS, ...RUN_OVER, ...extra };
 }
 
 async function settled(session_id: string, client: SupervisorClient, t0: number, marker: string, pty = false): Promise<Observation> {
@@ -266,7 +273,7 @@ async function viaClient(socketPath: string, c: FieldCase, pty: boolean): Promis
 
 function sbxArgs(c: FieldCase, env: Record<string, string>, extra: string[]): string[] {
   const envArgs = Object.entries(env).flatMap(([k, v]) => ['--env', `${k}=${v}`]);
-  return ['run', '--cwd', '/', '--timeout', `${c.timeout_ms}ms`, '--grace', `${GRACE_MS}ms`, ...envArgs, ...extra, '--', '/bin/sh', '-c', c.command];
+  return ['run', '--cwd', '/', '--timeout', `${c.timeout_ms}ms`, '--grace', `${GRACE_MS}ms`, '--linger', RUN_OVER.linger, '-q', ...envArgs, ...extra, '--', '/bin/sh', '-c', c.command];
 }
 
 async function viaSbx(socketPath: string, c: FieldCase): Promise<Observation> {

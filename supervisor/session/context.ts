@@ -2,7 +2,7 @@
 // reaper, the signer, the state dir's storage guard and hashing threads, the workspace watcher, the escape watch) and what one session
 // was asked to run (SessionRequest). Types only.
 import type { Logger } from 'pino';
-import type { LingerPolicy, SupervisorMode } from '../../ipc/protocol.js';
+import type { LingerPolicy, ServiceFacts, SessionLimits, SupervisorMode } from '../../ipc/protocol.js';
 import type { CgroupTree } from '../cgroup.js';
 import type { Config } from '../config.js';
 import type { Reaper } from '../reaper.js';
@@ -12,6 +12,7 @@ import type { StorageGuard } from '../store/storage.js';
 import type { SessionUser } from '../users.js';
 import type { WorkspaceWatcher } from '../workspace/watcher.js';
 import type { EscapeWatch } from './escape.js';
+import type { LiveSession } from './live.js';
 
 export interface SessionContext {
   config: Config;
@@ -29,6 +30,12 @@ export interface SessionContext {
   watcher: WorkspaceWatcher;
   /** Writes moving processes out of session leaves (escape.ts). */
   escapes: EscapeWatch;
+  /**
+   * Admits the service a command's leftovers go on as (linger handoff: live.ts): its record,
+   * key record and frozen leaf durable, registered, not started. Throws when it cannot be
+   * (the command then ends them: kill). The supervisor's registry sets it (supervisor.ts).
+   */
+  admitHandoff: (origin: { id: string; req: SessionRequest }) => LiveSession;
 }
 
 export interface SessionRequest {
@@ -54,6 +61,10 @@ export interface SessionRequest {
   stdin: 'null' | 'stream';
   /** The task it belongs to (`--task`, default `default`); null: unknown (its admission record cannot be read). */
   task: string | null;
+  /** A service (started with --service, or a command's handed-off leftovers); null: a command. */
+  service: ServiceFacts | null;
+  /** Its cgroup limits (the launch's, else session.defaultLimits; docs/guide/limits.md), written to its leaf at admission; absent or {}: none. Recovered sessions: their admission record's. */
+  limits?: SessionLimits;
 }
 
 /** An operator's word that ends an unknown session (sbx resolve --as-operator). */

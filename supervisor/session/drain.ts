@@ -3,7 +3,7 @@
 // net.Socket: libuv reads it without blocking the event loop. Owns the read side and how
 // the drain ended (eof, eio, timeout); not the bytes' layout on disk (chunks.ts).
 import { EventEmitter } from 'node:events';
-import { writeSync } from 'node:fs';
+import { closeSync, constants, openSync, readSync, writeSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { ReadStream } from 'node:tty';
 import type { StreamName, StreamOutput } from '../../ipc/protocol.js';
@@ -12,7 +12,8 @@ import { arrivalNowUs, StreamLog } from '../store/chunks.js';
 import type { StorageGuard } from '../store/storage.js';
 import type { HashPool } from '../store/hasher.js';
 
-export type DrainEnd = 'eof' | 'eio' | 'timeout';
+/** handoff: handed on to a service with the processes holding the pipe (handOff). */
+export type DrainEnd = 'eof' | 'eio' | 'timeout' | 'handoff';
 
 /** How a stream is stored: chunk size, quota (bytes), the state dir's guard, the hashing threads. */
 export interface StorePolicy {
@@ -82,7 +83,46 @@ export class StreamDrain extends EventEmitter {
       this.socket.on('error', () => finish('eio')); // EIO from a pty master, or any read error
       this.socket.on('close', () => finish('eof'));
       this.cut = () => finish('timeout');
+      this.endHandedOff = () => finish('handoff');
     });
+  }
+
+  private endHandedOff: () => void = () => {};
+
+  /**
+   * Hands the pipe on (linger handoff), once every process that can write it is frozen: reads
+   * what the pipe holds now into this stream, synchronously (nothing runs in between, and
+   * nothing frozen can write more), ends this stream (drain_end handoff, complete) and returns
+   * a new read end of the same pipe for the service's drain (/proc/self/fd reopens a pipe:
+   * proc(5)), or null when the stream has ended already (no writer held it). Pipes only.
+   */
+  handOff(): number | null {
+    if (this.endedHow || this.pty) return null;
+    const fd = (this.socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
+    if (fd === undefined || fd < 0) return null;
+    const next = openSync(`/proc/self/fd/${fd}`, constants.O_RDONLY | constants.O_NONBLOCK);
+    this.socket.pause();
+    let eof = false;
+    try {
+      for (;;) {
+        const n = readSync(next, READ_BUFFER, 0, READ_BUFFER.length, null);
+        if (n === 0) {
+          eof = true;
+          break;
+        }
+        this.readBytes += n;
+        this.log.append(Buffer.from(READ_BUFFER.subarray(0, n)), arrivalNowUs());
+      }
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EAGAIN') {
+        closeSync(next);
+        throw err;
+      }
+    }
+    this.endHandedOff();
+    if (!eof) return next;
+    closeSync(next);
+    return null;
   }
 
   /** Stops draining now (post-death bound ran out): the stream is marked incomplete. */

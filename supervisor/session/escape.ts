@@ -255,11 +255,16 @@ export class EscapeWatch {
     }
   }
 
-  /** Starts attributing writes to a session (after its spawn, before any event of it is read). */
-  track(id: string, leafPath: string, shimPid: number, uid: number): void {
+  /**
+   * Starts attributing writes to a session (after its spawn, before any event of it is read).
+   * A service of leftovers (no shim of its own: shimPid -1) names the session they came from
+   * (`from`, still tracked at the hand-off): it starts when that one did, so a stray that started
+   * before that is not charged to it.
+   */
+  track(id: string, leafPath: string, shimPid: number, uid: number, from?: string): void {
     if (this.mountPoint === null) return;
     // The session's first process: nothing started before it is below it (the shim is our unreaped child here).
-    const startTicks = startTicksOf(shimPid);
+    const startTicks = from !== undefined ? (this.tracked.get(from)?.startTicks ?? startTicksOf(process.pid)) : startTicksOf(shimPid);
     let leafIno = 0n;
     try {
       leafIno = statSync(leafPath, { bigint: true }).ino;
@@ -374,6 +379,8 @@ export class EscapeWatch {
     }
     const name = e.name.toString();
     if (name !== 'cgroup.procs' && name !== 'cgroup.threads') return;
+    // The supervisor's own writes are the hand-off of leftovers to a service (handoff.ts), said in both receipts.
+    if (e.pid === this.selfPid) return;
     let to: string | null = null;
     try {
       to = native().watchHandlePath(this.mountFd, e.handle).toString();

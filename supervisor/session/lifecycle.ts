@@ -10,8 +10,9 @@ export const TRANSITIONS: Readonly<Record<SessionState, readonly SessionState[]>
   // running: the shim was spawned; ended: the receipt of a spawn that failed; unknown: that
   // receipt could not be written.
   admitted: ['running', 'ended', 'unknown'],
-  // unknown: no proof of death (the shim died before reporting, an internal error).
-  running: ['leader_exited', 'terminating', 'unknown'],
+  // unknown: no proof of death (the shim died before reporting, an internal error); ended: a
+  // service of leftovers (no leader of its own) whose last process exited.
+  running: ['leader_exited', 'terminating', 'ended', 'unknown'],
   leader_exited: ['terminating', 'ended', 'unknown'],
   terminating: ['ended', 'unknown'],
   // ended: evidence arrived (reconciliation, an operator's word, a receipt that waited for space).

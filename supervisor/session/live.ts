@@ -6,10 +6,13 @@
 // has is session.ts. See cgroups(7), pty(7), docs/design/facts.md 8, 15, 16.
 import { chmodSync, chownSync, closeSync, mkdirSync, rmSync } from 'node:fs';
 import { Socket } from 'node:net';
-import type { StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
+import { SupervisorError } from '../../ipc/errors.js';
+import type { HandoffFacts, SessionLimits, StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
+import { applyLimits, type CgroupLeaf } from '../cgroup.js';
+import { hasLimits, LIMITS } from '../limits.js';
 import { faultPoint } from '../fault.js';
 import { native } from '../native.js';
-import type { ReadRecord } from '../store/chunks.js';
+import { StreamLog, type ReadRecord } from '../store/chunks.js';
 import { fsyncDir } from '../store/durable.js';
 import { receiptReservationBytes, reserveReceiptSpace } from '../store/receipt-file.js';
 import { writeAdmission, writeStarted } from '../store/records.js';
@@ -19,10 +22,11 @@ import { StreamDrain, type StorePolicy } from './drain.js';
 import { escalate, type EscalationStep, type EscalationTarget } from './escalation.js';
 import { ESCAPES_RESERVE_BYTES } from './escape.js';
 import { cgroupEmpty, liveDeath, missingShimReport, qualifyEscapes } from './evidence.js';
-import type { SpawnFailureFact } from './receipt.js';
+import { causeWithOom, type SpawnFailureFact } from './receipt.js';
 import { Session } from './session.js';
 import { LeaderProcess, signalNumber } from './spawn.js';
 import { StdinWriter } from './stdin.js';
+import { handOffLeftovers } from './handoff.js';
 
 /** Quiet time on a pty master, after its writers are gone, before the slave is closed. */
 const PTY_QUIET_MS = 20;
@@ -46,6 +50,12 @@ export class LiveSession extends Session {
   private pty: { master: number; slave: number; path: string } | null = null;
   private stdin: StdinWriter | null = null;
   private cancelDeadline: () => void = () => {};
+  /** What the leftovers went on as (linger handoff), once handed off. */
+  private handedOff: HandoffFacts | null = null;
+  /** The leader died of a SIGKILL nobody here sent, before any cause: the OOM killer's if memory.events counts one. */
+  private leaderKilledUnasked = false;
+  /** A service's streams no process held at the hand-off: stored empty, final (the receipt names every stream it has). */
+  private readonly emptyStreams: StreamLog[] = [];
 
   constructor(id: string, req: SessionRequest, ctx: SessionContext, admittedAt = new Date()) {
     super(id, req, ctx, admittedAt, 'admitted');
@@ -60,6 +70,10 @@ export class LiveSession extends Session {
     const { tree, identity } = this.ctx;
     mkdirSync(this.dir, { mode: 0o700 });
     if (tree) this.leaf = tree.createLeaf(this.id);
+    // A service made of a command's leftovers: its leaf stays frozen until they are all in it (handoff.ts).
+    if (this.leaf && this.req.service?.handed_off_from) this.leaf.freeze(true);
+    const limits = this.req.limits ?? {};
+    if (hasLimits(limits)) this.applyLimits(limits);
     this.admission = {
       session_id: this.id,
       invocation_key: this.req.invocationKey,
@@ -83,6 +97,8 @@ export class LiveSession extends Session {
       generation: identity.generation,
       instance: identity.instance,
       admitted_at: this.admittedAt.toISOString(),
+      ...(this.req.service ? { service: this.req.service } : {}),
+      ...(hasLimits(limits) ? { limits } : {}),
     };
     writeAdmission(this.dir, this.admission);
     fsyncDir(this.ctx.sessionsDir);
@@ -93,6 +109,25 @@ export class LiveSession extends Session {
     const workspaceBytes = this.ctx.watcher.paths.reduce((sum, p) => sum + 2 * Buffer.byteLength(p) + 2 * 4096 + 1024, 0);
     // And the escapes its death may list (escape.ts).
     reserveReceiptSpace(this.dir, receiptReservationBytes(Buffer.byteLength(JSON.stringify(this.admission)), (this.req.pty ? 1 : 2) * chunksPerStream, workspaceBytes + ESCAPES_RESERVE_BYTES));
+  }
+
+  /**
+   * Writes the limits into the leaf before anything runs in it (the supervisor refused the
+   * launch already where a controller is absent: limits.ts). A write the kernel refuses all
+   * the same (the controller went away, a value it does not take) is LIMIT_UNAVAILABLE too:
+   * never run without the limit.
+   */
+  private applyLimits(limits: SessionLimits): void {
+    for (const { limit, controller } of LIMITS) {
+      if (limits[limit] === undefined) continue;
+      const cgroup = this.ctx.tree?.sessionsPath ?? null;
+      if (!this.leaf) throw new SupervisorError('LIMIT_UNAVAILABLE', `${limit} needs the ${controller} controller in cgroup v2, and this supervisor has no cgroup (subreaper mode). Nothing was run.`, { controller, limit, cgroup });
+      try {
+        applyLimits(this.leaf.path, { [limit]: limits[limit] });
+      } catch (err) {
+        throw new SupervisorError('LIMIT_UNAVAILABLE', `${limit} could not be applied: ${(err as Error).message}. Nothing was run.`, { controller, limit, cgroup, errno: (err as NodeJS.ErrnoException).code ?? null });
+      }
+    }
   }
 
   /** Undoes a failed admit(): nothing ran, so the directory and the leaf go. */
@@ -164,9 +199,52 @@ export class LiveSession extends Session {
     });
   }
 
+  /**
+   * Starts a service admitted for a command's leftovers (handoff.ts), once they are all in its
+   * frozen leaf: drains the pipes they inherited (`fds`: new read ends of the command's
+   * stdout/stderr; a stream nobody held is absent), tracks its writes, then thaws it. It has
+   * no leader: it ends when its leaf is empty (or by cancel, kill, close, shutdown).
+   */
+  startHandedOff(fds: Partial<Record<'stdout' | 'stderr', number>>): void {
+    const leaf = this.leaf!;
+    this.startedAt = new Date();
+    this.ctx.watcher.track(this.id, leaf.path, this.dir);
+    this.ctx.escapes.track(this.id, leaf.path, -1, this.admission!.uid ?? 0, this.req.service?.handed_off_from ?? undefined);
+    this.transition('running');
+    for (const stream of ['stdout', 'stderr'] as const) {
+      const fd = fds[stream];
+      if (fd === undefined) {
+        const p = this.storePolicy();
+        this.emptyStreams.push(new StreamLog(this.dir, stream, p.chunkBytes, p.hashPool, p.quotaBytes, p.guard));
+        continue;
+      }
+      const drain = new StreamDrain(this.dir, stream, fd, this.storePolicy());
+      this.drains.set(stream, drain);
+      drain.on('advance', () => this.emit('output', drain.stream));
+      drain.on('end', () => this.emit('output', drain.stream));
+    }
+    this.startedRecord = writeStarted(this.dir, { started_at: this.startedAt.toISOString(), pid: 0 }).catch(
+      (err: NodeJS.ErrnoException) => void this.ctx.log.warn({ session_id: this.id, code: err.code }, 'could not record the start'),
+    );
+    leaf.freeze(false);
+    (async () => {
+      await leaf.waitEmpty(null);
+      await this.receiptOnceDead(null);
+    })().catch((err: Error) => {
+      this.ctx.log.error({ err, session_id: this.id }, 'service lifecycle failed');
+      this.ctx.escapes.forget(this.id);
+      this.becomeUnknown(`internal error: ${err.message}`);
+    });
+  }
+
   private storePolicy(): StorePolicy {
     const quota = this.ctx.config.drain.quotaBytes;
     return { chunkBytes: this.req.chunkBytes, quotaBytes: quota > 0 ? quota : Number.MAX_SAFE_INTEGER, guard: this.ctx.storage, hashPool: this.ctx.hashPool };
+  }
+
+  /** Its cgroup leaf (null in subreaper mode). */
+  get cgroup(): CgroupLeaf | null {
+    return this.leaf;
   }
 
   override get pid(): number | null {
@@ -215,11 +293,12 @@ export class LiveSession extends Session {
   }
 
   private async escalate(graceMs: number): Promise<void> {
-    const leader = this.leader!;
+    const leader = this.leader;
     // Not before the shim has joined the cgroup (it reports exec, or its failure, only after):
     // an empty leaf before that proves nothing, and a signal then would miss the command.
-    await leader.exec;
-    const leaderPid = this.leaderExitedAt ? null : leader.leaderPid;
+    // A service of leftovers has no leader: its processes are in its leaf already.
+    if (leader) await leader.exec;
+    const leaderPid = !leader || this.leaderExitedAt ? null : leader.leaderPid;
     // The pids the latest step reached, where they are known (a cgroup); null: only a count.
     let reached: ReadonlySet<number> | null = null;
     await escalate(this.escalationTarget(leader, (pids) => (reached = pids)), graceMs, (step) => {
@@ -235,7 +314,7 @@ export class LiveSession extends Session {
    * How the escalation reaches this session: its cgroup, or through a shim that stays.
    * `reached` hears the pids each step reached when the cgroup names them (null: a count only).
    */
-  private escalationTarget(leader: LeaderProcess, reached: (pids: ReadonlySet<number> | null) => void): EscalationTarget {
+  private escalationTarget(leader: LeaderProcess | null, reached: (pids: ReadonlySet<number> | null) => void): EscalationTarget {
     const leaf = this.leaf;
     return {
       term: async () => {
@@ -245,7 +324,7 @@ export class LiveSession extends Session {
       },
       waitDead: (timeoutMs) => this.waitDead(timeoutMs),
       killAll: async (killed) => {
-        if (leaf && !leader.holdsSession) {
+        if (leaf && !leader?.holdsSession) {
           const pids = leaf.pids();
           reached(new Set(pids));
           killed(pids.length);
@@ -256,6 +335,7 @@ export class LiveSession extends Session {
         }
         // The shim stays (subreaper mode, or a pty's session leader): KILL everything else,
         // again until the shim reports all reaped; past a bound, cgroup.kill takes the shim too.
+        if (!leader) return;
         let first = true;
         let done = false;
         void leader.allReaped.then(() => (done = true));
@@ -289,19 +369,19 @@ export class LiveSession extends Session {
 
   /** signal(), with the pids reached when the cgroup names them (null: through the shim, a count only). */
   private async signalPids(signal: NodeJS.Signals): Promise<{ count: number; pids: ReadonlySet<number> | null }> {
-    if (!this.leader || this.state === 'ended' || this.state === 'unknown') return { count: 0, pids: new Set() };
+    if ((!this.leader && !this.startedAt) || this.state === 'ended' || this.state === 'unknown') return { count: 0, pids: new Set() };
     this.signalsSent.add(signal);
-    if (!this.leaf) return { count: await this.leader.signalViaShim(signalNumber(signal)), pids: null };
+    if (!this.leaf) return { count: await this.leader!.signalViaShim(signalNumber(signal)), pids: null };
     // A shim that stays as the pty's session leader is not signalled: it absorbs signals
     // and goes when released, after the drain.
-    const skip = this.leader.holdsSession ? new Set([this.leader.pid]) : new Set<number>();
+    const skip = this.leader?.holdsSession ? new Set([this.leader.pid]) : new Set<number>();
     const pids = this.leaf.signalAll(signal, skip);
     return { count: pids.size, pids };
   }
 
   /** Waits up to timeoutMs (null: unbounded) for proof that nothing of the session runs. */
   private async waitDead(timeoutMs: number | null): Promise<boolean> {
-    if (this.leaf && !this.leader!.holdsSession) return this.leaf.waitEmpty(timeoutMs);
+    if (this.leaf && !this.leader?.holdsSession) return this.leaf.waitEmpty(timeoutMs);
     const all = this.leader!.allReaped.then(() => true);
     if (timeoutMs === null) return all;
     let timer: NodeJS.Timeout | undefined;
@@ -326,13 +406,19 @@ export class LiveSession extends Session {
     const exit = await leader.leaderExit;
     this.leaderExitedAt = exit.at;
     this.exit = { code: exit.code, signal: exit.signal };
+    // A SIGKILL nobody here sent, and no cause yet: the OOM killer's, if memory.events counts one at death.
+    this.leaderKilledUnasked = exit.signal === 'SIGKILL' && !this.signalsSent.has('SIGKILL') && this.cause === null;
     this.spawnFailure = failure;
     if (this.state === 'running') this.transition('leader_exited');
     this.ctx.reaper.reapNow();
 
     // Descendants left behind: end them (systemd's and docker's default) or wait for them.
     const alive = this.leaf && !leader.holdsSession ? this.leaf.populated() : !(await this.waitDead(0));
-    if (alive && this.req.linger === 'kill') await this.terminate('linger');
+    // handoff: they go on as a service (handoff.ts); what could not be moved is ended as with kill.
+    if (alive && this.req.linger === 'handoff' && this.leaf && !this.terminating) {
+      this.handedOff = await handOffLeftovers({ originId: this.id, leaf: this.leaf, drains: this.drains, admit: () => this.ctx.admitHandoff(this), log: this.ctx.log });
+    }
+    if (alive && (this.req.linger === 'kill' || (this.req.linger === 'handoff' && this.leaf?.populated()))) await this.terminate('linger');
 
     const reportNeeded = leader.holdsSession || !this.leaf;
     const shimReport = reportNeeded ? await leader.allReaped : null;
@@ -351,6 +437,15 @@ export class LiveSession extends Session {
       leader.release();
     }
     if (this.leaf) await this.leaf.waitEmpty(null);
+    await this.receiptOnceDead(shimReport);
+  }
+
+  /**
+   * Once nothing of the session runs (its leaf read empty, or its shim reported all reaped):
+   * the death proof, the workspace barrier, the drains to their end, and the receipt.
+   */
+  private async receiptOnceDead(shimReport: { reaped: number } | null): Promise<void> {
+    const leader = this.leader;
     const proof = liveDeath({ leafPath: this.leaf?.path ?? null, mountPoint: this.ctx.tree?.mount.mountPoint ?? null, shimReport }, new Date());
     // Every write to a cgroup.procs queued before the leaf emptied is read now: an escape qualifies the proof.
     const death = proof && this.leaf ? qualifyEscapes(proof, await this.ctx.escapes.settle(this.id)) : proof;
@@ -358,16 +453,24 @@ export class LiveSession extends Session {
     const workspace = this.ctx.watcher.settle(this.id);
     this.cancelDeadline();
     if (this.terminating) await this.terminating;
-    leader.release();
+    leader?.release();
     this.ctx.reaper.reapNow();
     this.releaseStdio();
 
     await this.drainAll();
 
     // Every stream's fsyncs at once (on the threadpool: one journal commit serves them all).
-    const finals = await Promise.all([...this.drains.values()].map((drain) => drain.finalize()));
-    await this.startedRecord;
+    const usage = this.leaf?.usage() ?? {};
+    // The leader's end was the OOM killer's (memory.events oom_kill, read once every process is
+    // dead): said as such, not as a bare SIGKILL (receipt.ts causeWithOom).
+    this.cause = causeWithOom(this.cause, { leaderKilledUnasked: this.leaderKilledUnasked, oomKills: usage.oom_kills });
     const output: Partial<Record<StreamName, StreamOutput>> = {};
+    const finals = await Promise.all([...this.drains.values()].map((drain) => drain.finalize()));
+    for (const log of this.emptyStreams) {
+      const { sha256, indexSha256, chunks } = await log.finalize();
+      output[log.stream] = { final_cursor: 0, sha256, complete: true, reason: null, dropped_bytes: 0, drain_end: 'eof', index_sha256: indexSha256, chunks };
+    }
+    await this.startedRecord;
     [...this.drains].forEach(([name, drain], i) => {
       output[name] = finals[i];
       if (drain.log.failureError) this.ctx.log.error({ session_id: this.id, stream: name, error: drain.log.failureError }, 'the stream stopped storing');
@@ -384,9 +487,10 @@ export class LiveSession extends Session {
       signalsSent: this.signalsSent,
       death: death!,
       output,
-      usage: this.leaf?.usage() ?? {},
+      usage,
       descendantsTerminated: this.descendantsTerminated ?? 0,
       workspace: await workspace,
+      handedOff: this.handedOff,
     });
   }
 

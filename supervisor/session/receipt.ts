@@ -2,7 +2,7 @@
 // table), the command digest, and the receipt assembled from recorded facts. No I/O here,
 // so these are unit-tested without processes.
 import { createHash } from 'node:crypto';
-import type { CgroupEscape, DeathEvidence, Outcome, Receipt, StreamName, StreamOutput, SupervisorMode, TerminationCause, WorkspaceEntry } from '../../ipc/protocol.js';
+import type { CgroupEscape, DeathEvidence, HandoffFacts, Outcome, Receipt, ServiceFacts, SessionLimits, StreamName, StreamOutput, SupervisorMode, TerminationCause, WorkspaceEntry } from '../../ipc/protocol.js';
 
 /** What the command digest covers (docs/reference/contract.md "Session environment and command digest"). */
 export interface DigestInput {
@@ -34,7 +34,7 @@ export function spawnFailureExitCode(failure: SpawnFailureFact): number {
   return failure.code === 'ENOENT' || failure.code === 'ENOTDIR' ? 127 : 126;
 }
 
-/** The outcome: a spawn failure, else the first termination cause, else how the leader ended. */
+/** The outcome: a spawn failure, else the first termination cause, else how the leader ended (oom_kill and linger: signaled or exited, as it ended). */
 export function decideOutcome(facts: {
   spawnFailure: SpawnFailureFact | null;
   cause: TerminationCause | null;
@@ -45,6 +45,19 @@ export function decideOutcome(facts: {
   if (facts.cause === 'cancel' || facts.cause === 'shutdown' || facts.cause === 'close') return 'cancelled';
   if (facts.cause === 'reconcile') return 'owner_lost';
   return facts.exit.signal ? 'signaled' : 'exited';
+}
+
+/**
+ * The termination cause once the OOM killer is known to have struck: oom_kill when the leader
+ * ended by a SIGKILL the supervisor had not sent and while no cause was set
+ * (`leaderKilledUnasked`, decided at the leader's exit), and memory.events counted an OOM kill
+ * by the session's death (cgroup-v2.rst "memory.events": oom_kill). It came before any linger
+ * that followed, so it replaces that; any other cause stands. An OOM kill of a descendant only
+ * leaves the cause as it was (usage.oom_kills says so).
+ */
+export function causeWithOom(cause: TerminationCause | null, facts: { leaderKilledUnasked: boolean; oomKills: number | undefined }): TerminationCause | null {
+  if (!facts.leaderKilledUnasked || !((facts.oomKills ?? 0) > 0)) return cause;
+  return cause === null || cause === 'linger' ? 'oom_kill' : cause;
 }
 
 export interface ReceiptFacts {
@@ -73,9 +86,15 @@ export interface ReceiptFacts {
   death: { evidence: DeathEvidence; observedAt: Date; cgroup?: string; reaped?: number; escapeWatch?: 'fanotify' | 'unavailable'; escapes?: CgroupEscape[] };
   output: Partial<Record<StreamName, StreamOutput>>;
   usage: Receipt['usage'];
+  /** The limits it ran under (its admission record's); absent or {}: none, and no `limits` in the receipt. */
+  limits?: SessionLimits;
   descendantsTerminated: number;
   /** The workspace clock's entries (workspace/watcher.ts); absent or [] without workspaces. */
   workspace?: WorkspaceEntry[];
+  /** What the leftovers went on as (linger handoff); null or absent: nothing was handed off. */
+  handedOff?: HandoffFacts | null;
+  /** The session is a service; null or absent: a command. */
+  service?: ServiceFacts | null;
 }
 
 const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
@@ -113,8 +132,11 @@ export function buildReceipt(f: ReceiptFacts): Receipt {
     },
     output: f.output,
     usage: f.usage,
+    ...(f.limits && Object.keys(f.limits).length ? { limits: { ...f.limits } } : {}),
     descendants_terminated: f.descendantsTerminated,
     ...(f.workspace?.length ? { workspace: f.workspace } : {}),
+    ...(f.handedOff ? { handed_off: { ...f.handedOff } } : {}),
+    ...(f.service ? { service: { ...f.service } } : {}),
   };
   if (f.spawnFailure) receipt.spawn_error = { ...f.spawnFailure };
   return receipt;

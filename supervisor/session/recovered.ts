@@ -47,6 +47,7 @@ export class RecoveredSession extends Session {
       pty: record.pty ?? null,
       stdin: record.stdin ?? 'null',
       task: record.task ?? DEFAULT_TASK,
+      service: record.service ?? null,
     };
     const session = new RecoveredSession(record.session_id, req, ctx, new Date(record.admitted_at), receipt);
     session.admission = record;
@@ -100,6 +101,7 @@ export class RecoveredSession extends Session {
       pty: null,
       stdin: 'null',
       task: typeof receipt?.task === 'string' ? receipt.task : null,
+      service: receipt?.service ?? null,
     };
     const session = new RecoveredSession(sessionId, req, ctx, receipt?.admitted_at ? new Date(receipt.admitted_at) : new Date(), receipt);
     if (receipt) {

@@ -245,6 +245,8 @@ export abstract class Session extends EventEmitter {
       usage: this.receipt?.usage ?? this.leaf?.usage() ?? {},
       ...(this.unknownReason ? { reason: this.unknownReason } : {}),
       ...(this.state === 'unknown' && (this.receiptOnItsWay || this.receiptAwaitingSpace) ? { receipt_pending: true as const } : {}),
+      ...(this.req.service ? { service: { ...this.req.service } } : {}),
+      ...(this.receipt?.handed_off ? { handed_off_to: this.receipt.handed_off.service_id } : {}),
     };
   }
 
@@ -275,8 +277,10 @@ export abstract class Session extends EventEmitter {
       user: this.req.user,
       uid: this.admission?.uid ?? null,
       gid: this.admission?.gid ?? null,
+      limits: this.admission?.limits,
       supervisor: this.ctx.identity,
       admittedAt: this.admittedAt,
+      service: this.req.service,
     };
   }
 

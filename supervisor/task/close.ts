@@ -295,7 +295,7 @@ export class Tasks {
     // sandbox-wide close already (settled: the ids it ended), for every task at once.
     const settle = settled
       ? settleOf(timeoutMs, new Set(this.deps.sessionsOf(task).filter((s) => settled.has(s.id)).map((s) => s.id)))
-      : (await this.settleSessions(this.deps.sessionsOf(task), timeoutMs, { task })).settle;
+      : (await this.settleSessions(() => this.deps.sessionsOf(task), timeoutMs, { task })).settle;
     if (attempt.settle === null) {
       attempt.settle = settle;
       files.writeAttempt(attempt);
@@ -416,8 +416,10 @@ export class Tasks {
    * its grace, KILL; a recovered one still in its grace with KILL now. Resolves once each has
    * its receipt or stays unknown (no evidence to come). terminated: the ids ended here.
    */
-  async settleSessions(sessions: Session[], timeoutMs: number, what: Record<string, unknown>): Promise<{ settle: { timeout_ms: number; terminated: number; terminated_ids: string[] }; terminated: Set<string> }> {
-    const live = sessions.filter((s) => isLive(s.state));
+  async settleSessions(sessionsNow: () => Session[], timeoutMs: number, what: Record<string, unknown>): Promise<{ settle: { timeout_ms: number; terminated: number; terminated_ids: string[] }; terminated: Set<string> }> {
+    const sessions = sessionsNow();
+    // A live service is not waited for (it is meant to keep running): it is ended once the commands have settled.
+    const live = sessions.filter((s) => isLive(s.state) && !s.req.service);
     const recovered = sessions.filter((s) => s.state === 'unknown');
     this.deps.ctx.log.info({ ...what, sessions: live.length, being_reconciled: recovered.length, timeout_ms: timeoutMs }, 'close: settling sessions');
     faultPoint('task-close:settling');
@@ -434,6 +436,11 @@ export class Tasks {
     }
     await Promise.all(live.filter((s) => terminated.has(s.id)).map((s) => s.terminate('close')));
     await allSettled;
+    // Then the services, those the commands handed their leftovers to meanwhile included: TERM, grace, KILL.
+    const services = sessionsNow().filter((s) => s.req.service && isLive(s.state));
+    for (const s of services) terminated.add(s.id);
+    await Promise.all(services.map((s) => s.terminate('close')));
+    await Promise.all(services.map((s) => s.settled()));
     return { settle: settleOf(timeoutMs, terminated), terminated };
   }
 
@@ -524,6 +531,7 @@ export class Tasks {
       death: r ? { evidence: r.death.evidence, observed_at: r.death.observed_at, ...(r.death.escapes ? { escapes: r.death.escapes } : {}), ...this.escapeAttestation(s, r) } : null,
       ended_at: r?.ended_at ?? null,
       output,
+      ...(s.req.service ? { service: { ...s.req.service } } : {}),
       workspace: [
         ...workspaces.map((w) => {
           const e = r && w.root ? (r.workspace?.find((x) => x.path === w.root) ?? null) : null;

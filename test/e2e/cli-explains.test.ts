@@ -370,7 +370,7 @@ describe('sbx completion', () => {
     expect(complete('sbx', 'attach', '--')).toEqual(['--socket', '--url', '--token-file', '--json', '--key', '--from-start', '--cursor', '--stderr-cursor', '--no-stdin', '--close-stdin', '--help']);
     // A global option's value is not taken for the subcommand.
     expect(complete('sbx', '--socket', '/x.sock', 'p')).toEqual(['ps']);
-    expect(complete('sbx', 'run', '--linger', '')).toEqual(['kill', 'wait']);
+    expect(complete('sbx', 'run', '--linger', '')).toEqual(['handoff', 'kill', 'wait']);
     expect(complete('sbx', 'verify', '--pub')).toEqual(['--public-key']);
     expect(complete('sbx', 'completion', '')).toEqual(['bash', 'zsh']);
     // --opt=value: bash splits the word at "=".

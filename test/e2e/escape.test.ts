@@ -258,6 +258,20 @@ describe('the walk at a death (positive proof, no event needed)', () => {
     expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [expect.objectContaining({ to: dest })] });
   });
 
+  it('a service of leftovers is not charged with a stray an earlier session left: it starts when its command did', async () => {
+    const dest = makeForeignCgroup();
+    const escaped = await run(task(), ['sh', '-c', `(sh -c 'echo $$ > ${dest}/cgroup.procs; exec sleep 300') & sleep 0.3; echo moved`], ['--linger', 'kill']);
+    expect(escaped.death.evidence).toBe('cgroup_escaped');
+    expect(procsOf(dest).length).toBe(1);
+    const t = task();
+    const command = await run(t, ['sh', '-c', 'sleep 300 & echo up']);
+    const sid = command.handed_off!.service_id;
+    const closed = await closeTask(t);
+    expect(closed.receipt.sessions.find((s) => s.session_id === sid)!.death).toEqual({ evidence: 'cgroup_empty', observed_at: expect.any(String) });
+    expect(closed.receipt.complete).toBe(true);
+    expect(closed.verified.status).toBe(0);
+  });
+
   it('a benign root session whose children all die, beside a live root session: unqualified, the other not charged', async () => {
     const other = (await daemon.sbx(['run', '--detach', '--', 'sh', '-c', 'sleep 300 & exec sleep 300'])).stdout.toString().trim();
     try {

@@ -74,12 +74,12 @@ describe('drain', () => {
 });
 
 describe('descendants', () => {
-  it('ends setsid and background descendants when the leader exits, with cgroup proof', async () => {
+  it('with --linger kill, ends setsid and background descendants when the leader exits, with cgroup proof', async () => {
     const a = marker();
     const b = marker();
     const t0 = performance.now();
     const receiptPath = join(daemon.dir, 'setsid-receipt.json');
-    const r = await daemon.sbx(['run', '--receipt', receiptPath, '--', 'sh', '-c', `(setsid sleep ${a} &); (sleep ${b} &); echo started`]);
+    const r = await daemon.sbx(['run', '--linger', 'kill', '--receipt', receiptPath, '--', 'sh', '-c', `(setsid sleep ${a} &); (sleep ${b} &); echo started`]);
     const wallMs = performance.now() - t0;
     expect(r.status).toBe(0);
     expect(r.stdout.toString()).toBe('started\n');
@@ -119,10 +119,10 @@ describe('descendants', () => {
     expect(receipt.descendants_terminated).toBe(0);
   });
 
-  it('ends a grandchild holding stdout with the default linger kill, promptly', async () => {
+  it('ends a grandchild holding stdout with --linger kill, promptly', async () => {
     const m = marker();
     const receiptPath = join(daemon.dir, 'holder-receipt.json');
-    const r = await daemon.sbx(['run', '--receipt', receiptPath, '--', 'sh', '-c', `sleep ${m} & echo output`]);
+    const r = await daemon.sbx(['run', '--linger', 'kill', '--receipt', receiptPath, '--', 'sh', '-c', `sleep ${m} & echo output`]);
     expect(r.stdout.toString()).toBe('output\n');
     const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
     expect(receipt.descendants_terminated).toBe(1);

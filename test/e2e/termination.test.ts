@@ -126,9 +126,9 @@ describe('deadline', () => {
 });
 
 describe('linger', () => {
-  it('kills a background child when the leader exits (default), promptly', async () => {
+  it('with --linger kill, kills a background child when the leader exits, promptly', async () => {
     const m = marker();
-    const { status, stdout, receipt } = await run([], ['sh', '-c', `sleep ${m} & echo bg`]);
+    const { status, stdout, receipt } = await run(['--linger', 'kill'], ['sh', '-c', `sleep ${m} & echo bg`]);
     expect(status).toBe(0);
     expect(stdout.toString()).toBe('bg\n');
     expect(receipt.descendants_terminated).toBe(1);

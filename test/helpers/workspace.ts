@@ -56,7 +56,8 @@ export const json = <T>(r: { stdout: Buffer }) => JSON.parse(r.stdout.toString()
 
 /** sbx run --key KEY -- sh -c SCRIPT (exit 0 expected), then its receipt. */
 export async function runScript(d: TestDaemon, key: string, script: string): Promise<Receipt> {
-  const r = await d.sbx(['run', '--key', key, '--', 'sh', '-c', script]);
+  // linger kill: a background writer ends with its script (its writes are the script's session's), never goes on as a service.
+  const r = await d.sbx(['run', '--key', key, '--linger', 'kill', '--', 'sh', '-c', script]);
   expect(r.status).toBe(0);
   return json<Receipt>(await d.sbx(['receipt', '--key', key]));
 }

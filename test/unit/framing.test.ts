@@ -118,7 +118,9 @@ describe('frames', () => {
       // extensions (issue 30): the file verbs' errors, and a read past the stream quota
       'SYMLINK_REFUSED', 'NOT_FOUND', 'NOT_A_DIRECTORY', 'IS_A_DIRECTORY', 'NOT_A_REGULAR_FILE', 'SIZE_MISMATCH', 'PERMISSION_DENIED', 'FILE_ERROR',
       'OUTPUT_QUOTA_EXCEEDED',
+      'LIMIT_UNAVAILABLE', // extension (issue 32): a limit whose cgroup v2 controller this host lacks
     ]);
+    expect(new SupervisorError('LIMIT_UNAVAILABLE', 'x').retryable).toBe(false);
     expect(new SupervisorError('CHECKPOINT_FAILED', 'x').retryable).toBe(true);
     expect(new SupervisorError('TASK_CONFLICT', 'x').retryable).toBe(false);
     const back = SupervisorError.fromWire({ code: 'NOT_A_CODE' as any, message: 'm', retryable: false });

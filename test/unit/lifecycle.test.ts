@@ -10,7 +10,7 @@ describe('the lifecycle table', () => {
   it('is the documented lifecycle: admitted → running → leader_exited → terminating → ended, unknown until evidence', () => {
     expect(TRANSITIONS).toEqual({
       admitted: ['running', 'ended', 'unknown'],
-      running: ['leader_exited', 'terminating', 'unknown'],
+      running: ['leader_exited', 'terminating', 'ended', 'unknown'],
       leader_exited: ['terminating', 'ended', 'unknown'],
       terminating: ['ended', 'unknown'],
       unknown: ['ended'],

@@ -68,8 +68,14 @@ def launch_params(
     pty: Optional[Mapping[str, int]],
     linger: Optional[str],
     on_disconnect: Optional[str],
+    service: bool = False,
+    keep_after_close: bool = False,
+    memory_max_bytes: Optional[int] = None,
+    pids_max: Optional[int] = None,
+    cpus: Optional[float] = None,
 ) -> Dict[str, Any]:
-    """launch's params. A key is made here when none is given, so a resend after a drop finds the first launch's session."""
+    """launch's params. A key is made here when none is given, so a resend after a drop finds the first launch's session.
+    The limits (memory_max_bytes: bytes, pids_max: tasks, cpus: CPUs; docs/guide/limits.md) go as given; the supervisor checks them."""
     if isinstance(argv, (str, bytes)):
         raise SupervisorError("INVALID_ARGUMENT", "argv must be a list of strings, not one string")
     params: Dict[str, Any] = {
@@ -88,6 +94,11 @@ def launch_params(
         "pty": dict(pty) if pty is not None else None,
         "linger": linger,
         "on_disconnect": on_disconnect,
+        "service": True if service else None,
+        "keep_after_close": True if keep_after_close else None,
+        "memory_max_bytes": memory_max_bytes,
+        "pids_max": pids_max,
+        "cpus": cpus,
     }
     params.update({k: v for k, v in optional.items() if v is not None})
     return params
@@ -141,6 +152,9 @@ def exit_status_of(receipt: Receipt) -> int:
     outcome = receipt.get("outcome")
     exit_ = receipt.get("exit") or {}
     code = exit_.get("code")
+    # A service of leftovers has no leader, so no exit status of its own: 0 once it ended with proof.
+    if (receipt.get("service") or {}).get("handed_off_from") and code is None and not exit_.get("signal") and outcome in ("exited", "cancelled"):
+        return 0
     if outcome in ("exited", "spawn_failed"):
         return code if code is not None else 125
     if outcome == "timed_out":

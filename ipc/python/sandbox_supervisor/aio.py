@@ -316,9 +316,14 @@ class AsyncClient(EndpointClient):
         pty: Optional[Mapping[str, int]] = None,
         linger: Optional[str] = None,
         on_disconnect: Optional[str] = None,
+        service: bool = False,
+        keep_after_close: bool = False,
+        memory_max_bytes: Optional[int] = None,
+        pids_max: Optional[int] = None,
+        cpus: Optional[float] = None,
     ) -> Session:
         """See Client.launch."""
-        params = P.launch_params(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin, pty=pty, linger=linger, on_disconnect=on_disconnect)
+        params = P.launch_params(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin, pty=pty, linger=linger, on_disconnect=on_disconnect, service=service, keep_after_close=keep_after_close, memory_max_bytes=memory_max_bytes, pids_max=pids_max, cpus=cpus)
         return Session.from_wire(await self.request("launch", params))
 
     async def run(
@@ -335,6 +340,9 @@ class AsyncClient(EndpointClient):
         task: Optional[str] = None,
         stdin: Optional[bytes] = None,
         linger: Optional[str] = None,
+        memory_max_bytes: Optional[int] = None,
+        pids_max: Optional[int] = None,
+        cpus: Optional[float] = None,
         on_stdout: Optional[Callable[[bytes], None]] = None,
         on_stderr: Optional[Callable[[bytes], None]] = None,
     ) -> Result:
@@ -342,7 +350,7 @@ class AsyncClient(EndpointClient):
         (plain functions, called in the event loop with each piece in order): that stream is
         not kept, its Result field None. An exception from a callback, or run being cancelled,
         stops both readers and cancels the session; the callback's exception is raised."""
-        session = await self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin is not None, linger=linger)
+        session = await self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin is not None, linger=linger, memory_max_bytes=memory_max_bytes, pids_max=pids_max, cpus=cpus)
 
         async def feed() -> None:
             if stdin is None or session.state == "ended":

@@ -279,6 +279,11 @@ class Client(EndpointClient):
         pty: Optional[Mapping[str, int]] = None,
         linger: Optional[str] = None,
         on_disconnect: Optional[str] = None,
+        service: bool = False,
+        keep_after_close: bool = False,
+        memory_max_bytes: Optional[int] = None,
+        pids_max: Optional[int] = None,
+        cpus: Optional[float] = None,
     ) -> Session:
         """Launches argv and returns its Session at once (``existing`` True: ``key`` already had it).
 
@@ -289,10 +294,16 @@ class Client(EndpointClient):
         whole environment too); ``user`` (name or uid: the supervisor must be root);
         ``task`` (default "default"); ``stdin``: the session's stdin is written with
         ``write`` (else /dev/null); ``pty``: ``{"cols", "rows"}`` (one stream, "pty");
-        ``linger``: "kill"|"wait"; ``on_disconnect``: "continue"|"cancel".
-        Errors: INVALID_ARGUMENT, KEY_CONFLICT, ADMISSION_SEALED, ADMISSION_DENIED, LIMIT_EXCEEDED.
+        ``linger``: "handoff"|"kill"|"wait" (default: the supervisor's, handoff: leftovers go on as
+        a service); ``on_disconnect``: "continue"|"cancel"; ``service``: start a service (meant
+        to keep running; a task's close ends it), ``keep_after_close``: one that outlives its
+        task's close. Limits of the
+        session's cgroup (docs/guide/limits.md): ``memory_max_bytes`` (memory.max, bytes; no swap
+        past it), ``pids_max`` (pids.max, tasks), ``cpus`` (cpu.max, CPUs, at least 0.01).
+        Errors: INVALID_ARGUMENT, KEY_CONFLICT, ADMISSION_SEALED, ADMISSION_DENIED, LIMIT_EXCEEDED,
+        LIMIT_UNAVAILABLE (a limit whose controller this host's cgroup v2 lacks: nothing was run).
         """
-        params = P.launch_params(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin, pty=pty, linger=linger, on_disconnect=on_disconnect)
+        params = P.launch_params(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin, pty=pty, linger=linger, on_disconnect=on_disconnect, service=service, keep_after_close=keep_after_close, memory_max_bytes=memory_max_bytes, pids_max=pids_max, cpus=cpus)
         return Session.from_wire(self.request("launch", params))
 
     def run(
@@ -309,6 +320,9 @@ class Client(EndpointClient):
         task: Optional[str] = None,
         stdin: Optional[bytes] = None,
         linger: Optional[str] = None,
+        memory_max_bytes: Optional[int] = None,
+        pids_max: Optional[int] = None,
+        cpus: Optional[float] = None,
         on_stdout: Optional[Callable[[bytes], None]] = None,
         on_stderr: Optional[Callable[[bytes], None]] = None,
     ) -> Result:
@@ -324,7 +338,7 @@ class Client(EndpointClient):
         output and receipt), never a second run. Errors as ``launch``; an exception from a
         callback (any, an OSError too) cancels the session and is raised as it was.
         """
-        session = self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin is not None, linger=linger)
+        session = self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin is not None, linger=linger, memory_max_bytes=memory_max_bytes, pids_max=pids_max, cpus=cpus)
         if stdin is not None and session.state != "ended":
             self._feed_stdin(session, bytes(stdin))
         kept: Dict[str, List[bytes]] = {"stdout": [], "stderr": []}

@@ -35,6 +35,8 @@ ERROR_CODES: Dict[str, bool] = {
     "PERMISSION_DENIED": False,
     "FILE_ERROR": False,
     "OUTPUT_QUOTA_EXCEEDED": False,
+    # limits (docs/guide/limits.md): the controller of an asked-for limit is not in cgroup v2 here
+    "LIMIT_UNAVAILABLE": False,
 }
 
 
