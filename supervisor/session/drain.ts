@@ -44,7 +44,7 @@ export class StreamDrain extends EventEmitter {
    * (the session's stdin) through `socket` (ptySocket: net.Socket refuses TTY fds); its end
    * is EIO once every slave is closed.
    */
-  constructor(sessionDir: string, readonly stream: StreamName, readFd: number, policy: StorePolicy, private readonly pty = false) {
+  constructor(sessionDir: string, readonly stream: StreamName, private readonly readFd: number, policy: StorePolicy, private readonly pty = false) {
     super();
     this.log = new StreamLog(sessionDir, stream, policy.chunkBytes, policy.hashPool, policy.quotaBytes, policy.guard);
     // false: this stream's write buffers are full (the disk is behind): the next read waits
@@ -98,9 +98,7 @@ export class StreamDrain extends EventEmitter {
    */
   handOff(): number | null {
     if (this.endedHow || this.pty) return null;
-    const fd = (this.socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
-    if (fd === undefined || fd < 0) return null;
-    const next = openSync(`/proc/self/fd/${fd}`, constants.O_RDONLY | constants.O_NONBLOCK);
+    const next = openSync(`/proc/self/fd/${this.readFd}`, constants.O_RDONLY | constants.O_NONBLOCK);
     this.socket.pause();
     let eof = false;
     try {
