@@ -105,8 +105,8 @@ export function limitWrites(limits: SessionLimits): { file: string; value: strin
 
 /**
  * Writes limits into the cgroup at `path` (limitWrites), for a session's leaf or any other
- * leaf of the sessions cgroup (a service handed off from a session takes its admission's
- * limits). Throws the write's error (ENOENT: the controller is not enabled above the leaf;
+ * leaf of the sessions cgroup (a service of a command's leftovers is admitted with that
+ * command's limits). Throws the write's error (ENOENT: the controller is not enabled above the leaf;
  * EINVAL: a value the kernel refuses), naming the file; nothing is undone (the caller removes
  * the leaf, which nothing runs in yet).
  */
@@ -258,11 +258,6 @@ export class CgroupTree {
 /** One session's leaf cgroup. */
 export class CgroupLeaf {
   constructor(readonly path: string) {}
-
-  /** Writes a session's limits into this leaf (applyLimits: memory.max, memory.swap.max, pids.max, cpu.max); before anything runs in it. */
-  applyLimits(limits: SessionLimits): void {
-    applyLimits(this.path, limits);
-  }
 
   get procsPath(): string {
     return join(this.path, 'cgroup.procs');

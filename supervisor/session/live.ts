@@ -185,18 +185,26 @@ export class LiveSession extends Session {
       this.drains.set('stderr', new StreamDrain(this.dir, 'stderr', leader.stderrFd, this.storePolicy()));
       if (leader.stdinFd >= 0) this.stdin = new StdinWriter(this.id, new Socket({ fd: leader.stdinFd, readable: false, writable: true }), false);
     }
+    this.announceDrains();
+    if (this.req.timeoutMs > 0) {
+      this.cancelDeadline = setDeadline(() => void this.terminate('deadline'), this.req.timeoutMs);
+    }
+    this.run(leader).catch((err: Error) => this.lifecycleFailed(err));
+  }
+
+  /** Each drain's advance and end is the session's 'output' (readers following a stream wake on it). */
+  private announceDrains(): void {
     for (const drain of this.drains.values()) {
       drain.on('advance', () => this.emit('output', drain.stream));
       drain.on('end', () => this.emit('output', drain.stream));
     }
-    if (this.req.timeoutMs > 0) {
-      this.cancelDeadline = setDeadline(() => void this.terminate('deadline'), this.req.timeoutMs);
-    }
-    this.run(leader).catch((err: Error) => {
-      this.ctx.log.error({ err, session_id: this.id }, 'session lifecycle failed');
-      this.ctx.escapes.forget(this.id);
-      this.becomeUnknown(`internal error: ${err.message}`);
-    });
+  }
+
+  /** A bug in the lifecycle (logged): the session is unknown, never failed, never relaunched. */
+  private lifecycleFailed(err: Error): void {
+    this.ctx.log.error({ err, session_id: this.id }, 'session lifecycle failed');
+    this.ctx.escapes.forget(this.id);
+    this.becomeUnknown(`internal error: ${err.message}`);
   }
 
   /**
@@ -218,11 +226,9 @@ export class LiveSession extends Session {
         this.emptyStreams.push(new StreamLog(this.dir, stream, p.chunkBytes, p.hashPool, p.quotaBytes, p.guard));
         continue;
       }
-      const drain = new StreamDrain(this.dir, stream, fd, this.storePolicy());
-      this.drains.set(stream, drain);
-      drain.on('advance', () => this.emit('output', drain.stream));
-      drain.on('end', () => this.emit('output', drain.stream));
+      this.drains.set(stream, new StreamDrain(this.dir, stream, fd, this.storePolicy()));
     }
+    this.announceDrains();
     this.startedRecord = writeStarted(this.dir, { started_at: this.startedAt.toISOString(), pid: 0 }).catch(
       (err: NodeJS.ErrnoException) => void this.ctx.log.warn({ session_id: this.id, code: err.code }, 'could not record the start'),
     );
@@ -230,11 +236,7 @@ export class LiveSession extends Session {
     (async () => {
       await leaf.waitEmpty(null);
       await this.receiptOnceDead(null);
-    })().catch((err: Error) => {
-      this.ctx.log.error({ err, session_id: this.id }, 'service lifecycle failed');
-      this.ctx.escapes.forget(this.id);
-      this.becomeUnknown(`internal error: ${err.message}`);
-    });
+    })().catch((err: Error) => this.lifecycleFailed(err));
   }
 
   private storePolicy(): StorePolicy {
