@@ -891,6 +891,7 @@ sub('status')
           // The supervisor's (since it started); the machine's after it, named as such.
           ['uptime', `${uptimeText(status.uptime_s)} (since ${status.started_at}; machine up ${uptimeText(status.machine.uptime_s)})`],
           ...(status.workspaces ?? []).map((w) => ['workspace', `${w.path} (${w.fs}): ${w.mode}, ${w.health}; ${w.events} events, ${w.unattributed_events} unattributed`]),
+          ...(status.workspace_unplaced_events ? [['unplaced', `${status.workspace_unplaced_events} events whose directory was gone before it could be named (in no workspace)`]] : []),
           ...(status.checkpoint_store ? [['checkpoints', status.checkpoint_store]] : []),
           ...(status.remote ? [['remote', `${status.remote} (WebSocket; docs/guide/remote.md)`]] : []),
           ...(status.metrics ? [['metrics', status.metrics.startsWith('/') ? `${status.metrics} (GET /metrics on the socket)` : `http://${status.metrics}/metrics`]] : []),
