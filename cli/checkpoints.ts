@@ -1,4 +1,4 @@
-// sbx's offline checkpoint commands (restore, checkpoints, verify of a manifest), loaded by
+// sbx's offline checkpoint commands (restore, checkpoints, diff, verify of a manifest), loaded by
 // sbx.ts only when one runs: they read the store directly (the state dir's checkpoints/,
 // another directory, or s3://), so they work with the supervisor stopped, and cost `sbx run`
 // nothing. Owns their output and exit statuses (0 all holds, 1 restored or read but differs,
@@ -12,7 +12,7 @@ import { restoreCheckpoint, showDifference } from '../supervisor/checkpoint/rest
 import { type CheckpointStore, parseStoreUrl, type StoreUrl } from '../supervisor/checkpoint/store.js';
 import { verifyCheckpoint } from '../supervisor/checkpoint/verify.js';
 import { clearProgress, Progress } from './progress.js';
-import { warn } from './escape.js';
+import { escapeControls, warn } from './escape.js';
 
 export interface StoreOptions {
   stateDir: string;
@@ -191,4 +191,33 @@ export async function verifyManifestCommand(arg: string, bytes: Buffer | null, o
     warnUnstable(v.manifest!.unstable ?? [], notCaptured(v.manifest!));
   } else for (const p of v.problems) process.stdout.write(`MISMATCH: ${p}\n`);
   process.exitCode = v.problems.length === 0 ? 0 : 1;
+}
+
+/** sbx diff A B, or --task T: what changed between two checkpoints, from their manifests (supervisor/checkpoint/diff.ts). Exit 0 identical, 1 differences, 125 could not. */
+export async function diffCommand(a: string | undefined, b: string | undefined, o: StoreOptions & { task?: string }): Promise<void> {
+  if (o.task !== undefined && (a !== undefined || b !== undefined)) fail('INVALID_ARGUMENT: diff: give two checkpoints (A B) or --task T, not both');
+  if (o.task === undefined && (a === undefined || b === undefined)) fail('INVALID_ARGUMENT: diff needs two checkpoints (sbx diff A B) or --task T');
+  const { DiffError, diffCheckpointIds, diffLines, diffSummary, diffTask } = await import('../supervisor/checkpoint/diff.js');
+  const store = await openStore(o);
+  const key = publicKey(o);
+  if (!key) fail(`no public key to check the manifests' signatures (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
+  let diffs;
+  try {
+    if (o.task !== undefined) {
+      const r = await diffTask(store, o.task, key);
+      if (r.invalid.length) warn(`not compared: ${plural(r.invalid.length, 'id')} whose manifest or published record does not verify (sbx verify ID says why): ${r.invalid.slice(0, 5).join(', ')}`);
+      diffs = r.diffs;
+    } else diffs = [await diffCheckpointIds(store, a!, b!, key)];
+  } catch (err) {
+    if (err instanceof DiffError) fail(`${err.code}: diff: ${err.message}`);
+    fail(`diff: ${(err as Error).message}`);
+  }
+  process.exitCode = diffs.every((d) => d.identical) ? 0 : 1;
+  if (o.json) return void process.stdout.write(JSON.stringify(o.task !== undefined ? diffs : diffs[0], null, 2) + '\n');
+  for (const d of diffs) {
+    if (o.task !== undefined) process.stdout.write(`workspace: ${escapeControls(d.to.workspace)}\nfrom: ${d.from?.checkpoint_id ?? 'null'}\nto: ${d.to.checkpoint_id}\n`);
+    for (const line of diffLines(d, escapeControls)) process.stdout.write(`${line}\n`);
+    const pair = `${d.from ? d.from.checkpoint_id.slice(0, 16) : 'nothing'} -> ${d.to.checkpoint_id.slice(0, 16)}`;
+    warn(`${pair}: ${d.identical ? 'identical; ' : ''}${diffSummary(d)}${d.from ? '' : ' (no checkpoint of this workspace before it: everything is added)'}`);
+  }
 }
