@@ -99,7 +99,7 @@ export async function attributionBench(opts: { reps: number; sessions: number; c
     for (const mode of ['hold', 'nohold'] as const) {
       mountTmpfs(ws[mode]);
       mounted.push(ws[mode]);
-      daemons[mode] = await new TestDaemon({ cgroupPrefix: 'sbx-bench-', config: { logLevel: 'warn', workspace: { paths: [ws[mode]], holdExited: mode === 'hold' } } }).start();
+      daemons[mode] = await new TestDaemon({ cgroupPrefix: 'sbx-bench-', config: { logLevel: 'warn', workspace: { paths: [ws[mode]], holdExited: mode === 'hold', batchMs: Number(process.env.WS_BATCH_MS ?? 10) } } }).start();
     }
     const clients = { hold: await connect(daemons.hold!), nohold: await connect(daemons.nohold!) };
     const edits: Record<Mode, { name: string; events: number; attributed: number; named: boolean }[]> = { hold: [], nohold: [] };

@@ -1,7 +1,6 @@
 // The watcher's reading thread (worker_threads): one fanotify group for every workspace
-// (native watch.c), read as soon as anything is queued (a writer's cgroup is found only while
-// it is not reaped), posted in batches so a burst of small writes costs the main thread one
-// message, not one per event (docs/design/facts.md 25). Each event kept gets the next sequence number of this listener epoch,
+// (native watch.c), read in batches so a burst of small writes costs one wake-up, not one per
+// event, and a file's create, write and close merge into one (docs/design/facts.md 25). Each event kept gets the next sequence number of this listener epoch,
 // in the order the kernel queued them (fanotify(7): events are read in order), so a barrier's
 // sequence orders it after every event queued before it. Resolves the directory handle to a
 // path (cached; dropped on any directory move; a directory already gone is named by its delete
@@ -250,7 +249,6 @@ function run(init: WatchWorkerInit): void {
     }
     return any;
   };
-  let firstBatchAt = 0;
   let wasPaused = false;
   const tick = () => {
     if (stopping) {
@@ -263,26 +261,24 @@ function run(init: WatchWorkerInit): void {
       wasPaused = paused;
       port.postMessage({ type: 'paused', paused } satisfies WatchMessage);
     }
-    // Read at once when anything is queued (a writer that has exited is attributed only while
-    // it is not reaped); post what was read at most every batchMs, at once for a barrier.
-    const now = Date.now();
-    const timeout = events.length > 0 ? Math.max(1, init.batchMs - (now - firstBatchAt)) : pending.length > 0 ? 10 : 50;
     let ready = false;
     try {
-      ready = !paused && n.watchPoll(fd, timeout);
+      ready = !paused && n.watchPoll(fd, pending.length > 0 ? 10 : 50);
     } catch {
       ready = false;
     }
     if (paused) Atomics.wait(wake, 0, 0, 20);
-    if (ready) readAll();
-    const t = Date.now();
-    place(t);
-    if (events.length > 0 && firstBatchAt === 0) firstBatchAt = t;
-    if (barriers.length > 0 || overflowSeq !== null || (events.length > 0 && (Atomics.load(wake, 0) !== 0 || t - firstBatchAt >= init.batchMs))) {
+    if (ready) {
+      // Let a burst accumulate (the kernel merges a name's events still queued: create, write
+      // and close of one file are read as one), unless a barrier is waiting. A leader or an
+      // orphan that exits meanwhile is still attributed: the supervisor keeps it a zombie until
+      // then; a process reaped by its own parent is, only if it still exists (batchMs 0: read at once).
+      if (Atomics.load(wake, 0) === 0) Atomics.wait(wake, 0, 0, init.batchMs);
       Atomics.store(wake, 0, 0);
-      post();
-      firstBatchAt = 0;
+      readAll();
     }
+    place(Date.now());
+    post();
     setImmediate(tick);
   };
   tick();
