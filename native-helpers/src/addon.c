@@ -218,18 +218,21 @@ static napi_value is_child_subreaper(napi_env env, napi_callback_info info) {
   return r < 0 ? throw_errno(env, r, "prctl") : make_bool(env, r);
 }
 
-/* reapPid(pid): null while it runs, else { pid, code: int|null, signal: int|null }. */
-static napi_value reap_pid(napi_env env, napi_callback_info info) {
+/* The shared body of reapPid and peekExit: a pid argument, one wait call, its result as
+ * null while the child runs, else { pid, code: int|null, signal: int|null }. */
+static napi_value child_exit(napi_env env, napi_callback_info info, const char *name, int (*wait_fn)(pid_t, struct sys_exit *), const char *syscall) {
   napi_value argv[1], result;
   size_t argc = get_args(env, info, argv, 1);
   int32_t pid;
   if (int_arg(env, argv, argc, 0, &pid) != 0 || pid <= 0) {
-    napi_throw_type_error(env, "EINVAL", "reapPid(pid): pid must be a positive integer");
+    char message[96];
+    snprintf(message, sizeof message, "%s(pid): pid must be a positive integer", name);
+    napi_throw_type_error(env, "EINVAL", message);
     return NULL;
   }
   struct sys_exit ex;
-  int r = sys_reap_pid(pid, &ex);
-  if (r < 0) return throw_errno(env, r, "waitpid");
+  int r = wait_fn(pid, &ex);
+  if (r < 0) return throw_errno(env, r, syscall);
   if (r == 0) return make_null(env);
   CHECK(napi_create_object(env, &result));
   CHECK(set(env, result, "pid", make_int(env, ex.pid)));
@@ -238,24 +241,14 @@ static napi_value reap_pid(napi_env env, napi_callback_info info) {
   return result;
 }
 
-/* peekExit(pid): null while it runs, else { pid, code, signal } of a child left a zombie (waitid WNOWAIT). */
+/* reapPid(pid): null while it runs, else { pid, code: int|null, signal: int|null } (reaped). */
+static napi_value reap_pid(napi_env env, napi_callback_info info) {
+  return child_exit(env, info, "reapPid", sys_reap_pid, "waitpid");
+}
+
+/* peekExit(pid): the same, the child left a zombie (waitid WNOWAIT). */
 static napi_value peek_exit(napi_env env, napi_callback_info info) {
-  napi_value argv[1], result;
-  size_t argc = get_args(env, info, argv, 1);
-  int32_t pid;
-  if (int_arg(env, argv, argc, 0, &pid) != 0 || pid <= 0) {
-    napi_throw_type_error(env, "EINVAL", "peekExit(pid): pid must be a positive integer");
-    return NULL;
-  }
-  struct sys_exit ex;
-  int r = sys_peek_exit(pid, &ex);
-  if (r < 0) return throw_errno(env, r, "waitid");
-  if (r == 0) return make_null(env);
-  CHECK(napi_create_object(env, &result));
-  CHECK(set(env, result, "pid", make_int(env, ex.pid)));
-  CHECK(set(env, result, "code", ex.code >= 0 ? make_int(env, ex.code) : make_null(env)));
-  CHECK(set(env, result, "signal", ex.signal >= 0 ? make_int(env, ex.signal) : make_null(env)));
-  return result;
+  return child_exit(env, info, "peekExit", sys_peek_exit, "waitid");
 }
 
 /* makePipe(): [readFd, writeFd]. */

@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { chunkListKey, diffEntries, diffLines, diffManifests, diffSummary, undecidedChunkLists } from '../../supervisor/checkpoint/diff.js';
 import { scanDigest, type Manifest, type ManifestEntry } from '../../supervisor/checkpoint/manifest.js';
 import { escapeControls } from '../../cli/escape.js';
+import { manifestOf } from '../helpers/manifest.js';
 
 const H = (c: string) => c.repeat(64);
 const file = (path: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({ path, type: 'file', mode: 0o644, uid: 1000, gid: 1000, size: 3, mtime_ns: '1', sha256: H('a'), ...extra });
@@ -110,21 +111,7 @@ describe('checkpoint diff', () => {
   });
 
   it('diffManifests names both sides; from null: everything added', () => {
-    const m = (task: string | null, entries: ManifestEntry[]): Manifest => ({
-      version: 1,
-      kind: 'checkpoint',
-      workspace: '/w',
-      task,
-      started_at: '2026-12-01T00:00:00.000Z',
-      created_at: '2026-12-01T00:00:01.000Z',
-      boundary: { epoch: null, seq: null, gap: 'not_watched' },
-      scan: { digest: scanDigest(entries), entries: entries.length, files: 0, bytes: 0, passes: 2 },
-      consistent: true,
-      unstable: [],
-      supervisor: { instance: 'i', generation: 1, boot_id: 'b', mode: 'cgroup' },
-      root: { mode: 0o755, uid: 0, gid: 0, mtime_ns: '1' },
-      entries,
-    });
+    const m = (task: string | null, entries: ManifestEntry[]): Manifest => manifestOf(entries, { task, createdAt: '2026-12-01T00:00:01.000Z' });
     const d = diffManifests(null, { id: H('c'), manifest: m('t', [dir('d'), file('d/x')]) });
     expect(d.from).toBeNull();
     expect(d.to).toEqual({ checkpoint_id: H('c'), workspace: '/w', task: 't', created_at: '2026-12-01T00:00:01.000Z' });

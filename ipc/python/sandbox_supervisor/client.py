@@ -769,6 +769,23 @@ def _close_params(task: Optional[str], workspaces: Optional[Sequence[str]], time
     return params
 
 
+def _sbx_json(args: List[str], verb: str, *, last_line: bool = False) -> Any:
+    """Runs ``sbx VERB ... --json``: its JSON on exit 0 or 1, else SupervisorError with the code sbx
+    names on stderr (its last line with ``last_line``: sbx diff may warn first), else INTERNAL."""
+    proc = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True)
+    if proc.returncode in (0, 1) and proc.stdout.strip():
+        return json.loads(proc.stdout)
+    message = proc.stderr.decode("utf-8", "replace").strip()
+    if last_line:
+        lines = message.splitlines()
+        message = lines[-1] if lines else ""
+    message = message[len("sbx: "):] if message.startswith("sbx: ") else message
+    code, _, rest = message.partition(": ")
+    if code in ERROR_CODES:
+        raise SupervisorError(code, rest, {"exit_status": proc.returncode})
+    raise SupervisorError("INTERNAL", f"sbx {verb} exited {proc.returncode}: {message}", {"exit_status": proc.returncode})
+
+
 def diff_checkpoints(a: Optional[str] = None, b: Optional[str] = None, *, task: Optional[str] = None, state_dir: Optional[str] = None, store: Optional[str] = None, key_path: Optional[str] = None, sbx: Optional[str] = None) -> Any:
     """``sbx diff A B --json`` / ``sbx diff --task T --json`` (offline); see Client.diff. The local
     store (``store`` a directory, or ``<state_dir>/checkpoints``) is read here (diff.py: no sbx
@@ -793,16 +810,7 @@ def diff_checkpoints(a: Optional[str] = None, b: Optional[str] = None, *, task: 
         key_path = os.path.join(state_dir, "receipt-key.pub")
     if key_path is not None:
         args += ["--public-key", key_path]
-    proc = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True)
-    if proc.returncode in (0, 1) and proc.stdout.strip():
-        return json.loads(proc.stdout)
-    lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-    message = lines[-1] if lines else ""
-    message = message[len("sbx: "):] if message.startswith("sbx: ") else message
-    code, _, rest = message.partition(": ")
-    if code in ERROR_CODES:
-        raise SupervisorError(code, rest, {"exit_status": proc.returncode})
-    raise SupervisorError("INTERNAL", f"sbx diff exited {proc.returncode}: {message}", {"exit_status": proc.returncode})
+    return _sbx_json(args, "diff", last_line=True)
 
 
 def restore_checkpoint(checkpoint_id: str, directory: str, *, state_dir: Optional[str] = None, store: Optional[str] = None, key_path: Optional[str] = None, same_owner: Optional[bool] = None, sbx: Optional[str] = None) -> Dict[str, Any]:
@@ -829,13 +837,5 @@ def restore_checkpoint(checkpoint_id: str, directory: str, *, state_dir: Optiona
         args += ["--key", key_path]
     if same_owner is not None:
         args.append("--same-owner" if same_owner else "--no-same-owner")
-    proc = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True)
-    if proc.returncode in (0, 1) and proc.stdout.strip():
-        return json.loads(proc.stdout)  # type: ignore[no-any-return]
-    message = proc.stderr.decode("utf-8", "replace").strip()
-    message = message[len("sbx: "):] if message.startswith("sbx: ") else message
-    code, _, rest = message.partition(": ")
-    if code in ERROR_CODES:
-        raise SupervisorError(code, rest, {"exit_status": proc.returncode})
-    raise SupervisorError("INTERNAL", f"sbx restore exited {proc.returncode}: {message}", {"exit_status": proc.returncode})
+    return _sbx_json(args, "restore")  # type: ignore[no-any-return]
 

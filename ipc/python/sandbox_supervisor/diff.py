@@ -12,37 +12,19 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import SupervisorError
+from .restore import _b, _name_fields, _path
 from .state_verify import LocalStore, _check_published, check_manifest
 
 _EMPTY = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 _KINDS = ("added", "removed", "modified", "type_changed", "mode_changed", "owner_changed")
 
 
-def _bytes(v: Optional[str], b64: Optional[str]) -> bytes:
-    if v is not None:
-        return v.encode("utf-8", "surrogateescape")
-    if b64 is not None:
-        return base64.b64decode(b64)
-    raise ValueError("a manifest entry has neither path nor path_b64")
-
-
-def _path(e: Mapping[str, Any]) -> bytes:
-    return _bytes(e.get("path"), e.get("path_b64"))
-
-
 def _target(e: Mapping[str, Any]) -> bytes:
-    return _bytes(e.get("target"), e.get("target_b64"))
+    return _b(e.get("target"), e.get("target_b64"))
 
 
 def _path_of(e: Mapping[str, Any]) -> Dict[str, str]:
     return {"path": e["path"]} if e.get("path") is not None else {"path_b64": e["path_b64"]}
-
-
-def _name_fields(raw: bytes, field: str) -> Dict[str, str]:
-    try:
-        return {field: raw.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {f"{field}_b64": base64.b64encode(raw).decode("ascii")}
 
 
 def chunk_list_key(chunks: Sequence[Mapping[str, Any]]) -> str:
