@@ -12,6 +12,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import SupervisorError
+from .paths import default_state_dir
 from .restore import _b, _name_fields, _path
 from .state_verify import LocalStore, _check_published, check_manifest
 
@@ -210,15 +211,16 @@ def _pair(store: LocalStore, old: Optional[Tuple[str, Mapping[str, Any]]], new: 
 
 def diff_local(a: Optional[str] = None, b: Optional[str] = None, *, task: Optional[str] = None, state_dir: Optional[str] = None, store: Optional[str] = None, key_path: Optional[str] = None) -> Any:
     """``sbx diff A B --json`` (a dict) or ``sbx diff --task T --json`` (a list, one per workspace)
-    from the local store (``store``, default ``<state_dir>/checkpoints``), manifests checked under
+    from the local store (``store``, default ``<state_dir>/checkpoints``; ``state_dir`` default
+    ``$SBX_STATE_DIR``, else the default path, as sbx), manifests checked under
     ``key_path`` (default ``<state_dir>/receipt-key.pub``). SupervisorError NOT_FOUND / INVALID_ARGUMENT."""
     if task is not None and (a is not None or b is not None):
         raise SupervisorError("INVALID_ARGUMENT", "diff: give two checkpoints (A B) or --task T, not both")
     if task is None and (a is None or b is None):
         raise SupervisorError("INVALID_ARGUMENT", "diff needs two checkpoints (sbx diff A B) or --task T")
+    if store is None and state_dir is None:
+        state_dir = default_state_dir()
     if store is None:
-        if state_dir is None:
-            raise SupervisorError("INVALID_ARGUMENT", "diff: give state_dir or store")
         store = os.path.join(state_dir, "checkpoints")
     st = LocalStore(store)
     key_file = key_path or (os.path.join(state_dir, "receipt-key.pub") if state_dir else None)

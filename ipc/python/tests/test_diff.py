@@ -102,6 +102,13 @@ def test_identical_and_task(daemon: Daemon, pair, no_sbx):
     assert first == sbx_diff(daemon, "--task", tasks[0])[1]
 
 
+def test_state_dir_defaults_to_sbx_state_dir(daemon: Daemon, pair, no_sbx, monkeypatch):
+    # As sbx and the TS diffCheckpoints: without state_dir or store, $SBX_STATE_DIR's store.
+    ws, a, b, tasks = pair
+    monkeypatch.setenv("SBX_STATE_DIR", daemon.state_dir)
+    assert diff_checkpoints(a, b) == diff_checkpoints(a, b, state_dir=daemon.state_dir)
+
+
 def test_sbx_bin_answers_the_same(daemon: Daemon, pair):
     _, a, b, _ = pair
     assert diff_checkpoints(a, b, state_dir=daemon.state_dir, sbx=SBX_BIN) == diff_checkpoints(a, b, state_dir=daemon.state_dir)
