@@ -11,6 +11,7 @@
 //
 // workerData: WatchWorkerInit. Messages out: WatchMessage. In: {stop: true}. Shared memory:
 // Int32Array(wake) [0] = a barrier wants a read now (Atomics.notify), [1] = pause (test hook).
+import { createHash } from 'node:crypto';
 import { closeSync, constants, openSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import { native } from '../native.js';
@@ -71,6 +72,8 @@ export interface WatchEvent {
   cgroup: string;
   /** ms since the epoch when read. */
   atMs: number;
+  /** A move's (MOVED_FROM, MOVED_TO) moved entry: its file handle digested, 16 hex digits; both halves of a rename share it. */
+  object?: string;
 }
 
 export type WatchMessage =
@@ -204,7 +207,8 @@ function run(init: WatchWorkerInit): void {
       const full = name === '' || name === '.' ? dir : `${dir}/${name}`;
       const ws = roots.findIndex((root, k) => full === init.paths[k] || full.startsWith(root));
       if (ws < 0) continue; // outside every workspace
-      events.push({ seq: p.seq, ws, mask: r.mask, path: full === init.paths[ws] ? '' : full.slice(roots[ws].length), cgroup: r.cgroup.toString(), atMs: p.atMs });
+      const object = r.target && r.mask & (FAN.MOVED_FROM | FAN.MOVED_TO) ? createHash('sha256').update(r.target).digest('hex').slice(0, 16) : undefined;
+      events.push({ seq: p.seq, ws, mask: r.mask, path: full === init.paths[ws] ? '' : full.slice(roots[ws].length), cgroup: r.cgroup.toString(), atMs: p.atMs, ...(object ? { object } : {}) });
     }
     pending.splice(0, i);
   };

@@ -292,7 +292,10 @@ export class WorkspaceWatcher {
     a.last_at = at;
     if (e.path !== null) a.last_path = nameText(e.path); // the receipt's text: \xNN for a byte that is not UTF-8
     if (e.path === null || e.path === '') return;
-    for (const kind of changeKinds(e.mask)) t.changes.add({ seq: e.seq, ws: e.ws, kind, path: e.path, ...(e.mask & FAN.ONDIR ? { dir: true as const } : {}), at });
+    for (const kind of changeKinds(e.mask)) {
+      const object = e.object && (kind === 'renamed_from' || kind === 'renamed_to') ? { object: e.object } : {};
+      t.changes.add({ seq: e.seq, ws: e.ws, kind, path: e.path, ...(e.mask & FAN.ONDIR ? { dir: true as const } : {}), ...object, at });
+    }
     touched.add(t);
   }
 

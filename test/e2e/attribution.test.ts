@@ -136,6 +136,18 @@ describe('writers that exit at once', () => {
     // sed -i writes a temporary file and renames it over the original.
     expect(text).toMatch(/ renamed +sed\S+ -> notes\.txt\n/);
   });
+
+  it('a file written, then other changes, then renamed over: one rename in sbx changes, where it happened', async () => {
+    const h = await held();
+    const script = "import os\nf = open('x.tmp', 'w'); f.write('1'); f.close()\nos.mkdir('xdir'); open('xdir/y', 'w').close()\nos.rename('x.tmp', 'x')\n";
+    const { session_id } = await h.c.launch({ argv: ['python3', '-c', script], cwd: h.ws, linger: 'kill' });
+    await h.c.wait({ session_id });
+    const changes = ((await h.c.request('changes', { session_id })) as ChangesResult).workspaces[0].changes;
+    const renames = changes.filter((ch) => ch.kind.startsWith('renamed'));
+    expect(renames.map((ch) => [ch.kind, ch.from ?? null, ch.path])).toEqual([['renamed', 'x.tmp', 'x']]);
+    // After xdir/y: in the order it happened.
+    expect(changes.findIndex((ch) => ch.kind === 'renamed')).toBeGreaterThan(changes.findIndex((ch) => ch.path === 'xdir/y'));
+  });
 });
 
 describe('every event counted, whatever became of its directory', () => {
