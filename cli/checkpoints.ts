@@ -46,13 +46,14 @@ export async function openStore(o: StoreOptions): Promise<CheckpointStore> {
       statSync(join(url.dir, STORE_DIRS.objects));
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'EACCES') fail(`cannot read the checkpoint store ${url.dir}: permission denied (a state dir is the supervisor's: run as its user, or give --store a copy you can read)`);
-      if (code !== 'ENOENT' && code !== 'ENOTDIR') fail(`cannot read the checkpoint store ${url.dir}: ${(err as Error).message}`);
+      if (code === 'EACCES') fail(`PERMISSION_DENIED: cannot read the checkpoint store ${url.dir}: permission denied (a state dir is the supervisor's: run as its user, or give --store a copy you can read)`);
+      if (code !== 'ENOENT' && code !== 'ENOTDIR') fail(`INTERNAL: cannot read the checkpoint store ${url.dir}: ${(err as Error).message}`);
     }
-    if (!existsSync(url.dir)) fail(`no checkpoint store at ${url.dir} (give --state-dir DIR or --store DIR|s3://bucket/prefix)`);
+    if (!existsSync(url.dir)) fail(`NOT_FOUND: no checkpoint store at ${url.dir} (give --state-dir DIR or --store DIR|s3://bucket/prefix)`);
     if (!existsSync(join(url.dir, STORE_DIRS.objects)) && existsSync(join(url.dir, STATE.checkpointsDir, STORE_DIRS.objects))) {
-      fail(`${url.dir} is a state dir, not a checkpoint store: give --state-dir ${url.dir}, or --store ${join(url.dir, STATE.checkpointsDir)}`);
+      fail(`INVALID_ARGUMENT: ${url.dir} is a state dir, not a checkpoint store: give --state-dir ${url.dir}, or --store ${join(url.dir, STATE.checkpointsDir)}`);
     }
+    if (!existsSync(join(url.dir, STORE_DIRS.objects))) fail(`INVALID_ARGUMENT: ${url.dir} is not a checkpoint store (it has no ${STORE_DIRS.objects}/: no checkpoint was ever stored there)`);
     return new LocalStore(url.dir, false);
   }
   const { S3Store } = await import('../supervisor/checkpoint/s3-store.js');
@@ -69,7 +70,7 @@ export async function resolveId(store: CheckpointStore, text: string): Promise<s
   try {
     all = await store.listManifests();
   } catch (err) {
-    fail(`cannot list the checkpoints in ${store.location}: ${(err as Error).message}`);
+    fail(`INTERNAL: cannot list the checkpoints in ${store.location}: ${(err as Error).message}`);
   }
   const matches = all.filter((m) => m.startsWith(id));
   if (matches.length === 1) return matches[0];
@@ -100,7 +101,7 @@ export async function restoreCommand(idText: string, dir: string, o: StoreOption
   const store = await openStore(o);
   const id = await resolveId(store, idText);
   const key = publicKey(o);
-  if (!key) fail(`no public key to check the manifest's signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
+  if (!key) fail(`INVALID_ARGUMENT: no public key to check the manifest's signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   let result;
   const progress = new Progress(`restore ${id.slice(0, 16)}`);
   try {
@@ -132,10 +133,10 @@ export async function listCommand(o: StoreOptions & { workspace?: string }): Pro
   try {
     ids = await store.listManifests();
   } catch (err) {
-    fail(`cannot list the checkpoints in ${store.location}: ${(err as Error).message}`);
+    fail(`INTERNAL: cannot list the checkpoints in ${store.location}: ${(err as Error).message}`);
   }
   const key = publicKey(o);
-  if (!key) fail(`no public key to check what the store holds (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
+  if (!key) fail(`INVALID_ARGUMENT: no public key to check what the store holds (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   const rows: { checkpoint_id: string; created_at: string; workspace: string; task: string | null; entries: number; bytes: number; consistent: boolean; boundary: unknown }[] = [];
   const invalid: string[] = [];
   for (const id of ids) {
@@ -178,7 +179,7 @@ export async function verifyManifestCommand(arg: string, bytes: Buffer | null, o
     if (named.length === 64) expectId = named;
   }
   const key = publicKey(o);
-  if (!key) fail(`no public key to check the signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
+  if (!key) fail(`INVALID_ARGUMENT: no public key to check the signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   const progress = new Progress(`verify ${(expectId ?? basename(arg)).slice(0, 16)}`);
   const v = await verifyCheckpoint(bytes, key, store, expectId, (p) => progress.counts(p));
   progress.done();
@@ -200,7 +201,7 @@ export async function diffCommand(a: string | undefined, b: string | undefined, 
   const { DiffError, diffCheckpointIds, diffLines, diffSummary, diffTask } = await import('../supervisor/checkpoint/diff.js');
   const store = await openStore(o);
   const key = publicKey(o);
-  if (!key) fail(`no public key to check the manifests' signatures (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
+  if (!key) fail(`INVALID_ARGUMENT: no public key to check the manifests' signatures (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   let diffs;
   try {
     if (o.task !== undefined) {

@@ -240,10 +240,13 @@ function run(init: WatchWorkerInit): void {
         if (r.mask & FAN.ONDIR && r.mask & DIR_MOVED) dirCache.clear();
         // The supervisor's own writes are not events, but its barriers; a session's file named `#<n>` is an event.
         if (r.pid === selfPid) {
-          const dir = resolveDir(key, r.handle);
+          // Known by its name (`#<inode>`: the supervisor makes nothing else so named), its
+          // directory only to tell two apart: a workspace root renamed away and back still
+          // gets its barriers (the path of the root while renamed is another's).
           const name = fsDecode(r.name);
-          const ws = init.barriers.findIndex((b) => b !== null && b.dir === dir && b.name === name);
-          if (ws >= 0) pending.push({ kind: 'barrier', seq: ++seq, ws });
+          const named = init.barriers.flatMap((b, i) => (b !== null && b.name === name ? [i] : []));
+          const ws = named.length === 1 ? named[0] : named.find((i) => init.barriers[i]!.dir === resolveDir(key, r.handle));
+          if (ws !== undefined) pending.push({ kind: 'barrier', seq: ++seq, ws });
           continue;
         }
         // Placed now, while its directory most likely exists (a path found later may be a moved one's).
