@@ -181,9 +181,50 @@ function run(init: WatchWorkerInit): void {
   const barriers: { ws: number; seq: number }[] = [];
   let overflowSeq: number | null = null;
   /** Turns what was read into messages, in order, up to the first event still waiting for its directory's name. */
+  /**
+   * The directory moves among what is pending, in queue order: a path found now is where a
+   * directory is after every move, so an event queued before a move (read after it) is placed
+   * where its directory was then (atIndex). Memoised per call of place().
+   */
+  const movesOf = () => {
+    const byTarget = new Map<string, { idx: number; from?: { parentKey: string; parent: Buffer; name: string }; to?: { parentKey: string; parent: Buffer; name: string } }>();
+    pending.forEach((p, idx) => {
+      if (p.kind !== 'event' || !(p.raw.mask & FAN.ONDIR) || !p.raw.target || !(p.raw.mask & (FAN.MOVED_FROM | FAN.MOVED_TO))) return;
+      const tk = p.raw.target.toString('latin1');
+      const m = byTarget.get(tk) ?? { idx };
+      const end = { parentKey: p.key, parent: p.raw.handle, name: fsDecode(p.raw.name) };
+      if (p.raw.mask & FAN.MOVED_FROM) m.from = end;
+      if (p.raw.mask & FAN.MOVED_TO) m.to = end;
+      m.idx = idx;
+      byTarget.set(tk, m);
+    });
+    return [...byTarget.values()].filter((m) => m.from && m.to).sort((a, b) => a.idx - b.idx) as { idx: number; from: { parentKey: string; parent: Buffer; name: string }; to: { parentKey: string; parent: Buffer; name: string } }[];
+  };
   const place = (now: number) => {
     let i = 0;
     const barrierBehind = pending.some((p) => p.kind === 'barrier');
+    const moves = movesOf();
+    const ends = new Map<number, { old: string | null; now: string | null }>();
+    /** path (a directory's path now) where it was just after the item at index k was queued: the moves after k undone, latest first. */
+    const atIndex = (k: number, path: string | null): string | null => {
+      if (path === null) return null;
+      for (let m = moves.length - 1; m >= 0 && moves[m].idx > k; m--) {
+        const e = endsOf(m);
+        if (e.old === null || e.now === null) continue;
+        if (path === e.now || path.startsWith(`${e.now}/`)) path = e.old + path.slice(e.now.length);
+      }
+      return path;
+    };
+    const join = (dir: string | null, name: string) => (dir === null ? null : dir === '/' ? `/${name}` : `${dir}/${name}`);
+    const endsOf = (m: number) => {
+      let e = ends.get(m);
+      if (!e) {
+        const mv = moves[m];
+        e = { old: join(atIndex(mv.idx, resolveDir(mv.from.parentKey, mv.from.parent)), mv.from.name), now: join(atIndex(mv.idx, resolveDir(mv.to.parentKey, mv.to.parent)), mv.to.name) };
+        ends.set(m, e);
+      }
+      return e;
+    };
     for (; i < pending.length; i++) {
       const p = pending[i];
       if (p.kind === 'overflow') {
@@ -195,7 +236,7 @@ function run(init: WatchWorkerInit): void {
         continue;
       }
       const r = p.raw;
-      const dir = resolveDir(p.key, r.handle);
+      const dir = atIndex(i, resolveDir(p.key, r.handle));
       if (dir === null) {
         // Its directory is gone; its delete, later in the queue, names it. Wait for it a while,
         // unless a barrier is behind (everything before that barrier is read: no delete to come).
@@ -249,8 +290,6 @@ function run(init: WatchWorkerInit): void {
           if (ws !== undefined) pending.push({ kind: 'barrier', seq: ++seq, ws });
           continue;
         }
-        // Placed now, while its directory most likely exists (a path found later may be a moved one's).
-        if (!dirCache.get(key)) resolveDir(key, r.handle);
         pending.push({ kind: 'event', seq: ++seq, raw: r, key, atMs });
       }
     }

@@ -175,4 +175,39 @@ describe('every event counted, whatever became of its directory', () => {
     expect(((await h.c.status()) as StatusResult).workspace_unplaced_events).toBe(0);
     expect(json<StatusResult>(await h.d.sbx(['status', '--json'])).workspace_unplaced_events).toBe(0);
   });
+
+  it('directories moved before their events are read: each event where its directory was then (not where it went), also one moved out of the workspace', async () => {
+    const h = await held();
+    const outside = join(h.d.dir, 'outside');
+    mkdirSync(outside);
+    await h.hold();
+    const script = [
+      'import os',
+      "os.makedirs('t2/a')",
+      "for i in range(10): open(f't2/a/g{i}', 'w').write('g')",
+      "os.rename('t2', 't3')",
+      "os.mkdir('tree')",
+      "for i in range(10): open(f'tree/f{i}', 'w').write('f')",
+      `os.rename('tree', ${JSON.stringify(join(outside, 'tree'))})`,
+      "open('t3/a/after', 'w').write('a')",
+      '',
+    ].join('\n');
+    const { session_id } = await h.c.launch({ argv: ['python3', '-c', script], cwd: h.ws, linger: 'kill' });
+    await until(async () => (await h.c.request('ps', {})).sessions.some((s) => s.session_id === session_id && s.started_at !== null && s.live_pids === 0), 'the script to exit', 20_000);
+    await h.release();
+    expect((await h.c.wait({ session_id })).exit.code).toBe(0);
+    const changes = ((await h.c.request('changes', { session_id })) as ChangesResult).workspaces[0].changes;
+    const paths = (kind: string) => changes.filter((ch) => ch.kind === kind).map((ch) => ch.path);
+    const created = paths('created');
+    for (let i = 0; i < 10; i++) {
+      expect(created, `t2/a/g${i}`).toContain(`t2/a/g${i}`);
+      expect(created, `tree/f${i}`).toContain(`tree/f${i}`);
+    }
+    expect(created).toContain('t3/a/after');
+    // Never a path that did not exist when its event was queued.
+    expect(created.filter((p) => p.startsWith('t3/') && p !== 't3/a/after')).toEqual([]);
+    expect(changes.filter((ch) => ch.kind === 'renamed').map((ch) => [ch.from, ch.path])).toEqual([['t2', 't3']]);
+    expect(paths('renamed_from')).toEqual(['tree']);
+    expect(((await h.c.status()) as StatusResult).workspace_unplaced_events).toBe(0);
+  });
 });
