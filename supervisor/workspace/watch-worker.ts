@@ -6,7 +6,7 @@
 // path (cached; dropped on any directory move; a directory already gone is named by its delete
 // in its parent, the target fid), counts an event it cannot place as unplaced (ws -1), drops events outside the
 // workspaces and the supervisor's own writes but its barriers (each workspace's barrier inode,
-// known by its directory and name: BarrierId), and posts each batch. Owns the group fd and the
+// known by its name, its directory only to tell two apart: BarrierId), and posts each batch. Owns the group fd and the
 // mount fds; not attribution to sessions (watcher.ts does that from the cgroup id of each event).
 //
 // workerData: WatchWorkerInit. Messages out: WatchMessage. In: {stop: true}. Shared memory:
@@ -91,10 +91,19 @@ const DIR_LINKED = FAN.CREATE | FAN.DELETE | FAN.MOVED_FROM | FAN.MOVED_TO;
 export const PLACE_WAIT_MS = 200;
 /** Events that may wait so at once; past it the oldest is counted unplaced. */
 export const PLACE_WAIT_MAX = 100_000;
+/** Events one read pass takes before they are placed and posted (the next tick reads on). */
+const READ_PASS_MAX = 32_768;
 /** Directories remembered by their delete or create (handle -> parent and name). */
 const LINKS_MAX = 262_144;
 
 type RawEvent = ReturnType<ReturnType<typeof native>['watchRead']>[number];
+
+/** Where a directory entry is: its parent's handle (and its key) and its name. */
+interface DirEnd {
+  parentKey: string;
+  parent: Buffer;
+  name: string;
+}
 
 /** What was read, in queue order, until it is posted. */
 type Pending =
@@ -145,7 +154,7 @@ function run(init: WatchWorkerInit): void {
   const dirCache = new Map<string, string | null>();
   // A directory gone before its events were read is named by its delete (or create) in its
   // parent: the target fid of that event (Linux 5.17+; without it, such events are unplaced).
-  const links = new Map<string, { parentKey: string; parent: Buffer; name: string }>();
+  const links = new Map<string, DirEnd>();
   let seq = 0;
   const selfPid = init.selfPid;
   const openByHandle = (key: string, handle: Buffer): string | null => {
@@ -180,14 +189,13 @@ function run(init: WatchWorkerInit): void {
   const events: WatchEvent[] = [];
   const barriers: { ws: number; seq: number }[] = [];
   let overflowSeq: number | null = null;
-  /** Turns what was read into messages, in order, up to the first event still waiting for its directory's name. */
   /**
-   * The directory moves among what is pending, in queue order: a path found now is where a
-   * directory is after every move, so an event queued before a move (read after it) is placed
-   * where its directory was then (atIndex). Memoised per call of place().
+   * The directory moves among what is pending, in queue order (each at its later half's index):
+   * a path found now is where a directory is after every move, so an event queued before a move
+   * (read after it) is placed where its directory was then (place's atIndex).
    */
-  const movesOf = () => {
-    const byTarget = new Map<string, { idx: number; from?: { parentKey: string; parent: Buffer; name: string }; to?: { parentKey: string; parent: Buffer; name: string } }>();
+  const movesOf = (): { idx: number; from: DirEnd; to: DirEnd }[] => {
+    const byTarget = new Map<string, { idx: number; from?: DirEnd; to?: DirEnd }>();
     pending.forEach((p, idx) => {
       if (p.kind !== 'event' || !(p.raw.mask & FAN.ONDIR) || !p.raw.target || !(p.raw.mask & (FAN.MOVED_FROM | FAN.MOVED_TO))) return;
       const tk = p.raw.target.toString('latin1');
@@ -198,12 +206,14 @@ function run(init: WatchWorkerInit): void {
       m.idx = idx;
       byTarget.set(tk, m);
     });
-    return [...byTarget.values()].filter((m) => m.from && m.to).sort((a, b) => a.idx - b.idx) as { idx: number; from: { parentKey: string; parent: Buffer; name: string }; to: { parentKey: string; parent: Buffer; name: string } }[];
+    return [...byTarget.values()].flatMap((m) => (m.from && m.to ? [{ idx: m.idx, from: m.from, to: m.to }] : [])).sort((a, b) => a.idx - b.idx);
   };
+  /** Turns what was read into messages, in order, up to the first event still waiting for its directory's name. */
   const place = (now: number) => {
     let i = 0;
     const barrierBehind = pending.some((p) => p.kind === 'barrier');
     const moves = movesOf();
+    // Each move's old and new path, memoised for this call.
     const ends = new Map<number, { old: string | null; now: string | null }>();
     /** path (a directory's path now) where it was just after the item at index k was queued: the moves after k undone, latest first. */
     const atIndex = (k: number, path: string | null): string | null => {
@@ -259,13 +269,12 @@ function run(init: WatchWorkerInit): void {
     }
     overflowSeq = null;
   };
-  /** Reads everything queued (pidfds made while their writers still exist), in order; true if anything was. */
-  const readAll = (): boolean => {
-    let any = false;
+  /** Reads what is queued (pidfds made while their writers still exist) into pending, in order, up to READ_PASS_MAX. */
+  const readAll = (): void => {
+    let readNow = 0;
     for (;;) {
       const raw = n.watchRead(fd, selfPid, BARRIER_PREFIX, init.cgroupMount);
       if (raw.length === 0) break;
-      any = true;
       const atMs = Date.now();
       for (const r of raw) {
         if (r.mask & FAN.Q_OVERFLOW) {
@@ -290,10 +299,13 @@ function run(init: WatchWorkerInit): void {
           if (ws !== undefined) pending.push({ kind: 'barrier', seq: ++seq, ws });
           continue;
         }
+        // Placed now, while its directory most likely exists (a move read later is undone in place()).
+        if (!dirCache.get(key)) resolveDir(key, r.handle);
         pending.push({ kind: 'event', seq: ++seq, raw: r, key, atMs });
       }
+      // A burst of a million: placed and posted as it is read, not held whole.
+      if ((readNow += raw.length) >= READ_PASS_MAX) break;
     }
-    return any;
   };
   let wasPaused = false;
   const tick = () => {
