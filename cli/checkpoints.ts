@@ -1,4 +1,4 @@
-// sbx's offline checkpoint commands (restore, checkpoints, verify of a manifest), loaded by
+// sbx's offline checkpoint commands (restore, checkpoints, diff, verify of a manifest), loaded by
 // sbx.ts only when one runs: they read the store directly (the state dir's checkpoints/,
 // another directory, or s3://), so they work with the supervisor stopped, and cost `sbx run`
 // nothing. Owns their output and exit statuses (0 all holds, 1 restored or read but differs,
@@ -12,7 +12,7 @@ import { restoreCheckpoint, showDifference } from '../supervisor/checkpoint/rest
 import { type CheckpointStore, parseStoreUrl, type StoreUrl } from '../supervisor/checkpoint/store.js';
 import { verifyCheckpoint } from '../supervisor/checkpoint/verify.js';
 import { clearProgress, Progress } from './progress.js';
-import { warn } from './escape.js';
+import { escapeControls, warn } from './escape.js';
 
 export interface StoreOptions {
   stateDir: string;
@@ -46,13 +46,14 @@ export async function openStore(o: StoreOptions): Promise<CheckpointStore> {
       statSync(join(url.dir, STORE_DIRS.objects));
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'EACCES') fail(`cannot read the checkpoint store ${url.dir}: permission denied (a state dir is the supervisor's: run as its user, or give --store a copy you can read)`);
-      if (code !== 'ENOENT' && code !== 'ENOTDIR') fail(`cannot read the checkpoint store ${url.dir}: ${(err as Error).message}`);
+      if (code === 'EACCES') fail(`PERMISSION_DENIED: cannot read the checkpoint store ${url.dir}: permission denied (a state dir is the supervisor's: run as its user, or give --store a copy you can read)`);
+      if (code !== 'ENOENT' && code !== 'ENOTDIR') fail(`INTERNAL: cannot read the checkpoint store ${url.dir}: ${(err as Error).message}`);
     }
-    if (!existsSync(url.dir)) fail(`no checkpoint store at ${url.dir} (give --state-dir DIR or --store DIR|s3://bucket/prefix)`);
+    if (!existsSync(url.dir)) fail(`NOT_FOUND: no checkpoint store at ${url.dir} (give --state-dir DIR or --store DIR|s3://bucket/prefix)`);
     if (!existsSync(join(url.dir, STORE_DIRS.objects)) && existsSync(join(url.dir, STATE.checkpointsDir, STORE_DIRS.objects))) {
-      fail(`${url.dir} is a state dir, not a checkpoint store: give --state-dir ${url.dir}, or --store ${join(url.dir, STATE.checkpointsDir)}`);
+      fail(`INVALID_ARGUMENT: ${url.dir} is a state dir, not a checkpoint store: give --state-dir ${url.dir}, or --store ${join(url.dir, STATE.checkpointsDir)}`);
     }
+    if (!existsSync(join(url.dir, STORE_DIRS.objects))) fail(`INVALID_ARGUMENT: ${url.dir} is not a checkpoint store (it has no ${STORE_DIRS.objects}/: no checkpoint was ever stored there)`);
     return new LocalStore(url.dir, false);
   }
   const { S3Store } = await import('../supervisor/checkpoint/s3-store.js');
@@ -69,7 +70,7 @@ export async function resolveId(store: CheckpointStore, text: string): Promise<s
   try {
     all = await store.listManifests();
   } catch (err) {
-    fail(`cannot list the checkpoints in ${store.location}: ${(err as Error).message}`);
+    fail(`INTERNAL: cannot list the checkpoints in ${store.location}: ${(err as Error).message}`);
   }
   const matches = all.filter((m) => m.startsWith(id));
   if (matches.length === 1) return matches[0];
@@ -100,7 +101,7 @@ export async function restoreCommand(idText: string, dir: string, o: StoreOption
   const store = await openStore(o);
   const id = await resolveId(store, idText);
   const key = publicKey(o);
-  if (!key) fail(`no public key to check the manifest's signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
+  if (!key) fail(`INVALID_ARGUMENT: no public key to check the manifest's signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   let result;
   const progress = new Progress(`restore ${id.slice(0, 16)}`);
   try {
@@ -132,10 +133,10 @@ export async function listCommand(o: StoreOptions & { workspace?: string }): Pro
   try {
     ids = await store.listManifests();
   } catch (err) {
-    fail(`cannot list the checkpoints in ${store.location}: ${(err as Error).message}`);
+    fail(`INTERNAL: cannot list the checkpoints in ${store.location}: ${(err as Error).message}`);
   }
   const key = publicKey(o);
-  if (!key) fail(`no public key to check what the store holds (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
+  if (!key) fail(`INVALID_ARGUMENT: no public key to check what the store holds (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   const rows: { checkpoint_id: string; created_at: string; workspace: string; task: string | null; entries: number; bytes: number; consistent: boolean; boundary: unknown }[] = [];
   const invalid: string[] = [];
   for (const id of ids) {
@@ -178,7 +179,7 @@ export async function verifyManifestCommand(arg: string, bytes: Buffer | null, o
     if (named.length === 64) expectId = named;
   }
   const key = publicKey(o);
-  if (!key) fail(`no public key to check the signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
+  if (!key) fail(`INVALID_ARGUMENT: no public key to check the signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   const progress = new Progress(`verify ${(expectId ?? basename(arg)).slice(0, 16)}`);
   const v = await verifyCheckpoint(bytes, key, store, expectId, (p) => progress.counts(p));
   progress.done();
@@ -191,4 +192,33 @@ export async function verifyManifestCommand(arg: string, bytes: Buffer | null, o
     warnUnstable(v.manifest!.unstable ?? [], notCaptured(v.manifest!));
   } else for (const p of v.problems) process.stdout.write(`MISMATCH: ${p}\n`);
   process.exitCode = v.problems.length === 0 ? 0 : 1;
+}
+
+/** sbx diff A B, or --task T: what changed between two checkpoints, from their manifests (supervisor/checkpoint/diff.ts). Exit 0 identical, 1 differences, 125 could not. */
+export async function diffCommand(a: string | undefined, b: string | undefined, o: StoreOptions & { task?: string }): Promise<void> {
+  if (o.task !== undefined && (a !== undefined || b !== undefined)) fail('INVALID_ARGUMENT: diff: give two checkpoints (A B) or --task T, not both');
+  if (o.task === undefined && (a === undefined || b === undefined)) fail('INVALID_ARGUMENT: diff needs two checkpoints (sbx diff A B) or --task T');
+  const { DiffError, diffCheckpointIds, diffLines, diffSummary, diffTask } = await import('../supervisor/checkpoint/diff.js');
+  const store = await openStore(o);
+  const key = publicKey(o);
+  if (!key) fail(`INVALID_ARGUMENT: no public key to check the manifests' signatures (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
+  let diffs;
+  try {
+    if (o.task !== undefined) {
+      const r = await diffTask(store, o.task, key);
+      if (r.invalid.length) warn(`not compared: ${plural(r.invalid.length, 'id')} whose manifest or published record does not verify (sbx verify ID says why): ${r.invalid.slice(0, 5).join(', ')}`);
+      diffs = r.diffs;
+    } else diffs = [await diffCheckpointIds(store, a!, b!, key)];
+  } catch (err) {
+    if (err instanceof DiffError) fail(`${err.code}: diff: ${err.message}`);
+    fail(`diff: ${(err as Error).message}`);
+  }
+  process.exitCode = diffs.every((d) => d.identical) ? 0 : 1;
+  if (o.json) return void process.stdout.write(JSON.stringify(o.task !== undefined ? diffs : diffs[0], null, 2) + '\n');
+  for (const d of diffs) {
+    if (o.task !== undefined) process.stdout.write(`workspace: ${escapeControls(d.to.workspace)}\nfrom: ${d.from?.checkpoint_id ?? 'null'}\nto: ${d.to.checkpoint_id}\n`);
+    for (const line of diffLines(d, escapeControls)) process.stdout.write(`${line}\n`);
+    const pair = `${d.from ? d.from.checkpoint_id.slice(0, 16) : 'nothing'} -> ${d.to.checkpoint_id.slice(0, 16)}`;
+    warn(`${pair}: ${d.identical ? 'identical; ' : ''}${diffSummary(d)}${d.from ? '' : ' (no checkpoint of this workspace before it: everything is added)'}`);
+  }
 }

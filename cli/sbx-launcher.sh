@@ -9,7 +9,7 @@
 # is no blob, when the node is not the same file as at build time (device, inode, size and
 # mtime: an upgrade replaces it), when NODE_OPTIONS is set (V8 flags such as
 # --max-old-space-size change the configuration), and for the commands whose modules the
-# snapshot leaves out (verify, restore, checkpoints: a snapshot's main cannot import()).
+# snapshot leaves out (verify, restore, checkpoints, diff: a snapshot's main cannot import()).
 self=$0
 if [ -L "$self" ]; then self=$(readlink -f -- "$self"); fi
 case $self in */*) here=${self%/*} ;; *) here=. ;; esac
@@ -29,7 +29,7 @@ if [ -z "${NODE_OPTIONS:-}" ] && [ -n "$identity" ] && [ -x "$node" ] && [ -r "$
     esac
   done
   case $cmd in
-    verify | restore | checkpoints) ;;
+    verify | restore | checkpoints | diff) ;;
     # node takes the first `--` as the end of its own options; the rest is sbx's.
     *) exec "$node" --snapshot-blob "$here/sbx.blob" -- "$@" ;;
   esac

@@ -10,7 +10,7 @@
 // snapshot with everything loaded (scripts/build/sbx-snapshot.mjs; `main` runs on
 // deserialization), else as a script. Either way keep side effects out of the top level: what
 // runs there runs once, at build time, for every later start (process.env, argv, cwd, time
-// and random values are read in main and below it). Lazy imports (verify, restore,
+// and random values are read in main and below it). Lazy imports (verify, restore, diff,
 // checkpoints) are left out of the snapshot, which cannot import(): the launcher starts those
 // commands from this script. The core in one module on purpose: split into four (the
 // commands, sbx run, what they share, argument bytes) it took 2.5-3 ms longer to load as a
@@ -891,6 +891,7 @@ sub('status')
           // The supervisor's (since it started); the machine's after it, named as such.
           ['uptime', `${uptimeText(status.uptime_s)} (since ${status.started_at}; machine up ${uptimeText(status.machine.uptime_s)})`],
           ...(status.workspaces ?? []).map((w) => ['workspace', `${w.path} (${w.fs}): ${w.mode}, ${w.health}; ${w.events} events, ${w.unattributed_events} unattributed`]),
+          ...(status.workspace_unplaced_events ? [['unplaced', `${status.workspace_unplaced_events} events whose directory was gone before it could be named (in no workspace)`]] : []),
           ...(status.checkpoint_store ? [['checkpoints', status.checkpoint_store]] : []),
           ...(status.remote ? [['remote', `${status.remote} (WebSocket; docs/guide/remote.md)`]] : []),
           ...(status.metrics ? [['metrics', status.metrics.startsWith('/') ? `${status.metrics} (GET /metrics on the socket)` : `http://${status.metrics}/metrics`]] : []),
@@ -981,6 +982,22 @@ sub('checkpoints')
     const key = publicKeyFile('checkpoints', o);
     const { listCommand } = await import('./checkpoints.js');
     await listCommand({ stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key, workspace: o.workspace, json: g.json });
+  });
+
+sub('diff')
+  .description('what changed from checkpoint A to B, from their manifests (as git diff --name-status: A added, D removed, M modified, T type changed, m mode changed, o owner changed; mtimes not compared); --task T: its latest checkpoint against the one before it, per workspace (reads the store directly; exit 0 identical, 1 differences)')
+  .argument('[a]', 'checkpoint id (or a unique prefix of 8+ hex digits): the old side')
+  .argument('[b]', 'checkpoint id (or a unique prefix of 8+ hex digits): the new side')
+  .option('--task <task>', "the task's latest published checkpoint against the one before it in its workspace (each workspace)")
+  .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the default path)')
+  .option('--store <dir|s3://bucket/prefix>', 'another store')
+  .option('--public-key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir): only what verifies is compared')
+  .addOption(deprecatedKeyOption())
+  .action(async (a: string | undefined, b: string | undefined, o: { task?: string; stateDir?: string; store?: string; publicKey?: string; key?: string; json?: boolean }) => {
+    const g = globals(o);
+    const key = publicKeyFile('diff', o);
+    const { diffCommand } = await import('./checkpoints.js');
+    await diffCommand(a, b, { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key, task: o.task, json: g.json });
   });
 
 sub('gc')

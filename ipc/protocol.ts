@@ -269,6 +269,12 @@ export interface StatusResult {
   machine: { cpu_load_percent: number | null; mem_total_bytes: number; mem_available_bytes: number; uptime_s: number };
   /** The watched workspaces (config workspace.paths, serve --workspace); [] when none. */
   workspaces: WorkspaceStatus[];
+  /**
+   * Events read whose directory was gone before it could be named, and that no later delete
+   * named (a queue overflow, a kernel without FAN_REPORT_TARGET_FID): counted here, in no
+   * workspace, never guessed into one. 0 without workspaces.
+   */
+  workspace_unplaced_events: number;
   /** Where checkpoints are published: a directory, or s3://bucket/prefix (config checkpoint.store). */
   checkpoint_store?: string;
   /** Where the Prometheus endpoint listens (`HOST:PORT` with the port bound, or a socket path); absent when metrics are off. */

@@ -17,6 +17,8 @@ export interface NativeHelpers {
   isChildSubreaper(): boolean;
   /** waitpid(pid, WNOHANG) for that pid only: null while it runs, else how it ended; ECHILD if not our child. */
   reapPid(pid: number): { pid: number; code: number | null; signal: number | null } | null;
+  /** waitid(P_PID, pid, WEXITED|WNOHANG|WNOWAIT): how that child ended, leaving it a zombie until reapPid; null while it runs; ECHILD if not our child. */
+  peekExit(pid: number): { pid: number; code: number | null; signal: number | null } | null;
   /** pipe2(O_CLOEXEC): [readFd, writeFd] of a real pipe. */
   makePipe(): [number, number];
   /** fcntl(F_SETPIPE_SZ): the capacity granted, in bytes; EBADF on a fd that is not a pipe, EPERM above pipe-max-size. */
@@ -84,9 +86,11 @@ export interface NativeHelpers {
    * One read(2) of queued events (none: []). Events by selfPid are dropped unless their
    * name starts with keepName. Each pidfd becomes the writer's cgroup id (PIDFD_GET_INFO, else cgroupMount's
    * /proc lookup; 0n: the writer was reaped first, pidfd 0) and is closed. handle: fsid, type,
-   * bytes of the directory's file handle; name: the entry's name bytes ("." the directory itself).
+   * bytes of the directory's file handle; target: the entry's own handle in the same form
+   * (FAN_REPORT_TARGET_FID: a create's, delete's or move's child; null when not reported); name:
+   * the entry's name bytes ("." the directory itself).
    */
-  watchRead(fd: number, selfPid: number, keepName: string, cgroupMount: string): { mask: number; pid: number; pidfd: number; cgroup: bigint; handle: Buffer; name: Buffer }[];
+  watchRead(fd: number, selfPid: number, keepName: string, cgroupMount: string): { mask: number; pid: number; pidfd: number; cgroup: bigint; handle: Buffer; target: Buffer | null; name: Buffer }[];
   /** open_by_handle_at(2) + readlink: the directory a watchRead handle names; ESTALE when it is gone. */
   watchHandlePath(mountFd: number, handle: Buffer): Buffer;
 }

@@ -4,6 +4,10 @@
 // So every child libuv spawns goes through track(); on SIGCHLD the reaper first reaps the
 // children spawned natively (session shims, adopt(): their status is handed on), then lists
 // our children (/proc/self/task/*/children) and reaps each zombie nobody else waits for.
+// With a fence (setFence: the workspace watcher's read fence), an exited child is left a zombie
+// until the watcher has read every event queued before its exit: a fanotify event gets its
+// writer's pidfd, and so its cgroup, only while the writer's pid is not reaped (fanotify(7)
+// FAN_NOPIDFD), so a writer that exits at once is still attributed (docs/design/facts.md 33).
 import { readdirSync, readFileSync } from 'node:fs';
 import { native, type NativeHelpers } from './native.js';
 
@@ -32,11 +36,31 @@ export function ownChildren(): number[] {
   return out;
 }
 
+/** How an exited child ended (waitpid(2) status, split). */
+export interface ChildExit {
+  code: number | null;
+  signal: number | null;
+}
+
+/**
+ * Resolves once every event the workspace watcher's queue held at the call has been read (a
+ * barrier round came back: true) or could not be (false: timed out, no listener). Never rejects.
+ */
+export type ReadFence = () => Promise<boolean>;
+
+/** Zombies held for a fence at most: past it, exited children are reaped at once (pids are finite). */
+export const MAX_HELD_ZOMBIES = 4096;
+
 export class Reaper {
   /** Pids spawned through libuv (child_process): never ours to reap. */
   private readonly spawned = new Set<number>();
   /** Children spawned natively (spawnDetached): reaped here, their status handed on. */
-  private readonly adopted = new Map<number, (exit: { code: number | null; signal: number | null }) => void>();
+  private readonly adopted = new Map<number, (exit: ChildExit) => void>();
+  /** Exited children left zombies until the fence they wait for comes back: pid -> that batch's release. */
+  private readonly held = new Map<number, Promise<void>>();
+  private fence: ReadFence | null = null;
+  private heldTotal = 0;
+  private unfencedTotal = 0;
   private scheduled = false;
   private retryTimer: NodeJS.Timeout | null = null;
   private reapedTotal = 0;
@@ -53,6 +77,26 @@ export class Reaper {
     process.off('SIGCHLD', this.onSignal);
     if (this.retryTimer) clearTimeout(this.retryTimer);
     this.retryTimer = null;
+    this.fence = null;
+    this.release([...this.held.keys()], false);
+  }
+
+  /**
+   * From now on an exited child stays a zombie until fence() settles (null: reaped at once, as
+   * without a watched workspace). The exit itself is reported when it happens (adopt's onExit).
+   */
+  setFence(fence: ReadFence | null): void {
+    this.fence = fence;
+  }
+
+  /** Resolves once every exited child held for a fence now is reaped (at once when none is). Never rejects. */
+  async settled(): Promise<void> {
+    await Promise.all(new Set(this.held.values()));
+  }
+
+  /** Children left zombies for a fence since start, and those reaped at once because MAX_HELD_ZOMBIES were held. */
+  get holds(): { held: number; unfenced: number } {
+    return { held: this.heldTotal, unfenced: this.unfencedTotal };
   }
 
   /** Records a child that libuv will wait for; call right after spawn returns. */
@@ -64,7 +108,7 @@ export class Reaper {
    * A child spawned natively (native().spawnDetached: libuv does not wait for it): reaped
    * here on SIGCHLD, by pid, and onExit is called once with how it ended.
    */
-  adopt(pid: number, onExit: (exit: { code: number | null; signal: number | null }) => void): void {
+  adopt(pid: number, onExit: (exit: ChildExit) => void): void {
     this.adopted.set(pid, onExit);
     this.schedule(); // it may have ended already
   }
@@ -79,26 +123,31 @@ export class Reaper {
     return this.reapedTotal;
   }
 
-  /** Zombie children nobody has reaped yet (tracked ones excluded). */
+  /** Zombie children nobody has reaped yet (tracked and held ones excluded). */
   zombies(): number[] {
-    return ownChildren().filter((pid) => !this.spawned.has(pid) && !this.adopted.has(pid) && procState(pid) === 'Z');
+    return ownChildren().filter((pid) => !this.spawned.has(pid) && !this.adopted.has(pid) && !this.held.has(pid) && procState(pid) === 'Z');
   }
 
   /**
-   * Reaps every orphan that is a zombie now; returns how many. Never throws: when /proc cannot
+   * Reaps every orphan that is a zombie now (with a fence: holds it, and every exited adopted
+   * child, until the fence comes back); returns how many were reaped now. Never throws: when /proc cannot
    * be listed (EMFILE, ENFILE, ENOMEM: no fd for the directory), it tries again in 100 ms.
    */
   reapNow(): number {
-    // Adopted children first, by pid (waitpid WNOHANG): no /proc walk on their path.
+    const fence = this.fence;
+    const leaders: number[] = [];
+    // Adopted children first, by pid: no /proc walk on their path. With a fence, the exit is
+    // seen without reaping (waitid WNOWAIT) and the zombie kept until the fence comes back.
     for (const [pid, onExit] of this.adopted) {
       let exit: ReturnType<NativeHelpers['reapPid']> = null;
       try {
-        exit = native().reapPid(pid);
+        exit = fence ? native().peekExit(pid) : native().reapPid(pid);
       } catch {
         exit = { pid, code: null, signal: null }; // ECHILD: gone without a status we can know
       }
       if (!exit) continue;
       this.adopted.delete(pid);
+      if (fence) leaders.push(pid);
       onExit({ code: exit.code, signal: exit.signal });
     }
     let n = 0;
@@ -113,17 +162,51 @@ export class Reaper {
         }, 100);
         this.retryTimer.unref();
       }
-      return 0;
+      zombies = [];
     }
-    for (const pid of zombies) {
-      try {
-        if (native().reapPid(pid)) n++;
-      } catch {
-        // ECHILD: someone else (never libuv: it only waits for its own) got it.
+    if (fence) {
+      this.hold(leaders, fence, false);
+      this.hold(zombies, fence, true);
+    } else {
+      for (const pid of zombies) {
+        try {
+          if (native().reapPid(pid)) n++;
+        } catch {
+          // ECHILD: someone else (never libuv: it only waits for its own) got it.
+        }
       }
     }
     this.reapedTotal += n;
     return n;
+  }
+
+  /** Keeps pids (exited children; orphans: not adopted ones) zombies until fence settles, then reaps them; past MAX_HELD_ZOMBIES, at once. */
+  private hold(pids: number[], fence: ReadFence, orphans: boolean): void {
+    if (pids.length === 0) return;
+    const room = Math.max(0, MAX_HELD_ZOMBIES - this.held.size);
+    const now = pids.slice(room);
+    const later = pids.slice(0, room);
+    this.heldTotal += later.length;
+    this.unfencedTotal += now.length;
+    this.release(now, orphans);
+    if (later.length === 0) return;
+    const released = fence().then(
+      () => this.release(later, orphans),
+      () => this.release(later, orphans),
+    );
+    for (const pid of later) this.held.set(pid, released);
+  }
+
+  /** Reaps held (or never held) zombies by pid; orphans count in reaped. */
+  private release(pids: number[], orphans: boolean): void {
+    for (const pid of pids) {
+      this.held.delete(pid);
+      try {
+        if (native().reapPid(pid) && orphans) this.reapedTotal++;
+      } catch {
+        // ECHILD: already reaped
+      }
+    }
   }
 
   private schedule(): void {

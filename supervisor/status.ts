@@ -92,6 +92,7 @@ export class StatusReporter {
       uptime_s: Math.round(process.uptime() * 1000) / 1000,
       started_at: new Date(Date.now() - process.uptime() * 1000).toISOString(),
       workspaces: ctx.watcher.status(),
+      workspace_unplaced_events: ctx.watcher.unplaced,
       checkpoint_store: this.source.checkpointStore(),
       ...(metrics !== null ? { metrics } : {}),
       ...(remote !== null ? { remote } : {}),

@@ -187,6 +187,12 @@ export class Supervisor {
         throw new Error('no registry yet');
       },
     };
+    // Exited children stay zombies until the watcher has read past them (their events' pidfds
+    // still name their cgroup): attribution of writers that exit at once (reaper.ts).
+    if (workspacePaths.length > 0 && config.workspace.holdExited) {
+      const watcher = ctx.watcher;
+      reaper.setFence(() => (watcher.watching ? watcher.readFence() : Promise.resolve(false)));
+    }
     log.info({ instance, generation, mode, cgroup: tree?.basePath ?? null, subreaper: native().isChildSubreaper() }, 'supervisor ready');
     try {
       return new Supervisor(config, log, ctx, lock, metrics);

@@ -83,6 +83,11 @@ describe('native helper', () => {
     expect(result.reaped).toBeGreaterThanOrEqual(100);
     expect(result.zombies).toBe(0);
   });
+
+  it('with a read fence, keeps 50 exited orphans zombies (not reaped, not listed as unreaped) until the fence settles, then reaps every one', () => {
+    const out = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/reaper-fence-probe.ts')], { cwd: ROOT, timeout: 120_000, killSignal: 'SIGKILL' }).toString();
+    expect(JSON.parse(out)).toEqual({ held: 50, listed: 0, reapedBefore: 0, reapedAfter: 50, left: 0, holds: { held: 50, unfenced: 0 }, fencesAsked: true });
+  });
 });
 
 /** What fn throws (it must throw). */

@@ -2,7 +2,7 @@
  * sbx_native: thin N-API glue over sys.c. Checks arguments, calls the plain C wrapper, and
  * turns its -errno into a thrown Error like node:fs does (`code` the errno name from
  * uv_err_name_r, `errno` negative, `syscall`, message "CODE: description, syscall").
- * Exports (typed in supervisor/native.ts): setChildSubreaper, isChildSubreaper, reapPid,
+ * Exports (typed in supervisor/native.ts): setChildSubreaper, isChildSubreaper, reapPid, peekExit,
  * makePipe, setPipeSize, tryLockExclusive, peerCred, openPty, setWindowSize, sdNotify,
  * userByName, userById, groupByName, waitWritable; and over watch.c: watchInit, watchMark,
  * watchMarkWrites, watchPoll, watchRead, watchHandlePath. Owns no state but the writability waits
@@ -218,24 +218,37 @@ static napi_value is_child_subreaper(napi_env env, napi_callback_info info) {
   return r < 0 ? throw_errno(env, r, "prctl") : make_bool(env, r);
 }
 
-/* reapPid(pid): null while it runs, else { pid, code: int|null, signal: int|null }. */
-static napi_value reap_pid(napi_env env, napi_callback_info info) {
+/* The shared body of reapPid and peekExit: a pid argument, one wait call, its result as
+ * null while the child runs, else { pid, code: int|null, signal: int|null }. */
+static napi_value child_exit(napi_env env, napi_callback_info info, const char *name, int (*wait_fn)(pid_t, struct sys_exit *), const char *syscall) {
   napi_value argv[1], result;
   size_t argc = get_args(env, info, argv, 1);
   int32_t pid;
   if (int_arg(env, argv, argc, 0, &pid) != 0 || pid <= 0) {
-    napi_throw_type_error(env, "EINVAL", "reapPid(pid): pid must be a positive integer");
+    char message[96];
+    snprintf(message, sizeof message, "%s(pid): pid must be a positive integer", name);
+    napi_throw_type_error(env, "EINVAL", message);
     return NULL;
   }
   struct sys_exit ex;
-  int r = sys_reap_pid(pid, &ex);
-  if (r < 0) return throw_errno(env, r, "waitpid");
+  int r = wait_fn(pid, &ex);
+  if (r < 0) return throw_errno(env, r, syscall);
   if (r == 0) return make_null(env);
   CHECK(napi_create_object(env, &result));
   CHECK(set(env, result, "pid", make_int(env, ex.pid)));
   CHECK(set(env, result, "code", ex.code >= 0 ? make_int(env, ex.code) : make_null(env)));
   CHECK(set(env, result, "signal", ex.signal >= 0 ? make_int(env, ex.signal) : make_null(env)));
   return result;
+}
+
+/* reapPid(pid): null while it runs, else { pid, code: int|null, signal: int|null } (reaped). */
+static napi_value reap_pid(napi_env env, napi_callback_info info) {
+  return child_exit(env, info, "reapPid", sys_reap_pid, "waitpid");
+}
+
+/* peekExit(pid): the same, the child left a zombie (waitid WNOWAIT). */
+static napi_value peek_exit(napi_env env, napi_callback_info info) {
+  return child_exit(env, info, "peekExit", sys_peek_exit, "waitid");
 }
 
 /* makePipe(): [readFd, writeFd]. */
@@ -599,7 +612,7 @@ static napi_value watch_poll_fn(napi_env env, napi_callback_info info) {
   return r < 0 ? throw_errno(env, r, "poll") : make_bool(env, r);
 }
 
-/* watchRead(fd, selfPid, keepName, cgroupMount): [{mask, pid, pidfd, cgroup, handle, name}]. */
+/* watchRead(fd, selfPid, keepName, cgroupMount): [{mask, pid, pidfd, cgroup, handle, target, name}]. */
 static napi_value watch_read_fn(napi_env env, napi_callback_info info) {
   napi_value argv[4];
   size_t argc = get_args(env, info, argv, 4);
@@ -629,7 +642,7 @@ static napi_value watch_read_fn(napi_env env, napi_callback_info info) {
   napi_status st = napi_create_array_with_length(env, (size_t)n, &list);
   for (int i = 0; i < n && st == napi_ok; i++) {
     struct watch_event *e = &events[i];
-    napi_value obj, mask, cgroup, handle, name;
+    napi_value obj, mask, cgroup, handle, target, name;
     void *data;
     st = napi_create_object(env, &obj);
     if (st == napi_ok) st = napi_create_double(env, (double)e->mask, &mask);
@@ -646,6 +659,18 @@ static napi_value watch_read_fn(napi_env env, napi_callback_info info) {
       memcpy((char *)data + 12, e->handle, e->handle_len);
       st = set(env, obj, "handle", handle);
     }
+    /* The entry's own handle, in the same form (fsid of the directory's: one file system), or null. */
+    if (st == napi_ok && e->target_len > 0) {
+      st = napi_create_buffer(env, 12 + e->target_len, &data, &target);
+      if (st == napi_ok) {
+        memcpy(data, e->fsid, 8);
+        memcpy((char *)data + 8, &e->target_type, 4);
+        memcpy((char *)data + 12, e->target, e->target_len);
+      }
+    } else if (st == napi_ok) {
+      st = napi_get_null(env, &target);
+    }
+    if (st == napi_ok) st = set(env, obj, "target", target);
     if (st == napi_ok) st = napi_create_buffer_copy(env, strlen(e->name), e->name, NULL, &name);
     if (st == napi_ok) st = set(env, obj, "name", name);
     if (st == napi_ok) st = napi_set_element(env, list, (uint32_t)i, obj);
@@ -771,6 +796,7 @@ static napi_value init_module(napi_env env, napi_value exports) {
     {"setThreadName", NULL, set_thread_name, NULL, NULL, NULL, napi_default, NULL},
     {"spawnDetached", NULL, spawn_detached, NULL, NULL, NULL, napi_default, NULL},
     {"reapPid", NULL, reap_pid, NULL, NULL, NULL, napi_default, NULL},
+    {"peekExit", NULL, peek_exit, NULL, NULL, NULL, napi_default, NULL},
     {"makePipe", NULL, make_pipe, NULL, NULL, NULL, napi_default, NULL},
     {"setPipeSize", NULL, set_pipe_size, NULL, NULL, NULL, napi_default, NULL},
     {"tryLockExclusive", NULL, try_lock_exclusive, NULL, NULL, NULL, napi_default, NULL},

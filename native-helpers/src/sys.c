@@ -54,6 +54,19 @@ int sys_reap_pid(pid_t pid, struct sys_exit *out) {
   return 1;
 }
 
+int sys_peek_exit(pid_t pid, struct sys_exit *out) {
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  int r;
+  do r = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT); while (r < 0 && errno == EINTR);
+  if (r < 0) return -errno;
+  if (si.si_pid == 0) return 0; /* WNOHANG: still running */
+  out->pid = si.si_pid;
+  out->code = si.si_code == CLD_EXITED ? si.si_status : -1;
+  out->signal = si.si_code == CLD_EXITED ? -1 : si.si_status;
+  return 1;
+}
+
 int sys_make_pipe(int fds[2]) {
   return pipe2(fds, O_CLOEXEC) == 0 ? 0 : -errno;
 }

@@ -1,10 +1,10 @@
 /*
  * sys: the few syscalls the supervisor needs and Node does not expose, as plain C. Each
  * returns a value >= 0 on success and -errno on failure; none touches N-API (addon.c does).
- * Exports: sys_set_child_subreaper, sys_is_child_subreaper, sys_reap_pid, sys_make_pipe,
+ * Exports: sys_set_child_subreaper, sys_is_child_subreaper, sys_reap_pid, sys_peek_exit, sys_make_pipe,
  * sys_dup_cloexec, sys_set_pipe_size, sys_try_lock_exclusive, sys_peer_cred, sys_open_pty,
  * sys_set_window_size, sys_sd_notify, sys_getpwnam, sys_getpwuid, sys_user_free,
- * sys_getgrnam. See prctl(2), waitpid(2), pipe(2), fcntl(2), flock(2), unix(7),
+ * sys_getgrnam. See prctl(2), waitpid(2), waitid(2), pipe(2), fcntl(2), flock(2), unix(7),
  * posix_openpt(3), tty_ioctl(4), sd_notify(3), getpwnam_r(3), getgrnam_r(3).
  */
 #ifndef SBX_SYS_H
@@ -53,6 +53,11 @@ int sys_is_child_subreaper(void);
 /* waitpid(pid, WNOHANG) for that pid only (never -1): 1 reaped (*out filled), 0 still
  * running | -errno (-ECHILD: not our child). */
 int sys_reap_pid(pid_t pid, struct sys_exit *out);
+
+/* waitid(P_PID, pid, WEXITED | WNOHANG | WNOWAIT): how that child ended, leaving it a zombie
+ * (its pid, /proc/<pid> and a pidfd made for it still answer, cgroup included, until
+ * sys_reap_pid). 1 exited (*out filled), 0 still running | -errno (-ECHILD: not our child). */
+int sys_peek_exit(pid_t pid, struct sys_exit *out);
 
 /* pipe2(O_CLOEXEC): 0, fds[0] the read end, fds[1] the write end | -errno. */
 int sys_make_pipe(int fds[2]);

@@ -27,10 +27,15 @@ struct sbx_pidfd_info {
 #define SBX_PIDFD_GET_INFO _IOWR(0xFF, 11, struct sbx_pidfd_info)
 
 
+#ifndef FAN_REPORT_TARGET_FID
+#define FAN_REPORT_TARGET_FID 0x00001000
+#endif
+
 int watch_init(int unlimited_queue) {
   unsigned int flags = FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DFID_NAME | FAN_REPORT_PIDFD;
   if (unlimited_queue) flags |= FAN_UNLIMITED_QUEUE;
-  int fd = fanotify_init(flags, O_RDONLY | O_CLOEXEC);
+  int fd = fanotify_init(flags | FAN_REPORT_FID | FAN_REPORT_TARGET_FID, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno == EINVAL) fd = fanotify_init(flags, O_RDONLY | O_CLOEXEC);
   return fd < 0 ? -errno : fd;
 }
 
@@ -93,7 +98,7 @@ int watch_read(int fd, struct watch_event *out, int max, pid_t self_pid, const c
     if (m->vers != FANOTIFY_METADATA_VERSION) return -EPROTO;
     struct watch_event *e = n < max ? &out[n] : NULL;
     int pidfd = -1;
-    const struct fanotify_event_info_fid *fid = NULL;
+    const struct fanotify_event_info_fid *fid = NULL, *target = NULL;
     const char *name = "";
     char *end = (char *)m + m->event_len;
     char *p = (char *)m + m->metadata_len;
@@ -106,12 +111,18 @@ int watch_read(int fd, struct watch_event *out, int max, pid_t self_pid, const c
           const struct file_handle *fh = (const struct file_handle *)fid->handle;
           name = (const char *)fh->f_handle + fh->handle_bytes;
         }
+      } else if (h->info_type == FAN_EVENT_INFO_TYPE_FID) {
+        target = (const struct fanotify_event_info_fid *)p;
       } else if (h->info_type == FAN_EVENT_INFO_TYPE_PIDFD) {
         pidfd = ((const struct fanotify_event_info_pidfd *)p)->pidfd;
       }
       p += h->len;
     }
     int keep = !(self_pid > 0 && m->pid == self_pid && (!keep_name || strncmp(name, keep_name, strlen(keep_name)) != 0));
+    /* No directory record: an inode's own event (a file's DELETE_SELF, its link count's ATTRIB),
+     * reported only with FAN_REPORT_FID; its directory entry's event is the same change (and the
+     * overflow event, which has no record at all, is kept). */
+    if (!fid && target && !(m->mask & FAN_Q_OVERFLOW)) keep = 0;
     if (e && keep) {
       memset(e, 0, sizeof *e);
       e->mask = m->mask;
@@ -124,6 +135,12 @@ int watch_read(int fd, struct watch_event *out, int max, pid_t self_pid, const c
         e->handle_type = fh->handle_type;
         e->handle_len = fh->handle_bytes <= WATCH_HANDLE_MAX ? fh->handle_bytes : 0;
         memcpy(e->handle, fh->f_handle, e->handle_len);
+      }
+      if (target) {
+        const struct file_handle *th = (const struct file_handle *)target->handle;
+        e->target_type = th->handle_type;
+        e->target_len = th->handle_bytes <= WATCH_HANDLE_MAX ? th->handle_bytes : 0;
+        memcpy(e->target, th->f_handle, e->target_len);
       }
       snprintf(e->name, sizeof e->name, "%s", name);
       n++;

@@ -19,7 +19,10 @@
 
 /* One event as read: mask (FAN_*), the writer's pid (0 if none), its cgroup id (0 when it
  * could not be found: the writer was already reaped, no pidfd), the directory's file handle
- * (type, bytes), the entry's name ("." for the directory itself; "" when none). */
+ * (type, bytes), the entry's name ("." for the directory itself; "" when none), and the
+ * entry's own file handle where the kernel reports it (FAN_REPORT_TARGET_FID: the child of a
+ * create, delete or move; target_len 0 when none): how a directory deleted before its events
+ * were read is still placed (its delete names it in its parent). */
 struct watch_event {
   uint64_t mask;
   int32_t pid;
@@ -29,12 +32,16 @@ struct watch_event {
   uint32_t handle_len;
   unsigned char fsid[8];
   unsigned char handle[WATCH_HANDLE_MAX];
+  int32_t target_type;
+  uint32_t target_len;
+  unsigned char target[WATCH_HANDLE_MAX];
   char name[WATCH_NAME_MAX];
 };
 
-/* fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DFID_NAME |
- * FAN_REPORT_PIDFD [| FAN_UNLIMITED_QUEUE], O_RDONLY | O_CLOEXEC): the group's fd | -errno
- * (EPERM without CAP_SYS_ADMIN, EINVAL where the kernel lacks a flag). */
+/* fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DFID_NAME_TARGET |
+ * FAN_REPORT_PIDFD [| FAN_UNLIMITED_QUEUE], O_RDONLY | O_CLOEXEC), else without the target
+ * fid (FAN_REPORT_FID | FAN_REPORT_TARGET_FID, Linux 5.17): the group's fd | -errno (EPERM
+ * without CAP_SYS_ADMIN, EINVAL where the kernel lacks a flag). */
 int watch_init(int unlimited_queue);
 
 /* fanotify_mark(FAN_MARK_ADD | FAN_MARK_FILESYSTEM, create, close-write, attrib, delete,
@@ -58,7 +65,8 @@ int watch_poll(int fd, int timeout_ms);
 #define WATCH_MAX_EVENTS (WATCH_READ_BYTES / 24 + 1)
 
 /* Reads what is queued (one read) into out (room for max >= WATCH_MAX_EVENTS events).
- * Events written by self_pid are dropped unless their name starts with keep_name ("#": the
+ * Events with no directory record (an inode's own delete or link count: its entry's event in
+ * the directory is the same change) are dropped. Events written by self_pid are dropped unless their name starts with keep_name ("#": the
  * barriers, an O_TMPFILE inode's event names it #<inode>).
  * Without PIDFD_GET_INFO the cgroup is found under cgroup_mount (the cgroup2 mount; "" for
  * none). Every pidfd is closed. Returns the count (0: nothing queued) | -errno. */

@@ -1,4 +1,4 @@
-// npm run bench -- [--only drain,exit_to_receipt,handoff,launch,scale,replay,long_lines,workspace,checkpoint,peer,remote] [--quick]
+// npm run bench -- [--only drain,exit_to_receipt,handoff,attribution,launch,scale,replay,long_lines,workspace,checkpoint,peer,remote] [--quick]
 // Runs the benchmarks against a supervisor of its own (temp state dir, cgroup mode as root)
 // and prints each result next to its target and its same-run baseline; JSON goes to
 // bench-results/<name>.json. Run by hand on an otherwise idle machine; never a timed test.
@@ -6,6 +6,7 @@
 // is missed, 2 on an error.
 import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
+import { attributionBench } from './attribution.js';
 import { checkpointBench } from './checkpoint.js';
 import { benchDaemon, fileCostMs, fmtMs, printTable, type Row } from './common.js';
 import { drainBench } from './drain.js';
@@ -16,7 +17,7 @@ import { remoteBench } from './remote.js';
 import { longLinesBench, replayBench, scaleBench } from './scale.js';
 import { workspaceBench } from './workspace.js';
 
-const ALL = ['drain', 'exit_to_receipt', 'handoff', 'launch', 'scale', 'replay', 'long_lines', 'workspace', 'checkpoint', 'peer', 'remote'] as const;
+const ALL = ['drain', 'exit_to_receipt', 'handoff', 'attribution', 'launch', 'scale', 'replay', 'long_lines', 'workspace', 'checkpoint', 'peer', 'remote'] as const;
 
 /** Prints the usage (and why, on stderr, exit 2), or just the usage (exit 0). */
 function usage(error?: string): never {
@@ -58,6 +59,7 @@ async function main(): Promise<void> {
     }
     if (only.includes('exit_to_receipt')) summary.push(...(await exitToReceiptBench(d, q ? 100 : 1000)));
     if (only.includes('handoff')) summary.push(...(await handoffBench(d, q ? 20 : 200)));
+    if (only.includes('attribution')) summary.push(...(await attributionBench({ reps: q ? 2 : 20, sessions: q ? 40 : 400, cFiles: q ? 50 : 300, builds: q ? 2 : 6 })));
     if (only.includes('launch')) summary.push(...(await launchBench(d, q ? 20 : 200)));
     if (only.includes('replay')) summary.push(...(await replayBench(d, q ? 0.25 : 1, drainBytesPerMs)));
     if (only.includes('scale')) summary.push(...(await scaleBench(d, q ? 100 : 1000, q ? 20 : 100)));

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Makes sbx's startup snapshot and launcher (run by `npm run build`, `prepare` and `pretest`
 // after tsc): dist/cli/sbx.snapshot.cjs, sbx and everything it loads but the modules it
-// imports lazily (verify, restore, checkpoints: they start from sbx.js), bundled into one
+// imports lazily (verify, restore, checkpoints, diff: they start from sbx.js), bundled into one
 // script by esbuild; dist/cli/sbx.blob, a V8 startup snapshot of it (node --build-snapshot,
 // https://nodejs.org/docs/latest-v20.x/api/cli.html#--build-snapshot), valid for this node
 // only, which dist/cli/sbx.blob.node names and identifies; dist/cli/sbx, the launcher (cli/sbx-launcher.sh)

@@ -416,7 +416,7 @@ const SBX_MAN: ManText = {
     ['SBX_TOKEN_FILE', 'the file holding the bearer token of the URL'],
     ['SBX_TOKEN', 'the bearer token itself, when no token file is given'],
     ['SBX_CA_FILE', 'a PEM file of certificate authorities to trust for a wss:// URL'],
-    ['SBX_STATE_DIR', 'the state dir read by the commands that read it directly (restore, checkpoints --state-dir)'],
+    ['SBX_STATE_DIR', 'the state dir read by the commands that read it directly (restore, checkpoints, diff --state-dir)'],
     ['NODE_OPTIONS', 'when set, sbx starts from its script instead of its startup snapshot (V8 flags change what the snapshot needs)'],
   ],
   files: [
@@ -431,7 +431,7 @@ const SBX_MAN: ManText = {
     ['128+N', 'the command was killed by signal N (137: SIGKILL, 143: SIGTERM)'],
     ['141', 'the reader of sbx\'s output went away (SIGPIPE); the session goes on'],
     ['130', 'sbx was interrupted (a second Ctrl-C detaches sbx run; Ctrl-C leaves sbx checkpoint): the session or checkpoint goes on in the supervisor'],
-    ['1', 'not the outcome asked for: sbx kill or sbx cancel of a session that has ended already (nothing was done); sbx verify found a problem; sbx checkpoint was not consistent; sbx close is incomplete'],
+    ['1', 'not the outcome asked for: sbx kill or sbx cancel of a session that has ended already (nothing was done); sbx verify found a problem; sbx checkpoint was not consistent; sbx restore differs from the manifest; sbx diff found differences; sbx close is incomplete'],
   ],
   seeAlso: '\\fBsandbox\\-supervisor\\fR(8), \\fBtimeout\\fR(1), \\fBdocker\\-run\\fR(1); docs/guide/cli.md, docs/reference/exit\\-statuses.md and docs/reference/errors.md in the source tree',
 };

@@ -46,6 +46,8 @@ export interface MetricsSources {
   remoteConnections?: () => number;
   /** The workspace watcher's counts, per workspace (watcher.status()). */
   workspaces: () => WorkspaceStatus[];
+  /** Events placed in no workspace (watcher.unplaced) and exited children held as zombies for the watcher (reaper.holds). */
+  attribution?: () => { unplaced: number; held: number; unfenced: number };
   mode: SupervisorMode;
 }
 
@@ -149,6 +151,27 @@ export class SupervisorMetrics {
           this.inc({ workspace: ws.path, attribution: 'attributed' }, Math.max(0, ws.events - ws.unattributed_events));
           this.inc({ workspace: ws.path, attribution: 'unattributed' }, ws.unattributed_events);
         }
+      },
+    });
+    new Counter({
+      name: `${P}workspace_events_unplaced_total`,
+      help: 'fanotify events whose directory was gone before it could be named and that no delete named: counted in no workspace.',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(self.sources?.attribution?.().unplaced ?? 0);
+      },
+    });
+    new Counter({
+      name: `${P}exited_held_total`,
+      help: 'Exited children kept zombies until the workspace watcher read past their exit (so their writes are attributed), by result: held, or unfenced (reaped at once: the bound of held zombies was reached).',
+      labelNames: ['result'],
+      registers,
+      collect() {
+        this.reset();
+        const a = self.sources?.attribution?.();
+        this.inc({ result: 'held' }, a?.held ?? 0);
+        this.inc({ result: 'unfenced' }, a?.unfenced ?? 0);
       },
     });
     this.gaps = new Counter({ name: `${P}workspace_gaps_total`, help: 'Receipt workspace entries with a gap (a scan stands in), by workspace and gap (unsupported, overflow, listener_restart, barrier_timeout).', labelNames: ['workspace', 'gap'], registers });

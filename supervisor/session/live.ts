@@ -456,7 +456,10 @@ export class LiveSession extends Session {
     this.cancelDeadline();
     if (this.terminating) await this.terminating;
     leader?.release();
+    // Exited processes stay zombies until the watcher has read past them (their writes are
+    // attributed by their cgroup); the receipt says nothing of them is left: reaped first.
     this.ctx.reaper.reapNow();
+    const reaped = this.ctx.reaper.settled();
     this.releaseStdio();
 
     await this.drainAll();
@@ -491,7 +494,7 @@ export class LiveSession extends Session {
       output,
       usage,
       descendantsTerminated: this.descendantsTerminated ?? 0,
-      workspace: await workspace,
+      workspace: await workspace.then(async (w) => (await reaped, w)),
       handedOff: this.handedOff,
     });
   }

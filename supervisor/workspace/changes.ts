@@ -1,8 +1,8 @@
 // What a session changed in the workspaces: its attributed events as a bounded append-only
 // record next to its output (<session>/changes.jsonl: {epoch} first, then one JSON object per
-// line: seq, ws, kind, path, at; coalesced: an event on the path and of the kind of the previous line only moves
+// line: seq, ws, kind, path, at, and a rename's moved object; coalesced: an event on the path and of the kind of the previous line only moves
 // that line's seq when the next batch is written), past the bound counted, never written.
-// Owns the record's format and reading it back as `sbx changes` shows it (renames paired);
+// Owns the record's format and reading it back as `sbx changes` shows it (renames paired by their object);
 // not attribution (watcher.ts).
 import { appendFileSync, existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -21,6 +21,11 @@ export interface ChangeRecord {
   kind: ChangeKind;
   path: string;
   dir?: true;
+  /**
+   * For renamed_from / renamed_to: the moved entry's file handle, digested (16 hex digits of its
+   * SHA-256; FAN_REPORT_TARGET_FID): the two halves of one rename share it. Absent in older records.
+   */
+  object?: string;
   at: string;
 }
 
@@ -133,13 +138,39 @@ export function readChanges(sessionDir: string): { epoch: string | null; records
   return { epoch, records, dropped };
 }
 
-/** Records of one workspace as changes: a renamed_from directly followed by a renamed_to is one rename. */
+/**
+ * Records of one workspace as changes: a renamed_from and a later renamed_to of the same moved
+ * entry (`object`) are one rename, shown where the renamed_to is (the kernel may have merged the
+ * renamed_from into an earlier event on that name still queued: create, write, rename away
+ * arrive as one); without `object` (older records), a renamed_from directly followed by a
+ * renamed_to is.
+ */
 export function pairRenames(records: ChangeRecord[]): Change[] {
+  const fromOf = new Map<number, ChangeRecord>();
+  const paired = new Set<number>();
+  const open = new Map<string, number[]>();
+  records.forEach((r, i) => {
+    if (r.kind === 'renamed_from' && r.object) open.set(r.object, [...(open.get(r.object) ?? []), i]);
+    else if (r.kind === 'renamed_to' && r.object) {
+      const waiting = open.get(r.object);
+      const j = waiting?.shift();
+      if (j !== undefined) {
+        fromOf.set(i, records[j]);
+        paired.add(j);
+      }
+    }
+  });
   const out: Change[] = [];
   for (let i = 0; i < records.length; i++) {
     const r = records[i];
+    if (paired.has(i)) continue;
+    const from = fromOf.get(i);
+    if (from) {
+      out.push({ seq: r.seq, kind: 'renamed', path: r.path, from: from.path, ...(from.dir ? { dir: true as const } : {}), at: r.at });
+      continue;
+    }
     const next = records[i + 1];
-    if (r.kind === 'renamed_from' && next && next.kind === 'renamed_to') {
+    if (r.kind === 'renamed_from' && !r.object && next && next.kind === 'renamed_to' && !next.object) {
       out.push({ seq: next.seq, kind: 'renamed', path: next.path, from: r.path, ...(r.dir ? { dir: true as const } : {}), at: next.at });
       i++;
       continue;

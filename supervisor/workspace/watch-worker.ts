@@ -1,15 +1,17 @@
 // The watcher's reading thread (worker_threads): one fanotify group for every workspace
 // (native watch.c), read in batches so a burst of small writes costs one wake-up, not one per
-// event (docs/design/facts.md 25). Each event kept gets the next sequence number of this listener epoch,
+// event, and a file's create, write and close merge into one (docs/design/facts.md 25). Each event kept gets the next sequence number of this listener epoch,
 // in the order the kernel queued them (fanotify(7): events are read in order), so a barrier's
 // sequence orders it after every event queued before it. Resolves the directory handle to a
-// path (cached; dropped on any directory move or delete), drops events outside the
+// path (cached; dropped on any directory move; a directory already gone is named by its delete
+// in its parent, the target fid), counts an event it cannot place as unplaced (ws -1), drops events outside the
 // workspaces and the supervisor's own writes but its barriers (each workspace's barrier inode,
-// known by its directory and name: BarrierId), and posts each batch. Owns the group fd and the
+// known by its name, its directory only to tell two apart: BarrierId), and posts each batch. Owns the group fd and the
 // mount fds; not attribution to sessions (watcher.ts does that from the cgroup id of each event).
 //
 // workerData: WatchWorkerInit. Messages out: WatchMessage. In: {stop: true}. Shared memory:
 // Int32Array(wake) [0] = a barrier wants a read now (Atomics.notify), [1] = pause (test hook).
+import { createHash } from 'node:crypto';
 import { closeSync, constants, openSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import { native } from '../native.js';
@@ -61,7 +63,7 @@ export const FAN = {
 /** One event as the main thread gets it. */
 export interface WatchEvent {
   seq: number;
-  /** Index into paths. */
+  /** Index into paths; -1: unplaced (its directory was gone and no delete named it: counted, in no workspace). */
   ws: number;
   mask: number;
   /** Path relative to the workspace ("" for the root itself), or null when its directory was gone. */
@@ -70,14 +72,44 @@ export interface WatchEvent {
   cgroup: string;
   /** ms since the epoch when read. */
   atMs: number;
+  /** A move's (MOVED_FROM, MOVED_TO) moved entry: its file handle digested, 16 hex digits; both halves of a rename share it. */
+  object?: string;
 }
 
 export type WatchMessage =
   | { type: 'ready'; marks: { path: string; ok: boolean; message: string | null }[] }
   | { type: 'failed'; code: string; message: string }
+  /** The pause test hook took hold (true) or let go (false): reads stopped, or go on. */
+  | { type: 'paused'; paused: boolean }
   | { type: 'batch'; events: WatchEvent[]; barriers: { ws: number; seq: number }[]; overflowSeq: number | null };
 
-const DIR_CHANGED = FAN.MOVED_FROM | FAN.MOVED_TO | FAN.DELETE | FAN.DELETE_SELF | FAN.MOVE_SELF;
+/** A directory move changes the path of everything under it: the path cache is dropped (a delete does not: an old handle never names another directory). */
+const DIR_MOVED = FAN.MOVED_FROM | FAN.MOVED_TO | FAN.MOVE_SELF;
+/** The dirent events whose target fid names a directory in its parent (FAN_REPORT_TARGET_FID). */
+const DIR_LINKED = FAN.CREATE | FAN.DELETE | FAN.MOVED_FROM | FAN.MOVED_TO;
+/** How long an event whose directory is gone (and not yet named by its delete) may wait for that delete, in ms. */
+export const PLACE_WAIT_MS = 200;
+/** Events that may wait so at once; past it the oldest is counted unplaced. */
+export const PLACE_WAIT_MAX = 100_000;
+/** Events one read pass takes before they are placed and posted (the next tick reads on). */
+const READ_PASS_MAX = 32_768;
+/** Directories remembered by their delete or create (handle -> parent and name). */
+const LINKS_MAX = 262_144;
+
+type RawEvent = ReturnType<ReturnType<typeof native>['watchRead']>[number];
+
+/** Where a directory entry is: its parent's handle (and its key) and its name. */
+interface DirEnd {
+  parentKey: string;
+  parent: Buffer;
+  name: string;
+}
+
+/** What was read, in queue order, until it is posted. */
+type Pending =
+  | { kind: 'event'; seq: number; raw: RawEvent; key: string; atMs: number }
+  | { kind: 'barrier'; seq: number; ws: number }
+  | { kind: 'overflow'; seq: number };
 
 function run(init: WatchWorkerInit): void {
   const port = parentPort!;
@@ -120,12 +152,12 @@ function run(init: WatchWorkerInit): void {
   });
   const roots = init.paths.map((p) => (p.endsWith('/') ? p : p + '/'));
   const dirCache = new Map<string, string | null>();
+  // A directory gone before its events were read is named by its delete (or create) in its
+  // parent: the target fid of that event (Linux 5.17+; without it, such events are unplaced).
+  const links = new Map<string, DirEnd>();
   let seq = 0;
   const selfPid = init.selfPid;
-  const resolveDir = (handle: Buffer): string | null => {
-    const key = handle.toString('latin1');
-    const hit = dirCache.get(key);
-    if (hit !== undefined) return hit;
+  const openByHandle = (key: string, handle: Buffer): string | null => {
     let path: string | null = null;
     for (const mfd of mountFds) {
       if (mfd < 0) continue;
@@ -140,58 +172,171 @@ function run(init: WatchWorkerInit): void {
     dirCache.set(key, path);
     return path;
   };
-  const tick = () => {
-    if (stopping) {
-      closeSync(fd);
-      for (const m of mountFds) if (m >= 0) closeSync(m);
-      process.exit(0);
+  /** The directory's path now, else where its delete last named it; null: not known (yet). */
+  const resolveDir = (key: string, handle: Buffer, depth = 0): string | null => {
+    const hit = dirCache.get(key);
+    if (hit) return hit;
+    if (hit === undefined) {
+      const path = openByHandle(key, handle);
+      if (path !== null) return path;
     }
-    let ready = false;
-    try {
-      ready = Atomics.load(wake, 1) === 0 && n.watchPoll(fd, 50);
-    } catch {
-      ready = false;
+    const link = links.get(key);
+    if (!link || depth > 4096) return null;
+    const parent = resolveDir(link.parentKey, link.parent, depth + 1);
+    return parent === null ? null : parent === '/' ? `/${link.name}` : `${parent}/${link.name}`;
+  };
+  const pending: Pending[] = [];
+  const events: WatchEvent[] = [];
+  const barriers: { ws: number; seq: number }[] = [];
+  let overflowSeq: number | null = null;
+  /**
+   * The directory moves among what is pending, in queue order (each at its later half's index):
+   * a path found now is where a directory is after every move, so an event queued before a move
+   * (read after it) is placed where its directory was then (place's atIndex).
+   */
+  const movesOf = (): { idx: number; from: DirEnd; to: DirEnd }[] => {
+    const byTarget = new Map<string, { idx: number; from?: DirEnd; to?: DirEnd }>();
+    pending.forEach((p, idx) => {
+      if (p.kind !== 'event' || !(p.raw.mask & FAN.ONDIR) || !p.raw.target || !(p.raw.mask & (FAN.MOVED_FROM | FAN.MOVED_TO))) return;
+      const tk = p.raw.target.toString('latin1');
+      const m = byTarget.get(tk) ?? { idx };
+      const end = { parentKey: p.key, parent: p.raw.handle, name: fsDecode(p.raw.name) };
+      if (p.raw.mask & FAN.MOVED_FROM) m.from = end;
+      if (p.raw.mask & FAN.MOVED_TO) m.to = end;
+      m.idx = idx;
+      byTarget.set(tk, m);
+    });
+    return [...byTarget.values()].flatMap((m) => (m.from && m.to ? [{ idx: m.idx, from: m.from, to: m.to }] : [])).sort((a, b) => a.idx - b.idx);
+  };
+  /** Turns what was read into messages, in order, up to the first event still waiting for its directory's name. */
+  const place = (now: number) => {
+    let i = 0;
+    const barrierBehind = pending.some((p) => p.kind === 'barrier');
+    const moves = movesOf();
+    // Each move's old and new path, memoised for this call.
+    const ends = new Map<number, { old: string | null; now: string | null }>();
+    /** path (a directory's path now) where it was just after the item at index k was queued: the moves after k undone, latest first. */
+    const atIndex = (k: number, path: string | null): string | null => {
+      if (path === null) return null;
+      for (let m = moves.length - 1; m >= 0 && moves[m].idx > k; m--) {
+        const e = endsOf(m);
+        if (e.old === null || e.now === null) continue;
+        if (path === e.now || path.startsWith(`${e.now}/`)) path = e.old + path.slice(e.now.length);
+      }
+      return path;
+    };
+    const join = (dir: string | null, name: string) => (dir === null ? null : dir === '/' ? `/${name}` : `${dir}/${name}`);
+    const endsOf = (m: number) => {
+      let e = ends.get(m);
+      if (!e) {
+        const mv = moves[m];
+        e = { old: join(atIndex(mv.idx, resolveDir(mv.from.parentKey, mv.from.parent)), mv.from.name), now: join(atIndex(mv.idx, resolveDir(mv.to.parentKey, mv.to.parent)), mv.to.name) };
+        ends.set(m, e);
+      }
+      return e;
+    };
+    for (; i < pending.length; i++) {
+      const p = pending[i];
+      if (p.kind === 'overflow') {
+        overflowSeq = p.seq;
+        continue;
+      }
+      if (p.kind === 'barrier') {
+        barriers.push({ ws: p.ws, seq: p.seq });
+        continue;
+      }
+      const r = p.raw;
+      const dir = atIndex(i, resolveDir(p.key, r.handle));
+      if (dir === null) {
+        // Its directory is gone; its delete, later in the queue, names it. Wait for it a while,
+        // unless a barrier is behind (everything before that barrier is read: no delete to come).
+        if (!barrierBehind && now - p.atMs < PLACE_WAIT_MS && pending.length - i < PLACE_WAIT_MAX) break;
+        events.push({ seq: p.seq, ws: -1, mask: r.mask, path: null, cgroup: r.cgroup.toString(), atMs: p.atMs });
+        continue;
+      }
+      const name = fsDecode(r.name);
+      const full = name === '' || name === '.' ? dir : `${dir}/${name}`;
+      const ws = roots.findIndex((root, k) => full === init.paths[k] || full.startsWith(root));
+      if (ws < 0) continue; // outside every workspace
+      const object = r.target && r.mask & (FAN.MOVED_FROM | FAN.MOVED_TO) ? createHash('sha256').update(r.target).digest('hex').slice(0, 16) : undefined;
+      events.push({ seq: p.seq, ws, mask: r.mask, path: full === init.paths[ws] ? '' : full.slice(roots[ws].length), cgroup: r.cgroup.toString(), atMs: p.atMs, ...(object ? { object } : {}) });
     }
-    if (!ready) {
-      if (Atomics.load(wake, 1) !== 0) Atomics.wait(wake, 0, 0, 20);
-      setImmediate(tick);
-      return;
+    pending.splice(0, i);
+  };
+  const post = () => {
+    if (events.length || barriers.length || overflowSeq !== null) {
+      port.postMessage({ type: 'batch', events: events.splice(0), barriers: barriers.splice(0), overflowSeq } satisfies WatchMessage);
     }
-    // Let a burst accumulate, unless a barrier is waiting.
-    if (Atomics.load(wake, 0) === 0) Atomics.wait(wake, 0, 0, init.batchMs);
-    Atomics.store(wake, 0, 0);
-    const events: WatchEvent[] = [];
-    const barriers: { ws: number; seq: number }[] = [];
-    let overflowSeq: number | null = null;
+    overflowSeq = null;
+  };
+  /** Reads what is queued (pidfds made while their writers still exist) into pending, in order, up to READ_PASS_MAX. */
+  const readAll = (): void => {
+    let readNow = 0;
     for (;;) {
       const raw = n.watchRead(fd, selfPid, BARRIER_PREFIX, init.cgroupMount);
       if (raw.length === 0) break;
       const atMs = Date.now();
       for (const r of raw) {
         if (r.mask & FAN.Q_OVERFLOW) {
-          overflowSeq = ++seq;
+          pending.push({ kind: 'overflow', seq: ++seq });
           dirCache.clear();
           continue;
         }
-        const dir = resolveDir(r.handle);
-        if (r.mask & FAN.ONDIR && r.mask & DIR_CHANGED) dirCache.clear();
-        if (dir === null) continue; // its directory is gone: not placeable in any workspace
-        const name = fsDecode(r.name);
+        const key = r.handle.toString('latin1');
+        if (r.mask & FAN.ONDIR && r.target && r.mask & DIR_LINKED) {
+          if (links.size >= LINKS_MAX) links.delete(links.keys().next().value!);
+          links.set(r.target.toString('latin1'), { parentKey: key, parent: r.handle, name: fsDecode(r.name) });
+        }
+        if (r.mask & FAN.ONDIR && r.mask & DIR_MOVED) dirCache.clear();
         // The supervisor's own writes are not events, but its barriers; a session's file named `#<n>` is an event.
         if (r.pid === selfPid) {
-          const ws = init.barriers.findIndex((b) => b !== null && b.dir === dir && b.name === name);
-          if (ws >= 0) barriers.push({ ws, seq: ++seq });
+          // Known by its name (`#<inode>`: the supervisor makes nothing else so named), its
+          // directory only to tell two apart: a workspace root renamed away and back still
+          // gets its barriers (the path of the root while renamed is another's).
+          const name = fsDecode(r.name);
+          const named = init.barriers.flatMap((b, i) => (b !== null && b.name === name ? [i] : []));
+          const ws = named.length === 1 ? named[0] : named.find((i) => init.barriers[i]!.dir === resolveDir(key, r.handle));
+          if (ws !== undefined) pending.push({ kind: 'barrier', seq: ++seq, ws });
           continue;
         }
-        const full = name === '' || name === '.' ? dir : `${dir}/${name}`;
-        const ws = roots.findIndex((root, i) => full === init.paths[i] || full.startsWith(root));
-        if (ws < 0) continue;
-        events.push({ seq: ++seq, ws, mask: r.mask, path: full === init.paths[ws] ? '' : full.slice(roots[ws].length), cgroup: r.cgroup.toString(), atMs });
+        // Placed now, while its directory most likely exists (a move read later is undone in place()).
+        if (!dirCache.get(key)) resolveDir(key, r.handle);
+        pending.push({ kind: 'event', seq: ++seq, raw: r, key, atMs });
       }
+      // A burst of a million: placed and posted as it is read, not held whole.
+      if ((readNow += raw.length) >= READ_PASS_MAX) break;
     }
-    if (events.length || barriers.length || overflowSeq !== null) {
-      port.postMessage({ type: 'batch', events, barriers, overflowSeq } satisfies WatchMessage);
+  };
+  let wasPaused = false;
+  const tick = () => {
+    if (stopping) {
+      closeSync(fd);
+      for (const m of mountFds) if (m >= 0) closeSync(m);
+      process.exit(0);
     }
+    const paused = Atomics.load(wake, 1) !== 0;
+    if (paused !== wasPaused) {
+      wasPaused = paused;
+      port.postMessage({ type: 'paused', paused } satisfies WatchMessage);
+    }
+    let ready = false;
+    try {
+      ready = !paused && n.watchPoll(fd, pending.length > 0 ? 10 : 50);
+    } catch {
+      ready = false;
+    }
+    if (paused) Atomics.wait(wake, 0, 0, 20);
+    if (ready) {
+      // Let a burst accumulate (the kernel merges a name's events still queued: create, write
+      // and close of one file are read as one), unless a barrier is waiting. A leader or an
+      // orphan that exits meanwhile is still attributed: the supervisor keeps it a zombie until
+      // then; a process reaped by its own parent is, only if it still exists (batchMs 0: read at once).
+      if (Atomics.load(wake, 0) === 0) Atomics.wait(wake, 0, 0, init.batchMs);
+      Atomics.store(wake, 0, 0);
+      readAll();
+    }
+    place(Date.now());
+    post();
     setImmediate(tick);
   };
   tick();

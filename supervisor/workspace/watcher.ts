@@ -119,6 +119,10 @@ export class WorkspaceWatcher {
   private round: Round | null = null;
   private next: Promise<BarrierResult> | null = null;
   private roundNo = 0;
+  /** Events whose directory was gone before it could be named, and no delete named it: counted in no workspace (never guessed into one). */
+  private unplacedEvents = 0;
+  /** The pause test hook holds the reader (said in status health, so a test knows it took hold). */
+  private readerPaused = false;
 
   /** Settles once every workspace is marked, or known unwatchable (never rejects). */
   readonly ready: Promise<void>;
@@ -185,6 +189,8 @@ export class WorkspaceWatcher {
             if (!mark.ok && !this.workspaces[i].unsupported) this.workspaces[i].unsupported = `fanotify_mark: ${mark.message}`;
           });
           resolve();
+        } else if (m.type === 'paused') {
+          this.readerPaused = m.paused;
         } else if (m.type === 'failed') {
           this.failAll(`fanotify_init: ${m.message}`);
           resolve();
@@ -214,7 +220,7 @@ export class WorkspaceWatcher {
       path: ws.path,
       fs: ws.fsType,
       mode: ws.unsupported || this.listenerGap ? 'scan' : 'fanotify',
-      health: ws.unsupported ?? this.listenerGap ?? (ws.overflows > 0 ? `ok (queue overflowed ${ws.overflows} times)` : 'ok'),
+      health: ws.unsupported ?? this.listenerGap ?? (ws.overflows > 0 ? `ok (queue overflowed ${ws.overflows} times)` : this.readerPaused ? 'ok (reader paused: test hook)' : 'ok'),
       epoch: this.epoch,
       events: ws.events,
       last_seq: ws.lastSeq || null,
@@ -261,10 +267,19 @@ export class WorkspaceWatcher {
     for (const b of m.barriers) this.onBarrier(b.ws, b.seq);
   }
 
+  /** Events read that could be placed in no workspace (their directory gone unnamed), since start. */
+  get unplaced(): number {
+    return this.unplacedEvents;
+  }
+
   private onEvent(e: WatchEvent, touched: Set<Tracked>): void {
+    if (e.ws < 0) {
+      this.unplacedEvents++;
+      return;
+    }
     const ws = this.workspaces[e.ws];
     ws.events++;
-    ws.lastSeq = e.seq;
+    ws.lastSeq = Math.max(ws.lastSeq, e.seq);
     const t = e.cgroup !== '0' ? this.byCgroup.get(e.cgroup) : undefined;
     if (!t) {
       ws.unattributed++;
@@ -277,7 +292,10 @@ export class WorkspaceWatcher {
     a.last_at = at;
     if (e.path !== null) a.last_path = nameText(e.path); // the receipt's text: \xNN for a byte that is not UTF-8
     if (e.path === null || e.path === '') return;
-    for (const kind of changeKinds(e.mask)) t.changes.add({ seq: e.seq, ws: e.ws, kind, path: e.path, ...(e.mask & FAN.ONDIR ? { dir: true as const } : {}), at });
+    for (const kind of changeKinds(e.mask)) {
+      const object = e.object && (kind === 'renamed_from' || kind === 'renamed_to') ? { object: e.object } : {};
+      t.changes.add({ seq: e.seq, ws: e.ws, kind, path: e.path, ...(e.mask & FAN.ONDIR ? { dir: true as const } : {}), ...object, at });
+    }
     touched.add(t);
   }
 
@@ -398,6 +416,22 @@ export class WorkspaceWatcher {
     const current = this.round.promise;
     this.next = current.then(start, start);
     return this.next;
+  }
+
+  /**
+   * The reaper's read fence (reaper.ts ReadFence): resolves once every event queued before the
+   * call has been read, its writer's cgroup found while the writer was still a zombie: true, or
+   * false when it could not be vouched for (a barrier timed out, no listener). Joins the barrier
+   * round a session's settle or a checkpoint's boundary starts, so it costs one more at most.
+   */
+  async readFence(): Promise<boolean> {
+    await this.ready;
+    return (await this.barrier()).ok;
+  }
+
+  /** Whether any workspace is watched by fanotify (else a read fence would have nothing to order). */
+  get watching(): boolean {
+    return this.workspaces.some((w) => !w.unsupported) && !this.listenerGap;
   }
 
   /**

@@ -366,7 +366,7 @@ describe('sbx completion', () => {
   it('the bash script, sourced, completes subcommand names, their options and choices', () => {
     expect(complete('sbx', 'ps', '--no-')).toEqual(['--no-trunc']);
     expect(complete('sbx', 'c')).toEqual(['cancel', 'changes', 'checkpoint', 'checkpoints', 'close', 'completion']);
-    expect(complete('sbx', '')).toEqual(['run', 'attach', 'cancel', 'kill', 'verify', 'write', 'resize', 'logs', 'resolve', 'wait', 'receipt', 'changes', 'ps', 'status', 'checkpoint', 'restore', 'checkpoints', 'gc', 'seal', 'close', 'bridge', 'completion', 'help']);
+    expect(complete('sbx', '')).toEqual(['run', 'attach', 'cancel', 'kill', 'verify', 'write', 'resize', 'logs', 'resolve', 'wait', 'receipt', 'changes', 'ps', 'status', 'checkpoint', 'restore', 'checkpoints', 'diff', 'gc', 'seal', 'close', 'bridge', 'completion', 'help']);
     expect(complete('sbx', 'attach', '--')).toEqual(['--socket', '--url', '--token-file', '--json', '--key', '--from-start', '--cursor', '--stderr-cursor', '--no-stdin', '--close-stdin', '--help']);
     // A global option's value is not taken for the subcommand.
     expect(complete('sbx', '--socket', '/x.sock', 'p')).toEqual(['ps']);

@@ -45,6 +45,32 @@ describe('barrier rounds', () => {
   });
 });
 
+describe('a workspace root renamed away and back (issue 33)', () => {
+  it('its barriers still come back, while renamed and after: no barrier_timeout, and writes after the return are attributed', async () => {
+    const { d, paths } = await daemonWith((dir) => {
+      mkdirSync(join(dir, 'ws'));
+      return [join(dir, 'ws')];
+    });
+    const ws = paths[0];
+    expect((await run(d, 'before', `echo 1 > ${ws}/a`)).workspace![0].gap).toBeNull();
+    expect(spawnSync('mv', [ws, `${ws}_old`]).status).toBe(0);
+    try {
+      // While renamed: its writes are outside the watched path, but the barrier orders them all the same.
+      const away = (await run(d, 'away', `echo 2 > ${ws}_old/b`)).workspace![0];
+      expect(away.gap).toBeNull();
+      expect(away.terminal_mutation).not.toBeNull();
+    } finally {
+      expect(spawnSync('mv', [`${ws}_old`, ws]).status).toBe(0);
+    }
+    for (const key of ['back-1', 'back-2']) {
+      const e = (await run(d, key, `echo 3 > ${ws}/${key}; sleep 0.05`)).workspace![0];
+      expect(e.gap).toBeNull();
+      expect(e.attributed.last_path).toBe(key);
+      expect(e.terminal_mutation).toBeGreaterThan(e.attributed.last_seq!);
+    }
+  });
+});
+
 describe('the barrier, out of any session\'s reach', () => {
   it("FIFOs planted where older versions kept the barrier (.sandbox-supervisor/barrier, barrier-1) and named #<n>: the receipt has its terminal_mutation, status and a restart answer, nothing hangs", async () => {
     const { d, paths } = await daemonWith((dir) => {

@@ -4,26 +4,9 @@
 import { describe, expect, it } from 'vitest';
 import { jcs } from '../../ipc/verify.js';
 import { checkManifest, comparePaths, manifestBytes, manifestJcs, mountsSkipped, nameFields, scanDigest, type Manifest, type ManifestEntry } from '../../supervisor/checkpoint/manifest.js';
+import { manifestOf } from '../helpers/manifest.js';
 
 const b = (s: string) => Buffer.from(s, 'latin1');
-
-function manifestOf(entries: ManifestEntry[]): Manifest {
-  return {
-    version: 1,
-    kind: 'checkpoint',
-    workspace: '/w',
-    task: null,
-    started_at: '2026-12-01T00:00:00.000Z',
-    created_at: '2026-12-01T00:00:00.000Z',
-    boundary: { epoch: null, seq: null, gap: 'not_watched' },
-    scan: { digest: scanDigest(entries), entries: entries.length, files: 0, bytes: 0, passes: 2 },
-    consistent: true,
-    unstable: [],
-    supervisor: { instance: 'i', generation: 1, boot_id: 'b', mode: 'cgroup' },
-    root: { mode: 0o755, uid: 0, gid: 0, mtime_ns: '1' },
-    entries,
-  };
-}
 
 const file = (path: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({ path, type: 'file', mode: 0o644, uid: 0, gid: 0, size: 0, mtime_ns: '1', sha256: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855', ...extra });
 

@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, expect, it } from 'vitest';
-import { ChangeLog, changeKinds, CHANGES_FILE, pairRenames, readChanges } from '../../supervisor/workspace/changes.js';
+import { ChangeLog, type ChangeKind, changeKinds, CHANGES_FILE, type ChangeRecord, pairRenames, readChanges } from '../../supervisor/workspace/changes.js';
 import { runScanHere } from '../../supervisor/workspace/scan-worker.js';
 import type { MutationScan } from '../../supervisor/workspace/digest.js';
 import { FAN } from '../../supervisor/workspace/watch-worker.js';
@@ -54,6 +54,32 @@ it('coalesces repeated modifications of one path, bounds the log, and reads it b
     [5, 'modified', null, 'a'],
     [7, 'renamed', 'a', 'b'],
   ]);
+});
+
+it('pairs a rename by its moved object, also when the kernel merged the renamed_from into an earlier event and other changes came between', () => {
+  const r = (seq: number, kind: ChangeKind, path: string, object?: string): ChangeRecord => ({ seq, ws: 0, kind, path, ...(object ? { object } : {}), at });
+  const records = [
+    r(10, 'created', 'x.tmp'),
+    r(10, 'modified', 'x.tmp'),
+    r(10, 'renamed_from', 'x.tmp', 'aaaa'), // merged: create, write, rename away of one name
+    r(11, 'created', 'xdir'),
+    r(12, 'renamed_from', 'y', 'bbbb'),
+    r(13, 'renamed_to', 'z', 'bbbb'),
+    r(14, 'renamed_to', 'x', 'aaaa'),
+    r(15, 'renamed_from', 'gone', 'cccc'), // moved out of the workspace: no renamed_to here
+    r(16, 'renamed_to', 'came', 'dddd'), // moved in from elsewhere
+  ];
+  expect(pairRenames(records).map((c) => [c.seq, c.kind, c.from ?? null, c.path])).toEqual([
+    [10, 'created', null, 'x.tmp'],
+    [10, 'modified', null, 'x.tmp'],
+    [11, 'created', null, 'xdir'],
+    [13, 'renamed', 'y', 'z'],
+    [14, 'renamed', 'x.tmp', 'x'],
+    [15, 'renamed_from', null, 'gone'],
+    [16, 'renamed_to', null, 'came'],
+  ]);
+  // Records of two different objects side by side are not one rename.
+  expect(pairRenames([r(1, 'renamed_from', 'a', 'aaaa'), r(2, 'renamed_to', 'b', 'bbbb')]).map((c) => c.kind)).toEqual(['renamed_from', 'renamed_to']);
 });
 
 it('leaves a torn last line out', () => {

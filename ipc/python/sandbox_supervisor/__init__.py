@@ -9,7 +9,7 @@ stdin/stdout (``sbx bridge`` through ``docker exec -i``, ``ssh``), sharing frami
         print(r.exit_code, r.stdout)
 """
 from .aio import AsyncClient
-from .client import Client, restore_checkpoint
+from .client import Client, diff_checkpoints, restore_checkpoint
 from .endpoint import Endpoint, LaunchNotResent, TransportDead, resolve_endpoint
 from .errors import ERROR_CODES, SupervisorError
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
@@ -42,6 +42,7 @@ __all__ = [
     "Verification",
     "canonicalize",
     "default_socket_path",
+    "diff_checkpoints",
     "encode_frame",
     "key_id_of",
     "receipt_digest",

@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator, Callable, Dict, List, Mapping, Optional, 
 from . import _protocol as P
 from . import files as _files
 from .aio_transport import AioTransport, open_aio_transport
-from .client import _close_params, restore_checkpoint
+from .client import _close_params, diff_checkpoints, restore_checkpoint
 from .endpoint import Endpoint, EndpointClient, LaunchNotResent, TransportDead
 from .errors import CallbackFailed, SupervisorError, guarded
 from .types import Hello, OutputChunk, Receipt, Result, Session, SessionRef
@@ -574,6 +574,11 @@ class AsyncClient(EndpointClient):
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: restore_checkpoint(checkpoint_id, directory, state_dir=state_dir, store=store, key_path=key_path, same_owner=same_owner, sbx=sbx)
         )
+
+    async def diff(self, a: Optional[str] = None, b: Optional[str] = None, *, task: Optional[str] = None, store: Optional[str] = None, key_path: Optional[str] = None, sbx: Optional[str] = None) -> Any:
+        """See Client.diff (reads the store in a thread)."""
+        state_dir = None if store is not None else (await self.status())["state_dir"]
+        return await asyncio.get_running_loop().run_in_executor(None, lambda: diff_checkpoints(a, b, task=task, state_dir=state_dir, store=store, key_path=key_path, sbx=sbx))
 
     # -- files (sandbox_supervisor/files.py, docs/guide/files.md) -------------------------------------
 
