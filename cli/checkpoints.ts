@@ -211,7 +211,7 @@ export async function diffCommand(a: string | undefined, b: string | undefined, 
     } else diffs = [await diffCheckpointIds(store, a!, b!, key)];
   } catch (err) {
     if (err instanceof DiffError) fail(`${err.code}: diff: ${err.message}`);
-    fail(`diff: ${(err as Error).message}`);
+    fail(`INTERNAL: diff: ${(err as Error).message}`);
   }
   process.exitCode = diffs.every((d) => d.identical) ? 0 : 1;
   if (o.json) return void process.stdout.write(JSON.stringify(o.task !== undefined ? diffs : diffs[0], null, 2) + '\n');

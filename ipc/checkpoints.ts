@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SupervisorError } from './errors.js';
 import { defaultStateDir } from './paths.js';
+import { STATE } from './state-layout.js';
 import { DiffError, diffCheckpointIds, diffTask, type CheckpointDiff } from '../supervisor/checkpoint/diff.js';
 import { parseStoreUrl, type CheckpointStore } from '../supervisor/checkpoint/store.js';
 import { LocalStore } from '../supervisor/checkpoint/local-store.js';
@@ -41,7 +42,7 @@ export async function diffCheckpoints(a: string | null, b: string | null, option
     throw new SupervisorError('INVALID_ARGUMENT', 'diffCheckpoints: give two checkpoints (a, b) or options.task with a and b null');
   }
   let keyPem: string;
-  const keyFile = options.publicKeyPath ?? join(stateDir, 'receipt-key.pub');
+  const keyFile = options.publicKeyPath ?? join(stateDir, STATE.receiptKeyPub);
   try {
     keyPem = readFileSync(keyFile, 'utf8');
   } catch (err) {
@@ -49,7 +50,7 @@ export async function diffCheckpoints(a: string | null, b: string | null, option
   }
   let store: CheckpointStore & { close(): void };
   try {
-    const url = parseStoreUrl(options.store ?? '', join(stateDir, 'checkpoints'));
+    const url = parseStoreUrl(options.store ?? '', join(stateDir, STATE.checkpointsDir));
     if (url.kind === 'local') store = new LocalStore(url.dir, false);
     else store = new (await import('../supervisor/checkpoint/s3-store.js')).S3Store(url, {});
   } catch (err) {
