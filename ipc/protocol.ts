@@ -675,7 +675,8 @@ export interface CheckpointResult {
   /** Objects the manifest names; how many and how many bytes this checkpoint wrote to the local store (0 for an unchanged tree); with an S3 store, how many it uploaded, and of those how many were put over bytes that failed their read-back (repaired). */
   objects: { referenced: number; written: number; bytes_written: number; uploaded?: number; repaired?: number };
   /** at: when the read-back completed (ISO-8601 UTC, ms; the published record's time). */
-  read_back: { objects: number; bytes: number; ms: number; at: string };
+  /** objects/bytes: what the read-back checked; rehashed_*: of those, re-read and re-hashed now (the rest confirmed by their files' stat: checkpoint.readBack "changed"). */
+  read_back: { objects: number; bytes: number; rehashed_objects: number; rehashed_bytes: number; ms: number; at: string };
   supervisor: { instance: string; generation: number; boot_id: string; mode: string };
   duration_ms: number;
   /** Where the time went: the barrier, the checkpoint thread (hash, store, passes, the manifest built, signed and written), a remote store's uploads, the read-back. */

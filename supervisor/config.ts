@@ -218,6 +218,24 @@ export const ConfigSchema = z
         freezeMaxMs: z.number().int().min(1).max(600_000).default(5000).describe("the frozen pass's bound: past it the file system is thawed and the passes before stand"),
         deadlineMs: z.number().int().min(1).max(24 * 3600 * 1000).default(600_000).describe("a checkpoint's capture fails (scan_timeout) past this"),
         maxAgeMs: durationMs.default(0).describe('manifests made longer ago than this are removed by sbx gc, and then the objects only they named; 0: kept forever'),
+        maxManifestBytes: z
+          .number()
+          .int()
+          .min(4096)
+          .max(512 * 1024 * 1024)
+          .default(64 * 1024 * 1024)
+          .describe("a checkpoint whose manifest would be bigger than this fails (CHECKPOINT_FAILED, code manifest_too_large) while it is walked, before the checkpoint thread's heap is near its cap: about 160 bytes plus the path's length per entry (100,000 files of 40-byte paths: 19 MiB)"),
+        workerHeapMiB: z
+          .number()
+          .int()
+          .min(64)
+          .max(16384)
+          .default(1024)
+          .describe("the checkpoint thread's V8 old-generation heap cap (worker_threads resourceLimits.maxOldGenerationSizeMb), MiB: a checkpoint that reaches it fails (checkpoint_failed), the supervisor goes on; keep it over 12 times checkpoint.maxManifestBytes"),
+        readBack: z
+          .enum(['changed', 'all'])
+          .default('changed')
+          .describe("what the read-back re-hashes besides the manifest: 'changed' every object this checkpoint wrote and every other whose file (inode, size, mtime, ctime) is not as this supervisor last re-hashed it, the rest confirmed by that stat; 'all' every object, every time (sbx verify always re-hashes all)"),
       })
       .strict()
       .describe('checkpoints (docs/guide/checkpoints.md): where they are kept and the bounds of one')

@@ -91,6 +91,14 @@ export interface NativeHelpers {
    * the entry's name bytes ("." the directory itself).
    */
   watchRead(fd: number, selfPid: number, keepName: string, cgroupMount: string): { mask: number; pid: number; pidfd: number; cgroup: bigint; handle: Buffer; target: Buffer | null; name: Buffer }[];
+  /**
+   * One directory's entries sorted by name bytes, each with its lstat (fstatat(2)
+   * AT_SYMLINK_NOFOLLOW relative to dirFd, readlinkat(2) for a link): `stats` holds `fields`
+   * int64s per entry in native-helpers/src/statdir.h's order (errno, mode, uid, gid, nlink,
+   * dev, ino, size, blocks, rdev, mtime ns, ctime ns, target length); `names` per entry a u16
+   * length (host order), the name, then a link's target. Throws the listing's errno.
+   */
+  statDir(dirFd: number): { count: number; fields: number; stats: BigInt64Array; names: Buffer };
   /** open_by_handle_at(2) + readlink: the directory a watchRead handle names; ESTALE when it is gone. */
   watchHandlePath(mountFd: number, handle: Buffer): Buffer;
 }

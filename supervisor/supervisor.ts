@@ -105,7 +105,7 @@ export class Supervisor {
       remoteUrl: () => this.remoteUrl,
     });
     ctx.storage.onBelowKeepFree = () => this.retention.keepFree();
-    this.checkpoints = new Checkpoints({ config, log, identity: ctx.identity, signer: ctx.signer, watcher: ctx.watcher, reserveBytes: () => ctx.storage.minFreeBytes, pinned: () => this.tasks.pinnedCheckpoints(), metrics });
+    this.checkpoints = new Checkpoints({ config, log, identity: ctx.identity, signer: ctx.signer, watcher: ctx.watcher, reserveBytes: () => Math.max(ctx.storage.minFreeBytes, ctx.storage.keepFreeBytes), pinned: () => this.tasks.pinnedCheckpoints(), metrics });
     this.checkpoints.recover();
     this.tasks = new Tasks({
       ctx,

@@ -3,7 +3,7 @@
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -320,6 +320,62 @@ async function runShim(payload: Buffer, mode: 'exec' | 'subreaper' = 'exec'): Pr
   const text = (b: Buffer[]) => Buffer.concat(b).toString();
   return { status, stdout: text(chunks.stdout), stderr: text(chunks.stderr), report: text(chunks.report) };
 }
+
+describe('statDir: a directory listed with its lstats in one call', () => {
+  it('names sorted by bytes (also not UTF-8, 255 bytes), each lstat as node:fs gives it, a link\'s target, no "." or ".."; the fd\'s offset untouched', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-statdir-'));
+    try {
+      const names = [Buffer.from('b'), Buffer.from('a'), Buffer.from([0x66, 0xff, 0x2e]), Buffer.from('x'.repeat(255)), Buffer.from('ab'), Buffer.from('link'), Buffer.from('sub')];
+      const at = (n: Buffer) => Buffer.concat([Buffer.from(`${dir}/`), n]);
+      for (const n of names.slice(0, 5)) writeFileSync(at(n), randomBytes(Math.floor(Math.random() * 4096)));
+      symlinkSync('../some/where\u00e9', join(dir, 'link'));
+      mkdirSync(join(dir, 'sub'));
+      const fd = openSync(dir, 'r');
+      try {
+        const r = native().statDir(fd);
+        const again = native().statDir(fd); // a listing reads a dup: the fd is not left at its end
+        expect(again.count).toBe(r.count);
+        expect(r.count).toBe(names.length);
+        let pos = 0;
+        const got: Buffer[] = [];
+        for (let i = 0; i < r.count; i++) {
+          const len = r.names.readUInt16LE(pos);
+          const name = Buffer.from(r.names.subarray(pos + 2, pos + 2 + len));
+          pos += 2 + len;
+          got.push(name);
+          const b = i * r.fields;
+          const st = lstatSync(at(name), { bigint: true });
+          expect(r.stats[b]).toBe(0n);
+          expect([r.stats[b + 1], r.stats[b + 5], r.stats[b + 6], r.stats[b + 7], r.stats[b + 8], r.stats[b + 10], r.stats[b + 11]]).toEqual([st.mode, st.dev, st.ino, st.size, st.blocks, st.mtimeNs, st.ctimeNs]);
+          const tlen = Number(r.stats[b + 12]);
+          if (name.toString() === 'link') {
+            expect(Buffer.from(r.names.subarray(pos, pos + tlen))).toEqual(readlinkSync(at(name), { encoding: 'buffer' }));
+            pos += tlen;
+          } else expect(tlen).toBe(-1);
+        }
+        expect(pos).toBe(r.names.length);
+        expect(got).toEqual([...names].sort(Buffer.compare));
+      } finally {
+        closeSync(fd);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('throws the listing\'s errno (ENOTDIR for a file\'s fd, EBADF for a closed one)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-statdir-'));
+    try {
+      writeFileSync(join(dir, 'f'), '');
+      const fd = openSync(join(dir, 'f'), 'r');
+      expect(() => native().statDir(fd)).toThrow(expect.objectContaining({ code: 'ENOTDIR' }));
+      closeSync(fd);
+      expect(() => native().statDir(fd)).toThrow(expect.objectContaining({ code: 'EBADF' }));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
 
 describe('exec shim: argv on a fd (--argv-fd)', () => {
   it('runs the argv it reads, byte for byte, empty strings included', async () => {

@@ -5,7 +5,7 @@
  * Exports (typed in supervisor/native.ts): setChildSubreaper, isChildSubreaper, reapPid, peekExit,
  * makePipe, setPipeSize, tryLockExclusive, peerCred, openPty, setWindowSize, sdNotify,
  * userByName, userById, groupByName, waitWritable; and over watch.c: watchInit, watchMark,
- * watchMarkWrites, watchPoll, watchRead, watchHandlePath. Owns no state but the writability waits
+ * watchMarkWrites, watchPoll, watchRead, watchHandlePath; and over statdir.c: statDir. Owns no state but the writability waits
  * it hands out (uv_poll_t, see there); spawning and reaping others' children is libuv's.
  */
 #define _GNU_SOURCE
@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "statdir.h"
 #include "sys.h"
 #include "watch.h"
 
@@ -789,6 +790,47 @@ static napi_value thaw_fn(napi_env env, napi_callback_info info) {
   return fd_call(env, info, sys_thaw, "thaw(fd): an fd expected", "ioctl(FITHAW)");
 }
 
+/*
+ * statDir(dirFd): the directory's entries, sorted by name bytes, each with its lstat
+ * (statdir.c): { count, stats: BigInt64Array (count x STATDIR_FIELDS, statdir.h's order),
+ * names: Buffer (per entry a u16 length, the name, then a symlink's target) }. Throws the
+ * listing's errno; an entry's own fstatat/readlinkat errno is in its SD_ERRNO.
+ */
+static napi_value stat_dir_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t argc = get_args(env, info, argv, 1);
+  int32_t fd;
+  if (int_arg(env, argv, argc, 0, &fd) != 0) {
+    napi_throw_type_error(env, "EINVAL", "statDir(dirFd): an fd expected");
+    return NULL;
+  }
+  struct statdir_result r;
+  int rc = statdir(fd, &r);
+  if (rc < 0) return throw_errno(env, rc, "statdir");
+  napi_value out, count, ab, stats, names, fields;
+  void *data;
+  size_t bytes = r.count * STATDIR_FIELDS * sizeof(int64_t);
+  napi_status st = napi_create_object(env, &out);
+  if (st == napi_ok) st = napi_create_double(env, (double)r.count, &count);
+  if (st == napi_ok) st = napi_set_named_property(env, out, "count", count);
+  if (st == napi_ok) st = napi_create_int32(env, STATDIR_FIELDS, &fields);
+  if (st == napi_ok) st = napi_set_named_property(env, out, "fields", fields);
+  if (st == napi_ok) st = napi_create_arraybuffer(env, bytes, &data, &ab);
+  if (st == napi_ok) {
+    if (bytes) memcpy(data, r.stats, bytes);
+    st = napi_create_typedarray(env, napi_bigint64_array, r.count * STATDIR_FIELDS, ab, 0, &stats);
+  }
+  if (st == napi_ok) st = napi_set_named_property(env, out, "stats", stats);
+  if (st == napi_ok) st = napi_create_buffer_copy(env, r.names_len, r.names_len ? (void *)r.names : (void *)"", NULL, &names);
+  if (st == napi_ok) st = napi_set_named_property(env, out, "names", names);
+  statdir_free(&r);
+  if (st != napi_ok) {
+    napi_throw_error(env, "EINVAL", "N-API call failed: statDir result");
+    return NULL;
+  }
+  return out;
+}
+
 static napi_value init_module(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"setChildSubreaper", NULL, set_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
@@ -820,6 +862,7 @@ static napi_value init_module(napi_env env, napi_value exports) {
     {"startWriteback", NULL, start_writeback_fn, NULL, NULL, NULL, napi_default, NULL},
     {"freeze", NULL, freeze_fn, NULL, NULL, NULL, napi_default, NULL},
     {"thaw", NULL, thaw_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"statDir", NULL, stat_dir_fn, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof props / sizeof props[0], props) != napi_ok) return NULL;
   return exports;

@@ -1,4 +1,4 @@
-// npm run bench -- [--only drain,exit_to_receipt,handoff,attribution,launch,scale,replay,long_lines,workspace,checkpoint,peer,remote] [--quick]
+// npm run bench -- [--only drain,exit_to_receipt,handoff,attribution,launch,scale,replay,long_lines,workspace,checkpoint,checkpoint_scale,peer,remote] [--quick]
 // Runs the benchmarks against a supervisor of its own (temp state dir, cgroup mode as root)
 // and prints each result next to its target and its same-run baseline; JSON goes to
 // bench-results/<name>.json. Run by hand on an otherwise idle machine; never a timed test.
@@ -7,6 +7,7 @@
 import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { attributionBench } from './attribution.js';
+import { checkpointScaleBench } from './checkpoint-scale.js';
 import { checkpointBench } from './checkpoint.js';
 import { benchDaemon, fileCostMs, fmtMs, printTable, type Row } from './common.js';
 import { drainBench } from './drain.js';
@@ -17,7 +18,7 @@ import { remoteBench } from './remote.js';
 import { longLinesBench, replayBench, scaleBench } from './scale.js';
 import { workspaceBench } from './workspace.js';
 
-const ALL = ['drain', 'exit_to_receipt', 'handoff', 'attribution', 'launch', 'scale', 'replay', 'long_lines', 'workspace', 'checkpoint', 'peer', 'remote'] as const;
+const ALL = ['drain', 'exit_to_receipt', 'handoff', 'attribution', 'launch', 'scale', 'replay', 'long_lines', 'workspace', 'checkpoint', 'checkpoint_scale', 'peer', 'remote'] as const;
 
 /** Prints the usage (and why, on stderr, exit 2), or just the usage (exit 0). */
 function usage(error?: string): never {
@@ -65,6 +66,7 @@ async function main(): Promise<void> {
     if (only.includes('scale')) summary.push(...(await scaleBench(d, q ? 100 : 1000, q ? 20 : 100)));
     if (only.includes('long_lines')) summary.push(...(await longLinesBench(d, q ? [4 << 20, 64 << 20] : [4 << 20, 2 ** 30])));
     if (only.includes('checkpoint')) summary.push(...(await checkpointBench(q ? { smallFiles: 256, smallBytes: 16384, largeFiles: 2, largeBytes: 2 << 20, reps: 1 } : { smallFiles: 4096, smallBytes: 16384, largeFiles: 19, largeBytes: 2 << 20, reps: 3 })));
+    if (only.includes('checkpoint_scale')) summary.push(...(await checkpointScaleBench({ files: Number(process.env.CK_FILES ?? (q ? 10_000 : 100_000)) })));
     if (only.includes('workspace')) summary.push(...(await workspaceBench(d, { files: q ? 500 : 5000, totalBytes: q ? 10e6 : 100e6, reps: q ? 2 : 6, sessions: q ? 40 : 400 })));
   } finally {
     await d.stop();

@@ -4,17 +4,18 @@
 // manifest (its bytes, form and signature, then every object re-hashed). Owns those steps and
 // the thread's message loop; nothing of a tree's size goes back to the event loop. Blocking
 // by design: never on the event loop.
-import { createPrivateKey, sign } from 'node:crypto';
+import { createHash, createPrivateKey, createPublicKey, sign, verify } from 'node:crypto';
 import { closeSync, constants, openSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
 import { jcs } from '../../ipc/signature.js';
 import { faultPoint } from '../fault.js';
-import { fsDecode, nameText } from '../workspace/names.js';
+import { fsDecode, nameText, showPath } from '../workspace/names.js';
 import { ScanError } from '../workspace/walk.js';
 import { LocalStoreFiles, objectKey } from './local-store.js';
-import { checkManifest, manifestBytes, manifestJcs, manifestObjects, mountsSkipped, scanDigest, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
-import { runCapture, runRehash, type CaptureRequest, type CaptureResult, type WorkerProgress, type WorkerReply } from './passes.js';
+import { checkManifest, manifestBytes, manifestJcs, manifestObjects, scanDigest, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
+import { runCapture, runRehash, type CaptureRequest, type CaptureResult, type CapturedEntry, type WorkerProgress, type WorkerReply } from './passes.js';
+import { StatCache, VerifiedObjects } from './stat-cache.js';
 import { StoreError } from './store.js';
 
 export type { CaptureRequest, CaptureResult, CapturedEntry, RehashRequest, RehashResult, WorkerProgress, WorkerReply } from './passes.js';
@@ -69,6 +70,8 @@ export interface ReadBackRequest {
   storeFd: number;
   id: string;
   publicKeyPem: string;
+  /** checkpoint.readBack: 'changed' re-hashes the objects whose files are not as this thread last re-hashed them; 'all' every one. */
+  rehash: 'changed' | 'all';
 }
 
 export interface ReadBackResult {
@@ -76,12 +79,19 @@ export interface ReadBackResult {
   manifestProblems: string[];
   objects: number;
   bytes: number;
+  /** Of those, re-read and re-hashed (the others confirmed by their file's stat: checkpoint.readBack 'changed'). */
+  rehashedObjects: number;
+  rehashedBytes: number;
   problems: { sha256: string; problem: string; paths: string[] }[];
 }
 
 export type CheckpointWorkerRequest = CheckpointRequest | ReadBackRequest;
 
 const SHOWN_UNSTABLE = 100;
+
+/** Kept for the thread's life (it is kept: capture.ts): each workspace's last read-back capture, and the objects re-hashed. */
+const statCache = new StatCache();
+const verified = new VerifiedObjects();
 
 /**
  * Test hook (only tests set it): SBX_TEST_CHECKPOINT_FLIP=NAME flips the first byte of the
@@ -90,10 +100,10 @@ const SHOWN_UNSTABLE = 100;
  * Once per supervisor run (the thread is kept): the next checkpoint stores it again.
  */
 let flipped = false;
-function testFlipObject(storeDir: string, manifest: Manifest): void {
+function testFlipObject(storeDir: string, entries: CapturedEntry[]): void {
   const name = process.env.SBX_TEST_CHECKPOINT_FLIP;
   if (!name || flipped) return;
-  const entry = manifest.entries.find((e) => e.path === name);
+  const entry = entries.find((e) => e.path.toString('utf8') === name);
   if (!entry?.sha256 || !entry.size) return;
   flipped = true;
   const fd = openSync(join(storeDir, objectKey(entry.sha256)), constants.O_RDWR | constants.O_NOFOLLOW);
@@ -107,11 +117,27 @@ function testFlipObject(storeDir: string, manifest: Manifest): void {
   }
 }
 
+/**
+ * The manifest this thread stored last, kept until its read-back (the same thread, next):
+ * its id, bytes, the bytes its signature covers, and its objects with a path using each. A
+ * read-back that finds exactly these bytes checks their id and signature and re-hashes the
+ * objects; any other bytes get the whole check (checkManifest), which names what differs.
+ */
+let produced: { id: string; bytes: Buffer; covered: Buffer; signature: string; objects: Map<string, { size: number; path: string }> } | null = null;
+
+/** An entry's canonical JSON (RFC 8785), made once per captured entry: an entry kept from the stat cache is not canonicalised again. */
+function entryJcs(e: CapturedEntry): string {
+  e.jcs ??= jcs(toManifestEntry(e));
+  return e.jcs;
+}
+
 /** Runs a checkpoint up to its stored manifest (blocking): capture, commit, manifest (JCS, signed), written create-once. */
 export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgress['progress']) => void = () => {}, onFrozen: (frozen: boolean) => void = () => {}): CheckpointStepResult {
-  const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen);
-  const entries = cap.entries.map(toManifestEntry);
-  const entriesJcs = jcs(entries); // once: the rest of the manifest is small
+  produced = null;
+  const startedAtNs = BigInt(Date.now()) * 1_000_000n;
+  const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, statCache.seed(req.root));
+  // JCS of an array: its elements' JCS, comma-separated, in brackets (RFC 8785 3.2.2: no white space).
+  const entriesJcs = `[${cap.entries.map(entryJcs).join(',')}]`;
   const unstable = cap.unstable.map((p) => nameText(fsDecode(p)));
   const unsigned: Manifest = {
     version: 1,
@@ -122,20 +148,26 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     started_at: req.header.started_at,
     created_at: new Date().toISOString(),
     boundary: req.header.boundary,
-    scan: { digest: scanDigest(entries, entriesJcs), entries: entries.length, files: cap.files, bytes: cap.bytes, passes: cap.passes },
+    scan: { digest: scanDigest([], entriesJcs), entries: cap.entries.length, files: cap.files, bytes: cap.bytes, passes: cap.passes },
     consistent: unstable.length === 0,
     unstable,
     ...(cap.freeze?.frozen ? { frozen: true } : {}),
     supervisor: req.header.supervisor,
     root: { mode: cap.root.mode, uid: cap.root.uid, gid: cap.root.gid, mtime_ns: String(cap.root.mtimeNs) },
-    entries,
+    entries: [], // set in as entriesJcs (manifestJcs)
   };
-  const value = sign(null, Buffer.from(manifestJcs(unsigned, entriesJcs)), createPrivateKey(req.signingKeyPem)).toString('base64');
+  const covered = Buffer.from(manifestJcs(unsigned, entriesJcs));
+  const value = sign(null, covered, createPrivateKey(req.signingKeyPem)).toString('base64');
   const manifest: Manifest = { ...unsigned, signature: { alg: 'ed25519', key_id: req.keyId, value } };
   const { bytes, id } = manifestBytes(manifest, entriesJcs);
-  const objects = manifestObjects(manifest);
+  const objects = new Map<string, { size: number; path: string }>();
+  const mounts: string[] = [];
+  for (const e of cap.entries) {
+    if (e.type === 'file' && e.sha256 !== undefined && !objects.has(e.sha256)) objects.set(e.sha256, { size: e.size, path: showPath(e.path) });
+    if (e.mount) mounts.push(nameText(fsDecode(e.path)));
+  }
   let objectBytes = 0;
-  for (const size of objects.values()) objectBytes += size;
+  for (const o of objects.values()) objectBytes += o.size;
   faultPoint('checkpoint:before-manifest');
   const store = LocalStoreFiles.open(req.storeDir, { create: false, viaFd: req.storeFd });
   try {
@@ -147,7 +179,9 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     store.close();
   }
   faultPoint('checkpoint:after-manifest');
-  testFlipObject(req.storeDir, manifest);
+  statCache.offer(id, req.root, cap.entries, cap.rootSig, cap.rootDev, startedAtNs);
+  produced = { id, bytes, covered, signature: value, objects };
+  testFlipObject(req.storeDir, cap.entries);
   const result: CheckpointStepResult = {
     id,
     created_at: manifest.created_at,
@@ -157,15 +191,13 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     unstableCount: unstable.length,
     leased: cap.leased.slice(0, SHOWN_UNSTABLE).map((p) => nameText(fsDecode(p))),
     leasedCount: cap.leased.length,
-    mountsSkipped: mountsSkipped(manifest),
+    mountsSkipped: mounts,
     objects: { referenced: objects.size, bytes: objectBytes, written: cap.objectsWritten, bytesWritten: cap.bytesWritten },
     freeze: cap.freeze,
   };
   if (req.forRemote) {
     result.manifestBytes = new Uint8Array(bytes);
-    const firstUser = new Map<string, string>();
-    for (const e of manifest.entries) for (const sha of e.chunks ? e.chunks.map((c) => c.sha256) : e.sha256 ? [e.sha256] : []) if (!firstUser.has(sha)) firstUser.set(sha, showEntryPath(e));
-    result.objectList = [...objects].map(([sha, size]) => [sha, size, firstUser.get(sha) ?? '']);
+    result.objectList = [...objects].map(([sha, o]) => [sha, o.size, o.path]);
   }
   return result;
 }
@@ -179,17 +211,53 @@ export function runReadBack(req: ReadBackRequest): ReadBackResult {
   } finally {
     store.close();
   }
-  if (!bytes) return { manifestProblems: [`no manifest ${req.id} in ${req.storeDir}`], objects: 0, bytes: 0, problems: [] };
-  const check = checkManifest(bytes, { expectId: req.id, publicKeyPem: req.publicKeyPem });
-  if (check.problems.length || !check.manifest) return { manifestProblems: check.problems, objects: 0, bytes: 0, problems: [] };
-  const objects = manifestObjects(check.manifest);
-  const rehash = runRehash({ kind: 'rehash', storeDir: req.storeDir, storeFd: req.storeFd, objects: [...objects] });
-  const paths = (sha: string) =>
-    check.manifest!.entries
-      .filter((e) => e.sha256 === sha || e.chunks?.some((c) => c.sha256 === sha))
-      .slice(0, 3)
-      .map((e) => showEntryPath(e));
-  return { manifestProblems: [], objects: rehash.objects, bytes: rehash.bytes, problems: rehash.problems.map((p) => ({ ...p, paths: paths(p.sha256) })) };
+  const none = { objects: 0, bytes: 0, rehashedObjects: 0, rehashedBytes: 0, problems: [] };
+  if (!bytes) {
+    statCache.confirm(req.id, false);
+    return { manifestProblems: [`no manifest ${req.id} in ${req.storeDir}`], ...none };
+  }
+  let objects: Map<string, number>;
+  let pathsOf: (sha: string) => string[];
+  const mine = produced?.id === req.id ? produced : null;
+  produced = null;
+  if (mine && bytes.equals(mine.bytes)) {
+    // Exactly the bytes this thread built (canonical, digest and counts by construction, and
+    // checkManifest of the same builder in the tests): their id and signature are checked.
+    const problems: string[] = [];
+    const id = createHash('sha256').update(bytes).digest('hex');
+    if (id !== req.id) problems.push(`the manifest's SHA-256 is ${id}, not its id ${req.id}`);
+    if (!verify(null, mine.covered, createPublicKey(req.publicKeyPem), Buffer.from(mine.signature, 'base64'))) problems.push('the manifest\'s signature does not verify under the supervisor\'s public key');
+    if (problems.length) {
+      statCache.confirm(req.id, false);
+      return { manifestProblems: problems, ...none };
+    }
+    objects = new Map([...mine.objects].map(([sha, o]) => [sha, o.size]));
+    pathsOf = (sha) => [mine.objects.get(sha)?.path ?? ''];
+  } else {
+    const check = checkManifest(bytes, { expectId: req.id, publicKeyPem: req.publicKeyPem });
+    if (check.problems.length || !check.manifest) {
+      statCache.confirm(req.id, false);
+      return { manifestProblems: check.problems, ...none };
+    }
+    objects = manifestObjects(check.manifest);
+    const m = check.manifest;
+    pathsOf = (sha) =>
+      m.entries
+        .filter((e) => e.sha256 === sha || e.chunks?.some((c) => c.sha256 === sha))
+        .slice(0, 3)
+        .map((e) => showEntryPath(e));
+  }
+  const rehash = runRehash({
+    kind: 'rehash',
+    storeDir: req.storeDir,
+    storeFd: req.storeFd,
+    objects: [...objects],
+    ...(req.rehash === 'changed' ? { trusted: (sha: string, sig: string) => verified.has(req.storeDir, sha, sig) } : {}),
+    onRehashed: (sha, sig) => verified.add(req.storeDir, sha, sig),
+  });
+  statCache.confirm(req.id, rehash.problems.length === 0);
+  for (const p of rehash.problems) verified.forget(req.storeDir, p.sha256);
+  return { manifestProblems: [], objects: rehash.objects, bytes: rehash.bytes, rehashedObjects: rehash.rehashedObjects, rehashedBytes: rehash.rehashedBytes, problems: rehash.problems.map((p) => ({ ...p, paths: pathsOf(p.sha256) })) };
 }
 function toReply(err: unknown): WorkerReply<never> {
   if (err instanceof ScanError) return { ok: false, code: err.code, message: err.message };

@@ -59,6 +59,8 @@ export class CheckpointThread {
   constructor(
     private readonly onThaw: ThawReport = () => {},
     private readonly onFrozen: (workspace: string, frozen: boolean) => void = () => {},
+    /** The thread's V8 old-generation heap cap, MiB (checkpoint.workerHeapMiB): reaching it ends the thread (ERR_WORKER_OUT_OF_MEMORY), never the supervisor. */
+    private readonly heapMiB = 1024,
   ) {
     threads.add(this);
     if (!exitHook) {
@@ -143,7 +145,7 @@ export class CheckpointThread {
     if (this.worker) return this.worker;
     const path = workerPath();
     if (!path) throw new Error('the checkpoint worker (dist/supervisor/checkpoint/capture-worker.js) is missing; build with tsc');
-    const w = new Worker(path, { workerData: { checkpointWorker: true }, resourceLimits: { maxYoungGenerationSizeMb: Number(process.env.CKY ?? 4), maxOldGenerationSizeMb: Number(process.env.CKO ?? 1024) } });
+    const w = new Worker(path, { workerData: { checkpointWorker: true }, resourceLimits: { maxYoungGenerationSizeMb: 4, maxOldGenerationSizeMb: this.heapMiB } });
     const failAll = (message: string) => {
       if (this.worker === w) this.worker = null;
       this.thawNow(message); // before its step fails: a thread that died frozen (out of memory, say) never thaws

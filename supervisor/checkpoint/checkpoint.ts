@@ -123,7 +123,7 @@ export class Checkpoints {
           // the next start finds the record and thaws again (EINVAL: nothing to do)
         }
       }
-    }, (workspace, frozen) => deps.log.debug({ workspace }, frozen ? 'checkpoint: the workspace is frozen for the last pass' : 'checkpoint: the workspace is thawed'));
+    }, (workspace, frozen) => deps.log.debug({ workspace }, frozen ? 'checkpoint: the workspace is frozen for the last pass' : 'checkpoint: the workspace is thawed'), deps.config.checkpoint.workerHeapMiB);
   }
 
   /** Where checkpoints are published: the local directory or s3://bucket/prefix. */
@@ -373,6 +373,7 @@ export class Checkpoints {
       storeDir: this.local.dir,
       storeFd,
       reserveBytes: this.deps.reserveBytes(),
+      maxManifestBytes: config.checkpoint.maxManifestBytes,
       deadlineMs: config.checkpoint.deadlineMs,
       startHrNs: process.hrtime.bigint(),
       maxPasses: config.checkpoint.maxPasses,
@@ -409,9 +410,10 @@ export class Checkpoints {
     }
     const tStore = performance.now();
     // 5. Read back: the manifest by id, then every object, re-hashed. Only then published.
-    let readBack = { objects: cap.objects.referenced, bytes: cap.objects.bytes, repaired: 0 };
+    let readBack = { objects: cap.objects.referenced, bytes: cap.objects.bytes, rehashedObjects: 0, rehashedBytes: 0, repaired: 0 };
     try {
-      await this.readBackLocal(id);
+      const local = await this.readBackLocal(id);
+      readBack = { ...readBack, rehashedObjects: local.rehashedObjects, rehashedBytes: local.rehashedBytes };
       if (remote) readBack = await this.readBackRemote(store, id, version, manifestBytesOut!, cap.objectList!);
     } catch (err) {
       // Never published: the manifest goes at once (it claims nothing; gc would remove a local one too).
@@ -431,7 +433,7 @@ export class Checkpoints {
       task,
       ...(closeAttempt !== undefined ? { close_attempt: closeAttempt } : {}),
       boundary,
-      read_back: { at: readBackAt, objects: readBack.objects, bytes: readBack.bytes, ms: readBackMs },
+      read_back: { at: readBackAt, objects: readBack.objects, bytes: readBack.bytes, rehashed_objects: readBack.rehashedObjects, rehashed_bytes: readBack.rehashedBytes, ms: readBackMs },
       supervisor: this.fence,
     });
     const recordBytes = Buffer.from(jcs(record));
@@ -469,7 +471,7 @@ export class Checkpoints {
       leased_count: cap.leasedCount,
       mounts_skipped: cap.mountsSkipped,
       objects: { referenced: cap.objects.referenced, written: cap.objects.written, bytes_written: cap.objects.bytesWritten, ...(remote ? { uploaded: uploaded + readBack.repaired, repaired: readBack.repaired } : {}) },
-      read_back: { objects: readBack.objects, bytes: readBack.bytes, ms: readBackMs, at: readBackAt },
+      read_back: { objects: readBack.objects, bytes: readBack.bytes, rehashed_objects: readBack.rehashedObjects, rehashed_bytes: readBack.rehashedBytes, ms: readBackMs, at: readBackAt },
       supervisor: this.fence,
       duration_ms: Math.round(performance.now() - t0),
       phases_ms: {
@@ -483,12 +485,13 @@ export class Checkpoints {
     return result;
   }
 
-  private async readBackLocal(id: string): Promise<void> {
-    const reply = await this.thread.run({ kind: 'readback', storeDir: this.local.dir, storeFd: this.local.fs.rootFd, id, publicKeyPem: this.deps.signer.publicKeyPem });
+  /** The local read-back of manifest id (in the thread); what it re-hashed. CHECKPOINT_FAILED stage read_back when anything differs. */
+  private async readBackLocal(id: string): Promise<{ rehashedObjects: number; rehashedBytes: number }> {
+    const reply = await this.thread.run({ kind: 'readback', storeDir: this.local.dir, storeFd: this.local.fs.rootFd, id, publicKeyPem: this.deps.signer.publicKeyPem, rehash: this.deps.config.checkpoint.readBack });
     if (!reply.ok) throw failed('read_back', `checkpoint ${id}: the read-back failed: ${reply.message}`);
     const { manifestProblems, problems } = reply.result;
     if (manifestProblems.length) throw failed('read_back', `checkpoint ${id}: the manifest read back from ${this.local.dir} is not the one written: ${manifestProblems.join('; ')}`);
-    if (problems.length === 0) return;
+    if (problems.length === 0) return { rehashedObjects: reply.result.rehashedObjects, rehashedBytes: reply.result.rehashedBytes };
     // A bad object is set aside, so that the retry stores it afresh (create-once never replaces).
     for (const p of problems) this.setAside(p.sha256);
     const first = problems[0];
@@ -519,7 +522,7 @@ export class Checkpoints {
     }
   }
 
-  private async readBackRemote(store: CheckpointStore, id: string, version: Awaited<ReturnType<CheckpointStore['putManifest']>> | undefined, written: Buffer, objects: [string, number, string][]): Promise<{ objects: number; bytes: number; repaired: number }> {
+  private async readBackRemote(store: CheckpointStore, id: string, version: Awaited<ReturnType<CheckpointStore['putManifest']>> | undefined, written: Buffer, objects: [string, number, string][]): Promise<{ objects: number; bytes: number; rehashedObjects: number; rehashedBytes: number; repaired: number }> {
     let bytes: Buffer;
     try {
       bytes = await store.readManifest(id, version);
@@ -550,7 +553,8 @@ export class Checkpoints {
       }
       total += got.bytes;
     });
-    return { objects: objects.length, bytes: total, repaired };
+    // Every remote object is re-read and re-hashed (a bucket's objects have no stat to trust).
+    return { objects: objects.length, bytes: total, rehashedObjects: objects.length, rehashedBytes: total, repaired };
   }
 
   /**

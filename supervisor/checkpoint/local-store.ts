@@ -178,13 +178,17 @@ export class LocalStoreFiles {
     }
   }
 
-  /** StoreError io when writing bytes more would leave less than reserveBytes free (statfs of the store). */
-  private ensureRoom(bytes: number, what: string): void {
+  /**
+   * StoreError io (ENOSPC, with the numbers) when writing `bytes` more would leave less than
+   * reserveBytes free (statfs(2) of the store: f_bavail x f_bsize). what: what would be
+   * stored, for the message ("object <sha>", "<path> (<n> bytes)").
+   */
+  needRoom(bytes: number, what: string): void {
     if (this.reserveBytes <= 0) return;
     const st = statfsSync(`/proc/self/fd/${this.rootFd}`);
     const free = Number(st.bavail) * Number(st.bsize);
     if (free - bytes < this.reserveBytes) {
-      throw new StoreError('io', `ENOSPC: storing ${what} (${bytes} bytes) would leave ${Math.max(0, free - bytes)} bytes free in the file system of the checkpoint store ${this.dir}, below the ${this.reserveBytes} kept for sessions (storage.minFreeBytes); nothing of this checkpoint was kept`);
+      throw new StoreError('io', `ENOSPC: storing ${what} would leave ${Math.max(0, free - bytes)} bytes free in the file system of the checkpoint store ${this.dir} (${free} free now), below the ${this.reserveBytes} kept free for sessions' output (storage.keepFreeBytes, storage.minFreeBytes); nothing of this checkpoint was kept`);
     }
   }
 
@@ -230,7 +234,7 @@ export class LocalStoreFiles {
    */
   createObject(sha256: string, write: (fd: number) => void, size = 0): boolean {
     if (this.hasObject(sha256)) return false;
-    this.ensureRoom(size, `object ${sha256}`);
+    this.needRoom(size, `object ${sha256} (${size} bytes)`);
     this.pending.set(sha256, this.writeTemp(sha256.slice(0, 16), write, false));
     return true;
   }
@@ -242,7 +246,7 @@ export class LocalStoreFiles {
    * there or pending already, the temp removed); committed by commitObjects().
    */
   createObjectHashed(write: (fd: number) => string | null, size = 0): { sha256: string; stored: boolean } | null {
-    this.ensureRoom(size, 'an object');
+    this.needRoom(size, `an object (${size} bytes)`);
     let sha: string | null = null;
     const tmp = this.writeTemp('object', (fd) => (sha = write(fd)), false);
     if (sha === null) {

@@ -95,7 +95,8 @@ export interface PublishedRecord {
   task: string | null;
   close_attempt?: number;
   boundary: CheckpointBoundary;
-  read_back: { at: string; objects: number; bytes: number; ms: number };
+  /** rehashed_*: of the objects checked, those re-read and re-hashed (the rest confirmed by their files' stat since their own re-hash); absent in records before issue 34 (every object re-hashed). */
+  read_back: { at: string; objects: number; bytes: number; rehashed_objects?: number; rehashed_bytes?: number; ms: number };
   supervisor: RuntimeFence;
   signature?: { alg: 'ed25519'; key_id: string; value: string };
 }

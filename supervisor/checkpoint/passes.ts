@@ -15,9 +15,12 @@ import { createHash } from 'node:crypto';
 import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readSync } from 'node:fs';
 import { faultPoint } from '../fault.js';
 import { native } from '../native.js';
+import { isUtf8 } from 'node:buffer';
+import { showPath } from '../workspace/names.js';
 import { checkFsIdentity, entryPath, ScanError, walkTree, type FsIdentity, type WalkEntry } from '../workspace/walk.js';
 import { LocalStoreFiles, writeAll } from './local-store.js';
 import type { EntryFacts } from './manifest.js';
+import type { CaptureSeed } from './stat-cache.js';
 import { StoreError } from './store.js';
 
 export interface CaptureRequest {
@@ -28,8 +31,10 @@ export interface CaptureRequest {
   /** The store's path (for messages) and the supervisor's fd holding it open (what is written to). */
   storeDir: string;
   storeFd: number;
-  /** Bytes storing must leave free in the store's file system. */
+  /** Bytes storing must leave free in the store's file system (the state dir's keep-free and admission thresholds): a file whose object may be new is counted at its size before it is read. */
   reserveBytes: number;
+  /** The manifest's size bound (checkpoint.maxManifestBytes): a walk whose entries would make a bigger one fails manifest_too_large. */
+  maxManifestBytes?: number;
   deadlineMs?: number;
   startHrNs: bigint;
   /** Walks at most: the first captures, each later one checks (and re-captures what moved). At least 2. */
@@ -62,8 +67,12 @@ export interface CapturedEntry extends EntryFacts {
   target?: Buffer;
   /** type, size, mode, owner, mtime, ctime, inode, rdev as seen before the content was read. */
   sig: string;
+  /** The ctime of that stat (the stat cache leaves out entries changed too near their capture: stat-cache.ts). */
+  ctimeNs: bigint;
   /** The file changed while it was read (its stat before and after differ). */
   moved?: boolean;
+  /** Its manifest entry's canonical JSON, once made (capture-worker.ts): kept with the entry in the stat cache. */
+  jcs?: string;
 }
 
 export interface CaptureResult {
@@ -210,7 +219,7 @@ class Capture {
   entry(e: WalkEntry): CapturedEntry | null | typeof LEASED {
     const type = e.type === 'unknown' ? null : e.type;
     if (type === null) return null;
-    const base = { path: e.path, type, mode: e.mode & 0o7777, uid: e.uid, gid: e.gid, mtimeNs: e.mtimeNs };
+    const base = { path: e.path, type, mode: e.mode & 0o7777, uid: e.uid, gid: e.gid, mtimeNs: e.mtimeNs, ctimeNs: e.ctimeNs };
     if (type === 'symlink') {
       const target = e.linkTarget ?? Buffer.alloc(0);
       return { ...base, size: target.length, target, sig: sigOf(type, e, target) };
@@ -261,7 +270,7 @@ class Capture {
           if (!st.isFile()) return null;
           before = st;
         }
-        const got = before.size <= BigInt(SMALL_FILE_BYTES) ? this.smallFile(fd) : this.largeFile(fd);
+        const got = before.size <= BigInt(SMALL_FILE_BYTES) ? this.smallFile(fd) : this.largeFile(fd, e);
         const after = fstatSync(fd, { bigint: true });
         if (!after.isFile()) return null;
         const moved = !got.consistent || !sameStat(before, after) || BigInt(got.size) !== before.size;
@@ -272,6 +281,7 @@ class Capture {
           uid: Number(before.uid),
           gid: Number(before.gid),
           mtimeNs: before.mtimeNs,
+          ctimeNs: before.ctimeNs,
           size: got.size,
           sha256: got.sha256,
           sig: sigOf('file', before),
@@ -305,7 +315,10 @@ class Capture {
    * the store hashing what is written (the object's name is the copy's digest, so the stored
    * bytes always match their name); a copy whose digest differs from the first read moved.
    */
-  private largeFile(fd: number): { sha256: string; size: number; consistent: boolean } {
+  private largeFile(fd: number, e: WalkEntry): { sha256: string; size: number; consistent: boolean } {
+    // Counted at its size before it is read (a sparse file is stored whole): one that cannot
+    // fit is refused now, not after minutes of hashing holes.
+    this.storing(() => this.store.needRoom(Number(e.size), `${showPath(e.path)} (${e.size} bytes${Number(e.blocks) * 512 < Number(e.size) ? `, ${Number(e.blocks) * 512} on disk: a sparse file is stored whole` : ''})`));
     const { sha256: first, bytes: pos } = hashFd(fd, () => this.checkDeadline());
     this.bytesHashed += pos;
     if (this.store.hasObject(first)) return { sha256: first, size: pos, consistent: true };
@@ -445,20 +458,46 @@ function testTouch(root: string, pass: number): void {
   if (pass - 1 <= times) appendFileSync(`${root}/${name}`, 'x');
 }
 
-/** Runs a capture in this thread (blocking). Throws ScanError / StoreError / errno errors. */
-export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['progress']) => void = () => {}, onFrozen: (frozen: boolean) => void = () => {}): CaptureResult {
+/** About what one entry adds to the manifest besides its path and link target (its other members, JSON): 150 bytes at most for a file. */
+const ENTRY_JSON_BYTES = 160;
+
+/** What an entry of this path (and link target) adds to the manifest, about (base64 for bytes that are not UTF-8). */
+function entryJsonBytes(path: Buffer, target: Buffer | null): number {
+  const text = (b: Buffer) => (isUtf8(b) ? b.length : Math.ceil(b.length / 3) * 4);
+  return ENTRY_JSON_BYTES + text(path) + (target ? text(target) : 0);
+}
+
+/**
+ * Runs a capture in this thread (blocking). Throws ScanError (manifest_too_large, scan_timeout,
+ * errno codes) / StoreError / errno errors. seed: the stat cache of the workspace's last
+ * read-back checkpoint (stat-cache.ts): its first pass keeps an entry whose stat signature is
+ * unchanged (a file whose object is still in the store) without reading it, and when nothing at
+ * all differs from the seed, that pass is the last (see below).
+ */
+export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['progress']) => void = () => {}, onFrozen: (frozen: boolean) => void = () => {}, seed?: CaptureSeed): CaptureResult & { rootSig: string; rootDev: bigint } {
   const store = LocalStoreFiles.open(req.storeDir, { create: true, viaFd: req.storeFd });
   store.reserveBytes = req.reserveBytes;
   try {
     const deadlineHrNs = req.deadlineMs === undefined ? null : req.startHrNs + BigInt(Math.round(req.deadlineMs * 1e6));
     const cap = new Capture(store, progress, { hrNs: deadlineHrNs, ms: req.deadlineMs });
-    let prev = new Map<string, CapturedEntry>();
+    // Pass 1 compares with the seed: what it has (stat unchanged, object there) is not read.
+    // Another file system mounted at the root since: inode numbers mean other files.
+    let rootDev = -1n;
+    try {
+      rootDev = lstatSync(req.root, { bigint: true }).dev;
+    } catch {
+      // the walk names what is wrong with the root (ScanError)
+    }
+    if (seed && seed.rootDev !== rootDev) seed = undefined;
+    let prev = seed?.entries ?? new Map<string, CapturedEntry>();
+    /** Pass 1: what differs from the seed (read, new, gone, the root); 0 with a seed: the tree is the seed's, still since then. */
+    let seedDiffers = 0;
     let entries: CapturedEntry[] = [];
     let changed: Buffer[] = [];
     /** Files of the last walk a lease kept from being opened (in `changed` too). */
     let leased: Buffer[] = [];
     let pass = 0;
-    let prevRootSig = '';
+    let prevRootSig = seed?.rootSig ?? '';
     let root: CaptureResult['root'] = { mode: 0, uid: 0, gid: 0, mtimeNs: 0n };
     const maxPasses = Math.max(2, req.maxPasses);
     /** One walk: entries whose stat (and with verifyContent, content) did not move are kept, the rest captured again. */
@@ -471,18 +510,30 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       const rootSt = lstatSync(req.root, { bigint: true });
       const rootSig = sigOf('dir', rootSt);
       if (pass > 1 && rootSig !== prevRootSig) changed.push(Buffer.from('.'));
+      if (pass === 1 && rootSig !== prevRootSig) seedDiffers++;
+      let manifestBytes = 0;
+      const maxManifest = req.maxManifestBytes ?? Infinity;
       prevRootSig = rootSig;
       root = { mode: Number(rootSt.mode) & 0o7777, uid: Number(rootSt.uid), gid: Number(rootSt.gid), mtimeNs: rootSt.mtimeNs };
       const bound = frozen ? { deadlineMs: frozen.ms, startHrNs: frozen.startHrNs } : { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs };
       for (const e of walkTree(req.root, { ...bound, oneFileSystem: true, expectFs: req.expectFs })) {
+        manifestBytes += entryJsonBytes(e.path, e.linkTarget);
+        if (manifestBytes > maxManifest) {
+          throw new ScanError(
+            'manifest_too_large',
+            `manifest_too_large: the manifest of ${req.root} would be over checkpoint.maxManifestBytes (${maxManifest} bytes) at entry ${current.length + 1} (${showPath(e.path, 80)}, depth ${e.depth}): a manifest lists every entry with its whole path; raise the bound (and checkpoint.workerHeapMiB with it) or checkpoint a smaller tree`,
+          );
+        }
         const key = e.path.toString('latin1');
         seen.add(key);
         const old = prev.get(key);
         const sig = e.type === 'symlink' ? sigOf('symlink', e, e.linkTarget ?? Buffer.alloc(0)) : sigOf(e.type, e);
-        if (old && !old.moved && old.sig === sig && (!req.verifyContent || old.type !== 'file' || cap.sameContent(e, old.sha256!))) {
+        // From the seed (pass 1), a file's object must still be in the store (gc may have taken it).
+        if (old && !old.moved && old.sig === sig && (pass > 1 || old.type !== 'file' || store.hasObject(old.sha256!)) && (!req.verifyContent || old.type !== 'file' || cap.sameContent(e, old.sha256!))) {
           current.push(old);
           continue;
         }
+        if (pass === 1) seedDiffers++;
         const c = cap.entry(e);
         if (c === LEASED) {
           // Not read in this pass: what an earlier pass captured of it stands (its object holds exactly that), else it is left out.
@@ -496,6 +547,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
         cap.tick(pass, current.length);
       }
       if (pass > 1) for (const k of prev.keys()) if (!seen.has(k)) changed.push(Buffer.from(k, 'latin1'));
+      if (pass === 1 && seed) for (const k of prev.keys()) if (!seen.has(k)) seedDiffers++;
       entries = current;
       prev = new Map(current.map((c) => [c.path.toString('latin1'), c]));
     };
@@ -504,6 +556,11 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       if (pass > 1) testTouch(req.root, pass);
       walkOnce();
       if (pass > 1 && changed.length === 0) break;
+      // A first pass that found the seed exactly (no entry read, none new or gone, the root
+      // unchanged, no lease) is still: the seed's entries were unchanged from their capture
+      // to the seed's last pass, and from then to their check now (stat unchanged; ctime
+      // never goes back), so every interval holds the instant before this pass.
+      if (pass === 1 && seed && seedDiffers === 0 && changed.length === 0) break;
     }
     let freeze: CaptureResult['freeze'] = null;
     if (req.freezeMaxMs && req.freezeMaxMs > 0) {
@@ -544,6 +601,8 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       objectsWritten: cap.objectsWritten,
       bytesWritten: cap.bytesWritten,
       bytesHashed: cap.bytesHashed,
+      rootSig: prevRootSig,
+      rootDev,
     };
   } finally {
     store.abandonObjects(); // nothing is left once committed; a failed capture's temp files go
@@ -557,19 +616,38 @@ export interface RehashRequest {
   storeFd: number;
   /** [sha256, size] of each object to read back. */
   objects: [string, number][];
+  /**
+   * An object whose file's stat signature (objectSig) is one this says was re-hashed before
+   * is confirmed by that stat and not read (checkpoint.readBack 'changed'); absent: every
+   * object is re-hashed. onRehashed: told of each object that re-hashed as its name.
+   */
+  trusted?: (sha256: string, sig: string) => boolean;
+  onRehashed?: (sha256: string, sig: string) => void;
 }
 
 export interface RehashResult {
+  /** Objects checked (present, a regular file, its size), and the bytes they hold. */
   objects: number;
   bytes: number;
+  /** Of those, re-read and re-hashed now (the rest were confirmed by their file's stat). */
+  rehashedObjects: number;
+  rehashedBytes: number;
   problems: { sha256: string; problem: string }[];
 }
 
-/** Re-reads and re-hashes each object (blocking); what differs is a problem naming the object, never thrown. */
+/** An object file's stat signature: inode, size, mtime, ctime (an object is never written after it is linked in: any write moves them). */
+export function objectSig(fd: number): string {
+  const st = fstatSync(fd, { bigint: true });
+  return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
+}
+
+/** Re-reads and re-hashes each object (blocking; with req.trusted, those it trusts by stat are only checked); what differs is a problem naming the object, never thrown. */
 export function runRehash(req: RehashRequest): RehashResult {
   const store = LocalStoreFiles.open(req.storeDir, { create: false, viaFd: req.storeFd });
   const problems: RehashResult['problems'] = [];
   let bytes = 0;
+  let rehashedObjects = 0;
+  let rehashedBytes = 0;
   try {
     for (const [sha256, size] of req.objects) {
       let opened: { fd: number; size: number };
@@ -580,10 +658,18 @@ export function runRehash(req: RehashRequest): RehashResult {
         continue;
       }
       try {
+        const sig = req.trusted || req.onRehashed ? objectSig(opened.fd) : '';
+        if (req.trusted?.(sha256, sig) && opened.size === size) {
+          bytes += size;
+          continue;
+        }
         const { sha256: got, bytes: pos } = hashFd(opened.fd);
         bytes += pos;
+        rehashedObjects++;
+        rehashedBytes += pos;
         if (got !== sha256) problems.push({ sha256, problem: `object ${sha256} reads back as ${got} (${pos} bytes): its bytes changed in the store` });
         else if (pos !== size) problems.push({ sha256, problem: `object ${sha256} holds ${pos} bytes, the manifest says ${size}` });
+        else req.onRehashed?.(sha256, sig);
       } finally {
         closeSync(opened.fd);
       }
@@ -591,5 +677,5 @@ export function runRehash(req: RehashRequest): RehashResult {
   } finally {
     store.close();
   }
-  return { objects: req.objects.length, bytes, problems };
+  return { objects: req.objects.length, bytes, rehashedObjects, rehashedBytes, problems };
 }

@@ -15,6 +15,8 @@
 // same syscalls per entry, bigint ns stats and Buffer names from node:fs, no async-work glue
 // in C; the cost is a /proc lookup per entry and needing /proc (checked at the start).
 import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, statSync, type BigIntStats } from 'node:fs';
+import { endianness, constants as osConstants } from 'node:os';
+import { native } from '../native.js';
 import { showPath } from './names.js';
 
 export type EntryType = 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'unknown';
@@ -30,6 +32,8 @@ export interface WalkEntry {
   type: EntryType;
   /** st_size in bytes (a symlink: its target's length). */
   size: bigint;
+  /** st_blocks: 512-byte blocks allocated (fewer than size / 512: a sparse file). */
+  blocks: bigint;
   /** st_mode: type and permission bits. */
   mode: number;
   uid: number;
@@ -145,10 +149,89 @@ function scanError(err: unknown, what: string, rel: Buffer, depth: number, root:
   return new ScanError(code, text);
 }
 
-/** Names in the directory dirFd, bytes, sorted bytewise ("." and ".." left out). */
-function readNames(dirFd: number): Buffer[] {
-  return readdirSync(`/proc/self/fd/${dirFd}`, { encoding: 'buffer' }).sort(Buffer.compare);
+/** An entry's lstat as the directory's listing took it (statDir), or the errno name that stat failed with. */
+interface Listed {
+  st: StatFacts | null;
+  errno: string | null;
+  /** A symlink's target; null: none, or (notLink) it was no link any more when read. */
+  target: Buffer | null;
+  notLink: boolean;
 }
+
+/** The lstat fields the walk yields (what BigIntStats gives, from the listing). */
+interface StatFacts {
+  mode: number;
+  uid: number;
+  gid: number;
+  nlink: bigint;
+  dev: bigint;
+  ino: bigint;
+  size: bigint;
+  blocks: bigint;
+  rdev: bigint;
+  mtimeNs: bigint;
+  ctimeNs: bigint;
+}
+
+const LITTLE_ENDIAN = endianness() === 'LE';
+
+const ERRNO_NAMES = new Map(Object.entries(osConstants.errno).map(([name, n]) => [n, name]));
+
+/** The native listing, or null where the addon cannot be loaded (then readdir and an lstat per entry). */
+let statDir: ((fd: number) => ReturnType<ReturnType<typeof native>['statDir']>) | null | undefined;
+function nativeStatDir(): typeof statDir {
+  if (statDir === undefined) {
+    try {
+      const n = native();
+      statDir = typeof n.statDir === 'function' ? (fd) => n.statDir(fd) : null;
+    } catch {
+      statDir = null;
+    }
+  }
+  return statDir;
+}
+
+/**
+ * Names in the directory dirFd, bytes, sorted bytewise ("." and ".." left out), and with the
+ * native helper each one's lstat as listed (one call per directory: fstatat relative to the
+ * fd, no /proc path per entry); listed[i] null: stat it when it is reached.
+ */
+function readNames(dirFd: number): { names: Buffer[]; listed: (Listed | null)[] } {
+  const sd = nativeStatDir();
+  if (!sd) {
+    const names = readdirSync(`/proc/self/fd/${dirFd}`, { encoding: 'buffer' }).sort(Buffer.compare);
+    return { names, listed: names.map(() => null) };
+  }
+  const r = sd(dirFd);
+  const names: Buffer[] = new Array(r.count);
+  const listed: Listed[] = new Array(r.count);
+  const v = r.stats;
+  const F = r.fields;
+  let pos = 0;
+  for (let i = 0; i < r.count; i++) {
+    const len = LITTLE_ENDIAN ? r.names.readUInt16LE(pos) : r.names.readUInt16BE(pos); // host order (statdir.c)
+    names[i] = Buffer.from(r.names.subarray(pos + 2, pos + 2 + len));
+    pos += 2 + len;
+    const b = i * F;
+    const tlen = Number(v[b + 12]);
+    let target: Buffer | null = null;
+    if (tlen >= 0) {
+      target = Buffer.from(r.names.subarray(pos, pos + tlen));
+      pos += tlen;
+    }
+    const err = Number(v[b]);
+    listed[i] = {
+      st: err ? null : { mode: Number(v[b + 1]), uid: Number(v[b + 2]), gid: Number(v[b + 3]), nlink: v[b + 4], dev: v[b + 5], ino: v[b + 6], size: v[b + 7], blocks: v[b + 8], rdev: v[b + 9], mtimeNs: v[b + 10], ctimeNs: v[b + 11] },
+      errno: err ? (ERRNO_NAMES.get(err) ?? `errno ${err}`) : null,
+      target,
+      notLink: tlen === -2,
+    };
+  }
+  return { names, listed };
+}
+
+const S_IFMT = 0o170000;
+const TYPE_OF_MODE: Record<number, EntryType> = { 0o100000: 'file', 0o040000: 'dir', 0o120000: 'symlink', 0o010000: 'fifo', 0o140000: 'socket', 0o020000: 'char', 0o060000: 'block' };
 
 /**
  * Every entry under root, depth first, pre-order, names sorted bytewise; never the root itself.
@@ -177,7 +260,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
     }
     throw scanError(err, 'opening', none, 0, root);
   }
-  const stack: { fd: number; rel: Buffer; depth: number; names: Buffer[]; next: number }[] = [{ fd: rootFd, rel: none, depth: 1, names: [], next: 0 }];
+  const stack: { fd: number; rel: Buffer; depth: number; names: Buffer[]; listed: (Listed | null)[]; next: number }[] = [{ fd: rootFd, rel: none, depth: 1, names: [], listed: [], next: 0 }];
   let pendingFd = -1; // a directory opened but not yet on the stack
   let rootDev = 0n;
   let entries = 0;
@@ -196,7 +279,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
       throw new ScanError('scan_failed', "scan_failed: /proc/self/fd does not name this process's fds (is /proc mounted?); the walk reaches entries through it");
     }
     try {
-      stack[0].names = readNames(rootFd);
+      ({ names: stack[0].names, listed: stack[0].listed } = readNames(rootFd));
     } catch (err) {
       throw scanError(err, 'reading', none, 0, root);
     }
@@ -207,11 +290,40 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         closeSync(dir.fd);
         continue;
       }
+      const listed = dir.listed[dir.next];
       const name = dir.names[dir.next++];
       if (deadlineHrNs !== null && process.hrtime.bigint() >= deadlineHrNs) {
         throw new ScanError('scan_timeout', `scan_timeout: the scan passed its ${options.deadlineMs} ms deadline after ${entries} entries`);
       }
       const rel = dir.rel.length === 0 ? name : Buffer.concat([dir.rel, SLASH, name]);
+      // As listed (statDir): anything but a directory (opened below, as it is now) and a link
+      // that was none any more when read (looked at again below) is yielded from the listing.
+      if (listed && (listed.errno !== null || (listed.st && (listed.st.mode & S_IFMT) !== 0o040000 && !listed.notLink))) {
+        if (listed.errno === 'ENOENT') continue; // removed while the walk ran
+        if (listed.errno !== null) throw scanError(Object.assign(new Error(listed.errno), { code: listed.errno }), 'lstat of', rel, dir.depth, root);
+        const st = listed.st!;
+        entries++;
+        yield {
+          path: rel,
+          name,
+          depth: dir.depth,
+          type: TYPE_OF_MODE[st.mode & S_IFMT] ?? 'unknown',
+          size: st.size,
+          blocks: st.blocks,
+          mode: st.mode,
+          uid: st.uid,
+          gid: st.gid,
+          nlink: st.nlink,
+          dev: st.dev,
+          ino: st.ino,
+          mtimeNs: st.mtimeNs,
+          ctimeNs: st.ctimeNs,
+          rdev: st.rdev,
+          linkTarget: listed.target,
+          dirFd: dir.fd,
+        };
+        continue;
+      }
       const path = entryPath(dir.fd, name);
       let st: BigIntStats;
       let what = 'lstat of';
@@ -267,6 +379,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         depth: dir.depth,
         type: entryType,
         size: st.size,
+        blocks: st.blocks,
         mode: Number(st.mode),
         uid: Number(st.uid),
         gid: Number(st.gid),
@@ -281,11 +394,11 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         ...(mountPoint ? { mountPoint: true as const } : {}),
       };
       if (pendingFd >= 0) {
-        const child = { fd: pendingFd, rel, depth: dir.depth + 1, names: [] as Buffer[], next: 0 };
+        const child = { fd: pendingFd, rel, depth: dir.depth + 1, names: [] as Buffer[], listed: [] as (Listed | null)[], next: 0 };
         stack.push(child);
         pendingFd = -1;
         try {
-          child.names = readNames(child.fd);
+          ({ names: child.names, listed: child.listed } = readNames(child.fd));
         } catch (err) {
           throw scanError(err, 'reading', rel, dir.depth, root);
         }

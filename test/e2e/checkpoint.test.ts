@@ -713,7 +713,7 @@ describe.skipIf(!HAVE_LOOP)(HAVE_LOOP ? 'checkpoint.freeze: the last pass with t
     ['runs out of memory', 'checkpoint:frozen-thread-oom', 'the checkpoint thread failed: Worker terminated due to reaching memory limit: JS heap out of memory'],
   ])('the checkpoint thread that %s during the frozen pass: thawed, CHECKPOINT_FAILED, the supervisor goes on', async (_how, point, message) => {
     await d.terminate();
-    d.withEnv({ SBX_FAULT_POINT: point, CKO: '64' }); // CKO: the thread's heap cap (MB), 1024 otherwise
+    d.withEnv({ SBX_FAULT_POINT: point }).withConfig({ checkpoint: { freeze: true, workerHeapMiB: 64 } }); // the thread's heap cap, 1024 MiB otherwise
     const from = d.log().length;
     await d.start();
     const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
@@ -724,7 +724,7 @@ describe.skipIf(!HAVE_LOOP)(HAVE_LOOP ? 'checkpoint.freeze: the last pass with t
     // Still serving: a checkpoint of a directory not frozen (a new thread) completes.
     expect(await checkpoint(d, join(ws, 'sub'))).toMatchObject({ consistent: true, freeze: { frozen: false } });
     await d.terminate();
-    d.withEnv(undefined);
+    d.withEnv(undefined).withConfig({ checkpoint: { freeze: true } });
     await d.start();
   });
 });

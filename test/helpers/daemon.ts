@@ -1,7 +1,7 @@
 // Boots a real supervisor (the compiled dist/, as users run it) in a temp dir with its own
 // socket, state dir and cgroup subtree, and drives it through sbx or the client library.
 // stop() settles it with SIGTERM and removes everything it made, also after a failure.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -138,6 +138,21 @@ export function runSbx(socketPath: string, args: string[], opts: { input?: Buffe
   });
 }
 
+/**
+ * rm -rf of dir, also a tree deeper than PATH_MAX (a test's workspace of 1,500 levels):
+ * node's rmSync walks by path and recursion and fails there (ENAMETOOLONG, RangeError);
+ * rm(1) walks by directory fd.
+ */
+export function removeTree(dir: string): void {
+  try {
+    rmSync(dir, { recursive: true, force: true });
+  } catch (err) {
+    // ENAMETOOLONG past PATH_MAX; RangeError (its recursion) thousands of levels down.
+    if ((err as NodeJS.ErrnoException).code !== 'ENAMETOOLONG' && !(err instanceof RangeError)) throw err;
+    execFileSync('rm', ['-rf', '--one-file-system', dir]);
+  }
+}
+
 export class TestDaemon {
   readonly dir: string;
   readonly socketPath: string;
@@ -265,7 +280,7 @@ export class TestDaemon {
     const result = await this.terminate();
     const base = this.cgroupBase;
     if (base) await removeCgroupTree(base);
-    rmSync(this.dir, { recursive: true, force: true });
+    removeTree(this.dir);
     return result;
   }
 }

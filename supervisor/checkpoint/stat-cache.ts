@@ -1,0 +1,98 @@
+// The checkpoint thread's stat caches (git's index, for checkpoints): per workspace, the
+// entries of its last checkpoint whose read-back passed, each with the stat it was captured
+// at; a later capture's first pass keeps an entry whose stat is unchanged without reading it
+// (passes.ts). And per store, the objects the read-back re-hashed, with their files' stats,
+// so a later read-back re-hashes only what is new or not as it was (checkpoint.readBack).
+// Owns what is trusted across checkpoints and when it is dropped; in memory, never on disk
+// (a restarted supervisor reads every file once again).
+import type { CapturedEntry } from './passes.js';
+
+/**
+ * An entry whose ctime is this close to (or after) the start of the capture that read it is
+ * not kept: a write later in the same timestamp tick would leave its stat unchanged (git's
+ * "racily clean" entries, Documentation/technical/racy-git.txt). Timestamps come from the
+ * kernel's coarse clock (one tick, 1-10 ms); 100 ms covers it with margin.
+ */
+export const RACY_MARGIN_NS = 100_000_000n;
+
+/** What a capture seeds its first pass with: entries by path (latin1 of the bytes), the root's stat signature and st_dev (another file system mounted there: the seed is not used). */
+export interface CaptureSeed {
+  entries: Map<string, CapturedEntry>;
+  rootSig: string;
+  rootDev: bigint;
+}
+
+interface Offer {
+  root: string;
+  seed: CaptureSeed;
+}
+
+/** Per workspace root: the last read-back checkpoint's entries. At most one offer waits for its read-back. */
+export class StatCache {
+  private readonly byRoot = new Map<string, CaptureSeed>();
+  private offered: { id: string; offer: Offer } | null = null;
+
+  /** The seed for a capture of root, or undefined (none yet, or dropped). */
+  seed(root: string): CaptureSeed | undefined {
+    return this.byRoot.get(root);
+  }
+
+  /**
+   * A capture's result, offered under its manifest id: it becomes root's seed only when that
+   * manifest's read-back passes (confirm). Entries whose ctime is not RACY_MARGIN_NS before
+   * startedAtNs (wall clock, ns, when the capture began) are left out: they are read again.
+   */
+  offer(id: string, root: string, entries: CapturedEntry[], rootSig: string, rootDev: bigint, startedAtNs: bigint): void {
+    const kept = new Map<string, CapturedEntry>();
+    const before = startedAtNs - RACY_MARGIN_NS;
+    for (const e of entries) if (e.ctimeNs < before && !e.moved) kept.set(e.path.toString('latin1'), e);
+    this.offered = { id, offer: { root, seed: { entries: kept, rootSig, rootDev } } };
+    // Until it is confirmed, no seed: a capture that failed its read-back is never trusted.
+    this.byRoot.delete(root);
+  }
+
+  /** The read-back of manifest id: passed (its offer becomes the seed) or not (dropped). */
+  confirm(id: string, passed: boolean): void {
+    const o = this.offered;
+    if (!o || o.id !== id) return;
+    this.offered = null;
+    if (passed) this.byRoot.set(o.offer.root, o.offer.seed);
+  }
+
+  /** Forgets every seed (the store changed under them: gc, a repair). */
+  clear(): void {
+    this.byRoot.clear();
+    this.offered = null;
+  }
+}
+
+/** An object file's stat signature (inode, size, mtime, ctime): what a re-hash is trusted by until it moves. */
+export type ObjectSig = string;
+
+/** Per store directory: objects whose re-hash matched, and their files' stat then. */
+export class VerifiedObjects {
+  private readonly byStore = new Map<string, Map<string, ObjectSig>>();
+  /** Entries at most (each ~150 bytes); past it, the oldest half is forgotten (re-hashed next time). */
+  static readonly MAX = 2_000_000;
+
+  has(store: string, sha256: string, sig: ObjectSig): boolean {
+    return this.byStore.get(store)?.get(sha256) === sig;
+  }
+
+  add(store: string, sha256: string, sig: ObjectSig): void {
+    let m = this.byStore.get(store);
+    if (!m) this.byStore.set(store, (m = new Map()));
+    if (m.size >= VerifiedObjects.MAX) {
+      let n = m.size / 2;
+      for (const k of m.keys()) {
+        if (n-- <= 0) break;
+        m.delete(k);
+      }
+    }
+    m.set(sha256, sig);
+  }
+
+  forget(store: string, sha256: string): void {
+    this.byStore.get(store)?.delete(sha256);
+  }
+}

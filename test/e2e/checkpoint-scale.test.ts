@@ -1,0 +1,229 @@
+// Checkpoints at the size of real workspaces (issue 34): trees too deep or too wide for a
+// manifest fail that checkpoint cleanly and never the supervisor (on main before it, a tree
+// of 1,500 levels of 255-byte names aborted the whole supervisor: V8 "heap out of memory" in
+// the checkpoint thread); a file is counted at its size before it is read, so a sparse file
+// that cannot fit is refused at once and no session's output is removed to make room; the
+// stat cache keeps an unchanged file unread, and the read-back re-hashes what is new or moved.
+import { execFileSync, spawnSync } from 'node:child_process';
+import { closeSync, mkdirSync, readdirSync, openSync, readFileSync, statSync, unlinkSync, utimesSync, writeFileSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { CheckpointResult, Receipt } from '../../ipc/protocol.js';
+import { verifyStoredOutput } from '../../ipc/verify.js';
+import { sha256, TestDaemon, until } from '../helpers/daemon.js';
+import { mountState, unmountState } from '../helpers/state-tmpfs.js';
+import { json } from '../helpers/workspace.js';
+
+type Failure = { error: { code: string; message: string; details: { stage: string; code?: string } } };
+
+async function checkpoint(d: TestDaemon, ws: string): Promise<{ status: number | null; result: CheckpointResult | null; failure: Failure['error'] | null }> {
+  const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
+  if (r.status === 0 || r.status === 1) return { status: r.status, result: json<CheckpointResult>(r), failure: null };
+  return { status: r.status, result: null, failure: (JSON.parse(r.stdout.toString()) as Failure).error };
+}
+
+/** A chain of `levels` directories named name(i) under root, made through directory fds (deeper than PATH_MAX). */
+function deepTree(root: string, levels: number, name: string): void {
+  const py = `import os\nos.makedirs(${JSON.stringify(root)})\nfd=os.open(${JSON.stringify(root)},os.O_RDONLY)\nfor i in range(${levels}):\n  n=${name}\n  os.mkdir(n,dir_fd=fd); c=os.open(n,os.O_RDONLY,dir_fd=fd); os.close(fd); fd=c\nos.close(fd)\n`;
+  execFileSync('python3', ['-c', py]);
+}
+
+describe('trees too deep or too wide for a manifest', () => {
+  let d: TestDaemon;
+  let deep255: string;
+  let deep1: string;
+  let wide: string;
+  let small: string;
+
+  let trees: string;
+
+  beforeAll(async () => {
+    d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
+    // On a tmpfs of their own: the 11,500 directories made here are events on no file system
+    // that another test file's supervisor watches (fanotify marks a whole file system).
+    trees = join(d.dir, 'trees');
+    mkdirSync(trees);
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=256m,mode=0755', 'tmpfs', trees]);
+    deep255 = join(trees, 'deep255');
+    deep1 = join(trees, 'deep1');
+    wide = join(trees, 'wide');
+    small = join(trees, 'small');
+    deepTree(deep255, 1500, "('%05d' % i) + 'x' * 250"); // 1,500 levels of 255-byte names: 375 KiB paths
+    deepTree(deep1, 10_000, "'a'"); // 10,000 levels of one character
+    mkdirSync(wide);
+    for (let i = 0; i < 2000; i++) writeFileSync(join(wide, `f${i}`), '');
+    mkdirSync(small);
+    for (let i = 0; i < 20; i++) writeFileSync(join(small, `f${i}`), `${i}\n`);
+    d.withConfig({ workspace: { paths: [deep255, deep1, wide, small] } });
+    await d.start();
+  });
+
+  afterAll(async () => {
+    await d.terminate();
+    if (trees) spawnSync('umount', [trees]); // the deep trees go with their tmpfs
+    await d.stop();
+  });
+
+  /** Checkpoints each workspace, expecting manifest_too_large under a bound of maxBytes, the message naming what. */
+  async function tooLarge(cases: (readonly [string, string])[], maxBytes: number): Promise<void> {
+    for (const [ws, entry] of cases) {
+      const r = await checkpoint(d, ws);
+      expect(r.status).toBe(125);
+      expect(r.failure).toMatchObject({ code: 'CHECKPOINT_FAILED', details: { stage: 'scan', code: 'manifest_too_large' } });
+      expect(r.failure!.message).toContain(`checkpoint.maxManifestBytes (${maxBytes} bytes)`);
+      expect(r.failure!.message).toContain(entry);
+    }
+  }
+
+  it("under the default bound, deep trees fail that checkpoint (CHECKPOINT_FAILED, manifest_too_large), again on a retry, while another task's session runs on and the supervisor serves", async () => {
+    // On main before issue 34 the first of these aborted the whole supervisor (V8 heap limit).
+    const c = await d.client();
+    const pid = d.pid;
+    const live = await c.launch({ argv: ['sleep', '300'], cwd: '/', task: 'other', invocation_key: 'live' });
+    await tooLarge(
+      [
+        [deep255, 'depth'],
+        [deep255, 'depth'],
+        [deep1, 'depth'],
+      ],
+      64 * 1024 * 1024,
+    );
+    expect(d.pid).toBe(pid);
+    expect((await c.receipt({ session_id: live.session_id })).state).toBe('running');
+    // A tree that fits is still checkpointed, by the same thread.
+    const ok = await checkpoint(d, small);
+    expect(ok.status).toBe(0);
+    expect(ok.result).toMatchObject({ consistent: true, scan: { files: 20 } });
+    await c.kill({ session_id: live.session_id }, 'SIGKILL');
+    const w = await c.wait({ session_id: live.session_id });
+    expect(w.outcome).toBe('signaled');
+  });
+
+  it('a wide tree over a small bound (what 1,000,000 empty files are to the default one) fails the same way; one that fits checkpoints', async () => {
+    await d.terminate();
+    d.withConfig({ workspace: { paths: [deep255, deep1, wide, small] }, checkpoint: { maxManifestBytes: 256 * 1024 } });
+    await d.start();
+    await tooLarge([[wide, 'f']], 256 * 1024);
+    const ok = await checkpoint(d, small);
+    expect(ok.status).toBe(0);
+    expect(ok.result).toMatchObject({ consistent: true, scan: { files: 20 } });
+  });
+});
+
+describe('a file counted at its size before it is read', () => {
+  let d: TestDaemon;
+  let ws: string;
+  const MiB = 1 << 20;
+
+  beforeAll(async () => {
+    d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-', config: { storage: { minFreeBytes: 16 * MiB, keepFreeBytes: 64 * MiB } } });
+    mountState(d, 256);
+    ws = join(d.dir, 'ws'); // on the disk: only the state dir is small
+    mkdirSync(ws);
+    writeFileSync(join(ws, 'small'), 'kept\n');
+    d.withConfig({ workspace: { paths: [ws] } });
+    await d.start();
+  });
+
+  afterAll(async () => {
+    await unmountState(d);
+  });
+
+  it('a sparse file that cannot fit is refused before it is read (CHECKPOINT_FAILED stage store, the numbers), and no session loses output for it', async () => {
+    const c = await d.client();
+    // A session of an open task with output on the state dir, ended.
+    const s = await c.launch({ argv: ['sh', '-c', 'head -c 3000000 /dev/zero | tr "\\0" "a"'], cwd: '/', task: 't1', invocation_key: 'out' });
+    const receipt: Receipt = await c.wait({ session_id: s.session_id });
+    expect(receipt.outcome).toBe('exited');
+    for (const [name, size] of [
+      ['huge', '140G'], // no blocks: hashing it would take many minutes (the test's timeout is 60 s)
+      ['eats-keep-free', '220M'], // fits the 256 MiB file system, but not its 64 MiB keep-free
+    ] as const) {
+      expect(spawnSync('truncate', ['-s', size, join(ws, name)]).status).toBe(0);
+      const r = await checkpoint(d, ws);
+      expect(r.status).toBe(125);
+      expect(r.failure).toMatchObject({ code: 'CHECKPOINT_FAILED', details: { stage: 'store', code: 'store_io' } });
+      expect(r.failure!.message).toMatch(new RegExp(`ENOSPC: storing ${name} \\(\\d+ bytes, 0 on disk: a sparse file is stored whole\\) would leave \\d+ bytes free`));
+      expect(r.failure!.message).toContain(`below the ${64 * MiB} kept free`);
+      unlinkSync(join(ws, name));
+    }
+    // Nothing of it was stored, and the session's output is whole and verifies.
+    expect(readdirSync(join(d.stateDir, 'checkpoints', 'tmp'))).toEqual([]);
+    expect(readdirSync(join(d.stateDir, 'checkpoints', 'manifests'))).toEqual([]);
+    expect(verifyStoredOutput(receipt, d.stateDir)).toEqual([]);
+    const read = await c.read({ session_id: s.session_id }, 'stdout');
+    expect(read.length).toBe(3_000_000);
+    // The workspace without it checkpoints.
+    expect((await checkpoint(d, ws)).status).toBe(0);
+  });
+});
+
+describe('the stat cache and the read-back', () => {
+  let d: TestDaemon;
+  let ws: string;
+  const FILES = 50;
+  const objectPath = (sha: string) => join(d.stateDir, 'checkpoints', 'objects', sha.slice(0, 2), sha);
+  const manifest = (id: string) => JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as { entries: { path: string; sha256?: string }[] };
+  const shaOf = (id: string, path: string) => manifest(id).entries.find((e) => e.path === path)!.sha256!;
+
+  beforeAll(async () => {
+    d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
+    ws = join(d.dir, 'ws');
+    mkdirSync(ws);
+    for (let i = 0; i < FILES; i++) writeFileSync(join(ws, `f${i}`), `file ${i}\n`);
+    d.withConfig({ workspace: { paths: [ws] } });
+    await d.start();
+    // The stat cache leaves out entries whose ctime is within 100 ms of their capture (racy-git):
+    // the files are made long enough before the first checkpoint to be kept.
+    const made = Date.now();
+    await until(() => Date.now() - made > 200, 'the racy margin past');
+  });
+
+  afterAll(async () => {
+    await d.stop();
+  });
+
+  it('an unchanged re-checkpoint reads no file (one pass) and re-hashes no object; a change, a lost object and a damaged one are each found', async () => {
+    const first = await checkpoint(d, ws);
+    expect(first.result).toMatchObject({ consistent: true, scan: { files: FILES, passes: 2 }, objects: { written: FILES }, read_back: { objects: FILES, rehashed_objects: FILES } });
+    const again = await checkpoint(d, ws);
+    expect(again.result).toMatchObject({ consistent: true, scan: { files: FILES, passes: 1, digest: first.result!.scan.digest }, objects: { written: 0 }, read_back: { objects: FILES, rehashed_objects: 0, rehashed_bytes: 0 } });
+
+    // Same size, mtime put back: the ctime moved, so it is read again.
+    const f1 = join(ws, 'f1');
+    const st = statSync(f1);
+    writeFileSync(f1, 'FILE 1\n');
+    utimesSync(f1, st.atime, st.mtime);
+    const changed = await checkpoint(d, ws);
+    expect(changed.result).toMatchObject({ consistent: true, scan: { passes: 2 }, objects: { written: 1 }, read_back: { rehashed_objects: 1 } });
+    expect(shaOf(changed.result!.checkpoint_id, 'f1')).toBe(sha256(Buffer.from('FILE 1\n')));
+
+    // An object gone from the store (sbx gc, or by hand): the file is read and stored again.
+    unlinkSync(objectPath(shaOf(changed.result!.checkpoint_id, 'f2')));
+    const lost = await checkpoint(d, ws);
+    expect(lost.result).toMatchObject({ consistent: true, objects: { written: 1 }, read_back: { rehashed_objects: 1 } });
+
+    // An object damaged in place: its file's stat moved, so the read-back re-hashes it and refuses.
+    const f3 = objectPath(shaOf(lost.result!.checkpoint_id, 'f3'));
+    const fd = openSync(f3, 'r+');
+    writeSync(fd, Buffer.from('X'), 0, 1, 0);
+    closeSync(fd);
+    const damaged = await checkpoint(d, ws);
+    expect(damaged.status).toBe(125);
+    expect(damaged.failure).toMatchObject({ code: 'CHECKPOINT_FAILED', details: { stage: 'read_back', paths: ['f3'] } });
+    // Set aside: the retry stores it again, and it reads back.
+    const retried = await checkpoint(d, ws);
+    expect(retried.result).toMatchObject({ consistent: true, objects: { written: 1 }, read_back: { rehashed_objects: 1 } });
+    expect(shaOf(retried.result!.checkpoint_id, 'f3')).toBe(sha256(Buffer.from('file 3\n')));
+  });
+
+  it("after a restart every file is read once more; checkpoint.readBack 'all' re-hashes every object every time", async () => {
+    await d.terminate();
+    d.withConfig({ workspace: { paths: [ws] }, checkpoint: { readBack: 'all' } });
+    await d.start();
+    const first = await checkpoint(d, ws);
+    expect(first.result).toMatchObject({ consistent: true, scan: { passes: 2 }, objects: { written: 0 }, read_back: { objects: FILES, rehashed_objects: FILES } });
+    const again = await checkpoint(d, ws);
+    expect(again.result).toMatchObject({ consistent: true, scan: { passes: 1 }, read_back: { objects: FILES, rehashed_objects: FILES } });
+  });
+});
