@@ -134,7 +134,6 @@ function entryJcs(e: CapturedEntry): string {
 /** Runs a checkpoint up to its stored manifest (blocking): capture, commit, manifest (JCS, signed), written create-once. */
 export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgress['progress']) => void = () => {}, onFrozen: (frozen: boolean) => void = () => {}): CheckpointStepResult {
   produced = null;
-  const startedAtNs = BigInt(Date.now()) * 1_000_000n;
   const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, statCache.seed(req.root));
   // JCS of an array: its elements' JCS, comma-separated, in brackets (RFC 8785 3.2.2: no white space).
   const entriesJcs = `[${cap.entries.map(entryJcs).join(',')}]`;
@@ -179,7 +178,7 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     store.close();
   }
   faultPoint('checkpoint:after-manifest');
-  statCache.offer(id, req.root, cap.entries, cap.rootSig, cap.rootDev, startedAtNs);
+  statCache.offer(id, req.root, cap.entries, cap.rootSig, cap.rootFs, cap.startedAtNs);
   produced = { id, bytes, covered, signature: value, objects };
   testFlipObject(req.storeDir, cap.entries);
   const result: CheckpointStepResult = {

@@ -211,7 +211,11 @@ export class Checkpoints {
         return result;
       } catch (err) {
         // A refused request (INVALID_ARGUMENT: not a watched workspace) was no attempt.
-        if (!isSupervisorError(err, 'INVALID_ARGUMENT')) this.deps.metrics?.checkpointDone(null, (performance.now() - t0) / 1000);
+        if (!isSupervisorError(err, 'INVALID_ARGUMENT')) {
+          this.deps.metrics?.checkpointDone(null, (performance.now() - t0) / 1000);
+          const e = err as { code?: string; message?: string; details?: unknown };
+          this.deps.log.warn({ workspace, task, code: e.code, details: e.details, ms: Math.round(performance.now() - t0) }, `checkpoint failed: ${e.message ?? String(err)}`);
+        }
         throw err;
       }
     });

@@ -8,7 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statfsSync, unlinkSync, writeSync } from 'node:fs';
 import { native } from '../native.js';
-import { entryPath, openDirAt } from '../workspace/walk.js';
+import { entryPath, openDirAt, readNames, type StatFacts } from '../workspace/walk.js';
 import { type CheckpointStore, isSha256Hex, StoreError, type WrittenVersion } from './store.js';
 
 /** The store's directories (docs/reference/state-dir.md "Checkpoint store"); quarantine/ holds what failed a read-back, made when first needed. */
@@ -225,6 +225,33 @@ export class LocalStoreFiles {
   }
 
   private readonly listed = new Map<string, Set<string>>();
+
+  /**
+   * The objects of sha256's fan directory, by name, each with whether it is a regular file,
+   * its size and its stat signature (objectSigOf), from one listing with their lstat
+   * (walk.ts readNames: getdents and fstatat(AT_SYMLINK_NOFOLLOW) relative to the fan's fd,
+   * no open per object). null without the native helper's listing; empty when the fan is missing.
+   */
+  listObjects(sha256: string): Map<string, ListedObject> | null {
+    let fanFd: number;
+    try {
+      fanFd = this.fan(sha256, false);
+    } catch (err) {
+      if (err instanceof StoreError && err.code === 'missing') return new Map();
+      throw err;
+    }
+    const { names, listed } = readNames(fanFd);
+    const out = new Map<string, ListedObject>();
+    for (let i = 0; i < names.length; i++) {
+      const st = listed[i]?.st;
+      if (!st) {
+        if (listed[i] === null) return null; // no native listing: nothing is trusted by it
+        continue; // its lstat failed: opened (and named) the ordinary way
+      }
+      out.set(names[i].toString('latin1'), { regular: (st.mode & 0o170000) === 0o100000, size: Number(st.size), sig: objectSigOf(st) });
+    }
+    return out;
+  }
 
   /**
    * Writes the object sha256 from what write(fd) writes to a fresh temp file (mode 0444); the
@@ -537,4 +564,16 @@ function syncFileSystem(dirFd: number, dir: string): void {
   } catch (err) {
     throw new StoreError('io', `syncfs of the checkpoint store ${dir} failed: ${(err as Error).message}`);
   }
+}
+
+/** An object file as a fan directory's listing shows it (LocalStoreFiles.listObjects). */
+export interface ListedObject {
+  regular: boolean;
+  size: number;
+  sig: string;
+}
+
+/** An object file's stat signature: device, inode, size, mtime, ctime (an object is never written after it is linked in: any write moves them). */
+export function objectSigOf(st: Pick<StatFacts, 'dev' | 'ino' | 'size' | 'mtimeNs' | 'ctimeNs'>): string {
+  return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
 }

@@ -8,18 +8,27 @@
 import type { CapturedEntry } from './passes.js';
 
 /**
- * An entry whose ctime is this close to (or after) the start of the capture that read it is
- * not kept: a write later in the same timestamp tick would leave its stat unchanged (git's
- * "racily clean" entries, Documentation/technical/racy-git.txt). Timestamps come from the
- * kernel's coarse clock (one tick, 1-10 ms); 100 ms covers it with margin.
+ * How long before the capture's start an entry's ctime must be for the entry to be kept: a
+ * write later in the same timestamp granule as the capture's read would leave its stat
+ * unchanged (git's "racily clean" entries, Documentation/technical/racy-git.txt). The
+ * granule is the file system's (1 s on ext4 with 128-byte inodes and ext2/3, 2 s on vfat,
+ * 10 ms on exfat, the kernel's tick of at most 10 ms elsewhere) and no call tells it, but
+ * the timestamp shows it: nanoseconds that are a whole second may be a 2 s granule, whole
+ * milliseconds one under a second, anything else a tick. Each margin adds a tick (the
+ * coarse clock lags the wall clock by up to one).
  */
-export const RACY_MARGIN_NS = 100_000_000n;
+export function racyMarginNs(ctimeNs: bigint): bigint {
+  const subSecondNs = ctimeNs % 1_000_000_000n;
+  if (subSecondNs === 0n) return 2_010_000_000n;
+  if (subSecondNs % 1_000_000n === 0n) return 1_010_000_000n;
+  return 100_000_000n;
+}
 
-/** What a capture seeds its first pass with: entries by path (latin1 of the bytes), the root's stat signature and st_dev (another file system mounted there: the seed is not used). */
+/** What a capture seeds its first pass with: entries by path (latin1 of the bytes), the root's stat signature, and its file system's st_dev and mount id (/proc/self/fdinfo mnt_id: a new one at every mount; either differs: the seed is not used). */
 export interface CaptureSeed {
   entries: Map<string, CapturedEntry>;
   rootSig: string;
-  rootDev: bigint;
+  rootFs: string;
 }
 
 interface Offer {
@@ -39,14 +48,14 @@ export class StatCache {
 
   /**
    * A capture's result, offered under its manifest id: it becomes root's seed only when that
-   * manifest's read-back passes (confirm). Entries whose ctime is not RACY_MARGIN_NS before
-   * startedAtNs (wall clock, ns, when the capture began) are left out: they are read again.
+   * manifest's read-back passes (confirm). Entries whose ctime is not racyMarginNs before
+   * startedAtNs (wall clock, ns, taken before the capture looked at any entry) are left out,
+   * and entries that moved while read: they are read again.
    */
-  offer(id: string, root: string, entries: CapturedEntry[], rootSig: string, rootDev: bigint, startedAtNs: bigint): void {
+  offer(id: string, root: string, entries: CapturedEntry[], rootSig: string, rootFs: string, startedAtNs: bigint): void {
     const kept = new Map<string, CapturedEntry>();
-    const before = startedAtNs - RACY_MARGIN_NS;
-    for (const e of entries) if (e.ctimeNs < before && !e.moved) kept.set(e.path.toString('latin1'), e);
-    this.offered = { id, offer: { root, seed: { entries: kept, rootSig, rootDev } } };
+    for (const e of entries) if (e.ctimeNs + racyMarginNs(e.ctimeNs) < startedAtNs && !e.moved) kept.set(e.path.toString('latin1'), e);
+    this.offered = { id, offer: { root, seed: { entries: kept, rootSig, rootFs } } };
     // Until it is confirmed, no seed: a capture that failed its read-back is never trusted.
     this.byRoot.delete(root);
   }

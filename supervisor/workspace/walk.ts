@@ -150,7 +150,7 @@ function scanError(err: unknown, what: string, rel: Buffer, depth: number, root:
 }
 
 /** An entry's lstat as the directory's listing took it (statDir), or the errno name that stat failed with. */
-interface Listed {
+export interface Listed {
   st: StatFacts | null;
   errno: string | null;
   /** A symlink's target; null: none, or (notLink) it was no link any more when read. */
@@ -159,7 +159,7 @@ interface Listed {
 }
 
 /** The lstat fields the walk yields (what BigIntStats gives, from the listing). */
-interface StatFacts {
+export interface StatFacts {
   mode: number;
   uid: number;
   gid: number;
@@ -196,7 +196,7 @@ function nativeStatDir(): typeof statDir {
  * native helper each one's lstat as listed (one call per directory: fstatat relative to the
  * fd, no /proc path per entry); listed[i] null: stat it when it is reached.
  */
-function readNames(dirFd: number): { names: Buffer[]; listed: (Listed | null)[] } {
+export function readNames(dirFd: number): { names: Buffer[]; listed: (Listed | null)[] } {
   const sd = nativeStatDir();
   if (!sd) {
     const names = readdirSync(`/proc/self/fd/${dirFd}`, { encoding: 'buffer' }).sort(Buffer.compare);

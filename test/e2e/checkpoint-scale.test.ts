@@ -4,15 +4,18 @@
 // the checkpoint thread); a file is counted at its size before it is read, so a sparse file
 // that cannot fit is refused at once and no session's output is removed to make room; the
 // stat cache keeps an unchanged file unread, and the read-back re-hashes what is new or moved.
-import { execFileSync, spawnSync } from 'node:child_process';
-import { closeSync, mkdirSync, readdirSync, openSync, readFileSync, statSync, unlinkSync, utimesSync, writeFileSync, writeSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, readdirSync, openSync, readFileSync, statSync, unlinkSync, utimesSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult, Receipt } from '../../ipc/protocol.js';
 import { verifyStoredOutput } from '../../ipc/verify.js';
-import { sha256, TestDaemon, until } from '../helpers/daemon.js';
+import { PROGRAMS, sha256, TestDaemon, until } from '../helpers/daemon.js';
 import { mountState, unmountState } from '../helpers/state-tmpfs.js';
 import { json } from '../helpers/workspace.js';
+
+/** Loop devices and mkfs.ext4, for a file system of whole-second timestamps. */
+const HAVE_LOOP_EXT4 = existsSync('/dev/loop-control') && spawnSync('sh', ['-c', 'command -v mkfs.ext4']).status === 0;
 
 type Failure = { error: { code: string; message: string; details: { stage: string; code?: string } } };
 
@@ -173,10 +176,12 @@ describe('the stat cache and the read-back', () => {
     for (let i = 0; i < FILES; i++) writeFileSync(join(ws, `f${i}`), `file ${i}\n`);
     d.withConfig({ workspace: { paths: [ws] } });
     await d.start();
-    // The stat cache leaves out entries whose ctime is within 100 ms of their capture (racy-git):
-    // the files are made long enough before the first checkpoint to be kept.
+    // The stat cache leaves out entries whose ctime is too near their capture (racy-git; 100 ms
+    // for a nanosecond ctime, 1.01 s for one of whole milliseconds, 2.01 s for whole seconds:
+    // stat-cache.ts racyMarginNs): the files are made long enough before the first checkpoint.
     const made = Date.now();
-    await until(() => Date.now() - made > 200, 'the racy margin past');
+    await until(() => Date.now() - made > 1100, 'the racy margin past');
+    for (let i = 0; i < FILES; i++) expect(statSync(join(ws, `f${i}`), { bigint: true }).ctimeNs % 1_000_000_000n).not.toBe(0n); // not a file system of whole-second timestamps
   });
 
   afterAll(async () => {
@@ -225,5 +230,84 @@ describe('the stat cache and the read-back', () => {
     expect(first.result).toMatchObject({ consistent: true, scan: { passes: 2 }, objects: { written: 0 }, read_back: { objects: FILES, rehashed_objects: FILES } });
     const again = await checkpoint(d, ws);
     expect(again.result).toMatchObject({ consistent: true, scan: { passes: 1 }, read_back: { objects: FILES, rehashed_objects: FILES } });
+  });
+});
+
+describe('what the stat cache never keeps', () => {
+  let d: TestDaemon;
+  let ws: string;
+  let coarse: string;
+  let mounted = false;
+  const manifest = (id: string) => JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as { entries: { path: string; sha256?: string }[] };
+
+  beforeAll(async () => {
+    d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
+    ws = join(d.dir, 'ws');
+    mkdirSync(ws);
+    coarse = join(d.dir, 'coarse');
+    mkdirSync(coarse);
+    if (HAVE_LOOP_EXT4) {
+      // ext4 with 128-byte inodes keeps whole-second timestamps (no room for nanoseconds).
+      const img = join(d.dir, 'coarse.img');
+      execFileSync('truncate', ['-s', '32M', img]);
+      execFileSync('mkfs.ext4', ['-q', '-F', '-I', '128', img], { stdio: 'ignore' });
+      execFileSync('mount', ['-o', 'loop', img, coarse]);
+      mounted = true;
+    }
+    d.withConfig({ workspace: { paths: [ws] } });
+    await d.start();
+  });
+
+  afterAll(async () => {
+    await d.terminate();
+    if (mounted) spawnSync('umount', [coarse]);
+    await d.stop();
+  });
+
+  it('a file rewritten after it was cached, then held shut by a write lease, is left out (unstable, leased), never recorded as the cached bytes', async () => {
+    const f = join(ws, 'leased');
+    writeFileSync(f, 'cached bytes\n');
+    const made = Date.now();
+    await until(() => Date.now() - made > 1100, 'the racy margin past');
+    const c = await d.client();
+    await c.checkpoint({ workspace: ws });
+    const seeded = await c.checkpoint({ workspace: ws });
+    expect(seeded.scan.passes).toBe(1); // kept from the stat cache
+    writeFileSync(f, 'rewritten bytes\n');
+    const child = spawn(join(PROGRAMS, 'hold-lease'), [f, 'wr'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+    const exited = new Promise((r) => child.on('exit', r));
+    try {
+      await until(() => out.includes('held\n'), 'the write lease');
+      const r = await checkpoint(d, ws);
+      expect(r.status).toBe(1);
+      expect(r.result).toMatchObject({ consistent: false, unstable: ['leased'], leased: ['leased'] });
+      expect(manifest(r.result!.checkpoint_id).entries.map((e) => e.path)).not.toContain('leased');
+    } finally {
+      child.kill('SIGTERM');
+      await exited;
+    }
+  });
+
+  it.skipIf(!HAVE_LOOP_EXT4)(HAVE_LOOP_EXT4 ? 'on whole-second timestamps (ext4, 128-byte inodes), a same-size rewrite in the second of the last read is read again' : 'needs loop devices and mkfs.ext4 (absent here)', async () => {
+    const c = await d.client();
+    const f = join(coarse, 'f');
+    let first: CheckpointResult | null = null;
+    for (let attempt = 1; ; attempt++) {
+      await until(() => Date.now() % 1000 < 50, 'the start of a second');
+      writeFileSync(f, 'AAAA\n');
+      const written = statSync(f, { bigint: true }).ctimeNs;
+      expect(written % 1_000_000_000n).toBe(0n); // whole seconds, as this file system keeps them
+      await until(() => Date.now() % 1000 >= 150, '150 ms into the second'); // past a fixed 100 ms margin
+      first = await c.checkpoint({ workspace: coarse }); // reads AAAA
+      writeFileSync(f, 'BBBB\n');
+      // The case: the rewrite has the same ctime, size, mtime and inode as what was read.
+      if (statSync(f, { bigint: true }).ctimeNs === written) break;
+      if (attempt === 5) throw new Error('five rewrites in a later second than the checkpoint before them: this machine is too slow for the case');
+    }
+    expect(manifest(first!.checkpoint_id).entries.find((e) => e.path === 'f')?.sha256).toBe(sha256(Buffer.from('AAAA\n')));
+    const again = await c.checkpoint({ workspace: coarse });
+    expect(manifest(again.checkpoint_id).entries.find((e) => e.path === 'f')?.sha256).toBe(sha256(Buffer.from('BBBB\n')));
   });
 });
