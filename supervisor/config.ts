@@ -183,6 +183,13 @@ export const ConfigSchema = z
         barrierTimeoutMs: z.number().int().min(1).max(600_000).default(2000).describe("how long a session's receipt waits for its barrier to come back; past it the entry is gap: barrier_timeout, with a scan"),
         scanDeadlineMs: z.number().int().min(1).max(3_600_000).default(30_000).describe('the bound of the scan at death when a workspace entry has a gap (a scan past it is null, logged)'),
         changesMaxEntries: z.number().int().min(0).max(10_000_000).default(100_000).describe("lines a session's change log keeps (sbx changes; coalesced); past it, counted as dropped"),
+        maxQueuedEvents: z
+          .number()
+          .int()
+          .min(1024)
+          .max(16_777_216)
+          .default(262_144)
+          .describe("events read from the kernel and not yet handled, at most (about 1 KiB of the supervisor's memory each); past it, events are read and dropped until half are handled, said as an overflow gap (sessions alive then get a scan) and counted (sandbox_supervisor_workspace_events_dropped_total): a flood of events never grows the supervisor without bound"),
         batchMs: z.number().int().min(0).max(1000).default(10).describe("the reading thread lets a burst gather this long before a read (a barrier cuts it short); 0 reads at once: a process reaped by its own parent in the session (cp under sh, as under gcc) is attributed more often (measured, make -j2 of 301 C files: 98% of its events attributed vs 12%), at a cost (tar -x of 5,000 files 29% slower than unwatched vs 14-20%, the supervisor's CPU +40%)"),
         holdExited: z
           .boolean()
@@ -224,7 +231,7 @@ export const ConfigSchema = z
           .min(4096)
           .max(512 * 1024 * 1024)
           .default(64 * 1024 * 1024)
-          .describe("a checkpoint whose manifest would be bigger than this fails (CHECKPOINT_FAILED, code manifest_too_large) while it is walked, before the checkpoint thread's heap is near its cap: about 160 bytes plus the path's length per entry (100,000 files of 40-byte paths: 19 MiB)"),
+          .describe("a checkpoint whose manifest would be bigger than this fails (CHECKPOINT_FAILED, code manifest_too_large) while it is walked, before the checkpoint thread's heap is near its cap: each entry counted at its exact JSON bytes, about 175 plus its path for a file (100,000 files of 40-byte paths: 21 MiB; 64 MiB holds about 350,000 files, or 720 levels of 255-byte names)"),
         workerHeapMiB: z
           .number()
           .int()
@@ -235,7 +242,7 @@ export const ConfigSchema = z
         readBack: z
           .enum(['changed', 'all'])
           .default('changed')
-          .describe("what the read-back re-hashes besides the manifest: 'changed' every object this checkpoint wrote and every other whose file (inode, size, mtime, ctime) is not as this supervisor last re-hashed it, the rest confirmed by that stat; 'all' every object, every time (sbx verify always re-hashes all)"),
+          .describe("what the read-back re-hashes besides the manifest: 'changed' every object this checkpoint wrote and every other whose file (device, inode, size, mtime, ctime) is not as this supervisor last re-hashed it, the rest confirmed by that stat (a write through a shared mapping made before, or damage below the file system, moves no stat: only 'all' and sbx verify find those); 'all' every object, every time (sbx verify always re-hashes all)"),
       })
       .strict()
       .describe('checkpoints (docs/guide/checkpoints.md): where they are kept and the bounds of one')

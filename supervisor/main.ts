@@ -133,7 +133,7 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
     connections: () => server.connectionCount,
     remoteConnections: () => remoteListener?.connectionCount ?? 0,
     workspaces: () => supervisor.ctx.watcher.status(),
-    attribution: () => ({ unplaced: supervisor.ctx.watcher.unplaced, ...supervisor.ctx.reaper.holds }),
+    attribution: () => ({ unplaced: supervisor.ctx.watcher.unplaced, dropped: supervisor.ctx.watcher.dropped, ...supervisor.ctx.reaper.holds }),
     mode: supervisor.mode,
   });
   log.info({ socket: config.socketPath, mode: supervisor.mode, socket_activated: listenFd !== null }, 'listening');

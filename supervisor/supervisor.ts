@@ -178,6 +178,7 @@ export class Supervisor {
         scanDeadlineMs: config.workspace.scanDeadlineMs,
         changesMaxEntries: config.workspace.changesMaxEntries,
         batchMs: config.workspace.batchMs,
+        maxQueuedEvents: config.workspace.maxQueuedEvents,
         reportModify: config.workspace.reportModify,
         limitedQueue: process.env.SBX_TEST_WATCH_LIMITED_QUEUE === '1',
         pauseFile: process.env.SBX_TEST_WATCH_PAUSE_FILE || undefined,

@@ -13,7 +13,7 @@ import { faultPoint } from '../fault.js';
 import { fsDecode, nameText, showPath } from '../workspace/names.js';
 import { ScanError } from '../workspace/walk.js';
 import { LocalStoreFiles, objectKey } from './local-store.js';
-import { checkManifest, manifestBytes, manifestJcs, manifestObjects, scanDigest, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
+import { checkManifest, manifestJcsBytes, manifestObjects, scanDigest, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
 import { runCapture, runRehash, type CaptureRequest, type CaptureResult, type CapturedEntry, type WorkerProgress, type WorkerReply } from './passes.js';
 import { StatCache, VerifiedObjects } from './stat-cache.js';
 import { StoreError } from './store.js';
@@ -136,7 +136,7 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
   produced = null;
   const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, statCache.seed(req.root));
   // JCS of an array: its elements' JCS, comma-separated, in brackets (RFC 8785 3.2.2: no white space).
-  const entriesJcs = `[${cap.entries.map(entryJcs).join(',')}]`;
+  const entriesJcs = Buffer.from(`[${cap.entries.map(entryJcs).join(',')}]`);
   const unstable = cap.unstable.map((p) => nameText(fsDecode(p)));
   const unsigned: Manifest = {
     version: 1,
@@ -155,10 +155,11 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     root: { mode: cap.root.mode, uid: cap.root.uid, gid: cap.root.gid, mtime_ns: String(cap.root.mtimeNs) },
     entries: [], // set in as entriesJcs (manifestJcs)
   };
-  const covered = Buffer.from(manifestJcs(unsigned, entriesJcs));
+  const covered = manifestJcsBytes(unsigned, entriesJcs);
   const value = sign(null, covered, createPrivateKey(req.signingKeyPem)).toString('base64');
   const manifest: Manifest = { ...unsigned, signature: { alg: 'ed25519', key_id: req.keyId, value } };
-  const { bytes, id } = manifestBytes(manifest, entriesJcs);
+  const bytes = manifestJcsBytes(manifest, entriesJcs);
+  const id = createHash('sha256').update(bytes).digest('hex');
   const objects = new Map<string, { size: number; path: string }>();
   const mounts: string[] = [];
   for (const e of cap.entries) {

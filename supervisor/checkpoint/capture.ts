@@ -38,6 +38,13 @@ export type ThawReport = (workspace: string, why: string, thawed: boolean, err?:
 
 /** Every thread that may hold a file system frozen, thawed at this process's 'exit' (an uncaught exception included). */
 const threads = new Set<CheckpointThread>();
+
+/**
+ * The thread's V8 young generation, MiB: a capture allocates an object or more per entry, and
+ * at 4 MiB scavenges took a fifth of an unchanged 100,000-file checkpoint (2.1 s + 1.6 s
+ * read-back, against 1.75 s + 1.25 s at 32 MiB, measured in a worker with the same limits).
+ */
+const YOUNG_GENERATION_MIB = 32;
 let exitHook = false;
 
 function workerPath(): string | null {
@@ -145,7 +152,7 @@ export class CheckpointThread {
     if (this.worker) return this.worker;
     const path = workerPath();
     if (!path) throw new Error('the checkpoint worker (dist/supervisor/checkpoint/capture-worker.js) is missing; build with tsc');
-    const w = new Worker(path, { workerData: { checkpointWorker: true }, resourceLimits: { maxYoungGenerationSizeMb: 4, maxOldGenerationSizeMb: this.heapMiB } });
+    const w = new Worker(path, { workerData: { checkpointWorker: true }, resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MIB, maxOldGenerationSizeMb: this.heapMiB } });
     const failAll = (message: string) => {
       if (this.worker === w) this.worker = null;
       this.thawNow(message); // before its step fails: a thread that died frozen (out of memory, say) never thaws

@@ -47,7 +47,7 @@ export interface MetricsSources {
   /** The workspace watcher's counts, per workspace (watcher.status()). */
   workspaces: () => WorkspaceStatus[];
   /** Events placed in no workspace (watcher.unplaced) and exited children held as zombies for the watcher (reaper.holds). */
-  attribution?: () => { unplaced: number; held: number; unfenced: number };
+  attribution?: () => { unplaced: number; dropped: number; held: number; unfenced: number };
   mode: SupervisorMode;
 }
 
@@ -160,6 +160,15 @@ export class SupervisorMetrics {
       collect() {
         this.reset();
         this.inc(self.sources?.attribution?.().unplaced ?? 0);
+      },
+    });
+    new Counter({
+      name: `${P}workspace_events_dropped_total`,
+      help: 'fanotify events read and dropped because workspace.maxQueuedEvents were read and not yet handled: each run of them is an overflow (sessions alive then get a scan).',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(self.sources?.attribution?.().dropped ?? 0);
       },
     });
     new Counter({

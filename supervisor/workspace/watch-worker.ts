@@ -10,7 +10,8 @@
 // mount fds; not attribution to sessions (watcher.ts does that from the cgroup id of each event).
 //
 // workerData: WatchWorkerInit. Messages out: WatchMessage. In: {stop: true}. Shared memory:
-// Int32Array(wake) [0] = a barrier wants a read now (Atomics.notify), [1] = pause (test hook).
+// Int32Array(wake) [0] = a barrier wants a read now (Atomics.notify), [1] = pause (test hook),
+// [2] = events posted and not yet taken by the supervisor's thread (it subtracts what it took).
 import { createHash } from 'node:crypto';
 import { closeSync, constants, openSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
@@ -23,6 +24,9 @@ import { fsDecode } from './names.js';
  * drops the supervisor's own events but those with such a name.
  */
 export const BARRIER_PREFIX = '#';
+
+/** The wake buffer's slot counting events posted and not yet taken by the supervisor's thread (Int32Array index). */
+export const WAKE_POSTED = 2;
 
 /** Where a workspace's barrier events come from: the directory its event names (a real path) and the name. */
 export interface BarrierId {
@@ -41,6 +45,12 @@ export interface WatchWorkerInit {
   batchMs: number;
   /** FAN_MODIFY too (an event per write(2), not only at close). */
   reportModify: boolean;
+  /**
+   * workspace.maxQueuedEvents: events read and not yet taken by the supervisor's thread (held
+   * here and posted) at most; past it, events are read and dropped, said as an overflow (the
+   * kernel's own queue is unlimited: a flood would grow it, or this process, without bound).
+   */
+  maxQueuedEvents: number;
   wake: SharedArrayBuffer;
 }
 
@@ -81,7 +91,7 @@ export type WatchMessage =
   | { type: 'failed'; code: string; message: string }
   /** The pause test hook took hold (true) or let go (false): reads stopped, or go on. */
   | { type: 'paused'; paused: boolean }
-  | { type: 'batch'; events: WatchEvent[]; barriers: { ws: number; seq: number }[]; overflowSeq: number | null };
+  | { type: 'batch'; events: WatchEvent[]; barriers: { ws: number; seq: number }[]; overflowSeq: number | null; dropped: number };
 
 /** A directory move changes the path of everything under it: the path cache is dropped (a delete does not: an old handle never names another directory). */
 const DIR_MOVED = FAN.MOVED_FROM | FAN.MOVED_TO | FAN.MOVE_SELF;
@@ -264,10 +274,28 @@ function run(init: WatchWorkerInit): void {
     pending.splice(0, i);
   };
   const post = () => {
-    if (events.length || barriers.length || overflowSeq !== null) {
-      port.postMessage({ type: 'batch', events: events.splice(0), barriers: barriers.splice(0), overflowSeq } satisfies WatchMessage);
+    if (events.length || barriers.length || overflowSeq !== null || dropped > 0) {
+      Atomics.add(wake, WAKE_POSTED, events.length);
+      port.postMessage({ type: 'batch', events: events.splice(0), barriers: barriers.splice(0), overflowSeq, dropped } satisfies WatchMessage);
     }
     overflowSeq = null;
+    dropped = 0;
+  };
+  /**
+   * The bound on what is held (workspace.maxQueuedEvents): once pending and posted events
+   * reach it, events are dropped (one overflow said where the first went) until they are down
+   * to half of it. A barrier is never dropped: the sequence still orders it after every event.
+   */
+  let dropping = false;
+  let dropped = 0;
+  const overBound = (): boolean => {
+    const held = pending.length + Atomics.load(wake, WAKE_POSTED);
+    if (dropping && held <= init.maxQueuedEvents / 2) dropping = false;
+    else if (!dropping && held >= init.maxQueuedEvents) {
+      dropping = true;
+      pending.push({ kind: 'overflow', seq: ++seq });
+    }
+    return dropping;
   };
   /** Reads what is queued (pidfds made while their writers still exist) into pending, in order, up to READ_PASS_MAX. */
   const readAll = (): void => {
@@ -297,6 +325,11 @@ function run(init: WatchWorkerInit): void {
           const named = init.barriers.flatMap((b, i) => (b !== null && b.name === name ? [i] : []));
           const ws = named.length === 1 ? named[0] : named.find((i) => init.barriers[i]!.dir === resolveDir(key, r.handle));
           if (ws !== undefined) pending.push({ kind: 'barrier', seq: ++seq, ws });
+          continue;
+        }
+        // Past the bound: read and dropped (the directory links and the path cache above are kept up to date).
+        if (overBound()) {
+          dropped++;
           continue;
         }
         // Placed now, while its directory most likely exists (a move read later is undone in place()).

@@ -19,7 +19,7 @@ import type { MutationScan } from './digest.js';
 import { nameText } from './names.js';
 import { scanInWorker } from './scan.js';
 import { mountIdOf, type FsIdentity } from './walk.js';
-import { BARRIER_PREFIX, type BarrierId, FAN, type WatchEvent, type WatchMessage, type WatchWorkerInit } from './watch-worker.js';
+import { BARRIER_PREFIX, type BarrierId, FAN, WAKE_POSTED, type WatchEvent, type WatchMessage, type WatchWorkerInit } from './watch-worker.js';
 
 export interface WatcherOptions {
   paths: string[];
@@ -33,6 +33,8 @@ export interface WatcherOptions {
   scanDeadlineMs: number;
   changesMaxEntries: number;
   batchMs: number;
+  /** workspace.maxQueuedEvents: events read and not yet handled, at most (watch-worker.ts); past it, dropped as an overflow. */
+  maxQueuedEvents: number;
   /** workspace.reportModify: FAN_MODIFY too (live writes in `sbx changes`; ~2x the events of close-write alone). */
   reportModify: boolean;
   /** Test hook: the kernel's bounded queue (16384 events) instead of FAN_UNLIMITED_QUEUE. */
@@ -112,7 +114,7 @@ export class WorkspaceWatcher {
   readonly epoch: string;
   private readonly workspaces: Workspace[];
   private worker: Worker | null = null;
-  private readonly wake = new SharedArrayBuffer(8);
+  private readonly wake = new SharedArrayBuffer(12);
   private readonly byCgroup = new Map<string, Tracked>();
   private readonly bySession = new Map<string, Tracked>();
   private listenerGap: string | null = null;
@@ -178,6 +180,7 @@ export class WorkspaceWatcher {
       unlimitedQueue: !this.options.limitedQueue,
       batchMs: this.options.batchMs,
       reportModify: this.options.reportModify,
+      maxQueuedEvents: this.options.maxQueuedEvents,
       wake: this.wake,
     };
     const worker = new Worker(path, { workerData: init });
@@ -259,18 +262,28 @@ export class WorkspaceWatcher {
   private onBatch(m: Extract<WatchMessage, { type: 'batch' }>): void {
     if (m.overflowSeq !== null) {
       for (const ws of this.workspaces) ws.overflows++;
-      this.options.log.warn({ seq: m.overflowSeq }, 'fanotify queue overflow: events were lost; sessions alive now get a scan');
+      if (m.dropped > 0) this.options.log.warn({ seq: m.overflowSeq, max_queued_events: this.options.maxQueuedEvents }, 'workspace events over workspace.maxQueuedEvents: events are dropped until half of them are handled; sessions alive now get a scan');
+      else this.options.log.warn({ seq: m.overflowSeq }, 'fanotify queue overflow: events were lost; sessions alive now get a scan');
     }
+    this.droppedEvents += m.dropped;
     const touched = new Set<Tracked>();
     for (const e of m.events) this.onEvent(e, touched);
     for (const t of touched) t.changes.flush();
     for (const b of m.barriers) this.onBarrier(b.ws, b.seq);
+    Atomics.sub(new Int32Array(this.wake), WAKE_POSTED, m.events.length);
   }
 
   /** Events read that could be placed in no workspace (their directory gone unnamed), since start. */
   get unplaced(): number {
     return this.unplacedEvents;
   }
+
+  /** Events read and dropped past workspace.maxQueuedEvents, since start (each run of them an overflow). */
+  get dropped(): number {
+    return this.droppedEvents;
+  }
+
+  private droppedEvents = 0;
 
   private onEvent(e: WatchEvent, touched: Set<Tracked>): void {
     if (e.ws < 0) {

@@ -245,6 +245,37 @@ describe('gaps', () => {
     expect(r.workspace![0].scan!.entries).toBe(20000);
   });
 
+  it('events past workspace.maxQueuedEvents (the kernel queue unlimited, the reader held then let go): read and dropped, gap overflow with a scan, counted; the next session has no gap', async () => {
+    const pause = rig.removeLater(join('/tmp', `sbx-test-ws-pause-${process.pid}-${Date.now()}`));
+    const { d, paths } = await daemonWith(
+      (dir) => {
+        mkdirSync(join(dir, 'ws'));
+        return [join(dir, 'ws')];
+      },
+      { env: { SBX_TEST_WATCH_PAUSE_FILE: pause }, config: { maxQueuedEvents: 1024 } },
+    );
+    writeFileSync(pause, '');
+    const go = join(d.dir, 'go');
+    expect(spawnSync('mkfifo', [go]).status).toBe(0);
+    const c = await d.client();
+    const { session_id } = await c.launch({ argv: ['sh', '-c', `cd ${paths[0]}; i=0; while [ $i -lt 20000 ]; do : > f$i; i=$((i+1)); done; read x < ${go}`], cwd: '/' });
+    await until(() => readdirSync(paths[0]).length >= 20000, 'the 20,000 files', 60_000);
+    rmSync(pause);
+    await until(async () => (await c.status()).workspaces[0].health.includes('overflowed'), 'the overflow to be read');
+    writeFileSync(go, 'go\n');
+    const r = await c.wait({ session_id });
+    scanned(r.workspace![0], 'overflow');
+    expect(r.workspace![0].scan!.entries).toBe(20000);
+    // Said and counted: the supervisor's bound, not the kernel's queue.
+    expect(d.log()).toContain('workspace.maxQueuedEvents');
+    const status = await c.status();
+    expect(status.workspaces[0].events).toBeLessThan(20_000); // handled: fewer than the files made, the rest dropped
+    // Handled down to the bound again: a session after it is ordered by its barrier, no gap.
+    const after = await run(d, 'after', `echo after > ${paths[0]}/after; sleep 0.2`);
+    expect(after.workspace![0].gap).toBeNull();
+    expect(after.workspace![0].attributed.last_path).toBe('after');
+  });
+
   it('a restart: a new epoch; a session reconciled after it has gap listener_restart and a scan', async () => {
     const { d, paths } = await daemonWith((dir) => {
       mkdirSync(join(dir, 'ws'));
