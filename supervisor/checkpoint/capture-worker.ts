@@ -119,11 +119,13 @@ function testFlipObject(storeDir: string, entries: CapturedEntry[]): void {
 
 /**
  * The manifest this thread stored last, kept until its read-back (the same thread, next):
- * its id, bytes, the bytes its signature covers, and its objects with a path using each. A
- * read-back that finds exactly these bytes checks their id and signature and re-hashes the
- * objects; any other bytes get the whole check (checkManifest), which names what differs.
+ * its id, bytes, whether its signature verified when it was made (under the public key of the
+ * signing key: the bytes it covers, as big as the manifest, are not kept), and its objects
+ * with a path using each. A read-back that finds exactly these bytes checks their id and
+ * re-hashes the objects; any other bytes get the whole check (checkManifest), which names
+ * what differs.
  */
-let produced: { id: string; bytes: Buffer; covered: Buffer; signature: string; objects: Map<string, { size: number; path: string }> } | null = null;
+let produced: { id: string; bytes: Buffer; signatureVerified: boolean; objects: Map<string, { size: number; path: string }> } | null = null;
 
 /** An entry's canonical JSON (RFC 8785), made once per captured entry: an entry kept from the stat cache is not canonicalised again. */
 function entryJcs(e: CapturedEntry): string {
@@ -156,7 +158,10 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     entries: [], // set in as entriesJcs (manifestJcs)
   };
   const covered = manifestJcsBytes(unsigned, entriesJcs);
-  const value = sign(null, covered, createPrivateKey(req.signingKeyPem)).toString('base64');
+  const signingKey = createPrivateKey(req.signingKeyPem);
+  const signature = sign(null, covered, signingKey);
+  const signatureVerified = verify(null, covered, createPublicKey(signingKey), signature);
+  const value = signature.toString('base64');
   const manifest: Manifest = { ...unsigned, signature: { alg: 'ed25519', key_id: req.keyId, value } };
   const bytes = manifestJcsBytes(manifest, entriesJcs);
   const id = createHash('sha256').update(bytes).digest('hex');
@@ -180,7 +185,7 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
   }
   faultPoint('checkpoint:after-manifest');
   statCache.offer(id, req.root, cap.entries, cap.rootSig, cap.rootFs, cap.startedAtNs);
-  produced = { id, bytes, covered, signature: value, objects };
+  produced = { id, bytes, signatureVerified, objects };
   testFlipObject(req.storeDir, cap.entries);
   const result: CheckpointStepResult = {
     id,
@@ -226,7 +231,7 @@ export function runReadBack(req: ReadBackRequest): ReadBackResult {
     const problems: string[] = [];
     const id = createHash('sha256').update(bytes).digest('hex');
     if (id !== req.id) problems.push(`the manifest's SHA-256 is ${id}, not its id ${req.id}`);
-    if (!verify(null, mine.covered, createPublicKey(req.publicKeyPem), Buffer.from(mine.signature, 'base64'))) problems.push('the manifest\'s signature does not verify under the supervisor\'s public key');
+    if (!mine.signatureVerified) problems.push('the manifest\'s signature does not verify under the supervisor\'s public key');
     if (problems.length) {
       statCache.confirm(req.id, false);
       return { manifestProblems: problems, ...none };

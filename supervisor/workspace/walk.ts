@@ -21,19 +21,8 @@ import { showPath } from './names.js';
 
 export type EntryType = 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'unknown';
 
-/** One entry under the root, as lstat saw it (for a directory: fstat of the fd it was walked through). */
-export interface WalkEntry {
-  /** Relative path, '/'-separated bytes (no leading "./"). */
-  path: Buffer;
-  /** The last component, bytes. */
-  name: Buffer;
-  /** 1 for an entry directly under the root. */
-  depth: number;
-  type: EntryType;
-  /** st_size in bytes (a symlink: its target's length). */
-  size: bigint;
-  /** st_blocks: 512-byte blocks allocated (fewer than size / 512: a sparse file). */
-  blocks: bigint;
+/** The lstat fields the walk yields (what BigIntStats gives, from the listing or an lstat). */
+export interface StatFacts {
   /** st_mode: type and permission bits. */
   mode: number;
   uid: number;
@@ -41,10 +30,25 @@ export interface WalkEntry {
   nlink: bigint;
   dev: bigint;
   ino: bigint;
-  mtimeNs: bigint;
-  ctimeNs: bigint;
+  /** st_size in bytes (a symlink: its target's length). */
+  size: bigint;
+  /** st_blocks: 512-byte blocks allocated (fewer than size / 512: a sparse file). */
+  blocks: bigint;
   /** st_rdev: the device a char/block special file names (0 for other types). */
   rdev: bigint;
+  mtimeNs: bigint;
+  ctimeNs: bigint;
+}
+
+/** One entry under the root, as lstat saw it (for a directory: fstat of the fd it was walked through). */
+export interface WalkEntry extends StatFacts {
+  /** Relative path, '/'-separated bytes (no leading "./"). */
+  path: Buffer;
+  /** The last component, bytes. */
+  name: Buffer;
+  /** 1 for an entry directly under the root. */
+  depth: number;
+  type: EntryType;
   /** A symlink's target, bytes as stored (readlink, never resolved); null for any other type. */
   linkTarget: Buffer | null;
   /** The fd of the directory that holds the entry; valid only until the walk is resumed (see entryPath). */
@@ -158,20 +162,6 @@ export interface Listed {
   notLink: boolean;
 }
 
-/** The lstat fields the walk yields (what BigIntStats gives, from the listing). */
-export interface StatFacts {
-  mode: number;
-  uid: number;
-  gid: number;
-  nlink: bigint;
-  dev: bigint;
-  ino: bigint;
-  size: bigint;
-  blocks: bigint;
-  rdev: bigint;
-  mtimeNs: bigint;
-  ctimeNs: bigint;
-}
 
 const LITTLE_ENDIAN = endianness() === 'LE';
 
@@ -228,6 +218,11 @@ export function readNames(dirFd: number): { names: Buffer[]; listed: (Listed | n
     };
   }
   return { names, listed };
+}
+
+/** The walk's stat fields of an lstat/fstat (node:fs BigIntStats). */
+function statFacts(st: BigIntStats): StatFacts {
+  return { mode: Number(st.mode), uid: Number(st.uid), gid: Number(st.gid), nlink: st.nlink, dev: st.dev, ino: st.ino, size: st.size, blocks: st.blocks, rdev: st.rdev, mtimeNs: st.mtimeNs, ctimeNs: st.ctimeNs };
 }
 
 const S_IFMT = 0o170000;
@@ -308,17 +303,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
           name,
           depth: dir.depth,
           type: TYPE_OF_MODE[st.mode & S_IFMT] ?? 'unknown',
-          size: st.size,
-          blocks: st.blocks,
-          mode: st.mode,
-          uid: st.uid,
-          gid: st.gid,
-          nlink: st.nlink,
-          dev: st.dev,
-          ino: st.ino,
-          mtimeNs: st.mtimeNs,
-          ctimeNs: st.ctimeNs,
-          rdev: st.rdev,
+          ...st,
           linkTarget: listed.target,
           dirFd: dir.fd,
         };
@@ -378,17 +363,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         name,
         depth: dir.depth,
         type: entryType,
-        size: st.size,
-        blocks: st.blocks,
-        mode: Number(st.mode),
-        uid: Number(st.uid),
-        gid: Number(st.gid),
-        nlink: st.nlink,
-        dev: st.dev,
-        ino: st.ino,
-        mtimeNs: st.mtimeNs,
-        ctimeNs: st.ctimeNs,
-        rdev: st.rdev,
+        ...statFacts(st),
         linkTarget,
         dirFd: dir.fd,
         ...(mountPoint ? { mountPoint: true as const } : {}),

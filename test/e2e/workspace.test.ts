@@ -222,14 +222,18 @@ describe('gaps', () => {
     for (const p of paths) expect(readdirSync(p).sort()).toEqual(['one', 'two']);
   });
 
-  it('a queue overflow (bounded queue, reader held): gap overflow with a scan', async () => {
+  /**
+   * A daemon whose reader is held (test hook) while a session makes 20,000 files, then let go:
+   * once the overflow is read the session ends, and its receipt has gap overflow with a scan.
+   */
+  async function overflowWhileHeld(env: NodeJS.ProcessEnv, config: Record<string, unknown> = {}) {
     const pause = rig.removeLater(join('/tmp', `sbx-test-ws-pause-${process.pid}-${Date.now()}`));
     const { d, paths } = await daemonWith(
       (dir) => {
         mkdirSync(join(dir, 'ws'));
         return [join(dir, 'ws')];
       },
-      { env: { SBX_TEST_WATCH_LIMITED_QUEUE: '1', SBX_TEST_WATCH_PAUSE_FILE: pause } },
+      { env: { ...env, SBX_TEST_WATCH_PAUSE_FILE: pause }, config },
     );
     writeFileSync(pause, '');
     const go = join(d.dir, 'go');
@@ -243,29 +247,15 @@ describe('gaps', () => {
     const r = await c.wait({ session_id });
     scanned(r.workspace![0], 'overflow');
     expect(r.workspace![0].scan!.entries).toBe(20000);
+    return { d, c, paths };
+  }
+
+  it('a queue overflow (bounded queue, reader held): gap overflow with a scan', async () => {
+    await overflowWhileHeld({ SBX_TEST_WATCH_LIMITED_QUEUE: '1' });
   });
 
   it('events past workspace.maxQueuedEvents (the kernel queue unlimited, the reader held then let go): read and dropped, gap overflow with a scan, counted; the next session has no gap', async () => {
-    const pause = rig.removeLater(join('/tmp', `sbx-test-ws-pause-${process.pid}-${Date.now()}`));
-    const { d, paths } = await daemonWith(
-      (dir) => {
-        mkdirSync(join(dir, 'ws'));
-        return [join(dir, 'ws')];
-      },
-      { env: { SBX_TEST_WATCH_PAUSE_FILE: pause }, config: { maxQueuedEvents: 1024 } },
-    );
-    writeFileSync(pause, '');
-    const go = join(d.dir, 'go');
-    expect(spawnSync('mkfifo', [go]).status).toBe(0);
-    const c = await d.client();
-    const { session_id } = await c.launch({ argv: ['sh', '-c', `cd ${paths[0]}; i=0; while [ $i -lt 20000 ]; do : > f$i; i=$((i+1)); done; read x < ${go}`], cwd: '/' });
-    await until(() => readdirSync(paths[0]).length >= 20000, 'the 20,000 files', 60_000);
-    rmSync(pause);
-    await until(async () => (await c.status()).workspaces[0].health.includes('overflowed'), 'the overflow to be read');
-    writeFileSync(go, 'go\n');
-    const r = await c.wait({ session_id });
-    scanned(r.workspace![0], 'overflow');
-    expect(r.workspace![0].scan!.entries).toBe(20000);
+    const { d, c, paths } = await overflowWhileHeld({}, { maxQueuedEvents: 1024 });
     // Said and counted: the supervisor's bound, not the kernel's queue.
     expect(d.log()).toContain('workspace.maxQueuedEvents');
     const status = await c.status();
