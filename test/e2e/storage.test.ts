@@ -272,8 +272,17 @@ describe('a small state dir keeps itself usable (64 MiB tmpfs, default threshold
       // The flood has to fill the state dir first, each poll is an sbx process: 30 s for a loaded machine.
     }, 'admission to close for disk low', 30_000);
     expect(refused.admission_reason).toMatch(/^disk low: \d+ bytes free in the state dir, \d+ needed; retention removes the oldest ended sessions' output while less than \d+ is free/);
-    expect((await daemon.sbx(['status'])).stdout.toString()).toMatch(/admission\s+disk_low: disk low/);
-    const denied = await client.launch({ argv: ['true'], cwd: '/' }).catch((e: unknown) => e);
+    // While the flood writes, retention removing older output can reopen admission for a moment
+    // before the flood fills the space again: each of these is polled until it sees disk low.
+    const text = await until(async () => {
+      const out = (await daemon.sbx(['status'])).stdout.toString();
+      return /admission\s+disk_low/.test(out) ? out : null;
+    }, 'sbx status to say disk low', 30_000);
+    expect(text).toMatch(/admission\s+disk_low: disk low/);
+    const denied = await until(async () => {
+      const e = await client.launch({ argv: ['true'], cwd: '/' }).catch((err: unknown) => err);
+      return (e as { code?: string }).code === 'ADMISSION_DENIED' ? e : null;
+    }, 'a launch refused for disk low', 30_000);
     expect(denied).toMatchObject({ code: 'ADMISSION_DENIED', retryable: true, details: { reason: 'disk_low', free_bytes: expect.any(Number), min_free_bytes: refused.storage.min_free_bytes } });
     expect((await client.gc()).removed_output).not.toContain(live.session_id); // running output is never removed
     expect((await client.read({ session_id: live.session_id }, 'stdout')).length).toBeGreaterThan(0);
