@@ -283,16 +283,20 @@ function run(init: WatchWorkerInit): void {
   };
   /**
    * The bound on what is held (workspace.maxQueuedEvents): once pending and posted events
-   * reach it, events are dropped (one overflow said where the first went) until they are down
-   * to half of it. A barrier is never dropped: the sequence still orders it after every event.
+   * reach it, events are dropped until they are down to half of it. Each read pass that drops
+   * says an overflow where its first drop was, so a session tracked while drops go on (its
+   * start taken after an earlier pass's overflow was handled) still sees one before its
+   * barrier. A barrier is never dropped: the sequence still orders it after every event.
    */
   let dropping = false;
   let dropped = 0;
+  let saidThisPass = false;
   const overBound = (): boolean => {
     const held = pending.length + Atomics.load(wake, WAKE_POSTED);
     if (dropping && held <= init.maxQueuedEvents / 2) dropping = false;
-    else if (!dropping && held >= init.maxQueuedEvents) {
-      dropping = true;
+    else if (!dropping && held >= init.maxQueuedEvents) dropping = true;
+    if (dropping && !saidThisPass) {
+      saidThisPass = true;
       pending.push({ kind: 'overflow', seq: ++seq });
     }
     return dropping;
@@ -300,6 +304,7 @@ function run(init: WatchWorkerInit): void {
   /** Reads what is queued (pidfds made while their writers still exist) into pending, in order, up to READ_PASS_MAX. */
   const readAll = (): void => {
     let readNow = 0;
+    saidThisPass = false;
     for (;;) {
       const raw = n.watchRead(fd, selfPid, BARRIER_PREFIX, init.cgroupMount);
       if (raw.length === 0) break;

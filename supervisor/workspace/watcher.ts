@@ -262,9 +262,11 @@ export class WorkspaceWatcher {
   private onBatch(m: Extract<WatchMessage, { type: 'batch' }>): void {
     if (m.overflowSeq !== null) {
       for (const ws of this.workspaces) ws.overflows++;
-      if (m.dropped > 0) this.options.log.warn({ seq: m.overflowSeq, max_queued_events: this.options.maxQueuedEvents }, 'workspace events over workspace.maxQueuedEvents: events are dropped until half of them are handled; sessions alive now get a scan');
-      else this.options.log.warn({ seq: m.overflowSeq }, 'fanotify queue overflow: events were lost; sessions alive now get a scan');
+      // Said once per run of drops (each read pass that drops says an overflow).
+      if (m.dropped > 0 && !this.droppingBefore) this.options.log.warn({ seq: m.overflowSeq, max_queued_events: this.options.maxQueuedEvents }, 'workspace events over workspace.maxQueuedEvents: events are dropped until half of them are handled; sessions alive now get a scan');
+      else if (m.dropped === 0) this.options.log.warn({ seq: m.overflowSeq }, 'fanotify queue overflow: events were lost; sessions alive now get a scan');
     }
+    this.droppingBefore = m.dropped > 0;
     this.droppedEvents += m.dropped;
     const touched = new Set<Tracked>();
     for (const e of m.events) this.onEvent(e, touched);
@@ -284,6 +286,7 @@ export class WorkspaceWatcher {
   }
 
   private droppedEvents = 0;
+  private droppingBefore = false;
 
   private onEvent(e: WatchEvent, touched: Set<Tracked>): void {
     if (e.ws < 0) {

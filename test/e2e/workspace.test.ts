@@ -239,6 +239,9 @@ describe('gaps', () => {
     const go = join(d.dir, 'go');
     expect(spawnSync('mkfifo', [go]).status).toBe(0);
     const c = await d.client();
+    // Held before the first file is made: on a loaded machine the hook takes a while to take hold,
+    // and events read meanwhile would leave the queue short of its overflow.
+    await until(async () => (await c.status()).workspaces[0].health.includes('reader paused'), 'the reader to be held');
     const { session_id } = await c.launch({ argv: ['sh', '-c', `cd ${paths[0]}; i=0; while [ $i -lt 20000 ]; do : > f$i; i=$((i+1)); done; read x < ${go}`], cwd: '/' });
     await until(() => readdirSync(paths[0]).length >= 20000, 'the 20,000 files', 60_000);
     rmSync(pause);
