@@ -412,13 +412,15 @@ describe('sbx completion', () => {
     try {
       writeFileSync(join(dir, '_sbx'), spawnSync(SBX_BIN, ['completion', 'zsh'], { encoding: 'utf8' }).stdout);
       // An interactive zsh on a pty: compinit with the script on $fpath, then "sbx c" and a Tab;
-      // everything it draws is read back until it has been quiet for a second.
+      // what it draws is read back until the listing's last subcommand has come (compinit alone
+      // can take over a second on a loaded machine; 20 s at most), then until a second of quiet.
       const driver = [
         'zmodload zsh/zpty',
         "zpty -b z 'zsh -f -i'",
         `zpty -w z 'PS1="> "; fpath=(${dir} $fpath); autoload -Uz compinit; compinit -u -d ${dir}/.zcompdump; sbx() { :; }'`,
         "zpty -n -w z $'sbx c\\t'",
-        'all=""; quiet=0',
+        'all=""; quiet=0; deadline=$(( SECONDS + 20 ))',
+        'while (( SECONDS < deadline )) && [[ $all != *"completion "* ]]; do if zpty -r -t z chunk; then all+=$chunk; else sleep 0.1; fi; done',
         'while (( quiet < 10 )); do if zpty -r -t z chunk; then all+=$chunk; quiet=0; else sleep 0.1; (( quiet++ )); fi; done',
         'print -r -- "$all"',
         'zpty -d z',
