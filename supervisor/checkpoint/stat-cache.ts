@@ -1,10 +1,7 @@
-// The checkpoint thread's stat caches (git's index, for checkpoints): per workspace, the
-// entries of its last checkpoint whose read-back passed, each with the stat it was captured
-// at; a later capture's first pass keeps an entry whose stat is unchanged without reading it
-// (passes.ts). And per store, the objects the read-back re-hashed, with their files' stats,
-// so a later read-back re-hashes only what is new or not as it was (checkpoint.readBack).
-// Owns what is trusted across checkpoints and when it is dropped; in memory, never on disk
-// (a restarted supervisor reads every file once again).
+// What the checkpoint thread trusts across checkpoints (git's index, for checkpoints): per
+// workspace, its last read-back checkpoint's entries with the stat each was captured at (an
+// unchanged one is not read again: passes.ts); per store, the objects the read-back re-hashed
+// with their files' stat (checkpoint.readBack). In memory only: a restart reads all again.
 import type { CapturedEntry } from './passes.js';
 
 /**

@@ -1,9 +1,7 @@
-// Checkpoints at the size of real workspaces (issue 34): trees too deep or too wide for a
-// manifest fail that checkpoint cleanly and never the supervisor (on main before it, a tree
-// of 1,500 levels of 255-byte names aborted the whole supervisor: V8 "heap out of memory" in
-// the checkpoint thread); a file is counted at its size before it is read, so a sparse file
-// that cannot fit is refused at once and no session's output is removed to make room; the
-// stat cache keeps an unchanged file unread, and the read-back re-hashes what is new or moved.
+// Checkpoints at the size of real workspaces (issue 34): trees too deep or wide for a manifest
+// fail that checkpoint, never the supervisor (on main, 1,500 levels of 255-byte names aborted
+// it); a file is counted at its size before it is read (a sparse file refused at once); the stat
+// cache keeps an unchanged file unread, never a racily clean or leased one.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, readdirSync, openSync, readFileSync, statSync, unlinkSync, utimesSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
