@@ -13,7 +13,7 @@ import { faultPoint } from '../fault.js';
 import { fsDecode, nameText, showPath } from '../workspace/names.js';
 import { ScanError } from '../workspace/walk.js';
 import { LocalStoreFiles, objectKey } from './local-store.js';
-import { checkManifest, manifestJcsBytes, manifestObjects, scanDigest, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
+import { checkManifest, entriesDigest, manifestJcsBytes, manifestObjects, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
 import { runCapture, runRehash, type CaptureRequest, type CaptureResult, type CapturedEntry, type WorkerProgress, type WorkerReply } from './passes.js';
 import { StatCache, VerifiedObjects } from './stat-cache.js';
 import { StoreError } from './store.js';
@@ -149,13 +149,13 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     started_at: req.header.started_at,
     created_at: new Date().toISOString(),
     boundary: req.header.boundary,
-    scan: { digest: scanDigest([], entriesJcs), entries: cap.entries.length, files: cap.files, bytes: cap.bytes, passes: cap.passes },
+    scan: { digest: entriesDigest(entriesJcs), entries: cap.entries.length, files: cap.files, bytes: cap.bytes, passes: cap.passes },
     consistent: unstable.length === 0,
     unstable,
     ...(cap.freeze?.frozen ? { frozen: true } : {}),
     supervisor: req.header.supervisor,
     root: { mode: cap.root.mode, uid: cap.root.uid, gid: cap.root.gid, mtime_ns: String(cap.root.mtimeNs) },
-    entries: [], // set in as entriesJcs (manifestJcs)
+    entries: [], // set in as entriesJcs (manifestJcsBytes)
   };
   const covered = manifestJcsBytes(unsigned, entriesJcs);
   const signingKey = createPrivateKey(req.signingKeyPem);

@@ -239,6 +239,11 @@ export function checkPublished(bytes: Buffer, id: string, publicKeyPem?: string)
 
 /** "sha256:" + hex of the JCS of the entries: the scan digest (entriesJcs: that JCS when known). */
 export function scanDigest(entries: ManifestEntry[], entriesJcs: string | Buffer = jcs(entries)): string {
+  return entriesDigest(entriesJcs);
+}
+
+/** scanDigest of entries whose JCS (text or its UTF-8 bytes) is already made. */
+export function entriesDigest(entriesJcs: string | Buffer): string {
   return `sha256:${createHash('sha256').update(entriesJcs).digest('hex')}`;
 }
 
@@ -252,21 +257,26 @@ const ENTRIES_HOLE_JSON = JSON.stringify(ENTRIES_HOLE);
  * jcs(m) (JCS of an object is its members' JCS in key order; unit-tested against it).
  */
 export function manifestJcs(m: Manifest | Omit<Manifest, 'signature'>, entriesJcs: string): string {
+  const [head, tail] = aroundEntries(m);
+  return head + entriesJcs + tail;
+}
+
+/** The JCS of m before and after its entries (the rest of a manifest is small). */
+function aroundEntries(m: Manifest | Omit<Manifest, 'signature'>): [string, string] {
   const text = jcs({ ...m, entries: ENTRIES_HOLE });
   const at = text.indexOf(ENTRIES_HOLE_JSON);
-  return text.slice(0, at) + entriesJcs + text.slice(at + ENTRIES_HOLE_JSON.length);
+  return [text.slice(0, at), text.slice(at + ENTRIES_HOLE_JSON.length)];
 }
 
 /** manifestJcs as UTF-8 bytes, the entries' already encoded (a big tree's 20 MB are encoded once, not once per use). */
 export function manifestJcsBytes(m: Manifest | Omit<Manifest, 'signature'>, entriesJcsBytes: Buffer): Buffer {
-  const text = jcs({ ...m, entries: ENTRIES_HOLE });
-  const at = text.indexOf(ENTRIES_HOLE_JSON);
-  return Buffer.concat([Buffer.from(text.slice(0, at)), entriesJcsBytes, Buffer.from(text.slice(at + ENTRIES_HOLE_JSON.length))]);
+  const [head, tail] = aroundEntries(m);
+  return Buffer.concat([Buffer.from(head), entriesJcsBytes, Buffer.from(tail)]);
 }
 
 /** The canonical bytes of a signed manifest (what is stored) and its id. */
 export function manifestBytes(m: Manifest, entriesJcs = jcs(m.entries)): { bytes: Buffer; id: string } {
-  const bytes = Buffer.from(manifestJcs(m, entriesJcs));
+  const bytes = manifestJcsBytes(m, Buffer.from(entriesJcs));
   return { bytes, id: createHash('sha256').update(bytes).digest('hex') };
 }
 
