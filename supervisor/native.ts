@@ -39,6 +39,8 @@ export interface NativeHelpers {
   userById(uid: number): { uid: number; gid: number; name: string; home: string };
   /** mknodat(2): a fifo, socket or device node (mode: type and permission bits; rdev: st_rdev) named name (bytes, no '/') in dirFd; EEXIST when the name is taken (never replaced, never followed). */
   mknodAt(dirFd: number, name: Buffer, mode: number, rdev: number): void;
+  /** renameat2(2) RENAME_NOREPLACE of oldName in oldDirFd to newName in newDirFd (one component each): true when moved, false when newName exists (nothing moved); EINVAL where the file system cannot. */
+  renameAtNoReplace(oldDirFd: number, oldName: Buffer, newDirFd: number, newName: Buffer): boolean;
   /** utimensat(2) with AT_SYMLINK_NOFOLLOW of name in dirFd (null: futimens(2) of dirFd): atime and mtime set to sec + nsec, exactly. */
   setTimesAt(dirFd: number, name: Buffer | null, sec: number, nsec: number): void;
   /** syncfs(2) of the file system fd is on (blocking: call it off the event loop); writeback errors are reported (Linux 5.8+). */

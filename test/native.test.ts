@@ -377,6 +377,40 @@ describe('statDir: a directory listed with its lstats in one call', () => {
   });
 });
 
+describe('renameAtNoReplace: renameat2(2) RENAME_NOREPLACE between directory fds', () => {
+  it('moves a file to a free name (same inode, bytes kept), never over a taken one (false, both left as they were), and refuses bad names', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-rename-'));
+    const fds: number[] = [];
+    try {
+      mkdirSync(join(dir, 'a'));
+      mkdirSync(join(dir, 'b'));
+      const a = openSync(join(dir, 'a'), 'r');
+      const b = openSync(join(dir, 'b'), 'r');
+      fds.push(a, b);
+      writeFileSync(join(dir, 'a', 'x'), 'moved');
+      const ino = lstatSync(join(dir, 'a', 'x')).ino;
+      expect(native().renameAtNoReplace(a, Buffer.from('x'), b, Buffer.from('y'))).toBe(true);
+      expect(existsSync(join(dir, 'a', 'x'))).toBe(false);
+      expect(lstatSync(join(dir, 'b', 'y')).ino).toBe(ino);
+      expect(readFileSync(join(dir, 'b', 'y'), 'utf8')).toBe('moved');
+      // The name is taken (here by a symlink, never followed): nothing moves, nothing is replaced.
+      writeFileSync(join(dir, 'a', 'z'), 'other');
+      symlinkSync('/etc/passwd', join(dir, 'b', 'link'));
+      expect(native().renameAtNoReplace(a, Buffer.from('z'), b, Buffer.from('y'))).toBe(false);
+      expect(native().renameAtNoReplace(a, Buffer.from('z'), b, Buffer.from('link'))).toBe(false);
+      expect(readFileSync(join(dir, 'a', 'z'), 'utf8')).toBe('other');
+      expect(readFileSync(join(dir, 'b', 'y'), 'utf8')).toBe('moved');
+      expect(readlinkSync(join(dir, 'b', 'link'))).toBe('/etc/passwd');
+      expect(() => native().renameAtNoReplace(a, Buffer.from('gone'), b, Buffer.from('w'))).toThrow(expect.objectContaining({ code: 'ENOENT', syscall: 'renameat2' }));
+      expect(() => native().renameAtNoReplace(a, Buffer.from('z/..'), b, Buffer.from('w'))).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+      expect(() => native().renameAtNoReplace(a, Buffer.from(''), b, Buffer.from('w'))).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+    } finally {
+      for (const fd of fds) closeSync(fd);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('exec shim: argv on a fd (--argv-fd)', () => {
   it('runs the argv it reads, byte for byte, empty strings included', async () => {
     const r = await runShim(argvPayload(['sh', '-c', 'printf "[%s]" "$@"', 'sh', 'a b', '', 'ü\n']));

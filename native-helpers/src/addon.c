@@ -730,6 +730,41 @@ static napi_value mknod_at_fn(napi_env env, napi_callback_info info) {
   return make_null(env);
 }
 
+/* argv[index] as a one-component name (a Buffer of 1-255 bytes, no '/' or NUL) copied into out (256 bytes, NUL-terminated): 0, else -1. */
+static int name_arg(napi_env env, napi_value *argv, size_t argc, size_t index, char *out) {
+  bool is_buffer = false;
+  void *data = NULL;
+  size_t len = 0;
+  if (index >= argc || napi_is_buffer(env, argv[index], &is_buffer) != napi_ok || !is_buffer || napi_get_buffer_info(env, argv[index], &data, &len) != napi_ok ||
+      len == 0 || len > 255 || memchr(data, 0, len) || memchr(data, '/', len))
+    return -1;
+  memcpy(out, data, len);
+  out[len] = '\0';
+  return 0;
+}
+
+/* renameAtNoReplace(oldDirFd, oldName, newDirFd, newName): renameat2(2) RENAME_NOREPLACE; true when moved, false when newName exists (EEXIST: nothing moved). */
+static napi_value rename_at_noreplace_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  size_t argc = get_args(env, info, argv, 4);
+  int32_t olddir, newdir;
+  char oldname[256], newname[256];
+  if (int_arg(env, argv, argc, 0, &olddir) != 0 || name_arg(env, argv, argc, 1, oldname) != 0 || int_arg(env, argv, argc, 2, &newdir) != 0 || name_arg(env, argv, argc, 3, newname) != 0) {
+    napi_throw_type_error(env, "EINVAL", "renameAtNoReplace(oldDirFd, oldName, newDirFd, newName): fds and names of 1-255 bytes without '/' or NUL expected");
+    return NULL;
+  }
+  int r = sys_renameat_noreplace(olddir, oldname, newdir, newname);
+  if (r == -EEXIST) {
+    napi_value f;
+    napi_get_boolean(env, false, &f);
+    return f;
+  }
+  if (r < 0) return throw_errno(env, r, "renameat2");
+  napi_value t;
+  napi_get_boolean(env, true, &t);
+  return t;
+}
+
 /* setTimesAt(dirFd, name: Buffer | null, sec, nsec): atime and mtime of name in dirFd (or of dirFd itself), to the ns, never through a link. */
 static napi_value set_times_at_fn(napi_env env, napi_callback_info info) {
   napi_value argv[4];
@@ -863,6 +898,7 @@ static napi_value init_module(napi_env env, napi_value exports) {
     {"freeze", NULL, freeze_fn, NULL, NULL, NULL, napi_default, NULL},
     {"thaw", NULL, thaw_fn, NULL, NULL, NULL, napi_default, NULL},
     {"statDir", NULL, stat_dir_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"renameAtNoReplace", NULL, rename_at_noreplace_fn, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof props / sizeof props[0], props) != napi_ok) return NULL;
   return exports;

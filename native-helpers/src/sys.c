@@ -213,6 +213,11 @@ int sys_mknodat(int dirfd, const char *name, uint32_t mode, uint64_t dev) {
   return mknodat(dirfd, name, (mode_t)mode, (dev_t)dev) == 0 ? 0 : -errno;
 }
 
+int sys_renameat_noreplace(int olddirfd, const char *oldname, int newdirfd, const char *newname) {
+  if (strchr(oldname, '/') || oldname[0] == '\0' || strchr(newname, '/') || newname[0] == '\0') return -EINVAL;
+  return syscall(SYS_renameat2, olddirfd, oldname, newdirfd, newname, RENAME_NOREPLACE) == 0 ? 0 : -errno;
+}
+
 int sys_freeze(int fd) {
   return ioctl(fd, FIFREEZE, 0) == 0 ? 0 : -errno;
 }

@@ -95,6 +95,8 @@ int sys_getgrnam(const char *name, uint32_t *gid);
 
 /* mknodat(2) of one name (no '/') in dirfd: a fifo, socket or device node; 0 | -errno. */
 int sys_mknodat(int dirfd, const char *name, uint32_t mode, uint64_t dev);
+/* renameat2(2) with RENAME_NOREPLACE (one component each): 0 | -errno (EEXIST: the new name is taken, nothing moved; EINVAL: the file system cannot). */
+int sys_renameat_noreplace(int olddirfd, const char *oldname, int newdirfd, const char *newname);
 
 /* utimensat(2) / futimens(2): atime and mtime set to sec.nsec, exactly; name NULL: dirfd itself; never follows a link. 0 | -errno. */
 int sys_set_times_at(int dirfd, const char *name, int64_t sec, long nsec);

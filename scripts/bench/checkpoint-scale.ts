@@ -7,7 +7,7 @@
 // and the supervisor's peak RSS (VmHWM) over all of it. Peers missing (restic) are skipped.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { createCipheriv, createHash, randomInt } from 'node:crypto';
-import { mkdirSync, openSync, closeSync, writeSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, openSync, closeSync, readSync, writeSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestDaemon } from '../../test/helpers/daemon.js';
 import { connect, fmtMs, nowMs, peakRss, printTable, type Row, shellMs, writeJson } from './common.js';
@@ -38,11 +38,14 @@ function makeTree(ws: string, files: number, seed: number): string[] {
   return paths;
 }
 
-/** Flips one byte in the middle of each file (size kept, mtime and ctime move). */
+/** Flips one byte in the middle of each file (inverted, so its content always changes; size kept, mtime and ctime move). */
 function change(paths: string[]): void {
+  const b = Buffer.alloc(1);
   for (const p of paths) {
     const fd = openSync(p, 'r+');
-    writeSync(fd, Buffer.from([randomInt(256)]), 0, 1, FILE_BYTES / 2);
+    readSync(fd, b, 0, 1, FILE_BYTES / 2);
+    b[0] ^= 0xff;
+    writeSync(fd, b, 0, 1, FILE_BYTES / 2);
     closeSync(fd);
   }
 }

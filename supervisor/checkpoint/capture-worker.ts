@@ -13,8 +13,8 @@ import { faultPoint } from '../fault.js';
 import { fsDecode, nameText, showPath } from '../workspace/names.js';
 import { ScanError } from '../workspace/walk.js';
 import { LocalStoreFiles, objectKey } from './local-store.js';
-import { checkManifest, entriesDigest, manifestJcsBytes, manifestObjects, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
-import { runCapture, runRehash, type CaptureRequest, type CaptureResult, type CapturedEntry, type WorkerProgress, type WorkerReply } from './passes.js';
+import { checkManifest, entriesDigest, manifestAround, manifestObjects, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
+import { pathOf, runCapture, runRehash, type CaptureRequest, type CaptureResult, type CapturedEntry, type WorkerProgress, type WorkerReply } from './passes.js';
 import { StatCache, VerifiedObjects } from './stat-cache.js';
 import { StoreError } from './store.js';
 
@@ -103,7 +103,7 @@ let flipped = false;
 function testFlipObject(storeDir: string, entries: CapturedEntry[]): void {
   const name = process.env.SBX_TEST_CHECKPOINT_FLIP;
   if (!name || flipped) return;
-  const entry = entries.find((e) => e.path.toString('utf8') === name);
+  const entry = entries.find((e) => pathOf(e).toString('utf8') === name);
   if (!entry?.sha256 || !entry.size) return;
   flipped = true;
   const fd = openSync(join(storeDir, objectKey(entry.sha256)), constants.O_RDWR | constants.O_NOFOLLOW);
@@ -119,26 +119,44 @@ function testFlipObject(storeDir: string, entries: CapturedEntry[]): void {
 
 /**
  * The manifest this thread stored last, kept until its read-back (the same thread, next):
- * its id, bytes, whether its signature verified when it was made (under the public key of the
- * signing key: the bytes it covers, as big as the manifest, are not kept), and its objects
- * with a path using each. A read-back that finds exactly these bytes checks their id and
- * re-hashes the objects; any other bytes get the whole check (checkManifest), which names
+ * its id (the SHA-256 of its bytes: they are not kept), whether its signature verified when
+ * it was made (under the public key of the signing key), and its objects with the first entry
+ * using each. A read-back whose bytes hash to this id read back exactly the bytes built here,
+ * and re-hashes the objects; any other bytes get the whole check (checkManifest), which names
  * what differs.
  */
-let produced: { id: string; bytes: Buffer; signatureVerified: boolean; objects: Map<string, { size: number; path: string }> } | null = null;
+let produced: { id: string; signatureVerified: boolean; objects: Map<string, CapturedEntry> } | null = null;
 
 /** An entry's canonical JSON (RFC 8785), made once per captured entry: an entry kept from the stat cache is not canonicalised again. */
 function entryJcs(e: CapturedEntry): string {
-  e.jcs ??= jcs(toManifestEntry(e));
+  e.jcs ??= jcs(toManifestEntry({ ...e, path: pathOf(e) }));
   return e.jcs;
+}
+
+/**
+ * head, then the JCS of the entries' array (RFC 8785 3.2.2: the elements' JCS, comma-separated,
+ * in brackets, no white space), then tail, in one buffer, each entry's JCS written straight
+ * into it (a 100,000-entry tree's 20 MB are not first joined into a string).
+ */
+function entriesInto(head: Buffer, entries: CapturedEntry[], tail: Buffer): Buffer {
+  let n = 2 + Math.max(0, entries.length - 1);
+  for (const e of entries) n += Buffer.byteLength(entryJcs(e));
+  const out = Buffer.allocUnsafe(head.length + n + tail.length);
+  let at = head.copy(out, 0);
+  out[at++] = 0x5b; // [
+  for (let i = 0; i < entries.length; i++) {
+    if (i > 0) out[at++] = 0x2c; // ,
+    at += out.write(entries[i].jcs!, at);
+  }
+  out[at++] = 0x5d; // ]
+  tail.copy(out, at);
+  return out;
 }
 
 /** Runs a checkpoint up to its stored manifest (blocking): capture, commit, manifest (JCS, signed), written create-once. */
 export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgress['progress']) => void = () => {}, onFrozen: (frozen: boolean) => void = () => {}): CheckpointStepResult {
   produced = null;
   const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, statCache.seed(req.root));
-  // JCS of an array: its elements' JCS, comma-separated, in brackets (RFC 8785 3.2.2: no white space).
-  const entriesJcs = Buffer.from(`[${cap.entries.map(entryJcs).join(',')}]`);
   const unstable = cap.unstable.map((p) => nameText(fsDecode(p)));
   const unsigned: Manifest = {
     version: 1,
@@ -149,43 +167,60 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     started_at: req.header.started_at,
     created_at: new Date().toISOString(),
     boundary: req.header.boundary,
-    scan: { digest: entriesDigest(entriesJcs), entries: cap.entries.length, files: cap.files, bytes: cap.bytes, passes: cap.passes },
+    scan: { digest: '', entries: cap.entries.length, files: cap.files, bytes: cap.bytes, passes: cap.passes }, // digest: below
     consistent: unstable.length === 0,
     unstable,
     ...(cap.freeze?.frozen ? { frozen: true } : {}),
     supervisor: req.header.supervisor,
     root: { mode: cap.root.mode, uid: cap.root.uid, gid: cap.root.gid, mtime_ns: String(cap.root.mtimeNs) },
-    entries: [], // set in as entriesJcs (manifestJcsBytes)
+    entries: [], // spliced in as their JCS (entriesInto)
   };
-  const covered = manifestJcsBytes(unsigned, entriesJcs);
+  // The bytes signed, built once: the JCS before the entries, the entries' JCS (each entry's
+  // made once per capture), the JCS after them. `scan` (after `entries`) holds their digest,
+  // whose length is fixed: the tail is sized with a stand-in, then written again over it.
+  unsigned.scan.digest = `sha256:${'0'.repeat(64)}`;
+  const around = manifestAround(unsigned);
+  const covered = entriesInto(around.head, cap.entries, around.tail);
+  unsigned.scan.digest = entriesDigest(covered.subarray(around.head.length, covered.length - around.tail.length));
+  const final = manifestAround(unsigned);
+  if (!final.head.equals(around.head) || final.tail.length !== around.tail.length) throw new Error('the manifest\'s JCS around its entries changed length with its digest');
+  final.tail.copy(covered, covered.length - final.tail.length);
+  const head = final.head;
   const signingKey = createPrivateKey(req.signingKeyPem);
   const signature = sign(null, covered, signingKey);
   const signatureVerified = verify(null, covered, createPublicKey(signingKey), signature);
   const value = signature.toString('base64');
   const manifest: Manifest = { ...unsigned, signature: { alg: 'ed25519', key_id: req.keyId, value } };
-  const bytes = manifestJcsBytes(manifest, entriesJcs);
-  const id = createHash('sha256').update(bytes).digest('hex');
-  const objects = new Map<string, { size: number; path: string }>();
+  // Stored: the same head and entries (`signature` sorts after `entries`, so only the tail
+  // differs), not copied again.
+  const signed = manifestAround(manifest);
+  if (!signed.head.equals(head)) throw new Error('the signed manifest\'s JCS before its entries differs from the unsigned one\'s');
+  const parts = [covered.subarray(0, covered.length - around.tail.length), signed.tail];
+  const id = createHash('sha256').update(parts[0]).update(parts[1]).digest('hex');
+  // Each object once, with the first entry using it (its path is made only when named).
+  const objects = new Map<string, CapturedEntry>();
   const mounts: string[] = [];
-  for (const e of cap.entries) {
-    if (e.type === 'file' && e.sha256 !== undefined && !objects.has(e.sha256)) objects.set(e.sha256, { size: e.size, path: showPath(e.path) });
-    if (e.mount) mounts.push(nameText(fsDecode(e.path)));
-  }
   let objectBytes = 0;
-  for (const o of objects.values()) objectBytes += o.size;
+  for (const e of cap.entries) {
+    if (e.type === 'file' && e.sha256 !== undefined && !objects.has(e.sha256)) {
+      objects.set(e.sha256, e);
+      objectBytes += e.size;
+    }
+    if (e.mount) mounts.push(nameText(fsDecode(pathOf(e))));
+  }
   faultPoint('checkpoint:before-manifest');
   const store = LocalStoreFiles.open(req.storeDir, { create: false, viaFd: req.storeFd });
   try {
-    if (!store.createRecord(store.manifestsFd, `${id}.json`, bytes)) {
+    if (!store.createRecord(store.manifestsFd, `${id}.json`, parts)) {
       const there = store.readRecord(store.manifestsFd, `${id}.json`);
-      if (!there || !there.equals(bytes)) throw new StoreError('conflict', `${req.storeDir}/manifests/${id}.json exists with other bytes`, `manifests/${id}.json`);
+      if (!there || !there.equals(Buffer.concat(parts))) throw new StoreError('conflict', `${req.storeDir}/manifests/${id}.json exists with other bytes`, `manifests/${id}.json`);
     }
   } finally {
     store.close();
   }
   faultPoint('checkpoint:after-manifest');
   statCache.offer(id, req.root, cap.entries, cap.rootSig, cap.rootFs, cap.startedAtNs);
-  produced = { id, bytes, signatureVerified, objects };
+  produced = { id, signatureVerified, objects };
   testFlipObject(req.storeDir, cap.entries);
   const result: CheckpointStepResult = {
     id,
@@ -201,8 +236,8 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     freeze: cap.freeze,
   };
   if (req.forRemote) {
-    result.manifestBytes = new Uint8Array(bytes);
-    result.objectList = [...objects].map(([sha, o]) => [sha, o.size, o.path]);
+    result.manifestBytes = new Uint8Array(Buffer.concat(parts));
+    result.objectList = [...objects].map(([sha, e]) => [sha, e.size, showPath(pathOf(e))]);
   }
   return result;
 }
@@ -225,19 +260,20 @@ export function runReadBack(req: ReadBackRequest): ReadBackResult {
   let pathsOf: (sha: string) => string[];
   const mine = produced?.id === req.id ? produced : null;
   produced = null;
-  if (mine && bytes.equals(mine.bytes)) {
-    // Exactly the bytes this thread built (canonical, digest and counts by construction, and
-    // checkManifest of the same builder in the tests): their id and signature are checked.
-    const problems: string[] = [];
-    const id = createHash('sha256').update(bytes).digest('hex');
-    if (id !== req.id) problems.push(`the manifest's SHA-256 is ${id}, not its id ${req.id}`);
-    if (!mine.signatureVerified) problems.push('the manifest\'s signature does not verify under the supervisor\'s public key');
-    if (problems.length) {
+  if (mine && createHash('sha256').update(bytes).digest('hex') === mine.id) {
+    // Exactly the bytes this thread built (their SHA-256 is its id: canonical, digest and
+    // counts by construction, and checkManifest of the same builder in the tests); the
+    // signature it verified when it was made.
+    if (!mine.signatureVerified) {
       statCache.confirm(req.id, false);
-      return { manifestProblems: problems, ...none };
+      return { manifestProblems: ['the manifest\'s signature does not verify under the supervisor\'s public key'], ...none };
     }
-    objects = new Map([...mine.objects].map(([sha, o]) => [sha, o.size]));
-    pathsOf = (sha) => [mine.objects.get(sha)?.path ?? ''];
+    objects = new Map();
+    for (const [sha, e] of mine.objects) objects.set(sha, e.size);
+    pathsOf = (sha) => {
+      const e = mine.objects.get(sha);
+      return [e ? showPath(pathOf(e)) : ''];
+    };
   } else {
     const check = checkManifest(bytes, { expectId: req.id, publicKeyPem: req.publicKeyPem });
     if (check.problems.length || !check.manifest) {

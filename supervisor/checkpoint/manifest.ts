@@ -268,6 +268,15 @@ function aroundEntries(m: Manifest | Omit<Manifest, 'signature'>): [string, stri
   return [text.slice(0, at), text.slice(at + ENTRIES_HOLE_JSON.length)];
 }
 
+/**
+ * The JCS of a manifest around its entries, as UTF-8: what comes before the entries' array
+ * and what after (the entries are spliced in between, encoded once: entriesInto).
+ */
+export function manifestAround(m: Manifest | Omit<Manifest, 'signature'>): { head: Buffer; tail: Buffer } {
+  const [head, tail] = aroundEntries(m);
+  return { head: Buffer.from(head), tail: Buffer.from(tail) };
+}
+
 /** manifestJcs as UTF-8 bytes, the entries' already encoded (a big tree's 20 MB are encoded once, not once per use). */
 export function manifestJcsBytes(m: Manifest | Omit<Manifest, 'signature'>, entriesJcsBytes: Buffer): Buffer {
   const [head, tail] = aroundEntries(m);

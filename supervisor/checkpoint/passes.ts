@@ -59,14 +59,22 @@ export const FREEZE_IDLE = 0;
 export const FREEZE_HELD = 1;
 export const FREEZE_REFUSED = 2;
 
-/** One captured entry: what the manifest records, and the stat signature the next pass compares. */
-export interface CapturedEntry extends EntryFacts {
-  path: Buffer;
+/**
+ * One captured entry: what the manifest records, and the stat the next pass compares. Its path
+ * is kept once, as `key` (pathOf gives the bytes back): 100,000 entries are kept between
+ * checkpoints (stat-cache.ts), so each field costs.
+ */
+export interface CapturedEntry extends Omit<EntryFacts, 'path'> {
   /** A file: the bytes stored (what sha256 covers); a symlink: its target's length; others 0. */
   size: number;
   target?: Buffer;
-  /** type, size, mode, owner, mtime, ctime, inode, rdev as seen before the content was read. */
-  sig: string;
+  /** The path's bytes as a latin1 string (one char per byte): its key in the maps a pass keeps. */
+  key: string;
+  /** What the next pass compares (with type, uid, gid, mtimeNs, ctimeNs and a link's target), as seen before the content was read: st_mode, st_size, st_ino, st_rdev. */
+  stMode: number;
+  stSize: bigint;
+  ino: bigint;
+  stRdev: bigint;
   /** The ctime of that stat (the stat cache leaves out entries changed too near their capture: stat-cache.ts). */
   ctimeNs: bigint;
   /** The file changed while it was read (its stat before and after differ). */
@@ -142,8 +150,36 @@ function hashFd(fd: number, beforeBlock: () => void = () => {}): { sha256: strin
   return { sha256: hash.digest('hex'), bytes: pos };
 }
 
-function sigOf(type: string, st: { size: bigint; mode: number | bigint; uid: number | bigint; gid: number | bigint; mtimeNs: bigint; ctimeNs: bigint; ino: bigint; rdev: bigint }, target?: Buffer): string {
-  return `${type}:${st.size}:${st.mode}:${st.uid}:${st.gid}:${st.mtimeNs}:${st.ctimeNs}:${st.ino}:${st.rdev}:${target ? target.toString('hex') : ''}`;
+function sigOf(type: string, st: { size: bigint; mode: number | bigint; uid: number | bigint; gid: number | bigint; mtimeNs: bigint; ctimeNs: bigint; ino: bigint; rdev: bigint }): string {
+  return `${type}:${st.size}:${st.mode}:${st.uid}:${st.gid}:${st.mtimeNs}:${st.ctimeNs}:${st.ino}:${st.rdev}`;
+}
+
+/** The stat fields a captured entry keeps to be compared (sameAsCaptured). */
+function statFields(st: StatFacts): Pick<CapturedEntry, 'stMode' | 'stSize' | 'ino' | 'stRdev'> {
+  return { stMode: Number(st.mode), stSize: st.size, ino: st.ino, stRdev: st.rdev };
+}
+
+/** Whether the walked entry e is as c was captured: type, mode, owner, size, mtime, ctime, inode, rdev, and a link's target (git's index compares the same). */
+function sameAsCaptured(c: CapturedEntry, e: WalkEntry): boolean {
+  return (
+    c.ctimeNs === e.ctimeNs &&
+    c.mtimeNs === e.mtimeNs &&
+    c.ino === e.ino &&
+    c.stSize === e.size &&
+    c.stMode === e.mode &&
+    c.type === e.type &&
+    c.uid === e.uid &&
+    c.gid === e.gid &&
+    c.stRdev === e.rdev &&
+    (c.type !== 'symlink' || (e.linkTarget ?? EMPTY).equals(c.target ?? EMPTY))
+  );
+}
+
+const EMPTY = Buffer.alloc(0);
+
+/** A captured entry's path, bytes. */
+export function pathOf(c: CapturedEntry): Buffer {
+  return Buffer.from(c.key, 'latin1');
 }
 
 /** The stat fields a file's capture is compared by (a walk entry, or BigIntStats). */
@@ -219,13 +255,13 @@ class Capture {
   entry(e: WalkEntry): CapturedEntry | null | typeof LEASED {
     const type = e.type === 'unknown' ? null : e.type;
     if (type === null) return null;
-    const base = { path: e.path, type, mode: e.mode & 0o7777, uid: e.uid, gid: e.gid, mtimeNs: e.mtimeNs, ctimeNs: e.ctimeNs };
+    const base = { key: e.path.toString('latin1'), type, mode: e.mode & 0o7777, uid: e.uid, gid: e.gid, mtimeNs: e.mtimeNs, ctimeNs: e.ctimeNs, ...statFields(e) };
     if (type === 'symlink') {
       const target = e.linkTarget ?? Buffer.alloc(0);
-      return { ...base, size: target.length, target, sig: sigOf(type, e, target) };
+      return { ...base, size: target.length, target };
     }
-    if (type === 'char' || type === 'block') return { ...base, size: 0, rdev: Number(e.rdev), sig: sigOf(type, e) };
-    if (type !== 'file') return { ...base, size: 0, sig: sigOf(type, e), ...(e.mountPoint ? { mount: true as const } : {}) };
+    if (type === 'char' || type === 'block') return { ...base, size: 0, rdev: Number(e.rdev) };
+    if (type !== 'file') return { ...base, size: 0, ...(e.mountPoint ? { mount: true as const } : {}) };
     return this.file(e);
   }
 
@@ -275,7 +311,7 @@ class Capture {
         if (!after.isFile()) return null;
         const moved = !got.consistent || !sameStat(before, after) || BigInt(got.size) !== before.size;
         last = {
-          path: e.path,
+          key: e.path.toString('latin1'),
           type: 'file',
           mode: Number(before.mode) & 0o7777,
           uid: Number(before.uid),
@@ -284,7 +320,10 @@ class Capture {
           ctimeNs: before.ctimeNs,
           size: got.size,
           sha256: got.sha256,
-          sig: sigOf('file', before),
+          stMode: Number(before.mode),
+          stSize: before.size,
+          ino: before.ino,
+          stRdev: before.rdev,
           ...(moved ? { moved: true } : {}),
         };
         if (!moved) return last;
@@ -348,7 +387,7 @@ class Capture {
     return { sha256: made.sha256, size: copied, consistent: made.sha256 === first };
   }
 
-  /** Every object written made durable and linked into place (the store's commitObjects), failures named as the store's. */
+  /** Every object written made durable and moved into place (the store's commitObjects), failures named as the store's. */
   commit(): void {
     this.storing(() => this.store.commitObjects());
   }
@@ -534,7 +573,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
     if (seed && (rootFs === null || seed.rootFs !== rootFs)) seed = undefined;
     // Before any entry is looked at: what the stat cache may keep of this capture (stat-cache.ts offer).
     const startedAtNs = BigInt(Date.now()) * 1_000_000n;
-    let prev = seed?.entries ?? new Map<string, CapturedEntry>();
+    let prev: Map<string, CapturedEntry> | null = seed?.entries ?? new Map<string, CapturedEntry>();
     /** Pass 1: what differs from the seed (read, new, gone, the root); 0 with a seed: the tree is the seed's, still since then. */
     let seedDiffers = 0;
     let entries: CapturedEntry[] = [];
@@ -547,8 +586,12 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
     const maxPasses = Math.max(2, req.maxPasses);
     /** One walk: entries whose stat (and with verifyContent, content) did not move are kept, the rest captured again. */
     const walkOnce = (frozen?: { startHrNs: bigint; ms: number }) => {
+      prev ??= new Map(entries.map((c) => [c.key, c]));
       const current: CapturedEntry[] = [];
-      const seen = new Set<string>();
+      const from = prev;
+      /** Entries of `from` this walk found (all found: none went; else they are looked for after it), and the paths it walked but left out of `current`. */
+      let found = 0;
+      const leftOut: Buffer[] = [];
       changed = [];
       leased = [];
       cap.newPass();
@@ -569,12 +612,10 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
             `manifest_too_large: the manifest of ${req.root} would be over checkpoint.maxManifestBytes (${maxManifest} bytes) at entry ${current.length + 1} (${showPath(e.path, 80)}, depth ${e.depth}): a manifest lists every entry with its whole path; raise the bound (and checkpoint.workerHeapMiB with it) or checkpoint a smaller tree`,
           );
         }
-        const key = e.path.toString('latin1');
-        seen.add(key);
-        const old = prev.get(key);
-        const sig = e.type === 'symlink' ? sigOf('symlink', e, e.linkTarget ?? Buffer.alloc(0)) : sigOf(e.type, e);
+        const old = from.get(e.path.toString('latin1'));
+        if (old) found++;
         // From the seed (pass 1), a file's object must still be in the store (gc may have taken it).
-        if (old && !old.moved && old.sig === sig && (pass > 1 || old.type !== 'file' || store.hasObject(old.sha256!)) && (!req.verifyContent || old.type !== 'file' || cap.sameContent(e, old.sha256!))) {
+        if (old && !old.moved && sameAsCaptured(old, e) && (pass > 1 || old.type !== 'file' || store.hasObject(old.sha256!)) && (!req.verifyContent || old.type !== 'file' || cap.sameContent(e, old.sha256!))) {
           current.push(old);
           continue;
         }
@@ -586,16 +627,26 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
           leased.push(e.path);
           // Pass 1's `old` is the stat cache's, from before the file changed: never stands in.
           if (old && pass > 1) current.push(old);
+          else leftOut.push(e.path);
           continue;
         }
         if (pass > 1 || c === null || c.moved) changed.push(e.path);
         if (c) current.push(c);
+        else leftOut.push(e.path);
         cap.tick(pass, current.length);
       }
-      if (pass > 1) for (const k of prev.keys()) if (!seen.has(k)) changed.push(Buffer.from(k, 'latin1'));
-      if (pass === 1 && seed) for (const k of prev.keys()) if (!seen.has(k)) seedDiffers++;
+      if (found < from.size) {
+        // Gone since `from`: neither kept nor walked (one walked and left out is in `changed` already).
+        const seen = new Set(current.map((c) => c.key));
+        for (const p of leftOut) seen.add(p.toString('latin1'));
+        for (const k of from.keys()) {
+          if (seen.has(k)) continue;
+          if (pass > 1) changed.push(Buffer.from(k, 'latin1'));
+          if (pass === 1 && seed) seedDiffers++;
+        }
+      }
       entries = current;
-      prev = new Map(current.map((c) => [c.path.toString('latin1'), c]));
+      prev = null; // made from `entries` only if another pass follows
     };
     while (pass < maxPasses) {
       pass++;
@@ -697,13 +748,16 @@ export function runRehash(req: RehashRequest): RehashResult {
   try {
     // Trusted by stat: each fan directory listed once with its objects' lstat (no open per
     // object: 3.2 s of an unchanged 100,000-object read-back went to open, fstat and close).
-    const listings = new Map<string, Map<string, ListedObject> | null>();
+    // Objects come in name order, so only the current fan's listing is kept.
+    let listing: { fan: string; objects: Map<string, ListedObject> | null } | null = null;
     const listed = (sha256: string): ListedObject | undefined => {
       const fan = sha256.slice(0, 2);
-      if (!listings.has(fan)) listings.set(fan, store.listObjects(sha256));
-      return listings.get(fan)?.get(sha256);
+      if (listing?.fan !== fan) listing = { fan, objects: store.listObjects(sha256) };
+      return listing.objects?.get(sha256);
     };
-    for (const [sha256, size] of req.objects) {
+    // In name order: one fan directory after another (each listed and opened once).
+    const objects = [...req.objects].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+    for (const [sha256, size] of objects) {
       if (req.trusted) {
         const l = listed(sha256);
         // A regular file of the size the manifest says, its stat the one it was re-hashed with.

@@ -51,7 +51,7 @@ export class StatCache {
    */
   offer(id: string, root: string, entries: CapturedEntry[], rootSig: string, rootFs: string, startedAtNs: bigint): void {
     const kept = new Map<string, CapturedEntry>();
-    for (const e of entries) if (e.ctimeNs + racyMarginNs(e.ctimeNs) < startedAtNs && !e.moved) kept.set(e.path.toString('latin1'), e);
+    for (const e of entries) if (e.ctimeNs + racyMarginNs(e.ctimeNs) < startedAtNs && !e.moved) kept.set(e.key, e);
     this.offered = { id, offer: { root, seed: { entries: kept, rootSig, rootFs } } };
     // Until it is confirmed, no seed: a capture that failed its read-back is never trusted.
     this.byRoot.delete(root);

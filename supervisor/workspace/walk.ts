@@ -220,6 +220,31 @@ export function readNames(dirFd: number): { names: Buffer[]; listed: (Listed | n
   return { names, listed };
 }
 
+/** Field offsets in statDirRaw's stats (native-helpers/src/statdir.h SD_*). */
+export const SD = { errno: 0, mode: 1, uid: 2, gid: 3, nlink: 4, dev: 5, ino: 6, size: 7, blocks: 8, rdev: 9, mtimeNs: 10, ctimeNs: 11, targetLen: 12 } as const;
+
+/**
+ * The native listing of dirFd as it comes, for callers that want no object per entry: entry
+ * i's name is names[nameStart[i] .. nameEnd[i]) and its lstat fields are stats[i * fields +
+ * SD.*] (SD.errno not 0: that entry's lstat failed). null without the native helper.
+ */
+export function statDirRaw(dirFd: number): { count: number; fields: number; stats: BigInt64Array; names: Buffer; nameStart: Uint32Array; nameEnd: Uint32Array } | null {
+  const sd = nativeStatDir();
+  if (!sd) return null;
+  const r = sd(dirFd);
+  const nameStart = new Uint32Array(r.count);
+  const nameEnd = new Uint32Array(r.count);
+  let pos = 0;
+  for (let i = 0; i < r.count; i++) {
+    const len = LITTLE_ENDIAN ? r.names.readUInt16LE(pos) : r.names.readUInt16BE(pos); // host order (statdir.c)
+    nameStart[i] = pos + 2;
+    nameEnd[i] = pos + 2 + len;
+    const tlen = Number(r.stats[i * r.fields + SD.targetLen]);
+    pos += 2 + len + (tlen > 0 ? tlen : 0);
+  }
+  return { count: r.count, fields: r.fields, stats: r.stats, names: r.names, nameStart, nameEnd };
+}
+
 /** The walk's stat fields of an lstat/fstat (node:fs BigIntStats). */
 function statFacts(st: BigIntStats): StatFacts {
   return { mode: Number(st.mode), uid: Number(st.uid), gid: Number(st.gid), nlink: st.nlink, dev: st.dev, ino: st.ino, size: st.size, blocks: st.blocks, rdev: st.rdev, mtimeNs: st.mtimeNs, ctimeNs: st.ctimeNs };
