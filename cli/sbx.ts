@@ -939,8 +939,8 @@ sub('checkpoint')
     const boundary = r.boundary.gap ? `no boundary (gap ${r.boundary.gap})` : `boundary seq ${r.boundary.seq}`;
     const uploaded = r.objects.uploaded !== undefined ? `, ${r.objects.uploaded} uploaded${r.objects.repaired ? ` (${r.objects.repaired} over bytes that failed their read-back)` : ''}` : '';
     warn(
-      `published to ${r.store}: ${n(r.scan.entries, 'entry', 'entries')}, ${n(r.scan.files, 'file')}, ${mib(r.scan.bytes)}; ${n(r.objects.written, 'new object')} (${mib(r.objects.bytes_written)})${uploaded}; ` +
-        `read back ${n(r.read_back.objects, 'object')} in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms`,
+      `published to ${r.store}: ${n(r.scan.entries, 'entry', 'entries')}, ${n(r.scan.files, 'file')}, ${mib(r.scan.bytes)}; ${r.read ? `${r.read.files} read; ` : ''}${n(r.objects.written, 'new object')} (${mib(r.objects.bytes_written)})${uploaded}; ` +
+        `read back ${n(r.read_back.objects, 'object')}${r.read_back.rehashed_objects !== undefined ? ` (${r.read_back.rehashed_objects} re-hashed)` : ''} in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms`,
     );
     if (!r.consistent) {
       // A leased path never changed: a lease kept it shut, so it was not captured.

@@ -674,6 +674,8 @@ export interface CheckpointResult {
   mounts_skipped: string[];
   /** Objects the manifest names; how many and how many bytes this checkpoint wrote to the local store (0 for an unchanged tree); with an S3 store, how many it uploaded, and of those how many were put over bytes that failed their read-back (repaired). */
   objects: { referenced: number; written: number; bytes_written: number; uploaded?: number; repaired?: number };
+  /** What the capture read of the workspace: files opened and read in every pass (one read twice counts twice; 0 when every file was kept from the stat cache), and the bytes hashed. */
+  read: { files: number; bytes: number };
   /** at: when the read-back completed (ISO-8601 UTC, ms; the published record's time). */
   /** objects/bytes: what the read-back checked; rehashed_*: of those, re-read and re-hashed now (the rest confirmed by their files' stat: checkpoint.readBack "changed"). */
   read_back: { objects: number; bytes: number; rehashed_objects: number; rehashed_bytes: number; ms: number; at: string };

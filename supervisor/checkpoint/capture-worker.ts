@@ -57,6 +57,8 @@ export interface CheckpointStepResult {
   /** Mount points inside the workspace recorded as (empty) directories, not entered. */
   mountsSkipped: string[];
   objects: { referenced: number; bytes: number; written: number; bytesWritten: number };
+  /** Files the capture opened and read (every pass), and the bytes it hashed. */
+  read: { files: number; bytes: number };
   freeze: CaptureResult['freeze'];
   /** forRemote: the manifest's canonical bytes, and [sha256, size, a path using it] per object. */
   manifestBytes?: Uint8Array;
@@ -233,6 +235,7 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
     leasedCount: cap.leased.length,
     mountsSkipped: mounts,
     objects: { referenced: objects.size, bytes: objectBytes, written: cap.objectsWritten, bytesWritten: cap.bytesWritten },
+    read: { files: cap.filesRead, bytes: cap.bytesHashed },
     freeze: cap.freeze,
   };
   if (req.forRemote) {

@@ -475,6 +475,7 @@ export class Checkpoints {
       leased_count: cap.leasedCount,
       mounts_skipped: cap.mountsSkipped,
       objects: { referenced: cap.objects.referenced, written: cap.objects.written, bytes_written: cap.objects.bytesWritten, ...(remote ? { uploaded: uploaded + readBack.repaired, repaired: readBack.repaired } : {}) },
+      read: { files: cap.read.files, bytes: cap.read.bytes },
       read_back: { objects: readBack.objects, bytes: readBack.bytes, rehashed_objects: readBack.rehashedObjects, rehashed_bytes: readBack.rehashedBytes, ms: readBackMs, at: readBackAt },
       supervisor: this.fence,
       duration_ms: Math.round(performance.now() - t0),

@@ -260,7 +260,7 @@ export class LocalStoreFiles {
   /**
    * The objects of sha256's fan directory, by name, each with whether it is a regular file,
    * its size and its stat signature (objectSigOf), from one listing with their lstat
-   * (walk.ts readNames: getdents and fstatat(AT_SYMLINK_NOFOLLOW) relative to the fan's fd,
+   * (walk.ts statDirRaw: getdents and fstatat(AT_SYMLINK_NOFOLLOW) relative to the fan's fd,
    * no open per object). null without the native helper's listing; empty when the fan is missing.
    */
   listObjects(sha256: string): Map<string, ListedObject> | null {

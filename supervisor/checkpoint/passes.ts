@@ -70,11 +70,11 @@ export interface CapturedEntry extends Omit<EntryFacts, 'path'> {
   target?: Buffer;
   /** The path's bytes as a latin1 string (one char per byte): its key in the maps a pass keeps. */
   key: string;
-  /** What the next pass compares (with type, uid, gid, mtimeNs, ctimeNs and a link's target), as seen before the content was read: st_mode, st_size, st_ino, st_rdev. */
+  /** What the next pass compares (with type, uid, gid, mtimeNs, ctimeNs and a link's target), as seen before the content was read: st_mode, st_size, st_ino, st_rdev (numbers where they fit: small ones cost no allocation). */
   stMode: number;
-  stSize: bigint;
+  stSize: number;
   ino: bigint;
-  stRdev: bigint;
+  stRdev: number;
   /** The ctime of that stat (the stat cache leaves out entries changed too near their capture: stat-cache.ts). */
   ctimeNs: bigint;
   /** The file changed while it was read (its stat before and after differ). */
@@ -99,6 +99,8 @@ export interface CaptureResult {
   objectsWritten: number;
   bytesWritten: number;
   bytesHashed: number;
+  /** Files opened and read, in every pass (a file read twice counts twice): 0 when every entry was kept from the stat cache. */
+  filesRead: number;
 }
 
 export type WorkerReply<T> = { ok: true; result: T } | { ok: false; code: string; message: string };
@@ -156,7 +158,7 @@ function sigOf(type: string, st: { size: bigint; mode: number | bigint; uid: num
 
 /** The stat fields a captured entry keeps to be compared (sameAsCaptured). */
 function statFields(st: StatFacts): Pick<CapturedEntry, 'stMode' | 'stSize' | 'ino' | 'stRdev'> {
-  return { stMode: Number(st.mode), stSize: st.size, ino: st.ino, stRdev: st.rdev };
+  return { stMode: Number(st.mode), stSize: Number(st.size), ino: st.ino, stRdev: Number(st.rdev) };
 }
 
 /** Whether the walked entry e is as c was captured: type, mode, owner, size, mtime, ctime, inode, rdev, and a link's target (git's index compares the same). */
@@ -165,12 +167,12 @@ function sameAsCaptured(c: CapturedEntry, e: WalkEntry): boolean {
     c.ctimeNs === e.ctimeNs &&
     c.mtimeNs === e.mtimeNs &&
     c.ino === e.ino &&
-    c.stSize === e.size &&
+    c.stSize === Number(e.size) &&
     c.stMode === e.mode &&
     c.type === e.type &&
     c.uid === e.uid &&
     c.gid === e.gid &&
-    c.stRdev === e.rdev &&
+    c.stRdev === Number(e.rdev) &&
     (c.type !== 'symlink' || (e.linkTarget ?? EMPTY).equals(c.target ?? EMPTY))
   );
 }
@@ -193,6 +195,7 @@ class Capture {
   objectsWritten = 0;
   bytesWritten = 0;
   bytesHashed = 0;
+  filesRead = 0;
   private lastProgress = Date.now();
   /** What is left of this pass's lease budget (ms). */
   private leaseLeftMs = LEASE_PASS_BUDGET_MS;
@@ -243,6 +246,7 @@ class Capture {
       return false;
     }
     try {
+      this.filesRead++;
       const got = hashFd(fd, () => this.checkDeadline());
       this.bytesHashed += got.bytes;
       return got.sha256 === sha256;
@@ -295,6 +299,7 @@ class Capture {
       if (c === 'ENOENT' || c === 'ELOOP' || c === 'ENXIO') return null; // went, or is now a link or a fifo: the next pass sees it as it is
       throw err;
     }
+    this.filesRead++;
     try {
       let last: CapturedEntry | null = null;
       // The first read is checked against the walk's lstat (the fd opened after it: a file
@@ -321,9 +326,9 @@ class Capture {
           size: got.size,
           sha256: got.sha256,
           stMode: Number(before.mode),
-          stSize: before.size,
+          stSize: Number(before.size),
           ino: before.ino,
-          stRdev: before.rdev,
+          stRdev: Number(before.rdev),
           ...(moved ? { moved: true } : {}),
         };
         if (!moved) return last;
@@ -698,6 +703,7 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
       objectsWritten: cap.objectsWritten,
       bytesWritten: cap.bytesWritten,
       bytesHashed: cap.bytesHashed,
+      filesRead: cap.filesRead,
       rootSig: prevRootSig,
       rootFs: rootFs ?? '',
       startedAtNs,

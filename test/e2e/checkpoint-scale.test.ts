@@ -188,9 +188,9 @@ describe('the stat cache and the read-back', () => {
 
   it('an unchanged re-checkpoint reads no file (one pass) and re-hashes no object; a change, a lost object and a damaged one are each found', async () => {
     const first = await checkpoint(d, ws);
-    expect(first.result).toMatchObject({ consistent: true, scan: { files: FILES, passes: 2 }, objects: { written: FILES }, read_back: { objects: FILES, rehashed_objects: FILES } });
+    expect(first.result).toMatchObject({ consistent: true, scan: { files: FILES, passes: 2 }, objects: { written: FILES }, read: { files: FILES, bytes: first.result!.scan.bytes }, read_back: { objects: FILES, rehashed_objects: FILES } });
     const again = await checkpoint(d, ws);
-    expect(again.result).toMatchObject({ consistent: true, scan: { files: FILES, passes: 1, digest: first.result!.scan.digest }, objects: { written: 0 }, read_back: { objects: FILES, rehashed_objects: 0, rehashed_bytes: 0 } });
+    expect(again.result).toMatchObject({ consistent: true, scan: { files: FILES, passes: 1, digest: first.result!.scan.digest }, objects: { written: 0 }, read: { files: 0, bytes: 0 }, read_back: { objects: FILES, rehashed_objects: 0, rehashed_bytes: 0 } });
 
     // Same size, mtime put back: the ctime moved, so it is read again.
     const f1 = join(ws, 'f1');
@@ -198,7 +198,7 @@ describe('the stat cache and the read-back', () => {
     writeFileSync(f1, 'FILE 1\n');
     utimesSync(f1, st.atime, st.mtime);
     const changed = await checkpoint(d, ws);
-    expect(changed.result).toMatchObject({ consistent: true, scan: { passes: 2 }, objects: { written: 1 }, read_back: { rehashed_objects: 1 } });
+    expect(changed.result).toMatchObject({ consistent: true, scan: { passes: 2 }, objects: { written: 1 }, read: { files: 1, bytes: 7 }, read_back: { rehashed_objects: 1 } });
     expect(shaOf(changed.result!.checkpoint_id, 'f1')).toBe(sha256(Buffer.from('FILE 1\n')));
 
     // An object gone from the store (sbx gc, or by hand): the file is read and stored again.
@@ -225,9 +225,9 @@ describe('the stat cache and the read-back', () => {
     d.withConfig({ workspace: { paths: [ws] }, checkpoint: { readBack: 'all' } });
     await d.start();
     const first = await checkpoint(d, ws);
-    expect(first.result).toMatchObject({ consistent: true, scan: { passes: 2 }, objects: { written: 0 }, read_back: { objects: FILES, rehashed_objects: FILES } });
+    expect(first.result).toMatchObject({ consistent: true, scan: { passes: 2 }, objects: { written: 0 }, read: { files: FILES }, read_back: { objects: FILES, rehashed_objects: FILES } });
     const again = await checkpoint(d, ws);
-    expect(again.result).toMatchObject({ consistent: true, scan: { passes: 1 }, read_back: { objects: FILES, rehashed_objects: FILES } });
+    expect(again.result).toMatchObject({ consistent: true, scan: { passes: 1 }, read: { files: 0 }, read_back: { objects: FILES, rehashed_objects: FILES } });
   });
 });
 
