@@ -19,8 +19,9 @@ const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | const
 const FROZEN_FILE = 'frozen';
 /** Object fan directories kept open at once (256 exist): the capture must not eat the fd limit (callers go through objects in fan order). */
 const MAX_FAN_FDS = 16;
-/** How long needRoom trusts a statfs (less what it counted since). */
+/** How long needRoom trusts a statfs (less what it counted since), while more than ROOM_SLACK_BYTES above the reserve. */
 const ROOM_REFRESH_MS = 50;
+const ROOM_SLACK_BYTES = 64 << 20;
 
 /** A temp file's name in tmp/ (100,000 may wait for commitObjects: its path is made when needed, tempPath). */
 type TempFile = Buffer;
@@ -89,8 +90,8 @@ export class LocalStoreFiles {
   /** Temp names: a random stem per opening of the store, then a count (no random bytes per object). */
   private readonly tempStem = randomBytes(8).toString('hex');
   private tempSeq = 0;
-  /** needRoom's last statfs (free bytes, when) and the bytes counted since; refreshed every ROOM_REFRESH_MS or when it would refuse. */
-  private room: { freeBytes: number; atMs: number; countedSince: number } | null = null;
+  /** needRoom's last statfs (free bytes, block size, when) and the bytes counted since; refreshed every ROOM_REFRESH_MS, and at every call within ROOM_SLACK_BYTES of the reserve. */
+  private room: { freeBytes: number; bsize: number; atMs: number; countedSince: number } | null = null;
 
   private constructor(readonly dir: string, readonly rootFd: number, readonly objectsFd: number, readonly manifestsFd: number, readonly publishedFd: number, readonly tmpFd: number) {}
 
@@ -202,24 +203,31 @@ export class LocalStoreFiles {
   }
 
   /**
-   * StoreError io (ENOSPC, with the numbers) when writing `bytes` more would leave less than
-   * reserveBytes free (statfs(2) of the store: f_bavail x f_bsize). what: what would be
-   * stored, for the message ("object <sha>", "<path> (<n> bytes)").
+   * StoreError io (ENOSPC, with the numbers) when storing `bytes` more (counted as whole blocks
+   * and one more) would leave less than reserveBytes free (statfs(2) of the store: f_bavail x
+   * f_bsize). what: what would be stored, for the message ("object <sha>", "<path> (<n> bytes)").
    */
   needRoom(bytes: number, what: string): void {
     if (this.reserveBytes <= 0) return;
-    // One statfs per ROOM_REFRESH_MS, less what was counted since (a statfs per object cost
-    // 7 µs, 0.7 s of a 100,000-file first checkpoint); a refusal is always a fresh statfs.
+    // What storing takes, counted high: whole blocks, and one more (its inode, its name in
+    // tmp/): a 100-byte object takes a 4 KiB block, so counting its bytes let 800 of them in
+    // 50 ms take 3 MB unseen (a breaker's keep-free retention removed a session's output).
+    const bsize = this.room?.bsize ?? 4096;
+    const cost = Math.ceil(bytes / bsize) * bsize + bsize;
+    // Far from the reserve, one statfs per ROOM_REFRESH_MS less what was counted since (a
+    // statfs per object cost 0.7 s of a 100,000-file first checkpoint); within ROOM_SLACK_BYTES
+    // of it, a statfs per object, so every refusal, and every object near one, is decided on
+    // a fresh statfs.
     const now = performance.now();
     let r = this.room;
-    if (r === null || now - r.atMs >= ROOM_REFRESH_MS || r.freeBytes - r.countedSince - bytes < this.reserveBytes) {
+    if (r === null || now - r.atMs >= ROOM_REFRESH_MS || r.freeBytes - r.countedSince - cost < this.reserveBytes + ROOM_SLACK_BYTES) {
       const st = statfsSync(`/proc/self/fd/${this.rootFd}`);
-      r = this.room = { freeBytes: Number(st.bavail) * Number(st.bsize), atMs: now, countedSince: 0 };
+      r = this.room = { freeBytes: Number(st.bavail) * Number(st.bsize), bsize: Number(st.bsize) || 4096, atMs: now, countedSince: 0 };
     }
     const free = r.freeBytes - r.countedSince;
-    r.countedSince += bytes;
-    if (free - bytes < this.reserveBytes) {
-      throw new StoreError('io', `ENOSPC: storing ${what} would leave ${Math.max(0, free - bytes)} bytes free in the file system of the checkpoint store ${this.dir} (${free} free now), below the ${this.reserveBytes} kept free for sessions' output (storage.keepFreeBytes, storage.minFreeBytes); nothing of this checkpoint was kept`);
+    r.countedSince += cost;
+    if (free - cost < this.reserveBytes) {
+      throw new StoreError('io', `ENOSPC: storing ${what} would leave ${Math.max(0, free - cost)} bytes free in the file system of the checkpoint store ${this.dir} (${free} free now), below the ${this.reserveBytes} kept free for sessions' output (storage.keepFreeBytes, storage.minFreeBytes); nothing of this checkpoint was kept`);
     }
   }
 

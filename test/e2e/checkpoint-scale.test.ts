@@ -3,7 +3,7 @@
 // it); a file is counted at its size before it is read (a sparse file refused at once); the stat
 // cache keeps an unchanged file unread, never a racily clean or leased one.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, readdirSync, openSync, readFileSync, statSync, unlinkSync, utimesSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, readdirSync, openSync, readFileSync, statfsSync, statSync, unlinkSync, utimesSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult, Receipt } from '../../ipc/protocol.js';
@@ -156,6 +156,41 @@ describe('a file counted at its size before it is read', () => {
     expect(read.length).toBe(3_000_000);
     // The workspace without it checkpoints.
     expect((await checkpoint(d, ws)).status).toBe(0);
+  });
+
+  it('many small files near keep-free: each counted at its blocks, so free space never drops below keep-free and no session loses output (a 100-byte file takes a 4 KiB block)', async () => {
+    const c = await d.client();
+    const ended = await c.launch({ argv: ['sh', '-c', 'head -c 3000000 /dev/zero | tr "\\0" "b"'], cwd: '/', task: 't2', invocation_key: 'ended' });
+    const endedReceipt: Receipt = await c.wait({ session_id: ended.session_id });
+    // A session writing as the checkpoint runs: its writes are where keep-free retention would act.
+    const live = await c.launch({ argv: ['sh', '-c', 'while :; do echo tick; sleep 0.003; done'], cwd: '/', task: 't2', invocation_key: 'live' });
+    const small = join(d.dir, 'small-files'); // not watched: a gap, the same capture
+    mkdirSync(small);
+    for (let i = 0; i < 5000; i++) writeFileSync(join(small, `f${i}`), `${i}`.padStart(100, '0'));
+    const keepFree = 64 * MiB;
+    const free = () => {
+      const st = statfsSync(d.stateDir);
+      return st.bavail * st.bsize;
+    };
+    const filler = join(d.stateDir, 'filler');
+    expect(spawnSync('fallocate', ['-l', String(free() - keepFree - 3 * MiB), filler]).status).toBe(0);
+    let lowest = free();
+    const poll = setInterval(() => (lowest = Math.min(lowest, free())), 1);
+    try {
+      const r = await checkpoint(d, small);
+      expect(r.status).toBe(125);
+      expect(r.failure).toMatchObject({ code: 'CHECKPOINT_FAILED', details: { stage: 'store', code: 'store_io' } });
+    } finally {
+      clearInterval(poll);
+      unlinkSync(filler);
+      await c.kill({ session_id: live.session_id }, 'SIGKILL');
+      await c.wait({ session_id: live.session_id });
+    }
+    expect(lowest).toBeGreaterThanOrEqual(keepFree);
+    expect(d.log()).not.toContain('retention applied');
+    expect(verifyStoredOutput(endedReceipt, d.stateDir)).toEqual([]);
+    expect((await c.read({ session_id: ended.session_id }, 'stdout')).length).toBe(3_000_000);
+    expect(readdirSync(join(d.stateDir, 'checkpoints', 'tmp'))).toEqual([]);
   });
 });
 
