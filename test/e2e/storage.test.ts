@@ -264,8 +264,12 @@ describe('a small state dir keeps itself usable (64 MiB tmpfs, default threshold
     expect((await client.receipt({ session_id: flood.session_id })).receipt).toEqual(r);
     expect((await daemon.sbx(['run', '--', 'echo', 'admitted'])).stdout.toString()).toBe('admitted\n');
 
-    // A running flood holding the space: admission is refused and status says why.
-    const live = await client.launch({ argv: ['sh', '-c', `head -c ${200 * MiB} /dev/zero; exec sleep 60`], cwd: '/', invocation_key: 'flood-2' });
+    // A running flood holding the space: admission is refused and status says why. It writes
+    // at about 20 MiB/s, so that retention, which steps in at keep-free, removes the older
+    // ended output while the flood still stores and the flood fills that space too: at full
+    // speed it could be cut at the reserve first, and retention freeing space after the cut
+    // reopened admission for good (a stored stream is never resumed: no gap in a log).
+    const live = await client.launch({ argv: ['sh', '-c', `i=0; while [ $i -lt 200 ]; do head -c ${MiB} /dev/zero; sleep 0.05; i=$((i+1)); done; exec sleep 60`], cwd: '/', invocation_key: 'flood-2' });
     const refused = await until(async () => {
       const s = JSON.parse((await daemon.sbx(['status', '--json'])).stdout.toString());
       return s.admission === 'disk_low' ? s : null;
