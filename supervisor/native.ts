@@ -127,6 +127,15 @@ export function native(): NativeHelpers {
   throw new Error(`native helper not found (run npm ci, which builds it with node-gyp); looked in:\n  ${errors.join('\n  ')}`);
 }
 
+/** The addon, or null where it cannot be loaded (callers with a node:fs way instead: the walk's listing, the store's moves). */
+export function nativeOrNull(): NativeHelpers | null {
+  try {
+    return native();
+  } catch {
+    return null;
+  }
+}
+
 /** Absolute path of the sbx-exec-shim executable; throws (code ENOENT) naming every path tried. */
 export function execShimPath(): string {
   const tried: string[] = [];

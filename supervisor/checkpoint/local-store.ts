@@ -5,7 +5,7 @@
 // primitives (LocalStoreFiles: the checkpoint thread, sbx restore) and the async CheckpointStore. See open(2), rename(2).
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statfsSync, unlinkSync, writeSync } from 'node:fs';
-import { native } from '../native.js';
+import { native, nativeOrNull } from '../native.js';
 import { entryPath, openDirAt, SD, statDirRaw, type StatFacts } from '../workspace/walk.js';
 import { type CheckpointStore, isSha256Hex, StoreError, type WrittenVersion } from './store.js';
 
@@ -25,20 +25,6 @@ const ROOM_SLACK_BYTES = 64 << 20;
 
 /** A temp file's name in tmp/ (100,000 may wait for commitObjects: its path is made when needed, tempPath). */
 type TempFile = Buffer;
-
-/** The native helper, or null where it cannot be loaded (node:fs then). */
-let nativeHelper: ReturnType<typeof native> | null | undefined;
-function nativeOrNull(): ReturnType<typeof native> | null {
-  if (nativeHelper === undefined) {
-    try {
-      const n = native();
-      nativeHelper = typeof n.renameAtNoReplace === 'function' ? n : null;
-    } catch {
-      nativeHelper = null;
-    }
-  }
-  return nativeHelper;
-}
 
 /** Objects, manifests and records are read-only once written. */
 export const STORED_MODE = 0o444;
@@ -287,8 +273,7 @@ export class LocalStoreFiles {
     for (let i = 0, b = 0; i < raw.count; i++, b += raw.fields) {
       if (v[b + SD.errno] !== 0n) continue; // its lstat failed: opened (and named) the ordinary way
       const mode = Number(v[b + SD.mode]);
-      // objectSigOf's fields, in its order
-      const sig = `${v[b + SD.dev]}:${v[b + SD.ino]}:${v[b + SD.size]}:${v[b + SD.mtimeNs]}:${v[b + SD.ctimeNs]}`;
+      const sig = objectSig(v[b + SD.dev], v[b + SD.ino], v[b + SD.size], v[b + SD.mtimeNs], v[b + SD.ctimeNs]);
       out.set(raw.names.toString('latin1', raw.nameStart[i], raw.nameEnd[i]), { regular: (mode & 0o170000) === 0o100000, size: Number(v[b + SD.size]), sig });
     }
     return out;
@@ -480,7 +465,7 @@ export class LocalStoreFiles {
   private moveTemp(tmp: TempFile, dirFd: number, name: string): boolean {
     const to = Buffer.from(name);
     const n = nativeOrNull();
-    if (n && this.renameWorks) {
+    if (n && typeof n.renameAtNoReplace === 'function' && this.renameWorks) {
       try {
         if (n.renameAtNoReplace(this.tmpFd, tmp, dirFd, to)) return true;
         unlinkSync(this.tempPath(tmp));
@@ -639,5 +624,10 @@ export interface ListedObject {
 
 /** An object file's stat signature: device, inode, size, mtime, ctime (an object is never written after it is linked in: any write moves them). */
 export function objectSigOf(st: Pick<StatFacts, 'dev' | 'ino' | 'size' | 'mtimeNs' | 'ctimeNs'>): string {
-  return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
+  return objectSig(st.dev, st.ino, st.size, st.mtimeNs, st.ctimeNs);
+}
+
+/** objectSigOf of the fields themselves (a listing's, with no stat object made per entry). */
+function objectSig(dev: bigint, ino: bigint, size: bigint, mtimeNs: bigint, ctimeNs: bigint): string {
+  return `${dev}:${ino}:${size}:${mtimeNs}:${ctimeNs}`;
 }

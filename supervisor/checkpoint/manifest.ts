@@ -278,7 +278,7 @@ export function manifestAround(m: Manifest | Omit<Manifest, 'signature'>): { hea
 }
 
 /** manifestJcs as UTF-8 bytes, the entries' already encoded (a big tree's 20 MB are encoded once, not once per use). */
-export function manifestJcsBytes(m: Manifest | Omit<Manifest, 'signature'>, entriesJcsBytes: Buffer): Buffer {
+function manifestJcsBytes(m: Manifest | Omit<Manifest, 'signature'>, entriesJcsBytes: Buffer): Buffer {
   const [head, tail] = aroundEntries(m);
   return Buffer.concat([Buffer.from(head), entriesJcsBytes, Buffer.from(tail)]);
 }

@@ -16,7 +16,7 @@
 // in C; the cost is a /proc lookup per entry and needing /proc (checked at the start).
 import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, statSync, type BigIntStats } from 'node:fs';
 import { endianness, constants as osConstants } from 'node:os';
-import { native } from '../native.js';
+import { nativeOrNull, type NativeHelpers } from '../native.js';
 import { showPath } from './names.js';
 
 export type EntryType = 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'unknown';
@@ -168,56 +168,13 @@ const LITTLE_ENDIAN = endianness() === 'LE';
 const ERRNO_NAMES = new Map(Object.entries(osConstants.errno).map(([name, n]) => [n, name]));
 
 /** The native listing, or null where the addon cannot be loaded (then readdir and an lstat per entry). */
-let statDir: ((fd: number) => ReturnType<ReturnType<typeof native>['statDir']>) | null | undefined;
+let statDir: ((fd: number) => ReturnType<NativeHelpers['statDir']>) | null | undefined;
 function nativeStatDir(): typeof statDir {
   if (statDir === undefined) {
-    try {
-      const n = native();
-      statDir = typeof n.statDir === 'function' ? (fd) => n.statDir(fd) : null;
-    } catch {
-      statDir = null;
-    }
+    const n = nativeOrNull();
+    statDir = n && typeof n.statDir === 'function' ? (fd) => n.statDir(fd) : null;
   }
   return statDir;
-}
-
-/**
- * Names in the directory dirFd, bytes, sorted bytewise ("." and ".." left out), and with the
- * native helper each one's lstat as listed (one call per directory: fstatat relative to the
- * fd, no /proc path per entry); listed[i] null: stat it when it is reached.
- */
-export function readNames(dirFd: number): { names: Buffer[]; listed: (Listed | null)[] } {
-  const sd = nativeStatDir();
-  if (!sd) {
-    const names = readdirSync(`/proc/self/fd/${dirFd}`, { encoding: 'buffer' }).sort(Buffer.compare);
-    return { names, listed: names.map(() => null) };
-  }
-  const r = sd(dirFd);
-  const names: Buffer[] = new Array(r.count);
-  const listed: Listed[] = new Array(r.count);
-  const v = r.stats;
-  const F = r.fields;
-  let pos = 0;
-  for (let i = 0; i < r.count; i++) {
-    const len = LITTLE_ENDIAN ? r.names.readUInt16LE(pos) : r.names.readUInt16BE(pos); // host order (statdir.c)
-    names[i] = Buffer.from(r.names.subarray(pos + 2, pos + 2 + len));
-    pos += 2 + len;
-    const b = i * F;
-    const tlen = Number(v[b + 12]);
-    let target: Buffer | null = null;
-    if (tlen >= 0) {
-      target = Buffer.from(r.names.subarray(pos, pos + tlen));
-      pos += tlen;
-    }
-    const err = Number(v[b]);
-    listed[i] = {
-      st: err ? null : { mode: Number(v[b + 1]), uid: Number(v[b + 2]), gid: Number(v[b + 3]), nlink: v[b + 4], dev: v[b + 5], ino: v[b + 6], size: v[b + 7], blocks: v[b + 8], rdev: v[b + 9], mtimeNs: v[b + 10], ctimeNs: v[b + 11] },
-      errno: err ? (ERRNO_NAMES.get(err) ?? `errno ${err}`) : null,
-      target,
-      notLink: tlen === -2,
-    };
-  }
-  return { names, listed };
 }
 
 /** Field offsets in statDirRaw's stats (native-helpers/src/statdir.h SD_*). */
@@ -243,6 +200,36 @@ export function statDirRaw(dirFd: number): { count: number; fields: number; stat
     pos += 2 + len + (tlen > 0 ? tlen : 0);
   }
   return { count: r.count, fields: r.fields, stats: r.stats, names: r.names, nameStart, nameEnd };
+}
+
+/**
+ * Names in the directory dirFd, bytes, sorted bytewise ("." and ".." left out), and with the
+ * native helper each one's lstat as listed (one call per directory: fstatat relative to the
+ * fd, no /proc path per entry); listed[i] null: stat it when it is reached.
+ */
+export function readNames(dirFd: number): { names: Buffer[]; listed: (Listed | null)[] } {
+  const r = statDirRaw(dirFd);
+  if (!r) {
+    const names = readdirSync(`/proc/self/fd/${dirFd}`, { encoding: 'buffer' }).sort(Buffer.compare);
+    return { names, listed: names.map(() => null) };
+  }
+  const names: Buffer[] = new Array(r.count);
+  const listed: Listed[] = new Array(r.count);
+  const v = r.stats;
+  for (let i = 0, b = 0; i < r.count; i++, b += r.fields) {
+    names[i] = Buffer.from(r.names.subarray(r.nameStart[i], r.nameEnd[i]));
+    const tlen = Number(v[b + SD.targetLen]);
+    const err = Number(v[b + SD.errno]);
+    listed[i] = {
+      st: err
+        ? null
+        : { mode: Number(v[b + SD.mode]), uid: Number(v[b + SD.uid]), gid: Number(v[b + SD.gid]), nlink: v[b + SD.nlink], dev: v[b + SD.dev], ino: v[b + SD.ino], size: v[b + SD.size], blocks: v[b + SD.blocks], rdev: v[b + SD.rdev], mtimeNs: v[b + SD.mtimeNs], ctimeNs: v[b + SD.ctimeNs] },
+      errno: err ? (ERRNO_NAMES.get(err) ?? `errno ${err}`) : null,
+      target: tlen >= 0 ? Buffer.from(r.names.subarray(r.nameEnd[i], r.nameEnd[i] + tlen)) : null,
+      notLink: tlen === -2,
+    };
+  }
+  return { names, listed };
 }
 
 /** The walk's stat fields of an lstat/fstat (node:fs BigIntStats). */

@@ -4,13 +4,15 @@
 // first and when every entry comes from the stat cache. It splices each entry's JCS between the
 // JCS before and after the entries and writes the signed tail beside the signed head (issue 34).
 import { generateKeyPairSync } from 'node:crypto';
-import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, lstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runCheckpoint, runReadBack, type CheckpointRequest } from '../../supervisor/checkpoint/capture-worker.js';
 import { keyIdOf } from '../../ipc/signature.js';
 import { checkManifest, entryPathBytes } from '../../supervisor/checkpoint/manifest.js';
+import { racyMarginNs } from '../../supervisor/checkpoint/stat-cache.js';
+import { until } from '../helpers/daemon.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-manifest-build-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -49,9 +51,10 @@ describe('the manifest the checkpoint thread builds', () => {
         expect(c.problems).toEqual([]);
         return c.manifest!;
       };
-      // Past the racy margin (100 ms for these timestamps) before the first capture starts, so
-      // that the stat cache keeps every entry it reads and the next capture reads none.
-      await new Promise((r) => setTimeout(r, 250));
+      // Past every entry's racy margin (stat-cache.ts racyMarginNs) before the first capture
+      // starts, so that the stat cache keeps every entry it reads and the next capture reads none.
+      const ready = [...[...names, 'sub', 'link'].map((n) => join(ws, n)), Buffer.concat([Buffer.from(`${ws}/`), Buffer.from([0x66, 0xff, 0xfe])])].map((p) => lstatSync(p, { bigint: true }).ctimeNs).reduce((a, c) => (c + racyMarginNs(c) > a ? c + racyMarginNs(c) : a), 0n);
+      await until(() => BigInt(Date.now()) * 1_000_000n > ready, 'the racy margin past');
       const first = runCheckpoint(request());
       const m1 = check(first.id, first.manifestBytes);
       const expected = [...[...names, 'sub', 'link'].map((n) => Buffer.from(n)), Buffer.from([0x66, 0xff, 0xfe])];
