@@ -5,14 +5,17 @@
 // 125 could not).
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, join, resolve as resolvePath } from 'node:path';
-import { STATE } from '../ipc/state-layout.js';
-import { LocalStore, STORE_DIRS } from '../supervisor/checkpoint/local-store.js';
-import { checkManifest, checkPublished, normaliseId, notCaptured, type PublishedRecord } from '../supervisor/checkpoint/manifest.js';
-import { restoreCheckpoint, showDifference } from '../supervisor/checkpoint/restore.js';
-import { type CheckpointStore, parseStoreUrl, type StoreUrl } from '../supervisor/checkpoint/store.js';
-import { verifyCheckpoint } from '../supervisor/checkpoint/verify.js';
-import { clearProgress, Progress } from './progress.js';
+import { STATE } from '../core/state/names.js';
+import { LocalStore } from '../core/checkpoint/local-store.js';
+import { STORE_DIRS } from '../core/state/names.js';
+import { checkManifest, checkPublished, normaliseId, notCaptured, type PublishedRecord } from '../core/checkpoint/manifest.js';
+import { restoreCheckpoint, showDifference } from '../core/checkpoint/restore.js';
+import { type CheckpointStore, parseStoreUrl, type StoreUrl } from '../core/checkpoint/store.js';
+import { verifyCheckpoint } from '../core/checkpoint/verify.js';
+import { Progress } from './progress.js';
 import { escapeControls, warn } from './escape.js';
+import { fail } from './fail.js';
+import { errnoCode } from '../ipc/errno.js';
 
 export interface StoreOptions {
   stateDir: string;
@@ -22,12 +25,6 @@ export interface StoreOptions {
   store?: string;
   key?: string;
   json?: boolean;
-}
-
-function fail(message: string): never {
-  clearProgress();
-  warn(`${message}`);
-  process.exit(125);
 }
 
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
@@ -45,7 +42,7 @@ export async function openStore(o: StoreOptions): Promise<CheckpointStore> {
     try {
       statSync(join(url.dir, STORE_DIRS.objects));
     } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code;
+      const code = errnoCode(err);
       if (code === 'EACCES') fail(`PERMISSION_DENIED: cannot read the checkpoint store ${url.dir}: permission denied (a state dir is the supervisor's: run as its user, or give --store a copy you can read)`);
       if (code !== 'ENOENT' && code !== 'ENOTDIR') fail(`INTERNAL: cannot read the checkpoint store ${url.dir}: ${(err as Error).message}`);
     }
@@ -56,7 +53,7 @@ export async function openStore(o: StoreOptions): Promise<CheckpointStore> {
     if (!existsSync(join(url.dir, STORE_DIRS.objects))) fail(`INVALID_ARGUMENT: ${url.dir} is not a checkpoint store (it has no ${STORE_DIRS.objects}/: no checkpoint was ever stored there)`);
     return new LocalStore(url.dir, false);
   }
-  const { S3Store } = await import('../supervisor/checkpoint/s3-store.js');
+  const { S3Store } = await import('../core/checkpoint/s3-store.js');
   return new S3Store(url, {});
 }
 
@@ -194,11 +191,11 @@ export async function verifyManifestCommand(arg: string, bytes: Buffer | null, o
   process.exitCode = v.problems.length === 0 ? 0 : 1;
 }
 
-/** sbx diff A B, or --task T: what changed between two checkpoints, from their manifests (supervisor/checkpoint/diff.ts). Exit 0 identical, 1 differences, 125 could not. */
+/** sbx diff A B, or --task T: what changed between two checkpoints, from their manifests (core/checkpoint/diff.ts). Exit 0 identical, 1 differences, 125 could not. */
 export async function diffCommand(a: string | undefined, b: string | undefined, o: StoreOptions & { task?: string }): Promise<void> {
   if (o.task !== undefined && (a !== undefined || b !== undefined)) fail('INVALID_ARGUMENT: diff: give two checkpoints (A B) or --task T, not both');
   if (o.task === undefined && (a === undefined || b === undefined)) fail('INVALID_ARGUMENT: diff needs two checkpoints (sbx diff A B) or --task T');
-  const { DiffError, diffCheckpointIds, diffLines, diffSummary, diffTask } = await import('../supervisor/checkpoint/diff.js');
+  const { DiffError, diffCheckpointIds, diffLines, diffSummary, diffTask } = await import('../core/checkpoint/diff.js');
   const store = await openStore(o);
   const key = publicKey(o);
   if (!key) fail(`INVALID_ARGUMENT: no public key to check the manifests' signatures (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);

@@ -8,6 +8,7 @@ import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
 import type { LimitsStatus, Receipt, SessionSummary } from '../ipc/protocol.js';
 import { sizeText } from '../ipc/size.js';
 import { escapeControls } from './escape.js';
+import { systemError } from '../ipc/errno.js';
 
 /** The socket sbx talks to this run (--socket, $SBX_SOCKET or the default path), for messages. */
 let socketInUse: string | null = null;
@@ -52,7 +53,7 @@ function describeRaw(err: unknown): string {
     return `${err.code}: ${err.message}; a key runs one command, ever: use another --key${hint}`;
   }
   if (isSupervisorError(err)) return `${err.code}: ${err.message}`;
-  const e = err as NodeJS.ErrnoException;
+  const e = systemError(err);
   const at = socketInUse ?? (e as { address?: string }).address ?? null;
   if (e.code === 'ENOTSOCK') {
     const found = (e as { found?: string }).found ?? 'something';

@@ -36,7 +36,7 @@ import { parseSizeBytes } from '../ipc/size.js';
 import { mergeStreams } from '../ipc/merge.js';
 import { JsonSink, parseTimeUs, RawSink, SplitSink, TailSink, TimestampSink } from './logs.js';
 import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
-import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from '../ipc/output-file.js';
+import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from './output-file.js';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
 import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type SessionSummary, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
@@ -44,13 +44,14 @@ import { attachCommand, pumpStdin } from './attach.js';
 import { runBridge } from './bridge.js';
 import { bashCompletion, zshCompletion } from './completion.js';
 import { deprecatedKeyOption, describe, endedAs, escapedLine, leftoversLine, limitsLine, mib, oomLine, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, uptimeText, useSocket } from './explain.js';
-import { clearProgress, Progress } from './progress.js';
+import { Progress } from './progress.js';
+import { FAILURE, fail } from './fail.js';
 import { escapeControls, warn } from './escape.js';
 import { parsePsFilters, PS_FILTER_KEYS, psNeedsAll, type PsFilters, psTable, selectPsRows, unknownNotes } from './ps-format.js';
+import { errnoCode } from '../ipc/errno.js';
 
 // --- What every command shares.
 
-const FAILURE = 125;
 /** `sbx kill`/`sbx cancel` of a session that has ended: nothing was done (docker kill of a stopped container exits 1). */
 const ENDED_ALREADY = 1;
 
@@ -102,12 +103,6 @@ function where(g: GlobalOptions): string {
 
 function signalNumber(name: string): number {
   return osConstants.signals[name as keyof typeof osConstants.signals] ?? 0;
-}
-
-function fail(message: string, status = FAILURE): never {
-  clearProgress();
-  warn(message);
-  process.exit(status);
 }
 
 async function connect(g: GlobalOptions): Promise<SupervisorClient> {
@@ -229,7 +224,7 @@ async function launchUntilAnswered(g: GlobalOptions, params: Omit<LaunchParams, 
       return { client, launched: await client.launch({ ...params, cwd: params.cwd }) };
     } catch (err) {
       client?.close();
-      const code = (err as NodeJS.ErrnoException).code ?? '';
+      const code = errnoCode(err) ?? '';
       const expired = giveUpAt !== null && performance.now() > giveUpAt;
       if (isSupervisorError(err)) {
         if (!err.retryable || detach || expired) fail(describe(err));
@@ -591,7 +586,7 @@ sub('verify')
     const g = globals(o);
     const key = publicKeyFile('verify', o);
     // Loaded here only: run, the common case, starts faster without it (docs/design/facts.md 17).
-    const { verifyCloseSessions, verifyCloseTasks, verifySignature, verifyStoredOutput } = await import('../ipc/verify.js');
+    const { verifyCloseSessions, verifyCloseTasks, verifySignature, verifyStoredOutput } = await import('../core/receipts/verify.js');
     let receipt: Receipt;
     let bytes: Buffer | null = null;
     try {

@@ -3,23 +3,19 @@
 // signature, stored output, its task), every checkpoint (the manifest by id from its store, its
 // signature and form, publication, every object re-hashed; and that it says what the task
 // receipt says of it: task, close attempt, boundary, started_at, scan digest, fence), and the
-// verdict itself, evaluated again from those facts (supervisor/task/join.ts) and compared. Owns
+// verdict itself, evaluated again from those facts (core/task/join.ts) and compared. Owns
 // that output and exit status (0 it all holds, 1 a mismatch, 125 could not check).
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt, TaskReceipt } from '../ipc/protocol.js';
-import { ESCAPE_ATTESTED_FILE, readRecord, RECEIPT_FILE, STATE } from '../ipc/state-layout.js';
-import { jcs, verifyCloseSessions, verifySignature } from '../ipc/verify.js';
-import { verifyCheckpoint } from '../supervisor/checkpoint/verify.js';
-import { mountsSkipped } from '../supervisor/checkpoint/manifest.js';
-import { evaluateTask, type JoinSession } from '../supervisor/task/join.js';
+import { readRecord } from '../core/state/records.js';
+import { ESCAPE_ATTESTED_FILE, RECEIPT_FILE, STATE } from '../core/state/names.js';
+import { jcs, verifyCloseSessions, verifySignature } from '../core/receipts/verify.js';
+import { verifyCheckpoint } from '../core/checkpoint/verify.js';
+import { mountsSkipped } from '../core/checkpoint/manifest.js';
+import { evaluateTask, type JoinSession } from '../core/task/join.js';
 import { openStore } from './checkpoints.js';
-import { warn } from './escape.js';
-
-function fail(message: string): never {
-  warn(`${message}`);
-  process.exit(125);
-}
+import { fail } from './fail.js';
 
 /** Whether an escaped session's entry rests on an operator's word the state dir still holds, for that receipt (a mismatch is a problem). */
 function escapeAttested(s: TaskReceipt['sessions'][number], stateDir: string, problems: string[]): boolean {

@@ -30,6 +30,7 @@ import {
   type TaskReceipt,
   type TaskSealResult,
 } from './protocol.js';
+import { errnoCode } from './errno.js';
 
 export type { EndpointOptions } from './transport.js';
 
@@ -77,7 +78,7 @@ export class LaunchUnconfirmedError extends Error {
   readonly resend = false;
 
   constructor(cause: Error) {
-    super(`the launch (without an invocation key) may have reached the supervisor before the connection was lost (${(cause as NodeJS.ErrnoException).code ?? cause.message}); it is not sent again, which could run it twice: give invocation_key to make a launch resendable (ps shows whether it runs)`, { cause });
+    super(`the launch (without an invocation key) may have reached the supervisor before the connection was lost (${errnoCode(cause) ?? cause.message}); it is not sent again, which could run it twice: give invocation_key to make a launch resendable (ps shows whether it runs)`, { cause });
     this.name = 'LaunchUnconfirmedError';
   }
 }
@@ -547,9 +548,9 @@ export class ReconnectingClient {
       } catch (err) {
         // A refusal that will not change (UNAUTHORIZED: a wrong token; INVALID_ARGUMENT: bad options) ends it now.
         if (err instanceof SupervisorError && !err.retryable) throw err;
-        this.options.onReconnecting?.((err as NodeJS.ErrnoException).code ?? (err as Error).message);
+        this.options.onReconnecting?.(errnoCode(err) ?? (err as Error).message);
         if (performance.now() > giveUpAt) {
-          const reason = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+          const reason = errnoCode(err) ?? (err as Error).message;
           throw new Error(`lost the supervisor and it did not come back within ${Math.round((this.options.reconnectMs ?? DEFAULT_RECONNECT_MS) / 1000)} s (${reason})`);
         }
         await new Promise((r) => setTimeout(r, delayMs));

@@ -541,7 +541,7 @@ export interface TaskSealResult {
 /** Which authority must settle an obligation: the session (its own end), the workspace (its scan, checkpoint, store), an operator (a fact only a person can give). */
 export type ObligationAuthority = 'session' | 'workspace' | 'operator';
 
-/** One fact complete(task) lacks, and who must supply it (supervisor/task/join.ts). */
+/** One fact complete(task) lacks, and who must supply it (core/task/join.ts). */
 export interface TaskObligation {
   authority: ObligationAuthority;
   /** The condition it holds false: sealed, sessions_settled, terminal_mutations_known, checkpoint_covers, read_back_exact, fenced. */

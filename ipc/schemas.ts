@@ -122,8 +122,6 @@ export const ParamsSchemas = {
   download: z.object({ dir: absPath, ...fileSession }).strict(),
 };
 
-export type MethodName = keyof typeof ParamsSchemas;
-
 /** Parses params with schema or throws INVALID_ARGUMENT naming the field. */
 export function validate<T>(schema: z.ZodType<T>, params: unknown, method: string): T {
   const result = schema.safeParse(params ?? {});

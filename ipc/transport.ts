@@ -11,6 +11,7 @@ import type WebSocketType from 'ws';
 import { ERROR_CODES, SupervisorError, type ErrorCode } from './errors.js';
 import { decodeBody, DEFAULT_MAX_FRAME_BYTES, FrameDecoder } from './framing.js';
 import { defaultSocketPath } from './paths.js';
+import { errnoCode } from './errno.js';
 
 /** Where a supervisor is: its Unix socket, a ws:// or wss:// URL, or a command to spawn. */
 export type Endpoint =
@@ -410,7 +411,7 @@ function tokenOf(e: Extract<Endpoint, { kind: 'url' }>): string | null {
   try {
     return readFileSync(e.tokenFile, 'utf8').trim();
   } catch (err) {
-    throw new SupervisorError('INVALID_ARGUMENT', `cannot read the token file ${e.tokenFile}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    throw new SupervisorError('INVALID_ARGUMENT', `cannot read the token file ${e.tokenFile}: ${errnoCode(err) ?? (err as Error).message}`);
   }
 }
 
@@ -448,7 +449,7 @@ async function openWebSocket(e: Extract<Endpoint, { kind: 'url' }>, maxFrameByte
     try {
       ca = readFileSync(e.caFile);
     } catch (err) {
-      throw new SupervisorError('INVALID_ARGUMENT', `cannot read the CA file ${e.caFile}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      throw new SupervisorError('INVALID_ARGUMENT', `cannot read the CA file ${e.caFile}: ${errnoCode(err) ?? (err as Error).message}`);
     }
   }
   // Loaded on first use: a client of the Unix socket never pays for it.

@@ -11,6 +11,7 @@
 import type { LimitController, SessionLimits, SessionUsage } from '../ipc/protocol.js';
 import { closeSync, constants as fsConstants, mkdirSync, openSync, readFileSync, rmdirSync, watch, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { errnoCode } from '../ipc/errno.js';
 
 export interface CgroupMount {
   /** Where cgroup2 is mounted, e.g. /sys/fs/cgroup or /sys/fs/cgroup/unified. */
@@ -121,8 +122,8 @@ export function applyLimits(path: string, limits: SessionLimits): void {
         closeSync(fd);
       }
     } catch (err) {
-      if (optional && (err as NodeJS.ErrnoException).code === 'ENOENT') continue;
-      throw Object.assign(new Error(`cannot write ${value} to ${join(path, file)}: ${(err as Error).message}`), { code: (err as NodeJS.ErrnoException).code });
+      if (optional && errnoCode(err) === 'ENOENT') continue;
+      throw Object.assign(new Error(`cannot write ${value} to ${join(path, file)}: ${(err as Error).message}`), { code: errnoCode(err) });
     }
   }
 }
@@ -163,7 +164,7 @@ export class CgroupTree {
       try {
         mkdirSync(basePath);
       } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+        if (errnoCode(err) !== 'EEXIST') throw err;
       }
       tree = new CgroupTree(mount, basePath, true);
     } else {
@@ -334,7 +335,7 @@ export class CgroupLeaf {
           writeFileSync(to.procsPath, String(pid));
           moved.add(pid);
         } catch (err) {
-          if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
+          if (errnoCode(err) !== 'ESRCH') throw err;
         }
       }
     }
@@ -424,7 +425,7 @@ export class CgroupLeaf {
         rmdirSync(this.path);
         return;
       } catch (err) {
-        const code = (err as NodeJS.ErrnoException).code;
+        const code = errnoCode(err);
         if (code === 'ENOENT') return;
         if (code !== 'EBUSY' || attempt >= 50) throw err;
         await new Promise((r) => setTimeout(r, 10));

@@ -9,15 +9,16 @@ import type { Logger } from 'pino';
 import type { SealResult } from '../ipc/methods.js';
 import { SupervisorError } from '../ipc/errors.js';
 import type { CloseReceipt, CloseTaskEntry, WorkspaceScan } from '../ipc/protocol.js';
-import { readRecord, STATE, type SealRecord } from '../ipc/state-layout.js';
-import { receiptDigest } from '../ipc/verify.js';
+import { readRecord, type SealRecord } from '../core/state/records.js';
+import { STATE } from '../core/state/names.js';
+import { receiptDigest } from '../core/receipts/verify.js';
 import type { SessionContext } from './session/context.js';
 import type { Session } from './session/session.js';
-import { createFileDurable, writeFileDurable } from './store/durable.js';
+import { createFileDurable, writeFileDurable } from '../core/fs/durable.js';
 import type { Tasks } from './task/close.js';
 import type { CloseDigest } from './workspace/digest.js';
 import { scanInWorker } from './workspace/scan.js';
-import type { FsIdentity } from './workspace/walk.js';
+import type { FsIdentity } from '../core/fs/walk.js';
 
 export type { CloseReceipt } from '../ipc/protocol.js';
 

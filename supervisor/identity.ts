@@ -6,10 +6,12 @@ import { randomBytes } from 'node:crypto';
 import { closeSync, constants, existsSync, fsyncSync, ftruncateSync, openSync, readFileSync, renameSync, statSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import type { Logger } from 'pino';
-import { readRecord, STATE, unreadableName } from '../ipc/state-layout.js';
-import { native } from './native.js';
-import { writeFileDurable } from './store/durable.js';
+import { readRecord } from '../core/state/records.js';
+import { STATE, unreadableName } from '../core/state/names.js';
+import { native } from '../core/fs/native.js';
+import { writeFileDurable } from '../core/fs/durable.js';
 import { readAdmission, sessionDirs } from './store/records.js';
+import { errnoCode } from '../ipc/errno.js';
 
 /** Reads /proc/sys/kernel/random/boot_id: changes on every boot. */
 export function readBootId(): string {
@@ -45,7 +47,7 @@ export class StateDirLock {
       writeSync(fd, pid, 0, pid.length, 0);
       ftruncateSync(fd, pid.length);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOSPC' && (err as NodeJS.ErrnoException).code !== 'EDQUOT') throw err;
+      if (errnoCode(err) !== 'ENOSPC' && errnoCode(err) !== 'EDQUOT') throw err;
     }
     return new StateDirLock(path, fd);
   }
@@ -78,7 +80,7 @@ function writeIdentity(path: string, identity: { instance: string; generation: n
   try {
     writeFileDurable(path, data);
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
+    const code = errnoCode(err);
     if ((code !== 'ENOSPC' && code !== 'EDQUOT') || !existsSync(path) || statSync(path).size < Buffer.byteLength(data)) throw err;
     const fd = openSync(path, constants.O_WRONLY | constants.O_NOFOLLOW);
     try {

@@ -9,7 +9,7 @@
 // writer's pidfd, and so its cgroup, only while the writer's pid is not reaped (fanotify(7)
 // FAN_NOPIDFD), so a writer that exits at once is still attributed (docs/design/facts.md 33).
 import { readdirSync, readFileSync } from 'node:fs';
-import { native, type NativeHelpers } from './native.js';
+import { native, type NativeHelpers } from '../core/fs/native.js';
 
 /** State letter of a process from /proc/<pid>/stat (proc(5)), or null when gone. */
 function procState(pid: number): string | null {

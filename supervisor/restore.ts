@@ -7,15 +7,15 @@
 import { existsSync, readdirSync, rmdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt } from '../ipc/protocol.js';
-import { isRetiringDirName, keyRecordName } from '../ipc/state-layout.js';
-import { storedChunks } from '../ipc/stream-files.js';
-import { verifySignature } from '../ipc/verify.js';
+import { isRetiringDirName, keyRecordName } from '../core/state/names.js';
+import { storedChunks } from '../core/state/stream-files.js';
+import { verifySignature } from '../core/receipts/verify.js';
 import { CgroupLeaf } from './cgroup.js';
 import type { Retention } from './retention.js';
 import type { SessionContext } from './session/context.js';
 import { RecoveredSession } from './session/recovered.js';
 import type { Session } from './session/session.js';
-import { fsyncDir } from './store/durable.js';
+import { fsyncDir } from '../core/fs/durable.js';
 import { promoteReservedReceipt, readReceipt, readReserved, receiptFromFacts, tidyEndedSessionDir } from './store/receipt-file.js';
 import { onlyUncommittedAdmission, readAdmission, sessionDirs, type AdmissionRecord, type KeyIndex } from './store/records.js';
 

@@ -7,8 +7,8 @@
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { GcResult } from '../ipc/methods.js';
-import { STATE } from '../ipc/state-layout.js';
-import { receiptDigest } from '../ipc/verify.js';
+import { STATE } from '../core/state/names.js';
+import { receiptDigest } from '../core/receipts/verify.js';
 import type { Config } from './config.js';
 import type { Session } from './session/session.js';
 import { readReceipt } from './store/receipt-file.js';

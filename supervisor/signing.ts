@@ -5,9 +5,9 @@ import { createPrivateKey, createPublicKey, generateKeyPairSync, sign, type KeyO
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt } from '../ipc/protocol.js';
-import { STATE } from '../ipc/state-layout.js';
-import { keyIdOf, signedBytes } from '../ipc/verify.js';
-import { writeFileDurable } from './store/durable.js';
+import { STATE } from '../core/state/names.js';
+import { keyIdOf, signedBytes } from '../core/receipts/verify.js';
+import { writeFileDurable } from '../core/fs/durable.js';
 
 export class ReceiptSigner {
   readonly keyId: string;

@@ -8,7 +8,7 @@ import { lstatSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import si from 'systeminformation';
 import { PROTOCOL_VERSION, type SessionState, type StatusResult } from '../ipc/protocol.js';
-import { STATE } from '../ipc/state-layout.js';
+import { STATE } from '../core/state/names.js';
 import { VERSION } from '../ipc/version.js';
 import { limitHost, limitsStatus } from './limits.js';
 import type { SessionContext } from './session/context.js';

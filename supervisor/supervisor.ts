@@ -11,7 +11,7 @@ import type { Logger } from 'pino';
 import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import type { GcResult, SealResult } from '../ipc/methods.js';
 import { DEFAULT_TASK, type CloseReceipt, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StatusResult, type SupervisorMode, type TaskReceipt, type TaskSealResult } from '../ipc/protocol.js';
-import { keyRecordName, STATE } from '../ipc/state-layout.js';
+import { keyRecordName, STATE } from '../core/state/names.js';
 import { admit, resolveLinger } from './admission.js';
 import { CgroupTree } from './cgroup.js';
 import { defaultLimitsProblem, effectiveLimits, hasLimits, limitHost, limitRefusal } from './limits.js';
@@ -19,11 +19,11 @@ import { Checkpoints, thawLeftFrozen } from './checkpoint/checkpoint.js';
 import { Closing } from './close.js';
 import { Tasks } from './task/close.js';
 import { ConfigError, type Config } from './config.js';
-import { faultPoint } from './fault.js';
+import { faultPoint } from '../core/fault.js';
 import { checkWorkspacePaths, WorkspaceWatcher } from './workspace/watcher.js';
 import { EscapeWatch } from './session/escape.js';
 import { newSessionId, readBootId, StateDirLock, takeGeneration } from './identity.js';
-import { native } from './native.js';
+import { native } from '../core/fs/native.js';
 import { Reaper } from './reaper.js';
 import { restoreSessions } from './restore.js';
 import { Retention } from './retention.js';
@@ -40,6 +40,7 @@ import { KeyIndex } from './store/records.js';
 import { StorageGuard, thresholdWarnings } from './store/storage.js';
 import { lookupUser } from './users.js';
 import type { SupervisorMetrics } from './metrics/registry.js';
+import { errnoCode } from '../ipc/errno.js';
 
 /** The shortest session id prefix find() resolves (a shorter one must be the exact id): 3 characters, as `s-` starts every id. */
 export const MIN_ID_PREFIX = 3;
@@ -353,7 +354,7 @@ export class Supervisor {
     try {
       cwdIsDir = statSync(params.cwd).isDirectory();
     } catch (err) {
-      cwdError = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'does not exist' : `cannot be looked up (${(err as NodeJS.ErrnoException).code})`;
+      cwdError = errnoCode(err) === 'ENOENT' ? 'does not exist' : `cannot be looked up (${errnoCode(err)})`;
     }
     if (!cwdIsDir) throw new SupervisorError('INVALID_ARGUMENT', `cwd ${cwdError || 'is not a directory'}: ${params.cwd}`);
     const env = params.env ?? {};
@@ -454,7 +455,7 @@ export class Supervisor {
       session.abandon();
       // A limit the kernel refused to take (live.ts admit): nothing ran, the key is not taken.
       if (isSupervisorError(err, 'LIMIT_UNAVAILABLE')) throw err;
-      if (keyStep && (err as NodeJS.ErrnoException).code === 'EEXIST') {
+      if (keyStep && errnoCode(err) === 'EEXIST') {
         // The key has a record no session of ours claims: one the start found unreadable
         // (logged then). The key may have run; it never runs again.
         throw new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} has a key record that cannot be read (${keyRecordName(key)}; see the supervisor's log); the key may have run and cannot run again`);

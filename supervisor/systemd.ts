@@ -1,7 +1,7 @@
 // Running under systemd: socket activation (sd_listen_fds(3): LISTEN_PID, LISTEN_FDS, the first
 // fd is 3), readiness and stopping notices and the watchdog (sd_notify(3), sent by the native
 // helper: Node has no AF_UNIX datagrams, docs/design/facts.md 19). Outside systemd every call is a no-op.
-import { native } from './native.js';
+import { native } from '../core/fs/native.js';
 
 /** SD_LISTEN_FDS_START: the first passed fd. */
 const LISTEN_FDS_START = 3;

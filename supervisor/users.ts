@@ -4,7 +4,8 @@
 // systemd-userdb), as for the exec shim's initgroups(3). See getpwnam_r(3), nsswitch.conf(5).
 // Owns the lookup and its errors; not dropping privileges (the exec shim does that).
 import { SupervisorError } from '../ipc/errors.js';
-import { native } from './native.js';
+import { native } from '../core/fs/native.js';
+import { errnoCode, systemError } from '../ipc/errno.js';
 
 export interface SessionUser {
   uid: number;
@@ -18,7 +19,7 @@ export interface SessionUser {
 const MAX_ID = 0xfffffffe;
 
 /** Whether a native lookup error means "no such entry" (ENOENT), not a failed lookup. */
-const noEntry = (err: unknown) => (err as NodeJS.ErrnoException).code === 'ENOENT';
+const noEntry = (err: unknown) => errnoCode(err) === 'ENOENT';
 
 /** Lookup errors that say "not now": out of fds or memory (getpwnam_r(3) ERRORS); the lookup may work once they come back. */
 const RESOURCE_ERRORS = new Set(['EMFILE', 'ENFILE', 'ENOMEM', 'EAGAIN']);
@@ -29,7 +30,7 @@ const RESOURCE_ERRORS = new Set(['EMFILE', 'ENFILE', 'ENOMEM', 'EAGAIN']);
  * anything else (NSS unreachable) INTERNAL.
  */
 function lookupFailed(field: string, what: string, err: unknown): SupervisorError {
-  const e = err as NodeJS.ErrnoException;
+  const e = systemError(err);
   const text = `${field}: looking up ${what} failed: ${e.message}`;
   if (e.code && RESOURCE_ERRORS.has(e.code)) return new SupervisorError('ADMISSION_DENIED', text, { field, code: e.code, retry_after_ms: 1000 });
   return new SupervisorError('INTERNAL', text, { field, code: e.code });

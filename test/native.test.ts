@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { StreamDrain } from '../supervisor/session/drain.js';
 import { HashPool } from '../supervisor/store/hasher.js';
-import { native } from '../supervisor/native.js';
+import { native } from '../core/fs/native.js';
 import { ROOT, until } from './helpers/daemon.js';
 import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from './helpers/cgroup-cleanup.js';
 
@@ -41,7 +41,7 @@ describe('native helper', () => {
 
   it('sets and reads the child subreaper bit (in a process of its own)', () => {
     const out = execFileSync(process.execPath, ['--import', 'tsx', '-e', `
-      import('./supervisor/native.ts').then(({ native }) => {
+      import('./core/fs/native.ts').then(({ native }) => {
         const before = native().isChildSubreaper();
         native().setChildSubreaper();
         console.log(JSON.stringify([before, native().isChildSubreaper()]));

@@ -77,10 +77,10 @@ interface PythonResult {
   ping_now_ms: number;
 }
 
-/** The same through the Python client (/usr/bin/python3, ipc/python), as a harness process of its own. */
+/** The same through the Python client (/usr/bin/python3, clients/python), as a harness process of its own. */
 function drivePython(endpoint: Record<string, unknown>, key: string, marker: string): PythonResult {
   const r = spawnSync('/usr/bin/python3', [PYTHON_FIXTURE, JSON.stringify(endpoint), key, marker], {
-    env: { PATH: process.env.PATH, PYTHONPATH: join(ROOT, 'ipc/python') },
+    env: { PATH: process.env.PATH, PYTHONPATH: join(ROOT, 'clients/python') },
     encoding: 'utf8',
     timeout: 60_000,
   });

@@ -49,7 +49,7 @@ describe('install.sh', () => {
     expect(readFileSync(join(root, 'usr/local/bin/sbx'), 'utf8')).toBe('#!/bin/sh\nexec /usr/local/lib/sandbox-supervisor/dist/cli/sbx "$@"\n');
     expect(existsSync(join(lib, 'dist/cli/sbx.blob'))).toBe(true);
     expect(execFileSync(join(lib, 'dist/cli/sbx'), ['--version'], { encoding: 'utf8' }).trim()).toMatch(/^\d+\.\d+\.\d+$/);
-    expect(execFileSync(process.execPath, ['-e', `import('${join(lib, 'dist/supervisor/native.js')}').then((m) => console.log(typeof m.native().peerCred, m.execShimPath()))`], { encoding: 'utf8' }).trim()).toBe(`function ${join(lib, 'native-helpers/build/Release/sbx-exec-shim')}`);
+    expect(execFileSync(process.execPath, ['-e', `import('${join(lib, 'dist/core/fs/native.js')}').then((m) => console.log(typeof m.native().peerCred, m.execShimPath()))`], { encoding: 'utf8' }).trim()).toBe(`function ${join(lib, 'native-helpers/build/Release/sbx-exec-shim')}`);
     // The man pages, where man finds them: MANPATH names the root's PREFIX/share/man.
     const man = join(root, 'usr/local/share/man');
     expect(readFileSync(join(man, 'man1/sbx.1'), 'utf8')).toBe(readFileSync(join(ROOT, 'man/sbx.1'), 'utf8'));

@@ -212,7 +212,7 @@ export interface Floor {
  * exit -> receipt and launch -> exec rows.
  */
 export async function durableFloors(dir: string, runs: number): Promise<{ receipt: Floor; launch: Floor }> {
-  const { createFileDurable } = await import('../../supervisor/store/durable.js');
+  const { createFileDurable } = await import('../../core/fs/durable.js');
   const base = mkdtempSync(join(dir, 'floor-'));
   const receipt: number[] = [];
   const launch: number[] = [];

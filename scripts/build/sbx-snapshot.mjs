@@ -35,7 +35,7 @@ try {
     target: 'node20',
     // Loaded by import() at run time, which a snapshot's main cannot do (the launcher starts
     // these commands from sbx.js).
-    external: ['./checkpoints.js', './tasks.js', '../ipc/verify.js'],
+    external: ['./checkpoints.js', './tasks.js', '../core/receipts/verify.js'],
     // ipc/version.ts finds package.json from its own URL: the bundle's, two levels below it.
     define: { 'import.meta.url': '__sbxBundleUrl' },
     banner: { js: "var __sbxBundleUrl = require('node:url').pathToFileURL(__filename).href;" },

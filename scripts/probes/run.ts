@@ -18,7 +18,7 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { SupervisorClient } from '../../ipc/client.js';
 import { Reaper } from '../../supervisor/reaper.js';
-import { native } from '../../supervisor/native.js';
+import { native } from '../../core/fs/native.js';
 import { TestDaemon } from '../../test/helpers/daemon.js';
 import { type CaseResult, type FieldCase, loadCases, releaseRuns, runCase } from './field-cases.js';
 import { type NaiveResult, type NaiveTarget, runNaiveCase } from './naive.js';

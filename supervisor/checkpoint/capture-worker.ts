@@ -8,15 +8,16 @@ import { createHash, createPrivateKey, createPublicKey, sign, verify } from 'nod
 import { closeSync, constants, openSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
-import { jcs } from '../../ipc/signature.js';
-import { faultPoint } from '../fault.js';
-import { fsDecode, nameText, showPath } from '../workspace/names.js';
-import { ScanError } from '../workspace/walk.js';
-import { LocalStoreFiles, objectKey } from './local-store.js';
-import { checkManifest, entriesDigest, manifestAround, manifestObjects, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from './manifest.js';
+import { jcs } from '../../core/receipts/signature.js';
+import { faultPoint } from '../../core/fault.js';
+import { fsDecode, nameText, showPath } from '../../core/fs/names.js';
+import { ScanError } from '../../core/fs/walk.js';
+import { LocalStoreFiles, objectKey } from '../../core/checkpoint/local-store.js';
+import { checkManifest, entriesDigest, manifestAround, manifestObjects, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from '../../core/checkpoint/manifest.js';
 import { pathOf, runCapture, runRehash, type CaptureRequest, type CaptureResult, type CapturedEntry, type WorkerProgress, type WorkerReply } from './passes.js';
 import { StatCache, VerifiedObjects } from './stat-cache.js';
-import { StoreError } from './store.js';
+import { StoreError } from '../../core/checkpoint/store.js';
+import { systemError } from '../../ipc/errno.js';
 
 export type { CaptureRequest, CaptureResult, CapturedEntry, RehashRequest, RehashResult, WorkerProgress, WorkerReply } from './passes.js';
 export { runCapture, runRehash } from './passes.js';
@@ -306,7 +307,7 @@ export function runReadBack(req: ReadBackRequest): ReadBackResult {
 function toReply(err: unknown): WorkerReply<never> {
   if (err instanceof ScanError) return { ok: false, code: err.code, message: err.message };
   if (err instanceof StoreError) return { ok: false, code: `store_${err.code}`, message: err.message };
-  const e = err as NodeJS.ErrnoException;
+  const e = systemError(err);
   return { ok: false, code: e.code ?? 'checkpoint_failed', message: e.message };
 }
 

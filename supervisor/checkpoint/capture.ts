@@ -10,9 +10,10 @@ import { closeSync, constants, existsSync, openSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { native } from '../native.js';
+import { native } from '../../core/fs/native.js';
 import type { CheckpointRequest, CheckpointStepResult, ReadBackRequest, ReadBackResult, WorkerProgress, WorkerReply } from './capture-worker.js';
 import { FREEZE_HELD, FREEZE_IDLE, FREEZE_REFUSED } from './passes.js';
+import { errnoCode } from '../../ipc/errno.js';
 
 type Reply = WorkerReply<unknown>;
 
@@ -26,7 +27,7 @@ export function thawPath(path: string): boolean {
     native().thaw(fd);
     return true;
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'EINVAL') return false;
+    if (errnoCode(err) === 'EINVAL') return false;
     throw err;
   } finally {
     closeSync(fd);

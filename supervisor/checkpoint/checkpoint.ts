@@ -12,19 +12,20 @@ import type { Logger } from 'pino';
 import { isSupervisorError, SupervisorError } from '../../ipc/errors.js';
 import type { GcResult } from '../../ipc/methods.js';
 import type { CheckpointResult, Receipt, TaskCheckpointEntry } from '../../ipc/protocol.js';
-import { STATE } from '../../ipc/state-layout.js';
-import { jcs, verifySignature } from '../../ipc/verify.js';
+import { STATE } from '../../core/state/names.js';
+import { jcs, verifySignature } from '../../core/receipts/verify.js';
 import type { Config } from '../config.js';
-import { faultPoint } from '../fault.js';
-import { native } from '../native.js';
+import { faultPoint } from '../../core/fault.js';
 import type { ReceiptSigner } from '../signing.js';
-import { entryPath } from '../workspace/walk.js';
+import { pathAt } from '../../core/fs/walk.js';
 import type { WorkspaceWatcher } from '../workspace/watcher.js';
 import { CheckpointThread, thawPath } from './capture.js';
-import { LocalStore, objectKey, STORE_DIRS } from './local-store.js';
-import { checkManifest, manifestObjects, mountsSkipped, type CheckpointBoundary, type Manifest, type PublishedRecord, type RuntimeFence } from './manifest.js';
-import { type CheckpointStore, parseStoreUrl, rehashObject, StoreError } from './store.js';
+import { LocalStore, objectKey } from '../../core/checkpoint/local-store.js';
+import { STORE_DIRS } from '../../core/state/names.js';
+import { checkManifest, manifestObjects, mountsSkipped, type CheckpointBoundary, type Manifest, type PublishedRecord, type RuntimeFence } from '../../core/checkpoint/manifest.js';
+import { type CheckpointStore, parseStoreUrl, rehashObject, StoreError } from '../../core/checkpoint/store.js';
 import type { SupervisorMetrics } from '../metrics/registry.js';
+import { errnoCode } from '../../ipc/errno.js';
 
 export interface CheckpointDeps {
   config: Config;
@@ -78,7 +79,7 @@ export function thawLeftFrozen(config: Config, log: Logger): void {
       closeSync(fd);
     }
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') log.error({ err, record }, 'the checkpoint store\'s frozen record cannot be read');
+    if (errnoCode(err) !== 'ENOENT') log.error({ err, record }, 'the checkpoint store\'s frozen record cannot be read');
     return;
   }
   try {
@@ -136,7 +137,7 @@ export class Checkpoints {
     const url = parseStoreUrl(this.deps.config.checkpoint.store, this.local.dir);
     if (url.kind !== 's3') return null;
     // Loaded only for an s3:// store: the AWS SDK costs nothing otherwise.
-    this.remote ??= import('./s3-store.js').then(({ S3Store }) => new S3Store(url, this.deps.config.checkpoint.s3));
+    this.remote ??= import('../../core/checkpoint/s3-store.js').then(({ S3Store }) => new S3Store(url, this.deps.config.checkpoint.s3));
     return this.remote;
   }
 
@@ -331,7 +332,7 @@ export class Checkpoints {
       real = realpathSync(path);
       if (!statSync(real).isDirectory()) throw Object.assign(new Error(`${path} is not a directory`), { code: 'ENOTDIR' });
     } catch (err) {
-      throw new SupervisorError('INVALID_ARGUMENT', `checkpoint: workspace ${path}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'does not exist' : (err as Error).message}`, { field: 'workspace' });
+      throw new SupervisorError('INVALID_ARGUMENT', `checkpoint: workspace ${path}: ${errnoCode(err) === 'ENOENT' ? 'does not exist' : (err as Error).message}`, { field: 'workspace' });
     }
     const inside = (a: string, b: string) => a === b || a.startsWith(b.endsWith('/') ? b : b + '/');
     for (const [what, dir] of [['state dir', this.deps.config.stateDir], ['checkpoint store', this.local.dir]]) {
@@ -515,7 +516,7 @@ export class Checkpoints {
       mkdirSync(q, { recursive: true, mode: 0o700 });
       const fan = fs.fanDir(sha256.slice(0, 2));
       try {
-        const from = entryPath(fan, Buffer.from(sha256));
+        const from = pathAt(fan, Buffer.from(sha256));
         lstatSync(from);
         renameSync(from, join(q, `${sha256}.${Date.now()}`));
       } finally {
@@ -523,7 +524,7 @@ export class Checkpoints {
       }
       this.deps.log.error({ object: sha256, quarantine: q }, 'a checkpoint object failed its read-back: set aside');
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT' && !(err instanceof StoreError)) this.deps.log.error({ err, object: sha256 }, 'a bad checkpoint object could not be set aside');
+      if (errnoCode(err) !== 'ENOENT' && !(err instanceof StoreError)) this.deps.log.error({ err, object: sha256 }, 'a bad checkpoint object could not be set aside');
     }
   }
 
@@ -610,7 +611,7 @@ export class Checkpoints {
           try {
             for (const name of fs.list(fanFd)) {
               if (referenced.has(name)) continue;
-              const p = entryPath(fanFd, Buffer.from(name));
+              const p = pathAt(fanFd, Buffer.from(name));
               try {
                 freed += lstatSync(p).size;
               } catch {

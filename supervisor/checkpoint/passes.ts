@@ -1,4 +1,4 @@
-// The capture (in the checkpoint thread, capture-worker.ts): walks a workspace (walk.ts:
+// The capture (in the checkpoint thread, capture-worker.ts): walks a workspace (core/fs/walk.ts:
 // directory fds, no link followed, one file system), hashes each regular file and stores its
 // object in the local store create-once (local-store.ts), then walks again comparing each
 // entry's type, size, mode, owner, mtime, ctime and inode (with verifyContent, its content)
@@ -13,15 +13,17 @@
 // between the two passes, so at that instant the tree was exactly what was captured.
 import { createHash } from 'node:crypto';
 import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readFileSync, readSync } from 'node:fs';
-import { faultPoint } from '../fault.js';
-import { native } from '../native.js';
+import { faultPoint } from '../../core/fault.js';
+import { native } from '../../core/fs/native.js';
 import { isUtf8 } from 'node:buffer';
-import { showPath } from '../workspace/names.js';
-import { checkFsIdentity, entryPath, ScanError, walkTree, type FsIdentity, type WalkEntry } from '../workspace/walk.js';
-import { type ListedObject, LocalStoreFiles, objectSigOf, writeAll } from './local-store.js';
-import type { EntryFacts } from './manifest.js';
+import { showPath } from '../../core/fs/names.js';
+import { checkFsIdentity, pathAt, ScanError, walkTree, type FsIdentity, type WalkEntry } from '../../core/fs/walk.js';
+import { type ListedObject, LocalStoreFiles, objectSigOf } from '../../core/checkpoint/local-store.js';
+import { writeAll } from '../../core/fs/durable.js';
+import type { EntryFacts } from '../../core/checkpoint/manifest.js';
 import type { CaptureSeed } from './stat-cache.js';
-import { StoreError } from './store.js';
+import { StoreError } from '../../core/checkpoint/store.js';
+import { errnoCode, systemError } from '../../ipc/errno.js';
 
 export interface CaptureRequest {
   kind: 'capture';
@@ -134,7 +136,7 @@ const sleeper = new Int32Array(new SharedArrayBuffer(4));
 
 /** Whether an open failed because another process holds a lease on the file (EWOULDBLOCK is EAGAIN on Linux). */
 function leaseBlocked(err: unknown): boolean {
-  const c = (err as NodeJS.ErrnoException).code;
+  const c = errnoCode(err);
   return c === 'EAGAIN' || c === 'EWOULDBLOCK';
 }
 
@@ -225,7 +227,7 @@ class Capture {
       return fn();
     } catch (err) {
       if (err instanceof StoreError || err instanceof ScanError) throw err;
-      const e = err as NodeJS.ErrnoException;
+      const e = systemError(err);
       throw new StoreError('io', `${e.code ?? 'error'}: writing to the checkpoint store ${this.store.dir} failed: ${e.message}`);
     }
   }
@@ -241,7 +243,7 @@ class Capture {
   sameContent(e: WalkEntry, sha256: string): boolean {
     let fd: number;
     try {
-      fd = openSync(entryPath(e.dirFd, e.name), OPEN_FILE);
+      fd = openSync(pathAt(e.dirFd, e.name), OPEN_FILE);
     } catch {
       return false;
     }
@@ -275,7 +277,7 @@ class Capture {
     try {
       for (;;) {
         try {
-          return openSync(entryPath(e.dirFd, e.name), OPEN_FILE);
+          return openSync(pathAt(e.dirFd, e.name), OPEN_FILE);
         } catch (err) {
           if (!leaseBlocked(err)) throw err;
           if (performance.now() - t0 >= this.leaseLeftMs) return null;
@@ -295,7 +297,7 @@ class Capture {
       if (opened === null) return LEASED;
       fd = opened;
     } catch (err) {
-      const c = (err as NodeJS.ErrnoException).code;
+      const c = errnoCode(err);
       if (c === 'ENOENT' || c === 'ELOOP' || c === 'ENXIO') return null; // went, or is now a link or a fifo: the next pass sees it as it is
       throw err;
     }
@@ -478,7 +480,7 @@ function frozenPass(req: CaptureRequest, store: LocalStoreFiles, onFrozen: (froz
     try {
       native().thaw(fd);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EINVAL') throw err;
+      if (errnoCode(err) !== 'EINVAL') throw err;
       thawedHere = false; // not frozen any more: thawed by the supervisor (or someone) meanwhile
     }
     store.clearFrozen();

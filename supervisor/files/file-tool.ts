@@ -1,5 +1,5 @@
 // The file tool a write_file or read_file session runs (docs/guide/files.md): pure Node, no imports
-// from the supervisor. `write PATH --mode 0644 --size N`: exactly N bytes from stdin into a
+// from the supervisor but core/fs/durable.ts (its temp and rename). `write PATH --mode 0644 --size N`: exactly N bytes from stdin into a
 // temp file beside PATH, fsync, fchmod, rename over PATH, fsync the directory. `read PATH`: the
 // file's bytes to stdout. Never through a symlink: every parent is opened O_DIRECTORY|O_NOFOLLOW
 // relative to the last (via /proc/self/fd/N/NAME), and a symlink as the final name is refused.
@@ -7,11 +7,13 @@
 // renames, never through a link (upload.ts).
 // A failure: one JSON line {code, message, ...} on stderr and exit 1 (codes: ipc/errors.ts).
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, fchmodSync, fstatSync, fsyncSync, lstatSync, openSync, read, readSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, constants, fchmodSync, fstatSync, fsyncSync, lstatSync, openSync, read, readSync, unlinkSync, writeSync } from 'node:fs';
+import { openTempAt, replaceAt } from '../../core/fs/durable.js';
 import { onSignal, uploadDir } from './upload.js';
 import { at, fromErrno, isLink, O_CLOEXEC, openParent, ToolError } from './walk.js';
+import { errnoCode, systemError } from '../../ipc/errno.js';
 
-const { O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW, O_NONBLOCK } = constants;
+const { O_RDONLY, O_NOFOLLOW, O_NONBLOCK } = constants;
 
 /** Waits 1 ms (a non-blocking stdin or stdout that is not ready: never a busy loop). */
 const pause = () => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
@@ -25,7 +27,7 @@ async function copyStdin(fd: number, size: number): Promise<number> {
     try {
       n = await new Promise<number>((resolve, reject) => read(0, buf, 0, buf.length, null, (err, bytes) => (err ? reject(err) : resolve(bytes))));
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'EAGAIN') {
+      if (errnoCode(err) === 'EAGAIN') {
         pause();
         continue;
       }
@@ -77,9 +79,9 @@ async function writeFile(path: string, mode: number, size: number): Promise<void
     const tmp = `.${name.slice(0, 200)}.sbx-${randomBytes(6).toString('hex')}.tmp`;
     let fd: number;
     try {
-      fd = openSync(at(dirFd, tmp), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600);
+      fd = openTempAt(dirFd, tmp, 0o600);
     } catch (err) {
-      throw fromErrno(err as NodeJS.ErrnoException, `${path} (its temp file)`);
+      throw fromErrno(systemError(err), `${path} (its temp file)`);
     }
     let renamed = false;
     unfinished = at(dirFd, tmp);
@@ -95,9 +97,9 @@ async function writeFile(path: string, mode: number, size: number): Promise<void
       if (isLink(dirFd, name)) throw new ToolError('SYMLINK_REFUSED', `${path} is a symbolic link (refused)`, { path });
       refuseSpecial(dirFd, name, path);
       try {
-        renameSync(at(dirFd, tmp), at(dirFd, name));
+        replaceAt(dirFd, tmp, name);
       } catch (err) {
-        throw fromErrno(err as NodeJS.ErrnoException, path);
+        throw fromErrno(systemError(err), path);
       }
       renamed = true;
       unfinished = null;
@@ -127,7 +129,7 @@ function readFile(path: string): void {
       // signal handler able to run); fstat then refuses it. A regular file's reads ignore it.
       fd = openSync(at(dirFd, name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     } catch (err) {
-      const e = err as NodeJS.ErrnoException;
+      const e = systemError(err);
       if (e.code === 'ELOOP' || isLink(dirFd, name)) throw new ToolError('SYMLINK_REFUSED', `${path} is a symbolic link (refused: files are never read through a link)`, { path });
       throw fromErrno(e, path);
     }
@@ -147,7 +149,7 @@ function readFile(path: string): void {
         try {
           off += writeSync(1, buf, off, n - off);
         } catch (err) {
-          if ((err as NodeJS.ErrnoException).code !== 'EAGAIN') throw err;
+          if (errnoCode(err) !== 'EAGAIN') throw err;
           pause();
         }
       }
@@ -178,7 +180,7 @@ async function main(argv: string[]): Promise<void> {
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
-  const e = err instanceof ToolError ? err : fromErrno(err as NodeJS.ErrnoException, 'file tool');
+  const e = err instanceof ToolError ? err : fromErrno(systemError(err), 'file tool');
   process.stderr.write(`${JSON.stringify({ code: e.code, message: e.message, ...e.details })}\n`);
   process.exitCode = 1;
 });

@@ -8,6 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fchmodSync, fchownSync, fstatSync, futimesSync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmdirSync, unlinkSync, type Stats } from 'node:fs';
 import { at, fromErrno, isLink, O_CLOEXEC, openParent, ToolError } from './walk.js';
+import { errnoCode, systemError } from '../../ipc/errno.js';
 
 const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW } = constants;
 const DIR_FLAGS = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
@@ -44,7 +45,7 @@ function openDir(path: string): number {
   try {
     return openSync(at(dirFd, name), DIR_FLAGS);
   } catch (err) {
-    const e = err as NodeJS.ErrnoException;
+    const e = systemError(err);
     if ((e.code === 'ELOOP' || e.code === 'ENOTDIR') && isLink(dirFd, name)) throw new ToolError('SYMLINK_REFUSED', `${path} is a symbolic link (refused)`, { path });
     if (e.code === 'ENOTDIR') throw new ToolError('NOT_A_DIRECTORY', `${path} is not a directory`, { path });
     throw fromErrno(e, path);
@@ -88,7 +89,7 @@ function openDest(dst: number, name: string, path: string): number {
   try {
     return openSync(at(dst, name), DIR_FLAGS);
   } catch (err) {
-    const e = err as NodeJS.ErrnoException;
+    const e = systemError(err);
     if ((e.code === 'ELOOP' || e.code === 'ENOTDIR') && isLink(dst, name)) throw symlinkRefused(path);
     throw fromErrno(e, path);
   }
@@ -119,7 +120,7 @@ function move(src: number, dst: number, name: string, st: Stats, path: string): 
     renameSync(at(src, name), at(dst, name));
     if (fd >= 0) fchmodSync(fd, st.mode & 0o7777);
   } catch (err) {
-    throw err instanceof ToolError ? err : fromErrno(err as NodeJS.ErrnoException, `upload: ${path}`);
+    throw err instanceof ToolError ? err : fromErrno(systemError(err), `upload: ${path}`);
   } finally {
     if (fd >= 0) closeSync(fd);
   }
@@ -139,7 +140,7 @@ function merge(src: number, dst: number, path: string): void {
     try {
       dest = lstatSync(at(dst, name));
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw fromErrno(err as NodeJS.ErrnoException, `upload: ${where}`);
+      if (errnoCode(err) !== 'ENOENT') throw fromErrno(systemError(err), `upload: ${where}`);
     }
     if (st.isDirectory() && dest !== null) {
       if (dest.isSymbolicLink()) throw symlinkRefused(where);
@@ -148,7 +149,7 @@ function merge(src: number, dst: number, path: string): void {
         try {
           unlinkSync(at(dst, name));
         } catch (err) {
-          throw fromErrno(err as NodeJS.ErrnoException, `upload: ${where}`);
+          throw fromErrno(systemError(err), `upload: ${where}`);
         }
         move(src, dst, name, st, where);
         continue;
@@ -192,7 +193,7 @@ export async function uploadDir(dir: string): Promise<void> {
     try {
       mkdirSync(at(dirFd, name), 0o700);
     } catch (err) {
-      throw fromErrno(err as NodeJS.ErrnoException, `${dir} (its staging dir)`);
+      throw fromErrno(systemError(err), `${dir} (its staging dir)`);
     }
     const staging = openSync(at(dirFd, name), DIR_FLAGS);
     const cleanup = () => {

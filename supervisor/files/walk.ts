@@ -2,6 +2,8 @@
 // O_DIRECTORY|O_NOFOLLOW relative to the last (via /proc/self/fd/N/NAME, the openat(2) of Node),
 // and the tool's errors by code (ipc/errors.ts). Pure Node: nothing of the supervisor.
 import { closeSync, constants, lstatSync, openSync } from 'node:fs';
+import { pathAt } from '../../core/fs/walk.js';
+import { systemError } from '../../ipc/errno.js';
 
 const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW } = constants;
 export const O_CLOEXEC = 0o2000000; // Linux; not in fs.constants
@@ -17,7 +19,7 @@ export class ToolError extends Error {
 }
 
 /** The path of NAME inside the directory open at fd: resolving it never follows a link above NAME. */
-export const at = (dirFd: number, name: string) => `/proc/self/fd/${dirFd}/${name}`;
+export const at = (dirFd: number, name: string): string => pathAt(dirFd, name);
 
 /** Maps an errno of an open/rename of `what` to a tool error code. */
 export function fromErrno(err: NodeJS.ErrnoException, what: string): ToolError {
@@ -67,7 +69,7 @@ export function openParent(path: string): { dirFd: number; name: string } {
     try {
       next = openSync(at(dirFd, part), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     } catch (err) {
-      const e = err as NodeJS.ErrnoException;
+      const e = systemError(err);
       // O_DIRECTORY|O_NOFOLLOW on a link is ENOTDIR or ELOOP: say which it was.
       const linked = (e.code === 'ENOTDIR' || e.code === 'ELOOP') && isLink(dirFd, part);
       closeSync(dirFd);

@@ -11,6 +11,7 @@ import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { ConfigError } from '../config.js';
 import { isLoopback, type MetricsAddress } from './address.js';
+import { errnoCode } from '../../ipc/errno.js';
 
 /**
  * Connections the endpoint holds at once. A new one past it closes the oldest connection
@@ -117,7 +118,7 @@ export async function listenMetrics(addr: MetricsAddress, render: RenderMetrics,
       } catch {
         // already gone
       }
-      throw fail(`the socket bound cannot be set to mode 0660: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      throw fail(`the socket bound cannot be set to mode 0660: ${errnoCode(err) ?? (err as Error).message}`);
     }
     address = addr.path;
   } else {
@@ -181,7 +182,7 @@ function checkDirectory(dir: string, fail: (why: string) => Error): void {
   try {
     isDir = statSync(dir).isDirectory();
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
+    const code = errnoCode(err);
     if (code === 'ENOENT') throw fail(`its directory ${dir} does not exist (create it first)`);
     if (code === 'ENOTDIR') throw fail(`a component of ${dir} is not a directory (ENOTDIR)`);
     if (code === 'EACCES') throw fail(`its directory ${dir} cannot be searched: permission denied (EACCES)`);

@@ -7,6 +7,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { closeSync, constants, fstatSync, lstatSync, openSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { errnoCode, systemError } from '../../ipc/errno.js';
 
 /** Where the token comes from (status and the start-up log say which, never the token). */
 export type TokenSourceKind = 'env' | 'config' | 'file' | 'none';
@@ -22,7 +23,6 @@ const MAX_TOKEN_FILE_BYTES = 4096;
 
 /** Why a handshake failed (the metric's reason label). */
 export type HandshakeFailure = 'no_token' | 'wrong_token' | 'token_file_invalid' | 'bad_upgrade' | 'not_websocket' | 'upgrade_timeout' | 'connections';
-export const HANDSHAKE_FAILURES: readonly HandshakeFailure[] = ['no_token', 'wrong_token', 'token_file_invalid', 'bad_upgrade', 'not_websocket', 'upgrade_timeout', 'connections'];
 
 /**
  * Why text is no token, or null when it is one: the rules of config remote.token (at least
@@ -47,7 +47,7 @@ export function readTokenFile(file: string, uid: number | undefined = process.ge
   try {
     fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   } catch (err) {
-    const e = err as NodeJS.ErrnoException;
+    const e = systemError(err);
     const why = e.code === 'ELOOP' ? 'is a symbolic link (the file itself must be the token file)' : `cannot be opened: ${e.code ?? e.message}`;
     throw Object.assign(new Error(`the remote token file ${file} ${why}`), { code: e.code });
   }
@@ -132,7 +132,7 @@ export class RemoteToken {
       this.digest = sha256(read.token);
       this.invalid = null;
     } catch (err) {
-      this.invalid = (err as NodeJS.ErrnoException).code === 'ENOENT' ? `the remote token file ${this.file} is gone` : (err as Error).message;
+      this.invalid = errnoCode(err) === 'ENOENT' ? `the remote token file ${this.file} is gone` : (err as Error).message;
     }
   }
 
@@ -165,7 +165,7 @@ function createTokenFile(file: string): void {
       closeSync(fd);
     }
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw new Error(`cannot create the remote token file ${file}: ${(err as Error).message}`);
+    if (errnoCode(err) !== 'EEXIST') throw new Error(`cannot create the remote token file ${file}: ${(err as Error).message}`);
   }
 }
 

@@ -7,7 +7,7 @@ import { connect as netConnect, createServer, type Server, type Socket } from 'n
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { SupervisorError } from '../../ipc/errors.js';
-import { native } from '../native.js';
+import { native } from '../../core/fs/native.js';
 import type { Supervisor } from '../supervisor.js';
 import { lookupGroup } from '../users.js';
 import { Connection, type PendingFrames } from './connection.js';

@@ -7,10 +7,11 @@ import { closeSync, constants, openSync, readSync, writeSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { ReadStream } from 'node:tty';
 import type { StreamName, StreamOutput } from '../../ipc/protocol.js';
-import { native } from '../native.js';
+import { native } from '../../core/fs/native.js';
 import { arrivalNowUs, StreamLog } from '../store/chunks.js';
 import type { StorageGuard } from '../store/storage.js';
 import type { HashPool } from '../store/hasher.js';
+import { errnoCode } from '../../ipc/errno.js';
 
 /** handoff: handed on to a service with the processes holding the pipe (handOff). */
 export type DrainEnd = 'eof' | 'eio' | 'timeout' | 'handoff';
@@ -112,7 +113,7 @@ export class StreamDrain extends EventEmitter {
         this.log.append(Buffer.from(READ_BUFFER.subarray(0, n)), arrivalNowUs());
       }
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EAGAIN') {
+      if (errnoCode(err) !== 'EAGAIN') {
         closeSync(next);
         throw err;
       }
@@ -253,7 +254,7 @@ class PtyMaster extends ReadStream {
     try {
       written = writeSync(this.masterFd, data);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EAGAIN') {
+      if (errnoCode(err) !== 'EAGAIN') {
         // EIO: no slave is open any more. The read side ends by itself once it has read
         // every byte (EIO too); failing the write now would close the master before that.
         this.once('close', () => callback(err as Error));

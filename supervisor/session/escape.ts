@@ -7,7 +7,8 @@
 import { closeSync, constants, existsSync, openSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import type { Logger } from 'pino';
 import type { CgroupEscape } from '../../ipc/protocol.js';
-import { native } from '../native.js';
+import { native } from '../../core/fs/native.js';
+import { systemError } from '../../ipc/errno.js';
 
 /** How often queued writes are read while sessions are tracked (a read of an empty queue is one syscall). */
 const POLL_MS = 50;
@@ -249,7 +250,7 @@ export class EscapeWatch {
       return new EscapeWatch(fd, mountFd, null, log, mountPoint);
     } catch (err) {
       if (fd >= 0) closeSync(fd);
-      const e = err as NodeJS.ErrnoException;
+      const e = systemError(err);
       log.warn({ code: e.code, mount: mountPoint }, 'cgroup escape watch unavailable: receipts say so');
       return new EscapeWatch(-1, -1, `${e.code ?? 'error'}: ${e.message}`, log, mountPoint);
     }

@@ -10,10 +10,10 @@ import { SupervisorError } from '../../ipc/errors.js';
 import type { HandoffFacts, SessionLimits, StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
 import { applyLimits, type CgroupLeaf } from '../cgroup.js';
 import { hasLimits, LIMITS } from '../limits.js';
-import { faultPoint } from '../fault.js';
-import { native } from '../native.js';
+import { faultPoint } from '../../core/fault.js';
+import { native } from '../../core/fs/native.js';
 import { StreamLog, type ReadRecord } from '../store/chunks.js';
-import { fsyncDir } from '../store/durable.js';
+import { fsyncDir } from '../../core/fs/durable.js';
 import { receiptReservationBytes, reserveReceiptSpace } from '../store/receipt-file.js';
 import { writeAdmission, writeStarted } from '../store/records.js';
 import { setDeadline } from '../timers.js';
@@ -27,6 +27,8 @@ import { Session } from './session.js';
 import { LeaderProcess, signalNumber } from './spawn.js';
 import { StdinWriter } from './stdin.js';
 import { handOffLeftovers } from './handoff.js';
+import { errnoCode } from '../../ipc/errno.js';
+import { systemError } from '../../ipc/errno.js';
 
 /** Quiet time on a pty master, after its writers are gone, before the slave is closed. */
 const PTY_QUIET_MS = 20;
@@ -125,7 +127,7 @@ export class LiveSession extends Session {
       try {
         applyLimits(this.leaf.path, { [limit]: limits[limit] });
       } catch (err) {
-        throw new SupervisorError('LIMIT_UNAVAILABLE', `${limit} could not be applied: ${(err as Error).message}. Nothing was run.`, { controller, limit, cgroup, errno: (err as NodeJS.ErrnoException).code ?? null });
+        throw new SupervisorError('LIMIT_UNAVAILABLE', `${limit} could not be applied: ${(err as Error).message}. Nothing was run.`, { controller, limit, cgroup, errno: errnoCode(err) ?? null });
       }
     }
   }
@@ -167,7 +169,7 @@ export class LiveSession extends Session {
       // No pty, no pipe or no fork (EMFILE, EAGAIN): nothing ran, and the empty leaf says so.
       if (this.pty) for (const fd of [this.pty.master, this.pty.slave]) closeSync(fd);
       this.pty = null;
-      void this.failToStart(err as NodeJS.ErrnoException);
+      void this.failToStart(systemError(err));
       return;
     }
     this.leader = leader;

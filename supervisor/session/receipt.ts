@@ -15,7 +15,7 @@ export interface DigestInput {
   user: string | null;
 }
 
-import { jcs } from '../../ipc/verify.js';
+import { jcs } from '../../core/receipts/verify.js';
 
 /** "sha256:" + hex SHA-256 of the JCS encoding of the digest input. */
 export function commandDigest(input: DigestInput): string {

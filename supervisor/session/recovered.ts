@@ -6,8 +6,8 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { DEFAULT_TASK, type Receipt, type StreamName, type TerminationCause } from '../../ipc/protocol.js';
-import { OUTPUT_REMOVED_FILE } from '../../ipc/state-layout.js';
-import { storedChunks } from '../../ipc/stream-files.js';
+import { OUTPUT_REMOVED_FILE } from '../../core/state/names.js';
+import { storedChunks } from '../../core/state/stream-files.js';
 import { CgroupLeaf } from '../cgroup.js';
 import { readStarted, type AdmissionRecord } from '../store/records.js';
 import type { SessionContext, SessionRequest } from './context.js';

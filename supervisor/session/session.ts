@@ -9,12 +9,12 @@ import { existsSync, lstatSync, readdirSync, renameSync, rmSync } from 'node:fs'
 import { join } from 'node:path';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { Receipt, SessionState, SessionSummary, StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
-import { OUTPUT_REMOVED_FILE, RECEIPT_FILE, removedStreamDirName, unreadableName } from '../../ipc/state-layout.js';
-import { indexDigest, storedChunks } from '../../ipc/stream-files.js';
-import { receiptDigest } from '../../ipc/verify.js';
+import { OUTPUT_REMOVED_FILE, RECEIPT_FILE, removedStreamDirName, unreadableName } from '../../core/state/names.js';
+import { indexDigest, storedChunks } from '../../core/state/stream-files.js';
+import { receiptDigest } from '../../core/receipts/verify.js';
 import type { CgroupLeaf } from '../cgroup.js';
-import { faultPoint } from '../fault.js';
-import { createFileDurable, fsyncDir } from '../store/durable.js';
+import { faultPoint } from '../../core/fault.js';
+import { createFileDurable, fsyncDir } from '../../core/fs/durable.js';
 import { existsNoFollow, factsOf, writeReceiptFile, writeReservedFacts } from '../store/receipt-file.js';
 import type { ReadRecord } from '../store/chunks.js';
 import { readEscapeAttested, writeEscapeAttested, type AdmissionRecord, type EscapeAttestedRecord } from '../store/records.js';
@@ -23,6 +23,7 @@ import { operatorAttested, type DeathFacts } from './evidence.js';
 import { stillEscaped } from './escape.js';
 import { isSettled, Lifecycle, type InitialState } from './lifecycle.js';
 import { buildReceipt, type ReceiptFacts } from './receipt.js';
+import { errnoCode } from '../../ipc/errno.js';
 
 export const ALL_STREAMS: readonly StreamName[] = ['stdout', 'stderr', 'pty'];
 /** First and longest wait between attempts to write a receipt the disk had no room for. */
@@ -344,7 +345,7 @@ export abstract class Session extends EventEmitter {
     try {
       writeReceiptFile(this.dir, JSON.stringify(receipt) + '\n');
     } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code ?? '';
+      const code = errnoCode(err) ?? '';
       const why = TRANSIENT_WRITE_ERRORS[code];
       if (!why) {
         // For good: nothing is on its way any more (an operator may resolve it).
@@ -361,7 +362,7 @@ export abstract class Session extends EventEmitter {
           writeReservedFacts(this.dir, JSON.stringify(this.ctx.signer.sign(factsOf(receipt))));
           kept = 'in its reservation';
         } catch (factsErr) {
-          this.ctx.log.warn({ session_id: this.id, code: (factsErr as NodeJS.ErrnoException).code }, 'could not keep the receipt\'s facts in its reservation');
+          this.ctx.log.warn({ session_id: this.id, code: errnoCode(factsErr) }, 'could not keep the receipt\'s facts in its reservation');
         }
         this.becomeUnknown(`the receipt could not be written (${code}: ${why}); its facts are kept ${kept} and the write is retried until ${code === 'ENOSPC' || code === 'EDQUOT' ? 'space returns' : 'it succeeds'}`);
       }

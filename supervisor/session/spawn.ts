@@ -8,8 +8,9 @@ import { closeSync, constants, openSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { Socket } from 'node:net';
 import { constants as osConstants } from 'node:os';
-import { execShimPath, native } from '../native.js';
+import { execShimPath, native } from '../../core/fs/native.js';
 import type { Reaper } from '../reaper.js';
+import { systemError } from '../../ipc/errno.js';
 
 export interface LeaderSpec {
   argv: string[];
@@ -148,7 +149,7 @@ export class LeaderProcess {
       const childFds = [stdin, stdoutW, stderrW, reportW, ...(tini ? [controlR] : []), argvR];
       pid = (spec.cgroupProcsPath ? spawnInCgroup(dirname(spec.cgroupProcsPath), shimArgs(false), env, childFds) : undefined) ?? native().spawnDetached(execShimPath(), shimArgs(true), env, childFds);
     } catch (err) {
-      const e = err as NodeJS.ErrnoException;
+      const e = systemError(err);
       if (typeof e.errno !== 'number') {
         for (const fd of [stdoutR, stderrR, stdinW, reportR, argvW, this.controlFd]) if (fd >= 0) closeSync(fd);
         throw err;
@@ -273,7 +274,7 @@ function spawnInCgroup(dir: string, argv: string[], env: string[], fds: number[]
   try {
     return native().spawnDetached(argv[0]!, argv, env, fds, cgroupFd);
   } catch (err) {
-    const e = err as NodeJS.ErrnoException;
+    const e = systemError(err);
     if (e.syscall !== 'clone3' || !['ENOSYS', 'EINVAL', 'EBUSY', 'EOPNOTSUPP', 'EACCES', 'EPERM'].includes(e.code ?? '')) throw err;
     if (e.code === 'ENOSYS' || e.code === 'EINVAL') cloneIntoCgroup = false;
     return undefined;

@@ -1,7 +1,7 @@
 // The on-disk log of one stream (docs/reference/state-dir.md): append-only chunk files named by their
 // start cursor, rolled every chunkBytes, holding the bytes exactly as read; and an index of
 // every read (stream, cursor, length, arrival time). Owns writing them; not reading
-// them back (ipc/stream-files.ts), nor the pipe (session/drain.ts). A read's bytes are copied
+// them back (core/state/stream-files.ts), nor the pipe (session/drain.ts). A read's bytes are copied
 // into a write buffer (write-buffers.ts) and written by libuv's threadpool, one write at a
 // time per stream, in order, so the event loop never waits for the page cache; the cursor
 // moves when a write returns. Once a write fails (ENOSPC, EIO) the stream stores nothing more,
@@ -12,10 +12,12 @@ import { createHash, type Hash } from 'node:crypto';
 import type { ChunkDigest, StreamName } from '../../ipc/protocol.js';
 import type { HashPool, StreamHasher } from './hasher.js';
 import type { StorageGuard } from './storage.js';
-import { chunkFileName, encodeIndexRecord, INDEX_FILE, INDEX_RECORD_BYTES } from '../../ipc/stream-files.js';
-import { writeAll } from './durable.js';
+import { encodeIndexRecord, INDEX_RECORD_BYTES } from '../../core/state/stream-files.js';
+import { chunkFileName, INDEX_FILE } from '../../core/state/names.js';
+import { writeAll } from '../../core/fs/durable.js';
 import { STREAM_WRITE_BUFFERS, WRITE_BUFFER_BYTES, writeBuffers } from './write-buffers.js';
-import { native } from '../native.js';
+import { native } from '../../core/fs/native.js';
+import { systemError } from '../../ipc/errno.js';
 
 /** fsync(2) of fd on the threadpool. */
 function fsyncAsync(fd: number): Promise<void> {
@@ -280,7 +282,7 @@ export class StreamLog {
         this.cursor += n;
       }
     } catch (err) {
-      this.fail(err as NodeJS.ErrnoException);
+      this.fail(systemError(err));
     }
     this.guard?.settled(off);
     if (off > 0) {
@@ -318,7 +320,7 @@ export class StreamLog {
     try {
       if (this.chunkFd < 0 || this.cursor - this.chunkStart >= this.chunkBytes) this.roll();
     } catch (err) {
-      this.fail(err as NodeJS.ErrnoException);
+      this.fail(systemError(err));
       return this.pump();
     }
     const len = Math.min(h.used - h.written, this.chunkBytes - (this.cursor - this.chunkStart));
@@ -477,7 +479,7 @@ export class StreamLog {
       native().startWriteback(fd);
     } catch (err) {
       // EIO and the like come back from the fsync that follows, which stops storing
-      if (typeof (err as NodeJS.ErrnoException).errno !== 'number') throw err;
+      if (typeof systemError(err).errno !== 'number') throw err;
     }
   }
 
@@ -522,7 +524,7 @@ export class StreamLog {
       this.indexHash.update(buf);
     } catch (err) {
       this.indexFailed = true;
-      if (!this.failure) this.fail(err as NodeJS.ErrnoException);
+      if (!this.failure) this.fail(systemError(err));
     }
   }
 }

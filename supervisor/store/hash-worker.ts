@@ -3,14 +3,14 @@
 // here; on the drain thread it halved throughput). Bytes just written from a shared write
 // buffer (store/write-buffers.ts) are hashed from that memory; any others (written without a
 // buffer, or before this thread took the stream over) are read back from the chunk files
-// (page cache) through the one chunk reader (ipc/stream-files.ts). Messages (hasher.ts):
+// (page cache) through the one chunk reader (core/state/stream-files.ts). Messages (hasher.ts):
 // open {id, dir, chunkBytes}; advance {id, cursor}: stored up to cursor; update {id, at, sab,
 // off, len, token}: stored bytes [at, at+len) are sab[off, off+len), answered {hashed: token}
 // once read; digest {id, cursor} → {id, sha256} | {id, error}.
 import { createHash, type Hash } from 'node:crypto';
 import { parentPort } from 'node:worker_threads';
-import { ChunkReader } from '../../ipc/stream-files.js';
-import { native } from '../native.js';
+import { ChunkReader } from '../../core/state/stream-files.js';
+import { native } from '../../core/fs/native.js';
 
 interface HashStream {
   reader: ChunkReader;

@@ -10,7 +10,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';
-import { faultPoint } from '../fault.js';
+import { faultPoint } from '../../core/fault.js';
 
 /** Bytes of progress sent to the worker at once (fewer messages on a fast stream). */
 const ADVANCE_BATCH_BYTES = 4 << 20;

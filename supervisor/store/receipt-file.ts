@@ -3,13 +3,15 @@
 // linked into place once (link(2): EEXIST if anything is there, never written through), the
 // facts record kept in it in place when the whole receipt has no room, and what a crash left
 // there, read back at start. Owns those bytes; the receipt's content is session/receipt.ts,
-// its schema ipc/state-layout.ts. See open(2), fsync(2), link(2), ftruncate(2).
+// its schema core/state/records.ts. See open(2), fsync(2), link(2), ftruncate(2).
 import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, linkSync, lstatSync, openSync, readdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChunkDigest, Receipt } from '../../ipc/protocol.js';
-import { isTempFileName, parseRecord, RECEIPT_FILE, RECEIPT_RESERVATION_FILE, type AdmissionRecord } from '../../ipc/state-layout.js';
-import { faultPoint } from '../fault.js';
-import { createFileDurable, fsyncDir, writeAll } from './durable.js';
+import { parseRecord, type AdmissionRecord } from '../../core/state/records.js';
+import { isTempFileName, RECEIPT_FILE, RECEIPT_RESERVATION_FILE } from '../../core/state/names.js';
+import { faultPoint } from '../../core/fault.js';
+import { createFileDurable, fsyncDir, writeAll } from '../../core/fs/durable.js';
+import { errnoCode } from '../../ipc/errno.js';
 
 /** Chunk entries a reservation makes room for at most (64 bytes each); past them the facts record stands in. */
 const RESERVED_CHUNK_ENTRIES = 4096;
@@ -52,7 +54,7 @@ export function writeReceiptFile(sessionDir: string, data: string): void {
   try {
     fd = openSync(reserved, constants.O_WRONLY | constants.O_NOFOLLOW);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    if (errnoCode(err) !== 'ENOENT') throw err;
     createFileDurable(final, data);
     return;
   }
@@ -180,7 +182,7 @@ export function readReceipt(sessionDir: string, sessionId: string): Receipt | nu
   try {
     text = readFileSync(join(sessionDir, RECEIPT_FILE), 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    if (errnoCode(err) === 'ENOENT') return null;
     throw err;
   }
   const receipt = parseRecord('receipt', text);

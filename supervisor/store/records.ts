@@ -1,32 +1,16 @@
 // The state dir's records other than the receipt's bytes (docs/reference/state-dir.md): admission records,
 // the invocation-key index (one file per key, named by the key's SHA-256, never removed: a key
 // runs at most once, ever), the started record, tombstones, and the session dirs. Owns
-// reading and writing them, each parsed with its schema (ipc/state-layout.ts); a torn or
+// reading and writing them, each parsed with its schema (core/state/records.ts); a torn or
 // corrupt file is an Error for the caller to make its session unknown.
-import { closeSync, constants, existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { constants, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import {
-  ADMISSION_FILE,
-  ESCAPE_ATTESTED_FILE,
-  isTempFileName,
-  keyRecordName,
-  parseRecord,
-  readRecord,
-  retiringDirName,
-  STARTED_FILE,
-  STATE,
-  tombstoneName,
-  type AdmissionRecord,
-  type EscapeAttestedRecord,
-  type KeyRecord,
-  type StartedRecord,
-  type TombstoneRecord,
-  unreadableName,
-} from '../../ipc/state-layout.js';
-import { createFileDurable, fsyncDir, writeAll } from './durable.js';
+import { parseRecord, readRecord, type AdmissionRecord, type EscapeAttestedRecord, type KeyRecord, type StartedRecord, type TombstoneRecord } from '../../core/state/records.js';
+import { ADMISSION_FILE, ESCAPE_ATTESTED_FILE, isTempFileName, keyRecordName, retiringDirName, STARTED_FILE, STATE, tombstoneName, unreadableName } from '../../core/state/names.js';
+import { createFileDurable, fsyncDir } from '../../core/fs/durable.js';
 
-export type { AdmissionRecord, EscapeAttestedRecord, KeyRecord, StartedRecord, TombstoneRecord } from '../../ipc/state-layout.js';
+export type { AdmissionRecord, EscapeAttestedRecord, KeyRecord, StartedRecord, TombstoneRecord } from '../../core/state/records.js';
 
 /** Reads and checks <sessionDir>/admission.json; throws with the reason when torn or corrupt. */
 export function readAdmission(sessionDir: string): AdmissionRecord {

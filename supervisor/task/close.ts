@@ -15,15 +15,16 @@
 import { join, resolve } from 'node:path';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { CheckpointResult, Receipt, TaskCheckpointEntry, TaskReceipt, TaskSealResult, TaskSessionEntry } from '../../ipc/protocol.js';
-import { readRecord, STATE, taskDirName } from '../../ipc/state-layout.js';
-import { receiptDigest } from '../../ipc/verify.js';
+import { readRecord } from '../../core/state/records.js';
+import { STATE, taskDirName } from '../../core/state/names.js';
+import { receiptDigest } from '../../core/receipts/verify.js';
 import { Checkpoints } from '../checkpoint/checkpoint.js';
-import { faultPoint } from '../fault.js';
+import { faultPoint } from '../../core/fault.js';
 import { setDeadline } from '../timers.js';
 import type { SessionContext } from '../session/context.js';
 import { isLive, isSettled } from '../session/lifecycle.js';
 import type { Session } from '../session/session.js';
-import { evaluateTask, receiptWorkspaces, sealFloor, sessionCovered, type JoinSession, type JoinWorkspace } from './join.js';
+import { evaluateTask, receiptWorkspaces, sealFloor, sessionCovered, type JoinSession, type JoinWorkspace } from '../../core/task/join.js';
 import type { TombstoneRecord } from '../store/records.js';
 import { completeTaskReceipts, readTaskSeals, sweepTaskTemps, TaskFiles, type TaskAttemptRecord, type TaskCloseRecord, type TaskSealRecord } from './records.js';
 

@@ -3,15 +3,17 @@
 // the first close named), the close attempt under way (rewritten as each step lands: what the
 // settle did, each workspace's published checkpoint or why there is none), and the task
 // receipt (replaced while incomplete; final once complete). Every file is written durably
-// (store/durable.ts: temp, fsync, rename or link, dir fsync) and read with its schema; the
+// (core/fs/durable.ts: temp, fsync, rename or link, dir fsync) and read with its schema; the
 // task id is never a path. Not what is decided from them (join.ts) or when (close.ts).
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TaskReceipt } from '../../ipc/protocol.js';
-import { isTempFileName, readRecord, STATE, TASK_FILES, taskDirName, type TaskAttemptRecord, type TaskCloseRecord, type TaskSealRecord } from '../../ipc/state-layout.js';
-import { createFileDurable, writeFileDurable } from '../store/durable.js';
+import { readRecord, type TaskAttemptRecord, type TaskCloseRecord, type TaskSealRecord } from '../../core/state/records.js';
+import { isTempFileName, STATE, TASK_FILES, taskDirName } from '../../core/state/names.js';
+import { createFileDurable, writeFileDurable } from '../../core/fs/durable.js';
+import { errnoCode } from '../../ipc/errno.js';
 
-export type { TaskAttemptRecord, TaskCloseRecord, TaskSealRecord } from '../../ipc/state-layout.js';
+export type { TaskAttemptRecord, TaskCloseRecord, TaskSealRecord } from '../../core/state/records.js';
 
 /** The files of one task. Reads throw with the reason when a file is torn or foreign; absent is null. */
 export class TaskFiles {
@@ -31,7 +33,7 @@ export class TaskFiles {
     try {
       st = lstatSync(this.dir);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+      if (errnoCode(err) === 'ENOENT') return false;
       throw err;
     }
     if (!st.isDirectory()) throw new Error(`${this.dir} is not a directory (a file or a symlink where a task dir should be; never followed)`);

@@ -8,8 +8,8 @@ import { appendFileSync, existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FAN } from './watch-worker.js';
 
-export { CHANGES_FILE } from '../../ipc/state-layout.js';
-import { CHANGES_FILE } from '../../ipc/state-layout.js';
+export { CHANGES_FILE } from '../../core/state/names.js';
+import { CHANGES_FILE } from '../../core/state/names.js';
 
 export type ChangeKind = 'created' | 'modified' | 'attrib' | 'deleted' | 'renamed_from' | 'renamed_to';
 

@@ -1,15 +1,15 @@
-// What a scan makes of the walked entries (walk.ts). Owns the close digest: not the walk, not
+// What a scan makes of the walked entries (core/fs/walk.ts). Owns the close digest: not the walk, not
 // threads. Format: "<t> <relative path> <size> <mtime ns>" per entry, and for a symlink
 // " <target>" after it; t = f (regular file), d, l (symlink) or o (fifo, socket, device), size 0
 // for all but files; "%" and a newline in a path are written %25 and %0A, in a target also a
 // space (%20), so a line is one entry and its fields parse one way (the path is what lies
 // between the type and the last numbers); lines sorted as JavaScript sorts strings (UTF-16
 // code units), joined with "\n", SHA-256. A path is its bytes: a byte that is not UTF-8 is
-// carried through names.ts (sorted as U+DC00+byte, hashed as the byte itself). For a tree
+// carried through core/fs/names.ts (sorted as U+DC00+byte, hashed as the byte itself). For a tree
 // without symlinks or "%"/newline in its names, the digest is the one of issue 11's scan.
 import { createHash } from 'node:crypto';
-import { fsDecode, fsEncode } from './names.js';
-import type { WalkEntry } from './walk.js';
+import { fsDecode, fsEncode } from '../../core/fs/names.js';
+import type { WalkEntry } from '../../core/fs/walk.js';
 
 /** The close scan's numbers: regular files, their bytes, the newest mtime of any entry, the digest. */
 export interface CloseDigest {

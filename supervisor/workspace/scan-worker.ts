@@ -1,10 +1,10 @@
-// The scanning thread (worker_threads), one per scan: walks one root (walk.ts) and reduces its
+// The scanning thread (worker_threads), one per scan: walks one root (core/fs/walk.ts) and reduces its
 // entries with the named scan kind (digest.ts), so the blocking syscalls of a walk never run on
 // the supervisor's event loop. Input workerData {root, kind, deadlineMs?, startHrNs}; one
 // message back, {ok: true, result} | {ok: false, code, message}; then the thread ends.
 import { parentPort, workerData } from 'node:worker_threads';
 import { closeDigest, mutationDigest } from './digest.js';
-import { ScanError, walkTree, type FsIdentity, type WalkEntry } from './walk.js';
+import { ScanError, walkTree, type FsIdentity, type WalkEntry } from '../../core/fs/walk.js';
 
 /** The scans a worker can run, by name; each consumes the walk and returns structured-cloneable data. */
 export const SCAN_KINDS = {
@@ -19,7 +19,7 @@ export interface ScanRequest {
   kind: ScanKind;
   deadlineMs?: number;
   startHrNs: bigint;
-  /** The watched file system root must be of (walk.ts checkFsIdentity). */
+  /** The watched file system root must be of (core/fs/walk.ts checkFsIdentity). */
   expectFs?: FsIdentity;
 }
 

@@ -1,13 +1,13 @@
 // A workspace scan off the event loop: starts one scanning thread (scan-worker.ts, loaded from
 // dist/ as hasher.ts loads its worker) per scan and resolves with its one reply. Owns the
-// thread's life and the outer deadline; not the walk (walk.ts) or the digest (digest.ts).
+// thread's life and the outer deadline; not the walk (core/fs/walk.ts) or the digest (digest.ts).
 // Never runs a walk on the caller's thread: without the compiled worker it fails (scan_failed).
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { ScanKind, ScanReply, ScanRequest } from './scan-worker.js';
-import type { FsIdentity } from './walk.js';
+import type { FsIdentity } from '../../core/fs/walk.js';
 
 export type { ScanKind, ScanReply } from './scan-worker.js';
 

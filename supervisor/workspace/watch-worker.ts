@@ -15,8 +15,9 @@
 import { createHash } from 'node:crypto';
 import { closeSync, constants, openSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
-import { native } from '../native.js';
-import { fsDecode } from './names.js';
+import { native } from '../../core/fs/native.js';
+import { fsDecode } from '../../core/fs/names.js';
+import { systemError } from '../../ipc/errno.js';
 
 /**
  * How every barrier's name begins: an O_TMPFILE inode's event names it `#<inode number>` (the
@@ -129,7 +130,7 @@ function run(init: WatchWorkerInit): void {
   try {
     fd = n.watchInit(init.unlimitedQueue);
   } catch (err) {
-    const e = err as NodeJS.ErrnoException;
+    const e = systemError(err);
     port.postMessage({ type: 'failed', code: e.code ?? 'EINVAL', message: e.message } satisfies WatchMessage);
     return;
   }
@@ -140,7 +141,7 @@ function run(init: WatchWorkerInit): void {
       mountFds.push(openSync(path, constants.O_RDONLY | constants.O_DIRECTORY));
       return { path, ok: true, message: null };
     } catch (err) {
-      const e = err as NodeJS.ErrnoException;
+      const e = systemError(err);
       mountFds.push(-1);
       return { path, ok: false, message: e.message };
     }

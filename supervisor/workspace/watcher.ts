@@ -6,20 +6,21 @@
 // the events (no fanotify, a queue overflow, a restart, a barrier that did not come back) into
 // a gap with a scan that stands in. Owns the barrier fds (an O_TMPFILE inode, O_EXCL, in each
 // workspace root: no name a session can reach or give it; else a file in the state dir on the workspace's file system)
-// and the per-session change logs; not the walk (walk.ts) or the reading (watch-worker.ts).
+// and the per-session change logs; not the walk (core/fs/walk.ts) or the reading (watch-worker.ts).
 import { closeSync, constants, existsSync, fstatSync, futimesSync, mkdirSync, openSync, realpathSync, statfsSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { WorkspaceEntry, WorkspaceGap, WorkspaceStatus } from '../../ipc/protocol.js';
-import { STATE } from '../../ipc/state-layout.js';
+import { STATE } from '../../core/state/names.js';
 import { ChangeLog, changeKinds, CHANGES_FILE } from './changes.js';
 import type { MutationScan } from './digest.js';
-import { nameText } from './names.js';
+import { nameText } from '../../core/fs/names.js';
 import { scanInWorker } from './scan.js';
-import { mountIdOf, type FsIdentity } from './walk.js';
+import { mountIdOf, type FsIdentity } from '../../core/fs/walk.js';
 import { BARRIER_PREFIX, type BarrierId, FAN, WAKE_POSTED, type WatchEvent, type WatchMessage, type WatchWorkerInit } from './watch-worker.js';
+import { errnoCode } from '../../ipc/errno.js';
 
 export interface WatcherOptions {
   paths: string[];
@@ -352,7 +353,7 @@ export class WorkspaceWatcher {
       ws.barrier = { dir: ws.path, name: `${BARRIER_PREFIX}${fstatSync(ws.barrierFd, { bigint: true }).ino}` };
       return;
     } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code;
+      const code = errnoCode(err);
       if (code !== 'EOPNOTSUPP' && code !== 'ENOTSUP' && code !== 'EISDIR' && code !== 'EINVAL') throw err;
     }
     const dir = join(this.options.stateDir, STATE.barriersDir);
@@ -513,7 +514,7 @@ export class WorkspaceWatcher {
 
   /**
    * What a walk of path (a real path) must find to be of the watched file system: the holding
-   * workspace's st_dev, and for the workspace itself its mount id too (walk.ts checkFsIdentity);
+   * workspace's st_dev, and for the workspace itself its mount id too (core/fs/walk.ts checkFsIdentity);
    * null when path is in no watched workspace.
    */
   fsIdentity(path: string): FsIdentity | null {
@@ -613,7 +614,7 @@ export function checkWorkspacePaths(paths: string[], stateDir: string): string[]
       real = realpathSync(p);
       if (!statSync(real).isDirectory()) throw Object.assign(new Error('not a directory'), { code: 'ENOTDIR' });
     } catch (err) {
-      problems.push(`workspace ${p}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'does not exist (create it before the supervisor starts)' : (err as Error).message}`);
+      problems.push(`workspace ${p}: ${errnoCode(err) === 'ENOENT' ? 'does not exist (create it before the supervisor starts)' : (err as Error).message}`);
       continue;
     }
     const inside = (a: string, b: string) => a === b || a.startsWith(b.endsWith('/') ? b : b + '/');

@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, mkdirSync, readFileSync, rmSync, symlinkSync, unlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { diffCheckpoints } from '../../ipc/checkpoints.js';
+import { diffCheckpoints } from '../../core/checkpoint/diff-offline.js';
 import type { CheckpointResult } from '../../ipc/protocol.js';
 import { sha256, TestDaemon } from '../helpers/daemon.js';
 

@@ -11,8 +11,8 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { CreateBucketCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, ListObjectVersionsCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { S3Store } from '../../supervisor/checkpoint/s3-store.js';
-import { StoreError } from '../../supervisor/checkpoint/store.js';
+import { S3Store } from '../../core/checkpoint/s3-store.js';
+import { StoreError } from '../../core/checkpoint/store.js';
 import { ROOT, sha256, TestDaemon, until } from '../helpers/daemon.js';
 import { pythonTreeListing } from '../helpers/workspace-trees.js';
 

@@ -7,7 +7,7 @@ import { closeSync, existsSync, mkdirSync, readdirSync, openSync, readFileSync, 
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult, Receipt } from '../../ipc/protocol.js';
-import { verifyStoredOutput } from '../../ipc/verify.js';
+import { verifyStoredOutput } from '../../core/receipts/verify.js';
 import { PROGRAMS, sha256, TestDaemon, until } from '../helpers/daemon.js';
 import { mountState, unmountState } from '../helpers/state-tmpfs.js';
 import { json } from '../helpers/workspace.js';

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { CloseReceipt, SessionSummary } from '../../ipc/protocol.js';
-import { receiptDigest } from '../../ipc/verify.js';
+import { receiptDigest } from '../../core/receipts/verify.js';
 import { pidsWithMarker, PROGRAMS, type SbxResult, TestDaemon, until } from '../helpers/daemon.js';
 import { makeDeepTree, makeMixedTree, pythonCloseDigest, removeTree } from '../helpers/workspace-trees.js';
 

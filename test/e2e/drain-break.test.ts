@@ -9,8 +9,8 @@ import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EndEvent, Receipt } from '../../ipc/protocol.js';
-import { decodeIndex } from '../../ipc/stream-files.js';
-import { verifyStoredOutput } from '../../ipc/verify.js';
+import { decodeIndex } from '../../core/state/stream-files.js';
+import { verifyStoredOutput } from '../../core/receipts/verify.js';
 import { sha256, TestDaemon, until, zombieChildren } from '../helpers/daemon.js';
 import { HAVE_FREEZABLE_IMAGE, mountState, mountStateImage, unmountState } from '../helpers/state-tmpfs.js';
 

@@ -1,6 +1,6 @@
 // Fault injection: across 60 keyed launches the supervisor is SIGKILLed, each time at a point
 // drawn from a seeded generator: after a random delay (during admission, spawn, drain or the
-// receipt), or exactly at a named crash point (supervisor/fault.ts: the temp admission record
+// receipt), or exactly at a named crash point (core/fault.ts: the temp admission record
 // written but not linked, admitted but not spawned, spawned but not answered, running and its
 // start recorded, the receipt in its reservation but not linked). It is restarted each time, and the client retries every
 // key at the end, as a harness would. Invariants: no key executed twice, no phantom session,
@@ -13,7 +13,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { SupervisorClient } from '../../ipc/client.js';
 import { isSupervisorError } from '../../ipc/errors.js';
 import type { LaunchParams, Receipt, SessionSummary } from '../../ipc/protocol.js';
-import { storedStream } from '../../ipc/stream-files.js';
+import { storedStream } from '../../core/state/stream-files.js';
 import { pidsWithMarker, TestDaemon } from '../helpers/daemon.js';
 import { seededRandom } from '../helpers/random.js';
 

@@ -3,7 +3,7 @@
 // in the middle of a digest), so the receipt's digest is still that of the stored bytes.
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { verifyStoredOutput } from '../../ipc/verify.js';
+import { verifyStoredOutput } from '../../core/receipts/verify.js';
 import { TestDaemon, until } from '../helpers/daemon.js';
 
 /** The bytes of `seq 1 n`, made here. */

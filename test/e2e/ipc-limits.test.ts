@@ -59,7 +59,7 @@ describe('bounds', () => {
     const d = await daemon();
     const c = await d.client();
     const { session_id } = await c.launch({ argv: ['sh', '-c', 'for i in $(seq 1 200); do echo "n $i"; done; sleep 0.5'], cwd: '/' });
-    const conns = Array.from({ length: 300 }, (_, i) => raw(d.socketPath));
+    const conns = Array.from({ length: 300 }, () => raw(d.socketPath));
     conns.forEach((r, i) => {
       if (i % 2) r.socket.write(Buffer.concat([hello(), encodeFrame({ id: 2, method: 'status', params: {} })]));
     });

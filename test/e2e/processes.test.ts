@@ -56,7 +56,7 @@ describe('drain', () => {
     const client = await daemon.client();
     const launched = await client.launch({ argv: ['sh', '-c', 'for i in 1 2 3; do echo chunk$i; sleep 0.05; done'], cwd: '/' });
     const receipt = await client.wait({ session_id: launched.session_id });
-    const { decodeIndex } = await import('../../ipc/stream-files.js');
+    const { decodeIndex } = await import('../../core/state/stream-files.js');
     const indexBytes = readFileSync(join(daemon.stateDir, 'sessions', launched.session_id, 'stdout', 'index.bin'));
     expect(sha256(indexBytes)).toBe(receipt.output.stdout!.index_sha256);
     const records = decodeIndex(indexBytes);

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../../ipc/protocol.js';
 import { isSupervisorError } from '../../ipc/errors.js';
-import { native } from '../../supervisor/native.js';
+import { native } from '../../core/fs/native.js';
 import { parentPid, pidsWithMarker, SBX, sha256, TestDaemon, until } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;

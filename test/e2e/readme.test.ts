@@ -89,7 +89,7 @@ describe("the README's agent workflow", () => {
     const cwd = join(daemon.dir, 'python');
     mkdirSync(cwd);
     writeFileSync(join(cwd, 'agent.py'), block.replaceAll(WORKSPACE_IN_README, ws));
-    const env = { PYTHONPATH: join(ROOT, 'ipc/python'), SBX_SOCKET: daemon.socketPath };
+    const env = { PYTHONPATH: join(ROOT, 'clients/python'), SBX_SOCKET: daemon.socketPath };
     const r = await within(run(['/usr/bin/python3', 'agent.py'], cwd, env), 'the Python block', 60_000);
     expect(r.stderr).toBe('');
     expect(r.stdout).toBe("0 exited b'42\\n'\nTrue True\nTrue []\nTrue True\n");

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
-import { receiptDigest, verifyStoredOutput } from '../../ipc/verify.js';
+import { receiptDigest, verifyStoredOutput } from '../../core/receipts/verify.js';
 import { PROGRAMS, TestDaemon, until } from '../helpers/daemon.js';
 import { mountState, unmountState } from '../helpers/state-tmpfs.js';
 

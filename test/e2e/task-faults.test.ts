@@ -1,6 +1,6 @@
 // The task close under fault injection at every boundary (docs/guide/tasks.md "Tasks: complete(task)"):
 // for each crash point, a real supervisor is SIGKILLed exactly there (SBX_FAULT_POINT,
-// supervisor/fault.ts), started again, and asked to close the task again. Every run must end
+// core/fault.ts), started again, and asked to close the task again. Every run must end
 // as an uninterrupted close does: complete, with every condition; each command ran once; one
 // published manifest for the task (no second one claiming another boundary), none left
 // unpublished; the task receipt verifies end to end (sbx verify), and a receipt written

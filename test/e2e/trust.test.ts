@@ -6,7 +6,7 @@ import { chmodSync, chownSync, cpSync, existsSync, linkSync, lstatSync, mkdirSyn
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
-import { verifySignature, verifyStoredOutput } from '../../ipc/verify.js';
+import { verifySignature, verifyStoredOutput } from '../../core/receipts/verify.js';
 import { TestDaemon, until } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;

@@ -28,7 +28,7 @@ export interface DaemonOptions {
    * theirs alone).
    */
   cgroupPrefix?: string;
-  /** Extra environment for the daemon (e.g. SBX_FAULT_POINT, supervisor/fault.ts). */
+  /** Extra environment for the daemon (e.g. SBX_FAULT_POINT, core/fault.ts). */
   env?: NodeJS.ProcessEnv;
   /** A command the daemon is exec'ed through (e.g. setpriv dropping a capability); its pid is the daemon's. */
   wrap?: string[];

@@ -1,6 +1,6 @@
 // Manifests for the unit tests of the checkpoint format and of sbx diff: a valid v1 manifest
 // of given entries (its scan digest computed), task and times settable.
-import { scanDigest, type Manifest, type ManifestEntry } from '../../supervisor/checkpoint/manifest.js';
+import { scanDigest, type Manifest, type ManifestEntry } from '../../core/checkpoint/manifest.js';
 
 /** A checkpoint manifest of entries for workspace /w; task null and created_at = started_at unless given. */
 export function manifestOf(entries: ManifestEntry[], o: { task?: string | null; createdAt?: string } = {}): Manifest {

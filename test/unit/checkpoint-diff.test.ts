@@ -1,9 +1,9 @@
-// sbx diff's comparison (supervisor/checkpoint/diff.ts), pure: every category, a name that is not
+// sbx diff's comparison (core/checkpoint/diff.ts), pure: every category, a name that is not
 // UTF-8 (path_b64), a file held as chunks against one sha256 (equal when the bytes are), mode
 // only, type changes, mtime never compared, the text lines sorted by path bytes.
 import { describe, expect, it } from 'vitest';
-import { chunkListKey, diffEntries, diffLines, diffManifests, diffSummary, undecidedChunkLists } from '../../supervisor/checkpoint/diff.js';
-import { scanDigest, type Manifest, type ManifestEntry } from '../../supervisor/checkpoint/manifest.js';
+import { chunkListKey, diffEntries, diffLines, diffManifests, diffSummary, undecidedChunkLists } from '../../core/checkpoint/diff.js';
+import { type Manifest, type ManifestEntry } from '../../core/checkpoint/manifest.js';
 import { escapeControls } from '../../cli/escape.js';
 import { manifestOf } from '../helpers/manifest.js';
 

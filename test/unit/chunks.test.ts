@@ -19,7 +19,8 @@ vi.mock('node:fs', async (importOriginal) => {
 import { StreamLog } from '../../supervisor/store/chunks.js';
 import { HashPool } from '../../supervisor/store/hasher.js';
 import { writeBuffers } from '../../supervisor/store/write-buffers.js';
-import { chunkFileName, decodeIndex, readIndexFrom, readStored, storedStream } from '../../ipc/stream-files.js';
+import { decodeIndex, readIndexFrom, readStored, storedStream } from '../../core/state/stream-files.js';
+import { chunkFileName } from '../../core/state/names.js';
 
 const dirs: string[] = [];
 const hashPool = new HashPool();

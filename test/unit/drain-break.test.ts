@@ -11,7 +11,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { StreamLog } from '../../supervisor/store/chunks.js';
 import { HashPool } from '../../supervisor/store/hasher.js';
 import { StorageGuard } from '../../supervisor/store/storage.js';
-import { decodeIndex, readStored } from '../../ipc/stream-files.js';
+import { decodeIndex, readStored } from '../../core/state/stream-files.js';
 
 const MiB = 1 << 20;
 const dirs: string[] = [];

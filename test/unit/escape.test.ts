@@ -1,11 +1,11 @@
 // The escape watch's decisions as pure functions (supervisor/session/escape.ts, evidence.ts
-// qualifyEscapes, task/join.ts): who wrote a cgroup.procs, whether the move stayed in the
+// qualifyEscapes, core/task/join.ts): who wrote a cgroup.procs, whether the move stayed in the
 // session's leaf, how a death is qualified, and what complete(task) makes of it.
 import { describe, expect, it } from 'vitest';
 import type { CgroupEscape, Receipt } from '../../ipc/protocol.js';
 import { attributeWrite, ESCAPES_MAX, findStrays, recordEscape, withinLeaf, type TrackedLeaf } from '../../supervisor/session/escape.js';
 import { cgroupEmpty, qualifyEscapes, subreaperReaped } from '../../supervisor/session/evidence.js';
-import { evaluateTask, ROOT_TRUST_REASON } from '../../supervisor/task/join.js';
+import { evaluateTask, ROOT_TRUST_REASON } from '../../core/task/join.js';
 
 const SELF = 100;
 const leaf = (id: string, shimPid: number, ino: bigint, uid = 0): TrackedLeaf => ({ id, leafPath: `/cg/sbx/sessions/${id}`, leafIno: ino, shimPid, uid, startTicks: 0 });

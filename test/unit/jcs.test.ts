@@ -1,9 +1,9 @@
-// ipc/verify.ts jcs() against the canonicalize package (an independent RFC 8785
+// core/receipts/verify.ts jcs() against the canonicalize package (an independent RFC 8785
 // implementation) on random JSON values: the same text, and the same refusals.
 import canonicalize from 'canonicalize';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { jcs } from '../../ipc/verify.js';
+import { jcs } from '../../core/receipts/verify.js';
 
 const seed = Number(process.env.JCS_SEED ?? Date.now() % 2 ** 31);
 console.log(`jcs.test.ts: JCS_SEED=${seed}`);

@@ -5,10 +5,10 @@
 // tree of control-character names make a manifest 5.6 times the bound (issue 34).
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { jcs } from '../../ipc/verify.js';
-import { toManifestEntry, type EntryFacts } from '../../supervisor/checkpoint/manifest.js';
+import { jcs } from '../../core/receipts/verify.js';
+import { toManifestEntry, type EntryFacts } from '../../core/checkpoint/manifest.js';
 import { entryJsonBytes } from '../../supervisor/checkpoint/passes.js';
-import type { EntryType, WalkEntry } from '../../supervisor/workspace/walk.js';
+import type { EntryType, WalkEntry } from '../../core/fs/walk.js';
 
 const TYPES: Exclude<EntryType, 'unknown'>[] = ['file', 'dir', 'symlink', 'fifo', 'socket', 'char', 'block'];
 

@@ -9,8 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runCheckpoint, runReadBack, type CheckpointRequest } from '../../supervisor/checkpoint/capture-worker.js';
-import { keyIdOf } from '../../ipc/signature.js';
-import { checkManifest, entryPathBytes } from '../../supervisor/checkpoint/manifest.js';
+import { keyIdOf } from '../../core/receipts/signature.js';
+import { checkManifest, entryPathBytes } from '../../core/checkpoint/manifest.js';
 import { racyMarginNs } from '../../supervisor/checkpoint/stat-cache.js';
 import { until } from '../helpers/daemon.js';
 

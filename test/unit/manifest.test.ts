@@ -1,9 +1,9 @@
-// The manifest format's pure parts (supervisor/checkpoint/manifest.ts): the entry order (by
+// The manifest format's pure parts (core/checkpoint/manifest.ts): the entry order (by
 // component, a directory right before what it holds), names that are not UTF-8, the checks a
 // reader makes of a manifest's own bytes and of each entry's fields.
 import { describe, expect, it } from 'vitest';
-import { jcs } from '../../ipc/verify.js';
-import { checkManifest, comparePaths, manifestBytes, manifestJcs, mountsSkipped, nameFields, scanDigest, type Manifest, type ManifestEntry } from '../../supervisor/checkpoint/manifest.js';
+import { jcs } from '../../core/receipts/verify.js';
+import { checkManifest, comparePaths, manifestBytes, manifestJcs, mountsSkipped, nameFields, type ManifestEntry } from '../../core/checkpoint/manifest.js';
 import { manifestOf } from '../helpers/manifest.js';
 
 const b = (s: string) => Buffer.from(s, 'latin1');

@@ -1,12 +1,14 @@
-// The state dir's layout (ipc/state-layout.ts): every record kind read back from the version 1
+// The state dir's layout (core/state/records.ts): every record kind read back from the version 1
 // compatibility fixtures (test/fixtures/records-v1, receipt-v1) with its schema, torn and
 // foreign files refused with the reason, names, and the one chunk reader.
 import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { isRetiringDirName, isTempFileName, TASK_FILES, taskDirName, isUnreadableReceiptName, keyRecordName, parseRecord, readRecord, removedStreamDirName, retiringDirName, tempFileName, tombstoneName, unreadableName } from '../../ipc/state-layout.js';
-import { ChunkReader, chunkFileName, decodeIndex, storedStream } from '../../ipc/stream-files.js';
+import { parseRecord, readRecord } from '../../core/state/records.js';
+import { isRetiringDirName, isTempFileName, TASK_FILES, taskDirName, isUnreadableReceiptName, keyRecordName, removedStreamDirName, retiringDirName, tempFileName, tombstoneName, unreadableName } from '../../core/state/names.js';
+import { ChunkReader, decodeIndex, storedStream } from '../../core/state/stream-files.js';
+import { chunkFileName } from '../../core/state/names.js';
 
 const FIXTURES = join(import.meta.dirname, '../fixtures');
 const V1 = join(FIXTURES, 'records-v1');

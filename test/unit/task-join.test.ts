@@ -1,9 +1,9 @@
-// complete(task) as a pure function (supervisor/task/join.ts): each condition from its facts,
+// complete(task) as a pure function (core/task/join.ts): each condition from its facts,
 // each missing fact one obligation with its authority, and the same facts in any order give
 // the same verdict (property: random facts, shuffled; the seed is logged).
 import { describe, expect, it } from 'vitest';
 import type { Receipt, TaskCheckpointEntry } from '../../ipc/protocol.js';
-import { checkpointCovers, evaluateTask, receiptWorkspaces, sealFloor, sessionCovered, type JoinFacts, type JoinSession } from '../../supervisor/task/join.js';
+import { checkpointCovers, evaluateTask, receiptWorkspaces, sealFloor, sessionCovered, type JoinFacts, type JoinSession } from '../../core/task/join.js';
 
 const EPOCH = 'boot:1000';
 const fence = { instance: 'inst', generation: 3, boot_id: 'boot' };

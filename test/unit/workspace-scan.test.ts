@@ -10,9 +10,9 @@ import { join, relative } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeDigest } from '../../supervisor/workspace/digest.js';
-import { fsDecode, fsEncode } from '../../supervisor/workspace/names.js';
+import { fsDecode, fsEncode } from '../../core/fs/names.js';
 import { scanInWorker } from '../../supervisor/workspace/scan.js';
-import { openDirAt, ScanError, walkTree, type WalkEntry } from '../../supervisor/workspace/walk.js';
+import { openDirAt, ScanError, walkTree, type WalkEntry } from '../../core/fs/walk.js';
 import { makeDeepTree, makeMixedTree, NON_UTF8_NAMES, pythonCloseDigest, removeTree } from '../helpers/workspace-trees.js';
 
 const DEPTH = 2100;

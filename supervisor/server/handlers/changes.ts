@@ -2,7 +2,7 @@
 // the evidence its receipt carries once it has ended (terminal_mutation, gap, unattributed).
 import type { ChangesResult } from '../../../ipc/protocol.js';
 import { type Change, pairRenames, readChanges } from '../../workspace/changes.js';
-import { fsEncode, nameText } from '../../workspace/names.js';
+import { fsEncode, nameText } from '../../../core/fs/names.js';
 import type { Handler } from '../handler.js';
 
 export const changes: Handler<'changes'> = ({ supervisor }, params): ChangesResult => {

@@ -6,7 +6,7 @@
 // read starts and when it arrived. With follow it is a long poll: no record past `from` yet
 // and the stream not final, the answer waits for the stream to move (or the connection to go).
 import type { IndexRecordWire, ReadIndexResult, StreamName } from '../../../ipc/protocol.js';
-import { readIndexFrom } from '../../../ipc/stream-files.js';
+import { readIndexFrom } from '../../../core/state/stream-files.js';
 import type { Session } from '../../session/session.js';
 import { arrivalNowUs } from '../../store/chunks.js';
 import type { Handler } from '../handler.js';

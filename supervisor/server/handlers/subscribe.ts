@@ -4,7 +4,7 @@
 // a slow reader is paused, never buffered without bound, and never slows the drain.
 import { encodeOutputFrame } from '../../../ipc/framing.js';
 import type { StreamName } from '../../../ipc/protocol.js';
-import { ChunkReader } from '../../../ipc/stream-files.js';
+import { ChunkReader } from '../../../core/state/stream-files.js';
 import type { Session } from '../../session/session.js';
 import type { Connection } from '../connection.js';
 import type { Handler } from '../handler.js';

@@ -16,8 +16,9 @@
 // in C; the cost is a /proc lookup per entry and needing /proc (checked at the start).
 import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, statSync, type BigIntStats } from 'node:fs';
 import { endianness, constants as osConstants } from 'node:os';
-import { nativeOrNull, type NativeHelpers } from '../native.js';
+import { nativeOrNull, type NativeHelpers } from './native.js';
 import { showPath } from './names.js';
+import { errnoCode, systemError } from '../../ipc/errno.js';
 
 export type EntryType = 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'unknown';
 
@@ -51,7 +52,7 @@ export interface WalkEntry extends StatFacts {
   type: EntryType;
   /** A symlink's target, bytes as stored (readlink, never resolved); null for any other type. */
   linkTarget: Buffer | null;
-  /** The fd of the directory that holds the entry; valid only until the walk is resumed (see entryPath). */
+  /** The fd of the directory that holds the entry; valid only until the walk is resumed (see pathAt). */
   dirFd: number;
   /** With oneFileSystem: a directory another file system is mounted on, yielded and not entered. */
   mountPoint?: true;
@@ -116,14 +117,20 @@ export interface WalkOptions {
 const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 const SLASH = Buffer.from('/');
 
-/** `/proc/self/fd/<dirFd>/<name>`: the entry, named through its directory's fd (bytes, any name). */
-export function entryPath(dirFd: number, name: Buffer): Buffer {
-  return Buffer.concat([Buffer.from(`/proc/self/fd/${dirFd}/`), name]);
+/**
+ * The path of `name` inside the directory dirFd is open on, as node:fs takes it (node has no
+ * openat/renameat): /proc/self/fd/<dirFd>/<name>, the magic link the kernel resolves to the
+ * directory opened (proc(5)). A Buffer name (bytes that need not be UTF-8) gives a Buffer.
+ */
+export function pathAt(dirFd: number, name: string): string;
+export function pathAt(dirFd: number, name: Buffer): Buffer;
+export function pathAt(dirFd: number, name: string | Buffer): string | Buffer {
+  return typeof name === 'string' ? `/proc/self/fd/${dirFd}/${name}` : Buffer.concat([Buffer.from(`/proc/self/fd/${dirFd}/`), name]);
 }
 
 /** Opens the directory <name> in dirFd, never through a symlink; throws ENOTDIR (a symlink, fifo, file...), ENOENT, EACCES... */
 export function openDirAt(dirFd: number, name: Buffer): number {
-  return openSync(entryPath(dirFd, name), OPEN_DIR);
+  return openSync(pathAt(dirFd, name), OPEN_DIR);
 }
 
 function typeOf(st: BigIntStats): EntryType {
@@ -137,14 +144,11 @@ function typeOf(st: BigIntStats): EntryType {
   return 'unknown';
 }
 
-function errno(err: unknown): string | undefined {
-  return (err as NodeJS.ErrnoException).code;
-}
 
 /** The error a failed call becomes, naming the entry (relative) and what to do about EMFILE. */
 function scanError(err: unknown, what: string, rel: Buffer, depth: number, root: string): ScanError {
   if (err instanceof ScanError) return err;
-  const e = err as NodeJS.ErrnoException;
+  const e = systemError(err);
   const code = e.code ?? 'scan_failed';
   const where = rel.length === 0 ? `the workspace root ${root}` : `${showPath(rel)} (depth ${depth}) in ${root}`;
   let text = `${code}: ${what} ${where} failed`;
@@ -255,7 +259,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
   try {
     rootFd = openSync(root, OPEN_DIR);
   } catch (err) {
-    if (errno(err) === 'ELOOP' || errno(err) === 'ENOTDIR') {
+    if (errnoCode(err) === 'ELOOP' || errnoCode(err) === 'ENOTDIR') {
       let link = false;
       try {
         link = lstatSync(root).isSymbolicLink();
@@ -321,7 +325,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         };
         continue;
       }
-      const path = entryPath(dir.fd, name);
+      const path = pathAt(dir.fd, name);
       let st: BigIntStats;
       let what = 'lstat of';
       try {
@@ -333,13 +337,13 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
             st = fstatSync(pendingFd, { bigint: true });
           } catch (err) {
             // Swapped since the lstat: a symlink (ENOTDIR, see above) or another type is recorded as it is now.
-            if (errno(err) !== 'ELOOP' && errno(err) !== 'ENOTDIR') throw err;
+            if (errnoCode(err) !== 'ELOOP' && errnoCode(err) !== 'ENOTDIR') throw err;
             st = lstatSync(path, { bigint: true });
             if (st.isDirectory()) throw err;
           }
         }
       } catch (err) {
-        if (errno(err) === 'ENOENT') continue; // removed while the walk ran
+        if (errnoCode(err) === 'ENOENT') continue; // removed while the walk ran
         throw scanError(err, what, rel, dir.depth, root);
       }
       const type = typeOf(st);
@@ -349,13 +353,13 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         try {
           linkTarget = readlinkSync(path, { encoding: 'buffer' });
         } catch (err) {
-          if (errno(err) === 'ENOENT') continue;
-          if (errno(err) !== 'EINVAL') throw scanError(err, 'readlink of', rel, dir.depth, root);
+          if (errnoCode(err) === 'ENOENT') continue;
+          if (errnoCode(err) !== 'EINVAL') throw scanError(err, 'readlink of', rel, dir.depth, root);
           // EINVAL: no longer a link (replaced since the lstat): recorded as what it is now.
           try {
             st = lstatSync(path, { bigint: true });
           } catch (e) {
-            if (errno(e) === 'ENOENT') continue;
+            if (errnoCode(e) === 'ENOENT') continue;
             throw scanError(e, 'lstat of', rel, dir.depth, root);
           }
           entryType = typeOf(st);

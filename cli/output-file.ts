@@ -4,10 +4,13 @@
 // O_CREAT|O_EXCL|O_NOFOLLOW, is fsync'ed, and is renamed over the final name only when that is
 // absent or a regular file with one link; never written through a link. Node has no
 // openat/renameat, so names are resolved as /proc/self/fd/<dirfd>/<name>: the magic link is the
-// directory opened (proc(5), open(2), rename(2), fsync(2)). Not the state dir (supervisor/store/durable.ts).
+// directory opened (proc(5), open(2), rename(2), fsync(2)); the temp and the rename are core/fs/durable.ts's.
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, fsyncSync, lstatSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, constants, fsyncSync, lstatSync, openSync, unlinkSync } from 'node:fs';
 import { basename, dirname, resolve as resolvePath } from 'node:path';
+import { openTempAt, replaceAt, writeAll } from '../core/fs/durable.js';
+import { pathAt } from '../core/fs/walk.js';
+import { errnoCode } from '../ipc/errno.js';
 
 /** Mode of a new output file before the umask: what `>` in a shell gives under umask 022. */
 export const OUTPUT_FILE_MODE = 0o644;
@@ -41,7 +44,7 @@ const ERRNO_WHY: Record<string, string> = {
 };
 
 /** The path of `name` inside the pinned directory (resolved by the kernel through the fd). */
-const inDir = (d: OutputDir, name: string) => `/proc/self/fd/${d.dirFd}/${name}`;
+const inDir = (d: OutputDir, name: string) => pathAt(d.dirFd, name);
 
 /**
  * Opens the directory of path (relative: against the cwd) now, O_DIRECTORY|O_NOFOLLOW;
@@ -56,7 +59,7 @@ export function openOutputDir(path: string): OutputDir {
   try {
     dirFd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code ?? 'EIO';
+    const code = errnoCode(err) ?? 'EIO';
     // O_NOFOLLOW on a directory that is a symlink reads ENOTDIR (O_DIRECTORY is checked first): say which.
     let link = false;
     try {
@@ -79,8 +82,8 @@ export function outputNameRefusal(d: OutputDir): string | null {
   try {
     st = lstatSync(inDir(d, d.name));
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
-    return `cannot inspect it (${(err as NodeJS.ErrnoException).code})`;
+    if (errnoCode(err) === 'ENOENT') return null;
+    return `cannot inspect it (${errnoCode(err)})`;
   }
   if (st.isSymbolicLink()) return 'it is a symbolic link';
   if (!st.isFile()) return `it is not a regular file (${st.isDirectory() ? 'a directory' : 'a special file'})`;
@@ -102,16 +105,16 @@ export function writeOutputFile(d: OutputDir, data: Uint8Array): void {
   for (let attempt = 0; fd < 0; attempt++) {
     tmp = `.${d.name.slice(0, 200)}.${randomBytes(6).toString('hex')}.tmp`;
     try {
-      fd = openSync(inDir(d, tmp), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, OUTPUT_FILE_MODE);
+      fd = openTempAt(d.dirFd, tmp, OUTPUT_FILE_MODE);
     } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code;
+      const code = errnoCode(err);
       if (code === 'EEXIST' && attempt < 5) continue; // a name taken (planted): another
       throw new OutputFileError(d.path, `cannot create a temp file in its directory (${code})`);
     }
   }
   try {
     try {
-      for (let off = 0; off < data.length; ) off += writeSync(fd, data, off, data.length - off);
+      writeAll(fd, data);
       fsyncSync(fd);
     } finally {
       closeSync(fd);
@@ -119,7 +122,7 @@ export function writeOutputFile(d: OutputDir, data: Uint8Array): void {
     // The check again, as late as possible: the session may have planted a link meanwhile.
     const late = outputNameRefusal(d);
     if (late) throw new OutputFileError(d.path, late, true);
-    renameSync(inDir(d, tmp), inDir(d, d.name));
+    replaceAt(d.dirFd, tmp, d.name);
     tmp = '';
     fsyncSync(d.dirFd);
   } catch (err) {
@@ -131,7 +134,7 @@ export function writeOutputFile(d: OutputDir, data: Uint8Array): void {
       }
     }
     if (err instanceof OutputFileError) throw err;
-    throw new OutputFileError(d.path, `cannot write it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    throw new OutputFileError(d.path, `cannot write it (${errnoCode(err) ?? (err as Error).message})`);
   }
 }
 

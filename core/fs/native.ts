@@ -106,8 +106,8 @@ export interface NativeHelpers {
 }
 
 const here = dirname(fileURLToPath(import.meta.url));
-// Source (supervisor/) and compiled (dist/supervisor/) layouts.
-const buildDirs = [resolve(here, '../native-helpers/build/Release'), resolve(here, '../../native-helpers/build/Release')];
+// Source (core/fs/) and compiled (dist/core/fs/) layouts.
+const buildDirs = [resolve(here, '../../native-helpers/build/Release'), resolve(here, '../../../native-helpers/build/Release')];
 
 let cached: NativeHelpers | null = null;
 

@@ -1,9 +1,9 @@
 // Signatures, zod-free (the checkpoint thread loads it): RFC 8785 (JCS) canonical JSON, the
 // bytes a receipt's (or manifest's) signature covers, digests of signed records, key ids and
-// Ed25519 verification (docs/reference/contract.md "Receipt": over the JCS of all but `signature`). ipc/verify.ts
+// Ed25519 verification (docs/reference/contract.md "Receipt": over the JCS of all but `signature`). core/receipts/verify.ts
 // re-exports these beside the checks that read the state dir.
 import { createHash, createPublicKey, verify as verifySig, type KeyObject } from 'node:crypto';
-import type { Receipt } from './protocol.js';
+import type { Receipt } from '../../ipc/protocol.js';
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 

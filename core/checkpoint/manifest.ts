@@ -6,9 +6,9 @@
 import { createHash } from 'node:crypto';
 import { isUtf8 } from 'node:buffer';
 import type { Receipt } from '../../ipc/protocol.js';
-import { jcs, verifySignature, verifySignatureOver } from '../../ipc/signature.js';
-import { fsDecode, nameText } from '../workspace/names.js';
-import type { EntryType } from '../workspace/walk.js';
+import { jcs, verifySignature, verifySignatureOver } from '../receipts/signature.js';
+import { fsDecode, nameText } from '../fs/names.js';
+import type { EntryType } from '../fs/walk.js';
 
 /**
  * One entry. `path` is the relative path ('/'-separated) when its bytes are UTF-8, else

@@ -10,6 +10,7 @@ import { open, type FileHandle } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client, type GetObjectCommandOutput, type PutObjectCommandInput, type PutObjectCommandOutput } from '@aws-sdk/client-s3';
 import { isSha256Hex, StoreError, type CheckpointStore, type StoreUrl, type WrittenVersion } from './store.js';
+import { systemError } from '../../ipc/errno.js';
 
 /** How to reach the bucket; each unset one comes from the standard environment (see docs/guide/checkpoints.md, "S3 checkpoint store"). */
 export interface S3StoreOptions {
@@ -124,7 +125,7 @@ export class S3Store implements CheckpointStore {
     try {
       fh = await open(file, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK); // a fifo must not block the open
     } catch (err) {
-      const e = err as NodeJS.ErrnoException;
+      const e = systemError(err);
       throw new StoreError(e.code === 'ELOOP' ? 'refused' : 'io', `object ${sha256} for ${this.where(key)}: open ${file}: ${e.message}`, key);
     }
     try {

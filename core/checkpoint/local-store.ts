@@ -4,17 +4,16 @@
 // everything through directory fds opened O_NOFOLLOW (a planted link is refused, never followed). Synchronous
 // primitives (LocalStoreFiles: the checkpoint thread, sbx restore) and the async CheckpointStore. See open(2), rename(2).
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statfsSync, unlinkSync, writeSync } from 'node:fs';
-import { native, nativeOrNull } from '../native.js';
-import { entryPath, openDirAt, SD, statDirRaw, type StatFacts } from '../workspace/walk.js';
+import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statfsSync, unlinkSync, writeSync } from 'node:fs';
+import { type NoReplace, placeNoReplaceAt, writeAll, writeTempAt } from '../fs/durable.js';
+import { native } from '../fs/native.js';
+import { pathAt, openDirAt, SD, statDirRaw, type StatFacts } from '../fs/walk.js';
 import { type CheckpointStore, isSha256Hex, StoreError, type WrittenVersion } from './store.js';
-
-/** The store's directories (docs/reference/state-dir.md "Checkpoint store"); quarantine/ holds what failed a read-back, made when first needed. */
-export const STORE_DIRS = { objects: 'objects', manifests: 'manifests', published: 'published', tmp: 'tmp', quarantine: 'quarantine' } as const;
+import { STORE_DIRS } from '../state/names.js';
+import { errnoCode } from '../../ipc/errno.js';
 
 const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
 const OPEN_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
-const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 /** In the store's root while a workspace's file system is frozen: its path. */
 const FROZEN_FILE = 'frozen';
 /** Object fan directories kept open at once (256 exist): the capture must not eat the fd limit (callers go through objects in fan order). */
@@ -29,15 +28,6 @@ type TempFile = Buffer;
 /** Objects, manifests and records are read-only once written. */
 export const STORED_MODE = 0o444;
 
-/** Writes all of data to fd (writeSync may write less). Here, not store/durable.ts: that one loads zod (the record schemas) into every checkpoint thread. */
-export function writeAll(fd: number, data: Uint8Array): void {
-  let off = 0;
-  while (off < data.length) off += writeSync(fd, data, off, data.length - off);
-}
-
-function code(err: unknown): string | undefined {
-  return (err as NodeJS.ErrnoException).code;
-}
 
 /** The relative name of an object in the store. */
 export function objectKey(sha256: string): string {
@@ -50,16 +40,16 @@ function dirAt(dirFd: number, name: string, create: boolean, what: string): numb
   try {
     return openDirAt(dirFd, b);
   } catch (err) {
-    if (code(err) === 'ENOENT' && create) {
+    if (errnoCode(err) === 'ENOENT' && create) {
       try {
-        mkdirSync(entryPath(dirFd, b), 0o700);
+        mkdirSync(pathAt(dirFd, b), 0o700);
       } catch (e) {
-        if (code(e) !== 'EEXIST') throw e;
+        if (errnoCode(e) !== 'EEXIST') throw e;
       }
       return dirAt(dirFd, name, false, what);
     }
-    if (code(err) === 'ENOTDIR' || code(err) === 'ELOOP') throw new StoreError('refused', `${what}: not a directory (a link or another file is there; the store never follows one)`, name);
-    if (code(err) === 'ENOENT') throw new StoreError('missing', `${what}: no such directory`, name);
+    if (errnoCode(err) === 'ENOTDIR' || errnoCode(err) === 'ELOOP') throw new StoreError('refused', `${what}: not a directory (a link or another file is there; the store never follows one)`, name);
+    if (errnoCode(err) === 'ENOENT') throw new StoreError('missing', `${what}: no such directory`, name);
     throw err;
   }
 }
@@ -96,8 +86,8 @@ export class LocalStoreFiles {
       // /proc/self/fd/N is a magic link: opened without O_NOFOLLOW (it names an fd, not a path).
       rootFd = options.viaFd !== undefined ? openSync(`/proc/self/fd/${options.viaFd}`, constants.O_RDONLY | constants.O_DIRECTORY) : openSync(dir, OPEN_DIR);
     } catch (err) {
-      if (code(err) === 'ENOENT') throw new StoreError('missing', `no checkpoint store at ${dir}`);
-      if (code(err) === 'ENOTDIR' || code(err) === 'ELOOP') throw new StoreError('refused', `the checkpoint store ${dir} is not a directory (or is a link: never followed)`);
+      if (errnoCode(err) === 'ENOENT') throw new StoreError('missing', `no checkpoint store at ${dir}`);
+      if (errnoCode(err) === 'ENOTDIR' || errnoCode(err) === 'ELOOP') throw new StoreError('refused', `the checkpoint store ${dir} is not a directory (or is a link: never followed)`);
       throw err;
     }
     const fds: number[] = [];
@@ -143,7 +133,7 @@ export class LocalStoreFiles {
    * conflict naming the holder's pid when another holds it.
    */
   lock(): void {
-    const fd = openSync(entryPath(this.rootFd, Buffer.from('lock')), constants.O_RDWR | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
+    const fd = openSync(pathAt(this.rootFd, Buffer.from('lock')), constants.O_RDWR | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
     if (!native().tryLockExclusive(fd)) {
       const holder = readFd(fd, 64).toString('utf8').trim();
       closeSync(fd);
@@ -163,7 +153,7 @@ export class LocalStoreFiles {
 
   /** Records (durably) that the file system of workspace is being frozen: a start finding it thaws it (checkpoint.ts thawLeftFrozen). */
   markFrozen(workspace: string): void {
-    const fd = openSync(entryPath(this.rootFd, Buffer.from(FROZEN_FILE)), constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, 0o600);
+    const fd = openSync(pathAt(this.rootFd, Buffer.from(FROZEN_FILE)), constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, 0o600);
     try {
       writeAll(fd, Buffer.from(workspace));
       fsyncSync(fd);
@@ -367,10 +357,10 @@ export class LocalStoreFiles {
     }
     let fd: number;
     try {
-      fd = openSync(entryPath(fanFd, Buffer.from(sha256)), OPEN_READ);
+      fd = openSync(pathAt(fanFd, Buffer.from(sha256)), OPEN_READ);
     } catch (err) {
-      if (code(err) === 'ENOENT') throw new StoreError('missing', `object ${sha256} is missing from ${this.dir}`, key);
-      if (code(err) === 'ELOOP') throw new StoreError('refused', `${this.dir}/${key} is a symlink (planted; never followed)`, key);
+      if (errnoCode(err) === 'ENOENT') throw new StoreError('missing', `object ${sha256} is missing from ${this.dir}`, key);
+      if (errnoCode(err) === 'ELOOP') throw new StoreError('refused', `${this.dir}/${key} is a symlink (planted; never followed)`, key);
       throw err;
     }
     const st = fstatSync(fd);
@@ -394,10 +384,10 @@ export class LocalStoreFiles {
   readRecord(dirFd: number, name: string): Buffer | null {
     let fd: number;
     try {
-      fd = openSync(entryPath(dirFd, Buffer.from(name)), OPEN_READ);
+      fd = openSync(pathAt(dirFd, Buffer.from(name)), OPEN_READ);
     } catch (err) {
-      if (code(err) === 'ENOENT') return null;
-      if (code(err) === 'ELOOP') throw new StoreError('refused', `${this.dir}: ${name} is a symlink (planted; never followed)`, name);
+      if (errnoCode(err) === 'ENOENT') return null;
+      if (errnoCode(err) === 'ELOOP') throw new StoreError('refused', `${this.dir}: ${name} is a symlink (planted; never followed)`, name);
       throw err;
     }
     try {
@@ -416,12 +406,12 @@ export class LocalStoreFiles {
 
   /** Removes name from dirFd (no error when already gone); a directory there (put by someone else) is removed whole, never followed. */
   remove(dirFd: number, name: string): void {
-    const at = entryPath(dirFd, Buffer.from(name));
+    const at = pathAt(dirFd, Buffer.from(name));
     try {
       unlinkSync(at);
     } catch (err) {
-      if (code(err) === 'ENOENT') return;
-      if (code(err) !== 'EISDIR' && code(err) !== 'EPERM') throw err;
+      if (errnoCode(err) === 'ENOENT') return;
+      if (errnoCode(err) !== 'EISDIR' && errnoCode(err) !== 'EPERM') throw err;
       rmSync(at, { recursive: true, force: true });
     }
   }
@@ -439,58 +429,25 @@ export class LocalStoreFiles {
     return this.moveTemp(this.writeTemp(name.slice(0, 16), write, true), dirFd, name);
   }
 
-  /** A fresh temp file in tmp/ (O_EXCL|O_NOFOLLOW, 0444) holding what write wrote, fsync'ed when sync; its path (through the tmp fd). */
+  /** A fresh temp file in tmp/ (O_EXCL|O_NOFOLLOW, 0444) holding what write wrote, fsync'ed when sync; its name in tmp/. */
   private writeTemp(stem: string, write: (fd: number) => void, sync: boolean): TempFile {
     const name = Buffer.from(`${stem}.${this.tempStem}.${++this.tempSeq}.tmp`);
-    const tmpPath = this.tempPath(name);
-    const fd = openSync(tmpPath, CREATE, STORED_MODE);
-    try {
-      write(fd);
-      if (sync) fsyncSync(fd);
-    } catch (err) {
-      closeSync(fd);
-      unlinkSync(tmpPath);
-      throw err;
-    }
-    closeSync(fd);
+    writeTempAt(this.tmpFd, name, STORED_MODE, write, sync);
     return name;
   }
 
   /** A temp file's path, through the tmp fd. */
   private tempPath(name: TempFile): Buffer {
-    return entryPath(this.tmpFd, name);
+    return pathAt(this.tmpFd, name);
   }
 
-  /** The temp moved to name in dirFd (renameat2 RENAME_NOREPLACE, else link(2) then unlink): true when made, false when the name exists (never replaced; the temp removed). */
+  /** The temp moved to name in dirFd, never replacing (placeNoReplaceAt): true when made, false when the name exists (the temp removed). */
   private moveTemp(tmp: TempFile, dirFd: number, name: string): boolean {
-    const to = Buffer.from(name);
-    const n = nativeOrNull();
-    if (n && typeof n.renameAtNoReplace === 'function' && this.renameWorks) {
-      try {
-        if (n.renameAtNoReplace(this.tmpFd, tmp, dirFd, to)) return true;
-        unlinkSync(this.tempPath(tmp));
-        return false;
-      } catch (err) {
-        // EINVAL: this file system has no RENAME_NOREPLACE; link(2) from now on.
-        if (code(err) !== 'EINVAL') {
-          unlinkSync(this.tempPath(tmp));
-          throw err;
-        }
-        this.renameWorks = false;
-      }
-    }
-    try {
-      linkSync(this.tempPath(tmp), entryPath(dirFd, to));
-      return true;
-    } catch (err) {
-      if (code(err) === 'EEXIST') return false;
-      throw err;
-    } finally {
-      unlinkSync(this.tempPath(tmp));
-    }
+    return placeNoReplaceAt(this.tmpFd, tmp, dirFd, Buffer.from(name), this.noReplace);
   }
 
-  private renameWorks = true;
+  /** renameat2 RENAME_NOREPLACE until this store's file system answers EINVAL, then link + unlink. */
+  private readonly noReplace: NoReplace = { renameWorks: true };
 }
 
 /** Reads exactly size bytes from fd from offset 0 (fewer if it ends sooner). */

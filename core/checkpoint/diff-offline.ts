@@ -2,17 +2,17 @@
 // read directly, no wire method). Apart from client.ts so that sbx's startup snapshot, which
 // bundles client.ts, never takes in the checkpoint modules or the AWS SDK they load for s3://.
 // Owns the options and the mapping of refusals to SupervisorError; the comparison is
-// supervisor/checkpoint/diff.ts's.
+// core/checkpoint/diff.ts's.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { SupervisorError } from './errors.js';
-import { defaultStateDir } from './paths.js';
-import { STATE } from './state-layout.js';
-import { DiffError, diffCheckpointIds, diffTask, type CheckpointDiff } from '../supervisor/checkpoint/diff.js';
-import { parseStoreUrl, type CheckpointStore } from '../supervisor/checkpoint/store.js';
-import { LocalStore } from '../supervisor/checkpoint/local-store.js';
+import { SupervisorError } from '../../ipc/errors.js';
+import { defaultStateDir } from '../../ipc/paths.js';
+import { STATE } from '../state/names.js';
+import { DiffError, diffCheckpointIds, diffTask, type CheckpointDiff } from './diff.js';
+import { parseStoreUrl, type CheckpointStore } from './store.js';
+import { LocalStore } from './local-store.js';
 
-export type { CheckpointDiff, DiffEntry, DiffModeChanged, DiffModified, DiffOwnerChanged, DiffSide, DiffTypeChanged } from '../supervisor/checkpoint/diff.js';
+export type { CheckpointDiff, DiffEntry, DiffModeChanged, DiffModified, DiffOwnerChanged, DiffSide, DiffTypeChanged } from './diff.js';
 
 /** Where diffCheckpoints reads: a store (a directory or s3://bucket/prefix; S3 endpoint and keys from AWS_*), else `<stateDir>/checkpoints`. */
 export interface DiffCheckpointsOptions {
@@ -28,7 +28,7 @@ export interface DiffCheckpointsOptions {
 
 /**
  * `sbx diff A B --json` in process, offline (the supervisor need not run; no wire method): what
- * changed from checkpoint a to b, from their manifests (supervisor/checkpoint/diff.ts; an
+ * changed from checkpoint a to b, from their manifests (core/checkpoint/diff.ts; an
  * s3:// store loads the AWS SDK on first use). With `task` (a and b null): the array `sbx diff
  * --task T --json` prints, one per workspace. Ids as sbx takes them (hex, sha256:hex, a unique prefix of 8+). A refusal is a
  * SupervisorError: NOT_FOUND (no such checkpoint, none of the task) or INVALID_ARGUMENT (a bad
@@ -52,7 +52,7 @@ export async function diffCheckpoints(a: string | null, b: string | null, option
   try {
     const url = parseStoreUrl(options.store ?? '', join(stateDir, STATE.checkpointsDir));
     if (url.kind === 'local') store = new LocalStore(url.dir, false);
-    else store = new (await import('../supervisor/checkpoint/s3-store.js')).S3Store(url, {});
+    else store = new (await import('./s3-store.js')).S3Store(url, {});
   } catch (err) {
     throw new SupervisorError('INVALID_ARGUMENT', `diffCheckpoints: store: ${(err as Error).message}`);
   }

@@ -4,9 +4,11 @@
 // receipt's cursors and digests. Returns what differs; an empty list means it all matches.
 import { existsSync, lstatSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Receipt, StreamName } from './protocol.js';
-import { ADMISSION_FILE, CHANGES_FILE, ESCAPE_ATTESTED_FILE, isUnreadableReceiptName, OUTPUT_REMOVED_FILE, RECEIPT_FILE, readRecord, STARTED_FILE, STATE, TASK_FILES, taskDirName } from './state-layout.js';
-import { chunkFileName, INDEX_FILE, storedStream } from './stream-files.js';
+import type { Receipt, StreamName } from '../../ipc/protocol.js';
+import { readRecord } from '../state/records.js';
+import { ADMISSION_FILE, CHANGES_FILE, ESCAPE_ATTESTED_FILE, isUnreadableReceiptName, OUTPUT_REMOVED_FILE, RECEIPT_FILE, STARTED_FILE, STATE, TASK_FILES, taskDirName } from '../state/names.js';
+import { storedStream } from '../state/stream-files.js';
+import { chunkFileName, INDEX_FILE } from '../state/names.js';
 import { receiptDigest, verifySignature } from './signature.js';
 
 export { jcs, keyIdOf, receiptDigest, signedBytes, verifySignature } from './signature.js';

@@ -10,11 +10,12 @@
 // clears set-ID bits: so chmod comes after it), tar(1) --same-owner.
 import { createHash } from 'node:crypto';
 import { closeSync, constants, fchmodSync, fchownSync, fstatSync, lchownSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, symlinkSync } from 'node:fs';
-import { native } from '../native.js';
-import { entryPath, openDirAt, walkTree } from '../workspace/walk.js';
-import { writeAll } from './local-store.js';
+import { native } from '../fs/native.js';
+import { pathAt, openDirAt, walkTree } from '../fs/walk.js';
+import { writeAll } from '../fs/durable.js';
 import { checkManifest, checkPublished, entryPathBytes, entryTargetBytes, mountsSkipped, notCaptured, showEntryPath, toManifestEntry, type Manifest, type ManifestEntry } from './manifest.js';
 import type { CheckpointStore } from './store.js';
+import { errnoCode } from '../../ipc/errno.js';
 
 /** Why a restore could not be done (nothing claimed): `code` not_published, no_such_checkpoint, bad_manifest, target, object, io. */
 export class RestoreError extends Error {
@@ -63,9 +64,6 @@ const SETID = 0o6000;
 const PREFETCH_OBJECTS = 8;
 const PREFETCH_MAX_BYTES = 8 << 20;
 
-function code(err: unknown): string | undefined {
-  return (err as NodeJS.ErrnoException).code;
-}
 
 /** Sets the atime and mtime of name in dirFd (null: dirFd itself) to the recorded ns, exactly, never through a link. */
 function setTimes(dirFd: number, name: Buffer | null, ns: string): void {
@@ -81,13 +79,13 @@ function openTarget(target: string): number {
   try {
     mkdirSync(target, 0o700);
   } catch (err) {
-    if (code(err) !== 'EEXIST') throw new RestoreError('target', `cannot make ${target}: ${(err as Error).message}`);
+    if (errnoCode(err) !== 'EEXIST') throw new RestoreError('target', `cannot make ${target}: ${(err as Error).message}`);
   }
   let fd: number;
   try {
     fd = openSync(target, OPEN_DIR);
   } catch (err) {
-    // O_DIRECTORY|O_NOFOLLOW of a symlink fails ENOTDIR (walk.ts): lstat says which it was.
+    // O_DIRECTORY|O_NOFOLLOW of a symlink fails ENOTDIR (../fs/walk.ts): lstat says which it was.
     let link = false;
     try {
       link = lstatSync(target).isSymbolicLink();
@@ -95,7 +93,7 @@ function openTarget(target: string): number {
       // gone meanwhile
     }
     if (link) throw new RestoreError('target', `${target} is a symlink (never followed): restore into an empty or new directory`);
-    if (code(err) === 'ENOTDIR') throw new RestoreError('target', `${target} is not a directory: restore into an empty or new directory`);
+    if (errnoCode(err) === 'ENOTDIR') throw new RestoreError('target', `${target} is not a directory: restore into an empty or new directory`);
     throw new RestoreError('target', `cannot open ${target}: ${(err as Error).message}`);
   }
   const notEmpty = () => {
@@ -250,7 +248,7 @@ export async function restoreCheckpoint(
         if (!stack[i] || !stack[i].name.equals(comps[i])) throw new RestoreError('bad_manifest', `checkpoint ${id}: entry ${JSON.stringify(showEntryPath(e))} comes before (or without) its directory`);
       }
       const dirFd = stack.length ? stack[stack.length - 1].fd : rootFd;
-      const at = entryPath(dirFd, name);
+      const at = pathAt(dirFd, name);
       const where = JSON.stringify(showEntryPath(e));
       try {
         if (e.type === 'dir') {
@@ -293,7 +291,7 @@ export async function restoreCheckpoint(
         }
       } catch (err) {
         if (err instanceof RestoreError) throw err;
-        if (code(err) === 'EEXIST') throw new RestoreError('target', `${target}: ${where} appeared while restoring (planted?): never written through or replaced; the restore stops here`);
+        if (errnoCode(err) === 'EEXIST') throw new RestoreError('target', `${target}: ${where} appeared while restoring (planted?): never written through or replaced; the restore stops here`);
         throw new RestoreError('io', `${target}: restoring ${where} failed: ${(err as Error).message}`);
       }
     }
@@ -377,7 +375,7 @@ export function describeTree(root: string): ManifestEntry[] {
     let sha256: string | undefined;
     let size = 0;
     if (e.type === 'file') {
-      const fd = openSync(entryPath(e.dirFd, e.name), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+      const fd = openSync(pathAt(e.dirFd, e.name), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
       try {
         if (!fstatSync(fd).isFile()) continue;
         const h = createHash('sha256');

@@ -1,20 +1,14 @@
-// A stream's files in its stream dir (docs/reference/state-dir.md "Chunk files", "index.bin"): chunk file
-// names, the 24-byte index record, and the one chunk reader that the hashing threads, replay
+// A stream's files in its stream dir (docs/reference/state-dir.md "Chunk files", "index.bin"): the
+// 24-byte index record, and the one chunk reader that the hashing threads, replay
 // and verify all read stored bytes with. No schemas (no zod): the hashing threads load this
 // and nothing heavier. Reads only; writing is supervisor/store/chunks.ts. See open(2)
 // O_NOFOLLOW, pread(2).
 import { createHash } from 'node:crypto';
 import { closeSync, constants, existsSync, fstatSync, lstatSync, openSync, readFileSync, readSync } from 'node:fs';
 import { join } from 'node:path';
-import type { ChunkDigest, StreamName, StreamOutput } from './protocol.js';
-
-/** In a stream dir: one record per read (INDEX_RECORD_BYTES each). */
-export const INDEX_FILE = 'index.bin';
-
-/** File name of the chunk that starts at cursor: 16 hex digits. */
-export function chunkFileName(startCursor: number): string {
-  return `${startCursor.toString(16).padStart(16, '0')}.chunk`;
-}
+import type { ChunkDigest, StreamName, StreamOutput } from '../../ipc/protocol.js';
+import { chunkFileName, INDEX_FILE } from './names.js';
+import { errnoCode } from '../../ipc/errno.js';
 
 // --- Index records.
 
@@ -65,7 +59,7 @@ export function readIndexFrom(streamDir: string, from: number, limit: number): I
   try {
     fd = openSync(join(streamDir, INDEX_FILE), constants.O_RDONLY | constants.O_NOFOLLOW);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    if (errnoCode(err) === 'ENOENT') return [];
     throw err;
   }
   try {

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { checkManifest, checkPublished, entryPathBytes, entryTargetBytes, nameFields, normaliseId, type Manifest, type ManifestEntry } from './manifest.js';
 import type { CheckpointStore } from './store.js';
-import { fsDecode, nameText } from '../workspace/names.js';
+import { fsDecode, nameText } from '../fs/names.js';
 
 /** A path as the manifest names it: `path` when its bytes are UTF-8, else `path_b64`. */
 export type DiffPath = { path: string } | { path_b64: string };

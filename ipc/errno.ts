@@ -1,0 +1,15 @@
+// System errors as node reports them (node:fs, net, child_process and the native helper, whose
+// errors are named like node:fs's): the one place an unknown caught value is read as one, so
+// callers compare errno names (errno(3): ENOENT, EEXIST, ...) without casting. Lowest layer:
+// imports nothing, usable from ipc/, core/, the supervisor, sbx and the worker threads.
+
+/** The error's string `code` (an errno name such as 'ENOENT' for a system error), or undefined when it has none. */
+export function errnoCode(err: unknown): string | undefined {
+  const code = typeof err === 'object' && err !== null ? (err as { code?: unknown }).code : undefined;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/** err typed as a system error (errno, code, syscall, path may be absent: read them as optional). */
+export function systemError(err: unknown): NodeJS.ErrnoException {
+  return err as NodeJS.ErrnoException;
+}
