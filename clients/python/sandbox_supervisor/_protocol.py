@@ -1,6 +1,7 @@
-"""What both clients do the same way, without I/O: the hello, params of each method from
-Python arguments (seconds to ms, absent options absent on the wire), selectors, the answer of
-a response frame, the exit status of a receipt. Methods and shapes: docs/reference/protocol.md.
+"""What both clients do the same way, without I/O: the hello, params of launch and write from
+Python arguments (seconds to ms, absent options absent on the wire), selectors, the answer of a
+response frame, a stream read by cursor (Subscription), the exit status and Result of a run.
+Methods and shapes: docs/reference/protocol.md; the methods themselves: _methods.py.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import secrets
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from .errors import SupervisorError
-from .types import InvocationKey, Receipt, Session, SessionRef
+from .types import InvocationKey, OutputChunk, Receipt, Result, Session, SessionRef
 
 #: Protocol versions this client speaks.
 PROTOCOL_VERSIONS = [1]
@@ -172,13 +173,45 @@ def exit_status_of(receipt: Receipt) -> int:
     return 125
 
 
-def ps_rows(result: Mapping[str, Any]) -> List[Dict[str, Any]]:
-    return list(result["sessions"])
+def result_of(session: Session, receipt: Receipt, stdout: Optional[bytes], stderr: Optional[bytes]) -> Result:
+    """run's Result once the receipt is durable."""
+    return Result(exit_code=exit_status_of(receipt), outcome=receipt["outcome"], stdout=stdout, stderr=stderr, receipt=receipt, session=session)
 
 
-def gave_up(socket_path: str, method: str, reconnect_seconds: float, err: BaseException) -> ConnectionError:
-    """The error of a request resent for reconnect_seconds, its connection lost every time."""
-    return ConnectionError(f"the supervisor at {socket_path} dropped the connection on every attempt of {method} for {reconnect_seconds:g} s; gave up ({err})")
+class Subscription:
+    """One stream read by cursor (``subscribe``), without I/O: its params from the next byte not yet
+    handed on, then each frame of it in turn: the answer, ``output`` (only its new bytes: new_output),
+    ``end`` (``ended``) or an error. After a drop, send params() again on the new connection."""
+
+    def __init__(self, session: SessionRef, stream: str, cursor: int, follow: bool) -> None:
+        if stream not in STREAMS:
+            raise SupervisorError("INVALID_ARGUMENT", f"stream must be one of all, {', '.join(STREAMS)}, not {stream!r}")
+        self.selector = selector(session)
+        self.stream, self.cursor, self.follow = stream, cursor, follow
+        self.answered = self.ended = False
+
+    def params(self) -> Dict[str, Any]:
+        """subscribe's params (a new subscription: its answer comes first again)."""
+        self.answered = False
+        return {**self.selector, "stream": self.stream, "from": self.cursor, "follow": self.follow}
+
+    def take(self, frame: Mapping[str, Any]) -> Optional[OutputChunk]:
+        """The new bytes of a frame of this subscription (None: nothing new); raises its error as SupervisorError."""
+        if not self.answered:
+            answer(frame)
+            self.answered = True
+            return None
+        event = frame.get("event")
+        if event == "output":
+            data = new_output(self.stream, self.cursor, frame.get("cursor"), bytes(frame["data"]))
+            if data:
+                self.cursor += len(data)
+                return OutputChunk(stream=self.stream, cursor=self.cursor - len(data), data=data)
+        elif event == "end":
+            self.ended = True
+        elif frame.get("error") is not None:
+            raise SupervisorError.from_wire(frame["error"])
+        return None
 
 
 def connect_error(err: OSError, socket_path: str) -> OSError:

@@ -45,7 +45,7 @@ def test_run_gives_exact_bytes_status_and_a_receipt_both_sides_verify(daemon: Da
     printed = daemon.sbx(["receipt", r.session_id, "--json"])
     assert printed.returncode == 0, printed.stderr
     as_json = json.loads(printed.stdout)
-    ts = subprocess.run([NODE, "--input-type=module", "-e", "import { jcs } from './dist/ipc/signature.js'; import { readFileSync } from 'node:fs'; process.stdout.write(jcs(JSON.parse(readFileSync(0, 'utf8'))))"], input=printed.stdout, capture_output=True, cwd=ROOT, check=True)
+    ts = subprocess.run([NODE, "--input-type=module", "-e", "import { jcs } from './dist/core/receipts/signature.js'; import { readFileSync } from 'node:fs'; process.stdout.write(jcs(JSON.parse(readFileSync(0, 'utf8'))))"], input=printed.stdout, capture_output=True, cwd=ROOT, check=True)
     assert canonicalize(as_json) == canonicalize(r.receipt) == ts.stdout
 
 

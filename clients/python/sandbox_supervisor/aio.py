@@ -1,23 +1,20 @@
-"""The asyncio client: the same methods as Client (client.py), as coroutines, over the same
-endpoints (the Unix socket, a WebSocket URL, a command: aio_transport.py) and deadlines. Requests on one
-connection run concurrently (answers matched by id, as docs/reference/protocol.md allows); each
-``read_output`` reads on a connection of its own, pulled, so a reader that does not iterate
-holds the supervisor off. After a drop it reconnects for up to ``reconnect_seconds`` and resends;
-``read_output`` resumes from the next byte not yet yielded. Same framing, types and errors.
+"""The asyncio client: Client's methods as coroutines, over the same endpoints (aio_transport.py) and
+deadlines. Requests on one connection run concurrently (answers matched by id, at most ``max_in_flight``);
+each ``read_output`` reads on a connection of its own, pulled. The methods of the method table (_methods.py)
+are made here with ``asynchronous``; what is its own is the I/O (run's streams, read_output).
 """
 from __future__ import annotations
 
 import asyncio
-import os
-from typing import Any, AsyncIterator, Callable, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, AsyncIterator, Callable, Dict, List, Mapping, Optional, Set
 
+from . import _methods as M
 from . import _protocol as P
 from . import files as _files
 from .aio_transport import AioTransport, open_aio_transport
-from .client import _close_params, diff_checkpoints, restore_checkpoint
-from .endpoint import Endpoint, EndpointClient, LaunchNotResent, TransportDead
+from .endpoint import Endpoint, EndpointClient, Retry, TransportDead
 from .errors import CallbackFailed, SupervisorError, guarded
-from .types import Hello, OutputChunk, Receipt, Result, Session, SessionRef
+from .types import Hello, OutputChunk, Result, Session, SessionRef
 
 
 class _Wire:
@@ -54,7 +51,7 @@ class _Wire:
             while frame.get("id") != rid:
                 frame = await wire.next_frame()
             r = P.answer(frame)
-            wire.hello = Hello(version=r["version"], server=r["server"], instance=r["instance"], generation=r["generation"], max_frame_bytes=r.get("max_frame_bytes"))
+            wire.hello = Hello.from_wire(r)
             return wire
 
         try:
@@ -232,25 +229,19 @@ class AsyncClient(EndpointClient):
         while self._reaps:
             await asyncio.gather(*list(self._reaps), return_exceptions=True)
 
-    async def _open_wire(self, give_up_at: Optional[float] = None) -> _Wire:
-        """A new connection: at once the first time; after a drop, retried until give_up_at (loop time; default reconnect_seconds from now)."""
-        if not self._connected_once:
-            wire = await self._new_wire()
-            self._connected_once = True
-            return wire
-        if give_up_at is None:
-            give_up_at = asyncio.get_running_loop().time() + self.reconnect_seconds
+    async def _open_wire(self, retry: Optional[Retry] = None) -> _Wire:
+        """A new connection: at once the first time; after a drop, tried again as ``retry`` says (see Client._open)."""
+        retry = retry or Retry(self)
         while True:
             try:
-                return await self._new_wire()
+                wire = await self._new_wire()
             except (OSError, SupervisorError) as err:
-                if isinstance(err, SupervisorError) and not err.retryable:
-                    raise
-                if asyncio.get_running_loop().time() > give_up_at:
-                    raise ConnectionError(f"lost the supervisor at {self.endpoint.describe()} and it did not come back within {self.reconnect_seconds:g} s ({err})") from err
-                await asyncio.sleep(P.RECONNECT_PAUSE_SECONDS)
+                await asyncio.sleep(retry.connect_failed(err))
+                continue
+            self._connected_once = True
+            return wire
 
-    async def _connection(self, give_up_at: Optional[float] = None) -> _Dispatcher:
+    async def _connection(self, retry: Optional[Retry] = None) -> _Dispatcher:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
@@ -258,7 +249,7 @@ class AsyncClient(EndpointClient):
                 self._conn.close()
                 self._conn = None
             if self._conn is None:
-                self._conn = _Dispatcher(await self._open_wire(give_up_at))
+                self._conn = _Dispatcher(await self._open_wire(retry))
             return self._conn
 
     async def request(self, method: str, params: Optional[Mapping[str, Any]] = None, *, resend: bool = True) -> Any:
@@ -270,10 +261,9 @@ class AsyncClient(EndpointClient):
 
     async def _request(self, method: str, params: Optional[Mapping[str, Any]], resend: bool) -> Any:
         params = params or {}
-        unkeyed_launch = method == "launch" and not params.get("invocation_key")
-        give_up_at: Optional[float] = None  # set at the request's first failure; a reconnect does not restart it
+        retry = Retry(self, method, params, resend=resend)
         while True:
-            conn = await self._connection(give_up_at)
+            conn = await self._connection(retry)
             try:
                 return P.answer(await conn.call(method, params))
             except SupervisorError as err:
@@ -289,68 +279,41 @@ class AsyncClient(EndpointClient):
                 if self._conn is conn:
                     conn.close()
                     self._conn = None
-                if not resend:
-                    raise
-                if unkeyed_launch:  # it may have reached the supervisor before the drop
-                    raise LaunchNotResent(f"the connection to the supervisor at {self.endpoint.describe()} dropped after a launch without an invocation key was sent: it may be running, so it is not sent again (give it a key to make it safe to resend) ({err})") from err
-                now = asyncio.get_running_loop().time()
-                if give_up_at is None:
-                    give_up_at = now + self.reconnect_seconds
-                elif now > give_up_at:
-                    raise P.gave_up(self.endpoint.describe(), method, self.reconnect_seconds, err) from err
-                await asyncio.sleep(P.RECONNECT_PAUSE_SECONDS)
+                await asyncio.sleep(retry.dropped(err))
 
-    async def launch(
-        self,
-        argv: Sequence[str],
-        *,
-        key: Optional[str] = None,
-        timeout_seconds: Optional[float] = None,
-        grace_seconds: Optional[float] = None,
-        cwd: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        inherit_env: bool = False,
-        user: Optional[str] = None,
-        task: Optional[str] = None,
-        stdin: bool = False,
-        pty: Optional[Mapping[str, int]] = None,
-        linger: Optional[str] = None,
-        on_disconnect: Optional[str] = None,
-        service: bool = False,
-        keep_after_close: bool = False,
-        memory_max_bytes: Optional[int] = None,
-        pids_max: Optional[int] = None,
-        cpus: Optional[float] = None,
-    ) -> Session:
-        """See Client.launch."""
-        params = P.launch_params(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin, pty=pty, linger=linger, on_disconnect=on_disconnect, service=service, keep_after_close=keep_after_close, memory_max_bytes=memory_max_bytes, pids_max=pids_max, cpus=cpus)
-        return Session.from_wire(await self.request("launch", params))
+    # -- the method table (_methods.py): the same methods as Client's, over this transport -------
 
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        key: Optional[str] = None,
-        timeout_seconds: Optional[float] = None,
-        grace_seconds: Optional[float] = None,
-        cwd: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        inherit_env: bool = False,
-        user: Optional[str] = None,
-        task: Optional[str] = None,
-        stdin: Optional[bytes] = None,
-        linger: Optional[str] = None,
-        memory_max_bytes: Optional[int] = None,
-        pids_max: Optional[int] = None,
-        cpus: Optional[float] = None,
-        on_stdout: Optional[Callable[[bytes], None]] = None,
-        on_stderr: Optional[Callable[[bytes], None]] = None,
-    ) -> Result:
-        """See Client.run; stdout and stderr are read at once. ``on_stdout``/``on_stderr``
-        (plain functions, called in the event loop with each piece in order): that stream is
-        not kept, its Result field None. An exception from a callback, or run being cancelled,
-        stops both readers and cancels the session; the callback's exception is raised."""
-        session = await self.launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin is not None, linger=linger, memory_max_bytes=memory_max_bytes, pids_max=pids_max, cpus=cpus)
+    launch = M.asynchronous(M.launch)
+    run = M.asynchronous(M.run)
+    wait = M.asynchronous(M.wait)
+    receipt = M.asynchronous(M.receipt)
+    cancel = M.asynchronous(M.cancel)
+    kill = M.asynchronous(M.kill)
+    write = M.asynchronous(M.write)
+    close_stdin = M.asynchronous(M.close_stdin)
+    resize = M.asynchronous(M.resize)
+    changes = M.asynchronous(M.changes)
+    resolve = M.asynchronous(M.resolve)
+    ps = M.asynchronous(M.ps)
+    status = M.asynchronous(M.status)
+    gc = M.asynchronous(M.gc)
+    seal = M.asynchronous(M.seal)
+    seal_all = M.asynchronous(M.seal_all)
+    close_task = M.asynchronous(M.close_task)
+    close_supervisor = M.asynchronous(M.close_supervisor)
+    checkpoint = M.asynchronous(M.checkpoint)
+    restore = M.asynchronous(M.restore)
+    diff = M.asynchronous(M.diff)
+
+    # -- the parts whose I/O is this client's own -------------------------------------------------
+
+    async def _offline(self, work: Callable[[], Any]) -> Any:
+        """Work off the connection (a checkpoint store, the sbx bin: restore, diff), in a worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(None, work)
+
+    async def _run_launched(self, session: Session, stdin: Optional[bytes], on_stdout: Optional[Callable[[bytes], None]], on_stderr: Optional[Callable[[bytes], None]]) -> Result:
+        """run once launched: stdin fed while both streams are read at once; a callback's exception,
+        or run being cancelled, stops both readers and cancels the session."""
 
         async def feed() -> None:
             if stdin is None or session.state == "ended":
@@ -401,7 +364,7 @@ class AsyncClient(EndpointClient):
                 raise err.error
             raise
         receipt = await self.wait(session)
-        return Result(exit_code=P.exit_status_of(receipt), outcome=receipt["outcome"], stdout=stdout, stderr=stderr, receipt=receipt, session=session)
+        return P.result_of(session, receipt, stdout, stderr)
 
     async def _read_merged(self, session: SessionRef, cursor: int, follow: bool) -> AsyncIterator[OutputChunk]:
         from .client import Client
@@ -429,156 +392,32 @@ class AsyncClient(EndpointClient):
             async for chunk in self._read_merged(session, cursor, follow):
                 yield chunk
             return
-        if stream not in P.STREAMS:
-            raise SupervisorError("INVALID_ARGUMENT", f"stream must be one of all, {', '.join(P.STREAMS)}, not {stream!r}")
-        sel = P.selector(session)
+        sub = P.Subscription(session, stream, cursor, follow)
         reader = self._sibling()
-        wire: Optional[_Wire] = None
-        give_up_at: Optional[float] = None  # from the first failure since the last byte yielded
-        try:
-            while True:
-                wire = await reader._open_wire(give_up_at)
-                expected = cursor
-                try:
-                    rid = await wire.send("subscribe", {**sel, "stream": stream, "from": expected, "follow": follow})
-                    answered = False
-                    while True:
-                        wire.begin()  # only while awaiting: a reader that does not iterate is not silence
-                        try:
-                            frame = await wire.next_frame()
-                        finally:
-                            wire.end()
-                        if frame.get("id") != rid:
-                            continue
-                        if not answered:
-                            P.answer(frame)
-                            answered = True
-                            continue
-                        event = frame.get("event")
-                        if event == "output":
-                            data = P.new_output(stream, expected, frame.get("cursor"), bytes(frame["data"]))
-                            if not data:
-                                continue
-                            at = expected
-                            expected += len(data)
-                            cursor = expected
-                            give_up_at = None
-                            yield OutputChunk(stream=stream, cursor=at, data=data)
-                        elif event == "end":
-                            return
-                        elif frame.get("error") is not None:
-                            raise SupervisorError.from_wire(frame["error"])
-                except OSError as err:
-                    now = asyncio.get_running_loop().time()
-                    if give_up_at is None:
-                        give_up_at = now + self.reconnect_seconds
-                    elif now > give_up_at:
-                        raise P.gave_up(self.endpoint.describe(), "subscribe", self.reconnect_seconds, err) from err
-                    await asyncio.sleep(P.RECONNECT_PAUSE_SECONDS)
-                finally:
-                    wire.close()
-                    wire = None
-        finally:
-            if wire is not None:
+        retry = Retry(reader, "subscribe")  # from the first failure since the last byte yielded
+        while True:
+            wire = await reader._open_wire(retry)
+            try:
+                rid = await wire.send("subscribe", sub.params())
+                while not sub.ended:
+                    wire.begin()  # only while awaiting: a reader that does not iterate is not silence
+                    try:
+                        frame = await wire.next_frame()
+                    finally:
+                        wire.end()
+                    new = sub.take(frame) if frame.get("id") == rid else None
+                    if new is not None:
+                        retry.progress()
+                        yield new
+                return
+            except OSError as err:
+                await asyncio.sleep(retry.dropped(err))
+            finally:
                 wire.close()
 
     async def read(self, session: SessionRef, stream: str = "stdout", cursor: int = 0) -> bytes:
         """The bytes of one stream stored now, from ``cursor``."""
         return b"".join([c.data async for c in self.read_output(session, stream, cursor, follow=False)])
-
-    async def wait(self, session: SessionRef) -> Receipt:
-        """See Client.wait."""
-        return await self.request("wait", P.selector(session))  # type: ignore[no-any-return]
-
-    async def receipt(self, session: SessionRef) -> Dict[str, Any]:
-        """See Client.receipt."""
-        return await self.request("receipt", P.selector(session))  # type: ignore[no-any-return]
-
-    async def cancel(self, session: SessionRef, grace_seconds: Optional[float] = None) -> Dict[str, Any]:
-        """See Client.cancel."""
-        params: Dict[str, Any] = dict(P.selector(session))
-        if grace_seconds is not None:
-            params["grace_ms"] = P.ms(grace_seconds, "grace_seconds")
-        return await self.request("cancel", params)  # type: ignore[no-any-return]
-
-    async def kill(self, session: SessionRef, signal: Any = "SIGKILL") -> Dict[str, Any]:
-        """See Client.kill (never resent after a drop)."""
-        sig = int(signal) if not isinstance(signal, str) else signal
-        return await self.request("kill", {**P.selector(session), "signal": sig}, resend=False)  # type: ignore[no-any-return]
-
-    async def write(self, session: SessionRef, data: bytes, *, offset: Optional[int] = None, eof: bool = False) -> Dict[str, Any]:
-        """See Client.write (any amount, in pieces of at most 8 MiB)."""
-        parts = P.pieces(bytes(data))
-        result: Dict[str, Any] = {}
-        for i, part in enumerate(parts):
-            result = await self.request("write", P.write_params(session, part, offset, eof and i == len(parts) - 1))
-            if offset is None:  # the first piece was appended: it began at the cursor less its length
-                offset = result["cursor"] - len(part)
-            offset += len(part)  # each piece's offset from data[0]'s, never the answered cursor (ahead after a resend)
-        return result
-
-    async def close_stdin(self, session: SessionRef) -> Dict[str, Any]:
-        """EOF on the session's stdin."""
-        return await self.write(session, b"", eof=True)
-
-    async def resize(self, session: SessionRef, cols: int, rows: int) -> Dict[str, Any]:
-        """See Client.resize."""
-        return await self.request("resize", {**P.selector(session), "cols": cols, "rows": rows})  # type: ignore[no-any-return]
-
-    async def changes(self, session: SessionRef) -> Dict[str, Any]:
-        """See Client.changes."""
-        return await self.request("changes", P.selector(session))  # type: ignore[no-any-return]
-
-    async def resolve(self, session: SessionRef, reason: str, force: bool = False) -> Receipt:
-        """See Client.resolve."""
-        return await self.request("resolve", {**P.selector(session), "as_operator": True, "reason": reason, **({"force": True} if force else {})})  # type: ignore[no-any-return]
-
-    async def ps(self, all: bool = False) -> List[Dict[str, Any]]:
-        """See Client.ps."""
-        return P.ps_rows(await self.request("ps", {"all": all}))
-
-    async def status(self) -> Dict[str, Any]:
-        """See Client.status."""
-        return await self.request("status", {})  # type: ignore[no-any-return]
-
-    async def gc(self) -> Dict[str, Any]:
-        """See Client.gc."""
-        return await self.request("gc", {})  # type: ignore[no-any-return]
-
-    async def seal(self, task: str) -> Dict[str, Any]:
-        """See Client.seal."""
-        return await self.request("seal", {"task": task})  # type: ignore[no-any-return]
-
-    async def seal_all(self) -> Dict[str, Any]:
-        """See Client.seal_all."""
-        return await self.request("seal", {})  # type: ignore[no-any-return]
-
-    async def close_task(self, task: str, *, workspaces: Optional[Sequence[str]] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
-        """See Client.close_task."""
-        return await self.request("close", _close_params(task, workspaces, timeout_seconds))  # type: ignore[no-any-return]
-
-    async def close_supervisor(self, *, workspaces: Optional[Sequence[str]] = None, timeout_seconds: Optional[float] = None) -> Dict[str, Any]:
-        """See Client.close_supervisor."""
-        return await self.request("close", _close_params(None, workspaces, timeout_seconds))  # type: ignore[no-any-return]
-
-    async def checkpoint(self, workspace: str, task: Optional[str] = None) -> Dict[str, Any]:
-        """See Client.checkpoint."""
-        params: Dict[str, Any] = {"workspace": os.path.abspath(workspace)}
-        if task is not None:
-            params["task"] = task
-        return await self.request("checkpoint", params)  # type: ignore[no-any-return]
-
-    async def restore(self, checkpoint_id: str, directory: str, *, store: Optional[str] = None, key_path: Optional[str] = None, same_owner: Optional[bool] = None, sbx: Optional[str] = None) -> Dict[str, Any]:
-        """See Client.restore (runs ``sbx restore`` in a thread)."""
-        state_dir = None if store is not None else (await self.status())["state_dir"]
-        return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: restore_checkpoint(checkpoint_id, directory, state_dir=state_dir, store=store, key_path=key_path, same_owner=same_owner, sbx=sbx)
-        )
-
-    async def diff(self, a: Optional[str] = None, b: Optional[str] = None, *, task: Optional[str] = None, store: Optional[str] = None, key_path: Optional[str] = None, sbx: Optional[str] = None) -> Any:
-        """See Client.diff (reads the store in a thread)."""
-        state_dir = None if store is not None else (await self.status())["state_dir"]
-        return await asyncio.get_running_loop().run_in_executor(None, lambda: diff_checkpoints(a, b, task=task, state_dir=state_dir, store=store, key_path=key_path, sbx=sbx))
 
     # -- files (sandbox_supervisor/files.py, docs/guide/files.md) -------------------------------------
 

@@ -1,5 +1,5 @@
-"""Offline verification against a state dir, as ``sbx verify --state-dir DIR`` (ipc/verify.ts, cli/tasks.ts,
-supervisor/checkpoint/verify.ts; docs/reference/state-dir.md): a session receipt's chunk files re-hashed,
+"""Offline verification against a state dir, as ``sbx verify --state-dir DIR`` (core/receipts/verify.ts, cli/tasks.ts,
+core/checkpoint/verify.ts; docs/reference/state-dir.md): a session receipt's chunk files re-hashed,
 a close receipt's sessions and tasks, a task receipt's sessions and checkpoints (manifest, signature,
 publication, every local-store object re-hashed). Owns these checks, worded as sbx's; needs
 ``cryptography``; an s3:// store is refused (no S3 client here).
@@ -72,7 +72,7 @@ def _open_nofollow(path: str) -> int:
 
 
 def _stored_stream(session_dir: str, stream: str, chunk_bytes: int) -> Dict[str, Any]:
-    """ipc/stream-files.ts storedStream: the chunk files from cursor 0 while contiguous, each
+    """core/state/stream-files.ts storedStream: the chunk files from cursor 0 while contiguous, each
     re-read (O_NOFOLLOW) and hashed; the SHA-256 of all and of each; the index's digest."""
     d = os.path.join(session_dir, stream)
     chunks: List[Dict[str, Any]] = []
@@ -113,7 +113,7 @@ def _stored_stream(session_dir: str, stream: str, chunk_bytes: int) -> Dict[str,
 
 
 def verify_stored_output(receipt: Mapping[str, Any], state_dir: str) -> List[str]:
-    """Problems with the stored output of a session receipt in state_dir (ipc/verify.ts
+    """Problems with the stored output of a session receipt in state_dir (core/receipts/verify.ts
     verifyStoredOutput): nothing added to the session dir, each stream's chunk files re-read
     and compared with final_cursor, sha256, every chunk's digest and index_sha256."""
     d = os.path.join(state_dir, SESSIONS_DIR, str(receipt.get("session_id")))
@@ -213,7 +213,7 @@ def verify_close_tasks(close: Mapping[str, Any], state_dir: str) -> List[str]:
     return problems
 
 
-# -- checkpoints (supervisor/checkpoint/manifest.ts, verify.ts, local-store.ts) ---------------
+# -- checkpoints (core/checkpoint/manifest.ts, verify.ts, local-store.ts) ---------------
 
 
 def _entry_path(e: Mapping[str, Any]) -> bytes:
@@ -353,7 +353,7 @@ def check_manifest(data: bytes, public_key_pem: Optional[str] = None, expect_id:
 
 
 def verify_checkpoint(checkpoint_id: str, public_key_pem: str, store: LocalStore) -> StateVerification:
-    """supervisor/checkpoint/verify.ts verifyCheckpoint of a stored manifest: its form, id and
+    """core/checkpoint/verify.ts verifyCheckpoint of a stored manifest: its form, id and
     signature, its published record (signed, naming it), every object re-hashed to its name and size."""
     try:
         data = store.read_manifest(checkpoint_id)

@@ -37,7 +37,7 @@ EXPECTED = "3 exited b'built\\n' b'a warning\\n'\nstep 1\nstep 2\nstep 3\nexited
 def test_the_python_example_runs_as_written(daemon: Daemon, tmp_path):
     script = tmp_path / "harness.py"
     script.write_text(example("python"))
-    env = {**daemon.env(), "PYTHONPATH": os.path.join(ROOT, "ipc", "python")}
+    env = {**daemon.env(), "PYTHONPATH": os.path.join(ROOT, "clients", "python")}
     r = subprocess.run([sys.executable, str(script)], env=env, cwd=str(tmp_path), capture_output=True, timeout=60)
     assert (r.returncode, r.stderr.decode()) == (0, "")
     assert r.stdout.decode() == EXPECTED
@@ -58,7 +58,7 @@ def test_pip_installs_the_package_with_its_types(tmp_path):
     # Offline (no PyPI here): a venv seeing the system's setuptools and msgpack, no build isolation.
     # From a copy: setuptools writes build/ and *.egg-info beside the sources it builds.
     source = tmp_path / "src"
-    shutil.copytree(os.path.join(ROOT, "ipc", "python"), source, ignore=shutil.ignore_patterns("tests", "__pycache__", ".pytest_cache", "build", "*.egg-info"))
+    shutil.copytree(os.path.join(ROOT, "clients", "python"), source, ignore=shutil.ignore_patterns("tests", "__pycache__", ".pytest_cache", "build", "*.egg-info"))
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
     py = str(env_dir / "bin" / "python")
@@ -71,13 +71,13 @@ def test_pip_installs_the_package_with_its_types(tmp_path):
 
 def test_the_offline_install_commands_run_as_written(tmp_path):
     # The client guide's sh block for installing without PyPI: its venv and pip lines, run as written
-    # in a directory holding a copy of ipc/python (setuptools writes build/ beside the sources).
+    # in a directory holding a copy of clients/python (setuptools writes build/ beside the sources).
     block = next(b for b in re.findall(r"^```sh\n(.*?)^```$", example_section(), re.S | re.M) if "--system-site-packages" in b)
     lines = [line.split("  #")[0].strip() for line in block.splitlines()]
     install = [line for line in lines if line.startswith("/usr/bin/python3 -m venv") or "pip install" in line]
     assert len(install) == 2, block
-    assert any(line.startswith("PYTHONPATH=ipc/python /usr/bin/python3 ") for line in lines), block
-    shutil.copytree(os.path.join(ROOT, "ipc", "python"), tmp_path / "ipc" / "python", ignore=shutil.ignore_patterns("tests", "__pycache__", ".pytest_cache", "build", "*.egg-info"))
+    assert any(line.startswith("PYTHONPATH=clients/python /usr/bin/python3 ") for line in lines), block
+    shutil.copytree(os.path.join(ROOT, "clients", "python"), tmp_path / "clients" / "python", ignore=shutil.ignore_patterns("tests", "__pycache__", ".pytest_cache", "build", "*.egg-info"))
     for line in install:
         r = subprocess.run(line, shell=True, cwd=str(tmp_path), capture_output=True, timeout=180)
         assert r.returncode == 0, (line, r.stderr.decode())

@@ -1,4 +1,4 @@
-"""``sbx restore`` in Python, for the local checkpoint store (supervisor/checkpoint/restore.ts; store
+"""``sbx restore`` in Python, for the local checkpoint store (core/checkpoint/restore.ts; store
 layout in docs/reference/state-dir.md): a published checkpoint materialised into an empty or new
 directory byte for byte, then rescanned and compared with its manifest. Every name is made
 relative to its directory's fd, O_EXCL|O_NOFOLLOW (no planted link followed or replaced, no path

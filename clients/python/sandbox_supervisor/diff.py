@@ -1,5 +1,5 @@
 """``sbx diff`` in Python, for the local checkpoint store: what changed between two published
-checkpoints, from their manifests alone (supervisor/checkpoint/diff.ts, the same result as
+checkpoints, from their manifests alone (core/checkpoint/diff.ts, the same result as
 ``sbx diff --json``). Owns the comparison's port; the manifest checks are state_verify.py's
 (as restore.py uses them); an s3:// store is sbx's (client.diff_checkpoints runs it).
 """

@@ -9,7 +9,8 @@ stdin/stdout (``sbx bridge`` through ``docker exec -i``, ``ssh``), sharing frami
         print(r.exit_code, r.stdout)
 """
 from .aio import AsyncClient
-from .client import Client, diff_checkpoints, restore_checkpoint
+from .checkpoints import diff_checkpoints, restore_checkpoint
+from .client import Client
 from .endpoint import Endpoint, LaunchNotResent, TransportDead, resolve_endpoint
 from .errors import ERROR_CODES, SupervisorError
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame

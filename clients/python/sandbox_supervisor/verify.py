@@ -1,4 +1,4 @@
-"""Offline receipt verification (docs/reference/contract.md "Receipt", ipc/signature.ts): Ed25519 over the RFC 8785
+"""Offline receipt verification (docs/reference/contract.md "Receipt", core/receipts/signature.ts): Ed25519 over the RFC 8785
 (JCS) encoding of the receipt without ``signature``; ``key_id`` is ``sha256:`` + hex of the raw
 32-byte public key; the key is SPKI PEM (``<state>/receipt-key.pub``, or ``status()["receipt_key"]``).
 Works on close and task receipts too (the same rule). Needs the optional ``cryptography``
@@ -92,7 +92,7 @@ def _require_cryptography() -> None:
     except ImportError as err:
         raise ImportError(
             "verifying receipts needs the optional 'cryptography' package: pip install 'sandbox-supervisor[verify]' "
-            "(from ./ipc/python), or on Debian apt-get install python3-cryptography (for /usr/bin/python3)",
+            "(from ./clients/python), or on Debian apt-get install python3-cryptography (for /usr/bin/python3)",
             name="cryptography",
         ) from err
 

@@ -1,17 +1,16 @@
 """Where a client reaches the supervisor (docs/reference/contract.md "Remote harnesses"): the Unix socket, a WebSocket
-URL with a bearer token, or a command whose stdin/stdout carry the frames (``sbx bridge`` through
-``docker exec -i``, ``ssh``, ...). Owns choosing the endpoint (explicit arguments, else ``$SBX_URL``
-with ``$SBX_TOKEN``/``$SBX_TOKEN_FILE``, else the socket path), reading the token, the deadlines'
-defaults, the transport errors both clients raise, and their shared base (EndpointClient: the
-endpoint and deadline options, ``over_command``/``over_url``). No I/O but reading a token file.
+URL with a bearer token, or a command whose stdin/stdout carry the frames (``sbx bridge`` through ``docker exec -i``,
+``ssh``). Owns choosing the endpoint and reading its token, the deadlines' defaults, the transport errors both
+clients raise, their shared base (EndpointClient) and when to reconnect after a drop (Retry). No I/O but a token file.
 """
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TypeVar
 
-from ._protocol import DEFAULT_RECONNECT_SECONDS
+from ._protocol import DEFAULT_RECONNECT_SECONDS, RECONNECT_PAUSE_SECONDS
 from .errors import SupervisorError
 from .paths import default_socket_path
 
@@ -158,3 +157,46 @@ class EndpointClient:
     def _same_options(self) -> Dict[str, Any]:
         """The keyword arguments of a client to the same endpoint with the same options."""
         return {"endpoint": self.endpoint, "client_name": self.client_name, "reconnect_seconds": self.reconnect_seconds, "connect_timeout_seconds": self.connect_timeout_seconds, "keepalive_seconds": self.keepalive_seconds, "silence_seconds": self.silence_seconds}
+
+
+class Retry:
+    """What a client does when the link drops, for one request or stream (no I/O: the client sleeps the
+    pause returned, time.sleep or asyncio.sleep, and tries again). The deadline is ``reconnect_seconds``
+    from the first failure (a drop, or a reconnect that failed); ``progress()`` (a byte read) restarts it.
+    A ``launch`` without invocation key is never resent (it may be running), nor is one with ``resend=False``."""
+
+    def __init__(self, client: EndpointClient, method: str = "", params: Optional[Mapping[str, Any]] = None, *, resend: bool = True) -> None:
+        self.client, self.method, self.resend = client, method, resend
+        self.unkeyed_launch = method == "launch" and not (params or {}).get("invocation_key")
+        self.give_up_at: Optional[float] = None  # time.monotonic() seconds
+
+    def _too_late(self) -> bool:
+        now = time.monotonic()
+        if self.give_up_at is None:
+            self.give_up_at = now + self.client.reconnect_seconds
+        return now > self.give_up_at
+
+    def progress(self) -> None:
+        self.give_up_at = None
+
+    def connect_failed(self, err: BaseException) -> float:
+        """The pause after a failed connect. Raises err on the client's first connect (nothing listens:
+        at once) and for a refusal not retryable; ConnectionError naming the endpoint past the deadline."""
+        if not self.client._connected_once or (isinstance(err, SupervisorError) and not err.retryable):
+            raise err
+        if self._too_late():
+            raise ConnectionError(f"lost the supervisor at {self.client.endpoint.describe()} and it did not come back within {self.client.reconnect_seconds:g} s ({err})") from err
+        return RECONNECT_PAUSE_SECONDS
+
+    def dropped(self, err: OSError) -> float:
+        """The pause after a drop while the request (or stream) was pending, before it is sent again.
+        Raises err when it is not resent, LaunchNotResent for a launch without invocation key,
+        ConnectionError naming the endpoint and method past the deadline."""
+        where = self.client.endpoint.describe()
+        if not self.resend:
+            raise err
+        if self.unkeyed_launch:
+            raise LaunchNotResent(f"the connection to the supervisor at {where} dropped after a launch without an invocation key was sent: it may be running, so it is not sent again (give it a key to make it safe to resend) ({err})") from err
+        if self._too_late():
+            raise ConnectionError(f"the supervisor at {where} dropped the connection on every attempt of {self.method} for {self.client.reconnect_seconds:g} s; gave up ({err})") from err
+        return RECONNECT_PAUSE_SECONDS

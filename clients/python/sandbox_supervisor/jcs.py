@@ -1,5 +1,5 @@
 """RFC 8785 JSON Canonicalization Scheme (JCS): the bytes receipts, close and task receipts and
-checkpoint manifests are signed over (ipc/signature.ts ``jcs``). Keys sorted by UTF-16 code
+checkpoint manifests are signed over (core/receipts/signature.ts ``jcs``). Keys sorted by UTF-16 code
 units, strings escaped as ECMAScript JSON.stringify does, numbers in ECMAScript Number#toString
 form (RFC 8785 section 3.2.2.3); no whitespace. NaN, infinities, lone surrogates and values JSON
 has no form for (bytes, sets, objects) raise ValueError/TypeError.

@@ -93,3 +93,7 @@ class Hello:
     instance: str
     generation: int
     max_frame_bytes: Optional[int] = None
+
+    @classmethod
+    def from_wire(cls, r: Dict[str, Any]) -> "Hello":
+        return cls(version=r["version"], server=r["server"], instance=r["instance"], generation=r["generation"], max_frame_bytes=r.get("max_frame_bytes"))

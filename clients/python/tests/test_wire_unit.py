@@ -112,9 +112,9 @@ def test_jcs_bytes_equal_the_typescript_jcs_on_random_values():
             continue
         values.append(v)
     values.append(fixture_receipt())
-    # One node process canonicalises them all with ipc/signature.ts (compiled): its lines are the TypeScript side's bytes.
+    # One node process canonicalises them all with core/receipts/signature.ts (compiled): its lines are the TypeScript side's bytes.
     script = (
-        "import { jcs } from './dist/ipc/signature.js';"
+        "import { jcs } from './dist/core/receipts/signature.js';"
         "import { readFileSync } from 'node:fs';"
         "for (const line of readFileSync(0, 'utf8').split('\\n').filter(Boolean)) process.stdout.write(Buffer.from(jcs(JSON.parse(line))).toString('base64') + '\\n');"
     )
