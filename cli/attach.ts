@@ -21,7 +21,14 @@ import { warn } from './escape.js';
  * session's stdin unless eofCloses is false (then forwarding just stops). A terminal on stdin
  * is put in raw mode for a pty session (restored on every exit path).
  */
-export async function pumpStdin(conn: ReconnectingClient, sel: SessionSelector, pty: boolean, fromOffset: number, eofCloses = true, writer?: string): Promise<void> {
+export async function pumpStdin(
+  conn: ReconnectingClient,
+  sel: SessionSelector,
+  pty: boolean,
+  fromOffset: number,
+  eofCloses = true,
+  writer?: string,
+): Promise<void> {
   if (pty && process.stdin.isTTY) {
     process.stdin.setRawMode(true);
     process.on('exit', () => process.stdin.setRawMode?.(false));
@@ -62,10 +69,13 @@ interface AttachOptions {
   closeStdin?: boolean;
 }
 
-const cursorArg = (flag: string) => (v: string): number => {
-  if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v))) throw new InvalidArgumentError(`${flag} takes a byte cursor (a non-negative integer), got ${JSON.stringify(v)}`);
-  return Number(v);
-};
+const cursorArg =
+  (flag: string) =>
+  (v: string): number => {
+    if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v)))
+      throw new InvalidArgumentError(`${flag} takes a byte cursor (a non-negative integer), got ${JSON.stringify(v)}`);
+    return Number(v);
+  };
 
 const signalNumber = (name: string) => osConstants.signals[name as keyof typeof osConstants.signals] ?? 0;
 
@@ -77,7 +87,9 @@ const signalNumber = (name: string) => osConstants.signals[name as keyof typeof 
  */
 export function attachCommand(cmd: Command, ctx: AttachContext): Command {
   return cmd
-    .description("follow a running session by its id, as docker attach: its output from where it is now (stdout to fd 1, stderr to fd 2), this CLI's stdin into its stdin if it was started with --stdin; exits with its status when it ends; Ctrl-C detaches (it goes on)")
+    .description(
+      "follow a running session by its id, as docker attach: its output from where it is now (stdout to fd 1, stderr to fd 2), this CLI's stdin into its stdin if it was started with --stdin; exits with its status when it ends; Ctrl-C detaches (it goes on)",
+    )
     .argument('[id]', 'session id, or a unique prefix of one (3 characters or more)')
     .option('--key <key>', 'select the session by invocation key')
     .option('--from-start', 'replay its output from the first byte, then follow')
@@ -120,7 +132,10 @@ async function attach(given: SessionSelector, o: AttachOptions, endpoint: Endpoi
   const replay = o.fromStart || o.cursor !== undefined || o.stderrCursor !== undefined;
   if (row.state === 'ended' && !replay) {
     client.close();
-    fail(`session ${id} has ended: ${howEnded(row) ?? 'its status is in its receipt'}; nothing to attach to (sbx logs ${id} shows its output, sbx wait ${id} its status; sbx attach --from-start replays it)`, 1);
+    fail(
+      `session ${id} has ended: ${howEnded(row) ?? 'its status is in its receipt'}; nothing to attach to (sbx logs ${id} shows its output, sbx wait ${id} its status; sbx attach --from-start replays it)`,
+      1,
+    );
   }
   if (row.state === 'unknown') {
     client.close();
@@ -155,7 +170,15 @@ async function attach(given: SessionSelector, o: AttachOptions, endpoint: Endpoi
     waiting.catch(() => {});
     const copy = async (s: StreamName) => {
       const out = s === 'stderr' ? process.stderr : process.stdout;
-      for await (const chunk of readOutput({ ...endpoint, clientName: 'sbx', selector: sel, stream: s, from: startOf(s), follow: true, onReconnecting: reconnecting })) {
+      for await (const chunk of readOutput({
+        ...endpoint,
+        clientName: 'sbx',
+        selector: sel,
+        stream: s,
+        from: startOf(s),
+        follow: true,
+        onReconnecting: reconnecting,
+      })) {
         if (!out.write(chunk.data)) await new Promise((r) => out.once('drain', r));
       }
     };

@@ -43,14 +43,20 @@ export async function openStore(o: StoreOptions): Promise<CheckpointStore> {
       statSync(join(url.dir, STORE_DIRS.objects));
     } catch (err) {
       const code = errnoCode(err);
-      if (code === 'EACCES') fail(`PERMISSION_DENIED: cannot read the checkpoint store ${url.dir}: permission denied (a state dir is the supervisor's: run as its user, or give --store a copy you can read)`);
+      if (code === 'EACCES')
+        fail(
+          `PERMISSION_DENIED: cannot read the checkpoint store ${url.dir}: permission denied (a state dir is the supervisor's: run as its user, or give --store a copy you can read)`,
+        );
       if (code !== 'ENOENT' && code !== 'ENOTDIR') fail(`INTERNAL: cannot read the checkpoint store ${url.dir}: ${(err as Error).message}`);
     }
     if (!existsSync(url.dir)) fail(`NOT_FOUND: no checkpoint store at ${url.dir} (give --state-dir DIR or --store DIR|s3://bucket/prefix)`);
     if (!existsSync(join(url.dir, STORE_DIRS.objects)) && existsSync(join(url.dir, STATE.checkpointsDir, STORE_DIRS.objects))) {
-      fail(`INVALID_ARGUMENT: ${url.dir} is a state dir, not a checkpoint store: give --state-dir ${url.dir}, or --store ${join(url.dir, STATE.checkpointsDir)}`);
+      fail(
+        `INVALID_ARGUMENT: ${url.dir} is a state dir, not a checkpoint store: give --state-dir ${url.dir}, or --store ${join(url.dir, STATE.checkpointsDir)}`,
+      );
     }
-    if (!existsSync(join(url.dir, STORE_DIRS.objects))) fail(`INVALID_ARGUMENT: ${url.dir} is not a checkpoint store (it has no ${STORE_DIRS.objects}/: no checkpoint was ever stored there)`);
+    if (!existsSync(join(url.dir, STORE_DIRS.objects)))
+      fail(`INVALID_ARGUMENT: ${url.dir} is not a checkpoint store (it has no ${STORE_DIRS.objects}/: no checkpoint was ever stored there)`);
     return new LocalStore(url.dir, false);
   }
   const { S3Store } = await import('../core/checkpoint/s3-store.js');
@@ -71,7 +77,11 @@ export async function resolveId(store: CheckpointStore, text: string): Promise<s
   }
   const matches = all.filter((m) => m.startsWith(id));
   if (matches.length === 1) return matches[0];
-  fail(matches.length === 0 ? `no checkpoint ${id}… in ${store.location} (sbx checkpoints lists them)` : `${id}… is ambiguous in ${store.location}: ${matches.join(', ')}`);
+  fail(
+    matches.length === 0
+      ? `no checkpoint ${id}… in ${store.location} (sbx checkpoints lists them)`
+      : `${id}… is ambiguous in ${store.location}: ${matches.join(', ')}`,
+  );
 }
 
 function publicKey(o: StoreOptions): string | undefined {
@@ -89,8 +99,14 @@ function warnUnstable(unstable: string[], notCaptured: string[]): void {
   const missing = new Set(notCaptured);
   const held = unstable.filter((p) => !missing.has(p));
   const list = (ps: string[]) => `${ps.slice(0, 5).join(', ')}${ps.length > 5 ? ', ...' : ''}`;
-  if (held.length) warn(`warning: this checkpoint is not consistent: ${plural(held.length, 'path')} kept changing while it was taken (${list(held)}); their content is one of their states, not proven current`);
-  if (notCaptured.length) warn(`warning: this checkpoint is not consistent: ${plural(notCaptured.length, 'path')} not captured (${list(notCaptured)}): held by another process's write lease, or gone, while it was taken; not in it, so not restored`);
+  if (held.length)
+    warn(
+      `warning: this checkpoint is not consistent: ${plural(held.length, 'path')} kept changing while it was taken (${list(held)}); their content is one of their states, not proven current`,
+    );
+  if (notCaptured.length)
+    warn(
+      `warning: this checkpoint is not consistent: ${plural(notCaptured.length, 'path')} not captured (${list(notCaptured)}): held by another process's write lease, or gone, while it was taken; not in it, so not restored`,
+    );
 }
 
 /** sbx restore ID DIR. */
@@ -98,11 +114,17 @@ export async function restoreCommand(idText: string, dir: string, o: StoreOption
   const store = await openStore(o);
   const id = await resolveId(store, idText);
   const key = publicKey(o);
-  if (!key) fail(`INVALID_ARGUMENT: no public key to check the manifest's signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
+  if (!key)
+    fail(`INVALID_ARGUMENT: no public key to check the manifest's signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   let result;
   const progress = new Progress(`restore ${id.slice(0, 16)}`);
   try {
-    result = await restoreCheckpoint(store, id, resolvePath(dir), { publicKeyPem: key, sameOwner: o.sameOwner, remote: store.location.startsWith('s3://'), onProgress: (p) => progress.counts(p) });
+    result = await restoreCheckpoint(store, id, resolvePath(dir), {
+      publicKeyPem: key,
+      sameOwner: o.sameOwner,
+      remote: store.location.startsWith('s3://'),
+      onProgress: (p) => progress.counts(p),
+    });
   } catch (err) {
     progress.done();
     fail(`restore: ${(err as Error).message}`);
@@ -110,10 +132,18 @@ export async function restoreCommand(idText: string, dir: string, o: StoreOption
   progress.done();
   if (o.json) process.stdout.write(JSON.stringify(result, null, 2) + '\n');
   else {
-    process.stdout.write(`restored checkpoint ${id} into ${result.target}: ${plural(result.entries, 'entry', 'entries')}, ${plural(result.files, 'file')}, ${result.bytes} bytes in ${result.ms} ms\n`);
-    if (result.owners === 'not_given') warn(`owners not given (${process.getuid?.() === 0 ? '--no-same-owner' : 'not root'}): every entry is the restorer's, uid and gid not compared${result.setid_dropped.length ? `; set-user-ID/set-group-ID dropped on ${plural(result.setid_dropped.length, 'entry', 'entries')}: ${result.setid_dropped.slice(0, 5).join(', ')}` : ''}`);
+    process.stdout.write(
+      `restored checkpoint ${id} into ${result.target}: ${plural(result.entries, 'entry', 'entries')}, ${plural(result.files, 'file')}, ${result.bytes} bytes in ${result.ms} ms\n`,
+    );
+    if (result.owners === 'not_given')
+      warn(
+        `owners not given (${process.getuid?.() === 0 ? '--no-same-owner' : 'not root'}): every entry is the restorer's, uid and gid not compared${result.setid_dropped.length ? `; set-user-ID/set-group-ID dropped on ${plural(result.setid_dropped.length, 'entry', 'entries')}: ${result.setid_dropped.slice(0, 5).join(', ')}` : ''}`,
+      );
     warnUnstable(result.unstable, result.not_captured);
-    if (result.mounts_skipped.length) warn(`warning: ${plural(result.mounts_skipped.length, 'mount point')} inside the workspace ${result.mounts_skipped.length === 1 ? 'was' : 'were'} not entered when it was taken, restored as empty directories (what was mounted there is not in the checkpoint): ${result.mounts_skipped.slice(0, 5).join(', ')}${result.mounts_skipped.length > 5 ? ', ...' : ''}`);
+    if (result.mounts_skipped.length)
+      warn(
+        `warning: ${plural(result.mounts_skipped.length, 'mount point')} inside the workspace ${result.mounts_skipped.length === 1 ? 'was' : 'were'} not entered when it was taken, restored as empty directories (what was mounted there is not in the checkpoint): ${result.mounts_skipped.slice(0, 5).join(', ')}${result.mounts_skipped.length > 5 ? ', ...' : ''}`,
+      );
     if (result.identical) process.stdout.write('OK: the restored tree is identical to the manifest\n');
     else {
       for (const d of result.differences.slice(0, 50)) process.stdout.write(`DIFFERS: ${showDifference(d)}\n`);
@@ -134,7 +164,16 @@ export async function listCommand(o: StoreOptions & { workspace?: string }): Pro
   }
   const key = publicKey(o);
   if (!key) fail(`INVALID_ARGUMENT: no public key to check what the store holds (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
-  const rows: { checkpoint_id: string; created_at: string; workspace: string; task: string | null; entries: number; bytes: number; consistent: boolean; boundary: unknown }[] = [];
+  const rows: {
+    checkpoint_id: string;
+    created_at: string;
+    workspace: string;
+    task: string | null;
+    entries: number;
+    bytes: number;
+    consistent: boolean;
+    boundary: unknown;
+  }[] = [];
   const invalid: string[] = [];
   for (const id of ids) {
     const published = await store.readPublished(id).catch(() => null);
@@ -149,15 +188,44 @@ export async function listCommand(o: StoreOptions & { workspace?: string }): Pro
     const m = check.manifest;
     const record = JSON.parse(published.toString('utf8')) as PublishedRecord;
     if (o.workspace && m.workspace !== resolvePath(o.workspace)) continue;
-    rows.push({ checkpoint_id: id, created_at: m.created_at, workspace: m.workspace, task: record.task, entries: m.scan.entries, bytes: m.scan.bytes, consistent: m.consistent, boundary: m.boundary });
+    rows.push({
+      checkpoint_id: id,
+      created_at: m.created_at,
+      workspace: m.workspace,
+      task: record.task,
+      entries: m.scan.entries,
+      bytes: m.scan.bytes,
+      consistent: m.consistent,
+      boundary: m.boundary,
+    });
   }
   rows.sort((a, b) => (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : 0));
-  if (invalid.length) warn(`not listed: ${plural(invalid.length, 'id')} whose manifest or published record does not verify (sbx verify ID says why): ${invalid.slice(0, 5).join(', ')}`);
+  if (invalid.length)
+    warn(
+      `not listed: ${plural(invalid.length, 'id')} whose manifest or published record does not verify (sbx verify ID says why): ${invalid.slice(0, 5).join(', ')}`,
+    );
   if (o.json) return void process.stdout.write(JSON.stringify(rows, null, 2) + '\n');
   if (rows.length === 0) return void process.stdout.write(`no published checkpoints in ${store.location}\n`);
-  const table = [['CHECKPOINT', 'CREATED', 'WORKSPACE', 'TASK', 'ENTRIES', 'BYTES', 'CONSISTENT'], ...rows.map((r) => [r.checkpoint_id.slice(0, 16), r.created_at, r.workspace, r.task ?? '-', String(r.entries), String(r.bytes), r.consistent ? 'yes' : 'NO'])];
+  const table = [
+    ['CHECKPOINT', 'CREATED', 'WORKSPACE', 'TASK', 'ENTRIES', 'BYTES', 'CONSISTENT'],
+    ...rows.map((r) => [
+      r.checkpoint_id.slice(0, 16),
+      r.created_at,
+      r.workspace,
+      r.task ?? '-',
+      String(r.entries),
+      String(r.bytes),
+      r.consistent ? 'yes' : 'NO',
+    ]),
+  ];
   const widths = table[0].map((_, i) => Math.max(...table.map((row) => row[i].length)));
-  for (const row of table) process.stdout.write(row.map((c, i) => c.padEnd(widths[i])).join('  ').trimEnd() + '\n');
+  for (const row of table)
+    process.stdout.write(
+      row
+        .map((c, i) => c.padEnd(widths[i]))
+        .join('  ')
+        .trimEnd() + '\n',
+    );
 }
 
 /** sbx verify of a checkpoint manifest: a file (MANIFEST.json) or an id in the store. */
@@ -181,7 +249,22 @@ export async function verifyManifestCommand(arg: string, bytes: Buffer | null, o
   const v = await verifyCheckpoint(bytes, key, store, expectId, (p) => progress.counts(p));
   progress.done();
   if (o.json) {
-    process.stdout.write(JSON.stringify({ ok: v.problems.length === 0, checkpoint_id: v.id, store: store?.location ?? null, objects: v.objects, bytes: v.bytes, consistent: v.manifest?.consistent ?? null, unstable: v.manifest?.unstable ?? [], problems: v.problems }, null, 2) + '\n');
+    process.stdout.write(
+      JSON.stringify(
+        {
+          ok: v.problems.length === 0,
+          checkpoint_id: v.id,
+          store: store?.location ?? null,
+          objects: v.objects,
+          bytes: v.bytes,
+          consistent: v.manifest?.consistent ?? null,
+          unstable: v.manifest?.unstable ?? [],
+          problems: v.problems,
+        },
+        null,
+        2,
+      ) + '\n',
+    );
   } else if (v.problems.length === 0) {
     process.stdout.write(
       `OK: checkpoint ${v.id} signed by ${v.manifest!.signature!.key_id}${store ? `; published; ${plural(v.objects, 'object')} (${v.bytes} bytes) re-hashed from ${store.location}` : '; the signature only: the objects were not checked (give --state-dir or --store)'}\n`,
@@ -198,12 +281,16 @@ export async function diffCommand(a: string | undefined, b: string | undefined, 
   const { DiffError, diffCheckpointIds, diffLines, diffSummary, diffTask } = await import('../core/checkpoint/diff.js');
   const store = await openStore(o);
   const key = publicKey(o);
-  if (!key) fail(`INVALID_ARGUMENT: no public key to check the manifests' signatures (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
+  if (!key)
+    fail(`INVALID_ARGUMENT: no public key to check the manifests' signatures (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   let diffs;
   try {
     if (o.task !== undefined) {
       const r = await diffTask(store, o.task, key);
-      if (r.invalid.length) warn(`not compared: ${plural(r.invalid.length, 'id')} whose manifest or published record does not verify (sbx verify ID says why): ${r.invalid.slice(0, 5).join(', ')}`);
+      if (r.invalid.length)
+        warn(
+          `not compared: ${plural(r.invalid.length, 'id')} whose manifest or published record does not verify (sbx verify ID says why): ${r.invalid.slice(0, 5).join(', ')}`,
+        );
       diffs = r.diffs;
     } else diffs = [await diffCheckpointIds(store, a!, b!, key)];
   } catch (err) {
@@ -213,7 +300,8 @@ export async function diffCommand(a: string | undefined, b: string | undefined, 
   process.exitCode = diffs.every((d) => d.identical) ? 0 : 1;
   if (o.json) return void process.stdout.write(JSON.stringify(o.task !== undefined ? diffs : diffs[0], null, 2) + '\n');
   for (const d of diffs) {
-    if (o.task !== undefined) process.stdout.write(`workspace: ${escapeControls(d.to.workspace)}\nfrom: ${d.from?.checkpoint_id ?? 'null'}\nto: ${d.to.checkpoint_id}\n`);
+    if (o.task !== undefined)
+      process.stdout.write(`workspace: ${escapeControls(d.to.workspace)}\nfrom: ${d.from?.checkpoint_id ?? 'null'}\nto: ${d.to.checkpoint_id}\n`);
     for (const line of diffLines(d, escapeControls)) process.stdout.write(`${line}\n`);
     const pair = `${d.from ? d.from.checkpoint_id.slice(0, 16) : 'nothing'} -> ${d.to.checkpoint_id.slice(0, 16)}`;
     warn(`${pair}: ${d.identical ? 'identical; ' : ''}${diffSummary(d)}${d.from ? '' : ' (no checkpoint of this workspace before it: everything is added)'}`);

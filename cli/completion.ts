@@ -25,7 +25,14 @@ interface CommandSpec {
 function optionSpec(o: Option): OptionSpec | null {
   if (o.hidden || !o.long) return null;
   const takesValue = o.required || o.optional;
-  return { flag: o.long, short: o.short ?? null, description: o.description, takesValue, choices: o.argChoices ?? null, path: takesValue && /<(file|dir|path)/.test(o.flags) };
+  return {
+    flag: o.long,
+    short: o.short ?? null,
+    description: o.description,
+    takesValue,
+    choices: o.argChoices ?? null,
+    path: takesValue && /<(file|dir|path)/.test(o.flags),
+  };
 }
 
 const HELP: OptionSpec = { flag: '--help', short: null, description: 'display help', takesValue: false, choices: null, path: false };
@@ -62,7 +69,7 @@ export function bashCompletion(program: Command): string {
     '  COMPREPLY=()',
     '  for (( i = 1; i < COMP_CWORD; i++ )); do',
     '    case "${COMP_WORDS[i]}" in',
-    '      # The command after --: its name, then its own words are files (bash\'s default, quoted as it quotes).',
+    "      # The command after --: its name, then its own words are files (bash's default, quoted as it quotes).",
     '      --) [[ -n $cmd ]] && { (( i + 1 == COMP_CWORD )) && COMPREPLY=($(compgen -c -- "$cur" | sort -u)); return 0; } ;;',
     `      ${valued.join('|')}) [[ \${COMP_WORDS[i+1]} == = ]] && (( i++ )); (( i++ )) ;;`,
     '      -*) ;;',
@@ -77,7 +84,15 @@ export function bashCompletion(program: Command): string {
   for (const o of [...top, ...commands.flatMap((c) => c.options)]) {
     if (!o.takesValue) continue;
     // A path: nothing here, so bash's default completes it (-o default: quoted, spaces and all); other values: nothing at all.
-    for (const flag of spellings(o)) byValue.set(flag, o.choices ? `compopt +o default 2>/dev/null; COMPREPLY=($(compgen -W "${words(o.choices)}" -- "$cur")); return 0 ;;` : o.path ? 'return 0 ;;' : 'compopt +o default 2>/dev/null; return 0 ;;');
+    for (const flag of spellings(o))
+      byValue.set(
+        flag,
+        o.choices
+          ? `compopt +o default 2>/dev/null; COMPREPLY=($(compgen -W "${words(o.choices)}" -- "$cur")); return 0 ;;`
+          : o.path
+            ? 'return 0 ;;'
+            : 'compopt +o default 2>/dev/null; return 0 ;;',
+      );
   }
   for (const [flag, action] of byValue) lines.push(`    ${flag}) ${action}`);
   lines.push('  esac', '  case "$cmd" in', `    "") opts="${words(top.flatMap(spellings))}" ;;`);
@@ -106,7 +121,12 @@ export function bashCompletion(program: Command): string {
 
 /** zsh's `_arguments` text for one description: brackets, colons and quotes escaped. */
 function zshDescription(text: string): string {
-  return text.split(/[;(]/)[0]!.trim().replace(/\\/g, '\\\\').replace(/'/g, `'\\''`).replace(/([[\]:])/g, '\\$1');
+  return text
+    .split(/[;(]/)[0]!
+    .trim()
+    .replace(/\\/g, '\\\\')
+    .replace(/'/g, `'\\''`)
+    .replace(/([[\]:])/g, '\\$1');
 }
 
 /** The zsh script: `source <(sbx completion zsh)` after compinit, or saved as _sbx on $fpath. */
@@ -142,7 +162,9 @@ export function zshCompletion(program: Command): string {
     '  (( ci > 1 )) && { shift $(( ci - 1 )) words; (( CURRENT -= ci - 1 )); }',
     '  case "$cmd" in',
     `    "") _arguments ${optionArgs(top).join(' ')} '1:command: _describe command commands' ;;`,
-    ...commands.map((c) => `    ${c.name}) _arguments ${optionArgs(c.options).join(' ')}${c.name === 'completion' ? " '1:shell:(bash zsh)'" : " '*:argument:_files'"} ;;`),
+    ...commands.map(
+      (c) => `    ${c.name}) _arguments ${optionArgs(c.options).join(' ')}${c.name === 'completion' ? " '1:shell:(bash zsh)'" : " '*:argument:_files'"} ;;`,
+    ),
     '  esac',
     '}',
     'if [[ $zsh_eval_context[-1] == loadautofunc ]]; then _sbx "$@"; else compdef _sbx sbx; fi',

@@ -49,7 +49,11 @@ function describeRaw(err: unknown): string {
     const session = typeof err.details?.session_id === 'string' ? err.details.session_id : null;
     // A key whose session retention removed: its receipt is gone, so sbx receipt cannot show the command.
     const retired = err.details?.retired === true;
-    const hint = !session ? '' : retired ? ` (session ${session} was removed by retention: its receipt is gone)` : ` (sbx receipt ${session} shows the command it ran)`;
+    const hint = !session
+      ? ''
+      : retired
+        ? ` (session ${session} was removed by retention: its receipt is gone)`
+        : ` (sbx receipt ${session} shows the command it ran)`;
     return `${err.code}: ${err.message}; a key runs one command, ever: use another --key${hint}`;
   }
   if (isSupervisorError(err)) return `${err.code}: ${err.message}`;
@@ -90,9 +94,12 @@ export function refusalWait(err: SupervisorError): string {
 /** The line for a receipt whose death is cgroup_escaped: what left the cgroup, and that its end is not proven or that an operator attested it (attested: the receipt answer's escape_attested); null for any other. */
 export function escapedLine(receipt: Receipt, attested?: { uid: number; reason: string; attested_at: string } | null): string | null {
   if (receipt.death.evidence !== 'cgroup_escaped') return null;
-  const where = [...new Set((receipt.death.escapes ?? []).map((e) => `${e.kind === 'escape_possible' ? 'possibly ' : ''}to ${e.to ?? 'a cgroup since removed'}`))].join(', ');
+  const where = [
+    ...new Set((receipt.death.escapes ?? []).map((e) => `${e.kind === 'escape_possible' ? 'possibly ' : ''}to ${e.to ?? 'a cgroup since removed'}`)),
+  ].join(', ');
   const moved = `session ${receipt.session_id}: processes were moved out of its cgroup (${where || 'destination not recorded'})`;
-  if (attested) return `${moved}: an operator attested their end (uid ${attested.uid} at ${attested.attested_at}: ${JSON.stringify(attested.reason)}; sbx receipt ${receipt.session_id})`;
+  if (attested)
+    return `${moved}: an operator attested their end (uid ${attested.uid} at ${attested.attested_at}: ${JSON.stringify(attested.reason)}; sbx receipt ${receipt.session_id})`;
   return `${moved}: their end is not proven (death evidence cgroup_escaped; sbx receipt ${receipt.session_id})`;
 }
 
@@ -107,7 +114,8 @@ export function leftoversLine(receipt: Pick<Receipt, 'handed_off' | 'termination
     const ends = receipt.task ? `; sbx close --task ${receipt.task} ends it` : '';
     return `sbx: ${n(receipt.handed_off.pids, 'process')} handed off to service ${receipt.handed_off.service_id} (sbx ps, sbx logs ${receipt.handed_off.service_id}${ends})`;
   }
-  if (receipt.termination.cause === 'linger' && receipt.descendants_terminated > 0) return `sbx: ${n(receipt.descendants_terminated, 'leftover process')} ${receipt.descendants_terminated === 1 ? 'was' : 'were'} ended (--linger kill)`;
+  if (receipt.termination.cause === 'linger' && receipt.descendants_terminated > 0)
+    return `sbx: ${n(receipt.descendants_terminated, 'leftover process')} ${receipt.descendants_terminated === 1 ? 'was' : 'were'} ended (--linger kill)`;
   return null;
 }
 
@@ -119,7 +127,7 @@ export function oomLine(receipt: Receipt): string | null {
   if (receipt.termination.cause !== 'oom_kill') return null;
   const max = receipt.limits?.memory_max_bytes;
   const peak = receipt.usage.memory_peak_bytes;
-  return `killed by the OOM killer at memory.max ${max !== undefined ? sizeText(max) : '(the cgroup\'s)'} (${peak !== undefined ? `peak ${sizeText(peak)}; ` : ''}sbx receipt ${receipt.session_id})`;
+  return `killed by the OOM killer at memory.max ${max !== undefined ? sizeText(max) : "(the cgroup's)"} (${peak !== undefined ? `peak ${sizeText(peak)}; ` : ''}sbx receipt ${receipt.session_id})`;
 }
 
 /** sbx status's limits line: what this host can enforce ("memory, pids, cpu"), else "none enforceable here (why)". */
@@ -135,22 +143,36 @@ export function ownerLostLine(receipt: Receipt): string {
 }
 
 /** How an ended session ended, for `kill`/`cancel` of one ("it ended (exited 3 at T)", "it ended (killed by SIGTERM at T)"). */
-export function endedAs(receipt: Pick<Receipt, 'outcome' | 'exit' | 'ended_at'> | null, summary?: Pick<SessionSummary, 'outcome' | 'exit' | 'ended_at'>): string {
+export function endedAs(
+  receipt: Pick<Receipt, 'outcome' | 'exit' | 'ended_at'> | null,
+  summary?: Pick<SessionSummary, 'outcome' | 'exit' | 'ended_at'>,
+): string {
   const how = howEnded(receipt ?? summary);
   return how === null ? 'it has ended' : `it ended (${how})`;
 }
 
 /** Whether a receipt or summary says the OOM killer ended the leader (termination cause oom_kill). */
 function oomKilled(r: object): boolean {
-  return ('termination' in r && (r as Receipt).termination?.cause === 'oom_kill') || ('termination_cause' in r && (r as SessionSummary).termination_cause === 'oom_kill');
+  return (
+    ('termination' in r && (r as Receipt).termination?.cause === 'oom_kill') ||
+    ('termination_cause' in r && (r as SessionSummary).termination_cause === 'oom_kill')
+  );
 }
 
 /** The outcome and time alone ("exited 3 at T", "killed by SIGTERM at T", "killed by the OOM killer (SIGKILL) at T"); null when not known. */
-export function howEnded(r: Pick<Receipt, 'outcome' | 'exit' | 'ended_at'> | Pick<SessionSummary, 'outcome' | 'exit' | 'ended_at'> | null | undefined): string | null {
+export function howEnded(
+  r: Pick<Receipt, 'outcome' | 'exit' | 'ended_at'> | Pick<SessionSummary, 'outcome' | 'exit' | 'ended_at'> | null | undefined,
+): string | null {
   if (!r || !r.outcome) return null;
   const exit = r.exit ?? { code: null, signal: null };
   const how =
-    r.outcome === 'exited' ? `exited ${exit.code}` : r.outcome === 'signaled' ? `killed by ${oomKilled(r) ? 'the OOM killer (SIGKILL)' : exit.signal}` : r.outcome === 'owner_lost' ? 'owner lost' : `${r.outcome.replace('_', ' ')}${exit.signal ? ` (${exit.signal})` : exit.code !== null ? ` (exit ${exit.code})` : ''}`;
+    r.outcome === 'exited'
+      ? `exited ${exit.code}`
+      : r.outcome === 'signaled'
+        ? `killed by ${oomKilled(r) ? 'the OOM killer (SIGKILL)' : exit.signal}`
+        : r.outcome === 'owner_lost'
+          ? 'owner lost'
+          : `${r.outcome.replace('_', ' ')}${exit.signal ? ` (${exit.signal})` : exit.code !== null ? ` (exit ${exit.code})` : ''}`;
   return `${how}${r.ended_at ? ` at ${r.ended_at}` : ''}`;
 }
 

@@ -57,7 +57,15 @@ export function parseTimeUs(text: string, nowUs: number, flag: string): number {
     check.setUTCHours(Number(h), Number(mi), Number(s), 0);
     const ms = check.getTime();
     const offsetOk = zone!.length === 1 || (Number(zone!.slice(1, 3)) < 24 && Number(zone!.slice(4, 6)) < 60);
-    if (check.getUTCFullYear() === Number(y) && check.getUTCDate() === Number(d) && check.getUTCMonth() === Number(mo) - 1 && Number(h) < 24 && Number(mi) < 60 && Number(s) < 60 && offsetOk) {
+    if (
+      check.getUTCFullYear() === Number(y) &&
+      check.getUTCDate() === Number(d) &&
+      check.getUTCMonth() === Number(mo) - 1 &&
+      Number(h) < 24 &&
+      Number(mi) < 60 &&
+      Number(s) < 60 &&
+      offsetOk
+    ) {
       const offsetMin = zone!.toUpperCase() === 'Z' ? 0 : (zone![0] === '-' ? -1 : 1) * (Number(zone!.slice(1, 3)) * 60 + Number(zone!.slice(4, 6)));
       return (ms - offsetMin * 60_000) * 1000 + Number(frac.padEnd(6, '0').slice(0, 6));
     }
@@ -68,7 +76,14 @@ export function parseTimeUs(text: string, nowUs: number, flag: string): number {
     // The calendar checked in UTC (no zone moves a day), then read in the local zone (TZ).
     const check = new Date(0);
     check.setUTCFullYear(Number(y), Number(mo) - 1, Number(d));
-    if (check.getUTCFullYear() === Number(y) && check.getUTCMonth() === Number(mo) - 1 && check.getUTCDate() === Number(d) && Number(h) < 24 && Number(mi) < 60 && Number(s) < 60) {
+    if (
+      check.getUTCFullYear() === Number(y) &&
+      check.getUTCMonth() === Number(mo) - 1 &&
+      check.getUTCDate() === Number(d) &&
+      Number(h) < 24 &&
+      Number(mi) < 60 &&
+      Number(s) < 60
+    ) {
       // setFullYear, not the Date constructor: that reads years 0-99 as 1900-1999. A wall time
       // a DST change skips is moved forward by the change, one it repeats is its first time.
       const at = new Date(0);
@@ -77,7 +92,9 @@ export function parseTimeUs(text: string, nowUs: number, flag: string): number {
       return at.getTime() * 1000 + Number(frac.padEnd(6, '0').slice(0, 6));
     }
   }
-  throw new RangeError(`${flag}: not a time: ${JSON.stringify(text)} (use RFC 3339 like 2026-12-01T10:00:00Z, a local time like 2026-12-01T10:00:00, 2026-12-01 10:00 or 2026-12-01, a Unix time in seconds, or a duration ago like 10m, 1h30m)`);
+  throw new RangeError(
+    `${flag}: not a time: ${JSON.stringify(text)} (use RFC 3339 like 2026-12-01T10:00:00Z, a local time like 2026-12-01T10:00:00, 2026-12-01 10:00 or 2026-12-01, a Unix time in seconds, or a duration ago like 10m, 1h30m)`,
+  );
 }
 
 /**
@@ -92,7 +109,10 @@ export class TailSink implements PieceSink {
   private newlinesAfterFront = 0;
   private flushed = false;
 
-  constructor(private readonly lines: number, private readonly out: PieceSink) {}
+  constructor(
+    private readonly lines: number,
+    private readonly out: PieceSink,
+  ) {}
 
   async write(piece: Piece): Promise<void> {
     if (this.flushed) return this.out.write(piece);
@@ -201,7 +221,13 @@ export class TimestampSink implements PieceSink {
 export class JsonSink implements PieceSink {
   constructor(private readonly out: NodeJS.WritableStream) {}
   write(piece: Piece): Promise<void> {
-    const record = { stream: piece.stream, cursor: piece.cursor, at: formatArrivalUs(piece.atUs), data: piece.data.toString('base64'), ...(piece.indexed ? {} : { indexed: false }) };
+    const record = {
+      stream: piece.stream,
+      cursor: piece.cursor,
+      at: formatArrivalUs(piece.atUs),
+      data: piece.data.toString('base64'),
+      ...(piece.indexed ? {} : { indexed: false }),
+    };
     return put(this.out, `${JSON.stringify(record)}\n`);
   }
   async idle(): Promise<void> {}
@@ -213,7 +239,10 @@ export class JsonSink implements PieceSink {
  * to fd 2, as docker logs), in the merge's order; idle() and end() go to both.
  */
 export class SplitSink implements PieceSink {
-  constructor(private readonly byStream: Partial<Record<StreamName, PieceSink>>, private readonly other: PieceSink) {}
+  constructor(
+    private readonly byStream: Partial<Record<StreamName, PieceSink>>,
+    private readonly other: PieceSink,
+  ) {}
   write(piece: Piece): Promise<void> {
     return (this.byStream[piece.stream] ?? this.other).write(piece);
   }

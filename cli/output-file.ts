@@ -20,7 +20,11 @@ export const OUTPUT_FILE_MODE = 0o644;
  * `refused`: its name is a link or not a regular file (else a step failed, e.g. ENOSPC).
  */
 export class OutputFileError extends Error {
-  constructor(readonly path: string, readonly reason: string, readonly refused = false) {
+  constructor(
+    readonly path: string,
+    readonly reason: string,
+    readonly refused = false,
+  ) {
     super(`${path}: ${reason}`);
     this.name = 'OutputFileError';
   }
@@ -67,7 +71,8 @@ export function openOutputDir(path: string): OutputDir {
     } catch {
       // gone: the errno says so
     }
-    if (link) throw new OutputFileError(abs, `its directory ${dir} is a symbolic link, which sbx does not follow for a receipt (name the directory it points to)`);
+    if (link)
+      throw new OutputFileError(abs, `its directory ${dir} is a symbolic link, which sbx does not follow for a receipt (name the directory it points to)`);
     throw new OutputFileError(abs, `cannot open its directory ${dir}: ${ERRNO_WHY[code] ?? code} (${code})`);
   }
   return { path: abs, name, dirFd };

@@ -36,7 +36,10 @@ export class Progress {
   private timer: NodeJS.Timeout | null = null;
   private drawn = false;
 
-  constructor(private readonly label: string, private readonly out: NodeJS.WriteStream = process.stderr) {
+  constructor(
+    private readonly label: string,
+    private readonly out: NodeJS.WriteStream = process.stderr,
+  ) {
     this.active = Boolean(out.isTTY);
   }
 

@@ -127,7 +127,12 @@ const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(bytes < 10 * 2 ** 20
 
 const HEADER = ['SESSION', 'STATUS', 'STARTED', 'DURATION', 'USER', 'TASK', 'PID', 'LIVE', 'CPU', 'MEM PEAK', 'KEY', 'COMMAND'] as const;
 /** Then columns cut on a terminal to fit its width, in this order, each down to its floor (display columns); COMMAND last. */
-const SHRINK: [column: (typeof HEADER)[number], floor: number][] = [['KEY', 12], ['TASK', 8], ['USER', 8], ['COMMAND', 12]];
+const SHRINK: [column: (typeof HEADER)[number], floor: number][] = [
+  ['KEY', 12],
+  ['TASK', 8],
+  ['USER', 8],
+  ['COMMAND', 12],
+];
 /**
  * Columns left out first, in this order, while the rest at their floors would not fit (`sbx ps
  * --json` has them all); SESSION, STATUS and COMMAND stay: which session, how it is, what it runs.
@@ -152,20 +157,22 @@ export function psTable(sessions: SessionSummary[], o: PsTableOptions): string {
     const startedIso = s.outcome === 'spawn_failed' ? null : (s.started_at ?? null);
     const endMs = s.ended_at ? Date.parse(s.ended_at) : s.state === 'unknown' ? null : o.nowMs;
     const duration = startedIso && endMs !== null ? preciseDuration(endMs - Date.parse(startedIso)) : '-';
-    rows.push([
-      s.session_id,
-      statusText(s, o.nowMs),
-      startedIso ? startedText(o.nowMs - Date.parse(startedIso)) : '-',
-      duration,
-      s.user === null || s.user === undefined ? '-' : s.user,
-      s.task ?? '?',
-      String(s.pid ?? '-'),
-      String(s.live_pids ?? '-'),
-      s.usage?.cpu_usec !== undefined ? `${(s.usage.cpu_usec / 1e6).toFixed(2)}s` : '-',
-      s.usage?.memory_peak_bytes !== undefined ? mib(s.usage.memory_peak_bytes) : '-',
-      s.invocation_key,
-      commandText(s.argv, commandLimit),
-    ].map((cell, i) => (i === HEADER.length - 1 ? cell : escapeControls(cell))));
+    rows.push(
+      [
+        s.session_id,
+        statusText(s, o.nowMs),
+        startedIso ? startedText(o.nowMs - Date.parse(startedIso)) : '-',
+        duration,
+        s.user === null || s.user === undefined ? '-' : s.user,
+        s.task ?? '?',
+        String(s.pid ?? '-'),
+        String(s.live_pids ?? '-'),
+        s.usage?.cpu_usec !== undefined ? `${(s.usage.cpu_usec / 1e6).toFixed(2)}s` : '-',
+        s.usage?.memory_peak_bytes !== undefined ? mib(s.usage.memory_peak_bytes) : '-',
+        s.invocation_key,
+        commandText(s.argv, commandLimit),
+      ].map((cell, i) => (i === HEADER.length - 1 ? cell : escapeControls(cell))),
+    );
   }
   const widths = HEADER.map((_, i) => Math.max(...rows.map((r) => displayWidth(r[i]))));
   const shown = HEADER.map(() => true);
@@ -209,8 +216,10 @@ export function psTable(sessions: SessionSummary[], o: PsTableOptions): string {
 export function unknownNotes(sessions: SessionSummary[]): string {
   let text = '';
   for (const s of sessions) {
-    if (s.state === 'unknown') text += `\n${s.session_id} is unknown${s.receipt_pending ? ' (its receipt is on its way)' : ''}: ${escapeControls(s.reason ?? 'no evidence of its end yet')}\n`;
-    else if (s.state === 'ended' && s.outcome === 'owner_lost') text += `\n${s.session_id} ended with its owner lost: the supervisor that ran it stopped before it ended, so its exit status is unknown (sbx receipt ${s.session_id} has the evidence of its end)\n`;
+    if (s.state === 'unknown')
+      text += `\n${s.session_id} is unknown${s.receipt_pending ? ' (its receipt is on its way)' : ''}: ${escapeControls(s.reason ?? 'no evidence of its end yet')}\n`;
+    else if (s.state === 'ended' && s.outcome === 'owner_lost')
+      text += `\n${s.session_id} ended with its owner lost: the supervisor that ran it stopped before it ended, so its exit status is unknown (sbx receipt ${s.session_id} has the evidence of its end)\n`;
   }
   return text;
 }
@@ -239,7 +248,10 @@ export function parsePsFilters(list: string[]): PsFilters {
     const eq = item.indexOf('=');
     const k = item.slice(0, Math.max(eq, 0)) as PsFilterKey;
     const v = item.slice(eq + 1);
-    if (eq <= 0 || !PS_FILTER_KEYS.includes(k)) throw new RangeError(`--filter ${JSON.stringify(item)}: ${eq <= 0 ? 'takes KEY=VALUE' : `unknown key ${JSON.stringify(k)}`} (keys: ${PS_FILTER_KEYS.join(', ')})`);
+    if (eq <= 0 || !PS_FILTER_KEYS.includes(k))
+      throw new RangeError(
+        `--filter ${JSON.stringify(item)}: ${eq <= 0 ? 'takes KEY=VALUE' : `unknown key ${JSON.stringify(k)}`} (keys: ${PS_FILTER_KEYS.join(', ')})`,
+      );
     if (v === '') throw new RangeError(`--filter ${JSON.stringify(item)}: ${k} needs a value`);
     if (k === 'status' && !STATUSES.includes(v)) throw new RangeError(`--filter ${JSON.stringify(item)}: status is one of ${STATUSES.join(', ')}`);
     if (k === 'outcome' && !OUTCOMES.includes(v)) throw new RangeError(`--filter ${JSON.stringify(item)}: outcome is one of ${OUTCOMES.join(', ')}`);
@@ -273,9 +285,19 @@ export function selectPsRows(rows: SessionSummary[], filters: PsFilters, all: bo
     const prefixed = rows.filter((r) => r.session_id.startsWith(v));
     if (exact) return exact;
     if (prefixed.length === 1 && v.length >= 3) return prefixed[0]!;
-    throw new RangeError(`--filter ${k}=${v}: ${prefixed.length > 1 && v.length >= 3 ? `ambiguous: it matches ${prefixed.map((r) => r.session_id).sort().join(', ')}` : 'no such session'}`);
+    throw new RangeError(
+      `--filter ${k}=${v}: ${
+        prefixed.length > 1 && v.length >= 3
+          ? `ambiguous: it matches ${prefixed
+              .map((r) => r.session_id)
+              .sort()
+              .join(', ')}`
+          : 'no such session'
+      }`,
+    );
   };
-  const order = (a: SessionSummary, b: SessionSummary) => Date.parse(b.admitted_at) - Date.parse(a.admitted_at) || (a.session_id < b.session_id ? 1 : a.session_id > b.session_id ? -1 : 0);
+  const order = (a: SessionSummary, b: SessionSummary) =>
+    Date.parse(b.admitted_at) - Date.parse(a.admitted_at) || (a.session_id < b.session_id ? 1 : a.session_id > b.session_id ? -1 : 0);
   const since = anchor('since');
   const before = anchor('before');
   const any = (k: PsFilterKey, test: (v: string) => boolean) => !filters[k] || filters[k]!.some(test);

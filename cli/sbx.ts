@@ -38,12 +38,38 @@ import { JsonSink, parseTimeUs, RawSink, SplitSink, TailSink, TimestampSink } fr
 import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import { closeOutputDir, OutputFileError, openOutputDir, outputNameRefusal, writeOutputFile, type OutputDir } from './output-file.js';
 import { defaultSocketPath, defaultStateDir } from '../ipc/paths.js';
-import { type CheckpointResult, type CloseReceipt, exitStatusOf, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type SessionSummary, type StreamName, type TaskReceipt } from '../ipc/protocol.js';
+import {
+  type CheckpointResult,
+  type CloseReceipt,
+  exitStatusOf,
+  type LaunchParams,
+  type LaunchResult,
+  type Receipt,
+  type SessionSelector,
+  type SessionSummary,
+  type StreamName,
+  type TaskReceipt,
+} from '../ipc/protocol.js';
 import { VERSION } from '../ipc/version.js';
 import { attachCommand, pumpStdin } from './attach.js';
 import { runBridge } from './bridge.js';
 import { bashCompletion, zshCompletion } from './completion.js';
-import { deprecatedKeyOption, describe, endedAs, escapedLine, leftoversLine, limitsLine, mib, oomLine, ownerLostLine, publicKeyFile, reconnectingLine, refusalWait, uptimeText, useSocket } from './explain.js';
+import {
+  deprecatedKeyOption,
+  describe,
+  endedAs,
+  escapedLine,
+  leftoversLine,
+  limitsLine,
+  mib,
+  oomLine,
+  ownerLostLine,
+  publicKeyFile,
+  reconnectingLine,
+  refusalWait,
+  uptimeText,
+  useSocket,
+} from './explain.js';
 import { Progress } from './progress.js';
 import { FAILURE, fail } from './fail.js';
 import { escapeControls, warn } from './escape.js';
@@ -155,7 +181,15 @@ function collectEnv(kv: string, acc: Record<string, string>): Record<string, str
 }
 
 /** Copies one stream to a local output, waiting for the output to drain (backpressure). */
-async function pipeOutput(g: GlobalOptions, sel: SessionSelector, stream: StreamName, out: NodeJS.WriteStream, from: number, followToEnd: boolean, onReconnecting?: (code: string) => void): Promise<void> {
+async function pipeOutput(
+  g: GlobalOptions,
+  sel: SessionSelector,
+  stream: StreamName,
+  out: NodeJS.WriteStream,
+  from: number,
+  followToEnd: boolean,
+  onReconnecting?: (code: string) => void,
+): Promise<void> {
   for await (const chunk of readOutput({ ...endpointOf(g), clientName: 'sbx', selector: sel, stream, from, follow: followToEnd, onReconnecting })) {
     if (!out.write(chunk.data)) await new Promise((r) => out.once('drain', r));
   }
@@ -172,13 +206,15 @@ function sizeOption(text: string): number {
 
 /** --pids: a whole number of tasks from 1 to 4194304 (the kernel's PID_MAX_LIMIT). */
 function pidsOption(v: string): number {
-  if (!/^\d+$/.test(v) || Number(v) < 1 || Number(v) > 4_194_304) fail(`INVALID_ARGUMENT: --pids: expected a whole number of tasks from 1 to 4194304, got ${JSON.stringify(v)}`);
+  if (!/^\d+$/.test(v) || Number(v) < 1 || Number(v) > 4_194_304)
+    fail(`INVALID_ARGUMENT: --pids: expected a whole number of tasks from 1 to 4194304, got ${JSON.stringify(v)}`);
   return Number(v);
 }
 
 /** --cpus: a number of CPUs, at least 0.01 (cpu.max's least quota, 1000 µs per 100000 µs). */
 function cpusOption(v: string): number {
-  if (!/^\d+(\.\d+)?$/.test(v) || Number(v) < 0.01 || Number(v) > 1_000_000) fail(`INVALID_ARGUMENT: --cpus: expected a number of CPUs of at least 0.01 (0.5: half of one), got ${JSON.stringify(v)}`);
+  if (!/^\d+(\.\d+)?$/.test(v) || Number(v) < 0.01 || Number(v) > 1_000_000)
+    fail(`INVALID_ARGUMENT: --cpus: expected a number of CPUs of at least 0.01 (0.5: half of one), got ${JSON.stringify(v)}`);
   return Number(v);
 }
 
@@ -209,7 +245,13 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  * ENOENT on the very first connect fails at once (no supervisor at all), as does a refusal
  * with `detach`. One line on stderr says that it waits (`say`, at most once per run).
  */
-async function launchUntilAnswered(g: GlobalOptions, params: Omit<LaunchParams, 'cwd'> & { cwd?: string }, cwdOption: string | undefined, detach: boolean, say: (line: string) => void): Promise<{ client: SupervisorClient; launched: LaunchResult }> {
+async function launchUntilAnswered(
+  g: GlobalOptions,
+  params: Omit<LaunchParams, 'cwd'> & { cwd?: string },
+  cwdOption: string | undefined,
+  detach: boolean,
+  say: (line: string) => void,
+): Promise<{ client: SupervisorClient; launched: LaunchResult }> {
   const socketPath = where(g);
   const budgetS = Math.round(DEFAULT_RECONNECT_MS / 1000);
   let giveUpAt: number | null = null; // set at the first failure
@@ -231,7 +273,10 @@ async function launchUntilAnswered(g: GlobalOptions, params: Omit<LaunchParams, 
         line = `sbx: waiting: ${refusalWait(err)} (retrying for up to ${budgetS} s)`;
         delayMs = Math.min(Math.max(Number(err.details?.retry_after_ms ?? 250), 50), 5000);
       } else if (RETRYABLE_TRANSPORT.has(code) && !(code === 'ENOENT' && giveUpAt === null)) {
-        if (expired) fail(`the supervisor at ${socketPath} did not answer the launch within ${budgetS} s (${code}); if it was sent, sbx run --key ${params.invocation_key} finds the session`);
+        if (expired)
+          fail(
+            `the supervisor at ${socketPath} did not answer the launch within ${budgetS} s (${code}); if it was sent, sbx run --key ${params.invocation_key} finds the session`,
+          );
         line = `sbx: waiting for the supervisor at ${socketPath} (${code}); retrying for up to ${budgetS} s`;
         delayMs = 200;
       } else {
@@ -257,7 +302,9 @@ async function unlessPending(client: SupervisorClient, launched: LaunchResult, s
   const row = (await client.ps(true)).sessions.find((x) => x.session_id === launched.session_id);
   if (row && row.state !== 'unknown') return;
   if (!row?.receipt_pending) {
-    fail(`session ${launched.session_id} (key ${launched.invocation_key}) is unknown: ${row?.reason ?? 'no evidence of its end yet'}; it is never run again (sbx ps, sbx resolve)`);
+    fail(
+      `session ${launched.session_id} (key ${launched.invocation_key}) is unknown: ${row?.reason ?? 'no evidence of its end yet'}; it is never run again (sbx ps, sbx resolve)`,
+    );
   }
   say(`sbx: waiting: session ${launched.session_id} is unknown until its receipt is written: ${row.reason ?? 'evidence is on its way'}`);
 }
@@ -295,7 +342,9 @@ function takeSignals(): { to: (conn: ReconnectingClient, sessionId: string) => v
     if (signal === 'SIGINT' && interrupts === 1) {
       setTimeout(() => {
         if (attachedSession !== sessionId) return; // it ended meanwhile
-        warn(`session ${sessionId} is still running ${IGNORED_SIGINT_MS / 1000} s after SIGINT: the command ignores it. Ctrl-C again detaches (the session goes on: sbx wait ${sessionId}); sbx kill ${sessionId} (SIGKILL) or sbx cancel ${sessionId} (SIGTERM, then SIGKILL after the grace) ends it`);
+        warn(
+          `session ${sessionId} is still running ${IGNORED_SIGINT_MS / 1000} s after SIGINT: the command ignores it. Ctrl-C again detaches (the session goes on: sbx wait ${sessionId}); sbx kill ${sessionId} (SIGKILL) or sbx cancel ${sessionId} (SIGTERM, then SIGKILL after the grace) ends it`,
+        );
       }, IGNORED_SIGINT_MS).unref();
     }
   };
@@ -339,7 +388,10 @@ export const program: Command = new Command()
   .description('Launch commands through sandbox-supervisor and read their output and receipts.')
   .version(VERSION)
   .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the default path)')
-  .option('--url <url>', 'the remote listener of a supervisor, ws://HOST:PORT or wss://HOST:PORT (default: $SBX_URL; token: --token-file, $SBX_TOKEN_FILE or $SBX_TOKEN)')
+  .option(
+    '--url <url>',
+    'the remote listener of a supervisor, ws://HOST:PORT or wss://HOST:PORT (default: $SBX_URL; token: --token-file, $SBX_TOKEN_FILE or $SBX_TOKEN)',
+  )
   .option('--token-file <file>', 'the bearer token of --url (default: $SBX_TOKEN_FILE, or the token in $SBX_TOKEN)')
   .option('--json', 'machine-readable output')
   .enablePositionalOptions()
@@ -359,163 +411,235 @@ sub('run')
   .option('--inherit-env', "add this shell's whole environment")
   .option('-u, --user <name|uid>', 'run as this user (the supervisor must be root)')
   .option('-t, --pty', 'give the command a pseudo-terminal (one output stream, "pty")')
-  .option('--cols <n>', 'pty width (default: this terminal\'s, else 80)', positiveInt)
-  .option('--rows <n>', 'pty height (default: this terminal\'s, else 24)', positiveInt)
-  .option('-i, --stdin', "stream this CLI's stdin into the session; without it the command's stdin is /dev/null (as docker run without -i): sbx run -- cat returns at once")
-  .addOption(new Option('--linger <policy>', "descendants left when the leader exits: handoff (they go on as a service of their own: sbx ps), kill (TERM, grace, KILL) or wait (default: the supervisor's session.defaultLinger, handoff; kill with --pty or in subreaper mode)").choices(['handoff', 'kill', 'wait']))
-  .option('--service', 'start a service: a session meant to keep running (a dev server, a database); prints its id and returns, as --detach; sbx close --task ends it')
+  .option('--cols <n>', "pty width (default: this terminal's, else 80)", positiveInt)
+  .option('--rows <n>', "pty height (default: this terminal's, else 24)", positiveInt)
+  .option(
+    '-i, --stdin',
+    "stream this CLI's stdin into the session; without it the command's stdin is /dev/null (as docker run without -i): sbx run -- cat returns at once",
+  )
+  .addOption(
+    new Option(
+      '--linger <policy>',
+      "descendants left when the leader exits: handoff (they go on as a service of their own: sbx ps), kill (TERM, grace, KILL) or wait (default: the supervisor's session.defaultLinger, handoff; kill with --pty or in subreaper mode)",
+    ).choices(['handoff', 'kill', 'wait']),
+  )
+  .option(
+    '--service',
+    'start a service: a session meant to keep running (a dev server, a database); prints its id and returns, as --detach; sbx close --task ends it',
+  )
   .option('--keep-after-close', "with --service: the service outlives its task's close (sbx close --task); the sandbox-wide sbx close ends it")
   .option('-q, --quiet', "say nothing of sbx's own on stderr but errors and warnings (not the line on what became of leftover processes)")
-  .option('--memory <size>', "memory.max of the session's cgroup: bytes, or with a 1024-based unit K, M, G, T (or KiB, MiB, GiB, TiB), e.g. 64M, 1.5G; no swap past it; past it the OOM killer ends a process (the receipt says oom_kill)", sizeOption)
+  .option(
+    '--memory <size>',
+    "memory.max of the session's cgroup: bytes, or with a 1024-based unit K, M, G, T (or KiB, MiB, GiB, TiB), e.g. 64M, 1.5G; no swap past it; past it the OOM killer ends a process (the receipt says oom_kill)",
+    sizeOption,
+  )
   .option('--pids <n>', "pids.max of the session's cgroup: at most N tasks (processes and threads) at once; a fork past it fails (EAGAIN)", pidsOption)
   .option('--cpus <x>', "cpu.max of the session's cgroup: X CPUs' worth of time per 100 ms (0.5: half of one CPU; at least 0.01)", cpusOption)
   .addOption(new Option('--on-disconnect <policy>', 'what a lost connection does to the session').choices(['continue', 'cancel']).default('continue'))
   .option('-d, --detach', 'print the session id and return at once')
   .option('--receipt <file>', 'write the receipt as JSON to FILE when the session ends')
   .passThroughOptions()
-  .action(async (cmd: string[], o: { key?: string; task?: string; timeout: number; grace?: number; cwd?: string; env: Record<string, string>; inheritEnv?: boolean; user?: string; pty?: boolean; cols?: number; rows?: number; stdin?: boolean; linger?: 'handoff' | 'kill' | 'wait'; service?: boolean; keepAfterClose?: boolean; quiet?: boolean; memory?: number; pids?: number; cpus?: number; onDisconnect: 'continue' | 'cancel'; detach?: boolean; receipt?: string }) => {
-    const g = globals(o);
-    if (o.keepAfterClose && !o.service) fail('INVALID_ARGUMENT: --keep-after-close is for a service: add --service');
-    if (o.service && o.receipt) fail('INVALID_ARGUMENT: --service with --receipt: a service is detached, and sbx is gone before it ends; get the receipt later with sbx wait ID (or sbx receipt ID)');
-    if (o.service) o.detach = true;
-    if (o.detach && o.onDisconnect === 'cancel') {
-      fail('INVALID_ARGUMENT: --detach with --on-disconnect cancel: a detached sbx closes its connection at once, which would cancel the session; drop one of them');
-    }
-    if (o.detach && o.receipt) {
-      fail('INVALID_ARGUMENT: --detach with --receipt: a detached sbx is gone before the session ends; get the receipt later with sbx wait ID (or sbx receipt ID)');
-    }
-    cmd = commandArgv ?? cmd;
-    // The receipt's directory is pinned now, before anything runs (the session may write it).
-    let receiptDir: OutputDir | null = null;
-    if (o.receipt && !o.detach) {
-      try {
-        receiptDir = openOutputDir(o.receipt);
-      } catch (err) {
-        fail(`--receipt ${(err as OutputFileError).message}; nothing was run`);
+  .action(
+    async (
+      cmd: string[],
+      o: {
+        key?: string;
+        task?: string;
+        timeout: number;
+        grace?: number;
+        cwd?: string;
+        env: Record<string, string>;
+        inheritEnv?: boolean;
+        user?: string;
+        pty?: boolean;
+        cols?: number;
+        rows?: number;
+        stdin?: boolean;
+        linger?: 'handoff' | 'kill' | 'wait';
+        service?: boolean;
+        keepAfterClose?: boolean;
+        quiet?: boolean;
+        memory?: number;
+        pids?: number;
+        cpus?: number;
+        onDisconnect: 'continue' | 'cancel';
+        detach?: boolean;
+        receipt?: string;
+      },
+    ) => {
+      const g = globals(o);
+      if (o.keepAfterClose && !o.service) fail('INVALID_ARGUMENT: --keep-after-close is for a service: add --service');
+      if (o.service && o.receipt)
+        fail(
+          'INVALID_ARGUMENT: --service with --receipt: a service is detached, and sbx is gone before it ends; get the receipt later with sbx wait ID (or sbx receipt ID)',
+        );
+      if (o.service) o.detach = true;
+      if (o.detach && o.onDisconnect === 'cancel') {
+        fail(
+          'INVALID_ARGUMENT: --detach with --on-disconnect cancel: a detached sbx closes its connection at once, which would cancel the session; drop one of them',
+        );
       }
-      const refusal = outputNameRefusal(receiptDir);
-      if (refusal) fail(`--receipt ${receiptDir.path}: refused: ${refusal}, and sbx never writes through or replaces one; nothing was run`);
-    }
-    let said = false;
-    const say = (line: string) => {
-      if (!said) process.stderr.write(`${escapeControls(line)}\n`);
-      said = true;
-    };
-    // Signals from now on are the session's (a detached sbx keeps the default actions).
-    const signals = o.detach ? null : takeSignals();
-    const { client, launched } = await launchUntilAnswered(g, {
-      argv: cmd,
-      env: o.env,
-      inherit_env: o.inheritEnv ? inheritedEnv() : undefined,
-      // A key before the first send, so a resend after a drop finds this launch's session.
-      invocation_key: o.key ?? newInvocationKey(),
-      task: o.task,
-      timeout_ms: o.timeout,
-      grace_ms: o.grace,
-      linger: o.linger,
-      ...(o.service ? { service: true, ...(o.keepAfterClose ? { keep_after_close: true } : {}) } : {}),
-      memory_max_bytes: o.memory,
-      pids_max: o.pids,
-      cpus: o.cpus,
-      on_disconnect: o.onDisconnect,
-      user: o.user,
-      // A terminal that reports 0x0 (some consoles and CI ptys) counts as none: 80x24.
-      pty: o.pty ? { cols: o.cols ?? (process.stdout.columns || 80), rows: o.rows ?? (process.stdout.rows || 24) } : undefined,
-      stdin: o.stdin,
-    }, o.cwd, Boolean(o.detach), say);
-    if (o.detach) {
-      if (g.json) printJson({ session_id: launched.session_id, existing: launched.existing, state: launched.state });
-      else process.stdout.write(`${launched.session_id}\n`);
-      client.close();
-      return;
-    }
-    if (launched.state === 'retired') {
-      fail(`session ${launched.session_id} (key ${launched.invocation_key}) was removed by the retention policy; it is never run again`);
-    }
-    if (launched.state === 'unknown') {
+      if (o.detach && o.receipt) {
+        fail(
+          'INVALID_ARGUMENT: --detach with --receipt: a detached sbx is gone before the session ends; get the receipt later with sbx wait ID (or sbx receipt ID)',
+        );
+      }
+      cmd = commandArgv ?? cmd;
+      // The receipt's directory is pinned now, before anything runs (the session may write it).
+      let receiptDir: OutputDir | null = null;
+      if (o.receipt && !o.detach) {
+        try {
+          receiptDir = openOutputDir(o.receipt);
+        } catch (err) {
+          fail(`--receipt ${(err as OutputFileError).message}; nothing was run`);
+        }
+        const refusal = outputNameRefusal(receiptDir);
+        if (refusal) fail(`--receipt ${receiptDir.path}: refused: ${refusal}, and sbx never writes through or replaces one; nothing was run`);
+      }
+      let said = false;
+      const say = (line: string) => {
+        if (!said) process.stderr.write(`${escapeControls(line)}\n`);
+        said = true;
+      };
+      // Signals from now on are the session's (a detached sbx keeps the default actions).
+      const signals = o.detach ? null : takeSignals();
+      const { client, launched } = await launchUntilAnswered(
+        g,
+        {
+          argv: cmd,
+          env: o.env,
+          inherit_env: o.inheritEnv ? inheritedEnv() : undefined,
+          // A key before the first send, so a resend after a drop finds this launch's session.
+          invocation_key: o.key ?? newInvocationKey(),
+          task: o.task,
+          timeout_ms: o.timeout,
+          grace_ms: o.grace,
+          linger: o.linger,
+          ...(o.service ? { service: true, ...(o.keepAfterClose ? { keep_after_close: true } : {}) } : {}),
+          memory_max_bytes: o.memory,
+          pids_max: o.pids,
+          cpus: o.cpus,
+          on_disconnect: o.onDisconnect,
+          user: o.user,
+          // A terminal that reports 0x0 (some consoles and CI ptys) counts as none: 80x24.
+          pty: o.pty ? { cols: o.cols ?? (process.stdout.columns || 80), rows: o.rows ?? (process.stdout.rows || 24) } : undefined,
+          stdin: o.stdin,
+        },
+        o.cwd,
+        Boolean(o.detach),
+        say,
+      );
+      if (o.detach) {
+        if (g.json) printJson({ session_id: launched.session_id, existing: launched.existing, state: launched.state });
+        else process.stdout.write(`${launched.session_id}\n`);
+        client.close();
+        return;
+      }
+      if (launched.state === 'retired') {
+        fail(`session ${launched.session_id} (key ${launched.invocation_key}) was removed by the retention policy; it is never run again`);
+      }
+      if (launched.state === 'unknown') {
+        try {
+          await unlessPending(client, launched, say);
+        } catch (err) {
+          fail(describe(err));
+        }
+      }
+      // A dropped connection (the supervisor restarting) is waited for: one line says so at once.
+      const reconnecting = reconnectingLine(where(g));
+      const conn = new ReconnectingClient({ ...endpointOf(g), clientName: 'sbx', onReconnecting: reconnecting }, client);
+      signals?.to(conn, launched.session_id);
+      attachedSession = launched.session_id;
+      const sel = { session_id: launched.session_id };
+      let receipt: Receipt;
+      if (o.pty && process.stdout.isTTY) {
+        // Our terminal's size follows us; SIGWINCH is sent on as a resize.
+        process.on('SIGWINCH', () => void conn.current?.request('resize', { ...sel, cols: process.stdout.columns, rows: process.stdout.rows }).catch(() => {}));
+      }
+      // A person at a terminal reattaching types from where the session's stdin is now; piped
+      // stdin is replayed from 0 and only bytes past what was delivered are added (exactly once).
+      // A session that has ended takes no more stdin: a retry only replays it.
+      if (o.stdin && launched.state !== 'ended') void pumpStdin(conn, sel, Boolean(o.pty), process.stdin.isTTY ? (launched.stdin_cursor ?? 0) : 0);
       try {
-        await unlessPending(client, launched, say);
+        // The wait is in flight from the start, so a supervisor shutting down answers it
+        // (it lets requests in flight finish) before it closes the connection.
+        const waiting = conn.run((c) => c.wait(sel));
+        waiting.catch(() => {});
+        const outputs = o.pty
+          ? [pipeOutput(g, sel, 'pty', process.stdout, 0, true, reconnecting)]
+          : [pipeOutput(g, sel, 'stdout', process.stdout, 0, true, reconnecting), pipeOutput(g, sel, 'stderr', process.stderr, 0, true, reconnecting)];
+        // A replay whose output retention removed still ends with the recorded status.
+        let removedSaid = false;
+        const outputRemoved = (err: unknown) => {
+          if (!isSupervisorError(err) || err.code !== 'OUTPUT_REMOVED') throw err;
+          if (!removedSaid) warn(`${err.message}`);
+          removedSaid = true;
+        };
+        await Promise.all(outputs.map((p) => p.catch(outputRemoved)));
+        receipt = await waiting;
+        attachedSession = null; // ended: nothing goes on
       } catch (err) {
         fail(describe(err));
       }
-    }
-    // A dropped connection (the supervisor restarting) is waited for: one line says so at once.
-    const reconnecting = reconnectingLine(where(g));
-    const conn = new ReconnectingClient({ ...endpointOf(g), clientName: 'sbx', onReconnecting: reconnecting }, client);
-    signals?.to(conn, launched.session_id);
-    attachedSession = launched.session_id;
-    const sel = { session_id: launched.session_id };
-    let receipt: Receipt;
-    if (o.pty && process.stdout.isTTY) {
-      // Our terminal's size follows us; SIGWINCH is sent on as a resize.
-      process.on('SIGWINCH', () => void conn.current?.request('resize', { ...sel, cols: process.stdout.columns, rows: process.stdout.rows }).catch(() => {}));
-    }
-    // A person at a terminal reattaching types from where the session's stdin is now; piped
-    // stdin is replayed from 0 and only bytes past what was delivered are added (exactly once).
-    // A session that has ended takes no more stdin: a retry only replays it.
-    if (o.stdin && launched.state !== 'ended') void pumpStdin(conn, sel, Boolean(o.pty), process.stdin.isTTY ? (launched.stdin_cursor ?? 0) : 0);
-    try {
-      // The wait is in flight from the start, so a supervisor shutting down answers it
-      // (it lets requests in flight finish) before it closes the connection.
-      const waiting = conn.run((c) => c.wait(sel));
-      waiting.catch(() => {});
-      const outputs = o.pty
-        ? [pipeOutput(g, sel, 'pty', process.stdout, 0, true, reconnecting)]
-        : [pipeOutput(g, sel, 'stdout', process.stdout, 0, true, reconnecting), pipeOutput(g, sel, 'stderr', process.stderr, 0, true, reconnecting)];
-      // A replay whose output retention removed still ends with the recorded status.
-      let removedSaid = false;
-      const outputRemoved = (err: unknown) => {
-        if (!isSupervisorError(err) || err.code !== 'OUTPUT_REMOVED') throw err;
-        if (!removedSaid) warn(`${err.message}`);
-        removedSaid = true;
-      };
-      await Promise.all(outputs.map((p) => p.catch(outputRemoved)));
-      receipt = await waiting;
-      attachedSession = null; // ended: nothing goes on
-    } catch (err) {
-      fail(describe(err));
-    }
-    if (receipt.spawn_error) {
-      const why = { ENOENT: 'not found', ENOTDIR: 'not found', EACCES: 'permission denied', ENOEXEC: 'exec format error', E2BIG: 'argument list too long' }[receipt.spawn_error.code];
-      // Stage spawn: the supervisor could not start the exec shim at all (its log says why);
-      // the command itself was never looked up.
-      if (receipt.spawn_error.stage === 'spawn') warn(`${cmd[0]}: the supervisor could not start it (spawn failed: ${receipt.spawn_error.code}; its log says why)`);
-      else warn(`${cmd[0]}: ${why ?? receipt.spawn_error.code} (${receipt.spawn_error.stage} failed: ${receipt.spawn_error.code})`);
-    }
-    // What the exit status cannot say: who ended it, bytes that were not stored, a status nobody saw.
-    // What became of leftover processes, once (the exit status is the leader's).
-    const leftovers = leftoversLine(receipt);
-    if (leftovers && !o.quiet) process.stderr.write(`${leftovers}\n`);
-    const oom = oomLine(receipt);
-    if (oom) warn(oom);
-    if (receipt.termination.cause === 'shutdown') {
-      warn(`session ${receipt.session_id} was ended because the supervisor is stopping (${receipt.outcome}, cause shutdown; sbx receipt ${receipt.session_id})`);
-    }
-    // An escape the operator attested already (a replay of the key) says so.
-    const attested = receipt.death.evidence === 'cgroup_escaped' ? await conn.run((c) => c.receipt({ session_id: receipt.session_id })).then((a) => a.escape_attested ?? null, () => null) : null;
-    const escaped = escapedLine(receipt, attested);
-    if (escaped) warn(escaped);
-    if (receipt.outcome === 'owner_lost') {
-      warn(`${ownerLostLine(receipt)}`);
-    } else {
-      for (const [name, out] of Object.entries(receipt.output)) {
-        if (out && !out.complete) warn(`${name} is incomplete: ${out.reason}${out.dropped_bytes ? `, ${out.dropped_bytes} bytes not stored` : ''} (sbx receipt ${receipt.session_id})`);
+      if (receipt.spawn_error) {
+        const why = { ENOENT: 'not found', ENOTDIR: 'not found', EACCES: 'permission denied', ENOEXEC: 'exec format error', E2BIG: 'argument list too long' }[
+          receipt.spawn_error.code
+        ];
+        // Stage spawn: the supervisor could not start the exec shim at all (its log says why);
+        // the command itself was never looked up.
+        if (receipt.spawn_error.stage === 'spawn')
+          warn(`${cmd[0]}: the supervisor could not start it (spawn failed: ${receipt.spawn_error.code}; its log says why)`);
+        else warn(`${cmd[0]}: ${why ?? receipt.spawn_error.code} (${receipt.spawn_error.stage} failed: ${receipt.spawn_error.code})`);
       }
-    }
-    process.exitCode = exitStatusOf(receipt, signalNumber);
-    if (receiptDir) {
-      try {
-        writeOutputFile(receiptDir, Buffer.from(JSON.stringify(receipt, null, 2) + '\n'));
-      } catch (err) {
-        const e = err as OutputFileError;
-        const why = e.refused ? `${e.reason}; sbx never writes through or replaces a link (the session's directory may hold one it planted)` : e.reason;
-        warn(`--receipt ${e.path}: not written: ${why}; the supervisor keeps the receipt: sbx receipt ${receipt.session_id}`);
-        process.exitCode = FAILURE;
+      // What the exit status cannot say: who ended it, bytes that were not stored, a status nobody saw.
+      // What became of leftover processes, once (the exit status is the leader's).
+      const leftovers = leftoversLine(receipt);
+      if (leftovers && !o.quiet) process.stderr.write(`${leftovers}\n`);
+      const oom = oomLine(receipt);
+      if (oom) warn(oom);
+      if (receipt.termination.cause === 'shutdown') {
+        warn(
+          `session ${receipt.session_id} was ended because the supervisor is stopping (${receipt.outcome}, cause shutdown; sbx receipt ${receipt.session_id})`,
+        );
       }
-      closeOutputDir(receiptDir);
-    }
-    process.stdout.write('', () => process.exit());
-  });
+      // An escape the operator attested already (a replay of the key) says so.
+      const attested =
+        receipt.death.evidence === 'cgroup_escaped'
+          ? await conn
+              .run((c) => c.receipt({ session_id: receipt.session_id }))
+              .then(
+                (a) => a.escape_attested ?? null,
+                () => null,
+              )
+          : null;
+      const escaped = escapedLine(receipt, attested);
+      if (escaped) warn(escaped);
+      if (receipt.outcome === 'owner_lost') {
+        warn(`${ownerLostLine(receipt)}`);
+      } else {
+        for (const [name, out] of Object.entries(receipt.output)) {
+          if (out && !out.complete)
+            warn(
+              `${name} is incomplete: ${out.reason}${out.dropped_bytes ? `, ${out.dropped_bytes} bytes not stored` : ''} (sbx receipt ${receipt.session_id})`,
+            );
+        }
+      }
+      process.exitCode = exitStatusOf(receipt, signalNumber);
+      if (receiptDir) {
+        try {
+          writeOutputFile(receiptDir, Buffer.from(JSON.stringify(receipt, null, 2) + '\n'));
+        } catch (err) {
+          const e = err as OutputFileError;
+          const why = e.refused ? `${e.reason}; sbx never writes through or replaces a link (the session's directory may hold one it planted)` : e.reason;
+          warn(`--receipt ${e.path}: not written: ${why}; the supervisor keeps the receipt: sbx receipt ${receipt.session_id}`);
+          process.exitCode = FAILURE;
+        }
+        closeOutputDir(receiptDir);
+      }
+      process.stdout.write('', () => process.exit());
+    },
+  );
 
 attachCommand(sub('attach'), {
   endpoint: (o) => endpointOf(globals(o)),
@@ -533,7 +657,10 @@ function retiredOr(sel: SessionSelector, verb: string): (err: unknown) => never 
     if (isSupervisorError(err, 'SESSION_NOT_FOUND') && typeof err.details?.retired_at === 'string') {
       const what = sel.session_id !== undefined ? `session ${sel.session_id}` : `the session of key ${JSON.stringify(sel.invocation_key)}`;
       const ended = typeof err.details.outcome === 'string' ? err.details.outcome : null;
-      fail(`${what} was not ${verb}: it ended${ended ? ` (${ended.replace('_', ' ')})` : ''} and was removed by the retention policy at ${err.details.retired_at}; nothing of it runs`, ENDED_ALREADY);
+      fail(
+        `${what} was not ${verb}: it ended${ended ? ` (${ended.replace('_', ' ')})` : ''} and was removed by the retention policy at ${err.details.retired_at}; nothing of it runs`,
+        ENDED_ALREADY,
+      );
     }
     throw err;
   };
@@ -543,7 +670,7 @@ sub('cancel')
   .description('end the session: SIGTERM to every process, SIGKILL after the grace')
   .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
-  .option('--grace <dur>', 'TERM→KILL grace (default: the session\'s)', duration)
+  .option('--grace <dur>', "TERM→KILL grace (default: the session's)", duration)
   .action(async (id: string | undefined, o: { key?: string; grace?: number }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
@@ -576,8 +703,13 @@ sub('kill')
   });
 
 sub('verify')
-  .description("check a receipt's, close receipt's, task receipt's or checkpoint manifest's signature and, with the state dir (or --store), every stored byte it names (works with the supervisor stopped; exit 0 says it is authentic, not that a task is complete: read its complete)")
-  .argument('<file|checkpoint>', 'a receipt, close receipt or task receipt as JSON (sbx receipt ID > r.json, --receipt FILE, sbx close --task T > t.json), a checkpoint manifest (<state>/checkpoints/manifests/<id>.json), or a checkpoint id')
+  .description(
+    "check a receipt's, close receipt's, task receipt's or checkpoint manifest's signature and, with the state dir (or --store), every stored byte it names (works with the supervisor stopped; exit 0 says it is authentic, not that a task is complete: read its complete)",
+  )
+  .argument(
+    '<file|checkpoint>',
+    'a receipt, close receipt or task receipt as JSON (sbx receipt ID > r.json, --receipt FILE, sbx close --task T > t.json), a checkpoint manifest (<state>/checkpoints/manifests/<id>.json), or a checkpoint id',
+  )
   .option('--public-key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
   .addOption(deprecatedKeyOption())
   .option('--state-dir <dir>', 'also re-read the chunk files (or checkpoint objects) there and check cursors and digests')
@@ -593,12 +725,20 @@ sub('verify')
       bytes = readFileSync(file);
       receipt = JSON.parse(bytes.toString('utf8')) as Receipt;
     } catch (err) {
-      if (bytes === null && /^(sha256:)?[0-9a-fA-F]{8,64}$/.test(file)) receipt = { kind: 'checkpoint' } as unknown as Receipt; // a checkpoint id: read from the store
+      if (bytes === null && /^(sha256:)?[0-9a-fA-F]{8,64}$/.test(file))
+        receipt = { kind: 'checkpoint' } as unknown as Receipt; // a checkpoint id: read from the store
       else fail(`INVALID_ARGUMENT: cannot read the receipt ${file}: ${(err as Error).message}`);
     }
     if ((receipt as unknown as { kind?: string }).kind === 'checkpoint') {
       const { verifyManifestCommand } = await import('./checkpoints.js');
-      return verifyManifestCommand(file, bytes, { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key, json: g.json, withStore: o.stateDir !== undefined || o.store !== undefined });
+      return verifyManifestCommand(file, bytes, {
+        stateDir: o.stateDir ?? defaultStateDir(),
+        stateDirGiven: o.stateDir !== undefined,
+        store: o.store,
+        key,
+        json: g.json,
+        withStore: o.stateDir !== undefined || o.store !== undefined,
+      });
     }
     const keyFile = key ?? join(o.stateDir ?? defaultStateDir(), 'receipt-key.pub');
     let keyPem: string;
@@ -617,9 +757,14 @@ sub('verify')
     // state dir ($SBX_STATE_DIR) when it holds that session, as a task receipt's are: an OK
     // never rests on the signature alone while the bytes are at hand.
     const here = defaultStateDir();
-    const stateDir = o.stateDir ?? (!isClose && typeof receipt.session_id === 'string' && existsSync(join(here, 'sessions', receipt.session_id)) ? here : undefined);
+    const stateDir =
+      o.stateDir ?? (!isClose && typeof receipt.session_id === 'string' && existsSync(join(here, 'sessions', receipt.session_id)) ? here : undefined);
     if (stateDir && problems.length === 0) {
-      if (isClose) problems.push(...verifyCloseSessions(receipt as unknown as CloseReceipt, stateDir, keyPem), ...verifyCloseTasks(receipt as unknown as CloseReceipt, stateDir));
+      if (isClose)
+        problems.push(
+          ...verifyCloseSessions(receipt as unknown as CloseReceipt, stateDir, keyPem),
+          ...verifyCloseTasks(receipt as unknown as CloseReceipt, stateDir),
+        );
       else {
         // Every stored byte is re-read and hashed: a line on a terminal counts chunk files and bytes.
         const chunks = Object.values(receipt.output).flatMap((s) => s?.chunks ?? []);
@@ -633,14 +778,22 @@ sub('verify')
     if (g.json) printJson({ ok: problems.length === 0, key_id: receipt.signature?.key_id ?? null, problems });
     else if (problems.length === 0 && isClose) {
       const n = (receipt as unknown as CloseReceipt).sessions.length;
-      process.stdout.write(`OK: close receipt signed by ${receipt.signature!.key_id}${stateDir ? `; the ${n} session receipts it lists match` : '; signature only (--state-dir DIR also checks the session receipts it lists)'}\n`);
+      process.stdout.write(
+        `OK: close receipt signed by ${receipt.signature!.key_id}${stateDir ? `; the ${n} session receipts it lists match` : '; signature only (--state-dir DIR also checks the session receipts it lists)'}\n`,
+      );
     } else if (problems.length === 0) {
-      const streams = Object.entries(receipt.output).map(([n, s]) => `${n} ${s!.final_cursor} bytes`).join(', ');
-      process.stdout.write(`OK: signed by ${receipt.signature!.key_id}${stateDir ? `; stored output matches (${streams})` : `; signature only (the state dir ${here} does not hold this session: --state-dir DIR re-reads its stored output)`}\n`);
+      const streams = Object.entries(receipt.output)
+        .map(([n, s]) => `${n} ${s!.final_cursor} bytes`)
+        .join(', ');
+      process.stdout.write(
+        `OK: signed by ${receipt.signature!.key_id}${stateDir ? `; stored output matches (${streams})` : `; signature only (the state dir ${here} does not hold this session: --state-dir DIR re-reads its stored output)`}\n`,
+      );
     } else for (const p of problems) process.stdout.write(`MISMATCH: ${escapeControls(p)}\n`);
     // Another key than the receipt's: say which one was taken when none was named.
     if (!key && !g.json && receipt.signature && problems.some((p) => p.includes('the key checked against'))) {
-      warn(`the key checked against is ${keyFile} (${o.stateDir ? 'in --state-dir' : "the default state dir's"}); a receipt from another supervisor needs its key: --public-key FILE or --state-dir DIR`);
+      warn(
+        `the key checked against is ${keyFile} (${o.stateDir ? 'in --state-dir' : "the default state dir's"}); a receipt from another supervisor needs its key: --public-key FILE or --state-dir DIR`,
+      );
     }
     process.exitCode = problems.length === 0 ? 0 : 1;
   });
@@ -649,7 +802,7 @@ sub('write')
   .description("write this CLI's stdin to a session started with --stdin")
   .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
-  .option('--eof', 'then close the session\'s stdin')
+  .option('--eof', "then close the session's stdin")
   .action(async (id: string | undefined, o: { key?: string; eof?: boolean }) => {
     const g = globals(o);
     const sel = selector(id, o.key);
@@ -680,78 +833,113 @@ sub('resize')
   });
 
 sub('logs')
-  .description('print stdout (fd 1) and stderr (fd 2) as docker logs, or one stream from a byte cursor, or both merged in arrival order, timestamped, selected by time or lines')
+  .description(
+    'print stdout (fd 1) and stderr (fd 2) as docker logs, or one stream from a byte cursor, or both merged in arrival order, timestamped, selected by time or lines',
+  )
   .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--from <n>', 'start at byte cursor N (one stream)', (v) => {
     if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v))) throw new InvalidArgumentError('--from takes a non-negative integer');
     return Number(v);
   })
-  .addOption(new Option('--stream <name>', 'stream to read (default: stdout to fd 1 and stderr to fd 2, as docker logs; pty for a pty session; with --from, stdout\'s cursor); all: stdout and stderr merged in arrival order on stdout').choices(['stdout', 'stderr', 'pty', 'all']))
+  .addOption(
+    new Option(
+      '--stream <name>',
+      "stream to read (default: stdout to fd 1 and stderr to fd 2, as docker logs; pty for a pty session; with --from, stdout's cursor); all: stdout and stderr merged in arrival order on stdout",
+    ).choices(['stdout', 'stderr', 'pty', 'all']),
+  )
   .option('-f, --follow', 'keep reading until the stream (every stream) is final')
   .option('-t, --timestamps', 'prefix each line with the arrival of the read carrying its first byte (RFC 3339, µs, UTC)')
-  .option('--since <time>', 'reads arrived at or after TIME: RFC 3339, a local time without a zone (2026-12-03T10:00:00, 2026-12-03 10:00, 2026-12-03; in $TZ), a Unix time, or a duration ago (10m, 1h30m)')
+  .option(
+    '--since <time>',
+    'reads arrived at or after TIME: RFC 3339, a local time without a zone (2026-12-03T10:00:00, 2026-12-03 10:00, 2026-12-03; in $TZ), a Unix time, or a duration ago (10m, 1h30m)',
+  )
   .option('--until <time>', 'reads arrived at or before TIME (as --since)')
   .option('-n, --tail <n>', 'the last N lines of what is selected (all: every line)')
-  .action(async (id: string | undefined, o: { key?: string; from?: number; stream?: StreamName | 'all'; follow?: boolean; timestamps?: boolean; since?: string; until?: string; tail?: string }) => {
-    const g = globals(o);
-    const sel = selector(id, o.key);
-    // No --stream: both streams, each to its own fd (docker logs); --from is one stream's
-    // cursor, so with it (and no --stream) stdout alone, as before.
-    const split = o.stream === undefined && o.from === undefined;
-    const indexed = o.stream === 'all' || o.timestamps || g.json || o.since !== undefined || o.until !== undefined || o.tail !== undefined;
-    if (o.stream === 'all' && o.from !== undefined) fail('INVALID_ARGUMENT: --from is a cursor of one stream; --stream all merges two (select by time with --since/--until, or by lines with --tail)');
-    let tailLines: number | undefined;
-    if (o.tail !== undefined && o.tail !== 'all') {
-      if (!/^\d+$/.test(o.tail) || !Number.isSafeInteger(Number(o.tail))) fail(`INVALID_ARGUMENT: --tail takes a number of lines (0 or more) or all, got ${JSON.stringify(o.tail)}`);
-      tailLines = Number(o.tail);
-    }
-    const nowUs = Date.now() * 1000;
-    const time = (text: string | undefined, flag: string): number | undefined => {
-      if (text === undefined) return undefined;
-      try {
-        return parseTimeUs(text, nowUs, flag);
-      } catch (err) {
-        fail(`INVALID_ARGUMENT: ${(err as Error).message}`);
+  .action(
+    async (
+      id: string | undefined,
+      o: { key?: string; from?: number; stream?: StreamName | 'all'; follow?: boolean; timestamps?: boolean; since?: string; until?: string; tail?: string },
+    ) => {
+      const g = globals(o);
+      const sel = selector(id, o.key);
+      // No --stream: both streams, each to its own fd (docker logs); --from is one stream's
+      // cursor, so with it (and no --stream) stdout alone, as before.
+      const split = o.stream === undefined && o.from === undefined;
+      const indexed = o.stream === 'all' || o.timestamps || g.json || o.since !== undefined || o.until !== undefined || o.tail !== undefined;
+      if (o.stream === 'all' && o.from !== undefined)
+        fail('INVALID_ARGUMENT: --from is a cursor of one stream; --stream all merges two (select by time with --since/--until, or by lines with --tail)');
+      let tailLines: number | undefined;
+      if (o.tail !== undefined && o.tail !== 'all') {
+        if (!/^\d+$/.test(o.tail) || !Number.isSafeInteger(Number(o.tail)))
+          fail(`INVALID_ARGUMENT: --tail takes a number of lines (0 or more) or all, got ${JSON.stringify(o.tail)}`);
+        tailLines = Number(o.tail);
       }
-    };
-    const sinceUs = time(o.since, '--since');
-    const untilUs = time(o.until, '--until');
-    const first = await connect(g); // a clear message now if no supervisor is there
-    let streams: StreamName[] = o.stream === 'all' || split ? ['stdout', 'stderr'] : [o.stream ?? 'stdout'];
-    let admittedAtUs = 0;
-    if (!o.stream || indexed) {
+      const nowUs = Date.now() * 1000;
+      const time = (text: string | undefined, flag: string): number | undefined => {
+        if (text === undefined) return undefined;
+        try {
+          return parseTimeUs(text, nowUs, flag);
+        } catch (err) {
+          fail(`INVALID_ARGUMENT: ${(err as Error).message}`);
+        }
+      };
+      const sinceUs = time(o.since, '--since');
+      const untilUs = time(o.until, '--until');
+      const first = await connect(g); // a clear message now if no supervisor is there
+      let streams: StreamName[] = o.stream === 'all' || split ? ['stdout', 'stderr'] : [o.stream ?? 'stdout'];
+      let admittedAtUs = 0;
+      if (!o.stream || indexed) {
+        try {
+          const { sessions } = await first.ps(true);
+          const found = sel.session_id ? byIdOrPrefix(sessions, sel.session_id) : sessions.find((s) => s.invocation_key === sel.invocation_key);
+          if (found && found.cursors.pty !== undefined && (!o.stream || o.stream === 'all')) streams = ['pty'];
+          if (found) admittedAtUs = Date.parse(found.admitted_at) * 1000;
+        } catch (err) {
+          fail(describe(err));
+        }
+      }
+      first.close();
       try {
-        const { sessions } = await first.ps(true);
-        const found = sel.session_id ? byIdOrPrefix(sessions, sel.session_id) : sessions.find((s) => s.invocation_key === sel.invocation_key);
-        if (found && found.cursors.pty !== undefined && (!o.stream || o.stream === 'all')) streams = ['pty'];
-        if (found) admittedAtUs = Date.parse(found.admitted_at) * 1000;
+        // A follow waits for a supervisor that went away: one line says so at once, as run's does.
+        const reconnecting = reconnectingLine(where(g));
+        if (!indexed) {
+          // Without --stream each stream to its fd (no merge to keep: two fds), as sbx run
+          // streams them; one selected stream (--stream stderr too) is printed on stdout.
+          const outs = streams.map((s) =>
+            pipeOutput(g, sel, s, split && s === 'stderr' ? process.stderr : process.stdout, o.from ?? 0, o.follow ?? false, reconnecting),
+          );
+          return void (await Promise.all(outs));
+        }
+        const sinkTo = (out: NodeJS.WriteStream) => (g.json ? new JsonSink(out) : o.timestamps ? new TimestampSink(out) : new RawSink(out));
+        // --json: one record stream (each names its stream) on stdout; else stderr's bytes to fd 2.
+        const out =
+          split && !g.json && streams.length === 2 ? new SplitSink({ stderr: sinkTo(process.stderr) }, sinkTo(process.stdout)) : sinkTo(process.stdout);
+        const sink = tailLines === undefined ? out : new TailSink(tailLines, out);
+        await mergeStreams(
+          {
+            ...endpointOf(g),
+            selector: sel,
+            streams,
+            from: o.from,
+            follow: o.follow ?? false,
+            sinceUs,
+            untilUs,
+            noRecordAtUs: admittedAtUs,
+            onReconnecting: reconnecting,
+          },
+          sink,
+        );
       } catch (err) {
         fail(describe(err));
       }
-    }
-    first.close();
-    try {
-      // A follow waits for a supervisor that went away: one line says so at once, as run's does.
-      const reconnecting = reconnectingLine(where(g));
-      if (!indexed) {
-        // Without --stream each stream to its fd (no merge to keep: two fds), as sbx run
-        // streams them; one selected stream (--stream stderr too) is printed on stdout.
-        const outs = streams.map((s) => pipeOutput(g, sel, s, split && s === 'stderr' ? process.stderr : process.stdout, o.from ?? 0, o.follow ?? false, reconnecting));
-        return void (await Promise.all(outs));
-      }
-      const sinkTo = (out: NodeJS.WriteStream) => (g.json ? new JsonSink(out) : o.timestamps ? new TimestampSink(out) : new RawSink(out));
-      // --json: one record stream (each names its stream) on stdout; else stderr's bytes to fd 2.
-      const out = split && !g.json && streams.length === 2 ? new SplitSink({ stderr: sinkTo(process.stderr) }, sinkTo(process.stdout)) : sinkTo(process.stdout);
-      const sink = tailLines === undefined ? out : new TailSink(tailLines, out);
-      await mergeStreams({ ...endpointOf(g), selector: sel, streams, from: o.from, follow: o.follow ?? false, sinceUs, untilUs, noRecordAtUs: admittedAtUs, onReconnecting: reconnecting }, sink);
-    } catch (err) {
-      fail(describe(err));
-    }
-  });
+    },
+  );
 
 sub('resolve')
-  .description("end a session stuck unknown on your word: evidence operator_attested (never automatic); or, for an ended session whose receipt says cgroup_escaped, attest that what left its cgroup is ended (complete(task) then counts it, showing your word)")
+  .description(
+    'end a session stuck unknown on your word: evidence operator_attested (never automatic); or, for an ended session whose receipt says cgroup_escaped, attest that what left its cgroup is ended (complete(task) then counts it, showing your word)',
+  )
   .argument('[id]', 'session id (or a unique prefix of 3+ characters)')
   .option('--key <key>', 'select the session by invocation key')
   .option('--as-operator', 'required: you attest that nothing of the session runs any more')
@@ -760,9 +948,14 @@ sub('resolve')
   .action(async (id: string | undefined, o: { key?: string; asOperator?: boolean; reason: string; force?: boolean }) => {
     const g = globals(o);
     if (!o.asOperator) fail('INVALID_ARGUMENT: resolve needs --as-operator: it records your word, not evidence');
-    const receipt = await call(g, (c) => c.request('resolve', { ...selector(id, o.key), as_operator: true, reason: o.reason, ...(o.force ? { force: true } : {}) }));
+    const receipt = await call(g, (c) =>
+      c.request('resolve', { ...selector(id, o.key), as_operator: true, reason: o.reason, ...(o.force ? { force: true } : {}) }),
+    );
     printJson(receipt);
-    if (receipt.death.evidence === 'cgroup_escaped') warn(`session ${receipt.session_id}: your word that what left its cgroup is ended is recorded (escape-attested.json in its directory of the state dir, sessions/${receipt.session_id}/); the receipt stays as it was, and the next close counts the session`);
+    if (receipt.death.evidence === 'cgroup_escaped')
+      warn(
+        `session ${receipt.session_id}: your word that what left its cgroup is ended is recorded (escape-attested.json in its directory of the state dir, sessions/${receipt.session_id}/); the receipt stays as it was, and the next close counts the session`,
+      );
   });
 
 sub('wait')
@@ -780,7 +973,15 @@ sub('wait')
       fail(describe(err));
     }
     printJson(receipt);
-    const attested = receipt.death.evidence === 'cgroup_escaped' ? await conn.run((c) => c.receipt({ session_id: receipt.session_id })).then((a) => a.escape_attested ?? null, () => null) : null;
+    const attested =
+      receipt.death.evidence === 'cgroup_escaped'
+        ? await conn
+            .run((c) => c.receipt({ session_id: receipt.session_id }))
+            .then(
+              (a) => a.escape_attested ?? null,
+              () => null,
+            )
+        : null;
     conn.drop();
     if (receipt.outcome === 'owner_lost') warn(`${ownerLostLine(receipt)}`);
     const oom = oomLine(receipt);
@@ -812,7 +1013,11 @@ sub('changes')
     if (answer.workspaces.length === 0) process.stdout.write('no workspaces are watched (workspace.paths, serve --workspace)\n');
     for (const ws of answer.workspaces) {
       const facts = [
-        ws.terminal_mutation !== null ? `terminal_mutation ${ws.terminal_mutation}` : answer.state === 'ended' ? 'no terminal_mutation' : `session ${answer.state}`,
+        ws.terminal_mutation !== null
+          ? `terminal_mutation ${ws.terminal_mutation}`
+          : answer.state === 'ended'
+            ? 'no terminal_mutation'
+            : `session ${answer.state}`,
         ws.gap ? `gap ${ws.gap}: the events are incomplete, see the receipt's scan` : null,
         ws.unattributed_events !== null ? `${ws.unattributed_events} ${ws.unattributed_events === 1 ? 'event' : 'events'} no session claimed meanwhile` : null,
         ws.dropped ? `${ws.dropped} changes past the log's bound, not listed` : null,
@@ -830,11 +1035,17 @@ sub('changes')
   });
 
 sub('ps')
-  .description('list sessions, newest first, as docker ps: STATUS ("exited 3, 2 min ago", "killed by SIGTERM", "running 12 s"), started, duration, user, task; control characters shown escaped; on a terminal rows fit its width, else COMMAND is cut at 40 characters (--no-trunc: nothing is cut)')
+  .description(
+    'list sessions, newest first, as docker ps: STATUS ("exited 3, 2 min ago", "killed by SIGTERM", "running 12 s"), started, duration, user, task; control characters shown escaped; on a terminal rows fit its width, else COMMAND is cut at 40 characters (--no-trunc: nothing is cut)',
+  )
   .option('-a, --all', 'include ended sessions')
   .option('-q, --quiet', 'only the session ids, one a line (newest first; over --json)')
   .option('--task <task>', 'only the sessions of this task (as --filter task=T)')
-  .option('-f, --filter <key=value>', `only the sessions matching (repeatable: one key repeated is OR, keys AND); keys ${PS_FILTER_KEYS.join(', ')}`, (v: string, acc: string[] = []) => [...acc, v])
+  .option(
+    '-f, --filter <key=value>',
+    `only the sessions matching (repeatable: one key repeated is OR, keys AND); keys ${PS_FILTER_KEYS.join(', ')}`,
+    (v: string, acc: string[] = []) => [...acc, v],
+  )
   .option('--no-trunc', 'do not cut any column')
   .action(async (o: { all?: boolean; quiet?: boolean; task?: string; filter?: string[]; trunc: boolean }) => {
     const g = globals(o);
@@ -868,28 +1079,51 @@ sub('status')
       const status = await client.status();
       if (g.json) printJson(status);
       else {
-        const sessions = Object.entries(status.sessions).map(([k, v]) => `${k} ${v}`).join(', ') || 'none';
+        const sessions =
+          Object.entries(status.sessions)
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', ') || 'none';
         const lines = [
           ['version', `${status.version} (protocol ${status.protocol})`],
           ['instance', `${status.instance}, generation ${status.generation}, pid ${status.pid}`],
           ['mode', status.mode + (status.cgroup ? ` (${status.cgroup})` : '')],
           ...(status.limits ? [['limits', limitsLine(status.limits)]] : []),
-          ...(status.escape_watch ? [['escapes', status.escape_watch.on ? 'watched (fanotify on cgroup2)' : `not watched: ${status.escape_watch.reason}`]] : []),
+          ...(status.escape_watch
+            ? [['escapes', status.escape_watch.on ? 'watched (fanotify on cgroup2)' : `not watched: ${status.escape_watch.reason}`]]
+            : []),
           ['socket', status.socket],
           ['state dir', status.state_dir],
           ['receipts', `signed by ${status.receipt_key.key_id} (${status.receipt_key.path})`],
-          ['admission', status.admission + (status.sealed ? ` (sealed at generation ${status.sealed.generation}, ${status.sealed.sealed_at})` : status.admission_reason ? `: ${status.admission_reason}` : '')],
+          [
+            'admission',
+            status.admission +
+              (status.sealed
+                ? ` (sealed at generation ${status.sealed.generation}, ${status.sealed.sealed_at})`
+                : status.admission_reason
+                  ? `: ${status.admission_reason}`
+                  : ''),
+          ],
           ['sessions', sessions],
-          ['storage', `${mib(status.storage.state_dir_bytes)} in the state dir, ${mib(status.storage.free_bytes)} free of ${mib(status.storage.total_bytes)} (reserve ${mib(status.storage.reserve_bytes)}, launches need ${mib(status.storage.min_free_bytes)}, retention keeps ${mib(status.storage.keep_free_bytes)} free)`],
+          [
+            'storage',
+            `${mib(status.storage.state_dir_bytes)} in the state dir, ${mib(status.storage.free_bytes)} free of ${mib(status.storage.total_bytes)} (reserve ${mib(status.storage.reserve_bytes)}, launches need ${mib(status.storage.min_free_bytes)}, retention keeps ${mib(status.storage.keep_free_bytes)} free)`,
+          ],
           ['load', `${status.load.loadavg.map((l) => l.toFixed(2)).join(' ')} on ${status.load.cpus} cpus, cpu ${status.machine.cpu_load_percent ?? '-'}%`],
           ['memory', `${mib(status.machine.mem_available_bytes)} available of ${mib(status.machine.mem_total_bytes)}`],
           // The supervisor's (since it started); the machine's after it, named as such.
           ['uptime', `${uptimeText(status.uptime_s)} (since ${status.started_at}; machine up ${uptimeText(status.machine.uptime_s)})`],
-          ...(status.workspaces ?? []).map((w) => ['workspace', `${w.path} (${w.fs}): ${w.mode}, ${w.health}; ${w.events} events, ${w.unattributed_events} unattributed`]),
-          ...(status.workspace_unplaced_events ? [['unplaced', `${status.workspace_unplaced_events} events whose directory was gone before it could be named (in no workspace)`]] : []),
+          ...(status.workspaces ?? []).map((w) => [
+            'workspace',
+            `${w.path} (${w.fs}): ${w.mode}, ${w.health}; ${w.events} events, ${w.unattributed_events} unattributed`,
+          ]),
+          ...(status.workspace_unplaced_events
+            ? [['unplaced', `${status.workspace_unplaced_events} events whose directory was gone before it could be named (in no workspace)`]]
+            : []),
           ...(status.checkpoint_store ? [['checkpoints', status.checkpoint_store]] : []),
           ...(status.remote ? [['remote', `${status.remote} (WebSocket; docs/guide/remote.md)`]] : []),
-          ...(status.metrics ? [['metrics', status.metrics.startsWith('/') ? `${status.metrics} (GET /metrics on the socket)` : `http://${status.metrics}/metrics`]] : []),
+          ...(status.metrics
+            ? [['metrics', status.metrics.startsWith('/') ? `${status.metrics} (GET /metrics on the socket)` : `http://${status.metrics}/metrics`]]
+            : []),
         ];
         for (const [k, v] of lines) process.stdout.write(`${k.padEnd(10)} ${escapeControls(String(v))}\n`);
       }
@@ -900,7 +1134,9 @@ sub('status')
   });
 
 sub('checkpoint')
-  .description('a content-addressed, signed checkpoint of a workspace directory, published once its manifest and every object read back exactly; prints its id (exit 1: published, but paths kept changing: not consistent)')
+  .description(
+    'a content-addressed, signed checkpoint of a workspace directory, published once its manifest and every object read back exactly; prints its id (exit 1: published, but paths kept changing: not consistent)',
+  )
   .requiredOption('--workspace <dir>', 'the directory (absolute or relative to here)')
   .option('--task <task>', 'the task it belongs to')
   .action(async (o: { workspace: string; task?: string }) => {
@@ -932,7 +1168,10 @@ sub('checkpoint')
     process.stdout.write(`${r.checkpoint_id}\n`);
     const n = (k: number, one: string, many = `${one}s`) => `${k} ${k === 1 ? one : many}`;
     const boundary = r.boundary.gap ? `no boundary (gap ${r.boundary.gap})` : `boundary seq ${r.boundary.seq}`;
-    const uploaded = r.objects.uploaded !== undefined ? `, ${r.objects.uploaded} uploaded${r.objects.repaired ? ` (${r.objects.repaired} over bytes that failed their read-back)` : ''}` : '';
+    const uploaded =
+      r.objects.uploaded !== undefined
+        ? `, ${r.objects.uploaded} uploaded${r.objects.repaired ? ` (${r.objects.repaired} over bytes that failed their read-back)` : ''}`
+        : '';
     warn(
       `published to ${r.store}: ${n(r.scan.entries, 'entry', 'entries')}, ${n(r.scan.files, 'file')}, ${mib(r.scan.bytes)}; ${r.read ? `${r.read.files} read; ` : ''}${n(r.objects.written, 'new object')} (${mib(r.objects.bytes_written)})${uploaded}; ` +
         `read back ${n(r.read_back.objects, 'object')}${r.read_back.rehashed_objects !== undefined ? ` (${r.read_back.rehashed_objects} re-hashed)` : ''} in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms`,
@@ -943,13 +1182,21 @@ sub('checkpoint')
       const changed = r.unstable.filter((p) => !leased.has(p));
       const changedCount = r.unstable_count - r.leased_count;
       if (changedCount > 0) warn(`not consistent: ${n(changedCount, 'path')} changed in every pass (${r.scan.passes}): ${changed.slice(0, 5).join(', ')}`);
-      if (r.leased_count > 0) warn(`not consistent: ${n(r.leased_count, 'path')} held by another process's write lease: not captured: ${r.leased.slice(0, 5).join(', ')}${r.leased_count > 5 ? ', ...' : ''}`);
+      if (r.leased_count > 0)
+        warn(
+          `not consistent: ${n(r.leased_count, 'path')} held by another process's write lease: not captured: ${r.leased.slice(0, 5).join(', ')}${r.leased_count > 5 ? ', ...' : ''}`,
+        );
     }
-    if (r.mounts_skipped.length) warn(`${n(r.mounts_skipped.length, 'mount point')} not entered (recorded as empty directories; what is mounted there is not in the checkpoint): ${r.mounts_skipped.slice(0, 5).join(', ')}${r.mounts_skipped.length > 5 ? ', ...' : ''}`);
+    if (r.mounts_skipped.length)
+      warn(
+        `${n(r.mounts_skipped.length, 'mount point')} not entered (recorded as empty directories; what is mounted there is not in the checkpoint): ${r.mounts_skipped.slice(0, 5).join(', ')}${r.mounts_skipped.length > 5 ? ', ...' : ''}`,
+      );
   });
 
 sub('restore')
-  .description('materialise a published checkpoint into an empty or new directory, byte for byte, then compare it with the manifest (reads the store directly: works with the supervisor stopped; exit 1 when it differs)')
+  .description(
+    'materialise a published checkpoint into an empty or new directory, byte for byte, then compare it with the manifest (reads the store directly: works with the supervisor stopped; exit 1 when it differs)',
+  )
   .argument('<checkpoint>', 'checkpoint id (or a unique prefix of 8+ hex digits)')
   .argument('<dir>', 'an empty or new directory')
   .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the default path)')
@@ -962,7 +1209,14 @@ sub('restore')
     const g = globals(o);
     const key = publicKeyFile('restore', o);
     const { restoreCommand } = await import('./checkpoints.js');
-    await restoreCommand(id, dir, { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key, sameOwner: o.sameOwner, json: g.json });
+    await restoreCommand(id, dir, {
+      stateDir: o.stateDir ?? defaultStateDir(),
+      stateDirGiven: o.stateDir !== undefined,
+      store: o.store,
+      key,
+      sameOwner: o.sameOwner,
+      json: g.json,
+    });
   });
 
 sub('checkpoints')
@@ -976,11 +1230,20 @@ sub('checkpoints')
     const g = globals(o);
     const key = publicKeyFile('checkpoints', o);
     const { listCommand } = await import('./checkpoints.js');
-    await listCommand({ stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key, workspace: o.workspace, json: g.json });
+    await listCommand({
+      stateDir: o.stateDir ?? defaultStateDir(),
+      stateDirGiven: o.stateDir !== undefined,
+      store: o.store,
+      key,
+      workspace: o.workspace,
+      json: g.json,
+    });
   });
 
 sub('diff')
-  .description('what changed from checkpoint A to B, from their manifests (as git diff --name-status: A added, D removed, M modified, T type changed, m mode changed, o owner changed; mtimes not compared); --task T: its latest checkpoint against the one before it, per workspace (reads the store directly; exit 0 identical, 1 differences)')
+  .description(
+    'what changed from checkpoint A to B, from their manifests (as git diff --name-status: A added, D removed, M modified, T type changed, m mode changed, o owner changed; mtimes not compared); --task T: its latest checkpoint against the one before it, per workspace (reads the store directly; exit 0 identical, 1 differences)',
+  )
   .argument('[a]', 'checkpoint id (or a unique prefix of 8+ hex digits): the old side')
   .argument('[b]', 'checkpoint id (or a unique prefix of 8+ hex digits): the new side')
   .option('--task <task>', "the task's latest published checkpoint against the one before it in its workspace (each workspace)")
@@ -988,24 +1251,44 @@ sub('diff')
   .option('--store <dir|s3://bucket/prefix>', 'another store')
   .option('--public-key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir): only what verifies is compared')
   .addOption(deprecatedKeyOption())
-  .action(async (a: string | undefined, b: string | undefined, o: { task?: string; stateDir?: string; store?: string; publicKey?: string; key?: string; json?: boolean }) => {
-    const g = globals(o);
-    const key = publicKeyFile('diff', o);
-    const { diffCommand } = await import('./checkpoints.js');
-    await diffCommand(a, b, { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store, key, task: o.task, json: g.json });
-  });
+  .action(
+    async (
+      a: string | undefined,
+      b: string | undefined,
+      o: { task?: string; stateDir?: string; store?: string; publicKey?: string; key?: string; json?: boolean },
+    ) => {
+      const g = globals(o);
+      const key = publicKeyFile('diff', o);
+      const { diffCommand } = await import('./checkpoints.js');
+      await diffCommand(a, b, {
+        stateDir: o.stateDir ?? defaultStateDir(),
+        stateDirGiven: o.stateDir !== undefined,
+        store: o.store,
+        key,
+        task: o.task,
+        json: g.json,
+      });
+    },
+  );
 
 sub('gc')
-  .description('apply the retention policy now: old output first, then old receipts (never a running session, never a key); in the local checkpoint store, unpublished and expired manifests and every object no kept manifest names')
+  .description(
+    'apply the retention policy now: old output first, then old receipts (never a running session, never a key); in the local checkpoint store, unpublished and expired manifests and every object no kept manifest names',
+  )
   .action(async (o: GlobalOptions) => {
     const g = globals(o);
     const r = await call(g, (c) => c.gc());
     if (g.json) printJson(r);
     else if (r.closed) process.stdout.write('nothing removed: the state dir is closed (its close receipt keeps every listed receipt verifiable)\n');
     else {
-      process.stdout.write(`removed the output of ${r.removed_output.length} session(s) and ${r.retired.length} whole session(s); ${r.freed_bytes} bytes freed\n`);
+      process.stdout.write(
+        `removed the output of ${r.removed_output.length} session(s) and ${r.retired.length} whole session(s); ${r.freed_bytes} bytes freed\n`,
+      );
       const ck = r.checkpoints;
-      if (ck) process.stdout.write(`checkpoints: ${ck.kept_manifests} kept, ${ck.removed_manifests.length} manifest(s) removed, ${ck.removed_objects} unreferenced object(s) removed; ${ck.freed_bytes} bytes freed\n`);
+      if (ck)
+        process.stdout.write(
+          `checkpoints: ${ck.kept_manifests} kept, ${ck.removed_manifests.length} manifest(s) removed, ${ck.removed_objects} unreferenced object(s) removed; ${ck.freed_bytes} bytes freed\n`,
+        );
     }
   });
 
@@ -1022,7 +1305,9 @@ function taskOrAll(command: string, o: { task?: string; all?: boolean }, json: b
 }
 
 sub('seal')
-  .description('stop admission for good: with --task T, of that task only (other tasks go on); with --all, of the whole sandbox (new launches get ADMISSION_SEALED; retries of existing keys still answer)')
+  .description(
+    'stop admission for good: with --task T, of that task only (other tasks go on); with --all, of the whole sandbox (new launches get ADMISSION_SEALED; retries of existing keys still answer)',
+  )
   .option('--task <task>', "seal only this task's admission (other tasks go on)")
   .option('--all', 'seal the whole sandbox: every task, for good')
   .action(async (o: GlobalOptions & { task?: string; all?: boolean }) => {
@@ -1030,13 +1315,21 @@ sub('seal')
     const task = taskOrAll('seal', o, g.json);
     const r = task !== null ? await call(g, (c) => c.sealTask(task)) : await call(g, (c) => c.sealAll());
     if (g.json) printJson(r);
-    else process.stdout.write(`${task !== null ? `task ${JSON.stringify(task)} ` : ''}${r.already_sealed ? 'already sealed' : 'sealed'} at generation ${r.generation} (${r.sealed_at})\n`);
+    else
+      process.stdout.write(
+        `${task !== null ? `task ${JSON.stringify(task)} ` : ''}${r.already_sealed ? 'already sealed' : 'sealed'} at generation ${r.generation} (${r.sealed_at})\n`,
+      );
   });
 
 sub('close')
-  .description('with --task T: close one task and print its task receipt; with --all: seal the whole sandbox, close every task, and print the signed close receipt listing each task\'s verdict (final only when every task is complete). Exit 0 complete, 1 the join ran but is incomplete (the obligations are on stderr; with --all also a workspace not scanned), 125 the close could not run (the reason on stderr, and with --json as {"error"} on stdout)')
+  .description(
+    'with --task T: close one task and print its task receipt; with --all: seal the whole sandbox, close every task, and print the signed close receipt listing each task\'s verdict (final only when every task is complete). Exit 0 complete, 1 the join ran but is incomplete (the obligations are on stderr; with --all also a workspace not scanned), 125 the close could not run (the reason on stderr, and with --json as {"error"} on stdout)',
+  )
   .option('--timeout <dur>', 'how long sessions may take to end by themselves before they are terminated (default 60s)', duration)
-  .option('--workspace <dir...>', 'with --task, the watched workspaces to checkpoint (default: every watched workspace; every later close of the task must name the same set); with --all, directories to scan after the last session died (file count, bytes, newest mtime, digest)')
+  .option(
+    '--workspace <dir...>',
+    'with --task, the watched workspaces to checkpoint (default: every watched workspace; every later close of the task must name the same set); with --all, directories to scan after the last session died (file count, bytes, newest mtime, digest)',
+  )
   .option('--task <task>', 'close only this task: seal it, settle its sessions, checkpoint the workspaces, read back, fence, and print the signed task receipt')
   .option('--all', 'close the whole sandbox for good: seal every task, settle every session, close each task, and print the signed close receipt')
   .action(async (o: { timeout?: number; workspace?: string[]; task?: string; all?: boolean }) => {
@@ -1050,7 +1343,9 @@ sub('close')
     const argvOf = new Map<string, string[]>();
     try {
       if (task !== null) {
-        progress.waiting(`its sessions to end, then the checkpoint of ${workspaces.length ? workspaces.join(', ') : 'every watched workspace'} and its read-back`);
+        progress.waiting(
+          `its sessions to end, then the checkpoint of ${workspaces.length ? workspaces.join(', ') : 'every watched workspace'} and its read-back`,
+        );
         receipt = await client.closeTask({ task, timeout_ms: o.timeout, workspaces: workspaces.length ? workspaces : undefined });
         // The argv of each session the close cancelled, for the line that names it.
         if (receipt.settle.terminated_ids?.length) for (const s of (await client.ps(true)).sessions) argvOf.set(s.session_id, s.argv);
@@ -1083,9 +1378,12 @@ sub('close')
       process.exitCode = receipt.complete ? 0 : 1;
       return;
     }
-    for (const t of receipt.tasks ?? []) for (const ob of t.obligations) warn(`task ${JSON.stringify(t.task)} incomplete: ${ob.authority} must settle ${ob.condition}: ${ob.what}`);
-    for (const s of receipt.sessions) if (s.state !== 'ended') warn(`session ${s.session_id} is ${s.state}: the close is not final (close again once it has ended)`);
-    if (receipt.complete === false) warn('the close is incomplete: nothing was written, the sandbox stays sealed; close --all again once the obligations above are settled');
+    for (const t of receipt.tasks ?? [])
+      for (const ob of t.obligations) warn(`task ${JSON.stringify(t.task)} incomplete: ${ob.authority} must settle ${ob.condition}: ${ob.what}`);
+    for (const s of receipt.sessions)
+      if (s.state !== 'ended') warn(`session ${s.session_id} is ${s.state}: the close is not final (close again once it has ended)`);
+    if (receipt.complete === false)
+      warn('the close is incomplete: nothing was written, the sandbox stays sealed; close --all again once the obligations above are settled');
     // A workspace has no digest: closed, but incomplete (1), as verify's mismatch.
     const unscanned = receipt.workspaces.filter((w) => w.error);
     for (const w of unscanned) warn(`workspace ${w.path} was not scanned: ${w.error_message ?? w.error}`);
@@ -1094,7 +1392,9 @@ sub('close')
 
 program
   .command('bridge')
-  .description("join stdin/stdout to the supervisor's socket byte for byte, for an exec channel (docker exec -i BOX sbx bridge; docs/guide/remote.md); exits when either side closes")
+  .description(
+    "join stdin/stdout to the supervisor's socket byte for byte, for an exec channel (docker exec -i BOX sbx bridge; docs/guide/remote.md); exits when either side closes",
+  )
   .option('--socket <path>', 'supervisor socket (default: $SBX_SOCKET or the default path)')
   .action(async (o: { socket?: string }) => {
     const socketPath = o.socket ?? program.opts<GlobalOptions>().socket ?? defaultSocketPath();
@@ -1128,7 +1428,10 @@ function takeArguments(argv: string[]): void {
   // --env value, a --cwd, a --key) is refused rather than sent as other bytes than given.
   const raw = readRawArgs(argv.length - 2);
   raw?.forEach((bytes, i) => {
-    if (!isUtf8(bytes)) fail(`INVALID_ARGUMENT: argument ${i + 1} (${JSON.stringify(argv[i + 2])}) is not valid UTF-8; sbx passes arguments as text, and will not send other bytes than it was given`);
+    if (!isUtf8(bytes))
+      fail(
+        `INVALID_ARGUMENT: argument ${i + 1} (${JSON.stringify(argv[i + 2])}) is not valid UTF-8; sbx passes arguments as text, and will not send other bytes than it was given`,
+      );
   });
   const dashDash = argv.indexOf('--');
   if (dashDash > 0 && argv.slice(2, dashDash).includes('run') && dashDash + 1 < argv.length) {
@@ -1146,7 +1449,10 @@ function inheritedEnv(): Record<string, string> {
     // no /proc: Node's decoding it is
   }
   for (const entry of environ ? splitNul(environ) : []) {
-    if (!isUtf8(entry)) fail(`INVALID_ARGUMENT: --inherit-env: the environment variable ${JSON.stringify(entry.toString('utf8').split('=')[0])} is not valid UTF-8; sbx will not send other bytes than it was given (unset it, or pass what is needed with --env)`);
+    if (!isUtf8(entry))
+      fail(
+        `INVALID_ARGUMENT: --inherit-env: the environment variable ${JSON.stringify(entry.toString('utf8').split('=')[0])} is not valid UTF-8; sbx will not send other bytes than it was given (unset it, or pass what is needed with --env)`,
+      );
   }
   return Object.fromEntries(Object.entries(process.env).filter(([, v]) => v !== undefined)) as Record<string, string>;
 }

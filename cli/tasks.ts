@@ -28,12 +28,17 @@ function escapeAttested(s: TaskReceipt['sessions'][number], stateDir: string, pr
     // None (or unreadable): the word is not there.
   }
   const holds = record !== null && record.receipt_sha256 === s.receipt_sha256;
-  if (said && (!holds || record!.reason !== said.reason || record!.attested_at !== said.attested_at)) problems.push(`${s.session_id}: the task receipt shows an operator's word on its escape that the state dir does not hold`);
+  if (said && (!holds || record!.reason !== said.reason || record!.attested_at !== said.attested_at))
+    problems.push(`${s.session_id}: the task receipt shows an operator's word on its escape that the state dir does not hold`);
   return holds && said !== undefined;
 }
 
 /** Problems with a task receipt, checked end to end against the state dir and its stores ([]: it all holds). */
-export async function verifyTaskReceipt(receipt: TaskReceipt, keyPem: string, o: { stateDir: string; store?: string }): Promise<{ problems: string[]; objects: number; bytes: number }> {
+export async function verifyTaskReceipt(
+  receipt: TaskReceipt,
+  keyPem: string,
+  o: { stateDir: string; store?: string },
+): Promise<{ problems: string[]; objects: number; bytes: number }> {
   const problems = verifySignature(receipt as unknown as Receipt, keyPem).map((p) => `task receipt: ${p}`);
   let objects = 0;
   let bytes = 0;
@@ -49,7 +54,8 @@ export async function verifyTaskReceipt(receipt: TaskReceipt, keyPem: string, o:
         // named by verifyCloseSessions
       }
       // A session of another task is not this task's fact (one of no known task names none).
-      if (r && typeof r.task === 'string' && r.task !== receipt.task) problems.push(`${s.session_id}: its receipt is of task ${JSON.stringify(r.task)}, not ${JSON.stringify(receipt.task)}`);
+      if (r && typeof r.task === 'string' && r.task !== receipt.task)
+        problems.push(`${s.session_id}: its receipt is of task ${JSON.stringify(r.task)}, not ${JSON.stringify(receipt.task)}`);
     }
     return { sessionId: s.session_id, state: s.state, receipt: r, unknownReason: null, escapeAttested: escapeAttested(s, o.stateDir, problems) };
   });
@@ -70,7 +76,8 @@ export async function verifyTaskReceipt(receipt: TaskReceipt, keyPem: string, o:
     const m = v.manifest;
     if (!m) continue;
     const said = (what: string, manifest: unknown, task: unknown) => {
-      if (jcs(manifest ?? null) !== jcs(task ?? null)) problems.push(`checkpoint ${cp.checkpoint_id}: the manifest's ${what} is ${JSON.stringify(manifest)}, the task receipt says ${JSON.stringify(task)}`);
+      if (jcs(manifest ?? null) !== jcs(task ?? null))
+        problems.push(`checkpoint ${cp.checkpoint_id}: the manifest's ${what} is ${JSON.stringify(manifest)}, the task receipt says ${JSON.stringify(task)}`);
     };
     said('task', m.task, receipt.task);
     said('boundary', m.boundary, cp.boundary);
@@ -105,9 +112,17 @@ export async function verifyTaskReceipt(receipt: TaskReceipt, keyPem: string, o:
 
 /** `sbx verify TASK.json`: prints OK or each mismatch; exit 0, 1, or 125 when it cannot check. */
 export async function verifyTaskCommand(receipt: TaskReceipt, keyPem: string, o: { stateDir: string; store?: string; json?: boolean }): Promise<void> {
-  if (!existsSync(join(o.stateDir, STATE.sessionsDir))) fail(`verify: a task receipt is checked against its state dir: ${o.stateDir} has no sessions/ (give --state-dir DIR)`);
+  if (!existsSync(join(o.stateDir, STATE.sessionsDir)))
+    fail(`verify: a task receipt is checked against its state dir: ${o.stateDir} has no sessions/ (give --state-dir DIR)`);
   const { problems, objects, bytes } = await verifyTaskReceipt(receipt, keyPem, o);
-  if (o.json) process.stdout.write(JSON.stringify({ ok: problems.length === 0, key_id: receipt.signature?.key_id ?? null, task: receipt.task, complete: receipt.complete, objects, bytes, problems }, null, 2) + '\n');
+  if (o.json)
+    process.stdout.write(
+      JSON.stringify(
+        { ok: problems.length === 0, key_id: receipt.signature?.key_id ?? null, task: receipt.task, complete: receipt.complete, objects, bytes, problems },
+        null,
+        2,
+      ) + '\n',
+    );
   else if (problems.length === 0) {
     const ck = receipt.checkpoints.filter((c) => c.checkpoint_id !== null).length;
     process.stdout.write(

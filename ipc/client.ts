@@ -78,7 +78,10 @@ export class LaunchUnconfirmedError extends Error {
   readonly resend = false;
 
   constructor(cause: Error) {
-    super(`the launch (without an invocation key) may have reached the supervisor before the connection was lost (${errnoCode(cause) ?? cause.message}); it is not sent again, which could run it twice: give invocation_key to make a launch resendable (ps shows whether it runs)`, { cause });
+    super(
+      `the launch (without an invocation key) may have reached the supervisor before the connection was lost (${errnoCode(cause) ?? cause.message}); it is not sent again, which could run it twice: give invocation_key to make a launch resendable (ps shows whether it runs)`,
+      { cause },
+    );
     this.name = 'LaunchUnconfirmedError';
   }
 }
@@ -122,7 +125,13 @@ export class SupervisorClient {
     const deadline = new AbortController();
     // The error is made only when the deadline passes (no stack trace on every connect).
     const late = () => deadline.signal.reason as Error;
-    const timer = setTimeout(() => deadline.abort(transportError('ETIMEDOUT', `no answer from the supervisor at ${describeEndpoint(endpoint)} within ${timeoutMs} ms (connect and hello)`)), timeoutMs);
+    const timer = setTimeout(
+      () =>
+        deadline.abort(
+          transportError('ETIMEDOUT', `no answer from the supervisor at ${describeEndpoint(endpoint)} within ${timeoutMs} ms (connect and hello)`),
+        ),
+      timeoutMs,
+    );
     let client: SupervisorClient | null = null;
     try {
       const transport = await openTransport(endpoint, { signal: deadline.signal });
@@ -134,7 +143,8 @@ export class SupervisorClient {
       const c = client;
       deadline.signal.addEventListener('abort', () => c.destroy(late()), { once: true });
       client.hello = await hello;
-      if (typeof client.hello?.version !== 'number') throw transportError('EPROTO', `the peer at ${transport.endpoint} answered the hello without a version: not a supervisor`);
+      if (typeof client.hello?.version !== 'number')
+        throw transportError('EPROTO', `the peer at ${transport.endpoint} answered the hello without a version: not a supervisor`);
       return client;
     } catch (err) {
       client?.close();
@@ -186,24 +196,30 @@ export class SupervisorClient {
     const session = await this.launch(launch);
     const selector = { session_id: session.session_id };
     const kept: Record<'stdout' | 'stderr', Buffer[]> = { stdout: [], stderr: [] };
-    const sinks = { stdout: options.onStdout ?? ((b: Buffer) => void kept.stdout.push(b)), stderr: options.onStderr ?? ((b: Buffer) => void kept.stderr.push(b)) };
+    const sinks = {
+      stdout: options.onStdout ?? ((b: Buffer) => void kept.stdout.push(b)),
+      stderr: options.onStderr ?? ((b: Buffer) => void kept.stderr.push(b)),
+    };
     const follow = (stream: 'stdout' | 'stderr') =>
       new Promise<void>((resolve, reject) => {
         let expected = 0;
-        this.subscribe({ ...selector, stream, from: 0, follow: true }, {
-          onOutput: (ev) => {
-            if (ev.cursor !== expected) return;
-            const data = Buffer.from(ev.data.buffer, ev.data.byteOffset, ev.data.byteLength);
-            expected += data.length;
-            try {
-              sinks[stream](data);
-            } catch (err) {
-              reject(err as Error);
-            }
+        this.subscribe(
+          { ...selector, stream, from: 0, follow: true },
+          {
+            onOutput: (ev) => {
+              if (ev.cursor !== expected) return;
+              const data = Buffer.from(ev.data.buffer, ev.data.byteOffset, ev.data.byteLength);
+              expected += data.length;
+              try {
+                sinks[stream](data);
+              } catch (err) {
+                reject(err as Error);
+              }
+            },
+            onEnd: () => resolve(),
+            onError: reject,
           },
-          onEnd: () => resolve(),
-          onError: reject,
-        }).catch(reject);
+        ).catch(reject);
         this.onClose(reject);
       });
     try {
@@ -353,11 +369,14 @@ export class SupervisorClient {
   async read(selector: SessionSelector, stream: StreamName, from = 0): Promise<Buffer> {
     const parts: Buffer[] = [];
     await new Promise<void>((resolve, reject) => {
-      this.subscribe({ ...selector, stream, from, follow: false }, {
-        onOutput: (ev) => parts.push(Buffer.from(ev.data.buffer, ev.data.byteOffset, ev.data.byteLength)),
-        onEnd: () => resolve(),
-        onError: reject,
-      }).catch(reject);
+      this.subscribe(
+        { ...selector, stream, from, follow: false },
+        {
+          onOutput: (ev) => parts.push(Buffer.from(ev.data.buffer, ev.data.byteOffset, ev.data.byteLength)),
+          onEnd: () => resolve(),
+          onError: reject,
+        },
+      ).catch(reject);
       this.onClose(reject);
     });
     return Buffer.concat(parts);
@@ -412,7 +431,12 @@ export class SupervisorClient {
     }
     const silentMs = now - k.activeAt;
     if (silentMs >= this.silenceMs) {
-      this.destroy(transportError('ETIMEDOUT', `no byte from the supervisor at ${this.transport.endpoint} for ${Math.round(silentMs)} ms while calls were pending (keepalive pings unanswered): the transport is taken as dead`));
+      this.destroy(
+        transportError(
+          'ETIMEDOUT',
+          `no byte from the supervisor at ${this.transport.endpoint} for ${Math.round(silentMs)} ms while calls were pending (keepalive pings unanswered): the transport is taken as dead`,
+        ),
+      );
     } else if (silentMs >= this.keepaliveMs && now - k.pingAt >= this.keepaliveMs) {
       k.pingAt = now;
       const id = this.nextId++;
@@ -514,7 +538,10 @@ export interface ReconnectOptions extends ConnectOptions {
 export class ReconnectingClient {
   private client: SupervisorClient | null;
 
-  constructor(private readonly options: ReconnectOptions = {}, first: SupervisorClient | null = null) {
+  constructor(
+    private readonly options: ReconnectOptions = {},
+    first: SupervisorClient | null = null,
+  ) {
     this.client = first;
   }
 
@@ -551,7 +578,9 @@ export class ReconnectingClient {
         this.options.onReconnecting?.(errnoCode(err) ?? (err as Error).message);
         if (performance.now() > giveUpAt) {
           const reason = errnoCode(err) ?? (err as Error).message;
-          throw new Error(`lost the supervisor and it did not come back within ${Math.round((this.options.reconnectMs ?? DEFAULT_RECONNECT_MS) / 1000)} s (${reason})`);
+          throw new Error(
+            `lost the supervisor and it did not come back within ${Math.round((this.options.reconnectMs ?? DEFAULT_RECONNECT_MS) / 1000)} s (${reason})`,
+          );
         }
         await new Promise((r) => setTimeout(r, delayMs));
         if (growing) delayMs = Math.min(delayMs * 2, 2000);
@@ -630,27 +659,30 @@ export async function* readOutput(options: ReadOutputOptions): AsyncGenerator<Ou
       failure = null;
       let expected = cursor; // the queue is empty whenever we (re)subscribe
       client
-        .subscribe({ ...options.selector, stream, from: expected, follow: options.follow ?? false }, {
-          onOutput: (ev) => {
-            if (ev.cursor !== expected) return;
-            const data = Buffer.from(ev.data.buffer, ev.data.byteOffset, ev.data.byteLength);
-            queue.push({ stream, cursor: ev.cursor, data });
-            expected += data.length;
-            if (queue.length >= 16) {
-              client.pause();
-              paused = client;
-            }
-            notify();
+        .subscribe(
+          { ...options.selector, stream, from: expected, follow: options.follow ?? false },
+          {
+            onOutput: (ev) => {
+              if (ev.cursor !== expected) return;
+              const data = Buffer.from(ev.data.buffer, ev.data.byteOffset, ev.data.byteLength);
+              queue.push({ stream, cursor: ev.cursor, data });
+              expected += data.length;
+              if (queue.length >= 16) {
+                client.pause();
+                paused = client;
+              }
+              notify();
+            },
+            onEnd: () => {
+              done = true;
+              notify();
+            },
+            onError: (err) => {
+              failure = err;
+              notify();
+            },
           },
-          onEnd: () => {
-            done = true;
-            notify();
-          },
-          onError: (err) => {
-            failure = err;
-            notify();
-          },
-        })
+        )
         .catch((err: Error) => {
           failure = err;
           notify();
@@ -690,7 +722,8 @@ export async function* readOutput(options: ReadOutputOptions): AsyncGenerator<Ou
  * Pulled: mergeStreams waits while 16 pieces are not taken. Stopping early aborts the merge.
  */
 async function* readMerged(options: ReadOutputOptions): AsyncGenerator<OutputChunk> {
-  if ((options.from ?? 0) !== 0) throw new SupervisorError('INVALID_ARGUMENT', "readOutput with stream 'all' starts at cursor 0 (from is a cursor of one stream)");
+  if ((options.from ?? 0) !== 0)
+    throw new SupervisorError('INVALID_ARGUMENT', "readOutput with stream 'all' starts at cursor 0 (from is a cursor of one stream)");
   // Imported when used: merge.ts imports this module (readOutput for the bytes).
   const { mergeStreams } = await import('./merge.js');
   const queue: OutputChunk[] = [];

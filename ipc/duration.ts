@@ -32,7 +32,8 @@ export function parseDurationUs(text: string, maxMs: number = MAX_DURATION_MS): 
     const hint = /\s/.test(text) ? '; no spaces' : COMPOUND.test(withoutTrailingNumber(text)) ? '; the last number needs a unit' : '';
     throw new RangeError(`not a duration: ${JSON.stringify(text)}${hint} (use e.g. 500ms, 30s, 1m30s, 1h2m3.5s; a bare number is seconds)`);
   }
-  if (!Number.isFinite(ns) || ns > maxMs * 1e6) throw new RangeError(`duration ${JSON.stringify(text)} is over the limit of ${maxMs === MAX_DURATION_MS ? '30 days' : `${maxMs} ms`}`);
+  if (!Number.isFinite(ns) || ns > maxMs * 1e6)
+    throw new RangeError(`duration ${JSON.stringify(text)} is over the limit of ${maxMs === MAX_DURATION_MS ? '30 days' : `${maxMs} ms`}`);
   return ns > 0 ? Math.max(1, Math.round(ns / 1e3)) : 0;
 }
 

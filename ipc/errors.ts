@@ -87,33 +87,78 @@ export interface ErrorCodeDoc {
  * (`npm run docs`). A new code gets its line here too: the type makes it required.
  */
 export const ERROR_CODE_DOCS: { readonly [C in ErrorCode]: ErrorCodeDoc } = {
-  INVALID_ARGUMENT: { when: 'a field of the request is wrong (type, range, NUL in argv/env, bad duration), an unknown method, a malformed frame or a body that is not a map, or no hello first', details: 'the field or limit at fault where known, e.g. cursor and stdin_closed for a write after eof' },
+  INVALID_ARGUMENT: {
+    when: 'a field of the request is wrong (type, range, NUL in argv/env, bad duration), an unknown method, a malformed frame or a body that is not a map, or no hello first',
+    details: 'the field or limit at fault where known, e.g. cursor and stdin_closed for a write after eof',
+  },
   UNSUPPORTED_VERSION: { when: 'the hello names no protocol version this supervisor speaks', details: 'supported: the range it speaks' },
-  FRAME_TOO_LARGE: { when: "a frame's length prefix is over ipc.maxFrameBytes; refused from the prefix alone and the connection is closed", details: 'max_frame_bytes: the limit' },
-  UNAUTHORIZED: { when: "the peer's uid/gid (SO_PEERCRED) is not root, the supervisor's own uid, ipc.allowUids or ipc.allowGids; or a remote peer without the right token" },
+  FRAME_TOO_LARGE: {
+    when: "a frame's length prefix is over ipc.maxFrameBytes; refused from the prefix alone and the connection is closed",
+    details: 'max_frame_bytes: the limit',
+  },
+  UNAUTHORIZED: {
+    when: "the peer's uid/gid (SO_PEERCRED) is not root, the supervisor's own uid, ipc.allowUids or ipc.allowGids; or a remote peer without the right token",
+  },
   SESSION_NOT_FOUND: { when: 'no session has that id or key', details: 'retired_at, receipt_sha256, outcome: for a session retention removed' },
   KEY_CONFLICT: { when: 'the invocation key exists with another command digest (argv, cwd, env, ...)' },
   CURSOR_OUT_OF_RANGE: { when: 'a read from a cursor past the stored end, without follow', details: 'cursor: the stored end' },
-  SPAWN_FAILED: { when: "reserved, never answered: a spawn that fails is a fact of the admitted session, reported in its receipt (outcome spawn_failed, spawn_error with the stage and errno)" },
-  ADMISSION_SEALED: { when: 'admission is sealed (for every task, or for the task of the launch): new keys are refused, durably', details: 'generation; task when the seal was per task' },
-  ADMISSION_DENIED: { when: 'not now: the supervisor is reconciling after a restart, or the state dir has less than storage.minFreeBytes free', details: 'retry_after_ms: when to try again' },
-  LIMIT_EXCEEDED: { when: 'a bound is reached: sessions, connections, in-flight requests, frame time, incomplete-frame bytes, a write_file size or the writer tokens of a stdin', details: 'limit: sessions, connections, in_flight, frame_time, pending_frame_bytes, file_bytes or stdin_writers' },
+  SPAWN_FAILED: {
+    when: 'reserved, never answered: a spawn that fails is a fact of the admitted session, reported in its receipt (outcome spawn_failed, spawn_error with the stage and errno)',
+  },
+  ADMISSION_SEALED: {
+    when: 'admission is sealed (for every task, or for the task of the launch): new keys are refused, durably',
+    details: 'generation; task when the seal was per task',
+  },
+  ADMISSION_DENIED: {
+    when: 'not now: the supervisor is reconciling after a restart, or the state dir has less than storage.minFreeBytes free',
+    details: 'retry_after_ms: when to try again',
+  },
+  LIMIT_EXCEEDED: {
+    when: 'a bound is reached: sessions, connections, in-flight requests, frame time, incomplete-frame bytes, a write_file size or the writer tokens of a stdin',
+    details: 'limit: sessions, connections, in_flight, frame_time, pending_frame_bytes, file_bytes or stdin_writers',
+  },
   SHUTTING_DOWN: { when: 'the supervisor is stopping (SIGTERM or SIGINT): it settles its sessions and takes no new work' },
-  INTERNAL: { when: 'a bug: the supervisor logged it with details; a code unknown to a client is also shown as INTERNAL, the original named', details: 'unknown_code: the code a peer sent that this side does not know' },
+  INTERNAL: {
+    when: 'a bug: the supervisor logged it with details; a code unknown to a client is also shown as INTERNAL, the original named',
+    details: 'unknown_code: the code a peer sent that this side does not know',
+  },
   OUTPUT_REMOVED: { when: "the session's output (chunk files) was removed by the retention policy; its receipt stays", extension: true },
-  CHECKPOINT_FAILED: { when: 'a checkpoint was not published; nothing was claimed, and a retry takes a new checkpoint (a corrupt local object found is set aside first)', details: 'stage: scan, store or read_back; object or path: what failed', extension: true },
-  TASK_CONFLICT: { when: "a task's close named other workspaces than the close already under way or done for that task; the first close's workspaces stand", details: 'task; workspaces: those of the first close', extension: true },
+  CHECKPOINT_FAILED: {
+    when: 'a checkpoint was not published; nothing was claimed, and a retry takes a new checkpoint (a corrupt local object found is set aside first)',
+    details: 'stage: scan, store or read_back; object or path: what failed',
+    extension: true,
+  },
+  TASK_CONFLICT: {
+    when: "a task's close named other workspaces than the close already under way or done for that task; the first close's workspaces stand",
+    details: 'task; workspaces: those of the first close',
+    extension: true,
+  },
   SYMLINK_REFUSED: { when: 'files: a parent directory or the final name of the path is a symbolic link; nothing was written or read', extension: true },
   NOT_FOUND: { when: 'files: a path component does not exist (ENOENT)', extension: true },
   NOT_A_DIRECTORY: { when: 'files: a parent path component is not a directory (ENOTDIR)', extension: true },
   IS_A_DIRECTORY: { when: 'files: the final name is a directory where a regular file was asked for (EISDIR)', extension: true },
-  NOT_A_REGULAR_FILE: { when: "files: the name is a FIFO, a device, a socket or another non-regular file (read_file, or write_file's existing destination); it is never opened", extension: true },
-  SIZE_MISMATCH: { when: "files: write_file's stdin ended with another count of bytes than size_bytes; no file was made", details: 'expected, received: byte counts', extension: true },
+  NOT_A_REGULAR_FILE: {
+    when: "files: the name is a FIFO, a device, a socket or another non-regular file (read_file, or write_file's existing destination); it is never opened",
+    extension: true,
+  },
+  SIZE_MISMATCH: {
+    when: "files: write_file's stdin ended with another count of bytes than size_bytes; no file was made",
+    details: 'expected, received: byte counts',
+    extension: true,
+  },
   PERMISSION_DENIED: { when: "files: the session's user may not open or create the path (EACCES, EPERM, EROFS)", extension: true },
-  FILE_ERROR: { when: 'files: another failure of the file tool or of tar (its stderr in the message), or a download member refused by the client', details: 'errno or exit', extension: true },
-  OUTPUT_QUOTA_EXCEEDED: { when: "files (raised by the clients): read_file or download produced more bytes than the session's stream quota (drain.quotaBytes) keeps; never a silent tail", details: 'total_bytes, stored_bytes, dropped_bytes', extension: true },
+  FILE_ERROR: {
+    when: 'files: another failure of the file tool or of tar (its stderr in the message), or a download member refused by the client',
+    details: 'errno or exit',
+    extension: true,
+  },
+  OUTPUT_QUOTA_EXCEEDED: {
+    when: "files (raised by the clients): read_file or download produced more bytes than the session's stream quota (drain.quotaBytes) keeps; never a silent tail",
+    details: 'total_bytes, stored_bytes, dropped_bytes',
+    extension: true,
+  },
   LIMIT_UNAVAILABLE: {
-    when: "a launch asked for a limit (memory_max_bytes, pids_max, cpus) whose cgroup v2 controller the sessions cgroup does not have (bound to cgroup v1, not delegated, or subreaper mode); refused before admission: nothing ran, the key is not taken (docs/guide/limits.md)",
+    when: 'a launch asked for a limit (memory_max_bytes, pids_max, cpus) whose cgroup v2 controller the sessions cgroup does not have (bound to cgroup v1, not delegated, or subreaper mode); refused before admission: nothing ran, the key is not taken (docs/guide/limits.md)',
     details: 'controller: memory, pids or cpu; limit: memory_max_bytes, pids_max or cpus; cgroup: the sessions cgroup (null in subreaper mode)',
     extension: true,
   },

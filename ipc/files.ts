@@ -61,7 +61,13 @@ function launchFile<M extends FileMethod>(conn: ReconnectingClient, method: M, p
  * supervisor skips bytes it had): every byte exactly once. `beforeEof` runs before eof is
  * sent (upload: the local tar's exit); it throws to leave stdin open (then the session is cancelled).
  */
-async function feedStdin(conn: ReconnectingClient, relaunch: () => Promise<LaunchResult>, sessionId: string, source: AsyncIterable<Uint8Array>, beforeEof?: () => Promise<void>): Promise<number> {
+async function feedStdin(
+  conn: ReconnectingClient,
+  relaunch: () => Promise<LaunchResult>,
+  sessionId: string,
+  source: AsyncIterable<Uint8Array>,
+  beforeEof?: () => Promise<void>,
+): Promise<number> {
   let offset = 0;
   // Each piece is sized for the connection it goes on (its hello's max_frame_bytes).
   const send = async (data: Buffer, eof: boolean) => {
@@ -135,7 +141,10 @@ async function settle(conn: ReconnectingClient, sessionId: string, what: string)
   }
   const out = receipt.output.stdout;
   if (out && !out.complete && out.reason !== 'quota' && out.dropped_bytes === 0) {
-    throw new SupervisorError('FILE_ERROR', `${what}: the session's stdout is incomplete (reason ${out.reason})`, { reason: out.reason, session_id: sessionId });
+    throw new SupervisorError('FILE_ERROR', `${what}: the session's stdout is incomplete (reason ${out.reason})`, {
+      reason: out.reason,
+      session_id: sessionId,
+    });
   }
   if (out && (out.dropped_bytes > 0 || out.reason === 'quota')) {
     const total = out.final_cursor + out.dropped_bytes;
@@ -162,11 +171,21 @@ function toolError(stderr: string, receipt: Receipt, what: string): SupervisorEr
     // not the tool's line: tar's (or a spawn failure's) text
   }
   const why = receipt.exit.code !== null ? `exit ${receipt.exit.code}` : `${receipt.outcome}${receipt.exit.signal ? ` (${receipt.exit.signal})` : ''}`;
-  return new SupervisorError('FILE_ERROR', `${what}: ${why}${stderr.trim() ? `: ${stderr.trim().slice(-4096)}` : ''}`, { exit: receipt.exit, outcome: receipt.outcome, session_id: receipt.session_id });
+  return new SupervisorError('FILE_ERROR', `${what}: ${why}${stderr.trim() ? `: ${stderr.trim().slice(-4096)}` : ''}`, {
+    exit: receipt.exit,
+    outcome: receipt.outcome,
+    session_id: receipt.session_id,
+  });
 }
 
 /** Reads the session's stdout by cursor into sink, and checks its sha256 against the receipt's. */
-async function readStdout(target: FilesTarget, sessionId: string, receipt: Receipt, sink: (data: Buffer) => Promise<void> | void, what: string): Promise<number> {
+async function readStdout(
+  target: FilesTarget,
+  sessionId: string,
+  receipt: Receipt,
+  sink: (data: Buffer) => Promise<void> | void,
+  what: string,
+): Promise<number> {
   const hash = createHash('sha256');
   let bytes = 0;
   for await (const { data } of readOutput({ ...target, selector: { session_id: sessionId }, stream: 'stdout', follow: true })) {
@@ -177,7 +196,9 @@ async function readStdout(target: FilesTarget, sessionId: string, receipt: Recei
   const want = receipt.output.stdout;
   const got = hash.digest('hex');
   if (!want || want.final_cursor !== bytes || want.sha256 !== got) {
-    throw new SupervisorError('INTERNAL', `${what}: read ${bytes} bytes (sha256 ${got}), the receipt says ${want?.final_cursor} (sha256 ${want?.sha256})`, { session_id: sessionId });
+    throw new SupervisorError('INTERNAL', `${what}: read ${bytes} bytes (sha256 ${got}), the receipt says ${want?.final_cursor} (sha256 ${want?.sha256})`, {
+      session_id: sessionId,
+    });
   }
   return bytes;
 }
@@ -297,10 +318,16 @@ export async function download(target: FilesTarget, remoteDir: string, localDir:
     const tarDone = exited(tar, `download: local tar -x ${localDir}`, collect(tar.stderr));
     tarDone.catch(() => undefined);
     try {
-      await readStdout(target, started.session_id, receipt, (d) => {
+      await readStdout(
+        target,
+        started.session_id,
+        receipt,
+        (d) => {
           guard.push(d); // a FIFO or device member: FILE_ERROR before the local tar sees it
           return writeAll(tar.stdin!, d);
-        }, `download ${remoteDir}`);
+        },
+        `download ${remoteDir}`,
+      );
       tar.stdin!.end();
       await tarDone;
     } finally {
@@ -322,7 +349,11 @@ async function refuseSkipped(conn: ReconnectingClient, sessionId: string, remote
   const skipped = stderr.split('\n').filter((l) => / ignored$/.test(l.trim()));
   if (skipped.length > 0) {
     const entries = skipped.map((l) => l.replace(/^tar: /, '').replace(/: [^:]* ignored$/, ''));
-    throw new SupervisorError('FILE_ERROR', `download ${remoteDir}: the remote tar left out ${skipped.length} entries (sockets): ${skipped.join('; ').slice(0, 4096)}; nothing was extracted`, { skipped: entries, session_id: sessionId });
+    throw new SupervisorError(
+      'FILE_ERROR',
+      `download ${remoteDir}: the remote tar left out ${skipped.length} entries (sockets): ${skipped.join('; ').slice(0, 4096)}; nothing was extracted`,
+      { skipped: entries, session_id: sessionId },
+    );
   }
 }
 

@@ -77,7 +77,12 @@ class IndexFeed {
   private lastAtUs: number | null = null;
   private polling: Promise<void> | null = null;
 
-  constructor(readonly stream: StreamName, from: number, private readonly opts: MergeOptions, private readonly call: <T>(fn: (c: SupervisorClient) => Promise<T>) => Promise<T>) {
+  constructor(
+    readonly stream: StreamName,
+    from: number,
+    private readonly opts: MergeOptions,
+    private readonly call: <T>(fn: (c: SupervisorClient) => Promise<T>) => Promise<T>,
+  ) {
     this.next = from;
   }
 
@@ -160,13 +165,24 @@ class ByteSource {
   private buf: Buffer = Buffer.alloc(0);
   private pos = 0;
 
-  constructor(private readonly stream: StreamName, private readonly opts: MergeOptions) {}
+  constructor(
+    private readonly stream: StreamName,
+    private readonly opts: MergeOptions,
+  ) {}
 
   /** Bytes [cursor, cursor + length); cursor must follow the last taken. */
   async take(cursor: number, length: number): Promise<Buffer> {
     if (!this.iter) {
       this.pos = cursor;
-      this.iter = readOutput({ ...endpoint(this.opts), clientName: 'sbx', selector: this.opts.selector, stream: this.stream, from: cursor, follow: true, onReconnecting: this.opts.onReconnecting });
+      this.iter = readOutput({
+        ...endpoint(this.opts),
+        clientName: 'sbx',
+        selector: this.opts.selector,
+        stream: this.stream,
+        from: cursor,
+        follow: true,
+        onReconnecting: this.opts.onReconnecting,
+      });
     }
     if (cursor !== this.pos) throw new Error(`merge: ${this.stream} piece at ${cursor}, expected ${this.pos}`);
     while (this.buf.length < length) {

@@ -51,7 +51,15 @@ export interface Methods {
   /** The per-read index of one stream from a cursor; with follow, waits for a record or the stream's end. */
   read_index: { params: ReadIndexParams; result: ReadIndexResult };
   wait: { params: SessionSelector; result: Receipt };
-  receipt: { params: SessionSelector; result: { session_id: string; state: SessionState | 'retired'; receipt: Receipt | null; escape_attested?: { uid: number; pid: number; reason: string; attested_at: string } } };
+  receipt: {
+    params: SessionSelector;
+    result: {
+      session_id: string;
+      state: SessionState | 'retired';
+      receipt: Receipt | null;
+      escape_attested?: { uid: number; pid: number; reason: string; attested_at: string };
+    };
+  };
   cancel: { params: ParamsFor<'cancel'>; result: { session_id: string; state: SessionState } };
   kill: { params: ParamsFor<'kill'>; result: { session_id: string; signal: string; pids: number } };
   ps: { params: ParamsFor<'ps'>; result: { sessions: SessionSummary[] } };

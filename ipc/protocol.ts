@@ -264,7 +264,15 @@ export interface StatusResult {
   admission_reason?: string;
   sealed: { generation: number; sealed_at: string } | null;
   /** The state dir: bytes its files hold, free space and size of its file system, and the thresholds (config storage.*, scaled to that size when unset). */
-  storage: { state_dir_bytes: number; free_bytes: number; total_bytes: number; reserve_bytes: number; min_free_bytes: number; keep_free_bytes: number; admits: boolean };
+  storage: {
+    state_dir_bytes: number;
+    free_bytes: number;
+    total_bytes: number;
+    reserve_bytes: number;
+    min_free_bytes: number;
+    keep_free_bytes: number;
+    admits: boolean;
+  };
   /** The machine, from systeminformation: CPU load (%), memory, and its uptime since boot (os.uptime(); the supervisor's own is uptime_s). */
   machine: { cpu_load_percent: number | null; mem_total_bytes: number; mem_available_bytes: number; uptime_s: number };
   /** The watched workspaces (config workspace.paths, serve --workspace); [] when none. */
@@ -422,7 +430,14 @@ export interface Receipt {
   };
   outcome: Outcome;
   /** escape_watch: whether writes moving processes out of the leaf were watched (cgroup deaths); escapes: those seen (evidence cgroup_escaped). */
-  death: { evidence: DeathEvidence; observed_at: string; cgroup?: string; reaped?: number; escape_watch?: 'fanotify' | 'unavailable'; escapes?: CgroupEscape[] };
+  death: {
+    evidence: DeathEvidence;
+    observed_at: string;
+    cgroup?: string;
+    reaped?: number;
+    escape_watch?: 'fanotify' | 'unavailable';
+    escapes?: CgroupEscape[];
+  };
   output: Partial<Record<StreamName, StreamOutput>>;
   usage: SessionUsage;
   /** The limits the session ran under (its admission's; docs/guide/limits.md); absent when none was set, and in receipts written before limits. */
@@ -443,7 +458,13 @@ export interface Receipt {
 /** sh/timeout(1)/docker conventions: the status `sbx run` and `sbx wait` exit with. */
 export function exitStatusOf(receipt: Pick<Receipt, 'outcome' | 'exit' | 'service'>, signalNumber: (name: string) => number): number {
   // A service of leftovers has no leader, so no exit status of its own: 0 once it ended with proof.
-  if (receipt.service?.handed_off_from && receipt.exit.code === null && receipt.exit.signal === null && (receipt.outcome === 'exited' || receipt.outcome === 'cancelled')) return 0;
+  if (
+    receipt.service?.handed_off_from &&
+    receipt.exit.code === null &&
+    receipt.exit.signal === null &&
+    (receipt.outcome === 'exited' || receipt.outcome === 'cancelled')
+  )
+    return 0;
   switch (receipt.outcome) {
     case 'exited':
     case 'spawn_failed':
@@ -578,7 +599,12 @@ export interface TaskSessionEntry {
   /** The uid it ran as (its receipt's; null: not recorded). */
   uid: number | null;
   /** The receipt's death evidence (operator_attested: an operator's word, shown as such; cgroup_escaped: with where its processes went). */
-  death: { evidence: string; observed_at: string; escapes?: CgroupEscape[]; escape_attested?: { uid: number; pid: number; reason: string; attested_at: string } } | null;
+  death: {
+    evidence: string;
+    observed_at: string;
+    escapes?: CgroupEscape[];
+    escape_attested?: { uid: number; pid: number; reason: string; attested_at: string };
+  } | null;
   ended_at: string | null;
   /** Each stream's final cursor, whether the stored log is whole, and why not. */
   output: Record<string, { final_cursor: number; complete: boolean; reason: string | null }>;

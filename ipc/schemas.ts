@@ -13,7 +13,14 @@ const noNul = (what: string) => z.string().refine((s) => !s.includes('\0'), `${w
 const cursor = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 const durationMs = z.number().int().min(0).max(MAX_DURATION_MS);
 const envMap = z
-  .record(z.string().min(1).max(4096).regex(/^[^=\0]+$/, 'env names must not contain = or NUL'), noNul('env values').pipe(z.string().max(128 * 1024)))
+  .record(
+    z
+      .string()
+      .min(1)
+      .max(4096)
+      .regex(/^[^=\0]+$/, 'env names must not contain = or NUL'),
+    noNul('env values').pipe(z.string().max(128 * 1024)),
+  )
   .refine((e) => Object.keys(e).length <= 4096, 'at most 4096 env entries');
 const key = z.string().min(1).max(1024);
 /**
@@ -27,10 +34,20 @@ export const limitParams = {
   cpus: z.number().min(0.01, 'at least 0.01 (cpu.max takes a quota of at least 1000 µs per 100000 µs period)').max(1_000_000).optional(),
 };
 
-const absPath = noNul('path').pipe(z.string().min(1).max(4096).refine((p) => p.startsWith('/'), 'an absolute path'));
+const absPath = noNul('path').pipe(
+  z
+    .string()
+    .min(1)
+    .max(4096)
+    .refine((p) => p.startsWith('/'), 'an absolute path'),
+);
 /** The path of one file (write_file, read_file): absolute, and not ending in "/" (a trailing slash names a directory). */
 const filePath = absPath.pipe(z.string().refine((p) => !p.endsWith('/'), 'a file path (no trailing "/")'));
-const userName = z.string().min(1).max(256).regex(/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/, 'a user name or a numeric uid');
+const userName = z
+  .string()
+  .min(1)
+  .max(256)
+  .regex(/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/, 'a user name or a numeric uid');
 /** What every file method takes besides its path (docs/guide/files.md): the invocation key, task, user and deadline (timeout_ms, 0: none) of its session. */
 const fileSession = { key: key.optional(), task: key.optional(), user: userName.optional(), timeout_ms: durationMs.optional() };
 
@@ -61,9 +78,17 @@ export const ParamsSchemas = {
       keep_after_close: z.boolean().optional(),
       ...limitParams,
       on_disconnect: z.enum(['continue', 'cancel']).optional(),
-      pty: z.object({ cols: z.number().int().min(1).max(65535).optional(), rows: z.number().int().min(1).max(65535).optional() }).strict().optional(),
+      pty: z
+        .object({ cols: z.number().int().min(1).max(65535).optional(), rows: z.number().int().min(1).max(65535).optional() })
+        .strict()
+        .optional(),
       stdin: z.boolean().optional(),
-      user: z.string().min(1).max(256).regex(/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/, 'a user name or a numeric uid').optional(),
+      user: z
+        .string()
+        .min(1)
+        .max(256)
+        .regex(/^[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?$/, 'a user name or a numeric uid')
+        .optional(),
       task: key.optional(),
     })
     .strict(),
@@ -72,13 +97,22 @@ export const ParamsSchemas = {
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
   read_index: z
-    .object({ ...selector, stream: z.enum(['stdout', 'stderr', 'pty']), from: cursor.optional(), limit: z.number().int().min(1).max(65536).optional(), follow: z.boolean().optional() })
+    .object({
+      ...selector,
+      stream: z.enum(['stdout', 'stderr', 'pty']),
+      from: cursor.optional(),
+      limit: z.number().int().min(1).max(65536).optional(),
+      follow: z.boolean().optional(),
+    })
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
   wait: selectorSchema,
   receipt: selectorSchema,
   changes: selectorSchema,
-  cancel: z.object({ ...selector, grace_ms: durationMs.optional() }).strict().refine(requireOne, SELECTOR_MESSAGE),
+  cancel: z
+    .object({ ...selector, grace_ms: durationMs.optional() })
+    .strict()
+    .refine(requireOne, SELECTOR_MESSAGE),
   kill: z
     .object({ ...selector, signal: z.union([z.string().regex(/^(SIG)?[A-Z0-9+-]+$/, 'a signal name such as SIGTERM'), z.number().int().min(1).max(64)]) })
     .strict()
@@ -87,13 +121,30 @@ export const ParamsSchemas = {
   close: z
     .object({
       timeout_ms: durationMs.optional(),
-      workspaces: z.array(noNul('workspaces').pipe(z.string().min(1).max(4096).refine((p) => p.startsWith('/'), 'an absolute path'))).max(64).optional(),
+      workspaces: z
+        .array(
+          noNul('workspaces').pipe(
+            z
+              .string()
+              .min(1)
+              .max(4096)
+              .refine((p) => p.startsWith('/'), 'an absolute path'),
+          ),
+        )
+        .max(64)
+        .optional(),
       task: key.optional(),
     })
     .strict(),
   checkpoint: z
     .object({
-      workspace: noNul('workspace').pipe(z.string().min(1).max(4096).refine((p) => p.startsWith('/'), 'an absolute path')),
+      workspace: noNul('workspace').pipe(
+        z
+          .string()
+          .min(1)
+          .max(4096)
+          .refine((p) => p.startsWith('/'), 'an absolute path'),
+      ),
       task: key.optional(),
     })
     .strict(),
@@ -103,7 +154,13 @@ export const ParamsSchemas = {
   /** Keepalive: answered at once with the supervisor's clock (after hello, counted in flight). */
   ping: empty,
   write: z
-    .object({ ...selector, data: z.custom<Uint8Array>((d) => d instanceof Uint8Array, 'bytes (msgpack bin)').refine((d) => d.length <= 8 * 1024 * 1024, 'at most 8 MiB per write'), offset: cursor.optional(), eof: z.boolean().optional(), writer: z.string().min(1).max(128).optional() })
+    .object({
+      ...selector,
+      data: z.custom<Uint8Array>((d) => d instanceof Uint8Array, 'bytes (msgpack bin)').refine((d) => d.length <= 8 * 1024 * 1024, 'at most 8 MiB per write'),
+      offset: cursor.optional(),
+      eof: z.boolean().optional(),
+      writer: z.string().min(1).max(128).optional(),
+    })
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
   resize: z
@@ -115,7 +172,12 @@ export const ParamsSchemas = {
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
   write_file: z
-    .object({ path: filePath, mode: z.number().int().min(0).max(0o7777).optional(), size_bytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER), ...fileSession })
+    .object({
+      path: filePath,
+      mode: z.number().int().min(0).max(0o7777).optional(),
+      size_bytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
+      ...fileSession,
+    })
     .strict(),
   read_file: z.object({ path: filePath, ...fileSession }).strict(),
   upload: z.object({ dir: absPath, ...fileSession }).strict(),

@@ -14,7 +14,9 @@ export function parseSizeBytes(text: string): number {
   const m = SIZE.exec(text.trim());
   const unit = m ? UNIT[m[2]!.toLowerCase()] : undefined;
   if (!m || unit === undefined) {
-    throw new Error(`${JSON.stringify(text)} is not a size: give bytes, or a number with K, M, G, T (or KiB, MiB, GiB, TiB), all 1024-based, such as 64M or 1.5GiB`);
+    throw new Error(
+      `${JSON.stringify(text)} is not a size: give bytes, or a number with K, M, G, T (or KiB, MiB, GiB, TiB), all 1024-based, such as 64M or 1.5GiB`,
+    );
   }
   const bytes = Math.floor(Number(m[1]) * unit);
   if (bytes < 1) throw new Error(`${JSON.stringify(text)} is less than one byte`);
@@ -24,7 +26,12 @@ export function parseSizeBytes(text: string): number {
 
 /** A size for people, in the largest 1024-based unit it reaches: "512 B", "64 MiB", "1.5 GiB" (one decimal when not whole). */
 export function sizeText(bytes: number): string {
-  const units: [string, number][] = [['TiB', 2 ** 40], ['GiB', 2 ** 30], ['MiB', 2 ** 20], ['KiB', 2 ** 10]];
+  const units: [string, number][] = [
+    ['TiB', 2 ** 40],
+    ['GiB', 2 ** 30],
+    ['MiB', 2 ** 20],
+    ['KiB', 2 ** 10],
+  ];
   for (const [name, size] of units) {
     if (bytes < size) continue;
     const v = bytes / size;

@@ -91,7 +91,8 @@ export class TarGuard {
     } else {
       this.nextSize = null;
       this.nextName = null;
-      if (SPECIAL[type]) throw new SupervisorError('FILE_ERROR', `download: refused member ${JSON.stringify(name)}: a ${SPECIAL[type]}`, { member: name, type: SPECIAL[type] });
+      if (SPECIAL[type])
+        throw new SupervisorError('FILE_ERROR', `download: refused member ${JSON.stringify(name)}: a ${SPECIAL[type]}`, { member: name, type: SPECIAL[type] });
     }
     this.skip = Math.ceil(size / BLOCK) * BLOCK;
     if (this.skip === 0 && this.meta) this.endMeta();

@@ -58,7 +58,8 @@ export function resolveEndpoint(o: EndpointOptions = {}, env: NodeJS.ProcessEnv 
   }
   const url = o.url ?? (o.socketPath === undefined ? env.SBX_URL || undefined : undefined);
   if (url !== undefined) {
-    if (!/^wss?:\/\/[^/]/i.test(url)) throw new SupervisorError('INVALID_ARGUMENT', `a supervisor URL is ws://HOST:PORT or wss://HOST:PORT, got ${JSON.stringify(url)}`);
+    if (!/^wss?:\/\/[^/]/i.test(url))
+      throw new SupervisorError('INVALID_ARGUMENT', `a supervisor URL is ws://HOST:PORT or wss://HOST:PORT, got ${JSON.stringify(url)}`);
     const token = o.token ?? null;
     const tokenFile = token !== null ? null : (o.tokenFile ?? (env.SBX_TOKEN ? null : env.SBX_TOKEN_FILE || null));
     return { kind: 'url', url, token: token ?? (tokenFile === null ? env.SBX_TOKEN || null : null), tokenFile, caFile: o.caFile ?? (env.SBX_CA_FILE || null) };
@@ -152,13 +153,23 @@ function notASocket(err: NodeJS.ErrnoException, socketPath: string): NodeJS.Errn
   } catch {
     return null;
   }
-  return Object.assign(new Error(`connect ENOTSOCK ${socketPath}: ${kind}, not a socket`), { code: 'ENOTSOCK', errno: -88, syscall: 'connect', address: socketPath, found: kind });
+  return Object.assign(new Error(`connect ENOTSOCK ${socketPath}: ${kind}, not a socket`), {
+    code: 'ENOTSOCK',
+    errno: -88,
+    syscall: 'connect',
+    address: socketPath,
+    found: kind,
+  });
 }
 
 class SocketTransport extends BaseTransport {
   private readonly decoder: FrameDecoder;
 
-  constructor(private readonly socket: Socket, endpoint: string, maxFrameBytes: number) {
+  constructor(
+    private readonly socket: Socket,
+    endpoint: string,
+    maxFrameBytes: number,
+  ) {
     super(endpoint);
     this.decoder = new FrameDecoder(maxFrameBytes);
     socket.on('error', (err) => this.closed(err));
@@ -236,7 +247,11 @@ class CommandTransport extends BaseTransport {
   private stdoutClosed = false;
   private killTimer: NodeJS.Timeout | null = null;
 
-  constructor(private readonly child: ChildProcess, endpoint: string, maxFrameBytes: number) {
+  constructor(
+    private readonly child: ChildProcess,
+    endpoint: string,
+    maxFrameBytes: number,
+  ) {
     super(endpoint);
     this.decoder = new FrameDecoder(maxFrameBytes);
     child.stdin!.on('error', () => {}); // EPIPE once it is gone: its exit says why
@@ -263,7 +278,11 @@ class CommandTransport extends BaseTransport {
   private ended(): void {
     const how = !this.exit ? 'closed its stdout' : this.exit.signal ? `was killed by ${this.exit.signal}` : `exited with status ${this.exit.code}`;
     const stderr = this.stderrTail.toString('utf8').trim();
-    this.closed(transportError('ECONNRESET', `connection to the supervisor closed: the transport command (${this.endpoint}) ${how}${stderr ? `: ${stderr}` : ''}`, { exit: this.exit }));
+    this.closed(
+      transportError('ECONNRESET', `connection to the supervisor closed: the transport command (${this.endpoint}) ${how}${stderr ? `: ${stderr}` : ''}`, {
+        exit: this.exit,
+      }),
+    );
   }
 
   start(onFrame: (value: unknown) => void): void {
@@ -346,7 +365,9 @@ async function openCommand(e: Extract<Endpoint, { kind: 'command' }>, maxFrameBy
     });
     child.once('error', (err: NodeJS.ErrnoException) => {
       signal?.removeEventListener('abort', abort);
-      reject(transportError(err.code ?? 'ENOENT', `cannot start the transport command (${endpoint}): ${err.message}`, { syscall: 'spawn', path: e.command[0] }));
+      reject(
+        transportError(err.code ?? 'ENOENT', `cannot start the transport command (${endpoint}): ${err.message}`, { syscall: 'spawn', path: e.command[0] }),
+      );
     });
   });
 }
@@ -354,14 +375,22 @@ async function openCommand(e: Extract<Endpoint, { kind: 'command' }>, maxFrameBy
 // --- WebSocket (one binary message = one frame body, without the length prefix).
 
 class WebSocketTransport extends BaseTransport {
-  constructor(private readonly ws: WebSocketType, endpoint: string) {
+  constructor(
+    private readonly ws: WebSocketType,
+    endpoint: string,
+  ) {
     super(endpoint);
     const alive = () => void this.receivedChunks++;
     ws.on('ping', alive);
     ws.on('pong', alive);
     ws.on('error', (err) => this.closed(err));
     ws.on('close', (code: number, reason: Buffer) => {
-      const why = code === 1009 ? ' (1009: a message was over the size limit)' : code && code !== 1000 && code !== 1005 ? ` (${code}${reason.length ? `: ${reason.toString('utf8')}` : ''})` : '';
+      const why =
+        code === 1009
+          ? ' (1009: a message was over the size limit)'
+          : code && code !== 1000 && code !== 1005
+            ? ` (${code}${reason.length ? `: ${reason.toString('utf8')}` : ''})`
+            : '';
       this.closed(transportError('ECONNRESET', `connection to the supervisor at ${endpoint} closed${why}`, { closeCode: code }));
     });
   }
@@ -435,7 +464,8 @@ function refusal(endpoint: string, res: IncomingMessage, body: string): Error {
   const status = res.statusCode ?? 0;
   const what = `the supervisor at ${endpoint} answered HTTP ${status}${res.statusMessage ? ` ${res.statusMessage}` : ''}${message ? `: ${message}` : ''}`;
   const details = { http_status: status, ...(wire?.details && typeof wire.details === 'object' ? wire.details : {}) };
-  if (status === 401 || status === 403) return new SupervisorError('UNAUTHORIZED', `${what} (check the token: --token-file, SBX_TOKEN or SBX_TOKEN_FILE)`, details);
+  if (status === 401 || status === 403)
+    return new SupervisorError('UNAUTHORIZED', `${what} (check the token: --token-file, SBX_TOKEN or SBX_TOKEN_FILE)`, details);
   const hint = status === 426 ? ' (the WebSocket upgrade did not reach it: a proxy in between?)' : '';
   if (typeof wire?.code === 'string' && Object.hasOwn(ERROR_CODES, wire.code)) return new SupervisorError(wire.code as ErrorCode, `${what}${hint}`, details);
   if (status >= 500) return transportError('ECONNREFUSED', what, { httpStatus: status });

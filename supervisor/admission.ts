@@ -62,9 +62,7 @@ export interface AdmissionLoad {
 }
 
 export type AdmissionDecision =
-  | { kind: 'existing'; sessionId: string; state: SessionState | 'retired' }
-  | { kind: 'admit' }
-  | { kind: 'refuse'; error: SupervisorError };
+  { kind: 'existing'; sessionId: string; state: SessionState | 'retired' } | { kind: 'admit' } | { kind: 'refuse'; error: SupervisorError };
 
 /**
  * The decision, in this order: a key is forever (its session, or its tombstone, answers; another
@@ -79,7 +77,9 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
   // keeps the digest only); env by names only.
   const conflict = (sessionId: string, theirs?: CommandFields, note = '', retired = false): AdmissionDecision => {
     const diff = theirs && request.command ? commandDifferences(theirs, request.command) : null;
-    const named = diff ? `: ${diff.fields.length ? diff.fields.map((f) => (f === 'env' ? `env (${diff.envNames.join(', ')})` : f)).join(', ') : 'no field this supervisor can name'} ${diff.fields.length === 1 ? 'differs' : 'differ'}` : '';
+    const named = diff
+      ? `: ${diff.fields.length ? diff.fields.map((f) => (f === 'env' ? `env (${diff.envNames.join(', ')})` : f)).join(', ') : 'no field this supervisor can name'} ${diff.fields.length === 1 ? 'differs' : 'differ'}`
+      : '';
     return {
       kind: 'refuse',
       error: new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} was used for another command by session ${sessionId}${named}${note}`, {
@@ -93,29 +93,44 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
   if (load.existing) {
     // A session whose admission record is unreadable has no known digest: its key is
     // blocked, and a retry gets that session (unknown) rather than a conflict or a run.
-    if (load.existing.commandDigest !== '' && load.existing.commandDigest !== request.commandDigest) return conflict(load.existing.sessionId, load.existing.command);
+    if (load.existing.commandDigest !== '' && load.existing.commandDigest !== request.commandDigest)
+      return conflict(load.existing.sessionId, load.existing.command);
     // A key is in one task: the same command asked for in another task is not a retry of it.
     if (load.existing.task !== null && load.existing.task !== request.task) {
       return {
         kind: 'refuse',
-        error: new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} was used in task ${JSON.stringify(load.existing.task)}, not ${JSON.stringify(request.task)}`, {
-          invocation_key: key,
-          session_id: load.existing.sessionId,
-          task: load.existing.task,
-        }),
+        error: new SupervisorError(
+          'KEY_CONFLICT',
+          `invocation key ${JSON.stringify(key)} was used in task ${JSON.stringify(load.existing.task)}, not ${JSON.stringify(request.task)}`,
+          {
+            invocation_key: key,
+            session_id: load.existing.sessionId,
+            task: load.existing.task,
+          },
+        ),
       };
     }
     return { kind: 'existing', sessionId: load.existing.sessionId, state: load.existing.state };
   }
   if (load.retired) {
     // Keys are forever: a session removed by retention is never run again.
-    if (load.retired.commandDigest !== request.commandDigest) return conflict(load.retired.sessionId, undefined, ' (removed by the retention policy: its tombstone keeps the digest only, so what differs cannot be named)', true);
+    if (load.retired.commandDigest !== request.commandDigest)
+      return conflict(
+        load.retired.sessionId,
+        undefined,
+        ' (removed by the retention policy: its tombstone keeps the digest only, so what differs cannot be named)',
+        true,
+      );
     // Its key is still in its task, as a live session's.
     const { task } = load.retired;
     if (task !== undefined && task !== null && task !== request.task) {
       return {
         kind: 'refuse',
-        error: new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} was used in task ${JSON.stringify(task)}, not ${JSON.stringify(request.task)}`, { invocation_key: key, session_id: load.retired.sessionId, task }),
+        error: new SupervisorError(
+          'KEY_CONFLICT',
+          `invocation key ${JSON.stringify(key)} was used in task ${JSON.stringify(task)}, not ${JSON.stringify(request.task)}`,
+          { invocation_key: key, session_id: load.retired.sessionId, task },
+        ),
       };
     }
     return { kind: 'existing', sessionId: load.retired.sessionId, state: 'retired' };
@@ -124,18 +139,34 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
   if (load.sealed) {
     const { generation, sealed_at, task } = load.sealed;
     if (task !== undefined) {
-      return { kind: 'refuse', error: new SupervisorError('ADMISSION_SEALED', `task ${JSON.stringify(task)} was sealed at generation ${generation} (${sealed_at})`, { generation, task }) };
+      return {
+        kind: 'refuse',
+        error: new SupervisorError('ADMISSION_SEALED', `task ${JSON.stringify(task)} was sealed at generation ${generation} (${sealed_at})`, {
+          generation,
+          task,
+        }),
+      };
     }
-    return { kind: 'refuse', error: new SupervisorError('ADMISSION_SEALED', `admission was sealed at generation ${generation} (${sealed_at})`, { generation }) };
+    return {
+      kind: 'refuse',
+      error: new SupervisorError('ADMISSION_SEALED', `admission was sealed at generation ${generation} (${sealed_at})`, { generation }),
+    };
   }
   if (load.liveSessions >= load.maxSessions) {
     return {
       kind: 'refuse',
-      error: new SupervisorError('LIMIT_EXCEEDED', `${load.liveSessions} sessions are running, the limit is ${load.maxSessions}`, { limit: 'sessions', max: load.maxSessions, retry_after_ms: 1000 }),
+      error: new SupervisorError('LIMIT_EXCEEDED', `${load.liveSessions} sessions are running, the limit is ${load.maxSessions}`, {
+        limit: 'sessions',
+        max: load.maxSessions,
+        retry_after_ms: 1000,
+      }),
     };
   }
   if (load.reconciling) {
-    return { kind: 'refuse', error: new SupervisorError('ADMISSION_DENIED', 'reconciling sessions left by a restart; retry shortly', { retry_after_ms: 250, reason: 'reconciling' }) };
+    return {
+      kind: 'refuse',
+      error: new SupervisorError('ADMISSION_DENIED', 'reconciling sessions left by a restart; retry shortly', { retry_after_ms: 250, reason: 'reconciling' }),
+    };
   }
   if (!load.disk.admits) {
     const { freeBytes, minFreeBytes } = load.disk;
@@ -162,6 +193,8 @@ export function resolveLinger(asked: LingerPolicy | null, fallback: LingerPolicy
   const policy = asked ?? fallback;
   if (policy !== 'handoff' || (session.cgroup && !session.pty)) return policy;
   if (asked === null) return 'kill';
-  const why = session.pty ? 'a pty session (its exec shim stays the leader of the terminal, so its leftovers cannot be moved out)' : 'subreaper mode (no cgroup leaf to move the leftovers out of)';
+  const why = session.pty
+    ? 'a pty session (its exec shim stays the leader of the terminal, so its leftovers cannot be moved out)'
+    : 'subreaper mode (no cgroup leaf to move the leftovers out of)';
   throw new SupervisorError('INVALID_ARGUMENT', `linger handoff is not available for ${why}: use kill or wait`, { field: 'linger' });
 }

@@ -98,7 +98,8 @@ export function cpuMaxValue(cpus: number): string {
  */
 export function limitWrites(limits: SessionLimits): { file: string; value: string; optional?: true }[] {
   const writes: { file: string; value: string; optional?: true }[] = [];
-  if (limits.memory_max_bytes !== undefined) writes.push({ file: 'memory.max', value: String(limits.memory_max_bytes) }, { file: 'memory.swap.max', value: '0', optional: true });
+  if (limits.memory_max_bytes !== undefined)
+    writes.push({ file: 'memory.max', value: String(limits.memory_max_bytes) }, { file: 'memory.swap.max', value: '0', optional: true });
   if (limits.pids_max !== undefined) writes.push({ file: 'pids.max', value: String(limits.pids_max) });
   if (limits.cpus !== undefined) writes.push({ file: 'cpu.max', value: cpuMaxValue(limits.cpus) });
   return writes;
@@ -401,7 +402,12 @@ export class CgroupLeaf {
         return undefined;
       }
     };
-    const usage: SessionUsage = { cpu_usec: field('cpu.stat', 'usage_usec'), user_usec: field('cpu.stat', 'user_usec'), system_usec: field('cpu.stat', 'system_usec'), memory_controller: false };
+    const usage: SessionUsage = {
+      cpu_usec: field('cpu.stat', 'usage_usec'),
+      user_usec: field('cpu.stat', 'user_usec'),
+      system_usec: field('cpu.stat', 'system_usec'),
+      memory_controller: false,
+    };
     try {
       usage.memory_peak_bytes = Number(readFileSync(join(this.path, 'memory.peak'), 'utf8').trim());
       usage.oom_kills = field('memory.events', 'oom_kill') ?? 0;

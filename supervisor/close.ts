@@ -30,12 +30,14 @@ export async function scanWorkspace(root: string, options: { deadlineMs?: number
 }
 
 /** Scans the workspaces one after another (one walk, one worker at a time), in the order given; a watched one must still be its watched file system (expectFs). */
-export async function scanWorkspaces(roots: string[], options: { deadlineMs?: number; expectFs?: (root: string) => FsIdentity | null } = {}): Promise<WorkspaceScan[]> {
+export async function scanWorkspaces(
+  roots: string[],
+  options: { deadlineMs?: number; expectFs?: (root: string) => FsIdentity | null } = {},
+): Promise<WorkspaceScan[]> {
   const scans: WorkspaceScan[] = [];
   for (const root of roots) scans.push(await scanWorkspace(root, { deadlineMs: options.deadlineMs, expectFs: options.expectFs?.(root) ?? undefined }));
   return scans;
 }
-
 
 /** The seal and the close receipt of one state dir. */
 export class Closing {
@@ -43,7 +45,10 @@ export class Closing {
   seal: SealRecord | null;
   private closing: Promise<CloseReceipt> | null = null;
 
-  constructor(private readonly ctx: SessionContext, private readonly log: Logger) {
+  constructor(
+    private readonly ctx: SessionContext,
+    private readonly log: Logger,
+  ) {
     this.seal = this.readSeal();
   }
 
@@ -101,7 +106,11 @@ export class Closing {
    * (close-receipt.json, once; every later call returns it, even after a restart). Otherwise
    * it is answered, not written: the next close runs again.
    */
-  close(c: { sessions: () => Session[]; tasks: Tasks; taskNames: () => string[]; stopping: () => boolean }, timeoutMs: number, workspaces: string[]): Promise<CloseReceipt> {
+  close(
+    c: { sessions: () => Session[]; tasks: Tasks; taskNames: () => string[]; stopping: () => boolean },
+    timeoutMs: number,
+    workspaces: string[],
+  ): Promise<CloseReceipt> {
     if (existsSync(this.receiptPath)) return Promise.resolve(this.storedReceipt());
     this.closing ??= (async () => {
       const sealed = this.sealNow();
@@ -126,14 +135,24 @@ export class Closing {
         sealed: { generation: sealed.generation, sealed_at: sealed.sealed_at },
         closed_at: new Date().toISOString(),
         settle,
-        sessions: sessions.map((s) => ({ session_id: s.id, invocation_key: s.req.invocationKey, task: s.req.task, state: s.state, outcome: s.receipt?.outcome ?? null, receipt_sha256: s.receipt ? receiptDigest(s.receipt) : null })),
+        sessions: sessions.map((s) => ({
+          session_id: s.id,
+          invocation_key: s.req.invocationKey,
+          task: s.req.task,
+          state: s.state,
+          outcome: s.receipt?.outcome ?? null,
+          receipt_sha256: s.receipt ? receiptDigest(s.receipt) : null,
+        })),
         workspaces: scans,
         tasks,
         complete,
       });
       // Final only when complete: a session unknown, or a task incomplete, is retried by the next close.
       if (complete) createFileDurable(this.receiptPath, JSON.stringify(receipt, null, 2) + '\n');
-      this.log.info({ sessions: receipt.sessions.length, terminated: settle.terminated, tasks: tasks.length, complete }, complete ? 'closed' : 'close incomplete: not final, close again');
+      this.log.info(
+        { sessions: receipt.sessions.length, terminated: settle.terminated, tasks: tasks.length, complete },
+        complete ? 'closed' : 'close incomplete: not final, close again',
+      );
       return receipt;
     })();
     const done = this.closing;

@@ -25,7 +25,10 @@ export function newSessionId(nowMs = Date.now()): string {
 
 /** The open lock file of a state dir: held (flock) as long as this process runs (and its fd stays open). */
 export class StateDirLock {
-  private constructor(readonly path: string, readonly fd: number) {}
+  private constructor(
+    readonly path: string,
+    readonly fd: number,
+  ) {}
 
   /**
    * One supervisor per state dir: an exclusive flock(2) on <state>/supervisor.lock, which
@@ -38,7 +41,9 @@ export class StateDirLock {
     if (!native().tryLockExclusive(fd)) {
       const holder = readFileSync(path, 'utf8').trim();
       closeSync(fd);
-      throw new Error(`the state dir ${stateDir} is in use by another supervisor (pid ${holder || 'unknown'}); stop it first, or give this one its own stateDir`);
+      throw new Error(
+        `the state dir ${stateDir} is in use by another supervisor (pid ${holder || 'unknown'}); stop it first, or give this one its own stateDir`,
+      );
     }
     // In place, then truncated: on a full file system a truncate first would free the block
     // the write then cannot get back. The pid is for people; the flock is what counts.

@@ -78,15 +78,28 @@ export function hasLimits(limits: SessionLimits): boolean {
  * cgroup-v2.rst "Mounting"); offered but not enabled; or not delegated by the parent.
  */
 export function unavailableBecause(controller: LimitController, host: LimitHost): { short: string; long: string } | null {
-  if (host.sessionsCgroup === null) return { short: 'subreaper mode: no cgroup', long: 'this supervisor runs in subreaper mode: it has no cgroup at all (sbx status says why)' };
+  if (host.sessionsCgroup === null)
+    return { short: 'subreaper mode: no cgroup', long: 'this supervisor runs in subreaper mode: it has no cgroup at all (sbx status says why)' };
   if (host.available[controller]) return null;
   const proc = host.procCgroups.get(controller);
-  if (proc && !proc.enabled) return { short: 'disabled in the kernel', long: `the kernel has it disabled (/proc/cgroups: enabled 0; cgroup_disable= on its command line)` };
+  if (proc && !proc.enabled)
+    return { short: 'disabled in the kernel', long: `the kernel has it disabled (/proc/cgroups: enabled 0; cgroup_disable= on its command line)` };
   if (proc && proc.hierarchy > 0) {
-    return { short: 'bound to cgroup v1', long: `this host binds it to cgroup v1 (/proc/cgroups: hierarchy ${proc.hierarchy}; a hybrid host), and a controller is in one hierarchy only` };
+    return {
+      short: 'bound to cgroup v1',
+      long: `this host binds it to cgroup v1 (/proc/cgroups: hierarchy ${proc.hierarchy}; a hybrid host), and a controller is in one hierarchy only`,
+    };
   }
-  if (host.controllers.split(/\s+/).includes(controller)) return { short: 'offered but not enabled for the leaves', long: 'it is offered (cgroup.controllers) but could not be enabled in its cgroup.subtree_control' };
-  return { short: 'not delegated to this cgroup', long: "the parent cgroup does not delegate it (under systemd: Delegate=yes in the unit; elsewhere, +" + controller + " in the parent's cgroup.subtree_control)" };
+  if (host.controllers.split(/\s+/).includes(controller))
+    return {
+      short: 'offered but not enabled for the leaves',
+      long: 'it is offered (cgroup.controllers) but could not be enabled in its cgroup.subtree_control',
+    };
+  return {
+    short: 'not delegated to this cgroup',
+    long:
+      'the parent cgroup does not delegate it (under systemd: Delegate=yes in the unit; elsewhere, +' + controller + " in the parent's cgroup.subtree_control)",
+  };
 }
 
 /** "cgroup.controllers: none; the cgroup2 root's (/sys/fs/cgroup/unified): hugetlb": what the sessions dir is handed, and what v2 has at all. */
@@ -105,10 +118,7 @@ export function limitRefusal(limits: SessionLimits, host: LimitHost): Supervisor
     if (limits[limit] === undefined) continue;
     const why = unavailableBecause(controller, host);
     if (!why) continue;
-    const where =
-      host.sessionsCgroup === null
-        ? `and ${why.long}`
-        : `and ${host.sessionsCgroup} does not have it (${controllersText(host)}); ${why.long}`;
+    const where = host.sessionsCgroup === null ? `and ${why.long}` : `and ${host.sessionsCgroup} does not have it (${controllersText(host)}); ${why.long}`;
     return new SupervisorError('LIMIT_UNAVAILABLE', `${flag} (${limit}) needs the ${controller} controller in cgroup v2, ${where}. Nothing was run.`, {
       controller,
       limit,
@@ -132,7 +142,10 @@ export function limitsStatus(host: LimitHost): LimitsStatus {
   }
   if (byReason.size > 0) {
     const parts = [...byReason].map(([short, cs]) => `${cs.join(', ')} ${cs.length === 1 ? 'is' : 'are'} ${short}`);
-    status.reason = host.sessionsCgroup === null ? 'subreaper mode: no cgroup, so no limit can be enforced' : `${parts.join('; ')} (${host.sessionsCgroup}: ${controllersText(host)})`;
+    status.reason =
+      host.sessionsCgroup === null
+        ? 'subreaper mode: no cgroup, so no limit can be enforced'
+        : `${parts.join('; ')} (${host.sessionsCgroup}: ${controllersText(host)})`;
   }
   return status;
 }

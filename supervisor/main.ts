@@ -30,7 +30,6 @@ async function startMetrics(listen: string, source: string, log: Logger): Promis
   return { metrics, listener };
 }
 
-
 async function serve(options: { config?: string; workspace?: string[]; metrics?: string; listen?: string }): Promise<void> {
   let config;
   /** Where metrics.listen came from, as the messages name it. */
@@ -115,7 +114,20 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
     }
     supervisor.remoteUrl = remote.url;
     const t = remote.token;
-    log.info({ url: remote.url, token: t.kind === 'file' ? `file ${t.file}` : t.kind === 'none' ? 'none (remote.insecure, loopback only)' : t.kind === 'env' ? 'SBX_REMOTE_TOKEN' : 'remote.token' }, 'WebSocket listener up');
+    log.info(
+      {
+        url: remote.url,
+        token:
+          t.kind === 'file'
+            ? `file ${t.file}`
+            : t.kind === 'none'
+              ? 'none (remote.insecure, loopback only)'
+              : t.kind === 'env'
+                ? 'SBX_REMOTE_TOKEN'
+                : 'remote.token',
+      },
+      'WebSocket listener up',
+    );
     if (t.kind === 'file') process.stderr.write(`sandbox-supervisor: WebSocket listener on ${remote.url}; bearer token in ${t.file}\n`);
   }
   const listenFd = takeListenFd();
@@ -177,7 +189,10 @@ program
   .option('--config <file>', 'JSON configuration (default: /etc/sandbox-supervisor/config.json if present)')
   .option('--workspace <dir>', 'watch this directory (repeatable; added to workspace.paths)', (dir: string, prev: string[] = []) => [...prev, dir])
   .option('--metrics <addr>', 'serve Prometheus metrics at GET /metrics on HOST:PORT (e.g. 127.0.0.1:9464) or a Unix socket path (overrides metrics.listen)')
-  .option('--listen <addr>', 'also serve the protocol over WebSocket on HOST:PORT (e.g. 127.0.0.1:7443; token auth, docs/guide/remote.md; overrides remote.listen)')
+  .option(
+    '--listen <addr>',
+    'also serve the protocol over WebSocket on HOST:PORT (e.g. 127.0.0.1:7443; token auth, docs/guide/remote.md; overrides remote.listen)',
+  )
   .action((opts: { config?: string; workspace?: string[]; metrics?: string; listen?: string }) =>
     serve(opts).catch((err: Error) => {
       process.stderr.write(`sandbox-supervisor: ${err.message}\n`);

@@ -80,11 +80,19 @@ export function restoreSessions(ctx: SessionContext, keys: KeyIndex, retention: 
       if (resumed) recovered.resumeReceipt(resumed);
       session = recovered;
       if (!keyOf.has(sessionId)) {
-        const record = { invocation_key: admission.invocation_key, session_id: sessionId, command_digest: admission.command_digest, admitted_at: admission.admitted_at };
+        const record = {
+          invocation_key: admission.invocation_key,
+          session_id: sessionId,
+          command_digest: admission.command_digest,
+          admitted_at: admission.admitted_at,
+        };
         try {
           if (unreadableKeyFiles.delete(keyRecordName(record.invocation_key))) {
             keys.rebuild(record);
-            log.warn({ session_id: sessionId, file: keyRecordName(record.invocation_key) }, 'rebuilt an unreadable key record from its session\'s admission record (the unreadable one kept aside)');
+            log.warn(
+              { session_id: sessionId, file: keyRecordName(record.invocation_key) },
+              "rebuilt an unreadable key record from its session's admission record (the unreadable one kept aside)",
+            );
           } else {
             keys.write(record);
           }
@@ -107,7 +115,7 @@ export function restoreSessions(ctx: SessionContext, keys: KeyIndex, retention: 
   // A key whose session is gone from disk still can never run again.
   for (const r of records) {
     if (!byKey.has(r.invocation_key) && !retention.tombstone({ invocationKey: r.invocation_key })) {
-      register(RecoveredSession.broken(r.session_id, r.invocation_key, 'the session\'s files are gone; its key stays used', ctx));
+      register(RecoveredSession.broken(r.session_id, r.invocation_key, "the session's files are gone; its key stays used", ctx));
     }
   }
   return sessions;

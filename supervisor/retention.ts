@@ -72,7 +72,7 @@ export class Retention {
         removeSessionDir(this.sessionsDir, name);
         continue;
       }
-      this.log.error({ session_id: name }, 'a tombstone that is not of this session\'s receipt; the session is kept and the tombstone ignored');
+      this.log.error({ session_id: name }, "a tombstone that is not of this session's receipt; the session is kept and the tombstone ignored");
       this.retired.delete(name);
       if (this.retiredByKey.get(tombstone.invocation_key) === tombstone) this.retiredByKey.delete(tombstone.invocation_key);
     }
@@ -157,7 +157,8 @@ export class Retention {
       this.remember(record);
       retired.push(id);
     }
-    if (retired.length || removedOutput.length) this.log.info({ removed_output: removedOutput.length, retired: retired.length, freed_bytes: freed }, 'retention applied');
+    if (retired.length || removedOutput.length)
+      this.log.info({ removed_output: removedOutput.length, retired: retired.length, freed_bytes: freed }, 'retention applied');
     this.host.freed();
     return { removed_output: removedOutput, retired, freed_bytes: freed };
   }

@@ -106,7 +106,9 @@ export class StatusReporter {
       load: { loadavg: loadavg(), cpus: cpus().length, free_mem_bytes: freemem(), total_mem_bytes: totalmem() },
       admission,
       ...(admission === 'disk_low'
-        ? { admission_reason: `disk low: ${free} bytes free in the state dir, ${storage.minFreeBytes} needed; retention removes the oldest ended sessions' output while less than ${storage.keepFreeBytes} is free (sbx gc), and cannot touch running or unknown sessions` }
+        ? {
+            admission_reason: `disk low: ${free} bytes free in the state dir, ${storage.minFreeBytes} needed; retention removes the oldest ended sessions' output while less than ${storage.keepFreeBytes} is free (sbx gc), and cannot touch running or unknown sessions`,
+          }
         : admission === 'reconciling'
           ? { admission_reason: 'reconciling sessions left by a restart' }
           : {}),
@@ -120,7 +122,12 @@ export class StatusReporter {
         keep_free_bytes: storage.keepFreeBytes,
         admits: free >= storage.minFreeBytes,
       },
-      machine: { cpu_load_percent: load ? Math.round(load.currentLoad * 10) / 10 : null, mem_total_bytes: mem.total, mem_available_bytes: mem.available, uptime_s: Math.round(uptime()) },
+      machine: {
+        cpu_load_percent: load ? Math.round(load.currentLoad * 10) / 10 : null,
+        mem_total_bytes: mem.total,
+        mem_available_bytes: mem.available,
+        uptime_s: Math.round(uptime()),
+      },
     };
   }
 }

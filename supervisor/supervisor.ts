@@ -10,7 +10,18 @@ import { isAbsolute, join } from 'node:path';
 import type { Logger } from 'pino';
 import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import type { GcResult, SealResult } from '../ipc/methods.js';
-import { DEFAULT_TASK, type CloseReceipt, type LaunchParams, type LaunchResult, type Receipt, type SessionSelector, type StatusResult, type SupervisorMode, type TaskReceipt, type TaskSealResult } from '../ipc/protocol.js';
+import {
+  DEFAULT_TASK,
+  type CloseReceipt,
+  type LaunchParams,
+  type LaunchResult,
+  type Receipt,
+  type SessionSelector,
+  type StatusResult,
+  type SupervisorMode,
+  type TaskReceipt,
+  type TaskSealResult,
+} from '../ipc/protocol.js';
 import { keyRecordName, STATE } from '../core/state/names.js';
 import { admit, resolveLinger } from './admission.js';
 import { CgroupTree } from './cgroup.js';
@@ -83,7 +94,13 @@ export class Supervisor {
    * `lock`: this state dir's flock, held for the supervisor's life. `metrics`: the Prometheus
    * counters moved here and by the server and checkpoints (null: metrics off).
    */
-  private constructor(readonly config: Config, readonly log: Logger, readonly ctx: SessionContext, readonly lock: StateDirLock, readonly metrics: SupervisorMetrics | null) {
+  private constructor(
+    readonly config: Config,
+    readonly log: Logger,
+    readonly ctx: SessionContext,
+    readonly lock: StateDirLock,
+    readonly metrics: SupervisorMetrics | null,
+  ) {
     this.keys = new KeyIndex(config.stateDir);
     ctx.admitHandoff = (origin) => this.admitHandoff(origin);
     this.closing = new Closing(ctx, log);
@@ -106,7 +123,16 @@ export class Supervisor {
       remoteUrl: () => this.remoteUrl,
     });
     ctx.storage.onBelowKeepFree = () => this.retention.keepFree();
-    this.checkpoints = new Checkpoints({ config, log, identity: ctx.identity, signer: ctx.signer, watcher: ctx.watcher, reserveBytes: () => Math.max(ctx.storage.minFreeBytes, ctx.storage.keepFreeBytes), pinned: () => this.tasks.pinnedCheckpoints(), metrics });
+    this.checkpoints = new Checkpoints({
+      config,
+      log,
+      identity: ctx.identity,
+      signer: ctx.signer,
+      watcher: ctx.watcher,
+      reserveBytes: () => Math.max(ctx.storage.minFreeBytes, ctx.storage.keepFreeBytes),
+      pinned: () => this.tasks.pinnedCheckpoints(),
+      metrics,
+    });
     this.checkpoints.recover();
     this.tasks = new Tasks({
       ctx,
@@ -167,7 +193,9 @@ export class Supervisor {
       storage,
       // Its threads start now, not with the first session: their ~20 MiB and ~40 ms are paid
       // once at start, not by the first command's receipt.
-      hashPool: new HashPool((reason) => log.error({ reason }, 'a hashing thread failed; replaced (its streams are hashed again from their chunk files)')).warm(),
+      hashPool: new HashPool((reason) =>
+        log.error({ reason }, 'a hashing thread failed; replaced (its streams are hashed again from their chunk files)'),
+      ).warm(),
       escapes: EscapeWatch.open(tree?.mount.mountPoint ?? null, log),
       watcher: new WorkspaceWatcher({
         paths: workspacePaths,
@@ -281,7 +309,11 @@ export class Supervisor {
   /** The sandbox-wide close (close.ts): seal, settle every session, every task's close, scan, the signed close receipt (written once complete). */
   close(timeoutMs: number, workspaces: string[]): Promise<CloseReceipt> {
     if (this.stopping) return Promise.reject(new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping'));
-    return this.closing.close({ sessions: () => [...this.sessions.values()], tasks: this.tasks, taskNames: () => this.taskNames(), stopping: () => this.stopping !== null }, timeoutMs, workspaces);
+    return this.closing.close(
+      { sessions: () => [...this.sessions.values()], tasks: this.tasks, taskNames: () => this.taskNames(), stopping: () => this.stopping !== null },
+      timeoutMs,
+      workspaces,
+    );
   }
 
   /**
@@ -324,7 +356,10 @@ export class Supervisor {
     const session = this.find(selector);
     const escaped = session.state === 'ended';
     const receipt = await session.resolveAsOperator(operator);
-    this.log.warn({ session_id: session.id, operator }, escaped ? "operator attested that an escaped session's processes are ended" : 'operator attested the end of an unknown session');
+    this.log.warn(
+      { session_id: session.id, operator },
+      escaped ? "operator attested that an escaped session's processes are ended" : 'operator attested the end of an unknown session',
+    );
     return receipt;
   }
 
@@ -365,17 +400,30 @@ export class Supervisor {
     }
     const pty = params.pty ? { cols: params.pty.cols ?? 80, rows: params.pty.rows ?? 24 } : null;
     const stdin = params.stdin ? 'stream' : 'null';
-    if (params.keep_after_close && !params.service) throw new SupervisorError('INVALID_ARGUMENT', 'keep_after_close is for a service: give service too (sbx run --service --keep-after-close)', { field: 'keep_after_close' });
+    if (params.keep_after_close && !params.service)
+      throw new SupervisorError('INVALID_ARGUMENT', 'keep_after_close is for a service: give service too (sbx run --service --keep-after-close)', {
+        field: 'keep_after_close',
+      });
     // A service goes on while any process of it runs (wait), unless it names another linger.
-    const linger = resolveLinger(params.linger ?? null, params.service ? 'wait' : this.config.session.defaultLinger, { cgroup: this.ctx.tree !== null, pty: pty !== null });
+    const linger = resolveLinger(params.linger ?? null, params.service ? 'wait' : this.config.session.defaultLinger, {
+      cgroup: this.ctx.tree !== null,
+      pty: pty !== null,
+    });
     const digest = commandDigest({ argv: params.argv, cwd: params.cwd, env, pty: pty !== null, stdin, user: userSpec });
     if (params.invocation_key?.startsWith(SERVICE_KEY_PREFIX)) {
-      throw new SupervisorError('INVALID_ARGUMENT', `invocation keys starting with ${JSON.stringify(SERVICE_KEY_PREFIX)} are the supervisor's own (the services it hands leftovers to); choose another key`, { field: 'invocation_key' });
+      throw new SupervisorError(
+        'INVALID_ARGUMENT',
+        `invocation keys starting with ${JSON.stringify(SERVICE_KEY_PREFIX)} are the supervisor's own (the services it hands leftovers to); choose another key`,
+        { field: 'invocation_key' },
+      );
     }
     const key = params.invocation_key ?? `auto-${randomBytes(12).toString('hex')}`;
     const task = params.task ?? DEFAULT_TASK;
     // Not in the digest (as the deadline is not): a retry of the key answers with its session as admitted.
-    const limits = effectiveLimits({ memory_max_bytes: params.memory_max_bytes, pids_max: params.pids_max, cpus: params.cpus }, this.config.session.defaultLimits);
+    const limits = effectiveLimits(
+      { memory_max_bytes: params.memory_max_bytes, pids_max: params.pids_max, cpus: params.cpus },
+      this.config.session.defaultLimits,
+    );
 
     const storage = this.ctx.storage;
     let freeBytes = storage.freeBytes();
@@ -394,10 +442,19 @@ export class Supervisor {
               commandDigest: existing.req.commandDigest,
               state: existing.state,
               task: existing.req.task,
-              command: { argv: existing.req.argv, cwd: existing.req.cwd, env: existing.req.env, user: existing.req.user, pty: existing.req.pty !== null, stdin: existing.req.stdin },
+              command: {
+                argv: existing.req.argv,
+                cwd: existing.req.cwd,
+                env: existing.req.env,
+                user: existing.req.user,
+                pty: existing.req.pty !== null,
+                stdin: existing.req.stdin,
+              },
             }
           : null,
-        retired: retired ? { sessionId: retired.session_id, commandDigest: retired.command_digest, task: retired.task === undefined ? DEFAULT_TASK : retired.task } : null,
+        retired: retired
+          ? { sessionId: retired.session_id, commandDigest: retired.command_digest, task: retired.task === undefined ? DEFAULT_TASK : retired.task }
+          : null,
         sealed: this.closing.seal ?? this.tasks.sealOf(task),
         liveSessions: this.liveSessions(),
         maxSessions: this.config.session.maxSessions,
@@ -407,7 +464,8 @@ export class Supervisor {
       },
     );
     if (decision.kind === 'refuse') throw decision.error;
-    if (decision.kind === 'existing') return { session_id: decision.sessionId, invocation_key: key, existing: true, state: decision.state, command_digest: digest };
+    if (decision.kind === 'existing')
+      return { session_id: decision.sessionId, invocation_key: key, existing: true, state: decision.state, command_digest: digest };
 
     const self = this.self;
     const userName = sessionUser ? (sessionUser.name ?? String(sessionUser.uid)) : self.username;
@@ -458,7 +516,10 @@ export class Supervisor {
       if (keyStep && errnoCode(err) === 'EEXIST') {
         // The key has a record no session of ours claims: one the start found unreadable
         // (logged then). The key may have run; it never runs again.
-        throw new SupervisorError('KEY_CONFLICT', `invocation key ${JSON.stringify(key)} has a key record that cannot be read (${keyRecordName(key)}; see the supervisor's log); the key may have run and cannot run again`);
+        throw new SupervisorError(
+          'KEY_CONFLICT',
+          `invocation key ${JSON.stringify(key)} has a key record that cannot be read (${keyRecordName(key)}; see the supervisor's log); the key may have run and cannot run again`,
+        );
       }
       throw new SupervisorError('ADMISSION_DENIED', `cannot record the admission: ${(err as Error).message}`, { retry_after_ms: 1000 });
     }
@@ -468,7 +529,18 @@ export class Supervisor {
     faultPoint('launch:started');
     // The command by its digest and name: argv may be megabytes (the kernel's ARG_MAX), and a
     // log line is written on the launch path.
-    this.log.info({ session_id: session.id, invocation_key: key, task, command: params.argv[0].slice(0, 256), argc: params.argv.length, command_digest: digest, pid: session.pid }, 'session launched');
+    this.log.info(
+      {
+        session_id: session.id,
+        invocation_key: key,
+        task,
+        command: params.argv[0].slice(0, 256),
+        argc: params.argv.length,
+        command_digest: digest,
+        pid: session.pid,
+      },
+      'session launched',
+    );
     void session.ended.then((receipt) => {
       if (receipt) this.log.info({ session_id: session.id, outcome: receipt.outcome, exit: receipt.exit }, 'session ended');
     });
@@ -485,7 +557,19 @@ export class Supervisor {
   private admitHandoff(origin: { id: string; req: SessionRequest }): LiveSession {
     if (this.stopping) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping');
     const key = `${SERVICE_KEY_PREFIX}${origin.id}`;
-    const service = new LiveSession(newSessionId(), { ...origin.req, invocationKey: key, timeoutMs: 0, linger: 'kill', pty: null, stdin: 'null', service: { handed_off_from: origin.id, keep_after_close: false } }, this.ctx);
+    const service = new LiveSession(
+      newSessionId(),
+      {
+        ...origin.req,
+        invocationKey: key,
+        timeoutMs: 0,
+        linger: 'kill',
+        pty: null,
+        stdin: 'null',
+        service: { handed_off_from: origin.id, keep_after_close: false },
+      },
+      this.ctx,
+    );
     try {
       service.admit();
       this.keys.write({ invocation_key: key, session_id: service.id, command_digest: origin.req.commandDigest, admitted_at: service.admittedAt.toISOString() });
@@ -507,16 +591,24 @@ export class Supervisor {
    * retention removed it).
    */
   find(selector: SessionSelector): Session {
-    const session = selector.session_id ? this.byIdOrPrefix(selector.session_id) : selector.invocation_key ? this.byKey.get(selector.invocation_key) : undefined;
+    const session = selector.session_id
+      ? this.byIdOrPrefix(selector.session_id)
+      : selector.invocation_key
+        ? this.byKey.get(selector.invocation_key)
+        : undefined;
     if (session) return session;
     const what = selector.session_id ? `session ${selector.session_id}` : `invocation key ${JSON.stringify(selector.invocation_key)}`;
     const gone = this.retention.tombstone({ sessionId: selector.session_id, invocationKey: selector.invocation_key });
     if (gone) {
-      throw new SupervisorError('SESSION_NOT_FOUND', `${what} was removed by the retention policy at ${gone.retired_at} (it ended ${gone.outcome}; receipt ${gone.receipt_sha256}); its key stays used`, {
-        retired_at: gone.retired_at,
-        receipt_sha256: gone.receipt_sha256,
-        outcome: gone.outcome,
-      });
+      throw new SupervisorError(
+        'SESSION_NOT_FOUND',
+        `${what} was removed by the retention policy at ${gone.retired_at} (it ended ${gone.outcome}; receipt ${gone.receipt_sha256}); its key stays used`,
+        {
+          retired_at: gone.retired_at,
+          receipt_sha256: gone.receipt_sha256,
+          outcome: gone.outcome,
+        },
+      );
     }
     throw new SupervisorError('SESSION_NOT_FOUND', `no ${what}`);
   }
@@ -530,7 +622,12 @@ export class Supervisor {
     if (matches.length <= 1) return matches[0];
     const ids = matches.map((s) => s.id).sort();
     const shown = ids.length > 10 ? `${ids.slice(0, 10).join(', ')}, ... (${ids.length} in all)` : ids.join(', ');
-    throw new SupervisorError('INVALID_ARGUMENT', `session id prefix ${JSON.stringify(id)} is ambiguous: it matches ${shown}; give more of the id`, { field: 'session_id', prefix: id, matches: ids.slice(0, MAX_PREFIX_MATCHES), count: ids.length });
+    throw new SupervisorError('INVALID_ARGUMENT', `session id prefix ${JSON.stringify(id)} is ambiguous: it matches ${shown}; give more of the id`, {
+      field: 'session_id',
+      prefix: id,
+      matches: ids.slice(0, MAX_PREFIX_MATCHES),
+      count: ids.length,
+    });
   }
 
   /** Sessions not ended (unknown ones included: they may still run), against session.maxSessions. */

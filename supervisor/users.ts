@@ -63,7 +63,8 @@ export function lookupUser(spec: string): SessionUser {
   try {
     return fromEntry(native().userByName(spec));
   } catch (err) {
-    if (noEntry(err)) throw new SupervisorError('INVALID_ARGUMENT', `user: no user named ${JSON.stringify(spec)} in the user database (passwd)`, { field: 'user' });
+    if (noEntry(err))
+      throw new SupervisorError('INVALID_ARGUMENT', `user: no user named ${JSON.stringify(spec)} in the user database (passwd)`, { field: 'user' });
     throw lookupFailed('user', JSON.stringify(spec), err);
   }
 }
@@ -74,7 +75,8 @@ export function lookupUser(spec: string): SessionUser {
  */
 export function lookupGroup(nameOrGid: string | number, field = 'group'): number {
   if (typeof nameOrGid === 'number') {
-    if (!Number.isInteger(nameOrGid) || nameOrGid < 0 || nameOrGid > MAX_ID) throw new SupervisorError('INVALID_ARGUMENT', `${field}: gid ${nameOrGid} is out of range`, { field });
+    if (!Number.isInteger(nameOrGid) || nameOrGid < 0 || nameOrGid > MAX_ID)
+      throw new SupervisorError('INVALID_ARGUMENT', `${field}: gid ${nameOrGid} is out of range`, { field });
     return nameOrGid;
   }
   const gid = numericId(nameOrGid, field, 'gid');
@@ -83,7 +85,8 @@ export function lookupGroup(nameOrGid: string | number, field = 'group'): number
   try {
     return native().groupByName(nameOrGid);
   } catch (err) {
-    if (noEntry(err)) throw new SupervisorError('INVALID_ARGUMENT', `${field}: no group named ${JSON.stringify(nameOrGid)} in the group database (group)`, { field });
+    if (noEntry(err))
+      throw new SupervisorError('INVALID_ARGUMENT', `${field}: no group named ${JSON.stringify(nameOrGid)} in the group database (group)`, { field });
     throw lookupFailed(field, JSON.stringify(nameOrGid), err);
   }
 }

@@ -3,7 +3,22 @@
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { closeSync, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  readSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -40,12 +55,21 @@ describe('native helper', () => {
   });
 
   it('sets and reads the child subreaper bit (in a process of its own)', () => {
-    const out = execFileSync(process.execPath, ['--import', 'tsx', '-e', `
+    const out = execFileSync(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        '-e',
+        `
       import('./core/fs/native.ts').then(({ native }) => {
         const before = native().isChildSubreaper();
         native().setChildSubreaper();
         console.log(JSON.stringify([before, native().isChildSubreaper()]));
-      });`], { cwd: ROOT }).toString();
+      });`,
+      ],
+      { cwd: ROOT },
+    ).toString();
     expect(JSON.parse(out)).toEqual([false, true]);
   });
 
@@ -56,7 +80,11 @@ describe('native helper', () => {
     mkdirSync(join(base, 'leaf'), { recursive: true });
     try {
       // A deadline of its own: a sync child the test timeout cannot interrupt must not stall the run.
-      const out = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/spawn-probe.ts'), join(base, 'leaf')], { cwd: ROOT, timeout: 120_000, killSignal: 'SIGKILL' }).toString();
+      const out = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/spawn-probe.ts'), join(base, 'leaf')], {
+        cwd: ROOT,
+        timeout: 120_000,
+        killSignal: 'SIGKILL',
+      }).toString();
       const result = JSON.parse(out) as { reports: string[]; failure: { code: string; syscall: string }; reapedOk: number; rounds: number[] };
       expect(result.reports).toHaveLength(100);
       result.reports.forEach((report, i) => {
@@ -65,7 +93,10 @@ describe('native helper', () => {
         expect(lines.filter((l) => l.startsWith('Sig'))).toEqual(['SigBlk:\t0000000000000000', 'SigIgn:\t0000000000000000']);
         expect(lines).toContain('SID=PID'); // setsid: its own session
         // 0-2 as given (stdout our pipe, the others /dev/null), and none of ours from 3 to 9.
-        expect(lines.find((l) => l.startsWith('FDS')), report).toBe('FDS 0 1 2');
+        expect(
+          lines.find((l) => l.startsWith('FDS')),
+          report,
+        ).toBe('FDS 0 1 2');
         expect(lines).toContain(`A=${i}`);
       });
       expect(result.failure).toEqual({ code: 'ENOENT', syscall: 'execve' });
@@ -77,7 +108,11 @@ describe('native helper', () => {
   });
 
   it('reaps 100 orphans by pid while every child_process exit event still fires', () => {
-    const out = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/reaper-probe.ts')], { cwd: ROOT, timeout: 120_000, killSignal: 'SIGKILL' }).toString();
+    const out = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/reaper-probe.ts')], {
+      cwd: ROOT,
+      timeout: 120_000,
+      killSignal: 'SIGKILL',
+    }).toString();
     const result = JSON.parse(out) as { codes: number[]; reaped: number; zombies: number };
     expect(result.codes).toEqual([7, ...Array.from({ length: 20 }, (_, i) => i)]);
     expect(result.reaped).toBeGreaterThanOrEqual(100);
@@ -85,7 +120,11 @@ describe('native helper', () => {
   });
 
   it('with a read fence, keeps 50 exited orphans zombies (not reaped, not listed as unreaped) until the fence settles, then reaps every one', () => {
-    const out = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/reaper-fence-probe.ts')], { cwd: ROOT, timeout: 120_000, killSignal: 'SIGKILL' }).toString();
+    const out = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/reaper-fence-probe.ts')], {
+      cwd: ROOT,
+      timeout: 120_000,
+      killSignal: 'SIGKILL',
+    }).toString();
     expect(JSON.parse(out)).toEqual({ held: 50, listed: 0, reapedBefore: 0, reapedAfter: 50, left: 0, holds: { held: 50, unfenced: 0 }, fencesAsked: true });
   });
 });
@@ -123,11 +162,21 @@ describe('native helper errors, named as node:fs names them', () => {
       expect(notifyAt(join(dir, 'loop'))).toMatchObject({ code: 'ELOOP', errno: -40, syscall: 'sendto' });
       expect(notifyAt(join(dir, 'missing'))).toMatchObject({ code: 'ENOENT', errno: -2, syscall: 'sendto' });
       expect(notifyAt(`/${'x'.repeat(200)}`)).toMatchObject({ code: 'EINVAL', errno: -22, syscall: 'sd_notify' });
-      expect(thrown(() => native().setPipeSize(file, 1 << 16))).toMatchObject({ code: 'EBADF', errno: -9, syscall: 'fcntl', message: 'EBADF: bad file descriptor, fcntl' });
+      expect(thrown(() => native().setPipeSize(file, 1 << 16))).toMatchObject({
+        code: 'EBADF',
+        errno: -9,
+        syscall: 'fcntl',
+        message: 'EBADF: bad file descriptor, fcntl',
+      });
       expect(thrown(() => native().peerCred(r))).toMatchObject({ code: 'ENOTSOCK', errno: -88, syscall: 'getsockopt' });
       expect(thrown(() => native().setWindowSize(w, 80, 24))).toMatchObject({ code: 'ENOTTY', errno: -25, syscall: 'ioctl' });
       // An errno libuv has no name for is named by the C library.
-      expect(thrown(() => native().reapPid(1))).toMatchObject({ code: 'ECHILD', errno: -10, syscall: 'waitpid', message: 'ECHILD: No child processes, waitpid' });
+      expect(thrown(() => native().reapPid(1))).toMatchObject({
+        code: 'ECHILD',
+        errno: -10,
+        syscall: 'waitpid',
+        message: 'ECHILD: No child processes, waitpid',
+      });
       expect(thrown(() => native().openPty(0, 24))).toMatchObject({ name: 'TypeError', code: 'EINVAL' });
     } finally {
       for (const fd of [file, r, w]) closeSync(fd);
@@ -149,7 +198,12 @@ describe('native helper errors, named as node:fs names them', () => {
     expect(thrown(() => native().userByName('no-such-user-here'))).toMatchObject({ code: 'ENOENT', errno: -2, syscall: 'getpwnam_r' });
     expect(thrown(() => native().userById(free))).toMatchObject({ code: 'ENOENT', errno: -2, syscall: 'getpwuid_r' });
     expect(thrown(() => native().groupByName('no-such-group-here'))).toMatchObject({ code: 'ENOENT', errno: -2, syscall: 'getgrnam_r' });
-    for (const bad of [() => native().userByName('root\0x'), () => native().userById(-1), () => native().userById(2 ** 32 - 1), () => native().groupByName(7 as unknown as string)]) {
+    for (const bad of [
+      () => native().userByName('root\0x'),
+      () => native().userById(-1),
+      () => native().userById(2 ** 32 - 1),
+      () => native().groupByName(7 as unknown as string),
+    ]) {
       expect(thrown(bad)).toMatchObject({ name: 'TypeError', code: 'EINVAL' });
     }
   });
@@ -197,7 +251,7 @@ async function fillMaster(master: number): Promise<number> {
 /** Reads n bytes from a (blocking) slave fd. */
 function readSlave(slave: number, n: number): void {
   const buf = Buffer.alloc(1 << 16);
-  for (let got = 0; got < n; ) got += readSync(slave, buf, 0, Math.min(buf.length, n - got), null);
+  for (let got = 0; got < n;) got += readSync(slave, buf, 0, Math.min(buf.length, n - got), null);
 }
 
 describe('pty', () => {
@@ -246,7 +300,7 @@ describe('pty', () => {
     }
   });
 
-  it('the drain\'s pty socket: stdin waits for the reader while the loop runs, every byte is read, then EIO', async () => {
+  it("the drain's pty socket: stdin waits for the reader while the loop runs, every byte is read, then EIO", async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sbx-native-pty-'));
     const pty = native().openPty(80, 24);
     let slave = pty.slave;
@@ -254,9 +308,16 @@ describe('pty', () => {
     const drain = new StreamDrain(dir, 'pty', pty.master, { chunkBytes: 1 << 20, hashPool, quotaBytes: Number.MAX_SAFE_INTEGER, guard: null }, true);
     const go = join(dir, 'go');
     const input = randomBytes(1 << 20);
-    const child = spawn('sh', ['-c', `stty raw -echo; echo ready; while [ ! -e ${go} ]; do sleep 0.01; done; head -c ${input.length} | sha256sum; head -c 300000 /dev/zero | base64 -w0`], {
-      stdio: [slave, slave, slave],
-    });
+    const child = spawn(
+      'sh',
+      [
+        '-c',
+        `stty raw -echo; echo ready; while [ ! -e ${go} ]; do sleep 0.01; done; head -c ${input.length} | sha256sum; head -c 300000 /dev/zero | base64 -w0`,
+      ],
+      {
+        stdio: [slave, slave, slave],
+      },
+    );
     const exited = once(child, 'exit');
     const out: Buffer[] = [];
     drain.socket.on('data', (b: Buffer) => out.push(b));
@@ -280,7 +341,12 @@ describe('pty', () => {
       expect(drain.cursor).toBe(expected.length);
       const result = await drain.finalize();
       finalized = true;
-      expect(result).toMatchObject({ final_cursor: expected.length, complete: true, drain_end: 'eio', sha256: createHash('sha256').update(expected).digest('hex') });
+      expect(result).toMatchObject({
+        final_cursor: expected.length,
+        complete: true,
+        drain_end: 'eio',
+        sha256: createHash('sha256').update(expected).digest('hex'),
+      });
     } finally {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       if (slave >= 0) closeSync(slave);
@@ -302,7 +368,10 @@ function argvPayload(argv: string[], header: { count?: number; bytes?: number } 
 }
 
 /** Runs the exec shim (no cgroup; exec mode, or subreaper mode) with payload on its argv fd, then EOF. */
-async function runShim(payload: Buffer, mode: 'exec' | 'subreaper' = 'exec'): Promise<{ status: number | null; stdout: string; stderr: string; report: string }> {
+async function runShim(
+  payload: Buffer,
+  mode: 'exec' | 'subreaper' = 'exec',
+): Promise<{ status: number | null; stdout: string; stderr: string; report: string }> {
   const [r, w] = native().makePipe();
   const [controlR, controlW] = native().makePipe();
   const args = ['--report-fd', '3', '--argv-fd', '4', ...(mode === 'subreaper' ? ['--subreaper', '--control-fd', '5'] : [])];
@@ -325,7 +394,15 @@ describe('statDir: a directory listed with its lstats in one call', () => {
   it('names sorted by bytes (also not UTF-8, 255 bytes), each lstat as node:fs gives it, a link\'s target, no "." or ".."; the fd\'s offset untouched', () => {
     const dir = mkdtempSync(join(tmpdir(), 'sbx-statdir-'));
     try {
-      const names = [Buffer.from('b'), Buffer.from('a'), Buffer.from([0x66, 0xff, 0x2e]), Buffer.from('x'.repeat(255)), Buffer.from('ab'), Buffer.from('link'), Buffer.from('sub')];
+      const names = [
+        Buffer.from('b'),
+        Buffer.from('a'),
+        Buffer.from([0x66, 0xff, 0x2e]),
+        Buffer.from('x'.repeat(255)),
+        Buffer.from('ab'),
+        Buffer.from('link'),
+        Buffer.from('sub'),
+      ];
       const at = (n: Buffer) => Buffer.concat([Buffer.from(`${dir}/`), n]);
       for (const n of names.slice(0, 5)) writeFileSync(at(n), randomBytes(Math.floor(Math.random() * 4096)));
       symlinkSync('../some/where\u00e9', join(dir, 'link'));
@@ -346,7 +423,15 @@ describe('statDir: a directory listed with its lstats in one call', () => {
           const b = i * r.fields;
           const st = lstatSync(at(name), { bigint: true });
           expect(r.stats[b]).toBe(0n);
-          expect([r.stats[b + 1], r.stats[b + 5], r.stats[b + 6], r.stats[b + 7], r.stats[b + 8], r.stats[b + 10], r.stats[b + 11]]).toEqual([st.mode, st.dev, st.ino, st.size, st.blocks, st.mtimeNs, st.ctimeNs]);
+          expect([r.stats[b + 1], r.stats[b + 5], r.stats[b + 6], r.stats[b + 7], r.stats[b + 8], r.stats[b + 10], r.stats[b + 11]]).toEqual([
+            st.mode,
+            st.dev,
+            st.ino,
+            st.size,
+            st.blocks,
+            st.mtimeNs,
+            st.ctimeNs,
+          ]);
           const tlen = Number(r.stats[b + 12]);
           if (name.toString() === 'link') {
             expect(Buffer.from(r.names.subarray(pos, pos + tlen))).toEqual(readlinkSync(at(name), { encoding: 'buffer' }));
@@ -363,7 +448,7 @@ describe('statDir: a directory listed with its lstats in one call', () => {
     }
   });
 
-  it('throws the listing\'s errno (ENOTDIR for a file\'s fd, EBADF for a closed one)', () => {
+  it("throws the listing's errno (ENOTDIR for a file's fd, EBADF for a closed one)", () => {
     const dir = mkdtempSync(join(tmpdir(), 'sbx-statdir-'));
     try {
       writeFileSync(join(dir, 'f'), '');
@@ -401,7 +486,9 @@ describe('renameAtNoReplace: renameat2(2) RENAME_NOREPLACE between directory fds
       expect(readFileSync(join(dir, 'a', 'z'), 'utf8')).toBe('other');
       expect(readFileSync(join(dir, 'b', 'y'), 'utf8')).toBe('moved');
       expect(readlinkSync(join(dir, 'b', 'link'))).toBe('/etc/passwd');
-      expect(() => native().renameAtNoReplace(a, Buffer.from('gone'), b, Buffer.from('w'))).toThrow(expect.objectContaining({ code: 'ENOENT', syscall: 'renameat2' }));
+      expect(() => native().renameAtNoReplace(a, Buffer.from('gone'), b, Buffer.from('w'))).toThrow(
+        expect.objectContaining({ code: 'ENOENT', syscall: 'renameat2' }),
+      );
       expect(() => native().renameAtNoReplace(a, Buffer.from('z/..'), b, Buffer.from('w'))).toThrow(expect.objectContaining({ code: 'EINVAL' }));
       expect(() => native().renameAtNoReplace(a, Buffer.from(''), b, Buffer.from('w'))).toThrow(expect.objectContaining({ code: 'EINVAL' }));
     } finally {
@@ -432,7 +519,11 @@ describe('exec shim: argv on a fd (--argv-fd)', () => {
         ['fewer strings than announced', argvPayload(['touch', marker], { count: 3 }), 71],
         ['more strings than announced', argvPayload(['touch', marker, 'x'], { count: 2, bytes: 6 + marker.length + 1 + 2 }), 71],
         ['bytes after the end', Buffer.concat([touch, Buffer.from('extra\0')]), 71],
-        ['no NUL at the end', Buffer.concat([argvPayload(['touch'], { count: 2, bytes: 6 + marker.length + 1 }).subarray(0, 16 + 6), Buffer.from(`${marker}x`)]), 71],
+        [
+          'no NUL at the end',
+          Buffer.concat([argvPayload(['touch'], { count: 2, bytes: 6 + marker.length + 1 }).subarray(0, 16 + 6), Buffer.from(`${marker}x`)]),
+          71,
+        ],
         ['count 0', argvPayload([], { count: 0 }), 71],
         ['absurd size', argvPayload(['touch', marker], { bytes: 2 ** 52 }), 71],
       ];

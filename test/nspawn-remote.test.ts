@@ -18,7 +18,13 @@ import { NspawnContainer, nspawnUnavailable } from './helpers/nspawn.js';
 import { freeLoopbackPort } from './helpers/tcp-proxy.js';
 
 const why = nspawnUnavailable();
-const container = new NspawnContainer({ machine: 'sbxremote', rootfs: '/tmp/sbx-test-nspawn-remote-root', cgroupName: `${TEST_CGROUP_PREFIX}nspawn-remote`, privateNetwork: false, bootUnit: 'basic.target' });
+const container = new NspawnContainer({
+  machine: 'sbxremote',
+  rootfs: '/tmp/sbx-test-nspawn-remote-root',
+  cgroupName: `${TEST_CGROUP_PREFIX}nspawn-remote`,
+  privateNetwork: false,
+  bootUnit: 'basic.target',
+});
 const TOKEN_IN_CONTAINER = '/var/lib/sandbox-supervisor/remote-token';
 const PYTHON_FIXTURE = join(ROOT, 'test/fixtures/remote-client.py');
 let port = 0;
@@ -50,7 +56,11 @@ const runs = (marker: string) => container.run(['cat', marker], { allowFail: tru
  * One keyed command with stdin through the TypeScript client over endpoint: launched, its stdin
  * written and ended, stdout read by cursor, the receipt; then the same key again.
  */
-async function driveTs(endpoint: ConnectOptions, key: string, marker: string): Promise<{ stdout: Buffer; receipt: Receipt; again: { session_id: string; existing: boolean } }> {
+async function driveTs(
+  endpoint: ConnectOptions,
+  key: string,
+  marker: string,
+): Promise<{ stdout: Buffer; receipt: Receipt; again: { session_id: string; existing: boolean } }> {
   const client = await SupervisorClient.connect({ ...endpoint, clientName: 'nspawn-remote' });
   try {
     const pong = await client.request('ping', {});
@@ -114,7 +124,13 @@ describe.skipIf(why !== null)(why ? `harness on the host, supervisor in nspawn (
 
   it("the remote guide's commands on the host: the token read through nsenter, sbx --url runs a keyed command", () => {
     // The guide's second block as written: sbx on PATH, $PID1 the container's, in a dir of the host's.
-    const r = spawnSync('bash', ['-euc', readmeBlock(1)], { stdio: ['ignore', 'pipe', 'pipe'], cwd: hostDir, env: { PATH: `${dirname(SBX_BIN)}:${process.env.PATH}`, PID1: String(container.pid1) }, encoding: 'utf8', timeout: 60_000 });
+    const r = spawnSync('bash', ['-euc', readmeBlock(1)], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      cwd: hostDir,
+      env: { PATH: `${dirname(SBX_BIN)}:${process.env.PATH}`, PID1: String(container.pid1) },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
     expect(r.stderr).toBe('');
     expect([r.status, r.stdout]).toEqual([0, 'systemd-nspawn\n']); // run inside the container
     expect(statSync(tokenFile).mode & 0o777).toBe(0o600);

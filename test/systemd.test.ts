@@ -28,7 +28,13 @@ describe('install.sh', () => {
     install('--root', root, '--group', 'nogroup');
     install('--root', root, '--group', 'nogroup'); // again: same result
     const lib = join(root, 'usr/local/lib/sandbox-supervisor');
-    for (const f of ['dist/supervisor/main.js', 'dist/cli/sbx.js', 'native-helpers/build/Release/sbx-exec-shim', 'native-helpers/build/Release/sbx_native.node', 'node_modules/msgpackr/package.json']) {
+    for (const f of [
+      'dist/supervisor/main.js',
+      'dist/cli/sbx.js',
+      'native-helpers/build/Release/sbx-exec-shim',
+      'native-helpers/build/Release/sbx_native.node',
+      'node_modules/msgpackr/package.json',
+    ]) {
       expect(existsSync(join(lib, f)), f).toBe(true);
     }
     expect(existsSync(join(lib, 'node_modules/vitest'))).toBe(false); // production dependencies only
@@ -40,7 +46,9 @@ describe('install.sh', () => {
     expect(service).not.toMatch(/^ProtectControlGroups=/m);
     expect(readFileSync(join(units, 'sandbox-supervisor.socket'), 'utf8')).toMatch(/^SocketGroup=nogroup$/m);
     expect(lstatSync(join(units, 'sockets.target.wants/sandbox-supervisor.socket')).isSymbolicLink()).toBe(true); // absolute inside the image
-    const verify = spawnSync('systemd-analyze', ['verify', join(units, 'sandbox-supervisor.service'), join(units, 'sandbox-supervisor.socket')], { encoding: 'utf8' });
+    const verify = spawnSync('systemd-analyze', ['verify', join(units, 'sandbox-supervisor.service'), join(units, 'sandbox-supervisor.socket')], {
+      encoding: 'utf8',
+    });
     expect(verify.stdout + verify.stderr).toBe(''); // it exits 0 on unknown keys: any output is a failure
     expect(verify.status).toBe(0);
     // The installed copy runs on its own: the CLI and the daemon's native helper load.
@@ -49,7 +57,13 @@ describe('install.sh', () => {
     expect(readFileSync(join(root, 'usr/local/bin/sbx'), 'utf8')).toBe('#!/bin/sh\nexec /usr/local/lib/sandbox-supervisor/dist/cli/sbx "$@"\n');
     expect(existsSync(join(lib, 'dist/cli/sbx.blob'))).toBe(true);
     expect(execFileSync(join(lib, 'dist/cli/sbx'), ['--version'], { encoding: 'utf8' }).trim()).toMatch(/^\d+\.\d+\.\d+$/);
-    expect(execFileSync(process.execPath, ['-e', `import('${join(lib, 'dist/core/fs/native.js')}').then((m) => console.log(typeof m.native().peerCred, m.execShimPath()))`], { encoding: 'utf8' }).trim()).toBe(`function ${join(lib, 'native-helpers/build/Release/sbx-exec-shim')}`);
+    expect(
+      execFileSync(
+        process.execPath,
+        ['-e', `import('${join(lib, 'dist/core/fs/native.js')}').then((m) => console.log(typeof m.native().peerCred, m.execShimPath()))`],
+        { encoding: 'utf8' },
+      ).trim(),
+    ).toBe(`function ${join(lib, 'native-helpers/build/Release/sbx-exec-shim')}`);
     // The man pages, where man finds them: MANPATH names the root's PREFIX/share/man.
     const man = join(root, 'usr/local/share/man');
     expect(readFileSync(join(man, 'man1/sbx.1'), 'utf8')).toBe(readFileSync(join(ROOT, 'man/sbx.1'), 'utf8'));
@@ -94,7 +108,12 @@ describe('systemd protocol', () => {
     writeFileSync(join(dir, 'config.json'), JSON.stringify({ cgroup: { parent }, logLevel: 'warn' }));
     // What systemd would do, in a few lines of Python (Node has no AF_UNIX datagrams): bind
     // the notify socket and the listening socket, exec the daemon with the latter as fd 3.
-    const fake = spawn('python3', ['-u', '-c', `
+    const fake = spawn(
+      'python3',
+      [
+        '-u',
+        '-c',
+        `
 import os, socket, subprocess, sys, threading
 os.open('/dev/null', os.O_RDONLY)  # holds fd 3 until the listening socket takes it
 notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); notify.bind(sys.argv[2])
@@ -106,10 +125,20 @@ def notes():
     while True: print('note', notify.recv(4096).decode().replace(chr(10), ' '), flush=True)
 threading.Thread(target=notes, daemon=True).start()
 print('exit', daemon.wait(), flush=True)
-`, socketPath, notifyPath, process.execPath, DAEMON, 'serve', '--config', join(dir, 'config.json')], {
-      env: { ...process.env, SBX_SOCKET: socketPath, SBX_STATE_DIR: join(dir, 'state'), NOTIFY_SOCKET: notifyPath, WATCHDOG_USEC: '200000' },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+`,
+        socketPath,
+        notifyPath,
+        process.execPath,
+        DAEMON,
+        'serve',
+        '--config',
+        join(dir, 'config.json'),
+      ],
+      {
+        env: { ...process.env, SBX_SOCKET: socketPath, SBX_STATE_DIR: join(dir, 'state'), NOTIFY_SOCKET: notifyPath, WATCHDOG_USEC: '200000' },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     let notes = '';
     fake.stdout.on('data', (d) => (notes += d));
     try {

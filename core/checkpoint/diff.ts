@@ -12,7 +12,15 @@ import { fsDecode, nameText } from '../fs/names.js';
 export type DiffPath = { path: string } | { path_b64: string };
 
 /** An entry added or removed: its path, type, and for a file its size (bytes) and content. */
-export type DiffEntry = DiffPath & { type: ManifestEntry['type']; size: number; mode: number; sha256?: string; chunks?: { sha256: string; size: number }[]; target?: string; target_b64?: string };
+export type DiffEntry = DiffPath & {
+  type: ManifestEntry['type'];
+  size: number;
+  mode: number;
+  sha256?: string;
+  chunks?: { sha256: string; size: number }[];
+  target?: string;
+  target_b64?: string;
+};
 
 /**
  * Same type, other content: a file's bytes (size or digest), a symlink's target, a device's
@@ -36,7 +44,14 @@ export type DiffModified = DiffPath & {
 };
 
 /** Another type at the same path (file -> symlink, dir -> file, ...). What a dir held is in `removed`/`added`. */
-export type DiffTypeChanged = DiffPath & { old_type: ManifestEntry['type']; new_type: ManifestEntry['type']; old_size: number; new_size: number; old_mode: number; new_mode: number };
+export type DiffTypeChanged = DiffPath & {
+  old_type: ManifestEntry['type'];
+  new_type: ManifestEntry['type'];
+  old_size: number;
+  new_size: number;
+  old_mode: number;
+  new_mode: number;
+};
 /** Same type and content, other permission bits (st_mode & 07777, as numbers). */
 export type DiffModeChanged = DiffPath & { type: ManifestEntry['type']; old_mode: number; new_mode: number };
 /** Same type and content, other owner (uid, gid). A path can be in mode_changed too. */
@@ -154,7 +169,10 @@ export function diffEntries(from: readonly ManifestEntry[], to: readonly Manifes
         if (y !== undefined) m.new_sha256 = y;
       }
       if (a.type === 'symlink') {
-        for (const [side, e] of [['old', a], ['new', b]] as const) {
+        for (const [side, e] of [
+          ['old', a],
+          ['new', b],
+        ] as const) {
           const t = nameFields(entryTargetBytes(e), 'target');
           if (t.target !== undefined) m[`${side}_target`] = t.target;
           else m[`${side}_target_b64`] = t.target_b64;
@@ -164,13 +182,21 @@ export function diffEntries(from: readonly ManifestEntry[], to: readonly Manifes
       continue;
     }
     if (a.mode !== b.mode) d.mode_changed.push({ ...pathOf(b), type: b.type, old_mode: a.mode, new_mode: b.mode });
-    if (a.uid !== b.uid || a.gid !== b.gid) d.owner_changed.push({ ...pathOf(b), type: b.type, old_uid: a.uid, new_uid: b.uid, old_gid: a.gid, new_gid: b.gid });
+    if (a.uid !== b.uid || a.gid !== b.gid)
+      d.owner_changed.push({ ...pathOf(b), type: b.type, old_uid: a.uid, new_uid: b.uid, old_gid: a.gid, new_gid: b.gid });
   }
   for (const a of before.values()) d.removed.push(described(a));
   const bytesOf = (p: DiffPath) => ('path' in p ? Buffer.from(p.path, 'utf8') : Buffer.from(p.path_b64, 'base64'));
   const byBytes = (x: DiffPath, y: DiffPath) => Buffer.compare(bytesOf(x), bytesOf(y));
   for (const list of Object.values(d)) (list as DiffPath[]).sort(byBytes);
-  const counts = { added: d.added.length, removed: d.removed.length, modified: d.modified.length, type_changed: d.type_changed.length, mode_changed: d.mode_changed.length, owner_changed: d.owner_changed.length };
+  const counts = {
+    added: d.added.length,
+    removed: d.removed.length,
+    modified: d.modified.length,
+    type_changed: d.type_changed.length,
+    mode_changed: d.mode_changed.length,
+    owner_changed: d.owner_changed.length,
+  };
   return { ...d, counts, identical: Object.values(counts).every((n) => n === 0) };
 }
 
@@ -204,8 +230,17 @@ export async function chunkedDigests(store: CheckpointStore, lists: { sha256: st
 }
 
 /** Both sides of a pair and their comparison (from: null, everything added). */
-export function diffManifests(from: { id: string; manifest: Manifest } | null, to: { id: string; manifest: Manifest }, wholeDigests?: ReadonlyMap<string, string>): CheckpointDiff {
-  const side = (s: { id: string; manifest: Manifest }): DiffSide => ({ checkpoint_id: s.id, workspace: s.manifest.workspace, task: s.manifest.task, created_at: s.manifest.created_at });
+export function diffManifests(
+  from: { id: string; manifest: Manifest } | null,
+  to: { id: string; manifest: Manifest },
+  wholeDigests?: ReadonlyMap<string, string>,
+): CheckpointDiff {
+  const side = (s: { id: string; manifest: Manifest }): DiffSide => ({
+    checkpoint_id: s.id,
+    workspace: s.manifest.workspace,
+    task: s.manifest.task,
+    created_at: s.manifest.created_at,
+  });
   return { from: from ? side(from) : null, to: side(to), ...diffEntries(from?.manifest.entries ?? [], to.manifest.entries, wholeDigests) };
 }
 
@@ -245,7 +280,10 @@ export function diffSummary(d: EntriesDiff): string {
 
 /** Why a diff could not be made: `code` an ERROR_CODES name (NOT_FOUND: no such checkpoint or none of the task; INVALID_ARGUMENT: a bad id, or a checkpoint not published or whose record or manifest does not verify). */
 export class DiffError extends Error {
-  constructor(readonly code: 'INVALID_ARGUMENT' | 'NOT_FOUND', message: string) {
+  constructor(
+    readonly code: 'INVALID_ARGUMENT' | 'NOT_FOUND',
+    message: string,
+  ) {
     super(message);
     this.name = 'DiffError';
   }
@@ -278,7 +316,8 @@ export async function loadPublished(store: CheckpointStore, id: string, publicKe
   const published = await store.readPublished(id);
   const bytes = await store.readManifest(id).catch(() => null);
   if (!published) {
-    if (bytes) throw new DiffError('INVALID_ARGUMENT', `checkpoint ${id} in ${store.location} was never published (its read-back did not complete): it claims nothing`);
+    if (bytes)
+      throw new DiffError('INVALID_ARGUMENT', `checkpoint ${id} in ${store.location} was never published (its read-back did not complete): it claims nothing`);
     throw new DiffError('NOT_FOUND', `no checkpoint ${id} in ${store.location} (never taken there, or removed by gc)`);
   }
   if (!bytes) throw new DiffError('INVALID_ARGUMENT', `checkpoint ${id}: its published record is there but its manifest is not`);
@@ -347,6 +386,10 @@ export async function diffTask(store: CheckpointStore, task: string, publicKeyPe
     if (at < 0) continue;
     diffs.push(await diffLoaded(store, at > 0 ? list[at - 1] : null, list[at]));
   }
-  if (diffs.length === 0) throw new DiffError('NOT_FOUND', `no published checkpoint of task ${JSON.stringify(task)} in ${store.location}${invalid.length ? ` that verifies (${invalid.length} did not)` : ''}`);
+  if (diffs.length === 0)
+    throw new DiffError(
+      'NOT_FOUND',
+      `no published checkpoint of task ${JSON.stringify(task)} in ${store.location}${invalid.length ? ` that verifies (${invalid.length} did not)` : ''}`,
+    );
   return { diffs, invalid };
 }

@@ -4,7 +4,22 @@
 // everything through directory fds opened O_NOFOLLOW (a planted link is refused, never followed). Synchronous
 // primitives (LocalStoreFiles: the checkpoint thread, sbx restore) and the async CheckpointStore. See open(2), rename(2).
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statfsSync, unlinkSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  fsyncSync,
+  ftruncateSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readSync,
+  rmSync,
+  statfsSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
 import { type NoReplace, placeNoReplaceAt, writeAll, writeTempAt } from '../fs/durable.js';
 import { native } from '../fs/native.js';
 import { pathAt, openDirAt, SD, statDirRaw, type StatFacts } from '../fs/walk.js';
@@ -28,7 +43,6 @@ type TempFile = Buffer;
 /** Objects, manifests and records are read-only once written. */
 export const STORED_MODE = 0o444;
 
-
 /** The relative name of an object in the store. */
 export function objectKey(sha256: string): string {
   return `${STORE_DIRS.objects}/${sha256.slice(0, 2)}/${sha256}`;
@@ -48,7 +62,8 @@ function dirAt(dirFd: number, name: string, create: boolean, what: string): numb
       }
       return dirAt(dirFd, name, false, what);
     }
-    if (errnoCode(err) === 'ENOTDIR' || errnoCode(err) === 'ELOOP') throw new StoreError('refused', `${what}: not a directory (a link or another file is there; the store never follows one)`, name);
+    if (errnoCode(err) === 'ENOTDIR' || errnoCode(err) === 'ELOOP')
+      throw new StoreError('refused', `${what}: not a directory (a link or another file is there; the store never follows one)`, name);
     if (errnoCode(err) === 'ENOENT') throw new StoreError('missing', `${what}: no such directory`, name);
     throw err;
   }
@@ -69,7 +84,14 @@ export class LocalStoreFiles {
   /** needRoom's last statfs (free bytes, block size, when) and the bytes counted since; refreshed every ROOM_REFRESH_MS, and at every call within ROOM_SLACK_BYTES of the reserve. */
   private room: { freeBytes: number; bsize: number; atMs: number; countedSince: number } | null = null;
 
-  private constructor(readonly dir: string, readonly rootFd: number, readonly objectsFd: number, readonly manifestsFd: number, readonly publishedFd: number, readonly tmpFd: number) {}
+  private constructor(
+    readonly dir: string,
+    readonly rootFd: number,
+    readonly objectsFd: number,
+    readonly manifestsFd: number,
+    readonly publishedFd: number,
+    readonly tmpFd: number,
+  ) {}
 
   /** Bytes that storing an object must leave free in the store's file system (createObject*: StoreError io "ENOSPC" past it). */
   reserveBytes = 0;
@@ -87,12 +109,14 @@ export class LocalStoreFiles {
       rootFd = options.viaFd !== undefined ? openSync(`/proc/self/fd/${options.viaFd}`, constants.O_RDONLY | constants.O_DIRECTORY) : openSync(dir, OPEN_DIR);
     } catch (err) {
       if (errnoCode(err) === 'ENOENT') throw new StoreError('missing', `no checkpoint store at ${dir}`);
-      if (errnoCode(err) === 'ENOTDIR' || errnoCode(err) === 'ELOOP') throw new StoreError('refused', `the checkpoint store ${dir} is not a directory (or is a link: never followed)`);
+      if (errnoCode(err) === 'ENOTDIR' || errnoCode(err) === 'ELOOP')
+        throw new StoreError('refused', `the checkpoint store ${dir} is not a directory (or is a link: never followed)`);
       throw err;
     }
     const fds: number[] = [];
     try {
-      for (const name of [STORE_DIRS.objects, STORE_DIRS.manifests, STORE_DIRS.published, STORE_DIRS.tmp]) fds.push(dirAt(rootFd, name, options.create, `${dir}/${name}`));
+      for (const name of [STORE_DIRS.objects, STORE_DIRS.manifests, STORE_DIRS.published, STORE_DIRS.tmp])
+        fds.push(dirAt(rootFd, name, options.create, `${dir}/${name}`));
     } catch (err) {
       for (const fd of [rootFd, ...fds]) closeSync(fd);
       throw err;
@@ -137,7 +161,10 @@ export class LocalStoreFiles {
     if (!native().tryLockExclusive(fd)) {
       const holder = readFd(fd, 64).toString('utf8').trim();
       closeSync(fd);
-      throw new StoreError('conflict', `the checkpoint store ${this.dir} is in use by another supervisor (pid ${holder || 'unknown'}); give each supervisor its own checkpoint.store`);
+      throw new StoreError(
+        'conflict',
+        `the checkpoint store ${this.dir} is in use by another supervisor (pid ${holder || 'unknown'}); give each supervisor its own checkpoint.store`,
+      );
     }
     const pid = Buffer.from(`${process.pid}\n`);
     try {
@@ -153,7 +180,11 @@ export class LocalStoreFiles {
 
   /** Records (durably) that the file system of workspace is being frozen: a start finding it thaws it (checkpoint.ts thawLeftFrozen). */
   markFrozen(workspace: string): void {
-    const fd = openSync(pathAt(this.rootFd, Buffer.from(FROZEN_FILE)), constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, 0o600);
+    const fd = openSync(
+      pathAt(this.rootFd, Buffer.from(FROZEN_FILE)),
+      constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW,
+      0o600,
+    );
     try {
       writeAll(fd, Buffer.from(workspace));
       fsyncSync(fd);
@@ -203,7 +234,10 @@ export class LocalStoreFiles {
     const free = r.freeBytes - r.countedSince;
     r.countedSince += cost;
     if (free - cost < this.reserveBytes) {
-      throw new StoreError('io', `ENOSPC: storing ${what} would leave ${Math.max(0, free - cost)} bytes free in the file system of the checkpoint store ${this.dir} (${free} free now), below the ${this.reserveBytes} kept free for sessions' output (storage.keepFreeBytes, storage.minFreeBytes); nothing of this checkpoint was kept`);
+      throw new StoreError(
+        'io',
+        `ENOSPC: storing ${what} would leave ${Math.max(0, free - cost)} bytes free in the file system of the checkpoint store ${this.dir} (${free} free now), below the ${this.reserveBytes} kept free for sessions' output (storage.keepFreeBytes, storage.minFreeBytes); nothing of this checkpoint was kept`,
+      );
     }
   }
 
@@ -471,7 +505,11 @@ export class LocalStore implements CheckpointStore {
   private files: LocalStoreFiles | null = null;
 
   /** create: make the store if absent (the supervisor; sbx reads only); lock: hold its lock (the supervisor: one per store). */
-  constructor(readonly dir: string, private readonly create: boolean, private readonly takeLock = false) {
+  constructor(
+    readonly dir: string,
+    private readonly create: boolean,
+    private readonly takeLock = false,
+  ) {
     this.location = dir;
   }
 
@@ -514,7 +552,7 @@ export class LocalStore implements CheckpointStore {
   async *readObject(sha256: string): AsyncIterable<Uint8Array> {
     const { fd, size } = this.fs.openObject(sha256);
     try {
-      for (let pos = 0; ; ) {
+      for (let pos = 0; ;) {
         // No bigger than what is left (+1 to see the end): a 16 KiB object is not read into 1 MiB.
         const want = Math.min(READ_BLOCK, Math.max(1, size - pos + 1));
         const buf = Buffer.allocUnsafe(want);

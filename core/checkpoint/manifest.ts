@@ -124,7 +124,15 @@ export interface EntryFacts {
 /** The manifest entry for facts (Uint8Arrays from a thread are taken as Buffers). */
 export function toManifestEntry(c: EntryFacts): ManifestEntry {
   const asBuffer = (b: Uint8Array) => (Buffer.isBuffer(b) ? b : Buffer.from(b));
-  const e = { ...nameFields(asBuffer(c.path), 'path'), type: c.type, mode: c.mode, uid: c.uid, gid: c.gid, size: c.size, mtime_ns: c.mtimeNs.toString() } as ManifestEntry;
+  const e = {
+    ...nameFields(asBuffer(c.path), 'path'),
+    type: c.type,
+    mode: c.mode,
+    uid: c.uid,
+    gid: c.gid,
+    size: c.size,
+    mtime_ns: c.mtimeNs.toString(),
+  } as ManifestEntry;
   if (c.sha256 !== undefined) e.sha256 = c.sha256;
   if (c.target !== undefined) Object.assign(e, nameFields(asBuffer(c.target), 'target'));
   if (c.rdev !== undefined) e.rdev = c.rdev;
@@ -211,14 +219,16 @@ function entryProblem(e: ManifestEntry): string | null {
   if (typeof e.mtime_ns !== 'string' || !/^-?\d{1,20}$/.test(e.mtime_ns)) return 'mtime_ns is not decimal nanoseconds';
   if (e.type === 'file') {
     if (e.chunks !== undefined) {
-      if (!Array.isArray(e.chunks) || e.chunks.some((c) => !hex64(c?.sha256) || !uint(c?.size)) || e.chunks.reduce((a, c) => a + c.size, 0) !== e.size) return 'chunks are not {sha256, size} adding up to size';
+      if (!Array.isArray(e.chunks) || e.chunks.some((c) => !hex64(c?.sha256) || !uint(c?.size)) || e.chunks.reduce((a, c) => a + c.size, 0) !== e.size)
+        return 'chunks are not {sha256, size} adding up to size';
     } else if (!hex64(e.sha256)) return 'a file with no sha256 (64 hex digits) or chunks';
   } else if (e.sha256 !== undefined || e.chunks !== undefined) return `a ${e.type} with content`;
   if (e.type === 'symlink' && e.target === undefined && e.target_b64 === undefined) return 'a symlink with no target';
   if (e.type !== 'symlink' && (e.target !== undefined || e.target_b64 !== undefined)) return `a ${e.type} with a link target`;
   if ((e.type === 'char' || e.type === 'block') !== (e.rdev !== undefined)) return e.rdev === undefined ? 'a device with no rdev' : `a ${e.type} with an rdev`;
   if (e.rdev !== undefined && !uint(e.rdev)) return 'rdev is not a device number';
-  if (e.mount !== undefined && (e.mount !== true || e.type !== 'dir')) return `mount ${JSON.stringify(e.mount)} on a ${e.type}: only a directory is a mount point (true)`;
+  if (e.mount !== undefined && (e.mount !== true || e.type !== 'dir'))
+    return `mount ${JSON.stringify(e.mount)} on a ${e.type}: only a directory is a mount point (true)`;
   return null;
 }
 
@@ -233,7 +243,8 @@ export function checkPublished(bytes: Buffer, id: string, publicKeyPem?: string)
   if (record === null || typeof record !== 'object' || record.kind !== 'checkpoint_published') return ['not a published record (kind "checkpoint_published")'];
   const problems: string[] = [];
   if (record.checkpoint_id !== id) problems.push(`it names checkpoint ${JSON.stringify(record.checkpoint_id)}`);
-  if (publicKeyPem !== undefined) for (const p of verifySignature(record as unknown as Receipt, publicKeyPem)) problems.push(p.replace('the receipt', 'the record'));
+  if (publicKeyPem !== undefined)
+    for (const p of verifySignature(record as unknown as Receipt, publicKeyPem)) problems.push(p.replace('the receipt', 'the record'));
   return problems;
 }
 
@@ -291,7 +302,10 @@ export function manifestBytes(m: Manifest, entriesJcs = jcs(m.entries)): { bytes
 
 /** A checkpoint id as given by people: bare hex or "sha256:"-prefixed, any case; '' if it is neither. */
 export function normaliseId(text: string): string {
-  const t = text.trim().toLowerCase().replace(/^sha256:/, '');
+  const t = text
+    .trim()
+    .toLowerCase()
+    .replace(/^sha256:/, '');
   return /^[0-9a-f]{1,64}$/.test(t) ? t : '';
 }
 
@@ -321,12 +335,14 @@ export function checkManifest(bytes: Buffer, options: { expectId?: string; publi
     return { manifest: null, problems: [`the entries cannot be canonicalised: ${(err as Error).message}`] };
   }
   if (options.expectId !== undefined) {
-    if (!Buffer.from(manifestJcs(manifest, entriesJcs)).equals(bytes)) problems.push('the stored manifest is not in canonical form (RFC 8785): its bytes were edited');
+    if (!Buffer.from(manifestJcs(manifest, entriesJcs)).equals(bytes))
+      problems.push('the stored manifest is not in canonical form (RFC 8785): its bytes were edited');
     if (id !== options.expectId) problems.push(`the manifest's SHA-256 is ${id}, not its id ${options.expectId}`);
   }
   const digest = scanDigest(manifest.entries, entriesJcs);
   if (manifest.scan?.digest !== digest) problems.push(`the scan digest is ${manifest.scan?.digest}, the entries hash to ${digest}`);
-  if (manifest.scan?.entries !== manifest.entries.length) problems.push(`the manifest says ${manifest.scan?.entries} entries and lists ${manifest.entries.length}`);
+  if (manifest.scan?.entries !== manifest.entries.length)
+    problems.push(`the manifest says ${manifest.scan?.entries} entries and lists ${manifest.entries.length}`);
   let prev: Buffer | null = null;
   let mount: Buffer | null = null; // the last mount point: nothing under it is walked
   for (const e of manifest.entries) {
@@ -337,12 +353,21 @@ export function checkManifest(bytes: Buffer, options: { expectId?: string; publi
       problems.push((err as Error).message);
       continue;
     }
-    if (p.length === 0 || p[0] === 0x2f || p.includes(0) || p.toString('latin1').split('/').some((c) => c === '' || c === '.' || c === '..')) {
+    if (
+      p.length === 0 ||
+      p[0] === 0x2f ||
+      p.includes(0) ||
+      p
+        .toString('latin1')
+        .split('/')
+        .some((c) => c === '' || c === '.' || c === '..')
+    ) {
       problems.push(`entry ${JSON.stringify(showEntryPath(e))}: not a relative path of plain names`);
     }
     if (prev && comparePaths(prev, p) >= 0) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: out of order or listed twice`);
     prev = p;
-    if (mount && p.length > mount.length && p[mount.length] === 0x2f && p.subarray(0, mount.length).equals(mount)) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: under a mount point, which is never entered`);
+    if (mount && p.length > mount.length && p[mount.length] === 0x2f && p.subarray(0, mount.length).equals(mount))
+      problems.push(`entry ${JSON.stringify(showEntryPath(e))}: under a mount point, which is never entered`);
     if (e.mount === true) mount = p;
     const bad = entryProblem(e);
     if (bad) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: ${bad}`);

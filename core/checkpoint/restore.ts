@@ -9,17 +9,44 @@
 // owner. See open(2), mkdirat(2), symlinkat(2), mknodat(2), utimensat(2), chown(2) (which
 // clears set-ID bits: so chmod comes after it), tar(1) --same-owner.
 import { createHash } from 'node:crypto';
-import { closeSync, constants, fchmodSync, fchownSync, fstatSync, lchownSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, symlinkSync } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  fchmodSync,
+  fchownSync,
+  fstatSync,
+  lchownSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readSync,
+  symlinkSync,
+} from 'node:fs';
 import { native } from '../fs/native.js';
 import { pathAt, openDirAt, walkTree } from '../fs/walk.js';
 import { writeAll } from '../fs/durable.js';
-import { checkManifest, checkPublished, entryPathBytes, entryTargetBytes, mountsSkipped, notCaptured, showEntryPath, toManifestEntry, type Manifest, type ManifestEntry } from './manifest.js';
+import {
+  checkManifest,
+  checkPublished,
+  entryPathBytes,
+  entryTargetBytes,
+  mountsSkipped,
+  notCaptured,
+  showEntryPath,
+  toManifestEntry,
+  type Manifest,
+  type ManifestEntry,
+} from './manifest.js';
 import type { CheckpointStore } from './store.js';
 import { errnoCode } from '../../ipc/errno.js';
 
 /** Why a restore could not be done (nothing claimed): `code` not_published, no_such_checkpoint, bad_manifest, target, object, io. */
 export class RestoreError extends Error {
-  constructor(readonly code: 'not_published' | 'no_such_checkpoint' | 'bad_manifest' | 'target' | 'object' | 'io', message: string) {
+  constructor(
+    readonly code: 'not_published' | 'no_such_checkpoint' | 'bad_manifest' | 'target' | 'object' | 'io',
+    message: string,
+  ) {
     super(message);
     this.name = 'RestoreError';
   }
@@ -64,7 +91,6 @@ const SETID = 0o6000;
 const PREFETCH_OBJECTS = 8;
 const PREFETCH_MAX_BYTES = 8 << 20;
 
-
 /** Sets the atime and mtime of name in dirFd (null: dirFd itself) to the recorded ns, exactly, never through a link. */
 function setTimes(dirFd: number, name: Buffer | null, ns: string): void {
   const t = BigInt(ns);
@@ -98,7 +124,12 @@ function openTarget(target: string): number {
   }
   const notEmpty = () => {
     const names = readdirSync(`/proc/self/fd/${fd}`);
-    return names.length ? new RestoreError('target', `${target} is not empty (${names.length} ${names.length === 1 ? 'entry' : 'entries'}, e.g. ${JSON.stringify(names[0])}): restore into an empty or new directory`) : null;
+    return names.length
+      ? new RestoreError(
+          'target',
+          `${target} is not empty (${names.length} ${names.length === 1 ? 'entry' : 'entries'}, e.g. ${JSON.stringify(names[0])}): restore into an empty or new directory`,
+        )
+      : null;
   };
   try {
     // Nobody else may write in it while the restore runs: names made there by another user
@@ -121,9 +152,15 @@ function openTarget(target: string): number {
         throw late;
       }
     } else if (st.uid !== me) {
-      throw new RestoreError('target', `${target} is owned by uid ${st.uid}, not by you (uid ${me}): restore into a new directory, or one of your own that only you can write`);
+      throw new RestoreError(
+        'target',
+        `${target} is owned by uid ${st.uid}, not by you (uid ${me}): restore into a new directory, or one of your own that only you can write`,
+      );
     } else if ((st.mode & 0o022) !== 0) {
-      throw new RestoreError('target', `${target} is writable by others (mode 0${(st.mode & 0o7777).toString(8)}): another user could plant names in it during the restore; restore into a new directory, or one only you can write`);
+      throw new RestoreError(
+        'target',
+        `${target} is writable by others (mode 0${(st.mode & 0o7777).toString(8)}): another user could plant names in it during the restore; restore into a new directory, or one only you can write`,
+      );
     }
   } catch (err) {
     closeSync(fd);
@@ -147,7 +184,8 @@ export async function loadCheckpoint(store: CheckpointStore, id: string, publicK
     readError = err as Error;
   }
   if (!published) {
-    if (bytes) throw new RestoreError('not_published', `checkpoint ${id} in ${store.location} was never published (its read-back did not complete): it claims nothing`);
+    if (bytes)
+      throw new RestoreError('not_published', `checkpoint ${id} in ${store.location} was never published (its read-back did not complete): it claims nothing`);
     throw new RestoreError('no_such_checkpoint', `no checkpoint ${id} in ${store.location} (never taken there, or removed by gc)`);
   }
   if (!bytes) throw new RestoreError('bad_manifest', `checkpoint ${id}: its published record is there but its manifest is not: ${readError?.message}`);
@@ -163,7 +201,10 @@ class Prefetch {
   private readonly ahead = new Map<string, Promise<Buffer | Error>>();
   private next = 0;
 
-  constructor(private readonly store: CheckpointStore, private readonly order: { sha256: string; size: number }[]) {}
+  constructor(
+    private readonly store: CheckpointStore,
+    private readonly order: { sha256: string; size: number }[],
+  ) {}
 
   /** The bytes of the object at position i of the order, when it is one fetched ahead (else null: stream it). */
   async take(i: number): Promise<Buffer | Error | null> {
@@ -198,7 +239,12 @@ export async function restoreCheckpoint(
   store: CheckpointStore,
   id: string,
   target: string,
-  options: { publicKeyPem?: string; sameOwner?: boolean; remote?: boolean; onProgress?: (p: { objects: number; totalObjects: number; bytes: number; totalBytes: number }) => void } = {},
+  options: {
+    publicKeyPem?: string;
+    sameOwner?: boolean;
+    remote?: boolean;
+    onProgress?: (p: { objects: number; totalObjects: number; bytes: number; totalBytes: number }) => void;
+  } = {},
 ): Promise<RestoreResult> {
   const t0 = performance.now();
   const manifest = await loadCheckpoint(store, id, options.publicKeyPem);
@@ -245,7 +291,8 @@ export async function restoreCheckpoint(
       const name = comps[comps.length - 1];
       while (stack.length > comps.length - 1) finishDir(stack.pop()!);
       for (let i = 0; i < comps.length - 1; i++) {
-        if (!stack[i] || !stack[i].name.equals(comps[i])) throw new RestoreError('bad_manifest', `checkpoint ${id}: entry ${JSON.stringify(showEntryPath(e))} comes before (or without) its directory`);
+        if (!stack[i] || !stack[i].name.equals(comps[i]))
+          throw new RestoreError('bad_manifest', `checkpoint ${id}: entry ${JSON.stringify(showEntryPath(e))} comes before (or without) its directory`);
       }
       const dirFd = stack.length ? stack[stack.length - 1].fd : rootFd;
       const at = pathAt(dirFd, name);
@@ -291,7 +338,11 @@ export async function restoreCheckpoint(
         }
       } catch (err) {
         if (err instanceof RestoreError) throw err;
-        if (errnoCode(err) === 'EEXIST') throw new RestoreError('target', `${target}: ${where} appeared while restoring (planted?): never written through or replaced; the restore stops here`);
+        if (errnoCode(err) === 'EEXIST')
+          throw new RestoreError(
+            'target',
+            `${target}: ${where} appeared while restoring (planted?): never written through or replaced; the restore stops here`,
+          );
         throw new RestoreError('io', `${target}: restoring ${where} failed: ${(err as Error).message}`);
       }
     }
@@ -350,7 +401,11 @@ async function copyObject(store: CheckpointStore, sha256: string, size: number, 
     throw new RestoreError('object', `${where}: object ${sha256}: ${(err as Error).message}`);
   }
   const got = hash.digest('hex');
-  if (got !== sha256) throw new RestoreError('object', `${where}: object ${sha256} in ${store.location} reads as ${got} (${n} bytes): the store's copy is damaged; the restore stops here`);
+  if (got !== sha256)
+    throw new RestoreError(
+      'object',
+      `${where}: object ${sha256} in ${store.location} reads as ${got} (${n} bytes): the store's copy is damaged; the restore stops here`,
+    );
   if (n !== size) throw new RestoreError('object', `${where}: object ${sha256} holds ${n} bytes, the manifest says ${size}; the restore stops here`);
 }
 
@@ -423,7 +478,17 @@ export function showDifference(d: Difference): string {
  */
 export function compareTree(manifest: Manifest, target: string, options: { compareOwners: boolean; setidDropped: Set<ManifestEntry | 'root'> }): Difference[] {
   const out: Difference[] = [];
-  const fields: (keyof ManifestEntry)[] = ['type', 'mode', ...(options.compareOwners ? (['uid', 'gid'] as const) : []), 'size', 'sha256', 'target', 'target_b64', 'rdev', 'mtime_ns'];
+  const fields: (keyof ManifestEntry)[] = [
+    'type',
+    'mode',
+    ...(options.compareOwners ? (['uid', 'gid'] as const) : []),
+    'size',
+    'sha256',
+    'target',
+    'target_b64',
+    'rdev',
+    'mtime_ns',
+  ];
   const expectedMode = (mode: number, key: ManifestEntry | 'root') => (options.setidDropped.has(key) ? mode & ~SETID : mode);
   if (manifest.root) {
     const st = lstatSync(target, { bigint: true });

@@ -8,7 +8,17 @@ import { createHash } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
-import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client, type GetObjectCommandOutput, type PutObjectCommandInput, type PutObjectCommandOutput } from '@aws-sdk/client-s3';
+import {
+  DeleteObjectCommand,
+  GetObjectCommand,
+  HeadObjectCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  S3Client,
+  type GetObjectCommandOutput,
+  type PutObjectCommandInput,
+  type PutObjectCommandOutput,
+} from '@aws-sdk/client-s3';
 import { isSha256Hex, StoreError, type CheckpointStore, type StoreUrl, type WrittenVersion } from './store.js';
 import { systemError } from '../../ipc/errno.js';
 
@@ -133,7 +143,11 @@ export class S3Store implements CheckpointStore {
       if (!st.isFile()) throw new StoreError('refused', `object ${sha256} for ${this.where(key)}: ${file} is not a regular file`, key);
       const digest = await digestFile(fh);
       if (digest.bytes !== size || digest.sha256.toString('hex') !== sha256) {
-        throw new StoreError('io', `object ${sha256} for ${this.where(key)}: ${file} holds ${digest.bytes} bytes hashing to ${digest.sha256.toString('hex')}, not ${size} bytes hashing to ${sha256}; not uploaded`, key);
+        throw new StoreError(
+          'io',
+          `object ${sha256} for ${this.where(key)}: ${file} holds ${digest.bytes} bytes hashing to ${digest.sha256.toString('hex')}, not ${size} bytes hashing to ${sha256}; not uploaded`,
+          key,
+        );
       }
       const input = (): PutObjectCommandInput => ({
         Bucket: this.bucket,
@@ -178,10 +192,12 @@ export class S3Store implements CheckpointStore {
   /** Creates manifests/<id>.json; there already with the same bytes → its version; with other bytes → StoreError conflict. */
   async putManifest(id: string, bytes: Buffer): Promise<WrittenVersion> {
     const key = this.manifestKey(checkSha(id, 'manifest'));
-    const there = this.checkBeforePut ? await this.get(key).catch((err) => {
-      if (err instanceof StoreError && err.code === 'missing') return null;
-      throw err;
-    }) : null;
+    const there = this.checkBeforePut
+      ? await this.get(key).catch((err) => {
+          if (err instanceof StoreError && err.code === 'missing') return null;
+          throw err;
+        })
+      : null;
     if (there) return this.sameManifest(key, there, bytes);
     const put = await this.createOnceVersion(key, bytes, 'application/json');
     return put ?? this.sameManifest(key, await this.get(key), bytes);
@@ -191,7 +207,11 @@ export class S3Store implements CheckpointStore {
   private async sameManifest(key: string, res: GetObjectCommandOutput, bytes: Buffer): Promise<WrittenVersion> {
     const existing = await bodyBytes(res, key, this.where(key));
     if (!existing.equals(bytes)) {
-      throw new StoreError('conflict', `PutObject ${this.where(key)}: a different manifest (${existing.length} bytes, sha256 ${sha256Hex(existing)}) holds this id`, key);
+      throw new StoreError(
+        'conflict',
+        `PutObject ${this.where(key)}: a different manifest (${existing.length} bytes, sha256 ${sha256Hex(existing)}) holds this id`,
+        key,
+      );
     }
     return { etag: res.ETag ?? null, versionId: res.VersionId ?? null };
   }
@@ -204,7 +224,11 @@ export class S3Store implements CheckpointStore {
       res = await this.get(key, version);
     } catch (err) {
       if (err instanceof StoreError && err.code === 'conflict') {
-        throw new StoreError('conflict', `the manifest read back is not the version written (ETag ${version?.etag}, version ${version?.versionId ?? 'none'}): ${err.message}`, key);
+        throw new StoreError(
+          'conflict',
+          `the manifest read back is not the version written (ETag ${version?.etag}, version ${version?.versionId ?? 'none'}): ${err.message}`,
+          key,
+        );
       }
       if (err instanceof StoreError && err.code === 'missing' && version?.versionId) {
         throw new StoreError('missing', `manifest ${id}, version ${version.versionId}: ${err.message}`, key);
@@ -213,10 +237,18 @@ export class S3Store implements CheckpointStore {
     }
     // A server that ignored If-Match (s3rver does) still cannot pass another version off as this one.
     if (version?.etag && res.ETag !== version.etag) {
-      throw new StoreError('conflict', `the manifest read back is not the version written: GetObject ${this.where(key)} returned ETag ${res.ETag}, written ${version.etag}`, key);
+      throw new StoreError(
+        'conflict',
+        `the manifest read back is not the version written: GetObject ${this.where(key)} returned ETag ${res.ETag}, written ${version.etag}`,
+        key,
+      );
     }
     if (version?.versionId && res.VersionId !== version.versionId) {
-      throw new StoreError('conflict', `the manifest read back is not the version written: GetObject ${this.where(key)} returned version ${res.VersionId}, written ${version.versionId}`, key);
+      throw new StoreError(
+        'conflict',
+        `the manifest read back is not the version written: GetObject ${this.where(key)} returned version ${res.VersionId}, written ${version.versionId}`,
+        key,
+      );
     }
     return bodyBytes(res, key, this.where(key));
   }
@@ -246,7 +278,9 @@ export class S3Store implements CheckpointStore {
     const ids: string[] = [];
     let token: string | undefined;
     do {
-      const page = await this.attempt('ListObjectsV2', dir, () => this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: dir, ContinuationToken: token })));
+      const page = await this.attempt('ListObjectsV2', dir, () =>
+        this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: dir, ContinuationToken: token })),
+      );
       for (const o of page.Contents ?? []) {
         const m = /^([0-9a-f]{64})\.json$/.exec(o.Key?.slice(dir.length) ?? '');
         if (m && o.Key?.startsWith(dir)) ids.push(m[1]);
@@ -295,14 +329,17 @@ export class S3Store implements CheckpointStore {
   /** GetObject (with VersionId and If-Match when given); S3 errors as StoreError. */
   private get(key: string, version?: WrittenVersion): Promise<GetObjectCommandOutput> {
     return this.attempt('GetObject', key, () =>
-      this.client.send(new GetObjectCommand({
-        Bucket: this.bucket,
-        Key: key,
-        IfMatch: version?.etag ?? undefined,
-        VersionId: version?.versionId ?? undefined,
-        // Real S3 returns the SHA-256 sent on PUT and the SDK checks it; radosgw returns none.
-        ChecksumMode: 'ENABLED',
-      })));
+      this.client.send(
+        new GetObjectCommand({
+          Bucket: this.bucket,
+          Key: key,
+          IfMatch: version?.etag ?? undefined,
+          VersionId: version?.versionId ?? undefined,
+          // Real S3 returns the SHA-256 sent on PUT and the SDK checks it; radosgw returns none.
+          ChecksumMode: 'ENABLED',
+        }),
+      ),
+    );
   }
 
   /** Runs one S3 call, retrying what S3 says to retry (no response, 5xx, SlowDown, 409 ConditionalRequestConflict); failures become StoreError. */

@@ -10,7 +10,11 @@ import { createHash } from 'node:crypto';
 export type StoreErrorCode = 'missing' | 'conflict' | 'refused' | 'io';
 
 export class StoreError extends Error {
-  constructor(readonly code: StoreErrorCode, message: string, readonly key?: string) {
+  constructor(
+    readonly code: StoreErrorCode,
+    message: string,
+    readonly key?: string,
+  ) {
     super(message);
     this.name = 'StoreError';
   }
@@ -59,7 +63,10 @@ export function parseStoreUrl(value: string, defaultDir: string): StoreUrl {
   if (value === '') return { kind: 'local', dir: defaultDir };
   if (value.startsWith('/')) return { kind: 'local', dir: value };
   const m = /^s3:\/\/([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:\/(.*))?$/.exec(value);
-  if (!m) throw new Error(`checkpoint store ${JSON.stringify(value)}: expected an absolute directory or s3://bucket/prefix (a bucket name of 3-63 lowercase letters, digits, dots, hyphens)`);
+  if (!m)
+    throw new Error(
+      `checkpoint store ${JSON.stringify(value)}: expected an absolute directory or s3://bucket/prefix (a bucket name of 3-63 lowercase letters, digits, dots, hyphens)`,
+    );
   let prefix = m[2] ?? '';
   if (prefix !== '' && !prefix.endsWith('/')) prefix += '/';
   return { kind: 's3', bucket: m[1], prefix };

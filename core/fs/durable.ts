@@ -76,7 +76,13 @@ export interface NoReplace {
  * either way; any other errno is thrown after the temp is removed. Not durable until the
  * caller fsyncs toDirFd.
  */
-export function placeNoReplaceAt(fromDirFd: number, tmp: string | Buffer, toDirFd: number, name: string | Buffer, how: NoReplace = { renameWorks: true }): boolean {
+export function placeNoReplaceAt(
+  fromDirFd: number,
+  tmp: string | Buffer,
+  toDirFd: number,
+  name: string | Buffer,
+  how: NoReplace = { renameWorks: true },
+): boolean {
   const from = Buffer.isBuffer(tmp) ? tmp : Buffer.from(tmp);
   const to = Buffer.isBuffer(name) ? name : Buffer.from(name);
   const n = how.renameWorks ? nativeOrNull() : null;
@@ -149,6 +155,7 @@ export function createFileDurable(path: string, data: string | Uint8Array, mode 
     const tmp = tempBeside(path);
     writeTempAt(dirFd, tmp, mode, (fd) => writeAll(fd, bytes));
     faultPoint(`durable:${basename(path)}:before-link`);
-    if (!placeNoReplaceAt(dirFd, tmp, dirFd, basename(path))) throw Object.assign(new Error(`EEXIST: file already exists, link '${path}'`), { code: 'EEXIST', errno: -17, syscall: 'link', path });
+    if (!placeNoReplaceAt(dirFd, tmp, dirFd, basename(path)))
+      throw Object.assign(new Error(`EEXIST: file already exists, link '${path}'`), { code: 'EEXIST', errno: -17, syscall: 'link', path });
   });
 }

@@ -92,7 +92,12 @@ export interface NativeHelpers {
    * (FAN_REPORT_TARGET_FID: a create's, delete's or move's child; null when not reported); name:
    * the entry's name bytes ("." the directory itself).
    */
-  watchRead(fd: number, selfPid: number, keepName: string, cgroupMount: string): { mask: number; pid: number; pidfd: number; cgroup: bigint; handle: Buffer; target: Buffer | null; name: Buffer }[];
+  watchRead(
+    fd: number,
+    selfPid: number,
+    keepName: string,
+    cgroupMount: string,
+  ): { mask: number; pid: number; pidfd: number; cgroup: bigint; handle: Buffer; target: Buffer | null; name: Buffer }[];
   /**
    * One directory's entries sorted by name bytes, each with its lstat (fstatat(2)
    * AT_SYMLINK_NOFOLLOW relative to dirFd, readlinkat(2) for a link): `stats` holds `fields`

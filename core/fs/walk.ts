@@ -60,7 +60,10 @@ export interface WalkEntry extends StatFacts {
 
 /** Why a walk stopped: `code` is an errno name (ENOENT, ENOTDIR, ELOOP, EACCES, EMFILE, ...), scan_timeout or scan_failed. */
 export class ScanError extends Error {
-  constructor(readonly code: string, message: string) {
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
     super(message);
     this.name = 'ScanError';
   }
@@ -94,12 +97,18 @@ export function checkFsIdentity(fd: number, root: string, expect: FsIdentity): v
   const isRoot = root === expect.workspace;
   const what = isRoot ? `the workspace ${root}` : `${root} (in workspace ${expect.workspace})`;
   if (dev !== expect.dev) {
-    throw new ScanError('fs_changed', `fs_changed: ${what} is now another file system: something is mounted over it (st_dev ${dev}, the watched one's ${expect.dev}); only the watched file system is captured`);
+    throw new ScanError(
+      'fs_changed',
+      `fs_changed: ${what} is now another file system: something is mounted over it (st_dev ${dev}, the watched one's ${expect.dev}); only the watched file system is captured`,
+    );
   }
   if (expect.mntId === null) return;
   const mnt = mountIdOf(fd);
   if (mnt !== null && mnt !== expect.mntId) {
-    throw new ScanError('fs_changed', `fs_changed: ${what} is now another mount: something is mounted over it (mount id ${mnt}, the watched one's ${expect.mntId}); only the watched tree is captured`);
+    throw new ScanError(
+      'fs_changed',
+      `fs_changed: ${what} is now another mount: something is mounted over it (mount id ${mnt}, the watched one's ${expect.mntId}); only the watched tree is captured`,
+    );
   }
 }
 
@@ -144,7 +153,6 @@ function typeOf(st: BigIntStats): EntryType {
   return 'unknown';
 }
 
-
 /** The error a failed call becomes, naming the entry (relative) and what to do about EMFILE. */
 function scanError(err: unknown, what: string, rel: Buffer, depth: number, root: string): ScanError {
   if (err instanceof ScanError) return err;
@@ -166,7 +174,6 @@ export interface Listed {
   notLink: boolean;
 }
 
-
 const LITTLE_ENDIAN = endianness() === 'LE';
 
 const ERRNO_NAMES = new Map(Object.entries(osConstants.errno).map(([name, n]) => [n, name]));
@@ -182,14 +189,30 @@ function nativeStatDir(): typeof statDir {
 }
 
 /** Field offsets in statDirRaw's stats (native-helpers/src/statdir.h SD_*). */
-export const SD = { errno: 0, mode: 1, uid: 2, gid: 3, nlink: 4, dev: 5, ino: 6, size: 7, blocks: 8, rdev: 9, mtimeNs: 10, ctimeNs: 11, targetLen: 12 } as const;
+export const SD = {
+  errno: 0,
+  mode: 1,
+  uid: 2,
+  gid: 3,
+  nlink: 4,
+  dev: 5,
+  ino: 6,
+  size: 7,
+  blocks: 8,
+  rdev: 9,
+  mtimeNs: 10,
+  ctimeNs: 11,
+  targetLen: 12,
+} as const;
 
 /**
  * The native listing of dirFd as it comes, for callers that want no object per entry: entry
  * i's name is names[nameStart[i] .. nameEnd[i]) and its lstat fields are stats[i * fields +
  * SD.*] (SD.errno not 0: that entry's lstat failed). null without the native helper.
  */
-export function statDirRaw(dirFd: number): { count: number; fields: number; stats: BigInt64Array; names: Buffer; nameStart: Uint32Array; nameEnd: Uint32Array } | null {
+export function statDirRaw(
+  dirFd: number,
+): { count: number; fields: number; stats: BigInt64Array; names: Buffer; nameStart: Uint32Array; nameEnd: Uint32Array } | null {
   const sd = nativeStatDir();
   if (!sd) return null;
   const r = sd(dirFd);
@@ -227,7 +250,19 @@ export function readNames(dirFd: number): { names: Buffer[]; listed: (Listed | n
     listed[i] = {
       st: err
         ? null
-        : { mode: Number(v[b + SD.mode]), uid: Number(v[b + SD.uid]), gid: Number(v[b + SD.gid]), nlink: v[b + SD.nlink], dev: v[b + SD.dev], ino: v[b + SD.ino], size: v[b + SD.size], blocks: v[b + SD.blocks], rdev: v[b + SD.rdev], mtimeNs: v[b + SD.mtimeNs], ctimeNs: v[b + SD.ctimeNs] },
+        : {
+            mode: Number(v[b + SD.mode]),
+            uid: Number(v[b + SD.uid]),
+            gid: Number(v[b + SD.gid]),
+            nlink: v[b + SD.nlink],
+            dev: v[b + SD.dev],
+            ino: v[b + SD.ino],
+            size: v[b + SD.size],
+            blocks: v[b + SD.blocks],
+            rdev: v[b + SD.rdev],
+            mtimeNs: v[b + SD.mtimeNs],
+            ctimeNs: v[b + SD.ctimeNs],
+          },
       errno: err ? (ERRNO_NAMES.get(err) ?? `errno ${err}`) : null,
       target: tlen >= 0 ? Buffer.from(r.names.subarray(r.nameEnd[i], r.nameEnd[i] + tlen)) : null,
       notLink: tlen === -2,
@@ -238,11 +273,31 @@ export function readNames(dirFd: number): { names: Buffer[]; listed: (Listed | n
 
 /** The walk's stat fields of an lstat/fstat (node:fs BigIntStats). */
 function statFacts(st: BigIntStats): StatFacts {
-  return { mode: Number(st.mode), uid: Number(st.uid), gid: Number(st.gid), nlink: st.nlink, dev: st.dev, ino: st.ino, size: st.size, blocks: st.blocks, rdev: st.rdev, mtimeNs: st.mtimeNs, ctimeNs: st.ctimeNs };
+  return {
+    mode: Number(st.mode),
+    uid: Number(st.uid),
+    gid: Number(st.gid),
+    nlink: st.nlink,
+    dev: st.dev,
+    ino: st.ino,
+    size: st.size,
+    blocks: st.blocks,
+    rdev: st.rdev,
+    mtimeNs: st.mtimeNs,
+    ctimeNs: st.ctimeNs,
+  };
 }
 
 const S_IFMT = 0o170000;
-const TYPE_OF_MODE: Record<number, EntryType> = { 0o100000: 'file', 0o040000: 'dir', 0o120000: 'symlink', 0o010000: 'fifo', 0o140000: 'socket', 0o020000: 'char', 0o060000: 'block' };
+const TYPE_OF_MODE: Record<number, EntryType> = {
+  0o100000: 'file',
+  0o040000: 'dir',
+  0o120000: 'symlink',
+  0o010000: 'fifo',
+  0o140000: 'socket',
+  0o020000: 'char',
+  0o060000: 'block',
+};
 
 /**
  * Every entry under root, depth first, pre-order, names sorted bytewise; never the root itself.
@@ -271,7 +326,9 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
     }
     throw scanError(err, 'opening', none, 0, root);
   }
-  const stack: { fd: number; rel: Buffer; depth: number; names: Buffer[]; listed: (Listed | null)[]; next: number }[] = [{ fd: rootFd, rel: none, depth: 1, names: [], listed: [], next: 0 }];
+  const stack: { fd: number; rel: Buffer; depth: number; names: Buffer[]; listed: (Listed | null)[]; next: number }[] = [
+    { fd: rootFd, rel: none, depth: 1, names: [], listed: [], next: 0 },
+  ];
   let pendingFd = -1; // a directory opened but not yet on the stack
   let rootDev = 0n;
   let entries = 0;
@@ -287,7 +344,10 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
     rootDev = direct.dev;
     if (options.expectFs) checkFsIdentity(rootFd, root, options.expectFs);
     if (!viaProc || viaProc.ino !== direct.ino || viaProc.dev !== direct.dev) {
-      throw new ScanError('scan_failed', "scan_failed: /proc/self/fd does not name this process's fds (is /proc mounted?); the walk reaches entries through it");
+      throw new ScanError(
+        'scan_failed',
+        "scan_failed: /proc/self/fd does not name this process's fds (is /proc mounted?); the walk reaches entries through it",
+      );
     }
     try {
       ({ names: stack[0].names, listed: stack[0].listed } = readNames(rootFd));

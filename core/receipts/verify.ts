@@ -6,7 +6,18 @@ import { existsSync, lstatSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt, StreamName } from '../../ipc/protocol.js';
 import { readRecord } from '../state/records.js';
-import { ADMISSION_FILE, CHANGES_FILE, ESCAPE_ATTESTED_FILE, isUnreadableReceiptName, OUTPUT_REMOVED_FILE, RECEIPT_FILE, STARTED_FILE, STATE, TASK_FILES, taskDirName } from '../state/names.js';
+import {
+  ADMISSION_FILE,
+  CHANGES_FILE,
+  ESCAPE_ATTESTED_FILE,
+  isUnreadableReceiptName,
+  OUTPUT_REMOVED_FILE,
+  RECEIPT_FILE,
+  STARTED_FILE,
+  STATE,
+  TASK_FILES,
+  taskDirName,
+} from '../state/names.js';
 import { storedStream } from '../state/stream-files.js';
 import { chunkFileName, INDEX_FILE } from '../state/names.js';
 import { receiptDigest, verifySignature } from './signature.js';
@@ -18,7 +29,11 @@ export { jcs, keyIdOf, receiptDigest, signedBytes, verifySignature } from './sig
  * hash to the digest listed, carry a valid signature under publicKeyPem, and its stored
  * output must match it (verifyStoredOutput).
  */
-export function verifyCloseSessions(close: { sessions: { session_id: string; receipt_sha256: string | null }[] }, stateDir: string, publicKeyPem: string): string[] {
+export function verifyCloseSessions(
+  close: { sessions: { session_id: string; receipt_sha256: string | null }[] },
+  stateDir: string,
+  publicKeyPem: string,
+): string[] {
   const problems: string[] = [];
   for (const entry of close.sessions) {
     if (entry.receipt_sha256 === null) continue;
@@ -48,7 +63,8 @@ export function verifyCloseTasks(close: { tasks?: { task: string; receipt_sha256
     const path = join(stateDir, STATE.tasksDir, taskDirName(t.task), TASK_FILES.receipt);
     try {
       const digest = receiptDigest(readRecord('taskReceipt', path));
-      if (digest !== t.receipt_sha256) problems.push(`task ${JSON.stringify(t.task)}: task receipt digest ${digest}, the close receipt says ${t.receipt_sha256}`);
+      if (digest !== t.receipt_sha256)
+        problems.push(`task ${JSON.stringify(t.task)}: task receipt digest ${digest}, the close receipt says ${t.receipt_sha256}`);
     } catch (err) {
       problems.push(`task ${JSON.stringify(t.task)}: task receipt unreadable: ${(err as Error).message}`);
     }
@@ -82,7 +98,10 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string, onChunk?:
   // Nothing may have been added: only the records, the receipt and the listed streams (and,
   // for a cgroup_escaped receipt, the operator's word on it).
   const streams = Object.keys(receipt.output);
-  const records = receipt.death.evidence === 'cgroup_escaped' ? [ADMISSION_FILE, RECEIPT_FILE, STARTED_FILE, CHANGES_FILE, ESCAPE_ATTESTED_FILE] : [ADMISSION_FILE, RECEIPT_FILE, STARTED_FILE, CHANGES_FILE];
+  const records =
+    receipt.death.evidence === 'cgroup_escaped'
+      ? [ADMISSION_FILE, RECEIPT_FILE, STARTED_FILE, CHANGES_FILE, ESCAPE_ATTESTED_FILE]
+      : [ADMISSION_FILE, RECEIPT_FILE, STARTED_FILE, CHANGES_FILE];
   for (const entry of readdirSync(dir)) {
     if (records.includes(entry) || streams.includes(entry) || isUnreadableReceiptName(entry)) continue;
     problems.push(`unexpected entry in the session directory: ${entry}`);
@@ -109,13 +128,16 @@ export function verifyStoredOutput(receipt: Receipt, stateDir: string, onChunk?:
     }
     if (disk.final_cursor !== expected.final_cursor) problems.push(`${name}: ${disk.final_cursor} bytes on disk, the receipt says ${expected.final_cursor}`);
     if (disk.sha256 !== expected.sha256) problems.push(`${name}: sha256 on disk ${disk.sha256}, the receipt says ${expected.sha256}`);
-    if (disk.index_sha256 !== expected.index_sha256) problems.push(`${name}: index sha256 on disk ${disk.index_sha256}, the receipt says ${expected.index_sha256}`);
+    if (disk.index_sha256 !== expected.index_sha256)
+      problems.push(`${name}: index sha256 on disk ${disk.index_sha256}, the receipt says ${expected.index_sha256}`);
     const chunks = expected.chunks ?? [];
     if (chunks.length !== disk.chunks.length) problems.push(`${name}: ${disk.chunks.length} chunk files on disk, the receipt lists ${chunks.length}`);
     chunks.forEach((c, i) => {
       const d = disk.chunks[i];
       if (d && (d.start_cursor !== c.start_cursor || d.length !== c.length || (c.sha256 !== undefined && d.sha256 !== c.sha256))) {
-        problems.push(`${name}: chunk at ${c.start_cursor} differs (disk: ${d.length} bytes, ${d.sha256}; receipt: ${c.length} bytes, ${c.sha256 ?? 'no chunk digest'})`);
+        problems.push(
+          `${name}: chunk at ${c.start_cursor} differs (disk: ${d.length} bytes, ${d.sha256}; receipt: ${c.length} bytes, ${c.sha256 ?? 'no chunk digest'})`,
+        );
       }
     });
   }

@@ -38,7 +38,14 @@ const AdmissionSchema = z.object({
   /** A service (protocol.ts ServiceFacts); absent for other sessions. */
   service: z.object({ handed_off_from: sessionId.nullable(), keep_after_close: z.boolean() }).optional(),
   /** The session's cgroup limits (SessionLimits, written to its leaf before this record); absent when none, and in records written before limits. */
-  limits: z.object({ memory_max_bytes: z.number().int().positive().optional(), pids_max: z.number().int().positive().optional(), cpus: z.number().positive().optional() }).strict().optional(),
+  limits: z
+    .object({
+      memory_max_bytes: z.number().int().positive().optional(),
+      pids_max: z.number().int().positive().optional(),
+      cpus: z.number().positive().optional(),
+    })
+    .strict()
+    .optional(),
 });
 /** The durable admission record, written before spawn (admission.json). */
 export type AdmissionRecord = z.infer<typeof AdmissionSchema>;
@@ -100,7 +107,14 @@ const StartedSchema = z.object({ started_at: z.string().refine((s) => Number.isF
 /** started.json: the exec was reported then (not fsync'ed: its presence is the evidence). */
 export type StartedRecord = z.infer<typeof StartedSchema>;
 
-const EscapeAttestedSchema = z.object({ session_id: sessionId, receipt_sha256: z.string(), uid: z.number().int(), pid: z.number().int(), reason: z.string(), attested_at: z.string() });
+const EscapeAttestedSchema = z.object({
+  session_id: sessionId,
+  receipt_sha256: z.string(),
+  uid: z.number().int(),
+  pid: z.number().int(),
+  reason: z.string(),
+  attested_at: z.string(),
+});
 /** escape-attested.json: an operator said the processes the receipt names as escaped are ended. */
 export type EscapeAttestedRecord = z.infer<typeof EscapeAttestedSchema>;
 
@@ -120,7 +134,14 @@ const TaskSealSchema = z.object({ task: z.string().min(1), generation: z.number(
 /** tasks/<h>/seal.json: the task's admission sealed for good, at that generation. */
 export type TaskSealRecord = z.infer<typeof TaskSealSchema>;
 
-const TaskCloseSchema = z.object({ task: z.string().min(1), workspaces: z.array(z.string()), requested_at: z.string(), generation: z.number().int().min(0), added_workspaces: z.array(z.string()).optional(), defaulted: z.boolean().optional() });
+const TaskCloseSchema = z.object({
+  task: z.string().min(1),
+  workspaces: z.array(z.string()),
+  requested_at: z.string(),
+  generation: z.number().int().min(0),
+  added_workspaces: z.array(z.string()).optional(),
+  defaulted: z.boolean().optional(),
+});
 /**
  * tasks/<h>/close.json: the task's close was asked for, naming these workspaces (every later
  * close must name the same); added_workspaces: watched ones the task's receipts named that the
@@ -133,7 +154,10 @@ export type TaskCloseRecord = z.infer<typeof TaskCloseSchema>;
 /** A workspace's checkpoint as the attempt recorded it (a TaskCheckpointEntry: published, or the error that stopped it). */
 const TaskCheckpointStepSchema = z.looseObject({
   workspace: z.string(),
-  checkpoint_id: z.string().regex(/^[0-9a-f]{64}$/).nullable(),
+  checkpoint_id: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .nullable(),
   error: z.object({ code: z.string(), stage: z.string().nullable(), message: z.string() }).nullable(),
 });
 const TaskAttemptSchema = z.object({

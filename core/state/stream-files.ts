@@ -89,7 +89,7 @@ export function readIndexFrom(streamDir: string, from: number, limit: number): I
 
 /** pread(2) until buf is full; throws when the file ends first. */
 function readFully(fd: number, buf: Buffer, position: number): void {
-  for (let got = 0; got < buf.length; ) {
+  for (let got = 0; got < buf.length;) {
     const n = readSync(fd, buf, got, buf.length - got, position + got);
     if (n === 0) throw new Error(`index ends at ${position + got}, before ${position + buf.length}`);
     got += n;
@@ -106,7 +106,10 @@ export class ChunkReader {
   private fd = -1;
   private fdStart = -1;
 
-  constructor(readonly streamDir: string, readonly chunkBytes: number) {}
+  constructor(
+    readonly streamDir: string,
+    readonly chunkBytes: number,
+  ) {}
 
   /**
    * Reads bytes from cursor `from` into buf at offset: at most maxBytes, never past `end` nor
@@ -133,7 +136,7 @@ export class ChunkReader {
 
   /** Feeds the bytes [from, to) to onBytes, in pieces of at most buf's size. */
   each(from: number, to: number, buf: Buffer, onBytes: (bytes: Buffer) => void): void {
-    for (let cursor = from; cursor < to; ) {
+    for (let cursor = from; cursor < to;) {
       const n = this.readInto(cursor, to, buf, 0, buf.length);
       onBytes(buf.subarray(0, n));
       cursor += n;
@@ -197,7 +200,12 @@ export function indexDigest(sessionDir: string, stream: StreamName): string {
  * read back through the chunk reader: the SHA-256 of all of them and of each, and the index's.
  * A missing stream dir is an empty stream.
  */
-export function storedStream(sessionDir: string, stream: StreamName, chunkBytes: number, onChunk?: (bytes: number) => void): Pick<StreamOutput, 'final_cursor' | 'sha256' | 'index_sha256' | 'chunks'> {
+export function storedStream(
+  sessionDir: string,
+  stream: StreamName,
+  chunkBytes: number,
+  onChunk?: (bytes: number) => void,
+): Pick<StreamOutput, 'final_cursor' | 'sha256' | 'index_sha256' | 'chunks'> {
   const dir = join(sessionDir, stream);
   const hash = createHash('sha256');
   const { final_cursor, chunks } = existsSync(dir) ? storedChunks(sessionDir, stream, chunkBytes) : { final_cursor: 0, chunks: [] };

@@ -61,7 +61,8 @@ export interface JoinVerdict {
 }
 
 /** Why a root session's death proof is weaker: said in every task receipt that has one. */
-export const ROOT_TRUST_REASON = 'their death proof rests on root not interfering: a root process can leave its cgroup, signal or trace any process; run one non-root uid per task for isolation';
+export const ROOT_TRUST_REASON =
+  'their death proof rests on root not interfering: a root process can leave its cgroup, signal or trace any process; run one non-root uid per task for isolation';
 
 /** The trust note of a join: the sessions that ran as uid 0, and whose escape watch was unavailable. */
 export function trustNote(sessions: readonly JoinSession[]): JoinVerdict['trust'] {
@@ -153,7 +154,11 @@ export function receiptTouched(e: NonNullable<Receipt['workspace']>[number]): bo
  * closes stay consistent); the others are obligations (evaluateTask), a checkpoint of an
  * unwatched tree proving no order.
  */
-export function receiptWorkspaces(sessions: JoinSession[], workspaces: JoinWorkspace[], watched: string[]): { include: string[]; unwatched: { root: string; sessionIds: string[] }[] } {
+export function receiptWorkspaces(
+  sessions: JoinSession[],
+  workspaces: JoinWorkspace[],
+  watched: string[],
+): { include: string[]; unwatched: { root: string; sessionIds: string[] }[] } {
   const covered = new Set(workspaces.map((w) => w.root).filter((r): r is string => r !== null));
   const named = new Map<string, string[]>();
   for (const s of sessions) {
@@ -174,7 +179,14 @@ export function receiptWorkspaces(sessions: JoinSession[], workspaces: JoinWorks
 /** The verdict over the facts. */
 export function evaluateTask(f: JoinFacts): JoinVerdict {
   const obligations: TaskObligation[] = [];
-  const c: TaskConditions = { sealed: f.sealed, sessions_settled: true, terminal_mutations_known: true, checkpoint_covers: true, read_back_exact: true, fenced: true };
+  const c: TaskConditions = {
+    sealed: f.sealed,
+    sessions_settled: true,
+    terminal_mutations_known: true,
+    checkpoint_covers: true,
+    read_back_exact: true,
+    fenced: true,
+  };
   if (!f.sealed) obligations.push({ authority: 'operator', condition: 'sealed', what: 'the task is not sealed' });
 
   // Sessions: a receipt with death evidence and a final cursor per stream.
@@ -214,7 +226,10 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
       // Counted on an operator's word only (shown in the task receipt: death.escape_attested).
       if (!s.escapeAttested) {
         c.sessions_settled = false;
-        const where = (r.death.escapes ?? []).map((e) => `${e.kind === 'escape_possible' ? 'possibly ' : ''}to ${e.to ?? 'a cgroup since removed'}${e.writer_pid !== null ? ` by pid ${e.writer_pid}` : ''}`);
+        const where = (r.death.escapes ?? []).map(
+          (e) =>
+            `${e.kind === 'escape_possible' ? 'possibly ' : ''}to ${e.to ?? 'a cgroup since removed'}${e.writer_pid !== null ? ` by pid ${e.writer_pid}` : ''}`,
+        );
         obligations.push({
           authority: 'operator',
           condition: 'sessions_settled',
@@ -224,12 +239,22 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
       }
     } else if (!r.death || !DEATH_EVIDENCE.has(r.death.evidence)) {
       c.sessions_settled = false;
-      obligations.push({ authority: 'session', condition: 'sessions_settled', session_id: s.sessionId, what: `session ${s.sessionId}'s receipt has no death evidence` });
+      obligations.push({
+        authority: 'session',
+        condition: 'sessions_settled',
+        session_id: s.sessionId,
+        what: `session ${s.sessionId}'s receipt has no death evidence`,
+      });
     }
     const streams = Object.entries(r.output ?? {});
     if (streams.length === 0 || streams.some(([, o]) => !o || !Number.isSafeInteger(o.final_cursor) || o.final_cursor < 0)) {
       c.sessions_settled = false;
-      obligations.push({ authority: 'session', condition: 'sessions_settled', session_id: s.sessionId, what: `session ${s.sessionId}'s receipt has no final output cursor` });
+      obligations.push({
+        authority: 'session',
+        condition: 'sessions_settled',
+        session_id: s.sessionId,
+        what: `session ${s.sessionId}'s receipt has no final output cursor`,
+      });
     }
     ended.push({ id: s.sessionId, receipt: r, session: s });
   }
@@ -292,9 +317,19 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
       c.fenced = false;
       const err = cp?.error ?? null;
       if (err && err.stage === 'read_back') {
-        obligations.push({ authority: 'workspace', condition: 'read_back_exact', workspace: w.path, what: `the checkpoint of ${w.path} did not read back exactly: ${err.message}; close again to take a new one` });
+        obligations.push({
+          authority: 'workspace',
+          condition: 'read_back_exact',
+          workspace: w.path,
+          what: `the checkpoint of ${w.path} did not read back exactly: ${err.message}; close again to take a new one`,
+        });
       } else if (err) {
-        obligations.push({ authority: 'workspace', condition: 'checkpoint_covers', workspace: w.path, what: `the checkpoint of ${w.path} failed (${err.code}${err.stage ? `, ${err.stage}` : ''}): ${err.message}; close again to retry` });
+        obligations.push({
+          authority: 'workspace',
+          condition: 'checkpoint_covers',
+          workspace: w.path,
+          what: `the checkpoint of ${w.path} failed (${err.code}${err.stage ? `, ${err.stage}` : ''}): ${err.message}; close again to retry`,
+        });
       } else if (!waiting) {
         obligations.push({ authority: 'workspace', condition: 'checkpoint_covers', workspace: w.path, what: `no checkpoint of ${w.path} was taken` });
       }
@@ -303,7 +338,12 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
     }
     if (!cp.read_back?.exact) {
       c.read_back_exact = false;
-      obligations.push({ authority: 'workspace', condition: 'read_back_exact', workspace: w.path, what: `checkpoint ${cp.checkpoint_id} of ${w.path} has no exact read-back` });
+      obligations.push({
+        authority: 'workspace',
+        condition: 'read_back_exact',
+        workspace: w.path,
+        what: `checkpoint ${cp.checkpoint_id} of ${w.path} has no exact read-back`,
+      });
     }
     if (cp.consistent !== true) {
       c.checkpoint_covers = false;
@@ -315,10 +355,20 @@ export function evaluateTask(f: JoinFacts): JoinVerdict {
       const some = (k: number) => `${k} ${k === 1 ? 'path' : 'paths'} of ${w.path}`;
       const list = (k: number, shown: string[]) => `(${shown.slice(0, 3).join(', ')}${k > 3 ? ', ...' : ''})`;
       if (changedCount > 0 || leasedCount === 0) {
-        obligations.push({ authority: 'workspace', condition: 'checkpoint_covers', workspace: w.path, what: `${some(changedCount)} changed in every pass of checkpoint ${cp.checkpoint_id} ${list(changedCount, changed)}: stop what writes them and close again` });
+        obligations.push({
+          authority: 'workspace',
+          condition: 'checkpoint_covers',
+          workspace: w.path,
+          what: `${some(changedCount)} changed in every pass of checkpoint ${cp.checkpoint_id} ${list(changedCount, changed)}: stop what writes them and close again`,
+        });
       }
       if (leasedCount > 0) {
-        obligations.push({ authority: 'workspace', condition: 'checkpoint_covers', workspace: w.path, what: `${some(leasedCount)} held by another process's write lease in checkpoint ${cp.checkpoint_id}: not captured ${list(leasedCount, [...leased])}; end what holds the lease (fcntl F_SETLEASE) and close again` });
+        obligations.push({
+          authority: 'workspace',
+          condition: 'checkpoint_covers',
+          workspace: w.path,
+          what: `${some(leasedCount)} held by another process's write lease in checkpoint ${cp.checkpoint_id}: not captured ${list(leasedCount, [...leased])}; end what holds the lease (fcntl F_SETLEASE) and close again`,
+        });
       }
     }
     if (w.root !== null) {

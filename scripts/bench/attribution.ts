@@ -32,9 +32,26 @@ const EDITS: Edit[] = [
   { name: "sh -c 'echo x >> f'", setup: () => {}, script: 'echo x >> e.txt', path: 'e.txt' },
   { name: 'python3 write', setup: () => {}, script: `exec python3 -c "open('p.txt','w').write('x')"`, path: 'p.txt' },
   { name: "sh -c 'cp a b; true' (reaped by sh)", setup: (d) => writeFileSync(join(d, 'a.txt'), 'a\n'), script: 'cp a.txt b.txt; true', path: 'b.txt' },
-  { name: 'git add -A', setup: (d) => { execFileSync('git', ['init', '-q', d]); writeFileSync(join(d, 'g.txt'), 'g\n'); }, script: 'exec git add -A', path: '.git/index' },
+  {
+    name: 'git add -A',
+    setup: (d) => {
+      execFileSync('git', ['init', '-q', d]);
+      writeFileSync(join(d, 'g.txt'), 'g\n');
+    },
+    script: 'exec git add -A',
+    path: '.git/index',
+  },
   { name: 'tar -x', setup: () => {}, script: 'exec tar -xf "$TARBALL"', path: 'tree/t0' },
-  { name: 'npm install ./pkg', setup: (d) => { mkdirSync(join(d, 'pkg')); writeFileSync(join(d, 'pkg', 'package.json'), '{"name":"pkg","version":"1.0.0"}\n'); writeFileSync(join(d, 'package.json'), '{"name":"app","version":"1.0.0"}\n'); }, script: 'exec npm install --offline --no-audit --no-fund ./pkg >/dev/null 2>&1', path: 'package-lock.json' },
+  {
+    name: 'npm install ./pkg',
+    setup: (d) => {
+      mkdirSync(join(d, 'pkg'));
+      writeFileSync(join(d, 'pkg', 'package.json'), '{"name":"pkg","version":"1.0.0"}\n');
+      writeFileSync(join(d, 'package.json'), '{"name":"app","version":"1.0.0"}\n');
+    },
+    script: 'exec npm install --offline --no-audit --no-fund ./pkg >/dev/null 2>&1',
+    path: 'package-lock.json',
+  },
 ];
 
 function mountTmpfs(at: string): void {
@@ -52,10 +69,18 @@ function cProject(dir: string, n: number): void {
     objs.push(`f${i}.o`);
   }
   writeFileSync(join(dir, 'main.c'), 'int main(void) { return 0; }\n');
-  writeFileSync(join(dir, 'Makefile'), `OBJS = main.o ${objs.join(' ')}\nprog: $(OBJS)\n\tgcc -o $@ $(OBJS)\n%.o: %.c\n\tgcc -O0 -c -o $@ $<\nclean:\n\trm -f prog $(OBJS)\n`);
+  writeFileSync(
+    join(dir, 'Makefile'),
+    `OBJS = main.o ${objs.join(' ')}\nprog: $(OBJS)\n\tgcc -o $@ $(OBJS)\n%.o: %.c\n\tgcc -O0 -c -o $@ $<\nclean:\n\trm -f prog $(OBJS)\n`,
+  );
 }
 
-async function editRound(c: SupervisorClient, ws: string, rep: number, tarball: string): Promise<{ name: string; events: number; attributed: number; named: boolean }[]> {
+async function editRound(
+  c: SupervisorClient,
+  ws: string,
+  rep: number,
+  tarball: string,
+): Promise<{ name: string; events: number; attributed: number; named: boolean }[]> {
   const out: { name: string; events: number; attributed: number; named: boolean }[] = [];
   for (const [k, e] of EDITS.entries()) {
     const dir = join(ws, `r${rep}-${k}`);
@@ -64,13 +89,23 @@ async function editRound(c: SupervisorClient, ws: string, rep: number, tarball: 
     // The setup's own events are read before the edit starts (a session's barrier orders them),
     // so the edit's session counts only its own and what no session claimed meanwhile.
     await c.wait({ session_id: (await c.launch({ argv: ['true'], cwd: '/' })).session_id });
-    const { session_id } = await c.launch({ argv: ['sh', '-c', e.script], cwd: dir, env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir, TARBALL: tarball }, linger: 'kill' });
+    const { session_id } = await c.launch({
+      argv: ['sh', '-c', e.script],
+      cwd: dir,
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir, TARBALL: tarball },
+      linger: 'kill',
+    });
     const r = await c.wait({ session_id });
     if (r.exit.code !== 0) throw new Error(`attribution bench: ${e.name} exited ${JSON.stringify(r.exit)}`);
     const w = r.workspace![0];
     const changes = await c.request('changes', { session_id });
     const rel = `r${rep}-${k}/${e.path}`;
-    out.push({ name: e.name, events: w.attributed.events + w.unattributed_events, attributed: w.attributed.events, named: changes.workspaces[0].changes.some((ch) => ch.path === rel) });
+    out.push({
+      name: e.name,
+      events: w.attributed.events + w.unattributed_events,
+      attributed: w.attributed.events,
+      named: changes.workspaces[0].changes.some((ch) => ch.path === rel),
+    });
   }
   return out;
 }
@@ -99,17 +134,24 @@ export async function attributionBench(opts: { reps: number; sessions: number; c
     for (const mode of ['hold', 'nohold'] as const) {
       mountTmpfs(ws[mode]);
       mounted.push(ws[mode]);
-      daemons[mode] = await new TestDaemon({ cgroupPrefix: 'sbx-bench-', config: { logLevel: 'warn', workspace: { paths: [ws[mode]], holdExited: mode === 'hold', batchMs: Number(process.env.WS_BATCH_MS ?? 10) } } }).start();
+      daemons[mode] = await new TestDaemon({
+        cgroupPrefix: 'sbx-bench-',
+        config: { logLevel: 'warn', workspace: { paths: [ws[mode]], holdExited: mode === 'hold', batchMs: Number(process.env.WS_BATCH_MS ?? 10) } },
+      }).start();
     }
     const clients = { hold: await connect(daemons.hold!), nohold: await connect(daemons.nohold!) };
     const edits: Record<Mode, { name: string; events: number; attributed: number; named: boolean }[]> = { hold: [], nohold: [] };
     for (let rep = 0; rep < opts.reps; rep++) {
-      for (const mode of rep % 2 === 0 ? (['hold', 'nohold'] as const) : (['nohold', 'hold'] as const)) edits[mode].push(...(await editRound(clients[mode], ws[mode], rep, tarball)));
+      for (const mode of rep % 2 === 0 ? (['hold', 'nohold'] as const) : (['nohold', 'hold'] as const))
+        edits[mode].push(...(await editRound(clients[mode], ws[mode], rep, tarball)));
     }
     const exits: Record<Mode, number[]> = { hold: [], nohold: [] };
     for (let i = 0; i < 4; i++) for (const mode of ['hold', 'nohold'] as const) exits[mode].push(...(await exitToReceipt(clients[mode], opts.sessions / 4)));
     const builds: Record<Mode, number[]> = { hold: [], nohold: [] };
-    const buildAttr: Record<Mode, { attributed: number; unattributed: number }> = { hold: { attributed: 0, unattributed: 0 }, nohold: { attributed: 0, unattributed: 0 } };
+    const buildAttr: Record<Mode, { attributed: number; unattributed: number }> = {
+      hold: { attributed: 0, unattributed: 0 },
+      nohold: { attributed: 0, unattributed: 0 },
+    };
     for (const mode of ['hold', 'nohold'] as const) {
       cProject(join(ws[mode], 'c'), opts.cFiles);
       // The project's own files are read before the first build (its barrier orders them).
@@ -136,13 +178,41 @@ export async function attributionBench(opts: { reps: number; sessions: number; c
         const at = xs.reduce((a, x) => a + x.attributed, 0);
         return `${at}/${ev} events, named ${xs.filter((x) => x.named).length}/${xs.length}`;
       };
-      rows.push({ metric: `attributed: ${e.name}`, value: text('hold'), baseline: text('nohold'), ratio: '', target: 'all', met: of('hold').every((x) => x.named && x.attributed === x.events) });
+      rows.push({
+        metric: `attributed: ${e.name}`,
+        value: text('hold'),
+        baseline: text('nohold'),
+        ratio: '',
+        target: 'all',
+        met: of('hold').every((x) => x.named && x.attributed === x.events),
+      });
     }
     const [a, b] = [distribution(exits.hold), distribution(exits.nohold)];
-    rows.push({ metric: 'exit -> receipt, true, p50 / p99', value: `${fmtMs(a.p50)} / ${fmtMs(a.p99)}`, baseline: `${fmtMs(b.p50)} / ${fmtMs(b.p99)}`, ratio: `+${fmtMs(a.p50 - b.p50)}`, target: '', met: null });
+    rows.push({
+      metric: 'exit -> receipt, true, p50 / p99',
+      value: `${fmtMs(a.p50)} / ${fmtMs(a.p99)}`,
+      baseline: `${fmtMs(b.p50)} / ${fmtMs(b.p99)}`,
+      ratio: `+${fmtMs(a.p50 - b.p50)}`,
+      target: '',
+      met: null,
+    });
     const [bh, bn] = [median(builds.hold), median(builds.nohold)];
-    rows.push({ metric: `make -j2, ${opts.cFiles + 1} C files (median of ${opts.builds})`, value: fmtMs(bh), baseline: fmtMs(bn), ratio: `${((bh / bn - 1) * 100).toFixed(1)}%`, target: '', met: null });
-    rows.push({ metric: 'make -j2: events attributed / unattributed (all builds)', value: `${buildAttr.hold.attributed} / ${buildAttr.hold.unattributed}`, baseline: `${buildAttr.nohold.attributed} / ${buildAttr.nohold.unattributed}`, ratio: '', target: '', met: null });
+    rows.push({
+      metric: `make -j2, ${opts.cFiles + 1} C files (median of ${opts.builds})`,
+      value: fmtMs(bh),
+      baseline: fmtMs(bn),
+      ratio: `${((bh / bn - 1) * 100).toFixed(1)}%`,
+      target: '',
+      met: null,
+    });
+    rows.push({
+      metric: 'make -j2: events attributed / unattributed (all builds)',
+      value: `${buildAttr.hold.attributed} / ${buildAttr.hold.unattributed}`,
+      baseline: `${buildAttr.nohold.attributed} / ${buildAttr.nohold.unattributed}`,
+      ratio: '',
+      target: '',
+      met: null,
+    });
     printTable(`attribution (holdExited on vs off; ${opts.reps} rounds of edits, interleaved)`, rows);
     writeJson('attribution', { edits, exit_to_receipt_ms: { hold: a, nohold: b, samples: exits }, make_ms: builds, make_events: buildAttr });
     return rows;

@@ -62,7 +62,14 @@ export async function checkpointScaleBench(opts: { files: number }): Promise<Row
   const changed = Array.from({ length: 10 }, (_, i) => paths[Math.floor(((i + 0.5) * paths.length) / 10)]!);
   const gitDir = join(d.dir, 'git');
   const resticRepo = join(d.dir, 'restic');
-  const env = { ...process.env, GIT_DIR: gitDir, GIT_WORK_TREE: ws, RESTIC_PASSWORD: 'bench', RESTIC_REPOSITORY: resticRepo, RESTIC_CACHE_DIR: join(d.dir, 'restic-cache') };
+  const env = {
+    ...process.env,
+    GIT_DIR: gitDir,
+    GIT_WORK_TREE: ws,
+    RESTIC_PASSWORD: 'bench',
+    RESTIC_REPOSITORY: resticRepo,
+    RESTIC_CACHE_DIR: join(d.dir, 'restic-cache'),
+  };
   const sh = (script: string) => {
     const t = nowMs();
     execFileSync('/bin/bash', ['-c', script], { stdio: 'ignore', env });
@@ -97,7 +104,8 @@ export async function checkpointScaleBench(opts: { files: number }): Promise<Row
       return r;
     };
     const r1 = await take('first');
-    if (r1.scan.files !== opts.files || !r1.consistent) throw new Error(`first checkpoint: ${r1.scan.files} files of ${opts.files}, consistent ${r1.consistent}`);
+    if (r1.scan.files !== opts.files || !r1.consistent)
+      throw new Error(`first checkpoint: ${r1.scan.files} files of ${opts.files}, consistent ${r1.consistent}`);
     const r2 = await take('again');
     if (r2.objects.written !== 0) throw new Error(`the unchanged re-checkpoint wrote ${r2.objects.written} objects`);
     change(changed);
@@ -124,15 +132,61 @@ export async function checkpointScaleBench(opts: { files: number }): Promise<Row
     const peer = (ms: number, name: string) => (Number.isNaN(ms) ? `${name}: not installed` : `${fmtMs(ms)} ${name}`);
     const tree = `${opts.files} files, ${((opts.files * FILE_BYTES) / 2 ** 20).toFixed(0)} MiB`;
     const rows: Row[] = [
-      { metric: `first checkpoint, ${tree}`, value: fmtMs(sbx.first), baseline: `${peer(restic.first, 'restic')}; ${peer(git.first, 'git')}`, ratio: `${(sbx.first / restic.first).toFixed(2)}x restic`, target: '<= restic', met: withRestic ? sbx.first <= restic.first : null },
-      { metric: 'unchanged re-checkpoint (published)', value: `${fmtMs(sbx.again)} (${fmtMs(sbx.againBeforeReadBack)} to its manifest)`, baseline: `${peer(git.again, 'git')}; ${peer(restic.again, 'restic')}`, ratio: `${(sbx.again / git.again).toFixed(2)}x git`, target: '<= git', met: withGit ? sbx.again <= git.again : null },
-      { metric: 're-checkpoint after 10 files changed (published)', value: `${fmtMs(sbx.changed)} (${fmtMs(sbx.changedBeforeReadBack)} to its manifest)`, baseline: `${peer(git.changed, 'git')}; ${peer(restic.changed, 'restic')}`, ratio: `${(sbx.changed / git.changed).toFixed(2)}x git`, target: '<= git', met: withGit ? sbx.changed <= git.changed : null },
-      { metric: 'sbx restore (copy, re-hash, rescan, compare)', value: fmtMs(restoreMs), baseline: `${fmtMs(cpMs)} cp -a + sync`, ratio: `${(restoreMs / cpMs).toFixed(2)}x`, target: '<= 1.2x', met: restoreMs <= 1.2 * cpMs },
+      {
+        metric: `first checkpoint, ${tree}`,
+        value: fmtMs(sbx.first),
+        baseline: `${peer(restic.first, 'restic')}; ${peer(git.first, 'git')}`,
+        ratio: `${(sbx.first / restic.first).toFixed(2)}x restic`,
+        target: '<= restic',
+        met: withRestic ? sbx.first <= restic.first : null,
+      },
+      {
+        metric: 'unchanged re-checkpoint (published)',
+        value: `${fmtMs(sbx.again)} (${fmtMs(sbx.againBeforeReadBack)} to its manifest)`,
+        baseline: `${peer(git.again, 'git')}; ${peer(restic.again, 'restic')}`,
+        ratio: `${(sbx.again / git.again).toFixed(2)}x git`,
+        target: '<= git',
+        met: withGit ? sbx.again <= git.again : null,
+      },
+      {
+        metric: 're-checkpoint after 10 files changed (published)',
+        value: `${fmtMs(sbx.changed)} (${fmtMs(sbx.changedBeforeReadBack)} to its manifest)`,
+        baseline: `${peer(git.changed, 'git')}; ${peer(restic.changed, 'restic')}`,
+        ratio: `${(sbx.changed / git.changed).toFixed(2)}x git`,
+        target: '<= git',
+        met: withGit ? sbx.changed <= git.changed : null,
+      },
+      {
+        metric: 'sbx restore (copy, re-hash, rescan, compare)',
+        value: fmtMs(restoreMs),
+        baseline: `${fmtMs(cpMs)} cp -a + sync`,
+        ratio: `${(restoreMs / cpMs).toFixed(2)}x`,
+        target: '<= 1.2x',
+        met: restoreMs <= 1.2 * cpMs,
+      },
       { metric: 'sbx verify (manifest + every object re-hashed)', value: fmtMs(verifyMs), baseline: '', ratio: '', target: '', met: null },
-      { metric: 'supervisor RSS growth (peak over start)', value: `+${growthMiB.toFixed(1)} MiB`, baseline: `${(mem.startKb / 1024).toFixed(1)} MiB at start`, ratio: '', target: '<= 128 MiB', met: growthMiB <= 128 },
+      {
+        metric: 'supervisor RSS growth (peak over start)',
+        value: `+${growthMiB.toFixed(1)} MiB`,
+        baseline: `${(mem.startKb / 1024).toFixed(1)} MiB at start`,
+        ratio: '',
+        target: '<= 128 MiB',
+        met: growthMiB <= 128,
+      },
     ];
     printTable(`checkpoint_scale (${tree}, state dir's file system)`, rows);
-    writeJson('checkpoint_scale', { seed, files: opts.files, file_bytes: FILE_BYTES, git, restic, sbx, restore_ms: restoreMs, cp_sync_ms: cpMs, verify_ms: verifyMs, rss_kb: mem });
+    writeJson('checkpoint_scale', {
+      seed,
+      files: opts.files,
+      file_bytes: FILE_BYTES,
+      git,
+      restic,
+      sbx,
+      restore_ms: restoreMs,
+      cp_sync_ms: cpMs,
+      verify_ms: verifyMs,
+      rss_kb: mem,
+    });
     return rows;
   } finally {
     await d.stop();

@@ -60,7 +60,8 @@ export async function checkpointBench(opts: { smallFiles: number; smallBytes: nu
       const r1 = await c.checkpoint({ workspace: ws });
       first.push(nowMs() - t);
       readBackFirst.push(r1.read_back.ms);
-      if (r1.objects.written !== files || !r1.consistent) throw new Error(`first checkpoint wrote ${r1.objects.written} objects of ${files}, consistent ${r1.consistent}`);
+      if (r1.objects.written !== files || !r1.consistent)
+        throw new Error(`first checkpoint wrote ${r1.objects.written} objects of ${files}, consistent ${r1.consistent}`);
       t = nowMs();
       const r2 = await c.checkpoint({ workspace: ws });
       again.push(nowMs() - t);
@@ -84,15 +85,69 @@ export async function checkpointBench(opts: { smallFiles: number; smallBytes: nu
     const growthMiB = (mem.peakKb - mem.startKb) / 1024;
     const tree = `${files} files, ${(total / 2 ** 20).toFixed(0)} MiB`;
     const rows: Row[] = [
-      { metric: `first checkpoint, ${tree} (median of ${opts.reps})`, value: fmtMs(median(first)), baseline: `${fmtMs(median(cpSync))} cp -a + sync`, ratio: `${(median(first) / median(cpSync)).toFixed(2)}x`, target: '<= 1.5 s', met: median(first) <= 1500 },
-      { metric: 'unchanged re-checkpoint, up to its stored manifest', value: fmtMs(median(againBeforeReadBack)), baseline: `${fmtMs(median(sha))} sha256sum`, ratio: `${(median(againBeforeReadBack) / median(sha)).toFixed(2)}x`, target: '<= 0.2 s', met: median(againBeforeReadBack) <= 200 },
-      { metric: 'unchanged re-checkpoint, published (read-back included)', value: fmtMs(median(again)), baseline: `${fmtMs(median(sha))} sha256sum`, ratio: `${(median(again) / median(sha)).toFixed(2)}x`, target: '', met: null },
-      { metric: 'read-back (manifest + every object re-hashed)', value: fmtMs(median(readBackAgain)), baseline: `${fmtMs(median(readBackFirst))} after the first`, ratio: '', target: '<= 0.2 s', met: median(readBackAgain) <= 200 },
-      { metric: 'sbx restore (copy, re-hash, rescan, compare)', value: fmtMs(median(restore)), baseline: `${fmtMs(median(cpSync))} cp -a + sync`, ratio: `${(median(restore) / median(cpSync)).toFixed(2)}x`, target: '<= 1.5 s', met: median(restore) <= 1500 },
-      { metric: 'supervisor RSS growth (peak over start)', value: `+${growthMiB.toFixed(1)} MiB`, baseline: `${(mem.startKb / 1024).toFixed(1)} MiB at start`, ratio: '', target: '<= 64 MiB', met: growthMiB <= 64 },
+      {
+        metric: `first checkpoint, ${tree} (median of ${opts.reps})`,
+        value: fmtMs(median(first)),
+        baseline: `${fmtMs(median(cpSync))} cp -a + sync`,
+        ratio: `${(median(first) / median(cpSync)).toFixed(2)}x`,
+        target: '<= 1.5 s',
+        met: median(first) <= 1500,
+      },
+      {
+        metric: 'unchanged re-checkpoint, up to its stored manifest',
+        value: fmtMs(median(againBeforeReadBack)),
+        baseline: `${fmtMs(median(sha))} sha256sum`,
+        ratio: `${(median(againBeforeReadBack) / median(sha)).toFixed(2)}x`,
+        target: '<= 0.2 s',
+        met: median(againBeforeReadBack) <= 200,
+      },
+      {
+        metric: 'unchanged re-checkpoint, published (read-back included)',
+        value: fmtMs(median(again)),
+        baseline: `${fmtMs(median(sha))} sha256sum`,
+        ratio: `${(median(again) / median(sha)).toFixed(2)}x`,
+        target: '',
+        met: null,
+      },
+      {
+        metric: 'read-back (manifest + every object re-hashed)',
+        value: fmtMs(median(readBackAgain)),
+        baseline: `${fmtMs(median(readBackFirst))} after the first`,
+        ratio: '',
+        target: '<= 0.2 s',
+        met: median(readBackAgain) <= 200,
+      },
+      {
+        metric: 'sbx restore (copy, re-hash, rescan, compare)',
+        value: fmtMs(median(restore)),
+        baseline: `${fmtMs(median(cpSync))} cp -a + sync`,
+        ratio: `${(median(restore) / median(cpSync)).toFixed(2)}x`,
+        target: '<= 1.5 s',
+        met: median(restore) <= 1500,
+      },
+      {
+        metric: 'supervisor RSS growth (peak over start)',
+        value: `+${growthMiB.toFixed(1)} MiB`,
+        baseline: `${(mem.startKb / 1024).toFixed(1)} MiB at start`,
+        ratio: '',
+        target: '<= 64 MiB',
+        met: growthMiB <= 64,
+      },
     ];
     printTable(`checkpoint (${tree}, state dir's file system)`, rows);
-    writeJson('checkpoint', { seed, files, bytes: total, first_ms: first, again_ms: again, again_before_read_back_ms: againBeforeReadBack, read_back_ms: { first: readBackFirst, again: readBackAgain }, restore_ms: restore, cp_sync_ms: cpSync, sha256sum_ms: sha, rss_kb: mem });
+    writeJson('checkpoint', {
+      seed,
+      files,
+      bytes: total,
+      first_ms: first,
+      again_ms: again,
+      again_before_read_back_ms: againBeforeReadBack,
+      read_back_ms: { first: readBackFirst, again: readBackAgain },
+      restore_ms: restore,
+      cp_sync_ms: cpSync,
+      sha256sum_ms: sha,
+      rss_kb: mem,
+    });
     return rows;
   } finally {
     await d.stop();

@@ -3,7 +3,21 @@
 // hand (`npm run bench`), never as timed tests.
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { closeSync, constants, fsyncSync, ftruncateSync, linkSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  fsyncSync,
+  ftruncateSync,
+  linkSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  unlinkSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SupervisorClient } from '../../ipc/client.js';

@@ -18,7 +18,10 @@ export async function handoffBench(d: TestDaemon, runs: number): Promise<Row[]> 
         const { session_id } = await client.launch({ argv: ['sh', '-c', script[kind]], cwd: '/', linger: kind === 'none' ? 'kill' : kind, grace_ms: 1000 });
         const r = await client.wait({ session_id });
         const t1 = nowMs();
-        if (r.exit.code !== 0 || (kind === 'handoff') !== Boolean(r.handed_off)) throw new Error(`handoff bench: ${kind} session ${session_id} ended ${r.outcome} ${JSON.stringify(r.exit)} handed_off ${JSON.stringify(r.handed_off)}`);
+        if (r.exit.code !== 0 || (kind === 'handoff') !== Boolean(r.handed_off))
+          throw new Error(
+            `handoff bench: ${kind} session ${session_id} ended ${r.outcome} ${JSON.stringify(r.exit)} handed_off ${JSON.stringify(r.handed_off)}`,
+          );
         samples[kind].push(t1 - execAt(await client.read({ session_id }, 'stdout')));
         if (r.handed_off) {
           await client.request('cancel', { session_id: r.handed_off.service_id, grace_ms: 0 });
@@ -32,8 +35,22 @@ export async function handoffBench(d: TestDaemon, runs: number): Promise<Row[]> 
   const [none, kill, handoff] = (['none', 'kill', 'handoff'] as const).map((k) => distribution(samples[k]));
   const rows: Row[] = [
     { metric: 'exit -> receipt, nothing left, p50 / p99', value: `${fmtMs(none.p50)} / ${fmtMs(none.p99)}`, baseline: '', ratio: '', target: '', met: null },
-    { metric: 'exit -> receipt, one leftover, --linger kill, p50 / p99', value: `${fmtMs(kill.p50)} / ${fmtMs(kill.p99)}`, baseline: fmtMs(none.p50), ratio: `${(kill.p50 / none.p50).toFixed(2)}x`, target: '', met: null },
-    { metric: 'exit -> receipt, one leftover, --linger handoff, p50 / p99', value: `${fmtMs(handoff.p50)} / ${fmtMs(handoff.p99)}`, baseline: fmtMs(kill.p50), ratio: `${(handoff.p50 / kill.p50).toFixed(2)}x`, target: '', met: null },
+    {
+      metric: 'exit -> receipt, one leftover, --linger kill, p50 / p99',
+      value: `${fmtMs(kill.p50)} / ${fmtMs(kill.p99)}`,
+      baseline: fmtMs(none.p50),
+      ratio: `${(kill.p50 / none.p50).toFixed(2)}x`,
+      target: '',
+      met: null,
+    },
+    {
+      metric: 'exit -> receipt, one leftover, --linger handoff, p50 / p99',
+      value: `${fmtMs(handoff.p50)} / ${fmtMs(handoff.p99)}`,
+      baseline: fmtMs(kill.p50),
+      ratio: `${(handoff.p50 / kill.p50).toFixed(2)}x`,
+      target: '',
+      met: null,
+    },
   ];
   printTable(`handoff (${runs} of each, interleaved)`, rows);
   writeJson('handoff', { none, kill, handoff, samples });

@@ -38,17 +38,46 @@ export async function exitToReceiptBench(d: TestDaemon, sessions: number): Promi
   const l = distribution(launchToReceipt);
   const floor = (await durableFloors(d.stateDir, Math.min(sessions, 300))).receipt;
   const bounds = [1, 2, 3, 4, 5, 7, 10, 15, 20, 50];
-  process.stdout.write(`\n### exit_to_receipt (${sessions} sessions of \`date +%s%N\`)\n\nthe command's last act (its clock printed) -> fsync'ed receipt at the client:\n${histogram(exitToReceipt, bounds)}\n\nlaunch request -> receipt:\n${histogram(launchToReceipt, bounds)}\n`);
+  process.stdout.write(
+    `\n### exit_to_receipt (${sessions} sessions of \`date +%s%N\`)\n\nthe command's last act (its clock printed) -> fsync'ed receipt at the client:\n${histogram(exitToReceipt, bounds)}\n\nlaunch request -> receipt:\n${histogram(launchToReceipt, bounds)}\n`,
+  );
   const rows: Row[] = [
     { metric: 'exit -> receipt p50', value: fmtMs(e.p50), baseline: '', ratio: '', target: '<= 3 ms', met: e.p50 <= 3 },
     { metric: 'exit -> receipt p99', value: fmtMs(e.p99), baseline: '', ratio: '', target: '<= 5 ms', met: e.p99 <= 5 },
     { metric: 'exit -> receipt p90 / max', value: `${fmtMs(e.p90)} / ${fmtMs(e.max)}`, baseline: '', ratio: '', target: '', met: null },
-    { metric: "from the receipt's leader_exited_at (ms resolution), p50 / p99", value: `${fmtMs(reaped.p50)} / ${fmtMs(reaped.p99)}`, baseline: '', ratio: '', target: '', met: null },
-    { metric: "the receipt's fsyncs alone (streams' index+dir at once, then receipt+link+dir), p50 / p99", value: `${fmtMs(floor.p50)} / ${fmtMs(floor.p99)}`, baseline: '', ratio: '', target: '', met: null },
-    { metric: 'launch -> receipt p50 / p90 / p99 / max', value: `${fmtMs(l.p50)} / ${fmtMs(l.p90)} / ${fmtMs(l.p99)} / ${fmtMs(l.max)}`, baseline: '', ratio: '', target: '', met: null },
+    {
+      metric: "from the receipt's leader_exited_at (ms resolution), p50 / p99",
+      value: `${fmtMs(reaped.p50)} / ${fmtMs(reaped.p99)}`,
+      baseline: '',
+      ratio: '',
+      target: '',
+      met: null,
+    },
+    {
+      metric: "the receipt's fsyncs alone (streams' index+dir at once, then receipt+link+dir), p50 / p99",
+      value: `${fmtMs(floor.p50)} / ${fmtMs(floor.p99)}`,
+      baseline: '',
+      ratio: '',
+      target: '',
+      met: null,
+    },
+    {
+      metric: 'launch -> receipt p50 / p90 / p99 / max',
+      value: `${fmtMs(l.p50)} / ${fmtMs(l.p90)} / ${fmtMs(l.p99)} / ${fmtMs(l.max)}`,
+      baseline: '',
+      ratio: '',
+      target: '',
+      met: null,
+    },
   ];
   printTable('exit_to_receipt', rows);
-  writeJson('exit_to_receipt', { exit_to_receipt_ms: e, reaped_to_receipt_ms: reaped, launch_to_receipt_ms: l, receipt_fsyncs_alone_ms: floor, samples: { exit_to_receipt: exitToReceipt, reaped_to_receipt: reapedToReceipt, launch_to_receipt: launchToReceipt } });
+  writeJson('exit_to_receipt', {
+    exit_to_receipt_ms: e,
+    reaped_to_receipt_ms: reaped,
+    launch_to_receipt_ms: l,
+    receipt_fsyncs_alone_ms: floor,
+    samples: { exit_to_receipt: exitToReceipt, reaped_to_receipt: reapedToReceipt, launch_to_receipt: launchToReceipt },
+  });
   return rows;
 }
 
@@ -95,11 +124,38 @@ export async function launchBench(d: TestDaemon, runs: number): Promise<Row[]> {
   const x = median(sbxRuns);
   const n = median(nodeRuns);
   const rows: Row[] = [
-    { metric: `launch request -> exec (median of ${runs})`, value: fmtMs(s), baseline: `child_process.spawn: ${fmtMs(b)}`, ratio: `${(s / b).toFixed(2)}x`, target: '<= 1.2x', met: s / b <= 1.2 },
-    { metric: 'the admission and key records alone (each fsync+link+dir fsync), p50 / p99', value: `${fmtMs(floor.p50)} / ${fmtMs(floor.p99)}`, baseline: `spawn + these: ${fmtMs(b + floor.p50)}`, ratio: `${((b + floor.p50) / b).toFixed(2)}x`, target: '', met: null },
-    { metric: `sbx run -- true, wall (median of ${sbxRuns.length})`, value: fmtMs(x), baseline: `node -e 0: ${fmtMs(n)}`, ratio: `${(x / n).toFixed(2)}x`, target: '<= 1.5x', met: x / n <= 1.5 },
+    {
+      metric: `launch request -> exec (median of ${runs})`,
+      value: fmtMs(s),
+      baseline: `child_process.spawn: ${fmtMs(b)}`,
+      ratio: `${(s / b).toFixed(2)}x`,
+      target: '<= 1.2x',
+      met: s / b <= 1.2,
+    },
+    {
+      metric: 'the admission and key records alone (each fsync+link+dir fsync), p50 / p99',
+      value: `${fmtMs(floor.p50)} / ${fmtMs(floor.p99)}`,
+      baseline: `spawn + these: ${fmtMs(b + floor.p50)}`,
+      ratio: `${((b + floor.p50) / b).toFixed(2)}x`,
+      target: '',
+      met: null,
+    },
+    {
+      metric: `sbx run -- true, wall (median of ${sbxRuns.length})`,
+      value: fmtMs(x),
+      baseline: `node -e 0: ${fmtMs(n)}`,
+      ratio: `${(x / n).toFixed(2)}x`,
+      target: '<= 1.5x',
+      met: x / n <= 1.5,
+    },
   ];
   printTable('launch', rows);
-  writeJson('launch', { records_alone_ms: floor, supervisor_launch_to_exec_ms: viaSupervisor, spawn_to_exec_ms: viaSpawn, sbx_run_true_ms: sbxRuns, node_e_0_ms: nodeRuns });
+  writeJson('launch', {
+    records_alone_ms: floor,
+    supervisor_launch_to_exec_ms: viaSupervisor,
+    spawn_to_exec_ms: viaSpawn,
+    sbx_run_true_ms: sbxRuns,
+    node_e_0_ms: nodeRuns,
+  });
   return rows;
 }

@@ -15,5 +15,5 @@ for (let off = 0; off < total; off += chunk) {
     u32[2 * i + 1] = high;
   }
   const n = Math.min(chunk, total - off);
-  for (let w = 0; w < n; ) w += writeSync(1, buf, w, n - w);
+  for (let w = 0; w < n;) w += writeSync(1, buf, w, n - w);
 }

@@ -47,7 +47,9 @@ export async function peerBench(options: { launches: number; lines: number }): P
       .split(' ')
       .map(Number);
     const ours = c
-      .bash(`t0=$(date +%s%N); id=$(/usr/local/bin/sbx run --cwd / --detach -- seq 1 ${lines}); /usr/local/bin/sbx wait $id > /dev/null; t1=$(date +%s%N); k=$(/usr/local/bin/sbx logs $id | wc -l); echo "$k $(( (t1 - t0) / 1000000 ))"`)
+      .bash(
+        `t0=$(date +%s%N); id=$(/usr/local/bin/sbx run --cwd / --detach -- seq 1 ${lines}); /usr/local/bin/sbx wait $id > /dev/null; t1=$(date +%s%N); k=$(/usr/local/bin/sbx logs $id | wc -l); echo "$k $(( (t1 - t0) / 1000000 ))"`,
+      )
       .split(' ')
       .map(Number);
 
@@ -56,12 +58,32 @@ export async function peerBench(options: { launches: number; lines: number }): P
     const line = `head -c ${LINE} /dev/zero | tr '\\\\0' a; echo`;
     c.bash(`systemd-run --wait -q --unit=sbx-bench-longline -- sh -c "${line}"`);
     await until(() => Number(c.bash('journalctl -q -u sbx-bench-longline.service -o cat --no-pager | wc -l')) > 0, 'journald to have the long line', 30_000);
-    const records = c.bash(`journalctl -q -u sbx-bench-longline.service -o cat --no-pager | awk '{ n++; if (length($0) > m) m = length($0) } END { print n, m }'`).split(' ').map(Number);
-    const oursLine = c.bash(`/usr/local/bin/sbx run --cwd / -- sh -c "${line}" | awk '{ n++; if (length($0) > m) m = length($0) } END { print n, m }'`).split(' ').map(Number);
+    const records = c
+      .bash(`journalctl -q -u sbx-bench-longline.service -o cat --no-pager | awk '{ n++; if (length($0) > m) m = length($0) } END { print n, m }'`)
+      .split(' ')
+      .map(Number);
+    const oursLine = c
+      .bash(`/usr/local/bin/sbx run --cwd / -- sh -c "${line}" | awk '{ n++; if (length($0) > m) m = length($0) } END { print n, m }'`)
+      .split(' ')
+      .map(Number);
 
     const rows: Row[] = [
-      { metric: 'launch wall: sbx run -- true', value: fmtMs(sbxRun), baseline: `systemd-run --wait --pipe: ${fmtMs(systemdRun)}`, ratio: `${(sbxRun / systemdRun).toFixed(2)}x`, target: '', met: null },
-      { metric: 'launch -> receipt: client library, one connection', value: fmtMs(lib), baseline: `systemd-run --wait --pipe: ${fmtMs(systemdRun)}`, ratio: `${(lib / systemdRun).toFixed(2)}x`, target: '', met: null },
+      {
+        metric: 'launch wall: sbx run -- true',
+        value: fmtMs(sbxRun),
+        baseline: `systemd-run --wait --pipe: ${fmtMs(systemdRun)}`,
+        ratio: `${(sbxRun / systemdRun).toFixed(2)}x`,
+        target: '',
+        met: null,
+      },
+      {
+        metric: 'launch -> receipt: client library, one connection',
+        value: fmtMs(lib),
+        baseline: `systemd-run --wait --pipe: ${fmtMs(systemdRun)}`,
+        ratio: `${(lib / systemdRun).toFixed(2)}x`,
+        target: '',
+        met: null,
+      },
       {
         metric: `line flood: seq 1 ${lines}`,
         value: `${ours[0]} lines kept, receipt in ${fmtMs(ours[1]!)}`,
@@ -70,10 +92,24 @@ export async function peerBench(options: { launches: number; lines: number }): P
         target: '',
         met: null,
       },
-      { metric: 'one 4 MiB line', value: `${oursLine[0]} record(s), longest ${oursLine[1]} bytes`, baseline: `journald: ${records[0]} records, longest ${records[1]} bytes`, ratio: '', target: '', met: null },
+      {
+        metric: 'one 4 MiB line',
+        value: `${oursLine[0]} record(s), longest ${oursLine[1]} bytes`,
+        baseline: `journald: ${records[0]} records, longest ${records[1]} bytes`,
+        ratio: '',
+        target: '',
+        met: null,
+      },
     ];
     printTable(`peer (systemd 252 in nspawn, ${n} launches each, timed inside)`, rows);
-    writeJson('peer', { launches: n, systemd_run_ms: systemdRun, sbx_run_ms: sbxRun, client_ms: lib, flood: { lines, journald_kept: journald[0], journald_ms: journald[1], supervisor_kept: ours[0], supervisor_ms: ours[1] }, long_line: { bytes: LINE, journald_records: records[0], journald_longest: records[1], supervisor_records: oursLine[0], supervisor_longest: oursLine[1] } });
+    writeJson('peer', {
+      launches: n,
+      systemd_run_ms: systemdRun,
+      sbx_run_ms: sbxRun,
+      client_ms: lib,
+      flood: { lines, journald_kept: journald[0], journald_ms: journald[1], supervisor_kept: ours[0], supervisor_ms: ours[1] },
+      long_line: { bytes: LINE, journald_records: records[0], journald_longest: records[1], supervisor_records: oursLine[0], supervisor_longest: oursLine[1] },
+    });
     return rows;
   } finally {
     await c.cleanUp();

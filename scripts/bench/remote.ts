@@ -26,7 +26,9 @@ export async function remoteBench(options: { launches: number; gib: number }): P
   const readMs: Record<Transport, number[]> = { 'unix socket': [], 'sbx bridge': [], WebSocket: [] };
   const bytes = Math.round(options.gib * 2 ** 30);
   try {
-    const clients = Object.fromEntries(await Promise.all(TRANSPORTS.map(async (t) => [t, await SupervisorClient.connect({ ...endpoints[t], clientName: 'bench remote' })] as const))) as Record<Transport, SupervisorClient>;
+    const clients = Object.fromEntries(
+      await Promise.all(TRANSPORTS.map(async (t) => [t, await SupervisorClient.connect({ ...endpoints[t], clientName: 'bench remote' })] as const)),
+    ) as Record<Transport, SupervisorClient>;
     try {
       for (const t of TRANSPORTS) {
         const w = await clients[t].launch({ argv: ['true'], cwd: '/' }); // warm
@@ -73,7 +75,14 @@ export async function remoteBench(options: { launches: number; gib: number }): P
   const best = Object.fromEntries(TRANSPORTS.map((t) => [t, Math.min(...readMs[t])])) as Record<Transport, number>;
   const base = dist['unix socket'];
   const rows: Row[] = [
-    { metric: `launch -> receipt over the unix socket, p50 / p99 (${options.launches})`, value: `${fmtMs(base.p50)} / ${fmtMs(base.p99)}`, baseline: '', ratio: '', target: '', met: null },
+    {
+      metric: `launch -> receipt over the unix socket, p50 / p99 (${options.launches})`,
+      value: `${fmtMs(base.p50)} / ${fmtMs(base.p99)}`,
+      baseline: '',
+      ratio: '',
+      target: '',
+      met: null,
+    },
   ];
   for (const t of ['sbx bridge', 'WebSocket'] as const) {
     const x = dist[t];
@@ -87,10 +96,24 @@ export async function remoteBench(options: { launches: number; gib: number }): P
     });
   }
   const gibText = `${options.gib} GiB`;
-  rows.push({ metric: `read_output of ${gibText} over the unix socket (best of 2)`, value: fmtRate(bytes, best['unix socket']), baseline: '', ratio: '', target: '', met: null });
+  rows.push({
+    metric: `read_output of ${gibText} over the unix socket (best of 2)`,
+    value: fmtRate(bytes, best['unix socket']),
+    baseline: '',
+    ratio: '',
+    target: '',
+    met: null,
+  });
   for (const t of ['sbx bridge', 'WebSocket'] as const) {
     const ratio = best['unix socket'] / best[t];
-    rows.push({ metric: `read_output of ${gibText} over ${t} (best of 2)`, value: fmtRate(bytes, best[t]), baseline: `unix socket: ${fmtRate(bytes, best['unix socket'])}`, ratio: `${ratio.toFixed(2)}x`, target: '>= 0.5x', met: ratio >= 0.5 });
+    rows.push({
+      metric: `read_output of ${gibText} over ${t} (best of 2)`,
+      value: fmtRate(bytes, best[t]),
+      baseline: `unix socket: ${fmtRate(bytes, best['unix socket'])}`,
+      ratio: `${ratio.toFixed(2)}x`,
+      target: '>= 0.5x',
+      met: ratio >= 0.5,
+    });
   }
   printTable('remote (transports)', rows);
   writeJson('remote', { launch_to_receipt_ms: dist, read_output_ms: readMs, bytes, samples: { launch_to_receipt: launch } });

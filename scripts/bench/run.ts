@@ -18,7 +18,21 @@ import { remoteBench } from './remote.js';
 import { longLinesBench, replayBench, scaleBench } from './scale.js';
 import { workspaceBench } from './workspace.js';
 
-const ALL = ['drain', 'exit_to_receipt', 'handoff', 'attribution', 'launch', 'scale', 'replay', 'long_lines', 'workspace', 'checkpoint', 'checkpoint_scale', 'peer', 'remote'] as const;
+const ALL = [
+  'drain',
+  'exit_to_receipt',
+  'handoff',
+  'attribution',
+  'launch',
+  'scale',
+  'replay',
+  'long_lines',
+  'workspace',
+  'checkpoint',
+  'checkpoint_scale',
+  'peer',
+  'remote',
+] as const;
 
 /** Prints the usage (and why, on stderr, exit 2), or just the usage (exit 0). */
 function usage(error?: string): never {
@@ -31,7 +45,9 @@ function usage(error?: string): never {
 async function main(): Promise<void> {
   let values: { only?: string; quick?: boolean; help?: boolean };
   try {
-    ({ values } = parseArgs({ options: { only: { type: 'string' }, quick: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } } }));
+    ({ values } = parseArgs({
+      options: { only: { type: 'string' }, quick: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } },
+    }));
   } catch (err) {
     usage(`bench: ${(err as Error).message}`);
   }
@@ -50,7 +66,14 @@ async function main(): Promise<void> {
   }
   const summary: Row[] = [];
   const fsCost = fileCostMs(d.stateDir);
-  summary.push({ metric: `the state dir's file system (${fsCost.fsType}, under ${dirname(d.dir)}: $TMPDIR)`, value: `mkdir+create ${fmtMs(fsCost.createMs)}, fsync ${fmtMs(fsCost.fsyncMs)} a file`, baseline: '', ratio: '', target: '', met: null });
+  summary.push({
+    metric: `the state dir's file system (${fsCost.fsType}, under ${dirname(d.dir)}: $TMPDIR)`,
+    value: `mkdir+create ${fmtMs(fsCost.createMs)}, fsync ${fmtMs(fsCost.fsyncMs)} a file`,
+    baseline: '',
+    ratio: '',
+    target: '',
+    met: null,
+  });
   try {
     let drainBytesPerMs: number | undefined;
     if (only.includes('drain')) {
@@ -60,14 +83,23 @@ async function main(): Promise<void> {
     }
     if (only.includes('exit_to_receipt')) summary.push(...(await exitToReceiptBench(d, q ? 100 : 1000)));
     if (only.includes('handoff')) summary.push(...(await handoffBench(d, q ? 20 : 200)));
-    if (only.includes('attribution')) summary.push(...(await attributionBench({ reps: q ? 2 : 20, sessions: q ? 40 : 400, cFiles: q ? 50 : 300, builds: q ? 2 : 6 })));
+    if (only.includes('attribution'))
+      summary.push(...(await attributionBench({ reps: q ? 2 : 20, sessions: q ? 40 : 400, cFiles: q ? 50 : 300, builds: q ? 2 : 6 })));
     if (only.includes('launch')) summary.push(...(await launchBench(d, q ? 20 : 200)));
     if (only.includes('replay')) summary.push(...(await replayBench(d, q ? 0.25 : 1, drainBytesPerMs)));
     if (only.includes('scale')) summary.push(...(await scaleBench(d, q ? 100 : 1000, q ? 20 : 100)));
     if (only.includes('long_lines')) summary.push(...(await longLinesBench(d, q ? [4 << 20, 64 << 20] : [4 << 20, 2 ** 30])));
-    if (only.includes('checkpoint')) summary.push(...(await checkpointBench(q ? { smallFiles: 256, smallBytes: 16384, largeFiles: 2, largeBytes: 2 << 20, reps: 1 } : { smallFiles: 4096, smallBytes: 16384, largeFiles: 19, largeBytes: 2 << 20, reps: 3 })));
+    if (only.includes('checkpoint'))
+      summary.push(
+        ...(await checkpointBench(
+          q
+            ? { smallFiles: 256, smallBytes: 16384, largeFiles: 2, largeBytes: 2 << 20, reps: 1 }
+            : { smallFiles: 4096, smallBytes: 16384, largeFiles: 19, largeBytes: 2 << 20, reps: 3 },
+        )),
+      );
     if (only.includes('checkpoint_scale')) summary.push(...(await checkpointScaleBench({ files: Number(process.env.CK_FILES ?? (q ? 10_000 : 100_000)) })));
-    if (only.includes('workspace')) summary.push(...(await workspaceBench(d, { files: q ? 500 : 5000, totalBytes: q ? 10e6 : 100e6, reps: q ? 2 : 6, sessions: q ? 40 : 400 })));
+    if (only.includes('workspace'))
+      summary.push(...(await workspaceBench(d, { files: q ? 500 : 5000, totalBytes: q ? 10e6 : 100e6, reps: q ? 2 : 6, sessions: q ? 40 : 400 })));
   } finally {
     await d.stop();
   }

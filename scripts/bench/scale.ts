@@ -34,7 +34,9 @@ export async function scaleBench(d: TestDaemon, sessions: number, idleSessions: 
     const expected = seqSha256();
     const mem = peakRss(d.pid);
     const t0 = nowMs();
-    const ids = await Promise.all(Array.from({ length: sessions }, async () => (await client.launch({ argv: ['/bin/sh', '-c', SEQ_COMMAND], cwd: '/' })).session_id));
+    const ids = await Promise.all(
+      Array.from({ length: sessions }, async () => (await client.launch({ argv: ['/bin/sh', '-c', SEQ_COMMAND], cwd: '/' })).session_id),
+    );
     const receipts = await Promise.all(ids.map((session_id) => client.wait({ session_id })));
     const wallMs = nowMs() - t0;
     const { peakKb, startKb } = mem.stop();
@@ -52,9 +54,30 @@ export async function scaleBench(d: TestDaemon, sessions: number, idleSessions: 
     });
     for (const id of ids) rmSync(join(d.stateDir, 'sessions', id, 'stdout'), { recursive: true, force: true });
     rows.push(
-      { metric: `${sessions} sessions x 1 MiB (<= 1 KiB writes): bytes lost / extra`, value: `${lost} / ${extra}`, baseline: '', ratio: '', target: '0 / 0', met: lost === 0 && extra === 0 },
-      { metric: 'receipts on disk (signed, same as answered) / exact', value: `${onDisk} / ${sessions - inexact}`, baseline: '', ratio: '', target: `${sessions} / ${sessions}`, met: onDisk === sessions && inexact === 0 },
-      { metric: 'supervisor peak RSS (VmHWM)', value: mib(peakKb), baseline: `${mib(startKb)} before`, ratio: '', target: '<= 300 MiB', met: peakKb / 1024 <= 300 },
+      {
+        metric: `${sessions} sessions x 1 MiB (<= 1 KiB writes): bytes lost / extra`,
+        value: `${lost} / ${extra}`,
+        baseline: '',
+        ratio: '',
+        target: '0 / 0',
+        met: lost === 0 && extra === 0,
+      },
+      {
+        metric: 'receipts on disk (signed, same as answered) / exact',
+        value: `${onDisk} / ${sessions - inexact}`,
+        baseline: '',
+        ratio: '',
+        target: `${sessions} / ${sessions}`,
+        met: onDisk === sessions && inexact === 0,
+      },
+      {
+        metric: 'supervisor peak RSS (VmHWM)',
+        value: mib(peakKb),
+        baseline: `${mib(startKb)} before`,
+        ratio: '',
+        target: '<= 300 MiB',
+        met: peakKb / 1024 <= 300,
+      },
       { metric: 'wall time, launch of the first to the last receipt', value: fmtMs(wallMs), baseline: '', ratio: '', target: '', met: null },
     );
 
@@ -67,8 +90,27 @@ export async function scaleBench(d: TestDaemon, sessions: number, idleSessions: 
     const windowMs = nowMs() - tIdle;
     await Promise.all(idle.map((session_id) => client.request('cancel', { session_id })));
     await Promise.all(idle.map((session_id) => client.wait({ session_id })));
-    rows.push({ metric: `${idleSessions} idle sessions: supervisor CPU over ${(windowMs / 1000).toFixed(0)} s`, value: `${cpu} ms (${((cpu / windowMs) * 100).toFixed(2)} %)`, baseline: '', ratio: '', target: '~0 (< 1 %)', met: cpu / windowMs < 0.01 });
-    writeJson('scale', { sessions, wall_ms: wallMs, bytes_lost: lost, bytes_extra: extra, inexact_receipts: inexact, receipts_on_disk: onDisk, peak_rss_kb: peakKb, start_rss_kb: startKb, idle_sessions: idleSessions, idle_cpu_ms: cpu, idle_window_ms: windowMs });
+    rows.push({
+      metric: `${idleSessions} idle sessions: supervisor CPU over ${(windowMs / 1000).toFixed(0)} s`,
+      value: `${cpu} ms (${((cpu / windowMs) * 100).toFixed(2)} %)`,
+      baseline: '',
+      ratio: '',
+      target: '~0 (< 1 %)',
+      met: cpu / windowMs < 0.01,
+    });
+    writeJson('scale', {
+      sessions,
+      wall_ms: wallMs,
+      bytes_lost: lost,
+      bytes_extra: extra,
+      inexact_receipts: inexact,
+      receipts_on_disk: onDisk,
+      peak_rss_kb: peakKb,
+      start_rss_kb: startKb,
+      idle_sessions: idleSessions,
+      idle_cpu_ms: cpu,
+      idle_window_ms: windowMs,
+    });
   } finally {
     client.close();
   }
@@ -77,19 +119,28 @@ export async function scaleBench(d: TestDaemon, sessions: number, idleSessions: 
 }
 
 /** Reads a session's stdout from cursor 0; returns ms and whether each event matched `expect`. */
-async function replay(client: SupervisorClient, session_id: string, expect: (cursor: number, data: Buffer) => boolean): Promise<{ ms: number; bytes: number; exact: boolean }> {
+async function replay(
+  client: SupervisorClient,
+  session_id: string,
+  expect: (cursor: number, data: Buffer) => boolean,
+): Promise<{ ms: number; bytes: number; exact: boolean }> {
   const t0 = nowMs();
   let got = 0;
   let exact = true;
   await new Promise<void>((res, rej) => {
-    client.subscribe({ session_id, stream: 'stdout', from: 0, follow: false }, {
-      onOutput: (ev) => {
-        const data = Buffer.from(ev.data.buffer, ev.data.byteOffset, ev.data.byteLength);
-        if (ev.cursor !== got || !expect(ev.cursor, data)) exact = false;
-        got += data.length;
-      },
-      onEnd: () => res(),
-    }).catch(rej);
+    client
+      .subscribe(
+        { session_id, stream: 'stdout', from: 0, follow: false },
+        {
+          onOutput: (ev) => {
+            const data = Buffer.from(ev.data.buffer, ev.data.byteOffset, ev.data.byteLength);
+            if (ev.cursor !== got || !expect(ev.cursor, data)) exact = false;
+            got += data.length;
+          },
+          onEnd: () => res(),
+        },
+      )
+      .catch(rej);
   });
   return { ms: nowMs() - t0, bytes: got, exact };
 }
@@ -158,7 +209,14 @@ export async function longLinesBench(d: TestDaemon, sizes: number[]): Promise<Ro
       const exact = out.final_cursor === n + 1 && out.sha256 === lineSha256(n) && out.complete;
       rmSync(join(d.stateDir, 'sessions', session_id, 'stdout'), { recursive: true, force: true });
       const label = n >= 2 ** 30 ? `${n / 2 ** 30} GiB` : `${n / MiB} MiB`;
-      rows.push({ metric: `one ${label} line: exact / supervisor peak RSS growth`, value: `${exact ? 'exact' : 'NOT EXACT'} / ${growthMiB.toFixed(1)} MiB`, baseline: `${mib(startKb)} before`, ratio: '', target: 'exact / <= 16 MiB', met: exact && growthMiB <= 16 });
+      rows.push({
+        metric: `one ${label} line: exact / supervisor peak RSS growth`,
+        value: `${exact ? 'exact' : 'NOT EXACT'} / ${growthMiB.toFixed(1)} MiB`,
+        baseline: `${mib(startKb)} before`,
+        ratio: '',
+        target: 'exact / <= 16 MiB',
+        met: exact && growthMiB <= 16,
+      });
       json.push({ bytes: n + 1, exact, peak_rss_kb: peakKb, start_rss_kb: startKb });
     }
   } finally {

@@ -6,7 +6,11 @@
 // helpers).
 import { readdirSync, readFileSync } from 'node:fs';
 
-interface ThreadCpu { name: string; userMs: number; sysMs: number }
+interface ThreadCpu {
+  name: string;
+  userMs: number;
+  sysMs: number;
+}
 
 /** utime/stime (ms) of every thread of pid, keyed by tid (proc(5), USER_HZ = 100). */
 export function threadCpu(pid: number): Map<number, ThreadCpu> {

@@ -17,7 +17,14 @@ import { z } from 'zod';
 import { ERROR_CODE_DOCS, ERROR_CODES, type ErrorCode } from '../../ipc/errors.js';
 import { VERSION } from '../../ipc/version.js';
 import { ConfigSchema, DEFAULT_CONFIG_PATH } from '../../supervisor/config.js';
-import { HEADERS_TIMEOUT_MS, IDLE_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS, MAX_HEADER_BYTES, METRICS_MAX_CONNECTIONS, REQUEST_TIMEOUT_MS } from '../../supervisor/metrics/http.js';
+import {
+  HEADERS_TIMEOUT_MS,
+  IDLE_TIMEOUT_MS,
+  KEEP_ALIVE_TIMEOUT_MS,
+  MAX_HEADER_BYTES,
+  METRICS_MAX_CONNECTIONS,
+  REQUEST_TIMEOUT_MS,
+} from '../../supervisor/metrics/http.js';
 import { SupervisorMetrics } from '../../supervisor/metrics/registry.js';
 import { program as sbxProgram } from '../../cli/sbx.js';
 import { program as daemonProgram } from '../../supervisor/main.js';
@@ -49,14 +56,16 @@ export function errorsPage(): string {
     'The codes are stable: extended, never renamed or reused. `retryable` says whether the same',
     'request may succeed later; `message` is for people, `details` for programs. A client that',
     'meets a code it does not know treats it as `INTERNAL` and names the original',
-    '(`details.unknown_code`). Codes marked *extension* were added to the protocol\'s original table.',
+    "(`details.unknown_code`). Codes marked *extension* were added to the protocol's original table.",
     '',
     '| code | retryable | when | details |',
     '|---|---|---|---|',
   ];
   for (const code of Object.keys(ERROR_CODES) as ErrorCode[]) {
     const doc = ERROR_CODE_DOCS[code];
-    lines.push(`| \`${code}\`${doc.extension ? ' (*extension*)' : ''} | ${ERROR_CODES[code] ? 'yes' : 'no'} | ${cell(doc.when)} | ${doc.details ? cell(doc.details) : ''} |`);
+    lines.push(
+      `| \`${code}\`${doc.extension ? ' (*extension*)' : ''} | ${ERROR_CODES[code] ? 'yes' : 'no'} | ${cell(doc.when)} | ${doc.details ? cell(doc.details) : ''} |`,
+    );
   }
   return `${lines.join('\n')}\n`;
 }
@@ -75,10 +84,15 @@ const defOf = (s: Schema) => s._zod.def as unknown as Record<string, unknown> & 
 /** A key's meta: the outermost wins, then each wrapper's inner schema (a group's is on its z.object). */
 function metaOf(s: Schema): Meta {
   const metas: Meta[] = [];
-  for (let at: Schema | undefined = s; at; ) {
+  for (let at: Schema | undefined = s; at;) {
     metas.unshift((z.globalRegistry.get(at) as Meta | undefined) ?? {});
     const def = defOf(at);
-    at = def.type === 'default' || def.type === 'prefault' || def.type === 'optional' ? (def.innerType as Schema) : def.type === 'pipe' ? (def.in as Schema) : undefined;
+    at =
+      def.type === 'default' || def.type === 'prefault' || def.type === 'optional'
+        ? (def.innerType as Schema)
+        : def.type === 'pipe'
+          ? (def.in as Schema)
+          : undefined;
   }
   return Object.assign({}, ...metas) as Meta;
 }
@@ -123,7 +137,9 @@ function typeOf(s: Schema): string {
       return base;
     }
     case 'enum':
-      return Object.values(def.entries as Record<string, string>).map((v) => JSON.stringify(v)).join(' | ');
+      return Object.values(def.entries as Record<string, string>)
+        .map((v) => JSON.stringify(v))
+        .join(' | ');
     case 'union':
       return (def.options as Schema[]).map(typeOf).join(' or ');
     case 'nullable':
@@ -140,12 +156,21 @@ function typeOf(s: Schema): string {
 /** A byte count or a duration in ms, said in units as well when it is a round one. */
 function withUnit(key: string, value: number): string {
   if (/Bytes$/.test(key) && value >= 1024) {
-    for (const [unit, size] of [['GiB', 1024 ** 3], ['MiB', 1024 ** 2], ['KiB', 1024]] as const) {
+    for (const [unit, size] of [
+      ['GiB', 1024 ** 3],
+      ['MiB', 1024 ** 2],
+      ['KiB', 1024],
+    ] as const) {
       if (value % size === 0) return `${value} (${value / size} ${unit})`;
     }
   }
   if (/Ms$/.test(key) && value >= 1000) {
-    for (const [unit, size] of [['d', 86_400_000], ['h', 3_600_000], ['min', 60_000], ['s', 1000]] as const) {
+    for (const [unit, size] of [
+      ['d', 86_400_000],
+      ['h', 3_600_000],
+      ['min', 60_000],
+      ['s', 1000],
+    ] as const) {
       if (value % size === 0) return `${value} (${value / size} ${unit})`;
     }
   }
@@ -187,7 +212,11 @@ function walkConfig(shape: Record<string, Schema>, prefix: string, groups: { key
 }
 
 function configTable(keys: ConfigKey[]): string[] {
-  return ['| key | type | default | env / flag | meaning |', '|---|---|---|---|---|', ...keys.map((k) => `| \`${k.key}\` | ${cell(k.type)} | ${cell(k.default)} | ${cell(k.override)} | ${cell(k.meaning)} |`)];
+  return [
+    '| key | type | default | env / flag | meaning |',
+    '|---|---|---|---|---|',
+    ...keys.map((k) => `| \`${k.key}\` | ${cell(k.type)} | ${cell(k.default)} | ${cell(k.override)} | ${cell(k.meaning)} |`),
+  ];
 }
 
 export function configPage(): string {
@@ -232,7 +261,9 @@ export async function metricsPage(): Promise<string> {
   const values = new Map<string, Map<string, Set<string>>>();
   for (const m of await metrics.registry.getMetricsAsJSON()) {
     const byLabel = new Map<string, Set<string>>();
-    for (const v of m.values) for (const [label, value] of Object.entries(v.labels)) if (label !== 'le') (byLabel.get(label) ?? byLabel.set(label, new Set()).get(label)!).add(String(value));
+    for (const v of m.values)
+      for (const [label, value] of Object.entries(v.labels))
+        if (label !== 'le') (byLabel.get(label) ?? byLabel.set(label, new Set()).get(label)!).add(String(value));
     values.set(m.name, byLabel);
   }
   const labelsOf = (m: MetricLike) =>
@@ -245,7 +276,7 @@ export async function metricsPage(): Promise<string> {
   const own = all.filter((m) => m.name.startsWith('sandbox_supervisor_'));
   const others = all.filter((m) => !m.name.startsWith('sandbox_supervisor_')).sort((a, b) => a.name.localeCompare(b.name));
   const lines = [
-    GENERATED('supervisor/metrics/registry.ts (the prom-client registry) and supervisor/metrics/http.ts (the endpoint\'s bounds)'),
+    GENERATED("supervisor/metrics/registry.ts (the prom-client registry) and supervisor/metrics/http.ts (the endpoint's bounds)"),
     '',
     '# Metrics',
     '',
@@ -253,7 +284,7 @@ export async function metricsPage(): Promise<string> {
     'docs/reference/config.md) serves `GET /metrics` in the Prometheus text format on',
     '`HOST:PORT` or a Unix socket path. Counters start at 0 with each start of the supervisor',
     '(`rate()` and `increase()` handle the reset). Label values listed are those exported from',
-    'the start (at 0); labels without a list take values as they occur (a workspace\'s path, the',
+    "the start (at 0); labels without a list take values as they occur (a workspace's path, the",
     'version and mode).',
     '',
     '## The endpoint',
@@ -270,15 +301,17 @@ export async function metricsPage(): Promise<string> {
     `A connection past the ${METRICS_MAX_CONNECTIONS} closes the oldest one not in a request, so idle or slow clients`,
     'cannot keep a scraper out.',
     '',
-    'Cost: counters move where state changes (a launch answered, a session\'s state, a receipt made',
+    "Cost: counters move where state changes (a launch answered, a session's state, a receipt made",
     'durable, a reconciliation, a checkpoint, a connection), never per read of a drain; sessions by',
     'state, output bytes of live sessions, workspace events and open connections are read at scrape time.',
     '',
-    '## The supervisor\'s metrics',
+    "## The supervisor's metrics",
     '',
     '| metric | type | labels | meaning |',
     '|---|---|---|---|',
-    ...own.map((m) => `| \`${m.name}\` | ${m.type} | ${cell(labelsOf(m))} | ${cell(m.help)}${m.upperBounds ? ` Buckets (s): ${m.upperBounds.join(', ')}.` : ''} |`),
+    ...own.map(
+      (m) => `| \`${m.name}\` | ${m.type} | ${cell(labelsOf(m))} | ${cell(m.help)}${m.upperBounds ? ` Buckets (s): ${m.upperBounds.join(', ')}.` : ''} |`,
+    ),
     '',
     '## prom-client default metrics',
     '',
@@ -330,7 +363,10 @@ function fullName(cmd: Command): string {
 
 /** Every command below `cmd`, depth first, in definition order. */
 function commandsOf(cmd: Command, help: Help): Command[] {
-  return help.visibleCommands(cmd).filter((c) => c.name() !== 'help').flatMap((c) => [c, ...commandsOf(c, help)]);
+  return help
+    .visibleCommands(cmd)
+    .filter((c) => c.name() !== 'help')
+    .flatMap((c) => [c, ...commandsOf(c, help)]);
 }
 
 interface ManText {
@@ -420,20 +456,30 @@ const SBX_MAN: ManText = {
     ['NODE_OPTIONS', 'when set, sbx starts from its script instead of its startup snapshot (V8 flags change what the snapshot needs)'],
   ],
   files: [
-    ['/run/sandbox-supervisor/supervisor.sock', 'the supervisor socket of a root supervisor; for other users $XDG_RUNTIME_DIR/sandbox-supervisor/supervisor.sock'],
+    [
+      '/run/sandbox-supervisor/supervisor.sock',
+      'the supervisor socket of a root supervisor; for other users $XDG_RUNTIME_DIR/sandbox-supervisor/supervisor.sock',
+    ],
     ['/var/lib/sandbox-supervisor', 'the state dir of a root supervisor (docs/reference/state-dir.md); for other users $XDG_STATE_HOME/sandbox-supervisor'],
   ],
   exitStatus: [
     ['0..123', 'sbx run, sbx wait: the exit code of the command'],
     ['124', 'the command was stopped at its deadline (--timeout), as timeout(1)'],
-    ['125', 'sbx itself or the request failed: the supervisor could not be reached, refused the request, or an argument is wrong (the message says which), as docker run'],
+    [
+      '125',
+      'sbx itself or the request failed: the supervisor could not be reached, refused the request, or an argument is wrong (the message says which), as docker run',
+    ],
     ['126, 127', 'the command could not be executed, or was not found (spawn_failed), as sh'],
     ['128+N', 'the command was killed by signal N (137: SIGKILL, 143: SIGTERM)'],
-    ['141', 'the reader of sbx\'s output went away (SIGPIPE); the session goes on'],
+    ['141', "the reader of sbx's output went away (SIGPIPE); the session goes on"],
     ['130', 'sbx was interrupted (a second Ctrl-C detaches sbx run; Ctrl-C leaves sbx checkpoint): the session or checkpoint goes on in the supervisor'],
-    ['1', 'not the outcome asked for: sbx kill or sbx cancel of a session that has ended already (nothing was done); sbx verify found a problem; sbx checkpoint was not consistent; sbx restore differs from the manifest; sbx diff found differences; sbx close is incomplete'],
+    [
+      '1',
+      'not the outcome asked for: sbx kill or sbx cancel of a session that has ended already (nothing was done); sbx verify found a problem; sbx checkpoint was not consistent; sbx restore differs from the manifest; sbx diff found differences; sbx close is incomplete',
+    ],
   ],
-  seeAlso: '\\fBsandbox\\-supervisor\\fR(8), \\fBtimeout\\fR(1), \\fBdocker\\-run\\fR(1); docs/guide/cli.md, docs/reference/exit\\-statuses.md and docs/reference/errors.md in the source tree',
+  seeAlso:
+    '\\fBsandbox\\-supervisor\\fR(8), \\fBtimeout\\fR(1), \\fBdocker\\-run\\fR(1); docs/guide/cli.md, docs/reference/exit\\-statuses.md and docs/reference/errors.md in the source tree',
 };
 
 const DAEMON_MAN: ManText = {
@@ -454,7 +500,10 @@ const DAEMON_MAN: ManText = {
   files: [
     [DEFAULT_CONFIG_PATH, 'the configuration read when --config is not given, if present (docs/reference/config.md)'],
     ['/run/sandbox-supervisor/supervisor.sock', 'the socket of a root supervisor; for other users $XDG_RUNTIME_DIR/sandbox-supervisor/supervisor.sock'],
-    ['/var/lib/sandbox-supervisor', 'the state dir of a root supervisor: chunk files, receipts, identity (docs/reference/state-dir.md); for other users $XDG_STATE_HOME/sandbox-supervisor'],
+    [
+      '/var/lib/sandbox-supervisor',
+      'the state dir of a root supervisor: chunk files, receipts, identity (docs/reference/state-dir.md); for other users $XDG_STATE_HOME/sandbox-supervisor',
+    ],
     ['/etc/systemd/system/sandbox-supervisor.service, sandbox-supervisor.socket', 'the systemd units scripts/install.sh installs'],
   ],
   exitStatus: [
@@ -462,7 +511,8 @@ const DAEMON_MAN: ManText = {
     ['1', 'a failure while running (the message says which)'],
     ['2', 'a bad configuration or command line (an unknown key, a bad value, an address that cannot be listened on): nothing was started'],
   ],
-  seeAlso: '\\fBsbx\\fR(1), \\fBsystemd.service\\fR(5), \\fBcgroups\\fR(7); docs/reference/config.md, docs/reference/metrics.md and docs/guide/install.md in the source tree',
+  seeAlso:
+    '\\fBsbx\\fR(1), \\fBsystemd.service\\fR(5), \\fBcgroups\\fR(7); docs/reference/config.md, docs/reference/metrics.md and docs/guide/install.md in the source tree',
 };
 
 // --- All of them.

@@ -68,7 +68,18 @@ export interface RunOptions {
 export const GRACE_MS = 1000;
 export const SLACK_MS = 1000;
 export const sha256 = (b: Uint8Array | string) => createHash('sha256').update(b).digest('hex');
-export const signalNumbers: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGUSR1: 10, SIGSEGV: 11, SIGUSR2: 12, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15 };
+export const signalNumbers: Record<string, number> = {
+  SIGHUP: 1,
+  SIGINT: 2,
+  SIGQUIT: 3,
+  SIGKILL: 9,
+  SIGUSR1: 10,
+  SIGSEGV: 11,
+  SIGUSR2: 12,
+  SIGPIPE: 13,
+  SIGALRM: 14,
+  SIGTERM: 15,
+};
 const EMPTY_SHA256 = sha256('');
 const poll = (ms = 20) => new Promise((r) => setTimeout(r, ms));
 
@@ -126,20 +137,22 @@ export function parseCase(value: unknown): FieldCase {
 /** The cases of a JSONL file, each checked against the format; throws naming the line. */
 export function loadCases(file: string): FieldCase[] {
   const cases: FieldCase[] = [];
-  readFileSync(file, 'utf8').split('\n').forEach((line, i) => {
-    if (!line.trim()) return;
-    let value: unknown;
-    try {
-      value = JSON.parse(line);
-    } catch (err) {
-      throw new Error(`${file}:${i + 1}: not JSON: ${(err as Error).message}`);
-    }
-    try {
-      cases.push(parseCase(value));
-    } catch (err) {
-      throw new Error(`${file}:${i + 1}: ${(err as Error).message}`);
-    }
-  });
+  readFileSync(file, 'utf8')
+    .split('\n')
+    .forEach((line, i) => {
+      if (!line.trim()) return;
+      let value: unknown;
+      try {
+        value = JSON.parse(line);
+      } catch (err) {
+        throw new Error(`${file}:${i + 1}: not JSON: ${(err as Error).message}`);
+      }
+      try {
+        cases.push(parseCase(value));
+      } catch (err) {
+        throw new Error(`${file}:${i + 1}: ${(err as Error).message}`);
+      }
+    });
   if (cases.length === 0) throw new Error(`${file}: no cases`);
   return cases;
 }
@@ -188,12 +201,15 @@ export function judge(c: FieldCase, o: Observation, opts: { pty?: boolean } = {}
   if (!known) {
     // nothing to compare
   } else if (e.stdout_bytes !== undefined && o.stdout.bytes !== e.stdout_bytes) f.push(`stdout ${o.stdout.bytes} of ${e.stdout_bytes} bytes`);
-  else if (e.stdout_sha256 && o.stdout.sha256 !== e.stdout_sha256) f.push(`stdout sha256 ${o.stdout.sha256.slice(0, 12)}..., expected ${e.stdout_sha256.slice(0, 12)}...`);
+  else if (e.stdout_sha256 && o.stdout.sha256 !== e.stdout_sha256)
+    f.push(`stdout sha256 ${o.stdout.sha256.slice(0, 12)}..., expected ${e.stdout_sha256.slice(0, 12)}...`);
   if (known && !opts.pty) {
     if (e.stderr_bytes !== undefined && o.stderr.bytes !== e.stderr_bytes) f.push(`stderr ${o.stderr.bytes} of ${e.stderr_bytes} bytes`);
-    else if (e.stderr_sha256 && o.stderr.sha256 !== e.stderr_sha256) f.push(`stderr sha256 ${o.stderr.sha256.slice(0, 12)}..., expected ${e.stderr_sha256.slice(0, 12)}...`);
+    else if (e.stderr_sha256 && o.stderr.sha256 !== e.stderr_sha256)
+      f.push(`stderr sha256 ${o.stderr.sha256.slice(0, 12)}..., expected ${e.stderr_sha256.slice(0, 12)}...`);
   }
-  if (known && e.stdout_newlines !== undefined && o.stdout.newlines !== e.stdout_newlines) f.push(`${o.stdout.newlines} newlines, expected ${e.stdout_newlines}`);
+  if (known && e.stdout_newlines !== undefined && o.stdout.newlines !== e.stdout_newlines)
+    f.push(`${o.stdout.newlines} newlines, expected ${e.stdout_newlines}`);
   if (!o.error) {
     if ('timed_out' in e && o.timedOut !== e.timed_out) f.push(e.timed_out ? 'deadline not enforced' : 'reported a timeout');
     else {
@@ -215,7 +231,13 @@ export function judge(c: FieldCase, o: Observation, opts: { pty?: boolean } = {}
 /** One line of what a run showed. */
 export function describeObservation(o: Observation): string {
   const status = o.signal !== null ? `signal ${o.signal}` : o.exitCode !== null ? `exit ${o.exitCode}` : 'no exit status';
-  const parts = [o.stdout.sha256 === '' ? '' : `${o.stdout.bytes} B out`, status, o.timedOut ? 'timed out' : '', `${(o.wallMs / 1000).toFixed(2)} s`, `${o.alive} alive`];
+  const parts = [
+    o.stdout.sha256 === '' ? '' : `${o.stdout.bytes} B out`,
+    status,
+    o.timedOut ? 'timed out' : '',
+    `${(o.wallMs / 1000).toFixed(2)} s`,
+    `${o.alive} alive`,
+  ];
   if (o.evidence) parts.push(o.outcome && o.outcome !== 'exited' && o.outcome !== 'timed_out' ? `${o.outcome}/${o.evidence}` : o.evidence);
   return parts.filter(Boolean).join(', ');
 }
@@ -234,7 +256,9 @@ function observe(stdout: Buffer, stderr: Buffer, receipt: Receipt, wallMs: numbe
     evidence: receipt.death.evidence,
     outcome: receipt.outcome,
     alive,
-    incomplete: Object.entries(receipt.output).filter(([, s]) => !s!.complete).map(([n, s]) => `${n} (${s!.reason})`),
+    incomplete: Object.entries(receipt.output)
+      .filter(([, s]) => !s!.complete)
+      .map(([n, s]) => `${n} (${s!.reason})`),
   };
 }
 
@@ -273,7 +297,24 @@ async function viaClient(socketPath: string, c: FieldCase, pty: boolean): Promis
 
 function sbxArgs(c: FieldCase, env: Record<string, string>, extra: string[]): string[] {
   const envArgs = Object.entries(env).flatMap(([k, v]) => ['--env', `${k}=${v}`]);
-  return ['run', '--cwd', '/', '--timeout', `${c.timeout_ms}ms`, '--grace', `${GRACE_MS}ms`, '--linger', RUN_OVER.linger, '-q', ...envArgs, ...extra, '--', '/bin/sh', '-c', c.command];
+  return [
+    'run',
+    '--cwd',
+    '/',
+    '--timeout',
+    `${c.timeout_ms}ms`,
+    '--grace',
+    `${GRACE_MS}ms`,
+    '--linger',
+    RUN_OVER.linger,
+    '-q',
+    ...envArgs,
+    ...extra,
+    '--',
+    '/bin/sh',
+    '-c',
+    c.command,
+  ];
 }
 
 async function viaSbx(socketPath: string, c: FieldCase): Promise<Observation> {
@@ -281,7 +322,9 @@ async function viaSbx(socketPath: string, c: FieldCase): Promise<Observation> {
   const receiptPath = join(tmpdir(), `sbx-probe-${marker}.json`);
   const t0 = Date.now();
   try {
-    const { stdout, stderr } = await runSbx(socketPath, sbxArgs(c, env, ['--receipt', receiptPath, ...(c.stdin !== null ? ['--stdin'] : [])]), { input: c.stdin ?? '' });
+    const { stdout, stderr } = await runSbx(socketPath, sbxArgs(c, env, ['--receipt', receiptPath, ...(c.stdin !== null ? ['--stdin'] : [])]), {
+      input: c.stdin ?? '',
+    });
     const wallMs = Date.now() - t0;
     const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
     return observe(stdout, stderr, receipt, wallMs, pidsWithMark(marker).length, false);
@@ -294,7 +337,10 @@ async function viaSbx(socketPath: string, c: FieldCase): Promise<Observation> {
 async function clientKilled(socketPath: string, c: FieldCase): Promise<{ o: Observation; f: string[] }> {
   const { marker, env } = runEnv(c);
   const t0 = Date.now();
-  const child = spawn(process.execPath, [SBX, ...sbxArgs(c, env, ['--key', marker])], { env: { ...process.env, SBX_SOCKET: socketPath }, stdio: ['ignore', 'pipe', 'ignore'] });
+  const child = spawn(process.execPath, [SBX, ...sbxArgs(c, env, ['--key', marker])], {
+    env: { ...process.env, SBX_SOCKET: socketPath },
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
   const closed = new Promise((r) => child.on('close', r));
   await new Promise<void>((res) => {
     child.stdout!.once('data', () => res());
@@ -375,23 +421,29 @@ async function resumed(socketPath: string, c: FieldCase): Promise<{ o: Observati
   const { session_id } = await client.launch(launchRequest(c, env));
   const head: Buffer[] = [];
   await new Promise<void>((res) => {
-    void client.subscribe({ session_id, stream: 'stdout', from: 0, follow: true }, {
-      onOutput: (ev) => {
-        head.push(Buffer.from(ev.data));
-        if (Buffer.concat(head).length >= e.reader_disconnect_at_byte) {
-          client.close();
-          res();
-        }
+    void client.subscribe(
+      { session_id, stream: 'stdout', from: 0, follow: true },
+      {
+        onOutput: (ev) => {
+          head.push(Buffer.from(ev.data));
+          if (Buffer.concat(head).length >= e.reader_disconnect_at_byte) {
+            client.close();
+            res();
+          }
+        },
+        onEnd: () => res(),
       },
-      onEnd: () => res(),
-    });
+    );
   });
   await new Promise((r) => setTimeout(r, e.reader_pause_ms ?? 0)); // the case's own pause
   const second = await SupervisorClient.connect({ socketPath });
   try {
     const tail: Buffer[] = [];
     await new Promise<void>((res) => {
-      void second.subscribe({ session_id, stream: 'stdout', from: e.reader_resume_cursor, follow: true }, { onOutput: (ev) => tail.push(Buffer.from(ev.data)), onEnd: () => res() });
+      void second.subscribe(
+        { session_id, stream: 'stdout', from: e.reader_resume_cursor, follow: true },
+        { onOutput: (ev) => tail.push(Buffer.from(ev.data)), onEnd: () => res() },
+      );
     });
     const o = await settled(session_id, second, t0, marker);
     const concat = Buffer.concat([Buffer.concat(head).subarray(0, e.reader_resume_cursor), ...tail]);
@@ -413,7 +465,14 @@ export async function runCase(socketPath: string, supervisorPid: number, c: Fiel
   const e = c.expect;
   const results: CaseResult[] = [];
   const record = (via: CaseResult['via'], o: Observation, failures: string[], note?: string) =>
-    results.push({ id: c.id, via, ok: failures.length === 0, wallMs: o.wallMs, observed: note ? `${note}; ${describeObservation(o)}` : describeObservation(o), failures });
+    results.push({
+      id: c.id,
+      via,
+      ok: failures.length === 0,
+      wallMs: o.wallMs,
+      observed: note ? `${note}; ${describeObservation(o)}` : describeObservation(o),
+      failures,
+    });
   if (e.setup_command) execSync(e.setup_command, { shell: '/bin/sh', stdio: 'ignore' });
   try {
     if (e.kill_supervisor_after_output) {
@@ -470,6 +529,8 @@ export async function runCase(socketPath: string, supervisorPid: number, c: Fiel
 }
 
 export function markdown(results: CaseResult[]): string {
-  const rows = results.map((r) => `| ${r.id} | ${r.via} | ${r.ok ? 'pass' : 'FAIL'} | ${r.wallMs} | ${r.observed}${r.failures.length ? ` — ${r.failures.join('; ')}` : ''} |`);
+  const rows = results.map(
+    (r) => `| ${r.id} | ${r.via} | ${r.ok ? 'pass' : 'FAIL'} | ${r.wallMs} | ${r.observed}${r.failures.length ? ` — ${r.failures.join('; ')}` : ''} |`,
+  );
   return ['| case | via | result | wall ms | observed |', '|---|---|---|---|---|', ...rows].join('\n');
 }

@@ -108,9 +108,19 @@ async function runOnce(target: NaiveTarget, c: FieldCase, account: ZombieAccount
   await releaseRuns(() => account?.reapNow());
   // Orphans of the run that were zombies already, or became zombies when killed.
   for (const deadline = Date.now() + 5000; account && account.zombies().length > 0 && Date.now() < deadline; await poll()) account.reapNow();
-  const empty = { stdout: { bytes: 0, sha256: '', newlines: 0 }, stderr: { bytes: 0, sha256: '' }, exitCode: null, signal: null, timedOut: false, evidence: null, outcome: null, incomplete: [] };
+  const empty = {
+    stdout: { bytes: 0, sha256: '', newlines: 0 },
+    stderr: { bytes: 0, sha256: '' },
+    exitCode: null,
+    signal: null,
+    timedOut: false,
+    evidence: null,
+    outcome: null,
+    incomplete: [],
+  };
   if (ended !== 'done') {
-    const error = ended === 'hung' ? `no end after ${(watchdogMs / 1000).toFixed(0)} s (harness watchdog)` : 'owner SIGKILLed: exit status and the rest of the output lost';
+    const error =
+      ended === 'hung' ? `no end after ${(watchdogMs / 1000).toFixed(0)} s (harness watchdog)` : 'owner SIGKILLed: exit status and the rest of the output lost';
     return { o: { ...empty, wallMs, alive, error }, zombies, peakRssKb: peak, counter: runs };
   }
   let report: RunnerReport;
@@ -140,7 +150,12 @@ async function runOnce(target: NaiveTarget, c: FieldCase, account: ZombieAccount
 }
 
 /** Runs one case by a naive target, as the supervisor target would, and judges it. */
-export async function runNaiveCase(target: NaiveTarget, c: FieldCase, account: ZombieAccount | null, options: { repeatScale?: number } = {}): Promise<NaiveResult> {
+export async function runNaiveCase(
+  target: NaiveTarget,
+  c: FieldCase,
+  account: ZombieAccount | null,
+  options: { repeatScale?: number } = {},
+): Promise<NaiveResult> {
   const e = c.expect;
   const na = (why: string): NaiveResult => ({ id: c.id, target, ok: null, observed: why, failures: [], peakRssKb: 0 });
   if (e.reader_disconnect_at_byte !== undefined) return na('n/a: no cursor, a stream reader cannot resume');

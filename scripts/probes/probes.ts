@@ -142,7 +142,7 @@ export const PROBES: Probe[] = [
     kind: 'd',
     fast: true,
     command:
-      "i=0; while [ $i -lt 100 ]; do sh -c 'sleep 0.05 &'; i=$((i+1)); done; echo \"orphans=$i\"; sleep 1; me=$(cut -d' ' -f6 /proc/self/stat); cat /proc/[0-9]*/stat 2>/dev/null | awk -v me=\"$me\" '$3==\"Z\" && $6==me {n++} END {print \"zombies=\" n+0}'",
+      'i=0; while [ $i -lt 100 ]; do sh -c \'sleep 0.05 &\'; i=$((i+1)); done; echo "orphans=$i"; sleep 1; me=$(cut -d\' \' -f6 /proc/self/stat); cat /proc/[0-9]*/stat 2>/dev/null | awk -v me="$me" \'$3=="Z" && $6==me {n++} END {print "zombies=" n+0}\'',
     stdin: null,
     timeout_ms: 10_000,
     expect: { ...bytes('orphans=100\nzombies=0\n'), ...exited(0), max_wall_ms: 4000, zombies_after: 0 },
@@ -195,7 +195,15 @@ export const PROBES: Probe[] = [
     command: 'echo run >> "$SBX_PROBE_COUNTER"; echo begin; sleep 30',
     stdin: null,
     timeout_ms: 60_000,
-    expect: { ...bytes('begin\n'), descendants_dead: true, outcome: 'owner_lost', executions: 1, allow_incomplete: true, max_wall_ms: 10_000, kill_supervisor_after_output: true },
+    expect: {
+      ...bytes('begin\n'),
+      descendants_dead: true,
+      outcome: 'owner_lost',
+      executions: 1,
+      allow_incomplete: true,
+      max_wall_ms: 10_000,
+      kill_supervisor_after_output: true,
+    },
   },
   {
     id: 'reader-resume',
@@ -205,7 +213,15 @@ export const PROBES: Probe[] = [
     command: 'i=1; while [ $i -le 40 ]; do echo "line-$i"; i=$((i+1)); sleep 0.02; done',
     stdin: null,
     timeout_ms: 10_000,
-    expect: { ...bytes(lines40), ...exited(0), max_wall_ms: 4000, reader_disconnect_at_byte: 50, reader_pause_ms: 300, reader_resume_cursor: 50, reader_concat_sha256: sha256(lines40) },
+    expect: {
+      ...bytes(lines40),
+      ...exited(0),
+      max_wall_ms: 4000,
+      reader_disconnect_at_byte: 50,
+      reader_pause_ms: 300,
+      reader_resume_cursor: 50,
+      reader_concat_sha256: sha256(lines40),
+    },
   },
   {
     id: 'retried-launch',

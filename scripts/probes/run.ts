@@ -52,7 +52,12 @@ function supervisorCell(results: CaseResult[]): Cell {
 }
 
 function naiveCell(r: NaiveResult): Cell {
-  return { ok: r.ok, text: r.ok === false ? `${r.failures.join('; ')}; observed ${r.observed}` : r.observed, runs: [{ via: r.target, ok: r.ok, failures: r.failures, observed: r.observed }], peakRssKb: r.peakRssKb };
+  return {
+    ok: r.ok,
+    text: r.ok === false ? `${r.failures.join('; ')}; observed ${r.observed}` : r.observed,
+    runs: [{ via: r.target, ok: r.ok, failures: r.failures, observed: r.observed }],
+    peakRssKb: r.peakRssKb,
+  };
 }
 
 const mark = (c: Cell | undefined) => (c === undefined ? '' : c.ok === null ? '—' : c.ok ? 'pass' : '**FAIL**');
@@ -61,8 +66,15 @@ export function table(rows: Row[], targets: readonly Target[]): string {
   const esc = (s: string) => s.replaceAll('|', '\\|').replaceAll('\n', ' ');
   const head = `| probe | ${targets.join(' | ')} |`;
   const sep = `|---|${targets.map(() => '---').join('|')}|`;
-  const lines = rows.map((r) => `| ${esc(r.title)} (\`${r.id}\`) | ${targets.map((t) => (r.cells[t] ? `${mark(r.cells[t])}: ${esc(r.cells[t]!.text)}` : '')).join(' | ')} |`);
-  const summary = `| **passed** | ${targets.map((t) => { const cells = rows.map((r) => r.cells[t]).filter((c) => c && c.ok !== null); return `${cells.filter((c) => c!.ok).length} of ${cells.length}`; }).join(' | ')} |`;
+  const lines = rows.map(
+    (r) => `| ${esc(r.title)} (\`${r.id}\`) | ${targets.map((t) => (r.cells[t] ? `${mark(r.cells[t])}: ${esc(r.cells[t]!.text)}` : '')).join(' | ')} |`,
+  );
+  const summary = `| **passed** | ${targets
+    .map((t) => {
+      const cells = rows.map((r) => r.cells[t]).filter((c) => c && c.ok !== null);
+      return `${cells.filter((c) => c!.ok).length} of ${cells.length}`;
+    })
+    .join(' | ')} |`;
   return [head, sep, ...lines, summary].join('\n');
 }
 
@@ -95,7 +107,8 @@ async function main(): Promise<void> {
   if (values.only) {
     const only = values.only.split(',');
     const unknown = only.filter((id) => !cases.some((c) => c.id === id));
-    if (unknown.length) throw new UsageError(`--only: no ${values.cases ? 'case' : 'probe'} named ${unknown.join(', ')} (there are: ${cases.map((c) => c.id).join(', ')})`);
+    if (unknown.length)
+      throw new UsageError(`--only: no ${values.cases ? 'case' : 'probe'} named ${unknown.join(', ')} (there are: ${cases.map((c) => c.id).join(', ')})`);
     cases = cases.filter((c) => only.includes(c.id));
   }
   const repeatScale = Number(values['repeat-scale']);
@@ -154,7 +167,16 @@ async function main(): Promise<void> {
     await own?.stop();
     account.reapNow();
   }
-  const passed = Object.fromEntries(targets.map((t) => [t, { passed: rows.filter((r) => r.cells[t]?.ok === true).length, failed: rows.filter((r) => r.cells[t]?.ok === false).length, not_applicable: rows.filter((r) => r.cells[t]?.ok === null).length }]));
+  const passed = Object.fromEntries(
+    targets.map((t) => [
+      t,
+      {
+        passed: rows.filter((r) => r.cells[t]?.ok === true).length,
+        failed: rows.filter((r) => r.cells[t]?.ok === false).length,
+        not_applicable: rows.filter((r) => r.cells[t]?.ok === null).length,
+      },
+    ]),
+  );
   const out = values.json ? JSON.stringify({ targets, summary: passed, rows }, null, 2) : table(rows, targets);
   process.stdout.write(`${out}\n`);
   process.exitCode = rows.every((r) => r.cells['sandbox-supervisor']?.ok !== false) ? 0 : 1;

@@ -7,7 +7,12 @@ import { CreateBucketCommand, GetBucketVersioningCommand, PutBucketVersioningCom
 
 // The SDK's notice that its 2027 releases need Node 22: not news for a test server.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = 'true';
-const env = Object.fromEntries(readFileSync(process.argv[2], 'utf8').split('\n').filter(Boolean).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+const env = Object.fromEntries(
+  readFileSync(process.argv[2], 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+);
 const s3 = new S3Client({
   endpoint: env.AWS_ENDPOINT_URL,
   region: env.AWS_REGION,

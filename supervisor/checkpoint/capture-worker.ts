@@ -13,7 +13,17 @@ import { faultPoint } from '../../core/fault.js';
 import { fsDecode, nameText, showPath } from '../../core/fs/names.js';
 import { ScanError } from '../../core/fs/walk.js';
 import { LocalStoreFiles, objectKey } from '../../core/checkpoint/local-store.js';
-import { checkManifest, entriesDigest, manifestAround, manifestObjects, showEntryPath, toManifestEntry, type CheckpointBoundary, type Manifest, type RuntimeFence } from '../../core/checkpoint/manifest.js';
+import {
+  checkManifest,
+  entriesDigest,
+  manifestAround,
+  manifestObjects,
+  showEntryPath,
+  toManifestEntry,
+  type CheckpointBoundary,
+  type Manifest,
+  type RuntimeFence,
+} from '../../core/checkpoint/manifest.js';
 import { pathOf, runCapture, runRehash, type CaptureRequest, type CaptureResult, type CapturedEntry, type WorkerProgress, type WorkerReply } from './passes.js';
 import { StatCache, VerifiedObjects } from './stat-cache.js';
 import { StoreError } from '../../core/checkpoint/store.js';
@@ -157,7 +167,11 @@ function entriesInto(head: Buffer, entries: CapturedEntry[], tail: Buffer): Buff
 }
 
 /** Runs a checkpoint up to its stored manifest (blocking): capture, commit, manifest (JCS, signed), written create-once. */
-export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgress['progress']) => void = () => {}, onFrozen: (frozen: boolean) => void = () => {}): CheckpointStepResult {
+export function runCheckpoint(
+  req: CheckpointRequest,
+  progress: (p: WorkerProgress['progress']) => void = () => {},
+  onFrozen: (frozen: boolean) => void = () => {},
+): CheckpointStepResult {
   produced = null;
   const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, statCache.seed(req.root));
   const unstable = cap.unstable.map((p) => nameText(fsDecode(p)));
@@ -186,7 +200,8 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
   const covered = entriesInto(around.head, cap.entries, around.tail);
   unsigned.scan.digest = entriesDigest(covered.subarray(around.head.length, covered.length - around.tail.length));
   const final = manifestAround(unsigned);
-  if (!final.head.equals(around.head) || final.tail.length !== around.tail.length) throw new Error('the manifest\'s JCS around its entries changed length with its digest');
+  if (!final.head.equals(around.head) || final.tail.length !== around.tail.length)
+    throw new Error("the manifest's JCS around its entries changed length with its digest");
   final.tail.copy(covered, covered.length - final.tail.length);
   const head = final.head;
   const signingKey = createPrivateKey(req.signingKeyPem);
@@ -197,7 +212,7 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
   // Stored: the same head and entries (`signature` sorts after `entries`, so only the tail
   // differs), not copied again.
   const signed = manifestAround(manifest);
-  if (!signed.head.equals(head)) throw new Error('the signed manifest\'s JCS before its entries differs from the unsigned one\'s');
+  if (!signed.head.equals(head)) throw new Error("the signed manifest's JCS before its entries differs from the unsigned one's");
   const parts = [covered.subarray(0, covered.length - around.tail.length), signed.tail];
   const id = createHash('sha256').update(parts[0]).update(parts[1]).digest('hex');
   // Each object once, with the first entry using it (its path is made only when named).
@@ -216,7 +231,8 @@ export function runCheckpoint(req: CheckpointRequest, progress: (p: WorkerProgre
   try {
     if (!store.createRecord(store.manifestsFd, `${id}.json`, parts)) {
       const there = store.readRecord(store.manifestsFd, `${id}.json`);
-      if (!there || !there.equals(Buffer.concat(parts))) throw new StoreError('conflict', `${req.storeDir}/manifests/${id}.json exists with other bytes`, `manifests/${id}.json`);
+      if (!there || !there.equals(Buffer.concat(parts)))
+        throw new StoreError('conflict', `${req.storeDir}/manifests/${id}.json exists with other bytes`, `manifests/${id}.json`);
     }
   } finally {
     store.close();
@@ -270,7 +286,7 @@ export function runReadBack(req: ReadBackRequest): ReadBackResult {
     // signature it verified when it was made.
     if (!mine.signatureVerified) {
       statCache.confirm(req.id, false);
-      return { manifestProblems: ['the manifest\'s signature does not verify under the supervisor\'s public key'], ...none };
+      return { manifestProblems: ["the manifest's signature does not verify under the supervisor's public key"], ...none };
     }
     objects = new Map();
     for (const [sha, e] of mine.objects) objects.set(sha, e.size);
@@ -302,7 +318,14 @@ export function runReadBack(req: ReadBackRequest): ReadBackResult {
   });
   statCache.confirm(req.id, rehash.problems.length === 0);
   for (const p of rehash.problems) verified.forget(req.storeDir, p.sha256);
-  return { manifestProblems: [], objects: rehash.objects, bytes: rehash.bytes, rehashedObjects: rehash.rehashedObjects, rehashedBytes: rehash.rehashedBytes, problems: rehash.problems.map((p) => ({ ...p, paths: pathsOf(p.sha256) })) };
+  return {
+    manifestProblems: [],
+    objects: rehash.objects,
+    bytes: rehash.bytes,
+    rehashedObjects: rehash.rehashedObjects,
+    rehashedBytes: rehash.rehashedBytes,
+    problems: rehash.problems.map((p) => ({ ...p, paths: pathsOf(p.sha256) })),
+  };
 }
 function toReply(err: unknown): WorkerReply<never> {
   if (err instanceof ScanError) return { ok: false, code: err.code, message: err.message };
@@ -319,7 +342,14 @@ if (parentPort && workerData && (workerData as { checkpointWorker?: boolean }).c
     try {
       reply = {
         ok: true,
-        result: req.kind === 'checkpoint' ? runCheckpoint(req, (progress) => port.postMessage({ id, progress }), (frozen) => port.postMessage({ id, frozen })) : runReadBack(req),
+        result:
+          req.kind === 'checkpoint'
+            ? runCheckpoint(
+                req,
+                (progress) => port.postMessage({ id, progress }),
+                (frozen) => port.postMessage({ id, frozen }),
+              )
+            : runReadBack(req),
       };
     } catch (err) {
       reply = toReply(err);

@@ -145,7 +145,10 @@ export class CheckpointThread {
     if (!f) return;
     this.onFrozen(f.root, frozen);
     if (!frozen) return;
-    this.watchdog = setTimeout(() => this.thawNow(`the frozen pass ran past checkpoint.freezeMaxMs (${f.freezeMaxMs} ms) + ${FREEZE_WATCHDOG_MARGIN_MS} ms without thawing`), f.freezeMaxMs + FREEZE_WATCHDOG_MARGIN_MS);
+    this.watchdog = setTimeout(
+      () => this.thawNow(`the frozen pass ran past checkpoint.freezeMaxMs (${f.freezeMaxMs} ms) + ${FREEZE_WATCHDOG_MARGIN_MS} ms without thawing`),
+      f.freezeMaxMs + FREEZE_WATCHDOG_MARGIN_MS,
+    );
     this.watchdog.unref();
   }
 
@@ -153,7 +156,10 @@ export class CheckpointThread {
     if (this.worker) return this.worker;
     const path = workerPath();
     if (!path) throw new Error('the checkpoint worker (dist/supervisor/checkpoint/capture-worker.js) is missing; build with tsc');
-    const w = new Worker(path, { workerData: { checkpointWorker: true }, resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MIB, maxOldGenerationSizeMb: this.heapMiB } });
+    const w = new Worker(path, {
+      workerData: { checkpointWorker: true },
+      resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MIB, maxOldGenerationSizeMb: this.heapMiB },
+    });
     const failAll = (message: string) => {
       if (this.worker === w) this.worker = null;
       this.thawNow(message); // before its step fails: a thread that died frozen (out of memory, say) never thaws

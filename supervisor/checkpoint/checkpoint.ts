@@ -6,7 +6,20 @@
 // published; also the store's recovery at start and its gc. Not the format (manifest.ts), the
 // scan (capture-worker.ts) or the files (local-store.ts, s3-store.ts).
 import { createHash } from 'node:crypto';
-import { closeSync, constants, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  statSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { isSupervisorError, SupervisorError } from '../../ipc/errors.js';
@@ -22,7 +35,15 @@ import type { WorkspaceWatcher } from '../workspace/watcher.js';
 import { CheckpointThread, thawPath } from './capture.js';
 import { LocalStore, objectKey } from '../../core/checkpoint/local-store.js';
 import { STORE_DIRS } from '../../core/state/names.js';
-import { checkManifest, manifestObjects, mountsSkipped, type CheckpointBoundary, type Manifest, type PublishedRecord, type RuntimeFence } from '../../core/checkpoint/manifest.js';
+import {
+  checkManifest,
+  manifestObjects,
+  mountsSkipped,
+  type CheckpointBoundary,
+  type Manifest,
+  type PublishedRecord,
+  type RuntimeFence,
+} from '../../core/checkpoint/manifest.js';
 import { type CheckpointStore, parseStoreUrl, rehashObject, StoreError } from '../../core/checkpoint/store.js';
 import type { SupervisorMetrics } from '../metrics/registry.js';
 import { errnoCode } from '../../ipc/errno.js';
@@ -62,7 +83,6 @@ async function inParallel<T>(items: T[], limit: number, fn: (item: T) => Promise
   if (failure !== null) throw failure;
 }
 
-
 /**
  * At start, before anything touches a workspace (the watcher writes its barrier there): a file
  * system a supervisor killed in a frozen pass left frozen (the store's `frozen` record names
@@ -79,7 +99,7 @@ export function thawLeftFrozen(config: Config, log: Logger): void {
       closeSync(fd);
     }
   } catch (err) {
-    if (errnoCode(err) !== 'ENOENT') log.error({ err, record }, 'the checkpoint store\'s frozen record cannot be read');
+    if (errnoCode(err) !== 'ENOENT') log.error({ err, record }, "the checkpoint store's frozen record cannot be read");
     return;
   }
   try {
@@ -92,7 +112,6 @@ export function thawLeftFrozen(config: Config, log: Logger): void {
 
 /** Checkpoints (and gc) waiting at once; the next is refused, retryable. */
 const MAX_QUEUED = 16;
-
 
 /** The local store's directory for a config: checkpoint.store when it is a directory, else <stateDir>/checkpoints. */
 export function localStoreDir(config: Config): string {
@@ -114,17 +133,22 @@ export class Checkpoints {
 
   constructor(private readonly deps: CheckpointDeps) {
     this.local = new LocalStore(localStoreDir(deps.config), true, true);
-    this.thread = new CheckpointThread((workspace, why, thawed, err) => {
-      if (err) deps.log.error({ err, workspace, why }, 'a workspace frozen by a checkpoint could not be thawed (fsfreeze -u it)');
-      else if (thawed) deps.log.error({ workspace, why }, 'a checkpoint\'s frozen pass did not thaw its workspace: thawed by the supervisor');
-      if (!err) {
-        try {
-          this.local.fs.clearFrozen();
-        } catch {
-          // the next start finds the record and thaws again (EINVAL: nothing to do)
+    this.thread = new CheckpointThread(
+      (workspace, why, thawed, err) => {
+        if (err) deps.log.error({ err, workspace, why }, 'a workspace frozen by a checkpoint could not be thawed (fsfreeze -u it)');
+        else if (thawed) deps.log.error({ workspace, why }, "a checkpoint's frozen pass did not thaw its workspace: thawed by the supervisor");
+        if (!err) {
+          try {
+            this.local.fs.clearFrozen();
+          } catch {
+            // the next start finds the record and thaws again (EINVAL: nothing to do)
+          }
         }
-      }
-    }, (workspace, frozen) => deps.log.debug({ workspace }, frozen ? 'checkpoint: the workspace is frozen for the last pass' : 'checkpoint: the workspace is thawed'), deps.config.checkpoint.workerHeapMiB);
+      },
+      (workspace, frozen) =>
+        deps.log.debug({ workspace }, frozen ? 'checkpoint: the workspace is frozen for the last pass' : 'checkpoint: the workspace is thawed'),
+      deps.config.checkpoint.workerHeapMiB,
+    );
   }
 
   /** Where checkpoints are published: the local directory or s3://bucket/prefix. */
@@ -146,7 +170,12 @@ export class Checkpoints {
   /** Runs fn after every step queued before it; LIMIT_EXCEEDED (retryable) past MAX_QUEUED waiting. */
   private serial<T>(fn: () => Promise<T>): Promise<T> {
     if (this.queued >= MAX_QUEUED) {
-      return Promise.reject(new SupervisorError('LIMIT_EXCEEDED', `${this.queued} checkpoints (or gc) are queued already; checkpoints run one at a time`, { limit: 'checkpoints_queued', max: MAX_QUEUED }));
+      return Promise.reject(
+        new SupervisorError('LIMIT_EXCEEDED', `${this.queued} checkpoints (or gc) are queued already; checkpoints run one at a time`, {
+          limit: 'checkpoints_queued',
+          max: MAX_QUEUED,
+        }),
+      );
     }
     this.queued++;
     const run = this.chain.then(fn, fn).finally(() => this.queued--);
@@ -185,7 +214,11 @@ export class Checkpoints {
     for (const name of fs.list(fs.tmpFd)) fs.remove(fs.tmpFd, name);
     const unpublished = this.unpublished();
     for (const id of unpublished) fs.remove(fs.manifestsFd, `${id}.json`);
-    if (unpublished.length) this.deps.log.warn({ manifests: unpublished }, 'removed checkpoint manifests whose read-back never completed (a crash mid-checkpoint): they were never published');
+    if (unpublished.length)
+      this.deps.log.warn(
+        { manifests: unpublished },
+        'removed checkpoint manifests whose read-back never completed (a crash mid-checkpoint): they were never published',
+      );
   }
 
   private unpublished(): string[] {
@@ -215,7 +248,10 @@ export class Checkpoints {
         if (!isSupervisorError(err, 'INVALID_ARGUMENT')) {
           this.deps.metrics?.checkpointDone(null, (performance.now() - t0) / 1000);
           const e = err as { code?: string; message?: string; details?: unknown };
-          this.deps.log.warn({ workspace, task, code: e.code, details: e.details, ms: Math.round(performance.now() - t0) }, `checkpoint failed: ${e.message ?? String(err)}`);
+          this.deps.log.warn(
+            { workspace, task, code: e.code, details: e.details, ms: Math.round(performance.now() - t0) },
+            `checkpoint failed: ${e.message ?? String(err)}`,
+          );
         }
         throw err;
       }
@@ -242,7 +278,8 @@ export class Checkpoints {
       } catch {
         continue;
       }
-      if (record?.task === task && record.close_attempt === closeAttempt && record.workspace === workspace && record.checkpoint_id === name.slice(0, 64)) return record.checkpoint_id;
+      if (record?.task === task && record.close_attempt === closeAttempt && record.workspace === workspace && record.checkpoint_id === name.slice(0, 64))
+        return record.checkpoint_id;
     }
     return null;
   }
@@ -316,9 +353,10 @@ export class Checkpoints {
     if (!this.deps.config.checkpoint.freeze) return { asked: false, refused: 'off' };
     try {
       const dev = statSync(workspace).dev;
-      if (workspace !== '/' && statSync(join(workspace, '..')).dev === dev) return { asked: true, refused: 'the workspace is not its own mount: freezing would stop every writer of the file system it is on' };
-      if (statSync(this.deps.config.stateDir).dev === dev) return { asked: true, refused: 'the state dir is on the workspace\'s file system' };
-      if (statSync(this.local.dir).dev === dev) return { asked: true, refused: 'the checkpoint store is on the workspace\'s file system' };
+      if (workspace !== '/' && statSync(join(workspace, '..')).dev === dev)
+        return { asked: true, refused: 'the workspace is not its own mount: freezing would stop every writer of the file system it is on' };
+      if (statSync(this.deps.config.stateDir).dev === dev) return { asked: true, refused: "the state dir is on the workspace's file system" };
+      if (statSync(this.local.dir).dev === dev) return { asked: true, refused: "the checkpoint store is on the workspace's file system" };
     } catch (err) {
       return { asked: true, refused: `cannot tell: ${(err as Error).message}` };
     }
@@ -332,17 +370,27 @@ export class Checkpoints {
       real = realpathSync(path);
       if (!statSync(real).isDirectory()) throw Object.assign(new Error(`${path} is not a directory`), { code: 'ENOTDIR' });
     } catch (err) {
-      throw new SupervisorError('INVALID_ARGUMENT', `checkpoint: workspace ${path}: ${errnoCode(err) === 'ENOENT' ? 'does not exist' : (err as Error).message}`, { field: 'workspace' });
+      throw new SupervisorError(
+        'INVALID_ARGUMENT',
+        `checkpoint: workspace ${path}: ${errnoCode(err) === 'ENOENT' ? 'does not exist' : (err as Error).message}`,
+        { field: 'workspace' },
+      );
     }
     const inside = (a: string, b: string) => a === b || a.startsWith(b.endsWith('/') ? b : b + '/');
-    for (const [what, dir] of [['state dir', this.deps.config.stateDir], ['checkpoint store', this.local.dir]]) {
+    for (const [what, dir] of [
+      ['state dir', this.deps.config.stateDir],
+      ['checkpoint store', this.local.dir],
+    ]) {
       let d = dir;
       try {
         d = realpathSync(dir);
       } catch {
         // not made yet
       }
-      if (inside(d, real)) throw new SupervisorError('INVALID_ARGUMENT', `checkpoint: the directory ${path} holds the ${what} ${dir}: a checkpoint would hold itself`, { field: 'workspace' });
+      if (inside(d, real))
+        throw new SupervisorError('INVALID_ARGUMENT', `checkpoint: the directory ${path} holds the ${what} ${dir}: a checkpoint would hold itself`, {
+          field: 'workspace',
+        });
       if (inside(real, d)) throw new SupervisorError('INVALID_ARGUMENT', `checkpoint: workspace ${path} is inside the ${what} ${dir}`, { field: 'workspace' });
     }
     return real;
@@ -352,7 +400,8 @@ export class Checkpoints {
     const t0 = performance.now();
     const { config, log, signer } = this.deps;
     const workspace = this.checkWorkspace(workspaceArg);
-    if (this.local.reopenIfMoved()) log.warn({ store: this.local.dir }, 'the checkpoint store was moved or removed since it was opened: opened (made) again at its path');
+    if (this.local.reopenIfMoved())
+      log.warn({ store: this.local.dir }, 'the checkpoint store was moved or removed since it was opened: opened (made) again at its path');
     let storeFd: number;
     try {
       storeFd = this.local.fs.rootFd;
@@ -384,7 +433,14 @@ export class Checkpoints {
       maxPasses: config.checkpoint.maxPasses,
       verifyContent: config.checkpoint.verifyContent,
       freezeMaxMs: freeze.refused === null ? config.checkpoint.freezeMaxMs : 0,
-      header: { workspace, task, ...(closeAttempt !== undefined ? { close_attempt: closeAttempt } : {}), started_at: startedAt, boundary, supervisor: this.fence },
+      header: {
+        workspace,
+        task,
+        ...(closeAttempt !== undefined ? { close_attempt: closeAttempt } : {}),
+        started_at: startedAt,
+        boundary,
+        supervisor: this.fence,
+      },
       signingKeyPem: signer.privateKeyPem,
       keyId: signer.keyId,
       forRemote: remote !== null,
@@ -411,7 +467,11 @@ export class Checkpoints {
       }
     } catch (err) {
       this.local.fs.remove(this.local.fs.manifestsFd, `${id}.json`);
-      throw failed('store', `checkpoint of ${workspace}: writing to ${store.location} failed: ${(err as Error).message}`, err instanceof StoreError && err.key ? { key: err.key } : {});
+      throw failed(
+        'store',
+        `checkpoint of ${workspace}: writing to ${store.location} failed: ${(err as Error).message}`,
+        err instanceof StoreError && err.key ? { key: err.key } : {},
+      );
     }
     const tStore = performance.now();
     // 5. Read back: the manifest by id, then every object, re-hashed. Only then published.
@@ -424,7 +484,10 @@ export class Checkpoints {
       // Never published: the manifest goes at once (it claims nothing; gc would remove a local one too).
       const fs = this.local.fs;
       fs.remove(fs.manifestsFd, `${id}.json`);
-      if (remote && store.deleteManifest) await store.deleteManifest(id).catch((e: Error) => log.warn({ err: e, checkpoint_id: id }, 'an unpublished manifest could not be removed from the store'));
+      if (remote && store.deleteManifest)
+        await store
+          .deleteManifest(id)
+          .catch((e: Error) => log.warn({ err: e, checkpoint_id: id }, 'an unpublished manifest could not be removed from the store'));
       throw err;
     }
     const readBackMs = Math.round(performance.now() - tStore);
@@ -438,7 +501,14 @@ export class Checkpoints {
       task,
       ...(closeAttempt !== undefined ? { close_attempt: closeAttempt } : {}),
       boundary,
-      read_back: { at: readBackAt, objects: readBack.objects, bytes: readBack.bytes, rehashed_objects: readBack.rehashedObjects, rehashed_bytes: readBack.rehashedBytes, ms: readBackMs },
+      read_back: {
+        at: readBackAt,
+        objects: readBack.objects,
+        bytes: readBack.bytes,
+        rehashed_objects: readBack.rehashedObjects,
+        rehashed_bytes: readBack.rehashedBytes,
+        ms: readBackMs,
+      },
       supervisor: this.fence,
     });
     const recordBytes = Buffer.from(jcs(record));
@@ -475,9 +545,21 @@ export class Checkpoints {
       leased: cap.leased,
       leased_count: cap.leasedCount,
       mounts_skipped: cap.mountsSkipped,
-      objects: { referenced: cap.objects.referenced, written: cap.objects.written, bytes_written: cap.objects.bytesWritten, ...(remote ? { uploaded: uploaded + readBack.repaired, repaired: readBack.repaired } : {}) },
+      objects: {
+        referenced: cap.objects.referenced,
+        written: cap.objects.written,
+        bytes_written: cap.objects.bytesWritten,
+        ...(remote ? { uploaded: uploaded + readBack.repaired, repaired: readBack.repaired } : {}),
+      },
       read: { files: cap.read.files, bytes: cap.read.bytes },
-      read_back: { objects: readBack.objects, bytes: readBack.bytes, rehashed_objects: readBack.rehashedObjects, rehashed_bytes: readBack.rehashedBytes, ms: readBackMs, at: readBackAt },
+      read_back: {
+        objects: readBack.objects,
+        bytes: readBack.bytes,
+        rehashed_objects: readBack.rehashedObjects,
+        rehashed_bytes: readBack.rehashedBytes,
+        ms: readBackMs,
+        at: readBackAt,
+      },
       supervisor: this.fence,
       duration_ms: Math.round(performance.now() - t0),
       phases_ms: {
@@ -487,25 +569,51 @@ export class Checkpoints {
         read_back: readBackMs,
       },
     };
-    log.info({ checkpoint_id: id, workspace, task, entries: cap.scan.entries, bytes: cap.scan.bytes, written: cap.objects.written, passes: cap.scan.passes, unstable: cap.unstableCount, boundary, ms: result.duration_ms }, 'checkpoint published');
+    log.info(
+      {
+        checkpoint_id: id,
+        workspace,
+        task,
+        entries: cap.scan.entries,
+        bytes: cap.scan.bytes,
+        written: cap.objects.written,
+        passes: cap.scan.passes,
+        unstable: cap.unstableCount,
+        boundary,
+        ms: result.duration_ms,
+      },
+      'checkpoint published',
+    );
     return result;
   }
 
   /** The local read-back of manifest id (in the thread); what it re-hashed. CHECKPOINT_FAILED stage read_back when anything differs. */
   private async readBackLocal(id: string): Promise<{ rehashedObjects: number; rehashedBytes: number }> {
-    const reply = await this.thread.run({ kind: 'readback', storeDir: this.local.dir, storeFd: this.local.fs.rootFd, id, publicKeyPem: this.deps.signer.publicKeyPem, rehash: this.deps.config.checkpoint.readBack });
+    const reply = await this.thread.run({
+      kind: 'readback',
+      storeDir: this.local.dir,
+      storeFd: this.local.fs.rootFd,
+      id,
+      publicKeyPem: this.deps.signer.publicKeyPem,
+      rehash: this.deps.config.checkpoint.readBack,
+    });
     if (!reply.ok) throw failed('read_back', `checkpoint ${id}: the read-back failed: ${reply.message}`);
     const { manifestProblems, problems } = reply.result;
-    if (manifestProblems.length) throw failed('read_back', `checkpoint ${id}: the manifest read back from ${this.local.dir} is not the one written: ${manifestProblems.join('; ')}`);
+    if (manifestProblems.length)
+      throw failed('read_back', `checkpoint ${id}: the manifest read back from ${this.local.dir} is not the one written: ${manifestProblems.join('; ')}`);
     if (problems.length === 0) return { rehashedObjects: reply.result.rehashedObjects, rehashedBytes: reply.result.rehashedBytes };
     // A bad object is set aside, so that the retry stores it afresh (create-once never replaces).
     for (const p of problems) this.setAside(p.sha256);
     const first = problems[0];
-    throw failed('read_back', `checkpoint ${id} not published: ${first.problem} (used by ${first.paths.join(', ')})${problems.length > 1 ? `; and ${problems.length - 1} more objects` : ''}; set aside, a retry stores them again`, {
-      object: first.sha256,
-      paths: first.paths,
-      objects: problems.map((p) => p.sha256),
-    });
+    throw failed(
+      'read_back',
+      `checkpoint ${id} not published: ${first.problem} (used by ${first.paths.join(', ')})${problems.length > 1 ? `; and ${problems.length - 1} more objects` : ''}; set aside, a retry stores them again`,
+      {
+        object: first.sha256,
+        paths: first.paths,
+        objects: problems.map((p) => p.sha256),
+      },
+    );
   }
 
   /** Moves what sits at an object's name (a corrupt file, a planted link: never followed) into quarantine/. */
@@ -524,11 +632,18 @@ export class Checkpoints {
       }
       this.deps.log.error({ object: sha256, quarantine: q }, 'a checkpoint object failed its read-back: set aside');
     } catch (err) {
-      if (errnoCode(err) !== 'ENOENT' && !(err instanceof StoreError)) this.deps.log.error({ err, object: sha256 }, 'a bad checkpoint object could not be set aside');
+      if (errnoCode(err) !== 'ENOENT' && !(err instanceof StoreError))
+        this.deps.log.error({ err, object: sha256 }, 'a bad checkpoint object could not be set aside');
     }
   }
 
-  private async readBackRemote(store: CheckpointStore, id: string, version: Awaited<ReturnType<CheckpointStore['putManifest']>> | undefined, written: Buffer, objects: [string, number, string][]): Promise<{ objects: number; bytes: number; rehashedObjects: number; rehashedBytes: number; repaired: number }> {
+  private async readBackRemote(
+    store: CheckpointStore,
+    id: string,
+    version: Awaited<ReturnType<CheckpointStore['putManifest']>> | undefined,
+    written: Buffer,
+    objects: [string, number, string][],
+  ): Promise<{ objects: number; bytes: number; rehashedObjects: number; rehashedBytes: number; repaired: number }> {
     let bytes: Buffer;
     try {
       bytes = await store.readManifest(id, version);
@@ -536,14 +651,21 @@ export class Checkpoints {
       throw failed('read_back', `checkpoint ${id}: the manifest cannot be read back from ${store.location}: ${(err as Error).message}`);
     }
     // The local copy was just checked whole in the thread: the remote one must be those bytes.
-    if (!bytes.equals(written)) throw failed('read_back', `checkpoint ${id}: the manifest read back from ${store.location} is not the one written (${bytes.length} bytes, sha256 ${createHash('sha256').update(bytes).digest('hex')})`);
+    if (!bytes.equals(written))
+      throw failed(
+        'read_back',
+        `checkpoint ${id}: the manifest read back from ${store.location} is not the one written (${bytes.length} bytes, sha256 ${createHash('sha256').update(bytes).digest('hex')})`,
+      );
     let total = 0;
     let repaired = 0;
     await inParallel(objects, REMOTE_CONCURRENCY, async ([sha, size, user]) => {
       let got = await rehashObject(store, sha);
       if ((got.error || got.sha256 !== sha || got.bytes !== size) && store.replaceObject) {
         // The local copy was read back exactly just before: put it over what the bucket holds.
-        this.deps.log.error({ object: sha, store: store.location, found: got.error ?? `${got.sha256} (${got.bytes} bytes)` }, 'a checkpoint object failed its read-back from the store: uploaded again from the local store');
+        this.deps.log.error(
+          { object: sha, store: store.location, found: got.error ?? `${got.sha256} (${got.bytes} bytes)` },
+          'a checkpoint object failed its read-back from the store: uploaded again from the local store',
+        );
         try {
           await store.replaceObject(sha, join(this.local.dir, objectKey(sha)), size);
           repaired++;
@@ -553,9 +675,16 @@ export class Checkpoints {
         }
       }
       const where = `(used by ${user})`;
-      if (got.error) throw failed('read_back', `checkpoint ${id} not published: object ${sha} cannot be read back from ${store.location}: ${got.error} ${where}`, { object: sha });
+      if (got.error)
+        throw failed('read_back', `checkpoint ${id} not published: object ${sha} cannot be read back from ${store.location}: ${got.error} ${where}`, {
+          object: sha,
+        });
       if (got.sha256 !== sha || got.bytes !== size) {
-        throw failed('read_back', `checkpoint ${id} not published: object ${sha} reads back from ${store.location} as ${got.sha256} (${got.bytes} bytes, ${size} expected), also after uploading it again ${where}`, { object: sha });
+        throw failed(
+          'read_back',
+          `checkpoint ${id} not published: object ${sha} reads back from ${store.location} as ${got.sha256} (${got.bytes} bytes, ${size} expected), also after uploading it again ${where}`,
+          { object: sha },
+        );
       }
       total += got.bytes;
     });
@@ -640,9 +769,12 @@ export class Checkpoints {
           }
         }
       }
-      if (removed.length || removedObjects || quarantined) this.deps.log.info({ removed_manifests: removed.length, removed_objects: removedObjects, removed_quarantined: quarantined, freed_bytes: freed }, 'checkpoint gc');
+      if (removed.length || removedObjects || quarantined)
+        this.deps.log.info(
+          { removed_manifests: removed.length, removed_objects: removedObjects, removed_quarantined: quarantined, freed_bytes: freed },
+          'checkpoint gc',
+        );
       return { removed_manifests: removed, removed_objects: removedObjects, removed_quarantined: quarantined, freed_bytes: freed, kept_manifests: kept };
     });
   }
 }
-

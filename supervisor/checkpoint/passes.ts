@@ -154,7 +154,10 @@ function hashFd(fd: number, beforeBlock: () => void = () => {}): { sha256: strin
   return { sha256: hash.digest('hex'), bytes: pos };
 }
 
-function sigOf(type: string, st: { size: bigint; mode: number | bigint; uid: number | bigint; gid: number | bigint; mtimeNs: bigint; ctimeNs: bigint; ino: bigint; rdev: bigint }): string {
+function sigOf(
+  type: string,
+  st: { size: bigint; mode: number | bigint; uid: number | bigint; gid: number | bigint; mtimeNs: bigint; ctimeNs: bigint; ino: bigint; rdev: bigint },
+): string {
   return `${type}:${st.size}:${st.mode}:${st.uid}:${st.gid}:${st.mtimeNs}:${st.ctimeNs}:${st.ino}:${st.rdev}`;
 }
 
@@ -187,7 +190,16 @@ export function pathOf(c: CapturedEntry): Buffer {
 }
 
 /** The stat fields a file's capture is compared by (a walk entry, or BigIntStats). */
-type StatFacts = { size: bigint; mode: number | bigint; uid: number | bigint; gid: number | bigint; mtimeNs: bigint; ctimeNs: bigint; ino: bigint; rdev: bigint };
+type StatFacts = {
+  size: bigint;
+  mode: number | bigint;
+  uid: number | bigint;
+  gid: number | bigint;
+  mtimeNs: bigint;
+  ctimeNs: bigint;
+  ino: bigint;
+  rdev: bigint;
+};
 
 function sameStat(a: StatFacts, b: StatFacts): boolean {
   return a.size === b.size && a.mtimeNs === b.mtimeNs && a.ctimeNs === b.ctimeNs && a.ino === b.ino && Number(a.mode) === Number(b.mode);
@@ -202,7 +214,11 @@ class Capture {
   /** What is left of this pass's lease budget (ms). */
   private leaseLeftMs = LEASE_PASS_BUDGET_MS;
 
-  constructor(private readonly store: LocalStoreFiles, private readonly progress: (p: WorkerProgress['progress']) => void, private deadline: { hrNs: bigint | null; ms?: number }) {}
+  constructor(
+    private readonly store: LocalStoreFiles,
+    private readonly progress: (p: WorkerProgress['progress']) => void,
+    private deadline: { hrNs: bigint | null; ms?: number },
+  ) {}
 
   /** A new pass: its lease budget whole again. */
   newPass(): void {
@@ -217,7 +233,10 @@ class Capture {
   /** ScanError scan_timeout once the checkpoint's deadline has passed (checked per block read, so one big file is bounded too). */
   private checkDeadline(): void {
     if (this.deadline.hrNs !== null && process.hrtime.bigint() >= this.deadline.hrNs) {
-      throw new ScanError('scan_timeout', `scan_timeout: the checkpoint passed its ${this.deadline.ms} ms deadline (checkpoint.deadlineMs) while reading a file`);
+      throw new ScanError(
+        'scan_timeout',
+        `scan_timeout: the checkpoint passed its ${this.deadline.ms} ms deadline (checkpoint.deadlineMs) while reading a file`,
+      );
     }
   }
 
@@ -261,7 +280,16 @@ class Capture {
   entry(e: WalkEntry): CapturedEntry | null | typeof LEASED {
     const type = e.type === 'unknown' ? null : e.type;
     if (type === null) return null;
-    const base = { key: e.path.toString('latin1'), type, mode: e.mode & 0o7777, uid: e.uid, gid: e.gid, mtimeNs: e.mtimeNs, ctimeNs: e.ctimeNs, ...statFields(e) };
+    const base = {
+      key: e.path.toString('latin1'),
+      type,
+      mode: e.mode & 0o7777,
+      uid: e.uid,
+      gid: e.gid,
+      mtimeNs: e.mtimeNs,
+      ctimeNs: e.ctimeNs,
+      ...statFields(e),
+    };
     if (type === 'symlink') {
       const target = e.linkTarget ?? Buffer.alloc(0);
       return { ...base, size: target.length, target };
@@ -368,7 +396,9 @@ class Capture {
     const st = fstatSync(fd, { bigint: true });
     const counted = Number(st.size);
     const onDisk = Number(st.blocks) * 512;
-    this.storing(() => this.store.needRoom(counted, `${showPath(e.path)} (${counted} bytes${onDisk < counted ? `, ${onDisk} on disk: a sparse file is stored whole` : ''})`));
+    this.storing(() =>
+      this.store.needRoom(counted, `${showPath(e.path)} (${counted} bytes${onDisk < counted ? `, ${onDisk} on disk: a sparse file is stored whole` : ''})`),
+    );
     const { sha256: first, bytes: pos } = hashFd(fd, () => this.checkDeadline());
     this.bytesHashed += pos;
     if (this.store.hasObject(first)) return { sha256: first, size: pos, consistent: true };
@@ -467,13 +497,19 @@ function frozenPass(req: CaptureRequest, store: LocalStoreFiles, onFrozen: (froz
           for (;;) heap.push(Array.from({ length: 1 << 16 }, (_, i) => `${i}`));
         });
         // (SBX_TEST_FROZEN_HOLD_MS, only tests set it: how long the hold lasts; default 60 s)
-        faultPoint('checkpoint:frozen-hold', () => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, Number(process.env.SBX_TEST_FROZEN_HOLD_MS ?? 60_000)));
+        faultPoint('checkpoint:frozen-hold', () =>
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, Number(process.env.SBX_TEST_FROZEN_HOLD_MS ?? 60_000)),
+        );
         run();
         outcome = { frozen: true, ms: ms(), reason: null };
       }
     } catch (err) {
       if (err instanceof ScanError && err.code === 'scan_timeout') {
-        outcome = { frozen: false, ms: ms(), reason: `the frozen pass took longer than checkpoint.freezeMaxMs (${req.freezeMaxMs} ms): thawed; the passes before it stand` };
+        outcome = {
+          frozen: false,
+          ms: ms(),
+          reason: `the frozen pass took longer than checkpoint.freezeMaxMs (${req.freezeMaxMs} ms): thawed; the passes before it stand`,
+        };
       } else failure = err;
     }
     let thawedHere = true;
@@ -488,7 +524,12 @@ function frozenPass(req: CaptureRequest, store: LocalStoreFiles, onFrozen: (froz
     onFrozen(false);
     if (failure !== null) throw failure;
     if (!thawedHere && outcome.frozen) {
-      outcome = { frozen: false, ms: outcome.ms, reason: 'the file system was thawed before the frozen pass ended (by the supervisor past checkpoint.freezeMaxMs, or by someone else): it counts as an ordinary pass' };
+      outcome = {
+        frozen: false,
+        ms: outcome.ms,
+        reason:
+          'the file system was thawed before the frozen pass ended (by the supervisor past checkpoint.freezeMaxMs, or by someone else): it counts as an ordinary pass',
+      };
     }
     return outcome;
   } finally {
@@ -553,8 +594,25 @@ const digits = (n: number | bigint): number => String(n).length;
 export function entryJsonBytes(e: WalkEntry): number {
   const type = e.type === 'unknown' ? 'file' : e.type;
   // {"gid":G,"mode":M,"mtime_ns":"T",<path>,"size":S,"type":"<type>","uid":U}
-  let n = 1 + 6 + digits(e.gid) + 8 + digits(e.mode & 0o7777) + 13 + digits(e.mtimeNs) + 1 + nameFieldBytes('path', e.path) + 8 + 9 + type.length + 8 + digits(e.uid) + 1 + 1;
-  if (type === 'file') n += digits(e.size) + 11 + 64 + 1; // ,"sha256":"<hex>"
+  let n =
+    1 +
+    6 +
+    digits(e.gid) +
+    8 +
+    digits(e.mode & 0o7777) +
+    13 +
+    digits(e.mtimeNs) +
+    1 +
+    nameFieldBytes('path', e.path) +
+    8 +
+    9 +
+    type.length +
+    8 +
+    digits(e.uid) +
+    1 +
+    1;
+  if (type === 'file')
+    n += digits(e.size) + 11 + 64 + 1; // ,"sha256":"<hex>"
   else if (type === 'symlink') n += digits(e.linkTarget?.length ?? 0) + nameFieldBytes('target', e.linkTarget ?? Buffer.alloc(0));
   else if (type === 'char' || type === 'block') n += 1 + 8 + digits(e.rdev);
   else n += 1 + (e.mountPoint ? 13 : 0);
@@ -568,7 +626,12 @@ export function entryJsonBytes(e: WalkEntry): number {
  * unchanged (a file whose object is still in the store) without reading it, and when nothing at
  * all differs from the seed, that pass is the last (see below).
  */
-export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['progress']) => void = () => {}, onFrozen: (frozen: boolean) => void = () => {}, seed?: CaptureSeed): CaptureResult & { rootSig: string; rootFs: string; startedAtNs: bigint } {
+export function runCapture(
+  req: CaptureRequest,
+  progress: (p: WorkerProgress['progress']) => void = () => {},
+  onFrozen: (frozen: boolean) => void = () => {},
+  seed?: CaptureSeed,
+): CaptureResult & { rootSig: string; rootFs: string; startedAtNs: bigint } {
   const store = LocalStoreFiles.open(req.storeDir, { create: true, viaFd: req.storeFd });
   store.reserveBytes = req.reserveBytes;
   try {
@@ -622,7 +685,13 @@ export function runCapture(req: CaptureRequest, progress: (p: WorkerProgress['pr
         const old = from.get(e.path.toString('latin1'));
         if (old) found++;
         // From the seed (pass 1), a file's object must still be in the store (gc may have taken it).
-        if (old && !old.moved && sameAsCaptured(old, e) && (pass > 1 || old.type !== 'file' || store.hasObject(old.sha256!)) && (!req.verifyContent || old.type !== 'file' || cap.sameContent(e, old.sha256!))) {
+        if (
+          old &&
+          !old.moved &&
+          sameAsCaptured(old, e) &&
+          (pass > 1 || old.type !== 'file' || store.hasObject(old.sha256!)) &&
+          (!req.verifyContent || old.type !== 'file' || cap.sameContent(e, old.sha256!))
+        ) {
           current.push(old);
           continue;
         }

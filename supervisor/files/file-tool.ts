@@ -68,13 +68,15 @@ function refuseSpecial(dirFd: number, name: string, path: string): void {
   } catch {
     return; // absent: it is made
   }
-  if (!st.isFile() && !st.isDirectory() && !st.isSymbolicLink()) throw new ToolError('NOT_A_REGULAR_FILE', `${path} is a FIFO, device or socket (refused: a write replaces a regular file only)`, { path });
+  if (!st.isFile() && !st.isDirectory() && !st.isSymbolicLink())
+    throw new ToolError('NOT_A_REGULAR_FILE', `${path} is a FIFO, device or socket (refused: a write replaces a regular file only)`, { path });
 }
 
 async function writeFile(path: string, mode: number, size: number): Promise<void> {
   const { dirFd, name } = openParent(path);
   try {
-    if (isLink(dirFd, name)) throw new ToolError('SYMLINK_REFUSED', `${path} is a symbolic link (refused: a write replaces a file, never follows a link)`, { path });
+    if (isLink(dirFd, name))
+      throw new ToolError('SYMLINK_REFUSED', `${path} is a symbolic link (refused: a write replaces a file, never follows a link)`, { path });
     refuseSpecial(dirFd, name, path);
     const tmp = `.${name.slice(0, 200)}.sbx-${randomBytes(6).toString('hex')}.tmp`;
     let fd: number;
@@ -87,7 +89,11 @@ async function writeFile(path: string, mode: number, size: number): Promise<void
     unfinished = at(dirFd, tmp);
     try {
       const got = await copyStdin(fd, size);
-      if (got !== size) throw new ToolError('SIZE_MISMATCH', `${path}: stdin had ${got > size ? `more than ${size}` : got} bytes, size_bytes is ${size}; no file was written`, { expected: size, received: got });
+      if (got !== size)
+        throw new ToolError('SIZE_MISMATCH', `${path}: stdin had ${got > size ? `more than ${size}` : got} bytes, size_bytes is ${size}; no file was written`, {
+          expected: size,
+          received: got,
+        });
       fchmodSync(fd, mode);
       fsyncSync(fd);
       closeSync(fd);
@@ -130,7 +136,8 @@ function readFile(path: string): void {
       fd = openSync(at(dirFd, name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     } catch (err) {
       const e = systemError(err);
-      if (e.code === 'ELOOP' || isLink(dirFd, name)) throw new ToolError('SYMLINK_REFUSED', `${path} is a symbolic link (refused: files are never read through a link)`, { path });
+      if (e.code === 'ELOOP' || isLink(dirFd, name))
+        throw new ToolError('SYMLINK_REFUSED', `${path} is a symbolic link (refused: files are never read through a link)`, { path });
       throw fromErrno(e, path);
     }
   } finally {
@@ -168,7 +175,8 @@ async function main(argv: string[]): Promise<void> {
   if (verb === 'write' && path) {
     const mode = Number.parseInt(opt('--mode') ?? '0644', 8);
     const size = Number(opt('--size'));
-    if (!Number.isSafeInteger(size) || size < 0 || !(mode >= 0 && mode <= 0o7777)) throw new ToolError('INVALID_ARGUMENT', 'usage: write PATH --mode OCTAL --size BYTES');
+    if (!Number.isSafeInteger(size) || size < 0 || !(mode >= 0 && mode <= 0o7777))
+      throw new ToolError('INVALID_ARGUMENT', 'usage: write PATH --mode OCTAL --size BYTES');
     await writeFile(path, mode, size);
   } else if (verb === 'read' && path) {
     readFile(path);

@@ -58,13 +58,23 @@ export function fileMaxBytes(config: Config): number {
 }
 
 type Common = { key?: string; task?: string; user?: string; timeout_ms?: number };
-const common = (p: Common): Pick<LaunchParams, 'invocation_key' | 'task' | 'user' | 'cwd' | 'timeout_ms'> => ({ cwd: '/', invocation_key: p.key, task: p.task, user: p.user, timeout_ms: p.timeout_ms });
+const common = (p: Common): Pick<LaunchParams, 'invocation_key' | 'task' | 'user' | 'cwd' | 'timeout_ms'> => ({
+  cwd: '/',
+  invocation_key: p.key,
+  task: p.task,
+  user: p.user,
+  timeout_ms: p.timeout_ms,
+});
 
 /** write_file: `node file-tool.js write PATH --mode 0644 --size N`, stdin streamed. LIMIT_EXCEEDED {limit: "file_bytes"} past the limit. */
 export function writeFileLaunch(config: Config, p: WriteFileParams): LaunchParams {
   const max = fileMaxBytes(config);
   if (max > 0 && p.size_bytes > max) {
-    throw new SupervisorError('LIMIT_EXCEEDED', `write_file: size_bytes ${p.size_bytes} is over files.maxBytes ${max}`, { limit: 'file_bytes', size_bytes: p.size_bytes, max_bytes: max });
+    throw new SupervisorError('LIMIT_EXCEEDED', `write_file: size_bytes ${p.size_bytes} is over files.maxBytes ${max}`, {
+      limit: 'file_bytes',
+      size_bytes: p.size_bytes,
+      max_bytes: max,
+    });
   }
   const mode = (p.mode ?? 0o644).toString(8).padStart(4, '0');
   return { ...common(p), argv: [process.execPath, fileToolPath(), 'write', p.path, '--mode', mode, '--size', String(p.size_bytes)], stdin: true };

@@ -6,7 +6,22 @@
 // staging dir is removed on every exit path (SIGTERM, SIGINT, SIGHUP too).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, fchmodSync, fchownSync, fstatSync, futimesSync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmdirSync, unlinkSync, type Stats } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  fchmodSync,
+  fchownSync,
+  fstatSync,
+  futimesSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  renameSync,
+  rmdirSync,
+  unlinkSync,
+  type Stats,
+} from 'node:fs';
 import { at, fromErrno, isLink, O_CLOEXEC, openParent, ToolError } from './walk.js';
 import { errnoCode, systemError } from '../../ipc/errno.js';
 
@@ -27,7 +42,9 @@ export function onSignal(sig: NodeJS.Signals): boolean {
   active = null;
   const finish = () => {
     a.cleanup();
-    process.stderr.write(`${JSON.stringify({ code: 'FILE_ERROR', message: `upload ended by ${sig}; the staging dir was removed and nothing more merged`, signal: sig })}\n`);
+    process.stderr.write(
+      `${JSON.stringify({ code: 'FILE_ERROR', message: `upload ended by ${sig}; the staging dir was removed and nothing more merged`, signal: sig })}\n`,
+    );
     process.removeAllListeners(sig);
     process.kill(process.pid, sig);
   };
@@ -46,7 +63,8 @@ function openDir(path: string): number {
     return openSync(at(dirFd, name), DIR_FLAGS);
   } catch (err) {
     const e = systemError(err);
-    if ((e.code === 'ELOOP' || e.code === 'ENOTDIR') && isLink(dirFd, name)) throw new ToolError('SYMLINK_REFUSED', `${path} is a symbolic link (refused)`, { path });
+    if ((e.code === 'ELOOP' || e.code === 'ENOTDIR') && isLink(dirFd, name))
+      throw new ToolError('SYMLINK_REFUSED', `${path} is a symbolic link (refused)`, { path });
     if (e.code === 'ENOTDIR') throw new ToolError('NOT_A_DIRECTORY', `${path} is not a directory`, { path });
     throw fromErrno(e, path);
   } finally {
@@ -95,7 +113,10 @@ function openDest(dst: number, name: string, path: string): number {
   }
 }
 
-const symlinkRefused = (path: string) => new ToolError('SYMLINK_REFUSED', `upload: ${path} is a symbolic link where the archive has a directory (refused: nothing is written through a link)`, { path });
+const symlinkRefused = (path: string) =>
+  new ToolError('SYMLINK_REFUSED', `upload: ${path} is a symbolic link where the archive has a directory (refused: nothing is written through a link)`, {
+    path,
+  });
 
 /** Applies a directory of the archive's owner (as root), mode and mtime to the directory open at fd. */
 function applyDir(fd: number, st: Stats): void {
@@ -169,7 +190,8 @@ function merge(src: number, dst: number, path: string): void {
       }
       continue;
     }
-    if (!st.isDirectory() && dest?.isDirectory()) throw new ToolError('IS_A_DIRECTORY', `upload: ${where} is a directory; the archive has a non-directory there`, { path: where });
+    if (!st.isDirectory() && dest?.isDirectory())
+      throw new ToolError('IS_A_DIRECTORY', `upload: ${where} is a directory; the archive has a non-directory there`, { path: where });
     move(src, dst, name, st, where);
   }
 }
@@ -208,7 +230,8 @@ export async function uploadDir(dir: string): Promise<void> {
     active = { child: null, cleanup };
     try {
       const st = fstatSync(staging);
-      if (!st.isDirectory() || st.uid !== process.geteuid?.()) throw new ToolError('FILE_ERROR', `${dir}/${name}: the staging dir is not the one made (refused)`);
+      if (!st.isDirectory() || st.uid !== process.geteuid?.())
+        throw new ToolError('FILE_ERROR', `${dir}/${name}: the staging dir is not the one made (refused)`);
       fchmodSync(staging, 0o700);
       // tar reads the session's stdin itself and extracts into the staging dir, given as its fd 3.
       const child = spawn('tar', ['-x', '-p', '-f', '-', '-C', '/proc/self/fd/3'], { stdio: [0, 'inherit', 'pipe', staging] });

@@ -73,7 +73,8 @@ export function openParent(path: string): { dirFd: number; name: string } {
       // O_DIRECTORY|O_NOFOLLOW on a link is ENOTDIR or ELOOP: say which it was.
       const linked = (e.code === 'ENOTDIR' || e.code === 'ELOOP') && isLink(dirFd, part);
       closeSync(dirFd);
-      if (linked) throw new ToolError('SYMLINK_REFUSED', `${walked} is a symbolic link (refused: files are never written or read through a link)`, { path: walked });
+      if (linked)
+        throw new ToolError('SYMLINK_REFUSED', `${walked} is a symbolic link (refused: files are never written or read through a link)`, { path: walked });
       if (e.code === 'ENOTDIR') throw new ToolError('NOT_A_DIRECTORY', `${walked} is not a directory`, { path: walked });
       throw fromErrno(e, walked);
     }
@@ -82,4 +83,3 @@ export function openParent(path: string): { dirFd: number; name: string } {
   }
   return { dirFd, name };
 }
-

@@ -15,11 +15,17 @@ export const METRICS_ADDRESS_EXAMPLE = '127.0.0.1:9464';
 
 /** Parses a listen address; throws an Error whose message says what is wrong and what to write. */
 export function parseMetricsAddress(text: string): MetricsAddress {
-  const bad = (why: string) => new Error(`${JSON.stringify(text)} ${why} (give HOST:PORT such as ${METRICS_ADDRESS_EXAMPLE}, [::1]:9464, 0.0.0.0:9464 for every interface, or an absolute path for a Unix socket)`);
+  const bad = (why: string) =>
+    new Error(
+      `${JSON.stringify(text)} ${why} (give HOST:PORT such as ${METRICS_ADDRESS_EXAMPLE}, [::1]:9464, 0.0.0.0:9464 for every interface, or an absolute path for a Unix socket)`,
+    );
   if (text.includes('\0')) throw bad('contains a NUL byte');
   if (text.startsWith('/')) {
     const bytes = Buffer.byteLength(text);
-    if (bytes > SUN_PATH_MAX_BYTES) throw new Error(`${JSON.stringify(text)} is a Unix socket path of ${bytes} bytes: at most ${SUN_PATH_MAX_BYTES} fit (sun_path, unix(7)); give a shorter path`);
+    if (bytes > SUN_PATH_MAX_BYTES)
+      throw new Error(
+        `${JSON.stringify(text)} is a Unix socket path of ${bytes} bytes: at most ${SUN_PATH_MAX_BYTES} fit (sun_path, unix(7)); give a shorter path`,
+      );
     return { kind: 'unix', path: text, text };
   }
   const m = /^(\[[^\]]*\]|[^:[\]]*):([0-9]+)$/.exec(text);

@@ -50,9 +50,18 @@ export type RenderMetrics = () => Promise<{ contentType: string; body: string }>
  */
 export async function listenMetrics(addr: MetricsAddress, render: RenderMetrics, log: Logger, source = 'metrics.listen'): Promise<MetricsListener> {
   // node checks headersTimeout and requestTimeout every connectionsCheckingInterval (30 s by default).
-  const server = createServer({ maxHeaderSize: MAX_HEADER_BYTES, headersTimeout: HEADERS_TIMEOUT_MS, requestTimeout: REQUEST_TIMEOUT_MS, keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS, connectionsCheckingInterval: 1000 }, (req, res) => {
-    void answer(req, res, render, log);
-  });
+  const server = createServer(
+    {
+      maxHeaderSize: MAX_HEADER_BYTES,
+      headersTimeout: HEADERS_TIMEOUT_MS,
+      requestTimeout: REQUEST_TIMEOUT_MS,
+      keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+      connectionsCheckingInterval: 1000,
+    },
+    (req, res) => {
+      void answer(req, res, render, log);
+    },
+  );
   // Connections not in a request, oldest first: the ones a new connection may push out.
   const waiting = new Set<Socket>();
   const open = new Set<Socket>();
@@ -124,7 +133,8 @@ export async function listenMetrics(addr: MetricsAddress, render: RenderMetrics,
   } else {
     const bound = server.address() as AddressInfo;
     address = bound.family === 'IPv6' ? `[${bound.address}]:${bound.port}` : `${bound.address}:${bound.port}`;
-    if (!isLoopback(addr.host)) log.warn({ metrics: address }, 'the metrics endpoint listens beyond the loopback: whoever can reach it reads the metrics (as configured)');
+    if (!isLoopback(addr.host))
+      log.warn({ metrics: address }, 'the metrics endpoint listens beyond the loopback: whoever can reach it reads the metrics (as configured)');
   }
   log.info({ metrics: address }, 'metrics listening');
 

@@ -100,10 +100,30 @@ export class SupervisorMetrics {
         for (const [state, n] of counts) this.set({ state }, n);
       },
     });
-    this.launches = new Counter({ name: `${P}launches_total`, help: 'launch requests with valid params (or refused by ipc.maxInFlight before their params were read), by outcome: started (a new session), existing (the invocation key\'s session returned), refused.', labelNames: ['outcome'], registers });
-    this.refusals = new Counter({ name: `${P}admission_refusals_total`, help: 'Launches refused, by error code (KEY_CONFLICT, ADMISSION_SEALED, ADMISSION_DENIED, LIMIT_EXCEEDED, SHUTTING_DOWN, INVALID_ARGUMENT, INTERNAL); LIMIT_EXCEEDED includes the in_flight refusals of the socket.', labelNames: ['code'], registers });
-    this.ipcRefusals = new Counter({ name: `${P}ipc_refusals_total`, help: 'Requests, frames and connections of any method refused by an IPC limit, by limit (in_flight, connections, pending_frame_bytes, frame_time, frame_bytes).', labelNames: ['limit'], registers });
-    this.receipts = new Counter({ name: `${P}receipts_total`, help: 'Session receipts made durable by this process, by outcome.', labelNames: ['outcome'], registers });
+    this.launches = new Counter({
+      name: `${P}launches_total`,
+      help: "launch requests with valid params (or refused by ipc.maxInFlight before their params were read), by outcome: started (a new session), existing (the invocation key's session returned), refused.",
+      labelNames: ['outcome'],
+      registers,
+    });
+    this.refusals = new Counter({
+      name: `${P}admission_refusals_total`,
+      help: 'Launches refused, by error code (KEY_CONFLICT, ADMISSION_SEALED, ADMISSION_DENIED, LIMIT_EXCEEDED, SHUTTING_DOWN, INVALID_ARGUMENT, INTERNAL); LIMIT_EXCEEDED includes the in_flight refusals of the socket.',
+      labelNames: ['code'],
+      registers,
+    });
+    this.ipcRefusals = new Counter({
+      name: `${P}ipc_refusals_total`,
+      help: 'Requests, frames and connections of any method refused by an IPC limit, by limit (in_flight, connections, pending_frame_bytes, frame_time, frame_bytes).',
+      labelNames: ['limit'],
+      registers,
+    });
+    this.receipts = new Counter({
+      name: `${P}receipts_total`,
+      help: 'Session receipts made durable by this process, by outcome.',
+      labelNames: ['outcome'],
+      registers,
+    });
     this.exitToReceipt = new Histogram({
       name: `${P}exit_to_receipt_seconds`,
       help: 'From the leader reaped (leader_exited_at, ms resolution) to its receipt durable, for sessions this process ran.',
@@ -138,8 +158,17 @@ export class SupervisorMetrics {
         }
       },
     });
-    this.unknown = new Counter({ name: `${P}sessions_unknown_total`, help: 'Sessions that became unknown: found without a receipt at start, or left without evidence (or with a receipt that could not be written yet) while running.', registers });
-    this.reconciliations = new Counter({ name: `${P}reconciliations_total`, help: 'Reconciliations of sessions found unknown at start, by result: ended (a receipt), unknown (no evidence yet), failed.', labelNames: ['result'], registers });
+    this.unknown = new Counter({
+      name: `${P}sessions_unknown_total`,
+      help: 'Sessions that became unknown: found without a receipt at start, or left without evidence (or with a receipt that could not be written yet) while running.',
+      registers,
+    });
+    this.reconciliations = new Counter({
+      name: `${P}reconciliations_total`,
+      help: 'Reconciliations of sessions found unknown at start, by result: ended (a receipt), unknown (no evidence yet), failed.',
+      labelNames: ['result'],
+      registers,
+    });
     new Counter({
       name: `${P}workspace_events_total`,
       help: 'fanotify events read in each watched workspace, by attribution: attributed (to a session by its cgroup) or unattributed.',
@@ -183,7 +212,12 @@ export class SupervisorMetrics {
         this.inc({ result: 'unfenced' }, a?.unfenced ?? 0);
       },
     });
-    this.gaps = new Counter({ name: `${P}workspace_gaps_total`, help: 'Receipt workspace entries with a gap (a scan stands in), by workspace and gap (unsupported, overflow, listener_restart, barrier_timeout).', labelNames: ['workspace', 'gap'], registers });
+    this.gaps = new Counter({
+      name: `${P}workspace_gaps_total`,
+      help: 'Receipt workspace entries with a gap (a scan stands in), by workspace and gap (unsupported, overflow, listener_restart, barrier_timeout).',
+      labelNames: ['workspace', 'gap'],
+      registers,
+    });
     this.checkpointSeconds = new Histogram({
       name: `${P}checkpoint_duration_seconds`,
       help: 'Checkpoints taken, from start to published (or failed), by result: published or failed.',
@@ -191,9 +225,22 @@ export class SupervisorMetrics {
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600],
       registers,
     });
-    this.checkpointWritten = new Counter({ name: `${P}checkpoint_written_bytes_total`, help: 'Bytes of new objects written to the checkpoint store by published checkpoints.', registers });
-    this.checkpointScanned = new Counter({ name: `${P}checkpoint_scanned_bytes_total`, help: 'Bytes of the files published checkpoints cover (their scans).', registers });
-    this.connectionsTotal = new Counter({ name: `${P}connections_total`, help: 'Connections to the supervisor socket, by outcome: accepted, unauthorized, limit_exceeded.', labelNames: ['outcome'], registers });
+    this.checkpointWritten = new Counter({
+      name: `${P}checkpoint_written_bytes_total`,
+      help: 'Bytes of new objects written to the checkpoint store by published checkpoints.',
+      registers,
+    });
+    this.checkpointScanned = new Counter({
+      name: `${P}checkpoint_scanned_bytes_total`,
+      help: 'Bytes of the files published checkpoints cover (their scans).',
+      registers,
+    });
+    this.connectionsTotal = new Counter({
+      name: `${P}connections_total`,
+      help: 'Connections to the supervisor socket, by outcome: accepted, unauthorized, limit_exceeded.',
+      labelNames: ['outcome'],
+      registers,
+    });
     new Gauge({
       name: `${P}connections`,
       help: 'Connections open on the supervisor socket now.',
@@ -202,7 +249,12 @@ export class SupervisorMetrics {
         this.set(self.sources?.connections() ?? 0);
       },
     });
-    this.remoteFailures = new Counter({ name: `${P}remote_handshake_failures_total`, help: 'Failed handshakes of the WebSocket listener, by reason: no_token, wrong_token, token_file_invalid (401: the token file fails its checks), bad_upgrade (400), not_websocket (426: a plain HTTP request), upgrade_timeout (no upgrade in time), connections (503: remote.maxConnections).', labelNames: ['reason'], registers });
+    this.remoteFailures = new Counter({
+      name: `${P}remote_handshake_failures_total`,
+      help: 'Failed handshakes of the WebSocket listener, by reason: no_token, wrong_token, token_file_invalid (401: the token file fails its checks), bad_upgrade (400), not_websocket (426: a plain HTTP request), upgrade_timeout (no upgrade in time), connections (503: remote.maxConnections).',
+      labelNames: ['reason'],
+      registers,
+    });
     new Gauge({
       name: `${P}remote_connections`,
       help: 'WebSocket connections open now.',

@@ -75,7 +75,11 @@ export class Connection {
   /** performance.now() when backpressure stopped our reading; null while we read. */
   private readPausedAt: number | null = null;
 
-  constructor(readonly socket: ConnectionSocket, private readonly limits: FrameLimits, readonly peer: Peer) {
+  constructor(
+    readonly socket: ConnectionSocket,
+    private readonly limits: FrameLimits,
+    readonly peer: Peer,
+  ) {
     this.decoder = new FrameDecoder(limits.maxFrameBytes);
     socket.on('drain', () => this.wake());
     socket.on('close', () => {
@@ -156,10 +160,13 @@ export class Connection {
     if (this.frameClock.startedAt !== startedAt) this.frameClock = { startedAt, notReadMs: 0 };
     const leftMs = startedAt + this.frameClock.notReadMs + timeoutMs - performance.now();
     if (leftMs > 0) {
-      this.frameTimer = setTimeout(() => {
-        this.frameTimer = null;
-        this.armFrameTimer();
-      }, Math.min(Math.ceil(leftMs), MAX_TIMER_MS));
+      this.frameTimer = setTimeout(
+        () => {
+          this.frameTimer = null;
+          this.armFrameTimer();
+        },
+        Math.min(Math.ceil(leftMs), MAX_TIMER_MS),
+      );
       return;
     }
     this.limits.onFrameTimeout(

@@ -45,9 +45,12 @@ export function refuseFrame(ctx: ServeContext, conn: Connection, err: Supervisor
 export function serveConnection(ctx: ServeContext, conn: Connection, connections: Set<Connection>): void {
   const ipc = ctx.supervisor.config.ipc;
   connections.add(conn);
-  const handshake = setTimeout(() => {
-    if (!conn.helloDone) conn.refuse({ id: 0, error: new SupervisorError('INVALID_ARGUMENT', `no hello within ${ipc.handshakeTimeoutMs} ms`).toWire() });
-  }, Math.min(ipc.handshakeTimeoutMs, MAX_TIMER_MS)); // a longer setTimeout fires at once; past 24.8 days it is as good as none
+  const handshake = setTimeout(
+    () => {
+      if (!conn.helloDone) conn.refuse({ id: 0, error: new SupervisorError('INVALID_ARGUMENT', `no hello within ${ipc.handshakeTimeoutMs} ms`).toWire() });
+    },
+    Math.min(ipc.handshakeTimeoutMs, MAX_TIMER_MS),
+  ); // a longer setTimeout fires at once; past 24.8 days it is as good as none
   conn.socket.on('close', () => {
     clearTimeout(handshake);
     connections.delete(conn);
@@ -85,7 +88,10 @@ export async function dispatch(ctx: ServeContext, conn: Connection, raw: unknown
       }
       conn.helloDone = true;
       const { instance, generation } = supervisor.ctx.identity;
-      await conn.send({ id, result: { version, server: `sandbox-supervisor/${VERSION}`, instance, generation, max_frame_bytes: supervisor.config.ipc.maxFrameBytes } });
+      await conn.send({
+        id,
+        result: { version, server: `sandbox-supervisor/${VERSION}`, instance, generation, max_frame_bytes: supervisor.config.ipc.maxFrameBytes },
+      });
       return;
     }
     if (frame.method === 'hello') throw new SupervisorError('INVALID_ARGUMENT', 'hello was already exchanged on this connection');

@@ -60,7 +60,10 @@ export function readTokenFile(file: string, uid: number | undefined = process.ge
     const buf = Buffer.alloc(MAX_TOKEN_FILE_BYTES + 1);
     let n = 0;
     for (let got = -1; got !== 0 && n < buf.length; n += got) got = readSync(fd, buf, n, buf.length - n, n);
-    const token = buf.subarray(0, n).toString('utf8').replace(/\r?\n$/, '');
+    const token = buf
+      .subarray(0, n)
+      .toString('utf8')
+      .replace(/\r?\n$/, '');
     const problem = tokenProblem(token, `the remote token file ${file}`);
     if (problem) throw new Error(`${problem} (write one, or delete the file so a new one is made)`);
     return { token, id: `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.mode}:${st.uid}` };
@@ -81,7 +84,11 @@ export class RemoteToken {
   /** Why the token file is refused now, or null (a fixed token, or a good file). */
   invalid: string | null = null;
 
-  private constructor(readonly kind: TokenSourceKind, readonly file: string | null, fixed: string | null) {
+  private constructor(
+    readonly kind: TokenSourceKind,
+    readonly file: string | null,
+    fixed: string | null,
+  ) {
     if (fixed !== null) this.digest = sha256(fixed);
   }
 

@@ -45,13 +45,20 @@ export class RemoteListener {
     this.scheme = tls ? 'wss' : 'ws';
     const { ipc } = ctx.supervisor.config;
     this.wss = new WebSocketServer({ noServer: true, maxPayload: ipc.maxFrameBytes, perMessageDeflate: false, clientTracking: false });
-    this.wss.on('wsClientError', (err: Error, socket: Duplex, req: IncomingMessage) => this.fail(socket, req, 400, 'bad_upgrade', 'INVALID_ARGUMENT', `not a WebSocket upgrade: ${err.message}`));
+    this.wss.on('wsClientError', (err: Error, socket: Duplex, req: IncomingMessage) =>
+      this.fail(socket, req, 400, 'bad_upgrade', 'INVALID_ARGUMENT', `not a WebSocket upgrade: ${err.message}`),
+    );
     server.on(tls ? 'secureConnection' : 'connection', (socket: Socket) => this.connected(socket));
     server.on('request', (req, res) => {
       this.upgraded(req.socket);
       this.count('not_websocket');
       this.ctx.log.warn({ remote: remoteOf(req), method: req.method, url: req.url }, 'a plain HTTP request on the WebSocket listener (426)');
-      const body = JSON.stringify({ error: new SupervisorError('INVALID_ARGUMENT', 'this is the sandbox-supervisor WebSocket endpoint: send a WebSocket upgrade (Upgrade: websocket) with Authorization: Bearer TOKEN (docs/guide/remote.md)').toWire() });
+      const body = JSON.stringify({
+        error: new SupervisorError(
+          'INVALID_ARGUMENT',
+          'this is the sandbox-supervisor WebSocket endpoint: send a WebSocket upgrade (Upgrade: websocket) with Authorization: Bearer TOKEN (docs/guide/remote.md)',
+        ).toWire(),
+      });
       res.writeHead(426, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body), Upgrade: 'websocket', Connection: 'close' });
       res.end(body);
     });
@@ -66,7 +73,14 @@ export class RemoteListener {
       if (err.code === 'HPE_HEADER_OVERFLOW' && socket.writable) {
         socket.on('error', () => {});
         this.ctx.log.warn({ remote, max_header_bytes: MAX_HEADER_BYTES }, 'request headers over 16 KiB on the WebSocket listener (431)');
-        return this.answer(socket, 431, 'INVALID_ARGUMENT', `the request headers are over ${MAX_HEADER_BYTES} bytes`, {}, { limit: 'header_bytes', max: MAX_HEADER_BYTES });
+        return this.answer(
+          socket,
+          431,
+          'INVALID_ARGUMENT',
+          `the request headers are over ${MAX_HEADER_BYTES} bytes`,
+          {},
+          { limit: 'header_bytes', max: MAX_HEADER_BYTES },
+        );
       }
       this.ctx.log.warn({ remote, code: err.code }, 'a malformed HTTP request on the WebSocket listener; closed');
       socket.destroy();
@@ -89,7 +103,12 @@ export class RemoteListener {
     }
     let server: Server;
     const tls = remote.tlsCertFile !== undefined && remote.tlsKeyFile !== undefined;
-    const options = { maxHeaderSize: MAX_HEADER_BYTES, requestTimeout: remote.upgradeTimeoutMs, headersTimeout: remote.upgradeTimeoutMs, keepAliveTimeout: 1000 };
+    const options = {
+      maxHeaderSize: MAX_HEADER_BYTES,
+      requestTimeout: remote.upgradeTimeoutMs,
+      headersTimeout: remote.upgradeTimeoutMs,
+      keepAliveTimeout: 1000,
+    };
     if (tls) {
       let cert: Buffer, key: Buffer;
       try {
@@ -145,7 +164,10 @@ export class RemoteListener {
       clearTimeout(timer);
       this.waiting.delete(oldest);
       this.count('connections');
-      this.ctx.log.warn({ remote: `${(oldest as Socket).remoteAddress}:${(oldest as Socket).remotePort}`, max: this.maxConnections }, 'too many connections waiting for their upgrade; closed the oldest');
+      this.ctx.log.warn(
+        { remote: `${(oldest as Socket).remoteAddress}:${(oldest as Socket).remotePort}`, max: this.maxConnections },
+        'too many connections waiting for their upgrade; closed the oldest',
+      );
       oldest.destroy();
     }
     const timeoutMs = this.ctx.supervisor.config.remote.upgradeTimeoutMs;
@@ -172,11 +194,16 @@ export class RemoteListener {
     socket.on('error', () => {});
     const auth = this.token.check(req.headers.authorization);
     if (auth === 'token_file_invalid') {
-      this.ctx.log.error({ remote: remoteOf(req), token_file: this.token.file, why: this.token.invalid }, 'the remote token file fails its checks: every WebSocket handshake is refused until a good one is there');
-      return this.fail(socket, req, 401, auth, 'UNAUTHORIZED', 'the supervisor has no valid token now (its token file fails its checks; see its log)', { 'WWW-Authenticate': 'Bearer' });
+      this.ctx.log.error(
+        { remote: remoteOf(req), token_file: this.token.file, why: this.token.invalid },
+        'the remote token file fails its checks: every WebSocket handshake is refused until a good one is there',
+      );
+      return this.fail(socket, req, 401, auth, 'UNAUTHORIZED', 'the supervisor has no valid token now (its token file fails its checks; see its log)', {
+        'WWW-Authenticate': 'Bearer',
+      });
     }
     if (auth !== 'ok') {
-      const message = auth === 'no_token' ? 'no bearer token: send Authorization: Bearer TOKEN' : 'the bearer token is not the supervisor\'s';
+      const message = auth === 'no_token' ? 'no bearer token: send Authorization: Bearer TOKEN' : "the bearer token is not the supervisor's";
       return this.fail(socket, req, 401, auth, 'UNAUTHORIZED', message, { 'WWW-Authenticate': 'Bearer' });
     }
     this.throttle.succeeded(req.socket.remoteAddress ?? '');
@@ -186,7 +213,14 @@ export class RemoteListener {
       this.ctx.supervisor.metrics?.connection('limit_exceeded');
       this.ctx.supervisor.metrics?.ipcRefused('connections');
       this.ctx.log.warn({ remote: remoteOf(req), max }, 'remote connection limit reached');
-      return this.answer(socket, 503, 'LIMIT_EXCEEDED', `${max} WebSocket connections are open`, { 'Retry-After': '1' }, { limit: 'connections', max, retry_after_ms: 500 });
+      return this.answer(
+        socket,
+        503,
+        'LIMIT_EXCEEDED',
+        `${max} WebSocket connections are open`,
+        { 'Retry-After': '1' },
+        { limit: 'connections', max, retry_after_ms: 500 },
+      );
     }
     this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws, socket, req));
   }
@@ -195,7 +229,15 @@ export class RemoteListener {
    * A failed handshake: counted, logged (the address, never the token), answered with status
    * after the address's delay (100 ms doubling to 2 s; only failures wait).
    */
-  private fail(socket: Duplex, req: IncomingMessage, status: number, reason: HandshakeFailure, code: ErrorCode, message: string, headers: Record<string, string> = {}): void {
+  private fail(
+    socket: Duplex,
+    req: IncomingMessage,
+    status: number,
+    reason: HandshakeFailure,
+    code: ErrorCode,
+    message: string,
+    headers: Record<string, string> = {},
+  ): void {
     this.upgraded(socket);
     this.count(reason);
     const host = req.socket.remoteAddress ?? '';
@@ -210,10 +252,22 @@ export class RemoteListener {
   }
 
   /** Writes a whole HTTP response with a JSON body `{ error: WireError }` and closes. */
-  private answer(socket: Duplex, status: number, code: ErrorCode, message: string, headers: Record<string, string> = {}, details?: Record<string, unknown>): void {
+  private answer(
+    socket: Duplex,
+    status: number,
+    code: ErrorCode,
+    message: string,
+    headers: Record<string, string> = {},
+    details?: Record<string, unknown>,
+  ): void {
     if (socket.destroyed) return;
     const body = JSON.stringify({ error: new SupervisorError(code, message, details).toWire() });
-    const lines = [`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}`, 'Connection: close', 'Content-Type: application/json', `Content-Length: ${Buffer.byteLength(body)}`];
+    const lines = [
+      `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}`,
+      'Connection: close',
+      'Content-Type: application/json',
+      `Content-Length: ${Buffer.byteLength(body)}`,
+    ];
     for (const [k, v] of Object.entries(headers)) lines.push(`${k}: ${v}`);
     socket.end(`${lines.join('\r\n')}\r\n\r\n${body}`);
     setTimeout(() => socket.destroy(), 1000).unref();
@@ -225,7 +279,16 @@ export class RemoteListener {
     const { ipc, remote } = supervisor.config;
     const peer = { pid: 0, uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0, remote: `${this.scheme} ${remoteOf(req)}` };
     const sock = new WsSocket(ws, raw);
-    const conn = new Connection(sock, { maxFrameBytes: ipc.maxFrameBytes, frameTimeoutMs: ipc.frameTimeoutMs, pending: this.pending, onFrameTimeout: (c, err) => refuseFrame(this.ctx, c, err) }, peer);
+    const conn = new Connection(
+      sock,
+      {
+        maxFrameBytes: ipc.maxFrameBytes,
+        frameTimeoutMs: ipc.frameTimeoutMs,
+        pending: this.pending,
+        onFrameTimeout: (c, err) => refuseFrame(this.ctx, c, err),
+      },
+      peer,
+    );
     sock.on('text', (bytes: number) => {
       sock.endCode = 1003; // unsupported data
       refuseFrame(this.ctx, conn, new SupervisorError('INVALID_ARGUMENT', `a text message (${bytes} bytes): frames are binary messages, one msgpack map each`));

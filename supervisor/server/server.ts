@@ -19,7 +19,11 @@ export class SupervisorServer {
   /** Incomplete frames of every connection, against ipc.maxPendingFrameBytes. */
   private readonly pendingFrames: PendingFrames;
 
-  constructor(private readonly supervisor: Supervisor, private readonly log: Logger, readonly socketPath: string) {
+  constructor(
+    private readonly supervisor: Supervisor,
+    private readonly log: Logger,
+    readonly socketPath: string,
+  ) {
     this.server = createServer((socket) => this.accept(socket));
     this.pendingFrames = { heldBytes: 0, maxBytes: supervisor.config.ipc.maxPendingFrameBytes };
     this.serveContext = { supervisor, log, socketPath };
@@ -71,7 +75,8 @@ export class SupervisorServer {
     if (stale) {
       // A socket file left by a supervisor that died is replaced; one that answers is not:
       // two supervisors on one socket would unlink each other's.
-      if (await answers(this.socketPath)) throw new Error(`the socket ${this.socketPath} is in use by a running supervisor; stop it first, or give this one its own socketPath`);
+      if (await answers(this.socketPath))
+        throw new Error(`the socket ${this.socketPath} is in use by a running supervisor; stop it first, or give this one its own socketPath`);
       unlinkSync(this.socketPath);
     }
     await new Promise<void>((resolve, reject) => {
@@ -130,7 +135,16 @@ export class SupervisorServer {
       this.log.error({ err }, 'cannot read the peer credentials; refusing the connection');
     }
     const ctx = this.serveContext;
-    const conn = new Connection(socket, { maxFrameBytes: ipc.maxFrameBytes, frameTimeoutMs: ipc.frameTimeoutMs, pending: this.pendingFrames, onFrameTimeout: (c, err) => refuseFrame(ctx, c, err) }, peer);
+    const conn = new Connection(
+      socket,
+      {
+        maxFrameBytes: ipc.maxFrameBytes,
+        frameTimeoutMs: ipc.frameTimeoutMs,
+        pending: this.pendingFrames,
+        onFrameTimeout: (c, err) => refuseFrame(ctx, c, err),
+      },
+      peer,
+    );
     if (!this.allowed(peer)) {
       this.log.warn({ uid: peer.uid, gid: peer.gid, pid: peer.pid }, 'refused a peer outside the allow-list');
       this.supervisor.metrics?.connection('unauthorized');
@@ -141,7 +155,14 @@ export class SupervisorServer {
       this.log.warn({ uid: peer.uid, pid: peer.pid, max: ipc.maxConnections }, 'connection limit reached');
       this.supervisor.metrics?.connection('limit_exceeded');
       this.supervisor.metrics?.ipcRefused('connections');
-      conn.refuse({ id: 0, error: new SupervisorError('LIMIT_EXCEEDED', `${ipc.maxConnections} connections are open`, { limit: 'connections', max: ipc.maxConnections, retry_after_ms: 500 }).toWire() });
+      conn.refuse({
+        id: 0,
+        error: new SupervisorError('LIMIT_EXCEEDED', `${ipc.maxConnections} connections are open`, {
+          limit: 'connections',
+          max: ipc.maxConnections,
+          retry_after_ms: 500,
+        }).toWire(),
+      });
       return;
     }
     this.supervisor.metrics?.connection('accepted');

@@ -18,7 +18,10 @@ export class WsSocket extends EventEmitter implements ConnectionSocket {
   private closedOnce = false;
 
   /** ws: the upgraded WebSocket; raw: its TCP (or TLS) socket, whose 'drain' we pass on. */
-  constructor(readonly ws: WebSocket, private readonly raw: Duplex) {
+  constructor(
+    readonly ws: WebSocket,
+    private readonly raw: Duplex,
+  ) {
     super();
     ws.on('message', (data: Buffer, isBinary: boolean) => {
       if (!isBinary) return void this.emit('text', data.length);

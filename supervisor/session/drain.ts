@@ -45,7 +45,13 @@ export class StreamDrain extends EventEmitter {
    * (the session's stdin) through `socket` (ptySocket: net.Socket refuses TTY fds); its end
    * is EIO once every slave is closed.
    */
-  constructor(sessionDir: string, readonly stream: StreamName, private readonly readFd: number, policy: StorePolicy, private readonly pty = false) {
+  constructor(
+    sessionDir: string,
+    readonly stream: StreamName,
+    private readonly readFd: number,
+    policy: StorePolicy,
+    private readonly pty = false,
+  ) {
     super();
     this.log = new StreamLog(sessionDir, stream, policy.chunkBytes, policy.hashPool, policy.quotaBytes, policy.guard);
     // false: this stream's write buffers are full (the disk is behind): the next read waits
@@ -65,7 +71,13 @@ export class StreamDrain extends EventEmitter {
     };
     this.socket = pty
       ? ptySocket(readFd)
-      : new Socket({ fd: readFd, readable: true, writable: false, allowHalfOpen: true, onread: { buffer: READ_BUFFER, callback: (n: number, buf: Uint8Array) => store(Buffer.from(buf.buffer, buf.byteOffset, n)) } } as ConstructorParameters<typeof Socket>[0]);
+      : new Socket({
+          fd: readFd,
+          readable: true,
+          writable: false,
+          allowHalfOpen: true,
+          onread: { buffer: READ_BUFFER, callback: (n: number, buf: Uint8Array) => store(Buffer.from(buf.buffer, buf.byteOffset, n)) },
+        } as ConstructorParameters<typeof Socket>[0]);
     this.done = new Promise((resolve) => {
       const finish = (how: DrainEnd) => {
         if (this.endedHow) return;

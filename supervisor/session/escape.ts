@@ -49,7 +49,11 @@ export type Attribution = { kind: 'none' } | { kind: 'session'; id: string } | {
  * ours: the session whose leaf it is still in, else unattributable; not reaching it is not ours. A writer gone before the read: its
  * cgroup at the read if that is a leaf (0n: none), else unattributable.
  */
-export function attributeWrite(w: { pid: number; cgroupId: bigint; ancestry: number[] | null; truncated?: boolean }, sessions: readonly TrackedLeaf[], selfPid: number): Attribution {
+export function attributeWrite(
+  w: { pid: number; cgroupId: bigint; ancestry: number[] | null; truncated?: boolean },
+  sessions: readonly TrackedLeaf[],
+  selfPid: number,
+): Attribution {
   const byShim = sessions.find((s) => s.shimPid === w.pid);
   if (byShim) return { kind: 'session', id: byShim.id };
   const byCgroup = w.cgroupId !== 0n ? sessions.find((s) => s.leafIno === w.cgroupId) : undefined;
@@ -73,7 +77,7 @@ export function withinLeaf(dest: string | null, leafPath: string): boolean {
 /** The writer's PPid chain from /proc (writer first), up to this process or pid 1 (truncated: cut at MAX_ANCESTRY); null when the writer is gone. */
 export function ancestry(pid: number, selfPid = process.pid): { chain: number[]; truncated: boolean } | null {
   const chain: number[] = [];
-  for (let p = pid; p > 0; ) {
+  for (let p = pid; p > 0;) {
     if (chain.length >= MAX_ANCESTRY) return { chain, truncated: true };
     chain.push(p);
     if (p === 1 || p === selfPid) break;

@@ -19,7 +19,12 @@ export function cgroupEmpty(leafPath: string, mountPoint: string, observedAt: Da
  */
 export function qualifyEscapes(death: DeathFacts, report: { watch: 'fanotify' | 'unavailable'; escapes: CgroupEscape[] }): DeathFacts {
   if (death.evidence !== 'cgroup_empty') return death;
-  return { ...death, evidence: report.escapes.length ? 'cgroup_escaped' : 'cgroup_empty', escapeWatch: report.watch, ...(report.escapes.length ? { escapes: report.escapes } : {}) };
+  return {
+    ...death,
+    evidence: report.escapes.length ? 'cgroup_escaped' : 'cgroup_empty',
+    escapeWatch: report.watch,
+    ...(report.escapes.length ? { escapes: report.escapes } : {}),
+  };
 }
 
 /** The session's own subreaper (the shim) reaped every descendant (`reaped` orphans besides the leader). */
@@ -52,7 +57,10 @@ export function missingShimReport(o: { reportNeeded: boolean; shimReport: { reap
  * `populated 0`: cgroup_empty with a leaf; without one (subreaper mode) subreaper_reaped when
  * the shim reported all reaped; null when it died without reporting (no proof: unknown).
  */
-export function liveDeath(o: { leafPath: string | null; mountPoint: string | null; shimReport: { reaped: number } | null }, observedAt: Date): DeathFacts | null {
+export function liveDeath(
+  o: { leafPath: string | null; mountPoint: string | null; shimReport: { reaped: number } | null },
+  observedAt: Date,
+): DeathFacts | null {
   if (o.leafPath && o.mountPoint) return cgroupEmpty(o.leafPath, o.mountPoint, observedAt);
   return o.shimReport ? subreaperReaped(o.shimReport.reaped, observedAt) : null;
 }

@@ -19,11 +19,18 @@ export const FREEZE_WAIT_MS = 2000;
  * be admitted or the move failed (logged; what is still in `leaf` is thawed there, for the
  * caller to end as linger kill). The command's drains end at the split (drain_end handoff).
  */
-export async function handOffLeftovers(o: { originId: string; leaf: CgroupLeaf; drains: ReadonlyMap<StreamName, StreamDrain>; admit: () => LiveSession; log: Logger }): Promise<HandoffFacts | null> {
+export async function handOffLeftovers(o: {
+  originId: string;
+  leaf: CgroupLeaf;
+  drains: ReadonlyMap<StreamName, StreamDrain>;
+  admit: () => LiveSession;
+  log: Logger;
+}): Promise<HandoffFacts | null> {
   const { leaf, log } = o;
   leaf.freeze(true);
   try {
-    if (!(await leaf.waitFrozen(FREEZE_WAIT_MS))) log.warn({ session_id: o.originId, wait_ms: FREEZE_WAIT_MS }, 'handoff: the leftovers did not all freeze in time; moving them anyway');
+    if (!(await leaf.waitFrozen(FREEZE_WAIT_MS)))
+      log.warn({ session_id: o.originId, wait_ms: FREEZE_WAIT_MS }, 'handoff: the leftovers did not all freeze in time; moving them anyway');
     if (leaf.pids().length === 0) return null;
     let service: LiveSession;
     try {

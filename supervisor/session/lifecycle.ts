@@ -42,7 +42,10 @@ export function isLive(state: SessionState): boolean {
 export class Lifecycle {
   #state: SessionState;
 
-  constructor(initial: InitialState, private readonly onChange: (from: SessionState, to: SessionState) => void) {
+  constructor(
+    initial: InitialState,
+    private readonly onChange: (from: SessionState, to: SessionState) => void,
+  ) {
     this.#state = initial;
   }
 

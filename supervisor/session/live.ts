@@ -110,7 +110,14 @@ export class LiveSession extends Session {
     // And each workspace entry: its path, a last_path (at most PATH_MAX, JSON-escaped), numbers.
     const workspaceBytes = this.ctx.watcher.paths.reduce((sum, p) => sum + 2 * Buffer.byteLength(p) + 2 * 4096 + 1024, 0);
     // And the escapes its death may list (escape.ts).
-    reserveReceiptSpace(this.dir, receiptReservationBytes(Buffer.byteLength(JSON.stringify(this.admission)), (this.req.pty ? 1 : 2) * chunksPerStream, workspaceBytes + ESCAPES_RESERVE_BYTES));
+    reserveReceiptSpace(
+      this.dir,
+      receiptReservationBytes(
+        Buffer.byteLength(JSON.stringify(this.admission)),
+        (this.req.pty ? 1 : 2) * chunksPerStream,
+        workspaceBytes + ESCAPES_RESERVE_BYTES,
+      ),
+    );
   }
 
   /**
@@ -123,11 +130,21 @@ export class LiveSession extends Session {
     for (const { limit, controller } of LIMITS) {
       if (limits[limit] === undefined) continue;
       const cgroup = this.ctx.tree?.sessionsPath ?? null;
-      if (!this.leaf) throw new SupervisorError('LIMIT_UNAVAILABLE', `${limit} needs the ${controller} controller in cgroup v2, and this supervisor has no cgroup (subreaper mode). Nothing was run.`, { controller, limit, cgroup });
+      if (!this.leaf)
+        throw new SupervisorError(
+          'LIMIT_UNAVAILABLE',
+          `${limit} needs the ${controller} controller in cgroup v2, and this supervisor has no cgroup (subreaper mode). Nothing was run.`,
+          { controller, limit, cgroup },
+        );
       try {
         applyLimits(this.leaf.path, { [limit]: limits[limit] });
       } catch (err) {
-        throw new SupervisorError('LIMIT_UNAVAILABLE', `${limit} could not be applied: ${(err as Error).message}. Nothing was run.`, { controller, limit, cgroup, errno: errnoCode(err) ?? null });
+        throw new SupervisorError('LIMIT_UNAVAILABLE', `${limit} could not be applied: ${(err as Error).message}. Nothing was run.`, {
+          controller,
+          limit,
+          cgroup,
+          errno: errnoCode(err) ?? null,
+        });
       }
     }
   }
@@ -305,13 +322,17 @@ export class LiveSession extends Session {
     const leaderPid = !leader || this.leaderExitedAt ? null : leader.leaderPid;
     // The pids the latest step reached, where they are known (a cgroup); null: only a count.
     let reached: ReadonlySet<number> | null = null;
-    await escalate(this.escalationTarget(leader, (pids) => (reached = pids)), graceMs, (step) => {
-      this.steps.push(step);
-      // Descendants: every pid the first step reached but the leader. A leader that exited and
-      // is not reaped yet is in no cgroup.procs any more: it is subtracted only if reached.
-      const leaderReached = leaderPid !== null && (reached === null || reached.has(leaderPid));
-      this.descendantsTerminated ??= Math.max(0, step.pids - (leaderReached ? 1 : 0));
-    });
+    await escalate(
+      this.escalationTarget(leader, (pids) => (reached = pids)),
+      graceMs,
+      (step) => {
+        this.steps.push(step);
+        // Descendants: every pid the first step reached but the leader. A leader that exited and
+        // is not reaped yet is in no cgroup.procs any more: it is subtracted only if reached.
+        const leaderReached = leaderPid !== null && (reached === null || reached.has(leaderPid));
+        this.descendantsTerminated ??= Math.max(0, step.pids - (leaderReached ? 1 : 0));
+      },
+    );
   }
 
   /**
@@ -420,7 +441,13 @@ export class LiveSession extends Session {
     const alive = this.leaf && !leader.holdsSession ? this.leaf.populated() : !(await this.waitDead(0));
     // handoff: they go on as a service (handoff.ts); what could not be moved is ended as with kill.
     if (alive && this.req.linger === 'handoff' && this.leaf && !this.terminating) {
-      this.handedOff = await handOffLeftovers({ originId: this.id, leaf: this.leaf, drains: this.drains, admit: () => this.ctx.admitHandoff(this), log: this.ctx.log });
+      this.handedOff = await handOffLeftovers({
+        originId: this.id,
+        leaf: this.leaf,
+        drains: this.drains,
+        admit: () => this.ctx.admitHandoff(this),
+        log: this.ctx.log,
+      });
     }
     if (alive && (this.req.linger === 'kill' || (this.req.linger === 'handoff' && this.leaf?.populated()))) await this.terminate('linger');
 
@@ -556,7 +583,8 @@ export class LiveSession extends Session {
     this.ctx.log.error({ session_id: this.id, code: err.code, message: err.message }, 'could not start the exec shim');
     const now = new Date();
     const mount = this.ctx.tree?.mount.mountPoint ?? null;
-    const death = this.leaf && mount ? cgroupEmpty(this.leaf.path, mount, now) : liveDeath({ leafPath: null, mountPoint: null, shimReport: { reaped: 0 } }, now)!;
+    const death =
+      this.leaf && mount ? cgroupEmpty(this.leaf.path, mount, now) : liveDeath({ leafPath: null, mountPoint: null, shimReport: { reaped: 0 } }, now)!;
     await this.finish({
       ...this.identityFacts(),
       startedAt: null,

@@ -2,7 +2,20 @@
 // table), the command digest, and the receipt assembled from recorded facts. No I/O here,
 // so these are unit-tested without processes.
 import { createHash } from 'node:crypto';
-import type { CgroupEscape, DeathEvidence, HandoffFacts, Outcome, Receipt, ServiceFacts, SessionLimits, StreamName, StreamOutput, SupervisorMode, TerminationCause, WorkspaceEntry } from '../../ipc/protocol.js';
+import type {
+  CgroupEscape,
+  DeathEvidence,
+  HandoffFacts,
+  Outcome,
+  Receipt,
+  ServiceFacts,
+  SessionLimits,
+  StreamName,
+  StreamOutput,
+  SupervisorMode,
+  TerminationCause,
+  WorkspaceEntry,
+} from '../../ipc/protocol.js';
 
 /** What the command digest covers (docs/reference/contract.md "Session environment and command digest"). */
 export interface DigestInput {
@@ -114,7 +127,13 @@ export function buildReceipt(f: ReceiptFacts): Receipt {
     ...(typeof f.uid === 'number' ? { uid: f.uid } : {}),
     ...(typeof f.gid === 'number' ? { gid: f.gid } : {}),
     ...(f.task ? { task: f.task } : {}),
-    supervisor: { instance: f.supervisor.instance, generation: f.supervisor.generation, boot_id: f.supervisor.bootId, mode: f.supervisor.mode, pid: f.supervisor.pid },
+    supervisor: {
+      instance: f.supervisor.instance,
+      generation: f.supervisor.generation,
+      boot_id: f.supervisor.bootId,
+      mode: f.supervisor.mode,
+      pid: f.supervisor.pid,
+    },
     admitted_at: f.admittedAt.toISOString(),
     started_at: iso(f.startedAt),
     leader_exited_at: iso(f.leaderExitedAt),

@@ -181,7 +181,12 @@ export class RecoveredSession extends Session {
       return;
     }
     const mount = this.ctx.tree?.mount.mountPoint ?? null;
-    const course = recoveredCourse({ admittedBootId: this.admission.boot_id, bootId: this.ctx.identity.bootId, leafPath: this.leaf?.path ?? null, mountPoint: mount });
+    const course = recoveredCourse({
+      admittedBootId: this.admission.boot_id,
+      bootId: this.ctx.identity.bootId,
+      leafPath: this.leaf?.path ?? null,
+      mountPoint: mount,
+    });
     if (course.kind === 'no_evidence') {
       this.unknownReason = course.reason;
       return;
@@ -220,7 +225,8 @@ export class RecoveredSession extends Session {
       this.req.graceMs,
       (step) => {
         steps.push(step);
-        if (step.signal === 'SIGTERM') this.unknownReason = `${reason}; being ended: SIGTERM sent to ${step.pids} processes at ${step.at.toISOString()}, cgroup.kill after its grace of ${this.req.graceMs} ms`;
+        if (step.signal === 'SIGTERM')
+          this.unknownReason = `${reason}; being ended: SIGTERM sent to ${step.pids} processes at ${step.at.toISOString()}, cgroup.kill after its grace of ${this.req.graceMs} ms`;
       },
       cut,
     );
@@ -236,7 +242,8 @@ export class RecoveredSession extends Session {
     // Death was proven before the facts were written: a leaf a crash left behind is empty.
     this.removeLeftoverLeaf();
     this.receiptAwaitingSpace = receipt;
-    this.unknownReason = 'its receipt (its facts were kept in its reservation across a restart) waits for space in the state dir; the write is retried until space returns';
+    this.unknownReason =
+      'its receipt (its facts were kept in its reservation across a restart) waits for space in the state dir; the write is retried until space returns';
     this.publish(receipt, new Date(receipt.ended_at), RECEIPT_RETRY_FIRST_MS);
   }
 }

@@ -60,7 +60,13 @@ export abstract class Session extends EventEmitter {
   /** Evidence (or an operator's word) is being turned into a receipt: one receipt per session, ever. */
   protected receiptOnItsWay = false;
 
-  constructor(readonly id: string, readonly req: SessionRequest, protected readonly ctx: SessionContext, readonly admittedAt: Date, initial: InitialState) {
+  constructor(
+    readonly id: string,
+    readonly req: SessionRequest,
+    protected readonly ctx: SessionContext,
+    readonly admittedAt: Date,
+    initial: InitialState,
+  ) {
     super();
     this.setMaxListeners(0);
     this.dir = join(ctx.sessionsDir, id);
@@ -108,7 +114,12 @@ export abstract class Session extends EventEmitter {
 
   /** Stdin bytes at an offset (stdin.ts); only a live session started with --stdin takes them. */
   write(_data: Buffer, _offset: number | undefined, _eof: boolean, _writer?: string): Promise<number> {
-    return Promise.reject(new SupervisorError('INVALID_ARGUMENT', `session ${this.id} takes no stdin: ${this.req.stdin === 'stream' ? 'its stdin went with the supervisor that ran it' : 'it was not started with --stdin'}`));
+    return Promise.reject(
+      new SupervisorError(
+        'INVALID_ARGUMENT',
+        `session ${this.id} takes no stdin: ${this.req.stdin === 'stream' ? 'its stdin went with the supervisor that ran it' : 'it was not started with --stdin'}`,
+      ),
+    );
   }
 
   /** The pty's size; only a live pty session has one. */
@@ -296,7 +307,16 @@ export abstract class Session extends EventEmitter {
     for (const stream of streams) {
       const { final_cursor, chunks } = storedChunks(this.dir, stream, this.req.chunkBytes);
       const sha256 = await this.ctx.hashPool.stream(this.streamDir(stream), this.req.chunkBytes).digest(final_cursor);
-      output[stream] = { final_cursor, sha256, complete: false, reason: 'owner_lost', dropped_bytes: 0, drain_end: 'lost', index_sha256: indexDigest(this.dir, stream), chunks };
+      output[stream] = {
+        final_cursor,
+        sha256,
+        complete: false,
+        reason: 'owner_lost',
+        dropped_bytes: 0,
+        drain_end: 'lost',
+        index_sha256: indexDigest(this.dir, stream),
+        chunks,
+      };
     }
     return {
       ...this.identityFacts(),
@@ -362,9 +382,11 @@ export abstract class Session extends EventEmitter {
           writeReservedFacts(this.dir, JSON.stringify(this.ctx.signer.sign(factsOf(receipt))));
           kept = 'in its reservation';
         } catch (factsErr) {
-          this.ctx.log.warn({ session_id: this.id, code: errnoCode(factsErr) }, 'could not keep the receipt\'s facts in its reservation');
+          this.ctx.log.warn({ session_id: this.id, code: errnoCode(factsErr) }, "could not keep the receipt's facts in its reservation");
         }
-        this.becomeUnknown(`the receipt could not be written (${code}: ${why}); its facts are kept ${kept} and the write is retried until ${code === 'ENOSPC' || code === 'EDQUOT' ? 'space returns' : 'it succeeds'}`);
+        this.becomeUnknown(
+          `the receipt could not be written (${code}: ${why}); its facts are kept ${kept} and the write is retried until ${code === 'ENOSPC' || code === 'EDQUOT' ? 'space returns' : 'it succeeds'}`,
+        );
       }
       this.receiptAwaitingSpace = receipt;
       setTimeout(() => this.publish(receipt, endedAt, Math.min(retryMs * 2, RECEIPT_RETRY_MAX_MS)), retryMs).unref();
@@ -414,24 +436,45 @@ export abstract class Session extends EventEmitter {
     if (this.escapeAttested()) throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id}'s escape is attested already`);
     const live = stillEscaped(receipt.death.escapes ?? []);
     if (live.length > 0 && !operator.force) {
-      throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id}: what left its cgroup still runs (${live.join('; ')}): end it first, or attest anyway with --force`, { still_running: live });
+      throw new SupervisorError(
+        'INVALID_ARGUMENT',
+        `session ${this.id}: what left its cgroup still runs (${live.join('; ')}): end it first, or attest anyway with --force`,
+        { still_running: live },
+      );
     }
-    writeEscapeAttested(this.dir, { session_id: this.id, receipt_sha256: receiptDigest(receipt), uid: operator.uid, pid: operator.pid, reason: operator.reason, attested_at: new Date().toISOString() });
+    writeEscapeAttested(this.dir, {
+      session_id: this.id,
+      receipt_sha256: receiptDigest(receipt),
+      uid: operator.uid,
+      pid: operator.pid,
+      reason: operator.reason,
+      attested_at: new Date().toISOString(),
+    });
     return receipt;
   }
 
   /** Ends an unknown session on an operator's word: evidence operator_attested, never automatic; or attests an ended session's escape (attestEscape). */
   async resolveAsOperator(operator: OperatorAttestation): Promise<Receipt> {
     if (this.state === 'ended' && this.receipt?.death.evidence === 'cgroup_escaped') return this.attestEscape(this.receipt, operator);
-    if (this.state !== 'unknown') throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} is ${this.state}; only an unknown session can be resolved by an operator`);
+    if (this.state !== 'unknown')
+      throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} is ${this.state}; only an unknown session can be resolved by an operator`);
     if (this.receiptAwaitingSpace) {
-      throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} ended with evidence; its receipt waits for space in the state dir and is written once there is room (free some space)`);
+      throw new SupervisorError(
+        'INVALID_ARGUMENT',
+        `session ${this.id} ended with evidence; its receipt waits for space in the state dir and is written once there is room (free some space)`,
+      );
     }
     if (this.receiptOnItsWay) {
-      throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} has evidence on its way (${this.unknownReason ?? 'reconciling'}); its receipt follows (sbx wait ${this.id}), nothing is left to attest`);
+      throw new SupervisorError(
+        'INVALID_ARGUMENT',
+        `session ${this.id} has evidence on its way (${this.unknownReason ?? 'reconciling'}); its receipt follows (sbx wait ${this.id}), nothing is left to attest`,
+      );
     }
     if (this.leaf?.populated()) {
-      throw new SupervisorError('INVALID_ARGUMENT', `session ${this.id} still has ${this.leaf.pids().length} processes in its cgroup; nothing is attested over a live session`);
+      throw new SupervisorError(
+        'INVALID_ARGUMENT',
+        `session ${this.id} still has ${this.leaf.pids().length} processes in its cgroup; nothing is attested over a live session`,
+      );
     }
     this.receiptOnItsWay = true;
     try {

@@ -147,7 +147,9 @@ export class LeaderProcess {
       // service), cwd "/", every signal at its default, none blocked.
       const env = Object.entries(spec.env).map(([k, v]) => `${k}=${v}`);
       const childFds = [stdin, stdoutW, stderrW, reportW, ...(tini ? [controlR] : []), argvR];
-      pid = (spec.cgroupProcsPath ? spawnInCgroup(dirname(spec.cgroupProcsPath), shimArgs(false), env, childFds) : undefined) ?? native().spawnDetached(execShimPath(), shimArgs(true), env, childFds);
+      pid =
+        (spec.cgroupProcsPath ? spawnInCgroup(dirname(spec.cgroupProcsPath), shimArgs(false), env, childFds) : undefined) ??
+        native().spawnDetached(execShimPath(), shimArgs(true), env, childFds);
     } catch (err) {
       const e = systemError(err);
       if (typeof e.errno !== 'number') {
@@ -205,8 +207,7 @@ export class LeaderProcess {
       if (word === 'started') {
         this.leaderPid = Number(a);
         execResolve(null);
-      }
-      else if (word === 'error') {
+      } else if (word === 'error') {
         const failure = parseFailure([line]);
         execResolve(failure);
         leaderResolve({ code: null, signal: null, at: new Date() });
@@ -316,7 +317,7 @@ function fillPipe(fd: number, payload: Buffer): boolean {
     }
   }
   if (payload.length > capacityBytes) return false;
-  for (let off = 0; off < payload.length; ) off += writeSync(fd, payload, off);
+  for (let off = 0; off < payload.length;) off += writeSync(fd, payload, off);
   closeSync(fd);
   return true;
 }

@@ -22,7 +22,11 @@ export class StdinWriter {
   private chain: Promise<unknown> = Promise.resolve();
 
   /** `pty`: the writer is a pty master (EOF is ^D, not end of the pipe). */
-  constructor(private readonly sessionId: string, private readonly writer: Socket, private readonly pty: boolean) {
+  constructor(
+    private readonly sessionId: string,
+    private readonly writer: Socket,
+    private readonly pty: boolean,
+  ) {
     if (!pty) writer.on('error', () => (this.closed = true)); // EPIPE: nobody reads stdin any more
   }
 
@@ -49,14 +53,20 @@ export class StdinWriter {
   private async writeNow(data: Buffer, offset: number | undefined, eof: boolean, token: string | undefined): Promise<number> {
     const at = this.cursorOf(token);
     const start = offset ?? at;
-    if (start > at) throw new SupervisorError('INVALID_ARGUMENT', `stdin offset ${start} is past the stdin cursor ${at}${token === undefined ? '' : ' of this writer'}`, { cursor: at });
+    if (start > at)
+      throw new SupervisorError('INVALID_ARGUMENT', `stdin offset ${start} is past the stdin cursor ${at}${token === undefined ? '' : ' of this writer'}`, {
+        cursor: at,
+      });
     const fresh = data.subarray(Math.min(data.length, at - start));
     if (this.closed) {
       if (fresh.length === 0) return at; // a retried eof
       throw new SupervisorError('INVALID_ARGUMENT', `stdin of session ${this.sessionId} is closed`, { cursor: at, stdin_closed: true });
     }
     if (token !== undefined && fresh.length > 0 && !this.writers.has(token) && this.writers.size >= MAX_STDIN_WRITERS) {
-      throw new SupervisorError('LIMIT_EXCEEDED', `stdin of session ${this.sessionId} has had ${MAX_STDIN_WRITERS} writers already`, { limit: 'stdin_writers', max: MAX_STDIN_WRITERS });
+      throw new SupervisorError('LIMIT_EXCEEDED', `stdin of session ${this.sessionId} has had ${MAX_STDIN_WRITERS} writers already`, {
+        limit: 'stdin_writers',
+        max: MAX_STDIN_WRITERS,
+      });
     }
     const writer = this.writer;
     let now = at;
@@ -82,7 +92,11 @@ export class StdinWriter {
         });
         if (writer.destroyed) {
           this.closed = true;
-          throw new SupervisorError('INVALID_ARGUMENT', `stdin of session ${this.sessionId} closed before it took the bytes (the command stopped reading, or ended)`, { cursor: now, stdin_closed: true });
+          throw new SupervisorError(
+            'INVALID_ARGUMENT',
+            `stdin of session ${this.sessionId} closed before it took the bytes (the command stopped reading, or ended)`,
+            { cursor: now, stdin_closed: true },
+          );
         }
       }
     }

@@ -244,8 +244,7 @@ export class StreamLog {
         if (buf) {
           this.pooledOut++;
           h = { buf, used: 0, written: 0, pooled: true, hashing: 0, done: false };
-        }
-        else if (this.held.length === 0) return this.storeNow(data.subarray(off, n));
+        } else if (this.held.length === 0) return this.storeNow(data.subarray(off, n));
         else h = { buf: Buffer.allocUnsafeSlow(n - off), used: 0, written: 0, pooled: false, hashing: 0, done: false };
         this.held.push(h);
       }

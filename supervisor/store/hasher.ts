@@ -45,7 +45,10 @@ export class HashPool {
   private nextToken = 1;
 
   /** onFailure hears the reason each time a thread fails and is replaced (for the log). */
-  constructor(private readonly onFailure: (reason: string) => void = () => {}, private readonly size = POOL_SIZE) {}
+  constructor(
+    private readonly onFailure: (reason: string) => void = () => {},
+    private readonly size = POOL_SIZE,
+  ) {}
 
   /** The running digest of one stream's stored bytes in dir (its chunk files). */
   stream(dir: string, chunkBytes: number): StreamHasher {
@@ -111,7 +114,12 @@ export class StreamHasher {
   /** The worker holding this stream's running hash (null once it failed). */
   private bound: PoolWorker | null;
 
-  constructor(private readonly pool: HashPool, private readonly id: number, private readonly dir: string, private readonly chunkBytes: number) {
+  constructor(
+    private readonly pool: HashPool,
+    private readonly id: number,
+    private readonly dir: string,
+    private readonly chunkBytes: number,
+  ) {
     this.bound = this.open();
   }
 

@@ -93,7 +93,8 @@ export function writeReservedFacts(sessionDir: string, data: string): void {
   try {
     const size = fstatSync(fd).size;
     const bytes = Buffer.from(data);
-    if (bytes.length > size) throw Object.assign(new Error(`the facts record (${bytes.length} bytes) does not fit the reservation (${size})`), { code: 'ENOSPC' });
+    if (bytes.length > size)
+      throw Object.assign(new Error(`the facts record (${bytes.length} bytes) does not fit the reservation (${size})`), { code: 'ENOSPC' });
     const padded = Buffer.alloc(size, 0x20);
     bytes.copy(padded);
     writeAll(fd, padded);
@@ -143,7 +144,11 @@ export function factsOf(receipt: Receipt): Receipt & { facts_only: true } {
  * caller signs it: Ed25519 is deterministic, so the bytes and signature are the original's).
  * Null when the files no longer match the facts.
  */
-export function receiptFromFacts(facts: Receipt, admission: AdmissionRecord, chunksOf: (stream: string) => { final_cursor: number; chunks: ChunkDigest[] }): Receipt | null {
+export function receiptFromFacts(
+  facts: Receipt,
+  admission: AdmissionRecord,
+  chunksOf: (stream: string) => { final_cursor: number; chunks: ChunkDigest[] },
+): Receipt | null {
   const { signature: _signature, facts_only: _marker, ...rest } = facts as Receipt & { facts_only?: boolean };
   const output: Receipt['output'] = {};
   for (const [stream, o] of Object.entries(facts.output)) {

@@ -6,8 +6,26 @@
 import { constants, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { parseRecord, readRecord, type AdmissionRecord, type EscapeAttestedRecord, type KeyRecord, type StartedRecord, type TombstoneRecord } from '../../core/state/records.js';
-import { ADMISSION_FILE, ESCAPE_ATTESTED_FILE, isTempFileName, keyRecordName, retiringDirName, STARTED_FILE, STATE, tombstoneName, unreadableName } from '../../core/state/names.js';
+import {
+  parseRecord,
+  readRecord,
+  type AdmissionRecord,
+  type EscapeAttestedRecord,
+  type KeyRecord,
+  type StartedRecord,
+  type TombstoneRecord,
+} from '../../core/state/records.js';
+import {
+  ADMISSION_FILE,
+  ESCAPE_ATTESTED_FILE,
+  isTempFileName,
+  keyRecordName,
+  retiringDirName,
+  STARTED_FILE,
+  STATE,
+  tombstoneName,
+  unreadableName,
+} from '../../core/state/names.js';
 import { createFileDurable, fsyncDir } from '../../core/fs/durable.js';
 
 export type { AdmissionRecord, EscapeAttestedRecord, KeyRecord, StartedRecord, TombstoneRecord } from '../../core/state/records.js';

@@ -42,9 +42,14 @@ export function storageThresholds(config: StorageConfig, totalBytes: number): St
 /** What is wrong with thresholds on a file system of totalBytes (start-up warnings), if anything. */
 export function thresholdWarnings(t: StorageThresholds, totalBytes: number): string[] {
   const out: string[] = [];
-  if (t.minFreeBytes >= totalBytes) out.push(`storage.minFreeBytes (${t.minFreeBytes}) is not below the state dir's file system size (${totalBytes}): admission can never open`);
-  if (t.keepFreeBytes < t.minFreeBytes) out.push(`storage.keepFreeBytes (${t.keepFreeBytes}) is below storage.minFreeBytes (${t.minFreeBytes}): a full state dir does not reopen admission by itself (sbx gc cannot free enough)`);
-  if (t.reserveBytes >= totalBytes) out.push(`storage.reserveBytes (${t.reserveBytes}) is not below the state dir's file system size (${totalBytes}): no output will ever be stored`);
+  if (t.minFreeBytes >= totalBytes)
+    out.push(`storage.minFreeBytes (${t.minFreeBytes}) is not below the state dir's file system size (${totalBytes}): admission can never open`);
+  if (t.keepFreeBytes < t.minFreeBytes)
+    out.push(
+      `storage.keepFreeBytes (${t.keepFreeBytes}) is below storage.minFreeBytes (${t.minFreeBytes}): a full state dir does not reopen admission by itself (sbx gc cannot free enough)`,
+    );
+  if (t.reserveBytes >= totalBytes)
+    out.push(`storage.reserveBytes (${t.reserveBytes}) is not below the state dir's file system size (${totalBytes}): no output will ever be stored`);
   return out;
 }
 
@@ -62,7 +67,11 @@ export class StorageGuard implements StorageThresholds {
   /** Size of the file system, in bytes, when the guard was made. */
   readonly totalBytes: number;
 
-  constructor(readonly dir: string, config: StorageConfig, private readonly statfs: Statfs = statfsSync) {
+  constructor(
+    readonly dir: string,
+    config: StorageConfig,
+    private readonly statfs: Statfs = statfsSync,
+  ) {
     const s = this.statfs(dir);
     this.totalBytes = s.blocks * s.bsize;
     ({ reserveBytes: this.reserveBytes, minFreeBytes: this.minFreeBytes, keepFreeBytes: this.keepFreeBytes } = storageThresholds(config, this.totalBytes));

@@ -14,7 +14,6 @@ export const WRITE_BUFFER_LIMIT = 32;
 /** Buffers one stream holds at most (filling, waiting, or written and still hashed): 4 MiB. */
 export const STREAM_WRITE_BUFFERS = 4;
 
-
 /** A free list of WRITE_BUFFER_BYTES buffers, made on first use, never more than `limit`. */
 export class WriteBufferPool {
   private readonly free: Buffer[] = [];

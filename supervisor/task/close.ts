@@ -26,7 +26,15 @@ import { isLive, isSettled } from '../session/lifecycle.js';
 import type { Session } from '../session/session.js';
 import { evaluateTask, receiptWorkspaces, sealFloor, sessionCovered, type JoinSession, type JoinWorkspace } from '../../core/task/join.js';
 import type { TombstoneRecord } from '../store/records.js';
-import { completeTaskReceipts, readTaskSeals, sweepTaskTemps, TaskFiles, type TaskAttemptRecord, type TaskCloseRecord, type TaskSealRecord } from './records.js';
+import {
+  completeTaskReceipts,
+  readTaskSeals,
+  sweepTaskTemps,
+  TaskFiles,
+  type TaskAttemptRecord,
+  type TaskCloseRecord,
+  type TaskSealRecord,
+} from './records.js';
 
 export interface TaskDeps {
   ctx: SessionContext;
@@ -85,7 +93,14 @@ function retiredEntry(r: TombstoneRecord, workspaces: JoinWorkspace[]): TaskSess
     death: null,
     ended_at: r.ended_at,
     output: {},
-    workspace: workspaces.map((w) => ({ path: w.path, root: w.root, epoch: null, terminal_mutation: null, gap: w.root === null ? 'not_watched' : null, scan_digest: null })),
+    workspace: workspaces.map((w) => ({
+      path: w.path,
+      root: w.root,
+      epoch: null,
+      terminal_mutation: null,
+      gap: w.root === null ? 'not_watched' : null,
+      scan_digest: null,
+    })),
   };
 }
 
@@ -150,7 +165,8 @@ export class Tasks {
   sealOf(task: string): { generation: number; sealed_at: string; task: string } | null {
     const seal = this.seals.get(task);
     if (seal) return seal;
-    if (this.unreadableSeals.size && this.unreadableSeals.has(taskDirName(task))) return { task, generation: this.deps.ctx.identity.generation, sealed_at: new Date(0).toISOString() };
+    if (this.unreadableSeals.size && this.unreadableSeals.has(taskDirName(task)))
+      return { task, generation: this.deps.ctx.identity.generation, sealed_at: new Date(0).toISOString() };
     return null;
   }
 
@@ -181,7 +197,9 @@ export class Tasks {
     const recorded = running ? null : this.recordedWorkspaces(task);
     const named = (workspacesArg?.length ?? 0) > 0;
     // Not named: the workspaces this task's close named first, else every watched one.
-    const workspaces = named ? normalise(workspacesArg!) : (running?.workspaces ?? (recorded && recorded !== 'unreadable' ? recorded.workspaces : null) ?? normalise(this.deps.ctx.watcher.paths));
+    const workspaces = named
+      ? normalise(workspacesArg!)
+      : (running?.workspaces ?? (recorded && recorded !== 'unreadable' ? recorded.workspaces : null) ?? normalise(this.deps.ctx.watcher.paths));
     if (running) {
       if (!sameSet(running.workspaces, workspaces)) throw this.conflict(task, running.workspaces, workspaces);
       return running.done;
@@ -190,7 +208,11 @@ export class Tasks {
     // run()): a path that cannot be checkpointed, or whose writes no watcher orders, is refused
     // before anything is recorded or sealed.
     if (archived) return Promise.resolve(this.archivedReceipt(task, recorded, workspaces));
-    if (recorded === null || (named && recorded !== 'unreadable' && recorded.defaulted === true && !sameSet(recorded.workspaces, workspaces) && !this.completeReceipt(task))) this.checkWorkspaces(workspaces);
+    if (
+      recorded === null ||
+      (named && recorded !== 'unreadable' && recorded.defaulted === true && !sameSet(recorded.workspaces, workspaces) && !this.completeReceipt(task))
+    )
+      this.checkWorkspaces(workspaces);
     const done = this.run(task, timeoutMs, workspaces, named, settled).finally(() => this.closing.delete(task));
     this.closing.set(task, { workspaces, done });
     return done;
@@ -210,7 +232,10 @@ export class Tasks {
       } catch (err) {
         if (!(err instanceof SupervisorError)) throw err;
         const why = err.message.replace(`checkpoint: workspace ${path}: `, '').replace(/^checkpoint: /, '');
-        throw new SupervisorError('INVALID_ARGUMENT', `close: no checkpoint can be taken of ${path}: ${why}. Nothing was recorded or sealed`, { ...err.details, workspace: path });
+        throw new SupervisorError('INVALID_ARGUMENT', `close: no checkpoint can be taken of ${path}: ${why}. Nothing was recorded or sealed`, {
+          ...err.details,
+          workspace: path,
+        });
       }
       if (this.deps.ctx.watcher.rootOf(real) === null) {
         throw new SupervisorError(
@@ -235,7 +260,11 @@ export class Tasks {
   private archivedReceipt(task: string, recorded: TaskCloseRecord | null | 'unreadable', workspaces: string[]): TaskReceipt {
     const previous = recorded === null ? null : new TaskFiles(this.deps.ctx.config.stateDir, task).readReceipt();
     if (!previous?.complete || recorded === null || recorded === 'unreadable') {
-      throw new SupervisorError('ADMISSION_SEALED', `the sandbox is closed (its close receipt is final) and task ${JSON.stringify(task)} has no final task receipt in it: it had no sessions (is the task name right?). Nothing was recorded or sealed`, { task });
+      throw new SupervisorError(
+        'ADMISSION_SEALED',
+        `the sandbox is closed (its close receipt is final) and task ${JSON.stringify(task)} has no final task receipt in it: it had no sessions (is the task name right?). Nothing was recorded or sealed`,
+        { task },
+      );
     }
     if (!sameSet(recorded.workspaces, workspaces)) throw this.conflict(task, recorded.workspaces, workspaces);
     return previous;
@@ -274,13 +303,21 @@ export class Tasks {
     }
     if (previous?.complete) return previous;
     // The workspaces were checked by close() (checkWorkspaces): the record binds the task to them.
-    if (!closeRecord) files.writeClose({ task, workspaces, requested_at: new Date().toISOString(), generation: identity.generation, ...(named ? {} : { defaulted: true }) });
+    if (!closeRecord)
+      files.writeClose({ task, workspaces, requested_at: new Date().toISOString(), generation: identity.generation, ...(named ? {} : { defaulted: true }) });
 
     // The attempt: resumed when a crash stopped it before its receipt, else the next one.
     let attempt = files.readAttempt();
     if (!attempt || (previous && previous.attempt >= attempt.attempt)) {
       // Past both records: an attempt record lost while the receipt stayed never numbers an attempt again.
-      attempt = { task, attempt: Math.max(attempt?.attempt ?? 0, previous?.attempt ?? 0) + 1, started_at: new Date().toISOString(), generation: identity.generation, settle: null, checkpoints: {} };
+      attempt = {
+        task,
+        attempt: Math.max(attempt?.attempt ?? 0, previous?.attempt ?? 0) + 1,
+        started_at: new Date().toISOString(),
+        generation: identity.generation,
+        settle: null,
+        checkpoints: {},
+      };
       files.writeAttempt(attempt);
     } else {
       log.warn({ task, attempt: attempt.attempt, started_at: attempt.started_at }, 'resuming a task close a restart interrupted');
@@ -290,12 +327,21 @@ export class Tasks {
     // A seal that cannot be read seals the task, but says nothing of when: the receipt does not invent it.
     const sealKnown = this.seals.has(task);
     faultPoint('task-close:after-seal');
-    if (process.env.SBX_TEST_TASK_EARLY_CHECKPOINT === '1' && Object.keys(attempt.checkpoints).length === 0) await this.testEarlyCheckpoints(task, attempt, workspaces);
+    if (process.env.SBX_TEST_TASK_EARLY_CHECKPOINT === '1' && Object.keys(attempt.checkpoints).length === 0)
+      await this.testEarlyCheckpoints(task, attempt, workspaces);
 
     // Settle: the task's sessions end by themselves, or are ended (cause close); by the
     // sandbox-wide close already (settled: the ids it ended), for every task at once.
     const settle = settled
-      ? settleOf(timeoutMs, new Set(this.deps.sessionsOf(task).filter((s) => settled.has(s.id)).map((s) => s.id)))
+      ? settleOf(
+          timeoutMs,
+          new Set(
+            this.deps
+              .sessionsOf(task)
+              .filter((s) => settled.has(s.id))
+              .map((s) => s.id),
+          ),
+        )
       : (await this.settleSessions(() => this.deps.sessionsOf(task), timeoutMs, { task })).settle;
     if (attempt.settle === null) {
       attempt.settle = settle;
@@ -347,7 +393,11 @@ export class Tasks {
     // the signing and the write below, so no gc (it runs between awaits) comes in between.
     checkpoints.forEach((cp, i) => {
       if (cp.checkpoint_id === null || this.deps.checkpoints.isPublished(cp.checkpoint_id)) return;
-      const gone = new SupervisorError('CHECKPOINT_FAILED', `checkpoint ${cp.checkpoint_id} is no longer published in ${this.deps.checkpoints.local.dir} (removed by sbx gc?)`, { stage: 'store' });
+      const gone = new SupervisorError(
+        'CHECKPOINT_FAILED',
+        `checkpoint ${cp.checkpoint_id} is no longer published in ${this.deps.checkpoints.local.dir} (removed by sbx gc?)`,
+        { stage: 'store' },
+      );
       checkpoints[i] = noCheckpoint(cp.workspace, gone, cp.close_attempt);
     });
     // The sessions again, in the same synchronous stretch: one the retention policy retired
@@ -355,9 +405,18 @@ export class Tasks {
     // gone), never as a receipt the state dir no longer has.
     ({ sessions, retired, joinSessions } = this.sessionFacts(task));
     // A supervisor stopping claims nothing: the attempt resumes at the next start.
-    if (this.deps.stopping()) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping; the task close resumes when it starts again (close again then)');
+    if (this.deps.stopping())
+      throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping; the task close resumes when it starts again (close again then)');
     const unwatched = receiptWorkspaces(joinSessions, joinWorkspaces, ctx.watcher.paths).unwatched.map((u) => u.root);
-    const verdict = evaluateTask({ sealed: true, sessions: joinSessions, workspaces: joinWorkspaces, checkpoints, sealGeneration: sealKnown ? seal.generation : null, fence, fenceOnDisk });
+    const verdict = evaluateTask({
+      sealed: true,
+      sessions: joinSessions,
+      workspaces: joinWorkspaces,
+      checkpoints,
+      sealGeneration: sealKnown ? seal.generation : null,
+      fence,
+      fenceOnDisk,
+    });
 
     const receipt = ctx.signer.sign<TaskReceipt>({
       version: 1,
@@ -368,7 +427,9 @@ export class Tasks {
       sealed: sealKnown ? { generation: seal.generation, sealed_at: seal.sealed_at } : { generation: null, sealed_at: null },
       closed_at: new Date().toISOString(),
       settle: attempt.settle ?? settle,
-      sessions: [...sessions.map((s) => this.sessionEntry(s, joinWorkspaces, unwatched)), ...retired.map((r) => retiredEntry(r, joinWorkspaces))].sort((a, b) => (a.session_id < b.session_id ? -1 : a.session_id > b.session_id ? 1 : 0)),
+      sessions: [...sessions.map((s) => this.sessionEntry(s, joinWorkspaces, unwatched)), ...retired.map((r) => retiredEntry(r, joinWorkspaces))].sort(
+        (a, b) => (a.session_id < b.session_id ? -1 : a.session_id > b.session_id ? 1 : 0),
+      ),
       workspaces,
       checkpoints,
       fence,
@@ -384,13 +445,24 @@ export class Tasks {
 
   /** The task's sessions (by id), the tombstones of those retired whole, and both as the join sees them. */
   private sessionFacts(task: string): { sessions: Session[]; retired: TombstoneRecord[]; joinSessions: JoinSession[] } {
-    const byId = <T>(id: (x: T) => string) => (a: T, b: T) => (id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0);
+    const byId =
+      <T>(id: (x: T) => string) =>
+      (a: T, b: T) =>
+        id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0;
     const sessions = this.deps.sessionsOf(task).sort(byId((s) => s.id));
     const retired = this.deps.retiredOf(task);
     const joinSessions: JoinSession[] = [
       ...sessions.map((s) => {
         const summary = s.state === 'unknown' ? s.summary() : null;
-        return { sessionId: s.id, state: s.state as string, receipt: s.receipt, unknownReason: summary?.reason ?? null, receiptPending: summary?.receipt_pending === true, uid: s.receipt?.uid ?? s.admission?.uid ?? null, escapeAttested: s.receipt?.death.evidence === 'cgroup_escaped' && s.escapeAttested()?.receipt_sha256 === receiptDigest(s.receipt) };
+        return {
+          sessionId: s.id,
+          state: s.state as string,
+          receipt: s.receipt,
+          unknownReason: summary?.reason ?? null,
+          receiptPending: summary?.receipt_pending === true,
+          uid: s.receipt?.uid ?? s.admission?.uid ?? null,
+          escapeAttested: s.receipt?.death.evidence === 'cgroup_escaped' && s.escapeAttested()?.receipt_sha256 === receiptDigest(s.receipt),
+        };
       }),
       ...retired.map((r) => ({ sessionId: r.session_id, state: 'retired', receipt: null, unknownReason: null })),
     ].sort(byId((s) => s.sessionId));
@@ -417,7 +489,11 @@ export class Tasks {
    * its grace, KILL; a recovered one still in its grace with KILL now. Resolves once each has
    * its receipt or stays unknown (no evidence to come). terminated: the ids ended here.
    */
-  async settleSessions(sessionsNow: () => Session[], timeoutMs: number, what: Record<string, unknown>): Promise<{ settle: { timeout_ms: number; terminated: number; terminated_ids: string[] }; terminated: Set<string> }> {
+  async settleSessions(
+    sessionsNow: () => Session[],
+    timeoutMs: number,
+    what: Record<string, unknown>,
+  ): Promise<{ settle: { timeout_ms: number; terminated: number; terminated_ids: string[] }; terminated: Set<string> }> {
     const sessions = sessionsNow();
     // A live service is not waited for (it is meant to keep running): it is ended once the commands have settled.
     const live = sessions.filter((s) => isLive(s.state) && !s.req.service);
@@ -450,7 +526,15 @@ export class Tasks {
    * before a crash kept it from recording it, an earlier attempt's that still covers every
    * session, or a new one. None (null) while a session has no receipt: it may still write.
    */
-  private async checkpointFor(task: string, attempt: TaskAttemptRecord, w: JoinWorkspace, previous: TaskReceipt | null, sessions: JoinSession[], waiting: boolean, sealGeneration: number): Promise<TaskCheckpointEntry | null> {
+  private async checkpointFor(
+    task: string,
+    attempt: TaskAttemptRecord,
+    w: JoinWorkspace,
+    previous: TaskReceipt | null,
+    sessions: JoinSession[],
+    waiting: boolean,
+    sealGeneration: number,
+  ): Promise<TaskCheckpointEntry | null> {
     const recorded = attempt.checkpoints[w.path];
     if (recorded) return recorded;
     const { checkpoints, ctx } = this.deps;
@@ -491,7 +575,8 @@ export class Tasks {
       // cannot be read, or is another instance's from above this run's: sealFloor), covering.
       const { identity } = ctx;
       const floor = sealFloor(sealGeneration, identity) ?? 0;
-      const fenced = (e: TaskCheckpointEntry) => e.fence !== null && e.fence.instance === identity.instance && e.fence.generation <= identity.generation && e.fence.generation >= floor;
+      const fenced = (e: TaskCheckpointEntry) =>
+        e.fence !== null && e.fence.instance === identity.instance && e.fence.generation <= identity.generation && e.fence.generation >= floor;
       const covers = (e: TaskCheckpointEntry) => w.root !== null && e.consistent === true && fenced(e) && sessions.every((s) => sessionCovered(e, s, w.root!));
       if (entry && covers(entry)) return entry;
     }
@@ -501,7 +586,8 @@ export class Tasks {
       return checkpointEntry(w.path, r, attempt.attempt);
     } catch (err) {
       // A checkpoint cut short by the supervisor stopping is not a fact of the workspace: not recorded.
-      if (this.deps.stopping()) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping; the task close resumes when it starts again (close again then)');
+      if (this.deps.stopping())
+        throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping; the task close resumes when it starts again (close again then)');
       if (!(err instanceof SupervisorError) || (err.code !== 'CHECKPOINT_FAILED' && err.code !== 'INVALID_ARGUMENT')) throw err;
       ctx.log.warn({ task, workspace: w.path, code: err.code, message: err.message }, 'task close: the checkpoint failed');
       return noCheckpoint(w.path, err, attempt.attempt);
@@ -519,7 +605,8 @@ export class Tasks {
   private sessionEntry(s: Session, workspaces: JoinWorkspace[], unwatched: string[]): TaskSessionEntry {
     const r = s.receipt;
     const output: TaskSessionEntry['output'] = {};
-    for (const [stream, o] of Object.entries(r?.output ?? {})) if (o) output[stream] = { final_cursor: o.final_cursor, complete: o.complete, reason: o.reason ?? null };
+    for (const [stream, o] of Object.entries(r?.output ?? {}))
+      if (o) output[stream] = { final_cursor: o.final_cursor, complete: o.complete, reason: o.reason ?? null };
     return {
       session_id: s.id,
       invocation_key: s.req.invocationKey,
@@ -529,7 +616,14 @@ export class Tasks {
       exit: r ? { code: r.exit.code, signal: r.exit.signal } : null,
       receipt_sha256: r ? receiptDigest(r) : null,
       uid: r?.uid ?? s.admission?.uid ?? null,
-      death: r ? { evidence: r.death.evidence, observed_at: r.death.observed_at, ...(r.death.escapes ? { escapes: r.death.escapes } : {}), ...this.escapeAttestation(s, r) } : null,
+      death: r
+        ? {
+            evidence: r.death.evidence,
+            observed_at: r.death.observed_at,
+            ...(r.death.escapes ? { escapes: r.death.escapes } : {}),
+            ...this.escapeAttestation(s, r),
+          }
+        : null,
       ended_at: r?.ended_at ?? null,
       output,
       ...(s.req.service ? { service: { ...s.req.service } } : {}),
@@ -537,10 +631,19 @@ export class Tasks {
         ...workspaces.map((w) => {
           const e = r && w.root ? (r.workspace?.find((x) => x.path === w.root) ?? null) : null;
           // not_watched: no watched root holds the path, or the receipt has no entry for it (not watched while the session ran).
-          return { path: w.path, root: w.root, epoch: e?.epoch ?? null, terminal_mutation: e?.terminal_mutation ?? null, gap: w.root === null || (r && !e) ? 'not_watched' : (e?.gap ?? null), scan_digest: e?.scan?.digest ?? null };
+          return {
+            path: w.path,
+            root: w.root,
+            epoch: e?.epoch ?? null,
+            terminal_mutation: e?.terminal_mutation ?? null,
+            gap: w.root === null || (r && !e) ? 'not_watched' : (e?.gap ?? null),
+            scan_digest: e?.scan?.digest ?? null,
+          };
         }),
         // The receipt's entries for workspaces no longer watched that it may have written (the obligation naming them: join.ts).
-        ...(r?.workspace ?? []).filter((e) => unwatched.includes(e.path)).map((e) => ({ path: e.path, root: null, epoch: e.epoch, terminal_mutation: e.terminal_mutation, gap: e.gap, scan_digest: e.scan?.digest ?? null })),
+        ...(r?.workspace ?? [])
+          .filter((e) => unwatched.includes(e.path))
+          .map((e) => ({ path: e.path, root: null, epoch: e.epoch, terminal_mutation: e.terminal_mutation, gap: e.gap, scan_digest: e.scan?.digest ?? null })),
       ],
     };
   }

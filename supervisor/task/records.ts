@@ -19,7 +19,10 @@ export type { TaskAttemptRecord, TaskCloseRecord, TaskSealRecord } from '../../c
 export class TaskFiles {
   readonly dir: string;
 
-  constructor(stateDir: string, readonly task: string) {
+  constructor(
+    stateDir: string,
+    readonly task: string,
+  ) {
     this.dir = join(stateDir, STATE.tasksDir, taskDirName(task));
   }
 
@@ -53,7 +56,8 @@ export class TaskFiles {
     } catch (err) {
       throw new Error(`${p} cannot be read: ${(err as Error).message}`);
     }
-    if ((record as { task: string }).task !== this.task) throw new Error(`${p} names task ${JSON.stringify((record as { task: string }).task)}, not ${JSON.stringify(this.task)}`);
+    if ((record as { task: string }).task !== this.task)
+      throw new Error(`${p} names task ${JSON.stringify((record as { task: string }).task)}, not ${JSON.stringify(this.task)}`);
     return record;
   }
 
@@ -101,9 +105,11 @@ export class TaskFiles {
   /** Replaces the task receipt (temp, fsync, rename, dir fsync), with the crash points the fault-injection tests name. */
   writeReceipt(receipt: TaskReceipt): void {
     this.ensureDir();
-    writeFileDurable(this.path('receipt'), JSON.stringify(receipt, null, 2) + '\n', 0o600, { afterTemp: 'task-close:after-receipt-temp', afterRename: 'task-close:after-receipt-rename' });
+    writeFileDurable(this.path('receipt'), JSON.stringify(receipt, null, 2) + '\n', 0o600, {
+      afterTemp: 'task-close:after-receipt-temp',
+      afterRename: 'task-close:after-receipt-rename',
+    });
   }
-
 }
 
 /** Removes the temp files a crash left in every task dir (a write that never landed claims nothing); how many. */

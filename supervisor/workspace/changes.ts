@@ -68,7 +68,11 @@ export class ChangeLog {
   private headed = false;
 
   /** epoch: the listener's (its sequence numbers count within it); written as the first line. */
-  constructor(readonly path: string, private readonly maxEntries: number, private readonly epoch: string) {}
+  constructor(
+    readonly path: string,
+    private readonly maxEntries: number,
+    private readonly epoch: string,
+  ) {}
 
   add(rec: ChangeRecord): void {
     const last = this.last;

@@ -86,5 +86,10 @@ export function mutationDigest(entries: Iterable<WalkEntry>): MutationScan {
     if (i > 0) hash.update('\n');
     hash.update(fsEncode(line));
   });
-  return { digest: `sha256:${hash.digest('hex')}`, entries: lines.length, bytes, max_ctime: newest === null ? null : new Date(Number(newest / 1_000_000n)).toISOString() };
+  return {
+    digest: `sha256:${hash.digest('hex')}`,
+    entries: lines.length,
+    bytes,
+    max_ctime: newest === null ? null : new Date(Number(newest / 1_000_000n)).toISOString(),
+  };
 }

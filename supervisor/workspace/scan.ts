@@ -29,9 +29,21 @@ function workerPath(): string | null {
  * and closes its fds); the caller gets scan_timeout WORKER_GRACE_MS after the deadline.
  */
 export function scanInWorker<T>(root: string, kind: ScanKind, options: { deadlineMs?: number; expectFs?: FsIdentity } = {}): Promise<ScanReply<T>> {
-  const req: ScanRequest & { scanWorker: true } = { scanWorker: true, root, kind, deadlineMs: options.deadlineMs, startHrNs: process.hrtime.bigint(), ...(options.expectFs ? { expectFs: options.expectFs } : {}) };
+  const req: ScanRequest & { scanWorker: true } = {
+    scanWorker: true,
+    root,
+    kind,
+    deadlineMs: options.deadlineMs,
+    startHrNs: process.hrtime.bigint(),
+    ...(options.expectFs ? { expectFs: options.expectFs } : {}),
+  };
   const path = workerPath();
-  if (!path) return Promise.resolve({ ok: false, code: 'scan_failed', message: 'scan_failed: the scan worker (dist/supervisor/workspace/scan-worker.js) is missing; build with tsc' });
+  if (!path)
+    return Promise.resolve({
+      ok: false,
+      code: 'scan_failed',
+      message: 'scan_failed: the scan worker (dist/supervisor/workspace/scan-worker.js) is missing; build with tsc',
+    });
   return new Promise((resolve) => {
     let done = false;
     let timer: NodeJS.Timeout | undefined;
@@ -54,7 +66,11 @@ export function scanInWorker<T>(root: string, kind: ScanKind, options: { deadlin
     if (options.deadlineMs !== undefined) {
       timer = setTimeout(() => {
         worker.unref(); // left to end by itself; it must not hold the process up
-        finish({ ok: false, code: 'scan_timeout', message: `scan_timeout: the scan passed its ${options.deadlineMs} ms deadline (a file system call did not return)` });
+        finish({
+          ok: false,
+          code: 'scan_timeout',
+          message: `scan_timeout: the scan passed its ${options.deadlineMs} ms deadline (a file system call did not return)`,
+        });
       }, options.deadlineMs + WORKER_GRACE_MS);
     }
   });

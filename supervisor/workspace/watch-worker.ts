@@ -118,9 +118,7 @@ interface DirEnd {
 
 /** What was read, in queue order, until it is posted. */
 type Pending =
-  | { kind: 'event'; seq: number; raw: RawEvent; key: string; atMs: number }
-  | { kind: 'barrier'; seq: number; ws: number }
-  | { kind: 'overflow'; seq: number };
+  { kind: 'event'; seq: number; raw: RawEvent; key: string; atMs: number } | { kind: 'barrier'; seq: number; ws: number } | { kind: 'overflow'; seq: number };
 
 function run(init: WatchWorkerInit): void {
   const port = parentPort!;
@@ -241,7 +239,10 @@ function run(init: WatchWorkerInit): void {
       let e = ends.get(m);
       if (!e) {
         const mv = moves[m];
-        e = { old: join(atIndex(mv.idx, resolveDir(mv.from.parentKey, mv.from.parent)), mv.from.name), now: join(atIndex(mv.idx, resolveDir(mv.to.parentKey, mv.to.parent)), mv.to.name) };
+        e = {
+          old: join(atIndex(mv.idx, resolveDir(mv.from.parentKey, mv.from.parent)), mv.from.name),
+          now: join(atIndex(mv.idx, resolveDir(mv.to.parentKey, mv.to.parent)), mv.to.name),
+        };
         ends.set(m, e);
       }
       return e;
@@ -270,7 +271,15 @@ function run(init: WatchWorkerInit): void {
       const ws = roots.findIndex((root, k) => full === init.paths[k] || full.startsWith(root));
       if (ws < 0) continue; // outside every workspace
       const object = r.target && r.mask & (FAN.MOVED_FROM | FAN.MOVED_TO) ? createHash('sha256').update(r.target).digest('hex').slice(0, 16) : undefined;
-      events.push({ seq: p.seq, ws, mask: r.mask, path: full === init.paths[ws] ? '' : full.slice(roots[ws].length), cgroup: r.cgroup.toString(), atMs: p.atMs, ...(object ? { object } : {}) });
+      events.push({
+        seq: p.seq,
+        ws,
+        mask: r.mask,
+        path: full === init.paths[ws] ? '' : full.slice(roots[ws].length),
+        cgroup: r.cgroup.toString(),
+        atMs: p.atMs,
+        ...(object ? { object } : {}),
+      });
     }
     pending.splice(0, i);
   };

@@ -141,7 +141,19 @@ export class WorkspaceWatcher {
       } catch {
         // checked at start (config)
       }
-      return { path, fsType, fs: rootIdentity(path), unsupported: null, barrierFd: -1, barrier: null, staleBarriers: 0, events: 0, lastSeq: 0, unattributed: 0, overflows: 0 };
+      return {
+        path,
+        fsType,
+        fs: rootIdentity(path),
+        unsupported: null,
+        barrierFd: -1,
+        barrier: null,
+        staleBarriers: 0,
+        events: 0,
+        lastSeq: 0,
+        unattributed: 0,
+        overflows: 0,
+      };
     });
     this.ready = options.paths.length > 0 ? this.startWorker() : Promise.resolve();
     if (options.pauseFile) {
@@ -210,7 +222,10 @@ export class WorkspaceWatcher {
     });
     worker.unref();
     for (const ws of this.workspaces) {
-      log.info({ path: ws.path, fs: ws.fsType, mode: ws.unsupported ? 'scan' : 'fanotify', gap: ws.unsupported }, ws.unsupported ? 'workspace not watchable: sessions get a scan at death' : 'workspace watched');
+      log.info(
+        { path: ws.path, fs: ws.fsType, mode: ws.unsupported ? 'scan' : 'fanotify', gap: ws.unsupported },
+        ws.unsupported ? 'workspace not watchable: sessions get a scan at death' : 'workspace watched',
+      );
     }
   }
 
@@ -224,7 +239,10 @@ export class WorkspaceWatcher {
       path: ws.path,
       fs: ws.fsType,
       mode: ws.unsupported || this.listenerGap ? 'scan' : 'fanotify',
-      health: ws.unsupported ?? this.listenerGap ?? (ws.overflows > 0 ? `ok (queue overflowed ${ws.overflows} times)` : this.readerPaused ? 'ok (reader paused: test hook)' : 'ok'),
+      health:
+        ws.unsupported ??
+        this.listenerGap ??
+        (ws.overflows > 0 ? `ok (queue overflowed ${ws.overflows} times)` : this.readerPaused ? 'ok (reader paused: test hook)' : 'ok'),
       epoch: this.epoch,
       events: ws.events,
       last_seq: ws.lastSeq || null,
@@ -264,7 +282,11 @@ export class WorkspaceWatcher {
     if (m.overflowSeq !== null) {
       for (const ws of this.workspaces) ws.overflows++;
       // Said once per run of drops (each read pass that drops says an overflow).
-      if (m.dropped > 0 && !this.droppingBefore) this.options.log.warn({ seq: m.overflowSeq, max_queued_events: this.options.maxQueuedEvents }, 'workspace events over workspace.maxQueuedEvents: events are dropped until half of them are handled; sessions alive now get a scan');
+      if (m.dropped > 0 && !this.droppingBefore)
+        this.options.log.warn(
+          { seq: m.overflowSeq, max_queued_events: this.options.maxQueuedEvents },
+          'workspace events over workspace.maxQueuedEvents: events are dropped until half of them are handled; sessions alive now get a scan',
+        );
       else if (m.dropped === 0) this.options.log.warn({ seq: m.overflowSeq }, 'fanotify queue overflow: events were lost; sessions alive now get a scan');
     }
     this.droppingBefore = m.dropped > 0;
@@ -360,7 +382,9 @@ export class WorkspaceWatcher {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     const real = realpathSync(dir);
     if (statSync(real).dev !== statSync(ws.path).dev) {
-      throw new Error(`its file system (${ws.fsType}) has no O_TMPFILE and the state dir ${this.options.stateDir} is on another file system (a barrier file there would not be seen)`);
+      throw new Error(
+        `its file system (${ws.fsType}) has no O_TMPFILE and the state dir ${this.options.stateDir} is on another file system (a barrier file there would not be seen)`,
+      );
     }
     const name = `${BARRIER_PREFIX}${i}`;
     const fd = openSync(join(real, name), constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o600);
@@ -494,7 +518,9 @@ export class WorkspaceWatcher {
    * not_watched (path is in no watched workspace),
    * unsupported, listener_restart, barrier_timeout. Never rejects.
    */
-  async boundary(path: string): Promise<{ epoch: string | null; seq: number | null; gap: null | 'not_watched' | 'unsupported' | 'listener_restart' | 'barrier_timeout' }> {
+  async boundary(
+    path: string,
+  ): Promise<{ epoch: string | null; seq: number | null; gap: null | 'not_watched' | 'unsupported' | 'listener_restart' | 'barrier_timeout' }> {
     const i = this.indexOf(path);
     if (i < 0) return { epoch: null, seq: null, gap: 'not_watched' };
     await this.ready;
@@ -623,7 +649,8 @@ export function checkWorkspacePaths(paths: string[], stateDir: string): string[]
     else if (!out.includes(real)) out.push(real);
   }
   // One event belongs to one workspace: nested workspaces would make that a guess.
-  for (const a of out) for (const b of out) if (a !== b && b.startsWith(a.endsWith('/') ? a : a + '/')) problems.push(`workspace ${b} is inside workspace ${a}`);
+  for (const a of out)
+    for (const b of out) if (a !== b && b.startsWith(a.endsWith('/') ? a : a + '/')) problems.push(`workspace ${b} is inside workspace ${a}`);
   if (problems.length) throw new Error(problems.join('; '));
   return out;
 }

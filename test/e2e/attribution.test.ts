@@ -57,7 +57,10 @@ async function held(config: Record<string, unknown> = {}) {
 }
 
 /** Launches each edit in a directory of its own (made and set up before the reader is held), returns their session ids. */
-async function launchEdits(h: Awaited<ReturnType<typeof held>>, rounds: number): Promise<{ edits: { id: string; dir: string; path: string }[]; unattributedBefore: number }> {
+async function launchEdits(
+  h: Awaited<ReturnType<typeof held>>,
+  rounds: number,
+): Promise<{ edits: { id: string; dir: string; path: string }[]; unattributedBefore: number }> {
   const out: { id: string; dir: string; path: string }[] = [];
   for (let r = 0; r < rounds; r++) {
     for (const [i, e] of EDITS.entries()) {
@@ -97,7 +100,10 @@ describe('writers that exit at once', () => {
       expect(paths, e.path).toContain(e.path);
       // Only its own directory: nothing of another session's.
       const own = e.path.split('/')[0];
-      expect(paths.filter((p) => p.split('/')[0] !== own), e.path).toEqual([]);
+      expect(
+        paths.filter((p) => p.split('/')[0] !== own),
+        e.path,
+      ).toEqual([]);
     }
     expect(zombieChildren(h.d.pid)).toEqual([]);
     const status = (await h.c.status()) as StatusResult;
@@ -110,7 +116,13 @@ describe('writers that exit at once', () => {
     const h = await held({ holdExited: false });
     const { edits, unattributedBefore } = await launchEdits(h, 1);
     // Reaped at once: no zombie; the cgroups empty, so the sessions wait only for their barrier.
-    await until(async () => (await h.c.request('ps', {})).sessions.filter((s) => edits.some((e) => e.id === s.session_id) && s.started_at !== null && s.live_pids === 0).length === edits.length, 'every leader to exit', 20_000);
+    await until(
+      async () =>
+        (await h.c.request('ps', {})).sessions.filter((s) => edits.some((e) => e.id === s.session_id) && s.started_at !== null && s.live_pids === 0).length ===
+        edits.length,
+      'every leader to exit',
+      20_000,
+    );
     expect(zombieChildren(h.d.pid)).toEqual([]);
     await h.release();
     const receipts = [];
@@ -155,9 +167,14 @@ describe('every event counted, whatever became of its directory', () => {
     const h = await held();
     await h.hold();
     // One process makes the tree and deletes it (rm -rf's order: each directory's entries, then it).
-    const script = "import os, shutil\nos.makedirs('tree/a/b')\nfor i in range(1, 11):\n  open(f'tree/a/b/f{i}', 'w').write(str(i))\n  open(f'tree/a/g{i}', 'w').write(str(i))\nshutil.rmtree('tree')\n";
+    const script =
+      "import os, shutil\nos.makedirs('tree/a/b')\nfor i in range(1, 11):\n  open(f'tree/a/b/f{i}', 'w').write(str(i))\n  open(f'tree/a/g{i}', 'w').write(str(i))\nshutil.rmtree('tree')\n";
     const { session_id } = await h.c.launch({ argv: ['python3', '-c', script], cwd: h.ws, linger: 'kill' });
-    await until(async () => (await h.c.request('ps', {})).sessions.some((s) => s.session_id === session_id && s.started_at !== null && s.live_pids === 0), 'the script to exit', 20_000);
+    await until(
+      async () => (await h.c.request('ps', {})).sessions.some((s) => s.session_id === session_id && s.started_at !== null && s.live_pids === 0),
+      'the script to exit',
+      20_000,
+    );
     await h.release();
     const r: Receipt = await h.c.wait({ session_id });
     expect(r.exit.code).toBe(0);
@@ -171,7 +188,10 @@ describe('every event counted, whatever became of its directory', () => {
       }
     }
     for (const dir of ['tree', 'tree/a', 'tree/a/b']) expect(kinds(dir), dir).toEqual(expect.arrayContaining(['created', 'deleted']));
-    expect(changes.every((ch) => ch.path.startsWith('tree')), JSON.stringify(changes.filter((ch) => !ch.path.startsWith('tree')))).toBe(true);
+    expect(
+      changes.every((ch) => ch.path.startsWith('tree')),
+      JSON.stringify(changes.filter((ch) => !ch.path.startsWith('tree'))),
+    ).toBe(true);
     expect(((await h.c.status()) as StatusResult).workspace_unplaced_events).toBe(0);
     expect(json<StatusResult>(await h.d.sbx(['status', '--json'])).workspace_unplaced_events).toBe(0);
   });
@@ -193,7 +213,11 @@ describe('every event counted, whatever became of its directory', () => {
       '',
     ].join('\n');
     const { session_id } = await h.c.launch({ argv: ['python3', '-c', script], cwd: h.ws, linger: 'kill' });
-    await until(async () => (await h.c.request('ps', {})).sessions.some((s) => s.session_id === session_id && s.started_at !== null && s.live_pids === 0), 'the script to exit', 20_000);
+    await until(
+      async () => (await h.c.request('ps', {})).sessions.some((s) => s.session_id === session_id && s.started_at !== null && s.live_pids === 0),
+      'the script to exit',
+      20_000,
+    );
     await h.release();
     expect((await h.c.wait({ session_id })).exit.code).toBe(0);
     const changes = ((await h.c.request('changes', { session_id })) as ChangesResult).workspaces[0].changes;

@@ -111,7 +111,11 @@ describe('sbx bridge', () => {
     const b = BridgePeer.spawn(d.socketPath);
     await b.hello();
     const key = `bridge-kill-${process.pid}-${Date.now()}`;
-    const launched = await b.request<{ session_id: string }>('launch', { argv: ['sh', '-c', 'for i in $(seq 1 20); do echo line $i; sleep 0.05; done'], cwd: '/', invocation_key: key });
+    const launched = await b.request<{ session_id: string }>('launch', {
+      argv: ['sh', '-c', 'for i in $(seq 1 20); do echo line $i; sleep 0.05; done'],
+      cwd: '/',
+      invocation_key: key,
+    });
     let first!: () => void;
     const gotOne = new Promise<void>((r) => (first = r));
     await b.request('subscribe', { session_id: launched.session_id, stream: 'stdout', from: 0, follow: true }, (e) => e.event === 'output' && first());

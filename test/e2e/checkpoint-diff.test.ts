@@ -66,12 +66,24 @@ describe('sbx diff', () => {
     await d?.stop();
   });
 
-  const LINES = ['A added', 'T dir (dir -> file)', 'D dir/inner', 'M edit', 'D gone', 'A n\\xff.b', 'o owned (0:0 -> 1234:4321)', 'm script (0644 -> 0755)', 'T swap (file -> symlink)'];
+  const LINES = [
+    'A added',
+    'T dir (dir -> file)',
+    'D dir/inner',
+    'M edit',
+    'D gone',
+    'A n\\xff.b',
+    'o owned (0:0 -> 1234:4321)',
+    'm script (0644 -> 0755)',
+    'T swap (file -> symlink)',
+  ];
 
   it('A B: git --name-status lines sorted by path bytes, a summary on stderr, exit 1', async () => {
     const r = await d.sbx(['diff', A.checkpoint_id, B.checkpoint_id, '--state-dir', d.stateDir]);
     expect(r.stdout.toString()).toBe(LINES.map((l) => `${l}\n`).join(''));
-    expect(r.stderr.toString()).toBe(`sbx: ${A.checkpoint_id.slice(0, 16)} -> ${B.checkpoint_id.slice(0, 16)}: 2 added, 2 removed, 1 modified, 2 type changed, 1 mode changed, 1 owner changed\n`);
+    expect(r.stderr.toString()).toBe(
+      `sbx: ${A.checkpoint_id.slice(0, 16)} -> ${B.checkpoint_id.slice(0, 16)}: 2 added, 2 removed, 1 modified, 2 type changed, 1 mode changed, 1 owner changed\n`,
+    );
     expect(r.status).toBe(1);
   });
 
@@ -79,7 +91,12 @@ describe('sbx diff', () => {
     const r = await d.sbx(['diff', A.checkpoint_id.slice(0, 12), `SHA256:${B.checkpoint_id.toUpperCase()}`, '--state-dir', d.stateDir, '--json']);
     expect(r.status).toBe(1);
     const out = JSON.parse(r.stdout.toString());
-    const side = (c: CheckpointResult, task: string) => ({ checkpoint_id: c.checkpoint_id, workspace: ws, task, created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/) });
+    const side = (c: CheckpointResult, task: string) => ({
+      checkpoint_id: c.checkpoint_id,
+      workspace: ws,
+      task,
+      created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
+    });
     expect(out).toEqual({
       from: side(A, 'first'),
       to: side(B, 'second'),
@@ -91,7 +108,19 @@ describe('sbx diff', () => {
         { path: 'dir/inner', type: 'file', size: 3, mode: 0o644, sha256: sha256('in\n') },
         { path: 'gone', type: 'file', size: 4, mode: 0o644, sha256: sha256('bye\n') },
       ],
-      modified: [{ path: 'edit', type: 'file', changed: ['size'], old_size: 4, new_size: 9, old_mode: 0o644, new_mode: 0o644, old_sha256: sha256('old\n'), new_sha256: sha256('new text\n') }],
+      modified: [
+        {
+          path: 'edit',
+          type: 'file',
+          changed: ['size'],
+          old_size: 4,
+          new_size: 9,
+          old_mode: 0o644,
+          new_mode: 0o644,
+          old_sha256: sha256('old\n'),
+          new_sha256: sha256('new text\n'),
+        },
+      ],
       type_changed: [
         { path: 'dir', old_type: 'dir', new_type: 'file', old_size: 0, new_size: 11, old_mode: 0o755, new_mode: 0o644 },
         { path: 'swap', old_type: 'file', new_type: 'symlink', old_size: 7, new_size: 4, old_mode: 0o644, new_mode: 0o777 },
@@ -106,7 +135,9 @@ describe('sbx diff', () => {
   it('A A: nothing on stdout, exit 0', async () => {
     const r = await d.sbx(['diff', A.checkpoint_id, A.checkpoint_id, '--state-dir', d.stateDir]);
     expect(r.stdout.toString()).toBe('');
-    expect(r.stderr.toString()).toBe(`sbx: ${A.checkpoint_id.slice(0, 16)} -> ${A.checkpoint_id.slice(0, 16)}: identical; 0 added, 0 removed, 0 modified, 0 type changed, 0 mode changed, 0 owner changed\n`);
+    expect(r.stderr.toString()).toBe(
+      `sbx: ${A.checkpoint_id.slice(0, 16)} -> ${A.checkpoint_id.slice(0, 16)}: identical; 0 added, 0 removed, 0 modified, 0 type changed, 0 mode changed, 0 owner changed\n`,
+    );
     expect(r.status).toBe(0);
   });
 
@@ -124,11 +155,18 @@ describe('sbx diff', () => {
     expect(only.counts).toEqual({ added: 9, removed: 0, modified: 0, type_changed: 0, mode_changed: 0, owner_changed: 0 });
     const text = await d.sbx(['diff', '--task', 'first', '--state-dir', d.stateDir]);
     expect(text.stdout.toString().split('\n').slice(0, 4)).toEqual([`workspace: ${ws}`, 'from: null', `to: ${A.checkpoint_id}`, 'A dir']);
-    expect(text.stderr.toString()).toBe(`sbx: nothing -> ${A.checkpoint_id.slice(0, 16)}: 9 added, 0 removed, 0 modified, 0 type changed, 0 mode changed, 0 owner changed (no checkpoint of this workspace before it: everything is added)\n`);
+    expect(text.stderr.toString()).toBe(
+      `sbx: nothing -> ${A.checkpoint_id.slice(0, 16)}: 9 added, 0 removed, 0 modified, 0 type changed, 0 mode changed, 0 owner changed (no checkpoint of this workspace before it: everything is added)\n`,
+    );
     // A later checkpoint of another task: --task second still compares B with A, its predecessor.
     C = await checkpoint('third');
     const again = await d.sbx(['diff', '--task', 'second', '--state-dir', d.stateDir, '--json']);
-    expect(JSON.parse(again.stdout.toString()).map((x: { from: { checkpoint_id: string }; to: { checkpoint_id: string } }) => [x.from.checkpoint_id, x.to.checkpoint_id])).toEqual([[A.checkpoint_id, B.checkpoint_id]]);
+    expect(
+      JSON.parse(again.stdout.toString()).map((x: { from: { checkpoint_id: string }; to: { checkpoint_id: string } }) => [
+        x.from.checkpoint_id,
+        x.to.checkpoint_id,
+      ]),
+    ).toEqual([[A.checkpoint_id, B.checkpoint_id]]);
     const third = await d.sbx(['diff', '--task', 'third', '--state-dir', d.stateDir]);
     expect(third.stdout.toString()).toBe(`workspace: ${ws}\nfrom: ${B.checkpoint_id}\nto: ${C.checkpoint_id}\n`);
     expect(third.status).toBe(0);
@@ -139,7 +177,9 @@ describe('sbx diff', () => {
 
   it('refusals: an unknown id, a bad argument, a manifest that does not verify (exit 125, a stable code)', async () => {
     const unknown = await d.sbx(['diff', '0'.repeat(64), B.checkpoint_id, '--state-dir', d.stateDir]);
-    expect(unknown.stderr.toString()).toBe(`sbx: NOT_FOUND: diff: no checkpoint ${'0'.repeat(64)} in ${join(d.stateDir, 'checkpoints')} (never taken there, or removed by gc)\n`);
+    expect(unknown.stderr.toString()).toBe(
+      `sbx: NOT_FOUND: diff: no checkpoint ${'0'.repeat(64)} in ${join(d.stateDir, 'checkpoints')} (never taken there, or removed by gc)\n`,
+    );
     expect(unknown.status).toBe(125);
     const both = await d.sbx(['diff', A.checkpoint_id, B.checkpoint_id, '--task', 'x', '--state-dir', d.stateDir]);
     expect(both.stderr.toString()).toBe('sbx: INVALID_ARGUMENT: diff: give two checkpoints (A B) or --task T, not both\n');
@@ -156,7 +196,9 @@ describe('sbx diff', () => {
     const key = join(d.stateDir, 'receipt-key.pub');
     const bad = await d.sbx(['diff', B.checkpoint_id, A.checkpoint_id, '--store', copy, '--public-key', key]);
     expect(bad.stdout.toString()).toBe('');
-    expect(bad.stderr.toString()).toMatch(new RegExp(`^sbx: INVALID_ARGUMENT: diff: checkpoint ${A.checkpoint_id}: its manifest does not verify: .*not its id ${A.checkpoint_id}`));
+    expect(bad.stderr.toString()).toMatch(
+      new RegExp(`^sbx: INVALID_ARGUMENT: diff: checkpoint ${A.checkpoint_id}: its manifest does not verify: .*not its id ${A.checkpoint_id}`),
+    );
     expect(bad.status).toBe(125);
     // The copy's good pair still compares.
     const good = await d.sbx(['diff', B.checkpoint_id, C.checkpoint_id, '--store', copy, '--public-key', key]);

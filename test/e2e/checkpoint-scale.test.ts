@@ -3,7 +3,20 @@
 // it); a file is counted at its size before it is read (a sparse file refused at once); the stat
 // cache keeps an unchanged file unread, never a racily clean or leased one.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, readdirSync, openSync, readFileSync, statfsSync, statSync, unlinkSync, utimesSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  openSync,
+  readFileSync,
+  statfsSync,
+  statSync,
+  unlinkSync,
+  utimesSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult, Receipt } from '../../ipc/protocol.js';
@@ -144,7 +157,9 @@ describe('a file counted at its size before it is read', () => {
       const r = await checkpoint(d, ws);
       expect(r.status).toBe(125);
       expect(r.failure).toMatchObject({ code: 'CHECKPOINT_FAILED', details: { stage: 'store', code: 'store_io' } });
-      expect(r.failure!.message).toMatch(new RegExp(`ENOSPC: storing ${name} \\(\\d+ bytes, 0 on disk: a sparse file is stored whole\\) would leave \\d+ bytes free`));
+      expect(r.failure!.message).toMatch(
+        new RegExp(`ENOSPC: storing ${name} \\(\\d+ bytes, 0 on disk: a sparse file is stored whole\\) would leave \\d+ bytes free`),
+      );
       expect(r.failure!.message).toContain(`below the ${64 * MiB} kept free`);
       unlinkSync(join(ws, name));
     }
@@ -199,7 +214,8 @@ describe('the stat cache and the read-back', () => {
   let ws: string;
   const FILES = 50;
   const objectPath = (sha: string) => join(d.stateDir, 'checkpoints', 'objects', sha.slice(0, 2), sha);
-  const manifest = (id: string) => JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as { entries: { path: string; sha256?: string }[] };
+  const manifest = (id: string) =>
+    JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as { entries: { path: string; sha256?: string }[] };
   const shaOf = (id: string, path: string) => manifest(id).entries.find((e) => e.path === path)!.sha256!;
 
   beforeAll(async () => {
@@ -223,9 +239,21 @@ describe('the stat cache and the read-back', () => {
 
   it('an unchanged re-checkpoint reads no file (one pass) and re-hashes no object; a change, a lost object and a damaged one are each found', async () => {
     const first = await checkpoint(d, ws);
-    expect(first.result).toMatchObject({ consistent: true, scan: { files: FILES, passes: 2 }, objects: { written: FILES }, read: { files: FILES, bytes: first.result!.scan.bytes }, read_back: { objects: FILES, rehashed_objects: FILES } });
+    expect(first.result).toMatchObject({
+      consistent: true,
+      scan: { files: FILES, passes: 2 },
+      objects: { written: FILES },
+      read: { files: FILES, bytes: first.result!.scan.bytes },
+      read_back: { objects: FILES, rehashed_objects: FILES },
+    });
     const again = await checkpoint(d, ws);
-    expect(again.result).toMatchObject({ consistent: true, scan: { files: FILES, passes: 1, digest: first.result!.scan.digest }, objects: { written: 0 }, read: { files: 0, bytes: 0 }, read_back: { objects: FILES, rehashed_objects: 0, rehashed_bytes: 0 } });
+    expect(again.result).toMatchObject({
+      consistent: true,
+      scan: { files: FILES, passes: 1, digest: first.result!.scan.digest },
+      objects: { written: 0 },
+      read: { files: 0, bytes: 0 },
+      read_back: { objects: FILES, rehashed_objects: 0, rehashed_bytes: 0 },
+    });
 
     // Same size, mtime put back: the ctime moved, so it is read again.
     const f1 = join(ws, 'f1');
@@ -233,7 +261,13 @@ describe('the stat cache and the read-back', () => {
     writeFileSync(f1, 'FILE 1\n');
     utimesSync(f1, st.atime, st.mtime);
     const changed = await checkpoint(d, ws);
-    expect(changed.result).toMatchObject({ consistent: true, scan: { passes: 2 }, objects: { written: 1 }, read: { files: 1, bytes: 7 }, read_back: { rehashed_objects: 1 } });
+    expect(changed.result).toMatchObject({
+      consistent: true,
+      scan: { passes: 2 },
+      objects: { written: 1 },
+      read: { files: 1, bytes: 7 },
+      read_back: { rehashed_objects: 1 },
+    });
     expect(shaOf(changed.result!.checkpoint_id, 'f1')).toBe(sha256(Buffer.from('FILE 1\n')));
 
     // An object gone from the store (sbx gc, or by hand): the file is read and stored again.
@@ -260,7 +294,13 @@ describe('the stat cache and the read-back', () => {
     d.withConfig({ workspace: { paths: [ws] }, checkpoint: { readBack: 'all' } });
     await d.start();
     const first = await checkpoint(d, ws);
-    expect(first.result).toMatchObject({ consistent: true, scan: { passes: 2 }, objects: { written: 0 }, read: { files: FILES }, read_back: { objects: FILES, rehashed_objects: FILES } });
+    expect(first.result).toMatchObject({
+      consistent: true,
+      scan: { passes: 2 },
+      objects: { written: 0 },
+      read: { files: FILES },
+      read_back: { objects: FILES, rehashed_objects: FILES },
+    });
     const again = await checkpoint(d, ws);
     expect(again.result).toMatchObject({ consistent: true, scan: { passes: 1 }, read: { files: 0 }, read_back: { objects: FILES, rehashed_objects: FILES } });
   });
@@ -271,7 +311,8 @@ describe('what the stat cache never keeps', () => {
   let ws: string;
   let coarse: string;
   let mounted = false;
-  const manifest = (id: string) => JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as { entries: { path: string; sha256?: string }[] };
+  const manifest = (id: string) =>
+    JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as { entries: { path: string; sha256?: string }[] };
 
   beforeAll(async () => {
     d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
@@ -323,24 +364,29 @@ describe('what the stat cache never keeps', () => {
     }
   });
 
-  it.skipIf(!HAVE_LOOP_EXT4)(HAVE_LOOP_EXT4 ? 'on whole-second timestamps (ext4, 128-byte inodes), a same-size rewrite in the second of the last read is read again' : 'needs loop devices and mkfs.ext4 (absent here)', async () => {
-    const c = await d.client();
-    const f = join(coarse, 'f');
-    let first: CheckpointResult | null = null;
-    for (let attempt = 1; ; attempt++) {
-      await until(() => Date.now() % 1000 < 50, 'the start of a second');
-      writeFileSync(f, 'AAAA\n');
-      const written = statSync(f, { bigint: true }).ctimeNs;
-      expect(written % 1_000_000_000n).toBe(0n); // whole seconds, as this file system keeps them
-      await until(() => Date.now() % 1000 >= 150, '150 ms into the second'); // past a fixed 100 ms margin
-      first = await c.checkpoint({ workspace: coarse }); // reads AAAA
-      writeFileSync(f, 'BBBB\n');
-      // The case: the rewrite has the same ctime, size, mtime and inode as what was read.
-      if (statSync(f, { bigint: true }).ctimeNs === written) break;
-      if (attempt === 5) throw new Error('five rewrites in a later second than the checkpoint before them: this machine is too slow for the case');
-    }
-    expect(manifest(first!.checkpoint_id).entries.find((e) => e.path === 'f')?.sha256).toBe(sha256(Buffer.from('AAAA\n')));
-    const again = await c.checkpoint({ workspace: coarse });
-    expect(manifest(again.checkpoint_id).entries.find((e) => e.path === 'f')?.sha256).toBe(sha256(Buffer.from('BBBB\n')));
-  });
+  it.skipIf(!HAVE_LOOP_EXT4)(
+    HAVE_LOOP_EXT4
+      ? 'on whole-second timestamps (ext4, 128-byte inodes), a same-size rewrite in the second of the last read is read again'
+      : 'needs loop devices and mkfs.ext4 (absent here)',
+    async () => {
+      const c = await d.client();
+      const f = join(coarse, 'f');
+      let first: CheckpointResult | null = null;
+      for (let attempt = 1; ; attempt++) {
+        await until(() => Date.now() % 1000 < 50, 'the start of a second');
+        writeFileSync(f, 'AAAA\n');
+        const written = statSync(f, { bigint: true }).ctimeNs;
+        expect(written % 1_000_000_000n).toBe(0n); // whole seconds, as this file system keeps them
+        await until(() => Date.now() % 1000 >= 150, '150 ms into the second'); // past a fixed 100 ms margin
+        first = await c.checkpoint({ workspace: coarse }); // reads AAAA
+        writeFileSync(f, 'BBBB\n');
+        // The case: the rewrite has the same ctime, size, mtime and inode as what was read.
+        if (statSync(f, { bigint: true }).ctimeNs === written) break;
+        if (attempt === 5) throw new Error('five rewrites in a later second than the checkpoint before them: this machine is too slow for the case');
+      }
+      expect(manifest(first!.checkpoint_id).entries.find((e) => e.path === 'f')?.sha256).toBe(sha256(Buffer.from('AAAA\n')));
+      const again = await c.checkpoint({ workspace: coarse });
+      expect(manifest(again.checkpoint_id).entries.find((e) => e.path === 'f')?.sha256).toBe(sha256(Buffer.from('BBBB\n')));
+    },
+  );
 });

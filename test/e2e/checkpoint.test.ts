@@ -5,7 +5,21 @@
 // the target and the store; tampering; crashes mid-checkpoint; the boundary against a
 // session's terminal_mutation; unstable paths; gc.
 import { createCipheriv, createHash, randomInt } from 'node:crypto';
-import { chmodSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  unlinkSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -48,7 +62,10 @@ function makeTree(ws: string): void {
   mkdirSync(join(ws, 'a'));
   writeFileSync(join(ws, 'a', 'b'), 'component order: a/b after a-b bytewise, before it by component\n');
   // 2,000 levels of "deep/" (10,000 bytes of path: past PATH_MAX), made without a long path.
-  expect(spawnSync('sh', ['-c', `mkdir deep && cd deep && for i in $(seq ${DEEP - 1}); do mkdir deep && cd -P deep || exit 1; done; printf bottom > f`], { cwd: ws }).status).toBe(0);
+  expect(
+    spawnSync('sh', ['-c', `mkdir deep && cd deep && for i in $(seq ${DEEP - 1}); do mkdir deep && cd -P deep || exit 1; done; printf bottom > f`], { cwd: ws })
+      .status,
+  ).toBe(0);
 }
 
 /** Listing without mtimes (a manifest-to-listing comparison; restored trees compare mtimes too). */
@@ -94,7 +111,10 @@ describe('checkpoint and restore: byte for byte', () => {
   let source: ListedEntry[];
 
   beforeAll(async () => {
-    ({ d, paths: [ws] } = await rig.daemon((dir) => {
+    ({
+      d,
+      paths: [ws],
+    } = await rig.daemon((dir) => {
       const w = join(dir, 'ws');
       mkdirSync(w);
       makeTree(w);
@@ -169,7 +189,10 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
   let ws: string;
 
   beforeAll(async () => {
-    ({ d, paths: [ws] } = await rig.daemon((dir) => {
+    ({
+      d,
+      paths: [ws],
+    } = await rig.daemon((dir) => {
       const w = join(dir, 'ws');
       mkdirSync(w);
       return [w];
@@ -273,7 +296,9 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     const ck = await checkpoint(d, ws);
     const m = manifestFile(d, ck.checkpoint_id);
     const good = await d.sbx(['verify', m, '--state-dir', d.stateDir]);
-    expect(good.stdout.toString()).toBe(`OK: checkpoint ${ck.checkpoint_id} signed by ${JSON.parse(readFileSync(m, 'utf8')).signature.key_id}; published; 2 objects (21 bytes) re-hashed from ${storeDir(d)}\n`);
+    expect(good.stdout.toString()).toBe(
+      `OK: checkpoint ${ck.checkpoint_id} signed by ${JSON.parse(readFileSync(m, 'utf8')).signature.key_id}; published; 2 objects (21 bytes) re-hashed from ${storeDir(d)}\n`,
+    );
     expect(good.status).toBe(0);
     // One byte flipped in the object of "one".
     const one = objectFile(d, sha256('first file'));
@@ -290,7 +315,9 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     // The object of "two" removed.
     unlinkSync(objectFile(d, sha256('second file')));
     const missing = await d.sbx(['verify', m, '--state-dir', d.stateDir]);
-    expect(missing.stdout.toString()).toContain(`MISMATCH: object ${sha256('second file')} (two): object ${sha256('second file')} is missing from ${storeDir(d)}`);
+    expect(missing.stdout.toString()).toContain(
+      `MISMATCH: object ${sha256('second file')} (two): object ${sha256('second file')} is missing from ${storeDir(d)}`,
+    );
     // A copy of the manifest with one mode edited: the signature fails, and the path is named.
     const edited = JSON.parse(readFileSync(m, 'utf8'));
     edited.entries.find((e: { path: string }) => e.path === 'two').mode = 0o4777;
@@ -387,7 +414,9 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
       expect(human.stderr.toString()).not.toContain('changed in every pass');
       const back = await d.sbx(['restore', ck.checkpoint_id, join(d.dir, 'leased-back'), '--state-dir', d.stateDir]);
       expect(back.status, back.stderr.toString()).toBe(0);
-      expect(back.stderr.toString()).toContain("1 path not captured (leased): held by another process's write lease, or gone, while it was taken; not in it, so not restored");
+      expect(back.stderr.toString()).toContain(
+        "1 path not captured (leased): held by another process's write lease, or gone, while it was taken; not in it, so not restored",
+      );
       expect(back.stderr.toString()).not.toContain('kept changing');
       expect(readdirSync(join(d.dir, 'leased-back'))).toEqual(['calm']);
       // Never opened: left out of the entries (nothing invented for it), named unstable.
@@ -458,14 +487,20 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
       ]);
       const human = await d.sbx(['checkpoint', '--workspace', ws]);
       expect(human.status).toBe(0);
-      expect(human.stderr.toString()).toContain('sbx: 1 mount point not entered (recorded as empty directories; what is mounted there is not in the checkpoint): mnt\n');
+      expect(human.stderr.toString()).toContain(
+        'sbx: 1 mount point not entered (recorded as empty directories; what is mounted there is not in the checkpoint): mnt\n',
+      );
       expect((await d.sbx(['verify', ck.checkpoint_id, '--state-dir', d.stateDir])).status).toBe(0);
       const target = join(d.dir, 'restored-mount');
       const rs = await d.sbx(['restore', ck.checkpoint_id, target, '--state-dir', d.stateDir]);
       expect(rs.status, rs.stdout.toString()).toBe(0);
-      expect(rs.stderr.toString()).toContain('warning: 1 mount point inside the workspace was not entered when it was taken, restored as empty directories (what was mounted there is not in the checkpoint): mnt\n');
+      expect(rs.stderr.toString()).toContain(
+        'warning: 1 mount point inside the workspace was not entered when it was taken, restored as empty directories (what was mounted there is not in the checkpoint): mnt\n',
+      );
       expect(readdirSync(join(target, 'mnt'))).toEqual([]);
-      const asJson = json<{ mounts_skipped: string[] }>(await d.sbx(['restore', ck.checkpoint_id, join(d.dir, 'restored-mount2'), '--state-dir', d.stateDir, '--json']));
+      const asJson = json<{ mounts_skipped: string[] }>(
+        await d.sbx(['restore', ck.checkpoint_id, join(d.dir, 'restored-mount2'), '--state-dir', d.stateDir, '--json']),
+      );
       expect(asJson.mounts_skipped).toEqual(['mnt']);
       for (const t of [target, join(d.dir, 'restored-mount2')]) rmSync(t, { recursive: true, force: true });
       // The task receipt's checkpoint entry names it too, and sbx verify checks that against the manifest.
@@ -490,7 +525,9 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     const ck = await checkpoint(d, join(ws, 'sub'));
     expect(ck.boundary.gap).toBeNull();
     expect(ck.boundary.seq).toBeGreaterThan(0);
-    const list = json<{ checkpoint_id: string; workspace: string; entries: number }[]>(await d.sbx(['checkpoints', '--state-dir', d.stateDir, '--workspace', join(ws, 'sub'), '--json']));
+    const list = json<{ checkpoint_id: string; workspace: string; entries: number }[]>(
+      await d.sbx(['checkpoints', '--state-dir', d.stateDir, '--workspace', join(ws, 'sub'), '--json']),
+    );
     expect(list).toEqual([expect.objectContaining({ checkpoint_id: ck.checkpoint_id, workspace: join(ws, 'sub'), entries: 1 })]);
     const human = await d.sbx(['checkpoints', '--state-dir', d.stateDir]);
     expect(human.status).toBe(0);
@@ -523,7 +560,7 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     expect(json<Receipt>(await d.sbx(['receipt', '--key', 'after-rollback'])).workspace![0].gap).toBeNull();
   });
 
-  it('--no-same-owner: every entry the restorer\'s, set-user-ID dropped where its owner was someone else, owners not compared (exit 0)', async () => {
+  it("--no-same-owner: every entry the restorer's, set-user-ID dropped where its owner was someone else, owners not compared (exit 0)", async () => {
     fill({ mine: 'root owned', theirs: 'uid 1000' });
     chmodSync(join(ws, 'mine'), 0o4755);
     chmodSync(join(ws, 'theirs'), 0o4755);
@@ -533,7 +570,11 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     const target = join(d.dir, 'not-same-owner');
     const r = await d.sbx(['restore', ck.checkpoint_id, target, '--state-dir', d.stateDir, '--no-same-owner', '--json']);
     expect(r.status).toBe(0);
-    expect(json<{ owners: string; setid_dropped: string[]; identical: boolean }>(r)).toMatchObject({ owners: 'not_given', setid_dropped: ['theirs'], identical: true });
+    expect(json<{ owners: string; setid_dropped: string[]; identical: boolean }>(r)).toMatchObject({
+      owners: 'not_given',
+      setid_dropped: ['theirs'],
+      identical: true,
+    });
     expect(lstatSync(join(target, 'theirs'))).toMatchObject({ uid: 0, gid: 0, mode: 0o100755 });
     expect(lstatSync(join(target, 'mine')).mode).toBe(0o104755); // its recorded owner is the restorer: kept
     // As root, the default gives the owner, and set-user-ID with it.
@@ -567,7 +608,8 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     const qdir = join(storeDir(d), 'quarantine');
     const quarantined = existsSync(qdir) ? readdirSync(qdir) : [];
     expect(quarantined.length).toBeGreaterThan(0);
-    const garbageBytes = garbage.reduce((a, sha) => a + lstatSync(objectFile(d, sha)).size, 0) + quarantined.reduce((a, n) => a + lstatSync(join(qdir, n)).size, 0);
+    const garbageBytes =
+      garbage.reduce((a, sha) => a + lstatSync(objectFile(d, sha)).size, 0) + quarantined.reduce((a, n) => a + lstatSync(join(qdir, n)).size, 0);
     const r = await d.sbx(['gc', '--json']);
     expect(r.status).toBe(0);
     const gc = json<{ checkpoints: { removed_objects: number; removed_quarantined: number; freed_bytes: number } }>(r);
@@ -582,149 +624,162 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
 
 const HAVE_LOOP = existsSync('/dev/loop-control') && spawnSync('sh', ['-c', 'command -v mkfs.ext4 && command -v fsfreeze']).status === 0;
 
-describe.skipIf(!HAVE_LOOP)(HAVE_LOOP ? 'checkpoint.freeze: the last pass with the workspace file system frozen' : 'checkpoint.freeze (skipped: no loop devices or no mkfs.ext4/fsfreeze to make a file system of its own)', () => {
-  let d: TestDaemon;
-  let ws: string;
-  let mounted = false;
+describe.skipIf(!HAVE_LOOP)(
+  HAVE_LOOP
+    ? 'checkpoint.freeze: the last pass with the workspace file system frozen'
+    : 'checkpoint.freeze (skipped: no loop devices or no mkfs.ext4/fsfreeze to make a file system of its own)',
+  () => {
+    let d: TestDaemon;
+    let ws: string;
+    let mounted = false;
 
-  beforeAll(async () => {
-    d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
-    ws = join(d.dir, 'ws');
-    const img = join(d.dir, 'ws.img');
-    expect(spawnSync('truncate', ['-s', '32M', img]).status).toBe(0);
-    expect(spawnSync('mkfs.ext4', ['-q', '-F', img]).status).toBe(0);
-    mkdirSync(ws);
-    const m = spawnSync('mount', ['-o', 'loop', img, ws]);
-    expect(m.status, m.stderr.toString()).toBe(0);
-    mounted = true;
-    rmSync(join(ws, 'lost+found'), { recursive: true, force: true });
-    writeFileSync(join(ws, 'busy'), '');
-    mkdirSync(join(ws, 'sub'));
-    writeFileSync(join(ws, 'sub', 'calm'), 'calm');
-    d.withConfig({ workspace: { paths: [ws] }, checkpoint: { freeze: true } });
-    d.withEnv({ SBX_TEST_CHECKPOINT_TOUCH: 'busy' });
-    await d.start();
-  });
+    beforeAll(async () => {
+      d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
+      ws = join(d.dir, 'ws');
+      const img = join(d.dir, 'ws.img');
+      expect(spawnSync('truncate', ['-s', '32M', img]).status).toBe(0);
+      expect(spawnSync('mkfs.ext4', ['-q', '-F', img]).status).toBe(0);
+      mkdirSync(ws);
+      const m = spawnSync('mount', ['-o', 'loop', img, ws]);
+      expect(m.status, m.stderr.toString()).toBe(0);
+      mounted = true;
+      rmSync(join(ws, 'lost+found'), { recursive: true, force: true });
+      writeFileSync(join(ws, 'busy'), '');
+      mkdirSync(join(ws, 'sub'));
+      writeFileSync(join(ws, 'sub', 'calm'), 'calm');
+      d.withConfig({ workspace: { paths: [ws] }, checkpoint: { freeze: true } });
+      d.withEnv({ SBX_TEST_CHECKPOINT_TOUCH: 'busy' });
+      await d.start();
+    });
 
-  afterEach(() => {
-    if (mounted) spawnSync('fsfreeze', ['-u', ws]); // whatever a failed test left (a blocked writer goes on)
-  });
+    afterEach(() => {
+      if (mounted) spawnSync('fsfreeze', ['-u', ws]); // whatever a failed test left (a blocked writer goes on)
+    });
 
-  afterAll(async () => {
-    if (mounted) spawnSync('fsfreeze', ['-u', ws]); // whatever a failed test left
-    await d.terminate();
-    if (mounted) expect(spawnSync('umount', [ws]).status).toBe(0);
-    await d.stop();
-  });
-
-  it('a file changed before every pass: the frozen pass pins it (consistent, frozen), where without it the checkpoint says unstable', async () => {
-    const ck = await checkpoint(d, ws);
-    expect(ck).toMatchObject({ consistent: true, unstable: [], freeze: { frozen: true, reason: null }, scan: { passes: 5 } });
-    const manifest = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
-    expect(manifest.frozen).toBe(true);
-    // The bytes it holds for busy are what busy held when frozen: 3 touches (passes 2-4), none in the frozen pass.
-    expect(manifest.entries.find((e: { path: string }) => e.path === 'busy')).toMatchObject({ size: 3, sha256: sha256('xxx') });
-    // Thawed: a write goes through at once.
-    writeFileSync(join(ws, 'after'), 'thawed');
-    rmSync(join(ws, 'after'));
-  });
-
-  it('a directory that is not its own mount is not frozen, and says why', async () => {
-    // (The touch hook makes sub/busy change in every pass: unstable, exit 1, as without a freeze.)
-    const r = await d.sbx(['checkpoint', '--workspace', join(ws, 'sub'), '--json']);
-    expect(r.status).toBe(1);
-    const ck = json<CheckpointResult>(r);
-    expect(ck).toMatchObject({ consistent: false, unstable: ['busy'] });
-    expect(ck.freeze).toEqual({ frozen: false, ms: 0, reason: expect.stringContaining('not its own mount') });
-  });
-
-  it('a supervisor killed while the workspace is frozen: it stays frozen (fsfreeze says busy) until the next start thaws it', async () => {
-    await d.terminate();
-    d.withEnv({ SBX_TEST_CHECKPOINT_TOUCH: 'busy', SBX_FAULT_POINT: 'checkpoint:frozen' });
-    await d.start();
-    const r = await d.sbx(['checkpoint', '--workspace', ws]);
-    expect(r.status).toBe(125);
-    expect((await d.exitedNow()).signal).toBe('SIGKILL');
-    const busy = spawnSync('fsfreeze', ['-f', ws]);
-    expect(busy.status).not.toBe(0); // EBUSY: frozen already
-    expect(busy.stderr.toString()).toMatch(/busy/i);
-    d.withEnv(undefined);
-    await d.start();
-    const writer = spawn('sh', ['-c', `printf x > ${ws}/probe`]);
-    const done = await until(() => (writer.exitCode !== null ? { code: writer.exitCode } : null), 'a write to the workspace after the restart', 10_000);
-    expect(done.code).toBe(0);
-    expect(d.log()).toContain('a checkpoint was stopped while its workspace was frozen: thawed');
-  });
-
-  /** A write into the workspace, in a child: its exit status once it completes (within the deadline), never blocking this process. */
-  async function writeCompletes(name: string): Promise<number | null> {
-    const writer = spawn('sh', ['-c', `printf x > ${ws}/${name}`]);
-    const done = await until(() => (writer.exitCode !== null ? { code: writer.exitCode } : null), `a write to ${ws}/${name}`, 10_000);
-    return done.code;
-  }
-
-  it('SIGTERM to the supervisor during the frozen pass: thawed before it exits (the thread it terminates never thaws)', async () => {
-    await d.terminate();
-    d.withEnv({ SBX_FAULT_POINT: 'checkpoint:frozen-hold' }); // the frozen pass waits 60 s
-    const from = d.log().length; // this run's lines only
-    await d.start();
-    const ck = d.sbx(['checkpoint', '--workspace', ws]);
-    await until(() => d.log().slice(from).includes('checkpoint: the workspace is frozen for the last pass'), 'the frozen pass');
-    expect(await d.terminate()).toEqual({ code: 0, signal: null });
-    expect(await writeCompletes('after-sigterm')).toBe(0);
-    expect((await ck).status).toBe(125);
-    expect(d.log().slice(from)).toContain('thawed by the supervisor');
-    expect(existsSync(join(storeDir(d), 'frozen'))).toBe(false);
-    d.withEnv(undefined);
-    await d.start();
-  });
-
-  it('a frozen pass that does not thaw by freezeMaxMs + 2 s: the watchdog thaws it, and the pass counts as an ordinary one', async () => {
-    await d.terminate();
-    d.withConfig({ checkpoint: { freeze: true, freezeMaxMs: 200 } });
-    d.withEnv({ SBX_FAULT_POINT: 'checkpoint:frozen-hold', SBX_TEST_FROZEN_HOLD_MS: '6000' }); // the thread holds it 6 s
-    const from = d.log().length;
-    await d.start();
-    try {
-      const t0 = performance.now();
-      const ck = d.sbx(['checkpoint', '--workspace', ws, '--json']);
-      await until(() => d.log().slice(from).includes('checkpoint: the workspace is frozen for the last pass'), 'the frozen pass');
-      // Thawed by the watchdog (at 2.2 s), while the thread still holds: the write completes before the checkpoint does.
-      expect(await writeCompletes('during-hold')).toBe(0);
-      const writtenMs = performance.now() - t0;
-      const r = await ck;
-      expect(performance.now() - t0).toBeGreaterThan(writtenMs);
-      // An ordinary pass: it saw the write made under it (frozen, it would have claimed none could be).
-      expect(r.status).toBe(1);
-      expect(json<CheckpointResult>(r)).toMatchObject({ consistent: false, unstable: ['.', 'during-hold'], freeze: { frozen: false, reason: expect.stringContaining('thawed before the frozen pass ended') } });
-      expect(d.log().slice(from)).toContain('the frozen pass ran past checkpoint.freezeMaxMs (200 ms) + 2000 ms without thawing');
-      const manifest = JSON.parse(readFileSync(manifestFile(d, json<CheckpointResult>(r).checkpoint_id), 'utf8'));
-      expect(manifest.frozen).toBeUndefined();
-    } finally {
+    afterAll(async () => {
+      if (mounted) spawnSync('fsfreeze', ['-u', ws]); // whatever a failed test left
       await d.terminate();
-      d.withConfig({ checkpoint: { freeze: true } });
+      if (mounted) expect(spawnSync('umount', [ws]).status).toBe(0);
+      await d.stop();
+    });
+
+    it('a file changed before every pass: the frozen pass pins it (consistent, frozen), where without it the checkpoint says unstable', async () => {
+      const ck = await checkpoint(d, ws);
+      expect(ck).toMatchObject({ consistent: true, unstable: [], freeze: { frozen: true, reason: null }, scan: { passes: 5 } });
+      const manifest = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
+      expect(manifest.frozen).toBe(true);
+      // The bytes it holds for busy are what busy held when frozen: 3 touches (passes 2-4), none in the frozen pass.
+      expect(manifest.entries.find((e: { path: string }) => e.path === 'busy')).toMatchObject({ size: 3, sha256: sha256('xxx') });
+      // Thawed: a write goes through at once.
+      writeFileSync(join(ws, 'after'), 'thawed');
+      rmSync(join(ws, 'after'));
+    });
+
+    it('a directory that is not its own mount is not frozen, and says why', async () => {
+      // (The touch hook makes sub/busy change in every pass: unstable, exit 1, as without a freeze.)
+      const r = await d.sbx(['checkpoint', '--workspace', join(ws, 'sub'), '--json']);
+      expect(r.status).toBe(1);
+      const ck = json<CheckpointResult>(r);
+      expect(ck).toMatchObject({ consistent: false, unstable: ['busy'] });
+      expect(ck.freeze).toEqual({ frozen: false, ms: 0, reason: expect.stringContaining('not its own mount') });
+    });
+
+    it('a supervisor killed while the workspace is frozen: it stays frozen (fsfreeze says busy) until the next start thaws it', async () => {
+      await d.terminate();
+      d.withEnv({ SBX_TEST_CHECKPOINT_TOUCH: 'busy', SBX_FAULT_POINT: 'checkpoint:frozen' });
+      await d.start();
+      const r = await d.sbx(['checkpoint', '--workspace', ws]);
+      expect(r.status).toBe(125);
+      expect((await d.exitedNow()).signal).toBe('SIGKILL');
+      const busy = spawnSync('fsfreeze', ['-f', ws]);
+      expect(busy.status).not.toBe(0); // EBUSY: frozen already
+      expect(busy.stderr.toString()).toMatch(/busy/i);
       d.withEnv(undefined);
       await d.start();
-    }
-  });
+      const writer = spawn('sh', ['-c', `printf x > ${ws}/probe`]);
+      const done = await until(() => (writer.exitCode !== null ? { code: writer.exitCode } : null), 'a write to the workspace after the restart', 10_000);
+      expect(done.code).toBe(0);
+      expect(d.log()).toContain('a checkpoint was stopped while its workspace was frozen: thawed');
+    });
 
-  it.each([
-    ['exits', 'checkpoint:frozen-thread-exit', 'the checkpoint thread exited (70)'], // process.exit(70) in the thread
-    ['runs out of memory', 'checkpoint:frozen-thread-oom', 'the checkpoint thread failed: Worker terminated due to reaching memory limit: JS heap out of memory'],
-  ])('the checkpoint thread that %s during the frozen pass: thawed, CHECKPOINT_FAILED, the supervisor goes on', async (_how, point, message) => {
-    await d.terminate();
-    d.withEnv({ SBX_FAULT_POINT: point }).withConfig({ checkpoint: { freeze: true, workerHeapMiB: 64 } }); // the thread's heap cap, 1024 MiB otherwise
-    const from = d.log().length;
-    await d.start();
-    const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
-    expect(r.status).toBe(125);
-    expect(JSON.parse(r.stdout.toString()).error).toMatchObject({ code: 'CHECKPOINT_FAILED', message: expect.stringContaining(message) });
-    expect(await writeCompletes('after-exit')).toBe(0);
-    expect(d.log().slice(from)).toContain('thawed by the supervisor');
-    // Still serving: a checkpoint of a directory not frozen (a new thread) completes.
-    expect(await checkpoint(d, join(ws, 'sub'))).toMatchObject({ consistent: true, freeze: { frozen: false } });
-    await d.terminate();
-    d.withEnv(undefined).withConfig({ checkpoint: { freeze: true } });
-    await d.start();
-  });
-});
+    /** A write into the workspace, in a child: its exit status once it completes (within the deadline), never blocking this process. */
+    async function writeCompletes(name: string): Promise<number | null> {
+      const writer = spawn('sh', ['-c', `printf x > ${ws}/${name}`]);
+      const done = await until(() => (writer.exitCode !== null ? { code: writer.exitCode } : null), `a write to ${ws}/${name}`, 10_000);
+      return done.code;
+    }
+
+    it('SIGTERM to the supervisor during the frozen pass: thawed before it exits (the thread it terminates never thaws)', async () => {
+      await d.terminate();
+      d.withEnv({ SBX_FAULT_POINT: 'checkpoint:frozen-hold' }); // the frozen pass waits 60 s
+      const from = d.log().length; // this run's lines only
+      await d.start();
+      const ck = d.sbx(['checkpoint', '--workspace', ws]);
+      await until(() => d.log().slice(from).includes('checkpoint: the workspace is frozen for the last pass'), 'the frozen pass');
+      expect(await d.terminate()).toEqual({ code: 0, signal: null });
+      expect(await writeCompletes('after-sigterm')).toBe(0);
+      expect((await ck).status).toBe(125);
+      expect(d.log().slice(from)).toContain('thawed by the supervisor');
+      expect(existsSync(join(storeDir(d), 'frozen'))).toBe(false);
+      d.withEnv(undefined);
+      await d.start();
+    });
+
+    it('a frozen pass that does not thaw by freezeMaxMs + 2 s: the watchdog thaws it, and the pass counts as an ordinary one', async () => {
+      await d.terminate();
+      d.withConfig({ checkpoint: { freeze: true, freezeMaxMs: 200 } });
+      d.withEnv({ SBX_FAULT_POINT: 'checkpoint:frozen-hold', SBX_TEST_FROZEN_HOLD_MS: '6000' }); // the thread holds it 6 s
+      const from = d.log().length;
+      await d.start();
+      try {
+        const t0 = performance.now();
+        const ck = d.sbx(['checkpoint', '--workspace', ws, '--json']);
+        await until(() => d.log().slice(from).includes('checkpoint: the workspace is frozen for the last pass'), 'the frozen pass');
+        // Thawed by the watchdog (at 2.2 s), while the thread still holds: the write completes before the checkpoint does.
+        expect(await writeCompletes('during-hold')).toBe(0);
+        const writtenMs = performance.now() - t0;
+        const r = await ck;
+        expect(performance.now() - t0).toBeGreaterThan(writtenMs);
+        // An ordinary pass: it saw the write made under it (frozen, it would have claimed none could be).
+        expect(r.status).toBe(1);
+        expect(json<CheckpointResult>(r)).toMatchObject({
+          consistent: false,
+          unstable: ['.', 'during-hold'],
+          freeze: { frozen: false, reason: expect.stringContaining('thawed before the frozen pass ended') },
+        });
+        expect(d.log().slice(from)).toContain('the frozen pass ran past checkpoint.freezeMaxMs (200 ms) + 2000 ms without thawing');
+        const manifest = JSON.parse(readFileSync(manifestFile(d, json<CheckpointResult>(r).checkpoint_id), 'utf8'));
+        expect(manifest.frozen).toBeUndefined();
+      } finally {
+        await d.terminate();
+        d.withConfig({ checkpoint: { freeze: true } });
+        d.withEnv(undefined);
+        await d.start();
+      }
+    });
+
+    it.each([
+      ['exits', 'checkpoint:frozen-thread-exit', 'the checkpoint thread exited (70)'], // process.exit(70) in the thread
+      [
+        'runs out of memory',
+        'checkpoint:frozen-thread-oom',
+        'the checkpoint thread failed: Worker terminated due to reaching memory limit: JS heap out of memory',
+      ],
+    ])('the checkpoint thread that %s during the frozen pass: thawed, CHECKPOINT_FAILED, the supervisor goes on', async (_how, point, message) => {
+      await d.terminate();
+      d.withEnv({ SBX_FAULT_POINT: point }).withConfig({ checkpoint: { freeze: true, workerHeapMiB: 64 } }); // the thread's heap cap, 1024 MiB otherwise
+      const from = d.log().length;
+      await d.start();
+      const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
+      expect(r.status).toBe(125);
+      expect(JSON.parse(r.stdout.toString()).error).toMatchObject({ code: 'CHECKPOINT_FAILED', message: expect.stringContaining(message) });
+      expect(await writeCompletes('after-exit')).toBe(0);
+      expect(d.log().slice(from)).toContain('thawed by the supervisor');
+      // Still serving: a checkpoint of a directory not frozen (a new thread) completes.
+      expect(await checkpoint(d, join(ws, 'sub'))).toMatchObject({ consistent: true, freeze: { frozen: false } });
+      await d.terminate();
+      d.withEnv(undefined).withConfig({ checkpoint: { freeze: true } });
+      await d.start();
+    });
+  },
+);

@@ -102,14 +102,19 @@ describe('the first Ctrl-C of sbx run', () => {
 
 describe('sbx close --task', () => {
   it('says on stderr, one line each, which running sessions it cancelled (id, argv), and lists them in settle.terminated_ids', async () => {
-    const running = (await daemon.sbx(['run', '--detach', '--task', 'cancels', '--grace', '100ms', '--', 'sh', '-c', `echo "it's up"; exec sleep 300`])).stdout.toString().trim();
+    const running = (await daemon.sbx(['run', '--detach', '--task', 'cancels', '--grace', '100ms', '--', 'sh', '-c', `echo "it's up"; exec sleep 300`])).stdout
+      .toString()
+      .trim();
     const ended = await daemon.sbx(['run', '--task', 'cancels', '--', 'true']);
     expect(ended.status).toBe(0);
     await until(async () => (await client.ps(false)).sessions.some((s) => s.session_id === running && s.cursors.stdout === 8), 'the running session to be up');
     const r = await daemon.sbx(['close', '--task', 'cancels', '--timeout', '200ms']);
     const receipt = JSON.parse(r.stdout.toString()) as TaskReceipt;
     expect(receipt.settle).toEqual({ timeout_ms: 200, terminated: 1, terminated_ids: [running] });
-    const lines = r.stderr.toString().split('\n').filter((l) => l.startsWith('sbx: cancelled'));
+    const lines = r.stderr
+      .toString()
+      .split('\n')
+      .filter((l) => l.startsWith('sbx: cancelled'));
     expect(lines).toEqual([`sbx: cancelled session ${running} (sh -c 'echo "it'\\''s up"; exec sleep 300'): it was still running after the 0.2 s timeout`]);
     const gone = receipt.sessions.find((s) => s.session_id === running)!;
     expect(gone.exit).toEqual({ code: null, signal: 'SIGTERM' });
@@ -128,7 +133,19 @@ describe('sbx attach', () => {
   const ps = async (id: string) => (await client.ps(true)).sessions.find((s) => s.session_id === id)!;
 
   it('follows from where the session is now: later stdout on fd 1, stderr on fd 2, byte-exact; our stdin into its stdin; exits with its code', async () => {
-    const id = (await daemon.sbx(['run', '--detach', '--stdin', '--', 'sh', '-c', 'echo before; echo before-err >&2; read line; printf "got %s\\001\\377\\n" "$line"; printf "err %s" "$line" >&2; exit 3'])).stdout.toString().trim();
+    const id = (
+      await daemon.sbx([
+        'run',
+        '--detach',
+        '--stdin',
+        '--',
+        'sh',
+        '-c',
+        'echo before; echo before-err >&2; read line; printf "got %s\\001\\377\\n" "$line"; printf "err %s" "$line" >&2; exit 3',
+      ])
+    ).stdout
+      .toString()
+      .trim();
     await until(async () => (await ps(id)).cursors.stdout === 7 && (await ps(id)).cursors.stderr === 11, 'the first lines to be stored');
     // Our stdin is read only once attach follows (after it took the cursors): the bytes the
     // session prints after reading it come after the attach point, "before" is not replayed.
@@ -156,9 +173,16 @@ describe('sbx attach', () => {
     expect(missing.stderr.toString()).toContain('SESSION_NOT_FOUND');
     // As sbx logs --from: a cursor past what is stored is refused, not waited on.
     const past = await daemon.sbx(['attach', id, '--cursor', '5']);
-    expect([past.status, past.stdout.length, past.stderr.toString()]).toEqual([125, 0, 'sbx: CURSOR_OUT_OF_RANGE: --cursor 5 is past the end of stdout (4 bytes so far)\n']);
+    expect([past.status, past.stdout.length, past.stderr.toString()]).toEqual([
+      125,
+      0,
+      'sbx: CURSOR_OUT_OF_RANGE: --cursor 5 is past the end of stdout (4 bytes so far)\n',
+    ]);
     const pastErr = await daemon.sbx(['attach', id, '--stderr-cursor', '4']);
-    expect([pastErr.status, pastErr.stderr.toString()]).toEqual([125, 'sbx: CURSOR_OUT_OF_RANGE: --stderr-cursor 4 is past the end of stderr (3 bytes so far)\n']);
+    expect([pastErr.status, pastErr.stderr.toString()]).toEqual([
+      125,
+      'sbx: CURSOR_OUT_OF_RANGE: --stderr-cursor 4 is past the end of stderr (3 bytes so far)\n',
+    ]);
   });
 
   it('takes a unique id prefix or --key, as the other verbs do', async () => {
@@ -178,7 +202,9 @@ describe('sbx attach', () => {
 
   it("writers side by side: attach's stdin, another token writer and a tokenless write interleave, none dropped or doubled", async () => {
     const go = join(daemon.dir, 'go-cat');
-    const id = (await daemon.sbx(['run', '--detach', '--stdin', '--', 'sh', '-c', `until [ -e ${go} ]; do echo tick; sleep 0.1; done; exec cat`])).stdout.toString().trim();
+    const id = (await daemon.sbx(['run', '--detach', '--stdin', '--', 'sh', '-c', `until [ -e ${go} ]; do echo tick; sleep 0.1; done; exec cat`])).stdout
+      .toString()
+      .trim();
     const a = background(['attach', id], 'pipe');
     // It prints what came after it attached: it follows, and forwards its stdin, by then.
     await until(() => a.stdout().toString().includes('tick\n'), 'attach to follow');
@@ -202,7 +228,8 @@ describe('sbx attach', () => {
 
   it("the write verb: each writer token's offsets are its own stream's, tokenless writes share one; a retry is skipped, a gap refused", async () => {
     const id = (await daemon.sbx(['run', '--detach', '--stdin', '--', 'cat'])).stdout.toString().trim();
-    const write = (data: string, offset: number, writer?: string) => client.request('write', { session_id: id, data: Buffer.from(data), offset, ...(writer ? { writer } : {}) });
+    const write = (data: string, offset: number, writer?: string) =>
+      client.request('write', { session_id: id, data: Buffer.from(data), offset, ...(writer ? { writer } : {}) });
     expect((await write('abcd', 0, 'A')).cursor).toBe(4);
     expect((await write('abcd', 0, 'A')).cursor).toBe(4); // A's retry: skipped
     expect((await write('xy', 0, 'B')).cursor).toBe(2); // B's own stream
@@ -231,7 +258,11 @@ describe('sbx attach', () => {
     expect(t.stdout().toString()).toBe('up\n');
   });
   it('a pty session: its one stream on fd 1, our stdin into the pty', async () => {
-    const id = (await daemon.sbx(['run', '--detach', '--pty', '--stdin', '--', 'sh', '-c', 'stty -echo; echo ready; read line; echo "pty $line"; exit 5'])).stdout.toString().trim();
+    const id = (
+      await daemon.sbx(['run', '--detach', '--pty', '--stdin', '--', 'sh', '-c', 'stty -echo; echo ready; read line; echo "pty $line"; exit 5'])
+    ).stdout
+      .toString()
+      .trim();
     await until(async () => ((await ps(id)).cursors.pty ?? 0) >= 7, 'the pty session to be ready');
     const a = background(['attach', id], 'pipe');
     a.child.stdin!.end('hi\n');

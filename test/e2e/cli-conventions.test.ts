@@ -119,14 +119,16 @@ describe('completion offers the short flags', () => {
   });
 });
 
-
 describe('session ids by unique prefix, resolved by the supervisor', () => {
   /** The shortest prefix (3+ characters) of id that no other id in ids starts with. */
   const uniquePrefix = (id: string, ids: string[]) => {
     for (let n = 3; n <= id.length; n++) if (ids.filter((o) => o.startsWith(id.slice(0, n))).length === 1) return id.slice(0, n);
     throw new Error(`no unique prefix of ${id}`);
   };
-  const allIds = async () => text(await d.sbx(['ps', '-a', '-q'])).split('\n').filter(Boolean);
+  const allIds = async () =>
+    text(await d.sbx(['ps', '-a', '-q']))
+      .split('\n')
+      .filter(Boolean);
 
   it('every verb taking an id takes a unique prefix: wait, logs, receipt, write, resize, kill, cancel, changes', async () => {
     const echo = await detached(['-i', '--', 'sh', '-c', 'read x; echo "got $x"']);
@@ -167,9 +169,16 @@ describe('session ids by unique prefix, resolved by the supervisor', () => {
     const matches = (await allIds()).filter((id) => id.startsWith(prefix)).sort();
     expect(matches).toEqual(expect.arrayContaining([a, b]));
     const r = await d.sbx(['receipt', prefix]);
-    expect([r.status, text(r), r.stderr.toString()]).toEqual([125, '', `sbx: INVALID_ARGUMENT: session id prefix "${prefix}" is ambiguous: it matches ${matches.slice(0, 10).join(', ')}${matches.length > 10 ? `, ... (${matches.length} in all)` : ''}; give more of the id\n`]);
+    expect([r.status, text(r), r.stderr.toString()]).toEqual([
+      125,
+      '',
+      `sbx: INVALID_ARGUMENT: session id prefix "${prefix}" is ambiguous: it matches ${matches.slice(0, 10).join(', ')}${matches.length > 10 ? `, ... (${matches.length} in all)` : ''}; give more of the id\n`,
+    ]);
     const client = await d.client();
-    const err = await client.receipt({ session_id: prefix }).then(() => null, (e: unknown) => e as { code: string; details: unknown });
+    const err = await client.receipt({ session_id: prefix }).then(
+      () => null,
+      (e: unknown) => e as { code: string; details: unknown },
+    );
     expect(err?.code).toBe('INVALID_ARGUMENT');
     expect(err?.details).toEqual({ field: 'session_id', prefix, matches, count: matches.length });
     // Shorter than 3 characters: only the exact id, so not found; a prefix of nothing: not found.
@@ -192,13 +201,18 @@ describe('ps: newest first, --task, --filter', () => {
     const third = await detached(['--task', task, '--key', `${task}-k`, '--', 'sleep', '60']);
     const other = await detached(['--', 'sleep', '60']);
     // Newest first: the ids, the table's rows and --json agree.
-    const q = text(await d.sbx(['ps', '-aq'])).split('\n').filter(Boolean);
+    const q = text(await d.sbx(['ps', '-aq']))
+      .split('\n')
+      .filter(Boolean);
     expect(q.slice(0, 4)).toEqual([other, third, second, first]);
     const rows = JSON.parse(text(await d.sbx(['ps', '-a', '--json']))) as SessionSummary[];
     expect(rows.map((r) => r.session_id)).toEqual(q);
     const admitted = rows.map((r) => Date.parse(r.admitted_at));
     expect([...admitted].sort((a, b) => b - a)).toEqual(admitted);
-    const table = text(await d.sbx(['ps', '-a'])).split('\n').slice(1, 5).map((l) => l.split(' ')[0]);
+    const table = text(await d.sbx(['ps', '-a']))
+      .split('\n')
+      .slice(1, 5)
+      .map((l) => l.split(' ')[0]);
     expect(table).toEqual([other, third, second, first]);
     // --task T: that task's (running ones without -a).
     expect(text(await d.sbx(['ps', '-q', '--task', task]))).toBe(`${third}\n`);
@@ -210,7 +224,11 @@ describe('ps: newest first, --task, --filter', () => {
     expect(text(await d.sbx(['ps', '-q', '--filter', `task=${task}`, '--filter', 'outcome=exited']))).toBe(`${second}\n${first}\n`);
     expect(text(await d.sbx(['ps', '-aq', '--filter', `since=${first}`, '--filter', `before=${other}`]))).toBe(`${third}\n${second}\n`);
     const bad = await d.sbx(['ps', '--filter', 'name=x']);
-    expect([bad.status, text(bad), bad.stderr.toString()]).toEqual([125, '', 'sbx: INVALID_ARGUMENT: --filter "name=x": unknown key "name" (keys: status, outcome, task, key, id, since, before)\n']);
+    expect([bad.status, text(bad), bad.stderr.toString()]).toEqual([
+      125,
+      '',
+      'sbx: INVALID_ARGUMENT: --filter "name=x": unknown key "name" (keys: status, outcome, task, key, id, since, before)\n',
+    ]);
     await d.sbx(['kill', third]);
     await d.sbx(['kill', other]);
   });
@@ -224,7 +242,20 @@ describe('--since and --until in local time without a zone, as docker', () => {
   };
   /** A zone's offset from UTC at an instant, in minutes east (from Intl's wall-clock parts). */
   const offsetMinutes = (timeZone: string, ms: number) => {
-    const parts = Object.fromEntries(new Intl.DateTimeFormat('en-US', { timeZone, hourCycle: 'h23', year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit' }).formatToParts(ms).map((p) => [p.type, p.value]));
+    const parts = Object.fromEntries(
+      new Intl.DateTimeFormat('en-US', {
+        timeZone,
+        hourCycle: 'h23',
+        year: 'numeric',
+        month: '2-digit',
+        day: '2-digit',
+        hour: '2-digit',
+        minute: '2-digit',
+        second: '2-digit',
+      })
+        .formatToParts(ms)
+        .map((p) => [p.type, p.value]),
+    );
     const asUtc = Date.UTC(Number(parts.year), Number(parts.month) - 1, Number(parts.day), Number(parts.hour), Number(parts.minute), Number(parts.second));
     return Math.round((asUtc - Math.floor(ms / 1000) * 1000) / 60_000);
   };
@@ -239,7 +270,9 @@ describe('--since and --until in local time without a zone, as docker', () => {
     await until(async () => text(await d.sbx(['logs', id])) === 'before\n', 'the first line');
     await d.sbx(['run', '--', 'touch', go]);
     await d.sbx(['wait', id]);
-    const lines = text(await d.sbx(['logs', '-t', id])).split('\n').filter(Boolean);
+    const lines = text(await d.sbx(['logs', '-t', id]))
+      .split('\n')
+      .filter(Boolean);
     expect(lines.map((l) => l.split(' ')[1])).toEqual(['before', 'after']);
     const [t1, t2] = lines.map((l) => usOf(l.split(' ')[0]!));
     expect(t2! - t1!).toBeGreaterThan(2);
@@ -258,7 +291,9 @@ describe('--since and --until in local time without a zone, as docker', () => {
     expect(await logs(['--since', wall(mid, 330)], newYork)).toBe('');
     expect(await logs(['--since', wall(mid, nyOffset)], newYork)).toBe('after\n');
     // The space form and minutes only: a minute before t1 (local), and the date alone (local midnight).
-    const minuteBefore = wall(t1! - 60e6, 330).slice(0, 16).replace('T', ' ');
+    const minuteBefore = wall(t1! - 60e6, 330)
+      .slice(0, 16)
+      .replace('T', ' ');
     expect(await logs(['--since', minuteBefore], kolkata)).toBe('before\nafter\n');
     expect(await logs(['--since', wall(t1! - 86_400e6, 330).slice(0, 10)], kolkata)).toBe('before\nafter\n');
     expect(await logs(['--until', wall(t1! - 86_400e6, 330).slice(0, 10)], kolkata)).toBe('');
@@ -268,7 +303,10 @@ describe('--since and --until in local time without a zone, as docker', () => {
     expect(await logs(['--until', `${Math.floor(mid / 1e6)}.${String(mid % 1e6).padStart(6, '0')}`], newYork)).toBe('before\n');
     expect(await logs(['--since', '1h0m30s'], kolkata)).toBe('before\nafter\n');
     const bad = await d.sbx(['logs', '--since', '2026-12-03T25:00', id]);
-    expect([bad.status, bad.stderr.toString()]).toEqual([125, 'sbx: INVALID_ARGUMENT: --since: not a time: "2026-12-03T25:00" (use RFC 3339 like 2026-12-01T10:00:00Z, a local time like 2026-12-01T10:00:00, 2026-12-01 10:00 or 2026-12-01, a Unix time in seconds, or a duration ago like 10m, 1h30m)\n']);
+    expect([bad.status, bad.stderr.toString()]).toEqual([
+      125,
+      'sbx: INVALID_ARGUMENT: --since: not a time: "2026-12-03T25:00" (use RFC 3339 like 2026-12-01T10:00:00Z, a local time like 2026-12-01T10:00:00, 2026-12-01 10:00 or 2026-12-01, a Unix time in seconds, or a duration ago like 10m, 1h30m)\n',
+    ]);
   });
 });
 

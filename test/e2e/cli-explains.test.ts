@@ -75,7 +75,14 @@ describe('sbx ps', () => {
     expect(rowOf(out, ids.running)).toMatch(new RegExp(`^${ids.running} +running \\d+ (ms|s) +\\d+ (ms|s) ago +\\d+\\.\\d s +- +default +\\d+ +1 `));
     // --json is the supervisor's summaries, now with started_at, exit, termination_cause and user.
     const rows = json<SessionSummary[]>(await d.sbx(['ps', '--all', '--json']));
-    expect(rows.find((s) => s.session_id === ids.term)).toMatchObject({ state: 'ended', outcome: 'signaled', exit: { code: null, signal: 'SIGTERM' }, termination_cause: null, user: null, started_at: expect.any(String) });
+    expect(rows.find((s) => s.session_id === ids.term)).toMatchObject({
+      state: 'ended',
+      outcome: 'signaled',
+      exit: { code: null, signal: 'SIGTERM' },
+      termination_cause: null,
+      user: null,
+      started_at: expect.any(String),
+    });
     expect(rows.find((s) => s.session_id === ids.running)).toMatchObject({ state: 'running', exit: null, started_at: expect.any(String) });
   });
 
@@ -106,10 +113,17 @@ describe('sbx ps', () => {
   it('kill and cancel of an ended session exit 1 and say how it ended (as docker kill of a stopped container); of a running one, 0 and quiet', async () => {
     const receipt = (await (await d.client()).receipt({ session_id: ids.esc })).receipt!;
     const kill = await d.sbx(['kill', ids.esc]);
-    expect([kill.status, kill.stderr.toString(), kill.stdout.toString()]).toEqual([1, `sbx: session ${ids.esc} was not signalled: it ended (exited 3 at ${receipt.ended_at}); nothing of it runs\n`, '']);
+    expect([kill.status, kill.stderr.toString(), kill.stdout.toString()]).toEqual([
+      1,
+      `sbx: session ${ids.esc} was not signalled: it ended (exited 3 at ${receipt.ended_at}); nothing of it runs\n`,
+      '',
+    ]);
     const cancel = await d.sbx(['cancel', '--key', 'term']);
     const termEnded = (await (await d.client()).receipt({ session_id: ids.term })).receipt!.ended_at;
-    expect([cancel.status, cancel.stderr.toString()]).toEqual([1, `sbx: session ${ids.term} was not cancelled: it ended (killed by SIGTERM at ${termEnded}); nothing of it runs\n`]);
+    expect([cancel.status, cancel.stderr.toString()]).toEqual([
+      1,
+      `sbx: session ${ids.term} was not cancelled: it ended (killed by SIGTERM at ${termEnded}); nothing of it runs\n`,
+    ]);
     const killJson = await d.sbx(['kill', ids.esc, '--json']);
     expect(killJson.status).toBe(1);
     expect(JSON.parse(killJson.stdout.toString())).toEqual({ session_id: ids.esc, signal: 'SIGKILL', pids: 0, ended: true, outcome: 'exited' });
@@ -134,7 +148,10 @@ describe('sbx ps', () => {
 
   it('KEY_CONFLICT shows an env name with an ANSI escape in it escaped: no escape sequence of the caller reaches the terminal', async () => {
     expect((await d.sbx(['run', '--key', 'kc-esc', '--', 'true'])).status).toBe(0);
-    const r = spawnSync('sh', ['-c', `${sq(SBX_BIN)} run --key kc-esc --env "$(printf 'X\\033[31mRED\\033[0m')=1" -- true`], { env: { ...process.env, SBX_SOCKET: d.socketPath }, encoding: 'utf8' });
+    const r = spawnSync('sh', ['-c', `${sq(SBX_BIN)} run --key kc-esc --env "$(printf 'X\\033[31mRED\\033[0m')=1" -- true`], {
+      env: { ...process.env, SBX_SOCKET: d.socketPath },
+      encoding: 'utf8',
+    });
     expect(r.status).toBe(125);
     expect(r.stderr).toContain('env (X\\x1b[31mRED\\x1b[0m)');
     expect(r.stderr).not.toMatch(/[\x00-\x09\x0b-\x1f\x7f]/);
@@ -152,33 +169,53 @@ describe('sbx ps', () => {
     const now = await d.sbx(['verify', file, '--public-key', pub]);
     expect([now.status, now.stderr.toString()]).toEqual([0, '']);
     // The default state dir (no $SBX_STATE_DIR here) does not hold the test daemon's session.
-    expect(now.stdout.toString()).toMatch(/^OK: signed by sha256:[0-9a-f]{64}; signature only \(the state dir \S+ does not hold this session: --state-dir DIR re-reads its stored output\)\n$/);
+    expect(now.stdout.toString()).toMatch(
+      /^OK: signed by sha256:[0-9a-f]{64}; signature only \(the state dir \S+ does not hold this session: --state-dir DIR re-reads its stored output\)\n$/,
+    );
     const old = await d.sbx(['verify', file, '--key', pub]);
-    expect([old.status, old.stdout.toString(), old.stderr.toString()]).toEqual([0, now.stdout.toString(), 'sbx: note: verify --key FILE is deprecated, use --public-key FILE (--key names an invocation key everywhere else)\n']);
+    expect([old.status, old.stdout.toString(), old.stderr.toString()]).toEqual([
+      0,
+      now.stdout.toString(),
+      'sbx: note: verify --key FILE is deprecated, use --public-key FILE (--key names an invocation key everywhere else)\n',
+    ]);
   });
 
   it("run's help says stdin is /dev/null unless --stdin", async () => {
     const help = (await d.sbx(['run', '--help'])).stdout.toString().replace(/\s+/g, ' ');
-    expect(help).toContain("--stdin stream this CLI's stdin into the session; without it the command's stdin is /dev/null (as docker run without -i): sbx run -- cat returns at once");
+    expect(help).toContain(
+      "--stdin stream this CLI's stdin into the session; without it the command's stdin is /dev/null (as docker run without -i): sbx run -- cat returns at once",
+    );
   });
 
   it('a socket with nobody behind it is named, with what the errno means and sbx status; exit 125', async () => {
     const missing = join(d.dir, 'missing.sock');
     const r = await d.sbx(['ps', '--socket', missing]);
-    expect([r.status, r.stderr.toString()]).toEqual([125, `sbx: cannot reach the supervisor at ${missing} (ENOENT: no socket there); is it running? sbx status checks (start it with npm start or the systemd unit; --socket or SBX_SOCKET name another)\n`]);
+    expect([r.status, r.stderr.toString()]).toEqual([
+      125,
+      `sbx: cannot reach the supervisor at ${missing} (ENOENT: no socket there); is it running? sbx status checks (start it with npm start or the systemd unit; --socket or SBX_SOCKET name another)\n`,
+    ]);
     // A socket file nobody listens on (a crashed supervisor's): ECONNREFUSED.
     const stale = join(d.dir, 'stale.sock');
     expect(spawnSync('python3', ['-c', `import socket; socket.socket(socket.AF_UNIX).bind(${JSON.stringify(stale)})`]).status).toBe(0);
     const refused = await d.sbx(['status', '--socket', stale]);
-    expect([refused.status, refused.stderr.toString()]).toEqual([125, `sbx: cannot reach the supervisor at ${stale} (ECONNREFUSED: nothing listens there); is it running? sbx status checks (start it with npm start or the systemd unit; --socket or SBX_SOCKET name another)\n`]);
+    expect([refused.status, refused.stderr.toString()]).toEqual([
+      125,
+      `sbx: cannot reach the supervisor at ${stale} (ECONNREFUSED: nothing listens there); is it running? sbx status checks (start it with npm start or the systemd unit; --socket or SBX_SOCKET name another)\n`,
+    ]);
     // Something there that is no socket (connect(2) says ECONNREFUSED for it too): named, and
     // sbx run does not wait 60 s for it to answer.
     const file = join(d.dir, 'file.sock');
     writeFileSync(file, '');
     const run = await d.sbx(['run', '--socket', file, '--', 'true']);
-    expect([run.status, run.stderr.toString()]).toEqual([125, `sbx: cannot reach the supervisor at ${file} (ENOTSOCK: a regular file is there, not a socket); --socket or SBX_SOCKET name the supervisor's socket (its log and sbx status show it)\n`]);
+    expect([run.status, run.stderr.toString()]).toEqual([
+      125,
+      `sbx: cannot reach the supervisor at ${file} (ENOTSOCK: a regular file is there, not a socket); --socket or SBX_SOCKET name the supervisor's socket (its log and sbx status show it)\n`,
+    ]);
     const dir = await d.sbx(['ps', '--socket', d.dir]);
-    expect([dir.status, dir.stderr.toString()]).toEqual([125, `sbx: cannot reach the supervisor at ${d.dir} (ENOTSOCK: a directory is there, not a socket); --socket or SBX_SOCKET name the supervisor's socket (its log and sbx status show it)\n`]);
+    expect([dir.status, dir.stderr.toString()]).toEqual([
+      125,
+      `sbx: cannot reach the supervisor at ${d.dir} (ENOTSOCK: a directory is there, not a socket); --socket or SBX_SOCKET name the supervisor's socket (its log and sbx status show it)\n`,
+    ]);
   });
 });
 
@@ -193,10 +230,14 @@ describe('a session retention removed', () => {
       expect((await c.gc()).retired).toEqual([id]);
       const kill = await d.sbx(['kill', id]);
       expect([kill.status, kill.stdout.toString()]).toEqual([1, '']);
-      expect(kill.stderr.toString()).toMatch(new RegExp(`^sbx: session ${id} was not signalled: it ended \\(exited\\) and was removed by the retention policy at \\S+; nothing of it runs\n$`));
+      expect(kill.stderr.toString()).toMatch(
+        new RegExp(`^sbx: session ${id} was not signalled: it ended \\(exited\\) and was removed by the retention policy at \\S+; nothing of it runs\n$`),
+      );
       const cancel = await d.sbx(['cancel', '--key', 'gone']);
       expect(cancel.status).toBe(1);
-      expect(cancel.stderr.toString()).toMatch(/^sbx: the session of key "gone" was not cancelled: it ended \(exited\) and was removed by the retention policy at \S+; nothing of it runs\n$/);
+      expect(cancel.stderr.toString()).toMatch(
+        /^sbx: the session of key "gone" was not cancelled: it ended \(exited\) and was removed by the retention policy at \S+; nothing of it runs\n$/,
+      );
       const conflict = await d.sbx(['run', '--key', 'gone', '--', 'false']);
       expect(conflict.status).toBe(125);
       expect(conflict.stderr.toString()).toContain(`(session ${id} was removed by retention: its receipt is gone)`);
@@ -213,7 +254,11 @@ describe('every wait says why, once, as soon as it starts', () => {
     try {
       const holder = (await d.sbx(['run', '--detach', '--', 'sleep', '60'])).stdout.toString().trim();
       const detached = await d.sbx(['run', '--detach', '--', 'true']);
-      expect([detached.status, detached.stderr.toString(), detached.stdout.toString()]).toEqual([125, 'sbx: LIMIT_EXCEEDED: 1 sessions are running, the limit is 1\n', '']);
+      expect([detached.status, detached.stderr.toString(), detached.stdout.toString()]).toEqual([
+        125,
+        'sbx: LIMIT_EXCEEDED: 1 sessions are running, the limit is 1\n',
+        '',
+      ]);
       const run = background(d, ['run', '--', 'echo', 'hi']);
       const line = 'sbx: waiting: the supervisor is at its limit of 1 sessions running (retrying for up to 60 s)\n';
       await until(() => run.stderr() === line, 'the waiting line while the bound holds');
@@ -233,7 +278,9 @@ describe('every wait says why, once, as soon as it starts', () => {
       const sessionId = json<SessionSummary[]>(await d.sbx(['ps', '--json']))[0].session_id;
       await d.kill9();
       // The errno is what failed first: the connect (ECONNREFUSED) or a write to the dead connection (EPIPE, ECONNRESET).
-      const reconnectLine = new RegExp(`^sbx: lost the supervisor at ${d.socketPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\((ECONNREFUSED|EPIPE|ECONNRESET)\\); reconnecting for up to 60 s\n$`);
+      const reconnectLine = new RegExp(
+        `^sbx: lost the supervisor at ${d.socketPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\((ECONNREFUSED|EPIPE|ECONNRESET)\\); reconnecting for up to 60 s\n$`,
+      );
       const line = await until(() => reconnectLine.exec(run.stderr())?.[0], 'the reconnecting line before the supervisor is back');
       await d.start();
       const lost = `sbx: session ${sessionId}: owner lost (the supervisor that ran it stopped before it ended): its exit status is unknown, death evidence cgroup_empty (sbx receipt ${sessionId})\n`;
@@ -259,7 +306,9 @@ describe('sbx logs --follow across a supervisor restart', () => {
       await until(() => one.stdout() === 'a\n' && all.stdout().length === 4, 'both followers to have the bytes');
       await d.kill9();
       // The errno is what failed first: the connect (ECONNREFUSED) or a write to the dead connection (EPIPE, ECONNRESET).
-      const reconnectLine = new RegExp(`^sbx: lost the supervisor at ${d.socketPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\((ECONNREFUSED|EPIPE|ECONNRESET)\\); reconnecting for up to 60 s\n$`);
+      const reconnectLine = new RegExp(
+        `^sbx: lost the supervisor at ${d.socketPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\((ECONNREFUSED|EPIPE|ECONNRESET)\\); reconnecting for up to 60 s\n$`,
+      );
       await until(() => reconnectLine.test(one.stderr()) && reconnectLine.test(all.stderr()), 'the reconnecting line from each before the supervisor is back');
       const lines = [one.stderr(), all.stderr()];
       await d.start();
@@ -298,7 +347,9 @@ describe('progress on a terminal only', () => {
     expect(restored.output).toContain(`\r\x1b[Ksbx: restore ${id.slice(0, 16)}: 3/3 objects, 0.0 MiB of 0.0 MiB (100%), `);
     const quiet = await d.sbx(['restore', id, join(d.dir, 'r2'), '--state-dir', d.stateDir]);
     expect([quiet.status, quiet.stderr.toString()]).toEqual([0, '']);
-    expect(quiet.stdout.toString()).toMatch(/^restored checkpoint [0-9a-f]{64} into \S+: 3 entries, 3 files, 6000 bytes in \d+ ms\nOK: the restored tree is identical to the manifest\n$/);
+    expect(quiet.stdout.toString()).toMatch(
+      /^restored checkpoint [0-9a-f]{64} into \S+: 3 entries, 3 files, 6000 bytes in \d+ ms\nOK: the restored tree is identical to the manifest\n$/,
+    );
     const verified = sbxOnTerminal(d.socketPath, ['verify', id, '--state-dir', d.stateDir], 200);
     expect(verified.status).toBe(0);
     expect(verified.output).toContain(`sbx: verify ${id.slice(0, 16)}: 3/3 objects`);
@@ -334,7 +385,10 @@ describe('progress on a terminal only', () => {
       return [ws];
     });
     const id = (await d.sbx(['checkpoint', '--workspace', paths[0]])).stdout.toString().trim();
-    for (const args of [['restore', id, join(d.dir, 'r40'), '--state-dir', d.stateDir], ['verify', id, '--state-dir', d.stateDir]]) {
+    for (const args of [
+      ['restore', id, join(d.dir, 'r40'), '--state-dir', d.stateDir],
+      ['verify', id, '--state-dir', d.stateDir],
+    ]) {
       const r = sbxOnTerminal(d.socketPath, args, 40);
       expect(r.status).toBe(0);
       // Replayed: before the first draw nothing; each drawn line ends where the next \r ESC[K erases it.
@@ -366,8 +420,45 @@ describe('sbx completion', () => {
   it('the bash script, sourced, completes subcommand names, their options and choices', () => {
     expect(complete('sbx', 'ps', '--no-')).toEqual(['--no-trunc']);
     expect(complete('sbx', 'c')).toEqual(['cancel', 'changes', 'checkpoint', 'checkpoints', 'close', 'completion']);
-    expect(complete('sbx', '')).toEqual(['run', 'attach', 'cancel', 'kill', 'verify', 'write', 'resize', 'logs', 'resolve', 'wait', 'receipt', 'changes', 'ps', 'status', 'checkpoint', 'restore', 'checkpoints', 'diff', 'gc', 'seal', 'close', 'bridge', 'completion', 'help']);
-    expect(complete('sbx', 'attach', '--')).toEqual(['--socket', '--url', '--token-file', '--json', '--key', '--from-start', '--cursor', '--stderr-cursor', '--no-stdin', '--close-stdin', '--help']);
+    expect(complete('sbx', '')).toEqual([
+      'run',
+      'attach',
+      'cancel',
+      'kill',
+      'verify',
+      'write',
+      'resize',
+      'logs',
+      'resolve',
+      'wait',
+      'receipt',
+      'changes',
+      'ps',
+      'status',
+      'checkpoint',
+      'restore',
+      'checkpoints',
+      'diff',
+      'gc',
+      'seal',
+      'close',
+      'bridge',
+      'completion',
+      'help',
+    ]);
+    expect(complete('sbx', 'attach', '--')).toEqual([
+      '--socket',
+      '--url',
+      '--token-file',
+      '--json',
+      '--key',
+      '--from-start',
+      '--cursor',
+      '--stderr-cursor',
+      '--no-stdin',
+      '--close-stdin',
+      '--help',
+    ]);
     // A global option's value is not taken for the subcommand.
     expect(complete('sbx', '--socket', '/x.sock', 'p')).toEqual(['ps']);
     expect(complete('sbx', 'run', '--linger', '')).toEqual(['handoff', 'kill', 'wait']);
@@ -382,7 +473,9 @@ describe('sbx completion', () => {
     expect(complete('sbx', 'run', '--', 'ech').filter((w) => w === 'echo')).toEqual(['echo']);
     expect(complete('sbx', 'run', '--', 'cat', '/etc/passw')).toEqual([]);
     expect(complete('sbx', 'verify', 'my')).toEqual([]);
-    expect(spawnSync('bash', ['-c', `source <(${sq(SBX_BIN)} completion bash) && complete -p sbx`], { encoding: 'utf8' }).stdout).toBe('complete -o default -F _sbx sbx\n');
+    expect(spawnSync('bash', ['-c', `source <(${sq(SBX_BIN)} completion bash) && complete -p sbx`], { encoding: 'utf8' }).stdout).toBe(
+      'complete -o default -F _sbx sbx\n',
+    );
   });
 
   it('zsh gets a #compdef script from the same tree; another shell is INVALID_ARGUMENT, 125', () => {

@@ -40,11 +40,15 @@ function liveSbx(d: TestDaemon, args: string[]) {
   const exited = new Promise<number | null>((r) => child.on('close', (code) => r(code))).finally(() => (done = true));
   /** Resolves once stderr has a line starting `sbx: waiting`; throws if sbx ended first. */
   const waitingLine = () =>
-    until(() => {
-      if (/^sbx: waiting/m.test(err)) return true;
-      if (done) throw new Error(`sbx ended without waiting: ${err}`);
-      return false;
-    }, 'sbx to say that it waits', 20_000);
+    until(
+      () => {
+        if (/^sbx: waiting/m.test(err)) return true;
+        if (done) throw new Error(`sbx ended without waiting: ${err}`);
+        return false;
+      },
+      'sbx to say that it waits',
+      20_000,
+    );
   return { child, exited, stdout: () => out, stderr: () => err, waitingLine };
 }
 
@@ -122,14 +126,18 @@ describe('sbx run outlives the supervisor going away before it answers', () => {
     await run.waitingLine();
     run.child.kill('SIGTERM');
     expect(await run.exited).toBe(128 + signalNumber('SIGTERM'));
-    expect(run.stderr()).toBe(`sbx: waiting for the supervisor at ${d.socketPath} (ECONNREFUSED); retrying for up to 60 s\nsbx: SIGTERM while waiting to launch; a launch that was admitted runs on (sbx run --key ${key} finds it)\n`);
+    expect(run.stderr()).toBe(
+      `sbx: waiting for the supervisor at ${d.socketPath} (ECONNREFUSED); retrying for up to 60 s\nsbx: SIGTERM while waiting to launch; a launch that was admitted runs on (sbx run --key ${key} finds it)\n`,
+    );
   });
 
   it('ENOENT at start (no socket file at all) fails at once with the message, no waiting', async () => {
     const d = await daemon();
     const r = await d.sbx(['run', '--socket', join(d.dir, 'no-such.sock'), '--', 'true']);
     expect(r.status).toBe(125);
-    expect(r.stderr.toString()).toBe(`sbx: cannot reach the supervisor at ${join(d.dir, 'no-such.sock')} (ENOENT: no socket there); is it running? sbx status checks (start it with npm start or the systemd unit; --socket or SBX_SOCKET name another)\n`);
+    expect(r.stderr.toString()).toBe(
+      `sbx: cannot reach the supervisor at ${join(d.dir, 'no-such.sock')} (ENOENT: no socket there); is it running? sbx status checks (start it with npm start or the systemd unit; --socket or SBX_SOCKET name another)\n`,
+    );
   });
 
   for (const keyed of [true, false]) {
@@ -159,13 +167,17 @@ describe('sbx run outlives the supervisor going away before it answers', () => {
       // is right after the spawn. One session in ps --all: the resend created none.
       expect(['', 'ran\n']).toContain(existsSync(log) ? readFileSync(log, 'utf8') : '');
       expect(waitingLines(run.stderr())).toHaveLength(1);
-      expect(run.stderr()).toMatch(new RegExp(`^sbx: waiting for the supervisor at ${d.socketPath} \\((ECONNRESET|EPIPE)\\); retrying for up to 60 s\\nsbx: session ${receipt.session_id}: owner lost .*\\n$`));
+      expect(run.stderr()).toMatch(
+        new RegExp(
+          `^sbx: waiting for the supervisor at ${d.socketPath} \\((ECONNRESET|EPIPE)\\); retrying for up to 60 s\\nsbx: session ${receipt.session_id}: owner lost .*\\n$`,
+        ),
+      );
     }, 40_000);
   }
 });
 
 describe('a retry while the restarted supervisor reconciles', () => {
-  it('waits for the unknown session\'s owner_lost receipt (receipt_pending) instead of failing at once', async () => {
+  it("waits for the unknown session's owner_lost receipt (receipt_pending) instead of failing at once", async () => {
     const d = await daemon();
     const m = marker();
     const key = `reconciled-${randomBytes(4).toString('hex')}`;
@@ -183,7 +195,11 @@ describe('a retry while the restarted supervisor reconciles', () => {
     expect(receipt.termination.steps.map((s) => s.signal)).toEqual(['SIGTERM', 'SIGKILL']);
     expect(status).toBe(125);
     expect(retry.stdout()).toBe('up\n');
-    expect(retry.stderr()).toMatch(new RegExp(`^sbx: waiting: session ${receipt.session_id} is unknown until its receipt is written: .*being ended: SIGTERM sent to \\d+ processes at \\S+, cgroup\\.kill after its grace of 5000 ms\nsbx: session ${receipt.session_id}: owner lost .*\n$`));
+    expect(retry.stderr()).toMatch(
+      new RegExp(
+        `^sbx: waiting: session ${receipt.session_id} is unknown until its receipt is written: .*being ended: SIGTERM sent to \\d+ processes at \\S+, cgroup\\.kill after its grace of 5000 ms\nsbx: session ${receipt.session_id}: owner lost .*\n$`,
+      ),
+    );
     expect(pidsWithMarker(m)).toEqual([]);
   }, 30_000);
 });
@@ -211,7 +227,9 @@ describe('retryable refusals', () => {
     const d = await daemon({ config: { storage: { minFreeBytes: 2 ** 50 } } });
     const detached = await d.sbx(['run', '--detach', '--', 'true']);
     expect(detached.status).toBe(125);
-    expect(detached.stderr.toString()).toMatch(/^sbx: ADMISSION_DENIED: disk low: \d+ bytes free in the state dir, 1125899906842624 needed; retry later \(sbx status says why\)\n$/);
+    expect(detached.stderr.toString()).toMatch(
+      /^sbx: ADMISSION_DENIED: disk low: \d+ bytes free in the state dir, 1125899906842624 needed; retry later \(sbx status says why\)\n$/,
+    );
     const run = liveSbx(d, ['run', '--', 'true']);
     await run.waitingLine();
     expect(run.stderr()).toMatch(/^sbx: waiting: disk low in the state dir, \d+ MiB free, 1073741824 MiB needed \(retrying for up to 60 s\)\n$/);

@@ -52,7 +52,10 @@ describe('SupervisorClient.run', () => {
   it('keeps a stream without a callback, and feeds stdin', async () => {
     const c = await daemon.client();
     const err: Buffer[] = [];
-    const r = await c.run({ argv: ['sh', '-c', 'cat; printf err >&2'], cwd: '/', invocation_key: key() }, { stdin: Buffer.from('in'), onStderr: (b) => void err.push(b) });
+    const r = await c.run(
+      { argv: ['sh', '-c', 'cat; printf err >&2'], cwd: '/', invocation_key: key() },
+      { stdin: Buffer.from('in'), onStderr: (b) => void err.push(b) },
+    );
     expect([r.stdout?.toString(), r.stderr, Buffer.concat(err).toString()]).toEqual(['in', null, 'err']);
   });
 
@@ -86,11 +89,17 @@ describe("readOutput({ stream: 'all' })", () => {
     const c = await daemon.client();
     const plan = 'o e e o e o o o e e o e'.split(' ');
     const expected = plan.map((p, i) => [p === 'o' ? 'stdout' : 'stderr', p === 'o' ? `out ${i}\n` : `err ${i}\n`]);
-    const s = await c.launch({ argv: ['sh', '-c', 'while read s n; do if [ "$s" = o ]; then echo "out $n"; else echo "err $n" >&2; fi; done'], cwd: '/', invocation_key: key(), stdin: true });
+    const s = await c.launch({
+      argv: ['sh', '-c', 'while read s n; do if [ "$s" = o ]; then echo "out $n"; else echo "err $n" >&2; fi; done'],
+      cwd: '/',
+      invocation_key: key(),
+      stdin: true,
+    });
     const selector = { session_id: s.session_id };
     const collect = async (follow: boolean) => {
       const out: string[][] = [];
-      for await (const ch of readOutput({ socketPath: daemon.socketPath, selector, stream: 'all', follow }) as AsyncGenerator<OutputChunk>) out.push([ch.stream, ch.data.toString()]);
+      for await (const ch of readOutput({ socketPath: daemon.socketPath, selector, stream: 'all', follow }) as AsyncGenerator<OutputChunk>)
+        out.push([ch.stream, ch.data.toString()]);
       return out;
     };
     const live = collect(true);

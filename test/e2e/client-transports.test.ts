@@ -124,7 +124,11 @@ describe('client transports against a real supervisor', () => {
     appendFileSync(pidFile, `${stopped}\n`);
     kill(stopped, 'SIGSTOP');
     const t = performance.now();
-    const err = (await within(one.wait({ session_id }).catch((e: Error) => e), 'the wait on a stopped bridge to fail', 5000)) as NodeJS.ErrnoException;
+    const err = (await within(
+      one.wait({ session_id }).catch((e: Error) => e),
+      'the wait on a stopped bridge to fail',
+      5000,
+    )) as NodeJS.ErrnoException;
     expect(err.code).toBe('ETIMEDOUT');
     expect(performance.now() - t).toBeGreaterThanOrEqual(600);
     expect(performance.now() - t).toBeLessThan(600 + 1500);
@@ -153,7 +157,7 @@ describe('client transports against a real supervisor', () => {
     expect(bridge.pids().length).toBe(2);
   });
 
-  it('a bridge killed mid-readOutput: the stream resumes from the next byte, no gap, no duplicate (digest = the receipt\'s)', async () => {
+  it("a bridge killed mid-readOutput: the stream resumes from the next byte, no gap, no duplicate (digest = the receipt's)", async () => {
     const file = join(d.dir, `payload-${SEED}`);
     const payload = seededBytes(6 * 1024 * 1024, SEED);
     writeFileSync(file, payload);
@@ -203,7 +207,11 @@ describe('client transports against a real supervisor', () => {
     kill(relay, 'SIGSTOP');
     const key = `once-${SEED}`;
     const params = { argv: ['sh', '-c', `echo ran >> '${marker}'`], cwd: '/', invocation_key: key };
-    const launched = await within(conn.run((c) => c.launch(params)), 'the launch after a reconnect', 10_000);
+    const launched = await within(
+      conn.run((c) => c.launch(params)),
+      'the launch after a reconnect',
+      10_000,
+    );
     // The first send was admitted (its answer lost): the resend found it.
     expect(launched.existing).toBe(true);
     const c = await d.client();
@@ -229,7 +237,11 @@ describe('client transports against a real supervisor', () => {
     const relay = await until(() => readFileSync(file, 'utf8').split('\n').filter(Boolean).map(Number)[0], 'the relay pid');
     appendFileSync(pidFile, `${relay}\n`);
     kill(relay, 'SIGSTOP');
-    const err = await within(conn.run((c) => c.launch({ argv: ['sh', '-c', `echo ran >> '${marker}'`], cwd: '/' })).catch((e: Error) => e), 'the keyless launch to fail', 10_000);
+    const err = await within(
+      conn.run((c) => c.launch({ argv: ['sh', '-c', `echo ran >> '${marker}'`], cwd: '/' })).catch((e: Error) => e),
+      'the keyless launch to fail',
+      10_000,
+    );
     expect((err as NodeJS.ErrnoException).code).toBe('LAUNCH_UNCONFIRMED');
     await until(() => {
       try {
@@ -265,7 +277,7 @@ describe('client transports against a real supervisor', () => {
     });
     await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
     onTestFinished(() => {
-      for (const { c, u } of open) c.destroy(), u.destroy();
+      for (const { c, u } of open) (c.destroy(), u.destroy());
       return new Promise<void>((r) => proxy.close(() => r()));
     });
     const freeze = () => {
@@ -316,7 +328,7 @@ describe('client transports against a real supervisor', () => {
     expect(bad.stderr.toString()).not.toContain('wrong-token');
   });
 
-  it('sbx --url: the session runs in the supervisor\'s first workspace (none here: /), not in this shell\'s directory; --cwd is sent as given', async () => {
+  it("sbx --url: the session runs in the supervisor's first workspace (none here: /), not in this shell's directory; --cwd is sent as given", async () => {
     const here = d.dir; // a directory of this machine: over a URL it means nothing to the supervisor
     const r = await runSbx(join(d.dir, 'no-such.sock'), ['--url', url, '--token-file', tokenFile, 'run', '--', 'pwd'], { cwd: here });
     expect({ status: r.status, stdout: r.stdout.toString(), stderr: r.stderr.toString() }).toEqual({ status: 0, stdout: '/\n', stderr: '' });

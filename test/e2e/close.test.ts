@@ -24,7 +24,11 @@ describe('seal and close', () => {
   it('seal refuses new keys, close settles both running sessions and signs what it saw', async () => {
     const workspace = join(daemon.dir, 'workspace');
     const client = await daemon.client();
-    const quick = await client.launch({ argv: ['sh', '-c', `sleep 0.3; mkdir -p ${workspace}/sub; printf 12345 > ${workspace}/a; printf 123 > ${workspace}/sub/b`], cwd: '/', invocation_key: 'quick' });
+    const quick = await client.launch({
+      argv: ['sh', '-c', `sleep 0.3; mkdir -p ${workspace}/sub; printf 12345 > ${workspace}/a; printf 123 > ${workspace}/sub/b`],
+      cwd: '/',
+      invocation_key: 'quick',
+    });
     const stuck = await client.launch({ argv: ['sleep', '60'], cwd: '/', invocation_key: 'stuck', grace_ms: 500 });
 
     const sealed = await daemon.sbx(['seal', '--all', '--json']);
@@ -53,15 +57,34 @@ describe('seal and close', () => {
     });
     expect(close.sessions).toEqual(
       [
-        { session_id: quick.session_id, invocation_key: 'quick', task: 'default', state: 'ended', outcome: 'exited', receipt_sha256: receiptDigest(quickReceipt) },
-        { session_id: stuck.session_id, invocation_key: 'stuck', task: 'default', state: 'ended', outcome: 'cancelled', receipt_sha256: receiptDigest(stuckReceipt) },
+        {
+          session_id: quick.session_id,
+          invocation_key: 'quick',
+          task: 'default',
+          state: 'ended',
+          outcome: 'exited',
+          receipt_sha256: receiptDigest(quickReceipt),
+        },
+        {
+          session_id: stuck.session_id,
+          invocation_key: 'stuck',
+          task: 'default',
+          state: 'ended',
+          outcome: 'cancelled',
+          receipt_sha256: receiptDigest(stuckReceipt),
+        },
       ].sort((a, b) => (a.session_id < b.session_id ? -1 : 1)),
     );
     // The join over every task: the task close ran for default, its receipt's digest listed.
     const taskReceipt = JSON.parse(readFileSync(join(daemon.stateDir, 'tasks', createHash('sha256').update('default').digest('hex'), 'receipt.json'), 'utf8'));
     expect(taskReceipt).toMatchObject({ kind: 'task', task: 'default', complete: true, settle: { timeout_ms: 2000, terminated: 1 } });
-    expect(close).toMatchObject({ complete: true, tasks: [{ task: 'default', attempt: 1, complete: true, receipt_sha256: receiptDigest(taskReceipt), obligations: [] }] });
-    expect(close.workspaces).toEqual([{ path: workspace, files: 2, total_bytes: 8, newest_mtime: expect.any(String), digest: expect.stringMatching(/^sha256:[0-9a-f]{64}$/) }]);
+    expect(close).toMatchObject({
+      complete: true,
+      tasks: [{ task: 'default', attempt: 1, complete: true, receipt_sha256: receiptDigest(taskReceipt), obligations: [] }],
+    });
+    expect(close.workspaces).toEqual([
+      { path: workspace, files: 2, total_bytes: 8, newest_mtime: expect.any(String), digest: expect.stringMatching(/^sha256:[0-9a-f]{64}$/) },
+    ]);
 
     const path = join(daemon.dir, 'close.json');
     writeFileSync(path, closed.stdout);
@@ -90,7 +113,9 @@ describe('seal and close', () => {
     writeFileSync(taskPath, taskOriginal.toString().replace('"attempt": 1', '"attempt": 7'));
     const changedTask = await daemon.sbx(['verify', path, '--state-dir', daemon.stateDir]);
     expect(changedTask.status).toBe(1);
-    expect(changedTask.stdout.toString()).toMatch(/^MISMATCH: task "default": task receipt digest sha256:[0-9a-f]{64}, the close receipt says sha256:[0-9a-f]{64}\n$/);
+    expect(changedTask.stdout.toString()).toMatch(
+      /^MISMATCH: task "default": task receipt digest sha256:[0-9a-f]{64}, the close receipt says sha256:[0-9a-f]{64}\n$/,
+    );
     writeFileSync(taskPath, taskOriginal);
     // A closed state dir is an archive: retention leaves it alone.
     expect(JSON.parse((await daemon.sbx(['gc', '--json'])).stdout.toString())).toEqual({ removed_output: [], retired: [], freed_bytes: 0, closed: true });
@@ -129,7 +154,9 @@ describe('status and stats', () => {
       await client.request('cancel', { session_id: busy.session_id });
       const receipt = await client.wait({ session_id: busy.session_id });
       expect(receipt.usage.cpu_usec).toBeGreaterThan(100_000);
-      const memoryOffered = readFileSync(join(d.cgroupBase!, 'sessions', 'cgroup.controllers'), 'utf8').split(/\s+/).includes('memory');
+      const memoryOffered = readFileSync(join(d.cgroupBase!, 'sessions', 'cgroup.controllers'), 'utf8')
+        .split(/\s+/)
+        .includes('memory');
       if (memoryOffered) expect(receipt.usage).toMatchObject({ memory_controller: true, memory_peak_bytes: expect.any(Number), oom_kills: 0 });
       else {
         // This host binds memory to cgroup v1: the fields are absent, and said to be.
@@ -138,7 +165,9 @@ describe('status and stats', () => {
       }
       const ps = (await d.sbx(['ps', '--all'])).stdout.toString().split('\n');
       expect(ps[0]).toMatch(/^SESSION +STATUS +STARTED +DURATION +USER +TASK +PID +LIVE +CPU +MEM PEAK +KEY +COMMAND$/);
-      expect(ps[1]).toMatch(new RegExp(`^${busy.session_id} +cancelled \\(SIG[A-Z]+\\), \\d+ (ms|s) ago +\\d+ (ms|s) ago +\\S+ s +- +default +\\d+ +- +\\d+\\.\\d\\ds `));
+      expect(ps[1]).toMatch(
+        new RegExp(`^${busy.session_id} +cancelled \\(SIG[A-Z]+\\), \\d+ (ms|s) ago +\\d+ (ms|s) ago +\\S+ s +- +default +\\d+ +- +\\d+\\.\\d\\ds `),
+      );
     } finally {
       expect(await d.stop()).toEqual({ code: 0, signal: null });
     }
@@ -155,16 +184,34 @@ describe('close with a session that loses its evidence', () => {
       // the session ends unknown.
       writeFileSync(join(d.stateDir, 'sessions', doomed.session_id, 'receipt.json'), 'planted');
       const close = await client.closeSupervisor({ timeout_ms: 300 });
-      expect(close.sessions).toEqual([{ session_id: doomed.session_id, invocation_key: 'doomed', task: 'default', state: 'unknown', outcome: null, receipt_sha256: null }]);
+      expect(close.sessions).toEqual([
+        { session_id: doomed.session_id, invocation_key: 'doomed', task: 'default', state: 'unknown', outcome: null, receipt_sha256: null },
+      ]);
       expect(close.settle).toEqual({ timeout_ms: 300, terminated: 1, terminated_ids: [doomed.session_id] });
-      expect(close).toMatchObject({ complete: false, tasks: [{ task: 'default', attempt: 1, complete: false, obligations: [expect.objectContaining({ authority: 'operator', condition: 'sessions_settled', session_id: doomed.session_id })] }] });
+      expect(close).toMatchObject({
+        complete: false,
+        tasks: [
+          {
+            task: 'default',
+            attempt: 1,
+            complete: false,
+            obligations: [expect.objectContaining({ authority: 'operator', condition: 'sessions_settled', session_id: doomed.session_id })],
+          },
+        ],
+      });
       expect(existsSync(join(d.stateDir, 'close-receipt.json'))).toBe(false);
       // sbx close --all: exit 1, the obligation and why nothing is final on stderr; the next close is a new attempt.
       const again = await d.sbx(['close', '--all', '--timeout', '300ms']);
       expect(again.status).toBe(1);
-      expect(again.stderr.toString()).toContain(`sbx: task "default" incomplete: operator must settle sessions_settled: session ${doomed.session_id} is unknown`);
+      expect(again.stderr.toString()).toContain(
+        `sbx: task "default" incomplete: operator must settle sessions_settled: session ${doomed.session_id} is unknown`,
+      );
       expect(again.stderr.toString()).toContain(`sbx: session ${doomed.session_id} is unknown: the close is not final (close again once it has ended)\n`);
-      expect(JSON.parse(again.stdout.toString())).toMatchObject({ complete: false, settle: { timeout_ms: 300, terminated: 0 }, tasks: [{ task: 'default', attempt: 2, complete: false }] });
+      expect(JSON.parse(again.stdout.toString())).toMatchObject({
+        complete: false,
+        settle: { timeout_ms: 300, terminated: 0 },
+        tasks: [{ task: 'default', attempt: 2, complete: false }],
+      });
       expect(existsSync(join(d.stateDir, 'close-receipt.json'))).toBe(false);
     } finally {
       expect(await d.stop()).toEqual({ code: 0, signal: null });
@@ -210,7 +257,15 @@ describe('close scans workspaces through directory fds (issue 15)', () => {
       expect(closed.stderr.toString()).toBe('sbx: workspace /does/not/exist was not scanned: ENOENT: opening the workspace root /does/not/exist failed\n');
       const close = JSON.parse(closed.stdout.toString()) as CloseReceipt;
       expect(close.workspaces).toEqual([
-        { path: '/does/not/exist', files: 0, total_bytes: 0, newest_mtime: null, digest: null, error: 'ENOENT', error_message: 'ENOENT: opening the workspace root /does/not/exist failed' },
+        {
+          path: '/does/not/exist',
+          files: 0,
+          total_bytes: 0,
+          newest_mtime: null,
+          digest: null,
+          error: 'ENOENT',
+          error_message: 'ENOENT: opening the workspace root /does/not/exist failed',
+        },
         { path: good, files: 1, total_bytes: 3, newest_mtime: expect.any(String), digest: pythonCloseDigest(good).digest },
       ]);
       // Signed as any close receipt; the same receipt (and status) on the next close.
@@ -232,7 +287,7 @@ describe('close scans workspaces through directory fds (issue 15)', () => {
 });
 
 describe('close with a long timeout', () => {
-  it('--timeout 25d (past setTimeout\'s 24.8 days) waits for sessions to end by themselves, never ends them at once', async () => {
+  it("--timeout 25d (past setTimeout's 24.8 days) waits for sessions to end by themselves, never ends them at once", async () => {
     const d = await new TestDaemon({ config: { logLevel: 'warn' } }).start();
     try {
       const go = join(d.dir, 'go');
@@ -260,7 +315,9 @@ describe('sbx close and sbx seal name their scope', () => {
         const r = await d.sbx([command]);
         expect(r.status).toBe(125);
         expect(r.stdout.toString()).toBe('');
-        expect(r.stderr.toString()).toBe(`sbx: INVALID_ARGUMENT: ${command} needs --task T (that task only) or --all (every task, the whole sandbox, for good); nothing was sent\n`);
+        expect(r.stderr.toString()).toBe(
+          `sbx: INVALID_ARGUMENT: ${command} needs --task T (that task only) or --all (every task, the whole sandbox, for good); nothing was sent\n`,
+        );
         const both = await d.sbx([command, '--task', 'T', '--all']);
         expect(both.status).toBe(125);
         expect(both.stderr.toString()).toBe(`sbx: INVALID_ARGUMENT: ${command}: --task and --all contradict each other (one task, or every task)\n`);
@@ -283,45 +340,67 @@ describe('sbx close and sbx seal name their scope', () => {
 });
 
 describe('close after a crash, with a TERM-ignoring session reconciliation is ending', () => {
-  it('waits for it up to its timeout (no receipt written meanwhile), then KILLs it: exit 0, the cgroup empty, the receipt says ended and terminated 1', { timeout: 90_000 }, async () => {
-    const d = await new TestDaemon({ config: { logLevel: 'warn' } }).start();
-    try {
-      const mark = `7${Math.floor(Math.random() * 1000)}.${process.pid}`;
-      const c = await d.client();
-      const { session_id } = await c.launch({ argv: [join(PROGRAMS, 'ignore-sigterm'), mark], cwd: '/', invocation_key: 'stubborn', task: 'T', grace_ms: 45_000 });
-      const leaf = join(d.cgroupBase!, 'sessions', session_id);
-      await until(() => readFileSync(join(leaf, 'cgroup.procs'), 'utf8').split('\n').some((pid) => pid && pidsWithMarker(mark).includes(Number(pid))), 'the command to run in its leaf');
-      await d.kill9();
-      await d.start();
-      // Reconciliation TERMs the leaf (ignored), then waits its 45 s grace.
-      await until(async () => (JSON.parse((await d.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[]).find((s) => s.session_id === session_id)?.reason?.includes('being ended'), 'reconciliation to be ending it');
-      const started = Date.now();
-      let answer: SbxResult | null = null;
-      void d.sbx(['close', '--all', '--timeout', '3s']).then((r) => (answer = r));
-      // For 2 s (of its 3): no answer, no close receipt, the session unknown and its process alive.
-      await until(() => answer !== null || Date.now() - started >= 2000, '2 s of the close');
-      expect(answer).toBeNull();
-      expect(existsSync(join(d.stateDir, 'close-receipt.json'))).toBe(false);
-      expect(pidsWithMarker(mark)).toHaveLength(1);
-      const r = await until(() => answer, 'the close to answer', 30_000);
-      const tookMs = Date.now() - started;
-      expect(r.stderr.toString()).toBe('');
-      expect(r.status).toBe(0);
-      expect(tookMs).toBeGreaterThanOrEqual(3000);
-      expect(tookMs).toBeLessThan(20_000); // not the 45 s grace
-      expect(pidsWithMarker(mark)).toEqual([]);
-      expect(!existsSync(leaf) || readFileSync(join(leaf, 'cgroup.procs'), 'utf8') === '').toBe(true);
-      const close = JSON.parse(r.stdout.toString()) as CloseReceipt;
-      expect(close).toMatchObject({ complete: true, settle: { timeout_ms: 3000, terminated: 1 }, tasks: [{ task: 'T', complete: true, obligations: [] }] });
-      expect(close.sessions).toEqual([expect.objectContaining({ session_id, task: 'T', state: 'ended', outcome: 'owner_lost' })]);
-      const receipt = await (await d.client()).wait({ session_id });
-      expect(receipt).toMatchObject({ outcome: 'owner_lost', death: { evidence: 'cgroup_empty' } });
-      expect(receipt.termination.steps.map((s) => s.signal)).toEqual(['SIGTERM', 'SIGKILL']);
-      // Final now: written once, returned unchanged.
-      expect(readFileSync(join(d.stateDir, 'close-receipt.json'), 'utf8')).toBe(JSON.stringify(close, null, 2) + '\n');
-      expect(JSON.parse((await d.sbx(['close', '--all'])).stdout.toString())).toEqual(close);
-    } finally {
-      expect(await d.stop()).toEqual({ code: 0, signal: null });
-    }
-  });
+  it(
+    'waits for it up to its timeout (no receipt written meanwhile), then KILLs it: exit 0, the cgroup empty, the receipt says ended and terminated 1',
+    { timeout: 90_000 },
+    async () => {
+      const d = await new TestDaemon({ config: { logLevel: 'warn' } }).start();
+      try {
+        const mark = `7${Math.floor(Math.random() * 1000)}.${process.pid}`;
+        const c = await d.client();
+        const { session_id } = await c.launch({
+          argv: [join(PROGRAMS, 'ignore-sigterm'), mark],
+          cwd: '/',
+          invocation_key: 'stubborn',
+          task: 'T',
+          grace_ms: 45_000,
+        });
+        const leaf = join(d.cgroupBase!, 'sessions', session_id);
+        await until(
+          () =>
+            readFileSync(join(leaf, 'cgroup.procs'), 'utf8')
+              .split('\n')
+              .some((pid) => pid && pidsWithMarker(mark).includes(Number(pid))),
+          'the command to run in its leaf',
+        );
+        await d.kill9();
+        await d.start();
+        // Reconciliation TERMs the leaf (ignored), then waits its 45 s grace.
+        await until(
+          async () =>
+            (JSON.parse((await d.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[])
+              .find((s) => s.session_id === session_id)
+              ?.reason?.includes('being ended'),
+          'reconciliation to be ending it',
+        );
+        const started = Date.now();
+        let answer: SbxResult | null = null;
+        void d.sbx(['close', '--all', '--timeout', '3s']).then((r) => (answer = r));
+        // For 2 s (of its 3): no answer, no close receipt, the session unknown and its process alive.
+        await until(() => answer !== null || Date.now() - started >= 2000, '2 s of the close');
+        expect(answer).toBeNull();
+        expect(existsSync(join(d.stateDir, 'close-receipt.json'))).toBe(false);
+        expect(pidsWithMarker(mark)).toHaveLength(1);
+        const r = await until(() => answer, 'the close to answer', 30_000);
+        const tookMs = Date.now() - started;
+        expect(r.stderr.toString()).toBe('');
+        expect(r.status).toBe(0);
+        expect(tookMs).toBeGreaterThanOrEqual(3000);
+        expect(tookMs).toBeLessThan(20_000); // not the 45 s grace
+        expect(pidsWithMarker(mark)).toEqual([]);
+        expect(!existsSync(leaf) || readFileSync(join(leaf, 'cgroup.procs'), 'utf8') === '').toBe(true);
+        const close = JSON.parse(r.stdout.toString()) as CloseReceipt;
+        expect(close).toMatchObject({ complete: true, settle: { timeout_ms: 3000, terminated: 1 }, tasks: [{ task: 'T', complete: true, obligations: [] }] });
+        expect(close.sessions).toEqual([expect.objectContaining({ session_id, task: 'T', state: 'ended', outcome: 'owner_lost' })]);
+        const receipt = await (await d.client()).wait({ session_id });
+        expect(receipt).toMatchObject({ outcome: 'owner_lost', death: { evidence: 'cgroup_empty' } });
+        expect(receipt.termination.steps.map((s) => s.signal)).toEqual(['SIGTERM', 'SIGKILL']);
+        // Final now: written once, returned unchanged.
+        expect(readFileSync(join(d.stateDir, 'close-receipt.json'), 'utf8')).toBe(JSON.stringify(close, null, 2) + '\n');
+        expect(JSON.parse((await d.sbx(['close', '--all'])).stdout.toString())).toEqual(close);
+      } finally {
+        expect(await d.stop()).toEqual({ code: 0, signal: null });
+      }
+    },
+  );
 });

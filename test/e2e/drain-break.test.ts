@@ -66,14 +66,17 @@ describe('many streams at once', () => {
         let next = 0;
         let inOrder = true;
         const end = new Promise<EndEvent>((resolve) => {
-          void followers[i]!.subscribe({ session_id, stream: 'stdout', follow: true }, {
-            onOutput: (ev) => {
-              if (ev.cursor !== next) inOrder = false;
-              next = ev.cursor + ev.data.length;
-              parts.push(Buffer.from(ev.data));
+          void followers[i]!.subscribe(
+            { session_id, stream: 'stdout', follow: true },
+            {
+              onOutput: (ev) => {
+                if (ev.cursor !== next) inOrder = false;
+                next = ev.cursor + ev.data.length;
+                parts.push(Buffer.from(ev.data));
+              },
+              onEnd: resolve,
             },
-            onEnd: resolve,
-          });
+          );
         });
         const receipt = await client.wait({ session_id });
         const ended = await end;
@@ -99,8 +102,11 @@ describe('many streams at once', () => {
     const client = await daemon.client();
     const rssMiB = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${daemon.pid}/status`, 'utf8'))![1]) / 1024;
     const round = async () => {
-      const ids = await Promise.all(Array.from({ length: 8 }, async () => (await client.launch({ argv: ['head', '-c', String(256 * MiB), '/dev/zero'], cwd: '/' })).session_id));
-      for (const r of await Promise.all(ids.map((session_id) => client.wait({ session_id })))) expect(r.output.stdout).toMatchObject({ final_cursor: 256 * MiB, complete: true });
+      const ids = await Promise.all(
+        Array.from({ length: 8 }, async () => (await client.launch({ argv: ['head', '-c', String(256 * MiB), '/dev/zero'], cwd: '/' })).session_id),
+      );
+      for (const r of await Promise.all(ids.map((session_id) => client.wait({ session_id }))))
+        expect(r.output.stdout).toMatchObject({ final_cursor: 256 * MiB, complete: true });
       for (const id of ids) rmSync(join(daemon.stateDir, 'sessions', id, 'stdout'), { recursive: true, force: true }); // 2 GiB a round
     };
     await round(); // the pool's 32 buffers and the threads' heaps are made here
@@ -125,7 +131,9 @@ describe('many streams at once', () => {
     const tiny = jobs[0]!.data.subarray(0, 200_000);
     const argvs = [...jobs.map((j) => ['cat', j.path]), ['dd', `if=${jobs[0]!.path}`, 'bs=1', 'count=200000', 'status=none']];
     const expected = [...jobs.map((j) => j.data), tiny];
-    const receipts = await Promise.all(argvs.map(async (argv) => client.wait({ session_id: (await client.launch({ argv, cwd: '/', pty: { cols: 80, rows: 24 } })).session_id })));
+    const receipts = await Promise.all(
+      argvs.map(async (argv) => client.wait({ session_id: (await client.launch({ argv, cwd: '/', pty: { cols: 80, rows: 24 } })).session_id })),
+    );
     for (const [i, r] of receipts.entries()) {
       expect(r.output.pty).toMatchObject({ final_cursor: expected[i]!.length, sha256: sha256(expected[i]!), complete: true });
       expect((await client.read({ session_id: r.session_id }, 'pty')).equals(expected[i]!)).toBe(true);
@@ -142,7 +150,11 @@ describe('many streams at once', () => {
     });
     const ids: string[] = [];
     for (const j of jobs) ids.push((await client.launch({ argv: ['sh', '-c', j.script], cwd: '/' })).session_id);
-    await until(async () => (await client.ps()).sessions.filter((s) => ids.includes(s.session_id)).every((s) => (s.cursors.stdout ?? 0) > 2 * MiB), 'every stream past 2 MiB', 20_000);
+    await until(
+      async () => (await client.ps()).sessions.filter((s) => ids.includes(s.session_id)).every((s) => (s.cursors.stdout ?? 0) > 2 * MiB),
+      'every stream past 2 MiB',
+      20_000,
+    );
     await daemon.kill9();
     await daemon.start();
     const after = await daemon.client();
@@ -227,7 +239,9 @@ time.sleep(600)
 });
 
 describe.skipIf(!HAVE_FREEZABLE_IMAGE)(
-  HAVE_FREEZABLE_IMAGE ? 'a disk slower than the post-death bound' : 'a disk slower than the post-death bound (skipped: no loop devices or no mkfs.ext4/fsfreeze for a state dir that can freeze)',
+  HAVE_FREEZABLE_IMAGE
+    ? 'a disk slower than the post-death bound'
+    : 'a disk slower than the post-death bound (skipped: no loop devices or no mkfs.ext4/fsfreeze for a state dir that can freeze)',
   () => {
     const boundMs = 300;
     let daemon: TestDaemon;
@@ -257,12 +271,19 @@ describe.skipIf(!HAVE_FREEZABLE_IMAGE)(
       const { session_id } = await client.launch({ argv: ['sh', '-c', script], cwd: '/' });
       // The first bytes and their index record on disk before the freeze: nothing of the
       // event loop's own (an index flush, a chunk file opened) waits on the frozen disk.
-      await until(() => existsSync(join(daemon.stateDir, 'sessions', session_id, 'stdout', 'index.bin')) && indexCoverage(daemon.stateDir, session_id, 'stdout').bytes === 6, 'the first line written and indexed');
+      await until(
+        () =>
+          existsSync(join(daemon.stateDir, 'sessions', session_id, 'stdout', 'index.bin')) && indexCoverage(daemon.stateDir, session_id, 'stdout').bytes === 6,
+        'the first line written and indexed',
+      );
       expect(spawnSync('fsfreeze', ['-f', daemon.stateDir]).status).toBe(0);
       try {
         writeFileSync(go, '');
         await until(() => existsSync(wrote), 'the producer to get every byte out');
-        await until(async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id)?.live_pids === 0, 'every process of the session to be gone');
+        await until(
+          async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id)?.live_pids === 0,
+          'every process of the session to be gone',
+        );
         // The bound would have run out four times over by now (a wait for time to pass, not for a race).
         await new Promise((r) => setTimeout(r, 4 * boundMs));
       } finally {
@@ -270,7 +291,14 @@ describe.skipIf(!HAVE_FREEZABLE_IMAGE)(
       }
       const receipt = await client.wait({ session_id });
       const expected = Buffer.concat([Buffer.from('start\n'), data]);
-      expect(receipt.output.stdout).toMatchObject({ final_cursor: expected.length, sha256: sha256(expected), complete: true, reason: null, drain_end: 'eof', dropped_bytes: 0 });
+      expect(receipt.output.stdout).toMatchObject({
+        final_cursor: expected.length,
+        sha256: sha256(expected),
+        complete: true,
+        reason: null,
+        drain_end: 'eof',
+        dropped_bytes: 0,
+      });
       expect((await client.read({ session_id }, 'stdout')).equals(expected)).toBe(true);
       expect(verifyStoredOutput(receipt, daemon.stateDir)).toEqual([]);
     }, 30_000);
@@ -293,11 +321,20 @@ describe('a quota reached while writes wait', () => {
     const path = join(daemon.dir, 'flood');
     writeFileSync(path, data);
     const ids: string[] = [];
-    for (let i = 0; i < 6; i++) ids.push((await client.launch({ argv: ['sh', '-c', i % 2 ? `cat ${path}; cat ${path} >&2` : `dd if=${path} bs=65537 status=none`], cwd: '/' })).session_id);
+    for (let i = 0; i < 6; i++)
+      ids.push(
+        (await client.launch({ argv: ['sh', '-c', i % 2 ? `cat ${path}; cat ${path} >&2` : `dd if=${path} bs=65537 status=none`], cwd: '/' })).session_id,
+      );
     for (const [i, id] of ids.entries()) {
       const r = await client.wait({ session_id: id });
       for (const stream of i % 2 ? (['stdout', 'stderr'] as const) : (['stdout'] as const)) {
-        expect(r.output[stream]).toMatchObject({ final_cursor: quota, dropped_bytes: 20 * MiB - quota, sha256: sha256(data.subarray(0, quota)), complete: false, reason: 'quota' });
+        expect(r.output[stream]).toMatchObject({
+          final_cursor: quota,
+          dropped_bytes: 20 * MiB - quota,
+          sha256: sha256(data.subarray(0, quota)),
+          complete: false,
+          reason: 'quota',
+        });
         expect((await client.read({ session_id: id }, stream)).equals(data.subarray(0, quota))).toBe(true);
         expect(indexCoverage(daemon.stateDir, id, stream)).toEqual({ bytes: quota, contiguous: true });
       }
@@ -340,8 +377,10 @@ describe('a full state dir (64 MiB tmpfs, 4 MiB reserve) under ten streams at on
     const s = statfsSync(daemon.stateDir);
     expect(s.bavail * s.bsize).toBeGreaterThan(reserveBytes / 2);
     await until(() => daemon.log().includes('the stream stopped storing'), 'the log');
-    const stops = daemon.log().split('\n').filter((l) => l.includes('the stream stopped storing'));
+    const stops = daemon
+      .log()
+      .split('\n')
+      .filter((l) => l.includes('the stream stopped storing'));
     expect(stops.filter((l) => !l.includes('below the reserve'))).toEqual([]);
   }, 30_000);
 });
-

@@ -81,7 +81,9 @@ describe('cgroup escapes', () => {
       escapes: [{ kind: 'escape', to: dest, at: expect.any(String), writer_pid: expect.any(Number) }],
     });
     // sbx run says so: the exit status cannot.
-    expect(lastStderr).toContain(`sbx: session ${receipt.session_id}: processes were moved out of its cgroup (to ${dest}): their end is not proven (death evidence cgroup_escaped; sbx receipt ${receipt.session_id})\n`);
+    expect(lastStderr).toContain(
+      `sbx: session ${receipt.session_id}: processes were moved out of its cgroup (to ${dest}): their end is not proven (death evidence cgroup_escaped; sbx receipt ${receipt.session_id})\n`,
+    );
     const closed = await closeTask(t);
     expect(closed.status).toBe(1);
     expect(closed.receipt.complete).toBe(false);
@@ -94,7 +96,9 @@ describe('cgroup escapes', () => {
         what: expect.stringContaining(`moved out of its cgroup before it emptied (to ${dest} by pid `),
       },
     ]);
-    expect(closed.receipt.sessions).toEqual([expect.objectContaining({ session_id: receipt.session_id, uid: 0, death: expect.objectContaining({ evidence: 'cgroup_escaped' }) })]);
+    expect(closed.receipt.sessions).toEqual([
+      expect.objectContaining({ session_id: receipt.session_id, uid: 0, death: expect.objectContaining({ evidence: 'cgroup_escaped' }) }),
+    ]);
     expect(closed.receipt.trust).toEqual({ root_sessions: [receipt.session_id], reason: expect.stringContaining('a root process can leave its cgroup') });
     // The operator ends what escaped, says so; the next close counts it, showing the word.
     // Not while the destination still holds it.
@@ -107,26 +111,38 @@ describe('cgroup escapes', () => {
     const resolved = await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--reason', 'killed the escaped sleep']);
     expect(resolved.status).toBe(0);
     expect(JSON.parse(resolved.stdout.toString())).toEqual(receipt); // the receipt stays as it was
-    expect(resolved.stderr.toString()).toBe(`sbx: session ${receipt.session_id}: your word that what left its cgroup is ended is recorded (escape-attested.json in its directory of the state dir, sessions/${receipt.session_id}/); the receipt stays as it was, and the next close counts the session\n`);
+    expect(resolved.stderr.toString()).toBe(
+      `sbx: session ${receipt.session_id}: your word that what left its cgroup is ended is recorded (escape-attested.json in its directory of the state dir, sessions/${receipt.session_id}/); the receipt stays as it was, and the next close counts the session\n`,
+    );
     // sbx wait says it was attested, no longer that the end is not proven.
     const waited = (await daemon.sbx(['wait', receipt.session_id])).stderr.toString();
-    expect(waited).toContain(`sbx: session ${receipt.session_id}: processes were moved out of its cgroup (to ${dest}): an operator attested their end (uid 0 at `);
+    expect(waited).toContain(
+      `sbx: session ${receipt.session_id}: processes were moved out of its cgroup (to ${dest}): an operator attested their end (uid 0 at `,
+    );
     expect(waited).not.toContain('not proven');
     expect((await daemon.sbx(['resolve', receipt.session_id, '--as-operator', '--reason', 'again'])).stderr.toString()).toContain('attested already');
     const again = await closeTask(t);
     expect(again.status).toBe(0);
     expect(again.receipt.complete).toBe(true);
-    expect(again.receipt.sessions[0].death).toMatchObject({ evidence: 'cgroup_escaped', escape_attested: { uid: 0, reason: 'killed the escaped sleep', attested_at: expect.any(String) } });
+    expect(again.receipt.sessions[0].death).toMatchObject({
+      evidence: 'cgroup_escaped',
+      escape_attested: { uid: 0, reason: 'killed the escaped sleep', attested_at: expect.any(String) },
+    });
     // Both task receipts verify end to end: the verdict follows from the receipts and the word in the state dir.
     for (const c of [closed, again]) expect(c.verified).toEqual({ status: 0, out: expect.stringContaining('OK: task receipt') });
   });
 
   it('a root session whose leader moves itself out: attributed by the shim pid; the supervisor waits for its own child, killed from outside', async () => {
     const dest = makeForeignCgroup();
-    const id = (await daemon.sbx(['run', '--detach', '--task', task(), '--', 'sh', '-c', `echo $$ > ${dest}/cgroup.procs; exec sleep 300`])).stdout.toString().trim();
+    const id = (await daemon.sbx(['run', '--detach', '--task', task(), '--', 'sh', '-c', `echo $$ > ${dest}/cgroup.procs; exec sleep 300`])).stdout
+      .toString()
+      .trim();
     const [pid] = await until(() => (procsOf(dest).length === 1 ? procsOf(dest) : null), 'the leader in the foreign cgroup');
     // Its leaf is empty, but the leader is the supervisor's child and not reaped: no receipt yet.
-    expect(JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()).find((s: SessionSummary) => s.session_id === id)).toMatchObject({ state: 'running', pid });
+    expect(JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()).find((s: SessionSummary) => s.session_id === id)).toMatchObject({
+      state: 'running',
+      pid,
+    });
     process.kill(pid, 'SIGKILL');
     const receipt = JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt;
     expect(receipt).toMatchObject({ exit: { signal: 'SIGKILL' } });
@@ -238,10 +254,14 @@ describe('the walk at a death (positive proof, no event needed)', () => {
     expect(forced.stderr.toString()).toContain('is recorded (escape-attested.json');
   });
 
-  it('a process that moves itself out as the leaf\'s last one, 10 sessions at once: every death qualified', async () => {
+  it("a process that moves itself out as the leaf's last one, 10 sessions at once: every death qualified", async () => {
     const dest = makeForeignCgroup();
     // At once, so the supervisor is busy when each write returns (its event queued after populated 0).
-    const receipts = await Promise.all(Array.from({ length: 10 }, () => run(task(), ['sh', '-c', `sh -c 'echo $$ > ${dest}/cgroup.procs; exec sleep 300' > /dev/null 2>&1 & exit 0`], ['--linger', 'wait'])));
+    const receipts = await Promise.all(
+      Array.from({ length: 10 }, () =>
+        run(task(), ['sh', '-c', `sh -c 'echo $$ > ${dest}/cgroup.procs; exec sleep 300' > /dev/null 2>&1 & exit 0`], ['--linger', 'wait']),
+      ),
+    );
     expect(procsOf(dest)).toHaveLength(10);
     for (const receipt of receipts) {
       expect(receipt.death.evidence).toBe('cgroup_escaped');
@@ -252,7 +272,10 @@ describe('the walk at a death (positive proof, no event needed)', () => {
   it('a writer 70 processes deep moves a sleep out: qualified (a cut PPid chain is never "not ours")', async () => {
     const dest = makeForeignCgroup();
     const script = join(daemon.dir, `deep-${randomBytes(4).toString('hex')}.sh`);
-    writeFileSync(script, `if [ "$1" -gt 0 ]; then sh ${script} $(($1 - 1)); exit $?; fi\nsleep 300 > /dev/null 2>&1 &\necho $! > ${dest}/cgroup.procs\nsleep 0.3\n`);
+    writeFileSync(
+      script,
+      `if [ "$1" -gt 0 ]; then sh ${script} $(($1 - 1)); exit $?; fi\nsleep 300 > /dev/null 2>&1 &\necho $! > ${dest}/cgroup.procs\nsleep 0.3\n`,
+    );
     const receipt = await run(task(), ['sh', script, '70']);
     expect(procsOf(dest)).toHaveLength(1);
     expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [expect.objectContaining({ to: dest })] });
@@ -296,11 +319,17 @@ describe('without the escape watch', () => {
       expect((await off.sbx(['run', '--task', 'off', '--receipt', path, '--', 'true'])).status).toBe(0);
       const receipt = JSON.parse(readFileSync(path, 'utf8')) as Receipt;
       expect(receipt.death).toEqual({ evidence: 'cgroup_empty', observed_at: expect.any(String), cgroup: expect.any(String), escape_watch: 'unavailable' });
-      expect(JSON.parse((await off.sbx(['status', '--json'])).stdout.toString()).escape_watch).toEqual({ on: false, reason: 'turned off (SBX_TEST_ESCAPE_WATCH_OFF)' });
+      expect(JSON.parse((await off.sbx(['status', '--json'])).stdout.toString()).escape_watch).toEqual({
+        on: false,
+        reason: 'turned off (SBX_TEST_ESCAPE_WATCH_OFF)',
+      });
       expect((await off.sbx(['status'])).stdout.toString()).toContain('\nescapes    not watched: turned off (SBX_TEST_ESCAPE_WATCH_OFF)\n');
       const closed = JSON.parse((await off.sbx(['close', '--task', 'off', '--json'])).stdout.toString()) as TaskReceipt;
       expect(closed.complete).toBe(true);
-      expect(closed.trust).toEqual({ root_sessions: [receipt.session_id], reason: expect.stringMatching(new RegExp(`; escape detection was unavailable for ${receipt.session_id}$`)) });
+      expect(closed.trust).toEqual({
+        root_sessions: [receipt.session_id],
+        reason: expect.stringMatching(new RegExp(`; escape detection was unavailable for ${receipt.session_id}$`)),
+      });
     } finally {
       expect(await off.stop()).toEqual({ code: 0, signal: null });
     }

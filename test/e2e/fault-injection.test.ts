@@ -19,7 +19,13 @@ import { seededRandom } from '../helpers/random.js';
 
 const LAUNCHES = Number(process.env.FI_LAUNCHES ?? 60);
 const SEED = Number(process.env.FI_SEED ?? randomBytes(4).readUInt32BE(0));
-const CRASH_POINTS = ['durable:admission.json:before-link', 'launch:before-spawn', 'launch:started', 'session:started-recorded', 'durable:receipt.json:before-link'];
+const CRASH_POINTS = [
+  'durable:admission.json:before-link',
+  'launch:before-spawn',
+  'launch:started',
+  'session:started-recorded',
+  'durable:receipt.json:before-link',
+];
 
 let daemon: TestDaemon;
 afterAll(async () => {
@@ -123,6 +129,8 @@ describe('fault injection', () => {
     expect(daemon.log()).not.toContain('torn or corrupt');
     expect(pidsWithMarker(marker)).toEqual([]);
     const finished = receipts.filter((r) => r.outcome === 'exited').length;
-    console.log(`fault injection: ${LAUNCHES} crashes (${[...points].map(([p, n]) => `${n} ${p}`).join(', ')}), ${executions.length} executions, ${finished} exited, ${LAUNCHES - finished} owner_lost, 0 duplicates, 0 phantoms`);
+    console.log(
+      `fault injection: ${LAUNCHES} crashes (${[...points].map(([p, n]) => `${n} ${p}`).join(', ')}), ${executions.length} executions, ${finished} exited, ${LAUNCHES - finished} owner_lost, 0 duplicates, 0 phantoms`,
+    );
   }, 180_000);
 });

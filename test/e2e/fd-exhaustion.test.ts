@@ -44,7 +44,19 @@ function limitLeaving(pid: number, free: number): number {
 
 async function atTheLimit(daemon: TestDaemon): Promise<void> {
   /** What each fd is (readlink of /proc/PID/fd/N). */
-  const fdTable = () => Object.fromEntries(readdirSync(`/proc/${daemon.pid}/fd`).map((n) => [n, (() => { try { return readlinkSync(`/proc/${daemon.pid}/fd/${n}`); } catch { return '?'; } })()]));
+  const fdTable = () =>
+    Object.fromEntries(
+      readdirSync(`/proc/${daemon.pid}/fd`).map((n) => [
+        n,
+        (() => {
+          try {
+            return readlinkSync(`/proc/${daemon.pid}/fd/${n}`);
+          } catch {
+            return '?';
+          }
+        })(),
+      ]),
+    );
   // The fds the supervisor's code opens (pipes, files, sockets, the pty): an epoll instance
   // is only ever a libuv loop's (a thread's own, or spawnSync's), never one of ours. One was
   // seen left, twice in about 35 runs, after the session-user case; it is reported, not counted.
@@ -69,7 +81,12 @@ async function atTheLimit(daemon: TestDaemon): Promise<void> {
     }
     if (session_id) {
       // The limit stays low until the session is settled one way or the other.
-      const row = await until(async () => (await c.ps(true)).sessions.find((s) => s.session_id === session_id && (s.state === 'ended' || (s.state === 'unknown' && !s.receipt_pending))), 'the session to settle', 20_000);
+      const row = await until(
+        async () =>
+          (await c.ps(true)).sessions.find((s) => s.session_id === session_id && (s.state === 'ended' || (s.state === 'unknown' && !s.receipt_pending))),
+        'the session to settle',
+        20_000,
+      );
       expect(spawnSync('prlimit', ['--pid', String(daemon.pid), '--nofile=1024:']).status).toBe(0);
       const receipt = await c.wait({ session_id });
       seen.push(`${row.state} ${receipt.outcome} ${receipt.spawn_error?.code ?? ''}`.trim());
@@ -79,13 +96,21 @@ async function atTheLimit(daemon: TestDaemon): Promise<void> {
   console.log(`fd exhaustion: base ${base} fds; outcomes ${JSON.stringify(seen)}`);
   for (const s of seen) expect(s).toMatch(/^(refused ADMISSION_DENIED|ended spawn_failed EMFILE|ended exited)$/);
   expect((await c.ps(true)).sessions.filter((s) => s.state === 'unknown')).toEqual([]);
-  await until(() => fds() === base, `the daemon's fds back to ${base}`).then(() => {
-    const epolls = Object.entries(fdTable()).filter(([n, what]) => isEpoll(what) && baseTable[n] !== what);
-    if (epolls.length) console.log(`fd exhaustion: epoll instances not there before (a libuv loop's): ${JSON.stringify(epolls)}`);
-  }, (err: Error) => {
-    const now = fdTable();
-    const diff = Object.entries(now).filter(([n, what]) => baseTable[n] !== what);
-    const log = daemon.log().split('\n').filter((l) => /"level":(40|50|60)/.test(l)).slice(-8).join('\n');
-    throw new Error(`${err.message}; fds not there before (or changed): ${JSON.stringify(diff)}; the daemon's last warnings:\n${log}`);
-  });
+  await until(() => fds() === base, `the daemon's fds back to ${base}`).then(
+    () => {
+      const epolls = Object.entries(fdTable()).filter(([n, what]) => isEpoll(what) && baseTable[n] !== what);
+      if (epolls.length) console.log(`fd exhaustion: epoll instances not there before (a libuv loop's): ${JSON.stringify(epolls)}`);
+    },
+    (err: Error) => {
+      const now = fdTable();
+      const diff = Object.entries(now).filter(([n, what]) => baseTable[n] !== what);
+      const log = daemon
+        .log()
+        .split('\n')
+        .filter((l) => /"level":(40|50|60)/.test(l))
+        .slice(-8)
+        .join('\n');
+      throw new Error(`${err.message}; fds not there before (or changed): ${JSON.stringify(diff)}; the daemon's last warnings:\n${log}`);
+    },
+  );
 }

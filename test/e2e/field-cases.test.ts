@@ -27,7 +27,10 @@ describe('field cases (test/fixtures/field-cases.jsonl)', () => {
     it(`${c.id}: ${c.kind}`, async () => {
       const results = await runCase(daemon.socketPath, daemon.pid, c);
       expect(results.length).toBeGreaterThan(0);
-      expect(results.filter((r) => !r.ok), markdown(results)).toEqual([]);
+      expect(
+        results.filter((r) => !r.ok),
+        markdown(results),
+      ).toEqual([]);
     });
   }
 });

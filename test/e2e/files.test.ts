@@ -106,7 +106,11 @@ describe('writeFile and readFile', () => {
     await c.request('write', { session_id: short.session_id, data: Buffer.from('12345'), offset: 0, eof: true });
     const receipt = await c.wait({ session_id: short.session_id });
     expect(receipt.exit.code).toBe(1);
-    expect(JSON.parse((await c.read({ session_id: short.session_id }, 'stderr')).toString())).toMatchObject({ code: 'SIZE_MISMATCH', expected: 10, received: 5 });
+    expect(JSON.parse((await c.read({ session_id: short.session_id }, 'stderr')).toString())).toMatchObject({
+      code: 'SIZE_MISMATCH',
+      expected: 10,
+      received: 5,
+    });
     expect(readdirSync(dir).sort()).toEqual(['dir-link', 'final-link', 'plain']);
   });
 
@@ -126,7 +130,10 @@ describe('writeFile and readFile', () => {
     const path = join(dir, 'q.bin');
     const target = { socketPath: small.socketPath };
     const c = await small.client();
-    await expect(c.request('write_file', { path, size_bytes: 4 * MiB + 1 })).rejects.toMatchObject({ code: 'LIMIT_EXCEEDED', details: { limit: 'file_bytes', size_bytes: 4 * MiB + 1, max_bytes: 4 * MiB } });
+    await expect(c.request('write_file', { path, size_bytes: 4 * MiB + 1 })).rejects.toMatchObject({
+      code: 'LIMIT_EXCEEDED',
+      details: { limit: 'file_bytes', size_bytes: 4 * MiB + 1, max_bytes: 4 * MiB },
+    });
     await expect(writeFile(target, path, Buffer.alloc(4 * MiB + 1))).rejects.toMatchObject({ code: 'LIMIT_EXCEEDED' });
     expect(readdirSync(dir)).toEqual([]);
     const data = randomBytes(3 * MiB);
@@ -187,7 +194,9 @@ describe('writeFile and readFile', () => {
     // A directory nobody may not write into: PERMISSION_DENIED.
     const closed = tempDir('closed');
     chmodSync(closed, 0o755);
-    await expect(writeFile({ socketPath: daemon.socketPath }, join(closed, 'x'), Buffer.from('x'), { user: 'nobody' })).rejects.toMatchObject({ code: 'PERMISSION_DENIED' });
+    await expect(writeFile({ socketPath: daemon.socketPath }, join(closed, 'x'), Buffer.from('x'), { user: 'nobody' })).rejects.toMatchObject({
+      code: 'PERMISSION_DENIED',
+    });
   });
 });
 
@@ -293,7 +302,9 @@ describe('drops', () => {
         const back = await readFile({ socketPath: join(dir, 'read.sock'), reconnectMs: 20_000 }, join(dir, 'f'));
         expect(sha256(back)).toBe(sha256(data));
         expect(readProxy.connections()).toBeGreaterThan(2);
-        console.log(`files.test drops: cuts ${cuts.join(', ')} / ${readCuts.join(', ')} of ${size} bytes; ${proxy.connections()} connections for the write, ${readProxy.connections()} for the read`);
+        console.log(
+          `files.test drops: cuts ${cuts.join(', ')} / ${readCuts.join(', ')} of ${size} bytes; ${proxy.connections()} connections for the write, ${readProxy.connections()} for the read`,
+        );
       } finally {
         await readProxy.close();
       }
@@ -433,7 +444,10 @@ describe('upload and download', () => {
     writeFileSync(join(remote, 'a'), 'a');
     expect(spawnSync('mkfifo', [join(remote, 'fifo')]).status).toBe(0);
     const local = tempDir('special-local');
-    await expect(download({ socketPath: daemon.socketPath }, remote, local)).rejects.toMatchObject({ code: 'FILE_ERROR', details: { member: './fifo', type: 'fifo' } });
+    await expect(download({ socketPath: daemon.socketPath }, remote, local)).rejects.toMatchObject({
+      code: 'FILE_ERROR',
+      details: { member: './fifo', type: 'fifo' },
+    });
     expect(readdirSync(local).includes('fifo')).toBe(false);
     rmSync(join(remote, 'fifo'));
     const sock = spawnSync('python3', ['-c', `import socket; socket.socket(socket.AF_UNIX).bind(${JSON.stringify(join(remote, 'sock'))})`]);
@@ -473,10 +487,17 @@ describe('files in a task and a workspace', () => {
       fr: () => false,
     };
     let attributedPaths = 0;
-    for (const [key, r] of [['fw', w.receipt], ['fu', u.receipt], ['fr', rd.result.receipt]] as const) {
+    for (const [key, r] of [
+      ['fw', w.receipt],
+      ['fu', u.receipt],
+      ['fr', rd.result.receipt],
+    ] as const) {
       const ch = await c.changes({ invocation_key: key });
       const paths = ch.workspaces[0].changes.map((x) => x.path);
-      expect(paths.filter((p) => !own[key](p)), JSON.stringify(ch)).toEqual([]);
+      expect(
+        paths.filter((p) => !own[key](p)),
+        JSON.stringify(ch),
+      ).toEqual([]);
       const entry = r.workspace![0];
       expect(entry.gap).toBeNull();
       if (key !== 'fr') expect(entry.attributed.events + entry.unattributed_events, JSON.stringify(entry)).toBeGreaterThan(0);

@@ -31,7 +31,10 @@ const weird = fc.oneof(fc.string(), fc.string({ unit: 'binary' }), fc.constantFr
 const num = fc.oneof(fc.integer(), fc.double(), fc.constantFrom(-1, 2 ** 53, Number.MAX_SAFE_INTEGER + 2, 1e308, NaN));
 const launchParams = fc.record(
   {
-    argv: fc.oneof(fc.tuple(argv0, fc.array(weird, { maxLength: 3 })).map(([a, rest]) => [a, ...rest]), fc.anything()),
+    argv: fc.oneof(
+      fc.tuple(argv0, fc.array(weird, { maxLength: 3 })).map(([a, rest]) => [a, ...rest]),
+      fc.anything(),
+    ),
     cwd: fc.oneof(fc.constant('/'), weird),
     env: fc.oneof(fc.dictionary(weird, weird, { maxKeys: 3 }), fc.anything()),
     timeout_ms: fc.oneof(fc.constantFrom(0, 100), num),

@@ -132,7 +132,12 @@ describe('partial frames and bodies', () => {
       expect(r.frames).toHaveLength(2);
       expect(r.frames[1]).toEqual({
         id: 0,
-        error: { code: 'LIMIT_EXCEEDED', retryable: true, message: expect.stringContaining('incomplete frames'), details: { limit: 'pending_frame_bytes', max: boundBytes, retry_after_ms: 500 } },
+        error: {
+          code: 'LIMIT_EXCEEDED',
+          retryable: true,
+          message: expect.stringContaining('incomplete frames'),
+          details: { limit: 'pending_frame_bytes', max: boundBytes, retry_after_ms: 500 },
+        },
       });
       expect(r.state.ended).toBe(true);
     }
@@ -281,7 +286,7 @@ describe('peer credentials', () => {
     script = join(shared, 'hello-as-peer.mjs');
     writeFileSync(
       script,
-    `import { connect } from 'node:net';
+      `import { connect } from 'node:net';
 const s = connect(process.argv[2]);
 const body = Buffer.from('83a26964 01a66d6574686f64 a568656c6c6f a6706172616d73 81a876657273696f6e73 9101'.replace(/ /g, ''), 'hex');
 const head = Buffer.alloc(4); head.writeUInt32BE(body.length);

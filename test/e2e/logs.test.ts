@@ -77,7 +77,7 @@ async function startProducer(name: string): Promise<{ sessionId: string; fifoFd:
 /** The stream's whole index now (read_index pages). */
 async function indexOf(sessionId: string, stream: StreamName): Promise<IndexRecordWire[]> {
   const out: IndexRecordWire[] = [];
-  for (let from = 0; ; ) {
+  for (let from = 0; ;) {
     const r = await client.readIndex({ session_id: sessionId, stream, from });
     out.push(...r.records);
     if (!r.more) return out;
@@ -104,7 +104,10 @@ const merged = (steps: Step[]) => Buffer.concat(steps.map((s) => s.bytes));
 
 /** Every record of both streams in merged order (arrival, stdout first, cursor). */
 async function mergedRecords(sessionId: string) {
-  const all = [...(await indexOf(sessionId, 'stdout')).map((r) => ({ ...r, stream: 'stdout' as const })), ...(await indexOf(sessionId, 'stderr')).map((r) => ({ ...r, stream: 'stderr' as const }))];
+  const all = [
+    ...(await indexOf(sessionId, 'stdout')).map((r) => ({ ...r, stream: 'stdout' as const })),
+    ...(await indexOf(sessionId, 'stderr')).map((r) => ({ ...r, stream: 'stderr' as const })),
+  ];
   return all.sort((a, b) => a.at_us - b.at_us || (a.stream === b.stream ? a.cursor - b.cursor : a.stream === 'stdout' ? -1 : 1));
 }
 
@@ -159,7 +162,11 @@ describe('sbx logs over the index', () => {
   it('--json: {stream, cursor, at, data} per read, decoding back to the exact bytes', async () => {
     const r = await daemon.sbx(['logs', sessionId, '--stream', 'all', '--json']);
     expect(r.status).toBe(0);
-    const lines = r.stdout.toString().trimEnd().split('\n').map((l) => JSON.parse(l) as { stream: string; cursor: number; at: string; data: string });
+    const lines = r.stdout
+      .toString()
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { stream: string; cursor: number; at: string; data: string });
     const records = await mergedRecords(sessionId);
     expect(lines).toEqual(records.map((x) => ({ stream: x.stream, cursor: x.cursor, at: formatArrivalUs(x.at_us), data: expect.any(String) })));
     expect(Buffer.concat(lines.map((l) => Buffer.from(l.data, 'base64'))).equals(merged(STEPS))).toBe(true);
@@ -183,7 +190,11 @@ describe('sbx logs over the index', () => {
     // One stream: stdout's last line; with --json the record is cut at the line's start.
     expect((await daemon.sbx(['logs', sessionId, '--stream', 'stdout', '--tail', '2'])).stdout.toString()).toBe('out three\nout four\n');
     const tailJson = await daemon.sbx(['logs', sessionId, '--stream', 'stdout', '--tail', '2', '--json']);
-    const recs = tailJson.stdout.toString().trimEnd().split('\n').map((l) => JSON.parse(l) as { cursor: number; data: string });
+    const recs = tailJson.stdout
+      .toString()
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { cursor: number; data: string });
     expect(recs.map((x) => [x.cursor, Buffer.from(x.data, 'base64').toString()])).toEqual([
       [30, 'out three\n'],
       [40, 'out four\n'],
@@ -219,10 +230,20 @@ describe('sbx logs over the index', () => {
       const r = await daemon.sbx(['logs', sessionId, '--stream', 'all']);
       expect(r.stdout.equals(merged(STEPS))).toBe(true);
       const j = await daemon.sbx(['logs', sessionId, '--stream', 'all', '--json']);
-      const lines = j.stdout.toString().trimEnd().split('\n').map((l) => JSON.parse(l) as { stream: string; cursor: number; at: string; data: string; indexed?: boolean });
+      const lines = j.stdout
+        .toString()
+        .trimEnd()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { stream: string; cursor: number; at: string; data: string; indexed?: boolean });
       const last = lines[lines.length - 1]!;
       const stdoutRecords = await indexOf(sessionId, 'stdout');
-      expect(last).toEqual({ stream: 'stdout', cursor: 40, at: formatArrivalUs(stdoutRecords[stdoutRecords.length - 1]!.at_us), data: Buffer.from('out four\n').toString('base64'), indexed: false });
+      expect(last).toEqual({
+        stream: 'stdout',
+        cursor: 40,
+        at: formatArrivalUs(stdoutRecords[stdoutRecords.length - 1]!.at_us),
+        data: Buffer.from('out four\n').toString('base64'),
+        indexed: false,
+      });
       expect(Buffer.concat(lines.map((l) => Buffer.from(l.data, 'base64'))).equals(merged(STEPS))).toBe(true);
     } finally {
       const fd = openSync(indexPath, constants.O_WRONLY | constants.O_APPEND);
@@ -237,10 +258,17 @@ describe('sbx logs over the index', () => {
     expect(r.records.map((x) => [x.cursor, x.length])).toEqual([[8, 16]]);
     const end = await client.readIndex({ session_id: sessionId, stream: 'stdout', from: 24 });
     expect(end).toMatchObject({ next: 49, more: false, cursor: 49, final: true, through_us: null });
-    expect(end.records.map((x) => [x.cursor, x.length])).toEqual([[24, 16], [40, 9]]);
+    expect(end.records.map((x) => [x.cursor, x.length])).toEqual([
+      [24, 16],
+      [40, 9],
+    ]);
     const atEnd = await client.readIndex({ session_id: sessionId, stream: 'stdout', from: 49, follow: true });
     expect(atEnd).toMatchObject({ records: [], next: 49, final: true });
-    const codeOf = (p: Promise<unknown>) => p.then(() => 'ok', (e: unknown) => (isSupervisorError(e) ? `${e.code} ${JSON.stringify(e.details ?? {})}` : String(e)));
+    const codeOf = (p: Promise<unknown>) =>
+      p.then(
+        () => 'ok',
+        (e: unknown) => (isSupervisorError(e) ? `${e.code} ${JSON.stringify(e.details ?? {})}` : String(e)),
+      );
     expect(await codeOf(client.readIndex({ session_id: sessionId, stream: 'stdout', from: 50 }))).toBe('CURSOR_OUT_OF_RANGE {"cursor":49}');
     expect(await codeOf(client.readIndex({ session_id: sessionId, stream: 'stdout', limit: 0 }))).toMatch(/^INVALID_ARGUMENT \{"field":"limit"\}/);
     expect(await codeOf(client.readIndex({ session_id: sessionId, stream: 'pty' }))).toMatch(/^INVALID_ARGUMENT/);
@@ -252,7 +280,10 @@ describe('sbx logs --follow', () => {
   it('merges a running session as it writes and ends when both streams are final', async () => {
     const p = await startProducer('follow');
     // Started before the first byte: it waits for both streams (a long poll, not a timer).
-    const child = spawn(SBX_BIN, ['logs', p.sessionId, '--stream', 'all', '--follow', '--json'], { env: { ...process.env, SBX_SOCKET: daemon.socketPath }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(SBX_BIN, ['logs', p.sessionId, '--stream', 'all', '--follow', '--json'], {
+      env: { ...process.env, SBX_SOCKET: daemon.socketPath },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     child.stdout.on('data', (d: Buffer) => out.push(d));
@@ -270,7 +301,11 @@ describe('sbx logs --follow', () => {
     }
     expect(await closed).toBe(0);
     expect(Buffer.concat(err).toString()).toBe('');
-    const lines = Buffer.concat(out).toString().trimEnd().split('\n').map((l) => JSON.parse(l) as { stream: string; data: string });
+    const lines = Buffer.concat(out)
+      .toString()
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { stream: string; data: string });
     expect(lines.map((l) => l.stream)).toEqual(STEPS.map((s) => s.stream));
     expect(Buffer.concat(lines.map((l) => Buffer.from(l.data, 'base64'))).equals(merged(STEPS))).toBe(true);
     // Raw follow of the ended session: the same bytes, at once.
@@ -280,7 +315,12 @@ describe('sbx logs --follow', () => {
 
 describe('sbx logs over a damaged index.bin', () => {
   type Rec = { cursor: number; length: number; at_us: number };
-  const decode = (b: Buffer): Rec[] => Array.from({ length: b.length / 24 }, (_, i) => ({ length: b.readUInt32LE(i * 24 + 4), cursor: Number(b.readBigUInt64LE(i * 24 + 8)), at_us: Number(b.readBigUInt64LE(i * 24 + 16)) }));
+  const decode = (b: Buffer): Rec[] =>
+    Array.from({ length: b.length / 24 }, (_, i) => ({
+      length: b.readUInt32LE(i * 24 + 4),
+      cursor: Number(b.readBigUInt64LE(i * 24 + 8)),
+      at_us: Number(b.readBigUInt64LE(i * 24 + 16)),
+    }));
   const encode = (recs: Rec[]): Buffer => {
     const b = Buffer.alloc(recs.length * 24);
     recs.forEach((r, i) => {
@@ -300,7 +340,14 @@ describe('sbx logs over a damaged index.bin', () => {
   };
   for (const [kind, damage] of Object.entries(damages)) {
     it(`${kind}: every stored byte once, exit 0; the damage logged once`, async () => {
-      const r = await daemon.sbx(['run', '--detach', '--', 'sh', '-c', 'printf "o1\\n"; sleep 0.2; printf "e1\\n" >&2; sleep 0.2; printf "o2\\n"; sleep 0.2; printf "o3\\n"']);
+      const r = await daemon.sbx([
+        'run',
+        '--detach',
+        '--',
+        'sh',
+        '-c',
+        'printf "o1\\n"; sleep 0.2; printf "e1\\n" >&2; sleep 0.2; printf "o2\\n"; sleep 0.2; printf "o3\\n"',
+      ]);
       expect(r.status).toBe(0);
       const id = r.stdout.toString().trim();
       expect((await daemon.sbx(['wait', id])).status).toBe(0);
@@ -312,7 +359,11 @@ describe('sbx logs over a damaged index.bin', () => {
       const j = await daemon.sbx(['logs', id, '--stream', 'all', '--json']);
       expect(j.stderr.toString()).toBe('');
       expect(j.status).toBe(0);
-      const lines = j.stdout.toString().trimEnd().split('\n').map((l) => JSON.parse(l) as { stream: 'stdout' | 'stderr'; cursor: number; data: string });
+      const lines = j.stdout
+        .toString()
+        .trimEnd()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { stream: 'stdout' | 'stderr'; cursor: number; data: string });
       for (const name of ['stdout', 'stderr'] as const) {
         let cursor = 0;
         for (const l of lines.filter((x) => x.stream === name)) {
@@ -327,7 +378,12 @@ describe('sbx logs over a damaged index.bin', () => {
         expect(o.status).toBe(0);
         if (mode.length === 0) expect(o.stdout.toString()).toBe(Buffer.concat(lines.map((l) => Buffer.from(l.data, 'base64'))).toString());
       }
-      expect(daemon.log().split('\n').filter((l) => l.includes(id) && l.includes('index.bin is damaged'))).toHaveLength(1);
+      expect(
+        daemon
+          .log()
+          .split('\n')
+          .filter((l) => l.includes(id) && l.includes('index.bin is damaged')),
+      ).toHaveLength(1);
     });
   }
 });
@@ -352,11 +408,23 @@ describe('sbx logs without --follow on a live session', () => {
     const id = run.stdout.toString().trim();
     /** A --json line without its data: stream, cursor, at, the data's length, and whether it was all the stream's byte. */
     const parse = (b: Buffer) =>
-      b.toString().trimEnd().split('\n').filter(Boolean).map((l) => {
-        const x = JSON.parse(l) as { stream: 'stdout' | 'stderr'; cursor: number; at: string; data: string; indexed?: boolean };
-        const data = Buffer.from(x.data, 'base64');
-        return { stream: x.stream, cursor: x.cursor, at: x.at, length: data.length, indexed: x.indexed, right: data.every((c) => c === (x.stream === 'stdout' ? 0x6f : 0x65)) };
-      });
+      b
+        .toString()
+        .trimEnd()
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => {
+          const x = JSON.parse(l) as { stream: 'stdout' | 'stderr'; cursor: number; at: string; data: string; indexed?: boolean };
+          const data = Buffer.from(x.data, 'base64');
+          return {
+            stream: x.stream,
+            cursor: x.cursor,
+            at: x.at,
+            length: data.length,
+            indexed: x.indexed,
+            right: data.every((c) => c === (x.stream === 'stdout' ? 0x6f : 0x65)),
+          };
+        });
     const snapshots: ReturnType<typeof parse>[] = [];
     try {
       await until(async () => (await liveClient.readIndex({ session_id: id, stream: 'stderr' })).cursor > 0, 'stderr written');
@@ -373,7 +441,10 @@ describe('sbx logs without --follow on a live session', () => {
     const key = (x: { stream: string; cursor: number; at: string; length: number }) => `${x.stream} ${x.cursor} ${x.at} ${x.length}`;
     const finalKeys = parse((await live.sbx(['logs', id, '--stream', 'all', '--json'])).stdout).map(key);
     for (const [i, snap] of snapshots.entries()) {
-      expect(snap.filter((x) => x.indexed === false), `snapshot ${i}`).toEqual([]);
+      expect(
+        snap.filter((x) => x.indexed === false),
+        `snapshot ${i}`,
+      ).toEqual([]);
       expect(snap.every((x) => x.right)).toBe(true);
       for (const stream of ['stdout', 'stderr'] as const) {
         let cursor = 0;

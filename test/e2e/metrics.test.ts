@@ -69,7 +69,10 @@ function promtool(text: string): { status: number | null; output: string } {
 
 /** The address the daemon logged for its endpoint (the last start's). */
 function loggedAddress(d: TestDaemon): string {
-  const lines = d.log().split('\n').filter((l) => l.includes('"metrics listening"'));
+  const lines = d
+    .log()
+    .split('\n')
+    .filter((l) => l.includes('"metrics listening"'));
   if (!lines.length) throw new Error(`the daemon logged no metrics address:\n${d.log()}`);
   return (JSON.parse(lines[lines.length - 1]) as { metrics: string }).metrics;
 }
@@ -107,7 +110,9 @@ describe('metrics over TCP', () => {
 
   it('every documented label value of output_dropped_bytes_total is there from the start (quota, disk_full, io_error)', async () => {
     const m = await scrape(target);
-    for (const stream of ['stdout', 'stderr', 'pty']) for (const reason of ['quota', 'disk_full', 'io_error']) expect(m.get(`${P}output_dropped_bytes_total{stream="${stream}",reason="${reason}"}`), `${stream} ${reason}`).toBe(0);
+    for (const stream of ['stdout', 'stderr', 'pty'])
+      for (const reason of ['quota', 'disk_full', 'io_error'])
+        expect(m.get(`${P}output_dropped_bytes_total{stream="${stream}",reason="${reason}"}`), `${stream} ${reason}`).toBe(0);
   });
 
   it('status gives the bound address (port 0 resolved), and sbx status shows it', async () => {
@@ -152,7 +157,11 @@ describe('metrics over TCP', () => {
       c.launch({ argv: ['sh', '-c', 'printf 7; exec sleep 30'], cwd: '/', timeout_ms: 300, grace_ms: 1000 }),
     ]);
     const receipts: Receipt[] = await Promise.all(launched.map((l) => c.wait({ session_id: l.session_id })));
-    expect(receipts.map((r) => [r.outcome, r.exit.code])).toEqual([['exited', 0], ['exited', 3], ['timed_out', null]]);
+    expect(receipts.map((r) => [r.outcome, r.exit.code])).toEqual([
+      ['exited', 0],
+      ['exited', 3],
+      ['timed_out', null],
+    ]);
     const after = await scrape(target);
     const delta = (series: string) => v(after, `${P}${series}`) - v(before, `${P}${series}`);
     expect(delta('launches_total{outcome="started"}')).toBe(3);
@@ -190,14 +199,14 @@ describe('metrics over TCP', () => {
     expect(delta('launches_total{outcome="started"}')).toBe(0);
   });
 
-  it('a live session\'s bytes count while it runs, and once only after its receipt', async () => {
+  it("a live session's bytes count while it runs, and once only after its receipt", async () => {
     const before = await scrape(target);
     const c = await d.client();
     const { session_id } = await c.launch({ argv: ['sh', '-c', 'printf xyz; exec sleep 30'], cwd: '/', grace_ms: 1000 });
     const live = await until(async () => {
       const m = await scrape(target);
       return v(m, `${P}output_stored_bytes_total{stream="stdout"}`) - v(before, `${P}output_stored_bytes_total{stream="stdout"}`) === 3 ? m : null;
-    }, 'the live session\'s 3 bytes in the scrape');
+    }, "the live session's 3 bytes in the scrape");
     expect(v(live, `${P}sessions{state="running"}`)).toBe(1);
     await c.request('cancel', { session_id });
     expect((await c.wait({ session_id })).outcome).toBe('cancelled');
@@ -264,13 +273,28 @@ describe('metrics over TCP', () => {
       await until(() => [...slow].filter((s) => s.readyState === 'open').length >= 64, 'the slow connections open');
       // Before the server closed slow connections for new ones, every scrape waited out the
       // header timeout of the slow ones (5 s), again and again.
-      await until(() => http(target).then((r) => r.status === 200, () => false), 'a scrape among 80 slow connections', 4_500);
+      await until(
+        () =>
+          http(target).then(
+            (r) => r.status === 200,
+            () => false,
+          ),
+        'a scrape among 80 slow connections',
+        4_500,
+      );
       expect(closedSlow).toBeGreaterThan(0);
     } finally {
       holding = false;
       for (const s of slow) s.destroy();
     }
-    await until(() => http(target).then((r) => r.status === 200, () => false), 'a scrape once the slow connections are gone');
+    await until(
+      () =>
+        http(target).then(
+          (r) => r.status === 200,
+          () => false,
+        ),
+      'a scrape once the slow connections are gone',
+    );
   });
 });
 
@@ -377,7 +401,8 @@ describe('metrics of refusals at the socket (ipc limits)', () => {
 
   it('a connection past ipc.maxConnections moves ipc_refusals_total{limit="connections"} by 1; every limit starts at 0', async () => {
     const before = await scrape(target);
-    for (const limit of ['in_flight', 'connections', 'pending_frame_bytes', 'frame_time', 'frame_bytes']) expect(before.has(`${P}ipc_refusals_total{limit="${limit}"}`), limit).toBe(true);
+    for (const limit of ['in_flight', 'connections', 'pending_frame_bytes', 'frame_time', 'frame_bytes'])
+      expect(before.has(`${P}ipc_refusals_total{limit="${limit}"}`), limit).toBe(true);
     await until(async () => v(await scrape(target), `${P}connections`) === 0, 'no connection open');
     const held = [raw(), raw(), raw(), raw()];
     await until(async () => v(await scrape(target), `${P}connections`) === 4, 'four connections held');
@@ -466,7 +491,11 @@ describe('metrics start-up errors (exit 2, a message, nothing made)', () => {
     expect(Buffer.byteLength(long)).toBeGreaterThan(107);
     const before = readdirSync(d.dir).sort();
     for (const [args, config, says] of [
-      [['--metrics', long], {}, `sandbox-supervisor: --metrics ${JSON.stringify(long)} is a Unix socket path of ${Buffer.byteLength(long)} bytes: at most 107 fit (sun_path, unix(7)); give a shorter path\n`],
+      [
+        ['--metrics', long],
+        {},
+        `sandbox-supervisor: --metrics ${JSON.stringify(long)} is a Unix socket path of ${Buffer.byteLength(long)} bytes: at most 107 fit (sun_path, unix(7)); give a shorter path\n`,
+      ],
       [[], { metrics: { listen: long } }, 'is a Unix socket path of'],
     ] as const) {
       const r = serve([...args], config);
@@ -476,7 +505,11 @@ describe('metrics start-up errors (exit 2, a message, nothing made)', () => {
       if (says.endsWith('\n')) expect(stderr).toBe(says);
       else expect(stderr).toContain(says);
     }
-    expect(readdirSync(d.dir).filter((n) => n !== 'config.json').sort()).toEqual(before.filter((n) => n !== 'config.json'));
+    expect(
+      readdirSync(d.dir)
+        .filter((n) => n !== 'config.json')
+        .sort(),
+    ).toEqual(before.filter((n) => n !== 'config.json'));
     expect(existsSync(long.slice(0, 107))).toBe(false);
     nothingMade();
   });
@@ -489,11 +522,13 @@ describe('metrics start-up errors (exit 2, a message, nothing made)', () => {
     nothingMade();
   });
 
-  it('--metrics at the supervisor\'s own socket path: refused before anything is made', () => {
+  it("--metrics at the supervisor's own socket path: refused before anything is made", () => {
     for (const path of [d.socketPath, d.socketPath.replace(/\/([^/]+)$/, '/./$1')]) {
       const r = serve(['--metrics', path]);
       expect(r.status, path).toBe(2);
-      expect(r.stderr.toString()).toBe(`sandbox-supervisor: --metrics ${path} is the supervisor's own socket (SBX_SOCKET or socketPath): give the metrics another path\n`);
+      expect(r.stderr.toString()).toBe(
+        `sandbox-supervisor: --metrics ${path} is the supervisor's own socket (SBX_SOCKET or socketPath): give the metrics another path\n`,
+      );
       nothingMade();
     }
   });

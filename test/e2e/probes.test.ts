@@ -29,7 +29,10 @@ describe('probes against sandbox-supervisor', () => {
     it(`${p.id}: ${p.title}`, async () => {
       const results = await runCase(daemon.socketPath, daemon.pid, p, { daemon });
       expect(results.length).toBeGreaterThan(0);
-      expect(results.filter((r) => !r.ok), markdown(results)).toEqual([]);
+      expect(
+        results.filter((r) => !r.ok),
+        markdown(results),
+      ).toEqual([]);
     });
   }
 });

@@ -81,7 +81,18 @@ describe('protocol', () => {
     // { id: 1, method: "hello", params: { versions: [1] } } with every integer as 0xcf uint64
     const u64 = (n: number) => Buffer.from([0xcf, 0, 0, 0, 0, 0, 0, 0, n]);
     const str = (t: string) => Buffer.concat([Buffer.from([0xa0 | t.length]), Buffer.from(t)]);
-    const body = Buffer.concat([Buffer.from([0x83]), str('id'), u64(1), str('method'), str('hello'), str('params'), Buffer.from([0x81]), str('versions'), Buffer.from([0x91]), u64(1)]);
+    const body = Buffer.concat([
+      Buffer.from([0x83]),
+      str('id'),
+      u64(1),
+      str('method'),
+      str('hello'),
+      str('params'),
+      Buffer.from([0x81]),
+      str('versions'),
+      Buffer.from([0x91]),
+      u64(1),
+    ]);
     const prefix = Buffer.alloc(4);
     prefix.writeUInt32BE(body.length);
     const { frames } = await exchange([prefix, body], 1);

@@ -67,7 +67,21 @@ describe('pty', () => {
   });
 
   it('resizes: the foreground process sees SIGWINCH and the new size', async () => {
-    const detached = await daemon.sbx(['run', '--detach', '--pty', '--cols', '80', '--rows', '24', '--timeout', '20s', '--', 'sh', '-c', 'trap "stty size" WINCH; echo ready; while :; do sleep 0.05; done']);
+    const detached = await daemon.sbx([
+      'run',
+      '--detach',
+      '--pty',
+      '--cols',
+      '80',
+      '--rows',
+      '24',
+      '--timeout',
+      '20s',
+      '--',
+      'sh',
+      '-c',
+      'trap "stty size" WINCH; echo ready; while :; do sleep 0.05; done',
+    ]);
     const id = detached.stdout.toString().trim();
     await until(async () => (await daemon.sbx(['logs', id])).stdout.toString().includes('ready'), 'the session to be ready');
     expect((await daemon.sbx(['resize', id, '120', '40'])).status).toBe(0);
@@ -75,16 +89,22 @@ describe('pty', () => {
     await daemon.sbx(['cancel', id, '--grace', '0']);
     expect((JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt).outcome).toBe('cancelled');
   });
-  it('a shim (the pty\'s session leader) killed before it reports leaves the session unknown, not hung', async () => {
+  it("a shim (the pty's session leader) killed before it reports leaves the session unknown, not hung", async () => {
     const m = `9${randomBytes(3).readUIntBE(0, 3)}`;
     const client = await daemon.client();
     try {
       const { session_id } = await client.launch({ argv: ['sleep', m], cwd: '/', pty: { cols: 80, rows: 24 } });
-      const [leader] = await until(() => { const pids = pidsWithMarker(m); return pids.length === 1 ? pids : null; }, 'the command to run');
+      const [leader] = await until(() => {
+        const pids = pidsWithMarker(m);
+        return pids.length === 1 ? pids : null;
+      }, 'the command to run');
       const shim = parentPid(leader);
       expect(readFileSync(`/proc/${shim}/cmdline`, 'utf8')).toContain('exec-shim');
       process.kill(shim, 'SIGKILL');
-      const row = await until(async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id && s.state === 'unknown'), 'the session to be unknown');
+      const row = await until(
+        async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id && s.state === 'unknown'),
+        'the session to be unknown',
+      );
       expect(row.reason).toBe("the exec shim (the session's subreaper) died before reporting all descendants reaped");
       expect((await client.receipt({ session_id })).receipt).toBeNull();
     } finally {
@@ -102,7 +122,7 @@ describe('stdin', () => {
     expect(r.stdout.toString()).toContain('got-hi\r\n');
   });
 
-  it('ends a pty session\'s input after a partial line too (two ^D)', async () => {
+  it("ends a pty session's input after a partial line too (two ^D)", async () => {
     const r = await daemon.sbx(['run', '--pty', '--stdin', '--', 'sh', '-c', 'read x; echo "got=$x"'], { input: 'abc' });
     expect(r.status).toBe(0);
     expect(r.stdout.toString()).toContain('got=abc');
@@ -160,7 +180,7 @@ describe('stdin', () => {
 });
 
 describe('a terminal reattaching', () => {
-  it('resumes stdin at the session\'s cursor: what is typed after a reattach is delivered once', async () => {
+  it("resumes stdin at the session's cursor: what is typed after a reattach is delivered once", async () => {
     const key = `tty-${randomBytes(4).toString('hex')}`;
     const fds: number[] = [];
     const sbxs: ReturnType<typeof spawn>[] = [];

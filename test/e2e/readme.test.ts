@@ -67,8 +67,17 @@ describe("the README's agent workflow", () => {
     const r = await within(run(['sh', '-c', block.replaceAll(WORKSPACE_IN_README, ws)], cwd, env), 'the CLI block', 60_000);
     expect(r.stderr).toBe('');
     const lines = r.stdout.split('\n');
-    expect(lines.slice(0, 6)).toEqual(['42', '42', 'exit 124', '42', '{"outcome":"exited","exit":{"code":0,"signal":null},"death":"cgroup_empty"}', 'complete: true']);
-    expect(lines[6]).toMatch(/^OK: task receipt of "turn-1" \(complete: true\) signed by sha256:[0-9a-f]{64}; 3 session receipt\(s\) match, 1 checkpoint\(s\) verify /);
+    expect(lines.slice(0, 6)).toEqual([
+      '42',
+      '42',
+      'exit 124',
+      '42',
+      '{"outcome":"exited","exit":{"code":0,"signal":null},"death":"cgroup_empty"}',
+      'complete: true',
+    ]);
+    expect(lines[6]).toMatch(
+      /^OK: task receipt of "turn-1" \(complete: true\) signed by sha256:[0-9a-f]{64}; 3 session receipt\(s\) match, 1 checkpoint\(s\) verify /,
+    );
     expect(lines[7]).toMatch(new RegExp(`^restored checkpoint [0-9a-f]{64} into ${cwd}/snapshot: `));
     expect(lines.slice(8)).toEqual(['OK: the restored tree is identical to the manifest', 'print(6 * 7)', '']);
     expect(r.status).toBe(0);
@@ -77,7 +86,12 @@ describe("the README's agent workflow", () => {
     const task = JSON.parse(readFileSync(join(cwd, 'task.json'), 'utf8'));
     expect(task).toMatchObject({ kind: 'task', task: 'turn-1', complete: true, obligations: [] });
     const ps = JSON.parse((await daemon.sbx(['ps', '--all', '--json'])).stdout.toString()) as Array<{ task: string; invocation_key: string }>;
-    expect(ps.filter((s) => s.task === 'turn-1').map((s) => s.invocation_key).sort()).toEqual(['turn-1-edit', 'turn-1-hang', 'turn-1-test']);
+    expect(
+      ps
+        .filter((s) => s.task === 'turn-1')
+        .map((s) => s.invocation_key)
+        .sort(),
+    ).toEqual(['turn-1-edit', 'turn-1-hang', 'turn-1-test']);
     const hang = JSON.parse((await daemon.sbx(['receipt', '--key', 'turn-1-hang'])).stdout.toString());
     expect(hang).toMatchObject({ outcome: 'timed_out', termination: { cause: 'deadline' }, death: { evidence: 'cgroup_empty' } });
     expect(readFileSync(join(ws, 'answer.py'), 'utf8')).toBe('print(6 * 7)\n');
@@ -95,6 +109,11 @@ describe("the README's agent workflow", () => {
     expect(r.stdout).toBe("0 exited b'42\\n'\nTrue True\nTrue []\nTrue True\n");
     expect(r.status).toBe(0);
     const ps = JSON.parse((await daemon.sbx(['ps', '--all', '--json'])).stdout.toString()) as Array<{ task: string; invocation_key: string }>;
-    expect(ps.filter((s) => s.task === 'turn-2').map((s) => s.invocation_key).sort()).toEqual(['turn-2-edit', 'turn-2-test']);
+    expect(
+      ps
+        .filter((s) => s.task === 'turn-2')
+        .map((s) => s.invocation_key)
+        .sort(),
+    ).toEqual(['turn-2-edit', 'turn-2-test']);
   });
 });

@@ -72,7 +72,9 @@ describe('restart', () => {
     expect(pidsWithMarker(m)).toEqual([]);
     const again = await d.sbx(['run', '--key', 'K-crash', '--cwd', '/', '--', ...argv]);
     expect(again.status).toBe(125);
-    expect(again.stderr.toString()).toBe(`sbx: session ${session_id}: owner lost (the supervisor that ran it stopped before it ended): its exit status is unknown, death evidence cgroup_empty (sbx receipt ${session_id})\n`);
+    expect(again.stderr.toString()).toBe(
+      `sbx: session ${session_id}: owner lost (the supervisor that ran it stopped before it ended): its exit status is unknown, death evidence cgroup_empty (sbx receipt ${session_id})\n`,
+    );
     expect(again.stdout.toString()).toBe('partial\n');
     expect(readFileSync(file, 'utf8')).toBe('run\n');
     // The cgroup subtree the crashed run left is this supervisor's: an orderly stop removes it.
@@ -125,22 +127,28 @@ describe('restart', () => {
     const { session_id } = await c1.launch({ argv: ['sh', '-c', 'i=0; while [ $i -lt 200 ]; do echo "row $i"; i=$((i+1)); sleep 0.002; done'], cwd: '/' });
     const head: Buffer[] = [];
     await new Promise<void>((resolve) => {
-      void c1.subscribe({ session_id, stream: 'stdout', from: 0, follow: true }, {
-        onOutput: (ev) => {
-          head.push(Buffer.from(ev.data));
-          if (Buffer.concat(head).length >= 50) {
-            c1.close();
-            resolve();
-          }
+      void c1.subscribe(
+        { session_id, stream: 'stdout', from: 0, follow: true },
+        {
+          onOutput: (ev) => {
+            head.push(Buffer.from(ev.data));
+            if (Buffer.concat(head).length >= 50) {
+              c1.close();
+              resolve();
+            }
+          },
+          onEnd: () => resolve(),
         },
-        onEnd: () => resolve(),
-      });
+      );
     });
     const first50 = Buffer.concat(head).subarray(0, 50);
     const c2 = await d.client();
     const rest: Buffer[] = [];
     await new Promise<void>((resolve) => {
-      void c2.subscribe({ session_id, stream: 'stdout', from: 50, follow: true }, { onOutput: (ev) => rest.push(Buffer.from(ev.data)), onEnd: () => resolve() });
+      void c2.subscribe(
+        { session_id, stream: 'stdout', from: 50, follow: true },
+        { onOutput: (ev) => rest.push(Buffer.from(ev.data)), onEnd: () => resolve() },
+      );
     });
     const whole = Buffer.concat([first50, ...rest]).toString();
     expect(whole).toBe(Array.from({ length: 200 }, (_, i) => `row ${i}\n`).join(''));
@@ -153,7 +161,13 @@ describe('restart', () => {
     const { session_id } = await c.launch({ argv: ['sh', '-c', `sleep ${m}`], cwd: '/', invocation_key: 'K-torn-live' });
     // Running inside its leaf (before that, a supervisor crash takes the shim with it).
     const procs = join(d.cgroupBase!, 'sessions', session_id, 'cgroup.procs');
-    await until(() => readFileSync(procs, 'utf8').split('\n').some((pid) => pid && pidsWithMarker(m).includes(Number(pid))), 'the command to run in its leaf');
+    await until(
+      () =>
+        readFileSync(procs, 'utf8')
+          .split('\n')
+          .some((pid) => pid && pidsWithMarker(m).includes(Number(pid))),
+      'the command to run in its leaf',
+    );
     await d.kill9();
     expect(pidsWithMarker(m).length).toBeGreaterThan(0); // still running, owner gone
     writeFileSync(join(d.stateDir, 'sessions', session_id, 'admission.json'), '{"sess');
@@ -188,10 +202,27 @@ describe('restart', () => {
     // A session from another boot, never settled: boot_changed evidence.
     const other = join(d.stateDir, 'sessions', 's-0000000aa-0123456789ab');
     mkdirSync(other);
-    writeFileSync(join(other, 'admission.json'), JSON.stringify({
-      session_id: 's-0000000aa-0123456789ab', invocation_key: 'K-old-boot', command_digest: 'sha256:00', argv: ['true'], cwd: '/', env: {},
-      timeout_ms: 0, grace_ms: 100, linger: 'kill', chunk_bytes: 4096, cgroup: null, mode: 'cgroup', boot_id: 'not-this-boot', generation: 1, instance: 'x', admitted_at: new Date().toISOString(),
-    }));
+    writeFileSync(
+      join(other, 'admission.json'),
+      JSON.stringify({
+        session_id: 's-0000000aa-0123456789ab',
+        invocation_key: 'K-old-boot',
+        command_digest: 'sha256:00',
+        argv: ['true'],
+        cwd: '/',
+        env: {},
+        timeout_ms: 0,
+        grace_ms: 100,
+        linger: 'kill',
+        chunk_bytes: 4096,
+        cgroup: null,
+        mode: 'cgroup',
+        boot_id: 'not-this-boot',
+        generation: 1,
+        instance: 'x',
+        admitted_at: new Date().toISOString(),
+      }),
+    );
     await d.start();
     const oldBoot = JSON.parse((await d.sbx(['wait', '--key', 'K-old-boot'])).stdout.toString()) as Receipt;
     expect(oldBoot).toMatchObject({ outcome: 'owner_lost', death: { evidence: 'boot_changed' } });
@@ -217,7 +248,7 @@ describe('restart', () => {
     expect((await d.sbx(['wait', session_id])).status).toBe(125);
   });
 
-  it('an unreadable key record: rebuilt from its session\'s admission record (kept aside); one no session claims refuses its key at once', async () => {
+  it("an unreadable key record: rebuilt from its session's admission record (kept aside); one no session claims refuses its key at once", async () => {
     const d = await daemon();
     const c = await d.client();
     const { session_id } = await c.launch({ argv: ['echo', 'ran once'], cwd: '/', invocation_key: 'K-rebuilt' });
@@ -235,7 +266,11 @@ describe('restart', () => {
     const retry = await d.sbx(['run', '--key', 'K-rebuilt', '--cwd', '/', '--', 'echo', 'ran once']);
     expect({ status: retry.status, stdout: retry.stdout.toString() }).toEqual({ status: 0, stdout: 'ran once\n' });
     expect(JSON.parse(readFileSync(join(keysDir, keyFile('K-rebuilt')), 'utf8'))).toMatchObject({ invocation_key: 'K-rebuilt', session_id });
-    expect(readdirSync(keysDir).filter((n) => n.startsWith(keyFile('K-rebuilt') + '.unreadable-')).map((n) => readFileSync(join(keysDir, n), 'utf8'))).toEqual(['']);
+    expect(
+      readdirSync(keysDir)
+        .filter((n) => n.startsWith(keyFile('K-rebuilt') + '.unreadable-'))
+        .map((n) => readFileSync(join(keysDir, n), 'utf8')),
+    ).toEqual(['']);
     const refused = await d.sbx(['run', '--key', 'K-orphan', '--cwd', '/', '--', 'echo', 'orphan']);
     expect(refused.status).toBe(125);
     expect(refused.stderr.toString()).toContain('KEY_CONFLICT');
@@ -264,7 +299,10 @@ describe('receipts read back at start', () => {
     expect(ps.status).toBe(0);
     const rows = JSON.parse(ps.stdout.toString()) as SessionSummary[];
     expect(rows.find((r) => r.session_id === ids[0])).toMatchObject({ state: 'ended', outcome: 'exited' });
-    expect(rows.find((r) => r.session_id === ids[1])).toMatchObject({ state: 'unknown', reason: expect.stringContaining('receipt is unreadable: not a receipt') });
+    expect(rows.find((r) => r.session_id === ids[1])).toMatchObject({
+      state: 'unknown',
+      reason: expect.stringContaining('receipt is unreadable: not a receipt'),
+    });
     expect(rows.find((r) => r.session_id === ids[2])).toMatchObject({ state: 'unknown', reason: expect.stringContaining('receipt does not verify') });
     expect((await d.sbx(['run', '--key', 'K-fine', '--cwd', '/', '--', 'sh', '-c', 'exit 3'])).status).toBe(3);
   });
@@ -324,14 +362,25 @@ describe('crashes in the middle of writing a receipt or removing output', () => 
 });
 
 describe('tombstones read back at start', () => {
-  it('a torn tombstone does not stop the start; one that is not of a session\'s receipt does not remove it', async () => {
+  it("a torn tombstone does not stop the start; one that is not of a session's receipt does not remove it", async () => {
     const d = await daemon();
     const ok = await d.sbx(['run', '--key', 'K-kept', '--cwd', '/', '--', 'echo', 'kept']);
     const [id] = readdirSync(join(d.stateDir, 'sessions'));
     await d.kill9();
     mkdirSync(join(d.stateDir, 'retired'), { recursive: true });
     writeFileSync(join(d.stateDir, 'retired', 's-0000-00.json'), 'null\n');
-    writeFileSync(join(d.stateDir, 'retired', `${id}.json`), JSON.stringify({ session_id: id, invocation_key: 'K-kept', command_digest: 'x', outcome: 'exited', ended_at: 'x', receipt_sha256: 'sha256:not-its', retired_at: 'x' }));
+    writeFileSync(
+      join(d.stateDir, 'retired', `${id}.json`),
+      JSON.stringify({
+        session_id: id,
+        invocation_key: 'K-kept',
+        command_digest: 'x',
+        outcome: 'exited',
+        ended_at: 'x',
+        receipt_sha256: 'sha256:not-its',
+        retired_at: 'x',
+      }),
+    );
     await d.start();
     expect(ok.status).toBe(0);
     expect((await d.sbx(['logs', '--key', 'K-kept'])).stdout.toString()).toBe('kept\n');
@@ -347,7 +396,13 @@ describe('crashes at exact points (SBX_FAULT_POINT)', () => {
     const c = await d.client();
     const { session_id } = await c.launch({ argv: ['sh', '-c', `trap "" TERM; sleep ${m}`], cwd: '/', invocation_key: 'lg', grace_ms: 45_000 });
     const procs = join(d.cgroupBase!, 'sessions', session_id, 'cgroup.procs');
-    await until(() => readFileSync(procs, 'utf8').split('\n').some((pid) => pid && pidsWithMarker(m).includes(Number(pid))), 'the orphan to run in its leaf');
+    await until(
+      () =>
+        readFileSync(procs, 'utf8')
+          .split('\n')
+          .some((pid) => pid && pidsWithMarker(m).includes(Number(pid))),
+      'the orphan to run in its leaf',
+    );
     await d.kill9();
     const restartedAt = performance.now();
     await d.start();
@@ -363,7 +418,9 @@ describe('crashes at exact points (SBX_FAULT_POINT)', () => {
     expect(row.reason).toMatch(/being ended: SIGTERM sent to \d+ processes at .*, cgroup\.kill after its grace of 45000 ms/);
     const status = JSON.parse((await d.sbx(['status', '--json'])).stdout.toString());
     expect(status.admission).toBe('open');
-    expect((await d.sbx(['ps'])).stdout.toString()).toMatch(new RegExp(`\\n${session_id} is unknown \\(its receipt is on its way\\): .*being ended: SIGTERM sent to`));
+    expect((await d.sbx(['ps'])).stdout.toString()).toMatch(
+      new RegExp(`\\n${session_id} is unknown \\(its receipt is on its way\\): .*being ended: SIGTERM sent to`),
+    );
     const retry = await d.sbx(['run', '--key', 'lg', '--detach', '--json', '--cwd', '/', '--', 'sh', '-c', `trap "" TERM; sleep ${m}`]);
     expect(JSON.parse(retry.stdout.toString())).toEqual({ session_id, existing: true, state: 'unknown' });
     console.log(`restart → a new key's receipt: ${admittedMs.toFixed(0)} ms (sbx started twice), while the orphan's grace of 45 s runs`);
@@ -406,7 +463,10 @@ describe('crashes at exact points (SBX_FAULT_POINT)', () => {
     const d = await daemon();
     const file = join(d.dir, 'runs.txt');
     const args = (key: string) => ['run', '--key', key, '--cwd', '/', '--', 'sh', '-c', `echo ${key} >> ${file}; echo out`];
-    for (const [point, key] of [['launch:before-spawn', 'K-unspawned'], ['session:started-recorded', 'K-spawned']]) {
+    for (const [point, key] of [
+      ['launch:before-spawn', 'K-unspawned'],
+      ['session:started-recorded', 'K-spawned'],
+    ]) {
       d.withEnv({ SBX_FAULT_POINT: point });
       await d.terminate();
       await d.start();

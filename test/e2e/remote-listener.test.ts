@@ -25,7 +25,12 @@ const UPGRADE_TIMEOUT_MS = 500;
 const HELLO_TIMEOUT_MS = 3000;
 
 /** GET path on host:port: status, headers, body. */
-function httpGet(host: string, port: number, path: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
+function httpGet(
+  host: string,
+  port: number,
+  path: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
   return new Promise((resolve, reject) => {
     const req = request({ host, port, path, headers, agent: false }, (res) => {
       const parts: Buffer[] = [];
@@ -72,7 +77,13 @@ describe('the WebSocket listener', () => {
     config: {
       ipc: { maxFrameBytes: MAX_FRAME_BYTES, handshakeTimeoutMs: HELLO_TIMEOUT_MS },
       metrics: { listen: '127.0.0.1:0' },
-      remote: { listen: '127.0.0.1:0', maxConnections: MAX_CONNECTIONS, pingIntervalMs: PING_INTERVAL_MS, pingTimeoutMs: PING_TIMEOUT_MS, upgradeTimeoutMs: UPGRADE_TIMEOUT_MS },
+      remote: {
+        listen: '127.0.0.1:0',
+        maxConnections: MAX_CONNECTIONS,
+        pingIntervalMs: PING_INTERVAL_MS,
+        pingTimeoutMs: PING_TIMEOUT_MS,
+        upgradeTimeoutMs: UPGRADE_TIMEOUT_MS,
+      },
     },
   });
   let url = '';
@@ -120,7 +131,10 @@ describe('the WebSocket listener', () => {
     onTestFinished(() => peer.close());
     const pong = await peer.request<{ now_ms: number }>('ping');
     expect(Math.abs(pong.now_ms - Date.now())).toBeLessThan(5000);
-    const launched = await peer.request<{ session_id: string }>('launch', { argv: ['sh', '-c', 'head -c 3000000 /dev/urandom | tee /dev/stderr | sha256sum >&2; printf done'], cwd: '/' });
+    const launched = await peer.request<{ session_id: string }>('launch', {
+      argv: ['sh', '-c', 'head -c 3000000 /dev/urandom | tee /dev/stderr | sha256sum >&2; printf done'],
+      cwd: '/',
+    });
     const out = await peer.readAll(launched.session_id);
     const receipt = await peer.request<Receipt>('wait', { session_id: launched.session_id });
     expect(out.toString()).toBe('done');
@@ -141,7 +155,12 @@ describe('the WebSocket listener', () => {
     const wrong0 = await metric(metricsAddr, 'sandbox_supervisor_remote_handshake_failures_total{reason="wrong_token"}');
     const offByOne = token.slice(0, -1) + (token.endsWith('A') ? 'B' : 'A');
     const answers = [];
-    for (const headers of [{} as Record<string, string>, { Authorization: 'Bearer not-the-token' }, { Authorization: `Bearer ${offByOne}` }, { Authorization: `Basic ${token}` }]) {
+    for (const headers of [
+      {} as Record<string, string>,
+      { Authorization: 'Bearer not-the-token' },
+      { Authorization: `Bearer ${offByOne}` },
+      { Authorization: `Basic ${token}` },
+    ]) {
       answers.push(await refusedUpgrade(url, headers));
     }
     for (const a of answers) {
@@ -182,10 +201,14 @@ describe('the WebSocket listener', () => {
 
   it('closes idle TCP connections past remote.maxConnections oldest first: a client with the token still gets in', async () => {
     const idle = await Promise.all(
-      Array.from({ length: 3 * MAX_CONNECTIONS }, () => new Promise<ReturnType<typeof connect>>((resolve, reject) => {
-        const s = connect(port, host, () => resolve(s));
-        s.on('error', reject);
-      })),
+      Array.from(
+        { length: 3 * MAX_CONNECTIONS },
+        () =>
+          new Promise<ReturnType<typeof connect>>((resolve, reject) => {
+            const s = connect(port, host, () => resolve(s));
+            s.on('error', reject);
+          }),
+      ),
     );
     const closed = idle.map((s) => new Promise<void>((r) => s.once('close', () => r())));
     onTestFinished(() => idle.forEach((s) => s.destroy()));
@@ -233,7 +256,11 @@ describe('the WebSocket listener', () => {
     // A malformed upgrade (with the token): 400, counted bad_upgrade.
     const bad0 = await metric(metricsAddr, 'sandbox_supervisor_remote_handshake_failures_total{reason="bad_upgrade"}');
     const answer = await new Promise<string>((resolve, reject) => {
-      const sock = connect(port, host, () => sock.write(`GET / HTTP/1.1\r\nHost: ${host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 99\r\nAuthorization: Bearer ${token}\r\n\r\n`));
+      const sock = connect(port, host, () =>
+        sock.write(
+          `GET / HTTP/1.1\r\nHost: ${host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 99\r\nAuthorization: Bearer ${token}\r\n\r\n`,
+        ),
+      );
       let text = '';
       sock.on('data', (b: Buffer) => (text += b.toString()));
       sock.on('error', reject);
@@ -288,7 +315,9 @@ describe('the WebSocket listener', () => {
     await until(() => drops() > dropsBefore, 'the keepalive to drop the peer that does not read');
     const droppedAfterMs = performance.now() - t0;
     await until(async () => (await metric(metricsAddr, 'sandbox_supervisor_remote_connections')) === 0, 'the connection gone');
-    console.log(`supervisor RSS growth with a ${TOTAL / 1024 / 1024} MiB subscription to a peer that does not read: ${(grownBytes / 1024 / 1024).toFixed(1)} MiB; dropped after ${Math.round(droppedAfterMs)} ms`);
+    console.log(
+      `supervisor RSS growth with a ${TOTAL / 1024 / 1024} MiB subscription to a peer that does not read: ${(grownBytes / 1024 / 1024).toFixed(1)} MiB; dropped after ${Math.round(droppedAfterMs)} ms`,
+    );
     expect(grownBytes).toBeLessThan(32 * 1024 * 1024);
     expect(droppedAfterMs).toBeLessThan(2 * (PING_INTERVAL_MS + PING_TIMEOUT_MS) + 1000);
     peer.ws.resume();
@@ -317,14 +346,21 @@ describe('the WebSocket listener', () => {
     const before = await metric(metricsAddr, series);
     const tmp = `${tokenFile}.new`;
     const next = `next-${Math.random().toString(36).slice(2)}-0123456789`;
-    const errors = () => d.log().split('\n').filter((l) => /"level":50/.test(l) && l.includes('the remote token file fails its checks')).length;
+    const errors = () =>
+      d
+        .log()
+        .split('\n')
+        .filter((l) => /"level":50/.test(l) && l.includes('the remote token file fails its checks')).length;
     const errors0 = errors();
     const bad: [string, () => void][] = [
       ['readable by others (mode 644)', () => writeFileSync(tmp, `${next}\n`, { mode: 0o644 })],
-      ['is a symbolic link', () => {
-        writeFileSync(`${tokenFile}.target`, `${next}\n`, { mode: 0o600 });
-        symlinkSync(`${tokenFile}.target`, tmp);
-      }],
+      [
+        'is a symbolic link',
+        () => {
+          writeFileSync(`${tokenFile}.target`, `${next}\n`, { mode: 0o600 });
+          symlinkSync(`${tokenFile}.target`, tmp);
+        },
+      ],
       ['1 characters (at least 16)', () => writeFileSync(tmp, 'a\n', { mode: 0o600 })],
     ];
     let n = 0;
@@ -338,7 +374,10 @@ describe('the WebSocket listener', () => {
         expect(r.body.error.message).toContain('token file fails its checks');
         n++;
       }
-      const lines = d.log().split('\n').filter((l) => /"level":50/.test(l) && l.includes('the remote token file fails its checks'));
+      const lines = d
+        .log()
+        .split('\n')
+        .filter((l) => /"level":50/.test(l) && l.includes('the remote token file fails its checks'));
       expect(lines.at(-1)).toContain(why);
       expect(lines.at(-1)).not.toContain(next);
     }
@@ -354,7 +393,11 @@ describe('the WebSocket listener', () => {
   it('answers request headers over 16 KiB with 431 and the JSON body, counted bad_upgrade', async () => {
     const bad0 = await metric(metricsAddr, 'sandbox_supervisor_remote_handshake_failures_total{reason="bad_upgrade"}');
     const answer = await new Promise<string>((resolve, reject) => {
-      const sock = connect(port, host, () => sock.write(`GET / HTTP/1.1\r\nHost: ${host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer ${token}\r\nX-Padding: ${'p'.repeat(17 * 1024)}\r\n\r\n`));
+      const sock = connect(port, host, () =>
+        sock.write(
+          `GET / HTTP/1.1\r\nHost: ${host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer ${token}\r\nX-Padding: ${'p'.repeat(17 * 1024)}\r\n\r\n`,
+        ),
+      );
       let text = '';
       sock.on('data', (b: Buffer) => (text += b.toString()));
       sock.on('error', reject);
@@ -373,7 +416,9 @@ describe('the WebSocket listener', () => {
     const t0 = performance.now();
     const closedAfterMs = await new Promise<number>((resolve, reject) => {
       const s = connect(port, host, () => {
-        s.write(`GET / HTTP/1.1\r\nHost: ${host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer ${token}\r\n\r\n`);
+        s.write(
+          `GET / HTTP/1.1\r\nHost: ${host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer ${token}\r\n\r\n`,
+        );
       });
       let head = '';
       s.on('data', (b: Buffer) => (head += b.toString('latin1')));
@@ -403,7 +448,27 @@ describe('the WebSocket listener over TLS', () => {
     if (!OPENSSL) return;
     const key = join(d.dir, 'key.pem');
     const crt = join(d.dir, 'cert.pem');
-    const r = spawnSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', crt, '-days', '1', '-subj', '/CN=localhost', '-addext', 'subjectAltName=IP:127.0.0.1'], { encoding: 'utf8' });
+    const r = spawnSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'rsa:2048',
+        '-nodes',
+        '-keyout',
+        key,
+        '-out',
+        crt,
+        '-days',
+        '1',
+        '-subj',
+        '/CN=localhost',
+        '-addext',
+        'subjectAltName=IP:127.0.0.1',
+      ],
+      { encoding: 'utf8' },
+    );
     expect(r.status, r.stderr).toBe(0);
     cert = readFileSync(crt);
     d.withConfig({ remote: { listen: '127.0.0.1:0', tlsCertFile: crt, tlsKeyFile: key } });
@@ -413,24 +478,27 @@ describe('the WebSocket listener over TLS', () => {
     await d.stop();
   });
 
-  it.skipIf(!OPENSSL)(OPENSSL ? 'serves wss with a self-signed certificate; the token from SBX_REMOTE_TOKEN' : 'serves wss (skipped: openssl is not installed)', async () => {
-    const status = await remoteUp(d);
-    expect(status.remote).toMatch(/^wss:\/\/127\.0\.0\.1:\d+\/$/);
-    const url = status.remote!;
-    const peer = await WsPeer.connect(url, 'tls-test-token-0123456789abcdef', { ca: cert });
-    const launched = await peer.request<{ session_id: string }>('launch', { argv: ['printf', 'over tls'], cwd: '/' });
-    const out = await peer.readAll(launched.session_id);
-    const receipt = await peer.request<Receipt>('wait', { session_id: launched.session_id });
-    peer.close();
-    expect(out.toString()).toBe('over tls');
-    expect(receipt.exit).toEqual({ code: 0, signal: null });
-    // Not a token file when the environment gives the token.
-    expect(d.log()).toContain('"token":"SBX_REMOTE_TOKEN"');
-    expect(d.log()).not.toContain('tls-test-token-0123456789abcdef');
-    // Not trusted without the certificate; refused without the token.
-    await expect(WsPeer.open(url, 'tls-test-token-0123456789abcdef')).rejects.toThrow(/self.signed|certificate/i);
-    expect((await refusedUpgrade(url, { Authorization: 'Bearer nope' }, { ca: cert })).status).toBe(401);
-  });
+  it.skipIf(!OPENSSL)(
+    OPENSSL ? 'serves wss with a self-signed certificate; the token from SBX_REMOTE_TOKEN' : 'serves wss (skipped: openssl is not installed)',
+    async () => {
+      const status = await remoteUp(d);
+      expect(status.remote).toMatch(/^wss:\/\/127\.0\.0\.1:\d+\/$/);
+      const url = status.remote!;
+      const peer = await WsPeer.connect(url, 'tls-test-token-0123456789abcdef', { ca: cert });
+      const launched = await peer.request<{ session_id: string }>('launch', { argv: ['printf', 'over tls'], cwd: '/' });
+      const out = await peer.readAll(launched.session_id);
+      const receipt = await peer.request<Receipt>('wait', { session_id: launched.session_id });
+      peer.close();
+      expect(out.toString()).toBe('over tls');
+      expect(receipt.exit).toEqual({ code: 0, signal: null });
+      // Not a token file when the environment gives the token.
+      expect(d.log()).toContain('"token":"SBX_REMOTE_TOKEN"');
+      expect(d.log()).not.toContain('tls-test-token-0123456789abcdef');
+      // Not trusted without the certificate; refused without the token.
+      await expect(WsPeer.open(url, 'tls-test-token-0123456789abcdef')).rejects.toThrow(/self.signed|certificate/i);
+      expect((await refusedUpgrade(url, { Authorization: 'Bearer nope' }, { ca: cert })).status).toBe(401);
+    },
+  );
 });
 
 describe('the WebSocket listener refuses to start', () => {
@@ -439,11 +507,19 @@ describe('the WebSocket listener refuses to start', () => {
     try {
       const config = join(d.dir, 'config.json');
       writeFileSync(config, JSON.stringify({ remote: { insecure: true } }));
-      const r = spawnSync(process.execPath, [DAEMON, 'serve', '--config', config, '--listen', '0.0.0.0:0'], { env: { ...process.env, SBX_SOCKET: d.socketPath, SBX_STATE_DIR: d.stateDir }, encoding: 'utf8', timeout: 30_000 });
+      const r = spawnSync(process.execPath, [DAEMON, 'serve', '--config', config, '--listen', '0.0.0.0:0'], {
+        env: { ...process.env, SBX_SOCKET: d.socketPath, SBX_STATE_DIR: d.stateDir },
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
       expect(r.status).toBe(2);
       expect(r.stderr).toContain('--listen remote.insecure (no token) is allowed only on a loopback address, not 0.0.0.0:0');
       expect(existsSync(d.stateDir)).toBe(false);
-      const path = spawnSync(process.execPath, [DAEMON, 'serve', '--config', config, '--listen', '/tmp/x.sock'], { env: { ...process.env, SBX_SOCKET: d.socketPath, SBX_STATE_DIR: d.stateDir }, encoding: 'utf8', timeout: 30_000 });
+      const path = spawnSync(process.execPath, [DAEMON, 'serve', '--config', config, '--listen', '/tmp/x.sock'], {
+        env: { ...process.env, SBX_SOCKET: d.socketPath, SBX_STATE_DIR: d.stateDir },
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
       expect(path.status).toBe(2);
       expect(path.stderr).toContain('is a path');
     } finally {
@@ -451,7 +527,10 @@ describe('the WebSocket listener refuses to start', () => {
     }
   });
 
-  for (const [envToken, why] of [[' ', 'SBX_REMOTE_TOKEN holds white space'], ['a', 'SBX_REMOTE_TOKEN holds a token of 1 characters (at least 16)']]) {
+  for (const [envToken, why] of [
+    [' ', 'SBX_REMOTE_TOKEN holds white space'],
+    ['a', 'SBX_REMOTE_TOKEN holds a token of 1 characters (at least 16)'],
+  ]) {
     it(`with SBX_REMOTE_TOKEN=${JSON.stringify(envToken)}: exit 2 saying why; the Unix socket never listened`, async () => {
       const d = new TestDaemon({ env: { SBX_REMOTE_TOKEN: envToken } });
       try {

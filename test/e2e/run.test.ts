@@ -166,14 +166,20 @@ describe('sbx run', () => {
   it('ends quietly when its reader goes away (sbx status | head -1)', async () => {
     const { spawnSync } = await import('node:child_process');
     const { SBX } = await import('../helpers/daemon.js');
-    const r = spawnSync('sh', ['-c', `"${process.execPath}" "${SBX}" status | head -1`], { env: { ...process.env, SBX_SOCKET: daemon.socketPath }, encoding: 'utf8' });
+    const r = spawnSync('sh', ['-c', `"${process.execPath}" "${SBX}" status | head -1`], {
+      env: { ...process.env, SBX_SOCKET: daemon.socketPath },
+      encoding: 'utf8',
+    });
     expect(r.stdout).toMatch(/^version /);
     expect(r.stderr).toBe('');
   });
 
   it("sbx run's reader going away (sbx run -- ... | head -1): one line says the session goes on", async () => {
     const key = 'K-reader-gone';
-    const r = spawnSync('sh', ['-c', `${SBX_BIN} run --key ${key} -- sh -c 'while :; do echo y; sleep 0.01; done' | head -1`], { env: { ...process.env, SBX_SOCKET: daemon.socketPath }, encoding: 'utf8' });
+    const r = spawnSync('sh', ['-c', `${SBX_BIN} run --key ${key} -- sh -c 'while :; do echo y; sleep 0.01; done' | head -1`], {
+      env: { ...process.env, SBX_SOCKET: daemon.socketPath },
+      encoding: 'utf8',
+    });
     const client = await daemon.client();
     const row = (await client.ps(true)).sessions.find((s) => s.invocation_key === key)!;
     expect(r.stdout).toBe('y\n');
@@ -205,7 +211,10 @@ describe('sbx run', () => {
 
   it('--pty from a terminal that reports 0x0 (some consoles and CI ptys) gets 80x24, not a refusal', () => {
     // script(1) gives sbx a terminal; stty sets its size to 0x0 first.
-    const r = spawnSync('script', ['-qec', `stty cols 0 rows 0; ${SBX_BIN} run --pty -- stty size`, '/dev/null'], { env: { ...process.env, SBX_SOCKET: daemon.socketPath }, encoding: 'utf8' });
+    const r = spawnSync('script', ['-qec', `stty cols 0 rows 0; ${SBX_BIN} run --pty -- stty size`, '/dev/null'], {
+      env: { ...process.env, SBX_SOCKET: daemon.socketPath },
+      encoding: 'utf8',
+    });
     expect(r.stdout.replace(/\r/g, '')).toBe('24 80\n');
     expect(r.status).toBe(0);
   });
@@ -227,7 +236,11 @@ async function sbxArgvFromFile(args: string[]): Promise<SbxResult> {
   const script = `import { readFileSync } from 'node:fs';
     process.argv = [process.execPath, ${JSON.stringify(SBX)}, ...JSON.parse(readFileSync(process.argv[1], 'utf8'))];
     await import(${JSON.stringify(pathToFileURL(SBX).href)});`;
-  const child = spawn(process.execPath, ['--input-type=module', '-e', script, file], { cwd: daemon.dir, env: { ...process.env, SBX_SOCKET: daemon.socketPath }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script, file], {
+    cwd: daemon.dir,
+    env: { ...process.env, SBX_SOCKET: daemon.socketPath },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const out: Buffer[] = [];
   const err: Buffer[] = [];
   child.stdout.on('data', (d: Buffer) => out.push(d));
@@ -254,10 +267,12 @@ describe('argv at the kernel limit (execve(2): ARG_MAX, MAX_ARG_STRLEN)', () => 
     expect(r.status).toBe(0);
   });
 
-  it('refuses an argument that is not valid UTF-8 (the command\'s, --env, --cwd, --key) rather than send other bytes', async () => {
+  it("refuses an argument that is not valid UTF-8 (the command's, --env, --cwd, --key) rather than send other bytes", async () => {
     const before = JSON.parse((await daemon.sbx(['ps', '--all', '--json'])).stdout.toString()).length;
     for (const args of ['run -- /bin/echo "$X"', 'run /bin/echo "$X"', 'run --env "Y=$X" -- true', 'run --cwd "/tmp/$X" -- true', 'run --key "k$X" -- true']) {
-      const r = spawnSync('sh', ['-c', `X="$(printf 'a\\377b')"; exec "$0" "$1" ${args}`, process.execPath, SBX], { env: { ...process.env, SBX_SOCKET: daemon.socketPath } });
+      const r = spawnSync('sh', ['-c', `X="$(printf 'a\\377b')"; exec "$0" "$1" ${args}`, process.execPath, SBX], {
+        env: { ...process.env, SBX_SOCKET: daemon.socketPath },
+      });
       expect(r.status, args).toBe(125);
       expect(r.stderr.toString(), args).toMatch(/^sbx: INVALID_ARGUMENT: argument \d+ \(".*"\) is not valid UTF-8/);
       expect(r.stdout.toString()).toBe('');
@@ -273,7 +288,7 @@ describe('argv at the kernel limit (execve(2): ARG_MAX, MAX_ARG_STRLEN)', () => 
     expect(r.status).toBe(0);
   });
 
-  it('hands the argv to a pty session\'s shim too (it stays as the session leader)', async () => {
+  it("hands the argv to a pty session's shim too (it stays as the session leader)", async () => {
     const r = await daemon.sbx(['run', '--pty', '--', 'sh', '-c', 'printf "[%s]" "$#" "$@"', 'sh', 'a  b', '', 'c']);
     expect(r.stdout.toString()).toBe('[3][a  b][][c]');
     expect(r.status).toBe(0);
@@ -316,7 +331,7 @@ describe('argv at the kernel limit (execve(2): ARG_MAX, MAX_ARG_STRLEN)', () => 
     expect(receipt).toMatchObject({ outcome: 'spawn_failed', spawn_error: { stage: 'exec', errno: 7, code: 'E2BIG' }, exit: { code: 126, signal: null } });
   });
 
-  it('reports an environment too large for the shim\'s own exec the same way: E2BIG at exec, 126, no stack', async () => {
+  it("reports an environment too large for the shim's own exec the same way: E2BIG at exec, 126, no stack", async () => {
     const logFrom = daemon.log().length;
     const client = await daemon.client();
     // 24 values of 100 KiB: 2.4 MiB of environment, over ARG_MAX; each entry is valid.

@@ -5,7 +5,20 @@
 // snapshot leaves out (verify) start from sbx.js.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
-import { chmodSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  cpSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -91,7 +104,9 @@ describe('the sbx launcher', () => {
     writeFileSync(join(other, 'receipt-key.pub'), generateKeyPairSync('ed25519').publicKey.export({ type: 'spki', format: 'pem' }));
     const w = spawnSync(SBX_BIN, ['verify', file, '--state-dir', other], { env: env(), encoding: 'utf8' });
     expect(w.stdout).toMatch(/^MISMATCH: signed by key sha256:[0-9a-f]+, but the key checked against is sha256:[0-9a-f]+\n/);
-    expect(w.stderr).toBe(`sbx: the key checked against is ${join(other, 'receipt-key.pub')} (in --state-dir); a receipt from another supervisor needs its key: --public-key FILE or --state-dir DIR\n`);
+    expect(w.stderr).toBe(
+      `sbx: the key checked against is ${join(other, 'receipt-key.pub')} (in --state-dir); a receipt from another supervisor needs its key: --public-key FILE or --state-dir DIR\n`,
+    );
     expect(w.status).toBe(1);
   });
 
@@ -102,7 +117,9 @@ describe('the sbx launcher', () => {
     child.kill('SIGKILL');
     await until(() => child.exitCode !== null || child.signalCode !== null, 'sbx to be gone');
     // --inherit-env passes NODE_OPTIONS on to the command unchanged.
-    const r = spawnSync(SBX_BIN, ['run', '--inherit-env', '--', 'sh', '-c', 'printf "%s" "$NODE_OPTIONS"; printf err >&2; exit 4'], { env: { ...env(), ...opts } });
+    const r = spawnSync(SBX_BIN, ['run', '--inherit-env', '--', 'sh', '-c', 'printf "%s" "$NODE_OPTIONS"; printf err >&2; exit 4'], {
+      env: { ...env(), ...opts },
+    });
     expect(r.stderr.toString()).toBe('err');
     expect(r.stdout.toString()).toBe('--max-old-space-size=4096');
     expect(r.status).toBe(4);
@@ -156,7 +173,10 @@ describe('the sbx launcher', () => {
     for (const stale of ['another node', 'the node file replaced'] as const) {
       // (the identity is st_dev:st_ino:st_size:st_mtime; another inode stands for a replaced file)
       const [dev, ino, size, mtime] = identity!.split(':');
-      const stamp = stale === 'another node' ? `/nonexistent/node\nv0.0.0\n${identity}\n` : `${process.execPath}\n${process.version}\n${dev}:${Number(ino) + 1}:${size}:${mtime}\n`;
+      const stamp =
+        stale === 'another node'
+          ? `/nonexistent/node\nv0.0.0\n${identity}\n`
+          : `${process.execPath}\n${process.version}\n${dev}:${Number(ino) + 1}:${size}:${mtime}\n`;
       writeFileSync(join(copy, 'dist/cli/sbx.blob.node'), stamp);
       const { child, cmdline } = await running(bin);
       expect(cmdline.slice(1)).toEqual([join(copy, 'dist/cli/sbx.js'), 'run', '--key', expect.any(String), '--', 'sleep', '30']);

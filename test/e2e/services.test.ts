@@ -34,7 +34,6 @@ async function summary(id: string): Promise<SessionSummary> {
   return all.find((s) => s.session_id === id)!;
 }
 
-
 /** The cgroup (v2 path) of a pid now, from /proc/PID/cgroup's 0:: line. */
 function cgroupOf(pid: number): string | null {
   try {
@@ -71,11 +70,16 @@ describe('hand-off of leftovers (the default)', () => {
     expect((await daemon.sbx(['cancel', sid])).status).toBe(0);
     const w = await daemon.sbx(['wait', sid]);
     const sr = JSON.parse(w.stdout.toString()) as Receipt;
-    expect(sr).toMatchObject({ outcome: 'cancelled', termination: { cause: 'cancel' }, service: { handed_off_from: r.receipt.session_id }, death: { evidence: 'cgroup_empty' } });
+    expect(sr).toMatchObject({
+      outcome: 'cancelled',
+      termination: { cause: 'cancel' },
+      service: { handed_off_from: r.receipt.session_id },
+      death: { evidence: 'cgroup_empty' },
+    });
     expect(pidsWithMarker(m)).toEqual([]);
   });
 
-  it('a service keeps the original stdout: bytes written after the hand-off are the service\'s, before it the command\'s; it ends by itself (wait: 0)', async () => {
+  it("a service keeps the original stdout: bytes written after the hand-off are the service's, before it the command's; it ends by itself (wait: 0)", async () => {
     const r = await run([], ['sh', '-c', 'echo mine; (sleep 0.3; echo theirs; echo err >&2) & exit 0']);
     expect(r.status).toBe(0);
     expect(r.stdout.toString()).toBe('mine\n');
@@ -102,7 +106,7 @@ describe('hand-off of leftovers (the default)', () => {
     expect(pidsWithMarker(m)).toEqual([]);
   });
 
-  it('a descendant that forks in a loop during the move: every process ends up in the service, none in the command\'s leaf or elsewhere', async () => {
+  it("a descendant that forks in a loop during the move: every process ends up in the service, none in the command's leaf or elsewhere", async () => {
     const m = marker();
     // The loop forks a short-lived child (and a subshell) without pause; the hand-off freezes it mid-loop.
     const r = await run([], ['sh', '-c', `(while :; do sleep 0 ${m}; done) & (while :; do (true ${m}) ; done) & exit 0`]);
@@ -124,7 +128,7 @@ describe('hand-off of leftovers (the default)', () => {
     await until(() => pidsWithMarker(m).length === 0, 'every forked process to be gone');
   });
 
-  it('--linger kill ends them and says so once on stderr; -q keeps stderr the command\'s own', async () => {
+  it("--linger kill ends them and says so once on stderr; -q keeps stderr the command's own", async () => {
     const m = marker();
     const r = await run(['--linger', 'kill'], ['sh', '-c', `sleep ${m} & sleep ${m} & echo x >&2`]);
     expect(r.status).toBe(0);
@@ -155,24 +159,35 @@ describe('services and tasks', () => {
     const t = task();
     const dir = mkdtempSync(join(daemon.dir, 'www-'));
     writeFileSync(join(dir, 'hello.txt'), 'hello from the service\n');
-    const start = await run(['--task', t, '--cwd', dir], [
-      'sh',
-      '-c',
-      // The port, once the server says it (polled, with a bound): http.server prints "Serving HTTP on ... port N".
-      'python3 -u -m http.server 0 --bind 127.0.0.1 > srv.log 2>&1 & i=0; while [ $i -lt 400 ]; do p=$(sed -n "s/.* port \\([0-9]*\\) .*/\\1/p" srv.log); [ -n "$p" ] && break; sleep 0.025; i=$((i+1)); done; echo "$p"',
-    ]);
+    const start = await run(
+      ['--task', t, '--cwd', dir],
+      [
+        'sh',
+        '-c',
+        // The port, once the server says it (polled, with a bound): http.server prints "Serving HTTP on ... port N".
+        'python3 -u -m http.server 0 --bind 127.0.0.1 > srv.log 2>&1 & i=0; while [ $i -lt 400 ]; do p=$(sed -n "s/.* port \\([0-9]*\\) .*/\\1/p" srv.log); [ -n "$p" ] && break; sleep 0.025; i=$((i+1)); done; echo "$p"',
+      ],
+    );
     expect(start.status, start.stderr.toString()).toBe(0);
     const port = Number(start.stdout.toString().trim());
     expect(port).toBeGreaterThan(0);
     const sid = start.receipt.handed_off!.service_id;
-    const fetched = await run(['--task', t], ['python3', '-c', `import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:${port}/hello.txt').read().decode(), end='')`]);
+    const fetched = await run(
+      ['--task', t],
+      ['python3', '-c', `import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:${port}/hello.txt').read().decode(), end='')`],
+    );
     expect(fetched.stdout.toString()).toBe('hello from the service\n');
     const closed = await daemon.sbx(['close', '--task', t]);
     expect(closed.status, closed.stdout.toString() + closed.stderr.toString()).toBe(0);
     const receipt = JSON.parse(closed.stdout.toString()) as TaskReceipt;
     expect(receipt.settle.terminated_ids).toEqual([sid]);
     expect(closed.stderr.toString()).toContain(`sbx: ended service ${sid} (sh -c `);
-    expect(receipt.sessions.find((s) => s.session_id === sid)).toMatchObject({ state: 'ended', outcome: 'cancelled', service: { handed_off_from: start.receipt.session_id, keep_after_close: false }, death: { evidence: 'cgroup_empty' } });
+    expect(receipt.sessions.find((s) => s.session_id === sid)).toMatchObject({
+      state: 'ended',
+      outcome: 'cancelled',
+      service: { handed_off_from: start.receipt.session_id, keep_after_close: false },
+      death: { evidence: 'cgroup_empty' },
+    });
     expect(receipt.complete).toBe(true);
     // The port is free: nothing listens there any more.
     const refused = await new Promise<string>((resolve) => {

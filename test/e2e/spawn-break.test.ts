@@ -38,18 +38,29 @@ for (const mode of ['cgroup', 'subreaper'] as const) {
         const out = r.stdout.toString().replace(/\r\n/g, '\n');
         expect(sigLines(out)).toEqual({ SigBlk: ZERO, SigIgn: ZERO });
         // ls's own directory fd is 3.
-        expect(out.slice(out.indexOf('fds:\n') + 5).split('\n').filter(Boolean)).toEqual(['0', '1', '2', '3']);
+        expect(
+          out
+            .slice(out.indexOf('fds:\n') + 5)
+            .split('\n')
+            .filter(Boolean),
+        ).toEqual(['0', '1', '2', '3']);
       }
     });
 
     // cgroup mode only (subreaper mode has no leaf): registered there, not skipped elsewhere.
-    if (mode === 'cgroup') it('runs the command in its leaf from its first instruction: the shim is born there', async () => {
-      const receiptPath = join(daemon.dir, 'leaf.json');
-      // The shell's own cgroup ($$: the exec'ed shim), read by a child of it.
-      const r = await daemon.sbx(['run', '--receipt', receiptPath, '--', 'sh', '-c', 'cat /proc/$$/cgroup']);
-      const { session_id } = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
-      expect(r.stdout.toString().split('\n').filter((l) => l.startsWith('0::'))).toEqual([`0::${daemon.cgroupParent}/sessions/${session_id}`]);
-    });
+    if (mode === 'cgroup')
+      it('runs the command in its leaf from its first instruction: the shim is born there', async () => {
+        const receiptPath = join(daemon.dir, 'leaf.json');
+        // The shell's own cgroup ($$: the exec'ed shim), read by a child of it.
+        const r = await daemon.sbx(['run', '--receipt', receiptPath, '--', 'sh', '-c', 'cat /proc/$$/cgroup']);
+        const { session_id } = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
+        expect(
+          r.stdout
+            .toString()
+            .split('\n')
+            .filter((l) => l.startsWith('0::')),
+        ).toEqual([`0::${daemon.cgroupParent}/sessions/${session_id}`]);
+      });
 
     it('reports exit 3, SIGSEGV and SIGKILL exactly, and leaves no zombie', async () => {
       const cases: [string, Receipt['exit'], number][] = [

@@ -168,12 +168,19 @@ describe('receipts on a full disk (16 MiB tmpfs)', () => {
       const client = await daemon.client();
       // 64 MiB in 4 KiB chunks: the receipt lists 16,384 chunks (~650 KiB), past its reservation.
       const { session_id } = await client.launch({ argv: waitForGo(go(daemon, 'go'), `head -c ${64 * MiB} /dev/zero; `), cwd: '/', invocation_key: 'big' });
-      await until(async () => (await client.ps()).sessions.find((s) => s.session_id === session_id)?.cursors.stdout === 64 * MiB, 'the output to be stored', 60_000);
+      await until(
+        async () => (await client.ps()).sessions.find((s) => s.session_id === session_id)?.cursors.stdout === 64 * MiB,
+        'the output to be stored',
+        60_000,
+      );
       const filler = fillUp(daemon.stateDir);
       writeFileSync(go(daemon, 'go'), '');
       const row = async () => (JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[]).find((s) => s.session_id === session_id);
       const waiting = await until(async () => ((await row())?.state === 'unknown' ? row() : null), 'the session to wait for space');
-      expect(waiting).toMatchObject({ receipt_pending: true, reason: expect.stringMatching(/ENOSPC.*its facts are kept in its reservation and the write is retried until space returns/) });
+      expect(waiting).toMatchObject({
+        receipt_pending: true,
+        reason: expect.stringMatching(/ENOSPC.*its facts are kept in its reservation and the write is retried until space returns/),
+      });
       const resolve = await daemon.sbx(['resolve', session_id, '--as-operator', '--reason', 'no']);
       expect(resolve.status).toBe(125);
       expect(resolve.stderr.toString()).toContain('waits for space');
@@ -181,7 +188,11 @@ describe('receipts on a full disk (16 MiB tmpfs)', () => {
       await daemon.kill9();
       expect(hasRoom(daemon.stateDir)).toBe(false);
       await daemon.start();
-      expect(await row()).toMatchObject({ state: 'unknown', receipt_pending: true, reason: expect.stringContaining('kept in its reservation across a restart') });
+      expect(await row()).toMatchObject({
+        state: 'unknown',
+        receipt_pending: true,
+        reason: expect.stringContaining('kept in its reservation across a restart'),
+      });
       expect((await daemon.sbx(['status', '--json'])).stdout.toString()).toContain('"admission": "disk_low"');
       const receipt = (await daemon.client()).wait({ session_id });
       rmSync(filler);
@@ -212,7 +223,12 @@ describe('retention on a full disk (16 MiB tmpfs, filled from outside)', () => {
       expect(gc.status).toBe(0);
       expect(JSON.parse(gc.stdout.toString())).toMatchObject({ removed_output: [session_id], freed_bytes: expect.any(Number) });
       await expect(client.read({ session_id }, 'stdout')).rejects.toMatchObject({ code: 'OUTPUT_REMOVED' });
-      expect(readdirSync(join(daemon.stateDir, 'sessions', session_id)).sort()).toEqual(['admission.json', 'output-removed.json', 'receipt.json', 'started.json']);
+      expect(readdirSync(join(daemon.stateDir, 'sessions', session_id)).sort()).toEqual([
+        'admission.json',
+        'output-removed.json',
+        'receipt.json',
+        'started.json',
+      ]);
       expect((await client.receipt({ session_id })).receipt).toEqual(r);
       expect((await daemon.sbx(['run', '--', 'echo', 'admitted'])).stdout.toString()).toBe('admitted\n');
     } finally {
@@ -234,7 +250,12 @@ describe('a small state dir keeps itself usable (64 MiB tmpfs, default threshold
 
   it('scales its thresholds to the file system, so launches are admitted at all', async () => {
     const status = JSON.parse((await daemon.sbx(['status', '--json'])).stdout.toString());
-    expect(status.storage).toMatchObject({ total_bytes: 64 * MiB, reserve_bytes: Math.floor(64 * MiB * 0.05), min_free_bytes: Math.floor(64 * MiB * 0.1), keep_free_bytes: Math.floor(64 * MiB * 0.15) });
+    expect(status.storage).toMatchObject({
+      total_bytes: 64 * MiB,
+      reserve_bytes: Math.floor(64 * MiB * 0.05),
+      min_free_bytes: Math.floor(64 * MiB * 0.1),
+      keep_free_bytes: Math.floor(64 * MiB * 0.15),
+    });
     expect(status.admission).toBe('open');
     expect((await daemon.sbx(['run', '--', 'echo', 'ok'])).stdout.toString()).toBe('ok\n');
   });
@@ -269,25 +290,47 @@ describe('a small state dir keeps itself usable (64 MiB tmpfs, default threshold
     // ended output while the flood still stores and the flood fills that space too: at full
     // speed it could be cut at the reserve first, and retention freeing space after the cut
     // reopened admission for good (a stored stream is never resumed: no gap in a log).
-    const live = await client.launch({ argv: ['sh', '-c', `i=0; while [ $i -lt 200 ]; do head -c ${MiB} /dev/zero; sleep 0.05; i=$((i+1)); done; exec sleep 60`], cwd: '/', invocation_key: 'flood-2' });
-    const refused = await until(async () => {
-      const s = JSON.parse((await daemon.sbx(['status', '--json'])).stdout.toString());
-      return s.admission === 'disk_low' ? s : null;
-      // The flood has to fill the state dir first, each poll is an sbx process: 30 s for a loaded machine.
-    }, 'admission to close for disk low', 30_000);
-    expect(refused.admission_reason).toMatch(/^disk low: \d+ bytes free in the state dir, \d+ needed; retention removes the oldest ended sessions' output while less than \d+ is free/);
+    const live = await client.launch({
+      argv: ['sh', '-c', `i=0; while [ $i -lt 200 ]; do head -c ${MiB} /dev/zero; sleep 0.05; i=$((i+1)); done; exec sleep 60`],
+      cwd: '/',
+      invocation_key: 'flood-2',
+    });
+    const refused = await until(
+      async () => {
+        const s = JSON.parse((await daemon.sbx(['status', '--json'])).stdout.toString());
+        return s.admission === 'disk_low' ? s : null;
+        // The flood has to fill the state dir first, each poll is an sbx process: 30 s for a loaded machine.
+      },
+      'admission to close for disk low',
+      30_000,
+    );
+    expect(refused.admission_reason).toMatch(
+      /^disk low: \d+ bytes free in the state dir, \d+ needed; retention removes the oldest ended sessions' output while less than \d+ is free/,
+    );
     // While the flood writes, retention removing older output can reopen admission for a moment
     // before the flood fills the space again: each of these is polled until it sees disk low.
-    const text = await until(async () => {
-      const out = (await daemon.sbx(['status'])).stdout.toString();
-      return /admission\s+disk_low/.test(out) ? out : null;
-    }, 'sbx status to say disk low', 30_000);
+    const text = await until(
+      async () => {
+        const out = (await daemon.sbx(['status'])).stdout.toString();
+        return /admission\s+disk_low/.test(out) ? out : null;
+      },
+      'sbx status to say disk low',
+      30_000,
+    );
     expect(text).toMatch(/admission\s+disk_low: disk low/);
-    const denied = await until(async () => {
-      const e = await client.launch({ argv: ['true'], cwd: '/' }).catch((err: unknown) => err);
-      return (e as { code?: string }).code === 'ADMISSION_DENIED' ? e : null;
-    }, 'a launch refused for disk low', 30_000);
-    expect(denied).toMatchObject({ code: 'ADMISSION_DENIED', retryable: true, details: { reason: 'disk_low', free_bytes: expect.any(Number), min_free_bytes: refused.storage.min_free_bytes } });
+    const denied = await until(
+      async () => {
+        const e = await client.launch({ argv: ['true'], cwd: '/' }).catch((err: unknown) => err);
+        return (e as { code?: string }).code === 'ADMISSION_DENIED' ? e : null;
+      },
+      'a launch refused for disk low',
+      30_000,
+    );
+    expect(denied).toMatchObject({
+      code: 'ADMISSION_DENIED',
+      retryable: true,
+      details: { reason: 'disk_low', free_bytes: expect.any(Number), min_free_bytes: refused.storage.min_free_bytes },
+    });
     expect((await client.gc()).removed_output).not.toContain(live.session_id); // running output is never removed
     expect((await client.read({ session_id: live.session_id }, 'stdout')).length).toBeGreaterThan(0);
     await client.request('cancel', { session_id: live.session_id });
@@ -364,8 +407,15 @@ describe('retention', () => {
     const retired = await client.gc();
     expect(retired.retired.sort()).toEqual([...ended, running.session_id].sort());
     expect((await client.ps()).sessions.map((s) => s.session_id)).toEqual([live.session_id]);
-    await expect(client.receipt({ session_id: ended[2] })).rejects.toMatchObject({ code: 'SESSION_NOT_FOUND', message: expect.stringContaining('removed by the retention policy') });
-    expect(await client.launch({ argv: ['head', '-c', String(MiB), '/dev/zero'], cwd: '/', invocation_key: 'k3' })).toMatchObject({ session_id: ended[2], existing: true, state: 'retired' });
+    await expect(client.receipt({ session_id: ended[2] })).rejects.toMatchObject({
+      code: 'SESSION_NOT_FOUND',
+      message: expect.stringContaining('removed by the retention policy'),
+    });
+    expect(await client.launch({ argv: ['head', '-c', String(MiB), '/dev/zero'], cwd: '/', invocation_key: 'k3' })).toMatchObject({
+      session_id: ended[2],
+      existing: true,
+      state: 'retired',
+    });
     expect(existsSync(join(daemon.stateDir, 'sessions', ended[2]))).toBe(false);
     expect(readdirSync(join(daemon.stateDir, 'keys')).filter((n) => n.endsWith('.json'))).toHaveLength(5); // k1, k2, k3, live, live-2: none removed
     // A retirement a crash interrupted after its tombstone: the restart finishes it.
@@ -373,13 +423,29 @@ describe('retention', () => {
     const k4Receipt = await client.wait({ session_id: k4.session_id });
     writeFileSync(
       join(daemon.stateDir, 'retired', `${k4.session_id}.json`),
-      JSON.stringify({ session_id: k4.session_id, invocation_key: 'k4', command_digest: k4.command_digest, outcome: 'exited', ended_at: k4Receipt.ended_at, receipt_sha256: receiptDigest(k4Receipt), retired_at: new Date().toISOString() }),
+      JSON.stringify({
+        session_id: k4.session_id,
+        invocation_key: 'k4',
+        command_digest: k4.command_digest,
+        outcome: 'exited',
+        ended_at: k4Receipt.ended_at,
+        receipt_sha256: receiptDigest(k4Receipt),
+        retired_at: new Date().toISOString(),
+      }),
     );
     await daemon.kill9();
     await daemon.start(); // tombstones survive a restart: the keys still do not run again
     client = await daemon.client();
-    expect(await client.launch({ argv: ['head', '-c', String(MiB), '/dev/zero'], cwd: '/', invocation_key: 'k3' })).toMatchObject({ session_id: ended[2], existing: true, state: 'retired' });
-    expect(await client.launch({ argv: ['true'], cwd: '/', invocation_key: 'k4' })).toMatchObject({ session_id: k4.session_id, existing: true, state: 'retired' });
+    expect(await client.launch({ argv: ['head', '-c', String(MiB), '/dev/zero'], cwd: '/', invocation_key: 'k3' })).toMatchObject({
+      session_id: ended[2],
+      existing: true,
+      state: 'retired',
+    });
+    expect(await client.launch({ argv: ['true'], cwd: '/', invocation_key: 'k4' })).toMatchObject({
+      session_id: k4.session_id,
+      existing: true,
+      state: 'retired',
+    });
     expect(existsSync(join(daemon.stateDir, 'sessions', k4.session_id))).toBe(false);
     expect(readdirSync(join(daemon.stateDir, 'sessions')).filter((n) => n.startsWith('.retiring-'))).toEqual([]);
     // Retention goes on working: live-2, settled owner_lost by the restart, is past the age.

@@ -61,7 +61,19 @@ describe('subreaper mode', () => {
     const a = marker();
     const b = marker();
     const receiptPath = join(daemon.dir, 'deadline.json');
-    const r = await daemon.sbx(['run', '--timeout', '1s', '--grace', '500ms', '--receipt', receiptPath, '--', 'sh', '-c', `trap "" TERM; setsid sleep ${a} & sleep ${b}`]);
+    const r = await daemon.sbx([
+      'run',
+      '--timeout',
+      '1s',
+      '--grace',
+      '500ms',
+      '--receipt',
+      receiptPath,
+      '--',
+      'sh',
+      '-c',
+      `trap "" TERM; setsid sleep ${a} & sleep ${b}`,
+    ]);
     expect(r.status).toBe(124);
     const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
     expect(receipt.outcome).toBe('timed_out');
@@ -86,11 +98,17 @@ describe('subreaper mode', () => {
     const client = await daemon.client();
     try {
       const { session_id } = await client.launch({ argv: ['sleep', m], cwd: '/' });
-      const [leader] = await until(() => { const pids = pidsWithMarker(m); return pids.length === 1 ? pids : null; }, 'the command to run');
+      const [leader] = await until(() => {
+        const pids = pidsWithMarker(m);
+        return pids.length === 1 ? pids : null;
+      }, 'the command to run');
       const shim = parentPid(leader);
       expect(readFileSync(`/proc/${shim}/cmdline`, 'utf8')).toContain('exec-shim');
       process.kill(shim, 'SIGKILL');
-      const row = await until(async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id && s.state === 'unknown'), 'the session to be unknown');
+      const row = await until(
+        async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id && s.state === 'unknown'),
+        'the session to be unknown',
+      );
       expect(row.reason).toBe("the exec shim (the session's subreaper) died before reporting all descendants reaped");
       expect(row.outcome).toBeNull();
       expect((await client.receipt({ session_id })).receipt).toBeNull();

@@ -22,9 +22,6 @@ import { json, WorkspaceRig } from '../helpers/workspace.js';
 const rig = new WorkspaceRig();
 afterEach(() => rig.cleanup());
 
-
-
-
 describe('task close: breaking it', () => {
   it('a crashed attempt whose checkpoint sbx gc removed before the resume: incomplete, naming it (never a receipt naming a checkpoint that is gone); close again: a new one, complete', async () => {
     const { d, ws } = await withWorkspace(rig, { env: { SBX_FAULT_POINT: 'task-close:after-receipt-temp' } });
@@ -32,9 +29,13 @@ describe('task close: breaking it', () => {
     const crashed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
     expect(crashed.status).toBe(125);
     expect(await d.exitedNow()).toEqual({ code: null, signal: 'SIGKILL' });
-    const recorded = (JSON.parse(readFileSync(join(taskDir(d, 'T'), 'attempt.json'), 'utf8')) as { checkpoints: Record<string, { checkpoint_id: string }> }).checkpoints[ws].checkpoint_id;
+    const recorded = (JSON.parse(readFileSync(join(taskDir(d, 'T'), 'attempt.json'), 'utf8')) as { checkpoints: Record<string, { checkpoint_id: string }> })
+      .checkpoints[ws].checkpoint_id;
     // Restarted with a retention that expires every checkpoint; gc removes the attempt's.
-    await d.withEnv(undefined).withConfig({ checkpoint: { maxAgeMs: 1 } }).start();
+    await d
+      .withEnv(undefined)
+      .withConfig({ checkpoint: { maxAgeMs: 1 } })
+      .start();
     const gc = await d.sbx(['gc', '--json']);
     expect(gc.status).toBe(0);
     expect(json<{ checkpoints: { removed_manifests: string[] } }>(gc).checkpoints.removed_manifests).toEqual([recorded]);
@@ -44,9 +45,27 @@ describe('task close: breaking it', () => {
     expect(resumed.status).toBe(1);
     const first = json<TaskReceipt>(resumed);
     expect(first).toMatchObject({ attempt: 1, complete: false });
-    expect(first.conditions).toMatchObject({ sessions_settled: true, terminal_mutations_known: true, checkpoint_covers: false, read_back_exact: false, fenced: false });
-    expect(first.checkpoints).toEqual([expect.objectContaining({ workspace: ws, checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'store', message: expect.stringContaining(`checkpoint ${recorded} is no longer published in ${join(d.stateDir, 'checkpoints')} (removed by sbx gc?)`) } })]);
-    expect(first.obligations).toEqual([{ authority: 'workspace', condition: 'checkpoint_covers', workspace: ws, what: expect.stringContaining(`checkpoint ${recorded} is no longer published`) }]);
+    expect(first.conditions).toMatchObject({
+      sessions_settled: true,
+      terminal_mutations_known: true,
+      checkpoint_covers: false,
+      read_back_exact: false,
+      fenced: false,
+    });
+    expect(first.checkpoints).toEqual([
+      expect.objectContaining({
+        workspace: ws,
+        checkpoint_id: null,
+        error: {
+          code: 'CHECKPOINT_FAILED',
+          stage: 'store',
+          message: expect.stringContaining(`checkpoint ${recorded} is no longer published in ${join(d.stateDir, 'checkpoints')} (removed by sbx gc?)`),
+        },
+      }),
+    ]);
+    expect(first.obligations).toEqual([
+      { authority: 'workspace', condition: 'checkpoint_covers', workspace: ws, what: expect.stringContaining(`checkpoint ${recorded} is no longer published`) },
+    ]);
     expect(resumed.stderr.toString()).toContain('incomplete: workspace must settle checkpoint_covers');
     expect((await verifyTask(d, resumed.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
 
@@ -99,7 +118,7 @@ describe('task close: breaking it', () => {
     expect(later.stdout.equals(first.stdout)).toBe(true);
   });
 
-  it('without --workspace, a later close names the task\'s first set, also after the watched workspaces changed: its final receipt is returned unchanged', async () => {
+  it("without --workspace, a later close names the task's first set, also after the watched workspaces changed: its final receipt is returned unchanged", async () => {
     const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
     const first = await d.sbx(['close', '--task', 'T']);
@@ -132,7 +151,7 @@ describe('task close: breaking it', () => {
     writeFileSync(taskDir(d, 'X'), 'not a task dir');
     const elsewhere = join(d.dir, 'elsewhere');
     mkdirSync(elsewhere);
-    writeFileSync(join(elsewhere, '.keep.json.0123456789ab.tmp'), 'not the supervisor\'s');
+    writeFileSync(join(elsewhere, '.keep.json.0123456789ab.tmp'), "not the supervisor's");
     symlinkSync(elsewhere, taskDir(d, 'Y'));
     await d.start();
     for (const t of ['X', 'Y']) {
@@ -153,7 +172,9 @@ describe('task close: breaking it', () => {
     expect(closed.status).toBe(1);
     const receipt = json<TaskReceipt>(closed);
     expect(receipt.conditions).toMatchObject({ sessions_settled: true, checkpoint_covers: true, read_back_exact: true, fenced: false });
-    expect(receipt.obligations).toEqual([{ authority: 'operator', condition: 'fenced', what: 'supervisor.json cannot be read: this run cannot show it still owns the state dir' }]);
+    expect(receipt.obligations).toEqual([
+      { authority: 'operator', condition: 'fenced', what: 'supervisor.json cannot be read: this run cannot show it still owns the state dir' },
+    ]);
     const v = await verifyTask(d, closed.stdout);
     expect(v.out).toContain('OK: task receipt of "T" (complete: false)');
     expect(v.status).toBe(0);
@@ -190,7 +211,10 @@ describe('task close: breaking it', () => {
     writeFileSync(join(taskDir(d, 'T1'), 'close.json'), '{ torn');
     writeFileSync(join(taskDir(d, 'T2'), 'receipt.json'), '{ torn');
     await d.start();
-    for (const [t, file] of [['T1', 'close.json'], ['T2', 'receipt.json']]) {
+    for (const [t, file] of [
+      ['T1', 'close.json'],
+      ['T2', 'receipt.json'],
+    ]) {
       const r = await d.sbx(['close', '--task', t]);
       expect(r.stderr.toString()).toContain(`sbx: INTERNAL: ${join(taskDir(d, t), file)} cannot be read: not JSON`);
       expect(r.status).toBe(125);
@@ -232,9 +256,26 @@ describe('task close: after the breaker', () => {
     const closed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
     expect(closed.status).toBe(1);
     const r = json<TaskReceipt>(closed);
-    expect(r.sessions).toEqual([expect.objectContaining({ session_id: sid, invocation_key: 'old', task: 'T', state: 'retired', outcome: 'exited', receipt_sha256: expect.stringMatching(/^sha256:/), death: null })]);
+    expect(r.sessions).toEqual([
+      expect.objectContaining({
+        session_id: sid,
+        invocation_key: 'old',
+        task: 'T',
+        state: 'retired',
+        outcome: 'exited',
+        receipt_sha256: expect.stringMatching(/^sha256:/),
+        death: null,
+      }),
+    ]);
     expect(r.conditions).toMatchObject({ sessions_settled: false, terminal_mutations_known: false });
-    expect(r.obligations).toEqual([{ authority: 'operator', condition: 'sessions_settled', session_id: sid, what: expect.stringContaining('was removed whole by the retention policy before the task closed') }]);
+    expect(r.obligations).toEqual([
+      {
+        authority: 'operator',
+        condition: 'sessions_settled',
+        session_id: sid,
+        what: expect.stringContaining('was removed whole by the retention policy before the task closed'),
+      },
+    ]);
     expect((await verifyTask(d, closed.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
   });
 
@@ -275,7 +316,12 @@ describe('task close: after the breaker', () => {
     const closing = d.sbx(['close', '--task', 'T', '--workspace', ws, '--timeout', '30s']);
     await new Promise<void>((resolve, reject) => {
       const t0 = Date.now();
-      const tick = () => (existsSync(join(taskDir(d, 'T'), 'attempt.json')) ? resolve() : Date.now() - t0 > 10_000 ? reject(new Error('no attempt record')) : setTimeout(tick, 20));
+      const tick = () =>
+        existsSync(join(taskDir(d, 'T'), 'attempt.json'))
+          ? resolve()
+          : Date.now() - t0 > 10_000
+            ? reject(new Error('no attempt record'))
+            : setTimeout(tick, 20);
       tick();
     });
     expect((await d.terminate())?.code).toBe(0);
@@ -308,7 +354,10 @@ describe('task close: after the breaker', () => {
     expect(second.status).toBe(0);
     const id = json<TaskReceipt>(second).checkpoints[0].checkpoint_id!;
     expect(id).not.toBe(firstCp.checkpoint_id);
-    const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as { workspace: string; entries: { path: string }[] };
+    const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as {
+      workspace: string;
+      entries: { path: string }[];
+    };
     expect(manifest.workspace).toBe(join(ws, 'two'));
     expect(manifest.entries.map((e) => e.path)).toEqual(['f']);
   });

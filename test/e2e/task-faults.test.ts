@@ -23,8 +23,14 @@ const TASK = 'task-under-faults';
 function storeOf(d: TestDaemon) {
   const store = join(d.stateDir, 'checkpoints');
   const list = (sub: string) => (existsSync(join(store, sub)) ? readdirSync(join(store, sub)).filter((n) => /^[0-9a-f]{64}\.json$/.test(n)) : []);
-  const published = list('published').map((n) => JSON.parse(readFileSync(join(store, 'published', n), 'utf8')) as { checkpoint_id: string; task: string | null; close_attempt?: number });
-  return { published: published.filter((p) => p.task === TASK), manifests: list('manifests').map((n) => n.slice(0, 64)), tmp: existsSync(join(store, 'tmp')) ? readdirSync(join(store, 'tmp')) : [] };
+  const published = list('published').map(
+    (n) => JSON.parse(readFileSync(join(store, 'published', n), 'utf8')) as { checkpoint_id: string; task: string | null; close_attempt?: number },
+  );
+  return {
+    published: published.filter((p) => p.task === TASK),
+    manifests: list('manifests').map((n) => n.slice(0, 64)),
+    tmp: existsSync(join(store, 'tmp')) ? readdirSync(join(store, 'tmp')) : [],
+  };
 }
 
 /** A daemon watching ws (with env), and the two-session task of the crash tests in it (helpers/tasks.ts). */
@@ -44,7 +50,14 @@ async function expectComplete(d: TestDaemon, ws: string, runs: string, ids: stri
   expect(cancelledOnStderr(r.stderr)).toEqual(receipt.settle.terminated_ids);
   expect(receipt.settle.terminated_ids?.every((id) => ids.includes(id))).toBe(true);
   expect(receipt).toMatchObject({ kind: 'task', task: TASK, complete: true, obligations: [], workspaces: [ws] });
-  expect(receipt.conditions).toEqual({ sealed: true, sessions_settled: true, terminal_mutations_known: true, checkpoint_covers: true, read_back_exact: true, fenced: true });
+  expect(receipt.conditions).toEqual({
+    sealed: true,
+    sessions_settled: true,
+    terminal_mutations_known: true,
+    checkpoint_covers: true,
+    read_back_exact: true,
+    fenced: true,
+  });
   expect(receipt.sessions.map((s) => s.session_id)).toEqual(ids);
   for (const s of receipt.sessions) expect(s.death?.evidence).toBe('cgroup_empty');
   // Each command ran once, however many times close ran.
@@ -56,7 +69,9 @@ async function expectComplete(d: TestDaemon, ws: string, runs: string, ids: stri
   expect(store.tmp).toEqual([]);
   expect(readdirSync(taskDir(d, TASK)).filter((n) => n.endsWith('.tmp'))).toEqual([]);
   // The checkpoint holds what the sessions wrote.
-  const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${receipt.checkpoints[0].checkpoint_id}.json`), 'utf8')) as { entries: { path: string; sha256?: string }[] };
+  const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${receipt.checkpoints[0].checkpoint_id}.json`), 'utf8')) as {
+    entries: { path: string; sha256?: string }[];
+  };
   const sha = (s: string) => createHash('sha256').update(s).digest('hex');
   expect(manifest.entries.map((e) => [e.path, e.sha256])).toEqual([
     ['f1', sha('one\n')],

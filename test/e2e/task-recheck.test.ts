@@ -24,8 +24,6 @@ afterEach(() => rig.cleanup());
 
 const marker = () => `task-recheck-${process.pid}-${Math.random().toString(36).slice(2)}`;
 
-
-
 /** The result of a pending sbx call once it answers (until() polls it). */
 function settleLater(p: Promise<SbxResult>): () => SbxResult | null {
   let done: SbxResult | null = null;
@@ -39,13 +37,25 @@ describe('task close: re-check', () => {
     const m = marker();
     const c = await d.client();
     // B's command ignores TERM and has a grace of 10 minutes.
-    const b = await c.launch({ argv: ['sh', '-c', `trap '' TERM; while :; do sleep 0.05; done; : ${m}`], cwd: '/', task: 'B', invocation_key: 'b', grace_ms: 600_000 });
+    const b = await c.launch({
+      argv: ['sh', '-c', `trap '' TERM; while :; do sleep 0.05; done; : ${m}`],
+      cwd: '/',
+      task: 'B',
+      invocation_key: 'b',
+      grace_ms: 600_000,
+    });
     expect((await d.sbx(['run', '--task', 'A', '--key', 'a', '--', 'sh', '-c', `echo a > ${ws}/a`])).status).toBe(0);
     await until(() => pidsWithMarker(m).length === 1, "B's command to run");
     await d.kill9();
     await d.start();
     // Reconciliation TERMs B's leaf, then waits its grace.
-    await until(async () => json<SessionSummary[]>(await d.sbx(['ps', '--json'])).find((s) => s.session_id === b.session_id)?.reason?.includes('being ended'), 'reconciliation to be ending B');
+    await until(
+      async () =>
+        json<SessionSummary[]>(await d.sbx(['ps', '--json']))
+          .find((s) => s.session_id === b.session_id)
+          ?.reason?.includes('being ended'),
+      'reconciliation to be ending B',
+    );
     const answered = settleLater(d.sbx(['close', '--task', 'A', '--workspace', ws, '--timeout', '300ms']));
     // A has nothing left to wait for: it answers while B's grace runs (10 minutes).
     const r = await until(answered, "A's close to answer while B is still being ended", 60_000);
@@ -60,29 +70,49 @@ describe('task close: re-check', () => {
     expect((await d.sbx(['cancel', b.session_id])).status).toBe(0);
     const rb = await until(closingB, "B's close", 60_000);
     expect(rb.status).toBe(0);
-    expect(json<TaskReceipt>(rb).sessions).toEqual([expect.objectContaining({ session_id: b.session_id, outcome: 'owner_lost', death: expect.objectContaining({ evidence: 'cgroup_empty' }) })]);
+    expect(json<TaskReceipt>(rb).sessions).toEqual([
+      expect.objectContaining({ session_id: b.session_id, outcome: 'owner_lost', death: expect.objectContaining({ evidence: 'cgroup_empty' }) }),
+    ]);
     expect(pidsWithMarker(m)).toEqual([]);
   });
 
-  it("a task close ends its own session reconciliation is ending at the close's --timeout (KILL; its TERM went out when reconciliation began), not after the session's 10-minute grace", { timeout: 120_000 }, async () => {
-    const { d, ws } = await withWorkspace(rig);
-    const m = marker();
-    const c = await d.client();
-    const b = await c.launch({ argv: ['sh', '-c', `trap '' TERM; while :; do sleep 0.05; done; : ${m}`], cwd: '/', task: 'B', invocation_key: 'b', grace_ms: 600_000 });
-    await until(() => pidsWithMarker(m).length === 1, "B's command to run");
-    await d.kill9();
-    await d.start();
-    await until(async () => json<SessionSummary[]>(await d.sbx(['ps', '--json'])).find((s) => s.session_id === b.session_id)?.reason?.includes('being ended'), 'reconciliation to be ending B');
-    const started = Date.now();
-    const r = await d.sbx(['close', '--task', 'B', '--workspace', ws, '--timeout', '2s']);
-    expect(Date.now() - started).toBeGreaterThanOrEqual(2000);
-    expect(r.status).toBe(0);
-    const receipt = json<TaskReceipt>(r);
-    expect(receipt).toMatchObject({ complete: true, settle: { timeout_ms: 2000, terminated: 1, terminated_ids: [b.session_id] } });
-    expect(cancelledOnStderr(r.stderr)).toEqual([b.session_id]);
-    expect(receipt.sessions).toEqual([expect.objectContaining({ session_id: b.session_id, outcome: 'owner_lost', death: expect.objectContaining({ evidence: 'cgroup_empty' }) })]);
-    expect(pidsWithMarker(m)).toEqual([]);
-  });
+  it(
+    "a task close ends its own session reconciliation is ending at the close's --timeout (KILL; its TERM went out when reconciliation began), not after the session's 10-minute grace",
+    { timeout: 120_000 },
+    async () => {
+      const { d, ws } = await withWorkspace(rig);
+      const m = marker();
+      const c = await d.client();
+      const b = await c.launch({
+        argv: ['sh', '-c', `trap '' TERM; while :; do sleep 0.05; done; : ${m}`],
+        cwd: '/',
+        task: 'B',
+        invocation_key: 'b',
+        grace_ms: 600_000,
+      });
+      await until(() => pidsWithMarker(m).length === 1, "B's command to run");
+      await d.kill9();
+      await d.start();
+      await until(
+        async () =>
+          json<SessionSummary[]>(await d.sbx(['ps', '--json']))
+            .find((s) => s.session_id === b.session_id)
+            ?.reason?.includes('being ended'),
+        'reconciliation to be ending B',
+      );
+      const started = Date.now();
+      const r = await d.sbx(['close', '--task', 'B', '--workspace', ws, '--timeout', '2s']);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(2000);
+      expect(r.status).toBe(0);
+      const receipt = json<TaskReceipt>(r);
+      expect(receipt).toMatchObject({ complete: true, settle: { timeout_ms: 2000, terminated: 1, terminated_ids: [b.session_id] } });
+      expect(cancelledOnStderr(r.stderr)).toEqual([b.session_id]);
+      expect(receipt.sessions).toEqual([
+        expect.objectContaining({ session_id: b.session_id, outcome: 'owner_lost', death: expect.objectContaining({ evidence: 'cgroup_empty' }) }),
+      ]);
+      expect(pidsWithMarker(m)).toEqual([]);
+    },
+  );
 
   it('--timeout past 24.8 days (2^31-1 ms; 30 days are allowed): the sessions are given it, not ended at once', async () => {
     const { d, ws } = await withWorkspace(rig);
@@ -111,11 +141,19 @@ describe('task close: re-check', () => {
     // The reader held: the close's checkpoint waits at its boundary (the barrier round).
     writeFileSync(pause, '');
     const closing = settleLater(d.sbx(['close', '--task', 'T', '--workspace', ws]));
-    await until(() => existsSync(join(taskDir(d, 'T'), 'attempt.json')) && (JSON.parse(readFileSync(join(taskDir(d, 'T'), 'attempt.json'), 'utf8')) as { settle: unknown }).settle !== null, 'the settle to be recorded');
+    await until(
+      () =>
+        existsSync(join(taskDir(d, 'T'), 'attempt.json')) &&
+        (JSON.parse(readFileSync(join(taskDir(d, 'T'), 'attempt.json'), 'utf8')) as { settle: unknown }).settle !== null,
+      'the settle to be recorded',
+    );
     // Meanwhile sbx gc retires the session whole (its checkpoint part waits behind the close's checkpoint).
     const gc = settleLater(d.sbx(['gc', '--json']));
     // Retired whole: its tombstone written, then its dir removed (retention.ts, in that order: poll for both).
-    await until(() => existsSync(join(d.stateDir, 'retired', `${old.session_id}.json`)) && !existsSync(join(d.stateDir, 'sessions', old.session_id)), 'the session to be retired');
+    await until(
+      () => existsSync(join(d.stateDir, 'retired', `${old.session_id}.json`)) && !existsSync(join(d.stateDir, 'sessions', old.session_id)),
+      'the session to be retired',
+    );
     rmSync(pause);
     const r = await until(closing, 'the close', 60_000);
     expect((await until(gc, 'gc', 60_000)).status).toBe(0);
@@ -123,7 +161,14 @@ describe('task close: re-check', () => {
     const receipt = json<TaskReceipt>(r);
     expect(receipt.complete).toBe(false);
     expect(receipt.sessions).toEqual([expect.objectContaining({ session_id: old.session_id, state: 'retired', death: null })]);
-    expect(receipt.obligations).toEqual([{ authority: 'operator', condition: 'sessions_settled', session_id: old.session_id, what: expect.stringContaining('was removed whole by the retention policy before the task closed') }]);
+    expect(receipt.obligations).toEqual([
+      {
+        authority: 'operator',
+        condition: 'sessions_settled',
+        session_id: old.session_id,
+        what: expect.stringContaining('was removed whole by the retention policy before the task closed'),
+      },
+    ]);
     expect((await verifyTask(d, r.stdout)).out).toContain('OK: task receipt of "T" (complete: false)');
   });
 
@@ -196,8 +241,15 @@ describe('task close: re-check', () => {
     expect(closed.status).toBe(0);
     const a = json<TaskReceipt>(closed);
     // B's session moved into A's receipt: every other fact of it holds (its receipt, A's checkpoint after it).
-    const moved = { ...b.sessions[0], task: 'A', workspace: a.sessions[0].workspace.map((w, i) => ({ ...w, ...b.sessions[0].workspace[i], path: w.path, root: w.root })) };
-    const edited = ReceiptSigner.loadOrCreate(d.stateDir).sign({ ...a, sessions: [...a.sessions, moved].sort((x, y) => (x.session_id < y.session_id ? -1 : 1)) });
+    const moved = {
+      ...b.sessions[0],
+      task: 'A',
+      workspace: a.sessions[0].workspace.map((w, i) => ({ ...w, ...b.sessions[0].workspace[i], path: w.path, root: w.root })),
+    };
+    const edited = ReceiptSigner.loadOrCreate(d.stateDir).sign({
+      ...a,
+      sessions: [...a.sessions, moved].sort((x, y) => (x.session_id < y.session_id ? -1 : 1)),
+    });
     const v = await verifyTask(d, JSON.stringify(edited));
     expect(v.out).toContain(`MISMATCH: ${b.sessions[0].session_id}: its receipt is of task "B", not "A"`);
     expect(v.status).toBe(1);
@@ -214,13 +266,15 @@ describe('task close: re-check', () => {
     const signer = ReceiptSigner.loadOrCreate(d.stateDir);
     const edited = signer.sign({ ...receipt, checkpoints: [{ ...receipt.checkpoints[0], started_at: later }] });
     const v = await verifyTask(d, JSON.stringify(edited));
-    expect(v.out).toContain(`MISMATCH: checkpoint ${receipt.checkpoints[0].checkpoint_id}: the manifest's started_at is "${receipt.checkpoints[0].started_at}", the task receipt says "${later}"`);
+    expect(v.out).toContain(
+      `MISMATCH: checkpoint ${receipt.checkpoints[0].checkpoint_id}: the manifest's started_at is "${receipt.checkpoints[0].started_at}", the task receipt says "${later}"`,
+    );
     expect(v.status).toBe(1);
   });
 });
 
 describe('sbx verify of a task receipt re-signed with another key', () => {
-  it('its fence and boundary edited and the receipt signed again with a key of its own: MISMATCH with the state dir\'s key, and with that key given (--key) every session receipt and manifest says so', async () => {
+  it("its fence and boundary edited and the receipt signed again with a key of its own: MISMATCH with the state dir's key, and with that key given (--key) every session receipt and manifest says so", async () => {
     const { d, ws } = await withWorkspace(rig);
     expect((await d.sbx(['run', '--task', 'T', '--', 'sh', '-c', `echo t > ${ws}/t`])).status).toBe(0);
     const closed = await d.sbx(['close', '--task', 'T', '--workspace', ws]);
@@ -230,7 +284,10 @@ describe('sbx verify of a task receipt re-signed with another key', () => {
     const other = join(d.dir, 'other-key');
     mkdirSync(other);
     const signer = ReceiptSigner.loadOrCreate(other);
-    const edited = signer.sign({ ...receipt, checkpoints: [{ ...cp, fence: { ...cp.fence!, generation: cp.fence!.generation + 1 }, boundary: { ...cp.boundary!, seq: cp.boundary!.seq! + 100 } }] });
+    const edited = signer.sign({
+      ...receipt,
+      checkpoints: [{ ...cp, fence: { ...cp.fence!, generation: cp.fence!.generation + 1 }, boundary: { ...cp.boundary!, seq: cp.boundary!.seq! + 100 } }],
+    });
     const own = await verifyTask(d, JSON.stringify(edited));
     expect(own.status).toBe(1);
     expect(own.out).toContain('MISMATCH: task receipt: signed by key');
@@ -297,7 +354,10 @@ describe('task close: a session of no known task', () => {
     await d.terminate();
     await d.withConfig({ retention: { receiptMaxAgeMs: 1, intervalMs: 0 } }).start();
     // The operator's word holds: ended, its receipt the one written then (not unknown again, to be resolved again).
-    expect(json<SessionSummary[]>(await d.sbx(['ps', '--all', '--json'])).find((s) => s.session_id === lost.session_id)).toMatchObject({ state: 'ended', task: null });
+    expect(json<SessionSummary[]>(await d.sbx(['ps', '--all', '--json'])).find((s) => s.session_id === lost.session_id)).toMatchObject({
+      state: 'ended',
+      task: null,
+    });
     expect(readFileSync(join(d.stateDir, 'sessions', lost.session_id, 'receipt.json'), 'utf8')).toBe(`${JSON.stringify(json(resolved))}\n`);
     const gc = json<{ retired: string[] }>(await d.sbx(['gc', '--json']));
     expect(gc.retired).toEqual([]);
@@ -308,7 +368,11 @@ describe('task close: a session of no known task', () => {
     const receipt = json<TaskReceipt>(closed);
     expect(receipt.obligations).toEqual([]);
     expect(closed.status).toBe(0);
-    expect(receipt.sessions.find((s) => s.session_id === lost.session_id)).toMatchObject({ task: null, state: 'ended', death: { evidence: 'operator_attested' } });
+    expect(receipt.sessions.find((s) => s.session_id === lost.session_id)).toMatchObject({
+      task: null,
+      state: 'ended',
+      death: { evidence: 'operator_attested' },
+    });
   });
 });
 
@@ -341,7 +405,10 @@ describe('task close: two crashes in a row, then close again', () => {
       expect(readFileSync(runs, 'utf8')).toBe('s1\ns2\n'); // each command ran once
       // One manifest in the store, published for this attempt: the receipt's.
       const store = join(d.stateDir, 'checkpoints');
-      const names = (sub: string) => readdirSync(join(store, sub)).filter((n) => /^[0-9a-f]{64}\.json$/.test(n)).map((n) => n.slice(0, 64));
+      const names = (sub: string) =>
+        readdirSync(join(store, sub))
+          .filter((n) => /^[0-9a-f]{64}\.json$/.test(n))
+          .map((n) => n.slice(0, 64));
       const id = receipt.checkpoints[0].checkpoint_id!;
       expect(names('manifests')).toEqual([id]);
       expect(names('published')).toEqual([id]);

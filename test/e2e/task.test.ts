@@ -21,12 +21,10 @@ afterEach(() => rig.cleanup());
 const ALL_TRUE = { sealed: true, sessions_settled: true, terminal_mutations_known: true, checkpoint_covers: true, read_back_exact: true, fenced: true };
 const marker = () => `task-test-${process.pid}-${Math.random().toString(36).slice(2)}`;
 
-
 async function closeTask(d: TestDaemon, task: string, args: string[] = []) {
   const r = await d.sbx(['close', '--task', task, ...args]);
   return { status: r.status, stderr: r.stderr.toString(), stdout: r.stdout, receipt: r.status === 0 || r.status === 1 ? json<TaskReceipt>(r) : null };
 }
-
 
 describe('tasks', () => {
   it('two tasks in one supervisor: closing A leaves B admitting and running; each task receipt lists only its sessions; a sealed task stays sealed across a restart', async () => {
@@ -75,7 +73,9 @@ describe('tasks', () => {
     expect(conflict.stdout.toString()).toBe(''); // without --json, nothing on stdout
     const conflictJson = await d.sbx(['close', '--task', 'A', '--json', '--workspace', d.dir]);
     expect(conflictJson.status).toBe(125);
-    expect(JSON.parse(conflictJson.stdout.toString())).toMatchObject({ error: { code: 'TASK_CONFLICT', retryable: false, details: { task: 'A', workspaces: [ws] } } });
+    expect(JSON.parse(conflictJson.stdout.toString())).toMatchObject({
+      error: { code: 'TASK_CONFLICT', retryable: false, details: { task: 'A', workspaces: [ws] } },
+    });
     expect((await verifyTask(d, A.stdout)).out).toContain('OK: task receipt of "A" (complete: true)');
 
     // Across a restart: A stays sealed and its receipt unchanged; B's session, owner lost, is reconciled.
@@ -86,7 +86,12 @@ describe('tasks', () => {
     const B = await closeTask(d, 'B', ['--workspace', ws, '--timeout', '200ms']);
     expect(B.status).toBe(0);
     expect(B.receipt!.complete).toBe(true);
-    expect(B.receipt!.sessions.map((s) => [s.invocation_key, s.task]).sort()).toEqual([['b1', 'B'], [expect.stringMatching(/^auto-/), 'B']].sort());
+    expect(B.receipt!.sessions.map((s) => [s.invocation_key, s.task]).sort()).toEqual(
+      [
+        ['b1', 'B'],
+        [expect.stringMatching(/^auto-/), 'B'],
+      ].sort(),
+    );
     expect(B.receipt!.sessions.find((s) => s.invocation_key === 'b1')!.outcome).toBe('owner_lost');
     expect(pidsWithMarker(m)).toEqual([]);
     // The default task is untouched by both, and the status shows the ps row's task.
@@ -125,7 +130,9 @@ describe('tasks', () => {
     expect(closed.status).toBe(0);
     expect(closed.receipt).toMatchObject({ complete: true, workspaces: [proj] });
     const id = closed.receipt!.checkpoints[0].checkpoint_id!;
-    const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as { entries: { path: string; type: string; sha256?: string }[] };
+    const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as {
+      entries: { path: string; type: string; sha256?: string }[];
+    };
     const digest = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
     expect(manifest.entries.map((e) => [e.path, e.type, e.sha256 ?? null])).toEqual([
       ['.sandbox-supervisor', 'dir', null],
@@ -156,9 +163,21 @@ describe('complete: false names what is missing', () => {
     const first = await closeTask(d, 'T', ['--workspace', ws]);
     expect(first.status).toBe(1);
     expect(first.receipt).toMatchObject({ complete: false, attempt: 1 });
-    expect(first.receipt!.conditions).toEqual({ ...ALL_TRUE, sessions_settled: false, terminal_mutations_known: false, checkpoint_covers: false, read_back_exact: false, fenced: false });
+    expect(first.receipt!.conditions).toEqual({
+      ...ALL_TRUE,
+      sessions_settled: false,
+      terminal_mutations_known: false,
+      checkpoint_covers: false,
+      read_back_exact: false,
+      fenced: false,
+    });
     expect(first.receipt!.obligations).toEqual([
-      { authority: 'operator', condition: 'sessions_settled', session_id: lost.session_id, what: expect.stringContaining(`sbx resolve ${lost.session_id} --as-operator --reason TEXT`) },
+      {
+        authority: 'operator',
+        condition: 'sessions_settled',
+        session_id: lost.session_id,
+        what: expect.stringContaining(`sbx resolve ${lost.session_id} --as-operator --reason TEXT`),
+      },
     ]);
     expect(first.receipt!.sessions.find((s) => s.session_id === lost.session_id)).toMatchObject({ task: null, state: 'unknown', receipt_sha256: null });
     expect(first.receipt!.checkpoints).toEqual([expect.objectContaining({ workspace: ws, checkpoint_id: null, error: null })]);
@@ -171,9 +190,15 @@ describe('complete: false names what is missing', () => {
     expect(second.stderr).toBe('');
     expect(second.status).toBe(0);
     expect(second.receipt).toMatchObject({ complete: true, attempt: 2, obligations: [] });
-    expect(second.receipt!.sessions.find((s) => s.session_id === lost.session_id)).toMatchObject({ death: { evidence: 'operator_attested' }, outcome: 'owner_lost' });
+    expect(second.receipt!.sessions.find((s) => s.session_id === lost.session_id)).toMatchObject({
+      death: { evidence: 'operator_attested' },
+      outcome: 'owner_lost',
+    });
     // Its end in the workspace is the scan at its resolution (a gap: another listener's events), which the checkpoint follows.
-    expect(second.receipt!.sessions.find((s) => s.session_id === lost.session_id)!.workspace[0]).toMatchObject({ gap: 'listener_restart', scan_digest: expect.stringMatching(/^sha256:/) });
+    expect(second.receipt!.sessions.find((s) => s.session_id === lost.session_id)!.workspace[0]).toMatchObject({
+      gap: 'listener_restart',
+      scan_digest: expect.stringMatching(/^sha256:/),
+    });
     // Its receipt verifies, but its stored output cannot be re-read: its admission record (the chunk size) is torn. Said, not hidden.
     const v = await verifyTask(d, second.stdout);
     expect(v.status).toBe(1);
@@ -198,7 +223,12 @@ describe('complete: false names what is missing', () => {
         workspace: ws,
         what: `session ${receipt!.sessions[0].session_id}'s end in ${ws} is unknown: the watcher had a gap (unsupported) and the scan that stands in failed`,
       },
-      { authority: 'workspace', condition: 'checkpoint_covers', workspace: ws, what: expect.stringMatching(/^the checkpoint of .* failed \(CHECKPOINT_FAILED, scan\): .*EACCES/) },
+      {
+        authority: 'workspace',
+        condition: 'checkpoint_covers',
+        workspace: ws,
+        what: expect.stringMatching(/^the checkpoint of .* failed \(CHECKPOINT_FAILED, scan\): .*EACCES/),
+      },
     ]);
     chmodSync(join(ws, 'locked'), 0o700); // so the rig can remove it
   });
@@ -207,8 +237,18 @@ describe('complete: false names what is missing', () => {
     const { d, ws } = await withWorkspace(rig);
     let mounted = false;
     try {
-      const r = await d.sbx(['run', '--task', 'M1', '--', 'sh', '-c', `echo real > ${ws}/real.txt && mount -t tmpfs sbx-test-over ${ws} && echo fake > ${ws}/fake.txt`]);
-      mounted = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.split(' ')[4] === ws);
+      const r = await d.sbx([
+        'run',
+        '--task',
+        'M1',
+        '--',
+        'sh',
+        '-c',
+        `echo real > ${ws}/real.txt && mount -t tmpfs sbx-test-over ${ws} && echo fake > ${ws}/fake.txt`,
+      ]);
+      mounted = readFileSync('/proc/self/mountinfo', 'utf8')
+        .split('\n')
+        .some((l) => l.split(' ')[4] === ws);
       expect(r.status, r.stderr.toString()).toBe(0);
       expect(mounted).toBe(true);
       const closed = await closeTask(d, 'M1', ['--workspace', ws]);
@@ -216,7 +256,16 @@ describe('complete: false names what is missing', () => {
       expect(closed.receipt).toMatchObject({ complete: false, conditions: { checkpoint_covers: false } });
       expect(closed.receipt!.checkpoints[0]).toMatchObject({ checkpoint_id: null });
       expect(closed.receipt!.obligations).toEqual([
-        { authority: 'workspace', condition: 'checkpoint_covers', workspace: ws, what: expect.stringMatching(new RegExp(`^the checkpoint of .* failed \\(CHECKPOINT_FAILED, scan\\): .*fs_changed: the workspace ${ws} is now another file system: something is mounted over it`)) },
+        {
+          authority: 'workspace',
+          condition: 'checkpoint_covers',
+          workspace: ws,
+          what: expect.stringMatching(
+            new RegExp(
+              `^the checkpoint of .* failed \\(CHECKPOINT_FAILED, scan\\): .*fs_changed: the workspace ${ws} is now another file system: something is mounted over it`,
+            ),
+          ),
+        },
       ]);
       // sbx checkpoint of it says the same, and publishes nothing.
       const ck = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
@@ -244,7 +293,9 @@ describe('complete: false names what is missing', () => {
     rig.mount(['-t', 'tmpfs', 'sbx-test-inner'], join(ws, 'inner'));
     const inner = await d.sbx(['checkpoint', '--workspace', join(ws, 'inner')]);
     expect(inner.status).not.toBe(0);
-    expect(inner.stderr.toString()).toContain(`CHECKPOINT_FAILED: checkpoint of ${ws}/inner failed (scan): fs_changed: ${ws}/inner (in workspace ${ws}) is now another file system: something is mounted over it`);
+    expect(inner.stderr.toString()).toContain(
+      `CHECKPOINT_FAILED: checkpoint of ${ws}/inner failed (scan): fs_changed: ${ws}/inner (in workspace ${ws}) is now another file system: something is mounted over it`,
+    );
     rig.mount(['--bind', join(ws, 'sub')], ws);
     const bound = await d.sbx(['checkpoint', '--workspace', ws]);
     expect(bound.status).not.toBe(0);
@@ -264,7 +315,9 @@ describe('complete: false names what is missing', () => {
     expect(first.status).toBe(1);
     expect(first.receipt!.conditions).toEqual({ ...ALL_TRUE, checkpoint_covers: false, read_back_exact: false, fenced: false });
     const sha = createHash('sha256').update('z'.repeat(100000)).digest('hex');
-    expect(first.receipt!.obligations).toEqual([{ authority: 'workspace', condition: 'read_back_exact', workspace: ws, what: expect.stringContaining(`object ${sha}`) }]);
+    expect(first.receipt!.obligations).toEqual([
+      { authority: 'workspace', condition: 'read_back_exact', workspace: ws, what: expect.stringContaining(`object ${sha}`) },
+    ]);
     expect(first.receipt!.checkpoints[0]).toMatchObject({ checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'read_back' } });
     expect(readdirSync(join(d.stateDir, 'checkpoints', 'quarantine')).some((n) => n.startsWith(sha))).toBe(true);
     // The hook flips once per run: the next attempt stores the object again and reads it back.
@@ -281,7 +334,11 @@ describe('complete: false names what is missing', () => {
     const go = join(d.dir, 'go');
     writeFileSync(go, '');
     // It writes after it is told to end: its last write is after any checkpoint taken before.
-    const s = await c.launch({ argv: ['sh', '-c', `trap 'echo late > ${ws}/late; exit 0' TERM; echo early > ${ws}/early; while :; do sleep 0.05; done`], cwd: '/', task: 'T' });
+    const s = await c.launch({
+      argv: ['sh', '-c', `trap 'echo late > ${ws}/late; exit 0' TERM; echo early > ${ws}/early; while :; do sleep 0.05; done`],
+      cwd: '/',
+      task: 'T',
+    });
     await until(() => existsSync(join(ws, 'early')), 'the first write');
     const first = await closeTask(d, 'T', ['--workspace', ws, '--timeout', '100ms']);
     expect(first.status).toBe(1);
@@ -303,7 +360,9 @@ describe('complete: false names what is missing', () => {
     const second = await closeTask(d, 'T', ['--workspace', ws]);
     expect(second.status).toBe(0);
     expect(second.receipt!.checkpoints[0].boundary!.seq).toBeGreaterThanOrEqual(e.terminal_mutation!);
-    const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${second.receipt!.checkpoints[0].checkpoint_id}.json`), 'utf8')) as { entries: { path: string }[] };
+    const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${second.receipt!.checkpoints[0].checkpoint_id}.json`), 'utf8')) as {
+      entries: { path: string }[];
+    };
     expect(manifest.entries.map((x) => x.path)).toEqual(['early', 'late']);
   });
 
@@ -316,8 +375,14 @@ describe('complete: false names what is missing', () => {
     for (const [path, says] of [
       [other, `close: ${other} is not in a watched workspace (${ws})`],
       [join(d.dir, 'missing'), `close: no checkpoint can be taken of ${join(d.dir, 'missing')}: does not exist. Nothing was recorded or sealed`],
-      [join(d.dir, 'a-file'), `close: no checkpoint can be taken of ${join(d.dir, 'a-file')}: ${join(d.dir, 'a-file')} is not a directory. Nothing was recorded or sealed`],
-      ['/tmp', `close: no checkpoint can be taken of /tmp: the directory /tmp holds the state dir ${d.stateDir}: a checkpoint would hold itself. Nothing was recorded or sealed`],
+      [
+        join(d.dir, 'a-file'),
+        `close: no checkpoint can be taken of ${join(d.dir, 'a-file')}: ${join(d.dir, 'a-file')} is not a directory. Nothing was recorded or sealed`,
+      ],
+      [
+        '/tmp',
+        `close: no checkpoint can be taken of /tmp: the directory /tmp holds the state dir ${d.stateDir}: a checkpoint would hold itself. Nothing was recorded or sealed`,
+      ],
     ]) {
       const refused = await closeTask(d, 'T', ['--workspace', path]);
       expect(refused.status).toBe(125);
@@ -329,8 +394,17 @@ describe('complete: false names what is missing', () => {
     for (const command of ['close', 'seal']) {
       const neither = await d.sbx([command, '--json']);
       expect(neither.status).toBe(125);
-      expect(JSON.parse(neither.stdout.toString())).toEqual({ error: { code: 'INVALID_ARGUMENT', message: `${command} needs --task T (that task only) or --all (every task, the whole sandbox, for good); nothing was sent`, retryable: false, details: { field: 'task' } } });
-      expect(neither.stderr.toString()).toBe(`sbx: INVALID_ARGUMENT: ${command} needs --task T (that task only) or --all (every task, the whole sandbox, for good); nothing was sent\n`);
+      expect(JSON.parse(neither.stdout.toString())).toEqual({
+        error: {
+          code: 'INVALID_ARGUMENT',
+          message: `${command} needs --task T (that task only) or --all (every task, the whole sandbox, for good); nothing was sent`,
+          retryable: false,
+          details: { field: 'task' },
+        },
+      });
+      expect(neither.stderr.toString()).toBe(
+        `sbx: INVALID_ARGUMENT: ${command} needs --task T (that task only) or --all (every task, the whole sandbox, for good); nothing was sent\n`,
+      );
     }
     expect(existsSync(join(d.stateDir, 'tasks'))).toBe(false);
     expect((await d.sbx(['run', '--task', 'T', '--', 'true'])).status).toBe(0); // not sealed
@@ -339,7 +413,10 @@ describe('complete: false names what is missing', () => {
     const sub = await closeTask(d, 'T', ['--workspace', join(ws, 'sub')]);
     expect(sub.status).toBe(0);
     expect(sub.receipt!.sessions.map((s) => s.workspace[0].root)).toEqual([ws, ws]);
-    expect(sub.receipt!.sessions.map((s) => s.exit)).toEqual([{ code: 0, signal: null }, { code: 0, signal: null }]);
+    expect(sub.receipt!.sessions.map((s) => s.exit)).toEqual([
+      { code: 0, signal: null },
+      { code: 0, signal: null },
+    ]);
     expect((await d.sbx(['close', '--task', 'T'])).stdout.equals(sub.stdout)).toBe(true);
     const empty = await closeTask(d, 'nothing-ran-here', ['--workspace', ws]);
     expect(empty.status).toBe(0);
@@ -369,7 +446,9 @@ describe("a workspace the task's receipts name", () => {
     expect(closed.stderr).toBe(`sbx: task "R2" incomplete: workspace must settle checkpoint_covers: ${what}\n`);
     // The session's entry shows the receipt's facts for the workspace its obligation names (root null: not watched now).
     const own2 = own.workspace![0];
-    expect(closed.receipt!.sessions.map((s) => s.workspace)).toEqual([[{ path: ws, root: null, epoch: own2.epoch, terminal_mutation: own2.terminal_mutation, gap: null, scan_digest: null }]]);
+    expect(closed.receipt!.sessions.map((s) => s.workspace)).toEqual([
+      [{ path: ws, root: null, epoch: own2.epoch, terminal_mutation: own2.terminal_mutation, gap: null, scan_digest: null }],
+    ]);
     // sbx verify derives the same verdict from the facts.
     expect(await verifyTask(d, closed.stdout)).toMatchObject({ status: 0 });
 
@@ -384,7 +463,10 @@ describe("a workspace the task's receipts name", () => {
     expect(added.stderr).toBe('');
     expect(added.status).toBe(0);
     expect(added.receipt).toMatchObject({ complete: true, workspaces: [other, ws], obligations: [] });
-    expect(added.receipt!.checkpoints.map((c) => [c.workspace, c.checkpoint_id !== null])).toEqual([[other, true], [ws, true]]);
+    expect(added.receipt!.checkpoints.map((c) => [c.workspace, c.checkpoint_id !== null])).toEqual([
+      [other, true],
+      [ws, true],
+    ]);
     const record = JSON.parse(readFileSync(join(d.stateDir, 'tasks', createHash('sha256').update('R3').digest('hex'), 'close.json'), 'utf8'));
     expect(record).toMatchObject({ task: 'R3', workspaces: [other], added_workspaces: [ws] });
     // A later close naming the first set answers with the same receipt.
@@ -398,108 +480,140 @@ describe("a workspace the task's receipts name", () => {
 });
 
 describe('sbx close --all is the join over every task', () => {
-  it('a task incomplete (its receipt names a workspace no longer watched): exit 1, no close receipt written, the sandbox stays sealed; watched again, the next close --all completes and is final', { timeout: 60_000 }, async () => {
-    const { d, ws } = await withWorkspace(rig);
-    expect((await d.sbx(['run', '--task', 'R', '--key', 'r', '--', 'sh', '-c', `echo out > ${ws}/out.txt`])).status).toBe(0);
-    expect((await d.sbx(['run', '--task', 'Q', '--key', 'q', '--', 'true'])).status).toBe(0);
-    await d.terminate();
-    d.withConfig({ workspace: { paths: [] } });
-    await d.start();
-    const first = await d.sbx(['close', '--all', '--timeout', '1s']);
-    expect(first.status).toBe(1);
-    const close = JSON.parse(first.stdout.toString()) as CloseReceipt;
-    expect(close).toMatchObject({ kind: 'close', complete: false });
-    expect(close.tasks!.map((t) => [t.task, t.attempt, t.complete])).toEqual([['Q', 1, true], ['R', 1, false]]);
-    expect(first.stderr.toString()).toContain(`sbx: task "R" incomplete: workspace must settle checkpoint_covers: workspace ${ws} is named by session`);
-    expect(first.stderr.toString()).toContain('sbx: the close is incomplete: nothing was written, the sandbox stays sealed; close --all again once the obligations above are settled\n');
-    expect(existsSync(join(d.stateDir, 'close-receipt.json'))).toBe(false);
-    expect((await d.sbx(['run', '--task', 'fresh', '--', 'true'])).status).toBe(125); // sealed for good
-    await d.terminate();
-    d.withConfig({ workspace: { paths: [ws] } });
-    await d.start();
-    const second = await d.sbx(['close', '--all', '--timeout', '1s']);
-    expect(second.stderr.toString()).toBe('');
-    expect(second.status).toBe(0);
-    const done = JSON.parse(second.stdout.toString()) as CloseReceipt;
-    // Q's complete task receipt is final (attempt 1 again); R's second attempt checkpointed ws.
-    expect(done.tasks!.map((t) => [t.task, t.attempt, t.complete])).toEqual([['Q', 1, true], ['R', 2, true]]);
-    expect(done.complete).toBe(true);
-    expect(readFileSync(join(d.stateDir, 'close-receipt.json'), 'utf8')).toBe(second.stdout.toString());
-    const rReceipt = json<TaskReceipt>(await d.sbx(['close', '--task', 'R']));
-    expect(rReceipt).toMatchObject({ complete: true, workspaces: [ws], checkpoints: [expect.objectContaining({ workspace: ws, checkpoint_id: expect.any(String) })] });
-    // The same receipt every time: the stored bytes, exactly.
-    const third = await d.sbx(['close', '--all', '--timeout', '1s']);
-    expect(third.status).toBe(0);
-    expect(third.stdout.equals(second.stdout)).toBe(true);
-    // The closed state dir is an archive: a task close writes nothing in it.
-    const files = (): string[] => (readdirSync(d.stateDir, { recursive: true }) as string[]).filter((f) => !f.endsWith('.log')).sort();
-    const before = files();
-    const r = await d.sbx(['close', '--task', 'R']);
-    expect(r.status).toBe(0);
-    expect(r.stdout.toString()).toBe(readFileSync(join(taskDir(d, 'R'), 'receipt.json'), 'utf8'));
-    const fresh = await d.sbx(['close', '--task', 'newtask']);
-    expect(fresh.status).toBe(125);
-    expect(fresh.stderr.toString()).toBe('sbx: ADMISSION_SEALED: the sandbox is closed (its close receipt is final) and task "newtask" has no final task receipt in it: it had no sessions (is the task name right?). Nothing was recorded or sealed\n');
-    expect(files()).toEqual(before);
-  });
+  it(
+    'a task incomplete (its receipt names a workspace no longer watched): exit 1, no close receipt written, the sandbox stays sealed; watched again, the next close --all completes and is final',
+    { timeout: 60_000 },
+    async () => {
+      const { d, ws } = await withWorkspace(rig);
+      expect((await d.sbx(['run', '--task', 'R', '--key', 'r', '--', 'sh', '-c', `echo out > ${ws}/out.txt`])).status).toBe(0);
+      expect((await d.sbx(['run', '--task', 'Q', '--key', 'q', '--', 'true'])).status).toBe(0);
+      await d.terminate();
+      d.withConfig({ workspace: { paths: [] } });
+      await d.start();
+      const first = await d.sbx(['close', '--all', '--timeout', '1s']);
+      expect(first.status).toBe(1);
+      const close = JSON.parse(first.stdout.toString()) as CloseReceipt;
+      expect(close).toMatchObject({ kind: 'close', complete: false });
+      expect(close.tasks!.map((t) => [t.task, t.attempt, t.complete])).toEqual([
+        ['Q', 1, true],
+        ['R', 1, false],
+      ]);
+      expect(first.stderr.toString()).toContain(`sbx: task "R" incomplete: workspace must settle checkpoint_covers: workspace ${ws} is named by session`);
+      expect(first.stderr.toString()).toContain(
+        'sbx: the close is incomplete: nothing was written, the sandbox stays sealed; close --all again once the obligations above are settled\n',
+      );
+      expect(existsSync(join(d.stateDir, 'close-receipt.json'))).toBe(false);
+      expect((await d.sbx(['run', '--task', 'fresh', '--', 'true'])).status).toBe(125); // sealed for good
+      await d.terminate();
+      d.withConfig({ workspace: { paths: [ws] } });
+      await d.start();
+      const second = await d.sbx(['close', '--all', '--timeout', '1s']);
+      expect(second.stderr.toString()).toBe('');
+      expect(second.status).toBe(0);
+      const done = JSON.parse(second.stdout.toString()) as CloseReceipt;
+      // Q's complete task receipt is final (attempt 1 again); R's second attempt checkpointed ws.
+      expect(done.tasks!.map((t) => [t.task, t.attempt, t.complete])).toEqual([
+        ['Q', 1, true],
+        ['R', 2, true],
+      ]);
+      expect(done.complete).toBe(true);
+      expect(readFileSync(join(d.stateDir, 'close-receipt.json'), 'utf8')).toBe(second.stdout.toString());
+      const rReceipt = json<TaskReceipt>(await d.sbx(['close', '--task', 'R']));
+      expect(rReceipt).toMatchObject({
+        complete: true,
+        workspaces: [ws],
+        checkpoints: [expect.objectContaining({ workspace: ws, checkpoint_id: expect.any(String) })],
+      });
+      // The same receipt every time: the stored bytes, exactly.
+      const third = await d.sbx(['close', '--all', '--timeout', '1s']);
+      expect(third.status).toBe(0);
+      expect(third.stdout.equals(second.stdout)).toBe(true);
+      // The closed state dir is an archive: a task close writes nothing in it.
+      const files = (): string[] => (readdirSync(d.stateDir, { recursive: true }) as string[]).filter((f) => !f.endsWith('.log')).sort();
+      const before = files();
+      const r = await d.sbx(['close', '--task', 'R']);
+      expect(r.status).toBe(0);
+      expect(r.stdout.toString()).toBe(readFileSync(join(taskDir(d, 'R'), 'receipt.json'), 'utf8'));
+      const fresh = await d.sbx(['close', '--task', 'newtask']);
+      expect(fresh.status).toBe(125);
+      expect(fresh.stderr.toString()).toBe(
+        'sbx: ADMISSION_SEALED: the sandbox is closed (its close receipt is final) and task "newtask" has no final task receipt in it: it had no sessions (is the task name right?). Nothing was recorded or sealed\n',
+      );
+      expect(files()).toEqual(before);
+    },
+  );
 });
 
 describe('a workspace added at a restart', () => {
-  it('a session that ended before it was watched (no receipt entry) is ordered by the checkpoint after its end: close --all completes; the task receipt says not_watched', { timeout: 60_000 }, async () => {
-    const { d, ws } = await withWorkspace(rig);
-    expect((await d.sbx(['run', '--task', 't9', '--key', 't9', '--', 'sh', '-c', `echo nine > ${ws}/nine.txt`])).status).toBe(0);
-    const id = json<SessionSummary[]>(await d.sbx(['ps', '--all', '--json'])).find((s) => s.invocation_key === 't9')!.session_id;
-    const ws2 = join(d.dir, 'ws2');
-    mkdirSync(ws2);
-    await d.terminate();
-    d.withConfig({ workspace: { paths: [ws, ws2] } });
-    await d.start();
-    const all = await d.sbx(['close', '--all', '--timeout', '1s']);
-    expect(all.stderr.toString()).toBe('');
-    expect(all.status).toBe(0);
-    expect((JSON.parse(all.stdout.toString()) as CloseReceipt).tasks!.map((t) => [t.task, t.complete])).toEqual([['t9', true]]);
-    const t9 = await closeTask(d, 't9');
-    expect(t9.status).toBe(0);
-    expect(t9.receipt).toMatchObject({ complete: true, workspaces: [ws, ws2], obligations: [] });
-    expect(t9.receipt!.sessions.map((s) => [s.session_id, s.workspace.map((w) => [w.path, w.root, w.gap, w.terminal_mutation === null])])).toEqual([
-      [id, [[ws, ws, null, false], [ws2, ws2, 'not_watched', true]]],
-    ]);
-    expect(await verifyTask(d, t9.stdout)).toMatchObject({ status: 0 });
-    // The set close --all defaulted to is recorded as such.
-    expect(JSON.parse(readFileSync(join(taskDir(d, 't9'), 'close.json'), 'utf8'))).toMatchObject({ workspaces: [ws, ws2], defaulted: true });
-  });
+  it(
+    'a session that ended before it was watched (no receipt entry) is ordered by the checkpoint after its end: close --all completes; the task receipt says not_watched',
+    { timeout: 60_000 },
+    async () => {
+      const { d, ws } = await withWorkspace(rig);
+      expect((await d.sbx(['run', '--task', 't9', '--key', 't9', '--', 'sh', '-c', `echo nine > ${ws}/nine.txt`])).status).toBe(0);
+      const id = json<SessionSummary[]>(await d.sbx(['ps', '--all', '--json'])).find((s) => s.invocation_key === 't9')!.session_id;
+      const ws2 = join(d.dir, 'ws2');
+      mkdirSync(ws2);
+      await d.terminate();
+      d.withConfig({ workspace: { paths: [ws, ws2] } });
+      await d.start();
+      const all = await d.sbx(['close', '--all', '--timeout', '1s']);
+      expect(all.stderr.toString()).toBe('');
+      expect(all.status).toBe(0);
+      expect((JSON.parse(all.stdout.toString()) as CloseReceipt).tasks!.map((t) => [t.task, t.complete])).toEqual([['t9', true]]);
+      const t9 = await closeTask(d, 't9');
+      expect(t9.status).toBe(0);
+      expect(t9.receipt).toMatchObject({ complete: true, workspaces: [ws, ws2], obligations: [] });
+      expect(t9.receipt!.sessions.map((s) => [s.session_id, s.workspace.map((w) => [w.path, w.root, w.gap, w.terminal_mutation === null])])).toEqual([
+        [
+          id,
+          [
+            [ws, ws, null, false],
+            [ws2, ws2, 'not_watched', true],
+          ],
+        ],
+      ]);
+      expect(await verifyTask(d, t9.stdout)).toMatchObject({ status: 0 });
+      // The set close --all defaulted to is recorded as such.
+      expect(JSON.parse(readFileSync(join(taskDir(d, 't9'), 'close.json'), 'utf8'))).toMatchObject({ workspaces: [ws, ws2], defaulted: true });
+    },
+  );
 
-  it('the set close --all defaulted to (every watched workspace) gives way to the first close that names workspaces while the task is incomplete; a named set stays', { timeout: 60_000 }, async () => {
-    const { d, ws } = await withWorkspace(rig);
-    const c = await d.client();
-    const ok = await c.launch({ argv: ['sh', '-c', `echo ok > ${ws}/ok`], cwd: '/', task: 'T', invocation_key: 'fine' });
-    await c.wait({ session_id: ok.session_id });
-    const lost = await c.launch({ argv: ['true'], cwd: '/', task: 'T', invocation_key: 'torn' });
-    await c.wait({ session_id: lost.session_id });
-    await d.kill9();
-    tearSession(d, lost.session_id);
-    const ws2 = join(d.dir, 'ws2');
-    mkdirSync(ws2);
-    d.withConfig({ workspace: { paths: [ws, ws2] } });
-    await d.start();
-    expect((await d.sbx(['close', '--all', '--timeout', '1s'])).status).toBe(1);
-    const record = () => JSON.parse(readFileSync(join(taskDir(d, 'T'), 'close.json'), 'utf8'));
-    expect(record()).toMatchObject({ workspaces: [ws, ws2], defaulted: true });
-    const named = await closeTask(d, 'T', ['--workspace', ws]);
-    expect(named.status).toBe(1);
-    expect(named.receipt).toMatchObject({ complete: false, workspaces: [ws] });
-    expect(record()).toMatchObject({ workspaces: [ws], defaulted: false });
-    const conflict = await d.sbx(['close', '--task', 'T', '--workspace', ws2]);
-    expect(conflict.status).toBe(125);
-    expect(conflict.stderr.toString()).toContain(`TASK_CONFLICT: task "T" is closed (or closing) with workspaces ${JSON.stringify([ws])}`);
-    expect((await d.sbx(['resolve', lost.session_id, '--as-operator', '--reason', 'checked'])).status).toBe(0);
-    const done = await d.sbx(['close', '--all', '--timeout', '1s']);
-    expect(done.stderr.toString()).toBe('');
-    expect(done.status).toBe(0);
-    // The resolved session's receipt has a gap in ws2 (its end was scanned there): the close adds ws2 to the named set.
-    expect(json<TaskReceipt>(await d.sbx(['close', '--task', 'T']))).toMatchObject({ complete: true, workspaces: [ws, ws2] });
-    expect(record()).toMatchObject({ workspaces: [ws], defaulted: false, added_workspaces: [ws2] });
-  });
+  it(
+    'the set close --all defaulted to (every watched workspace) gives way to the first close that names workspaces while the task is incomplete; a named set stays',
+    { timeout: 60_000 },
+    async () => {
+      const { d, ws } = await withWorkspace(rig);
+      const c = await d.client();
+      const ok = await c.launch({ argv: ['sh', '-c', `echo ok > ${ws}/ok`], cwd: '/', task: 'T', invocation_key: 'fine' });
+      await c.wait({ session_id: ok.session_id });
+      const lost = await c.launch({ argv: ['true'], cwd: '/', task: 'T', invocation_key: 'torn' });
+      await c.wait({ session_id: lost.session_id });
+      await d.kill9();
+      tearSession(d, lost.session_id);
+      const ws2 = join(d.dir, 'ws2');
+      mkdirSync(ws2);
+      d.withConfig({ workspace: { paths: [ws, ws2] } });
+      await d.start();
+      expect((await d.sbx(['close', '--all', '--timeout', '1s'])).status).toBe(1);
+      const record = () => JSON.parse(readFileSync(join(taskDir(d, 'T'), 'close.json'), 'utf8'));
+      expect(record()).toMatchObject({ workspaces: [ws, ws2], defaulted: true });
+      const named = await closeTask(d, 'T', ['--workspace', ws]);
+      expect(named.status).toBe(1);
+      expect(named.receipt).toMatchObject({ complete: false, workspaces: [ws] });
+      expect(record()).toMatchObject({ workspaces: [ws], defaulted: false });
+      const conflict = await d.sbx(['close', '--task', 'T', '--workspace', ws2]);
+      expect(conflict.status).toBe(125);
+      expect(conflict.stderr.toString()).toContain(`TASK_CONFLICT: task "T" is closed (or closing) with workspaces ${JSON.stringify([ws])}`);
+      expect((await d.sbx(['resolve', lost.session_id, '--as-operator', '--reason', 'checked'])).status).toBe(0);
+      const done = await d.sbx(['close', '--all', '--timeout', '1s']);
+      expect(done.stderr.toString()).toBe('');
+      expect(done.status).toBe(0);
+      // The resolved session's receipt has a gap in ws2 (its end was scanned there): the close adds ws2 to the named set.
+      expect(json<TaskReceipt>(await d.sbx(['close', '--task', 'T']))).toMatchObject({ complete: true, workspaces: [ws, ws2] });
+      expect(record()).toMatchObject({ workspaces: [ws], defaulted: false, added_workspaces: [ws2] });
+    },
+  );
 });
 
 describe('sbx verify of a task receipt', () => {

@@ -299,7 +299,7 @@ describe('shutdown', () => {
     }
   });
 
-  it('an attached sbx run gets its session\'s end when the supervisor shuts down', async () => {
+  it("an attached sbx run gets its session's end when the supervisor shuts down", async () => {
     const own = await new TestDaemon().start();
     try {
       const { exited, stderr } = await attachedRun(own.socketPath, ['--', 'sh', '-c', 'echo up; sleep 60'], 'up');

@@ -110,7 +110,14 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
     /** One fault: when in its phase it fires (ms, a write's index, or bytes read). */
     const planFault = (phase: Phase, kind: DropKind, cmd: CommandKind, sleepMs: number, stdinBytes: number): Fault => {
       const expected = cmd === 'big' ? 10_000_000 : cmd === 'line' ? 4 << 20 : cmd === 'stdin' ? stdinBytes : 0;
-      const at = phase === 'launch' ? Math.floor(rand() * 6) : phase === 'stdin' ? Math.floor(rand() * 3) : phase === 'stream' && expected > 0 ? Math.floor(rand() * expected * 0.9) : Math.floor(rand() * Math.max(50, sleepMs * 0.8));
+      const at =
+        phase === 'launch'
+          ? Math.floor(rand() * 6)
+          : phase === 'stdin'
+            ? Math.floor(rand() * 3)
+            : phase === 'stream' && expected > 0
+              ? Math.floor(rand() * expected * 0.9)
+              : Math.floor(rand() * Math.max(50, sleepMs * 0.8));
       return { phase, kind, at, hit: false, launchWhen: phase === 'launch' ? (rand() < 0.5 ? 'connect' : 'admitted') : undefined };
     };
     // The plan: per transport 25 silent sleeps, 19 small outputs, 2 x 10 MB, 2 x one 4 MiB line, 2 reading stdin.
@@ -122,18 +129,36 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
         const marker = `echo ran >> ${join(markers, key)}`;
         const sleepMs = kind === 'sleep' ? 300 + Math.floor(rand() * 2200) : kind === 'small' ? Math.floor(rand() * 800) : 0;
         const sleep = `sleep ${(sleepMs / 1000).toFixed(3)}`;
-        const argv = ['/bin/sh', '-c', {
-          sleep: `${marker}; ${sleep}`,
-          small: `${marker}; seq 1 ${1 + Math.floor(rand() * 50_000)}; ${sleep}`,
-          big: `${marker}; seq -f %09g 1 1000000`, // 10,000,000 bytes
-          line: `${marker}; seq -f %07g 1 600000 | tr -d '\\n' | head -c 4194304`, // 4 MiB, no newline
-          stdin: `${marker}; cat`,
-        }[kind]];
+        const argv = [
+          '/bin/sh',
+          '-c',
+          {
+            sleep: `${marker}; ${sleep}`,
+            small: `${marker}; seq 1 ${1 + Math.floor(rand() * 50_000)}; ${sleep}`,
+            big: `${marker}; seq -f %09g 1 1000000`, // 10,000,000 bytes
+            line: `${marker}; seq -f %07g 1 600000 | tr -d '\\n' | head -c 4194304`, // 4 MiB, no newline
+            stdin: `${marker}; cat`,
+          }[kind],
+        ];
         // 1.5 MiB of numbered lines: written in three pieces, each at its stdin offset.
-        const stdin = kind === 'stdin' ? Buffer.from(Array.from({ length: 3 * WRITE_PIECE / 32 }, (_, j) => `${key} line ${String(j).padStart(10, '0')}`.padEnd(31, '.') + '\n').join('')) : undefined;
+        const stdin =
+          kind === 'stdin'
+            ? Buffer.from(
+                Array.from({ length: (3 * WRITE_PIECE) / 32 }, (_, j) => `${key} line ${String(j).padStart(10, '0')}`.padEnd(31, '.') + '\n').join(''),
+              )
+            : undefined;
         const faults: Fault[] = [];
         const n = rand() < 0.15 ? 0 : rand() < 0.7 ? 1 : 2;
-        for (let f = 0; f < n; f++) faults.push(planFault(pick(kind === 'stdin' ? ['launch', 'stdin', 'stream', 'wait'] : ['launch', 'stream', 'wait']), pick(kindsOf[transport]), kind, sleepMs, stdin?.length ?? 0));
+        for (let f = 0; f < n; f++)
+          faults.push(
+            planFault(
+              pick(kind === 'stdin' ? ['launch', 'stdin', 'stream', 'wait'] : ['launch', 'stream', 'wait']),
+              pick(kindsOf[transport]),
+              kind,
+              sleepMs,
+              stdin?.length ?? 0,
+            ),
+          );
         commands.push({ key, transport, kind, argv, sleepMs, stdin, faults });
       }
       // And every kind of drop in every phase at least once per transport, on a command where
@@ -144,7 +169,8 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
       const streams = mine.filter((c) => c.kind === 'big' || c.kind === 'line');
       const readers = mine.filter((c) => c.kind === 'stdin');
       for (const [j, dropKind] of [...new Set(kindsOf[transport])].entries()) {
-        const add = (c: Command, phase: Phase, launchWhen?: Fault['launchWhen']) => c.faults.push({ ...planFault(phase, dropKind, c.kind, c.sleepMs, c.stdin?.length ?? 0), ...(launchWhen ? { launchWhen } : {}) });
+        const add = (c: Command, phase: Phase, launchWhen?: Fault['launchWhen']) =>
+          c.faults.push({ ...planFault(phase, dropKind, c.kind, c.sleepMs, c.stdin?.length ?? 0), ...(launchWhen ? { launchWhen } : {}) });
         add(sleeps[3 * j]!, 'launch', 'connect');
         add(sleeps[3 * j + 1]!, 'launch', 'admitted');
         add(sleeps[3 * j + 2]!, 'wait');
@@ -163,7 +189,14 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
       const onReconnecting = (code: string) => {
         connectFailures[code] = (connectFailures[code] ?? 0) + 1;
       };
-      const deadlines = { keepaliveMs: KEEPALIVE_MS, silenceMs: SILENCE_MS, connectTimeoutMs: CONNECT_TIMEOUT_MS, reconnectMs: 30_000, clientName: `faults ${id}`, onReconnecting };
+      const deadlines = {
+        keepaliveMs: KEEPALIVE_MS,
+        silenceMs: SILENCE_MS,
+        connectTimeoutMs: CONNECT_TIMEOUT_MS,
+        reconnectMs: 30_000,
+        clientName: `faults ${id}`,
+        onReconnecting,
+      };
       if (c.transport === 'ws') {
         const proxy = await new TcpProxy(remotePort).start();
         proxies.set(id, proxy);
@@ -222,7 +255,10 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
       proxy.stall(conn);
       const s = { at: performance.now(), detectedMs: null as number | null, kind: 'stall' as const, what };
       stalls.push(s);
-      void until(() => conn.closed, 'the client to give up the stalled connection', 30_000).then(() => (s.detectedMs = performance.now() - s.at), () => {});
+      void until(() => conn.closed, 'the client to give up the stalled connection', 30_000).then(
+        () => (s.detectedMs = performance.now() - s.at),
+        () => {},
+      );
     };
     const watchStop = (id: string, pid: number, what: string) => {
       process.kill(pid, 'SIGSTOP');
@@ -232,7 +268,10 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
       stalls.push(s);
       // Detected when the client gave it up: the stopped bridge is gone (it was killed and
       // reaped), or a new one was spawned for the channel.
-      void until(() => bridgeState(pid) === null || spawned(id) > before, 'the client to give up the stopped bridge', 30_000).then(() => (s.detectedMs = performance.now() - s.at), () => {});
+      void until(() => bridgeState(pid) === null || spawned(id) > before, 'the client to give up the stopped bridge', 30_000).then(
+        () => (s.detectedMs = performance.now() - s.at),
+        () => {},
+      );
     };
 
     /** Fires a fault on its channel as soon as a live transport is there, while pending() holds. */
@@ -256,7 +295,10 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
     };
 
     const times: CallTime[] = [];
-    const costOf = (c: Command, phase: Phase) => c.faults.filter((f) => f.phase === phase && f.hit).reduce((ms, f) => ms + (f.kind === 'stop' || f.kind === 'stall' ? SILENCE_MS + CONNECT_TIMEOUT_MS : 2000), 0);
+    const costOf = (c: Command, phase: Phase) =>
+      c.faults
+        .filter((f) => f.phase === phase && f.hit)
+        .reduce((ms, f) => ms + (f.kind === 'stop' || f.kind === 'stall' ? SILENCE_MS + CONNECT_TIMEOUT_MS : 2000), 0);
     const timed = async <T>(c: Command, call: CallTime['call'], phase: Phase, baseMs: number, fn: () => Promise<T>): Promise<T> => {
       const t0 = performance.now();
       try {
@@ -293,7 +335,8 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
               const end = Math.min(data.length, offset + WRITE_PIECE);
               const from = offset;
               try {
-                offset = (await control.run((cl) => cl.request('write', { ...sel, data: data.subarray(from, end), offset: from, eof: end === data.length }))).cursor;
+                offset = (await control.run((cl) => cl.request('write', { ...sel, data: data.subarray(from, end), offset: from, eof: end === data.length })))
+                  .cursor;
               } catch (err) {
                 // The last write (with eof) arrived before its answer was lost: its resend finds stdin closed at the end.
                 const details = (err as SupervisorError).details as { cursor?: number; stdin_closed?: boolean } | undefined;
@@ -359,7 +402,12 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
       const r = results.get(c.key)!;
       expect({ key: c.key, outcome: r.receipt.outcome, exit: r.receipt.exit.code }).toEqual({ key: c.key, outcome: 'exited', exit: 0 });
       const out = r.receipt.output.stdout!;
-      expect({ key: c.key, sha256: r.sha256, bytes: r.bytes, complete: out.complete }).toEqual({ key: c.key, sha256: out.sha256, bytes: out.final_cursor, complete: true });
+      expect({ key: c.key, sha256: r.sha256, bytes: r.bytes, complete: out.complete }).toEqual({
+        key: c.key,
+        sha256: out.sha256,
+        bytes: out.final_cursor,
+        complete: true,
+      });
       if (c.kind === 'big') expect(r.bytes).toBe(10_000_000);
       if (c.kind === 'line') expect(r.bytes).toBe(4 << 20);
       if (c.stdin) expect(r.sha256).toBe(createHash('sha256').update(c.stdin).digest('hex'));
@@ -371,17 +419,29 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
     const late = times.filter((t) => t.ms > t.budgetMs);
     expect(late).toEqual([]);
     // Each stalled transport (SIGSTOP, a black-holed connection) was given up within the silence bound.
-    expect(stalls.filter((s) => (s.detectedMs ?? Infinity) > STALL_DETECTED_MS).map((s) => `${s.kind} ${s.what}: ${s.detectedMs === null ? 'never' : `${Math.round(s.detectedMs)} ms`}`)).toEqual([]);
+    expect(
+      stalls
+        .filter((s) => (s.detectedMs ?? Infinity) > STALL_DETECTED_MS)
+        .map((s) => `${s.kind} ${s.what}: ${s.detectedMs === null ? 'never' : `${Math.round(s.detectedMs)} ms`}`),
+    ).toEqual([]);
 
     // Nothing left: no bridge, no proxied connection, no session, no fd of ours.
-    await until(() => [...pidFiles.keys()].every((id) => spawnedPids(id).every((pid) => bridgeState(pid) === null)), 'every bridge (stopped ones too) to be gone', 10_000);
+    await until(
+      () => [...pidFiles.keys()].every((id) => spawnedPids(id).every((pid) => bridgeState(pid) === null)),
+      'every bridge (stopped ones too) to be gone',
+      10_000,
+    );
     await until(() => [...proxies.values()].every((p) => p.connections.size === 0), 'every proxied connection to be closed', 10_000);
     for (const p of proxies.values()) await p.close();
     const check = await d.client();
     expect((await check.ps(false)).sessions.filter((s) => s.state !== 'ended')).toEqual([]);
     const base = d.cgroupBase;
     if (base && existsSync(join(base, 'sessions'))) {
-      await until(() => readdirSync(join(base, 'sessions'), { withFileTypes: true }).filter((e) => e.isDirectory()).length === 0, "every session's cgroup leaf to be removed", 10_000);
+      await until(
+        () => readdirSync(join(base, 'sessions'), { withFileTypes: true }).filter((e) => e.isDirectory()).length === 0,
+        "every session's cgroup leaf to be removed",
+        10_000,
+      );
     }
     await until(() => readdirSync('/proc/self/fd').length <= fdsBefore + 2, 'the fds to be closed', 10_000);
 

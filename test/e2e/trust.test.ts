@@ -2,7 +2,21 @@
 // checked against them, sessions run as another user that cannot touch the evidence, and a
 // state dir that never writes through a planted link.
 import { randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, cpSync, existsSync, linkSync, lstatSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  cpSync,
+  existsSync,
+  linkSync,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
@@ -31,7 +45,11 @@ describe('signatures', () => {
   it('a genuine receipt verifies, offline and with its stored bytes', async () => {
     const { receipt, path } = await receiptOf(['sh', '-c', 'head -c 10000 /dev/urandom; echo warn >&2; exit 4']);
     expect(receipt.signature).toMatchObject({ alg: 'ed25519', key_id: expect.stringMatching(/^sha256:[0-9a-f]{64}$/) });
-    expect(receipt.output.stdout!.chunks.map((c) => [c.start_cursor, c.length])).toEqual([[0, 4096], [4096, 4096], [8192, 1808]]);
+    expect(receipt.output.stdout!.chunks.map((c) => [c.start_cursor, c.length])).toEqual([
+      [0, 4096],
+      [4096, 4096],
+      [8192, 1808],
+    ]);
     expect(verifySignature(receipt, pub())).toEqual([]);
     expect(verifyStoredOutput(receipt, daemon.stateDir)).toEqual([]);
     const cli = await daemon.sbx(['verify', path, '--state-dir', daemon.stateDir]);
@@ -47,12 +65,18 @@ describe('signatures', () => {
     const { receipt, path } = await receiptOf(['sh', '-c', 'printf "0123456789"']);
     const env = { SBX_STATE_DIR: daemon.stateDir };
     const good = await daemon.sbx(['verify', path], { env });
-    expect([good.status, good.stdout.toString()]).toEqual([0, `OK: signed by ${receipt.signature!.key_id}; stored output matches (stdout 10 bytes, stderr 0 bytes)\n`]);
+    expect([good.status, good.stdout.toString()]).toEqual([
+      0,
+      `OK: signed by ${receipt.signature!.key_id}; stored output matches (stdout 10 bytes, stderr 0 bytes)\n`,
+    ]);
     // A state dir that does not hold it (another machine's receipt): the signature only, said so.
     const elsewhere = join(daemon.dir, 'elsewhere');
     mkdirSync(elsewhere, { recursive: true });
     const only = await daemon.sbx(['verify', path, '--public-key', join(daemon.stateDir, 'receipt-key.pub')], { env: { SBX_STATE_DIR: elsewhere } });
-    expect([only.status, only.stdout.toString()]).toEqual([0, `OK: signed by ${receipt.signature!.key_id}; signature only (the state dir ${elsewhere} does not hold this session: --state-dir DIR re-reads its stored output)\n`]);
+    expect([only.status, only.stdout.toString()]).toEqual([
+      0,
+      `OK: signed by ${receipt.signature!.key_id}; signature only (the state dir ${elsewhere} does not hold this session: --state-dir DIR re-reads its stored output)\n`,
+    ]);
     const chunk = join(daemon.stateDir, 'sessions', receipt.session_id, 'stdout', '0000000000000000.chunk');
     writeFileSync(chunk, '0123456780');
     const bad = await daemon.sbx(['verify', path], { env });
@@ -112,7 +136,10 @@ describe('signatures', () => {
     expect(cli.status).toBe(1);
     expect(cli.stdout.toString()).toContain('MISMATCH: stdout: sha256 on disk');
     // New receipts list chunks without their own digest (the stream's covers them).
-    expect(receipt.output.stdout!.chunks).toEqual([{ start_cursor: 0, length: 4096 }, { start_cursor: 4096, length: 1904 }]);
+    expect(receipt.output.stdout!.chunks).toEqual([
+      { start_cursor: 0, length: 4096 },
+      { start_cursor: 4096, length: 1904 },
+    ]);
   });
 
   it('an added chunk file or entry fails --state-dir verification', async () => {
@@ -132,7 +159,14 @@ describe('signatures', () => {
     expect(receipt.version).toBe(1);
     expect(verifySignature(receipt, readFileSync(join(fixture, 'receipt-key.pub'), 'utf8'))).toEqual([]);
     expect(verifyStoredOutput(receipt, join(fixture, 'state'))).toEqual([]);
-    const cli = await daemon.sbx(['verify', join(fixture, 'receipt.json'), '--public-key', join(fixture, 'receipt-key.pub'), '--state-dir', join(fixture, 'state')]);
+    const cli = await daemon.sbx([
+      'verify',
+      join(fixture, 'receipt.json'),
+      '--public-key',
+      join(fixture, 'receipt-key.pub'),
+      '--state-dir',
+      join(fixture, 'state'),
+    ]);
     expect(cli.status).toBe(0);
   });
 });
@@ -245,7 +279,10 @@ describe('sbx run --receipt never writes through a planted link', () => {
     const { work, target } = setup();
     const before = fingerprint(target);
     const key = `plant-${randomBytes(4).toString('hex')}`;
-    const r = await daemon.sbx(['run', '--key', key, '--user', 'nobody', '--receipt', 'receipt.json', '--', 'sh', '-c', `ln -s ${target} receipt.json; echo planted`], { cwd: work });
+    const r = await daemon.sbx(
+      ['run', '--key', key, '--user', 'nobody', '--receipt', 'receipt.json', '--', 'sh', '-c', `ln -s ${target} receipt.json; echo planted`],
+      { cwd: work },
+    );
     expect(r.stdout.toString()).toBe('planted\n');
     expect(r.status).toBe(125);
     const id = (JSON.parse((await daemon.sbx(['receipt', '--key', key])).stdout.toString()) as Receipt).session_id;
@@ -263,8 +300,15 @@ describe('sbx run --receipt never writes through a planted link', () => {
     const before = fingerprint(target);
     const go = join(work, 'go');
     const key = `plant-${randomBytes(4).toString('hex')}`;
-    const child = daemon.sbx(['run', '--key', key, '--user', 'nobody', '--receipt', 'receipt.json', '--', 'sh', '-c', `while [ ! -e ${go} ]; do sleep 0.02; done; echo done`], { cwd: work });
-    await until(async () => (JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[]).some((s) => s.invocation_key === key && s.state === 'running'), 'the session to run');
+    const child = daemon.sbx(
+      ['run', '--key', key, '--user', 'nobody', '--receipt', 'receipt.json', '--', 'sh', '-c', `while [ ! -e ${go} ]; do sleep 0.02; done; echo done`],
+      { cwd: work },
+    );
+    await until(
+      async () =>
+        (JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[]).some((s) => s.invocation_key === key && s.state === 'running'),
+      'the session to run',
+    );
     // As root: protected_hardlinks stops nobody from linking a file it cannot write.
     linkSync(target, join(work, 'receipt.json'));
     writeFileSync(go, '');
@@ -285,7 +329,9 @@ describe('sbx run --receipt never writes through a planted link', () => {
     const n = await sessionCount();
     const r = await daemon.sbx(['run', '--receipt', 'receipt.json', '--', 'sh', '-c', 'echo ran > ran.txt'], { cwd: work });
     expect(r.status).toBe(125);
-    expect(r.stderr.toString()).toBe(`sbx: --receipt ${work}/receipt.json: refused: it is a symbolic link, and sbx never writes through or replaces one; nothing was run\n`);
+    expect(r.stderr.toString()).toBe(
+      `sbx: --receipt ${work}/receipt.json: refused: it is a symbolic link, and sbx never writes through or replaces one; nothing was run\n`,
+    );
     expect(await sessionCount()).toBe(n);
     expect(existsSync(join(work, 'ran.txt'))).toBe(false);
     expect(readFileSync(target, 'utf8')).toBe('root only\n');
@@ -310,14 +356,18 @@ describe('sbx run --receipt never writes through a planted link', () => {
     const n = await sessionCount();
     const r = await daemon.sbx(['run', '--receipt', 'no-such-dir/r.json', '--', 'sh', '-c', 'echo ran > ran.txt'], { cwd: work });
     expect(r.status).toBe(125);
-    expect(r.stderr.toString()).toBe(`sbx: --receipt ${work}/no-such-dir/r.json: cannot open its directory ${work}/no-such-dir: no such directory (ENOENT); nothing was run\n`);
+    expect(r.stderr.toString()).toBe(
+      `sbx: --receipt ${work}/no-such-dir/r.json: cannot open its directory ${work}/no-such-dir: no such directory (ENOENT); nothing was run\n`,
+    );
     expect(await sessionCount()).toBe(n);
     expect(existsSync(join(work, 'ran.txt'))).toBe(false);
     // A directory that is a symlink says so (not a bare ENOTDIR).
     symlinkSync(work, join(work, 'linked'));
     const linked = await daemon.sbx(['run', '--receipt', 'linked/r.json', '--', 'sh', '-c', 'echo ran > ran.txt'], { cwd: work });
     expect(linked.status).toBe(125);
-    expect(linked.stderr.toString()).toBe(`sbx: --receipt ${work}/linked/r.json: its directory ${work}/linked is a symbolic link, which sbx does not follow for a receipt (name the directory it points to); nothing was run\n`);
+    expect(linked.stderr.toString()).toBe(
+      `sbx: --receipt ${work}/linked/r.json: its directory ${work}/linked is a symbolic link, which sbx does not follow for a receipt (name the directory it points to); nothing was run\n`,
+    );
     expect(existsSync(join(work, 'ran.txt'))).toBe(false);
   });
 });

@@ -71,12 +71,15 @@ describe('a workspace root renamed away and back (issue 33)', () => {
   });
 });
 
-describe('the barrier, out of any session\'s reach', () => {
-  it("FIFOs planted where older versions kept the barrier (.sandbox-supervisor/barrier, barrier-1) and named #<n>: the receipt has its terminal_mutation, status and a restart answer, nothing hangs", async () => {
-    const { d, paths } = await daemonWith((dir) => {
-      mkdirSync(join(dir, 'ws'));
-      return [join(dir, 'ws')];
-    }, { config: { barrierTimeoutMs: 1000 } });
+describe("the barrier, out of any session's reach", () => {
+  it('FIFOs planted where older versions kept the barrier (.sandbox-supervisor/barrier, barrier-1) and named #<n>: the receipt has its terminal_mutation, status and a restart answer, nothing hangs', async () => {
+    const { d, paths } = await daemonWith(
+      (dir) => {
+        mkdirSync(join(dir, 'ws'));
+        return [join(dir, 'ws')];
+      },
+      { config: { barrierTimeoutMs: 1000 } },
+    );
     const ws = paths[0];
     const plant = `cd ${ws}; mv .sandbox-supervisor old 2>/dev/null; mkdir .sandbox-supervisor && mkfifo .sandbox-supervisor/barrier .sandbox-supervisor/barrier-1 .sandbox-supervisor/barrier-2 '#1' "#$(stat -c %i .)" && echo x > '#12' && sleep 0.2`;
     const c = await d.client();
@@ -135,7 +138,11 @@ describe('names', () => {
       mkdirSync(join(dir, 'ws'));
       return [join(dir, 'ws')];
     });
-    await run(d, 'names', `cd ${paths[0]}; printf 1 > "$(printf 'z\\377\\376')"; printf 2 > "$(printf 'z\\376\\377')"; printf 3 > "$(printf 'a\\n  9  created   b')"; sleep 0.2`);
+    await run(
+      d,
+      'names',
+      `cd ${paths[0]}; printf 1 > "$(printf 'z\\377\\376')"; printf 2 > "$(printf 'z\\376\\377')"; printf 3 > "$(printf 'a\\n  9  created   b')"; sleep 0.2`,
+    );
     const c = await d.client();
     // Each file: created, then written (the kernel merged the two into one event); the created ones here.
     const pick = (chs: ChangesResult['workspaces'][0]['changes']) => chs.filter((ch) => ch.kind === 'created').map((ch) => [ch.path, ch.path_b64 ?? null]);
@@ -153,7 +160,7 @@ describe('names', () => {
 });
 
 describe('names in receipts', () => {
-  it("a session whose last write is to a name that is not UTF-8: its receipt, as sbx receipt prints it, verifies", async () => {
+  it('a session whose last write is to a name that is not UTF-8: its receipt, as sbx receipt prints it, verifies', async () => {
     const { d, paths } = await daemonWith((dir) => {
       mkdirSync(join(dir, 'ws'));
       return [join(dir, 'ws')];

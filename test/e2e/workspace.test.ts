@@ -23,7 +23,10 @@ const run = runScript;
  */
 const writer = (tag: string, dirs: string[]) =>
   dirs
-    .map((dir) => `cd ${dir}; for i in 1 2 3 4 5 6 7 8 9 10; do echo $i > ${tag}-$i; sleep 0.01; done; /bin/echo x > ${tag}-echo; touch ${tag}-touch; cp ${tag}-1 ${tag}-cp; rm ${tag}-2; mv ${tag}-3 ${tag}-moved; echo last > ${tag}-last`)
+    .map(
+      (dir) =>
+        `cd ${dir}; for i in 1 2 3 4 5 6 7 8 9 10; do echo $i > ${tag}-$i; sleep 0.01; done; /bin/echo x > ${tag}-echo; touch ${tag}-touch; cp ${tag}-1 ${tag}-cp; rm ${tag}-2; mv ${tag}-3 ${tag}-moved; echo last > ${tag}-last`,
+    )
     .join('; ') + '; sleep 0.2';
 
 describe('attribution', () => {
@@ -41,7 +44,10 @@ describe('attribution', () => {
     const c = await d.client();
     const [a, b] = await Promise.all(['A', 'B'].map((tag) => c.launch({ argv: ['sh', '-c', writer(tag, paths)], cwd: '/', invocation_key: `ws-${tag}` })));
     const [ra, rb] = await Promise.all([c.wait({ session_id: a.session_id }), c.wait({ session_id: b.session_id })]);
-    for (const [tag, r] of [['A', ra], ['B', rb]] as const) {
+    for (const [tag, r] of [
+      ['A', ra],
+      ['B', rb],
+    ] as const) {
       expect(r.outcome).toBe('exited');
       expect(r.workspace!.map((w) => w.path)).toEqual(paths);
       for (const w of r.workspace!) {
@@ -124,7 +130,16 @@ describe('nothing of the supervisor in a workspace', () => {
     };
     const clean = (dir = ws) => expect(git(dir, 'status', '--porcelain', '--untracked-files=all', '--ignored')).toBe('');
     const session = async (key: string, line: string, task: string[] = []) => {
-      const r = await d.sbx(['run', '--key', key, ...task, '--', 'sh', '-c', `cd ${ws} && echo ${line} >> f && git add f && git -c user.name=t -c user.email=t@example.invalid commit -qm ${line}`]);
+      const r = await d.sbx([
+        'run',
+        '--key',
+        key,
+        ...task,
+        '--',
+        'sh',
+        '-c',
+        `cd ${ws} && echo ${line} >> f && git add f && git -c user.name=t -c user.email=t@example.invalid commit -qm ${line}`,
+      ]);
       expect(r.status).toBe(0);
       const e = json<Receipt>(await d.sbx(['receipt', '--key', key])).workspace![0];
       expect(e.gap).toBeNull();
@@ -167,7 +182,10 @@ describe('gaps', () => {
     const { d, paths } = await daemonWith((dir) => {
       for (const sub of ['lower', 'upper', 'work']) mkdirSync(join(dir, sub));
       writeFileSync(join(dir, 'lower', 'base'), 'from the lower layer\n');
-      mount(['-t', 'overlay', 'overlay', '-o', `lowerdir=${join(dir, 'lower')},upperdir=${join(dir, 'upper')},workdir=${join(dir, 'work')}`], join(dir, 'merged'));
+      mount(
+        ['-t', 'overlay', 'overlay', '-o', `lowerdir=${join(dir, 'lower')},upperdir=${join(dir, 'upper')},workdir=${join(dir, 'work')}`],
+        join(dir, 'merged'),
+      );
       return [join(dir, 'merged')];
     });
     const status = json<StatusResult>(await d.sbx(['status', '--json']));
@@ -209,7 +227,9 @@ describe('gaps', () => {
       ['tmpfs', 'scan'],
     ]);
     expect(status.workspaces[0].health).toBe('ok');
-    expect(status.workspaces[1].health).toBe(`no barrier: its file system (tmpfs) has no O_TMPFILE and the state dir ${d.stateDir} is on another file system (a barrier file there would not be seen)`);
+    expect(status.workspaces[1].health).toBe(
+      `no barrier: its file system (tmpfs) has no O_TMPFILE and the state dir ${d.stateDir} is on another file system (a barrier file there would not be seen)`,
+    );
     for (const key of ['one', 'two']) {
       const r = await run(d, key, `for w in ${paths.join(' ')}; do echo ${key} > $w/${key}; done; sleep 0.2`);
       const [ext4, tmpfs] = r.workspace!;
@@ -242,7 +262,10 @@ describe('gaps', () => {
     // Held before the first file is made: on a loaded machine the hook takes a while to take hold,
     // and events read meanwhile would leave the queue short of its overflow.
     await until(async () => (await c.status()).workspaces[0].health.includes('reader paused'), 'the reader to be held');
-    const { session_id } = await c.launch({ argv: ['sh', '-c', `cd ${paths[0]}; i=0; while [ $i -lt 20000 ]; do : > f$i; i=$((i+1)); done; read x < ${go}`], cwd: '/' });
+    const { session_id } = await c.launch({
+      argv: ['sh', '-c', `cd ${paths[0]}; i=0; while [ $i -lt 20000 ]; do : > f$i; i=$((i+1)); done; read x < ${go}`],
+      cwd: '/',
+    });
     await until(() => readdirSync(paths[0]).length >= 20000, 'the 20,000 files', 60_000);
     rmSync(pause);
     await until(async () => (await c.status()).workspaces[0].health.includes('overflowed'), 'the overflow to be read');

@@ -19,7 +19,9 @@ export function cgroupMount(): string | null {
 export function leftoverTestCgroups(): string[] {
   const mount = cgroupMount();
   if (!mount) return [];
-  return readdirSync(mount).filter((n) => n.startsWith(TEST_CGROUP_PREFIX)).map((n) => join(mount, n));
+  return readdirSync(mount)
+    .filter((n) => n.startsWith(TEST_CGROUP_PREFIX))
+    .map((n) => join(mount, n));
 }
 
 function populated(dir: string): boolean {

@@ -82,12 +82,16 @@ function procStats(): { pid: number; fields: string[] }[] {
 
 /** Zombie children of pid right now. */
 export function zombieChildren(pid: number): number[] {
-  return procStats().filter((p) => p.fields[0] === 'Z' && Number(p.fields[1]) === pid).map((p) => p.pid);
+  return procStats()
+    .filter((p) => p.fields[0] === 'Z' && Number(p.fields[1]) === pid)
+    .map((p) => p.pid);
 }
 
 /** Pids of the live (not zombie) processes whose process group is pgid. */
 export function pidsInGroup(pgid: number): number[] {
-  return procStats().filter((p) => p.fields[0] !== 'Z' && Number(p.fields[2]) === pgid).map((p) => p.pid);
+  return procStats()
+    .filter((p) => p.fields[0] !== 'Z' && Number(p.fields[2]) === pgid)
+    .map((p) => p.pid);
 }
 
 /** The parent pid of pid (field 4 of /proc/<pid>/stat: proc(5)); for a leader, its exec shim. */

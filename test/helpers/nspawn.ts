@@ -72,7 +72,18 @@ export class NspawnContainer {
     mkdirSync(rootfs);
     execFileSync('mount', ['--bind', '/', rootfs]);
     execFileSync('mount', ['--make-private', rootfs]);
-    const flags = ['-D', rootfs, '--volatile=overlay', '--register=no', '--keep-unit', ...(this.options.privateNetwork === false ? [] : ['--private-network']), `--bind-ro=${ROOT}:${CHECKOUT}`, '-b', '-M', machine];
+    const flags = [
+      '-D',
+      rootfs,
+      '--volatile=overlay',
+      '--register=no',
+      '--keep-unit',
+      ...(this.options.privateNetwork === false ? [] : ['--private-network']),
+      `--bind-ro=${ROOT}:${CHECKOUT}`,
+      '-b',
+      '-M',
+      machine,
+    ];
     if (this.options.bootUnit) flags.push(`systemd.unit=${this.options.bootUnit}`);
     this.child = spawn('sh', ['-c', `echo $$ > ${this.cgroup}/cgroup.procs && exec systemd-nspawn ${flags.join(' ')}`], {
       env: { PATH: NSPAWN_PATH, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY: '1' },
@@ -81,28 +92,44 @@ export class NspawnContainer {
     // The container's PID 1: nspawn's child that is pid 1 of a new pid namespace (NSpid in
     // /proc/PID/status: "<host pid> 1"). nspawn forks an outer child first, which forks the
     // container's init and exits: taking the first child alone raced with that exit under load.
-    this.pid1 = await until(() => {
-      for (const word of spawnSync('pgrep', ['-P', String(this.child!.pid)], { encoding: 'utf8' }).stdout.trim().split('\n')) {
-        const pid = Number(word);
-        if (!pid) continue;
-        let status = '';
-        try {
-          status = readFileSync(`/proc/${pid}/status`, 'utf8');
-        } catch {
-          continue; // the outer child, gone meanwhile
+    this.pid1 = await until(
+      () => {
+        for (const word of spawnSync('pgrep', ['-P', String(this.child!.pid)], { encoding: 'utf8' })
+          .stdout.trim()
+          .split('\n')) {
+          const pid = Number(word);
+          if (!pid) continue;
+          let status = '';
+          try {
+            status = readFileSync(`/proc/${pid}/status`, 'utf8');
+          } catch {
+            continue; // the outer child, gone meanwhile
+          }
+          const nspid = /^NSpid:\s*(.*)$/m.exec(status)?.[1]?.trim().split(/\s+/) ?? [];
+          if (nspid.length > 1 && nspid[nspid.length - 1] === '1') return pid;
         }
-        const nspid = /^NSpid:\s*(.*)$/m.exec(status)?.[1]?.trim().split(/\s+/) ?? [];
-        if (nspid.length > 1 && nspid[nspid.length - 1] === '1') return pid;
-      }
-      return 0;
-    }, 'the container to start', 30_000);
+        return 0;
+      },
+      'the container to start',
+      30_000,
+    );
     let state: InsideResult | null = null;
-    await until(() => /^(running|degraded)$/m.test((state = this.run(['systemctl', 'is-system-running'], { allowFail: true })).stdout), 'the container to boot', bootMs).catch((err: Error) => {
+    await until(
+      () => /^(running|degraded)$/m.test((state = this.run(['systemctl', 'is-system-running'], { allowFail: true })).stdout),
+      'the container to boot',
+      bootMs,
+    ).catch((err: Error) => {
       const said = state ? `${state.stdout.trim()} ${state.stderr.trim()} (exit ${state.status})` : 'nothing';
-      throw new Error(`${err.message} (systemctl is-system-running said ${said}); jobs still queued:\n${this.run(['systemctl', 'list-jobs', '--no-pager'], { allowFail: true }).stdout}`);
+      throw new Error(
+        `${err.message} (systemctl is-system-running said ${said}); jobs still queued:\n${this.run(['systemctl', 'list-jobs', '--no-pager'], { allowFail: true }).stdout}`,
+      );
     });
     this.run(['bash', join(CHECKOUT, 'scripts/install.sh')]);
-    await until(() => this.run(['systemctl', 'is-active', 'sandbox-supervisor.socket'], { allowFail: true }).stdout.trim() === 'active', 'the socket unit', 30_000);
+    await until(
+      () => this.run(['systemctl', 'is-active', 'sandbox-supervisor.socket'], { allowFail: true }).stdout.trim() === 'active',
+      'the socket unit',
+      30_000,
+    );
   }
 
   /** The argv that runs args in every namespace of the container's PID 1 (what a harness would exec). */
@@ -113,7 +140,13 @@ export class NspawnContainer {
   /** Runs a command inside (nsenter), within timeoutMs; throws on a non-zero exit unless allowFail. */
   run(args: string[], opts: { allowFail?: boolean; input?: string; timeoutMs?: number } = {}): InsideResult {
     const [cmd, ...rest] = this.nsenter(args);
-    const r = spawnSync(cmd!, rest, { env: { PATH: NSPAWN_PATH, HOME: '/root' }, encoding: 'utf8', input: opts.input, timeout: opts.timeoutMs ?? this.options.commandTimeoutMs ?? 60_000, maxBuffer: 64 << 20 });
+    const r = spawnSync(cmd!, rest, {
+      env: { PATH: NSPAWN_PATH, HOME: '/root' },
+      encoding: 'utf8',
+      input: opts.input,
+      timeout: opts.timeoutMs ?? this.options.commandTimeoutMs ?? 60_000,
+      maxBuffer: 64 << 20,
+    });
     if (!opts.allowFail && r.status !== 0) throw new Error(`inside ${args.join(' ')}: exit ${r.status}\n${r.stdout}\n${r.stderr}`);
     return { status: r.status, stdout: r.stdout, stderr: r.stderr };
   }

@@ -21,7 +21,10 @@ export class TcpProxy {
   accepted = 0;
   port = 0;
 
-  constructor(private readonly targetPort: number, private readonly targetHost = '127.0.0.1') {}
+  constructor(
+    private readonly targetPort: number,
+    private readonly targetHost = '127.0.0.1',
+  ) {}
 
   /** Listens on 127.0.0.1 (an ephemeral port: this.port) and resolves once it does. */
   async start(): Promise<this> {

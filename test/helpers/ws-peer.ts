@@ -43,7 +43,15 @@ export class WsPeer extends FramePeer {
       ws.once('unexpected-response', (_req, res) => {
         const parts: Buffer[] = [];
         res.on('data', (d: Buffer) => parts.push(d));
-        res.on('end', () => reject(Object.assign(new Error(`upgrade refused: ${res.statusCode}`), { status: res.statusCode, headers: res.headers, body: Buffer.concat(parts).toString() })));
+        res.on('end', () =>
+          reject(
+            Object.assign(new Error(`upgrade refused: ${res.statusCode}`), {
+              status: res.statusCode,
+              headers: res.headers,
+              body: Buffer.concat(parts).toString(),
+            }),
+          ),
+        );
       });
       ws.once('error', reject);
     });
@@ -85,7 +93,11 @@ export class WsPeer extends FramePeer {
 }
 
 /** The refusal of an upgrade to url with these headers: status, headers, parsed JSON body, and ms from connect to answer. */
-export async function refusedUpgrade(url: string, headers: Record<string, string>, opts: ClientOptions = {}): Promise<{ status: number; headers: Record<string, unknown>; body: { error: WireError }; ms: number }> {
+export async function refusedUpgrade(
+  url: string,
+  headers: Record<string, string>,
+  opts: ClientOptions = {},
+): Promise<{ status: number; headers: Record<string, unknown>; body: { error: WireError }; ms: number }> {
   const t0 = performance.now();
   try {
     const peer = await WsPeer.open(url, undefined, { ...opts, headers });

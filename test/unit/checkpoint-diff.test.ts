@@ -8,22 +8,79 @@ import { escapeControls } from '../../cli/escape.js';
 import { manifestOf } from '../helpers/manifest.js';
 
 const H = (c: string) => c.repeat(64);
-const file = (path: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({ path, type: 'file', mode: 0o644, uid: 1000, gid: 1000, size: 3, mtime_ns: '1', sha256: H('a'), ...extra });
-const dir = (path: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({ path, type: 'dir', mode: 0o755, uid: 1000, gid: 1000, size: 0, mtime_ns: '1', ...extra });
-const link = (path: string, target: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({ path, type: 'symlink', mode: 0o777, uid: 1000, gid: 1000, size: target.length, mtime_ns: '1', target, ...extra });
+const file = (path: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({
+  path,
+  type: 'file',
+  mode: 0o644,
+  uid: 1000,
+  gid: 1000,
+  size: 3,
+  mtime_ns: '1',
+  sha256: H('a'),
+  ...extra,
+});
+const dir = (path: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({
+  path,
+  type: 'dir',
+  mode: 0o755,
+  uid: 1000,
+  gid: 1000,
+  size: 0,
+  mtime_ns: '1',
+  ...extra,
+});
+const link = (path: string, target: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({
+  path,
+  type: 'symlink',
+  mode: 0o777,
+  uid: 1000,
+  gid: 1000,
+  size: target.length,
+  mtime_ns: '1',
+  target,
+  ...extra,
+});
 const empty = { added: 0, removed: 0, modified: 0, type_changed: 0, mode_changed: 0, owner_changed: 0 };
 
 describe('checkpoint diff', () => {
   it('identical entry lists: nothing in any list, identical; mtime alone is not a change', () => {
     const a = [dir('d'), file('d/x'), link('l', 'd/x')];
     const b = [dir('d', { mtime_ns: '99' }), file('d/x', { mtime_ns: '12345' }), link('l', 'd/x', { mtime_ns: '7' })];
-    expect(diffEntries(a, b)).toEqual({ added: [], removed: [], modified: [], type_changed: [], mode_changed: [], owner_changed: [], counts: empty, identical: true });
+    expect(diffEntries(a, b)).toEqual({
+      added: [],
+      removed: [],
+      modified: [],
+      type_changed: [],
+      mode_changed: [],
+      owner_changed: [],
+      counts: empty,
+      identical: true,
+    });
     expect(diffLines(diffEntries(a, a), escapeControls)).toEqual([]);
   });
 
   it('every category, each item with its old and new fields, lines sorted by path bytes', () => {
-    const a = [file('changed'), file('grown'), file('gone'), file('same-bytes-new-mode'), file('owned'), file('to-link'), dir('was-dir'), file('was-dir/inner'), link('moved-link', 'x')];
-    const b = [file('added', { sha256: H('b'), size: 5 }), file('changed', { sha256: H('c') }), file('grown', { size: 4, sha256: H('d') }), link('moved-link', 'y'), file('owned', { uid: 0, gid: 0 }), file('same-bytes-new-mode', { mode: 0o755 }), link('to-link', 'changed'), file('was-dir')];
+    const a = [
+      file('changed'),
+      file('grown'),
+      file('gone'),
+      file('same-bytes-new-mode'),
+      file('owned'),
+      file('to-link'),
+      dir('was-dir'),
+      file('was-dir/inner'),
+      link('moved-link', 'x'),
+    ];
+    const b = [
+      file('added', { sha256: H('b'), size: 5 }),
+      file('changed', { sha256: H('c') }),
+      file('grown', { size: 4, sha256: H('d') }),
+      link('moved-link', 'y'),
+      file('owned', { uid: 0, gid: 0 }),
+      file('same-bytes-new-mode', { mode: 0o755 }),
+      link('to-link', 'changed'),
+      file('was-dir'),
+    ];
     const d = diffEntries(a, b);
     expect(d.added).toEqual([{ path: 'added', type: 'file', size: 5, mode: 0o644, sha256: H('b') }]);
     expect(d.removed).toEqual([
@@ -31,9 +88,29 @@ describe('checkpoint diff', () => {
       { path: 'was-dir/inner', type: 'file', size: 3, mode: 0o644, sha256: H('a') },
     ]);
     expect(d.modified).toEqual([
-      { path: 'changed', type: 'file', changed: ['content'], old_size: 3, new_size: 3, old_mode: 0o644, new_mode: 0o644, old_sha256: H('a'), new_sha256: H('c') },
+      {
+        path: 'changed',
+        type: 'file',
+        changed: ['content'],
+        old_size: 3,
+        new_size: 3,
+        old_mode: 0o644,
+        new_mode: 0o644,
+        old_sha256: H('a'),
+        new_sha256: H('c'),
+      },
       { path: 'grown', type: 'file', changed: ['size'], old_size: 3, new_size: 4, old_mode: 0o644, new_mode: 0o644, old_sha256: H('a'), new_sha256: H('d') },
-      { path: 'moved-link', type: 'symlink', changed: ['target'], old_size: 1, new_size: 1, old_mode: 0o777, new_mode: 0o777, old_target: 'x', new_target: 'y' },
+      {
+        path: 'moved-link',
+        type: 'symlink',
+        changed: ['target'],
+        old_size: 1,
+        new_size: 1,
+        old_mode: 0o777,
+        new_mode: 0o777,
+        old_target: 'x',
+        new_target: 'y',
+      },
     ]);
     expect(d.type_changed).toEqual([
       { path: 'to-link', old_type: 'file', new_type: 'symlink', old_size: 3, new_size: 7, old_mode: 0o644, new_mode: 0o777 },
@@ -60,7 +137,9 @@ describe('checkpoint diff', () => {
 
   it('a content change with a mode change is modified only (the modes in its item); mode and owner together are in both lists', () => {
     const d = diffEntries([file('f'), file('g')], [file('f', { sha256: H('e'), mode: 0o600 }), file('g', { mode: 0o600, uid: 1 })]);
-    expect(d.modified).toEqual([{ path: 'f', type: 'file', changed: ['content'], old_size: 3, new_size: 3, old_mode: 0o644, new_mode: 0o600, old_sha256: H('a'), new_sha256: H('e') }]);
+    expect(d.modified).toEqual([
+      { path: 'f', type: 'file', changed: ['content'], old_size: 3, new_size: 3, old_mode: 0o644, new_mode: 0o600, old_sha256: H('a'), new_sha256: H('e') },
+    ]);
     expect(d.mode_changed).toEqual([{ path: 'g', type: 'file', old_mode: 0o644, new_mode: 0o600 }]);
     expect(d.owner_changed).toEqual([{ path: 'g', type: 'file', old_uid: 1000, new_uid: 1, old_gid: 1000, new_gid: 1000 }]);
     expect(diffLines(d, escapeControls)).toEqual(['M f', 'm g (0644 -> 0600)', 'o g (1000:1000 -> 1:1000)']);
@@ -70,7 +149,11 @@ describe('checkpoint diff', () => {
     const raw = Buffer.from([0x6e, 0xff, 0xfe]);
     const b64 = raw.toString('base64');
     const a = [{ ...file(''), path: undefined, path_b64: b64 }, file('new\nline')];
-    const b = [{ ...file('', { mode: 0o600 }), path: undefined, path_b64: b64 }, file('new\nline', { sha256: H('f') }), { ...file(''), path: undefined, path_b64: Buffer.from([0x6e, 0xfe]).toString('base64') }];
+    const b = [
+      { ...file('', { mode: 0o600 }), path: undefined, path_b64: b64 },
+      file('new\nline', { sha256: H('f') }),
+      { ...file(''), path: undefined, path_b64: Buffer.from([0x6e, 0xfe]).toString('base64') },
+    ];
     const d = diffEntries(a as ManifestEntry[], b as ManifestEntry[]);
     expect(d.mode_changed).toEqual([{ path_b64: b64, type: 'file', old_mode: 0o644, new_mode: 0o600 }]);
     expect(d.added).toEqual([{ path_b64: 'bv4=', type: 'file', size: 3, mode: 0o644, sha256: H('a') }]);
@@ -82,13 +165,22 @@ describe('checkpoint diff', () => {
     const t2 = Buffer.from([0x74, 0xfe]).toString('base64');
     const l = (t: string): ManifestEntry => ({ path: 'l', type: 'symlink', mode: 0o777, uid: 0, gid: 0, size: 2, mtime_ns: '1', target_b64: t });
     expect(diffEntries([l(t1)], [l(t1)]).identical).toBe(true);
-    expect(diffEntries([l(t1)], [l(t2)]).modified).toEqual([{ path: 'l', type: 'symlink', changed: ['target'], old_size: 2, new_size: 2, old_mode: 0o777, new_mode: 0o777, old_target_b64: t1, new_target_b64: t2 }]);
+    expect(diffEntries([l(t1)], [l(t2)]).modified).toEqual([
+      { path: 'l', type: 'symlink', changed: ['target'], old_size: 2, new_size: 2, old_mode: 0o777, new_mode: 0o777, old_target_b64: t1, new_target_b64: t2 },
+    ]);
   });
 
   it('chunks against one sha256: a single chunk is the whole file; equal chunk lists are equal; 2+ chunks need the whole-file digest', () => {
     const whole = file('f', { size: 6, sha256: H('1') });
     const one = file('f', { size: 6, sha256: undefined, chunks: [{ sha256: H('1'), size: 6 }] });
-    const two = file('f', { size: 6, sha256: undefined, chunks: [{ sha256: H('2'), size: 3 }, { sha256: H('3'), size: 3 }] });
+    const two = file('f', {
+      size: 6,
+      sha256: undefined,
+      chunks: [
+        { sha256: H('2'), size: 3 },
+        { sha256: H('3'), size: 3 },
+      ],
+    });
     expect(diffEntries([whole], [one]).identical).toBe(true);
     expect(diffEntries([two], [two]).identical).toBe(true);
     expect(undecidedChunkLists([whole], [one])).toEqual([]);
@@ -98,7 +190,9 @@ describe('checkpoint diff', () => {
     expect(diffEntries([whole], [two]).counts.modified).toBe(1);
     expect(diffEntries([whole], [two], new Map([[chunkListKey(two.chunks!), H('1')]])).identical).toBe(true);
     const other = diffEntries([whole], [two], new Map([[chunkListKey(two.chunks!), H('9')]]));
-    expect(other.modified).toEqual([{ path: 'f', type: 'file', changed: ['content'], old_size: 6, new_size: 6, old_mode: 0o644, new_mode: 0o644, old_sha256: H('1') }]);
+    expect(other.modified).toEqual([
+      { path: 'f', type: 'file', changed: ['content'], old_size: 6, new_size: 6, old_mode: 0o644, new_mode: 0o644, old_sha256: H('1') },
+    ]);
     // A size that differs decides without any digest.
     expect(undecidedChunkLists([file('f', { size: 7, sha256: H('1') })], [two])).toEqual([]);
   });

@@ -44,8 +44,22 @@ describe('StreamLog', () => {
     const { sha256, indexSha256 } = await log.finalize();
     expect(log.cursor).toBe(data.length);
     expect(sha256).toBe(createHash('sha256').update(data).digest('hex'));
-    expect(readdirSync(join(dir, 'stdout')).sort()).toEqual([chunkFileName(0), chunkFileName(4096), chunkFileName(8192), chunkFileName(12288), chunkFileName(16384), "index.bin"]);
-    for (const [from, max] of [[0, 1 << 20], [4095, 2], [4096, 10], [5000, 9000], [data.length - 1, 10], [data.length, 10]]) {
+    expect(readdirSync(join(dir, 'stdout')).sort()).toEqual([
+      chunkFileName(0),
+      chunkFileName(4096),
+      chunkFileName(8192),
+      chunkFileName(12288),
+      chunkFileName(16384),
+      'index.bin',
+    ]);
+    for (const [from, max] of [
+      [0, 1 << 20],
+      [4095, 2],
+      [4096, 10],
+      [5000, 9000],
+      [data.length - 1, 10],
+      [data.length, 10],
+    ]) {
       const parts: Buffer[] = [];
       let c = from;
       for (;;) {
@@ -78,14 +92,21 @@ describe('the index as read_index reads it', () => {
     expect(readIndexFrom(join(dir, 'stdout'), 0, 100)).toEqual([]);
     const pending = log.pendingRecords(4, 3);
     expect(pending.unstoredAtUs).toBeNull();
-    expect(pending.records.map((r) => [r.cursor, r.length])).toEqual([[4, 7], [11, 100], [111, 5000]]);
+    expect(pending.records.map((r) => [r.cursor, r.length])).toEqual([
+      [4, 7],
+      [11, 100],
+      [111, 5000],
+    ]);
     await log.finalize();
     expect(log.pendingRecords(0, 100).records).toEqual([]);
     const ends = lengths.map((_, i) => lengths.slice(0, i + 1).reduce((a, b) => a + b, 0));
     for (const from of [0, 2, 3, 4, 10, 11, 110, 111, 5110, 5111, 5112, 5113, ends[ends.length - 1]! - 1]) {
       const first = ends.findIndex((e) => e > from);
       const got = readIndexFrom(join(dir, 'stdout'), from, 2);
-      expect(got.map((r) => r.length), `from ${from}`).toEqual(lengths.slice(first, first + 2));
+      expect(
+        got.map((r) => r.length),
+        `from ${from}`,
+      ).toEqual(lengths.slice(first, first + 2));
       expect(got[0]!.arrivalUs).toBe(1_800_000_000_000_000 + first);
     }
     expect(readIndexFrom(join(dir, 'stdout'), ends[ends.length - 1]!, 10)).toEqual([]);
@@ -94,7 +115,7 @@ describe('the index as read_index reads it', () => {
 });
 
 describe('StreamLog write buffers', () => {
-  it("coalesces the reads of one event-loop turn into one write: 8 reads of 4 KiB that arrive as a write returns go out as one 32 KiB write, not 4 KiB then 28 KiB", async () => {
+  it('coalesces the reads of one event-loop turn into one write: 8 reads of 4 KiB that arrive as a write returns go out as one 32 KiB write, not 4 KiB then 28 KiB', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sbx-chunks-'));
     dirs.push(dir);
     const log = new StreamLog(dir, 'stdout', 64 << 20, hashPool);

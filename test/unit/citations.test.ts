@@ -33,7 +33,10 @@ function text(file: string): string {
 
 /** Headings of a Markdown file, without #, backticks and surrounding space. */
 function headings(file: string): string[] {
-  return readFileSync(join(ROOT, file), 'utf8').split('\n').filter((l) => /^#{1,6} /.test(l)).map((l) => l.replace(/^#+ /, '').replaceAll('`', '').trim());
+  return readFileSync(join(ROOT, file), 'utf8')
+    .split('\n')
+    .filter((l) => /^#{1,6} /.test(l))
+    .map((l) => l.replace(/^#+ /, '').replaceAll('`', '').trim());
 }
 
 /** Numbers of docs/design/facts.md's facts ("17. **...**" at the start of a line). */
@@ -55,7 +58,12 @@ function problems(file: string, facts: Set<number>, body = text(file)): string[]
       continue;
     }
     // "X": a section (a heading that starts with X) or a name the document spells out (tasks/).
-    if (section !== undefined && path.endsWith('.md') && !headings(path).some((h) => h.startsWith(section)) && !readFileSync(join(ROOT, path), 'utf8').includes(section)) {
+    if (
+      section !== undefined &&
+      path.endsWith('.md') &&
+      !headings(path).some((h) => h.startsWith(section)) &&
+      !readFileSync(join(ROOT, path), 'utf8').includes(section)
+    ) {
       found.push(`${file}: cites ${path} "${section}", which has no such section or name`);
     }
     if (numbers !== undefined && path === 'docs/design/facts.md') {
@@ -78,7 +86,9 @@ const SELF = 'test/unit/citations.test.ts';
 
 function check(paths: string[]): string[] {
   const facts = factNumbers();
-  return filesUnder(paths).filter((f) => f !== SELF).flatMap((f) => problems(f, facts));
+  return filesUnder(paths)
+    .filter((f) => f !== SELF)
+    .flatMap((f) => problems(f, facts));
 }
 
 describe('citations', () => {
@@ -104,10 +114,16 @@ describe('citations', () => {
     const facts = factNumbers();
     expect(problems('x', facts, 'see ../' + 'shared/x and SPEC' + '.md "Names"')).toEqual(['x: mentions ../' + 'shared', 'x: mentions SPEC' + '.md']);
     expect(problems('x', facts, 'as DESIGN' + '.md 3 and the ' + 'SPEC say')).toEqual(['x: mentions DESIGN' + '.md', 'x: mentions the ' + 'SPEC']);
-    expect(problems('x', facts, 'SPECIAL; docs/design/facts.md 1, 2 and 32; docs/reference/contract.md "Error codes"; https://example.com/docs/a.md')).toEqual([]);
+    expect(problems('x', facts, 'SPECIAL; docs/design/facts.md 1, 2 and 32; docs/reference/contract.md "Error codes"; https://example.com/docs/a.md')).toEqual(
+      [],
+    );
     expect(problems('x', facts, '(docs/design/facts.md 9, 999)')).toEqual(['x: cites docs/design/facts.md 999, which has no fact 999']);
-    expect(problems('x', facts, 'docs/reference/contract.md "No such part"')).toEqual(['x: cites docs/reference/contract.md "No such part", which has no such section or name']);
+    expect(problems('x', facts, 'docs/reference/contract.md "No such part"')).toEqual([
+      'x: cites docs/reference/contract.md "No such part", which has no such section or name',
+    ]);
     expect(problems('x', facts, 'see docs/reference/nothing-here.md.')).toEqual(['x: cites docs/reference/nothing-here.md, which does not exist']);
-    expect(problems('docs/guide/x.md', facts, '[p](../reference/protocol.md#methods), [w](https://x.io/a.md), [n](../reference/nope.md)')).toEqual(['docs/guide/x.md: links to ../reference/nope.md, which does not exist']);
+    expect(problems('docs/guide/x.md', facts, '[p](../reference/protocol.md#methods), [w](https://x.io/a.md), [n](../reference/nope.md)')).toEqual([
+      'docs/guide/x.md: links to ../reference/nope.md, which does not exist',
+    ]);
   });
 });

@@ -20,11 +20,16 @@ describe('config', () => {
   it('bounds partial frames by time and, across connections, by bytes', () => {
     const c = parseConfig({}, 'embedded defaults', {});
     expect(c.ipc).toMatchObject({ maxFrameBytes: 16 * 1024 * 1024, frameTimeoutMs: 30_000, maxPendingFrameBytes: 256 * 1024 * 1024 });
-    expect(parseConfig({ ipc: { frameTimeoutMs: 0, maxPendingFrameBytes: 0 } }, 'f.json', {}).ipc).toMatchObject({ frameTimeoutMs: 0, maxPendingFrameBytes: 0 });
+    expect(parseConfig({ ipc: { frameTimeoutMs: 0, maxPendingFrameBytes: 0 } }, 'f.json', {}).ipc).toMatchObject({
+      frameTimeoutMs: 0,
+      maxPendingFrameBytes: 0,
+    });
     expect(parseConfig({ ipc: { maxFrameBytes: 2048, maxPendingFrameBytes: 2052 } }, 'f.json', {}).ipc.maxPendingFrameBytes).toBe(2052);
     // The default makes room for one whole frame of the largest allowed size.
     expect(parseConfig({ ipc: { maxFrameBytes: 256 * 1024 * 1024 } }, 'f.json', {}).ipc.maxPendingFrameBytes).toBe(256 * 1024 * 1024 + 4);
-    expect(() => parseConfig({ ipc: { maxFrameBytes: 2048, maxPendingFrameBytes: 2051 } }, 'f.json', {})).toThrow(/"ipc.maxPendingFrameBytes": must be 0 \(no bound\) or at least ipc.maxFrameBytes \+ 4/);
+    expect(() => parseConfig({ ipc: { maxFrameBytes: 2048, maxPendingFrameBytes: 2051 } }, 'f.json', {})).toThrow(
+      /"ipc.maxPendingFrameBytes": must be 0 \(no bound\) or at least ipc.maxFrameBytes \+ 4/,
+    );
     expect(() => parseConfig({ ipc: { maxPendingFrameBytes: 1000 } }, 'f.json', {})).toThrow(/"ipc.maxPendingFrameBytes"/);
     expect(() => parseConfig({ ipc: { frameTimeoutMs: -1 } }, 'f.json', {})).toThrow(/"ipc.frameTimeoutMs"/);
     expect(() => parseConfig({ ipc: { frameTimeout: 1 } }, 'f.json', {})).toThrow(/unknown key "ipc.frameTimeout"/);

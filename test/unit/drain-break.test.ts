@@ -36,7 +36,10 @@ describe('the state dir reserve with writes pending', () => {
     const statfs = () => ({ bsize: 1, blocks: capacity, bavail: capacity - bytesUnder(dir) });
     const reserveBytes = 56 * MiB; // 8 MiB above the reserve
     const guard = new StorageGuard(dir, { reserveBytes, minFreeBytes: 60 * MiB, keepFreeBytes: 0 }, statfs);
-    const logs = Array.from({ length: 8 }, (_, i) => new StreamLog(mkdtempSync(join(dir, `s${i}-`)), 'stdout', 64 * MiB, hashPool, Number.MAX_SAFE_INTEGER, guard));
+    const logs = Array.from(
+      { length: 8 },
+      (_, i) => new StreamLog(mkdtempSync(join(dir, `s${i}-`)), 'stdout', 64 * MiB, hashPool, Number.MAX_SAFE_INTEGER, guard),
+    );
     // What eight drains may read before the threadpool writes any: four reads of 1 MiB each
     // (each stream has four write buffers; append says to wait after the fourth).
     const read = Buffer.alloc(MiB, 7);

@@ -36,7 +36,10 @@ describe('escalate', () => {
     const steps: EscalationStep[] = [];
     await escalate(t, 500, (s) => steps.push(s));
     expect(t.calls).toEqual(['term', 'wait 500', 'kill']);
-    expect(steps.map((s) => [s.signal, s.pids])).toEqual([['SIGTERM', 3], ['SIGKILL', 2]]);
+    expect(steps.map((s) => [s.signal, s.pids])).toEqual([
+      ['SIGTERM', 3],
+      ['SIGKILL', 2],
+    ]);
   });
 
   it('grace 0 is KILL at once', async () => {

@@ -8,7 +8,14 @@ import { cgroupEmpty, qualifyEscapes, subreaperReaped } from '../../supervisor/s
 import { evaluateTask, ROOT_TRUST_REASON } from '../../core/task/join.js';
 
 const SELF = 100;
-const leaf = (id: string, shimPid: number, ino: bigint, uid = 0): TrackedLeaf => ({ id, leafPath: `/cg/sbx/sessions/${id}`, leafIno: ino, shimPid, uid, startTicks: 0 });
+const leaf = (id: string, shimPid: number, ino: bigint, uid = 0): TrackedLeaf => ({
+  id,
+  leafPath: `/cg/sbx/sessions/${id}`,
+  leafIno: ino,
+  shimPid,
+  uid,
+  startTicks: 0,
+});
 const sessions = [leaf('a', 200, 11n), leaf('b', 300, 12n)];
 
 describe('attributeWrite', () => {
@@ -69,31 +76,75 @@ describe('qualifyEscapes', () => {
   const at = new Date('2026-12-01T10:00:00Z');
   const esc: CgroupEscape = { kind: 'escape', to: '/other', at: at.toISOString(), writer_pid: 7 };
   it('an escape turns cgroup_empty into cgroup_escaped with where to; none keeps cgroup_empty, watched', () => {
-    expect(qualifyEscapes(cgroupEmpty('/m/s/x', '/m', at), { watch: 'fanotify', escapes: [esc] })).toEqual({ evidence: 'cgroup_escaped', observedAt: at, cgroup: '/s/x', escapeWatch: 'fanotify', escapes: [esc] });
-    expect(qualifyEscapes(cgroupEmpty('/m/s/x', '/m', at), { watch: 'unavailable', escapes: [] })).toEqual({ evidence: 'cgroup_empty', observedAt: at, cgroup: '/s/x', escapeWatch: 'unavailable' });
+    expect(qualifyEscapes(cgroupEmpty('/m/s/x', '/m', at), { watch: 'fanotify', escapes: [esc] })).toEqual({
+      evidence: 'cgroup_escaped',
+      observedAt: at,
+      cgroup: '/s/x',
+      escapeWatch: 'fanotify',
+      escapes: [esc],
+    });
+    expect(qualifyEscapes(cgroupEmpty('/m/s/x', '/m', at), { watch: 'unavailable', escapes: [] })).toEqual({
+      evidence: 'cgroup_empty',
+      observedAt: at,
+      cgroup: '/s/x',
+      escapeWatch: 'unavailable',
+    });
     expect(qualifyEscapes(subreaperReaped(0, at), { watch: 'fanotify', escapes: [esc] })).toEqual(subreaperReaped(0, at));
   });
 });
 
 describe('complete(task) and root sessions', () => {
-  const r = (id: string, death: Receipt['death']) => ({ session_id: id, death, output: { stdout: { final_cursor: 1, complete: true, reason: null } } }) as unknown as Receipt;
-  const facts = (sessions: Parameters<typeof evaluateTask>[0]['sessions']) => ({ sealed: true, sessions, workspaces: [], checkpoints: [], sealGeneration: 1, fence: { instance: 'i', generation: 1, boot_id: 'b' }, fenceOnDisk: { instance: 'i', generation: 1 } });
+  const r = (id: string, death: Receipt['death']) =>
+    ({ session_id: id, death, output: { stdout: { final_cursor: 1, complete: true, reason: null } } }) as unknown as Receipt;
+  const facts = (sessions: Parameters<typeof evaluateTask>[0]['sessions']) => ({
+    sealed: true,
+    sessions,
+    workspaces: [],
+    checkpoints: [],
+    sealGeneration: 1,
+    fence: { instance: 'i', generation: 1, boot_id: 'b' },
+    fenceOnDisk: { instance: 'i', generation: 1 },
+  });
   it('an escaped session is an operator obligation naming where its processes went; root sessions are a note', () => {
-    const escaped = r('s-1', { evidence: 'cgroup_escaped', observed_at: 't', escapes: [{ kind: 'escape', to: '/elsewhere', at: 't', writer_pid: 42 }, { kind: 'escape_possible', to: null, at: 't', writer_pid: null }] });
+    const escaped = r('s-1', {
+      evidence: 'cgroup_escaped',
+      observed_at: 't',
+      escapes: [
+        { kind: 'escape', to: '/elsewhere', at: 't', writer_pid: 42 },
+        { kind: 'escape_possible', to: null, at: 't', writer_pid: null },
+      ],
+    });
     const v = evaluateTask(facts([{ sessionId: 's-1', state: 'ended', receipt: escaped, unknownReason: null, uid: 0 }]));
     expect(v.complete).toBe(false);
     expect(v.obligations).toEqual([
-      { authority: 'operator', condition: 'sessions_settled', session_id: 's-1', what: expect.stringContaining('(to /elsewhere by pid 42; possibly to a cgroup since removed)') },
+      {
+        authority: 'operator',
+        condition: 'sessions_settled',
+        session_id: 's-1',
+        what: expect.stringContaining('(to /elsewhere by pid 42; possibly to a cgroup since removed)'),
+      },
     ]);
     expect(v.trust).toEqual({ root_sessions: ['s-1'], reason: ROOT_TRUST_REASON });
   });
   it('clean root and non-root sessions: complete; the note names the root ones and where escape detection was unavailable', () => {
-    const v = evaluateTask(facts([
-      { sessionId: 's-2', state: 'ended', receipt: r('s-2', { evidence: 'cgroup_empty', observed_at: 't', escape_watch: 'unavailable' }), unknownReason: null, uid: 0 },
-      { sessionId: 's-3', state: 'ended', receipt: r('s-3', { evidence: 'cgroup_empty', observed_at: 't' }), unknownReason: null, uid: 65534 },
-    ]));
+    const v = evaluateTask(
+      facts([
+        {
+          sessionId: 's-2',
+          state: 'ended',
+          receipt: r('s-2', { evidence: 'cgroup_empty', observed_at: 't', escape_watch: 'unavailable' }),
+          unknownReason: null,
+          uid: 0,
+        },
+        { sessionId: 's-3', state: 'ended', receipt: r('s-3', { evidence: 'cgroup_empty', observed_at: 't' }), unknownReason: null, uid: 65534 },
+      ]),
+    );
     expect(v.complete).toBe(true);
     expect(v.trust).toEqual({ root_sessions: ['s-2'], reason: `${ROOT_TRUST_REASON}; escape detection was unavailable for s-2` });
-    expect(evaluateTask(facts([{ sessionId: 's-3', state: 'ended', receipt: r('s-3', { evidence: 'cgroup_empty', observed_at: 't' }), unknownReason: null, uid: 65534 }])).trust).toBeUndefined();
+    expect(
+      evaluateTask(
+        facts([{ sessionId: 's-3', state: 'ended', receipt: r('s-3', { evidence: 'cgroup_empty', observed_at: 't' }), unknownReason: null, uid: 65534 }]),
+      ).trust,
+    ).toBeUndefined();
   });
 });

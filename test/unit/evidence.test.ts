@@ -1,12 +1,24 @@
 // Death evidence decided from observations (supervisor/session/evidence.ts), without processes.
 import { describe, expect, it } from 'vitest';
-import { bootChanged, cgroupEmpty, liveDeath, missingShimReport, operatorAttested, recoveredCourse, subreaperReaped } from '../../supervisor/session/evidence.js';
+import {
+  bootChanged,
+  cgroupEmpty,
+  liveDeath,
+  missingShimReport,
+  operatorAttested,
+  recoveredCourse,
+  subreaperReaped,
+} from '../../supervisor/session/evidence.js';
 
 const at = new Date('2026-12-01T10:00:00.000Z');
 
 describe('evidence', () => {
   it('names each kind with when it was observed', () => {
-    expect(cgroupEmpty('/sys/fs/cgroup/unified/sbx/sessions/s-1-aa', '/sys/fs/cgroup/unified', at)).toEqual({ evidence: 'cgroup_empty', observedAt: at, cgroup: '/sbx/sessions/s-1-aa' });
+    expect(cgroupEmpty('/sys/fs/cgroup/unified/sbx/sessions/s-1-aa', '/sys/fs/cgroup/unified', at)).toEqual({
+      evidence: 'cgroup_empty',
+      observedAt: at,
+      cgroup: '/sbx/sessions/s-1-aa',
+    });
     expect(subreaperReaped(3, at)).toEqual({ evidence: 'subreaper_reaped', observedAt: at, reaped: 3 });
     expect(bootChanged(at)).toEqual({ evidence: 'boot_changed', observedAt: at });
     expect(operatorAttested(at)).toEqual({ evidence: 'operator_attested', observedAt: at });
@@ -29,6 +41,9 @@ describe('evidence', () => {
     expect(recoveredCourse({ admittedBootId: 'a', bootId: 'b', leafPath: null, mountPoint: null })).toEqual({ kind: 'boot_changed' });
     expect(recoveredCourse({ admittedBootId: 'a', bootId: 'a', leafPath: '/m/x/s-1', mountPoint: '/m' })).toEqual({ kind: 'cgroup', leafPath: '/m/x/s-1' });
     expect(recoveredCourse({ admittedBootId: 'a', bootId: 'a', leafPath: '/other/s-1', mountPoint: '/m' })).toMatchObject({ kind: 'no_evidence' });
-    expect(recoveredCourse({ admittedBootId: 'a', bootId: 'a', leafPath: null, mountPoint: '/m' })).toEqual({ kind: 'no_evidence', reason: expect.stringContaining('subreaper mode') });
+    expect(recoveredCourse({ admittedBootId: 'a', bootId: 'a', leafPath: null, mountPoint: '/m' })).toEqual({
+      kind: 'no_evidence',
+      reason: expect.stringContaining('subreaper mode'),
+    });
   });
 });

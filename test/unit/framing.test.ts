@@ -4,7 +4,10 @@ import { encodeFrame, encodeOutputFrame, FrameDecoder } from '../../ipc/framing.
 
 describe('frames', () => {
   it('round-trips values, binary included, across arbitrary splits', () => {
-    const values = [{ id: 1, method: 'hello', params: { versions: [1] } }, { id: 2, event: 'output', data: Buffer.from([0, 255, 10, 13]) }];
+    const values = [
+      { id: 1, method: 'hello', params: { versions: [1] } },
+      { id: 2, event: 'output', data: Buffer.from([0, 255, 10, 13]) },
+    ];
     const bytes = Buffer.concat(values.map(encodeFrame));
     for (const step of [1, 3, 7, bytes.length]) {
       const decoder = new FrameDecoder();
@@ -45,7 +48,12 @@ describe('frames', () => {
     expect(push(30, Buffer.concat([a.subarray(9), b.subarray(0, 3)]))).toEqual([3, 30, 1]); // the next frame began at 30
     expect(push(40, b.subarray(3))).toEqual([0, null, 2]); // between frames: nothing held, no clock
     expect(push(50, Buffer.concat([a, b]))).toEqual([0, null, 4]); // whole frames are never held
-    expect(out).toEqual([{ id: 1, method: 'status', params: {} }, { id: 2, method: 'ps', params: { all: true } }, { id: 1, method: 'status', params: {} }, { id: 2, method: 'ps', params: { all: true } }]);
+    expect(out).toEqual([
+      { id: 1, method: 'status', params: {} },
+      { id: 2, method: 'ps', params: { all: true } },
+      { id: 1, method: 'status', params: {} },
+      { id: 2, method: 'ps', params: { all: true } },
+    ]);
     expect(push(60, b.subarray(0, 5))).toEqual([5, 60, 4]);
     decoder.reset();
     expect([decoder.bufferedBytes, decoder.frameStartedAt]).toEqual([0, null]);
@@ -55,13 +63,17 @@ describe('frames', () => {
   it('decodes exactly across pieces of every size, also a byte at a time, and never rewrites bytes it handed out', () => {
     let seed = 7;
     const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % n);
-    const values = Array.from({ length: 40 }, (_, i) => ({ id: i, method: 'write', params: { data: Buffer.from(Array.from({ length: rand(40_000) }, () => rand(256))) } }));
+    const values = Array.from({ length: 40 }, (_, i) => ({
+      id: i,
+      method: 'write',
+      params: { data: Buffer.from(Array.from({ length: rand(40_000) }, () => rand(256))) },
+    }));
     const bytes = Buffer.concat(values.map(encodeFrame));
     for (const pieces of ['random', 'one byte'] as const) {
       const decoder = new FrameDecoder();
       const out: any[] = [];
       let held = 0;
-      for (let i = 0; i < bytes.length; ) {
+      for (let i = 0; i < bytes.length;) {
         const n = pieces === 'one byte' ? 1 : [1, 3, 7, 2047, 2048, 5000, 70_000][rand(7)];
         const piece = Buffer.from(bytes.subarray(i, i + n)); // a socket's reads are buffers of their own
         const before = out.length;
@@ -102,7 +114,9 @@ describe('frames', () => {
       expect(out, what).toEqual([{ id: 1 }]);
     }
     const out: unknown[] = [];
-    new FrameDecoder().push(Buffer.concat([frame([0x80]), frame([0xde, 0, 1, 0xa1, 0x61, 0x01]), frame([0xdf, 0, 0, 0, 1, 0xa1, 0x62, 0x02])]), (v) => out.push(v));
+    new FrameDecoder().push(Buffer.concat([frame([0x80]), frame([0xde, 0, 1, 0xa1, 0x61, 0x01]), frame([0xdf, 0, 0, 0, 1, 0xa1, 0x62, 0x02])]), (v) =>
+      out.push(v),
+    );
     expect(out).toEqual([{}, { a: 1 }, { b: 2 }]); // fixmap, map16, map32
   });
 
@@ -110,13 +124,31 @@ describe('frames', () => {
     expect(new SupervisorError('LIMIT_EXCEEDED', 'x').retryable).toBe(true);
     expect(new SupervisorError('KEY_CONFLICT', 'x').retryable).toBe(false);
     expect(Object.keys(ERROR_CODES)).toEqual([
-      'INVALID_ARGUMENT', 'UNSUPPORTED_VERSION', 'FRAME_TOO_LARGE', 'UNAUTHORIZED', 'SESSION_NOT_FOUND', 'KEY_CONFLICT',
-      'CURSOR_OUT_OF_RANGE', 'SPAWN_FAILED', 'ADMISSION_SEALED', 'ADMISSION_DENIED', 'LIMIT_EXCEEDED', 'SHUTTING_DOWN', 'INTERNAL',
+      'INVALID_ARGUMENT',
+      'UNSUPPORTED_VERSION',
+      'FRAME_TOO_LARGE',
+      'UNAUTHORIZED',
+      'SESSION_NOT_FOUND',
+      'KEY_CONFLICT',
+      'CURSOR_OUT_OF_RANGE',
+      'SPAWN_FAILED',
+      'ADMISSION_SEALED',
+      'ADMISSION_DENIED',
+      'LIMIT_EXCEEDED',
+      'SHUTTING_DOWN',
+      'INTERNAL',
       'OUTPUT_REMOVED', // extension (CHANGELOG.md): appended, never reordered
       'CHECKPOINT_FAILED', // extension (issue 18)
       'TASK_CONFLICT', // extension (issue 19)
       // extensions (issue 30): the file verbs' errors, and a read past the stream quota
-      'SYMLINK_REFUSED', 'NOT_FOUND', 'NOT_A_DIRECTORY', 'IS_A_DIRECTORY', 'NOT_A_REGULAR_FILE', 'SIZE_MISMATCH', 'PERMISSION_DENIED', 'FILE_ERROR',
+      'SYMLINK_REFUSED',
+      'NOT_FOUND',
+      'NOT_A_DIRECTORY',
+      'IS_A_DIRECTORY',
+      'NOT_A_REGULAR_FILE',
+      'SIZE_MISMATCH',
+      'PERMISSION_DENIED',
+      'FILE_ERROR',
       'OUTPUT_QUOTA_EXCEEDED',
       'LIMIT_UNAVAILABLE', // extension (issue 32): a limit whose cgroup v2 controller this host lacks
     ]);

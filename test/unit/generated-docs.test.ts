@@ -40,7 +40,10 @@ describe('generated docs', () => {
   });
 
   it('--check exits 0 on this checkout, writing nothing', () => {
-    const r = spawnSync(process.execPath, [join(ROOT, 'node_modules/tsx/dist/cli.mjs'), join(ROOT, 'scripts/docs/generate.ts'), '--check'], { encoding: 'utf8', cwd: ROOT });
+    const r = spawnSync(process.execPath, [join(ROOT, 'node_modules/tsx/dist/cli.mjs'), join(ROOT, 'scripts/docs/generate.ts'), '--check'], {
+      encoding: 'utf8',
+      cwd: ROOT,
+    });
     expect(r.stderr).toBe('');
     expect(r.stdout).toBe('');
     expect(r.status).toBe(0);
@@ -64,7 +67,9 @@ describe('generated docs', () => {
     const config = generated.get('docs/reference/config.md')!;
     const documented = new Set([...config.matchAll(/^\| `([A-Za-z0-9.]+)`/gm)].map((m) => m[1]));
     const leaves = (o: Record<string, unknown>, prefix = ''): string[] =>
-      Object.entries(o).flatMap(([k, v]) => (v !== null && typeof v === 'object' && !Array.isArray(v) ? leaves(v as Record<string, unknown>, `${prefix}${k}.`) : [`${prefix}${k}`]));
+      Object.entries(o).flatMap(([k, v]) =>
+        v !== null && typeof v === 'object' && !Array.isArray(v) ? leaves(v as Record<string, unknown>, `${prefix}${k}.`) : [`${prefix}${k}`],
+      );
     const { source: _source, ...parsed } = parseConfig({}, 'test', {});
     expect(leaves(parsed).filter((k) => !documented.has(k))).toEqual([]);
     const man = generated.get('man/sbx.1')!;
@@ -75,24 +80,33 @@ describe('generated docs', () => {
   });
 });
 
-describe.skipIf(!has('groff'))(has('groff') ? 'man pages through groff' : 'man pages through groff (skipped: groff is not installed; apt-get install groff-base)', () => {
-  it.each(MAN_PAGES)('%s renders with every warning on and none given', (page) => {
-    const r = spawnSync('groff', ['-man', '-Tutf8', '-ww', '-z', join(ROOT, page)], { encoding: 'utf8' });
-    expect(r.stderr).toBe('');
-    expect(r.status).toBe(0);
-  });
-});
+describe.skipIf(!has('groff'))(
+  has('groff') ? 'man pages through groff' : 'man pages through groff (skipped: groff is not installed; apt-get install groff-base)',
+  () => {
+    it.each(MAN_PAGES)('%s renders with every warning on and none given', (page) => {
+      const r = spawnSync('groff', ['-man', '-Tutf8', '-ww', '-z', join(ROOT, page)], { encoding: 'utf8' });
+      expect(r.stderr).toBe('');
+      expect(r.status).toBe(0);
+    });
+  },
+);
 
-describe.skipIf(!hasManDb)(hasManDb ? 'man pages through man-db' : 'man pages through man-db (skipped: man-db is not installed; apt-get install man-db groff-base)', () => {
-  it.each([
-    ['man/sbx.1', 'SBX(1)', /^NAME\n {7}sbx - Launch commands through sandbox-supervisor/m],
-    ['man/sandbox-supervisor.8', 'SANDBOX-SUPERVISOR(8)', /^NAME\n {7}sandbox-supervisor - Runs commands to the end/m],
-  ])('man -l %s renders without warnings', (page, title, name) => {
-    const r = spawnSync('man', ['--warnings', '-E', 'UTF-8', '-l', join(ROOT, page)], { encoding: 'utf8', env: { ...process.env, MANWIDTH: '80', MAN_KEEP_FORMATTING: '', MANPAGER: 'cat', PAGER: 'cat' } });
-    expect(r.stderr).toBe('');
-    expect(r.status).toBe(0);
-    expect(r.stdout.split('\n')[0]).toMatch(new RegExp(`^${title.replace(/[()]/g, '\\$&')} +`));
-    expect(r.stdout).toMatch(name);
-    expect(r.stdout).toMatch(/^EXIT STATUS$/m);
-  });
-});
+describe.skipIf(!hasManDb)(
+  hasManDb ? 'man pages through man-db' : 'man pages through man-db (skipped: man-db is not installed; apt-get install man-db groff-base)',
+  () => {
+    it.each([
+      ['man/sbx.1', 'SBX(1)', /^NAME\n {7}sbx - Launch commands through sandbox-supervisor/m],
+      ['man/sandbox-supervisor.8', 'SANDBOX-SUPERVISOR(8)', /^NAME\n {7}sandbox-supervisor - Runs commands to the end/m],
+    ])('man -l %s renders without warnings', (page, title, name) => {
+      const r = spawnSync('man', ['--warnings', '-E', 'UTF-8', '-l', join(ROOT, page)], {
+        encoding: 'utf8',
+        env: { ...process.env, MANWIDTH: '80', MAN_KEEP_FORMATTING: '', MANPAGER: 'cat', PAGER: 'cat' },
+      });
+      expect(r.stderr).toBe('');
+      expect(r.status).toBe(0);
+      expect(r.stdout.split('\n')[0]).toMatch(new RegExp(`^${title.replace(/[()]/g, '\\$&')} +`));
+      expect(r.stdout).toMatch(name);
+      expect(r.stdout).toMatch(/^EXIT STATUS$/m);
+    });
+  },
+);

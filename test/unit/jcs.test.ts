@@ -9,7 +9,7 @@ const seed = Number(process.env.JCS_SEED ?? Date.now() % 2 ** 31);
 console.log(`jcs.test.ts: JCS_SEED=${seed}`);
 
 describe('jcs', () => {
-  it('gives canonicalize\'s text for any JSON value (unicode keys and strings, doubles, nesting)', () => {
+  it("gives canonicalize's text for any JSON value (unicode keys and strings, doubles, nesting)", () => {
     const value = fc.letrec((tie) => ({
       json: fc.oneof(
         { depthSize: 'small' },

@@ -51,7 +51,11 @@ describe('source layers', () => {
     const sbx = specifiers(readFileSync(join(ROOT, 'cli/sbx.ts'), 'utf8'));
     expect(sbx).toContain('../ipc/client.js');
     expect(sbx).toContain('../core/receipts/verify.js'); // a dynamic import()
-    expect(specifiers("import x from '../supervisor/a.js';\nconst y = await import('../cli/b.js');\nexport { z } from './c.js';")).toEqual(['../supervisor/a.js', '../cli/b.js', './c.js']);
+    expect(specifiers("import x from '../supervisor/a.js';\nconst y = await import('../cli/b.js');\nexport { z } from './c.js';")).toEqual([
+      '../supervisor/a.js',
+      '../cli/b.js',
+      './c.js',
+    ]);
   });
 
   it('no import points up: cli/ and core/ never reach supervisor/, ipc/ reaches nothing above it, nothing reaches cli/', () => {

@@ -41,7 +41,13 @@ const pure: LimitHost = {
 };
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
-const subreaper: LimitHost = { sessionsCgroup: null, available: { memory: false, pids: false, cpu: false }, controllers: '', root: null, procCgroups: parseProcCgroups(PROC_CGROUPS_V2) };
+const subreaper: LimitHost = {
+  sessionsCgroup: null,
+  available: { memory: false, pids: false, cpu: false },
+  controllers: '',
+  root: null,
+  procCgroups: parseProcCgroups(PROC_CGROUPS_V2),
+};
 
 describe('--memory sizes (ipc/size.ts)', () => {
   it('takes bytes and 1024-based K M G T, KiB MiB GiB TiB, in either case, with fractions', () => {
@@ -62,7 +68,13 @@ describe('--memory sizes (ipc/size.ts)', () => {
     expect(() => parseSizeBytes('99999999T')).toThrow(/too large/);
   });
   it('writes sizes back in the largest unit reached', () => {
-    expect([sizeText(512), sizeText(64 * 2 ** 20), sizeText(1.5 * 2 ** 30), sizeText(2 ** 40), sizeText(65 * 2 ** 20 + 2 ** 19)]).toEqual(['512 B', '64 MiB', '1.5 GiB', '1 TiB', '65.5 MiB']);
+    expect([sizeText(512), sizeText(64 * 2 ** 20), sizeText(1.5 * 2 ** 30), sizeText(2 ** 40), sizeText(65 * 2 ** 20 + 2 ** 19)]).toEqual([
+      '512 B',
+      '64 MiB',
+      '1.5 GiB',
+      '1 TiB',
+      '65.5 MiB',
+    ]);
   });
 });
 
@@ -94,7 +106,9 @@ describe('what a limit writes (cgroup-v2.rst)', () => {
     applyLimits(dir, { memory_max_bytes: 8192 });
     expect(readFileSync(join(dir, 'memory.swap.max'), 'utf8')).toBe('0');
     rmSync(join(dir, 'pids.max'));
-    expect(() => applyLimits(dir, { pids_max: 3 })).toThrow(expect.objectContaining({ code: 'ENOENT', message: expect.stringContaining(`cannot write 3 to ${join(dir, 'pids.max')}`) }));
+    expect(() => applyLimits(dir, { pids_max: 3 })).toThrow(
+      expect.objectContaining({ code: 'ENOENT', message: expect.stringContaining(`cannot write 3 to ${join(dir, 'pids.max')}`) }),
+    );
   });
   it('parses cgroup.controllers and /proc/cgroups (cgroups(7))', () => {
     expect(parseControllers('cpu memory pids\n')).toEqual(['cpu', 'memory', 'pids']);
@@ -127,19 +141,38 @@ describe('the refusal (LIMIT_UNAVAILABLE)', () => {
   it('says what is missing elsewhere: not delegated, offered but not enabled, disabled, subreaper mode', () => {
     const undelegated: LimitHost = { ...pure, available: { memory: false, pids: true, cpu: true }, controllers: 'cpu pids' };
     expect(limitRefusal({ memory_max_bytes: 1 }, undelegated)!.message).toContain('the parent cgroup does not delegate it (under systemd: Delegate=yes');
-    expect(limitRefusal({ memory_max_bytes: 1 }, { ...undelegated, controllers: 'cpu memory pids' })!.message).toContain('offered (cgroup.controllers) but could not be enabled');
-    expect(limitRefusal({ memory_max_bytes: 1 }, { ...undelegated, procCgroups: parseProcCgroups('memory\t0\t1\t0\n') })!.message).toContain('the kernel has it disabled');
+    expect(limitRefusal({ memory_max_bytes: 1 }, { ...undelegated, controllers: 'cpu memory pids' })!.message).toContain(
+      'offered (cgroup.controllers) but could not be enabled',
+    );
+    expect(limitRefusal({ memory_max_bytes: 1 }, { ...undelegated, procCgroups: parseProcCgroups('memory\t0\t1\t0\n') })!.message).toContain(
+      'the kernel has it disabled',
+    );
     const s = limitRefusal({ cpus: 1 }, subreaper)!;
-    expect(s.message).toBe('--cpus (cpus) needs the cpu controller in cgroup v2, and this supervisor runs in subreaper mode: it has no cgroup at all (sbx status says why). Nothing was run.');
+    expect(s.message).toBe(
+      '--cpus (cpus) needs the cpu controller in cgroup v2, and this supervisor runs in subreaper mode: it has no cgroup at all (sbx status says why). Nothing was run.',
+    );
     expect(s.details).toEqual({ controller: 'cpu', limit: 'cpus', cgroup: null });
   });
   it('is decided after the key (a retry answers with its session as admitted) and before the seal and every other refusal of a new key', () => {
     const refusal = limitRefusal({ pids_max: 1 }, hybrid)!;
-    const load: AdmissionLoad = { existing: null, retired: null, sealed: { generation: 1, sealed_at: 'x' }, liveSessions: 99, maxSessions: 1, reconciling: true, disk: { admits: false, freeBytes: 0, minFreeBytes: 1 }, limitRefusal: refusal };
+    const load: AdmissionLoad = {
+      existing: null,
+      retired: null,
+      sealed: { generation: 1, sealed_at: 'x' },
+      liveSessions: 99,
+      maxSessions: 1,
+      reconciling: true,
+      disk: { admits: false, freeBytes: 0, minFreeBytes: 1 },
+      limitRefusal: refusal,
+    };
     const req = { invocationKey: 'k', commandDigest: 'sha256:a', task: 'default' };
     const d = admit(req, load);
     expect(d.kind === 'refuse' && d.error.code).toBe('LIMIT_UNAVAILABLE');
-    expect(admit(req, { ...load, existing: { sessionId: 's-1-aa', commandDigest: 'sha256:a', state: 'ended', task: 'default' } })).toEqual({ kind: 'existing', sessionId: 's-1-aa', state: 'ended' });
+    expect(admit(req, { ...load, existing: { sessionId: 's-1-aa', commandDigest: 'sha256:a', state: 'ended', task: 'default' } })).toEqual({
+      kind: 'existing',
+      sessionId: 's-1-aa',
+      state: 'ended',
+    });
   });
 });
 
@@ -147,7 +180,12 @@ describe('status, defaults and receipts', () => {
   it('status: the three booleans and one reason grouping the controllers by why', () => {
     expect(limitsStatus(pure)).toEqual({ memory: true, pids: true, cpu: true });
     const h = limitsStatus(hybrid);
-    expect(h).toEqual({ memory: false, pids: false, cpu: false, reason: `memory, pids, cpu are bound to cgroup v1 (${SESSIONS}: cgroup.controllers: none; the cgroup2 root's (/sys/fs/cgroup/unified): hugetlb)` });
+    expect(h).toEqual({
+      memory: false,
+      pids: false,
+      cpu: false,
+      reason: `memory, pids, cpu are bound to cgroup v1 (${SESSIONS}: cgroup.controllers: none; the cgroup2 root's (/sys/fs/cgroup/unified): hugetlb)`,
+    });
     expect(limitsLine(h)).toBe(`none enforceable here (${h.reason})`);
     expect(limitsLine(limitsStatus(pure))).toBe('memory, pids, cpu (--memory, --pids, --cpus)');
     const partial = limitsStatus({ ...pure, available: { memory: true, pids: true, cpu: false }, controllers: 'memory pids' });
@@ -162,7 +200,9 @@ describe('status, defaults and receipts', () => {
     expect(effectiveLimits({}, { memoryMaxBytes: null, pidsMax: null, cpus: null })).toEqual({});
     expect(defaultLimitsProblem(defaults, pure)).toBeNull();
     expect(defaultLimitsProblem({ memoryMaxBytes: null, pidsMax: null, cpus: null }, hybrid)).toBeNull();
-    expect(defaultLimitsProblem(defaults, hybrid)).toMatch(/^session\.defaultLimits\.memoryMaxBytes is set \(1073741824\), but the memory controller is not available to sessions here: this host binds it to cgroup v1 .*; the supervisor will not run sessions without a limit it was told to apply/);
+    expect(defaultLimitsProblem(defaults, hybrid)).toMatch(
+      /^session\.defaultLimits\.memoryMaxBytes is set \(1073741824\), but the memory controller is not available to sessions here: this host binds it to cgroup v1 .*; the supervisor will not run sessions without a limit it was told to apply/,
+    );
   });
   const facts: ReceiptFacts = {
     sessionId: 's-1-aa',
@@ -208,7 +248,13 @@ describe('status, defaults and receipts', () => {
   });
   it('sbx ps and the ended lines say the OOM killer, not a bare SIGKILL', () => {
     const ended = '2026-12-03T10:00:00.000Z';
-    const row = { state: 'ended', outcome: 'signaled', exit: { code: null, signal: 'SIGKILL' }, termination_cause: 'oom_kill', ended_at: ended } as SessionSummary;
+    const row = {
+      state: 'ended',
+      outcome: 'signaled',
+      exit: { code: null, signal: 'SIGKILL' },
+      termination_cause: 'oom_kill',
+      ended_at: ended,
+    } as SessionSummary;
     expect(statusText(row, Date.parse(ended) + 120_000)).toBe('killed by the OOM killer, 2 min ago');
     expect(statusText({ ...row, termination_cause: null }, Date.parse(ended) + 120_000)).toBe('killed by SIGKILL, 2 min ago');
     expect(howEnded(row)).toBe(`killed by the OOM killer (SIGKILL) at ${ended}`);

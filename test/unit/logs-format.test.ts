@@ -14,7 +14,13 @@ class Collect implements PieceSink {
   async end() {}
 }
 
-const piece = (stream: 'stdout' | 'stderr', cursor: number, atUs: number, text: string): Piece => ({ stream, cursor, atUs, indexed: true, data: Buffer.from(text) });
+const piece = (stream: 'stdout' | 'stderr', cursor: number, atUs: number, text: string): Piece => ({
+  stream,
+  cursor,
+  atUs,
+  indexed: true,
+  data: Buffer.from(text),
+});
 
 describe('times', () => {
   it('formats µs as docker logs -t does and parses RFC 3339, Unix seconds and durations ago', () => {
@@ -39,7 +45,23 @@ describe('times', () => {
     expect(parseTimeUs('500ms', NOW_US, '--since')).toBe(NOW_US - 500e3);
     // (a bare number is a Unix time, as docker takes it: `10` is 1970-01-01T00:00:10Z)
     expect(parseTimeUs('10', NOW_US, '--until')).toBe(10e6);
-    for (const bad of ['garbage', '', '-1', '10x', '2026-02-30T00:00:00Z', '2026-12-01T24:00:00Z', '2026-12-01T24:00', '2026-02-29', '2026-12-01T10', '2026-12-1', '2026-12-01T10:00Z', '2026-12-01T10:00:00+25:99', '2026-12-01T10:00:00+24:00', '2026-12-01T10:00:00-01:60', '0099-02-29T00:00:00Z']) {
+    for (const bad of [
+      'garbage',
+      '',
+      '-1',
+      '10x',
+      '2026-02-30T00:00:00Z',
+      '2026-12-01T24:00:00Z',
+      '2026-12-01T24:00',
+      '2026-02-29',
+      '2026-12-01T10',
+      '2026-12-1',
+      '2026-12-01T10:00Z',
+      '2026-12-01T10:00:00+25:99',
+      '2026-12-01T10:00:00+24:00',
+      '2026-12-01T10:00:00-01:60',
+      '0099-02-29T00:00:00Z',
+    ]) {
       expect(() => parseTimeUs(bad, NOW_US, '--until'), bad).toThrow(/^--until: not a time/);
     }
   });
@@ -101,7 +123,10 @@ describe('--tail', () => {
     await tail.write(piece('stdout', 0, 1, 'x\ny\n'));
     await tail.idle();
     await tail.write(piece('stdout', 4, 2, 'z\n'));
-    expect(out.pieces.map((p) => [p.cursor, p.data.toString()])).toEqual([[2, 'y\n'], [4, 'z\n']]);
+    expect(out.pieces.map((p) => [p.cursor, p.data.toString()])).toEqual([
+      [2, 'y\n'],
+      [4, 'z\n'],
+    ]);
   });
 });
 

@@ -41,7 +41,19 @@ describe('entryJsonBytes', () => {
           mountPoint: fc.boolean(),
         }),
         (r) => {
-          const e = { ...r, name: r.path, depth: 1, blocks: 0n, nlink: 1n, dev: 1n, ino: 1n, ctimeNs: 0n, linkTarget: r.type === 'symlink' ? r.target : null, dirFd: -1, ...(r.mountPoint && r.type === 'dir' ? { mountPoint: true as const } : { mountPoint: undefined }) } as unknown as WalkEntry;
+          const e = {
+            ...r,
+            name: r.path,
+            depth: 1,
+            blocks: 0n,
+            nlink: 1n,
+            dev: 1n,
+            ino: 1n,
+            ctimeNs: 0n,
+            linkTarget: r.type === 'symlink' ? r.target : null,
+            dirFd: -1,
+            ...(r.mountPoint && r.type === 'dir' ? { mountPoint: true as const } : { mountPoint: undefined }),
+          } as unknown as WalkEntry;
           expect(entryJsonBytes(e)).toBe(Buffer.byteLength(jcs(toManifestEntry(factsOf(e)))) + 1);
         },
       ),
@@ -50,7 +62,8 @@ describe('entryJsonBytes', () => {
   });
 
   it('counts a control character as six bytes, a quote or a newline as two', () => {
-    const e = (path: string) => ({ path: Buffer.from(path), type: 'dir', mode: 0o40755, uid: 0, gid: 0, size: 0n, mtimeNs: 1n, rdev: 0n, linkTarget: null }) as unknown as WalkEntry;
+    const e = (path: string) =>
+      ({ path: Buffer.from(path), type: 'dir', mode: 0o40755, uid: 0, gid: 0, size: 0n, mtimeNs: 1n, rdev: 0n, linkTarget: null }) as unknown as WalkEntry;
     expect(entryJsonBytes(e('\x01'.repeat(255))) - entryJsonBytes(e('a'.repeat(255)))).toBe(255 * 5);
     expect(entryJsonBytes(e('"\n')) - entryJsonBytes(e('ab'))).toBe(2);
   });

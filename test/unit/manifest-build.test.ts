@@ -39,7 +39,13 @@ describe('the manifest the checkpoint thread builds', () => {
         reserveBytes: 0,
         startHrNs: process.hrtime.bigint(),
         maxPasses: 4,
-        header: { workspace: ws, task: 't', started_at: new Date().toISOString(), boundary: { epoch: null, seq: null, gap: 'not_watched' }, supervisor: { instance: 'i', generation: 1, boot_id: 'b', mode: 'test' } },
+        header: {
+          workspace: ws,
+          task: 't',
+          started_at: new Date().toISOString(),
+          boundary: { epoch: null, seq: null, gap: 'not_watched' },
+          supervisor: { instance: 'i', generation: 1, boot_id: 'b', mode: 'test' },
+        },
         signingKeyPem: privateKey.export({ type: 'pkcs8', format: 'pem' }) as string,
         keyId: keyIdOf(publicKey),
         forRemote: true,
@@ -53,21 +59,30 @@ describe('the manifest the checkpoint thread builds', () => {
       };
       // Past every entry's racy margin (stat-cache.ts racyMarginNs) before the first capture
       // starts, so that the stat cache keeps every entry it reads and the next capture reads none.
-      const ready = [...[...names, 'sub', 'link'].map((n) => join(ws, n)), Buffer.concat([Buffer.from(`${ws}/`), Buffer.from([0x66, 0xff, 0xfe])])].map((p) => lstatSync(p, { bigint: true }).ctimeNs).reduce((a, c) => (c + racyMarginNs(c) > a ? c + racyMarginNs(c) : a), 0n);
+      const ready = [...[...names, 'sub', 'link'].map((n) => join(ws, n)), Buffer.concat([Buffer.from(`${ws}/`), Buffer.from([0x66, 0xff, 0xfe])])]
+        .map((p) => lstatSync(p, { bigint: true }).ctimeNs)
+        .reduce((a, c) => (c + racyMarginNs(c) > a ? c + racyMarginNs(c) : a), 0n);
       await until(() => BigInt(Date.now()) * 1_000_000n > ready, 'the racy margin past');
       const first = runCheckpoint(request());
       const m1 = check(first.id, first.manifestBytes);
       const expected = [...[...names, 'sub', 'link'].map((n) => Buffer.from(n)), Buffer.from([0x66, 0xff, 0xfe])];
       expect(m1.entries.map((e) => entryPathBytes(e).toString('latin1')).sort()).toEqual(expected.map((p) => p.toString('latin1')).sort());
       expect(m1.scan.files).toBe(names.length + 1);
-      expect(runReadBack({ kind: 'readback', storeDir: store, storeFd, id: first.id, publicKeyPem, rehash: 'changed' })).toMatchObject({ manifestProblems: [], problems: [] });
+      expect(runReadBack({ kind: 'readback', storeDir: store, storeFd, id: first.id, publicKeyPem, rehash: 'changed' })).toMatchObject({
+        manifestProblems: [],
+        problems: [],
+      });
       const again = runCheckpoint(request());
       expect(again.scan.passes).toBe(1);
       expect(again.objects.written).toBe(0);
       const m2 = check(again.id, again.manifestBytes);
       expect(m2.entries).toEqual(m1.entries);
       expect(m2.scan.digest).toBe(m1.scan.digest);
-      expect(runReadBack({ kind: 'readback', storeDir: store, storeFd, id: again.id, publicKeyPem, rehash: 'changed' })).toMatchObject({ manifestProblems: [], problems: [], rehashedObjects: 0 });
+      expect(runReadBack({ kind: 'readback', storeDir: store, storeFd, id: again.id, publicKeyPem, rehash: 'changed' })).toMatchObject({
+        manifestProblems: [],
+        problems: [],
+        rehashedObjects: 0,
+      });
     } finally {
       closeSync(storeFd);
     }

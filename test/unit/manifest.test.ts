@@ -8,7 +8,17 @@ import { manifestOf } from '../helpers/manifest.js';
 
 const b = (s: string) => Buffer.from(s, 'latin1');
 
-const file = (path: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({ path, type: 'file', mode: 0o644, uid: 0, gid: 0, size: 0, mtime_ns: '1', sha256: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855', ...extra });
+const file = (path: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({
+  path,
+  type: 'file',
+  mode: 0o644,
+  uid: 0,
+  gid: 0,
+  size: 0,
+  mtime_ns: '1',
+  sha256: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855',
+  ...extra,
+});
 
 describe('manifest', () => {
   it('orders paths by component: a directory right before what it holds, then its later siblings', () => {
@@ -23,7 +33,14 @@ describe('manifest', () => {
   });
 
   it('manifestJcs (the entries canonicalised once, set into the rest) is the JCS of the whole', () => {
-    const m = { ...manifestOf([file('a'), file('b/c'), { path: 'l', type: 'symlink', mode: 0o777, uid: 0, gid: 0, size: 1, mtime_ns: '1', target: 'x' } as ManifestEntry]), signature: { alg: 'ed25519' as const, key_id: 'k', value: 'v' } };
+    const m = {
+      ...manifestOf([
+        file('a'),
+        file('b/c'),
+        { path: 'l', type: 'symlink', mode: 0o777, uid: 0, gid: 0, size: 1, mtime_ns: '1', target: 'x' } as ManifestEntry,
+      ]),
+      signature: { alg: 'ed25519' as const, key_id: 'k', value: 'v' },
+    };
     expect(manifestJcs(m, jcs(m.entries))).toBe(jcs(m));
     const { signature: _s, ...unsigned } = m;
     expect(manifestJcs(unsigned, jcs(m.entries))).toBe(jcs(unsigned));
@@ -34,7 +51,10 @@ describe('manifest', () => {
     const m = manifestOf([file('a'), file('b/c')]);
     const { bytes, id } = manifestBytes(m);
     expect(checkManifest(bytes, { expectId: id }).problems).toEqual([]);
-    expect(checkManifest(Buffer.from(JSON.stringify(m, null, 1)), { expectId: id }).problems).toEqual([expect.stringContaining('not in canonical form'), expect.stringContaining(`not its id ${id}`)]);
+    expect(checkManifest(Buffer.from(JSON.stringify(m, null, 1)), { expectId: id }).problems).toEqual([
+      expect.stringContaining('not in canonical form'),
+      expect.stringContaining(`not its id ${id}`),
+    ]);
     const edited = { ...m, entries: [file('a'), file('b/c', { mode: 0o4777 })] };
     expect(checkManifest(Buffer.from(jcs(edited))).problems).toEqual([expect.stringContaining('the scan digest is')]);
   });
@@ -51,17 +71,39 @@ describe('manifest', () => {
     expect(problems([{ path: 'l', type: 'symlink', mode: 0o777, uid: 0, gid: 0, size: 1, mtime_ns: '1' }])).toContain('a symlink with no target');
     expect(problems([{ path: 'd', type: 'char', mode: 0o600, uid: 0, gid: 0, size: 0, mtime_ns: '1' }])).toContain('a device with no rdev');
     expect(problems([file('a', { size: 3, chunks: [{ sha256: 'a'.repeat(64), size: 1 }] })])).toContain('chunks are not');
-    expect(problems([file('a', { size: 2, sha256: undefined, chunks: [{ sha256: 'a'.repeat(64), size: 1 }, { sha256: 'b'.repeat(64), size: 1 }] })])).toBe('');
+    expect(
+      problems([
+        file('a', {
+          size: 2,
+          sha256: undefined,
+          chunks: [
+            { sha256: 'a'.repeat(64), size: 1 },
+            { sha256: 'b'.repeat(64), size: 1 },
+          ],
+        }),
+      ]),
+    ).toBe('');
   });
 
   it('a mount point is a directory marked mount: true with nothing under it; a manifest without the field reads as before', () => {
-    const dir = (path: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({ path, type: 'dir', mode: 0o755, uid: 0, gid: 0, size: 0, mtime_ns: '1', ...extra });
+    const dir = (path: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({
+      path,
+      type: 'dir',
+      mode: 0o755,
+      uid: 0,
+      gid: 0,
+      size: 0,
+      mtime_ns: '1',
+      ...extra,
+    });
     const problems = (entries: ManifestEntry[]) => checkManifest(Buffer.from(jcs(manifestOf(entries)))).problems.join(' | ');
     const ok = manifestOf([dir('m', { mount: true }), dir('m-x'), file('m-x/f'), dir('n'), file('n/f')]);
     expect(checkManifest(Buffer.from(jcs(ok))).problems).toEqual([]);
     expect(mountsSkipped(ok)).toEqual(['m']);
     expect(mountsSkipped(manifestOf([dir('a'), file('a/f')]))).toEqual([]);
-    expect(mountsSkipped(manifestOf([{ ...dir('x'), path: undefined, path_b64: Buffer.from([0x6d, 0xff]).toString('base64'), mount: true }]))).toEqual(['m\\xff']);
+    expect(mountsSkipped(manifestOf([{ ...dir('x'), path: undefined, path_b64: Buffer.from([0x6d, 0xff]).toString('base64'), mount: true }]))).toEqual([
+      'm\\xff',
+    ]);
     expect(problems([dir('m', { mount: true }), file('m/inside')])).toContain('entry "m/inside": under a mount point, which is never entered');
     expect(problems([file('m', { mount: true })])).toContain('mount true on a file: only a directory is a mount point (true)');
     expect(problems([dir('m', { mount: false as never })])).toContain('mount false on a dir');

@@ -8,7 +8,11 @@ describe('parseMetricsAddress', () => {
     expect(parseMetricsAddress('[::1]:0')).toEqual({ kind: 'tcp', host: '::1', port: 0, text: '[::1]:0' });
     expect(parseMetricsAddress('localhost:9464')).toMatchObject({ kind: 'tcp', host: '127.0.0.1', port: 9464 });
     expect(parseMetricsAddress('0.0.0.0:65535')).toMatchObject({ kind: 'tcp', host: '0.0.0.0', port: 65535 });
-    expect(parseMetricsAddress('/run/sandbox-supervisor/metrics.sock')).toEqual({ kind: 'unix', path: '/run/sandbox-supervisor/metrics.sock', text: '/run/sandbox-supervisor/metrics.sock' });
+    expect(parseMetricsAddress('/run/sandbox-supervisor/metrics.sock')).toEqual({
+      kind: 'unix',
+      path: '/run/sandbox-supervisor/metrics.sock',
+      text: '/run/sandbox-supervisor/metrics.sock',
+    });
   });
 
   it('refuses what is not an explicit IP and port, or a relative path', () => {

@@ -2,7 +2,19 @@
 // how rows are cut to a terminal's width or, piped, COMMAND alone.
 import { describe, expect, it } from 'vitest';
 import { displayWidth } from '../../cli/escape.js';
-import { coarseDuration, commandText, escapeControls, parsePsFilters, preciseDuration, psNeedsAll, psTable, selectPsRows, statusText, truncate, unknownNotes } from '../../cli/ps-format.js';
+import {
+  coarseDuration,
+  commandText,
+  escapeControls,
+  parsePsFilters,
+  preciseDuration,
+  psNeedsAll,
+  psTable,
+  selectPsRows,
+  statusText,
+  truncate,
+  unknownNotes,
+} from '../../cli/ps-format.js';
 import type { SessionSummary } from '../../ipc/protocol.js';
 
 const NOW = Date.parse('2026-12-01T12:00:00.000Z');
@@ -34,9 +46,15 @@ describe('statusText', () => {
   it('reads as docker ps does, for every state and outcome', () => {
     expect(statusText(row({ exit: { code: 3, signal: null } }), NOW)).toBe('exited 3, 2 min ago');
     expect(statusText(row({ outcome: 'signaled', exit: { code: null, signal: 'SIGTERM' } }), NOW)).toBe('killed by SIGTERM, 2 min ago');
-    expect(statusText(row({ outcome: 'timed_out', exit: { code: null, signal: 'SIGKILL' }, termination_cause: 'deadline' }), NOW)).toBe('timed out (SIGKILL), 2 min ago');
-    expect(statusText(row({ outcome: 'cancelled', exit: { code: null, signal: 'SIGTERM' }, termination_cause: 'cancel' }), NOW)).toBe('cancelled (SIGTERM), 2 min ago');
-    expect(statusText(row({ outcome: 'cancelled', exit: { code: null, signal: 'SIGTERM' }, termination_cause: 'shutdown' }), NOW)).toBe('cancelled by shutdown (SIGTERM), 2 min ago');
+    expect(statusText(row({ outcome: 'timed_out', exit: { code: null, signal: 'SIGKILL' }, termination_cause: 'deadline' }), NOW)).toBe(
+      'timed out (SIGKILL), 2 min ago',
+    );
+    expect(statusText(row({ outcome: 'cancelled', exit: { code: null, signal: 'SIGTERM' }, termination_cause: 'cancel' }), NOW)).toBe(
+      'cancelled (SIGTERM), 2 min ago',
+    );
+    expect(statusText(row({ outcome: 'cancelled', exit: { code: null, signal: 'SIGTERM' }, termination_cause: 'shutdown' }), NOW)).toBe(
+      'cancelled by shutdown (SIGTERM), 2 min ago',
+    );
     expect(statusText(row({ outcome: 'spawn_failed', exit: { code: 127, signal: null } }), NOW)).toBe('spawn failed (127), 2 min ago');
     expect(statusText(row({ outcome: 'owner_lost', exit: { code: null, signal: null } }), NOW)).toBe('ended, status unknown (owner lost), 2 min ago');
     expect(statusText(row({ state: 'running', ended_at: null, outcome: null, exit: null, started_at: ago(12_400) }), NOW)).toBe('running 12 s');
@@ -46,21 +64,31 @@ describe('statusText', () => {
   });
 
   it('a spawn failure has no start or run time; a start ahead of the clock says so; a bad timestamp is "?", never NaN; an ended owner-lost session has a note', () => {
-    const failed = psTable([row({ outcome: 'spawn_failed', exit: { code: 127, signal: null } })], { nowMs: NOW, terminalColumns: null, noTrunc: false }).split('\n')[1];
+    const failed = psTable([row({ outcome: 'spawn_failed', exit: { code: 127, signal: null } })], { nowMs: NOW, terminalColumns: null, noTrunc: false }).split(
+      '\n',
+    )[1];
     expect(failed).toMatch(/^s-1-aa +spawn failed \(127\), 2 min ago +- +- /);
     const ahead = psTable([row({ started_at: new Date(NOW + 90_000).toISOString() })], { nowMs: NOW, terminalColumns: null, noTrunc: false }).split('\n')[1];
     expect(ahead).toContain('in 1 min (clock skew?)');
     const bad = psTable([row({ started_at: 'not a time', ended_at: 'nor this' })], { nowMs: NOW, terminalColumns: null, noTrunc: false });
     expect(bad).not.toContain('NaN');
     expect(bad.split('\n')[1]).toMatch(/^s-1-aa +exited 0, \? ago +\? ago +\? /);
-    expect(unknownNotes([row({ outcome: 'owner_lost', exit: { code: null, signal: null } })])).toBe('\ns-1-aa ended with its owner lost: the supervisor that ran it stopped before it ended, so its exit status is unknown (sbx receipt s-1-aa has the evidence of its end)\n');
+    expect(unknownNotes([row({ outcome: 'owner_lost', exit: { code: null, signal: null } })])).toBe(
+      '\ns-1-aa ended with its owner lost: the supervisor that ran it stopped before it ended, so its exit status is unknown (sbx receipt s-1-aa has the evidence of its end)\n',
+    );
     expect(preciseDuration(9960)).toBe('10 s');
     expect(preciseDuration(9940)).toBe('9.9 s');
   });
 
   it('durations: coarse for ages, one unit finer for run times', () => {
     expect([450, 12_900, 150_000, 5 * 3600_000, 3 * 86400_000].map(coarseDuration)).toEqual(['450 ms', '12 s', '2 min', '5 h', '3 days']);
-    expect([1_230, 12_900, 125_000, 3_780_000, 2 * 86400_000 + 3 * 3600_000].map(preciseDuration)).toEqual(['1.2 s', '12 s', '2 min 5 s', '1 h 3 min', '2 d 3 h']);
+    expect([1_230, 12_900, 125_000, 3_780_000, 2 * 86400_000 + 3 * 3600_000].map(preciseDuration)).toEqual([
+      '1.2 s',
+      '12 s',
+      '2 min 5 s',
+      '1 h 3 min',
+      '2 d 3 h',
+    ]);
   });
 });
 
@@ -166,14 +194,22 @@ describe('which rows, in which order (ps --all, --task, --filter)', () => {
   });
 
   it('asks the supervisor for every session only when the filters need it', () => {
-    expect([psNeedsAll({}, false), psNeedsAll({}, true), psNeedsAll(parsePsFilters(['task=A']), false), psNeedsAll(parsePsFilters(['status=running']), false), psNeedsAll(parsePsFilters(['since=s-1']), false)]).toEqual([false, true, false, true, true]);
+    expect([
+      psNeedsAll({}, false),
+      psNeedsAll({}, true),
+      psNeedsAll(parsePsFilters(['task=A']), false),
+      psNeedsAll(parsePsFilters(['status=running']), false),
+      psNeedsAll(parsePsFilters(['since=s-1']), false),
+    ]).toEqual([false, true, false, true, true]);
   });
 
   it('refuses unknown keys, bad values and anchors that name no one session', () => {
     expect(() => parsePsFilters(['name=x'])).toThrow('--filter "name=x": unknown key "name" (keys: status, outcome, task, key, id, since, before)');
     expect(() => parsePsFilters(['status'])).toThrow('--filter "status": takes KEY=VALUE (keys: ');
     expect(() => parsePsFilters(['task='])).toThrow('--filter "task=": task needs a value');
-    expect(() => parsePsFilters(['status=paused'])).toThrow('--filter "status=paused": status is one of admitted, running, leader_exited, terminating, ended, exited, unknown');
+    expect(() => parsePsFilters(['status=paused'])).toThrow(
+      '--filter "status=paused": status is one of admitted, running, leader_exited, terminating, ended, exited, unknown',
+    );
     expect(() => parsePsFilters(['outcome=ok'])).toThrow('outcome is one of exited, signaled, timed_out, cancelled, spawn_failed, owner_lost');
     expect(() => parsePsFilters(['since=a', 'since=b'])).toThrow('--filter since= is given once');
     expect(() => ids(['since=s-00'], true)).toThrow('--filter since=s-00: ambiguous: it matches s-0000000a-01, s-0000000b-02, s-0000000c-03, s-0000000d-04');

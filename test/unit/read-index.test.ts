@@ -30,7 +30,10 @@ class FakeSession extends EventEmitter {
   cursor = () => this.stored;
   streamFinal = () => false;
   streamDir = () => join(dir, 'stdout');
-  pendingIndex = (_s: string, from: number, limit: number) => ({ records: this.records.filter((r) => r.cursor + r.length > from).slice(0, limit), unstoredAtUs: null });
+  pendingIndex = (_s: string, from: number, limit: number) => ({
+    records: this.records.filter((r) => r.cursor + r.length > from).slice(0, limit),
+    unstoredAtUs: null,
+  });
   /** One more read of n bytes, stored and told. */
   read(n: number): void {
     this.records.push({ cursor: this.stored, length: n, arrivalUs: 1_700_000_000_000_000 + this.records.length });
@@ -42,11 +45,20 @@ class FakeSession extends EventEmitter {
 function setup() {
   const session = new FakeSession();
   const socket = new EventEmitter() as unknown as Socket;
-  const conn = new Connection(socket, { maxFrameBytes: 1 << 20, frameTimeoutMs: 0, pending: { heldBytes: 0, maxBytes: 1 << 30 }, onFrameTimeout: () => {} } satisfies FrameLimits, { pid: 1, uid: 0, gid: 0 });
+  const conn = new Connection(
+    socket,
+    { maxFrameBytes: 1 << 20, frameTimeoutMs: 0, pending: { heldBytes: 0, maxBytes: 1 << 30 }, onFrameTimeout: () => {} } satisfies FrameLimits,
+    { pid: 1, uid: 0, gid: 0 },
+  );
   const supervisor = { find: () => session, log: { warn: () => {} } };
   const ctx = { supervisor, conn, id: 1, socketPath: '' } as unknown as RequestContext;
-  const poll = () => readIndex(ctx, { session_id: session.id, stream: 'stdout', from: session.stored, follow: true } as never) as Promise<{ records: unknown[] }>;
-  const counts = () => ({ socketClose: (socket as unknown as EventEmitter).listenerCount('close'), output: session.listenerCount('output'), conn: conn.closeWaiterCount });
+  const poll = () =>
+    readIndex(ctx, { session_id: session.id, stream: 'stdout', from: session.stored, follow: true } as never) as Promise<{ records: unknown[] }>;
+  const counts = () => ({
+    socketClose: (socket as unknown as EventEmitter).listenerCount('close'),
+    output: session.listenerCount('output'),
+    conn: conn.closeWaiterCount,
+  });
   return { session, socket: socket as unknown as EventEmitter, poll, counts };
 }
 

@@ -40,7 +40,9 @@ describe('command digest', () => {
     expect(d).toMatch(/^sha256:[0-9a-f]{64}$/);
     expect(commandDigest({ ...base, env: { A: '1', B: '2' } })).toBe(d);
     // Pinned: JCS of this input is {"argv":["echo","hi"],"cwd":"/w","env":{"A":"1","B":"2"},"pty":false,"stdin":"null","user":null}
-    expect(d).toBe('sha256:' + createHash('sha256').update('{"argv":["echo","hi"],"cwd":"/w","env":{"A":"1","B":"2"},"pty":false,"stdin":"null","user":null}').digest('hex'));
+    expect(d).toBe(
+      'sha256:' + createHash('sha256').update('{"argv":["echo","hi"],"cwd":"/w","env":{"A":"1","B":"2"},"pty":false,"stdin":"null","user":null}').digest('hex'),
+    );
   });
   it('changes with any covered field', () => {
     const d = commandDigest(base);

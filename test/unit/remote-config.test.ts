@@ -25,7 +25,9 @@ describe('remote config', () => {
     expect(parseConfig({ remote: { listen: '127.0.0.1:7443', insecure: true } }, 'f.json', {}).remote.insecure).toBe(true);
     expect(parseConfig({ remote: { listen: '[::1]:7443', insecure: true } }, 'f.json', {}).remote.insecure).toBe(true);
     expect(parseConfig({ remote: { listen: 'localhost:7443', insecure: true } }, 'f.json', {}).remote.insecure).toBe(true);
-    expect(() => parseConfig({ remote: { listen: '0.0.0.0:7443', insecure: true } }, 'f.json', {})).toThrow(/"remote.insecure": remote.insecure \(no token\) is allowed only on a loopback address, not 0.0.0.0:7443/);
+    expect(() => parseConfig({ remote: { listen: '0.0.0.0:7443', insecure: true } }, 'f.json', {})).toThrow(
+      /"remote.insecure": remote.insecure \(no token\) is allowed only on a loopback address, not 0.0.0.0:7443/,
+    );
     expect(() => parseConfig({ remote: { listen: '10.1.2.3:7443', insecure: true } }, 'f.json', {})).toThrow(/loopback/);
     expect(parseConfig({ remote: { listen: '0.0.0.0:7443' } }, 'f.json', {}).remote.listen).toBe('0.0.0.0:7443');
     expect(remoteInsecureProblem('0.0.0.0:1', true)).toMatch(/loopback/);
@@ -130,7 +132,9 @@ describe('the remote token', () => {
   it('holds SBX_REMOTE_TOKEN to the rules of remote.token', () => {
     const stateDir = tmp();
     expect(() => RemoteToken.open({ env: { SBX_REMOTE_TOKEN: ' ' }, stateDir, insecure: false })).toThrow(/SBX_REMOTE_TOKEN holds white space/);
-    expect(() => RemoteToken.open({ env: { SBX_REMOTE_TOKEN: 'a' }, stateDir, insecure: false })).toThrow(/SBX_REMOTE_TOKEN holds a token of 1 characters \(at least 16\)/);
+    expect(() => RemoteToken.open({ env: { SBX_REMOTE_TOKEN: 'a' }, stateDir, insecure: false })).toThrow(
+      /SBX_REMOTE_TOKEN holds a token of 1 characters \(at least 16\)/,
+    );
     expect(() => RemoteToken.open({ env: { SBX_REMOTE_TOKEN: 'env-token-0123456789\n' }, stateDir, insecure: false })).toThrow(/white space/);
     expect(RemoteToken.open({ env: { SBX_REMOTE_TOKEN: 'env-token-0123456789' }, stateDir, insecure: false }).check('Bearer env-token-0123456789')).toBe('ok');
   });

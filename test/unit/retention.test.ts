@@ -2,7 +2,13 @@ import { describe, expect, it } from 'vitest';
 import { planRetention, type RetentionCandidate } from '../../supervisor/store/retention.js';
 
 const MiB = 1 << 20;
-const c = (sessionId: string, endedAtMs: number, outputBytes = MiB, ended = true): RetentionCandidate => ({ sessionId, ended, endedAtMs, outputBytes, outputRemoved: false });
+const c = (sessionId: string, endedAtMs: number, outputBytes = MiB, ended = true): RetentionCandidate => ({
+  sessionId,
+  ended,
+  endedAtMs,
+  outputBytes,
+  outputRemoved: false,
+});
 
 describe('planRetention', () => {
   const policy = { outputMaxAgeMs: 1000, outputMaxTotalBytes: 2.5 * MiB, receiptMaxAgeMs: 0 };
@@ -14,7 +20,10 @@ describe('planRetention', () => {
 
   it('removes output past its age, and whole sessions past the receipt age', () => {
     expect(planRetention([c('old', 0, 10), c('new', 1500, 10)], policy, 2000)).toEqual({ removeOutput: ['old'], retire: [] });
-    expect(planRetention([c('old', 0, 10), c('new', 1500, 10), c('live', 0, 10, false)], { ...policy, receiptMaxAgeMs: 1800 }, 2000)).toEqual({ removeOutput: [], retire: ['old'] });
+    expect(planRetention([c('old', 0, 10), c('new', 1500, 10), c('live', 0, 10, false)], { ...policy, receiptMaxAgeMs: 1800 }, 2000)).toEqual({
+      removeOutput: [],
+      retire: ['old'],
+    });
   });
 
   it('reads 0 as no limit', () => {
@@ -40,6 +49,9 @@ describe('planRetention', () => {
 
   it('keep-free counts the output of sessions it retires whole as freed', () => {
     const p = { outputMaxAgeMs: 0, outputMaxTotalBytes: 0, receiptMaxAgeMs: 500 };
-    expect(planRetention([c('old', 0, 4 * MiB), c('new', 900, 4 * MiB)], p, 1000, { freeBytes: MiB, keepFreeBytes: 4 * MiB })).toEqual({ removeOutput: [], retire: ['old'] });
+    expect(planRetention([c('old', 0, 4 * MiB), c('new', 900, 4 * MiB)], p, 1000, { freeBytes: MiB, keepFreeBytes: 4 * MiB })).toEqual({
+      removeOutput: [],
+      retire: ['old'],
+    });
   });
 });

@@ -16,11 +16,44 @@ const fails = (method: keyof typeof ParamsSchemas, params: unknown) => {
 
 describe('ParamsSchemas', () => {
   it('has one schema per method of the method table', () => {
-    expect(Object.keys(ParamsSchemas).sort()).toEqual(['cancel', 'changes', 'checkpoint', 'close', 'gc', 'hello', 'kill', 'ping', 'launch', 'ps', 'read_index', 'receipt', 'resize', 'resolve', 'seal', 'status', 'subscribe', 'wait', 'write', 'write_file', 'read_file', 'upload', 'download'].sort());
+    expect(Object.keys(ParamsSchemas).sort()).toEqual(
+      [
+        'cancel',
+        'changes',
+        'checkpoint',
+        'close',
+        'gc',
+        'hello',
+        'kill',
+        'ping',
+        'launch',
+        'ps',
+        'read_index',
+        'receipt',
+        'resize',
+        'resolve',
+        'seal',
+        'status',
+        'subscribe',
+        'wait',
+        'write',
+        'write_file',
+        'read_file',
+        'upload',
+        'download',
+      ].sort(),
+    );
   });
 
   it('the file methods: absolute paths without NUL, a mode up to 0o7777, size_bytes required for write_file, key/task/user, nothing else', () => {
-    expect(validate(ParamsSchemas.write_file, { path: '/a/b', size_bytes: 3, mode: 0o600, key: 'k', task: 't', user: 'nobody' }, 'write_file')).toEqual({ path: '/a/b', size_bytes: 3, mode: 0o600, key: 'k', task: 't', user: 'nobody' });
+    expect(validate(ParamsSchemas.write_file, { path: '/a/b', size_bytes: 3, mode: 0o600, key: 'k', task: 't', user: 'nobody' }, 'write_file')).toEqual({
+      path: '/a/b',
+      size_bytes: 3,
+      mode: 0o600,
+      key: 'k',
+      task: 't',
+      user: 'nobody',
+    });
     expect(fails('write_file', { path: 'rel', size_bytes: 1 })).toMatchObject({ code: 'INVALID_ARGUMENT', details: { field: 'path' } });
     expect(fails('write_file', { path: '/a' })).toMatchObject({ details: { field: 'size_bytes' } });
     expect(fails('write_file', { path: '/a', size_bytes: 1, mode: 0o10000 })).toMatchObject({ details: { field: 'mode' } });
@@ -43,11 +76,21 @@ describe('ParamsSchemas', () => {
 
   it('launch: argv without a fixed cap, no NUL; env names without = ; durations up to 30 days; no unknown keys', () => {
     expect(validate(ParamsSchemas.launch, { argv: Array.from({ length: 100_000 }, () => 'x'), cwd: '/' }, 'launch').argv).toHaveLength(100_000);
-    expect(fails('launch', { argv: ['a\0b'], cwd: '/' })).toMatchObject({ code: 'INVALID_ARGUMENT', details: { field: 'argv.0' }, message: expect.stringContaining('NUL') });
+    expect(fails('launch', { argv: ['a\0b'], cwd: '/' })).toMatchObject({
+      code: 'INVALID_ARGUMENT',
+      details: { field: 'argv.0' },
+      message: expect.stringContaining('NUL'),
+    });
     expect(fails('launch', { argv: [], cwd: '/' })).toMatchObject({ details: { field: 'argv' } });
-    expect(fails('launch', { argv: ['true'], cwd: '/', env: { 'A=B': 'x' } })).toMatchObject({ message: 'launch: env.A=B: Invalid key in record', details: { field: 'env.A=B' } });
+    expect(fails('launch', { argv: ['true'], cwd: '/', env: { 'A=B': 'x' } })).toMatchObject({
+      message: 'launch: env.A=B: Invalid key in record',
+      details: { field: 'env.A=B' },
+    });
     expect(fails('launch', { argv: ['true'], cwd: '/', timeout_ms: 31 * 24 * 3600 * 1000 })).toMatchObject({ details: { field: 'timeout_ms' } });
-    expect(fails('launch', { argv: ['true'], cwd: '/', surprise: 1 })).toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('surprise') });
+    expect(fails('launch', { argv: ['true'], cwd: '/', surprise: 1 })).toMatchObject({
+      code: 'INVALID_ARGUMENT',
+      message: expect.stringContaining('surprise'),
+    });
   });
 
   it('selectors take exactly one of session_id and invocation_key', () => {

@@ -6,7 +6,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseRecord, readRecord } from '../../core/state/records.js';
-import { isRetiringDirName, isTempFileName, TASK_FILES, taskDirName, isUnreadableReceiptName, keyRecordName, removedStreamDirName, retiringDirName, tempFileName, tombstoneName, unreadableName } from '../../core/state/names.js';
+import {
+  isRetiringDirName,
+  isTempFileName,
+  TASK_FILES,
+  taskDirName,
+  isUnreadableReceiptName,
+  keyRecordName,
+  removedStreamDirName,
+  retiringDirName,
+  tempFileName,
+  tombstoneName,
+  unreadableName,
+} from '../../core/state/names.js';
 import { ChunkReader, decodeIndex, storedStream } from '../../core/state/stream-files.js';
 import { chunkFileName } from '../../core/state/names.js';
 
@@ -23,11 +35,20 @@ describe('version 1 records read back', () => {
     const keyFile = join(V1, 'keys', keyRecordName('fixture-v1'));
     expect(keyRecordName('fixture-v1')).toBe('fc1c0e0c7ae8690bf702ade724d2543f81603a03b3956338f76ddef54ad713b9.json');
     expect(readRecord('key', keyFile)).toMatchObject({ invocation_key: 'fixture-v1', session_id: SESSION });
-    expect(readRecord('tombstone', join(V1, 'retired', tombstoneName('s-0mx0aaaaa-000000000002')))).toMatchObject({ invocation_key: 'old-key', outcome: 'exited' });
+    expect(readRecord('tombstone', join(V1, 'retired', tombstoneName('s-0mx0aaaaa-000000000002')))).toMatchObject({
+      invocation_key: 'old-key',
+      outcome: 'exited',
+    });
   });
 
   it('admission records, of today and from before pty, stdin and user; started and output-removed', () => {
-    expect(readRecord('admission', join(V1, 'sessions', SESSION, 'admission.json'))).toMatchObject({ session_id: SESSION, chunk_bytes: 4096, user: null, mode: 'cgroup', generation: 1 });
+    expect(readRecord('admission', join(V1, 'sessions', SESSION, 'admission.json'))).toMatchObject({
+      session_id: SESSION,
+      chunk_bytes: 4096,
+      user: null,
+      mode: 'cgroup',
+      generation: 1,
+    });
     const old = readRecord('admission', join(V1, 'sessions', 's-0mx0aaaaa-000000000001', 'admission.json'));
     expect(old.pty).toBeUndefined();
     expect(old.stdin).toBeUndefined();
@@ -47,7 +68,13 @@ describe('version 1 records read back', () => {
     expect(readRecord('taskSeal', join(dir, TASK_FILES.seal))).toEqual({ task: 'A', generation: 1, sealed_at: '2026-12-01T16:47:39.340Z' });
     expect(readRecord('taskClose', join(dir, TASK_FILES.close))).toMatchObject({ task: 'A', workspaces: ['/tmp/t19/ws'], generation: 1 });
     expect(readRecord('taskAttempt', join(dir, TASK_FILES.attempt))).toMatchObject({ task: 'A', attempt: 1, settle: { timeout_ms: 60000, terminated: 0 } });
-    expect(readRecord('taskReceipt', join(dir, TASK_FILES.receipt))).toMatchObject({ kind: 'task', task: 'A', attempt: 1, complete: true, signature: { alg: 'ed25519' } });
+    expect(readRecord('taskReceipt', join(dir, TASK_FILES.receipt))).toMatchObject({
+      kind: 'task',
+      task: 'A',
+      attempt: 1,
+      complete: true,
+      signature: { alg: 'ed25519' },
+    });
     expect(() => parseRecord('taskReceipt', JSON.stringify({ version: 1, kind: 'close' }))).toThrow(/not a taskReceipt record: kind/);
   });
 
@@ -56,7 +83,13 @@ describe('version 1 records read back', () => {
     const records = decodeIndex(readFileSync(join(stdout, 'index.bin')));
     expect(records).toEqual([{ stream: 0, length: 5000, cursor: 0, arrivalUs: expect.any(Number) }]);
     const stored = storedStream(join(FIXTURES, 'receipt-v1', 'state', 'sessions', SESSION), 'stdout', 4096);
-    expect(stored).toMatchObject({ final_cursor: 5000, chunks: [{ start_cursor: 0, length: 4096 }, { start_cursor: 4096, length: 904 }] });
+    expect(stored).toMatchObject({
+      final_cursor: 5000,
+      chunks: [
+        { start_cursor: 0, length: 4096 },
+        { start_cursor: 4096, length: 904 },
+      ],
+    });
     const reader = new ChunkReader(stdout, 4096);
     const buf = Buffer.alloc(5000);
     let got = 0;
@@ -88,7 +121,9 @@ describe('torn and foreign files', () => {
   it('are refused with the reason', () => {
     expect(() => parseRecord('admission', '{"session_id": "s-')).toThrow(/^not JSON: /);
     expect(() => parseRecord('receipt', '{"outcome":"exited"}')).toThrow(/^not a receipt record: version: /);
-    expect(() => parseRecord('key', JSON.stringify({ invocation_key: 'k', session_id: '../../etc', command_digest: '', admitted_at: '' }))).toThrow(/^not a key record: session_id: /);
+    expect(() => parseRecord('key', JSON.stringify({ invocation_key: 'k', session_id: '../../etc', command_digest: '', admitted_at: '' }))).toThrow(
+      /^not a key record: session_id: /,
+    );
     expect(() => parseRecord('tombstone', 'null')).toThrow(/^not a tombstone record: \(root\)/);
     expect(() => parseRecord('identity', '{"instance": "x"}')).toThrow(/not a identity record: generation/);
   });

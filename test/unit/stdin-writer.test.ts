@@ -36,7 +36,10 @@ it('a write after release is refused, not left waiting', async () => {
   const writer = new StdinWriter('s-test', pipeNobodyReads(), false);
   expect(await writer.write(Buffer.from('before\n'), undefined, false)).toBe(7);
   writer.release();
-  expect(await refusal(writer.write(Buffer.from('after\n'), undefined, false))).toEqual({ code: 'INVALID_ARGUMENT', message: 'stdin of session s-test is closed' });
+  expect(await refusal(writer.write(Buffer.from('after\n'), undefined, false))).toEqual({
+    code: 'INVALID_ARGUMENT',
+    message: 'stdin of session s-test is closed',
+  });
 });
 
 it('a write waiting for room in the pipe when stdin is released is refused: the bytes were not taken', async () => {
@@ -78,7 +81,10 @@ it('writer tokens: at most MAX_STDIN_WRITERS a session (LIMIT_EXCEEDED), the kno
   const { socket, ended } = pipeToBuffer();
   const w = new StdinWriter('s-test', socket, false);
   for (let i = 0; i < MAX_STDIN_WRITERS; i++) await w.write(Buffer.from('.'), 0, false, `w${i}`);
-  await expect(w.write(Buffer.from('x'), 0, false, 'one-too-many')).rejects.toMatchObject({ code: 'LIMIT_EXCEEDED', details: { limit: 'stdin_writers', max: MAX_STDIN_WRITERS } });
+  await expect(w.write(Buffer.from('x'), 0, false, 'one-too-many')).rejects.toMatchObject({
+    code: 'LIMIT_EXCEEDED',
+    details: { limit: 'stdin_writers', max: MAX_STDIN_WRITERS },
+  });
   expect(await w.write(Buffer.from('!'), 1, false, 'w0')).toBe(2);
   expect(await w.write(Buffer.from('?'), undefined, true)).toBe(1);
   expect(await ended).toBe('.'.repeat(MAX_STDIN_WRITERS) + '!?');

@@ -8,7 +8,19 @@ import { checkpointCovers, evaluateTask, receiptWorkspaces, sealFloor, sessionCo
 const EPOCH = 'boot:1000';
 const fence = { instance: 'inst', generation: 3, boot_id: 'boot' };
 
-function receipt(id: string, over: { tm?: number | null; gap?: string | null; scan?: boolean; epoch?: string; generation?: number; ended_at?: string; evidence?: string; cursor?: number } = {}): Receipt {
+function receipt(
+  id: string,
+  over: {
+    tm?: number | null;
+    gap?: string | null;
+    scan?: boolean;
+    epoch?: string;
+    generation?: number;
+    ended_at?: string;
+    evidence?: string;
+    cursor?: number;
+  } = {},
+): Receipt {
   return {
     session_id: id,
     supervisor: { instance: 'inst', generation: over.generation ?? 3, boot_id: 'boot', mode: 'cgroup', pid: 1 },
@@ -48,7 +60,12 @@ function checkpoint(over: Partial<TaskCheckpointEntry> = {}): TaskCheckpointEntr
   };
 }
 
-const session = (id: string, r: Receipt | null, state = r ? 'ended' : 'unknown'): JoinSession => ({ sessionId: id, state, receipt: r, unknownReason: r ? null : 'restarted' });
+const session = (id: string, r: Receipt | null, state = r ? 'ended' : 'unknown'): JoinSession => ({
+  sessionId: id,
+  state,
+  receipt: r,
+  unknownReason: r ? null : 'restarted',
+});
 
 function facts(over: Partial<JoinFacts> = {}): JoinFacts {
   return {
@@ -63,11 +80,18 @@ function facts(over: Partial<JoinFacts> = {}): JoinFacts {
   };
 }
 
-const failing = (v: ReturnType<typeof evaluateTask>) => Object.entries(v.conditions).filter(([, ok]) => !ok).map(([k]) => k);
+const failing = (v: ReturnType<typeof evaluateTask>) =>
+  Object.entries(v.conditions)
+    .filter(([, ok]) => !ok)
+    .map(([k]) => k);
 
 describe('evaluateTask', () => {
   it('complete when every fact holds', () => {
-    expect(evaluateTask(facts())).toEqual({ complete: true, conditions: { sealed: true, sessions_settled: true, terminal_mutations_known: true, checkpoint_covers: true, read_back_exact: true, fenced: true }, obligations: [] });
+    expect(evaluateTask(facts())).toEqual({
+      complete: true,
+      conditions: { sealed: true, sessions_settled: true, terminal_mutations_known: true, checkpoint_covers: true, read_back_exact: true, fenced: true },
+      obligations: [],
+    });
   });
 
   it('not sealed: an operator obligation', () => {
@@ -77,15 +101,31 @@ describe('evaluateTask', () => {
   });
 
   it('a session unknown: one operator obligation; the facts it holds back are false without obligations of their own', () => {
-    const v = evaluateTask(facts({ sessions: [session('s-1', receipt('s-1')), session('s-2', null)], checkpoints: [checkpoint({ checkpoint_id: null, error: null })] }));
+    const v = evaluateTask(
+      facts({ sessions: [session('s-1', receipt('s-1')), session('s-2', null)], checkpoints: [checkpoint({ checkpoint_id: null, error: null })] }),
+    );
     expect(v.complete).toBe(false);
     expect(failing(v)).toEqual(['sessions_settled', 'terminal_mutations_known', 'checkpoint_covers', 'read_back_exact', 'fenced']);
-    expect(v.obligations).toEqual([{ authority: 'operator', condition: 'sessions_settled', session_id: 's-2', what: expect.stringContaining('sbx resolve s-2 --as-operator') }]);
+    expect(v.obligations).toEqual([
+      { authority: 'operator', condition: 'sessions_settled', session_id: 's-2', what: expect.stringContaining('sbx resolve s-2 --as-operator') },
+    ]);
   });
 
   it('a session whose receipt waits for disk space: an operator obligation to free space, not to resolve it', () => {
-    const v = evaluateTask(facts({ sessions: [{ sessionId: 's-4', state: 'unknown', receipt: null, unknownReason: 'disk full', receiptPending: true }], checkpoints: [checkpoint({ checkpoint_id: null, error: null })] }));
-    expect(v.obligations).toEqual([{ authority: 'operator', condition: 'sessions_settled', session_id: 's-4', what: 'session s-4 ended, and its receipt waits to be written (disk full): free space in the state dir, then close again' }]);
+    const v = evaluateTask(
+      facts({
+        sessions: [{ sessionId: 's-4', state: 'unknown', receipt: null, unknownReason: 'disk full', receiptPending: true }],
+        checkpoints: [checkpoint({ checkpoint_id: null, error: null })],
+      }),
+    );
+    expect(v.obligations).toEqual([
+      {
+        authority: 'operator',
+        condition: 'sessions_settled',
+        session_id: 's-4',
+        what: 'session s-4 ended, and its receipt waits to be written (disk full): free space in the state dir, then close again',
+      },
+    ]);
   });
 
   it('a session still running: a session obligation', () => {
@@ -100,10 +140,21 @@ describe('evaluateTask', () => {
   });
 
   it('a gap with a scan stands in for the terminal_mutation; a gap whose scan failed is a workspace obligation', () => {
-    expect(evaluateTask(facts({ sessions: [session('s-1', receipt('s-1', { tm: null, gap: 'overflow', scan: true, ended_at: '2026-12-01T10:00:00.500Z' }))] })).complete).toBe(true);
+    expect(
+      evaluateTask(facts({ sessions: [session('s-1', receipt('s-1', { tm: null, gap: 'overflow', scan: true, ended_at: '2026-12-01T10:00:00.500Z' }))] }))
+        .complete,
+    ).toBe(true);
     const v = evaluateTask(facts({ sessions: [session('s-1', receipt('s-1', { tm: null, gap: 'overflow', scan: false }))] }));
     expect(failing(v)).toEqual(['terminal_mutations_known']);
-    expect(v.obligations).toEqual([{ authority: 'workspace', condition: 'terminal_mutations_known', session_id: 's-1', workspace: '/ws', what: "session s-1's end in /ws is unknown: the watcher had a gap (overflow) and the scan that stands in failed" }]);
+    expect(v.obligations).toEqual([
+      {
+        authority: 'workspace',
+        condition: 'terminal_mutations_known',
+        session_id: 's-1',
+        workspace: '/ws',
+        what: "session s-1's end in /ws is unknown: the watcher had a gap (overflow) and the scan that stands in failed",
+      },
+    ]);
   });
 
   it('a workspace not watched: unknown terminal mutations when the task has sessions, vacuous without', () => {
@@ -117,7 +168,15 @@ describe('evaluateTask', () => {
     // s-1 wrote in /ws2 (an attributed event): a receipt from a run that watched it.
     const wrote = (id: string, over: { events?: number; unattributed?: number; gap?: string | null } = {}): Receipt => {
       const r = receipt(id);
-      r.workspace!.push({ ...r.workspace![0], path: '/ws2', terminal_mutation: over.gap ? null : 3, gap: (over.gap ?? null) as never, scan: over.gap ? { digest: 'sha256:s', entries: 1, bytes: 1, max_ctime: null } : null, attributed: { events: over.events ?? 0, last_seq: null, last_at: null, last_path: null }, unattributed_events: over.unattributed ?? 0 });
+      r.workspace!.push({
+        ...r.workspace![0],
+        path: '/ws2',
+        terminal_mutation: over.gap ? null : 3,
+        gap: (over.gap ?? null) as never,
+        scan: over.gap ? { digest: 'sha256:s', entries: 1, bytes: 1, max_ctime: null } : null,
+        attributed: { events: over.events ?? 0, last_seq: null, last_at: null, last_path: null },
+        unattributed_events: over.unattributed ?? 0,
+      });
       return r;
     };
     const sessions = [session('s-1', wrote('s-1', { events: 1 })), session('s-2', wrote('s-2', { unattributed: 2 })), session('s-3', wrote('s-3'))];
@@ -145,7 +204,15 @@ describe('evaluateTask', () => {
     // A gap hides what happened there: counted as written.
     expect(receiptWorkspaces([session('s-1', wrote('s-1', { gap: 'overflow' }))], ws, []).unwatched).toEqual([{ root: '/ws2', sessionIds: ['s-1'] }]);
     // Covered by a workspace of the close (a directory in it counts, as for checkpoints): complete.
-    expect(evaluateTask(facts({ sessions: [session('s-1', wrote('s-1', { events: 1 }))], workspaces: [...ws, { path: '/ws2', root: '/ws2' }], checkpoints: [checkpoint(), checkpoint({ workspace: '/ws2' })] })).complete).toBe(true);
+    expect(
+      evaluateTask(
+        facts({
+          sessions: [session('s-1', wrote('s-1', { events: 1 }))],
+          workspaces: [...ws, { path: '/ws2', root: '/ws2' }],
+          checkpoints: [checkpoint(), checkpoint({ workspace: '/ws2' })],
+        }),
+      ).complete,
+    ).toBe(true);
   });
 
   it('a checkpoint older than a terminal_mutation in the same epoch does not cover it, even if it started later by the clock', () => {
@@ -153,7 +220,12 @@ describe('evaluateTask', () => {
     expect(checkpointCovers(checkpoint(), r, '/ws')).toBe(false);
     const v = evaluateTask(facts({ sessions: [session('s-1', r)] }));
     expect(failing(v)).toEqual(['checkpoint_covers']);
-    expect(v.obligations[0]).toMatchObject({ authority: 'workspace', condition: 'checkpoint_covers', session_id: 's-1', what: expect.stringContaining('is older than session s-1') });
+    expect(v.obligations[0]).toMatchObject({
+      authority: 'workspace',
+      condition: 'checkpoint_covers',
+      session_id: 's-1',
+      what: expect.stringContaining('is older than session s-1'),
+    });
     expect(checkpointCovers(checkpoint({ boundary: { epoch: EPOCH, seq: 12, gap: null } }), r, '/ws')).toBe(true);
   });
 
@@ -181,15 +253,34 @@ describe('evaluateTask', () => {
     const before = evaluateTask(facts({ ...same, checkpoints: [checkpoint(), { ...after, started_at: '2026-12-01T09:59:59.000Z' }] }));
     expect(failing(before)).toEqual(['terminal_mutations_known']);
     expect(before.obligations).toEqual([
-      { authority: 'workspace', condition: 'terminal_mutations_known', session_id: 's-1', workspace: '/ws2', what: `session s-1's receipt has no entry for /ws2 (the workspace was not watched while it ran), and checkpoint ${'a'.repeat(64)} cannot be shown to come after its proven end` },
+      {
+        authority: 'workspace',
+        condition: 'terminal_mutations_known',
+        session_id: 's-1',
+        workspace: '/ws2',
+        what: `session s-1's receipt has no entry for /ws2 (the workspace was not watched while it ran), and checkpoint ${'a'.repeat(64)} cannot be shown to come after its proven end`,
+      },
     ]);
     // No proven death (escaped, not attested): the order cannot be shown.
-    const escaped = evaluateTask(facts({ ...base, sessions: [session('s-1', receipt('s-1', { evidence: 'cgroup_escaped' }))], checkpoints: [checkpoint({ fence: run4 }), cp2] }));
+    const escaped = evaluateTask(
+      facts({ ...base, sessions: [session('s-1', receipt('s-1', { evidence: 'cgroup_escaped' }))], checkpoints: [checkpoint({ fence: run4 }), cp2] }),
+    );
     expect(escaped.obligations.filter((o) => o.condition === 'terminal_mutations_known').map((o) => o.workspace)).toEqual(['/ws2']);
-    const attested = evaluateTask(facts({ ...base, sessions: [{ ...session('s-1', receipt('s-1', { evidence: 'cgroup_escaped' })), escapeAttested: true }], checkpoints: [checkpoint({ fence: run4 }), cp2] }));
+    const attested = evaluateTask(
+      facts({
+        ...base,
+        sessions: [{ ...session('s-1', receipt('s-1', { evidence: 'cgroup_escaped' })), escapeAttested: true }],
+        checkpoints: [checkpoint({ fence: run4 }), cp2],
+      }),
+    );
     expect(attested).toMatchObject({ complete: true, obligations: [] });
     // No checkpoint of ws2 (it failed): both facts are missing, each named.
-    const failed = evaluateTask(facts({ ...base, checkpoints: [checkpoint({ fence: run4 }), { ...cp2, checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'capture', message: 'boom' } }] }));
+    const failed = evaluateTask(
+      facts({
+        ...base,
+        checkpoints: [checkpoint({ fence: run4 }), { ...cp2, checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'capture', message: 'boom' } }],
+      }),
+    );
     expect(failed.obligations.map((o) => [o.condition, o.workspace])).toEqual([
       ['terminal_mutations_known', '/ws2'],
       ['checkpoint_covers', '/ws2'],
@@ -203,23 +294,42 @@ describe('evaluateTask', () => {
     expect(failing(unstable)).toEqual(['checkpoint_covers']);
     expect(unstable.obligations[0].what).toContain('2 paths of /ws changed in every pass');
     // A leased path never changed: its obligation says a lease kept it shut, not captured; the rest still changed.
-    const leased = evaluateTask(facts({ checkpoints: [checkpoint({ consistent: false, unstable: ['a', 'held'], unstable_count: 2, leased: ['held'], leased_count: 1 })] }));
+    const leased = evaluateTask(
+      facts({ checkpoints: [checkpoint({ consistent: false, unstable: ['a', 'held'], unstable_count: 2, leased: ['held'], leased_count: 1 })] }),
+    );
     expect(leased.obligations.map((o) => o.what)).toEqual([
       expect.stringMatching(/^1 path of \/ws changed in every pass of checkpoint .* \(a\): stop what writes them and close again$/),
-      expect.stringMatching(/^1 path of \/ws held by another process's write lease in checkpoint .*: not captured \(held\); end what holds the lease \(fcntl F_SETLEASE\) and close again$/),
+      expect.stringMatching(
+        /^1 path of \/ws held by another process's write lease in checkpoint .*: not captured \(held\); end what holds the lease \(fcntl F_SETLEASE\) and close again$/,
+      ),
     ]);
-    const onlyLeased = evaluateTask(facts({ checkpoints: [checkpoint({ consistent: false, unstable: ['held'], unstable_count: 1, leased: ['held'], leased_count: 1 })] }));
+    const onlyLeased = evaluateTask(
+      facts({ checkpoints: [checkpoint({ consistent: false, unstable: ['held'], unstable_count: 1, leased: ['held'], leased_count: 1 })] }),
+    );
     expect(onlyLeased.obligations.map((o) => o.what)).toEqual([expect.not.stringContaining('changed in every pass')]);
-    const failedScan = evaluateTask(facts({ checkpoints: [checkpoint({ checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'scan', message: 'EIO' } })] }));
-    expect(failedScan.obligations).toEqual([{ authority: 'workspace', condition: 'checkpoint_covers', workspace: '/ws', what: 'the checkpoint of /ws failed (CHECKPOINT_FAILED, scan): EIO; close again to retry' }]);
-    const readBack = evaluateTask(facts({ checkpoints: [checkpoint({ checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'read_back', message: 'object x' } })] }));
+    const failedScan = evaluateTask(
+      facts({ checkpoints: [checkpoint({ checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'scan', message: 'EIO' } })] }),
+    );
+    expect(failedScan.obligations).toEqual([
+      {
+        authority: 'workspace',
+        condition: 'checkpoint_covers',
+        workspace: '/ws',
+        what: 'the checkpoint of /ws failed (CHECKPOINT_FAILED, scan): EIO; close again to retry',
+      },
+    ]);
+    const readBack = evaluateTask(
+      facts({ checkpoints: [checkpoint({ checkpoint_id: null, error: { code: 'CHECKPOINT_FAILED', stage: 'read_back', message: 'object x' } })] }),
+    );
     expect(readBack.obligations.map((o) => o.condition)).toEqual(['read_back_exact']);
   });
 
-  it('fenced: the checkpoint is this instance\'s, not newer than this run, not from before the seal; supervisor.json still names this run', () => {
+  it("fenced: the checkpoint is this instance's, not newer than this run, not from before the seal; supervisor.json still names this run", () => {
     expect(failing(evaluateTask(facts({ checkpoints: [checkpoint({ fence: { ...fence, instance: 'other' } })] })))).toEqual(['fenced']);
     expect(failing(evaluateTask(facts({ checkpoints: [checkpoint({ fence: { ...fence, generation: 4 } })] })))).toEqual(['fenced']);
-    expect(failing(evaluateTask(facts({ sealGeneration: 4, fence: { ...fence, generation: 4 }, fenceOnDisk: { instance: 'inst', generation: 4 } })))).toEqual(['fenced']);
+    expect(failing(evaluateTask(facts({ sealGeneration: 4, fence: { ...fence, generation: 4 }, fenceOnDisk: { instance: 'inst', generation: 4 } })))).toEqual([
+      'fenced',
+    ]);
     const taken = evaluateTask(facts({ fenceOnDisk: { instance: 'inst', generation: 5 } }));
     expect(taken.obligations).toEqual([{ authority: 'operator', condition: 'fenced', what: expect.stringContaining('another supervisor took the state dir') }]);
     expect(failing(evaluateTask(facts({ fenceOnDisk: null })))).toEqual(['fenced']);
@@ -227,11 +337,18 @@ describe('evaluateTask', () => {
 
   it("a seal from above this run's generation (another instance's: supervisor.json lost, the generation recovered lower): this run's checkpoints are fenced, older ones not", () => {
     const now = { instance: 'inst', generation: 2, boot_id: 'boot' };
-    const base = { sealGeneration: 5, fence: now, fenceOnDisk: { instance: 'inst', generation: 2 }, sessions: [session('s-1', receipt('s-1', { generation: 2 }))] };
+    const base = {
+      sealGeneration: 5,
+      fence: now,
+      fenceOnDisk: { instance: 'inst', generation: 2 },
+      sessions: [session('s-1', receipt('s-1', { generation: 2 }))],
+    };
     expect(evaluateTask(facts({ ...base, checkpoints: [checkpoint({ fence: now })] })).complete).toBe(true);
     const older = evaluateTask(facts({ ...base, checkpoints: [checkpoint({ fence: { ...now, generation: 1 } })] }));
     expect(failing(older)).toEqual(['fenced']);
-    expect(older.obligations[0].what).toContain('carries generation 1, from before this run (generation 2; the task was sealed at generation 5 by another instance)');
+    expect(older.obligations[0].what).toContain(
+      'carries generation 1, from before this run (generation 2; the task was sealed at generation 5 by another instance)',
+    );
     expect(sealFloor(5, now)).toBe(2);
     expect(sealFloor(1, now)).toBe(1);
     expect(sealFloor(null, now)).toBeNull();
@@ -241,14 +358,22 @@ describe('evaluateTask', () => {
     const seed = Number(process.env.TASK_JOIN_SEED ?? Date.now() % 1_000_000);
     console.log(`task-join property seed ${seed} (TASK_JOIN_SEED=${seed} to repeat)`);
     let x = seed || 1;
-    const rand = () => ((x = (x * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const rand = () => (x = (x * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
     for (let round = 0; round < 500; round++) {
       const n = Math.floor(rand() * 5);
       const sessions: JoinSession[] = Array.from({ length: n }, (_, i) => {
         const pick = rand();
         if (pick < 0.1) return session(`s-${i}`, null);
         const gap = rand() < 0.3;
-        return session(`s-${i}`, receipt(`s-${i}`, { tm: gap ? null : Math.floor(rand() * 12), gap: gap ? 'overflow' : null, scan: rand() < 0.8, ended_at: `2026-12-01T10:00:0${Math.floor(rand() * 3)}.000Z` }));
+        return session(
+          `s-${i}`,
+          receipt(`s-${i}`, {
+            tm: gap ? null : Math.floor(rand() * 12),
+            gap: gap ? 'overflow' : null,
+            scan: rand() < 0.8,
+            ended_at: `2026-12-01T10:00:0${Math.floor(rand() * 3)}.000Z`,
+          }),
+        );
       });
       const f = facts({ sessions, checkpoints: [checkpoint({ consistent: rand() < 0.9 })] });
       const v = evaluateTask(f);

@@ -51,7 +51,8 @@ describe('durations', () => {
     expect(() => parseDurationMs('1 s')).toThrow('not a duration: "1 s"; no spaces (');
     // A long bad input is refused in linear time (a regex anchored at the end was quadratic).
     expect(() => parseDurationMs(`1s${'1'.repeat(200_000)}x`)).toThrow(/^not a duration: /);
-    for (const bad of ['1h 30m', 's', '.5s', '1.s', '1m-30s', '1e3s', 'Infinity', '1S', '30 s']) expect(() => parseDurationMs(bad), bad).toThrow(/^not a duration: /);
+    for (const bad of ['1h 30m', 's', '.5s', '1.s', '1m-30s', '1e3s', 'Infinity', '1S', '30 s'])
+      expect(() => parseDurationMs(bad), bad).toThrow(/^not a duration: /);
     expect([isDuration('1m30s'), isDuration('10'), isDuration('1m30'), isDuration('2026-12-01')]).toEqual([true, true, false, false]);
   });
 });

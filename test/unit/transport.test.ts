@@ -27,11 +27,13 @@ type Handler = (frame: Frame, reply: Reply, socket: Socket | WebSocket) => void;
 
 const HELLO = { version: 1, server: 'fake', instance: 'i', generation: 1 };
 /** Answers hello and ping; everything else is left to `rest`. */
-const standard = (rest: Handler = () => {}): Handler => (f, reply, s) => {
-  if (f.method === 'hello') reply({ id: f.id, result: HELLO });
-  else if (f.method === 'ping') reply({ id: f.id, result: { now_ms: Date.now() } });
-  else rest(f, reply, s);
-};
+const standard =
+  (rest: Handler = () => {}): Handler =>
+  (f, reply, s) => {
+    if (f.method === 'hello') reply({ id: f.id, result: HELLO });
+    else if (f.method === 'ping') reply({ id: f.id, result: { now_ms: Date.now() } });
+    else rest(f, reply, s);
+  };
 
 const cleanups: (() => void | Promise<void>)[] = [];
 afterEach(async () => {
@@ -49,10 +51,12 @@ async function unixServer(handler: Handler, write: (s: Socket, frame: Buffer) =>
     s.on('close', () => sockets.delete(s));
     s.on('error', () => {});
     const decoder = new FrameDecoder();
-    s.on('data', (d: Buffer) => decoder.push(d, (v) => {
-      log.push(v as Frame);
-      handler(v as Frame, (r) => write(s, encodeFrame(r)), s);
-    }));
+    s.on('data', (d: Buffer) =>
+      decoder.push(d, (v) => {
+        log.push(v as Frame);
+        handler(v as Frame, (r) => write(s, encodeFrame(r)), s);
+      }),
+    );
   });
   await new Promise<void>((r) => server.listen(path, r));
   cleanups.push(() => {
@@ -73,7 +77,9 @@ async function wsServer(handler: Handler, opts: { token?: string } = {}) {
   http.on('upgrade', (req, socket, head) => {
     if (opts.token !== undefined && req.headers.authorization !== `Bearer ${opts.token}`) {
       const body = JSON.stringify({ error: { code: 'UNAUTHORIZED', message: 'no valid bearer token' } });
-      socket.end(`HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`);
+      socket.end(
+        `HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`,
+      );
       return;
     }
     wss.handleUpgrade(req, socket, head, (ws) => {
@@ -106,11 +112,21 @@ describe('resolveEndpoint', () => {
     const env = { SBX_URL: 'ws://h:1', SBX_TOKEN: 't-env', SBX_TOKEN_FILE: '/f-env', SBX_SOCKET: '/s-env' };
     expect(resolveEndpoint({ socketPath: '/s' }, env)).toEqual({ kind: 'socket', socketPath: '/s' });
     expect(resolveEndpoint({}, env)).toEqual({ kind: 'url', url: 'ws://h:1', token: 't-env', tokenFile: null, caFile: null });
-    expect(resolveEndpoint({}, { SBX_URL: 'wss://h:1', SBX_TOKEN_FILE: '/f-env' })).toEqual({ kind: 'url', url: 'wss://h:1', token: null, tokenFile: '/f-env', caFile: null });
+    expect(resolveEndpoint({}, { SBX_URL: 'wss://h:1', SBX_TOKEN_FILE: '/f-env' })).toEqual({
+      kind: 'url',
+      url: 'wss://h:1',
+      token: null,
+      tokenFile: '/f-env',
+      caFile: null,
+    });
     expect(resolveEndpoint({ url: 'ws://x:2', tokenFile: '/f' }, env)).toEqual({ kind: 'url', url: 'ws://x:2', token: null, tokenFile: '/f', caFile: null });
     expect(resolveEndpoint({ url: 'ws://x:2', token: 'tok', tokenFile: '/f' }, env)).toMatchObject({ token: 'tok', tokenFile: null });
     expect(resolveEndpoint({}, { SBX_SOCKET: '/s-env' })).toEqual({ kind: 'socket', socketPath: '/s-env' });
-    expect(resolveEndpoint({ command: ['ssh', 'h', 'sbx', 'bridge'] }, env)).toEqual({ kind: 'command', command: ['ssh', 'h', 'sbx', 'bridge'], stderr: 'inherit' });
+    expect(resolveEndpoint({ command: ['ssh', 'h', 'sbx', 'bridge'] }, env)).toEqual({
+      kind: 'command',
+      command: ['ssh', 'h', 'sbx', 'bridge'],
+      stderr: 'inherit',
+    });
   });
 
   it('refuses two endpoints, a URL that is not ws(s)://, and an empty command', () => {
@@ -129,7 +145,10 @@ describe('Unix socket transport', () => {
         for (let i = 0; i < frame.length && !sock.destroyed; i++) await new Promise<void>((r) => sock.write(frame.subarray(i, i + 1), () => setImmediate(r)));
       });
     };
-    const s = await unixServer(standard((f, reply) => reply({ id: f.id, result: { n: f.id } })), byteByByte);
+    const s = await unixServer(
+      standard((f, reply) => reply({ id: f.id, result: { n: f.id } })),
+      byteByByte,
+    );
     const c = track(await SupervisorClient.connect({ socketPath: s.path }));
     expect(c.hello).toEqual(HELLO);
     const answers = await Promise.all([c.request('status', {}), c.request('status', {}), c.request('status', {})]);
@@ -139,7 +158,10 @@ describe('Unix socket transport', () => {
   it('keeps the ENOTSOCK message for a path that is not a socket', async () => {
     const file = join(dir, 'not-a-socket');
     writeFileSync(file, '');
-    await expect(SupervisorClient.connect({ socketPath: file })).rejects.toMatchObject({ code: 'ENOTSOCK', message: `connect ENOTSOCK ${file}: a regular file, not a socket` });
+    await expect(SupervisorClient.connect({ socketPath: file })).rejects.toMatchObject({
+      code: 'ENOTSOCK',
+      message: `connect ENOTSOCK ${file}: a regular file, not a socket`,
+    });
   });
 });
 
@@ -207,11 +229,20 @@ describe('keepalive', () => {
 
 describe('launch resend', () => {
   it('a keyless launch that lost its connection is not resent (LaunchUnconfirmedError); a keyed one is', async () => {
-    const s = await unixServer(standard((f, _reply, sock) => {
-      // The first launch of each key is taken, and the connection dies before its answer.
-      if (f.method === 'launch' && s.log.filter((x) => x.method === 'launch' && x.params.invocation_key === f.params.invocation_key).length === 1) (sock as Socket).destroy();
-      else if (f.method === 'launch') (sock as Socket).write(encodeFrame({ id: f.id, result: { session_id: 's1', invocation_key: f.params.invocation_key, existing: true, state: 'running', command_digest: 'd' } }));
-    }));
+    const s = await unixServer(
+      standard((f, _reply, sock) => {
+        // The first launch of each key is taken, and the connection dies before its answer.
+        if (f.method === 'launch' && s.log.filter((x) => x.method === 'launch' && x.params.invocation_key === f.params.invocation_key).length === 1)
+          (sock as Socket).destroy();
+        else if (f.method === 'launch')
+          (sock as Socket).write(
+            encodeFrame({
+              id: f.id,
+              result: { session_id: 's1', invocation_key: f.params.invocation_key, existing: true, state: 'running', command_digest: 'd' },
+            }),
+          );
+      }),
+    );
     const conn = new ReconnectingClient({ socketPath: s.path, reconnectMs: 2000 });
     cleanups.push(() => conn.drop());
     const keyless = await conn.run((c) => c.launch({ argv: ['true'], cwd: '/' })).catch((e: Error) => e);
@@ -226,7 +257,10 @@ describe('launch resend', () => {
 
 describe('WebSocket transport', () => {
   it('sends one binary message per frame body (no length prefix) with the bearer token', async () => {
-    const s = await wsServer(standard((f, reply) => reply({ id: f.id, result: { got: [f.params.session_id, ...(f.params.data as Uint8Array)] } })), { token: 'sekret' });
+    const s = await wsServer(
+      standard((f, reply) => reply({ id: f.id, result: { got: [f.params.session_id, ...(f.params.data as Uint8Array)] } })),
+      { token: 'sekret' },
+    );
     const c = track(await SupervisorClient.connect({ url: s.url, token: 'sekret' }));
     expect(c.hello).toEqual(HELLO);
     const data = Buffer.from([0, 1, 2, 255]);
@@ -244,7 +278,9 @@ describe('WebSocket transport', () => {
     writeFileSync(file, 'first\n');
     const err = await SupervisorClient.connect({ url: s.url, tokenFile: file }).catch((e: Error) => e);
     expect(isSupervisorError(err, 'UNAUTHORIZED')).toBe(true);
-    expect((err as Error).message).toBe(`the supervisor at ${s.url} answered HTTP 401 Unauthorized: no valid bearer token (check the token: --token-file, SBX_TOKEN or SBX_TOKEN_FILE)`);
+    expect((err as Error).message).toBe(
+      `the supervisor at ${s.url} answered HTTP 401 Unauthorized: no valid bearer token (check the token: --token-file, SBX_TOKEN or SBX_TOKEN_FILE)`,
+    );
     writeFileSync(file, 'second\n');
     track(await SupervisorClient.connect({ url: s.url, tokenFile: file }));
     const saved = process.env.SBX_TOKEN_FILE;
@@ -255,14 +291,18 @@ describe('WebSocket transport', () => {
       if (saved === undefined) delete process.env.SBX_TOKEN_FILE;
       else process.env.SBX_TOKEN_FILE = saved;
     }
-    await expect(SupervisorClient.connect({ url: s.url, tokenFile: join(dir, 'absent') })).rejects.toThrow(`cannot read the token file ${join(dir, 'absent')}: ENOENT`);
+    await expect(SupervisorClient.connect({ url: s.url, tokenFile: join(dir, 'absent') })).rejects.toThrow(
+      `cannot read the token file ${join(dir, 'absent')}: ENOENT`,
+    );
   });
 
   it('a plain HTTP answer (426) is a clear INVALID_ARGUMENT; nothing listening is ECONNREFUSED', async () => {
     // What a listener answers a request that is no WebSocket upgrade (or a proxy that dropped it).
     const http = createHttpServer();
     const body = JSON.stringify({ error: { code: 'INVALID_ARGUMENT', message: 'upgrade required, really!' } });
-    http.on('upgrade', (_req, socket) => socket.end(`HTTP/1.1 426 Upgrade Required\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`));
+    http.on('upgrade', (_req, socket) =>
+      socket.end(`HTTP/1.1 426 Upgrade Required\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`),
+    );
     await new Promise<void>((r) => http.listen(0, '127.0.0.1', r));
     cleanups.push(() => new Promise<void>((r) => http.close(() => r())));
     const url = `ws://127.0.0.1:${(http.address() as { port: number }).port}`;
@@ -329,7 +369,9 @@ describe('command transport', () => {
   it('a command that reads and writes nothing fails connect within connectTimeoutMs, and is killed', async () => {
     const marker = `sbx-transport-silent-${process.pid}-${n++}`;
     const t = performance.now();
-    const err = await SupervisorClient.connect({ command: [process.execPath, '-e', 'setInterval(() => {}, 1000)', marker], connectTimeoutMs: 300 }).catch((e: Error) => e);
+    const err = await SupervisorClient.connect({ command: [process.execPath, '-e', 'setInterval(() => {}, 1000)', marker], connectTimeoutMs: 300 }).catch(
+      (e: Error) => e,
+    );
     expect((err as NodeJS.ErrnoException).code).toBe('ETIMEDOUT');
     expect(performance.now() - t).toBeLessThan(2000);
     await until(() => pidsWithMarker(marker).length === 0, 'the silent command gone');
@@ -338,7 +380,10 @@ describe('command transport', () => {
 
 describe('sbx --url (the CLI over a WebSocket, from its startup snapshot)', () => {
   it('talks to the URL with the token file', async () => {
-    const s = await wsServer(standard((f, reply) => reply({ id: f.id, result: { sessions: [] } })), { token: 'tok-cli' });
+    const s = await wsServer(
+      standard((f, reply) => reply({ id: f.id, result: { sessions: [] } })),
+      { token: 'tok-cli' },
+    );
     const file = join(dir, 'cli-token');
     writeFileSync(file, 'tok-cli\n', { mode: 0o600 });
     // Run asynchronously: the fake listener is in this process.
@@ -346,10 +391,15 @@ describe('sbx --url (the CLI over a WebSocket, from its startup snapshot)', () =
     expect(r.stderr.toString()).toBe('');
     expect(r.status).toBe(0);
     expect(JSON.parse(r.stdout.toString())).toEqual([]);
-    expect(s.log.map((l) => [l.frame.method, l.auth])).toEqual([['hello', 'Bearer tok-cli'], ['ps', 'Bearer tok-cli']]);
+    expect(s.log.map((l) => [l.frame.method, l.auth])).toEqual([
+      ['hello', 'Bearer tok-cli'],
+      ['ps', 'Bearer tok-cli'],
+    ]);
     const bad = await runSbx(join(dir, 'none.sock'), ['ps', '--url', s.url], { env: { SBX_TOKEN: 'wrong' } });
     expect(bad.status).toBe(125);
-    expect(bad.stderr.toString()).toMatch(/^sbx: UNAUTHORIZED: the supervisor at ws:\/\/127\.0\.0\.1:\d+ answered HTTP 401 Unauthorized: no valid bearer token/);
+    expect(bad.stderr.toString()).toMatch(
+      /^sbx: UNAUTHORIZED: the supervisor at ws:\/\/127\.0\.0\.1:\d+ answered HTTP 401 Unauthorized: no valid bearer token/,
+    );
   });
 
   it('refuses --socket with --url, --token-file without a URL and a URL that is not ws(s):// (125, nothing sent); says what a URL with nobody listening answered', () => {
@@ -363,9 +413,14 @@ describe('sbx --url (the CLI over a WebSocket, from its startup snapshot)', () =
     expect(tokenOnly.stderr.toString()).toBe('sbx: INVALID_ARGUMENT: --token-file is the token of a supervisor URL: give --url (or SBX_URL) too\n');
     const nobody = spawnSync(SBX_BIN, ['--url', 'ws://127.0.0.1:1', 'ps'], { env });
     expect(nobody.status).toBe(125);
-    expect(nobody.stderr.toString()).toBe('sbx: cannot reach the supervisor at ws://127.0.0.1:1 (connect ECONNREFUSED 127.0.0.1:1); is its listener on (serve --listen, remote.listen)? --url or SBX_URL name another\n');
+    expect(nobody.stderr.toString()).toBe(
+      'sbx: cannot reach the supervisor at ws://127.0.0.1:1 (connect ECONNREFUSED 127.0.0.1:1); is its listener on (serve --listen, remote.listen)? --url or SBX_URL name another\n',
+    );
     const notWs = spawnSync(SBX_BIN, ['--url', 'http://127.0.0.1:1', 'ps'], { env });
-    expect([notWs.status, notWs.stderr.toString()]).toEqual([125, 'sbx: INVALID_ARGUMENT: a supervisor URL is ws://HOST:PORT or wss://HOST:PORT, got "http://127.0.0.1:1"\n']);
+    expect([notWs.status, notWs.stderr.toString()]).toEqual([
+      125,
+      'sbx: INVALID_ARGUMENT: a supervisor URL is ws://HOST:PORT or wss://HOST:PORT, got "http://127.0.0.1:1"\n',
+    ]);
   });
 });
 

@@ -6,7 +6,11 @@ import { lookupGroup, lookupUser } from '../../supervisor/users.js';
 
 /** getent's entries of a database: each line split on ':'. */
 const getent = (db: 'passwd' | 'group', key?: string) =>
-  execFileSync('getent', key === undefined ? [db] : [db, key]).toString().trim().split('\n').map((l) => l.split(':'));
+  execFileSync('getent', key === undefined ? [db] : [db, key])
+    .toString()
+    .trim()
+    .split('\n')
+    .map((l) => l.split(':'));
 
 /** A uid or gid with no entry in NSS (getent exits 2: "not found"). */
 function unusedId(db: 'passwd' | 'group'): number {
@@ -32,7 +36,11 @@ describe('lookupUser', () => {
 
   it('refuses an unknown name, a NUL and an out-of-range uid with INVALID_ARGUMENT naming the field', () => {
     expect(() => lookupUser('no-such-user-here')).toThrow(
-      expect.objectContaining({ code: 'INVALID_ARGUMENT', message: 'user: no user named "no-such-user-here" in the user database (passwd)', details: { field: 'user' } }),
+      expect.objectContaining({
+        code: 'INVALID_ARGUMENT',
+        message: 'user: no user named "no-such-user-here" in the user database (passwd)',
+        details: { field: 'user' },
+      }),
     );
     expect(() => lookupUser('root\0x')).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', details: { field: 'user' } }));
     for (const spec of ['4294967295', '99999999999999999999']) {
@@ -57,7 +65,11 @@ describe('lookupGroup', () => {
 
   it('refuses an unknown name and a bad gid with INVALID_ARGUMENT naming the field given', () => {
     expect(() => lookupGroup('no-such-group-here', 'ipc.socketGroup')).toThrow(
-      expect.objectContaining({ code: 'INVALID_ARGUMENT', message: 'ipc.socketGroup: no group named "no-such-group-here" in the group database (group)', details: { field: 'ipc.socketGroup' } }),
+      expect.objectContaining({
+        code: 'INVALID_ARGUMENT',
+        message: 'ipc.socketGroup: no group named "no-such-group-here" in the group database (group)',
+        details: { field: 'ipc.socketGroup' },
+      }),
     );
     for (const gid of [-1, 1.5, 4294967295]) {
       expect(() => lookupGroup(gid)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: `group: gid ${gid} is out of range` }));

@@ -4,7 +4,20 @@
 // event loop. Needs the compiled worker (npm run build / npx tsc).
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, closeSync, constants, lstatSync, lutimesSync, mkdirSync, mkdtempSync, openSync, readdirSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  constants,
+  lstatSync,
+  lutimesSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  symlinkSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import fc from 'fast-check';
@@ -169,7 +182,10 @@ describe('walkTree', () => {
 
   it('stops with scan_timeout past its deadline and closes its fds', () => {
     const before = openFds();
-    expect(walkError(deep, { deadlineMs: 0 })).toMatchObject({ code: 'scan_timeout', message: 'scan_timeout: the scan passed its 0 ms deadline after 0 entries' });
+    expect(walkError(deep, { deadlineMs: 0 })).toMatchObject({
+      code: 'scan_timeout',
+      message: 'scan_timeout: the scan passed its 0 ms deadline after 0 entries',
+    });
     // A deadline that passed mid-walk: the error comes from depth, fds held at every level.
     const startHrNs = process.hrtime.bigint() - 10_000_000_000n;
     expect(walkError(deep, { deadlineMs: 5_000, startHrNs })).toMatchObject({ code: 'scan_timeout' });
@@ -179,7 +195,9 @@ describe('walkTree', () => {
   it('says EMFILE, and why, when the fd limit is below the depth', () => {
     const reply = scanInChild(['prlimit', '--nofile=100:100'], deep) as { message: string };
     expect(reply).toMatchObject({ ok: false, code: 'EMFILE' });
-    expect(reply.message).toMatch(/^EMFILE: (opening|reading) (d\/)+d \(depth \d+\) in \/\S+\/deep failed: the walk holds one fd per directory level; raise the open-files limit \(LimitNOFILE, ulimit -n\)$/);
+    expect(reply.message).toMatch(
+      /^EMFILE: (opening|reading) (d\/)+d \(depth \d+\) in \/\S+\/deep failed: the walk holds one fd per directory level; raise the open-files limit \(LimitNOFILE, ulimit -n\)$/,
+    );
   });
 
   it('says EACCES and names the entry it could not open (run as nobody: root passes every mode check)', () => {
@@ -198,7 +216,16 @@ describe('the close digest', () => {
     expect(pythonCloseDigest(mixedUtf8)).toEqual({ digest: d.digest, files: 8, total_bytes: 10, entries: 18 });
     const plain = join(base, 'plain');
     mkdirSync(join(plain, 'sub', 'deeper'), { recursive: true });
-    for (const [name, bytes] of [['a', '12345'], ['sp ace', ''], ['\u00e9', 'e'], ['\uff21', 'y'], ['\u{1f600}', ''], ['sub/b', '123'], ['sub/deeper/c', 'x']]) writeFileSync(join(plain, name), bytes);
+    for (const [name, bytes] of [
+      ['a', '12345'],
+      ['sp ace', ''],
+      ['\u00e9', 'e'],
+      ['\uff21', 'y'],
+      ['\u{1f600}', ''],
+      ['sub/b', '123'],
+      ['sub/deeper/c', 'x'],
+    ])
+      writeFileSync(join(plain, name), bytes);
     expect(closeDigest(walkTree(plain)).digest).toBe(byPathDigest(plain));
   });
 
@@ -217,7 +244,10 @@ describe('the close digest', () => {
     // Two trees that differ only in a symlink's target (same name, same mtime).
     const l1 = join(base, 'link-1');
     const l2 = join(base, 'link-2');
-    for (const [dir, target] of [[l1, 'x y'], [l2, 'x']]) {
+    for (const [dir, target] of [
+      [l1, 'x y'],
+      [l2, 'x'],
+    ]) {
       mkdirSync(dir);
       symlinkSync(target, join(dir, 'l'));
       lutimesSync(join(dir, 'l'), 5, 5);
@@ -278,7 +308,11 @@ describe('scanInWorker', () => {
   });
 
   it('replies with the walk error, and scan_timeout past the deadline', async () => {
-    expect(await scanInWorker(join(base, 'nope'), 'close')).toEqual({ ok: false, code: 'ENOENT', message: `ENOENT: opening the workspace root ${join(base, 'nope')} failed` });
+    expect(await scanInWorker(join(base, 'nope'), 'close')).toEqual({
+      ok: false,
+      code: 'ENOENT',
+      message: `ENOENT: opening the workspace root ${join(base, 'nope')} failed`,
+    });
     expect(await scanInWorker(deep, 'close', { deadlineMs: 0 })).toMatchObject({ ok: false, code: 'scan_timeout' });
   });
 });

@@ -8,7 +8,10 @@ export const cancel: Handler<'cancel'> = ({ supervisor }, params) => {
   const session = supervisor.find(params);
   if (session.state === 'unknown') {
     if (!session.cancelRecovered(params.grace_ms ?? 0)) {
-      throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} is unknown and nothing of it is being ended: ${session.unknownReason ?? 'no evidence of its end'} (sbx kill reaches its cgroup; sbx resolve records an operator's word)`);
+      throw new SupervisorError(
+        'INVALID_ARGUMENT',
+        `session ${session.id} is unknown and nothing of it is being ended: ${session.unknownReason ?? 'no evidence of its end'} (sbx kill reaches its cgroup; sbx resolve records an operator's word)`,
+      );
     }
     return { session_id: session.id, state: session.state };
   }

@@ -24,7 +24,10 @@ export const readIndex: Handler<'read_index'> = async ({ supervisor, conn }, p) 
       const logged = damagedLogged.get(session) ?? new Set<string>();
       if (logged.has(stream)) return;
       damagedLogged.set(session, logged.add(stream));
-      supervisor.log.warn({ session_id: session.id, stream, ...bad }, 'read_index: index.bin is damaged; the index ends before the bad record (the bytes past it are served as unindexed)');
+      supervisor.log.warn(
+        { session_id: session.id, stream, ...bad },
+        'read_index: index.bin is damaged; the index ends before the bad record (the bytes past it are served as unindexed)',
+      );
     });
     if (!p.follow || answer.records.length > 0 || answer.final || conn.closed) return answer;
     await streamMoved(session, stream, conn);
@@ -49,18 +52,29 @@ export interface BadIndexRecord {
  * and ends at or before the stored cursor. The rest, from the first that does not, are left
  * out: a damaged index.bin ends there, as a torn one does (what follows is unindexed bytes).
  */
-export function tilingPrefix(records: readonly { cursor: number; length: number }[], from: number, stored: number): { count: number; bad: BadIndexRecord | null } {
+export function tilingPrefix(
+  records: readonly { cursor: number; length: number }[],
+  from: number,
+  stored: number,
+): { count: number; bad: BadIndexRecord | null } {
   let expected = from;
   for (let i = 0; i < records.length; i++) {
     const r = records[i]!;
     const problem =
-      r.length <= 0 ? 'zero length'
-      : i === 0 ? (r.cursor > from || r.cursor + r.length <= from ? 'does not hold the cursor asked' : null)
-      : r.cursor < expected ? 'overlaps the record before (or goes back)'
-      : r.cursor > expected ? 'leaves a gap after the record before'
-      : null;
+      r.length <= 0
+        ? 'zero length'
+        : i === 0
+          ? r.cursor > from || r.cursor + r.length <= from
+            ? 'does not hold the cursor asked'
+            : null
+          : r.cursor < expected
+            ? 'overlaps the record before (or goes back)'
+            : r.cursor > expected
+              ? 'leaves a gap after the record before'
+              : null;
     const beyond = problem === null && r.cursor + r.length > stored ? 'ends past the stored bytes' : null;
-    if (problem || beyond) return { count: i, bad: { cursor: r.cursor, length: r.length, expected_cursor: expected, stored_cursor: stored, problem: (problem ?? beyond)! } };
+    if (problem || beyond)
+      return { count: i, bad: { cursor: r.cursor, length: r.length, expected_cursor: expected, stored_cursor: stored, problem: (problem ?? beyond)! } };
     expected = r.cursor + r.length;
   }
   return { count: records.length, bad: null };
@@ -77,7 +91,8 @@ function indexPage(session: Session, stream: StreamName, from: number, limit: nu
   const onDisk = check.bad ? read.slice(0, check.count) : read;
   const fileEnd = onDisk.length ? onDisk[onDisk.length - 1]!.cursor + onDisk[onDisk.length - 1]!.length : from;
   // Past a damaged record no record follows (memory's would not tile with what is served).
-  const pending = onDisk.length > limit || check.bad ? { records: [], unstoredAtUs: null } : session.pendingIndex(stream, Math.max(from, fileEnd), limit + 1 - onDisk.length);
+  const pending =
+    onDisk.length > limit || check.bad ? { records: [], unstoredAtUs: null } : session.pendingIndex(stream, Math.max(from, fileEnd), limit + 1 - onDisk.length);
   const all = [...onDisk, ...pending.records];
   const more = all.length > limit;
   const records: IndexRecordWire[] = all.slice(0, limit).map((r) => ({ cursor: r.cursor, length: r.length, at_us: r.arrivalUs }));
@@ -86,7 +101,8 @@ function indexPage(session: Session, stream: StreamName, from: number, limit: nu
   let throughUs: number | null = null;
   // Past damage (a live stream) the later reads are not known: no through_us.
   if (!(check.bad && !final) && (!final || more)) {
-    if (more) throughUs = last!.at_us - 1; // the next record may share its microsecond
+    if (more)
+      throughUs = last!.at_us - 1; // the next record may share its microsecond
     else if (pending.unstoredAtUs !== null) throughUs = pending.unstoredAtUs - 1;
     else throughUs = arrivalNowUs(); // every read so far is indexed: any later one arrives after now
   }

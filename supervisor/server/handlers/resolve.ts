@@ -3,4 +3,10 @@
 import type { Handler } from '../handler.js';
 
 export const resolve: Handler<'resolve'> = ({ supervisor, conn }, params) =>
-  supervisor.resolve(params, { uid: conn.peer.uid, pid: conn.peer.pid, ...(conn.peer.remote !== undefined ? { remote: conn.peer.remote } : {}), reason: params.reason, force: params.force === true });
+  supervisor.resolve(params, {
+    uid: conn.peer.uid,
+    pid: conn.peer.pid,
+    ...(conn.peer.remote !== undefined ? { remote: conn.peer.remote } : {}),
+    reason: params.reason,
+    force: params.force === true,
+  });

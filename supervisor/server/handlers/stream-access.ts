@@ -12,7 +12,10 @@ import type { Supervisor } from '../../supervisor.js';
  * OUTPUT_REMOVED, INVALID_ARGUMENT (no such stream in the session) or CURSOR_OUT_OF_RANGE
  * (details.cursor: the stored end) when not following.
  */
-export function streamToRead(supervisor: Supervisor, p: SessionSelector & { stream: StreamName; from?: number; follow?: boolean }): { session: Session; stream: StreamName; from: number } {
+export function streamToRead(
+  supervisor: Supervisor,
+  p: SessionSelector & { stream: StreamName; from?: number; follow?: boolean },
+): { session: Session; stream: StreamName; from: number } {
   const session = supervisor.find(p);
   const stream = p.stream;
   if (session.outputRemoved) {
@@ -21,7 +24,9 @@ export function streamToRead(supervisor: Supervisor, p: SessionSelector & { stre
   if (!session.hasStream(stream)) throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} has no ${stream} stream`);
   const from = p.from ?? 0;
   if (!p.follow && from > session.cursor(stream)) {
-    throw new SupervisorError('CURSOR_OUT_OF_RANGE', `cursor ${from} is past the end of ${stream} (${session.cursor(stream)})`, { cursor: session.cursor(stream) });
+    throw new SupervisorError('CURSOR_OUT_OF_RANGE', `cursor ${from} is past the end of ${stream} (${session.cursor(stream)})`, {
+      cursor: session.cursor(stream),
+    });
   }
   return { session, stream, from };
 }

@@ -30,14 +30,29 @@ export const subscribe: Handler<'subscribe'> = async ({ supervisor, conn, id }, 
 };
 
 /** Sends [cursor, ...) as output events, then the end event (see the header). */
-async function streamFrom(conn: Connection, id: number, session: Session, stream: StreamName, cursor: number, follow: boolean, reader: ChunkReader): Promise<void> {
+async function streamFrom(
+  conn: Connection,
+  id: number,
+  session: Session,
+  stream: StreamName,
+  cursor: number,
+  follow: boolean,
+  reader: ChunkReader,
+): Promise<void> {
   for (;;) {
     const end = session.cursor(stream);
     while (cursor < end && !conn.closed) {
       const from = cursor;
       let n = 0;
       const into = conn.frameBuffer(OUTPUT_EVENT_BYTES + OUTPUT_FRAME_HEAD_BYTES);
-      const frame = encodeOutputFrame(id, stream, from, Math.min(OUTPUT_EVENT_BYTES, end - from), (buf, offset, max) => (n = reader.readInto(from, end, buf, offset, max)), into);
+      const frame = encodeOutputFrame(
+        id,
+        stream,
+        from,
+        Math.min(OUTPUT_EVENT_BYTES, end - from),
+        (buf, offset, max) => (n = reader.readInto(from, end, buf, offset, max)),
+        into,
+      );
       if (!frame) break;
       await conn.sendEncoded(frame, frame.buffer === into.buffer ? into : undefined);
       cursor += n;
