@@ -1,9 +1,7 @@
-// `sbx bridge [--socket PATH]`: joins this process's stdin and stdout to the supervisor's Unix
-// socket byte for byte (frames pass through unchanged), so any exec channel carries the
-// protocol (docker exec -i BOX sbx bridge, kubectl exec -i, ssh, nsenter; docs/guide/remote.md).
-// Backpressure both ways (pipes: bounded memory); writes nothing of its own to stdout. Exits
-// 0 when stdin ends (the socket is ended) or the supervisor closes; 69 (EX_UNAVAILABLE) with a
-// message on stderr when the socket cannot be connected. Imports node: only (snapshot-safe).
+// `sbx bridge [--socket PATH]`: joins this process's stdin and stdout to the supervisor's Unix socket byte
+// for byte (frames pass through unchanged), so any exec channel carries the protocol (docker exec -i BOX sbx
+// bridge, kubectl exec -i, ssh, nsenter; docs/guide/remote.md). Writes nothing of its own to stdout. Imports
+// node: only (snapshot-safe).
 import { fstatSync } from 'node:fs';
 import { connect, Socket } from 'node:net';
 import type { Readable, Writable } from 'node:stream';
@@ -31,7 +29,9 @@ function fdStream(fd: 0 | 1): Readable | Writable {
 const READ_BUFFER_BYTES = 256 * 1024;
 
 /**
- * Runs the bridge until one side closes; resolves with the exit status (0, or EX_UNAVAILABLE).
+ * Runs the bridge until one side closes; resolves with the exit status: 0 when stdin ends (the socket
+ * is ended) or the supervisor closes; EX_UNAVAILABLE (69), with a message on stderr (warn), when the
+ * socket cannot be connected. Backpressure both ways (pipes: bounded memory):
  * socket → stdout, the bulk direction, reads into one reused buffer (net's onread) and stops
  * reading until stdout has taken each piece: no garbage per read, so its memory stays flat
  * however much passes. stdin → socket is a pipe (requests; stream.pipe's backpressure).

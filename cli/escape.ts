@@ -1,12 +1,11 @@
-// Text from the supervisor (messages, names, keys, argv, task names) as sbx may print it, and
-// its width on a terminal. escapeControls is the one place control characters are escaped:
-// C0, DEL and C1, the bidi controls (U+202A-U+202E, U+2066-U+2069: they reorder what follows
-// them on the line) and U+2028/U+2029 (line and paragraph separators), so no escape sequence
-// or line break of someone else's reaches the terminal as itself. Width is display columns
-// per grapheme cluster (Intl.Segmenter): East Asian Wide/Fullwidth (get-east-asian-width) and
-// emoji 2, combining marks and zero-width characters 0, else 1; not code points.
+// Text from the supervisor (messages, names, keys, argv, task names) as sbx may print it, and its width on a
+// terminal. escapeControls is the one place control characters are escaped, so no escape sequence or line
+// break of someone else's reaches the terminal as itself; displayWidth counts display columns per grapheme
+// cluster, not code points.
 import { eastAsianWidth } from 'get-east-asian-width';
 
+// C0, DEL and C1, the bidi controls (U+202A-U+202E, U+2066-U+2069: they reorder what follows them on the
+// line) and U+2028/U+2029 (line and paragraph separators).
 const CONTROLS = /[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
 
 /** text with every control character shown as an escape: `\n`, `\r`, `\t`, `\xNN` (ESC is `\x1b`), `\uNNNN`. */
@@ -40,7 +39,11 @@ function clusterWidth(cluster: string): number {
   return 0;
 }
 
-/** The columns text takes on a terminal (escape it first: a control character counts 0). */
+/**
+ * The columns text takes on a terminal (escape it first: a control character counts 0), per grapheme cluster
+ * (Intl.Segmenter): East Asian Wide/Fullwidth (get-east-asian-width) and emoji 2, combining marks and
+ * zero-width characters 0, else 1.
+ */
 export function displayWidth(text: string): number {
   // Printable ASCII only: one column each (the common case, without segmenting).
   if (/^[\x20-\x7e]*$/.test(text)) return text.length;

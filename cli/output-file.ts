@@ -1,10 +1,7 @@
-// A file sbx writes for its user (`sbx run --receipt FILE`) into a directory a session may
-// write too (its cwd, as another user): the directory is opened O_DIRECTORY|O_NOFOLLOW before
-// the session runs and pinned by that fd; the file goes to a temp file created
-// O_CREAT|O_EXCL|O_NOFOLLOW, is fsync'ed, and is renamed over the final name only when that is
-// absent or a regular file with one link; never written through a link. Node has no
-// openat/renameat, so names are resolved as /proc/self/fd/<dirfd>/<name>: the magic link is the
-// directory opened (proc(5), open(2), rename(2), fsync(2)); the temp and the rename are core/fs/durable.ts's.
+// A file sbx writes for its user (`sbx run --receipt FILE`) into a directory a session may write too (its
+// cwd, as another user): the directory is pinned by an fd opened before the session runs (openOutputDir), the
+// file written to a temp file and renamed over the final name only when that is absent or a regular file with
+// one link; never written through a link (writeOutputFile). The temp and the rename are core/fs/durable.ts's.
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fsyncSync, lstatSync, openSync, unlinkSync } from 'node:fs';
 import { basename, dirname, resolve as resolvePath } from 'node:path';
@@ -47,7 +44,11 @@ const ERRNO_WHY: Record<string, string> = {
   EACCES: 'permission denied',
 };
 
-/** The path of `name` inside the pinned directory (resolved by the kernel through the fd). */
+/**
+ * The path of `name` inside the pinned directory (resolved by the kernel through the fd). Node has no
+ * openat/renameat, so names are resolved as /proc/self/fd/<dirfd>/<name>: the magic link is the
+ * directory opened (proc(5), open(2), rename(2), fsync(2)).
+ */
 const inDir = (d: OutputDir, name: string) => pathAt(d.dirFd, name);
 
 /**
@@ -97,8 +98,8 @@ export function outputNameRefusal(d: OutputDir): string | null {
 }
 
 /**
- * Writes data as the final name, durably: temp file (mode OUTPUT_FILE_MODE minus the umask),
- * fsync, rename over the name, fsync of the directory. Throws OutputFileError when the name
+ * Writes data as the final name, durably: temp file (created O_CREAT|O_EXCL|O_NOFOLLOW, mode
+ * OUTPUT_FILE_MODE minus the umask), fsync, rename over the name, fsync of the directory. Throws OutputFileError when the name
  * is refused (outputNameRefusal) or a step fails; a temp file left by a failure is removed.
  * A link swapped in after the check is replaced by the rename, never written through.
  */

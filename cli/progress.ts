@@ -1,10 +1,8 @@
-// A progress line on stderr for long work (checkpoint, close, restore, verify with a store):
-// objects and bytes done of the total, the rate, or what it waits for and for how long. Only
-// when stderr is a terminal: one line rewritten in place (`\r`, then ESC[K, erase to the end
-// of the line: ECMA-48 EL), cleared when the work ends, so the result lines that follow stand
-// alone; not a terminal, it writes nothing at all (a harness's stderr stays as before). Each
-// line is cut to the terminal's width less one column: ESC[K erases one row, so a line that
-// wrapped would leave its first rows behind at every redraw.
+// A progress line on stderr for long work (checkpoint, close, restore, verify with a store): objects and
+// bytes done of the total, the rate, or what it waits for and for how long. Only when stderr is a terminal:
+// one line rewritten in place (`\r`, then ESC[K, erase to the end of the line: ECMA-48 EL), cleared when the
+// work ends, so the result lines that follow stand alone; not a terminal, it writes nothing at all (a
+// harness's stderr stays as before).
 import { escapeControls, truncateToWidth } from './escape.js';
 import { mib } from './explain.js';
 
@@ -78,7 +76,9 @@ export class Progress {
     current = this;
     this.lastDrawAt = performance.now();
     this.drawn = true;
-    // stderr's columns now (a resize between draws is followed); 80 when the terminal does not say.
+    // stderr's columns now (a resize between draws is followed); 80 when the terminal does not say. Cut to
+    // the width less one column: ESC[K erases one row, so a line that wrapped would leave its first rows
+    // behind at every redraw.
     const columns = this.out.columns || 80;
     this.out.write(`\r\x1b[K${truncateToWidth(escapeControls(`sbx: ${this.label}: ${text}`), Math.max(1, columns - 1))}`);
   }

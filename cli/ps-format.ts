@@ -1,16 +1,8 @@
-// The table `sbx ps` prints, as `docker ps` does: a STATUS that reads as a sentence ("exited 3,
-// 2 min ago", "killed by SIGTERM, 5 s ago", "running 12 s", "unknown: owner lost"), when it
-// started, how long it ran, its user and task. Pure: rows in, text out (the clock and the
-// terminal width are arguments), so it is tested without a daemon. Widths are display columns
-// (cli/escape.ts: CJK and emoji 2, combining marks 0). Every cell is shown with
-// its control characters escaped (a newline or an ANSI escape in an argv never reaches the
-// terminal as itself). Truncation: on a terminal the rows are fitted to its width (MEM PEAK,
-// CPU, LIVE, USER, STARTED, PID, DURATION, TASK, KEY left out while the rest at their floors
-// would not fit; then KEY, TASK, USER, COMMAND cut, each to a floor, only by what is still
-// over; a line still too wide is cut); not on a terminal COMMAND alone is cut at
-// PIPE_COMMAND_COLUMNS, as docker cuts COMMAND whether or not stdout is a terminal;
-// `--no-trunc` cuts nothing. The --json output is the supervisor's summaries, not this.
-// Also which rows and in which order (--all, --task, --filter; newest first): selectPsRows.
+// The table `sbx ps` prints, as `docker ps` does: a STATUS that reads as a sentence ("exited 3, 2 min ago",
+// "killed by SIGTERM, 5 s ago", "running 12 s", "unknown: owner lost"), when it started, how long it ran, its
+// user and task; and which rows, in which order (selectPsRows). Pure: rows in, text out (the clock and the
+// terminal width are arguments), so it is tested without a daemon. The --json output is the supervisor's
+// summaries, not this.
 import type { SessionSummary } from '../ipc/protocol.js';
 import { displayWidth, escapeControls, truncateToWidth } from './escape.js';
 
@@ -148,7 +140,15 @@ export interface PsTableOptions {
   noTrunc: boolean;
 }
 
-/** The whole table, header first, one line per session, each line ending in \n. */
+/**
+ * The whole table, header first, one line per session, each line ending in \n. Widths are display columns
+ * (cli/escape.ts: CJK and emoji 2, combining marks 0). Every cell is shown with its control characters escaped
+ * (a newline or an ANSI escape in an argv never reaches the terminal as itself). Truncation: on a terminal the rows
+ * are fitted to its width (MEM PEAK, CPU, LIVE, USER, STARTED, PID, DURATION, TASK, KEY left out while the rest at
+ * their floors would not fit; then KEY, TASK, USER, COMMAND cut, each to a floor, only by what is still over; a
+ * line still too wide is cut); not on a terminal COMMAND alone is cut at PIPE_COMMAND_COLUMNS, as docker cuts
+ * COMMAND whether or not stdout is a terminal; `--no-trunc` cuts nothing.
+ */
 export function psTable(sessions: SessionSummary[], o: PsTableOptions): string {
   const commandLimit = o.noTrunc ? undefined : o.terminalColumns !== null ? Math.max(o.terminalColumns, PIPE_COMMAND_COLUMNS) : PIPE_COMMAND_COLUMNS;
   const rows: string[][] = [[...HEADER]];
@@ -272,7 +272,7 @@ export function psNeedsAll(filters: PsFilters, all: boolean): boolean {
 }
 
 /**
- * The rows sbx ps shows: ended ones only with all (or a status/outcome filter), those
+ * The rows sbx ps shows (--all, --task, --filter): ended ones only with all (or a status/outcome filter), those
  * matching every filter key, newest first (admitted_at, then session id: ids sort by
  * admission). since/before name a session by id or unique prefix among rows (RangeError when
  * none or several).

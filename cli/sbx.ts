@@ -1,25 +1,9 @@
 #!/usr/bin/env node
-// sbx: the launch-only client. It asks the supervisor to run commands and streams their
-// bytes; it never owns a process, so killing sbx never kills a command (unless it was
-// launched with --on-disconnect cancel: the supervisor then cancels it). A launch carries an
-// invocation key (sbx makes one when none is given), so a drop before the answer is resent.
-// Exit statuses follow sh, timeout(1) and docker run (docs/reference/exit-statuses.md): the command's code, 128+N for
-// a signal, 124 for the deadline, 125 when the supervisor or the request failed. Imports ipc/
-// only, never supervisor/, and no zod (types only): it starts fast (docs/design/facts.md 17).
-// The `sbx` bin is its launcher (sbx-launcher.sh), which starts this module from a V8 startup
-// snapshot with everything loaded (scripts/build/sbx-snapshot.mjs; `main` runs on
-// deserialization), else as a script. Either way keep side effects out of the top level: what
-// runs there runs once, at build time, for every later start (process.env, argv, cwd, time
-// and random values are read in main and below it). Lazy imports (verify, restore, diff,
-// checkpoints) are left out of the snapshot, which cannot import(): the launcher starts those
-// commands from this script. The core in one module on purpose: split into four (the
-// commands, sbx run, what they share, argument bytes) it took 2.5-3 ms longer to load as a
-// script (Node 20's ESM loader, per module and import edge: 70.7 vs 73.6 ms to the first line
-// of `sbx run`, interleaved runs, issue 16; the snapshot loads none); what only explains
-// (explain.ts: messages, ps-format.ts, progress.ts, completion.ts) is apart, and so is sbx
-// attach (attach.ts, with the stdin pump sbx run shares). Its parts, in order: what every
-// command shares; sbx run (resend until answered, signals sent on); the commands; the argument
-// and environment bytes.
+// sbx: the launch-only client: asks the supervisor to run commands and streams their bytes. It never owns a
+// process, so killing sbx never kills a command (unless launched with --on-disconnect cancel: the supervisor
+// then cancels it). Exit statuses follow sh, timeout(1) and docker run (docs/reference/exit-statuses.md).
+// Imports ipc/ only, never supervisor/, and no zod (types only): it starts fast (docs/design/facts.md 17).
+// Runs from a V8 startup snapshot: no side effects at the top level ("Start" below).
 import { isUtf8 } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, writeSync } from 'node:fs';
@@ -75,6 +59,13 @@ import { FAILURE, fail } from './fail.js';
 import { escapeControls, warn } from './escape.js';
 import { parsePsFilters, PS_FILTER_KEYS, psNeedsAll, type PsFilters, psTable, selectPsRows, unknownNotes } from './ps-format.js';
 import { errnoCode } from '../ipc/errno.js';
+
+// The core is one module on purpose: split into four (the commands, sbx run, what they share, argument bytes) it
+// took 2.5-3 ms longer to load as a script (Node 20's ESM loader, per module and import edge: 70.7 vs 73.6 ms to
+// the first line of `sbx run`, interleaved runs, issue 16; the snapshot loads none); what only explains
+// (explain.ts: messages, ps-format.ts, progress.ts, completion.ts) is apart, and so is sbx attach (attach.ts, with
+// the stdin pump sbx run shares). Its parts, in order: what every command shares; sbx run (resend until answered,
+// signals sent on); the commands; the argument and environment bytes.
 
 // --- What every command shares.
 
@@ -227,7 +218,10 @@ function positiveInt(v: string): number {
 
 // pumpStdin (stdin at offsets) is attach.ts's: sbx attach forwards stdin the same way.
 
-/** A fresh invocation key in the supervisor's own format: `auto-` and 24 hex digits. */
+/**
+ * A fresh invocation key in the supervisor's own format: `auto-` and 24 hex digits. Every launch carries a key
+ * (sbx makes this one when none is given), so a drop before the answer is resent (launchUntilAnswered).
+ */
 function newInvocationKey(): string {
   return `auto-${randomBytes(12).toString('hex')}`;
 }
@@ -625,6 +619,8 @@ sub('run')
             );
         }
       }
+      // The command's code, 128+N for a signal, 124 for the deadline; 125 (FAILURE) is sbx's own: the supervisor
+      // or the request failed.
       process.exitCode = exitStatusOf(receipt, signalNumber);
       if (receiptDir) {
         try {
@@ -1483,6 +1479,13 @@ function readRawArgs(count: number): Buffer[] | null {
 }
 
 // --- Start.
+
+// The `sbx` bin is its launcher (sbx-launcher.sh), which starts this module from a V8 startup snapshot with
+// everything loaded (scripts/build/sbx-snapshot.mjs; `main` runs on deserialization), else as a script. Either way
+// keep side effects out of the top level: what runs there runs once, at build time, for every later start
+// (process.env, argv, cwd, time and random values are read in main and below it). Lazy imports (verify, restore,
+// diff, checkpoints) are left out of the snapshot, which cannot import(): the launcher starts those commands from
+// this script.
 
 /** Runs the CLI on argv (process.argv's shape: node, script, args...). */
 function main(argv: string[]): void {

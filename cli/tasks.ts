@@ -1,10 +1,7 @@
-// sbx verify of a task receipt (works with the supervisor stopped), loaded by sbx.ts only
-// for one: its signature; with the state dir, every session receipt it lists (digest,
-// signature, stored output, its task), every checkpoint (the manifest by id from its store, its
-// signature and form, publication, every object re-hashed; and that it says what the task
-// receipt says of it: task, close attempt, boundary, started_at, scan digest, fence), and the
-// verdict itself, evaluated again from those facts (core/task/join.ts) and compared. Owns
-// that output and exit status (0 it all holds, 1 a mismatch, 125 could not check).
+// sbx verify of a task receipt (works with the supervisor stopped), loaded by sbx.ts only for one: its
+// signature, the session receipts and checkpoints it lists, and the verdict evaluated again from those facts
+// (core/task/join.ts) and compared (verifyTaskReceipt). Owns that output and exit status (0 it all holds, 1 a
+// mismatch, 125 could not check).
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt, TaskReceipt } from '../ipc/protocol.js';
@@ -33,7 +30,13 @@ function escapeAttested(s: TaskReceipt['sessions'][number], stateDir: string, pr
   return holds && said !== undefined;
 }
 
-/** Problems with a task receipt, checked end to end against the state dir and its stores ([]: it all holds). */
+/**
+ * Problems with a task receipt, checked end to end against the state dir and its stores ([]: it all holds): its
+ * signature; every session receipt it lists (digest, signature, stored output, its task); every checkpoint (the
+ * manifest by id from its store, its signature and form, publication, every object re-hashed; and that it says
+ * what the task receipt says of it: task, close attempt, boundary, started_at, scan digest, fence); and the
+ * verdict itself, evaluated again from those facts (core/task/join.ts) and compared.
+ */
 export async function verifyTaskReceipt(
   receipt: TaskReceipt,
   keyPem: string,

@@ -1,10 +1,7 @@
-// Length-prefixed msgpack frames over a stream socket: a 4-byte big-endian body length,
-// then one msgpack map. Owns encoding, incremental decoding, the frame-size bound (checked
-// on the prefix before any body byte is buffered) and the account of the incomplete frame
-// (bytes held, when its first byte came) that the server bounds. Not the methods, not timers.
-// msgpackr/pack resolves to its index.js for Node: Packr and Unpackr without the optional
-// native string extractor (msgpackr-extract, found through node-gyp-build and detect-libc),
-// which cost sbx ~8 ms of start-up on every command and is not needed for frames this small.
+// Length-prefixed msgpack frames over a stream socket: a 4-byte big-endian body length, then one msgpack map.
+// Owns encoding, incremental decoding, the frame-size bound (checked on the prefix before any body byte is
+// buffered) and the account of the incomplete frame (bytes held, when its first byte came) that the server
+// bounds. Not the methods, not timers.
 import { Packr, Unpackr } from 'msgpackr/pack';
 import { SupervisorError } from './errors.js';
 
@@ -15,6 +12,9 @@ const SMALL_PIECE_BYTES = 2048;
 /** Size of that tail, in bytes. */
 const TAIL_BYTES = 16 * 1024;
 
+// msgpackr/pack resolves to its index.js for Node: Packr and Unpackr without the optional
+// native string extractor (msgpackr-extract, found through node-gyp-build and detect-libc),
+// which cost sbx ~8 ms of start-up on every command and is not needed for frames this small.
 // Plain maps and binary on the wire (no msgpackr records), so any msgpack peer can speak it.
 const packr = new Packr({ useRecords: false, moreTypes: false });
 // int64AsType auto: a uint64/int64-encoded integer is a number when safe, else a bigint

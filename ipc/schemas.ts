@@ -1,15 +1,13 @@
-// The one source of every request's params: a zod schema per method (ParamsSchemas), from
-// which the param types are derived (protocol.ts, methods.ts) and against which the server
-// validates each request (validate). Types, ranges (cursors are non-negative safe integers,
-// durations bounded to 30 days), sizes, no NUL in argv or env; a bad field becomes
-// INVALID_ARGUMENT naming it. argv has no count or length cap of its own: the frame
-// (ipc.maxFrameBytes) bounds it and the kernel decides (execve(2) E2BIG, at exec). Clients
-// import only types from here (no zod at run time: sbx starts faster, docs/design/facts.md 17).
+// The one source of every request's params: a zod schema per method (ParamsSchemas), from which the param
+// types are derived (protocol.ts, methods.ts) and against which the server validates each request (validate).
+// Types, ranges, sizes, no NUL in argv or env; a bad field becomes INVALID_ARGUMENT naming it. Clients import
+// only types from here (no zod at run time: sbx starts faster, docs/design/facts.md 17).
 import { z } from 'zod';
 import { SupervisorError } from './errors.js';
 import { MAX_DURATION_MS } from './duration.js';
 
 const noNul = (what: string) => z.string().refine((s) => !s.includes('\0'), `${what} must not contain NUL bytes`);
+// Cursors are non-negative safe integers; durations are bounded to 30 days (MAX_DURATION_MS).
 const cursor = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 const durationMs = z.number().int().min(0).max(MAX_DURATION_MS);
 const envMap = z
@@ -66,6 +64,7 @@ export const ParamsSchemas = {
   hello: z.object({ versions: z.array(z.number().int()).min(1).max(64), client: z.string().max(256).optional() }),
   launch: z
     .object({
+      // No count or length cap of its own: the frame (ipc.maxFrameBytes) bounds it and the kernel decides (execve(2) E2BIG, at exec).
       argv: z.array(noNul('argv')).min(1),
       cwd: noNul('cwd').pipe(z.string().min(1).max(4096)),
       env: envMap.optional(),

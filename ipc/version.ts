@@ -1,4 +1,5 @@
-// The package version, read once from package.json (source and compiled layouts).
+// The package version, read once from package.json (source and compiled layouts; else 0.0.0): sbx --version,
+// hello's `server`, status's `version`; not the protocol version (docs/reference/protocol.md "hello").
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 

@@ -1,9 +1,8 @@
-// Where a launch is decided: a pure function from the request (its invocation key and
-// command digest) and the supervisor's load (the key's session or tombstone, the seal, live
-// sessions, reconciliation, the state dir's free space) to one decision: answer with the
-// existing session, admit a new one, or refuse with a stable error code (docs/reference/contract.md "Error
-// codes"). No I/O: the registry gathers the load and carries the decision out
-// (test/unit/admission.test.ts).
+// Where a launch is decided: a pure function from the request (its invocation key and command digest) and the
+// supervisor's load (the key's session or tombstone, the seal, live sessions, reconciliation, the state dir's
+// free space) to one decision: answer with the existing session, admit a new one, or refuse with a stable
+// error code (docs/reference/contract.md "Error codes"). No I/O: the registry gathers the load and carries
+// the decision out (test/unit/admission.test.ts).
 import { SupervisorError } from '../ipc/errors.js';
 import type { LingerPolicy, SessionState } from '../ipc/protocol.js';
 

@@ -1,13 +1,8 @@
-// cgroup v2 for sessions: find the cgroup2 mount and our own cgroup, own a subtree, create
-// one leaf per session, signal and kill everything in a leaf, and wait for `populated 0`.
-// Kernel facts leaned on (Documentation/admin-guide/cgroup-v2.rst, docs/design/facts.md 1, 2, 4, 15):
-// cgroup.kill SIGKILLs every process in the subtree, setsid'ed and double-forked ones alike;
-// cgroup.events "populated 0" means no live process is left (zombies are not counted, so
-// reaping stays the subreaper's job); its notification can lag 10-20 ms behind the content,
-// so the file is read first and the inotify event is only waited for when it says 1.
-// Controllers (memory, pids, cpu) may be bound to v1 and are never required for correctness;
-// where they are in v2 they are enabled down to the leaves, and a session's limits
-// (docs/guide/limits.md) are written to its leaf before anything runs in it.
+// cgroup v2 for sessions: find the cgroup2 mount and our own cgroup, own a subtree, create one leaf per
+// session, signal and kill everything in a leaf, and wait for `populated 0`
+// (Documentation/admin-guide/cgroup-v2.rst, docs/design/facts.md 1, 2, 4, 15). Controllers (memory, pids,
+// cpu) may be bound to v1 and are never required for correctness; a session's limits (docs/guide/limits.md)
+// are written to its leaf before anything runs in it.
 import type { LimitController, SessionLimits, SessionUsage } from '../ipc/protocol.js';
 import { closeSync, constants as fsConstants, mkdirSync, openSync, readFileSync, rmdirSync, watch, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
@@ -184,9 +179,10 @@ export class CgroupTree {
   }
 
   /**
-   * Enables the memory, pids and cpu controllers down to the session leaves where the kernel
-   * offers them (each dir's cgroup.controllers; under systemd, Delegate=yes), so leaves have
-   * memory.max, pids.max, cpu.max for limits and memory.peak, memory.events for receipts.
+   * Enables the memory, pids and cpu controllers (never required for correctness) down to the
+   * session leaves where the kernel offers them in v2 (each dir's cgroup.controllers; under
+   * systemd, Delegate=yes), so leaves have memory.max, pids.max, cpu.max for limits and
+   * memory.peak, memory.events for receipts.
    * Best effort, one controller at a time: on a host where they are bound to cgroup v1 (as this
    * hybrid one: docs/design/facts.md 1) none is there, and limitsAvailable() says so.
    * Returns the controllers the sessions dir now hands to its leaves.
@@ -343,14 +339,16 @@ export class CgroupLeaf {
     return [...moved];
   }
 
-  /** cgroup.kill: SIGKILL to the whole subtree at once (Linux 5.14+). */
+  /** cgroup.kill: SIGKILL to the whole subtree at once (Linux 5.14+), setsid'ed and double-forked processes alike. */
   kill(): void {
     writeFileSync(join(this.path, 'cgroup.kill'), '1');
   }
 
   /**
    * Resolves true once cgroup.events says "populated 0", false after timeoutMs
-   * (null: no bound). Reads the file first; waits on its inotify event only if needed.
+   * (null: no bound). "populated 0" means no live process is left (zombies are not counted, so
+   * reaping stays the subreaper's job); its notification can lag 10-20 ms behind the content, so
+   * the file is read first and the inotify event is only waited for when it says 1.
    */
   waitEmpty(timeoutMs: number | null): Promise<boolean> {
     return this.waitEvents((text) => !parsePopulated(text), timeoutMs);

@@ -1,13 +1,8 @@
-// The supervisor as child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER): orphans of every
-// session are reparented to this process and must be reaped here, by pid, never with
-// waitpid(-1), which would steal the statuses libuv waits for (docs/design/facts.md 6).
-// So every child libuv spawns goes through track(); on SIGCHLD the reaper first reaps the
-// children spawned natively (session shims, adopt(): their status is handed on), then lists
-// our children (/proc/self/task/*/children) and reaps each zombie nobody else waits for.
-// With a fence (setFence: the workspace watcher's read fence), an exited child is left a zombie
-// until the watcher has read every event queued before its exit: a fanotify event gets its
-// writer's pidfd, and so its cgroup, only while the writer's pid is not reaped (fanotify(7)
-// FAN_NOPIDFD), so a writer that exits at once is still attributed (docs/design/facts.md 33).
+// The supervisor as child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER): orphans of every session are
+// reparented to this process and must be reaped here, by pid, never with waitpid(-1), which would steal the
+// statuses libuv waits for (docs/design/facts.md 6). Owns the reaping of our children: libuv's are tracked
+// (track()), native ones adopted (adopt()), orphans reaped; with a fence, exited children are held as zombies
+// until the watcher has read their events (setFence).
 import { readdirSync, readFileSync } from 'node:fs';
 import { native, type NativeHelpers } from '../core/fs/native.js';
 
@@ -84,6 +79,10 @@ export class Reaper {
   /**
    * From now on an exited child stays a zombie until fence() settles (null: reaped at once, as
    * without a watched workspace). The exit itself is reported when it happens (adopt's onExit).
+   * The fence is the workspace watcher's read fence: an exited child is left a zombie until the watcher
+   * has read every event queued before its exit: a fanotify event gets its writer's pidfd, and so its
+   * cgroup, only while the writer's pid is not reaped (fanotify(7) FAN_NOPIDFD), so a writer that exits at
+   * once is still attributed (docs/design/facts.md 33).
    */
   setFence(fence: ReadFence | null): void {
     this.fence = fence;
@@ -99,7 +98,7 @@ export class Reaper {
     return { held: this.heldTotal, unfenced: this.unfencedTotal };
   }
 
-  /** Records a child that libuv will wait for; call right after spawn returns. */
+  /** Records a child that libuv will wait for; call right after spawn returns (every child libuv spawns goes through here). */
   track(pid: number): void {
     this.spawned.add(pid);
   }
@@ -129,6 +128,8 @@ export class Reaper {
   }
 
   /**
+   * On SIGCHLD: first reaps the children spawned natively (session shims, adopt(): their status is handed
+   * on), then lists our children (/proc/self/task/<tid>/children) and reaps each zombie nobody else waits for.
    * Reaps every orphan that is a zombie now (with a fence: holds it, and every exited adopted
    * child, until the fence comes back); returns how many were reaped now. Never throws: when /proc cannot
    * be listed (EMFILE, ENFILE, ENOMEM: no fd for the directory), it tries again in 100 ms.

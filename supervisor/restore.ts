@@ -1,9 +1,8 @@
-// Restoring the registry at start: every session dir read back (restore order: tombstones
-// and interrupted retirements, key records, then each session) into a recovered session:
-// ended (its receipt, checked: shape, session, signature; or one a crash left in its
-// reservation, published now), unknown until reconciliation, or broken (files unreadable:
-// unknown with the reason, its key blocked). An admission a crash cut before it committed is
-// removed. Torn or corrupt files never stop start-up. See docs/reference/state-dir.md.
+// Restoring the registry at start: every session dir read back into a recovered session: ended (its receipt,
+// checked: shape, session, signature; or one a crash left in its reservation, published now), unknown until
+// reconciliation, or broken (files unreadable: unknown with the reason, its key blocked). An admission a
+// crash cut before it committed is removed. Torn or corrupt files never stop start-up. See
+// docs/reference/state-dir.md.
 import { existsSync, readdirSync, rmdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Receipt } from '../ipc/protocol.js';
@@ -24,6 +23,7 @@ import { onlyUncommittedAdmission, readAdmission, sessionDirs, type AdmissionRec
  * unknown until reconcile(). Files that cannot be read make only their own session
  * unknown (with the reason) and never stop start-up. Keys are indexed from the key files
  * and, for a crash between the admission and key writes, from the admission records.
+ * Restore order: tombstones and interrupted retirements, key records, then each session.
  */
 export function restoreSessions(ctx: SessionContext, keys: KeyIndex, retention: Retention): Session[] {
   const log = ctx.log;

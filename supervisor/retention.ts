@@ -1,9 +1,8 @@
 // Retention carried out (the plan is store/retention.ts, a pure function): `sbx gc`, every
-// retention.intervalMs, and keep-free (storage.keepFreeBytes, journald's SystemKeepFree=:
-// while streams store, when a session ends, when a launch is refused for disk low). Owns the
-// tombstones of sessions removed whole (<state>/retired/), by id and by key, so a retired
-// key still answers and never runs again; never touches a running or unknown session, nor
-// one of no known task (every task's), never a key record, never a closed state dir (an archive).
+// retention.intervalMs, and keep-free (keepFree). Owns the tombstones of sessions removed whole
+// (<state>/retired/), by id and by key, so a retired key still answers and never runs again; never touches a
+// running or unknown session, nor one of no known task (every task's), never a key record, never a closed
+// state dir (an archive).
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { GcResult } from '../ipc/methods.js';
@@ -164,9 +163,10 @@ export class Retention {
   }
 
   /**
-   * When free space in the state dir is below storage.keepFreeBytes, gc(): at most once a
-   * second; a call within a second of the last run is deferred to the end of that second,
-   * never dropped (the end of the session that held the space must not go unnoticed).
+   * Keep-free (journald's SystemKeepFree=), called while streams store, when a session ends, when a
+   * launch is refused for disk low: when free space in the state dir is below storage.keepFreeBytes,
+   * gc(): at most once a second; a call within a second of the last run is deferred to the end of
+   * that second, never dropped (the end of the session that held the space must not go unnoticed).
    */
   keepFree(): void {
     if (this.keepFreeTimer) return;

@@ -1,13 +1,7 @@
-// sbx restore: materialise a published checkpoint into an empty (or new) directory, byte for
-// byte, then rescan it and compare with the manifest. Reads the store directly, so it works
-// with the supervisor stopped. Owns the restore and the tree description it compares; not the
-// format (manifest.ts) or the store (store.ts). Every name is created relative to the fd of its
-// directory, O_EXCL|O_NOFOLLOW (mkdir, symlink, mknod never follow or replace either), so a
-// link planted in the target is never followed: the restore fails naming it instead. Owners
-// as recorded when the restorer can give them (root, as tar's --same-owner); otherwise the
-// restorer's, and then set-user-ID and set-group-ID are dropped rather than handed to another
-// owner. See open(2), mkdirat(2), symlinkat(2), mknodat(2), utimensat(2), chown(2) (which
-// clears set-ID bits: so chmod comes after it), tar(1) --same-owner.
+// sbx restore: materialise a published checkpoint into an empty (or new) directory, byte for byte, then
+// rescan it and compare with the manifest. Reads the store directly, so it works with the supervisor stopped.
+// Owns the restore and the tree description it compares; not the format (manifest.ts) or the store
+// (store.ts). See open(2), mkdirat(2), symlinkat(2), mknodat(2), utimensat(2), chown(2), tar(1) --same-owner.
 import { createHash } from 'node:crypto';
 import {
   closeSync,
@@ -234,6 +228,11 @@ class Prefetch {
  * Materialises the checkpoint id (published; see loadCheckpoint) into target, then rescans and
  * compares. sameOwner (default: when root) gives every entry its recorded owner. remote: fetch
  * small objects a few ahead (an S3 store answers each in tens of ms). Throws RestoreError.
+ * Every name is created relative to the fd of its directory, O_EXCL|O_NOFOLLOW (mkdir, symlink,
+ * mknod never follow or replace either), so a link planted in the target is never followed: the
+ * restore fails naming it instead. Owners as recorded when the restorer can give them (root, as
+ * tar's --same-owner); otherwise the restorer's, and then set-user-ID and set-group-ID are dropped
+ * rather than handed to another owner. chown(2) clears set-ID bits: so chmod comes after it.
  */
 export async function restoreCheckpoint(
   store: CheckpointStore,

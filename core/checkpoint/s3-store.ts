@@ -1,8 +1,7 @@
-// The S3 checkpoint store (`checkpoint.store: "s3://bucket/prefix"`): create-once PUTs
-// (If-None-Match: *) with Content-MD5 and x-amz-checksum-sha256, manifests read back by version
-// id and If-Match on the ETag. Owns the key layout and the mapping of S3 errors to StoreError;
-// not the hashing of what it reads (the caller re-hashes every byte: radosgw ignores checksums).
-// The only module that imports the AWS SDK (others import this one dynamically, for s3:// only).
+// The S3 checkpoint store (`checkpoint.store: "s3://bucket/prefix"`): create-once PUTs (If-None-Match: *),
+// manifests read back by version id and If-Match on the ETag. Owns the key layout and the mapping of S3
+// errors to StoreError; not the hashing of what it reads (the caller re-hashes every byte: radosgw ignores
+// checksums). The only module that imports the AWS SDK (others import this one dynamically, for s3:// only).
 // Leans on: S3 API PutObject (conditional writes), GetObject, ListObjectsV2; RFC 1864 (Content-MD5).
 import { createHash } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
@@ -130,6 +129,7 @@ export class S3Store implements CheckpointStore {
     await this.attempt('DeleteObject', key, () => this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: key })));
   }
 
+  /** One PUT of the file, with Content-MD5 and x-amz-checksum-sha256; conditional: If-None-Match: * (create-once). */
   private async upload(sha256: string, key: string, file: string, size: number, conditional: boolean): Promise<{ stored: boolean }> {
     let fh: FileHandle;
     try {

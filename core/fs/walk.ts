@@ -1,19 +1,8 @@
-// The workspace walker: every entry under a root, reached through directory fds, so depth is
-// bounded by the kernel and the fd limit (one fd per level), never by PATH_MAX; symlinks are
-// entries (lstat, readlink), never followed. Owns the walk and its errors; not what a scan
-// makes of the entries (digest.ts), nor threads (scan.ts runs it in a worker: it blocks).
-// See openat(2), open(2) O_NOFOLLOW/O_DIRECTORY, proc(5) /proc/self/fd, path_resolution(7).
-//
-// Node has no openat/fstatat. Every call names `/proc/self/fd/<dirfd>/<name>`: the kernel
-// jumps through the magic link to the directory the fd pins (renamed or not), then looks up
-// <name> in it, one component; the path stays short at any depth. The magic link is not the
-// last component, so it is followed; <name> is the last component, so lstat and readlink act
-// on the entry itself, and open(O_DIRECTORY|O_NOFOLLOW) of a symlink fails (ENOTDIR, not the
-// ELOOP open(2) names: with O_NOFOLLOW the lookup stops at the link, and the O_DIRECTORY check
-// comes first), also for one planted after the lstat: a symlink to / or a loop is never walked;
-// a fifo or device fails the same way, never opened. Chosen over openat in the C addon: the
-// same syscalls per entry, bigint ns stats and Buffer names from node:fs, no async-work glue
-// in C; the cost is a /proc lookup per entry and needing /proc (checked at the start).
+// The workspace walker: every entry under a root, reached through directory fds, so depth is bounded by the
+// kernel and the fd limit (one fd per level), never by PATH_MAX; symlinks are entries (lstat, readlink),
+// never followed. Owns the walk and its errors; not what a scan makes of the entries (digest.ts), nor threads
+// (scan.ts runs it in a worker: it blocks). See openat(2), open(2) O_NOFOLLOW/O_DIRECTORY, proc(5)
+// /proc/self/fd, path_resolution(7).
 import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, statSync, type BigIntStats } from 'node:fs';
 import { endianness, constants as osConstants } from 'node:os';
 import { nativeOrNull, type NativeHelpers } from './native.js';
@@ -123,6 +112,16 @@ export interface WalkOptions {
   oneFileSystem?: boolean;
 }
 
+// Node has no openat/fstatat. Every call names `/proc/self/fd/<dirfd>/<name>`: the kernel
+// jumps through the magic link to the directory the fd pins (renamed or not), then looks up
+// <name> in it, one component; the path stays short at any depth. The magic link is not the
+// last component, so it is followed; <name> is the last component, so lstat and readlink act
+// on the entry itself, and open(O_DIRECTORY|O_NOFOLLOW) of a symlink fails (ENOTDIR, not the
+// ELOOP open(2) names: with O_NOFOLLOW the lookup stops at the link, and the O_DIRECTORY check
+// comes first), also for one planted after the lstat: a symlink to / or a loop is never walked;
+// a fifo or device fails the same way, never opened. Chosen over openat in the C addon: the
+// same syscalls per entry, bigint ns stats and Buffer names from node:fs, no async-work glue
+// in C; the cost is a /proc lookup per entry and needing /proc (checked at the start of walkTree).
 const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 const SLASH = Buffer.from('/');
 

@@ -1,19 +1,8 @@
-// Where complete(task) is decided (docs/reference/contract.md "Workspaces, checkpoints and tasks"; docs/guide/tasks.md
-// "Tasks: complete(task)"): a pure function from the durable facts a close gathered (the
-// task's seal, each session's receipt or why it has none, each workspace's checkpoint or why
-// it has none, the runtime fence) to the verdict: each condition, and the obligations that name
-// which authority must settle which missing fact. No I/O, no clock: the same facts give the
-// same verdict, so a close re-run after a crash answers as the first would have
-// (test/unit/task-join.test.ts).
-//
-//   complete(task) = sealed
-//     AND every session has (death proof, final output cursor, terminal_mutation)
-//     AND the checkpoint covers the final scan boundary (>= every terminal_mutation)
-//     AND the manifest reads back exactly AND the checkpoint carries the runtime fence
-//
-// A condition is true only when its fact is established. One missing fact is named once: a
-// session without a receipt is one obligation (sessions_settled), though its terminal
-// mutations and the checkpoint that waits for it are unknown too.
+// Where complete(task) is decided (docs/reference/contract.md "Workspaces, checkpoints and tasks";
+// docs/guide/tasks.md "Tasks: complete(task)"): a pure function from the durable facts a close gathered to
+// the verdict: each condition, and the obligations that name which authority must settle which missing fact.
+// No I/O, no clock: the same facts give the same verdict, so a close re-run after a crash answers as the
+// first would have (test/unit/task-join.test.ts).
 import type { Receipt, TaskCheckpointEntry, TaskConditions, TaskObligation } from '../../ipc/protocol.js';
 
 /** A session of the task as the join sees it. */
@@ -38,6 +27,10 @@ export interface JoinWorkspace {
   root: string | null;
 }
 
+/**
+ * The durable facts a close gathered: the task's seal, each session's receipt or why it has none, each
+ * workspace's checkpoint or why it has none, the runtime fence.
+ */
 export interface JoinFacts {
   sealed: boolean;
   sessions: JoinSession[];
@@ -176,7 +169,18 @@ export function receiptWorkspaces(
   };
 }
 
-/** The verdict over the facts. */
+/**
+ * The verdict over the facts:
+ *
+ *   complete(task) = sealed
+ *     AND every session has (death proof, final output cursor, terminal_mutation)
+ *     AND the checkpoint covers the final scan boundary (>= every terminal_mutation)
+ *     AND the manifest reads back exactly AND the checkpoint carries the runtime fence
+ *
+ * A condition is true only when its fact is established. One missing fact is named once: a
+ * session without a receipt is one obligation (sessions_settled), though its terminal
+ * mutations and the checkpoint that waits for it are unknown too.
+ */
 export function evaluateTask(f: JoinFacts): JoinVerdict {
   const obligations: TaskObligation[] = [];
   const c: TaskConditions = {

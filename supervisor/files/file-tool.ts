@@ -1,11 +1,8 @@
-// The file tool a write_file or read_file session runs (docs/guide/files.md): pure Node, no imports
-// from the supervisor but core/fs/durable.ts (its temp and rename). `write PATH --mode 0644 --size N`: exactly N bytes from stdin into a
-// temp file beside PATH, fsync, fchmod, rename over PATH, fsync the directory. `read PATH`: the
-// file's bytes to stdout. Never through a symlink: every parent is opened O_DIRECTORY|O_NOFOLLOW
-// relative to the last (via /proc/self/fd/N/NAME), and a symlink as the final name is refused.
-// `upload DIR`: tar -x into a fresh private staging dir inside DIR, then merged into DIR by
-// renames, never through a link (upload.ts).
-// A failure: one JSON line {code, message, ...} on stderr and exit 1 (codes: ipc/errors.ts).
+// The file tool a write_file, read_file or upload session runs (docs/guide/files.md): pure Node, no imports
+// from the supervisor but core/fs/durable.ts (its temp and rename). Verbs: write PATH, read PATH, upload DIR
+// (main). Never through a symlink: every parent is opened O_DIRECTORY|O_NOFOLLOW relative to the last (via
+// /proc/self/fd/N/NAME), and a symlink as the final name is refused. A failure: one JSON line {code, message,
+// ...} on stderr and exit 1 (codes: ipc/errors.ts).
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fchmodSync, fstatSync, fsyncSync, lstatSync, openSync, read, readSync, unlinkSync, writeSync } from 'node:fs';
 import { openTempAt, replaceAt } from '../../core/fs/durable.js';
@@ -72,6 +69,7 @@ function refuseSpecial(dirFd: number, name: string, path: string): void {
     throw new ToolError('NOT_A_REGULAR_FILE', `${path} is a FIFO, device or socket (refused: a write replaces a regular file only)`, { path });
 }
 
+/** `write PATH --mode 0644 --size N`: exactly N bytes from stdin into a temp file beside PATH, fsync, fchmod, rename over PATH, fsync the directory. */
 async function writeFile(path: string, mode: number, size: number): Promise<void> {
   const { dirFd, name } = openParent(path);
   try {
@@ -126,6 +124,7 @@ async function writeFile(path: string, mode: number, size: number): Promise<void
   }
 }
 
+/** `read PATH`: the file's bytes to stdout. */
 function readFile(path: string): void {
   const { dirFd, name } = openParent(path);
   let fd: number;
@@ -181,6 +180,7 @@ async function main(argv: string[]): Promise<void> {
   } else if (verb === 'read' && path) {
     readFile(path);
   } else if (verb === 'upload' && path) {
+    // `upload DIR`: tar -x into a fresh private staging dir inside DIR, then merged into DIR by renames, never through a link (upload.ts).
     await uploadDir(path);
   } else {
     throw new ToolError('INVALID_ARGUMENT', 'usage: file-tool write PATH --mode OCTAL --size BYTES | read PATH | upload DIR');

@@ -1,9 +1,7 @@
-// The file tool's `upload DIR` (docs/guide/files.md): the archive on stdin goes to `tar -x -p` (a child
-// of the tool) into a fresh private staging dir `DIR/.sbx-upload-<12 hex>` (mode 0700, made by
-// mkdir: EEXIST if anything is at the name), then is merged into DIR by renames, each relative to
-// a destination directory opened O_DIRECTORY|O_NOFOLLOW: a rename replaces a link planted in DIR,
-// never follows it; a directory of the archive where DIR has a link is SYMLINK_REFUSED. The
-// staging dir is removed on every exit path (SIGTERM, SIGINT, SIGHUP too).
+// The file tool's `upload DIR` (docs/guide/files.md): the archive on stdin goes to `tar -x -p` (a child of
+// the tool) into a fresh private staging dir inside DIR, then is merged into DIR by renames, never following
+// a link planted in DIR (merge). The staging dir is removed on every exit path (SIGTERM, SIGINT, SIGHUP too:
+// onSignal).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
@@ -151,7 +149,9 @@ function move(src: number, dst: number, name: string, st: Stats, path: string): 
  * Merges the staging tree open at src into the destination directory open at dst (path: for
  * messages). Both directories: recurse, then the archive dir's owner, mode and mtime; else a
  * rename over the name (a planted link is replaced, never followed). Throws at the first entry
- * that cannot be merged (what was merged before stays).
+ * that cannot be merged (what was merged before stays). Each rename is relative to a destination
+ * directory opened O_DIRECTORY|O_NOFOLLOW; a directory of the archive where DIR has a link is
+ * SYMLINK_REFUSED.
  */
 function merge(src: number, dst: number, path: string): void {
   for (const name of readdirSync(`/proc/self/fd/${src}`)) {
@@ -207,7 +207,10 @@ function tarExit(child: ChildProcess, stderrTail: () => string): Promise<void> {
   });
 }
 
-/** `upload DIR`: stdin (a tar) extracted into the staging dir, then merged into DIR. */
+/**
+ * `upload DIR`: stdin (a tar) extracted into the staging dir, then merged into DIR. The staging dir is
+ * `DIR/.sbx-upload-<12 hex>` (mode 0700, made by mkdir: EEXIST if anything is at the name).
+ */
 export async function uploadDir(dir: string): Promise<void> {
   const dirFd = openDir(dir);
   const name = `.sbx-upload-${randomBytes(6).toString('hex')}`;

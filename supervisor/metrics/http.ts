@@ -1,9 +1,8 @@
-// The Prometheus endpoint: a node:http server on a TCP address or a Unix socket
-// (address.ts) that answers GET and HEAD /metrics with the text exposition, 404 for any
-// other path, 405 for any other method, 413 for a request with a body; bounded (connections,
-// header size and time, request time, idle keep-alive) so a slow or hostile client holds
-// little. Owns the listener and its socket file; not the metrics (registry.ts).
-// See node:http (server.headersTimeout, requestTimeout) and unix(7).
+// The Prometheus endpoint: a node:http server on a TCP address or a Unix socket (address.ts) that answers GET
+// and HEAD /metrics with the text exposition, 404 for any other path, 405 for any other method, 413 for a
+// request with a body; bounded (connections, header size and time, request time, idle keep-alive) so a slow
+// or hostile client holds little. Owns the listener and its socket file; not the metrics (registry.ts). See
+// node:http (server.headersTimeout, requestTimeout) and unix(7).
 import { chmodSync, lstatSync, statSync, unlinkSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo, type Socket } from 'node:net';

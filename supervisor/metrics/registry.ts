@@ -1,10 +1,7 @@
-// The supervisor's Prometheus metrics (prom-client, its own registry): counters moved by
-// hooks where state changes (a launch answered or refused, a session's state, a receipt
-// made durable, a reconciliation, a checkpoint, a connection), and gauges and cumulative
-// values read at scrape time from the registry of sessions, the drains' cursors, the
-// workspace watcher and the server (collect callbacks). Nothing here runs per read of a
+// The supervisor's Prometheus metrics (prom-client, its own registry; text format:
+// https://prometheus.io/docs/instrumenting/exposition_formats/): counters moved by hooks where state changes,
+// and gauges and cumulative values read at scrape time (collect callbacks). Nothing here runs per read of a
 // drain. Not the HTTP listener (http.ts). Loaded only when metrics are enabled.
-// Text format: https://prometheus.io/docs/instrumenting/exposition_formats/
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { isSupervisorError } from '../../ipc/errors.js';
 import type { CheckpointResult, Outcome, Receipt, SessionState, StreamName, SupervisorMode, WorkspaceGap, WorkspaceStatus } from '../../ipc/protocol.js';
@@ -51,6 +48,11 @@ export interface MetricsSources {
   mode: SupervisorMode;
 }
 
+/**
+ * Counters moved by hooks where state changes (a launch answered or refused, a session's state, a receipt made
+ * durable, a reconciliation, a checkpoint, a connection), and gauges and cumulative values read at scrape time
+ * from the registry of sessions, the drains' cursors, the workspace watcher and the server (MetricsSources).
+ */
 export class SupervisorMetrics {
   readonly registry = new Registry();
   private sources: MetricsSources | null = null;

@@ -1,9 +1,7 @@
-// One client connection of the supervisor's socket: its frame decoder and the bounds on
-// incoming frames (time to arrive, bytes held across connections), its peer (SO_PEERCRED),
-// its requests in flight, and backpressure both ways (a client that does not read stops
-// being read; output frames are pipelined up to a high water mark and reuse pooled buffers).
-// Owns one socket's frames; not what a request does (handlers/) nor dispatch (dispatch.ts).
-// The socket is a Unix socket (server.ts) or a WebSocket seen through ws-socket.ts.
+// One client connection of the supervisor's socket (a Unix socket, server.ts, or a WebSocket seen through
+// ws-socket.ts): its frame decoder and the bounds on incoming frames (time to arrive, bytes held across
+// connections), its peer (SO_PEERCRED), its requests in flight, and backpressure both ways. Owns one socket's
+// frames; not what a request does (handlers/) nor dispatch (dispatch.ts).
 import type { EventEmitter } from 'node:events';
 import { SupervisorError } from '../../ipc/errors.js';
 import { encodeFrame, FrameDecoder } from '../../ipc/framing.js';
@@ -57,7 +55,10 @@ export interface FrameLimits {
   onFrameTimeout: (conn: Connection, err: SupervisorError) => void;
 }
 
-/** One client connection: its decoder, its peer, what it has in flight, and backpressure. */
+/**
+ * One client connection: its decoder, its peer, what it has in flight, and backpressure (a client that does
+ * not read stops being read; output frames are pipelined up to a high water mark and reuse pooled buffers).
+ */
 export class Connection {
   private readonly decoder: FrameDecoder;
   helloDone = false;

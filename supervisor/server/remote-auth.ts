@@ -1,9 +1,7 @@
-// Who may use the WebSocket listener: the bearer token (from SBX_REMOTE_TOKEN, config
-// remote.token, else the token file, made 0600 with 32 random bytes at first start and read
-// again, with the same checks, whenever it changes, so a token is rotated by renaming a new
-// file over it; a file failing them refuses every handshake), the
-// constant-time check of an `Authorization: Bearer` header, and the slow-down of failures
-// per remote address (100 ms doubling to 2 s, reset by a success). Never logs a token.
+// Who may use the WebSocket listener: the bearer token (from SBX_REMOTE_TOKEN, config remote.token, else the
+// token file, made 0600 with 32 random bytes at first start: RemoteToken), the constant-time check of an
+// `Authorization: Bearer` header, and the slow-down of failures per remote address (100 ms doubling to 2 s,
+// reset by a success: FailureThrottle). Never logs a token.
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { closeSync, constants, fstatSync, lstatSync, openSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
@@ -74,7 +72,7 @@ export function readTokenFile(file: string, uid: number | undefined = process.ge
 
 /**
  * The token to compare against; a token file is re-read (readTokenFile, every check) when its
- * identity changes. A file that fails the checks (or is gone) refuses every handshake
+ * identity changes, so a token is rotated by renaming a new file over it. A file that fails the checks (or is gone) refuses every handshake
  * ('token_file_invalid', `invalid` says why) until a good one is there: fail closed, the
  * previous token is not kept.
  */

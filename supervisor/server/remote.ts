@@ -1,10 +1,7 @@
-// The WebSocket listener (config remote.*, `serve --listen HOST:PORT`; docs/guide/remote.md): an
-// HTTP(S) server whose upgrades, once their bearer token checks (remote-auth.ts), become
-// Connections served like the Unix socket's (dispatch.ts), through ws-socket.ts. Bounds: the
-// upgrade deadline, remote.maxConnections (apart from the socket's), ipc.maxFrameBytes per
-// message (ws maxPayload: close 1009), ipc.maxInFlight and the 4 MiB send high water
-// (connection.ts), the hello deadline; keepalive pings with a deadline. A plain HTTP request
-// gets 426; a failed handshake is logged, counted and answered later each time per address.
+// The WebSocket listener (config remote.*, `serve --listen HOST:PORT`; docs/guide/remote.md): an HTTP(S)
+// server whose upgrades, once their bearer token checks (remote-auth.ts), become Connections served like the
+// Unix socket's (dispatch.ts), through ws-socket.ts. A plain HTTP request gets 426; a failed handshake is
+// logged, counted and answered later each time per address.
 import { readFileSync } from 'node:fs';
 import { createServer as createHttpServer, STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
@@ -24,6 +21,11 @@ const MAX_DELAYED_ANSWERS = 1024;
 /** Request headers larger than this get 431 with the JSON body (a bearer token fits many times over). */
 const MAX_HEADER_BYTES = 16 * 1024;
 
+/**
+ * Bounds: the upgrade deadline, remote.maxConnections (apart from the socket's), ipc.maxFrameBytes per
+ * message (ws maxPayload: close 1009), ipc.maxInFlight and the 4 MiB send high water (connection.ts), the
+ * hello deadline; keepalive pings with a deadline.
+ */
 export class RemoteListener {
   private readonly connections = new Set<Connection>();
   /** TCP (or TLS) connections not yet upgraded, with their deadline. */

@@ -1,9 +1,7 @@
-// A WebSocket seen as the socket a Connection (connection.ts) uses: one binary message in is
-// one frame body (re-prefixed with its length for the frame decoder), each frame written is
-// sent as one binary message (its 4-byte prefix dropped); pause/resume stop and start reading;
-// writableLength is the bytes not yet handed to the kernel (ws bufferedAmount); 'drain' is
-// the TCP socket's. A text message is not decoded: 'text' is emitted for the listener to
-// refuse. Owns the translation; not auth, keepalive or bounds (remote.ts).
+// A WebSocket seen as the socket a Connection (connection.ts) uses: one binary message in is one frame body
+// (re-prefixed with its length for the frame decoder), each frame written is sent as one binary message (its
+// 4-byte prefix dropped). A text message is not decoded: 'text' is emitted for the listener to refuse. Owns
+// the translation; not auth, keepalive or bounds (remote.ts).
 import { EventEmitter } from 'node:events';
 import type { Duplex } from 'node:stream';
 import type { WebSocket } from 'ws';
@@ -67,6 +65,7 @@ export class WsSocket extends EventEmitter implements ConnectionSocket {
     return this;
   }
 
+  /** pause/resume stop and start reading. */
   pause(): this {
     this.ws.pause();
     return this;
@@ -77,6 +76,7 @@ export class WsSocket extends EventEmitter implements ConnectionSocket {
     return this;
   }
 
+  /** The bytes not yet handed to the kernel (ws bufferedAmount); 'drain' is the TCP socket's. */
   get writableLength(): number {
     return this.ws.bufferedAmount;
   }

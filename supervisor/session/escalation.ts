@@ -1,9 +1,7 @@
-// How a session is ended, the one escalation for live sessions (deadline, cancel, linger,
-// shutdown, close) and for sessions recovered after a restart (reconcile): SIGTERM to every
-// process, up to the grace for them to go, then SIGKILL to what is left (cgroup.kill, which
-// takes setsid'ed and double-forked descendants alike), each step recorded as it is taken.
-// The target says how signals reach the session's processes and how their death is seen.
-// See kill(2), Documentation/admin-guide/cgroup-v2.rst (cgroup.kill, cgroup.events).
+// How a session is ended, the one escalation for live sessions (deadline, cancel, linger, shutdown, close)
+// and for sessions recovered after a restart (reconcile): SIGTERM to every process, up to the grace for them
+// to go, then SIGKILL to what is left, each step recorded as it is taken. See kill(2),
+// Documentation/admin-guide/cgroup-v2.rst (cgroup.kill, cgroup.events).
 
 /** One escalation step for the receipt: the signal, when it was sent, how many pids it reached. */
 export interface EscalationStep {
@@ -12,15 +10,15 @@ export interface EscalationStep {
   pids: number;
 }
 
-/** What an escalation acts on. */
+/** What an escalation acts on: how signals reach the session's processes and how their death is seen. */
 export interface EscalationTarget {
   /** SIGTERM to every process of the session; how many pids it reached. */
   term(): number | Promise<number>;
   /** True once nothing of the session runs, false after timeoutMs. */
   waitDead(timeoutMs: number): Promise<boolean>;
   /**
-   * SIGKILL to everything left: calls killed(pids) as the KILL goes out, resolves once nothing
-   * of the session runs.
+   * SIGKILL to everything left (cgroup.kill, which takes setsid'ed and double-forked descendants
+   * alike): calls killed(pids) as the KILL goes out, resolves once nothing of the session runs.
    */
   killAll(killed: (pids: number) => void): Promise<void>;
 }

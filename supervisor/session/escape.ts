@@ -1,9 +1,7 @@
-// The cgroup escape watch (docs/guide/escapes.md): a root process can move a
-// pid out of its session's leaf (another cgroup's cgroup.procs), and `populated 0` then proves
-// nothing about it. One fanotify group marks cgroup2 for writes (native watchMarkWrites); each
-// write to a cgroup.procs/cgroup.threads is attributed to a session and, if it left the leaf,
-// kept for its receipt. At each death a walk of the supervisor's live descendants proves it
-// independently of events (strays: a process in no live leaf). Owns the group, its timer and the tracked leaves.
+// The cgroup escape watch (docs/guide/escapes.md): a root process can move a pid out of its session's leaf
+// (another cgroup's cgroup.procs), and `populated 0` then proves nothing about it. One fanotify group marks
+// cgroup2 for writes; each escaping write is kept for its session's receipt, and at each death a walk of our
+// live descendants proves it independently of events. Owns the group, its timer and the tracked leaves.
 import { closeSync, constants, existsSync, openSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import type { Logger } from 'pino';
 import type { CgroupEscape } from '../../ipc/protocol.js';
@@ -221,7 +219,12 @@ export interface EscapeReport {
   escapes: CgroupEscape[];
 }
 
-/** The supervisor-wide watch: track() a session at its start, settle() it at its death. */
+/**
+ * The supervisor-wide watch: track() a session at its start, settle() it at its death. One fanotify group
+ * marks cgroup2 for writes (native watchMarkWrites); each write to a cgroup.procs/cgroup.threads is
+ * attributed to a session and, if it left the leaf, kept for its receipt. At each death a walk of the
+ * supervisor's live descendants proves it independently of events (strays: a process in no live leaf).
+ */
 export class EscapeWatch {
   private readonly tracked = new Map<string, TrackedLeaf & { escapes: CgroupEscape[] }>();
   /** Leaves of sessions forgotten without proof (unknown), while they stand: their processes are theirs, not strays. */

@@ -1,9 +1,8 @@
-// A session launched by this supervisor: admitted (its record and receipt reservation durable
-// before anything runs: docs/design/facts.md 9), started in its cgroup leaf through the exec shim
-// (spawn.ts), drained (drain.ts), fed stdin (stdin.ts), ended by its deadline, a cancel, a
-// linger rule, shutdown or close (escalation.ts), and receipted once death is proven
-// (evidence.ts). Owns the leader, the pty, the drains and the stdin writer; what any session
-// has is session.ts. See cgroups(7), pty(7), docs/design/facts.md 8, 15, 16.
+// A session launched by this supervisor: admitted (its record and receipt reservation durable before anything
+// runs), started in its cgroup leaf through the exec shim (spawn.ts), drained (drain.ts), fed stdin
+// (stdin.ts), ended by its deadline, a cancel, a linger rule, shutdown or close (escalation.ts), and
+// receipted once death is proven (evidence.ts). Owns the leader, the pty, the drains and the stdin writer;
+// what any session has is session.ts. See cgroups(7), pty(7), docs/design/facts.md 8, 9, 15, 16.
 import { chmodSync, chownSync, closeSync, mkdirSync, rmSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { SupervisorError } from '../../ipc/errors.js';

@@ -1,9 +1,8 @@
-// What every session has, live or recovered after a restart: its id, request and dir, its
-// lifecycle (lifecycle.ts: the one place its state changes), its streams as stored, its
-// receipt (built from facts, signed, made durable into the space reserved at admission, then
-// reported), output removal for retention, its summary, and an operator's word for a session
-// stuck unknown. What only a live session has (leader, drains, stdin, pty) is live.ts; what
-// only a recovered one does (reconciliation) is recovered.ts. Not the registry, not the socket.
+// What every session has, live or recovered after a restart: its id, request and dir, its lifecycle
+// (lifecycle.ts: the one place its state changes), its streams as stored, its receipt, output removal for
+// retention, its summary, and an operator's word for a session stuck unknown. What only a live session has
+// (leader, drains, stdin, pty) is live.ts; what only a recovered one does (reconciliation) is recovered.ts.
+// Not the registry, not the socket.
 import { EventEmitter } from 'node:events';
 import { existsSync, lstatSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -337,7 +336,10 @@ export abstract class Session extends EventEmitter {
     };
   }
 
-  /** Writes the receipt durably, then (only then) reports the end and removes the leaf. */
+  /**
+   * Writes the receipt durably, then (only then) reports the end and removes the leaf: built from facts,
+   * signed, made durable into the space reserved at admission (publish), then reported.
+   */
   protected async finish(facts: ReceiptFacts, extra: Partial<Receipt> = {}): Promise<void> {
     const receipt = this.ctx.signer.sign({ ...buildReceipt(facts), ...extra });
     this.publish(receipt, facts.endedAt, RECEIPT_RETRY_FIRST_MS);

@@ -1,9 +1,8 @@
-// Starts a session's leader through the exec shim (native-helpers/src/exec-shim.c) with
-// real pipes for stdout/stderr (pipe2, not Node's socketpair: docs/design/facts.md 13), stdin from
-// /dev/null (a pipe with --stdin, the pty slave with --pty), the command's argv on a pipe of its own (so only the command's exec can meet
-// E2BIG, and the shim reports it), and a report pipe on which the shim states exec failures
-// and, in subreaper mode, the leader's status and "all reaped". Owns the fds of one spawn;
-// not the session's decisions (session.ts). See execve(2), pipe(2), and the shim's header comment.
+// Starts a session's leader through the exec shim (native-helpers/src/exec-shim.c) with real pipes for
+// stdout/stderr (pipe2, not Node's socketpair: docs/design/facts.md 13), stdin from /dev/null (a pipe with
+// --stdin, the pty slave with --pty), the argv on a pipe of its own, and a report pipe for what the shim
+// states. Owns the fds of one spawn; not the session's decisions (session.ts). See execve(2), pipe(2), and
+// the shim's header comment.
 import { closeSync, constants, openSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { Socket } from 'node:net';
@@ -61,7 +60,10 @@ export function errnoName(errno: number): string {
   return `E${errno}`;
 }
 
-/** A started leader: its pid, output read fds, and promises for what the shim reports. */
+/**
+ * A started leader: its pid, output read fds, and promises for what the shim reports on the report pipe
+ * (exec failures and, in subreaper mode, the leader's status and "all reaped").
+ */
 export class LeaderProcess {
   readonly pid: number;
   /** Read ends of the output pipes (-1 in pty mode). */
@@ -284,7 +286,10 @@ function spawnInCgroup(dir: string, argv: string[], env: string[], fds: number[]
   }
 }
 
-/** argv as the shim's --argv-fd wants it: count and bytes (u64 little-endian), then each string UTF-8 and NUL-terminated. */
+/**
+ * argv as the shim's --argv-fd wants it: count and bytes (u64 little-endian), then each string UTF-8 and
+ * NUL-terminated. On a pipe of its own, so only the command's exec can meet E2BIG, and the shim reports it.
+ */
 function encodeArgv(argv: string[]): Buffer {
   const strings = argv.join('\0') + '\0'; // no NUL inside an argument (ipc/schemas.ts)
   const bytes = Buffer.byteLength(strings);

@@ -1,17 +1,17 @@
-// A session's stdin (--stdin): bytes written by clients, each write at its offset in its
-// writer's own byte stream, so a retry after a reconnect delivers every byte exactly once
-// (bytes before that writer's cursor were delivered already and are skipped; a gap is
-// INVALID_ARGUMENT). Writes without a writer token share one stream (the single writer of
-// before); each token is a stream of its own, so writers side by side interleave per write
-// and never skip each other's bytes. In arrival order, with backpressure from the pipe or the
-// pty. EOF closes a pipe's write end; on a pty it is VEOF (^D; twice after a partial line:
-// termios(3)). Owns the stdin cursors; not the pipe's fd.
+// A session's stdin (--stdin): bytes written by clients, each write at its offset in its writer's own byte
+// stream, so a retry after a reconnect delivers every byte exactly once (bytes before that writer's cursor
+// were delivered already and are skipped; a gap is INVALID_ARGUMENT). In arrival order, with backpressure
+// from the pipe or the pty. Owns the stdin cursors; not the pipe's fd.
 import type { Socket } from 'node:net';
 import { SupervisorError } from '../../ipc/errors.js';
 
 /** Writer tokens a session's stdin tracks at most (a cursor each); a new one beyond is LIMIT_EXCEEDED. */
 export const MAX_STDIN_WRITERS = 1024;
 
+/**
+ * Writes without a writer token share one stream (the single writer of before); each token is a
+ * stream of its own, so writers side by side interleave per write and never skip each other's bytes.
+ */
 export class StdinWriter {
   /** Bytes accepted from writes without a token: their shared stream's cursor (where a reattaching terminal resumes). */
   cursor = 0;
@@ -101,6 +101,7 @@ export class StdinWriter {
       }
     }
     if (eof) {
+      // EOF closes a pipe's write end; on a pty it is VEOF (^D; twice after a partial line: termios(3)).
       this.closed = true;
       if (this.pty) writer.write(Buffer.from(this.lastByte === undefined || this.lastByte === 10 ? [4] : [4, 4]));
       else writer.end();

@@ -1,11 +1,8 @@
-// The on-disk log of one stream (docs/reference/state-dir.md): append-only chunk files named by their
-// start cursor, rolled every chunkBytes, holding the bytes exactly as read; and an index of
-// every read (stream, cursor, length, arrival time). Owns writing them; not reading
-// them back (core/state/stream-files.ts), nor the pipe (session/drain.ts). A read's bytes are copied
-// into a write buffer (write-buffers.ts) and written by libuv's threadpool, one write at a
-// time per stream, in order, so the event loop never waits for the page cache; the cursor
-// moves when a write returns. Once a write fails (ENOSPC, EIO) the stream stores nothing more,
-// so a stored log never has a gap; what could not be stored is counted, never invented.
+// The on-disk log of one stream (docs/reference/state-dir.md): append-only chunk files named by their start
+// cursor, rolled every chunkBytes, holding the bytes exactly as read; and an index of every read (stream,
+// cursor, length, arrival time). Owns writing them; not reading them back (core/state/stream-files.ts), nor
+// the pipe (session/drain.ts). Once a write fails (ENOSPC, EIO) the stream stores nothing more, so a stored
+// log never has a gap; what could not be stored is counted, never invented.
 import { close, closeSync, constants, fsync, fsyncSync, mkdirSync, openSync, write, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { createHash, type Hash } from 'node:crypto';
@@ -77,6 +74,9 @@ export interface ReadRecord {
 /**
  * Writer for one stream's chunk files and index, with the running SHA-256 of both: the
  * index's here, the stream's by the hashing thread (hasher.ts) reading the chunks back.
+ * A read's bytes are copied into a write buffer (write-buffers.ts) and written by libuv's
+ * threadpool, one write at a time per stream, in order, so the event loop never waits for the
+ * page cache; the cursor moves when a write returns.
  */
 export class StreamLog {
   /** Bytes in chunk files: the stream's cursor (readers read up to it). */

@@ -1,12 +1,8 @@
-// The hashing thread (worker_threads): SHA-256 of each stream's stored bytes, so the thread
-// that reads the pipes never hashes (docs/design/facts.md 14: SHA-256 is about 0.6 core-seconds per GB
-// here; on the drain thread it halved throughput). Bytes just written from a shared write
-// buffer (store/write-buffers.ts) are hashed from that memory; any others (written without a
-// buffer, or before this thread took the stream over) are read back from the chunk files
-// (page cache) through the one chunk reader (core/state/stream-files.ts). Messages (hasher.ts):
-// open {id, dir, chunkBytes}; advance {id, cursor}: stored up to cursor; update {id, at, sab,
-// off, len, token}: stored bytes [at, at+len) are sab[off, off+len), answered {hashed: token}
-// once read; digest {id, cursor} → {id, sha256} | {id, error}.
+// The hashing thread (worker_threads): SHA-256 of each stream's stored bytes, so the thread that reads the
+// pipes never hashes (docs/design/facts.md 14: SHA-256 is about 0.6 core-seconds per GB here; on the drain
+// thread it halved throughput). Bytes just written from a shared write buffer (store/write-buffers.ts) are
+// hashed from that memory; any others are read back from the chunk files (page cache) through the one chunk
+// reader (core/state/stream-files.ts).
 import { createHash, type Hash } from 'node:crypto';
 import { parentPort } from 'node:worker_threads';
 import { ChunkReader } from '../../core/state/stream-files.js';
@@ -31,6 +27,12 @@ function hashUpTo(s: HashStream, to: number): void {
   s.cursor = to;
 }
 
+/**
+ * Messages (hasher.ts): open {id, dir, chunkBytes}; advance {id, cursor}: stored up to cursor; update {id, at,
+ * sab, off, len, token}: stored bytes [at, at+len) are sab[off, off+len), answered {hashed: token} once read;
+ * digest {id, cursor} → {id, sha256} | {id, error}. Bytes not given in an update (written without a buffer,
+ * or before this thread took the stream over) are read back from the chunk files.
+ */
 interface Message {
   op: 'open' | 'advance' | 'update' | 'digest';
   id: number;

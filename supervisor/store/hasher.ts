@@ -1,10 +1,7 @@
-// SHA-256 of a stream's stored bytes, computed off the event loop: a pool of two worker
-// threads (hash-worker.ts, one HashPool per supervisor) hashes the write buffers as their
-// bytes are written (update), and reads the chunk files back for bytes it was not shown
-// (advance, digest). Never on the event loop: a digest of gigabytes there would stall every
-// deadline. A worker that fails (error, exit) is replaced; a stream whose running hash died with it is hashed again from
-// cursor 0 by the replacement (the chunk files are the source of truth), a few times at most.
-// The digest is of the stored bytes, which is what the receipt commits to.
+// SHA-256 of a stream's stored bytes, computed off the event loop (a digest of gigabytes there would stall
+// every deadline): a pool of two worker threads (hash-worker.ts, one HashPool per supervisor) hashes the
+// write buffers as their bytes are written (update), and reads the chunk files back for bytes it was not
+// shown (advance, digest). The digest is of the stored bytes, which is what the receipt commits to.
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -150,7 +147,11 @@ export class StreamHasher {
     this.posted = at + len;
   }
 
-  /** SHA-256 (hex) of the stored bytes [0, finalCursor); rejects when they cannot be read. */
+  /**
+   * SHA-256 (hex) of the stored bytes [0, finalCursor); rejects when they cannot be read. A worker that fails
+   * (error, exit) is replaced; a stream whose running hash died with it is hashed again from cursor 0 by the
+   * replacement (the chunk files are the source of truth), DIGEST_ATTEMPTS times at most.
+   */
   async digest(finalCursor: number): Promise<string> {
     let lastFailure = '';
     for (let attempt = 0; attempt < DIGEST_ATTEMPTS; attempt++) {

@@ -1,9 +1,8 @@
-// Where a receipt's bytes reach disk (docs/design/facts.md 9; docs/guide/close-and-retention.md "Receipts on a full disk"): the
-// space reserved for it at admission (receipt.reserved), the receipt written into it and
-// linked into place once (link(2): EEXIST if anything is there, never written through), the
-// facts record kept in it in place when the whole receipt has no room, and what a crash left
-// there, read back at start. Owns those bytes; the receipt's content is session/receipt.ts,
-// its schema core/state/records.ts. See open(2), fsync(2), link(2), ftruncate(2).
+// Where a receipt's bytes reach disk (docs/design/facts.md 9; docs/guide/close-and-retention.md "Receipts on
+// a full disk"): the space reserved for it at admission (receipt.reserved), the receipt written into it and
+// linked into place once, the facts record kept in it in place when the whole receipt has no room, and what a
+// crash left there, read back at start. Owns those bytes; the receipt's content is session/receipt.ts, its
+// schema core/state/records.ts. See open(2), fsync(2), link(2), ftruncate(2).
 import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, linkSync, lstatSync, openSync, readdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChunkDigest, Receipt } from '../../ipc/protocol.js';

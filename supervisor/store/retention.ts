@@ -1,9 +1,7 @@
-// The retention policy (config retention.*; `sbx gc` runs it now): which ended sessions lose
-// their output (chunk files and index) and which lose their receipt too. Pure: the plan is
-// computed from a list of candidates, the supervisor applies it. Running and unknown
-// sessions are never candidates, and keys are never removed (keys are forever). Like
-// journald's SystemKeepFree=, a keep-free target removes the oldest ended output while the
-// file system has less than that free (receipts stay).
+// The retention policy (config retention.*; `sbx gc` runs it now): which ended sessions lose their output
+// (chunk files and index) and which lose their receipt too. Pure: the plan is computed from a list of
+// candidates, the supervisor applies it. Running and unknown sessions are never candidates, and keys are
+// never removed (keys are forever).
 
 export interface RetentionPolicy {
   /** Output of sessions ended longer ago than this goes; 0: no age limit. */
@@ -31,7 +29,10 @@ export interface RetentionPlan {
   retire: string[];
 }
 
-/** Free space now and the keep-free target, in bytes (journald's SystemKeepFree=). */
+/**
+ * Free space now and the keep-free target, in bytes: like journald's SystemKeepFree=, the oldest ended output is
+ * removed while the file system has less than that free (receipts stay).
+ */
 export interface SpaceTarget {
   freeBytes: number;
   keepFreeBytes: number;

@@ -1,11 +1,8 @@
-// Space on the file system that holds the state dir (statfs(2): f_bavail * f_bsize free,
-// f_blocks * f_bsize in all). Three thresholds: chunk writes stop while less than
-// reserveBytes is free, so index records and receipts can still be written; launches are
-// refused (ADMISSION_DENIED, retryable) while less than minFreeBytes is free; retention
-// removes the oldest ended output while less than keepFreeBytes is free (journald's
-// SystemKeepFree=). Unset, each scales to the file system's size. Free space is checked at
-// most every CHECK_BYTES written or CHECK_MS elapsed on the write path; bytes taken but still
-// waiting in write buffers (chunks.ts) count as used, statfs not having seen them yet.
+// Space on the file system that holds the state dir (statfs(2): f_bavail * f_bsize free, f_blocks * f_bsize
+// in all). Three thresholds (StorageThresholds): chunk writes stop while less than reserveBytes is free, so
+// index records and receipts can still be written; launches are refused (ADMISSION_DENIED, retryable) while
+// less than minFreeBytes is free; retention removes the oldest ended output while less than keepFreeBytes is
+// free (journald's SystemKeepFree=). Unset, each scales to the file system's size (storageThresholds).
 import { statfsSync } from 'node:fs';
 
 const CHECK_BYTES = 1 << 20;
@@ -89,7 +86,11 @@ export class StorageGuard implements StorageThresholds {
   /** Called when a write finds free space below keepFreeBytes (the supervisor runs retention). */
   onBelowKeepFree: (() => void) | null = null;
 
-  /** Whether `bytes` more may be stored and still leave the reserve. */
+  /**
+   * Whether `bytes` more may be stored and still leave the reserve. Free space is checked at most every
+   * CHECK_BYTES written or CHECK_MS elapsed on the write path; bytes taken but still waiting in write
+   * buffers (chunks.ts) count as used, statfs not having seen them yet.
+   */
   mayWrite(bytes: number): boolean {
     this.writtenSinceCheck += bytes;
     if (this.writtenSinceCheck >= CHECK_BYTES || performance.now() - this.checkedAt >= CHECK_MS) {

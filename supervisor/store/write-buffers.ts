@@ -1,9 +1,6 @@
-// The buffers a stream's bytes wait in between the pipe read (on the event loop) and their
-// write to a chunk file (on libuv's threadpool, chunks.ts): one pool per supervisor, of
-// WRITE_BUFFER_BYTES each, WRITE_BUFFER_LIMIT at most, so the memory the drain holds is
-// bounded however many streams run. A stream that cannot get one stores synchronously
-// (chunks.ts), so no stream ever waits for another's buffers. A buffer is given back once its
-// bytes are written and hashed (the hashing thread reads them from the shared memory).
+// The buffers a stream's bytes wait in between the pipe read (on the event loop) and their write to a chunk
+// file (on libuv's threadpool, chunks.ts): one pool per supervisor, of WRITE_BUFFER_BYTES each,
+// WRITE_BUFFER_LIMIT at most, so the memory the drain holds is bounded however many streams run.
 
 /** Bytes of one write buffer: one pipe read at most (drain.ts reads up to 1 MiB at once). */
 export const WRITE_BUFFER_BYTES = 1 << 20;
@@ -21,7 +18,10 @@ export class WriteBufferPool {
 
   constructor(readonly limit = WRITE_BUFFER_LIMIT) {}
 
-  /** A buffer, or null when all `limit` are in use. */
+  /**
+   * A buffer, or null when all `limit` are in use: a stream that cannot get one stores synchronously
+   * (chunks.ts), so no stream ever waits for another's buffers.
+   */
   take(): Buffer | null {
     const buf = this.free.pop();
     if (buf) return buf;
@@ -36,7 +36,7 @@ export class WriteBufferPool {
     return this.free.length > 0 || this.made < this.limit;
   }
 
-  /** Gives a buffer from take() back. */
+  /** Gives a buffer from take() back, once its bytes are written and hashed (the hashing thread reads them from the shared memory). */
   give(buf: Buffer): void {
     // Kept, never left to the garbage collector: a shared buffer's memory is freed only once
     // every thread's handle to it is collected, and the hashing threads collect rarely (left

@@ -1,10 +1,7 @@
 // Where a task's state reaches disk (docs/reference/state-dir.md "tasks/"): <state>/tasks/<sha256(task)>/
-// holds the task's seal (written once: a restart does not unseal), its close (the workspaces
-// the first close named), the close attempt under way (rewritten as each step lands: what the
-// settle did, each workspace's published checkpoint or why there is none), and the task
-// receipt (replaced while incomplete; final once complete). Every file is written durably
-// (core/fs/durable.ts: temp, fsync, rename or link, dir fsync) and read with its schema; the
-// task id is never a path. Not what is decided from them (join.ts) or when (close.ts).
+// holds the task's seal, its close, the close attempt under way and the task receipt (TaskFiles). Every file
+// is written durably (core/fs/durable.ts: temp, fsync, rename or link, dir fsync) and read with its schema;
+// the task id is never a path. Not what is decided from them (join.ts) or when (close.ts).
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TaskReceipt } from '../../ipc/protocol.js';
@@ -65,12 +62,13 @@ export class TaskFiles {
     return this.read('taskSeal', 'seal');
   }
 
-  /** Writes the seal once (EEXIST if sealed already). */
+  /** Writes the seal once (EEXIST if sealed already): a restart does not unseal. */
   writeSeal(record: TaskSealRecord): void {
     this.ensureDir();
     createFileDurable(this.path('seal'), JSON.stringify(record) + '\n');
   }
 
+  /** The close record: the workspaces the first close named. */
   readClose(): TaskCloseRecord | null {
     return this.read('taskClose', 'close');
   }
@@ -91,6 +89,7 @@ export class TaskFiles {
     return this.read('taskAttempt', 'attempt');
   }
 
+  /** The close attempt under way, rewritten as each step lands: what the settle did, each workspace's published checkpoint or why there is none. */
   writeAttempt(record: TaskAttemptRecord): void {
     this.ensureDir();
     writeFileDurable(this.path('attempt'), JSON.stringify(record) + '\n');
@@ -102,7 +101,10 @@ export class TaskFiles {
     return JSON.parse(readFileSync(this.path('receipt'), 'utf8')) as TaskReceipt;
   }
 
-  /** Replaces the task receipt (temp, fsync, rename, dir fsync), with the crash points the fault-injection tests name. */
+  /**
+   * Replaces the task receipt (temp, fsync, rename, dir fsync), with the crash points the fault-injection tests name.
+   * Replaced while incomplete; final once complete.
+   */
   writeReceipt(receipt: TaskReceipt): void {
     this.ensureDir();
     writeFileDurable(this.path('receipt'), JSON.stringify(receipt, null, 2) + '\n', 0o600, {

@@ -1,9 +1,7 @@
-// What a session changed in the workspaces: its attributed events as a bounded append-only
-// record next to its output (<session>/changes.jsonl: {epoch} first, then one JSON object per
-// line: seq, ws, kind, path, at, and a rename's moved object; coalesced: an event on the path and of the kind of the previous line only moves
-// that line's seq when the next batch is written), past the bound counted, never written.
-// Owns the record's format and reading it back as `sbx changes` shows it (renames paired by their object);
-// not attribution (watcher.ts).
+// What a session changed in the workspaces: its attributed events as a bounded append-only record next to its
+// output (<session>/changes.jsonl: {epoch} first, then one ChangeRecord per line), past the bound counted,
+// never written. Owns the record's format and reading it back as `sbx changes` shows it (renames paired by
+// their object); not attribution (watcher.ts).
 import { appendFileSync, existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FAN } from './watch-worker.js';
@@ -13,7 +11,7 @@ import { CHANGES_FILE } from '../../core/state/names.js';
 
 export type ChangeKind = 'created' | 'modified' | 'attrib' | 'deleted' | 'renamed_from' | 'renamed_to';
 
-/** One line of the record. */
+/** One line of the record (after the {epoch} line): seq, ws, kind, path, at, and a rename's moved object. */
 export interface ChangeRecord {
   seq: number;
   /** Index of the workspace in the supervisor's list when it was written. */
@@ -74,6 +72,10 @@ export class ChangeLog {
     private readonly epoch: string,
   ) {}
 
+  /**
+   * Coalesced: an event on the path and of the kind of the previous line only moves that line's seq when
+   * the next batch is written; past maxEntries an event is counted (dropped), never written.
+   */
   add(rec: ChangeRecord): void {
     const last = this.last;
     if (last && last.ws === rec.ws && last.path === rec.path && last.kind === rec.kind && (rec.kind === 'modified' || rec.kind === 'attrib')) {

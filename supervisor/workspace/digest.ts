@@ -1,12 +1,6 @@
-// What a scan makes of the walked entries (core/fs/walk.ts). Owns the close digest: not the walk, not
-// threads. Format: "<t> <relative path> <size> <mtime ns>" per entry, and for a symlink
-// " <target>" after it; t = f (regular file), d, l (symlink) or o (fifo, socket, device), size 0
-// for all but files; "%" and a newline in a path are written %25 and %0A, in a target also a
-// space (%20), so a line is one entry and its fields parse one way (the path is what lies
-// between the type and the last numbers); lines sorted as JavaScript sorts strings (UTF-16
-// code units), joined with "\n", SHA-256. A path is its bytes: a byte that is not UTF-8 is
-// carried through core/fs/names.ts (sorted as U+DC00+byte, hashed as the byte itself). For a tree
-// without symlinks or "%"/newline in its names, the digest is the one of issue 11's scan.
+// What a scan makes of the walked entries (core/fs/walk.ts): the close digest (closeDigest: its line format)
+// and the mutation scan that stands in for a workspace's events (mutationDigest). Owns the digests: not the
+// walk, not threads.
 import { createHash } from 'node:crypto';
 import { fsDecode, fsEncode } from '../../core/fs/names.js';
 import type { WalkEntry } from '../../core/fs/walk.js';
@@ -21,13 +15,23 @@ export interface CloseDigest {
 
 const LETTER: Record<WalkEntry['type'], string> = { file: 'f', dir: 'd', symlink: 'l', fifo: 'o', socket: 'o', char: 'o', block: 'o', unknown: 'o' };
 
-/** A path or target as written in a digest line (see the header): %, newline (and for targets, space) escaped. */
+/** A path or target as written in a digest line (see closeDigest): %, newline (and for targets, space) escaped. */
 export function digestField(text: string, escapeSpace: boolean): string {
   const escaped = text.replace(/%/g, '%25').replace(/\n/g, '%0A');
   return escapeSpace ? escaped.replace(/ /g, '%20') : escaped;
 }
 
-/** Digests entries in the close format; newest_mtime is ISO-8601 to the ms, null when there are none. */
+/**
+ * Digests entries in the close format; newest_mtime is ISO-8601 to the ms, null when there are none.
+ * Format: "<t> <relative path> <size> <mtime ns>" per entry, and for a symlink
+ * " <target>" after it; t = f (regular file), d, l (symlink) or o (fifo, socket, device), size 0
+ * for all but files; "%" and a newline in a path are written %25 and %0A, in a target also a
+ * space (%20), so a line is one entry and its fields parse one way (the path is what lies
+ * between the type and the last numbers); lines sorted as JavaScript sorts strings (UTF-16
+ * code units), joined with "\n", SHA-256. A path is its bytes: a byte that is not UTF-8 is
+ * carried through core/fs/names.ts (sorted as U+DC00+byte, hashed as the byte itself). For a tree
+ * without symlinks or "%"/newline in its names, the digest is the one of issue 11's scan.
+ */
 export function closeDigest(entries: Iterable<WalkEntry>): CloseDigest {
   const lines: string[] = [];
   let files = 0;

@@ -1,17 +1,8 @@
-// The watcher's reading thread (worker_threads): one fanotify group for every workspace
-// (native watch.c), read in batches so a burst of small writes costs one wake-up, not one per
-// event, and a file's create, write and close merge into one (docs/design/facts.md 25). Each event kept gets the next sequence number of this listener epoch,
-// in the order the kernel queued them (fanotify(7): events are read in order), so a barrier's
-// sequence orders it after every event queued before it. Resolves the directory handle to a
-// path (cached; dropped on any directory move; a directory already gone is named by its delete
-// in its parent, the target fid), counts an event it cannot place as unplaced (ws -1), drops events outside the
-// workspaces and the supervisor's own writes but its barriers (each workspace's barrier inode,
-// known by its name, its directory only to tell two apart: BarrierId), and posts each batch. Owns the group fd and the
-// mount fds; not attribution to sessions (watcher.ts does that from the cgroup id of each event).
-//
-// workerData: WatchWorkerInit. Messages out: WatchMessage. In: {stop: true}. Shared memory:
-// Int32Array(wake) [0] = a barrier wants a read now (Atomics.notify), [1] = pause (test hook),
-// [2] = events posted and not yet taken by the supervisor's thread (it subtracts what it took).
+// The watcher's reading thread (worker_threads): one fanotify group for every workspace (native watch.c),
+// read in batches, so a burst of small writes costs one wake-up and a file's create, write and close merge
+// into one (docs/design/facts.md 25). Each event kept gets the next sequence number of this listener epoch in
+// queue order (fanotify(7)), so a barrier's sequence orders it after every event queued before it. Owns the
+// group fd and the mount fds; not attribution to sessions (watcher.ts: by each event's cgroup id).
 import { createHash } from 'node:crypto';
 import { closeSync, constants, openSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
@@ -120,6 +111,11 @@ interface DirEnd {
 type Pending =
   { kind: 'event'; seq: number; raw: RawEvent; key: string; atMs: number } | { kind: 'barrier'; seq: number; ws: number } | { kind: 'overflow'; seq: number };
 
+/**
+ * The thread's body. workerData: WatchWorkerInit. Messages out: WatchMessage. In: {stop: true}. Shared memory:
+ * Int32Array(wake) [0] = a barrier wants a read now (Atomics.notify), [1] = pause (test hook),
+ * [2] = events posted and not yet taken by the supervisor's thread (it subtracts what it took).
+ */
 function run(init: WatchWorkerInit): void {
   const port = parentPort!;
   const n = native();
@@ -181,7 +177,11 @@ function run(init: WatchWorkerInit): void {
     dirCache.set(key, path);
     return path;
   };
-  /** The directory's path now, else where its delete last named it; null: not known (yet). */
+  /**
+   * The directory's path now (the handle resolved, cached; the cache is dropped on any directory move), else where
+   * its delete last named it (a directory already gone is named by its delete in its parent, the target fid);
+   * null: not known (yet).
+   */
   const resolveDir = (key: string, handle: Buffer, depth = 0): string | null => {
     const hit = dirCache.get(key);
     if (hit) return hit;
@@ -217,7 +217,10 @@ function run(init: WatchWorkerInit): void {
     });
     return [...byTarget.values()].flatMap((m) => (m.from && m.to ? [{ idx: m.idx, from: m.from, to: m.to }] : [])).sort((a, b) => a.idx - b.idx);
   };
-  /** Turns what was read into messages, in order, up to the first event still waiting for its directory's name. */
+  /**
+   * Turns what was read into messages, in order, up to the first event still waiting for its directory's name;
+   * an event it cannot place is counted unplaced (ws -1), one outside the workspaces is dropped.
+   */
   const place = (now: number) => {
     let i = 0;
     const barrierBehind = pending.some((p) => p.kind === 'barrier');
@@ -311,7 +314,11 @@ function run(init: WatchWorkerInit): void {
     }
     return dropping;
   };
-  /** Reads what is queued (pidfds made while their writers still exist) into pending, in order, up to READ_PASS_MAX. */
+  /**
+   * Reads what is queued (pidfds made while their writers still exist) into pending, in order, up to READ_PASS_MAX.
+   * Drops the supervisor's own writes but its barriers (each workspace's barrier inode, known by its name, its
+   * directory only to tell two apart: BarrierId).
+   */
   const readAll = (): void => {
     let readNow = 0;
     saidThisPass = false;

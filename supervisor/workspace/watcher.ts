@@ -1,12 +1,8 @@
-// The workspace clock (docs/reference/contract.md "Workspaces, checkpoints and tasks"): where a session's workspace evidence is decided.
-// Runs the reading thread (watch-worker.ts), attributes each event to the session whose leaf
-// its writer was in (the cgroup id is the leaf directory's inode: cgroups(7), pidfd info),
-// counts the rest as unattributed, never guesses; writes barriers after a session's death and
-// makes the barrier's sequence its terminal_mutation; turns every reason it cannot vouch for
-// the events (no fanotify, a queue overflow, a restart, a barrier that did not come back) into
-// a gap with a scan that stands in. Owns the barrier fds (an O_TMPFILE inode, O_EXCL, in each
-// workspace root: no name a session can reach or give it; else a file in the state dir on the workspace's file system)
-// and the per-session change logs; not the walk (core/fs/walk.ts) or the reading (watch-worker.ts).
+// The workspace clock (docs/reference/contract.md "Workspaces, checkpoints and tasks"): where a session's
+// workspace evidence is decided. Attributes each event to the session whose leaf its writer was in, never
+// guesses; makes the barrier written after a session's death its terminal_mutation; turns every reason it
+// cannot vouch for the events into a gap with a scan that stands in. Owns the barrier fds and the per-session
+// change logs; not the walk (core/fs/walk.ts) or the reading thread (watch-worker.ts, which it runs).
 import { closeSync, constants, existsSync, fstatSync, futimesSync, mkdirSync, openSync, realpathSync, statfsSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -250,7 +246,11 @@ export class WorkspaceWatcher {
     }));
   }
 
-  /** From now on, events whose writer is in the cgroup at leafPath are the session's. */
+  /**
+   * From now on, events whose writer is in the cgroup at leafPath are the session's (an event's cgroup id
+   * is the leaf directory's inode: cgroups(7), pidfd info); an event of no tracked leaf is counted
+   * unattributed, never guessed into a session.
+   */
   track(sessionId: string, leafPath: string | null, sessionDir: string): void {
     if (this.workspaces.length === 0) return;
     const t: Tracked = {
@@ -363,9 +363,10 @@ export class WorkspaceWatcher {
 
   /**
    * Opens workspace i's barrier, by fds only (nothing a session can plant is opened by path): an
-   * O_TMPFILE inode in its root, whose events name the root and `#<inode>`; where the file system
-   * has no O_TMPFILE, a file in the state dir's barriers/ if that is on the same file system (the
-   * mark is the whole file system's). Throws, saying why, when neither.
+   * O_TMPFILE inode, O_EXCL, in its root (no name a session can reach or give it), whose events
+   * name the root and `#<inode>`; where the file system has no O_TMPFILE, a file in the state
+   * dir's barriers/ if that is on the same file system (the mark is the whole file system's).
+   * Throws, saying why, when neither.
    */
   private openBarrier(ws: Workspace, i: number): void {
     try {
@@ -477,8 +478,9 @@ export class WorkspaceWatcher {
 
   /**
    * A session's workspace entries once nothing of it can write (its cgroup empty): its
-   * barrier's sequence, what was attributed to it, the unattributed events of its lifetime,
-   * and a gap with a scan where the events cannot be vouched for. [] without workspaces.
+   * barrier's sequence (its terminal_mutation), what was attributed to it, the unattributed events
+   * of its lifetime, and a gap with a scan where the events cannot be vouched for (no fanotify, a
+   * queue overflow, a restart, a barrier that did not come back). [] without workspaces.
    */
   async settle(sessionId: string): Promise<WorkspaceEntry[]> {
     if (this.workspaces.length === 0) return [];

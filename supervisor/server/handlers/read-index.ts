@@ -1,10 +1,8 @@
 // read_index: one stream's per-read index (docs/reference/state-dir.md "index.bin"; stream, cursor, length,
 // arrival) from a cursor, for merging streams in arrival order and timestamping (docs/reference/contract.md
-// "Cursors"). Records come from index.bin and, for a live stream, from those still in memory
-// whose bytes are stored (the file lags the chunks by up to 100 ms): read in one turn, so
-// they agree. Bytes are not sent here: they come from subscribe, the index says where each
-// read starts and when it arrived. With follow it is a long poll: no record past `from` yet
-// and the stream not final, the answer waits for the stream to move (or the connection to go).
+// "Cursors"). Bytes are not sent here: they come from subscribe, the index says where each read starts and
+// when it arrived. With follow it is a long poll: no record past `from` yet and the stream not final, the
+// answer waits for the stream to move (or the connection to go).
 import type { IndexRecordWire, ReadIndexResult, StreamName } from '../../../ipc/protocol.js';
 import { readIndexFrom } from '../../../core/state/stream-files.js';
 import type { Session } from '../../session/session.js';
@@ -80,7 +78,11 @@ export function tilingPrefix(
   return { count: records.length, bad: null };
 }
 
-/** The records from `from` now, with what they say about reads not in them (see ReadIndexResult). All synchronous. */
+/**
+ * The records from `from` now, with what they say about reads not in them (see ReadIndexResult). All synchronous.
+ * Records come from index.bin and, for a live stream, from those still in memory whose bytes are stored (the
+ * file lags the chunks by up to 100 ms): read in one turn, so they agree.
+ */
 function indexPage(session: Session, stream: StreamName, from: number, limit: number, onBad: (bad: BadIndexRecord) => void): ReadIndexResult {
   const final = session.streamFinal(stream); // before the records: a final stream gets no more
   const cursor = session.cursor(stream);

@@ -1,4 +1,5 @@
-// resize: a pty session's size (TIOCSWINSZ; its foreground process group gets SIGWINCH).
+// resize: a pty session's size (TIOCSWINSZ; its foreground process group gets SIGWINCH: LiveSession.resize),
+// answered with the size set (docs/reference/protocol.md "Methods").
 import type { Handler } from '../handler.js';
 
 export const resize: Handler<'resize'> = ({ supervisor }, params) => {
