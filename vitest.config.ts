@@ -5,11 +5,12 @@ import { configDefaults, defineConfig } from 'vitest/config';
 
 /**
  * Files that must run with no other test file beside them. escape.test.ts asserts a root
- * session's exact escapes: a write to any cgroup.procs on the host whose writer is gone
- * before the supervisor reads the event (other files' shims, exiting at once) is
- * unattributable and charged to every root session as escape_possible (escape.ts), by design.
+ * session's exact escapes, and probes.test.ts that every probe's death evidence is
+ * cgroup_empty: a write to any cgroup.procs on the host whose writer is gone before the
+ * supervisor reads the event (other files' shims, exiting at once) is unattributable and
+ * charged to every root session as escape_possible (escape.ts), by design.
  */
-const ISOLATED = ['test/e2e/escape.test.ts'];
+const ISOLATED = ['test/e2e/escape.test.ts', 'test/e2e/probes.test.ts'];
 
 export default defineConfig({
   test: {

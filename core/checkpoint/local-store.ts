@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import {
   closeSync,
   constants,
+  existsSync,
   fstatSync,
   fsyncSync,
   ftruncateSync,
@@ -15,11 +16,13 @@ import {
   openSync,
   readdirSync,
   readSync,
+  renameSync,
   rmSync,
   statfsSync,
   unlinkSync,
   writeSync,
 } from 'node:fs';
+import { join } from 'node:path';
 import { type NoReplace, placeNoReplaceAt, writeAll, writeTempAt } from '../fs/durable.js';
 import { native } from '../fs/native.js';
 import { pathAt, openDirAt, SD, statDirRaw, type StatFacts } from '../fs/walk.js';
@@ -178,7 +181,7 @@ export class LocalStoreFiles {
 
   private lockFd = -1;
 
-  /** Records (durably) that the file system of workspace is being frozen: a start finding it thaws it (checkpoint.ts thawLeftFrozen). */
+  /** Records (durably) that the file system of workspace is being frozen: a start finding it thaws it (supervisor/checkpoint/checkpoint.ts thawLeftFrozen). */
   markFrozen(workspace: string): void {
     const fd = openSync(
       pathAt(this.rootFd, Buffer.from(FROZEN_FILE)),
@@ -590,11 +593,135 @@ export class LocalStore implements CheckpointStore {
   }
 
   async listManifests(): Promise<string[]> {
-    return this.fs
-      .list(this.fs.manifestsFd)
-      .filter((n) => /^[0-9a-f]{64}\.json$/.test(n))
-      .map((n) => n.slice(0, 64));
+    return this.manifestIds();
   }
+
+  // --- Upkeep, synchronous: the supervisor's recovery, read-back, published queries and gc
+  // (supervisor/checkpoint/), through names and ids, never the store's fds.
+
+  /** The ids of the manifests in manifests/ (`<64 hex>.json`; anything else there is not one). */
+  manifestIds(): string[] {
+    return idsIn(this.fs.list(this.fs.manifestsFd));
+  }
+
+  /** The ids of the published records in published/. */
+  publishedIds(): string[] {
+    return idsIn(this.fs.list(this.fs.publishedFd));
+  }
+
+  /** Manifests with no published record: written, but their read-back never completed (they claim nothing). */
+  unpublishedIds(): string[] {
+    const published = new Set(this.publishedIds());
+    return this.manifestIds().filter((id) => !published.has(id));
+  }
+
+  /** The bytes of manifest id, or null when it is not there; StoreError refused for a link or non-file. */
+  manifestBytes(id: string): Buffer | null {
+    return this.fs.readRecord(this.fs.manifestsFd, `${id}.json`);
+  }
+
+  /** The bytes of the published record of id, or null when it is not published here. */
+  publishedBytes(id: string): Buffer | null {
+    return this.fs.readRecord(this.fs.publishedFd, `${id}.json`);
+  }
+
+  /** Removes manifest id (no error when gone). */
+  removeManifest(id: string): void {
+    this.fs.remove(this.fs.manifestsFd, `${id}.json`);
+  }
+
+  /** Removes the published record of id (no error when gone): the checkpoint is no longer published here. */
+  removePublished(id: string): void {
+    this.fs.remove(this.fs.publishedFd, `${id}.json`);
+  }
+
+  /** The store's root directory fd (for the checkpoint thread, which opens the store through it); opens the store when needed. */
+  get rootFd(): number {
+    return this.fs.rootFd;
+  }
+
+  /** Removes the store's record of a frozen workspace (the thaw is done). */
+  clearFrozen(): void {
+    this.fs.clearFrozen();
+  }
+
+  /** Removes every temp file in tmp/ (a checkpoint that did not finish). */
+  clearTemp(): void {
+    const fs = this.fs;
+    for (const name of fs.list(fs.tmpFd)) fs.remove(fs.tmpFd, name);
+  }
+
+  /** The object's path (for an upload that reads it by path). */
+  objectPath(sha256: string): string {
+    return join(this.dir, objectKey(sha256));
+  }
+
+  /**
+   * Moves what sits at an object's name (a corrupt file, a planted link or dir: never followed)
+   * into quarantine/ as `<sha256>.<ms>`, so a retry stores it afresh (create-once never
+   * replaces); returns the quarantine dir. Throws ENOENT when nothing is there.
+   */
+  setAside(sha256: string): string {
+    const q = join(this.dir, STORE_DIRS.quarantine);
+    mkdirSync(q, { recursive: true, mode: 0o700 });
+    const fan = this.fs.fanDir(sha256.slice(0, 2));
+    try {
+      const from = pathAt(fan, Buffer.from(sha256));
+      lstatSync(from);
+      renameSync(from, join(q, `${sha256}.${Date.now()}`));
+    } finally {
+      closeSync(fan);
+    }
+    return q;
+  }
+
+  /** Removes every object not in `keep`; what was removed and the bytes it held (lstat sizes). */
+  removeObjectsExcept(keep: Set<string>): { removed: number; freedBytes: number } {
+    const fs = this.fs;
+    let removed = 0;
+    let freedBytes = 0;
+    for (const fan of fs.fanNames()) {
+      const fanFd = fs.fanDir(fan);
+      try {
+        for (const name of fs.list(fanFd)) {
+          if (keep.has(name)) continue;
+          try {
+            freedBytes += lstatSync(pathAt(fanFd, Buffer.from(name))).size;
+          } catch {
+            continue; // gone meanwhile
+          }
+          fs.remove(fanFd, name);
+          removed++;
+        }
+      } finally {
+        closeSync(fanFd);
+      }
+    }
+    return { removed, freedBytes };
+  }
+
+  /** Removes what quarantine/ holds (each entry whole); how many and the bytes (lstat sizes of the top entries). */
+  clearQuarantine(): { removed: number; freedBytes: number } {
+    const q = join(this.dir, STORE_DIRS.quarantine);
+    let removed = 0;
+    let freedBytes = 0;
+    if (!existsSync(q)) return { removed, freedBytes };
+    for (const name of readdirSync(q)) {
+      try {
+        freedBytes += lstatSync(join(q, name)).size;
+        rmSync(join(q, name), { recursive: true, force: true });
+        removed++;
+      } catch {
+        // gone meanwhile
+      }
+    }
+    return { removed, freedBytes };
+  }
+}
+
+/** The ids named by `<64 hex>.json` entries of a listing. */
+function idsIn(names: string[]): string[] {
+  return names.filter((n) => /^[0-9a-f]{64}\.json$/.test(n)).map((n) => n.slice(0, 64));
 }
 
 /**

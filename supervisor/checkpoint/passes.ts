@@ -6,7 +6,7 @@
 // the bound: those paths are `unstable`, as is a file another process's lease keeps shut);
 // optionally one last pass with the file system frozen (FIFREEZE). Owns those loops and their
 // bounds (deadline, free space); not the manifest (manifest.ts, capture-worker.ts) or
-// publication (checkpoint.ts). Blocking by design.
+// publication (publish.ts). Blocking by design.
 //
 // Why a still pass proves a consistent state: every entry was unchanged from its capture (in an
 // earlier pass) to its check (in the last one), and every such interval contains the instant

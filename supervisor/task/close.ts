@@ -1,24 +1,17 @@
-// Tasks: their seals, and the close that ends one (docs/guide/tasks.md "Tasks: complete(task)"). The close,
-// in order: the close record (the workspaces it names; a later close naming others is
-// TASK_CONFLICT), the attempt (resumed when a crash stopped it before its receipt, else the
-// next one), the seal, the settle (the task's sessions end by themselves for up to the
-// timeout, then TERM, grace, KILL with cause close; recovered sessions being reconciled too,
-// then KILL: settleSessions, also the sandbox-wide close's), the watched workspaces the task's
-// receipts name added to the set, then per workspace the final checkpoint (boundary, capture, objects, manifest,
-// read-back, published; taken for this attempt, or found published for it after a crash, or
-// an earlier attempt's that still covers: never a second manifest for one attempt), then the
-// fence (supervisor.json still names this run), the join (join.ts) and the signed task
-// receipt. A complete receipt is final; an incomplete one is replaced by the next attempt.
-// Crash points (fault.ts): task-close:after-attempt, task-close:after-seal, task-close:settling,
-// task-close:after-last-death, checkpoint:* (checkpoint/), task-close:after-checkpoint,
-// task-close:after-receipt-temp, task-close:after-receipt-rename.
+// Tasks: their seals, and the close that ends one (docs/guide/tasks.md "Tasks: complete(task)"): close
+// record, attempt, seal, settle, final checkpoint per workspace, fence, join (join.ts) and the signed task
+// receipt, in that order (Tasks.run). A complete receipt is final; an incomplete one is replaced by the next
+// attempt. Crash points (fault.ts): task-close:* and checkpoint:* (checkpoint/), listed at Tasks.run.
 import { join, resolve } from 'node:path';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { CheckpointResult, Receipt, TaskCheckpointEntry, TaskReceipt, TaskSealResult, TaskSessionEntry } from '../../ipc/protocol.js';
 import { readRecord } from '../../core/state/records.js';
 import { STATE, taskDirName } from '../../core/state/names.js';
 import { receiptDigest } from '../../core/receipts/verify.js';
-import { Checkpoints } from '../checkpoint/checkpoint.js';
+import type { Checkpoints } from '../checkpoint/checkpoint.js';
+import type { PublishedCheckpoint } from '../checkpoint/published.js';
+import { realWorkspace } from '../checkpoint/workspace-check.js';
+import { mountsSkipped } from '../../core/checkpoint/manifest.js';
 import { faultPoint } from '../../core/fault.js';
 import { setDeadline } from '../timers.js';
 import type { SessionContext } from '../session/context.js';
@@ -104,6 +97,27 @@ function retiredEntry(r: TombstoneRecord, workspaces: JoinWorkspace[]): TaskSess
   };
 }
 
+/** What a task receipt says of a published checkpoint read back from the local store (published.ts): its manifest's facts and its record's read-back. */
+function publishedEntry(workspace: string, p: PublishedCheckpoint, store: string): TaskCheckpointEntry {
+  const { manifest, record } = p;
+  return {
+    workspace,
+    checkpoint_id: p.id,
+    store,
+    started_at: manifest.started_at,
+    boundary: manifest.boundary,
+    scan_digest: manifest.scan.digest,
+    consistent: manifest.consistent,
+    unstable: manifest.unstable.slice(0, 100),
+    unstable_count: manifest.unstable.length,
+    mounts_skipped: mountsSkipped(manifest),
+    read_back: { exact: true, objects: record.read_back.objects, bytes: record.read_back.bytes, at: record.read_back.at },
+    fence: { instance: manifest.supervisor.instance, generation: manifest.supervisor.generation, boot_id: manifest.supervisor.boot_id },
+    close_attempt: manifest.close_attempt ?? null,
+    error: null,
+  };
+}
+
 /** A published checkpoint as the task receipt lists it. */
 function checkpointEntry(workspace: string, r: CheckpointResult, attempt: number): TaskCheckpointEntry {
   return {
@@ -182,7 +196,7 @@ export class Tasks {
   }
 
   /**
-   * The close of one task (the order is this file's header). workspaces: absolute paths,
+   * The close of one task (the order is run()'s). workspaces: absolute paths,
    * default the task's first close's, else every watched workspace. Resolves with the task
    * receipt (complete or not); rejects with TASK_CONFLICT when the task's close named other
    * workspaces, INVALID_ARGUMENT when a first close names one no checkpoint can be taken of
@@ -287,6 +301,20 @@ export class Tasks {
     );
   }
 
+  /**
+   * The close, in order: the close record (the workspaces it names; a later close naming others is
+   * TASK_CONFLICT), the attempt (resumed when a crash stopped it before its receipt, else the
+   * next one), the seal, the settle (the task's sessions end by themselves for up to the
+   * timeout, then TERM, grace, KILL with cause close; recovered sessions being reconciled too,
+   * then KILL: settleSessions, also the sandbox-wide close's), the watched workspaces the task's
+   * receipts name added to the set, then per workspace the final checkpoint (boundary, capture, objects, manifest,
+   * read-back, published; taken for this attempt, or found published for it after a crash, or
+   * an earlier attempt's that still covers: never a second manifest for one attempt), then the
+   * fence (supervisor.json still names this run), the join (join.ts) and the signed task
+   * receipt. Crash points (fault.ts): task-close:after-attempt, task-close:after-seal, task-close:settling,
+   * task-close:after-last-death, checkpoint:* (checkpoint/), task-close:after-checkpoint,
+   * task-close:after-receipt-temp, task-close:after-receipt-rename.
+   */
   private async run(task: string, timeoutMs: number, workspaces: string[], named: boolean, settled: Set<string> | undefined): Promise<TaskReceipt> {
     const { ctx } = this.deps;
     const { identity, log } = ctx;
@@ -354,7 +382,7 @@ export class Tasks {
     const waiting = joinSessions.some((s) => !s.receipt && s.state !== 'retired');
     const toJoin = (paths: string[]): JoinWorkspace[] =>
       paths.map((path) => {
-        const real = Checkpoints.realWorkspace(path);
+        const real = realWorkspace(path);
         return { path, root: real ? ctx.watcher.rootOf(real) : null };
       });
     // The close covers every watched workspace the task's receipts name, recorded so that
@@ -392,7 +420,7 @@ export class Tasks {
     // resumed attempt's, an earlier attempt's reused); checked in one synchronous stretch with
     // the signing and the write below, so no gc (it runs between awaits) comes in between.
     checkpoints.forEach((cp, i) => {
-      if (cp.checkpoint_id === null || this.deps.checkpoints.isPublished(cp.checkpoint_id)) return;
+      if (cp.checkpoint_id === null || this.deps.checkpoints.published.isPublished(cp.checkpoint_id)) return;
       const gone = new SupervisorError(
         'CHECKPOINT_FAILED',
         `checkpoint ${cp.checkpoint_id} is no longer published in ${this.deps.checkpoints.local.dir} (removed by sbx gc?)`,
@@ -538,25 +566,25 @@ export class Tasks {
     const recorded = attempt.checkpoints[w.path];
     if (recorded) return recorded;
     const { checkpoints, ctx } = this.deps;
-    const real = Checkpoints.realWorkspace(w.path);
+    const real = realWorkspace(w.path);
     const describe = (id: string): TaskCheckpointEntry | null => {
       try {
-        const { manifestWorkspace, ...rest } = checkpoints.describePublished(id);
+        const published = checkpoints.published.read(id);
         // Of this directory as it resolves now (a symlinked workspace retargeted since is another tree).
-        if (manifestWorkspace !== real) return null;
-        return { workspace: w.path, ...rest, error: null };
+        if (published.manifest.workspace !== real) return null;
+        return publishedEntry(w.path, published, checkpoints.location);
       } catch (err) {
         ctx.log.warn({ err, checkpoint_id: id, task }, 'task close: a checkpoint it took cannot be used');
         return null;
       }
     };
-    const found = real ? checkpoints.findClosePublished(task, attempt.attempt, real) : null;
+    const found = real ? checkpoints.published.findForClose(task, attempt.attempt, real) : null;
     if (found) {
       const entry = describe(found);
       if (entry) {
         // A crash may have come between its local and its remote published record.
         try {
-          await checkpoints.publishRemote(found);
+          await checkpoints.published.putRemote(found);
         } catch (err) {
           if (!(err instanceof SupervisorError)) throw err;
           return noCheckpoint(w.path, err, attempt.attempt);

@@ -47,7 +47,13 @@ describe('hand-off of leftovers (the default)', () => {
   it('a backgrounded sleep goes on as a service: the command ends at once with its status, the service has its own id, leaf, ps row, logs and receipt', async () => {
     const m = marker();
     const t = task();
-    const r = await run(['--task', t], ['sh', '-c', `echo before; (sleep ${m}; echo late) & echo started; exit 3`]);
+    // The leader exits once the subshell has forked its sleep (the pid file is written after the
+    // fork), so both are left at its exit: without the wait a loaded machine ends it first.
+    const pidFile = join(daemon.dir, `sleep-${m}.pid`);
+    const r = await run(
+      ['--task', t],
+      ['sh', '-c', `echo before; (sleep ${m} & echo $! > ${pidFile}; wait; echo late) & until [ -s ${pidFile} ]; do :; done; echo started; exit 3`],
+    );
     expect(r.status).toBe(3);
     expect(r.stdout.toString()).toBe('before\nstarted\n');
     expect(r.receipt.outcome).toBe('exited');
