@@ -5,6 +5,7 @@
 // the decision out (test/unit/admission.test.ts).
 import { SupervisorError } from '../ipc/errors.js';
 import type { LingerPolicy, SessionState } from '../ipc/protocol.js';
+import type { SessionRequest } from './session/context.js';
 
 export interface AdmissionRequest {
   invocationKey: string;
@@ -24,6 +25,11 @@ export interface CommandFields {
   user: string | null;
   pty: boolean;
   stdin: 'null' | 'stream';
+}
+
+/** A session request's command as admission compares it and the digest covers it (exactly these fields). */
+export function commandOf(req: Pick<SessionRequest, 'argv' | 'cwd' | 'env' | 'user' | 'pty' | 'stdin'>): CommandFields {
+  return { argv: req.argv, cwd: req.cwd, env: req.env, user: req.user, pty: req.pty !== null, stdin: req.stdin };
 }
 
 /** The digest's fields, in the contract's order, as KEY_CONFLICT's details.differs names them. */

@@ -1,12 +1,10 @@
 // The registry: every session by id and by invocation key, restored from the state dir at
-// start (recovered sessions: ended, or unknown until reconciliation), launched through the
-// admission decision (admission.ts), found for every request, and shut down so that each is
-// settled. Identity and the lock are identity.ts, seal and close close.ts, retention
-// retention.ts, status status.ts; one session's life is session/, the socket server/.
-import { randomBytes } from 'node:crypto';
-import { mkdirSync, statSync } from 'node:fs';
+// start (recovered sessions: ended, or unknown until reconciliation), launched (the request made
+// by launch-request.ts, the decision admission.ts's), found for every request, and shut down so
+// that each is settled. Seal and close are close.ts, retention retention.ts, status status.ts.
+import { mkdirSync } from 'node:fs';
 import { userInfo } from 'node:os';
-import { isAbsolute, join } from 'node:path';
+import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import type { GcResult, SealResult } from '../ipc/methods.js';
@@ -23,9 +21,10 @@ import {
   type TaskSealResult,
 } from '../ipc/protocol.js';
 import { keyRecordName, STATE } from '../core/state/names.js';
-import { admit, resolveLinger } from './admission.js';
+import { admit, commandOf } from './admission.js';
+import { launchRequest, SERVICE_KEY_PREFIX } from './launch-request.js';
 import { CgroupTree } from './cgroup.js';
-import { defaultLimitsProblem, effectiveLimits, hasLimits, limitHost, limitRefusal } from './limits.js';
+import { defaultLimitsProblem, hasLimits, limitHost, limitRefusal } from './limits.js';
 import { Checkpoints, thawLeftFrozen } from './checkpoint/checkpoint.js';
 import { Closing } from './close.js';
 import { Tasks } from './task/close.js';
@@ -41,7 +40,6 @@ import { Retention } from './retention.js';
 import type { OperatorAttestation, SessionContext, SessionRequest } from './session/context.js';
 import { isSettled } from './session/lifecycle.js';
 import { LiveSession } from './session/live.js';
-import { commandDigest } from './session/receipt.js';
 import { RecoveredSession } from './session/recovered.js';
 import type { Session } from './session/session.js';
 import { ReceiptSigner } from './signing.js';
@@ -49,14 +47,11 @@ import { StatusReporter } from './status.js';
 import { HashPool, hashWorkerPath } from './store/hasher.js';
 import { KeyIndex } from './store/records.js';
 import { StorageGuard, thresholdWarnings } from './store/storage.js';
-import { lookupUser } from './users.js';
 import type { SupervisorMetrics } from './metrics/registry.js';
 import { errnoCode } from '../ipc/errno.js';
 
 /** The shortest session id prefix find() resolves (a shorter one must be the exact id): 3 characters, as `s-` starts every id. */
 export const MIN_ID_PREFIX = 3;
-/** The invocation keys of services of leftovers (`service:<origin id>`): refused in a launch, so no client can take one first. */
-export const SERVICE_KEY_PREFIX = 'service:';
 
 /** At most this many ids in an ambiguous prefix's details.matches (details.count has them all). */
 const MAX_PREFIX_MATCHES = 100;
@@ -369,61 +364,24 @@ export class Supervisor {
    * another command. Admission record, key record, then spawn: all synchronous, so a
    * concurrent launch with this key finds it registered. Counted by outcome (metrics).
    */
-  launch(params: LaunchParams): LaunchResult {
-    let result: LaunchResult;
+  launch(params: LaunchParams): { result: LaunchResult; session: Session | null } {
+    let launched: { result: LaunchResult; session: Session | null };
     try {
-      result = this.admitAndStart(params);
+      launched = this.admitAndStart(params);
     } catch (err) {
       this.metrics?.launchRefused(err);
       throw err;
     }
-    this.metrics?.launched(result.existing ? 'existing' : 'started');
-    return result;
+    this.metrics?.launched(launched.result.existing ? 'existing' : 'started');
+    return launched;
   }
 
-  private admitAndStart(params: LaunchParams): LaunchResult {
+  private admitAndStart(params: LaunchParams): { result: LaunchResult; session: Session | null } {
     if (this.stopping) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping');
-    if (!isAbsolute(params.cwd)) throw new SupervisorError('INVALID_ARGUMENT', `cwd must be absolute: ${params.cwd}`);
-    let cwdIsDir = false;
-    let cwdError = '';
-    try {
-      cwdIsDir = statSync(params.cwd).isDirectory();
-    } catch (err) {
-      cwdError = errnoCode(err) === 'ENOENT' ? 'does not exist' : `cannot be looked up (${errnoCode(err)})`;
-    }
-    if (!cwdIsDir) throw new SupervisorError('INVALID_ARGUMENT', `cwd ${cwdError || 'is not a directory'}: ${params.cwd}`);
-    const env = params.env ?? {};
-    const userSpec = params.user ?? (this.config.session.user !== undefined ? String(this.config.session.user) : null);
-    const sessionUser = userSpec === null ? null : lookupUser(userSpec);
-    if (sessionUser && process.getuid?.() !== 0 && sessionUser.uid !== process.getuid?.()) {
-      throw new SupervisorError('INVALID_ARGUMENT', `user: running as ${userSpec} needs a root supervisor`, { field: 'user' });
-    }
-    const pty = params.pty ? { cols: params.pty.cols ?? 80, rows: params.pty.rows ?? 24 } : null;
-    const stdin = params.stdin ? 'stream' : 'null';
-    if (params.keep_after_close && !params.service)
-      throw new SupervisorError('INVALID_ARGUMENT', 'keep_after_close is for a service: give service too (sbx run --service --keep-after-close)', {
-        field: 'keep_after_close',
-      });
-    // A service goes on while any process of it runs (wait), unless it names another linger.
-    const linger = resolveLinger(params.linger ?? null, params.service ? 'wait' : this.config.session.defaultLinger, {
-      cgroup: this.ctx.tree !== null,
-      pty: pty !== null,
-    });
-    const digest = commandDigest({ argv: params.argv, cwd: params.cwd, env, pty: pty !== null, stdin, user: userSpec });
-    if (params.invocation_key?.startsWith(SERVICE_KEY_PREFIX)) {
-      throw new SupervisorError(
-        'INVALID_ARGUMENT',
-        `invocation keys starting with ${JSON.stringify(SERVICE_KEY_PREFIX)} are the supervisor's own (the services it hands leftovers to); choose another key`,
-        { field: 'invocation_key' },
-      );
-    }
-    const key = params.invocation_key ?? `auto-${randomBytes(12).toString('hex')}`;
-    const task = params.task ?? DEFAULT_TASK;
-    // Not in the digest (as the deadline is not): a retry of the key answers with its session as admitted.
-    const limits = effectiveLimits(
-      { memory_max_bytes: params.memory_max_bytes, pids_max: params.pids_max, cpus: params.cpus },
-      this.config.session.defaultLimits,
-    );
+    const { request, command } = launchRequest(params, { config: this.config, self: this.self, cgroup: this.ctx.tree !== null });
+    const { invocationKey: key, commandDigest: digest } = request;
+    const limits = request.limits ?? {};
+    const task = request.task ?? DEFAULT_TASK;
 
     const storage = this.ctx.storage;
     let freeBytes = storage.freeBytes();
@@ -434,7 +392,7 @@ export class Supervisor {
     const existing = this.byKey.get(key);
     const retired = existing ? undefined : this.retention.tombstone({ invocationKey: key });
     const decision = admit(
-      { invocationKey: key, commandDigest: digest, task, command: { argv: params.argv, cwd: params.cwd, env, user: userSpec, pty: pty !== null, stdin } },
+      { invocationKey: key, commandDigest: digest, task, command },
       {
         existing: existing
           ? {
@@ -442,14 +400,7 @@ export class Supervisor {
               commandDigest: existing.req.commandDigest,
               state: existing.state,
               task: existing.req.task,
-              command: {
-                argv: existing.req.argv,
-                cwd: existing.req.cwd,
-                env: existing.req.env,
-                user: existing.req.user,
-                pty: existing.req.pty !== null,
-                stdin: existing.req.stdin,
-              },
+              command: commandOf(existing.req),
             }
           : null,
         retired: retired
@@ -465,43 +416,12 @@ export class Supervisor {
     );
     if (decision.kind === 'refuse') throw decision.error;
     if (decision.kind === 'existing')
-      return { session_id: decision.sessionId, invocation_key: key, existing: true, state: decision.state, command_digest: digest };
+      return {
+        result: { session_id: decision.sessionId, invocation_key: key, existing: true, state: decision.state, command_digest: digest },
+        session: this.sessions.get(decision.sessionId) ?? null,
+      };
 
-    const self = this.self;
-    const userName = sessionUser ? (sessionUser.name ?? String(sessionUser.uid)) : self.username;
-    const leaderEnv: Record<string, string> = {
-      PATH: this.config.session.path,
-      HOME: sessionUser ? sessionUser.home : self.homedir,
-      USER: userName,
-      LOGNAME: userName,
-      LANG: this.config.session.lang,
-      ...(pty ? { TERM: 'xterm-256color' } : {}),
-      ...(params.inherit_env ?? {}),
-      ...env,
-    };
-    const session = new LiveSession(
-      newSessionId(),
-      {
-        argv: params.argv,
-        cwd: params.cwd,
-        env,
-        leaderEnv,
-        invocationKey: key,
-        commandDigest: digest,
-        timeoutMs: params.timeout_ms ?? 0,
-        graceMs: params.grace_ms ?? this.config.session.defaultGraceMs,
-        linger,
-        chunkBytes: this.config.drain.chunkBytes,
-        user: userSpec,
-        sessionUser,
-        pty,
-        stdin,
-        task,
-        service: params.service ? { handed_off_from: null, keep_after_close: params.keep_after_close === true } : null,
-        limits,
-      },
-      this.ctx,
-    );
+    const session = new LiveSession(newSessionId(), request, this.ctx);
     // Admission record, then key record, both durable, then spawn (docs/design/facts.md 9).
     let keyStep = false;
     try {
@@ -544,7 +464,7 @@ export class Supervisor {
     void session.ended.then((receipt) => {
       if (receipt) this.log.info({ session_id: session.id, outcome: receipt.outcome, exit: receipt.exit }, 'session ended');
     });
-    return { session_id: session.id, invocation_key: key, existing: false, state: session.state, command_digest: digest };
+    return { result: { session_id: session.id, invocation_key: key, existing: false, state: session.state, command_digest: digest }, session };
   }
 
   /**

@@ -1,9 +1,7 @@
 // Where checkpoints are kept: the store interface every backend implements (local directory,
 // S3), its one error class, and how `checkpoint.store` names one. Owns the contract only; the
-// local store's files are local-store.ts, S3's s3-store.ts (loaded only for an s3:// URL, so
-// the AWS SDK costs nothing otherwise). A checkpoint always writes its objects to the local
-// store first (the scanning thread writes them there, create-once); a remote store is given
-// each object from that local file, then the manifest, then reads them back.
+// files are local-store.ts and s3-store.ts (loaded only for an s3:// URL: the AWS SDK costs
+// nothing otherwise). Objects reach the local store first; a remote one is given each from it.
 import { createHash } from 'node:crypto';
 
 /** Why a store call failed: `missing` (no such object/manifest), `conflict` (a precondition failed: a wrong ETag), `refused` (a planted link, not a regular file), `io` (anything else: the message says). */

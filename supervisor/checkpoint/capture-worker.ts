@@ -1,9 +1,7 @@
-// The checkpoint thread (worker_threads; one kept per supervisor, capture.ts runs it): a
-// checkpoint up to its stored manifest (the capture, passes.ts; then the manifest built,
-// canonicalised once, signed and written last, create-once) and the read-back of a stored
-// manifest (its bytes, form and signature, then every object re-hashed). Owns those steps and
-// the thread's message loop; nothing of a tree's size goes back to the event loop. Blocking
-// by design: never on the event loop.
+// The checkpoint thread (worker_threads; capture.ts runs it): a checkpoint up to its stored
+// manifest (the capture, passes.ts; then the manifest built, canonicalised once, signed and
+// written last, create-once) and the read-back of a stored manifest (bytes, form, signature,
+// then every object re-hashed). Owns those steps and the message loop; blocking by design.
 import { createHash, createPrivateKey, createPublicKey, sign, verify } from 'node:crypto';
 import { closeSync, constants, openSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';

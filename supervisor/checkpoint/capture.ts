@@ -1,11 +1,7 @@
-// The checkpoint thread: one worker_thread per supervisor (capture-worker.ts, loaded from dist/
-// as scan.ts loads its worker), started on first use and kept, that runs the blocking steps
-// (the checkpoint up to its manifest, the read-back) one at a time and answers each by id; progress messages go to the caller
-// as they come. One kept thread, not one per step: each new thread's heap and malloc arena
-// stayed behind (measured: +20 MiB RSS per step, never returned). A thread that dies fails the
-// step it ran (checkpoint_failed) and is replaced at the next one. Owns the thread's life, and
-// thawing from this thread what its frozen pass froze (FITHAW) when the thread dies, is stopped,
-// overruns, or this process exits; not the steps. Never runs a step on the caller's thread.
+// The checkpoint thread's owner: one worker_thread per supervisor (capture-worker.ts), started
+// on first use and kept, running the blocking steps one at a time and answering each by id. A
+// thread that dies fails the step it ran and is replaced; what its frozen pass froze is thawed
+// from here (FITHAW) when it dies, is stopped, overruns, or this process exits.
 import { closeSync, constants, existsSync, openSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -54,6 +50,11 @@ function workerPath(): string | null {
   return null;
 }
 
+/**
+ * One kept thread, not one per step: each new thread's heap and malloc arena stayed behind
+ * (measured: +20 MiB RSS per step, never returned). Loaded from dist/ as scan.ts loads its
+ * worker; progress messages go to the caller as they come; never runs a step on the caller's thread.
+ */
 export class CheckpointThread {
   private worker: Worker | null = null;
   private nextId = 1;

@@ -1,16 +1,8 @@
-// The capture (in the checkpoint thread, capture-worker.ts): walks a workspace (core/fs/walk.ts:
-// directory fds, no link followed, one file system), hashes each regular file and stores its
-// object in the local store create-once (local-store.ts), then walks again comparing each
-// entry's type, size, mode, owner, mtime, ctime and inode (with verifyContent, its content)
-// with what was captured, re-capturing what moved, until a whole pass sees nothing move (or
-// the bound: those paths are `unstable`, as is a file another process's lease keeps shut);
-// optionally one last pass with the file system frozen (FIFREEZE). Owns those loops and their
-// bounds (deadline, free space); not the manifest (manifest.ts, capture-worker.ts) or
-// publication (publish.ts). Blocking by design.
-//
-// Why a still pass proves a consistent state: every entry was unchanged from its capture (in an
-// earlier pass) to its check (in the last one), and every such interval contains the instant
-// between the two passes, so at that instant the tree was exactly what was captured.
+// The capture (in the checkpoint thread): walks a workspace (core/fs/walk.ts), hashes each regular
+// file into the local store create-once, then walks again comparing type, size, mode, owner,
+// mtime, ctime and inode, re-capturing what moved, until a whole pass sees nothing move (else
+// `unstable`); optionally one last pass frozen (FIFREEZE). Owns those loops and their bounds
+// (deadline, free space); not the manifest (capture-worker.ts) or publication (publish.ts).
 import { createHash } from 'node:crypto';
 import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readFileSync, readSync } from 'node:fs';
 import { faultPoint } from '../../core/fault.js';
@@ -25,6 +17,13 @@ import type { CaptureSeed } from './stat-cache.js';
 import { StoreError } from '../../core/checkpoint/store.js';
 import { errnoCode, systemError } from '../../ipc/errno.js';
 
+/*
+ * Why a still pass proves a consistent state: every entry was unchanged from its capture (in an
+ * earlier pass) to its check (in the last one), and every such interval contains the instant
+ * between the two passes, so at that instant the tree was exactly what was captured. The walk
+ * takes directory fds, follows no link and stays on one file system; a file another process's
+ * write lease keeps shut is `unstable` too; with verifyContent each pass compares content.
+ */
 export interface CaptureRequest {
   kind: 'capture';
   root: string;

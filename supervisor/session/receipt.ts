@@ -16,23 +16,17 @@ import type {
   TerminationCause,
   WorkspaceEntry,
 } from '../../ipc/protocol.js';
-
-/** What the command digest covers (docs/reference/contract.md "Session environment and command digest"). */
-export interface DigestInput {
-  argv: string[];
-  cwd: string;
-  /** Only what the request set, by name. */
-  env: Record<string, string>;
-  pty: boolean;
-  stdin: 'null' | 'stream';
-  user: string | null;
-}
-
+import type { CommandFields } from '../admission.js';
 import { jcs } from '../../core/receipts/verify.js';
 
-/** "sha256:" + hex SHA-256 of the JCS encoding of the digest input. */
-export function commandDigest(input: DigestInput): string {
-  return `sha256:${createHash('sha256').update(jcs(input)).digest('hex')}`;
+/**
+ * "sha256:" + hex SHA-256 of the JCS encoding of the command (docs/reference/contract.md
+ * "Session environment and command digest"): exactly argv, cwd, env (only what the request
+ * set), pty, stdin and user, whatever else the object holds.
+ */
+export function commandDigest(c: CommandFields): string {
+  const { argv, cwd, env, pty, stdin, user } = c;
+  return `sha256:${createHash('sha256').update(jcs({ argv, cwd, env, pty, stdin, user })).digest('hex')}`;
 }
 
 export interface SpawnFailureFact {

@@ -5,9 +5,8 @@
 import type { Handler } from '../handler.js';
 
 export const launch: Handler<'launch'> = ({ supervisor, conn }, params) => {
-  const result = supervisor.launch(params);
-  if (result.state === 'retired') return result; // no session object any more
-  const session = supervisor.find({ session_id: result.session_id });
+  const { result, session } = supervisor.launch(params);
+  if (!session) return result; // retired: no session object any more
   if (params.on_disconnect === 'cancel' && !result.existing) {
     conn.socket.once('close', () => void session.terminate('cancel'));
   }
