@@ -14,6 +14,7 @@ import { readReceipt } from './store/receipt-file.js';
 import { readRetired, removeSessionDir, writeRetired, type TombstoneRecord as RetiredRecord } from './store/records.js';
 import { planRetention } from './store/retention.js';
 import type { StorageGuard } from './store/storage.js';
+import { beginOutputRemoval, finishOutputRemoval } from './store/output-removal.js';
 
 /** What retention needs of the registry. */
 export interface RetentionHost {
@@ -122,7 +123,13 @@ export class Retention {
     const retired: string[] = [];
     for (const id of plan.removeOutput) {
       try {
-        freed += sessions.get(id)!.removeOutput();
+        const s = sessions.get(id)!;
+        if (s.state !== 'ended' || s.outputRemoved) continue;
+        const bytes = s.outputBytes();
+        beginOutputRemoval(s.dir);
+        s.outputRemoved = true; // from the rename on, its output is gone to readers
+        finishOutputRemoval(s.dir, bytes);
+        freed += bytes;
         removedOutput.push(id);
       } catch (err) {
         this.log.error({ err, session_id: id }, 'retention could not remove this output; left for the next run');

@@ -1,7 +1,7 @@
 // The workspace walker: every entry under a root, reached through directory fds, so depth is bounded by the
 // kernel and the fd limit (one fd per level), never by PATH_MAX; symlinks are entries (lstat, readlink),
-// never followed. Owns the walk and its errors; not what a scan makes of the entries (digest.ts), nor threads
-// (scan.ts runs it in a worker: it blocks). See openat(2), open(2) O_NOFOLLOW/O_DIRECTORY, proc(5)
+// never followed. Owns the walk and its errors; not what a scan makes of the entries (supervisor/workspace/digest.ts), nor threads
+// (supervisor/workspace/scan.ts runs it in a worker: it blocks). See openat(2), open(2) O_NOFOLLOW/O_DIRECTORY, proc(5)
 // /proc/self/fd, path_resolution(7).
 import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, statSync, type BigIntStats } from 'node:fs';
 import { endianness, constants as osConstants } from 'node:os';

@@ -2,6 +2,7 @@
 // and `sbx verify` re-reads, and the checkpoint store's dirs. Names only, no schemas (no zod), so
 // the hashing and checkpoint threads can load it; the records are core/state/records.ts.
 import { createHash } from 'node:crypto';
+import type { StreamName } from '../../ipc/protocol.js';
 
 /** Files and dirs directly in the state dir. */
 export const STATE = {
@@ -46,6 +47,9 @@ export function chunkFileName(startCursor: number): string {
 }
 
 // Transient names: made, and cleared, by the supervisor around the records above.
+
+/** In a session dir: one dir per stream, named as the stream. */
+export const ALL_STREAMS: readonly StreamName[] = ['stdout', 'stderr', 'pty'];
 
 /** A stream dir retention is removing, first renamed to this (a restart finishes the removal). */
 export function removedStreamDirName(stream: string): string {

@@ -1,6 +1,6 @@
 // What every request handler gets and returns: the method's validated params (schemas.ts)
 // and its result type (ipc/methods.ts). One handler per verb lives in handlers/; the
-// dispatch (server.ts) validates, counts the request in flight, and sends what it returns.
+// dispatch (dispatch.ts) validates, counts the request in flight, and sends what it returns.
 import type { z } from 'zod';
 import type { MethodName, ResultOf } from '../../ipc/methods.js';
 import type { ParamsSchemas } from '../../ipc/schemas.js';

@@ -13,7 +13,9 @@ import { readStarted, type AdmissionRecord } from '../store/records.js';
 import type { SessionContext, SessionRequest } from './context.js';
 import { escalate, type EscalationStep } from './escalation.js';
 import { bootChanged, cgroupEmpty, recoveredCourse } from './evidence.js';
-import { ALL_STREAMS, RECEIPT_RETRY_FIRST_MS, Session } from './session.js';
+import { RECEIPT_RETRY_FIRST_MS, Session } from './session.js';
+import { ALL_STREAMS } from '../../core/state/names.js';
+import { finishOutputRemoval, outputRemovalBegun } from '../store/output-removal.js';
 
 export class RecoveredSession extends Session {
   /** Durable bytes per stream on disk (what the supervisor that drained them stored). */
@@ -51,11 +53,11 @@ export class RecoveredSession extends Session {
     };
     const session = new RecoveredSession(record.session_id, req, ctx, new Date(record.admitted_at), receipt);
     session.admission = record;
-    const removing = session.outputRemovalBegun();
+    const removing = outputRemovalBegun(session.dir);
     session.outputRemoved = removing || existsSync(join(session.dir, OUTPUT_REMOVED_FILE));
     if (removing) {
       try {
-        session.finishOutputRemoval(null);
+        finishOutputRemoval(session.dir, null);
       } catch (err) {
         ctx.log.warn({ err, session_id: session.id }, 'could not finish removing output a crash interrupted');
       }

@@ -4,16 +4,14 @@
 // (leader, drains, stdin, pty) is live.ts; what only a recovered one does (reconciliation) is recovered.ts.
 // Not the registry, not the socket.
 import { EventEmitter } from 'node:events';
-import { existsSync, lstatSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { Receipt, SessionState, SessionSummary, StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
-import { OUTPUT_REMOVED_FILE, RECEIPT_FILE, removedStreamDirName, unreadableName } from '../../core/state/names.js';
+import { RECEIPT_FILE, unreadableName } from '../../core/state/names.js';
 import { indexDigest, storedChunks } from '../../core/state/stream-files.js';
 import { receiptDigest } from '../../core/receipts/verify.js';
 import type { CgroupLeaf } from '../cgroup.js';
-import { faultPoint } from '../../core/fault.js';
-import { createFileDurable, fsyncDir } from '../../core/fs/durable.js';
 import { existsNoFollow, factsOf, writeReceiptFile, writeReservedFacts } from '../store/receipt-file.js';
 import type { ReadRecord } from '../store/chunks.js';
 import { readEscapeAttested, writeEscapeAttested, type AdmissionRecord, type EscapeAttestedRecord } from '../store/records.js';
@@ -23,8 +21,8 @@ import { stillEscaped } from './escape.js';
 import { isSettled, Lifecycle, type InitialState } from './lifecycle.js';
 import { buildReceipt, type ReceiptFacts } from './receipt.js';
 import { errnoCode } from '../../ipc/errno.js';
+import { ALL_STREAMS } from '../../core/state/names.js';
 
-export const ALL_STREAMS: readonly StreamName[] = ['stdout', 'stderr', 'pty'];
 /** First and longest wait between attempts to write a receipt the disk had no room for. */
 export const RECEIPT_RETRY_FIRST_MS = 1000;
 /** Errors a receipt write is retried after (the resource comes back), with what they mean; any other is for good. */
@@ -187,46 +185,6 @@ export abstract class Session extends EventEmitter {
       }
     }
     return bytes;
-  }
-
-  /**
-   * Removes an ended session's chunk files and index (retention); the receipt and admission
-   * record stay. Each stream dir is first renamed `.removed-<stream>` (durably: that rename is
-   * the decision, and needs no free block, so it works on a full disk), then its files go,
-   * then the marker (output-removed.json) says so to readers and `sbx verify`; a restart
-   * finishes what a crash interrupted. Returns the bytes freed.
-   */
-  removeOutput(): number {
-    if (this.state !== 'ended' || this.outputRemoved) return 0;
-    const bytes = this.outputBytes();
-    for (const stream of ALL_STREAMS) {
-      if (existsSync(this.streamDir(stream))) renameSync(this.streamDir(stream), join(this.dir, removedStreamDirName(stream)));
-    }
-    fsyncDir(this.dir);
-    this.outputRemoved = true;
-    this.finishOutputRemoval(bytes);
-    return bytes;
-  }
-
-  /** Whether retention had begun to remove this session's output (a `.removed-<stream>` is left). */
-  protected outputRemovalBegun(): boolean {
-    return ALL_STREAMS.some((stream) => existsSync(join(this.dir, removedStreamDirName(stream))));
-  }
-
-  /**
-   * Empties the renamed stream dirs (the space comes back), writes the marker (if it is not
-   * there yet), and only then removes the empty dirs: until the marker is durable, an empty
-   * `.removed-<stream>` stays as the trace a restart finishes from.
-   */
-  protected finishOutputRemoval(bytes: number | null): void {
-    const renamed = ALL_STREAMS.map((stream) => join(this.dir, removedStreamDirName(stream))).filter((dir) => existsSync(dir));
-    for (const dir of renamed) for (const name of readdirSync(dir)) rmSync(join(dir, name), { force: true });
-    if (!existsSync(join(this.dir, OUTPUT_REMOVED_FILE))) {
-      faultPoint('retention:before-marker');
-      createFileDurable(join(this.dir, OUTPUT_REMOVED_FILE), JSON.stringify({ removed_at: new Date().toISOString(), bytes }) + '\n');
-    }
-    for (const dir of renamed) rmSync(dir, { recursive: true, force: true });
-    fsyncDir(this.dir);
   }
 
   /** Live processes in the session now (cgroup mode), else null. */

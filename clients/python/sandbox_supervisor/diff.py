@@ -1,7 +1,7 @@
 """``sbx diff`` in Python, for the local checkpoint store: what changed between two published
 checkpoints, from their manifests alone (core/checkpoint/diff.ts, the same result as
 ``sbx diff --json``). Owns the comparison's port; the manifest checks are state_verify.py's
-(as restore.py uses them); an s3:// store is sbx's (client.diff_checkpoints runs it).
+(as restore.py uses them); an s3:// store is sbx's (checkpoints.diff_checkpoints runs it).
 """
 from __future__ import annotations
 
