@@ -204,9 +204,6 @@ export class Supervisor {
         batchMs: config.workspace.batchMs,
         maxQueuedEvents: config.workspace.maxQueuedEvents,
         reportModify: config.workspace.reportModify,
-        limitedQueue: process.env.SBX_TEST_WATCH_LIMITED_QUEUE === '1',
-        pauseFile: process.env.SBX_TEST_WATCH_PAUSE_FILE || undefined,
-        noTmpfile: process.env.SBX_TEST_WATCH_NO_TMPFILE === '1',
       }),
       admitHandoff: () => {
         throw new Error('no registry yet');

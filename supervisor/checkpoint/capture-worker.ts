@@ -26,6 +26,7 @@ import { pathOf, runCapture, runRehash, type CaptureRequest, type CaptureResult,
 import { StatCache, VerifiedObjects } from './stat-cache.js';
 import { StoreError } from '../../core/checkpoint/store.js';
 import { systemError } from '../../ipc/errno.js';
+import { testHooks } from '../../core/test-hooks.js';
 
 export type { CaptureRequest, CaptureResult, CapturedEntry, RehashRequest, RehashResult, WorkerProgress, WorkerReply } from './passes.js';
 export { runCapture, runRehash } from './passes.js';
@@ -104,15 +105,10 @@ const SHOWN_UNSTABLE = 100;
 const statCache = new StatCache();
 const verified = new VerifiedObjects();
 
-/**
- * Test hook (only tests set it): SBX_TEST_CHECKPOINT_FLIP=NAME flips the first byte of the
- * stored object of the workspace's file NAME after the manifest is written and before the
- * read-back, so a test can corrupt an object exactly between its write and its read-back.
- * Once per supervisor run (the thread is kept): the next checkpoint stores it again.
- */
+/** The test hook checkpointFlip (core/test-hooks.ts): an object corrupted exactly between its write and its read-back; once per run (the thread is kept), so the next checkpoint stores it again. */
 let flipped = false;
 function testFlipObject(storeDir: string, entries: CapturedEntry[]): void {
-  const name = process.env.SBX_TEST_CHECKPOINT_FLIP;
+  const name = testHooks.checkpointFlip;
   if (!name || flipped) return;
   const entry = entries.find((e) => pathOf(e).toString('utf8') === name);
   if (!entry?.sha256 || !entry.size) return;

@@ -16,6 +16,7 @@ import type { EntryFacts } from '../../core/checkpoint/manifest.js';
 import type { CaptureSeed } from './stat-cache.js';
 import { StoreError } from '../../core/checkpoint/store.js';
 import { errnoCode, systemError } from '../../ipc/errno.js';
+import { testHooks } from '../../core/test-hooks.js';
 
 /*
  * Why a still pass proves a consistent state: every entry was unchanged from its capture (in an
@@ -495,10 +496,7 @@ function frozenPass(req: CaptureRequest, store: LocalStoreFiles, onFrozen: (froz
           const heap: string[][] = []; // until the thread's heap cap ends it (ERR_WORKER_OUT_OF_MEMORY)
           for (;;) heap.push(Array.from({ length: 1 << 16 }, (_, i) => `${i}`));
         });
-        // (SBX_TEST_FROZEN_HOLD_MS, only tests set it: how long the hold lasts; default 60 s)
-        faultPoint('checkpoint:frozen-hold', () =>
-          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, Number(process.env.SBX_TEST_FROZEN_HOLD_MS ?? 60_000)),
-        );
+        faultPoint('checkpoint:frozen-hold', () => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, testHooks.frozenHoldMs));
         run();
         outcome = { frozen: true, ms: ms(), reason: null };
       }
@@ -536,13 +534,9 @@ function frozenPass(req: CaptureRequest, store: LocalStoreFiles, onFrozen: (froz
   }
 }
 
-/**
- * Test hook (only tests set it): SBX_TEST_CHECKPOINT_TOUCH=NAME[@N] appends one byte to
- * <root>/NAME before passes 2..N+1 (default: every later pass), so a test can make a file
- * change between passes exactly, instead of hoping a writer's timing lands there.
- */
+/** The test hook checkpointTouch (core/test-hooks.ts): a file that changes between passes exactly, instead of hoping a writer's timing lands there. */
 function testTouch(root: string, pass: number): void {
-  const spec = process.env.SBX_TEST_CHECKPOINT_TOUCH;
+  const spec = testHooks.checkpointTouch;
   if (!spec) return;
   const at = spec.lastIndexOf('@');
   const name = at > 0 ? spec.slice(0, at) : spec;

@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import type { CgroupEscape } from '../../ipc/protocol.js';
 import { native } from '../../core/fs/native.js';
 import { systemError } from '../../ipc/errno.js';
+import { testHooks } from '../../core/test-hooks.js';
 
 /** How often queued writes are read while sessions are tracked (a read of an empty queue is one syscall). */
 const POLL_MS = 50;
@@ -246,7 +247,7 @@ export class EscapeWatch {
   static open(mountPoint: string | null, log: Logger): EscapeWatch {
     if (!mountPoint) return new EscapeWatch(-1, -1, 'no cgroup2 mount (subreaper mode)', log, null);
     // Tests: the receipts of a supervisor without the watch.
-    if (process.env.SBX_TEST_ESCAPE_WATCH_OFF === '1') return new EscapeWatch(-1, -1, 'turned off (SBX_TEST_ESCAPE_WATCH_OFF)', log, mountPoint);
+    if (testHooks.escapeWatchOff) return new EscapeWatch(-1, -1, 'turned off (SBX_TEST_ESCAPE_WATCH_OFF)', log, mountPoint);
     let fd = -1;
     try {
       // A bounded queue (16384 events): between sessions nothing reads it, and an overflow

@@ -28,6 +28,7 @@ import {
   type TaskCloseRecord,
   type TaskSealRecord,
 } from './records.js';
+import { testHooks } from '../../core/test-hooks.js';
 
 export interface TaskDeps {
   ctx: SessionContext;
@@ -355,8 +356,7 @@ export class Tasks {
     // A seal that cannot be read seals the task, but says nothing of when: the receipt does not invent it.
     const sealKnown = this.seals.has(task);
     faultPoint('task-close:after-seal');
-    if (process.env.SBX_TEST_TASK_EARLY_CHECKPOINT === '1' && Object.keys(attempt.checkpoints).length === 0)
-      await this.testEarlyCheckpoints(task, attempt, workspaces);
+    if (testHooks.taskEarlyCheckpoint && Object.keys(attempt.checkpoints).length === 0) await this.testEarlyCheckpoints(task, attempt, workspaces);
 
     // Settle: the task's sessions end by themselves, or are ended (cause close); by the
     // sandbox-wide close already (settled: the ids it ended), for every task at once.
@@ -498,9 +498,9 @@ export class Tasks {
   }
 
   /**
-   * Test hook (only tests set it): SBX_TEST_TASK_EARLY_CHECKPOINT=1 takes the attempt's
-   * checkpoints before the settle, out of the close's order, so a test can show the join
-   * naming a checkpoint older than a session's terminal_mutation.
+   * The test hook taskEarlyCheckpoint (core/test-hooks.ts): the attempt's checkpoints before
+   * the settle, out of the close's order, so a test can show the join naming a checkpoint
+   * older than a session's terminal_mutation.
    */
   private async testEarlyCheckpoints(task: string, attempt: TaskAttemptRecord, workspaces: string[]): Promise<void> {
     for (const path of workspaces) {

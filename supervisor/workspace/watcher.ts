@@ -17,6 +17,7 @@ import { scanInWorker } from './scan.js';
 import { mountIdOf, type FsIdentity } from '../../core/fs/walk.js';
 import { BARRIER_PREFIX, type BarrierId, FAN, WAKE_POSTED, type WatchEvent, type WatchMessage, type WatchWorkerInit } from './watch-worker.js';
 import { errnoCode } from '../../ipc/errno.js';
+import { testHooks } from '../../core/test-hooks.js';
 
 export interface WatcherOptions {
   paths: string[];
@@ -34,12 +35,6 @@ export interface WatcherOptions {
   maxQueuedEvents: number;
   /** workspace.reportModify: FAN_MODIFY too (live writes in `sbx changes`; ~2x the events of close-write alone). */
   reportModify: boolean;
-  /** Test hook: the kernel's bounded queue (16384 events) instead of FAN_UNLIMITED_QUEUE. */
-  limitedQueue?: boolean;
-  /** Test hook: no reads while this file exists. */
-  pauseFile?: string;
-  /** Test hook: act as if no file system had O_TMPFILE (every file system here has it). */
-  noTmpfile?: boolean;
 }
 
 /** open(2)'s O_TMPFILE on Linux (__O_TMPFILE | O_DIRECTORY; not in fs.constants). */
@@ -152,9 +147,9 @@ export class WorkspaceWatcher {
       };
     });
     this.ready = options.paths.length > 0 ? this.startWorker() : Promise.resolve();
-    if (options.pauseFile) {
+    if (testHooks.watchPauseFile) {
       // Test hook: while the file exists the reading thread does not read (to force an overflow).
-      const pauseFile = options.pauseFile;
+      const pauseFile = testHooks.watchPauseFile;
       const wake = new Int32Array(this.wake);
       this.pauseTimer = setInterval(() => Atomics.store(wake, 1, existsSync(pauseFile) ? 1 : 0), 20);
       this.pauseTimer.unref();
@@ -186,7 +181,7 @@ export class WorkspaceWatcher {
       barriers: this.workspaces.map((w) => w.barrier),
       selfPid: process.pid,
       cgroupMount: this.options.cgroupMount,
-      unlimitedQueue: !this.options.limitedQueue,
+      unlimitedQueue: !testHooks.watchLimitedQueue,
       batchMs: this.options.batchMs,
       reportModify: this.options.reportModify,
       maxQueuedEvents: this.options.maxQueuedEvents,
@@ -370,7 +365,7 @@ export class WorkspaceWatcher {
    */
   private openBarrier(ws: Workspace, i: number): void {
     try {
-      if (this.options.noTmpfile) throw Object.assign(new Error('O_TMPFILE off (test hook)'), { code: 'EOPNOTSUPP' });
+      if (testHooks.watchNoTmpfile) throw Object.assign(new Error('O_TMPFILE off (test hook)'), { code: 'EOPNOTSUPP' });
       // O_EXCL: the inode can never be linked into the file system (open(2)), not even via /proc/<pid>/fd by root.
       ws.barrierFd = openSync(ws.path, O_TMPFILE | constants.O_EXCL | constants.O_WRONLY, 0o600);
       ws.barrier = { dir: ws.path, name: `${BARRIER_PREFIX}${fstatSync(ws.barrierFd, { bigint: true }).ino}` };

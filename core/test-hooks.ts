@@ -1,0 +1,24 @@
+// The test hooks, as fault.ts holds the crash points: behaviour only tests ask for, each set as
+// SBX_TEST_<NAME> in the supervisor's environment, read once here (worker threads read the same
+// copy), documented here, inert when unset. The one place production code learns of them.
+const env = process.env;
+
+/** Every test hook's value (grep `testHooks.<name>` for where each acts). */
+export const testHooks = Object.freeze({
+  /** SBX_TEST_WATCH_LIMITED_QUEUE=1: the workspace watcher's fanotify group keeps the kernel's bounded queue (16384 events), so a test can overflow it. */
+  watchLimitedQueue: env.SBX_TEST_WATCH_LIMITED_QUEUE === '1',
+  /** SBX_TEST_WATCH_PAUSE_FILE=PATH: the watcher's reading thread stops reading while PATH exists (a backlog a test controls). */
+  watchPauseFile: env.SBX_TEST_WATCH_PAUSE_FILE || undefined,
+  /** SBX_TEST_WATCH_NO_TMPFILE=1: barriers behave as on a file system without O_TMPFILE (the state dir's barriers/ instead). */
+  watchNoTmpfile: env.SBX_TEST_WATCH_NO_TMPFILE === '1',
+  /** SBX_TEST_ESCAPE_WATCH_OFF=1: no cgroup escape watch (receipts say why), as where fanotify refuses it. */
+  escapeWatchOff: env.SBX_TEST_ESCAPE_WATCH_OFF === '1',
+  /** SBX_TEST_FROZEN_HOLD_MS=N: how long the crash point `checkpoint:frozen-hold` holds a frozen pass, ms (default 60 s). */
+  frozenHoldMs: Number(env.SBX_TEST_FROZEN_HOLD_MS ?? 60_000),
+  /** SBX_TEST_CHECKPOINT_TOUCH=NAME[@N]: one byte appended to <workspace>/NAME before passes 2..N+1 (default: every later pass): a file that changes between passes exactly. */
+  checkpointTouch: env.SBX_TEST_CHECKPOINT_TOUCH || null,
+  /** SBX_TEST_CHECKPOINT_FLIP=NAME: the first byte of NAME's stored object flipped between the manifest's write and the read-back, once per supervisor run. */
+  checkpointFlip: env.SBX_TEST_CHECKPOINT_FLIP || null,
+  /** SBX_TEST_TASK_EARLY_CHECKPOINT=1: a task close takes its checkpoints before the settle, out of order, so the join meets one older than a terminal_mutation. */
+  taskEarlyCheckpoint: env.SBX_TEST_TASK_EARLY_CHECKPOINT === '1',
+});
