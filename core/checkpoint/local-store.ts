@@ -7,7 +7,6 @@ import { randomBytes } from 'node:crypto';
 import {
   closeSync,
   constants,
-  existsSync,
   fstatSync,
   fsyncSync,
   ftruncateSync,
@@ -663,16 +662,39 @@ export class LocalStore implements CheckpointStore {
    */
   setAside(sha256: string): string {
     const q = join(this.dir, STORE_DIRS.quarantine);
-    mkdirSync(q, { recursive: true, mode: 0o700 });
-    const fan = this.fs.fanDir(sha256.slice(0, 2));
+    const qFd = this.quarantineFd(true)!;
     try {
-      const from = pathAt(fan, Buffer.from(sha256));
-      lstatSync(from);
-      renameSync(from, join(q, `${sha256}.${Date.now()}`));
+      const fan = this.fs.fanDir(sha256.slice(0, 2));
+      try {
+        const from = pathAt(fan, Buffer.from(sha256));
+        lstatSync(from);
+        renameSync(from, pathAt(qFd, `${sha256}.${Date.now()}`));
+      } finally {
+        closeSync(fan);
+      }
     } finally {
-      closeSync(fan);
+      closeSync(qFd);
     }
     return q;
+  }
+
+  /**
+   * quarantine/ opened O_DIRECTORY|O_NOFOLLOW through the store's root fd (made when `create`),
+   * or null when absent: a link or file there is refused (StoreError refused), never followed,
+   * so neither a set-aside nor gc reaches outside the store.
+   */
+  private quarantineFd(create: boolean): number | null {
+    try {
+      return dirAt(this.fs.rootFd, STORE_DIRS.quarantine, create, `${this.dir}/${STORE_DIRS.quarantine}`);
+    } catch (err) {
+      if (!create && err instanceof StoreError && err.code === 'missing') return null;
+      throw err;
+    }
+  }
+
+  /** Opens (makes, for the supervisor) the store now; throws what opening it throws. */
+  open(): void {
+    void this.fs;
   }
 
   /** Removes every object not in `keep`; what was removed and the bytes it held (lstat sizes). */
@@ -702,18 +724,23 @@ export class LocalStore implements CheckpointStore {
 
   /** Removes what quarantine/ holds (each entry whole); how many and the bytes (lstat sizes of the top entries). */
   clearQuarantine(): { removed: number; freedBytes: number } {
-    const q = join(this.dir, STORE_DIRS.quarantine);
     let removed = 0;
     let freedBytes = 0;
-    if (!existsSync(q)) return { removed, freedBytes };
-    for (const name of readdirSync(q)) {
-      try {
-        freedBytes += lstatSync(join(q, name)).size;
-        rmSync(join(q, name), { recursive: true, force: true });
-        removed++;
-      } catch {
-        // gone meanwhile
+    const qFd = this.quarantineFd(false);
+    if (qFd === null) return { removed, freedBytes };
+    try {
+      for (const name of readdirSync(pathAt(qFd, ''))) {
+        try {
+          const at = pathAt(qFd, name);
+          freedBytes += lstatSync(at).size;
+          rmSync(at, { recursive: true, force: true }); // entries are lstat'ed, never followed
+          removed++;
+        } catch {
+          // gone meanwhile
+        }
       }
+    } finally {
+      closeSync(qFd);
     }
     return { removed, freedBytes };
   }

@@ -156,14 +156,15 @@ export class Checkpoints {
    * nothing, and no later run may publish what another generation wrote). Logs what it did.
    */
   recover(): void {
-    let unpublished: string[];
     try {
-      this.local.clearTemp();
-      unpublished = this.local.unpublishedIds();
+      this.local.open(); // a store that cannot be opened is logged, and fails each checkpoint
     } catch (err) {
       this.deps.log.error({ err, store: this.local.dir }, 'the checkpoint store cannot be opened; checkpoints will fail until it can');
       return;
     }
+    // Past the opening, a failure is the start's (as any state it cannot clean): never logged as a store that cannot be opened.
+    this.local.clearTemp();
+    const unpublished = this.local.unpublishedIds();
     for (const id of unpublished) this.local.removeManifest(id);
     if (unpublished.length)
       this.deps.log.warn(

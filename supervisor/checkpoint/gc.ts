@@ -51,7 +51,13 @@ export async function collectGarbage(local: LocalStore, o: GcOptions): Promise<N
   const objects = unreadable ? { removed: 0, freedBytes: 0 } : local.removeObjectsExcept(referenced);
   local.clearTemp();
   // What failed a read-back was kept for a look (the log names each); gc lets it go.
-  const quarantined = local.clearQuarantine();
+  let quarantined = { removed: 0, freedBytes: 0 };
+  try {
+    quarantined = local.clearQuarantine();
+  } catch (err) {
+    // quarantine/ a link or a file: refused, never followed (what it points at is not the store's).
+    o.log.error({ err }, 'gc: quarantine/ of the checkpoint store is not a directory; left as it is');
+  }
   const freed = objects.freedBytes + quarantined.freedBytes;
   if (removed.length || objects.removed || quarantined.removed)
     o.log.info(

@@ -56,7 +56,9 @@ function setAside(d: ReadBackDeps, sha256: string): void {
     const quarantine = d.local.setAside(sha256);
     d.log.error({ object: sha256, quarantine }, 'a checkpoint object failed its read-back: set aside');
   } catch (err) {
-    if (errnoCode(err) !== 'ENOENT' && !(err instanceof StoreError)) d.log.error({ err, object: sha256 }, 'a bad checkpoint object could not be set aside');
+    // Nothing there (gone, or no fan dir): nothing to set aside. Anything else (quarantine/ a link, say) is said.
+    if (errnoCode(err) === 'ENOENT' || (err instanceof StoreError && err.code === 'missing')) return;
+    d.log.error({ err, object: sha256 }, 'a bad checkpoint object could not be set aside');
   }
 }
 

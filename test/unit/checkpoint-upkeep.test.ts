@@ -3,7 +3,7 @@
 // (core/checkpoint/local-store.ts), on a real local store in a temp dir with real objects,
 // manifests and signed published records. Reachable before only through a supervisor.
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
@@ -238,5 +238,26 @@ describe('Checkpoints (the queue and the recovery at start)', () => {
       await c.stop();
       c.local.close();
     }
+  });
+});
+
+describe('quarantine/ planted as a link', () => {
+  it('is never followed: a set-aside is refused (the object stays), gc leaves what the link points at and says so', async () => {
+    const [a] = putObjects('a');
+    const outside = join(dir, 'outside');
+    mkdirSync(join(outside, 'sub'), { recursive: true });
+    writeFileSync(join(outside, 'keep'), 'p');
+    writeFileSync(join(outside, 'sub', 'keep'), 'p');
+    symlinkSync(outside, join(store.dir, 'quarantine'));
+    expect(() => store.setAside(a)).toThrow(expect.objectContaining({ code: 'refused' }));
+    expect(existsSync(join(store.dir, 'objects', a.slice(0, 2), a))).toBe(true);
+    expect(readdirSync(outside).sort()).toEqual(['keep', 'sub']);
+    const lines: string[] = [];
+    const logged = pino({ level: 'error' }, { write: (l: string) => void lines.push(l) });
+    const r = await collectGarbage(store, { maxAgeMs: 0, pinned: null, log: logged, nowMs: Date.now() });
+    expect(r).toMatchObject({ removed_quarantined: 0, freed_bytes: 1 });
+    expect(readdirSync(outside).sort()).toEqual(['keep', 'sub']);
+    expect(readdirSync(join(outside, 'sub'))).toEqual(['keep']);
+    expect(lines.join('')).toContain('quarantine/ of the checkpoint store is not a directory');
   });
 });

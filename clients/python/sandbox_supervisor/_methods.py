@@ -205,11 +205,15 @@ def write(session: SessionRef, data: bytes, *, offset: Optional[int] = None, eof
     ``offset``: the stdin cursor of data[0] (bytes before the session's cursor are skipped,
     so a resend is exactly once; default: append); ``eof``: close stdin after them.
     Returns ``{"session_id", "cursor"}`` of the last piece once handed to the pipe or pty.
+    Without ``offset`` the first piece is an append, which may have been written when the link
+    drops before its answer: it is never resent (``ConnectionLost``; read the cursor from
+    ``ps``/the session and write again with ``offset``); later pieces carry their offsets.
     """
     parts = pieces(bytes(data))
     result: Dict[str, Any] = {}
     for i, part in enumerate(parts):
-        result = yield Call("write", write_params(session, part, offset, eof and i == len(parts) - 1))
+        # An append (no offset yet) of bytes is never resent: they may be in the pipe already.
+        result = yield Call("write", write_params(session, part, offset, eof and i == len(parts) - 1), resend=offset is not None or not part)
         if offset is None:  # the first piece was appended: it began at the cursor less its length
             offset = result["cursor"] - len(part)
         offset += len(part)  # each piece's offset from data[0]'s, never the answered cursor (ahead after a resend)

@@ -212,7 +212,7 @@ class Client(EndpointClient):
         """Sends one request and returns its result (docs/reference/protocol.md names every method).
 
         After a dropped connection the request is sent again on a new one when ``resend``
-        (every method here is safe to resend but ``kill``), pausing between attempts, for up
+        (every method here is safe to resend but ``kill`` and a ``write`` without offset), pausing between attempts, for up
         to reconnect_seconds from its first failure (a supervisor that drops the connection on
         every attempt is not retried for ever): then ConnectionError naming the endpoint.
         A ``launch`` without ``invocation_key`` is never resent once it may have reached the

@@ -127,3 +127,32 @@ def test_read_output_raises_on_a_gap_never_skips_it(tmp_path, flavour):
     assert (e.value.code, e.value.retryable) == ("INTERNAL", False)
     assert "cursor 7" in e.value.message and "4" in e.value.message
     assert (e.value.details["expected_cursor"], e.value.details["cursor"]) == (4, 7)
+
+
+@pytest.mark.parametrize("flavour", ["blocking", "async"])
+def test_an_append_write_whose_answer_is_lost_is_never_resent_and_one_with_an_offset_is(tmp_path, flavour):
+    # The fake takes every write and drops the connection before answering: the bytes may be
+    # in the pipe, so an append (no offset) is sent once and fails; with an offset it is resent
+    # (the supervisor skips what it has: exactly once) and fails only when reconnect_seconds end.
+    path = str(tmp_path / "fake.sock")
+    with FakeServer(path, closes_every_request, max_connections=50) as fake:
+
+        def call(offset):
+            if flavour == "blocking":
+                with Client(path, reconnect_seconds=0.5) as c:
+                    return c.write("s-1-a", b"hello\n", offset=offset)
+
+            async def main():
+                async with AsyncClient(path, reconnect_seconds=0.5) as c:
+                    return await c.write("s-1-a", b"hello\n", offset=offset)
+
+            return asyncio.run(main())
+
+        out = run_bounded(lambda: call(None), 20)
+        writes = [f for f in fake.requests if f["method"] == "write"]
+        assert isinstance(out.get("error"), ConnectionError), out
+        assert len(writes) == 1 and "offset" not in writes[0]["params"], writes
+        out = run_bounded(lambda: call(0), 20)
+        writes = [f for f in fake.requests if f["method"] == "write" and f["params"].get("offset") == 0]
+        assert isinstance(out.get("error"), ConnectionError), out
+        assert len(writes) > 1, writes
