@@ -2,7 +2,7 @@
 // sbx: the launch-only client: asks the supervisor to run commands and streams their bytes. It never owns a
 // process, so killing sbx never kills a command (unless launched with --on-disconnect cancel: the supervisor
 // then cancels it). Exit statuses follow sh, timeout(1) and docker run (docs/reference/exit-statuses.md).
-// Imports ipc/ and core/ only, never supervisor/ (test/unit/layers.test.ts), and no zod (types only): it starts fast (docs/design/facts.md 17).
+// Imports ipc/ and core/ only, never supervisor/ (test/unit/repo/layers.test.ts), and no zod (types only): it starts fast (docs/design/facts.md 17).
 // Runs from a V8 startup snapshot: no side effects at the top level ("Start" below).
 import { isUtf8 } from 'node:buffer';
 import { randomBytes } from 'node:crypto';

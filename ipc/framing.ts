@@ -36,7 +36,7 @@ export function encodeFrame(value: unknown): Buffer {
  * that the data is read from its chunk file straight into the frame (one copy instead of
  * three: this is the replay hot path). `fill(buf, offset, maxBytes)` writes at most maxBytes
  * at offset and returns how many it wrote; null when it wrote none. Decodes with any msgpack
- * decoder as the same map msgpackr would produce (test/unit/framing.test.ts); id and cursor
+ * decoder as the same map msgpackr would produce (test/unit/ipc/framing.test.ts); id and cursor
  * are uint64, data a bin32.
  */
 export function encodeOutputFrame(

@@ -2,7 +2,7 @@
 // supervisor's load (the key's session or tombstone, the seal, live sessions, reconciliation, the state dir's
 // free space) to one decision: answer with the existing session, admit a new one, or refuse with a stable
 // error code (docs/reference/contract.md "Error codes"). No I/O: the registry gathers the load and carries
-// the decision out (test/unit/admission.test.ts).
+// the decision out (test/unit/supervisor/admission.test.ts).
 import { SupervisorError } from '../ipc/errors.js';
 import type { LingerPolicy, SessionState } from '../ipc/protocol.js';
 import type { SessionRequest } from './session/context.js';

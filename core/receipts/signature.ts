@@ -47,7 +47,7 @@ function writeJcs(v: unknown, seen: Set<object>): string | undefined {
  * RFC 8785 (JCS) canonical JSON of v: ES2015 JSON.stringify's number and string forms (they
  * are JCS's), every object's members in UTF-16 code-unit order of their keys; NaN, Infinity, a
  * lone surrogate and cycles throw. The same text as the `canonicalize` package (the property
- * test in test/unit/jcs.test.ts checks it against it), several times faster: a manifest of
+ * test in test/unit/core/receipts/signature.test.ts checks it against it), several times faster: a manifest of
  * 4,000 entries is canonicalized several times per checkpoint.
  */
 export function jcs(v: unknown): string {

@@ -2,7 +2,7 @@
 // docs/guide/tasks.md "Tasks: complete(task)"): a pure function from the durable facts a close gathered to
 // the verdict: each condition, and the obligations that name which authority must settle which missing fact.
 // No I/O, no clock: the same facts give the same verdict, so a close re-run after a crash answers as the
-// first would have (test/unit/task-join.test.ts).
+// first would have (test/unit/core/task/join.test.ts).
 import type { Receipt, TaskCheckpointEntry, TaskConditions, TaskObligation } from '../../ipc/protocol.js';
 
 /** A session of the task as the join sees it. */
