@@ -37,7 +37,7 @@ export function writeAll(fd: number, data: Uint8Array): void {
  * written through. Returns its fd; the caller writes, fsyncs and closes it.
  */
 export function openTempAt(dirFd: number, tempName: string | Buffer, mode: number): number {
-  return openSync(typeof tempName === 'string' ? pathAt(dirFd, tempName) : pathAt(dirFd, tempName), CREATE, mode);
+  return openSync(pathAt(dirFd, tempName), CREATE, mode);
 }
 
 /**
@@ -60,7 +60,7 @@ export function writeTempAt(dirFd: number, tempName: string | Buffer, mode: numb
 
 /** Removes `name` from dirFd (unlink(2)); throws its errno. */
 function unlinkAt(dirFd: number, name: string | Buffer): void {
-  unlinkSync(typeof name === 'string' ? pathAt(dirFd, name) : pathAt(dirFd, name));
+  unlinkSync(pathAt(dirFd, name));
 }
 
 /** How a directory's temps are placed without replacing: renameat2(RENAME_NOREPLACE) until a file system answers EINVAL, then link(2) + unlink(2). One per store or per call. */

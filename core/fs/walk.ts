@@ -132,6 +132,7 @@ const SLASH = Buffer.from('/');
  */
 export function pathAt(dirFd: number, name: string): string;
 export function pathAt(dirFd: number, name: Buffer): Buffer;
+export function pathAt(dirFd: number, name: string | Buffer): string | Buffer;
 export function pathAt(dirFd: number, name: string | Buffer): string | Buffer {
   return typeof name === 'string' ? `/proc/self/fd/${dirFd}/${name}` : Buffer.concat([Buffer.from(`/proc/self/fd/${dirFd}/`), name]);
 }
