@@ -569,17 +569,21 @@ export class ReconnectingClient {
     // process: ssh, docker exec) from 200 ms doubling to 2 s.
     const growing = resolveEndpoint(this.options).kind !== 'socket';
     let delayMs = 200;
+    /** Each failed attempt's code, in order, for the message that gives up. */
+    const failures: string[] = [];
     while (!this.client) {
       try {
         this.client = await SupervisorClient.connect(this.options);
       } catch (err) {
         // A refusal that will not change (UNAUTHORIZED: a wrong token; INVALID_ARGUMENT: bad options) ends it now.
         if (err instanceof SupervisorError && !err.retryable) throw err;
-        this.options.onReconnecting?.(errnoCode(err) ?? (err as Error).message);
+        const code = errnoCode(err) ?? (err as Error).message;
+        failures.push(code);
+        this.options.onReconnecting?.(code);
         if (performance.now() > giveUpAt) {
-          const reason = errnoCode(err) ?? (err as Error).message;
           throw new Error(
-            `lost the supervisor and it did not come back within ${Math.round((this.options.reconnectMs ?? DEFAULT_RECONNECT_MS) / 1000)} s (${reason})`,
+            `lost the supervisor and it did not come back within ${Math.round((this.options.reconnectMs ?? DEFAULT_RECONNECT_MS) / 1000)} s ` +
+              `(${code}; ${failures.length} attempts failed: ${failures.slice(-10).join(', ')}; last: ${(err as Error).message})`,
           );
         }
         await new Promise((r) => setTimeout(r, delayMs));

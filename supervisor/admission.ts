@@ -4,7 +4,7 @@
 // error code (docs/reference/contract.md "Error codes"). No I/O: the registry gathers the load and carries
 // the decision out (test/unit/supervisor/admission.test.ts).
 import { SupervisorError } from '../ipc/errors.js';
-import type { LingerPolicy, SessionState } from '../ipc/protocol.js';
+import type { LingerPolicy, SessionState, StatusResult } from '../ipc/protocol.js';
 import type { SessionRequest } from './session/context.js';
 
 export interface AdmissionRequest {
@@ -202,4 +202,13 @@ export function resolveLinger(asked: LingerPolicy | null, fallback: LingerPolicy
     ? 'a pty session (its exec shim stays the leader of the terminal, so its leftovers cannot be moved out)'
     : 'subreaper mode (no cgroup leaf to move the leftovers out of)';
   throw new SupervisorError('INVALID_ARGUMENT', `linger handoff is not available for ${why}: use kill or wait`, { field: 'linger' });
+}
+
+/**
+ * Whether new launches are taken, and if not why, as status says it: stopping, then sealed
+ * (the sandbox-wide seal), then reconciling (a restart's unknown sessions being decided), then
+ * disk_low (the state dir below storage.minFreeBytes), else open.
+ */
+export function admissionState(load: { stopping: boolean; sealed: boolean; reconciling: boolean; diskAdmits: boolean }): StatusResult['admission'] {
+  return load.stopping ? 'stopping' : load.sealed ? 'sealed' : load.reconciling ? 'reconciling' : load.diskAdmits ? 'open' : 'disk_low';
 }

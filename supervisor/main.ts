@@ -13,7 +13,8 @@ import { ConfigError, loadConfig, remoteInsecureProblem, remoteListenProblem } f
 import { VERSION } from '../ipc/version.js';
 import { SupervisorServer } from './server/server.js';
 import type { RemoteListener } from './server/remote.js';
-import { Supervisor } from './supervisor.js';
+import type { Supervisor } from './supervisor.js';
+import { compose } from './compose.js';
 import { notify, startWatchdog, takeListenFd } from './systemd.js';
 import { parseMetricsAddress } from './metrics/address.js';
 import type { MetricsListener } from './metrics/http.js';
@@ -83,7 +84,7 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
   }
   let supervisor: Supervisor;
   try {
-    supervisor = Supervisor.create(config, log, metrics?.metrics ?? null);
+    supervisor = compose(config, log, metrics?.metrics ?? null);
   } catch (err) {
     await metrics?.listener.close();
     // A configuration this host cannot honour (session.defaultLimits without their controller): exit 2, as a bad key.
@@ -93,7 +94,7 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
     }
     throw err;
   }
-  supervisor.metricsAddress = metrics?.listener.address ?? null;
+  supervisor.statusReporter.metricsAddress = metrics?.listener.address ?? null;
   await supervisor.ctx.watcher.ready; // every workspace marked before the first launch
   const server = new SupervisorServer(supervisor, log, config.socketPath);
   // The WebSocket listener (remote.listen / --listen) before the socket: a supervisor whose
@@ -112,7 +113,7 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
       }
       throw err;
     }
-    supervisor.remoteUrl = remote.url;
+    supervisor.statusReporter.remoteUrl = remote.url;
     const t = remote.token;
     log.info(
       {

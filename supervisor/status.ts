@@ -24,14 +24,14 @@ export interface StatusSource {
   sessionStates(): Iterable<SessionState>;
   admissionState(): StatusResult['admission'];
   sealRecord(): StatusResult['sealed'];
-  /** The metrics endpoint's bound address; null: metrics off. */
-  metricsAddress(): string | null;
-  /** The WebSocket listener's URL (ws://HOST:PORT/); null: off. */
-  remoteUrl?(): string | null;
 }
 
 export class StatusReporter {
   private stateDirBytesCache: { atMs: number; bytes: number } | null = null;
+  /** The metrics endpoint's bound address; null: metrics off. Set by main once it listens. */
+  metricsAddress: string | null = null;
+  /** The WebSocket listener's URL (ws://HOST:PORT/); null: off. Set by main once it listens. */
+  remoteUrl: string | null = null;
 
   constructor(private readonly source: StatusSource) {
     void si.currentLoad().catch(() => {}); // primes the CPU load sample (see status())
@@ -78,8 +78,8 @@ export class StatusReporter {
     const storage = ctx.storage;
     const free = storage.freeBytes();
     const admission = this.source.admissionState();
-    const metrics = this.source.metricsAddress();
-    const remote = this.source.remoteUrl?.() ?? null;
+    const metrics = this.metricsAddress;
+    const remote = this.remoteUrl;
     return {
       version: VERSION,
       protocol: PROTOCOL_VERSION,

@@ -1,10 +1,8 @@
-// The registry: every session by id and by invocation key, restored from the state dir at
-// start (recovered sessions: ended, or unknown until reconciliation), launched (the request made
-// by launch-request.ts, the decision admission.ts's), found for every request, and shut down so
-// that each is settled. Seal and close are close.ts, retention retention.ts, status status.ts.
-import { mkdirSync } from 'node:fs';
+// The registry: every session by id and by invocation key (session-table.ts), restored from the
+// state dir at start, launched (the request made by launch-request.ts, the decision admission.ts's),
+// found for every request, and shut down so that each is settled. Its parts are built and wired in
+// compose.ts; seal and close are close.ts, tasks task/close.ts, retention retention.ts, status status.ts.
 import { userInfo } from 'node:os';
-import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { isSupervisorError, SupervisorError } from '../ipc/errors.js';
 import type { GcResult, SealResult } from '../ipc/methods.js';
@@ -20,209 +18,90 @@ import {
   type TaskReceipt,
   type TaskSealResult,
 } from '../ipc/protocol.js';
-import { keyRecordName, STATE } from '../core/state/names.js';
-import { admit, commandOf } from './admission.js';
+import { keyRecordName } from '../core/state/names.js';
+import { admissionState, admit, commandOf } from './admission.js';
 import { launchRequest, SERVICE_KEY_PREFIX } from './launch-request.js';
-import { CgroupTree } from './cgroup.js';
-import { defaultLimitsProblem, hasLimits, limitHost, limitRefusal } from './limits.js';
-import { Checkpoints, thawLeftFrozen } from './checkpoint/checkpoint.js';
-import { Closing } from './close.js';
-import { Tasks } from './task/close.js';
-import { ConfigError, type Config } from './config.js';
+import { hasLimits, limitHost, limitRefusal } from './limits.js';
+import type { Checkpoints } from './checkpoint/checkpoint.js';
+import type { Closing } from './close.js';
+import type { Tasks } from './task/close.js';
+import type { Config } from './config.js';
 import { faultPoint } from '../core/fault.js';
-import { checkWorkspacePaths, WorkspaceWatcher } from './workspace/watcher.js';
-import { EscapeWatch } from './session/escape.js';
-import { newSessionId, readBootId, StateDirLock, takeGeneration } from './identity.js';
-import { native } from '../core/fs/native.js';
-import { Reaper } from './reaper.js';
+import { newSessionId, type StateDirLock } from './identity.js';
+import type { Reconciliation } from './reconciliation.js';
 import { restoreSessions } from './restore.js';
-import { Retention } from './retention.js';
+import type { Retention } from './retention.js';
 import type { OperatorAttestation, SessionContext, SessionRequest } from './session/context.js';
 import { isSettled } from './session/lifecycle.js';
 import { LiveSession } from './session/live.js';
-import { RecoveredSession } from './session/recovered.js';
 import type { Session } from './session/session.js';
-import { ReceiptSigner } from './signing.js';
-import { StatusReporter } from './status.js';
-import { HashPool, hashWorkerPath } from './store/hasher.js';
-import { KeyIndex } from './store/records.js';
-import { StorageGuard, thresholdWarnings } from './store/storage.js';
+import type { SessionTable } from './session-table.js';
+import type { StatusReporter } from './status.js';
+import type { KeyIndex } from './store/records.js';
 import type { SupervisorMetrics } from './metrics/registry.js';
 import { errnoCode } from '../ipc/errno.js';
 
-/** The shortest session id prefix find() resolves (a shorter one must be the exact id): 3 characters, as `s-` starts every id. */
-export const MIN_ID_PREFIX = 3;
-
-/** At most this many ids in an ambiguous prefix's details.matches (details.count has them all). */
-const MAX_PREFIX_MATCHES = 100;
+/** What the registry is made of: each part built by compose.ts before it, none reaching back. */
+export interface RegistryParts {
+  config: Config;
+  log: Logger;
+  ctx: SessionContext;
+  /** This state dir's flock, held for the supervisor's life. */
+  lock: StateDirLock;
+  /** The Prometheus counters moved here and by the server and checkpoints (null: metrics off). */
+  metrics: SupervisorMetrics | null;
+  sessions: SessionTable;
+  keys: KeyIndex;
+  closing: Closing;
+  retention: Retention;
+  checkpoints: Checkpoints;
+  tasks: Tasks;
+  status: StatusReporter;
+  reconciliation: Reconciliation;
+  /** Aborted when shutdown begins (the task close reads it too). */
+  stop: AbortController;
+}
 
 export class Supervisor {
-  private readonly sessions = new Map<string, Session>();
-  private readonly byKey = new Map<string, Session>();
-  private stopping: Promise<void> | null = null;
-  /** True until reconciliation has decided the course of every session left unknown by a restart. */
-  private reconciling = false;
-  /** Reconciliation's background part (escalations of recovered sessions), for shutdown to settle. */
-  private reconciliation: Promise<void> = Promise.resolve();
-  /** Each recovered session's reconciliation while it runs, by session id (a task close waits for its own sessions' only). */
-  private readonly reconcilingSessions = new Map<string, Promise<void>>();
+  readonly config: Config;
+  readonly log: Logger;
+  readonly ctx: SessionContext;
+  readonly lock: StateDirLock;
+  readonly metrics: SupervisorMetrics | null;
+  /** Checkpoints of workspaces and their store (checkpoint/checkpoint.ts). */
+  readonly checkpoints: Checkpoints;
+  /** What `sbx status` says (status.ts); main sets its listeners' addresses once they listen. */
+  readonly statusReporter: StatusReporter;
+  private readonly sessions: SessionTable;
   private readonly keys: KeyIndex;
   private readonly closing: Closing;
   private readonly retention: Retention;
-  private readonly statusReporter: StatusReporter;
-  /** Checkpoints of workspaces and their store (checkpoint/checkpoint.ts). */
-  readonly checkpoints: Checkpoints;
   /** Task seals and task closes (task/close.ts). */
   private readonly tasks: Tasks;
+  private readonly reconciliation: Reconciliation;
+  private readonly stop: AbortController;
+  private stopping: Promise<void> | null = null;
   /**
    * The supervisor's own user (name, home: a session without --user gets them), looked up
    * once: getpwuid_r(3) opens the user database, so a launch at the fd limit would fail in it.
    */
   private readonly self = userInfo();
 
-  /** Where the metrics endpoint listens (status shows it); null: metrics off. Set by main once it listens. */
-  metricsAddress: string | null = null;
-  /** The WebSocket listener's URL (status shows it); null: off. Set by main once it listens. */
-  remoteUrl: string | null = null;
-
-  /**
-   * `lock`: this state dir's flock, held for the supervisor's life. `metrics`: the Prometheus
-   * counters moved here and by the server and checkpoints (null: metrics off).
-   */
-  private constructor(
-    readonly config: Config,
-    readonly log: Logger,
-    readonly ctx: SessionContext,
-    readonly lock: StateDirLock,
-    readonly metrics: SupervisorMetrics | null,
-  ) {
-    this.keys = new KeyIndex(config.stateDir);
-    ctx.admitHandoff = (origin) => this.admitHandoff(origin);
-    this.closing = new Closing(ctx, log);
-    this.retention = new Retention(config, log, ctx.storage, ctx.sessionsDir, {
-      sessions: () => this.sessions.values(),
-      forget: (s) => {
-        this.sessions.delete(s.id);
-        this.byKey.delete(s.req.invocationKey);
-      },
-      isClosed: () => this.closing.closed,
-      freed: () => this.statusReporter.invalidate(),
-    });
-    this.statusReporter = new StatusReporter({
-      ctx,
-      sessionStates: () => [...this.sessions.values()].map((s) => s.state),
-      admissionState: () => this.admissionState(),
-      sealRecord: () => this.closing.seal,
-      checkpointStore: () => this.checkpoints.location,
-      metricsAddress: () => this.metricsAddress,
-      remoteUrl: () => this.remoteUrl,
-    });
-    ctx.storage.onBelowKeepFree = () => this.retention.keepFree();
-    this.checkpoints = new Checkpoints({
-      config,
-      log,
-      identity: ctx.identity,
-      signer: ctx.signer,
-      watcher: ctx.watcher,
-      reserveBytes: () => Math.max(ctx.storage.minFreeBytes, ctx.storage.keepFreeBytes),
-      pinned: () => this.tasks.pinnedCheckpoints(),
-      metrics,
-    });
-    this.checkpoints.recover();
-    this.tasks = new Tasks({
-      ctx,
-      checkpoints: this.checkpoints,
-      // A service kept after close is the sandbox-wide close's, not its task's.
-      sessionsOf: (task) => [...this.sessions.values()].filter((s) => (s.req.task === task || s.req.task === null) && !s.req.service?.keep_after_close),
-      reconciled: (sessions) => Promise.all(sessions.map((s) => this.reconcilingSessions.get(s.id))).then(() => {}),
-      retiredOf: (task) => this.retention.retiredOf(task),
-      stopping: () => this.stopping !== null,
-    });
-    this.restore();
-  }
-
-  /** Prepares the state dir, identity, subreaper and cgroup subtree; throws with a reason. metrics: the Prometheus hooks, or null. */
-  static create(config: Config, log: Logger, metrics: SupervisorMetrics | null = null): Supervisor {
-    const workspacePaths = checkWorkspacePaths(config.workspace.paths, config.stateDir);
-    mkdirSync(config.stateDir, { recursive: true, mode: 0o700 });
-    const lock = StateDirLock.take(config.stateDir);
-    thawLeftFrozen(config, log); // before the watcher writes in a workspace a crash left frozen
-    const sessionsDir = join(config.stateDir, STATE.sessionsDir);
-    mkdirSync(sessionsDir, { recursive: true, mode: 0o700 });
-    const { instance, generation } = takeGeneration(config.stateDir, sessionsDir, log);
-
-    const reaper = new Reaper();
-    reaper.start();
-    let tree: CgroupTree | null = null;
-    let mode: SupervisorMode = 'subreaper';
-    if (config.cgroup.mode !== 'subreaper') {
-      try {
-        tree = CgroupTree.setup(config.cgroup.parent);
-        mode = 'cgroup';
-      } catch (err) {
-        if (config.cgroup.mode === 'cgroup') {
-          throw new Error(`cgroup mode was required but no writable cgroup2 is available: ${(err as Error).message}`);
-        }
-        log.warn({ reason: (err as Error).message }, 'no writable cgroup v2: running in subreaper mode (death evidence: subreaper_reaped)');
-      }
-    }
-    // Default limits this host cannot enforce: no session may run without them, so none starts.
-    const limitsProblem = defaultLimitsProblem(config.session.defaultLimits, limitHost(tree));
-    if (limitsProblem) {
-      tree?.teardown();
-      reaper.stop();
-      throw new ConfigError(limitsProblem);
-    }
-    const storage = new StorageGuard(config.stateDir, config.storage);
-    for (const warning of thresholdWarnings(storage, storage.totalBytes)) log.warn({ state_dir: config.stateDir }, warning);
-    hashWorkerPath(); // fails start-up, naming where it looked, rather than every receipt later
-    const bootId = readBootId();
-    const ctx: SessionContext = {
-      config,
-      log,
-      reaper,
-      tree,
-      sessionsDir,
-      identity: { instance, generation, bootId, mode, pid: process.pid },
-      signer: ReceiptSigner.loadOrCreate(config.stateDir),
-      storage,
-      // Its threads start now, not with the first session: their ~20 MiB and ~40 ms are paid
-      // once at start, not by the first command's receipt.
-      hashPool: new HashPool((reason) =>
-        log.error({ reason }, 'a hashing thread failed; replaced (its streams are hashed again from their chunk files)'),
-      ).warm(),
-      escapes: EscapeWatch.open(tree?.mount.mountPoint ?? null, log),
-      watcher: new WorkspaceWatcher({
-        paths: workspacePaths,
-        stateDir: config.stateDir,
-        bootId,
-        cgroupMount: tree?.mount.mountPoint ?? '',
-        log,
-        barrierTimeoutMs: config.workspace.barrierTimeoutMs,
-        scanDeadlineMs: config.workspace.scanDeadlineMs,
-        changesMaxEntries: config.workspace.changesMaxEntries,
-        batchMs: config.workspace.batchMs,
-        maxQueuedEvents: config.workspace.maxQueuedEvents,
-        reportModify: config.workspace.reportModify,
-      }),
-      admitHandoff: () => {
-        throw new Error('no registry yet');
-      },
-    };
-    // Exited children stay zombies until the watcher has read past them (their events' pidfds
-    // still name their cgroup): attribution of writers that exit at once (reaper.ts).
-    if (workspacePaths.length > 0 && config.workspace.holdExited) {
-      const watcher = ctx.watcher;
-      reaper.setFence(() => (watcher.watching ? watcher.readFence() : Promise.resolve(false)));
-    }
-    log.info({ instance, generation, mode, cgroup: tree?.basePath ?? null, subreaper: native().isChildSubreaper() }, 'supervisor ready');
-    try {
-      return new Supervisor(config, log, ctx, lock, metrics);
-    } catch (err) {
-      // Nothing ran: the cgroup subtree made for this start goes with it.
-      tree?.teardown();
-      throw err;
-    }
+  constructor(parts: RegistryParts) {
+    this.config = parts.config;
+    this.log = parts.log;
+    this.ctx = parts.ctx;
+    this.lock = parts.lock;
+    this.metrics = parts.metrics;
+    this.checkpoints = parts.checkpoints;
+    this.statusReporter = parts.status;
+    this.sessions = parts.sessions;
+    this.keys = parts.keys;
+    this.closing = parts.closing;
+    this.retention = parts.retention;
+    this.tasks = parts.tasks;
+    this.reconciliation = parts.reconciliation;
+    this.stop = parts.stop;
   }
 
   get mode(): SupervisorMode {
@@ -231,61 +110,38 @@ export class Supervisor {
 
   /**
    * Loads every session in the state dir (restore.ts): ended, unknown until reconcile(), or
-   * broken (unreadable files, unknown with the reason). Never stops start-up.
+   * broken (unreadable files, unknown with the reason). Never stops start-up. Called once, by
+   * compose.ts, before anything is served.
    */
-  private restore(): void {
+  restore(): void {
     for (const session of restoreSessions(this.ctx, this.keys, this.retention)) this.register(session);
-    const unknown = [...this.sessions.values()].filter((s) => s.state === 'unknown').length;
-    this.reconciling = unknown > 0;
+    const unknown = [...this.sessions.all()].filter((s) => s.state === 'unknown').length;
+    this.reconciliation.deciding = unknown > 0;
     this.metrics?.foundUnknown(unknown);
     this.log.info({ sessions: this.sessions.size, unknown }, 'state restored');
   }
 
   private register(session: Session): void {
-    this.sessions.set(session.id, session);
-    this.byKey.set(session.req.invocationKey, session);
+    this.sessions.add(session);
     session.on('state', (state) => {
       this.metrics?.sessionState(session, state);
       if (state === 'ended') this.retention.keepFree();
     });
   }
 
-  /**
-   * Settles every unknown session with evidence where there is some (owner_lost receipts).
-   * Each session's course is decided at once (RecoveredSession.reconcile decides before its
-   * first await) and admission of new keys opens right after, in the same tick: ending a
-   * TERM-ignoring leaf takes its grace (up to 30 days), and runs on in the background while
-   * retries of its key answer with the session, unknown until its receipt is written.
-   * Resolves once every one of them is settled.
-   */
+  /** Settles every session a restart left unknown (reconciliation.ts); admission opens in the same tick. Resolves once every one is settled. */
   reconcile(): Promise<void> {
-    const unknown = [...this.sessions.values()].filter((s): s is RecoveredSession => s instanceof RecoveredSession && s.state === 'unknown');
-    const settling = unknown.map((s) => {
-      const done = s
-        .reconcile()
-        .then(
-          () => this.metrics?.reconciled(s.state === 'ended' ? 'ended' : 'unknown'),
-          (err: Error) => {
-            this.metrics?.reconciled('failed');
-            this.log.error({ err, session_id: s.id }, 'reconciliation failed; the session stays unknown');
-          },
-        )
-        .finally(() => this.reconcilingSessions.delete(s.id));
-      this.reconcilingSessions.set(s.id, done);
-      return done;
-    });
-    this.reconciling = false;
-    this.log.info({ sessions: unknown.length, being_ended: unknown.filter((s) => s.state === 'unknown').length }, 'reconciliation decided; admission open');
-    this.reconciliation = Promise.all(settling).then(() => {
-      const left = unknown.filter((s) => s.state === 'unknown').length;
-      this.log.info({ reconciled: unknown.length - left, still_unknown: left }, 'reconciliation done');
-    });
-    return this.reconciliation;
+    return this.reconciliation.begin(this.sessions.all());
   }
 
-  /** Whether new launches are taken, and if not why. */
+  /** Whether new launches are taken, and if not why (admission.ts admissionState). */
   admissionState(): StatusResult['admission'] {
-    return this.stopping ? 'stopping' : this.closing.seal ? 'sealed' : this.reconciling ? 'reconciling' : this.ctx.storage.admits() ? 'open' : 'disk_low';
+    return admissionState({
+      stopping: this.stop.signal.aborted,
+      sealed: this.closing.seal !== null,
+      reconciling: this.reconciliation.deciding,
+      diskAdmits: this.ctx.storage.admits(),
+    });
   }
 
   /** Stops admission for good (durable; a restart does not unseal). Idempotent. */
@@ -300,9 +156,9 @@ export class Supervisor {
 
   /** The sandbox-wide close (close.ts): seal, settle every session, every task's close, scan, the signed close receipt (written once complete). */
   close(timeoutMs: number, workspaces: string[]): Promise<CloseReceipt> {
-    if (this.stopping) return Promise.reject(new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping'));
+    if (this.stop.signal.aborted) return Promise.reject(new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping'));
     return this.closing.close(
-      { sessions: () => [...this.sessions.values()], tasks: this.tasks, taskNames: () => this.taskNames(), stopping: () => this.stopping !== null },
+      { sessions: () => [...this.sessions.all()], tasks: this.tasks, taskNames: () => this.taskNames(), stopping: () => this.stop.signal.aborted },
       timeoutMs,
       workspaces,
     );
@@ -315,14 +171,14 @@ export class Supervisor {
   private taskNames(): string[] {
     const names = new Set<string>();
     const add = (task: string | null | undefined) => names.add(task ?? DEFAULT_TASK);
-    for (const s of this.sessions.values()) add(s.req.task);
+    for (const s of this.sessions.all()) add(s.req.task);
     for (const task of this.retention.retiredTasks()) add(task);
     return [...names].sort();
   }
 
   /** One task's close (task/close.ts): seal, settle, checkpoint, read back, fence, the signed task receipt. TASK_CONFLICT, INVALID_ARGUMENT. */
   closeTask(task: string, timeoutMs: number, workspaces: string[] | undefined): Promise<TaskReceipt> {
-    if (this.stopping) return Promise.reject(new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping'));
+    if (this.stop.signal.aborted) return Promise.reject(new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping'));
     // A closed state dir is an archive: a task close answers from it and writes nothing.
     return this.tasks.close(task, timeoutMs, workspaces, undefined, this.closing.final);
   }
@@ -374,7 +230,7 @@ export class Supervisor {
   }
 
   private admitAndStart(params: LaunchParams): { result: LaunchResult; session: Session | null } {
-    if (this.stopping) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping');
+    if (this.stop.signal.aborted) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping');
     const { request, command } = launchRequest(params, { config: this.config, self: this.self, cgroup: this.ctx.tree !== null });
     const { invocationKey: key, commandDigest: digest } = request;
     const limits = request.limits ?? {};
@@ -386,7 +242,7 @@ export class Supervisor {
       this.retention.keepFree();
       freeBytes = storage.freeBytes();
     }
-    const existing = this.byKey.get(key);
+    const existing = this.sessions.byKey(key);
     const retired = existing ? undefined : this.retention.tombstone({ invocationKey: key });
     const decision = admit(
       { invocationKey: key, commandDigest: digest, task, command },
@@ -404,9 +260,9 @@ export class Supervisor {
           ? { sessionId: retired.session_id, commandDigest: retired.command_digest, task: retired.task === undefined ? DEFAULT_TASK : retired.task }
           : null,
         sealed: this.closing.seal ?? this.tasks.sealOf(task),
-        liveSessions: this.liveSessions(),
+        liveSessions: this.sessions.liveCount(),
         maxSessions: this.config.session.maxSessions,
-        reconciling: this.reconciling,
+        reconciling: this.reconciliation.deciding,
         disk: { admits: freeBytes >= storage.minFreeBytes, freeBytes, minFreeBytes: storage.minFreeBytes },
         limitRefusal: hasLimits(limits) ? limitRefusal(limits, limitHost(this.ctx.tree)) : null,
       },
@@ -471,8 +327,8 @@ export class Supervisor {
    * frozen leaf) and registered as launch() does, not started. Throws when any step fails
    * (the origin then ends the leftovers: linger kill); nothing of it is left then.
    */
-  private admitHandoff(origin: { id: string; req: SessionRequest }): LiveSession {
-    if (this.stopping) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping');
+  admitHandoff(origin: { id: string; req: SessionRequest }): LiveSession {
+    if (this.stop.signal.aborted) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping');
     const key = `${SERVICE_KEY_PREFIX}${origin.id}`;
     const service = new LiveSession(
       newSessionId(),
@@ -509,9 +365,9 @@ export class Supervisor {
    */
   find(selector: SessionSelector): Session {
     const session = selector.session_id
-      ? this.byIdOrPrefix(selector.session_id)
+      ? this.sessions.byIdOrPrefix(selector.session_id)
       : selector.invocation_key
-        ? this.byKey.get(selector.invocation_key)
+        ? this.sessions.byKey(selector.invocation_key)
         : undefined;
     if (session) return session;
     const what = selector.session_id ? `session ${selector.session_id}` : `invocation key ${JSON.stringify(selector.invocation_key)}`;
@@ -530,33 +386,9 @@ export class Supervisor {
     throw new SupervisorError('SESSION_NOT_FOUND', `no ${what}`);
   }
 
-  /** The session of this exact id, else the one session whose id starts with it (3+ characters); undefined when none. */
-  private byIdOrPrefix(id: string): Session | undefined {
-    const exact = this.sessions.get(id);
-    if (exact || id.length < MIN_ID_PREFIX) return exact;
-    const matches: Session[] = [];
-    for (const [sid, s] of this.sessions) if (sid.startsWith(id)) matches.push(s);
-    if (matches.length <= 1) return matches[0];
-    const ids = matches.map((s) => s.id).sort();
-    const shown = ids.length > 10 ? `${ids.slice(0, 10).join(', ')}, ... (${ids.length} in all)` : ids.join(', ');
-    throw new SupervisorError('INVALID_ARGUMENT', `session id prefix ${JSON.stringify(id)} is ambiguous: it matches ${shown}; give more of the id`, {
-      field: 'session_id',
-      prefix: id,
-      matches: ids.slice(0, MAX_PREFIX_MATCHES),
-      count: ids.length,
-    });
-  }
-
-  /** Sessions not ended (unknown ones included: they may still run), against session.maxSessions. */
-  liveSessions(): number {
-    let n = 0;
-    for (const s of this.sessions.values()) if (s.state !== 'ended') n++;
-    return n;
-  }
-
   /** Sessions not ended, or every one. */
   list(all: boolean): Session[] {
-    return [...this.sessions.values()].filter((s) => all || s.state !== 'ended');
+    return [...this.sessions.all()].filter((s) => all || s.state !== 'ended');
   }
 
   /**
@@ -567,12 +399,13 @@ export class Supervisor {
    */
   shutdown(): Promise<void> {
     this.stopping ??= (async () => {
+      this.stop.abort();
       this.checkpoints.refuseFreezing(); // a session writing to a frozen workspace could not end
-      const live = [...this.sessions.values()].filter((s) => !isSettled(s.state));
+      const live = [...this.sessions.all()].filter((s) => !isSettled(s.state));
       this.log.info({ sessions: live.length }, 'shutting down: terminating sessions');
       await Promise.all(live.map((s) => s.terminate('shutdown')));
       await Promise.all(live.map((s) => s.settled()));
-      await this.reconciliation;
+      await this.reconciliation.settled();
       this.ctx.reaper.reapNow();
       this.ctx.reaper.stop();
       this.ctx.tree?.teardown();

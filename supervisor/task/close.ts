@@ -19,15 +19,7 @@ import { isLive, isSettled } from '../session/lifecycle.js';
 import type { Session } from '../session/session.js';
 import { evaluateTask, receiptWorkspaces, sealFloor, sessionCovered, type JoinSession, type JoinWorkspace } from '../../core/task/join.js';
 import type { TombstoneRecord } from '../store/records.js';
-import {
-  completeTaskReceipts,
-  readTaskSeals,
-  sweepTaskTemps,
-  TaskFiles,
-  type TaskAttemptRecord,
-  type TaskCloseRecord,
-  type TaskSealRecord,
-} from './records.js';
+import { readTaskSeals, sweepTaskTemps, TaskFiles, type TaskAttemptRecord, type TaskCloseRecord, type TaskSealRecord } from './records.js';
 import { testHooks } from '../../core/test-hooks.js';
 
 export interface TaskDeps {
@@ -156,24 +148,6 @@ export class Tasks {
     });
     const swept = sweepTaskTemps(config.stateDir);
     if (swept) log.warn({ files: swept }, 'removed temp files of task records a crash cut short');
-  }
-
-  /**
-   * The checkpoints complete task receipts name, from every task dir, its seal readable or
-   * not (gc keeps them: a final receipt stays verifiable and restorable); null when a task
-   * receipt cannot be read (logged): gc then removes no checkpoint by age, as it keeps every
-   * object when a manifest cannot be read.
-   */
-  pinnedCheckpoints(): Set<string> | null {
-    const ids = new Set<string>();
-    let unreadable = false;
-    const receipts = completeTaskReceipts(this.deps.ctx.config.stateDir, (path, err) => {
-      unreadable = true;
-      this.deps.ctx.log.error({ err, path }, 'a task receipt cannot be read; gc removes no checkpoint by age until it can');
-    });
-    if (unreadable) return null;
-    for (const r of receipts) for (const c of r.checkpoints) if (c.checkpoint_id) ids.add(c.checkpoint_id);
-    return ids;
   }
 
   /** The task's seal, if sealed (a task whose seal cannot be read is sealed). */

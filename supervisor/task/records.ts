@@ -4,6 +4,7 @@
 // the task id is never a path. Not what is decided from them (join.ts) or when (close.ts).
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import type { Logger } from 'pino';
 import type { TaskReceipt } from '../../ipc/protocol.js';
 import { readRecord, type TaskAttemptRecord, type TaskCloseRecord, type TaskSealRecord } from '../../core/state/records.js';
 import { isTempFileName, STATE, TASK_FILES, taskDirName } from '../../core/state/names.js';
@@ -130,6 +131,24 @@ export function sweepTaskTemps(stateDir: string): number {
     }
   }
   return n;
+}
+
+/**
+ * The checkpoints complete task receipts name, from every task dir, its seal readable or not
+ * (gc keeps them: a final receipt stays verifiable and restorable); null when a task receipt
+ * cannot be read (logged): gc then removes no checkpoint by age, as it keeps every object when
+ * a manifest cannot be read.
+ */
+export function pinnedCheckpoints(stateDir: string, log: Logger): Set<string> | null {
+  const ids = new Set<string>();
+  let unreadable = false;
+  const receipts = completeTaskReceipts(stateDir, (path, err) => {
+    unreadable = true;
+    log.error({ err, path }, 'a task receipt cannot be read; gc removes no checkpoint by age until it can');
+  });
+  if (unreadable) return null;
+  for (const r of receipts) for (const c of r.checkpoints) if (c.checkpoint_id) ids.add(c.checkpoint_id);
+  return ids;
 }
 
 /** The complete task receipts of every task dir (whether or not its seal can be read); one that cannot be read is reported and left out. */

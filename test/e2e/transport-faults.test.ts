@@ -7,6 +7,7 @@
 import { randomInt } from 'node:crypto';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ReconnectingClient, readOutput, type ReconnectOptions } from '../../ipc/client.js';
@@ -188,6 +189,7 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
       const id = `${c.key}.${channel}`;
       const onReconnecting = (code: string) => {
         connectFailures[code] = (connectFailures[code] ?? 0) + 1;
+        failedConnects.set(id, [...(failedConnects.get(id) ?? []), `${Math.round(performance.now())} ms ${code}`]);
       };
       const deadlines = {
         keepaliveMs: KEEPALIVE_MS,
@@ -231,6 +233,8 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
 
     const drops: Record<DropKind, number> = { kill: 0, stop: 0, cut: 0, stall: 0 };
     const connectFailures: Record<string, number> = {};
+    /** Each channel's failed connect attempts (when, why): what a failure names. */
+    const failedConnects = new Map<string, string[]>();
     const hitsByPhase: Record<Phase, number> = { launch: 0, stdin: 0, stream: 0, wait: 0 };
 
     /** Drops every live transport of one channel the fault's way; how many it dropped. */
@@ -370,6 +374,15 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
         const [receipt, read] = await Promise.all([waitP, readP]);
         bytesRead += read.bytes;
         results.set(c.key, { receipt, ...read });
+      } catch (err) {
+        // Which command, its faults and its channels' failed connects (ms on the test's clock), for a failure to be read.
+        const connects = (['control', 'reader'] as const).map((ch) => `${ch}: ${(failedConnects.get(`${c.key}.${ch}`) ?? []).join(', ') || 'none'}`).join('; ');
+        throw new Error(
+          `${c.key} over ${c.transport}, faults ${JSON.stringify(c.faults)}, at ${Math.round(performance.now())} ms (load ${loadavg()
+            .map((x) => x.toFixed(1))
+            .join(' ')}): ${(err as Error).message}; failed connects: ${connects}`,
+          { cause: err },
+        );
       } finally {
         control.drop();
       }
