@@ -1,8 +1,8 @@
 // Where a launch is decided: a pure function from the request (its invocation key and command digest) and the
 // supervisor's load (the key's session or tombstone, the seal, live sessions, reconciliation, the state dir's
-// free space) to one decision: answer with the existing session, admit a new one, or refuse with a stable
-// error code (docs/reference/contract.md "Error codes"). No I/O: the registry gathers the load and carries
-// the decision out (test/unit/supervisor/admission.test.ts).
+// free space, the limits this host can enforce) to one decision: answer with the existing session, admit a new
+// one, or refuse with a stable error code (docs/reference/contract.md "Error codes"); and the admission state
+// status shows. No I/O: the registry gathers the load and carries the decision out (a stopping one refuses first).
 import { SupervisorError } from '../ipc/errors.js';
 import type { LingerPolicy, SessionState, StatusResult } from '../ipc/protocol.js';
 import type { SessionRequest } from './session/context.js';

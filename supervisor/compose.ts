@@ -1,7 +1,8 @@
 // The composition root: builds every part of a supervisor in order (state dir, lock, identity,
-// reaper, cgroup subtree, storage, signer, hashing threads, watchers, then seal, checkpoints,
-// status, retention, tasks, the registry), each given the parts it uses, already built. The one
-// edge back, a session handing its leftovers to the registry (admitHandoff), is set here, last.
+// reaper, cgroup subtree, storage, signer, hashing threads, watchers; then the session table,
+// reconciliation, seal, checkpoints, status, retention, tasks, the registry), each from parts
+// already built. Three hooks reach a part built later and are set here once it exists: the
+// reaper's fence (the watcher), storage's keep-free (retention), a session's handoff (the registry).
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -138,11 +139,13 @@ function wire(config: Config, log: Logger, ctx: SessionContext, lock: StateDirLo
     metrics,
   });
   checkpoints.recover();
+  // Whether launches are taken now, and if not why: what status says and what the registry answers.
+  const admissionNow = () =>
+    admissionState({ stopping: stop.signal.aborted, sealed: closing.seal !== null, reconciling: reconciliation.deciding, diskAdmits: ctx.storage.admits() });
   const status = new StatusReporter({
     ctx,
     sessionStates: () => [...sessions.all()].map((s) => s.state),
-    admissionState: () =>
-      admissionState({ stopping: stop.signal.aborted, sealed: closing.seal !== null, reconciling: reconciliation.deciding, diskAdmits: ctx.storage.admits() }),
+    admissionState: admissionNow,
     sealRecord: () => closing.seal,
     checkpointStore: () => checkpoints.location,
   });
@@ -152,7 +155,7 @@ function wire(config: Config, log: Logger, ctx: SessionContext, lock: StateDirLo
     isClosed: () => closing.closed,
     freed: () => status.invalidate(),
   });
-  ctx.storage.onBelowKeepFree = () => retention.keepFree();
+  ctx.storage.onBelowKeepFree = () => retention.keepFree(); // storage was built before retention
   const tasks = new Tasks({
     ctx,
     checkpoints,
@@ -177,8 +180,9 @@ function wire(config: Config, log: Logger, ctx: SessionContext, lock: StateDirLo
     status,
     reconciliation,
     stop,
+    admissionState: admissionNow,
   });
-  // The one edge back: a session's leftovers are handed off as a service the registry admits.
+  // A session's leftovers are handed off as a service the registry admits.
   ctx.admitHandoff = (origin) => registry.admitHandoff(origin);
   registry.restore();
   return registry;

@@ -1,6 +1,6 @@
 // The sessions held: by id and by invocation key, found by id prefix as docker finds container
-// ids. Plain data shared by the registry (which adds), retention (which forgets what it retired),
-// the task close and status (which read); it decides nothing.
+// ids (3+ characters; an ambiguous prefix is INVALID_ARGUMENT). Shared by the registry (which
+// adds), retention (which forgets what it retired), the task close and status (which read).
 import { SupervisorError } from '../ipc/errors.js';
 import type { Session } from './session/session.js';
 

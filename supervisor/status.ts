@@ -1,8 +1,7 @@
-// `sbx status`: the supervisor's health in one answer (StatusResult, ipc/protocol.ts): version,
-// identity, mode, the limits this host can enforce (limits.ts), sessions by state, admission and
-// why it is closed, the state dir's size and free space with its thresholds, the machine
-// (systeminformation's CPU load and memory, os uptime) and the supervisor's own uptime
-// (process.uptime()). Owns the state dir's size cache; reads everything else.
+// `sbx status`: the supervisor's health in one answer (StatusResult, ipc/protocol.ts): version, identity,
+// mode, enforceable limits (limits.ts), sessions by state, admission and why it is closed, the state dir's
+// size and free space, the machine (systeminformation) and the supervisor's uptime. Owns the state dir's
+// size cache and the metrics and WebSocket addresses main sets once they listen; reads everything else.
 import { cpus, freemem, loadavg, totalmem, uptime } from 'node:os';
 import { lstatSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';

@@ -19,7 +19,7 @@ import {
   type TaskSealResult,
 } from '../ipc/protocol.js';
 import { keyRecordName } from '../core/state/names.js';
-import { admissionState, admit, commandOf } from './admission.js';
+import { admit, commandOf } from './admission.js';
 import { launchRequest, SERVICE_KEY_PREFIX } from './launch-request.js';
 import { hasLimits, limitHost, limitRefusal } from './limits.js';
 import type { Checkpoints } from './checkpoint/checkpoint.js';
@@ -41,7 +41,7 @@ import type { KeyIndex } from './store/records.js';
 import type { SupervisorMetrics } from './metrics/registry.js';
 import { errnoCode } from '../ipc/errno.js';
 
-/** What the registry is made of: each part built by compose.ts before it, none reaching back. */
+/** What the registry is made of, each built by compose.ts before it (the session context reaches back for handoffs: admitHandoff). */
 export interface RegistryParts {
   config: Config;
   log: Logger;
@@ -60,6 +60,8 @@ export interface RegistryParts {
   reconciliation: Reconciliation;
   /** Aborted when shutdown begins (the task close reads it too). */
   stop: AbortController;
+  /** Whether launches are taken now, and if not why (admission.ts admissionState over the parts above; status says the same). */
+  admissionState: () => StatusResult['admission'];
 }
 
 export class Supervisor {
@@ -80,6 +82,7 @@ export class Supervisor {
   private readonly tasks: Tasks;
   private readonly reconciliation: Reconciliation;
   private readonly stop: AbortController;
+  private readonly admissionNow: () => StatusResult['admission'];
   private stopping: Promise<void> | null = null;
   /**
    * The supervisor's own user (name, home: a session without --user gets them), looked up
@@ -102,6 +105,7 @@ export class Supervisor {
     this.tasks = parts.tasks;
     this.reconciliation = parts.reconciliation;
     this.stop = parts.stop;
+    this.admissionNow = parts.admissionState;
   }
 
   get mode(): SupervisorMode {
@@ -134,14 +138,9 @@ export class Supervisor {
     return this.reconciliation.begin(this.sessions.all());
   }
 
-  /** Whether new launches are taken, and if not why (admission.ts admissionState). */
+  /** Whether new launches are taken, and if not why (admission.ts admissionState): what status says. */
   admissionState(): StatusResult['admission'] {
-    return admissionState({
-      stopping: this.stop.signal.aborted,
-      sealed: this.closing.seal !== null,
-      reconciling: this.reconciliation.deciding,
-      diskAdmits: this.ctx.storage.admits(),
-    });
+    return this.admissionNow();
   }
 
   /** Stops admission for good (durable; a restart does not unseal). Idempotent. */

@@ -151,5 +151,10 @@ describe('the session table', () => {
     t.forget(b);
     expect([t.get('s-abc2'), t.byKey('kb'), t.size]).toEqual([undefined, undefined, 2]);
     expect(t.byIdOrPrefix('s-abc')).toBe(a);
+    // A key held by a later session (restore keeps one per key): forgetting the earlier one leaves the key to the later.
+    const later = fake('s-def', 'ka');
+    t.add(later);
+    t.forget(a);
+    expect([t.get('s-abc1'), t.byKey('ka')]).toEqual([undefined, later]);
   });
 });
