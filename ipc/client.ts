@@ -569,8 +569,9 @@ export class ReconnectingClient {
     // process: ssh, docker exec) from 200 ms doubling to 2 s.
     const growing = resolveEndpoint(this.options).kind !== 'socket';
     let delayMs = 200;
-    /** Each failed attempt's code, in order, for the message that gives up. */
-    const failures: string[] = [];
+    /** Failed attempts by code, for the message that gives up. */
+    const failures = new Map<string, number>();
+    let attempts = 0;
     while (!this.client) {
       try {
         this.client = await SupervisorClient.connect(this.options);
@@ -578,12 +579,13 @@ export class ReconnectingClient {
         // A refusal that will not change (UNAUTHORIZED: a wrong token; INVALID_ARGUMENT: bad options) ends it now.
         if (err instanceof SupervisorError && !err.retryable) throw err;
         const code = errnoCode(err) ?? (err as Error).message;
-        failures.push(code);
+        failures.set(code, (failures.get(code) ?? 0) + 1);
+        attempts++;
         this.options.onReconnecting?.(code);
         if (performance.now() > giveUpAt) {
           throw new Error(
             `lost the supervisor and it did not come back within ${Math.round((this.options.reconnectMs ?? DEFAULT_RECONNECT_MS) / 1000)} s ` +
-              `(${code}; ${failures.length} attempts failed: ${failures.slice(-10).join(', ')}; last: ${(err as Error).message})`,
+              `(${code}; ${attempts} attempts failed: ${[...failures].map(([c, n]) => `${c} ${n}`).join(', ')}; the last: ${(err as Error).message})`,
           );
         }
         await new Promise((r) => setTimeout(r, delayMs));

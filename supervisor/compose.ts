@@ -72,52 +72,56 @@ export function compose(config: Config, log: Logger, metrics: SupervisorMetrics 
     reaper.stop();
     throw new ConfigError(limitsProblem);
   }
-  const storage = new StorageGuard(config.stateDir, config.storage);
-  for (const warning of thresholdWarnings(storage, storage.totalBytes)) log.warn({ state_dir: config.stateDir }, warning);
-  hashWorkerPath(); // fails start-up, naming where it looked, rather than every receipt later
-  const bootId = readBootId();
-  const ctx: SessionContext = {
-    config,
-    log,
-    reaper,
-    tree,
-    sessionsDir,
-    identity: { instance, generation, bootId, mode, pid: process.pid },
-    signer: ReceiptSigner.loadOrCreate(config.stateDir),
-    storage,
-    // Its threads start now, not with the first session: their ~20 MiB and ~40 ms are paid
-    // once at start, not by the first command's receipt.
-    hashPool: new HashPool((reason) => log.error({ reason }, 'a hashing thread failed; replaced (its streams are hashed again from their chunk files)')).warm(),
-    escapes: EscapeWatch.open(tree?.mount.mountPoint ?? null, log),
-    watcher: new WorkspaceWatcher({
-      paths: workspacePaths,
-      stateDir: config.stateDir,
-      bootId,
-      cgroupMount: tree?.mount.mountPoint ?? '',
-      log,
-      barrierTimeoutMs: config.workspace.barrierTimeoutMs,
-      scanDeadlineMs: config.workspace.scanDeadlineMs,
-      changesMaxEntries: config.workspace.changesMaxEntries,
-      batchMs: config.workspace.batchMs,
-      maxQueuedEvents: config.workspace.maxQueuedEvents,
-      reportModify: config.workspace.reportModify,
-    }),
-    admitHandoff: () => {
-      throw new Error('no registry yet');
-    },
-  };
-  // Exited children stay zombies until the watcher has read past them (their events' pidfds
-  // still name their cgroup): attribution of writers that exit at once (reaper.ts).
-  if (workspacePaths.length > 0 && config.workspace.holdExited) {
-    const watcher = ctx.watcher;
-    reaper.setFence(() => (watcher.watching ? watcher.readFence() : Promise.resolve(false)));
-  }
-  log.info({ instance, generation, mode, cgroup: tree?.basePath ?? null, subreaper: native().isChildSubreaper() }, 'supervisor ready');
+  // From here a failure (an unreadable receipt key, a watcher that cannot start, a store that
+  // cannot be opened) leaves nothing: nothing ran, so the cgroup subtree made for this start goes.
   try {
+    const storage = new StorageGuard(config.stateDir, config.storage);
+    for (const warning of thresholdWarnings(storage, storage.totalBytes)) log.warn({ state_dir: config.stateDir }, warning);
+    hashWorkerPath(); // fails start-up, naming where it looked, rather than every receipt later
+    const bootId = readBootId();
+    const ctx: SessionContext = {
+      config,
+      log,
+      reaper,
+      tree,
+      sessionsDir,
+      identity: { instance, generation, bootId, mode, pid: process.pid },
+      signer: ReceiptSigner.loadOrCreate(config.stateDir),
+      storage,
+      // Its threads start now, not with the first session: their ~20 MiB and ~40 ms are paid
+      // once at start, not by the first command's receipt.
+      hashPool: new HashPool((reason) =>
+        log.error({ reason }, 'a hashing thread failed; replaced (its streams are hashed again from their chunk files)'),
+      ).warm(),
+      escapes: EscapeWatch.open(tree?.mount.mountPoint ?? null, log),
+      watcher: new WorkspaceWatcher({
+        paths: workspacePaths,
+        stateDir: config.stateDir,
+        bootId,
+        cgroupMount: tree?.mount.mountPoint ?? '',
+        log,
+        barrierTimeoutMs: config.workspace.barrierTimeoutMs,
+        scanDeadlineMs: config.workspace.scanDeadlineMs,
+        changesMaxEntries: config.workspace.changesMaxEntries,
+        batchMs: config.workspace.batchMs,
+        maxQueuedEvents: config.workspace.maxQueuedEvents,
+        reportModify: config.workspace.reportModify,
+      }),
+      admitHandoff: () => {
+        throw new Error('no registry yet');
+      },
+    };
+    // Exited children stay zombies until the watcher has read past them (their events' pidfds
+    // still name their cgroup): attribution of writers that exit at once (reaper.ts).
+    if (workspacePaths.length > 0 && config.workspace.holdExited) {
+      const watcher = ctx.watcher;
+      reaper.setFence(() => (watcher.watching ? watcher.readFence() : Promise.resolve(false)));
+    }
+    log.info({ instance, generation, mode, cgroup: tree?.basePath ?? null, subreaper: native().isChildSubreaper() }, 'supervisor ready');
     return wire(config, log, ctx, lock, metrics);
   } catch (err) {
-    // Nothing ran: the cgroup subtree made for this start goes with it.
     tree?.teardown();
+    reaper.stop();
     throw err;
   }
 }

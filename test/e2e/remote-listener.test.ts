@@ -327,7 +327,7 @@ describe('the WebSocket listener', () => {
     const out = await within(again.readAll(launched.session_id), 'the whole stream over a new connection', 60_000);
     expect(out.length).toBe(TOTAL);
     expect(sha(out)).toBe(receipt.output.stdout!.sha256);
-  });
+  }, 150_000); // 64 MiB stored, then read over WebSocket (within its own 60 s): a loaded machine took longer than the default 60 s for the whole
 
   it('takes a new token renamed over the token file without a restart: the old one refused', async () => {
     const old = token;

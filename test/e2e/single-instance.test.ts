@@ -2,7 +2,7 @@
 // reconcile the first one's live sessions as owner_lost, or unlink its socket), and the
 // first one keeps running its session untouched.
 import { spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DAEMON, TestDaemon } from '../helpers/daemon.js';
@@ -45,5 +45,17 @@ describe('single instance', () => {
     expect(ps.sessions).toMatchObject([{ session_id, state: 'running' }]);
     await client.request('cancel', { session_id });
     expect((await client.wait({ session_id })).outcome).toBe('cancelled');
+  });
+
+  it('a start that fails after its cgroup subtree was made (an unreadable receipt key) exits 1 naming why, and leaves no cgroup behind', async () => {
+    const state = join(daemon.dir, 'bad-key-state');
+    mkdirSync(state, { mode: 0o700 });
+    writeFileSync(join(state, 'receipt-key'), 'garbage\n', { mode: 0o600 });
+    const r = await second({ SBX_SOCKET: join(daemon.dir, 'bad-key.sock'), SBX_STATE_DIR: state });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^sandbox-supervisor: .+/);
+    const base = daemon.cgroupBase;
+    // Without a writable cgroup2 the start made no subtree; with one, the subtree it made is gone.
+    if (base) expect(existsSync(`${base}-second`)).toBe(false);
   });
 });
