@@ -477,8 +477,11 @@ export class LiveSession extends Session {
   private async receiptOnceDead(shimReport: { reaped: number } | null): Promise<void> {
     const leader = this.leader;
     const proof = liveDeath({ leafPath: this.leaf?.path ?? null, mountPoint: this.ctx.tree?.mount.mountPoint ?? null, shimReport }, new Date());
-    // Every write to a cgroup.procs queued before the leaf emptied is read now: an escape qualifies the proof.
-    const death = proof && this.leaf ? qualifyEscapes(proof, await this.ctx.escapes.settle(this.id)) : proof;
+    // Every write to a cgroup.procs queued before the leaf emptied is read, and our descendants
+    // walked (escape.ts settle: about 2 ms for a root session), while the drains finish and
+    // fsync: an escape qualifies the proof the receipt says.
+    const escapes = proof && this.leaf ? this.ctx.escapes.settle(this.id) : null;
+    escapes?.catch(() => {}); // handled where awaited, below; a failure before that leaves it unawaited
     // Nothing of the session can write any more: its barrier goes out now, while the drains finish.
     const workspace = this.ctx.watcher.settle(this.id);
     this.cancelDeadline();
@@ -504,6 +507,7 @@ export class LiveSession extends Session {
       output[log.stream] = { final_cursor: 0, sha256, complete: true, reason: null, dropped_bytes: 0, drain_end: 'eof', index_sha256: indexSha256, chunks };
     }
     await this.startedRecord;
+    const death = escapes ? qualifyEscapes(proof!, await escapes) : proof;
     [...this.drains].forEach(([name, drain], i) => {
       output[name] = finals[i];
       if (drain.log.failureError) this.ctx.log.error({ session_id: this.id, stream: name, error: drain.log.failureError }, 'the stream stopped storing');
