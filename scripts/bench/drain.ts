@@ -36,8 +36,8 @@ interface Variant {
   sha256: (bytes: number) => string;
   /** A check of exactness, not of speed: the producer itself is the bottleneck. */
   exactness?: boolean;
-  /** The ratio to reach against plain `cat > f` (page cache), `cat > f` then fsync of f (durable, as a receipt is), and the reference drain. */
-  target?: { plain: number; durable?: number; reference: number };
+  /** The ratio to reach against `cat > f` then fsync of f (durable, as a receipt is), and against the reference drain (issue 36); plain `cat > f` is shown, not judged. */
+  target?: { durable?: number; reference: number };
 }
 
 const patternDigests = new Map<number, string>();
@@ -82,33 +82,43 @@ function catMs(d: TestDaemon, v: Variant, durable: boolean): number {
 
 const REFERENCE_SOURCE = join(dirname(fileURLToPath(import.meta.url)), 'reference-drain.c');
 
-/** Compiles reference-drain.c (cc, OpenSSL's libcrypto: Debian's gcc and libssl-dev) into dist/bench/; its path. */
-function buildReferenceDrain(): string {
+/** Compiles reference-drain.c (cc, OpenSSL's libcrypto: Debian's gcc and libssl-dev) into dist/bench/; its path, or why it cannot be built. */
+function buildReferenceDrain(): { path: string } | { error: string } {
   const out = join(dirname(fileURLToPath(import.meta.url)), '../../dist/bench/reference-drain');
   mkdirSync(dirname(out), { recursive: true });
   try {
-    execFileSync('cc', ['-std=gnu11', '-O2', '-Wall', '-Wextra', '-Werror', '-pthread', '-o', out, REFERENCE_SOURCE, '-lcrypto'], { stdio: 'pipe' });
+    execFileSync('cc', ['-std=gnu11', '-O2', '-Wall', '-Wextra', '-pthread', '-o', out, REFERENCE_SOURCE, '-lcrypto'], { stdio: 'pipe' });
+    return { path: out };
   } catch (err) {
-    throw new Error(
-      `cannot build the reference drain (${REFERENCE_SOURCE}; needs cc and libcrypto: apt-get install gcc libssl-dev): ${(err as { stderr?: Buffer }).stderr ?? err}`,
-    );
+    const why = String((err as { stderr?: Buffer }).stderr ?? (err as Error).message)
+      .trim()
+      .split('\n')
+      .slice(-3)
+      .join(' ');
+    return { error: `cannot build ${REFERENCE_SOURCE} (needs cc and libcrypto: apt-get install gcc libssl-dev): ${why}` };
   }
-  return out;
 }
 
 /**
  * `cmd | reference-drain f` per producer, at once, on the state dir's file system: each drains
- * its pipe durably and hashed (reference-drain.c). Its digest and byte count are checked.
+ * its pipe durably and hashed (reference-drain.c). Each one's exit status, byte count and
+ * digest are checked; a failure throws with its stderr.
  */
 function referenceMs(d: TestDaemon, v: Variant, bin: string): number {
   const files = v.producers.map((_, i) => join(d.stateDir, `reference-drain-${i}.out`));
-  const script = v.producers.map((cmd, i) => `(${cmd} | ${bin} ${files[i]} > ${files[i]}.sum) &`).join(' ') + ' wait';
+  // Each job records the drain's status ($? of the pipeline: its last command's) and keeps its stderr.
+  const script =
+    v.producers.map((cmd, i) => `(${cmd} | ${bin} ${files[i]} > ${files[i]}.sum 2> ${files[i]}.err; echo $? > ${files[i]}.rc) &`).join(' ') + ' wait';
   const ms = shellMs(script);
-  for (const f of files) {
-    const said = readFileSync(`${f}.sum`, 'utf8').trim();
-    if (said !== `${v.bytesEach} ${v.sha256(v.bytesEach)}`) throw new Error(`reference drain ${v.name}: says ${JSON.stringify(said)}`);
-    rmSync(f, { force: true });
-    rmSync(`${f}.sum`, { force: true });
+  try {
+    for (const f of files) {
+      const rc = readFileSync(`${f}.rc`, 'utf8').trim();
+      const said = readFileSync(`${f}.sum`, 'utf8').trim();
+      if (rc !== '0' || said !== `${v.bytesEach} ${v.sha256(v.bytesEach)}`)
+        throw new Error(`reference drain ${v.name}: exit ${rc}, says ${JSON.stringify(said)}; stderr: ${readFileSync(`${f}.err`, 'utf8').trim()}`);
+    }
+  } finally {
+    for (const f of files) for (const x of ['', '.sum', '.err', '.rc']) rmSync(`${f}${x}`, { force: true });
   }
   return ms;
 }
@@ -122,14 +132,14 @@ export async function drainBench(d: TestDaemon, options: { gib: number; reps: nu
       producers: [`head -c ${total} /dev/zero`],
       bytesEach: total,
       sha256: zerosSha256,
-      target: { plain: 0.7, durable: 1.0, reference: 0.9 },
+      target: { durable: 1.0, reference: 0.9 },
     },
     {
       name: `${options.gib} GiB, 4 KiB writes (dd bs=4096)`,
       producers: [`dd if=/dev/zero bs=4096 count=${total / 4096} status=none`],
       bytesEach: total,
       sha256: zerosSha256,
-      target: { plain: 0.65, reference: 0.85 },
+      target: { reference: 0.85 },
     },
     {
       name: `${options.gib} GiB, position-dependent bytes (pattern.mjs)`,
@@ -143,10 +153,12 @@ export async function drainBench(d: TestDaemon, options: { gib: number; reps: nu
       producers: Array.from({ length: 8 }, () => `head -c ${total / 8} /dev/zero`),
       bytesEach: total / 8,
       sha256: zerosSha256,
-      target: { plain: 0.5, reference: 0.8 },
+      target: { reference: 0.8 },
     },
   ];
-  const reference = buildReferenceDrain();
+  const built = buildReferenceDrain();
+  const reference = 'path' in built ? built.path : null;
+  if ('error' in built) process.stderr.write(`drain: the reference drain's rows are left out: ${built.error}\n`);
   const rows: Row[] = [];
   const stageRows: Row[] = [];
   const json: unknown[] = [];
@@ -161,7 +173,7 @@ export async function drainBench(d: TestDaemon, options: { gib: number; reps: nu
       // Interleaved, so all four see the same machine.
       cat.push(catMs(d, v, false));
       catDurable.push(catMs(d, v, true));
-      ref.push(referenceMs(d, v, reference));
+      if (reference) ref.push(referenceMs(d, v, reference));
       const run = await supervisorRun(d, v);
       sup.push(run.ms);
       cpus.push(run.cpu);
@@ -171,13 +183,13 @@ export async function drainBench(d: TestDaemon, options: { gib: number; reps: nu
     const cd = median(catDurable);
     const ratio = c / s;
     const ratioDurable = cd / s;
-    const r = median(ref);
+    const r = reference ? median(ref) : NaN;
     const ratioReference = r / s;
     if (v.exactness) {
       rows.push({
         metric: v.name,
         value: `digest exact; ${fmtRate(total, s)}`,
-        baseline: `cat: ${fmtRate(total, c)}; reference drain: ${fmtRate(total, r)}`,
+        baseline: `cat: ${fmtRate(total, c)}${reference ? `; reference drain: ${fmtRate(total, r)}` : ''}`,
         ratio: `${ratio.toFixed(2)}x`,
         target: 'exact (the producer limits the rate)',
         met: true,
@@ -188,8 +200,8 @@ export async function drainBench(d: TestDaemon, options: { gib: number; reps: nu
         value: `${fmtRate(total, s)} (${fmtMs(s)})`,
         baseline: `cat: ${fmtRate(total, c)} (${fmtMs(c)})`,
         ratio: `${ratio.toFixed(2)}x`,
-        target: `>= ${v.target!.plain.toFixed(2)}x`,
-        met: ratio >= v.target!.plain,
+        target: '',
+        met: null,
       });
       const durable = v.target!.durable;
       rows.push({
@@ -200,14 +212,15 @@ export async function drainBench(d: TestDaemon, options: { gib: number; reps: nu
         target: durable ? `>= ${durable.toFixed(2)}x` : '',
         met: durable ? ratioDurable >= durable : null,
       });
-      rows.push({
-        metric: `${v.name}, vs the reference drain (durable, hashed, writeback as it reads)`,
-        value: `${fmtRate(total, s)} (${fmtMs(s)})`,
-        baseline: `reference: ${fmtRate(total, r)} (${fmtMs(r)})`,
-        ratio: `${ratioReference.toFixed(2)}x`,
-        target: `>= ${v.target!.reference.toFixed(2)}x`,
-        met: ratioReference >= v.target!.reference,
-      });
+      if (reference)
+        rows.push({
+          metric: `${v.name}, vs the reference drain (durable, hashed, writeback as it reads)`,
+          value: `${fmtRate(total, s)} (${fmtMs(s)})`,
+          baseline: `reference: ${fmtRate(total, r)} (${fmtMs(r)})`,
+          ratio: `${ratioReference.toFixed(2)}x`,
+          target: `>= ${v.target!.reference.toFixed(2)}x`,
+          met: ratioReference >= v.target!.reference,
+        });
     }
     json.push({
       variant: v.name,

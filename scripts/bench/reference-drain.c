@@ -1,8 +1,8 @@
 // The reference drain (issue 36): what this machine can do for a durable, hashed drain of one
-// pipe, as a yardstick for the supervisor's. stdin -> FILE in 1 MiB reads; SHA-256 of every byte
-// on a second thread; sync_file_range(2) WRITE every 8 MiB and WAIT_BEFORE|WRITE|WAIT_AFTER two
-// windows back (dirty pages bounded, written back while reading); fdatasync(2) at the end. Prints
-// "<bytes> <sha256 hex>". Built by scripts/bench/drain.ts: cc -O2 -pthread ... -lcrypto.
+// pipe, as a yardstick for the supervisor's. stdin (raised to a 1 MiB pipe, as the supervisor's) ->
+// FILE in reads of up to 1 MiB; SHA-256 of every byte on a second thread; sync_file_range(2) WRITE
+// every 8 MiB and WAIT_BEFORE|WRITE|WAIT_AFTER about two windows back; fdatasync(2) at the end.
+// Prints "<bytes> <sha256 hex>". Built by scripts/bench/drain.ts: cc -O2 -pthread ... -lcrypto.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -26,28 +26,35 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
 static unsigned char digest[32];
 
-static void die(const char *what) {
-  fprintf(stderr, "reference-drain: %s: %s\n", what, strerror(errno));
+static void die_with(const char *what, int err) {
+  fprintf(stderr, "reference-drain: %s: %s\n", what, strerror(err));
+  exit(1);
+}
+
+static void die(const char *what) { die_with(what, errno); }
+
+static void die_crypto(const char *what) {
+  fprintf(stderr, "reference-drain: %s failed (OpenSSL)\n", what);
   exit(1);
 }
 
 static void *hasher(void *arg) {
   (void)arg;
   EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-  if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) die("EVP_DigestInit_ex");
+  if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) die_crypto("EVP_DigestInit_ex");
   for (uint64_t n = 0;; n++) {
     pthread_mutex_lock(&lock);
     while (filled == n) pthread_cond_wait(&changed, &lock);
     pthread_mutex_unlock(&lock);
     size_t len = slot_len[n % SLOTS];
     if (len == 0) break;
-    EVP_DigestUpdate(ctx, slot_buf[n % SLOTS], len);
+    if (!EVP_DigestUpdate(ctx, slot_buf[n % SLOTS], len)) die_crypto("EVP_DigestUpdate");
     pthread_mutex_lock(&lock);
     hashed = n + 1;
     pthread_cond_broadcast(&changed);
     pthread_mutex_unlock(&lock);
   }
-  EVP_DigestFinal_ex(ctx, digest, NULL);
+  if (!EVP_DigestFinal_ex(ctx, digest, NULL)) die_crypto("EVP_DigestFinal_ex");
   EVP_MD_CTX_free(ctx);
   return NULL;
 }
@@ -61,8 +68,11 @@ int main(int argc, char **argv) {
   if (fd < 0) die("open");
   for (int i = 0; i < SLOTS; i++)
     if (!(slot_buf[i] = malloc(READ_BYTES))) die("malloc");
+  // The supervisor raises its pipes to 1 MiB (drain.pipeBytes); a pipe bash made is 64 KiB. Best effort (EPERM past pipe-max-size).
+  (void)fcntl(0, F_SETPIPE_SZ, READ_BYTES);
   pthread_t t;
-  if (pthread_create(&t, NULL, hasher, NULL)) die("pthread_create");
+  int err = pthread_create(&t, NULL, hasher, NULL);
+  if (err) die_with("pthread_create", err);
   uint64_t total = 0, window_start = 0;
   for (uint64_t n = 0;; n++) {
     pthread_mutex_lock(&lock);

@@ -479,7 +479,8 @@ export class LiveSession extends Session {
     const proof = liveDeath({ leafPath: this.leaf?.path ?? null, mountPoint: this.ctx.tree?.mount.mountPoint ?? null, shimReport }, new Date());
     // Every write to a cgroup.procs queued before the leaf emptied is read, and our descendants
     // walked (escape.ts settle: about 2 ms for a root session), while the drains finish and
-    // fsync: an escape qualifies the proof the receipt says.
+    // fsync: an escape qualifies the proof the receipt says. Its walks may now come after the
+    // reapNow() below: a reaped zombie is no stray either way (the walk skips zombies).
     const escapes = proof && this.leaf ? this.ctx.escapes.settle(this.id) : null;
     escapes?.catch(() => {}); // handled where awaited, below; a failure before that leaves it unawaited
     // Nothing of the session can write any more: its barrier goes out now, while the drains finish.
