@@ -19,7 +19,7 @@ import { setDeadline } from '../timers.js';
 import type { SessionContext, SessionRequest } from './context.js';
 import { StreamDrain, type StorePolicy } from './drain.js';
 import { escalate, type EscalationStep, type EscalationTarget } from './escalation.js';
-import { ESCAPES_RESERVE_BYTES } from './escape.js';
+import { ESCAPES_RESERVE_BYTES, type EscapeReport } from './escape.js';
 import { cgroupEmpty, liveDeath, missingShimReport, qualifyEscapes } from './evidence.js';
 import { causeWithOom, type SpawnFailureFact } from './receipt.js';
 import { Session } from './session.js';
@@ -475,14 +475,27 @@ export class LiveSession extends Session {
    * the death proof, the workspace barrier, the drains to their end, and the receipt.
    */
   private async receiptOnceDead(shimReport: { reaped: number } | null): Promise<void> {
-    const leader = this.leader;
     const proof = liveDeath({ leafPath: this.leaf?.path ?? null, mountPoint: this.ctx.tree?.mount.mountPoint ?? null, shimReport }, new Date());
     // Every write to a cgroup.procs queued before the leaf emptied is read, and our descendants
     // walked (escape.ts settle: about 2 ms for a root session), while the drains finish and
     // fsync: an escape qualifies the proof the receipt says. Its walks may now come after the
     // reapNow() below: a reaped zombie is no stray either way (the walk skips zombies).
     const escapes = proof && this.leaf ? this.ctx.escapes.settle(this.id) : null;
-    escapes?.catch(() => {}); // handled where awaited, below; a failure before that leaves it unawaited
+    escapes?.catch(() => {}); // awaited below (or on a failure); never an unhandled rejection meanwhile
+    try {
+      await this.receiptWith(proof, escapes);
+    } catch (err) {
+      // The settle is let finish first: the session is then no longer tracked, so the caller's
+      // forget() (lifecycleFailed) does not keep its leaf, proven empty, as unproven, where a
+      // later session's stray would go unseen.
+      await escapes?.catch(() => {});
+      throw err;
+    }
+  }
+
+  /** The rest of receiptOnceDead: proof is the death seen, escapes its settle under way (null: none). */
+  private async receiptWith(proof: ReturnType<typeof liveDeath>, escapes: Promise<EscapeReport> | null): Promise<void> {
+    const leader = this.leader;
     // Nothing of the session can write any more: its barrier goes out now, while the drains finish.
     const workspace = this.ctx.watcher.settle(this.id);
     this.cancelDeadline();
