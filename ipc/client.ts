@@ -571,7 +571,6 @@ export class ReconnectingClient {
     let delayMs = 200;
     /** Failed attempts by code, for the message that gives up. */
     const failures = new Map<string, number>();
-    let attempts = 0;
     while (!this.client) {
       try {
         this.client = await SupervisorClient.connect(this.options);
@@ -580,12 +579,11 @@ export class ReconnectingClient {
         if (err instanceof SupervisorError && !err.retryable) throw err;
         const code = errnoCode(err) ?? (err as Error).message;
         failures.set(code, (failures.get(code) ?? 0) + 1);
-        attempts++;
         this.options.onReconnecting?.(code);
         if (performance.now() > giveUpAt) {
           throw new Error(
             `lost the supervisor and it did not come back within ${Math.round((this.options.reconnectMs ?? DEFAULT_RECONNECT_MS) / 1000)} s ` +
-              `(${code}; ${attempts} attempts failed: ${[...failures].map(([c, n]) => `${c} ${n}`).join(', ')}; the last: ${(err as Error).message})`,
+              `(${code}; ${[...failures.values()].reduce((a, b) => a + b, 0)} attempts failed: ${[...failures].map(([c, n]) => `${c} ${n}`).join(', ')}; the last: ${(err as Error).message})`,
           );
         }
         await new Promise((r) => setTimeout(r, delayMs));
