@@ -498,6 +498,44 @@ describe('renameAtNoReplace: renameat2(2) RENAME_NOREPLACE between directory fds
   });
 });
 
+/**
+ * The shim's report records, one per write(2): its report fd is a SOCK_SEQPACKET socket (unix(7):
+ * record boundaries kept), made by python3, which runs the shim in subreaper mode on argv.
+ */
+function shimReportWrites(argv: string[]): string[] {
+  const script = [
+    'import json, socket, subprocess, sys',
+    'a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)',
+    'shim = sys.argv[1]',
+    'p = subprocess.Popen([shim, "--report-fd", str(b.fileno()), "--subreaper", "--", *sys.argv[2:]], pass_fds=[b.fileno()], stdin=subprocess.DEVNULL)',
+    'b.close()',
+    'records = []',
+    'while True:',
+    '    r = a.recv(4096)',
+    '    if not r: break',
+    '    records.append(r.decode())',
+    'p.wait()',
+    'print(json.dumps(records))',
+  ].join('\n');
+  const out = execFileSync('/usr/bin/python3', ['-c', script, join(ROOT, 'native-helpers/build/Release/sbx-exec-shim'), ...argv], { encoding: 'utf8' });
+  return JSON.parse(out) as string[];
+}
+
+describe('exec shim: the subreaper report', () => {
+  it('says "leader ..." and "done" in one write when the leader\'s reaping found nothing left, apart when a descendant lived on', () => {
+    // 20 runs: the two lines were two writes, read apart whenever the shim was preempted between them.
+    for (let i = 0; i < 20; i++) {
+      const records = shimReportWrites(['sh', '-c', 'exit 3']);
+      expect(records.slice(1)).toEqual(['leader exit 3\ndone 0\n']);
+      expect(records[0]).toMatch(/^started \d+\n$/);
+    }
+    const signaled = shimReportWrites(['sh', '-c', 'kill -9 $$']);
+    expect(signaled.slice(1)).toEqual(['leader signal 9\ndone 0\n']);
+    // A child that outlives the leader: the leader's line goes out alone, "done" once the child is reaped.
+    expect(shimReportWrites(['sh', '-c', 'sleep 0.3 & exit 0']).slice(1)).toEqual(['leader exit 0\n', 'done 1\n']);
+  });
+});
+
 describe('exec shim: argv on a fd (--argv-fd)', () => {
   it('runs the argv it reads, byte for byte, empty strings included', async () => {
     const r = await runShim(argvPayload(['sh', '-c', 'printf "[%s]" "$@"', 'sh', 'a b', '', 'ü\n']));

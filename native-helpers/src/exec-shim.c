@@ -50,7 +50,9 @@
  *   "started <pid>"            the command exec'ed (else its "error exec <errno>" line)
  *   "leader exit <code>" | "leader signal <n>"   the leader was reaped
  *   "signaled <sig> <pids>"    a signal was delivered to every live descendant
- *   "done <reaped>"            leader reaped and no descendant is left (waitpid: ECHILD)
+ *   "done <reaped>"            leader reaped and no descendant is left (waitpid: ECHILD);
+ *                              in the same write as "leader ..." when the pass that reaped
+ *                              the leader found no child left
  * Each byte read from the control fd is a signal number to deliver to every descendant
  * (walking /proc/<pid>/task/<tid>/children); signals sent to the shim itself are
  * forwarded the same way. See prctl(2) PR_SET_CHILD_SUBREAPER, execve(2), close_range(2),
@@ -350,6 +352,11 @@ static int run_subreaper(const struct options *o) {
   }
 
   int leader_status = -1, leader_reaped = 0, reaped = 0, control_open = o->control_fd >= 0;
+  /* The "leader" line, held until the end of the reaping pass that made it: when that pass
+   * also finds no child left, "leader ..." and "done ..." go out in one write(2) (under
+   * PIPE_BUF: atomic, pipe(7)), so the supervisor reads both at once and never takes the
+   * moment between them for descendants still alive at the leader's exit. */
+  char leader_line[64] = "";
   for (;;) {
     /* Reap every child that has exited; by pid -1 is right here: all are ours. */
     for (;;) {
@@ -360,8 +367,8 @@ static int run_subreaper(const struct options *o) {
           leader_reaped = 1;
           leader_status = st;
           if (!exec_failed) {
-            if (WIFEXITED(st)) report(o->report_fd, "leader exit %d\n", WEXITSTATUS(st));
-            else report(o->report_fd, "leader signal %d\n", WTERMSIG(st));
+            if (WIFEXITED(st)) snprintf(leader_line, sizeof leader_line, "leader exit %d\n", WEXITSTATUS(st));
+            else snprintf(leader_line, sizeof leader_line, "leader signal %d\n", WTERMSIG(st));
           }
         } else {
           reaped++;
@@ -370,7 +377,8 @@ static int run_subreaper(const struct options *o) {
       }
       if (p < 0 && errno == EINTR) continue;
       if (p < 0 && errno == ECHILD && leader_reaped) {
-        if (!exec_failed) report(o->report_fd, "done %d\n", reaped);
+        if (!exec_failed) report(o->report_fd, "%sdone %d\n", leader_line, reaped);
+        leader_line[0] = 0;
         if (o->hold && control_open) {
           /* Keep the session (and so the tty) until the supervisor lets go. */
           char sink[64];
@@ -381,6 +389,10 @@ static int run_subreaper(const struct options *o) {
         return 128 + WTERMSIG(leader_status);
       }
       break;
+    }
+    if (leader_line[0]) {
+      report(o->report_fd, "%s", leader_line);
+      leader_line[0] = 0;
     }
     struct pollfd pfd[2] = {{sfd, POLLIN, 0}, {control_open ? o->control_fd : -1, POLLIN, 0}};
     if (poll(pfd, 2, -1) < 0 && errno != EINTR) return 125;

@@ -83,6 +83,8 @@ export class LeaderProcess {
   /** The command's pid; the shim's own pid is `pid` (they differ when the shim stays). */
   leaderPid = -1;
   private readonly signaledWaiters: ((pids: number) => void)[] = [];
+  /** The shim said "done" or is gone: it answers no signal any more (answerSignaledWaiters). */
+  private shimDone = false;
 
   constructor(spec: LeaderSpec, reaper: Reaper) {
     const n = native();
@@ -217,7 +219,10 @@ export class LeaderProcess {
       } else if (word === 'leader') {
         leaderResolve(a === 'exit' ? { code: Number(b), signal: null, at: new Date() } : { code: null, signal: signalName(Number(b)), at: new Date() });
       } else if (word === 'signaled') this.signaledWaiters.shift()?.(Number(b));
-      else if (word === 'done') doneResolve({ reaped: Number(a) });
+      else if (word === 'done') {
+        doneResolve({ reaped: Number(a) });
+        this.answerSignaledWaiters();
+      }
     };
     void shimExit.then(async (shim) => {
       await lines.all;
@@ -225,6 +230,7 @@ export class LeaderProcess {
       // said "leader", an exit status: the leader's end is not known (no status is made up;
       // the session goes unknown), but it is not waited for any more.
       doneResolve(null);
+      this.answerSignaledWaiters();
       execResolve({ stage: 'shim', errno: 0, code: 'ESRCH' });
       leaderResolve({ code: null, signal: null, at: shim.at });
     });
@@ -236,7 +242,7 @@ export class LeaderProcess {
    * (the cgroup is the session; see CgroupLeaf.signalAll).
    */
   signalViaShim(sig: number): Promise<number> {
-    if (this.controlFd < 0) return Promise.resolve(0);
+    if (this.controlFd < 0 || this.shimDone) return Promise.resolve(0);
     return new Promise((resolve) => {
       this.signaledWaiters.push(resolve);
       try {
@@ -246,6 +252,16 @@ export class LeaderProcess {
         resolve(0);
       }
     });
+  }
+
+  /**
+   * Once the shim has said "done" (or is gone): it reads the control pipe no more, or only to
+   * hold the tty (--hold), and answers no signal; nothing of the session is left to reach, so
+   * each signal still waiting reached 0 pids, and later ones resolve 0 at once.
+   */
+  private answerSignaledWaiters(): void {
+    this.shimDone = true;
+    for (const waiter of this.signaledWaiters.splice(0)) waiter(0);
   }
 
   /** Closes the control pipe (subreaper mode) once the session is over. */

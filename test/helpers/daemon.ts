@@ -3,7 +3,7 @@
 // stop() settles it with SIGTERM and removes everything it made, also after a failure.
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { SupervisorClient } from '../../ipc/client.js';
@@ -114,6 +114,43 @@ export function pidsWithMarker(marker: string): number[] {
     }
   }
   return out;
+}
+
+/**
+ * What a daemon that did not exit on SIGTERM was doing (read before its SIGKILL): every
+ * process under it (state, wchan, argv, fds), its threads' wchan, and its log's last lines.
+ * proc(5): /proc/PID/{stat,wchan,cmdline,fd}.
+ */
+export function hangReport(pid: number, logPath: string): string {
+  const read = (path: string): string => {
+    try {
+      return readFileSync(path, 'utf8');
+    } catch {
+      return '?';
+    }
+  };
+  const all = procStats();
+  const tree: number[] = [pid];
+  for (let i = 0; i < tree.length; i++) for (const p of all) if (Number(p.fields[1]) === tree[i]) tree.push(p.pid);
+  const lines = tree.map((p) => {
+    const stat = all.find((s) => s.pid === p)?.fields ?? [];
+    const fds = readdirSafe(`/proc/${p}/fd`).map((fd) => {
+      try {
+        return `${fd}->${readlinkSync(`/proc/${p}/fd/${fd}`)}`;
+      } catch {
+        return fd;
+      }
+    });
+    return `pid ${p} ppid ${stat[1]} state ${stat[0]} wchan ${read(`/proc/${p}/wchan`)} argv ${read(`/proc/${p}/cmdline`).split('\0').join(' ')}\n  fds ${fds.join(' ')}`;
+  });
+  const threads = readdirSafe(`/proc/${pid}/task`).map((t) => `${t}:${read(`/proc/${pid}/task/${t}/comm`).trim()}:${read(`/proc/${pid}/task/${t}/wchan`)}`);
+  let log = '';
+  try {
+    log = readFileSync(logPath, 'utf8').split('\n').slice(-120).join('\n');
+  } catch {
+    // no log
+  }
+  return `${lines.join('\n')}\nthreads ${threads.join(' ')}\nlog (last 120 lines):\n${log}`;
 }
 
 function readdirSafe(dir: string): string[] {
@@ -268,19 +305,27 @@ export class TestDaemon {
     await this.exited;
   }
 
-  /** SIGTERM to the daemon (by pid) and its exit status; files and cgroups stay for inspection. */
-  async terminate(): Promise<{ code: number | null; signal: NodeJS.Signals | null } | null> {
+  /**
+   * SIGTERM to the daemon (by pid) and its exit status; files and cgroups stay for inspection.
+   * Not gone within 30 s: SIGKILL, and the result carries `hung`, what it was doing (hangReport),
+   * so an assertion on the exit status shows it.
+   */
+  async terminate(): Promise<{ code: number | null; signal: NodeJS.Signals | null; hung?: string } | null> {
     for (const c of this.clients.splice(0)) c.close();
     if (!this.child || !this.exited) return null;
     if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGTERM');
-    const timer = setTimeout(() => this.child?.kill('SIGKILL'), 30_000);
+    let hung: string | undefined;
+    const timer = setTimeout(() => {
+      hung = hangReport(this.pid, this.logPath);
+      this.child?.kill('SIGKILL');
+    }, 30_000);
     const result = await this.exited;
     clearTimeout(timer);
-    return result;
+    return hung === undefined ? result : { ...result, hung };
   }
 
   /** terminate(), then remove the cgroup subtree (killing leftovers) and the temp dir. */
-  async stop(): Promise<{ code: number | null; signal: NodeJS.Signals | null } | null> {
+  async stop(): Promise<{ code: number | null; signal: NodeJS.Signals | null; hung?: string } | null> {
     const result = await this.terminate();
     const base = this.cgroupBase;
     if (base) await removeCgroupTree(base);
