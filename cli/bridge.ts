@@ -1,7 +1,7 @@
 // `sbx bridge [--socket PATH]`: joins this process's stdin and stdout to the supervisor's Unix socket byte
 // for byte (frames pass through unchanged), so any exec channel carries the protocol (docker exec -i BOX sbx
 // bridge, kubectl exec -i, ssh, nsenter; docs/guide/remote.md). Writes nothing of its own to stdout. Imports
-// node: only (snapshot-safe).
+// node: only.
 import { fstatSync } from 'node:fs';
 import { connect, Socket } from 'node:net';
 import type { Readable, Writable } from 'node:stream';

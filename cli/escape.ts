@@ -23,7 +23,7 @@ export function escapeControls(text: string): string {
 const ZERO_WIDTH = /^[\p{Cc}\p{Cf}\p{Mn}\p{Me}\p{Default_Ignorable_Code_Point}]$/u;
 const PICTOGRAPHIC = /\p{Extended_Pictographic}/u;
 
-// Made on first use, not at load: sbx's startup snapshot cannot hold an Intl object.
+// Made on first use, not at load: a command that prints nothing wide never pays for it.
 let segmenter: Intl.Segmenter | null = null;
 const graphemes = (text: string) => (segmenter ??= new Intl.Segmenter()).segment(text);
 

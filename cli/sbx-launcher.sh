@@ -1,38 +1,17 @@
 #!/bin/sh
-# sbx's launcher, the `sbx` bin (copied to dist/cli/sbx by scripts/build/sbx-snapshot.mjs).
-# It starts the CLI from its V8 startup snapshot, dist/cli/sbx.blob, in which sbx and its
-# modules are already loaded (node --snapshot-blob: Node 20's "Startup snapshot API"), so a
-# command does not pay for loading them again: `sbx --version` starts in about the time of
-# `node -e 0`. The snapshot is made by the build with the node named in sbx.blob.node, and
-# only that very node binary, with V8's configuration untouched, may read it (else node exits
-# 14: "Failed to load the startup snapshot"). So the CLI starts from sbx.js instead when there
-# is no blob, when the node is not the same file as at build time (device, inode, size and
-# mtime: an upgrade replaces it), when NODE_OPTIONS is set (V8 flags such as
-# --max-old-space-size change the configuration), and for the commands whose modules the
-# snapshot leaves out (verify, restore, checkpoints, diff: a snapshot's main cannot import()).
+# sbx's launcher, the `sbx` bin (copied to dist/cli/sbx by scripts/build/sbx-bundle.mjs). It
+# starts the CLI from its bundle, dist/cli/sbx.bundle.cjs (sbx and what it loads at start in one
+# script: one read and one compile instead of ~100 module loads), else from sbx.js when the
+# build made no bundle; with the node that built it (dist/cli/sbx.node), else the PATH's.
+# Measured here (Node 20.20, 25 runs each, interleaved; docs/design/performance.md): `sbx run --
+# true` 182 ms from the bundle, 224 ms from sbx.js, and 202 ms from the V8 startup snapshot of
+# the bundle that earlier builds used (deserializing even an empty snapshot costs ~30 ms more
+# than node's own start).
 self=$0
 if [ -L "$self" ]; then self=$(readlink -f -- "$self"); fi
 case $self in */*) here=${self%/*} ;; *) here=. ;; esac
-node= version= identity=
-if [ -r "$here/sbx.blob.node" ]; then { read -r node; read -r version; read -r identity; } < "$here/sbx.blob.node"; fi
-if [ -z "${NODE_OPTIONS:-}" ] && [ -n "$identity" ] && [ -x "$node" ] && [ -r "$here/sbx.blob" ] &&
-  [ "$(stat -L -c '%d:%i:%s:%Y' -- "$node" 2>/dev/null)" = "$identity" ]; then
-  # The command: the first word that is not a global option (--socket, --url and --token-file take a value).
-  cmd=
-  skip=
-  for a in "$@"; do
-    if [ -n "$skip" ]; then skip=; continue; fi
-    case $a in
-      --socket | --url | --token-file) skip=1 ;;
-      -*) ;;
-      *) cmd=$a; break ;;
-    esac
-  done
-  case $cmd in
-    verify | restore | checkpoints | diff) ;;
-    # node takes the first `--` as the end of its own options; the rest is sbx's.
-    *) exec "$node" --snapshot-blob "$here/sbx.blob" -- "$@" ;;
-  esac
-fi
+node=
+if [ -r "$here/sbx.node" ]; then read -r node < "$here/sbx.node"; fi
 if [ -z "$node" ] || [ ! -x "$node" ]; then node=node; fi
+if [ -r "$here/sbx.bundle.cjs" ]; then exec "$node" "$here/sbx.bundle.cjs" "$@"; fi
 exec "$node" "$here/sbx.js" "$@"

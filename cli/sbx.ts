@@ -3,13 +3,12 @@
 // process, so killing sbx never kills a command (unless launched with --on-disconnect cancel: the supervisor
 // then cancels it). Exit statuses follow sh, timeout(1) and docker run (docs/reference/exit-statuses.md).
 // Imports ipc/ and core/ only, never supervisor/ (test/unit/repo/layers.test.ts), and no zod (types only): it starts fast (docs/design/facts.md 17).
-// Runs from a V8 startup snapshot: no side effects at the top level ("Start" below).
+// Runs bundled (scripts/build/sbx-bundle.mjs): no side effects at the top level ("Start" below).
 import { isUtf8 } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, writeSync } from 'node:fs';
 import { join, resolve as resolvePath } from 'node:path';
 import { constants as osConstants } from 'node:os';
-import { startupSnapshot } from 'node:v8';
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -62,7 +61,7 @@ import { errnoCode } from '../ipc/errno.js';
 
 // The core is one module on purpose: split into four (the commands, sbx run, what they share, argument bytes) it
 // took 2.5-3 ms longer to load as a script (Node 20's ESM loader, per module and import edge: 70.7 vs 73.6 ms to
-// the first line of `sbx run`, interleaved runs, issue 16; the snapshot loads none); what only explains
+// the first line of `sbx run`, interleaved runs, issue 16; the bundle loads none); what only explains
 // (explain.ts: messages, ps-format.ts, progress.ts, completion.ts) is apart, and so is sbx attach (attach.ts, with
 // the stdin pump sbx run shares). Its parts, in order: what every command shares; sbx run (resend until answered,
 // signals sent on); the commands; the argument and environment bytes.
@@ -1480,12 +1479,9 @@ function readRawArgs(count: number): Buffer[] | null {
 
 // --- Start.
 
-// The `sbx` bin is its launcher (sbx-launcher.sh), which starts this module from a V8 startup snapshot with
-// everything loaded (scripts/build/sbx-snapshot.mjs; `main` runs on deserialization), else as a script. Either way
-// keep side effects out of the top level: what runs there runs once, at build time, for every later start
-// (process.env, argv, cwd, time and random values are read in main and below it). Lazy imports (verify, restore,
-// diff, checkpoints) are left out of the snapshot, which cannot import(): the launcher starts those commands from
-// this script.
+// The `sbx` bin is its launcher (sbx-launcher.sh), which starts this module bundled with what it loads
+// (scripts/build/sbx-bundle.mjs), else as it is. Lazy imports (verify, restore, diff, checkpoints) are
+// left out of the bundle and imported from beside it.
 
 /** Runs the CLI on argv (process.argv's shape: node, script, args...). */
 function main(argv: string[]): void {
@@ -1509,12 +1505,9 @@ function main(argv: string[]): void {
   program.parseAsync(argv).catch((err: unknown) => fail(describe(err)));
 }
 
-// Built into a V8 startup snapshot (scripts/build/sbx-snapshot.mjs), the start waits for the
-// process that deserializes it: there process.argv is (node, args...), without a script.
 // Imported (scripts/docs/generate.ts reads `program`), it runs nothing: main runs only when
-// this module is the script node was started with.
-if (startupSnapshot.isBuildingSnapshot()) startupSnapshot.setDeserializeMainFunction(() => main([process.argv[0]!, 'sbx', ...process.argv.slice(1)]));
-else if (isEntry(process.argv[1], import.meta.url)) main(process.argv);
+// this module (or its bundle) is the script node was started with.
+if (isEntry(process.argv[1], import.meta.url)) main(process.argv);
 
 /** Whether `script` (process.argv[1]) is the module at `url`, symbolic links resolved. */
 export function isEntry(script: string | undefined, url: string): boolean {

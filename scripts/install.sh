@@ -77,7 +77,7 @@ rm -rf "$dest"
 mkdir -p "$(dirname "$dest")" "$root$prefix/bin" "$units"
 cp -r "$stage" "$dest"
 chmod 0755 "$dest"
-# sbx through its launcher (the startup snapshot when the node that made it is there, else sbx.js).
+# sbx through its launcher (its bundle, with the node that built it: cli/sbx-launcher.sh).
 printf '#!/bin/sh\nexec %s/dist/cli/sbx "$@"\n' "$libdir" > "$root$prefix/bin/sbx"
 printf '#!/bin/sh\nexec %s %s/dist/supervisor/main.js "$@"\n' "$node_bin" "$libdir" > "$root$prefix/bin/sandbox-supervisor"
 chmod 0755 "$root$prefix/bin/sbx" "$root$prefix/bin/sandbox-supervisor"

@@ -53,9 +53,9 @@ describe('install.sh', () => {
     expect(verify.status).toBe(0);
     // The installed copy runs on its own: the CLI and the daemon's native helper load.
     expect(execFileSync(process.execPath, [join(lib, 'dist/cli/sbx.js'), '--version'], { encoding: 'utf8' }).trim()).toMatch(/^\d+\.\d+\.\d+$/);
-    // The sbx wrapper goes through the launcher, which starts the copied startup snapshot.
+    // The sbx wrapper goes through the launcher, which starts the copied bundle.
     expect(readFileSync(join(root, 'usr/local/bin/sbx'), 'utf8')).toBe('#!/bin/sh\nexec /usr/local/lib/sandbox-supervisor/dist/cli/sbx "$@"\n');
-    expect(existsSync(join(lib, 'dist/cli/sbx.blob'))).toBe(true);
+    expect(existsSync(join(lib, 'dist/cli/sbx.bundle.cjs'))).toBe(true);
     expect(execFileSync(join(lib, 'dist/cli/sbx'), ['--version'], { encoding: 'utf8' }).trim()).toMatch(/^\d+\.\d+\.\d+$/);
     expect(
       execFileSync(

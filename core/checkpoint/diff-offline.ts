@@ -1,6 +1,6 @@
 // diffCheckpoints: `sbx diff --json` in process, for TypeScript harnesses (offline: the store is
-// read directly, no wire method). Apart from client.ts so that sbx's startup snapshot, which
-// bundles client.ts, never takes in the checkpoint modules or the AWS SDK they load for s3://.
+// read directly, no wire method). Apart from client.ts so that sbx's bundle, which
+// takes in client.ts, never takes in the checkpoint modules or the AWS SDK they load for s3://.
 // Owns the options and the mapping of refusals to SupervisorError; the comparison is
 // core/checkpoint/diff.ts's.
 import { readFileSync } from 'node:fs';

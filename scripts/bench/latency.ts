@@ -107,7 +107,7 @@ export async function launchBench(d: TestDaemon, runs: number): Promise<Row[]> {
   } finally {
     client.close();
   }
-  const sbx = join(ROOT, 'dist/cli/sbx'); // the bin as users run it: the launcher and its startup snapshot
+  const sbx = join(ROOT, 'dist/cli/sbx'); // the bin as users run it: the launcher and its bundle
   const sbxRuns: number[] = [];
   const nodeRuns: number[] = [];
   for (let i = 0; i < Math.min(runs, 30); i++) {

@@ -453,7 +453,6 @@ const SBX_MAN: ManText = {
     ['SBX_TOKEN', 'the bearer token itself, when no token file is given'],
     ['SBX_CA_FILE', 'a PEM file of certificate authorities to trust for a wss:// URL'],
     ['SBX_STATE_DIR', 'the state dir read by the commands that read it directly (restore, checkpoints, diff --state-dir)'],
-    ['NODE_OPTIONS', 'when set, sbx starts from its script instead of its startup snapshot (V8 flags change what the snapshot needs)'],
   ],
   files: [
     [

@@ -140,7 +140,7 @@ describe('sbx bridge', () => {
     expect(b.stderr).toMatch(/^sbx: bridge: cannot connect to the supervisor at .*nobody-here\.sock: ENOENT\n$/);
   });
 
-  it('works as the installed sbx (its launcher and startup snapshot)', async () => {
+  it('works as the installed sbx (its launcher and bundle)', async () => {
     const b = BridgePeer.spawn(d.socketPath, SBX_BIN);
     const hello = (await b.hello()) as { server: string };
     expect(hello.server).toMatch(/^sandbox-supervisor\//);

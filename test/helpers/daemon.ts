@@ -11,7 +11,7 @@ import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from './cgroup-clea
 
 export const ROOT = resolve(import.meta.dirname, '../..');
 export const SBX = join(ROOT, 'dist/cli/sbx.js');
-/** The `sbx` bin as users run it: the launcher (cli/sbx-launcher.sh), which starts the startup snapshot. */
+/** The `sbx` bin as users run it: the launcher (cli/sbx-launcher.sh), which starts its bundle. */
 export const SBX_BIN = join(ROOT, 'dist/cli/sbx');
 export const DAEMON = join(ROOT, 'dist/supervisor/main.js');
 /** Small programs the tests run, named for what they do (test/fixtures/programs/). */

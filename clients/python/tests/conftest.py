@@ -18,7 +18,7 @@ from daemon import DAEMON, Daemon, leftover_cgroups, remove_cgroup_tree  # noqa:
 
 def pytest_configure(config: pytest.Config) -> None:
     if not os.path.exists(DAEMON):
-        raise pytest.UsageError(f"{DAEMON} is missing: build first (npx tsc -p tsconfig.json && node scripts/build/sbx-snapshot.mjs, or npm test)")
+        raise pytest.UsageError(f"{DAEMON} is missing: build first (npx tsc -p tsconfig.json && node scripts/build/sbx-bundle.mjs, or npm test)")
 
 
 @pytest.fixture(scope="module")

@@ -378,7 +378,7 @@ describe('command transport', () => {
   });
 });
 
-describe('sbx --url (the CLI over a WebSocket, from its startup snapshot)', () => {
+describe('sbx --url (the CLI over a WebSocket, from its bundle)', () => {
   it('talks to the URL with the token file', async () => {
     const s = await wsServer(
       standard((f, reply) => reply({ id: f.id, result: { sessions: [] } })),
