@@ -117,7 +117,9 @@ export const ERROR_CODE_DOCS: { readonly [C in ErrorCode]: ErrorCodeDoc } = {
     when: 'a bound is reached: sessions, connections, in-flight requests, frame time, incomplete-frame bytes, a write_file size or the writer tokens of a stdin',
     details: 'limit: sessions, connections, in_flight, frame_time, pending_frame_bytes, file_bytes or stdin_writers',
   },
-  SHUTTING_DOWN: { when: 'the supervisor is stopping (SIGTERM or SIGINT): it settles its sessions and takes no new work' },
+  SHUTTING_DOWN: {
+    when: 'the supervisor is stopping (SIGTERM or SIGINT): it settles its sessions and takes no new work; a launch with a key it holds is still answered with that session',
+  },
   INTERNAL: {
     when: 'a bug: the supervisor logged it with details; a code unknown to a client is also shown as INTERNAL, the original named',
     details: 'unknown_code: the code a peer sent that this side does not know',

@@ -2,7 +2,7 @@
 // supervisor's load (the key's session or tombstone, the seal, live sessions, reconciliation, the state dir's
 // free space, the limits this host can enforce) to one decision: answer with the existing session, admit a new
 // one, or refuse with a stable error code (docs/reference/contract.md "Error codes"); and the admission state
-// status shows. No I/O: the registry gathers the load and carries the decision out (a stopping one refuses first).
+// status shows. No I/O: the registry gathers the load and carries the decision out.
 import { SupervisorError } from '../ipc/errors.js';
 import type { LingerPolicy, SessionState, StatusResult } from '../ipc/protocol.js';
 import type { SessionRequest } from './session/context.js';
@@ -64,15 +64,18 @@ export interface AdmissionLoad {
   disk: { admits: boolean; freeBytes: number; minFreeBytes: number };
   /** The refusal of the launch's limits on this host (limits.ts limitRefusal: LIMIT_UNAVAILABLE), or null: none asked for, or all enforceable. */
   limitRefusal?: SupervisorError | null;
+  /** The supervisor is stopping (SIGTERM, SIGINT): it answers a key it holds, and takes no new one. */
+  stopping?: boolean;
 }
 
 export type AdmissionDecision =
   { kind: 'existing'; sessionId: string; state: SessionState | 'retired' } | { kind: 'admit' } | { kind: 'refuse'; error: SupervisorError };
 
 /**
- * The decision, in this order: a key is forever (its session, or its tombstone, answers; another
- * command under it is KEY_CONFLICT; its limits are its admission's, as its deadline is); then a
- * limit this host cannot enforce (LIMIT_UNAVAILABLE: never run without it), a sealed admission
+ * The decision, in this order: a key is forever (its session, or its tombstone, answers, also
+ * while the supervisor stops: a retry is told the session it has; another command under it is
+ * KEY_CONFLICT; its limits are its admission's, as its deadline is); then a stopping supervisor
+ * (SHUTTING_DOWN), a limit this host cannot enforce (LIMIT_UNAVAILABLE: never run without it), a sealed admission
  * (ADMISSION_SEALED), the session bound (LIMIT_EXCEEDED), reconciliation (ADMISSION_DENIED) and
  * disk space (ADMISSION_DENIED) refuse new keys only.
  */
@@ -140,6 +143,7 @@ export function admit(request: AdmissionRequest, load: AdmissionLoad): Admission
     }
     return { kind: 'existing', sessionId: load.retired.sessionId, state: 'retired' };
   }
+  if (load.stopping) return { kind: 'refuse', error: new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping') };
   if (load.limitRefusal) return { kind: 'refuse', error: load.limitRefusal };
   if (load.sealed) {
     const { generation, sealed_at, task } = load.sealed;

@@ -229,7 +229,7 @@ export class Supervisor {
   }
 
   private admitAndStart(params: LaunchParams): { result: LaunchResult; session: Session | null } {
-    if (this.stop.signal.aborted) throw new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping');
+    const stopping = this.stop.signal.aborted;
     const { request, command } = launchRequest(params, { config: this.config, self: this.self, cgroup: this.ctx.tree !== null });
     const { invocationKey: key, commandDigest: digest } = request;
     const limits = request.limits ?? {};
@@ -237,7 +237,8 @@ export class Supervisor {
 
     const storage = this.ctx.storage;
     let freeBytes = storage.freeBytes();
-    if (freeBytes < storage.minFreeBytes) {
+    // (Stopping: retention removes nothing to make room for a launch that will be refused.)
+    if (freeBytes < storage.minFreeBytes && !stopping) {
       this.retention.keepFree();
       freeBytes = storage.freeBytes();
     }
@@ -264,6 +265,7 @@ export class Supervisor {
         reconciling: this.reconciliation.deciding,
         disk: { admits: freeBytes >= storage.minFreeBytes, freeBytes, minFreeBytes: storage.minFreeBytes },
         limitRefusal: hasLimits(limits) ? limitRefusal(limits, limitHost(this.ctx.tree)) : null,
+        stopping,
       },
     );
     if (decision.kind === 'refuse') throw decision.error;

@@ -1,5 +1,5 @@
 // The launch decision (supervisor/admission.ts) as a pure function: keys are forever, then
-// seal, the session bound, reconciliation and disk space refuse new keys only.
+// stopping, seal, the session bound, reconciliation and disk space refuse new keys only.
 import { describe, expect, it } from 'vitest';
 import { admit, commandDifferences, type AdmissionLoad, type CommandFields } from '../../../supervisor/admission.js';
 
@@ -112,6 +112,18 @@ describe('admit', () => {
     });
     const existing = { sessionId: 's-1-aa', commandDigest: 'sha256:a', state: 'running' as const, task: 'A' };
     expect(admit({ ...request, task: 'A' }, { ...open, sealed, existing })).toEqual({ kind: 'existing', sessionId: 's-1-aa', state: 'running' });
+  });
+
+  it('a stopping supervisor refuses new keys (SHUTTING_DOWN, before any other refusal) and still answers its keys', () => {
+    expect(code(admit(request, { ...open, stopping: true }))).toBe('SHUTTING_DOWN');
+    expect(code(admit(request, { ...closedEverywhere, stopping: true }))).toBe('SHUTTING_DOWN');
+    const existing = { sessionId: 's-1-aa', commandDigest: 'sha256:a', state: 'running' as const, task: 'default' };
+    expect(admit(request, { ...open, stopping: true, existing })).toEqual({ kind: 'existing', sessionId: 's-1-aa', state: 'running' });
+    expect(code(admit(request, { ...open, stopping: true, existing: { ...existing, commandDigest: 'sha256:b' } }))).toBe('KEY_CONFLICT');
+    expect(admit(request, { ...open, stopping: true, retired: { sessionId: 's-2-bb', commandDigest: 'sha256:a' } })).toMatchObject({
+      kind: 'existing',
+      state: 'retired',
+    });
   });
 
   it('answers a retired key as retired (never run again)', () => {

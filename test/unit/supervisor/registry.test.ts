@@ -89,7 +89,7 @@ describe('the registry', () => {
     expect(s.list(true).map((x) => x.id)).toEqual([id]);
   });
 
-  it('the seal refuses new keys (ADMISSION_SEALED) and still answers a retried one; shutdown settles every session and refuses launches', async () => {
+  it('the seal refuses new keys (ADMISSION_SEALED) and still answers a retried one; shutdown settles every session, refuses new keys and still answers a retried one', async () => {
     const s = start();
     const sleeper = s.launch(launchOf(['/bin/sleep', '30'], 'sleeper'));
     expect(s.admissionState()).toBe('open');
@@ -100,7 +100,9 @@ describe('the registry', () => {
 
     const stopping = s.shutdown();
     expect(s.admissionState()).toBe('stopping');
-    expect(() => s.launch(launchOf(['/bin/sleep', '30'], 'sleeper'))).toThrow(expect.objectContaining({ code: 'SHUTTING_DOWN' }));
+    expect(() => s.launch(launchOf(['/bin/true'], 'another-key'))).toThrow(expect.objectContaining({ code: 'SHUTTING_DOWN' }));
+    // A retry told the session it has (it goes on to wait for it, here or after a restart), never refused.
+    expect(s.launch(launchOf(['/bin/sleep', '30'], 'sleeper')).result).toMatchObject({ session_id: sleeper.result.session_id, existing: true });
     await stopping;
     const receipt = await ended(sleeper.session);
     expect({ outcome: receipt.outcome, cause: receipt.termination.cause }).toEqual({ outcome: 'cancelled', cause: 'shutdown' });
