@@ -15,6 +15,7 @@ import { readRetired, removeSessionDir, writeRetired, type TombstoneRecord as Re
 import { planRetention } from './store/retention.js';
 import type { StorageGuard } from './store/storage.js';
 import { beginOutputRemoval, finishOutputRemoval } from './store/output-removal.js';
+import { byIdOrPrefix } from './session-table.js';
 
 /** What retention needs of the registry. */
 export interface RetentionHost {
@@ -83,9 +84,13 @@ export class Retention {
     this.retiredByKey.set(r.invocation_key, r);
   }
 
-  /** The tombstone of a retired session, by id or key. */
+  /** The tombstone of a retired session, by id (or its unique prefix: session-table.ts byIdOrPrefix) or key. */
   tombstone(by: { sessionId?: string; invocationKey?: string }): RetiredRecord | undefined {
-    return by.sessionId !== undefined ? this.retired.get(by.sessionId) : by.invocationKey !== undefined ? this.retiredByKey.get(by.invocationKey) : undefined;
+    return by.sessionId !== undefined
+      ? byIdOrPrefix(this.retired, by.sessionId)
+      : by.invocationKey !== undefined
+        ? this.retiredByKey.get(by.invocationKey)
+        : undefined;
   }
 
   /** The tasks of every tombstone (undefined: written before tasks, the task default's; null: no known task). */

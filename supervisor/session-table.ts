@@ -56,18 +56,28 @@ export class SessionTable {
    * {field, prefix, matches: [ids, sorted, at most 100], count}.
    */
   byIdOrPrefix(id: string): Session | undefined {
-    const exact = this.byId.get(id);
-    if (exact || id.length < MIN_ID_PREFIX) return exact;
-    const matches: Session[] = [];
-    for (const [sid, s] of this.byId) if (sid.startsWith(id)) matches.push(s);
-    if (matches.length <= 1) return matches[0];
-    const ids = matches.map((s) => s.id).sort();
-    const shown = ids.length > 10 ? `${ids.slice(0, 10).join(', ')}, ... (${ids.length} in all)` : ids.join(', ');
-    throw new SupervisorError('INVALID_ARGUMENT', `session id prefix ${JSON.stringify(id)} is ambiguous: it matches ${shown}; give more of the id`, {
-      field: 'session_id',
-      prefix: id,
-      matches: ids.slice(0, MAX_PREFIX_MATCHES),
-      count: ids.length,
-    });
+    return byIdOrPrefix(this.byId, id);
   }
+}
+
+/**
+ * The entry of this exact session id in byId, else the one whose id starts with it
+ * (MIN_ID_PREFIX+ characters); undefined when none. INVALID_ARGUMENT when the prefix names
+ * several, details {field, prefix, matches: [ids, sorted, at most 100], count}. The session
+ * table's lookup, and retention's of its tombstones.
+ */
+export function byIdOrPrefix<T>(byId: ReadonlyMap<string, T>, id: string): T | undefined {
+  const exact = byId.get(id);
+  if (exact || id.length < MIN_ID_PREFIX) return exact;
+  const ids: string[] = [];
+  for (const sid of byId.keys()) if (sid.startsWith(id)) ids.push(sid);
+  if (ids.length <= 1) return ids.length ? byId.get(ids[0]!) : undefined;
+  ids.sort();
+  const shown = ids.length > 10 ? `${ids.slice(0, 10).join(', ')}, ... (${ids.length} in all)` : ids.join(', ');
+  throw new SupervisorError('INVALID_ARGUMENT', `session id prefix ${JSON.stringify(id)} is ambiguous: it matches ${shown}; give more of the id`, {
+    field: 'session_id',
+    prefix: id,
+    matches: ids.slice(0, MAX_PREFIX_MATCHES),
+    count: ids.length,
+  });
 }

@@ -371,8 +371,10 @@ export class Supervisor {
         ? this.sessions.byKey(selector.invocation_key)
         : undefined;
     if (session) return session;
-    const what = selector.session_id ? `session ${selector.session_id}` : `invocation key ${JSON.stringify(selector.invocation_key)}`;
     const gone = this.retention.tombstone({ sessionId: selector.session_id, invocationKey: selector.invocation_key });
+    const what = selector.session_id
+      ? `session ${gone && gone.session_id !== selector.session_id ? `${gone.session_id} (by its prefix ${selector.session_id})` : selector.session_id}`
+      : `invocation key ${JSON.stringify(selector.invocation_key)}`;
     if (gone) {
       throw new SupervisorError(
         'SESSION_NOT_FOUND',

@@ -220,7 +220,7 @@ describe('sbx ps', () => {
 });
 
 describe('a session retention removed', () => {
-  it('kill and cancel of it exit 1 saying it ended and was removed; a KEY_CONFLICT on its key does not send to sbx receipt', async () => {
+  it('kill and cancel of it exit 1 saying it ended and was removed; by an id prefix too; a KEY_CONFLICT on its key does not send to sbx receipt', async () => {
     const d = await new TestDaemon({ config: { logLevel: 'error', retention: { receiptMaxAgeMs: 1, intervalMs: 0 } } }).start();
     try {
       const c = await d.client();
@@ -233,6 +233,17 @@ describe('a session retention removed', () => {
       expect(kill.stderr.toString()).toMatch(
         new RegExp(`^sbx: session ${id} was not signalled: it ended \\(exited\\) and was removed by the retention policy at \\S+; nothing of it runs\n$`),
       );
+      // By a prefix of its id, as a live session is found: the same answer, naming the whole id.
+      const prefix = id.slice(0, 10);
+      const receipt = await d.sbx(['receipt', prefix]);
+      expect([receipt.status, receipt.stderr.toString()]).toEqual([
+        125,
+        expect.stringMatching(
+          new RegExp(
+            `^sbx: SESSION_NOT_FOUND: session ${id} \\(by its prefix ${prefix}\\) was removed by the retention policy at \\S+ \\(it ended exited; receipt sha256:[0-9a-f]{64}\\); its key stays used\n$`,
+          ),
+        ),
+      ]);
       const cancel = await d.sbx(['cancel', '--key', 'gone']);
       expect(cancel.status).toBe(1);
       expect(cancel.stderr.toString()).toMatch(
