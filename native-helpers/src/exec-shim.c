@@ -296,15 +296,46 @@ static int read_children(pid_t pid, pid_t *out, int max) {
   return n;
 }
 
-/* Deliver sig to every descendant of this process, breadth first; returns pids reached. */
+/* Pids signalled by one signal_descendants call: an open-addressing set (0: empty slot). */
+enum { SIGNALLED_SLOTS = 1 << 17 };
+static pid_t signalled[SIGNALLED_SLOTS];
+
+/* Adds pid to the set; 0 when it was there already (or the set is full: then it is signalled again). */
+static int signalled_add(pid_t pid) {
+  unsigned h = ((unsigned)pid * 2654435761u) & (SIGNALLED_SLOTS - 1);
+  for (unsigned i = 0; i < SIGNALLED_SLOTS; i++, h = (h + 1) & (SIGNALLED_SLOTS - 1)) {
+    if (signalled[h] == pid) return 0;
+    if (signalled[h] == 0) {
+      signalled[h] = pid;
+      return 1;
+    }
+  }
+  return 1;
+}
+
+/*
+ * Deliver sig to every descendant of this process, breadth first; returns pids reached (each
+ * counted once). A process's children are read before it is signalled: one that dies of the
+ * signal has its children reparented to us (the subreaper), out of the list already read, so a
+ * walk that signalled first missed them. Those reparented meanwhile, or forked between the
+ * read and the kill, are found by walking again from our own children, until a walk reaches
+ * no pid it had not (at most WALKS times: a fork loop is left to the supervisor's KILLs).
+ */
 static int signal_descendants(int sig) {
-  enum { MAX = 65536 };
+  enum { MAX = 65536, WALKS = 16 };
   static pid_t queue[MAX];
-  int head = 0, tail = read_children(getpid(), queue, MAX), reached = 0;
-  while (head < tail) {
-    pid_t p = queue[head++];
-    if (kill(p, sig) == 0) reached++;
-    tail += read_children(p, queue + tail, MAX - tail);
+  memset(signalled, 0, sizeof signalled);
+  int reached = 0;
+  for (int walk = 0; walk < WALKS; walk++) {
+    int head = 0, tail = read_children(getpid(), queue, MAX), fresh = 0;
+    while (head < tail) {
+      pid_t p = queue[head++];
+      tail += read_children(p, queue + tail, MAX - tail);
+      if (!signalled_add(p)) continue;
+      fresh++;
+      if (kill(p, sig) == 0) reached++;
+    }
+    if (fresh == 0) break;
   }
   return reached;
 }

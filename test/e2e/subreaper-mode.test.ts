@@ -85,6 +85,41 @@ describe('subreaper mode', () => {
     expect(pidsWithMarker(b)).toEqual([]);
   });
 
+  it("the deadline's TERM reaches every process, also the children of a shell it kills (reparented to the shim mid-walk): no KILL step", async () => {
+    // The shim signalled a process before reading its children: sh died of the TERM, its two
+    // sleeps went to the shim, out of the list read, and lived to the KILL after the grace
+    // (9 of 16 runs before). 5 pipe and 5 pty runs.
+    for (let i = 0; i < 5; i++) {
+      for (const pty of [[], ['--pty']]) {
+        const a = marker();
+        const receiptPath = join(daemon.dir, `term-${i}${pty.length}.json`);
+        const r = await daemon.sbx([
+          'run',
+          ...pty,
+          '--timeout',
+          '300ms',
+          '--grace',
+          '20s',
+          '--receipt',
+          receiptPath,
+          '--',
+          'sh',
+          '-c',
+          `sleep ${a} & sleep ${a}`,
+        ]);
+        expect(r.status).toBe(124);
+        const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
+        expect({ run: i, pty: pty.length > 0, steps: receipt.termination.steps.map((s) => [s.signal, s.pids]) }).toEqual({
+          run: i,
+          pty: pty.length > 0,
+          steps: [['SIGTERM', 3]],
+        });
+        expect(receipt.descendants_terminated).toBe(2);
+        expect(pidsWithMarker(a)).toEqual([]);
+      }
+    }
+  });
+
   it('runs pty and stdin sessions too', async () => {
     const pty = await daemon.sbx(['run', '--pty', '--', 'sh', '-c', 'tty >/dev/null && head -c 300000 /dev/zero | base64 -w0; exit 3']);
     expect(pty.status).toBe(3);
