@@ -64,7 +64,9 @@ describe('task close: re-check', () => {
     const receipt = json<TaskReceipt>(r);
     expect(receipt).toMatchObject({ task: 'A', complete: true, obligations: [] });
     expect(receipt.sessions.map((s) => s.invocation_key)).toEqual(['a']);
-    expect(pidsWithMarker(m)).toHaveLength(1); // B still in its grace
+    // B still in its grace: its shell runs (with, now and then, a child forked to exec sleep,
+    // which carries the same command line until its exec: seen twice under load).
+    expect(pidsWithMarker(m).length).toBeGreaterThanOrEqual(1);
     // B's close waits for B's reconciliation: cut short here (sbx cancel), it is complete.
     const closingB = settleLater(d.sbx(['close', '--task', 'B', '--workspace', ws]));
     expect((await d.sbx(['cancel', b.session_id])).status).toBe(0);
