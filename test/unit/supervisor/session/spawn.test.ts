@@ -1,12 +1,15 @@
 // The leader's report pipe as spawn.ts reads it (supervisor/session/spawn.ts LeaderProcess), with
 // the real exec shim: a signal asked of a shim that has said "done" is answered, not left waiting.
-import { closeSync } from 'node:fs';
+import { closeSync, existsSync } from 'node:fs';
 import { constants } from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { native } from '../../../../core/fs/native.js';
 import { Reaper } from '../../../../supervisor/reaper.js';
 import { LeaderProcess, type LeaderSpec } from '../../../../supervisor/session/spawn.js';
-import { within } from '../../../helpers/daemon.js';
+import { until, within } from '../../../helpers/daemon.js';
+
+/** Resolves once the shim's pid is reaped (no zombie of the test's left behind). */
+const reaped = (pid: number) => until(() => !existsSync(`/proc/${pid}`), `shim ${pid} reaped`);
 
 const spec = (argv: string[], ptySlaveFd: number | null): LeaderSpec => ({
   argv,
@@ -35,6 +38,7 @@ describe('LeaderProcess in subreaper mode', () => {
       expect(await within(leader.signalViaShim(constants.signals.SIGTERM), 'the signal answered', 5000)).toBe(0);
       leader.release();
       expect(await within(leader.leaderExit, 'the leader exit')).toMatchObject({ code: 0, signal: null });
+      await reaped(leader.pid);
     } finally {
       closeSync(pty.master);
       closeSync(pty.slave);
@@ -46,10 +50,11 @@ describe('LeaderProcess in subreaper mode', () => {
     const leader = new LeaderProcess(spec(['sh', '-c', 'sleep 0.3 & exit 0'], null), reaper);
     expect(await leader.exec).toBeNull();
     for (const fd of [leader.stdoutFd, leader.stderrFd]) closeSync(fd);
-    // SIGCONT reaches the sleep (or, if it is gone, nothing): answered either way.
-    expect(await within(leader.signalViaShim(constants.signals.SIGCONT), 'the signal answered', 5000)).toBeGreaterThanOrEqual(0);
+    // SIGCONT reaches sh (alive, or a zombie not yet reaped) or the sleep it forks before it exits.
+    expect(await within(leader.signalViaShim(constants.signals.SIGCONT), 'the signal answered', 5000)).toBeGreaterThanOrEqual(1);
     expect(await within(leader.allReaped, 'done')).toEqual({ reaped: 1 });
     expect(await within(leader.signalViaShim(constants.signals.SIGTERM), 'the signal after done', 1000)).toBe(0);
     leader.release();
+    await reaped(leader.pid);
   });
 });
