@@ -21,4 +21,6 @@ export const testHooks = Object.freeze({
   checkpointFlip: env.SBX_TEST_CHECKPOINT_FLIP || null,
   /** SBX_TEST_TASK_EARLY_CHECKPOINT=1: a task close takes its checkpoints before the settle, out of order, so the join meets one older than a terminal_mutation. */
   taskEarlyCheckpoint: env.SBX_TEST_TASK_EARLY_CHECKPOINT === '1',
+  /** SBX_TEST_SHIM_STAYS_STOPPED=1: a stopped shim is never continued (as if stopped again at once), so its kill bound is reached. */
+  shimStaysStopped: env.SBX_TEST_SHIM_STAYS_STOPPED === '1',
 });

@@ -5,6 +5,7 @@
 // until the watcher has read their events (setFence).
 import { readdirSync, readFileSync } from 'node:fs';
 import { native, type NativeHelpers } from '../core/fs/native.js';
+import { testHooks } from '../core/test-hooks.js';
 
 /** State letter of a process from /proc/<pid>/stat (proc(5)), or null when gone. */
 function procState(pid: number): string | null {
@@ -31,6 +32,63 @@ export function ownChildren(): number[] {
   return out;
 }
 
+/** The children of pid across its threads (proc(5) /proc/<pid>/task/<tid>/children); [] when gone. */
+function childrenOf(pid: number): number[] {
+  const out: number[] = [];
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return out; // gone
+  }
+  for (const tid of tids) {
+    try {
+      for (const child of readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').split(' ')) if (child.trim()) out.push(Number(child));
+    } catch {
+      // thread exited while listing
+    }
+  }
+  return out;
+}
+
+/**
+ * SIGKILLs every descendant of root, then root: walks from root's children again until a walk
+ * reaches no pid not yet killed (16 walks at most: a killed process forks no more, and a fork
+ * under way when the KILL lands is undone, fork(2)), each pid once. For a child of ours that
+ * no longer answers (a session's shim past its bound), whose pid cannot be reused before we
+ * reap it; its killed descendants are reparented to us (the subreaper) and reaped as orphans.
+ * Returns how many pids the KILL reached, root included.
+ */
+export function killTree(root: number): number {
+  const killed = new Set<number>();
+  let reached = 0;
+  for (let walk = 0; walk < 16; walk++) {
+    const queue = childrenOf(root);
+    let fresh = 0;
+    for (let i = 0; i < queue.length; i++) {
+      const pid = queue[i]!;
+      queue.push(...childrenOf(pid));
+      if (killed.has(pid)) continue;
+      killed.add(pid);
+      fresh++;
+      try {
+        process.kill(pid, 'SIGKILL');
+        reached++;
+      } catch {
+        // ESRCH: gone meanwhile
+      }
+    }
+    if (fresh === 0) break;
+  }
+  try {
+    process.kill(root, 'SIGKILL');
+    reached++;
+  } catch {
+    // ESRCH: gone
+  }
+  return reached;
+}
+
 /** How an exited child ended (waitpid(2) status, split). */
 export interface ChildExit {
   code: number | null;
@@ -51,6 +109,9 @@ export class Reaper {
   private readonly spawned = new Set<number>();
   /** Children spawned natively (spawnDetached): reaped here, their status handed on. */
   private readonly adopted = new Map<number, (exit: ChildExit) => void>();
+  /** Adopted children that must never stay stopped (a session's shim that stays): continued on each SIGCHLD that finds them stopped. */
+  private readonly keepRunning = new Set<number>();
+  private continuedTotal = 0;
   /** Exited children left zombies until the fence they wait for comes back: pid -> that batch's release. */
   private readonly held = new Map<number, Promise<void>>();
   private fence: ReadFence | null = null;
@@ -105,11 +166,36 @@ export class Reaper {
 
   /**
    * A child spawned natively (native().spawnDetached: libuv does not wait for it): reaped
-   * here on SIGCHLD, by pid, and onExit is called once with how it ended.
+   * here on SIGCHLD, by pid, and onExit is called once with how it ended. keepRunning: the
+   * child is one of ours that answers us (a session's shim that stays): a stop (SIGSTOP sent
+   * by the command to its parent or its process group, kill(2)) is undone with SIGCONT at the
+   * SIGCHLD that reports it (the kernel sends one on a child's stop, signal(7)), so no
+   * supervisor request waits on a stopped shim.
    */
-  adopt(pid: number, onExit: (exit: ChildExit) => void): void {
+  adopt(pid: number, onExit: (exit: ChildExit) => void, keepRunning = false): void {
     this.adopted.set(pid, onExit);
+    if (keepRunning) this.keepRunning.add(pid);
     this.schedule(); // it may have ended already
+  }
+
+  /**
+   * Continues the adopted child pid if it is stopped (see adopt's keepRunning); true when it
+   * was. False when it runs, exited or is not ours. Never throws.
+   */
+  continueIfStopped(pid: number): boolean {
+    if (!this.adopted.has(pid) || testHooks.shimStaysStopped) return false;
+    try {
+      if (!native().continueStopped(pid)) return false;
+    } catch {
+      return false; // ECHILD: reaped meanwhile
+    }
+    this.continuedTotal++;
+    return true;
+  }
+
+  /** Stops of kept-running children undone with SIGCONT since start. */
+  get continued(): number {
+    return this.continuedTotal;
   }
 
   /** Forgets a tracked child once its exit was observed. */
@@ -146,8 +232,12 @@ export class Reaper {
       } catch {
         exit = { pid, code: null, signal: null }; // ECHILD: gone without a status we can know
       }
-      if (!exit) continue;
+      if (!exit) {
+        if (this.keepRunning.has(pid)) this.continueIfStopped(pid);
+        continue;
+      }
       this.adopted.delete(pid);
+      this.keepRunning.delete(pid);
       if (fence) leaders.push(pid);
       onExit({ code: exit.code, signal: exit.signal });
     }

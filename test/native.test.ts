@@ -19,7 +19,7 @@ import {
   writeFileSync,
   writeSync,
 } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { constants as osConstants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { StreamDrain } from '../supervisor/session/drain.js';
@@ -104,6 +104,28 @@ describe('native helper', () => {
       expect(Math.min(...result.rounds)).toBeGreaterThan(0); // the other threads did run meanwhile
     } finally {
       await removeCgroupTree(base);
+    }
+  });
+
+  it('continueStopped: a stopped child is continued (SIGCONT) and its stop signal told, once; a running one is left; not ours is ECHILD', async () => {
+    const state = (pid: number) => {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    };
+    const child = spawn('sleep', ['100'], { stdio: 'ignore' });
+    const exited = new Promise((r) => child.on('exit', r));
+    try {
+      const pid = child.pid!;
+      expect(native().continueStopped(pid)).toBeNull();
+      process.kill(pid, 'SIGSTOP');
+      await until(() => state(pid) === 'T', 'the child to stop');
+      expect(native().continueStopped(pid)).toEqual({ pid, code: null, signal: osConstants.signals.SIGSTOP });
+      await until(() => state(pid) !== 'T', 'the child to run again');
+      expect(native().continueStopped(pid)).toBeNull();
+      expect(thrown(() => native().continueStopped(1))).toMatchObject({ code: 'ECHILD', syscall: 'waitid' });
+    } finally {
+      child.kill('SIGKILL');
+      await exited;
     }
   });
 

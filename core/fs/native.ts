@@ -19,6 +19,12 @@ export interface NativeHelpers {
   reapPid(pid: number): { pid: number; code: number | null; signal: number | null } | null;
   /** waitid(P_PID, pid, WEXITED|WNOHANG|WNOWAIT): how that child ended, leaving it a zombie until reapPid; null while it runs; ECHILD if not our child. */
   peekExit(pid: number): { pid: number; code: number | null; signal: number | null } | null;
+  /**
+   * waitid(P_PID, pid, WSTOPPED|WNOHANG), then kill(pid, SIGCONT) if that child reported a stop
+   * (the report is consumed): null when it was not stopped, else the stop signal in `signal`;
+   * ECHILD if not our child. See waitid(2), signal(7) SIGCONT.
+   */
+  continueStopped(pid: number): { pid: number; code: number | null; signal: number | null } | null;
   /** pipe2(O_CLOEXEC): [readFd, writeFd] of a real pipe. */
   makePipe(): [number, number];
   /** fcntl(F_SETPIPE_SZ): the capacity granted, in bytes; EBADF on a fd that is not a pipe, EPERM above pipe-max-size. */

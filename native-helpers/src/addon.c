@@ -2,7 +2,7 @@
  * sbx_native: thin N-API glue over sys.c. Checks arguments, calls the plain C wrapper, and
  * turns its -errno into a thrown Error like node:fs does (`code` the errno name from
  * uv_err_name_r, `errno` negative, `syscall`, message "CODE: description, syscall").
- * Exports (typed in supervisor/native.ts): setChildSubreaper, isChildSubreaper, reapPid, peekExit,
+ * Exports (typed in core/fs/native.ts): setChildSubreaper, isChildSubreaper, reapPid, peekExit, continueStopped,
  * makePipe, setPipeSize, tryLockExclusive, peerCred, openPty, setWindowSize, sdNotify,
  * userByName, userById, groupByName, waitWritable; and over watch.c: watchInit, watchMark,
  * watchMarkWrites, watchPoll, watchRead, watchHandlePath; and over statdir.c: statDir. Owns no state but the writability waits
@@ -250,6 +250,12 @@ static napi_value reap_pid(napi_env env, napi_callback_info info) {
 /* peekExit(pid): the same, the child left a zombie (waitid WNOWAIT). */
 static napi_value peek_exit(napi_env env, napi_callback_info info) {
   return child_exit(env, info, "peekExit", sys_peek_exit, "waitid");
+}
+
+/* continueStopped(pid): null unless that child was stopped; then SIGCONT was sent and the
+ * answer is { pid, code: null, signal: the stop signal }. */
+static napi_value continue_stopped(napi_env env, napi_callback_info info) {
+  return child_exit(env, info, "continueStopped", sys_continue_stopped, "waitid");
 }
 
 /* makePipe(): [readFd, writeFd]. */
@@ -874,6 +880,7 @@ static napi_value init_module(napi_env env, napi_value exports) {
     {"spawnDetached", NULL, spawn_detached, NULL, NULL, NULL, napi_default, NULL},
     {"reapPid", NULL, reap_pid, NULL, NULL, NULL, napi_default, NULL},
     {"peekExit", NULL, peek_exit, NULL, NULL, NULL, napi_default, NULL},
+    {"continueStopped", NULL, continue_stopped, NULL, NULL, NULL, napi_default, NULL},
     {"makePipe", NULL, make_pipe, NULL, NULL, NULL, napi_default, NULL},
     {"setPipeSize", NULL, set_pipe_size, NULL, NULL, NULL, napi_default, NULL},
     {"tryLockExclusive", NULL, try_lock_exclusive, NULL, NULL, NULL, napi_default, NULL},

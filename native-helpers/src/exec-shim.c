@@ -55,7 +55,8 @@
  *                              the leader found no child left
  * Each byte read from the control fd is a signal number to deliver to every descendant
  * (walking /proc/<pid>/task/<tid>/children); signals sent to the shim itself are
- * forwarded the same way. See prctl(2) PR_SET_CHILD_SUBREAPER, execve(2), close_range(2),
+ * forwarded the same way, but a SIGCONT from its parent (the supervisor undoing a stop of
+ * the shim the command made, supervisor/reaper.ts). See prctl(2) PR_SET_CHILD_SUBREAPER, execve(2), close_range(2),
  * signalfd(2), proc(5) /proc/[pid]/task/[tid]/children, cgroups(7) cgroup.procs.
  */
 #define _GNU_SOURCE
@@ -431,6 +432,9 @@ static int run_subreaper(const struct options *o) {
       struct signalfd_siginfo si;
       while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (si.ssi_signo == SIGCHLD || o->no_forward) continue;
+        /* The supervisor's SIGCONT undoes a stop of the shim alone (the command's kill -STOP
+         * $PPID or kill -STOP 0): what the command stopped of its own stays stopped. */
+        if (si.ssi_signo == SIGCONT && (pid_t)si.ssi_pid == getppid()) continue;
         report(o->report_fd, "signaled %u %d\n", si.ssi_signo, signal_descendants((int)si.ssi_signo));
       }
     }

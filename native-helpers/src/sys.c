@@ -67,6 +67,20 @@ int sys_peek_exit(pid_t pid, struct sys_exit *out) {
   return 1;
 }
 
+int sys_continue_stopped(pid_t pid, struct sys_exit *out) {
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  int r;
+  do r = waitid(P_PID, (id_t)pid, &si, WSTOPPED | WNOHANG); while (r < 0 && errno == EINTR);
+  if (r < 0) return -errno;
+  if (si.si_pid == 0 || si.si_code != CLD_STOPPED) return 0;
+  if (kill(pid, SIGCONT) != 0) return -errno;
+  out->pid = si.si_pid;
+  out->code = -1;
+  out->signal = si.si_status;
+  return 1;
+}
+
 int sys_make_pipe(int fds[2]) {
   return pipe2(fds, O_CLOEXEC) == 0 ? 0 : -errno;
 }

@@ -1,7 +1,7 @@
 /*
  * sys: the few syscalls the supervisor needs and Node does not expose, as plain C. Each
  * returns a value >= 0 on success and -errno on failure; none touches N-API (addon.c does).
- * Exports: sys_set_child_subreaper, sys_is_child_subreaper, sys_reap_pid, sys_peek_exit, sys_make_pipe,
+ * Exports: sys_set_child_subreaper, sys_is_child_subreaper, sys_reap_pid, sys_peek_exit, sys_continue_stopped, sys_make_pipe,
  * sys_dup_cloexec, sys_set_pipe_size, sys_try_lock_exclusive, sys_peer_cred, sys_open_pty,
  * sys_set_window_size, sys_sd_notify, sys_getpwnam, sys_getpwuid, sys_user_free,
  * sys_getgrnam. See prctl(2), waitpid(2), waitid(2), pipe(2), fcntl(2), flock(2), unix(7),
@@ -58,6 +58,11 @@ int sys_reap_pid(pid_t pid, struct sys_exit *out);
  * (its pid, /proc/<pid> and a pidfd made for it still answer, cgroup included, until
  * sys_reap_pid). 1 exited (*out filled), 0 still running | -errno (-ECHILD: not our child). */
 int sys_peek_exit(pid_t pid, struct sys_exit *out);
+
+/* waitid(P_PID, pid, WSTOPPED | WNOHANG) for that child, then kill(pid, SIGCONT) when it
+ * reported a stop: 1 it was stopped and is continued (out->signal the stop signal, out->code
+ * -1), 0 not stopped | -errno (-ECHILD: not our child). The stop report is consumed. */
+int sys_continue_stopped(pid_t pid, struct sys_exit *out);
 
 /* pipe2(O_CLOEXEC): 0, fds[0] the read end, fds[1] the write end | -errno. */
 int sys_make_pipe(int fds[2]);

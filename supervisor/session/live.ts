@@ -31,7 +31,7 @@ import { systemError } from '../../ipc/errno.js';
 
 /** Quiet time on a pty master, after its writers are gone, before the slave is closed. */
 const PTY_QUIET_MS = 20;
-/** How long KILLs through a shim that stays (pty, subreaper mode) may take before cgroup.kill takes it too. */
+/** How long KILLs through a shim that stays (pty, subreaper mode) may take before cgroup.kill takes it too (no cgroup: the supervisor kills its tree). */
 const SHIM_KILL_GIVE_UP_MS = 10_000;
 
 export class LiveSession extends Session {
@@ -344,6 +344,7 @@ export class LiveSession extends Session {
       term: async () => {
         const r = await this.signalPids('SIGTERM');
         reached(r.pids);
+        await this.continueAfterTerm(r.pids);
         return r.count;
       },
       waitDead: (timeoutMs) => this.waitDead(timeoutMs),
@@ -371,16 +372,47 @@ export class LiveSession extends Session {
             killed(r.count);
           }
           first = false;
-          if (leaf && performance.now() > giveUpAt) {
+          if (performance.now() > giveUpAt) {
             this.signalsSent.add('SIGKILL');
-            leaf.kill();
-            await leaf.waitEmpty(null);
+            if (leaf) {
+              leaf.kill();
+              await leaf.waitEmpty(null);
+              return;
+            }
+            // No cgroup to take it all: the shim answers no more (stopped past our SIGCONTs, or
+            // stuck). Its tree is killed from here; without its report the session is unknown.
+            const pids = leader.killShimTree();
+            this.ctx.log.warn(
+              { session_id: this.id, pids },
+              'the exec shim did not report all reaped within the kill bound: its tree killed from the supervisor',
+            );
+            await leader.allReaped;
             return;
           }
           await Promise.race([leader.allReaped, new Promise((r) => setTimeout(r, 100))]);
         }
       },
     };
+  }
+
+  /**
+   * SIGCONT right after the escalation's SIGTERM, as systemd does (systemd.kill(5)): a stopped
+   * process (kill -STOP, a ^Z) acts on the TERM within the grace instead of waiting for the
+   * KILL. pids: what the TERM reached in the cgroup; null: through the shim, to every descendant.
+   */
+  private async continueAfterTerm(pids: ReadonlySet<number> | null): Promise<void> {
+    if (pids === null) {
+      // Not waited for: its answer comes in order, before the next signal's.
+      void this.leader?.signalViaShim(signalNumber('SIGCONT'));
+      return;
+    }
+    for (const pid of pids) {
+      try {
+        process.kill(pid, 'SIGCONT');
+      } catch {
+        // ESRCH: it ended of the TERM already
+      }
+    }
   }
 
   /**
@@ -395,7 +427,11 @@ export class LiveSession extends Session {
   private async signalPids(signal: NodeJS.Signals): Promise<{ count: number; pids: ReadonlySet<number> | null }> {
     if ((!this.leader && !this.startedAt) || this.state === 'ended' || this.state === 'unknown') return { count: 0, pids: new Set() };
     this.signalsSent.add(signal);
-    if (!this.leaf) return { count: await this.leader!.signalViaShim(signalNumber(signal)), pids: null };
+    if (!this.leaf) {
+      const count = await this.leader!.signalViaShim(signalNumber(signal));
+      if (count === null) this.ctx.log.warn({ session_id: this.id, signal }, 'the exec shim did not answer a signal in time: counted as reaching none');
+      return { count: count ?? 0, pids: null };
+    }
     // A shim that stays as the pty's session leader is not signalled: it absorbs signals
     // and goes when released, after the drain.
     const skip = this.leader?.holdsSession ? new Set([this.leader.pid]) : new Set<number>();

@@ -8,7 +8,7 @@ import { dirname } from 'node:path';
 import { Socket } from 'node:net';
 import { constants as osConstants } from 'node:os';
 import { execShimPath, native } from '../../core/fs/native.js';
-import type { Reaper } from '../reaper.js';
+import { killTree, type Reaper } from '../reaper.js';
 import { systemError } from '../../ipc/errno.js';
 
 export interface LeaderSpec {
@@ -85,8 +85,12 @@ export class LeaderProcess {
   private readonly signaledWaiters: ((pids: number) => void)[] = [];
   /** The shim said "done" or is gone: it answers no signal any more (answerSignaledWaiters). */
   private shimDone = false;
+  /** The shim's exit was reaped: its pid may be another process's now, never signalled again. */
+  private shimReaped = false;
+  private readonly reaper: Reaper;
 
   constructor(spec: LeaderSpec, reaper: Reaper) {
+    this.reaper = reaper;
     const n = native();
     const pty = spec.ptySlaveFd;
     // Every pipe or none: one that fails (EMFILE) closes the ones made before it.
@@ -187,7 +191,16 @@ export class LeaderProcess {
     this.pid = pid;
     this.leaderPid = pid;
     const shimExit = new Promise<{ code: number | null; signal: string | null; at: Date }>((resolve) => {
-      reaper.adopt(pid!, (exit) => resolve({ code: exit.code, signal: exit.signal === null ? null : signalName(exit.signal), at: new Date() }));
+      // A shim that stays is never left stopped (a command's kill -STOP $PPID, or kill -STOP 0
+      // while it shares the shim's process group): it reports the leader and answers signals.
+      reaper.adopt(
+        pid!,
+        (exit) => {
+          this.shimReaped = true;
+          resolve({ code: exit.code, signal: exit.signal === null ? null : signalName(exit.signal), at: new Date() });
+        },
+        tini,
+      );
     });
     if (argvW >= 0) writeAsync(argvW, argv);
 
@@ -238,20 +251,39 @@ export class LeaderProcess {
 
   /**
    * Delivers sig to every process of the session. Subreaper mode: through the shim, which
-   * walks its descendants; resolves with how many pids it reached. Exec mode: not used
-   * (the cgroup is the session; see CgroupLeaf.signalAll).
+   * walks its descendants; resolves with how many pids it reached, or null when the shim did
+   * not answer within answerMs (it still may: its answer then fills this request's place in
+   * the queue). A stopped shim is continued first (SIGCONT). Exec mode: not used (the cgroup
+   * is the session; see CgroupLeaf.signalAll).
    */
-  signalViaShim(sig: number): Promise<number> {
+  signalViaShim(sig: number, answerMs: number = SHIM_ANSWER_MS): Promise<number | null> {
     if (this.controlFd < 0 || this.shimDone) return Promise.resolve(0);
+    if (!this.shimReaped) this.reaper.continueIfStopped(this.pid);
     return new Promise((resolve) => {
-      this.signaledWaiters.push(resolve);
+      const timer = setTimeout(() => resolve(null), answerMs);
+      this.signaledWaiters.push((pids) => {
+        clearTimeout(timer);
+        resolve(pids);
+      });
       try {
         writeSync(this.controlFd, Buffer.from([sig]));
       } catch {
         this.signaledWaiters.pop();
+        clearTimeout(timer);
         resolve(0);
       }
     });
+  }
+
+  /**
+   * The last resort for a shim that no longer answers (subreaper mode, past the kill bound):
+   * the supervisor SIGKILLs the shim's descendants and the shim itself (reaper.ts killTree).
+   * The shim then reports nothing more: no proof, the session goes unknown. Returns how many
+   * pids the KILL reached; 0 once the shim was reaped.
+   */
+  killShimTree(): number {
+    if (this.shimReaped || this.pid <= 0) return 0;
+    return killTree(this.pid);
   }
 
   /**
@@ -318,6 +350,9 @@ function encodeArgv(argv: string[]): Buffer {
 
 /** An unprivileged supervisor's argv pipe can be raised this far: the default /proc/sys/fs/pipe-max-size. */
 const PIPE_MAX_BYTES = 1024 * 1024;
+
+/** How long a signal through the shim waits for its "signaled" answer before it is taken as unanswered (ms). */
+export const SHIM_ANSWER_MS = 5_000;
 
 /**
  * Writes payload into the fresh, empty pipe whose write end is fd and closes fd, if it fits

@@ -66,6 +66,30 @@ describe('pty', () => {
     expect(pidsWithMarker(m)).toEqual([]);
   });
 
+  it("a shim (the pty's session leader) the command stops is continued: its exit is reported, its deadline ends it", async () => {
+    // Before, the stopped shim never reported the leader's exit: sbx run waited forever.
+    const r = await daemon.sbx(['run', '--pty', '--', 'sh', '-c', 'kill -STOP $PPID; echo hi']);
+    expect({ status: r.status, stdout: r.stdout.toString() }).toEqual({ status: 0, stdout: 'hi\r\n' });
+    const m = `8${randomBytes(2).readUInt16BE(0) % 100}.${randomBytes(3).readUIntBE(0, 3)}`;
+    const client = await daemon.client();
+    try {
+      const { session_id } = await client.launch({
+        argv: ['sh', '-c', `kill -STOP 0; sleep ${m}; exit 0`],
+        cwd: '/',
+        pty: {},
+        timeout_ms: 300,
+        grace_ms: 20_000,
+      });
+      const receipt = await client.wait({ session_id });
+      expect(receipt.outcome).toBe('timed_out');
+      expect(receipt.termination.steps.map((s) => [s.signal, s.pids])).toEqual([['SIGTERM', 1]]);
+      expect(receipt.death.evidence).toBe('cgroup_empty');
+      expect(pidsWithMarker(m)).toEqual([]);
+    } finally {
+      client.close();
+    }
+  });
+
   it('resizes: the foreground process sees SIGWINCH and the new size', async () => {
     const detached = await daemon.sbx([
       'run',

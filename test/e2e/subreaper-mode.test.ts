@@ -120,6 +120,45 @@ describe('subreaper mode', () => {
     }
   });
 
+  it('a shim the command stops (kill -STOP $PPID, or kill -STOP 0: its process group) is continued: the exit is reported, the deadline ends it', async () => {
+    // Before, the stopped shim reported nothing and answered no signal: sbx run waited forever,
+    // the deadline's TERM waited on the shim's answer, and so did the supervisor's shutdown.
+    for (const pty of [[], ['--pty']]) {
+      const receiptPath = join(daemon.dir, `stopped-${pty.length}.json`);
+      const r = await daemon.sbx(['run', ...pty, '--receipt', receiptPath, '--', 'sh', '-c', 'kill -STOP $PPID; echo hi']);
+      expect({ pty, status: r.status, stdout: r.stdout.toString() }).toEqual({ pty, status: 0, stdout: pty.length ? 'hi\r\n' : 'hi\n' });
+      expect(JSON.parse(readFileSync(receiptPath, 'utf8')).death.evidence).toBe('subreaper_reaped');
+      for (const target of ['$PPID', '0']) {
+        const m = marker();
+        const deadlinePath = join(daemon.dir, `stopped-deadline-${pty.length}.json`);
+        const d = await daemon.sbx([
+          'run',
+          ...pty,
+          '--timeout',
+          '300ms',
+          '--grace',
+          '20s',
+          '--receipt',
+          deadlinePath,
+          '--',
+          'sh',
+          '-c',
+          `kill -STOP ${target}; sleep ${m}; exit 0`,
+        ]);
+        expect({ pty, target, status: d.status }).toEqual({ pty, target, status: 124 });
+        const receipt = JSON.parse(readFileSync(deadlinePath, 'utf8')) as Receipt;
+        // kill -STOP 0 stopped sh too, before its sleep: TERM (then CONT) reached sh alone.
+        expect({ pty, target, steps: receipt.termination.steps.map((s) => [s.signal, s.pids]) }).toEqual({
+          pty,
+          target,
+          steps: [['SIGTERM', target === '0' ? 1 : 2]],
+        });
+        expect(receipt.death.evidence).toBe('subreaper_reaped');
+        expect(pidsWithMarker(m)).toEqual([]);
+      }
+    }
+  });
+
   it('runs pty and stdin sessions too', async () => {
     const pty = await daemon.sbx(['run', '--pty', '--', 'sh', '-c', 'tty >/dev/null && head -c 300000 /dev/zero | base64 -w0; exit 3']);
     expect(pty.status).toBe(3);
@@ -160,4 +199,31 @@ describe('subreaper mode', () => {
     expect(r.status).toBe(0);
     await until(() => zombieChildren(daemon.pid).length === 0, 'no zombie under the supervisor', 5000);
   });
+});
+
+describe('subreaper mode, a shim that stays stopped (SBX_TEST_SHIM_STAYS_STOPPED: never continued)', () => {
+  it('past the kill bound the supervisor kills its tree: the session is unknown, nothing is left, the supervisor stops cleanly', async () => {
+    const stuck = await new TestDaemon({ config: { cgroup: { mode: 'subreaper' } }, env: { SBX_TEST_SHIM_STAYS_STOPPED: '1' } }).start();
+    const m = marker();
+    const client = await stuck.client();
+    try {
+      const { session_id } = await client.launch({ argv: ['sh', '-c', `sleep ${m} & kill -STOP $PPID; sleep ${m}`], cwd: '/', timeout_ms: 200, grace_ms: 100 });
+      const row = await until(
+        async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id && s.state === 'unknown'),
+        'the session to be unknown after the kill bound (10 s)',
+        60_000,
+      );
+      expect(row.reason).toBe("the exec shim (the session's subreaper) died before reporting all descendants reaped");
+      expect(row.outcome).toBeNull();
+      await until(() => pidsWithMarker(m).length === 0, 'the sleeps to be gone');
+      await until(() => zombieChildren(stuck.pid).length === 0, 'no zombie under the supervisor', 5000);
+      expect(readFileSync(stuck.logPath, 'utf8')).toContain(
+        'the exec shim did not report all reaped within the kill bound: its tree killed from the supervisor',
+      );
+    } finally {
+      client.close();
+      for (const pid of pidsWithMarker(m)) process.kill(pid, 'SIGKILL');
+      expect(await stuck.stop()).toEqual({ code: 0, signal: null });
+    }
+  }, 90_000);
 });

@@ -56,6 +56,20 @@ describe('deadline', () => {
     expect(pidsWithMarker(m)).toEqual([]);
   });
 
+  it("a stopped command acts on the deadline's TERM: SIGCONT follows it, as systemd does", async () => {
+    // Before, a command stopped (kill -STOP $$, a ^Z) kept its TERM pending until the KILL at the grace's end.
+    const m = marker();
+    const { status, stdout, receipt } = await run(
+      ['--timeout', '300ms', '--grace', '20s'],
+      ['sh', '-c', `trap 'echo got-term; exit 7' TERM; kill -STOP $$; sleep ${m}; exit 0`],
+    );
+    expect(status).toBe(124);
+    expect(stdout.toString()).toBe('got-term\n');
+    expect(receipt.termination.steps.map((s) => [s.signal, s.pids])).toEqual([['SIGTERM', 1]]);
+    expect(receipt.exit).toEqual({ code: 7, signal: null });
+    expect(pidsWithMarker(m)).toEqual([]);
+  });
+
   it('enforces a deadline shorter than the spawn itself (1 ms): TERM reaches the command', async () => {
     const m = marker();
     const { status, receipt } = await run(['--timeout', '1ms', '--grace', '1s'], ['sleep', m]);
