@@ -56,13 +56,13 @@ export class StreamDrain extends EventEmitter {
     this.log = new StreamLog(sessionDir, stream, policy.chunkBytes, policy.hashPool, policy.quotaBytes, policy.guard);
     // false: this stream's write buffers are full (the disk is behind): the next read waits
     // until the log has room (onRoom); the pipe holds what comes meanwhile.
-    const store = (data: Buffer): boolean => {
+    const store = (this.store = (data: Buffer): boolean => {
       this.readBytes += data.length;
       if (this.boundLeftMs !== null) this.readInBoundBytes += data.length;
       if (this.log.append(data, arrivalNowUs())) return true;
       this.holdBound();
       return false;
-    };
+    });
     this.log.onAdvance = (cursor) => this.emit('advance', cursor);
     this.log.onRoom = () => {
       if (this.endedHow) return;
@@ -95,12 +95,15 @@ export class StreamDrain extends EventEmitter {
       this.socket.on('end', () => finish('eof'));
       this.socket.on('error', () => finish('eio')); // EIO from a pty master, or any read error
       this.socket.on('close', () => finish('eof'));
+      this.finish = finish;
       this.cut = () => finish('timeout');
       this.endHandedOff = () => finish('handoff');
     });
   }
 
   private endHandedOff: () => void = () => {};
+  private finish: (how: DrainEnd) => void = () => {};
+  private readonly store: (data: Buffer) => boolean;
 
   /**
    * Hands the pipe on (linger handoff), once every process that can write it is frozen: reads
@@ -175,7 +178,32 @@ export class StreamDrain extends EventEmitter {
     this.waitingOnDisk = false;
     if (this.boundLeftMs === null || this.boundTimer) return;
     this.boundArmedAt = performance.now();
-    this.boundTimer = setTimeout(() => this.cut(), this.boundLeftMs);
+    this.boundTimer = setTimeout(() => this.boundRanOut(), this.boundLeftMs);
+  }
+
+  /**
+   * The bound's timer fired. After a stall of the event loop (a GC, a sync write, a loaded
+   * machine) it runs before the loop's poll phase has read what came meanwhile, so the pipe is
+   * read here first, non-blocking (its fd is O_NONBLOCK, as libuv set it): its end (EOF; EIO
+   * for a pty master) ends the drain as it would have; EAGAIN (empty, a writer still holds it)
+   * cuts it; more than the pipe could hold at the writers' death, still flowing, cuts it too (a
+   * writer outside feeds it). See pipe(7), read(2).
+   */
+  private boundRanOut(): void {
+    this.boundTimer = null;
+    if (this.endedHow) return;
+    let readBytes = 0;
+    try {
+      while (readBytes <= this.heldAtDeathBytes) {
+        const n = readSync(this.readFd, READ_BUFFER, 0, READ_BUFFER.length, null);
+        if (n === 0) return this.finish('eof');
+        readBytes += n;
+        this.store(READ_BUFFER.subarray(0, n));
+      }
+    } catch (err) {
+      if (this.pty && errnoCode(err) === 'EIO') return this.finish('eio');
+    }
+    this.cut();
   }
 
   private holdBound(): void {

@@ -1,0 +1,76 @@
+// The post-death bound of supervisor/session/drain.ts when the event loop stalls: its timer runs
+// before the loop's poll phase reads what came meanwhile, so the bound reads the pipe first and
+// cuts only a pipe still held open and empty.
+import { createHash, randomBytes } from 'node:crypto';
+import { closeSync, mkdtempSync, rmSync, writeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { native } from '../../../../core/fs/native.js';
+import { StreamDrain } from '../../../../supervisor/session/drain.js';
+import { HashPool } from '../../../../supervisor/store/hasher.js';
+
+/** Blocks the event loop for ms (the stall under test: a GC, a sync write, a loaded machine). */
+function stall(ms: number): void {
+  const end = performance.now() + ms;
+  while (performance.now() < end);
+}
+
+/** A drain of a fresh pipe; body gets the write end and closeWriter (the last writer's death). */
+async function withDrain(body: (drain: StreamDrain, writeFd: number, closeWriter: () => void) => Promise<void>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'sbx-drain-bound-'));
+  const hashPool = new HashPool();
+  const [r, w] = native().makePipe();
+  let open = true;
+  const closeWriter = () => {
+    closeSync(w);
+    open = false;
+  };
+  const drain = new StreamDrain(dir, 'stdout', r, { chunkBytes: 1 << 20, hashPool, quotaBytes: Number.MAX_SAFE_INTEGER, guard: null });
+  try {
+    await body(drain, w, closeWriter);
+  } finally {
+    if (open) closeSync(w);
+    drain.cut();
+    await drain.finalize().catch(() => {});
+    await hashPool.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+describe('the post-death bound after a stalled event loop', () => {
+  it('reads the EOF waiting in the pipe: every byte, complete (not cut as drain_timeout)', async () => {
+    await withDrain(async (drain, w, closeWriter) => {
+      const data = randomBytes(60_000);
+      expect(writeSync(w, data)).toBe(data.length);
+      closeWriter(); // the last writer is gone: the pipe holds 60,000 bytes, then EOF
+      drain.startBound(20, 65536);
+      stall(150); // the loop wakes with the timer due and the pipe unread
+      expect(await drain.done).toBe('eof');
+      expect(await drain.finalize()).toMatchObject({
+        final_cursor: data.length,
+        complete: true,
+        reason: null,
+        drain_end: 'eof',
+        sha256: createHash('sha256').update(data).digest('hex'),
+      });
+    });
+  });
+
+  it('cuts a pipe a writer still holds, once what it held is read: drain_timeout, the bytes read stored', async () => {
+    await withDrain(async (drain, w) => {
+      const data = randomBytes(1000);
+      writeSync(w, data);
+      drain.startBound(20, 65536);
+      stall(150);
+      expect(await drain.done).toBe('timeout');
+      expect(await drain.finalize()).toMatchObject({
+        final_cursor: 1000,
+        complete: false,
+        reason: 'drain_timeout',
+        drain_end: 'timeout',
+        sha256: createHash('sha256').update(data).digest('hex'),
+      });
+    });
+  });
+});
