@@ -302,6 +302,34 @@ async function unlessPending(client: SupervisorClient, launched: LaunchResult, s
   say(`sbx: waiting: session ${launched.session_id} is unknown until its receipt is written: ${row.reason ?? 'evidence is on its way'}`);
 }
 
+/** How often sbx run and sbx wait look whether the session they wait for has turned unknown (ms). */
+const UNKNOWN_CHECK_MS = 2000;
+
+/**
+ * The receipt `waiting` answers with. Meanwhile, every UNKNOWN_CHECK_MS, whether the session
+ * turned unknown (its exec shim died before reporting, its supervisor restarted): the wire's
+ * wait stays open until evidence comes, which for some never does. One whose receipt is on its
+ * way is waited for, said once; one with no evidence to come fails (125) with the reason, as a
+ * retried launch answered unknown does (unlessPending).
+ */
+async function receiptUnlessUnknown(conn: ReconnectingClient, sel: SessionSelector, waiting: Promise<Receipt>, say: (line: string) => void): Promise<Receipt> {
+  let saidPending = false;
+  for (;;) {
+    let timer: NodeJS.Timeout | undefined;
+    const answered = await Promise.race([waiting.then(() => true), new Promise<boolean>((r) => (timer = setTimeout(() => r(false), UNKNOWN_CHECK_MS)))]);
+    clearTimeout(timer);
+    if (answered) return waiting;
+    const { session_id, state } = await conn.run((c) => c.receipt(sel));
+    if (state !== 'unknown') continue;
+    const row = (await conn.run((c) => c.ps(true))).sessions.find((x) => x.session_id === session_id);
+    if (row && row.state !== 'unknown') continue;
+    if (!row?.receipt_pending)
+      fail(`session ${session_id} is unknown: ${row?.reason ?? 'no evidence of its end'}; it is never run again (sbx ps, sbx resolve)`);
+    if (!saidPending) say(`sbx: waiting: session ${session_id} is unknown until its receipt is written: ${row.reason ?? 'evidence is on its way'}`);
+    saidPending = true;
+  }
+}
+
 /** How long after the first Ctrl-C of sbx run a session still running is said to ignore SIGINT. */
 const IGNORED_SIGINT_MS = 2000;
 
@@ -570,7 +598,7 @@ sub('run')
           removedSaid = true;
         };
         await Promise.all(outputs.map((p) => p.catch(outputRemoved)));
-        receipt = await waiting;
+        receipt = await receiptUnlessUnknown(conn, sel, waiting, say);
         attachedSession = null; // ended: nothing goes on
       } catch (err) {
         fail(describe(err));
@@ -963,7 +991,12 @@ sub('wait')
     const conn = new ReconnectingClient({ ...endpointOf(g), clientName: 'sbx', onReconnecting: reconnectingLine(where(g)) }, await connect(g));
     let receipt: Receipt;
     try {
-      receipt = await conn.run((c) => c.wait(sel));
+      receipt = await receiptUnlessUnknown(
+        conn,
+        sel,
+        conn.run((c) => c.wait(sel)),
+        (line) => process.stderr.write(`${escapeControls(line)}\n`),
+      );
     } catch (err) {
       fail(describe(err));
     }

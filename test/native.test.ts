@@ -556,6 +556,14 @@ describe('exec shim: the subreaper report', () => {
     // A child that outlives the leader: the leader's line goes out alone, "done" once the child is reaped.
     expect(shimReportWrites(['sh', '-c', 'sleep 0.3 & exit 0']).slice(1)).toEqual(['leader exit 0\n', 'done 1\n']);
   });
+
+  it('says "forwarded", not "signaled" (the answer to a control byte), for a signal sent to the shim itself', () => {
+    // sh ignores USR1 and sends it to the shim, which passes it on to sh (and its sleep, once forked).
+    const records = shimReportWrites(['sh', '-c', 'trap "" USR1; kill -USR1 $PPID; sleep 0.3; exit 0']);
+    expect(records.length).toBe(3);
+    expect(records[1]).toMatch(new RegExp(`^forwarded ${osConstants.signals.SIGUSR1} [12]\n$`));
+    expect(records[2]).toBe('leader exit 0\ndone 0\n');
+  });
 });
 
 describe('exec shim: argv on a fd (--argv-fd)', () => {

@@ -49,7 +49,10 @@
  * every descendant, and report on the report fd, one line each:
  *   "started <pid>"            the command exec'ed (else its "error exec <errno>" line)
  *   "leader exit <code>" | "leader signal <n>"   the leader was reaped
- *   "signaled <sig> <pids>"    a signal was delivered to every live descendant
+ *   "signaled <sig> <pids>"    a signal read from the control fd was delivered to every
+ *                              live descendant (one line per byte, in order)
+ *   "forwarded <sig> <pids>"   a signal sent to the shim itself was (never taken for the
+ *                              answer to a control byte)
  *   "done <reaped>"            leader reaped and no descendant is left (waitpid: ECHILD);
  *                              in the same write as "leader ..." when the pass that reaped
  *                              the leader found no child left
@@ -435,7 +438,7 @@ static int run_subreaper(const struct options *o) {
         /* The supervisor's SIGCONT undoes a stop of the shim alone (the command's kill -STOP
          * $PPID or kill -STOP 0): what the command stopped of its own stays stopped. */
         if (si.ssi_signo == SIGCONT && (pid_t)si.ssi_pid == getppid()) continue;
-        report(o->report_fd, "signaled %u %d\n", si.ssi_signo, signal_descendants((int)si.ssi_signo));
+        report(o->report_fd, "forwarded %u %d\n", si.ssi_signo, signal_descendants((int)si.ssi_signo));
       }
     }
     if (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) {

@@ -425,7 +425,7 @@ export class LiveSession extends Session {
 
   /** signal(), with the pids reached when the cgroup names them (null: through the shim, a count only). */
   private async signalPids(signal: NodeJS.Signals): Promise<{ count: number; pids: ReadonlySet<number> | null }> {
-    if ((!this.leader && !this.startedAt) || this.state === 'ended' || this.state === 'unknown') return { count: 0, pids: new Set() };
+    if ((!this.leader && !this.startedAt) || this.state === 'ended' || (this.state === 'unknown' && !this.leaf)) return { count: 0, pids: new Set() };
     this.signalsSent.add(signal);
     if (!this.leaf) {
       const count = await this.leader!.signalViaShim(signalNumber(signal));

@@ -52,6 +52,11 @@ export abstract class Session extends EventEmitter {
   readonly ended: Promise<Receipt | null>;
   private resolveEnded!: (r: Receipt | null) => void;
   protected leaf: CgroupLeaf | null = null;
+
+  /** Whether the session has a cgroup leaf (signals reach every process in it, unknown or not); false in subreaper mode. */
+  get hasCgroup(): boolean {
+    return this.leaf !== null;
+  }
   /** A signed receipt whose write the disk had no room for: retried until it is durable. */
   protected receiptAwaitingSpace: Receipt | null = null;
   /** Evidence (or an operator's word) is being turned into a receipt: one receipt per session, ever. */

@@ -219,6 +219,8 @@ export class LeaderProcess {
     this.exec = new Promise((r) => (execResolve = r));
     this.leaderExit = new Promise((r) => (leaderResolve = r));
     this.allReaped = new Promise((r) => (doneResolve = r));
+    // The report's lines (exec-shim.c): started, error, leader, signaled (a control byte's
+    // answer, in order), done; "forwarded" (a signal sent to the shim itself) answers no request.
     lines.onLine = (line) => {
       const [word, a, b] = line.split(' ');
       if (word === 'started') {

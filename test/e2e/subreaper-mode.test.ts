@@ -186,12 +186,31 @@ describe('subreaper mode', () => {
       expect(row.reason).toBe("the exec shim (the session's subreaper) died before reporting all descendants reaped");
       expect(row.outcome).toBeNull();
       expect((await client.receipt({ session_id })).receipt).toBeNull();
+      // sbx wait does not wait for evidence that never comes: 125 with the reason.
+      const waited = await daemon.sbx(['wait', session_id]);
+      expect({ status: waited.status, stdout: waited.stdout.toString(), stderr: waited.stderr.toString() }).toEqual({
+        status: 125,
+        stdout: '',
+        stderr: `sbx: session ${session_id} is unknown: the exec shim (the session's subreaper) died before reporting all descendants reaped; it is never run again (sbx ps, sbx resolve)\n`,
+      });
+      const cancelled = await daemon.sbx(['cancel', session_id]);
+      expect(cancelled.status).toBe(125);
+      expect(cancelled.stderr.toString()).toContain('(it has no cgroup: what it left is not reachable from here; sbx resolve records');
     } finally {
       // The command outlives its shim (reparented to the supervisor): ended here, by pid.
       for (const pid of pidsWithMarker(m)) process.kill(pid, 'SIGKILL');
       await until(() => pidsWithMarker(m).length === 0, 'the orphaned command to be gone');
       client.close();
     }
+  });
+
+  it('sbx run of a command that kills its shim: its output, then 125 with the reason (the session unknown), not a wait for good', async () => {
+    const r = await daemon.sbx(['run', '--', 'sh', '-c', 'kill -9 $PPID; echo after']);
+    expect(r.status).toBe(125);
+    expect(r.stdout.toString()).toBe('after\n');
+    expect(r.stderr.toString()).toMatch(
+      /^sbx: session s-\S+ is unknown: the exec shim \(the session's subreaper\) died before reporting all descendants reaped; it is never run again \(sbx ps, sbx resolve\)\n$/,
+    );
   });
 
   it('leaves no zombie under the supervisor', async () => {

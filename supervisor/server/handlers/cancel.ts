@@ -10,7 +10,9 @@ export const cancel: Handler<'cancel'> = ({ supervisor }, params) => {
     if (!session.cancelRecovered(params.grace_ms ?? 0)) {
       throw new SupervisorError(
         'INVALID_ARGUMENT',
-        `session ${session.id} is unknown and nothing of it is being ended: ${session.unknownReason ?? 'no evidence of its end'} (sbx kill reaches its cgroup; sbx resolve records an operator's word)`,
+        `session ${session.id} is unknown and nothing of it is being ended: ${session.unknownReason ?? 'no evidence of its end'} (${
+          session.hasCgroup ? 'sbx kill reaches its cgroup' : 'it has no cgroup: what it left is not reachable from here'
+        }; sbx resolve records an operator's word)`,
       );
     }
     return { session_id: session.id, state: session.state };
