@@ -417,7 +417,18 @@ export const program: Command = new Command()
   .option('--json', 'machine-readable output')
   .enablePositionalOptions()
   .showHelpAfterError("See 'sbx --help'.")
-  .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : FAILURE));
+  .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : FAILURE))
+  // --help and --version are written before commander exits at once: written synchronously, so a
+  // failed write is seen (stdoutFailed), not lost to an 'error' event the exit never waits for.
+  .configureOutput({
+    writeOut: (text) => {
+      try {
+        writeSync(1, text);
+      } catch (err) {
+        stdoutFailed(err as NodeJS.ErrnoException, process.stdout);
+      }
+    },
+  });
 
 sub('run')
   .description('launch CMD and stream its stdout/stderr; exit with its status')
@@ -1516,24 +1527,35 @@ function readRawArgs(count: number): Buffer[] | null {
 // (scripts/build/sbx-bundle.mjs), else as it is. Lazy imports (verify, restore, diff, checkpoints) are
 // left out of the bundle and imported from beside it.
 
+/**
+ * A write to stdout or stderr failed. EPIPE (a reader that went away: `sbx status | head -1`):
+ * ends quietly, as a program killed by SIGPIPE would (128 + 13); the session, if any, goes on
+ * (the supervisor owns it). Any other error (ENOSPC of `>/dev/full`, EIO): says so on stderr,
+ * where it can, and exits 125, as coreutils' close_stdout ends with a write error.
+ */
+function stdoutFailed(err: NodeJS.ErrnoException, out: NodeJS.WriteStream): never {
+  const say = (line: string) => {
+    try {
+      writeSync(2, line);
+    } catch {
+      // stderr is gone too
+    }
+  };
+  if (err.code !== 'EPIPE') {
+    if (out === process.stdout)
+      say(`sbx: cannot write to stdout: ${err.code ?? err.message}${attachedSession ? `; session ${attachedSession} goes on` : ''}\n`);
+    process.exit(FAILURE);
+  }
+  // `sbx run -- yes | head -1`: say once that the session goes on (--on-disconnect continue).
+  if (attachedSession && out === process.stdout) say(`sbx: stdout was closed; session ${attachedSession} goes on (sbx cancel ${attachedSession} ends it)\n`);
+  process.exit(141);
+}
+
 /** Runs the CLI on argv (process.argv's shape: node, script, args...). */
 function main(argv: string[]): void {
   // A reader that went away (`sbx status | head -1`): end quietly, as a program killed by
   // SIGPIPE would (128 + 13). The session, if any, goes on: the supervisor owns it.
-  for (const out of [process.stdout, process.stderr]) {
-    out.on('error', (err: NodeJS.ErrnoException) => {
-      if (err.code !== 'EPIPE') throw err;
-      // `sbx run -- yes | head -1`: say once that the session goes on (--on-disconnect continue).
-      if (attachedSession && out === process.stdout) {
-        try {
-          writeSync(2, `sbx: stdout was closed; session ${attachedSession} goes on (sbx cancel ${attachedSession} ends it)\n`);
-        } catch {
-          // stderr is gone too
-        }
-      }
-      process.exit(141);
-    });
-  }
+  for (const out of [process.stdout, process.stderr]) out.on('error', (err: NodeJS.ErrnoException) => stdoutFailed(err, out));
   takeArguments(argv);
   program.parseAsync(argv).catch((err: unknown) => fail(describe(err)));
 }

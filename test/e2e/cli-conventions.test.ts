@@ -1,7 +1,8 @@
 // docker's CLI conventions in sbx (issue 31), through the sbx bin against one real supervisor:
 // short flags (run -d -e -w -u -i -t, ps -a -q, logs -f -t -n) and their completion; session
 // ids by unique prefix, resolved by the supervisor for every verb; ps newest first, --task and
-// --filter; --since in local time without a zone (TZ set in the child's environment).
+// --filter; --since in local time without a zone (TZ set in the child's environment); a stdout
+// that cannot be written ends sbx as coreutils' tools end (125; a closed pipe 141).
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -334,5 +335,22 @@ describe('one duration syntax for every option', () => {
     }
     const close = await d.sbx(['close', '--task', 'no-such-task', '--timeout', '1m']);
     expect(close.status).toBe(0);
+  });
+});
+
+describe("stdout that cannot be written, as coreutils' tools end", () => {
+  it('a full device: 125 and "cannot write to stdout" (--version and --help exit at once after writing; ps writes later)', () => {
+    for (const args of [['--version'], ['--help'], ['ps', '-a']]) {
+      const r = spawnSync('sh', ['-c', `${sq(SBX_BIN)} ${args.join(' ')} >/dev/full`], { env: { ...process.env, SBX_SOCKET: d.socketPath } });
+      expect({ args, status: r.status, stderr: r.stderr.toString() }).toEqual({ args, status: 125, stderr: 'sbx: cannot write to stdout: ENOSPC\n' });
+    }
+  });
+
+  it('a reader that went away (sbx run | head -c 1): 141, as SIGPIPE would, saying the session goes on', () => {
+    const r = spawnSync('bash', ['-c', `set -o pipefail; ${sq(SBX_BIN)} run -- sh -c 'head -c 4000000 /dev/zero; sleep 0.5' | head -c 1 >/dev/null`], {
+      env: { ...process.env, SBX_SOCKET: d.socketPath },
+    });
+    expect(r.status).toBe(141);
+    expect(r.stderr.toString()).toMatch(/^sbx: stdout was closed; session (s-\S+) goes on \(sbx cancel \1 ends it\)\n$/);
   });
 });
