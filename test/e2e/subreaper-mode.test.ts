@@ -16,6 +16,13 @@ afterAll(async () => {
   expect(await daemon.stop()).toEqual({ code: 0, signal: null });
 });
 
+/** sbx run [--pty] of sh -c script with a 300 ms deadline and a 20 s grace (a KILL step: the TERM missed a process); its status and receipt. */
+async function deadlineRun(pty: string[], name: string, script: string): Promise<{ status: number | null; receipt: Receipt }> {
+  const receiptPath = join(daemon.dir, `${name}.json`);
+  const r = await daemon.sbx(['run', ...pty, '--timeout', '300ms', '--grace', '20s', '--receipt', receiptPath, '--', 'sh', '-c', script]);
+  return { status: r.status, receipt: JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt };
+}
+
 const marker = () => `4${randomBytes(2).readUInt16BE(0) % 100}.${randomBytes(3).readUIntBE(0, 3)}`;
 
 describe('subreaper mode', () => {
@@ -92,23 +99,8 @@ describe('subreaper mode', () => {
     for (let i = 0; i < 5; i++) {
       for (const pty of [[], ['--pty']]) {
         const a = marker();
-        const receiptPath = join(daemon.dir, `term-${i}${pty.length}.json`);
-        const r = await daemon.sbx([
-          'run',
-          ...pty,
-          '--timeout',
-          '300ms',
-          '--grace',
-          '20s',
-          '--receipt',
-          receiptPath,
-          '--',
-          'sh',
-          '-c',
-          `sleep ${a} & sleep ${a}`,
-        ]);
-        expect(r.status).toBe(124);
-        const receipt = JSON.parse(readFileSync(receiptPath, 'utf8')) as Receipt;
+        const { status, receipt } = await deadlineRun(pty, `term-${i}${pty.length}`, `sleep ${a} & sleep ${a}`);
+        expect(status).toBe(124);
         expect({ run: i, pty: pty.length > 0, steps: receipt.termination.steps.map((s) => [s.signal, s.pids]) }).toEqual({
           run: i,
           pty: pty.length > 0,
@@ -130,23 +122,8 @@ describe('subreaper mode', () => {
       expect(JSON.parse(readFileSync(receiptPath, 'utf8')).death.evidence).toBe('subreaper_reaped');
       for (const target of ['$PPID', '0']) {
         const m = marker();
-        const deadlinePath = join(daemon.dir, `stopped-deadline-${pty.length}.json`);
-        const d = await daemon.sbx([
-          'run',
-          ...pty,
-          '--timeout',
-          '300ms',
-          '--grace',
-          '20s',
-          '--receipt',
-          deadlinePath,
-          '--',
-          'sh',
-          '-c',
-          `kill -STOP ${target}; sleep ${m}; exit 0`,
-        ]);
-        expect({ pty, target, status: d.status }).toEqual({ pty, target, status: 124 });
-        const receipt = JSON.parse(readFileSync(deadlinePath, 'utf8')) as Receipt;
+        const { status, receipt } = await deadlineRun(pty, `stopped-deadline-${pty.length}`, `kill -STOP ${target}; sleep ${m}; exit 0`);
+        expect({ pty, target, status }).toEqual({ pty, target, status: 124 });
         // kill -STOP 0 stopped sh too, before its sleep: TERM (then CONT) reached sh alone.
         expect({ pty, target, steps: receipt.termination.steps.map((s) => [s.signal, s.pids]) }).toEqual({
           pty,
