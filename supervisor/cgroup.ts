@@ -4,9 +4,10 @@
 // cpu) may be bound to v1 and are never required for correctness; a session's limits (docs/guide/limits.md)
 // are written to its leaf before anything runs in it.
 import type { LimitController, SessionLimits, SessionUsage } from '../ipc/protocol.js';
-import { closeSync, constants as fsConstants, mkdirSync, openSync, readFileSync, rmdirSync, watch, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, constants as fsConstants, fstatSync, mkdirSync, openSync, readFileSync, rmdirSync, watch, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { errnoCode } from '../ipc/errno.js';
+import { native } from '../core/fs/native.js';
 
 export interface CgroupMount {
   /** Where cgroup2 is mounted, e.g. /sys/fs/cgroup or /sys/fs/cgroup/unified. */
@@ -125,6 +126,42 @@ export function applyLimits(path: string, limits: SessionLimits): void {
 }
 
 /** The subtree this supervisor owns: sessions live at <base>/sessions/<sessionId>. */
+/** Another supervisor holds this cgroup parent: a start must fail, never fall back to subreaper mode. */
+export class CgroupParentInUse extends Error {}
+
+/** The cgroup parents this process holds locked, by path: their lock fds, open as long as it runs. */
+const parentLocks = new Map<string, number>();
+
+/**
+ * One supervisor per cgroup parent: an exclusive flock(2) on the parent's directory in cgroupfs
+ * (held while this process runs). Two sharing it would tear down each other's sessions dir and
+ * see each other's leaves. Throws CgroupParentInUse naming the holder's pid (from /proc/locks,
+ * proc(5)) when another process holds it.
+ */
+function lockParent(basePath: string, parent: string): void {
+  if (parentLocks.has(basePath)) return; // set up again in this process (a test's second tree)
+  const fd = openSync(basePath, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY);
+  if (native().tryLockExclusive(fd)) {
+    parentLocks.set(basePath, fd);
+    return;
+  }
+  const ino = fstatSync(fd).ino;
+  closeSync(fd);
+  let holder = 'unknown';
+  try {
+    // "1: FLOCK  ADVISORY  WRITE 1234 00:1b:5678 0 EOF": the pid, then major:minor:inode.
+    const line = readFileSync('/proc/locks', 'utf8')
+      .split('\n')
+      .find((l) => l.includes(' FLOCK ') && l.split(/\s+/)[5]?.split(':')[2] === String(ino));
+    holder = line?.split(/\s+/)[4] ?? holder;
+  } catch {
+    // no /proc/locks: the pid stays unknown
+  }
+  throw new CgroupParentInUse(
+    `the cgroup parent ${parent} (${basePath}) is in use by another supervisor (pid ${holder}); stop it first, or give this one its own cgroup.parent`,
+  );
+}
+
 export class CgroupTree {
   private constructor(
     readonly mount: CgroupMount,
@@ -162,6 +199,7 @@ export class CgroupTree {
       } catch (err) {
         if (errnoCode(err) !== 'EEXIST') throw err;
       }
+      lockParent(basePath, parent);
       tree = new CgroupTree(mount, basePath, true);
     } else {
       const leaf = join(ownPath, 'supervisor');

@@ -10,7 +10,7 @@ import type { SupervisorMode } from '../ipc/protocol.js';
 import { STATE } from '../core/state/names.js';
 import { native } from '../core/fs/native.js';
 import { admissionState } from './admission.js';
-import { CgroupTree } from './cgroup.js';
+import { CgroupParentInUse, CgroupTree } from './cgroup.js';
 import { Checkpoints, thawLeftFrozen } from './checkpoint/checkpoint.js';
 import { Closing } from './close.js';
 import { ConfigError, type Config } from './config.js';
@@ -59,6 +59,7 @@ export function compose(config: Config, log: Logger, metrics: SupervisorMetrics 
       tree = CgroupTree.setup(config.cgroup.parent);
       mode = 'cgroup';
     } catch (err) {
+      if (err instanceof CgroupParentInUse) throw err;
       if (config.cgroup.mode === 'cgroup') {
         throw new Error(`cgroup mode was required but no writable cgroup2 is available: ${(err as Error).message}`);
       }

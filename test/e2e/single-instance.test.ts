@@ -1,6 +1,6 @@
-// One supervisor per state dir and per socket: a second one refuses to start (it would
-// reconcile the first one's live sessions as owner_lost, or unlink its socket), and the
-// first one keeps running its session untouched.
+// One supervisor per state dir, per socket and per cgroup parent: a second one refuses to start
+// (it would reconcile the first one's live sessions as owner_lost, unlink its socket, or remove
+// the sessions dir its leaves are in), and the first one keeps running its session untouched.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -15,10 +15,10 @@ afterAll(async () => {
   expect(await daemon.stop()).toEqual({ code: 0, signal: null });
 });
 
-/** Runs a second supervisor with this env; resolves with its exit code and stderr. */
-function second(env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
+/** Runs a second supervisor with this env (and its own cgroup parent unless one is given); resolves with its exit code and stderr. */
+function second(env: Record<string, string>, cgroupParent = `${daemon.cgroupParent}-second`): Promise<{ code: number | null; stderr: string }> {
   const config = join(daemon.dir, 'second.json');
-  writeFileSync(config, JSON.stringify({ logLevel: 'warn', cgroup: { parent: `${daemon.cgroupParent}-second` } }));
+  writeFileSync(config, JSON.stringify({ logLevel: 'warn', cgroup: { parent: cgroupParent } }));
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [DAEMON, 'serve', '--config', config], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
@@ -28,7 +28,7 @@ function second(env: Record<string, string>): Promise<{ code: number | null; std
 }
 
 describe('single instance', () => {
-  it('a second supervisor on the same state dir or socket exits 1 and touches nothing', async () => {
+  it('a second supervisor on the same state dir, socket or cgroup parent exits 1 and touches nothing', async () => {
     const client = await daemon.client();
     const { session_id } = await client.launch({ argv: ['sleep', '30'], cwd: '/', invocation_key: 'live' });
 
@@ -39,6 +39,17 @@ describe('single instance', () => {
     const sameSocket = await second({ SBX_SOCKET: daemon.socketPath, SBX_STATE_DIR: join(daemon.dir, 'other-state') });
     expect(sameSocket.code).toBe(1);
     expect(sameSocket.stderr).toContain(`the socket ${daemon.socketPath} is in use by a running supervisor`);
+
+    // The same cgroup parent: refused, never a fallback to subreaper mode (before, it started, and
+    // whichever stopped first removed the sessions dir the other made its leaves in).
+    const sameParent = await second({ SBX_SOCKET: join(daemon.dir, 'third.sock'), SBX_STATE_DIR: join(daemon.dir, 'third-state') }, daemon.cgroupParent);
+    if (daemon.cgroupBase) {
+      expect(sameParent.code).toBe(1);
+      expect(sameParent.stderr).toContain(
+        `the cgroup parent ${daemon.cgroupParent} (${daemon.cgroupBase}) is in use by another supervisor (pid ${daemon.pid}); stop it first, or give this one its own cgroup.parent`,
+      );
+      expect(existsSync(join(daemon.cgroupBase, 'sessions', session_id))).toBe(true);
+    }
 
     // The first one is untouched: its session still runs, its socket still answers.
     const ps = await client.ps();
