@@ -194,7 +194,10 @@ def cancel(session: SessionRef, grace_seconds: Optional[float] = None) -> Steps[
 
 def kill(session: SessionRef, signal: Any = "SIGKILL") -> Steps[Dict[str, Any]]:
     """Sends signal (a name like "SIGUSR1"/"USR1", or a number; default SIGKILL, as ``sbx kill``) to every process of the session: ``{"session_id", "signal", "pids"}``. Never resent after a drop."""
-    sig = int(signal) if not isinstance(signal, str) else signal
+    if isinstance(signal, bool) or not isinstance(signal, (str, int)):
+        # int(9.7) would be 9: a signal is a name or a whole number (an IntEnum such as signal.SIGUSR1 is one), never rounded.
+        raise TypeError(f"signal must be a name or an int, not {type(signal).__name__} ({signal!r})")
+    sig = signal if isinstance(signal, str) else int(signal)
     return (yield Call("kill", {**selector(session), "signal": sig}, resend=False))
 
 

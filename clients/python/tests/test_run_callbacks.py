@@ -13,6 +13,8 @@ import secrets
 import subprocess
 import sys
 
+import pytest
+
 from daemon import Daemon, until
 from sandbox_supervisor import AsyncClient, Client
 
@@ -149,6 +151,22 @@ def test_kill_defaults_to_sigkill(daemon: Daemon):
 
     a, receipt = asyncio.run(main())
     assert a["signal"] == "SIGKILL" and receipt["outcome"] == "signaled"
+
+
+def test_kill_refuses_a_signal_that_is_not_a_name_or_an_int(daemon: Daemon):
+    # int(9.7) was 9: the session got a SIGKILL nobody asked for. Refused before anything is sent.
+    import signal as signals
+
+    with Client(daemon.socket_path) as c:
+        s = c.launch(["sh", "-c", "echo ready; while :; do sleep 0.05; done"], key=key())
+        until(lambda: c.read(s, "stdout") == b"ready\n", "the session to run")
+        for bad in (9.7, True, None, b"SIGTERM"):
+            with pytest.raises(TypeError, match="signal must be a name or an int"):
+                c.kill(s, bad)
+        assert c.receipt(s)["state"] == "running"
+        assert c.kill(s, signals.SIGUSR1)["signal"] == "SIGUSR1"  # an IntEnum is an int
+        c.kill(s)
+        assert c.wait(s)["outcome"] == "signaled"
 
 
 # The harness's memory: a child process runs 100 MB of stdout through run(), buffered or
