@@ -358,7 +358,19 @@ function takeSignals(): { to: (conn: ReconnectingClient, sessionId: string) => v
       warn(`detached; session ${sessionId} goes on (sbx wait ${sessionId})`);
       process.exit(130);
     }
-    conn.current?.request('kill', { session_id: sessionId, signal }).catch(() => {});
+    // The supervisor unreachable (sbx reconnects): the signal cannot be sent on, and is for sbx,
+    // as while a launch waits; the session goes on (it is the supervisor's).
+    const unsent = () => {
+      warn(
+        `${signal} while the supervisor is unreachable: not sent on; session ${sessionId} goes on (sbx cancel ${sessionId} ends it, sbx wait ${sessionId} waits for it)`,
+      );
+      process.exit(128 + signalNumber(signal));
+    };
+    const client = conn.current;
+    if (!client) return unsent();
+    client.request('kill', { session_id: sessionId, signal }).catch((err: unknown) => {
+      if (!(err instanceof SupervisorError)) unsent(); // the connection failed under it; an answer (the session ended) is no failure
+    });
     // A command that ignores (or handles and outlives) SIGINT: said once, what ends it.
     if (signal === 'SIGINT' && interrupts === 1) {
       setTimeout(() => {

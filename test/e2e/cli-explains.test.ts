@@ -306,6 +306,30 @@ describe('every wait says why, once, as soon as it starts', () => {
   });
 });
 
+describe('a signal to sbx run while the supervisor is unreachable', () => {
+  it('ends sbx at once (143), saying the SIGTERM was not sent on and the session goes on; not a 60 s wait for the reconnect', async () => {
+    const d = await new TestDaemon({ config: { logLevel: 'error' } }).start();
+    try {
+      const run = background(d, ['run', '--grace', '100ms', '--', 'sh', '-c', 'echo up; sleep 60']);
+      await until(() => run.stdout() === 'up\n', 'the session to run');
+      const sessionId = json<SessionSummary[]>(await d.sbx(['ps', '--json']))[0].session_id;
+      await d.kill9();
+      const reconnectLine = new RegExp(
+        `^sbx: lost the supervisor at ${d.socketPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\((ECONNREFUSED|EPIPE|ECONNRESET)\\); reconnecting for up to 60 s\n$`,
+      );
+      const line = await until(() => reconnectLine.exec(run.stderr())?.[0], 'the reconnecting line');
+      run.child.kill('SIGTERM');
+      expect(await run.exited).toBe(143);
+      expect(run.stderr()).toBe(
+        `${line}sbx: SIGTERM while the supervisor is unreachable: not sent on; session ${sessionId} goes on (sbx cancel ${sessionId} ends it, sbx wait ${sessionId} waits for it)\n`,
+      );
+      await d.start(); // reconciles the session (owner_lost) and ends its sleep
+    } finally {
+      await d.stop();
+    }
+  });
+});
+
 describe('sbx logs --follow across a supervisor restart', () => {
   it('says once, at once, that it reconnects (one stream, and --stream all); then ends with every byte', async () => {
     const d = await new TestDaemon({ config: { logLevel: 'error' } }).start();
