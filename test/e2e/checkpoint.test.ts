@@ -125,8 +125,12 @@ describe('checkpoint and restore: byte for byte', () => {
   }, 120_000);
 
   afterAll(async () => {
-    for (const p of [ws, join(d.dir, 'restored'), join(d.dir, 'restored2')]) if (existsSync(p)) removeTree(p);
-    await rig.cleanup();
+    // A beforeAll that timed out left d unset: the rig still stops what it started.
+    try {
+      for (const p of d ? [ws, join(d.dir, 'restored'), join(d.dir, 'restored2')] : []) if (existsSync(p)) removeTree(p);
+    } finally {
+      await rig.cleanup();
+    }
   });
 
   it('records every entry as python3 lists it: content digests, modes, owners, link targets, the fifo, the deep path', () => {
