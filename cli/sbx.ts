@@ -57,7 +57,7 @@ import { Progress } from './progress.js';
 import { FAILURE, fail } from './fail.js';
 import { escapeControls, warn } from './escape.js';
 import { parsePsFilters, PS_FILTER_KEYS, psNeedsAll, type PsFilters, psTable, selectPsRows, unknownNotes } from './ps-format.js';
-import { errnoCode } from '../ipc/errno.js';
+import { errnoCode, systemError } from '../ipc/errno.js';
 
 // The core is one module on purpose: split into four (the commands, sbx run, what they share, argument bytes) it
 // took 2.5-3 ms longer to load as a script (Node 20's ESM loader, per module and import edge: 70.7 vs 73.6 ms to
@@ -437,7 +437,7 @@ export const program: Command = new Command()
       try {
         writeSync(1, text);
       } catch (err) {
-        stdoutFailed(err as NodeJS.ErrnoException, process.stdout);
+        stdoutFailed(systemError(err), process.stdout);
       }
     },
   });
