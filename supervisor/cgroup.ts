@@ -125,7 +125,6 @@ export function applyLimits(path: string, limits: SessionLimits): void {
   }
 }
 
-/** The subtree this supervisor owns: sessions live at <base>/sessions/<sessionId>. */
 /** Another supervisor holds this cgroup parent: a start must fail, never fall back to subreaper mode. */
 export class CgroupParentInUse extends Error {}
 
@@ -162,6 +161,7 @@ function lockParent(basePath: string, parent: string): void {
   );
 }
 
+/** The subtree this supervisor owns: sessions live at <base>/sessions/<sessionId>. */
 export class CgroupTree {
   private constructor(
     readonly mount: CgroupMount,
