@@ -111,7 +111,6 @@ export class Reaper {
   private readonly adopted = new Map<number, (exit: ChildExit) => void>();
   /** Adopted children that must never stay stopped (a session's shim that stays): continued on each SIGCHLD that finds them stopped. */
   private readonly keepRunning = new Set<number>();
-  private continuedTotal = 0;
   /** Exited children left zombies until the fence they wait for comes back: pid -> that batch's release. */
   private readonly held = new Map<number, Promise<void>>();
   private fence: ReadFence | null = null;
@@ -185,17 +184,10 @@ export class Reaper {
   continueIfStopped(pid: number): boolean {
     if (!this.adopted.has(pid) || testHooks.shimStaysStopped) return false;
     try {
-      if (!native().continueStopped(pid)) return false;
+      return native().continueStopped(pid) !== null;
     } catch {
       return false; // ECHILD: reaped meanwhile
     }
-    this.continuedTotal++;
-    return true;
-  }
-
-  /** Stops of kept-running children undone with SIGCONT since start. */
-  get continued(): number {
-    return this.continuedTotal;
   }
 
   /** Forgets a tracked child once its exit was observed. */
