@@ -312,7 +312,13 @@ const UNKNOWN_CHECK_MS = 2000;
  * way is waited for, said once; one with no evidence to come fails (125) with the reason, as a
  * retried launch answered unknown does (unlessPending).
  */
-async function receiptUnlessUnknown(conn: ReconnectingClient, sel: SessionSelector, waiting: Promise<Receipt>, say: (line: string) => void): Promise<Receipt> {
+async function receiptUnlessUnknown(
+  conn: ReconnectingClient,
+  sel: SessionSelector,
+  waiting: Promise<Receipt>,
+  say: (line: string) => void,
+  outputs: Promise<unknown> = Promise.resolve(),
+): Promise<Receipt> {
   let saidPending = false;
   for (;;) {
     let timer: NodeJS.Timeout | undefined;
@@ -323,8 +329,12 @@ async function receiptUnlessUnknown(conn: ReconnectingClient, sel: SessionSelect
     if (state !== 'unknown') continue;
     const row = (await conn.run((c) => c.ps(true))).sessions.find((x) => x.session_id === session_id);
     if (row && row.state !== 'unknown') continue;
-    if (!row?.receipt_pending)
+    if (!row?.receipt_pending) {
+      // What its streams still hold is printed first (up to UNKNOWN_CHECK_MS more: a process
+      // of it may still write, and the session is no longer followed to its end).
+      await Promise.race([outputs.catch(() => {}), new Promise((r) => setTimeout(r, UNKNOWN_CHECK_MS))]);
       fail(`session ${session_id} is unknown: ${row?.reason ?? 'no evidence of its end'}; it is never run again (sbx ps, sbx resolve)`);
+    }
     if (!saidPending) say(`sbx: waiting: session ${session_id} is unknown until its receipt is written: ${row.reason ?? 'evidence is on its way'}`);
     saidPending = true;
   }
@@ -368,9 +378,14 @@ function takeSignals(): { to: (conn: ReconnectingClient, sessionId: string) => v
     };
     const client = conn.current;
     if (!client) return unsent();
-    client.request('kill', { session_id: sessionId, signal }).catch((err: unknown) => {
-      if (!(err instanceof SupervisorError)) unsent(); // the connection failed under it; an answer (the session ended) is no failure
-    });
+    const send = (sig: NodeJS.Signals) =>
+      client.request('kill', { session_id: sessionId, signal: sig }).catch((err: unknown) => {
+        if (!(err instanceof SupervisorError)) unsent(); // the connection failed under it; an answer (the session ended) is no failure
+      });
+    void send(signal);
+    // As bash's kill of a stopped job: SIGCONT after a TERM or HUP, so a stopped command acts on
+    // it (`timeout 60 sbx run -- CMD` ends a CMD that stopped itself). Sent after it, in order.
+    if (signal === 'SIGTERM' || signal === 'SIGHUP') void send('SIGCONT');
     // A command that ignores (or handles and outlives) SIGINT: said once, what ends it.
     if (signal === 'SIGINT' && interrupts === 1) {
       setTimeout(() => {
@@ -620,8 +635,12 @@ sub('run')
           if (!removedSaid) warn(`${err.message}`);
           removedSaid = true;
         };
-        await Promise.all(outputs.map((p) => p.catch(outputRemoved)));
-        receipt = await receiptUnlessUnknown(conn, sel, waiting, say);
+        const printed = Promise.all(outputs.map((p) => p.catch(outputRemoved)));
+        // Looked at beside the output: a session that turns unknown may never end its streams.
+        const ended = receiptUnlessUnknown(conn, sel, waiting, say, printed);
+        ended.catch(() => {});
+        await printed;
+        receipt = await ended;
         attachedSession = null; // ended: nothing goes on
       } catch (err) {
         fail(describe(err));

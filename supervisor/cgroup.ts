@@ -125,6 +125,21 @@ export function applyLimits(path: string, limits: SessionLimits): void {
   }
 }
 
+/**
+ * SIGCONT to each pid, right after an escalation's SIGTERM reached them, as systemd does
+ * (systemd.kill(5)): a stopped process (kill -STOP, a ^Z) acts on the TERM within the grace
+ * instead of waiting for the KILL. A pid gone meanwhile (ESRCH: it ended of the TERM) is skipped.
+ */
+export function continuePids(pids: Iterable<number>): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 'SIGCONT');
+    } catch {
+      // ESRCH: it ended of the TERM already
+    }
+  }
+}
+
 /** Another supervisor holds this cgroup parent: a start must fail, never fall back to subreaper mode. */
 export class CgroupParentInUse extends Error {}
 

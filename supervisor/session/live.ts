@@ -7,7 +7,7 @@ import { chmodSync, chownSync, closeSync, mkdirSync, rmSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { HandoffFacts, SessionLimits, StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
-import { applyLimits, type CgroupLeaf } from '../cgroup.js';
+import { applyLimits, continuePids, type CgroupLeaf } from '../cgroup.js';
 import { hasLimits, LIMITS } from '../limits.js';
 import { faultPoint } from '../../core/fault.js';
 import { native } from '../../core/fs/native.js';
@@ -344,7 +344,7 @@ export class LiveSession extends Session {
       term: async () => {
         const r = await this.signalPids('SIGTERM');
         reached(r.pids);
-        await this.continueAfterTerm(r.pids);
+        this.continueAfterTerm(r.pids);
         return r.count;
       },
       waitDead: (timeoutMs) => this.waitDead(timeoutMs),
@@ -396,23 +396,13 @@ export class LiveSession extends Session {
   }
 
   /**
-   * SIGCONT right after the escalation's SIGTERM, as systemd does (systemd.kill(5)): a stopped
-   * process (kill -STOP, a ^Z) acts on the TERM within the grace instead of waiting for the
-   * KILL. pids: what the TERM reached in the cgroup; null: through the shim, to every descendant.
+   * SIGCONT right after the escalation's SIGTERM (cgroup.ts continuePids). pids: what the TERM
+   * reached in the cgroup; null: through the shim, to every descendant.
    */
-  private async continueAfterTerm(pids: ReadonlySet<number> | null): Promise<void> {
-    if (pids === null) {
-      // Not waited for: its answer comes in order, before the next signal's.
-      void this.leader?.signalViaShim(signalNumber('SIGCONT'));
-      return;
-    }
-    for (const pid of pids) {
-      try {
-        process.kill(pid, 'SIGCONT');
-      } catch {
-        // ESRCH: it ended of the TERM already
-      }
-    }
+  private continueAfterTerm(pids: ReadonlySet<number> | null): void {
+    // Through the shim not waited for: its answer comes in order, before the next signal's.
+    if (pids === null) void this.leader?.signalViaShim(signalNumber('SIGCONT'));
+    else continuePids(pids);
   }
 
   /**
@@ -491,6 +481,9 @@ export class LiveSession extends Session {
     const noProof = missingShimReport({ reportNeeded, shimReport });
     if (noProof) {
       this.ctx.escapes.forget(this.id);
+      // A pty's session leader (the shim) is gone, so the tty is hung up (tty_ioctl(4)): nothing
+      // writes to it any more, and our slave fd alone kept the master from its end (EIO).
+      if (leader.holdsSession) this.releaseStdio();
       this.becomeUnknown(noProof);
       return;
     }

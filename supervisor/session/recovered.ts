@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { DEFAULT_TASK, type Receipt, type StreamName, type TerminationCause } from '../../ipc/protocol.js';
 import { OUTPUT_REMOVED_FILE } from '../../core/state/names.js';
 import { storedChunks } from '../../core/state/stream-files.js';
-import { CgroupLeaf } from '../cgroup.js';
+import { CgroupLeaf, continuePids } from '../cgroup.js';
 import { readStarted, type AdmissionRecord } from '../store/records.js';
 import type { SessionContext, SessionRequest } from './context.js';
 import { escalate, type EscalationStep } from './escalation.js';
@@ -215,7 +215,11 @@ export class RecoveredSession extends Session {
     const cut = new Promise<void>((resolve) => (this.cutGrace = resolve));
     await escalate(
       {
-        term: () => leaf.signalAll('SIGTERM').size,
+        term: () => {
+          const pids = leaf.signalAll('SIGTERM');
+          continuePids(pids);
+          return pids.size;
+        },
         waitDead: (timeoutMs) => leaf.waitEmpty(timeoutMs),
         killAll: async (killed) => {
           if (!leaf.populated()) return;

@@ -131,6 +131,13 @@ describe('pty', () => {
       );
       expect(row.reason).toBe("the exec shim (the session's subreaper) died before reporting all descendants reaped");
       expect((await client.receipt({ session_id })).receipt).toBeNull();
+      // Its tty hung up with the shim: the stream ends (the supervisor lets its slave go), so an
+      // attached sbx run says unknown (125) instead of following it for good.
+      const run = await daemon.sbx(['run', '--pty', '--', 'sh', '-c', 'kill -9 $PPID; sleep 1; echo x']);
+      expect(run.status).toBe(125);
+      expect(run.stderr.toString()).toMatch(
+        /^sbx: session s-\S+ is unknown: the exec shim \(the session's subreaper\) died before reporting all descendants reaped; /,
+      );
     } finally {
       for (const pid of pidsWithMarker(m)) process.kill(pid, 'SIGKILL');
       await until(() => pidsWithMarker(m).length === 0, 'the command to be gone');

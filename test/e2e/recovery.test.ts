@@ -82,6 +82,26 @@ describe('restart', () => {
     expect(existsSync(d.cgroupBase!)).toBe(false);
   });
 
+  it("the restart's escalation of a lost session sends SIGCONT after its TERM: a stopped process ends of the TERM, no KILL after the grace", async () => {
+    const d = await daemon();
+    const m = marker();
+    const c = await d.client();
+    // sh's sleep is stopped; sh waits for it. A 20 s grace: a KILL step would mean the TERM was not acted on.
+    const { session_id } = await c.launch({ argv: ['sh', '-c', `sleep ${m} & kill -STOP $!; wait`], cwd: '/', invocation_key: 'K-stopped', grace_ms: 20_000 });
+    const [sleeper] = await until(() => {
+      const pids = pidsWithMarker(m).filter((pid) => readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.startsWith('T'));
+      return pids.length === 1 ? pids : null;
+    }, 'the sleep to be stopped');
+    expect(sleeper).toBeGreaterThan(0);
+    await d.kill9();
+    await d.start();
+    const receipt = (await (await d.client()).wait({ session_id })) as Receipt;
+    expect(receipt).toMatchObject({ outcome: 'owner_lost', termination: { cause: 'reconcile' } });
+    expect(receipt.termination.steps.map((s) => s.signal)).toEqual(['SIGTERM']);
+    expect(pidsWithMarker(m)).toEqual([]);
+    expect(await d.terminate()).toEqual({ code: 0, signal: null });
+  });
+
   it('serves a finished session unchanged after a SIGKILL and restart', async () => {
     const d = await daemon();
     const body = randomBytes(300_000).toString('base64');

@@ -181,13 +181,18 @@ describe('subreaper mode', () => {
     }
   });
 
-  it('sbx run of a command that kills its shim: its output, then 125 with the reason (the session unknown), not a wait for good', async () => {
+  it('sbx run of a command that kills its shim: its output, then 125 with the reason (the session unknown), not a wait for good; with --pty too', async () => {
+    const unknownLine =
+      /^sbx: session s-\S+ is unknown: the exec shim \(the session's subreaper\) died before reporting all descendants reaped; it is never run again \(sbx ps, sbx resolve\)\n$/;
     const r = await daemon.sbx(['run', '--', 'sh', '-c', 'kill -9 $PPID; echo after']);
     expect(r.status).toBe(125);
     expect(r.stdout.toString()).toBe('after\n');
-    expect(r.stderr.toString()).toMatch(
-      /^sbx: session s-\S+ is unknown: the exec shim \(the session's subreaper\) died before reporting all descendants reaped; it is never run again \(sbx ps, sbx resolve\)\n$/,
-    );
+    expect(r.stderr.toString()).toMatch(unknownLine);
+    // The pty's session leader gone, the tty is hung up: its stream ends (the supervisor lets its
+    // slave go), and sbx run is not left following it for good.
+    const pty = await daemon.sbx(['run', '--pty', '--', 'sh', '-c', 'kill -9 $PPID; sleep 1; echo x']);
+    expect(pty.status).toBe(125);
+    expect(pty.stderr.toString()).toMatch(unknownLine);
   });
 
   it('leaves no zombie under the supervisor', async () => {

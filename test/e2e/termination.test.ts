@@ -70,6 +70,18 @@ describe('deadline', () => {
     expect(pidsWithMarker(m)).toEqual([]);
   });
 
+  it('a SIGTERM to sbx run reaches a command that stopped itself: sent on with a SIGCONT after it, as bash kills a stopped job', async () => {
+    // Before, the TERM stayed pending on the stopped command and sbx run waited for good (timeout 60 sbx run -- ...).
+    const run = await attachedRun(
+      daemon.socketPath,
+      ['--', 'sh', '-c', `trap 'echo got-term; exit 7' TERM; echo ready; kill -STOP $$; sleep ${marker()}`],
+      'ready',
+    );
+    run.child.kill('SIGTERM');
+    expect(await run.exited).toBe(7);
+    expect(run.stderr()).toBe('');
+  });
+
   it('enforces a deadline shorter than the spawn itself (1 ms): TERM reaches the command', async () => {
     const m = marker();
     const { status, receipt } = await run(['--timeout', '1ms', '--grace', '1s'], ['sleep', m]);
