@@ -1574,7 +1574,9 @@ function stdoutFailed(err: NodeJS.ErrnoException, out: NodeJS.WriteStream): neve
   };
   if (err.code !== 'EPIPE') {
     if (out === process.stdout)
-      say(`sbx: cannot write to stdout: ${err.code ?? err.message}${attachedSession ? `; session ${attachedSession} goes on` : ''}\n`);
+      say(
+        `sbx: cannot write to stdout: ${err.code ?? err.message}${attachedSession ? `; session ${attachedSession}'s output stays stored (sbx logs ${attachedSession})` : ''}\n`,
+      );
     process.exit(FAILURE);
   }
   // `sbx run -- yes | head -1`: say once that the session goes on (--on-disconnect continue).

@@ -173,6 +173,11 @@ describe('subreaper mode', () => {
       const cancelled = await daemon.sbx(['cancel', session_id]);
       expect(cancelled.status).toBe(125);
       expect(cancelled.stderr.toString()).toContain('(it has no cgroup: what it left is not reachable from here; sbx resolve records');
+      const killed = await daemon.sbx(['kill', session_id]);
+      expect([killed.status, killed.stderr.toString()]).toEqual([
+        125,
+        `sbx: INVALID_ARGUMENT: session ${session_id} is unknown and has no cgroup: what it left is not reachable from here: the exec shim (the session's subreaper) died before reporting all descendants reaped (sbx resolve records an operator's word)\n`,
+      ]);
     } finally {
       // The command outlives its shim (reparented to the supervisor): ended here, by pid.
       for (const pid of pidsWithMarker(m)) process.kill(pid, 'SIGKILL');
