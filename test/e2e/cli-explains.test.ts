@@ -36,6 +36,24 @@ function background(d: TestDaemon, args: string[]) {
   return { child, exited, stdout: () => stdout, stderr: () => stderr };
 }
 
+/** sbx's line on losing d's supervisor. The errno is what failed first: the connect (ECONNREFUSED) or a write to the dead connection (EPIPE, ECONNRESET). */
+function reconnectLineOf(d: TestDaemon): RegExp {
+  return new RegExp(
+    `^sbx: lost the supervisor at ${d.socketPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\((ECONNREFUSED|EPIPE|ECONNRESET)\\); reconnecting for up to 60 s\n$`,
+  );
+}
+
+/** An attached sbx run of `echo up; sleep 60` (grace 100 ms), then d SIGKILLed: once sbx says it reconnects, that line. */
+async function runThenLoseSupervisor(d: TestDaemon, options: string[]) {
+  const run = background(d, ['run', ...options, '--grace', '100ms', '--', 'sh', '-c', 'echo up; sleep 60']);
+  await until(() => run.stdout() === 'up\n', 'the session to run');
+  const sessionId = json<SessionSummary[]>(await d.sbx(['ps', '--json']))[0].session_id;
+  await d.kill9();
+  const reconnectLine = reconnectLineOf(d);
+  const line = await until(() => reconnectLine.exec(run.stderr())?.[0], 'the reconnecting line before the supervisor is back');
+  return { run, sessionId, line };
+}
+
 const rowOf = (text: string, sessionId: string) => text.split(/\r?\n/).find((l) => l.startsWith(`${sessionId} `)) ?? '';
 
 describe('sbx ps', () => {
@@ -284,15 +302,7 @@ describe('every wait says why, once, as soon as it starts', () => {
   it('a supervisor that went away: run says it reconnects at once, then how the session ended (owner lost); wait says owner lost too', async () => {
     const d = await new TestDaemon({ config: { logLevel: 'error' } }).start();
     try {
-      const run = background(d, ['run', '--key', 'rc', '--grace', '100ms', '--', 'sh', '-c', 'echo up; sleep 60']);
-      await until(() => run.stdout() === 'up\n', 'the session to run');
-      const sessionId = json<SessionSummary[]>(await d.sbx(['ps', '--json']))[0].session_id;
-      await d.kill9();
-      // The errno is what failed first: the connect (ECONNREFUSED) or a write to the dead connection (EPIPE, ECONNRESET).
-      const reconnectLine = new RegExp(
-        `^sbx: lost the supervisor at ${d.socketPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\((ECONNREFUSED|EPIPE|ECONNRESET)\\); reconnecting for up to 60 s\n$`,
-      );
-      const line = await until(() => reconnectLine.exec(run.stderr())?.[0], 'the reconnecting line before the supervisor is back');
+      const { run, sessionId, line } = await runThenLoseSupervisor(d, ['--key', 'rc']);
       await d.start();
       const lost = `sbx: session ${sessionId}: owner lost (the supervisor that ran it stopped before it ended): its exit status is unknown, death evidence cgroup_empty (sbx receipt ${sessionId})\n`;
       expect(await run.exited).toBe(125);
@@ -310,14 +320,7 @@ describe('a signal to sbx run while the supervisor is unreachable', () => {
   it('ends sbx at once (143), saying the SIGTERM was not sent on and the session goes on; not a 60 s wait for the reconnect', async () => {
     const d = await new TestDaemon({ config: { logLevel: 'error' } }).start();
     try {
-      const run = background(d, ['run', '--grace', '100ms', '--', 'sh', '-c', 'echo up; sleep 60']);
-      await until(() => run.stdout() === 'up\n', 'the session to run');
-      const sessionId = json<SessionSummary[]>(await d.sbx(['ps', '--json']))[0].session_id;
-      await d.kill9();
-      const reconnectLine = new RegExp(
-        `^sbx: lost the supervisor at ${d.socketPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\((ECONNREFUSED|EPIPE|ECONNRESET)\\); reconnecting for up to 60 s\n$`,
-      );
-      const line = await until(() => reconnectLine.exec(run.stderr())?.[0], 'the reconnecting line');
+      const { run, sessionId, line } = await runThenLoseSupervisor(d, []);
       run.child.kill('SIGTERM');
       expect(await run.exited).toBe(143);
       expect(run.stderr()).toBe(
@@ -340,10 +343,7 @@ describe('sbx logs --follow across a supervisor restart', () => {
       const all = background(d, ['logs', '--key', 'lf', '--stream', 'all', '--follow']);
       await until(() => one.stdout() === 'a\n' && all.stdout().length === 4, 'both followers to have the bytes');
       await d.kill9();
-      // The errno is what failed first: the connect (ECONNREFUSED) or a write to the dead connection (EPIPE, ECONNRESET).
-      const reconnectLine = new RegExp(
-        `^sbx: lost the supervisor at ${d.socketPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\((ECONNREFUSED|EPIPE|ECONNRESET)\\); reconnecting for up to 60 s\n$`,
-      );
+      const reconnectLine = reconnectLineOf(d);
       await until(() => reconnectLine.test(one.stderr()) && reconnectLine.test(all.stderr()), 'the reconnecting line from each before the supervisor is back');
       const lines = [one.stderr(), all.stderr()];
       await d.start();
