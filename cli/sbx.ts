@@ -287,19 +287,33 @@ async function launchUntilAnswered(
 let launchRetrying: string | null = null;
 
 /**
- * A retry answered with an unknown session: one whose receipt is on its way (a restarted
- * supervisor is ending it, or its receipt waits for disk space; ps says receipt_pending) is
- * waited for like a running one, saying so once; one with no evidence to come fails (125).
+ * Where a session found unknown stands, from ps: null once it is not unknown; else whether its
+ * receipt is on its way (a restarted supervisor is ending it, or its receipt waits for disk
+ * space: receipt_pending), and ps's reason (null: none given).
+ */
+async function unknownStanding(client: SupervisorClient, sessionId: string): Promise<{ pending: boolean; reason: string | null } | null> {
+  const row = (await client.ps(true)).sessions.find((x) => x.session_id === sessionId);
+  if (row && row.state !== 'unknown') return null;
+  return { pending: row?.receipt_pending === true, reason: row?.reason ?? null };
+}
+
+/** The line said once while a session unknown until its receipt is written is waited for. */
+const pendingLine = (sessionId: string, reason: string | null) =>
+  `sbx: waiting: session ${sessionId} is unknown until its receipt is written: ${reason ?? 'evidence is on its way'}`;
+
+/**
+ * A retry answered with an unknown session: one whose receipt is on its way is waited for like
+ * a running one, saying so once; one with no evidence to come fails (125).
  */
 async function unlessPending(client: SupervisorClient, launched: LaunchResult, say: (line: string) => void): Promise<void> {
-  const row = (await client.ps(true)).sessions.find((x) => x.session_id === launched.session_id);
-  if (row && row.state !== 'unknown') return;
-  if (!row?.receipt_pending) {
+  const standing = await unknownStanding(client, launched.session_id);
+  if (!standing) return;
+  if (!standing.pending) {
     fail(
-      `session ${launched.session_id} (key ${launched.invocation_key}) is unknown: ${row?.reason ?? 'no evidence of its end yet'}; it is never run again (sbx ps, sbx resolve)`,
+      `session ${launched.session_id} (key ${launched.invocation_key}) is unknown: ${standing.reason ?? 'no evidence of its end yet'}; it is never run again (sbx ps, sbx resolve)`,
     );
   }
-  say(`sbx: waiting: session ${launched.session_id} is unknown until its receipt is written: ${row.reason ?? 'evidence is on its way'}`);
+  say(pendingLine(launched.session_id, standing.reason));
 }
 
 /** How often sbx run and sbx wait look whether the session they wait for has turned unknown (ms). */
@@ -327,15 +341,15 @@ async function receiptUnlessUnknown(
     if (answered) return waiting;
     const { session_id, state } = await conn.run((c) => c.receipt(sel));
     if (state !== 'unknown') continue;
-    const row = (await conn.run((c) => c.ps(true))).sessions.find((x) => x.session_id === session_id);
-    if (row && row.state !== 'unknown') continue;
-    if (!row?.receipt_pending) {
+    const standing = await conn.run((c) => unknownStanding(c, session_id));
+    if (!standing) continue;
+    if (!standing.pending) {
       // What its streams still hold is printed first (up to UNKNOWN_CHECK_MS more: a process
       // of it may still write, and the session is no longer followed to its end).
       await Promise.race([outputs.catch(() => {}), new Promise((r) => setTimeout(r, UNKNOWN_CHECK_MS))]);
-      fail(`session ${session_id} is unknown: ${row?.reason ?? 'no evidence of its end'}; it is never run again (sbx ps, sbx resolve)`);
+      fail(`session ${session_id} is unknown: ${standing.reason ?? 'no evidence of its end'}; it is never run again (sbx ps, sbx resolve)`);
     }
-    if (!saidPending) say(`sbx: waiting: session ${session_id} is unknown until its receipt is written: ${row.reason ?? 'evidence is on its way'}`);
+    if (!saidPending) say(pendingLine(session_id, standing.reason));
     saidPending = true;
   }
 }
@@ -1586,8 +1600,6 @@ function stdoutFailed(err: NodeJS.ErrnoException, out: NodeJS.WriteStream): neve
 
 /** Runs the CLI on argv (process.argv's shape: node, script, args...). */
 function main(argv: string[]): void {
-  // A reader that went away (`sbx status | head -1`): end quietly, as a program killed by
-  // SIGPIPE would (128 + 13). The session, if any, goes on: the supervisor owns it.
   for (const out of [process.stdout, process.stderr]) out.on('error', (err: NodeJS.ErrnoException) => stdoutFailed(err, out));
   takeArguments(argv);
   program.parseAsync(argv).catch((err: unknown) => fail(describe(err)));

@@ -54,12 +54,10 @@ function childrenOf(pid: number): number[] {
 /**
  * SIGKILLs every descendant of root, then root: walks from root's children again until a walk
  * reaches no pid not yet killed (16 walks at most: a killed process forks no more, and a fork
- * under way when the KILL lands is undone, fork(2)), each pid once. For a child of ours that
- * no longer answers (a session's shim past its bound), whose pid cannot be reused before we
- * reap it; its killed descendants are reparented to us (the subreaper) and reaped as orphans.
- * Returns how many pids the KILL reached, root included.
+ * under way when the KILL lands is undone, fork(2)), each pid once. Returns how many pids the
+ * KILL reached, root included.
  */
-export function killTree(root: number): number {
+function killTree(root: number): number {
   const killed = new Set<number>();
   let reached = 0;
   for (let walk = 0; walk < 16; walk++) {
@@ -188,6 +186,16 @@ export class Reaper {
     } catch {
       return false; // ECHILD: reaped meanwhile
     }
+  }
+
+  /**
+   * The last resort for an adopted child that no longer answers (a session's shim past its
+   * bound): SIGKILLs its descendants, then it (killTree). Only while it is ours and not reaped,
+   * so its pid is no other process's; its killed descendants are reparented to us (the
+   * subreaper) and reaped as orphans. Returns how many pids the KILL reached; 0 once reaped.
+   */
+  killTree(pid: number): number {
+    return this.adopted.has(pid) ? killTree(pid) : 0;
   }
 
   /** Forgets a tracked child once its exit was observed. */

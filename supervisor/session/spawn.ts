@@ -8,7 +8,7 @@ import { dirname } from 'node:path';
 import { Socket } from 'node:net';
 import { constants as osConstants } from 'node:os';
 import { execShimPath, native } from '../../core/fs/native.js';
-import { killTree, type Reaper } from '../reaper.js';
+import type { Reaper } from '../reaper.js';
 import { systemError } from '../../ipc/errno.js';
 
 export interface LeaderSpec {
@@ -85,8 +85,6 @@ export class LeaderProcess {
   private readonly signaledWaiters: ((pids: number) => void)[] = [];
   /** The shim said "done" or is gone: it answers no signal any more (answerSignaledWaiters). */
   private shimDone = false;
-  /** The shim's exit was reaped: its pid may be another process's now, never signalled again. */
-  private shimReaped = false;
   private readonly reaper: Reaper;
 
   constructor(spec: LeaderSpec, reaper: Reaper) {
@@ -193,14 +191,7 @@ export class LeaderProcess {
     const shimExit = new Promise<{ code: number | null; signal: string | null; at: Date }>((resolve) => {
       // A shim that stays is never left stopped (a command's kill -STOP $PPID, or kill -STOP 0
       // while it shares the shim's process group): it reports the leader and answers signals.
-      reaper.adopt(
-        pid!,
-        (exit) => {
-          this.shimReaped = true;
-          resolve({ code: exit.code, signal: exit.signal === null ? null : signalName(exit.signal), at: new Date() });
-        },
-        tini,
-      );
+      reaper.adopt(pid!, (exit) => resolve({ code: exit.code, signal: exit.signal === null ? null : signalName(exit.signal), at: new Date() }), tini);
     });
     if (argvW >= 0) writeAsync(argvW, argv);
 
@@ -254,15 +245,15 @@ export class LeaderProcess {
   /**
    * Delivers sig to every process of the session. Subreaper mode: through the shim, which
    * walks its descendants; resolves with how many pids it reached, or null when the shim did
-   * not answer within answerMs (it still may: its answer then fills this request's place in
+   * not answer within SHIM_ANSWER_MS (it still may: its answer then fills this request's place in
    * the queue). A stopped shim is continued first (SIGCONT). Exec mode: not used (the cgroup
    * is the session; see CgroupLeaf.signalAll).
    */
-  signalViaShim(sig: number, answerMs: number = SHIM_ANSWER_MS): Promise<number | null> {
+  signalViaShim(sig: number): Promise<number | null> {
     if (this.controlFd < 0 || this.shimDone) return Promise.resolve(0);
-    if (!this.shimReaped) this.reaper.continueIfStopped(this.pid);
+    this.reaper.continueIfStopped(this.pid);
     return new Promise((resolve) => {
-      const timer = setTimeout(() => resolve(null), answerMs);
+      const timer = setTimeout(() => resolve(null), SHIM_ANSWER_MS);
       this.signaledWaiters.push((pids) => {
         clearTimeout(timer);
         resolve(pids);
@@ -279,13 +270,12 @@ export class LeaderProcess {
 
   /**
    * The last resort for a shim that no longer answers (subreaper mode, past the kill bound):
-   * the supervisor SIGKILLs the shim's descendants and the shim itself (reaper.ts killTree).
+   * the supervisor SIGKILLs the shim's descendants and the shim itself (Reaper.killTree).
    * The shim then reports nothing more: no proof, the session goes unknown. Returns how many
    * pids the KILL reached; 0 once the shim was reaped.
    */
   killShimTree(): number {
-    if (this.shimReaped || this.pid <= 0) return 0;
-    return killTree(this.pid);
+    return this.reaper.killTree(this.pid);
   }
 
   /**
@@ -354,7 +344,7 @@ function encodeArgv(argv: string[]): Buffer {
 const PIPE_MAX_BYTES = 1024 * 1024;
 
 /** How long a signal through the shim waits for its "signaled" answer before it is taken as unanswered (ms). */
-export const SHIM_ANSWER_MS = 5_000;
+const SHIM_ANSWER_MS = 5_000;
 
 /**
  * Writes payload into the fresh, empty pipe whose write end is fd and closes fd, if it fits

@@ -72,11 +72,10 @@ describe('deadline', () => {
 
   it('a SIGTERM to sbx run reaches a command that stopped itself: sent on with a SIGCONT after it, as bash kills a stopped job', async () => {
     // Before, the TERM stayed pending on the stopped command and sbx run waited for good (timeout 60 sbx run -- ...).
-    const run = await attachedRun(
-      daemon.socketPath,
-      ['--', 'sh', '-c', `trap 'echo got-term; exit 7' TERM; echo ready; kill -STOP $$; sleep ${marker()}`],
-      'ready',
-    );
+    const m = marker();
+    const run = await attachedRun(daemon.socketPath, ['--', 'sh', '-c', `trap 'echo got-term; exit 7' TERM; echo ready; kill -STOP $$; sleep ${m}`], 'ready');
+    // The TERM goes out once sh has stopped itself (state T), not while it may still be on its way to.
+    await until(() => pidsWithMarker(m).some((pid) => readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.startsWith('T')), 'sh to stop itself');
     run.child.kill('SIGTERM');
     expect(await run.exited).toBe(7);
     expect(run.stderr()).toBe('');

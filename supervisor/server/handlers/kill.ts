@@ -20,12 +20,5 @@ export const kill: Handler<'kill'> = async ({ supervisor }, params) => {
       `session ${session.id} is unknown and has no cgroup: what it left is not reachable from here: ${session.unknownReason ?? 'no evidence of its end'} (sbx resolve records an operator's word)`,
     );
   }
-  if (session.state === 'unknown' && !session.hasCgroup) {
-    // Its processes were its shim's to reach; the shim is gone (subreaper mode): nothing to signal.
-    throw new SupervisorError(
-      'INVALID_ARGUMENT',
-      `session ${session.id} is unknown and has no cgroup: what it left is not reachable from here: ${session.unknownReason ?? 'no evidence of its end'} (sbx resolve records an operator's word)`,
-    );
-  }
   return { session_id: session.id, signal: name, pids: await session.signal(name as NodeJS.Signals) };
 };
