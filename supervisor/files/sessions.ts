@@ -2,23 +2,22 @@
 // session (argv: the file tool run by this Node, or tar), launched through the normal path, so
 // admission, invocation keys, users, receipts, the workspace clock and task closes cover it.
 // Owns the argv and the size limit; not the launch (Supervisor.launch) nor the bytes (clients).
-import { chmodSync, copyFileSync, existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, parse } from 'node:path';
+import { dirname, join, parse, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { DownloadParams, LaunchParams, ReadFileParams, UploadParams, WriteFileParams } from '../../ipc/protocol.js';
 import type { Config } from '../config.js';
 
-/** The tool's modules (node builtins aside, it imports only these, all in its own directory). */
-const TOOL_MODULES = ['file-tool.js', 'walk.js', 'upload.js'];
 let toolPath: string | null = null;
 
 /**
  * The compiled file tool (dist/supervisor/files/file-tool.js), beside this module once built.
  * A session with `user` runs it as that user, who must be able to read it: when the checkout
- * is not readable by others (a 0700 home such as /root/project), the tool's modules are
- * copied once into a root-owned 0755 directory of the temp dir (files 0644, removed at exit).
+ * is not readable by others (a 0700 home such as /root/project), the tool and every module it
+ * imports are copied once into a root-owned 0755 directory of the temp dir (files 0644,
+ * removed at exit).
  */
 export function fileToolPath(): string {
   if (toolPath !== null && existsSync(toolPath)) return toolPath;
@@ -26,7 +25,7 @@ export function fileToolPath(): string {
   const tried = [join(here, 'file-tool.js'), join(here, '../../dist/supervisor/files/file-tool.js')];
   const built = tried.find((p) => existsSync(p));
   if (built === undefined) throw new SupervisorError('INTERNAL', `the file tool is not built (run npm run build); looked in: ${tried.join(', ')}`);
-  toolPath = readableByAll(built) ? built : publishTool(dirname(built));
+  toolPath = readableByAll(built) ? built : publishTool(built);
   return toolPath;
 }
 
@@ -39,17 +38,46 @@ function readableByAll(path: string): boolean {
   }
 }
 
-/** Copies the tool's modules from builtDir into a fresh 0755 directory (mkdtemp: ours alone); its file-tool.js. */
-function publishTool(builtDir: string): string {
+/** The relative specifiers a compiled module imports (`from './x.js'`, `import('../y.js')`); node: and bare ones are not files of ours. */
+function relativeImports(source: string): string[] {
+  return [...source.matchAll(/(?:\bfrom\s*|\bimport\s*\(\s*|^import\s*)'(\.{1,2}\/[^']+)'/gm)].map((m) => m[1]!);
+}
+
+/**
+ * The tool's module and every module of ours it imports, followed through their relative
+ * imports (so a new import of the tool's is copied too), as paths relative to dist/.
+ */
+export function toolModules(toolFile: string): string[] {
+  const distRoot = join(dirname(toolFile), '../..');
+  const seen = new Set<string>();
+  const queue = [toolFile];
+  while (queue.length) {
+    const file = queue.pop()!;
+    if (seen.has(file)) continue;
+    seen.add(file);
+    for (const spec of relativeImports(readFileSync(file, 'utf8'))) queue.push(join(dirname(file), spec));
+  }
+  return [...seen].map((file) => relative(distRoot, file)).sort();
+}
+
+/**
+ * Copies the tool (toolFile, in dist/supervisor/files/) and its modules into a fresh 0755
+ * directory (mkdtemp: ours alone), laid out as under dist/, with a package.json making them ES
+ * modules; returns the copy of file-tool.js. The native helper is not copied: the tool's file
+ * primitives fall back to node:fs without it (core/fs/native.ts nativeOrNull).
+ */
+export function publishTool(toolFile: string): string {
+  const distRoot = join(dirname(toolFile), '../..');
   const dir = mkdtempSync(join(tmpdir(), 'sandbox-supervisor-file-tool-'));
   process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
-  for (const name of TOOL_MODULES) {
-    copyFileSync(join(builtDir, name), join(dir, name));
+  for (const name of toolModules(toolFile)) {
+    mkdirSync(dirname(join(dir, name)), { recursive: true, mode: 0o755 });
+    copyFileSync(join(distRoot, name), join(dir, name));
     chmodSync(join(dir, name), 0o644);
   }
   writeFileSync(join(dir, 'package.json'), '{"type":"module"}\n', { mode: 0o644 });
   chmodSync(dir, 0o755);
-  return join(dir, 'file-tool.js');
+  return join(dir, relative(distRoot, toolFile));
 }
 
 /** Largest write_file size_bytes: files.maxBytes, else drain.quotaBytes; 0: no limit. */
