@@ -33,8 +33,8 @@ afterAll(async () => {
   for (const d of temps) rmSync(d, { recursive: true, force: true });
 });
 
-/** The file tool: the build's, or its copy in a 0755 temp dir when the checkout is not readable by others (supervisor/files/sessions.ts). */
-const TOOL = expect.stringMatching(/(\/dist\/supervisor\/files|\/sandbox-supervisor-file-tool-[^/]+)\/file-tool\.js$/);
+/** The file tool: the build's, or its copy (laid out as under dist/) in a 0755 temp dir when the checkout is not readable by others (supervisor/files/sessions.ts). */
+const TOOL = expect.stringMatching(/(\/dist|\/sandbox-supervisor-file-tool-[^/]+)\/supervisor\/files\/file-tool\.js$/);
 
 describe('writeFile and readFile', () => {
   it('a 100 MB file round-trips byte-exact (sha256), with its mode, as honest sessions', async () => {
