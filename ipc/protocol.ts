@@ -700,11 +700,22 @@ export interface CheckpointResult {
   mounts_skipped: string[];
   /** Objects the manifest names; how many and how many bytes this checkpoint wrote to the local store (0 for an unchanged tree); with an S3 store, how many it uploaded, and of those how many were put over bytes that failed their read-back (repaired). */
   objects: { referenced: number; written: number; bytes_written: number; uploaded?: number; repaired?: number };
+  /** The tree objects (manifest version 2: one per directory, its entries by name; an unchanged directory's is the same object): named by the manifest, new in the local store and their bytes, and built this time (the rest kept from the workspace's last read-back checkpoint without being made again). `uploaded` and `read_back` count them with the files' objects. */
+  trees: { referenced: number; written: number; bytes_written: number; built: number };
   /** What the capture read of the workspace: files opened and read in every pass (one read twice counts twice; 0 when every file was kept from the stat cache), and the bytes hashed. */
   read: { files: number; bytes: number };
   /** at: when the read-back completed (ISO-8601 UTC, ms; the published record's time). */
   /** objects/bytes: what the read-back checked; rehashed_*: of those, re-read and re-hashed now (the rest confirmed by their files' stat: checkpoint.readBack "changed"). */
-  read_back: { objects: number; bytes: number; rehashed_objects: number; rehashed_bytes: number; ms: number; at: string };
+  /** trees: the tree objects checked (not in `objects`) and of those re-hashed. */
+  read_back: {
+    objects: number;
+    bytes: number;
+    rehashed_objects: number;
+    rehashed_bytes: number;
+    trees: { objects: number; rehashed_objects: number };
+    ms: number;
+    at: string;
+  };
   supervisor: { instance: string; generation: number; boot_id: string; mode: string };
   duration_ms: number;
   /** Where the time went: the barrier, the checkpoint thread (hash, store, passes, the manifest built, signed and written), a remote store's uploads, the read-back. */

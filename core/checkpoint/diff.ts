@@ -4,8 +4,17 @@
 // and one sha256 on the other), the whole-file digests read from the store (chunkedDigests).
 // Owns the result shape; not the manifest checks (manifest.ts) nor the store (store.ts).
 import { createHash } from 'node:crypto';
-import { checkManifest, checkPublished, entryPathBytes, entryTargetBytes, nameFields, normaliseId, type Manifest, type ManifestEntry } from './manifest.js';
-import type { CheckpointStore } from './store.js';
+import {
+  checkManifestAsync,
+  checkPublished,
+  entryPathBytes,
+  entryTargetBytes,
+  nameFields,
+  normaliseId,
+  type Manifest,
+  type ManifestEntry,
+} from './manifest.js';
+import { treeReader, type CheckpointStore } from './store.js';
 import { fsDecode, nameText } from '../fs/names.js';
 
 /** A path as the manifest names it: `path` when its bytes are UTF-8, else `path_b64`. */
@@ -323,7 +332,7 @@ export async function loadPublished(store: CheckpointStore, id: string, publicKe
   if (!bytes) throw new DiffError('INVALID_ARGUMENT', `checkpoint ${id}: its published record is there but its manifest is not`);
   const recordProblems = checkPublished(published, id, publicKeyPem);
   if (recordProblems.length) throw new DiffError('INVALID_ARGUMENT', `checkpoint ${id}: its published record does not hold: ${recordProblems.join('; ')}`);
-  const { manifest, problems } = checkManifest(bytes, { expectId: id, publicKeyPem });
+  const { manifest, problems } = await checkManifestAsync(bytes, { expectId: id, publicKeyPem, readTree: treeReader(store) });
   if (!manifest || problems.length) throw new DiffError('INVALID_ARGUMENT', `checkpoint ${id}: its manifest does not verify: ${problems.join('; ')}`);
   return { id, manifest };
 }

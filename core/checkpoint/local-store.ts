@@ -5,6 +5,7 @@
 // primitives (LocalStoreFiles: the checkpoint thread, sbx restore) and the async CheckpointStore. See open(2), rename(2).
 import { randomBytes } from 'node:crypto';
 import {
+  readFileSync,
   closeSync,
   constants,
   fstatSync,
@@ -407,6 +408,22 @@ export class LocalStoreFiles {
     return { fd, size: st.size };
   }
 
+  /** The object's bytes (a tree object's: small), or null when it is missing; StoreError refused for a link or non-file. */
+  readObjectBytes(sha256: string): Buffer | null {
+    let opened: { fd: number; size: number };
+    try {
+      opened = this.openObject(sha256);
+    } catch (err) {
+      if (err instanceof StoreError && err.code === 'missing') return null;
+      throw err;
+    }
+    try {
+      return readFileSync(opened.fd);
+    } finally {
+      closeSync(opened.fd);
+    }
+  }
+
   /** Creates name in dirFd (manifests or published) holding bytes (or these parts, one after another), create-once, durable; false when it was there already. */
   createRecord(dirFd: number, name: string, bytes: Buffer | Buffer[]): boolean {
     const stored = this.createAt(dirFd, name, (fd) => {
@@ -612,6 +629,11 @@ export class LocalStore implements CheckpointStore {
   unpublishedIds(): string[] {
     const published = new Set(this.publishedIds());
     return this.manifestIds().filter((id) => !published.has(id));
+  }
+
+  /** An object's bytes (a tree's), or null when it is missing; StoreError refused for a link or non-file. */
+  objectBytes(sha256: string): Buffer | null {
+    return this.fs.readObjectBytes(sha256);
   }
 
   /** The bytes of manifest id, or null when it is not there; StoreError refused for a link or non-file. */

@@ -1,14 +1,15 @@
-// The checkpoint manifest (format v1, docs/guide/checkpoints.md "Checkpoints"): its entries, its canonical bytes
-// (RFC 8785 JCS), its id (SHA-256 of those bytes), the scan digest, the published record, and
-// the checks any reader makes of them (id, JCS round trip, signature, digest, counts). Owns the
-// format; not the scan (capture-worker.ts), the store (store.ts) or the restore (restore.ts).
-// Signature as a receipt's (docs/reference/contract.md "Receipt"): Ed25519 over the JCS of all but `signature`.
+// The checkpoint manifest (docs/guide/checkpoints.md "Checkpoints"): version 1 lists its entries,
+// version 2 names its root tree (tree.ts); its canonical bytes (RFC 8785 JCS), id (their SHA-256),
+// scan digest, the published record, and the checks any reader makes (id, JCS round trip,
+// signature, digest, counts, the entries from the trees). Not the scan (capture-worker.ts), the store
+// or the restore. Signed as a receipt is (docs/reference/contract.md): Ed25519 over the JCS of all but `signature`.
 import { createHash } from 'node:crypto';
 import { isUtf8 } from 'node:buffer';
 import type { Receipt } from '../../ipc/protocol.js';
 import { jcs, verifySignature, verifySignatureOver } from '../receipts/signature.js';
 import { fsDecode, nameText } from '../fs/names.js';
 import type { EntryType } from '../fs/walk.js';
+import { expandAsync, expandSync, type Expanded } from './tree.js';
 
 /**
  * One entry. `path` is the relative path ('/'-separated) when its bytes are UTF-8, else
@@ -53,7 +54,8 @@ export interface RuntimeFence {
 }
 
 export interface Manifest {
-  version: 1;
+  /** 1: `entries` listed in the manifest; 2: the entries are in tree objects in the store (tree.ts), the manifest names the root's (`tree`), and a reader expands them into `entries`. */
+  version: 1 | 2;
   kind: 'checkpoint';
   /** The workspace directory, absolute (as given, resolved). */
   workspace: string;
@@ -65,7 +67,7 @@ export interface Manifest {
   created_at: string;
   boundary: CheckpointBoundary;
   scan: {
-    /** "sha256:" + hex SHA-256 of the JCS of `entries`. */
+    /** Version 1: "sha256:" + hex SHA-256 of the JCS of `entries`; version 2: "sha256:" + the root tree's id (`tree`). Either names the tree's whole content. */
     digest: string;
     entries: number;
     files: number;
@@ -82,6 +84,9 @@ export interface Manifest {
   supervisor: RuntimeFence;
   /** The workspace directory itself (a restore gives DIR these). */
   root: { mode: number; uid: number; gid: number; mtime_ns: string };
+  /** Version 2: the hex SHA-256 of the root tree object (the workspace directory's entries). */
+  tree?: string;
+  /** Version 1: stored here. Version 2: not stored; filled in by checkManifest from the trees (never written back: manifestBytes leaves it out). */
   entries: ManifestEntry[];
   signature?: { alg: 'ed25519'; key_id: string; value: string };
 }
@@ -96,7 +101,16 @@ export interface PublishedRecord {
   close_attempt?: number;
   boundary: CheckpointBoundary;
   /** rehashed_*: of the objects checked, those re-read and re-hashed (the rest confirmed by their files' stat since their own re-hash); absent in records before issue 34 (every object re-hashed). */
-  read_back: { at: string; objects: number; bytes: number; rehashed_objects?: number; rehashed_bytes?: number; ms: number };
+  /** trees: the tree objects checked (not in `objects`), absent in records of version 1 manifests' checkpoints before them. */
+  read_back: {
+    at: string;
+    objects: number;
+    bytes: number;
+    rehashed_objects?: number;
+    rehashed_bytes?: number;
+    trees?: { objects: number; rehashed_objects: number };
+    ms: number;
+  };
   supervisor: RuntimeFence;
   signature?: { alg: 'ed25519'; key_id: string; value: string };
 }
@@ -195,9 +209,14 @@ export function notCaptured(m: Manifest): string[] {
   return (m.unstable ?? []).filter((p) => !held.has(p));
 }
 
-/** The objects a manifest names (each once), with their sizes. */
+/** The tree objects a version 2 manifest's entries were read from (id and size; none for version 1). */
+export function manifestTrees(m: Manifest): Map<string, number> {
+  return new Map(treesOf.get(m) ?? []);
+}
+
+/** The objects a manifest names (each once), with their sizes: its files' and, version 2, its tree objects. */
 export function manifestObjects(m: Manifest): Map<string, number> {
-  const out = new Map<string, number>();
+  const out = new Map<string, number>(treesOf.get(m) ?? []);
   for (const e of m.entries) {
     if (e.type !== 'file') continue;
     if (e.sha256 !== undefined) out.set(e.sha256, e.size);
@@ -210,8 +229,8 @@ const TYPES = new Set(['file', 'dir', 'symlink', 'fifo', 'socket', 'char', 'bloc
 const uint = (v: unknown, max = Number.MAX_SAFE_INTEGER) => Number.isSafeInteger(v) && (v as number) >= 0 && (v as number) <= max;
 const hex64 = (v: unknown) => typeof v === 'string' && /^[0-9a-f]{64}$/.test(v);
 
-/** What is wrong with one entry's fields (types, ranges, what its type needs), or null. */
-function entryProblem(e: ManifestEntry): string | null {
+/** What is wrong with one entry's fields (types, ranges, what its type needs; its path is not looked at), or null. */
+export function entryProblem(e: ManifestEntry): string | null {
   if (!TYPES.has(e.type)) return `unknown type ${JSON.stringify(e.type)}`;
   if (!uint(e.mode, 0o7777)) return `mode ${JSON.stringify(e.mode)} is not permission bits (0..07777)`;
   if (!uint(e.uid, 0xfffffffe) || !uint(e.gid, 0xfffffffe)) return 'uid/gid is not a number 0..4294967294';
@@ -279,24 +298,19 @@ function aroundEntries(m: Manifest | Omit<Manifest, 'signature'>): [string, stri
   return [text.slice(0, at), text.slice(at + ENTRIES_HOLE_JSON.length)];
 }
 
-/**
- * The JCS of a manifest around its entries, as UTF-8: what comes before the entries' array
- * and what after (the entries are spliced in between, encoded once: entriesInto).
- */
-export function manifestAround(m: Manifest | Omit<Manifest, 'signature'>): { head: Buffer; tail: Buffer } {
-  const [head, tail] = aroundEntries(m);
-  return { head: Buffer.from(head), tail: Buffer.from(tail) };
-}
-
 /** manifestJcs as UTF-8 bytes, the entries' already encoded (a big tree's 20 MB are encoded once, not once per use). */
 function manifestJcsBytes(m: Manifest | Omit<Manifest, 'signature'>, entriesJcsBytes: Buffer): Buffer {
   const [head, tail] = aroundEntries(m);
   return Buffer.concat([Buffer.from(head), entriesJcsBytes, Buffer.from(tail)]);
 }
 
-/** The canonical bytes of a signed manifest (what is stored) and its id. */
-export function manifestBytes(m: Manifest, entriesJcs = jcs(m.entries)): { bytes: Buffer; id: string } {
-  const bytes = manifestJcsBytes(m, Buffer.from(entriesJcs));
+/** The canonical bytes of a signed manifest (what is stored: version 2 without its entries, which are in its trees) and its id. */
+export function manifestBytes(m: Manifest): { bytes: Buffer; id: string } {
+  let bytes: Buffer;
+  if (m.version === 2) {
+    const { entries: _inTrees, ...stored } = m;
+    bytes = Buffer.from(jcs(stored));
+  } else bytes = manifestJcsBytes(m, Buffer.from(jcs(m.entries)));
   return { bytes, id: createHash('sha256').update(bytes).digest('hex') };
 }
 
@@ -309,13 +323,63 @@ export function normaliseId(text: string): string {
   return /^[0-9a-f]{1,64}$/.test(t) ? t : '';
 }
 
+/** How checkManifest reads a version 2 manifest's trees: a tree object's bytes by id, null when missing (the store's objects). */
+export type ReadTree = (id: string) => Buffer | null;
+
 /**
  * Problems with a manifest's own bytes: parsed from `bytes`, its JCS must be those bytes (no
  * other encoding is ever stored), their SHA-256 `expectId` (when given), the scan digest and
  * counts must match its entries, entries in order, no path twice; and with a public key, the
- * signature. Returns the manifest (null when it cannot be parsed) and what is wrong ([] = fine).
+ * signature. A version 2 manifest's entries are read from its trees through readTree (tree.ts
+ * checkTree for each); without it, or when a tree is missing or does not hold, the manifest is
+ * null (its entries unknown: never taken as none). Returns the manifest (null when it cannot
+ * be parsed or expanded) and what is wrong ([] = fine).
  */
-export function checkManifest(bytes: Buffer, options: { expectId?: string; publicKeyPem?: string } = {}): { manifest: Manifest | null; problems: string[] } {
+export function checkManifest(
+  bytes: Buffer,
+  options: { expectId?: string; publicKeyPem?: string; readTree?: ReadTree } = {},
+): { manifest: Manifest | null; problems: string[] } {
+  const head = checkManifestHead(bytes, options);
+  if (head.manifest === null || head.manifest.version !== 2) return head;
+  if (!options.readTree)
+    return { manifest: null, problems: [...head.problems, "a version 2 manifest's entries are in the store's tree objects: no store was given"] };
+  return withTrees(head, expandSync(head.manifest.tree!, options.readTree));
+}
+
+/** checkManifest reading the trees through an async read (a remote store). */
+export async function checkManifestAsync(
+  bytes: Buffer,
+  options: { expectId?: string; publicKeyPem?: string; readTree?: (id: string) => Promise<Buffer | null> } = {},
+): Promise<{ manifest: Manifest | null; problems: string[] }> {
+  const head = checkManifestHead(bytes, options);
+  if (head.manifest === null || head.manifest.version !== 2) return head;
+  if (!options.readTree)
+    return { manifest: null, problems: [...head.problems, "a version 2 manifest's entries are in the store's tree objects: no store was given"] };
+  return withTrees(head, await expandAsync(head.manifest.tree!, options.readTree));
+}
+
+/** The tree objects each expanded manifest named (id and size): with its file objects, what it keeps in the store (manifestObjects). */
+const treesOf = new WeakMap<Manifest, Map<string, number>>();
+
+/** A version 2 manifest given its expanded entries, checked as version 1's are (order, paths, fields, counts). */
+function withTrees(head: { manifest: Manifest | null; problems: string[] }, expanded: Expanded): { manifest: Manifest | null; problems: string[] } {
+  if (expanded.problems.length) return { manifest: null, problems: [...head.problems, ...expanded.problems] };
+  const manifest = head.manifest!;
+  manifest.entries = expanded.entries;
+  treesOf.set(manifest, expanded.trees);
+  const problems = [...head.problems, ...entriesProblems(manifest.entries)];
+  if (manifest.scan?.entries !== manifest.entries.length)
+    problems.push(`the manifest says ${manifest.scan?.entries} entries and its trees hold ${manifest.entries.length}`);
+  return { manifest, problems };
+}
+
+/**
+ * A manifest's own checks, before any tree is read: JSON, kind, version, canonical bytes, id,
+ * the digest's form, and with a key the signature (version 1: all of checkManifest). A
+ * version 2 manifest comes back with `entries` empty: they were not read (sbx verify FILE
+ * with no store: the signature only).
+ */
+export function checkManifestHead(bytes: Buffer, options: { expectId?: string; publicKeyPem?: string }): { manifest: Manifest | null; problems: string[] } {
   const problems: string[] = [];
   let manifest: Manifest;
   try {
@@ -323,10 +387,34 @@ export function checkManifest(bytes: Buffer, options: { expectId?: string; publi
   } catch (err) {
     return { manifest: null, problems: [`the manifest is not JSON: ${(err as Error).message}`] };
   }
-  if (manifest === null || typeof manifest !== 'object' || manifest.kind !== 'checkpoint' || !Array.isArray(manifest.entries)) {
-    return { manifest: null, problems: ['not a checkpoint manifest (kind "checkpoint" with entries)'] };
+  if (manifest === null || typeof manifest !== 'object' || manifest.kind !== 'checkpoint')
+    return { manifest: null, problems: ['not a checkpoint manifest (kind "checkpoint")'] };
+  if (manifest.version === 2) {
+    if ((manifest as { entries?: unknown }).entries !== undefined || !/^[0-9a-f]{64}$/.test(String(manifest.tree)))
+      return { manifest: null, problems: ['not a version 2 checkpoint manifest (a root `tree`, 64 hex digits, and no entries)'] };
+    const id = createHash('sha256').update(bytes).digest('hex');
+    let text: string;
+    try {
+      text = jcs(manifest);
+    } catch (err) {
+      return { manifest: null, problems: [`the manifest cannot be canonicalised: ${(err as Error).message}`] };
+    }
+    if (options.expectId !== undefined) {
+      if (!Buffer.from(text).equals(bytes)) problems.push('the stored manifest is not in canonical form (RFC 8785): its bytes were edited');
+      if (id !== options.expectId) problems.push(`the manifest's SHA-256 is ${id}, not its id ${options.expectId}`);
+    }
+    if (manifest.scan?.digest !== `sha256:${manifest.tree}`)
+      problems.push(`the scan digest is ${manifest.scan?.digest}, the root tree is sha256:${manifest.tree}`);
+    if (options.publicKeyPem !== undefined) {
+      const { signature, ...unsigned } = manifest;
+      for (const p of verifySignatureOver(signature, () => Buffer.from(jcs(unsigned)), options.publicKeyPem))
+        problems.push(p.replace('the receipt', 'the manifest'));
+    }
+    manifest.entries = [];
+    return { manifest, problems };
   }
-  if (manifest.version !== 1) problems.push(`manifest version ${JSON.stringify(manifest.version)}: this sbx reads version 1`);
+  if (!Array.isArray(manifest.entries)) return { manifest: null, problems: ['not a checkpoint manifest (kind "checkpoint" with entries)'] };
+  if (manifest.version !== 1) problems.push(`manifest version ${JSON.stringify(manifest.version)}: this sbx reads versions 1 and 2`);
   const id = createHash('sha256').update(bytes).digest('hex');
   let entriesJcs: string;
   try {
@@ -343,9 +431,21 @@ export function checkManifest(bytes: Buffer, options: { expectId?: string; publi
   if (manifest.scan?.digest !== digest) problems.push(`the scan digest is ${manifest.scan?.digest}, the entries hash to ${digest}`);
   if (manifest.scan?.entries !== manifest.entries.length)
     problems.push(`the manifest says ${manifest.scan?.entries} entries and lists ${manifest.entries.length}`);
+  problems.push(...entriesProblems(manifest.entries));
+  if (options.publicKeyPem !== undefined) {
+    const { signature, ...unsigned } = manifest;
+    const covered = () => Buffer.from(manifestJcs(unsigned, entriesJcs));
+    for (const p of verifySignatureOver(signature, covered, options.publicKeyPem)) problems.push(p.replace('the receipt', 'the manifest'));
+  }
+  return { manifest, problems };
+}
+
+/** What is wrong with a manifest's entries: plain relative paths, in order, none twice, none under a mount point, each one's fields. */
+function entriesProblems(entries: ManifestEntry[]): string[] {
+  const problems: string[] = [];
   let prev: Buffer | null = null;
   let mount: Buffer | null = null; // the last mount point: nothing under it is walked
-  for (const e of manifest.entries) {
+  for (const e of entries) {
     let p: Buffer;
     try {
       p = entryPathBytes(e);
@@ -372,10 +472,5 @@ export function checkManifest(bytes: Buffer, options: { expectId?: string; publi
     const bad = entryProblem(e);
     if (bad) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: ${bad}`);
   }
-  if (options.publicKeyPem !== undefined) {
-    const { signature, ...unsigned } = manifest;
-    const covered = () => Buffer.from(manifestJcs(unsigned, entriesJcs));
-    for (const p of verifySignatureOver(signature, covered, options.publicKeyPem)) problems.push(p.replace('the receipt', 'the manifest'));
-  }
-  return { manifest, problems };
+  return problems;
 }

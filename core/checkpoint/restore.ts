@@ -21,7 +21,7 @@ import { native } from '../fs/native.js';
 import { pathAt, openDirAt, walkTree } from '../fs/walk.js';
 import { writeAll } from '../fs/durable.js';
 import {
-  checkManifest,
+  checkManifestAsync,
   checkPublished,
   entryPathBytes,
   entryTargetBytes,
@@ -32,7 +32,7 @@ import {
   type Manifest,
   type ManifestEntry,
 } from './manifest.js';
-import type { CheckpointStore } from './store.js';
+import { treeReader, type CheckpointStore } from './store.js';
 import { errnoCode } from '../../ipc/errno.js';
 
 /** Why a restore could not be done (nothing claimed): `code` not_published, no_such_checkpoint, bad_manifest, target, object, io. */
@@ -185,7 +185,13 @@ export async function loadCheckpoint(store: CheckpointStore, id: string, publicK
   if (!bytes) throw new RestoreError('bad_manifest', `checkpoint ${id}: its published record is there but its manifest is not: ${readError?.message}`);
   const recordProblems = checkPublished(published, id, publicKeyPem);
   if (recordProblems.length) throw new RestoreError('not_published', `checkpoint ${id}: its published record does not hold: ${recordProblems.join('; ')}`);
-  const { manifest, problems } = checkManifest(bytes, { expectId: id, publicKeyPem });
+  let checked: { manifest: Manifest | null; problems: string[] };
+  try {
+    checked = await checkManifestAsync(bytes, { expectId: id, publicKeyPem, readTree: treeReader(store) });
+  } catch (err) {
+    throw new RestoreError('bad_manifest', `checkpoint ${id}: its trees cannot be read from ${store.location}: ${(err as Error).message}`);
+  }
+  const { manifest, problems } = checked;
   if (!manifest || problems.length) throw new RestoreError('bad_manifest', `checkpoint ${id}: ${problems.join('; ')}`);
   return manifest;
 }

@@ -85,6 +85,28 @@ export async function rehashObject(store: CheckpointStore, sha256: string): Prom
   return { sha256: hash.digest('hex'), bytes };
 }
 
+/** The largest tree object read (a directory of about a million entries): past it a store's object is not taken for a tree. */
+const MAX_TREE_BYTES = 256 << 20;
+
+/** A tree object's bytes from store (manifest.ts checkManifestAsync's readTree): null when missing; StoreError refused/io, or io past MAX_TREE_BYTES. */
+export function treeReader(store: CheckpointStore): (sha256: string) => Promise<Buffer | null> {
+  return async (sha256) => {
+    const parts: Buffer[] = [];
+    let bytes = 0;
+    try {
+      for await (const chunk of store.readObject(sha256)) {
+        bytes += chunk.length;
+        if (bytes > MAX_TREE_BYTES) throw new StoreError('io', `object ${sha256} in ${store.location} is over ${MAX_TREE_BYTES} bytes: not a tree`);
+        parts.push(Buffer.from(chunk));
+      }
+    } catch (err) {
+      if (err instanceof StoreError && err.code === 'missing') return null;
+      throw err;
+    }
+    return Buffer.concat(parts);
+  };
+}
+
 /** True for a lowercase hex SHA-256. */
 export function isSha256Hex(s: string): boolean {
   return /^[0-9a-f]{64}$/.test(s);

@@ -4,8 +4,17 @@
 // matched to the stored original by its signature, so the edited entries are named. Owns
 // those checks; returns what differs ([] = it all holds), never throws for a mismatch.
 import { createHash } from 'node:crypto';
-import { checkManifest, checkPublished, entryPathBytes, manifestBytes, manifestObjects, showEntryPath, type Manifest } from './manifest.js';
-import { rehashObject, type CheckpointStore } from './store.js';
+import {
+  checkManifestAsync,
+  checkManifestHead,
+  checkPublished,
+  entryPathBytes,
+  manifestBytes,
+  manifestObjects,
+  showEntryPath,
+  type Manifest,
+} from './manifest.js';
+import { rehashObject, treeReader, type CheckpointStore } from './store.js';
 
 export interface CheckpointVerdict {
   /** Hex SHA-256 of the bytes given (the checkpoint id when they are the stored manifest). */
@@ -47,7 +56,13 @@ export async function verifyCheckpoint(
   expectId?: string,
   onProgress?: (p: { objects: number; totalObjects: number; bytes: number; totalBytes: number }) => void,
 ): Promise<CheckpointVerdict> {
-  const { manifest, problems } = checkManifest(bytes, { publicKeyPem });
+  // A version 2 manifest's entries are in the store's trees: without a store, its own bytes and signature only.
+  const { manifest, problems } = store
+    ? await checkManifestAsync(bytes, { publicKeyPem, readTree: treeReader(store) }).catch((err: Error) => ({
+        manifest: null,
+        problems: [`its trees cannot be read from ${store.location}: ${err.message}`],
+      }))
+    : checkManifestHead(bytes, { publicKeyPem });
   let id = createHash('sha256').update(bytes).digest('hex');
   if (manifest) {
     // A file may hold it pretty-printed: the id is that of the canonical bytes.
@@ -62,7 +77,7 @@ export async function verifyCheckpoint(
     for (const other of await store.listManifests().catch(() => [])) {
       const stored = await store.readManifest(other).catch(() => null);
       if (!stored) continue;
-      const original = checkManifest(stored).manifest;
+      const original = (await checkManifestAsync(stored, { readTree: treeReader(store) }).catch(() => null))?.manifest;
       if (original?.signature?.value && original.signature.value === manifest.signature?.value) {
         problems.push(...diffEntries(original, manifest).map((d) => `${d} (the stored checkpoint ${other} says otherwise)`));
         break;
@@ -88,7 +103,7 @@ export async function verifyCheckpoint(
   let checkedBytes = 0;
   onProgress?.({ objects: 0, totalObjects: objects.length, bytes: 0, totalBytes });
   for (const [sha, size] of objects) {
-    const named = `object ${sha} (${users.get(sha)?.join(', ')})`;
+    const named = `object ${sha} (${users.get(sha)?.join(', ') ?? 'a tree'})`;
     const got = await rehashObject(store, sha);
     checked++;
     checkedBytes += size;

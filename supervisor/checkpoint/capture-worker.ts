@@ -13,11 +13,9 @@ import { ScanError } from '../../core/fs/walk.js';
 import { LocalStoreFiles, objectKey } from '../../core/checkpoint/local-store.js';
 import {
   checkManifest,
-  entriesDigest,
-  manifestAround,
   manifestObjects,
+  manifestTrees,
   showEntryPath,
-  toManifestEntry,
   type CheckpointBoundary,
   type Manifest,
   type RuntimeFence,
@@ -67,12 +65,16 @@ export interface CheckpointStepResult {
   /** Mount points inside the workspace recorded as (empty) directories, not entered. */
   mountsSkipped: string[];
   objects: { referenced: number; bytes: number; written: number; bytesWritten: number };
+  /** The tree objects (one per directory, unchanged ones shared): named by the manifest, new in the store, their bytes, and built this time (the rest kept from the last read-back checkpoint). */
+  trees: { referenced: number; written: number; bytesWritten: number; built: number };
   /** Files the capture opened and read (every pass), and the bytes it hashed. */
   read: { files: number; bytes: number };
   freeze: CaptureResult['freeze'];
   /** forRemote: the manifest's canonical bytes, and [sha256, size, a path using it] per object. */
   manifestBytes?: Uint8Array;
   objectList?: [string, number, string][];
+  /** forRemote: which of objectList are tree objects. */
+  treeIds?: string[];
 }
 
 /** The read-back of a stored manifest, in the thread: its bytes, canonical form, digest, fields and signature, then every object re-hashed. */
@@ -94,6 +96,8 @@ export interface ReadBackResult {
   /** Of those, re-read and re-hashed (the others confirmed by their file's stat: checkpoint.readBack 'changed'). */
   rehashedObjects: number;
   rehashedBytes: number;
+  /** The tree objects checked (not in `objects`), and of those re-hashed. */
+  trees: { objects: number; rehashedObjects: number };
   problems: { sha256: string; problem: string; paths: string[] }[];
 }
 
@@ -132,33 +136,7 @@ function testFlipObject(storeDir: string, entries: CapturedEntry[]): void {
  * and re-hashes the objects; any other bytes get the whole check (checkManifest), which names
  * what differs.
  */
-let produced: { id: string; signatureVerified: boolean; objects: Map<string, CapturedEntry> } | null = null;
-
-/** An entry's canonical JSON (RFC 8785), made once per captured entry: an entry kept from the stat cache is not canonicalised again. */
-function entryJcs(e: CapturedEntry): string {
-  e.jcs ??= jcs(toManifestEntry({ ...e, path: pathOf(e) }));
-  return e.jcs;
-}
-
-/**
- * head, then the JCS of the entries' array (RFC 8785 3.2.2: the elements' JCS, comma-separated,
- * in brackets, no white space), then tail, in one buffer, each entry's JCS written straight
- * into it (a 100,000-entry tree's 20 MB are not first joined into a string).
- */
-function entriesInto(head: Buffer, entries: CapturedEntry[], tail: Buffer): Buffer {
-  let n = 2 + Math.max(0, entries.length - 1);
-  for (const e of entries) n += Buffer.byteLength(entryJcs(e));
-  const out = Buffer.allocUnsafe(head.length + n + tail.length);
-  let at = head.copy(out, 0);
-  out[at++] = 0x5b; // [
-  for (let i = 0; i < entries.length; i++) {
-    if (i > 0) out[at++] = 0x2c; // ,
-    at += out.write(entries[i].jcs!, at);
-  }
-  out[at++] = 0x5d; // ]
-  tail.copy(out, at);
-  return out;
-}
+let produced: { id: string; signatureVerified: boolean; objects: Map<string, CapturedEntry>; trees: Map<string, number> } | null = null;
 
 /** Runs a checkpoint up to its stored manifest (blocking): capture, commit, manifest (JCS, signed), written create-once. */
 export function runCheckpoint(
@@ -169,8 +147,10 @@ export function runCheckpoint(
   produced = null;
   const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, statCache.seed(req.root));
   const unstable = cap.unstable.map((p) => nameText(fsDecode(p)));
-  const unsigned: Manifest = {
-    version: 1,
+  // Version 2: the entries are in the tree objects (stored with the files' objects, trees.ts);
+  // the manifest names the root's, and is signed and stored whole (a few hundred bytes).
+  const unsigned: Omit<Manifest, 'entries' | 'signature'> = {
+    version: 2,
     kind: 'checkpoint',
     workspace: req.header.workspace,
     task: req.header.task,
@@ -178,37 +158,21 @@ export function runCheckpoint(
     started_at: req.header.started_at,
     created_at: new Date().toISOString(),
     boundary: req.header.boundary,
-    scan: { digest: '', entries: cap.entries.length, files: cap.files, bytes: cap.bytes, passes: cap.passes }, // digest: below
+    scan: { digest: `sha256:${cap.trees.rootId}`, entries: cap.entries.length, files: cap.files, bytes: cap.bytes, passes: cap.passes },
     consistent: unstable.length === 0,
     unstable,
     ...(cap.freeze?.frozen ? { frozen: true } : {}),
     supervisor: req.header.supervisor,
     root: { mode: cap.root.mode, uid: cap.root.uid, gid: cap.root.gid, mtime_ns: String(cap.root.mtimeNs) },
-    entries: [], // spliced in as their JCS (entriesInto)
+    tree: cap.trees.rootId,
   };
-  // The bytes signed, built once: the JCS before the entries, the entries' JCS (each entry's
-  // made once per capture), the JCS after them. `scan` (after `entries`) holds their digest,
-  // whose length is fixed: the tail is sized with a stand-in, then written again over it.
-  unsigned.scan.digest = `sha256:${'0'.repeat(64)}`;
-  const around = manifestAround(unsigned);
-  const covered = entriesInto(around.head, cap.entries, around.tail);
-  unsigned.scan.digest = entriesDigest(covered.subarray(around.head.length, covered.length - around.tail.length));
-  const final = manifestAround(unsigned);
-  if (!final.head.equals(around.head) || final.tail.length !== around.tail.length)
-    throw new Error("the manifest's JCS around its entries changed length with its digest");
-  final.tail.copy(covered, covered.length - final.tail.length);
-  const head = final.head;
+  const covered = Buffer.from(jcs(unsigned));
   const signingKey = createPrivateKey(req.signingKeyPem);
   const signature = sign(null, covered, signingKey);
   const signatureVerified = verify(null, covered, createPublicKey(signingKey), signature);
-  const value = signature.toString('base64');
-  const manifest: Manifest = { ...unsigned, signature: { alg: 'ed25519', key_id: req.keyId, value } };
-  // Stored: the same head and entries (`signature` sorts after `entries`, so only the tail
-  // differs), not copied again.
-  const signed = manifestAround(manifest);
-  if (!signed.head.equals(head)) throw new Error("the signed manifest's JCS before its entries differs from the unsigned one's");
-  const parts = [covered.subarray(0, covered.length - around.tail.length), signed.tail];
-  const id = createHash('sha256').update(parts[0]).update(parts[1]).digest('hex');
+  const manifest = { ...unsigned, signature: { alg: 'ed25519' as const, key_id: req.keyId, value: signature.toString('base64') } };
+  const parts = [Buffer.from(jcs(manifest))];
+  const id = createHash('sha256').update(parts[0]).digest('hex');
   // Each object once, with the first entry using it (its path is made only when named).
   const objects = new Map<string, CapturedEntry>();
   const mounts: string[] = [];
@@ -232,8 +196,8 @@ export function runCheckpoint(
     store.close();
   }
   faultPoint('checkpoint:after-manifest');
-  statCache.offer(id, req.root, cap.entries, cap.rootSig, cap.rootFs, cap.startedAtNs);
-  produced = { id, signatureVerified, objects };
+  statCache.offer(id, req.root, cap.entries, cap.trees.dirs, cap.rootSig, cap.rootFs, cap.startedAtNs);
+  produced = { id, signatureVerified, objects, trees: cap.trees.trees };
   testFlipObject(req.storeDir, cap.entries);
   const result: CheckpointStepResult = {
     id,
@@ -246,12 +210,18 @@ export function runCheckpoint(
     leasedCount: cap.leased.length,
     mountsSkipped: mounts,
     objects: { referenced: objects.size, bytes: objectBytes, written: cap.objectsWritten, bytesWritten: cap.bytesWritten },
+    trees: { referenced: cap.trees.trees.size, written: cap.trees.written, bytesWritten: cap.trees.bytesWritten, built: cap.trees.built },
     read: { files: cap.filesRead, bytes: cap.bytesHashed },
     freeze: cap.freeze,
   };
   if (req.forRemote) {
     result.manifestBytes = new Uint8Array(Buffer.concat(parts));
-    result.objectList = [...objects].map(([sha, e]) => [sha, e.size, showPath(pathOf(e))]);
+    // The trees first: a remote store holds every tree before any manifest names it (the files' objects too).
+    result.objectList = [
+      ...[...cap.trees.trees].map(([sha, size]): [string, number, string] => [sha, size, 'a tree object']),
+      ...[...objects].map(([sha, e]): [string, number, string] => [sha, e.size, showPath(pathOf(e))]),
+    ];
+    result.treeIds = [...cap.trees.trees.keys()];
   }
   return result;
 }
@@ -259,18 +229,22 @@ export function runCheckpoint(
 /** Reads a stored manifest back by id and re-hashes every object it names (blocking); what differs is reported, never thrown. */
 export function runReadBack(req: ReadBackRequest): ReadBackResult {
   const store = LocalStoreFiles.open(req.storeDir, { create: false, viaFd: req.storeFd });
-  let bytes: Buffer | null;
   try {
-    bytes = store.readRecord(store.manifestsFd, `${req.id}.json`);
+    return readBackIn(store, req);
   } finally {
     store.close();
   }
-  const none = { objects: 0, bytes: 0, rehashedObjects: 0, rehashedBytes: 0, problems: [] };
+}
+
+function readBackIn(store: LocalStoreFiles, req: ReadBackRequest): ReadBackResult {
+  const bytes = store.readRecord(store.manifestsFd, `${req.id}.json`);
+  const none = { objects: 0, bytes: 0, rehashedObjects: 0, rehashedBytes: 0, trees: { objects: 0, rehashedObjects: 0 }, problems: [] };
   if (!bytes) {
     statCache.confirm(req.id, false);
     return { manifestProblems: [`no manifest ${req.id} in ${req.storeDir}`], ...none };
   }
   let objects: Map<string, number>;
+  let trees: ReadonlySet<string>;
   let pathsOf: (sha: string) => string[];
   const mine = produced?.id === req.id ? produced : null;
   produced = null;
@@ -282,19 +256,21 @@ export function runReadBack(req: ReadBackRequest): ReadBackResult {
       statCache.confirm(req.id, false);
       return { manifestProblems: ["the manifest's signature does not verify under the supervisor's public key"], ...none };
     }
-    objects = new Map();
+    objects = new Map(mine.trees);
+    trees = new Set(mine.trees.keys());
     for (const [sha, e] of mine.objects) objects.set(sha, e.size);
     pathsOf = (sha) => {
       const e = mine.objects.get(sha);
-      return [e ? showPath(pathOf(e)) : ''];
+      return [e ? showPath(pathOf(e)) : 'a tree object'];
     };
   } else {
-    const check = checkManifest(bytes, { expectId: req.id, publicKeyPem: req.publicKeyPem });
+    const check = checkManifest(bytes, { expectId: req.id, publicKeyPem: req.publicKeyPem, readTree: (sha) => store.readObjectBytes(sha) });
     if (check.problems.length || !check.manifest) {
       statCache.confirm(req.id, false);
       return { manifestProblems: check.problems, ...none };
     }
     objects = manifestObjects(check.manifest);
+    trees = new Set(manifestTrees(check.manifest).keys());
     const m = check.manifest;
     pathsOf = (sha) =>
       m.entries
@@ -307,6 +283,7 @@ export function runReadBack(req: ReadBackRequest): ReadBackResult {
     storeDir: req.storeDir,
     storeFd: req.storeFd,
     objects: [...objects],
+    trees,
     ...(req.rehash === 'changed' ? { trusted: (sha: string, sig: string) => verified.has(req.storeDir, sha, sig) } : {}),
     onRehashed: (sha, sig) => verified.add(req.storeDir, sha, sig),
   });
@@ -318,6 +295,7 @@ export function runReadBack(req: ReadBackRequest): ReadBackResult {
     bytes: rehash.bytes,
     rehashedObjects: rehash.rehashedObjects,
     rehashedBytes: rehash.rehashedBytes,
+    trees: rehash.trees,
     problems: rehash.problems.map((p) => ({ ...p, paths: pathsOf(p.sha256) })),
   };
 }

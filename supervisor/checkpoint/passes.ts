@@ -14,6 +14,7 @@ import { type ListedObject, LocalStoreFiles, objectSigOf } from '../../core/chec
 import { writeAll } from '../../core/fs/durable.js';
 import type { EntryFacts } from '../../core/checkpoint/manifest.js';
 import type { CaptureSeed } from './stat-cache.js';
+import { storeTrees, type CaptureTrees } from './trees.js';
 import { StoreError } from '../../core/checkpoint/store.js';
 import { errnoCode, systemError } from '../../ipc/errno.js';
 import { testHooks } from '../../core/test-hooks.js';
@@ -81,8 +82,9 @@ export interface CapturedEntry extends Omit<EntryFacts, 'path'> {
   ctimeNs: bigint;
   /** The file changed while it was read (its stat before and after differ). */
   moved?: boolean;
-  /** Its manifest entry's canonical JSON, once made (capture-worker.ts): kept with the entry in the stat cache. */
-  jcs?: string;
+  /** Its entry's canonical JSON in its tree (trees.ts), once made, and for a directory the subtree it was made with: kept with the entry in the stat cache. */
+  treeJcs?: string;
+  treeJcsSubtree?: string;
 }
 
 export interface CaptureResult {
@@ -103,6 +105,8 @@ export interface CaptureResult {
   bytesHashed: number;
   /** Files opened and read, in every pass (a file read twice counts twice): 0 when every entry was kept from the stat cache. */
   filesRead: number;
+  /** The tree objects of `entries` (manifest version 2), stored with the file objects. */
+  trees: CaptureTrees;
 }
 
 export type WorkerReply<T> = { ok: true; result: T } | { ok: false; code: string; message: string };
@@ -747,6 +751,8 @@ export function runCapture(
       if (freeze.frozen) changed = leased;
       cap.bound(deadlineHrNs, req.deadlineMs);
     }
+    // The trees, bottom-up, committed with the files' objects (one syncfs for all).
+    const trees = storeTrees(entries, store, seed?.trees);
     cap.commit();
     let files = 0;
     let bytes = 0;
@@ -768,6 +774,7 @@ export function runCapture(
       bytesWritten: cap.bytesWritten,
       bytesHashed: cap.bytesHashed,
       filesRead: cap.filesRead,
+      trees,
       rootSig: prevRootSig,
       rootFs: rootFs ?? '',
       startedAtNs,
@@ -791,15 +798,19 @@ export interface RehashRequest {
    */
   trusted?: (sha256: string, sig: string) => boolean;
   onRehashed?: (sha256: string, sig: string) => void;
+  /** Of `objects`, the tree objects (manifest version 2): counted apart, in `trees`. */
+  trees?: ReadonlySet<string>;
 }
 
 export interface RehashResult {
-  /** Objects checked (present, a regular file, its size), and the bytes they hold. */
+  /** Objects checked (present, a regular file, its size) but trees, and the bytes they hold. */
   objects: number;
   bytes: number;
   /** Of those, re-read and re-hashed now (the rest were confirmed by their file's stat). */
   rehashedObjects: number;
   rehashedBytes: number;
+  /** The tree objects checked, and of those re-hashed now. */
+  trees: { objects: number; rehashedObjects: number };
   problems: { sha256: string; problem: string }[];
 }
 
@@ -815,6 +826,7 @@ export function runRehash(req: RehashRequest): RehashResult {
   let bytes = 0;
   let rehashedObjects = 0;
   let rehashedBytes = 0;
+  const trees = { objects: 0, rehashedObjects: 0 };
   try {
     // Trusted by stat: each fan directory listed once with its objects' lstat (no open per
     // object: 3.2 s of an unchanged 100,000-object read-back went to open, fstat and close).
@@ -828,11 +840,13 @@ export function runRehash(req: RehashRequest): RehashResult {
     // In name order: one fan directory after another (each listed and opened once).
     const objects = [...req.objects].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
     for (const [sha256, size] of objects) {
+      const tree = req.trees?.has(sha256) === true;
+      if (tree) trees.objects++;
       if (req.trusted) {
         const l = listed(sha256);
         // A regular file of the size the manifest says, its stat the one it was re-hashed with.
         if (l?.regular && l.size === size && req.trusted(sha256, l.sig)) {
-          bytes += size;
+          if (!tree) bytes += size;
           continue;
         }
       }
@@ -846,13 +860,16 @@ export function runRehash(req: RehashRequest): RehashResult {
       try {
         const sig = req.trusted || req.onRehashed ? objectSig(opened.fd) : '';
         if (req.trusted?.(sha256, sig) && opened.size === size) {
-          bytes += size;
+          if (!tree) bytes += size;
           continue;
         }
         const { sha256: got, bytes: pos } = hashFd(opened.fd);
-        bytes += pos;
-        rehashedObjects++;
-        rehashedBytes += pos;
+        if (tree) trees.rehashedObjects++;
+        else {
+          bytes += pos;
+          rehashedObjects++;
+          rehashedBytes += pos;
+        }
         if (got !== sha256) problems.push({ sha256, problem: `object ${sha256} reads back as ${got} (${pos} bytes): its bytes changed in the store` });
         else if (pos !== size) problems.push({ sha256, problem: `object ${sha256} holds ${pos} bytes, the manifest says ${size}` });
         else req.onRehashed?.(sha256, sig);
@@ -863,5 +880,5 @@ export function runRehash(req: RehashRequest): RehashResult {
   } finally {
     store.close();
   }
-  return { objects: req.objects.length, bytes, rehashedObjects, rehashedBytes, problems };
+  return { objects: req.objects.length - trees.objects, bytes, rehashedObjects, rehashedBytes, trees, problems };
 }

@@ -118,12 +118,19 @@ export async function publishCheckpoint(d: PublishDeps, workspaceArg: string, ta
   }
   const tStore = performance.now();
   // 5. Read back: the manifest by id, then every object, re-hashed. Only then published.
-  let readBack = { objects: cap.objects.referenced, bytes: cap.objects.bytes, rehashedObjects: 0, rehashedBytes: 0, repaired: 0 };
+  let readBack = {
+    objects: cap.objects.referenced,
+    bytes: cap.objects.bytes,
+    rehashedObjects: 0,
+    rehashedBytes: 0,
+    trees: { objects: cap.trees.referenced, rehashedObjects: 0 },
+    repaired: 0,
+  };
   try {
     const readBackDeps = { thread: d.thread, local, publicKeyPem: signer.publicKeyPem, rehash: config.checkpoint.readBack, log };
     const here = await readBackLocal(readBackDeps, id);
-    readBack = { ...readBack, rehashedObjects: here.rehashedObjects, rehashedBytes: here.rehashedBytes };
-    if (remote) readBack = await readBackRemote(readBackDeps, store, id, version, manifestBytesOut!, cap.objectList!);
+    readBack = { ...readBack, rehashedObjects: here.rehashedObjects, rehashedBytes: here.rehashedBytes, trees: here.trees };
+    if (remote) readBack = await readBackRemote(readBackDeps, store, id, version, manifestBytesOut!, cap.objectList!, new Set(cap.treeIds));
   } catch (err) {
     // Never published: the manifest goes at once (it claims nothing; gc would remove a local one too).
     local.removeManifest(id);
@@ -150,6 +157,7 @@ export async function publishCheckpoint(d: PublishDeps, workspaceArg: string, ta
       bytes: readBack.bytes,
       rehashed_objects: readBack.rehashedObjects,
       rehashed_bytes: readBack.rehashedBytes,
+      trees: { objects: readBack.trees.objects, rehashed_objects: readBack.trees.rehashedObjects },
       ms: readBackMs,
     },
     supervisor: fence,
@@ -194,12 +202,14 @@ export async function publishCheckpoint(d: PublishDeps, workspaceArg: string, ta
       bytes_written: cap.objects.bytesWritten,
       ...(remote ? { uploaded: uploaded + readBack.repaired, repaired: readBack.repaired } : {}),
     },
+    trees: { referenced: cap.trees.referenced, written: cap.trees.written, bytes_written: cap.trees.bytesWritten, built: cap.trees.built },
     read: { files: cap.read.files, bytes: cap.read.bytes },
     read_back: {
       objects: readBack.objects,
       bytes: readBack.bytes,
       rehashed_objects: readBack.rehashedObjects,
       rehashed_bytes: readBack.rehashedBytes,
+      trees: { objects: readBack.trees.objects, rehashed_objects: readBack.trees.rehashedObjects },
       ms: readBackMs,
       at: readBackAt,
     },

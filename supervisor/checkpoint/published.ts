@@ -70,7 +70,11 @@ export class PublishedCheckpoints {
     const recordBytes = this.local.publishedBytes(id);
     const manifestBytes = this.local.manifestBytes(id);
     if (!recordBytes || !manifestBytes) throw new Error(`checkpoint ${id} is not published in ${this.local.dir}`);
-    const { manifest, problems } = checkManifest(manifestBytes, { expectId: id, publicKeyPem: this.publicKeyPem });
+    const { manifest, problems } = checkManifest(manifestBytes, {
+      expectId: id,
+      publicKeyPem: this.publicKeyPem,
+      readTree: (sha) => this.local.objectBytes(sha),
+    });
     if (!manifest || problems.length) throw new Error(`checkpoint ${id}: ${problems.join('; ') || 'not a manifest'}`);
     const record = JSON.parse(recordBytes.toString('utf8')) as PublishedRecord;
     const sigProblems = verifySignature(record as unknown as Receipt, this.publicKeyPem);

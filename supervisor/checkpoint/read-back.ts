@@ -25,17 +25,22 @@ export interface RemoteReadBack {
   bytes: number;
   rehashedObjects: number;
   rehashedBytes: number;
+  /** The tree objects, all re-hashed (not in `objects`). */
+  trees: { objects: number; rehashedObjects: number };
   repaired: number;
 }
 
 /** The local read-back of manifest id (in the thread); what it re-hashed. CHECKPOINT_FAILED stage read_back when anything differs (bad objects set aside first). */
-export async function readBackLocal(d: ReadBackDeps, id: string): Promise<{ rehashedObjects: number; rehashedBytes: number }> {
+export async function readBackLocal(
+  d: ReadBackDeps,
+  id: string,
+): Promise<{ rehashedObjects: number; rehashedBytes: number; trees: { objects: number; rehashedObjects: number } }> {
   const reply = await d.thread.run({ kind: 'readback', storeDir: d.local.dir, storeFd: d.local.rootFd, id, publicKeyPem: d.publicKeyPem, rehash: d.rehash });
   if (!reply.ok) throw checkpointFailed('read_back', `checkpoint ${id}: the read-back failed: ${reply.message}`);
   const { manifestProblems, problems } = reply.result;
   if (manifestProblems.length)
     throw checkpointFailed('read_back', `checkpoint ${id}: the manifest read back from ${d.local.dir} is not the one written: ${manifestProblems.join('; ')}`);
-  if (problems.length === 0) return { rehashedObjects: reply.result.rehashedObjects, rehashedBytes: reply.result.rehashedBytes };
+  if (problems.length === 0) return { rehashedObjects: reply.result.rehashedObjects, rehashedBytes: reply.result.rehashedBytes, trees: reply.result.trees };
   // A bad object is set aside, so that the retry stores it afresh (create-once never replaces).
   for (const p of problems) setAside(d, p.sha256);
   const first = problems[0];
@@ -64,7 +69,8 @@ function setAside(d: ReadBackDeps, sha256: string): void {
 
 /**
  * The remote read-back: the manifest must be the bytes written (`written`, checked whole in
- * the thread just before), and every object ([sha256, size, a path using it]) re-read and
+ * the thread just before), and every object ([sha256, size, a path using it]; those in
+ * `trees` are tree objects, counted apart) re-read and
  * re-hashed (a bucket's objects have no stat to trust); one that differs is uploaded again
  * from the local store and read again. CHECKPOINT_FAILED stage read_back.
  */
@@ -75,6 +81,7 @@ export async function readBackRemote(
   version: Awaited<ReturnType<CheckpointStore['putManifest']>> | undefined,
   written: Buffer,
   objects: [string, number, string][],
+  trees: ReadonlySet<string>,
 ): Promise<RemoteReadBack> {
   let bytes: Buffer;
   try {
@@ -88,6 +95,7 @@ export async function readBackRemote(
       `checkpoint ${id}: the manifest read back from ${store.location} is not the one written (${bytes.length} bytes, sha256 ${createHash('sha256').update(bytes).digest('hex')})`,
     );
   let total = 0;
+  let treeCount = 0;
   let repaired = 0;
   await inParallel(objects, REMOTE_CONCURRENCY, async ([sha, size, user]) => {
     let got = await rehashObject(store, sha);
@@ -117,7 +125,9 @@ export async function readBackRemote(
         { object: sha },
       );
     }
-    total += got.bytes;
+    if (trees.has(sha)) treeCount++;
+    else total += got.bytes;
   });
-  return { objects: objects.length, bytes: total, rehashedObjects: objects.length, rehashedBytes: total, repaired };
+  const files = objects.length - treeCount;
+  return { objects: files, bytes: total, rehashedObjects: files, rehashedBytes: total, trees: { objects: treeCount, rehashedObjects: treeCount }, repaired };
 }

@@ -3,6 +3,7 @@
 // unchanged one is not read again: passes.ts); per store, the objects the read-back re-hashed
 // with their files' stat (checkpoint.readBack). In memory only: a restart reads all again.
 import type { CapturedEntry } from './passes.js';
+import type { DirTree } from './trees.js';
 
 /**
  * How long before the capture's start an entry's ctime must be for the entry to be kept: a
@@ -24,6 +25,8 @@ export function racyMarginNs(ctimeNs: bigint): bigint {
 /** What a capture seeds its first pass with: entries by path (latin1 of the bytes), the root's stat signature, and its file system's st_dev and mount id (/proc/self/fdinfo mnt_id: a new one at every mount; either differs: the seed is not used). */
 export interface CaptureSeed {
   entries: Map<string, CapturedEntry>;
+  /** Each directory's tree (trees.ts): kept when its members are these same entries. */
+  trees?: Map<string, DirTree>;
   rootSig: string;
   rootFs: string;
 }
@@ -49,10 +52,10 @@ export class StatCache {
    * startedAtNs (wall clock, ns, taken before the capture looked at any entry) are left out,
    * and entries that moved while read: they are read again.
    */
-  offer(id: string, root: string, entries: CapturedEntry[], rootSig: string, rootFs: string, startedAtNs: bigint): void {
+  offer(id: string, root: string, entries: CapturedEntry[], trees: Map<string, DirTree>, rootSig: string, rootFs: string, startedAtNs: bigint): void {
     const kept = new Map<string, CapturedEntry>();
     for (const e of entries) if (e.ctimeNs + racyMarginNs(e.ctimeNs) < startedAtNs && !e.moved) kept.set(e.key, e);
-    this.offered = { id, offer: { root, seed: { entries: kept, rootSig, rootFs } } };
+    this.offered = { id, offer: { root, seed: { entries: kept, trees, rootSig, rootFs } } };
     // Until it is confirmed, no seed: a capture that failed its read-back is never trusted.
     this.byRoot.delete(root);
   }

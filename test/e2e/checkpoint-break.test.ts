@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult } from '../../ipc/protocol.js';
 import { sha256, TestDaemon, until } from '../helpers/daemon.js';
 import { json } from '../helpers/workspace.js';
+import { storedManifest } from '../helpers/manifest.js';
 
 const NOBODY = 65534;
 const HAVE_CC = spawnSync('cc', ['--version']).status === 0;
@@ -337,7 +338,7 @@ describe.skipIf(!HAVE_CC)('consistency: a file written through a shared mapping,
     expect(mm.out).toContain('swapped'); // it read 'A's, and right after, the file became 'B's
     const final = readFileSync(join(ws, 'a'));
     expect(final.equals(Buffer.alloc(size, 'B'))).toBe(true);
-    const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${ck.result!.checkpoint_id}.json`), 'utf8'));
+    const manifest = storedManifest(join(d.stateDir, 'checkpoints'), ck.result!.checkpoint_id);
     const a = manifest.entries.find((e: { path?: string }) => e.path === 'a');
     // docs/guide/checkpoints.md: "the tree was exactly what was captured at the instant between the last two
     // passes". The file held 'B's from before the second pass began; today the manifest says

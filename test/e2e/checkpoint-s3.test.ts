@@ -392,14 +392,17 @@ describe.skipIf(!installed)(
           store: `s3://${bucket}/rt/`,
           consistent: true,
           objects: { referenced: 3, written: 3 },
-          read_back: { objects: 3, bytes: 300_001 },
+          read_back: { objects: 3, bytes: 300_001, trees: { objects: 1, rehashed_objects: 1 } },
         });
         const id = ck.checkpoint_id as string;
         const keys = async () => (await raw.send(new ListObjectVersionsCommand({ Bucket: bucket, Prefix: 'rt/' }))).Versions!.map((v) => v.Key!).sort();
         const first = await keys();
         expect(first).toEqual(
           [
-            ...[sha256(seeded('s3-roundtrip', 300_000)), sha256(''), sha256('x')].map((h) => `rt/objects/${h.slice(0, 2)}/${h}`),
+            // The three files' objects and the root tree's (the manifest's scan digest names it).
+            ...[sha256(seeded('s3-roundtrip', 300_000)), sha256(''), sha256('x'), ck.scan.digest.replace('sha256:', '')].map(
+              (h: string) => `rt/objects/${h.slice(0, 2)}/${h}`,
+            ),
             `rt/manifests/${id}.json`,
             `rt/published/${id}.json`,
           ].sort(),

@@ -3,20 +3,7 @@
 // it); a file is counted at its size before it is read (a sparse file refused at once); the stat
 // cache keeps an unchanged file unread, never a racily clean or leased one.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import {
-  closeSync,
-  existsSync,
-  mkdirSync,
-  readdirSync,
-  openSync,
-  readFileSync,
-  statfsSync,
-  statSync,
-  unlinkSync,
-  utimesSync,
-  writeFileSync,
-  writeSync,
-} from 'node:fs';
+import { closeSync, existsSync, mkdirSync, readdirSync, openSync, statfsSync, statSync, unlinkSync, utimesSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult, Receipt } from '../../ipc/protocol.js';
@@ -24,6 +11,7 @@ import { verifyStoredOutput } from '../../core/receipts/verify.js';
 import { PROGRAMS, sha256, TestDaemon, until } from '../helpers/daemon.js';
 import { mountState, unmountState } from '../helpers/state-tmpfs.js';
 import { json } from '../helpers/workspace.js';
+import { storedManifest } from '../helpers/manifest.js';
 
 /** Loop devices and mkfs.ext4, for a file system of whole-second timestamps. */
 const HAVE_LOOP_EXT4 = existsSync('/dev/loop-control') && spawnSync('sh', ['-c', 'command -v mkfs.ext4']).status === 0;
@@ -214,8 +202,7 @@ describe('the stat cache and the read-back', () => {
   let ws: string;
   const FILES = 50;
   const objectPath = (sha: string) => join(d.stateDir, 'checkpoints', 'objects', sha.slice(0, 2), sha);
-  const manifest = (id: string) =>
-    JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as { entries: { path: string; sha256?: string }[] };
+  const manifest = (id: string) => storedManifest(join(d.stateDir, 'checkpoints'), id);
   const shaOf = (id: string, path: string) => manifest(id).entries.find((e) => e.path === path)!.sha256!;
 
   beforeAll(async () => {
@@ -311,8 +298,7 @@ describe('what the stat cache never keeps', () => {
   let ws: string;
   let coarse: string;
   let mounted = false;
-  const manifest = (id: string) =>
-    JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as { entries: { path: string; sha256?: string }[] };
+  const manifest = (id: string) => storedManifest(join(d.stateDir, 'checkpoints'), id);
 
   beforeAll(async () => {
     d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });

@@ -21,11 +21,14 @@ import {
   writeSync,
 } from 'node:fs';
 import { spawn, spawnSync } from 'node:child_process';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult, Receipt } from '../../ipc/protocol.js';
+import { jcs } from '../../core/receipts/signature.js';
+import { manifestObjects, type Manifest } from '../../core/checkpoint/manifest.js';
 import { PROGRAMS, sha256, TestDaemon, until, within } from '../helpers/daemon.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
+import { storedManifest } from '../helpers/manifest.js';
 import { pythonTreeListing, removeTree, type ListedEntry } from '../helpers/workspace-trees.js';
 
 const MiB = 1024 * 1024;
@@ -142,7 +145,7 @@ describe('checkpoint and restore: byte for byte', () => {
     expect(first.scan.entries).toBe(source.length);
     expect(first.scan.files).toBe(files.length);
     expect(first.scan.bytes).toBe(files.reduce((a, e) => a + e.size, 0));
-    const manifest = JSON.parse(readFileSync(manifestFile(d, first.checkpoint_id), 'utf8'));
+    const manifest = storedManifest(storeDir(d), first.checkpoint_id);
     expect(byPath(manifest.entries.map(listed))).toEqual(byPath(shape(source)));
     // Its id is the SHA-256 of the stored bytes; the deep file is there, 2,000 levels down.
     expect(sha256(readFileSync(manifestFile(d, first.checkpoint_id)))).toBe(first.checkpoint_id);
@@ -225,7 +228,7 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     expect(ck.boundary.epoch).toBe(tm.epoch);
     expect(ck.boundary.seq).toBeGreaterThan(tm.terminal_mutation!);
     expect(ck.task).toBe('task-1');
-    const manifest = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
+    const manifest = storedManifest(storeDir(d), ck.checkpoint_id);
     expect(manifest.entries).toEqual([expect.objectContaining({ path: 'out', sha256: sha256('written'), size: 7 })]);
   });
 
@@ -300,8 +303,10 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     const ck = await checkpoint(d, ws);
     const m = manifestFile(d, ck.checkpoint_id);
     const good = await d.sbx(['verify', m, '--state-dir', d.stateDir]);
+    // Two files' objects (21 bytes) and the root tree's.
+    const treeBytes = readFileSync(objectFile(d, storedManifest(storeDir(d), ck.checkpoint_id).tree!)).length;
     expect(good.stdout.toString()).toBe(
-      `OK: checkpoint ${ck.checkpoint_id} signed by ${JSON.parse(readFileSync(m, 'utf8')).signature.key_id}; published; 2 objects (21 bytes) re-hashed from ${storeDir(d)}\n`,
+      `OK: checkpoint ${ck.checkpoint_id} signed by ${JSON.parse(readFileSync(m, 'utf8')).signature.key_id}; published; 3 objects (${21 + treeBytes} bytes) re-hashed from ${storeDir(d)}\n`,
     );
     expect(good.status).toBe(0);
     // One byte flipped in the object of "one".
@@ -322,9 +327,15 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     expect(missing.stdout.toString()).toContain(
       `MISMATCH: object ${sha256('second file')} (two): object ${sha256('second file')} is missing from ${storeDir(d)}`,
     );
-    // A copy of the manifest with one mode edited: the signature fails, and the path is named.
-    const edited = JSON.parse(readFileSync(m, 'utf8'));
-    edited.entries.find((e: { path: string }) => e.path === 'two').mode = 0o4777;
+    // A copy of the manifest whose root tree says one mode otherwise (the edited tree planted in
+    // the store under its own hash): the signature fails, and the path is named.
+    const stored = JSON.parse(readFileSync(m, 'utf8'));
+    const rootTree = JSON.parse(readFileSync(objectFile(d, stored.tree), 'utf8'));
+    rootTree.entries.find((e: { name: string }) => e.name === 'two').mode = 0o4777;
+    const plantedTree = Buffer.from(jcs(rootTree));
+    mkdirSync(dirname(objectFile(d, sha256(plantedTree))), { recursive: true });
+    writeFileSync(objectFile(d, sha256(plantedTree)), plantedTree);
+    const edited = { ...stored, tree: sha256(plantedTree), scan: { ...stored.scan, digest: `sha256:${sha256(plantedTree)}` } };
     const copy = join(d.dir, 'edited.json');
     writeFileSync(copy, JSON.stringify(edited, null, 2));
     const e = await d.sbx(['verify', copy, '--state-dir', d.stateDir]);
@@ -372,7 +383,7 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     await d.start();
     const once = await checkpoint(d, ws);
     expect(once).toMatchObject({ consistent: true, unstable: [], scan: { passes: 3 } });
-    const manifest = JSON.parse(readFileSync(manifestFile(d, once.checkpoint_id), 'utf8'));
+    const manifest = storedManifest(storeDir(d), once.checkpoint_id);
     expect(manifest.entries.find((e: { path: string }) => e.path === 'busy')).toMatchObject({ size: 1, sha256: sha256('x') });
     await d.terminate();
     d.withEnv({ SBX_TEST_CHECKPOINT_TOUCH: 'busy' });
@@ -381,7 +392,7 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     expect(r.status).toBe(1);
     const never = json<CheckpointResult>(r);
     expect(never).toMatchObject({ consistent: false, unstable: ['busy'], unstable_count: 1, scan: { passes: 4 } });
-    const m2 = JSON.parse(readFileSync(manifestFile(d, never.checkpoint_id), 'utf8'));
+    const m2 = storedManifest(storeDir(d), never.checkpoint_id);
     expect(m2).toMatchObject({ consistent: false, unstable: ['busy'] });
     // What it holds for busy is exactly what its object holds.
     const busy = m2.entries.find((e: { path: string }) => e.path === 'busy');
@@ -424,7 +435,7 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
       expect(back.stderr.toString()).not.toContain('kept changing');
       expect(readdirSync(join(d.dir, 'leased-back'))).toEqual(['calm']);
       // Never opened: left out of the entries (nothing invented for it), named unstable.
-      const m = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
+      const m = storedManifest(storeDir(d), ck.checkpoint_id);
       expect(m).toMatchObject({ consistent: false, unstable: ['leased'] });
       expect(m.entries.map((e: { path: string }) => e.path)).toEqual(['calm']);
       // Each pass's open broke the lease, and the holder took it again each time.
@@ -434,7 +445,7 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     }
     const after = await checkpoint(d, ws);
     expect(after).toMatchObject({ consistent: true, unstable: [] });
-    const m = JSON.parse(readFileSync(manifestFile(d, after.checkpoint_id), 'utf8'));
+    const m = storedManifest(storeDir(d), after.checkpoint_id);
     expect(m.entries.find((e: { path: string }) => e.path === 'leased')).toMatchObject({ size: 13, sha256: sha256('leased bytes\n') });
     // A read lease is broken only by an open for writing: the capture reads past it.
     const reader = await hold('rd');
@@ -462,7 +473,7 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
       expect(r.status, `${r.stderr.toString()}; hold-lease: ${err}`).toBe(1);
       const ck = json<CheckpointResult>(r);
       expect(ck).toMatchObject({ consistent: false, unstable_count: 200, scan: { passes: 4 } });
-      const m = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
+      const m = storedManifest(storeDir(d), ck.checkpoint_id);
       expect([...m.unstable].sort()).toEqual(names);
       expect(m.entries.map((e: { path: string }) => e.path)).toEqual(['calm']);
     } finally {
@@ -484,7 +495,7 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
       const ck = json<CheckpointResult>(r);
       expect(ck).toMatchObject({ consistent: true, mounts_skipped: ['mnt'] });
       // The mount point as a directory marked `mount`, nothing under it (mnt/inside is not there).
-      const manifest = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
+      const manifest = storedManifest(storeDir(d), ck.checkpoint_id);
       expect(manifest.entries.map((e: { path: string; type: string; mount?: boolean }) => [e.path, e.type, e.mount ?? null])).toEqual([
         ['mnt', 'dir', true],
         ['top', 'file', null],
@@ -603,9 +614,8 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     // earlier tests' intermediate versions of files re-hashed between passes).
     const all = readdirSync(join(storeDir(d), 'objects')).flatMap((fan) => readdirSync(join(storeDir(d), 'objects', fan)));
     const referenced = new Set<string>();
-    for (const name of readdirSync(join(storeDir(d), 'published'))) {
-      for (const e of JSON.parse(readFileSync(join(storeDir(d), 'manifests', name), 'utf8')).entries) if (e.sha256) referenced.add(e.sha256);
-    }
+    for (const name of readdirSync(join(storeDir(d), 'published')))
+      for (const sha of manifestObjects(storedManifest(storeDir(d), name.replace(/\.json$/, '')) as Manifest).keys()) referenced.add(sha);
     const garbage = all.filter((sha) => !referenced.has(sha));
     expect(garbage).toEqual(expect.arrayContaining([sha256('orphan one'), sha256('orphan two')]));
     // And what quarantine/ holds (the planted link an earlier test set aside).
@@ -670,7 +680,7 @@ describe.skipIf(!HAVE_LOOP)(
     it('a file changed before every pass: the frozen pass pins it (consistent, frozen), where without it the checkpoint says unstable', async () => {
       const ck = await checkpoint(d, ws);
       expect(ck).toMatchObject({ consistent: true, unstable: [], freeze: { frozen: true, reason: null }, scan: { passes: 5 } });
-      const manifest = JSON.parse(readFileSync(manifestFile(d, ck.checkpoint_id), 'utf8'));
+      const manifest = storedManifest(storeDir(d), ck.checkpoint_id);
       expect(manifest.frozen).toBe(true);
       // The bytes it holds for busy are what busy held when frozen: 3 touches (passes 2-4), none in the frozen pass.
       expect(manifest.entries.find((e: { path: string }) => e.path === 'busy')).toMatchObject({ size: 3, sha256: sha256('xxx') });

@@ -18,6 +18,7 @@ import type { TaskReceipt } from '../../ipc/protocol.js';
 import { until } from '../helpers/daemon.js';
 import { closeWithIdentityTorn, taskDir, verifyTask, withWorkspace } from '../helpers/tasks.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
+import { storedManifest } from '../helpers/manifest.js';
 
 const rig = new WorkspaceRig();
 afterEach(() => rig.cleanup());
@@ -354,10 +355,7 @@ describe('task close: after the breaker', () => {
     expect(second.status).toBe(0);
     const id = json<TaskReceipt>(second).checkpoints[0].checkpoint_id!;
     expect(id).not.toBe(firstCp.checkpoint_id);
-    const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as {
-      workspace: string;
-      entries: { path: string }[];
-    };
+    const manifest = storedManifest(join(d.stateDir, 'checkpoints'), id);
     expect(manifest.workspace).toBe(join(ws, 'two'));
     expect(manifest.entries.map((e) => e.path)).toEqual(['f']);
   });

@@ -13,6 +13,7 @@ import type { Receipt, TaskReceipt } from '../../ipc/protocol.js';
 import type { TestDaemon } from '../helpers/daemon.js';
 import { cancelledOnStderr, taskDir, twoSessionTask, verifyTask, withWorkspace } from '../helpers/tasks.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
+import { storedManifest } from '../helpers/manifest.js';
 
 const rig = new WorkspaceRig();
 afterEach(() => rig.cleanup());
@@ -69,9 +70,7 @@ async function expectComplete(d: TestDaemon, ws: string, runs: string, ids: stri
   expect(store.tmp).toEqual([]);
   expect(readdirSync(taskDir(d, TASK)).filter((n) => n.endsWith('.tmp'))).toEqual([]);
   // The checkpoint holds what the sessions wrote.
-  const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${receipt.checkpoints[0].checkpoint_id}.json`), 'utf8')) as {
-    entries: { path: string; sha256?: string }[];
-  };
+  const manifest = storedManifest(join(d.stateDir, 'checkpoints'), receipt.checkpoints[0].checkpoint_id!);
   const sha = (s: string) => createHash('sha256').update(s).digest('hex');
   expect(manifest.entries.map((e) => [e.path, e.sha256])).toEqual([
     ['f1', sha('one\n')],

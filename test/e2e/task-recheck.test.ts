@@ -18,6 +18,7 @@ import { ReceiptSigner } from '../../supervisor/signing.js';
 import { pidsWithMarker, type SbxResult, until } from '../helpers/daemon.js';
 import { cancelledOnStderr, closeWithIdentityTorn, taskDir, tearSession, twoSessionTask, verifyTask, withWorkspace } from '../helpers/tasks.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
+import { storedManifest } from '../helpers/manifest.js';
 
 const rig = new WorkspaceRig();
 afterEach(() => rig.cleanup());
@@ -415,7 +416,7 @@ describe('task close: two crashes in a row, then close again', () => {
       expect(names('manifests')).toEqual([id]);
       expect(names('published')).toEqual([id]);
       expect(receipt.checkpoints[0].close_attempt).toBe(1);
-      const manifest = JSON.parse(readFileSync(join(store, 'manifests', `${id}.json`), 'utf8')) as { entries: { path: string }[] };
+      const manifest = storedManifest(store, id);
       expect(manifest.entries.map((e) => e.path)).toEqual(['f1', 'f2']);
       expect((await verifyTask(d, r.stdout)).status).toBe(0);
       expect((await close()).stdout.equals(r.stdout)).toBe(true);

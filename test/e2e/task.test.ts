@@ -14,6 +14,7 @@ import type { CloseReceipt, Receipt, SessionSummary, TaskReceipt } from '../../i
 import { pidsWithMarker, type TestDaemon, until } from '../helpers/daemon.js';
 import { taskDir, tearSession, verifyTask, withWorkspace } from '../helpers/tasks.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
+import { storedManifest } from '../helpers/manifest.js';
 
 const rig = new WorkspaceRig();
 afterEach(() => rig.cleanup());
@@ -130,9 +131,7 @@ describe('tasks', () => {
     expect(closed.status).toBe(0);
     expect(closed.receipt).toMatchObject({ complete: true, workspaces: [proj] });
     const id = closed.receipt!.checkpoints[0].checkpoint_id!;
-    const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${id}.json`), 'utf8')) as {
-      entries: { path: string; type: string; sha256?: string }[];
-    };
+    const manifest = storedManifest(join(d.stateDir, 'checkpoints'), id);
     const digest = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
     expect(manifest.entries.map((e) => [e.path, e.type, e.sha256 ?? null])).toEqual([
       ['.sandbox-supervisor', 'dir', null],
@@ -360,9 +359,7 @@ describe('complete: false names what is missing', () => {
     const second = await closeTask(d, 'T', ['--workspace', ws]);
     expect(second.status).toBe(0);
     expect(second.receipt!.checkpoints[0].boundary!.seq).toBeGreaterThanOrEqual(e.terminal_mutation!);
-    const manifest = JSON.parse(readFileSync(join(d.stateDir, 'checkpoints', 'manifests', `${second.receipt!.checkpoints[0].checkpoint_id}.json`), 'utf8')) as {
-      entries: { path: string }[];
-    };
+    const manifest = storedManifest(join(d.stateDir, 'checkpoints'), second.receipt!.checkpoints[0].checkpoint_id!);
     expect(manifest.entries.map((x) => x.path)).toEqual(['early', 'late']);
   });
 

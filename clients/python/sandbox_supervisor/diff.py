@@ -166,7 +166,8 @@ def _list(store: LocalStore) -> List[str]:
 
 def load_published(store: LocalStore, checkpoint_id: str, public_key_pem: str) -> Dict[str, Any]:
     """diff.ts loadPublished: published (record signed, naming it), the manifest its id,
-    canonical, digest and counts holding, signed. SupervisorError NOT_FOUND / INVALID_ARGUMENT."""
+    canonical, digest and counts holding, signed; a version 2 manifest's entries read from its tree
+    objects in store (each checked). SupervisorError NOT_FOUND / INVALID_ARGUMENT."""
     published = store.read_published(checkpoint_id)
     try:
         data: Optional[bytes] = store.read_manifest(checkpoint_id)
@@ -181,7 +182,7 @@ def load_published(store: LocalStore, checkpoint_id: str, public_key_pem: str) -
     problems = _check_published(published, checkpoint_id, public_key_pem)
     if problems:
         raise SupervisorError("INVALID_ARGUMENT", f"diff: checkpoint {checkpoint_id}: its published record does not hold: {'; '.join(problems)}")
-    m, problems = check_manifest(data, public_key_pem, expect_id=checkpoint_id)
+    m, problems = check_manifest(data, public_key_pem, expect_id=checkpoint_id, store=store)
     if m is None or problems:
         raise SupervisorError("INVALID_ARGUMENT", f"diff: checkpoint {checkpoint_id}: its manifest does not verify: {'; '.join(problems)}")
     return m

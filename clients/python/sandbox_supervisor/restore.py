@@ -81,7 +81,8 @@ def resolve_id(store: LocalStore, text: str) -> str:
 
 def load_checkpoint(store: LocalStore, checkpoint_id: str, public_key_pem: str) -> Dict[str, Any]:
     """restore.ts loadCheckpoint: published (its record there and signed), the manifest's bytes its
-    id, canonical, digest and counts holding, signed. RestoreError otherwise."""
+    id, canonical, digest and counts holding, signed; a version 2 manifest's entries read from its
+    tree objects in store (each checked), so the entries are version 1's either way. RestoreError otherwise."""
     published = store.read_published(checkpoint_id)
     try:
         data: Optional[bytes] = store.read_manifest(checkpoint_id)
@@ -97,7 +98,7 @@ def load_checkpoint(store: LocalStore, checkpoint_id: str, public_key_pem: str) 
     record_problems = _check_published(published, checkpoint_id, public_key_pem)
     if record_problems:
         raise RestoreError("not_published", f"checkpoint {checkpoint_id}: its published record does not hold: {'; '.join(record_problems)}")
-    m, problems = check_manifest(data, public_key_pem, expect_id=checkpoint_id)
+    m, problems = check_manifest(data, public_key_pem, expect_id=checkpoint_id, store=store)
     if m is None or problems:
         raise RestoreError("bad_manifest", f"checkpoint {checkpoint_id}: {'; '.join(problems)}")
     return m

@@ -1,8 +1,8 @@
 """Offline verification against a state dir, as ``sbx verify --state-dir DIR`` (core/receipts/verify.ts, cli/tasks.ts,
 core/checkpoint/verify.ts; docs/reference/state-dir.md): a session receipt's chunk files re-hashed,
-a close receipt's sessions and tasks, a task receipt's sessions and checkpoints (manifest, signature,
-publication, every local-store object re-hashed). Owns these checks, worded as sbx's; needs
-``cryptography``; an s3:// store is refused (no S3 client here).
+a close receipt's sessions and tasks, a task receipt's sessions and checkpoints (manifest v1, or v2 read
+from its tree objects: tree.py; signature, publication, every local-store object re-hashed). Owns
+these checks, worded as sbx's; needs ``cryptography``; an s3:// store is refused (no S3 client here).
 """
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from .errors import SupervisorError
 from .jcs import canonicalize
+from .tree import ExpandedTree, ReadTree, _js, entry_problem, expand_tree
 from .verify import receipt_digest, verify_receipt
 
 SESSIONS_DIR = "sessions"
@@ -226,10 +227,14 @@ def _entry_path(e: Mapping[str, Any]) -> bytes:
     raise ValueError("a manifest entry has neither path nor path_b64")
 
 
-def _show_path(e: Mapping[str, Any]) -> str:
+def _show_path(e: Mapping[str, Any], max_chars: int = 200) -> str:
+    """manifest.ts showEntryPath: a path for people, bytes that are not printable ASCII of a
+    path_b64 as \\xNN; past max_chars its tail after "..."."""
     if e.get("path") is not None:
-        return str(e["path"])
-    return "".join(chr(b) if 0x20 <= b < 0x7F else f"\\x{b:02x}" for b in _entry_path(e))
+        out = str(e["path"])
+    else:
+        out = "".join(chr(b) if 0x20 <= b < 0x7F else f"\\x{b:02x}" for b in _entry_path(e))
+    return out if len(out) <= max_chars else f"...{out[len(out) - max_chars:]}"
 
 
 def _path_key(p: bytes) -> Tuple[bytes, ...]:
@@ -237,9 +242,22 @@ def _path_key(p: bytes) -> Tuple[bytes, ...]:
     return tuple(p.split(b"/"))
 
 
+class Manifest(Dict[str, Any]):
+    """A manifest as check_manifest returns it: the parsed JSON (a dict), ``entries`` filled in from
+    its trees for version 2 (never written back: the stored bytes have none), and ``trees``: the
+    tree objects those entries were read from (id -> size in bytes; {} for version 1)."""
+
+    trees: Dict[str, int]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.trees = {}
+
+
 def manifest_objects(manifest: Mapping[str, Any]) -> Dict[str, int]:
-    """Every object a manifest names: sha256 -> size (whole files and chunks)."""
-    out: Dict[str, int] = {}
+    """manifest.ts manifestObjects: every object a manifest names, each once: sha256 -> size (whole
+    files and chunks and, for a version 2 manifest as check_manifest returned it, its tree objects)."""
+    out: Dict[str, int] = dict(getattr(manifest, "trees", None) or {})
     for e in manifest.get("entries") or []:
         if e.get("type") != "file":
             continue
@@ -309,57 +327,158 @@ class LocalStore:
         finally:
             os.close(fd)
 
+    def read_tree(self, tree: str) -> Optional[bytes]:
+        """A tree object's bytes (manifest version 2: tree.py), read as read_object reads an object;
+        None when the store has no such object, OSError when it cannot be read, ValueError for a bad name."""
+        try:
+            return b"".join(self.read_object(tree))
+        except FileNotFoundError:
+            return None
 
-def check_manifest(data: bytes, public_key_pem: Optional[str] = None, expect_id: Optional[str] = None) -> Tuple[Optional[Dict[str, Any]], List[str]]:
-    """manifest.ts checkManifest: ``(manifest or None, problems)``: JSON of kind checkpoint,
-    version 1, canonical bytes and id (with expect_id), scan digest and count, entries as
-    relative plain paths in order and never twice, and with a key its signature."""
-    try:
-        m = json.loads(data.decode("utf-8"))
-    except ValueError as err:
-        return None, [f"the manifest is not JSON: {err}"]
-    if not isinstance(m, dict) or m.get("kind") != "checkpoint" or not isinstance(m.get("entries"), list):
-        return None, ['not a checkpoint manifest (kind "checkpoint" with entries)']
+
+def _entries_problems(entries: List[Any]) -> List[str]:
+    """manifest.ts entriesProblems: plain relative paths, in order, none twice, none under a mount
+    point (never entered), each one's fields (tree.py entry_problem)."""
     problems: List[str] = []
-    if m.get("version") != 1:
-        problems.append(f"manifest version {json.dumps(m.get('version'))}: this sbx reads version 1")
-    got_id = hashlib.sha256(data).hexdigest()
-    if expect_id is not None:
-        if canonicalize(m) != data:
-            problems.append("the stored manifest is not in canonical form (RFC 8785): its bytes were edited")
-        if got_id != expect_id:
-            problems.append(f"the manifest's SHA-256 is {got_id}, not its id {expect_id}")
-    digest = "sha256:" + hashlib.sha256(canonicalize(m["entries"])).hexdigest()
-    scan = m.get("scan") or {}
-    if scan.get("digest") != digest:
-        problems.append(f"the scan digest is {scan.get('digest')}, the entries hash to {digest}")
-    if scan.get("entries") != len(m["entries"]):
-        problems.append(f"the manifest says {scan.get('entries')} entries and lists {len(m['entries'])}")
     prev: Optional[bytes] = None
-    for e in m["entries"]:
+    mount: Optional[bytes] = None  # the last mount point: nothing under it is walked
+    for e in entries:
+        if not isinstance(e, dict):
+            problems.append("a manifest entry has neither path nor path_b64")
+            continue
         try:
             p = _entry_path(e)
         except ValueError as err:
             problems.append(str(err))
             continue
+        shown = _js(_show_path(e))
         if not p or p.startswith(b"/") or b"\0" in p or any(c in (b"", b".", b"..") for c in p.split(b"/")):
-            problems.append(f"entry {json.dumps(_show_path(e))}: not a relative path of plain names")
+            problems.append(f"entry {shown}: not a relative path of plain names")
         if prev is not None and _path_key(prev) >= _path_key(p):
-            problems.append(f"entry {json.dumps(_show_path(e))}: out of order or listed twice")
+            problems.append(f"entry {shown}: out of order or listed twice")
         prev = p
+        if mount is not None and p.startswith(mount + b"/"):
+            problems.append(f"entry {shown}: under a mount point, which is never entered")
+        if e.get("mount") is True:
+            mount = p
+        bad = entry_problem(e)
+        if bad:
+            problems.append(f"entry {shown}: {bad}")
+    return problems
+
+
+def _signature_problems(m: Mapping[str, Any], public_key_pem: str) -> List[str]:
+    """The manifest's signature under the key: Ed25519 over the JCS of all of it but ``signature``."""
+    return [p.replace("the receipt", "the manifest") for p in verify_receipt(m, public_key_pem).problems]
+
+
+def _check_head(data: bytes, public_key_pem: Optional[str], expect_id: Optional[str]) -> Tuple[Optional[Manifest], List[str]]:
+    """manifest.ts checkHead: a manifest's own checks, before any tree is read: JSON, kind, version,
+    canonical bytes and id (with expect_id), the digest (version 1: of its entries, which are checked
+    too; version 2: the root tree's id), and with a key its signature. A version 2 manifest comes
+    back with ``entries`` [] (not yet read from its trees)."""
+    try:
+        parsed = json.loads(data.decode("utf-8"))
+    except ValueError as err:
+        return None, [f"the manifest is not JSON: {err}"]
+    if not isinstance(parsed, dict) or parsed.get("kind") != "checkpoint":
+        return None, ['not a checkpoint manifest (kind "checkpoint")']
+    m = Manifest(parsed)
+    problems: List[str] = []
+    got_id = hashlib.sha256(data).hexdigest()
+    scan = m.get("scan") if isinstance(m.get("scan"), dict) else {}
+    if m.get("version") == 2 and not isinstance(m.get("version"), bool):
+        if "entries" in m or not (isinstance(m.get("tree"), str) and re.fullmatch(r"[0-9a-f]{64}", m["tree"])):
+            return None, ["not a version 2 checkpoint manifest (a root `tree`, 64 hex digits, and no entries)"]
+        try:
+            text = canonicalize(m)
+        except (ValueError, TypeError) as err:
+            return None, [f"the manifest cannot be canonicalised: {err}"]
+        if expect_id is not None:
+            if text != data:
+                problems.append("the stored manifest is not in canonical form (RFC 8785): its bytes were edited")
+            if got_id != expect_id:
+                problems.append(f"the manifest's SHA-256 is {got_id}, not its id {expect_id}")
+        if scan.get("digest") != f"sha256:{m['tree']}":
+            problems.append(f"the scan digest is {scan.get('digest')}, the root tree is sha256:{m['tree']}")
+        if public_key_pem is not None:
+            problems.extend(_signature_problems(m, public_key_pem))
+        m["entries"] = []
+        return m, problems
+    if not isinstance(m.get("entries"), list):
+        return None, ['not a checkpoint manifest (kind "checkpoint" with entries)']
+    if m.get("version") != 1 or isinstance(m.get("version"), bool):
+        problems.append(f"manifest version {_js(m.get('version'))}: this sbx reads versions 1 and 2")
+    try:
+        entries_jcs = canonicalize(m["entries"])
+    except (ValueError, TypeError) as err:
+        return None, [f"the entries cannot be canonicalised: {err}"]
+    if expect_id is not None:
+        if canonicalize(m) != data:
+            problems.append("the stored manifest is not in canonical form (RFC 8785): its bytes were edited")
+        if got_id != expect_id:
+            problems.append(f"the manifest's SHA-256 is {got_id}, not its id {expect_id}")
+    digest = "sha256:" + hashlib.sha256(entries_jcs).hexdigest()
+    if scan.get("digest") != digest:
+        problems.append(f"the scan digest is {scan.get('digest')}, the entries hash to {digest}")
+    if scan.get("entries") != len(m["entries"]):
+        problems.append(f"the manifest says {scan.get('entries')} entries and lists {len(m['entries'])}")
+    problems.extend(_entries_problems(m["entries"]))
     if public_key_pem is not None:
-        problems.extend(p.replace("the receipt", "the manifest") for p in verify_receipt(m, public_key_pem).problems)
+        problems.extend(_signature_problems(m, public_key_pem))
     return m, problems
+
+
+def _with_trees(m: Manifest, head_problems: List[str], expanded: ExpandedTree) -> Tuple[Optional[Manifest], List[str]]:
+    """manifest.ts withTrees: a version 2 manifest given its expanded entries, checked as version 1's
+    are (order, paths, fields, counts); None when a tree was missing or did not hold."""
+    if expanded.problems:
+        return None, head_problems + expanded.problems
+    m["entries"] = expanded.entries
+    m.trees = dict(expanded.trees)
+    problems = head_problems + _entries_problems(m["entries"])
+    scan = m.get("scan") if isinstance(m.get("scan"), dict) else {}
+    if scan.get("entries") != len(m["entries"]):
+        problems.append(f"the manifest says {scan.get('entries')} entries and its trees hold {len(m['entries'])}")
+    return m, problems
+
+
+def check_manifest(
+    data: bytes,
+    public_key_pem: Optional[str] = None,
+    expect_id: Optional[str] = None,
+    store: Union[LocalStore, ReadTree, None] = None,
+) -> Tuple[Optional[Manifest], List[str]]:
+    """manifest.ts checkManifest: ``(manifest or None, problems)`` ([] = it all holds) of a manifest's
+    bytes: JSON of kind checkpoint, version 1 or 2, canonical bytes and id (with expect_id), scan
+    digest and count, entries as relative plain paths in order, never twice, none under a mount
+    point, each one's fields, and with a key its signature.
+
+    Version 1 lists its entries; version 2 names its root tree (``tree``) and its entries are read
+    from the tree objects in ``store`` (a LocalStore, or a function from a tree id to its bytes,
+    None when missing: tree.py ReadTree), each checked (tree.py check_tree) and expanded into the
+    same entries version 1 lists, put in ``entries``; the returned Manifest's ``trees`` names them
+    (id -> size). A version 2 manifest without a store, or with a tree missing or not holding,
+    gives None (its entries unknown: never taken as none) and the problem naming it."""
+    m, problems = _check_head(data, public_key_pem, expect_id)
+    if m is None or m.get("version") != 2:
+        return m, problems
+    if store is None:
+        return None, problems + ["a version 2 manifest's entries are in the store's tree objects: no store was given"]
+    read: ReadTree = store.read_tree if isinstance(store, LocalStore) else store
+    return _with_trees(m, problems, expand_tree(m["tree"], read))
 
 
 def verify_checkpoint(checkpoint_id: str, public_key_pem: str, store: LocalStore) -> StateVerification:
     """core/checkpoint/verify.ts verifyCheckpoint of a stored manifest: its form, id and
-    signature, its published record (signed, naming it), every object re-hashed to its name and size."""
+    signature (a version 2 manifest's entries read from its trees in store), its published record
+    (signed, naming it), every object re-hashed to its name and size: the files' and a version 2
+    manifest's tree objects."""
     try:
         data = store.read_manifest(checkpoint_id)
     except OSError as err:
         return StateVerification(False, [str(err)])
-    m, problems = check_manifest(data, public_key_pem, expect_id=checkpoint_id)
+    m, problems = check_manifest(data, public_key_pem, expect_id=checkpoint_id, store=store)
     if m is None:
         return StateVerification(False, problems)
     if any("signature" in p for p in problems):
@@ -375,6 +494,8 @@ def verify_checkpoint(checkpoint_id: str, public_key_pem: str, store: LocalStore
             lst = users.setdefault(sha, [])
             if len(lst) < 3:
                 lst.append(_show_path(e))
+    for tree in m.trees:
+        users.setdefault(tree, ["the root tree" if tree == m.get("tree") else "a tree"])
     objects = n_bytes = 0
     for sha, size in manifest_objects(m).items():
         named = f"object {sha} ({', '.join(users.get(sha, []))})"

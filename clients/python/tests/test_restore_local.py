@@ -15,6 +15,7 @@ import pytest
 from daemon import Daemon
 from sandbox_supervisor import Client, SupervisorError
 from sandbox_supervisor.restore import describe_tree
+from sandbox_supervisor.state_verify import LocalStore, check_manifest
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +92,7 @@ def test_restore_refuses_a_symlink_or_a_non_empty_target(daemon: Daemon, checkpo
 def test_restore_stops_at_a_damaged_object(daemon: Daemon, checkpoint, tmp_path, no_sbx):
     store = str(tmp_path / "store")
     shutil.copytree(os.path.join(daemon.state_dir, "checkpoints"), store, symlinks=True)
-    m = json.load(open(os.path.join(store, "manifests", f"{checkpoint}.json")))
-    sha = next(e for e in m["entries"] if e.get("path") == "a.txt")["sha256"]
+    sha = next(e for e in manifest_entries(store, checkpoint) if e.get("path") == "a.txt")["sha256"]
     obj = os.path.join(store, "objects", sha[:2], sha)
     os.chmod(obj, 0o644)
     with open(obj, "r+b") as f:
@@ -110,6 +110,14 @@ def test_s3_store_without_sbx_names_the_fallback(daemon: Daemon, checkpoint, tmp
         with pytest.raises(SupervisorError) as e:
             c.restore(checkpoint, str(tmp_path / "t"), store="s3://bucket/prefix")
     assert e.value.code == "INVALID_ARGUMENT" and "sbx" in e.value.message and "SBX_BIN" in e.value.message
+
+
+def manifest_entries(store: str, checkpoint: str) -> list:
+    """A stored manifest's entries, version 1 or 2 (read from its trees; its signature not checked)."""
+    local = LocalStore(store)
+    m, problems = check_manifest(local.read_manifest(checkpoint), store=local)
+    assert m is not None, problems
+    return list(m["entries"])
 
 
 def forge(daemon: Daemon, store: str, checkpoint: str, edit) -> str:
@@ -130,6 +138,9 @@ def forge(daemon: Daemon, store: str, checkpoint: str, edit) -> str:
         return {**unsigned, "signature": sig}
 
     m = json.load(open(os.path.join(store, "manifests", f"{checkpoint}.json")))
+    if m.get("version") == 2:  # its entries are in its trees: forged as version 1 (readers take both)
+        m = {k: v for k, v in m.items() if k != "tree"}
+        m.update(version=1, entries=manifest_entries(store, checkpoint))
     m["entries"] = edit(m["entries"])
     m["scan"] = {**m["scan"], "entries": len(m["entries"]), "digest": "sha256:" + hashlib.sha256(canonicalize(m["entries"])).hexdigest()}
     data = canonicalize(sign(m))

@@ -1,8 +1,8 @@
-// The checkpoint thread's manifest builder (supervisor/checkpoint/capture-worker.ts), run in this
-// process on a real tree: the bytes it stores are the canonical JCS that checkManifest accepts
-// (id, digest, counts, signature), for names that are not UTF-8, need escapes or are not ASCII,
-// first and when every entry comes from the stat cache. It splices each entry's JCS between the
-// JCS before and after the entries and writes the signed tail beside the signed head (issue 34).
+// The checkpoint thread's manifest builder (supervisor/checkpoint/capture-worker.ts, trees.ts),
+// run in this process on a real tree: the manifest it stores is the canonical JCS that
+// checkManifest accepts (id, digest, counts, signature) with its entries read from the tree
+// objects, for names that are not UTF-8, need escapes or are not ASCII, first and when every
+// entry comes from the stat cache (then every tree is kept, none built again: issue 34).
 import { generateKeyPairSync } from 'node:crypto';
 import { closeSync, lstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -10,7 +10,8 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runCheckpoint, runReadBack, type CheckpointRequest } from '../../../../supervisor/checkpoint/capture-worker.js';
 import { keyIdOf } from '../../../../core/receipts/signature.js';
-import { checkManifest, entryPathBytes } from '../../../../core/checkpoint/manifest.js';
+import { checkManifest, entryPathBytes, manifestObjects } from '../../../../core/checkpoint/manifest.js';
+import { storedManifest } from '../../../helpers/manifest.js';
 import { racyMarginNs } from '../../../../supervisor/checkpoint/stat-cache.js';
 import { until } from '../../../helpers/daemon.js';
 
@@ -53,9 +54,11 @@ describe('the manifest the checkpoint thread builds', () => {
       const check = (id: string, manifestBytes: Uint8Array | undefined) => {
         const bytes = readFileSync(join(store, 'manifests', `${id}.json`));
         expect(Buffer.compare(bytes, Buffer.from(manifestBytes!))).toBe(0);
-        const c = checkManifest(bytes, { expectId: id, publicKeyPem });
-        expect(c.problems).toEqual([]);
-        return c.manifest!;
+        expect(checkManifest(bytes, { expectId: id, publicKeyPem })).toMatchObject({ manifest: null }); // its entries are in the trees
+        const m = storedManifest(store, id, publicKeyPem);
+        expect(m.version).toBe(2);
+        expect(m.scan.digest).toBe(`sha256:${m.tree}`);
+        return m;
       };
       // Past every entry's racy margin (stat-cache.ts racyMarginNs) before the first capture
       // starts, so that the stat cache keeps every entry it reads and the next capture reads none.
@@ -68,6 +71,9 @@ describe('the manifest the checkpoint thread builds', () => {
       const expected = [...[...names, 'sub', 'link'].map((n) => Buffer.from(n)), Buffer.from([0x66, 0xff, 0xfe])];
       expect(m1.entries.map((e) => entryPathBytes(e).toString('latin1')).sort()).toEqual(expected.map((p) => p.toString('latin1')).sort());
       expect(m1.scan.files).toBe(names.length + 1);
+      // Two directories, two trees: the root's and sub's (a subdirectory by its tree's id).
+      expect(first.trees).toEqual({ referenced: 2, written: 2, bytesWritten: expect.any(Number), built: 2 });
+      expect(manifestObjects(m1).size).toBe(names.length + 1 + 2);
       expect(runReadBack({ kind: 'readback', storeDir: store, storeFd, id: first.id, publicKeyPem, rehash: 'changed' })).toMatchObject({
         manifestProblems: [],
         problems: [],
@@ -75,6 +81,7 @@ describe('the manifest the checkpoint thread builds', () => {
       const again = runCheckpoint(request());
       expect(again.scan.passes).toBe(1);
       expect(again.objects.written).toBe(0);
+      expect(again.trees).toMatchObject({ referenced: 2, written: 0, built: 0 });
       const m2 = check(again.id, again.manifestBytes);
       expect(m2.entries).toEqual(m1.entries);
       expect(m2.scan.digest).toBe(m1.scan.digest);

@@ -1,0 +1,173 @@
+// Checkpoint trees (manifest version 2, docs/guide/checkpoints.md "The manifest"): each directory
+// is an object in the store, the RFC 8785 JSON of its entries by name (a subdirectory by its
+// tree's SHA-256), so an unchanged subtree is the same object and the signed manifest names
+// only the root's. Owns the tree's bytes, their checks and the expansion into manifest entries
+// (paths, in the manifest's order); as git's tree objects (git-cat-file(1), "tree").
+import { createHash } from 'node:crypto';
+import { isUtf8 } from 'node:buffer';
+import { jcs } from '../receipts/signature.js';
+import { entryProblem, type ManifestEntry } from './manifest.js';
+
+/**
+ * One entry of a tree: a manifest entry (manifest.ts ManifestEntry) with its name in the
+ * directory (`name`, or `name_b64` when its bytes are not UTF-8) in place of its path, and for
+ * a directory that is not a mount point `tree`, the hex SHA-256 of its own tree object.
+ */
+export type TreeEntry = Omit<ManifestEntry, 'path' | 'path_b64'> & { name?: string; name_b64?: string; tree?: string };
+
+/** A tree object: JCS of {entries, kind: "checkpoint_tree", version: 2}, its entries in bytewise order of their names. */
+export interface TreeObject {
+  entries: TreeEntry[];
+  kind: 'checkpoint_tree';
+  version: 2;
+}
+
+const HEAD = Buffer.from('{"entries":[');
+const TAIL = Buffer.from('],"kind":"checkpoint_tree","version":2}');
+
+/** A tree's bytes from its entries' JCS (each entry's made once: treeEntryJcs), in name order. The same as jcs(TreeObject). */
+export function treeBytes(entriesJcs: readonly string[]): Buffer {
+  return Buffer.from(`${HEAD.toString()}${entriesJcs.join(',')}${TAIL.toString()}`);
+}
+
+/** An entry's JCS in a tree: the manifest entry's fields but its path, with `name`/`name_b64` and a directory's `tree`. */
+export function treeEntryJcs(e: Omit<ManifestEntry, 'path' | 'path_b64'>, name: Buffer, tree?: string): string {
+  const out: TreeEntry = { ...e, ...(isUtf8(name) ? { name: name.toString('utf8') } : { name_b64: name.toString('base64') }) };
+  if (tree !== undefined) out.tree = tree;
+  return jcs(out);
+}
+
+/** The hex SHA-256 of bytes: a tree's id. */
+export function treeId(bytes: Buffer): string {
+  return createHash('sha256').update(bytes).digest('hex');
+}
+
+const hex64 = (v: unknown) => typeof v === 'string' && /^[0-9a-f]{64}$/.test(v);
+
+/** An entry's name as bytes (null when it has neither field, or both). */
+function nameBytes(e: TreeEntry): Buffer | null {
+  if ((e.name === undefined) === (e.name_b64 === undefined)) return null;
+  if (typeof e.name === 'string') return Buffer.from(e.name, 'utf8');
+  if (typeof e.name_b64 === 'string') return Buffer.from(e.name_b64, 'base64');
+  return null;
+}
+
+/**
+ * Checks a tree object's bytes: they hash to id, parse as a tree, are its canonical JCS (no
+ * other encoding is ever stored), every name is one plain name (no '/', NUL, '.', '..'),
+ * names in strict bytewise order, each entry's fields as a manifest entry's, and `tree` on
+ * exactly the directories that are not mount points, and no entry with a path. Returns the entries and what is wrong.
+ */
+export function checkTree(bytes: Buffer, id: string): { entries: TreeEntry[]; names: Buffer[]; problems: string[] } {
+  const none = { entries: [], names: [] };
+  const got = treeId(bytes);
+  if (got !== id) return { ...none, problems: [`tree ${id} reads back as ${got} (${bytes.length} bytes): its bytes changed in the store`] };
+  let t: TreeObject;
+  try {
+    t = JSON.parse(bytes.toString('utf8')) as TreeObject;
+  } catch (err) {
+    return { ...none, problems: [`tree ${id} is not JSON: ${(err as Error).message}`] };
+  }
+  if (t === null || typeof t !== 'object' || t.kind !== 'checkpoint_tree' || t.version !== 2 || !Array.isArray(t.entries))
+    return { ...none, problems: [`object ${id} is not a tree (kind "checkpoint_tree", version 2, with entries)`] };
+  const problems: string[] = [];
+  try {
+    if (!Buffer.from(jcs(t)).equals(bytes)) problems.push(`tree ${id} is not in canonical form (RFC 8785)`);
+  } catch (err) {
+    return { ...none, problems: [`tree ${id} cannot be canonicalised: ${(err as Error).message}`] };
+  }
+  const names: Buffer[] = [];
+  let prev: Buffer | null = null;
+  for (const e of t.entries) {
+    const name = e === null || typeof e !== 'object' ? null : nameBytes(e);
+    if (name === null) {
+      problems.push(`tree ${id}: an entry with no name (exactly one of name, name_b64)`);
+      names.push(Buffer.alloc(0));
+      continue;
+    }
+    names.push(name);
+    const shown = JSON.stringify(name.toString('latin1'));
+    if (name.length === 0 || name.includes(0x2f) || name.includes(0) || (name.length <= 2 && /^\.\.?$/.test(name.toString('latin1'))))
+      problems.push(`tree ${id}: entry ${shown} is not one plain name`);
+    if (prev !== null && Buffer.compare(prev, name) >= 0) problems.push(`tree ${id}: entry ${shown} out of order or listed twice`);
+    prev = name;
+    const { name: _n, name_b64: _b, tree, ...rest } = e;
+    const bad = entryProblem(rest as ManifestEntry);
+    if (bad) problems.push(`tree ${id}: entry ${shown}: ${bad}`);
+    if ('path' in e || 'path_b64' in e) problems.push(`tree ${id}: entry ${shown} has a path (a tree entry has its name only)`);
+    const wantsTree = e.type === 'dir' && e.mount !== true;
+    if (wantsTree && !hex64(tree)) problems.push(`tree ${id}: directory ${shown} names no tree (64 hex digits)`);
+    if (!wantsTree && tree !== undefined) problems.push(`tree ${id}: ${e.type === 'dir' ? 'mount point' : e.type} ${shown} names a tree`);
+  }
+  return { entries: t.entries, names, problems };
+}
+
+/** What expanding a root tree gave: the manifest entries (paths, in the manifest's order), each tree object named (id and size), and what is wrong. */
+export interface Expanded {
+  entries: ManifestEntry[];
+  trees: Map<string, number>;
+  problems: string[];
+}
+
+/**
+ * Expands the tree rootId into manifest entries, depth first, a directory before what it holds
+ * (the v1 manifest's order, manifest.ts comparePaths). A generator: it yields each tree id it
+ * needs and is sent that object's bytes (null: missing), so one walk serves a local store read
+ * in place and a remote one awaited (expandSync, expandAsync). Stops at the first tree that is
+ * missing or does not hold (entries then []).
+ */
+export function* expandTree(rootId: string): Generator<string, Expanded, Buffer | null> {
+  const trees = new Map<string, number>();
+  const decoded = new Map<string, { entries: TreeEntry[]; names: Buffer[] }>();
+  const entries: ManifestEntry[] = [];
+  const fail = (problem: string): Expanded => ({ entries: [], trees, problems: [problem] });
+  const load = function* (id: string, under: string): Generator<string, { entries: TreeEntry[]; names: Buffer[] } | string, Buffer | null> {
+    const known = decoded.get(id);
+    if (known) return known;
+    const bytes = yield id;
+    if (bytes === null) return `tree ${id} (${under}) is missing from the store`;
+    const t = checkTree(bytes, id);
+    if (t.problems.length) return `${t.problems.join('; ')} (${under})`;
+    trees.set(id, bytes.length);
+    const kept = { entries: t.entries, names: t.names };
+    decoded.set(id, kept);
+    return kept;
+  };
+  const root = yield* load(rootId, 'the root');
+  if (typeof root === 'string') return fail(root);
+  const stack: { prefix: Buffer | null; t: { entries: TreeEntry[]; names: Buffer[] }; i: number }[] = [{ prefix: null, t: root, i: 0 }];
+  while (stack.length) {
+    const top = stack[stack.length - 1];
+    if (top.i >= top.t.entries.length) {
+      stack.pop();
+      continue;
+    }
+    const i = top.i++;
+    const { name: _n, name_b64: _b, tree, ...fields } = top.t.entries[i];
+    const name = top.t.names[i];
+    const path = top.prefix === null ? name : Buffer.concat([top.prefix, Buffer.of(0x2f), name]);
+    entries.push({ ...fields, ...(isUtf8(path) ? { path: path.toString('utf8') } : { path_b64: path.toString('base64') }) } as ManifestEntry);
+    if (tree !== undefined) {
+      const sub = yield* load(tree, `directory ${JSON.stringify(path.toString('latin1'))}`);
+      if (typeof sub === 'string') return fail(sub);
+      stack.push({ prefix: path, t: sub, i: 0 });
+    }
+  }
+  return { entries, trees, problems: [] };
+}
+
+/** expandTree read through read (a local store, in place). */
+export function expandSync(rootId: string, read: (id: string) => Buffer | null): Expanded {
+  const walk = expandTree(rootId);
+  let step = walk.next(null);
+  while (!step.done) step = walk.next(read(step.value));
+  return step.value;
+}
+
+/** expandTree read through an async read (a remote store). */
+export async function expandAsync(rootId: string, read: (id: string) => Promise<Buffer | null>): Promise<Expanded> {
+  const walk = expandTree(rootId);
+  let step = walk.next(null);
+  while (!step.done) step = walk.next(await read(step.value));
+  return step.value;
+}
