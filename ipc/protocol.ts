@@ -706,13 +706,14 @@ export interface CheckpointResult {
   read: { files: number; bytes: number };
   /** at: when the read-back completed (ISO-8601 UTC, ms; the published record's time). */
   /** objects/bytes: what the read-back checked; rehashed_*: of those, re-read and re-hashed now (the rest confirmed by their files' stat: checkpoint.readBack "changed"). */
-  /** trees: the tree objects checked (not in `objects`) and of those re-hashed. */
+  /** trusted_objects: of `objects`, those not looked at now: only under directories whose trees a read-back of this supervisor checked, unchanged since (checkpoint.readBack "changed"); trees: the tree objects (not in `objects`), of those re-hashed, and not looked at. */
   read_back: {
     objects: number;
     bytes: number;
     rehashed_objects: number;
     rehashed_bytes: number;
-    trees: { objects: number; rehashed_objects: number };
+    trusted_objects: number;
+    trees: { objects: number; rehashed_objects: number; trusted_objects: number };
     ms: number;
     at: string;
   };

@@ -386,10 +386,10 @@ export const ConfigSchema = z
             "the checkpoint thread's V8 old-generation heap cap (worker_threads resourceLimits.maxOldGenerationSizeMb), MiB: a checkpoint that reaches it fails (checkpoint_failed), the supervisor goes on; keep it over 12 times checkpoint.maxManifestBytes",
           ),
         readBack: z
-          .enum(['changed', 'all'])
+          .enum(['changed', 'stat', 'all'])
           .default('changed')
           .describe(
-            "what the read-back re-hashes besides the manifest: 'changed' every object this checkpoint wrote and every other whose file (device, inode, size, mtime, ctime) is not as this supervisor last re-hashed it, the rest confirmed by that stat (a write through a shared mapping made before, or damage below the file system, moves no stat: only 'all' and sbx verify find those); 'all' every object, every time (sbx verify always re-hashes all)",
+            "what the read-back looks at besides the manifest: 'stat' re-hashes every object this checkpoint wrote and every other whose file (device, inode, size, mtime, ctime) is not as this supervisor last re-hashed it, and confirms the rest by that stat (a write through a shared mapping made before, or damage below the file system, moves no stat: only 'all' and sbx verify find those); 'changed' (the default) does the same but for the objects only under directories whose trees are those of the workspace's last read-back checkpoint, which are not looked at again (the capture found each still there; so the read-back's cost grows with what changed, and an object written over in place since its last read-back is not found either: only 'stat', 'all' and sbx verify find that); 'all' re-hashes every object, every time (sbx verify always re-hashes all)",
           ),
       })
       .strict()

@@ -108,7 +108,9 @@ export interface PublishedRecord {
     bytes: number;
     rehashed_objects?: number;
     rehashed_bytes?: number;
-    trees?: { objects: number; rehashed_objects: number };
+    /** Of `objects`, not looked at (only under trees checked by an earlier read-back: checkpoint.readBack "changed"); absent before manifest version 2. */
+    trusted_objects?: number;
+    trees?: { objects: number; rehashed_objects: number; trusted_objects: number };
     ms: number;
   };
   supervisor: RuntimeFence;

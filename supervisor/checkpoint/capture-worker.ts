@@ -22,6 +22,7 @@ import {
 } from '../../core/checkpoint/manifest.js';
 import { pathOf, runCapture, runRehash, type CaptureRequest, type CaptureResult, type CapturedEntry, type WorkerProgress, type WorkerReply } from './passes.js';
 import { StatCache, VerifiedObjects } from './stat-cache.js';
+import type { DirTree } from './trees.js';
 import { StoreError } from '../../core/checkpoint/store.js';
 import { systemError } from '../../ipc/errno.js';
 import { testHooks } from '../../core/test-hooks.js';
@@ -85,7 +86,7 @@ export interface ReadBackRequest {
   id: string;
   publicKeyPem: string;
   /** checkpoint.readBack: 'changed' re-hashes the objects whose files are not as this thread last re-hashed them; 'all' every one. */
-  rehash: 'changed' | 'all';
+  rehash: 'changed' | 'stat' | 'all';
 }
 
 export interface ReadBackResult {
@@ -96,8 +97,10 @@ export interface ReadBackResult {
   /** Of those, re-read and re-hashed (the others confirmed by their file's stat: checkpoint.readBack 'changed'). */
   rehashedObjects: number;
   rehashedBytes: number;
-  /** The tree objects checked (not in `objects`), and of those re-hashed. */
-  trees: { objects: number; rehashedObjects: number };
+  /** Of `objects`, not looked at (only under trees a read-back of this thread checked: checkpoint.readBack 'changed'). */
+  trustedObjects: number;
+  /** The tree objects checked (not in `objects`), of those re-hashed, and those not looked at. */
+  trees: { objects: number; rehashedObjects: number; trustedObjects: number };
   problems: { sha256: string; problem: string; paths: string[] }[];
 }
 
@@ -136,7 +139,37 @@ function testFlipObject(storeDir: string, entries: CapturedEntry[]): void {
  * and re-hashes the objects; any other bytes get the whole check (checkManifest), which names
  * what differs.
  */
-let produced: { id: string; signatureVerified: boolean; objects: Map<string, CapturedEntry>; trees: Map<string, number> } | null = null;
+let produced: {
+  id: string;
+  signatureVerified: boolean;
+  objects: Map<string, CapturedEntry>;
+  trees: Map<string, number>;
+  /** Each directory's tree (by path, latin1; the root's ''). */
+  dirs: Map<string, DirTree>;
+  /** The trees of the workspace's last read-back checkpoint (a read-back of this thread checked everything under each), and what this capture wrote. */
+  checkedTrees: ReadonlySet<string>;
+  written: ReadonlySet<string>;
+} | null = null;
+
+/**
+ * The objects a read-back in 'changed' mode looks at: what the capture wrote, and every object
+ * of a directory whose tree is not one checked before; the rest are only under trees a
+ * read-back of this thread checked, unchanged since (then not looked at again).
+ */
+function toLookAt(p: NonNullable<typeof produced>): Set<string> {
+  const look = new Set<string>(p.written);
+  const stack = [''];
+  while (stack.length) {
+    const tree = p.dirs.get(stack.pop()!);
+    if (!tree || p.checkedTrees.has(tree.id)) continue;
+    look.add(tree.id);
+    for (const m of tree.members) {
+      if (m.type === 'file' && m.sha256 !== undefined) look.add(m.sha256);
+      else if (m.type === 'dir' && !m.mount) stack.push(m.key);
+    }
+  }
+  return look;
+}
 
 /** Runs a checkpoint up to its stored manifest (blocking): capture, commit, manifest (JCS, signed), written create-once. */
 export function runCheckpoint(
@@ -145,7 +178,9 @@ export function runCheckpoint(
   onFrozen: (frozen: boolean) => void = () => {},
 ): CheckpointStepResult {
   produced = null;
-  const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, statCache.seed(req.root));
+  const seed = statCache.seed(req.root);
+  const checkedTrees = new Set([...(seed?.trees?.values() ?? [])].map((t) => t.id));
+  const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, seed);
   const unstable = cap.unstable.map((p) => nameText(fsDecode(p)));
   // Version 2: the entries are in the tree objects (stored with the files' objects, trees.ts);
   // the manifest names the root's, and is signed and stored whole (a few hundred bytes).
@@ -197,7 +232,7 @@ export function runCheckpoint(
   }
   faultPoint('checkpoint:after-manifest');
   statCache.offer(id, req.root, cap.entries, cap.trees.dirs, cap.rootSig, cap.rootFs, cap.startedAtNs);
-  produced = { id, signatureVerified, objects, trees: cap.trees.trees };
+  produced = { id, signatureVerified, objects, trees: cap.trees.trees, dirs: cap.trees.dirs, checkedTrees, written: new Set(cap.written) };
   testFlipObject(req.storeDir, cap.entries);
   const result: CheckpointStepResult = {
     id,
@@ -238,13 +273,23 @@ export function runReadBack(req: ReadBackRequest): ReadBackResult {
 
 function readBackIn(store: LocalStoreFiles, req: ReadBackRequest): ReadBackResult {
   const bytes = store.readRecord(store.manifestsFd, `${req.id}.json`);
-  const none = { objects: 0, bytes: 0, rehashedObjects: 0, rehashedBytes: 0, trees: { objects: 0, rehashedObjects: 0 }, problems: [] };
+  const none = {
+    objects: 0,
+    bytes: 0,
+    rehashedObjects: 0,
+    rehashedBytes: 0,
+    trustedObjects: 0,
+    trees: { objects: 0, rehashedObjects: 0, trustedObjects: 0 },
+    problems: [],
+  };
   if (!bytes) {
     statCache.confirm(req.id, false);
     return { manifestProblems: [`no manifest ${req.id} in ${req.storeDir}`], ...none };
   }
   let objects: Map<string, number>;
   let trees: ReadonlySet<string>;
+  /** Not looked at (checkpoint.readBack 'changed', toLookAt): objects (not trees), their bytes, and trees. */
+  const trusted = { objects: 0, bytes: 0, trees: 0 };
   let pathsOf: (sha: string) => string[];
   const mine = produced?.id === req.id ? produced : null;
   produced = null;
@@ -256,9 +301,20 @@ function readBackIn(store: LocalStoreFiles, req: ReadBackRequest): ReadBackResul
       statCache.confirm(req.id, false);
       return { manifestProblems: ["the manifest's signature does not verify under the supervisor's public key"], ...none };
     }
-    objects = new Map(mine.trees);
-    trees = new Set(mine.trees.keys());
-    for (const [sha, e] of mine.objects) objects.set(sha, e.size);
+    const look = req.rehash === 'changed' ? toLookAt(mine) : null;
+    objects = new Map();
+    for (const [sha, size] of mine.trees) {
+      if (!look || look.has(sha)) objects.set(sha, size);
+      else trusted.trees++;
+    }
+    trees = new Set(objects.keys());
+    for (const [sha, e] of mine.objects) {
+      if (!look || look.has(sha)) objects.set(sha, e.size);
+      else {
+        trusted.objects++;
+        trusted.bytes += e.size;
+      }
+    }
     pathsOf = (sha) => {
       const e = mine.objects.get(sha);
       return [e ? showPath(pathOf(e)) : 'a tree object'];
@@ -284,18 +340,19 @@ function readBackIn(store: LocalStoreFiles, req: ReadBackRequest): ReadBackResul
     storeFd: req.storeFd,
     objects: [...objects],
     trees,
-    ...(req.rehash === 'changed' ? { trusted: (sha: string, sig: string) => verified.has(req.storeDir, sha, sig) } : {}),
+    ...(req.rehash !== 'all' ? { trusted: (sha: string, sig: string) => verified.has(req.storeDir, sha, sig) } : {}),
     onRehashed: (sha, sig) => verified.add(req.storeDir, sha, sig),
   });
   statCache.confirm(req.id, rehash.problems.length === 0);
   for (const p of rehash.problems) verified.forget(req.storeDir, p.sha256);
   return {
     manifestProblems: [],
-    objects: rehash.objects,
-    bytes: rehash.bytes,
+    objects: rehash.objects + trusted.objects,
+    bytes: rehash.bytes + trusted.bytes,
     rehashedObjects: rehash.rehashedObjects,
     rehashedBytes: rehash.rehashedBytes,
-    trees: rehash.trees,
+    trustedObjects: trusted.objects,
+    trees: { objects: rehash.trees.objects + trusted.trees, rehashedObjects: rehash.trees.rehashedObjects, trustedObjects: trusted.trees },
     problems: rehash.problems.map((p) => ({ ...p, paths: pathsOf(p.sha256) })),
   };
 }

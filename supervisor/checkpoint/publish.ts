@@ -123,13 +123,14 @@ export async function publishCheckpoint(d: PublishDeps, workspaceArg: string, ta
     bytes: cap.objects.bytes,
     rehashedObjects: 0,
     rehashedBytes: 0,
-    trees: { objects: cap.trees.referenced, rehashedObjects: 0 },
+    trustedObjects: 0,
+    trees: { objects: cap.trees.referenced, rehashedObjects: 0, trustedObjects: 0 },
     repaired: 0,
   };
   try {
     const readBackDeps = { thread: d.thread, local, publicKeyPem: signer.publicKeyPem, rehash: config.checkpoint.readBack, log };
     const here = await readBackLocal(readBackDeps, id);
-    readBack = { ...readBack, rehashedObjects: here.rehashedObjects, rehashedBytes: here.rehashedBytes, trees: here.trees };
+    readBack = { ...readBack, ...here };
     if (remote) readBack = await readBackRemote(readBackDeps, store, id, version, manifestBytesOut!, cap.objectList!, new Set(cap.treeIds));
   } catch (err) {
     // Never published: the manifest goes at once (it claims nothing; gc would remove a local one too).
@@ -157,7 +158,8 @@ export async function publishCheckpoint(d: PublishDeps, workspaceArg: string, ta
       bytes: readBack.bytes,
       rehashed_objects: readBack.rehashedObjects,
       rehashed_bytes: readBack.rehashedBytes,
-      trees: { objects: readBack.trees.objects, rehashed_objects: readBack.trees.rehashedObjects },
+      trusted_objects: readBack.trustedObjects,
+      trees: { objects: readBack.trees.objects, rehashed_objects: readBack.trees.rehashedObjects, trusted_objects: readBack.trees.trustedObjects },
       ms: readBackMs,
     },
     supervisor: fence,
@@ -209,7 +211,8 @@ export async function publishCheckpoint(d: PublishDeps, workspaceArg: string, ta
       bytes: readBack.bytes,
       rehashed_objects: readBack.rehashedObjects,
       rehashed_bytes: readBack.rehashedBytes,
-      trees: { objects: readBack.trees.objects, rehashed_objects: readBack.trees.rehashedObjects },
+      trusted_objects: readBack.trustedObjects,
+      trees: { objects: readBack.trees.objects, rehashed_objects: readBack.trees.rehashedObjects, trusted_objects: readBack.trees.trustedObjects },
       ms: readBackMs,
       at: readBackAt,
     },

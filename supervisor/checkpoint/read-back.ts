@@ -14,8 +14,8 @@ export interface ReadBackDeps {
   thread: CheckpointThread;
   local: LocalStore;
   publicKeyPem: string;
-  /** checkpoint.readBack: what is re-hashed besides what was written ('changed'), or everything ('all'). */
-  rehash: 'changed' | 'all';
+  /** checkpoint.readBack: 'changed', 'stat' or 'all' (config.ts says what each looks at). */
+  rehash: 'changed' | 'stat' | 'all';
   log: Logger;
 }
 
@@ -25,8 +25,10 @@ export interface RemoteReadBack {
   bytes: number;
   rehashedObjects: number;
   rehashedBytes: number;
+  /** None here: a bucket's objects are all re-hashed. */
+  trustedObjects: number;
   /** The tree objects, all re-hashed (not in `objects`). */
-  trees: { objects: number; rehashedObjects: number };
+  trees: { objects: number; rehashedObjects: number; trustedObjects: number };
   repaired: number;
 }
 
@@ -34,13 +36,21 @@ export interface RemoteReadBack {
 export async function readBackLocal(
   d: ReadBackDeps,
   id: string,
-): Promise<{ rehashedObjects: number; rehashedBytes: number; trees: { objects: number; rehashedObjects: number } }> {
+): Promise<{
+  rehashedObjects: number;
+  rehashedBytes: number;
+  trustedObjects: number;
+  trees: { objects: number; rehashedObjects: number; trustedObjects: number };
+}> {
   const reply = await d.thread.run({ kind: 'readback', storeDir: d.local.dir, storeFd: d.local.rootFd, id, publicKeyPem: d.publicKeyPem, rehash: d.rehash });
   if (!reply.ok) throw checkpointFailed('read_back', `checkpoint ${id}: the read-back failed: ${reply.message}`);
   const { manifestProblems, problems } = reply.result;
   if (manifestProblems.length)
     throw checkpointFailed('read_back', `checkpoint ${id}: the manifest read back from ${d.local.dir} is not the one written: ${manifestProblems.join('; ')}`);
-  if (problems.length === 0) return { rehashedObjects: reply.result.rehashedObjects, rehashedBytes: reply.result.rehashedBytes, trees: reply.result.trees };
+  if (problems.length === 0) {
+    const { rehashedObjects, rehashedBytes, trustedObjects, trees } = reply.result;
+    return { rehashedObjects, rehashedBytes, trustedObjects, trees };
+  }
   // A bad object is set aside, so that the retry stores it afresh (create-once never replaces).
   for (const p of problems) setAside(d, p.sha256);
   const first = problems[0];
@@ -129,5 +139,13 @@ export async function readBackRemote(
     else total += got.bytes;
   });
   const files = objects.length - treeCount;
-  return { objects: files, bytes: total, rehashedObjects: files, rehashedBytes: total, trees: { objects: treeCount, rehashedObjects: treeCount }, repaired };
+  return {
+    objects: files,
+    bytes: total,
+    rehashedObjects: files,
+    rehashedBytes: total,
+    trustedObjects: 0,
+    trees: { objects: treeCount, rehashedObjects: treeCount, trustedObjects: 0 },
+    repaired,
+  };
 }

@@ -2,25 +2,9 @@
 // workspace, its last read-back checkpoint's entries with the stat each was captured at (an
 // unchanged one is not read again: passes.ts); per store, the objects the read-back re-hashed
 // with their files' stat (checkpoint.readBack). In memory only: a restart reads all again.
+import { racyMarginNs } from '../../core/fs/granule.js';
 import type { CapturedEntry } from './passes.js';
 import type { DirTree } from './trees.js';
-
-/**
- * How long before the capture's start an entry's ctime must be for the entry to be kept: a
- * write later in the same timestamp granule as the capture's read would leave its stat
- * unchanged (git's "racily clean" entries, Documentation/technical/racy-git.txt). The
- * granule is the file system's (1 s on ext4 with 128-byte inodes and ext2/3, 2 s on vfat,
- * 10 ms on exfat, the kernel's tick of at most 10 ms elsewhere) and no call tells it, but
- * the timestamp shows it: nanoseconds that are a whole second may be a 2 s granule, whole
- * milliseconds one under a second, anything else a tick. Each margin adds a tick (the
- * coarse clock lags the wall clock by up to one).
- */
-export function racyMarginNs(ctimeNs: bigint): bigint {
-  const subSecondNs = ctimeNs % 1_000_000_000n;
-  if (subSecondNs === 0n) return 2_010_000_000n;
-  if (subSecondNs % 1_000_000n === 0n) return 1_010_000_000n;
-  return 100_000_000n;
-}
 
 /** What a capture seeds its first pass with: entries by path (latin1 of the bytes), the root's stat signature, and its file system's st_dev and mount id (/proc/self/fdinfo mnt_id: a new one at every mount; either differs: the seed is not used). */
 export interface CaptureSeed {

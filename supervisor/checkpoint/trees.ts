@@ -37,14 +37,10 @@ function fields(c: CapturedEntry): Omit<ManifestEntry, 'path' | 'path_b64'> {
   return e;
 }
 
-/** A captured entry's JCS in its tree (made once per entry, and per subtree for a directory). */
+/** A captured entry's JCS in its tree (made only for a directory whose tree is built: not kept, 100,000 of them would hold ~18 MB). */
 function entryJcs(c: CapturedEntry, subtree?: string): string {
-  if (c.treeJcs === undefined || c.treeJcsSubtree !== subtree) {
-    const at = c.key.lastIndexOf('/');
-    c.treeJcs = treeEntryJcs(fields(c), Buffer.from(at < 0 ? c.key : c.key.slice(at + 1), 'latin1'), subtree);
-    c.treeJcsSubtree = subtree;
-  }
-  return c.treeJcs;
+  const at = c.key.lastIndexOf('/');
+  return treeEntryJcs(fields(c), Buffer.from(at < 0 ? c.key : c.key.slice(at + 1), 'latin1'), subtree);
 }
 
 interface Frame {

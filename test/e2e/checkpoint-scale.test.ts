@@ -214,7 +214,7 @@ describe('the stat cache and the read-back', () => {
     await d.start();
     // The stat cache leaves out entries whose ctime is too near their capture (racy-git; 100 ms
     // for a nanosecond ctime, 1.01 s for one of whole milliseconds, 2.01 s for whole seconds:
-    // stat-cache.ts racyMarginNs): the files are made long enough before the first checkpoint.
+    // core/fs/granule.ts racyMarginNs): the files are made long enough before the first checkpoint.
     const made = Date.now();
     await until(() => Date.now() - made > 1100, 'the racy margin past');
     for (let i = 0; i < FILES; i++) expect(statSync(join(ws, `f${i}`), { bigint: true }).ctimeNs % 1_000_000_000n).not.toBe(0n); // not a file system of whole-second timestamps
@@ -224,7 +224,7 @@ describe('the stat cache and the read-back', () => {
     await d.stop();
   });
 
-  it('an unchanged re-checkpoint reads no file (one pass) and re-hashes no object; a change, a lost object and a damaged one are each found', async () => {
+  it('an unchanged re-checkpoint reads no file (one pass) and looks at no object; a change and a lost object are each found, a damaged one once its directory changes', async () => {
     const first = await checkpoint(d, ws);
     expect(first.result).toMatchObject({
       consistent: true,
@@ -239,7 +239,8 @@ describe('the stat cache and the read-back', () => {
       scan: { files: FILES, passes: 1, digest: first.result!.scan.digest },
       objects: { written: 0 },
       read: { files: 0, bytes: 0 },
-      read_back: { objects: FILES, rehashed_objects: 0, rehashed_bytes: 0 },
+      // Every object under the root's tree, which the last read-back checked (checkpoint.readBack 'changed').
+      read_back: { objects: FILES, rehashed_objects: 0, rehashed_bytes: 0, trusted_objects: FILES, trees: { objects: 1, trusted_objects: 1 } },
     });
 
     // Same size, mtime put back: the ctime moved, so it is read again.
@@ -262,17 +263,27 @@ describe('the stat cache and the read-back', () => {
     const lost = await checkpoint(d, ws);
     expect(lost.result).toMatchObject({ consistent: true, objects: { written: 1 }, read_back: { rehashed_objects: 1 } });
 
-    // An object damaged in place: its file's stat moved, so the read-back re-hashes it and refuses.
-    const f3 = objectPath(shaOf(lost.result!.checkpoint_id, 'f3'));
-    const fd = openSync(f3, 'r+');
+    // An object damaged in place while its directory is unchanged: 'changed' does not look at it
+    // (its tree was checked by the last read-back), so the checkpoint is published saying so;
+    // sbx verify names it.
+    const f3sha = shaOf(lost.result!.checkpoint_id, 'f3');
+    const fd = openSync(objectPath(f3sha), 'r+');
     writeSync(fd, Buffer.from('X'), 0, 1, 0);
     closeSync(fd);
+    const unseen = await checkpoint(d, ws);
+    expect(unseen.result).toMatchObject({ consistent: true, objects: { written: 0 }, read_back: { rehashed_objects: 0, trusted_objects: FILES } });
+    const v = await d.sbx(['verify', unseen.result!.checkpoint_id, '--state-dir', d.stateDir]);
+    expect(v.status).toBe(1);
+    expect(v.stdout.toString()).toContain(`MISMATCH: object ${f3sha} (f3): its bytes hash to`);
+    // Its directory changed (another file in it): its objects are looked at again, the damaged
+    // one's stat moved, so the read-back re-hashes it and refuses.
+    writeFileSync(join(ws, 'f4'), 'FILE 4\n');
     const damaged = await checkpoint(d, ws);
     expect(damaged.status).toBe(125);
     expect(damaged.failure).toMatchObject({ code: 'CHECKPOINT_FAILED', details: { stage: 'read_back', paths: ['f3'] } });
     // Set aside: the retry stores it again, and it reads back.
     const retried = await checkpoint(d, ws);
-    expect(retried.result).toMatchObject({ consistent: true, objects: { written: 1 }, read_back: { rehashed_objects: 1 } });
+    expect(retried.result).toMatchObject({ consistent: true, objects: { written: 1 }, read_back: { rehashed_objects: 1, trusted_objects: 0 } });
     expect(shaOf(retried.result!.checkpoint_id, 'f3')).toBe(sha256(Buffer.from('file 3\n')));
   });
 

@@ -12,7 +12,7 @@ import { runCheckpoint, runReadBack, type CheckpointRequest } from '../../../../
 import { keyIdOf } from '../../../../core/receipts/signature.js';
 import { checkManifest, entryPathBytes, manifestObjects } from '../../../../core/checkpoint/manifest.js';
 import { storedManifest } from '../../../helpers/manifest.js';
-import { racyMarginNs } from '../../../../supervisor/checkpoint/stat-cache.js';
+import { racyMarginNs } from '../../../../core/fs/granule.js';
 import { until } from '../../../helpers/daemon.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-manifest-build-'));

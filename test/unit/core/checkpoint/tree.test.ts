@@ -1,0 +1,246 @@
+// Checkpoint trees (manifest version 2: core/checkpoint/tree.ts, supervisor/checkpoint/trees.ts):
+// a tree's bytes are the JCS of its entries by name; a reader refuses a tree that does not
+// hold; expansion gives the entries a version 1 manifest lists; the checkpoint thread builds
+// only the trees of directories that changed; and a version 1 checkpoint of the same tree
+// still restores, verifies and diffs as identical (readers of both versions).
+import { createPrivateKey, generateKeyPairSync, sign } from 'node:crypto';
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { checkTree, expandSync, treeBytes, treeEntryJcs, treeId, type TreeObject } from '../../../../core/checkpoint/tree.js';
+import { checkManifest, manifestBytes, scanDigest, type Manifest } from '../../../../core/checkpoint/manifest.js';
+import { jcs, keyIdOf } from '../../../../core/receipts/signature.js';
+import { LocalStore } from '../../../../core/checkpoint/local-store.js';
+import { restoreCheckpoint } from '../../../../core/checkpoint/restore.js';
+import { verifyCheckpoint } from '../../../../core/checkpoint/verify.js';
+import { diffCheckpointIds } from '../../../../core/checkpoint/diff.js';
+import { runCheckpoint, runReadBack, type CheckpointRequest } from '../../../../supervisor/checkpoint/capture-worker.js';
+import { racyMarginNs } from '../../../../core/fs/granule.js';
+import { until } from '../../../helpers/daemon.js';
+import { storedManifest } from '../../../helpers/manifest.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'sbx-tree-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const FILE = {
+  type: 'file' as const,
+  mode: 0o644,
+  uid: 0,
+  gid: 0,
+  size: 0,
+  mtime_ns: '1',
+  sha256: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855',
+};
+const DIR = { type: 'dir' as const, mode: 0o755, uid: 0, gid: 0, size: 0, mtime_ns: '1' };
+
+/** A tree object's bytes, from entries given as objects (each canonicalised as the writer does). */
+const tree = (entries: Record<string, unknown>[]) => Buffer.from(jcs({ entries, kind: 'checkpoint_tree', version: 2 }));
+
+describe('tree objects', () => {
+  it('are the JCS of their entries by name, a name that is not UTF-8 as name_b64', () => {
+    const names = [Buffer.from('a'), Buffer.from([0x66, 0xff]), Buffer.from('quote"\\')];
+    const bytes = treeBytes(names.map((n) => treeEntryJcs(FILE, n)));
+    const parsed = JSON.parse(bytes.toString()) as TreeObject;
+    expect(Buffer.from(jcs(parsed)).equals(bytes)).toBe(true);
+    expect(parsed.entries.map((e) => e.name ?? `b64:${e.name_b64}`)).toEqual(['a', 'b64:Zv8=', 'quote"\\']);
+    expect(checkTree(bytes, treeId(bytes)).problems).toEqual([]);
+  });
+
+  it('that do not hold are refused, each naming what', () => {
+    const problem = (entries: Record<string, unknown>[]) => {
+      const bytes = tree(entries);
+      return checkTree(bytes, treeId(bytes)).problems.join('; ');
+    };
+    expect(
+      problem([
+        { ...FILE, name: 'b' },
+        { ...FILE, name: 'a' },
+      ]),
+    ).toContain('entry "a" out of order or listed twice');
+    expect(
+      problem([
+        { ...FILE, name: 'a' },
+        { ...FILE, name: 'a' },
+      ]),
+    ).toContain('out of order or listed twice');
+    expect(problem([{ ...DIR, name: 'd' }])).toContain('directory "d" names no tree');
+    expect(problem([{ ...DIR, name: 'm', mount: true, tree: 'a'.repeat(64) }])).toContain('mount point "m" names a tree');
+    expect(problem([{ ...FILE, name: 'f', tree: 'a'.repeat(64) }])).toContain('file "f" names a tree');
+    expect(problem([{ ...FILE, name: 'x/y' }])).toContain('entry "x/y" is not one plain name');
+    expect(problem([{ ...FILE, name: '..' }])).toContain('is not one plain name');
+    expect(problem([{ ...FILE, name: 'p', path: 'elsewhere' }])).toContain('entry "p" has a path');
+    expect(problem([{ ...FILE }])).toContain('an entry with no name');
+    expect(problem([{ ...FILE, name: 'f', mode: 0o10000 }])).toContain('entry "f": mode');
+    // Bytes that are not their id's, and bytes that are not canonical.
+    const good = tree([{ ...FILE, name: 'a' }]);
+    expect(checkTree(good, 'b'.repeat(64)).problems[0]).toContain(`reads back as ${treeId(good)}`);
+    const pretty = Buffer.from(JSON.stringify(JSON.parse(good.toString()), null, 1));
+    expect(checkTree(pretty, treeId(pretty)).problems).toEqual([`tree ${treeId(pretty)} is not in canonical form (RFC 8785)`]);
+  });
+
+  it('expand into the entries a version 1 manifest lists: paths, depth first, a shared subtree read once', () => {
+    const sub = tree([{ ...FILE, name: 'f' }]);
+    const subId = treeId(sub);
+    const root = tree([
+      { ...DIR, name: 'a', tree: subId },
+      { ...DIR, name: 'b', tree: subId },
+      { ...DIR, name: 'm', mount: true },
+      { ...FILE, name_b64: Buffer.from([0xff]).toString('base64') },
+    ]);
+    const objects = new Map([
+      [subId, sub],
+      [treeId(root), root],
+    ]);
+    const reads: string[] = [];
+    const out = expandSync(treeId(root), (id) => (reads.push(id), objects.get(id) ?? null));
+    expect(out.problems).toEqual([]);
+    expect(reads).toEqual([treeId(root), subId]);
+    expect(out.entries.map((e) => e.path ?? `b64:${e.path_b64}`)).toEqual(['a', 'a/f', 'b', 'b/f', 'm', `b64:${Buffer.from([0xff]).toString('base64')}`]);
+    expect(out.entries[0]).toEqual({ ...DIR, path: 'a' });
+    expect(out.trees).toEqual(
+      new Map([
+        [treeId(root), root.length],
+        [subId, sub.length],
+      ]),
+    );
+    // A subtree missing from the store: named, with the directory, and no entries.
+    const missing = expandSync(treeId(root), (id) => (id === subId ? null : (objects.get(id) ?? null)));
+    expect(missing.entries).toEqual([]);
+    expect(missing.problems).toEqual([`tree ${subId} (directory "a") is missing from the store`]);
+  });
+});
+
+describe('the trees the checkpoint thread builds', () => {
+  const ws = join(dir, 'ws');
+  const storeDir = join(dir, 'store');
+  const { privateKey, publicKey } = generateKeyPairSync('ed25519');
+  const publicKeyPem = publicKey.export({ type: 'spki', format: 'pem' }) as string;
+  const privateKeyPem = privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
+  const request = (storeFd: number): CheckpointRequest => ({
+    kind: 'checkpoint',
+    root: ws,
+    storeDir,
+    storeFd,
+    reserveBytes: 0,
+    startHrNs: process.hrtime.bigint(),
+    maxPasses: 4,
+    header: {
+      workspace: ws,
+      task: null,
+      started_at: new Date().toISOString(),
+      boundary: { epoch: null, seq: null, gap: 'not_watched' },
+      supervisor: { instance: 'i', generation: 1, boot_id: 'b', mode: 'test' },
+    },
+    signingKeyPem: privateKeyPem,
+    keyId: keyIdOf(publicKey),
+    forRemote: false,
+  });
+  /** Past every entry's racy margin (granule.ts), so the stat cache keeps what it read. */
+  const settle = async () => {
+    const ready = BigInt(Date.now()) * 1_000_000n;
+    await until(() => BigInt(Date.now()) * 1_000_000n > ready + racyMarginNs(ready + 1n), 'the racy margin past');
+  };
+
+  it('builds only the trees of directories that changed; the read-back looks only at them (changed), or at every object (stat)', async () => {
+    mkdirSync(join(ws, 'a', 'deep'), { recursive: true });
+    mkdirSync(join(ws, 'b'));
+    mkdirSync(storeDir);
+    for (const p of ['a/one', 'a/deep/two', 'b/three', 'top']) writeFileSync(join(ws, p), `content of ${p}`);
+    symlinkSync('a/one', join(ws, 'link'));
+    await settle();
+    const storeFd = openSync(storeDir, 'r');
+    try {
+      const take = (rehash: 'changed' | 'stat' = 'changed') => {
+        const c = runCheckpoint(request(storeFd));
+        const rb = runReadBack({ kind: 'readback', storeDir, storeFd, id: c.id, publicKeyPem, rehash });
+        expect(rb.problems).toEqual([]);
+        expect(rb.manifestProblems).toEqual([]);
+        return { c, rb, m: storedManifest(storeDir, c.id, publicKeyPem) };
+      };
+      const first = take();
+      expect(first.c.trees).toMatchObject({ referenced: 4, written: 4, built: 4 }); // the root, a, a/deep, b
+      expect(first.m.entries.map((e) => e.path)).toEqual(['a', 'a/deep', 'a/deep/two', 'a/one', 'b', 'b/three', 'link', 'top']);
+      expect(first.rb).toMatchObject({ objects: 4, rehashedObjects: 4, trustedObjects: 0, trees: { objects: 4, rehashedObjects: 4, trustedObjects: 0 } });
+      await settle();
+      const same = take();
+      expect(same.c.trees).toMatchObject({ referenced: 4, written: 0, built: 0 });
+      expect(same.m.tree).toBe(first.m.tree);
+      expect(same.rb).toMatchObject({ objects: 4, rehashedObjects: 0, trustedObjects: 4, trees: { objects: 4, trustedObjects: 4 } });
+      // One file in a/deep changed (its size kept, its mtime put back): a/deep, a and the root
+      // are built again; b's tree is kept, and only its object is not looked at.
+      writeFileSync(join(ws, 'a/deep/two'), 'CONTENT of a/deep/two');
+      utimesSync(join(ws, 'a/deep/two'), new Date(1_000), new Date(1_000));
+      const changed = take();
+      expect(changed.c.trees).toMatchObject({ referenced: 4, written: 3, built: 3 });
+      expect(changed.m.tree).not.toBe(first.m.tree);
+      expect(changed.rb).toMatchObject({ objects: 4, rehashedObjects: 1, trustedObjects: 1, trees: { objects: 4, rehashedObjects: 3, trustedObjects: 1 } });
+      // 'stat': every object looked at (confirmed by its stat, none re-hashed).
+      await settle();
+      const statted = take('stat');
+      expect(statted.rb).toMatchObject({ objects: 4, rehashedObjects: 0, trustedObjects: 0, trees: { objects: 4, rehashedObjects: 0, trustedObjects: 0 } });
+    } finally {
+      closeSync(storeFd);
+    }
+  });
+
+  it('a version 1 checkpoint of the same tree restores, verifies and diffs as identical to the version 2 one', async () => {
+    const store = new LocalStore(storeDir, false);
+    try {
+      const v2Id = (await store.listManifests()).find((id) => storedManifest(storeDir, id).version === 2)!;
+      const v2 = storedManifest(storeDir, v2Id) as Manifest;
+      // The version 1 manifest a writer before trees made: the same entries, listed, signed.
+      const { tree: _root, signature: _s, ...head } = v2;
+      const unsigned: Manifest = { ...head, version: 1, scan: { ...v2.scan, digest: scanDigest(v2.entries) }, entries: v2.entries };
+      const v1: Manifest = {
+        ...unsigned,
+        signature: {
+          alg: 'ed25519',
+          key_id: keyIdOf(publicKey),
+          value: sign(null, Buffer.from(jcs(unsigned)), createPrivateKey(privateKeyPem)).toString('base64'),
+        },
+      };
+      const { bytes, id: v1Id } = manifestBytes(v1);
+      expect(checkManifest(bytes, { expectId: v1Id, publicKeyPem }).problems).toEqual([]);
+      writeFileSync(join(storeDir, 'manifests', `${v1Id}.json`), bytes);
+      const signed = (unsignedRecord: object) => ({
+        ...unsignedRecord,
+        signature: {
+          alg: 'ed25519',
+          key_id: keyIdOf(publicKey),
+          value: sign(null, Buffer.from(jcs(unsignedRecord)), createPrivateKey(privateKeyPem)).toString('base64'),
+        },
+      });
+      // Published records for both (the thread's read-back above wrote none: publish.ts does).
+      const record = (id: string) => ({
+        version: 1,
+        kind: 'checkpoint_published',
+        checkpoint_id: id,
+        workspace: ws,
+        task: null,
+        boundary: v2.boundary,
+        read_back: { at: new Date().toISOString(), objects: 4, bytes: v2.scan.bytes, ms: 1 },
+        supervisor: v2.supervisor,
+      });
+      for (const id of [v1Id, v2Id]) writeFileSync(join(storeDir, 'published', `${id}.json`), jcs(signed(record(id))));
+      // Restored: the same tree either way.
+      for (const id of [v1Id, v2Id]) {
+        const r = await restoreCheckpoint(store, id, join(dir, `restored-${id.slice(0, 8)}`), { sameOwner: true, publicKeyPem });
+        expect(r.differences).toEqual([]);
+        expect(r.entries).toBe(v2.entries.length);
+      }
+      // Verified: its signature, its record, every object re-hashed.
+      const verdict = await verifyCheckpoint(bytes, publicKeyPem, store, v1Id);
+      expect(verdict.problems).toEqual([]);
+      expect(verdict.objects).toBe(4);
+      const v2Verdict = await verifyCheckpoint(readFileSync(join(storeDir, 'manifests', `${v2Id}.json`)), publicKeyPem, store, v2Id);
+      expect(v2Verdict.problems).toEqual([]);
+      expect(v2Verdict.objects).toBe(4 + 4); // its files' objects and its trees
+      // Diffed: nothing differs.
+      const diff = await diffCheckpointIds(store, v1Id, v2Id, publicKeyPem);
+      expect(diff).toMatchObject({ added: [], removed: [], modified: [] });
+    } finally {
+      store.close();
+    }
+  });
+});
