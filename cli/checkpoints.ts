@@ -3,7 +3,7 @@
 // another directory, or s3://), so they work with the supervisor stopped, and cost `sbx run`
 // nothing. Owns their output and exit statuses (0 all holds, 1 restored or read but differs,
 // 125 could not).
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { basename, join, resolve as resolvePath } from 'node:path';
 import { STATE } from '../core/state/names.js';
 import { LocalStore } from '../core/checkpoint/local-store.js';
@@ -175,6 +175,8 @@ export async function listCommand(o: StoreOptions & { workspace?: string }): Pro
     boundary: unknown;
   }[] = [];
   const invalid: string[] = [];
+  // As sbx checkpoint records it: the real path (a symlink to the workspace names it too).
+  const workspaceFilter = o.workspace ? realOrResolved(o.workspace) : null;
   for (const id of ids) {
     const published = await store.readPublished(id).catch(() => null);
     if (!published) continue; // never published: claims nothing
@@ -188,7 +190,7 @@ export async function listCommand(o: StoreOptions & { workspace?: string }): Pro
     }
     const m = check.manifest;
     const record = JSON.parse(published.toString('utf8')) as PublishedRecord;
-    if (o.workspace && m.workspace !== resolvePath(o.workspace)) continue;
+    if (o.workspace && m.workspace !== workspaceFilter) continue;
     rows.push({
       checkpoint_id: id,
       created_at: m.created_at,
@@ -227,6 +229,15 @@ export async function listCommand(o: StoreOptions & { workspace?: string }): Pro
         .join('  ')
         .trimEnd() + '\n',
     );
+}
+
+/** path's real path when it exists, else path resolved (a workspace removed since keeps its name). */
+function realOrResolved(path: string): string {
+  try {
+    return realpathSync(path);
+  } catch {
+    return resolvePath(path);
+  }
 }
 
 /** sbx verify of a checkpoint manifest: a file (MANIFEST.json) or an id in the store. */

@@ -816,7 +816,8 @@ sub('verify')
         store: o.store,
         key,
         json: g.json,
-        withStore: o.stateDir !== undefined || o.store !== undefined,
+        // A state dir chosen (--state-dir, or $SBX_STATE_DIR as every other command takes it) or a store: its objects are checked too.
+        withStore: o.stateDir !== undefined || o.store !== undefined || Boolean(process.env.SBX_STATE_DIR),
       });
     }
     const keyFile = key ?? join(o.stateDir ?? defaultStateDir(), 'receipt-key.pub');

@@ -247,9 +247,10 @@ export class LocalStoreFiles {
   }
 
   /**
-   * True when something is at the object's name: the object, or what only looks like it (a
-   * damaged file, a planted link). Either way it is never replaced; the read-back re-hashes
-   * it (openObject, O_NOFOLLOW) before any manifest naming it is published.
+   * True when a regular file is at the object's name: the object, or what only looks like it
+   * (a damaged file). Never replaced; the read-back re-hashes it (openObject, O_NOFOLLOW) when
+   * it looks at it. False for anything else there (a planted link): the object is written
+   * again, its commit finds the name taken (never replaced), and the read-back looks at it.
    */
   hasObject(sha256: string): boolean {
     if (!isSha256Hex(sha256)) throw new StoreError('refused', `not a SHA-256: ${JSON.stringify(sha256)}`);
@@ -292,8 +293,15 @@ export class LocalStoreFiles {
     const listedAtNs = BigInt(Date.now()) * 1_000_000n;
     let names: Set<string>;
     try {
-      // Through the fan directory's own fd (opened O_NOFOLLOW: a link there is refused, never listed).
-      names = new Set(readdirSync(`/proc/self/fd/${this.fan(sha256, false)}`));
+      // Through the fan directory's own fd (opened O_NOFOLLOW: a link there is refused, never
+      // listed). Regular files only (d_type): what else sits at an object's name (a planted
+      // link, a directory) is no object, so the capture stores the object again and its commit,
+      // finding the name taken, has the read-back look at it (and set it aside).
+      names = new Set(
+        readdirSync(`/proc/self/fd/${this.fan(sha256, false)}`, { withFileTypes: true })
+          .filter((d) => d.isFile())
+          .map((d) => d.name),
+      );
     } catch (err) {
       if (!(err instanceof StoreError && err.code === 'missing')) throw err;
       names = new Set();

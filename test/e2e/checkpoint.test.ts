@@ -544,6 +544,18 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
       await d.sbx(['checkpoints', '--state-dir', d.stateDir, '--workspace', join(ws, 'sub'), '--json']),
     );
     expect(list).toEqual([expect.objectContaining({ checkpoint_id: ck.checkpoint_id, workspace: join(ws, 'sub'), entries: 1 })]);
+    // Named through a symlink: the same workspace (its real path is what the manifest records).
+    symlinkSync(join(ws, 'sub'), join(d.dir, 'sub-link'));
+    const viaLink = json<{ checkpoint_id: string }[]>(
+      await d.sbx(['checkpoints', '--state-dir', d.stateDir, '--workspace', join(d.dir, 'sub-link'), '--json']),
+    );
+    expect(viaLink.map((c) => c.checkpoint_id)).toEqual([ck.checkpoint_id]);
+    rmSync(join(d.dir, 'sub-link'));
+    // sbx verify of the manifest's file takes $SBX_STATE_DIR's store as every command does: the objects are re-hashed too.
+    const byEnv = await d.sbx(['verify', manifestFile(d, ck.checkpoint_id)], { env: { ...process.env, SBX_STATE_DIR: d.stateDir } });
+    expect(byEnv.stdout.toString()).toMatch(
+      new RegExp(`^OK: checkpoint ${ck.checkpoint_id} signed by \\S+; published; 2 objects \\(\\d+ bytes\\) re-hashed from ${storeDir(d)}\\n$`),
+    );
     const human = await d.sbx(['checkpoints', '--state-dir', d.stateDir]);
     expect(human.status).toBe(0);
     expect(human.stdout.toString()).toContain(ck.checkpoint_id.slice(0, 16));

@@ -387,7 +387,7 @@ describe('progress on a terminal only', () => {
     );
     const verified = sbxOnTerminal(d.socketPath, ['verify', id, '--state-dir', d.stateDir], 200);
     expect(verified.status).toBe(0);
-    expect(verified.output).toContain(`sbx: verify ${id.slice(0, 16)}: 3/3 objects`);
+    expect(verified.output).toContain(`sbx: verify ${id.slice(0, 16)}: 4/4 objects`); // the three files' and the root tree
     const verifiedQuiet = await d.sbx(['verify', id, '--state-dir', d.stateDir]);
     expect([verifiedQuiet.status, verifiedQuiet.stderr.toString()]).toEqual([0, '']);
   });

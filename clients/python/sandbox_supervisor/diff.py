@@ -224,9 +224,9 @@ def diff_local(a: Optional[str] = None, b: Optional[str] = None, *, task: Option
     if store is None:
         store = os.path.join(state_dir, "checkpoints")
     st = LocalStore(store)
-    key_file = key_path or (os.path.join(state_dir, "receipt-key.pub") if state_dir else None)
-    if key_file is None or not os.path.exists(key_file):
-        raise SupervisorError("INVALID_ARGUMENT", f"no public key to check the manifests' signatures ({key_file or 'no state dir'} is absent): give key_path")
+    key_file = key_path or os.path.join(state_dir or default_state_dir(), "receipt-key.pub")
+    if not os.path.exists(key_file):
+        raise SupervisorError("INVALID_ARGUMENT", f"no public key to check the manifests' signatures ({key_file} is absent): give key_path")
     with open(key_file) as f:
         pem = f.read()
     if task is None:

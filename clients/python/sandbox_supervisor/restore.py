@@ -15,6 +15,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 from .errors import SupervisorError
+from .paths import default_state_dir
 from .state_verify import LocalStore, _check_published, check_manifest
 
 _SETID = 0o6000
@@ -163,22 +164,21 @@ def _set_times(ns: str, fd: Optional[int] = None, name: Optional[bytes] = None, 
 
 def restore_local(checkpoint_id: str, directory: str, *, state_dir: Optional[str] = None, store: Optional[str] = None, key_path: Optional[str] = None, same_owner: Optional[bool] = None) -> Dict[str, Any]:
     """Restores checkpoint_id (64 hex digits or a unique prefix of 8+) from the local store
-    (``store``, default ``<state_dir>/checkpoints``) into directory (empty or new), checking the
-    manifest's signature under ``key_path`` (default ``<state_dir>/receipt-key.pub``), then
+    (``store``, default ``<state_dir>/checkpoints``; ``state_dir`` default ``$SBX_STATE_DIR``,
+    else the default path, as sbx) into directory (empty or new), checking the manifest's
+    signature under ``key_path`` (default ``<state_dir>/receipt-key.pub``), then
     rescans and compares. Returns what ``sbx restore --json`` prints (checkpoint_id, target,
     entries, files, bytes, owners, setid_dropped, consistent, unstable, not_captured,
     mounts_skipped, identical, differences, ms). Raises RestoreError (a SupervisorError) when it
     cannot restore; SupervisorError INVALID_ARGUMENT for an s3:// store, naming the fallback."""
     t0 = time.monotonic()
     if store is None:
-        if state_dir is None:
-            raise SupervisorError("INVALID_ARGUMENT", "restore: give state_dir or store")
-        store = os.path.join(state_dir, "checkpoints")
+        store = os.path.join(state_dir or default_state_dir(), "checkpoints")
     st = LocalStore(store)
     cid = resolve_id(st, checkpoint_id)
-    key_file = key_path or (os.path.join(state_dir, "receipt-key.pub") if state_dir else None)
-    if key_file is None or not os.path.exists(key_file):
-        raise SupervisorError("INVALID_ARGUMENT", f"no public key to check the manifest's signature ({key_file or 'no state dir'} is absent): give key_path")
+    key_file = key_path or os.path.join(state_dir or default_state_dir(), "receipt-key.pub")
+    if not os.path.exists(key_file):
+        raise SupervisorError("INVALID_ARGUMENT", f"no public key to check the manifest's signature ({key_file} is absent): give key_path")
     with open(key_file) as f:
         pem = f.read()
     m = load_checkpoint(st, cid, pem)

@@ -18,6 +18,7 @@ import pytest
 from daemon import ROOT
 from sandbox_supervisor import canonicalize
 from sandbox_supervisor.diff import diff_local
+from sandbox_supervisor.errors import SupervisorError
 from sandbox_supervisor.restore import RestoreError, load_checkpoint, restore_local
 from sandbox_supervisor.state_verify import LocalStore, check_manifest, manifest_objects, verify_checkpoint
 from sandbox_supervisor.tree import check_tree, expand_tree, tree_bytes, tree_entry, tree_id
@@ -443,3 +444,22 @@ def test_expansion_and_checks_equal_typescripts(tmp_path):
         got_manifests.append({"entries": m["entries"] if m is not None else None, "problems": problems})
     assert got_manifests == ts["manifests"]
     assert [m["problems"] for m in got_manifests] == [[], ["the manifest says 3 entries and its trees hold 12"], [f'tree {sha(gone_z)} (directory "z\u00fe") is missing from the store']]
+
+
+def test_store_alone_takes_the_key_from_sbx_state_dir(store: Store, tmp_path, monkeypatch):
+    """store= without key_path: the key is <$SBX_STATE_DIR>/receipt-key.pub, as sbx takes it;
+    absent, the error names the file it looked for."""
+    cid, _ = store.manifest(root=ids(store)["root"])
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("SBX_STATE_DIR", str(state))
+    with pytest.raises(SupervisorError) as no_key:
+        restore_local(cid, str(tmp_path / "t1"), store=store.dir)
+    assert f"({state}/receipt-key.pub is absent): give key_path" in str(no_key.value)
+    with pytest.raises(SupervisorError) as no_key_diff:
+        diff_local(cid, cid, store=store.dir)
+    assert f"({state}/receipt-key.pub is absent): give key_path" in str(no_key_diff.value)
+    with open(store.key_path) as src, open(state / "receipt-key.pub", "w") as dst:
+        dst.write(src.read())
+    assert restore_local(cid, str(tmp_path / "t2"), store=store.dir)["identical"] is True
+    assert diff_local(cid, cid, store=store.dir)["identical"] is True
