@@ -9,9 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runCheckpoint, runReadBack, type CheckpointRequest } from '../../../../supervisor/checkpoint/capture-worker.js';
-import { keyIdOf } from '../../../../core/receipts/signature.js';
 import { checkManifest, entryPathBytes, manifestObjects } from '../../../../core/checkpoint/manifest.js';
-import { storedManifest } from '../../../helpers/manifest.js';
+import { storedManifest, threadRequest } from '../../../helpers/manifest.js';
 import { racyMarginNs } from '../../../../core/fs/granule.js';
 import { until } from '../../../helpers/daemon.js';
 
@@ -32,25 +31,7 @@ describe('the manifest the checkpoint thread builds', () => {
     const publicKeyPem = publicKey.export({ type: 'spki', format: 'pem' }) as string;
     const storeFd = openSync(store, 'r');
     try {
-      const request = (): CheckpointRequest => ({
-        kind: 'checkpoint',
-        root: ws,
-        storeDir: store,
-        storeFd,
-        reserveBytes: 0,
-        startHrNs: process.hrtime.bigint(),
-        maxPasses: 4,
-        header: {
-          workspace: ws,
-          task: 't',
-          started_at: new Date().toISOString(),
-          boundary: { epoch: null, seq: null, gap: 'not_watched' },
-          supervisor: { instance: 'i', generation: 1, boot_id: 'b', mode: 'test' },
-        },
-        signingKeyPem: privateKey.export({ type: 'pkcs8', format: 'pem' }) as string,
-        keyId: keyIdOf(publicKey),
-        forRemote: true,
-      });
+      const request = (): CheckpointRequest => threadRequest({ root: ws, storeDir: store, storeFd, privateKey, publicKey, task: 't' });
       const check = (id: string, manifestBytes: Uint8Array | undefined) => {
         const bytes = readFileSync(join(store, 'manifests', `${id}.json`));
         expect(Buffer.compare(bytes, Buffer.from(manifestBytes!))).toBe(0);

@@ -12,19 +12,13 @@ import {
   nameFields,
   type ManifestEntry,
 } from '../../../../core/checkpoint/manifest.js';
-import { manifestOf } from '../../../helpers/manifest.js';
+import { EMPTY_FILE_FIELDS, manifestOf } from '../../../helpers/manifest.js';
 
 const b = (s: string) => Buffer.from(s, 'latin1');
 
 const file = (path: string, extra: Partial<ManifestEntry> = {}): ManifestEntry => ({
   path,
-  type: 'file',
-  mode: 0o644,
-  uid: 0,
-  gid: 0,
-  size: 0,
-  mtime_ns: '1',
-  sha256: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855',
+  ...EMPTY_FILE_FIELDS,
   ...extra,
 });
 

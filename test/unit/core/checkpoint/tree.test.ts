@@ -18,20 +18,12 @@ import { diffCheckpointIds } from '../../../../core/checkpoint/diff.js';
 import { runCheckpoint, runReadBack, type CheckpointRequest } from '../../../../supervisor/checkpoint/capture-worker.js';
 import { racyMarginNs } from '../../../../core/fs/granule.js';
 import { until } from '../../../helpers/daemon.js';
-import { storedManifest } from '../../../helpers/manifest.js';
+import { EMPTY_FILE_FIELDS, storedManifest, threadRequest } from '../../../helpers/manifest.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-tree-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const FILE = {
-  type: 'file' as const,
-  mode: 0o644,
-  uid: 0,
-  gid: 0,
-  size: 0,
-  mtime_ns: '1',
-  sha256: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855',
-};
+const FILE = EMPTY_FILE_FIELDS;
 const DIR = { type: 'dir' as const, mode: 0o755, uid: 0, gid: 0, size: 0, mtime_ns: '1' };
 
 /** A tree object's bytes, from entries given as objects (each canonicalised as the writer does). */
@@ -117,25 +109,7 @@ describe('the trees the checkpoint thread builds', () => {
   const { privateKey, publicKey } = generateKeyPairSync('ed25519');
   const publicKeyPem = publicKey.export({ type: 'spki', format: 'pem' }) as string;
   const privateKeyPem = privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
-  const request = (storeFd: number): CheckpointRequest => ({
-    kind: 'checkpoint',
-    root: ws,
-    storeDir,
-    storeFd,
-    reserveBytes: 0,
-    startHrNs: process.hrtime.bigint(),
-    maxPasses: 4,
-    header: {
-      workspace: ws,
-      task: null,
-      started_at: new Date().toISOString(),
-      boundary: { epoch: null, seq: null, gap: 'not_watched' },
-      supervisor: { instance: 'i', generation: 1, boot_id: 'b', mode: 'test' },
-    },
-    signingKeyPem: privateKeyPem,
-    keyId: keyIdOf(publicKey),
-    forRemote: false,
-  });
+  const request = (storeFd: number): CheckpointRequest => ({ ...threadRequest({ root: ws, storeDir, storeFd, privateKey, publicKey }), forRemote: false });
   /** Past every entry's racy margin (granule.ts), so the stat cache keeps what it read. */
   const settle = async () => {
     const ready = BigInt(Date.now()) * 1_000_000n;
