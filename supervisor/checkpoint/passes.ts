@@ -427,6 +427,11 @@ class Capture {
     return { sha256: made.sha256, size: copied, consistent: made.sha256 === first };
   }
 
+  /** The tree objects of the captured entries (trees.ts storeTrees), stored beside the files' objects; a failure named as the store's. */
+  trees(entries: readonly CapturedEntry[], last: CaptureSeed['trees']): CaptureTrees {
+    return this.storing(() => storeTrees(entries, this.store, last));
+  }
+
   /** The objects this capture wrote (files' and trees'): the read-back re-hashes each. */
   readonly written: string[] = [];
 
@@ -755,7 +760,7 @@ export function runCapture(
       cap.bound(deadlineHrNs, req.deadlineMs);
     }
     // The trees, bottom-up, committed with the files' objects (one syncfs for all).
-    const trees = storeTrees(entries, store, seed?.trees);
+    const trees = cap.trees(entries, seed?.trees);
     cap.commit();
     let files = 0;
     let bytes = 0;
