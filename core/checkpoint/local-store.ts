@@ -31,6 +31,7 @@ import { type CheckpointStore, isSha256Hex, StoreError, type WrittenVersion } fr
 import { STORE_DIRS } from '../state/names.js';
 import { errnoCode } from '../../ipc/errno.js';
 import { racyMarginNs } from '../fs/granule.js';
+import { MAX_TREE_BYTES } from './tree.js';
 
 const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
 const OPEN_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
@@ -476,7 +477,7 @@ export class LocalStoreFiles {
     return { fd, size: st.size };
   }
 
-  /** The object's bytes (a tree object's: small), or null when it is missing; StoreError refused for a link or non-file. */
+  /** A tree object's bytes, or null when it is missing; StoreError refused for a link or non-file, io past MAX_TREE_BYTES (not read). */
   readObjectBytes(sha256: string): Buffer | null {
     let opened: { fd: number; size: number };
     try {
@@ -486,6 +487,8 @@ export class LocalStoreFiles {
       throw err;
     }
     try {
+      if (opened.size > MAX_TREE_BYTES)
+        throw new StoreError('io', `object ${sha256} in ${this.dir} is ${opened.size} bytes, over the ${MAX_TREE_BYTES} of a tree`);
       return readFileSync(opened.fd);
     } finally {
       closeSync(opened.fd);

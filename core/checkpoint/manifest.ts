@@ -333,38 +333,63 @@ export type ReadTree = (id: string) => Buffer | null;
  * other encoding is ever stored), their SHA-256 `expectId` (when given), the scan digest and
  * counts must match its entries, entries in order, no path twice; and with a public key, the
  * signature. A version 2 manifest's entries are read from its trees through readTree (tree.ts
- * checkTree for each); without it, or when a tree is missing or does not hold, the manifest is
- * null (its entries unknown: never taken as none). Returns the manifest (null when it cannot
- * be parsed or expanded) and what is wrong ([] = fine).
+ * checkTree for each), once its signature verifies when a key is given, and never past
+ * maxEntries (default: the manifest's own scan.entries); without a store, or when a tree is
+ * missing or does not hold, the manifest is null (its entries unknown: never taken as none).
+ * Returns the manifest (null when it cannot be parsed or expanded) and what is wrong ([] = fine).
  */
 export function checkManifest(
   bytes: Buffer,
-  options: { expectId?: string; publicKeyPem?: string; readTree?: ReadTree } = {},
+  options: { expectId?: string; publicKeyPem?: string; readTree?: ReadTree; maxEntries?: number } = {},
 ): { manifest: Manifest | null; problems: string[] } {
   const head = checkManifestHead(bytes, options);
-  if (head.manifest === null || head.manifest.version !== 2) return head;
-  if (!options.readTree)
-    return { manifest: null, problems: [...head.problems, "a version 2 manifest's entries are in the store's tree objects: no store was given"] };
-  return withTrees(head, expandSync(head.manifest.tree!, options.readTree));
+  const refused = beforeTrees(head, options.readTree !== undefined, options.publicKeyPem !== undefined);
+  if (refused) return refused;
+  return withTrees(head, expandSync(head.manifest!.tree!, options.readTree!, entriesBound(head.manifest!, options.maxEntries)));
 }
 
 /** checkManifest reading the trees through an async read (a remote store). */
 export async function checkManifestAsync(
   bytes: Buffer,
-  options: { expectId?: string; publicKeyPem?: string; readTree?: (id: string) => Promise<Buffer | null> } = {},
+  options: { expectId?: string; publicKeyPem?: string; readTree?: (id: string) => Promise<Buffer | null>; maxEntries?: number } = {},
 ): Promise<{ manifest: Manifest | null; problems: string[] }> {
   const head = checkManifestHead(bytes, options);
-  if (head.manifest === null || head.manifest.version !== 2) return head;
-  if (!options.readTree)
-    return { manifest: null, problems: [...head.problems, "a version 2 manifest's entries are in the store's tree objects: no store was given"] };
-  return withTrees(head, await expandAsync(head.manifest.tree!, options.readTree));
+  const refused = beforeTrees(head, options.readTree !== undefined, options.publicKeyPem !== undefined);
+  if (refused) return refused;
+  return withTrees(head, await expandAsync(head.manifest!.tree!, options.readTree!, entriesBound(head.manifest!, options.maxEntries)));
+}
+
+/**
+ * Whether a manifest's trees are read: version 1 has none (its head check is all); a version 2
+ * one needs a store, and with a key its signature must verify first (an unsigned manifest's
+ * trees could be anything: a chain of shared subtrees expands past any memory). The answer
+ * when they are not read, else null.
+ */
+function beforeTrees(head: Head, haveStore: boolean, keyGiven: boolean): { manifest: Manifest | null; problems: string[] } | null {
+  if (head.manifest === null || head.manifest.version !== 2) return { manifest: head.manifest, problems: head.problems };
+  if (!haveStore) return { manifest: null, problems: [...head.problems, "a version 2 manifest's entries are in the store's tree objects: no store was given"] };
+  if (keyGiven && !head.signed) return { manifest: null, problems: [...head.problems, 'its trees were not read: its signature does not verify'] };
+  return null;
+}
+
+/** How many entries a manifest's trees may expand to: maxEntries when given, else what it says (scan.entries; the expansion stops past it). */
+function entriesBound(m: Manifest, maxEntries?: number): number {
+  if (maxEntries !== undefined) return maxEntries;
+  return Number.isSafeInteger(m.scan?.entries) && m.scan.entries >= 0 ? m.scan.entries : 0;
+}
+
+/** checkManifestHead's answer: the manifest (null when it cannot be parsed), what is wrong, and whether a key was given and its signature verified. */
+export interface Head {
+  manifest: Manifest | null;
+  problems: string[];
+  signed?: boolean;
 }
 
 /** The tree objects each expanded manifest named (id and size): with its file objects, what it keeps in the store (manifestObjects). */
 const treesOf = new WeakMap<Manifest, Map<string, number>>();
 
 /** A version 2 manifest given its expanded entries, checked as version 1's are (order, paths, fields, counts). */
-function withTrees(head: { manifest: Manifest | null; problems: string[] }, expanded: Expanded): { manifest: Manifest | null; problems: string[] } {
+function withTrees(head: Head, expanded: Expanded): { manifest: Manifest | null; problems: string[] } {
   if (expanded.problems.length) return { manifest: null, problems: [...head.problems, ...expanded.problems] };
   const manifest = head.manifest!;
   manifest.entries = expanded.entries;
@@ -381,7 +406,7 @@ function withTrees(head: { manifest: Manifest | null; problems: string[] }, expa
  * version 2 manifest comes back with `entries` empty: they were not read (sbx verify FILE
  * with no store: the signature only).
  */
-export function checkManifestHead(bytes: Buffer, options: { expectId?: string; publicKeyPem?: string }): { manifest: Manifest | null; problems: string[] } {
+export function checkManifestHead(bytes: Buffer, options: { expectId?: string; publicKeyPem?: string }): Head {
   const problems: string[] = [];
   let manifest: Manifest;
   try {
@@ -407,13 +432,15 @@ export function checkManifestHead(bytes: Buffer, options: { expectId?: string; p
     }
     if (manifest.scan?.digest !== `sha256:${manifest.tree}`)
       problems.push(`the scan digest is ${manifest.scan?.digest}, the root tree is sha256:${manifest.tree}`);
+    let signed = false;
     if (options.publicKeyPem !== undefined) {
       const { signature, ...unsigned } = manifest;
-      for (const p of verifySignatureOver(signature, () => Buffer.from(jcs(unsigned)), options.publicKeyPem))
-        problems.push(p.replace('the receipt', 'the manifest'));
+      const sigProblems = verifySignatureOver(signature, () => Buffer.from(jcs(unsigned)), options.publicKeyPem);
+      for (const p of sigProblems) problems.push(p.replace('the receipt', 'the manifest'));
+      signed = sigProblems.length === 0;
     }
     manifest.entries = [];
-    return { manifest, problems };
+    return { manifest, problems, signed };
   }
   if (!Array.isArray(manifest.entries)) return { manifest: null, problems: ['not a checkpoint manifest (kind "checkpoint" with entries)'] };
   if (manifest.version !== 1) problems.push(`manifest version ${JSON.stringify(manifest.version)}: this sbx reads versions 1 and 2`);
@@ -434,12 +461,15 @@ export function checkManifestHead(bytes: Buffer, options: { expectId?: string; p
   if (manifest.scan?.entries !== manifest.entries.length)
     problems.push(`the manifest says ${manifest.scan?.entries} entries and lists ${manifest.entries.length}`);
   problems.push(...entriesProblems(manifest.entries));
+  let signed = false;
   if (options.publicKeyPem !== undefined) {
     const { signature, ...unsigned } = manifest;
     const covered = () => Buffer.from(manifestJcs(unsigned, entriesJcs));
-    for (const p of verifySignatureOver(signature, covered, options.publicKeyPem)) problems.push(p.replace('the receipt', 'the manifest'));
+    const sigProblems = verifySignatureOver(signature, covered, options.publicKeyPem);
+    for (const p of sigProblems) problems.push(p.replace('the receipt', 'the manifest'));
+    signed = sigProblems.length === 0;
   }
-  return { manifest, problems };
+  return { manifest, problems, signed };
 }
 
 /** What is wrong with a manifest's entries: plain relative paths, in order, none twice, none under a mount point, each one's fields. */

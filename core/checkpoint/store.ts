@@ -2,6 +2,7 @@
 // S3), its one error class, and how `checkpoint.store` names one. Owns the contract only; the
 // files are local-store.ts and s3-store.ts (loaded only for an s3:// URL: the AWS SDK costs
 // nothing otherwise). Objects reach the local store first; a remote one is given each from it.
+import { MAX_TREE_BYTES } from './tree.js';
 import { createHash } from 'node:crypto';
 
 /** Why a store call failed: `missing` (no such object/manifest), `conflict` (a precondition failed: a wrong ETag), `refused` (a planted link, not a regular file), `io` (anything else: the message says). */
@@ -84,9 +85,6 @@ export async function rehashObject(store: CheckpointStore, sha256: string): Prom
   }
   return { sha256: hash.digest('hex'), bytes };
 }
-
-/** The largest tree object read (a directory of about a million entries): past it a store's object is not taken for a tree. */
-const MAX_TREE_BYTES = 256 << 20;
 
 /** A tree object's bytes from store (manifest.ts checkManifestAsync's readTree): null when missing; StoreError refused/io, or io past MAX_TREE_BYTES. */
 export function treeReader(store: CheckpointStore): (sha256: string) => Promise<Buffer | null> {

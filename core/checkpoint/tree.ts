@@ -22,6 +22,9 @@ export interface TreeObject {
   version: 2;
 }
 
+/** The largest tree object a reader takes (about a million entries in one directory): the writer never stores a bigger one (trees.ts), a reader refuses one. */
+export const MAX_TREE_BYTES = 256 << 20;
+
 const HEAD = Buffer.from('{"entries":[');
 const TAIL = Buffer.from('],"kind":"checkpoint_tree","version":2}');
 
@@ -60,6 +63,7 @@ function nameBytes(e: TreeEntry): Buffer | null {
  */
 export function checkTree(bytes: Buffer, id: string): { entries: TreeEntry[]; names: Buffer[]; problems: string[] } {
   const none = { entries: [], names: [] };
+  if (bytes.length > MAX_TREE_BYTES) return { ...none, problems: [`object ${id} is ${bytes.length} bytes, over the ${MAX_TREE_BYTES} of a tree`] };
   const got = treeId(bytes);
   if (got !== id) return { ...none, problems: [`tree ${id} reads back as ${got} (${bytes.length} bytes): its bytes changed in the store`] };
   let t: TreeObject;
@@ -114,9 +118,10 @@ export interface Expanded {
  * (the v1 manifest's order, manifest.ts comparePaths). A generator: it yields each tree id it
  * needs and is sent that object's bytes (null: missing), so one walk serves a local store read
  * in place and a remote one awaited (expandSync, expandAsync). Stops at the first tree that is
- * missing or does not hold (entries then []).
+ * missing or does not hold, or past maxEntries (a manifest says how many: a planted chain of
+ * shared subtrees would expand past any memory); entries then [].
  */
-export function* expandTree(rootId: string): Generator<string, Expanded, Buffer | null> {
+export function* expandTree(rootId: string, maxEntries = Infinity): Generator<string, Expanded, Buffer | null> {
   const trees = new Map<string, number>();
   const decoded = new Map<string, { entries: TreeEntry[]; names: Buffer[] }>();
   const entries: ManifestEntry[] = [];
@@ -142,6 +147,7 @@ export function* expandTree(rootId: string): Generator<string, Expanded, Buffer 
       stack.pop();
       continue;
     }
+    if (entries.length >= maxEntries) return fail(`the trees hold more than the ${maxEntries} entries the manifest says: not read further`);
     const i = top.i++;
     const { name: _n, name_b64: _b, tree, ...fields } = top.t.entries[i];
     const name = top.t.names[i];
@@ -157,16 +163,16 @@ export function* expandTree(rootId: string): Generator<string, Expanded, Buffer 
 }
 
 /** expandTree read through read (a local store, in place). */
-export function expandSync(rootId: string, read: (id: string) => Buffer | null): Expanded {
-  const walk = expandTree(rootId);
+export function expandSync(rootId: string, read: (id: string) => Buffer | null, maxEntries?: number): Expanded {
+  const walk = expandTree(rootId, maxEntries);
   let step = walk.next(null);
   while (!step.done) step = walk.next(read(step.value));
   return step.value;
 }
 
 /** expandTree read through an async read (a remote store). */
-export async function expandAsync(rootId: string, read: (id: string) => Promise<Buffer | null>): Promise<Expanded> {
-  const walk = expandTree(rootId);
+export async function expandAsync(rootId: string, read: (id: string) => Promise<Buffer | null>, maxEntries?: number): Promise<Expanded> {
+  const walk = expandTree(rootId, maxEntries);
   let step = walk.next(null);
   while (!step.done) step = walk.next(await read(step.value));
   return step.value;

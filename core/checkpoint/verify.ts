@@ -56,13 +56,17 @@ export async function verifyCheckpoint(
   expectId?: string,
   onProgress?: (p: { objects: number; totalObjects: number; bytes: number; totalBytes: number }) => void,
 ): Promise<CheckpointVerdict> {
-  // A version 2 manifest's entries are in the store's trees: without a store, its own bytes and signature only.
-  const { manifest, problems } = store
-    ? await checkManifestAsync(bytes, { publicKeyPem, readTree: treeReader(store) }).catch((err: Error) => ({
-        manifest: null,
-        problems: [`its trees cannot be read from ${store.location}: ${err.message}`],
-      }))
-    : checkManifestHead(bytes, { publicKeyPem });
+  // Its own bytes and signature first: a version 2 manifest's trees are read from the store only
+  // once it verifies (an unsigned one's trees could be anything), and without a store not at all.
+  const head = checkManifestHead(bytes, { publicKeyPem });
+  let { manifest, problems } = head;
+  const readTree = store ? treeReader(store) : null;
+  if (manifest?.version === 2 && readTree && head.signed) {
+    ({ manifest, problems } = await checkManifestAsync(bytes, { publicKeyPem, readTree }).catch((err: Error) => ({
+      manifest: null,
+      problems: [`its trees cannot be read from ${store!.location}: ${err.message}`],
+    })));
+  }
   let id = createHash('sha256').update(bytes).digest('hex');
   if (manifest) {
     // A file may hold it pretty-printed: the id is that of the canonical bytes.
@@ -71,17 +75,27 @@ export async function verifyCheckpoint(
   const verdict: CheckpointVerdict = { id, manifest, problems, objects: 0, bytes: 0 };
   if (!manifest) return verdict;
   if (expectId && id !== expectId) problems.push(`the manifest's canonical SHA-256 is ${id}, not ${expectId}: it was edited`);
-  if (!store) return verdict;
-  if (problems.some((p) => p.includes('signature'))) {
-    // Edited after signing: name what, from the stored original with the same signature.
+  if (!store || !readTree) return verdict;
+  if (!head.signed) {
+    // Edited after signing: name what, from the stored original with the same signature (that
+    // one verifies; the edited one's trees are read no further than a little past its size).
     for (const other of await store.listManifests().catch(() => [])) {
       const stored = await store.readManifest(other).catch(() => null);
       if (!stored) continue;
-      const original = (await checkManifestAsync(stored, { readTree: treeReader(store) }).catch(() => null))?.manifest;
-      if (original?.signature?.value && original.signature.value === manifest.signature?.value) {
-        problems.push(...diffEntries(original, manifest).map((d) => `${d} (the stored checkpoint ${other} says otherwise)`));
-        break;
-      }
+      const originalHead = checkManifestHead(stored, { publicKeyPem });
+      if (!originalHead.signed || originalHead.manifest?.signature?.value !== manifest.signature?.value) continue;
+      const original = (await checkManifestAsync(stored, { publicKeyPem, readTree }).catch(() => null))?.manifest;
+      const edited =
+        manifest.version === 2
+          ? await checkManifestAsync(bytes, { readTree, maxEntries: 2 * (original?.scan.entries ?? 0) + 1024 }).catch((err: Error) => ({
+              manifest: null,
+              problems: [err.message],
+            }))
+          : { manifest, problems: [] };
+      if (original && edited.manifest)
+        problems.push(...diffEntries(original, edited.manifest).map((d) => `${d} (the stored checkpoint ${other} says otherwise)`));
+      else if (!edited.manifest) problems.push(...edited.problems.map((p) => `its trees: ${p}`));
+      break;
     }
     return verdict;
   }

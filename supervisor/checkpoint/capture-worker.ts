@@ -3,13 +3,14 @@
 // written last, create-once) and the read-back of a stored manifest (bytes, form, signature,
 // then every object re-hashed). Owns those steps and the message loop; blocking by design.
 import { createHash, createPrivateKey, createPublicKey, sign, verify } from 'node:crypto';
-import { closeSync, constants, openSync, readSync, writeSync } from 'node:fs';
+import { closeSync, constants, fstatSync, lstatSync, openSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
 import { jcs } from '../../core/receipts/signature.js';
 import { faultPoint } from '../../core/fault.js';
 import { fsDecode, nameText, showPath } from '../../core/fs/names.js';
-import { ScanError } from '../../core/fs/walk.js';
+import { pathAt, ScanError } from '../../core/fs/walk.js';
+import { STORE_DIRS } from '../../core/state/names.js';
 import { LocalStoreFiles, objectKey } from '../../core/checkpoint/local-store.js';
 import {
   checkManifest,
@@ -171,6 +172,19 @@ function toLookAt(p: NonNullable<typeof produced>): Set<string> {
   return look;
 }
 
+/** The store's identity: its directory's and its objects/ directory's device and inode (either replaced, by a copy say: another store). */
+function storeIdentity(storeFd: number): string {
+  const root = fstatSync(storeFd, { bigint: true });
+  let objects = '';
+  try {
+    const st = lstatSync(pathAt(storeFd, STORE_DIRS.objects), { bigint: true });
+    objects = `${st.dev}:${st.ino}`;
+  } catch {
+    // no objects/ yet: the capture makes it
+  }
+  return `${root.dev}:${root.ino}/${objects}`;
+}
+
 /** Runs a checkpoint up to its stored manifest (blocking): capture, commit, manifest (JCS, signed), written create-once. */
 export function runCheckpoint(
   req: CheckpointRequest,
@@ -179,8 +193,10 @@ export function runCheckpoint(
 ): CheckpointStepResult {
   produced = null;
   const seed = statCache.seed(req.root);
-  const checkedTrees = new Set([...(seed?.trees?.values() ?? [])].map((t) => t.id));
   const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, seed);
+  // Trees checked by the last read-back are trusted in that store only (not a copy put at its path since).
+  const storeId = storeIdentity(req.storeFd);
+  const checkedTrees = new Set(seed?.storeId === storeId ? [...(seed.trees?.values() ?? [])].map((t) => t.id) : []);
   const unstable = cap.unstable.map((p) => nameText(fsDecode(p)));
   // Version 2: the entries are in the tree objects (stored with the files' objects, trees.ts);
   // the manifest names the root's, and is signed and stored whole (a few hundred bytes).
@@ -231,7 +247,7 @@ export function runCheckpoint(
     store.close();
   }
   faultPoint('checkpoint:after-manifest');
-  statCache.offer(id, req.root, cap.entries, cap.trees.dirs, cap.rootSig, cap.rootFs, cap.startedAtNs);
+  statCache.offer(id, req.root, cap.entries, { dirs: cap.trees.dirs, storeId }, cap.rootSig, cap.rootFs, cap.startedAtNs);
   produced = { id, signatureVerified, objects, trees: cap.trees.trees, dirs: cap.trees.dirs, checkedTrees, written: new Set(cap.written) };
   testFlipObject(req.storeDir, cap.entries);
   const result: CheckpointStepResult = {

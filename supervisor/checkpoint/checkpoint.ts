@@ -227,6 +227,7 @@ export class Checkpoints {
         pinned: this.deps.pinned ? this.deps.pinned() : new Set<string>(),
         log: this.deps.log,
         nowMs,
+        publicKeyPem: this.deps.signer.publicKeyPem,
       }),
     );
   }

@@ -14,6 +14,8 @@ export interface GcOptions {
   pinned: Set<string> | null;
   log: Logger;
   nowMs: number;
+  /** The supervisor's public key: a version 2 manifest's trees are read only once its signature verifies (one that does not, a planted one, is unreadable: it keeps every object). */
+  publicKeyPem: string;
 }
 
 /** One gc of the local store; what it removed and kept. */
@@ -30,7 +32,7 @@ export async function collectGarbage(local: LocalStore, o: GcOptions): Promise<N
     let manifest: Manifest | null = null;
     try {
       const bytes = local.manifestBytes(id);
-      manifest = bytes ? checkManifest(bytes, { readTree: (sha) => local.objectBytes(sha) }).manifest : null;
+      manifest = bytes ? checkManifest(bytes, { readTree: (sha) => local.objectBytes(sha), publicKeyPem: o.publicKeyPem }).manifest : null;
     } catch {
       // a directory or a link where a manifest should be: unreadable
     }

@@ -11,6 +11,8 @@ export interface CaptureSeed {
   entries: Map<string, CapturedEntry>;
   /** Each directory's tree (trees.ts): kept when its members are these same entries. */
   trees?: Map<string, DirTree>;
+  /** The store those trees were checked in (its directory's and objects/'s device and inode: storeIdentity): another store, a copy put at its path say, trusts none of them. */
+  storeId?: string;
   rootSig: string;
   rootFs: string;
 }
@@ -36,10 +38,18 @@ export class StatCache {
    * startedAtNs (wall clock, ns, taken before the capture looked at any entry) are left out,
    * and entries that moved while read: they are read again.
    */
-  offer(id: string, root: string, entries: CapturedEntry[], trees: Map<string, DirTree>, rootSig: string, rootFs: string, startedAtNs: bigint): void {
+  offer(
+    id: string,
+    root: string,
+    entries: CapturedEntry[],
+    trees: { dirs: Map<string, DirTree>; storeId: string },
+    rootSig: string,
+    rootFs: string,
+    startedAtNs: bigint,
+  ): void {
     const kept = new Map<string, CapturedEntry>();
     for (const e of entries) if (e.ctimeNs + racyMarginNs(e.ctimeNs) < startedAtNs && !e.moved) kept.set(e.key, e);
-    this.offered = { id, offer: { root, seed: { entries: kept, trees, rootSig, rootFs } } };
+    this.offered = { id, offer: { root, seed: { entries: kept, trees: trees.dirs, storeId: trees.storeId, rootSig, rootFs } } };
     // Until it is confirmed, no seed: a capture that failed its read-back is never trusted.
     this.byRoot.delete(root);
   }
@@ -50,12 +60,6 @@ export class StatCache {
     if (!o || o.id !== id) return;
     this.offered = null;
     if (passed) this.byRoot.set(o.offer.root, o.offer.seed);
-  }
-
-  /** Forgets every seed (the store changed under them: gc, a repair). */
-  clear(): void {
-    this.byRoot.clear();
-    this.offered = null;
   }
 }
 

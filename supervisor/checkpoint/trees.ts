@@ -4,7 +4,9 @@
 // same captured entries as at the last read-back checkpoint (and its subtrees the same trees)
 // keeps its tree without it being built again. Owns that building and its cache; not the format.
 import { nameFields, type ManifestEntry } from '../../core/checkpoint/manifest.js';
-import { treeBytes, treeEntryJcs, treeId } from '../../core/checkpoint/tree.js';
+import { MAX_TREE_BYTES, treeBytes, treeEntryJcs, treeId } from '../../core/checkpoint/tree.js';
+import { ScanError } from '../../core/fs/walk.js';
+import { showPath } from '../../core/fs/names.js';
 import { writeAll } from '../../core/fs/durable.js';
 import type { LocalStoreFiles } from '../../core/checkpoint/local-store.js';
 import type { CapturedEntry } from './passes.js';
@@ -54,7 +56,8 @@ interface Frame {
  * it holds, names in bytewise order) and stores the new ones in store (create-once, committed
  * with the capture's objects). last: the directories' trees at the workspace's last read-back
  * checkpoint (stat-cache.ts): one whose members and subtrees are the same is kept (its object
- * still in the store), not built. Throws Error on entries out of walk order (a bug).
+ * still in the store), not built. Throws ScanError manifest_too_large for a tree past
+ * MAX_TREE_BYTES (no reader would take it), Error on entries out of walk order (a bug).
  */
 export function storeTrees(entries: readonly CapturedEntry[], store: LocalStoreFiles, last: Map<string, DirTree> | undefined): CaptureTrees {
   const dirs = new Map<string, DirTree>();
@@ -77,6 +80,11 @@ export function storeTrees(entries: readonly CapturedEntry[], store: LocalStoreF
     if (tree === null) {
       let sub = 0;
       const bytes = treeBytes(f.members.map((c) => entryJcs(c, c.type === 'dir' && !c.mount ? f.subtrees[sub++] : undefined)));
+      if (bytes.length > MAX_TREE_BYTES)
+        throw new ScanError(
+          'manifest_too_large',
+          `manifest_too_large: the tree of ${f.key === '' ? 'the workspace directory' : showPath(Buffer.from(f.key, 'latin1'), 80)} (${f.members.length} entries) would be ${bytes.length} bytes, over the ${MAX_TREE_BYTES} a reader takes: checkpoint a smaller directory`,
+        );
       const id = treeId(bytes);
       built++;
       if (store.createObject(id, (fd) => writeAll(fd, bytes), bytes.length)) {

@@ -245,13 +245,16 @@ def _path_key(p: bytes) -> Tuple[bytes, ...]:
 class Manifest(Dict[str, Any]):
     """A manifest as check_manifest returns it: the parsed JSON (a dict), ``entries`` filled in from
     its trees for version 2 (never written back: the stored bytes have none), and ``trees``: the
-    tree objects those entries were read from (id -> size in bytes; {} for version 1)."""
+    tree objects those entries were read from (id -> size in bytes; {} for version 1); ``unsigned``:
+    a key was given and its signature does not verify (then its trees are not read)."""
 
     trees: Dict[str, int]
+    unsigned: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.trees = {}
+        self.unsigned = False
 
 
 def manifest_objects(manifest: Mapping[str, Any]) -> Dict[str, int]:
@@ -402,7 +405,9 @@ def _check_head(data: bytes, public_key_pem: Optional[str], expect_id: Optional[
         if scan.get("digest") != f"sha256:{m['tree']}":
             problems.append(f"the scan digest is {scan.get('digest')}, the root tree is sha256:{m['tree']}")
         if public_key_pem is not None:
-            problems.extend(_signature_problems(m, public_key_pem))
+            sig = _signature_problems(m, public_key_pem)
+            problems.extend(sig)
+            m.unsigned = bool(sig)
         m["entries"] = []
         return m, problems
     if not isinstance(m.get("entries"), list):
@@ -465,8 +470,13 @@ def check_manifest(
         return m, problems
     if store is None:
         return None, problems + ["a version 2 manifest's entries are in the store's tree objects: no store was given"]
+    if getattr(m, "unsigned", False):
+        # An unsigned manifest's trees could be anything (a chain of shared subtrees expands past any memory).
+        return None, problems + ["its trees were not read: its signature does not verify"]
     read: ReadTree = store.read_tree if isinstance(store, LocalStore) else store
-    return _with_trees(m, problems, expand_tree(m["tree"], read))
+    scan = m.get("scan") if isinstance(m.get("scan"), dict) else {}
+    bound = scan.get("entries") if isinstance(scan.get("entries"), int) and not isinstance(scan.get("entries"), bool) and scan.get("entries") >= 0 else 0
+    return _with_trees(m, problems, expand_tree(m["tree"], read, bound))
 
 
 def verify_checkpoint(checkpoint_id: str, public_key_pem: str, store: LocalStore) -> StateVerification:

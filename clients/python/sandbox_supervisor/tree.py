@@ -16,6 +16,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from .jcs import canonicalize
 
 TREE_KIND = "checkpoint_tree"
+MAX_TREE_BYTES = 256 << 20
+"""tree.ts MAX_TREE_BYTES: the largest tree object a reader takes."""
 TREE_VERSION = 2
 
 ReadTree = Callable[[str], Optional[bytes]]
@@ -153,7 +155,10 @@ def check_tree(data: bytes, expect_id: str) -> Tuple[List[Dict[str, Any]], List[
     JCS, every name one plain name (exactly one of name/name_b64; not empty, no '/' or NUL, not '.'
     or '..') in strict bytewise order, each entry's fields as a manifest entry's (entry_problem), and
     ``tree`` (64 hex) on exactly the directories that are not mount points. entries are the parsed
-    dicts as stored, names their name bytes (b"" for an entry with none); problems [] when it holds."""
+    dicts as stored, names their name bytes (b"" for an entry with none); problems [] when it holds.
+    A tree over MAX_TREE_BYTES is refused (the writer never stores one)."""
+    if len(data) > MAX_TREE_BYTES:
+        return [], [], [f"object {expect_id} is {len(data)} bytes, over the {MAX_TREE_BYTES} of a tree"]
     got = tree_id(data)
     if got != expect_id:
         return [], [], [f"tree {expect_id} reads back as {got} ({len(data)} bytes): its bytes changed in the store"]
@@ -212,13 +217,14 @@ class ExpandedTree:
     problems: List[str] = field(default_factory=list)
 
 
-def expand_tree(root_id: str, read: ReadTree) -> ExpandedTree:
+def expand_tree(root_id: str, read: ReadTree, max_entries: Optional[int] = None) -> ExpandedTree:
     """tree.ts expandTree (expandSync): the tree root_id expanded into manifest entries, depth first,
     a directory right before what it holds, siblings in the tree's order. Each entry is the tree
     entry's fields but name/name_b64/tree, with ``path`` (the '/'-joined name bytes, when UTF-8)
     or ``path_b64``. A tree named under several directories is read and checked once, expanded at
     each. Stops at the first tree that is missing (read gives None), cannot be read (read raises
-    OSError/ValueError) or fails check_tree: its problem, naming the tree and where, entries []."""
+    OSError/ValueError) or fails check_tree, or past max_entries (a manifest says how many: a
+    planted chain of shared subtrees would expand past any memory): its problem, entries []."""
     trees: Dict[str, int] = {}
     decoded: Dict[str, Tuple[List[Dict[str, Any]], List[bytes]]] = {}
 
@@ -253,6 +259,8 @@ def expand_tree(root_id: str, read: ReadTree) -> ExpandedTree:
         if i >= len(entries):
             stack.pop()
             continue
+        if max_entries is not None and len(out) >= max_entries:
+            return fail(f"the trees hold more than the {max_entries} entries the manifest says: not read further")
         stack[-1] = (prefix, entries, names, i + 1)
         e = entries[i]
         fields = {k: v for k, v in e.items() if k not in ("name", "name_b64", "tree")}

@@ -311,7 +311,8 @@ def test_canonical_form_is_enforced():
 def test_manifest_head_checks(store: Store):
     t = ids(store)
     cid, data = store.manifest(root=t["root"], edit=lambda m: m["scan"].update(entries=5))
-    assert check_manifest(data, store.pem, expect_id=cid, store=store.local)[1] == ["the manifest says 5 entries and its trees hold 12"]
+    # Its trees are read no further than it says (a planted chain of shared subtrees would expand past any memory).
+    assert check_manifest(data, store.pem, expect_id=cid, store=store.local)[1] == ["the trees hold more than the 5 entries the manifest says: not read further"]
     cid, data = store.manifest(root=t["root"], edit=lambda m: m["scan"].update(digest="sha256:" + "0" * 64))
     assert check_manifest(data, store.pem, expect_id=cid, store=store.local)[1] == [f"the scan digest is sha256:{'0' * 64}, the root tree is sha256:{t['root']}"]
     cid, data = store.manifest(root=t["root"], edit=lambda m: m.update(entries=[]))
@@ -319,7 +320,9 @@ def test_manifest_head_checks(store: Store):
     cid, data = store.manifest(root=t["root"])
     edited = canonicalize({**json.loads(data), "workspace": "/elsewhere"})
     m, problems = check_manifest(edited, store.pem, expect_id=cid, store=store.local)
-    assert m is not None and "the signature does not match the manifest: a field was changed after signing" in problems
+    # Its signature does not verify: its trees are not read.
+    assert m is None and "the signature does not match the manifest: a field was changed after signing" in problems
+    assert problems[-1] == "its trees were not read: its signature does not verify"
     assert "the stored manifest is not in canonical form (RFC 8785): its bytes were edited" in check_manifest(data + b" ", store.pem, expect_id=cid, store=store.local)[1]
 
 
@@ -443,7 +446,7 @@ def test_expansion_and_checks_equal_typescripts(tmp_path):
         m, problems = check_manifest(open(os.path.join(st.dir, "manifests", f"{cid}.json"), "rb").read(), st.pem, expect_id=cid, store=st.local)
         got_manifests.append({"entries": m["entries"] if m is not None else None, "problems": problems})
     assert got_manifests == ts["manifests"]
-    assert [m["problems"] for m in got_manifests] == [[], ["the manifest says 3 entries and its trees hold 12"], [f'tree {sha(gone_z)} (directory "z\u00fe") is missing from the store']]
+    assert [m["problems"] for m in got_manifests] == [[], ["the trees hold more than the 3 entries the manifest says: not read further"], [f'tree {sha(gone_z)} (directory "z\u00fe") is missing from the store']]
 
 
 def test_store_alone_takes_the_key_from_sbx_state_dir(store: Store, tmp_path, monkeypatch):

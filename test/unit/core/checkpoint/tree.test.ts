@@ -3,8 +3,9 @@
 // hold; expansion gives the entries a version 1 manifest lists; the checkpoint thread builds
 // only the trees of directories that changed; and a version 1 checkpoint of the same tree
 // still restores, verifies and diffs as identical (readers of both versions).
-import { createPrivateKey, generateKeyPairSync, sign } from 'node:crypto';
-import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { createHash, createPrivateKey, generateKeyPairSync, sign } from 'node:crypto';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, renameSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -103,6 +104,56 @@ describe('tree objects', () => {
   });
 });
 
+describe('a manifest whose trees expand past what it says', () => {
+  it('is read no further than its scan.entries, and with a key not at all unless its signature verifies', () => {
+    // A chain of 40 trees, each with two names for the next: 2^41 entries from 40 small objects.
+    const objects = new Map<string, Buffer>();
+    let next = tree([{ ...FILE, name: 'f' }]);
+    objects.set(treeId(next), next);
+    for (let i = 0; i < 40; i++) {
+      const id = treeId(next);
+      next = tree([
+        { ...DIR, name: 'a', tree: id },
+        { ...DIR, name: 'b', tree: id },
+      ]);
+      objects.set(treeId(next), next);
+    }
+    const root = treeId(next);
+    const { privateKey, publicKey } = generateKeyPairSync('ed25519');
+    const other = generateKeyPairSync('ed25519');
+    const unsigned = {
+      version: 2,
+      kind: 'checkpoint',
+      workspace: '/w',
+      task: null,
+      started_at: '2026-12-01T00:00:00.000Z',
+      created_at: '2026-12-01T00:00:00.000Z',
+      boundary: { epoch: null, seq: null, gap: 'not_watched' },
+      scan: { digest: `sha256:${root}`, entries: 10, files: 0, bytes: 0, passes: 1 },
+      consistent: true,
+      unstable: [],
+      supervisor: { instance: 'i', generation: 1, boot_id: 'b', mode: 'test' },
+      root: { mode: 0o755, uid: 0, gid: 0, mtime_ns: '1' },
+      tree: root,
+    };
+    const signedBy = (key: typeof privateKey) =>
+      Buffer.from(
+        jcs({ ...unsigned, signature: { alg: 'ed25519', key_id: keyIdOf(publicKey), value: sign(null, Buffer.from(jcs(unsigned)), key).toString('base64') } }),
+      );
+    const readTree = (id: string) => objects.get(id) ?? null;
+    const pem = publicKey.export({ type: 'spki', format: 'pem' }) as string;
+    // Signed, but its trees hold more than the 10 entries it says: stopped there.
+    const bounded = checkManifest(signedBy(privateKey), { publicKeyPem: pem, readTree });
+    expect(bounded).toEqual({ manifest: null, problems: ['the trees hold more than the 10 entries the manifest says: not read further'] });
+    // Signed by another key: its trees are not read at all.
+    let reads = 0;
+    const foreign = checkManifest(signedBy(other.privateKey), { publicKeyPem: pem, readTree: (id) => (reads++, readTree(id)) });
+    expect(foreign.manifest).toBeNull();
+    expect(foreign.problems.at(-1)).toBe('its trees were not read: its signature does not verify');
+    expect(reads).toBe(0);
+  });
+});
+
 describe('the trees the checkpoint thread builds', () => {
   const ws = join(dir, 'ws');
   const storeDir = join(dir, 'store');
@@ -155,6 +206,35 @@ describe('the trees the checkpoint thread builds', () => {
       expect(statted.rb).toMatchObject({ objects: 4, rehashedObjects: 0, trustedObjects: 0, trees: { objects: 4, rehashedObjects: 0, trustedObjects: 0 } });
     } finally {
       closeSync(storeFd);
+    }
+  });
+
+  it('a copy of the store put at its path trusts no tree: the read-back looks at every object again and finds one damaged in the copy', async () => {
+    await settle();
+    let storeFd = openSync(storeDir, 'r');
+    const take = () => {
+      const c = runCheckpoint(request(storeFd));
+      return { c, rb: runReadBack({ kind: 'readback', storeDir, storeFd, id: c.id, publicKeyPem, rehash: 'changed' }) };
+    };
+    try {
+      expect(take().rb).toMatchObject({ problems: [], trustedObjects: 4 });
+      // The store swapped for a copy (as an operator's restore from a backup would), one object in it truncated.
+      closeSync(storeFd);
+      renameSync(storeDir, `${storeDir}.old`);
+      expect(spawnSync('cp', ['-a', `${storeDir}.old`, storeDir]).status).toBe(0);
+      const sha = createHash('sha256').update('content of b/three').digest('hex');
+      const copied = join(storeDir, 'objects', sha.slice(0, 2), sha);
+      chmodSync(copied, 0o644);
+      writeFileSync(copied, '');
+      storeFd = openSync(storeDir, 'r');
+      const after = take();
+      expect(after.rb.trustedObjects).toBe(0);
+      expect(after.rb.problems).toEqual([expect.objectContaining({ sha256: sha, paths: ['b/three'] })]);
+    } finally {
+      closeSync(storeFd);
+      // The original back (the damaged copy gone) for the next test.
+      rmSync(storeDir, { recursive: true, force: true });
+      renameSync(`${storeDir}.old`, storeDir);
     }
   });
 

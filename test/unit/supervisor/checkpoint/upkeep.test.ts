@@ -102,6 +102,7 @@ describe('checkpoint gc (collectGarbage)', () => {
       pinned: new Set([oldPinned]),
       log,
       nowMs: Date.parse('2026-12-02T00:00:00.000Z'),
+      publicKeyPem: signer.publicKeyPem,
     });
 
     expect(result.removed_manifests.sort()).toEqual([old, unpublished].sort());
@@ -116,7 +117,7 @@ describe('checkpoint gc (collectGarbage)', () => {
   it('with pinned unknown (null) removes nothing by age; an unreadable manifest keeps every object', async () => {
     const [a, b] = putObjects('a', 'bb');
     const old = await putCheckpoint([file('a', a, 1)], { createdAt: '2026-01-01T00:00:00.000Z' });
-    let r = await collectGarbage(store, { maxAgeMs: 1000, pinned: null, log, nowMs: Date.now() });
+    let r = await collectGarbage(store, { maxAgeMs: 1000, pinned: null, log, nowMs: Date.now(), publicKeyPem: signer.publicKeyPem });
     expect(r).toMatchObject({ removed_manifests: [], removed_objects: 1, kept_manifests: 1 });
     expect(objectsOnDisk()).toEqual([a]);
     // A directory where a manifest should be: gc cannot tell what it names, so no object goes.
@@ -124,7 +125,7 @@ describe('checkpoint gc (collectGarbage)', () => {
     putObjects('bb');
     mkdirSync(join(store.dir, 'manifests', `${'f'.repeat(64)}.json`));
     writeFileSync(join(store.dir, 'published', `${'f'.repeat(64)}.json`), '{}');
-    r = await collectGarbage(store, { maxAgeMs: 0, pinned: null, log, nowMs: Date.now() });
+    r = await collectGarbage(store, { maxAgeMs: 0, pinned: null, log, nowMs: Date.now(), publicKeyPem: signer.publicKeyPem });
     expect(r).toMatchObject({ removed_objects: 0, kept_manifests: 1 });
     expect(objectsOnDisk()).toEqual([a, b].sort());
     expect(store.manifestIds()).toContain(old);
@@ -254,7 +255,7 @@ describe('quarantine/ planted as a link', () => {
     expect(readdirSync(outside).sort()).toEqual(['keep', 'sub']);
     const lines: string[] = [];
     const logged = pino({ level: 'error' }, { write: (l: string) => void lines.push(l) });
-    const r = await collectGarbage(store, { maxAgeMs: 0, pinned: null, log: logged, nowMs: Date.now() });
+    const r = await collectGarbage(store, { maxAgeMs: 0, pinned: null, log: logged, nowMs: Date.now(), publicKeyPem: signer.publicKeyPem });
     expect(r).toMatchObject({ removed_quarantined: 0, freed_bytes: 1 });
     expect(readdirSync(outside).sort()).toEqual(['keep', 'sub']);
     expect(readdirSync(join(outside, 'sub'))).toEqual(['keep']);
