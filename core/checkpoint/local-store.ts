@@ -283,9 +283,13 @@ export class LocalStoreFiles {
   private fanNamesCached(fan: string, sha256: string): Set<string> {
     const key = `${this.dir}\0${fan}`;
     let sig: string | null = null;
+    let newestNs = 0n; // the later of its mtime and ctime
     try {
       const st = lstatSync(pathAt(this.objectsFd, Buffer.from(fan)), { bigint: true });
-      if (st.isDirectory()) sig = `${st.dev}:${st.ino}:${st.mtimeNs}:${st.ctimeNs}`;
+      if (st.isDirectory()) {
+        sig = `${st.dev}:${st.ino}:${st.mtimeNs}:${st.ctimeNs}`;
+        newestNs = st.ctimeNs > st.mtimeNs ? st.ctimeNs : st.mtimeNs;
+      }
     } catch (err) {
       if (errnoCode(err) !== 'ENOENT') throw err;
     }
@@ -308,12 +312,7 @@ export class LocalStoreFiles {
       names = new Set();
     }
     if (sig === null) FAN_LISTINGS.delete(key);
-    else {
-      const ctimeNs = BigInt(sig.slice(sig.lastIndexOf(':') + 1));
-      const mtimeNs = BigInt(sig.split(':')[2]);
-      const newest = ctimeNs > mtimeNs ? ctimeNs : mtimeNs;
-      FAN_LISTINGS.set(key, { sig, names, trusted: newest + racyMarginNs(newest) < listedAtNs });
-    }
+    else FAN_LISTINGS.set(key, { sig, names, trusted: newestNs + racyMarginNs(newestNs) < listedAtNs });
     return names;
   }
 
@@ -705,8 +704,8 @@ export class LocalStore implements CheckpointStore {
     return this.manifestIds().filter((id) => !published.has(id));
   }
 
-  /** An object's bytes (a tree's), or null when it is missing; StoreError refused for a link or non-file. */
-  objectBytes(sha256: string): Buffer | null {
+  /** A tree object's bytes (LocalStoreFiles.readObjectBytes), or null when it is missing. */
+  readObjectBytes(sha256: string): Buffer | null {
     return this.fs.readObjectBytes(sha256);
   }
 

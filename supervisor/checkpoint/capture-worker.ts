@@ -86,7 +86,7 @@ export interface ReadBackRequest {
   storeFd: number;
   id: string;
   publicKeyPem: string;
-  /** checkpoint.readBack: 'changed' re-hashes the objects whose files are not as this thread last re-hashed them; 'all' every one. */
+  /** checkpoint.readBack (config.ts says what each looks at): 'changed', 'stat' or 'all'. */
   rehash: 'changed' | 'stat' | 'all';
 }
 
@@ -95,7 +95,7 @@ export interface ReadBackResult {
   manifestProblems: string[];
   objects: number;
   bytes: number;
-  /** Of those, re-read and re-hashed (the others confirmed by their file's stat: checkpoint.readBack 'changed'). */
+  /** Of those, re-read and re-hashed (the others confirmed by their file's stat, or not looked at: trustedObjects). */
   rehashedObjects: number;
   rehashedBytes: number;
   /** Of `objects`, not looked at (only under trees a read-back of this thread checked: checkpoint.readBack 'changed'). */

@@ -32,7 +32,7 @@ export async function collectGarbage(local: LocalStore, o: GcOptions): Promise<N
     let manifest: Manifest | null = null;
     try {
       const bytes = local.manifestBytes(id);
-      manifest = bytes ? checkManifest(bytes, { readTree: (sha) => local.objectBytes(sha), publicKeyPem: o.publicKeyPem }).manifest : null;
+      manifest = bytes ? checkManifest(bytes, { readTree: (sha) => local.readObjectBytes(sha), publicKeyPem: o.publicKeyPem }).manifest : null;
     } catch {
       // a directory or a link where a manifest should be: unreadable
     }

@@ -73,7 +73,7 @@ export class PublishedCheckpoints {
     const { manifest, problems } = checkManifest(manifestBytes, {
       expectId: id,
       publicKeyPem: this.publicKeyPem,
-      readTree: (sha) => this.local.objectBytes(sha),
+      readTree: (sha) => this.local.readObjectBytes(sha),
     });
     if (!manifest || problems.length) throw new Error(`checkpoint ${id}: ${problems.join('; ') || 'not a manifest'}`);
     const record = JSON.parse(recordBytes.toString('utf8')) as PublishedRecord;

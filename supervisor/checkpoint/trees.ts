@@ -3,7 +3,7 @@
 // it, stored create-once with the capture's file objects; a directory whose entries are the
 // same captured entries as at the last read-back checkpoint (and its subtrees the same trees)
 // keeps its tree without it being built again. Owns that building and its cache; not the format.
-import { nameFields, type ManifestEntry } from '../../core/checkpoint/manifest.js';
+import { toManifestEntry, type ManifestEntry } from '../../core/checkpoint/manifest.js';
 import { MAX_TREE_BYTES, treeBytes, treeEntryJcs, treeId } from '../../core/checkpoint/tree.js';
 import { ScanError } from '../../core/fs/walk.js';
 import { showPath } from '../../core/fs/names.js';
@@ -29,14 +29,12 @@ export interface CaptureTrees {
   dirs: Map<string, DirTree>;
 }
 
-/** The manifest entry's fields of a captured entry, but its path (the tree holds its name). */
+const NO_PATH = Buffer.alloc(0);
+
+/** The manifest entry's fields of a captured entry (manifest.ts toManifestEntry), but its path (the tree holds its name). */
 function fields(c: CapturedEntry): Omit<ManifestEntry, 'path' | 'path_b64'> {
-  const e: Omit<ManifestEntry, 'path' | 'path_b64'> = { type: c.type, mode: c.mode, uid: c.uid, gid: c.gid, size: c.size, mtime_ns: c.mtimeNs.toString() };
-  if (c.sha256 !== undefined) e.sha256 = c.sha256;
-  if (c.target !== undefined) Object.assign(e, nameFields(c.target, 'target'));
-  if (c.rdev !== undefined) e.rdev = c.rdev;
-  if (c.mount) e.mount = true;
-  return e;
+  const { path: _path, path_b64: _pathB64, ...rest } = toManifestEntry({ ...c, path: NO_PATH });
+  return rest;
 }
 
 /** A captured entry's JCS in its tree (made only for a directory whose tree is built: not kept, 100,000 of them would hold ~18 MB). */
