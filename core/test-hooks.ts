@@ -23,4 +23,6 @@ export const testHooks = Object.freeze({
   taskEarlyCheckpoint: env.SBX_TEST_TASK_EARLY_CHECKPOINT === '1',
   /** SBX_TEST_SHIM_STAYS_STOPPED=1: a stopped shim is never continued (as if stopped again at once), so its kill bound is reached. */
   shimStaysStopped: env.SBX_TEST_SHIM_STAYS_STOPPED === '1',
+  /** SBX_TEST_SHIM_START_UNHEARD=1: a shim that stays is not heard saying "started", as when the command stopped it (kill -STOP $PPID) before it wrote that line. */
+  shimStartUnheard: env.SBX_TEST_SHIM_START_UNHEARD === '1',
 });

@@ -316,8 +316,12 @@ export class LiveSession extends Session {
     const leader = this.leader;
     // Not before the shim has joined the cgroup (it reports exec, or its failure, only after):
     // an empty leaf before that proves nothing, and a signal then would miss the command.
-    // A service of leftovers has no leader: its processes are in its leaf already.
-    if (leader) await leader.exec;
+    // A service of leftovers has no leader: its processes are in its leaf already. A shim that
+    // stays is in its leaf (if any) before it forks, and may be stopped by its command before it
+    // says "started": past the shim's answer bound the escalation goes on without it.
+    if (leader && !(await leader.execHeardWithin())) {
+      this.ctx.log.warn({ session_id: this.id }, 'the exec shim did not report the exec in time: the escalation goes on without it');
+    }
     const leaderPid = !leader || this.leaderExitedAt ? null : leader.leaderPid;
     // The pids the latest step reached, where they are known (a cgroup); null: only a count.
     let reached: ReadonlySet<number> | null = null;

@@ -10,6 +10,7 @@ import { constants as osConstants } from 'node:os';
 import { execShimPath, native } from '../../core/fs/native.js';
 import type { Reaper } from '../reaper.js';
 import { systemError } from '../../ipc/errno.js';
+import { testHooks } from '../../core/test-hooks.js';
 
 export interface LeaderSpec {
   argv: string[];
@@ -80,6 +81,8 @@ export class LeaderProcess {
   private controlFd = -1;
   /** The shim stays as the session leader until release() (pty sessions). */
   readonly holdsSession: boolean = false;
+  /** The shim stays as the session's subreaper (subreaper mode, or a pty's session leader): it reports on its pipe and answers signals. */
+  readonly staysAsSubreaper: boolean = false;
   /** The command's pid; the shim's own pid is `pid` (they differ when the shim stays). */
   leaderPid = -1;
   private readonly signaledWaiters: ((pids: number) => void)[] = [];
@@ -117,6 +120,7 @@ export class LeaderProcess {
     // A pty session's shim stays as the tty's session leader until released (see --hold).
     this.holdsSession = pty !== null;
     const tini = spec.subreaper || this.holdsSession;
+    this.staysAsSubreaper = tini;
     if (tini) {
       [controlR, this.controlFd] = pipe();
       fds.push(controlR);
@@ -215,6 +219,7 @@ export class LeaderProcess {
     lines.onLine = (line) => {
       const [word, a, b] = line.split(' ');
       if (word === 'started') {
+        if (testHooks.shimStartUnheard) return;
         this.leaderPid = Number(a);
         execResolve(null);
       } else if (word === 'error') {
@@ -266,6 +271,24 @@ export class LeaderProcess {
         resolve(0);
       }
     });
+  }
+
+  /**
+   * Resolves once exec is reported (or failed), or once SHIM_ANSWER_MS pass without it: a shim
+   * that stays can be stopped by its command (kill -STOP $PPID right after exec) before it writes
+   * "started"; the reaper continues it (Reaper.adopt keepRunning), but a shim stopped again and
+   * again must not hold whoever waits past the bound. Exec mode: exec itself, unbounded (the
+   * report is the pipe's EOF at exec, no command runs before it). True when exec was heard.
+   */
+  async execHeardWithin(): Promise<boolean> {
+    if (!this.staysAsSubreaper) {
+      await this.exec;
+      return true;
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const heard = await Promise.race([this.exec.then(() => true), new Promise<boolean>((r) => (timer = setTimeout(() => r(false), SHIM_ANSWER_MS)))]);
+    clearTimeout(timer);
+    return heard;
   }
 
   /**

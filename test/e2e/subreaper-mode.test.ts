@@ -208,28 +208,44 @@ describe('subreaper mode', () => {
 });
 
 describe('subreaper mode, a shim that stays stopped (SBX_TEST_SHIM_STAYS_STOPPED: never continued)', () => {
-  it('past the kill bound the supervisor kills its tree: the session is unknown, nothing is left, the supervisor stops cleanly', async () => {
-    const stuck = await new TestDaemon({ config: { cgroup: { mode: 'subreaper' } }, env: { SBX_TEST_SHIM_STAYS_STOPPED: '1' } }).start();
-    const m = marker();
-    const client = await stuck.client();
-    try {
-      const { session_id } = await client.launch({ argv: ['sh', '-c', `sleep ${m} & kill -STOP $PPID; sleep ${m}`], cwd: '/', timeout_ms: 200, grace_ms: 100 });
-      const row = await until(
-        async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id && s.state === 'unknown'),
-        'the session to be unknown after the kill bound (10 s)',
-        60_000,
-      );
-      expect(row.reason).toBe("the exec shim (the session's subreaper) died before reporting all descendants reaped");
-      expect(row.outcome).toBeNull();
-      await until(() => pidsWithMarker(m).length === 0, 'the sleeps to be gone');
-      await until(() => zombieChildren(stuck.pid).length === 0, 'no zombie under the supervisor', 5000);
-      expect(readFileSync(stuck.logPath, 'utf8')).toContain(
-        'the exec shim did not report all reaped within the kill bound: its tree killed from the supervisor',
-      );
-    } finally {
-      client.close();
-      for (const pid of pidsWithMarker(m)) process.kill(pid, 'SIGKILL');
-      expect(await stuck.stop()).toEqual({ code: 0, signal: null });
-    }
-  }, 90_000);
+  // The command stops the shim (its parent) at once; when that comes before the shim wrote
+  // "started" (1 in 11 runs of the shim alone here), the exec is never heard: the second case
+  // makes that order certain (SBX_TEST_SHIM_START_UNHEARD) and the escalation goes on past the
+  // shim's answer bound instead of waiting for the exec for good.
+  it.each([
+    ['by its command, before or after it said "started"', {}, []],
+    ['before it said "started"', { SBX_TEST_SHIM_START_UNHEARD: '1' }, ['the exec shim did not report the exec in time: the escalation goes on without it']],
+  ] as const)(
+    'stopped %s: past the kill bound the supervisor kills its tree: the session is unknown, nothing is left, the supervisor stops cleanly',
+    async (_when, env, logLines) => {
+      const stuck = await new TestDaemon({ config: { cgroup: { mode: 'subreaper' } }, env: { SBX_TEST_SHIM_STAYS_STOPPED: '1', ...env } }).start();
+      const m = marker();
+      const client = await stuck.client();
+      try {
+        const { session_id } = await client.launch({
+          argv: ['sh', '-c', `sleep ${m} & kill -STOP $PPID; sleep ${m}`],
+          cwd: '/',
+          timeout_ms: 200,
+          grace_ms: 100,
+        });
+        const row = await until(
+          async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id && s.state === 'unknown'),
+          'the session to be unknown after the kill bound (10 s)',
+          60_000,
+        );
+        expect(row.reason).toBe("the exec shim (the session's subreaper) died before reporting all descendants reaped");
+        expect(row.outcome).toBeNull();
+        await until(() => pidsWithMarker(m).length === 0, 'the sleeps to be gone');
+        await until(() => zombieChildren(stuck.pid).length === 0, 'no zombie under the supervisor', 5000);
+        const log = readFileSync(stuck.logPath, 'utf8');
+        for (const line of [...logLines, 'the exec shim did not report all reaped within the kill bound: its tree killed from the supervisor'])
+          expect(log).toContain(line);
+      } finally {
+        client.close();
+        for (const pid of pidsWithMarker(m)) process.kill(pid, 'SIGKILL');
+        expect(await stuck.stop()).toEqual({ code: 0, signal: null });
+      }
+    },
+    90_000,
+  );
 });
