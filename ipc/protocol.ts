@@ -702,8 +702,11 @@ export interface CheckpointResult {
   objects: { referenced: number; written: number; bytes_written: number; uploaded?: number; repaired?: number };
   /** The tree objects (manifest version 2: one per directory, its entries by name; an unchanged directory's is the same object): named by the manifest, new in the local store and their bytes, and built this time (the rest kept from the workspace's last read-back checkpoint without being made again). `uploaded` and `read_back` count them with the files' objects. */
   trees: { referenced: number; written: number; bytes_written: number; built: number };
-  /** What the capture read of the workspace: files opened and read in every pass (one read twice counts twice; 0 when every file was kept from the stat cache), and the bytes hashed. */
-  read: { files: number; bytes: number };
+  /**
+   * What the capture read of the workspace: files opened and read in every pass (one read twice counts twice; 0 when every file was kept from the stat cache), and the bytes hashed.
+   * hinted_paths: the paths the workspace watcher saw events on since the last read-back checkpoint, looked at (and their files read, counted in `files`) before the first walk, so that one walk can suffice (`scan.passes` 1); 0 when none were (nothing changed, no such checkpoint, the workspace not watched, or events lost).
+   */
+  read: { files: number; bytes: number; hinted_paths: number };
   /** at: when the read-back completed (ISO-8601 UTC, ms; the published record's time). */
   /** objects/bytes: what the read-back checked; rehashed_*: of those, re-read and re-hashed now (the rest confirmed by their files' stat: checkpoint.readBack "changed"). */
   /** trusted_objects: of `objects`, those not looked at now: only under directories whose trees a read-back of this supervisor checked, unchanged since (checkpoint.readBack "changed"); trees: the tree objects (not in `objects`), of those re-hashed, and not looked at. */

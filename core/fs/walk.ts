@@ -142,7 +142,8 @@ export function openDirAt(dirFd: number, name: Buffer): number {
   return openSync(pathAt(dirFd, name), OPEN_DIR);
 }
 
-function typeOf(st: BigIntStats): EntryType {
+/** An lstat's entry type (node:fs BigIntStats). */
+export function typeOf(st: BigIntStats): EntryType {
   if (st.isFile()) return 'file';
   if (st.isDirectory()) return 'dir';
   if (st.isSymbolicLink()) return 'symlink';
@@ -272,7 +273,7 @@ export function readNames(dirFd: number): { names: Buffer[]; listed: (Listed | n
 }
 
 /** The walk's stat fields of an lstat/fstat (node:fs BigIntStats). */
-function statFacts(st: BigIntStats): StatFacts {
+export function statFacts(st: BigIntStats): StatFacts {
   return {
     mode: Number(st.mode),
     uid: Number(st.uid),

@@ -150,7 +150,7 @@ export async function checkpointScaleBench(opts: { files: number }): Promise<Row
       },
       {
         metric: 're-checkpoint after 10 files changed (published)',
-        value: `${fmtMs(sbx.changed)} (${fmtMs(sbx.changedBeforeReadBack)} to its manifest)`,
+        value: `${fmtMs(sbx.changed)} (${fmtMs(sbx.changedBeforeReadBack)} to its manifest; ${r3.scan.passes} walk(s), ${r3.read.hinted_paths} journal paths)`,
         baseline: `${peer(git.changed, 'git')}; ${peer(restic.changed, 'restic')}`,
         ratio: `${(sbx.changed / git.changed).toFixed(2)}x git`,
         target: '<= git',
@@ -182,6 +182,8 @@ export async function checkpointScaleBench(opts: { files: number }): Promise<Row
       git,
       restic,
       sbx,
+      changed_passes: r3.scan.passes,
+      changed_hinted_paths: r3.read.hinted_paths,
       restore_ms: restoreMs,
       cp_sync_ms: cpMs,
       verify_ms: verifyMs,

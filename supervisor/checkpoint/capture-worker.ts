@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
 import { jcs } from '../../core/receipts/signature.js';
 import { faultPoint } from '../../core/fault.js';
-import { fsDecode, nameText, showPath } from '../../core/fs/names.js';
+import { fsDecode, fsEncode, nameText, showPath } from '../../core/fs/names.js';
 import { pathAt, ScanError } from '../../core/fs/walk.js';
 import { STORE_DIRS } from '../../core/state/names.js';
 import { LocalStoreFiles, objectKey } from '../../core/checkpoint/local-store.js';
@@ -22,7 +22,8 @@ import {
   type RuntimeFence,
 } from '../../core/checkpoint/manifest.js';
 import { pathOf, runCapture, runRehash, type CaptureRequest, type CaptureResult, type CapturedEntry, type WorkerProgress, type WorkerReply } from './passes.js';
-import { StatCache, VerifiedObjects } from './stat-cache.js';
+import { StatCache, VerifiedObjects, type CaptureSeed } from './stat-cache.js';
+import type { JournalHints } from '../workspace/journal.js';
 import type { DirTree } from './trees.js';
 import { StoreError } from '../../core/checkpoint/store.js';
 import { systemError } from '../../ipc/errno.js';
@@ -50,6 +51,8 @@ export interface CheckpointRequest extends Omit<CaptureRequest, 'kind'> {
   keyId: string;
   /** For a remote store: the manifest's bytes and its objects come back too. */
   forRemote: boolean;
+  /** The workspace journal (watcher.ts hints), taken after the boundary: what changed since the seed's checkpoint is read before the first walk. */
+  journal?: JournalHints;
 }
 
 /** What the supervisor is told of a checkpoint whose manifest is stored (the entries stay in the thread: a big tree's manifest would be copied and re-parsed on the event loop). */
@@ -70,7 +73,7 @@ export interface CheckpointStepResult {
   /** The tree objects (one per directory, unchanged ones shared): named by the manifest, new in the store, their bytes, and built this time (the rest kept from the last read-back checkpoint). */
   trees: { referenced: number; written: number; bytesWritten: number; built: number };
   /** Files the capture opened and read (every pass), and the bytes it hashed. */
-  read: { files: number; bytes: number };
+  read: { files: number; bytes: number; hintedPaths: number };
   freeze: CaptureResult['freeze'];
   /** forRemote: the manifest's canonical bytes, and [sha256, size, a path using it] per object. */
   manifestBytes?: Uint8Array;
@@ -185,6 +188,17 @@ function storeIdentity(storeFd: number): string {
   return `${root.dev}:${root.ino}/${objects}`;
 }
 
+/**
+ * The journal's paths with events after since (the seed checkpoint's boundary), as bytes; none
+ * when there is no journal or seed boundary, the epochs differ, or events since may be missing.
+ */
+function journalSince(journal: JournalHints | undefined, since: CaptureSeed['boundary']): Buffer[] | undefined {
+  if (!journal || !since || journal.epoch !== since.epoch || journal.incompleteThrough > since.seq) return undefined;
+  const paths: Buffer[] = [];
+  for (const [path, seq] of journal.entries) if (seq > since.seq) paths.push(fsEncode(path));
+  return paths;
+}
+
 /** Runs a checkpoint up to its stored manifest (blocking): capture, commit, manifest (JCS, signed), written create-once. */
 export function runCheckpoint(
   req: CheckpointRequest,
@@ -193,7 +207,7 @@ export function runCheckpoint(
 ): CheckpointStepResult {
   produced = null;
   const seed = statCache.seed(req.root);
-  const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, seed);
+  const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, seed, journalSince(req.journal, seed?.boundary ?? null));
   // Trees checked by the last read-back are trusted in that store only (not a copy put at its path since).
   const storeId = storeIdentity(req.storeFd);
   const checkedTrees = new Set(seed?.storeId === storeId ? [...(seed.trees?.values() ?? [])].map((t) => t.id) : []);
@@ -247,7 +261,14 @@ export function runCheckpoint(
     store.close();
   }
   faultPoint('checkpoint:after-manifest');
-  statCache.offer(id, req.root, cap.entries, { dirs: cap.trees.dirs, storeId }, cap.rootSig, cap.rootFs, cap.startedAtNs);
+  const b = req.header.boundary;
+  statCache.offer(
+    id,
+    req.root,
+    cap.entries,
+    { dirs: cap.trees.dirs, storeId },
+    { ...cap, boundary: b.epoch !== null && b.seq !== null ? { epoch: b.epoch, seq: b.seq } : null },
+  );
   produced = { id, signatureVerified, objects, trees: cap.trees.trees, dirs: cap.trees.dirs, checkedTrees, written: new Set(cap.written) };
   testFlipObject(req.storeDir, cap.entries);
   const result: CheckpointStepResult = {
@@ -262,7 +283,7 @@ export function runCheckpoint(
     mountsSkipped: mounts,
     objects: { referenced: objects.size, bytes: objectBytes, written: cap.objectsWritten, bytesWritten: cap.bytesWritten },
     trees: { referenced: cap.trees.trees.size, written: cap.trees.written, bytesWritten: cap.trees.bytesWritten, built: cap.trees.built },
-    read: { files: cap.filesRead, bytes: cap.bytesHashed },
+    read: { files: cap.filesRead, bytes: cap.bytesHashed, hintedPaths: cap.hinted?.paths ?? 0 },
     freeze: cap.freeze,
   };
   if (req.forRemote) {

@@ -15,6 +15,7 @@ import { writeAll } from '../../core/fs/durable.js';
 import type { EntryFacts } from '../../core/checkpoint/manifest.js';
 import type { CaptureSeed } from './stat-cache.js';
 import { storeTrees, type CaptureTrees } from './trees.js';
+import { readHinted } from './hints.js';
 import { StoreError } from '../../core/checkpoint/store.js';
 import { errnoCode, systemError } from '../../ipc/errno.js';
 import { testHooks } from '../../core/test-hooks.js';
@@ -106,6 +107,8 @@ export interface CaptureResult {
   trees: CaptureTrees;
   /** The objects this capture wrote to the store (files' and trees'; one there already at commit too). */
   written: string[];
+  /** The journal's paths looked at before the first pass (hints.ts), and the files read then (in filesRead too); null: none looked at (no seed, no journal, nothing changed). */
+  hinted: { paths: number; filesRead: number } | null;
 }
 
 export type WorkerReply<T> = { ok: true; result: T } | { ok: false; code: string; message: string };
@@ -629,14 +632,17 @@ export function entryJsonBytes(e: WalkEntry): number {
  * errno codes) / StoreError / errno errors. seed: the stat cache of the workspace's last
  * read-back checkpoint (stat-cache.ts): its first pass keeps an entry whose stat signature is
  * unchanged (a file whose object is still in the store) without reading it, and when nothing at
- * all differs from the seed, that pass is the last (see below).
+ * all differs from the seed, that pass is the last (see below). hints: paths (bytes, relative to
+ * the root) the workspace journal says had events since the seed's checkpoint: looked at and
+ * read before the first pass (hints.ts), so that pass can be the last when nothing else moved.
  */
 export function runCapture(
   req: CaptureRequest,
   progress: (p: WorkerProgress['progress']) => void = () => {},
   onFrozen: (frozen: boolean) => void = () => {},
   seed?: CaptureSeed,
-): CaptureResult & { rootSig: string; rootFs: string; startedAtNs: bigint } {
+  hints?: readonly Buffer[],
+): CaptureResult & { rootSig: string; rootFs: string; startedAtNs: bigint; vetted: ReadonlySet<string> } {
   const store = LocalStoreFiles.open(req.storeDir, { create: true, viaFd: req.storeFd });
   store.reserveBytes = req.reserveBytes;
   try {
@@ -657,6 +663,22 @@ export function runCapture(
     let leased: Buffer[] = [];
     let pass = 0;
     let prevRootSig = seed?.rootSig ?? '';
+    // What the journal says changed, read first: the first pass then finds it as captured.
+    let vetted: ReadonlySet<string> = new Set();
+    let hinted: CaptureResult['hinted'] = null;
+    if (seed && hints && hints.length > 0) {
+      cap.newPass();
+      const pre = readHinted(req.root, hints, seed.entries, (e) => {
+        const c = cap.entry(e);
+        return c === LEASED ? null : c;
+      });
+      if (pre) {
+        prev = pre.entries;
+        prevRootSig = sigOf('dir', pre.rootSt);
+        vetted = pre.vetted;
+        hinted = { paths: pre.paths, filesRead: pre.filesRead };
+      }
+    }
     let root: CaptureResult['root'] = { mode: 0, uid: 0, gid: 0, mtimeNs: 0n };
     const maxPasses = Math.max(2, req.maxPasses);
     /** One walk: entries whose stat (and with verifyContent, content) did not move are kept, the rest captured again. */
@@ -784,9 +806,11 @@ export function runCapture(
       filesRead: cap.filesRead,
       trees,
       written: cap.written,
+      hinted,
       rootSig: prevRootSig,
       rootFs: rootFs ?? '',
       startedAtNs,
+      vetted,
     };
   } finally {
     store.abandonObjects(); // nothing is left once committed; a failed capture's temp files go

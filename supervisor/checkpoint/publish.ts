@@ -56,6 +56,8 @@ export async function publishCheckpoint(d: PublishDeps, workspaceArg: string, ta
   const boundary: CheckpointBoundary = await d.watcher.boundary(workspace);
   // The watched file system is what is captured: a walk that finds another (mounted over it) fails.
   const expectFs = d.watcher.fsIdentity(workspace);
+  // What had events (every one before the boundary is in it): read before the first walk.
+  const journal = d.watcher.hints(workspace);
   faultPoint('checkpoint:after-boundary');
   const tBoundary = performance.now();
   const remote = d.remote();
@@ -87,6 +89,7 @@ export async function publishCheckpoint(d: PublishDeps, workspaceArg: string, ta
     signingKeyPem: signer.privateKeyPem,
     keyId: signer.keyId,
     forRemote: remote !== null,
+    ...(journal ? { journal } : {}),
   });
   if (!captured.ok) {
     const stage = captured.code.startsWith('store_') ? 'store' : 'scan';
@@ -205,7 +208,7 @@ export async function publishCheckpoint(d: PublishDeps, workspaceArg: string, ta
       ...(remote ? { uploaded: uploaded + readBack.repaired, repaired: readBack.repaired } : {}),
     },
     trees: { referenced: cap.trees.referenced, written: cap.trees.written, bytes_written: cap.trees.bytesWritten, built: cap.trees.built },
-    read: { files: cap.read.files, bytes: cap.read.bytes },
+    read: { files: cap.read.files, bytes: cap.read.bytes, hinted_paths: cap.read.hintedPaths },
     read_back: {
       objects: readBack.objects,
       bytes: readBack.bytes,

@@ -15,6 +15,8 @@ export interface CaptureSeed {
   storeId?: string;
   rootSig: string;
   rootFs: string;
+  /** The boundary of the checkpoint these entries are from (manifest `boundary`): the workspace journal's paths with later events are what changed since (hints.ts). Null: it had a gap. */
+  boundary: { epoch: string; seq: number } | null;
 }
 
 interface Offer {
@@ -36,20 +38,20 @@ export class StatCache {
    * A capture's result, offered under its manifest id: it becomes root's seed only when that
    * manifest's read-back passes (confirm). Entries whose ctime is not racyMarginNs before
    * startedAtNs (wall clock, ns, taken before the capture looked at any entry) are left out,
-   * and entries that moved while read: they are read again.
+   * but the vetted ones (read once past that margin, hints.ts), and entries that moved while
+   * read: they are read again.
    */
   offer(
     id: string,
     root: string,
     entries: CapturedEntry[],
     trees: { dirs: Map<string, DirTree>; storeId: string },
-    rootSig: string,
-    rootFs: string,
-    startedAtNs: bigint,
+    capture: { rootSig: string; rootFs: string; startedAtNs: bigint; vetted: ReadonlySet<string>; boundary: CaptureSeed['boundary'] },
   ): void {
+    const { rootSig, rootFs, startedAtNs, vetted, boundary } = capture;
     const kept = new Map<string, CapturedEntry>();
-    for (const e of entries) if (e.ctimeNs + racyMarginNs(e.ctimeNs) < startedAtNs && !e.moved) kept.set(e.key, e);
-    this.offered = { id, offer: { root, seed: { entries: kept, trees: trees.dirs, storeId: trees.storeId, rootSig, rootFs } } };
+    for (const e of entries) if ((e.ctimeNs + racyMarginNs(e.ctimeNs) < startedAtNs || vetted.has(e.key)) && !e.moved) kept.set(e.key, e);
+    this.offered = { id, offer: { root, seed: { entries: kept, trees: trees.dirs, storeId: trees.storeId, rootSig, rootFs, boundary } } };
     // Until it is confirmed, no seed: a capture that failed its read-back is never trusted.
     this.byRoot.delete(root);
   }

@@ -11,6 +11,7 @@ import type { Logger } from 'pino';
 import type { WorkspaceEntry, WorkspaceGap, WorkspaceStatus } from '../../ipc/protocol.js';
 import { STATE } from '../../core/state/names.js';
 import { ChangeLog, changeKinds, CHANGES_FILE } from './changes.js';
+import { ChangeJournal, type JournalHints } from './journal.js';
 import type { MutationScan } from './digest.js';
 import { nameText } from '../../core/fs/names.js';
 import { scanInWorker } from './scan.js';
@@ -117,6 +118,8 @@ export class WorkspaceWatcher {
   private unplacedEvents = 0;
   /** The pause test hook holds the reader (said in status health, so a test knows it took hold). */
   private readerPaused = false;
+  /** Every workspace's paths with events, for a checkpoint's capture to read first (journal.ts). */
+  private readonly journal: ChangeJournal;
 
   /** Settles once every workspace is marked, or known unwatchable (never rejects). */
   readonly ready: Promise<void>;
@@ -124,6 +127,7 @@ export class WorkspaceWatcher {
 
   constructor(private readonly options: WatcherOptions) {
     this.epoch = `${options.bootId}:${Date.now()}`;
+    this.journal = new ChangeJournal(options.paths.length);
     this.workspaces = options.paths.map((path) => {
       let fsType = 'unknown';
       try {
@@ -288,6 +292,8 @@ export class WorkspaceWatcher {
     this.droppedEvents += m.dropped;
     const touched = new Set<Tracked>();
     for (const e of m.events) this.onEvent(e, touched);
+    // Events lost: the journal is incomplete through everything read so far (a later barrier is past it).
+    if (m.overflowSeq !== null || m.dropped > 0) this.journal.lost(null, Math.max(m.overflowSeq ?? 0, ...this.workspaces.map((w) => w.lastSeq)));
     for (const t of touched) t.changes.flush();
     for (const b of m.barriers) this.onBarrier(b.ws, b.seq);
     Atomics.sub(new Int32Array(this.wake), WAKE_POSTED, m.events.length);
@@ -309,11 +315,14 @@ export class WorkspaceWatcher {
   private onEvent(e: WatchEvent, touched: Set<Tracked>): void {
     if (e.ws < 0) {
       this.unplacedEvents++;
+      this.journal.lost(null, e.seq);
       return;
     }
     const ws = this.workspaces[e.ws];
     ws.events++;
     ws.lastSeq = Math.max(ws.lastSeq, e.seq);
+    if (e.path === null) this.journal.lost(e.ws, e.seq);
+    else this.journal.record(e.ws, e.seq, e.path);
     const t = e.cgroup !== '0' ? this.byCgroup.get(e.cgroup) : undefined;
     if (!t) {
       ws.unattributed++;
@@ -527,6 +536,19 @@ export class WorkspaceWatcher {
     if (this.listenerGap) return { epoch: this.epoch, seq: null, gap: 'listener_restart' };
     if (!result.ok || result.seqs[i] === null) return { epoch: this.epoch, seq: null, gap: 'barrier_timeout' };
     return { epoch: this.epoch, seq: result.seqs[i], gap: null };
+  }
+
+  /**
+   * The journal of the watched workspace holding path (a real path: itself or a directory in
+   * it), its paths relative to path: what had events, for a checkpoint's capture of path to read
+   * before its walk (journal.ts). Null when path is in no watched workspace, or it is not watched.
+   * Take it after boundary(path): every event before that is in it.
+   */
+  hints(path: string): JournalHints | null {
+    const i = this.indexOf(path);
+    if (i < 0 || this.workspaces[i].unsupported || this.listenerGap) return null;
+    const root = this.workspaces[i].path;
+    return this.journal.hints(this.epoch, i, path === root ? '' : path.slice(root.endsWith('/') ? root.length : root.length + 1));
   }
 
   /** The watched workspace holding path (a real path): itself or a directory in it; -1: none. */

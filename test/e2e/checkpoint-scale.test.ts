@@ -3,7 +3,23 @@
 // it); a file is counted at its size before it is read (a sparse file refused at once); the stat
 // cache keeps an unchanged file unread, never a racily clean or leased one.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, readdirSync, openSync, statfsSync, statSync, unlinkSync, utimesSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  openSync,
+  renameSync,
+  rmSync,
+  statfsSync,
+  statSync,
+  symlinkSync,
+  unlinkSync,
+  utimesSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult, Receipt } from '../../ipc/protocol.js';
@@ -22,6 +38,23 @@ async function checkpoint(d: TestDaemon, ws: string): Promise<{ status: number |
   const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
   if (r.status === 0 || r.status === 1) return { status: r.status, result: json<CheckpointResult>(r), failure: null };
   return { status: r.status, result: null, failure: (JSON.parse(r.stdout.toString()) as Failure).error };
+}
+
+/**
+ * A workspace on a tmpfs of its own: fanotify marks a whole file system, so other test files'
+ * writes on /tmp's would be this daemon's events too, past workspace.maxQueuedEvents, and an
+ * overflow leaves the workspace journal incomplete (no hints: two walks). Undo with releaseWorkspace.
+ */
+function ownWorkspace(ws: string): void {
+  mkdirSync(ws);
+  execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64m', 'tmpfs', ws]);
+}
+
+/** Stops the daemon, then unmounts its workspace tmpfs (before stop() removes its directory). */
+async function releaseWorkspace(d: TestDaemon, ws: string): Promise<void> {
+  await d.terminate();
+  spawnSync('umount', [ws]);
+  await d.stop();
 }
 
 /** A chain of `levels` directories named name(i) under root, made through directory fds (deeper than PATH_MAX). */
@@ -208,7 +241,7 @@ describe('the stat cache and the read-back', () => {
   beforeAll(async () => {
     d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
     ws = join(d.dir, 'ws');
-    mkdirSync(ws);
+    ownWorkspace(ws);
     for (let i = 0; i < FILES; i++) writeFileSync(join(ws, `f${i}`), `file ${i}\n`);
     d.withConfig({ workspace: { paths: [ws] } });
     await d.start();
@@ -221,7 +254,7 @@ describe('the stat cache and the read-back', () => {
   });
 
   afterAll(async () => {
-    await d.stop();
+    await releaseWorkspace(d, ws);
   });
 
   it('an unchanged re-checkpoint reads no file (one pass) and looks at no object; a change and a lost object are each found, a damaged one once its directory changes', async () => {
@@ -243,7 +276,8 @@ describe('the stat cache and the read-back', () => {
       read_back: { objects: FILES, rehashed_objects: 0, rehashed_bytes: 0, trusted_objects: FILES, trees: { objects: 1, trusted_objects: 1 } },
     });
 
-    // Same size, mtime put back: the ctime moved, so it is read again.
+    // Same size, mtime put back: the ctime moved, so it is read again. The watcher saw it
+    // change: it is read before the walk (once its racy margin passed), and one walk suffices.
     const f1 = join(ws, 'f1');
     const st = statSync(f1);
     writeFileSync(f1, 'FILE 1\n');
@@ -251,9 +285,9 @@ describe('the stat cache and the read-back', () => {
     const changed = await checkpoint(d, ws);
     expect(changed.result).toMatchObject({
       consistent: true,
-      scan: { passes: 2 },
+      scan: { passes: 1 },
       objects: { written: 1 },
-      read: { files: 1, bytes: 7 },
+      read: { files: 1, bytes: 7, hinted_paths: 1 },
       read_back: { rehashed_objects: 1 },
     });
     expect(shaOf(changed.result!.checkpoint_id, 'f1')).toBe(sha256(Buffer.from('FILE 1\n')));
@@ -301,6 +335,84 @@ describe('the stat cache and the read-back', () => {
     });
     const again = await checkpoint(d, ws);
     expect(again.result).toMatchObject({ consistent: true, scan: { passes: 1 }, read: { files: 0 }, read_back: { objects: FILES, rehashed_objects: FILES } });
+  });
+});
+
+describe('what the watcher saw change is read before the walk (the workspace journal)', () => {
+  let d: TestDaemon;
+  let ws: string;
+  const manifest = (id: string) => storedManifest(join(d.stateDir, 'checkpoints'), id);
+
+  beforeAll(async () => {
+    d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
+    ws = join(d.dir, 'ws');
+    ownWorkspace(ws);
+    for (const dir of ['a/b', 'old/deeper', 'mv']) mkdirSync(join(ws, dir), { recursive: true });
+    for (let i = 0; i < 10; i++) writeFileSync(join(ws, `f${i}`), `file ${i}\n`);
+    for (const f of ['a/b/x', 'old/o1', 'old/deeper/o2', 'mv/m1', 'mv/m2']) writeFileSync(join(ws, f), `${f}\n`);
+    symlinkSync('f0', join(ws, 'link'));
+    d.withConfig({ workspace: { paths: [ws] } });
+    await d.start();
+    const made = Date.now();
+    await until(() => Date.now() - made > 1100, 'the racy margin past');
+  });
+
+  afterAll(async () => {
+    await releaseWorkspace(d, ws);
+  });
+
+  /** The checkpoint a restarted supervisor takes (no stat cache, no journal: every file read, two walks): what the tree is. */
+  async function fromScratch(): Promise<CheckpointResult> {
+    await d.terminate();
+    await d.start();
+    const r = (await checkpoint(d, ws)).result!;
+    expect(r).toMatchObject({ consistent: true, scan: { passes: 2 }, read: { hinted_paths: 0 } });
+    return r;
+  }
+
+  it('changes it saw cost one walk and make the same tree as a full capture; one it could not see whole (a directory moved in), or events past its bound, cost a second walk', async () => {
+    const first = await checkpoint(d, ws);
+    expect(first.result).toMatchObject({ consistent: true, scan: { passes: 2 }, read: { hinted_paths: 0 } });
+    const unchanged = await checkpoint(d, ws);
+    expect(unchanged.result).toMatchObject({ consistent: true, scan: { passes: 1, digest: first.result!.scan.digest }, read: { files: 0, hinted_paths: 0 } });
+
+    // Modified, made in new directories, removed with the directory holding them, renamed, chmod'ed, a new link.
+    writeFileSync(join(ws, 'a/b/x'), 'a/b/x rewritten\n');
+    mkdirSync(join(ws, 'new/deep'), { recursive: true });
+    writeFileSync(join(ws, 'new/deep/n1'), 'n1\n');
+    rmSync(join(ws, 'old'), { recursive: true });
+    renameSync(join(ws, 'f1'), join(ws, 'f1.renamed'));
+    chmodSync(join(ws, 'f2'), 0o600);
+    unlinkSync(join(ws, 'f3'));
+    symlinkSync('new/deep/n1', join(ws, 'link2'));
+    // Through the client at once: the files just written are within their racy margin (100 ms),
+    // so each is read, the margin waited out, and read again (8 reads) unless it had passed (4).
+    const c = await d.client();
+    const seen = { result: await c.checkpoint({ workspace: ws }) };
+    c.close();
+    expect(seen.result).toMatchObject({ consistent: true, scan: { passes: 1 } });
+    expect([4, 8]).toContain(seen.result.read.files); // a/b/x, new/deep/n1, f1.renamed (a new inode), f2 (its ctime moved)
+    expect(seen.result.read.hinted_paths).toBeGreaterThanOrEqual(9);
+    const paths = manifest(seen.result.checkpoint_id).entries.map((e) => e.path);
+    expect(paths).toEqual(expect.arrayContaining(['new/deep/n1', 'f1.renamed', 'link2']));
+    for (const gone of ['old', 'old/o1', 'old/deeper/o2', 'f1', 'f3']) expect(paths).not.toContain(gone);
+    expect((await fromScratch()).scan.digest).toBe(seen.result.scan.digest);
+
+    // A directory moved in: its files had no events of their own, so the walk finds them new and walks again.
+    await checkpoint(d, ws); // the seed again (the restart emptied the stat cache)
+    renameSync(join(ws, 'mv'), join(ws, 'mv2'));
+    const moved = await checkpoint(d, ws);
+    expect(moved.result).toMatchObject({ consistent: true, scan: { passes: 2 } });
+    expect(moved.result!.read.hinted_paths).toBeGreaterThan(0);
+    expect(manifest(moved.result!.checkpoint_id).entries.map((e) => e.path)).toEqual(expect.arrayContaining(['mv2/m1', 'mv2/m2']));
+    expect((await fromScratch()).scan.digest).toBe(moved.result!.scan.digest);
+
+    // More paths than the journal keeps (4,096): it gives no hints, and the walk reads them all.
+    await checkpoint(d, ws);
+    mkdirSync(join(ws, 'many'));
+    for (let i = 0; i < 4200; i++) writeFileSync(join(ws, 'many', `m${i}`), `${i}\n`);
+    const many = await checkpoint(d, ws);
+    expect(many.result).toMatchObject({ consistent: true, scan: { passes: 2 }, read: { files: 4200, hinted_paths: 0 } });
   });
 });
 

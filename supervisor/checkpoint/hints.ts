@@ -1,0 +1,225 @@
+// The read before the walk (in the checkpoint thread): the paths the workspace journal says had
+// events since the seed's checkpoint are looked at (and their files read into the store) before
+// the first walk, so that walk finds them as captured and is the only one (passes.ts). Owns
+// that look; a hint that cannot be followed safely is dropped, never trusted: the walk decides.
+import { closeSync, constants, fstatSync, lstatSync, openSync, readlinkSync, type BigIntStats } from 'node:fs';
+import { racyMarginNs } from '../../core/fs/granule.js';
+import { openDirAt, pathAt, statFacts, typeOf, type WalkEntry } from '../../core/fs/walk.js';
+import { errnoCode } from '../../ipc/errno.js';
+import type { CapturedEntry } from './passes.js';
+
+/*
+ * Why one walk then proves a still instant: every entry the walk keeps was unchanged from its
+ * capture to the walk's look at it. A seed entry was captured before this capture began, an
+ * entry looked at here before the walk began, so every such interval holds the instant between
+ * this look and the walk. A file read here counts only if its ctime was a racy margin before
+ * the read began (core/fs/granule.ts): a write after the read then moves its ctime, which the
+ * walk sees. Directories are not read here (the walk lists each one): their stat is enough.
+ */
+
+/** What the first walk compares with, and what this look did. */
+export interface HintedSeed {
+  /** The seed with each hinted path as it is now (gone ones, and all under them, removed). */
+  entries: Map<string, CapturedEntry>;
+  /** The root's fstat, taken after the hinted paths. */
+  rootSt: BigIntStats;
+  /** Files read here and kept (past their racy margin): the stat cache may keep them. */
+  vetted: Set<string>;
+  /** Hinted paths looked at; files read (racy ones read again counted twice). */
+  paths: number;
+  filesRead: number;
+}
+
+/** The longest wait for a just-written file's racy margin to pass before it is read again; past it, the walk reads it (and a second walk follows). */
+const RACY_WAIT_MAX_MS = 250;
+const OPEN_ROOT = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+const SLASH = 0x2f;
+/** Deeper hinted paths are left to the walk (each costs an open per directory on its way). */
+const MAX_HINT_DEPTH = 256;
+const sleeper = new Int32Array(new SharedArrayBuffer(4));
+
+/**
+ * Looks at each hinted path (bytes, relative to root) through directory fds, never through a
+ * link or onto another file system, and captures it with capture (null: could not, or it moved
+ * while read: left to the walk). Null when the root cannot be opened (the walk says why). Throws
+ * what capture throws (the store's errors, the deadline).
+ */
+export function readHinted(
+  root: string,
+  hints: readonly Buffer[],
+  seed: ReadonlyMap<string, CapturedEntry>,
+  capture: (e: WalkEntry) => CapturedEntry | null,
+): HintedSeed | null {
+  let rootFd: number;
+  try {
+    rootFd = openSync(root, OPEN_ROOT);
+  } catch {
+    return null;
+  }
+  const entries = new Map(seed);
+  const vetted = new Set<string>();
+  let rootDev: bigint;
+  try {
+    rootDev = fstatSync(rootFd, { bigint: true }).dev;
+  } catch {
+    closeSync(rootFd);
+    return null;
+  }
+  /** Directories on the way already captured (each once, however many hints pass through it). */
+  const seenDirs = new Set<string>();
+  let filesRead = 0;
+  const removeTree = (key: string) => {
+    const was = entries.get(key);
+    entries.delete(key);
+    if (was?.type !== 'dir') return;
+    const prefix = `${key}/`;
+    for (const k of entries.keys()) if (k.startsWith(prefix)) entries.delete(k);
+  };
+  /** One hinted path; the racy file it read (to be read again once past its margin), else null. */
+  const look = (rel: Buffer): { rel: Buffer; readyAtNs: bigint } | null => {
+    const names = split(rel);
+    if (names === null || names.length > MAX_HINT_DEPTH) return null;
+    // Each directory on the way opened from its parent's fd (never a link, never another file
+    // system), closed once this path is done: fds never pile up, however deep or many.
+    const opened: number[] = [];
+    try {
+      let dirFd = rootFd;
+      for (let i = 0; i < names.length - 1; i++) {
+        const path = rel.subarray(0, offsetOf(names, i + 1) - 1);
+        const key = path.toString('latin1');
+        let fd: number;
+        let st: BigIntStats;
+        try {
+          fd = openDirAt(dirFd, names[i]);
+          opened.push(fd);
+          st = fstatSync(fd, { bigint: true });
+        } catch (err) {
+          if (!ordinary(err)) throw err;
+          return null;
+        }
+        if (st.dev !== rootDev) return null;
+        if (!seenDirs.has(key)) {
+          seenDirs.add(key);
+          const c = capture(walkEntry(path, names[i], i + 1, st, null, dirFd));
+          if (c) entries.set(key, c);
+        }
+        dirFd = fd;
+      }
+      return lookAt(rel, names, dirFd);
+    } finally {
+      for (const fd of opened) closeSync(fd);
+    }
+  };
+  /** The hinted entry itself, in its directory dirFd. */
+  const lookAt = (rel: Buffer, names: Buffer[], dirFd: number): { rel: Buffer; readyAtNs: bigint } | null => {
+    const name = names[names.length - 1];
+    const key = rel.toString('latin1');
+    let st: BigIntStats;
+    try {
+      st = lstatSync(pathAt(dirFd, name), { bigint: true });
+    } catch (err) {
+      if (errnoCode(err) === 'ENOENT') removeTree(key);
+      else if (!ordinary(err)) throw err;
+      return null;
+    }
+    const type = typeOf(st);
+    if (type === 'dir') {
+      if (seenDirs.has(key)) return null; // looked at on the way to another path
+      seenDirs.add(key);
+      let fd: number;
+      try {
+        fd = openDirAt(dirFd, name);
+      } catch (err) {
+        if (!ordinary(err)) throw err;
+        return null;
+      }
+      try {
+        st = fstatSync(fd, { bigint: true });
+      } finally {
+        closeSync(fd);
+      }
+      if (st.dev !== rootDev) return null; // a mount point: the walk's
+    }
+    let target: Buffer | null = null;
+    if (type === 'symlink') {
+      try {
+        target = readlinkSync(pathAt(dirFd, name), { encoding: 'buffer' });
+      } catch (err) {
+        if (!ordinary(err)) throw err;
+        return null;
+      }
+    }
+    const readAtNs = BigInt(Date.now()) * 1_000_000n;
+    const c = capture(walkEntry(rel, name, names.length, st, target, dirFd));
+    if (type === 'file') filesRead++;
+    if (!c || c.moved) return null;
+    if (c.type === 'file') {
+      const readyAtNs = c.ctimeNs + racyMarginNs(c.ctimeNs);
+      if (readyAtNs >= readAtNs) return { rel, readyAtNs };
+      vetted.add(key);
+    }
+    entries.set(key, c);
+    return null;
+  };
+  try {
+    let racy: { rel: Buffer; readyAtNs: bigint }[] = [];
+    for (const rel of hints) {
+      const r = look(rel);
+      if (r) racy.push(r);
+    }
+    // Written just now: read again once a later write would move the ctime (a short wait, where a walk costs more).
+    if (racy.length > 0) {
+      const readyAtNs = racy.reduce((m, r) => (r.readyAtNs > m ? r.readyAtNs : m), 0n);
+      const waitMs = Number(readyAtNs - BigInt(Date.now()) * 1_000_000n) / 1e6 + 1;
+      if (waitMs <= RACY_WAIT_MAX_MS) {
+        if (waitMs > 0) Atomics.wait(sleeper, 0, 0, waitMs);
+        const again = racy;
+        racy = [];
+        for (const r of again) look(r.rel); // still racy: left to the walk
+      }
+    }
+    return { entries, rootSt: fstatSync(rootFd, { bigint: true }), vetted, paths: hints.length, filesRead };
+  } finally {
+    closeSync(rootFd);
+  }
+}
+
+/** A path's names; null when one is empty, "." or ".." (no hint names such a path). */
+function split(rel: Buffer): Buffer[] | null {
+  const names: Buffer[] = [];
+  let start = 0;
+  for (let i = 0; i <= rel.length; i++) {
+    if (i < rel.length && rel[i] !== SLASH) continue;
+    const name = rel.subarray(start, i);
+    if (name.length === 0 || (name.length === 1 && name[0] === 0x2e) || (name.length === 2 && name[0] === 0x2e && name[1] === 0x2e)) return null;
+    names.push(name);
+    start = i + 1;
+  }
+  return names;
+}
+
+/** Where names[i] starts in the path they were split from. */
+function offsetOf(names: Buffer[], i: number): number {
+  let n = 0;
+  for (let k = 0; k < i; k++) n += names[k].length + 1;
+  return n;
+}
+
+function walkEntry(path: Buffer, name: Buffer, depth: number, st: BigIntStats, linkTarget: Buffer | null, dirFd: number): WalkEntry {
+  return { path, name, depth, type: typeOf(st), ...statFacts(st), linkTarget, dirFd };
+}
+
+/** An error that only means this hint is not followed (the walk meets the same entry and decides). */
+function ordinary(err: unknown): boolean {
+  const code = errnoCode(err);
+  return (
+    code === 'ENOENT' ||
+    code === 'ENOTDIR' ||
+    code === 'ELOOP' ||
+    code === 'EACCES' ||
+    code === 'EPERM' ||
+    code === 'ENAMETOOLONG' ||
+    code === 'EMFILE' ||
+    code === 'ENFILE'
+  );
+}
