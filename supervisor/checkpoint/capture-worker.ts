@@ -267,7 +267,7 @@ export function runCheckpoint(
     req.root,
     cap.entries,
     { dirs: cap.trees.dirs, storeId },
-    { ...cap, boundary: b.epoch !== null && b.seq !== null ? { epoch: b.epoch, seq: b.seq } : null },
+    { ...cap, boundary: b.epoch !== null && b.seq !== null ? { epoch: b.epoch, seq: b.seq } : null, kept: cap.keptSeed ? seed!.entries : null },
   );
   produced = { id, signatureVerified, objects, trees: cap.trees.trees, dirs: cap.trees.dirs, checkedTrees, written: new Set(cap.written) };
   testFlipObject(req.storeDir, cap.entries);

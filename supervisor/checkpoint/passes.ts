@@ -109,6 +109,8 @@ export interface CaptureResult {
   written: string[];
   /** The journal's paths looked at before the first pass (hints.ts), and the files read then (in filesRead too); null: none looked at (no seed, no journal, nothing changed). */
   hinted: { paths: number; filesRead: number } | null;
+  /** Whether `entries` are exactly the seed's (the same objects, every one): one pass found the seed as it was, nothing read before it, no frozen pass. */
+  keptSeed: boolean;
 }
 
 export type WorkerReply<T> = { ok: true; result: T } | { ok: false; code: string; message: string };
@@ -751,6 +753,7 @@ export function runCapture(
       entries = current;
       prev = null; // made from `entries` only if another pass follows
     };
+    let keptSeed = false;
     while (pass < maxPasses) {
       pass++;
       if (pass > 1) testTouch(req.root, pass);
@@ -760,7 +763,10 @@ export function runCapture(
       // unchanged, no lease) is still: the seed's entries were unchanged from their capture
       // to the seed's last pass, and from then to their check now (stat unchanged; ctime
       // never goes back), so every interval holds the instant before this pass.
-      if (pass === 1 && seed && seedDiffers === 0 && changed.length === 0) break;
+      if (pass === 1 && seed && seedDiffers === 0 && changed.length === 0) {
+        keptSeed = hinted === null;
+        break;
+      }
     }
     let freeze: CaptureResult['freeze'] = null;
     if (req.freezeMaxMs && req.freezeMaxMs > 0) {
@@ -779,6 +785,7 @@ export function runCapture(
       });
       // Captured while nothing could change: consistent, but for files a lease kept unread.
       if (freeze.frozen) changed = leased;
+      keptSeed = false;
       cap.bound(deadlineHrNs, req.deadlineMs);
     }
     // The trees, bottom-up, committed with the files' objects (one syncfs for all).
@@ -807,6 +814,7 @@ export function runCapture(
       trees,
       written: cap.written,
       hinted,
+      keptSeed,
       rootSig: prevRootSig,
       rootFs: rootFs ?? '',
       startedAtNs,

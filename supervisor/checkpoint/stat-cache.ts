@@ -46,11 +46,23 @@ export class StatCache {
     root: string,
     entries: CapturedEntry[],
     trees: { dirs: Map<string, DirTree>; storeId: string },
-    capture: { rootSig: string; rootFs: string; startedAtNs: bigint; vetted: ReadonlySet<string>; boundary: CaptureSeed['boundary'] },
+    capture: {
+      rootSig: string;
+      rootFs: string;
+      startedAtNs: bigint;
+      vetted: ReadonlySet<string>;
+      boundary: CaptureSeed['boundary'];
+      /** The seed's entries, when the capture kept exactly those (one pass, nothing differed): kept as they are. */
+      kept: Map<string, CapturedEntry> | null;
+    },
   ): void {
     const { rootSig, rootFs, startedAtNs, vetted, boundary } = capture;
-    const kept = new Map<string, CapturedEntry>();
-    for (const e of entries) if ((e.ctimeNs + racyMarginNs(e.ctimeNs) < startedAtNs || vetted.has(e.key)) && !e.moved) kept.set(e.key, e);
+    // The seed's entries passed this filter at their own offer, so they pass it now (a later start).
+    let kept = capture.kept;
+    if (!kept) {
+      kept = new Map<string, CapturedEntry>();
+      for (const e of entries) if ((e.ctimeNs + racyMarginNs(e.ctimeNs) < startedAtNs || vetted.has(e.key)) && !e.moved) kept.set(e.key, e);
+    }
     this.offered = { id, offer: { root, seed: { entries: kept, trees: trees.dirs, storeId: trees.storeId, rootSig, rootFs, boundary } } };
     // Until it is confirmed, no seed: a capture that failed its read-back is never trusted.
     this.byRoot.delete(root);
