@@ -4,7 +4,7 @@
 // that look; a hint that cannot be followed safely is dropped, never trusted: the walk decides.
 import { closeSync, constants, fstatSync, lstatSync, openSync, readlinkSync, type BigIntStats } from 'node:fs';
 import { racyMarginNs } from '../../core/fs/granule.js';
-import { openDirAt, pathAt, statFacts, typeOf, type WalkEntry } from '../../core/fs/walk.js';
+import { openDirAt, pathAt, ScanError, statFacts, typeOf, walkTree, type WalkEntry } from '../../core/fs/walk.js';
 import { errnoCode } from '../../ipc/errno.js';
 import type { CapturedEntry } from './passes.js';
 
@@ -49,6 +49,7 @@ export function readHinted(
   hints: readonly Buffer[],
   seed: ReadonlyMap<string, CapturedEntry>,
   capture: (e: WalkEntry) => CapturedEntry | null,
+  same: (c: CapturedEntry, e: WalkEntry) => boolean,
 ): HintedSeed | null {
   let rootFd: number;
   try {
@@ -76,9 +77,11 @@ export function readHinted(
     for (const k of entries.keys()) if (k.startsWith(prefix)) entries.delete(k);
   };
   /** One hinted path; the racy file it read (to be read again once past its margin), else null. */
-  const look = (rel: Buffer): { rel: Buffer; readyAtNs: bigint } | null => {
+  const look = (rel: Buffer, again = false): { rel: Buffer; readyAtNs: bigint } | null => {
     const names = split(rel);
     if (names === null || names.length > MAX_HINT_DEPTH) return null;
+    // Looked at already (under a directory walked in, or named twice): once is enough, but after a racy read.
+    if (!again && recorded.has(rel.toString('latin1'))) return null;
     // Each directory on the way opened from its parent's fd (never a link, never another file
     // system), closed once this path is done: fds never pile up, however deep or many.
     const opened: number[] = [];
@@ -135,22 +138,71 @@ export function readHinted(
       }
       try {
         st = fstatSync(fd, { bigint: true });
+        if (st.dev !== rootDev) return null; // a mount point: the walk's
+        const c = capture(walkEntry(rel, name, names.length, st, null, dirFd));
+        if (c) entries.set(key, c);
+        // Not the directory the seed had here (made, moved or renamed here): what is in it had
+        // no events of its own, so it is walked now too.
+        const old = seed.get(key);
+        if (old?.type !== 'dir' || old.ino !== st.ino) walkIn(rel, names.length, fd);
       } finally {
         closeSync(fd);
       }
-      if (st.dev !== rootDev) return null; // a mount point: the walk's
+      return null;
     }
-    let target: Buffer | null = null;
-    if (type === 'symlink') {
+    return record(rel, key, walkEntry(rel, name, names.length, st, null, dirFd), dirFd, name);
+  };
+  /** Files of the seed by inode (made when a directory is walked in): one moved with its directory is the same file, not read again. */
+  let byIno: Map<bigint, CapturedEntry> | null = null;
+  /** Everything under a directory not the seed's (fd: it, opened), captured; a file the seed has under another path with the same stat is kept as it was captured. */
+  const walkIn = (rel: Buffer, depth: number, fd: number): void => {
+    if (!byIno) {
+      byIno = new Map();
+      for (const c of seed.values()) if (c.type === 'file' && !c.moved) byIno.set(c.ino, c);
+    }
+    const prefix = Buffer.concat([rel, Buffer.from('/')]);
+    try {
+      // Through the directory's fd (the magic link is not the last component: "." is, so
+      // O_NOFOLLOW holds), one file system, every fd closed when the walk ends.
+      for (const e of walkTree(`/proc/self/fd/${fd}/.`, { oneFileSystem: true })) {
+        const path = Buffer.concat([prefix, e.path]);
+        const key = path.toString('latin1');
+        const sub: WalkEntry = { ...e, path, depth: e.depth + depth };
+        if (sub.type === 'dir') seenDirs.add(key);
+        const old = sub.type === 'file' ? byIno.get(sub.ino) : undefined;
+        if (old && same(old, sub)) {
+          entries.set(key, { ...old, key });
+          continue;
+        }
+        const racy = record(path, key, sub, sub.dirFd, sub.name);
+        if (racy) later.push(racy);
+      }
+    } catch (err) {
+      if (!(err instanceof ScanError) || !ordinary(err)) throw err;
+      // Left to the walk, which meets the same entry.
+    }
+  };
+  /** Files read within their racy margin from walkIn (read again with the hinted ones). */
+  const later: { rel: Buffer; readyAtNs: bigint }[] = [];
+  /** Entries captured by record() (keys). */
+  const recorded = new Set<string>();
+  /** Captures one entry (a file read); the racy file it read, else null. */
+  const record = (rel: Buffer, key: string, e: WalkEntry, dirFd: number, name: Buffer): { rel: Buffer; readyAtNs: bigint } | null => {
+    recorded.add(key);
+    const type = e.type;
+    let st: WalkEntry = e;
+    let target: Buffer | null = e.linkTarget;
+    if (type === 'symlink' && target === null) {
       try {
         target = readlinkSync(pathAt(dirFd, name), { encoding: 'buffer' });
       } catch (err) {
         if (!ordinary(err)) throw err;
         return null;
       }
+      st = { ...e, linkTarget: target };
     }
     const readAtNs = BigInt(Date.now()) * 1_000_000n;
-    const c = capture(walkEntry(rel, name, names.length, st, target, dirFd));
+    const c = capture(st);
     if (type === 'file') filesRead++;
     if (!c || c.moved) return null;
     if (c.type === 'file') {
@@ -167,6 +219,7 @@ export function readHinted(
       const r = look(rel);
       if (r) racy.push(r);
     }
+    racy.push(...later);
     // Written just now: read again once a later write would move the ctime (a short wait, where a walk costs more).
     if (racy.length > 0) {
       const readyAtNs = racy.reduce((m, r) => (r.readyAtNs > m ? r.readyAtNs : m), 0n);
@@ -175,7 +228,7 @@ export function readHinted(
         if (waitMs > 0) Atomics.wait(sleeper, 0, 0, waitMs);
         const again = racy;
         racy = [];
-        for (const r of again) look(r.rel); // still racy: left to the walk
+        for (const r of again) look(r.rel, true); // still racy: left to the walk
       }
     }
     return { entries, rootSt: fstatSync(rootFd, { bigint: true }), vetted, paths: hints.length, filesRead };

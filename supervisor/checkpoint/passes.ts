@@ -670,10 +670,16 @@ export function runCapture(
     let hinted: CaptureResult['hinted'] = null;
     if (seed && hints && hints.length > 0) {
       cap.newPass();
-      const pre = readHinted(req.root, hints, seed.entries, (e) => {
-        const c = cap.entry(e);
-        return c === LEASED ? null : c;
-      });
+      const pre = readHinted(
+        req.root,
+        hints,
+        seed.entries,
+        (e) => {
+          const c = cap.entry(e);
+          return c === LEASED ? null : c;
+        },
+        sameAsCaptured,
+      );
       if (pre) {
         prev = pre.entries;
         prevRootSig = sigOf('dir', pre.rootSt);
