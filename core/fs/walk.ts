@@ -400,7 +400,9 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
             // Swapped since the lstat: a symlink (ENOTDIR, see above) or another type is recorded as it is now.
             if (errnoCode(err) !== 'ELOOP' && errnoCode(err) !== 'ENOTDIR') throw err;
             st = lstatSync(path, { bigint: true });
-            if (st.isDirectory()) throw err;
+            // A directory again (swapped twice): changing under the walk, left out as one removed
+            // while it ran (a capture's next pass sees it as it settles).
+            if (st.isDirectory()) continue;
           }
         }
       } catch (err) {

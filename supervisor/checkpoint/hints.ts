@@ -23,8 +23,8 @@ export interface HintedSeed {
   entries: Map<string, CapturedEntry>;
   /** The root's fstat, taken after the hinted paths. */
   rootSt: BigIntStats;
-  /** Files read here and kept (past their racy margin): the stat cache may keep them. */
-  vetted: Set<string>;
+  /** The entries of files read here past their racy margin (these very captures: one read again later is another): the stat cache may keep them. */
+  vetted: Set<CapturedEntry>;
   /** Hinted paths looked at; files read (racy ones read again counted twice). */
   paths: number;
   filesRead: number;
@@ -50,6 +50,7 @@ export function readHinted(
   seed: ReadonlyMap<string, CapturedEntry>,
   capture: (e: WalkEntry) => CapturedEntry | null,
   same: (c: CapturedEntry, e: WalkEntry) => boolean,
+  checkDeadline: () => void,
 ): HintedSeed | null {
   let rootFd: number;
   try {
@@ -58,7 +59,7 @@ export function readHinted(
     return null;
   }
   const entries = new Map(seed);
-  const vetted = new Set<string>();
+  const vetted = new Set<CapturedEntry>();
   let rootDev: bigint;
   try {
     rootDev = fstatSync(rootFd, { bigint: true }).dev;
@@ -69,12 +70,23 @@ export function readHinted(
   /** Directories on the way already captured (each once, however many hints pass through it). */
   const seenDirs = new Set<string>();
   let filesRead = 0;
+  /** Directories found gone: everything under each is removed once, at the end (one pass over the entries, however many). */
+  const goneDirs = new Set<string>();
   const removeTree = (key: string) => {
     const was = entries.get(key);
     entries.delete(key);
-    if (was?.type !== 'dir') return;
-    const prefix = `${key}/`;
-    for (const k of entries.keys()) if (k.startsWith(prefix)) entries.delete(k);
+    if (was?.type === 'dir') goneDirs.add(key);
+  };
+  const removeUnderGone = () => {
+    if (goneDirs.size === 0) return;
+    for (const k of entries.keys()) {
+      for (let i = k.indexOf('/'); i >= 0; i = k.indexOf('/', i + 1)) {
+        if (goneDirs.has(k.slice(0, i))) {
+          entries.delete(k);
+          break;
+        }
+      }
+    }
   };
   /** One hinted path; the racy file it read (to be read again once past its margin), else null. */
   const look = (rel: Buffer, again = false): { rel: Buffer; readyAtNs: bigint } | null => {
@@ -167,6 +179,7 @@ export function readHinted(
       for (const e of walkTree(`/proc/self/fd/${fd}/.`, { oneFileSystem: true })) {
         const path = Buffer.concat([prefix, e.path]);
         const key = path.toString('latin1');
+        checkDeadline();
         const sub: WalkEntry = { ...e, path, depth: e.depth + depth };
         if (sub.type === 'dir') seenDirs.add(key);
         const old = sub.type === 'file' ? byIno.get(sub.ino) : undefined;
@@ -208,7 +221,7 @@ export function readHinted(
     if (c.type === 'file') {
       const readyAtNs = c.ctimeNs + racyMarginNs(c.ctimeNs);
       if (readyAtNs >= readAtNs) return { rel, readyAtNs };
-      vetted.add(key);
+      vetted.add(c);
     }
     entries.set(key, c);
     return null;
@@ -216,6 +229,7 @@ export function readHinted(
   try {
     let racy: { rel: Buffer; readyAtNs: bigint }[] = [];
     for (const rel of hints) {
+      checkDeadline();
       const r = look(rel);
       if (r) racy.push(r);
     }
@@ -231,6 +245,7 @@ export function readHinted(
         for (const r of again) look(r.rel, true); // still racy: left to the walk
       }
     }
+    removeUnderGone();
     return { entries, rootSt: fstatSync(rootFd, { bigint: true }), vetted, paths: hints.length, filesRead };
   } finally {
     closeSync(rootFd);
@@ -262,7 +277,7 @@ function walkEntry(path: Buffer, name: Buffer, depth: number, st: BigIntStats, l
   return { path, name, depth, type: typeOf(st), ...statFacts(st), linkTarget, dirFd };
 }
 
-/** An error that only means this hint is not followed (the walk meets the same entry and decides). */
+/** An error that only means this hint is not followed (the walk meets the same entry and decides): gone, swapped (EINVAL: readlink of what is no longer a link), unreadable, out of fds. */
 function ordinary(err: unknown): boolean {
   const code = errnoCode(err);
   return (
@@ -272,6 +287,7 @@ function ordinary(err: unknown): boolean {
     code === 'EACCES' ||
     code === 'EPERM' ||
     code === 'ENAMETOOLONG' ||
+    code === 'EINVAL' ||
     code === 'EMFILE' ||
     code === 'ENFILE'
   );

@@ -9,6 +9,7 @@ import { faultPoint } from '../../core/fault.js';
 import { native } from '../../core/fs/native.js';
 import { isUtf8 } from 'node:buffer';
 import { showPath } from '../../core/fs/names.js';
+import { racyMarginNs } from '../../core/fs/granule.js';
 import { checkFsIdentity, pathAt, ScanError, walkTree, type FsIdentity, type WalkEntry } from '../../core/fs/walk.js';
 import { type ListedObject, LocalStoreFiles, objectSigOf } from '../../core/checkpoint/local-store.js';
 import { writeAll } from '../../core/fs/durable.js';
@@ -239,7 +240,8 @@ class Capture {
   }
 
   /** ScanError scan_timeout once the checkpoint's deadline has passed (checked per block read, so one big file is bounded too). */
-  private checkDeadline(): void {
+  /** Throws ScanError scan_timeout past the capture's deadline. */
+  checkDeadline(): void {
     if (this.deadline.hrNs !== null && process.hrtime.bigint() >= this.deadline.hrNs) {
       throw new ScanError(
         'scan_timeout',
@@ -275,6 +277,7 @@ class Capture {
       return false;
     }
     try {
+      if (!fstatSync(fd, { bigint: true }).isFile()) return false; // swapped since the lstat
       this.filesRead++;
       const got = hashFd(fd, () => this.checkDeadline());
       this.bytesHashed += got.bytes;
@@ -326,7 +329,16 @@ class Capture {
     }
   }
 
+  /**
+   * Files captured in this capture whose ctime was within its racy margin of their read (a
+   * write later in the same timestamp granule would leave their stat as it is), with when that
+   * margin ends (wall clock, ns): a later pass checks their content, not only their stat, once
+   * the margin has passed (runCapture).
+   */
+  readonly racy = new Map<CapturedEntry, bigint>();
+
   private file(e: WalkEntry): CapturedEntry | null | typeof LEASED {
+    const readAtNs = BigInt(Date.now()) * 1_000_000n;
     let fd: number;
     try {
       const opened = this.openFile(e);
@@ -339,6 +351,9 @@ class Capture {
     }
     this.filesRead++;
     try {
+      // Swapped for a directory, a fifo or a device since the lstat (opened all the same: a
+      // read would fail, block or never end): the next pass sees it as it is.
+      if (!fstatSync(fd, { bigint: true }).isFile()) return null;
       let last: CapturedEntry | null = null;
       // The first read is checked against the walk's lstat (the fd opened after it: a file
       // replaced in between has another inode), a retry against an fstat of its own.
@@ -369,7 +384,11 @@ class Capture {
           stRdev: Number(before.rdev),
           ...(moved ? { moved: true } : {}),
         };
-        if (!moved) return last;
+        if (!moved) {
+          const readyAtNs = before.ctimeNs + racyMarginNs(before.ctimeNs);
+          if (readyAtNs >= readAtNs) this.racy.set(last, readyAtNs);
+          return last;
+        }
       }
       return last;
     } finally {
@@ -630,6 +649,23 @@ export function entryJsonBytes(e: WalkEntry): number {
 }
 
 /**
+ * Waits until the racy margin of every file read within it has passed (Capture.racy: at most
+ * 2.01 s, on whole-second timestamps), so the next pass's content check of each covers an
+ * instant when a write would have moved its ctime; never past the capture's deadline.
+ */
+function waitOutRacy(cap: Capture, deadlineHrNs: bigint | null): void {
+  let readyAtNs = 0n;
+  for (const at of cap.racy.values()) if (at > readyAtNs) readyAtNs = at;
+  for (;;) {
+    const leftMs = Number(readyAtNs - BigInt(Date.now()) * 1_000_000n) / 1e6;
+    if (leftMs <= 0) return;
+    cap.checkDeadline();
+    const toDeadlineMs = deadlineHrNs === null ? Infinity : Number(deadlineHrNs - process.hrtime.bigint()) / 1e6;
+    Atomics.wait(sleeper, 0, 0, Math.max(1, Math.min(leftMs + 1, toDeadlineMs, 100)));
+  }
+}
+
+/**
  * Runs a capture in this thread (blocking). Throws ScanError (manifest_too_large, scan_timeout,
  * errno codes) / StoreError / errno errors. seed: the stat cache of the workspace's last
  * read-back checkpoint (stat-cache.ts): its first pass keeps an entry whose stat signature is
@@ -644,7 +680,7 @@ export function runCapture(
   onFrozen: (frozen: boolean) => void = () => {},
   seed?: CaptureSeed,
   hints?: readonly Buffer[],
-): CaptureResult & { rootSig: string; rootFs: string; startedAtNs: bigint; vetted: ReadonlySet<string> } {
+): CaptureResult & { rootSig: string; rootFs: string; startedAtNs: bigint; vetted: ReadonlySet<CapturedEntry> } {
   const store = LocalStoreFiles.open(req.storeDir, { create: true, viaFd: req.storeFd });
   store.reserveBytes = req.reserveBytes;
   try {
@@ -666,7 +702,7 @@ export function runCapture(
     let pass = 0;
     let prevRootSig = seed?.rootSig ?? '';
     // What the journal says changed, read first: the first pass then finds it as captured.
-    let vetted: ReadonlySet<string> = new Set();
+    let vetted: ReadonlySet<CapturedEntry> = new Set();
     let hinted: CaptureResult['hinted'] = null;
     if (seed && hints && hints.length > 0) {
       cap.newPass();
@@ -679,6 +715,7 @@ export function runCapture(
           return c === LEASED ? null : c;
         },
         sameAsCaptured,
+        () => cap.checkDeadline(),
       );
       if (pre) {
         prev = pre.entries;
@@ -725,7 +762,10 @@ export function runCapture(
           !old.moved &&
           sameAsCaptured(old, e) &&
           (pass > 1 || old.type !== 'file' || store.hasObject(old.sha256!)) &&
-          (!req.verifyContent || old.type !== 'file' || cap.sameContent(e, old.sha256!))
+          (!req.verifyContent || old.type !== 'file' || cap.sameContent(e, old.sha256!)) &&
+          // Read within its racy margin: its stat alone does not say it is unchanged; its
+          // content, read again past the margin (or while frozen), does (then it is no more racy).
+          (req.verifyContent || !cap.racy.has(old) || (cap.sameContent(e, old.sha256!) && cap.racy.delete(old)))
         ) {
           current.push(old);
           continue;
@@ -762,7 +802,10 @@ export function runCapture(
     let keptSeed = false;
     while (pass < maxPasses) {
       pass++;
-      if (pass > 1) testTouch(req.root, pass);
+      if (pass > 1) {
+        waitOutRacy(cap, deadlineHrNs);
+        testTouch(req.root, pass);
+      }
       walkOnce();
       if (pass > 1 && changed.length === 0) break;
       // A first pass that found the seed exactly (no entry read, none new or gone, the root

@@ -38,7 +38,8 @@ export class StatCache {
    * A capture's result, offered under its manifest id: it becomes root's seed only when that
    * manifest's read-back passes (confirm). Entries whose ctime is not racyMarginNs before
    * startedAtNs (wall clock, ns, taken before the capture looked at any entry) are left out,
-   * but the vetted ones (read once past that margin, hints.ts), and entries that moved while
+   * but the vetted ones (these very captures read past their margin, hints.ts: a later read of
+   * the same path is another entry, not vetted), and entries that moved while
    * read: they are read again.
    */
   offer(
@@ -50,7 +51,7 @@ export class StatCache {
       rootSig: string;
       rootFs: string;
       startedAtNs: bigint;
-      vetted: ReadonlySet<string>;
+      vetted: ReadonlySet<CapturedEntry>;
       boundary: CaptureSeed['boundary'];
       /** The seed's entries, when the capture kept exactly those (one pass, nothing differed): kept as they are. */
       kept: Map<string, CapturedEntry> | null;
@@ -61,7 +62,7 @@ export class StatCache {
     let kept = capture.kept;
     if (!kept) {
       kept = new Map<string, CapturedEntry>();
-      for (const e of entries) if ((e.ctimeNs + racyMarginNs(e.ctimeNs) < startedAtNs || vetted.has(e.key)) && !e.moved) kept.set(e.key, e);
+      for (const e of entries) if ((e.ctimeNs + racyMarginNs(e.ctimeNs) < startedAtNs || vetted.has(e)) && !e.moved) kept.set(e.key, e);
     }
     this.offered = { id, offer: { root, seed: { entries: kept, trees: trees.dirs, storeId: trees.storeId, rootSig, rootFs, boundary } } };
     // Until it is confirmed, no seed: a capture that failed its read-back is never trusted.

@@ -387,6 +387,78 @@ while True:
   }, 120_000);
 });
 
+describe('names swapped between types (renameat2 RENAME_EXCHANGE) while checkpoints run', () => {
+  let plain: TestDaemon;
+  let watched: TestDaemon;
+  let swapper: ChildProcess | null = null;
+  const wsOf = (d: TestDaemon) => join(d.dir, 'ws');
+
+  beforeAll(async () => {
+    plain = await new TestDaemon().start();
+    watched = new TestDaemon();
+    mkdirSync(wsOf(watched));
+    watched.withConfig({ workspace: { paths: [wsOf(watched)] } });
+    await watched.start();
+  });
+
+  afterAll(async () => {
+    if (swapper && swapper.exitCode === null && swapper.signalCode === null) {
+      const gone = new Promise((r) => swapper!.on('exit', r));
+      swapper.kill('SIGKILL');
+      await gone;
+    }
+    await plain.stop();
+    await watched.stop();
+  });
+
+  // Each name is, by turns, a file, a directory, a fifo and a symlink, swapped in one step: the
+  // walk's lstat and the capture's open (or readlink) may each see another type. Found by the
+  // breaker of the workspace journal: EISDIR and ESPIPE (a file opened, a directory or fifo
+  // read), ENOTDIR (a directory swapped out and back), EINVAL (a readlink in the journal's look).
+  it.each([
+    ['an unwatched directory (the walk alone)', () => plain],
+    ['a watched workspace with a stat cache (the journal looks first)', () => watched],
+  ])(
+    '%s: never a failed checkpoint',
+    async (_what, daemon) => {
+      const d = daemon();
+      const ws = wsOf(d);
+      mkdirSync(ws, { recursive: true });
+      const py = `import ctypes,os,sys
+libc=ctypes.CDLL(None,use_errno=True)
+ws=sys.argv[1]
+for i in range(20):
+    os.makedirs(f'{ws}/.alt{i}/d', exist_ok=True); open(f'{ws}/.alt{i}/d/x','w').write('x')
+    open(f'{ws}/.alt{i}/f','w').write('file')
+    os.mkfifo(f'{ws}/.alt{i}/p'); os.symlink('target', f'{ws}/.alt{i}/l')
+    open(f'{ws}/s{i}','w').write('start')
+kinds=['d','f','p','l']; n=0
+print('ready', flush=True)
+while True:
+    i=n%20; k=kinds[(n//20)%4]
+    libc.renameat2(-100, f'{ws}/s{i}'.encode(), -100, f'{ws}/.alt{i}/{k}'.encode(), 2)
+    n+=1`;
+      const c = await d.client();
+      await c.checkpoint({ workspace: ws }); // the stat cache (watched: the journal's seed)
+      c.close();
+      swapper = spawn('python3', ['-c', py, ws], { stdio: ['ignore', 'pipe', 'inherit'] });
+      let out = '';
+      swapper.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+      await until(() => out.includes('ready'), 'the swapping names');
+      const failures: string[] = [];
+      for (let i = 0; i < 25 && failures.length === 0; i++) {
+        const ck = await checkpointJson(d, ws);
+        if (ck.status !== 0 && ck.status !== 1) failures.push(ck.stderr);
+      }
+      const gone = new Promise((r) => swapper!.on('exit', r));
+      swapper.kill('SIGKILL');
+      await gone;
+      expect(failures).toEqual([]);
+    },
+    120_000,
+  );
+});
+
 describe('the open-files limit', () => {
   let d: TestDaemon;
 
