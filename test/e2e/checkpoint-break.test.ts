@@ -111,6 +111,14 @@ class Helper {
   }
 }
 
+/** SIGKILLs a child this file spawned (by its pid) and waits for its exit; nothing when it is gone already. */
+async function killChild(child: ChildProcess | null): Promise<void> {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const gone = new Promise((r) => child.on('exit', r));
+  child.kill('SIGKILL');
+  await gone;
+}
+
 async function checkpointJson(d: TestDaemon, ws: string): Promise<{ status: number | null; result: CheckpointResult | null; stderr: string }> {
   const r = await d.sbx(['checkpoint', '--workspace', ws, '--json']);
   return { status: r.status, result: r.status === 0 || r.status === 1 ? json<CheckpointResult>(r) : null, stderr: r.stderr.toString() };
@@ -357,11 +365,7 @@ describe('a workspace whose names keep changing type', () => {
   });
 
   afterAll(async () => {
-    if (flipper && flipper.exitCode === null && flipper.signalCode === null) {
-      const gone = new Promise((r) => flipper!.on('exit', r));
-      flipper.kill('SIGKILL');
-      await gone;
-    }
+    await killChild(flipper);
     await d.stop();
   });
 
@@ -402,11 +406,7 @@ describe('names swapped between types (renameat2 RENAME_EXCHANGE) while checkpoi
   });
 
   afterAll(async () => {
-    if (swapper && swapper.exitCode === null && swapper.signalCode === null) {
-      const gone = new Promise((r) => swapper!.on('exit', r));
-      swapper.kill('SIGKILL');
-      await gone;
-    }
+    await killChild(swapper);
     await plain.stop();
     await watched.stop();
   });
@@ -448,9 +448,7 @@ while True:
       // Consistent or not (unstable names: exit 1 from sbx), never failed. Before the fix, the first or second failed.
       for (let i = 0; i < 6 && failures.length === 0; i++) await c.checkpoint({ workspace: ws }).catch((err: Error) => failures.push(err.message));
       c.close();
-      const gone = new Promise((r) => swapper!.on('exit', r));
-      swapper.kill('SIGKILL');
-      await gone;
+      await killChild(swapper);
       expect(failures).toEqual([]);
     },
     120_000,
