@@ -283,7 +283,7 @@ export function runCheckpoint(
     mountsSkipped: mounts,
     objects: { referenced: objects.size, bytes: objectBytes, written: cap.objectsWritten, bytesWritten: cap.bytesWritten },
     trees: { referenced: cap.trees.trees.size, written: cap.trees.written, bytesWritten: cap.trees.bytesWritten, built: cap.trees.built },
-    read: { files: cap.filesRead, bytes: cap.bytesHashed, hintedPaths: cap.hinted?.paths ?? 0 },
+    read: { files: cap.filesRead, bytes: cap.bytesHashed, hintedPaths: cap.hintedPaths },
     freeze: cap.freeze,
   };
   if (req.forRemote) {

@@ -3,7 +3,6 @@
 // the first walk, so that walk finds them as captured and is the only one (passes.ts). Owns
 // that look; a hint that cannot be followed safely is dropped, never trusted: the walk decides.
 import { closeSync, constants, fstatSync, lstatSync, openSync, readlinkSync, type BigIntStats } from 'node:fs';
-import { racyMarginNs } from '../../core/fs/granule.js';
 import { openDirAt, pathAt, ScanError, statFacts, typeOf, walkTree, type WalkEntry } from '../../core/fs/walk.js';
 import { errnoCode } from '../../ipc/errno.js';
 import type { CapturedEntry } from './passes.js';
@@ -25,9 +24,6 @@ export interface HintedSeed {
   rootSt: BigIntStats;
   /** The entries of files read here past their racy margin (these very captures: one read again later is another): the stat cache may keep them. */
   vetted: Set<CapturedEntry>;
-  /** Hinted paths looked at; files read (racy ones read again counted twice). */
-  paths: number;
-  filesRead: number;
 }
 
 /** The longest wait for a just-written file's racy margin to pass before it is read again; past it, the walk reads it (and a second walk follows). */
@@ -38,20 +34,24 @@ const SLASH = 0x2f;
 const MAX_HINT_DEPTH = 256;
 const sleeper = new Int32Array(new SharedArrayBuffer(4));
 
+/** What the look needs of the capture (passes.ts Capture). */
+export interface HintCapture {
+  /** The entry captured now (a file read into the store); null: could not, or it went (left to the walk). */
+  entry(e: WalkEntry): CapturedEntry | null;
+  /** When the racy margin of a file it read ends (wall clock, ns), if it was read within it (Capture.racy). */
+  racyUntil(c: CapturedEntry): bigint | undefined;
+  /** Whether walked entry e is as c was captured (passes.ts sameAsCaptured). */
+  same(c: CapturedEntry, e: WalkEntry): boolean;
+  /** Throws ScanError scan_timeout past the capture's deadline. */
+  checkDeadline(): void;
+}
+
 /**
  * Looks at each hinted path (bytes, relative to root) through directory fds, never through a
- * link or onto another file system, and captures it with capture (null: could not, or it moved
- * while read: left to the walk). Null when the root cannot be opened (the walk says why). Throws
- * what capture throws (the store's errors, the deadline).
+ * link or onto another file system, and captures it (cap.entry). Null when the root cannot be
+ * opened (the walk says why). Throws what the capture throws (the store's errors, the deadline).
  */
-export function readHinted(
-  root: string,
-  hints: readonly Buffer[],
-  seed: ReadonlyMap<string, CapturedEntry>,
-  capture: (e: WalkEntry) => CapturedEntry | null,
-  same: (c: CapturedEntry, e: WalkEntry) => boolean,
-  checkDeadline: () => void,
-): HintedSeed | null {
+export function readHinted(root: string, hints: readonly Buffer[], seed: ReadonlyMap<string, CapturedEntry>, cap: HintCapture): HintedSeed | null {
   let rootFd: number;
   try {
     rootFd = openSync(root, OPEN_ROOT);
@@ -69,7 +69,10 @@ export function readHinted(
   }
   /** Directories on the way already captured (each once, however many hints pass through it). */
   const seenDirs = new Set<string>();
-  let filesRead = 0;
+  /** Files read within their racy margin from walkIn (read again with the hinted ones). */
+  const later: { rel: Buffer; readyAtNs: bigint }[] = [];
+  /** Entries captured by record() (keys). */
+  const recorded = new Set<string>();
   /** Directories found gone: everything under each is removed once, at the end (one pass over the entries, however many). */
   const goneDirs = new Set<string>();
   const removeTree = (key: string) => {
@@ -99,8 +102,10 @@ export function readHinted(
     const opened: number[] = [];
     try {
       let dirFd = rootFd;
+      let end = 0; // where names[i] ends in rel
       for (let i = 0; i < names.length - 1; i++) {
-        const path = rel.subarray(0, offsetOf(names, i + 1) - 1);
+        end += (i > 0 ? 1 : 0) + names[i].length;
+        const path = rel.subarray(0, end);
         const key = path.toString('latin1');
         let fd: number;
         let st: BigIntStats;
@@ -115,7 +120,7 @@ export function readHinted(
         if (st.dev !== rootDev) return null;
         if (!seenDirs.has(key)) {
           seenDirs.add(key);
-          const c = capture(walkEntry(path, names[i], i + 1, st, null, dirFd));
+          const c = cap.entry(walkEntry(path, names[i], i + 1, st, null, dirFd));
           if (c) entries.set(key, c);
         }
         dirFd = fd;
@@ -151,7 +156,7 @@ export function readHinted(
       try {
         st = fstatSync(fd, { bigint: true });
         if (st.dev !== rootDev) return null; // a mount point: the walk's
-        const c = capture(walkEntry(rel, name, names.length, st, null, dirFd));
+        const c = cap.entry(walkEntry(rel, name, names.length, st, null, dirFd));
         if (c) entries.set(key, c);
         // Not the directory the seed had here (made, moved or renamed here): what is in it had
         // no events of its own, so it is walked now too.
@@ -162,7 +167,7 @@ export function readHinted(
       }
       return null;
     }
-    return record(rel, key, walkEntry(rel, name, names.length, st, null, dirFd), dirFd, name);
+    return record(walkEntry(rel, name, names.length, st, null, dirFd), key);
   };
   /** Files of the seed by inode (made when a directory is walked in): one moved with its directory is the same file, not read again. */
   let byIno: Map<bigint, CapturedEntry> | null = null;
@@ -179,15 +184,15 @@ export function readHinted(
       for (const e of walkTree(`/proc/self/fd/${fd}/.`, { oneFileSystem: true })) {
         const path = Buffer.concat([prefix, e.path]);
         const key = path.toString('latin1');
-        checkDeadline();
+        cap.checkDeadline();
         const sub: WalkEntry = { ...e, path, depth: e.depth + depth };
         if (sub.type === 'dir') seenDirs.add(key);
         const old = sub.type === 'file' ? byIno.get(sub.ino) : undefined;
-        if (old && same(old, sub)) {
+        if (old && cap.same(old, sub)) {
           entries.set(key, { ...old, key });
           continue;
         }
-        const racy = record(path, key, sub, sub.dirFd, sub.name);
+        const racy = record(sub, key);
         if (racy) later.push(racy);
       }
     } catch (err) {
@@ -195,41 +200,32 @@ export function readHinted(
       // Left to the walk, which meets the same entry.
     }
   };
-  /** Files read within their racy margin from walkIn (read again with the hinted ones). */
-  const later: { rel: Buffer; readyAtNs: bigint }[] = [];
-  /** Entries captured by record() (keys). */
-  const recorded = new Set<string>();
-  /** Captures one entry (a file read); the racy file it read, else null. */
-  const record = (rel: Buffer, key: string, e: WalkEntry, dirFd: number, name: Buffer): { rel: Buffer; readyAtNs: bigint } | null => {
+  /** Captures one entry e (keyed key; a file read); the racy file it read, else null. */
+  const record = (e: WalkEntry, key: string): { rel: Buffer; readyAtNs: bigint } | null => {
     recorded.add(key);
-    const type = e.type;
-    let st: WalkEntry = e;
-    let target: Buffer | null = e.linkTarget;
-    if (type === 'symlink' && target === null) {
+    let entry = e;
+    if (e.type === 'symlink' && e.linkTarget === null) {
       try {
-        target = readlinkSync(pathAt(dirFd, name), { encoding: 'buffer' });
+        entry = { ...e, linkTarget: readlinkSync(pathAt(e.dirFd, e.name), { encoding: 'buffer' }) };
       } catch (err) {
         if (!ordinary(err)) throw err;
         return null;
       }
-      st = { ...e, linkTarget: target };
     }
-    const readAtNs = BigInt(Date.now()) * 1_000_000n;
-    const c = capture(st);
-    if (type === 'file') filesRead++;
+    const c = cap.entry(entry);
     if (!c || c.moved) return null;
     if (c.type === 'file') {
-      const readyAtNs = c.ctimeNs + racyMarginNs(c.ctimeNs);
-      if (readyAtNs >= readAtNs) return { rel, readyAtNs };
+      const readyAtNs = cap.racyUntil(c);
+      if (readyAtNs !== undefined) return { rel: e.path, readyAtNs };
       vetted.add(c);
     }
     entries.set(key, c);
     return null;
   };
   try {
-    let racy: { rel: Buffer; readyAtNs: bigint }[] = [];
+    const racy: { rel: Buffer; readyAtNs: bigint }[] = [];
     for (const rel of hints) {
-      checkDeadline();
+      cap.checkDeadline();
       const r = look(rel);
       if (r) racy.push(r);
     }
@@ -240,13 +236,11 @@ export function readHinted(
       const waitMs = Number(readyAtNs - BigInt(Date.now()) * 1_000_000n) / 1e6 + 1;
       if (waitMs <= RACY_WAIT_MAX_MS) {
         if (waitMs > 0) Atomics.wait(sleeper, 0, 0, waitMs);
-        const again = racy;
-        racy = [];
-        for (const r of again) look(r.rel, true); // still racy: left to the walk
+        for (const r of racy) look(r.rel, true); // still racy: left to the walk
       }
     }
     removeUnderGone();
-    return { entries, rootSt: fstatSync(rootFd, { bigint: true }), vetted, paths: hints.length, filesRead };
+    return { entries, rootSt: fstatSync(rootFd, { bigint: true }), vetted };
   } finally {
     closeSync(rootFd);
   }
@@ -264,13 +258,6 @@ function split(rel: Buffer): Buffer[] | null {
     start = i + 1;
   }
   return names;
-}
-
-/** Where names[i] starts in the path they were split from. */
-function offsetOf(names: Buffer[], i: number): number {
-  let n = 0;
-  for (let k = 0; k < i; k++) n += names[k].length + 1;
-  return n;
 }
 
 function walkEntry(path: Buffer, name: Buffer, depth: number, st: BigIntStats, linkTarget: Buffer | null, dirFd: number): WalkEntry {

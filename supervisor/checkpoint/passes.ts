@@ -108,8 +108,8 @@ export interface CaptureResult {
   trees: CaptureTrees;
   /** The objects this capture wrote to the store (files' and trees'; one there already at commit too). */
   written: string[];
-  /** The journal's paths looked at before the first pass (hints.ts), and the files read then (in filesRead too); null: none looked at (no seed, no journal, nothing changed). */
-  hinted: { paths: number; filesRead: number } | null;
+  /** The journal's paths looked at before the first pass (hints.ts; their files read are in filesRead); 0: none (no seed, no journal, nothing changed). */
+  hintedPaths: number;
   /** Whether `entries` are exactly the seed's (the same objects, every one): one pass found the seed as it was, nothing read before it, no frozen pass. */
   keptSeed: boolean;
 }
@@ -240,7 +240,6 @@ class Capture {
   }
 
   /** ScanError scan_timeout once the checkpoint's deadline has passed (checked per block read, so one big file is bounded too). */
-  /** Throws ScanError scan_timeout past the capture's deadline. */
   checkDeadline(): void {
     if (this.deadline.hrNs !== null && process.hrtime.bigint() >= this.deadline.hrNs) {
       throw new ScanError(
@@ -703,25 +702,23 @@ export function runCapture(
     let prevRootSig = seed?.rootSig ?? '';
     // What the journal says changed, read first: the first pass then finds it as captured.
     let vetted: ReadonlySet<CapturedEntry> = new Set();
-    let hinted: CaptureResult['hinted'] = null;
+    let hintedPaths = 0;
     if (seed && hints && hints.length > 0) {
       cap.newPass();
-      const pre = readHinted(
-        req.root,
-        hints,
-        seed.entries,
-        (e) => {
+      const pre = readHinted(req.root, hints, seed.entries, {
+        entry: (e) => {
           const c = cap.entry(e);
           return c === LEASED ? null : c;
         },
-        sameAsCaptured,
-        () => cap.checkDeadline(),
-      );
+        racyUntil: (c) => cap.racy.get(c),
+        same: sameAsCaptured,
+        checkDeadline: () => cap.checkDeadline(),
+      });
       if (pre) {
         prev = pre.entries;
         prevRootSig = sigOf('dir', pre.rootSt);
         vetted = pre.vetted;
-        hinted = { paths: pre.paths, filesRead: pre.filesRead };
+        hintedPaths = hints.length;
       }
     }
     let root: CaptureResult['root'] = { mode: 0, uid: 0, gid: 0, mtimeNs: 0n };
@@ -813,7 +810,7 @@ export function runCapture(
       // to the seed's last pass, and from then to their check now (stat unchanged; ctime
       // never goes back), so every interval holds the instant before this pass.
       if (pass === 1 && seed && seedDiffers === 0 && changed.length === 0) {
-        keptSeed = hinted === null;
+        keptSeed = hintedPaths === 0;
         break;
       }
     }
@@ -862,7 +859,7 @@ export function runCapture(
       filesRead: cap.filesRead,
       trees,
       written: cap.written,
-      hinted,
+      hintedPaths,
       keptSeed,
       rootSig: prevRootSig,
       rootFs: rootFs ?? '',

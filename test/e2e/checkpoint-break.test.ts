@@ -7,7 +7,7 @@
 // written through mmap is claimed consistent with bytes it no longer holds; a link swapped for
 // a file fails the whole checkpoint (readlink EINVAL); the capture's object-directory fds make
 // it fail EMFILE under a modest fd limit. Helpers in C (inotify, mmap) are compiled here with cc.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult } from '../../ipc/protocol.js';
 import { sha256, TestDaemon, until } from '../helpers/daemon.js';
 import { json } from '../helpers/workspace.js';
+import { Helper } from '../helpers/child.js';
 import { storedManifest } from '../helpers/manifest.js';
 
 const NOBODY = 65534;
@@ -93,30 +94,6 @@ function compile(name: string, source: string): string {
   const r = spawnSync('cc', ['-O2', '-o', bin, src]);
   if (r.status !== 0) throw new Error(`cc ${name}: ${r.stderr}`);
   return bin;
-}
-
-/** A helper process whose stdout is collected; stop() ends it by pid. */
-class Helper {
-  readonly child: ChildProcess;
-  out = '';
-  constructor(argv: string[]) {
-    this.child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'inherit'] });
-    this.child.stdout!.on('data', (d: Buffer) => (this.out += d.toString()));
-  }
-  async stop(): Promise<void> {
-    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
-    const gone = new Promise((r) => this.child.on('exit', r));
-    this.child.kill('SIGKILL');
-    await gone;
-  }
-}
-
-/** SIGKILLs a child this file spawned (by its pid) and waits for its exit; nothing when it is gone already. */
-async function killChild(child: ChildProcess | null): Promise<void> {
-  if (!child || child.exitCode !== null || child.signalCode !== null) return;
-  const gone = new Promise((r) => child.on('exit', r));
-  child.kill('SIGKILL');
-  await gone;
 }
 
 async function checkpointJson(d: TestDaemon, ws: string): Promise<{ status: number | null; result: CheckpointResult | null; stderr: string }> {
@@ -358,14 +335,14 @@ describe.skipIf(!HAVE_CC)('consistency: a file written through a shared mapping,
 
 describe('a workspace whose names keep changing type', () => {
   let d: TestDaemon;
-  let flipper: ChildProcess | null = null;
+  let flipper: Helper | null = null;
 
   beforeAll(async () => {
     d = await new TestDaemon().start();
   });
 
   afterAll(async () => {
-    await killChild(flipper);
+    await flipper?.stop();
     await d.stop();
   });
 
@@ -380,7 +357,7 @@ while True:
     if n//200%2==0: os.symlink('target', t)
     else: open(t,'w').close()
     os.rename(t, f'{ws}/l{n%200}'); n+=1`;
-    flipper = spawn('python3', ['-c', py, ws], { stdio: 'ignore' });
+    flipper = new Helper(['python3', '-c', py, ws]);
     await until(() => existsSync(join(ws, 'l199')), 'the flipping names');
     const failures: string[] = [];
     for (let i = 0; i < 30 && failures.length === 0; i++) {
@@ -394,7 +371,7 @@ while True:
 describe('names swapped between types (renameat2 RENAME_EXCHANGE) while checkpoints run', () => {
   let plain: TestDaemon;
   let watched: TestDaemon;
-  let swapper: ChildProcess | null = null;
+  let swapper: Helper | null = null;
   const wsOf = (d: TestDaemon) => join(d.dir, 'ws');
 
   beforeAll(async () => {
@@ -406,7 +383,7 @@ describe('names swapped between types (renameat2 RENAME_EXCHANGE) while checkpoi
   });
 
   afterAll(async () => {
-    await killChild(swapper);
+    await swapper?.stop();
     await plain.stop();
     await watched.stop();
   });
@@ -440,15 +417,16 @@ while True:
     n+=1`;
       const c = await d.client();
       await c.checkpoint({ workspace: ws }); // the stat cache (watched: the journal's seed)
-      swapper = spawn('python3', ['-c', py, ws], { stdio: ['ignore', 'pipe', 'inherit'] });
-      let out = '';
-      swapper.stdout!.on('data', (b: Buffer) => (out += b.toString()));
-      await until(() => out.includes('ready'), 'the swapping names');
       const failures: string[] = [];
-      // Consistent or not (unstable names: exit 1 from sbx), never failed. Before the fix, the first or second failed.
-      for (let i = 0; i < 6 && failures.length === 0; i++) await c.checkpoint({ workspace: ws }).catch((err: Error) => failures.push(err.message));
-      c.close();
-      await killChild(swapper);
+      const swap = (swapper = new Helper(['python3', '-c', py, ws]));
+      try {
+        await until(() => swap.out.includes('ready'), 'the swapping names');
+        // Consistent or not (unstable names), never failed. Before the fix, the first or second failed.
+        for (let i = 0; i < 6 && failures.length === 0; i++) await c.checkpoint({ workspace: ws }).catch((err: Error) => failures.push(err.message));
+      } finally {
+        c.close();
+        await swap.stop();
+      }
       expect(failures).toEqual([]);
     },
     120_000,

@@ -28,6 +28,7 @@ import { verifyStoredOutput } from '../../core/receipts/verify.js';
 import { PROGRAMS, sha256, TestDaemon, until } from '../helpers/daemon.js';
 import { mountState, unmountState } from '../helpers/state-tmpfs.js';
 import { json } from '../helpers/workspace.js';
+import { Helper } from '../helpers/child.js';
 import { storedManifest } from '../helpers/manifest.js';
 
 /** Loop devices and mkfs.ext4, for a file system of whole-second timestamps. */
@@ -521,14 +522,14 @@ print('rewrote', flush=True)`;
         await until(() => Date.now() % 1000 < 50, 'the start of a second');
         writeFileSync(f, 'BBBB\n');
         const written = statSync(f, { bigint: true }).ctimeNs;
-        const racer = spawn('python3', ['-c', py, f], { stdio: ['ignore', 'pipe', 'inherit'] });
-        let out = '';
-        racer.stdout!.on('data', (b: Buffer) => (out += b.toString()));
-        const exited = new Promise((r) => racer.on('exit', r));
-        await until(() => out.includes('ready'), 'the racer');
-        result = await c.checkpoint({ workspace: coarse });
-        await exited;
-        expect(out).toContain('rewrote');
+        const racer = new Helper(['python3', '-c', py, f]);
+        try {
+          await until(() => racer.out.includes('ready'), 'the racer');
+          result = await c.checkpoint({ workspace: coarse });
+          await until(() => racer.out.includes('rewrote'), 'the rewrite after the read');
+        } finally {
+          await racer.stop();
+        }
         // The case: the rewrite kept the ctime (same second), size, mtime and inode of what was read.
         if (statSync(f, { bigint: true }).ctimeNs === written) break;
         if (attempt === 5) throw new Error('five rewrites in a later second than the write before them: this machine is too slow for the case');
