@@ -123,7 +123,8 @@ describe('writers that exit at once', () => {
       'every leader to exit',
       20_000,
     );
-    expect(zombieChildren(h.d.pid)).toEqual([]);
+    // A leader leaves its cgroup as it exits, before the supervisor's SIGCHLD reaps it: polled (CI saw one zombie between the two).
+    await until(() => zombieChildren(h.d.pid).length === 0, 'no zombie: each leader reaped at once (holdExited off)', 5000);
     await h.release();
     const receipts = [];
     for (const e of edits) {
