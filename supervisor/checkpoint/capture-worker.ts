@@ -199,6 +199,21 @@ function journalSince(journal: JournalHints | undefined, since: CaptureSeed['bou
   return paths;
 }
 
+/** The entries' objects, each once with the first entry using it, their bytes, and the mount points (paths as text). */
+function objectsOf(entries: readonly CapturedEntry[]): NonNullable<CaptureSeed['objects']> {
+  const byId = new Map<string, CapturedEntry>();
+  const mounts: string[] = [];
+  let bytes = 0;
+  for (const e of entries) {
+    if (e.type === 'file' && e.sha256 !== undefined && !byId.has(e.sha256)) {
+      byId.set(e.sha256, e);
+      bytes += e.size;
+    }
+    if (e.mount) mounts.push(nameText(fsDecode(pathOf(e))));
+  }
+  return { byId, bytes, mounts };
+}
+
 /** Runs a checkpoint up to its stored manifest (blocking): capture, commit, manifest (JCS, signed), written create-once. */
 export function runCheckpoint(
   req: CheckpointRequest,
@@ -238,17 +253,10 @@ export function runCheckpoint(
   const manifest = { ...unsigned, signature: { alg: 'ed25519' as const, key_id: req.keyId, value: signature.toString('base64') } };
   const parts = [Buffer.from(jcs(manifest))];
   const id = createHash('sha256').update(parts[0]).digest('hex');
-  // Each object once, with the first entry using it (its path is made only when named).
-  const objects = new Map<string, CapturedEntry>();
-  const mounts: string[] = [];
-  let objectBytes = 0;
-  for (const e of cap.entries) {
-    if (e.type === 'file' && e.sha256 !== undefined && !objects.has(e.sha256)) {
-      objects.set(e.sha256, e);
-      objectBytes += e.size;
-    }
-    if (e.mount) mounts.push(nameText(fsDecode(pathOf(e))));
-  }
+  // Each object once, with the first entry using it (its path is made only when named): the
+  // seed's, when the capture kept exactly the seed's entries (made from those same entries).
+  const listing = cap.keptSeed && seed?.objects ? seed.objects : objectsOf(cap.entries);
+  const { byId: objects, bytes: objectBytes, mounts } = listing;
   faultPoint('checkpoint:before-manifest');
   const store = LocalStoreFiles.open(req.storeDir, { create: false, viaFd: req.storeFd });
   try {
@@ -267,7 +275,12 @@ export function runCheckpoint(
     req.root,
     cap.entries,
     { dirs: cap.trees.dirs, storeId },
-    { ...cap, boundary: b.epoch !== null && b.seq !== null ? { epoch: b.epoch, seq: b.seq } : null, kept: cap.keptSeed ? seed!.entries : null },
+    {
+      ...cap,
+      boundary: b.epoch !== null && b.seq !== null ? { epoch: b.epoch, seq: b.seq } : null,
+      kept: cap.keptSeed ? seed!.entries : null,
+      objects: listing,
+    },
   );
   produced = { id, signatureVerified, objects, trees: cap.trees.trees, dirs: cap.trees.dirs, checkedTrees, written: new Set(cap.written) };
   testFlipObject(req.storeDir, cap.entries);

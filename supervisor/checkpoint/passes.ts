@@ -84,6 +84,8 @@ export interface CapturedEntry extends Omit<EntryFacts, 'path'> {
   ctimeNs: bigint;
   /** The file changed while it was read (its stat before and after differ). */
   moved?: boolean;
+  /** Its manifest entry's bytes (entryJsonBytes), kept by the first walk that found it unchanged (sameAsCaptured covers every field they depend on). */
+  jsonBytes?: number;
 }
 
 export interface CaptureResult {
@@ -744,26 +746,29 @@ export function runCapture(
       root = { mode: Number(rootSt.mode) & 0o7777, uid: Number(rootSt.uid), gid: Number(rootSt.gid), mtimeNs: rootSt.mtimeNs };
       const bound = frozen ? { deadlineMs: frozen.ms, startHrNs: frozen.startHrNs } : { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs };
       for (const e of walkTree(req.root, { ...bound, oneFileSystem: true, expectFs: req.expectFs })) {
-        manifestBytes += entryJsonBytes(e);
-        if (manifestBytes > maxManifest) {
-          throw new ScanError(
-            'manifest_too_large',
-            `manifest_too_large: the manifest of ${req.root} would be over checkpoint.maxManifestBytes (${maxManifest} bytes) at entry ${current.length + 1} (${showPath(e.path, 80)}, depth ${e.depth}): a manifest lists every entry with its whole path; raise the bound (and checkpoint.workerHeapMiB with it) or checkpoint a smaller tree`,
-          );
-        }
         const old = from.get(e.path.toString('latin1'));
         if (old) found++;
         // From the seed (pass 1), a file's object must still be in the store (gc may have taken it).
-        if (
-          old &&
+        const kept =
+          old !== undefined &&
           !old.moved &&
           sameAsCaptured(old, e) &&
           (pass > 1 || old.type !== 'file' || store.hasObject(old.sha256!)) &&
           (!req.verifyContent || old.type !== 'file' || cap.sameContent(e, old.sha256!)) &&
           // Read within its racy margin: its stat alone does not say it is unchanged; its
           // content, read again past the margin (or while frozen), does (then it is no more racy).
-          (req.verifyContent || !cap.racy.has(old) || (cap.sameContent(e, old.sha256!) && cap.racy.delete(old)))
-        ) {
+          (req.verifyContent || !cap.racy.has(old) || (cap.sameContent(e, old.sha256!) && cap.racy.delete(old)));
+        // An entry's manifest bytes are counted once and kept with it: they depend only on what
+        // sameAsCaptured compares and the path (a mount point's are not kept: it does not compare that).
+        const jsonBytes = kept && !e.mountPoint ? (old.jsonBytes ??= entryJsonBytes(e)) : entryJsonBytes(e);
+        manifestBytes += jsonBytes;
+        if (manifestBytes > maxManifest) {
+          throw new ScanError(
+            'manifest_too_large',
+            `manifest_too_large: the manifest of ${req.root} would be over checkpoint.maxManifestBytes (${maxManifest} bytes) at entry ${current.length + 1} (${showPath(e.path, 80)}, depth ${e.depth}): a manifest lists every entry with its whole path; raise the bound (and checkpoint.workerHeapMiB with it) or checkpoint a smaller tree`,
+          );
+        }
+        if (kept) {
           current.push(old);
           continue;
         }
@@ -779,6 +784,7 @@ export function runCapture(
           continue;
         }
         if (pass > 1 || c === null || c.moved) changed.push(e.path);
+        if (c && !e.mountPoint && sameAsCaptured(c, e)) c.jsonBytes = jsonBytes;
         if (c) current.push(c);
         else leftOut.push(e.path);
         cap.tick(pass, current.length);

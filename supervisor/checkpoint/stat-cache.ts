@@ -15,6 +15,8 @@ export interface CaptureSeed {
   storeId?: string;
   rootSig: string;
   rootFs: string;
+  /** What the manifest step derived from these entries (capture-worker.ts objectsOf): each object once with the first entry using it, their bytes, the mount points; reused by a capture that keeps them all. */
+  objects?: { byId: Map<string, CapturedEntry>; bytes: number; mounts: string[] };
   /** The boundary of the checkpoint these entries are from (manifest `boundary`): the workspace journal's paths with later events are what changed since (hints.ts). Null: it had a gap. */
   boundary: { epoch: string; seq: number } | null;
 }
@@ -55,6 +57,8 @@ export class StatCache {
       boundary: CaptureSeed['boundary'];
       /** The seed's entries, when the capture kept exactly those (one pass, nothing differed): kept as they are. */
       kept: Map<string, CapturedEntry> | null;
+      /** What the manifest step derived from `entries` (kept with them only when every entry is). */
+      objects: CaptureSeed['objects'];
     },
   ): void {
     const { rootSig, rootFs, startedAtNs, vetted, boundary } = capture;
@@ -64,7 +68,9 @@ export class StatCache {
       kept = new Map<string, CapturedEntry>();
       for (const e of entries) if ((e.ctimeNs + racyMarginNs(e.ctimeNs) < startedAtNs || vetted.has(e)) && !e.moved) kept.set(e.key, e);
     }
-    this.offered = { id, offer: { root, seed: { entries: kept, trees: trees.dirs, storeId: trees.storeId, rootSig, rootFs, boundary } } };
+    // The derived listing holds for the seed only when the seed is every entry (a capture keeping the seed whole then reuses it).
+    const objects = kept.size === entries.length ? capture.objects : undefined;
+    this.offered = { id, offer: { root, seed: { entries: kept, trees: trees.dirs, storeId: trees.storeId, rootSig, rootFs, boundary, objects } } };
     // Until it is confirmed, no seed: a capture that failed its read-back is never trusted.
     this.byRoot.delete(root);
   }
