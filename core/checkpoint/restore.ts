@@ -20,6 +20,7 @@ import {
 import { native } from '../fs/native.js';
 import { pathAt, openDirAt, walkTree } from '../fs/walk.js';
 import { writeAll } from '../fs/durable.js';
+import { showPath } from '../fs/names.js';
 import {
   checkManifestAsync,
   checkPublished,
@@ -117,11 +118,12 @@ function openTarget(target: string): number {
     throw new RestoreError('target', `cannot open ${target}: ${(err as Error).message}`);
   }
   const notEmpty = () => {
-    const names = readdirSync(`/proc/self/fd/${fd}`);
+    // As bytes: a name that is not UTF-8 is shown with \xNN (showPath), as sbx shows names everywhere.
+    const names = readdirSync(`/proc/self/fd/${fd}`, { encoding: 'buffer' });
     return names.length
       ? new RestoreError(
           'target',
-          `${target} is not empty (${names.length} ${names.length === 1 ? 'entry' : 'entries'}, e.g. ${JSON.stringify(names[0])}): restore into an empty or new directory`,
+          `${target} is not empty (${names.length} ${names.length === 1 ? 'entry' : 'entries'}, e.g. "${showPath(names[0], 80)}"): restore into an empty or new directory`,
         )
       : null;
   };

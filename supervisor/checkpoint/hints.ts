@@ -189,7 +189,9 @@ export function readHinted(root: string, hints: readonly Buffer[], seed: Readonl
         if (sub.type === 'dir') seenDirs.add(key);
         const old = sub.type === 'file' ? byIno.get(sub.ino) : undefined;
         if (old && cap.same(old, sub)) {
-          entries.set(key, { ...old, key });
+          // Kept as captured, under its new path: its manifest bytes (passes.ts jsonBytes) were its old path's.
+          const { jsonBytes: _oldPathBytes, ...captured } = old;
+          entries.set(key, { ...captured, key });
           continue;
         }
         const racy = record(sub, key);

@@ -339,6 +339,8 @@ class Capture {
   readonly racy = new Map<CapturedEntry, bigint>();
 
   private file(e: WalkEntry): CapturedEntry | null | typeof LEASED {
+    // Before every file read (the walk reads the clock only every 64th entry): a deadline is never passed by more than one file.
+    this.checkDeadline();
     const readAtNs = BigInt(Date.now()) * 1_000_000n;
     let fd: number;
     try {

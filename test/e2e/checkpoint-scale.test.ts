@@ -420,6 +420,31 @@ describe('what the watcher saw change is read before the walk (the workspace jou
     const many = await checkpoint(d, ws);
     expect(many.result).toMatchObject({ consistent: true, scan: { passes: 2 }, read: { files: 4200, hinted_paths: 0 } });
   });
+
+  it('a directory renamed is counted at its new path against checkpoint.maxManifestBytes, as a full capture counts it, both ways', async () => {
+    // A checkpoint of a directory inside the watched workspace (its journal, relative to it).
+    const root = join(ws, 'bound');
+    mkdirSync(join(root, 'd'), { recursive: true });
+    for (let i = 0; i < 100; i++) writeFileSync(join(root, 'd', `f${String(i).padStart(3, '0')}`), `content ${i}\n`);
+    await d.terminate();
+    d.withConfig({ workspace: { paths: [ws] }, checkpoint: { maxManifestBytes: 40_000 } });
+    await d.start();
+    const made = Date.now();
+    await until(() => Date.now() - made > 1100, 'the racy margin past');
+    expect((await checkpoint(d, root)).result).toMatchObject({ consistent: true, scan: { passes: 2, files: 100 } });
+    expect((await checkpoint(d, root)).result).toMatchObject({ consistent: true, scan: { passes: 1 }, read: { files: 0 } });
+    // Its 100 entries under a 255-byte name take about 43,500 bytes listed whole: over the bound,
+    // though each file is kept as captured (same inode and stat) under its new path.
+    const long = 'L'.repeat(255);
+    renameSync(join(root, 'd'), join(root, long));
+    const over = await checkpoint(d, root);
+    expect([over.status, over.failure?.details]).toEqual([125, expect.objectContaining({ stage: 'scan', code: 'manifest_too_large' })]);
+    // Back under a short name (again kept by inode through the journal): under the bound again.
+    renameSync(join(root, long), join(root, 's'));
+    const under = await checkpoint(d, root);
+    expect(under.result).toMatchObject({ consistent: true, scan: { files: 100 }, read: { files: 0 } });
+    expect(under.result!.read.hinted_paths).toBeGreaterThan(0);
+  });
 });
 
 describe('what the stat cache never keeps', () => {

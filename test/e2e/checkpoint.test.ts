@@ -258,9 +258,15 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     expect(spawnSync('chown', ['1000:1000', target]).status).toBe(0);
     const r = await d.sbx(['restore', ck.checkpoint_id, target, '--state-dir', d.stateDir]);
     expect(r.status).toBe(125);
-    expect(r.stderr.toString()).toContain('is not empty');
+    expect(r.stderr.toString()).toContain('is not empty (1 entry, e.g. "f")');
     // Refused, it changed nothing: not even the directory's owner or mode.
     expect(lstatSync(target)).toMatchObject({ uid: 1000, gid: 1000, mode: 0o40777 });
+    // A name that is not UTF-8 is shown with \xNN, as sbx shows names everywhere.
+    const bytesNamed = join(d.dir, 'bytes-named');
+    mkdirSync(bytesNamed);
+    writeFileSync(Buffer.concat([Buffer.from(`${bytesNamed}/bad`), Buffer.from([0xff, 0xfe]), Buffer.from('.bin')]), 'x');
+    const rb = await d.sbx(['restore', ck.checkpoint_id, bytesNamed, '--state-dir', d.stateDir]);
+    expect([rb.status, rb.stderr.toString()]).toEqual([125, expect.stringContaining('is not empty (1 entry, e.g. "bad\\xff\\xfe.bin")')]);
     const linkTarget = join(d.dir, 'link-target');
     mkdirSync(linkTarget);
     symlinkSync(linkTarget, join(d.dir, 'as-link'));
