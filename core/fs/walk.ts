@@ -168,7 +168,6 @@ function scanError(err: unknown, what: string, rel: Buffer, depth: number, root:
   return new ScanError(code, text);
 }
 
-/** An entry's lstat as the directory's listing took it (statDir), or the errno name that stat failed with. */
 const LITTLE_ENDIAN = endianness() === 'LE';
 
 const ERRNO_NAMES = new Map(Object.entries(osConstants.errno).map(([name, n]) => [n, name]));
@@ -231,6 +230,9 @@ interface Listing {
   names: Buffer[];
   count: number;
 }
+
+/** A directory on the walk's stack before it is listed (its fd is on the stack, so it is closed if the listing fails). */
+const UNLISTED: Listing = { raw: null, names: [], count: 0 };
 
 /**
  * The names in the directory dirFd, sorted bytewise ("." and ".." left out), and with the
@@ -299,9 +301,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
     }
     throw scanError(err, 'opening', none, 0, root);
   }
-  const stack: { fd: number; rel: Buffer; depth: number; listing: Listing; next: number }[] = [
-    { fd: rootFd, rel: none, depth: 1, listing: { raw: null, names: [], count: 0 }, next: 0 },
-  ];
+  const stack: { fd: number; rel: Buffer; depth: number; listing: Listing; next: number }[] = [{ fd: rootFd, rel: none, depth: 1, listing: UNLISTED, next: 0 }];
   let pendingFd = -1; // a directory opened but not yet on the stack
   let rootDev = 0n;
   let entries = 0;
@@ -343,42 +343,44 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
       }
       const rel = dir.rel.length === 0 ? name : Buffer.concat([dir.rel, SLASH, name]);
       // As listed (statDir): anything but a directory (opened below, as it is now) and a link
-      // that was none any more when read (looked at again below) is yielded from the listing.
-      // Its fields are read from the listing's arrays here, for this entry alone.
-      const b = raw ? i * raw.fields : 0;
-      const v = raw?.stats;
-      const errno = v ? Number(v[b + SD.errno]) : 0;
-      const mode = v ? Number(v[b + SD.mode]) : 0;
-      /** A link's target length; -1 none; -2 no link any more when read (statdir.h SD_TARGET_LEN). */
-      const targetLen = v ? Number(v[b + SD.targetLen]) : -1;
-      if (v && (errno !== 0 || ((mode & S_IFMT) !== 0o040000 && targetLen !== -2))) {
+      // that was none any more when read (looked at again below) is yielded from the listing,
+      // its fields read from the listing's arrays here, for this entry alone.
+      if (raw) {
+        const v = raw.stats;
+        const b = i * raw.fields;
+        const errno = Number(v[b + SD.errno]);
+        const mode = Number(v[b + SD.mode]);
+        /** A link's target length; -1 none; -2 no link any more when read (statdir.h SD_TARGET_LEN). */
+        const targetLen = Number(v[b + SD.targetLen]);
         if (errno !== 0) {
           const code = ERRNO_NAMES.get(errno) ?? `errno ${errno}`;
           if (code === 'ENOENT') continue; // removed while the walk ran
           throw scanError(Object.assign(new Error(code), { code }), 'lstat of', rel, dir.depth, root);
         }
-        entries++;
-        // Every field named (one shape, no spread): the walk's commonest entry.
-        yield {
-          path: rel,
-          name,
-          depth: dir.depth,
-          type: TYPE_OF_MODE[mode & S_IFMT] ?? 'unknown',
-          mode,
-          uid: Number(v[b + SD.uid]),
-          gid: Number(v[b + SD.gid]),
-          nlink: v[b + SD.nlink],
-          dev: v[b + SD.dev],
-          ino: v[b + SD.ino],
-          size: v[b + SD.size],
-          blocks: v[b + SD.blocks],
-          rdev: v[b + SD.rdev],
-          mtimeNs: v[b + SD.mtimeNs],
-          ctimeNs: v[b + SD.ctimeNs],
-          linkTarget: targetLen >= 0 ? Buffer.from(raw!.names.subarray(raw!.nameEnd[i], raw!.nameEnd[i] + targetLen)) : null,
-          dirFd: dir.fd,
-        };
-        continue;
+        if ((mode & S_IFMT) !== 0o040000 && targetLen !== -2) {
+          entries++;
+          // Every field named (one shape, no spread): the walk's commonest entry.
+          yield {
+            path: rel,
+            name,
+            depth: dir.depth,
+            type: TYPE_OF_MODE[mode & S_IFMT] ?? 'unknown',
+            mode,
+            uid: Number(v[b + SD.uid]),
+            gid: Number(v[b + SD.gid]),
+            nlink: v[b + SD.nlink],
+            dev: v[b + SD.dev],
+            ino: v[b + SD.ino],
+            size: v[b + SD.size],
+            blocks: v[b + SD.blocks],
+            rdev: v[b + SD.rdev],
+            mtimeNs: v[b + SD.mtimeNs],
+            ctimeNs: v[b + SD.ctimeNs],
+            linkTarget: targetLen >= 0 ? Buffer.from(raw.names.subarray(raw.nameEnd[i], raw.nameEnd[i] + targetLen)) : null,
+            dirFd: dir.fd,
+          };
+          continue;
+        }
       }
       const path = pathAt(dir.fd, name);
       let st: BigIntStats;
@@ -442,7 +444,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         ...(mountPoint ? { mountPoint: true as const } : {}),
       };
       if (pendingFd >= 0) {
-        const child = { fd: pendingFd, rel, depth: dir.depth + 1, listing: { raw: null, names: [], count: 0 } as Listing, next: 0 };
+        const child = { fd: pendingFd, rel, depth: dir.depth + 1, listing: UNLISTED, next: 0 };
         stack.push(child);
         pendingFd = -1;
         try {

@@ -84,7 +84,7 @@ export interface CapturedEntry extends Omit<EntryFacts, 'path'> {
   ctimeNs: bigint;
   /** The file changed while it was read (its stat before and after differ). */
   moved?: boolean;
-  /** Its manifest entry's bytes (entryJsonBytes), kept by the first walk that found it unchanged (sameAsCaptured covers every field they depend on). */
+  /** Its manifest entry's bytes (entryJsonBytes), kept by the walk: they depend on its path and on what sameAsCaptured compares, so a copy under another path drops them (hints.ts walkIn). */
   jsonBytes?: number;
 }
 

@@ -421,7 +421,7 @@ describe('what the watcher saw change is read before the walk (the workspace jou
     expect(many.result).toMatchObject({ consistent: true, scan: { passes: 2 }, read: { files: 4200, hinted_paths: 0 } });
   });
 
-  it('a directory renamed is counted at its new path against checkpoint.maxManifestBytes, as a full capture counts it, both ways', async () => {
+  it('a directory renamed is counted at its new path against checkpoint.maxManifestBytes, as a full capture counts it: over the bound under a long name, under it again back under a short one', async () => {
     // A checkpoint of a directory inside the watched workspace (its journal, relative to it).
     const root = join(ws, 'bound');
     mkdirSync(join(root, 'd'), { recursive: true });
