@@ -5,7 +5,7 @@
   "targets": [
     {
       "target_name": "sbx_native",
-      "sources": ["src/addon.c", "src/sys.c", "src/watch.c", "src/statdir.c"],
+      "sources": ["src/addon.c", "src/sys.c", "src/watch.c", "src/statdir.c", "src/fileio.c"],
       "cflags": ["<@(hardening)"]
     },
     {

@@ -5,6 +5,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import {
   closeSync,
+  constants as fsConstants,
   existsSync,
   lstatSync,
   mkdirSync,
@@ -515,6 +516,84 @@ describe('renameAtNoReplace: renameat2(2) RENAME_NOREPLACE between directory fds
       expect(() => native().renameAtNoReplace(a, Buffer.from(''), b, Buffer.from('w'))).toThrow(expect.objectContaining({ code: 'EINVAL' }));
     } finally {
       for (const fd of fds) closeSync(fd);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('readFileAt and writeFileNewAt: a small file read whole, a new file written, at a directory fd', () => {
+  it('reads exact bytes with the fstat before and after as node:fs gives it; a fifo unread; a link refused; a file longer than the buffer fills it', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-fileio-'));
+    const dirFd = openSync(dir, 'r');
+    try {
+      const seed = randomBytes(4).readUInt32BE();
+      process.stdout.write(`readFileAt: seed ${seed}\n`);
+      const bytes = createHash('sha256').update(`fileio:${seed}`).digest();
+      const content = Buffer.concat(Array.from({ length: 400 }, () => bytes)); // 12,800 bytes
+      writeFileSync(join(dir, 'f'), content);
+      const st = lstatSync(join(dir, 'f'), { bigint: true });
+      const buf = Buffer.alloc(20_000);
+      const slots = new BigInt64Array(20);
+      const n = native().readFileAt(dirFd, Buffer.from('f'), 0, buf, slots);
+      expect(n).toBe(content.length);
+      expect(buf.subarray(0, n).equals(content)).toBe(true);
+      // fileio.h's order: size, mode, uid, gid, mtime ns, ctime ns, ino, rdev, dev, blocks; before, then after.
+      const fields = [st.size, BigInt(st.mode), st.uid, st.gid, st.mtimeNs, st.ctimeNs, st.ino, st.rdev, st.dev, st.blocks];
+      expect([...slots.subarray(0, 10)]).toEqual(fields);
+      expect([...slots.subarray(10, 20)]).toEqual(fields);
+      // Longer than the buffer: the buffer's length read (the caller reads it another way).
+      const short = Buffer.alloc(1000);
+      expect(native().readFileAt(dirFd, Buffer.from('f'), 0, short, slots)).toBe(1000);
+      expect(short.equals(content.subarray(0, 1000))).toBe(true);
+      // A fifo (O_NONBLOCK: the open does not wait for a writer): 0, unread, its mode says what it is.
+      expect(spawnSync('mkfifo', [join(dir, 'p')]).status).toBe(0);
+      slots.fill(0n);
+      expect(native().readFileAt(dirFd, Buffer.from('p'), fsConstants.O_NONBLOCK, buf, slots)).toBe(0);
+      expect(Number(slots[1]) & 0o170000).toBe(0o010000);
+      expect(slots[10]).toBe(0n); // no fstat after: nothing was read
+      symlinkSync('f', join(dir, 'l'));
+      expect(() => native().readFileAt(dirFd, Buffer.from('l'), 0, buf, slots)).toThrow(expect.objectContaining({ code: 'ELOOP', syscall: 'open' }));
+      expect(() => native().readFileAt(dirFd, Buffer.from('gone'), 0, buf, slots)).toThrow(expect.objectContaining({ code: 'ENOENT', syscall: 'open' }));
+      expect(() => native().readFileAt(dirFd, Buffer.from('a/f'), 0, buf, slots)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+      expect(() => native().readFileAt(dirFd, Buffer.from('f'), 0, buf, new BigInt64Array(19))).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+    } finally {
+      closeSync(dirFd);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('writes a new file with its mode, never over a name taken (a planted link not followed); out of room, the file is removed', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-fileio-'));
+    const small = join(dir, 'small');
+    mkdirSync(small);
+    let mounted = false;
+    const fds: number[] = [];
+    try {
+      const dirFd = openSync(dir, 'r');
+      fds.push(dirFd);
+      const bytes = randomBytes(5000);
+      native().writeFileNewAt(dirFd, Buffer.from('o'), 0o444, bytes);
+      expect(readFileSync(join(dir, 'o')).equals(bytes)).toBe(true);
+      expect(lstatSync(join(dir, 'o')).mode & 0o7777).toBe(0o444 & ~process.umask());
+      expect(() => native().writeFileNewAt(dirFd, Buffer.from('o'), 0o444, Buffer.from('other'))).toThrow(
+        expect.objectContaining({ code: 'EEXIST', syscall: 'open' }),
+      );
+      expect(readFileSync(join(dir, 'o')).equals(bytes)).toBe(true);
+      symlinkSync(join(dir, 'target'), join(dir, 'planted'));
+      expect(() => native().writeFileNewAt(dirFd, Buffer.from('planted'), 0o444, Buffer.from('x'))).toThrow(expect.objectContaining({ code: 'EEXIST' }));
+      expect(existsSync(join(dir, 'target'))).toBe(false);
+      // A 64 KiB tmpfs: a 1 MiB write fails ENOSPC and leaves no file.
+      expect(spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', small]).status).toBe(0);
+      mounted = true;
+      const smallFd = openSync(small, 'r');
+      fds.push(smallFd);
+      expect(() => native().writeFileNewAt(smallFd, Buffer.from('big'), 0o444, randomBytes(1 << 20))).toThrow(
+        expect.objectContaining({ code: 'ENOSPC', syscall: 'write' }),
+      );
+      expect(readdirSync(small)).toEqual([]);
+    } finally {
+      for (const fd of fds) closeSync(fd);
+      if (mounted) expect(spawnSync('umount', [small]).status).toBe(0);
       rmSync(dir, { recursive: true, force: true });
     }
   });

@@ -15,6 +15,7 @@ import {
   mkdirSync,
   openSync,
   readdirSync,
+  realpathSync,
   readSync,
   renameSync,
   rmSync,
@@ -24,8 +25,9 @@ import {
   type BigIntStats,
 } from 'node:fs';
 import { join } from 'node:path';
-import { type NoReplace, placeNoReplaceAt, writeAll, writeTempAt } from '../fs/durable.js';
+import { type NoReplace, placeNoReplaceAt, writeAll, writeTempAt, writeTempBytesAt } from '../fs/durable.js';
 import { native } from '../fs/native.js';
+import { isRegular, readWholeAt, statBefore } from '../fs/file-at.js';
 import { pathAt, openDirAt, SD, statDirRaw, type StatFacts } from '../fs/walk.js';
 import { type CheckpointStore, isSha256Hex, StoreError, type WrittenVersion } from './store.js';
 import { STORE_DIRS } from '../state/names.js';
@@ -35,6 +37,8 @@ import { MAX_TREE_BYTES } from './tree.js';
 
 const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
 const OPEN_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+/** OPEN_READ's flags beyond what readWholeAt always sets. */
+const READ_EXTRA = constants.O_NONBLOCK;
 /** In the store's root while a workspace's file system is frozen: its path. */
 const FROZEN_FILE = 'frozen';
 /** Object fan directories kept open at once (256 exist): the capture must not eat the fd limit (callers go through objects in fan order). */
@@ -155,6 +159,28 @@ export class LocalStoreFiles {
       closeSync(oldFd);
     }
     return fd;
+  }
+
+  /**
+   * Makes the object fan directories not there yet (objects/00 to objects/ff: each can then be
+   * named before its first object is written) and returns the real paths of the store's own
+   * directories: the root, objects/, each fan, manifests/, published/, tmp/ (the workspace
+   * watcher's ignore marks: the store's writes are the supervisor's own, never a workspace's).
+   */
+  ownDirs(): string[] {
+    const root = realpathSync(this.dir);
+    const fans: string[] = [];
+    for (let i = 0; i < 256; i++) {
+      const name = i.toString(16).padStart(2, '0');
+      try {
+        mkdirSync(pathAt(this.objectsFd, Buffer.from(name)), 0o700);
+      } catch (err) {
+        if (errnoCode(err) !== 'EEXIST') throw err;
+      }
+      fans.push(join(root, STORE_DIRS.objects, name));
+    }
+    fsyncSync(this.objectsFd);
+    return [root, ...[STORE_DIRS.objects, STORE_DIRS.manifests, STORE_DIRS.published, STORE_DIRS.tmp].map((d) => join(root, d)), ...fans];
   }
 
   /**
@@ -370,15 +396,17 @@ export class LocalStoreFiles {
   }
 
   /**
-   * Writes the object sha256 from what write(fd) writes to a fresh temp file (mode 0444); the
-   * caller has hashed exactly those bytes. Not yet in place: commitObjects() syncs every temp
-   * file at once and then links each to its name (so a name never points at bytes not on disk).
-   * Returns false when the object is there (or pending) already.
+   * Writes the object sha256 holding bytes to a fresh temp file (mode 0444; one native call,
+   * durable.ts writeTempBytesAt); the caller has hashed exactly those bytes. Not yet in place:
+   * commitObjects() syncs every temp file at once and then links each to its name (so a name
+   * never points at bytes not on disk). Returns false when the object is there (or pending) already.
    */
-  createObject(sha256: string, write: (fd: number) => void, size = 0): boolean {
+  createObject(sha256: string, bytes: Buffer): boolean {
     if (this.hasObject(sha256)) return false;
-    this.needRoom(size, `object ${sha256} (${size} bytes)`);
-    this.pending.set(sha256, this.writeTemp(sha256.slice(0, 16), write, false));
+    this.needRoom(bytes.length, `object ${sha256} (${bytes.length} bytes)`);
+    const name = this.tempName(sha256.slice(0, 16));
+    writeTempBytesAt(this.tmpFd, name, STORED_MODE, bytes);
+    this.pending.set(sha256, name);
     return true;
   }
 
@@ -449,24 +477,55 @@ export class LocalStoreFiles {
     this.pending.clear();
   }
 
-  /** Opens the object for reading (O_NOFOLLOW: a planted link is refused); StoreError missing/refused. Returns the fd and its size. */
-  openObject(sha256: string): { fd: number; size: number } {
-    if (!isSha256Hex(sha256)) throw new StoreError('refused', `not a SHA-256: ${JSON.stringify(sha256)}`);
+  /**
+   * Reads the object whole into buf in one call (file-at.ts readWholeAt; O_NOFOLLOW: a planted
+   * link is refused): the bytes read, and the object file's size and stat signature before the
+   * read (objectSigOf); null when it fills buf (it may hold more: read it with openObject). StoreError
+   * missing/refused as openObject.
+   */
+  readObjectWhole(sha256: string, buf: Buffer): { bytes: number; size: number; sig: string } | null {
     const key = objectKey(sha256);
-    let fanFd: number;
+    const fanFd = this.objectFan(sha256);
+    let n: number;
     try {
-      fanFd = this.fan(sha256, false);
+      n = readWholeAt(fanFd, Buffer.from(sha256), READ_EXTRA, buf);
     } catch (err) {
-      if (err instanceof StoreError && err.code === 'missing') throw new StoreError('missing', `object ${sha256} is missing from ${this.dir}`, key);
+      throw this.openFailure(err, sha256);
+    }
+    const before = statBefore();
+    if (!isRegular(before)) throw new StoreError('refused', `${this.dir}/${key} is not a regular file`, key);
+    return n >= buf.length ? null : { bytes: n, size: Number(before.size), sig: objectSigOf(before) };
+  }
+
+  /** The fan directory of an object to read: StoreError refused (not a SHA-256), missing (no such fan). */
+  private objectFan(sha256: string): number {
+    if (!isSha256Hex(sha256)) throw new StoreError('refused', `not a SHA-256: ${JSON.stringify(sha256)}`);
+    try {
+      return this.fan(sha256, false);
+    } catch (err) {
+      if (err instanceof StoreError && err.code === 'missing')
+        throw new StoreError('missing', `object ${sha256} is missing from ${this.dir}`, objectKey(sha256));
       throw err;
     }
+  }
+
+  /** An object's open failing as the store says it: ENOENT missing, ELOOP refused (a planted link), else the error itself. */
+  private openFailure(err: unknown, sha256: string): unknown {
+    const key = objectKey(sha256);
+    if (errnoCode(err) === 'ENOENT') return new StoreError('missing', `object ${sha256} is missing from ${this.dir}`, key);
+    if (errnoCode(err) === 'ELOOP') return new StoreError('refused', `${this.dir}/${key} is a symlink (planted; never followed)`, key);
+    return err;
+  }
+
+  /** Opens the object for reading (O_NOFOLLOW: a planted link is refused); StoreError missing/refused. Returns the fd and its size. */
+  openObject(sha256: string): { fd: number; size: number } {
+    const key = objectKey(sha256);
+    const fanFd = this.objectFan(sha256);
     let fd: number;
     try {
       fd = openSync(pathAt(fanFd, Buffer.from(sha256)), OPEN_READ);
     } catch (err) {
-      if (errnoCode(err) === 'ENOENT') throw new StoreError('missing', `object ${sha256} is missing from ${this.dir}`, key);
-      if (errnoCode(err) === 'ELOOP') throw new StoreError('refused', `${this.dir}/${key} is a symlink (planted; never followed)`, key);
-      throw err;
+      throw this.openFailure(err, sha256);
     }
     const st = fstatSync(fd);
     if (!st.isFile()) {
@@ -554,9 +613,14 @@ export class LocalStoreFiles {
 
   /** A fresh temp file in tmp/ (O_EXCL|O_NOFOLLOW, 0444) holding what write wrote, fsync'ed when sync; its name in tmp/. */
   private writeTemp(stem: string, write: (fd: number) => void, sync: boolean): TempFile {
-    const name = Buffer.from(`${stem}.${this.tempStem}.${++this.tempSeq}.tmp`);
+    const name = this.tempName(stem);
     writeTempAt(this.tmpFd, name, STORED_MODE, write, sync);
     return name;
+  }
+
+  /** A temp name not used before in this opening of the store. */
+  private tempName(stem: string): TempFile {
+    return Buffer.from(`${stem}.${this.tempStem}.${++this.tempSeq}.tmp`);
   }
 
   /** A temp file's path, through the tmp fd. */

@@ -58,6 +58,19 @@ export function writeTempAt(dirFd: number, tempName: string | Buffer, mode: numb
   closeSync(fd);
 }
 
+/**
+ * A temp file `tempName` in dirFd holding bytes, in one native call where the helper is built (fileio.c: open with
+ * O_CREAT|O_EXCL|O_WRONLY|O_CLOEXEC|O_NOFOLLOW and mode, write, close), not fsync'ed: for a
+ * caller that syncs the file system once for many (syncfs(2)). A name there, a planted link
+ * included, fails EEXIST and is never written through; on a failure after the create (ENOSPC)
+ * the temp is removed and the errno thrown (`code`, `syscall`).
+ */
+export function writeTempBytesAt(dirFd: number, tempName: Buffer, mode: number, bytes: Buffer): void {
+  const n = nativeOrNull();
+  if (n && typeof n.writeFileNewAt === 'function') n.writeFileNewAt(dirFd, tempName, mode, bytes);
+  else writeTempAt(dirFd, tempName, mode, (fd) => writeAll(fd, bytes), false);
+}
+
 /** Removes `name` from dirFd (unlink(2)); throws its errno. */
 function unlinkAt(dirFd: number, name: string | Buffer): void {
   unlinkSync(pathAt(dirFd, name));

@@ -47,6 +47,10 @@ export interface NativeHelpers {
   mknodAt(dirFd: number, name: Buffer, mode: number, rdev: number): void;
   /** renameat2(2) RENAME_NOREPLACE of oldName in oldDirFd to newName in newDirFd (one component each): true when moved, false when newName exists (nothing moved); EINVAL where the file system cannot. */
   renameAtNoReplace(oldDirFd: number, oldName: Buffer, newDirFd: number, newName: Buffer): boolean;
+  /** fileio_read_at (fileio.c; file-at.ts readWholeAt): bytes read into buf; stats the fstats before and after (2 x 10 slots). */
+  readFileAt(dirFd: number, name: Buffer, extraFlags: number, buf: Buffer, stats: BigInt64Array): number;
+  /** fileio_write_new_at (fileio.c; durable.ts writeTempBytesAt): name created O_EXCL with mode, bytes written, closed. */
+  writeFileNewAt(dirFd: number, name: Buffer, mode: number, bytes: Buffer): void;
   /** utimensat(2) with AT_SYMLINK_NOFOLLOW of name in dirFd (null: futimens(2) of dirFd): atime and mtime set to sec + nsec, exactly. */
   setTimesAt(dirFd: number, name: Buffer | null, sec: number, nsec: number): void;
   /** syncfs(2) of the file system fd is on (blocking: call it off the event loop); writeback errors are reported (Linux 5.8+). */
@@ -86,6 +90,12 @@ export interface NativeHelpers {
   watchInit(unlimitedQueue: boolean): number;
   /** fanotify_mark(FAN_MARK_ADD|FAN_MARK_FILESYSTEM) on path's file system (FAN_MODIFY only with reportModify: close-write stands for writes otherwise); ENOTSUP/EXDEV where it has no usable fids (fanotify_mark(2)). */
   watchMark(fd: number, path: string, reportModify: boolean): void;
+  /**
+   * fanotify_mark(FAN_MARK_ADD|FAN_MARK_IGNORE|FAN_MARK_IGNORED_SURV_MODIFY|FAN_MARK_ONLYDIR|FAN_MARK_DONT_FOLLOW)
+   * on the directory at path, every event with FAN_ONDIR|FAN_EVENT_ON_CHILD: neither it nor its
+   * entries are reported any more (fanotify_mark(2)). EINVAL before Linux 6.0, ENOTDIR for another type.
+   */
+  watchIgnoreDir(fd: number, path: string): void;
   /** fanotify_mark(FAN_MARK_ADD|FAN_MARK_FILESYSTEM, FAN_MODIFY) on path's file system: every write(2) that wrote, with its writer (the cgroup escape watch, on cgroup2). */
   watchMarkWrites(fd: number, path: string): void;
   /** poll(2) the group up to timeoutMs: true when events are queued. Blocks: for a worker thread. */

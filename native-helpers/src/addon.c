@@ -5,7 +5,8 @@
  * Exports (typed in core/fs/native.ts): setChildSubreaper, isChildSubreaper, reapPid, peekExit, continueStopped,
  * makePipe, setPipeSize, tryLockExclusive, peerCred, openPty, setWindowSize, sdNotify,
  * userByName, userById, groupByName, waitWritable; and over watch.c: watchInit, watchMark,
- * watchMarkWrites, watchPoll, watchRead, watchHandlePath; and over statdir.c: statDir. Owns no state but the writability waits
+ * watchIgnoreDir, watchMarkWrites, watchPoll, watchRead, watchHandlePath; over statdir.c: statDir; over fileio.c:
+ * readFileAt, writeFileNewAt. Owns no state but the writability waits
  * it hands out (uv_poll_t, see there); spawning and reaping others' children is libuv's.
  */
 #define _GNU_SOURCE
@@ -19,6 +20,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "fileio.h"
 #include "statdir.h"
 #include "sys.h"
 #include "watch.h"
@@ -590,6 +592,22 @@ static napi_value watch_mark_fn(napi_env env, napi_callback_info info) {
   return r < 0 ? throw_errno(env, r, "fanotify_mark") : NULL;
 }
 
+/* watchIgnoreDir(fd, path): an ignore mark on the directory at path (watch_ignore_dir). */
+static napi_value watch_ignore_dir_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  size_t argc = get_args(env, info, argv, 2);
+  int32_t fd;
+  char *path = string_arg(env, argv, argc, 1, 4096);
+  if (int_arg(env, argv, argc, 0, &fd) != 0 || !path) {
+    free(path);
+    napi_throw_type_error(env, "EINVAL", "watchIgnoreDir(fd, path): an fd and a path expected");
+    return NULL;
+  }
+  int r = watch_ignore_dir(fd, path);
+  free(path);
+  return r < 0 ? throw_errno(env, r, "fanotify_mark") : NULL;
+}
+
 /* watchMarkWrites(fd, path): a filesystem mark reporting every write (FAN_MODIFY) on path's file system. */
 static napi_value watch_mark_writes_fn(napi_env env, napi_callback_info info) {
   napi_value argv[2];
@@ -872,6 +890,63 @@ static napi_value stat_dir_fn(napi_env env, napi_callback_info info) {
   return out;
 }
 
+/* argv[index] as a Buffer: its bytes and length; 0, else -1. */
+static int buffer_arg(napi_env env, napi_value *argv, size_t argc, size_t index, unsigned char **data, size_t *len) {
+  bool is_buffer = false;
+  if (index >= argc || napi_is_buffer(env, argv[index], &is_buffer) != napi_ok || !is_buffer ||
+      napi_get_buffer_info(env, argv[index], (void **)data, len) != napi_ok)
+    return -1;
+  return 0;
+}
+
+/*
+ * readFileAt(dirFd, name: Buffer, extraFlags, buf: Buffer, stats: BigInt64Array(2 x FILEIO_FIELDS)):
+ * fileio_read_at into buf; stats [0, FILEIO_FIELDS) the fstat before the read, the rest the one
+ * after (fileio.h's order). Returns the bytes read (0 and unread when not a regular file: see
+ * the first mode). Throws the failing call's errno (open: ENOENT, ELOOP, EWOULDBLOCK...).
+ */
+static napi_value read_file_at_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[5];
+  size_t argc = get_args(env, info, argv, 5);
+  int32_t dirfd, flags;
+  char name[256];
+  unsigned char *buf;
+  size_t cap, stats_len = 0;
+  napi_typedarray_type type;
+  void *stats = NULL;
+  if (int_arg(env, argv, argc, 0, &dirfd) != 0 || name_arg(env, argv, argc, 1, name) != 0 || int_arg(env, argv, argc, 2, &flags) != 0 ||
+      buffer_arg(env, argv, argc, 3, &buf, &cap) != 0 || argc < 5 ||
+      napi_get_typedarray_info(env, argv[4], &type, &stats_len, &stats, NULL, NULL) != napi_ok || type != napi_bigint64_array ||
+      stats_len < 2 * FILEIO_FIELDS) {
+    napi_throw_type_error(env, "EINVAL", "readFileAt(dirFd, name, extraFlags, buf, stats): an fd, a name of 1-255 bytes, flags, a Buffer and a BigInt64Array(20) expected");
+    return NULL;
+  }
+  const char *syscall = "open";
+  long n = fileio_read_at(dirfd, name, flags, buf, cap, (int64_t *)stats, (int64_t *)stats + FILEIO_FIELDS, &syscall);
+  if (n < 0) return throw_errno(env, (int)n, syscall);
+  napi_value out;
+  napi_create_double(env, (double)n, &out);
+  return out;
+}
+
+/* writeFileNewAt(dirFd, name: Buffer, mode, bytes: Buffer): fileio_write_new_at; throws the failing call's errno (EEXIST, ENOSPC...). */
+static napi_value write_file_new_at_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  size_t argc = get_args(env, info, argv, 4);
+  int32_t dirfd, mode;
+  char name[256];
+  unsigned char *bytes;
+  size_t len;
+  if (int_arg(env, argv, argc, 0, &dirfd) != 0 || name_arg(env, argv, argc, 1, name) != 0 || int_arg(env, argv, argc, 2, &mode) != 0 ||
+      buffer_arg(env, argv, argc, 3, &bytes, &len) != 0) {
+    napi_throw_type_error(env, "EINVAL", "writeFileNewAt(dirFd, name, mode, bytes): an fd, a name of 1-255 bytes, a mode and a Buffer expected");
+    return NULL;
+  }
+  const char *syscall = "open";
+  int r = fileio_write_new_at(dirfd, name, mode, bytes, len, &syscall);
+  return r < 0 ? throw_errno(env, r, syscall) : make_null(env);
+}
+
 static napi_value init_module(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"setChildSubreaper", NULL, set_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
@@ -894,6 +969,7 @@ static napi_value init_module(napi_env env, napi_value exports) {
     {"waitWritable", NULL, wait_writable, NULL, NULL, NULL, napi_default, NULL},
     {"watchInit", NULL, watch_init_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchMark", NULL, watch_mark_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"watchIgnoreDir", NULL, watch_ignore_dir_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchMarkWrites", NULL, watch_mark_writes_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchPoll", NULL, watch_poll_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchRead", NULL, watch_read_fn, NULL, NULL, NULL, napi_default, NULL},
@@ -905,6 +981,8 @@ static napi_value init_module(napi_env env, napi_value exports) {
     {"freeze", NULL, freeze_fn, NULL, NULL, NULL, napi_default, NULL},
     {"thaw", NULL, thaw_fn, NULL, NULL, NULL, napi_default, NULL},
     {"statDir", NULL, stat_dir_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"readFileAt", NULL, read_file_at_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"writeFileNewAt", NULL, write_file_new_at_fn, NULL, NULL, NULL, napi_default, NULL},
     {"renameAtNoReplace", NULL, rename_at_noreplace_fn, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof props / sizeof props[0], props) != napi_ok) return NULL;

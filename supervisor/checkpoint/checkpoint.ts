@@ -164,6 +164,8 @@ export class Checkpoints {
     }
     // Past the opening, a failure is the start's (as any state it cannot clean): never logged as a store that cannot be opened.
     this.local.clearTemp();
+    // The store's writes are the supervisor's own: the watcher's kernel mark is told to skip them.
+    this.deps.watcher.ignoreOwn(this.local.fs.ownDirs());
     const unpublished = this.local.unpublishedIds();
     for (const id of unpublished) this.local.removeManifest(id);
     if (unpublished.length)

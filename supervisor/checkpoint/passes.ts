@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readFileSync, readSync } from 'node:fs';
 import { faultPoint } from '../../core/fault.js';
 import { native } from '../../core/fs/native.js';
+import { isRegular, readWholeAt, statAfter, statBefore } from '../../core/fs/file-at.js';
 import { isUtf8 } from 'node:buffer';
 import { showPath } from '../../core/fs/names.js';
 import { racyMarginNs } from '../../core/fs/granule.js';
@@ -140,6 +141,10 @@ const LEASE_RETRY_MS = 5;
 /** What Capture.entry returns for a file it could not open because of a lease. */
 export const LEASED = 'leased';
 const OPEN_FILE = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK | constants.O_NOCTTY;
+/** OPEN_FILE's flags beyond what readWholeAt always sets (O_RDONLY|O_CLOEXEC|O_NOFOLLOW). */
+const OPEN_FILE_EXTRA = constants.O_NONBLOCK | constants.O_NOCTTY;
+/** A small file's one-call read that moved (smallFileAt): file() takes it again. */
+const MOVED = Symbol('moved');
 
 const small = Buffer.allocUnsafe(SMALL_FILE_BYTES + 1);
 const block = Buffer.allocUnsafe(BLOCK_BYTES);
@@ -313,11 +318,16 @@ class Capture {
 
   /** Opens a file to read; while a lease blocks it (EWOULDBLOCK), tries again while the pass's lease budget lasts, then null. */
   private openFile(e: WalkEntry): number | null {
+    return this.leased(() => openSync(pathAt(e.dirFd, e.name), OPEN_FILE));
+  }
+
+  /** open() (an open of a file to read), tried again while a lease blocks it (EWOULDBLOCK) and the pass's lease budget lasts, then null. */
+  private leased<T>(open: () => T): T | null {
     const t0 = performance.now();
     try {
       for (;;) {
         try {
-          return openSync(pathAt(e.dirFd, e.name), OPEN_FILE);
+          return open();
         } catch (err) {
           if (!leaseBlocked(err)) throw err;
           if (performance.now() - t0 >= this.leaseLeftMs) return null;
@@ -342,6 +352,10 @@ class Capture {
     // Before every file read (the walk reads the clock only every 64th entry): a deadline is never passed by more than one file.
     this.checkDeadline();
     const readAtNs = BigInt(Date.now()) * 1_000_000n;
+    if (e.size <= BigInt(SMALL_FILE_BYTES)) {
+      const got = this.smallFileAt(e, readAtNs);
+      if (got !== MOVED) return got;
+    }
     let fd: number;
     try {
       const opened = this.openFile(e);
@@ -371,32 +385,74 @@ class Capture {
         const after = fstatSync(fd, { bigint: true });
         if (!after.isFile()) return null;
         const moved = !got.consistent || !sameStat(before, after) || BigInt(got.size) !== before.size;
-        last = {
-          key: e.path.toString('latin1'),
-          type: 'file',
-          mode: Number(before.mode) & 0o7777,
-          uid: Number(before.uid),
-          gid: Number(before.gid),
-          mtimeNs: before.mtimeNs,
-          ctimeNs: before.ctimeNs,
-          size: got.size,
-          sha256: got.sha256,
-          stMode: Number(before.mode),
-          stSize: Number(before.size),
-          ino: before.ino,
-          stRdev: Number(before.rdev),
-          ...(moved ? { moved: true } : {}),
-        };
-        if (!moved) {
-          const readyAtNs = before.ctimeNs + racyMarginNs(before.ctimeNs);
-          if (readyAtNs >= readAtNs) this.racy.set(last, readyAtNs);
-          return last;
-        }
+        last = this.captured(e, before, got, moved, readAtNs);
+        if (!moved) return last;
       }
       return last;
     } finally {
       closeSync(fd);
     }
+  }
+
+  /** A file's entry as read (stat: the one its read is checked against); one that did not move and was read within its racy margin is noted (racy). */
+  private captured(e: WalkEntry, before: StatFacts, got: { sha256: string; size: number }, moved: boolean, readAtNs: bigint): CapturedEntry {
+    const entry: CapturedEntry = {
+      key: e.path.toString('latin1'),
+      type: 'file',
+      mode: Number(before.mode) & 0o7777,
+      uid: Number(before.uid),
+      gid: Number(before.gid),
+      mtimeNs: before.mtimeNs,
+      ctimeNs: before.ctimeNs,
+      size: got.size,
+      sha256: got.sha256,
+      stMode: Number(before.mode),
+      stSize: Number(before.size),
+      ino: before.ino,
+      stRdev: Number(before.rdev),
+      ...(moved ? { moved: true } : {}),
+    };
+    if (!moved) {
+      const readyAtNs = before.ctimeNs + racyMarginNs(before.ctimeNs);
+      if (readyAtNs >= readAtNs) this.racy.set(entry, readyAtNs);
+    }
+    return entry;
+  }
+
+  /**
+   * A file the walk listed at most SMALL_FILE_BYTES long, read in one native call (file-at.ts
+   * readWholeAt: open, fstat, read, fstat, close) and checked as file()'s first attempt checks
+   * it: against the walk's lstat. One that moved meanwhile is MOVED, nothing stored or counted:
+   * file() takes it again, attempt by attempt.
+   */
+  private smallFileAt(e: WalkEntry, readAtNs: bigint): CapturedEntry | null | typeof LEASED | typeof MOVED {
+    let n: number;
+    try {
+      const got = this.leased(() => readWholeAt(e.dirFd, e.name, OPEN_FILE_EXTRA, small));
+      if (got === null) return LEASED;
+      n = got;
+    } catch (err) {
+      const c = errnoCode(err);
+      if (c === 'ENOENT' || c === 'ELOOP' || c === 'ENXIO') return null; // went, or is now a link or a fifo: the next pass sees it as it is
+      throw err;
+    }
+    // Swapped for a directory, a fifo or a device since the lstat (opened, never read): the next pass sees it as it is.
+    if (!isRegular(statBefore())) {
+      this.filesRead++;
+      return null;
+    }
+    const after = statAfter();
+    if (!isRegular(after)) {
+      this.filesRead++;
+      return null;
+    }
+    if (n > SMALL_FILE_BYTES || BigInt(n) !== e.size || !sameStat(e, after)) return MOVED;
+    this.filesRead++;
+    const bytes = small.subarray(0, n);
+    const sha256 = createHash('sha256').update(bytes).digest('hex');
+    this.bytesHashed += n;
+    if (this.storing(() => this.store.createObject(sha256, bytes))) this.wrote(n);
+    return this.captured(e, e, { sha256, size: n }, false, readAtNs);
   }
 
   /** Reads the whole file into one buffer, hashes it, stores those bytes when the object is absent. */
@@ -410,7 +466,7 @@ class Capture {
     const bytes = small.subarray(0, Math.min(n, SMALL_FILE_BYTES));
     const sha256 = createHash('sha256').update(bytes).digest('hex');
     this.bytesHashed += bytes.length;
-    if (this.storing(() => this.store.createObject(sha256, (out) => writeAll(out, bytes), bytes.length))) this.wrote(bytes.length);
+    if (this.storing(() => this.store.createObject(sha256, bytes))) this.wrote(bytes.length);
     return { sha256, size: bytes.length, consistent: n <= SMALL_FILE_BYTES };
   }
 
@@ -952,6 +1008,34 @@ export function runRehash(req: RehashRequest): RehashResult {
           continue;
         }
       }
+      /** What was read of it (its digest, bytes) judged against its name and the manifest's size. */
+      const judge = (got: string, pos: number, sig: string) => {
+        if (tree) trees.rehashedObjects++;
+        else {
+          bytes += pos;
+          rehashedObjects++;
+          rehashedBytes += pos;
+        }
+        if (got !== sha256) problems.push({ sha256, problem: `object ${sha256} reads back as ${got} (${pos} bytes): its bytes changed in the store` });
+        else if (pos !== size) problems.push({ sha256, problem: `object ${sha256} holds ${pos} bytes, the manifest says ${size}` });
+        else req.onRehashed?.(sha256, sig);
+      };
+      // A small object in one call (open, fstat, read, fstat, close), hashed whole; a bigger one (or one grown past the buffer) read in blocks.
+      let whole: { bytes: number; size: number; sig: string } | null;
+      try {
+        whole = size <= SMALL_FILE_BYTES ? store.readObjectWhole(sha256, small) : null;
+      } catch (err) {
+        problems.push({ sha256, problem: err instanceof StoreError ? err.message : `object ${sha256}: ${(err as Error).message}` });
+        continue;
+      }
+      if (whole) {
+        if (req.trusted?.(sha256, whole.sig) && whole.size === size) {
+          if (!tree) bytes += size;
+          continue;
+        }
+        judge(createHash('sha256').update(small.subarray(0, whole.bytes)).digest('hex'), whole.bytes, whole.sig);
+        continue;
+      }
       let opened: { fd: number; size: number };
       try {
         opened = store.openObject(sha256);
@@ -966,15 +1050,7 @@ export function runRehash(req: RehashRequest): RehashResult {
           continue;
         }
         const { sha256: got, bytes: pos } = hashFd(opened.fd);
-        if (tree) trees.rehashedObjects++;
-        else {
-          bytes += pos;
-          rehashedObjects++;
-          rehashedBytes += pos;
-        }
-        if (got !== sha256) problems.push({ sha256, problem: `object ${sha256} reads back as ${got} (${pos} bytes): its bytes changed in the store` });
-        else if (pos !== size) problems.push({ sha256, problem: `object ${sha256} holds ${pos} bytes, the manifest says ${size}` });
-        else req.onRehashed?.(sha256, sig);
+        judge(got, pos, sig);
       } finally {
         closeSync(opened.fd);
       }

@@ -7,7 +7,6 @@ import { toManifestEntry, type ManifestEntry } from '../../core/checkpoint/manif
 import { MAX_TREE_BYTES, treeBytes, treeEntryJcs, treeId } from '../../core/checkpoint/tree.js';
 import { ScanError } from '../../core/fs/walk.js';
 import { showPath } from '../../core/fs/names.js';
-import { writeAll } from '../../core/fs/durable.js';
 import type { LocalStoreFiles } from '../../core/checkpoint/local-store.js';
 import type { CapturedEntry } from './passes.js';
 
@@ -85,7 +84,7 @@ export function storeTrees(entries: readonly CapturedEntry[], store: LocalStoreF
         );
       const id = treeId(bytes);
       built++;
-      if (store.createObject(id, (fd) => writeAll(fd, bytes), bytes.length)) {
+      if (store.createObject(id, bytes)) {
         written++;
         bytesWritten += bytes.length;
       }

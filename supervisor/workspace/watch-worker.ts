@@ -81,9 +81,32 @@ export interface WatchEvent {
 export type WatchMessage =
   | { type: 'ready'; marks: { path: string; ok: boolean; message: string | null }[] }
   | { type: 'failed'; code: string; message: string }
+  /** The ignore marks asked for: how many took, the first failure. */
+  | { type: 'ignored'; marked: number; failed: string | null }
   /** The pause test hook took hold (true) or let go (false): reads stopped, or go on. */
   | { type: 'paused'; paused: boolean }
   | { type: 'batch'; events: WatchEvent[]; barriers: { ws: number; seq: number }[]; overflowSeq: number | null; dropped: number };
+
+/**
+ * Ignore marks on the supervisor's own directories (its checkpoint store's: each object written
+ * is a create, a close and a move there), so the kernel neither queues their events nor makes
+ * each a pidfd to be read and dropped: fanotify_mark(2) FAN_MARK_IGNORE. Not recursive: each
+ * directory is named. Returns how many took, and the first failure (EINVAL before Linux 6.0:
+ * the events are then read and dropped as before).
+ */
+function ignoreDirs(n: ReturnType<typeof native>, fd: number, dirs: string[]): { marked: number; failed: string | null } {
+  let marked = 0;
+  let failed: string | null = null;
+  for (const dir of dirs) {
+    try {
+      n.watchIgnoreDir(fd, dir);
+      marked++;
+    } catch (err) {
+      failed ??= `${dir}: ${(err as Error).message}`;
+    }
+  }
+  return { marked, failed };
+}
 
 /** A directory move changes the path of everything under it: the path cache is dropped (a delete does not: an old handle never names another directory). */
 const DIR_MOVED = FAN.MOVED_FROM | FAN.MOVED_TO | FAN.MOVE_SELF;
@@ -152,8 +175,9 @@ function run(init: WatchWorkerInit): void {
   }
   port.postMessage({ type: 'ready', marks } satisfies WatchMessage);
   let stopping = false;
-  port.on('message', (m: { stop?: boolean }) => {
+  port.on('message', (m: { stop?: boolean; ignore?: string[] }) => {
     if (m.stop) stopping = true;
+    if (m.ignore) port.postMessage({ type: 'ignored', ...ignoreDirs(n, fd, m.ignore) } satisfies WatchMessage);
   });
   const roots = init.paths.map((p) => (p.endsWith('/') ? p : p + '/'));
   const dirCache = new Map<string, string | null>();

@@ -1,0 +1,83 @@
+/* fileio: a small file read whole, or a new file written, at a directory fd (fileio.h). */
+#define _GNU_SOURCE
+#include "fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void put_stat(const struct stat *st, int64_t *out) {
+  out[FIO_SIZE] = st->st_size;
+  out[FIO_MODE] = st->st_mode;
+  out[FIO_UID] = st->st_uid;
+  out[FIO_GID] = st->st_gid;
+  out[FIO_MTIME_NS] = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+  out[FIO_CTIME_NS] = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+  out[FIO_INO] = (int64_t)st->st_ino;
+  out[FIO_RDEV] = (int64_t)st->st_rdev;
+  out[FIO_DEV] = (int64_t)st->st_dev;
+  out[FIO_BLOCKS] = st->st_blocks;
+}
+
+static int close_keeping_errno(int fd, int err) {
+  close(fd);
+  return err;
+}
+
+long fileio_read_at(int dirfd, const char *name, int extra_flags, unsigned char *buf, size_t cap, int64_t *before, int64_t *after,
+                    const char **syscall) {
+  *syscall = "open";
+  int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | extra_flags);
+  if (fd < 0) return -errno;
+  struct stat st;
+  *syscall = "fstat";
+  if (fstat(fd, &st) < 0) return close_keeping_errno(fd, -errno);
+  put_stat(&st, before);
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return 0;
+  }
+  size_t n = 0;
+  *syscall = "read";
+  while (n < cap) {
+    ssize_t r = pread(fd, buf + n, cap - n, (off_t)n);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return close_keeping_errno(fd, -errno);
+    }
+    if (r == 0) break;
+    n += (size_t)r;
+  }
+  *syscall = "fstat";
+  if (fstat(fd, &st) < 0) return close_keeping_errno(fd, -errno);
+  put_stat(&st, after);
+  close(fd);
+  return (long)n;
+}
+
+int fileio_write_new_at(int dirfd, const char *name, int mode, const unsigned char *bytes, size_t len, const char **syscall) {
+  *syscall = "open";
+  int fd = openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, (mode_t)mode);
+  if (fd < 0) return -errno;
+  size_t n = 0;
+  *syscall = "write";
+  while (n < len) {
+    ssize_t w = write(fd, bytes + n, len - n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      int err = -errno;
+      close(fd);
+      unlinkat(dirfd, name, 0);
+      return err;
+    }
+    n += (size_t)w;
+  }
+  *syscall = "close";
+  if (close(fd) < 0) {
+    int err = -errno;
+    unlinkat(dirfd, name, 0);
+    return err;
+  }
+  return 0;
+}
