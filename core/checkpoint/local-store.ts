@@ -41,6 +41,8 @@ const OPEN_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLO
 const READ_EXTRA = constants.O_NONBLOCK;
 /** In the store's root while a workspace's file system is frozen: its path. */
 const FROZEN_FILE = 'frozen';
+/** Objects committed at most with an fsync each (and of each fan directory named in), not a syncfs of the file system (commitObjects). */
+const FSYNC_EACH_MAX = 128;
 /** Object fan directories kept open at once (256 exist): the capture must not eat the fd limit (callers go through objects in fan order). */
 const MAX_FAN_FDS = 16;
 /** How long needRoom trusts a statfs (less what it counted since), while more than ROOM_SLACK_BYTES above the reserve. */
@@ -142,7 +144,7 @@ export class LocalStoreFiles {
     for (const fd of [this.rootFd, this.objectsFd, this.manifestsFd, this.publishedFd, this.tmpFd]) closeSync(fd);
   }
 
-  /** The fd of an object fan directory; at most MAX_FAN_FDS kept open (the least recently used closed: the links made in it are made durable by commitObjects' syncfs). */
+  /** The fd of an object fan directory; at most MAX_FAN_FDS kept open (the least recently used closed: the links made in it are made durable by commitObjects' syncfs, or its fsync of each, reopened). */
   private fan(sha256: string, create: boolean): number {
     const name = sha256.slice(0, 2);
     let fd = this.fanFds.get(name);
@@ -436,28 +438,50 @@ export class LocalStoreFiles {
   /**
    * Makes every object written since the last call durable and in place: syncfs(2) of the
    * store's file system (one journal commit for them all, where an fsync per file costs one
-   * each), then each temp file moved to its name, in fan order (one fan directory opened at a
-   * time) by renameat2(2) RENAME_NOREPLACE (EEXIST: there already, never replaced; the temp
-   * removed), or link(2) and unlink(2) where the helper or the file system cannot, and syncfs
-   * again for the names. Returns the objects moved into place.
+   * each), or for at most FSYNC_EACH_MAX objects an fsync(2) of each (a syncfs also waits for
+   * every other file's dirty data on that file system: a build's, a session's); then each temp
+   * file moved to its name, in fan order (one fan directory opened at a time) by renameat2(2)
+   * RENAME_NOREPLACE (EEXIST: there already, never replaced; the temp removed), or link(2) and
+   * unlink(2) where the helper or the file system cannot; then the names made durable the same
+   * way (syncfs again, or an fsync of each fan directory a name was made in and of tmp/).
+   * Returns the objects moved into place. StoreError io when a sync fails.
    */
   commitObjects(): number {
     if (this.pending.size === 0) return 0;
-    syncFileSystem(this.rootFd, this.dir);
+    const few = this.pending.size <= FSYNC_EACH_MAX;
+    // The bytes on disk before any name points at them.
+    if (few) for (const tmp of this.pending.values()) this.syncing(() => fsyncAt(this.tmpFd, tmp));
+    else syncFileSystem(this.rootFd, this.dir);
     let linked = 0;
+    const fans = new Map<string, string>(); // fan -> an object named in it
     const order = [...this.pending.keys()].sort();
     for (const sha256 of order) {
       const tmp = this.pending.get(sha256)!;
       const fanFd = this.fan(sha256, true);
       if (this.moveTemp(tmp, fanFd, sha256)) {
         this.listed.get(sha256.slice(0, 2))?.add(sha256);
+        fans.set(sha256.slice(0, 2), sha256);
         linked++;
       }
     }
     this.pending.clear();
-    // The links durable: one more syncfs (one journal commit), not an fsync per fan directory.
-    if (linked > 0) syncFileSystem(this.rootFd, this.dir);
+    if (linked > 0) {
+      // The links durable: one more syncfs (one journal commit), or an fsync per directory changed.
+      if (few) {
+        for (const sha256 of fans.values()) this.syncing(() => fsyncSync(this.fan(sha256, false)));
+        this.syncing(() => fsyncSync(this.tmpFd));
+      } else syncFileSystem(this.rootFd, this.dir);
+    }
     return linked;
+  }
+
+  /** fn (an fsync), its failure a StoreError io naming the store. */
+  private syncing(fn: () => void): void {
+    try {
+      fn();
+    } catch (err) {
+      throw new StoreError('io', `fsync in the checkpoint store ${this.dir} failed: ${(err as Error).message}`);
+    }
   }
 
   /** The objects written and not yet committed (their names). */
@@ -635,6 +659,16 @@ export class LocalStoreFiles {
 
   /** renameat2 RENAME_NOREPLACE until this store's file system answers EINVAL, then link + unlink. */
   private readonly noReplace: NoReplace = { renameWorks: true };
+}
+
+/** fsync(2) of the file name in dirFd (opened read-only, never through a link). */
+function fsyncAt(dirFd: number, name: Buffer): void {
+  const fd = openSync(pathAt(dirFd, name), constants.O_RDONLY | constants.O_NOFOLLOW);
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** Reads exactly size bytes from fd from offset 0 (fewer if it ends sooner). */

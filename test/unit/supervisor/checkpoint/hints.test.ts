@@ -1,0 +1,57 @@
+// The seed overlay the look before the walk makes (supervisor/checkpoint/hints.ts SeedOverlay):
+// the seed with changes over it, never copied, must answer as a copy of the seed changed the
+// same way would (get, size, keys), and never write the seed.
+import { describe, expect, it } from 'vitest';
+import { SeedOverlay } from '../../../../supervisor/checkpoint/hints.js';
+import type { CapturedEntry } from '../../../../supervisor/checkpoint/passes.js';
+
+/** A small deterministic generator (mulberry32): the same seed, the same operations. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
+  };
+}
+
+const entry = (key: string, n: number) => ({ key, type: 'file', size: n }) as unknown as CapturedEntry;
+
+describe('SeedOverlay', () => {
+  it('answers get, size and keys as a changed copy of the seed does, through random sets and deletes (also while iterating); the seed untouched', () => {
+    const seed = Number(process.env.OVERLAY_SEED ?? Date.now() % 1_000_000);
+    console.log(`seed overlay property seed ${seed} (OVERLAY_SEED=${seed} to repeat)`);
+    const next = rng(seed);
+    for (let round = 0; round < 50; round++) {
+      const base = new Map<string, CapturedEntry>();
+      for (let i = 0; i < 40; i++) if (next() < 0.6) base.set(`k${i}`, entry(`k${i}`, i));
+      const baseCopy = new Map(base);
+      const copy = new Map(base);
+      const overlay = new SeedOverlay(base);
+      for (let op = 0; op < 60; op++) {
+        const key = `k${Math.floor(next() * 50)}`;
+        const r = next();
+        if (r < 0.45) {
+          const e = entry(key, 1000 + op);
+          copy.set(key, e);
+          overlay.set(key, e);
+        } else if (r < 0.9) {
+          copy.delete(key);
+          overlay.delete(key);
+        } else {
+          // Delete every key under a prefix while iterating (as removeUnderGone does).
+          const prefix = key.slice(0, 2);
+          for (const k of overlay.keys()) if (k.startsWith(prefix)) overlay.delete(k);
+          for (const k of [...copy.keys()]) if (k.startsWith(prefix)) copy.delete(k);
+        }
+        expect(overlay.size).toBe(copy.size);
+      }
+      for (let i = 0; i < 50; i++) expect(overlay.get(`k${i}`)).toBe(copy.get(`k${i}`));
+      expect([...overlay.keys()].sort()).toEqual([...copy.keys()].sort());
+      expect(new Set(overlay.keys()).size).toBe(overlay.size); // each key once
+      expect(base).toEqual(baseCopy);
+    }
+  });
+});
