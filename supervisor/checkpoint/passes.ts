@@ -811,7 +811,7 @@ export function runCapture(
           old !== undefined &&
           !old.moved &&
           sameAsCaptured(old, e) &&
-          (pass > 1 || old.type !== 'file' || store.hasObject(old.sha256!)) &&
+          (pass > 1 || old.type !== 'file' || store.hasOwnObject(old.sha256!)) &&
           (!req.verifyContent || old.type !== 'file' || cap.sameContent(e, old.sha256!)) &&
           // Read within its racy margin: its stat alone does not say it is unchanged; its
           // content, read again past the margin (or while frozen), does (then it is no more racy).
