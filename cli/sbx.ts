@@ -808,7 +808,25 @@ sub('verify')
         receipt = { kind: 'checkpoint' } as unknown as Receipt; // a checkpoint id: read from the store
       else fail(`INVALID_ARGUMENT: cannot read the receipt ${file}: ${(err as Error).message}`);
     }
-    if ((receipt as unknown as { kind?: string }).kind === 'checkpoint') {
+    // What it is, when it is none of the signed things this verifies: said, never a "MISMATCH".
+    const shape = (typeof receipt === 'object' && receipt !== null ? receipt : {}) as {
+      kind?: unknown;
+      checkpoint_id?: unknown;
+      session_id?: unknown;
+      output?: unknown;
+      signature?: unknown;
+    };
+    if (shape.kind === 'checkpoint_published')
+      fail(
+        `INVALID_ARGUMENT: ${file} is a checkpoint's published record, not its manifest: verify checkpoint ${String(shape.checkpoint_id)} by its id (sbx verify ${String(shape.checkpoint_id)} --state-dir DIR) or its manifest (<state>/checkpoints/manifests/${String(shape.checkpoint_id)}.json)`,
+      );
+    if (shape.kind === undefined && typeof shape.checkpoint_id === 'string' && shape.signature === undefined)
+      fail(
+        `INVALID_ARGUMENT: ${file} is a checkpoint result (sbx checkpoint --json), which is not signed: verify the checkpoint itself: sbx verify ${shape.checkpoint_id}`,
+      );
+    if (shape.kind === undefined && (typeof shape.session_id !== 'string' || typeof shape.output !== 'object' || shape.output === null))
+      fail(`INVALID_ARGUMENT: ${file} is not a receipt, close receipt, task receipt or checkpoint manifest (sbx verify --help says what each is)`);
+    if (shape.kind === 'checkpoint') {
       const { verifyManifestCommand } = await import('./checkpoints.js');
       return verifyManifestCommand(file, bytes, {
         stateDir: o.stateDir ?? defaultStateDir(),

@@ -165,9 +165,11 @@ export class LocalStoreFiles {
 
   /**
    * Makes the object fan directories not there yet (objects/00 to objects/ff: each can then be
-   * named before its first object is written) and returns the real paths of the store's own
-   * directories: the root, objects/, each fan, manifests/, published/, tmp/ (the workspace
-   * watcher's ignore marks: the store's writes are the supervisor's own, never a workspace's).
+   * named before its first object is written; one that cannot be made, on a full file system
+   * say, is left out) and returns the real paths of the store's own
+   * directories: the root, objects/, each fan, manifests/, published/, tmp/, quarantine/ if
+   * there (the workspace watcher's ignore marks: the store's writes are the supervisor's own,
+   * never a workspace's).
    */
   ownDirs(): string[] {
     const root = realpathSync(this.dir);
@@ -177,12 +179,16 @@ export class LocalStoreFiles {
       try {
         mkdirSync(pathAt(this.objectsFd, Buffer.from(name)), 0o700);
       } catch (err) {
-        if (errnoCode(err) !== 'EEXIST') throw err;
+        // Not made (ENOSPC, EDQUOT, EROFS...): left unmarked, made when its first object is.
+        if (errnoCode(err) !== 'EEXIST') continue;
       }
       fans.push(join(root, STORE_DIRS.objects, name));
     }
     fsyncSync(this.objectsFd);
-    return [root, ...[STORE_DIRS.objects, STORE_DIRS.manifests, STORE_DIRS.published, STORE_DIRS.tmp].map((d) => join(root, d)), ...fans];
+    // quarantine/ when it is there (made when first needed: one made since is marked at the next opening).
+    const dirs: string[] = [STORE_DIRS.objects, STORE_DIRS.manifests, STORE_DIRS.published, STORE_DIRS.tmp];
+    if (lstatSync(join(root, STORE_DIRS.quarantine), { throwIfNoEntry: false })?.isDirectory()) dirs.push(STORE_DIRS.quarantine);
+    return [root, ...dirs.map((d) => join(root, d)), ...fans];
   }
 
   /**

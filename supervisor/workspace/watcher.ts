@@ -202,6 +202,11 @@ export class WorkspaceWatcher {
           resolve();
         } else if (m.type === 'ignored') {
           log.debug({ marked: m.marked, failed: m.failed }, "the supervisor's own directories: ignore marks");
+        } else if (m.type === 'unignored') {
+          log.warn(
+            { path: m.path, pid: m.pid },
+            "a directory of the checkpoint store (or one holding it) was moved: the watcher's ignore marks followed it and are removed; what was written in it meanwhile was not seen: an overflow is said (sessions alive get a gap and a scan)",
+          );
         } else if (m.type === 'paused') {
           this.readerPaused = m.paused;
         } else if (m.type === 'failed') {

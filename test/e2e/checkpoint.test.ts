@@ -304,6 +304,38 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     expect(lstatSync(objectFile(d, sha)).isFile()).toBe(true);
   });
 
+  it('sbx verify of a published record, a checkpoint result or other JSON says what it is (INVALID_ARGUMENT, exit 125), never a MISMATCH or a crash', async () => {
+    fill({ one: 'first file' });
+    const ck = await checkpoint(d, ws);
+    const result = join(d.dir, 'result.json');
+    writeFileSync(result, JSON.stringify(ck));
+    const other = join(d.dir, 'other.json');
+    writeFileSync(other, '{"a":1}');
+    const nothing = join(d.dir, 'null.json');
+    writeFileSync(nothing, 'null');
+    const published = join(storeDir(d), 'published', `${ck.checkpoint_id}.json`);
+    const said = async (file: string) => {
+      const v = await d.sbx(['verify', file, '--state-dir', d.stateDir]);
+      return [v.status, v.stdout.toString(), v.stderr.toString()];
+    };
+    expect(await said(published)).toEqual([
+      125,
+      '',
+      `sbx: INVALID_ARGUMENT: ${published} is a checkpoint's published record, not its manifest: verify checkpoint ${ck.checkpoint_id} by its id (sbx verify ${ck.checkpoint_id} --state-dir DIR) or its manifest (<state>/checkpoints/manifests/${ck.checkpoint_id}.json)\n`,
+    ]);
+    expect(await said(result)).toEqual([
+      125,
+      '',
+      `sbx: INVALID_ARGUMENT: ${result} is a checkpoint result (sbx checkpoint --json), which is not signed: verify the checkpoint itself: sbx verify ${ck.checkpoint_id}\n`,
+    ]);
+    for (const f of [other, nothing])
+      expect(await said(f)).toEqual([
+        125,
+        '',
+        `sbx: INVALID_ARGUMENT: ${f} is not a receipt, close receipt, task receipt or checkpoint manifest (sbx verify --help says what each is)\n`,
+      ]);
+  });
+
   it('a flipped byte in an object, a missing object, an edited manifest: verify and restore fail naming it', async () => {
     fill({ one: 'first file', two: 'second file' });
     const ck = await checkpoint(d, ws);
