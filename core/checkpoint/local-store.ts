@@ -15,7 +15,6 @@ import {
   mkdirSync,
   openSync,
   readdirSync,
-  realpathSync,
   readSync,
   renameSync,
   rmSync,
@@ -161,34 +160,6 @@ export class LocalStoreFiles {
       closeSync(oldFd);
     }
     return fd;
-  }
-
-  /**
-   * Makes the object fan directories not there yet (objects/00 to objects/ff: each can then be
-   * named before its first object is written; one that cannot be made, on a full file system
-   * say, is left out) and returns the real paths of the store's own
-   * directories: the root, objects/, each fan, manifests/, published/, tmp/, quarantine/ if
-   * there (the workspace watcher's ignore marks: the store's writes are the supervisor's own,
-   * never a workspace's).
-   */
-  ownDirs(): string[] {
-    const root = realpathSync(this.dir);
-    const fans: string[] = [];
-    for (let i = 0; i < 256; i++) {
-      const name = i.toString(16).padStart(2, '0');
-      try {
-        mkdirSync(pathAt(this.objectsFd, Buffer.from(name)), 0o700);
-      } catch (err) {
-        // Not made (ENOSPC, EDQUOT, EROFS...): left unmarked, made when its first object is.
-        if (errnoCode(err) !== 'EEXIST') continue;
-      }
-      fans.push(join(root, STORE_DIRS.objects, name));
-    }
-    fsyncSync(this.objectsFd);
-    // quarantine/ when it is there (made when first needed: one made since is marked at the next opening).
-    const dirs: string[] = [STORE_DIRS.objects, STORE_DIRS.manifests, STORE_DIRS.published, STORE_DIRS.tmp];
-    if (lstatSync(join(root, STORE_DIRS.quarantine), { throwIfNoEntry: false })?.isDirectory()) dirs.push(STORE_DIRS.quarantine);
-    return [root, ...dirs.map((d) => join(root, d)), ...fans];
   }
 
   /**

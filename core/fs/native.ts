@@ -90,15 +90,6 @@ export interface NativeHelpers {
   watchInit(unlimitedQueue: boolean): number;
   /** fanotify_mark(FAN_MARK_ADD|FAN_MARK_FILESYSTEM) on path's file system (FAN_MODIFY only with reportModify: close-write stands for writes otherwise); ENOTSUP/EXDEV where it has no usable fids (fanotify_mark(2)). */
   watchMark(fd: number, path: string, reportModify: boolean): void;
-  /**
-   * fanotify_mark(FAN_MARK_ADD|FAN_MARK_IGNORE|FAN_MARK_IGNORED_SURV_MODIFY|FAN_MARK_ONLYDIR|FAN_MARK_DONT_FOLLOW)
-   * on the directory at path, every event with FAN_EVENT_ON_CHILD, not FAN_ONDIR: its entries'
-   * events are not reported any more, but those whose subject is a directory (one moved away)
-   * (fanotify_mark(2)). EINVAL before Linux 6.0, ENOTDIR for another type.
-   */
-  watchIgnoreDir(fd: number, path: string): void;
-  /** fanotify_mark(FAN_MARK_FLUSH): the group's inode marks (its ignore marks) removed; its filesystem marks stay. */
-  watchFlushIgnores(fd: number): void;
   /** fanotify_mark(FAN_MARK_ADD|FAN_MARK_FILESYSTEM, FAN_MODIFY) on path's file system: every write(2) that wrote, with its writer (the cgroup escape watch, on cgroup2). */
   watchMarkWrites(fd: number, path: string): void;
   /** poll(2) the group up to timeoutMs: true when events are queued. Blocks: for a worker thread. */

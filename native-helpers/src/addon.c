@@ -5,7 +5,7 @@
  * Exports (typed in core/fs/native.ts): setChildSubreaper, isChildSubreaper, reapPid, peekExit, continueStopped,
  * makePipe, setPipeSize, tryLockExclusive, peerCred, openPty, setWindowSize, sdNotify,
  * userByName, userById, groupByName, waitWritable; and over watch.c: watchInit, watchMark,
- * watchIgnoreDir, watchFlushIgnores, watchMarkWrites, watchPoll, watchRead, watchHandlePath; over statdir.c: statDir; over fileio.c:
+ * watchMarkWrites, watchPoll, watchRead, watchHandlePath; over statdir.c: statDir; over fileio.c:
  * readFileAt, writeFileNewAt. Owns no state but the writability waits
  * it hands out (uv_poll_t, see there); spawning and reaping others' children is libuv's.
  */
@@ -592,35 +592,6 @@ static napi_value watch_mark_fn(napi_env env, napi_callback_info info) {
   return r < 0 ? throw_errno(env, r, "fanotify_mark") : NULL;
 }
 
-/* watchIgnoreDir(fd, path): an ignore mark on the directory at path (watch_ignore_dir). */
-static napi_value watch_ignore_dir_fn(napi_env env, napi_callback_info info) {
-  napi_value argv[2];
-  size_t argc = get_args(env, info, argv, 2);
-  int32_t fd;
-  char *path = string_arg(env, argv, argc, 1, 4096);
-  if (int_arg(env, argv, argc, 0, &fd) != 0 || !path) {
-    free(path);
-    napi_throw_type_error(env, "EINVAL", "watchIgnoreDir(fd, path): an fd and a path expected");
-    return NULL;
-  }
-  int r = watch_ignore_dir(fd, path);
-  free(path);
-  return r < 0 ? throw_errno(env, r, "fanotify_mark") : NULL;
-}
-
-/* watchFlushIgnores(fd): every ignore mark of the group removed (watch_flush_ignores). */
-static napi_value watch_flush_ignores_fn(napi_env env, napi_callback_info info) {
-  napi_value argv[1];
-  size_t argc = get_args(env, info, argv, 1);
-  int32_t fd;
-  if (int_arg(env, argv, argc, 0, &fd) != 0) {
-    napi_throw_type_error(env, "EINVAL", "watchFlushIgnores(fd): an fd expected");
-    return NULL;
-  }
-  int r = watch_flush_ignores(fd);
-  return r < 0 ? throw_errno(env, r, "fanotify_mark") : NULL;
-}
-
 /* watchMarkWrites(fd, path): a filesystem mark reporting every write (FAN_MODIFY) on path's file system. */
 static napi_value watch_mark_writes_fn(napi_env env, napi_callback_info info) {
   napi_value argv[2];
@@ -982,8 +953,6 @@ static napi_value init_module(napi_env env, napi_value exports) {
     {"waitWritable", NULL, wait_writable, NULL, NULL, NULL, napi_default, NULL},
     {"watchInit", NULL, watch_init_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchMark", NULL, watch_mark_fn, NULL, NULL, NULL, napi_default, NULL},
-    {"watchIgnoreDir", NULL, watch_ignore_dir_fn, NULL, NULL, NULL, napi_default, NULL},
-    {"watchFlushIgnores", NULL, watch_flush_ignores_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchMarkWrites", NULL, watch_mark_writes_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchPoll", NULL, watch_poll_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchRead", NULL, watch_read_fn, NULL, NULL, NULL, napi_default, NULL},

@@ -46,28 +46,6 @@ int watch_mark(int fd, const char *path, int report_modify) {
   return fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, mask, AT_FDCWD, path) < 0 ? -errno : 0;
 }
 
-#ifndef FAN_MARK_IGNORE
-#define FAN_MARK_IGNORE 0x00000400
-#endif
-
-int watch_ignore_dir(int fd, const char *path) {
-  /* FAN_MARK_IGNORE (Linux 6.0+): the ignore mask's FAN_EVENT_ON_CHILD covers the entries'
-   * own events (a file's close-write); without FAN_ONDIR, an event whose subject is a directory
-   * (one made, removed or moved in it; its own move) is still reported, so a marked directory
-   * moved away is seen. A directory's ignore mark needs FAN_MARK_IGNORED_SURV_MODIFY. Older
-   * kernels: EINVAL. */
-  uint64_t mask = FAN_CREATE | FAN_CLOSE_WRITE | FAN_ATTRIB | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_DELETE_SELF |
-                  FAN_MOVE_SELF | FAN_MODIFY | FAN_EVENT_ON_CHILD;
-  unsigned int flags = FAN_MARK_ADD | FAN_MARK_IGNORE | FAN_MARK_IGNORED_SURV_MODIFY | FAN_MARK_ONLYDIR | FAN_MARK_DONT_FOLLOW;
-  return fanotify_mark(fd, flags, mask, AT_FDCWD, path) < 0 ? -errno : 0;
-}
-
-int watch_flush_ignores(int fd) {
-  /* FAN_MARK_FLUSH without FAN_MARK_FILESYSTEM or FAN_MARK_MOUNT: the group's inode marks (the
-   * ignore marks) go; its filesystem marks stay. */
-  return fanotify_mark(fd, FAN_MARK_FLUSH, 0, AT_FDCWD, NULL) < 0 ? -errno : 0;
-}
-
 int watch_mark_writes(int fd, const char *path) {
   return fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, FAN_MODIFY, AT_FDCWD, path) < 0 ? -errno : 0;
 }

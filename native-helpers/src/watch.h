@@ -54,11 +54,6 @@ int watch_mark(int fd, const char *path, int report_modify);
 /* fanotify_mark(FAN_MARK_ADD | FAN_MARK_FILESYSTEM, FAN_MODIFY) on the file system holding
  * path: one event per write(2) that wrote something, by the writer (the cgroup escape watch
  * marks cgroup2 so: every write to any cgroup.procs). 0 | -errno. */
-/* An ignore mark on the directory at path (never through a link): its entries' events are not
- * reported, but those whose subject is a directory (the supervisor's own store). -EINVAL before Linux 6.0. */
-int watch_ignore_dir(int fd, const char *path);
-/* Every ignore mark of the group removed (its inode marks; the filesystem marks stay). */
-int watch_flush_ignores(int fd);
 int watch_mark_writes(int fd, const char *path);
 
 /* poll(POLLIN) up to timeout_ms: 1 readable, 0 not | -errno. */

@@ -164,16 +164,6 @@ export class Checkpoints {
     }
     // Past the opening, a failure is the start's (as any state it cannot clean): never logged as a store that cannot be opened.
     this.local.clearTemp();
-    // The store's writes are the supervisor's own: the watcher's kernel mark is told to skip them
-    // (a cost, never a start-up failure: without the marks they are read and dropped).
-    try {
-      this.deps.watcher.ignoreOwn(this.local.fs.ownDirs());
-    } catch (err) {
-      this.deps.log.warn(
-        { err, store: this.local.dir },
-        "the checkpoint store's directories could not be listed for the watcher's ignore marks: its writes are read and dropped",
-      );
-    }
     const unpublished = this.local.unpublishedIds();
     for (const id of unpublished) this.local.removeManifest(id);
     if (unpublished.length)

@@ -44,15 +44,7 @@ export async function publishCheckpoint(d: PublishDeps, workspaceArg: string, ta
   const t0 = performance.now();
   const { config, log, signer, local, fence } = d;
   const workspace = checkWorkspace(workspaceArg, config.stateDir, local.dir);
-  if (local.reopenIfMoved()) {
-    log.warn({ store: local.dir }, 'the checkpoint store was moved or removed since it was opened: opened (made) again at its path');
-    // Its directories are new inodes: the watcher's ignore marks were on the old ones.
-    try {
-      d.watcher.ignoreOwn(local.fs.ownDirs());
-    } catch {
-      // the store cannot be opened: said just below
-    }
-  }
+  if (local.reopenIfMoved()) log.warn({ store: local.dir }, 'the checkpoint store was moved or removed since it was opened: opened (made) again at its path');
   let storeFd: number;
   try {
     storeFd = local.rootFd;

@@ -81,34 +81,9 @@ export interface WatchEvent {
 export type WatchMessage =
   | { type: 'ready'; marks: { path: string; ok: boolean; message: string | null }[] }
   | { type: 'failed'; code: string; message: string }
-  /** The ignore marks asked for: how many took, the first failure. */
-  | { type: 'ignored'; marked: number; failed: string | null }
-  /** A marked directory (or one holding the store) moved from path by pid: every ignore mark removed, an overflow said. */
-  | { type: 'unignored'; path: string; pid: number }
   /** The pause test hook took hold (true) or let go (false): reads stopped, or go on. */
   | { type: 'paused'; paused: boolean }
   | { type: 'batch'; events: WatchEvent[]; barriers: { ws: number; seq: number }[]; overflowSeq: number | null; dropped: number };
-
-/**
- * Ignore marks on the supervisor's own directories (its checkpoint store's: each object written
- * is a create, a close and a move there), so the kernel neither queues their events nor makes
- * each a pidfd to be read and dropped: fanotify_mark(2) FAN_MARK_IGNORE. Not recursive: each
- * directory is named. Returns those marked, and the first failure (EINVAL before Linux 6.0:
- * the events are then read and dropped as before).
- */
-function ignoreDirs(n: ReturnType<typeof native>, fd: number, dirs: string[]): { dirs: string[]; failed: string | null } {
-  const marked: string[] = [];
-  let failed: string | null = null;
-  for (const dir of dirs) {
-    try {
-      n.watchIgnoreDir(fd, dir);
-      marked.push(dir);
-    } catch (err) {
-      failed ??= `${dir}: ${(err as Error).message}`;
-    }
-  }
-  return { dirs: marked, failed };
-}
 
 /** A directory move changes the path of everything under it: the path cache is dropped (a delete does not: an old handle never names another directory). */
 const DIR_MOVED = FAN.MOVED_FROM | FAN.MOVED_TO | FAN.MOVE_SELF;
@@ -177,37 +152,9 @@ function run(init: WatchWorkerInit): void {
   }
   port.postMessage({ type: 'ready', marks } satisfies WatchMessage);
   let stopping = false;
-  /** The directories carrying ignore marks (ignoreDirs), the first the store's root; emptied when one is moved (ownMoved). */
-  const ignored = new Set<string>();
-  let ignoredRoot: string | null = null;
-  port.on('message', (m: { stop?: boolean; ignore?: string[] }) => {
+  port.on('message', (m: { stop?: boolean }) => {
     if (m.stop) stopping = true;
-    if (m.ignore) {
-      const r = ignoreDirs(n, fd, m.ignore);
-      for (const d of r.dirs) ignored.add(d);
-      if (r.dirs.length > 0) ignoredRoot = m.ignore[0];
-      port.postMessage({ type: 'ignored', marked: r.dirs.length, failed: r.failed } satisfies WatchMessage);
-    }
   });
-  /**
-   * A directory moved from `path` (a MOVED_FROM of a directory: reported even inside a marked
-   * one, its ignore mask has no FAN_ONDIR): when it is a marked directory or holds the store, the
-   * marks now follow it wherever it went (into a workspace, say), and what was written there since
-   * was never queued: every ignore mark is removed and an overflow said (sessions alive get a gap
-   * and a scan). The store made again at its path is marked anew (checkpoint publish: reopenIfMoved).
-   */
-  const ownMoved = (path: string, pid: number): boolean => {
-    if (ignored.size === 0 || !(ignored.has(path) || (ignoredRoot !== null && ignoredRoot.startsWith(`${path}/`)))) return false;
-    try {
-      n.watchFlushIgnores(fd);
-    } catch {
-      // the group's marks stay: the overflow below is said all the same
-    }
-    ignored.clear();
-    ignoredRoot = null;
-    port.postMessage({ type: 'unignored', path, pid } satisfies WatchMessage);
-    return true;
-  };
   const roots = init.paths.map((p) => (p.endsWith('/') ? p : p + '/'));
   const dirCache = new Map<string, string | null>();
   // A directory gone before its events were read is named by its delete (or create) in its
@@ -401,12 +348,6 @@ function run(init: WatchWorkerInit): void {
           const ws = named.length === 1 ? named[0] : named.find((i) => init.barriers[i]!.dir === resolveDir(key, r.handle));
           if (ws !== undefined) pending.push({ kind: 'barrier', seq: ++seq, ws });
           continue;
-        }
-        // One of the store's marked directories (or one holding the store) moved: the marks are dropped, an overflow said before this event.
-        if (r.mask & FAN.ONDIR && r.mask & FAN.MOVED_FROM && ignored.size > 0) {
-          const dir = resolveDir(key, r.handle);
-          if (dir !== null && ownMoved(dir === '/' ? `/${fsDecode(r.name)}` : `${dir}/${fsDecode(r.name)}`, r.pid))
-            pending.push({ kind: 'overflow', seq: ++seq });
         }
         // Past the bound: read and dropped (the directory links and the path cache above are kept up to date).
         if (overBound()) {

@@ -200,13 +200,6 @@ export class WorkspaceWatcher {
             if (!mark.ok && !this.workspaces[i].unsupported) this.workspaces[i].unsupported = `fanotify_mark: ${mark.message}`;
           });
           resolve();
-        } else if (m.type === 'ignored') {
-          log.debug({ marked: m.marked, failed: m.failed }, "the supervisor's own directories: ignore marks");
-        } else if (m.type === 'unignored') {
-          log.warn(
-            { path: m.path, pid: m.pid },
-            "a directory of the checkpoint store (or one holding it) was moved: the watcher's ignore marks followed it and are removed; what was written in it meanwhile was not seen: an overflow is said (sessions alive get a gap and a scan)",
-          );
         } else if (m.type === 'paused') {
           this.readerPaused = m.paused;
         } else if (m.type === 'failed') {
@@ -233,19 +226,6 @@ export class WorkspaceWatcher {
 
   private failAll(reason: string): void {
     for (const ws of this.workspaces) ws.unsupported ??= reason;
-  }
-
-  /**
-   * The supervisor's own directories (dirs: absolute; its checkpoint store's), whose events it
-   * would read only to drop them (its own writes): the kernel is told to ignore them
-   * (watch-worker.ts ignoreDirs). A directory inside a workspace, or holding one, is left
-   * watched. No effect without a watched workspace.
-   */
-  ignoreOwn(dirs: string[]): void {
-    if (!this.worker) return;
-    const paths = this.paths;
-    const apart = dirs.filter((d) => !paths.some((p) => d === p || d.startsWith(p.endsWith('/') ? p : `${p}/`) || p.startsWith(`${d}/`)));
-    this.worker.postMessage({ ignore: apart }); // answered even when empty (logged: marked 0)
   }
 
   /** Every workspace with its file system, mode and health (sbx status). */

@@ -3,7 +3,7 @@
 // (terminal_mutation) after every write it made; and every reason the events cannot be vouched
 // for (no fanotify, an overflow, a restart) a gap with a scan, never "no mutations".
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { ChangesResult, Receipt, StatusResult, WorkspaceEntry } from '../../ipc/protocol.js';
@@ -167,131 +167,6 @@ describe('nothing of the supervisor in a workspace', () => {
     await session('two', 'two');
     expect(git(ws, 'clean', '-fdxn')).toBe('');
     expect(readdirSync(ws).sort()).toEqual(['.git', 'f']);
-  });
-});
-
-/**
- * The inode marks of the daemon's workspace fanotify group with a non-empty ignored mask, by
- * inode number, from /proc/<pid>/fdinfo (fs/notify/fdinfo.c: "fanotify ino:<hex> sdev:<hex>
- * mflags:<hex> mask:<hex> ignored_mask:<hex> ..."). The group is the fd whose filesystem mark
- * carries the workspace events (the escape watch's group marks FAN_MODIFY only).
- */
-function ignoredInodes(pid: number): Map<number, number> {
-  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
-    let link = '';
-    try {
-      link = readlinkSync(`/proc/${pid}/fd/${fd}`);
-    } catch {
-      continue; // closed meanwhile
-    }
-    if (link !== 'anon_inode:[fanotify]') continue;
-    const info = readFileSync(`/proc/${pid}/fdinfo/${fd}`, 'utf8');
-    // The workspace group's filesystem mark asks for FAN_CREATE (0x100) among others.
-    if (!/^fanotify sdev:\S+ mflags:\S+ mask:([0-9a-f]+)/m.test(info) || !(parseInt(RegExp.$1, 16) & 0x100)) continue;
-    const out = new Map<number, number>();
-    for (const m of info.matchAll(/^fanotify ino:([0-9a-f]+) sdev:\S+ mflags:\S+ mask:\S+ ignored_mask:([0-9a-f]+)/gm))
-      if (parseInt(m[2], 16) !== 0) out.set(parseInt(m[1], 16), parseInt(m[2], 16));
-    return out;
-  }
-  return new Map();
-}
-
-describe("the supervisor's own writes", () => {
-  it('the checkpoint store carries ignore marks in the watch group (its writes are never queued); one moved into the workspace is seen and dropped with an overflow; a store made again is marked; a store inside a workspace is not', async () => {
-    const { d, paths } = await daemonWith((dir) => {
-      mkdirSync(join(dir, 'ws'));
-      return [join(dir, 'ws')];
-    });
-    writeFileSync(join(paths[0], 'f'), 'x');
-    const store = join(d.stateDir, 'checkpoints');
-    const dirs = ['.', 'objects', 'manifests', 'published', 'tmp', ...Array.from({ length: 256 }, (_, i) => `objects/${i.toString(16).padStart(2, '0')}`)];
-    const inodes = dirs.map((p) => statSync(join(store, p)).ino);
-    // FAN_CREATE|FAN_CLOSE_WRITE|FAN_ATTRIB|FAN_DELETE|FAN_MOVED_FROM|FAN_MOVED_TO|FAN_DELETE_SELF|FAN_MOVE_SELF|FAN_MODIFY|FAN_EVENT_ON_CHILD;
-    // not FAN_ONDIR: a directory made, removed or moved in a marked one is still reported.
-    const ignoredMask = 0x100 | 0x8 | 0x4 | 0x200 | 0x40 | 0x80 | 0x400 | 0x800 | 0x2 | 0x08000000;
-    await until(() => /"marked":261,"failed":null,"msg":"the supervisor's own directories: ignore marks"/.test(d.log()), 'the watcher answering');
-    const marks = ignoredInodes(d.pid);
-    expect(inodes.map((ino) => marks.get(ino))).toEqual(inodes.map(() => ignoredMask));
-    expect(marks.size).toBe(inodes.length); // nothing else: the workspace is not ignored
-    expect(marks.has(statSync(paths[0]).ino)).toBe(false);
-    // Checkpoints still work, and a session's write is still seen.
-    expect((await d.sbx(['checkpoint', '--workspace', paths[0], '--json'])).status).toBe(0);
-    expect((await d.sbx(['run', '--key', 'w', '--', 'sh', '-c', `echo y > ${paths[0]}/g; sleep 0.2`])).status).toBe(0);
-    expect(json<Receipt>(await d.sbx(['receipt', '--key', 'w'])).workspace![0].attributed.last_path).toBe('g');
-    // A session moves a marked directory of the store into the workspace and writes there at
-    // once: the marks followed it, so that write was never queued; the move is seen (the ignore
-    // mask has no FAN_ONDIR), every mark is dropped and an overflow said: the session has a gap, never "no writes".
-    const moved = await d.sbx([
-      'run',
-      '--key',
-      'mv',
-      '--',
-      'sh',
-      '-c',
-      `mv ${store}/objects/ab ${paths[0]}/sub && echo secret > ${paths[0]}/sub/new; sleep 0.3`,
-    ]);
-    expect(moved.status).toBe(0);
-    expect(json<Receipt>(await d.sbx(['receipt', '--key', 'mv'])).workspace![0].gap).toBe('overflow');
-    expect(d.log()).toContain(`"path":"${store}/objects/ab"`);
-    expect(ignoredInodes(d.pid).size).toBe(0);
-    // The next session's writes there are seen.
-    expect((await d.sbx(['run', '--key', 'after', '--', 'sh', '-c', `echo z > ${paths[0]}/sub/f2; sleep 0.2`])).status).toBe(0);
-    const after = json<Receipt>(await d.sbx(['receipt', '--key', 'after'])).workspace![0];
-    expect([after.gap, after.attributed.last_path]).toEqual([null, 'sub/f2']);
-    // The store moved away while the supervisor runs: the next checkpoint makes it again at its path, and marks its new directories.
-    renameSync(store, `${store}-old`);
-    expect((await d.sbx(['checkpoint', '--workspace', paths[0], '--json'])).status).toBe(0);
-    await until(
-      () => (d.log().match(/"marked":261,"failed":null,"msg":"the supervisor's own directories: ignore marks"/g) ?? []).length === 2,
-      'the watcher answering again',
-    );
-    const remade = ignoredInodes(d.pid);
-    expect(dirs.map((p) => remade.get(statSync(join(store, p)).ino))).toEqual(dirs.map(() => ignoredMask));
-
-    // checkpoint.store inside the workspace: its directories stay watched (the watcher answers with none marked).
-    const inner = rig.track(new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' }));
-    const ws2 = join(inner.dir, 'ws');
-    mkdirSync(ws2);
-    inner.withConfig({ workspace: { paths: [ws2] }, checkpoint: { store: join(ws2, '.store') } });
-    await inner.start();
-    await until(() => /"marked":0,"failed":null,"msg":"the supervisor's own directories: ignore marks"/.test(inner.log()), 'the watcher answering');
-    expect(statSync(join(ws2, '.store', 'objects', '00')).isDirectory()).toBe(true);
-    expect(ignoredInodes(inner.pid).size).toBe(0);
-  });
-});
-
-describe("the supervisor's own writes: a full file system", () => {
-  it('a store whose fan directories cannot be made (no inodes left) still starts: fewer marks, said in the log', async () => {
-    const { d } = await daemonWith((dir) => {
-      mkdirSync(join(dir, 'ws'));
-      mount(['-t', 'tmpfs', '-o', 'size=64m,nr_inodes=2000', 'tmpfs'], join(dir, 'state'));
-      return [join(dir, 'ws')];
-    });
-    const objects = join(d.stateDir, 'checkpoints', 'objects');
-    await d.terminate();
-    // A store from before the fan directories were made at open: none there; then no inode left but 20.
-    for (const fan of readdirSync(objects)) rmSync(join(objects, fan), { recursive: true });
-    const filler = join(d.stateDir, 'filler');
-    mkdirSync(filler);
-    let made = 0;
-    for (;;) {
-      try {
-        writeFileSync(join(filler, String(made)), '');
-        made++;
-      } catch (err) {
-        expect((err as NodeJS.ErrnoException).code).toBe('ENOSPC');
-        break;
-      }
-    }
-    for (let i = 0; i < 20; i++) rmSync(join(filler, String(--made)));
-    await d.start();
-    const answers = () =>
-      [...d.log().matchAll(/"marked":(\d+),"failed":null,"msg":"the supervisor's own directories: ignore marks"/g)].map((m) => Number(m[1]));
-    await until(() => answers().length === 2, 'the watcher answering the second start');
-    expect(answers()[0]).toBe(261);
-    expect(answers()[1]).toBeLessThan(261);
-    expect(json<StatusResult>(await d.sbx(['status', '--json'])).workspaces[0].mode).toBe('fanotify');
-    rmSync(filler, { recursive: true });
   });
 });
 

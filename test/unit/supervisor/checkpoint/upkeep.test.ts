@@ -189,10 +189,10 @@ describe('the local store upkeep', () => {
 });
 
 describe('Checkpoints (the queue and the recovery at start)', () => {
-  /** A Checkpoints over a store in the temp dir; no workspace is watched (only recover() reaches the watcher). */
+  /** A Checkpoints over a store in the temp dir; no workspace is watched (nothing here reaches the watcher). */
   function checkpoints(): Checkpoints {
     const config = parseConfig({ checkpoint: { store: join(dir, 'store') } }, 'test', { SBX_STATE_DIR: join(dir, 'state'), SBX_SOCKET: join(dir, 'sock') });
-    const watcher = { ignoreOwn: () => {} } as unknown as WorkspaceWatcher; // told the store's directories at recover(): no group to mark
+    const watcher = {} as WorkspaceWatcher;
     return new Checkpoints({ config, log, identity: { instance: 'i', generation: 1, bootId: 'b', mode: 'cgroup' }, signer, watcher, reserveBytes: () => 0 });
   }
 
