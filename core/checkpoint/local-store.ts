@@ -260,8 +260,7 @@ export class LocalStoreFiles {
    */
   hasObject(sha256: string): boolean {
     if (!isSha256Hex(sha256)) throw new StoreError('refused', `not a SHA-256: ${JSON.stringify(sha256)}`);
-    if (this.pending.has(sha256)) return true;
-    return this.namesIn(sha256).has(sha256);
+    return this.hasOwnObject(sha256);
   }
 
   /**

@@ -5,7 +5,7 @@
 import { native } from './native.js';
 
 /** fileio.h's fields of one fstat(2), their index in a stat's slots. */
-export const FIO = { size: 0, mode: 1, uid: 2, gid: 3, mtimeNs: 4, ctimeNs: 5, ino: 6, rdev: 7, dev: 8, blocks: 9, fields: 10 } as const;
+const FIO = { size: 0, mode: 1, uid: 2, gid: 3, mtimeNs: 4, ctimeNs: 5, ino: 6, rdev: 7, dev: 8, blocks: 9, fields: 10 } as const;
 
 /** The last readWholeAt's fstats: before the read at [0, FIO.fields), after it at [FIO.fields, 2 x FIO.fields). */
 const slots = new BigInt64Array(2 * FIO.fields);

@@ -316,9 +316,18 @@ class Capture {
     return this.file(e);
   }
 
-  /** Opens a file to read; while a lease blocks it (EWOULDBLOCK), tries again while the pass's lease budget lasts, then null. */
-  private openFile(e: WalkEntry): number | null {
-    return this.leased(() => openSync(pathAt(e.dirFd, e.name), OPEN_FILE));
+  /**
+   * open() (an open of a file to read) through leased(): LEASED when a lease kept it shut past
+   * the pass's budget, null when it went or is now a link or a fifo (the next pass sees it as it is).
+   */
+  private openOrGone<T>(open: () => T): T | null | typeof LEASED {
+    try {
+      return this.leased(open) ?? LEASED;
+    } catch (err) {
+      const c = errnoCode(err);
+      if (c === 'ENOENT' || c === 'ELOOP' || c === 'ENXIO') return null;
+      throw err;
+    }
   }
 
   /** open() (an open of a file to read), tried again while a lease blocks it (EWOULDBLOCK) and the pass's lease budget lasts, then null. */
@@ -356,16 +365,8 @@ class Capture {
       const got = this.smallFileAt(e, readAtNs);
       if (got !== MOVED) return got;
     }
-    let fd: number;
-    try {
-      const opened = this.openFile(e);
-      if (opened === null) return LEASED;
-      fd = opened;
-    } catch (err) {
-      const c = errnoCode(err);
-      if (c === 'ENOENT' || c === 'ELOOP' || c === 'ENXIO') return null; // went, or is now a link or a fifo: the next pass sees it as it is
-      throw err;
-    }
+    const fd = this.openOrGone(() => openSync(pathAt(e.dirFd, e.name), OPEN_FILE));
+    if (fd === null || fd === LEASED) return fd;
     this.filesRead++;
     try {
       // Swapped for a directory, a fifo or a device since the lstat (opened all the same: a
@@ -426,23 +427,12 @@ class Capture {
    * file() takes it again, attempt by attempt.
    */
   private smallFileAt(e: WalkEntry, readAtNs: bigint): CapturedEntry | null | typeof LEASED | typeof MOVED {
-    let n: number;
-    try {
-      const got = this.leased(() => readWholeAt(e.dirFd, e.name, OPEN_FILE_EXTRA, small));
-      if (got === null) return LEASED;
-      n = got;
-    } catch (err) {
-      const c = errnoCode(err);
-      if (c === 'ENOENT' || c === 'ELOOP' || c === 'ENXIO') return null; // went, or is now a link or a fifo: the next pass sees it as it is
-      throw err;
-    }
-    // Swapped for a directory, a fifo or a device since the lstat (opened, never read): the next pass sees it as it is.
-    if (!isRegular(statBefore())) {
-      this.filesRead++;
-      return null;
-    }
-    const after = statAfter();
-    if (!isRegular(after)) {
+    const n = this.openOrGone(() => readWholeAt(e.dirFd, e.name, OPEN_FILE_EXTRA, small));
+    if (n === null || n === LEASED) return n;
+    // Swapped for a directory, a fifo or a device since the lstat (opened, never read), or since
+    // the read: the next pass sees it as it is. (The stat after is read only for a regular file.)
+    const after = isRegular(statBefore()) ? statAfter() : null;
+    if (after === null || !isRegular(after)) {
       this.filesRead++;
       return null;
     }

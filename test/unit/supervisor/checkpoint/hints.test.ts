@@ -4,18 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { SeedOverlay } from '../../../../supervisor/checkpoint/hints.js';
 import type { CapturedEntry } from '../../../../supervisor/checkpoint/passes.js';
-
-/** A small deterministic generator (mulberry32): the same seed, the same operations. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
+import { seededRandom } from '../../../helpers/random.js';
 
 const entry = (key: string, n: number) => ({ key, type: 'file', size: n }) as unknown as CapturedEntry;
 
@@ -23,7 +12,7 @@ describe('SeedOverlay', () => {
   it('answers get, size and keys as a changed copy of the seed does, through random sets and deletes (also while iterating); the seed untouched', () => {
     const seed = Number(process.env.OVERLAY_SEED ?? Date.now() % 1_000_000);
     console.log(`seed overlay property seed ${seed} (OVERLAY_SEED=${seed} to repeat)`);
-    const next = rng(seed);
+    const next = seededRandom(seed);
     for (let round = 0; round < 50; round++) {
       const base = new Map<string, CapturedEntry>();
       for (let i = 0; i < 40; i++) if (next() < 0.6) base.set(`k${i}`, entry(`k${i}`, i));
