@@ -278,6 +278,23 @@ export class LocalStoreFiles {
    * where a lookup per file cost 4 µs through /proc: measured 15 ms of an unchanged 4,115-file
    * checkpoint); only this supervisor writes objects (the lock), and what it links is added.
    */
+  /**
+   * Whether every name the fan listings of this store held when removalGen() gave `gen` is
+   * still in its fan directory: each of the 256 fans' stat is compared with its listing's, and
+   * one that moved (or was not trusted) is listed again, which says whether a name went. 256
+   * lstats when nothing moved; the capture then trusts every object a seed it built at `gen`
+   * named (passes.ts) instead of a lookup per entry (~100 ms at 100,000).
+   */
+  namesKeptSince(gen: number): boolean {
+    for (let i = 0; i < 256; i++) this.namesIn(FANS[i]!);
+    return removalGen(this.dir) === gen;
+  }
+
+  /** The store's removal generation (in this thread): moves on whenever a fan directory is listed again and lost a name, or is listed with names and no listing before it to compare. */
+  removalGen(): number {
+    return removalGen(this.dir);
+  }
+
   private namesIn(sha256: string): Set<string> {
     const fan = sha256.slice(0, 2);
     let names = this.listed.get(fan);
@@ -325,6 +342,10 @@ export class LocalStoreFiles {
       if (!(err instanceof StoreError && err.code === 'missing')) throw err;
       names = new Set();
     }
+    // A name gone since the last listing, or names and no listing to compare with: the removal generation moves on.
+    let lost = cached === undefined && names.size > 0;
+    if (cached) for (const n of cached.names) if (!names.has(n)) lost = true;
+    if (lost) REMOVAL_GEN.set(this.dir, removalGen(this.dir) + 1);
     if (sig === null) FAN_LISTINGS.delete(key);
     else FAN_LISTINGS.set(key, { sig, names, trusted: newestNs + racyMarginNs(newestNs) < listedAtNs });
     return names;
@@ -671,6 +692,11 @@ function readFd(fd: number, size: number): Buffer {
 
 /** Fan directories' listings across openings of a store (LocalStoreFiles.fanNamesCached), by store and fan: the directory's stat then, its names, and whether that stat was old enough to be trusted. */
 const FAN_LISTINGS = new Map<string, { sig: string; names: Set<string>; trusted: boolean }>();
+/** Per store directory: its removal generation (LocalStoreFiles.removalGen). */
+const REMOVAL_GEN = new Map<string, number>();
+const removalGen = (dir: string): number => REMOVAL_GEN.get(dir) ?? 0;
+/** The 256 fan directory names, 00 to ff. */
+const FANS = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'));
 
 /** Bytes read from an object at a time. */
 const READ_BLOCK = 1 << 20;

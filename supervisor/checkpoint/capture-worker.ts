@@ -25,6 +25,7 @@ import { pathOf, runCapture, runRehash, type CaptureRequest, type CaptureResult,
 import { StatCache, VerifiedObjects, type CaptureSeed } from './stat-cache.js';
 import type { JournalHints } from '../workspace/journal.js';
 import type { DirTree } from './trees.js';
+import { objectsAfter, objectsOf } from './object-list.js';
 import { StoreError } from '../../core/checkpoint/store.js';
 import { systemError } from '../../ipc/errno.js';
 import { testHooks } from '../../core/test-hooks.js';
@@ -199,21 +200,6 @@ function journalSince(journal: JournalHints | undefined, since: CaptureSeed['bou
   return paths;
 }
 
-/** The entries' objects, each once with the first entry using it, their bytes, and the mount points (paths as text). */
-function objectsOf(entries: readonly CapturedEntry[]): NonNullable<CaptureSeed['objects']> {
-  const byId = new Map<string, CapturedEntry>();
-  const mounts: string[] = [];
-  let bytes = 0;
-  for (const e of entries) {
-    if (e.type === 'file' && e.sha256 !== undefined && !byId.has(e.sha256)) {
-      byId.set(e.sha256, e);
-      bytes += e.size;
-    }
-    if (e.mount) mounts.push(nameText(fsDecode(pathOf(e))));
-  }
-  return { byId, bytes, mounts };
-}
-
 /** Runs a checkpoint up to its stored manifest (blocking): capture, commit, manifest (JCS, signed), written create-once. */
 export function runCheckpoint(
   req: CheckpointRequest,
@@ -253,22 +239,32 @@ export function runCheckpoint(
   const manifest = { ...unsigned, signature: { alg: 'ed25519' as const, key_id: req.keyId, value: signature.toString('base64') } };
   const parts = [Buffer.from(jcs(manifest))];
   const id = createHash('sha256').update(parts[0]).digest('hex');
-  // Each object once, with the first entry using it (its path is made only when named): the
-  // seed's, when the capture kept exactly the seed's entries (made from those same entries).
-  const listing = cap.keptSeed && seed?.objects ? seed.objects : objectsOf(cap.entries);
+  // Each object once, with an entry using it (its path is made only when named): the seed's
+  // when the capture kept exactly the seed's entries (made from those same entries), the
+  // seed's updated in place when it kept the seed with the journal's paths over it; else
+  // derived from every entry.
+  const overlay = seed && cap.keptOverlay?.base === seed.entries ? cap.keptOverlay : null;
+  const updated = overlay ? objectsAfter(seed!.objects, overlay, cap.entries) : undefined;
+  const listing = (cap.keptSeed && seed?.objects) || updated || objectsOf(cap.entries);
   const { byId: objects, bytes: objectBytes, mounts } = listing;
-  faultPoint('checkpoint:before-manifest');
-  const store = LocalStoreFiles.open(req.storeDir, { create: false, viaFd: req.storeFd });
   try {
-    if (!store.createRecord(store.manifestsFd, `${id}.json`, parts)) {
-      const there = store.readRecord(store.manifestsFd, `${id}.json`);
-      if (!there || !there.equals(Buffer.concat(parts)))
-        throw new StoreError('conflict', `${req.storeDir}/manifests/${id}.json exists with other bytes`, `manifests/${id}.json`);
+    faultPoint('checkpoint:before-manifest');
+    const store = LocalStoreFiles.open(req.storeDir, { create: false, viaFd: req.storeFd });
+    try {
+      if (!store.createRecord(store.manifestsFd, `${id}.json`, parts)) {
+        const there = store.readRecord(store.manifestsFd, `${id}.json`);
+        if (!there || !there.equals(Buffer.concat(parts)))
+          throw new StoreError('conflict', `${req.storeDir}/manifests/${id}.json exists with other bytes`, `manifests/${id}.json`);
+      }
+    } finally {
+      store.close();
     }
-  } finally {
-    store.close();
+    faultPoint('checkpoint:after-manifest');
+  } catch (err) {
+    // The seed stays (this checkpoint was not offered); its list no longer fits its entries.
+    if (updated) delete seed!.objects;
+    throw err;
   }
-  faultPoint('checkpoint:after-manifest');
   const b = req.header.boundary;
   statCache.offer(
     id,
@@ -279,6 +275,7 @@ export function runCheckpoint(
       ...cap,
       boundary: b.epoch !== null && b.seq !== null ? { epoch: b.epoch, seq: b.seq } : null,
       kept: cap.keptSeed ? seed!.entries : null,
+      update: overlay ? { seed: seed!.entries, changes: overlay.changes() } : null,
       objects: listing,
     },
   );

@@ -17,7 +17,7 @@ import { writeAll } from '../../core/fs/durable.js';
 import type { EntryFacts } from '../../core/checkpoint/manifest.js';
 import type { CaptureSeed } from './stat-cache.js';
 import { storeTrees, type CaptureTrees } from './trees.js';
-import { type EntryLookup, readHinted } from './hints.js';
+import { type EntryLookup, readHinted, type SeedOverlay } from './hints.js';
 import { StoreError } from '../../core/checkpoint/store.js';
 import { errnoCode, systemError } from '../../ipc/errno.js';
 import { testHooks } from '../../core/test-hooks.js';
@@ -115,6 +115,10 @@ export interface CaptureResult {
   hintedPaths: number;
   /** Whether `entries` are exactly the seed's (the same objects, every one): one pass found the seed as it was, nothing read before it, no frozen pass. */
   keptSeed: boolean;
+  /** The seed with what the look at the journal's paths found over it, when `entries` are exactly that (the same objects, every one: one pass found it as it was, no frozen pass); else null. What changed from the seed is then `changes()`: the stat cache and the object list are updated from the seed's, not derived whole (capture-worker.ts). */
+  keptOverlay: SeedOverlay | null;
+  /** The store and its removal generation once committed (LocalStoreFiles.removalGen): every object `entries` name is then in the fan listings this thread keeps of it. */
+  presentIn: { storeDir: string; gen: number };
 }
 
 export type WorkerReply<T> = { ok: true; result: T } | { ok: false; code: string; message: string };
@@ -714,6 +718,9 @@ function waitOutRacy(cap: Capture, deadlineHrNs: bigint | null): void {
   }
 }
 
+/** A seed of at least this many entries trusts its objects by the fan directories' stats (LocalStoreFiles.namesKeptSince): past ~8 files per fan, a lookup per entry lists nearly every fan anyway. */
+const SEED_TRUST_MIN_ENTRIES = 2048;
+
 /**
  * Runs a capture in this thread (blocking). Throws ScanError (manifest_too_large, scan_timeout,
  * errno codes) / StoreError / errno errors. seed: the stat cache of the workspace's last
@@ -753,6 +760,7 @@ export function runCapture(
     // What the journal says changed, read first: the first pass then finds it as captured.
     let vetted: ReadonlySet<CapturedEntry> = new Set();
     let hintedPaths = 0;
+    let overlay: SeedOverlay | null = null;
     if (seed && hints && hints.length > 0) {
       cap.newPass();
       const pre = readHinted(req.root, hints, seed.entries, {
@@ -765,12 +773,17 @@ export function runCapture(
         checkDeadline: () => cap.checkDeadline(),
       });
       if (pre) {
-        prev = pre.entries;
+        prev = overlay = pre.entries;
         prevRootSig = sigOf('dir', pre.rootSt);
         vetted = pre.vetted;
         hintedPaths = hints.length;
       }
     }
+    // A big seed's objects are all still in the store when no fan directory lost a name since
+    // the seed was made (its capture found or put each object in the listings it kept):
+    // 256 stats instead of a lookup per entry. A small seed looks up each (fewer fans to list).
+    const seedObjectsKept =
+      seed?.presentIn?.storeDir === req.storeDir && seed.entries.size >= SEED_TRUST_MIN_ENTRIES && store.namesKeptSince(seed.presentIn.gen);
     let root: CaptureResult['root'] = { mode: 0, uid: 0, gid: 0, mtimeNs: 0n };
     const maxPasses = Math.max(2, req.maxPasses);
     /** One walk: entries whose stat (and with verifyContent, content) did not move are kept, the rest captured again. */
@@ -801,7 +814,7 @@ export function runCapture(
           old !== undefined &&
           !old.moved &&
           sameAsCaptured(old, e) &&
-          (pass > 1 || old.type !== 'file' || store.hasOwnObject(old.sha256!)) &&
+          (pass > 1 || old.type !== 'file' || seedObjectsKept || store.hasOwnObject(old.sha256!)) &&
           (!req.verifyContent || old.type !== 'file' || cap.sameContent(e, old.sha256!)) &&
           // Read within its racy margin: its stat alone does not say it is unchanged; its
           // content, read again past the margin (or while frozen), does (then it is no more racy).
@@ -851,6 +864,7 @@ export function runCapture(
       prev = null; // made from `entries` only if another pass follows
     };
     let keptSeed = false;
+    let keptOverlay: SeedOverlay | null = null;
     while (pass < maxPasses) {
       pass++;
       if (pass > 1) {
@@ -865,6 +879,7 @@ export function runCapture(
       // never goes back), so every interval holds the instant before this pass.
       if (pass === 1 && seed && seedDiffers === 0 && changed.length === 0) {
         keptSeed = hintedPaths === 0;
+        keptOverlay = hintedPaths === 0 ? null : overlay;
         break;
       }
     }
@@ -886,6 +901,7 @@ export function runCapture(
       // Captured while nothing could change: consistent, but for files a lease kept unread.
       if (freeze.frozen) changed = leased;
       keptSeed = false;
+      keptOverlay = null;
       cap.bound(deadlineHrNs, req.deadlineMs);
     }
     // The trees, bottom-up, committed with the files' objects (one syncfs for all).
@@ -915,6 +931,8 @@ export function runCapture(
       written: cap.written,
       hintedPaths,
       keptSeed,
+      keptOverlay,
+      presentIn: { storeDir: req.storeDir, gen: store.removalGen() },
       rootSig: prevRootSig,
       rootFs: rootFs ?? '',
       startedAtNs,

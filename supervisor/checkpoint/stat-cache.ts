@@ -5,6 +5,7 @@
 import { racyMarginNs } from '../../core/fs/granule.js';
 import type { CapturedEntry } from './passes.js';
 import type { DirTree } from './trees.js';
+import type { SeedChanges } from './hints.js';
 
 /** What a capture seeds its first pass with: entries by path (latin1 of the bytes), the root's stat signature, and its file system's st_dev and mount id (/proc/self/fdinfo mnt_id: a new one at every mount; either differs: the seed is not used). */
 export interface CaptureSeed {
@@ -15,8 +16,10 @@ export interface CaptureSeed {
   storeId?: string;
   rootSig: string;
   rootFs: string;
-  /** What the manifest step derived from these entries (capture-worker.ts objectsOf): each object once with the first entry using it, their bytes, the mount points; reused by a capture that keeps them all. */
+  /** What the manifest step derived from these entries (capture-worker.ts objectsOf, objectsAfter): each object once with an entry using it, their bytes, the mount points; reused by a capture that keeps them all, updated by one that keeps them with the journal's paths over them. */
   objects?: { byId: Map<string, CapturedEntry>; bytes: number; mounts: string[] };
+  /** The store and its removal generation when the capture of these entries committed (passes.ts presentIn): while no fan directory of that store lost a name since, every object they name is there. */
+  presentIn?: { storeDir: string; gen: number };
   /** The boundary of the checkpoint these entries are from (manifest `boundary`): the workspace journal's paths with later events are what changed since (hints.ts). Null: it had a gap. */
   boundary: { epoch: string; seq: number } | null;
 }
@@ -38,7 +41,7 @@ export class StatCache {
 
   /**
    * A capture's result, offered under its manifest id: it becomes root's seed only when that
-   * manifest's read-back passes (confirm). Entries whose ctime is not racyMarginNs before
+   * manifest's read-back passes (confirm). Files whose ctime is not racyMarginNs before
    * startedAtNs (wall clock, ns, taken before the capture looked at any entry) are left out,
    * but the vetted ones (these very captures read past their margin, hints.ts: a later read of
    * the same path is another entry, not vetted), and entries that moved while
@@ -55,22 +58,35 @@ export class StatCache {
       startedAtNs: bigint;
       vetted: ReadonlySet<CapturedEntry>;
       boundary: CaptureSeed['boundary'];
+      presentIn: { storeDir: string; gen: number };
       /** The seed's entries, when the capture kept exactly those (one pass, nothing differed): kept as they are. */
       kept: Map<string, CapturedEntry> | null;
+      /** The seed's entries and what the journal's paths changed over them (hints.ts SeedOverlay changes()), when the capture kept exactly that: the seed's map is updated in place (the seed is given up here anyway). */
+      update: { seed: Map<string, CapturedEntry>; changes: SeedChanges } | null;
       /** What the manifest step derived from `entries` (kept with them only when every entry is). */
       objects: CaptureSeed['objects'];
     },
   ): void {
-    const { rootSig, rootFs, startedAtNs, vetted, boundary } = capture;
+    const { rootSig, rootFs, startedAtNs, vetted, boundary, presentIn } = capture;
     // The seed's entries passed this filter at their own offer, so they pass it now (a later start).
+    // Only a file's content is captured beyond its stat; a directory's, link's or node's facts
+    // are all in what the walk compares (the link's target read each time): never racy.
+    const keeps = (e: CapturedEntry) => !e.moved && (e.type !== 'file' || e.ctimeNs + racyMarginNs(e.ctimeNs) < startedAtNs || vetted.has(e));
     let kept = capture.kept;
+    if (!kept && capture.update) {
+      // The seed's map, with what changed since: a checkpoint after a few changes does not build it from every entry (~60 ms at 100,000).
+      kept = capture.update.seed;
+      const { hidden, set } = capture.update.changes;
+      for (const k of hidden) kept.delete(k);
+      for (const [k, e] of set) if (keeps(e)) kept.set(k, e);
+    }
     if (!kept) {
       kept = new Map<string, CapturedEntry>();
-      for (const e of entries) if ((e.ctimeNs + racyMarginNs(e.ctimeNs) < startedAtNs || vetted.has(e)) && !e.moved) kept.set(e.key, e);
+      for (const e of entries) if (keeps(e)) kept.set(e.key, e);
     }
     // The derived listing holds for the seed only when the seed is every entry (a capture keeping the seed whole then reuses it).
     const objects = kept.size === entries.length ? capture.objects : undefined;
-    this.offered = { id, offer: { root, seed: { entries: kept, trees: trees.dirs, storeId: trees.storeId, rootSig, rootFs, boundary, objects } } };
+    this.offered = { id, offer: { root, seed: { entries: kept, trees: trees.dirs, storeId: trees.storeId, rootSig, rootFs, boundary, objects, presentIn } } };
     // Until it is confirmed, no seed: a capture that failed its read-back is never trusted.
     this.byRoot.delete(root);
   }

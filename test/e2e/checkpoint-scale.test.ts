@@ -340,6 +340,56 @@ describe('the stat cache and the read-back', () => {
   });
 });
 
+describe('a big stat cache trusts its objects by the fan directories (at least 2,048 entries)', () => {
+  let d: TestDaemon;
+  let ws: string;
+  const FILES = 2100;
+  const fanPath = (sha: string) => join(d.stateDir, 'checkpoints', 'objects', sha.slice(0, 2));
+  const manifest = (id: string) => storedManifest(join(d.stateDir, 'checkpoints'), id);
+  const shaOf = (id: string, path: string) => manifest(id).entries.find((e) => e.path === path)!.sha256!;
+
+  beforeAll(async () => {
+    d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
+    ws = join(d.dir, 'ws');
+    ownWorkspace(ws);
+    for (let i = 0; i < FILES; i++) writeFileSync(join(ws, `f${i}`), `file ${i}\n`);
+    d.withConfig({ workspace: { paths: [ws] } });
+    await d.start();
+    const made = Date.now();
+    await until(() => Date.now() - made > 1100, 'the racy margin past');
+  });
+
+  afterAll(async () => {
+    await releaseWorkspace(d, ws);
+  });
+
+  it('an object removed from the store, or its whole fan directory, is found and stored again; each unchanged checkpoint after reads nothing', async () => {
+    const first = await checkpoint(d, ws);
+    expect(first.result).toMatchObject({ consistent: true, scan: { files: FILES, passes: 2 }, objects: { written: FILES } });
+    const unchanged = { consistent: true, scan: { files: FILES, passes: 1 }, objects: { written: 0 }, read: { files: 0 } };
+    let last = (await checkpoint(d, ws)).result!;
+    expect(last).toMatchObject(unchanged);
+    expect((await checkpoint(d, ws)).result).toMatchObject(unchanged);
+
+    // One object gone (by hand, or another process's sbx gc): its fan directory's stat moved.
+    unlinkSync(join(fanPath(shaOf(last.checkpoint_id, 'f2')), shaOf(last.checkpoint_id, 'f2')));
+    last = (await checkpoint(d, ws)).result!;
+    expect(last).toMatchObject({ consistent: true, objects: { written: 1 }, read: { files: 1 }, read_back: { rehashed_objects: 1 } });
+    expect((await checkpoint(d, ws)).result).toMatchObject(unchanged);
+
+    // A whole fan directory gone: every object that was in it is stored again.
+    const fan = fanPath(shaOf(last.checkpoint_id, 'f7'));
+    const inFan = readdirSync(fan).length;
+    rmSync(fan, { recursive: true });
+    last = (await checkpoint(d, ws)).result!;
+    expect(last).toMatchObject({ consistent: true, objects: { written: inFan }, read: { files: inFan } });
+    expect(readdirSync(fan).length).toBe(inFan);
+    expect((await checkpoint(d, ws)).result).toMatchObject(unchanged);
+    const v = await d.sbx(['verify', last.checkpoint_id, '--state-dir', d.stateDir]);
+    expect(v.status).toBe(0);
+  });
+});
+
 describe('what the watcher saw change is read before the walk (the workspace journal)', () => {
   let d: TestDaemon;
   let ws: string;
@@ -352,6 +402,7 @@ describe('what the watcher saw change is read before the walk (the workspace jou
     for (const dir of ['a/b', 'old/deeper', 'mv']) mkdirSync(join(ws, dir), { recursive: true });
     for (let i = 0; i < 10; i++) writeFileSync(join(ws, `f${i}`), `file ${i}\n`);
     for (const f of ['a/b/x', 'old/o1', 'old/deeper/o2', 'mv/m1', 'mv/m2']) writeFileSync(join(ws, f), `${f}\n`);
+    for (const f of ['dupA', 'dupB']) writeFileSync(join(ws, f), 'the same bytes\n');
     symlinkSync('f0', join(ws, 'link'));
     d.withConfig({ workspace: { paths: [ws] } });
     await d.start();
@@ -372,7 +423,7 @@ describe('what the watcher saw change is read before the walk (the workspace jou
     return r;
   }
 
-  it('changes it saw (a directory renamed too) cost one walk and make the same tree as a full capture; events past its bound cost a second walk', async () => {
+  it('changes it saw (a directory renamed too) cost one walk and make the same tree, object list and stat cache as a full capture; events past its bound cost a second walk', async () => {
     const first = await checkpoint(d, ws);
     expect(first.result).toMatchObject({ consistent: true, scan: { passes: 2 }, read: { hinted_paths: 0 } });
     const unchanged = await checkpoint(d, ws);
@@ -387,18 +438,29 @@ describe('what the watcher saw change is read before the walk (the workspace jou
     chmodSync(join(ws, 'f2'), 0o600);
     unlinkSync(join(ws, 'f3'));
     symlinkSync('new/deep/n1', join(ws, 'link2'));
+    // An object losing the entry that named it: f4's own content is gone, f5's is named twice;
+    // dupA and dupB shared one, still used by dupB.
+    writeFileSync(join(ws, 'f4'), 'file 5\n');
+    unlinkSync(join(ws, 'dupA'));
     // Through the client at once: the files just written are within their racy margin (100 ms),
     // so each is read, the margin waited out, and read again (8 reads) unless it had passed (4).
     const c = await d.client();
     const seen = { result: await c.checkpoint({ workspace: ws }) };
     c.close();
     expect(seen.result).toMatchObject({ consistent: true, scan: { passes: 1 } });
-    expect([4, 8]).toContain(seen.result.read.files); // a/b/x, new/deep/n1, f1.renamed (a new inode), f2 (its ctime moved)
-    expect(seen.result.read.hinted_paths).toBeGreaterThanOrEqual(9);
+    expect([5, 10]).toContain(seen.result.read.files); // a/b/x, new/deep/n1, f1.renamed (a new inode), f2 (its ctime moved), f4
+    expect(seen.result.read.hinted_paths).toBeGreaterThanOrEqual(11);
     const paths = manifest(seen.result.checkpoint_id).entries.map((e) => e.path);
-    expect(paths).toEqual(expect.arrayContaining(['new/deep/n1', 'f1.renamed', 'link2']));
-    for (const gone of ['old', 'old/o1', 'old/deeper/o2', 'f1', 'f3']) expect(paths).not.toContain(gone);
-    expect((await fromScratch()).scan.digest).toBe(seen.result.scan.digest);
+    expect(paths).toEqual(expect.arrayContaining(['new/deep/n1', 'f1.renamed', 'link2', 'dupB']));
+    for (const gone of ['old', 'old/o1', 'old/deeper/o2', 'f1', 'f3', 'dupA']) expect(paths).not.toContain(gone);
+    // The stat cache holds what was read: the next checkpoint reads nothing.
+    const next = await checkpoint(d, ws);
+    expect(next.result).toMatchObject({ consistent: true, scan: { passes: 1, digest: seen.result.scan.digest }, read: { files: 0, hinted_paths: 0 } });
+    expect(next.result!.objects).toEqual({ ...seen.result.objects, written: 0, bytes_written: 0 });
+    const scratch = await fromScratch();
+    expect(scratch.scan.digest).toBe(seen.result.scan.digest);
+    // f0, f2, f5-f9, a/b/x, new/deep/n1, f1.renamed, mv/m1, mv/m2, dupB: 13 objects.
+    expect([seen.result.objects.referenced, scratch.objects.referenced]).toEqual([13, 13]);
 
     // A directory renamed: its files had no events of their own, so what is under its new name
     // is walked before the walk too; each is the file the cache had under the old name (same
