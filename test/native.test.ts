@@ -485,6 +485,49 @@ describe('statDir: a directory listed with its lstats in one call', () => {
   });
 });
 
+describe('statDirs: several directories listed at once on threads', () => {
+  it("gives each fd statDir's exact listing on 1, 2 and 8 threads, and a failed one's errno in its place (ENOTDIR, EBADF); bad arguments EINVAL", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-statdirs-'));
+    const fds: number[] = [];
+    try {
+      for (let d = 0; d < 40; d++) {
+        mkdirSync(join(dir, `d${d}`));
+        for (let f = 0; f < d; f++) writeFileSync(join(dir, `d${d}`, `f${f}`), randomBytes(f));
+        if (d % 7 === 0) symlinkSync(`target-${d}`, join(dir, `d${d}`, 'link'));
+        fds.push(openSync(join(dir, `d${d}`), 'r'));
+      }
+      writeFileSync(join(dir, 'file'), 'x');
+      const fileFd = openSync(join(dir, 'file'), 'r');
+      const closedFd = openSync(join(dir, 'file'), 'r');
+      closeSync(closedFd);
+      const all = Int32Array.from([...fds.slice(0, 20), fileFd, closedFd, ...fds.slice(20)]);
+      const want = [...all].map((fd) => {
+        try {
+          return native().statDir(fd);
+        } catch (err) {
+          return { errno: -1, code: (err as NodeJS.ErrnoException).code };
+        }
+      });
+      for (const threads of [1, 2, 8]) {
+        const got = native().statDirs(all, threads);
+        expect(got.length).toBe(all.length);
+        got.forEach((r, i) => {
+          const w = want[i]!;
+          if ('code' in w) expect(r).toEqual({ errno: w.code === 'ENOTDIR' ? osConstants.errno.ENOTDIR : osConstants.errno.EBADF });
+          else expect(r).toEqual(w);
+        });
+      }
+      closeSync(fileFd);
+      expect(native().statDirs(new Int32Array(0), 2)).toEqual([]);
+      expect(() => native().statDirs([fds[0]!] as unknown as Int32Array, 2)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+      expect(() => native().statDirs(Int32Array.from(fds), 0)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+    } finally {
+      for (const fd of fds) closeSync(fd);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('renameAtNoReplace: renameat2(2) RENAME_NOREPLACE between directory fds', () => {
   it('moves a file to a free name (same inode, bytes kept), never over a taken one (false, both left as they were), and refuses bad names', () => {
     const dir = mkdtempSync(join(tmpdir(), 'sbx-rename-'));

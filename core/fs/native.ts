@@ -116,6 +116,12 @@ export interface NativeHelpers {
    * length (host order), the name, then a link's target. Throws the listing's errno.
    */
   statDir(dirFd: number): { count: number; fields: number; stats: BigInt64Array; names: Buffer };
+  /**
+   * statDir of each of dirFds on up to `threads` threads at once (the calling thread waits:
+   * git's preload-index, for a walk's listings): element i is dirFds[i]'s listing, or
+   * `{ errno }` when that listing failed. Throws EINVAL on bad arguments.
+   */
+  statDirs(dirFds: Int32Array, threads: number): ({ count: number; fields: number; stats: BigInt64Array; names: Buffer } | { errno: number })[];
   /** open_by_handle_at(2) + readlink: the directory a watchRead handle names; ESTALE when it is gone. */
   watchHandlePath(mountFd: number, handle: Buffer): Buffer;
 }

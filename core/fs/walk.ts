@@ -4,7 +4,7 @@
 // (supervisor/workspace/scan.ts runs it in a worker: it blocks). See openat(2), open(2) O_NOFOLLOW/O_DIRECTORY, proc(5)
 // /proc/self/fd, path_resolution(7).
 import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, statSync, type BigIntStats } from 'node:fs';
-import { endianness, constants as osConstants } from 'node:os';
+import { availableParallelism, endianness, constants as osConstants } from 'node:os';
 import { nativeOrNull, type NativeHelpers } from './native.js';
 import { showPath } from './names.js';
 import { errnoCode, systemError } from '../../ipc/errno.js';
@@ -209,7 +209,11 @@ export function statDirRaw(
 ): { count: number; fields: number; stats: BigInt64Array; names: Buffer; nameStart: Uint32Array; nameEnd: Uint32Array } | null {
   const sd = nativeStatDir();
   if (!sd) return null;
-  const r = sd(dirFd);
+  return rawListing(sd(dirFd));
+}
+
+/** A native listing with each entry's name located (statDirRaw). */
+function rawListing(r: ReturnType<NativeHelpers['statDir']>): NonNullable<ReturnType<typeof statDirRaw>> {
   const nameStart = new Uint32Array(r.count);
   const nameEnd = new Uint32Array(r.count);
   let pos = 0;
@@ -221,6 +225,29 @@ export function statDirRaw(
     pos += 2 + len + (tlen > 0 ? tlen : 0);
   }
   return { count: r.count, fields: r.fields, stats: r.stats, names: r.names, nameStart, nameEnd };
+}
+
+/** The native listing of several directories at once (NativeHelpers statDirs), or null without it. */
+let statDirs: NativeHelpers['statDirs'] | null | undefined;
+function nativeStatDirs(): typeof statDirs {
+  if (statDirs === undefined) {
+    const n = nativeOrNull();
+    statDirs = n && typeof n.statDirs === 'function' ? (fds, threads) => n.statDirs(fds, threads) : null;
+  }
+  return statDirs;
+}
+
+/** Threads listing a batch of directories at once (the walk's read-ahead: git's preload-index). */
+const AHEAD_THREADS = Math.max(1, Math.min(4, availableParallelism()));
+/** Sibling directories opened and listed ahead at a time, and at most this many fds held ahead in the whole walk. */
+const AHEAD_BATCH = 32;
+const AHEAD_MAX_FDS = 64;
+
+/** A directory opened and listed ahead of the walk reaching it: its fd, its fstat once opened, its listing. */
+interface Ahead {
+  fd: number;
+  st: BigIntStats;
+  listing: Listing;
 }
 
 /** A directory's listing as the walk keeps it: the native one as it comes (no object per entry until one is reached), else the names alone. */
@@ -301,7 +328,69 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
     }
     throw scanError(err, 'opening', none, 0, root);
   }
-  const stack: { fd: number; rel: Buffer; depth: number; listing: Listing; next: number }[] = [{ fd: rootFd, rel: none, depth: 1, listing: UNLISTED, next: 0 }];
+  const stack: { fd: number; rel: Buffer; depth: number; listing: Listing; next: number; ahead: Map<number, Ahead> | null; aheadTo: number }[] = [
+    { fd: rootFd, rel: none, depth: 1, listing: UNLISTED, next: 0, ahead: null, aheadTo: 0 },
+  ];
+  /** Fds held by read-ahead listings not reached yet (at most AHEAD_MAX_FDS). */
+  let aheadFds = 0;
+  const listMany = nativeStatDirs();
+  /**
+   * Opens and lists, all at once on AHEAD_THREADS threads, up to AHEAD_BATCH of the
+   * directories listed in `dir` from entry `from` on (as its listing typed them), each as the
+   * walk would when it reaches it (opened O_DIRECTORY|O_NOFOLLOW through dir's fd, fstat'ed,
+   * listed); a mount point, and one that fails to open or list, is left to the walk, which
+   * then does it itself and says why. Taken in the walk, so every look is still inside it.
+   */
+  const readAhead = (dir: (typeof stack)[number], from: number): void => {
+    const raw = dir.listing.raw!;
+    const taken: { i: number; fd: number; st: BigIntStats }[] = [];
+    let j = from;
+    for (; j < raw.count && taken.length < AHEAD_BATCH && aheadFds + taken.length < AHEAD_MAX_FDS; j++) {
+      const b = j * raw.fields;
+      if (raw.stats[b + SD.errno] !== 0n || (Number(raw.stats[b + SD.mode]) & S_IFMT) !== 0o040000) continue;
+      let fd = -1;
+      try {
+        fd = openDirAt(dir.fd, Buffer.from(raw.names.subarray(raw.nameStart[j], raw.nameEnd[j])));
+        const st = fstatSync(fd, { bigint: true });
+        if (options.oneFileSystem && st.dev !== rootDev) {
+          closeSync(fd);
+          continue;
+        }
+        taken.push({ i: j, fd, st });
+      } catch {
+        if (fd >= 0) closeSync(fd);
+      }
+    }
+    dir.aheadTo = j; // each entry tried once
+    if (taken.length === 0) return;
+    let listed: ReturnType<NativeHelpers['statDirs']>;
+    try {
+      listed = listMany!(
+        Int32Array.from(taken, (t) => t.fd),
+        AHEAD_THREADS,
+      );
+    } catch (err) {
+      for (const t of taken) closeSync(t.fd);
+      throw err;
+    }
+    dir.ahead ??= new Map();
+    for (let k = 0; k < taken.length; k++) {
+      const r = listed[k]!;
+      const t = taken[k]!;
+      if ('errno' in r) {
+        closeSync(t.fd);
+        continue;
+      }
+      dir.ahead.set(t.i, { fd: t.fd, st: t.st, listing: { raw: rawListing(r), names: [], count: r.count } });
+      aheadFds++;
+    }
+  };
+  const dropAhead = (dir: (typeof stack)[number]): void => {
+    if (!dir.ahead) return;
+    for (const a of dir.ahead.values()) closeSync(a.fd);
+    aheadFds -= dir.ahead.size;
+    dir.ahead = null;
+  };
   let pendingFd = -1; // a directory opened but not yet on the stack
   let rootDev = 0n;
   let entries = 0;
@@ -331,6 +420,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
       const dir = stack[stack.length - 1];
       if (dir.next >= dir.listing.count) {
         stack.pop();
+        dropAhead(dir);
         closeSync(dir.fd);
         continue;
       }
@@ -379,6 +469,21 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
             linkTarget: targetLen >= 0 ? Buffer.from(raw.names.subarray(raw.nameEnd[i], raw.nameEnd[i] + targetLen)) : null,
             dirFd: dir.fd,
           };
+          continue;
+        }
+      }
+      // A directory: opened and listed ahead with its next siblings (readAhead), else as below.
+      let ahead: Ahead | undefined;
+      if (raw && listMany && (Number(raw.stats[i * raw.fields + SD.mode]) & S_IFMT) === 0o040000) {
+        if (i >= dir.aheadTo) readAhead(dir, i);
+        ahead = dir.ahead?.get(i);
+        if (ahead) {
+          dir.ahead!.delete(i);
+          aheadFds--;
+          entries++;
+          // On the stack before the yield: closed with it if the consumer stops here.
+          stack.push({ fd: ahead.fd, rel, depth: dir.depth + 1, listing: ahead.listing, next: 0, ahead: null, aheadTo: 0 });
+          yield { path: rel, name, depth: dir.depth, type: 'dir', ...statFacts(ahead.st), linkTarget: null, dirFd: dir.fd };
           continue;
         }
       }
@@ -444,7 +549,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         ...(mountPoint ? { mountPoint: true as const } : {}),
       };
       if (pendingFd >= 0) {
-        const child = { fd: pendingFd, rel, depth: dir.depth + 1, listing: UNLISTED, next: 0 };
+        const child = { fd: pendingFd, rel, depth: dir.depth + 1, listing: UNLISTED, next: 0, ahead: null, aheadTo: 0 };
         stack.push(child);
         pendingFd = -1;
         try {
@@ -456,6 +561,9 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
     }
   } finally {
     if (pendingFd >= 0) closeSync(pendingFd);
-    for (const d of stack) closeSync(d.fd);
+    for (const d of stack) {
+      dropAhead(d);
+      closeSync(d.fd);
+    }
   }
 }

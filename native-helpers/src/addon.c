@@ -5,7 +5,7 @@
  * Exports (typed in core/fs/native.ts): setChildSubreaper, isChildSubreaper, reapPid, peekExit, continueStopped,
  * makePipe, setPipeSize, tryLockExclusive, peerCred, openPty, setWindowSize, sdNotify,
  * userByName, userById, groupByName, waitWritable; and over watch.c: watchInit, watchMark,
- * watchMarkWrites, watchPoll, watchRead, watchHandlePath; over statdir.c: statDir; over fileio.c:
+ * watchMarkWrites, watchPoll, watchRead, watchHandlePath; over statdir.c: statDir, statDirs; over fileio.c:
  * readFileAt, writeFileNewAt. Owns no state but the writability waits
  * it hands out (uv_poll_t, see there); spawning and reaping others' children is libuv's.
  */
@@ -833,6 +833,32 @@ static napi_value thaw_fn(napi_env env, napi_callback_info info) {
   return fd_call(env, info, sys_thaw, "thaw(fd): an fd expected", "ioctl(FITHAW)");
 }
 
+/* A statdir result as { count, fields, stats, names } (freed here); NULL with a JS error pending when N-API fails. */
+static napi_value statdir_value(napi_env env, struct statdir_result *r) {
+  napi_value out, count, ab, stats, names, fields;
+  void *data;
+  size_t bytes = r->count * STATDIR_FIELDS * sizeof(int64_t);
+  napi_status st = napi_create_object(env, &out);
+  if (st == napi_ok) st = napi_create_double(env, (double)r->count, &count);
+  if (st == napi_ok) st = napi_set_named_property(env, out, "count", count);
+  if (st == napi_ok) st = napi_create_int32(env, STATDIR_FIELDS, &fields);
+  if (st == napi_ok) st = napi_set_named_property(env, out, "fields", fields);
+  if (st == napi_ok) st = napi_create_arraybuffer(env, bytes, &data, &ab);
+  if (st == napi_ok) {
+    if (bytes) memcpy(data, r->stats, bytes);
+    st = napi_create_typedarray(env, napi_bigint64_array, r->count * STATDIR_FIELDS, ab, 0, &stats);
+  }
+  if (st == napi_ok) st = napi_set_named_property(env, out, "stats", stats);
+  if (st == napi_ok) st = napi_create_buffer_copy(env, r->names_len, r->names_len ? (void *)r->names : (void *)"", NULL, &names);
+  if (st == napi_ok) st = napi_set_named_property(env, out, "names", names);
+  statdir_free(r);
+  if (st != napi_ok) {
+    napi_throw_error(env, "EINVAL", "N-API call failed: statDir result");
+    return NULL;
+  }
+  return out;
+}
+
 /*
  * statDir(dirFd): the directory's entries, sorted by name bytes, each with its lstat
  * (statdir.c): { count, stats: BigInt64Array (count x STATDIR_FIELDS, statdir.h's order),
@@ -850,25 +876,59 @@ static napi_value stat_dir_fn(napi_env env, napi_callback_info info) {
   struct statdir_result r;
   int rc = statdir(fd, &r);
   if (rc < 0) return throw_errno(env, rc, "statdir");
-  napi_value out, count, ab, stats, names, fields;
-  void *data;
-  size_t bytes = r.count * STATDIR_FIELDS * sizeof(int64_t);
-  napi_status st = napi_create_object(env, &out);
-  if (st == napi_ok) st = napi_create_double(env, (double)r.count, &count);
-  if (st == napi_ok) st = napi_set_named_property(env, out, "count", count);
-  if (st == napi_ok) st = napi_create_int32(env, STATDIR_FIELDS, &fields);
-  if (st == napi_ok) st = napi_set_named_property(env, out, "fields", fields);
-  if (st == napi_ok) st = napi_create_arraybuffer(env, bytes, &data, &ab);
-  if (st == napi_ok) {
-    if (bytes) memcpy(data, r.stats, bytes);
-    st = napi_create_typedarray(env, napi_bigint64_array, r.count * STATDIR_FIELDS, ab, 0, &stats);
+  return statdir_value(env, &r);
+}
+
+/*
+ * statDirs(dirFds: Int32Array, threads): statDir of each fd, listed on up to `threads` threads
+ * at once (statdir.c statdir_many; the event loop's thread waits, as for statDir): an array,
+ * element i statDir's result for dirFds[i], or { errno } when that listing failed.
+ */
+static napi_value stat_dirs_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  size_t argc = get_args(env, info, argv, 2);
+  napi_typedarray_type type;
+  size_t n = 0;
+  void *data = NULL;
+  int32_t threads;
+  bool is_typed = false;
+  if (argc < 2 || napi_is_typedarray(env, argv[0], &is_typed) != napi_ok || !is_typed ||
+      napi_get_typedarray_info(env, argv[0], &type, &n, &data, NULL, NULL) != napi_ok || type != napi_int32_array ||
+      int_arg(env, argv, argc, 1, &threads) != 0 || threads < 1) {
+    napi_throw_type_error(env, "EINVAL", "statDirs(dirFds, threads): an Int32Array of fds and a thread count >= 1 expected");
+    return NULL;
   }
-  if (st == napi_ok) st = napi_set_named_property(env, out, "stats", stats);
-  if (st == napi_ok) st = napi_create_buffer_copy(env, r.names_len, r.names_len ? (void *)r.names : (void *)"", NULL, &names);
-  if (st == napi_ok) st = napi_set_named_property(env, out, "names", names);
-  statdir_free(&r);
+  struct statdir_result *res = calloc(n ? n : 1, sizeof *res);
+  int *rc = calloc(n ? n : 1, sizeof *rc);
+  if (!res || !rc) {
+    free(res);
+    free(rc);
+    return throw_errno(env, -ENOMEM, "statDirs");
+  }
+  statdir_many((const int *)data, n, res, rc, (unsigned)threads);
+  napi_value out;
+  napi_status st = napi_create_array_with_length(env, n, &out);
+  size_t i = 0;
+  for (; i < n && st == napi_ok; i++) {
+    napi_value v = NULL, e;
+    if (rc[i] < 0) {
+      st = napi_create_object(env, &v);
+      if (st == napi_ok) st = napi_create_int32(env, -rc[i], &e);
+      if (st == napi_ok) st = napi_set_named_property(env, v, "errno", e);
+    } else {
+      v = statdir_value(env, &res[i]);
+      if (!v) st = napi_generic_failure;
+    }
+    if (st == napi_ok) st = napi_set_element(env, out, (uint32_t)i, v);
+  }
+  for (; i < n; i++)
+    if (rc[i] == 0) statdir_free(&res[i]);
+  free(res);
+  free(rc);
   if (st != napi_ok) {
-    napi_throw_error(env, "EINVAL", "N-API call failed: statDir result");
+    bool pending = false;
+    napi_is_exception_pending(env, &pending);
+    if (!pending) napi_throw_error(env, "EINVAL", "N-API call failed: statDirs result");
     return NULL;
   }
   return out;
@@ -964,6 +1024,7 @@ static napi_value init_module(napi_env env, napi_value exports) {
     {"freeze", NULL, freeze_fn, NULL, NULL, NULL, napi_default, NULL},
     {"thaw", NULL, thaw_fn, NULL, NULL, NULL, napi_default, NULL},
     {"statDir", NULL, stat_dir_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"statDirs", NULL, stat_dirs_fn, NULL, NULL, NULL, napi_default, NULL},
     {"readFileAt", NULL, read_file_at_fn, NULL, NULL, NULL, napi_default, NULL},
     {"writeFileNewAt", NULL, write_file_new_at_fn, NULL, NULL, NULL, napi_default, NULL},
     {"renameAtNoReplace", NULL, rename_at_noreplace_fn, NULL, NULL, NULL, napi_default, NULL},

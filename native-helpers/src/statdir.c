@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -151,4 +152,32 @@ int statdir(int dirfd, struct statdir_result *out) {
   out->count = n;
   out->names_len = pos;
   return 0;
+}
+
+struct statdir_batch {
+  const int *fds;
+  size_t n;
+  struct statdir_result *out;
+  int *rc;
+  size_t next; /* the next index to take (atomic) */
+};
+
+static void *statdir_batch_run(void *arg) {
+  struct statdir_batch *b = arg;
+  for (;;) {
+    size_t i = __atomic_fetch_add(&b->next, 1, __ATOMIC_RELAXED);
+    if (i >= b->n) return NULL;
+    b->rc[i] = statdir(b->fds[i], &b->out[i]);
+  }
+}
+
+void statdir_many(const int *fds, size_t n, struct statdir_result *out, int *rc, unsigned threads) {
+  struct statdir_batch b = {fds, n, out, rc, 0};
+  enum { MAX_THREADS = 16 };
+  pthread_t tids[MAX_THREADS];
+  unsigned started = 0;
+  if (threads > MAX_THREADS) threads = MAX_THREADS;
+  while (started + 1 < threads && started + 1 < n && pthread_create(&tids[started], NULL, statdir_batch_run, &b) == 0) started++;
+  statdir_batch_run(&b);
+  for (unsigned t = 0; t < started; t++) pthread_join(tids[t], NULL);
 }

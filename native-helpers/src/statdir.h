@@ -38,4 +38,11 @@ struct statdir_result {
 int statdir(int dirfd, struct statdir_result *out);
 void statdir_free(struct statdir_result *r);
 
+/*
+ * statdir of each of fds[0..n) into out[i], rc[i] its return (0 or -errno), on up to `threads`
+ * threads (the caller's one of them; fewer when a pthread_create fails): git's preload-index,
+ * for a walk's listings. Each fd is read by one thread only.
+ */
+void statdir_many(const int *fds, size_t n, struct statdir_result *out, int *rc, unsigned threads);
+
 #endif

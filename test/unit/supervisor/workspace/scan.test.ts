@@ -210,6 +210,62 @@ describe('walkTree', () => {
   });
 });
 
+describe("walkTree's read-ahead (sibling directories opened and listed at once, on threads)", () => {
+  it('walks a wide tree exactly as lstat sees it, a mount point among the siblings recorded and not entered, and holds no fd after, also when stopped early', () => {
+    const root = join(base, 'wide');
+    const rel = (p: string) => relative(root, p);
+    mkdirSync(root);
+    for (let d = 0; d < 150; d++) {
+      const dir = join(root, `d${String(d).padStart(3, '0')}`);
+      mkdirSync(dir);
+      for (let f = 0; f < (d % 5) * 3; f++) writeFileSync(join(dir, `f${f}`), `${d}/${f}`);
+      if (d % 10 === 0) for (let s = 0; s < 40; s++) mkdirSync(join(dir, `s${s}`));
+      if (d % 25 === 0) symlinkSync('..', join(dir, 'up'));
+    }
+    const mountAt = join(root, 'd077');
+    writeFileSync(join(mountAt, 'under-the-mount'), 'hidden');
+    const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'sbx-test-wide', mountAt]).status === 0;
+    try {
+      expect(mounted).toBe(true); // root, as the suite runs
+      writeFileSync(join(mountAt, 'on-the-mount'), 'not walked');
+      const rootDev = lstatSync(root, { bigint: true }).dev;
+      const want: unknown[] = [];
+      const walk = (dir: string) => {
+        for (const name of readdirSync(dir, { encoding: 'buffer' }).sort(Buffer.compare)) {
+          const path = join(dir, name.toString());
+          const st = lstatSync(path, { bigint: true }); // a mount point: the root of what is mounted there
+          const type = st.isFile() ? 'file' : st.isDirectory() ? 'dir' : 'symlink';
+          want.push([rel(path), type, st.ino, st.mode, st.size, st.mtimeNs, st.ctimeNs, type === 'symlink' ? '..' : null, st.dev !== rootDev]);
+          if (type === 'dir' && st.dev === rootDev) walk(path);
+        }
+      };
+      walk(root);
+      const before = openFds();
+      const got = [...walkTree(root, { oneFileSystem: true })].map((e) => [
+        fsDecode(e.path),
+        e.type,
+        e.ino,
+        BigInt(e.mode),
+        e.size,
+        e.mtimeNs,
+        e.ctimeNs,
+        e.linkTarget?.toString() ?? null,
+        e.mountPoint === true,
+      ]);
+      expect(got).toEqual(want);
+      // 150 directories, 900 files, 15 x 40 subdirectories, 6 links; the mount hides d077's 6 files and one more.
+      expect(got.length).toBe(1650);
+      expect(openFds()).toBe(before);
+      // Stopped just after the first read-ahead (the root's first directories held open ahead).
+      let n = 0;
+      for (const e of walkTree(root, { oneFileSystem: true })) if (++n === 3 && e) break;
+      expect(openFds()).toBe(before);
+    } finally {
+      if (mounted) spawnSync('umount', [mountAt]);
+    }
+  });
+});
+
 describe('the close digest', () => {
   it('is what python3 os.fwalk computes, and for a tree without symlinks the by-path digest of before', () => {
     const d = closeDigest(walkTree(mixedUtf8));
