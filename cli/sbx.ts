@@ -30,9 +30,11 @@ import {
   type Receipt,
   type SessionSelector,
   type SessionSummary,
+  type StatusResult,
   type StreamName,
   type TaskReceipt,
 } from '../ipc/protocol.js';
+import { STATE } from '../core/state/names.js';
 import { VERSION } from '../ipc/version.js';
 import { attachCommand, pumpStdin } from './attach.js';
 import { runBridge } from './bridge.js';
@@ -828,10 +830,11 @@ sub('verify')
       fail(`INVALID_ARGUMENT: ${file} is not a receipt, close receipt, task receipt or checkpoint manifest (sbx verify --help says what each is)`);
     if (shape.kind === 'checkpoint') {
       const { verifyManifestCommand } = await import('./checkpoints.js');
+      // A checkpoint id is read from the store: the one chosen, else the supervisor's (offlineStore).
+      const where =
+        bytes === null ? await offlineStore(g, o) : { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store };
       return verifyManifestCommand(file, bytes, {
-        stateDir: o.stateDir ?? defaultStateDir(),
-        stateDirGiven: o.stateDir !== undefined,
-        store: o.store,
+        ...where,
         key,
         json: g.json,
         // A state dir chosen (--state-dir, or $SBX_STATE_DIR as every other command takes it) or a store: its objects are checked too.
@@ -1296,13 +1299,61 @@ sub('checkpoint')
       );
   });
 
+/** Where an offline checkpoint command (restore, checkpoints, diff, verify ID) reads: a state dir, and a store when it is not that dir's checkpoints/. */
+interface OfflineStore {
+  stateDir: string;
+  stateDirGiven: boolean;
+  store?: string;
+}
+
+/**
+ * The state dir and store an offline checkpoint command reads (it reads the store directly, so
+ * it works with the supervisor stopped): --state-dir and --store as given; else $SBX_STATE_DIR;
+ * else the supervisor's own, asked over --socket, $SBX_SOCKET or the default socket (its status:
+ * state_dir and checkpoint_store, so a supervisor configured elsewhere is found); when nothing
+ * answers there, the default state dir. Fails (INVALID_ARGUMENT) with --url: that supervisor's
+ * store is on its machine; and (UNAVAILABLE) when the --socket given does not answer.
+ */
+async function offlineStore(g: GlobalOptions, o: { stateDir?: string; store?: string }): Promise<OfflineStore> {
+  if (o.stateDir !== undefined || o.store !== undefined || process.env.SBX_STATE_DIR)
+    return { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store };
+  if (remoteEndpoint(g))
+    fail(
+      'INVALID_ARGUMENT: this command reads the checkpoint store directly, and the supervisor at --url (or $SBX_URL) keeps its store on its own machine: run it there (sbx bridge, or its shell), or give --store s3://bucket/prefix',
+    );
+  let status: StatusResult | null = null;
+  try {
+    const client = await SupervisorClient.connect({ ...endpointOf(g), clientName: 'sbx', connectTimeoutMs: OFFLINE_STATUS_MS });
+    try {
+      status = await Promise.race([client.status(), new Promise<null>((resolve) => setTimeout(resolve, OFFLINE_STATUS_MS, null).unref())]);
+    } finally {
+      client.close();
+    }
+  } catch (err) {
+    if (g.socket !== undefined) fail(`${describe(err)} (give --state-dir DIR to read a stopped supervisor's store)`);
+  }
+  if (status === null) {
+    if (g.socket !== undefined) fail(`UNAVAILABLE: the supervisor at ${g.socket} did not answer status within ${OFFLINE_STATUS_MS} ms (give --state-dir DIR)`);
+    return { stateDir: defaultStateDir(), stateDirGiven: false };
+  }
+  const own = join(status.state_dir, STATE.checkpointsDir);
+  const store = status.checkpoint_store !== undefined && status.checkpoint_store !== own ? status.checkpoint_store : undefined;
+  return { stateDir: status.state_dir, stateDirGiven: false, ...(store !== undefined ? { store } : {}) };
+}
+
+/** How long an offline command waits for the supervisor's status before it reads the default state dir. */
+const OFFLINE_STATUS_MS = 3000;
+
 sub('restore')
   .description(
     'materialise a published checkpoint into an empty or new directory, byte for byte, then compare it with the manifest (reads the store directly: works with the supervisor stopped; exit 1 when it differs)',
   )
   .argument('<checkpoint>', 'checkpoint id (or a unique prefix of 8+ hex digits)')
   .argument('<dir>', 'an empty or new directory')
-  .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the default path)')
+  .option(
+    '--state-dir <dir>',
+    "the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR, else the running supervisor's at --socket, else the default path)",
+  )
   .option('--store <dir|s3://bucket/prefix>', 'another store (S3: endpoint and credentials from AWS_* environment variables)')
   .option('--public-key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir)')
   .addOption(deprecatedKeyOption())
@@ -1313,9 +1364,7 @@ sub('restore')
     const key = publicKeyFile('restore', o);
     const { restoreCommand } = await import('./checkpoints.js');
     await restoreCommand(id, dir, {
-      stateDir: o.stateDir ?? defaultStateDir(),
-      stateDirGiven: o.stateDir !== undefined,
-      store: o.store,
+      ...(await offlineStore(g, o)),
       key,
       sameOwner: o.sameOwner,
       json: g.json,
@@ -1325,7 +1374,10 @@ sub('restore')
 sub('checkpoints')
   .description('list the published checkpoints in the store whose manifest and record verify, oldest first (reads the store directly)')
   .option('--workspace <dir>', 'only those of this workspace')
-  .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the default path)')
+  .option(
+    '--state-dir <dir>',
+    "the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR, else the running supervisor's at --socket, else the default path)",
+  )
   .option('--store <dir|s3://bucket/prefix>', 'another store')
   .option('--public-key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir): only what verifies is listed')
   .addOption(deprecatedKeyOption())
@@ -1334,9 +1386,7 @@ sub('checkpoints')
     const key = publicKeyFile('checkpoints', o);
     const { listCommand } = await import('./checkpoints.js');
     await listCommand({
-      stateDir: o.stateDir ?? defaultStateDir(),
-      stateDirGiven: o.stateDir !== undefined,
-      store: o.store,
+      ...(await offlineStore(g, o)),
       key,
       workspace: o.workspace,
       json: g.json,
@@ -1350,7 +1400,10 @@ sub('diff')
   .argument('[a]', 'checkpoint id (or a unique prefix of 8+ hex digits): the old side')
   .argument('[b]', 'checkpoint id (or a unique prefix of 8+ hex digits): the new side')
   .option('--task <task>', "the task's latest published checkpoint against the one before it in its workspace (each workspace)")
-  .option('--state-dir <dir>', 'the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR or the default path)')
+  .option(
+    '--state-dir <dir>',
+    "the state dir whose checkpoints/ to read (default: $SBX_STATE_DIR, else the running supervisor's at --socket, else the default path)",
+  )
   .option('--store <dir|s3://bucket/prefix>', 'another store')
   .option('--public-key <file>', 'the public key, SPKI PEM (default: receipt-key.pub in the state dir): only what verifies is compared')
   .addOption(deprecatedKeyOption())
@@ -1364,9 +1417,7 @@ sub('diff')
       const key = publicKeyFile('diff', o);
       const { diffCommand } = await import('./checkpoints.js');
       await diffCommand(a, b, {
-        stateDir: o.stateDir ?? defaultStateDir(),
-        stateDirGiven: o.stateDir !== undefined,
-        store: o.store,
+        ...(await offlineStore(g, o)),
         key,
         task: o.task,
         json: g.json,

@@ -96,7 +96,9 @@ export async function checkpointScaleBench(opts: { files: number }): Promise<Row
   try {
     const c = await connect(d);
     const rss = peakRss(d.pid);
-    const commit = 'git add -A && git -c user.name=bench -c user.email=bench@localhost commit -q --allow-empty -m x && sync';
+    // gc.auto=0: git's automatic gc (past 6,700 loose objects) would pack 100,000 objects in a
+    // background process while the next measurements run, sbx's among them.
+    const commit = 'git -c gc.auto=0 add -A && git -c gc.auto=0 -c user.name=bench -c user.email=bench@localhost commit -q --allow-empty -m x && sync';
     if (withGit) {
       execFileSync('git', ['init', '-q'], { env });
       git.first = sh(commit);

@@ -213,4 +213,32 @@ describe('sbx diff', () => {
     expect(byTask).toEqual([cli]);
     await expect(diffCheckpoints('0'.repeat(64), A.checkpoint_id, { stateDir: d.stateDir })).rejects.toMatchObject({ code: 'NOT_FOUND' });
   });
+
+  it("without --state-dir, the store is the running supervisor's (asked over its socket: $SBX_SOCKET or --socket), for diff, checkpoints, verify ID and restore; a --socket nothing answers on, and --url, are refused", async () => {
+    const env = { SBX_STATE_DIR: '' };
+    const diff = await d.sbx(['diff', A.checkpoint_id, B.checkpoint_id], { env });
+    expect([diff.status, diff.stdout.toString()]).toEqual([1, LINES.join('\n') + '\n']);
+    const viaFlag = await d.sbx(['diff', A.checkpoint_id, B.checkpoint_id, '--socket', d.socketPath], { env: { ...env, SBX_SOCKET: '' } });
+    expect([viaFlag.status, viaFlag.stdout.toString()]).toEqual([1, LINES.join('\n') + '\n']);
+    const list = await d.sbx(['checkpoints', '--json'], { env });
+    expect(list.status).toBe(0);
+    expect((JSON.parse(list.stdout.toString()) as { checkpoint_id: string }[]).map((c) => c.checkpoint_id)).toEqual(
+      expect.arrayContaining([A.checkpoint_id, B.checkpoint_id]),
+    );
+    const verified = await d.sbx(['verify', B.checkpoint_id], { env });
+    expect([verified.status, verified.stderr.toString()]).toEqual([0, '']);
+    expect(verified.stdout.toString()).toMatch(/^OK: checkpoint .*re-hashed from /);
+    const target = join(d.dir, 'restored-via-socket');
+    const restored = await d.sbx(['restore', A.checkpoint_id, target], { env });
+    expect([restored.status, restored.stderr.toString()]).toEqual([0, '']);
+    expect(readFileSync(join(target, 'edit'), 'utf8')).toBe('old\n');
+    rmSync(target, { recursive: true });
+
+    const dead = await d.sbx(['checkpoints', '--socket', join(d.dir, 'no-such.sock')], { env });
+    expect(dead.status).toBe(125);
+    expect(dead.stderr.toString()).toMatch(/^sbx: cannot reach the supervisor at .*no-such\.sock .*give --state-dir DIR to read a stopped supervisor's store\)\n$/);
+    const remote = await d.sbx(['checkpoints', '--url', 'ws://127.0.0.1:9/'], { env });
+    expect(remote.status).toBe(125);
+    expect(remote.stderr.toString()).toContain('INVALID_ARGUMENT: this command reads the checkpoint store directly');
+  });
 });

@@ -15,13 +15,17 @@ export function cgroupMount(): string | null {
   return parseCgroup2Mount(readFileSync('/proc/self/mountinfo', 'utf8'))?.mountPoint ?? null;
 }
 
-/** Test subtrees left under the cgroup2 mount. */
+/** The name=systemd v1 hierarchy of a hybrid host, where systemd-nspawn mirrors a container's cgroup (test/helpers/nspawn.ts). */
+export const SYSTEMD_V1_MOUNT = '/sys/fs/cgroup/systemd';
+
+/** Test subtrees left under the cgroup2 mount, and under the name=systemd v1 tree of a hybrid host. */
 export function leftoverTestCgroups(): string[] {
-  const mount = cgroupMount();
-  if (!mount) return [];
-  return readdirSync(mount)
-    .filter((n) => n.startsWith(TEST_CGROUP_PREFIX))
-    .map((n) => join(mount, n));
+  const left: string[] = [];
+  for (const mount of [cgroupMount(), SYSTEMD_V1_MOUNT]) {
+    if (!mount || !existsSync(mount) || (mount === SYSTEMD_V1_MOUNT && cgroupMount() === SYSTEMD_V1_MOUNT)) continue;
+    for (const n of readdirSync(mount)) if (n.startsWith(TEST_CGROUP_PREFIX)) left.push(join(mount, n));
+  }
+  return left;
 }
 
 function populated(dir: string): boolean {

@@ -6,7 +6,7 @@
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { cgroupMount, removeCgroupTree } from './cgroup-cleanup.js';
+import { cgroupMount, removeCgroupTree, SYSTEMD_V1_MOUNT } from './cgroup-cleanup.js';
 import { ROOT, until } from './daemon.js';
 
 export const NSPAWN_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
@@ -164,6 +164,10 @@ export class NspawnContainer {
       await until(() => c.exitCode !== null || c.signalCode !== null, 'the container to power off', 30_000).catch(() => c.kill('SIGKILL'));
     }
     if (existsSync(this.cgroup)) await removeCgroupTree(this.cgroup);
+    // On a hybrid host nspawn also places the container in the name=systemd v1 tree, at the same
+    // path (empty once it is gone): removed too, or every run left one behind.
+    const v1 = join(SYSTEMD_V1_MOUNT, this.options.cgroupName);
+    if (existsSync(v1)) await removeCgroupTree(v1);
     if (this.mounted()) execFileSync('umount', [this.options.rootfs]);
     if (existsSync(this.options.rootfs)) rmdirSync(this.options.rootfs);
   }
