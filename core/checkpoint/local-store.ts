@@ -328,13 +328,18 @@ export class LocalStoreFiles {
     if (sig !== null && cached?.sig === sig && cached.trusted) return cached.names;
     const listedAtNs = BigInt(Date.now()) * 1_000_000n;
     let names: Set<string>;
+    /** Whether the directory listed is the one at the path whose stat is `sig` (an fd this opening holds may be of one replaced since). */
+    let listedIsAtPath = false;
     try {
       // Through the fan directory's own fd (opened O_NOFOLLOW: a link there is refused, never
       // listed). Regular files only (d_type): what else sits at an object's name (a planted
       // link, a directory) is no object, so the capture stores the object again and its commit,
       // finding the name taken, has the read-back look at it (and set it aside).
+      const fd = this.fan(sha256, false);
+      const fst = fstatSync(fd, { bigint: true });
+      listedIsAtPath = sig !== null && sig.startsWith(`${fst.dev}:${fst.ino}:`);
       names = new Set(
-        readdirSync(`/proc/self/fd/${this.fan(sha256, false)}`, { withFileTypes: true })
+        readdirSync(`/proc/self/fd/${fd}`, { withFileTypes: true })
           .filter((d) => d.isFile())
           .map((d) => d.name),
       );
@@ -347,7 +352,7 @@ export class LocalStoreFiles {
     if (cached) for (const n of cached.names) if (!names.has(n)) lost = true;
     if (lost) REMOVAL_GEN.set(this.dir, removalGen(this.dir) + 1);
     if (sig === null) FAN_LISTINGS.delete(key);
-    else FAN_LISTINGS.set(key, { sig, names, trusted: newestNs + racyMarginNs(newestNs) < listedAtNs });
+    else FAN_LISTINGS.set(key, { sig, names, trusted: listedIsAtPath && newestNs + racyMarginNs(newestNs) < listedAtNs });
     return names;
   }
 
