@@ -236,7 +236,9 @@ describe('sbx diff', () => {
 
     const dead = await d.sbx(['checkpoints', '--socket', join(d.dir, 'no-such.sock')], { env });
     expect(dead.status).toBe(125);
-    expect(dead.stderr.toString()).toMatch(/^sbx: cannot reach the supervisor at .*no-such\.sock .*give --state-dir DIR to read a stopped supervisor's store\)\n$/);
+    expect(dead.stderr.toString()).toMatch(
+      /^sbx: cannot reach the supervisor at .*no-such\.sock .*give --state-dir DIR to read a stopped supervisor's store\)\n$/,
+    );
     const remote = await d.sbx(['checkpoints', '--url', 'ws://127.0.0.1:9/'], { env });
     expect(remote.status).toBe(125);
     expect(remote.stderr.toString()).toContain('INVALID_ARGUMENT: this command reads the checkpoint store directly');
