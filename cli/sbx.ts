@@ -1312,7 +1312,8 @@ interface OfflineStore {
  * else the supervisor's own, asked over --socket, $SBX_SOCKET or the default socket (its status:
  * state_dir and checkpoint_store, so a supervisor configured elsewhere is found); when nothing
  * answers there, the default state dir. Fails (INVALID_ARGUMENT) with --url: that supervisor's
- * store is on its machine; and (UNAVAILABLE) when the --socket given does not answer.
+ * store is on its machine; and when the --socket (or $SBX_SOCKET) named does not answer: the
+ * user named a supervisor, so its store is meant, not the default state dir's.
  */
 async function offlineStore(g: GlobalOptions, o: { stateDir?: string; store?: string }): Promise<OfflineStore> {
   if (o.stateDir !== undefined || o.store !== undefined || process.env.SBX_STATE_DIR)
@@ -1321,6 +1322,8 @@ async function offlineStore(g: GlobalOptions, o: { stateDir?: string; store?: st
     fail(
       'INVALID_ARGUMENT: this command reads the checkpoint store directly, and the supervisor at --url (or $SBX_URL) keeps its store on its own machine: run it there (sbx bridge, or its shell), or give --store s3://bucket/prefix',
     );
+  /** The socket the user named (--socket, $SBX_SOCKET), or undefined for the default one. */
+  const named = g.socket ?? (process.env.SBX_SOCKET || undefined);
   let status: StatusResult | null = null;
   try {
     const client = await SupervisorClient.connect({ ...endpointOf(g), clientName: 'sbx', connectTimeoutMs: OFFLINE_STATUS_MS });
@@ -1330,10 +1333,10 @@ async function offlineStore(g: GlobalOptions, o: { stateDir?: string; store?: st
       client.close();
     }
   } catch (err) {
-    if (g.socket !== undefined) fail(`${describe(err)} (give --state-dir DIR to read a stopped supervisor's store)`);
+    if (named) fail(`${describe(err)} (give --state-dir DIR to read a stopped supervisor's store)`);
   }
   if (status === null) {
-    if (g.socket !== undefined) fail(`UNAVAILABLE: the supervisor at ${g.socket} did not answer status within ${OFFLINE_STATUS_MS} ms (give --state-dir DIR)`);
+    if (named) fail(`UNAVAILABLE: the supervisor at ${named} did not answer status within ${OFFLINE_STATUS_MS} ms (give --state-dir DIR)`);
     return { stateDir: defaultStateDir(), stateDirGiven: false };
   }
   const own = join(status.state_dir, STATE.checkpointsDir);

@@ -214,7 +214,7 @@ describe('sbx diff', () => {
     await expect(diffCheckpoints('0'.repeat(64), A.checkpoint_id, { stateDir: d.stateDir })).rejects.toMatchObject({ code: 'NOT_FOUND' });
   });
 
-  it("without --state-dir, the store is the running supervisor's (asked over its socket: $SBX_SOCKET or --socket), for diff, checkpoints, verify ID and restore; a --socket nothing answers on, and --url, are refused", async () => {
+  it("without --state-dir, the store is the running supervisor's (asked over its socket: $SBX_SOCKET or --socket), for diff, checkpoints, verify ID and restore; a --socket or $SBX_SOCKET nothing answers on, and --url, are refused", async () => {
     const env = { SBX_STATE_DIR: '' };
     const diff = await d.sbx(['diff', A.checkpoint_id, B.checkpoint_id], { env });
     expect([diff.status, diff.stdout.toString()]).toEqual([1, LINES.join('\n') + '\n']);
@@ -239,6 +239,10 @@ describe('sbx diff', () => {
     expect(dead.stderr.toString()).toMatch(
       /^sbx: cannot reach the supervisor at .*no-such\.sock .*give --state-dir DIR to read a stopped supervisor's store\)\n$/,
     );
+    // $SBX_SOCKET names a supervisor as --socket does: nothing there is refused too, not the default state dir read instead.
+    const deadEnv = await d.sbx(['checkpoints'], { env: { ...env, SBX_SOCKET: join(d.dir, 'no-such.sock') } });
+    expect(deadEnv.status).toBe(125);
+    expect(deadEnv.stderr.toString()).toMatch(/^sbx: cannot reach the supervisor at .*no-such\.sock .*give --state-dir DIR/);
     const remote = await d.sbx(['checkpoints', '--url', 'ws://127.0.0.1:9/'], { env });
     expect(remote.status).toBe(125);
     expect(remote.stderr.toString()).toContain('INVALID_ARGUMENT: this command reads the checkpoint store directly');
