@@ -313,17 +313,7 @@ export class LocalStoreFiles {
    */
   private fanNamesCached(fan: string, sha256: string): Set<string> {
     const key = `${this.dir}\0${fan}`;
-    let sig: string | null = null;
-    let newestNs = 0n; // the later of its mtime and ctime
-    try {
-      const st = lstatSync(pathAt(this.objectsFd, Buffer.from(fan)), { bigint: true });
-      if (st.isDirectory()) {
-        sig = `${st.dev}:${st.ino}:${st.mtimeNs}:${st.ctimeNs}`;
-        newestNs = st.ctimeNs > st.mtimeNs ? st.ctimeNs : st.mtimeNs;
-      }
-    } catch (err) {
-      if (errnoCode(err) !== 'ENOENT') throw err;
-    }
+    const { sig, newestNs } = this.fanStat(fan);
     const cached = FAN_LISTINGS.get(key);
     if (sig !== null && cached?.sig === sig && cached.trusted) return cached.names;
     const listedAtNs = BigInt(Date.now()) * 1_000_000n;
@@ -347,13 +337,36 @@ export class LocalStoreFiles {
       if (!(err instanceof StoreError && err.code === 'missing')) throw err;
       names = new Set();
     }
-    // A name gone since the last listing, or names and no listing to compare with: the removal generation moves on.
+    this.recordListing(fan, { sig, newestNs }, listedAtNs, listedIsAtPath, names);
+    return names;
+  }
+
+  /** A fan directory's stat at its path (sig: dev, ino, mtime, ctime; null when it is not a directory or is gone) and the later of its mtime and ctime. */
+  private fanStat(fan: string): { sig: string | null; newestNs: bigint } {
+    try {
+      const st = lstatSync(pathAt(this.objectsFd, Buffer.from(fan)), { bigint: true });
+      if (st.isDirectory()) return { sig: `${st.dev}:${st.ino}:${st.mtimeNs}:${st.ctimeNs}`, newestNs: st.ctimeNs > st.mtimeNs ? st.ctimeNs : st.mtimeNs };
+    } catch (err) {
+      if (errnoCode(err) !== 'ENOENT') throw err;
+    }
+    return { sig: null, newestNs: 0n };
+  }
+
+  /**
+   * Keeps a fan directory's listing across openings (FAN_LISTINGS): its stat before the listing,
+   * whether that stat was old enough to trust, and its regular files' names. A name gone since
+   * the listing kept, or names and no listing to compare with: the removal generation moves on.
+   */
+  private recordListing(fan: string, at: { sig: string | null; newestNs: bigint }, listedAtNs: bigint, listedIsAtPath: boolean, names: Set<string>): void {
+    const key = `${this.dir}\0${fan}`;
+    const cached = FAN_LISTINGS.get(key);
     let lost = cached === undefined && names.size > 0;
     if (cached) for (const n of cached.names) if (!names.has(n)) lost = true;
     if (lost) REMOVAL_GEN.set(this.dir, removalGen(this.dir) + 1);
-    if (sig === null) FAN_LISTINGS.delete(key);
-    else FAN_LISTINGS.set(key, { sig, names, trusted: listedIsAtPath && newestNs + racyMarginNs(newestNs) < listedAtNs });
-    return names;
+    // A fan not there (yet) is kept too, with its names (none; what this opening commits into it
+    // is added): a later listing compares with them, where nothing to compare with would count as a loss.
+    if (at.sig === null) FAN_LISTINGS.set(key, { sig: null, names, trusted: false });
+    else FAN_LISTINGS.set(key, { sig: at.sig, names, trusted: listedIsAtPath && at.newestNs + racyMarginNs(at.newestNs) < listedAtNs });
   }
 
   private readonly listed = new Map<string, Set<string>>();
@@ -372,17 +385,32 @@ export class LocalStoreFiles {
       if (err instanceof StoreError && err.code === 'missing') return new Map();
       throw err;
     }
+    // The fan's stat first: this listing is also kept as the fan's names (recordListing), as
+    // fanNamesCached's would be, so the next capture need not list the fan again.
+    const fan = sha256.slice(0, 2);
+    const at = this.fanStat(fan);
+    const fst = fstatSync(fanFd, { bigint: true });
+    const listedAtNs = BigInt(Date.now()) * 1_000_000n;
     // Straight from the native listing: no object per entry but the one kept (100,000 objects listed in ~0.2 s).
     const raw = statDirRaw(fanFd);
     if (!raw) return null; // no native listing: nothing is trusted by it
     const out = new Map<string, ListedObject>();
+    const names = new Set<string>();
+    let complete = true;
     const v = raw.stats;
     for (let i = 0, b = 0; i < raw.count; i++, b += raw.fields) {
-      if (v[b + SD.errno] !== 0n) continue; // its lstat failed: opened (and named) the ordinary way
+      const name = raw.names.toString('latin1', raw.nameStart[i], raw.nameEnd[i]);
+      if (v[b + SD.errno] !== 0n) {
+        complete = false; // its lstat failed: opened (and named) the ordinary way; the names are not known whole
+        continue;
+      }
       const mode = Number(v[b + SD.mode]);
       const sig = objectSig(v[b + SD.dev], v[b + SD.ino], v[b + SD.size], v[b + SD.mtimeNs], v[b + SD.ctimeNs]);
-      out.set(raw.names.toString('latin1', raw.nameStart[i], raw.nameEnd[i]), { regular: (mode & 0o170000) === 0o100000, size: Number(v[b + SD.size]), sig });
+      const regular = (mode & 0o170000) === 0o100000;
+      out.set(name, { regular, size: Number(v[b + SD.size]), sig });
+      if (regular) names.add(name);
     }
+    if (complete && !this.listed.has(fan)) this.recordListing(fan, at, listedAtNs, at.sig !== null && at.sig.startsWith(`${fst.dev}:${fst.ino}:`), names);
     return out;
   }
 
@@ -696,7 +724,7 @@ function readFd(fd: number, size: number): Buffer {
 }
 
 /** Fan directories' listings across openings of a store (LocalStoreFiles.fanNamesCached), by store and fan: the directory's stat then, its names, and whether that stat was old enough to be trusted. */
-const FAN_LISTINGS = new Map<string, { sig: string; names: Set<string>; trusted: boolean }>();
+const FAN_LISTINGS = new Map<string, { sig: string | null; names: Set<string>; trusted: boolean }>();
 /** Per store directory: its removal generation (LocalStoreFiles.removalGen). */
 const REMOVAL_GEN = new Map<string, number>();
 const removalGen = (dir: string): number => REMOVAL_GEN.get(dir) ?? 0;
