@@ -274,11 +274,6 @@ export class LocalStoreFiles {
   }
 
   /**
-   * The names in one object fan directory, listed once per opening of the store (one readdir
-   * where a lookup per file cost 4 µs through /proc: measured 15 ms of an unchanged 4,115-file
-   * checkpoint); only this supervisor writes objects (the lock), and what it links is added.
-   */
-  /**
    * Whether every name the fan listings of this store held when removalGen() gave `gen` is
    * still in its fan directory: each of the 256 fans' stat is compared with its listing's, and
    * one that moved (or was not trusted) is listed again, which says whether a name went. 256
@@ -295,6 +290,11 @@ export class LocalStoreFiles {
     return removalGen(this.dir);
   }
 
+  /**
+   * The names in one object fan directory, listed once per opening of the store (one readdir
+   * where a lookup per file cost 4 µs through /proc: measured 15 ms of an unchanged 4,115-file
+   * checkpoint); only this supervisor writes objects (the lock), and what it links is added.
+   */
   private namesIn(sha256: string): Set<string> {
     const fan = sha256.slice(0, 2);
     let names = this.listed.get(fan);
@@ -318,7 +318,6 @@ export class LocalStoreFiles {
     if (sig !== null && cached?.sig === sig && cached.trusted) return cached.names;
     const listedAtNs = BigInt(Date.now()) * 1_000_000n;
     let names: Set<string>;
-    /** Whether the directory listed is the one at the path whose stat is `sig` (an fd this opening holds may be of one replaced since). */
     let listedIsAtPath = false;
     try {
       // Through the fan directory's own fd (opened O_NOFOLLOW: a link there is refused, never
@@ -326,8 +325,7 @@ export class LocalStoreFiles {
       // link, a directory) is no object, so the capture stores the object again and its commit,
       // finding the name taken, has the read-back look at it (and set it aside).
       const fd = this.fan(sha256, false);
-      const fst = fstatSync(fd, { bigint: true });
-      listedIsAtPath = sig !== null && sig.startsWith(`${fst.dev}:${fst.ino}:`);
+      listedIsAtPath = LocalStoreFiles.isAtPath({ sig, newestNs }, fd);
       names = new Set(
         readdirSync(`/proc/self/fd/${fd}`, { withFileTypes: true })
           .filter((d) => d.isFile())
@@ -342,7 +340,7 @@ export class LocalStoreFiles {
   }
 
   /** A fan directory's stat at its path (sig: dev, ino, mtime, ctime; null when it is not a directory or is gone) and the later of its mtime and ctime. */
-  private fanStat(fan: string): { sig: string | null; newestNs: bigint } {
+  private fanStat(fan: string): FanStat {
     try {
       const st = lstatSync(pathAt(this.objectsFd, Buffer.from(fan)), { bigint: true });
       if (st.isDirectory()) return { sig: `${st.dev}:${st.ino}:${st.mtimeNs}:${st.ctimeNs}`, newestNs: st.ctimeNs > st.mtimeNs ? st.ctimeNs : st.mtimeNs };
@@ -352,12 +350,18 @@ export class LocalStoreFiles {
     return { sig: null, newestNs: 0n };
   }
 
+  /** Whether the fan directory open on fanFd is the one at its path whose stat is `at` (an fd this opening holds may be of one replaced since). */
+  private static isAtPath(at: FanStat, fanFd: number): boolean {
+    const st = fstatSync(fanFd, { bigint: true });
+    return at.sig !== null && at.sig.startsWith(`${st.dev}:${st.ino}:`);
+  }
+
   /**
    * Keeps a fan directory's listing across openings (FAN_LISTINGS): its stat before the listing,
    * whether that stat was old enough to trust, and its regular files' names. A name gone since
    * the listing kept, or names and no listing to compare with: the removal generation moves on.
    */
-  private recordListing(fan: string, at: { sig: string | null; newestNs: bigint }, listedAtNs: bigint, listedIsAtPath: boolean, names: Set<string>): void {
+  private recordListing(fan: string, at: FanStat, listedAtNs: bigint, listedIsAtPath: boolean, names: Set<string>): void {
     const key = `${this.dir}\0${fan}`;
     const cached = FAN_LISTINGS.get(key);
     let lost = cached === undefined && names.size > 0;
@@ -389,7 +393,7 @@ export class LocalStoreFiles {
     // fanNamesCached's would be, so the next capture need not list the fan again.
     const fan = sha256.slice(0, 2);
     const at = this.fanStat(fan);
-    const fst = fstatSync(fanFd, { bigint: true });
+    const atPath = LocalStoreFiles.isAtPath(at, fanFd);
     const listedAtNs = BigInt(Date.now()) * 1_000_000n;
     // Straight from the native listing: no object per entry but the one kept (100,000 objects listed in ~0.2 s).
     const raw = statDirRaw(fanFd);
@@ -410,7 +414,7 @@ export class LocalStoreFiles {
       out.set(name, { regular, size: Number(v[b + SD.size]), sig });
       if (regular) names.add(name);
     }
-    if (complete && !this.listed.has(fan)) this.recordListing(fan, at, listedAtNs, at.sig !== null && at.sig.startsWith(`${fst.dev}:${fst.ino}:`), names);
+    if (complete && !this.listed.has(fan)) this.recordListing(fan, at, listedAtNs, atPath, names);
     return out;
   }
 
@@ -725,6 +729,11 @@ function readFd(fd: number, size: number): Buffer {
 
 /** Fan directories' listings across openings of a store (LocalStoreFiles.fanNamesCached), by store and fan: the directory's stat then, its names, and whether that stat was old enough to be trusted. */
 const FAN_LISTINGS = new Map<string, { sig: string | null; names: Set<string>; trusted: boolean }>();
+/** A fan directory's stat at its path (LocalStoreFiles.fanStat). */
+interface FanStat {
+  sig: string | null;
+  newestNs: bigint;
+}
 /** Per store directory: its removal generation (LocalStoreFiles.removalGen). */
 const REMOVAL_GEN = new Map<string, number>();
 const removalGen = (dir: string): number => REMOVAL_GEN.get(dir) ?? 0;

@@ -473,10 +473,9 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         }
       }
       // A directory: opened and listed ahead with its next siblings (readAhead), else as below.
-      let ahead: Ahead | undefined;
       if (raw && listMany && (Number(raw.stats[i * raw.fields + SD.mode]) & S_IFMT) === 0o040000) {
         if (i >= dir.aheadTo) readAhead(dir, i);
-        ahead = dir.ahead?.get(i);
+        const ahead = dir.ahead?.get(i);
         if (ahead) {
           dir.ahead!.delete(i);
           aheadFds--;

@@ -243,8 +243,8 @@ export function runCheckpoint(
   // when the capture kept exactly the seed's entries (made from those same entries), the
   // seed's updated in place when it kept the seed with the journal's paths over it; else
   // derived from every entry.
-  const overlay = seed && cap.keptOverlay?.base === seed.entries ? cap.keptOverlay : null;
-  const updated = overlay ? objectsAfter(seed!.objects, overlay, cap.entries) : undefined;
+  const changes = seed && cap.keptOverlay?.base === seed.entries ? cap.keptOverlay.changes() : null;
+  const updated = changes ? objectsAfter(seed!.objects, seed!.entries, changes, cap.entries) : undefined;
   const listing = (cap.keptSeed && seed?.objects) || updated || objectsOf(cap.entries);
   const { byId: objects, bytes: objectBytes, mounts } = listing;
   try {
@@ -275,7 +275,7 @@ export function runCheckpoint(
       ...cap,
       boundary: b.epoch !== null && b.seq !== null ? { epoch: b.epoch, seq: b.seq } : null,
       kept: cap.keptSeed ? seed!.entries : null,
-      update: overlay ? { seed: seed!.entries, changes: overlay.changes() } : null,
+      update: changes ? { seed: seed!.entries, changes } : null,
       objects: listing,
     },
   );

@@ -3,7 +3,7 @@
 // and the mount points skipped. Derived from every entry, or, after a few changes, the seed's
 // list updated for what changed (the stat cache keeps it with the seed: stat-cache.ts).
 import { fsDecode, nameText } from '../../core/fs/names.js';
-import type { SeedOverlay } from './hints.js';
+import type { SeedChanges } from './hints.js';
 import { pathOf, type CapturedEntry } from './passes.js';
 import type { CaptureSeed } from './stat-cache.js';
 
@@ -23,17 +23,21 @@ export function objectsOf(entries: readonly CapturedEntry[]): NonNullable<Captur
 }
 
 /**
- * The seed's object list updated in place for what `overlay` changed (hints.ts changes()), so
+ * The seed's object list updated in place for what changed over the seed's entries (`base`;
+ * hints.ts SeedOverlay changes()), so
  * that a checkpoint after a few changes does not derive it from every entry (~60 ms at 100,000):
  * each object hidden with the entry naming it is named by another entry using it, or is gone.
  * Undefined, with nothing touched, when a mount point is among the changes (the mount list
  * keeps the walk's order) or there is no seed list. entries: the capture's, exactly
  * seed + overlay.
  */
-export function objectsAfter(listing: CaptureSeed['objects'], overlay: SeedOverlay, entries: readonly CapturedEntry[]): CaptureSeed['objects'] {
+export function objectsAfter(
+  listing: CaptureSeed['objects'],
+  base: ReadonlyMap<string, CapturedEntry>,
+  { hidden, set }: SeedChanges,
+  entries: readonly CapturedEntry[],
+): CaptureSeed['objects'] {
   if (!listing) return undefined;
-  const { hidden, set } = overlay.changes();
-  const base = overlay.base;
   for (const k of hidden) if (base.get(k)!.mount) return undefined;
   for (const e of set.values()) if (e.mount) return undefined;
   const { byId } = listing;

@@ -60,6 +60,28 @@ async function releaseWorkspace(d: TestDaemon, ws: string): Promise<void> {
 }
 
 /** A chain of `levels` directories named name(i) under root, made through directory fds (deeper than PATH_MAX). */
+/**
+ * A supervisor watching a workspace of `files` files (f0, f1...: "file i\n"), started once their
+ * racy margin (100 ms for a nanosecond ctime, 1.01 s for one of whole milliseconds:
+ * core/fs/granule.ts racyMarginNs) has passed, so the stat cache keeps them from the first checkpoint.
+ */
+async function flatWorkspace(files: number): Promise<{ d: TestDaemon; ws: string }> {
+  const d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
+  const ws = join(d.dir, 'ws');
+  ownWorkspace(ws);
+  for (let i = 0; i < files; i++) writeFileSync(join(ws, `f${i}`), `file ${i}\n`);
+  d.withConfig({ workspace: { paths: [ws] } });
+  await d.start();
+  const made = Date.now();
+  await until(() => Date.now() - made > 1100, 'the racy margin past');
+  return { d, ws };
+}
+
+/** The object of `path` in the stored manifest `id` of d's checkpoint store. */
+function shaIn(d: TestDaemon, id: string, path: string): string {
+  return storedManifest(join(d.stateDir, 'checkpoints'), id).entries.find((e) => e.path === path)!.sha256!;
+}
+
 function deepTree(root: string, levels: number, name: string): void {
   const py = `import os\nos.makedirs(${JSON.stringify(root)})\nfd=os.open(${JSON.stringify(root)},os.O_RDONLY)\nfor i in range(${levels}):\n  n=${name}\n  os.mkdir(n,dir_fd=fd); c=os.open(n,os.O_RDONLY,dir_fd=fd); os.close(fd); fd=c\nos.close(fd)\n`;
   execFileSync('python3', ['-c', py]);
@@ -237,21 +259,10 @@ describe('the stat cache and the read-back', () => {
   let ws: string;
   const FILES = 50;
   const objectPath = (sha: string) => join(d.stateDir, 'checkpoints', 'objects', sha.slice(0, 2), sha);
-  const manifest = (id: string) => storedManifest(join(d.stateDir, 'checkpoints'), id);
-  const shaOf = (id: string, path: string) => manifest(id).entries.find((e) => e.path === path)!.sha256!;
+  const shaOf = (id: string, path: string) => shaIn(d, id, path);
 
   beforeAll(async () => {
-    d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
-    ws = join(d.dir, 'ws');
-    ownWorkspace(ws);
-    for (let i = 0; i < FILES; i++) writeFileSync(join(ws, `f${i}`), `file ${i}\n`);
-    d.withConfig({ workspace: { paths: [ws] } });
-    await d.start();
-    // The stat cache leaves out entries whose ctime is too near their capture (racy-git; 100 ms
-    // for a nanosecond ctime, 1.01 s for one of whole milliseconds, 2.01 s for whole seconds:
-    // core/fs/granule.ts racyMarginNs): the files are made long enough before the first checkpoint.
-    const made = Date.now();
-    await until(() => Date.now() - made > 1100, 'the racy margin past');
+    ({ d, ws } = await flatWorkspace(FILES));
     for (let i = 0; i < FILES; i++) expect(statSync(join(ws, `f${i}`), { bigint: true }).ctimeNs % 1_000_000_000n).not.toBe(0n); // not a file system of whole-second timestamps
   });
 
@@ -345,18 +356,10 @@ describe('a big stat cache trusts its objects by the fan directories (at least 2
   let ws: string;
   const FILES = 2100;
   const fanPath = (sha: string) => join(d.stateDir, 'checkpoints', 'objects', sha.slice(0, 2));
-  const manifest = (id: string) => storedManifest(join(d.stateDir, 'checkpoints'), id);
-  const shaOf = (id: string, path: string) => manifest(id).entries.find((e) => e.path === path)!.sha256!;
+  const shaOf = (id: string, path: string) => shaIn(d, id, path);
 
   beforeAll(async () => {
-    d = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
-    ws = join(d.dir, 'ws');
-    ownWorkspace(ws);
-    for (let i = 0; i < FILES; i++) writeFileSync(join(ws, `f${i}`), `file ${i}\n`);
-    d.withConfig({ workspace: { paths: [ws] } });
-    await d.start();
-    const made = Date.now();
-    await until(() => Date.now() - made > 1100, 'the racy margin past');
+    ({ d, ws } = await flatWorkspace(FILES));
   });
 
   afterAll(async () => {

@@ -33,7 +33,7 @@ describe('objectsAfter', () => {
       // The capture's entries: the overlay's, in some order.
       const entries = [...overlay.keys()].map((k) => overlay.get(k)!).sort(() => next() - 0.5);
       const want = objectsOf(entries);
-      const got = objectsAfter(listing, overlay, entries);
+      const got = objectsAfter(listing, base, overlay.changes(), entries);
       expect(got).toBe(listing); // updated in place
       expect([...got!.byId.keys()].sort()).toEqual([...want.byId.keys()].sort());
       expect(got!.bytes).toBe(want.bytes);
@@ -54,13 +54,13 @@ describe('objectsAfter', () => {
     const gone = new SeedOverlay(base);
     gone.delete('m');
     gone.delete('a');
-    expect(objectsAfter(listing, gone, [])).toBeUndefined();
+    expect(objectsAfter(listing, base, gone.changes(), [])).toBeUndefined();
     const added = new SeedOverlay(base);
     added.set('n', dir('n', true));
     added.delete('a');
-    expect(objectsAfter(listing, added, [base.get('m')!, added.get('n')!])).toBeUndefined();
+    expect(objectsAfter(listing, base, added.changes(), [base.get('m')!, added.get('n')!])).toBeUndefined();
     expect([...listing.byId.keys()]).toEqual([file('a', 1).sha256]);
     expect(listing.bytes).toBe(101);
-    expect(objectsAfter(undefined, gone, [])).toBeUndefined();
+    expect(objectsAfter(undefined, base, gone.changes(), [])).toBeUndefined();
   });
 });
