@@ -119,7 +119,9 @@ export interface NativeHelpers {
   /**
    * statDir of each of dirFds on up to `threads` threads at once (the calling thread waits:
    * git's preload-index, for a walk's listings): element i is dirFds[i]'s listing, or
-   * `{ errno }` when that listing failed. Throws EINVAL on bad arguments.
+   * `{ errno }` when that listing failed. Throws EINVAL on bad arguments. Every fd must stay
+   * open for the call: a closed fd's number can be taken by any thread's open meanwhile
+   * (this call's own openat(2) of "." included), and that directory would be listed.
    */
   statDirs(dirFds: Int32Array, threads: number): ({ count: number; fields: number; stats: BigInt64Array; names: Buffer } | { errno: number })[];
   /** open_by_handle_at(2) + readlink: the directory a watchRead handle names; ESTALE when it is gone. */
