@@ -15,9 +15,10 @@ enum { FIO_SIZE, FIO_MODE, FIO_UID, FIO_GID, FIO_MTIME_NS, FIO_CTIME_NS, FIO_INO
 /*
  * Opens name in dirfd (O_RDONLY|O_CLOEXEC|O_NOFOLLOW|extra_flags), fstats it into before; a
  * file that is not regular is closed unread (returns 0: the caller sees its type in
- * before[FIO_MODE]). Else reads from offset 0 until end of file or cap bytes, fstats it into
- * after and closes it; returns the bytes read (cap: it may hold more). *syscall names the
- * call that failed.
+ * before[FIO_MODE]). Else reads from offset 0 until end of file, cap bytes, or the size the
+ * first fstat gave (when not 0: no read is spent to find the end; a file grown meanwhile has
+ * another size, or times, in after), fstats it into after and closes it; returns the bytes
+ * read (cap: it may hold more). *syscall names the call that failed.
  */
 long fileio_read_at(int dirfd, const char *name, int extra_flags, unsigned char *buf, size_t cap, int64_t *before, int64_t *after,
                     const char **syscall);
