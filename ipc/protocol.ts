@@ -283,6 +283,12 @@ export interface StatusResult {
    * workspace, never guessed into one. 0 without workspaces.
    */
   workspace_unplaced_events: number;
+  /**
+   * The supervisor's own writes on a watched file system read as events (and dropped), since
+   * start: what the kernel did not drop for it (its checkpoint store's directories are dropped
+   * there, on Linux 6.0+). 0 without workspaces.
+   */
+  workspace_own_events: number;
   /** Where checkpoints are published: a directory, or s3://bucket/prefix (config checkpoint.store). */
   checkpoint_store?: string;
   /** Where the Prometheus endpoint listens (`HOST:PORT` with the port bound, or a socket path); absent when metrics are off. */

@@ -146,7 +146,12 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
     connections: () => server.connectionCount,
     remoteConnections: () => remoteListener?.connectionCount ?? 0,
     workspaces: () => supervisor.ctx.watcher.status(),
-    attribution: () => ({ unplaced: supervisor.ctx.watcher.unplaced, dropped: supervisor.ctx.watcher.dropped, ...supervisor.ctx.reaper.holds }),
+    attribution: () => ({
+      unplaced: supervisor.ctx.watcher.unplaced,
+      dropped: supervisor.ctx.watcher.dropped,
+      own: supervisor.ctx.watcher.own,
+      ...supervisor.ctx.reaper.holds,
+    }),
     mode: supervisor.mode,
   });
   log.info({ socket: config.socketPath, mode: supervisor.mode, socket_activated: listenFd !== null }, 'listening');

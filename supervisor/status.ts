@@ -92,6 +92,7 @@ export class StatusReporter {
       started_at: new Date(Date.now() - process.uptime() * 1000).toISOString(),
       workspaces: ctx.watcher.status(),
       workspace_unplaced_events: ctx.watcher.unplaced,
+      workspace_own_events: ctx.watcher.own,
       checkpoint_store: this.source.checkpointStore(),
       ...(metrics !== null ? { metrics } : {}),
       ...(remote !== null ? { remote } : {}),

@@ -31,6 +31,14 @@ struct sbx_pidfd_info {
 #define FAN_REPORT_TARGET_FID 0x00001000
 #endif
 
+#ifndef FAN_MARK_IGNORE
+#define FAN_MARK_IGNORE 0x00000400
+#endif
+
+#define WATCH_MASK                                                                                                              \
+  (FAN_CREATE | FAN_CLOSE_WRITE | FAN_ATTRIB | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_DELETE_SELF | FAN_MOVE_SELF | \
+   FAN_ONDIR)
+
 int watch_init(int unlimited_queue) {
   unsigned int flags = FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DFID_NAME | FAN_REPORT_PIDFD;
   if (unlimited_queue) flags |= FAN_UNLIMITED_QUEUE;
@@ -40,14 +48,18 @@ int watch_init(int unlimited_queue) {
 }
 
 int watch_mark(int fd, const char *path, int report_modify) {
-  uint64_t mask = FAN_CREATE | FAN_CLOSE_WRITE | FAN_ATTRIB | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_DELETE_SELF |
-                  FAN_MOVE_SELF | FAN_ONDIR;
+  uint64_t mask = WATCH_MASK;
   if (report_modify) mask |= FAN_MODIFY;
   return fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, mask, AT_FDCWD, path) < 0 ? -errno : 0;
 }
 
 int watch_mark_writes(int fd, const char *path) {
   return fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, FAN_MODIFY, AT_FDCWD, path) < 0 ? -errno : 0;
+}
+
+int watch_ignore_dir(int fd, const char *path) {
+  unsigned int flags = FAN_MARK_ADD | FAN_MARK_IGNORE | FAN_MARK_IGNORED_SURV_MODIFY | FAN_MARK_DONT_FOLLOW | FAN_MARK_ONLYDIR;
+  return fanotify_mark(fd, flags, WATCH_MASK | FAN_MODIFY | FAN_EVENT_ON_CHILD, AT_FDCWD, path) < 0 ? -errno : 0;
 }
 
 int watch_poll(int fd, int timeout_ms) {
@@ -87,7 +99,8 @@ static uint64_t cgroup_of(int pidfd, pid_t pid, const char *cgroup_mount) {
   return id;
 }
 
-int watch_read(int fd, struct watch_event *out, int max, pid_t self_pid, const char *keep_name, const char *cgroup_mount) {
+int watch_read(int fd, struct watch_event *out, int max, pid_t self_pid, const char *keep_name, const char *cgroup_mount, int *own_dropped) {
+  *own_dropped = 0;
   /* Aligned for struct fanotify_event_metadata. */
   static __thread char buf[WATCH_READ_BYTES] __attribute__((aligned(8)));
   ssize_t len = read(fd, buf, sizeof buf);
@@ -119,6 +132,7 @@ int watch_read(int fd, struct watch_event *out, int max, pid_t self_pid, const c
       p += h->len;
     }
     int keep = !(self_pid > 0 && m->pid == self_pid && (!keep_name || strncmp(name, keep_name, strlen(keep_name)) != 0));
+    if (!keep) (*own_dropped)++;
     /* No directory record: an inode's own event (a file's DELETE_SELF, its link count's ATTRIB),
      * reported only with FAN_REPORT_FID; its directory entry's event is the same change (and the
      * overflow event, which has no record at all, is kept). */

@@ -44,7 +44,7 @@ export interface MetricsSources {
   /** The workspace watcher's counts, per workspace (watcher.status()). */
   workspaces: () => WorkspaceStatus[];
   /** Events placed in no workspace (watcher.unplaced) and exited children held as zombies for the watcher (reaper.holds). */
-  attribution?: () => { unplaced: number; dropped: number; held: number; unfenced: number };
+  attribution?: () => { unplaced: number; dropped: number; own: number; held: number; unfenced: number };
   mode: SupervisorMode;
 }
 
@@ -191,6 +191,15 @@ export class SupervisorMetrics {
       collect() {
         this.reset();
         this.inc(self.sources?.attribution?.().unplaced ?? 0);
+      },
+    });
+    new Counter({
+      name: `${P}workspace_own_events_total`,
+      help: "fanotify events of the supervisor's own writes read and dropped (its barriers apart): what the kernel did not drop for it (the checkpoint store's directories are dropped there, Linux 6.0+).",
+      registers,
+      collect() {
+        this.reset();
+        this.inc(self.sources?.attribution?.().own ?? 0);
       },
     });
     new Counter({

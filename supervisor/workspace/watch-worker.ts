@@ -43,6 +43,8 @@ export interface WatchWorkerInit {
    * kernel's own queue is unlimited: a flood would grow it, or this process, without bound).
    */
   maxQueuedEvents: number;
+  /** Directories whose events (and their entries') the kernel is to drop: the checkpoint store's (watchIgnoreDir). */
+  quietDirs: string[];
   wake: SharedArrayBuffer;
 }
 
@@ -79,11 +81,24 @@ export interface WatchEvent {
 }
 
 export type WatchMessage =
-  | { type: 'ready'; marks: { path: string; ok: boolean; message: string | null }[] }
+  | {
+      type: 'ready';
+      marks: { path: string; ok: boolean; message: string | null }[];
+      /** Of quietDirs, how many the kernel now drops the events of, and the first failure (EINVAL: Linux before 6.0). */
+      quiet: { dirs: number; failed: string | null };
+    }
   | { type: 'failed'; code: string; message: string }
   /** The pause test hook took hold (true) or let go (false): reads stopped, or go on. */
   | { type: 'paused'; paused: boolean }
-  | { type: 'batch'; events: WatchEvent[]; barriers: { ws: number; seq: number }[]; overflowSeq: number | null; dropped: number };
+  | {
+      type: 'batch';
+      events: WatchEvent[];
+      barriers: { ws: number; seq: number }[];
+      overflowSeq: number | null;
+      dropped: number;
+      /** The supervisor's own events read (and dropped) since the last batch, its barriers apart. */
+      own: number;
+    };
 
 /** A directory move changes the path of everything under it: the path cache is dropped (a delete does not: an old handle never names another directory). */
 const DIR_MOVED = FAN.MOVED_FROM | FAN.MOVED_TO | FAN.MOVE_SELF;
@@ -150,7 +165,16 @@ function run(init: WatchWorkerInit): void {
       // its barriers will time out: a gap, not a guess
     }
   }
-  port.postMessage({ type: 'ready', marks } satisfies WatchMessage);
+  const quiet = { dirs: 0, failed: null as string | null };
+  for (const dir of init.quietDirs) {
+    try {
+      n.watchIgnoreDir(fd, dir);
+      quiet.dirs++;
+    } catch (err) {
+      quiet.failed ??= `${dir}: ${systemError(err).message}`;
+    }
+  }
+  port.postMessage({ type: 'ready', marks, quiet } satisfies WatchMessage);
   let stopping = false;
   port.on('message', (m: { stop?: boolean }) => {
     if (m.stop) stopping = true;
@@ -287,12 +311,13 @@ function run(init: WatchWorkerInit): void {
     pending.splice(0, i);
   };
   const post = () => {
-    if (events.length || barriers.length || overflowSeq !== null || dropped > 0) {
+    if (events.length || barriers.length || overflowSeq !== null || dropped > 0 || own > 0) {
       Atomics.add(wake, WAKE_POSTED, events.length);
-      port.postMessage({ type: 'batch', events: events.splice(0), barriers: barriers.splice(0), overflowSeq, dropped } satisfies WatchMessage);
+      port.postMessage({ type: 'batch', events: events.splice(0), barriers: barriers.splice(0), overflowSeq, dropped, own } satisfies WatchMessage);
     }
     overflowSeq = null;
     dropped = 0;
+    own = 0;
   };
   /**
    * The bound on what is held (workspace.maxQueuedEvents): once pending and posted events
@@ -303,6 +328,7 @@ function run(init: WatchWorkerInit): void {
    */
   let dropping = false;
   let dropped = 0;
+  let own = 0;
   let saidThisPass = false;
   const overBound = (): boolean => {
     const held = pending.length + Atomics.load(wake, WAKE_POSTED);
@@ -324,7 +350,8 @@ function run(init: WatchWorkerInit): void {
     saidThisPass = false;
     for (;;) {
       const raw = n.watchRead(fd, selfPid, BARRIER_PREFIX, init.cgroupMount);
-      if (raw.length === 0) break;
+      own += raw.own;
+      if (raw.length === 0 && raw.own === 0) break;
       const atMs = Date.now();
       for (const r of raw) {
         if (r.mask & FAN.Q_OVERFLOW) {
@@ -347,6 +374,7 @@ function run(init: WatchWorkerInit): void {
           const named = init.barriers.flatMap((b, i) => (b !== null && b.name === name ? [i] : []));
           const ws = named.length === 1 ? named[0] : named.find((i) => init.barriers[i]!.dir === resolveDir(key, r.handle));
           if (ws !== undefined) pending.push({ kind: 'barrier', seq: ++seq, ws });
+          else own++; // named like a barrier, no workspace's: our own all the same
           continue;
         }
         // Past the bound: read and dropped (the directory links and the path cache above are kept up to date).
@@ -359,7 +387,7 @@ function run(init: WatchWorkerInit): void {
         pending.push({ kind: 'event', seq: ++seq, raw: r, key, atMs });
       }
       // A burst of a million: placed and posted as it is read, not held whole.
-      if ((readNow += raw.length) >= READ_PASS_MAX) break;
+      if ((readNow += raw.length + raw.own) >= READ_PASS_MAX) break;
     }
   };
   let wasPaused = false;
