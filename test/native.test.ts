@@ -26,7 +26,7 @@ import { describe, expect, it } from 'vitest';
 import { StreamDrain } from '../supervisor/session/drain.js';
 import { HashPool } from '../supervisor/store/hasher.js';
 import { native } from '../core/fs/native.js';
-import { ROOT, until } from './helpers/daemon.js';
+import { ROOT, sha256, until } from './helpers/daemon.js';
 import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from './helpers/cgroup-cleanup.js';
 
 describe('native helper', () => {
@@ -762,6 +762,59 @@ describe('watchIgnoreDir: a directory whose events the kernel drops (fanotify_ma
       // In quiet/: nothing (made, written, chmod'ed, moved out, moved in, removed, a directory
       // made). Seen: the move out of quiet/ as it lands in seen/, what seen/ and sub/ got.
       expect([...new Set(names)].sort()).toEqual(['deep', 'moved-in', 'moved-out', 'sentinel', 'sibling']);
+    } finally {
+      closeSync(fd);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('hashFilesAt: files read whole and hashed on threads (the read-back of a fan directory)', () => {
+  it("gives each name readFileAt's bytes and stats and the SHA-256 of the whole file on 1, 2 and 8 threads; a file of cap bytes or more no digest; a missing one ENOENT, a link ELOOP; bad arguments EINVAL", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-hashfiles-'));
+    const fd = openSync(dir, 'r');
+    try {
+      const CAP = 8192;
+      const sizes = [0, 1, 4095, CAP - 1, CAP, CAP + 1, 100_000];
+      const files = sizes.map((size, i) => ({ name: `f${i}`, bytes: randomBytes(size) }));
+      for (const f of files) writeFileSync(join(dir, f.name), f.bytes);
+      mkdirSync(join(dir, 'sub'));
+      symlinkSync('f1', join(dir, 'link'));
+      const names = [...files.map((f) => f.name), 'missing', 'link', 'sub'];
+      const packed = Buffer.from(names.map((n) => `${n}\0`).join(''));
+      const stats1 = new BigInt64Array(20);
+      for (const threads of [1, 2, 8]) {
+        const rc = new Float64Array(names.length);
+        const stats = new BigInt64Array(names.length * 20);
+        const digests = Buffer.alloc(names.length * 32, 0xee);
+        native().hashFilesAt(fd, packed, fsConstants.O_NONBLOCK, CAP, threads, rc, stats, digests);
+        files.forEach((f, i) => {
+          const whole = f.bytes.length < CAP;
+          expect(rc[i]).toBe(Math.min(f.bytes.length, CAP));
+          // readFileAt of the same file fills the same stats, before and after.
+          const buf = Buffer.alloc(CAP);
+          native().readFileAt(fd, Buffer.from(f.name), 0, buf, stats1);
+          expect(stats.subarray(i * 20, i * 20 + 20)).toEqual(stats1);
+          expect(digests.toString('hex', i * 32, i * 32 + 32)).toBe(whole ? sha256(f.bytes) : 'ee'.repeat(32));
+        });
+        const at = (name: string) => names.indexOf(name);
+        expect(rc[at('missing')]).toBe(-osConstants.errno.ENOENT);
+        expect(rc[at('link')]).toBe(-osConstants.errno.ELOOP);
+        // A directory: not read (0 bytes), its mode in the stat before, no digest.
+        expect(rc[at('sub')]).toBe(0);
+        expect(Number(stats[at('sub') * 20 + 1]) & 0o170000).toBe(0o040000);
+        expect(digests.toString('hex', at('sub') * 32, at('sub') * 32 + 32)).toBe('ee'.repeat(32));
+      }
+      const ok = () => [new Float64Array(1), new BigInt64Array(20), Buffer.alloc(32)] as const;
+      const bad =
+        (names: Buffer, cap = CAP, threads = 2) =>
+        () =>
+          native().hashFilesAt(fd, names, 0, cap, threads, ...ok());
+      for (const names of [Buffer.from('f0'), Buffer.from('\0'), Buffer.from('a/b\0'), Buffer.from(`${'x'.repeat(256)}\0`), Buffer.from('f0\0f1\0')])
+        expect(bad(names)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+      expect(bad(Buffer.from('f0\0'), 0)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+      expect(bad(Buffer.from('f0\0'), CAP, 0)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+      expect(() => native().hashFilesAt(fd, Buffer.alloc(0), 0, CAP, 2, new Float64Array(0), new BigInt64Array(0), Buffer.alloc(0))).not.toThrow();
     } finally {
       closeSync(fd);
       rmSync(dir, { recursive: true, force: true });

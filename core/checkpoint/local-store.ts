@@ -26,7 +26,7 @@ import {
 import { join } from 'node:path';
 import { type NoReplace, placeNoReplaceAt, writeAll, writeTempAt, writeTempBytesAt } from '../fs/durable.js';
 import { native } from '../fs/native.js';
-import { isRegular, readWholeAt, statBefore } from '../fs/file-at.js';
+import { hashWholeAt, isRegular } from '../fs/file-at.js';
 import { pathAt, openDirAt, SD, statDirRaw, type StatFacts } from '../fs/walk.js';
 import { type CheckpointStore, isSha256Hex, StoreError, type WrittenVersion } from './store.js';
 import { STORE_DIRS } from '../state/names.js';
@@ -569,23 +569,52 @@ export class LocalStoreFiles {
   }
 
   /**
-   * Reads the object whole into buf in one call (file-at.ts readWholeAt; O_NOFOLLOW: a planted
-   * link is refused): the bytes read, and the object file's size and stat signature before the
-   * read (objectSigOf); null when it fills buf (it may hold more: read it with openObject). StoreError
-   * missing/refused as openObject.
+   * Objects of one fan directory (sha256s share their first two digits) each read whole in one
+   * call (O_NOFOLLOW: a planted link is refused) and hashed, at once on up to `threads`
+   * threads, each into a buffer of `cap` bytes (file-at.ts hashWholeAt). Per object, in order:
+   * `read`, the SHA-256 (hex) of the bytes read, their count, and the object file's size and
+   * stat signature before the read (objectSigOf); null when it holds cap bytes or more (read it
+   * with openObject); or the error: StoreError missing or refused as openObject's (refused too
+   * for a name that is no SHA-256 of this fan, or no regular file), else the errno Error.
    */
-  readObjectWhole(sha256: string, buf: Buffer): { bytes: number; size: number; sig: string } | null {
-    const key = objectKey(sha256);
-    const fanFd = this.objectFan(sha256);
-    let n: number;
+  hashObjectsWhole(sha256s: string[], cap: number, threads: number): ({ read: string; bytes: number; size: number; sig: string } | null | Error)[] {
+    const out: ({ read: string; bytes: number; size: number; sig: string } | null | Error)[] = new Array(sha256s.length).fill(null);
+    // Each name checked as objectFan checks it; the fan directory opened once.
+    const fan = sha256s[0]?.slice(0, 2);
+    const batch: number[] = [];
+    sha256s.forEach((sha256, i) => {
+      if (!isSha256Hex(sha256) || sha256.slice(0, 2) !== fan) out[i] = new StoreError('refused', `not a SHA-256 of fan ${fan}: ${JSON.stringify(sha256)}`);
+      else batch.push(i);
+    });
+    if (batch.length === 0) return out;
+    let fanFd: number;
     try {
-      n = readWholeAt(fanFd, Buffer.from(sha256), READ_EXTRA, buf);
+      fanFd = this.objectFan(sha256s[batch[0]!]!);
     } catch (err) {
-      throw this.openFailure(err, sha256);
+      // No such fan directory: each object is missing, named as openObject names it.
+      const missing = err instanceof StoreError && err.code === 'missing';
+      for (const i of batch) {
+        const sha256 = sha256s[i]!;
+        out[i] = missing ? new StoreError('missing', `object ${sha256} is missing from ${this.dir}`, objectKey(sha256)) : (err as Error);
+      }
+      return out;
     }
-    const before = statBefore();
-    if (!isRegular(before)) throw new StoreError('refused', `${this.dir}/${key} is not a regular file`, key);
-    return n >= buf.length ? null : { bytes: n, size: Number(before.size), sig: objectSigOf(before) };
+    const got = hashWholeAt(
+      fanFd,
+      batch.map((i) => Buffer.from(sha256s[i]!)),
+      READ_EXTRA,
+      cap,
+      threads,
+    );
+    got.forEach((g, k) => {
+      const i = batch[k]!;
+      const sha256 = sha256s[i]!;
+      const key = objectKey(sha256);
+      if ('code' in g) out[i] = this.openFailure(Object.assign(new Error(`${g.code}: reading ${this.dir}/${key}`), g), sha256) as Error;
+      else if (!isRegular(g.before)) out[i] = new StoreError('refused', `${this.dir}/${key} is not a regular file`, key);
+      else if (g.sha256 !== null) out[i] = { read: g.sha256, bytes: g.bytes, size: Number(g.before.size), sig: objectSigOf(g.before) };
+    });
+    return out;
   }
 
   /** The fan directory of an object to read: StoreError refused (not a SHA-256), missing (no such fan). */

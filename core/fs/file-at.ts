@@ -1,7 +1,9 @@
 // A small file read whole at a directory fd in one native call (native-helpers/src/fileio.c):
 // the checkpoint's capture and read-back read each file so, where node:fs took five calls and a
 // /proc/self/fd path each. Owns the stat slots a read fills (one set per thread). The write's
-// half of fileio.c is core/fs/durable.ts's (writeTempBytesAt).
+// half of fileio.c is core/fs/durable.ts's (writeTempBytesAt). hashWholeAt reads and hashes a
+// batch of such files on threads (the read-back's).
+import { constants as osConstants } from 'node:os';
 import { native } from './native.js';
 
 /** fileio.h's fields of one fstat(2), their index in a stat's slots. */
@@ -46,19 +48,49 @@ export function statAfter(): FileStat {
   return statAt(FIO.fields);
 }
 
-function statAt(o: number): FileStat {
+function statAt(o: number, from: BigInt64Array = slots): FileStat {
   return {
-    size: slots[o + FIO.size],
-    mode: slots[o + FIO.mode],
-    uid: slots[o + FIO.uid],
-    gid: slots[o + FIO.gid],
-    mtimeNs: slots[o + FIO.mtimeNs],
-    ctimeNs: slots[o + FIO.ctimeNs],
-    ino: slots[o + FIO.ino],
-    rdev: slots[o + FIO.rdev],
-    dev: slots[o + FIO.dev],
-    blocks: slots[o + FIO.blocks],
+    size: from[o + FIO.size],
+    mode: from[o + FIO.mode],
+    uid: from[o + FIO.uid],
+    gid: from[o + FIO.gid],
+    mtimeNs: from[o + FIO.mtimeNs],
+    ctimeNs: from[o + FIO.ctimeNs],
+    ino: from[o + FIO.ino],
+    rdev: from[o + FIO.rdev],
+    dev: from[o + FIO.dev],
+    blocks: from[o + FIO.blocks],
   };
+}
+
+/** errno numbers' names (ENOENT...), for an errno a batch gives as a number. */
+const ERRNO_NAMES = new Map(Object.entries(osConstants.errno).map(([name, no]) => [no, name]));
+
+/** One file of hashWholeAt: its read failed (`code`, as readWholeAt would throw it), or what was read. */
+export type WholeHashed =
+  | { code: string; errno: number }
+  /** bytes read; before: the fstat before the read; sha256: hex of the bytes, null when not a regular file or cap bytes were read (it may hold more). */
+  | { bytes: number; before: FileStat; sha256: string | null };
+
+/**
+ * readWholeAt of each name in dirFd, read and hashed (SHA-256) on up to `threads` threads, each
+ * with a buffer of `cap` bytes (native hashFilesAt, fileio.h fileio_hash_many: git's
+ * preload-index way, for the read-back of many small objects). In the order of names. Blocks
+ * the calling thread.
+ */
+export function hashWholeAt(dirFd: number, names: Buffer[], extraFlags: number, cap: number, threads: number): WholeHashed[] {
+  const n = names.length;
+  const rc = new Float64Array(n);
+  const stats = new BigInt64Array(n * 2 * FIO.fields);
+  const digests = Buffer.alloc(n * 32);
+  const packed = Buffer.concat(names.flatMap((name) => [name, Buffer.alloc(1)]));
+  native().hashFilesAt(dirFd, packed, extraFlags, cap, threads, rc, stats, digests);
+  return names.map((_, i) => {
+    if (rc[i]! < 0) return { code: ERRNO_NAMES.get(-rc[i]!) ?? `errno ${-rc[i]!}`, errno: rc[i]! };
+    const before = statAt(i * 2 * FIO.fields, stats);
+    const whole = isRegular(before) && rc[i]! < cap;
+    return { bytes: rc[i]!, before, sha256: whole ? digests.toString('hex', i * 32, i * 32 + 32) : null };
+  });
 }
 
 /** Whether a stat's mode is a regular file's (S_ISREG). */

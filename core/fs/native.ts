@@ -49,6 +49,14 @@ export interface NativeHelpers {
   renameAtNoReplace(oldDirFd: number, oldName: Buffer, newDirFd: number, newName: Buffer): boolean;
   /** fileio_read_at (fileio.c; file-at.ts readWholeAt): bytes read into buf; stats the fstats before and after (2 x 10 slots). */
   readFileAt(dirFd: number, name: Buffer, extraFlags: number, buf: Buffer, stats: BigInt64Array): number;
+  /**
+   * fileio_hash_many (fileio.h): readFileAt of each NUL-ended name in `names` (n of them, each
+   * 1-255 bytes without '/') on up to `threads` threads, each with a cap-byte buffer of its own;
+   * rc[i] the bytes read or -errno, stats[i x 20...] the fstats before and after, digests[i x
+   * 32...] the SHA-256 of the bytes read when they are the whole regular file (rc < cap; else
+   * untouched). Blocks the calling thread; throws EINVAL on bad arguments.
+   */
+  hashFilesAt(dirFd: number, names: Buffer, extraFlags: number, cap: number, threads: number, rc: Float64Array, stats: BigInt64Array, digests: Buffer): void;
   /** fileio_write_new_at (fileio.c; durable.ts writeTempBytesAt): name created O_EXCL with mode, bytes written, closed. */
   writeFileNewAt(dirFd: number, name: Buffer, mode: number, bytes: Buffer): void;
   /** utimensat(2) with AT_SYMLINK_NOFOLLOW of name in dirFd (null: futimens(2) of dirFd): atime and mtime set to sec + nsec, exactly. */

@@ -6,7 +6,7 @@
  * makePipe, setPipeSize, tryLockExclusive, peerCred, openPty, setWindowSize, sdNotify,
  * userByName, userById, groupByName, waitWritable; and over watch.c: watchInit, watchMark,
  * watchMarkWrites, watchIgnoreDir, watchPoll, watchRead, watchHandlePath; over statdir.c: statDir, statDirs; over fileio.c:
- * readFileAt, writeFileNewAt. Owns no state but the writability waits
+ * readFileAt, hashFilesAt, writeFileNewAt. Owns no state but the writability waits
  * it hands out (uv_poll_t, see there); spawning and reaping others' children is libuv's.
  */
 #define _GNU_SOURCE
@@ -992,6 +992,63 @@ static napi_value read_file_at_fn(napi_env env, napi_callback_info info) {
   return out;
 }
 
+/*
+ * hashFilesAt(dirFd, names: Buffer, extraFlags, cap, threads, rc: Float64Array, stats:
+ * BigInt64Array, digests: Buffer): fileio_hash_many of the names (each 1-255 bytes, no '/',
+ * each ended by a NUL) into rc (n), stats (n x 2 x FILEIO_FIELDS) and digests (n x 32).
+ * Blocks the calling thread; EINVAL (thrown) on bad arguments.
+ */
+static napi_value hash_files_at_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[8];
+  size_t argc = get_args(env, info, argv, 8);
+  int32_t dirfd, flags, cap, threads;
+  unsigned char *names, *digests;
+  size_t names_len, digests_len, rc_len = 0, stats_len = 0;
+  napi_typedarray_type rc_type, stats_type;
+  void *rc = NULL, *stats = NULL;
+  const char *usage = "hashFilesAt(dirFd, names, extraFlags, cap, threads, rc, stats, digests): an fd, NUL-ended names of 1-255 bytes "
+                      "without '/', flags, cap >= 1, threads >= 1, a Float64Array(n), a BigInt64Array(n x 20) and a Buffer(n x 32) expected";
+  if (int_arg(env, argv, argc, 0, &dirfd) != 0 || buffer_arg(env, argv, argc, 1, &names, &names_len) != 0 || int_arg(env, argv, argc, 2, &flags) != 0 ||
+      int_arg(env, argv, argc, 3, &cap) != 0 || cap < 1 || int_arg(env, argv, argc, 4, &threads) != 0 || threads < 1 || argc < 8 ||
+      napi_get_typedarray_info(env, argv[5], &rc_type, &rc_len, &rc, NULL, NULL) != napi_ok || rc_type != napi_float64_array ||
+      napi_get_typedarray_info(env, argv[6], &stats_type, &stats_len, &stats, NULL, NULL) != napi_ok || stats_type != napi_bigint64_array ||
+      buffer_arg(env, argv, argc, 7, &digests, &digests_len) != 0) {
+    napi_throw_type_error(env, "EINVAL", usage);
+    return NULL;
+  }
+  size_t n = 0;
+  for (size_t i = 0, start = 0; i < names_len; i++) {
+    if (names[i] == '/' || (names[i] == 0 && (i == start || i - start > 255))) {
+      napi_throw_type_error(env, "EINVAL", usage);
+      return NULL;
+    }
+    if (names[i] == 0) {
+      n++;
+      start = i + 1;
+    }
+  }
+  if ((names_len > 0 && names[names_len - 1] != 0) || rc_len < n || stats_len < n * 2 * FILEIO_FIELDS || digests_len < n * 32) {
+    napi_throw_type_error(env, "EINVAL", usage);
+    return NULL;
+  }
+  const char **list = malloc((n ? n : 1) * sizeof *list);
+  long *out = malloc((n ? n : 1) * sizeof *out);
+  if (!list || !out) {
+    free(list);
+    free(out);
+    return throw_errno(env, -ENOMEM, "hashFilesAt");
+  }
+  for (size_t i = 0, k = 0; k < n; k++) {
+    list[k] = (const char *)names + i;
+    i += strlen(list[k]) + 1;
+  }
+  fileio_hash_many(dirfd, list, n, flags, (size_t)cap, out, (int64_t *)stats, digests, (unsigned)threads);
+  for (size_t k = 0; k < n; k++) ((double *)rc)[k] = (double)out[k];
+  free(list);
+  free(out);
+  return make_null(env);
+}
+
 /* writeFileNewAt(dirFd, name: Buffer, mode, bytes: Buffer): fileio_write_new_at; throws the failing call's errno (EEXIST, ENOSPC...). */
 static napi_value write_file_new_at_fn(napi_env env, napi_callback_info info) {
   napi_value argv[4];
@@ -1046,6 +1103,7 @@ static napi_value init_module(napi_env env, napi_value exports) {
     {"statDir", NULL, stat_dir_fn, NULL, NULL, NULL, napi_default, NULL},
     {"statDirs", NULL, stat_dirs_fn, NULL, NULL, NULL, napi_default, NULL},
     {"readFileAt", NULL, read_file_at_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"hashFilesAt", NULL, hash_files_at_fn, NULL, NULL, NULL, napi_default, NULL},
     {"writeFileNewAt", NULL, write_file_new_at_fn, NULL, NULL, NULL, napi_default, NULL},
     {"renameAtNoReplace", NULL, rename_at_noreplace_fn, NULL, NULL, NULL, napi_default, NULL},
   };

@@ -24,6 +24,18 @@ long fileio_read_at(int dirfd, const char *name, int extra_flags, unsigned char 
                     const char **syscall);
 
 /*
+ * fileio_read_at of each of names[0..n) in dirfd, on up to `threads` threads (the calling one
+ * among them, which waits for the rest), each with a buffer of cap bytes of its own: rc[i] the
+ * bytes read | -errno (ENOMEM: no buffer), stats[i * 2 * FILEIO_FIELDS...] its fstats before
+ * and after, and digests[i * 32...] the SHA-256 of the bytes read when they are the whole
+ * file (a regular file, fewer than cap bytes; else left as they are). For the read-back of a
+ * checkpoint's objects, git's preload-index way: what a thread reads, it hashes. The SHA-256
+ * is OpenSSL's EVP_Digest (evp(7)), the one node itself exports to addons.
+ */
+void fileio_hash_many(int dirfd, const char *const *names, size_t n, int extra_flags, size_t cap, long *rc, int64_t *stats, unsigned char *digests,
+                      unsigned threads);
+
+/*
  * Creates name in dirfd (O_CREAT|O_EXCL|O_WRONLY|O_CLOEXEC|O_NOFOLLOW, mode), writes len
  * bytes and closes it (not fsync'ed). On a failure after the create the file is removed.
  */

@@ -4,6 +4,7 @@
 // `unstable`); optionally one last pass frozen (FIFREEZE). Owns those loops and their bounds
 // (deadline, free space); not the manifest (capture-worker.ts) or publication (publish.ts).
 import { createHash } from 'node:crypto';
+import { availableParallelism } from 'node:os';
 import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readFileSync, readSync } from 'node:fs';
 import { faultPoint } from '../../core/fault.js';
 import { native } from '../../core/fs/native.js';
@@ -973,6 +974,9 @@ export interface RehashResult {
   problems: { sha256: string; problem: string }[];
 }
 
+/** Threads reading and hashing a fan directory's objects at once in the read-back (git's preload-index: up to four). */
+const REHASH_THREADS = Math.max(1, Math.min(4, availableParallelism()));
+
 /** Objects to look at in one fan directory from which it is listed whole (fewer: an lstat each, which costs about twice a listed entry; a fan holds ~400 objects at 100,000). */
 const LIST_FAN_FROM = 32;
 
@@ -1005,63 +1009,83 @@ export function runRehash(req: RehashRequest): RehashResult {
       if (listing?.fan !== fan) listing = { fan, objects: store.listObjects(sha256) };
       return listing.objects?.get(sha256);
     };
-    for (const [sha256, size] of objects) {
-      const tree = req.trees?.has(sha256) === true;
-      if (tree) trees.objects++;
-      if (req.trusted) {
-        const l = listed(sha256);
-        // A regular file of the size the manifest says, its stat the one it was re-hashed with.
-        if (l?.regular && l.size === size && req.trusted(sha256, l.sig)) {
-          if (!tree) bytes += size;
-          continue;
-        }
+    /** What was read of an object (its digest, bytes) judged against its name and the manifest's size. */
+    const judge = (sha256: string, size: number, tree: boolean, got: string, pos: number, sig: string) => {
+      if (tree) trees.rehashedObjects++;
+      else {
+        bytes += pos;
+        rehashedObjects++;
+        rehashedBytes += pos;
       }
-      /** What was read of it (its digest, bytes) judged against its name and the manifest's size. */
-      const judge = (got: string, pos: number, sig: string) => {
-        if (tree) trees.rehashedObjects++;
-        else {
-          bytes += pos;
-          rehashedObjects++;
-          rehashedBytes += pos;
-        }
-        if (got !== sha256) problems.push({ sha256, problem: `object ${sha256} reads back as ${got} (${pos} bytes): its bytes changed in the store` });
-        else if (pos !== size) problems.push({ sha256, problem: `object ${sha256} holds ${pos} bytes, the manifest says ${size}` });
-        else req.onRehashed?.(sha256, sig);
-      };
-      // A small object in one call (open, fstat, read, fstat, close), hashed whole; a bigger one (or one grown past the buffer) read in blocks.
-      let whole: { bytes: number; size: number; sig: string } | null;
-      try {
-        whole = size <= SMALL_FILE_BYTES ? store.readObjectWhole(sha256, small) : null;
-      } catch (err) {
-        problems.push({ sha256, problem: err instanceof StoreError ? err.message : `object ${sha256}: ${(err as Error).message}` });
-        continue;
-      }
-      if (whole) {
-        if (req.trusted?.(sha256, whole.sig) && whole.size === size) {
-          if (!tree) bytes += size;
-          continue;
-        }
-        judge(createHash('sha256').update(small.subarray(0, whole.bytes)).digest('hex'), whole.bytes, whole.sig);
-        continue;
-      }
+      if (got !== sha256) problems.push({ sha256, problem: `object ${sha256} reads back as ${got} (${pos} bytes): its bytes changed in the store` });
+      else if (pos !== size) problems.push({ sha256, problem: `object ${sha256} holds ${pos} bytes, the manifest says ${size}` });
+      else req.onRehashed?.(sha256, sig);
+    };
+    const failed = (sha256: string, err: unknown) =>
+      problems.push({ sha256, problem: err instanceof StoreError ? err.message : `object ${sha256}: ${(err as Error).message}` });
+    /** An object too big for one buffer (or one grown past it): opened and read in blocks. */
+    const inBlocks = (sha256: string, size: number, tree: boolean) => {
       let opened: { fd: number; size: number };
       try {
         opened = store.openObject(sha256);
       } catch (err) {
-        problems.push({ sha256, problem: err instanceof StoreError ? err.message : `object ${sha256}: ${(err as Error).message}` });
-        continue;
+        failed(sha256, err);
+        return;
       }
       try {
         const sig = req.trusted || req.onRehashed ? objectSig(opened.fd) : '';
         if (req.trusted?.(sha256, sig) && opened.size === size) {
           if (!tree) bytes += size;
-          continue;
+          return;
         }
         const { sha256: got, bytes: pos } = hashFd(opened.fd);
-        judge(got, pos, sig);
+        judge(sha256, size, tree, got, pos, sig);
       } finally {
         closeSync(opened.fd);
       }
+    };
+    // One fan directory at a time: what is not trusted by its stat is read whole and hashed, a
+    // fan's small objects at once on threads (each read in one call: open, fstat, read, fstat,
+    // close); a big one in blocks.
+    for (let i = 0; i < objects.length;) {
+      const fan = objects[i]![0].slice(0, 2);
+      const whole: { sha256: string; size: number; tree: boolean }[] = [];
+      for (; i < objects.length && objects[i]![0].slice(0, 2) === fan; i++) {
+        const [sha256, size] = objects[i]!;
+        const tree = req.trees?.has(sha256) === true;
+        if (tree) trees.objects++;
+        if (req.trusted) {
+          const l = listed(sha256);
+          // A regular file of the size the manifest says, its stat the one it was re-hashed with.
+          if (l?.regular && l.size === size && req.trusted(sha256, l.sig)) {
+            if (!tree) bytes += size;
+            continue;
+          }
+        }
+        if (size <= SMALL_FILE_BYTES) whole.push({ sha256, size, tree });
+        else inBlocks(sha256, size, tree);
+      }
+      if (whole.length === 0) continue;
+      let got: ReturnType<LocalStoreFiles['hashObjectsWhole']>;
+      try {
+        // A buffer of the largest one's size and a byte: an object grown past it is read in blocks.
+        got = store.hashObjectsWhole(
+          whole.map((w) => w.sha256),
+          Math.max(...whole.map((w) => w.size)) + 1,
+          REHASH_THREADS,
+        );
+      } catch (err) {
+        for (const w of whole) failed(w.sha256, err);
+        continue;
+      }
+      got.forEach((g, k) => {
+        const { sha256, size, tree } = whole[k]!;
+        if (g instanceof Error) failed(sha256, g);
+        else if (g === null) inBlocks(sha256, size, tree);
+        else if (req.trusted?.(sha256, g.sig) && g.size === size) {
+          if (!tree) bytes += size;
+        } else judge(sha256, size, tree, g.read, g.bytes, g.sig);
+      });
     }
   } finally {
     store.close();
