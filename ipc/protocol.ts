@@ -284,9 +284,9 @@ export interface StatusResult {
    */
   workspace_unplaced_events: number;
   /**
-   * The supervisor's own writes on a watched file system read as events (and dropped), since
-   * start: what the kernel did not drop for it (its checkpoint store's directories are dropped
-   * there, on Linux 6.0+). 0 without workspaces.
+   * The supervisor's own writes on a watched file system read as events and dropped, since
+   * start (its barriers apart; a checkpoint's store writes about four per object when the store
+   * is on a workspace's file system). 0 without workspaces.
    */
   workspace_own_events: number;
   /** Where checkpoints are published: a directory, or s3://bucket/prefix (config checkpoint.store). */

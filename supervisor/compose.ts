@@ -11,7 +11,7 @@ import { STATE } from '../core/state/names.js';
 import { native } from '../core/fs/native.js';
 import { admissionState } from './admission.js';
 import { CgroupParentInUse, CgroupTree } from './cgroup.js';
-import { Checkpoints, storeQuietDirs, thawLeftFrozen } from './checkpoint/checkpoint.js';
+import { Checkpoints, thawLeftFrozen } from './checkpoint/checkpoint.js';
 import { Closing } from './close.js';
 import { ConfigError, type Config } from './config.js';
 import { readBootId, StateDirLock, takeGeneration } from './identity.js';
@@ -107,7 +107,6 @@ export function compose(config: Config, log: Logger, metrics: SupervisorMetrics 
         batchMs: config.workspace.batchMs,
         maxQueuedEvents: config.workspace.maxQueuedEvents,
         reportModify: config.workspace.reportModify,
-        quietDirs: workspacePaths.length > 0 ? storeQuietDirs(config, log) : [],
       }),
       admitHandoff: () => {
         throw new Error('no registry yet');

@@ -731,44 +731,6 @@ describe('exec shim: argv on a fd (--argv-fd)', () => {
   });
 });
 
-describe('watchIgnoreDir: a directory whose events the kernel drops (fanotify_mark(2) FAN_MARK_IGNORE)', () => {
-  it("drops every event on the directory and on its entries (made, written, moved in and out), not a sibling's or a subdirectory's; ENOENT, ENOTDIR for a file or a link", async () => {
-    // The same file system as the mark (/tmp here is on the root file system, like the state dir).
-    const dir = mkdtempSync(join(tmpdir(), 'sbx-ignore-'));
-    const fd = native().watchInit(false);
-    try {
-      for (const d of ['quiet', 'quiet/sub', 'seen']) mkdirSync(join(dir, d));
-      symlinkSync('quiet', join(dir, 'link'));
-      native().watchMark(fd, dir, false);
-      native().watchIgnoreDir(fd, join(dir, 'quiet'));
-      expect(() => native().watchIgnoreDir(fd, join(dir, 'none'))).toThrow(expect.objectContaining({ code: 'ENOENT' }));
-      writeFileSync(join(dir, 'file'), '');
-      expect(() => native().watchIgnoreDir(fd, join(dir, 'file'))).toThrow(expect.objectContaining({ code: 'ENOTDIR' }));
-      expect(() => native().watchIgnoreDir(fd, join(dir, 'link'))).toThrow(expect.objectContaining({ code: 'ENOTDIR' }));
-      // Another process writes (our own would be dropped as selfPid's anyway): the last file
-      // made is the sentinel, read once everything before it has been.
-      const script = [
-        'echo 1 > quiet/made && echo 2 >> quiet/made && chmod 600 quiet/made',
-        'mv quiet/made seen/moved-out && echo 3 > seen/moved-in && mv seen/moved-in quiet/moved-in',
-        'echo 4 > quiet/sub/deep && echo 5 > seen/sibling && rm quiet/moved-in && mkdir quiet/d2',
-        'echo end > seen/sentinel',
-      ].join(' && ');
-      execFileSync('/bin/sh', ['-c', script], { cwd: dir });
-      const names: string[] = [];
-      await until(() => {
-        for (const e of native().watchRead(fd, process.pid, '#', '')) names.push(e.name.toString());
-        return names.includes('sentinel');
-      }, 'the sentinel read');
-      // In quiet/: nothing (made, written, chmod'ed, moved out, moved in, removed, a directory
-      // made). Seen: the move out of quiet/ as it lands in seen/, what seen/ and sub/ got.
-      expect([...new Set(names)].sort()).toEqual(['deep', 'moved-in', 'moved-out', 'sentinel', 'sibling']);
-    } finally {
-      closeSync(fd);
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
-});
-
 describe('hashFilesAt: files read whole and hashed on threads (the read-back of a fan directory)', () => {
   it("gives each name readFileAt's bytes and stats and the SHA-256 of the whole file on 1, 2 and 8 threads; a file of cap bytes or more no digest; a missing one ENOENT, a link ELOOP; bad arguments EINVAL", () => {
     const dir = mkdtempSync(join(tmpdir(), 'sbx-hashfiles-'));

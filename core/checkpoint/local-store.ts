@@ -135,29 +135,6 @@ export class LocalStoreFiles {
     return new LocalStoreFiles(dir, rootFd, fds[0], fds[1], fds[2], fds[3]);
   }
 
-  /**
-   * The directories of the store at dir that only a store's writers change: tmp/, manifests/,
-   * published/, objects/ and its 256 fan directories, each made now when missing (every fan up
-   * front, so that each can be marked). The workspace watcher has the kernel drop their events
-   * (WatcherOptions.quietDirs): a checkpoint's ~4 events per object written, read and dropped
-   * as the supervisor's own, cost the writer fanotify's queue merge. Absolute paths; throws as
-   * open() does.
-   */
-  static quietDirs(dir: string): string[] {
-    const files = LocalStoreFiles.open(dir, { create: true });
-    try {
-      const out = [STORE_DIRS.tmp, STORE_DIRS.manifests, STORE_DIRS.published, STORE_DIRS.objects].map((name) => join(dir, name));
-      for (let i = 0; i < 256; i++) {
-        const fan = i.toString(16).padStart(2, '0');
-        closeSync(dirAt(files.objectsFd, fan, true, `${dir}/${STORE_DIRS.objects}/${fan}`));
-        out.push(join(dir, STORE_DIRS.objects, fan));
-      }
-      return out;
-    } finally {
-      files.close();
-    }
-  }
-
   close(): void {
     for (const fd of this.fanFds.values()) closeSync(fd);
     this.fanFds.clear();

@@ -100,13 +100,6 @@ export interface NativeHelpers {
   watchMark(fd: number, path: string, reportModify: boolean): void;
   /** fanotify_mark(FAN_MARK_ADD|FAN_MARK_FILESYSTEM, FAN_MODIFY) on path's file system: every write(2) that wrote, with its writer (the cgroup escape watch, on cgroup2). */
   watchMarkWrites(fd: number, path: string): void;
-  /**
-   * fanotify_mark(2) FAN_MARK_IGNORE (Linux 6.0) of the directory at path (never a link): the
-   * kernel drops watchMark's events on it and on its entries before they are queued, all but
-   * an entry's own move or removal (FAN_MOVE_SELF, FAN_DELETE_SELF). Throws errno: EINVAL
-   * before Linux 6.0, ENOTDIR, ELOOP, ENOENT.
-   */
-  watchIgnoreDir(fd: number, path: string): void;
   /** poll(2) the group up to timeoutMs: true when events are queued. Blocks: for a worker thread. */
   watchPoll(fd: number, timeoutMs: number): boolean;
   /**

@@ -5,7 +5,7 @@
  * Exports (typed in core/fs/native.ts): setChildSubreaper, isChildSubreaper, reapPid, peekExit, continueStopped,
  * makePipe, setPipeSize, tryLockExclusive, peerCred, openPty, setWindowSize, sdNotify,
  * userByName, userById, groupByName, waitWritable; and over watch.c: watchInit, watchMark,
- * watchMarkWrites, watchIgnoreDir, watchPoll, watchRead, watchHandlePath; over statdir.c: statDir, statDirs; over fileio.c:
+ * watchMarkWrites, watchPoll, watchRead, watchHandlePath; over statdir.c: statDir, statDirs; over fileio.c:
  * readFileAt, hashFilesAt, writeFileNewAt. Owns no state but the writability waits
  * it hands out (uv_poll_t, see there); spawning and reaping others' children is libuv's.
  */
@@ -608,22 +608,6 @@ static napi_value watch_mark_writes_fn(napi_env env, napi_callback_info info) {
   return r < 0 ? throw_errno(env, r, "fanotify_mark") : NULL;
 }
 
-/* watchIgnoreDir(fd, path): the events on a directory and its entries dropped by the kernel (watch.h). */
-static napi_value watch_ignore_dir_fn(napi_env env, napi_callback_info info) {
-  napi_value argv[2];
-  size_t argc = get_args(env, info, argv, 2);
-  int32_t fd;
-  char *path = string_arg(env, argv, argc, 1, 4096);
-  if (int_arg(env, argv, argc, 0, &fd) != 0 || !path) {
-    free(path);
-    napi_throw_type_error(env, "EINVAL", "watchIgnoreDir(fd, path): an fd and a path expected");
-    return NULL;
-  }
-  int r = watch_ignore_dir(fd, path);
-  free(path);
-  return r < 0 ? throw_errno(env, r, "fanotify_mark") : NULL;
-}
-
 /* watchPoll(fd, timeoutMs): true when events are queued. Blocks: call it from a worker. */
 static napi_value watch_poll_fn(napi_env env, napi_callback_info info) {
   napi_value argv[2];
@@ -1090,7 +1074,6 @@ static napi_value init_module(napi_env env, napi_value exports) {
     {"watchInit", NULL, watch_init_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchMark", NULL, watch_mark_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchMarkWrites", NULL, watch_mark_writes_fn, NULL, NULL, NULL, napi_default, NULL},
-    {"watchIgnoreDir", NULL, watch_ignore_dir_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchPoll", NULL, watch_poll_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchRead", NULL, watch_read_fn, NULL, NULL, NULL, napi_default, NULL},
     {"watchHandlePath", NULL, watch_handle_path_fn, NULL, NULL, NULL, napi_default, NULL},

@@ -31,10 +31,6 @@ struct sbx_pidfd_info {
 #define FAN_REPORT_TARGET_FID 0x00001000
 #endif
 
-#ifndef FAN_MARK_IGNORE
-#define FAN_MARK_IGNORE 0x00000400
-#endif
-
 #define WATCH_MASK                                                                                                              \
   (FAN_CREATE | FAN_CLOSE_WRITE | FAN_ATTRIB | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_DELETE_SELF | FAN_MOVE_SELF | \
    FAN_ONDIR)
@@ -55,11 +51,6 @@ int watch_mark(int fd, const char *path, int report_modify) {
 
 int watch_mark_writes(int fd, const char *path) {
   return fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, FAN_MODIFY, AT_FDCWD, path) < 0 ? -errno : 0;
-}
-
-int watch_ignore_dir(int fd, const char *path) {
-  unsigned int flags = FAN_MARK_ADD | FAN_MARK_IGNORE | FAN_MARK_IGNORED_SURV_MODIFY | FAN_MARK_DONT_FOLLOW | FAN_MARK_ONLYDIR;
-  return fanotify_mark(fd, flags, WATCH_MASK | FAN_MODIFY | FAN_EVENT_ON_CHILD, AT_FDCWD, path) < 0 ? -errno : 0;
 }
 
 int watch_poll(int fd, int timeout_ms) {

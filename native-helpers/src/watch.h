@@ -56,15 +56,6 @@ int watch_mark(int fd, const char *path, int report_modify);
  * marks cgroup2 so: every write to any cgroup.procs). 0 | -errno. */
 int watch_mark_writes(int fd, const char *path);
 
-/* fanotify_mark(FAN_MARK_ADD | FAN_MARK_IGNORE | FAN_MARK_IGNORED_SURV_MODIFY |
- * FAN_MARK_DONT_FOLLOW | FAN_MARK_ONLYDIR) of the directory at path, for every event
- * watch_mark asks (and modify) on the directory and, FAN_EVENT_ON_CHILD, on its entries: the
- * kernel drops them before they are queued (the filesystem mark's events are masked by an
- * inode's ignore mask, fanotify_mark(2)). The events on an entry itself (its own move or
- * removal: FAN_MOVE_SELF, FAN_DELETE_SELF) still come. 0 | -errno (EINVAL before Linux 6.0,
- * which has no FAN_MARK_IGNORE; ENOTDIR, ELOOP: not a directory, a link). */
-int watch_ignore_dir(int fd, const char *path);
-
 /* poll(POLLIN) up to timeout_ms: 1 readable, 0 not | -errno. */
 int watch_poll(int fd, int timeout_ms);
 

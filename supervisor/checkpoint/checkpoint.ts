@@ -10,7 +10,7 @@ import { errnoCode } from '../../ipc/errno.js';
 import type { GcResult } from '../../ipc/methods.js';
 import type { CheckpointResult } from '../../ipc/protocol.js';
 import { STATE } from '../../core/state/names.js';
-import { LocalStore, LocalStoreFiles } from '../../core/checkpoint/local-store.js';
+import { LocalStore } from '../../core/checkpoint/local-store.js';
 import type { RuntimeFence } from '../../core/checkpoint/manifest.js';
 import { type CheckpointStore, parseStoreUrl } from '../../core/checkpoint/store.js';
 import type { Config } from '../config.js';
@@ -72,20 +72,6 @@ export function localStoreDir(config: Config): string {
   const dflt = join(config.stateDir, STATE.checkpointsDir);
   const url = parseStoreUrl(config.checkpoint.store, dflt);
   return url.kind === 'local' ? url.dir : dflt;
-}
-
-/**
- * The local store's directories the workspace watcher has the kernel drop the events of
- * (LocalStoreFiles.quietDirs: the store made now if missing), or none when the store cannot be
- * opened yet (said at debug: the first checkpoint says why, and its events are read and dropped).
- */
-export function storeQuietDirs(config: Config, log: Logger): string[] {
-  try {
-    return LocalStoreFiles.quietDirs(localStoreDir(config));
-  } catch (err) {
-    log.debug({ err, store: localStoreDir(config) }, "the checkpoint store's directories could not be made now: its events are read and dropped");
-    return [];
-  }
 }
 
 /** The checkpoints of one supervisor: its local store, an optional remote one, and the one-at-a-time queue. */

@@ -195,7 +195,7 @@ export class SupervisorMetrics {
     });
     new Counter({
       name: `${P}workspace_own_events_total`,
-      help: "fanotify events of the supervisor's own writes read and dropped (its barriers apart): what the kernel did not drop for it (the checkpoint store's directories are dropped there, Linux 6.0+).",
+      help: "fanotify events of the supervisor's own writes read and dropped (its barriers apart): a checkpoint's store writes about four per object when the store is on a workspace's file system.",
       registers,
       collect() {
         this.reset();

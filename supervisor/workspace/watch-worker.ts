@@ -43,8 +43,6 @@ export interface WatchWorkerInit {
    * kernel's own queue is unlimited: a flood would grow it, or this process, without bound).
    */
   maxQueuedEvents: number;
-  /** Directories whose events (and their entries') the kernel is to drop: the checkpoint store's (watchIgnoreDir). */
-  quietDirs: string[];
   wake: SharedArrayBuffer;
 }
 
@@ -81,12 +79,7 @@ export interface WatchEvent {
 }
 
 export type WatchMessage =
-  | {
-      type: 'ready';
-      marks: { path: string; ok: boolean; message: string | null }[];
-      /** Of quietDirs, how many the kernel now drops the events of, and the first failure (EINVAL: Linux before 6.0). */
-      quiet: { dirs: number; failed: string | null };
-    }
+  | { type: 'ready'; marks: { path: string; ok: boolean; message: string | null }[] }
   | { type: 'failed'; code: string; message: string }
   /** The pause test hook took hold (true) or let go (false): reads stopped, or go on. */
   | { type: 'paused'; paused: boolean }
@@ -165,16 +158,7 @@ function run(init: WatchWorkerInit): void {
       // its barriers will time out: a gap, not a guess
     }
   }
-  const quiet = { dirs: 0, failed: null as string | null };
-  for (const dir of init.quietDirs) {
-    try {
-      n.watchIgnoreDir(fd, dir);
-      quiet.dirs++;
-    } catch (err) {
-      quiet.failed ??= `${dir}: ${systemError(err).message}`;
-    }
-  }
-  port.postMessage({ type: 'ready', marks, quiet } satisfies WatchMessage);
+  port.postMessage({ type: 'ready', marks } satisfies WatchMessage);
   let stopping = false;
   port.on('message', (m: { stop?: boolean }) => {
     if (m.stop) stopping = true;

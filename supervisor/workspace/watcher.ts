@@ -36,12 +36,6 @@ export interface WatcherOptions {
   maxQueuedEvents: number;
   /** workspace.reportModify: FAN_MODIFY too (live writes in `sbx changes`; ~2x the events of close-write alone). */
   reportModify: boolean;
-  /**
-   * Directories only the supervisor's checkpoint store writes (LocalStoreFiles.quietDirs): the
-   * kernel drops their events before they are queued, where they would otherwise be read and
-   * dropped as the supervisor's own. None: every event is read.
-   */
-  quietDirs?: string[];
 }
 
 /** open(2)'s O_TMPFILE on Linux (__O_TMPFILE | O_DIRECTORY; not in fs.constants). */
@@ -195,7 +189,6 @@ export class WorkspaceWatcher {
       batchMs: this.options.batchMs,
       reportModify: this.options.reportModify,
       maxQueuedEvents: this.options.maxQueuedEvents,
-      quietDirs: this.options.quietDirs ?? [],
       wake: this.wake,
     };
     const worker = new Worker(path, { workerData: init });
@@ -206,9 +199,6 @@ export class WorkspaceWatcher {
           m.marks.forEach((mark, i) => {
             if (!mark.ok && !this.workspaces[i].unsupported) this.workspaces[i].unsupported = `fanotify_mark: ${mark.message}`;
           });
-          if (m.quiet.failed)
-            log.info({ dirs: m.quiet.dirs, failed: m.quiet.failed }, "the checkpoint store's own events are read and dropped (the kernel could not drop them)");
-          else if (m.quiet.dirs > 0) log.debug({ dirs: m.quiet.dirs }, "the checkpoint store's own events are dropped by the kernel");
           resolve();
         } else if (m.type === 'paused') {
           this.readerPaused = m.paused;
@@ -322,8 +312,8 @@ export class WorkspaceWatcher {
 
   /**
    * The supervisor's own events read and dropped (its barriers apart), since start: what its
-   * writes on a watched file system cost the watcher, where the kernel did not drop them
-   * (WatcherOptions.quietDirs).
+   * writes on a watched file system (its checkpoint store's among them: about four per object
+   * written) cost the watcher.
    */
   get own(): number {
     return this.ownEvents;
