@@ -1225,6 +1225,14 @@ sub('status')
           ...(status.workspace_unplaced_events
             ? [['unplaced', `${status.workspace_unplaced_events} events whose directory was gone before it could be named (in no workspace)`]]
             : []),
+          ...(status.workspace_own_events
+            ? [
+                [
+                  'own events',
+                  `${status.workspace_own_events} of the supervisor's own writes read as events and dropped (its state dir and store on a workspace's file system)`,
+                ],
+              ]
+            : []),
           ...(status.checkpoint_store ? [['checkpoints', status.checkpoint_store]] : []),
           ...(status.remote ? [['remote', `${status.remote} (WebSocket; docs/guide/remote.md)`]] : []),
           ...(status.metrics
