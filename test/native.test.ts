@@ -777,6 +777,16 @@ describe('hashFilesAt: files read whole and hashed on threads (the read-back of 
       expect(bad(Buffer.from('f0\0'), 0)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
       expect(bad(Buffer.from('f0\0'), CAP, 0)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
       expect(() => native().hashFilesAt(fd, Buffer.alloc(0), 0, CAP, 2, new Float64Array(0), new BigInt64Array(0), Buffer.alloc(0))).not.toThrow();
+      // A fifo under a name, with no O_NONBLOCK asked: opened non-blocking all the same (not
+      // read, not waited on for a writer). In a child with a deadline: a regression hangs there.
+      expect(spawnSync('mkfifo', [join(dir, 'p')]).status).toBe(0);
+      const script = `const n = require(${JSON.stringify(join(ROOT, 'native-helpers/build/Release/sbx_native.node'))});
+        const fd = require('node:fs').openSync(${JSON.stringify(dir)}, 'r');
+        const rc = new Float64Array(1), st = new BigInt64Array(20);
+        n.hashFilesAt(fd, Buffer.from('p\\0'), 0, 64, 2, rc, st, Buffer.alloc(32));
+        console.log(rc[0], (Number(st[1]) & 0o170000).toString(8));`;
+      const child = spawnSync(process.execPath, ['-e', script], { timeout: 10_000, encoding: 'utf8' });
+      expect({ status: child.status, stdout: child.stdout.trim(), stderr: child.stderr }).toEqual({ status: 0, stdout: '0 10000', stderr: '' });
     } finally {
       closeSync(fd);
       rmSync(dir, { recursive: true, force: true });

@@ -550,8 +550,8 @@ export class LocalStoreFiles {
    * call (O_NOFOLLOW: a planted link is refused) and hashed, at once on up to `threads`
    * threads, each into a buffer of `cap` bytes (file-at.ts hashWholeAt). Per object, in order:
    * `read`, the SHA-256 (hex) of the bytes read, their count, and the object file's size and
-   * stat signature before the read (objectSigOf); null when it holds cap bytes or more (read it
-   * with openObject); or the error: StoreError missing or refused as openObject's (refused too
+   * stat signature before the read (objectSigOf); null when it holds cap bytes or more, or
+   * changed while it was read (read it with openObject); or the error: StoreError missing or refused as openObject's (refused too
    * for a name that is no SHA-256 of this fan, or no regular file), else the errno Error.
    */
   hashObjectsWhole(sha256s: string[], cap: number, threads: number): ({ read: string; bytes: number; size: number; sig: string } | null | Error)[] {

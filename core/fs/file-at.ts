@@ -69,7 +69,11 @@ const ERRNO_NAMES = new Map(Object.entries(osConstants.errno).map(([name, no]) =
 /** One file of hashWholeAt: its read failed (`code`, as readWholeAt would throw it), or what was read. */
 export type WholeHashed =
   | { code: string; errno: number }
-  /** bytes read; before: the fstat before the read; sha256: hex of the bytes, null when not a regular file or cap bytes were read (it may hold more). */
+  /**
+   * bytes read; before: the fstat before the read; sha256: hex of the bytes, null when not a
+   * regular file, cap bytes were read (it may hold more), or the fstat after the read differs
+   * (size, times, inode: it changed meanwhile, maybe past the size it was read to).
+   */
   | { bytes: number; before: FileStat; sha256: string | null };
 
 /**
@@ -88,7 +92,14 @@ export function hashWholeAt(dirFd: number, names: Buffer[], extraFlags: number, 
   return names.map((_, i) => {
     if (rc[i]! < 0) return { code: ERRNO_NAMES.get(-rc[i]!) ?? `errno ${-rc[i]!}`, errno: rc[i]! };
     const before = statAt(i * 2 * FIO.fields, stats);
-    const whole = isRegular(before) && rc[i]! < cap;
+    const after = statAt(i * 2 * FIO.fields + FIO.fields, stats);
+    const still =
+      after.size === before.size &&
+      after.mtimeNs === before.mtimeNs &&
+      after.ctimeNs === before.ctimeNs &&
+      after.ino === before.ino &&
+      after.dev === before.dev;
+    const whole = isRegular(before) && rc[i]! < cap && still;
     return { bytes: rc[i]!, before, sha256: whole ? digests.toString('hex', i * 32, i * 32 + 32) : null };
   });
 }

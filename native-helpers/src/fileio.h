@@ -30,7 +30,8 @@ long fileio_read_at(int dirfd, const char *name, int extra_flags, unsigned char 
  * and after, and digests[i * 32...] the SHA-256 of the bytes read when they are the whole
  * file (a regular file, fewer than cap bytes; else left as they are). For the read-back of a
  * checkpoint's objects, git's preload-index way: what a thread reads, it hashes. The SHA-256
- * is OpenSSL's EVP_Digest (evp(7)), the one node itself exports to addons.
+ * is OpenSSL's EVP_Digest (evp(7)), the one node itself exports to addons. Opened O_NONBLOCK
+ * whatever extra_flags says: a fifo under a name never blocks the batch.
  */
 void fileio_hash_many(int dirfd, const char *const *names, size_t n, int extra_flags, size_t cap, long *rc, int64_t *stats, unsigned char *digests,
                       unsigned threads);

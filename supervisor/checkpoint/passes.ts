@@ -1023,7 +1023,7 @@ export function runRehash(req: RehashRequest): RehashResult {
     };
     const failed = (sha256: string, err: unknown) =>
       problems.push({ sha256, problem: err instanceof StoreError ? err.message : `object ${sha256}: ${(err as Error).message}` });
-    /** An object too big for one buffer (or one grown past it): opened and read in blocks. */
+    /** An object too big for one buffer (or one grown past it, or changed while it was read whole): opened and read in blocks, to its end. */
     const inBlocks = (sha256: string, size: number, tree: boolean) => {
       let opened: { fd: number; size: number };
       try {
