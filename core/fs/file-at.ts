@@ -3,7 +3,7 @@
 // /proc/self/fd path each. Owns the stat slots a read fills (one set per thread). The write's
 // half of fileio.c is core/fs/durable.ts's (writeTempBytesAt). hashWholeAt reads and hashes a
 // batch of such files on threads (the read-back's).
-import { constants as osConstants } from 'node:os';
+import { errnoName } from '../../ipc/errno.js';
 import { native } from './native.js';
 
 /** fileio.h's fields of one fstat(2), their index in a stat's slots. */
@@ -63,16 +63,13 @@ function statAt(o: number, from: BigInt64Array = slots): FileStat {
   };
 }
 
-/** errno numbers' names (ENOENT...), for an errno a batch gives as a number. */
-const ERRNO_NAMES = new Map(Object.entries(osConstants.errno).map(([name, no]) => [no, name]));
-
 /** One file of hashWholeAt: its read failed (`code`, as readWholeAt would throw it), or what was read. */
 export type WholeHashed =
   | { code: string; errno: number }
   /**
    * bytes read; before: the fstat before the read; sha256: hex of the bytes, null when not a
    * regular file, cap bytes were read (it may hold more), or the fstat after the read differs
-   * (size, times, inode: it changed meanwhile, maybe past the size it was read to).
+   * (sameStat: it changed meanwhile, maybe past the size it was read to).
    */
   | { bytes: number; before: FileStat; sha256: string | null };
 
@@ -90,18 +87,19 @@ export function hashWholeAt(dirFd: number, names: Buffer[], extraFlags: number, 
   const packed = Buffer.concat(names.flatMap((name) => [name, Buffer.alloc(1)]));
   native().hashFilesAt(dirFd, packed, extraFlags, cap, threads, rc, stats, digests);
   return names.map((_, i) => {
-    if (rc[i]! < 0) return { code: ERRNO_NAMES.get(-rc[i]!) ?? `errno ${-rc[i]!}`, errno: rc[i]! };
+    if (rc[i]! < 0) return { code: errnoName(-rc[i]!) ?? `errno ${-rc[i]!}`, errno: rc[i]! };
     const before = statAt(i * 2 * FIO.fields, stats);
-    const after = statAt(i * 2 * FIO.fields + FIO.fields, stats);
-    const still =
-      after.size === before.size &&
-      after.mtimeNs === before.mtimeNs &&
-      after.ctimeNs === before.ctimeNs &&
-      after.ino === before.ino &&
-      after.dev === before.dev;
-    const whole = isRegular(before) && rc[i]! < cap && still;
+    const whole = isRegular(before) && rc[i]! < cap && sameStat(before, statAt(i * 2 * FIO.fields + FIO.fields, stats));
     return { bytes: rc[i]!, before, sha256: whole ? digests.toString('hex', i * 32, i * 32 + 32) : null };
   });
+}
+
+/** The stat facts two looks at one file compare (a walk's lstat, an fstat). */
+type Compared = { size: bigint; mtimeNs: bigint; ctimeNs: bigint; ino: bigint; mode: number | bigint };
+
+/** Whether two stats of one file say it did not change between them: size, mtime, ctime, inode and mode. */
+export function sameStat(a: Compared, b: Compared): boolean {
+  return a.size === b.size && a.mtimeNs === b.mtimeNs && a.ctimeNs === b.ctimeNs && a.ino === b.ino && Number(a.mode) === Number(b.mode);
 }
 
 /** Whether a stat's mode is a regular file's (S_ISREG). */

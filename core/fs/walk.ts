@@ -4,10 +4,10 @@
 // (supervisor/workspace/scan.ts runs it in a worker: it blocks). See openat(2), open(2) O_NOFOLLOW/O_DIRECTORY, proc(5)
 // /proc/self/fd, path_resolution(7).
 import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, statSync, type BigIntStats } from 'node:fs';
-import { availableParallelism, endianness, constants as osConstants } from 'node:os';
+import { availableParallelism, endianness } from 'node:os';
 import { nativeOrNull, type NativeHelpers } from './native.js';
 import { showPath } from './names.js';
-import { errnoCode, systemError } from '../../ipc/errno.js';
+import { errnoCode, errnoName, systemError } from '../../ipc/errno.js';
 
 export type EntryType = 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'unknown';
 
@@ -169,8 +169,6 @@ function scanError(err: unknown, what: string, rel: Buffer, depth: number, root:
 }
 
 const LITTLE_ENDIAN = endianness() === 'LE';
-
-const ERRNO_NAMES = new Map(Object.entries(osConstants.errno).map(([name, n]) => [n, name]));
 
 /** The native listing, or null where the addon cannot be loaded (then readdir and an lstat per entry). */
 let statDir: ((fd: number) => ReturnType<NativeHelpers['statDir']>) | null | undefined;
@@ -443,7 +441,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         /** A link's target length; -1 none; -2 no link any more when read (statdir.h SD_TARGET_LEN). */
         const targetLen = Number(v[b + SD.targetLen]);
         if (errno !== 0) {
-          const code = ERRNO_NAMES.get(errno) ?? `errno ${errno}`;
+          const code = errnoName(errno) ?? `errno ${errno}`;
           if (code === 'ENOENT') continue; // removed while the walk ran
           throw scanError(Object.assign(new Error(code), { code }), 'lstat of', rel, dir.depth, root);
         }

@@ -1,11 +1,11 @@
 /* fileio: a small file read whole, or a new file written, at a directory fd (fileio.h). */
 #define _GNU_SOURCE
 #include "fileio.h"
+#include "threads.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -128,11 +128,5 @@ static void *hash_batch_run(void *arg) {
 void fileio_hash_many(int dirfd, const char *const *names, size_t n, int extra_flags, size_t cap, long *rc, int64_t *stats, unsigned char *digests,
                       unsigned threads) {
   struct hash_batch b = {dirfd, names, n, extra_flags, cap, rc, stats, digests, 0};
-  enum { MAX_THREADS = 16 };
-  pthread_t tids[MAX_THREADS];
-  unsigned started = 0;
-  if (threads > MAX_THREADS) threads = MAX_THREADS;
-  while (started + 1 < threads && started + 1 < n && pthread_create(&tids[started], NULL, hash_batch_run, &b) == 0) started++;
-  hash_batch_run(&b);
-  for (unsigned t = 0; t < started; t++) pthread_join(tids[t], NULL);
+  run_on_threads(hash_batch_run, &b, n, threads);
 }

@@ -6,12 +6,12 @@
  */
 #define _GNU_SOURCE
 #include "statdir.h"
+#include "threads.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -173,11 +173,5 @@ static void *statdir_batch_run(void *arg) {
 
 void statdir_many(const int *fds, size_t n, struct statdir_result *out, int *rc, unsigned threads) {
   struct statdir_batch b = {fds, n, out, rc, 0};
-  enum { MAX_THREADS = 16 };
-  pthread_t tids[MAX_THREADS];
-  unsigned started = 0;
-  if (threads > MAX_THREADS) threads = MAX_THREADS;
-  while (started + 1 < threads && started + 1 < n && pthread_create(&tids[started], NULL, statdir_batch_run, &b) == 0) started++;
-  statdir_batch_run(&b);
-  for (unsigned t = 0; t < started; t++) pthread_join(tids[t], NULL);
+  run_on_threads(statdir_batch_run, &b, n, threads);
 }

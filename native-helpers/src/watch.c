@@ -31,10 +31,6 @@ struct sbx_pidfd_info {
 #define FAN_REPORT_TARGET_FID 0x00001000
 #endif
 
-#define WATCH_MASK                                                                                                              \
-  (FAN_CREATE | FAN_CLOSE_WRITE | FAN_ATTRIB | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_DELETE_SELF | FAN_MOVE_SELF | \
-   FAN_ONDIR)
-
 int watch_init(int unlimited_queue) {
   unsigned int flags = FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DFID_NAME | FAN_REPORT_PIDFD;
   if (unlimited_queue) flags |= FAN_UNLIMITED_QUEUE;
@@ -44,7 +40,8 @@ int watch_init(int unlimited_queue) {
 }
 
 int watch_mark(int fd, const char *path, int report_modify) {
-  uint64_t mask = WATCH_MASK;
+  uint64_t mask = FAN_CREATE | FAN_CLOSE_WRITE | FAN_ATTRIB | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_DELETE_SELF |
+                  FAN_MOVE_SELF | FAN_ONDIR;
   if (report_modify) mask |= FAN_MODIFY;
   return fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, mask, AT_FDCWD, path) < 0 ? -errno : 0;
 }

@@ -8,7 +8,7 @@ import { availableParallelism } from 'node:os';
 import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readFileSync, readSync } from 'node:fs';
 import { faultPoint } from '../../core/fault.js';
 import { native } from '../../core/fs/native.js';
-import { isRegular, readWholeAt, statAfter, statBefore } from '../../core/fs/file-at.js';
+import { isRegular, readWholeAt, sameStat, statAfter, statBefore } from '../../core/fs/file-at.js';
 import { isUtf8 } from 'node:buffer';
 import { showPath } from '../../core/fs/names.js';
 import { racyMarginNs } from '../../core/fs/granule.js';
@@ -221,10 +221,6 @@ type StatFacts = {
   ino: bigint;
   rdev: bigint;
 };
-
-function sameStat(a: StatFacts, b: StatFacts): boolean {
-  return a.size === b.size && a.mtimeNs === b.mtimeNs && a.ctimeNs === b.ctimeNs && a.ino === b.ino && Number(a.mode) === Number(b.mode);
-}
 
 class Capture {
   objectsWritten = 0;

@@ -9,7 +9,7 @@ import { Socket } from 'node:net';
 import { constants as osConstants } from 'node:os';
 import { execShimPath, native } from '../../core/fs/native.js';
 import type { Reaper } from '../reaper.js';
-import { systemError } from '../../ipc/errno.js';
+import { errnoName, systemError } from '../../ipc/errno.js';
 import { testHooks } from '../../core/test-hooks.js';
 
 export interface LeaderSpec {
@@ -53,12 +53,6 @@ export function signalNumber(name: string): number {
   const num = osConstants.signals[key];
   if (num === undefined) throw new RangeError(`unknown signal ${name}`);
   return num;
-}
-
-/** errno number → name ("ENOENT"), from os.constants.errno. */
-export function errnoName(errno: number): string {
-  for (const [name, num] of Object.entries(osConstants.errno)) if (num === errno) return name;
-  return `E${errno}`;
 }
 
 /**
@@ -407,7 +401,7 @@ function writeAsync(fd: number, payload: Buffer): void {
 function parseFailure(lines: string[]): SpawnFailure | null {
   for (const line of lines) {
     const m = /^error (\w+) (\d+)$/.exec(line);
-    if (m) return { stage: m[1], errno: Number(m[2]), code: errnoName(Number(m[2])) };
+    if (m) return { stage: m[1], errno: Number(m[2]), code: errnoName(Number(m[2])) ?? `E${m[2]}` };
   }
   return null;
 }
