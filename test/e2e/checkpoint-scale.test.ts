@@ -585,7 +585,9 @@ describe('what the stat cache never keeps', () => {
     const seeded = await c.checkpoint({ workspace: ws });
     expect(seeded.scan.passes).toBe(1); // kept from the stat cache
     writeFileSync(f, 'rewritten bytes\n');
-    const child = spawn(join(PROGRAMS, 'hold-lease'), [f, 'wr'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    // wr-keep: never let go, so no open gets in between a release and the lease taken again
+    // (with wr, under load, one did: CI read the file and published it consistent).
+    const child = spawn(join(PROGRAMS, 'hold-lease'), [f, 'wr-keep'], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
     const exited = new Promise((r) => child.on('exit', r));
