@@ -31,6 +31,9 @@ export interface StorePolicy {
  */
 const READ_BUFFER = Buffer.allocUnsafe(1 << 20);
 
+/** More than a pty can hold between its writer and its reader: n_tty's 4 KiB read buffer and the port's 8 KiB flip buffer (pty.c tty_buffer_set_limit), with room. */
+const PTY_HELD_BYTES = 1 << 20;
+
 /** Emits 'advance' (cursor) after each write to the chunk files and 'end' (DrainEnd) once, after the last. */
 export class StreamDrain extends EventEmitter {
   readonly log: StreamLog;
@@ -57,7 +60,6 @@ export class StreamDrain extends EventEmitter {
     // false: this stream's write buffers are full (the disk is behind): the next read waits
     // until the log has room (onRoom); the pipe holds what comes meanwhile.
     const store = (this.store = (data: Buffer): boolean => {
-      this.readBytes += data.length;
       if (this.boundLeftMs !== null) this.readInBoundBytes += data.length;
       if (this.log.append(data, arrivalNowUs())) return true;
       this.holdBound();
@@ -92,7 +94,7 @@ export class StreamDrain extends EventEmitter {
         });
       };
       if (pty) this.socket.on('data', (data: Buffer) => void (store(data) || this.socket.pause()));
-      this.socket.on('end', () => finish('eof'));
+      this.socket.on('end', () => finish(pty ? this.ptyEnd() : 'eof'));
       this.socket.on('error', () => finish('eio')); // EIO from a pty master, or any read error
       this.socket.on('close', () => finish('eof'));
       this.finish = finish;
@@ -124,7 +126,6 @@ export class StreamDrain extends EventEmitter {
           eof = true;
           break;
         }
-        this.readBytes += n;
         this.log.append(Buffer.from(READ_BUFFER.subarray(0, n)), arrivalNowUs());
       }
     } catch (err) {
@@ -150,7 +151,6 @@ export class StreamDrain extends EventEmitter {
   private readInBoundBytes = 0;
   private heldAtDeathBytes = 0;
   private waitingOnDisk = false;
-  private readBytes = 0;
 
   /**
    * Cuts the drain once it has waited boundMs for the pipe's end (every writer in the
@@ -206,6 +206,31 @@ export class StreamDrain extends EventEmitter {
     this.cut();
   }
 
+  /**
+   * libuv's end of a pty master is not the kernel's. After a read shorter than its buffer, a
+   * POLLHUP (every slave closed, or a hangup: n_tty_poll) makes libuv report EOF without
+   * reading again (uv__stream_io), as if that read had emptied the fd. A tty hands its input
+   * over in pieces: n_tty's 4 KiB read buffer, refilled from the port's flip buffer
+   * (tty_buffer.c), so bytes can still wait behind a short read. Reads the master here,
+   * non-blocking, to its real end: EIO once every slave is closed (n_tty_read flushes the
+   * flip buffer first), 0 if the tty was hung up (what was in flight is gone: eof, never
+   * complete). Bounded like boundRanOut: past what a pty can hold, a writer still feeds it.
+   */
+  private ptyEnd(): DrainEnd {
+    let readBytes = 0;
+    try {
+      while (readBytes <= PTY_HELD_BYTES) {
+        const n = readSync(this.readFd, READ_BUFFER, 0, READ_BUFFER.length, null);
+        if (n === 0) return 'eof';
+        readBytes += n;
+        this.store(READ_BUFFER.subarray(0, n));
+      }
+    } catch (err) {
+      return errnoCode(err) === 'EIO' ? 'eio' : 'eof';
+    }
+    return 'timeout';
+  }
+
   private holdBound(): void {
     this.waitingOnDisk = true;
     if (!this.boundTimer || this.readInBoundBytes > this.heldAtDeathBytes) return;
@@ -216,16 +241,6 @@ export class StreamDrain extends EventEmitter {
 
   get cursor(): number {
     return this.log.cursor;
-  }
-
-  /** Bytes read from the fd so far (stored, waiting in the write buffers, or dropped): moves with reads, not with disk writes. */
-  get bytesRead(): number {
-    return this.readBytes;
-  }
-
-  /** Whether reads are paused because this stream's write buffers are full (the disk is behind). */
-  get pausedOnDisk(): boolean {
-    return this.waitingOnDisk;
   }
 
   /** How the drain ended, once its last bytes are stored (the cursor is final); null before. */

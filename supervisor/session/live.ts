@@ -29,8 +29,6 @@ import { handOffLeftovers } from './handoff.js';
 import { errnoCode } from '../../ipc/errno.js';
 import { systemError } from '../../ipc/errno.js';
 
-/** Quiet time on a pty master, after its writers are gone, before the slave is closed. */
-const PTY_QUIET_MS = 20;
 /** How long KILLs through a shim that stays (pty, subreaper mode) may take before cgroup.kill takes it too (no cgroup: the supervisor kills its tree). */
 const SHIM_KILL_GIVE_UP_MS = 10_000;
 
@@ -492,9 +490,10 @@ export class LiveSession extends Session {
       return;
     }
     if (leader.holdsSession) {
-      // Everything but the session leader is gone: read the pty to its end while the
-      // session (and so the tty) still stands, then let the shim go.
-      await this.ptyQuiet();
+      // Everything but the session leader is gone: close our slave and read the master to
+      // its end (EIO: n_tty_read hands over what the tty layer still holds first; the drain
+      // reads past libuv's early EOF, StreamDrain.ptyEnd) while the session (and so the tty)
+      // still stands, then let the shim go.
       this.releaseStdio();
       await this.drainAll();
       leader.release();
@@ -588,33 +587,6 @@ export class LiveSession extends Session {
       this.pty.slave = -1;
     }
     this.stdin?.release();
-  }
-
-  /**
-   * After every writer of the pty is gone, waits until the master has been quiet for
-   * PTY_QUIET_MS (bytes still in flight in the tty layer arrive within that), bounded by the
-   * post-death drain; only then is the slave closed. Quiet means no byte read from the master
-   * (not: none written to disk, which lags behind a busy threadpool), over an interval the
-   * drain was reading throughout: while it is paused on its own write buffers (the disk is
-   * behind) the master is silent because of us, and that time counts neither as quiet nor
-   * against the bound (as StreamDrain.startBound). Closing the slave with bytes in flight
-   * makes the master read EOF and drop them (pty_hangup).
-   */
-  private async ptyQuiet(): Promise<void> {
-    const drain = this.drains.get('pty');
-    if (!drain) return;
-    let leftMs = this.ctx.config.drain.postDeathDrainMs;
-    for (;;) {
-      const before = drain.bytesRead;
-      const pausedBefore = drain.pausedOnDisk;
-      const startedAt = performance.now();
-      await new Promise((r) => setTimeout(r, PTY_QUIET_MS));
-      if (drain.ended) return;
-      if (pausedBefore || drain.pausedOnDisk) continue;
-      if (drain.bytesRead === before) return;
-      leftMs -= performance.now() - startedAt;
-      if (leftMs <= 0) return;
-    }
   }
 
   /**

@@ -135,7 +135,7 @@ describe('many streams at once', () => {
       argvs.map(async (argv) => client.wait({ session_id: (await client.launch({ argv, cwd: '/', pty: { cols: 80, rows: 24 } })).session_id })),
     );
     for (const [i, r] of receipts.entries()) {
-      expect(r.output.pty).toMatchObject({ final_cursor: expected[i]!.length, sha256: sha256(expected[i]!), complete: true });
+      expect(r.output.pty).toMatchObject({ final_cursor: expected[i]!.length, sha256: sha256(expected[i]!), complete: true, reason: null, drain_end: 'eio' });
       expect((await client.read({ session_id: r.session_id }, 'pty')).equals(expected[i]!)).toBe(true);
     }
   }, 30_000);

@@ -1,8 +1,9 @@
 // The post-death bound of supervisor/session/drain.ts when the event loop stalls: its timer runs
 // before the loop's poll phase reads what came meanwhile, so the bound reads the pipe first and
-// cuts only a pipe still held open and empty.
+// cuts only a pipe still held open and empty. And a pty master's end: libuv's EOF after a short
+// read and a POLLHUP is not the kernel's, so the drain reads on to EIO.
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, mkdtempSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, constants, mkdtempSync, openSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -72,5 +73,53 @@ describe('the post-death bound after a stalled event loop', () => {
         sha256: createHash('sha256').update(data).digest('hex'),
       });
     });
+  });
+});
+
+describe("a pty master's end", () => {
+  it("every byte still in the tty layer when the last slave closes: read on past libuv's EOF to EIO, complete", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-drain-pty-'));
+    const hashPool = new HashPool();
+    const { master, slave, path } = native().openPty(80, 24);
+    // Fill the tty layer from a non-blocking slave fd until it takes no more: n_tty's 4 KiB read
+    // buffer, then the port's flip buffer behind it. Letters only: output processing (ONLCR) changes none.
+    const writer = openSync(path, constants.O_WRONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
+    closeSync(slave);
+    const chunk = Buffer.from(
+      randomBytes(3 * 256)
+        .toString('base64')
+        .replace(/[^A-Za-z]/g, 'x'),
+    );
+    const written: Buffer[] = [];
+    for (;;) {
+      let n = 0;
+      try {
+        n = writeSync(writer, chunk);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EAGAIN') throw err;
+      }
+      if (n === 0) break;
+      written.push(chunk.subarray(0, n));
+    }
+    const data = Buffer.concat(written);
+    expect(data.length).toBeGreaterThan(4096); // more than one read of the master can return
+    closeSync(writer); // the last slave: the master polls POLLHUP, with bytes still to read
+    const drain = new StreamDrain(dir, 'pty', master, { chunkBytes: 1 << 20, hashPool, quotaBytes: Number.MAX_SAFE_INTEGER, guard: null }, true);
+    try {
+      // libuv's first read returns n_tty's buffer (short of its 64 KiB), sees POLLHUP and
+      // reports EOF without reading again: the flip buffer's bytes were dropped (pty_hangup).
+      expect(await drain.done).toBe('eio');
+      expect(await drain.finalize()).toMatchObject({
+        final_cursor: data.length,
+        complete: true,
+        reason: null,
+        drain_end: 'eio',
+        sha256: createHash('sha256').update(data).digest('hex'),
+      });
+    } finally {
+      drain.cut();
+      await hashPool.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
