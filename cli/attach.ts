@@ -31,7 +31,13 @@ export async function pumpStdin(
 ): Promise<void> {
   if (pty && process.stdin.isTTY) {
     process.stdin.setRawMode(true);
-    process.on('exit', () => process.stdin.setRawMode?.(false));
+    process.on('exit', () => {
+      try {
+        process.stdin.setRawMode?.(false);
+      } catch {
+        // the terminal was hung up: there is no mode left to put back
+      }
+    });
   }
   let offset = fromOffset;
   const send = async (data: Buffer, eof: boolean): Promise<void> => {
@@ -162,6 +168,14 @@ async function attach(given: SessionSelector, o: AttachOptions, endpoint: Endpoi
   const sel = { session_id: id };
   const reconnecting = reconnectingLine(where);
   const conn = new ReconnectingClient({ ...endpoint, clientName: 'sbx', onReconnecting: reconnecting }, client);
+  if (pty && process.stdout.isTTY) {
+    // As docker attach to a container with a tty: the session's terminal takes this one's
+    // size now, and each SIGWINCH is sent on as a resize (the session's foreground process
+    // group gets its own SIGWINCH). A resize that fails (the session ended) is not an error.
+    const resize = () => void conn.current?.request('resize', { ...sel, cols: process.stdout.columns, rows: process.stdout.rows }).catch(() => {});
+    resize();
+    process.on('SIGWINCH', resize);
+  }
   // A writer of its own: beside `sbx run --stdin` or another attach, bytes interleave per write.
   if (takesStdin) void pumpStdin(conn, sel, pty, 0, Boolean(o.closeStdin), randomUUID());
   let status: number;

@@ -6,7 +6,8 @@
 // Runs bundled (scripts/build/sbx-bundle.mjs): no side effects at the top level ("Start" below).
 import { isUtf8 } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { isatty } from 'node:tty';
 import { join, resolve as resolvePath } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { realpathSync } from 'node:fs';
@@ -926,11 +927,18 @@ sub('write')
 
 sub('resize')
   .description("set a pty session's terminal size")
-  .argument('<id>', 'session id (or a unique prefix of 3+ characters)')
-  .argument('<cols>', 'columns', positiveInt)
-  .argument('<rows>', 'rows', positiveInt)
-  .action(async (id: string, cols: number, rows: number, o: object) => {
-    await call(globals(o), (c) => c.request('resize', { session_id: id, cols, rows }));
+  .usage('(ID | --key K) COLS ROWS [options]')
+  .argument('[id]', 'session id (or a unique prefix of 3+ characters); absent with --key')
+  .argument('[cols]', 'columns (1-65535)')
+  .argument('[rows]', 'rows (1-65535)')
+  .option('--key <key>', 'select the session by invocation key')
+  .action(async (first: string | undefined, second: string | undefined, third: string | undefined, o: { key?: string }) => {
+    // With --key the ID is absent, and commander fills the positions from the left.
+    const [id, cols, rows] = o.key !== undefined && third === undefined ? [undefined, first, second] : [first, second, third];
+    if (cols === undefined || rows === undefined) fail('INVALID_ARGUMENT: give COLS and ROWS: sbx resize ID COLS ROWS, or sbx resize --key K COLS ROWS');
+    const sel = selector(id, o.key);
+    const size = { cols: positiveInt(cols), rows: positiveInt(rows) };
+    await call(globals(o), (c) => c.request('resize', { ...sel, ...size }));
   });
 
 sub('logs')
@@ -1679,8 +1687,34 @@ function stdoutFailed(err: NodeJS.ErrnoException, out: NodeJS.WriteStream): neve
   process.exit(141);
 }
 
+/**
+ * Node puts back the terminal modes of fds 0-2 as it exits (node.cc ResetStdio) and aborts
+ * when that tcsetattr(3) fails with anything but EPERM. On a terminal that was hung up (its
+ * window closed, ssh dropped: sbx got SIGHUP and sent it on) it fails with EIO, and sbx died
+ * of SIGABRT or SIGSEGV instead of exiting with the session's status. At exit, an fd that was
+ * a terminal at start and no longer is one (isatty(3) is false on a hung-up tty: TCGETS says
+ * EIO) is pointed at /dev/null, which Node then leaves alone (not the file it saw at start).
+ */
+function releaseHungUpTerminals(): void {
+  const ttysAtStart = [0, 1, 2].filter((fd) => isatty(fd));
+  if (ttysAtStart.length === 0) return;
+  process.on('exit', () => {
+    for (const fd of ttysAtStart) {
+      if (isatty(fd)) continue;
+      try {
+        closeSync(fd);
+        const at = openSync('/dev/null', fd === 0 ? 'r' : 'w'); // the lowest free fd: this one
+        if (at !== fd) closeSync(at); // a lower one was free: fd stays closed, which Node skips too
+      } catch {
+        // closed already: Node skips a closed fd (EBADF)
+      }
+    }
+  });
+}
+
 /** Runs the CLI on argv (process.argv's shape: node, script, args...). */
 function main(argv: string[]): void {
+  releaseHungUpTerminals();
   for (const out of [process.stdout, process.stderr]) out.on('error', (err: NodeJS.ErrnoException) => stdoutFailed(err, out));
   takeArguments(argv);
   program.parseAsync(argv).catch((err: unknown) => fail(describe(err)));

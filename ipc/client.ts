@@ -188,7 +188,10 @@ export class SupervisorClient {
    * resolves once the receipt is durable. `onStdout`/`onStderr`: called with each new piece of
    * that stream as it arrives, in cursor order; such a stream is not kept (its field null),
    * so memory is one piece, not the output. A callback that throws rejects run and cancels
-   * the session. Errors as launch, subscribe and wait; a drop rejects (one connection).
+   * the session. With `params.pty` the session has one stream, the terminal's (`pty`: stdout
+   * and stderr together, `\n` as `\r\n`): it comes as stdout, as `sbx run --pty` and
+   * `docker run -t` print it, and stderr is empty. Errors as launch, subscribe and wait; a
+   * drop rejects (one connection).
    */
   async run(params: LaunchParams, options: RunOptions = {}): Promise<RunResult> {
     const launch: LaunchParams = { ...params, stdin: options.stdin !== undefined ? true : params.stdin };
@@ -200,11 +203,11 @@ export class SupervisorClient {
       stdout: options.onStdout ?? ((b: Buffer) => void kept.stdout.push(b)),
       stderr: options.onStderr ?? ((b: Buffer) => void kept.stderr.push(b)),
     };
-    const follow = (stream: 'stdout' | 'stderr') =>
+    const follow = (stream: 'stdout' | 'stderr', stored: StreamName = stream) =>
       new Promise<void>((resolve, reject) => {
         let expected = 0;
         this.subscribe(
-          { ...selector, stream, from: 0, follow: true },
+          { ...selector, stream: stored, from: 0, follow: true },
           {
             onOutput: (ev) => {
               if (ev.cursor !== expected) return;
@@ -224,7 +227,7 @@ export class SupervisorClient {
       });
     try {
       if (options.stdin !== undefined && session.state !== 'ended') await this.writeAll(selector, options.stdin);
-      await Promise.all([follow('stdout'), follow('stderr')]);
+      await Promise.all(params.pty ? [follow('stdout', 'pty')] : [follow('stdout'), follow('stderr')]);
     } catch (err) {
       if (!(err instanceof SupervisorError) && !this.closedError) await this.request('cancel', selector).catch(() => undefined);
       throw err;
@@ -495,7 +498,7 @@ export interface RunOptions {
   stdin?: Buffer;
   /** Pass this process's environment as `inherit_env` (the launch's `env` still wins), as `sbx run` does. */
   inheritEnv?: boolean;
-  /** Each new piece of stdout as it arrives, in order; stdout is then not kept (result.stdout null). */
+  /** Each new piece of stdout (with a pty: the terminal's output) as it arrives, in order; stdout is then not kept (result.stdout null). */
   onStdout?: (data: Buffer) => void;
   /** Each new piece of stderr as it arrives, in order; stderr is then not kept (result.stderr null). */
   onStderr?: (data: Buffer) => void;
@@ -505,7 +508,7 @@ export interface RunOptions {
 export interface RunResult {
   session: LaunchResult;
   receipt: Receipt;
-  /** Every stored byte of stdout, or null when onStdout took it. */
+  /** Every stored byte of stdout (with a pty: of the terminal's output), or null when onStdout took it. */
   stdout: Buffer | null;
   /** Every stored byte of stderr, or null when onStderr took it. */
   stderr: Buffer | null;

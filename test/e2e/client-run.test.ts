@@ -59,6 +59,20 @@ describe('SupervisorClient.run', () => {
     expect([r.stdout?.toString(), r.stderr, Buffer.concat(err).toString()]).toEqual(['in', null, 'err']);
   });
 
+  it("with a pty, the terminal's one stream comes as stdout (stderr in it, \\n as \\r\\n), stderr empty; stdin then ^D", async () => {
+    const c = await daemon.client();
+    const r = await c.run({ argv: ['sh', '-c', "printf 'a\\nb'; printf err >&2"], cwd: '/', pty: { cols: 80, rows: 24 }, invocation_key: key() });
+    expect([r.receipt.exit.code, r.stdout?.toString(), r.stderr?.toString()]).toEqual([0, 'a\r\nberr', '']);
+    expect(r.receipt.output.pty).toMatchObject({ final_cursor: 7, complete: true });
+    // The tty echoes the input, then cat writes it back; the end of stdin is ^D, never echoed.
+    const got: Buffer[] = [];
+    const fed = await c.run(
+      { argv: ['cat'], cwd: '/', pty: { cols: 80, rows: 24 }, invocation_key: key() },
+      { stdin: Buffer.from('in\n'), onStdout: (b) => void got.push(b) },
+    );
+    expect([fed.receipt.exit.code, fed.stdout, Buffer.concat(got).toString()]).toEqual([0, null, 'in\r\nin\r\n']);
+  });
+
   it('inheritEnv passes this process environment, as launch inherit_env', async () => {
     const c = await daemon.client();
     const marker = key();

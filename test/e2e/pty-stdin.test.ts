@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../../ipc/protocol.js';
 import { isSupervisorError } from '../../ipc/errors.js';
 import { native } from '../../core/fs/native.js';
-import { parentPid, pidsWithMarker, SBX, sha256, TestDaemon, until } from '../helpers/daemon.js';
+import { parentPid, pidsWithMarker, SBX, SBX_BIN, sha256, TestDaemon, until } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;
 beforeAll(async () => {
@@ -90,10 +90,13 @@ describe('pty', () => {
     }
   });
 
-  it('resizes: the foreground process sees SIGWINCH and the new size', async () => {
+  it('resizes, by id and by --key: the foreground process sees SIGWINCH and the new size', async () => {
+    const key = `resize-${randomBytes(4).toString('hex')}`;
     const detached = await daemon.sbx([
       'run',
       '--detach',
+      '--key',
+      key,
       '--pty',
       '--cols',
       '80',
@@ -110,9 +113,106 @@ describe('pty', () => {
     await until(async () => (await daemon.sbx(['logs', id])).stdout.toString().includes('ready'), 'the session to be ready');
     expect((await daemon.sbx(['resize', id, '120', '40'])).status).toBe(0);
     await until(async () => (await daemon.sbx(['logs', id])).stdout.toString().includes('40 120'), 'the new size to be printed');
+    const byKey = await daemon.sbx(['resize', '--key', key, '100', '30']);
+    expect(byKey.status, byKey.stderr.toString()).toBe(0);
+    await until(async () => (await daemon.sbx(['logs', id])).stdout.toString().includes('30 100'), 'the size set by --key to be printed');
+    // An ID and --key, or a size short of two numbers: refused before any request.
+    for (const args of [
+      ['resize', id, '--key', key, '90', '20'],
+      ['resize', '--key', key, '90'],
+      ['resize', id, '90'],
+    ]) {
+      const r = await daemon.sbx(args);
+      expect([r.status, r.stderr.toString()], args.join(' ')).toEqual([
+        125,
+        expect.stringMatching(/^sbx: (give a session ID or --key, not both|INVALID_ARGUMENT: give COLS and ROWS)/),
+      ]);
+    }
     await daemon.sbx(['cancel', id, '--grace', '0']);
     expect((JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt).outcome).toBe('cancelled');
   });
+  it('sbx attach from a terminal gives a pty session its size, then sends each SIGWINCH on as a resize (as docker attach -t)', async () => {
+    const detached = await daemon.sbx([
+      'run',
+      '--detach',
+      '--pty',
+      '--cols',
+      '80',
+      '--rows',
+      '24',
+      '--timeout',
+      '30s',
+      '--',
+      'sh',
+      '-c',
+      'trap "stty size" WINCH; echo ready; while :; do sleep 0.05; done',
+    ]);
+    const id = detached.stdout.toString().trim();
+    await until(async () => (await daemon.sbx(['logs', id])).stdout.toString().includes('ready'), 'the session to be ready');
+    // attach on a 111x33 terminal (python3's pty.fork); once the session has said so, the
+    // terminal becomes 122x44 (TIOCSWINSZ on the master: the kernel sends attach SIGWINCH).
+    const driver = [
+      'import fcntl, os, pty, select, signal, struct, sys, termios, time',
+      'pid, fd = pty.fork()',
+      'if pid == 0:',
+      "    fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack('HHHH', 33, 111, 0, 0))",
+      "    os.execv(sys.argv[1], [sys.argv[1], 'attach', sys.argv[2], '--no-stdin'])",
+      'def until(what):',
+      "    seen, deadline = b'', time.time() + 20",
+      '    while what not in seen and time.time() < deadline:',
+      '        if select.select([fd], [], [], 0.5)[0]:',
+      '            seen += os.read(fd, 4096)',
+      '    return what in seen',
+      "first = until(b'33 111')",
+      "fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack('HHHH', 44, 122, 0, 0))",
+      "second = until(b'44 122')",
+      'os.kill(pid, signal.SIGINT)',
+      'status = os.waitpid(pid, 0)[1]',
+      'print(first, second, os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1)',
+    ].join('\n');
+    const child = spawn('/usr/bin/python3', ['-c', driver, SBX_BIN, id], {
+      env: { ...process.env, SBX_SOCKET: daemon.socketPath },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    await new Promise((r) => child.on('exit', r));
+    expect(out).toBe('True True 130\n'); // both sizes reached the session; Ctrl-C detached
+    expect((await daemon.sbx(['logs', id])).stdout.toString()).toMatch(/33 111\r\n(.|\n)*44 122\r\n/);
+    await daemon.sbx(['cancel', id, '--grace', '0']);
+    expect((JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt).outcome).toBe('cancelled');
+  });
+
+  it('sbx run -it whose terminal is hung up (its window closed) sends SIGHUP on and exits 129: never a crash on the gone terminal', async () => {
+    // python3 gives sbx a terminal (pty.fork), waits for the command's line, closes the master:
+    // the kernel hangs the tty up and sends sbx SIGHUP. sbx died of SIGABRT or SIGSEGV here, in
+    // Node's own exit (its tcsetattr on the hung-up terminal failed: EIO).
+    const key = `hup-${randomBytes(4).toString('hex')}`;
+    const driver = [
+      'import os, pty, select, sys, time',
+      'pid, fd = pty.fork()',
+      'if pid == 0:',
+      "    os.execv(sys.argv[1], [sys.argv[1], 'run', '-it', '--key', sys.argv[2], '--', 'sh', '-c', 'echo up; exec sleep 60'])",
+      "seen, deadline = b'', time.time() + 20",
+      "while b'up' not in seen and time.time() < deadline:",
+      '    if select.select([fd], [], [], 0.5)[0]:',
+      '        seen += os.read(fd, 4096)',
+      'os.close(fd)',
+      'status = os.waitpid(pid, 0)[1]',
+      'print(os.WEXITSTATUS(status) if os.WIFEXITED(status) else "signal %d" % os.WTERMSIG(status))',
+    ].join('\n');
+    const child = spawn('/usr/bin/python3', ['-c', driver, SBX_BIN, key], {
+      env: { ...process.env, SBX_SOCKET: daemon.socketPath },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    await new Promise((r) => child.on('exit', r));
+    expect(out).toBe('129\n');
+    const receipt = JSON.parse((await daemon.sbx(['wait', '--key', key])).stdout.toString()) as Receipt;
+    expect(receipt.exit).toMatchObject({ code: null, signal: 'SIGHUP' });
+  });
+
   it("a shim (the pty's session leader) killed before it reports leaves the session unknown, not hung", async () => {
     const m = `9${randomBytes(3).readUIntBE(0, 3)}`;
     const client = await daemon.client();
