@@ -396,7 +396,7 @@ export interface StreamOutput {
   sha256: string;
   complete: boolean;
   /** io_error: a write refused for another reason than space (e.g. a planted link, EEXIST). */
-  /** pty_hangup: a pty master read EOF (hung up) instead of EIO; bytes in flight may be lost. */
+  /** pty_hangup: the pty was hung up (its master read EOF instead of EIO, or the command hung up its own tty, vhangup(2)); bytes in flight may be lost. */
   reason: null | 'quota' | 'disk_full' | 'drain_timeout' | 'owner_lost' | 'io_error' | 'pty_hangup';
   dropped_bytes: number;
   /** How the drain ended; "lost": the supervisor that drained it died (owner_lost). */

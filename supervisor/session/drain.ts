@@ -213,8 +213,9 @@ export class StreamDrain extends EventEmitter {
    * over in pieces: n_tty's 4 KiB read buffer, refilled from the port's flip buffer
    * (tty_buffer.c), so bytes can still wait behind a short read. Reads the master here,
    * non-blocking, to its real end: EIO once every slave is closed (n_tty_read flushes the
-   * flip buffer first), 0 if the tty was hung up (what was in flight is gone: eof, never
-   * complete). Bounded like boundRanOut: past what a pty can hold, a writer still feeds it.
+   * flip buffer first), 0 if the master's file was hung up (eof, never complete). A hangup of
+   * the slave side shows nothing here: LiveSession.releaseStdio sees it (sawHangup). Bounded
+   * like boundRanOut: past what a pty can hold, a writer still feeds it.
    */
   private ptyEnd(): DrainEnd {
     let readBytes = 0;
@@ -243,6 +244,17 @@ export class StreamDrain extends EventEmitter {
     return this.log.cursor;
   }
 
+  private hungUp = false;
+
+  /**
+   * The pty was hung up while the session ran (its slave fd answers EIO: LiveSession.releaseStdio).
+   * A hangup flushes what was in flight to the master, and the master still reads on to EIO, so
+   * its end cannot tell: the stream is not complete (pty_hangup), whatever end it reaches.
+   */
+  sawHangup(): void {
+    this.hungUp = true;
+  }
+
   /** How the drain ended, once its last bytes are stored (the cursor is final); null before. */
   get ended(): DrainEnd | null {
     return this.storedHow;
@@ -252,9 +264,9 @@ export class StreamDrain extends EventEmitter {
   async finalize(): Promise<StreamOutput> {
     const how = this.endedHow ?? 'timeout';
     const { sha256, indexSha256, chunks } = await this.log.finalize();
-    // A pty master that reads EOF (the tty was hung up) rather than EIO (every slave closed)
-    // may have dropped bytes still in flight: never claim it complete (issue 7, open).
-    const reason = this.log.failure ?? (how === 'timeout' ? 'drain_timeout' : this.pty && how === 'eof' ? 'pty_hangup' : null);
+    // A pty master that reads EOF (the tty was hung up) rather than EIO (every slave closed),
+    // or whose tty was hung up on the way (sawHangup), may have lost bytes in flight: never complete.
+    const reason = this.log.failure ?? (how === 'timeout' ? 'drain_timeout' : this.pty && (how === 'eof' || this.hungUp) ? 'pty_hangup' : null);
     return {
       final_cursor: this.log.cursor,
       sha256,

@@ -4,6 +4,7 @@
 // receipted once death is proven (evidence.ts). Owns the leader, the pty, the drains and the stdin writer;
 // what any session has is session.ts. See cgroups(7), pty(7), docs/design/facts.md 8, 9, 15, 16.
 import { chmodSync, chownSync, closeSync, mkdirSync, rmSync } from 'node:fs';
+import { isatty } from 'node:tty';
 import { Socket } from 'node:net';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { HandoffFacts, SessionLimits, StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
@@ -579,10 +580,14 @@ export class LiveSession extends Session {
 
   /**
    * Closes what we held of the session's stdio: the pty slave (the master then reads what is
-   * buffered, then EIO: docs/design/facts.md 16) and the stdin pipe. Idempotent.
+   * buffered, then EIO: docs/design/facts.md 16) and the stdin pipe. Idempotent. A slave fd
+   * that is no terminal any more was hung up (vhangup(2), TIOCVHANGUP: every open file of the
+   * tty then answers EIO, tty_ioctl(4)), and the hangup flushed what was in flight to the
+   * master, unseen there: the pty stream is then never complete (pty_hangup).
    */
   private releaseStdio(): void {
     if (this.pty && this.pty.slave >= 0) {
+      if (!isatty(this.pty.slave)) this.drains.get('pty')?.sawHangup();
       closeSync(this.pty.slave);
       this.pty.slave = -1;
     }

@@ -183,6 +183,28 @@ describe('pty', () => {
     expect((JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt).outcome).toBe('cancelled');
   });
 
+  it('a command that hangs up its own tty (TIOCVHANGUP, vhangup(2)): the hangup flushed what was in flight, so the pty stream is never complete (pty_hangup)', async () => {
+    const client = await daemon.client();
+    // 20,000 bytes written, then the hangup; what the master had not read yet is gone, and the
+    // master still ends in EIO, so only the supervisor's own slave fd (EIO now) can tell.
+    const script = "import fcntl, os; os.write(1, b'A' * 20000); fcntl.ioctl(1, 0x5437)"; // TIOCVHANGUP
+    const { session_id } = await client.launch({ argv: ['/usr/bin/python3', '-c', script], cwd: '/', pty: { cols: 80, rows: 24 } });
+    const receipt = await client.wait({ session_id });
+    expect(receipt.exit.code).toBe(0);
+    expect(receipt.output.pty).toMatchObject({ complete: false, reason: 'pty_hangup' });
+    // What was stored is what the digest says, and no more than was written.
+    const stored = await client.read({ session_id }, 'pty');
+    expect([stored.length <= 20000, sha256(stored)]).toEqual([true, receipt.output.pty!.sha256]);
+    // A session that is not hung up stays complete.
+    const plain = await client.launch({ argv: ['/usr/bin/python3', '-c', "import os; os.write(1, b'A' * 20000)"], cwd: '/', pty: { cols: 80, rows: 24 } });
+    expect((await client.wait({ session_id: plain.session_id })).output.pty).toMatchObject({
+      final_cursor: 20000,
+      complete: true,
+      reason: null,
+      drain_end: 'eio',
+    });
+  });
+
   it('sbx run -it whose terminal is hung up (its window closed) sends SIGHUP on and exits 129: never a crash on the gone terminal', async () => {
     // python3 gives sbx a terminal (pty.fork), waits for the command's line, closes the master:
     // the kernel hangs the tty up and sends sbx SIGHUP. sbx died of SIGABRT or SIGSEGV here, in
