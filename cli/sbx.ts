@@ -934,8 +934,12 @@ sub('resize')
   .option('--key <key>', 'select the session by invocation key')
   .action(async (first: string | undefined, second: string | undefined, third: string | undefined, o: { key?: string }) => {
     // With --key the ID is absent, and commander fills the positions from the left.
-    const [id, cols, rows] = o.key !== undefined && third === undefined ? [undefined, first, second] : [first, second, third];
-    if (cols === undefined || rows === undefined) fail('INVALID_ARGUMENT: give COLS and ROWS: sbx resize ID COLS ROWS, or sbx resize --key K COLS ROWS');
+    const given = [first, second, third].filter((a): a is string => a !== undefined);
+    const usage = 'sbx resize ID COLS ROWS, or sbx resize --key K COLS ROWS';
+    if (o.key !== undefined && given.length === 3 && !/^\d+$/.test(given[0]!)) fail('give a session ID or --key, not both');
+    if (given.length !== (o.key === undefined ? 3 : 2))
+      fail(`INVALID_ARGUMENT: ${given.length < (o.key === undefined ? 3 : 2) ? 'give COLS and ROWS' : 'too many arguments'}: ${usage}`);
+    const [id, cols, rows] = (o.key === undefined ? given : [undefined, ...given]) as [string | undefined, string, string];
     const sel = selector(id, o.key);
     const size = { cols: positiveInt(cols), rows: positiveInt(rows) };
     await call(globals(o), (c) => c.request('resize', { ...sel, ...size }));
@@ -1698,7 +1702,7 @@ function stdoutFailed(err: NodeJS.ErrnoException, out: NodeJS.WriteStream): neve
 function releaseHungUpTerminals(): void {
   const ttysAtStart = [0, 1, 2].filter((fd) => isatty(fd));
   if (ttysAtStart.length === 0) return;
-  process.on('exit', () => {
+  const release = () => {
     for (const fd of ttysAtStart) {
       if (isatty(fd)) continue;
       try {
@@ -1709,7 +1713,22 @@ function releaseHungUpTerminals(): void {
         // closed already: Node skips a closed fd (EBADF)
       }
     }
-  });
+  };
+  process.on('exit', release);
+  // Node's own SIGINT and SIGTERM handler puts the modes back the same way before it dies of
+  // the signal (and aborts alike). Where the command takes no such signal itself (sbx logs -f,
+  // wait: the command's own listener is then the only other one), this listener releases the
+  // gone terminals, steps aside and raises the signal again: sbx still dies of it, as before.
+  // Node changes no shared terminal's modes or flags by itself (libuv reopens a pty slave).
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    const onSignal = () => {
+      if (process.listenerCount(signal) > 1) return; // the command's (sbx run, attach): it ends through exit
+      release();
+      process.removeListener(signal, onSignal); // back to the default action (libuv: SIG_DFL)
+      process.kill(process.pid, signal);
+    };
+    process.on(signal, onSignal);
+  }
 }
 
 /** Runs the CLI on argv (process.argv's shape: node, script, args...). */

@@ -116,17 +116,16 @@ describe('pty', () => {
     const byKey = await daemon.sbx(['resize', '--key', key, '100', '30']);
     expect(byKey.status, byKey.stderr.toString()).toBe(0);
     await until(async () => (await daemon.sbx(['logs', id])).stdout.toString().includes('30 100'), 'the size set by --key to be printed');
-    // An ID and --key, or a size short of two numbers: refused before any request.
-    for (const args of [
-      ['resize', id, '--key', key, '90', '20'],
-      ['resize', '--key', key, '90'],
-      ['resize', id, '90'],
-    ]) {
-      const r = await daemon.sbx(args);
-      expect([r.status, r.stderr.toString()], args.join(' ')).toEqual([
-        125,
-        expect.stringMatching(/^sbx: (give a session ID or --key, not both|INVALID_ARGUMENT: give COLS and ROWS)/),
-      ]);
+    // An ID and --key, a size short of two numbers or a number too many: refused before any request.
+    const usage = ': sbx resize ID COLS ROWS, or sbx resize --key K COLS ROWS\n';
+    for (const [args, said] of [
+      [['resize', id, '--key', key, '90', '20'], 'give a session ID or --key, not both\n'],
+      [['resize', '--key', key, '90'], `INVALID_ARGUMENT: give COLS and ROWS${usage}`],
+      [['resize', '--key', key, '90', '20', '30'], `INVALID_ARGUMENT: too many arguments${usage}`],
+      [['resize', id, '90'], `INVALID_ARGUMENT: give COLS and ROWS${usage}`],
+    ] as const) {
+      const r = await daemon.sbx([...args]);
+      expect([r.status, r.stderr.toString()], args.join(' ')).toEqual([125, `sbx: ${said}`]);
     }
     await daemon.sbx(['cancel', id, '--grace', '0']);
     expect((JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt).outcome).toBe('cancelled');
@@ -181,6 +180,54 @@ describe('pty', () => {
     expect((await daemon.sbx(['logs', id])).stdout.toString()).toMatch(/33 111\r\n(.|\n)*44 122\r\n/);
     await daemon.sbx(['cancel', id, '--grace', '0']);
     expect((JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt).outcome).toBe('cancelled');
+  });
+
+  it('sbx wait and sbx logs -f on a terminal that is hung up, then SIGTERM or SIGINT: they die of that signal, as on a live one (not SIGABRT)', async () => {
+    // Node's own SIGINT/SIGTERM handler puts the terminal's modes back first, and aborted on the
+    // hung-up terminal (EIO). The session leader (python3) survives the hangup; sbx, in its
+    // session, gets no SIGHUP, only the signal sent afterwards.
+    const client = await daemon.client();
+    const { session_id } = await client.launch({ argv: ['sleep', '600'], cwd: '/' });
+    const driver = [
+      'import os, pty, signal, subprocess, sys, time',
+      'sbx, sid, sig, verb = sys.argv[1], sys.argv[2], getattr(signal, sys.argv[3]), sys.argv[4]',
+      'r, w = os.pipe()',
+      'pid, fd = pty.fork()',
+      'if pid == 0:',
+      '    signal.signal(signal.SIGHUP, lambda *a: None)',
+      "    p = subprocess.Popen([sbx, verb, sid] if verb == 'wait' else [sbx, 'logs', '-f', sid])",
+      "    os.write(w, b'%d\\n' % p.pid)",
+      "    os.write(w, b'%d\\n' % p.wait())",
+      '    os._exit(0)',
+      'child = int(os.read(r, 100))',
+      // Node has started on a live terminal (it notes the modes to put back) once it is connected.
+      'deadline = time.time() + 20',
+      "while time.time() < deadline and not any('socket' in os.readlink('/proc/%d/fd/%s' % (child, f)) for f in os.listdir('/proc/%d/fd' % child)):",
+      '    time.sleep(0.05)',
+      'os.close(fd)',
+      'time.sleep(0.2)',
+      'os.kill(child, sig)',
+      'print(int(os.read(r, 100)))',
+      'os.waitpid(pid, 0)',
+    ].join('\n');
+    try {
+      for (const [signal, verb, status] of [
+        ['SIGTERM', 'wait', -15],
+        ['SIGINT', 'logs', -2],
+      ] as const) {
+        const child = spawn('/usr/bin/python3', ['-c', driver, SBX_BIN, session_id, signal, verb], {
+          env: { ...process.env, SBX_SOCKET: daemon.socketPath },
+          stdio: ['ignore', 'pipe', 'inherit'],
+        });
+        let out = '';
+        child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+        await new Promise((r) => child.on('exit', r));
+        expect(out, `${verb} then ${signal}`).toBe(`${status}\n`);
+      }
+    } finally {
+      await client.request('kill', { session_id, signal: 'SIGKILL' });
+      await client.wait({ session_id });
+    }
   });
 
   it('a command that hangs up its own tty (TIOCVHANGUP, vhangup(2)): the hangup flushed what was in flight, so the pty stream is never complete (pty_hangup)', async () => {
