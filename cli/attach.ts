@@ -2,7 +2,7 @@
 // from a cursor (default: where it is now; --from-start or --cursor N replays), stdout to fd 1
 // and stderr to fd 2 byte for byte, this CLI's stdin into the session's if it takes stdin, and
 // the session's exit status when it ends (docs/reference/exit-statuses.md). Ctrl-C detaches
-// (the session goes on). Also owns pumpStdin, stdin at offsets, which sbx run uses too.
+// (the session goes on). Also owns pumpStdin (stdin at offsets) and forwardTerminalSize, which sbx run uses too.
 import { randomUUID } from 'node:crypto';
 import { constants as osConstants } from 'node:os';
 import { type Command, InvalidArgumentError } from 'commander';
@@ -11,6 +11,19 @@ import { isSupervisorError } from '../ipc/errors.js';
 import { exitStatusOf, type SessionSelector, type SessionSummary, type StreamName } from '../ipc/protocol.js';
 import { describe, howEnded, reconnectingLine } from './explain.js';
 import { warn } from './escape.js';
+
+/**
+ * A pty session's size follows this CLI's terminal (stdout a terminal; else nothing): each
+ * SIGWINCH is sent on as a resize (the session's foreground process group gets its own
+ * SIGWINCH), and `now` sends the current size at once. A resize that fails (the session
+ * ended, the supervisor away) is not an error. sbx run's and attach's.
+ */
+export function forwardTerminalSize(conn: ReconnectingClient, sel: SessionSelector, now: boolean): void {
+  if (!process.stdout.isTTY) return;
+  const resize = () => void conn.current?.request('resize', { ...sel, cols: process.stdout.columns, rows: process.stdout.rows }).catch(() => {});
+  if (now) resize();
+  process.on('SIGWINCH', resize);
+}
 
 /**
  * Streams this CLI's stdin into the session, each write at its offset, so a retry after a
@@ -168,14 +181,8 @@ async function attach(given: SessionSelector, o: AttachOptions, endpoint: Endpoi
   const sel = { session_id: id };
   const reconnecting = reconnectingLine(where);
   const conn = new ReconnectingClient({ ...endpoint, clientName: 'sbx', onReconnecting: reconnecting }, client);
-  if (pty && process.stdout.isTTY) {
-    // As docker attach to a container with a tty: the session's terminal takes this one's
-    // size now, and each SIGWINCH is sent on as a resize (the session's foreground process
-    // group gets its own SIGWINCH). A resize that fails (the session ended) is not an error.
-    const resize = () => void conn.current?.request('resize', { ...sel, cols: process.stdout.columns, rows: process.stdout.rows }).catch(() => {});
-    resize();
-    process.on('SIGWINCH', resize);
-  }
+  // As docker attach to a container with a tty: the session's terminal takes this one's size now.
+  if (pty) forwardTerminalSize(conn, sel, true);
   // A writer of its own: beside `sbx run --stdin` or another attach, bytes interleave per write.
   if (takesStdin) void pumpStdin(conn, sel, pty, 0, Boolean(o.closeStdin), randomUUID());
   let status: number;

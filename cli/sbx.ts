@@ -37,7 +37,7 @@ import {
 } from '../ipc/protocol.js';
 import { STATE } from '../core/state/names.js';
 import { VERSION } from '../ipc/version.js';
-import { attachCommand, pumpStdin } from './attach.js';
+import { attachCommand, forwardTerminalSize, pumpStdin } from './attach.js';
 import { runBridge } from './bridge.js';
 import { bashCompletion, zshCompletion } from './completion.js';
 import {
@@ -629,10 +629,8 @@ sub('run')
       attachedSession = launched.session_id;
       const sel = { session_id: launched.session_id };
       let receipt: Receipt;
-      if (o.pty && process.stdout.isTTY) {
-        // Our terminal's size follows us; SIGWINCH is sent on as a resize.
-        process.on('SIGWINCH', () => void conn.current?.request('resize', { ...sel, cols: process.stdout.columns, rows: process.stdout.rows }).catch(() => {}));
-      }
+      // Our terminal's size follows us (the launch took it): SIGWINCH is sent on as a resize.
+      if (o.pty) forwardTerminalSize(conn, sel, false);
       // A person at a terminal reattaching types from where the session's stdin is now; piped
       // stdin is replayed from 0 and only bytes past what was delivered are added (exactly once).
       // A session that has ended takes no more stdin: a retry only replays it.
@@ -937,8 +935,8 @@ sub('resize')
     const given = [first, second, third].filter((a): a is string => a !== undefined);
     const usage = 'sbx resize ID COLS ROWS, or sbx resize --key K COLS ROWS';
     if (o.key !== undefined && given.length === 3 && !/^\d+$/.test(given[0]!)) fail('give a session ID or --key, not both');
-    if (given.length !== (o.key === undefined ? 3 : 2))
-      fail(`INVALID_ARGUMENT: ${given.length < (o.key === undefined ? 3 : 2) ? 'give COLS and ROWS' : 'too many arguments'}: ${usage}`);
+    const wanted = o.key === undefined ? 3 : 2;
+    if (given.length !== wanted) fail(`INVALID_ARGUMENT: ${given.length < wanted ? 'give COLS and ROWS' : 'too many arguments'}: ${usage}`);
     const [id, cols, rows] = (o.key === undefined ? given : [undefined, ...given]) as [string | undefined, string, string];
     const sel = selector(id, o.key);
     const size = { cols: positiveInt(cols), rows: positiveInt(rows) };

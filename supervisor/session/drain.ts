@@ -151,6 +151,8 @@ export class StreamDrain extends EventEmitter {
   private readInBoundBytes = 0;
   private heldAtDeathBytes = 0;
   private waitingOnDisk = false;
+  /** The pty was hung up while the session ran (sawHangup). */
+  private hungUp = false;
 
   /**
    * Cuts the drain once it has waited boundMs for the pipe's end (every writer in the
@@ -192,18 +194,31 @@ export class StreamDrain extends EventEmitter {
   private boundRanOut(): void {
     this.boundTimer = null;
     if (this.endedHow) return;
+    const end = this.readNow(this.heldAtDeathBytes);
+    if (end === 'eof' || (end === 'eio' && this.pty)) return this.finish(end);
+    this.cut();
+  }
+
+  /**
+   * Reads the fd now, synchronously and non-blocking (O_NONBLOCK, as libuv set it), storing
+   * what comes, until its end or past limitBytes: 'eof' (a read gave 0), 'eio', 'empty'
+   * (EAGAIN: a writer still holds it), 'more' (past limitBytes, still flowing) or 'error' (any
+   * other read error). See read(2).
+   */
+  private readNow(limitBytes: number): 'eof' | 'eio' | 'empty' | 'more' | 'error' {
     let readBytes = 0;
     try {
-      while (readBytes <= this.heldAtDeathBytes) {
+      while (readBytes <= limitBytes) {
         const n = readSync(this.readFd, READ_BUFFER, 0, READ_BUFFER.length, null);
-        if (n === 0) return this.finish('eof');
+        if (n === 0) return 'eof';
         readBytes += n;
         this.store(READ_BUFFER.subarray(0, n));
       }
     } catch (err) {
-      if (this.pty && errnoCode(err) === 'EIO') return this.finish('eio');
+      const code = errnoCode(err);
+      return code === 'EIO' ? 'eio' : code === 'EAGAIN' ? 'empty' : 'error';
     }
-    this.cut();
+    return 'more';
   }
 
   /**
@@ -218,18 +233,8 @@ export class StreamDrain extends EventEmitter {
    * like boundRanOut: past what a pty can hold, a writer still feeds it.
    */
   private ptyEnd(): DrainEnd {
-    let readBytes = 0;
-    try {
-      while (readBytes <= PTY_HELD_BYTES) {
-        const n = readSync(this.readFd, READ_BUFFER, 0, READ_BUFFER.length, null);
-        if (n === 0) return 'eof';
-        readBytes += n;
-        this.store(READ_BUFFER.subarray(0, n));
-      }
-    } catch (err) {
-      return errnoCode(err) === 'EIO' ? 'eio' : 'eof';
-    }
-    return 'timeout';
+    const end = this.readNow(PTY_HELD_BYTES);
+    return end === 'eio' ? 'eio' : end === 'more' ? 'timeout' : 'eof';
   }
 
   private holdBound(): void {
@@ -243,8 +248,6 @@ export class StreamDrain extends EventEmitter {
   get cursor(): number {
     return this.log.cursor;
   }
-
-  private hungUp = false;
 
   /**
    * The pty was hung up while the session ran (its slave fd answers EIO: LiveSession.releaseStdio).

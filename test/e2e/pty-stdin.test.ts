@@ -19,6 +19,18 @@ afterAll(async () => {
   expect(await daemon.stop()).toEqual({ code: 0, signal: null });
 });
 
+/** Runs a python3 program (the pty drivers: pty.fork) with args, against the daemon's socket; resolves with its stdout once it exits. */
+async function python3(program: string, args: string[]): Promise<string> {
+  const child = spawn('/usr/bin/python3', ['-c', program, ...args], {
+    env: { ...process.env, SBX_SOCKET: daemon.socketPath },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+  await new Promise((r) => child.on('exit', r));
+  return out;
+}
+
 describe('pty', () => {
   it('is the controlling terminal, with the requested size and TERM', async () => {
     const r = await daemon.sbx(['run', '--pty', '--cols', '101', '--rows', '33', '--', 'sh', '-c', 'tty; stty size; echo $TERM; ps -o tty= -p $$']);
@@ -169,13 +181,7 @@ describe('pty', () => {
       'status = os.waitpid(pid, 0)[1]',
       'print(first, second, os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1)',
     ].join('\n');
-    const child = spawn('/usr/bin/python3', ['-c', driver, SBX_BIN, id], {
-      env: { ...process.env, SBX_SOCKET: daemon.socketPath },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    let out = '';
-    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
-    await new Promise((r) => child.on('exit', r));
+    const out = await python3(driver, [SBX_BIN, id]);
     expect(out).toBe('True True 130\n'); // both sizes reached the session; Ctrl-C detached
     expect((await daemon.sbx(['logs', id])).stdout.toString()).toMatch(/33 111\r\n(.|\n)*44 122\r\n/);
     await daemon.sbx(['cancel', id, '--grace', '0']);
@@ -202,10 +208,14 @@ describe('pty', () => {
       'child = int(os.read(r, 100))',
       // Node has started on a live terminal (it notes the modes to put back) once it is connected.
       'deadline = time.time() + 20',
-      "while time.time() < deadline and not any('socket' in os.readlink('/proc/%d/fd/%s' % (child, f)) for f in os.listdir('/proc/%d/fd' % child)):",
+      'def connected():',
+      '    try:',
+      "        return any('socket' in os.readlink('/proc/%d/fd/%s' % (child, f)) for f in os.listdir('/proc/%d/fd' % child))",
+      '    except OSError:',
+      '        return False',
+      'while time.time() < deadline and not connected():',
       '    time.sleep(0.05)',
-      'os.close(fd)',
-      'time.sleep(0.2)',
+      'os.close(fd)  # the last master: the tty is hung up before close returns (pty_close, tty_vhangup)',
       'os.kill(child, sig)',
       'print(int(os.read(r, 100)))',
       'os.waitpid(pid, 0)',
@@ -215,13 +225,7 @@ describe('pty', () => {
         ['SIGTERM', 'wait', -15],
         ['SIGINT', 'logs', -2],
       ] as const) {
-        const child = spawn('/usr/bin/python3', ['-c', driver, SBX_BIN, session_id, signal, verb], {
-          env: { ...process.env, SBX_SOCKET: daemon.socketPath },
-          stdio: ['ignore', 'pipe', 'inherit'],
-        });
-        let out = '';
-        child.stdout.on('data', (b: Buffer) => (out += b.toString()));
-        await new Promise((r) => child.on('exit', r));
+        const out = await python3(driver, [SBX_BIN, session_id, signal, verb]);
         expect(out, `${verb} then ${signal}`).toBe(`${status}\n`);
       }
     } finally {
@@ -270,13 +274,7 @@ describe('pty', () => {
       'status = os.waitpid(pid, 0)[1]',
       'print(os.WEXITSTATUS(status) if os.WIFEXITED(status) else "signal %d" % os.WTERMSIG(status))',
     ].join('\n');
-    const child = spawn('/usr/bin/python3', ['-c', driver, SBX_BIN, key], {
-      env: { ...process.env, SBX_SOCKET: daemon.socketPath },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    let out = '';
-    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
-    await new Promise((r) => child.on('exit', r));
+    const out = await python3(driver, [SBX_BIN, key]);
     expect(out).toBe('129\n');
     const receipt = JSON.parse((await daemon.sbx(['wait', '--key', key])).stdout.toString()) as Receipt;
     expect(receipt.exit).toMatchObject({ code: null, signal: 'SIGHUP' });
