@@ -15,7 +15,7 @@ import type { SessionContext } from './session/context.js';
 import { RecoveredSession } from './session/recovered.js';
 import type { Session } from './session/session.js';
 import { fsyncDir } from '../core/fs/durable.js';
-import { promoteReservedReceipt, readReceipt, readReserved, receiptFromFacts, tidyEndedSessionDir } from './store/receipt-file.js';
+import { promoteReservedReceipt, readReceipt, readReserved, receiptFromFacts, tidySessionDir } from './store/receipt-file.js';
 import { onlyUncommittedAdmission, readAdmission, sessionDirs, type AdmissionRecord, type KeyIndex } from './store/records.js';
 
 /**
@@ -69,12 +69,10 @@ export function restoreSessions(ctx: SessionContext, keys: KeyIndex, retention: 
         if (adopted?.published) receipt = adopted.receipt;
         else if (adopted) resumed = adopted.receipt;
       }
-      if (receipt) {
-        try {
-          tidyEndedSessionDir(dir);
-        } catch (err) {
-          log.warn({ err, session_id: sessionId }, 'could not tidy an ended session dir');
-        }
+      try {
+        tidySessionDir(dir, receipt !== null);
+      } catch (err) {
+        log.warn({ err, session_id: sessionId }, 'could not tidy a session dir');
       }
       const recovered = RecoveredSession.fromRecords(admission, receipt, ctx);
       if (resumed) recovered.resumeReceipt(resumed);

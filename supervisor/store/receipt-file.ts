@@ -166,13 +166,15 @@ export function promoteReservedReceipt(sessionDir: string): void {
 }
 
 /**
- * Removes what a receipt written into place no longer needs: a reservation name left by a
- * crash between link and unlink (a second name of the receipt's inode), temp files. Never
- * the receipt.
+ * At start, removes what a crash left in a session dir: temp files (a receipt's written by a
+ * supervisor killed meanwhile; nothing writes them while the state is restored), and, once
+ * the receipt is in place (`ended`), a reservation name left by a crash between link and
+ * unlink (a second name of the receipt's inode). Never the receipt, nor the reservation of a
+ * session still without one.
  */
-export function tidyEndedSessionDir(sessionDir: string): void {
+export function tidySessionDir(sessionDir: string, ended: boolean): void {
   for (const name of readdirSync(sessionDir)) {
-    if (name === RECEIPT_RESERVATION_FILE || isTempFileName(name)) unlinkSync(join(sessionDir, name));
+    if ((ended && name === RECEIPT_RESERVATION_FILE) || isTempFileName(name)) unlinkSync(join(sessionDir, name));
   }
 }
 

@@ -60,7 +60,12 @@ describe('restart', () => {
     await until(async () => (await c.ps()).sessions[0]?.cursors.stdout === 8, 'its output to be stored');
     await d.kill9();
     expect(pidsWithMarker(m).length).toBeGreaterThan(0); // a lost owner is not proof of death
+    // A receipt's temp file the killed supervisor was writing (on a full disk, it retries):
+    // the start sweeps it, though the session has no receipt yet.
+    const sessionDir = join(d.stateDir, 'sessions', session_id);
+    writeFileSync(join(sessionDir, '.receipt.json.0123456789ab.tmp'), '{"torn');
     await d.start();
+    expect(readdirSync(sessionDir).filter((name) => name.endsWith('.tmp'))).toEqual([]);
     const waited = await d.sbx(['wait', session_id]);
     expect(waited.status).toBe(125);
     const receipt = JSON.parse(waited.stdout.toString()) as Receipt;
