@@ -319,6 +319,8 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
 
     let bytesRead = 0;
     let existingLaunches = 0;
+    /** What the resent launch of each command whose first answer was held got. */
+    const heldLaunchAnswers: { key: string; existing: boolean }[] = [];
     let eofResent = 0;
     const results = new Map<string, { receipt: Receipt; sha256: string; bytes: number }>();
 
@@ -328,10 +330,21 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
       try {
         let launching = true;
         afterDelay(c, 'control', 'launch', () => launching);
+        // Over WebSocket, a launch dropped once admitted has its answer held in the proxy until the
+        // drop, so its answer is always lost and the resend always finds the session (over the
+        // bridge the drop races the answer: a stopped bridge would hold the request too).
+        const heldLaunch = c.transport === 'ws' ? c.faults.find((f) => f.phase === 'launch' && f.launchWhen === 'admitted') : undefined;
         const launched: LaunchResult = await timed(c, 'launch', 'launch', 10_000, () =>
-          control.run((cl) => cl.launch({ argv: c.argv, invocation_key: c.key, cwd: '/', stdin: c.stdin !== undefined })).finally(() => (launching = false)),
+          control
+            .run((cl) => {
+              const proxy = proxies.get(`${c.key}.control`)!;
+              if (heldLaunch && !heldLaunch.hit) for (const conn of proxy.live()) proxy.holdReplies(conn);
+              return cl.launch({ argv: c.argv, invocation_key: c.key, cwd: '/', stdin: c.stdin !== undefined });
+            })
+            .finally(() => (launching = false)),
         );
         if (launched.existing) existingLaunches++;
+        if (heldLaunch) heldLaunchAnswers.push({ key: c.key, existing: launched.existing });
         const sel = { session_id: launched.session_id };
 
         if (c.stdin) {
@@ -411,7 +424,7 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
       `transport-faults: seed ${SEED}: ${commands.length} commands (${commands.filter((c) => c.transport === 'bridge').length} over the bridge, ${commands.filter((c) => c.transport === 'ws').length} over WebSocket), ` +
         `${(bytesRead / 1e6).toFixed(1)} MB read; drops: ${drops.kill} bridges SIGKILLed, ${drops.stop} SIGSTOPped, ${drops.cut} TCP connections cut, ${drops.stall} stalled; ` +
         `hits during launch ${hitsByPhase.launch}, stdin ${hitsByPhase.stdin}, streaming ${hitsByPhase.stream}, wait ${hitsByPhase.wait}; ${reconnects} reconnects; ` +
-        `${existingLaunches} launches answered by the existing session, ${eofResent} final writes resent; stalls detected in p50 ${Math.round(sorted[Math.floor(sorted.length / 2)] ?? 0)} ms / max ${Math.round(sorted.at(-1) ?? 0)} ms; ` +
+        `${existingLaunches} launches answered by the existing session (${heldLaunchAnswers.length} resent after a held answer), ${eofResent} final writes resent; stalls detected in p50 ${Math.round(sorted[Math.floor(sorted.length / 2)] ?? 0)} ms / max ${Math.round(sorted.at(-1) ?? 0)} ms; ` +
         `connect attempts failed ${JSON.stringify(connectFailures)}; slowest call ${(maxRatio * 100).toFixed(0)}% of its deadline; ${(wallMs / 1000).toFixed(1)} s\n`,
     );
     // Every receipt, exact bytes, one run each.
@@ -466,7 +479,10 @@ describe('transport faults: 100 keyed commands over the bridge and WebSocket, th
     // Every kind of drop happened, in every phase.
     for (const k of ['kill', 'stop', 'cut', 'stall'] as const) expect(drops[k], k).toBeGreaterThan(0);
     for (const p of ['launch', 'stdin', 'stream', 'wait'] as const) expect(hitsByPhase[p], p).toBeGreaterThan(0);
-    // Some launches were dropped after the supervisor admitted them: resent by key, the same session (run once, above).
-    expect(existingLaunches).toBeGreaterThan(0);
+    // Launches dropped after the supervisor admitted them (their answers held: at least one per
+    // drop kind over WebSocket) were resent by key and answered by the same session (run once, above).
+    expect(heldLaunchAnswers.length).toBeGreaterThanOrEqual(2);
+    expect(heldLaunchAnswers.filter((a) => !a.existing)).toEqual([]);
+    expect(existingLaunches).toBeGreaterThanOrEqual(heldLaunchAnswers.length);
   }, 150_000);
 });

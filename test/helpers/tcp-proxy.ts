@@ -1,7 +1,8 @@
 // A TCP proxy on loopback that a test puts between a client and a listener, to break the link
 // on purpose: cut() closes both sides of one connection (as a dropped link: the peer sees EOF
 // or a reset), stall() stops forwarding either way while both stay open (a black hole: pings go
-// unanswered, only a deadline can tell). close() ends every connection and the listener.
+// unanswered, only a deadline can tell), holdReplies() stops only what the listener sends (an
+// answer lost on its way back). close() ends every connection and the listener.
 import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
 
 export interface ProxiedConnection {
@@ -81,6 +82,16 @@ export class TcpProxy {
     const drop = () => {};
     c.client.on('data', drop).resume(); // unpipe paused them: read on, or a close would go unseen
     c.upstream.on('data', drop).resume();
+  }
+
+  /**
+   * Stops forwarding what the listener sends on c (read and dropped) while what the client sends
+   * still passes: a request arrives and its answer is lost on the way back, until c is cut or
+   * stalled. c stays live() (a drop still finds it).
+   */
+  holdReplies(c: ProxiedConnection): void {
+    c.upstream.unpipe(c.client);
+    c.upstream.on('data', () => {}).resume();
   }
 
   /** Ends every connection and stops listening. */
