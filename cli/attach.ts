@@ -3,6 +3,7 @@
 // and stderr to fd 2 byte for byte, this CLI's stdin into the session's if it takes stdin, and
 // the session's exit status when it ends (docs/reference/exit-statuses.md). Ctrl-C detaches
 // (the session goes on). Also owns pumpStdin (stdin at offsets) and forwardTerminalSize, which sbx run uses too.
+import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { constants as osConstants } from 'node:os';
 import { type Command, InvalidArgumentError } from 'commander';
@@ -32,7 +33,8 @@ export function forwardTerminalSize(conn: ReconnectingClient, sel: SessionSelect
  * retry); with a writer token, in that writer's own stream (a new token's starts at 0: sbx
  * attach, beside other writers, bytes interleave per write, as two processes writing one pipe). EOF closes the
  * session's stdin unless eofCloses is false (then forwarding just stops). A terminal on stdin
- * is put in raw mode for a pty session (restored on every exit path).
+ * is put in raw mode for a pty session, output processing off as cfmakeraw(3) does (restored on
+ * every exit path).
  */
 export async function pumpStdin(
   conn: ReconnectingClient,
@@ -44,6 +46,11 @@ export async function pumpStdin(
 ): Promise<void> {
   if (pty && process.stdin.isTTY) {
     process.stdin.setRawMode(true);
+    // libuv's raw mode keeps output processing (OPOST, ONLCR) on, so the session's own \r\n
+    // (its pty translates already) reached the screen, and a recording of it (script(1)), as
+    // \r\r\n. cfmakeraw(3), as ssh -t and docker run -t use, turns it off: so does sbx, through
+    // stty(1) on the terminal (Node has no tcsetattr). Put back with the rest of the modes at exit.
+    spawnSync('stty', ['-opost'], { stdio: ['inherit', 'ignore', 'ignore'] });
     process.on('exit', () => {
       try {
         process.stdin.setRawMode?.(false);

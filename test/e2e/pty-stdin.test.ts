@@ -256,6 +256,31 @@ describe('pty', () => {
     });
   });
 
+  it("sbx run -it turns the terminal's output processing off while it runs, as cfmakeraw(3) does (no \\r\\r\\n), and puts it back", async () => {
+    // A shell on python3's terminal prints the opost flag, runs sbx run -it, prints it again.
+    // The session's pty turns \n into \r\n already; with the outer terminal's ONLCR still on
+    // (libuv's raw mode) the screen, and any recording of it, got \r\r\n.
+    const driver = [
+      'import os, pty, sys',
+      'pid, fd = pty.fork()',
+      'if pid == 0:',
+      '    flag = \'stty -a | grep -ow -- "-\\{0,1\\}opost"\'',
+      "    os.execv('/bin/sh', ['sh', '-c', flag + '; \"$0\" run -it -- printf \"a\\\\nb\\\\n\"; echo \"exit $?\"; ' + flag, sys.argv[1]])",
+      "out = b''",
+      'while True:',
+      '    try:',
+      '        b = os.read(fd, 4096)',
+      '    except OSError:',
+      '        break',
+      '    if not b:',
+      '        break',
+      '    out += b',
+      'os.waitpid(pid, 0)',
+      'sys.stdout.write(out.decode())',
+    ].join('\n');
+    expect(await python3(driver, [SBX_BIN])).toBe('opost\r\na\r\nb\r\nexit 0\r\nopost\r\n');
+  });
+
   it('sbx run -it whose terminal is hung up (its window closed) sends SIGHUP on and exits 129: never a crash on the gone terminal', async () => {
     // python3 gives sbx a terminal (pty.fork), waits for the command's line, closes the master:
     // the kernel hangs the tty up and sends sbx SIGHUP. sbx died of SIGABRT or SIGSEGV here, in
