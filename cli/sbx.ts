@@ -908,15 +908,14 @@ sub('write')
     const sel = selector(id, o.key);
     const client = await connect(g);
     try {
-      let sent = false;
+      let last: { session_id: string; cursor: number } | null = null;
       if (!process.stdin.isTTY) {
-        for await (const chunk of process.stdin) {
-          await client.request('write', { ...sel, data: chunk as Buffer });
-          sent = true;
-        }
+        for await (const chunk of process.stdin) last = await client.request('write', { ...sel, data: chunk as Buffer });
       }
       // Nothing read (or only --eof): still one request, so a wrong session is an error.
-      if (o.eof || !sent) await client.request('write', { ...sel, data: Buffer.alloc(0), eof: Boolean(o.eof) });
+      if (o.eof || !last) last = await client.request('write', { ...sel, data: Buffer.alloc(0), eof: Boolean(o.eof) });
+      // --json: the session and its stdin cursor after this write (bytes written to it in all).
+      if (g.json) printJson({ ...last, eof: Boolean(o.eof) });
     } catch (err) {
       fail(describe(err));
     }
@@ -940,7 +939,9 @@ sub('resize')
     const [id, cols, rows] = (o.key === undefined ? given : [undefined, ...given]) as [string | undefined, string, string];
     const sel = selector(id, o.key);
     const size = { cols: positiveInt(cols), rows: positiveInt(rows) };
-    await call(globals(o), (c) => c.request('resize', { ...sel, ...size }));
+    const g = globals(o);
+    const answer = await call(g, (c) => c.request('resize', { ...sel, ...size }));
+    if (g.json) printJson(answer); // { session_id, cols, rows }
   });
 
 sub('logs')

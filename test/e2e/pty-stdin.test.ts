@@ -125,8 +125,9 @@ describe('pty', () => {
     await until(async () => (await daemon.sbx(['logs', id])).stdout.toString().includes('ready'), 'the session to be ready');
     expect((await daemon.sbx(['resize', id, '120', '40'])).status).toBe(0);
     await until(async () => (await daemon.sbx(['logs', id])).stdout.toString().includes('40 120'), 'the new size to be printed');
-    const byKey = await daemon.sbx(['resize', '--key', key, '100', '30']);
+    const byKey = await daemon.sbx(['resize', '--key', key, '100', '30', '--json']);
     expect(byKey.status, byKey.stderr.toString()).toBe(0);
+    expect(JSON.parse(byKey.stdout.toString())).toEqual({ session_id: id, cols: 100, rows: 30 });
     await until(async () => (await daemon.sbx(['logs', id])).stdout.toString().includes('30 100'), 'the size set by --key to be printed');
     // An ID and --key, a size short of two numbers or a number too many: refused before any request.
     const usage = ': sbx resize ID COLS ROWS, or sbx resize --key K COLS ROWS\n';
@@ -396,7 +397,8 @@ describe('stdin', () => {
     const file = join(daemon.dir, 'in.txt');
     writeFileSync(file, 'hello\n');
     expect((await daemon.sbx(['write', id], { input: 'hello ' })).status).toBe(0);
-    expect((await daemon.sbx(['write', id, '--eof'], { input: 'world\n' })).status).toBe(0);
+    const last = await daemon.sbx(['write', id, '--eof', '--json'], { input: 'world\n' });
+    expect([last.status, JSON.parse(last.stdout.toString())]).toEqual([0, { session_id: id, cursor: 12, eof: true }]);
     expect((await daemon.sbx(['wait', id])).status).toBe(0);
     expect((await daemon.sbx(['logs', id])).stdout.toString()).toBe('HELLO WORLD\n');
   });
