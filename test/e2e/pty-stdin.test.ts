@@ -123,8 +123,29 @@ describe('pty', () => {
     ]);
     const id = detached.stdout.toString().trim();
     await until(async () => (await daemon.sbx(['logs', id])).stdout.toString().includes('ready'), 'the session to be ready');
+    // A retry of the key from a terminal of another size is the same command (the digest has
+    // whether there is a pty, not its size): the existing session, its size unchanged.
+    const retry = await daemon.sbx([
+      'run',
+      '--detach',
+      '--key',
+      key,
+      '--pty',
+      '--cols',
+      '132',
+      '--rows',
+      '50',
+      '--timeout',
+      '20s',
+      '--',
+      'sh',
+      '-c',
+      'trap "stty size" WINCH; echo ready; while :; do sleep 0.05; done',
+    ]);
+    expect([retry.status, retry.stdout.toString().trim()]).toEqual([0, id]);
     expect((await daemon.sbx(['resize', id, '120', '40'])).status).toBe(0);
     await until(async () => (await daemon.sbx(['logs', id])).stdout.toString().includes('40 120'), 'the new size to be printed');
+    expect((await daemon.sbx(['logs', id])).stdout.toString()).toBe('ready\r\n40 120\r\n'); // the retry's 132x50 never applied
     const byKey = await daemon.sbx(['resize', '--key', key, '100', '30', '--json']);
     expect(byKey.status, byKey.stderr.toString()).toBe(0);
     expect(JSON.parse(byKey.stdout.toString())).toEqual({ session_id: id, cols: 100, rows: 30 });
