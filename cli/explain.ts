@@ -106,7 +106,8 @@ export function escapedLine(receipt: Receipt, attested?: { uid: number; reason: 
 /**
  * The line `sbx run` says once on stderr about processes the leader left (null: none were
  * left): "sbx: 2 processes handed off to service s-… (sbx ps; sbx close --task T ends it)" or
- * "sbx: 3 leftover processes were ended (--linger kill)".
+ * "sbx: 3 leftover processes were ended (--linger kill)", with ": SIGTERM, then SIGKILL to 1
+ * process still running after the grace" inside the parentheses when the grace ran out.
  */
 export function leftoversLine(receipt: Pick<Receipt, 'handed_off' | 'termination' | 'descendants_terminated' | 'task'>): string | null {
   const n = (count: number, what: string) => `${count} ${what}${count === 1 ? '' : 'es'}`;
@@ -114,8 +115,12 @@ export function leftoversLine(receipt: Pick<Receipt, 'handed_off' | 'termination
     const ends = receipt.task ? `; sbx close --task ${receipt.task} ends it` : '';
     return `sbx: ${n(receipt.handed_off.pids, 'process')} handed off to service ${receipt.handed_off.service_id} (sbx ps, sbx logs ${receipt.handed_off.service_id}${ends})`;
   }
-  if (receipt.termination.cause === 'linger' && receipt.descendants_terminated > 0)
-    return `sbx: ${n(receipt.descendants_terminated, 'leftover process')} ${receipt.descendants_terminated === 1 ? 'was' : 'were'} ended (--linger kill)`;
+  if (receipt.termination.cause === 'linger' && receipt.descendants_terminated > 0) {
+    // Those still there when the grace ran out (they ignored or trapped SIGTERM) got SIGKILL.
+    const killed = receipt.termination.steps.find((s) => s.signal === 'SIGKILL' && s.pids > 0);
+    const how = killed ? `: SIGTERM, then SIGKILL to ${n(killed.pids, 'process')} still running after the grace` : '';
+    return `sbx: ${n(receipt.descendants_terminated, 'leftover process')} ${receipt.descendants_terminated === 1 ? 'was' : 'were'} ended (--linger kill${how})`;
+  }
   return null;
 }
 

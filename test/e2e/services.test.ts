@@ -141,6 +141,16 @@ describe('hand-off of leftovers (the default)', () => {
     expect(r.stderr.toString()).toBe('x\nsbx: 2 leftover processes were ended (--linger kill)\n');
     expect(r.receipt).toMatchObject({ termination: { cause: 'linger' }, descendants_terminated: 2 });
     expect(r.receipt.handed_off).toBeUndefined();
+    // One that ignores SIGTERM (started after the leader's own trap: SIG_IGN is inherited, and in
+    // place before the leader exits) is killed once the grace runs out, and the line says so.
+    const t = await run(['--linger', 'kill', '--grace', '300ms'], ['sh', '-c', `sleep ${m} & trap '' TERM; sleep ${m} & echo x >&2`]);
+    expect(t.stderr.toString()).toBe(
+      'x\nsbx: 2 leftover processes were ended (--linger kill: SIGTERM, then SIGKILL to 1 process still running after the grace)\n',
+    );
+    expect(t.receipt.termination.steps.map((s) => [s.signal, s.pids])).toEqual([
+      ['SIGTERM', 2],
+      ['SIGKILL', 1],
+    ]);
     const q = await run(['--linger', 'kill', '-q'], ['sh', '-c', `sleep ${m} & echo x >&2`]);
     expect(q.stderr.toString()).toBe('x\n');
     expect(pidsWithMarker(m)).toEqual([]);
