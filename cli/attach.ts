@@ -181,10 +181,15 @@ async function attach(given: SessionSelector, o: AttachOptions, endpoint: Endpoi
       fail(`CURSOR_OUT_OF_RANGE: ${s === 'stderr' ? '--stderr-cursor' : '--cursor'} ${startOf(s)} is past the end of ${s} (${end} bytes so far)`);
     }
   }
-  process.on('SIGINT', () => {
+  // Ctrl-C detaches; so do SIGHUP (the terminal closed, or kill -HUP) and SIGTERM, through
+  // exit, so the terminal's modes are put back (a death by the signal left it raw): 128 + N.
+  const detach = (status: number) => () => {
     warn(`detached from session ${id}; it goes on (sbx attach ${id} follows it again, sbx wait ${id} waits for its status)`);
-    process.exit(130);
-  });
+    process.exit(status);
+  };
+  process.on('SIGINT', detach(130));
+  process.on('SIGHUP', detach(129));
+  process.on('SIGTERM', detach(143));
   const sel = { session_id: id };
   const reconnecting = reconnectingLine(where);
   const conn = new ReconnectingClient({ ...endpoint, clientName: 'sbx', onReconnecting: reconnecting }, client);

@@ -210,6 +210,34 @@ describe('pty', () => {
     expect((JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt).outcome).toBe('cancelled');
   });
 
+  it('sbx attach, sent SIGHUP or SIGTERM on a live terminal, detaches (129, 143) and puts its raw mode back; the session goes on', async () => {
+    const detached = await daemon.sbx(['run', '--detach', '--pty', '--stdin', '--timeout', '30s', '--', 'sh', '-c', 'echo ready; sleep 25']);
+    const id = detached.stdout.toString().trim();
+    // python3 runs attach on a terminal, waits for the replayed line, signals sbx, then reads
+    // the terminal's modes through its master (TCGETS there answers the slave's).
+    const driver = [
+      'import os, pty, select, signal, sys, termios, time',
+      'pid, fd = pty.fork()',
+      'if pid == 0:',
+      "    os.execv(sys.argv[1], [sys.argv[1], 'attach', sys.argv[2], '--from-start'])",
+      "seen, deadline = b'', time.time() + 20",
+      "while b'ready' not in seen and time.time() < deadline:",
+      '    if select.select([fd], [], [], 0.5)[0]:',
+      '        seen += os.read(fd, 4096)',
+      'os.kill(pid, getattr(signal, sys.argv[3]))',
+      'status = os.waitpid(pid, 0)[1]',
+      'iflag, oflag, cflag, lflag = termios.tcgetattr(fd)[:4]',
+      'cooked = bool(lflag & termios.ICANON) and bool(lflag & termios.ECHO) and bool(oflag & termios.OPOST)',
+      'print(os.WEXITSTATUS(status) if os.WIFEXITED(status) else "signal %d" % os.WTERMSIG(status), "cooked" if cooked else "raw")',
+    ].join('\n');
+    expect(await python3(driver, [SBX_BIN, id, 'SIGHUP'])).toBe('129 cooked\n');
+    expect(await python3(driver, [SBX_BIN, id, 'SIGTERM'])).toBe('143 cooked\n');
+    const row = (await (await daemon.client()).ps(false)).sessions.find((s) => s.session_id === id);
+    expect(row?.state).toBe('running');
+    await daemon.sbx(['cancel', id, '--grace', '0']);
+    expect((JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt).outcome).toBe('cancelled');
+  });
+
   it('sbx wait and sbx logs -f on a terminal that is hung up, then SIGTERM or SIGINT: they die of that signal, as on a live one (not SIGABRT)', async () => {
     // Node's own SIGINT/SIGTERM handler puts the terminal's modes back first, and aborted on the
     // hung-up terminal (EIO). The session leader (python3) survives the hangup; sbx, in its
