@@ -21,11 +21,14 @@
  * --setctty: fd 0 is a pty slave; make it the controlling terminal (the shim is already a
  * session leader: the supervisor spawns it detached, setsid(2)), see tty_ioctl(4) TIOCSCTTY.
  *
- * --hold (with --subreaper, for ptys): after "done", stay until the control fd reaches EOF.
- * The exit of a session leader hangs up its controlling tty, and bytes still in flight in the
- * pty are then lost (the master reads EOF early); so the shim keeps the session until the
- * supervisor has read the master to EIO, and only then exits. --no-forward: signals sent to
- * the shim are absorbed, not forwarded (the supervisor signals every pid of the cgroup).
+ * --hold (with --subreaper, for ptys): after "done", stay until the control fd reaches EOF,
+ * so the tty's session and its leader outlast the drain: the supervisor lets go once it has
+ * read the master to EIO. (A pty's session leader exiting does not hang the tty up, only
+ * another tty's would: disassociate_ctty() in drivers/tty/tty_jobctrl.c sends SIGHUP to the
+ * foreground group, empty at "done"; what loses bytes in flight is the last slave fd closing
+ * before the master is read, which the supervisor's own slave fd prevents, docs/design/facts.md 16.)
+ * --no-forward: signals sent to the shim are absorbed, not forwarded (the supervisor signals
+ * every pid of the cgroup).
  *
  * --uid/--gid: after joining the cgroup (an unprivileged process cannot write cgroup.procs),
  * drop to that user: supplementary groups from initgroups(3) for --user NAME (else none),
