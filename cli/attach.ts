@@ -11,7 +11,7 @@ import { readOutput, ReconnectingClient, SupervisorClient, type EndpointOptions 
 import { isSupervisorError } from '../ipc/errors.js';
 import { exitStatusOf, type SessionSelector, type SessionSummary, type StreamName } from '../ipc/protocol.js';
 import { describe, howEnded, reconnectingLine } from './explain.js';
-import { warn } from './escape.js';
+import { rawTerminal, warn } from './escape.js';
 
 /**
  * A pty session's size follows this CLI's terminal (stdout a terminal; else nothing): each
@@ -51,7 +51,9 @@ export async function pumpStdin(
     // \r\r\n. cfmakeraw(3), as ssh -t and docker run -t use, turns it off: so does sbx, through
     // stty(1) on the terminal (Node has no tcsetattr). Put back with the rest of the modes at exit.
     spawnSync('stty', ['-opost'], { stdio: ['inherit', 'ignore', 'ignore'] });
+    rawTerminal(true);
     process.on('exit', () => {
+      rawTerminal(false);
       try {
         process.stdin.setRawMode?.(false);
       } catch {

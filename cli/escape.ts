@@ -68,7 +68,29 @@ export function truncateToWidth(text: string, width: number, ellipsis = '…'): 
   return out + ellipsis;
 }
 
+/**
+ * The end of each line sbx writes on stderr: "\r\n" while sbx holds a terminal in raw mode with
+ * output processing off (sbx run -it, attach: a bare \n would not return the cursor; ssh ends its
+ * own lines there so too), else "\n". Set by rawTerminal.
+ */
+let stderrEol = '\n';
+
+/** sbx put its terminal in raw mode, output processing off (true), or back (false): stderr's lines end as they then must. */
+export function rawTerminal(raw: boolean): void {
+  stderrEol = raw && process.stderr.isTTY ? '\r\n' : '\n';
+}
+
+/** text (one line, without its newline) ended as a line on stderr must be now (rawTerminal). */
+export function stderrEnded(text: string): string {
+  return text + stderrEol;
+}
+
+/** One line of sbx's own on stderr (text without its newline), ended as the terminal needs (rawTerminal). */
+export function stderrLine(text: string): void {
+  process.stderr.write(stderrEnded(text));
+}
+
 /** One line of sbx's on stderr, `sbx: ` first, with what came from elsewhere escaped (a message is one line). */
 export function warn(text: string): void {
-  process.stderr.write(`sbx: ${escapeControls(text)}\n`);
+  stderrLine(`sbx: ${escapeControls(text)}`);
 }

@@ -7,7 +7,7 @@ import { DEFAULT_RECONNECT_MS } from '../ipc/client.js';
 import { isSupervisorError, type SupervisorError } from '../ipc/errors.js';
 import type { LimitsStatus, Receipt, SessionSummary } from '../ipc/protocol.js';
 import { sizeText } from '../ipc/size.js';
-import { escapeControls } from './escape.js';
+import { escapeControls, stderrLine } from './escape.js';
 import { systemError } from '../ipc/errno.js';
 
 /** The socket sbx talks to this run (--socket, $SBX_SOCKET or the default path), for messages. */
@@ -106,8 +106,9 @@ export function escapedLine(receipt: Receipt, attested?: { uid: number; reason: 
 /**
  * The line `sbx run` says once on stderr about processes the leader left (null: none were
  * left): "sbx: 2 processes handed off to service s-… (sbx ps; sbx close --task T ends it)" or
- * "sbx: 3 leftover processes were ended (--linger kill)", with ": SIGTERM, then SIGKILL to 1
- * process still running after the grace" inside the parentheses when the grace ran out.
+ * "sbx: 3 leftover processes were ended (linger kill)", with ": SIGTERM, then SIGKILL to 1
+ * process still running after the grace" inside the parentheses when the grace ran out (":
+ * SIGKILL, no grace" with --grace 0).
  */
 export function leftoversLine(receipt: Pick<Receipt, 'handed_off' | 'termination' | 'descendants_terminated' | 'task'>): string | null {
   const n = (count: number, what: string) => `${count} ${what}${count === 1 ? '' : 'es'}`;
@@ -116,10 +117,14 @@ export function leftoversLine(receipt: Pick<Receipt, 'handed_off' | 'termination
     return `sbx: ${n(receipt.handed_off.pids, 'process')} handed off to service ${receipt.handed_off.service_id} (sbx ps, sbx logs ${receipt.handed_off.service_id}${ends})`;
   }
   if (receipt.termination.cause === 'linger' && receipt.descendants_terminated > 0) {
-    // Those still there when the grace ran out (they ignored or trapped SIGTERM) got SIGKILL.
-    const killed = receipt.termination.steps.find((s) => s.signal === 'SIGKILL' && s.pids > 0);
-    const how = killed ? `: SIGTERM, then SIGKILL to ${n(killed.pids, 'process')} still running after the grace` : '';
-    return `sbx: ${n(receipt.descendants_terminated, 'leftover process')} ${receipt.descendants_terminated === 1 ? 'was' : 'were'} ended (--linger kill${how})`;
+    // Those still there when the grace ran out (they ignored or trapped SIGTERM) got SIGKILL; with
+    // no grace (--grace 0) SIGKILL was the only step. "linger kill": --linger kill, or the
+    // default of a pty session or of subreaper mode.
+    const { steps } = receipt.termination;
+    const killed = steps.find((s) => s.signal === 'SIGKILL' && s.pids > 0);
+    const termed = steps.some((s) => s.signal === 'SIGTERM');
+    const how = !killed ? '' : termed ? `: SIGTERM, then SIGKILL to ${n(killed.pids, 'process')} still running after the grace` : ': SIGKILL, no grace';
+    return `sbx: ${n(receipt.descendants_terminated, 'leftover process')} ${receipt.descendants_terminated === 1 ? 'was' : 'were'} ended (linger kill${how})`;
   }
   return null;
 }
@@ -187,7 +192,7 @@ export function reconnectingLine(socketPath: string): (code: string) => void {
   return (code) => {
     if (said) return;
     said = true;
-    process.stderr.write(`sbx: lost the supervisor at ${socketPath} (${code}); reconnecting for up to ${Math.round(DEFAULT_RECONNECT_MS / 1000)} s\n`);
+    stderrLine(`sbx: lost the supervisor at ${socketPath} (${code}); reconnecting for up to ${Math.round(DEFAULT_RECONNECT_MS / 1000)} s`);
   };
 }
 
@@ -199,7 +204,7 @@ export function deprecatedKeyOption(): Option {
 /** The public key file given (--public-key, else the deprecated --key, with a note on stderr), or undefined. */
 export function publicKeyFile(command: string, o: { publicKey?: string; key?: string }): string | undefined {
   if (o.key !== undefined && o.publicKey === undefined) {
-    process.stderr.write(`sbx: note: ${command} --key FILE is deprecated, use --public-key FILE (--key names an invocation key everywhere else)\n`);
+    stderrLine(`sbx: note: ${command} --key FILE is deprecated, use --public-key FILE (--key names an invocation key everywhere else)`);
   }
   return o.publicKey ?? o.key;
 }

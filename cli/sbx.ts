@@ -58,7 +58,7 @@ import {
 } from './explain.js';
 import { Progress } from './progress.js';
 import { FAILURE, fail } from './fail.js';
-import { escapeControls, warn } from './escape.js';
+import { escapeControls, stderrEnded, stderrLine, warn } from './escape.js';
 import { parsePsFilters, PS_FILTER_KEYS, psNeedsAll, type PsFilters, psTable, selectPsRows, unknownNotes } from './ps-format.js';
 import { errnoCode, systemError } from '../ipc/errno.js';
 
@@ -551,6 +551,8 @@ sub('run')
           'INVALID_ARGUMENT: --service with --receipt: a service is detached, and sbx is gone before it ends; get the receipt later with sbx wait ID (or sbx receipt ID)',
         );
       if (o.service) o.detach = true;
+      // A size with no pty would be dropped unsaid: refused, so a forgotten -t is seen.
+      if (!o.pty && (o.cols !== undefined || o.rows !== undefined)) fail('INVALID_ARGUMENT: --cols and --rows are the size of a pty: add --pty (-t)');
       if (o.detach && o.onDisconnect === 'cancel') {
         fail(
           'INVALID_ARGUMENT: --detach with --on-disconnect cancel: a detached sbx closes its connection at once, which would cancel the session; drop one of them',
@@ -575,7 +577,7 @@ sub('run')
       }
       let said = false;
       const say = (line: string) => {
-        if (!said) process.stderr.write(`${escapeControls(line)}\n`);
+        if (!said) stderrLine(escapeControls(line));
         said = true;
       };
       // Signals from now on are the session's (a detached sbx keeps the default actions).
@@ -673,7 +675,7 @@ sub('run')
       // What the exit status cannot say: who ended it, bytes that were not stored, a status nobody saw.
       // What became of leftover processes, once (the exit status is the leader's).
       const leftovers = leftoversLine(receipt);
-      if (leftovers && !o.quiet) process.stderr.write(`${leftovers}\n`);
+      if (leftovers && !o.quiet) stderrLine(leftovers);
       const oom = oomLine(receipt);
       if (oom) warn(oom);
       if (receipt.termination.cause === 'shutdown') {
@@ -1084,7 +1086,7 @@ sub('wait')
         conn,
         sel,
         conn.run((c) => c.wait(sel)),
-        (line) => process.stderr.write(`${escapeControls(line)}\n`),
+        (line) => stderrLine(escapeControls(line)),
       );
     } catch (err) {
       fail(describe(err));
@@ -1673,7 +1675,7 @@ function readRawArgs(count: number): Buffer[] | null {
 function stdoutFailed(err: NodeJS.ErrnoException, out: NodeJS.WriteStream): never {
   const say = (line: string) => {
     try {
-      writeSync(2, line);
+      writeSync(2, stderrEnded(line));
     } catch {
       // stderr is gone too
     }
@@ -1681,12 +1683,12 @@ function stdoutFailed(err: NodeJS.ErrnoException, out: NodeJS.WriteStream): neve
   if (err.code !== 'EPIPE') {
     if (out === process.stdout)
       say(
-        `sbx: cannot write to stdout: ${err.code ?? err.message}${attachedSession ? `; session ${attachedSession}'s output stays stored (sbx logs ${attachedSession})` : ''}\n`,
+        `sbx: cannot write to stdout: ${err.code ?? err.message}${attachedSession ? `; session ${attachedSession}'s output stays stored (sbx logs ${attachedSession})` : ''}`,
       );
     process.exit(FAILURE);
   }
   // `sbx run -- yes | head -1`: say once that the session goes on (--on-disconnect continue).
-  if (attachedSession && out === process.stdout) say(`sbx: stdout was closed; session ${attachedSession} goes on (sbx cancel ${attachedSession} ends it)\n`);
+  if (attachedSession && out === process.stdout) say(`sbx: stdout was closed; session ${attachedSession} goes on (sbx cancel ${attachedSession} ends it)`);
   process.exit(141);
 }
 

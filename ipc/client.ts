@@ -86,6 +86,9 @@ export class LaunchUnconfirmedError extends Error {
   }
 }
 
+/** How long run() still reads the streams of a session that turned unknown before it rejects (SESSION_UNKNOWN), ms. */
+export const UNKNOWN_STREAMS_GRACE_MS = 2000;
+
 /**
  * A connection to the supervisor; every method rejects with SupervisorError or a transport
  * Error (an errno-like code: ECONNRESET, ETIMEDOUT when the transport went silent, ...).
@@ -191,13 +194,26 @@ export class SupervisorClient {
    * the session. With `params.pty` the session has one stream, the terminal's (`pty`: stdout
    * and stderr together, `\n` as `\r\n`): it comes as stdout, as `sbx run --pty` and
    * `docker run -t` print it, and stderr is empty. Errors as launch, subscribe and wait; a
-   * drop rejects (one connection).
+   * drop rejects (one connection). A session that turns unknown with no receipt on its way
+   * (its exec shim died, its supervisor restarted without evidence of its end) rejects with
+   * SESSION_UNKNOWN (details: session_id, reason) once its streams have ended or
+   * UNKNOWN_STREAMS_GRACE_MS has passed, rather than waiting for good; it is not cancelled,
+   * and its key is never run again (sbx resolve is the operator's way to end it).
    */
   async run(params: LaunchParams, options: RunOptions = {}): Promise<RunResult> {
     const launch: LaunchParams = { ...params, stdin: options.stdin !== undefined ? true : params.stdin };
     if (options.inheritEnv) launch.inherit_env = { ...definedEnv(process.env), ...(params.inherit_env ?? {}) };
     const session = await this.launch(launch);
     const selector = { session_id: session.session_id };
+    // The wait goes out now, with unknown "fail": it answers SESSION_UNKNOWN as soon as the
+    // session is unknown with no receipt on its way, where a plain wait would never answer.
+    const waiting = this.request('wait', { ...selector, unknown: 'fail' });
+    waiting.catch(() => {}); // awaited below, or run() ended before it
+    const turnedUnknown = new Promise<SupervisorError>((resolve) =>
+      waiting.catch((err: unknown) => {
+        if (err instanceof SupervisorError && err.code === 'SESSION_UNKNOWN') resolve(err);
+      }),
+    );
     const kept: Record<'stdout' | 'stderr', Buffer[]> = { stdout: [], stderr: [] };
     const sinks = {
       stdout: options.onStdout ?? ((b: Buffer) => void kept.stdout.push(b)),
@@ -226,13 +242,23 @@ export class SupervisorClient {
         this.onClose(reject);
       });
     try {
-      if (options.stdin !== undefined && session.state !== 'ended') await this.writeAll(selector, options.stdin);
-      await Promise.all(params.pty ? [follow('stdout', 'pty')] : [follow('stdout'), follow('stderr')]);
+      const streams = (async () => {
+        if (options.stdin !== undefined && session.state !== 'ended') await this.writeAll(selector, options.stdin);
+        await Promise.all(params.pty ? [follow('stdout', 'pty')] : [follow('stdout'), follow('stderr')]);
+      })();
+      const unknown = await Promise.race([streams.then(() => null), turnedUnknown]);
+      if (unknown) {
+        // What its streams still hold is read first, for a while: a process of it may still write.
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([streams.catch(() => {}), new Promise((r) => (timer = setTimeout(r, UNKNOWN_STREAMS_GRACE_MS)))]);
+        clearTimeout(timer);
+        throw unknown;
+      }
     } catch (err) {
       if (!(err instanceof SupervisorError) && !this.closedError) await this.request('cancel', selector).catch(() => undefined);
       throw err;
     }
-    const receipt = await this.wait(selector);
+    const receipt = await waiting;
     return {
       session,
       receipt,
@@ -261,9 +287,13 @@ export class SupervisorClient {
     return this.request('kill', { ...selector, signal });
   }
 
-  /** Resolves with the receipt once the session has ended (durably). */
-  wait(selector: SessionSelector): Promise<Receipt> {
-    return this.request('wait', selector);
+  /**
+   * Resolves with the receipt once the session has ended (durably). `unknown: 'fail'`: rejects
+   * with SESSION_UNKNOWN (details: session_id, reason) once the session is unknown with no
+   * receipt on its way, rather than waiting until evidence or an operator ends it (the default).
+   */
+  wait(selector: SessionSelector, options: { unknown?: 'wait' | 'fail' } = {}): Promise<Receipt> {
+    return this.request('wait', { ...selector, ...options });
   }
 
   /** The session's state, its receipt (null until ended) and, for an escaped one, the operator's word once given. */

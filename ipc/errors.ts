@@ -68,6 +68,12 @@ export const ERROR_CODES = {
    * subreaper mode). Refused before admission: nothing was run, no key taken.
    */
   LIMIT_UNAVAILABLE: false,
+  /**
+   * Extension: a wait with `unknown: "fail"` for a session that is unknown with no receipt on its
+   * way (details: session_id, reason). It may still end later (new evidence, or sbx resolve);
+   * its key is never run again.
+   */
+  SESSION_UNKNOWN: false,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
@@ -162,6 +168,11 @@ export const ERROR_CODE_DOCS: { readonly [C in ErrorCode]: ErrorCodeDoc } = {
   LIMIT_UNAVAILABLE: {
     when: 'a launch asked for a limit (memory_max_bytes, pids_max, cpus) whose cgroup v2 controller the sessions cgroup does not have (bound to cgroup v1, not delegated, or subreaper mode); refused before admission: nothing ran, the key is not taken (docs/guide/limits.md)',
     details: 'controller: memory, pids or cpu; limit: memory_max_bytes, pids_max or cpus; cgroup: the sessions cgroup (null in subreaper mode)',
+    extension: true,
+  },
+  SESSION_UNKNOWN: {
+    when: 'a wait with unknown "fail" (run() of the clients): the session is unknown with no receipt on its way; it may still end (new evidence, sbx resolve), and its key is never run again',
+    details: 'session_id; reason: why it is unknown',
     extension: true,
   },
 };

@@ -50,7 +50,8 @@ export interface Methods {
   subscribe: { params: SubscribeParams; result: SubscribeResult };
   /** The per-read index of one stream from a cursor; with follow, waits for a record or the stream's end. */
   read_index: { params: ReadIndexParams; result: ReadIndexResult };
-  wait: { params: SessionSelector; result: Receipt };
+  /** unknown "fail": SESSION_UNKNOWN rather than waiting on for a session unknown with no receipt on its way. */
+  wait: { params: ParamsFor<'wait'>; result: Receipt };
   receipt: {
     params: SessionSelector;
     result: {

@@ -105,7 +105,12 @@ export const ParamsSchemas = {
     })
     .strict()
     .refine(requireOne, SELECTOR_MESSAGE),
-  wait: selectorSchema,
+  // unknown: what a wait does when the session is unknown with no receipt on its way: "wait" (the
+  // default: until evidence, or an operator, ends it) or "fail" (SESSION_UNKNOWN, at once or then).
+  wait: z
+    .object({ ...selector, unknown: z.enum(['wait', 'fail']).optional() })
+    .strict()
+    .refine(requireOne, SELECTOR_MESSAGE),
   receipt: selectorSchema,
   changes: selectorSchema,
   cancel: z

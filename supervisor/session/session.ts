@@ -62,6 +62,20 @@ export abstract class Session extends EventEmitter {
   /** Evidence (or an operator's word) is being turned into a receipt: one receipt per session, ever. */
   protected receiptOnItsWay = false;
 
+  /**
+   * Unknown with no receipt on its way (ps shows no receipt_pending): only new evidence or an
+   * operator (sbx resolve) ends it. Each change of it is told by a 'state' event or, where the
+   * state stays unknown, a 'standing' event (emitStanding).
+   */
+  get unknownWithoutReceipt(): boolean {
+    return this.state === 'unknown' && !this.receiptOnItsWay && !this.receiptAwaitingSpace;
+  }
+
+  /** Tells waiters (a wait with unknown "fail") that unknownWithoutReceipt may have changed while the state did not. */
+  protected emitStanding(): void {
+    this.emit('standing');
+  }
+
   constructor(
     readonly id: string,
     readonly req: SessionRequest,
@@ -371,6 +385,7 @@ export abstract class Session extends EventEmitter {
     this.ctx.log.warn({ session_id: this.id, reason }, 'session is unknown: no evidence of death');
     this.unknownReason = reason;
     if (this.state !== 'unknown') this.transition('unknown');
+    else this.emitStanding();
   }
 
   /** The operator's word that what this session's receipt says escaped its cgroup is ended (null: none; unreadable: none, logged). */
@@ -452,6 +467,7 @@ export abstract class Session extends EventEmitter {
       });
     } finally {
       this.receiptOnItsWay = false;
+      this.emitStanding();
     }
     if (!this.receipt) throw new SupervisorError('INTERNAL', `session ${this.id}: the operator's receipt could not be written: ${this.unknownReason}`);
     return this.receipt;

@@ -161,6 +161,9 @@ describe('pty', () => {
       const r = await daemon.sbx([...args]);
       expect([r.status, r.stderr.toString()], args.join(' ')).toEqual([125, `sbx: ${said}`]);
     }
+    // A size without --pty is refused, not dropped.
+    const sizeOnly = await daemon.sbx(['run', '--cols', '100', '--', 'true']);
+    expect([sizeOnly.status, sizeOnly.stderr.toString()]).toEqual([125, 'sbx: INVALID_ARGUMENT: --cols and --rows are the size of a pty: add --pty (-t)\n']);
     await daemon.sbx(['cancel', id, '--grace', '0']);
     expect((JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt).outcome).toBe('cancelled');
   });
@@ -307,7 +310,8 @@ describe('pty', () => {
   });
 
   it("sbx run -it turns the terminal's output processing off while it runs, as cfmakeraw(3) does (no \\r\\r\\n), and puts it back", async () => {
-    // A shell on python3's terminal prints the opost flag, runs sbx run -it, prints it again.
+    // A shell on python3's terminal prints the opost flag, runs sbx run -it (a command that
+    // leaves a process behind), prints it again.
     // The session's pty turns \n into \r\n already; with the outer terminal's ONLCR still on
     // (libuv's raw mode) the screen, and any recording of it, got \r\r\n.
     const driver = [
@@ -315,7 +319,7 @@ describe('pty', () => {
       'pid, fd = pty.fork()',
       'if pid == 0:',
       '    flag = \'stty -a | grep -ow -- "-\\{0,1\\}opost"\'',
-      "    os.execv('/bin/sh', ['sh', '-c', flag + '; \"$0\" run -it -- printf \"a\\\\nb\\\\n\"; echo \"exit $?\"; ' + flag, sys.argv[1]])",
+      "    os.execv('/bin/sh', ['sh', '-c', flag + '; \"$0\" run -it -- sh -c \"$1\"; echo \"exit $?\"; ' + flag, sys.argv[1], sys.argv[2]])",
       "out = b''",
       'while True:',
       '    try:',
@@ -328,7 +332,10 @@ describe('pty', () => {
       'os.waitpid(pid, 0)',
       'sys.stdout.write(out.decode())',
     ].join('\n');
-    expect(await python3(driver, [SBX_BIN])).toBe('opost\r\na\r\nb\r\nexit 0\r\nopost\r\n');
+    // sbx's own line (its leftover, killed: a pty's linger default) ends in \r\n too while raw.
+    expect(await python3(driver, [SBX_BIN, 'sleep 97 & printf "a\\nb\\n"'])).toBe(
+      'opost\r\na\r\nb\r\nsbx: 1 leftover process was ended (linger kill)\r\nexit 0\r\nopost\r\n',
+    );
   });
 
   it('sbx run -it whose terminal is hung up (its window closed) sends SIGHUP on and exits 129: never a crash on the gone terminal', async () => {
@@ -380,6 +387,15 @@ describe('pty', () => {
       expect(run.stderr.toString()).toMatch(
         /^sbx: session s-\S+ is unknown: the exec shim \(the session's subreaper\) died before reporting all descendants reaped; /,
       );
+      // A wait with unknown "fail" answers SESSION_UNKNOWN at once; the library's run() too,
+      // once the session turns unknown, rather than waiting for a receipt that never comes.
+      const reason = "the exec shim (the session's subreaper) died before reporting all descendants reaped";
+      const failed = await client.wait({ session_id }, { unknown: 'fail' }).catch((e: unknown) => e);
+      expect(isSupervisorError(failed) && [failed.code, failed.details]).toEqual(['SESSION_UNKNOWN', { session_id, reason }]);
+      const ran = await client.run({ argv: ['sh', '-c', 'kill -9 $PPID; sleep 1; echo x'], cwd: '/', pty: { cols: 80, rows: 24 } }).catch((e: unknown) => e);
+      expect(isSupervisorError(ran) && ran.code).toBe('SESSION_UNKNOWN');
+      expect((ran as { details: { reason: string } }).details.reason).toBe(reason);
+      expect((ran as Error).message).toMatch(/^session s-\S+ is unknown: the exec shim .* it is never run again \(sbx ps, sbx resolve\)$/);
     } finally {
       for (const pid of pidsWithMarker(m)) process.kill(pid, 'SIGKILL');
       await until(() => pidsWithMarker(m).length === 0, 'the command to be gone');

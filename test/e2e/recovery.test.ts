@@ -6,6 +6,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, 
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Receipt, SessionSummary } from '../../ipc/protocol.js';
+import { isSupervisorError } from '../../ipc/errors.js';
 import { pidsWithMarker, sha256, TestDaemon, until } from '../helpers/daemon.js';
 
 const daemons: TestDaemon[] = [];
@@ -369,11 +370,19 @@ describe('crashes in the middle of writing a receipt or removing output', () => 
     const d = await daemon();
     const m = marker();
     const c = await d.client();
-    const { session_id } = await c.launch({ argv: ['sleep', m], cwd: '/', invocation_key: 'K-planted' });
+    // It ignores SIGTERM: the restart's reconciliation ends it only after its 1.5 s grace, so a
+    // wait sent at once finds its receipt on the way (pending) and then, the write refused, not.
+    const { session_id } = await c.launch({ argv: ['sh', '-c', `trap '' TERM; exec sleep ${m}`], cwd: '/', invocation_key: 'K-planted', grace_ms: 1500 });
     await until(() => pidsWithMarker(m).length === 1, 'the session to run');
     await d.kill9();
     symlinkSync('/nonexistent', join(d.stateDir, 'sessions', session_id, 'receipt.json'));
     await d.start();
+    const c2 = await d.client();
+    const failing = c2.wait({ session_id }, { unknown: 'fail' }).catch((e: unknown) => e);
+    expect((await c2.ps()).sessions.find((x) => x.session_id === session_id)).toMatchObject({ state: 'unknown', receipt_pending: true });
+    const failed = await failing;
+    expect(isSupervisorError(failed) && failed.code).toBe('SESSION_UNKNOWN');
+    expect((failed as { details: { reason: string } }).details.reason).toMatch(/^the receipt could not be written/);
     const row = await until(async () => {
       const r = (JSON.parse((await d.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[]).find((x) => x.session_id === session_id);
       return r?.reason?.includes('the receipt could not be written') ? r : null;

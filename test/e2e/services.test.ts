@@ -138,19 +138,23 @@ describe('hand-off of leftovers (the default)', () => {
     const m = marker();
     const r = await run(['--linger', 'kill'], ['sh', '-c', `sleep ${m} & sleep ${m} & echo x >&2`]);
     expect(r.status).toBe(0);
-    expect(r.stderr.toString()).toBe('x\nsbx: 2 leftover processes were ended (--linger kill)\n');
+    expect(r.stderr.toString()).toBe('x\nsbx: 2 leftover processes were ended (linger kill)\n');
     expect(r.receipt).toMatchObject({ termination: { cause: 'linger' }, descendants_terminated: 2 });
     expect(r.receipt.handed_off).toBeUndefined();
     // One that ignores SIGTERM (started after the leader's own trap: SIG_IGN is inherited, and in
     // place before the leader exits) is killed once the grace runs out, and the line says so.
     const t = await run(['--linger', 'kill', '--grace', '300ms'], ['sh', '-c', `sleep ${m} & trap '' TERM; sleep ${m} & echo x >&2`]);
     expect(t.stderr.toString()).toBe(
-      'x\nsbx: 2 leftover processes were ended (--linger kill: SIGTERM, then SIGKILL to 1 process still running after the grace)\n',
+      'x\nsbx: 2 leftover processes were ended (linger kill: SIGTERM, then SIGKILL to 1 process still running after the grace)\n',
     );
     expect(t.receipt.termination.steps.map((s) => [s.signal, s.pids])).toEqual([
       ['SIGTERM', 2],
       ['SIGKILL', 1],
     ]);
+    // With no grace SIGKILL is the only step, and the line says no more.
+    const g = await run(['--linger', 'kill', '--grace', '0'], ['sh', '-c', `sleep ${m} & echo x >&2`]);
+    expect(g.stderr.toString()).toBe('x\nsbx: 1 leftover process was ended (linger kill: SIGKILL, no grace)\n');
+    expect(g.receipt.termination.steps.map((s) => s.signal)).toEqual(['SIGKILL']);
     const q = await run(['--linger', 'kill', '-q'], ['sh', '-c', `sleep ${m} & echo x >&2`]);
     expect(q.stderr.toString()).toBe('x\n');
     expect(pidsWithMarker(m)).toEqual([]);

@@ -170,15 +170,25 @@ def run(
     A retry with the same ``key`` after a crash returns the first run's Result (its stored
     output and receipt), never a second run. Errors as ``launch``; an exception from a
     callback (any, an OSError too) cancels the session and is raised as it was; so does
-    AsyncClient's run being cancelled (the session is cancelled).
+    AsyncClient's run being cancelled (the session is cancelled). A session that is unknown
+    with no receipt on its way once its streams have ended (its exec shim died, its supervisor
+    restarted without evidence of its end) raises SupervisorError SESSION_UNKNOWN (details:
+    session_id, reason) rather than waiting for good; it is not cancelled, and its key is
+    never run again.
     """
     session = yield from launch(argv, key=key, timeout_seconds=timeout_seconds, grace_seconds=grace_seconds, cwd=cwd, env=env, inherit_env=inherit_env, user=user, task=task, stdin=stdin is not None, linger=linger, memory_max_bytes=memory_max_bytes, pids_max=pids_max, cpus=cpus)
     return (yield Own("_run_launched", session, stdin, on_stdout, on_stderr))
 
 
-def wait(session: SessionRef) -> Steps[Receipt]:
-    """Waits until the session's receipt is durable and returns it (signed; see verify_receipt)."""
-    return (yield Call("wait", selector(session)))
+def wait(session: SessionRef, unknown: str = "wait") -> Steps[Receipt]:
+    """Waits until the session's receipt is durable and returns it (signed; see verify_receipt).
+
+    ``unknown="fail"``: raises SupervisorError SESSION_UNKNOWN (details: session_id, reason) once
+    the session is unknown with no receipt on its way, rather than waiting until evidence or an
+    operator (``sbx resolve``) ends it (``"wait"``, the default)."""
+    if unknown not in ("wait", "fail"):
+        raise ValueError(f'unknown must be "wait" or "fail", not {unknown!r}')
+    return (yield Call("wait", {**selector(session), **({"unknown": "fail"} if unknown == "fail" else {})}))
 
 
 def receipt(session: SessionRef) -> Steps[Dict[str, Any]]:

@@ -363,7 +363,7 @@ class AsyncClient(EndpointClient):
             if isinstance(err, CallbackFailed):
                 raise err.error
             raise
-        receipt = await self.wait(session)
+        receipt = await self.wait(session, unknown="fail")
         return P.result_of(session, receipt, stdout, stderr)
 
     async def _read_merged(self, session: SessionRef, cursor: int, follow: bool) -> AsyncIterator[OutputChunk]:

@@ -291,7 +291,7 @@ class Client(EndpointClient):
             raise
         finally:
             chunks.close()
-        receipt = self.wait(session)
+        receipt = self.wait(session, unknown="fail")
         stdout = None if on_stdout else b"".join(kept["stdout"])
         stderr = None if on_stderr else b"".join(kept["stderr"])
         return P.result_of(session, receipt, stdout, stderr)

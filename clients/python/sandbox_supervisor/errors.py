@@ -37,6 +37,8 @@ ERROR_CODES: Dict[str, bool] = {
     "OUTPUT_QUOTA_EXCEEDED": False,
     # limits (docs/guide/limits.md): the controller of an asked-for limit is not in cgroup v2 here
     "LIMIT_UNAVAILABLE": False,
+    # a wait with unknown="fail" (run()): the session is unknown with no receipt on its way
+    "SESSION_UNKNOWN": False,
 }
 
 

@@ -183,3 +183,11 @@ class Daemon:
 def python() -> str:
     """The interpreter running the tests (Debian's /usr/bin/python3 in CI)."""
     return sys.executable
+
+
+def planted_receipt_link(daemon: Daemon, target: str) -> str:
+    """A command that, as its last act, links its own session's receipt path to target (its session id
+    from its cgroup leaf, .../sessions/<id>): the supervisor never writes through a link, so the session
+    stays unknown with no receipt on its way."""
+    return f"id=$(grep '^0::' /proc/self/cgroup | sed 's|.*/||'); ln -s {target} {daemon.state_dir}/sessions/$id/receipt.json; echo planted"
+

@@ -7,7 +7,7 @@ import secrets
 
 import pytest
 
-from daemon import Daemon
+from daemon import Daemon, planted_receipt_link
 from sandbox_supervisor import AsyncClient, InvocationKey, SupervisorError, verify_receipt
 
 
@@ -56,5 +56,21 @@ def test_async_first_connection_to_nothing_fails_at_once(tmp_path):
     async def main() -> None:
         with pytest.raises(FileNotFoundError):
             await AsyncClient(str(tmp_path / "none.sock")).connect()
+
+    asyncio.run(main())
+
+
+def test_async_run_raises_session_unknown_rather_than_waiting_for_good(daemon: Daemon, tmp_path):
+    target = tmp_path / "receipt-target"
+    target.write_text("original")
+
+    async def main() -> None:
+        async with AsyncClient(daemon.socket_path) as c:
+            with pytest.raises(SupervisorError) as e:
+                await c.run(["sh", "-c", planted_receipt_link(daemon, str(target))], key=key(), cwd="/")
+            assert e.value.code == "SESSION_UNKNOWN"
+            assert e.value.details["reason"].startswith("the receipt could not be written: EEXIST")
+            assert target.read_text() == "original"
+            await c.resolve(e.value.details["session_id"], reason="test: planted receipt link")
 
     asyncio.run(main())

@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from daemon import ROOT, NODE, Daemon, until
+from daemon import ROOT, NODE, Daemon, planted_receipt_link, until
 from sandbox_supervisor import Client, InvocationKey, SupervisorError, canonicalize, verify_receipt
 
 
@@ -155,3 +155,25 @@ def test_checkpoint_restore_and_close_task(daemon: Daemon, client: Client, tmp_p
     with pytest.raises(SupervisorError) as e:
         client.launch(["true"], key=key(), task=task)
     assert e.value.code == "ADMISSION_SEALED"
+
+
+def test_run_raises_session_unknown_rather_than_waiting_for_good(daemon: Daemon, client: Client, tmp_path):
+    target = tmp_path / "receipt-target"
+    target.write_text("original")
+    k = key()
+    with pytest.raises(SupervisorError) as e:
+        client.run(["sh", "-c", planted_receipt_link(daemon, str(target))], key=k, cwd="/")
+    assert e.value.code == "SESSION_UNKNOWN"
+    assert e.value.details["reason"].startswith("the receipt could not be written: EEXIST")
+    sid = e.value.details["session_id"]
+    assert str(e.value).startswith(f"SESSION_UNKNOWN: session {sid} is unknown: the receipt could not be written: EEXIST")
+    assert target.read_text() == "original"
+    # A plain wait would wait on; with unknown="fail" it answers at once; the key is not run again.
+    with pytest.raises(SupervisorError) as again:
+        client.wait(InvocationKey(k), unknown="fail")
+    assert (again.value.code, again.value.details) == ("SESSION_UNKNOWN", e.value.details)
+    retry = client.launch(["sh", "-c", planted_receipt_link(daemon, str(target))], key=k, cwd="/")
+    assert (retry.session_id, retry.existing, retry.state) == (sid, True, "unknown")
+    with pytest.raises(ValueError):
+        client.wait(InvocationKey(k), unknown="never")
+    client.resolve(sid, reason="test: planted receipt link")  # the operator's word ends it (not through the link)
