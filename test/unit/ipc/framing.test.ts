@@ -151,8 +151,10 @@ describe('frames', () => {
       'FILE_ERROR',
       'OUTPUT_QUOTA_EXCEEDED',
       'LIMIT_UNAVAILABLE', // extension (issue 32): a limit whose cgroup v2 controller this host lacks
+      'SESSION_UNKNOWN', // extension: a wait with unknown "fail" for a session unknown with no receipt on its way
     ]);
     expect(new SupervisorError('LIMIT_UNAVAILABLE', 'x').retryable).toBe(false);
+    expect(new SupervisorError('SESSION_UNKNOWN', 'x').retryable).toBe(false);
     expect(new SupervisorError('CHECKPOINT_FAILED', 'x').retryable).toBe(true);
     expect(new SupervisorError('TASK_CONFLICT', 'x').retryable).toBe(false);
     const back = SupervisorError.fromWire({ code: 'NOT_A_CODE' as any, message: 'm', retryable: false });
