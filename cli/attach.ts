@@ -5,6 +5,7 @@
 // (the session goes on). Also owns pumpStdin (stdin at offsets) and forwardTerminalSize, which sbx run uses too.
 import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import { type Command, InvalidArgumentError } from 'commander';
 import { readOutput, ReconnectingClient, SupervisorClient, type EndpointOptions } from '../ipc/client.js';
@@ -49,8 +50,10 @@ export async function pumpStdin(
     // libuv's raw mode keeps output processing (OPOST, ONLCR) on, so the session's own \r\n
     // (its pty translates already) reached the screen, and a recording of it (script(1)), as
     // \r\r\n. cfmakeraw(3), as ssh -t and docker run -t use, turns it off: so does sbx, through
-    // stty(1) on the terminal (Node has no tcsetattr). Put back with the rest of the modes at exit.
-    spawnSync('stty', ['-opost'], { stdio: ['inherit', 'ignore', 'ignore'] });
+    // stty(1) on the terminal (Node has no tcsetattr), by its own path (never a PATH entry such
+    // as "." picking another). Put back with the rest of the modes at exit.
+    const stty = ['/usr/bin/stty', '/bin/stty'].find((p) => existsSync(p));
+    if (stty) spawnSync(stty, ['-opost'], { stdio: ['inherit', 'ignore', 'ignore'] });
     rawTerminal(true);
     process.on('exit', () => {
       rawTerminal(false);

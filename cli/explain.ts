@@ -123,7 +123,13 @@ export function leftoversLine(receipt: Pick<Receipt, 'handed_off' | 'termination
     const { steps } = receipt.termination;
     const killed = steps.find((s) => s.signal === 'SIGKILL' && s.pids > 0);
     const termed = steps.some((s) => s.signal === 'SIGTERM');
-    const how = !killed ? '' : termed ? `: SIGTERM, then SIGKILL to ${n(killed.pids, 'process')} still running after the grace` : ': SIGKILL, no grace';
+    // The count is of the processes SIGTERM reached; more may have been forked during the grace.
+    const forked = killed && killed.pids > receipt.descendants_terminated ? ', some forked during it' : '';
+    const how = !killed
+      ? ''
+      : termed
+        ? `: SIGTERM, then SIGKILL to ${n(killed.pids, 'process')} still running after the grace${forked}`
+        : ': SIGKILL, no grace';
     return `sbx: ${n(receipt.descendants_terminated, 'leftover process')} ${receipt.descendants_terminated === 1 ? 'was' : 'were'} ended (linger kill${how})`;
   }
   return null;

@@ -241,6 +241,32 @@ describe('pty', () => {
     expect((JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt).outcome).toBe('cancelled');
   });
 
+  it('sbx attach to a pty session whose stdin is closed only watches: the terminal stays cooked, so Ctrl-C detaches', async () => {
+    const detached = await daemon.sbx(['run', '--detach', '--pty', '--stdin', '--timeout', '30s', '--', 'sh', '-c', 'echo ready; sleep 25']);
+    const id = detached.stdout.toString().trim();
+    expect((await daemon.sbx(['write', id, '--eof'], { input: '' })).status).toBe(0);
+    // An empty write (no eof) on the closed stdin is told so: attach's probe, sbx write with nothing to send.
+    const probe = await daemon.sbx(['write', id], { input: '' });
+    expect([probe.status, probe.stderr.toString()]).toEqual([125, `sbx: INVALID_ARGUMENT: stdin of session ${id} is closed\n`]);
+    const driver = [
+      'import os, pty, select, sys, termios, time',
+      'pid, fd = pty.fork()',
+      'if pid == 0:',
+      "    os.execv(sys.argv[1], [sys.argv[1], 'attach', sys.argv[2], '--from-start'])",
+      "seen, deadline = b'', time.time() + 20",
+      "while b'ready' not in seen and time.time() < deadline:",
+      '    if select.select([fd], [], [], 0.5)[0]:',
+      '        seen += os.read(fd, 4096)',
+      'lflag = termios.tcgetattr(fd)[3]',
+      "os.write(fd, b'\\x03')",
+      'status = os.waitpid(pid, 0)[1]',
+      'print("cooked" if lflag & termios.ICANON and lflag & termios.ISIG else "raw", os.WEXITSTATUS(status) if os.WIFEXITED(status) else "signal %d" % os.WTERMSIG(status))',
+    ].join('\n');
+    expect(await python3(driver, [SBX_BIN, id])).toBe('cooked 130\n');
+    await daemon.sbx(['cancel', id, '--grace', '0']);
+    expect((JSON.parse((await daemon.sbx(['wait', id])).stdout.toString()) as Receipt).outcome).toBe('cancelled');
+  });
+
   it('sbx wait and sbx logs -f on a terminal that is hung up, then SIGTERM or SIGINT: they die of that signal, as on a live one (not SIGABRT)', async () => {
     // Node's own SIGINT/SIGTERM handler puts the terminal's modes back first, and aborted on the
     // hung-up terminal (EIO). The session leader (python3) survives the hangup; sbx, in its

@@ -73,6 +73,10 @@ it("writer tokens: each token's offsets are its own stream's, tokenless writes s
   expect([w.cursorOf('A'), w.cursorOf('B'), w.cursorOf(), w.cursorOf('never')]).toEqual([6, 2, 3, 0]);
   expect(await w.write(Buffer.alloc(0), undefined, true, 'B')).toBe(2); // eof from any writer closes it for all
   expect(await w.write(Buffer.alloc(0), 2, true, 'B')).toBe(2); // a retried eof
+  expect(await w.write(Buffer.from('aaAA'), 2, false, 'A')).toBe(6); // a resend of bytes written before the close
+  // An empty write without eof asks whether stdin is open: it is not.
+  await expect(w.write(Buffer.alloc(0), undefined, false, 'A')).rejects.toMatchObject({ details: { stdin_closed: true, cursor: 6 } });
+  await expect(w.write(Buffer.alloc(0), undefined, false)).rejects.toMatchObject({ details: { stdin_closed: true, cursor: 3 } });
   await expect(w.write(Buffer.from('x'), 6, false, 'A')).rejects.toMatchObject({ details: { stdin_closed: true } });
   expect(await ended).toBe('aaaabb--AA!');
 });
