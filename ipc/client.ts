@@ -86,9 +86,6 @@ export class LaunchUnconfirmedError extends Error {
   }
 }
 
-/** How long run() still reads the streams of a session that turned unknown before it rejects (SESSION_UNKNOWN), ms. */
-export const UNKNOWN_STREAMS_GRACE_MS = 2000;
-
 /**
  * A connection to the supervisor; every method rejects with SupervisorError or a transport
  * Error (an errno-like code: ECONNRESET, ETIMEDOUT when the transport went silent, ...).
@@ -194,26 +191,17 @@ export class SupervisorClient {
    * the session. With `params.pty` the session has one stream, the terminal's (`pty`: stdout
    * and stderr together, `\n` as `\r\n`): it comes as stdout, as `sbx run --pty` and
    * `docker run -t` print it, and stderr is empty. Errors as launch, subscribe and wait; a
-   * drop rejects (one connection). A session that turns unknown with no receipt on its way
-   * (its exec shim died, its supervisor restarted without evidence of its end) rejects with
-   * SESSION_UNKNOWN (details: session_id, reason) once its streams have ended or
-   * UNKNOWN_STREAMS_GRACE_MS has passed, rather than waiting for good; it is not cancelled,
-   * and its key is never run again (sbx resolve is the operator's way to end it).
+   * drop rejects (one connection). A session unknown with no receipt on its way once its
+   * streams have ended (its exec shim died, its receipt could not be written, a restart found
+   * no evidence of its end) rejects with SESSION_UNKNOWN (details: session_id, reason) rather
+   * than waiting for good; it is not cancelled, and its key is never run again (sbx resolve is
+   * the operator's way to end it).
    */
   async run(params: LaunchParams, options: RunOptions = {}): Promise<RunResult> {
     const launch: LaunchParams = { ...params, stdin: options.stdin !== undefined ? true : params.stdin };
     if (options.inheritEnv) launch.inherit_env = { ...definedEnv(process.env), ...(params.inherit_env ?? {}) };
     const session = await this.launch(launch);
     const selector = { session_id: session.session_id };
-    // The wait goes out now, with unknown "fail": it answers SESSION_UNKNOWN as soon as the
-    // session is unknown with no receipt on its way, where a plain wait would never answer.
-    const waiting = this.request('wait', { ...selector, unknown: 'fail' });
-    waiting.catch(() => {}); // awaited below, or run() ended before it
-    const turnedUnknown = new Promise<SupervisorError>((resolve) =>
-      waiting.catch((err: unknown) => {
-        if (err instanceof SupervisorError && err.code === 'SESSION_UNKNOWN') resolve(err);
-      }),
-    );
     const kept: Record<'stdout' | 'stderr', Buffer[]> = { stdout: [], stderr: [] };
     const sinks = {
       stdout: options.onStdout ?? ((b: Buffer) => void kept.stdout.push(b)),
@@ -242,23 +230,16 @@ export class SupervisorClient {
         this.onClose(reject);
       });
     try {
-      const streams = (async () => {
-        if (options.stdin !== undefined && session.state !== 'ended') await this.writeAll(selector, options.stdin);
-        await Promise.all(params.pty ? [follow('stdout', 'pty')] : [follow('stdout'), follow('stderr')]);
-      })();
-      const unknown = await Promise.race([streams.then(() => null), turnedUnknown]);
-      if (unknown) {
-        // What its streams still hold is read first, for a while: a process of it may still write.
-        let timer: NodeJS.Timeout | undefined;
-        await Promise.race([streams.catch(() => {}), new Promise((r) => (timer = setTimeout(r, UNKNOWN_STREAMS_GRACE_MS)))]);
-        clearTimeout(timer);
-        throw unknown;
-      }
+      if (options.stdin !== undefined && session.state !== 'ended') await this.writeAll(selector, options.stdin);
+      await Promise.all(params.pty ? [follow('stdout', 'pty')] : [follow('stdout'), follow('stderr')]);
     } catch (err) {
       if (!(err instanceof SupervisorError) && !this.closedError) await this.request('cancel', selector).catch(() => undefined);
       throw err;
     }
-    const receipt = await waiting;
+    // unknown "fail": a session unknown with no receipt on its way is answered SESSION_UNKNOWN,
+    // where a plain wait would never answer. Sent once the streams have ended, so a run holds
+    // two requests in flight at most (ipc.maxInFlight).
+    const receipt = await this.wait(selector, { unknown: 'fail' });
     return {
       session,
       receipt,

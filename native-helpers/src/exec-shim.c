@@ -101,10 +101,14 @@ struct options {
   char **argv;
 };
 
-/* Writes one report line; a lost reader is not our concern (EPIPE is ignored). */
+/* The report pipe's reader (the supervisor) is gone: EPIPE once, then nothing more is written. */
+static int report_lost;
+
+/* Writes one report line; a lost reader is not our concern: after EPIPE the shim stops writing
+ * (each write would raise SIGPIPE again, which the subreaper loop reads from its signalfd). */
 static void report(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void report(int fd, const char *fmt, ...) {
-  if (fd < 0) return;
+  if (fd < 0 || report_lost) return;
   char line[128];
   va_list ap;
   va_start(ap, fmt);
@@ -114,6 +118,7 @@ static void report(int fd, const char *fmt, ...) {
   if ((size_t)n >= sizeof line) n = sizeof line - 1;
   ssize_t w;
   do w = write(fd, line, (size_t)n); while (w < 0 && errno == EINTR);
+  if (w < 0 && errno == EPIPE) report_lost = 1;
 }
 
 static int parse_fd(const char *s) {
@@ -438,6 +443,10 @@ static int run_subreaper(const struct options *o) {
       struct signalfd_siginfo si;
       while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (si.ssi_signo == SIGCHLD || o->no_forward) continue;
+        /* The SIGPIPE of the shim's own write to a report pipe nobody reads (the supervisor
+         * died): the shim's, never the command's (forwarding it killed the command's writers,
+         * and each forward's report raised it again: a spin). */
+        if (si.ssi_signo == SIGPIPE && (pid_t)si.ssi_pid == getpid()) continue;
         /* The supervisor's SIGCONT undoes a stop of the shim alone (the command's kill -STOP
          * $PPID or kill -STOP 0): what the command stopped of its own stays stopped. */
         if (si.ssi_signo == SIGCONT && (pid_t)si.ssi_pid == getppid()) continue;

@@ -166,7 +166,7 @@ export class RecoveredSession extends Session {
     } catch (err) {
       this.receiptOnItsWay = false;
       this.unknownReason = `reconciliation failed: ${(err as Error).message}`;
-      this.emitStanding();
+      this.checkStanding();
       throw err;
     }
   }

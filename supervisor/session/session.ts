@@ -62,18 +62,37 @@ export abstract class Session extends EventEmitter {
   /** Evidence (or an operator's word) is being turned into a receipt: one receipt per session, ever. */
   protected receiptOnItsWay = false;
 
+  /** What endedOrStuck() hands out: one promise for every waiter, settled (and dropped) by checkStanding. */
+  private standing: { promise: Promise<void>; resolve: () => void } | null = null;
+
   /**
    * Unknown with no receipt on its way (ps shows no receipt_pending): only new evidence or an
-   * operator (sbx resolve) ends it. Each change of it is told by a 'state' event or, where the
-   * state stays unknown, a 'standing' event (emitStanding).
+   * operator (sbx resolve) ends it.
    */
   get unknownWithoutReceipt(): boolean {
     return this.state === 'unknown' && !this.receiptOnItsWay && !this.receiptAwaitingSpace;
   }
 
-  /** Tells waiters (a wait with unknown "fail") that unknownWithoutReceipt may have changed while the state did not. */
-  protected emitStanding(): void {
-    this.emit('standing');
+  /**
+   * Resolves once the session has its receipt or is unknown with none on its way (now: at once).
+   * One promise shared by every waiter (a wait with unknown "fail"), so a thousand waits cost one
+   * promise, not a listener each; a waiter that went away leaves nothing behind once it settles.
+   */
+  endedOrStuck(): Promise<void> {
+    if (this.state === 'ended' || this.unknownWithoutReceipt) return Promise.resolve();
+    if (!this.standing) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => (resolve = r));
+      this.standing = { promise, resolve };
+    }
+    return this.standing.promise;
+  }
+
+  /** Settles endedOrStuck()'s promise when the session has ended or is stuck unknown: called on each state change and wherever receipt_pending changes. */
+  protected checkStanding(): void {
+    if (!this.standing || (this.state !== 'ended' && !this.unknownWithoutReceipt)) return;
+    this.standing.resolve();
+    this.standing = null;
   }
 
   constructor(
@@ -90,6 +109,7 @@ export abstract class Session extends EventEmitter {
     this.lifecycle = new Lifecycle(initial, (from, to) => {
       ctx.log.debug({ session_id: id, from, to }, 'session state');
       this.emit('state', to);
+      this.checkStanding();
     });
   }
 
@@ -353,7 +373,10 @@ export abstract class Session extends EventEmitter {
         this.becomeUnknown(`the receipt could not be written: ${(err as Error).message}`);
         return;
       }
-      if (!this.receiptAwaitingSpace) {
+      // Pending before it is unknown: a wait with unknown "fail" must never see it stuck.
+      const first = !this.receiptAwaitingSpace;
+      this.receiptAwaitingSpace = receipt;
+      if (first) {
         // Its facts, small and without the lists the disk gives back, go into the reservation
         // in place (no block allocated), so a crash meanwhile loses nothing either.
         let kept = 'in memory';
@@ -367,7 +390,6 @@ export abstract class Session extends EventEmitter {
           `the receipt could not be written (${code}: ${why}); its facts are kept ${kept} and the write is retried until ${code === 'ENOSPC' || code === 'EDQUOT' ? 'space returns' : 'it succeeds'}`,
         );
       }
-      this.receiptAwaitingSpace = receipt;
       setTimeout(() => this.publish(receipt, endedAt, Math.min(retryMs * 2, RECEIPT_RETRY_MAX_MS)), retryMs).unref();
       return;
     }
@@ -385,7 +407,7 @@ export abstract class Session extends EventEmitter {
     this.ctx.log.warn({ session_id: this.id, reason }, 'session is unknown: no evidence of death');
     this.unknownReason = reason;
     if (this.state !== 'unknown') this.transition('unknown');
-    else this.emitStanding();
+    else this.checkStanding();
   }
 
   /** The operator's word that what this session's receipt says escaped its cgroup is ended (null: none; unreadable: none, logged). */
@@ -467,7 +489,7 @@ export abstract class Session extends EventEmitter {
       });
     } finally {
       this.receiptOnItsWay = false;
-      this.emitStanding();
+      this.checkStanding();
     }
     if (!this.receipt) throw new SupervisorError('INTERNAL', `session ${this.id}: the operator's receipt could not be written: ${this.unknownReason}`);
     return this.receipt;

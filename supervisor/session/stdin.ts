@@ -35,8 +35,8 @@ export class StdinWriter {
    * resolves with that stream's new cursor once the bytes are handed to the pipe or pty. eof
    * then closes stdin (for every writer). token: the writing client's token (1-128 chars);
    * none: the shared stream of tokenless writes. Errors: INVALID_ARGUMENT for a gap (details
-   * {cursor}) or a closed stdin (details {cursor, stdin_closed: true}; not for a resend of
-   * bytes or of the eof that came before the close, answered as then); LIMIT_EXCEEDED
+   * {cursor}) or a closed stdin (details {cursor, stdin_closed: true}; not for bytes all before
+   * the cursor or an empty eof, answered with the cursor); LIMIT_EXCEEDED
    * {limit: 'stdin_writers'} for a token past MAX_STDIN_WRITERS.
    */
   write(data: Buffer, offset: number | undefined, eof: boolean, token?: string): Promise<number> {
@@ -60,8 +60,9 @@ export class StdinWriter {
       });
     const fresh = data.subarray(Math.min(data.length, at - start));
     if (this.closed) {
-      // A resend of bytes (or of the eof) that came before the close is answered as then; a new
-      // empty write without eof (a probe: sbx attach, sbx write with nothing to send) is told.
+      // Bytes all before the cursor (a resend) and an empty eof (a retried close) are answered
+      // with the cursor; a new empty write without eof (a probe: sbx attach, sbx write with
+      // nothing to send) is told stdin is closed.
       if (fresh.length === 0 && (data.length > 0 || eof)) return at;
       throw new SupervisorError('INVALID_ARGUMENT', `stdin of session ${this.sessionId} is closed`, { cursor: at, stdin_closed: true });
     }

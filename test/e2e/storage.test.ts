@@ -173,6 +173,11 @@ describe('receipts on a full disk (16 MiB tmpfs)', () => {
         'the output to be stored',
         60_000,
       );
+      // A wait with unknown "fail" (the clients' run()) never takes a receipt waiting for space for a stuck session.
+      const failWait = client.wait({ session_id }, { unknown: 'fail' }).then(
+        (r) => r,
+        (e: unknown) => e,
+      );
       const filler = fillUp(daemon.stateDir);
       writeFileSync(go(daemon, 'go'), '');
       const row = async () => (JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[]).find((s) => s.session_id === session_id);
@@ -181,6 +186,7 @@ describe('receipts on a full disk (16 MiB tmpfs)', () => {
         receipt_pending: true,
         reason: expect.stringMatching(/ENOSPC.*its facts are kept in its reservation and the write is retried until space returns/),
       });
+      expect(await Promise.race([failWait, Promise.resolve('still waiting')])).toBe('still waiting');
       const resolve = await daemon.sbx(['resolve', session_id, '--as-operator', '--reason', 'no']);
       expect(resolve.status).toBe(125);
       expect(resolve.stderr.toString()).toContain('waits for space');
@@ -194,7 +200,7 @@ describe('receipts on a full disk (16 MiB tmpfs)', () => {
         reason: expect.stringContaining('kept in its reservation across a restart'),
       });
       expect((await daemon.sbx(['status', '--json'])).stdout.toString()).toContain('"admission": "disk_low"');
-      const receipt = (await daemon.client()).wait({ session_id });
+      const receipt = (await daemon.client()).wait({ session_id }, { unknown: 'fail' });
       rmSync(filler);
       const r = await receipt;
       expect(r).toMatchObject({ outcome: 'exited', exit: { code: 3, signal: null }, death: { evidence: 'cgroup_empty' } });

@@ -249,3 +249,44 @@ describe('subreaper mode, a shim that stays stopped (SBX_TEST_SHIM_STAYS_STOPPED
     90_000,
   );
 });
+
+describe('subreaper mode, the supervisor SIGKILLed under a running session', () => {
+  it('the shim goes on as the subreaper: it reaps, leaves the command alone (its own SIGPIPE is not forwarded) and does not spin on its dead report pipe', async () => {
+    const d = await new TestDaemon({ config: { cgroup: { mode: 'subreaper' } } }).start();
+    const m = marker();
+    let survivor = 0;
+    let shim = 0;
+    try {
+      const c = await d.client();
+      // The leader execs a 1 s sleep; its child sleeps on (the marker only in the child's command line).
+      await c.launch({ argv: ['sh', '-c', 'sleep $M & exec sleep 1'], env: { M: m }, cwd: '/' });
+      [survivor] = await until(() => {
+        const p = pidsWithMarker(m);
+        return p.length === 1 ? p : null;
+      }, 'the background sleep');
+      const leader = parentPid(survivor);
+      shim = parentPid(leader);
+      expect(readFileSync(`/proc/${shim}/cmdline`, 'utf8')).toContain('exec-shim');
+      await d.kill9();
+      // The leader's exit is reported to a pipe nobody reads (EPIPE, and SIGPIPE on the shim's signalfd).
+      await until(() => !existsSync(`/proc/${leader}`) && parentPid(survivor) === shim, 'the leader to exit and be reaped by the shim');
+      const ticks = () => {
+        const stat = readFileSync(`/proc/${shim}/stat`, 'utf8');
+        const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+        return Number(f[11]) + Number(f[12]); // utime + stime, clock ticks (proc(5))
+      };
+      const before = ticks();
+      await new Promise((r) => setTimeout(r, 300)); // a window to measure the shim's CPU in, not a race to wait out
+      expect(ticks() - before).toBeLessThan(5); // it spun at ~90% of a CPU (~27 ticks in 300 ms)
+      expect(pidsWithMarker(m)).toEqual([survivor]); // alive, not a zombie: no SIGPIPE forwarded to it
+      expect(zombieChildren(shim)).toEqual([]);
+    } finally {
+      if (survivor) process.kill(survivor, 'SIGKILL');
+      // A shim that failed the test (spinning) is ended by its pid: its parent is gone.
+      if (shim && existsSync(`/proc/${shim}`) && readFileSync(`/proc/${shim}/cmdline`, 'utf8').includes('exec-shim')) process.kill(shim, 'SIGKILL');
+      await until(() => pidsWithMarker(m).length === 0, 'the background sleep to be gone');
+      await d.start();
+      await d.stop();
+    }
+  });
+});
