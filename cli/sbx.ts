@@ -916,7 +916,7 @@ sub('write')
       }
       // Nothing read (or only --eof): still one request, so a wrong session is an error.
       if (o.eof || !last) last = await client.request('write', { ...sel, data: Buffer.alloc(0), eof: Boolean(o.eof) });
-      // --json: the session and its stdin cursor after this write (bytes written to it in all).
+      // --json: the session and the cursor of the writes without a writer token after this one.
       if (g.json) printJson({ ...last, eof: Boolean(o.eof) });
     } catch (err) {
       fail(describe(err));

@@ -65,12 +65,17 @@ export abstract class Session extends EventEmitter {
   /** What endedOrStuck() hands out: one promise for every waiter, settled (and dropped) by checkStanding. */
   private standing: { promise: Promise<void>; resolve: () => void } | null = null;
 
+  /** A receipt is on its way (evidence being written up, or a write waiting for space): ps's receipt_pending while unknown. */
+  private get receiptPending(): boolean {
+    return this.receiptOnItsWay || this.receiptAwaitingSpace !== null;
+  }
+
   /**
    * Unknown with no receipt on its way (ps shows no receipt_pending): only new evidence or an
    * operator (sbx resolve) ends it.
    */
   get unknownWithoutReceipt(): boolean {
-    return this.state === 'unknown' && !this.receiptOnItsWay && !this.receiptAwaitingSpace;
+    return this.state === 'unknown' && !this.receiptPending;
   }
 
   /**
@@ -252,7 +257,7 @@ export abstract class Session extends EventEmitter {
       cursors,
       usage: this.receipt?.usage ?? this.leaf?.usage() ?? {},
       ...(this.unknownReason ? { reason: this.unknownReason } : {}),
-      ...(this.state === 'unknown' && (this.receiptOnItsWay || this.receiptAwaitingSpace) ? { receipt_pending: true as const } : {}),
+      ...(this.state === 'unknown' && this.receiptPending ? { receipt_pending: true as const } : {}),
       ...(this.req.service ? { service: { ...this.req.service } } : {}),
       ...(this.receipt?.handed_off ? { handed_off_to: this.receipt.handed_off.service_id } : {}),
     };

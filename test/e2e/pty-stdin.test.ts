@@ -31,6 +31,23 @@ async function python3(program: string, args: string[]): Promise<string> {
   return out;
 }
 
+/**
+ * What the pty drivers share (python3): the imports; read_until(fd, what): reads the master
+ * until what has come, 20 s at most, and says whether it did; status(st): a waitpid status as
+ * a shell says it ("129", "signal 6").
+ */
+const PTY_DRIVER = [
+  'import fcntl, os, pty, select, signal, struct, sys, termios, time',
+  'def read_until(fd, what):',
+  "    seen, deadline = b'', time.time() + 20",
+  '    while what not in seen and time.time() < deadline:',
+  '        if select.select([fd], [], [], 0.5)[0]:',
+  '            seen += os.read(fd, 4096)',
+  '    return what in seen',
+  'def status(st):',
+  '    return str(os.WEXITSTATUS(st)) if os.WIFEXITED(st) else "signal %d" % os.WTERMSIG(st)',
+];
+
 describe('pty', () => {
   it('is the controlling terminal, with the requested size and TERM', async () => {
     const r = await daemon.sbx(['run', '--pty', '--cols', '101', '--rows', '33', '--', 'sh', '-c', 'tty; stty size; echo $TERM; ps -o tty= -p $$']);
@@ -188,23 +205,16 @@ describe('pty', () => {
     // attach on a 111x33 terminal (python3's pty.fork); once the session has said so, the
     // terminal becomes 122x44 (TIOCSWINSZ on the master: the kernel sends attach SIGWINCH).
     const driver = [
-      'import fcntl, os, pty, select, signal, struct, sys, termios, time',
+      ...PTY_DRIVER,
       'pid, fd = pty.fork()',
       'if pid == 0:',
       "    fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack('HHHH', 33, 111, 0, 0))",
       "    os.execv(sys.argv[1], [sys.argv[1], 'attach', sys.argv[2], '--no-stdin'])",
-      'def until(what):',
-      "    seen, deadline = b'', time.time() + 20",
-      '    while what not in seen and time.time() < deadline:',
-      '        if select.select([fd], [], [], 0.5)[0]:',
-      '            seen += os.read(fd, 4096)',
-      '    return what in seen',
-      "first = until(b'33 111')",
+      "first = read_until(fd, b'33 111')",
       "fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack('HHHH', 44, 122, 0, 0))",
-      "second = until(b'44 122')",
+      "second = read_until(fd, b'44 122')",
       'os.kill(pid, signal.SIGINT)',
-      'status = os.waitpid(pid, 0)[1]',
-      'print(first, second, os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1)',
+      'print(first, second, status(os.waitpid(pid, 0)[1]))',
     ].join('\n');
     const out = await python3(driver, [SBX_BIN, id]);
     expect(out).toBe('True True 130\n'); // both sizes reached the session; Ctrl-C detached
@@ -219,19 +229,16 @@ describe('pty', () => {
     // python3 runs attach on a terminal, waits for the replayed line, signals sbx, then reads
     // the terminal's modes through its master (TCGETS there answers the slave's).
     const driver = [
-      'import os, pty, select, signal, sys, termios, time',
+      ...PTY_DRIVER,
       'pid, fd = pty.fork()',
       'if pid == 0:',
       "    os.execv(sys.argv[1], [sys.argv[1], 'attach', sys.argv[2], '--from-start'])",
-      "seen, deadline = b'', time.time() + 20",
-      "while b'ready' not in seen and time.time() < deadline:",
-      '    if select.select([fd], [], [], 0.5)[0]:',
-      '        seen += os.read(fd, 4096)',
+      "read_until(fd, b'ready')",
       'os.kill(pid, getattr(signal, sys.argv[3]))',
-      'status = os.waitpid(pid, 0)[1]',
+      'st = os.waitpid(pid, 0)[1]',
       'iflag, oflag, cflag, lflag = termios.tcgetattr(fd)[:4]',
       'cooked = bool(lflag & termios.ICANON) and bool(lflag & termios.ECHO) and bool(oflag & termios.OPOST)',
-      'print(os.WEXITSTATUS(status) if os.WIFEXITED(status) else "signal %d" % os.WTERMSIG(status), "cooked" if cooked else "raw")',
+      'print(status(st), "cooked" if cooked else "raw")',
     ].join('\n');
     expect(await python3(driver, [SBX_BIN, id, 'SIGHUP'])).toBe('129 cooked\n');
     expect(await python3(driver, [SBX_BIN, id, 'SIGTERM'])).toBe('143 cooked\n');
@@ -249,18 +256,14 @@ describe('pty', () => {
     const probe = await daemon.sbx(['write', id], { input: '' });
     expect([probe.status, probe.stderr.toString()]).toEqual([125, `sbx: INVALID_ARGUMENT: stdin of session ${id} is closed\n`]);
     const driver = [
-      'import os, pty, select, sys, termios, time',
+      ...PTY_DRIVER,
       'pid, fd = pty.fork()',
       'if pid == 0:',
       "    os.execv(sys.argv[1], [sys.argv[1], 'attach', sys.argv[2], '--from-start'])",
-      "seen, deadline = b'', time.time() + 20",
-      "while b'ready' not in seen and time.time() < deadline:",
-      '    if select.select([fd], [], [], 0.5)[0]:',
-      '        seen += os.read(fd, 4096)',
+      "read_until(fd, b'ready')",
       'lflag = termios.tcgetattr(fd)[3]',
       "os.write(fd, b'\\x03')",
-      'status = os.waitpid(pid, 0)[1]',
-      'print("cooked" if lflag & termios.ICANON and lflag & termios.ISIG else "raw", os.WEXITSTATUS(status) if os.WIFEXITED(status) else "signal %d" % os.WTERMSIG(status))',
+      'print("cooked" if lflag & termios.ICANON and lflag & termios.ISIG else "raw", status(os.waitpid(pid, 0)[1]))',
     ].join('\n');
     expect(await python3(driver, [SBX_BIN, id])).toBe('cooked 130\n');
     await daemon.sbx(['cancel', id, '--grace', '0']);
@@ -370,17 +373,13 @@ describe('pty', () => {
     // Node's own exit (its tcsetattr on the hung-up terminal failed: EIO).
     const key = `hup-${randomBytes(4).toString('hex')}`;
     const driver = [
-      'import os, pty, select, sys, time',
+      ...PTY_DRIVER,
       'pid, fd = pty.fork()',
       'if pid == 0:',
       "    os.execv(sys.argv[1], [sys.argv[1], 'run', '-it', '--key', sys.argv[2], '--', 'sh', '-c', 'echo up; exec sleep 60'])",
-      "seen, deadline = b'', time.time() + 20",
-      "while b'up' not in seen and time.time() < deadline:",
-      '    if select.select([fd], [], [], 0.5)[0]:',
-      '        seen += os.read(fd, 4096)',
+      "read_until(fd, b'up')",
       'os.close(fd)',
-      'status = os.waitpid(pid, 0)[1]',
-      'print(os.WEXITSTATUS(status) if os.WIFEXITED(status) else "signal %d" % os.WTERMSIG(status))',
+      'print(status(os.waitpid(pid, 0)[1]))',
     ].join('\n');
     const out = await python3(driver, [SBX_BIN, key]);
     expect(out).toBe('129\n');

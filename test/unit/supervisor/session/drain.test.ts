@@ -17,25 +17,33 @@ function stall(ms: number): void {
   while (performance.now() < end);
 }
 
+/** A drain of fd (a pipe's read end, or a pty master with pty) into a temp dir, for body; cut, and everything removed, after. */
+async function withStreamDrain(fd: number, pty: boolean, body: (drain: StreamDrain) => Promise<void>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'sbx-drain-'));
+  const hashPool = new HashPool();
+  const drain = new StreamDrain(dir, pty ? 'pty' : 'stdout', fd, { chunkBytes: 1 << 20, hashPool, quotaBytes: Number.MAX_SAFE_INTEGER, guard: null }, pty);
+  try {
+    await body(drain);
+  } finally {
+    drain.cut();
+    await drain.finalize().catch(() => {});
+    await hashPool.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 /** A drain of a fresh pipe; body gets the write end and closeWriter (the last writer's death). */
 async function withDrain(body: (drain: StreamDrain, writeFd: number, closeWriter: () => void) => Promise<void>): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), 'sbx-drain-bound-'));
-  const hashPool = new HashPool();
   const [r, w] = native().makePipe();
   let open = true;
   const closeWriter = () => {
     closeSync(w);
     open = false;
   };
-  const drain = new StreamDrain(dir, 'stdout', r, { chunkBytes: 1 << 20, hashPool, quotaBytes: Number.MAX_SAFE_INTEGER, guard: null });
   try {
-    await body(drain, w, closeWriter);
+    await withStreamDrain(r, false, (drain) => body(drain, w, closeWriter));
   } finally {
     if (open) closeSync(w);
-    drain.cut();
-    await drain.finalize().catch(() => {});
-    await hashPool.close();
-    rmSync(dir, { recursive: true, force: true });
   }
 }
 
@@ -78,8 +86,6 @@ describe('the post-death bound after a stalled event loop', () => {
 
 describe("a pty master's end", () => {
   it("every byte still in the tty layer when the last slave closes: read on past libuv's EOF to EIO, complete", async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'sbx-drain-pty-'));
-    const hashPool = new HashPool();
     const { master, slave, path } = native().openPty(80, 24);
     // Fill the tty layer from a non-blocking slave fd until it takes no more: n_tty's 4 KiB read
     // buffer, then the port's flip buffer behind it. Letters only: output processing (ONLCR) changes none.
@@ -104,8 +110,7 @@ describe("a pty master's end", () => {
     const data = Buffer.concat(written);
     expect(data.length).toBeGreaterThan(4096); // more than one read of the master can return
     closeSync(writer); // the last slave: the master polls POLLHUP, with bytes still to read
-    const drain = new StreamDrain(dir, 'pty', master, { chunkBytes: 1 << 20, hashPool, quotaBytes: Number.MAX_SAFE_INTEGER, guard: null }, true);
-    try {
+    await withStreamDrain(master, true, async (drain) => {
       // libuv's first read returns n_tty's buffer (short of its 64 KiB), sees POLLHUP and
       // reports EOF without reading again: the flip buffer's bytes were dropped (pty_hangup).
       expect(await drain.done).toBe('eio');
@@ -116,10 +121,6 @@ describe("a pty master's end", () => {
         drain_end: 'eio',
         sha256: createHash('sha256').update(data).digest('hex'),
       });
-    } finally {
-      drain.cut();
-      await hashPool.close();
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 });
