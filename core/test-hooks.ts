@@ -25,4 +25,6 @@ export const testHooks = Object.freeze({
   shimStaysStopped: env.SBX_TEST_SHIM_STAYS_STOPPED === '1',
   /** SBX_TEST_SHIM_START_UNHEARD=1: a shim that stays is not heard saying "started", as when the command stopped it (kill -STOP $PPID) before it wrote that line. */
   shimStartUnheard: env.SBX_TEST_SHIM_START_UNHEARD === '1',
+  /** SBX_TEST_SPAWN_TO_TRACK_MS=N: the event loop held N ms between a session's spawn and its tracking by the watches, as a loaded machine may (the command runs meanwhile). */
+  spawnToTrackMs: Number(env.SBX_TEST_SPAWN_TO_TRACK_MS ?? 0),
 });

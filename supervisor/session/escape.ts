@@ -265,7 +265,21 @@ export class EscapeWatch {
   }
 
   /**
-   * Starts attributing writes to a session (after its spawn, before any event of it is read).
+   * Right before a session's spawn: what is queued now is written by none of its processes.
+   * With no session tracked it is stale (theirs are reported already): dropped; else it is
+   * attributed to the sessions tracked. Not in track(): a loaded machine runs the new command
+   * (its first write to a cgroup.procs included) before the spawn's caller reaches track(),
+   * and that write was dropped as stale.
+   */
+  beforeSpawn(): void {
+    if (this.mountPoint === null || this.fd < 0) return;
+    if (this.tracked.size === 0) this.read(true);
+    else this.poll();
+  }
+
+  /**
+   * Starts attributing writes to a session (after its spawn; beforeSpawn() read what came
+   * before it). Writes queued since are read with it tracked.
    * A service of leftovers (no shim of its own: shimPid -1) names the session they came from
    * (`from`, still tracked at the hand-off): it starts when that one did, so a stray that started
    * before that is not charged to it.
@@ -280,10 +294,8 @@ export class EscapeWatch {
     } catch {
       // A leaf gone at once: its cgroup id is unknown (the shim's pid still attributes).
     }
-    // What is queued is the sessions' before it (none: stale, dropped), never the new one's.
-    if (this.fd >= 0 && this.tracked.size === 0) this.read(true);
-    else this.poll();
     this.tracked.set(id, { id, leafPath, leafIno, shimPid, uid, startTicks, escapes: [] });
+    this.poll();
     if (this.fd >= 0) this.timer ??= setInterval(() => this.poll(), POLL_MS).unref();
   }
 

@@ -14,6 +14,7 @@ import { faultPoint } from '../../core/fault.js';
 import { native } from '../../core/fs/native.js';
 import { StreamLog, type ReadRecord } from '../store/chunks.js';
 import { fsyncDir } from '../../core/fs/durable.js';
+import { testHooks } from '../../core/test-hooks.js';
 import { receiptReservationBytes, reserveReceiptSpace } from '../store/receipt-file.js';
 import { writeAdmission, writeStarted } from '../store/records.js';
 import { setDeadline } from '../timers.js';
@@ -166,6 +167,7 @@ export class LiveSession extends Session {
           chmodSync(this.pty.path, 0o620);
         }
       }
+      if (this.leaf) this.ctx.escapes.beforeSpawn();
       leader = new LeaderProcess(
         {
           argv: this.req.argv,
@@ -189,6 +191,7 @@ export class LiveSession extends Session {
     }
     this.leader = leader;
     this.startedAt = new Date();
+    if (testHooks.spawnToTrackMs > 0) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, testHooks.spawnToTrackMs);
     // Before the exec (the shim waits for its start in the leaf): every write is the session's.
     this.ctx.watcher.track(this.id, this.leaf?.path ?? null, this.dir);
     if (this.leaf) this.ctx.escapes.track(this.id, this.leaf.path, leader.pid, this.admission!.uid ?? 0);

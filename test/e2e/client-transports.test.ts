@@ -115,9 +115,11 @@ describe('client transports against a real supervisor', () => {
 
   it('a call on a stopped bridge fails ETIMEDOUT within the silence deadline; a ReconnectingClient reconnects and gets the receipt', async () => {
     const c = await d.client();
-    const { session_id } = await c.launch({ argv: ['sleep', '3'], cwd: '/', invocation_key: `sleep-${SEED}` });
+    const { session_id } = await c.launch({ argv: ['sleep', '5'], cwd: '/', invocation_key: `sleep-${SEED}` });
     const bridge = bridged();
-    const deadlines = { keepaliveMs: 100, silenceMs: 600 };
+    // The silence deadline leaves room for a loaded machine (two cores, CI's parallel files): a
+    // live bridge descheduled past a shorter one was taken as dead and made a fourth bridge.
+    const deadlines = { keepaliveMs: 100, silenceMs: 1200 };
     // One client: its bridge stopped (pings unanswered), the wait fails in time, not a hang.
     const one = await SupervisorClient.connect({ command: bridge.command, ...deadlines });
     const stopped = one.transportPid!;
@@ -130,8 +132,8 @@ describe('client transports against a real supervisor', () => {
       5000,
     )) as NodeJS.ErrnoException;
     expect(err.code).toBe('ETIMEDOUT');
-    expect(performance.now() - t).toBeGreaterThanOrEqual(600);
-    expect(performance.now() - t).toBeLessThan(600 + 1500);
+    expect(performance.now() - t).toBeGreaterThanOrEqual(deadlines.silenceMs);
+    expect(performance.now() - t).toBeLessThan(deadlines.silenceMs + 1500);
     // Killed by pid (SIGTERM with SIGCONT) and reaped.
     await until(() => !alive(stopped), 'the stopped bridge gone');
     // Reconnecting: the first bridge stopped mid-wait, a new one spawned, the wait asked again.
@@ -149,8 +151,9 @@ describe('client transports against a real supervisor', () => {
 
   it('a quiet session is not a silent transport: pings answered by the supervisor keep a follow alive past silenceMs, on one bridge', async () => {
     const bridge = bridged();
-    const opts = { command: bridge.command, keepaliveMs: 100, silenceMs: 400 };
-    const { out, receipt } = await runOver(opts, ['sh', '-c', 'sleep 1.5; printf late']);
+    // Quiet for 2.5x the silence deadline (a shorter deadline took a descheduled bridge as dead under CI's load).
+    const opts = { command: bridge.command, keepaliveMs: 100, silenceMs: 1000 };
+    const { out, receipt } = await runOver(opts, ['sh', '-c', 'sleep 2.5; printf late']);
     expect(out.toString()).toBe('late');
     expect(receipt.exit).toEqual({ code: 0, signal: null });
     // One bridge for the launch and wait, one for the follow: no reconnect.

@@ -310,6 +310,37 @@ describe('the walk at a death (positive proof, no event needed)', () => {
   });
 });
 
+describe('a command faster than its tracking', () => {
+  it("a write to another cgroup.procs before the supervisor tracks the session (a loaded machine): still the session's escape, named with its writer", async () => {
+    // The event loop held 300 ms between the spawn and the tracking: the command has moved its
+    // sleep out and exited by then. That write was once dropped as stale (only a stray left).
+    const slow = new TestDaemon({ env: { SBX_TEST_SPAWN_TO_TRACK_MS: '300' } });
+    await slow.start();
+    try {
+      const dest = makeForeignCgroup();
+      const path = join(slow.dir, 'r.json');
+      await slow.sbx(['run', '--receipt', path, '--', 'sh', '-c', `sleep 300 >/dev/null 2>&1 & echo $! > ${dest}/cgroup.procs; echo $$`]);
+      const receipt = JSON.parse(readFileSync(path, 'utf8')) as Receipt;
+      const [moved] = procsOf(dest);
+      expect(readFileSync(`/proc/${moved}/comm`, 'utf8')).toBe('sleep\n');
+      const leader = Number((await slow.sbx(['logs', receipt.session_id])).stdout.toString().trim());
+      expect(receipt.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [{ kind: 'escape', to: dest, writer_pid: leader }] });
+      expect(receipt.death.escapes).toHaveLength(1);
+      process.kill(moved, 'SIGKILL');
+      await until(() => procsOf(dest).length === 0 || null, 'the foreign cgroup empty');
+      // The leader moves itself out: it is no stray (the supervisor's own child), so the dropped
+      // write had left an unqualified cgroup_empty, a proof that was not one.
+      const id = (await slow.sbx(['run', '--detach', '--', 'sh', '-c', `echo $$ > ${dest}/cgroup.procs; exec sleep 300`])).stdout.toString().trim();
+      const [pid] = await until(() => (procsOf(dest).length === 1 ? procsOf(dest) : null), 'the leader in the foreign cgroup');
+      process.kill(pid, 'SIGKILL');
+      const second = JSON.parse((await slow.sbx(['wait', id])).stdout.toString()) as Receipt;
+      expect(second.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [{ kind: 'escape', to: dest, writer_pid: pid }] });
+    } finally {
+      expect(await slow.stop()).toEqual({ code: 0, signal: null });
+    }
+  });
+});
+
 describe('without the escape watch', () => {
   it('receipts say escape detection was unavailable; the trust note of the task names the root sessions it concerns', async () => {
     const off = new TestDaemon({ env: { SBX_TEST_ESCAPE_WATCH_OFF: '1' } });
