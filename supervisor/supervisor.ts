@@ -276,12 +276,12 @@ export class Supervisor {
       };
 
     const session = new LiveSession(newSessionId(), request, this.ctx);
-    // Admission record, then key record, both durable, then spawn (docs/design/facts.md 9).
+    // Admission record (durable), then key record (rebuilt from it after a crash), then spawn (docs/design/facts.md 9).
     let keyStep = false;
     try {
       session.admit();
       keyStep = true;
-      this.keys.write({ invocation_key: key, session_id: session.id, command_digest: digest, admitted_at: session.admittedAt.toISOString() });
+      this.keys.writeAfterAdmission({ invocation_key: key, session_id: session.id, command_digest: digest, admitted_at: session.admittedAt.toISOString() });
     } catch (err) {
       this.log.error({ err, session_id: session.id }, 'admission failed');
       session.abandon();
@@ -346,7 +346,12 @@ export class Supervisor {
     );
     try {
       service.admit();
-      this.keys.write({ invocation_key: key, session_id: service.id, command_digest: origin.req.commandDigest, admitted_at: service.admittedAt.toISOString() });
+      this.keys.writeAfterAdmission({
+        invocation_key: key,
+        session_id: service.id,
+        command_digest: origin.req.commandDigest,
+        admitted_at: service.admittedAt.toISOString(),
+      });
     } catch (err) {
       service.abandon();
       throw err;

@@ -128,12 +128,12 @@ export function replaceAt(dirFd: number, tmp: string, name: string): void {
   renameSync(pathAt(dirFd, tmp), pathAt(dirFd, name));
 }
 
-/** Runs fn with the parent directory of path open (O_DIRECTORY), then fsyncs and closes it. */
-function inParent<T>(path: string, fn: (dirFd: number) => T): T {
+/** Runs fn with the parent directory of path open (O_DIRECTORY), then fsyncs (unless told not to) and closes it. */
+function inParent<T>(path: string, fn: (dirFd: number) => T, sync = true): T {
   const dirFd = openSync(dirname(path), OPEN_DIR);
   try {
     const out = fn(dirFd);
-    fsyncSync(dirFd);
+    if (sync) fsyncSync(dirFd);
     return out;
   } finally {
     closeSync(dirFd);
@@ -163,12 +163,29 @@ export function writeFileDurable(path: string, data: string | Uint8Array, mode =
  * or replaced (placeNoReplaceAt).
  */
 export function createFileDurable(path: string, data: string | Uint8Array, mode = 0o600): void {
+  createFile(path, data, mode, true);
+}
+
+/**
+ * As createFileDurable (whole or absent, never written through), but nothing is fsync'ed:
+ * after a crash the name may be gone, or name an empty file. For a record another durable one
+ * can rebuild (a key record from its admission record).
+ */
+export function createFileUnsynced(path: string, data: string | Uint8Array, mode = 0o600): void {
+  createFile(path, data, mode, false);
+}
+
+function createFile(path: string, data: string | Uint8Array, mode: number, sync: boolean): void {
   const bytes = typeof data === 'string' ? Buffer.from(data) : data;
-  inParent(path, (dirFd) => {
-    const tmp = tempBeside(path);
-    writeTempAt(dirFd, tmp, mode, (fd) => writeAll(fd, bytes));
-    faultPoint(`durable:${basename(path)}:before-link`);
-    if (!placeNoReplaceAt(dirFd, tmp, dirFd, basename(path)))
-      throw Object.assign(new Error(`EEXIST: file already exists, link '${path}'`), { code: 'EEXIST', errno: -17, syscall: 'link', path });
-  });
+  inParent(
+    path,
+    (dirFd) => {
+      const tmp = tempBeside(path);
+      writeTempAt(dirFd, tmp, mode, (fd) => writeAll(fd, bytes), sync);
+      faultPoint(`durable:${basename(path)}:before-link`);
+      if (!placeNoReplaceAt(dirFd, tmp, dirFd, basename(path)))
+        throw Object.assign(new Error(`EEXIST: file already exists, link '${path}'`), { code: 'EEXIST', errno: -17, syscall: 'link', path });
+    },
+    sync,
+  );
 }

@@ -226,7 +226,7 @@ export interface Floor {
  * exit -> receipt and launch -> exec rows.
  */
 export async function durableFloors(dir: string, runs: number): Promise<{ receipt: Floor; launch: Floor }> {
-  const { createFileDurable } = await import('../../core/fs/durable.js');
+  const { createFileDurable, createFileUnsynced, fsyncDir } = await import('../../core/fs/durable.js');
   const base = mkdtempSync(join(dir, 'floor-'));
   const receipt: number[] = [];
   const launch: number[] = [];
@@ -244,8 +244,11 @@ export async function durableFloors(dir: string, runs: number): Promise<{ receip
       const session = join(base, `s${i}`);
       let t0 = nowMs();
       mkdirSync(session);
+      // As a launch makes them (live.ts admit, records.ts): the admission record durable with
+      // its directory and the sessions directory; the key record not fsync'ed (rebuilt from it).
       createFileDurable(join(session, 'admission.json'), `{"admission":"${'x'.repeat(300)}"}\n`);
-      createFileDurable(join(base, 'keys', `k${i}.json`), '{"key":"x"}\n'.padEnd(200));
+      fsyncDir(base);
+      createFileUnsynced(join(base, 'keys', `k${i}.json`), '{"key":"x"}\n'.padEnd(200));
       launch.push(nowMs() - t0);
       for (const s of ['stdout', 'stderr']) {
         mkdirSync(join(session, s));

@@ -133,7 +133,7 @@ export async function launchBench(d: TestDaemon, runs: number): Promise<Row[]> {
       met: s / b <= 1.3,
     },
     {
-      metric: 'the admission and key records alone (each fsync+link+dir fsync), p50 / p99',
+      metric: "the launch's records alone (admission: fsync, link, 2 dir fsyncs; key record unsynced), p50 / p99",
       value: `${fmtMs(floor.p50)} / ${fmtMs(floor.p99)}`,
       baseline: `spawn + these: ${fmtMs(b + floor.p50)}`,
       ratio: `${((b + floor.p50) / b).toFixed(2)}x`,

@@ -207,8 +207,8 @@ export class StreamLog {
 
   /**
    * Flushes the index, fsyncs chunk and index files and the directory, all at once on the
-   * threadpool (ext4 serves concurrent fsyncs with one journal commit), and returns the
-   * digests; rejects with the first fsync's error.
+   * threadpool (ext4 serves concurrent fsyncs with one journal commit), asks the stream's digest
+   * meanwhile, and returns the digests; rejects with the first fsync's error.
    */
   async finalize(): Promise<{ sha256: string; indexSha256: string; chunks: ChunkDigest[] }> {
     this.finalized = true;
@@ -221,13 +221,17 @@ export class StreamLog {
       this.chunkFd = -1;
       this.chunks.push({ start_cursor: this.chunkStart, length: this.cursor - this.chunkStart });
     }
+    // The hashing thread's answer while the fsyncs run (every byte is written already: a
+    // replacement thread reads the chunk files back). Awaited after them.
+    const digest = this.hasher.digest(this.cursor);
+    digest.catch(() => {});
     const dirFd = openSync(this.dir, constants.O_RDONLY | constants.O_DIRECTORY);
     const synced = await Promise.allSettled([...this.syncing, ...[last, this.indexFd, dirFd].filter((fd) => fd >= 0).map(fsyncAsync)]);
     for (const fd of [last, this.indexFd, dirFd]) if (fd >= 0) closeSync(fd);
     const failed = synced.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) throw failed.reason;
     this.records = []; // an ended session stays listed; its buffers need not
-    return { sha256: await this.hasher.digest(this.cursor), indexSha256: this.indexHash.digest('hex'), chunks: this.chunks };
+    return { sha256: await digest, indexSha256: this.indexHash.digest('hex'), chunks: this.chunks };
   }
 
   /**

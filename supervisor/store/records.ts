@@ -26,7 +26,7 @@ import {
   tombstoneName,
   unreadableName,
 } from '../../core/state/names.js';
-import { createFileDurable, fsyncDir } from '../../core/fs/durable.js';
+import { createFileDurable, createFileUnsynced, fsyncDir } from '../../core/fs/durable.js';
 
 export type { AdmissionRecord, EscapeAttestedRecord, KeyRecord, StartedRecord, TombstoneRecord } from '../../core/state/records.js';
 
@@ -92,9 +92,20 @@ export class KeyIndex {
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
   }
 
-  /** Durably records that key belongs to a session (before its spawn). */
+  /** Durably records that key belongs to a session. */
   write(record: KeyRecord): void {
     createFileDurable(join(this.dir, keyRecordName(record.invocation_key)), JSON.stringify(record) + '\n');
+  }
+
+  /**
+   * Records that key belongs to a session admitted just now, before its spawn, without an
+   * fsync: its admission record, durable already, names the key, and a start rebuilds a key
+   * record lost or torn by a crash from it (restore.ts). So a launch makes one durable record,
+   * and no command runs unrecorded. EEXIST when the key has a record (one the start found
+   * unreadable: the key may have run).
+   */
+  writeAfterAdmission(record: KeyRecord): void {
+    createFileUnsynced(join(this.dir, keyRecordName(record.invocation_key)), JSON.stringify(record) + '\n');
   }
 
   /**
@@ -115,6 +126,11 @@ export class KeyIndex {
     const records: KeyRecord[] = [];
     const errors: { file: string; reason: string }[] = [];
     for (const name of readdirSync(this.dir)) {
+      // A temp a crash left before its rename: the record is rebuilt from the admission record.
+      if (isTempFileName(name)) {
+        rmSync(join(this.dir, name), { force: true });
+        continue;
+      }
       if (!name.endsWith('.json') || name.startsWith('.')) continue;
       try {
         const r = readRecord('key', join(this.dir, name));

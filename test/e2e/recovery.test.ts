@@ -281,10 +281,17 @@ describe('restart', () => {
     await c.wait({ session_id });
     const orphan = await c.launch({ argv: ['echo', 'orphan'], cwd: '/', invocation_key: 'K-orphan' });
     await c.wait({ session_id: orphan.session_id });
+    const lost = await c.launch({ argv: ['echo', 'lost'], cwd: '/', invocation_key: 'K-lost' });
+    await c.wait({ session_id: lost.session_id });
     await d.kill9();
     const keysDir = join(d.stateDir, 'keys');
     const keyFile = (k: string) => sha256(Buffer.from(k)) + '.json';
+    // A key record is not fsync'ed (its admission record is): a crash may leave it empty, or
+    // gone with only its temp left.
     writeFileSync(join(keysDir, keyFile('K-rebuilt')), '');
+    rmSync(join(keysDir, keyFile('K-lost')));
+    const temp = `.${keyFile('K-lost')}.0123456789ab.tmp`;
+    writeFileSync(join(keysDir, temp), '{"invocation_key"');
     // A key whose record is torn and whose session dir is gone: nothing says which session it was.
     writeFileSync(join(keysDir, keyFile('K-orphan')), '{"invocation_key": "K-or');
     rmSync(join(d.stateDir, 'sessions', orphan.session_id), { recursive: true });
@@ -297,6 +304,11 @@ describe('restart', () => {
         .filter((n) => n.startsWith(keyFile('K-rebuilt') + '.unreadable-'))
         .map((n) => readFileSync(join(keysDir, n), 'utf8')),
     ).toEqual(['']);
+    const again = await d.sbx(['run', '--key', 'K-lost', '--cwd', '/', '--', 'echo', 'lost']);
+    expect({ status: again.status, stdout: again.stdout.toString() }).toEqual({ status: 0, stdout: 'lost\n' });
+    expect(JSON.parse(readFileSync(join(keysDir, keyFile('K-lost')), 'utf8'))).toMatchObject({ invocation_key: 'K-lost', session_id: lost.session_id });
+    expect(readdirSync(keysDir)).not.toContain(temp);
+    expect(readdirSync(join(d.stateDir, 'sessions')).filter((n) => n.startsWith('s-'))).toHaveLength(2);
     const refused = await d.sbx(['run', '--key', 'K-orphan', '--cwd', '/', '--', 'echo', 'orphan']);
     expect(refused.status).toBe(125);
     expect(refused.stderr.toString()).toContain('KEY_CONFLICT');
