@@ -159,15 +159,13 @@ export class SupervisorClient {
     return this.transport.pid;
   }
 
-  /** Sends one request and resolves with its result (typed by the method table, ipc/methods.ts). */
+  /**
+   * Sends one request and resolves with its result (typed by the method table, ipc/methods.ts).
+   * One the supervisor refuses as too many in flight on this connection (LIMIT_EXCEEDED, limit
+   * "in_flight": refused before it ran) is sent again after its retry_after_ms.
+   */
   request<M extends MethodName>(method: M, params: ParamsOf<M>): Promise<ResultOf<M>> {
-    if (this.closedError) return Promise.reject(this.closedError);
-    const id = this.nextId++;
-    this.markBusy();
-    const sent = new Promise<ResultOf<M>>((resolve, reject) => {
-      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
-      this.transport.send(encodeFrame({ id, method, params: withoutUndefined(params) } satisfies RequestFrame));
-    });
+    const sent = this.resendRefusedInFlight(() => this.requestOnce(method, params));
     // A keyless launch that may have arrived is never sent again (LaunchUnconfirmedError).
     if (method === 'launch' && (params as LaunchParams).invocation_key === undefined) {
       return sent.catch((err: Error) => {
@@ -175,6 +173,35 @@ export class SupervisorClient {
       });
     }
     return sent;
+  }
+
+  private requestOnce<M extends MethodName>(method: M, params: ParamsOf<M>): Promise<ResultOf<M>> {
+    if (this.closedError) return Promise.reject(this.closedError);
+    const id = this.nextId++;
+    this.markBusy();
+    return new Promise<ResultOf<M>>((resolve, reject) => {
+      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
+      this.transport.send(encodeFrame({ id, method, params: withoutUndefined(params) } satisfies RequestFrame));
+    });
+  }
+
+  /**
+   * send() again after retry_after_ms (default 100) while the supervisor refuses it as one
+   * request too many in flight on this connection (LIMIT_EXCEEDED, limit "in_flight",
+   * protocol.md's ipc.maxInFlight): such a request was refused before it ran, so sending it
+   * again is safe for any method. As the Python AsyncClient does. Other errors, and a
+   * connection closed meanwhile, reject.
+   */
+  private async resendRefusedInFlight<T>(send: () => Promise<T>): Promise<T> {
+    for (;;) {
+      try {
+        return await send();
+      } catch (err) {
+        if (!(err instanceof SupervisorError) || err.code !== 'LIMIT_EXCEEDED' || err.details?.limit !== 'in_flight' || this.closedError) throw err;
+        const ms = Number(err.details.retry_after_ms);
+        await new Promise((r) => setTimeout(r, Number.isFinite(ms) && ms > 0 ? ms : 100));
+      }
+    }
   }
 
   launch(params: LaunchParams): Promise<LaunchResult> {
@@ -345,8 +372,12 @@ export class SupervisorClient {
     return this.request('close', params) as Promise<TaskReceipt>;
   }
 
-  /** Starts streaming one stream from a cursor; events go to handlers until onEnd. */
+  /** Starts streaming one stream from a cursor; events go to handlers until onEnd. Refused as too many in flight: sent again, as request(). */
   subscribe(params: SubscribeParams, handlers: SubscriptionHandlers): Promise<SubscribeResult> {
+    return this.resendRefusedInFlight(() => this.subscribeOnce(params, handlers));
+  }
+
+  private subscribeOnce(params: SubscribeParams, handlers: SubscriptionHandlers): Promise<SubscribeResult> {
     if (this.closedError) return Promise.reject(this.closedError);
     const id = this.nextId++;
     this.markBusy();

@@ -31,6 +31,26 @@ for (let i = 0; i < 64; i++) for (const fd of [1, 2]) {
 writeFileSync(process.argv[1], h[1].digest('hex') + ' ' + h[2].digest('hex'));
 `;
 
+describe('SupervisorClient.run over the in-flight limit', () => {
+  it('more run()s at once than ipc.maxInFlight allows on one connection: each finishes (a refused subscribe or wait is sent again), every session once', async () => {
+    // Each run holds two subscriptions while its command runs: 6 runs need 12, the limit is 4.
+    const d = await new TestDaemon({ config: { ipc: { maxInFlight: 4 } } }).start();
+    try {
+      const c = await d.client();
+      const runs = await Promise.all(
+        Array.from({ length: 6 }, (_, i) => c.run({ argv: ['sh', '-c', 'sleep 0.3; printf %s "$0"', `run-${i}`], cwd: '/', invocation_key: key() })),
+      );
+      expect(runs.map((r) => [r.stdout!.toString(), r.receipt.exit.code])).toEqual(Array.from({ length: 6 }, (_, i) => [`run-${i}`, 0]));
+      const listed = JSON.parse((await d.sbx(['ps', '--all', '--json'])).stdout.toString()) as { session_id: string; state: string }[];
+      expect(listed.map((s) => s.state).sort()).toEqual(Array(6).fill('ended'));
+      expect(new Set(listed.map((s) => s.session_id))).toEqual(new Set(runs.map((r) => r.session.session_id)));
+      c.close();
+    } finally {
+      expect(await d.stop()).toEqual({ code: 0, signal: null });
+    }
+  });
+});
+
 describe('SupervisorClient.run', () => {
   it('hands every byte of each stream to its callback, in order, without keeping it', async () => {
     const c = await daemon.client();
