@@ -72,7 +72,9 @@ export function statusText(s: SessionSummary, nowMs: number): string {
   // A service says so, and which session's leftovers it is; a command says where its leftovers went.
   const what = s.service ? (s.service.handed_off_from ? `service of ${s.service.handed_off_from}, ` : 'service, ') : '';
   const went = s.handed_off_to ? `, handed off to ${s.handed_off_to}` : '';
-  return `${what}${stateText(s, nowMs)}${went}`;
+  // Its exit status is not the whole story: processes left its cgroup (docs/guide/escapes.md).
+  const escaped = s.escaped ? `, processes left its cgroup (end ${s.escaped})` : '';
+  return `${what}${stateText(s, nowMs)}${went}${escaped}`;
 }
 
 function stateText(s: SessionSummary, nowMs: number): string {

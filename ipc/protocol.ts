@@ -235,6 +235,11 @@ export interface SessionSummary {
   service?: ServiceFacts;
   /** The service this session's leftovers went on as (its receipt's handed_off), once handed off. */
   handed_off_to?: string;
+  /**
+   * Ended with processes moved out of its cgroup (its receipt's death evidence cgroup_escaped,
+   * docs/guide/escapes.md): their end unproven, or attested by an operator (sbx resolve). Absent else.
+   */
+  escaped?: 'unproven' | 'attested';
 }
 
 export interface StatusResult {

@@ -220,8 +220,10 @@ export interface Floor {
  * - receipt: both streams' index and dir fsync'ed at once on the threadpool (StreamLog.finalize),
  *   then the receipt written into its reservation, truncated, fsync'ed, linked, the
  *   reservation unlinked, the session dir fsync'ed (receipt-file.ts writeReceiptFile);
- * - launch: the admission record and the key record, each a fsync'ed temp file linked into
- *   place and its dir fsync'ed (durable.ts createFileDurable), one after the other.
+ * - launch: the admission record, a fsync'ed temp file linked into place, its dir and the
+ *   sessions dir fsync'ed (durable.ts createFileDurable, live.ts admit), then the key record
+ *   written the same way without any fsync (createFileUnsynced: rebuilt from the admission
+ *   record after a crash).
  * No hashing, signing, IPC or process: what the disk alone costs, the floor under the
  * exit -> receipt and launch -> exec rows.
  */

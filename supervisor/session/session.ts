@@ -4,7 +4,7 @@
 // (leader, drains, stdin, pty) is live.ts; what only a recovered one does (reconciliation) is recovered.ts.
 // Not the registry, not the socket.
 import { EventEmitter } from 'node:events';
-import { existsSync, lstatSync, readdirSync, renameSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, readdirSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { Receipt, SessionState, SessionSummary, StreamName, StreamOutput, TerminationCause } from '../../ipc/protocol.js';
@@ -13,6 +13,7 @@ import { indexDigest, storedChunks } from '../../core/state/stream-files.js';
 import { receiptDigest } from '../../core/receipts/verify.js';
 import type { CgroupLeaf } from '../cgroup.js';
 import { existsNoFollow, factsOf, writeReceiptFile, writeReservedFacts } from '../store/receipt-file.js';
+import { fsyncDir } from '../../core/fs/durable.js';
 import type { ReadRecord } from '../store/chunks.js';
 import { readEscapeAttested, writeEscapeAttested, type AdmissionRecord, type EscapeAttestedRecord } from '../store/records.js';
 import type { OperatorAttestation, SessionContext, SessionRequest } from './context.js';
@@ -260,6 +261,7 @@ export abstract class Session extends EventEmitter {
       ...(this.state === 'unknown' && this.receiptPending ? { receipt_pending: true as const } : {}),
       ...(this.req.service ? { service: { ...this.req.service } } : {}),
       ...(this.receipt?.handed_off ? { handed_off_to: this.receipt.handed_off.service_id } : {}),
+      ...(this.receipt?.death.evidence === 'cgroup_escaped' ? { escaped: this.escapeAttested() ? ('attested' as const) : ('unproven' as const) } : {}),
     };
   }
 
@@ -485,6 +487,12 @@ export abstract class Session extends EventEmitter {
     }
     this.receiptOnItsWay = true;
     try {
+      // A key record naming a session whose directory is gone (restore.ts): the operator's
+      // receipt is its only record, in a directory made for it.
+      if (!existsSync(this.dir)) {
+        mkdirSync(this.dir, { mode: 0o700 });
+        fsyncDir(this.ctx.sessionsDir);
+      }
       // Whatever is where the receipt goes (an unreadable receipt, a planted link: lstat, never
       // followed; rename moves the name) is kept beside, never silently replaced.
       const torn = join(this.dir, RECEIPT_FILE);

@@ -80,6 +80,11 @@ describe('cgroup escapes', () => {
       escape_watch: 'fanotify',
       escapes: [{ kind: 'escape', to: dest, at: expect.any(String), writer_pid: expect.any(Number) }],
     });
+    // sbx ps says so beside the exit status.
+    const psRow = async () =>
+      (JSON.parse((await daemon.sbx(['ps', '--all', '--json'])).stdout.toString()) as SessionSummary[]).find((s) => s.session_id === receipt.session_id)!;
+    expect((await psRow()).escaped).toBe('unproven');
+    expect((await daemon.sbx(['ps', '--all'])).stdout.toString()).toMatch(/exited 0, [^\n]*ago, processes left its cgroup \(end unproven\)/);
     // sbx run says so: the exit status cannot.
     expect(lastStderr).toContain(
       `sbx: session ${receipt.session_id}: processes were moved out of its cgroup (to ${dest}): their end is not proven (death evidence cgroup_escaped; sbx receipt ${receipt.session_id})\n`,
@@ -114,6 +119,7 @@ describe('cgroup escapes', () => {
     expect(resolved.stderr.toString()).toBe(
       `sbx: session ${receipt.session_id}: your word that what left its cgroup is ended is recorded (escape-attested.json in its directory of the state dir, sessions/${receipt.session_id}/); the receipt stays as it was, and the next close counts the session\n`,
     );
+    expect((await psRow()).escaped).toBe('attested');
     // sbx wait says it was attested, no longer that the end is not proven.
     const waited = (await daemon.sbx(['wait', receipt.session_id])).stderr.toString();
     expect(waited).toContain(

@@ -318,6 +318,33 @@ describe('restart', () => {
   });
 });
 
+describe('a key record whose session directory is gone', () => {
+  it('the key never runs again; the session is unknown until an operator resolves it, its receipt in a directory made for it', async () => {
+    const d = await daemon();
+    await d.kill9();
+    // Readable, naming a session nothing else on disk knows (a state dir copied in part, say).
+    const id = 's-0mxc3x000-0123456789ab';
+    writeFileSync(
+      join(d.stateDir, 'keys', sha256(Buffer.from('K-gone')) + '.json'),
+      JSON.stringify({ invocation_key: 'K-gone', session_id: id, command_digest: 'sha256:' + '0'.repeat(64), admitted_at: new Date().toISOString() }) + '\n',
+    );
+    await d.start();
+    const retry = await d.sbx(['run', '--key', 'K-gone', '--cwd', '/', '--', 'echo', 'again']);
+    expect(retry.status).toBe(125);
+    expect(retry.stdout.toString()).toBe('');
+    expect(retry.stderr.toString()).toContain(`session ${id} (key K-gone) is unknown: the session's files are gone; its key stays used`);
+    const resolved = await d.sbx(['resolve', id, '--as-operator', '--reason', 'copied state dir']);
+    expect({ status: resolved.status, stderr: resolved.stderr.toString() }).toMatchObject({ status: 0 });
+    const receipt = JSON.parse(resolved.stdout.toString()) as Receipt;
+    expect(receipt).toMatchObject({ session_id: id, outcome: 'owner_lost', death: { evidence: 'operator_attested' } });
+    expect(JSON.parse(readFileSync(join(d.stateDir, 'sessions', id, 'receipt.json'), 'utf8'))).toEqual(receipt);
+    // Resolved, it still never runs.
+    const again = await d.sbx(['run', '--key', 'K-gone', '--cwd', '/', '--', 'echo', 'again']);
+    expect(again.stdout.toString()).toBe('');
+    expect(again.status).not.toBe(0);
+  });
+});
+
 describe('receipts read back at start', () => {
   it('a receipt.json that is not a receipt, or does not verify, makes only its session unknown; ps serves the rest', async () => {
     const d = await daemon();

@@ -56,6 +56,12 @@ describe('statusText', () => {
       'cancelled by shutdown (SIGTERM), 2 min ago',
     );
     expect(statusText(row({ outcome: 'spawn_failed', exit: { code: 127, signal: null } }), NOW)).toBe('spawn failed (127), 2 min ago');
+    expect(statusText(row({ exit: { code: 0, signal: null }, escaped: 'unproven' }), NOW)).toBe(
+      'exited 0, 2 min ago, processes left its cgroup (end unproven)',
+    );
+    expect(statusText(row({ exit: { code: 0, signal: null }, escaped: 'attested' }), NOW)).toBe(
+      'exited 0, 2 min ago, processes left its cgroup (end attested)',
+    );
     expect(statusText(row({ outcome: 'owner_lost', exit: { code: null, signal: null } }), NOW)).toBe('ended, status unknown (owner lost), 2 min ago');
     expect(statusText(row({ state: 'running', ended_at: null, outcome: null, exit: null, started_at: ago(12_400) }), NOW)).toBe('running 12 s');
     expect(statusText(row({ state: 'unknown', ended_at: null, outcome: null, exit: null }), NOW)).toBe('unknown: owner lost');
