@@ -40,11 +40,16 @@ export function restoreSessions(ctx: SessionContext, keys: KeyIndex, retention: 
   retention.restore(names.filter((n) => !n.startsWith('.')));
   const keyOf = new Map<string, string>();
   const { records, errors } = keys.load();
-  for (const e of errors) log.error(e, 'unreadable key record');
+  // An empty one is what a crash leaves of a key record written without an fsync (a launch's):
+  // not an error, rebuilt below (its session named it in its admission record).
+  for (const e of errors) {
+    if (e.empty) log.info({ file: e.file }, 'a key record a crash left empty');
+    else log.error({ file: e.file, reason: e.reason }, 'unreadable key record');
+  }
   for (const r of records) keyOf.set(r.session_id, r.invocation_key);
   // Key record files that could not be read: each still blocks its key (the name is the key's
   // hash); one whose session's admission record names its key is rebuilt from that record.
-  const unreadableKeyFiles = new Set(errors.map((e) => e.file));
+  const unreadableKeyFiles = new Map(errors.map((e) => [e.file, e.empty]));
   for (const sessionId of sessionDirs(ctx.sessionsDir)) {
     const dir = join(ctx.sessionsDir, sessionId);
     if (!keyOf.has(sessionId) && onlyUncommittedAdmission(dir) && discardUncommittedAdmission(ctx, sessionId)) continue;
@@ -85,14 +90,17 @@ export function restoreSessions(ctx: SessionContext, keys: KeyIndex, retention: 
           admitted_at: admission.admitted_at,
         };
         try {
-          if (unreadableKeyFiles.delete(keyRecordName(record.invocation_key))) {
-            keys.rebuild(record);
-            log.warn(
-              { session_id: sessionId, file: keyRecordName(record.invocation_key) },
-              "rebuilt an unreadable key record from its session's admission record (the unreadable one kept aside)",
-            );
+          const file = keyRecordName(record.invocation_key);
+          const empty = unreadableKeyFiles.get(file);
+          if (empty !== undefined) {
+            unreadableKeyFiles.delete(file);
+            keys.rebuild(record, empty);
+            if (empty) log.info({ session_id: sessionId, file }, "rebuilt a key record a crash left empty from its session's admission record");
+            else
+              log.warn({ session_id: sessionId, file }, "rebuilt an unreadable key record from its session's admission record (the unreadable one kept aside)");
           } else {
-            keys.write(record);
+            // Lost to a crash (a launch writes it without an fsync): written again the same way.
+            keys.writeAfterAdmission(record);
           }
         } catch (err) {
           // The session is readable and keeps its key in memory; the next start tries again.
@@ -110,8 +118,15 @@ export function restoreSessions(ctx: SessionContext, keys: KeyIndex, retention: 
     }
     register(session);
   }
-  // A key whose session is gone from disk still can never run again.
+  // A key whose session is gone from disk still can never run again. A record naming a session
+  // that is there under another key (corrupt: no crash writes it) does not replace that session:
+  // its key stays blocked by the record itself (a launch with it meets EEXIST: KEY_CONFLICT).
+  const ids = new Set(sessions.map((x) => x.id));
   for (const r of records) {
+    if (ids.has(r.session_id) && !byKey.has(r.invocation_key)) {
+      log.error({ session_id: r.session_id, invocation_key: r.invocation_key }, 'a key record names a session of another key; ignored (its key stays used)');
+      continue;
+    }
     if (!byKey.has(r.invocation_key) && !retention.tombstone({ invocationKey: r.invocation_key })) {
       register(RecoveredSession.broken(r.session_id, r.invocation_key, "the session's files are gone; its key stays used", ctx));
     }

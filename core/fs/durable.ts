@@ -145,6 +145,20 @@ function tempBeside(path: string): string {
   return tempFileName(basename(path), randomBytes(6).toString('hex'));
 }
 
+/** Atomically replaces path with data (mode 0600 by default), nothing fsync'ed: after a crash it may be the old file, or empty. For a record a durable one rebuilds. */
+export function writeFileUnsynced(path: string, data: string | Uint8Array, mode = 0o600): void {
+  const bytes = typeof data === 'string' ? Buffer.from(data) : data;
+  inParent(
+    path,
+    (dirFd) => {
+      const tmp = tempBeside(path);
+      writeTempAt(dirFd, tmp, mode, (fd) => writeAll(fd, bytes), false);
+      replaceAt(dirFd, tmp, basename(path));
+    },
+    false,
+  );
+}
+
 /** Atomically and durably replaces path with data (mode 0600 by default); `faults` names crash points after the temp write and after the rename (fault.ts). */
 export function writeFileDurable(path: string, data: string | Uint8Array, mode = 0o600, faults?: { afterTemp: string; afterRename: string }): void {
   const bytes = typeof data === 'string' ? Buffer.from(data) : data;

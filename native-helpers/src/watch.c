@@ -15,7 +15,9 @@
 
 /* pidfs (kernel 6.13+): PIDFD_GET_INFO, from include/uapi/linux/pidfd.h (not in Debian 12's
  * headers). The ioctl is extensible by size; this is PIDFD_INFO_SIZE_VER0 (64 bytes). With
- * PIDFD_INFO_EXIT (6.15+) a reaped task still answers with the cgroup it died in. */
+ * PIDFD_INFO_EXIT (6.15+) asked too. What it gives a writer gone by the read is not a cgroup
+ * here: fanotify makes no pidfd for a task already reaped (FAN_NOPIDFD), and a red-team run on
+ * 6.18 never had an exited writer's cgroup resolved (escape.ts: such a write is unattributable). */
 struct sbx_pidfd_info {
   uint64_t mask;
   uint64_t cgroupid;

@@ -62,7 +62,7 @@ export function attributeWrite(
     if (at < 0 && w.truncated) return byCgroup ? { kind: 'session', id: byCgroup.id } : { kind: 'possible' };
     if (at < 0) return { kind: 'none' };
     const top = at > 0 ? w.ancestry[at - 1] : -1;
-    const s = sessions.find((x) => x.shimPid === top) ?? byCgroup;
+    const s = (top >= 0 ? sessions.find((x) => x.shimPid === top) : undefined) ?? byCgroup;
     return s ? { kind: 'session', id: s.id } : { kind: 'possible' };
   }
   return byCgroup ? { kind: 'session', id: byCgroup.id } : { kind: 'possible' };
@@ -170,6 +170,16 @@ export interface Stray {
   owner: string | null;
 }
 
+/** How many destinations (and writers) the watch remembers (EscapeWatch.named). */
+const NAMED_MAX = 1024;
+
+/** Sets key in a map kept to its last NAMED_MAX insertions. */
+function remember(map: Map<string, string>, key: string, value: string): void {
+  map.delete(key);
+  map.set(key, value);
+  if (map.size > NAMED_MAX) map.delete(map.keys().next().value!);
+}
+
 /** The strays of a walk: a descendant in no tracked leaf (the leaf or below it) that is no session's leader (its session handles it). */
 export function findStrays(nodes: readonly ProcNode[], sessions: readonly TrackedLeaf[]): Stray[] {
   const byPid = new Map(nodes.map((n) => [n.pid, n]));
@@ -231,6 +241,14 @@ export class EscapeWatch {
   /** Leaves of sessions forgotten without proof (unknown), while they stand: their processes are theirs, not strays. */
   private readonly unproven = new Map<string, string>();
   private timer: NodeJS.Timeout | null = null;
+  /**
+   * Destinations the watch saw sessions' writes move processes to (path -> session), and
+   * `<writer pid>:<path>` -> session, the last NAMED_MAX of each: a stray a walk finds there
+   * is explained by that session (its writer moved itself), or at most possibly the dying
+   * session's (it could have cloned into it: no write), never a definite stray of another.
+   */
+  private readonly named = new Map<string, string>();
+  private readonly namedWriters = new Map<string, string>();
 
   private constructor(
     private readonly fd: number,
@@ -300,6 +318,20 @@ export class EscapeWatch {
   }
 
   /**
+   * The session's shim was reaped: its pid is free for any process to take (pid_max wraps; a
+   * root process can even ask for one through ns_last_pid). What it wrote is queued already and
+   * is read now, attributed by that pid; from here on the pid names nobody of the session, so a
+   * later writer with it is attributed by its ancestry and cgroup, and a walk does not take it
+   * for the session's leader.
+   */
+  shimReaped(id: string): void {
+    const t = this.tracked.get(id);
+    if (!t || t.shimPid < 0) return;
+    this.poll();
+    t.shimPid = -1;
+  }
+
+  /**
    * Reads every write queued until now (the session's last ones included), then its report; it
    * is no longer tracked. A write that empties the leaf (the last process moved out) is queued
    * only when that write(2) returns, after the leaf said populated 0: for a root session the
@@ -350,7 +382,11 @@ export class EscapeWatch {
       const owner = st.owner !== null ? this.tracked.get(st.owner) : undefined;
       if (owner) add(owner, { kind: 'stray', to: st.cgroup, at, writer_pid: st.pid });
       else if (st.startTicks >= dying.startTicks) {
-        const shared = sessions.some((s) => s.id !== id && s.startTicks <= st.startTicks);
+        // Moved there by another session's own write (seen by the watch): that session's escape.
+        const by = this.namedWriters.get(`${st.pid}:${st.cgroup}`);
+        if (by !== undefined && by !== id) continue;
+        const namedByOther = st.cgroup !== null && (this.named.get(st.cgroup) ?? id) !== id;
+        const shared = namedByOther || sessions.some((s) => s.id !== id && s.startTicks <= st.startTicks);
         add(dying, { kind: shared ? 'escape_possible' : 'stray', to: st.cgroup, at, writer_pid: st.pid });
       }
     }
@@ -412,7 +448,13 @@ export class EscapeWatch {
     const who = attributeWrite({ pid: e.pid, cgroupId: e.cgroup, ancestry: chain?.chain ?? null, truncated: chain?.truncated }, sessions, this.selfPid);
     if (who.kind === 'session') {
       const s = this.tracked.get(who.id)!;
-      if (!withinLeaf(to, s.leafPath)) recordEscape(s.escapes, { kind: 'escape', to, at, writer_pid: e.pid });
+      if (!withinLeaf(to, s.leafPath)) {
+        recordEscape(s.escapes, { kind: 'escape', to, at, writer_pid: e.pid });
+        if (to !== null) {
+          remember(this.named, to, s.id);
+          remember(this.namedWriters, `${e.pid}:${to}`, s.id);
+        }
+      }
     } else if (who.kind === 'possible') {
       for (const s of sessions) if (s.uid === 0 && !withinLeaf(to, s.leafPath)) recordEscape(s.escapes, { kind: 'escape_possible', to, at, writer_pid: e.pid });
     }

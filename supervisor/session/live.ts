@@ -3,7 +3,7 @@
 // (stdin.ts), ended by its deadline, a cancel, a linger rule, shutdown or close (escalation.ts), and
 // receipted once death is proven (evidence.ts). Owns the leader, the pty, the drains and the stdin writer;
 // what any session has is session.ts. See cgroups(7), pty(7), docs/design/facts.md 8, 9, 15, 16.
-import { chmodSync, chownSync, closeSync, mkdirSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, rmSync } from 'node:fs';
 import { isatty } from 'node:tty';
 import { Socket } from 'node:net';
 import { SupervisorError } from '../../ipc/errors.js';
@@ -16,7 +16,7 @@ import { StreamLog, type ReadRecord } from '../store/chunks.js';
 import { fsyncDir } from '../../core/fs/durable.js';
 import { testHooks } from '../../core/test-hooks.js';
 import { receiptReservationBytes, reserveReceiptSpace } from '../store/receipt-file.js';
-import { writeAdmission, writeStarted } from '../store/records.js';
+import { removeSessionDir, writeAdmission, writeStarted } from '../store/records.js';
 import { setDeadline } from '../timers.js';
 import type { SessionContext, SessionRequest } from './context.js';
 import { StreamDrain, type StorePolicy } from './drain.js';
@@ -148,9 +148,18 @@ export class LiveSession extends Session {
     }
   }
 
-  /** Undoes a failed admit(): nothing ran, so the directory and the leaf go. */
+  /**
+   * Undoes a failed admit(): nothing ran, so the directory and the leaf go. The directory
+   * leaves durably (renamed aside, the sessions directory fsync'ed, then removed: records.ts
+   * removeSessionDir), or a crash could bring its durable admission record back, and a start
+   * would rebuild the key's record from it: a refused launch would own its key.
+   */
   abandon(): void {
-    rmSync(this.dir, { recursive: true, force: true });
+    try {
+      if (existsSync(this.dir)) removeSessionDir(this.ctx.sessionsDir, this.id);
+    } catch {
+      rmSync(this.dir, { recursive: true, force: true });
+    }
     void this.leaf?.remove().catch(() => {});
   }
 
@@ -460,6 +469,8 @@ export class LiveSession extends Session {
       );
     }
     const exit = await leader.leaderExit;
+    // The shim was the leader and is reaped: its pid may be anyone's now (escape.ts).
+    if (!leader.staysAsSubreaper && this.leaf) this.ctx.escapes.shimReaped(this.id);
     this.leaderExitedAt = exit.at;
     this.exit = { code: exit.code, signal: exit.signal };
     // A SIGKILL nobody here sent, and no cause yet: the OOM killer's, if memory.events counts one at death.

@@ -3,7 +3,7 @@
 // runs at most once, ever), the started record, tombstones, and the session dirs. Owns
 // reading and writing them, each parsed with its schema (core/state/records.ts); a torn or
 // corrupt file is an Error for the caller to make its session unknown.
-import { constants, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { constants, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import {
@@ -26,7 +26,7 @@ import {
   tombstoneName,
   unreadableName,
 } from '../../core/state/names.js';
-import { createFileDurable, createFileUnsynced, fsyncDir } from '../../core/fs/durable.js';
+import { createFileDurable, createFileUnsynced, fsyncDir, writeFileUnsynced } from '../../core/fs/durable.js';
 
 export type { AdmissionRecord, EscapeAttestedRecord, KeyRecord, StartedRecord, TombstoneRecord } from '../../core/state/records.js';
 
@@ -110,25 +110,36 @@ export class KeyIndex {
 
   /**
    * Replaces an unreadable key record (one of load()'s errors) with record, rebuilt from its
-   * session's admission record. The unreadable bytes are kept aside (unreadableName), never
-   * removed; a crash between the two steps leaves no record, which the next start rebuilds
-   * the same way. Throws the fs error.
+   * session's admission record. An empty one (what a crash leaves of a record written without
+   * an fsync: writeAfterAdmission) holds nothing to keep: it is replaced in place, no more
+   * durably than a launch writes it. Any other unreadable bytes are kept aside
+   * (unreadableName), never removed; a crash between the two steps leaves no record, which
+   * the next start rebuilds the same way. Throws the fs error.
    */
-  rebuild(record: KeyRecord): void {
+  rebuild(record: KeyRecord, empty = false): void {
     const path = join(this.dir, keyRecordName(record.invocation_key));
+    if (empty) {
+      writeFileUnsynced(path, JSON.stringify(record) + '\n');
+      return;
+    }
     renameSync(path, join(this.dir, unreadableName(basename(path), Date.now())));
     fsyncDir(this.dir);
     this.write(record);
   }
 
-  /** Every readable key record; unreadable ones are returned as errors with their file. */
-  load(): { records: KeyRecord[]; errors: { file: string; reason: string }[] } {
+  /** Every readable key record; unreadable ones are returned as errors with their file (`empty`: a file of no bytes). */
+  load(): { records: KeyRecord[]; errors: { file: string; reason: string; empty: boolean }[] } {
     const records: KeyRecord[] = [];
-    const errors: { file: string; reason: string }[] = [];
+    const errors: { file: string; reason: string; empty: boolean }[] = [];
     for (const name of readdirSync(this.dir)) {
       // A temp a crash left before its rename: the record is rebuilt from the admission record.
+      // One that cannot go (a directory, an immutable file) is left: the start goes on.
       if (isTempFileName(name)) {
-        rmSync(join(this.dir, name), { force: true });
+        try {
+          unlinkSync(join(this.dir, name));
+        } catch {
+          // Not a file, or not removable: ignored like every other dot name here.
+        }
         continue;
       }
       if (!name.endsWith('.json') || name.startsWith('.')) continue;
@@ -137,7 +148,13 @@ export class KeyIndex {
         if (keyRecordName(r.invocation_key) !== name) throw new Error(`it names the key of ${keyRecordName(r.invocation_key)}`);
         records.push(r);
       } catch (err) {
-        errors.push({ file: name, reason: (err as Error).message });
+        let empty = false;
+        try {
+          empty = lstatSync(join(this.dir, name)).size === 0;
+        } catch {
+          // Gone meanwhile: not empty, just unreadable.
+        }
+        errors.push({ file: name, reason: (err as Error).message, empty });
       }
     }
     return { records, errors };

@@ -347,6 +347,41 @@ describe('a command faster than its tracking', () => {
   });
 });
 
+describe("a reaped shim's pid taken by another process", () => {
+  it("a write by a process that got a reaped shim's pid (ns_last_pid) is its own session's escape, not the shim's session's", async () => {
+    const dest = makeForeignCgroup();
+    // Session a: its shim (the leader) exits and is reaped at once; a stays tracked while its
+    // setsid'ed leftover runs (--linger wait), so its shim's pid is free for anyone.
+    const a = (await daemon.sbx(['run', '--detach', '--linger', 'wait', '--', 'sh', '-c', 'setsid sleep 4 >/dev/null 2>&1 & exit 0'])).stdout.toString().trim();
+    const shimPid = await until(async () => {
+      const row = (JSON.parse((await daemon.sbx(['ps', '--json'])).stdout.toString()) as SessionSummary[]).find((s) => s.session_id === a);
+      return row?.state === 'leader_exited' ? (row.pid ?? null) : null;
+    }, "a's leader exited");
+    // Session b forks until a child gets that pid (ns_last_pid, as a root process may); that child moves itself out.
+    const grab = join(daemon.dir, 'grab.sh');
+    writeFileSync(
+      grab,
+      [
+        'T=$1; i=0',
+        'while [ $i -lt 300 ]; do',
+        '  echo $((T-1)) > /proc/sys/kernel/ns_last_pid',
+        `  sh -c "if [ \\$\\$ -eq $T ]; then echo 0 > ${dest}/cgroup.procs; exec sleep 100; fi" >/dev/null 2>&1 &`,
+        '  c=$!',
+        '  if [ $c -eq $T ]; then sleep 0.3; echo got; exit 0; fi',
+        '  wait $c; i=$((i+1))',
+        'done',
+        'exit 7',
+      ].join('\n') + '\n',
+    );
+    const b = await run(task(), ['sh', grab, String(shimPid)]);
+    expect(b.output.stdout).toMatchObject({ final_cursor: 4 }); // "got": the pid was taken
+    expect(procsOf(dest)).toEqual([shimPid]);
+    expect(b.death).toMatchObject({ evidence: 'cgroup_escaped', escapes: [{ kind: 'escape', to: dest, writer_pid: shimPid }] });
+    const ra = JSON.parse((await daemon.sbx(['wait', a])).stdout.toString()) as Receipt;
+    expect(ra.death).toEqual({ evidence: 'cgroup_empty', observed_at: expect.any(String), cgroup: expect.any(String), escape_watch: 'fanotify' });
+  });
+});
+
 describe('without the escape watch', () => {
   it('receipts say escape detection was unavailable; the trust note of the task names the root sessions it concerns', async () => {
     const off = new TestDaemon({ env: { SBX_TEST_ESCAPE_WATCH_OFF: '1' } });

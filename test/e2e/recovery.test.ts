@@ -283,12 +283,29 @@ describe('restart', () => {
     await c.wait({ session_id: orphan.session_id });
     const lost = await c.launch({ argv: ['echo', 'lost'], cwd: '/', invocation_key: 'K-lost' });
     await c.wait({ session_id: lost.session_id });
+    const emptied = await c.launch({ argv: ['echo', 'emptied'], cwd: '/', invocation_key: 'K-empty' });
+    await c.wait({ session_id: emptied.session_id });
+    const other = await c.launch({ argv: ['echo', 'other'], cwd: '/', invocation_key: 'K-other' });
+    await c.wait({ session_id: other.session_id });
     await d.kill9();
     const keysDir = join(d.stateDir, 'keys');
     const keyFile = (k: string) => sha256(Buffer.from(k)) + '.json';
     // A key record is not fsync'ed (its admission record is): a crash may leave it empty, or
-    // gone with only its temp left.
-    writeFileSync(join(keysDir, keyFile('K-rebuilt')), '');
+    // gone with only its temp left. Bytes that are not a record are corruption: kept aside.
+    writeFileSync(join(keysDir, keyFile('K-rebuilt')), '{"invocation_key": "K-reb');
+    writeFileSync(join(keysDir, keyFile('K-empty')), '');
+    // A temp name that cannot be removed (a directory) does not stop the start.
+    mkdirSync(join(keysDir, `.${keyFile('K-x')}.0123456789ab.tmp`));
+    // A record naming a session of another key (corrupt: no crash writes one) leaves that session as it was.
+    writeFileSync(
+      join(keysDir, keyFile('K-corrupt')),
+      JSON.stringify({
+        invocation_key: 'K-corrupt',
+        session_id: other.session_id,
+        command_digest: 'sha256:' + '0'.repeat(64),
+        admitted_at: new Date().toISOString(),
+      }),
+    );
     rmSync(join(keysDir, keyFile('K-lost')));
     const temp = `.${keyFile('K-lost')}.0123456789ab.tmp`;
     writeFileSync(join(keysDir, temp), '{"invocation_key"');
@@ -303,12 +320,19 @@ describe('restart', () => {
       readdirSync(keysDir)
         .filter((n) => n.startsWith(keyFile('K-rebuilt') + '.unreadable-'))
         .map((n) => readFileSync(join(keysDir, n), 'utf8')),
-    ).toEqual(['']);
+    ).toEqual(['{"invocation_key": "K-reb']);
+    // Empty (what a crash leaves): rebuilt in place, nothing kept aside, not logged as an error.
+    expect((await d.sbx(['run', '--key', 'K-empty', '--cwd', '/', '--', 'echo', 'emptied'])).stdout.toString()).toBe('emptied\n');
+    expect(JSON.parse(readFileSync(join(keysDir, keyFile('K-empty')), 'utf8'))).toMatchObject({ invocation_key: 'K-empty', session_id: emptied.session_id });
+    expect(readdirSync(keysDir).filter((n) => n.startsWith(keyFile('K-empty') + '.unreadable-'))).toEqual([]);
+    expect(d.log()).toContain('a key record a crash left empty');
+    expect((await d.sbx(['logs', '--key', 'K-other'])).stdout.toString()).toBe('other\n');
+    expect((await d.sbx(['receipt', other.session_id])).status).toBe(0);
     const again = await d.sbx(['run', '--key', 'K-lost', '--cwd', '/', '--', 'echo', 'lost']);
     expect({ status: again.status, stdout: again.stdout.toString() }).toEqual({ status: 0, stdout: 'lost\n' });
     expect(JSON.parse(readFileSync(join(keysDir, keyFile('K-lost')), 'utf8'))).toMatchObject({ invocation_key: 'K-lost', session_id: lost.session_id });
     expect(readdirSync(keysDir)).not.toContain(temp);
-    expect(readdirSync(join(d.stateDir, 'sessions')).filter((n) => n.startsWith('s-'))).toHaveLength(2);
+    expect(readdirSync(join(d.stateDir, 'sessions')).filter((n) => n.startsWith('s-'))).toHaveLength(4);
     const refused = await d.sbx(['run', '--key', 'K-orphan', '--cwd', '/', '--', 'echo', 'orphan']);
     expect(refused.status).toBe(125);
     expect(refused.stderr.toString()).toContain('KEY_CONFLICT');
