@@ -75,6 +75,8 @@ export class Connection {
   private frameClock = { startedAt: null as number | null, notReadMs: 0 };
   /** performance.now() when backpressure stopped our reading; null while we read. */
   private readPausedAt: number | null = null;
+  /** Frames decoded and not yet dispatched (dispatch.ts serveConnection's slices): reading waits for them. */
+  private dispatchHeld = false;
 
   constructor(
     readonly socket: ConnectionSocket,
@@ -223,8 +225,20 @@ export class Connection {
     setTimeout(() => this.socket.destroy(), 1000).unref();
   }
 
+  /** Stops reading while decoded frames wait to be dispatched (releaseReading goes on). */
+  holdReading(): void {
+    this.dispatchHeld = true;
+    this.socket.pause();
+  }
+
+  /** Reads again once the decoded frames are dispatched, unless backpressure still holds reading (wake() then resumes). */
+  releaseReading(): void {
+    this.dispatchHeld = false;
+    if (!this.closed && this.readPausedAt === null) this.socket.resume();
+  }
+
   private wake(): void {
-    if (!this.closed) this.socket.resume();
+    if (!this.closed && !this.dispatchHeld) this.socket.resume();
     const pausedAt = this.readPausedAt;
     const startedAt = this.decoder.frameStartedAt;
     if (pausedAt !== null) {

@@ -54,6 +54,28 @@ const rawFrame = (body: number[] | Buffer) => {
 const hello = (id = 1) => encodeFrame({ id, method: 'hello', params: { versions: [1] } });
 const rssKb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
 
+describe('a burst of requests in one read', () => {
+  it('200 launches written at once on one connection: their answers start while the rest are still being admitted, and another connection is served between them', async () => {
+    const d = await daemon({ ipc: { maxInFlight: 4096 }, session: { maxSessions: 4096 } });
+    const other = await d.client();
+    const r = raw(d.socketPath);
+    r.socket.write(hello());
+    await until(() => r.frames.length === 1 || null, 'the hello answered');
+    const n = 200;
+    r.socket.write(Buffer.concat(Array.from({ length: n }, (_, i) => encodeFrame({ id: 10 + i, method: 'launch', params: { argv: ['true'], cwd: '/' } }))));
+    // When the first answer arrives, the supervisor has not admitted every launch yet: the
+    // frames of one read are dispatched in slices, the answers so far sent between them (all
+    // 200 were admitted before the first answer went out, when they were dispatched at once).
+    await until(() => r.frames.length > 1 || null, 'the first launch answered');
+    const status = await other.status();
+    const admitted = Object.values(status.sessions).reduce((a, b) => a + b, 0);
+    expect(admitted).toBeLessThan(n);
+    await until(() => r.frames.length === 1 + n || null, 'every launch answered', 60_000);
+    expect(r.frames.slice(1).map((f) => f.id)).toEqual(Array.from({ length: n }, (_, i) => 10 + i));
+    expect(r.frames.slice(1).every((f) => typeof f.result?.session_id === 'string')).toBe(true);
+  });
+});
+
 describe('bounds', () => {
   it('300 connections at once, half silent: status and sessions keep being served', async () => {
     const d = await daemon();
