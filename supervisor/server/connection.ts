@@ -75,8 +75,11 @@ export class Connection {
   private frameClock = { startedAt: null as number | null, notReadMs: 0 };
   /** performance.now() when backpressure stopped our reading; null while we read. */
   private readPausedAt: number | null = null;
-  /** Frames decoded and not yet dispatched (dispatch.ts serveConnection's slices): reading waits for them. */
+  /** Frames decoded and not yet dispatched (dispatch.ts serveConnection's slices): reading waits for them, since heldAt. */
   private dispatchHeld = false;
+  private heldAt: number | null = null;
+  /** refuse() was called: nothing more of this connection is dispatched. */
+  refused = false;
 
   constructor(
     readonly socket: ConnectionSocket,
@@ -153,13 +156,13 @@ export class Connection {
 
   /**
    * One timer per connection while a frame is incomplete, due at its first byte plus
-   * frameTimeoutMs plus the time backpressure kept us from reading (that wait is ours, not
-   * the peer's). Between frames nothing runs: an idle connection is not bounded here.
+   * frameTimeoutMs plus the time backpressure or our own dispatch kept us from reading (that
+   * wait is ours, not the peer's). Between frames nothing runs: an idle connection is not bounded here.
    */
   private armFrameTimer(): void {
     const timeoutMs = this.limits.frameTimeoutMs;
     const startedAt = this.decoder.frameStartedAt;
-    if (timeoutMs === 0 || startedAt === null || this.frameTimer || this.readPausedAt !== null || this.closed) return;
+    if (timeoutMs === 0 || startedAt === null || this.frameTimer || this.readPausedAt !== null || this.dispatchHeld || this.closed || this.refused) return;
     if (this.frameClock.startedAt !== startedAt) this.frameClock = { startedAt, notReadMs: 0 };
     const leftMs = startedAt + this.frameClock.notReadMs + timeoutMs - performance.now();
     if (leftMs > 0) {
@@ -218,6 +221,7 @@ export class Connection {
    * side); the socket is destroyed once the peer closes too, or after a second.
    */
   refuse(frame: unknown): void {
+    this.refused = true;
     this.dropFrame();
     this.socket.removeAllListeners('data');
     this.socket.on('data', () => {});
@@ -228,13 +232,32 @@ export class Connection {
   /** Stops reading while decoded frames wait to be dispatched (releaseReading goes on). */
   holdReading(): void {
     this.dispatchHeld = true;
+    this.heldAt ??= performance.now();
     this.socket.pause();
   }
 
-  /** Reads again once the decoded frames are dispatched, unless backpressure still holds reading (wake() then resumes). */
+  /**
+   * Reads again once the decoded frames are dispatched, unless backpressure still holds reading
+   * (wake() then resumes). The time held is ours, not the peer's: credited to an incomplete
+   * frame's clock (frameTimeoutMs), as backpressure's is.
+   */
   releaseReading(): void {
     this.dispatchHeld = false;
-    if (!this.closed && this.readPausedAt === null) this.socket.resume();
+    const heldAt = this.heldAt;
+    this.heldAt = null;
+    const startedAt = this.decoder.frameStartedAt;
+    if (heldAt !== null && startedAt !== null) {
+      if (this.frameClock.startedAt !== startedAt) this.frameClock = { startedAt, notReadMs: 0 };
+      this.frameClock.notReadMs += performance.now() - Math.max(heldAt, startedAt);
+    }
+    if (this.closed) return;
+    if (this.readPausedAt === null) this.socket.resume();
+    this.armFrameTimer();
+  }
+
+  /** Drops the incomplete frame (a frame that could not be decoded: the connection is refused once what came before it is dispatched). */
+  stopDecoding(): void {
+    this.dropFrame();
   }
 
   private wake(): void {

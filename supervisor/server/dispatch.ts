@@ -67,7 +67,7 @@ export function serveConnection(ctx: ServeContext, conn: Connection, connections
     draining = true;
     try {
       let sliceStartedAt = performance.now();
-      for (let at = 0; at < queued.length && !conn.closed;) {
+      for (let at = 0; at < queued.length && !conn.closed && !conn.refused;) {
         void dispatch(ctx, conn, queued[at++]);
         if (at < queued.length && performance.now() - sliceStartedAt >= DISPATCH_SLICE_MS) {
           conn.holdReading();
@@ -79,8 +79,9 @@ export function serveConnection(ctx: ServeContext, conn: Connection, connections
       queued.length = 0;
       draining = false;
       // A frame that could not be decoded is refused after the whole ones before it (the refusal
-      // reads on and drops what the peer still sends: reading resumes either way).
-      if (refusal) refuseFrame(ctx, conn, refusal);
+      // reads on and drops what the peer still sends: reading resumes either way); not twice,
+      // nor once the connection is gone.
+      if (refusal && !conn.refused && !conn.closed) refuseFrame(ctx, conn, refusal);
       conn.releaseReading();
     }
   };
@@ -90,6 +91,8 @@ export function serveConnection(ctx: ServeContext, conn: Connection, connections
       conn.decode(data, (frame) => void queued.push(frame));
     } catch (err) {
       refusal = isSupervisorError(err) ? err : new SupervisorError('INVALID_ARGUMENT', String(err));
+      // Its bytes and clock go now (the shared pending-bytes bound), the refusal after the frames before it.
+      conn.stopDecoding();
       conn.holdReading();
     }
     if (!draining) void drain();
