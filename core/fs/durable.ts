@@ -147,28 +147,28 @@ function tempBeside(path: string): string {
 
 /** Atomically replaces path with data (mode 0600 by default), nothing fsync'ed: after a crash it may be the old file, or empty. For a record a durable one rebuilds. */
 export function writeFileUnsynced(path: string, data: string | Uint8Array, mode = 0o600): void {
+  replaceFile(path, data, mode, false);
+}
+
+/** Atomically and durably replaces path with data (mode 0600 by default); `faults` names crash points after the temp write and after the rename (fault.ts). */
+export function writeFileDurable(path: string, data: string | Uint8Array, mode = 0o600, faults?: { afterTemp: string; afterRename: string }): void {
+  replaceFile(path, data, mode, true, faults);
+  if (faults) faultPoint(faults.afterRename);
+}
+
+/** A temp beside path, written (fsync'ed when `sync`), renamed over path, the directory fsync'ed when `sync`. */
+function replaceFile(path: string, data: string | Uint8Array, mode: number, sync: boolean, faults?: { afterTemp: string }): void {
   const bytes = typeof data === 'string' ? Buffer.from(data) : data;
   inParent(
     path,
     (dirFd) => {
       const tmp = tempBeside(path);
-      writeTempAt(dirFd, tmp, mode, (fd) => writeAll(fd, bytes), false);
+      writeTempAt(dirFd, tmp, mode, (fd) => writeAll(fd, bytes), sync);
+      if (faults) faultPoint(faults.afterTemp);
       replaceAt(dirFd, tmp, basename(path));
     },
-    false,
+    sync,
   );
-}
-
-/** Atomically and durably replaces path with data (mode 0600 by default); `faults` names crash points after the temp write and after the rename (fault.ts). */
-export function writeFileDurable(path: string, data: string | Uint8Array, mode = 0o600, faults?: { afterTemp: string; afterRename: string }): void {
-  const bytes = typeof data === 'string' ? Buffer.from(data) : data;
-  inParent(path, (dirFd) => {
-    const tmp = tempBeside(path);
-    writeTempAt(dirFd, tmp, mode, (fd) => writeAll(fd, bytes));
-    if (faults) faultPoint(faults.afterTemp);
-    replaceAt(dirFd, tmp, basename(path));
-  });
-  if (faults) faultPoint(faults.afterRename);
 }
 
 /**

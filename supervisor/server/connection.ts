@@ -245,11 +245,7 @@ export class Connection {
     this.dispatchHeld = false;
     const heldAt = this.heldAt;
     this.heldAt = null;
-    const startedAt = this.decoder.frameStartedAt;
-    if (heldAt !== null && startedAt !== null) {
-      if (this.frameClock.startedAt !== startedAt) this.frameClock = { startedAt, notReadMs: 0 };
-      this.frameClock.notReadMs += performance.now() - Math.max(heldAt, startedAt);
-    }
+    if (heldAt !== null) this.creditNotRead(heldAt);
     if (this.closed) return;
     if (this.readPausedAt === null) this.socket.resume();
     this.armFrameTimer();
@@ -260,16 +256,19 @@ export class Connection {
     this.dropFrame();
   }
 
+  /** Credits the incomplete frame, if any, with the time we did not read it since `since` (from its start, if that came later). */
+  private creditNotRead(since: number): void {
+    const startedAt = this.decoder.frameStartedAt;
+    if (startedAt === null) return;
+    if (this.frameClock.startedAt !== startedAt) this.frameClock = { startedAt, notReadMs: 0 };
+    this.frameClock.notReadMs += performance.now() - Math.max(since, startedAt);
+  }
+
   private wake(): void {
     if (!this.closed && !this.dispatchHeld) this.socket.resume();
     const pausedAt = this.readPausedAt;
-    const startedAt = this.decoder.frameStartedAt;
     if (pausedAt !== null) {
-      if (startedAt !== null) {
-        // Credit the frame with the time we did not read it (from its start, if that came later).
-        if (this.frameClock.startedAt !== startedAt) this.frameClock = { startedAt, notReadMs: 0 };
-        this.frameClock.notReadMs += performance.now() - Math.max(pausedAt, startedAt);
-      }
+      this.creditNotRead(pausedAt);
       this.readPausedAt = null;
       this.armFrameTimer();
     }
