@@ -1,4 +1,4 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --max-semi-space-size=2
 // sandbox-supervisor: the daemon's entry. `sandbox-supervisor serve [--config FILE]` runs it
 // in the foreground: load and validate the configuration, become child subreaper, set up
 // the cgroup subtree (or subreaper mode), listen on the socket (and, with --metrics, the
@@ -16,6 +16,7 @@ import type { RemoteListener } from './server/remote.js';
 import type { Supervisor } from './supervisor.js';
 import { compose } from './compose.js';
 import { notify, startWatchdog, takeListenFd } from './systemd.js';
+import { missingNodeFlags } from './node-flags.js';
 import { parseMetricsAddress } from './metrics/address.js';
 import type { MetricsListener } from './metrics/http.js';
 import type { SupervisorMetrics } from './metrics/registry.js';
@@ -67,7 +68,10 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
     throw err;
   }
   const log = pino({ name: 'sandbox-supervisor', level: config.logLevel });
-  log.info({ config: config.source, socket: config.socketPath, state_dir: config.stateDir }, 'starting');
+  log.info({ config: config.source, socket: config.socketPath, state_dir: config.stateDir, node_flags: process.execArgv }, 'starting');
+  const missing = missingNodeFlags();
+  if (missing.length > 0)
+    log.warn({ missing }, 'started without the node flags that bound its memory (npm start, the systemd unit and the installed launcher pass them)');
   // The metrics endpoint first: an address that cannot be had stops the start before the
   // state dir, the lock or a cgroup is touched.
   let metrics: Awaited<ReturnType<typeof startMetrics>> | null = null;

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { SupervisorClient } from '../ipc/client.js';
-import { DAEMON, ROOT, until } from './helpers/daemon.js';
+import { DAEMON_ARGV, ROOT, until } from './helpers/daemon.js';
 import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from './helpers/cgroup-cleanup.js';
 
 const dirs: string[] = [];
@@ -40,7 +40,7 @@ describe('install.sh', () => {
     expect(existsSync(join(lib, 'node_modules/vitest'))).toBe(false); // production dependencies only
     const units = join(root, 'etc/systemd/system');
     const service = readFileSync(join(units, 'sandbox-supervisor.service'), 'utf8');
-    expect(service).toContain(`ExecStart=${process.execPath} /usr/local/lib/sandbox-supervisor/dist/supervisor/main.js serve`);
+    expect(service).toContain(`ExecStart=${process.execPath} --max-semi-space-size=2 /usr/local/lib/sandbox-supervisor/dist/supervisor/main.js serve`);
     expect(service).toMatch(/^Delegate=yes$/m);
     expect(service).toMatch(/^Type=notify$/m);
     expect(service).not.toMatch(/^ProtectControlGroups=/m);
@@ -129,7 +129,7 @@ print('exit', daemon.wait(), flush=True)
         socketPath,
         notifyPath,
         process.execPath,
-        DAEMON,
+        ...DAEMON_ARGV,
         'serve',
         '--config',
         join(dir, 'config.json'),

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorError } from '../../ipc/errors.js';
 import type { LaunchParams, LimitController, StatusResult } from '../../ipc/protocol.js';
 import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from '../helpers/cgroup-cleanup.js';
-import { DAEMON, TestDaemon } from '../helpers/daemon.js';
+import { DAEMON_ARGV, TestDaemon } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;
 beforeAll(async () => {
@@ -144,7 +144,7 @@ describe('limits', () => {
     const base = join(cgroupMount()!, parent);
     try {
       if (!offered('memory')) {
-        const r = spawnSync(process.execPath, [DAEMON, 'serve', '--config', configPath], {
+        const r = spawnSync(process.execPath, [...DAEMON_ARGV, 'serve', '--config', configPath], {
           env: { ...process.env, SBX_SOCKET: join(daemon.dir, 'dl.sock'), SBX_STATE_DIR: state },
           timeout: 20_000,
           encoding: 'utf8',

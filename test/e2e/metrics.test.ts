@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt, StatusResult } from '../../ipc/protocol.js';
 import { encodeFrame, FrameDecoder } from '../../ipc/framing.js';
-import { DAEMON, TestDaemon, until } from '../helpers/daemon.js';
+import { DAEMON_ARGV, TestDaemon, until } from '../helpers/daemon.js';
 import { cgroupMount, TEST_CGROUP_PREFIX } from '../helpers/cgroup-cleanup.js';
 
 const PROMTOOL = spawnSync('promtool', ['--version']).status === 0;
@@ -435,7 +435,7 @@ describe('metrics start-up errors (exit 2, a message, nothing made)', () => {
   function serve(args: string[], config: Record<string, unknown> = {}) {
     const configPath = join(d.dir, 'config.json');
     writeFileSync(configPath, JSON.stringify({ cgroup: { parent: d.cgroupParent }, ...config }));
-    return spawnSync(process.execPath, [DAEMON, 'serve', '--config', configPath, ...args], {
+    return spawnSync(process.execPath, [...DAEMON_ARGV, 'serve', '--config', configPath, ...args], {
       env: { ...process.env, SBX_SOCKET: d.socketPath, SBX_STATE_DIR: d.stateDir },
       timeout: 20_000,
     });

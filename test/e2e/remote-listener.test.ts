@@ -13,7 +13,7 @@ import { connect } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import type { Receipt, StatusResult } from '../../ipc/protocol.js';
-import { DAEMON, TestDaemon, until, within } from '../helpers/daemon.js';
+import { DAEMON_ARGV, TestDaemon, until, within } from '../helpers/daemon.js';
 import { refusedUpgrade, WsPeer } from '../helpers/ws-peer.js';
 
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
@@ -507,7 +507,7 @@ describe('the WebSocket listener refuses to start', () => {
     try {
       const config = join(d.dir, 'config.json');
       writeFileSync(config, JSON.stringify({ remote: { insecure: true } }));
-      const r = spawnSync(process.execPath, [DAEMON, 'serve', '--config', config, '--listen', '0.0.0.0:0'], {
+      const r = spawnSync(process.execPath, [...DAEMON_ARGV, 'serve', '--config', config, '--listen', '0.0.0.0:0'], {
         env: { ...process.env, SBX_SOCKET: d.socketPath, SBX_STATE_DIR: d.stateDir },
         encoding: 'utf8',
         timeout: 30_000,
@@ -515,7 +515,7 @@ describe('the WebSocket listener refuses to start', () => {
       expect(r.status).toBe(2);
       expect(r.stderr).toContain('--listen remote.insecure (no token) is allowed only on a loopback address, not 0.0.0.0:0');
       expect(existsSync(d.stateDir)).toBe(false);
-      const path = spawnSync(process.execPath, [DAEMON, 'serve', '--config', config, '--listen', '/tmp/x.sock'], {
+      const path = spawnSync(process.execPath, [...DAEMON_ARGV, 'serve', '--config', config, '--listen', '/tmp/x.sock'], {
         env: { ...process.env, SBX_SOCKET: d.socketPath, SBX_STATE_DIR: d.stateDir },
         encoding: 'utf8',
         timeout: 30_000,

@@ -5,7 +5,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DAEMON, TestDaemon } from '../helpers/daemon.js';
+import { DAEMON_ARGV, TestDaemon } from '../helpers/daemon.js';
 
 let daemon: TestDaemon;
 beforeAll(async () => {
@@ -20,7 +20,10 @@ function second(env: Record<string, string>, cgroupParent = `${daemon.cgroupPare
   const config = join(daemon.dir, 'second.json');
   writeFileSync(config, JSON.stringify({ logLevel: 'warn', cgroup: { parent: cgroupParent } }));
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [DAEMON, 'serve', '--config', config], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(process.execPath, [...DAEMON_ARGV, 'serve', '--config', config], {
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     child.on('close', (code) => resolve({ code, stderr }));

@@ -5,7 +5,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { DAEMON, SBX } from '../helpers/daemon.js';
+import { DAEMON_ARGV, SBX, TestDaemon } from '../helpers/daemon.js';
+import { SUPERVISOR_NODE_FLAGS } from '../../supervisor/node-flags.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-startup-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -13,7 +14,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 function serveWith(config: unknown) {
   const path = join(dir, `config-${Math.random().toString(16).slice(2)}.json`);
   writeFileSync(path, JSON.stringify(config));
-  return spawnSync(process.execPath, [DAEMON, 'serve', '--config', path], {
+  return spawnSync(process.execPath, [...DAEMON_ARGV, 'serve', '--config', path], {
     env: { ...process.env, SBX_SOCKET: join(dir, 's.sock'), SBX_STATE_DIR: join(dir, 'state') },
     timeout: 20_000,
   });
@@ -30,6 +31,35 @@ describe('start-up', () => {
     const r = serveWith({ session: { defaultGraceMs: 'ten seconds' } });
     expect(r.status).toBe(2);
     expect(r.stderr.toString()).toContain('"session.defaultGraceMs"');
+  });
+
+  it('logs the node flags it runs with, and warns when started without the ones that bound its memory', async () => {
+    const starting = (log: string) =>
+      log
+        .split('\n')
+        .filter((l) => l.includes('"msg":"starting"'))
+        .map((l) => JSON.parse(l) as { node_flags: string[] });
+    const flagged = await new TestDaemon().start();
+    let log: string;
+    try {
+      log = flagged.log();
+    } finally {
+      await flagged.stop();
+    }
+    expect(starting(log).map((l) => l.node_flags)).toEqual([[...SUPERVISOR_NODE_FLAGS]]);
+    expect(log).not.toContain('started without the node flags');
+    const bare = await new TestDaemon({ nodeFlags: [] }).start();
+    try {
+      log = bare.log();
+    } finally {
+      await bare.stop();
+    }
+    expect(starting(log).map((l) => l.node_flags)).toEqual([[]]);
+    const warned = log
+      .split('\n')
+      .filter((l) => l.includes('started without the node flags'))
+      .map((l) => JSON.parse(l) as { level: number; missing: string[] });
+    expect(warned).toEqual([expect.objectContaining({ level: 40, missing: [...SUPERVISOR_NODE_FLAGS] })]);
   });
 
   it('sbx exits 125 with a clear message when no supervisor listens', () => {

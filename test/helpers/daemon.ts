@@ -8,12 +8,15 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { SupervisorClient } from '../../ipc/client.js';
 import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from './cgroup-cleanup.js';
+import { SUPERVISOR_NODE_FLAGS } from '../../supervisor/node-flags.js';
 
 export const ROOT = resolve(import.meta.dirname, '../..');
 export const SBX = join(ROOT, 'dist/cli/sbx.js');
 /** The `sbx` bin as users run it: the launcher (cli/sbx-launcher.sh), which starts its bundle. */
 export const SBX_BIN = join(ROOT, 'dist/cli/sbx');
 export const DAEMON = join(ROOT, 'dist/supervisor/main.js');
+/** node's arguments before `serve`: the flags every start of the supervisor passes (supervisor/node-flags.ts), then DAEMON. */
+export const DAEMON_ARGV: readonly string[] = [...SUPERVISOR_NODE_FLAGS, DAEMON];
 /** Small programs the tests run, named for what they do (test/fixtures/programs/). */
 export const PROGRAMS = join(ROOT, 'test/fixtures/programs');
 
@@ -32,6 +35,8 @@ export interface DaemonOptions {
   env?: NodeJS.ProcessEnv;
   /** A command the daemon is exec'ed through (e.g. setpriv dropping a capability); its pid is the daemon's. */
   wrap?: string[];
+  /** node's flags before DAEMON (default SUPERVISOR_NODE_FLAGS, as every start passes them). */
+  nodeFlags?: readonly string[];
 }
 
 export interface SbxResult {
@@ -250,7 +255,15 @@ export class TestDaemon {
     const configPath = join(this.dir, 'config.json');
     writeFileSync(configPath, JSON.stringify(config));
     const logFd = openSync(this.logPath, 'a');
-    const argv = [...(this.options.wrap ?? []), process.execPath, DAEMON, 'serve', '--config', configPath];
+    const argv = [
+      ...(this.options.wrap ?? []),
+      process.execPath,
+      ...(this.options.nodeFlags ?? SUPERVISOR_NODE_FLAGS),
+      DAEMON,
+      'serve',
+      '--config',
+      configPath,
+    ];
     this.child = spawn(argv[0], argv.slice(1), {
       env: { ...process.env, SBX_SOCKET: this.socketPath, SBX_STATE_DIR: this.stateDir, ...this.options.env },
       stdio: ['ignore', logFd, logFd],

@@ -18,6 +18,8 @@ from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 DAEMON = os.path.join(ROOT, "dist", "supervisor", "main.js")
+# The node flags every start of the supervisor passes (supervisor/node-flags.ts).
+NODE_FLAGS = ["--max-semi-space-size=2"]
 SBX_BIN = os.path.join(ROOT, "dist", "cli", "sbx")
 NODE = os.environ.get("NODE") or shutil.which("node") or "node"
 #: One id per pytest run; its cgroup subtrees are named for it (swept by conftest at the end).
@@ -116,7 +118,7 @@ class Daemon:
             json.dump(config, f)
         log = open(self.log_path, "ab")
         try:
-            self.proc = subprocess.Popen([NODE, DAEMON, "serve", "--config", config_path], env=self.env(), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            self.proc = subprocess.Popen([NODE, *NODE_FLAGS, DAEMON, "serve", "--config", config_path], env=self.env(), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         finally:
             log.close()
         until(self._answers, "the supervisor socket")
