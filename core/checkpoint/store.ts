@@ -72,7 +72,7 @@ export function parseStoreUrl(value: string, defaultDir: string): StoreUrl {
 }
 
 /** Re-reads one object from a store and hashes it: its digest and size, or why it could not be read (never thrown). */
-export async function rehashObject(store: CheckpointStore, sha256: string): Promise<{ sha256: string; bytes: number; error?: string }> {
+export async function rehashObject(store: CheckpointStore, sha256: string): Promise<{ sha256: string; bytes: number; error?: string; missing?: boolean }> {
   const hash = createHash('sha256');
   let bytes = 0;
   try {
@@ -81,7 +81,7 @@ export async function rehashObject(store: CheckpointStore, sha256: string): Prom
       bytes += chunk.length;
     }
   } catch (err) {
-    return { sha256: '', bytes, error: (err as Error).message };
+    return { sha256: '', bytes, error: (err as Error).message, missing: err instanceof StoreError && err.code === 'missing' };
   }
   return { sha256: hash.digest('hex'), bytes };
 }

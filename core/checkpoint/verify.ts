@@ -123,7 +123,8 @@ export async function verifyCheckpoint(
     checkedBytes += size;
     onProgress?.({ objects: checked, totalObjects: objects.length, bytes: checkedBytes, totalBytes });
     if (got.error !== undefined) {
-      problems.push(`${named}: ${got.error}`);
+      // Missing: said once, with the store (the store's own message names the object again).
+      problems.push(got.missing ? `${named}: missing from ${store.location}` : `${named}: ${got.error}`);
       continue;
     }
     verdict.objects++;
