@@ -48,25 +48,35 @@ export function encodeOutputFrame(
   /** A buffer to encode into, when it has room (a sender's pool); else one is allocated. */
   into?: Buffer,
 ): Buffer | null {
+  const head = outputHead(stream);
+  const frame = into && into.length >= 4 + head.length + maxBytes ? into : Buffer.allocUnsafe(4 + head.length + maxBytes);
+  head.copy(frame, 4);
+  frame.writeBigUInt64BE(BigInt(id), 4 + 5);
+  frame.writeBigUInt64BE(BigInt(cursor), 4 + head.length - 5 - 5 - 8);
+  const n = fill(frame, 4 + head.length, maxBytes);
+  if (n <= 0) return null;
+  frame.writeUInt32BE(n, 4 + head.length - 4);
+  frame.writeUInt32BE(head.length + n, 0);
+  return frame.subarray(0, 4 + head.length + n);
+}
+
+/** An output event's msgpack head for each stream name, id, cursor and length zero (copied, then filled in). */
+const outputHeads = new Map<string, Buffer>();
+
+function outputHead(stream: string): Buffer {
+  let head = outputHeads.get(stream);
+  if (head) return head;
   const streamName = Buffer.from(stream);
   if (streamName.length > 31) throw new RangeError('stream name longer than a fixstr');
-  const head = Buffer.concat([
+  head = Buffer.concat([
     Buffer.from([0x85, 0xa2, 0x69, 0x64, 0xcf, 0, 0, 0, 0, 0, 0, 0, 0]), // map(5), "id", uint64
     Buffer.from([0xa5, ...Buffer.from('event'), 0xa6, ...Buffer.from('output')]),
     Buffer.from([0xa6, ...Buffer.from('stream'), 0xa0 | streamName.length, ...streamName]),
     Buffer.from([0xa6, ...Buffer.from('cursor'), 0xcf, 0, 0, 0, 0, 0, 0, 0, 0]),
     Buffer.from([0xa4, ...Buffer.from('data'), 0xc6, 0, 0, 0, 0]), // bin32
   ]);
-  head.writeBigUInt64BE(BigInt(id), 5);
-  const cursorAt = head.length - 5 - 5 - 8;
-  head.writeBigUInt64BE(BigInt(cursor), cursorAt);
-  const frame = into && into.length >= 4 + head.length + maxBytes ? into : Buffer.allocUnsafe(4 + head.length + maxBytes);
-  head.copy(frame, 4);
-  const n = fill(frame, 4 + head.length, maxBytes);
-  if (n <= 0) return null;
-  frame.writeUInt32BE(n, 4 + head.length - 4);
-  frame.writeUInt32BE(head.length + n, 0);
-  return frame.subarray(0, 4 + head.length + n);
+  if (outputHeads.size < 64) outputHeads.set(stream, head);
+  return head;
 }
 
 /**

@@ -71,7 +71,10 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
   log.info({ config: config.source, socket: config.socketPath, state_dir: config.stateDir, node_flags: process.execArgv }, 'starting');
   const missing = missingNodeFlags();
   if (missing.length > 0)
-    log.warn({ missing }, 'started without the node flags that bound its memory (npm start, the systemd unit and the installed launcher pass them)');
+    log.warn(
+      { missing },
+      `started without the node flags that bound its memory: start it as node ${missing.join(' ')} ${process.argv[1] ?? 'main.js'} ... (npm start, the systemd unit and the installed launcher do)`,
+    );
   // The metrics endpoint first: an address that cannot be had stops the start before the
   // state dir, the lock or a cgroup is touched.
   let metrics: Awaited<ReturnType<typeof startMetrics>> | null = null;

@@ -219,6 +219,47 @@ export async function longLinesBench(d: TestDaemon, sizes: number[]): Promise<Ro
       });
       json.push({ bytes: n + 1, exact, peak_rss_kb: peakKb, start_rss_kb: startKb });
     }
+    // The largest line again, followed live by a client as `sbx run` does (output events as
+    // the drain stores the bytes, often a few KiB each): informational, as the issue's row is
+    // the launch-and-wait above.
+    const n = sizes[sizes.length - 1]!;
+    const mem = peakRss(d.pid);
+    const { session_id } = await client.launch({ argv: ['/bin/sh', '-c', `head -c ${n} /dev/zero | tr '\\0' a; echo`], cwd: '/' });
+    const h = createHash('sha256');
+    let got = 0;
+    let events = 0;
+    let inOrder = true;
+    await new Promise<void>((res, rej) => {
+      client
+        .subscribe(
+          { session_id, stream: 'stdout', from: 0, follow: true },
+          {
+            onOutput: (ev) => {
+              if (ev.cursor !== got) inOrder = false;
+              h.update(ev.data);
+              got += ev.data.byteLength;
+              events++;
+            },
+            onEnd: () => res(),
+          },
+        )
+        .catch(rej);
+    });
+    const r = await client.wait({ session_id });
+    const { peakKb, startKb } = mem.stop();
+    const growthMiB = (peakKb - startKb) / 1024;
+    const out = r.output.stdout!;
+    const exact = inOrder && got === n + 1 && h.digest('hex') === lineSha256(n) && out.sha256 === lineSha256(n) && out.complete;
+    rmSync(join(d.stateDir, 'sessions', session_id, 'stdout'), { recursive: true, force: true });
+    rows.push({
+      metric: `the same ${n >= 2 ** 30 ? `${n / 2 ** 30} GiB` : `${n / MiB} MiB`} line followed live (${events} output events): exact / supervisor peak RSS growth`,
+      value: `${exact ? 'exact' : 'NOT EXACT'} / ${growthMiB.toFixed(1)} MiB`,
+      baseline: `${mib(startKb)} before`,
+      ratio: '',
+      target: '',
+      met: exact,
+    });
+    json.push({ bytes: n + 1, followed: true, events, exact, peak_rss_kb: peakKb, start_rss_kb: startKb });
   } finally {
     client.close();
   }

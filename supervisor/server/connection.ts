@@ -6,8 +6,22 @@ import type { EventEmitter } from 'node:events';
 import { SupervisorError } from '../../ipc/errors.js';
 import { encodeFrame, FrameDecoder } from '../../ipc/framing.js';
 
-/** Output frame buffers kept per connection for reuse (OUTBOUND_HIGH_WATER_BYTES / 1 MiB). */
+/** Output frame slabs kept per connection for reuse (OUTBOUND_HIGH_WATER_BYTES / 1 MiB). */
 const FRAME_POOL_SIZE = 4;
+
+/** Bytes of one output frame slab: a full output event (1 MiB) and its head, with room for a few short ones. */
+const FRAME_SLAB_BYTES = (1 << 20) + 4096;
+
+/** A buffer output frames are encoded into one after another, reused once the socket has written every one. */
+interface FrameSlab {
+  buf: Buffer;
+  /** Bytes of it handed out to frames. */
+  used: number;
+  /** Its frames the socket has not written yet. */
+  unwritten: number;
+  /** No longer the connection's current slab: back to the pool once unwritten is 0. */
+  retired: boolean;
+}
 
 /** Longest setTimeout delay (a longer one fires at once); longer waits re-arm. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -190,21 +204,49 @@ export class Connection {
   }
 
   /**
-   * Buffers for output frames, reused once the socket has written them: replay allocated a
-   * 1 MiB frame per event before, and the garbage halved its rate in a large supervisor.
+   * Output frames are encoded into slabs, one after another, and a slab is reused once the
+   * socket has written all of its frames. A buffer per frame made garbage the size of the
+   * output: replay's 1 MiB events halved its rate in a large supervisor, and a followed
+   * stream's events, often a few KiB, grew the supervisor's malloc heap by 20-30 MiB for a
+   * 1 GiB line before a GC freed them. Memory held: the slabs of frames the socket still
+   * queues (OUTBOUND_HIGH_WATER_BYTES bounds those) and FRAME_POOL_SIZE free ones.
    */
-  private readonly framePool: Buffer[] = [];
+  private slab: FrameSlab | null = null;
+  private readonly slabPool: Buffer[] = [];
 
-  /** An output frame buffer of at least `bytes`, from the pool when it has one. */
+  /**
+   * A buffer of at least `bytes` to encode an output frame into (encodeOutputFrame): the free
+   * end of this connection's current slab, or a new slab's. The frame encoded at its start
+   * goes to sendEncoded, which takes its bytes from the slab.
+   */
   frameBuffer(bytes: number): Buffer {
-    const b = this.framePool.pop();
-    return b && b.length >= bytes ? b : Buffer.allocUnsafe(bytes);
+    let slab = this.slab;
+    if (!slab || slab.buf.length - slab.used < bytes) {
+      if (slab) this.retire(slab);
+      const pooled = this.slabPool.pop();
+      const buf = pooled && pooled.length >= bytes ? pooled : Buffer.allocUnsafe(Math.max(bytes, FRAME_SLAB_BYTES));
+      slab = this.slab = { buf, used: 0, unwritten: 0, retired: false };
+    }
+    return slab.buf.subarray(slab.used);
   }
 
-  /** send() of a frame already encoded (encodeOutputFrame); `pooled` goes back to the pool once written. */
-  async sendEncoded(frame: Buffer, pooled?: Buffer): Promise<void> {
+  private retire(slab: FrameSlab): void {
+    slab.retired = true;
+    if (slab.unwritten === 0 && this.slabPool.length < FRAME_POOL_SIZE) this.slabPool.push(slab.buf);
+  }
+
+  /** send() of a frame already encoded (encodeOutputFrame), into frameBuffer()'s buffer or its own. */
+  async sendEncoded(frame: Buffer): Promise<void> {
     if (this.closed) return;
-    this.socket.write(frame, pooled ? () => void (this.framePool.length < FRAME_POOL_SIZE && this.framePool.push(pooled)) : undefined);
+    const slab = this.slab;
+    if (slab && frame.buffer === slab.buf.buffer && frame.byteOffset === slab.buf.byteOffset + slab.used) {
+      slab.used += frame.length;
+      slab.unwritten++;
+      this.socket.write(frame, () => {
+        slab.unwritten--;
+        if (slab.retired && slab.unwritten === 0 && this.slabPool.length < FRAME_POOL_SIZE) this.slabPool.push(slab.buf);
+      });
+    } else this.socket.write(frame);
     // Up to OUTBOUND_HIGH_WATER_BYTES may wait in user space, so output events are pipelined
     // (waiting for 'drain' after each one halved replay speed); past it, this connection's
     // requests stop being read and the sender waits until the peer has read everything.

@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { DAEMON_ARGV, SBX, TestDaemon } from '../helpers/daemon.js';
+import { DAEMON, DAEMON_ARGV, SBX, TestDaemon } from '../helpers/daemon.js';
 import { SUPERVISOR_NODE_FLAGS } from '../../supervisor/node-flags.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-startup-'));
@@ -60,6 +60,7 @@ describe('start-up', () => {
       .filter((l) => l.includes('started without the node flags'))
       .map((l) => JSON.parse(l) as { level: number; missing: string[] });
     expect(warned).toEqual([expect.objectContaining({ level: 40, missing: [...SUPERVISOR_NODE_FLAGS] })]);
+    expect(log).toContain(`start it as node ${SUPERVISOR_NODE_FLAGS.join(' ')} ${DAEMON} ...`);
   });
 
   it('sbx exits 125 with a clear message when no supervisor listens', () => {

@@ -44,17 +44,11 @@ async function streamFrom(
     while (cursor < end && !conn.closed) {
       const from = cursor;
       let n = 0;
-      const into = conn.frameBuffer(OUTPUT_EVENT_BYTES + OUTPUT_FRAME_HEAD_BYTES);
-      const frame = encodeOutputFrame(
-        id,
-        stream,
-        from,
-        Math.min(OUTPUT_EVENT_BYTES, end - from),
-        (buf, offset, max) => (n = reader.readInto(from, end, buf, offset, max)),
-        into,
-      );
+      const bytes = Math.min(OUTPUT_EVENT_BYTES, end - from);
+      const into = conn.frameBuffer(bytes + OUTPUT_FRAME_HEAD_BYTES);
+      const frame = encodeOutputFrame(id, stream, from, bytes, (buf, offset, max) => (n = reader.readInto(from, end, buf, offset, max)), into);
       if (!frame) break;
-      await conn.sendEncoded(frame, frame.buffer === into.buffer ? into : undefined);
+      await conn.sendEncoded(frame);
       cursor += n;
     }
     if (conn.closed) return;

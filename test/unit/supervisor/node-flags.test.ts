@@ -1,0 +1,19 @@
+// missingNodeFlags (supervisor/node-flags.ts): which of the supervisor's node flags a start lacks,
+// looked for in node's arguments and NODE_OPTIONS, either spelling of a V8 flag's name.
+import { describe, expect, it } from 'vitest';
+import { missingNodeFlags, SUPERVISOR_NODE_FLAGS } from '../../../supervisor/node-flags.js';
+
+describe('missingNodeFlags', () => {
+  it('finds the flags in node’s arguments or in NODE_OPTIONS, spelled with - or _', () => {
+    expect(missingNodeFlags(['--max-semi-space-size=2'], '')).toEqual([]);
+    expect(missingNodeFlags(['--max_semi_space_size=2'], '')).toEqual([]);
+    expect(missingNodeFlags([], '--max-semi-space-size=2')).toEqual([]);
+    expect(missingNodeFlags([], '  --inspect  --max_semi_space_size=2 ')).toEqual([]);
+  });
+
+  it('names what is missing, another value included', () => {
+    expect(missingNodeFlags([], '')).toEqual([...SUPERVISOR_NODE_FLAGS]);
+    expect(missingNodeFlags(['--max-semi-space-size=4'], '')).toEqual([...SUPERVISOR_NODE_FLAGS]);
+    expect(missingNodeFlags(['--max-semi-space-size'], '2')).toEqual([...SUPERVISOR_NODE_FLAGS]);
+  });
+});
