@@ -1,4 +1,4 @@
-#!/usr/bin/env -S node --max-semi-space-size=2
+#!/usr/bin/env node
 // sandbox-supervisor: the daemon's entry. `sandbox-supervisor serve [--config FILE]` runs it
 // in the foreground: load and validate the configuration, become child subreaper, set up
 // the cgroup subtree (or subreaper mode), listen on the socket (and, with --metrics, the

@@ -1,6 +1,7 @@
 // The node flags the supervisor runs with, and the check that it was started with them. Every way
-// it is started names them: package.json's start, the systemd unit, install.sh's launcher and
-// main.ts's #! line (test/unit/repo/node-flags.test.ts keeps them equal to SUPERVISOR_NODE_FLAGS).
+// it is started names them: package.json's start, the systemd unit and install.sh's launcher
+// (test/unit/repo/node-flags.test.ts keeps them equal to SUPERVISOR_NODE_FLAGS); main.js run as a
+// program (#!/usr/bin/env node: busybox's env has no -S) warns at start.
 
 /**
  * V8's young generation capped at two 2 MiB semi-spaces (node --max-semi-space-size, in MiB;
@@ -14,16 +15,28 @@ export const SUPERVISOR_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=
 
 /**
  * The flags of SUPERVISOR_NODE_FLAGS this process was started without, for the start's log
- * line: looked for in node's own arguments (process.execArgv) and in NODE_OPTIONS, which node
- * also takes them from, a flag's name spelled with - or _ (V8 takes both).
+ * line. Looked for in NODE_OPTIONS, then node's own arguments (process.execArgv), which node
+ * reads in that order, so a flag's last value is the one in force; a name may be spelled with
+ * - or _ (V8 takes both). A numeric cap is in force when its last value is at most the flag's
+ * (--max-semi-space-size=1 caps tighter still); any other flag needs its value exactly.
  */
 export function missingNodeFlags(execArgv: readonly string[] = process.execArgv, nodeOptions = process.env.NODE_OPTIONS ?? ''): string[] {
-  const given = new Set([...execArgv, ...nodeOptions.split(/\s+/)].map(spelled));
-  return SUPERVISOR_NODE_FLAGS.filter((flag) => !given.has(spelled(flag)));
+  const last = new Map<string, string>();
+  for (const arg of [...nodeOptions.split(/\s+/), ...execArgv]) {
+    const { name, value } = parsed(arg);
+    if (value !== undefined) last.set(name, value);
+  }
+  return SUPERVISOR_NODE_FLAGS.filter((flag) => {
+    const want = parsed(flag);
+    const got = last.get(want.name);
+    if (got === undefined) return true;
+    const [g, w] = [Number(got), Number(want.value)];
+    return /^\d+$/.test(got) && Number.isFinite(w) ? g > w : got !== want.value;
+  });
 }
 
-/** A flag with its name's _ as - (--max_semi_space_size=2 is --max-semi-space-size=2). */
-function spelled(flag: string): string {
+/** A flag's name (its _ as -: --max_semi_space_size is --max-semi-space-size) and its value after =, if any. */
+function parsed(flag: string): { name: string; value?: string } {
   const eq = flag.indexOf('=');
-  return eq < 0 ? flag.replaceAll('_', '-') : flag.slice(0, eq).replaceAll('_', '-') + flag.slice(eq);
+  return eq < 0 ? { name: flag.replaceAll('_', '-') } : { name: flag.slice(0, eq).replaceAll('_', '-'), value: flag.slice(eq + 1) };
 }

@@ -11,9 +11,17 @@ describe('missingNodeFlags', () => {
     expect(missingNodeFlags([], '  --inspect  --max_semi_space_size=2 ')).toEqual([]);
   });
 
-  it('names what is missing, another value included', () => {
+  it('takes the last value given (NODE_OPTIONS, then the arguments, as node reads them); a tighter cap is in force', () => {
+    expect(missingNodeFlags(['--max-semi-space-size=1'], '')).toEqual([]);
+    expect(missingNodeFlags(['--max-semi-space-size=2'], '--max-semi-space-size=16')).toEqual([]);
+    expect(missingNodeFlags(['--max-semi-space-size=2', '--max-semi-space-size=16'], '')).toEqual([...SUPERVISOR_NODE_FLAGS]);
+    expect(missingNodeFlags([], '--max-semi-space-size=2 --max_semi_space_size=16')).toEqual([...SUPERVISOR_NODE_FLAGS]);
+  });
+
+  it('names what is missing, a larger value included', () => {
     expect(missingNodeFlags([], '')).toEqual([...SUPERVISOR_NODE_FLAGS]);
     expect(missingNodeFlags(['--max-semi-space-size=4'], '')).toEqual([...SUPERVISOR_NODE_FLAGS]);
     expect(missingNodeFlags(['--max-semi-space-size'], '2')).toEqual([...SUPERVISOR_NODE_FLAGS]);
+    expect(missingNodeFlags(['--max-semi-space-size=two'], '')).toEqual([...SUPERVISOR_NODE_FLAGS]);
   });
 });
