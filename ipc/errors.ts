@@ -107,7 +107,7 @@ export const ERROR_CODE_DOCS: { readonly [C in ErrorCode]: ErrorCodeDoc } = {
   },
   SESSION_NOT_FOUND: { when: 'no session has that id or key', details: 'retired_at, receipt_sha256, outcome: for a session retention removed' },
   KEY_CONFLICT: { when: 'the invocation key exists with another command digest (argv, cwd, env, ...)' },
-  CURSOR_OUT_OF_RANGE: { when: 'a read from a cursor past the stored end, without follow', details: 'cursor: the stored end' },
+  CURSOR_OUT_OF_RANGE: { when: 'a read from a cursor past the stored end, without follow or once the stream is final', details: 'cursor: the stored end' },
   SPAWN_FAILED: {
     when: 'reserved, never answered: a spawn that fails is a fact of the admitted session, reported in its receipt (outcome spawn_failed, spawn_error with the stage and errno)',
   },

@@ -276,7 +276,7 @@ describe('backpressure', () => {
     expect(receipt.output.stdout!.sha256).toBe(sha256(readFileSync(copy)));
   });
 
-  it('logs --from past the end: CURSOR_OUT_OF_RANGE at once; with --follow it waits for those bytes', async () => {
+  it('logs --from past the end: CURSOR_OUT_OF_RANGE at once; with --follow it waits for those bytes, unless the stream is final', async () => {
     const d = await daemon();
     // "second" comes only once the test says so: no race against a sleep.
     const go = join(d.dir, 'go');
@@ -291,6 +291,29 @@ describe('backpressure', () => {
     const followed = await following;
     expect(followed.status).toBe(0);
     expect(followed.stdout.toString()).toBe('second\n'.slice(4)); // bytes 10.. of "first\nsecond\n"
+    // Once the stream is final, a follow from past its end has nothing to wait for.
+    await d.sbx(['wait', id]);
+    const pastFinal = await d.sbx(['logs', id, '--from', '14', '--follow']);
+    expect(pastFinal.status).toBe(125);
+    expect(pastFinal.stderr.toString()).toContain('CURSOR_OUT_OF_RANGE: cursor 14 is past the end of stdout (13, its final length)');
+    const client = await d.client();
+    await expect(client.readIndex({ session_id: id, stream: 'stdout', from: 14, follow: true })).rejects.toMatchObject({
+      code: 'CURSOR_OUT_OF_RANGE',
+      details: { cursor: 13 },
+    });
+    // At the end exactly, the follow ends at once.
+    const atEnd = await d.sbx(['logs', id, '--from', '13', '--follow']);
+    expect([atEnd.status, atEnd.stdout.toString()]).toEqual([0, '']);
+    // A follow from past the end of a stream that then ends shorter: its end event says where the stream ended.
+    const go2 = join(d.dir, 'go2');
+    const short = (await client.launch({ argv: ['sh', '-c', `echo first; while [ ! -e ${go2} ]; do sleep 0.02; done`], cwd: '/' })).session_id;
+    const ended = new Promise<unknown>((resolve, reject) => {
+      client
+        .subscribe({ session_id: short, stream: 'stdout', from: 10, follow: true }, { onOutput: () => reject(new Error('no output past 10')), onEnd: resolve })
+        .catch(reject);
+    });
+    writeFileSync(go2, '');
+    expect(await ended).toMatchObject({ event: 'end', stream: 'stdout', cursor: 6, final: true });
     const missing = await d.sbx(['logs', 's-0-nope']);
     expect(missing.status).toBe(125);
     expect(missing.stderr.toString()).toContain('SESSION_NOT_FOUND');

@@ -1,7 +1,7 @@
 // What subscribe and read_index both check before reading a stream: the session (by id or
 // key), its output not removed by retention, the stream its own, and a starting cursor not
-// past the stored end unless the reader follows (docs/reference/contract.md "Cursors": CURSOR_OUT_OF_RANGE without
-// --follow, a wait with it).
+// past the stored end unless the reader follows a stream not yet final (docs/reference/contract.md "Cursors":
+// CURSOR_OUT_OF_RANGE without --follow or once final, a wait with it).
 import { SupervisorError } from '../../../ipc/errors.js';
 import type { SessionSelector, StreamName } from '../../../ipc/protocol.js';
 import type { Session } from '../../session/session.js';
@@ -10,7 +10,7 @@ import type { Supervisor } from '../../supervisor.js';
 /**
  * The session and stream to read from cursor `from` (default 0). Throws SESSION_NOT_FOUND,
  * OUTPUT_REMOVED, INVALID_ARGUMENT (no such stream in the session) or CURSOR_OUT_OF_RANGE
- * (details.cursor: the stored end) when not following.
+ * (details.cursor: the stored end) when not following, or when the stream is final.
  */
 export function streamToRead(
   supervisor: Supervisor,
@@ -23,8 +23,10 @@ export function streamToRead(
   }
   if (!session.hasStream(stream)) throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} has no ${stream} stream`);
   const from = p.from ?? 0;
-  if (!p.follow && from > session.cursor(stream)) {
-    throw new SupervisorError('CURSOR_OUT_OF_RANGE', `cursor ${from} is past the end of ${stream} (${session.cursor(stream)})`, {
+  // Following waits for bytes to come, unless the stream is final: then none will.
+  if (from > session.cursor(stream) && (!p.follow || session.streamFinal(stream))) {
+    const final = session.streamFinal(stream) ? ', its final length' : '';
+    throw new SupervisorError('CURSOR_OUT_OF_RANGE', `cursor ${from} is past the end of ${stream} (${session.cursor(stream)}${final})`, {
       cursor: session.cursor(stream),
     });
   }

@@ -56,7 +56,8 @@ async function streamFrom(
     // reader. Final is read before the cursor, with no await between them.
     const finalNow = session.streamFinal(stream);
     if (!follow || (finalNow && cursor >= session.cursor(stream))) {
-      await conn.send({ id, event: 'end', stream, cursor, final: finalNow });
+      // A follow from past the end of a stream that then ended shorter: the end says where it ended.
+      await conn.send({ id, event: 'end', stream, cursor: finalNow ? Math.min(cursor, session.cursor(stream)) : cursor, final: finalNow });
       return;
     }
     if (cursor < session.cursor(stream)) continue;
