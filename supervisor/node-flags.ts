@@ -30,8 +30,8 @@ export function missingNodeFlags(execArgv: readonly string[] = process.execArgv,
     const want = parsed(flag);
     const got = last.get(want.name);
     if (got === undefined) return true;
-    const [g, w] = [Number(got), Number(want.value)];
-    return /^\d+$/.test(got) && Number.isFinite(w) ? g > w : got !== want.value;
+    const numeric = /^\d+$/;
+    return numeric.test(want.value!) && numeric.test(got) ? Number(got) > Number(want.value) : got !== want.value;
   });
 }
 

@@ -118,31 +118,37 @@ export async function scaleBench(d: TestDaemon, sessions: number, idleSessions: 
   return rows;
 }
 
-/** Reads a session's stdout from cursor 0; returns ms and whether each event matched `expect`. */
+/**
+ * Reads a session's stdout from cursor 0 (to its stored end, or with `follow` to its final end as
+ * it is stored); returns ms, bytes, output events and whether each event came in order and matched `expect`.
+ */
 async function replay(
   client: SupervisorClient,
   session_id: string,
   expect: (cursor: number, data: Buffer) => boolean,
-): Promise<{ ms: number; bytes: number; exact: boolean }> {
+  follow = false,
+): Promise<{ ms: number; bytes: number; events: number; exact: boolean }> {
   const t0 = nowMs();
   let got = 0;
+  let events = 0;
   let exact = true;
   await new Promise<void>((res, rej) => {
     client
       .subscribe(
-        { session_id, stream: 'stdout', from: 0, follow: false },
+        { session_id, stream: 'stdout', from: 0, follow },
         {
           onOutput: (ev) => {
             const data = Buffer.from(ev.data.buffer, ev.data.byteOffset, ev.data.byteLength);
             if (ev.cursor !== got || !expect(ev.cursor, data)) exact = false;
             got += data.length;
+            events++;
           },
           onEnd: () => res(),
         },
       )
       .catch(rej);
   });
-  return { ms: nowMs() - t0, bytes: got, exact };
+  return { ms: nowMs() - t0, bytes: got, events, exact };
 }
 
 /**
@@ -194,6 +200,13 @@ function lineSha256(n: number): string {
   return h.update('\n').digest('hex');
 }
 
+/** A command writing one line of n bytes ('a's) and its newline. */
+function lineArgv(n: number): string[] {
+  return ['/bin/sh', '-c', `head -c ${n} /dev/zero | tr '\\0' a; echo`];
+}
+
+const sizeLabel = (n: number) => (n >= 2 ** 30 ? `${n / 2 ** 30} GiB` : `${n / MiB} MiB`);
+
 export async function longLinesBench(d: TestDaemon, sizes: number[]): Promise<Row[]> {
   const client = await connect(d);
   const rows: Row[] = [];
@@ -201,16 +214,15 @@ export async function longLinesBench(d: TestDaemon, sizes: number[]): Promise<Ro
   try {
     for (const n of sizes) {
       const mem = peakRss(d.pid);
-      const { session_id } = await client.launch({ argv: ['/bin/sh', '-c', `head -c ${n} /dev/zero | tr '\\0' a; echo`], cwd: '/' });
+      const { session_id } = await client.launch({ argv: lineArgv(n), cwd: '/' });
       const r = await client.wait({ session_id });
       const { peakKb, startKb } = mem.stop();
       const growthMiB = (peakKb - startKb) / 1024;
       const out = r.output.stdout!;
       const exact = out.final_cursor === n + 1 && out.sha256 === lineSha256(n) && out.complete;
       rmSync(join(d.stateDir, 'sessions', session_id, 'stdout'), { recursive: true, force: true });
-      const label = n >= 2 ** 30 ? `${n / 2 ** 30} GiB` : `${n / MiB} MiB`;
       rows.push({
-        metric: `one ${label} line: exact / supervisor peak RSS growth`,
+        metric: `one ${sizeLabel(n)} line: exact / supervisor peak RSS growth`,
         value: `${exact ? 'exact' : 'NOT EXACT'} / ${growthMiB.toFixed(1)} MiB`,
         baseline: `${mib(startKb)} before`,
         ratio: '',
@@ -224,35 +236,19 @@ export async function longLinesBench(d: TestDaemon, sizes: number[]): Promise<Ro
     // the launch-and-wait above.
     const n = sizes[sizes.length - 1]!;
     const mem = peakRss(d.pid);
-    const { session_id } = await client.launch({ argv: ['/bin/sh', '-c', `head -c ${n} /dev/zero | tr '\\0' a; echo`], cwd: '/' });
+    const { session_id } = await client.launch({ argv: lineArgv(n), cwd: '/' });
     const h = createHash('sha256');
-    let got = 0;
-    let events = 0;
-    let inOrder = true;
-    await new Promise<void>((res, rej) => {
-      client
-        .subscribe(
-          { session_id, stream: 'stdout', from: 0, follow: true },
-          {
-            onOutput: (ev) => {
-              if (ev.cursor !== got) inOrder = false;
-              h.update(ev.data);
-              got += ev.data.byteLength;
-              events++;
-            },
-            onEnd: () => res(),
-          },
-        )
-        .catch(rej);
-    });
+    const followed = await replay(client, session_id, (_c, data) => (h.update(data), true), true);
     const r = await client.wait({ session_id });
     const { peakKb, startKb } = mem.stop();
     const growthMiB = (peakKb - startKb) / 1024;
     const out = r.output.stdout!;
-    const exact = inOrder && got === n + 1 && h.digest('hex') === lineSha256(n) && out.sha256 === lineSha256(n) && out.complete;
+    const sha = lineSha256(n);
+    const exact = followed.exact && followed.bytes === n + 1 && h.digest('hex') === sha && out.sha256 === sha && out.complete;
+    const events = followed.events;
     rmSync(join(d.stateDir, 'sessions', session_id, 'stdout'), { recursive: true, force: true });
     rows.push({
-      metric: `the same ${n >= 2 ** 30 ? `${n / 2 ** 30} GiB` : `${n / MiB} MiB`} line followed live (${events} output events): exact / supervisor peak RSS growth`,
+      metric: `the same ${sizeLabel(n)} line followed live (${events} output events): exact / supervisor peak RSS growth`,
       value: `${exact ? 'exact' : 'NOT EXACT'} / ${growthMiB.toFixed(1)} MiB`,
       baseline: `${mib(startKb)} before`,
       ratio: '',

@@ -19,8 +19,6 @@ interface FrameSlab {
   used: number;
   /** Its frames the socket has not written yet. */
   unwritten: number;
-  /** No longer the connection's current slab: back to the pool once unwritten is 0. */
-  retired: boolean;
 }
 
 /** Longest setTimeout delay (a longer one fires at once); longer waits re-arm. */
@@ -222,17 +220,18 @@ export class Connection {
   frameBuffer(bytes: number): Buffer {
     let slab = this.slab;
     if (!slab || slab.buf.length - slab.used < bytes) {
-      if (slab) this.retire(slab);
       const pooled = this.slabPool.pop();
       const buf = pooled && pooled.length >= bytes ? pooled : Buffer.allocUnsafe(Math.max(bytes, FRAME_SLAB_BYTES));
-      slab = this.slab = { buf, used: 0, unwritten: 0, retired: false };
+      this.slab = { buf, used: 0, unwritten: 0 };
+      if (slab) this.recycle(slab);
+      slab = this.slab;
     }
     return slab.buf.subarray(slab.used);
   }
 
-  private retire(slab: FrameSlab): void {
-    slab.retired = true;
-    if (slab.unwritten === 0 && this.slabPool.length < FRAME_POOL_SIZE) this.slabPool.push(slab.buf);
+  /** Puts a slab that is no longer the current one back in the pool once the socket has written all of its frames. */
+  private recycle(slab: FrameSlab): void {
+    if (slab !== this.slab && slab.unwritten === 0 && this.slabPool.length < FRAME_POOL_SIZE) this.slabPool.push(slab.buf);
   }
 
   /** send() of a frame already encoded (encodeOutputFrame), into frameBuffer()'s buffer or its own. */
@@ -244,7 +243,7 @@ export class Connection {
       slab.unwritten++;
       this.socket.write(frame, () => {
         slab.unwritten--;
-        if (slab.retired && slab.unwritten === 0 && this.slabPool.length < FRAME_POOL_SIZE) this.slabPool.push(slab.buf);
+        this.recycle(slab);
       });
     } else this.socket.write(frame);
     // Up to OUTBOUND_HIGH_WATER_BYTES may wait in user space, so output events are pipelined

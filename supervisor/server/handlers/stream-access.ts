@@ -23,11 +23,12 @@ export function streamToRead(
   }
   if (!session.hasStream(stream)) throw new SupervisorError('INVALID_ARGUMENT', `session ${session.id} has no ${stream} stream`);
   const from = p.from ?? 0;
+  const stored = session.cursor(stream);
+  const final = session.streamFinal(stream);
   // Following waits for bytes to come, unless the stream is final: then none will.
-  if (from > session.cursor(stream) && (!p.follow || session.streamFinal(stream))) {
-    const final = session.streamFinal(stream) ? ', its final length' : '';
-    throw new SupervisorError('CURSOR_OUT_OF_RANGE', `cursor ${from} is past the end of ${stream} (${session.cursor(stream)}${final})`, {
-      cursor: session.cursor(stream),
+  if (from > stored && (!p.follow || final)) {
+    throw new SupervisorError('CURSOR_OUT_OF_RANGE', `cursor ${from} is past the end of ${stream} (${stored}${final ? ', its final length' : ''})`, {
+      cursor: stored,
     });
   }
   return { session, stream, from };

@@ -56,8 +56,8 @@ async function streamFrom(
     // reader. Final is read before the cursor, with no await between them.
     const finalNow = session.streamFinal(stream);
     if (!follow || (finalNow && cursor >= session.cursor(stream))) {
-      // A follow from past the end of a stream that then ended shorter: the end says where it ended.
-      await conn.send({ id, event: 'end', stream, cursor: finalNow ? Math.min(cursor, session.cursor(stream)) : cursor, final: finalNow });
+      // At most the stored end: a follow from past the end of a stream that then ended shorter ends where the stream did.
+      await conn.send({ id, event: 'end', stream, cursor: Math.min(cursor, session.cursor(stream)), final: finalNow });
       return;
     }
     if (cursor < session.cursor(stream)) continue;
