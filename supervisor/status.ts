@@ -1,11 +1,11 @@
 // `sbx status`: the supervisor's health in one answer (StatusResult, ipc/protocol.ts): version, identity,
 // mode, enforceable limits (limits.ts), sessions by state, admission and why it is closed, the state dir's
-// size and free space, the machine (systeminformation) and the supervisor's uptime. Owns the state dir's
-// size cache and the metrics and WebSocket addresses main sets once they listen; reads everything else.
+// size and free space, the machine (CPU load from os.cpus(), memory from systeminformation) and the
+// supervisor's uptime. Owns the state dir's size cache, the CPU load sample and the metrics and WebSocket
+// addresses main sets once they listen; reads everything else.
 import { cpus, freemem, loadavg, totalmem, uptime } from 'node:os';
 import { lstatSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import si from 'systeminformation';
 import { PROTOCOL_VERSION, type SessionState, type StatusResult } from '../ipc/protocol.js';
 import { STATE } from '../core/state/names.js';
 import { VERSION } from '../ipc/version.js';
@@ -14,6 +14,41 @@ import type { SessionContext } from './session/context.js';
 
 /** How long the state dir's size (a walk of every file) is reused. */
 const STATE_DIR_BYTES_TTL_MS = 5_000;
+
+/** The CPU time counters of every CPU summed (os.cpus(): /proc/stat's cpuN lines, in ms). */
+function cpuTimesMs(): { busy: number; total: number } {
+  let busy = 0;
+  let total = 0;
+  for (const { times } of cpus()) {
+    busy += times.user + times.nice + times.sys + times.irq;
+    total += times.user + times.nice + times.sys + times.irq + times.idle;
+  }
+  return { busy, total };
+}
+
+/**
+ * The machine's CPU load (%, all CPUs) between two status calls, from os.cpus()'s counters
+ * (proc(5) /proc/stat: user, nice, system, irq busy; idle not). The first call measures since
+ * the supervisor started. A call within MIN_SAMPLE_MS of the last one gives the last value
+ * (too few ticks to mean anything); null when no tick passed. systeminformation's
+ * currentLoad() did this by running `cat /proc/stat | grep cpu` in a shell with execSync,
+ * which blocked the event loop (~80 ms of it at every start).
+ */
+export class CpuLoad {
+  static readonly MIN_SAMPLE_MS = 200;
+  private last = { atMs: performance.now(), ...cpuTimesMs() };
+  private percent: number | null = null;
+
+  sample(): number | null {
+    const now = performance.now();
+    if (now - this.last.atMs < CpuLoad.MIN_SAMPLE_MS) return this.percent;
+    const t = cpuTimesMs();
+    const total = t.total - this.last.total;
+    this.percent = total > 0 ? Math.round((1000 * (t.busy - this.last.busy)) / total) / 10 : null;
+    this.last = { atMs: now, ...t };
+    return this.percent;
+  }
+}
 
 /** What status reads from the registry. */
 export interface StatusSource {
@@ -32,9 +67,9 @@ export class StatusReporter {
   /** The WebSocket listener's URL (ws://HOST:PORT/); null: off. Set by main once it listens. */
   remoteUrl: string | null = null;
 
-  constructor(private readonly source: StatusSource) {
-    void si.currentLoad().catch(() => {}); // primes the CPU load sample (see status())
-  }
+  private readonly cpuLoad = new CpuLoad();
+
+  constructor(private readonly source: StatusSource) {}
 
   /** Forgets the state dir's size (after retention freed some). */
   invalidate(): void {
@@ -70,9 +105,9 @@ export class StatusReporter {
     const { ctx } = this.source;
     const counts: Record<string, number> = {};
     for (const state of this.source.sessionStates()) counts[state] = (counts[state] ?? 0) + 1;
-    // systeminformation's first currentLoad() samples for about 0.5 s: it is primed at start,
-    // and a status asked before that says null rather than waiting.
-    const load = await Promise.race([si.currentLoad().catch(() => null), new Promise<null>((r) => setTimeout(() => r(null), 50))]);
+    const cpuLoadPercent = this.cpuLoad.sample();
+    // Loaded with the first status, not at start (its index loads every one of its ~50 modules).
+    const { default: si } = await import('systeminformation');
     const mem = await si.mem();
     const storage = ctx.storage;
     const free = storage.freeBytes();
@@ -123,7 +158,7 @@ export class StatusReporter {
         admits: free >= storage.minFreeBytes,
       },
       machine: {
-        cpu_load_percent: load ? Math.round(load.currentLoad * 10) / 10 : null,
+        cpu_load_percent: cpuLoadPercent,
         mem_total_bytes: mem.total,
         mem_available_bytes: mem.available,
         uptime_s: Math.round(uptime()),

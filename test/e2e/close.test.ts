@@ -143,6 +143,9 @@ describe('status and stats', () => {
       expect(st.storage).toMatchObject({ reserve_bytes: 64 * 2 ** 20, min_free_bytes: 256 * 2 ** 20, admits: true });
       expect(st.machine.mem_total_bytes).toBeGreaterThan(st.machine.mem_available_bytes);
       expect(st.machine.uptime_s).toBeGreaterThan(0);
+      // Since the supervisor started (sbx's own start alone is over 200 ms): a number, not null.
+      expect(st.machine.cpu_load_percent).toBeGreaterThanOrEqual(0);
+      expect(st.machine.cpu_load_percent).toBeLessThanOrEqual(100);
       const text = (await d.sbx(['status'])).stdout.toString();
       expect(text).toMatch(/^admission +open$/m);
       expect(text).toMatch(/^storage +[\d.]+ MiB in the state dir, \d+ MiB free/m);
