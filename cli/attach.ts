@@ -3,16 +3,15 @@
 // and stderr to fd 2 byte for byte, this CLI's stdin into the session's if it takes stdin, and
 // the session's exit status when it ends (docs/reference/exit-statuses.md). Ctrl-C detaches
 // (the session goes on). Also owns pumpStdin (stdin at offsets) and forwardTerminalSize, which sbx run uses too.
-import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import { type Command, InvalidArgumentError } from 'commander';
 import { readOutput, ReconnectingClient, SupervisorClient, type EndpointOptions } from '../ipc/client.js';
 import { isSupervisorError } from '../ipc/errors.js';
 import { exitStatusOf, type SessionSelector, type SessionSummary, type StreamName } from '../ipc/protocol.js';
 import { describe, howEnded, reconnectingLine } from './explain.js';
-import { rawTerminal, warn } from './escape.js';
+import { warn } from './escape.js';
+import { holdRawTerminal } from './terminal.js';
 
 /**
  * A pty session's size follows this CLI's terminal (stdout a terminal; else nothing): each
@@ -34,8 +33,8 @@ export function forwardTerminalSize(conn: ReconnectingClient, sel: SessionSelect
  * retry); with a writer token, in that writer's own stream (a new token's starts at 0: sbx
  * attach, beside other writers, bytes interleave per write, as two processes writing one pipe). EOF closes the
  * session's stdin unless eofCloses is false (then forwarding just stops). A terminal on stdin
- * is put in raw mode for a pty session, output processing off as cfmakeraw(3) does (restored on
- * every exit path).
+ * is put in raw mode for a pty session, output processing off as cfmakeraw(3) does, and given
+ * back at exit, before an ending signal and while sbx is stopped (terminal.ts).
  */
 export async function pumpStdin(
   conn: ReconnectingClient,
@@ -45,25 +44,7 @@ export async function pumpStdin(
   eofCloses = true,
   writer?: string,
 ): Promise<void> {
-  if (pty && process.stdin.isTTY) {
-    process.stdin.setRawMode(true);
-    // libuv's raw mode keeps output processing (OPOST, ONLCR) on, so the session's own \r\n
-    // (its pty translates already) reached the screen, and a recording of it (script(1)), as
-    // \r\r\n. cfmakeraw(3), as ssh -t and docker run -t use, turns it off: so does sbx, through
-    // stty(1) on the terminal (Node has no tcsetattr), by its own path (never a PATH entry such
-    // as "." picking another). Put back with the rest of the modes at exit.
-    const stty = ['/usr/bin/stty', '/bin/stty'].find((p) => existsSync(p));
-    if (stty) spawnSync(stty, ['-opost'], { stdio: ['inherit', 'ignore', 'ignore'] });
-    rawTerminal(true);
-    process.on('exit', () => {
-      rawTerminal(false);
-      try {
-        process.stdin.setRawMode?.(false);
-      } catch {
-        // the terminal was hung up: there is no mode left to put back
-      }
-    });
-  }
+  if (pty && process.stdin.isTTY) holdRawTerminal();
   let offset = fromOffset;
   const send = async (data: Buffer, eof: boolean): Promise<void> => {
     await conn.run((c) => c.request('write', { ...sel, data, offset, ...(writer === undefined ? {} : { writer }), ...(eof ? { eof } : {}) }));

@@ -5,6 +5,7 @@ import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { constants as osConstants } from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Receipt } from '../../ipc/protocol.js';
 import { isSupervisorError } from '../../ipc/errors.js';
@@ -385,6 +386,81 @@ describe('pty', () => {
     expect(out).toBe('129\n');
     const receipt = JSON.parse((await daemon.sbx(['wait', '--key', key])).stdout.toString()) as Receipt;
     expect(receipt.exit).toMatchObject({ code: null, signal: 'SIGHUP' });
+  });
+
+  /**
+   * A driver (python3) that gives sbx a terminal of its own (openpty; sbx's controlling tty is the
+   * slave), keeps the slave to read its modes: modes() says "raw" (ICANON, ECHO and OPOST off) or
+   * "cooked" (all three on, as openpty made it) or what it is; wait_modes(m) polls for m, 10 s;
+   * start_sbx(argv) runs sbx on it.
+   */
+  const TTY_DRIVER = [
+    ...PTY_DRIVER,
+    'master, slave = os.openpty()',
+    'def modes():',
+    '    a = termios.tcgetattr(slave)',
+    '    on = (bool(a[3] & termios.ICANON), bool(a[3] & termios.ECHO), bool(a[1] & termios.OPOST))',
+    '    return {(False, False, False): "raw", (True, True, True): "cooked"}.get(on, repr(on))',
+    'def wait_modes(m):',
+    '    deadline = time.time() + 10',
+    '    while modes() != m and time.time() < deadline:',
+    '        time.sleep(0.02)',
+    '    return modes()',
+    // A driver that hangs (a regression) kills its sbx and exits after 40 s: nothing is left behind.
+    'children = []',
+    'def give_up(*_):',
+    '    for p in children:',
+    '        os.kill(p, signal.SIGKILL)',
+    '    os._exit(3)',
+    'signal.signal(signal.SIGALRM, give_up)',
+    'signal.alarm(40)',
+    'def start_sbx(argv):',
+    '    pid = os.fork()',
+    '    if pid == 0:',
+    '        os.setsid()',
+    '        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)',
+    '        for f in (0, 1, 2):',
+    '            os.dup2(slave, f)',
+    '        os.execv(argv[0], argv)',
+    '    children.append(pid)',
+    '    return pid',
+  ];
+
+  it('sbx run -it ended by a signal it does not handle (SIGUSR2, SIGALRM) gives the terminal its modes back, then dies of that signal', async () => {
+    for (const signal of ['SIGUSR2', 'SIGALRM'] as const) {
+      const key = `ending-${signal}-${randomBytes(4).toString('hex')}`;
+      const driver = [
+        ...TTY_DRIVER,
+        "pid = start_sbx([sys.argv[1], 'run', '-it', '--key', sys.argv[2], '--', 'sh', '-c', 'echo up; exec sleep 60'])",
+        "up = read_until(master, b'up')",
+        "raw = wait_modes('raw')",
+        `os.kill(pid, signal.${signal})`,
+        'print(up, raw, status(os.waitpid(pid, 0)[1]), modes())',
+      ].join('\n');
+      // Before: sbx died of it and left the terminal raw (the shell then echoed nothing).
+      expect(await python3(driver, [SBX_BIN, key])).toBe(`True raw signal ${osConstants.signals[signal]} cooked\n`);
+      // The session was not sbx's to end: it runs on until cancelled.
+      expect((await daemon.sbx(['cancel', '--key', key])).status).toBe(0);
+    }
+  });
+
+  it('sbx run -it stopped (SIGTSTP) gives the terminal back while stopped and takes it raw again when continued (fg), then reads on', async () => {
+    const driver = [
+      ...TTY_DRIVER,
+      "pid = start_sbx([sys.argv[1], 'run', '-it', '--', 'sh', '-c', 'echo up; read l; echo \"got $l\"'])",
+      "up = read_until(master, b'up')",
+      "before = wait_modes('raw')",
+      'os.kill(pid, signal.SIGTSTP)',
+      'stopped = os.WIFSTOPPED(os.waitpid(pid, os.WUNTRACED)[1])',
+      'while_stopped = modes()',
+      'os.kill(pid, signal.SIGCONT)',
+      "after = wait_modes('raw')",
+      "os.write(master, b'hi\\r')",
+      "got = read_until(master, b'got hi')",
+      'print(up, before, stopped, while_stopped, after, got, status(os.waitpid(pid, 0)[1]), modes())',
+    ].join('\n');
+    // Before: stopped with the terminal raw, and after fg (bash does not give a job its modes back) cooked under a raw sbx.
+    expect(await python3(driver, [SBX_BIN])).toBe('True raw True cooked raw True 0 cooked\n');
   });
 
   it("a shim (the pty's session leader) killed before it reports leaves the session unknown, not hung", async () => {
