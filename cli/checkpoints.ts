@@ -8,7 +8,7 @@ import { basename, join, resolve as resolvePath } from 'node:path';
 import { STATE } from '../core/state/names.js';
 import { LocalStore } from '../core/checkpoint/local-store.js';
 import { STORE_DIRS } from '../core/state/names.js';
-import { checkManifestHead, checkPublished, normaliseId, notCaptured, type PublishedRecord } from '../core/checkpoint/manifest.js';
+import { checkManifestHead, checkPublished, normaliseId, type PublishedRecord } from '../core/checkpoint/manifest.js';
 import { restoreCheckpoint, showDifference } from '../core/checkpoint/restore.js';
 import { type CheckpointStore, parseStoreUrl, type StoreUrl } from '../core/checkpoint/store.js';
 import { verifyCheckpoint } from '../core/checkpoint/verify.js';
@@ -281,8 +281,8 @@ export async function verifyManifestCommand(arg: string, bytes: Buffer | null, o
     process.stdout.write(
       `OK: checkpoint ${v.id} signed by ${v.manifest!.signature!.key_id}${store ? `; published; ${plural(v.objects, 'object')} (${v.bytes} bytes) re-hashed from ${store.location}` : '; the signature only: the objects were not checked (give --state-dir or --store)'}\n`,
     );
-    // Without a store a version 2 manifest's entries were not read: which unstable paths it holds is unknown.
-    warnUnstable(v.manifest!.unstable ?? [], store || v.manifest!.version === 1 ? notCaptured(v.manifest!) : []);
+    // Without a store a version 2 manifest's entries were not read: which unstable paths it holds is unknown (none said).
+    warnUnstable(v.manifest!.unstable ?? [], v.notCaptured);
   } else for (const p of v.problems) process.stdout.write(`MISMATCH: ${p}\n`);
   process.exitCode = v.problems.length === 0 ? 0 : 1;
 }

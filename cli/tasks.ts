@@ -9,7 +9,6 @@ import { readRecord } from '../core/state/records.js';
 import { ESCAPE_ATTESTED_FILE, RECEIPT_FILE, STATE } from '../core/state/names.js';
 import { jcs, verifyCloseSessions, verifySignature } from '../core/receipts/verify.js';
 import { verifyCheckpoint } from '../core/checkpoint/verify.js';
-import { mountsSkipped } from '../core/checkpoint/manifest.js';
 import { evaluateTask, type JoinSession } from '../core/task/join.js';
 import { openStore } from './checkpoints.js';
 import { fail } from './fail.js';
@@ -89,7 +88,7 @@ export async function verifyTaskReceipt(
     said('consistent', m.consistent, cp.consistent);
     said('fence', { instance: m.supervisor.instance, generation: m.supervisor.generation, boot_id: m.supervisor.boot_id }, cp.fence);
     said('close attempt', m.close_attempt ?? null, cp.close_attempt);
-    if (cp.mounts_skipped !== undefined) said('mount points skipped', mountsSkipped(m), cp.mounts_skipped); // (absent in receipts written before it was said)
+    if (cp.mounts_skipped !== undefined) said('mount points skipped', v.mountsSkipped, cp.mounts_skipped); // (absent in receipts written before it was said)
   }
   // The verdict again, from the facts just checked. Whether supervisor.json still named the
   // run when it signed is a fact of that moment only the (signed) receipt tells: its fenced

@@ -373,7 +373,7 @@ function beforeTrees(head: Head, haveStore: boolean, keyGiven: boolean): { manif
 }
 
 /** How many entries a manifest's trees may expand to: maxEntries when given, else what it says (scan.entries; the expansion stops past it). */
-function entriesBound(m: Manifest, maxEntries?: number): number {
+export function entriesBound(m: Manifest, maxEntries?: number): number {
   if (maxEntries !== undefined) return maxEntries;
   return Number.isSafeInteger(m.scan?.entries) && m.scan.entries >= 0 ? m.scan.entries : 0;
 }
@@ -474,16 +474,31 @@ export function checkManifestHead(bytes: Buffer, options: { expectId?: string; p
 
 /** What is wrong with a manifest's entries: plain relative paths, in order, none twice, none under a mount point, each one's fields. */
 function entriesProblems(entries: ManifestEntry[]): string[] {
-  const problems: string[] = [];
-  let prev: Buffer | null = null;
-  let mount: Buffer | null = null; // the last mount point: nothing under it is walked
-  for (const e of entries) {
+  const check = new EntriesCheck();
+  for (const e of entries) check.add(e);
+  return check.problems;
+}
+
+/**
+ * entriesProblems one entry at a time, for entries that stream by (a walk of a manifest's trees,
+ * verify.ts): keeps the last path and mount point only. `problems` grows as they are found;
+ * `count` is how many were added.
+ */
+export class EntriesCheck {
+  readonly problems: string[] = [];
+  count = 0;
+  private prev: Buffer | null = null;
+  /** The last mount point: nothing under it is walked. */
+  private mount: Buffer | null = null;
+
+  add(e: ManifestEntry): void {
+    this.count++;
     let p: Buffer;
     try {
       p = entryPathBytes(e);
     } catch (err) {
-      problems.push((err as Error).message);
-      continue;
+      this.problems.push((err as Error).message);
+      return;
     }
     if (
       p.length === 0 ||
@@ -494,15 +509,15 @@ function entriesProblems(entries: ManifestEntry[]): string[] {
         .split('/')
         .some((c) => c === '' || c === '.' || c === '..')
     ) {
-      problems.push(`entry ${JSON.stringify(showEntryPath(e))}: not a relative path of plain names`);
+      this.problems.push(`entry ${JSON.stringify(showEntryPath(e))}: not a relative path of plain names`);
     }
-    if (prev && comparePaths(prev, p) >= 0) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: out of order or listed twice`);
-    prev = p;
+    if (this.prev && comparePaths(this.prev, p) >= 0) this.problems.push(`entry ${JSON.stringify(showEntryPath(e))}: out of order or listed twice`);
+    this.prev = p;
+    const mount = this.mount;
     if (mount && p.length > mount.length && p[mount.length] === 0x2f && p.subarray(0, mount.length).equals(mount))
-      problems.push(`entry ${JSON.stringify(showEntryPath(e))}: under a mount point, which is never entered`);
-    if (e.mount === true) mount = p;
+      this.problems.push(`entry ${JSON.stringify(showEntryPath(e))}: under a mount point, which is never entered`);
+    if (e.mount === true) this.mount = p;
     const bad = entryProblem(e);
-    if (bad) problems.push(`entry ${JSON.stringify(showEntryPath(e))}: ${bad}`);
+    if (bad) this.problems.push(`entry ${JSON.stringify(showEntryPath(e))}: ${bad}`);
   }
-  return problems;
 }

@@ -113,33 +113,40 @@ export interface Expanded {
   problems: string[];
 }
 
+/** What walkTree yields: a tree object it needs (sent its bytes back, null when missing), an entry, or a tree it has checked (id and size). */
+export type WalkStep = { read: string } | { entry: ManifestEntry } | { tree: string; size: number };
+
 /**
- * Expands the tree rootId into manifest entries, depth first, a directory before what it holds
- * (the v1 manifest's order, manifest.ts comparePaths). A generator: it yields each tree id it
- * needs and is sent that object's bytes (null: missing), so one walk serves a local store read
- * in place and a remote one awaited (expandSync, expandAsync). Stops at the first tree that is
- * missing or does not hold, or past maxEntries (a manifest says how many: a planted chain of
- * shared subtrees would expand past any memory); entries then [].
+ * Walks the tree rootId depth first, a directory before what it holds (the v1 manifest's order,
+ * manifest.ts comparePaths), yielding each manifest entry (with its path) as it comes and
+ * keeping only the directories above it: memory grows with the depth and the widest tree, not
+ * with the entries. A generator: it yields each tree id it needs and is sent that object's
+ * bytes (null: missing), so one walk serves a local store read in place and a remote one
+ * awaited. With memo, a tree met again (an unchanged subtree shared by two directories) is not
+ * read again; without, it is (memory stays flat). Returns null, or the first problem: a tree
+ * that is missing or does not hold, or more than maxEntries entries (a manifest says how many:
+ * a planted chain of shared subtrees would expand past any memory).
  */
-export function* expandTree(rootId: string, maxEntries = Infinity): Generator<string, Expanded, Buffer | null> {
-  const trees = new Map<string, number>();
-  const decoded = new Map<string, { entries: TreeEntry[]; names: Buffer[] }>();
-  const entries: ManifestEntry[] = [];
-  const fail = (problem: string): Expanded => ({ entries: [], trees, problems: [problem] });
-  const load = function* (id: string, under: string): Generator<string, { entries: TreeEntry[]; names: Buffer[] } | string, Buffer | null> {
-    const known = decoded.get(id);
+export function* walkTree(
+  rootId: string,
+  maxEntries = Infinity,
+  memo: Map<string, { entries: TreeEntry[]; names: Buffer[] }> | null = null,
+): Generator<WalkStep, string | null, Buffer | null | undefined> {
+  let count = 0;
+  const load = function* (id: string, under: string): Generator<WalkStep, { entries: TreeEntry[]; names: Buffer[] } | string, Buffer | null | undefined> {
+    const known = memo?.get(id);
     if (known) return known;
-    const bytes = yield id;
-    if (bytes === null) return `tree ${id} (${under}) is missing from the store`;
+    const bytes = yield { read: id };
+    if (!bytes) return `tree ${id} (${under}) is missing from the store`;
     const t = checkTree(bytes, id);
     if (t.problems.length) return `${t.problems.join('; ')} (${under})`;
-    trees.set(id, bytes.length);
+    yield { tree: id, size: bytes.length };
     const kept = { entries: t.entries, names: t.names };
-    decoded.set(id, kept);
+    memo?.set(id, kept);
     return kept;
   };
   const root = yield* load(rootId, 'the root');
-  if (typeof root === 'string') return fail(root);
+  if (typeof root === 'string') return root;
   const stack: { prefix: Buffer | null; t: { entries: TreeEntry[]; names: Buffer[] }; i: number }[] = [{ prefix: null, t: root, i: 0 }];
   while (stack.length) {
     const top = stack[stack.length - 1];
@@ -147,19 +154,66 @@ export function* expandTree(rootId: string, maxEntries = Infinity): Generator<st
       stack.pop();
       continue;
     }
-    if (entries.length >= maxEntries) return fail(`the trees hold more than the ${maxEntries} entries the manifest says: not read further`);
+    if (count >= maxEntries) return `the trees hold more than the ${maxEntries} entries the manifest says: not read further`;
+    count++;
     const i = top.i++;
     const { name: _n, name_b64: _b, tree, ...fields } = top.t.entries[i];
     const name = top.t.names[i];
     const path = top.prefix === null ? name : Buffer.concat([top.prefix, Buffer.of(0x2f), name]);
-    entries.push({ ...fields, ...(isUtf8(path) ? { path: path.toString('utf8') } : { path_b64: path.toString('base64') }) } as ManifestEntry);
+    yield { entry: { ...fields, ...(isUtf8(path) ? { path: path.toString('utf8') } : { path_b64: path.toString('base64') }) } as ManifestEntry };
     if (tree !== undefined) {
       const sub = yield* load(tree, `directory ${JSON.stringify(path.toString('latin1'))}`);
-      if (typeof sub === 'string') return fail(sub);
+      if (typeof sub === 'string') return sub;
       stack.push({ prefix: path, t: sub, i: 0 });
     }
   }
-  return { entries, trees, problems: [] };
+  return null;
+}
+
+/**
+ * walkTree with every entry collected, each tree read once (memo): the manifest entries (in the
+ * manifest's order), each tree object named (id and size), and what is wrong (then entries []).
+ * A generator that yields tree ids and is sent their bytes (expandSync, expandAsync).
+ */
+export function* expandTree(rootId: string, maxEntries = Infinity): Generator<string, Expanded, Buffer | null> {
+  const trees = new Map<string, number>();
+  const entries: ManifestEntry[] = [];
+  const walk = walkTree(rootId, maxEntries, new Map());
+  let step = walk.next(undefined);
+  while (!step.done) {
+    const s = step.value;
+    if ('read' in s) {
+      step = walk.next(yield s.read);
+      continue;
+    }
+    if ('entry' in s) entries.push(s.entry);
+    else trees.set(s.tree, s.size);
+    step = walk.next(undefined);
+  }
+  return step.value === null ? { entries, trees, problems: [] } : { entries: [], trees, problems: [step.value] };
+}
+
+/**
+ * walkTree through an async read (a store), each entry and checked tree given to visit as it
+ * comes (awaited), no tree kept once its directory is done: null, or the walk's problem.
+ */
+export async function walkTreeAsync(
+  rootId: string,
+  read: (id: string) => Promise<Buffer | null>,
+  maxEntries: number,
+  visit: (step: Exclude<WalkStep, { read: string }>) => void | Promise<void>,
+): Promise<string | null> {
+  const walk = walkTree(rootId, maxEntries);
+  let step = walk.next(undefined);
+  while (!step.done) {
+    const s = step.value;
+    if ('read' in s) step = walk.next(await read(s.read));
+    else {
+      await visit(s);
+      step = walk.next(undefined);
+    }
+  }
+  return step.value;
 }
 
 /** expandTree read through read (a local store, in place). */

@@ -8,22 +8,41 @@ import {
   checkManifestAsync,
   checkManifestHead,
   checkPublished,
+  entriesBound,
+  EntriesCheck,
   entryPathBytes,
   manifestBytes,
-  manifestObjects,
+  mountsSkipped,
+  notCaptured,
   showEntryPath,
   type Manifest,
+  type ManifestEntry,
 } from './manifest.js';
+import { fsDecode, nameText } from '../fs/names.js';
+import { DigestSet } from './digest-set.js';
 import { rehashObject, treeReader, type CheckpointStore } from './store.js';
+import { walkTreeAsync, type WalkStep } from './tree.js';
 
 export interface CheckpointVerdict {
   /** Hex SHA-256 of the bytes given (the checkpoint id when they are the stored manifest). */
   id: string;
+  /** Its head (a version 2 manifest's `entries` stay empty: they are walked from its trees, never held); null when it cannot be read. */
   manifest: Manifest | null;
   problems: string[];
   /** Objects re-hashed from the store, and their bytes. */
   objects: number;
   bytes: number;
+  /** Its unstable paths it holds no entry for (manifest.ts notCaptured); [] when its entries were not read (a version 2 manifest without a store). */
+  notCaptured: string[];
+  /** Its mount points, recorded and not entered (manifest.ts mountsSkipped); [] when its entries were not read. */
+  mountsSkipped: string[];
+}
+
+/** One manifest entry's objects (its file's, or its chunks'), with their sizes. */
+function entryObjects(e: ManifestEntry): [string, number][] {
+  if (e.type !== 'file') return [];
+  if (e.chunks) return e.chunks.map((c) => [c.sha256, c.size]);
+  return e.sha256 !== undefined ? [[e.sha256, e.size]] : [];
 }
 
 /** Entries of edited that differ from original, by path (at most 20 lines). */
@@ -47,7 +66,10 @@ function diffEntries(original: Manifest, edited: Manifest): string[] {
 /**
  * Verifies manifest bytes (as a file holds them: canonical or pretty-printed JSON) under
  * publicKeyPem; with a store, publication and every object. expectId: the id it should have
- * (from its file name or the command line).
+ * (from its file name or the command line). A version 2 manifest's entries are walked from its
+ * trees twice (tree.ts walkTree: counted and checked, then each object re-hashed once), never
+ * held: memory grows with the depth and the widest directory, and about 21 bytes per distinct
+ * object (DigestSet), not with the entries.
  */
 export async function verifyCheckpoint(
   bytes: Buffer,
@@ -59,21 +81,17 @@ export async function verifyCheckpoint(
   // Its own bytes and signature first: a version 2 manifest's trees are read from the store only
   // once it verifies (an unsigned one's trees could be anything), and without a store not at all.
   const head = checkManifestHead(bytes, { publicKeyPem });
-  let { manifest, problems } = head;
+  const { manifest, problems } = head;
   const readTree = store ? treeReader(store) : null;
-  if (manifest?.version === 2 && readTree && head.signed) {
-    ({ manifest, problems } = await checkManifestAsync(bytes, { publicKeyPem, readTree }).catch((err: Error) => ({
-      manifest: null,
-      problems: [`its trees cannot be read from ${store!.location}: ${err.message}`],
-    })));
-  }
   let id = createHash('sha256').update(bytes).digest('hex');
-  if (manifest) {
-    // A file may hold it pretty-printed: the id is that of the canonical bytes.
-    id = manifestBytes(manifest).id;
-  }
-  const verdict: CheckpointVerdict = { id, manifest, problems, objects: 0, bytes: 0 };
+  // A file may hold it pretty-printed: the id is that of the canonical bytes.
+  if (manifest) id = manifestBytes(manifest).id;
+  const verdict: CheckpointVerdict = { id, manifest, problems, objects: 0, bytes: 0, notCaptured: [], mountsSkipped: [] };
   if (!manifest) return verdict;
+  if (manifest.version !== 2) {
+    verdict.notCaptured = notCaptured(manifest);
+    verdict.mountsSkipped = mountsSkipped(manifest);
+  }
   if (expectId && id !== expectId) problems.push(`the manifest's canonical SHA-256 is ${id}, not ${expectId}: it was edited`);
   if (!store || !readTree) return verdict;
   if (!head.signed) {
@@ -99,38 +117,97 @@ export async function verifyCheckpoint(
     }
     return verdict;
   }
+  // Each step of its entries (and, version 2, its trees as they are checked), in the manifest's order.
+  type Step = Exclude<WalkStep, { read: string }>;
+  const walk = async (visit: (step: Step) => void | Promise<void>): Promise<string | null> => {
+    if (manifest.version !== 2) {
+      for (const entry of manifest.entries) await visit({ entry });
+      return null;
+    }
+    try {
+      return await walkTreeAsync(manifest.tree!, readTree, entriesBound(manifest), visit);
+    } catch (err) {
+      return `its trees cannot be read from ${store.location}: ${(err as Error).message}`;
+    }
+  };
+  // First walk: its entries checked (version 1's were, with its head) and counted, and the objects to re-hash.
+  const check = manifest.version === 2 ? new EntriesCheck() : null;
+  const unstable = new Set(manifest.unstable ?? []);
+  const held = new Set<string>();
+  const mounts: string[] = [];
+  const toHash = new DigestSet();
+  let totalObjects = 0;
+  let totalBytes = 0;
+  const counted = (sha: string, size: number) => {
+    if (!toHash.add(sha)) return;
+    totalObjects++;
+    totalBytes += size;
+  };
+  const walked = await walk((step) => {
+    if ('tree' in step) return counted(step.tree, step.size);
+    const e = step.entry;
+    check?.add(e);
+    if (check && (e.mount === true || unstable.size)) {
+      const text = nameText(fsDecode(entryPathBytes(e)));
+      if (e.mount === true) mounts.push(text);
+      if (unstable.has(text)) held.add(text);
+    }
+    for (const [sha, size] of entryObjects(e)) counted(sha, size);
+  });
+  if (walked !== null) {
+    // A tree missing or not holding: nothing of its entries is known.
+    problems.push(walked);
+    verdict.manifest = null;
+    return verdict;
+  }
+  if (check) {
+    problems.push(...check.problems);
+    if (manifest.scan?.entries !== check.count) problems.push(`the manifest says ${manifest.scan?.entries} entries and its trees hold ${check.count}`);
+    verdict.notCaptured = (manifest.unstable ?? []).filter((p) => !held.has(p));
+    verdict.mountsSkipped = mounts;
+  }
   const published = await store.readPublished(id).catch(() => null);
   if (!published) problems.push(`checkpoint ${id} was never published in ${store.location}: its read-back did not complete (it claims nothing)`);
   else for (const p of checkPublished(published, id, publicKeyPem)) problems.push(`its published record in ${store.location}: ${p}`);
-  const users = new Map<string, string[]>();
-  for (const e of manifest.entries) {
-    for (const sha of e.chunks ? e.chunks.map((c) => c.sha256) : e.sha256 ? [e.sha256] : []) {
-      const list = users.get(sha) ?? [];
-      if (list.length < 3) list.push(showEntryPath(e));
-      users.set(sha, list);
+  // Second walk: each object re-hashed once, named by the first paths using it (at most 3) when it does not hold.
+  const hashed = new DigestSet();
+  const failed = new Map<string, { paths: string[]; problem: (named: string) => string }>();
+  onProgress?.({ objects: 0, totalObjects, bytes: 0, totalBytes });
+  const progress = () => onProgress?.({ objects: hashed.size, totalObjects, bytes: verdict.bytes, totalBytes });
+  const again = await walk(async (step) => {
+    if ('tree' in step) {
+      // The walk read it from the store and checked its bytes hash to its id (tree.ts checkTree).
+      if (!hashed.add(step.tree)) return;
+      verdict.objects++;
+      verdict.bytes += step.size;
+      return progress();
     }
-  }
-  // Objects re-hashed so far, for a progress line (sbx verify on a terminal).
-  const objects = [...manifestObjects(manifest)];
-  const totalBytes = objects.reduce((sum, [, size]) => sum + size, 0);
-  let checked = 0;
-  let checkedBytes = 0;
-  onProgress?.({ objects: 0, totalObjects: objects.length, bytes: 0, totalBytes });
-  for (const [sha, size] of objects) {
-    const named = `object ${sha} (${users.get(sha)?.join(', ') ?? 'a tree'})`;
-    const got = await rehashObject(store, sha);
-    checked++;
-    checkedBytes += size;
-    onProgress?.({ objects: checked, totalObjects: objects.length, bytes: checkedBytes, totalBytes });
-    if (got.error !== undefined) {
-      // Missing: said once, with the store (the store's own message names the object again).
-      problems.push(got.missing ? `${named}: missing from ${store.location}` : `${named}: ${got.error}`);
-      continue;
+    for (const [sha, size] of entryObjects(step.entry)) {
+      if (!hashed.add(sha)) {
+        const f = failed.get(sha);
+        if (f && f.paths.length < 3) f.paths.push(showEntryPath(step.entry));
+        continue;
+      }
+      const got = await rehashObject(store, sha);
+      if (got.error !== undefined) {
+        // Missing: said once, with the store (the store's own message names the object again).
+        const error = got.error;
+        failed.set(sha, {
+          paths: [showEntryPath(step.entry)],
+          problem: (named) => (got.missing ? `${named}: missing from ${store.location}` : `${named}: ${error}`),
+        });
+      } else {
+        verdict.objects++;
+        verdict.bytes += got.bytes;
+        if (got.sha256 !== sha)
+          failed.set(sha, { paths: [showEntryPath(step.entry)], problem: (named) => `${named}: its bytes hash to ${got.sha256}: changed in the store` });
+        else if (got.bytes !== size)
+          failed.set(sha, { paths: [showEntryPath(step.entry)], problem: (named) => `${named}: ${got.bytes} bytes, the manifest says ${size}` });
+      }
+      progress();
     }
-    verdict.objects++;
-    verdict.bytes += got.bytes;
-    if (got.sha256 !== sha) problems.push(`${named}: its bytes hash to ${got.sha256}: changed in the store`);
-    else if (got.bytes !== size) problems.push(`${named}: ${got.bytes} bytes, the manifest says ${size}`);
-  }
+  });
+  for (const [sha, f] of failed) problems.push(f.problem(`object ${sha} (${f.paths.join(', ')})`));
+  if (again !== null) problems.push(again);
   return verdict;
 }

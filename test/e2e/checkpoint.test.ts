@@ -337,7 +337,8 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
   });
 
   it('a flipped byte in an object, a missing object, an edited manifest: verify and restore fail naming it', async () => {
-    fill({ one: 'first file', two: 'second file' });
+    // "two"'s content in three more files: one object, named by its first three paths when missing.
+    fill({ one: 'first file', two: 'second file', three: 'second file', four: 'second file', five: 'second file' });
     const ck = await checkpoint(d, ws);
     const m = manifestFile(d, ck.checkpoint_id);
     const good = await d.sbx(['verify', m, '--state-dir', d.stateDir]);
@@ -362,7 +363,7 @@ describe('checkpoint: what is refused, tampered with or crashed', () => {
     // The object of "two" removed.
     unlinkSync(objectFile(d, sha256('second file')));
     const missing = await d.sbx(['verify', m, '--state-dir', d.stateDir]);
-    expect(missing.stdout.toString()).toContain(`MISMATCH: object ${sha256('second file')} (two): missing from ${storeDir(d)}`);
+    expect(missing.stdout.toString()).toContain(`MISMATCH: object ${sha256('second file')} (five, four, three): missing from ${storeDir(d)}\n`);
     // A copy of the manifest whose root tree says one mode otherwise (the edited tree planted in
     // the store under its own hash): the signature fails, and the path is named.
     const stored = JSON.parse(readFileSync(m, 'utf8'));

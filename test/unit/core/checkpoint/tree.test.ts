@@ -9,7 +9,7 @@ import { chmodSync, closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, r
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { checkTree, expandSync, treeBytes, treeEntryJcs, treeId, type TreeObject } from '../../../../core/checkpoint/tree.js';
+import { checkTree, expandSync, treeBytes, treeEntryJcs, treeId, walkTreeAsync, type TreeObject } from '../../../../core/checkpoint/tree.js';
 import { checkManifest, manifestBytes, scanDigest, type Manifest } from '../../../../core/checkpoint/manifest.js';
 import { jcs, keyIdOf } from '../../../../core/receipts/signature.js';
 import { LocalStore } from '../../../../core/checkpoint/local-store.js';
@@ -101,6 +101,46 @@ describe('tree objects', () => {
     const missing = expandSync(treeId(root), (id) => (id === subId ? null : (objects.get(id) ?? null)));
     expect(missing.entries).toEqual([]);
     expect(missing.problems).toEqual([`tree ${subId} (directory "a") is missing from the store`]);
+  });
+});
+
+describe('a walk of the trees (walkTreeAsync: what sbx verify streams)', () => {
+  it('gives the entries expansion gives, in order, each tree as it is checked, keeps no tree once done (a shared subtree read again), and stops at the first that does not hold', async () => {
+    const sub = tree([{ ...FILE, name: 'f' }]);
+    const subId = treeId(sub);
+    const root = tree([
+      { ...DIR, name: 'a', tree: subId },
+      { ...DIR, name: 'b', tree: subId },
+      { ...FILE, name: 'z' },
+    ]);
+    const objects = new Map([
+      [subId, sub],
+      [treeId(root), root],
+    ]);
+    const reads: string[] = [];
+    const steps: string[] = [];
+    const problem = await walkTreeAsync(
+      treeId(root),
+      async (id) => (reads.push(id), objects.get(id) ?? null),
+      Infinity,
+      (s) => void steps.push('tree' in s ? `tree ${s.tree} ${s.size}` : (s.entry.path ?? '?')),
+    );
+    expect(problem).toBeNull();
+    expect(reads).toEqual([treeId(root), subId, subId]);
+    const expanded = expandSync(treeId(root), (id) => objects.get(id) ?? null);
+    expect(steps.filter((x) => !x.startsWith('tree '))).toEqual(expanded.entries.map((e) => e.path));
+    expect(steps).toEqual([`tree ${treeId(root)} ${root.length}`, 'a', `tree ${subId} ${sub.length}`, 'a/f', 'b', `tree ${subId} ${sub.length}`, 'b/f', 'z']);
+    // A subtree that changed in the store: the walk stops there, naming it.
+    objects.set(subId, tree([{ ...FILE, name: 'g' }]));
+    const seen: string[] = [];
+    const changed = await walkTreeAsync(
+      treeId(root),
+      async (id) => objects.get(id) ?? null,
+      Infinity,
+      (s) => void ('entry' in s && seen.push(s.entry.path ?? '?')),
+    );
+    expect(changed).toMatch(new RegExp(`^tree ${subId} reads back as [0-9a-f]{64} \\(\\d+ bytes\\): its bytes changed in the store \\(directory "a"\\)$`));
+    expect(seen).toEqual(['a']);
   });
 });
 
