@@ -46,7 +46,7 @@ function leaveRaw(): void {
  * Puts stdin's terminal in raw mode for the rest of sbx's life (once; later calls do nothing)
  * and keeps it right: given back at exit and before an ending signal sbx does not otherwise
  * handle (ENDING_SIGNALS; sbx then dies of that signal, as it would have), given back on SIGTSTP
- * before sbx stops itself (SIGSTOP), and raw again on SIGCONT. stdin must be a terminal.
+ * before sbx stops by it, and raw again on SIGCONT. stdin must be a terminal.
  */
 export function holdRawTerminal(): void {
   if (held) return;
@@ -64,10 +64,17 @@ export function holdRawTerminal(): void {
     };
     process.on(signal, ending);
   }
-  process.on('SIGTSTP', () => {
+  // As less(1) does: the terminal back, then the stop itself by SIGTSTP at its default action (so
+  // a shell says "Stopped", not "Stopped (signal)"); the handler again once continued.
+  const stop = () => {
     leaveRaw();
-    process.kill(process.pid, 'SIGSTOP');
-  });
+    process.removeListener('SIGTSTP', stop);
+    process.kill(process.pid, 'SIGTSTP');
+  };
+  process.on('SIGTSTP', stop);
   // Continued (fg, or a kill -CONT after any stop): the shell may have set its own modes meanwhile.
-  process.on('SIGCONT', enterRaw);
+  process.on('SIGCONT', () => {
+    if (process.listenerCount('SIGTSTP') === 0) process.on('SIGTSTP', stop);
+    enterRaw();
+  });
 }

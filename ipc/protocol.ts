@@ -278,7 +278,7 @@ export interface StatusResult {
     keep_free_bytes: number;
     admits: boolean;
   };
-  /** The machine: CPU load (%, all CPUs, since the last status or since start: os.cpus()), memory (systeminformation: /proc/meminfo), and its uptime since boot (os.uptime(); the supervisor's own is uptime_s). */
+  /** The machine: CPU load (%, all CPUs, since the last status or since start: /proc/stat, iowait counted idle), memory (systeminformation: /proc/meminfo), and its uptime since boot (os.uptime(); the supervisor's own is uptime_s). */
   machine: { cpu_load_percent: number | null; mem_total_bytes: number; mem_available_bytes: number; uptime_s: number };
   /** The watched workspaces (config workspace.paths, serve --workspace); [] when none. */
   workspaces: WorkspaceStatus[];

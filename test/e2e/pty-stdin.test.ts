@@ -389,8 +389,8 @@ describe('pty', () => {
   });
 
   /**
-   * A driver (python3) that gives sbx a terminal of its own (openpty; sbx's controlling tty is the
-   * slave), keeps the slave to read its modes: modes() says "raw" (ICANON, ECHO and OPOST off) or
+   * A driver (python3) that gives sbx a terminal of its own (openpty; the slave is the controlling
+   * tty of the driver's session, sbx its foreground process group), keeps the slave to read its modes: modes() says "raw" (ICANON, ECHO and OPOST off) or
    * "cooked" (all three on, as openpty made it) or what it is; wait_modes(m) polls for m, 10 s;
    * start_sbx(argv) runs sbx on it.
    */
@@ -414,11 +414,17 @@ describe('pty', () => {
     '    os._exit(3)',
     'signal.signal(signal.SIGALRM, give_up)',
     'signal.alarm(40)',
+    // As a shell with job control: the driver leads the terminal's session; sbx runs in a
+    // process group of its own, the foreground one (not orphaned: a stop by SIGTSTP holds).
+    'os.setsid()',
+    'fcntl.ioctl(slave, termios.TIOCSCTTY, 0)',
     'def start_sbx(argv):',
     '    pid = os.fork()',
     '    if pid == 0:',
-    '        os.setsid()',
-    '        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)',
+    '        os.setpgid(0, 0)',
+    '        signal.signal(signal.SIGTTOU, signal.SIG_IGN)',
+    '        os.tcsetpgrp(slave, os.getpid())',
+    '        signal.signal(signal.SIGTTOU, signal.SIG_DFL)',
     '        for f in (0, 1, 2):',
     '            os.dup2(slave, f)',
     '        os.execv(argv[0], argv)',
@@ -451,7 +457,8 @@ describe('pty', () => {
       "up = read_until(master, b'up')",
       "before = wait_modes('raw')",
       'os.kill(pid, signal.SIGTSTP)',
-      'stopped = os.WIFSTOPPED(os.waitpid(pid, os.WUNTRACED)[1])',
+      'st = os.waitpid(pid, os.WUNTRACED)[1]',
+      'stopped = os.WIFSTOPPED(st) and os.WSTOPSIG(st) == signal.SIGTSTP',
       'while_stopped = modes()',
       'os.kill(pid, signal.SIGCONT)',
       "after = wait_modes('raw')",
