@@ -7,11 +7,26 @@ import { existsSync } from 'node:fs';
 import { rawTerminal } from './escape.js';
 
 /**
- * Signals whose default action ends the process and that Node leaves at their default (signal(7);
+ * Signals whose default action ends the process and that Node leaves at their default (signal(7),
+ * all of them but SIGUSR1, Node's inspector, and SIGPIPE, which Node ignores;
  * Node puts the terminal back itself for SIGINT and SIGTERM only). When sbx has no other listener
  * for one, its arrival puts the terminal back and then ends sbx by that same signal.
  */
-const ENDING_SIGNALS = ['SIGQUIT', 'SIGUSR2', 'SIGALRM', 'SIGVTALRM', 'SIGPROF', 'SIGXCPU', 'SIGXFSZ', 'SIGPWR'] as const;
+const ENDING_SIGNALS = [
+  'SIGQUIT',
+  'SIGUSR2',
+  'SIGALRM',
+  'SIGVTALRM',
+  'SIGPROF',
+  'SIGXCPU',
+  'SIGXFSZ',
+  'SIGPWR',
+  'SIGABRT',
+  'SIGIO',
+  'SIGSYS',
+  'SIGTRAP',
+  'SIGSTKFLT',
+] as const;
 
 let held = false;
 

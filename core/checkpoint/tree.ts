@@ -113,6 +113,47 @@ export interface Expanded {
   problems: string[];
 }
 
+/** A tree object's entries and their names' bytes, as checkTree read them. */
+type DecodedTree = { entries: TreeEntry[]; names: Buffer[] };
+
+/** Decoded trees a walk keeps so that a subtree met again (shared by two directories) is not read again. */
+export interface TreeMemo {
+  get(id: string): DecodedTree | undefined;
+  /** bytes: the tree object's size. */
+  set(id: string, tree: DecodedTree, bytes: number): void;
+}
+
+/**
+ * The trees used most recently whose objects add up to at most maxBytes (a Map's insertion
+ * order as the LRU list): a walk of 60,000 directories sharing one empty tree reads it once,
+ * and memory stays bounded (decoded, a tree takes a few times its bytes).
+ */
+export class TreeCache implements TreeMemo {
+  private readonly byId = new Map<string, { tree: DecodedTree; bytes: number }>();
+  private held = 0;
+
+  constructor(private readonly maxBytes: number) {}
+
+  get(id: string): DecodedTree | undefined {
+    const v = this.byId.get(id);
+    if (!v) return undefined;
+    this.byId.delete(id);
+    this.byId.set(id, v);
+    return v.tree;
+  }
+
+  set(id: string, tree: DecodedTree, bytes: number): void {
+    if (bytes > this.maxBytes || this.byId.has(id)) return;
+    this.byId.set(id, { tree, bytes });
+    this.held += bytes;
+    for (const [oldest, v] of this.byId) {
+      if (this.held <= this.maxBytes) break;
+      this.byId.delete(oldest);
+      this.held -= v.bytes;
+    }
+  }
+}
+
 /** What walkTree yields: a tree object it needs (sent its bytes back, null when missing), an entry, or a tree it has checked (id and size). */
 export type WalkStep = { read: string } | { entry: ManifestEntry } | { tree: string; size: number };
 
@@ -122,18 +163,14 @@ export type WalkStep = { read: string } | { entry: ManifestEntry } | { tree: str
  * keeping only the directories above it: memory grows with the depth and the widest tree, not
  * with the entries. A generator: it yields each tree id it needs and is sent that object's
  * bytes (null: missing), so one walk serves a local store read in place and a remote one
- * awaited. With memo, a tree met again (an unchanged subtree shared by two directories) is not
- * read again; without, it is (memory stays flat). Returns null, or the first problem: a tree
+ * awaited. A tree met again (an unchanged subtree shared by two directories) is not read again
+ * while memo holds it (yielded as `tree` only when read); without memo, it is (memory stays flat). Returns null, or the first problem: a tree
  * that is missing or does not hold, or more than maxEntries entries (a manifest says how many:
  * a planted chain of shared subtrees would expand past any memory).
  */
-export function* walkTree(
-  rootId: string,
-  maxEntries = Infinity,
-  memo: Map<string, { entries: TreeEntry[]; names: Buffer[] }> | null = null,
-): Generator<WalkStep, string | null, Buffer | null | undefined> {
+export function* walkTree(rootId: string, maxEntries = Infinity, memo: TreeMemo | null = null): Generator<WalkStep, string | null, Buffer | null | undefined> {
   let count = 0;
-  const load = function* (id: string, under: string): Generator<WalkStep, { entries: TreeEntry[]; names: Buffer[] } | string, Buffer | null | undefined> {
+  const load = function* (id: string, under: string): Generator<WalkStep, DecodedTree | string, Buffer | null | undefined> {
     const known = memo?.get(id);
     if (known) return known;
     const bytes = yield { read: id };
@@ -142,12 +179,12 @@ export function* walkTree(
     if (t.problems.length) return `${t.problems.join('; ')} (${under})`;
     yield { tree: id, size: bytes.length };
     const kept = { entries: t.entries, names: t.names };
-    memo?.set(id, kept);
+    memo?.set(id, kept, bytes.length);
     return kept;
   };
   const root = yield* load(rootId, 'the root');
   if (typeof root === 'string') return root;
-  const stack: { prefix: Buffer | null; t: { entries: TreeEntry[]; names: Buffer[] }; i: number }[] = [{ prefix: null, t: root, i: 0 }];
+  const stack: { prefix: Buffer | null; t: DecodedTree; i: number }[] = [{ prefix: null, t: root, i: 0 }];
   while (stack.length) {
     const top = stack[stack.length - 1];
     if (top.i >= top.t.entries.length) {
@@ -178,7 +215,7 @@ export function* walkTree(
 export function* expandTree(rootId: string, maxEntries = Infinity): Generator<string, Expanded, Buffer | null> {
   const trees = new Map<string, number>();
   const entries: ManifestEntry[] = [];
-  const walk = walkTree(rootId, maxEntries, new Map());
+  const walk = walkTree(rootId, maxEntries, new TreeCache(Infinity));
   let step = walk.next(undefined);
   while (!step.done) {
     const s = step.value;
@@ -195,15 +232,17 @@ export function* expandTree(rootId: string, maxEntries = Infinity): Generator<st
 
 /**
  * walkTree through an async read (a store), each entry and checked tree given to visit as it
- * comes (awaited), no tree kept once its directory is done: null, or the walk's problem.
+ * comes (awaited); no tree kept once its directory is done but what memo keeps (a TreeCache:
+ * the recent ones, bounded): null, or the walk's problem.
  */
 export async function walkTreeAsync(
   rootId: string,
   read: (id: string) => Promise<Buffer | null>,
   maxEntries: number,
   visit: (step: Exclude<WalkStep, { read: string }>) => void | Promise<void>,
+  memo: TreeMemo | null = null,
 ): Promise<string | null> {
-  const walk = walkTree(rootId, maxEntries);
+  const walk = walkTree(rootId, maxEntries, memo);
   let step = walk.next(undefined);
   while (!step.done) {
     const s = step.value;

@@ -21,7 +21,10 @@ import {
 import { fsDecode, nameText } from '../fs/names.js';
 import { DigestSet } from './digest-set.js';
 import { rehashObject, treeReader, type CheckpointStore } from './store.js';
-import { walkTreeAsync, type WalkStep } from './tree.js';
+import { TreeCache, walkTreeAsync, type WalkStep } from './tree.js';
+
+/** Tree objects a walk keeps decoded (the recent ones, by their bytes): shared subtrees, an empty directory's say, are read once. */
+const TREE_CACHE_BYTES = 4 << 20;
 
 export interface CheckpointVerdict {
   /** Hex SHA-256 of the bytes given (the checkpoint id when they are the stored manifest). */
@@ -38,11 +41,12 @@ export interface CheckpointVerdict {
   mountsSkipped: string[];
 }
 
-/** One manifest entry's objects (its file's, or its chunks'), with their sizes. */
+/** One manifest entry's objects (its file's and its chunks', as manifest.ts manifestObjects), with their sizes. */
 function entryObjects(e: ManifestEntry): [string, number][] {
   if (e.type !== 'file') return [];
-  if (e.chunks) return e.chunks.map((c) => [c.sha256, c.size]);
-  return e.sha256 !== undefined ? [[e.sha256, e.size]] : [];
+  const out: [string, number][] = e.sha256 !== undefined ? [[e.sha256, e.size]] : [];
+  for (const c of e.chunks ?? []) out.push([c.sha256, c.size]);
+  return out;
 }
 
 /** Entries of edited that differ from original, by path (at most 20 lines). */
@@ -125,7 +129,7 @@ export async function verifyCheckpoint(
       return null;
     }
     try {
-      return await walkTreeAsync(manifest.tree!, readTree, entriesBound(manifest), visit);
+      return await walkTreeAsync(manifest.tree!, readTree, entriesBound(manifest), visit, new TreeCache(TREE_CACHE_BYTES));
     } catch (err) {
       return `its trees cannot be read from ${store.location}: ${(err as Error).message}`;
     }

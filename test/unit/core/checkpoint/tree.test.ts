@@ -9,7 +9,7 @@ import { chmodSync, closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, r
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { checkTree, expandSync, treeBytes, treeEntryJcs, treeId, walkTreeAsync, type TreeObject } from '../../../../core/checkpoint/tree.js';
+import { checkTree, expandSync, TreeCache, treeBytes, treeEntryJcs, treeId, walkTreeAsync, type TreeObject } from '../../../../core/checkpoint/tree.js';
 import { checkManifest, manifestBytes, scanDigest, type Manifest } from '../../../../core/checkpoint/manifest.js';
 import { jcs, keyIdOf } from '../../../../core/receipts/signature.js';
 import { LocalStore } from '../../../../core/checkpoint/local-store.js';
@@ -127,6 +127,31 @@ describe('a walk of the trees (walkTreeAsync: what sbx verify streams)', () => {
     );
     expect(problem).toBeNull();
     expect(reads).toEqual([treeId(root), subId, subId]);
+    // With a cache of recent trees (what sbx verify walks with): the shared one read once, the same entries.
+    const cachedReads: string[] = [];
+    const cachedPaths: string[] = [];
+    const cache = new TreeCache(1 << 20);
+    expect(
+      await walkTreeAsync(
+        treeId(root),
+        async (id) => (cachedReads.push(id), objects.get(id) ?? null),
+        Infinity,
+        (s) => void ('entry' in s && cachedPaths.push(s.entry.path ?? '?')),
+        cache,
+      ),
+    ).toBeNull();
+    expect(cachedReads).toEqual([treeId(root), subId]);
+    expect(cachedPaths).toEqual(['a', 'a/f', 'b', 'b/f', 'z']);
+    // A cache too small for the root keeps only what fits: the subtree, read once.
+    const small: string[] = [];
+    await walkTreeAsync(
+      treeId(root),
+      async (id) => (small.push(id), objects.get(id) ?? null),
+      Infinity,
+      () => {},
+      new TreeCache(sub.length),
+    );
+    expect(small).toEqual([treeId(root), subId]);
     const expanded = expandSync(treeId(root), (id) => objects.get(id) ?? null);
     expect(steps.filter((x) => !x.startsWith('tree '))).toEqual(expanded.entries.map((e) => e.path));
     expect(steps).toEqual([`tree ${treeId(root)} ${root.length}`, 'a', `tree ${subId} ${sub.length}`, 'a/f', 'b', `tree ${subId} ${sub.length}`, 'b/f', 'z']);
