@@ -80,16 +80,26 @@ export function holdRawTerminal(): void {
     process.on(signal, ending);
   }
   // As less(1) does: the terminal back, then the stop itself by SIGTSTP at its default action (so
-  // a shell says "Stopped", not "Stopped (signal)"); the handler again once continued.
+  // a shell says "Stopped", not "Stopped (signal)"). kill(2) of itself stops sbx before it
+  // returns; past it sbx was continued, or the kernel discarded the stop (an orphaned process
+  // group: no shell could continue it): either way the handler and raw mode again.
   const stop = () => {
     leaveRaw();
     process.removeListener('SIGTSTP', stop);
     process.kill(process.pid, 'SIGTSTP');
+    process.on('SIGTSTP', stop);
+    enterRawIfAny();
   };
   process.on('SIGTSTP', stop);
   // Continued (fg, or a kill -CONT after any stop): the shell may have set its own modes meanwhile.
-  process.on('SIGCONT', () => {
-    if (process.listenerCount('SIGTSTP') === 0) process.on('SIGTSTP', stop);
+  process.on('SIGCONT', enterRawIfAny);
+}
+
+/** enterRaw, unless the terminal was hung up meanwhile (EIO: nothing to put in raw mode; its SIGHUP ends sbx). */
+function enterRawIfAny(): void {
+  try {
     enterRaw();
-  });
+  } catch {
+    // hung up
+  }
 }
