@@ -1,8 +1,8 @@
 // `sbx status`: the supervisor's health in one answer (StatusResult, ipc/protocol.ts): version, identity,
 // mode, enforceable limits (limits.ts), sessions by state, admission and why it is closed, the state dir's
 // size and free space, the machine (CPU load from /proc/stat, memory from systeminformation) and the
-// supervisor's uptime. Owns the state dir's size (walked off the event loop, cached), the CPU load sample and the metrics and WebSocket
-// addresses main sets once they listen; reads everything else.
+// supervisor's uptime. Owns the state dir's size (walked off the event loop, cached), the CPU load
+// sample and the metrics and WebSocket addresses main sets once they listen; reads everything else.
 import { cpus, freemem, loadavg, totalmem, uptime } from 'node:os';
 import { readFileSync } from 'node:fs';
 import { lstat, readdir } from 'node:fs/promises';
@@ -19,49 +19,42 @@ const STATE_DIR_BYTES_TTL_MS = 5_000;
 /**
  * The machine's CPU time counters (proc(5) /proc/stat, its `cpu` line, in ticks): busy (user,
  * nice, system, irq, softirq, steal; guest is inside user) and in all, idle and iowait counted
- * idle as top(1) does. Where /proc/stat cannot be read, os.cpus()'s (no iowait, softirq or steal).
+ * idle as top(1) does. Null when /proc/stat cannot be read as that.
  */
-function cpuTimes(): { busy: number; total: number } {
+function cpuTimes(): { busy: number; total: number } | null {
   try {
     const line = readFileSync('/proc/stat', 'latin1').split('\n', 1)[0];
     const f = line.split(/\s+/).slice(1, 9).map(Number);
-    if (line.startsWith('cpu ') && f.length === 8 && f.every(Number.isFinite)) {
-      const [user, nice, system, idle, iowait, irq, softirq, steal] = f;
-      const busy = user + nice + system + irq + softirq + steal;
-      return { busy, total: busy + idle + iowait };
-    }
+    if (!line.startsWith('cpu ') || f.length !== 8 || !f.every(Number.isFinite)) return null;
+    const [user, nice, system, idle, iowait, irq, softirq, steal] = f;
+    const busy = user + nice + system + irq + softirq + steal;
+    return { busy, total: busy + idle + iowait };
   } catch {
-    // not Linux, or no /proc
+    return null;
   }
-  let busy = 0;
-  let total = 0;
-  for (const { times } of cpus()) {
-    busy += times.user + times.nice + times.sys + times.irq;
-    total += times.user + times.nice + times.sys + times.irq + times.idle;
-  }
-  return { busy, total };
 }
 
 /**
  * The machine's CPU load (%, all CPUs) between two status calls, from /proc/stat's counters
  * (cpuTimes: iowait counts idle, as in top(1)). The first call measures since
  * the supervisor started. A call within MIN_SAMPLE_MS of the last one gives the last value
- * (too few ticks to mean anything); null when no tick passed. systeminformation's
+ * (too few ticks to mean anything); null when no tick passed or /proc/stat is unreadable. systeminformation's
  * currentLoad() did this by running `cat /proc/stat | grep cpu` in a shell with execSync,
  * which blocked the event loop (~80 ms of it at every start).
  */
 export class CpuLoad {
   static readonly MIN_SAMPLE_MS = 200;
-  private last = { atMs: performance.now(), ...cpuTimes() };
+  private last = { atMs: performance.now(), times: cpuTimes() };
   private percent: number | null = null;
 
   sample(): number | null {
     const now = performance.now();
     if (now - this.last.atMs < CpuLoad.MIN_SAMPLE_MS) return this.percent;
-    const t = cpuTimes();
-    const total = t.total - this.last.total;
-    this.percent = total > 0 ? Math.round((1000 * (t.busy - this.last.busy)) / total) / 10 : null;
-    this.last = { atMs: now, ...t };
+    const times = cpuTimes();
+    const was = this.last.times;
+    const total = times && was ? times.total - was.total : 0;
+    this.percent = times && was && total > 0 ? Math.round((1000 * (times.busy - was.busy)) / total) / 10 : null;
+    this.last = { atMs: now, times };
     return this.percent;
   }
 }
@@ -142,17 +135,12 @@ export class StatusReporter {
     if (cached && performance.now() - cached.atMs < STATE_DIR_BYTES_TTL_MS) return cached.bytes;
     if (!this.stateDirWalk) {
       const atMs = performance.now();
-      this.stateDirWalk = walkBytes(dir).then(
-        (bytes) => {
+      this.stateDirWalk = walkBytes(dir)
+        .then((bytes) => {
           this.stateDirBytesCache = { atMs, bytes };
-          this.stateDirWalk = null;
           return bytes;
-        },
-        (err: unknown) => {
-          this.stateDirWalk = null;
-          throw err;
-        },
-      );
+        })
+        .finally(() => (this.stateDirWalk = null));
     }
     return cached ? cached.bytes : this.stateDirWalk;
   }

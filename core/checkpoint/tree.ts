@@ -116,19 +116,13 @@ export interface Expanded {
 /** A tree object's entries and their names' bytes, as checkTree read them. */
 type DecodedTree = { entries: TreeEntry[]; names: Buffer[] };
 
-/** Decoded trees a walk keeps so that a subtree met again (shared by two directories) is not read again. */
-export interface TreeMemo {
-  get(id: string): DecodedTree | undefined;
-  /** bytes: the tree object's size. */
-  set(id: string, tree: DecodedTree, bytes: number): void;
-}
-
 /**
- * The trees used most recently whose objects add up to at most maxBytes (a Map's insertion
- * order as the LRU list): a walk of 60,000 directories sharing one empty tree reads it once,
- * and memory stays bounded (decoded, a tree takes a few times its bytes).
+ * Decoded trees a walk keeps so that a subtree met again (shared by two directories) is not
+ * read again: the ones used most recently whose objects add up to at most maxBytes (a Map's
+ * insertion order as the LRU list; Infinity: all). A walk of 60,000 directories sharing one
+ * empty tree reads it once, and memory stays bounded (decoded, a tree takes a few times its bytes).
  */
-export class TreeCache implements TreeMemo {
+export class TreeCache {
   private readonly byId = new Map<string, { tree: DecodedTree; bytes: number }>();
   private held = 0;
 
@@ -142,6 +136,7 @@ export class TreeCache implements TreeMemo {
     return v.tree;
   }
 
+  /** bytes: the tree object's size. */
   set(id: string, tree: DecodedTree, bytes: number): void {
     if (bytes > this.maxBytes || this.byId.has(id)) return;
     this.byId.set(id, { tree, bytes });
@@ -164,11 +159,11 @@ export type WalkStep = { read: string } | { entry: ManifestEntry } | { tree: str
  * with the entries. A generator: it yields each tree id it needs and is sent that object's
  * bytes (null: missing), so one walk serves a local store read in place and a remote one
  * awaited. A tree met again (an unchanged subtree shared by two directories) is not read again
- * while memo holds it (yielded as `tree` only when read); without memo, it is (memory stays flat). Returns null, or the first problem: a tree
- * that is missing or does not hold, or more than maxEntries entries (a manifest says how many:
- * a planted chain of shared subtrees would expand past any memory).
+ * while memo holds it (yielded as `tree` only when read); without memo, it is. Returns null, or
+ * the first problem: a tree that is missing or does not hold, or more than maxEntries entries
+ * (a manifest says how many: a planted chain of shared subtrees would expand past any memory).
  */
-export function* walkTree(rootId: string, maxEntries = Infinity, memo: TreeMemo | null = null): Generator<WalkStep, string | null, Buffer | null | undefined> {
+export function* walkTree(rootId: string, maxEntries = Infinity, memo: TreeCache | null = null): Generator<WalkStep, string | null, Buffer | null | undefined> {
   let count = 0;
   const load = function* (id: string, under: string): Generator<WalkStep, DecodedTree | string, Buffer | null | undefined> {
     const known = memo?.get(id);
@@ -240,7 +235,7 @@ export async function walkTreeAsync(
   read: (id: string) => Promise<Buffer | null>,
   maxEntries: number,
   visit: (step: Exclude<WalkStep, { read: string }>) => void | Promise<void>,
-  memo: TreeMemo | null = null,
+  memo: TreeCache | null = null,
 ): Promise<string | null> {
   const walk = walkTree(rootId, maxEntries, memo);
   let step = walk.next(undefined);

@@ -193,20 +193,14 @@ export async function verifyCheckpoint(
         continue;
       }
       const got = await rehashObject(store, sha);
-      if (got.error !== undefined) {
-        // Missing: said once, with the store (the store's own message names the object again).
-        const error = got.error;
-        failed.set(sha, {
-          paths: [showEntryPath(step.entry)],
-          problem: (named) => (got.missing ? `${named}: missing from ${store.location}` : `${named}: ${error}`),
-        });
-      } else {
+      const fails = (problem: (named: string) => string) => failed.set(sha, { paths: [showEntryPath(step.entry)], problem });
+      // Missing: said once, with the store (the store's own message names the object again).
+      if (got.error !== undefined) fails((named) => (got.missing ? `${named}: missing from ${store.location}` : `${named}: ${got.error}`));
+      else {
         verdict.objects++;
         verdict.bytes += got.bytes;
-        if (got.sha256 !== sha)
-          failed.set(sha, { paths: [showEntryPath(step.entry)], problem: (named) => `${named}: its bytes hash to ${got.sha256}: changed in the store` });
-        else if (got.bytes !== size)
-          failed.set(sha, { paths: [showEntryPath(step.entry)], problem: (named) => `${named}: ${got.bytes} bytes, the manifest says ${size}` });
+        if (got.sha256 !== sha) fails((named) => `${named}: its bytes hash to ${got.sha256}: changed in the store`);
+        else if (got.bytes !== size) fails((named) => `${named}: ${got.bytes} bytes, the manifest says ${size}`);
       }
       progress();
     }
