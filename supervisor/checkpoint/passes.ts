@@ -5,7 +5,7 @@
 // (deadline, free space); not the manifest (capture-worker.ts) or publication (publish.ts).
 import { createHash } from 'node:crypto';
 import { availableParallelism } from 'node:os';
-import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readFileSync, readSync } from 'node:fs';
+import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readFileSync, readSync, writeSync } from 'node:fs';
 import { faultPoint } from '../../core/fault.js';
 import { native } from '../../core/fs/native.js';
 import { isRegular, readWholeAt, sameStat, statAfter, statBefore } from '../../core/fs/file-at.js';
@@ -582,7 +582,12 @@ function frozenPass(req: CaptureRequest, store: LocalStoreFiles, onFrozen: (froz
           const heap: string[][] = []; // until the thread's heap cap ends it (ERR_WORKER_OUT_OF_MEMORY)
           for (;;) heap.push(Array.from({ length: 1 << 16 }, (_, i) => `${i}`));
         });
-        faultPoint('checkpoint:frozen-hold', () => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, testHooks.frozenHoldMs));
+        faultPoint('checkpoint:frozen-hold', () => {
+          // Said from here, past the refusal above (a line on the supervisor's stderr, written now), so a
+          // test that stops the supervisor after this line knows the pass holds, not that it may still see the refusal.
+          writeSync(2, `${JSON.stringify({ level: 20, time: Date.now(), msg: 'checkpoint:frozen-hold: the frozen pass holds' })}\n`);
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, testHooks.frozenHoldMs);
+        });
         run();
         outcome = { frozen: true, ms: ms(), reason: null };
       }
