@@ -211,6 +211,38 @@ export function notCaptured(m: Manifest): string[] {
   return (m.unstable ?? []).filter((p) => !held.has(p));
 }
 
+/**
+ * mountsSkipped and notCaptured of entries that stream by (a walk of a manifest's trees, as
+ * verify.ts and restore.ts do): memory grows with the mount points and unstable paths only.
+ */
+export class EntriesSummary {
+  /** The mount points met, in order, as text (mountsSkipped). */
+  readonly mountsSkipped: string[] = [];
+  private readonly unstable: Set<string>;
+  private readonly held = new Set<string>();
+
+  constructor(private readonly unstableList: readonly string[] = []) {
+    this.unstable = new Set(unstableList);
+  }
+
+  add(e: ManifestEntry): void {
+    if (e.mount !== true && this.unstable.size === 0) return;
+    let text: string;
+    try {
+      text = nameText(fsDecode(entryPathBytes(e)));
+    } catch {
+      return; // a path that cannot be decoded: EntriesCheck names it
+    }
+    if (e.mount === true) this.mountsSkipped.push(text);
+    if (this.unstable.has(text)) this.held.add(text);
+  }
+
+  /** The unstable paths no entry added had (notCaptured). */
+  get notCaptured(): string[] {
+    return this.unstableList.filter((p) => !this.held.has(p));
+  }
+}
+
 /** The tree objects a version 2 manifest's entries were read from (id and size; none for version 1). */
 export function manifestTrees(m: Manifest): Map<string, number> {
   return new Map(treesOf.get(m) ?? []);

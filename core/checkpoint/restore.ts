@@ -12,28 +12,37 @@ import {
   lchownSync,
   lstatSync,
   mkdirSync,
+  mkdtempSync,
   openSync,
   readdirSync,
+  readFileSync,
   readSync,
+  rmSync,
   symlinkSync,
+  writeFileSync,
 } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { native } from '../fs/native.js';
 import { pathAt, openDirAt, walkTree } from '../fs/walk.js';
 import { writeAll } from '../fs/durable.js';
 import { showPath } from '../fs/names.js';
 import {
-  checkManifestAsync,
+  checkManifestHead,
   checkPublished,
+  comparePaths,
+  entriesBound,
+  EntriesCheck,
+  EntriesSummary,
   entryPathBytes,
   entryTargetBytes,
-  mountsSkipped,
-  notCaptured,
   showEntryPath,
   toManifestEntry,
   type Manifest,
   type ManifestEntry,
 } from './manifest.js';
 import { treeReader, type CheckpointStore } from './store.js';
+import { TREE_CACHE_BYTES, TreeCache, walkTreeSteps, type WalkStep } from './tree.js';
 import { errnoCode } from '../../ipc/errno.js';
 
 /** Why a restore could not be done (nothing claimed): `code` not_published, no_such_checkpoint, bad_manifest, target, object, io. */
@@ -85,6 +94,8 @@ const SETID = 0o6000;
 /** Objects fetched ahead from a remote store while earlier ones are written, and the largest so fetched. */
 const PREFETCH_OBJECTS = 8;
 const PREFETCH_MAX_BYTES = 8 << 20;
+/** Entries read ahead of the one restored, at most, to find the next PREFETCH_OBJECTS objects to fetch. */
+const LOOKAHEAD_ENTRIES = 256;
 
 /** Sets the atime and mtime of name in dirFd (null: dirFd itself) to the recorded ns, exactly, never through a link. */
 function setTimes(dirFd: number, name: Buffer | null, ns: string): void {
@@ -165,12 +176,66 @@ function openTarget(target: string): number {
   return fd;
 }
 
+/** A published checkpoint as restore reads it: its head (a version 2 manifest's `entries` stay empty: they are walked from its trees, never held) and what one walk of its entries found. */
+export interface LoadedCheckpoint {
+  manifest: Manifest;
+  /** Its entries, and its files' objects (chunks counted each) and their bytes, for progress. */
+  entries: number;
+  parts: number;
+  partBytes: number;
+  notCaptured: string[];
+  mountsSkipped: string[];
+}
+
+/**
+ * The entries of a checked manifest in its order: version 1's as it holds them, version 2's
+ * walked from its trees (tree.ts walkTreeSteps, TREE_CACHE_BYTES of them kept), each tree read
+ * and checked again at every walk. RestoreError bad_manifest: a tree missing, unreadable or not
+ * holding, or more entries than the manifest says.
+ */
+async function* entriesOf(
+  store: CheckpointStore,
+  id: string,
+  m: Manifest,
+  readTree: (id: string) => Promise<Buffer | null>,
+): AsyncGenerator<ManifestEntry, void, undefined> {
+  if (m.version !== 2) {
+    yield* m.entries;
+    return;
+  }
+  const steps = walkTreeSteps(m.tree!, readTree, entriesBound(m), new TreeCache(TREE_CACHE_BYTES));
+  for (;;) {
+    let s: IteratorResult<WalkStep, string | null>;
+    try {
+      s = await steps.next();
+    } catch (err) {
+      throw new RestoreError('bad_manifest', `checkpoint ${id}: its trees cannot be read from ${store.location}: ${(err as Error).message}`);
+    }
+    if (s.done) {
+      if (s.value !== null) throw new RestoreError('bad_manifest', `checkpoint ${id}: ${s.value}`);
+      return;
+    }
+    if ('entry' in s.value) yield s.value.entry;
+  }
+}
+
+/** A file entry's objects: its chunks, or its one object. */
+function fileParts(e: ManifestEntry): { sha256: string; size: number }[] {
+  return e.chunks ?? [{ sha256: e.sha256!, size: e.size }];
+}
+
 /**
  * Reads the published checkpoint id from store and checks it: published (its record is
  * there), the manifest's bytes hash to id and are canonical, its digest and counts hold, and
- * with publicKeyPem its signature. RestoreError not_published / no_such_checkpoint / bad_manifest.
+ * with publicKeyPem its signature; then its entries, walked once (order, paths, fields, count),
+ * none kept. RestoreError not_published / no_such_checkpoint / bad_manifest.
  */
-export async function loadCheckpoint(store: CheckpointStore, id: string, publicKeyPem?: string): Promise<Manifest> {
+export async function loadCheckpoint(
+  store: CheckpointStore,
+  id: string,
+  publicKeyPem?: string,
+  readTree: (id: string) => Promise<Buffer | null> = treeReader(store),
+): Promise<LoadedCheckpoint> {
   const published = await store.readPublished(id);
   let bytes: Buffer | null = null;
   let readError: Error | null = null;
@@ -187,38 +252,105 @@ export async function loadCheckpoint(store: CheckpointStore, id: string, publicK
   if (!bytes) throw new RestoreError('bad_manifest', `checkpoint ${id}: its published record is there but its manifest is not: ${readError?.message}`);
   const recordProblems = checkPublished(published, id, publicKeyPem);
   if (recordProblems.length) throw new RestoreError('not_published', `checkpoint ${id}: its published record does not hold: ${recordProblems.join('; ')}`);
-  let checked: { manifest: Manifest | null; problems: string[] };
-  try {
-    checked = await checkManifestAsync(bytes, { expectId: id, publicKeyPem, readTree: treeReader(store) });
-  } catch (err) {
-    throw new RestoreError('bad_manifest', `checkpoint ${id}: its trees cannot be read from ${store.location}: ${(err as Error).message}`);
-  }
-  const { manifest, problems } = checked;
+  const head = checkManifestHead(bytes, { expectId: id, publicKeyPem });
+  const manifest = head.manifest;
+  const problems = [...head.problems];
+  if (manifest && manifest.version === 2 && publicKeyPem !== undefined && !head.signed) problems.push('its trees were not read: its signature does not verify');
   if (!manifest || problems.length) throw new RestoreError('bad_manifest', `checkpoint ${id}: ${problems.join('; ')}`);
-  return manifest;
+  // Version 1's entries were checked with its head.
+  const check = manifest.version === 2 ? new EntriesCheck() : null;
+  const summary = new EntriesSummary(manifest.unstable ?? []);
+  const loaded: LoadedCheckpoint = { manifest, entries: 0, parts: 0, partBytes: 0, notCaptured: [], mountsSkipped: [] };
+  for await (const e of entriesOf(store, id, manifest, readTree)) {
+    check?.add(e);
+    summary.add(e);
+    loaded.entries++;
+    if (e.type !== 'file') continue;
+    for (const part of fileParts(e)) {
+      loaded.parts++;
+      loaded.partBytes += part.size;
+    }
+  }
+  if (check) {
+    problems.push(...check.problems);
+    if (manifest.scan?.entries !== check.count) problems.push(`the manifest says ${manifest.scan?.entries} entries and its trees hold ${check.count}`);
+    if (problems.length) throw new RestoreError('bad_manifest', `checkpoint ${id}: ${problems.join('; ')}`);
+  }
+  loaded.notCaptured = summary.notCaptured;
+  loaded.mountsSkipped = summary.mountsSkipped;
+  return loaded;
 }
 
-/** A remote store's small objects fetched a few ahead of the restore (bounded: PREFETCH_OBJECTS of at most PREFETCH_MAX_BYTES). */
+/**
+ * A remote store's tree objects as a restore reads them (three walks): each kept in a temp
+ * directory (0700, mkdtemp) the first time, so that the later walks read it from local disk,
+ * not the network; every read is checked against its id again (tree.ts checkTree), so a spool
+ * file changed meanwhile fails the walk. close() removes it.
+ */
+class TreeSpool {
+  private readonly dir = mkdtempSync(join(tmpdir(), 'sbx-restore-trees-'));
+
+  constructor(private readonly remote: (id: string) => Promise<Buffer | null>) {}
+
+  readonly read = async (id: string): Promise<Buffer | null> => {
+    const path = join(this.dir, id.replace(/[^0-9a-f]/g, '_'));
+    try {
+      return readFileSync(path);
+    } catch (err) {
+      if (errnoCode(err) !== 'ENOENT') throw err;
+    }
+    const bytes = await this.remote(id);
+    if (bytes) {
+      try {
+        writeFileSync(path, bytes, { flag: 'wx', mode: 0o600 });
+      } catch {
+        rmSync(path, { force: true }); // not kept (a full /tmp, say): read from the store again next time
+      }
+    }
+    return bytes;
+  };
+
+  close(): void {
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * A remote store's small objects fetched a few ahead of the restore: the next PREFETCH_OBJECTS
+ * parts of the entries read ahead (add), each of at most PREFETCH_MAX_BYTES; a larger one is
+ * streamed when its turn comes.
+ */
 class Prefetch {
   private readonly ahead = new Map<string, Promise<Buffer | Error>>();
-  private next = 0;
+  /** The parts of the entries read ahead, in order, not taken yet. */
+  private readonly upcoming: { sha256: string; size: number }[] = [];
 
-  constructor(
-    private readonly store: CheckpointStore,
-    private readonly order: { sha256: string; size: number }[],
-  ) {}
+  constructor(private readonly store: CheckpointStore) {}
 
-  /** The bytes of the object at position i of the order, when it is one fetched ahead (else null: stream it). */
-  async take(i: number): Promise<Buffer | Error | null> {
-    const part = this.order[i];
-    if (part.size > PREFETCH_MAX_BYTES) return null;
-    while (this.next < this.order.length && this.next < i + PREFETCH_OBJECTS) {
-      const p = this.order[this.next++];
+  get waiting(): number {
+    return this.upcoming.length;
+  }
+
+  /** The parts of an entry read ahead of the one restored. */
+  add(parts: { sha256: string; size: number }[]): void {
+    for (const p of parts) this.upcoming.push(p);
+    this.topUp();
+  }
+
+  /** The bytes of the next part (the first added and not taken), when fetched ahead; else null: stream it. */
+  take(): Promise<Buffer | Error> | null {
+    const part = this.upcoming.shift()!;
+    const got = this.ahead.get(part.sha256) ?? null;
+    this.ahead.delete(part.sha256);
+    this.topUp();
+    return got;
+  }
+
+  private topUp(): void {
+    for (let i = 0; i < this.upcoming.length && i < PREFETCH_OBJECTS; i++) {
+      const p = this.upcoming[i];
       if (p.size <= PREFETCH_MAX_BYTES && !this.ahead.has(p.sha256)) this.ahead.set(p.sha256, this.fetch(p.sha256));
     }
-    const got = this.ahead.get(part.sha256) ?? this.fetch(part.sha256);
-    this.ahead.delete(part.sha256);
-    return got;
   }
 
   private async fetch(sha256: string): Promise<Buffer | Error> {
@@ -232,50 +364,100 @@ class Prefetch {
   }
 }
 
+/** The entries of a loaded checkpoint one at a time, those read ahead of it handed to prefetch (remote: PREFETCH_OBJECTS parts ahead, at most LOOKAHEAD_ENTRIES entries). */
+class EntryQueue {
+  private readonly queue: ManifestEntry[] = [];
+  private readonly it: AsyncIterator<ManifestEntry, void, undefined>;
+  private done = false;
+
+  constructor(
+    entries: AsyncGenerator<ManifestEntry, void, undefined>,
+    private readonly prefetch: Prefetch | null,
+  ) {
+    this.it = entries[Symbol.asyncIterator]();
+  }
+
+  /** The next entry, or null after the last. */
+  async next(): Promise<ManifestEntry | null> {
+    const p = this.prefetch;
+    while (!this.done && (this.queue.length === 0 || (p && p.waiting < PREFETCH_OBJECTS && this.queue.length < LOOKAHEAD_ENTRIES))) {
+      const r = await this.it.next();
+      if (r.done) {
+        this.done = true;
+        break;
+      }
+      this.queue.push(r.value);
+      if (p && r.value.type === 'file') p.add(fileParts(r.value));
+    }
+    return this.queue.shift() ?? null;
+  }
+}
+
+/** restoreCheckpoint's options. */
+export interface RestoreOptions {
+  /** The key the manifest's and its published record's signatures must verify under. */
+  publicKeyPem?: string;
+  /** Every entry gets its recorded owner (default: when root). */
+  sameOwner?: boolean;
+  /** A remote store (S3): its small objects fetched a few ahead, its trees kept in a temp dir for the later walks. */
+  remote?: boolean;
+  /** Objects (file parts) and bytes copied so far, of the totals. */
+  onProgress?: (p: { objects: number; totalObjects: number; bytes: number; totalBytes: number }) => void;
+}
+
 /**
  * Materialises the checkpoint id (published; see loadCheckpoint) into target, then rescans and
  * compares. sameOwner (default: when root) gives every entry its recorded owner. remote: fetch
  * small objects a few ahead (an S3 store answers each in tens of ms). Throws RestoreError.
+ * A version 2 manifest's trees are walked three times (checked and counted, restored, compared
+ * beside a walk of target), its entries never held: memory grows with the depth and the widest
+ * directory (and the differences found), not with the entries.
  * Every name is created relative to the fd of its directory, O_EXCL|O_NOFOLLOW (mkdir, symlink,
  * mknod never follow or replace either), so a link planted in the target is never followed: the
  * restore fails naming it instead. Owners as recorded when the restorer can give them (root, as
  * tar's --same-owner); otherwise the restorer's, and then set-user-ID and set-group-ID are dropped
  * rather than handed to another owner. chown(2) clears set-ID bits: so chmod comes after it.
  */
-export async function restoreCheckpoint(
+export async function restoreCheckpoint(store: CheckpointStore, id: string, target: string, options: RestoreOptions = {}): Promise<RestoreResult> {
+  const t0 = performance.now();
+  const spool = options.remote ? new TreeSpool(treeReader(store)) : null;
+  try {
+    return await restoreWith(store, id, target, options, spool?.read ?? treeReader(store), t0);
+  } finally {
+    spool?.close();
+  }
+}
+
+/** restoreCheckpoint with its trees read through readTree (three walks: checked, restored, compared). */
+async function restoreWith(
   store: CheckpointStore,
   id: string,
   target: string,
-  options: {
-    publicKeyPem?: string;
-    sameOwner?: boolean;
-    remote?: boolean;
-    onProgress?: (p: { objects: number; totalObjects: number; bytes: number; totalBytes: number }) => void;
-  } = {},
+  options: RestoreOptions,
+  readTree: (id: string) => Promise<Buffer | null>,
+  t0: number,
 ): Promise<RestoreResult> {
-  const t0 = performance.now();
-  const manifest = await loadCheckpoint(store, id, options.publicKeyPem);
+  const loaded = await loadCheckpoint(store, id, options.publicKeyPem, readTree);
+  const { manifest } = loaded;
   const sameOwner = options.sameOwner ?? process.getuid?.() === 0;
   const myUid = process.getuid?.() ?? -1;
   const myGid = process.getgid?.() ?? -1;
   const rootFd = openTarget(target);
   const stack: { fd: number; name: Buffer; entry: ManifestEntry }[] = [];
   const setidDropped: string[] = [];
-  const dropped = new Set<ManifestEntry | 'root'>();
+  // The entries whose set-ID bits were dropped, by path (entryKey), and '.' for DIR itself (never an entry's path).
+  const dropped = new Set<string>();
   let files = 0;
   let bytes = 0;
-  const parts: { sha256: string; size: number }[] = [];
-  for (const e of manifest.entries) if (e.type === 'file') parts.push(...(e.chunks ?? [{ sha256: e.sha256!, size: e.size }]));
-  const prefetch = options.remote ? new Prefetch(store, parts) : null;
-  let partIndex = 0;
+  const prefetch = options.remote ? new Prefetch(store) : null;
   // Objects (file parts) copied so far, for a progress line (sbx restore on a terminal).
-  const totalBytes = parts.reduce((sum, p) => sum + p.size, 0);
+  let partsCopied = 0;
   let bytesCopied = 0;
-  const progress = () => options.onProgress?.({ objects: partIndex, totalObjects: parts.length, bytes: bytesCopied, totalBytes });
+  const progress = () => options.onProgress?.({ objects: partsCopied, totalObjects: loaded.parts, bytes: bytesCopied, totalBytes: loaded.partBytes });
   progress();
 
   /** The mode an entry gets: as recorded, without set-ID bits when its recorded owner is not given. */
-  const modeFor = (e: { mode: number; uid: number; gid: number }, key: ManifestEntry | 'root', where: string): number => {
+  const modeFor = (e: { mode: number; uid: number; gid: number }, key: string, where: string): number => {
     const given = sameOwner || (e.uid === myUid && e.gid === myGid);
     if (given || (e.mode & SETID) === 0) return e.mode;
     setidDropped.push(where);
@@ -285,7 +467,7 @@ export async function restoreCheckpoint(
   const finishDir = (d: { fd: number; entry: ManifestEntry }) => {
     try {
       if (sameOwner) fchownSync(d.fd, d.entry.uid, d.entry.gid);
-      fchmodSync(d.fd, modeFor(d.entry, d.entry, showEntryPath(d.entry)));
+      fchmodSync(d.fd, modeFor(d.entry, entryKey(d.entry), showEntryPath(d.entry)));
       setTimes(d.fd, null, d.entry.mtime_ns);
     } finally {
       closeSync(d.fd);
@@ -293,7 +475,8 @@ export async function restoreCheckpoint(
   };
 
   try {
-    for (const e of manifest.entries) {
+    const queue = new EntryQueue(entriesOf(store, id, manifest, readTree), prefetch);
+    for (let e = await queue.next(); e !== null; e = await queue.next()) {
       const comps = splitPath(entryPathBytes(e));
       const name = comps[comps.length - 1];
       while (stack.length > comps.length - 1) finishDir(stack.pop()!);
@@ -311,15 +494,15 @@ export async function restoreCheckpoint(
         } else if (e.type === 'file') {
           const fd = openSync(at, CREATE, 0o600);
           try {
-            for (const part of e.chunks ?? [{ sha256: e.sha256!, size: e.size }]) {
-              const ahead = prefetch ? await prefetch.take(partIndex) : null;
-              partIndex++;
+            for (const part of fileParts(e)) {
+              const ahead = prefetch ? await prefetch.take() : null;
+              partsCopied++;
               await copyObject(store, part.sha256, part.size, fd, where, ahead);
               bytesCopied += part.size;
               progress();
             }
             if (sameOwner) fchownSync(fd, e.uid, e.gid);
-            fchmodSync(fd, modeFor(e, e, showEntryPath(e)));
+            fchmodSync(fd, modeFor(e, entryKey(e), showEntryPath(e)));
             setTimes(fd, null, e.mtime_ns);
           } finally {
             closeSync(fd);
@@ -333,7 +516,7 @@ export async function restoreCheckpoint(
         } else {
           // Made with its final mode (umask 0 meanwhile): nothing is done to it by name but
           // lchown, which never follows a link (and DIR is the restorer's alone meanwhile).
-          const mode = modeFor(e, e, showEntryPath(e));
+          const mode = modeFor(e, entryKey(e), showEntryPath(e));
           const umask = process.umask(0);
           try {
             native().mknodAt(dirFd, name, TYPE_BITS[e.type] | (mode & 0o7777), e.rdev ?? 0);
@@ -358,7 +541,7 @@ export async function restoreCheckpoint(
     const r = manifest.root;
     if (r) {
       if (sameOwner) fchownSync(rootFd, r.uid, r.gid);
-      fchmodSync(rootFd, modeFor(r, 'root', '.'));
+      fchmodSync(rootFd, modeFor(r, '.', '.'));
       setTimes(rootFd, null, r.mtime_ns);
     }
   } catch (err) {
@@ -368,19 +551,19 @@ export async function restoreCheckpoint(
     for (const d of stack) closeSync(d.fd);
     closeSync(rootFd);
   }
-  const differences = compareTree(manifest, target, { compareOwners: sameOwner, setidDropped: dropped });
+  const differences = await compareTree(entriesOf(store, id, manifest, readTree), manifest.root, target, { compareOwners: sameOwner, setidDropped: dropped });
   return {
     checkpoint_id: id,
     target,
-    entries: manifest.entries.length,
+    entries: loaded.entries,
     files,
     bytes,
     owners: sameOwner ? 'same' : 'not_given',
     setid_dropped: setidDropped,
     consistent: manifest.consistent,
     unstable: manifest.unstable,
-    not_captured: notCaptured(manifest),
-    mounts_skipped: mountsSkipped(manifest),
+    not_captured: loaded.notCaptured,
+    mounts_skipped: loaded.mountsSkipped,
     identical: differences.length === 0,
     differences,
     ms: Math.round(performance.now() - t0),
@@ -428,9 +611,8 @@ function splitPath(p: Buffer): Buffer[] {
   return out;
 }
 
-/** Every entry under root as a manifest would record it, files hashed (blocking; no link followed). */
-export function describeTree(root: string): ManifestEntry[] {
-  const out: ManifestEntry[] = [];
+/** Every entry under root as a manifest would record it, one at a time, in the manifest's order (manifest.ts comparePaths), files hashed (blocking; no link followed). */
+export function* describeEntries(root: string): Generator<ManifestEntry, void, undefined> {
   const block = Buffer.allocUnsafe(1 << 20);
   for (const e of walkTree(root)) {
     if (e.type === 'unknown') continue;
@@ -452,22 +634,24 @@ export function describeTree(root: string): ManifestEntry[] {
         closeSync(fd);
       }
     } else if (e.type === 'symlink') size = e.linkTarget?.length ?? 0;
-    out.push(
-      toManifestEntry({
-        path: e.path,
-        type: e.type,
-        mode: e.mode & 0o7777,
-        uid: e.uid,
-        gid: e.gid,
-        size,
-        mtimeNs: e.mtimeNs,
-        sha256,
-        target: e.type === 'symlink' ? (e.linkTarget ?? Buffer.alloc(0)) : undefined,
-        rdev: e.type === 'char' || e.type === 'block' ? Number(e.rdev) : undefined,
-      }),
-    );
+    yield toManifestEntry({
+      path: e.path,
+      type: e.type,
+      mode: e.mode & 0o7777,
+      uid: e.uid,
+      gid: e.gid,
+      size,
+      mtimeNs: e.mtimeNs,
+      sha256,
+      target: e.type === 'symlink' ? (e.linkTarget ?? Buffer.alloc(0)) : undefined,
+      rdev: e.type === 'char' || e.type === 'block' ? Number(e.rdev) : undefined,
+    });
   }
-  return out;
+}
+
+/** An entry's path as a Set or Map key (its bytes as latin1: one char per byte). */
+function entryKey(e: ManifestEntry): string {
+  return entryPathBytes(e).toString('latin1');
 }
 
 /** A difference for people: one line, modes in octal. */
@@ -479,11 +663,19 @@ export function showDifference(d: Difference): string {
 }
 
 /**
- * How the tree at target differs from the manifest: missing and extra paths, and per path each
- * field (mtime to the ns); uid and gid only with compareOwners; a mode whose set-ID bits the
- * restore dropped (setidDropped) is compared without them. DIR itself is path '.'.
+ * How the tree at target differs from the manifest's entries (in its order) and root: missing
+ * and extra paths, and per path each field (mtime to the ns); uid and gid only with
+ * compareOwners; a mode whose set-ID bits the restore dropped (setidDropped, by entryKey; '.'
+ * for DIR itself) is compared without them. DIR itself is path '.'. The target is walked beside
+ * the entries (describeEntries: the same order), so neither is held: the differences (extra
+ * paths last) are.
  */
-export function compareTree(manifest: Manifest, target: string, options: { compareOwners: boolean; setidDropped: Set<ManifestEntry | 'root'> }): Difference[] {
+export async function compareTree(
+  entries: AsyncIterable<ManifestEntry> | Iterable<ManifestEntry>,
+  root: Manifest['root'],
+  target: string,
+  options: { compareOwners: boolean; setidDropped: Set<string> },
+): Promise<Difference[]> {
   const out: Difference[] = [];
   const fields: (keyof ManifestEntry)[] = [
     'type',
@@ -496,32 +688,37 @@ export function compareTree(manifest: Manifest, target: string, options: { compa
     'rdev',
     'mtime_ns',
   ];
-  const expectedMode = (mode: number, key: ManifestEntry | 'root') => (options.setidDropped.has(key) ? mode & ~SETID : mode);
-  if (manifest.root) {
+  const expectedMode = (mode: number, key: string) => (options.setidDropped.has(key) ? mode & ~SETID : mode);
+  if (root) {
     const st = lstatSync(target, { bigint: true });
     const found = { mode: Number(st.mode) & 0o7777, uid: Number(st.uid), gid: Number(st.gid), mtime_ns: String(st.mtimeNs) };
-    const want = { ...manifest.root, mode: expectedMode(manifest.root.mode, 'root') };
+    const want = { ...root, mode: expectedMode(root.mode, '.') };
     for (const f of ['mode', ...(options.compareOwners ? (['uid', 'gid'] as const) : []), 'mtime_ns'] as const) {
       if (found[f] !== want[f]) out.push({ path: '.', field: f, found: found[f], expected: want[f] });
     }
   }
-  const key = (e: ManifestEntry) => entryPathBytes(e).toString('latin1');
-  const got = new Map(describeTree(target).map((e) => [key(e), e]));
-  for (const e of manifest.entries) {
-    const k = key(e);
-    const f = got.get(k);
+  const extra: Difference[] = [];
+  const onDisk = describeEntries(target);
+  let f = onDisk.next().value ?? null;
+  for await (const e of entries) {
+    const p = entryPathBytes(e);
+    // What the target has before e (in the order both are walked in) is not in the manifest.
+    while (f !== null && comparePaths(entryPathBytes(f), p) < 0) {
+      extra.push({ path: showEntryPath(f), field: 'extra', found: f.type, expected: null });
+      f = onDisk.next().value ?? null;
+    }
     const where = showEntryPath(e);
-    if (!f) {
+    if (f === null || comparePaths(entryPathBytes(f), p) !== 0) {
       out.push({ path: where, field: 'missing', found: null, expected: e.type });
       continue;
     }
-    got.delete(k);
     for (const field of fields) {
       if (field === 'sha256' && e.sha256 === undefined) continue; // chunked: each chunk was checked as it was written
-      const want = field === 'mode' ? expectedMode(e.mode, e) : e[field];
+      const want = field === 'mode' ? expectedMode(e.mode, entryKey(e)) : e[field];
       if (want !== f[field]) out.push({ path: where, field, found: f[field] ?? null, expected: want ?? null });
     }
+    f = onDisk.next().value ?? null;
   }
-  for (const f of got.values()) out.push({ path: showEntryPath(f), field: 'extra', found: f.type, expected: null });
-  return out;
+  for (; f !== null; f = onDisk.next().value ?? null) extra.push({ path: showEntryPath(f), field: 'extra', found: f.type, expected: null });
+  return [...out, ...extra];
 }

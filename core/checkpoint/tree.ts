@@ -149,6 +149,9 @@ export class TreeCache {
   }
 }
 
+/** Tree objects a walk of a store keeps decoded (TreeCache; the recent ones, by their bytes; decoded they take several times that): shared subtrees, an empty directory's say, are read once. 4 MiB raised sbx verify's peak RSS at 100,000 files from 162 to 185 MB. */
+export const TREE_CACHE_BYTES = 1 << 20;
+
 /** What walkTree yields: a tree object it needs (sent its bytes back, null when missing), an entry, or a tree it has checked (id and size). */
 export type WalkStep = { read: string } | { entry: ManifestEntry } | { tree: string; size: number };
 
@@ -237,13 +240,32 @@ export async function walkTreeAsync(
   visit: (step: Exclude<WalkStep, { read: string }>) => void | Promise<void>,
   memo: TreeCache | null = null,
 ): Promise<string | null> {
+  const steps = walkTreeSteps(rootId, read, maxEntries, memo);
+  for (;;) {
+    const s = await steps.next();
+    if (s.done) return s.value;
+    await visit(s.value);
+  }
+}
+
+/**
+ * walkTree through an async read (a store) as an async iterator of its entries and checked
+ * trees, for a caller that looks ahead (restore fetches a remote store's objects a few entries
+ * early); memory as walkTreeAsync's. Its return value (once done): null, or the walk's problem.
+ */
+export async function* walkTreeSteps(
+  rootId: string,
+  read: (id: string) => Promise<Buffer | null>,
+  maxEntries: number,
+  memo: TreeCache | null = null,
+): AsyncGenerator<Exclude<WalkStep, { read: string }>, string | null, undefined> {
   const walk = walkTree(rootId, maxEntries, memo);
   let step = walk.next(undefined);
   while (!step.done) {
     const s = step.value;
     if ('read' in s) step = walk.next(await read(s.read));
     else {
-      await visit(s);
+      yield s;
       step = walk.next(undefined);
     }
   }

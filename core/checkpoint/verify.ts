@@ -10,6 +10,7 @@ import {
   checkPublished,
   entriesBound,
   EntriesCheck,
+  EntriesSummary,
   entryPathBytes,
   manifestBytes,
   mountsSkipped,
@@ -18,13 +19,9 @@ import {
   type Manifest,
   type ManifestEntry,
 } from './manifest.js';
-import { fsDecode, nameText } from '../fs/names.js';
 import { DigestSet } from './digest-set.js';
 import { rehashObject, treeReader, type CheckpointStore } from './store.js';
-import { TreeCache, walkTreeAsync, type WalkStep } from './tree.js';
-
-/** Tree objects a walk keeps decoded (the recent ones, by their bytes; decoded they take several times that): shared subtrees, an empty directory's say, are read once. 4 MiB raised verify's peak RSS at 100,000 files from 162 to 185 MB. */
-const TREE_CACHE_BYTES = 1 << 20;
+import { TREE_CACHE_BYTES, TreeCache, walkTreeAsync, type WalkStep } from './tree.js';
 
 export interface CheckpointVerdict {
   /** Hex SHA-256 of the bytes given (the checkpoint id when they are the stored manifest). */
@@ -136,9 +133,7 @@ export async function verifyCheckpoint(
   };
   // First walk: its entries checked (version 1's were, with its head) and counted, and the objects to re-hash.
   const check = manifest.version === 2 ? new EntriesCheck() : null;
-  const unstable = new Set(manifest.unstable ?? []);
-  const held = new Set<string>();
-  const mounts: string[] = [];
+  const summary = check ? new EntriesSummary(manifest.unstable ?? []) : null;
   const toHash = new DigestSet();
   let totalObjects = 0;
   let totalBytes = 0;
@@ -151,11 +146,7 @@ export async function verifyCheckpoint(
     if ('tree' in step) return counted(step.tree, step.size);
     const e = step.entry;
     check?.add(e);
-    if (check && (e.mount === true || unstable.size)) {
-      const text = nameText(fsDecode(entryPathBytes(e)));
-      if (e.mount === true) mounts.push(text);
-      if (unstable.has(text)) held.add(text);
-    }
+    summary?.add(e);
     for (const [sha, size] of entryObjects(e)) counted(sha, size);
   });
   if (walked !== null) {
@@ -167,8 +158,8 @@ export async function verifyCheckpoint(
   if (check) {
     problems.push(...check.problems);
     if (manifest.scan?.entries !== check.count) problems.push(`the manifest says ${manifest.scan?.entries} entries and its trees hold ${check.count}`);
-    verdict.notCaptured = (manifest.unstable ?? []).filter((p) => !held.has(p));
-    verdict.mountsSkipped = mounts;
+    verdict.notCaptured = summary!.notCaptured;
+    verdict.mountsSkipped = summary!.mountsSkipped;
   }
   const published = await store.readPublished(id).catch(() => null);
   if (!published) problems.push(`checkpoint ${id} was never published in ${store.location}: its read-back did not complete (it claims nothing)`);

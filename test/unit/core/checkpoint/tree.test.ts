@@ -5,12 +5,25 @@
 // still restores, verifies and diffs as identical (readers of both versions).
 import { createHash, createPrivateKey, generateKeyPairSync, sign } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, renameSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { checkTree, expandSync, TreeCache, treeBytes, treeEntryJcs, treeId, walkTreeAsync, type TreeObject } from '../../../../core/checkpoint/tree.js';
-import { checkManifest, manifestBytes, scanDigest, type Manifest } from '../../../../core/checkpoint/manifest.js';
+import { checkManifest, manifestBytes, manifestTrees, scanDigest, type Manifest } from '../../../../core/checkpoint/manifest.js';
 import { jcs, keyIdOf } from '../../../../core/receipts/signature.js';
 import { LocalStore } from '../../../../core/checkpoint/local-store.js';
 import { restoreCheckpoint } from '../../../../core/checkpoint/restore.js';
@@ -232,6 +245,22 @@ describe('the trees the checkpoint thread builds', () => {
     await until(() => BigInt(Date.now()) * 1_000_000n > ready + racyMarginNs(ready + 1n), 'the racy margin past');
   };
 
+  /** Writes checkpoint id's published record (signed, as publish.ts writes it) with m's boundary and fence. */
+  const publish = (id: string, m: Manifest, objects: number) => {
+    const unsignedRecord = {
+      version: 1,
+      kind: 'checkpoint_published',
+      checkpoint_id: id,
+      workspace: ws,
+      task: null,
+      boundary: m.boundary,
+      read_back: { at: new Date().toISOString(), objects, bytes: m.scan.bytes, ms: 1 },
+      supervisor: m.supervisor,
+    };
+    const value = sign(null, Buffer.from(jcs(unsignedRecord)), createPrivateKey(privateKeyPem)).toString('base64');
+    writeFileSync(join(storeDir, 'published', `${id}.json`), jcs({ ...unsignedRecord, signature: { alg: 'ed25519', key_id: keyIdOf(publicKey), value } }));
+  };
+
   it('builds only the trees of directories that changed; the read-back looks only at them (changed), or at every object (stat)', async () => {
     mkdirSync(join(ws, 'a', 'deep'), { recursive: true });
     mkdirSync(join(ws, 'b'));
@@ -322,26 +351,8 @@ describe('the trees the checkpoint thread builds', () => {
       const { bytes, id: v1Id } = manifestBytes(v1);
       expect(checkManifest(bytes, { expectId: v1Id, publicKeyPem }).problems).toEqual([]);
       writeFileSync(join(storeDir, 'manifests', `${v1Id}.json`), bytes);
-      const signed = (unsignedRecord: object) => ({
-        ...unsignedRecord,
-        signature: {
-          alg: 'ed25519',
-          key_id: keyIdOf(publicKey),
-          value: sign(null, Buffer.from(jcs(unsignedRecord)), createPrivateKey(privateKeyPem)).toString('base64'),
-        },
-      });
       // Published records for both (the thread's read-back above wrote none: publish.ts does).
-      const record = (id: string) => ({
-        version: 1,
-        kind: 'checkpoint_published',
-        checkpoint_id: id,
-        workspace: ws,
-        task: null,
-        boundary: v2.boundary,
-        read_back: { at: new Date().toISOString(), objects: 4, bytes: v2.scan.bytes, ms: 1 },
-        supervisor: v2.supervisor,
-      });
-      for (const id of [v1Id, v2Id]) writeFileSync(join(storeDir, 'published', `${id}.json`), jcs(signed(record(id))));
+      for (const id of [v1Id, v2Id]) publish(id, v2, 4);
       // Restored: the same tree either way.
       for (const id of [v1Id, v2Id]) {
         const r = await restoreCheckpoint(store, id, join(dir, `restored-${id.slice(0, 8)}`), { sameOwner: true, publicKeyPem });
@@ -360,6 +371,70 @@ describe('the trees the checkpoint thread builds', () => {
       expect(diff).toMatchObject({ added: [], removed: [], modified: [] });
     } finally {
       store.close();
+    }
+  });
+  it('restores 60 files more, fetching objects ahead as from a remote store (at most 8 reads at once): the tree identical, each entry once', async () => {
+    // 60 files in b/, 15 of them with the content of another (an object used twice); b/many-00 the first, b/many-59 past b/three.
+    for (let i = 0; i < 60; i++) writeFileSync(join(ws, 'b', `many-${String(i).padStart(2, '0')}`), `many ${i % 45}`);
+    await settle();
+    const storeFd = openSync(storeDir, 'r');
+    let id: string;
+    try {
+      const c = runCheckpoint(request(storeFd));
+      expect(runReadBack({ kind: 'readback', storeDir, storeFd, id: c.id, publicKeyPem, rehash: 'changed' }).problems).toEqual([]);
+      id = c.id;
+    } finally {
+      closeSync(storeFd);
+    }
+    const m = storedManifest(storeDir, id, publicKeyPem) as Manifest;
+    publish(id, m, 45 + 4);
+    const local = new LocalStore(storeDir, false);
+    // Every read of an object counted while it runs (the walks' tree reads too), each taking 5 ms or more.
+    let reading = 0;
+    let most = 0;
+    const objectReads = new Map<string, number>();
+    async function* counted(sha: string): AsyncIterable<Uint8Array> {
+      reading++;
+      most = Math.max(most, reading);
+      objectReads.set(sha, (objectReads.get(sha) ?? 0) + 1);
+      try {
+        await new Promise((r) => setTimeout(r, 5)); // a remote store's latency: reads begun meanwhile overlap
+        yield* local.readObject(sha);
+      } finally {
+        reading--;
+      }
+    }
+    const remote = new Proxy(local, {
+      get: (target, key) =>
+        key === 'readObject' ? counted : typeof Reflect.get(target, key) === 'function' ? Reflect.get(target, key).bind(target) : Reflect.get(target, key),
+    });
+    // Its temp dir (the trees kept for the later walks) in one of this test's own.
+    const tmp = join(dir, 'tmp');
+    mkdirSync(tmp);
+    const savedTmp = process.env.TMPDIR;
+    process.env.TMPDIR = tmp;
+    try {
+      const target = join(dir, 'restored-ahead');
+      const r = await restoreCheckpoint(remote, id, target, { sameOwner: true, publicKeyPem, remote: true });
+      expect(readdirSync(tmp)).toEqual([]); // removed
+      // Each tree read from the store once, though walked three times (checked, restored, compared).
+      const trees = [...manifestTrees(m).keys()];
+      expect(trees.length).toBe(4); // the root, a, a/deep, b
+      for (const t of trees) expect(objectReads.get(t)).toBe(1);
+      expect(r.differences).toEqual([]);
+      expect(r).toMatchObject({ identical: true, entries: m.entries.length, files: 4 + 60 });
+      expect(readFileSync(join(target, 'b', 'many-50'), 'utf8')).toBe('many 5');
+      expect(most).toBeGreaterThan(1); // fetched ahead
+      expect(most).toBeLessThanOrEqual(8 + 1); // PREFETCH_OBJECTS ahead, and the one a walk reads
+      // A file object is read once per file using it (twice when two files use it, 10 or more files apart), never more.
+      const uses = new Map<string, number>();
+      for (const e of m.entries) if (e.type === 'file') uses.set(e.sha256!, (uses.get(e.sha256!) ?? 0) + 1);
+      for (const [sha, n] of uses) expect(objectReads.get(sha) ?? 0).toBeLessThanOrEqual(n);
+      expect([...uses.keys()].every((sha) => (objectReads.get(sha) ?? 0) >= 1)).toBe(true);
+    } finally {
+      if (savedTmp === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = savedTmp;
+      local.close();
     }
   });
 });
