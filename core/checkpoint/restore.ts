@@ -698,27 +698,28 @@ export async function compareTree(
     }
   }
   const extra: Difference[] = [];
-  const onDisk = describeEntries(target);
+  const isExtra = (d: ManifestEntry) => extra.push({ path: showEntryPath(d), field: 'extra', found: d.type, expected: null });
+  const onDisk = (function* () {
+    for (const d of describeEntries(target)) yield { d, path: entryPathBytes(d) };
+  })();
+  // The target's next entry and its path's bytes.
   let f = onDisk.next().value ?? null;
   for await (const e of entries) {
     const p = entryPathBytes(e);
     // What the target has before e (in the order both are walked in) is not in the manifest.
-    while (f !== null && comparePaths(entryPathBytes(f), p) < 0) {
-      extra.push({ path: showEntryPath(f), field: 'extra', found: f.type, expected: null });
-      f = onDisk.next().value ?? null;
-    }
+    for (; f !== null && comparePaths(f.path, p) < 0; f = onDisk.next().value ?? null) isExtra(f.d);
     const where = showEntryPath(e);
-    if (f === null || comparePaths(entryPathBytes(f), p) !== 0) {
+    if (f === null || comparePaths(f.path, p) !== 0) {
       out.push({ path: where, field: 'missing', found: null, expected: e.type });
       continue;
     }
     for (const field of fields) {
       if (field === 'sha256' && e.sha256 === undefined) continue; // chunked: each chunk was checked as it was written
       const want = field === 'mode' ? expectedMode(e.mode, entryKey(e)) : e[field];
-      if (want !== f[field]) out.push({ path: where, field, found: f[field] ?? null, expected: want ?? null });
+      if (want !== f.d[field]) out.push({ path: where, field, found: f.d[field] ?? null, expected: want ?? null });
     }
     f = onDisk.next().value ?? null;
   }
-  for (; f !== null; f = onDisk.next().value ?? null) extra.push({ path: showEntryPath(f), field: 'extra', found: f.type, expected: null });
+  for (; f !== null; f = onDisk.next().value ?? null) isExtra(f.d);
   return [...out, ...extra];
 }
