@@ -9,7 +9,7 @@ import { STATE } from '../core/state/names.js';
 import { LocalStore } from '../core/checkpoint/local-store.js';
 import { STORE_DIRS } from '../core/state/names.js';
 import { checkManifestHead, checkPublished, normaliseId, type PublishedRecord } from '../core/checkpoint/manifest.js';
-import { restoreCheckpoint, showDifference } from '../core/checkpoint/restore.js';
+import { removeRestoreTemp, restoreCheckpoint, showDifference } from '../core/checkpoint/restore.js';
 import { type CheckpointStore, parseStoreUrl, type StoreUrl } from '../core/checkpoint/store.js';
 import { verifyCheckpoint } from '../core/checkpoint/verify.js';
 import { Progress } from './progress.js';
@@ -118,6 +118,15 @@ export async function restoreCommand(idText: string, dir: string, o: StoreOption
     fail(`INVALID_ARGUMENT: no public key to check the manifest's signature (${join(o.stateDir, 'receipt-key.pub')} is absent): give --public-key FILE`);
   let result;
   const progress = new Progress(`restore ${id.slice(0, 16)}`);
+  // Ended by a signal, the restore's temp directory (a remote store's trees) goes first; then sbx dies of it, as before.
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+    const onSignal = () => {
+      removeRestoreTemp();
+      process.removeListener(signal, onSignal);
+      process.kill(process.pid, signal);
+    };
+    process.on(signal, onSignal);
+  }
   try {
     result = await restoreCheckpoint(store, id, resolvePath(dir), {
       publicKeyPem: key,

@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import {
   closeSync,
   constants,
+  existsSync,
   fchmodSync,
   fchownSync,
   fstatSync,
@@ -17,6 +18,7 @@ import {
   readdirSync,
   readFileSync,
   readSync,
+  realpathSync,
   rmSync,
   symlinkSync,
   writeFileSync,
@@ -209,7 +211,9 @@ async function* entriesOf(
     try {
       s = await steps.next();
     } catch (err) {
-      throw new RestoreError('bad_manifest', `checkpoint ${id}: its trees cannot be read from ${store.location}: ${(err as Error).message}`);
+      // A system error (EMFILE in a deep tree, say) is the restore's, not the manifest's.
+      const code = /^E[A-Z0-9]+$/.test(errnoCode(err) ?? '') ? 'io' : 'bad_manifest';
+      throw new RestoreError(code, `checkpoint ${id}: its trees cannot be read from ${store.location}: ${(err as Error).message}`);
     }
     if (s.done) {
       if (s.value !== null) throw new RestoreError('bad_manifest', `checkpoint ${id}: ${s.value}`);
@@ -281,37 +285,73 @@ export async function loadCheckpoint(
   return loaded;
 }
 
+/** The temp directories of the restores running in this process (TreeSpool). */
+const liveSpools = new Set<TreeSpool>();
+
+/** Removes the temp directories of the restores running in this process, synchronously: for a CLI ended by a signal (sbx restore), whose `finally` never runs. */
+export function removeRestoreTemp(): void {
+  for (const spool of liveSpools) spool.close();
+}
+
 /**
  * A remote store's tree objects as a restore reads them (three walks): each kept in a temp
- * directory (0700, mkdtemp) the first time, so that the later walks read it from local disk,
- * not the network; every read is checked against its id again (tree.ts checkTree), so a spool
- * file changed meanwhile fails the walk. close() removes it.
+ * directory (mkdtemp in $TMPDIR, 0700, made at the first tree) the first time, so that the
+ * later walks read it from local disk, not the network; every read is checked against its id
+ * again (tree.ts checkTree), so a copy changed meanwhile fails the walk. Without a usable
+ * $TMPDIR (missing, full, or the restore's own DIR, which must stay empty) each walk reads
+ * the store. close() removes it.
  */
 class TreeSpool {
-  private readonly dir = mkdtempSync(join(tmpdir(), 'sbx-restore-trees-'));
+  private dir: string | null = null;
+  private off = false;
 
-  constructor(private readonly remote: (id: string) => Promise<Buffer | null>) {}
+  constructor(
+    private readonly remote: (id: string) => Promise<Buffer | null>,
+    private readonly target: string,
+  ) {
+    liveSpools.add(this);
+  }
+
+  /** The directory, made at the first call; null when there is none to be had. */
+  private where(): string | null {
+    if (this.dir !== null || this.off) return this.dir;
+    try {
+      const parent = tmpdir();
+      if (existsSync(this.target) && realpathSync(parent) === realpathSync(this.target)) this.off = true;
+      else this.dir = mkdtempSync(join(parent, 'sbx-restore-trees-'));
+    } catch {
+      this.off = true;
+    }
+    return this.dir;
+  }
 
   readonly read = async (id: string): Promise<Buffer | null> => {
-    const path = join(this.dir, id.replace(/[^0-9a-f]/g, '_'));
-    try {
-      return readFileSync(path);
-    } catch (err) {
-      if (errnoCode(err) !== 'ENOENT') throw err;
+    const name = id.replace(/[^0-9a-f]/g, '_');
+    if (this.dir !== null) {
+      try {
+        return readFileSync(join(this.dir, name));
+      } catch (err) {
+        if (errnoCode(err) !== 'ENOENT') throw err;
+      }
     }
     const bytes = await this.remote(id);
-    if (bytes) {
+    const dir = bytes ? this.where() : null;
+    if (bytes && dir !== null) {
+      const path = join(dir, name);
       try {
         writeFileSync(path, bytes, { flag: 'wx', mode: 0o600 });
       } catch {
-        rmSync(path, { force: true }); // not kept (a full /tmp, say): read from the store again next time
+        rmSync(path, { force: true }); // not kept (a full $TMPDIR, say): read from the store again next time
       }
     }
     return bytes;
   };
 
   close(): void {
-    rmSync(this.dir, { recursive: true, force: true });
+    liveSpools.delete(this);
+    this.off = true;
+    if (this.dir !== null) rmSync(this.dir, { recursive: true, force: true });
+    this.dir = null;
   }
 }
 
@@ -420,7 +460,7 @@ export interface RestoreOptions {
  */
 export async function restoreCheckpoint(store: CheckpointStore, id: string, target: string, options: RestoreOptions = {}): Promise<RestoreResult> {
   const t0 = performance.now();
-  const spool = options.remote ? new TreeSpool(treeReader(store)) : null;
+  const spool = options.remote ? new TreeSpool(treeReader(store), target) : null;
   try {
     return await restoreWith(store, id, target, options, spool?.read ?? treeReader(store), t0);
   } finally {
@@ -666,13 +706,13 @@ export function showDifference(d: Difference): string {
  * How the tree at target differs from the manifest's entries (in its order) and root: missing
  * and extra paths, and per path each field (mtime to the ns); uid and gid only with
  * compareOwners; a mode whose set-ID bits the restore dropped (setidDropped, by entryKey; '.'
- * for DIR itself) is compared without them. DIR itself is path '.'. The target is walked beside
+ * for DIR itself) is compared without them. DIR itself is path '.' (root null: not compared). The target is walked beside
  * the entries (describeEntries: the same order), so neither is held: the differences (extra
  * paths last) are.
  */
 export async function compareTree(
   entries: AsyncIterable<ManifestEntry> | Iterable<ManifestEntry>,
-  root: Manifest['root'],
+  root: Manifest['root'] | null,
   target: string,
   options: { compareOwners: boolean; setidDropped: Set<string> },
 ): Promise<Difference[]> {

@@ -26,7 +26,7 @@ import { checkTree, expandSync, TreeCache, treeBytes, treeEntryJcs, treeId, walk
 import { checkManifest, manifestBytes, manifestTrees, scanDigest, type Manifest } from '../../../../core/checkpoint/manifest.js';
 import { jcs, keyIdOf } from '../../../../core/receipts/signature.js';
 import { LocalStore } from '../../../../core/checkpoint/local-store.js';
-import { restoreCheckpoint } from '../../../../core/checkpoint/restore.js';
+import { removeRestoreTemp, restoreCheckpoint } from '../../../../core/checkpoint/restore.js';
 import { verifyCheckpoint } from '../../../../core/checkpoint/verify.js';
 import { diffCheckpointIds } from '../../../../core/checkpoint/diff.js';
 import { runCheckpoint, runReadBack, type CheckpointRequest } from '../../../../supervisor/checkpoint/capture-worker.js';
@@ -421,6 +421,40 @@ describe('the trees the checkpoint thread builds', () => {
       const trees = [...manifestTrees(m).keys()];
       expect(trees.length).toBe(4); // the root, a, a/deep, b
       for (const t of trees) expect(objectReads.get(t)).toBe(1);
+      // No usable $TMPDIR (missing), or $TMPDIR the restore's own DIR (which must stay empty): no temp dir, every walk reads the store.
+      for (const [tmpGiven, into] of [
+        [join(dir, 'no-such-dir'), join(dir, 'restored-no-tmp')],
+        [join(dir, 'restored-into-tmp'), join(dir, 'restored-into-tmp')],
+      ]) {
+        mkdirSync(join(dir, 'restored-into-tmp'), { recursive: true });
+        process.env.TMPDIR = tmpGiven;
+        objectReads.clear();
+        expect(await restoreCheckpoint(remote, id, into, { sameOwner: true, publicKeyPem, remote: true })).toMatchObject({ identical: true, differences: [] });
+        for (const t of trees) expect(objectReads.get(t)).toBe(3);
+      }
+      // removeRestoreTemp (what sbx restore runs on a signal) removes a running restore's temp dir, at once; the restore goes on without it.
+      process.env.TMPDIR = tmp;
+      objectReads.clear();
+      let removedAt = -1;
+      const removing = new Proxy(remote, {
+        get: (target, key) =>
+          key === 'readObject'
+            ? (sha: string) => {
+                if (objectReads.size === 6 && removedAt < 0) {
+                  expect(readdirSync(tmp)).toHaveLength(1); // the temp dir, made at the first tree
+                  removeRestoreTemp();
+                  removedAt = objectReads.size;
+                  expect(readdirSync(tmp)).toEqual([]);
+                }
+                return target.readObject(sha);
+              }
+            : Reflect.get(target, key),
+      });
+      expect(await restoreCheckpoint(removing, id, join(dir, 'restored-removed'), { sameOwner: true, publicKeyPem, remote: true })).toMatchObject({
+        identical: true,
+      });
+      expect(removedAt).toBe(6);
+      expect(readdirSync(tmp)).toEqual([]);
       expect(r.differences).toEqual([]);
       expect(r).toMatchObject({ identical: true, entries: m.entries.length, files: 4 + 60 });
       expect(readFileSync(join(target, 'b', 'many-50'), 'utf8')).toBe('many 5');
