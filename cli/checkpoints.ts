@@ -13,6 +13,7 @@ import { removeRestoreTemp, restoreCheckpoint, showDifference } from '../core/ch
 import { type CheckpointStore, parseStoreUrl, type StoreUrl } from '../core/checkpoint/store.js';
 import { verifyCheckpoint } from '../core/checkpoint/verify.js';
 import { Progress } from './progress.js';
+import { cleanupBeforeDying } from './signals.js';
 import { escapeControls, warn } from './escape.js';
 import { fail } from './fail.js';
 import { errnoCode } from '../ipc/errno.js';
@@ -119,14 +120,7 @@ export async function restoreCommand(idText: string, dir: string, o: StoreOption
   let result;
   const progress = new Progress(`restore ${id.slice(0, 16)}`);
   // Ended by a signal, the restore's temp directory (a remote store's trees) goes first; then sbx dies of it, as before.
-  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-    const onSignal = () => {
-      removeRestoreTemp();
-      process.removeListener(signal, onSignal);
-      process.kill(process.pid, signal);
-    };
-    process.on(signal, onSignal);
-  }
+  cleanupBeforeDying(['SIGINT', 'SIGTERM', 'SIGHUP'], removeRestoreTemp);
   try {
     result = await restoreCheckpoint(store, id, resolvePath(dir), {
       publicKeyPem: key,

@@ -61,6 +61,7 @@ import { FAILURE, fail } from './fail.js';
 import { escapeControls, stderrEnded, stderrLine, warn } from './escape.js';
 import { parsePsFilters, PS_FILTER_KEYS, psNeedsAll, type PsFilters, psTable, selectPsRows, unknownNotes } from './ps-format.js';
 import { errnoCode, systemError } from '../ipc/errno.js';
+import { cleanupBeforeDying } from './signals.js';
 
 // The core is one module on purpose: split into four (the commands, sbx run, what they share, argument bytes) it
 // took 2.5-3 ms longer to load as a script (Node 20's ESM loader, per module and import edge: 70.7 vs 73.6 ms to
@@ -1721,15 +1722,7 @@ function releaseHungUpTerminals(): void {
   // wait: the command's own listener is then the only other one), this listener releases the
   // gone terminals, steps aside and raises the signal again: sbx still dies of it, as before.
   // Node changes no shared terminal's modes or flags by itself (libuv reopens a pty slave).
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    const onSignal = () => {
-      if (process.listenerCount(signal) > 1) return; // the command's (sbx run, attach): it ends through exit
-      release();
-      process.removeListener(signal, onSignal); // back to the default action (libuv: SIG_DFL)
-      process.kill(process.pid, signal);
-    };
-    process.on(signal, onSignal);
-  }
+  cleanupBeforeDying(['SIGINT', 'SIGTERM'], release, true); // alone: the command's (sbx run, attach) ends through exit
 }
 
 /** Runs the CLI on argv (process.argv's shape: node, script, args...). */

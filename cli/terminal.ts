@@ -5,6 +5,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { rawTerminal } from './escape.js';
+import { cleanupBeforeDying } from './signals.js';
 
 /**
  * Signals whose default action ends the process and that Node leaves at their default (signal(7),
@@ -68,17 +69,8 @@ export function holdRawTerminal(): void {
   held = true;
   enterRaw();
   process.on('exit', leaveRaw);
-  for (const signal of ENDING_SIGNALS) {
-    const ending = () => {
-      // Another listener (sbx run sends SIGQUIT on to the session): not an ending here.
-      if (process.listenerCount(signal) > 1) return;
-      leaveRaw();
-      // The last listener gone, Node gives the signal its default action back: sbx ends by it.
-      process.removeListener(signal, ending);
-      process.kill(process.pid, signal);
-    };
-    process.on(signal, ending);
-  }
+  // Only alone: another listener (sbx run sends SIGQUIT on to the session) makes it no ending here.
+  cleanupBeforeDying(ENDING_SIGNALS, leaveRaw, true);
   // As less(1) does: the terminal back, then the stop itself by SIGTSTP at its default action (so
   // a shell says "Stopped", not "Stopped (signal)"). kill(2) of itself stops sbx before it
   // returns; past it sbx was continued, or the kernel discarded the stop (an orphaned process

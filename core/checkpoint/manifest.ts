@@ -198,7 +198,7 @@ export function comparePaths(a: Buffer, b: Buffer): number {
 
 /** The mount points a manifest's capture did not enter (entries with `mount: true`), in its order, as text (bytes not UTF-8 as \xNN, as `unstable`). */
 export function mountsSkipped(m: Manifest): string[] {
-  return m.entries.filter((e) => e.mount === true).map((e) => nameText(fsDecode(entryPathBytes(e))));
+  return summaryOf(m).mountsSkipped;
 }
 
 /**
@@ -207,8 +207,13 @@ export function mountsSkipped(m: Manifest): string[] {
  * the states they passed through.
  */
 export function notCaptured(m: Manifest): string[] {
-  const held = new Set(m.entries.map((e) => nameText(fsDecode(entryPathBytes(e)))));
-  return (m.unstable ?? []).filter((p) => !held.has(p));
+  return summaryOf(m).notCaptured;
+}
+
+function summaryOf(m: Manifest): EntriesSummary {
+  const summary = new EntriesSummary(m.unstable ?? []);
+  for (const e of m.entries) summary.add(e);
+  return summary;
 }
 
 /**
