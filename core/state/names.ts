@@ -104,5 +104,5 @@ export function tombstoneName(sessionId: string): string {
   return `${sessionId}.json`;
 }
 
-/** The checkpoint store's directories (docs/reference/state-dir.md "Checkpoint store"); quarantine/ holds what failed a read-back, made when first needed. */
-export const STORE_DIRS = { objects: 'objects', manifests: 'manifests', published: 'published', tmp: 'tmp', quarantine: 'quarantine' } as const;
+/** The checkpoint store's directories (docs/reference/state-dir.md "Checkpoint store"); quarantine/ holds what failed a read-back, index/ the stat caches (supervisor/checkpoint/stat-cache-file.ts), each made when first needed. */
+export const STORE_DIRS = { objects: 'objects', manifests: 'manifests', published: 'published', tmp: 'tmp', quarantine: 'quarantine', index: 'index' } as const;

@@ -109,7 +109,12 @@ export interface ReadBackResult {
   problems: { sha256: string; problem: string; paths: string[] }[];
 }
 
-export type CheckpointWorkerRequest = CheckpointRequest | ReadBackRequest;
+/** Answered once every step before it is done, the stat cache written included (capture.ts stop). */
+interface FlushRequest {
+  kind: 'flush';
+}
+
+export type CheckpointWorkerRequest = CheckpointRequest | ReadBackRequest | FlushRequest;
 
 const SHOWN_UNSTABLE = 100;
 
@@ -207,7 +212,7 @@ export function runCheckpoint(
   onFrozen: (frozen: boolean) => void = () => {},
 ): CheckpointStepResult {
   produced = null;
-  const seed = statCache.seed(req.root);
+  const seed = statCache.seed(req.root, { storeFd: req.storeFd, signingKeyPem: req.signingKeyPem });
   const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, seed, journalSince(req.journal, seed?.boundary ?? null));
   // Trees checked by the last read-back are trusted in that store only (not a copy put at its path since).
   const storeId = storeIdentity(req.storeFd);
@@ -277,6 +282,8 @@ export function runCheckpoint(
       kept: cap.keptSeed ? seed!.entries : null,
       update: changes ? { seed: seed!.entries, changes } : null,
       objects: listing,
+      signingKeyPem: req.signingKeyPem,
+      reserveBytes: req.reserveBytes,
     },
   );
   produced = { id, signatureVerified, objects, trees: cap.trees.trees, dirs: cap.trees.dirs, checkedTrees, written: new Set(cap.written) };
@@ -330,7 +337,7 @@ function readBackIn(store: LocalStoreFiles, req: ReadBackRequest): ReadBackResul
     problems: [],
   };
   if (!bytes) {
-    statCache.confirm(req.id, false);
+    statCache.confirm(req.id, false, req.storeFd);
     return { manifestProblems: [`no manifest ${req.id} in ${req.storeDir}`], ...none };
   }
   let objects: Map<string, number>;
@@ -345,7 +352,7 @@ function readBackIn(store: LocalStoreFiles, req: ReadBackRequest): ReadBackResul
     // counts by construction, and checkManifest of the same builder in the tests); the
     // signature it verified when it was made.
     if (!mine.signatureVerified) {
-      statCache.confirm(req.id, false);
+      statCache.confirm(req.id, false, req.storeFd);
       return { manifestProblems: ["the manifest's signature does not verify under the supervisor's public key"], ...none };
     }
     const look = req.rehash === 'changed' ? toLookAt(mine) : null;
@@ -369,7 +376,7 @@ function readBackIn(store: LocalStoreFiles, req: ReadBackRequest): ReadBackResul
   } else {
     const check = checkManifest(bytes, { expectId: req.id, publicKeyPem: req.publicKeyPem, readTree: (sha) => store.readObjectBytes(sha) });
     if (check.problems.length || !check.manifest) {
-      statCache.confirm(req.id, false);
+      statCache.confirm(req.id, false, req.storeFd);
       return { manifestProblems: check.problems, ...none };
     }
     objects = manifestObjects(check.manifest);
@@ -390,7 +397,7 @@ function readBackIn(store: LocalStoreFiles, req: ReadBackRequest): ReadBackResul
     ...(req.rehash !== 'all' ? { trusted: (sha: string, sig: string) => verified.has(req.storeDir, sha, sig) } : {}),
     onRehashed: (sha, sig) => verified.add(req.storeDir, sha, sig),
   });
-  statCache.confirm(req.id, rehash.problems.length === 0);
+  statCache.confirm(req.id, rehash.problems.length === 0, req.storeFd);
   for (const p of rehash.problems) verified.forget(req.storeDir, p.sha256);
   return {
     manifestProblems: [],
@@ -425,11 +432,15 @@ if (parentPort && workerData && (workerData as { checkpointWorker?: boolean }).c
                 (progress) => port.postMessage({ id, progress }),
                 (frozen) => port.postMessage({ id, frozen }),
               )
-            : runReadBack(req),
+            : req.kind === 'readback'
+              ? runReadBack(req)
+              : null,
       };
     } catch (err) {
       reply = toReply(err);
     }
     port.postMessage({ id, reply });
+    // The stat cache a read-back confirmed, to disk once the answer is on its way.
+    statCache.flush();
   });
 }

@@ -43,6 +43,8 @@ const threads = new Set<CheckpointThread>();
  */
 const YOUNG_GENERATION_MIB = 4;
 let exitHook = false;
+/** At stop, how long an idle thread may take to finish writing a stat cache (about 150 ms per 100,000 entries here). */
+const STOP_FLUSH_WAIT_MS = 5_000;
 
 function workerPath(): string | null {
   const here = dirname(fileURLToPath(import.meta.url));
@@ -134,8 +136,30 @@ export class CheckpointThread {
     this.refuseFreezing();
     const w = this.worker;
     this.worker = null;
+    // An idle thread may still be writing the stat cache a read-back confirmed (stat-cache.ts
+    // flush): let it finish, so a restart right after a checkpoint starts from that one.
+    if (w && this.waiting.size === 0) await this.idle(w, STOP_FLUSH_WAIT_MS);
     if (w) await w.terminate();
     this.thawNow('the supervisor is stopping'); // one frozen between the refusal and the end
+  }
+
+  /** Resolves once the thread answers a message posted now (so everything before it is done), or after ms, or when it exits. */
+  private idle(w: Worker, ms: number): Promise<void> {
+    const id = this.nextId++;
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(id);
+        resolve();
+      }, ms);
+      this.waiting.set(id, {
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        onProgress: () => {},
+      });
+      w.postMessage({ id, req: { kind: 'flush' } });
+    });
   }
 
   /** A frozen pass began (the thread says so once FIFREEZE returned) or ended: the watchdog past freezeMaxMs. */

@@ -1,8 +1,11 @@
 // What the checkpoint thread trusts across checkpoints (git's index, for checkpoints): per
 // workspace, its last read-back checkpoint's entries with the stat each was captured at (an
-// unchanged one is not read again: passes.ts); per store, the objects the read-back re-hashed
-// with their files' stat (checkpoint.readBack). In memory only: a restart reads all again.
+// unchanged one is not read again: passes.ts), also kept on disk for the next thread or start
+// (stat-cache-file.ts); per store, the objects the read-back re-hashed with their files' stat
+// (checkpoint.readBack), in memory only.
+import { closeSync, constants, openSync } from 'node:fs';
 import { racyMarginNs } from '../../core/fs/granule.js';
+import { loadStatCache, removeStatCache, saveStatCache } from './stat-cache-file.js';
 import type { CapturedEntry } from './passes.js';
 import type { DirTree } from './trees.js';
 import type { SeedChanges } from './hints.js';
@@ -27,16 +30,51 @@ export interface CaptureSeed {
 interface Offer {
   root: string;
   seed: CaptureSeed;
+  /** Whether the disk's copy is already this seed's (the capture kept the seed's entries, read from there or written there). */
+  onDisk: boolean;
+  /** Its checkpoint's signing key (the disk's copy is signed with it) and the room the store must keep free. */
+  signingKeyPem: string;
+  reserveBytes: number;
 }
 
-/** Per workspace root: the last read-back checkpoint's entries. At most one offer waits for its read-back. */
+/** A seed to write to disk once the read-back is answered (flush): the store's directory (its own fd, opened at confirm). */
+interface PendingSave {
+  storeFd: number;
+  root: string;
+  seed: CaptureSeed;
+  signingKeyPem: string;
+  reserveBytes: number;
+}
+
+/**
+ * Per workspace root: the last read-back checkpoint's entries. At most one offer waits for its
+ * read-back. The disk's copy (stat-cache-file.ts) follows: written after a read-back passed
+ * (flush, once its answer is sent), removed when one failed, read at the first capture of a
+ * root in this thread.
+ */
 export class StatCache {
   private readonly byRoot = new Map<string, CaptureSeed>();
   private offered: { id: string; offer: Offer } | null = null;
+  /** Roots whose disk copy this thread has looked for (once each: after that, memory is newer). */
+  private readonly looked = new Set<string>();
+  /** The seeds on disk as this thread wrote or read them, by root. */
+  private readonly onDisk = new Map<string, CaptureSeed>();
+  private pending: PendingSave | null = null;
 
-  /** The seed for a capture of root, or undefined (none yet, or dropped). */
-  seed(root: string): CaptureSeed | undefined {
-    return this.byRoot.get(root);
+  /**
+   * The seed for a capture of root, or undefined (none yet, or dropped). With a store (its fd)
+   * and the signing key: at this thread's first capture of root, the disk's copy, when it is one
+   * this key signed (a new thread, or a restart, starts from it).
+   */
+  seed(root: string, disk?: { storeFd: number; signingKeyPem: string }): CaptureSeed | undefined {
+    const seed = this.byRoot.get(root);
+    if (seed || !disk || this.looked.has(root)) return seed;
+    this.looked.add(root);
+    const loaded = loadStatCache(disk.storeFd, root, disk.signingKeyPem);
+    if (!loaded) return undefined;
+    this.byRoot.set(root, loaded);
+    this.onDisk.set(root, loaded);
+    return loaded;
   }
 
   /**
@@ -65,6 +103,9 @@ export class StatCache {
       update: { seed: Map<string, CapturedEntry>; changes: SeedChanges } | null;
       /** What the manifest step derived from `entries` (kept with them only when every entry is). */
       objects: CaptureSeed['objects'];
+      /** The checkpoint's signing key and the room to keep free in the store (for the disk's copy). */
+      signingKeyPem: string;
+      reserveBytes: number;
     },
   ): void {
     const { rootSig, rootFs, startedAtNs, vetted, boundary, presentIn } = capture;
@@ -86,17 +127,89 @@ export class StatCache {
     }
     // The derived listing holds for the seed only when the seed is every entry (a capture keeping the seed whole then reuses it).
     const objects = kept.size === entries.length ? capture.objects : undefined;
-    this.offered = { id, offer: { root, seed: { entries: kept, trees: trees.dirs, storeId: trees.storeId, rootSig, rootFs, boundary, objects, presentIn } } };
+    // The disk's copy holds these same entries when the capture kept the seed's whole and it was
+    // the one on disk (its root and trees unchanged with them: one pass found it exactly).
+    const onDisk = capture.kept !== null && this.onDisk.get(root)?.entries === capture.kept;
+    if (!onDisk) this.onDisk.delete(root);
+    this.offered = {
+      id,
+      offer: {
+        root,
+        seed: { entries: kept, trees: trees.dirs, storeId: trees.storeId, rootSig, rootFs, boundary, objects, presentIn },
+        onDisk,
+        signingKeyPem: capture.signingKeyPem,
+        reserveBytes: capture.reserveBytes,
+      },
+    };
     // Until it is confirmed, no seed: a capture that failed its read-back is never trusted.
     this.byRoot.delete(root);
   }
 
-  /** The read-back of manifest id: passed (its offer becomes the seed) or not (dropped). */
-  confirm(id: string, passed: boolean): void {
+  /**
+   * The read-back of manifest id, in the store storeFd: passed (its offer becomes the seed, and
+   * is written to disk at flush) or not (dropped, and the disk's copy removed now: nothing the
+   * thread had is trusted).
+   */
+  confirm(id: string, passed: boolean, storeFd?: number): void {
     const o = this.offered;
     if (!o || o.id !== id) return;
     this.offered = null;
-    if (passed) this.byRoot.set(o.offer.root, o.offer.seed);
+    const { root, seed } = o.offer;
+    if (passed) {
+      this.byRoot.set(root, seed);
+      if (o.offer.onDisk) this.onDisk.set(root, seed);
+      else if (storeFd !== undefined) this.saveLater(storeFd, o.offer);
+      return;
+    }
+    this.onDisk.delete(root);
+    if (storeFd === undefined) return;
+    try {
+      removeStatCache(storeFd, root);
+    } catch {
+      // a store that cannot be changed: its copy is of the last read-back that passed, and only ever read again
+    }
+  }
+
+  private saveLater(storeFd: number, offer: Offer): void {
+    this.dropPending();
+    try {
+      // Its own fd: the supervisor's may be closed by the time the answer is sent.
+      const fd = openSync(`/proc/self/fd/${storeFd}`, constants.O_RDONLY | constants.O_DIRECTORY);
+      this.pending = { storeFd: fd, root: offer.root, seed: offer.seed, signingKeyPem: offer.signingKeyPem, reserveBytes: offer.reserveBytes };
+    } catch {
+      // no store to write in: the next start reads every file
+    }
+  }
+
+  private dropPending(): void {
+    if (this.pending) closeSync(this.pending.storeFd);
+    this.pending = null;
+  }
+
+  /**
+   * Writes the seed confirmed last to disk (called once its read-back is answered: the write is
+   * not on the checkpoint's path). Returns its bytes; 0 when there was none to write or it was
+   * not written (the store's file system short of the room to keep free, or an error), and then
+   * root has no copy on disk: the next thread or start reads every file of it.
+   */
+  flush(): number {
+    const p = this.pending;
+    if (!p) return 0;
+    this.pending = null;
+    try {
+      const bytes = saveStatCache(p.storeFd, p.root, p.seed, p.signingKeyPem, p.reserveBytes);
+      if (bytes > 0) this.onDisk.set(p.root, p.seed);
+      return bytes;
+    } catch {
+      try {
+        removeStatCache(p.storeFd, p.root);
+      } catch {
+        // nothing more to do
+      }
+      return 0;
+    } finally {
+      closeSync(p.storeFd);
+    }
   }
 }
 

@@ -7,10 +7,12 @@ import {
   chmodSync,
   closeSync,
   existsSync,
+  lstatSync,
   mkdirSync,
   readdirSync,
   readFileSync,
   openSync,
+  readSync,
   renameSync,
   rmSync,
   statfsSync,
@@ -328,24 +330,80 @@ describe('the stat cache and the read-back', () => {
     const damaged = await checkpoint(d, ws);
     expect(damaged.status).toBe(125);
     expect(damaged.failure).toMatchObject({ code: 'CHECKPOINT_FAILED', details: { stage: 'read_back', paths: ['f3'] } });
+    // Nothing of it trusted: the stat cache is dropped, its copy on disk too (a restart now would read every file).
+    expect(readdirSync(join(d.stateDir, 'checkpoints', 'index'))).toEqual([]);
     // Set aside: the retry stores it again, and it reads back.
     const retried = await checkpoint(d, ws);
     expect(retried.result).toMatchObject({ consistent: true, objects: { written: 1 }, read_back: { rehashed_objects: 1, trusted_objects: 0 } });
     expect(shaOf(retried.result!.checkpoint_id, 'f3')).toBe(sha256(Buffer.from('file 3\n')));
   });
 
-  it("after a restart every file is read once more; checkpoint.readBack 'all' re-hashes every object every time", async () => {
+  it('after a restart the stat cache is read from the store (no file read) and the read-back re-hashes every object once; a damaged, planted or removed copy is not used', async () => {
+    const last = await checkpoint(d, ws); // answered after the last one's stat cache is written (one step at a time)
+    const index = join(d.stateDir, 'checkpoints', 'index');
+    const [name] = readdirSync(index);
+    expect(name).toMatch(/^[0-9a-f]{64}\.bin$/);
+    const copy = join(index, name);
+    await d.terminate();
+    // Changed while the supervisor was down: same size, mtime put back (the ctime moved).
+    const f5 = join(ws, 'f5');
+    const st = statSync(f5);
+    writeFileSync(f5, 'FILE 5\n');
+    utimesSync(f5, st.atime, st.mtime);
+    await d.start();
+    const restarted = await checkpoint(d, ws);
+    expect(restarted.result).toMatchObject({
+      consistent: true,
+      scan: { files: FILES },
+      objects: { written: 1 },
+      read: { files: 1, bytes: 7 },
+      // No tree counts as checked after a restart, nor any object as re-hashed: every one is read back.
+      read_back: { objects: FILES, rehashed_objects: FILES, trusted_objects: 0 },
+    });
+    expect(restarted.result!.scan.digest).not.toBe(last.result!.scan.digest);
+    expect(shaOf(restarted.result!.checkpoint_id, 'f5')).toBe(sha256(Buffer.from('FILE 5\n')));
+    const again = await checkpoint(d, ws);
+    expect(again.result).toMatchObject({
+      scan: { passes: 1, digest: restarted.result!.scan.digest },
+      read: { files: 0 },
+      read_back: { rehashed_objects: 0, trusted_objects: FILES },
+    });
+
+    // Each copy that is not this key's for this directory is read as no cache: every file read, two walks.
+    const fromScratch = async (spoil: () => void) => {
+      await checkpoint(d, ws); // the copy written (the last checkpoint's flush done)
+      await d.terminate();
+      spoil();
+      await d.start();
+      const r = await checkpoint(d, ws);
+      expect(r.result).toMatchObject({ consistent: true, scan: { passes: 2, digest: again.result!.scan.digest }, read: { files: FILES } });
+    };
+    await fromScratch(() => {
+      const fd = openSync(copy, 'r+');
+      const b = Buffer.alloc(1);
+      readSync(fd, b, 0, 1, 100);
+      b[0] ^= 1;
+      writeSync(fd, b, 0, 1, 100);
+      closeSync(fd);
+    });
+    await fromScratch(() => {
+      const other = join(d.dir, 'planted-copy'); // a good copy, behind a link
+      renameSync(copy, other);
+      symlinkSync(other, copy); // never followed
+    });
+    await checkpoint(d, ws);
+    expect(lstatSync(copy).isFile()).toBe(true); // the link replaced, not written through
+    await fromScratch(() => rmSync(index, { recursive: true }));
+    await checkpoint(d, ws);
+    expect(readdirSync(index)).toEqual([name]);
+  });
+
+  it("checkpoint.readBack 'all' re-hashes every object every time", async () => {
     await d.terminate();
     d.withConfig({ workspace: { paths: [ws] }, checkpoint: { readBack: 'all' } });
     await d.start();
     const first = await checkpoint(d, ws);
-    expect(first.result).toMatchObject({
-      consistent: true,
-      scan: { passes: 2 },
-      objects: { written: 0 },
-      read: { files: FILES },
-      read_back: { objects: FILES, rehashed_objects: FILES },
-    });
+    expect(first.result).toMatchObject({ consistent: true, scan: { passes: 1 }, read: { files: 0 }, read_back: { objects: FILES, rehashed_objects: FILES } });
     const again = await checkpoint(d, ws);
     expect(again.result).toMatchObject({ consistent: true, scan: { passes: 1 }, read: { files: 0 }, read_back: { objects: FILES, rehashed_objects: FILES } });
   });
@@ -449,9 +507,10 @@ describe('what the watcher saw change is read before the walk (the workspace jou
     await releaseWorkspace(d, ws);
   });
 
-  /** The checkpoint a restarted supervisor takes (no stat cache, no journal: every file read, two walks): what the tree is. */
+  /** The checkpoint a restarted supervisor takes without its stat cache (its copy in the store removed; no journal: every file read, two walks): what the tree is. */
   async function fromScratch(): Promise<CheckpointResult> {
     await d.terminate();
+    rmSync(join(d.stateDir, 'checkpoints', 'index'), { recursive: true, force: true });
     await d.start();
     const r = (await checkpoint(d, ws)).result!;
     expect(r).toMatchObject({ consistent: true, scan: { passes: 2 }, read: { hinted_paths: 0 } });

@@ -1,0 +1,406 @@
+// The stat cache on disk (git's index, kept across restarts): per checkpointed directory, the
+// entries of its last read-back checkpoint with the stat each was captured at, and its
+// directories' trees, in the store's index/ (docs/reference/state-dir.md). Owns that file's
+// format, its signed write (replaced whole, by rename) and its checked read; what is trusted
+// across checkpoints, and when, is stat-cache.ts's.
+import { createHash, createPrivateKey, createPublicKey, sign, verify, type KeyObject } from 'node:crypto';
+import { closeSync, constants, fstatSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, renameSync, statfsSync, unlinkSync, writeSync } from 'node:fs';
+import { pathAt } from '../../core/fs/walk.js';
+import { STORE_DIRS } from '../../core/state/names.js';
+import { errnoCode } from '../../ipc/errno.js';
+import type { EntryType } from '../../core/fs/walk.js';
+import type { CapturedEntry } from './passes.js';
+import type { DirTree } from './trees.js';
+import type { CaptureSeed } from './stat-cache.js';
+
+/** The file's first bytes: its format, version 1. */
+const MAGIC = Buffer.from('SBXSTAT1');
+/** An Ed25519 signature, last: over the SHA-256 of every byte before it. */
+const SIGNATURE_BYTES = 64;
+/** Copies kept in index/ at most (one per checkpointed directory): past it, the least recently written go. */
+export const MAX_STAT_CACHE_FILES = 16;
+/** A file bigger than this is not read (about 4,000,000 entries): the capture reads every file instead. */
+export const MAX_STAT_CACHE_FILE_BYTES = 1 << 30;
+
+const TYPES: readonly Exclude<EntryType, 'unknown'>[] = ['file', 'dir', 'symlink', 'fifo', 'socket', 'char', 'block'];
+const HAS_SHA256 = 1;
+const HAS_TARGET = 2;
+const HAS_RDEV = 4;
+const IS_MOUNT = 8;
+const HAS_JSON_BYTES = 16;
+
+/** The header: what the entries are of, and what they were captured against. */
+interface Header {
+  root: string;
+  rootFs: string;
+  rootSig: string;
+  entries: number;
+  dirs: number;
+}
+
+/** The file of root in the store's index/: the hex SHA-256 of its path (a path is never a file name). */
+export function statCacheFileName(root: string): string {
+  return `${createHash('sha256').update(root).digest('hex')}.bin`;
+}
+
+/** Grows as written; one Buffer at the end (little endian throughout). */
+class Writer {
+  private buf = Buffer.allocUnsafe(1 << 16);
+  private view = new DataView(this.buf.buffer, this.buf.byteOffset, this.buf.length);
+  length = 0;
+
+  /** Room for n more bytes; the offset to write them at. */
+  private room(n: number): number {
+    const at = this.length;
+    if (at + n > this.buf.length) {
+      const next = Buffer.allocUnsafe(Math.max(this.buf.length * 2, at + n));
+      this.buf.copy(next, 0, 0, at);
+      this.buf = next;
+      this.view = new DataView(next.buffer, next.byteOffset, next.length);
+    }
+    this.length = at + n;
+    return at;
+  }
+  u8(v: number): void {
+    const at = this.room(1);
+    this.buf[at] = v;
+  }
+  u32(v: number): void {
+    const at = this.room(4);
+    this.view.setUint32(at, v, true);
+  }
+  f64(v: number): void {
+    const at = this.room(8);
+    this.view.setFloat64(at, v, true);
+  }
+  i64(v: bigint): void {
+    const at = this.room(8);
+    this.view.setBigInt64(at, v, true);
+  }
+  u64(v: bigint): void {
+    const at = this.room(8);
+    this.view.setBigUint64(at, v, true);
+  }
+  bytes(b: Uint8Array): void {
+    const at = this.room(b.length);
+    this.buf.set(b, at);
+  }
+  /** Length-prefixed (u32). */
+  blob(b: Uint8Array): void {
+    this.u32(b.length);
+    this.bytes(b);
+  }
+  /** A latin1 string (a byte per char), length-prefixed (u32). */
+  latin1(s: string): void {
+    this.u32(s.length);
+    const at = this.room(s.length);
+    this.buf.write(s, at, s.length, 'latin1');
+  }
+  /** 64 hex digits as their 32 bytes. */
+  sha256(hex: string): void {
+    const at = this.room(32);
+    if (this.buf.write(hex, at, 32, 'hex') !== 32) throw new Error(`not a SHA-256: ${hex}`);
+  }
+  done(): Buffer {
+    return this.buf.subarray(0, this.length);
+  }
+}
+
+class Reader {
+  at = 0;
+  private readonly view: DataView;
+  constructor(private readonly buf: Buffer) {
+    this.view = new DataView(buf.buffer, buf.byteOffset, buf.length);
+  }
+  private need(n: number): number {
+    const at = this.at;
+    if (at + n > this.buf.length) throw new Error('truncated');
+    this.at += n;
+    return at;
+  }
+  u8(): number {
+    return this.buf[this.need(1)];
+  }
+  u32(): number {
+    return this.view.getUint32(this.need(4), true);
+  }
+  f64(): number {
+    return this.view.getFloat64(this.need(8), true);
+  }
+  i64(): bigint {
+    return this.view.getBigInt64(this.need(8), true);
+  }
+  u64(): bigint {
+    return this.view.getBigUint64(this.need(8), true);
+  }
+  bytes(n: number): Buffer {
+    const at = this.need(n);
+    return this.buf.subarray(at, at + n);
+  }
+  blob(): Buffer {
+    return this.bytes(this.u32());
+  }
+  latin1(): string {
+    const n = this.u32();
+    const at = this.need(n);
+    return this.buf.toString('latin1', at, at + n);
+  }
+  sha256(): string {
+    const at = this.need(32);
+    return this.buf.toString('hex', at, at + 32);
+  }
+}
+
+/**
+ * The file's bytes for a seed (unsigned: signStatCache adds the signature). Its trees are
+ * written only where every member is one of its entries (a racily clean file is left out of the
+ * entries, so its directory's tree is built again), members by their index in the entries.
+ */
+export function encodeStatCache(root: string, seed: CaptureSeed): Buffer {
+  const w = new Writer();
+  const index = new Map<CapturedEntry, number>();
+  const entries = [...seed.entries.values()];
+  entries.forEach((e, i) => index.set(e, i));
+  const dirs: [string, DirTree][] = [];
+  for (const [key, tree] of seed.trees ?? []) if (tree.members.every((m) => index.has(m))) dirs.push([key, tree]);
+  const header: Header = { root, rootFs: seed.rootFs, rootSig: seed.rootSig, entries: entries.length, dirs: dirs.length };
+  w.bytes(MAGIC);
+  w.blob(Buffer.from(JSON.stringify(header)));
+  for (const e of entries) {
+    const flags =
+      (e.sha256 !== undefined ? HAS_SHA256 : 0) |
+      (e.target !== undefined ? HAS_TARGET : 0) |
+      (e.rdev !== undefined ? HAS_RDEV : 0) |
+      (e.mount ? IS_MOUNT : 0) |
+      (e.jsonBytes !== undefined ? HAS_JSON_BYTES : 0);
+    w.u8(flags);
+    w.u8(TYPES.indexOf(e.type));
+    w.latin1(e.key);
+    w.u32(e.mode);
+    w.u32(e.uid);
+    w.u32(e.gid);
+    w.f64(e.size);
+    w.i64(e.mtimeNs);
+    w.i64(e.ctimeNs);
+    w.u64(e.ino);
+    w.u32(e.stMode);
+    w.f64(e.stSize);
+    w.f64(e.stRdev);
+    if (e.sha256 !== undefined) w.sha256(e.sha256);
+    if (e.target !== undefined) w.blob(e.target);
+    if (e.rdev !== undefined) w.f64(e.rdev);
+    if (e.jsonBytes !== undefined) w.f64(e.jsonBytes);
+  }
+  for (const [key, tree] of dirs) {
+    w.latin1(key);
+    w.sha256(tree.id);
+    w.f64(tree.bytes);
+    w.u32(tree.members.length);
+    for (const m of tree.members) w.u32(index.get(m)!);
+    w.u32(tree.subtrees.length);
+    for (const s of tree.subtrees) w.sha256(s);
+  }
+  return w.done();
+}
+
+/**
+ * The seed in bytes (encodeStatCache's, signed), or null when they are not a stat cache of root
+ * signed by key's public key: any damage, another format or root. Its seed has no storeId,
+ * presentIn, boundary or objects: after a restart no tree counts as checked by a read-back, each
+ * file's object is looked up in the store, the journal is another, and the object list is made again.
+ */
+export function decodeStatCache(bytes: Buffer, root: string, publicKey: KeyObject): CaptureSeed | null {
+  if (bytes.length < MAGIC.length + SIGNATURE_BYTES || !bytes.subarray(0, MAGIC.length).equals(MAGIC)) return null;
+  const body = bytes.subarray(0, bytes.length - SIGNATURE_BYTES);
+  const digest = createHash('sha256').update(body).digest();
+  if (!verify(null, digest, publicKey, bytes.subarray(body.length))) return null;
+  try {
+    const r = new Reader(body);
+    r.bytes(MAGIC.length);
+    const header = JSON.parse(r.blob().toString('utf8')) as Header;
+    if (header.root !== root) return null;
+    const list: CapturedEntry[] = new Array<CapturedEntry>(header.entries);
+    const entries = new Map<string, CapturedEntry>();
+    for (let i = 0; i < header.entries; i++) {
+      const flags = r.u8();
+      const type = TYPES[r.u8()];
+      if (type === undefined) return null;
+      const e: CapturedEntry = {
+        key: r.latin1(),
+        type,
+        mode: r.u32(),
+        uid: r.u32(),
+        gid: r.u32(),
+        size: r.f64(),
+        mtimeNs: r.i64(),
+        ctimeNs: r.i64(),
+        ino: r.u64(),
+        stMode: r.u32(),
+        stSize: r.f64(),
+        stRdev: r.f64(),
+      };
+      if (flags & HAS_SHA256) e.sha256 = r.sha256();
+      if (flags & HAS_TARGET) e.target = Buffer.from(r.blob());
+      if (flags & HAS_RDEV) e.rdev = r.f64();
+      if (flags & IS_MOUNT) e.mount = true;
+      if (flags & HAS_JSON_BYTES) e.jsonBytes = r.f64();
+      list[i] = e;
+      entries.set(e.key, e);
+    }
+    const trees = new Map<string, DirTree>();
+    for (let i = 0; i < header.dirs; i++) {
+      const key = r.latin1();
+      const id = r.sha256();
+      const treeBytes = r.f64();
+      const members: CapturedEntry[] = new Array<CapturedEntry>(r.u32());
+      for (let m = 0; m < members.length; m++) {
+        const e = list[r.u32()];
+        if (e === undefined) return null;
+        members[m] = e;
+      }
+      const subtrees: string[] = new Array<string>(r.u32());
+      for (let s = 0; s < subtrees.length; s++) subtrees[s] = r.sha256();
+      trees.set(key, { members, subtrees, id, bytes: treeBytes });
+    }
+    if (r.at !== body.length || entries.size !== header.entries) return null;
+    return { entries, trees, rootSig: header.rootSig, rootFs: header.rootFs, boundary: null };
+  } catch {
+    return null;
+  }
+}
+
+/** The signing key's public half (one PEM parsed once per thread). */
+const keys = new Map<string, { privateKey: KeyObject; publicKey: KeyObject }>();
+function keyPair(signingKeyPem: string): { privateKey: KeyObject; publicKey: KeyObject } {
+  let k = keys.get(signingKeyPem);
+  if (!k) {
+    const privateKey = createPrivateKey(signingKeyPem);
+    k = { privateKey, publicKey: createPublicKey(privateKey) };
+    keys.clear();
+    keys.set(signingKeyPem, k);
+  }
+  return k;
+}
+
+/** index/ in the store (storeFd), made 0700 when create; its fd, or null (absent, or not a directory: a link is never followed). */
+function indexDir(storeFd: number, create: boolean): number | null {
+  const path = pathAt(storeFd, STORE_DIRS.index);
+  if (create) {
+    try {
+      mkdirSync(path, 0o700);
+    } catch (err) {
+      if (errnoCode(err) !== 'EEXIST') throw err;
+    }
+  }
+  try {
+    return openSync(path, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+  } catch (err) {
+    if (errnoCode(err) === 'ENOENT' || errnoCode(err) === 'ENOTDIR' || errnoCode(err) === 'ELOOP') return null;
+    throw err;
+  }
+}
+
+/**
+ * Writes root's stat cache (replacing the last: a temp file, then rename(2); not fsync'ed, so a
+ * crash may leave the older one, or none: both are only read again, never trusted wrongly),
+ * signed with the checkpoint signing key. Not written when it would leave the store's file
+ * system less than reserveBytes free. Returns the bytes written (0: not written). Throws
+ * errno errors (the caller drops the cache then: removeStatCache).
+ */
+export function saveStatCache(storeFd: number, root: string, seed: CaptureSeed, signingKeyPem: string, reserveBytes: number): number {
+  const body = encodeStatCache(root, seed);
+  const signature = sign(null, createHash('sha256').update(body).digest(), keyPair(signingKeyPem).privateKey);
+  const dirFd = indexDir(storeFd, true);
+  if (dirFd === null) return 0;
+  const name = statCacheFileName(root);
+  const temp = `.${name}.tmp`;
+  try {
+    const fs = statfsSync(pathAt(dirFd, '.'));
+    if (Number(fs.bavail) * Number(fs.bsize) - body.length - SIGNATURE_BYTES < reserveBytes) {
+      unlinkQuiet(dirFd, name);
+      return 0;
+    }
+    unlinkQuiet(dirFd, temp);
+    const fd = openSync(pathAt(dirFd, temp), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+    try {
+      for (const b of [body, signature]) {
+        let at = 0;
+        while (at < b.length) at += writeSync(fd, b, at, b.length - at);
+      }
+    } catch (err) {
+      closeSync(fd);
+      unlinkQuiet(dirFd, temp);
+      throw err;
+    }
+    closeSync(fd);
+    renameSync(pathAt(dirFd, temp), pathAt(dirFd, name));
+    keepNewest(dirFd, MAX_STAT_CACHE_FILES);
+    return body.length + SIGNATURE_BYTES;
+  } finally {
+    closeSync(dirFd);
+  }
+}
+
+/** Reads root's stat cache from the store (storeFd): null when there is none, or it is not one this key signed for root (decodeStatCache), or it cannot be read. */
+export function loadStatCache(storeFd: number, root: string, signingKeyPem: string): CaptureSeed | null {
+  let dirFd: number | null;
+  try {
+    dirFd = indexDir(storeFd, false);
+  } catch {
+    return null;
+  }
+  if (dirFd === null) return null;
+  try {
+    const fd = openSync(pathAt(dirFd, statCacheFileName(root)), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    try {
+      const st = fstatSync(fd);
+      if (!st.isFile() || st.size > MAX_STAT_CACHE_FILE_BYTES) return null;
+      const bytes = Buffer.allocUnsafe(st.size);
+      let at = 0;
+      for (let n; at < bytes.length && (n = readSync(fd, bytes, at, bytes.length - at, at)) > 0;) at += n;
+      if (at !== bytes.length) return null;
+      return decodeStatCache(bytes, root, keyPair(signingKeyPem).publicKey);
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return null;
+  } finally {
+    closeSync(dirFd);
+  }
+}
+
+/** Removes root's stat cache from the store, if any (its checkpoint's read-back failed: nothing it captured is trusted). Throws errno errors but ENOENT. */
+export function removeStatCache(storeFd: number, root: string): void {
+  const dirFd = indexDir(storeFd, false);
+  if (dirFd === null) return;
+  try {
+    unlinkQuiet(dirFd, statCacheFileName(root));
+  } finally {
+    closeSync(dirFd);
+  }
+}
+
+/** Removes all but the newest (by mtime) n copies in index/ (other names there are left alone). */
+function keepNewest(dirFd: number, n: number): void {
+  const copies: { name: string; mtimeMs: number }[] = [];
+  for (const name of readdirSync(pathAt(dirFd, '.'))) {
+    if (!/^[0-9a-f]{64}\.bin$/.test(name)) continue;
+    try {
+      copies.push({ name, mtimeMs: lstatSync(pathAt(dirFd, name)).mtimeMs });
+    } catch {
+      // gone meanwhile
+    }
+  }
+  if (copies.length <= n) return;
+  copies.sort((a, b) => b.mtimeMs - a.mtimeMs);
+  for (const c of copies.slice(n)) unlinkQuiet(dirFd, c.name);
+}
+
+function unlinkQuiet(dirFd: number, name: string): void {
+  try {
+    unlinkSync(pathAt(dirFd, name));
+  } catch (err) {
+    if (errnoCode(err) !== 'ENOENT') throw err;
+  }
+}
