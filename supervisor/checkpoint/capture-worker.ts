@@ -76,6 +76,8 @@ export interface CheckpointStepResult {
   /** Files the capture opened and read (every pass), and the bytes it hashed. */
   read: { files: number; bytes: number; hintedPaths: number };
   freeze: CaptureResult['freeze'];
+  /** Why the stat cache's copy on disk was not used (stat-cache-file.ts loadStatCache), when there was one and it was not: every file was read. */
+  statCacheRejected?: string;
   /** forRemote: the manifest's canonical bytes, and [sha256, size, a path using it] per object. */
   manifestBytes?: Uint8Array;
   objectList?: [string, number, string][];
@@ -212,7 +214,7 @@ export function runCheckpoint(
   onFrozen: (frozen: boolean) => void = () => {},
 ): CheckpointStepResult {
   produced = null;
-  const seed = statCache.seed(req.root, { storeFd: req.storeFd, signingKeyPem: req.signingKeyPem });
+  const { seed, rejected: statCacheRejected } = statCache.seed(req.root, { storeFd: req.storeFd, signingKeyPem: req.signingKeyPem });
   const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, seed, journalSince(req.journal, seed?.boundary ?? null));
   // Trees checked by the last read-back are trusted in that store only (not a copy put at its path since).
   const storeId = storeIdentity(req.storeFd);
@@ -302,6 +304,7 @@ export function runCheckpoint(
     trees: { referenced: cap.trees.trees.size, written: cap.trees.written, bytesWritten: cap.trees.bytesWritten, built: cap.trees.built },
     read: { files: cap.filesRead, bytes: cap.bytesHashed, hintedPaths: cap.hintedPaths },
     freeze: cap.freeze,
+    ...(statCacheRejected !== undefined ? { statCacheRejected } : {}),
   };
   if (req.forRemote) {
     result.manifestBytes = new Uint8Array(Buffer.concat(parts));

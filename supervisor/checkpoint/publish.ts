@@ -97,6 +97,11 @@ export async function publishCheckpoint(d: PublishDeps, workspaceArg: string, ta
   }
   const cap = captured.result;
   const id = cap.id;
+  if (cap.statCacheRejected !== undefined)
+    log.warn(
+      { workspace, reason: cap.statCacheRejected },
+      "the stat cache's copy in the checkpoint store's index/ was not used: every file of this checkpoint is read (it is written again once its read-back passes)",
+    );
   const tCapture = performance.now();
   let store: CheckpointStore = local;
   let version;

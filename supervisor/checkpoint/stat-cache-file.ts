@@ -4,7 +4,21 @@
 // format, its signed write (replaced whole, by rename) and its checked read; what is trusted
 // across checkpoints, and when, is stat-cache.ts's.
 import { createHash, createPrivateKey, createPublicKey, sign, verify, type KeyObject } from 'node:crypto';
-import { closeSync, constants, fstatSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, renameSync, statfsSync, unlinkSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  futimesSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readSync,
+  renameSync,
+  statfsSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
 import { pathAt } from '../../core/fs/walk.js';
 import { STORE_DIRS } from '../../core/state/names.js';
 import { errnoCode } from '../../ipc/errno.js';
@@ -17,7 +31,7 @@ import type { CaptureSeed } from './stat-cache.js';
 const MAGIC = Buffer.from('SBXSTAT1');
 /** An Ed25519 signature, last: over the SHA-256 of every byte before it. */
 const SIGNATURE_BYTES = 64;
-/** Copies kept in index/ at most (one per checkpointed directory): past it, the least recently written go. */
+/** Copies kept in index/ at most (one per checkpointed directory): past it, the least recently used go (touchStatCache). */
 export const MAX_STAT_CACHE_FILES = 16;
 /** A file bigger than this is not read (about 4,000,000 entries): the capture reads every file instead. */
 export const MAX_STAT_CACHE_FILE_BYTES = 1 << 30;
@@ -341,30 +355,62 @@ export function saveStatCache(storeFd: number, root: string, seed: CaptureSeed, 
   }
 }
 
-/** Reads root's stat cache from the store (storeFd): null when there is none, or it is not one this key signed for root (decodeStatCache), or it cannot be read. */
-export function loadStatCache(storeFd: number, root: string, signingKeyPem: string): CaptureSeed | null {
+/** What loadStatCache found: the seed, no copy, or a copy not used (why, for the log). */
+export type StatCacheLoad = { seed: CaptureSeed } | { absent: true } | { rejected: string };
+
+/** Reads root's stat cache from the store (storeFd): its seed, none, or why the copy there is not used (not a regular file, too big, damaged, cut short, of another directory, or not signed by this key). */
+export function loadStatCache(storeFd: number, root: string, signingKeyPem: string): StatCacheLoad {
   let dirFd: number | null;
   try {
     dirFd = indexDir(storeFd, false);
-  } catch {
-    return null;
+  } catch (err) {
+    return { rejected: `index/ cannot be opened: ${(err as Error).message}` };
   }
-  if (dirFd === null) return null;
+  if (dirFd === null) return { absent: true };
   try {
     const fd = openSync(pathAt(dirFd, statCacheFileName(root)), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
     try {
       const st = fstatSync(fd);
-      if (!st.isFile() || st.size > MAX_STAT_CACHE_FILE_BYTES) return null;
+      if (!st.isFile()) return { rejected: 'not a regular file' };
+      if (st.size > MAX_STAT_CACHE_FILE_BYTES) return { rejected: `${st.size} bytes, over ${MAX_STAT_CACHE_FILE_BYTES}` };
       const bytes = Buffer.allocUnsafe(st.size);
       let at = 0;
       for (let n; at < bytes.length && (n = readSync(fd, bytes, at, bytes.length - at, at)) > 0;) at += n;
-      if (at !== bytes.length) return null;
-      return decodeStatCache(bytes, root, keyPair(signingKeyPem).publicKey);
+      if (at !== bytes.length) return { rejected: 'cut short while read' };
+      const seed = decodeStatCache(bytes, root, keyPair(signingKeyPem).publicKey);
+      return seed ? { seed } : { rejected: 'damaged, of another directory, or not signed by this key' };
+    } finally {
+      closeSync(fd);
+    }
+  } catch (err) {
+    const code = errnoCode(err);
+    if (code === 'ENOENT') return { absent: true };
+    return { rejected: code === 'ELOOP' ? 'a symbolic link (never followed)' : (err as Error).message };
+  } finally {
+    closeSync(dirFd);
+  }
+}
+
+/**
+ * Marks root's copy as used now (its mtime: the copies kept past MAX_STAT_CACHE_FILES are the
+ * most recently used); false when there is no regular file there to mark (removed, or pushed
+ * out: the caller writes it again).
+ */
+export function touchStatCache(storeFd: number, root: string): boolean {
+  const dirFd = indexDir(storeFd, false);
+  if (dirFd === null) return false;
+  try {
+    const fd = openSync(pathAt(dirFd, statCacheFileName(root)), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    try {
+      if (!fstatSync(fd).isFile()) return false;
+      const now = new Date();
+      futimesSync(fd, now, now);
+      return true;
     } finally {
       closeSync(fd);
     }
   } catch {
-    return null;
+    return false;
   } finally {
     closeSync(dirFd);
   }
@@ -381,7 +427,7 @@ export function removeStatCache(storeFd: number, root: string): void {
   }
 }
 
-/** Removes all but the newest (by mtime) n copies in index/ (other names there are left alone). */
+/** Removes all but the n most recently used (by mtime: written, or touched) copies in index/ (other names there are left alone). */
 function keepNewest(dirFd: number, n: number): void {
   const copies: { name: string; mtimeMs: number }[] = [];
   for (const name of readdirSync(pathAt(dirFd, '.'))) {

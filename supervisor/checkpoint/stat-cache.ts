@@ -5,7 +5,7 @@
 // (checkpoint.readBack), in memory only.
 import { closeSync, constants, openSync } from 'node:fs';
 import { racyMarginNs } from '../../core/fs/granule.js';
-import { loadStatCache, removeStatCache, saveStatCache } from './stat-cache-file.js';
+import { loadStatCache, removeStatCache, saveStatCache, touchStatCache } from './stat-cache-file.js';
 import type { CapturedEntry } from './passes.js';
 import type { DirTree } from './trees.js';
 import type { SeedChanges } from './hints.js';
@@ -62,19 +62,21 @@ export class StatCache {
   private pending: PendingSave | null = null;
 
   /**
-   * The seed for a capture of root, or undefined (none yet, or dropped). With a store (its fd)
-   * and the signing key: at this thread's first capture of root, the disk's copy, when it is one
-   * this key signed (a new thread, or a restart, starts from it).
+   * The seed for a capture of root, if any (none yet, or dropped). With a store (its fd) and
+   * the signing key: at this thread's first capture of root, the disk's copy, when it is one
+   * this key signed (a new thread, or a restart, starts from it); `rejected` says why a copy
+   * there is not used.
    */
-  seed(root: string, disk?: { storeFd: number; signingKeyPem: string }): CaptureSeed | undefined {
+  seed(root: string, disk?: { storeFd: number; signingKeyPem: string }): { seed?: CaptureSeed; rejected?: string } {
     const seed = this.byRoot.get(root);
-    if (seed || !disk || this.looked.has(root)) return seed;
+    if (seed || !disk || this.looked.has(root)) return { seed };
     this.looked.add(root);
     const loaded = loadStatCache(disk.storeFd, root, disk.signingKeyPem);
-    if (!loaded) return undefined;
-    this.byRoot.set(root, loaded);
-    this.onDisk.set(root, loaded);
-    return loaded;
+    if ('rejected' in loaded) return { rejected: loaded.rejected };
+    if (!('seed' in loaded)) return {};
+    this.byRoot.set(root, loaded.seed);
+    this.onDisk.set(root, loaded.seed);
+    return { seed: loaded.seed };
   }
 
   /**
@@ -157,7 +159,8 @@ export class StatCache {
     const { root, seed } = o.offer;
     if (passed) {
       this.byRoot.set(root, seed);
-      if (o.offer.onDisk) this.onDisk.set(root, seed);
+      // The copy there marked used (kept past MAX_STAT_CACHE_FILES); gone (removed, pushed out): written again.
+      if (o.offer.onDisk && storeFd !== undefined && touchStatCache(storeFd, root)) this.onDisk.set(root, seed);
       else if (storeFd !== undefined) this.saveLater(storeFd, o.offer);
       return;
     }

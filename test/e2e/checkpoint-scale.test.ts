@@ -374,11 +374,14 @@ describe('the stat cache and the read-back', () => {
       await checkpoint(d, ws); // the copy written (the last checkpoint's flush done)
       await d.terminate();
       spoil();
+      const logFrom = d.log().length;
       await d.start();
       const r = await checkpoint(d, ws);
       expect(r.result).toMatchObject({ consistent: true, scan: { passes: 2, digest: again.result!.scan.digest }, read: { files: FILES } });
+      return d.log().slice(logFrom); // what this start logged
     };
-    await fromScratch(() => {
+    const rejected = "the stat cache's copy in the checkpoint store's index/ was not used";
+    const damagedLog = await fromScratch(() => {
       const fd = openSync(copy, 'r+');
       const b = Buffer.alloc(1);
       readSync(fd, b, 0, 1, 100);
@@ -386,16 +389,29 @@ describe('the stat cache and the read-back', () => {
       writeSync(fd, b, 0, 1, 100);
       closeSync(fd);
     });
-    await fromScratch(() => {
+    expect(damagedLog).toContain(rejected);
+    expect(damagedLog).toContain('damaged, of another directory, or not signed by this key');
+    const linkLog = await fromScratch(() => {
       const other = join(d.dir, 'planted-copy'); // a good copy, behind a link
       renameSync(copy, other);
       symlinkSync(other, copy); // never followed
     });
+    expect(linkLog).toContain('a symbolic link (never followed)');
     await checkpoint(d, ws);
     expect(lstatSync(copy).isFile()).toBe(true); // the link replaced, not written through
-    await fromScratch(() => rmSync(index, { recursive: true }));
+    const goneLog = await fromScratch(() => rmSync(index, { recursive: true }));
+    expect(goneLog).not.toContain(rejected); // none is not a copy refused
     await checkpoint(d, ws);
     expect(readdirSync(index)).toEqual([name]);
+    // Removed while the supervisor runs (or pushed out by other directories' copies): the next
+    // checkpoint, unchanged, writes it again, and a restart then starts from it.
+    unlinkSync(copy);
+    expect((await checkpoint(d, ws)).result).toMatchObject({ scan: { passes: 1 }, read: { files: 0 } });
+    await checkpoint(d, ws);
+    expect(lstatSync(copy).isFile()).toBe(true);
+    await d.terminate();
+    await d.start();
+    expect((await checkpoint(d, ws)).result).toMatchObject({ scan: { passes: 1 }, read: { files: 0 } });
   });
 
   it("checkpoint.readBack 'all' re-hashes every object every time", async () => {

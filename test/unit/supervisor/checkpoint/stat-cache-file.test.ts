@@ -3,7 +3,7 @@
 // can keep a tree); a copy of another directory, signed by another key, damaged at any byte or
 // cut short is no cache at all; a tree with a member that is not an entry is left out.
 import { createHash, generateKeyPairSync, sign } from 'node:crypto';
-import { closeSync, constants, mkdtempSync, openSync, readdirSync, rmSync, utimesSync } from 'node:fs';
+import { closeSync, constants, mkdtempSync, openSync, readdirSync, rmSync, symlinkSync, unlinkSync, utimesSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -14,6 +14,7 @@ import {
   MAX_STAT_CACHE_FILES,
   saveStatCache,
   statCacheFileName,
+  touchStatCache,
 } from '../../../../supervisor/checkpoint/stat-cache-file.js';
 import type { CapturedEntry } from '../../../../supervisor/checkpoint/passes.js';
 import type { CaptureSeed } from '../../../../supervisor/checkpoint/stat-cache.js';
@@ -93,29 +94,38 @@ describe('the stat cache file', () => {
     expect(decodeStatCache(signed(body.subarray(0, body.length - 5)), '/work/ws', publicKey)).toBeNull();
   });
 
-  it('is written to index/ and read back with the signing key; kept to the newest copies; not written into the room to keep free', () => {
+  it('is written to index/ and read back with the signing key; kept to the most recently used copies; not written into the room to keep free', () => {
     const store = mkdtempSync(join(tmpdir(), 'sbx-stat-cache-'));
     const fd = openSync(store, constants.O_RDONLY | constants.O_DIRECTORY);
     try {
       const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
       const list = entries();
       expect(saveStatCache(fd, '/ws/0', seedOf(list), pem, 0)).toBeGreaterThan(0);
-      expect([...loadStatCache(fd, '/ws/0', pem)!.entries.values()]).toEqual(list);
-      expect(loadStatCache(fd, '/ws/1', pem)).toBeNull();
+      const loaded = loadStatCache(fd, '/ws/0', pem);
+      expect('seed' in loaded && [...loaded.seed.entries.values()]).toEqual(list);
+      expect(loadStatCache(fd, '/ws/1', pem)).toEqual({ absent: true });
       const other = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
-      expect(loadStatCache(fd, '/ws/0', other)).toBeNull();
-      // One copy per directory, the oldest removed past MAX_STAT_CACHE_FILES.
+      expect(loadStatCache(fd, '/ws/0', other)).toEqual({ rejected: 'damaged, of another directory, or not signed by this key' });
+      // One copy per directory, the least recently used removed past MAX_STAT_CACHE_FILES (a touch is a use).
       const index = join(store, 'index');
       for (let i = 1; i < MAX_STAT_CACHE_FILES; i++) saveStatCache(fd, `/ws/${i}`, seedOf(list), pem, 0);
       for (let i = 0; i < MAX_STAT_CACHE_FILES; i++) utimesSync(join(index, statCacheFileName(`/ws/${i}`)), 1000 + i, 1000 + i);
+      expect(touchStatCache(fd, '/ws/0')).toBe(true);
       saveStatCache(fd, `/ws/${MAX_STAT_CACHE_FILES}`, seedOf(list), pem, 0);
       const names = readdirSync(index);
       expect(names).toHaveLength(MAX_STAT_CACHE_FILES);
-      expect(names).not.toContain(statCacheFileName('/ws/0'));
+      expect(names).toContain(statCacheFileName('/ws/0'));
+      expect(names).not.toContain(statCacheFileName('/ws/1'));
       expect(names).toContain(statCacheFileName(`/ws/${MAX_STAT_CACHE_FILES}`));
+      expect(touchStatCache(fd, '/ws/1')).toBe(false);
+      // Not a regular file: not used, never followed.
+      symlinkSync(join(index, statCacheFileName('/ws/0')), join(index, statCacheFileName('/ws/1')));
+      expect(loadStatCache(fd, '/ws/1', pem)).toEqual({ rejected: 'a symbolic link (never followed)' });
+      expect(touchStatCache(fd, '/ws/1')).toBe(false);
+      unlinkSync(join(index, statCacheFileName('/ws/1')));
       // Past the room to keep free: not written, and the copy there removed (it would be older than memory).
       expect(saveStatCache(fd, '/ws/1', seedOf(list), pem, Number.MAX_SAFE_INTEGER)).toBe(0);
-      expect(loadStatCache(fd, '/ws/1', pem)).toBeNull();
+      expect(loadStatCache(fd, '/ws/1', pem)).toEqual({ absent: true });
       expect(readdirSync(index).filter((n) => n.endsWith('.tmp'))).toEqual([]);
     } finally {
       closeSync(fd);
