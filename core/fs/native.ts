@@ -63,6 +63,8 @@ export interface NativeHelpers {
   setTimesAt(dirFd: number, name: Buffer | null, sec: number, nsec: number): void;
   /** syncfs(2) of the file system fd is on (blocking: call it off the event loop); writeback errors are reported (Linux 5.8+). */
   syncfsFd(fd: number): void;
+  /** statx(2) STATX_MNT_ID_UNIQUE of fd: the unique id of its mount (Linux 6.8+; never reused until the next boot, where /proc's mnt_id is reused by the next mount), or null when the kernel gives none. Throws errno errors. */
+  mountIdUnique(fd: number): bigint | null;
   /**
    * sync_file_range(2) of the whole file with SYNC_FILE_RANGE_WRITE: starts the writeback of
    * its dirty pages and returns (it may wait for the device queue, never for the data):

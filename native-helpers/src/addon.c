@@ -822,6 +822,24 @@ static napi_value syncfs_fn(napi_env env, napi_callback_info info) {
   return fd_call(env, info, sys_syncfs, "syncfsFd(fd): an fd expected", "syncfs");
 }
 
+/* mountIdUnique(fd): the unique id of the mount fd is on (a BigInt), or null when the kernel gives none (before Linux 6.8). */
+static napi_value mount_id_unique_fn(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  size_t argc = get_args(env, info, argv, 1);
+  int32_t fd;
+  if (int_arg(env, argv, argc, 0, &fd) != 0) {
+    napi_throw_type_error(env, "EINVAL", "mountIdUnique(fd): an fd expected");
+    return NULL;
+  }
+  uint64_t id = 0;
+  int r = sys_mount_id_unique(fd, &id);
+  if (r < 0) return throw_errno(env, r, "statx");
+  if (r == 0) return make_null(env);
+  napi_value v;
+  if (napi_create_bigint_uint64(env, id, &v) != napi_ok) return NULL;
+  return v;
+}
+
 /* startWriteback(fd): sync_file_range(2) SYNC_FILE_RANGE_WRITE of the whole file. */
 static napi_value start_writeback_fn(napi_env env, napi_callback_info info) {
   return fd_call(env, info, sys_start_writeback, "startWriteback(fd): an fd expected", "sync_file_range");
@@ -1080,6 +1098,7 @@ static napi_value init_module(napi_env env, napi_value exports) {
     {"mknodAt", NULL, mknod_at_fn, NULL, NULL, NULL, napi_default, NULL},
     {"setTimesAt", NULL, set_times_at_fn, NULL, NULL, NULL, napi_default, NULL},
     {"syncfsFd", NULL, syncfs_fn, NULL, NULL, NULL, napi_default, NULL},
+    {"mountIdUnique", NULL, mount_id_unique_fn, NULL, NULL, NULL, napi_default, NULL},
     {"startWriteback", NULL, start_writeback_fn, NULL, NULL, NULL, napi_default, NULL},
     {"freeze", NULL, freeze_fn, NULL, NULL, NULL, napi_default, NULL},
     {"thaw", NULL, thaw_fn, NULL, NULL, NULL, napi_default, NULL},

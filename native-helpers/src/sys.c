@@ -251,6 +251,25 @@ int sys_syncfs(int fd) {
   return syncfs(fd) == 0 ? 0 : -errno;
 }
 
+/* Not in Debian 12's headers (include/uapi/linux/stat.h): the mask bit, and stx_mnt_id's offset in struct statx. */
+#define SYS_STATX_MNT_ID_UNIQUE 0x00004000U
+#define SYS_STATX_MNT_ID_OFFSET 144
+
+int sys_mount_id_unique(int fd, uint64_t *id) {
+  /* The kernel's struct statx is 256 bytes; glibc's has no stx_mnt_id, so it is read at its offset. */
+  union {
+    unsigned char bytes[256];
+    uint64_t align;
+  } stx;
+  memset(&stx, 0, sizeof stx);
+  if (syscall(SYS_statx, fd, "", AT_EMPTY_PATH, SYS_STATX_MNT_ID_UNIQUE, stx.bytes) != 0) return -errno;
+  uint32_t mask;
+  memcpy(&mask, stx.bytes, sizeof mask);
+  if (!(mask & SYS_STATX_MNT_ID_UNIQUE)) return 0;
+  memcpy(id, stx.bytes + SYS_STATX_MNT_ID_OFFSET, sizeof *id);
+  return 1;
+}
+
 /* Copies of fds above every target fd (-1: /dev/null): 0 | -errno, none left open on failure. */
 static int spawn_sources(const int *fds, int nfds, int *src) {
   for (int made = 0; made < nfds; made++) {

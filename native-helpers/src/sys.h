@@ -109,6 +109,11 @@ int sys_set_times_at(int dirfd, const char *name, int64_t sec, long nsec);
 /* syncfs(2) of the file system fd is on: 0 | -errno (writeback errors are reported since Linux 5.8). */
 int sys_syncfs(int fd);
 
+/* The unique id of the mount fd is on: statx(2) STATX_MNT_ID_UNIQUE (Linux 6.8; never reused
+   until the next boot, where /proc's mnt_id is reused by the next mount): 1 and *id; 0 when the
+   kernel gives none; -errno. */
+int sys_mount_id_unique(int fd, uint64_t *id);
+
 /* sync_file_range(2) of all of fd with SYNC_FILE_RANGE_WRITE: starts writeback of its dirty
  * pages, waits for none (not durable: fsync(2) is): 0 | -errno. */
 int sys_start_writeback(int fd);

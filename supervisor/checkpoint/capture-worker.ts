@@ -214,7 +214,11 @@ export function runCheckpoint(
   onFrozen: (frozen: boolean) => void = () => {},
 ): CheckpointStepResult {
   produced = null;
-  const { seed, rejected: statCacheRejected } = statCache.seed(req.root, { storeFd: req.storeFd, signingKeyPem: req.signingKeyPem });
+  const { seed, rejected: statCacheRejected } = statCache.seed(req.root, {
+    storeFd: req.storeFd,
+    signingKeyPem: req.signingKeyPem,
+    maxBytes: req.maxManifestBytes,
+  });
   const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, seed, journalSince(req.journal, seed?.boundary ?? null));
   // Trees checked by the last read-back are trusted in that store only (not a copy put at its path since).
   const storeId = storeIdentity(req.storeFd);

@@ -635,7 +635,16 @@ function testTouch(root: string, pass: number): void {
   if (pass - 1 <= times) appendFileSync(`${root}/${name}`, 'x');
 }
 
-/** root's file system as "<st_dev>:<mount id>" (/proc/self/fdinfo mnt_id: a new one at every mount), or null when it cannot be opened. */
+/** This boot's id (random(4) boot_id), read once per thread. */
+let bootId: string | undefined;
+
+/**
+ * root's file system and mount, as a stat cache records it (passes.ts runCapture drops a cache
+ * recorded under another): "<st_dev>:u<unique mount id>:<boot id>" (statx STATX_MNT_ID_UNIQUE,
+ * Linux 6.8: a new one at every mount, never reused until the next boot), else
+ * "<st_dev>:m<mnt_id>" (/proc/self/fdinfo: reused by a later mount, so an image mounted again
+ * there may get the same; fsIdSurvivesRemount says which). Null when root cannot be opened.
+ */
 function fsOf(root: string): string | null {
   let fd: number;
   try {
@@ -644,13 +653,26 @@ function fsOf(root: string): string | null {
     return null; // the walk names what is wrong with the root (ScanError)
   }
   try {
+    const dev = fstatSync(fd, { bigint: true }).dev;
+    let unique: bigint | null = null;
+    try {
+      unique = native().mountIdUnique(fd);
+    } catch {
+      // an older addon or kernel: /proc's mnt_id below
+    }
+    if (unique !== null) return `${dev}:u${unique}:${(bootId ??= readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim())}`;
     const mnt = /^mnt_id:\s*(\d+)$/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'));
-    return `${fstatSync(fd, { bigint: true }).dev}:${mnt ? mnt[1] : '?'}`;
+    return `${dev}:m${mnt ? mnt[1] : '?'}`;
   } catch {
     return null;
   } finally {
     closeSync(fd);
   }
+}
+
+/** Whether a file system id of fsOf's names its mount uniquely (this boot's, never reused): only a stat cache recorded under one is kept on disk, for a restart (stat-cache.ts). */
+export function fsIdSurvivesRemount(id: string): boolean {
+  return /^\d+:u\d+:/.test(id);
 }
 
 /** The bytes a string of these UTF-8 bytes takes in RFC 8785 JSON: quotes, \" \\ \b \f \n \r \t as two, other controls as \u00XX. */

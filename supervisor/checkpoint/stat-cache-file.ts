@@ -347,7 +347,12 @@ export function saveStatCache(storeFd: number, root: string, seed: CaptureSeed, 
       throw err;
     }
     closeSync(fd);
-    renameSync(pathAt(dirFd, temp), pathAt(dirFd, name));
+    try {
+      renameSync(pathAt(dirFd, temp), pathAt(dirFd, name));
+    } catch (err) {
+      unlinkQuiet(dirFd, temp); // a directory at the copy's name, say
+      throw err;
+    }
     keepNewest(dirFd, MAX_STAT_CACHE_FILES);
     return body.length + SIGNATURE_BYTES;
   } finally {
@@ -358,8 +363,8 @@ export function saveStatCache(storeFd: number, root: string, seed: CaptureSeed, 
 /** What loadStatCache found: the seed, no copy, or a copy not used (why, for the log). */
 export type StatCacheLoad = { seed: CaptureSeed } | { absent: true } | { rejected: string };
 
-/** Reads root's stat cache from the store (storeFd): its seed, none, or why the copy there is not used (not a regular file, too big, damaged, cut short, of another directory, or not signed by this key). */
-export function loadStatCache(storeFd: number, root: string, signingKeyPem: string): StatCacheLoad {
+/** Reads root's stat cache from the store (storeFd): its seed, none, or why the copy there is not used (not a regular file, over maxBytes (not read: the capture's checkpoint.maxManifestBytes, which a copy stays under), damaged, cut short, of another directory, or not signed by this key). */
+export function loadStatCache(storeFd: number, root: string, signingKeyPem: string, maxBytes = MAX_STAT_CACHE_FILE_BYTES): StatCacheLoad {
   let dirFd: number | null;
   try {
     dirFd = indexDir(storeFd, false);
@@ -372,7 +377,8 @@ export function loadStatCache(storeFd: number, root: string, signingKeyPem: stri
     try {
       const st = fstatSync(fd);
       if (!st.isFile()) return { rejected: 'not a regular file' };
-      if (st.size > MAX_STAT_CACHE_FILE_BYTES) return { rejected: `${st.size} bytes, over ${MAX_STAT_CACHE_FILE_BYTES}` };
+      const bound = Math.min(maxBytes, MAX_STAT_CACHE_FILE_BYTES);
+      if (st.size > bound) return { rejected: `${st.size} bytes, over ${bound}` };
       const bytes = Buffer.allocUnsafe(st.size);
       let at = 0;
       for (let n; at < bytes.length && (n = readSync(fd, bytes, at, bytes.length - at, at)) > 0;) at += n;
@@ -427,10 +433,12 @@ export function removeStatCache(storeFd: number, root: string): void {
   }
 }
 
-/** Removes all but the n most recently used (by mtime: written, or touched) copies in index/ (other names there are left alone). */
+/** Removes all but the n most recently used (by mtime: written, or touched) copies in index/, and temp files left by writes cut short (other names there are left alone). */
 function keepNewest(dirFd: number, n: number): void {
   const copies: { name: string; mtimeMs: number }[] = [];
   for (const name of readdirSync(pathAt(dirFd, '.'))) {
+    // A temp file of a write cut short (a crash): the one thread writing here has none open now.
+    if (/^\.[0-9a-f]{64}\.bin\.tmp$/.test(name)) unlinkQuiet(dirFd, name);
     if (!/^[0-9a-f]{64}\.bin$/.test(name)) continue;
     try {
       copies.push({ name, mtimeMs: lstatSync(pathAt(dirFd, name)).mtimeMs });

@@ -6,11 +6,11 @@
 import { closeSync, constants, openSync } from 'node:fs';
 import { racyMarginNs } from '../../core/fs/granule.js';
 import { loadStatCache, removeStatCache, saveStatCache, touchStatCache } from './stat-cache-file.js';
-import type { CapturedEntry } from './passes.js';
+import { fsIdSurvivesRemount, type CapturedEntry } from './passes.js';
 import type { DirTree } from './trees.js';
 import type { SeedChanges } from './hints.js';
 
-/** What a capture seeds its first pass with: entries by path (latin1 of the bytes), the root's stat signature, and its file system's st_dev and mount id (/proc/self/fdinfo mnt_id: a new one at every mount; either differs: the seed is not used). */
+/** What a capture seeds its first pass with: entries by path (latin1 of the bytes), the root's stat signature, and its file system's id (passes.ts fsOf: st_dev and the mount's unique id with the boot id, a new one at every mount; any differs: the seed is not used). */
 export interface CaptureSeed {
   entries: Map<string, CapturedEntry>;
   /** Each directory's tree (trees.ts): kept when its members are these same entries. */
@@ -67,11 +67,11 @@ export class StatCache {
    * this key signed (a new thread, or a restart, starts from it); `rejected` says why a copy
    * there is not used.
    */
-  seed(root: string, disk?: { storeFd: number; signingKeyPem: string }): { seed?: CaptureSeed; rejected?: string } {
+  seed(root: string, disk?: { storeFd: number; signingKeyPem: string; maxBytes?: number }): { seed?: CaptureSeed; rejected?: string } {
     const seed = this.byRoot.get(root);
     if (seed || !disk || this.looked.has(root)) return { seed };
     this.looked.add(root);
-    const loaded = loadStatCache(disk.storeFd, root, disk.signingKeyPem);
+    const loaded = loadStatCache(disk.storeFd, root, disk.signingKeyPem, disk.maxBytes);
     if ('rejected' in loaded) return { rejected: loaded.rejected };
     if (!('seed' in loaded)) return {};
     this.byRoot.set(root, loaded.seed);
@@ -175,6 +175,8 @@ export class StatCache {
 
   private saveLater(storeFd: number, offer: Offer): void {
     this.dropPending();
+    // Under a mount id that a later mount may reuse, a copy could be taken for another image's files: none is kept.
+    if (!fsIdSurvivesRemount(offer.seed.rootFs)) return;
     try {
       // Its own fd: the supervisor's may be closed by the time the answer is sent.
       const fd = openSync(`/proc/self/fd/${storeFd}`, constants.O_RDONLY | constants.O_DIRECTORY);

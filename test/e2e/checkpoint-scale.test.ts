@@ -680,6 +680,75 @@ describe('what the stat cache never keeps', () => {
 
   it.skipIf(!HAVE_LOOP_EXT4)(
     HAVE_LOOP_EXT4
+      ? 'another image mounted at the same path (same inode, size, mtime and ctime, other bytes) is read, never kept from the stat cache: while the supervisor runs, and after a restart from the copy on disk'
+      : 'needs loop devices and mkfs.ext4 (absent here)',
+    async () => {
+      // mkfs.ext4 -d copies each file's times, in whole seconds: two images of same-size files
+      // whose ctimes fall in one second hold files alike in every stat field but their bytes.
+      const mnt = join(d.dir, 'image');
+      mkdirSync(mnt);
+      const images: string[] = [];
+      for (let attempt = 0; ; attempt++) {
+        for (const v of [1, 2]) {
+          rmSync(join(d.dir, `src${v}`), { recursive: true, force: true });
+          mkdirSync(join(d.dir, `src${v}`));
+          writeFileSync(join(d.dir, `src${v}`, 'f'), `version-${v}\n`);
+          utimesSync(join(d.dir, `src${v}`, 'f'), 1_700_000_000, 1_700_000_000);
+        }
+        const sec = (v: number) => statSync(join(d.dir, `src${v}`, 'f'), { bigint: true }).ctimeNs / 1_000_000_000n;
+        if (sec(1) === sec(2)) break;
+        if (attempt === 5) throw new Error('the two files were never made in one second');
+      }
+      for (const v of [1, 2]) {
+        const img = join(d.dir, `image${v}.img`);
+        execFileSync('truncate', ['-s', '8M', img]);
+        execFileSync('mkfs.ext4', ['-q', '-F', '-d', join(d.dir, `src${v}`), img], { stdio: 'ignore' });
+        images.push(img);
+      }
+      const f = join(mnt, 'f');
+      const shaOfF = (id: string) => manifest(id).entries.find((e) => e.path === 'f')?.sha256;
+      let mountedImage = false;
+      const mountImage = (v: number) => {
+        execFileSync('mount', ['-o', 'loop', images[v - 1], mnt]);
+        mountedImage = true;
+      };
+      const unmountImage = () => {
+        execFileSync('umount', [mnt]);
+        mountedImage = false;
+      };
+      try {
+        mountImage(1);
+        const st1 = statSync(f, { bigint: true });
+        const made = Date.now();
+        await until(() => Date.now() - made > 2100, 'the racy margin of whole seconds past');
+        const c = await d.client();
+        expect(shaOfF((await c.checkpoint({ workspace: mnt })).checkpoint_id)).toBe(sha256(Buffer.from('version-1\n')));
+        expect((await c.checkpoint({ workspace: mnt })).read.files).toBe(0); // kept from the stat cache
+        unmountImage();
+        mountImage(2);
+        const st2 = statSync(f, { bigint: true });
+        expect([st2.ino, st2.size, st2.mtimeNs, st2.ctimeNs]).toEqual([st1.ino, st1.size, st1.mtimeNs, st1.ctimeNs]);
+        const running = await c.checkpoint({ workspace: mnt });
+        expect(running.read.files).toBe(1);
+        expect(shaOfF(running.checkpoint_id)).toBe(sha256(Buffer.from('version-2\n')));
+        c.close();
+        // The copy on disk is image 2's: after a restart with image 1 mounted again, not used.
+        await checkpoint(d, mnt); // the copy written
+        await d.terminate();
+        unmountImage();
+        mountImage(1);
+        await d.start();
+        const restarted = await checkpoint(d, mnt);
+        expect(restarted.result!.read.files).toBe(1);
+        expect(shaOfF(restarted.result!.checkpoint_id)).toBe(sha256(Buffer.from('version-1\n')));
+      } finally {
+        if (mountedImage) spawnSync('umount', [mnt]);
+      }
+    },
+  );
+
+  it.skipIf(!HAVE_LOOP_EXT4)(
+    HAVE_LOOP_EXT4
       ? 'on whole-second timestamps (ext4, 128-byte inodes), a checkpoint that read a file in the second it was written checks it again past the margin before it answers; a same-size rewrite after is read by the next'
       : 'needs loop devices and mkfs.ext4 (absent here)',
     async () => {

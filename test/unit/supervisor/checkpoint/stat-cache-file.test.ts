@@ -3,7 +3,7 @@
 // can keep a tree); a copy of another directory, signed by another key, damaged at any byte or
 // cut short is no cache at all; a tree with a member that is not an entry is left out.
 import { createHash, generateKeyPairSync, sign } from 'node:crypto';
-import { closeSync, constants, mkdtempSync, openSync, readdirSync, rmSync, symlinkSync, unlinkSync, utimesSync } from 'node:fs';
+import { closeSync, constants, mkdtempSync, openSync, readdirSync, rmSync, statSync, symlinkSync, unlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -123,6 +123,13 @@ describe('the stat cache file', () => {
       expect(loadStatCache(fd, '/ws/1', pem)).toEqual({ rejected: 'a symbolic link (never followed)' });
       expect(touchStatCache(fd, '/ws/1')).toBe(false);
       unlinkSync(join(index, statCacheFileName('/ws/1')));
+      // Over the bound a copy is read under (the capture's checkpoint.maxManifestBytes): not read.
+      const size = statSync(join(index, statCacheFileName('/ws/0'))).size;
+      expect(loadStatCache(fd, '/ws/0', pem, size - 1)).toEqual({ rejected: `${size} bytes, over ${size - 1}` });
+      // A write cut short left its temp file: the next write of any copy removes it.
+      writeFileSync(join(index, `.${statCacheFileName('/ws/9')}.tmp`), 'cut short');
+      saveStatCache(fd, '/ws/0', seedOf(list), pem, 0);
+      expect(readdirSync(index).filter((n) => n.endsWith('.tmp'))).toEqual([]);
       // Past the room to keep free: not written, and the copy there removed (it would be older than memory).
       expect(saveStatCache(fd, '/ws/1', seedOf(list), pem, Number.MAX_SAFE_INTEGER)).toBe(0);
       expect(loadStatCache(fd, '/ws/1', pem)).toEqual({ absent: true });
