@@ -25,7 +25,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { type NoReplace, placeNoReplaceAt, writeAll, writeTempAt, writeTempBytesAt } from '../fs/durable.js';
-import { native } from '../fs/native.js';
+import { native, timeNsAt } from '../fs/native.js';
 import { hashWholeAt, isRegular } from '../fs/file-at.js';
 import { pathAt, openDirAt, SD, statDirRaw, type StatFacts } from '../fs/walk.js';
 import { type CheckpointStore, isSha256Hex, StoreError, type WrittenVersion } from './store.js';
@@ -409,7 +409,13 @@ export class LocalStoreFiles {
         continue;
       }
       const mode = Number(v[b + SD.mode]);
-      const sig = objectSig(v[b + SD.dev], v[b + SD.ino], v[b + SD.size], v[b + SD.mtimeNs], v[b + SD.ctimeNs]);
+      const sig = objectSig(
+        v[b + SD.dev],
+        v[b + SD.ino],
+        v[b + SD.size],
+        timeNsAt(v, b + SD.mtimeNs, b + SD.mtimeSec),
+        timeNsAt(v, b + SD.ctimeNs, b + SD.ctimeSec),
+      );
       const regular = (mode & 0o170000) === 0o100000;
       out.set(name, { regular, size: Number(v[b + SD.size]), sig });
       if (regular) names.add(name);

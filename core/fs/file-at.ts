@@ -4,10 +4,10 @@
 // half of fileio.c is core/fs/durable.ts's (writeTempBytesAt). hashWholeAt reads and hashes a
 // batch of such files on threads (the read-back's).
 import { errnoName } from '../../ipc/errno.js';
-import { native } from './native.js';
+import { native, timeNsAt } from './native.js';
 
 /** fileio.h's fields of one fstat(2), their index in a stat's slots. */
-const FIO = { size: 0, mode: 1, uid: 2, gid: 3, mtimeNs: 4, ctimeNs: 5, ino: 6, rdev: 7, dev: 8, blocks: 9, fields: 10 } as const;
+const FIO = { size: 0, mode: 1, uid: 2, gid: 3, mtimeNs: 4, ctimeNs: 5, ino: 6, rdev: 7, dev: 8, blocks: 9, mtimeSec: 10, ctimeSec: 12, fields: 14 } as const;
 
 /** The last readWholeAt's fstats: before the read at [0, FIO.fields), after it at [FIO.fields, 2 x FIO.fields). */
 const slots = new BigInt64Array(2 * FIO.fields);
@@ -54,8 +54,8 @@ function statAt(o: number, from: BigInt64Array = slots): FileStat {
     mode: from[o + FIO.mode],
     uid: from[o + FIO.uid],
     gid: from[o + FIO.gid],
-    mtimeNs: from[o + FIO.mtimeNs],
-    ctimeNs: from[o + FIO.ctimeNs],
+    mtimeNs: timeNsAt(from, o + FIO.mtimeNs, o + FIO.mtimeSec),
+    ctimeNs: timeNsAt(from, o + FIO.ctimeNs, o + FIO.ctimeSec),
     ino: from[o + FIO.ino],
     rdev: from[o + FIO.rdev],
     dev: from[o + FIO.dev],

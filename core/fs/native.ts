@@ -187,3 +187,12 @@ export function execShimPath(): string {
   // ENOENT, so a session that cannot start for it says so in its receipt (spawn_error), not EUNKNOWN.
   throw Object.assign(new Error(`exec shim not found (run npm ci); looked in: ${tried.join(', ')}`), { code: 'ENOENT', errno: -2 });
 }
+
+/** What the addon's stats give for a time past int64 nanoseconds (before 1677, after 2262: native-helpers/src/timens.h). */
+const TIME_OUT_OF_RANGE = -(2n ** 63n);
+
+/** A time the addon's stats gave at v[at] in nanoseconds, or, when that did not fit (TIME_OUT_OF_RANGE), from its seconds and nanoseconds at v[secAt] and v[secAt + 1]: exact either way. */
+export function timeNsAt(v: BigInt64Array, at: number, secAt: number): bigint {
+  const ns = v[at];
+  return ns !== TIME_OUT_OF_RANGE ? ns : v[secAt] * 1_000_000_000n + v[secAt + 1];
+}

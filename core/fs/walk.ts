@@ -5,7 +5,7 @@
 // /proc/self/fd, path_resolution(7).
 import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, statSync, type BigIntStats } from 'node:fs';
 import { availableParallelism, endianness } from 'node:os';
-import { nativeOrNull, type NativeHelpers } from './native.js';
+import { nativeOrNull, timeNsAt, type NativeHelpers } from './native.js';
 import { showPath } from './names.js';
 import { errnoCode, errnoName, systemError } from '../../ipc/errno.js';
 
@@ -195,6 +195,10 @@ export const SD = {
   mtimeNs: 10,
   ctimeNs: 11,
   targetLen: 12,
+  mtimeSec: 13,
+  mtimeNsec: 14,
+  ctimeSec: 15,
+  ctimeNsec: 16,
 } as const;
 
 /**
@@ -462,8 +466,8 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
             size: v[b + SD.size],
             blocks: v[b + SD.blocks],
             rdev: v[b + SD.rdev],
-            mtimeNs: v[b + SD.mtimeNs],
-            ctimeNs: v[b + SD.ctimeNs],
+            mtimeNs: timeNsAt(v, b + SD.mtimeNs, b + SD.mtimeSec),
+            ctimeNs: timeNsAt(v, b + SD.ctimeNs, b + SD.ctimeSec),
             linkTarget: targetLen >= 0 ? Buffer.from(raw.names.subarray(raw.nameEnd[i], raw.nameEnd[i] + targetLen)) : null,
             dirFd: dir.fd,
           };

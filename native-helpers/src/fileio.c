@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "fileio.h"
 #include "threads.h"
+#include "timens.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,12 +16,16 @@ static void put_stat(const struct stat *st, int64_t *out) {
   out[FIO_MODE] = st->st_mode;
   out[FIO_UID] = st->st_uid;
   out[FIO_GID] = st->st_gid;
-  out[FIO_MTIME_NS] = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-  out[FIO_CTIME_NS] = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+  out[FIO_MTIME_NS] = time_ns(&st->st_mtim);
+  out[FIO_CTIME_NS] = time_ns(&st->st_ctim);
   out[FIO_INO] = (int64_t)st->st_ino;
   out[FIO_RDEV] = (int64_t)st->st_rdev;
   out[FIO_DEV] = (int64_t)st->st_dev;
   out[FIO_BLOCKS] = st->st_blocks;
+  out[FIO_MTIME_SEC] = (int64_t)st->st_mtim.tv_sec;
+  out[FIO_MTIME_NSEC] = st->st_mtim.tv_nsec;
+  out[FIO_CTIME_SEC] = (int64_t)st->st_ctim.tv_sec;
+  out[FIO_CTIME_NSEC] = st->st_ctim.tv_nsec;
 }
 
 static int close_keeping_errno(int fd, int err) {

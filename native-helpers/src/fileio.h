@@ -10,7 +10,24 @@
 #include <stdint.h>
 
 /* One fstat, as FILEIO_FIELDS int64s in this order. */
-enum { FIO_SIZE, FIO_MODE, FIO_UID, FIO_GID, FIO_MTIME_NS, FIO_CTIME_NS, FIO_INO, FIO_RDEV, FIO_DEV, FIO_BLOCKS, FILEIO_FIELDS };
+/* FIO_MTIME_NS, FIO_CTIME_NS: sec x 10^9 + nsec; INT64_MIN when past int64 (before 1677, after 2262): then FIO_*_SEC/NSEC. */
+enum {
+  FIO_SIZE,
+  FIO_MODE,
+  FIO_UID,
+  FIO_GID,
+  FIO_MTIME_NS,
+  FIO_CTIME_NS,
+  FIO_INO,
+  FIO_RDEV,
+  FIO_DEV,
+  FIO_BLOCKS,
+  FIO_MTIME_SEC,
+  FIO_MTIME_NSEC,
+  FIO_CTIME_SEC,
+  FIO_CTIME_NSEC,
+  FILEIO_FIELDS
+};
 
 /*
  * Opens name in dirfd (O_RDONLY|O_CLOEXEC|O_NOFOLLOW|extra_flags), fstats it into before; a

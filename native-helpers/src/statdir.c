@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "statdir.h"
+#include "timens.h"
 #include "threads.h"
 
 #include <dirent.h>
@@ -111,8 +112,12 @@ int statdir(int dirfd, struct statdir_result *out) {
       s[SD_SIZE] = st.st_size;
       s[SD_BLOCKS] = st.st_blocks;
       s[SD_RDEV] = (int64_t)st.st_rdev;
-      s[SD_MTIME_NS] = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-      s[SD_CTIME_NS] = (int64_t)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
+      s[SD_MTIME_NS] = time_ns(&st.st_mtim);
+      s[SD_CTIME_NS] = time_ns(&st.st_ctim);
+      s[SD_MTIME_SEC] = (int64_t)st.st_mtim.tv_sec;
+      s[SD_MTIME_NSEC] = st.st_mtim.tv_nsec;
+      s[SD_CTIME_SEC] = (int64_t)st.st_ctim.tv_sec;
+      s[SD_CTIME_NSEC] = st.st_ctim.tv_nsec;
       if (S_ISLNK(st.st_mode)) {
         tlen = readlinkat(dirfd, refs[i].name, target, sizeof target);
         if (tlen < 0) {

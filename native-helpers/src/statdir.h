@@ -21,9 +21,13 @@ enum {
   SD_SIZE,
   SD_BLOCKS,
   SD_RDEV,
-  SD_MTIME_NS,
+  SD_MTIME_NS, /* sec x 10^9 + nsec; INT64_MIN when that is past int64 (before 1677, after 2262): then SD_MTIME_SEC/NSEC */
   SD_CTIME_NS,
   SD_TARGET_LEN, /* a symlink: its target's length (bytes in names after the name); -1 none; -2 not a link any more (EINVAL) */
+  SD_MTIME_SEC,
+  SD_MTIME_NSEC,
+  SD_CTIME_SEC,
+  SD_CTIME_NSEC,
   STATDIR_FIELDS
 };
 

@@ -678,6 +678,29 @@ describe('what the stat cache never keeps', () => {
     }
   });
 
+  it('times past int64 nanoseconds (touch -d 2300) are recorded exactly, kept by the stat cache, and restored', async () => {
+    const dir = join(d.dir, 'far-times');
+    mkdirSync(join(dir, 'sub'), { recursive: true });
+    writeFileSync(join(dir, 'future'), 'from 2300\n');
+    writeFileSync(join(dir, 'sub', 'z'), 'after it\n');
+    // 2300-01-01T00:00:00.123456789Z: 10,413,792,000,123,456,789 ns, past 2^63 (9.22e18). The addon's int64 wrapped it to 1715.
+    execFileSync('touch', ['-d', '2300-01-01 00:00:00.123456789', join(dir, 'future'), join(dir, 'sub')]);
+    const far = 10_413_792_000_123_456_789n;
+    expect(statSync(join(dir, 'future'), { bigint: true }).mtimeNs).toBe(far);
+    const made = Date.now();
+    await until(() => Date.now() - made > 150, 'the racy margin past');
+    const first = (await checkpoint(d, dir)).result!;
+    const entries = manifest(first.checkpoint_id).entries;
+    expect(entries.filter((e) => e.path === 'future' || e.path === 'sub').map((e) => e.mtime_ns)).toEqual([String(far), String(far)]);
+    expect((await checkpoint(d, dir)).result).toMatchObject({ scan: { passes: 1, digest: first.scan.digest }, read: { files: 0 } });
+    const out = join(d.dir, 'far-times-restored');
+    const r = await d.sbx(['restore', first.checkpoint_id, out, '--state-dir', d.stateDir]);
+    expect([r.status, r.stderr.toString()]).toEqual([0, '']);
+    expect(r.stdout.toString()).toContain('OK: the restored tree is identical to the manifest');
+    for (const p of ['future', 'sub', 'sub/z']) expect(statSync(join(out, p), { bigint: true }).mtimeNs).toBe(statSync(join(dir, p), { bigint: true }).mtimeNs);
+    expect(readFileSync(join(out, 'future'), 'utf8')).toBe('from 2300\n');
+  });
+
   it.skipIf(!HAVE_LOOP_EXT4)(
     HAVE_LOOP_EXT4
       ? 'another image mounted at the same path (same inode, size, mtime and ctime, other bytes) is read, never kept from the stat cache: while the supervisor runs, and after a restart from the copy on disk'
