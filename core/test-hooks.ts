@@ -13,7 +13,7 @@ export const testHooks = Object.freeze({
   watchNoTmpfile: env.SBX_TEST_WATCH_NO_TMPFILE === '1',
   /** SBX_TEST_ESCAPE_WATCH_OFF=1: no cgroup escape watch (receipts say why), as where fanotify refuses it. */
   escapeWatchOff: env.SBX_TEST_ESCAPE_WATCH_OFF === '1',
-  /** SBX_TEST_FROZEN_HOLD_MS=N: how long the crash point `checkpoint:frozen-hold` holds a frozen pass, ms (default 60 s). */
+  /** SBX_TEST_FROZEN_HOLD_MS=N: how long the crash points `checkpoint:frozen-hold` (a frozen pass) and `checkpoint:pass-hold` (before the second pass) hold, ms (default 60 s). */
   frozenHoldMs: Number(env.SBX_TEST_FROZEN_HOLD_MS ?? 60_000),
   /** SBX_TEST_CHECKPOINT_TOUCH=NAME[@N]: one byte appended to <workspace>/NAME before passes 2..N+1 (default: every later pass): a file that changes between passes exactly. */
   checkpointTouch: env.SBX_TEST_CHECKPOINT_TOUCH || null,

@@ -274,7 +274,8 @@ export function entryProblem(e: ManifestEntry): string | null {
   if (!uint(e.mode, 0o7777)) return `mode ${JSON.stringify(e.mode)} is not permission bits (0..07777)`;
   if (!uint(e.uid, 0xfffffffe) || !uint(e.gid, 0xfffffffe)) return 'uid/gid is not a number 0..4294967294';
   if (!uint(e.size)) return `size ${JSON.stringify(e.size)} is not a byte count`;
-  if (typeof e.mtime_ns !== 'string' || !/^-?\d{1,20}$/.test(e.mtime_ns)) return 'mtime_ns is not decimal nanoseconds';
+  // Up to 28 digits: a file system's 64-bit seconds (tmpfs, btrfs: touch -d 6000-01-01 is 21) in nanoseconds.
+  if (typeof e.mtime_ns !== 'string' || !/^-?\d{1,28}$/.test(e.mtime_ns)) return 'mtime_ns is not decimal nanoseconds';
   if (e.type === 'file') {
     if (e.chunks !== undefined) {
       if (!Array.isArray(e.chunks) || e.chunks.some((c) => !hex64(c?.sha256) || !uint(c?.size)) || e.chunks.reduce((a, c) => a + c.size, 0) !== e.size)

@@ -102,7 +102,14 @@ const LOOKAHEAD_ENTRIES = 256;
 /** Sets the atime and mtime of name in dirFd (null: dirFd itself) to the recorded ns, exactly, never through a link. */
 function setTimes(dirFd: number, name: Buffer | null, ns: string): void {
   const t = BigInt(ns);
-  native().setTimesAt(dirFd, name, Number(t / 1_000_000_000n), Number(t % 1_000_000_000n));
+  // Floor division: before 1970 with a fraction (-0.75 s) is -1 s + 250,000,000 ns (BigInt's / and % round toward zero: a negative nsec, EINVAL).
+  let sec = t / 1_000_000_000n;
+  let nsec = t % 1_000_000_000n;
+  if (nsec < 0n) {
+    nsec += 1_000_000_000n;
+    sec -= 1n;
+  }
+  native().setTimesAt(dirFd, name, Number(sec), Number(nsec));
 }
 
 /**

@@ -82,6 +82,8 @@ export interface CapturedEntry extends Omit<EntryFacts, 'path'> {
   stSize: number;
   ino: bigint;
   stRdev: number;
+  /** st_dev: a file of another file system (one bind-mounted over a file of the workspace) is not the one captured, whatever its inode and times. */
+  stDev: number;
   /** The ctime of that stat (the stat cache leaves out entries changed too near their capture: stat-cache.ts). */
   ctimeNs: bigint;
   /** The file changed while it was read (its stat before and after differ). */
@@ -183,11 +185,11 @@ function sigOf(
 }
 
 /** The stat fields a captured entry keeps to be compared (sameAsCaptured). */
-function statFields(st: StatFacts): Pick<CapturedEntry, 'stMode' | 'stSize' | 'ino' | 'stRdev'> {
-  return { stMode: Number(st.mode), stSize: Number(st.size), ino: st.ino, stRdev: Number(st.rdev) };
+function statFields(st: StatFacts): Pick<CapturedEntry, 'stMode' | 'stSize' | 'ino' | 'stRdev' | 'stDev'> {
+  return { stMode: Number(st.mode), stSize: Number(st.size), ino: st.ino, stRdev: Number(st.rdev), stDev: Number(st.dev) };
 }
 
-/** Whether the walked entry e is as c was captured: type, mode, owner, size, mtime, ctime, inode, rdev, and a link's target (git's index compares the same). */
+/** Whether the walked entry e is as c was captured: type, mode, owner, size, mtime, ctime, inode, rdev, device, and a link's target (git's index compares the same, but the device). */
 function sameAsCaptured(c: CapturedEntry, e: WalkEntry): boolean {
   return (
     c.ctimeNs === e.ctimeNs &&
@@ -199,6 +201,7 @@ function sameAsCaptured(c: CapturedEntry, e: WalkEntry): boolean {
     c.uid === e.uid &&
     c.gid === e.gid &&
     c.stRdev === Number(e.rdev) &&
+    c.stDev === Number(e.dev) &&
     (c.type !== 'symlink' || (e.linkTarget ?? EMPTY).equals(c.target ?? EMPTY))
   );
 }
@@ -220,6 +223,7 @@ type StatFacts = {
   ctimeNs: bigint;
   ino: bigint;
   rdev: bigint;
+  dev: bigint;
 };
 
 class Capture {
@@ -412,6 +416,7 @@ class Capture {
       stSize: Number(before.size),
       ino: before.ino,
       stRdev: Number(before.rdev),
+      stDev: Number(before.dev),
       ...(moved ? { moved: true } : {}),
     };
     if (!moved) {
@@ -811,7 +816,17 @@ export function runCapture(
     let root: CaptureResult['root'] = { mode: 0, uid: 0, gid: 0, mtimeNs: 0n };
     const maxPasses = Math.max(2, req.maxPasses);
     /** One walk: entries whose stat (and with verifyContent, content) did not move are kept, the rest captured again. */
+    /** Every walk is of the file system and mount the capture began on: one mounted at the root since (even the same image again) is another tree, never mixed with the passes before it. */
+    const sameFs = () => {
+      const now = fsOf(req.root);
+      if (rootFs !== null && now !== null && now !== rootFs)
+        throw new ScanError(
+          'fs_changed',
+          `fs_changed: ${req.root} is another file system or mount than when this checkpoint began (${now}, was ${rootFs}): something was mounted or unmounted there; checkpoint again`,
+        );
+    };
     const walkOnce = (frozen?: { startHrNs: bigint; ms: number }) => {
+      sameFs();
       prev ??= new Map(entries.map((c) => [c.key, c]));
       const current: CapturedEntry[] = [];
       const from = prev;
@@ -884,6 +899,7 @@ export function runCapture(
           if (pass === 1 && seed) seedDiffers++;
         }
       }
+      sameFs(); // a mount swapped during the walk: what it found is of both
       entries = current;
       prev = null; // made from `entries` only if another pass follows
     };
@@ -894,6 +910,10 @@ export function runCapture(
       if (pass > 1) {
         waitOutRacy(cap, deadlineHrNs);
         testTouch(req.root, pass);
+        faultPoint('checkpoint:pass-hold', () => {
+          writeSync(2, `${JSON.stringify({ level: 20, time: Date.now(), msg: 'checkpoint:pass-hold: the next pass waits' })}\n`);
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, testHooks.frozenHoldMs);
+        });
       }
       walkOnce();
       if (pass > 1 && changed.length === 0) break;

@@ -36,6 +36,8 @@ export const MAX_STAT_CACHE_FILES = 16;
 /** A file bigger than this is not read (about 4,000,000 entries): the capture reads every file instead. */
 export const MAX_STAT_CACHE_FILE_BYTES = 1 << 30;
 
+const INT64_MIN = -(2n ** 63n);
+const INT64_MAX = 2n ** 63n - 1n;
 const TYPES: readonly Exclude<EntryType, 'unknown'>[] = ['file', 'dir', 'symlink', 'fifo', 'socket', 'char', 'block'];
 const HAS_SHA256 = 1;
 const HAS_TARGET = 2;
@@ -95,6 +97,12 @@ class Writer {
     const at = this.room(8);
     this.view.setBigUint64(at, v, true);
   }
+  /** A time in ns: an i64, or past int64 (before 1677, after 2262) INT64_MIN and its decimal digits (latin1). */
+  time(v: bigint): void {
+    if (v > INT64_MIN && v <= INT64_MAX) return this.i64(v);
+    this.i64(INT64_MIN);
+    this.latin1(v.toString());
+  }
   bytes(b: Uint8Array): void {
     const at = this.room(b.length);
     this.buf.set(b, at);
@@ -147,6 +155,13 @@ class Reader {
   u64(): bigint {
     return this.view.getBigUint64(this.need(8), true);
   }
+  time(): bigint {
+    const v = this.i64();
+    if (v !== INT64_MIN) return v;
+    const digits = this.latin1();
+    if (!/^-?\d{1,28}$/.test(digits)) throw new Error('not a time');
+    return BigInt(digits);
+  }
   bytes(n: number): Buffer {
     const at = this.need(n);
     return this.buf.subarray(at, at + n);
@@ -194,12 +209,13 @@ export function encodeStatCache(root: string, seed: CaptureSeed): Buffer {
     w.u32(e.uid);
     w.u32(e.gid);
     w.f64(e.size);
-    w.i64(e.mtimeNs);
-    w.i64(e.ctimeNs);
+    w.time(e.mtimeNs);
+    w.time(e.ctimeNs);
     w.u64(e.ino);
     w.u32(e.stMode);
     w.f64(e.stSize);
     w.f64(e.stRdev);
+    w.f64(e.stDev);
     if (e.sha256 !== undefined) w.sha256(e.sha256);
     if (e.target !== undefined) w.blob(e.target);
     if (e.rdev !== undefined) w.f64(e.rdev);
@@ -246,12 +262,13 @@ export function decodeStatCache(bytes: Buffer, root: string, publicKey: KeyObjec
         uid: r.u32(),
         gid: r.u32(),
         size: r.f64(),
-        mtimeNs: r.i64(),
-        ctimeNs: r.i64(),
+        mtimeNs: r.time(),
+        ctimeNs: r.time(),
         ino: r.u64(),
         stMode: r.u32(),
         stSize: r.f64(),
         stRdev: r.f64(),
+        stDev: r.f64(),
       };
       if (flags & HAS_SHA256) e.sha256 = r.sha256();
       if (flags & HAS_TARGET) e.target = Buffer.from(r.blob());
@@ -363,7 +380,7 @@ export function saveStatCache(storeFd: number, root: string, seed: CaptureSeed, 
 /** What loadStatCache found: the seed, no copy, or a copy not used (why, for the log). */
 export type StatCacheLoad = { seed: CaptureSeed } | { absent: true } | { rejected: string };
 
-/** Reads root's stat cache from the store (storeFd): its seed, none, or why the copy there is not used (not a regular file, over maxBytes (not read: the capture's checkpoint.maxManifestBytes, which a copy stays under), damaged, cut short, of another directory, or not signed by this key). */
+/** Reads root's stat cache from the store (storeFd): its seed, none, or why the copy there is not used (not a regular file, over twice maxBytes (not read: the capture's checkpoint.maxManifestBytes; a copy's entries and trees take less than twice their manifest's bytes), damaged, cut short, of another directory, or not signed by this key). */
 export function loadStatCache(storeFd: number, root: string, signingKeyPem: string, maxBytes = MAX_STAT_CACHE_FILE_BYTES): StatCacheLoad {
   let dirFd: number | null;
   try {
@@ -377,7 +394,7 @@ export function loadStatCache(storeFd: number, root: string, signingKeyPem: stri
     try {
       const st = fstatSync(fd);
       if (!st.isFile()) return { rejected: 'not a regular file' };
-      const bound = Math.min(maxBytes, MAX_STAT_CACHE_FILE_BYTES);
+      const bound = Math.min(2 * maxBytes, MAX_STAT_CACHE_FILE_BYTES);
       if (st.size > bound) return { rejected: `${st.size} bytes, over ${bound}` };
       const bytes = Buffer.allocUnsafe(st.size);
       let at = 0;

@@ -679,31 +679,81 @@ describe('what the stat cache never keeps', () => {
   });
 
   it('times past int64 nanoseconds (touch -d 2300) are recorded exactly, kept by the stat cache, and restored', async () => {
+    // On a tmpfs (64-bit seconds; ext4 stops at 2446), its own, restored onto another.
     const dir = join(d.dir, 'far-times');
-    mkdirSync(join(dir, 'sub'), { recursive: true });
-    writeFileSync(join(dir, 'future'), 'from 2300\n');
-    writeFileSync(join(dir, 'sub', 'z'), 'after it\n');
-    // 2300-01-01T00:00:00.123456789Z: 10,413,792,000,123,456,789 ns, past 2^63 (9.22e18). The addon's int64 wrapped it to 1715.
-    execFileSync('touch', ['-d', '2300-01-01 00:00:00.123456789', join(dir, 'future'), join(dir, 'sub')]);
-    const far = 10_413_792_000_123_456_789n;
-    expect(statSync(join(dir, 'future'), { bigint: true }).mtimeNs).toBe(far);
-    const made = Date.now();
-    await until(() => Date.now() - made > 150, 'the racy margin past');
-    const first = (await checkpoint(d, dir)).result!;
-    const entries = manifest(first.checkpoint_id).entries;
-    expect(entries.filter((e) => e.path === 'future' || e.path === 'sub').map((e) => e.mtime_ns)).toEqual([String(far), String(far)]);
-    expect((await checkpoint(d, dir)).result).toMatchObject({ scan: { passes: 1, digest: first.scan.digest }, read: { files: 0 } });
     const out = join(d.dir, 'far-times-restored');
-    const r = await d.sbx(['restore', first.checkpoint_id, out, '--state-dir', d.stateDir]);
-    expect([r.status, r.stderr.toString()]).toEqual([0, '']);
-    expect(r.stdout.toString()).toContain('OK: the restored tree is identical to the manifest');
-    for (const p of ['future', 'sub', 'sub/z']) expect(statSync(join(out, p), { bigint: true }).mtimeNs).toBe(statSync(join(dir, p), { bigint: true }).mtimeNs);
-    expect(readFileSync(join(out, 'future'), 'utf8')).toBe('from 2300\n');
+    for (const m of [dir, out]) {
+      mkdirSync(m);
+      execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=8m', 'tmpfs', m]);
+    }
+    try {
+      mkdirSync(join(dir, 'sub'));
+      const times: [string, string, bigint][] = [
+        // 10,413,792,000,123,456,789 ns: past 2^63 (9.22e18), which the addon's int64 wrapped to 1715.
+        ['future', '2300-01-01 00:00:00.123456789', 10_413_792_000_123_456_789n],
+        ['sub', '2300-01-01 00:00:00.123456789', 10_413_792_000_123_456_789n],
+        // 21 digits: the manifest's check took at most 20 (verify and restore refused the checkpoint).
+        ['yr6000', '6000-01-01', 127_174_492_800_000_000_000n],
+        // Before 1970 with a fraction: restore's BigInt / and % gave a negative nsec (EINVAL).
+        ['frac1969', '1969-12-31 23:59:59.25', -750_000_000n],
+        ['frac1600', '1600-01-01 00:00:00.5', -11_676_096_000_000_000_000n + 500_000_000n],
+      ];
+      for (const [name] of times) if (name !== 'sub') writeFileSync(join(dir, name), `${name}\n`);
+      writeFileSync(join(dir, 'sub', 'z'), 'after them\n');
+      for (const [name, when] of times) execFileSync('touch', ['-d', when, join(dir, name)]);
+      for (const [name, , ns] of times) expect(statSync(join(dir, name), { bigint: true }).mtimeNs).toBe(ns);
+      const made = Date.now();
+      await until(() => Date.now() - made > 150, 'the racy margin past');
+      const first = (await checkpoint(d, dir)).result!;
+      const entries = manifest(first.checkpoint_id).entries;
+      for (const [name, , ns] of times) expect(entries.find((e) => e.path === name)?.mtime_ns).toBe(String(ns));
+      expect((await checkpoint(d, dir)).result).toMatchObject({ scan: { passes: 1, digest: first.scan.digest }, read: { files: 0 } });
+      const v = await d.sbx(['verify', first.checkpoint_id, '--state-dir', d.stateDir]);
+      expect([v.status, v.stdout.toString().slice(0, 3)]).toEqual([0, 'OK:']);
+      const r = await d.sbx(['restore', first.checkpoint_id, join(out, 'tree'), '--state-dir', d.stateDir]);
+      expect([r.status, r.stderr.toString()]).toEqual([0, '']);
+      expect(r.stdout.toString()).toContain('OK: the restored tree is identical to the manifest');
+      for (const p of [...times.map(([name]) => name), 'sub/z'])
+        expect(statSync(join(out, 'tree', p), { bigint: true }).mtimeNs).toBe(statSync(join(dir, p), { bigint: true }).mtimeNs);
+      expect(readFileSync(join(out, 'tree', 'future'), 'utf8')).toBe('future\n');
+    } finally {
+      for (const m of [dir, out]) spawnSync('umount', [m]);
+    }
+  });
+
+  it('a mount swapped at the root between two passes of one checkpoint fails it (fs_changed); the next one captures what is there', async () => {
+    // Between passes: the second pass waits (checkpoint:pass-hold) while the tmpfs at the root is replaced by another.
+    const e = new TestDaemon({ cgroupPrefix: 'sbx-test-ws-' });
+    const root = join(e.dir, 'swapped');
+    mkdirSync(root);
+    let mounts = 0;
+    try {
+      execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=8m', 'tmpfs', root]);
+      mounts++;
+      writeFileSync(join(root, 'f'), 'first tmpfs\n');
+      e.withEnv({ SBX_FAULT_POINT: 'checkpoint:pass-hold', SBX_TEST_FROZEN_HOLD_MS: '3000' });
+      await e.start();
+      const pending = checkpoint(e, root);
+      await until(() => e.log().includes('checkpoint:pass-hold: the next pass waits'), 'the second pass held');
+      execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=8m', 'tmpfs', root]); // over the first: the path is another mount now
+      mounts++;
+      writeFileSync(join(root, 'f'), 'other tmpfs\n');
+      const r = await pending;
+      expect(r.status).toBe(125);
+      expect(r.failure).toMatchObject({ code: 'CHECKPOINT_FAILED', details: { code: 'fs_changed' } });
+      expect(r.failure!.message).toContain('is another file system or mount than when this checkpoint began');
+      const again = await checkpoint(e, root);
+      expect(shaIn(e, again.result!.checkpoint_id, 'f')).toBe(sha256(Buffer.from('other tmpfs\n')));
+    } finally {
+      await e.terminate();
+      while (mounts-- > 0) spawnSync('umount', [root]);
+      await e.stop();
+    }
   });
 
   it.skipIf(!HAVE_LOOP_EXT4)(
     HAVE_LOOP_EXT4
-      ? 'another image mounted at the same path (same inode, size, mtime and ctime, other bytes) is read, never kept from the stat cache: while the supervisor runs, and after a restart from the copy on disk'
+      ? 'another image mounted at the same path (same inode, size, mtime and ctime, other bytes) is read, never kept from the stat cache: while the supervisor runs, after a restart from the copy on disk, and its file bind-mounted over the cached one'
       : 'needs loop devices and mkfs.ext4 (absent here)',
     async () => {
       // mkfs.ext4 -d copies each file's times, in whole seconds: two images of same-size files
@@ -731,6 +781,9 @@ describe('what the stat cache never keeps', () => {
       const f = join(mnt, 'f');
       const shaOfF = (id: string) => manifest(id).entries.find((e) => e.path === 'f')?.sha256;
       let mountedImage = false;
+      const other = join(d.dir, 'image-other');
+      let otherMounted = false;
+      let boundFile = false;
       const mountImage = (v: number) => {
         execFileSync('mount', ['-o', 'loop', images[v - 1], mnt]);
         mountedImage = true;
@@ -764,7 +817,19 @@ describe('what the stat cache never keeps', () => {
         const restarted = await checkpoint(d, mnt);
         expect(restarted.result!.read.files).toBe(1);
         expect(shaOfF(restarted.result!.checkpoint_id)).toBe(sha256(Buffer.from('version-1\n')));
+        // Image 2's f bind-mounted over image 1's (the root's mount unchanged): alike but for its device, so read.
+        expect((await checkpoint(d, mnt)).result!.read.files).toBe(0);
+        mkdirSync(other);
+        execFileSync('mount', ['-o', 'loop,ro', images[1], other]);
+        otherMounted = true;
+        execFileSync('mount', ['--bind', join(other, 'f'), f]);
+        boundFile = true;
+        const bound = await checkpoint(d, mnt);
+        expect(bound.result!.read.files).toBe(1);
+        expect(shaOfF(bound.result!.checkpoint_id)).toBe(sha256(Buffer.from('version-2\n')));
       } finally {
+        if (boundFile) spawnSync('umount', [f]);
+        if (otherMounted) spawnSync('umount', [other]);
         if (mountedImage) spawnSync('umount', [mnt]);
       }
     },

@@ -21,7 +21,7 @@ import type { CaptureSeed } from '../../../../supervisor/checkpoint/stat-cache.j
 import type { DirTree } from '../../../../supervisor/checkpoint/trees.js';
 
 const sha = (s: string) => createHash('sha256').update(s).digest('hex');
-const stat = { uid: 1000, gid: 1000, mtimeNs: 1_733_550_000_123_456_789n, ctimeNs: -5n, ino: 2n ** 64n - 1n, stRdev: 0 };
+const stat = { uid: 1000, gid: 1000, mtimeNs: 1_733_550_000_123_456_789n, ctimeNs: -5n, ino: 2n ** 64n - 1n, stRdev: 0, stDev: 2049 };
 
 function entries(): CapturedEntry[] {
   return [
@@ -42,7 +42,30 @@ function entries(): CapturedEntry[] {
     { key: 'd/empty', type: 'file', mode: 0o600, size: 0, sha256: sha(''), stMode: 0o100600, stSize: 0, ...stat },
     { key: 'd/link', type: 'symlink', mode: 0o777, size: 3, target: Buffer.from([0x2e, 0xff, 0x0a]), stMode: 0o120777, stSize: 3, ...stat },
     { key: 'dev', type: 'char', mode: 0o666, size: 0, rdev: 259, stMode: 0o20666, stSize: 0, ...stat, stRdev: 259 },
-    { key: 'fifo', type: 'fifo', mode: 0o644, size: 0, stMode: 0o10644, stSize: 0, ...stat },
+    // Times past int64 nanoseconds (touch -d 2300; 6000 on tmpfs; 1600).
+    {
+      key: 'fifo',
+      type: 'fifo',
+      mode: 0o644,
+      size: 0,
+      stMode: 0o10644,
+      stSize: 0,
+      ...stat,
+      mtimeNs: 10_413_792_000_123_456_789n,
+      ctimeNs: -11_676_096_000_500_000_000n,
+    },
+    {
+      key: 'far',
+      type: 'file',
+      mode: 0o644,
+      size: 0,
+      sha256: sha(''),
+      stMode: 0o100644,
+      stSize: 0,
+      ...stat,
+      mtimeNs: 126_227_808_000_000_000_000n,
+      ctimeNs: -(2n ** 63n),
+    },
     { key: 'mnt', type: 'dir', mode: 0o755, size: 0, mount: true, stMode: 0o40755, stSize: 4096, ...stat },
   ];
 }
@@ -81,7 +104,7 @@ describe('the stat cache file', () => {
   it('is no cache when it is of another directory, signed by another key, damaged at any byte, or cut short', () => {
     const body = encodeStatCache('/work/ws', seedOf(entries()));
     const good = signed(body);
-    expect(decodeStatCache(good, '/work/ws', publicKey)?.entries.size).toBe(7);
+    expect(decodeStatCache(good, '/work/ws', publicKey)?.entries.size).toBe(8);
     expect(decodeStatCache(good, '/work/other', publicKey)).toBeNull();
     expect(decodeStatCache(signed(body, generateKeyPairSync('ed25519').privateKey), '/work/ws', publicKey)).toBeNull();
     for (let at = 0; at < good.length; at++) {
@@ -125,7 +148,8 @@ describe('the stat cache file', () => {
       unlinkSync(join(index, statCacheFileName('/ws/1')));
       // Over the bound a copy is read under (the capture's checkpoint.maxManifestBytes): not read.
       const size = statSync(join(index, statCacheFileName('/ws/0'))).size;
-      expect(loadStatCache(fd, '/ws/0', pem, size - 1)).toEqual({ rejected: `${size} bytes, over ${size - 1}` });
+      expect(loadStatCache(fd, '/ws/0', pem, size / 2)).not.toHaveProperty('rejected');
+      expect(loadStatCache(fd, '/ws/0', pem, (size - 1) / 2)).toEqual({ rejected: `${size} bytes, over ${size - 1}` });
       // A write cut short left its temp file: the next write of any copy removes it.
       writeFileSync(join(index, `.${statCacheFileName('/ws/9')}.tmp`), 'cut short');
       saveStatCache(fd, '/ws/0', seedOf(list), pem, 0);
