@@ -27,7 +27,8 @@ when the store has no such object; OSError/ValueError when it cannot be read (a 
 _TYPES = frozenset(["file", "dir", "symlink", "fifo", "socket", "char", "block"])
 _MAX_SAFE = 2**53 - 1
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_MTIME = re.compile(r"-?[0-9]{1,20}")
+# Up to 28 digits, as manifest.ts checkEntry: a file system of 64-bit seconds (tmpfs: touch -d 6000 is 21) in nanoseconds.
+_MTIME = re.compile(r"-?[0-9]{1,28}")
 _MISSING = object()
 
 

@@ -287,11 +287,16 @@ def test_entry_fields_are_checked_as_v1s():
         (meta("file", mount=True, sha256=sha(X)), "mount true on a file: only a directory is a mount point (true)"),
         ({**CHUNKED, "size": 1}, "chunks are not {sha256, size} adding up to size"),
         (meta("socket", mtime_ns=12), "mtime_ns is not decimal nanoseconds"),
+        (meta("socket", mtime_ns="1" * 29), "mtime_ns is not decimal nanoseconds"),
         (meta("nope"), 'unknown type "nope"'),
     ]
     for fields, problem in cases:
         data, tid = raw_tree([tree_entry(fields, b"e", "1" * 64 if fields["type"] == "dir" else None)])
         assert check_tree(data, tid)[2] == [f'tree {tid}: entry "e": {problem}'], fields
+    # Times past int64 nanoseconds are times (touch -d 6000 on a tmpfs: 21 digits; before 1677).
+    for ns in ("127174492800000000000", "-11676095999500000000", "1" * 28):
+        data, tid = raw_tree([tree_entry(meta("fifo", mtime_ns=ns), b"e")])
+        assert check_tree(data, tid)[2] == [], ns
 
 
 def test_canonical_form_is_enforced():
