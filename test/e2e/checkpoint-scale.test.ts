@@ -483,6 +483,7 @@ describe("the store's own writes on the workspace's file system", () => {
     try {
       expect(statSync(ws).dev).toBe(statSync(d.stateDir).dev);
       const ownEvents = async () => json<StatusResult>(await d.sbx(['status', '--json'])).workspace_own_events;
+      const unplacedBefore = json<StatusResult>(await d.sbx(['status', '--json'])).workspace_unplaced_events;
       const before = await ownEvents();
       const first = await checkpoint(d, ws);
       expect(first.result).toMatchObject({ consistent: true, scan: { files: FILES }, objects: { written: FILES } });
@@ -492,7 +493,10 @@ describe("the store's own writes on the workspace's file system", () => {
       await until(async () => (await ownEvents()) - before >= 3 * FILES, 'the store writes read as our own');
       const status = json<StatusResult>(await d.sbx(['status', '--json']));
       expect(status.workspaces[0]).toMatchObject({ path: ws, events: 0 });
-      expect(status.workspace_unplaced_events).toBe(0);
+      // Nor unplaced: those are other processes' writes in directories gone before they were named,
+      // anywhere on this file system (other test files' temp dirs: 34-73 seen in a mixed run), never
+      // ours; the store's ~4,000 would be far past this bound if they were not read as our own.
+      expect(status.workspace_unplaced_events - unplacedBefore).toBeLessThan(FILES / 2);
     } finally {
       await d.stop();
     }
