@@ -29,6 +29,9 @@ import { native } from '../core/fs/native.js';
 import { ROOT, sha256, until } from './helpers/daemon.js';
 import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from './helpers/cgroup-cleanup.js';
 
+/** fileio.h FILEIO_FIELDS: the int64s of one fstat in readFileAt's and hashFilesAt's stats. */
+const FIO_FIELDS = 14;
+
 describe('native helper', () => {
   it('makes real O_CLOEXEC pipes and raises their capacity', () => {
     const [r, w] = native().makePipe();
@@ -579,14 +582,29 @@ describe('readFileAt and writeFileNewAt: a small file read whole, a new file wri
       writeFileSync(join(dir, 'f'), content);
       const st = lstatSync(join(dir, 'f'), { bigint: true });
       const buf = Buffer.alloc(20_000);
-      const slots = new BigInt64Array(20);
+      const slots = new BigInt64Array(2 * FIO_FIELDS);
       const n = native().readFileAt(dirFd, Buffer.from('f'), 0, buf, slots);
       expect(n).toBe(content.length);
       expect(buf.subarray(0, n).equals(content)).toBe(true);
-      // fileio.h's order: size, mode, uid, gid, mtime ns, ctime ns, ino, rdev, dev, blocks; before, then after.
-      const fields = [st.size, BigInt(st.mode), st.uid, st.gid, st.mtimeNs, st.ctimeNs, st.ino, st.rdev, st.dev, st.blocks];
-      expect([...slots.subarray(0, 10)]).toEqual(fields);
-      expect([...slots.subarray(10, 20)]).toEqual(fields);
+      // fileio.h's order: size, mode, uid, gid, mtime ns, ctime ns, ino, rdev, dev, blocks, then mtime and ctime as
+      // seconds and nanoseconds (timens.h: what stands in for a time past int64 ns); before, then after.
+      const secNsec = (ns: bigint) => [ns / 1_000_000_000n, ns % 1_000_000_000n];
+      const fields = [
+        st.size,
+        BigInt(st.mode),
+        st.uid,
+        st.gid,
+        st.mtimeNs,
+        st.ctimeNs,
+        st.ino,
+        st.rdev,
+        st.dev,
+        st.blocks,
+        ...secNsec(st.mtimeNs),
+        ...secNsec(st.ctimeNs),
+      ];
+      expect([...slots.subarray(0, FIO_FIELDS)]).toEqual(fields);
+      expect([...slots.subarray(FIO_FIELDS, 2 * FIO_FIELDS)]).toEqual(fields);
       // Longer than the buffer: the buffer's length read (the caller reads it another way).
       const short = Buffer.alloc(1000);
       expect(native().readFileAt(dirFd, Buffer.from('f'), 0, short, slots)).toBe(1000);
@@ -596,12 +614,14 @@ describe('readFileAt and writeFileNewAt: a small file read whole, a new file wri
       slots.fill(0n);
       expect(native().readFileAt(dirFd, Buffer.from('p'), fsConstants.O_NONBLOCK, buf, slots)).toBe(0);
       expect(Number(slots[1]) & 0o170000).toBe(0o010000);
-      expect(slots[10]).toBe(0n); // no fstat after: nothing was read
+      expect(slots[FIO_FIELDS]).toBe(0n); // no fstat after: nothing was read
       symlinkSync('f', join(dir, 'l'));
       expect(() => native().readFileAt(dirFd, Buffer.from('l'), 0, buf, slots)).toThrow(expect.objectContaining({ code: 'ELOOP', syscall: 'open' }));
       expect(() => native().readFileAt(dirFd, Buffer.from('gone'), 0, buf, slots)).toThrow(expect.objectContaining({ code: 'ENOENT', syscall: 'open' }));
       expect(() => native().readFileAt(dirFd, Buffer.from('a/f'), 0, buf, slots)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
-      expect(() => native().readFileAt(dirFd, Buffer.from('f'), 0, buf, new BigInt64Array(19))).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+      expect(() => native().readFileAt(dirFd, Buffer.from('f'), 0, buf, new BigInt64Array(2 * FIO_FIELDS - 1))).toThrow(
+        expect.objectContaining({ code: 'EINVAL' }),
+      );
     } finally {
       closeSync(dirFd);
       rmSync(dir, { recursive: true, force: true });
@@ -744,10 +764,10 @@ describe('hashFilesAt: files read whole and hashed on threads (the read-back of 
       symlinkSync('f1', join(dir, 'link'));
       const names = [...files.map((f) => f.name), 'missing', 'link', 'sub'];
       const packed = Buffer.from(names.map((n) => `${n}\0`).join(''));
-      const stats1 = new BigInt64Array(20);
+      const stats1 = new BigInt64Array(2 * FIO_FIELDS);
       for (const threads of [1, 2, 8]) {
         const rc = new Float64Array(names.length);
-        const stats = new BigInt64Array(names.length * 20);
+        const stats = new BigInt64Array(names.length * 2 * FIO_FIELDS);
         const digests = Buffer.alloc(names.length * 32, 0xee);
         native().hashFilesAt(fd, packed, fsConstants.O_NONBLOCK, CAP, threads, rc, stats, digests);
         files.forEach((f, i) => {
@@ -756,7 +776,7 @@ describe('hashFilesAt: files read whole and hashed on threads (the read-back of 
           // readFileAt of the same file fills the same stats, before and after.
           const buf = Buffer.alloc(CAP);
           native().readFileAt(fd, Buffer.from(f.name), 0, buf, stats1);
-          expect(stats.subarray(i * 20, i * 20 + 20)).toEqual(stats1);
+          expect(stats.subarray(i * 2 * FIO_FIELDS, (i + 1) * 2 * FIO_FIELDS)).toEqual(stats1);
           expect(digests.toString('hex', i * 32, i * 32 + 32)).toBe(whole ? sha256(f.bytes) : 'ee'.repeat(32));
         });
         const at = (name: string) => names.indexOf(name);
@@ -764,10 +784,10 @@ describe('hashFilesAt: files read whole and hashed on threads (the read-back of 
         expect(rc[at('link')]).toBe(-osConstants.errno.ELOOP);
         // A directory: not read (0 bytes), its mode in the stat before, no digest.
         expect(rc[at('sub')]).toBe(0);
-        expect(Number(stats[at('sub') * 20 + 1]) & 0o170000).toBe(0o040000);
+        expect(Number(stats[at('sub') * 2 * FIO_FIELDS + 1]) & 0o170000).toBe(0o040000);
         expect(digests.toString('hex', at('sub') * 32, at('sub') * 32 + 32)).toBe('ee'.repeat(32));
       }
-      const ok = () => [new Float64Array(1), new BigInt64Array(20), Buffer.alloc(32)] as const;
+      const ok = () => [new Float64Array(1), new BigInt64Array(2 * FIO_FIELDS), Buffer.alloc(32)] as const;
       const bad =
         (names: Buffer, cap = CAP, threads = 2) =>
         () =>
@@ -782,7 +802,7 @@ describe('hashFilesAt: files read whole and hashed on threads (the read-back of 
       expect(spawnSync('mkfifo', [join(dir, 'p')]).status).toBe(0);
       const script = `const n = require(${JSON.stringify(join(ROOT, 'native-helpers/build/Release/sbx_native.node'))});
         const fd = require('node:fs').openSync(${JSON.stringify(dir)}, 'r');
-        const rc = new Float64Array(1), st = new BigInt64Array(20);
+        const rc = new Float64Array(1), st = new BigInt64Array(${2 * FIO_FIELDS});
         n.hashFilesAt(fd, Buffer.from('p\\0'), 0, 64, 2, rc, st, Buffer.alloc(32));
         console.log(rc[0], (Number(st[1]) & 0o170000).toString(8));`;
       const child = spawnSync(process.execPath, ['-e', script], { timeout: 10_000, encoding: 'utf8' });
