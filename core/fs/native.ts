@@ -188,8 +188,8 @@ export function execShimPath(): string {
   throw Object.assign(new Error(`exec shim not found (run npm ci); looked in: ${tried.join(', ')}`), { code: 'ENOENT', errno: -2 });
 }
 
-/** What the addon's stats give for a time past int64 nanoseconds (before 1677, after 2262: native-helpers/src/timens.h). */
-const TIME_OUT_OF_RANGE = -(2n ** 63n);
+/** What the addon's stats give for a time past int64 nanoseconds (before 1677, after 2262: native-helpers/src/timens.h): INT64_MIN, which no time in range is. */
+export const TIME_OUT_OF_RANGE = -(2n ** 63n);
 
 /** A time the addon's stats gave at v[at] in nanoseconds, or, when that did not fit (TIME_OUT_OF_RANGE), from its seconds and nanoseconds at v[secAt] and v[secAt + 1]: exact either way. */
 export function timeNsAt(v: BigInt64Array, at: number, secAt: number): bigint {

@@ -20,6 +20,7 @@ import {
   writeSync,
 } from 'node:fs';
 import { pathAt } from '../../core/fs/walk.js';
+import { TIME_OUT_OF_RANGE } from '../../core/fs/native.js';
 import { STORE_DIRS } from '../../core/state/names.js';
 import { errnoCode } from '../../ipc/errno.js';
 import type { EntryType } from '../../core/fs/walk.js';
@@ -34,10 +35,10 @@ const SIGNATURE_BYTES = 64;
 /** Copies kept in index/ at most (one per checkpointed directory): past it, the least recently used go (touchStatCache). */
 export const MAX_STAT_CACHE_FILES = 16;
 /** A file bigger than this is not read (about 4,000,000 entries): the capture reads every file instead. */
-export const MAX_STAT_CACHE_FILE_BYTES = 1 << 30;
+const MAX_STAT_CACHE_FILE_BYTES = 1 << 30;
 
-const INT64_MIN = -(2n ** 63n);
-const INT64_MAX = 2n ** 63n - 1n;
+/** The largest int64; the smallest, TIME_OUT_OF_RANGE, marks a time written as its digits (as the addon marks one given apart). */
+const INT64_MAX = -TIME_OUT_OF_RANGE - 1n;
 const TYPES: readonly Exclude<EntryType, 'unknown'>[] = ['file', 'dir', 'symlink', 'fifo', 'socket', 'char', 'block'];
 const HAS_SHA256 = 1;
 const HAS_TARGET = 2;
@@ -97,10 +98,10 @@ class Writer {
     const at = this.room(8);
     this.view.setBigUint64(at, v, true);
   }
-  /** A time in ns: an i64, or past int64 (before 1677, after 2262) INT64_MIN and its decimal digits (latin1). */
+  /** A time in ns: an i64, or past int64 (before 1677, after 2262) TIME_OUT_OF_RANGE and its decimal digits (latin1). */
   time(v: bigint): void {
-    if (v > INT64_MIN && v <= INT64_MAX) return this.i64(v);
-    this.i64(INT64_MIN);
+    if (v > TIME_OUT_OF_RANGE && v <= INT64_MAX) return this.i64(v);
+    this.i64(TIME_OUT_OF_RANGE);
     this.latin1(v.toString());
   }
   bytes(b: Uint8Array): void {
@@ -157,7 +158,7 @@ class Reader {
   }
   time(): bigint {
     const v = this.i64();
-    if (v !== INT64_MIN) return v;
+    if (v !== TIME_OUT_OF_RANGE) return v;
     const digits = this.latin1();
     if (!/^-?\d{1,28}$/.test(digits)) throw new Error('not a time');
     return BigInt(digits);
