@@ -33,6 +33,7 @@ import { STORE_DIRS } from '../state/names.js';
 import { errnoCode } from '../../ipc/errno.js';
 import { racyMarginNs } from '../fs/granule.js';
 import { MAX_TREE_BYTES } from './tree.js';
+import { ObjectNames } from './object-names.js';
 
 const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
 const OPEN_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
@@ -270,7 +271,7 @@ export class LocalStoreFiles {
    */
   hasOwnObject(sha256: string): boolean {
     if (this.pending.has(sha256)) return true;
-    return this.namesIn(sha256).has(sha256);
+    return this.namesIn(sha256).hasDigest(sha256);
   }
 
   /**
@@ -295,7 +296,7 @@ export class LocalStoreFiles {
    * where a lookup per file cost 4 µs through /proc: measured 15 ms of an unchanged 4,115-file
    * checkpoint); only this supervisor writes objects (the lock), and what it links is added.
    */
-  private namesIn(sha256: string): Set<string> {
+  private namesIn(sha256: string): ObjectNames {
     const fan = sha256.slice(0, 2);
     let names = this.listed.get(fan);
     if (!names) {
@@ -311,13 +312,13 @@ export class LocalStoreFiles {
    * their granule before that listing (granule.ts: a name added or removed since moves them);
    * else listed now. An unchanged 100,000-object store's 256 listings cost ~0.3 s a checkpoint.
    */
-  private fanNamesCached(fan: string, sha256: string): Set<string> {
+  private fanNamesCached(fan: string, sha256: string): ObjectNames {
     const key = `${this.dir}\0${fan}`;
     const { sig, newestNs } = this.fanStat(fan);
     const cached = FAN_LISTINGS.get(key);
     if (sig !== null && cached?.sig === sig && cached.trusted) return cached.names;
     const listedAtNs = BigInt(Date.now()) * 1_000_000n;
-    let names: Set<string>;
+    let names: ObjectNames;
     let listedIsAtPath = false;
     try {
       // Through the fan directory's own fd (opened O_NOFOLLOW: a link there is refused, never
@@ -326,14 +327,14 @@ export class LocalStoreFiles {
       // finding the name taken, has the read-back look at it (and set it aside).
       const fd = this.fan(sha256, false);
       listedIsAtPath = LocalStoreFiles.isAtPath({ sig, newestNs }, fd);
-      names = new Set(
+      names = new ObjectNames(
         readdirSync(`/proc/self/fd/${fd}`, { withFileTypes: true })
           .filter((d) => d.isFile())
           .map((d) => d.name),
       );
     } catch (err) {
       if (!(err instanceof StoreError && err.code === 'missing')) throw err;
-      names = new Set();
+      names = new ObjectNames();
     }
     this.recordListing(fan, { sig, newestNs }, listedAtNs, listedIsAtPath, names);
     return names;
@@ -361,7 +362,7 @@ export class LocalStoreFiles {
    * whether that stat was old enough to trust, and its regular files' names. A name gone since
    * the listing kept, or names and no listing to compare with: the removal generation moves on.
    */
-  private recordListing(fan: string, at: FanStat, listedAtNs: bigint, listedIsAtPath: boolean, names: Set<string>): void {
+  private recordListing(fan: string, at: FanStat, listedAtNs: bigint, listedIsAtPath: boolean, names: ObjectNames): void {
     const key = `${this.dir}\0${fan}`;
     const cached = FAN_LISTINGS.get(key);
     let lost = cached === undefined && names.size > 0;
@@ -373,7 +374,7 @@ export class LocalStoreFiles {
     else FAN_LISTINGS.set(key, { sig: at.sig, names, trusted: listedIsAtPath && at.newestNs + racyMarginNs(at.newestNs) < listedAtNs });
   }
 
-  private readonly listed = new Map<string, Set<string>>();
+  private readonly listed = new Map<string, ObjectNames>();
 
   /**
    * The objects of sha256's fan directory, by name, each with whether it is a regular file,
@@ -399,7 +400,7 @@ export class LocalStoreFiles {
     const raw = statDirRaw(fanFd);
     if (!raw) return null; // no native listing: nothing is trusted by it
     const out = new Map<string, ListedObject>();
-    const names = new Set<string>();
+    const names: string[] = [];
     let complete = true;
     const v = raw.stats;
     for (let i = 0, b = 0; i < raw.count; i++, b += raw.fields) {
@@ -418,9 +419,9 @@ export class LocalStoreFiles {
       );
       const regular = (mode & 0o170000) === 0o100000;
       out.set(name, { regular, size: Number(v[b + SD.size]), sig });
-      if (regular) names.add(name);
+      if (regular) names.push(name);
     }
-    if (complete && !this.listed.has(fan)) this.recordListing(fan, at, listedAtNs, atPath, names);
+    if (complete && !this.listed.has(fan)) this.recordListing(fan, at, listedAtNs, atPath, new ObjectNames(names));
     return out;
   }
 
@@ -763,7 +764,7 @@ function readFd(fd: number, size: number): Buffer {
 }
 
 /** Fan directories' listings across openings of a store (LocalStoreFiles.fanNamesCached), by store and fan: the directory's stat then, its names, and whether that stat was old enough to be trusted. */
-const FAN_LISTINGS = new Map<string, { sig: string | null; names: Set<string>; trusted: boolean }>();
+const FAN_LISTINGS = new Map<string, { sig: string | null; names: ObjectNames; trusted: boolean }>();
 /** A fan directory's stat at its path (LocalStoreFiles.fanStat). */
 interface FanStat {
   sig: string | null;
@@ -1058,7 +1059,31 @@ export function objectSigOf(st: Pick<StatFacts, 'dev' | 'ino' | 'size' | 'mtimeN
   return objectSig(st.dev, st.ino, st.size, st.mtimeNs, st.ctimeNs);
 }
 
-/** objectSigOf of the fields themselves (a listing's, with no stat object made per entry). */
+const U64_MAX = (1n << 64n) - 1n;
+const I64_MIN = -(1n << 63n);
+const I64_MAX = (1n << 63n) - 1n;
+/** One thread's scratch for objectSig (a module instance per worker thread). */
+const SIG_SCRATCH = Buffer.alloc(41);
+
+/**
+ * objectSigOf of the fields themselves (a listing's, with no stat object made per entry). A
+ * flat string of 41 latin1 chars: 0x01, then dev, ino and size (u64) and mtime and ctime
+ * (i64 ns), little endian. It is kept per object re-hashed (stat-cache.ts VerifiedObjects):
+ * a template literal of five bigints is a tree of cons strings over decimal ones, ~450 bytes
+ * of heap per object against ~56 here. A time past the i64 range gives the decimal fields
+ * after a ':' (never 0x01: the two forms never meet).
+ */
 function objectSig(dev: bigint, ino: bigint, size: bigint, mtimeNs: bigint, ctimeNs: bigint): string {
-  return `${dev}:${ino}:${size}:${mtimeNs}:${ctimeNs}`;
+  const b = SIG_SCRATCH;
+  if (dev <= U64_MAX && ino <= U64_MAX && size <= U64_MAX && mtimeNs >= I64_MIN && mtimeNs <= I64_MAX && ctimeNs >= I64_MIN && ctimeNs <= I64_MAX) {
+    b[0] = 1;
+    b.writeBigUInt64LE(dev, 1);
+    b.writeBigUInt64LE(ino, 9);
+    b.writeBigUInt64LE(size, 17);
+    b.writeBigInt64LE(mtimeNs, 25);
+    b.writeBigInt64LE(ctimeNs, 33);
+    return b.toString('latin1');
+  }
+  // Buffer's toString gives one flat string (the template literal alone would be cons strings).
+  return Buffer.from(`:${dev}:${ino}:${size}:${mtimeNs}:${ctimeNs}`, 'latin1').toString('latin1');
 }
