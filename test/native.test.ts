@@ -26,6 +26,7 @@ import { describe, expect, it } from 'vitest';
 import { StreamDrain } from '../supervisor/session/drain.js';
 import { HashPool } from '../supervisor/store/hasher.js';
 import { native } from '../core/fs/native.js';
+import { mountIdOf } from '../core/fs/walk.js';
 import { ROOT, sha256, until } from './helpers/daemon.js';
 import { cgroupMount, removeCgroupTree, TEST_CGROUP_PREFIX } from './helpers/cgroup-cleanup.js';
 
@@ -812,4 +813,50 @@ describe('hashFilesAt: files read whole and hashed on threads (the read-back of 
       rmSync(dir, { recursive: true, force: true });
     }
   });
+});
+
+describe('mountIdUnique and mountIdOf: the id of the mount an fd is on', () => {
+  const unique = (() => {
+    const fd = openSync('/', fsConstants.O_RDONLY | fsConstants.O_DIRECTORY);
+    try {
+      return native().mountIdUnique(fd) !== null;
+    } finally {
+      closeSync(fd);
+    }
+  })();
+  it.skipIf(!unique)(
+    unique
+      ? 'is one for two fds on one mount, and another once the same path is mounted again (where /proc mnt_id may come back the same)'
+      : 'needs statx STATX_MNT_ID_UNIQUE (Linux 6.8; absent here)',
+    () => {
+      const at = mkdtempSync(join(tmpdir(), 'sbx-mntid-'));
+      let mounted = false;
+      const idsAt = () => {
+        const fds = [0, 1].map(() => openSync(at, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY));
+        try {
+          const proc = /^mnt_id:\s*(\d+)$/m.exec(readFileSync(`/proc/self/fdinfo/${fds[0]}`, 'utf8'))![1];
+          return { of: fds.map((fd) => mountIdOf(fd)), raw: native().mountIdUnique(fds[0]!), proc };
+        } finally {
+          for (const fd of fds) closeSync(fd);
+        }
+      };
+      try {
+        execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'sbx-test-mntid', at]);
+        mounted = true;
+        const first = idsAt();
+        expect(first.of[0]).toBe(`u${first.raw}`);
+        expect(first.of[1]).toBe(first.of[0]);
+        execFileSync('umount', [at]);
+        mounted = false;
+        execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'sbx-test-mntid', at]);
+        mounted = true;
+        const second = idsAt();
+        console.log(`/proc mnt_id ${first.proc} then ${second.proc}; unique ${first.raw} then ${second.raw}`);
+        expect(second.of[0]).not.toBe(first.of[0]);
+      } finally {
+        if (mounted) spawnSync('umount', [at]);
+        rmSync(at, { recursive: true, force: true });
+      }
+    },
+  );
 });

@@ -61,20 +61,32 @@ export class ScanError extends Error {
 /**
  * The watched file system a walk must be of (the watcher's record of its workspace at start):
  * st_dev, and for the workspace root itself its mount id (a bind mount of the same file system
- * over it has the same st_dev). `workspace` names it in messages.
+ * over it has the same st_dev, and so has the same image mounted there again). `workspace`
+ * names it in messages.
  */
 export interface FsIdentity {
   workspace: string;
   dev: bigint;
-  /** The root's mount id (/proc/self/fdinfo mnt_id); null: only st_dev is compared (a directory inside the workspace). */
-  mntId: number | null;
+  /** The root's mount id (mountIdOf); null: only st_dev is compared (a directory inside the workspace). */
+  mntId: string | null;
 }
 
-/** The mount id of the mount fd was opened through (proc(5) /proc/self/fdinfo `mnt_id:`), null when /proc does not say. */
-export function mountIdOf(fd: number): number | null {
+/**
+ * The id of the mount fd was opened through: "u<id>", statx(2)'s STATX_MNT_ID_UNIQUE (Linux
+ * 6.8: a new one at every mount, never reused until the next boot), else "m<id>", proc(5)'s
+ * /proc/self/fdinfo `mnt_id:` (reused: a mount made after one is gone may get its id, so the
+ * same image unmounted and mounted again may look unchanged); null when neither says.
+ */
+export function mountIdOf(fd: number): string | null {
+  try {
+    const unique = nativeOrNull()?.mountIdUnique(fd) ?? null;
+    if (unique !== null) return `u${unique}`;
+  } catch {
+    // an older addon: /proc's below
+  }
   try {
     const m = /^mnt_id:\s*(\d+)$/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, 'latin1'));
-    return m ? Number(m[1]) : null;
+    return m ? `m${m[1]}` : null;
   } catch {
     return null;
   }

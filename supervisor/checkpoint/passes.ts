@@ -12,7 +12,7 @@ import { isRegular, readWholeAt, sameStat, statAfter, statBefore } from '../../c
 import { isUtf8 } from 'node:buffer';
 import { showPath } from '../../core/fs/names.js';
 import { racyMarginNs } from '../../core/fs/granule.js';
-import { checkFsIdentity, pathAt, ScanError, walkTree, type FsIdentity, type WalkEntry } from '../../core/fs/walk.js';
+import { checkFsIdentity, mountIdOf, pathAt, ScanError, walkTree, type FsIdentity, type WalkEntry } from '../../core/fs/walk.js';
 import { type ListedObject, LocalStoreFiles, objectSigOf } from '../../core/checkpoint/local-store.js';
 import { writeAll } from '../../core/fs/durable.js';
 import type { EntryFacts } from '../../core/checkpoint/manifest.js';
@@ -659,15 +659,8 @@ function fsOf(root: string): string | null {
   }
   try {
     const dev = fstatSync(fd, { bigint: true }).dev;
-    let unique: bigint | null = null;
-    try {
-      unique = native().mountIdUnique(fd);
-    } catch {
-      // an older addon or kernel: /proc's mnt_id below
-    }
-    if (unique !== null) return `${dev}:u${unique}:${(bootId ??= readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim())}`;
-    const mnt = /^mnt_id:\s*(\d+)$/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'));
-    return `${dev}:m${mnt ? mnt[1] : '?'}`;
+    const mnt = mountIdOf(fd) ?? 'm?';
+    return mnt.startsWith('u') ? `${dev}:${mnt}:${(bootId ??= readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim())}` : `${dev}:${mnt}`;
   } catch {
     return null;
   } finally {

@@ -57,7 +57,7 @@ interface Workspace {
   path: string;
   fsType: string;
   /** Its root's st_dev and mount id at start: the file system the mark and the barrier are of (null: not a directory then). */
-  fs: { dev: bigint; mntId: number | null } | null;
+  fs: { dev: bigint; mntId: string | null } | null;
   /** Why events cannot be vouched for, from the start (null: watched). */
   unsupported: string | null;
   barrierFd: number;
