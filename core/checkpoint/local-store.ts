@@ -1062,12 +1062,15 @@ export function objectSigOf(st: Pick<StatFacts, 'dev' | 'ino' | 'size' | 'mtimeN
 const U64_MAX = (1n << 64n) - 1n;
 const I64_MIN = -(1n << 63n);
 const I64_MAX = (1n << 63n) - 1n;
+/** Whether v is 64 bits signed or unsigned: stat gives dev, ino and size signed (an inode number of 2^63 or more, overlayfs xino's say, is negative there), so both forms are the same 64 bits. */
+const fits64 = (v: bigint): boolean => v >= I64_MIN && v <= U64_MAX;
+
 /** One thread's scratch for objectSig (a module instance per worker thread). */
 const SIG_SCRATCH = Buffer.alloc(41);
 
 /**
  * objectSigOf of the fields themselves (a listing's, with no stat object made per entry). A
- * flat string of 41 latin1 chars: 0x01, then dev, ino and size (u64) and mtime and ctime
+ * flat string of 41 latin1 chars: 0x01, then dev, ino and size (their 64 bits) and mtime and ctime
  * (i64 ns), little endian. It is kept per object re-hashed (stat-cache.ts VerifiedObjects):
  * a template literal of five bigints is a tree of cons strings over decimal ones, ~450 bytes
  * of heap per object against ~56 here. A time past the i64 range gives the decimal fields
@@ -1075,11 +1078,11 @@ const SIG_SCRATCH = Buffer.alloc(41);
  */
 function objectSig(dev: bigint, ino: bigint, size: bigint, mtimeNs: bigint, ctimeNs: bigint): string {
   const b = SIG_SCRATCH;
-  if (dev <= U64_MAX && ino <= U64_MAX && size <= U64_MAX && mtimeNs >= I64_MIN && mtimeNs <= I64_MAX && ctimeNs >= I64_MIN && ctimeNs <= I64_MAX) {
+  if (fits64(dev) && fits64(ino) && fits64(size) && mtimeNs >= I64_MIN && mtimeNs <= I64_MAX && ctimeNs >= I64_MIN && ctimeNs <= I64_MAX) {
     b[0] = 1;
-    b.writeBigUInt64LE(dev, 1);
-    b.writeBigUInt64LE(ino, 9);
-    b.writeBigUInt64LE(size, 17);
+    b.writeBigUInt64LE(BigInt.asUintN(64, dev), 1);
+    b.writeBigUInt64LE(BigInt.asUintN(64, ino), 9);
+    b.writeBigUInt64LE(BigInt.asUintN(64, size), 17);
     b.writeBigInt64LE(mtimeNs, 25);
     b.writeBigInt64LE(ctimeNs, 33);
     return b.toString('latin1');

@@ -94,10 +94,6 @@ class Writer {
     const at = this.room(8);
     this.view.setBigInt64(at, v, true);
   }
-  u64(v: bigint): void {
-    const at = this.room(8);
-    this.view.setBigUint64(at, v, true);
-  }
   /** A time in ns: an i64, or past int64 (before 1677, after 2262) TIME_OUT_OF_RANGE and its decimal digits (latin1). */
   time(v: bigint): void {
     if (v > TIME_OUT_OF_RANGE && v <= INT64_MAX) return this.i64(v);
@@ -152,9 +148,6 @@ class Reader {
   }
   i64(): bigint {
     return this.view.getBigInt64(this.need(8), true);
-  }
-  u64(): bigint {
-    return this.view.getBigUint64(this.need(8), true);
   }
   time(): bigint {
     const v = this.i64();
@@ -212,7 +205,7 @@ export function encodeStatCache(root: string, seed: CaptureSeed): Buffer {
     w.f64(e.size);
     w.time(e.mtimeNs);
     w.time(e.ctimeNs);
-    w.u64(e.ino);
+    w.i64(e.ino); // signed, as stat gives it (an inode number of 2^63 or more is negative there: overlayfs xino)
     w.u32(e.stMode);
     w.f64(e.stSize);
     w.f64(e.stRdev);
@@ -265,7 +258,7 @@ export function decodeStatCache(bytes: Buffer, root: string, publicKey: KeyObjec
         size: r.f64(),
         mtimeNs: r.time(),
         ctimeNs: r.time(),
-        ino: r.u64(),
+        ino: r.i64(),
         stMode: r.u32(),
         stSize: r.f64(),
         stRdev: r.f64(),

@@ -56,6 +56,11 @@ describe('objectSigOf', () => {
     // A 64-bit inode and size, and a time before 1970.
     expect(objectSigOf({ ...base, ino: (1n << 64n) - 1n })).not.toBe(objectSigOf({ ...base, ino: (1n << 64n) - 2n }));
     expect(objectSigOf({ ...base, mtimeNs: -1n })).not.toBe(objectSigOf({ ...base, mtimeNs: -2n }));
+    // stat gives dev, ino and size signed: an inode number of 2^63 or more (overlayfs xino) is negative, and is its own 64 bits.
+    const high = -(2n ** 63n) + 1_526_877n;
+    expect(objectSigOf({ ...base, ino: high })).toBe(objectSigOf({ ...base, ino: BigInt.asUintN(64, high) }));
+    expect(objectSigOf({ ...base, ino: high })).not.toBe(objectSigOf({ ...base, ino: high + 1n }));
+    expect(objectSigOf({ ...base, ino: high }).length).toBe(41);
   });
 
   it('gives times past the 64-bit range exactly, in decimal, never equal to an in-range signature', () => {
