@@ -38,7 +38,7 @@ export type DiffEntry = DiffPath & {
  */
 export type DiffModified = DiffPath & {
   type: ManifestEntry['type'];
-  /** What differs: `content` (a file's digest with the same size), `size`, `target`, `rdev`. */
+  /** What differs: `content` (a file's bytes: its size or its digest), with `size` when the size differs too; `target`; `rdev`. */
   changed: ('content' | 'size' | 'target' | 'rdev')[];
   old_size: number;
   new_size: number;
@@ -163,7 +163,8 @@ export function diffEntries(from: readonly ManifestEntry[], to: readonly Manifes
     }
     const changed: DiffModified['changed'] = [];
     if (a.type === 'file') {
-      if (a.size !== b.size) changed.push('size');
+      // Bytes of another size are other bytes: 'content' is there whenever a file's bytes differ.
+      if (a.size !== b.size) changed.push('content', 'size');
       else if (!contentEqual(a, b, wholeDigests)) changed.push('content');
     } else if (a.type === 'symlink') {
       if (!entryTargetBytes(a).equals(entryTargetBytes(b))) changed.push('target');

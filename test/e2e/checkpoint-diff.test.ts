@@ -112,7 +112,7 @@ describe('sbx diff', () => {
         {
           path: 'edit',
           type: 'file',
-          changed: ['size'],
+          changed: ['content', 'size'],
           old_size: 4,
           new_size: 9,
           old_mode: 0o644,

@@ -83,7 +83,7 @@ def diff_entries(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, An
         changed: List[str] = []
         if a["type"] == "file":
             if a["size"] != b["size"]:
-                changed.append("size")
+                changed += ["content", "size"]  # bytes of another size are other bytes
             elif _content_key(a, whole_digests) != _content_key(b, whole_digests):
                 changed.append("content")
         elif a["type"] == "symlink":

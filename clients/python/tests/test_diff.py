@@ -35,6 +35,7 @@ def pair(daemon: Daemon, tmp_path_factory):
 
     put("keep", b"kept\n")
     put("edit", b"old\n")
+    put("grow", b"abc\n")
     put("gone", b"bye\n")
     put("script", b"#!/bin/sh\n")
     put("swap", b"a file\n")
@@ -42,6 +43,7 @@ def pair(daemon: Daemon, tmp_path_factory):
     with Client(daemon.socket_path) as c:
         a = c.checkpoint(str(ws), task=tasks[0])["checkpoint_id"]
         put("edit", b"NEW\n")  # same size, other bytes
+        put("grow", b"abcd\n")  # another size: other content too
         os.unlink(ws / "gone")
         os.chmod(ws / "script", 0o755)
         os.unlink(ws / "swap")
@@ -78,11 +80,14 @@ def test_diff_in_python_equals_sbx_diff(daemon: Daemon, pair, no_sbx):
     assert (ours["from"]["task"], ours["to"]["task"], ours["to"]["workspace"]) == (tasks[0], tasks[1], ws)
     assert ours["added"] == [{"path_b64": base64.b64encode(LATIN).decode(), "type": "file", "size": 6, "mode": 0o600, "sha256": sha(b"latin\n")}]
     assert ours["removed"] == [{"path": "gone", "type": "file", "size": 4, "mode": 0o644, "sha256": sha(b"bye\n")}]
-    assert ours["modified"] == [{"path": "edit", "type": "file", "changed": ["content"], "old_size": 4, "new_size": 4, "old_mode": 0o644, "new_mode": 0o644, "old_sha256": sha(b"old\n"), "new_sha256": sha(b"NEW\n")}]
+    assert ours["modified"] == [
+        {"path": "edit", "type": "file", "changed": ["content"], "old_size": 4, "new_size": 4, "old_mode": 0o644, "new_mode": 0o644, "old_sha256": sha(b"old\n"), "new_sha256": sha(b"NEW\n")},
+        {"path": "grow", "type": "file", "changed": ["content", "size"], "old_size": 4, "new_size": 5, "old_mode": 0o644, "new_mode": 0o644, "old_sha256": sha(b"abc\n"), "new_sha256": sha(b"abcd\n")},
+    ]
     assert ours["type_changed"] == [{"path": "swap", "old_type": "file", "new_type": "symlink", "old_size": 7, "new_size": 4, "old_mode": 0o644, "new_mode": 0o777}]
     assert ours["mode_changed"] == [{"path": "script", "type": "file", "old_mode": 0o644, "new_mode": 0o755}]
     assert ours["owner_changed"] == []
-    assert ours["counts"] == {"added": 1, "removed": 1, "modified": 1, "type_changed": 1, "mode_changed": 1, "owner_changed": 0}
+    assert ours["counts"] == {"added": 1, "removed": 1, "modified": 2, "type_changed": 1, "mode_changed": 1, "owner_changed": 0}
     assert ours["identical"] is False
 
 
@@ -98,7 +103,7 @@ def test_identical_and_task(daemon: Daemon, pair, no_sbx):
     assert by_task == sbx_diff(daemon, "--task", tasks[1])[1]
     assert len(first) == 1 and first[0]["to"]["checkpoint_id"] == a
     assert first[0]["from"] is None  # the first checkpoint of this workspace: everything added
-    assert [e["path"] for e in first[0]["added"]] == ["edit", "gone", "keep", "script", "swap"]
+    assert [e["path"] for e in first[0]["added"]] == ["edit", "gone", "grow", "keep", "script", "swap"]
     assert first == sbx_diff(daemon, "--task", tasks[0])[1]
 
 

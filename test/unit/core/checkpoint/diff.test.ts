@@ -99,7 +99,17 @@ describe('checkpoint diff', () => {
         old_sha256: H('a'),
         new_sha256: H('c'),
       },
-      { path: 'grown', type: 'file', changed: ['size'], old_size: 3, new_size: 4, old_mode: 0o644, new_mode: 0o644, old_sha256: H('a'), new_sha256: H('d') },
+      {
+        path: 'grown',
+        type: 'file',
+        changed: ['content', 'size'],
+        old_size: 3,
+        new_size: 4,
+        old_mode: 0o644,
+        new_mode: 0o644,
+        old_sha256: H('a'),
+        new_sha256: H('d'),
+      },
       {
         path: 'moved-link',
         type: 'symlink',
