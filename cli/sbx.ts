@@ -1302,7 +1302,7 @@ sub('checkpoint')
         : '';
     warn(
       `published to ${r.store}: ${n(r.scan.entries, 'entry', 'entries')}, ${n(r.scan.files, 'file')}, ${mib(r.scan.bytes)}; ${r.read ? `${r.read.files} read; ` : ''}${n(r.objects.written, 'new object')} (${mib(r.objects.bytes_written)})${uploaded}; ` +
-        `read back ${n(r.read_back.objects, 'object')}${r.read_back.rehashed_objects !== undefined ? ` (${r.read_back.rehashed_objects} re-hashed${r.read_back.trusted_objects ? `, ${r.read_back.trusted_objects} under trees checked before, not looked at` : ''})` : ''} in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms`,
+        `read back ${n(r.read_back.objects, 'object')}${readBackParts(r.read_back)} in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms`,
     );
     if (!r.consistent) {
       // A leased path never changed: a lease kept it shut, so it was not captured.
@@ -1745,4 +1745,14 @@ export function isEntry(script: string | undefined, url: string): boolean {
   } catch {
     return false;
   }
+}
+
+/** The read-back's objects split as the result counts them: re-hashed, confirmed by their file's stat, not looked at (under trees checked before). */
+function readBackParts(rb: CheckpointResult['read_back']): string {
+  if (rb.rehashed_objects === undefined) return '';
+  const byStat = rb.objects - rb.rehashed_objects - (rb.trusted_objects ?? 0);
+  const parts = [`${rb.rehashed_objects} re-hashed`];
+  if (byStat > 0) parts.push(`${byStat} confirmed by their stat`);
+  if (rb.trusted_objects) parts.push(`${rb.trusted_objects} under trees checked before, not looked at`);
+  return ` (${parts.join(', ')})`;
 }
