@@ -224,7 +224,7 @@ export async function listCommand(o: StoreOptions & { workspace?: string }): Pro
       r.consistent ? 'yes' : 'NO',
     ]),
   ];
-  const widths = table[0].map((_, i) => Math.max(...table.map((row) => row[i].length)));
+  const widths = table[0].map((_, i) => table.reduce((m, row) => Math.max(m, row[i].length), -Infinity));
   for (const row of table)
     process.stdout.write(
       row

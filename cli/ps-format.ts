@@ -176,7 +176,7 @@ export function psTable(sessions: SessionSummary[], o: PsTableOptions): string {
       ].map((cell, i) => (i === HEADER.length - 1 ? cell : escapeControls(cell))),
     );
   }
-  const widths = HEADER.map((_, i) => Math.max(...rows.map((r) => displayWidth(r[i]))));
+  const widths = HEADER.map((_, i) => rows.reduce((m, r) => Math.max(m, displayWidth(r[i])), -Infinity));
   const shown = HEADER.map(() => true);
   const col = (name: (typeof HEADER)[number]) => HEADER.indexOf(name);
   if (!o.noTrunc) {

@@ -863,18 +863,17 @@ sub('verify')
     const stateDir =
       o.stateDir ?? (!isClose && typeof receipt.session_id === 'string' && existsSync(join(here, 'sessions', receipt.session_id)) ? here : undefined);
     if (stateDir && problems.length === 0) {
-      if (isClose)
-        problems.push(
-          ...verifyCloseSessions(receipt as unknown as CloseReceipt, stateDir, keyPem),
-          ...verifyCloseTasks(receipt as unknown as CloseReceipt, stateDir),
-        );
-      else {
+      if (isClose) {
+        for (const p of verifyCloseSessions(receipt as unknown as CloseReceipt, stateDir, keyPem)) problems.push(p);
+        for (const p of verifyCloseTasks(receipt as unknown as CloseReceipt, stateDir)) problems.push(p);
+      } else {
         // Every stored byte is re-read and hashed: a line on a terminal counts chunk files and bytes.
         const chunks = Object.values(receipt.output).flatMap((s) => s?.chunks ?? []);
         const progress = new Progress(`verify ${receipt.session_id}`);
         const done = { objects: 0, totalObjects: chunks.length, bytes: 0, totalBytes: chunks.reduce((n, c) => n + c.length, 0) };
         progress.counts(done);
-        problems.push(...verifyStoredOutput(receipt, stateDir, (bytes) => progress.counts({ ...done, objects: ++done.objects, bytes: (done.bytes += bytes) })));
+        const stored = verifyStoredOutput(receipt, stateDir, (bytes) => progress.counts({ ...done, objects: ++done.objects, bytes: (done.bytes += bytes) }));
+        for (const p of stored) problems.push(p);
         progress.done();
       }
     }
@@ -1144,7 +1143,7 @@ sub('changes')
       ].filter(Boolean);
       process.stdout.write(`${escapeControls(ws.path)} (${escapeControls(facts.join('; '))})\n`);
       if (ws.changes.length === 0) process.stdout.write('  (no changes attributed to the session)\n');
-      const width = Math.max(0, ...ws.changes.map((c) => String(c.seq).length));
+      const width = ws.changes.reduce((m, c) => Math.max(m, String(c.seq).length), 0);
       for (const c of ws.changes) {
         // One change a line: a newline or other control character in a name is shown escaped.
         const show = escapeControls;

@@ -46,7 +46,7 @@ export async function verifyTaskReceipt(
   let bytes = 0;
   if (problems.length) return { problems, objects, bytes };
   // A retired session's receipt is gone (its tombstone named it): nothing to re-read.
-  problems.push(...verifyCloseSessions({ sessions: receipt.sessions.filter((s) => s.state !== 'retired') }, o.stateDir, keyPem));
+  for (const p of verifyCloseSessions({ sessions: receipt.sessions.filter((s) => s.state !== 'retired') }, o.stateDir, keyPem)) problems.push(p);
   const sessions: JoinSession[] = receipt.sessions.map((s) => {
     let r: Receipt | null = null;
     if (s.receipt_sha256 !== null && s.state !== 'retired') {

@@ -65,7 +65,7 @@ function killTree(root: number): number {
     let fresh = 0;
     for (let i = 0; i < queue.length; i++) {
       const pid = queue[i]!;
-      queue.push(...childrenOf(pid));
+      for (const child of childrenOf(pid)) queue.push(child);
       if (killed.has(pid)) continue;
       killed.add(pid);
       fresh++;

@@ -283,7 +283,7 @@ export async function loadCheckpoint(
     }
   }
   if (check) {
-    problems.push(...check.problems);
+    for (const p of check.problems) problems.push(p);
     if (manifest.scan?.entries !== check.count) problems.push(`the manifest says ${manifest.scan?.entries} entries and its trees hold ${check.count}`);
     if (problems.length) throw new RestoreError('bad_manifest', `checkpoint ${id}: ${problems.join('; ')}`);
   }

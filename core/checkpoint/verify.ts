@@ -112,8 +112,8 @@ export async function verifyCheckpoint(
             }))
           : { manifest, problems: [] };
       if (original && edited.manifest)
-        problems.push(...diffEntries(original, edited.manifest).map((d) => `${d} (the stored checkpoint ${other} says otherwise)`));
-      else if (!edited.manifest) problems.push(...edited.problems.map((p) => `its trees: ${p}`));
+        for (const d of diffEntries(original, edited.manifest)) problems.push(`${d} (the stored checkpoint ${other} says otherwise)`);
+      else if (!edited.manifest) for (const p of edited.problems) problems.push(`its trees: ${p}`);
       break;
     }
     return verdict;
@@ -156,7 +156,7 @@ export async function verifyCheckpoint(
     return verdict;
   }
   if (check) {
-    problems.push(...check.problems);
+    for (const p of check.problems) problems.push(p);
     if (manifest.scan?.entries !== check.count) problems.push(`the manifest says ${manifest.scan?.entries} entries and its trees hold ${check.count}`);
     verdict.notCaptured = summary!.notCaptured;
     verdict.mountsSkipped = summary!.mountsSkipped;

@@ -293,7 +293,7 @@ export function readHinted(root: string, hints: readonly Buffer[], seed: Readonl
       const r = look(rel);
       if (r) racy.push(r);
     }
-    racy.push(...later);
+    for (const r of later) racy.push(r);
     // Written just now: read again once a later write would move the ctime (a short wait, where a walk costs more).
     if (racy.length > 0) {
       const readyAtNs = racy.reduce((m, r) => (r.readyAtNs > m ? r.readyAtNs : m), 0n);

@@ -516,7 +516,8 @@ class Capture {
 
   /** Every object written made durable and moved into place (the store's commitObjects), failures named as the store's. */
   commit(): void {
-    this.written.push(...this.store.pendingObjects());
+    // One at a time: push(...list) puts every item on the stack (RangeError past ~120,000: a first checkpoint of 1,000,000 files).
+    for (const sha256 of this.store.pendingObjects()) this.written.push(sha256);
     this.storing(() => this.store.commitObjects());
   }
 
@@ -1107,7 +1108,7 @@ export function runRehash(req: RehashRequest): RehashResult {
         // A buffer of the largest one's size and a byte: an object grown past it is read in blocks.
         got = store.hashObjectsWhole(
           whole.map((w) => w.sha256),
-          Math.max(...whole.map((w) => w.size)) + 1,
+          whole.reduce((m, w) => Math.max(m, w.size), 0) + 1,
           REHASH_THREADS,
         );
       } catch (err) {

@@ -116,7 +116,7 @@ export async function dispatch(ctx: ServeContext, conn: Connection, raw: unknown
     if (!conn.helloDone) {
       if (frame.method !== 'hello') throw new SupervisorError('INVALID_ARGUMENT', 'the first request must be hello');
       const hello = validate(ParamsSchemas.hello, frame.params, 'hello');
-      const version = Math.max(...hello.versions.filter((v) => (PROTOCOL_VERSIONS as readonly number[]).includes(v)));
+      const version = hello.versions.filter((v) => (PROTOCOL_VERSIONS as readonly number[]).includes(v)).reduce((m, v) => Math.max(m, v), -Infinity);
       if (!Number.isFinite(version)) {
         const err = new SupervisorError('UNSUPPORTED_VERSION', `protocol versions ${hello.versions.join(', ')} unsupported`, {
           supported: [...PROTOCOL_VERSIONS],

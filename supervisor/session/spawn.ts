@@ -93,7 +93,7 @@ export class LeaderProcess {
     const pipe = (): [number, number] => {
       try {
         const p = n.makePipe();
-        made.push(...p);
+        made.push(p[0], p[1]);
         return p;
       } catch (err) {
         for (const fd of made) closeSync(fd);

@@ -294,7 +294,11 @@ export class WorkspaceWatcher {
     const touched = new Set<Tracked>();
     for (const e of m.events) this.onEvent(e, touched);
     // Events lost: the journal is incomplete through everything read so far (a later barrier is past it).
-    if (m.overflowSeq !== null || m.dropped > 0) this.journal.lost(null, Math.max(m.overflowSeq ?? 0, ...this.workspaces.map((w) => w.lastSeq)));
+    if (m.overflowSeq !== null || m.dropped > 0)
+      this.journal.lost(
+        null,
+        this.workspaces.reduce((n, w) => Math.max(n, w.lastSeq), m.overflowSeq ?? 0),
+      );
     for (const t of touched) t.changes.flush();
     for (const b of m.barriers) this.onBarrier(b.ws, b.seq);
     Atomics.sub(new Int32Array(this.wake), WAKE_POSTED, m.events.length);
