@@ -81,6 +81,15 @@ static int int_arg(napi_env env, napi_value *argv, size_t argc, size_t index, in
   return 0;
 }
 
+/* The one argument of a call taking an fd: 0, or -1 with a TypeError EINVAL (usage) thrown. */
+static int fd_only_arg(napi_env env, napi_callback_info info, const char *usage, int32_t *fd) {
+  napi_value argv[1];
+  size_t argc = get_args(env, info, argv, 1);
+  if (int_arg(env, argv, argc, 0, fd) == 0) return 0;
+  napi_throw_type_error(env, "EINVAL", usage);
+  return -1;
+}
+
 /* argv[index] as a malloc'ed NUL-terminated UTF-8 string with no NUL inside; NULL if not. */
 static char *string_arg(napi_env env, napi_value *argv, size_t argc, size_t index, size_t max_bytes) {
   napi_valuetype t;
@@ -288,26 +297,17 @@ static napi_value set_pipe_size(napi_env env, napi_callback_info info) {
 
 /* tryLockExclusive(fd): true when taken, false when another open file description holds it. */
 static napi_value try_lock_exclusive(napi_env env, napi_callback_info info) {
-  napi_value argv[1];
-  size_t argc = get_args(env, info, argv, 1);
   int32_t fd;
-  if (int_arg(env, argv, argc, 0, &fd) != 0) {
-    napi_throw_type_error(env, "EINVAL", "tryLockExclusive(fd): an integer expected");
-    return NULL;
-  }
+  if (fd_only_arg(env, info, "tryLockExclusive(fd): an integer expected", &fd) != 0) return NULL;
   int r = sys_try_lock_exclusive(fd);
   return r < 0 ? throw_errno(env, r, "flock") : make_bool(env, r);
 }
 
 /* peerCred(fd): { pid, uid, gid }. */
 static napi_value peer_cred(napi_env env, napi_callback_info info) {
-  napi_value argv[1], result;
-  size_t argc = get_args(env, info, argv, 1);
+  napi_value result;
   int32_t fd;
-  if (int_arg(env, argv, argc, 0, &fd) != 0) {
-    napi_throw_type_error(env, "EINVAL", "peerCred(fd): an integer fd expected");
-    return NULL;
-  }
+  if (fd_only_arg(env, info, "peerCred(fd): an integer fd expected", &fd) != 0) return NULL;
   struct sys_cred cred;
   int r = sys_peer_cred(fd, &cred);
   if (r < 0) return throw_errno(env, r, "getsockopt");
@@ -805,13 +805,8 @@ static napi_value set_times_at_fn(napi_env env, napi_callback_info info) {
 
 /* One fd in, nothing out: fn(fd) returns 0 or -errno, thrown as syscall's error (usage names the call). */
 static napi_value fd_call(napi_env env, napi_callback_info info, int (*fn)(int), const char *usage, const char *syscall) {
-  napi_value argv[1];
-  size_t argc = get_args(env, info, argv, 1);
   int32_t fd;
-  if (int_arg(env, argv, argc, 0, &fd) != 0) {
-    napi_throw_type_error(env, "EINVAL", usage);
-    return NULL;
-  }
+  if (fd_only_arg(env, info, usage, &fd) != 0) return NULL;
   int r = fn(fd);
   if (r < 0) return throw_errno(env, r, syscall);
   return make_null(env);
@@ -824,13 +819,8 @@ static napi_value syncfs_fn(napi_env env, napi_callback_info info) {
 
 /* mountIdUnique(fd): the unique id of the mount fd is on (a BigInt), or null when the kernel gives none (before Linux 6.8). */
 static napi_value mount_id_unique_fn(napi_env env, napi_callback_info info) {
-  napi_value argv[1];
-  size_t argc = get_args(env, info, argv, 1);
   int32_t fd;
-  if (int_arg(env, argv, argc, 0, &fd) != 0) {
-    napi_throw_type_error(env, "EINVAL", "mountIdUnique(fd): an fd expected");
-    return NULL;
-  }
+  if (fd_only_arg(env, info, "mountIdUnique(fd): an fd expected", &fd) != 0) return NULL;
   uint64_t id = 0;
   int r = sys_mount_id_unique(fd, &id);
   if (r < 0) return throw_errno(env, r, "statx");
@@ -887,13 +877,8 @@ static napi_value statdir_value(napi_env env, struct statdir_result *r) {
  * listing's errno; an entry's own fstatat/readlinkat errno is in its SD_ERRNO.
  */
 static napi_value stat_dir_fn(napi_env env, napi_callback_info info) {
-  napi_value argv[1];
-  size_t argc = get_args(env, info, argv, 1);
   int32_t fd;
-  if (int_arg(env, argv, argc, 0, &fd) != 0) {
-    napi_throw_type_error(env, "EINVAL", "statDir(dirFd): an fd expected");
-    return NULL;
-  }
+  if (fd_only_arg(env, info, "statDir(dirFd): an fd expected", &fd) != 0) return NULL;
   struct statdir_result r;
   int rc = statdir(fd, &r);
   if (rc < 0) return throw_errno(env, rc, "statdir");

@@ -809,7 +809,6 @@ export function runCapture(
       seed?.presentIn?.storeDir === req.storeDir && seed.entries.size >= SEED_TRUST_MIN_ENTRIES && store.namesKeptSince(seed.presentIn.gen);
     let root: CaptureResult['root'] = { mode: 0, uid: 0, gid: 0, mtimeNs: 0n };
     const maxPasses = Math.max(2, req.maxPasses);
-    /** One walk: entries whose stat (and with verifyContent, content) did not move are kept, the rest captured again. */
     /** Every walk is of the file system and mount the capture began on: one mounted at the root since (even the same image again) is another tree, never mixed with the passes before it. */
     const sameFs = () => {
       const now = fsOf(req.root);
@@ -819,6 +818,7 @@ export function runCapture(
           `fs_changed: ${req.root} is another file system or mount than when this checkpoint began (${now}, was ${rootFs}): something was mounted or unmounted there; checkpoint again`,
         );
     };
+    /** One walk: entries whose stat (and with verifyContent, content) did not move are kept, the rest captured again. */
     const walkOnce = (frozen?: { startHrNs: bigint; ms: number }) => {
       sameFs();
       prev ??= new Map(entries.map((c) => [c.key, c]));
