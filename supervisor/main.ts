@@ -16,7 +16,7 @@ import type { RemoteListener } from './server/remote.js';
 import type { Supervisor } from './supervisor.js';
 import { compose } from './compose.js';
 import { notify, startWatchdog, takeListenFd } from './systemd.js';
-import { missingNodeFlags } from './node-flags.js';
+import { missingNodeFlags, SUPERVISOR_NODE_FLAGS } from './node-flags.js';
 import { parseMetricsAddress } from './metrics/address.js';
 import type { MetricsListener } from './metrics/http.js';
 import type { SupervisorMetrics } from './metrics/registry.js';
@@ -73,7 +73,7 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
   if (missing.length > 0)
     log.warn(
       { missing },
-      `started without the node flags that bound its memory: start it as node ${missing.join(' ')} ${process.argv[1] ?? 'main.js'} ... (npm start, the systemd unit and the installed launcher do)`,
+      `started without the node flags that bound its memory (${missing.join(' ')}): start it as node ${SUPERVISOR_NODE_FLAGS.join(' ')} ${process.argv[1] ?? 'main.js'} ... (npm start, the systemd unit and the installed launcher do)`,
     );
   // The metrics endpoint first: an address that cannot be had stops the start before the
   // state dir, the lock or a cgroup is touched.

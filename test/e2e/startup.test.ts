@@ -61,6 +61,19 @@ describe('start-up', () => {
       .map((l) => JSON.parse(l) as { level: number; missing: string[] });
     expect(warned).toEqual([expect.objectContaining({ level: 40, missing: [...SUPERVISOR_NODE_FLAGS] })]);
     expect(log).toContain(`start it as node ${SUPERVISOR_NODE_FLAGS.join(' ')} ${DAEMON} ...`);
+    // One of them: that one named, and the whole line to start it with.
+    const half = await new TestDaemon({ nodeFlags: ['--max-semi-space-size=2'] }).start();
+    try {
+      log = half.log();
+    } finally {
+      await half.stop();
+    }
+    const warnedHalf = log
+      .split('\n')
+      .filter((l) => l.includes('started without the node flags'))
+      .map((l) => JSON.parse(l) as { missing: string[]; msg: string });
+    expect(warnedHalf.map((w) => w.missing)).toEqual([['--heap-growing-percent=20']]);
+    expect(warnedHalf[0]!.msg).toContain(`(--heap-growing-percent=20): start it as node ${SUPERVISOR_NODE_FLAGS.join(' ')} ${DAEMON} ...`);
   });
 
   it('sbx exits 125 with a clear message when no supervisor listens', () => {
