@@ -68,12 +68,21 @@ async function serve(options: { config?: string; workspace?: string[]; metrics?:
     throw err;
   }
   const log = pino({ name: 'sandbox-supervisor', level: config.logLevel });
-  log.info({ config: config.source, socket: config.socketPath, state_dir: config.stateDir, node_flags: process.execArgv }, 'starting');
+  log.info(
+    {
+      config: config.source,
+      socket: config.socketPath,
+      state_dir: config.stateDir,
+      node_flags: process.execArgv,
+      node_options: process.env.NODE_OPTIONS || undefined,
+    },
+    'starting',
+  );
   const missing = missingNodeFlags();
   if (missing.length > 0)
     log.warn(
       { missing },
-      `started without the node flags that bound its memory (${missing.join(' ')}): start it as node ${SUPERVISOR_NODE_FLAGS.join(' ')} ${process.argv[1] ?? 'main.js'} ... (npm start, the systemd unit and the installed launcher do)`,
+      `started without the node flags that bound its memory, or with looser values (${missing.join(' ')}): start it as node ${SUPERVISOR_NODE_FLAGS.join(' ')} ${process.argv[1] ?? 'main.js'} ... (npm start, the systemd unit and the installed launcher do)`,
     );
   // The metrics endpoint first: an address that cannot be had stops the start before the
   // state dir, the lock or a cgroup is touched.

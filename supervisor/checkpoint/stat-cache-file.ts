@@ -60,23 +60,45 @@ export function statCacheFileName(root: string): string {
   return `${createHash('sha256').update(root).digest('hex')}.bin`;
 }
 
-/** Grows as written; one Buffer at the end (little endian throughout). */
+/** What saveStatCache's sink throws when the file system is short of the room to keep free. */
+const NO_ROOM = new Error('short of the room to keep free');
+/** The bytes a Writer with a sink holds before it hands them on (and what it starts with). */
+const WRITER_CHUNK_BYTES = 1 << 20;
+
+/**
+ * Little endian throughout. With a sink: the bytes go to it in chunks of about
+ * WRITER_CHUNK_BYTES as they are written (the sink must use a chunk before it returns: its
+ * buffer is written over next), so a file of any size takes one chunk of memory; without,
+ * it grows and done() gives them all.
+ */
 class Writer {
-  private buf = Buffer.allocUnsafe(1 << 16);
+  private buf = Buffer.allocUnsafe(WRITER_CHUNK_BYTES);
   private view = new DataView(this.buf.buffer, this.buf.byteOffset, this.buf.length);
+  /** The bytes held (not yet handed to the sink). */
   length = 0;
+
+  constructor(private readonly sink?: (chunk: Buffer) => void) {}
 
   /** Room for n more bytes; the offset to write them at. */
   private room(n: number): number {
-    const at = this.length;
-    if (at + n > this.buf.length) {
-      const next = Buffer.allocUnsafe(Math.max(this.buf.length * 2, at + n));
-      this.buf.copy(next, 0, 0, at);
-      this.buf = next;
-      this.view = new DataView(next.buffer, next.byteOffset, next.length);
+    if (this.length + n > this.buf.length) {
+      if (this.sink) this.flush();
+      if (this.length + n > this.buf.length) {
+        const next = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.length + n));
+        this.buf.copy(next, 0, 0, this.length);
+        this.buf = next;
+        this.view = new DataView(next.buffer, next.byteOffset, next.length);
+      }
     }
+    const at = this.length;
     this.length = at + n;
     return at;
+  }
+
+  /** Hands the bytes held to the sink. */
+  flush(): void {
+    if (this.length > 0) this.sink!(this.buf.subarray(0, this.length));
+    this.length = 0;
   }
   u8(v: number): void {
     const at = this.room(1);
@@ -181,6 +203,12 @@ class Reader {
  */
 export function encodeStatCache(root: string, seed: CaptureSeed): Buffer {
   const w = new Writer();
+  encodeStatCacheTo(w, root, seed);
+  return w.done();
+}
+
+/** encodeStatCache's bytes into w (with a sink, streamed: saveStatCache). */
+function encodeStatCacheTo(w: Writer, root: string, seed: CaptureSeed): void {
   const index = new Map<CapturedEntry, number>();
   const entries = [...seed.entries.values()];
   entries.forEach((e, i) => index.set(e, i));
@@ -224,7 +252,6 @@ export function encodeStatCache(root: string, seed: CaptureSeed): Buffer {
     w.u32(tree.subtrees.length);
     for (const s of tree.subtrees) w.sha256(s);
   }
-  return w.done();
 }
 
 /**
@@ -333,29 +360,39 @@ function indexDir(storeFd: number, create: boolean): number | null {
  * errno errors (the caller drops the cache then: removeStatCache).
  */
 export function saveStatCache(storeFd: number, root: string, seed: CaptureSeed, signingKeyPem: string, reserveBytes: number): number {
-  const body = encodeStatCache(root, seed);
-  const signature = sign(null, createHash('sha256').update(body).digest(), keyPair(signingKeyPem).privateKey);
   const dirFd = indexDir(storeFd, true);
   if (dirFd === null) return 0;
   const name = statCacheFileName(root);
   const temp = `.${name}.tmp`;
   try {
-    const fs = statfsSync(pathAt(dirFd, '.'));
-    if (Number(fs.bavail) * Number(fs.bsize) - body.length - SIGNATURE_BYTES < reserveBytes) {
-      unlinkQuiet(dirFd, name);
-      return 0;
-    }
     unlinkQuiet(dirFd, temp);
     const fd = openSync(pathAt(dirFd, temp), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+    // Written as encoded, a chunk at a time (1,000,000 entries are ~130 MB: never whole in
+    // memory), hashed as written; each chunk only while the file system keeps reserveBytes free.
+    const digest = createHash('sha256');
+    let written = 0;
+    const put = (b: Buffer) => {
+      let at = 0;
+      while (at < b.length) at += writeSync(fd, b, at, b.length - at);
+      written += b.length;
+    };
     try {
-      for (const b of [body, signature]) {
-        let at = 0;
-        while (at < b.length) at += writeSync(fd, b, at, b.length - at);
-      }
+      const w = new Writer((chunk) => {
+        const fs = statfsSync(pathAt(dirFd, '.'));
+        if (Number(fs.bavail) * Number(fs.bsize) - chunk.length - SIGNATURE_BYTES < reserveBytes) throw NO_ROOM;
+        digest.update(chunk);
+        put(chunk);
+      });
+      encodeStatCacheTo(w, root, seed);
+      w.flush();
+      put(sign(null, digest.digest(), keyPair(signingKeyPem).privateKey));
     } catch (err) {
       closeSync(fd);
       unlinkQuiet(dirFd, temp);
-      throw err;
+      if (err !== NO_ROOM) throw err;
+      // Short of the room to keep free: no copy (the last one, of other entries, goes too).
+      unlinkQuiet(dirFd, name);
+      return 0;
     }
     closeSync(fd);
     try {
@@ -365,7 +402,7 @@ export function saveStatCache(storeFd: number, root: string, seed: CaptureSeed, 
       throw err;
     }
     keepNewest(dirFd, MAX_STAT_CACHE_FILES);
-    return body.length + SIGNATURE_BYTES;
+    return written;
   } finally {
     closeSync(dirFd);
   }

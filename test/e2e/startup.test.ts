@@ -60,9 +60,10 @@ describe('start-up', () => {
       .filter((l) => l.includes('started without the node flags'))
       .map((l) => JSON.parse(l) as { level: number; missing: string[] });
     expect(warned).toEqual([expect.objectContaining({ level: 40, missing: [...SUPERVISOR_NODE_FLAGS] })]);
+    expect(log).toContain('started without the node flags that bound its memory, or with looser values (');
     expect(log).toContain(`start it as node ${SUPERVISOR_NODE_FLAGS.join(' ')} ${DAEMON} ...`);
     // One of them: that one named, and the whole line to start it with.
-    const half = await new TestDaemon({ nodeFlags: ['--max-semi-space-size=2'] }).start();
+    const half = await new TestDaemon({ nodeFlags: ['--max-semi-space-size=2'] }).withEnv({ NODE_OPTIONS: '--max-semi-space-size=1' }).start();
     try {
       log = half.log();
     } finally {
@@ -73,6 +74,7 @@ describe('start-up', () => {
       .filter((l) => l.includes('started without the node flags'))
       .map((l) => JSON.parse(l) as { missing: string[]; msg: string });
     expect(warnedHalf.map((w) => w.missing)).toEqual([['--heap-growing-percent=20']]);
+    expect(starting(log).map((l) => (l as unknown as { node_options?: string }).node_options)).toEqual(['--max-semi-space-size=1']);
     expect(warnedHalf[0]!.msg).toContain(`(--heap-growing-percent=20): start it as node ${SUPERVISOR_NODE_FLAGS.join(' ')} ${DAEMON} ...`);
   });
 

@@ -2,8 +2,22 @@
 // directories' trees read back exactly as written (members the same entry objects, so a capture
 // can keep a tree); a copy of another directory, signed by another key, damaged at any byte or
 // cut short is no cache at all; a tree with a member that is not an entry is left out.
-import { createHash, generateKeyPairSync, sign } from 'node:crypto';
-import { closeSync, constants, mkdtempSync, openSync, readdirSync, rmSync, statSync, symlinkSync, unlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { createHash, generateKeyPairSync, sign, verify } from 'node:crypto';
+import {
+  closeSync,
+  constants,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statfsSync,
+  statSync,
+  symlinkSync,
+  unlinkSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -159,6 +173,38 @@ describe('the stat cache file', () => {
       expect(saveStatCache(fd, '/ws/1', seedOf(list), pem, Number.MAX_SAFE_INTEGER)).toBe(0);
       expect(loadStatCache(fd, '/ws/1', pem)).toEqual({ absent: true });
       expect(readdirSync(index).filter((n) => n.endsWith('.tmp'))).toEqual([]);
+    } finally {
+      closeSync(fd);
+      rmSync(store, { recursive: true, force: true });
+    }
+  });
+
+  it('is written a chunk at a time: the same bytes as encoded whole, signed over their digest; past the room mid-file, no copy', () => {
+    const store = mkdtempSync(join(tmpdir(), 'sbx-stat-cache-'));
+    const fd = openSync(store, constants.O_RDONLY | constants.O_DIRECTORY);
+    try {
+      const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+      // 30,000 entries: about 3.5 MB, several of the writer's 1 MiB chunks.
+      const [dir, file] = entries();
+      const list: CapturedEntry[] = [dir!];
+      for (let i = 0; i < 30_000; i++) list.push({ ...file!, key: `d/file-${i}`, sha256: sha(`content ${i}`), ino: BigInt(i) });
+      const trees = new Map<string, DirTree>([['d', { members: list.slice(1), subtrees: [], id: sha('tree d'), bytes: 1234 }]]);
+      const bytes = saveStatCache(fd, '/ws/big', seedOf(list, trees), pem, 0);
+      const body = encodeStatCache('/ws/big', seedOf(list, trees));
+      expect(body.length).toBeGreaterThan(3 << 20);
+      const onDisk = readFileSync(join(store, 'index', statCacheFileName('/ws/big')));
+      expect(bytes).toBe(body.length + 64);
+      expect(onDisk.subarray(0, body.length).equals(body)).toBe(true);
+      expect(onDisk.length).toBe(body.length + 64);
+      expect(verify(null, createHash('sha256').update(body).digest(), publicKey, onDisk.subarray(body.length))).toBe(true);
+      const loaded = loadStatCache(fd, '/ws/big', pem);
+      expect('seed' in loaded && [...loaded.seed.entries.values()]).toEqual(list);
+      expect('seed' in loaded && loaded.seed.trees?.get('d')?.members.length).toBe(30_000);
+      // Room for about one chunk: the write stops (at the first chunk or a later one), nothing is left, the older copy goes.
+      const fs = statfsSync(store);
+      expect(saveStatCache(fd, '/ws/big', seedOf(list, trees), pem, Number(fs.bavail) * Number(fs.bsize) - (2 << 20))).toBe(0);
+      expect(loadStatCache(fd, '/ws/big', pem)).toEqual({ absent: true });
+      expect(readdirSync(join(store, 'index'))).toEqual([]);
     } finally {
       closeSync(fd);
       rmSync(store, { recursive: true, force: true });
