@@ -14,8 +14,8 @@
  * And each heap (the main thread's and the checkpoint thread's) let grow by 20% of what a full
  * GC left live before the next one (--heap-growing-percent=20; V8 picks a factor of 1.1 to 4 by
  * itself, 4 once a heap's cap is 2 GiB or more, as checkpoint.workerHeapMiB must be for a
- * million files): measured, a first checkpoint of 300,000 files peaked at +310-330 MiB against
- * +780-810 MiB, at about 10% more CPU on an unchanged checkpoint (docs/design/performance.md,
+ * million files): measured, a first checkpoint of 300,000 files peaked at +331-385 MiB against
+ * +783-815 MiB, at 10-20% more CPU on an unchanged checkpoint (docs/design/performance.md,
  * "The heaps' growth"). Node refuses it in NODE_OPTIONS: it goes on node's command line.
  */
 export const SUPERVISOR_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=2', '--heap-growing-percent=20'];
