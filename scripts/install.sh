@@ -79,7 +79,7 @@ cp -r "$stage" "$dest"
 chmod 0755 "$dest"
 # sbx through its launcher (its bundle, with the node that built it: cli/sbx-launcher.sh).
 printf '#!/bin/sh\nexec %s/dist/cli/sbx "$@"\n' "$libdir" > "$root$prefix/bin/sbx"
-printf '#!/bin/sh\nexec %s --max-semi-space-size=2 --heap-growing-percent=20 %s/dist/supervisor/main.js "$@"\n' "$node_bin" "$libdir" > "$root$prefix/bin/sandbox-supervisor"
+printf '#!/bin/sh\nexec %s --max-semi-space-size=2 %s/dist/supervisor/main.js "$@"\n' "$node_bin" "$libdir" > "$root$prefix/bin/sandbox-supervisor"
 chmod 0755 "$root$prefix/bin/sbx" "$root$prefix/bin/sandbox-supervisor"
 # The man pages (generated from the commander definitions: npm run docs), for man sbx.
 install -D -m 0644 "$src/man/sbx.1" "$mandir/man1/sbx.1"

@@ -10,15 +10,8 @@
  * resident: measured, a 1 GiB line grew the supervisor by 16.4-17.2 MiB with the default and
  * 7.8-9.2 MiB with the cap (launched and waited for), the drain of 2 GiB and 200 launches no slower
  * (docs/design/performance.md, "The young generation").
- *
- * And each heap (the main thread's and the checkpoint thread's) let grow by 20% of what a full
- * GC left live before the next one (--heap-growing-percent=20; V8 picks a factor of 1.1 to 4 by
- * itself, 4 once a heap's cap is 2 GiB or more, as checkpoint.workerHeapMiB must be for a
- * million files): measured, a first checkpoint of 300,000 files peaked at +331-385 MiB against
- * +783-815 MiB, at 10-20% more CPU on an unchanged checkpoint (docs/design/performance.md,
- * "The heaps' growth"). Node refuses it in NODE_OPTIONS: it goes on node's command line.
  */
-export const SUPERVISOR_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=2', '--heap-growing-percent=20'];
+export const SUPERVISOR_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=2'];
 
 /**
  * The flags of SUPERVISOR_NODE_FLAGS this process was started without, for the start's log
@@ -39,7 +32,7 @@ export function missingNodeFlags(execArgv: readonly string[] = process.execArgv,
     const got = last.get(want.name);
     if (got === undefined) return true;
     const numeric = /^\d+$/;
-    // 0 is V8's "not set" for both caps (its own sizing): not a tighter one.
+    // 0 is V8's "not set" (its own sizing): not a tighter cap.
     return numeric.test(want.value!) && numeric.test(got) ? Number(got) === 0 || Number(got) > Number(want.value) : got !== want.value;
   });
 }

@@ -40,9 +40,7 @@ describe('install.sh', () => {
     expect(existsSync(join(lib, 'node_modules/vitest'))).toBe(false); // production dependencies only
     const units = join(root, 'etc/systemd/system');
     const service = readFileSync(join(units, 'sandbox-supervisor.service'), 'utf8');
-    expect(service).toContain(
-      `ExecStart=${process.execPath} --max-semi-space-size=2 --heap-growing-percent=20 /usr/local/lib/sandbox-supervisor/dist/supervisor/main.js serve`,
-    );
+    expect(service).toContain(`ExecStart=${process.execPath} --max-semi-space-size=2 /usr/local/lib/sandbox-supervisor/dist/supervisor/main.js serve`);
     expect(service).toMatch(/^Delegate=yes$/m);
     expect(service).toMatch(/^Type=notify$/m);
     expect(service).not.toMatch(/^ProtectControlGroups=/m);

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, TypeVar
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 DAEMON = os.path.join(ROOT, "dist", "supervisor", "main.js")
 # The node flags every start of the supervisor passes (supervisor/node-flags.ts).
-NODE_FLAGS = ["--max-semi-space-size=2", "--heap-growing-percent=20"]
+NODE_FLAGS = ["--max-semi-space-size=2"]
 SBX_BIN = os.path.join(ROOT, "dist", "cli", "sbx")
 NODE = os.environ.get("NODE") or shutil.which("node") or "node"
 #: One id per pytest run; its cgroup subtrees are named for it (swept by conftest at the end).

@@ -5,27 +5,25 @@ import { missingNodeFlags, SUPERVISOR_NODE_FLAGS } from '../../../supervisor/nod
 
 describe('missingNodeFlags', () => {
   it('finds the flags in node’s arguments or in NODE_OPTIONS, spelled with - or _', () => {
-    expect(missingNodeFlags(['--max-semi-space-size=2', '--heap-growing-percent=20'], '')).toEqual([]);
-    expect(missingNodeFlags(['--max_semi_space_size=2', '--heap_growing_percent=20'], '')).toEqual([]);
-    expect(missingNodeFlags(['--heap-growing-percent=20'], '--max-semi-space-size=2')).toEqual([]);
-    expect(missingNodeFlags(['--heap-growing-percent=20'], '  --inspect  --max_semi_space_size=2 ')).toEqual([]);
+    expect(missingNodeFlags(['--max-semi-space-size=2'], '')).toEqual([]);
+    expect(missingNodeFlags(['--max_semi_space_size=2'], '')).toEqual([]);
+    expect(missingNodeFlags([], '--max-semi-space-size=2')).toEqual([]);
+    expect(missingNodeFlags([], '  --inspect  --max_semi_space_size=2 ')).toEqual([]);
   });
 
   it('takes the last value given (NODE_OPTIONS, then the arguments, as node reads them); a tighter cap is in force', () => {
-    const heap = '--heap-growing-percent=20';
-    expect(missingNodeFlags(['--max-semi-space-size=1', '--heap-growing-percent=10'], '')).toEqual([]);
-    expect(missingNodeFlags(['--max-semi-space-size=2', heap], '--max-semi-space-size=16')).toEqual([]);
-    expect(missingNodeFlags(['--max-semi-space-size=2', '--max-semi-space-size=16', heap], '')).toEqual(['--max-semi-space-size=2']);
-    expect(missingNodeFlags([heap], '--max-semi-space-size=2 --max_semi_space_size=16')).toEqual(['--max-semi-space-size=2']);
-    expect(missingNodeFlags(['--max-semi-space-size=2', heap, '--heap_growing_percent=50'], '')).toEqual([heap]);
+    expect(missingNodeFlags(['--max-semi-space-size=1'], '')).toEqual([]);
+    expect(missingNodeFlags(['--max-semi-space-size=2'], '--max-semi-space-size=16')).toEqual([]);
+    expect(missingNodeFlags(['--max-semi-space-size=2', '--max-semi-space-size=16'], '')).toEqual([...SUPERVISOR_NODE_FLAGS]);
+    expect(missingNodeFlags([], '--max-semi-space-size=2 --max_semi_space_size=16')).toEqual([...SUPERVISOR_NODE_FLAGS]);
   });
 
   it('names what is missing, a larger value or 0 (V8’s "unset") included', () => {
     expect(missingNodeFlags([], '')).toEqual([...SUPERVISOR_NODE_FLAGS]);
-    expect(missingNodeFlags(['--max-semi-space-size=2'], '')).toEqual(['--heap-growing-percent=20']);
-    expect(missingNodeFlags(['--max-semi-space-size=0', '--heap-growing-percent=0'], '')).toEqual([...SUPERVISOR_NODE_FLAGS]);
-    expect(missingNodeFlags(['--max-semi-space-size=4', '--heap-growing-percent=20'], '')).toEqual(['--max-semi-space-size=2']);
+    expect(missingNodeFlags(['--max-semi-space-size=0'], '')).toEqual([...SUPERVISOR_NODE_FLAGS]);
+    expect(missingNodeFlags([], '--max-semi-space-size=0')).toEqual([...SUPERVISOR_NODE_FLAGS]);
+    expect(missingNodeFlags(['--max-semi-space-size=4'], '')).toEqual([...SUPERVISOR_NODE_FLAGS]);
     expect(missingNodeFlags(['--max-semi-space-size'], '2')).toEqual([...SUPERVISOR_NODE_FLAGS]);
-    expect(missingNodeFlags(['--max-semi-space-size=two', '--heap-growing-percent=twenty'], '')).toEqual([...SUPERVISOR_NODE_FLAGS]);
+    expect(missingNodeFlags(['--max-semi-space-size=two'], '')).toEqual([...SUPERVISOR_NODE_FLAGS]);
   });
 });
