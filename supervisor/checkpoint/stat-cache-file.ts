@@ -17,8 +17,8 @@ import {
   renameSync,
   statfsSync,
   unlinkSync,
-  writeSync,
 } from 'node:fs';
+import { writeAll } from '../../core/fs/durable.js';
 import { pathAt } from '../../core/fs/walk.js';
 import { TIME_OUT_OF_RANGE } from '../../core/fs/native.js';
 import { STORE_DIRS } from '../../core/state/names.js';
@@ -372,8 +372,7 @@ export function saveStatCache(storeFd: number, root: string, seed: CaptureSeed, 
     const digest = createHash('sha256');
     let written = 0;
     const put = (b: Buffer) => {
-      let at = 0;
-      while (at < b.length) at += writeSync(fd, b, at, b.length - at);
+      writeAll(fd, b);
       written += b.length;
     };
     try {

@@ -38,7 +38,12 @@ describe('start-up', () => {
       log
         .split('\n')
         .filter((l) => l.includes('"msg":"starting"'))
-        .map((l) => JSON.parse(l) as { node_flags: string[] });
+        .map((l) => JSON.parse(l) as { node_flags: string[]; node_options?: string });
+    const warnings = (log: string) =>
+      log
+        .split('\n')
+        .filter((l) => l.includes('started without the node flags'))
+        .map((l) => JSON.parse(l) as { level: number; missing: string[]; msg: string });
     const flagged = await new TestDaemon().start();
     let log: string;
     try {
@@ -55,27 +60,20 @@ describe('start-up', () => {
       await bare.stop();
     }
     expect(starting(log).map((l) => l.node_flags)).toEqual([[]]);
-    const warned = log
-      .split('\n')
-      .filter((l) => l.includes('started without the node flags'))
-      .map((l) => JSON.parse(l) as { level: number; missing: string[] });
-    expect(warned).toEqual([expect.objectContaining({ level: 40, missing: [...SUPERVISOR_NODE_FLAGS] })]);
+    expect(warnings(log)).toEqual([expect.objectContaining({ level: 40, missing: [...SUPERVISOR_NODE_FLAGS] })]);
     expect(log).toContain('started without the node flags that bound its memory, or with looser values (');
     expect(log).toContain(`start it as node ${SUPERVISOR_NODE_FLAGS.join(' ')} ${DAEMON} ...`);
     // A looser value on node's command line (over NODE_OPTIONS' tighter one): named, with the line to start it with; NODE_OPTIONS logged.
-    const half = await new TestDaemon({ nodeFlags: ['--max-semi-space-size=4'] }).withEnv({ NODE_OPTIONS: '--max-semi-space-size=1' }).start();
+    const looser = await new TestDaemon({ nodeFlags: ['--max-semi-space-size=4'] }).withEnv({ NODE_OPTIONS: '--max-semi-space-size=1' }).start();
     try {
-      log = half.log();
+      log = looser.log();
     } finally {
-      await half.stop();
+      await looser.stop();
     }
-    const warnedHalf = log
-      .split('\n')
-      .filter((l) => l.includes('started without the node flags'))
-      .map((l) => JSON.parse(l) as { missing: string[]; msg: string });
-    expect(warnedHalf.map((w) => w.missing)).toEqual([['--max-semi-space-size=2']]);
-    expect(starting(log).map((l) => (l as unknown as { node_options?: string }).node_options)).toEqual(['--max-semi-space-size=1']);
-    expect(warnedHalf[0]!.msg).toContain(`(--max-semi-space-size=2): start it as node ${SUPERVISOR_NODE_FLAGS.join(' ')} ${DAEMON} ...`);
+    const warned = warnings(log);
+    expect(warned.map((w) => w.missing)).toEqual([['--max-semi-space-size=2']]);
+    expect(starting(log).map((l) => l.node_options)).toEqual(['--max-semi-space-size=1']);
+    expect(warned[0]!.msg).toContain(`(--max-semi-space-size=2): start it as node ${SUPERVISOR_NODE_FLAGS.join(' ')} ${DAEMON} ...`);
   });
 
   it('sbx exits 125 with a clear message when no supervisor listens', () => {
