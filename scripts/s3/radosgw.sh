@@ -40,10 +40,24 @@ ours() {
   tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "$conf"
 }
 
-# Waits up to SECONDS for pid to exit; false if it still runs.
+# Prints pid's start time (proc(5) /proc/PID/stat field 22, clock ticks after boot) while it is
+# a live process, not a zombie; fails once it is a zombie or gone.
+start_time() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  # shellcheck disable=SC2086 # the fields after "(comm) " split on spaces: state is the first
+  set -- ${stat##*) }
+  [ "$1" != Z ] || return 1
+  echo "${20}"
+}
+
+# Waits up to SECONDS for pid, which started at START, to exit (a zombie or gone); false if it
+# still runs. Not ours(): an exiting process has released its memory, so its cmdline reads empty,
+# well before it closes its files and becomes a zombie (seen under load: stop returned while the
+# OSD still ran). START keeps a reused pid from being waited on.
 wait_exit() {
-  local pid=$1 tenths=$(($2 * 10))
-  while ours "$pid"; do
+  local pid=$1 tenths=$(($2 * 10)) start=$3
+  while [ "$(start_time "$pid")" = "$start" ]; do
     [ "$tenths" -gt 0 ] || return 1
     sleep 0.1
     tenths=$((tenths - 1))
@@ -54,14 +68,15 @@ wait_exit() {
 # STOP_TIMEOUT_S. Keeps DIR/pids while any of them still runs, so stop can be run again.
 stop_all() {
   [ -f "$pids" ] || return 0
-  local name pid failed=0
+  local name pid start failed=0
   while read -r name pid; do
     ours "$pid" || continue
+    start=$(start_time "$pid") || continue
     kill -TERM "$pid" 2>/dev/null || true
-    wait_exit "$pid" "$STOP_TIMEOUT_S" && continue
+    wait_exit "$pid" "$STOP_TIMEOUT_S" "$start" && continue
     say "$name (pid $pid) still running ${STOP_TIMEOUT_S}s after SIGTERM: SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
-    wait_exit "$pid" 5 || { say "$name (pid $pid) did not exit"; failed=1; }
+    wait_exit "$pid" 5 "$start" || { say "$name (pid $pid) did not exit"; failed=1; }
   done < <(tac "$pids")
   [ "$failed" -eq 0 ] || return 1
   rm -f "$pids"
