@@ -3,7 +3,7 @@
 // directories' trees, in the store's index/ (docs/reference/state-dir.md). Owns that file's
 // format, its signed write (replaced whole, by rename) and its checked read; what is trusted
 // across checkpoints, and when, is stat-cache.ts's.
-import { createHash, createPrivateKey, createPublicKey, sign, verify, type KeyObject } from 'node:crypto';
+import { createHash, createPrivateKey, createPublicKey, sign, verify, type Hash, type KeyObject } from 'node:crypto';
 import {
   closeSync,
   constants,
@@ -147,23 +147,82 @@ class Writer {
   }
 }
 
+/** Where a Reader's bytes come from: up to length of the body's next bytes into buf at offset; how many (0: none left, or an error). */
+type ByteSource = (buf: Buffer, offset: number, length: number) => number;
+
+/** The bytes a Reader takes from its source at a time (a field longer than this is held whole). */
+const READER_CHUNK_BYTES = 1 << 20;
+
+/**
+ * Little endian throughout, as Writer writes. Reads bodyBytes from its source a chunk of about
+ * READER_CHUNK_BYTES at a time, each hashed into `hash` as it arrives, so a file of any size
+ * takes one chunk of memory (and what is decoded from it). Throws 'truncated' past the body's
+ * end. A Buffer it returns (bytes, blob) is valid until its next read.
+ */
 class Reader {
-  at = 0;
-  private readonly view: DataView;
-  constructor(private readonly buf: Buffer) {
-    this.view = new DataView(buf.buffer, buf.byteOffset, buf.length);
+  private buf = Buffer.allocUnsafe(0);
+  private view = new DataView(this.buf.buffer, this.buf.byteOffset, 0);
+  /** The unread bytes held: buf[start, end). */
+  private start = 0;
+  private end = 0;
+  /** The body's bytes not yet taken from the source. */
+  private unread: number;
+
+  constructor(
+    private readonly source: ByteSource,
+    bodyBytes: number,
+    private readonly hash: Hash,
+  ) {
+    this.unread = bodyBytes;
   }
+
+  /** The body's bytes not yet decoded (held, or still at the source). */
+  get left(): number {
+    return this.end - this.start + this.unread;
+  }
+
   private need(n: number): number {
-    const at = this.at;
-    if (at + n > this.buf.length) throw new Error('truncated');
-    this.at += n;
+    if (this.end - this.start < n) this.fill(n);
+    const at = this.start;
+    this.start += n;
     return at;
   }
+
+  /** Holds at least n unread bytes: what is held moved to the front, then chunks from the source. */
+  private fill(n: number): void {
+    if (n > this.left) throw new Error('truncated');
+    const held = this.end - this.start;
+    const size = Math.max(n, Math.min(READER_CHUNK_BYTES, this.left));
+    if (size > this.buf.length) {
+      const next = Buffer.allocUnsafe(size);
+      this.buf.copy(next, 0, this.start, this.end);
+      this.buf = next;
+      this.view = new DataView(next.buffer, next.byteOffset, next.length);
+    } else {
+      this.buf.copyWithin(0, this.start, this.end);
+    }
+    this.start = 0;
+    this.end = held;
+    while (this.end < n || (this.end < this.buf.length && this.unread > 0)) {
+      const got = this.source(this.buf, this.end, Math.min(this.buf.length - this.end, this.unread));
+      if (got <= 0) throw new Error('truncated');
+      this.hash.update(this.buf.subarray(this.end, this.end + got));
+      this.end += got;
+      this.unread -= got;
+    }
+  }
+
   u8(): number {
     return this.buf[this.need(1)];
   }
   u32(): number {
     return this.view.getUint32(this.need(4), true);
+  }
+  /** A u32 count of items of at least itemBytes each: more than the body has left is damage (nothing is allocated for it). */
+  count(itemBytes: number): number {
+    const n = this.u32();
+    if (n * itemBytes > this.left) throw new Error('truncated');
+    return n;
   }
   f64(): number {
     return this.view.getFloat64(this.need(8), true);
@@ -261,15 +320,37 @@ function encodeStatCacheTo(w: Writer, root: string, seed: CaptureSeed): void {
  * file's object is looked up in the store, the journal is another, and the object list is made again.
  */
 export function decodeStatCache(bytes: Buffer, root: string, publicKey: KeyObject): CaptureSeed | null {
-  if (bytes.length < MAGIC.length + SIGNATURE_BYTES || !bytes.subarray(0, MAGIC.length).equals(MAGIC)) return null;
-  const body = bytes.subarray(0, bytes.length - SIGNATURE_BYTES);
-  const digest = createHash('sha256').update(body).digest();
-  if (!verify(null, digest, publicKey, bytes.subarray(body.length))) return null;
+  if (bytes.length < MAGIC.length + SIGNATURE_BYTES) return null;
+  const bodyBytes = bytes.length - SIGNATURE_BYTES;
+  let at = 0;
+  const source: ByteSource = (buf, offset, length) => {
+    const n = bytes.copy(buf, offset, at, Math.min(at + length, bodyBytes));
+    at += n;
+    return n;
+  };
+  return decodeStatCacheFrom(source, bodyBytes, bytes.subarray(bodyBytes), root, publicKey);
+}
+
+/** Smallest encodings (stat-cache-file format, encodeStatCacheTo): an entry (flags, type, an empty key, the fixed fields), a tree (an empty key, id, bytes, two counts). */
+const MIN_ENTRY_BYTES = 2 + 4 + 3 * 4 + 8 + 3 * 8 + 4 + 3 * 8;
+const MIN_TREE_BYTES = 4 + 32 + 8 + 4 + 4;
+
+/**
+ * decodeStatCache from a source of the body's bodyBytes, read a chunk at a time and hashed as
+ * decoded; the seed counts only once every byte was decoded and the signature is over their
+ * digest. Until then nothing is allocated for a count the body's bytes could not hold (a forged
+ * header or count is damage, not a huge array). Throws the source's errno errors.
+ */
+function decodeStatCacheFrom(source: ByteSource, bodyBytes: number, signature: Buffer, root: string, publicKey: KeyObject): CaptureSeed | null {
+  const digest = createHash('sha256');
+  const r = new Reader(source, bodyBytes, digest);
+  let seed: CaptureSeed;
   try {
-    const r = new Reader(body);
-    r.bytes(MAGIC.length);
+    if (!r.bytes(MAGIC.length).equals(MAGIC)) return null;
     const header = JSON.parse(r.blob().toString('utf8')) as Header;
     if (header.root !== root) return null;
+    const counts = [header.entries, header.dirs];
+    if (!counts.every((n) => Number.isSafeInteger(n) && n >= 0) || header.entries * MIN_ENTRY_BYTES + header.dirs * MIN_TREE_BYTES > r.left) return null;
     const list: CapturedEntry[] = new Array<CapturedEntry>(header.entries);
     const entries = new Map<string, CapturedEntry>();
     for (let i = 0; i < header.entries; i++) {
@@ -304,21 +385,24 @@ export function decodeStatCache(bytes: Buffer, root: string, publicKey: KeyObjec
       const key = r.latin1();
       const id = r.sha256();
       const treeBytes = r.f64();
-      const members: CapturedEntry[] = new Array<CapturedEntry>(r.u32());
+      const members: CapturedEntry[] = new Array<CapturedEntry>(r.count(4));
       for (let m = 0; m < members.length; m++) {
         const e = list[r.u32()];
         if (e === undefined) return null;
         members[m] = e;
       }
-      const subtrees: string[] = new Array<string>(r.u32());
+      const subtrees: string[] = new Array<string>(r.count(32));
       for (let s = 0; s < subtrees.length; s++) subtrees[s] = r.sha256();
       trees.set(key, { members, subtrees, id, bytes: treeBytes });
     }
-    if (r.at !== body.length || entries.size !== header.entries) return null;
-    return { entries, trees, rootSig: header.rootSig, rootFs: header.rootFs, boundary: null };
-  } catch {
+    if (r.left !== 0 || entries.size !== header.entries) return null;
+    seed = { entries, trees, rootSig: header.rootSig, rootFs: header.rootFs, boundary: null };
+  } catch (err) {
+    // The source's errors (errno: EIO, say) are the caller's; any other is damage.
+    if (errnoCode(err) !== undefined) throw err;
     return null;
   }
+  return verify(null, digest.digest(), publicKey, signature) ? seed : null;
 }
 
 /** The signing key's public half (one PEM parsed once per thread). */
@@ -426,11 +510,20 @@ export function loadStatCache(storeFd: number, root: string, signingKeyPem: stri
       if (!st.isFile()) return { rejected: 'not a regular file' };
       const bound = Math.min(2 * maxBytes, MAX_STAT_CACHE_FILE_BYTES);
       if (st.size > bound) return { rejected: `${st.size} bytes, over ${bound}` };
-      const bytes = Buffer.allocUnsafe(st.size);
+      if (st.size < MAGIC.length + SIGNATURE_BYTES) return { rejected: 'damaged, of another directory, or not signed by this key' };
+      // Read a chunk at a time (1,000,000 entries are ~130 MB: never whole in memory), the signature first.
+      const bodyBytes = st.size - SIGNATURE_BYTES;
+      const signature = Buffer.alloc(SIGNATURE_BYTES);
       let at = 0;
-      for (let n; at < bytes.length && (n = readSync(fd, bytes, at, bytes.length - at, at)) > 0;) at += n;
-      if (at !== bytes.length) return { rejected: 'cut short while read' };
-      const seed = decodeStatCache(bytes, root, keyPair(signingKeyPem).publicKey);
+      let short = readSync(fd, signature, 0, SIGNATURE_BYTES, bodyBytes) !== SIGNATURE_BYTES;
+      const source: ByteSource = (buf, offset, length) => {
+        const n = readSync(fd, buf, offset, length, at);
+        if (n === 0) short = true;
+        at += n;
+        return n;
+      };
+      const seed = short ? null : decodeStatCacheFrom(source, bodyBytes, signature, root, keyPair(signingKeyPem).publicKey);
+      if (short) return { rejected: 'cut short while read' };
       return seed ? { seed } : { rejected: 'damaged, of another directory, or not signed by this key' };
     } finally {
       closeSync(fd);

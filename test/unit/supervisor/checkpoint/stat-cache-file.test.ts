@@ -132,6 +132,30 @@ describe('the stat cache file', () => {
     expect(decodeStatCache(signed(body.subarray(0, body.length - 5)), '/work/ws', publicKey)).toBeNull();
   });
 
+  it('is no cache when a count is more than its bytes could hold, or not a count, even signed', () => {
+    const list = entries();
+    const trees = new Map<string, DirTree>([['d', { members: [list[1], list[2], list[3]], subtrees: [], id: sha('tree d'), bytes: 700 }]]);
+    const body = encodeStatCache('/work/ws', seedOf(list, trees));
+    // The header: MAGIC, then a u32 length and its JSON.
+    const headerBytes = body.readUInt32LE(8);
+    const header = JSON.parse(body.subarray(12, 12 + headerBytes).toString('utf8')) as Record<string, unknown>;
+    const withHeader = (fields: Record<string, unknown>) => {
+      const json = Buffer.from(JSON.stringify({ ...header, ...fields }));
+      const length = Buffer.alloc(4);
+      length.writeUInt32LE(json.length);
+      return Buffer.concat([body.subarray(0, 8), length, json, body.subarray(12 + headerBytes)]);
+    };
+    expect(decodeStatCache(signed(withHeader({})), '/work/ws', publicKey)?.entries.size).toBe(8);
+    for (const fields of [{ entries: 1e9 }, { entries: 2 ** 53 }, { entries: -1 }, { entries: 8.5 }, { entries: '8' }, { dirs: 1e9 }, { dirs: 2 }])
+      expect(decodeStatCache(signed(withHeader(fields)), '/work/ws', publicKey), JSON.stringify(fields)).toBeNull();
+    // The tree's member count (after its key, id and bytes: the body's last 4 + 3*4 + 4 bytes are the count, 3 members, 0 subtrees) set to 2^32 - 1.
+    const members = Buffer.from(body);
+    const at = members.length - (4 + 3 * 4 + 4);
+    expect(members.readUInt32LE(at)).toBe(3);
+    members.writeUInt32LE(0xffffffff, at);
+    expect(decodeStatCache(signed(members), '/work/ws', publicKey)).toBeNull();
+  });
+
   it('is written to index/ and read back with the signing key; kept to the most recently used copies; not written into the room to keep free', () => {
     const store = mkdtempSync(join(tmpdir(), 'sbx-stat-cache-'));
     const fd = openSync(store, constants.O_RDONLY | constants.O_DIRECTORY);
