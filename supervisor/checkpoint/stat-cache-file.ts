@@ -147,6 +147,9 @@ class Writer {
   }
 }
 
+/** What a Reader throws when the body ends before what it reads. */
+const CUT_SHORT = new Error('cut short');
+
 /** Where a Reader's bytes come from: up to length of the body's next bytes into buf at offset; how many (0: none left, or an error). */
 type ByteSource = (buf: Buffer, offset: number, length: number) => number;
 
@@ -156,7 +159,7 @@ const READER_CHUNK_BYTES = 1 << 20;
 /**
  * Little endian throughout, as Writer writes. Reads bodyBytes from its source a chunk of about
  * READER_CHUNK_BYTES at a time, each hashed into `hash` as it arrives, so a file of any size
- * takes one chunk of memory (and what is decoded from it). Throws 'truncated' past the body's
+ * takes one chunk of memory (and what is decoded from it). Throws CUT_SHORT past the body's
  * end. A Buffer it returns (bytes, blob) is valid until its next read.
  */
 class Reader {
@@ -190,7 +193,7 @@ class Reader {
 
   /** Holds at least n unread bytes: what is held moved to the front, then chunks from the source. */
   private fill(n: number): void {
-    if (n > this.left) throw new Error('truncated');
+    if (n > this.left) throw CUT_SHORT;
     const held = this.end - this.start;
     const size = Math.max(n, Math.min(READER_CHUNK_BYTES, this.left));
     if (size > this.buf.length) {
@@ -205,7 +208,7 @@ class Reader {
     this.end = held;
     while (this.end < n || (this.end < this.buf.length && this.unread > 0)) {
       const got = this.source(this.buf, this.end, Math.min(this.buf.length - this.end, this.unread));
-      if (got <= 0) throw new Error('truncated');
+      if (got <= 0) throw CUT_SHORT;
       this.hash.update(this.buf.subarray(this.end, this.end + got));
       this.end += got;
       this.unread -= got;
@@ -221,7 +224,7 @@ class Reader {
   /** A u32 count of items of at least itemBytes each: more than the body has left is damage (nothing is allocated for it). */
   count(itemBytes: number): number {
     const n = this.u32();
-    if (n * itemBytes > this.left) throw new Error('truncated');
+    if (n * itemBytes > this.left) throw new Error('a count more than its bytes hold');
     return n;
   }
   f64(): number {
@@ -328,7 +331,8 @@ export function decodeStatCache(bytes: Buffer, root: string, publicKey: KeyObjec
     at += n;
     return n;
   };
-  return decodeStatCacheFrom(source, bodyBytes, bytes.subarray(bodyBytes), root, publicKey);
+  const decoded = decodeStatCacheFrom(source, bodyBytes, bytes.subarray(bodyBytes), root, publicKey);
+  return typeof decoded === 'string' ? null : decoded;
 }
 
 /** Smallest encodings (stat-cache-file format, encodeStatCacheTo): an entry (flags, type, an empty key, the fixed fields), a tree (an empty key, id, bytes, two counts). */
@@ -339,24 +343,32 @@ const MIN_TREE_BYTES = 4 + 32 + 8 + 4 + 4;
  * decodeStatCache from a source of the body's bodyBytes, read a chunk at a time and hashed as
  * decoded; the seed counts only once every byte was decoded and the signature is over their
  * digest. Until then nothing is allocated for a count the body's bytes could not hold (a forged
- * header or count is damage, not a huge array). Throws the source's errno errors.
+ * header or count is damage, not a huge array). Else why not, for the log (what unsigned bytes
+ * say: any of it may be damage). Throws the source's errno errors.
  */
-function decodeStatCacheFrom(source: ByteSource, bodyBytes: number, signature: Buffer, root: string, publicKey: KeyObject): CaptureSeed | null {
+function decodeStatCacheFrom(source: ByteSource, bodyBytes: number, signature: Buffer, root: string, publicKey: KeyObject): CaptureSeed | string {
   const digest = createHash('sha256');
   const r = new Reader(source, bodyBytes, digest);
   let seed: CaptureSeed;
   try {
-    if (!r.bytes(MAGIC.length).equals(MAGIC)) return null;
-    const header = JSON.parse(r.blob().toString('utf8')) as Header;
-    if (header.root !== root) return null;
+    if (!r.bytes(MAGIC.length).equals(MAGIC)) return 'damaged: not a stat cache file (SBXSTAT1)';
+    let header: Header;
+    try {
+      header = JSON.parse(r.blob().toString('utf8')) as Header;
+    } catch (err) {
+      if (err === CUT_SHORT) throw err;
+      return 'damaged: its header is not JSON';
+    }
+    if (header.root !== root) return 'of another directory';
     const counts = [header.entries, header.dirs];
-    if (!counts.every((n) => Number.isSafeInteger(n) && n >= 0) || header.entries * MIN_ENTRY_BYTES + header.dirs * MIN_TREE_BYTES > r.left) return null;
+    if (!counts.every((n) => Number.isSafeInteger(n) && n >= 0) || header.entries * MIN_ENTRY_BYTES + header.dirs * MIN_TREE_BYTES > r.left)
+      return 'damaged: its header counts more than its bytes hold';
     const list: CapturedEntry[] = new Array<CapturedEntry>(header.entries);
     const entries = new Map<string, CapturedEntry>();
     for (let i = 0; i < header.entries; i++) {
       const flags = r.u8();
       const type = TYPES[r.u8()];
-      if (type === undefined) return null;
+      if (type === undefined) return 'damaged: an entry of no known type';
       const e: CapturedEntry = {
         key: r.latin1(),
         type,
@@ -388,21 +400,21 @@ function decodeStatCacheFrom(source: ByteSource, bodyBytes: number, signature: B
       const members: CapturedEntry[] = new Array<CapturedEntry>(r.count(4));
       for (let m = 0; m < members.length; m++) {
         const e = list[r.u32()];
-        if (e === undefined) return null;
+        if (e === undefined) return 'damaged: a tree member that is no entry';
         members[m] = e;
       }
       const subtrees: string[] = new Array<string>(r.count(32));
       for (let s = 0; s < subtrees.length; s++) subtrees[s] = r.sha256();
       trees.set(key, { members, subtrees, id, bytes: treeBytes });
     }
-    if (r.left !== 0 || entries.size !== header.entries) return null;
+    if (r.left !== 0 || entries.size !== header.entries) return 'damaged: bytes past its entries and trees, or a path twice';
     seed = { entries, trees, rootSig: header.rootSig, rootFs: header.rootFs, boundary: null };
   } catch (err) {
     // The source's errors (errno: EIO, say) are the caller's; any other is damage.
     if (errnoCode(err) !== undefined) throw err;
-    return null;
+    return `damaged: ${(err as Error).message}`;
   }
-  return verify(null, digest.digest(), publicKey, signature) ? seed : null;
+  return verify(null, digest.digest(), publicKey, signature) ? seed : 'not signed by this key, or damaged';
 }
 
 /** The signing key's public half (one PEM parsed once per thread). */
@@ -494,7 +506,7 @@ export function saveStatCache(storeFd: number, root: string, seed: CaptureSeed, 
 /** What loadStatCache found: the seed, no copy, or a copy not used (why, for the log). */
 export type StatCacheLoad = { seed: CaptureSeed } | { absent: true } | { rejected: string };
 
-/** Reads root's stat cache from the store (storeFd): its seed, none, or why the copy there is not used (not a regular file, over twice maxBytes (not read: the capture's checkpoint.maxManifestBytes; a copy's entries and trees take less than twice their manifest's bytes), damaged, cut short, of another directory, or not signed by this key). */
+/** Reads root's stat cache from the store (storeFd): its seed, none, or why the copy there is not used (not a regular file, over twice maxBytes (not read: the capture's checkpoint.maxManifestBytes; a copy's entries and trees take less than twice their manifest's bytes), cut short while read, damaged (cut short, say, or a count past its bytes), of another directory, or not signed by this key). */
 export function loadStatCache(storeFd: number, root: string, signingKeyPem: string, maxBytes = MAX_STAT_CACHE_FILE_BYTES): StatCacheLoad {
   let dirFd: number | null;
   try {
@@ -510,7 +522,7 @@ export function loadStatCache(storeFd: number, root: string, signingKeyPem: stri
       if (!st.isFile()) return { rejected: 'not a regular file' };
       const bound = Math.min(2 * maxBytes, MAX_STAT_CACHE_FILE_BYTES);
       if (st.size > bound) return { rejected: `${st.size} bytes, over ${bound}` };
-      if (st.size < MAGIC.length + SIGNATURE_BYTES) return { rejected: 'damaged, of another directory, or not signed by this key' };
+      if (st.size < MAGIC.length + SIGNATURE_BYTES) return { rejected: `damaged: cut short (${st.size} bytes)` };
       // Read a chunk at a time (1,000,000 entries are ~130 MB: never whole in memory), the signature first.
       const bodyBytes = st.size - SIGNATURE_BYTES;
       const signature = Buffer.alloc(SIGNATURE_BYTES);
@@ -522,9 +534,10 @@ export function loadStatCache(storeFd: number, root: string, signingKeyPem: stri
         at += n;
         return n;
       };
-      const seed = short ? null : decodeStatCacheFrom(source, bodyBytes, signature, root, keyPair(signingKeyPem).publicKey);
       if (short) return { rejected: 'cut short while read' };
-      return seed ? { seed } : { rejected: 'damaged, of another directory, or not signed by this key' };
+      const decoded = decodeStatCacheFrom(source, bodyBytes, signature, root, keyPair(signingKeyPem).publicKey);
+      if (short) return { rejected: 'cut short while read' };
+      return typeof decoded === 'string' ? { rejected: decoded } : { seed: decoded };
     } finally {
       closeSync(fd);
     }

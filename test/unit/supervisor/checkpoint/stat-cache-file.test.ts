@@ -10,6 +10,7 @@ import {
   openSync,
   readdirSync,
   readFileSync,
+  renameSync,
   rmSync,
   statfsSync,
   statSync,
@@ -167,7 +168,7 @@ describe('the stat cache file', () => {
       expect('seed' in loaded && [...loaded.seed.entries.values()]).toEqual(list);
       expect(loadStatCache(fd, '/ws/1', pem)).toEqual({ absent: true });
       const other = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
-      expect(loadStatCache(fd, '/ws/0', other)).toEqual({ rejected: 'damaged, of another directory, or not signed by this key' });
+      expect(loadStatCache(fd, '/ws/0', other)).toEqual({ rejected: 'not signed by this key, or damaged' });
       // One copy per directory, the least recently used removed past MAX_STAT_CACHE_FILES (a touch is a use).
       const index = join(store, 'index');
       for (let i = 1; i < MAX_STAT_CACHE_FILES; i++) saveStatCache(fd, `/ws/${i}`, seedOf(list), pem, 0);
@@ -224,6 +225,44 @@ describe('the stat cache file', () => {
       const loaded = loadStatCache(fd, '/ws/big', pem);
       expect('seed' in loaded && [...loaded.seed.entries.values()]).toEqual(list);
       expect('seed' in loaded && loaded.seed.trees?.get('d')?.members.length).toBe(30_000);
+      // Read in chunks, so what is wrong is found where it is: each says why it is not used.
+      const copy = join(store, 'index', statCacheFileName('/ws/big'));
+      const flip = (b: Buffer, at: number) => {
+        b[at] ^= 1;
+        return b;
+      };
+      const spoiled = (spoil: (b: Buffer) => Buffer) => {
+        writeFileSync(copy, spoil(Buffer.from(onDisk)));
+        return loadStatCache(fd, '/ws/big', pem);
+      };
+      for (const n of [(1 << 20) + 1, 1 << 20, (1 << 20) - 1])
+        expect(
+          spoiled((b) => b.subarray(0, n)),
+          `cut at ${n}`,
+        ).toEqual({ rejected: 'damaged: its header counts more than its bytes hold' });
+      // Cut inside the last field (tree d's subtree count, the body's last 4 bytes).
+      for (const n of [onDisk.length - 1, onDisk.length - 3])
+        expect(
+          spoiled((b) => b.subarray(0, n)),
+          `cut at ${n}`,
+        ).toEqual({ rejected: 'damaged: cut short' });
+      // Cut inside tree d's 30,000 members (4 bytes each): their count is more than the bytes left.
+      for (const n of [onDisk.length - 100, onDisk.length - 64 * 1024])
+        expect(
+          spoiled((b) => b.subarray(0, n)),
+          `cut at ${n}`,
+        ).toEqual({ rejected: 'damaged: a count more than its bytes hold' });
+      expect(spoiled((b) => b.subarray(0, 40))).toEqual({ rejected: 'damaged: cut short (40 bytes)' });
+      expect(spoiled((b) => flip(b, b.length - 1))).toEqual({ rejected: 'not signed by this key, or damaged' });
+      // The body's last byte: the high byte of tree d's subtree count (0), made 2^24.
+      expect(spoiled((b) => flip(b, b.length - 65))).toEqual({ rejected: 'damaged: a count more than its bytes hold' });
+      expect(spoiled((b) => flip(b, 0))).toEqual({ rejected: 'damaged: not a stat cache file (SBXSTAT1)' });
+      expect(spoiled((b) => Buffer.concat([b, Buffer.alloc(100)]))).toEqual({ rejected: 'damaged: bytes past its entries and trees, or a path twice' });
+      writeFileSync(copy, onDisk);
+      expect(loadStatCache(fd, '/ws/other', pem)).toEqual({ absent: true });
+      renameSync(copy, join(store, 'index', statCacheFileName('/ws/other')));
+      expect(loadStatCache(fd, '/ws/other', pem)).toEqual({ rejected: 'of another directory' });
+      renameSync(join(store, 'index', statCacheFileName('/ws/other')), copy);
       // Room for about one chunk: the write stops (at the first chunk or a later one), nothing is left, the older copy goes.
       const fs = statfsSync(store);
       expect(saveStatCache(fd, '/ws/big', seedOf(list, trees), pem, Number(fs.bavail) * Number(fs.bsize) - (2 << 20))).toBe(0);
