@@ -30,10 +30,16 @@ dir=$(realpath -m -- "$2")
 conf=$dir/ceph.conf
 pids=$dir/pids
 
-# True while pid is a live (not zombie) process started with this directory's config: a pid
-# recorded here and since reused by something else is never signalled.
+# True while pid is a live (not zombie) process of this directory's: with START (its start time
+# as launch recorded it) the process started then, so a pid since reused is never signalled and
+# one still exiting (its cmdline already reads empty) is still ours; without (a pids file of an
+# older script) one whose cmdline names this directory's config.
 ours() {
-  local pid=$1 state
+  local pid=$1 start=${2:-} state
+  if [ -n "$start" ]; then
+    [ "$(start_time "$pid")" = "$start" ]
+    return
+  fi
   [ -r "/proc/$pid/cmdline" ] || return 1
   state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$pid/status" 2>/dev/null) || return 1
   [ "$state" != Z ] || return 1
@@ -69,9 +75,9 @@ wait_exit() {
 stop_all() {
   [ -f "$pids" ] || return 0
   local name pid start failed=0
-  while read -r name pid; do
-    ours "$pid" || continue
-    start=$(start_time "$pid") || continue
+  while read -r name pid start; do
+    ours "$pid" "$start" || continue
+    [ -n "$start" ] || start=$(start_time "$pid") || continue
     kill -TERM "$pid" 2>/dev/null || true
     wait_exit "$pid" "$STOP_TIMEOUT_S" "$start" && continue
     say "$name (pid $pid) still running ${STOP_TIMEOUT_S}s after SIGTERM: SIGKILL"
@@ -82,12 +88,13 @@ stop_all() {
   rm -f "$pids"
 }
 
-# Runs a daemon in the foreground of its own session, output to DIR/log/NAME.out; records its pid.
+# Runs a daemon in the foreground of its own session, output to DIR/log/NAME.out; records its
+# pid and start time (setsid execs it: the same process).
 launch() {
   local name=$1
   shift
   setsid "$@" -c "$conf" -f </dev/null >>"$dir/log/$name.out" 2>&1 &
-  echo "$name $!" >>"$pids"
+  echo "$name $! $(start_time "$!")" >>"$pids"
 }
 
 # A free TCP port on 127.0.0.1 (the kernel's pick; a race with another binder is unlikely).
@@ -97,9 +104,9 @@ free_port() {
 
 # True while every daemon started so far runs; else says which one exited.
 alive() {
-  local name pid
-  while read -r name pid; do
-    ours "$pid" || { say "$name (pid $pid) exited; see $dir/log/$name.out and $dir/log/*.log"; return 1; }
+  local name pid start
+  while read -r name pid start; do
+    ours "$pid" "$start" || { say "$name (pid $pid) exited; see $dir/log/$name.out and $dir/log/*.log"; return 1; }
   done <"$pids"
 }
 
@@ -116,8 +123,8 @@ start() {
   fi
   command -v node >/dev/null 2>&1 || { say "node is needed (free ports, bucket setup)"; exit 2; }
   if [ -f "$pids" ]; then
-    while read -r _ pid; do
-      if ours "$pid"; then say "already running in $dir (pid $pid); stop it first"; exit 1; fi
+    while read -r _ pid start; do
+      if ours "$pid" "$start"; then say "already running in $dir (pid $pid); stop it first"; exit 1; fi
     done <"$pids"
     rm -f "$pids"
   fi

@@ -27,7 +27,7 @@ import type { JournalHints } from '../workspace/journal.js';
 import type { DirTree } from './trees.js';
 import { objectsAfter, objectsOf } from './object-list.js';
 import { StoreError } from '../../core/checkpoint/store.js';
-import { systemError } from '../../ipc/errno.js';
+import { errnoCode, systemError } from '../../ipc/errno.js';
 import { testHooks } from '../../core/test-hooks.js';
 
 export type { CaptureRequest, CaptureResult, CapturedEntry, RehashRequest, RehashResult, WorkerProgress, WorkerReply } from './passes.js';
@@ -219,7 +219,16 @@ export function runCheckpoint(
     signingKeyPem: req.signingKeyPem,
     maxBytes: req.maxManifestBytes,
   });
-  const cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, seed, journalSince(req.journal, seed?.boundary ?? null));
+  let cap: ReturnType<typeof runCapture>;
+  try {
+    cap = runCapture({ ...req, kind: 'capture' }, progress, onFrozen, seed, journalSince(req.journal, seed?.boundary ?? null));
+  } catch (err) {
+    // Failed other than as a checkpoint fails (a TypeError, say: an entry a bug wrote into the
+    // seed or its copy): the seed and its copy go, so the next capture reads every file rather
+    // than failing the same way every time, restarts included.
+    if (seed && !(err instanceof ScanError) && !(err instanceof StoreError) && errnoCode(err) === undefined) statCache.drop(req.root, req.storeFd);
+    throw err;
+  }
   // Trees checked by the last read-back are trusted in that store only (not a copy put at its path since).
   const storeId = storeIdentity(req.storeFd);
   const checkedTrees = new Set(seed?.storeId === storeId ? [...(seed.trees?.values() ?? [])].map((t) => t.id) : []);

@@ -339,6 +339,21 @@ export function decodeStatCache(bytes: Buffer, root: string, publicKey: KeyObjec
 const MIN_ENTRY_BYTES = 2 + 4 + 3 * 4 + 8 + 3 * 8 + 4 + 3 * 8;
 const MIN_TREE_BYTES = 4 + 32 + 8 + 4 + 4;
 
+/** A count in a copy (a size, a device number, a manifest entry's bytes): a whole number, 0 or more. */
+const isCount = (n: number | undefined) => n === undefined || (Number.isInteger(n) && n >= 0);
+
+/**
+ * Whether a decoded entry is one a capture could have made (passes.ts entry()): a file with its
+ * digest, a link with its target, a device with its number, counts that are counts. A signed
+ * copy is still checked: one a bug wrote would otherwise fail every checkpoint of its directory.
+ */
+function wellFormed(e: CapturedEntry): boolean {
+  if (e.type === 'file' && e.sha256 === undefined) return false;
+  if (e.type === 'symlink' && e.target === undefined) return false;
+  if ((e.type === 'char' || e.type === 'block') && e.rdev === undefined) return false;
+  return [e.size, e.stSize, e.stRdev, e.stDev, e.rdev, e.jsonBytes].every(isCount);
+}
+
 /**
  * decodeStatCache from a source of the body's bodyBytes, read a chunk at a time and hashed as
  * decoded; the seed counts only once every byte was decoded and the signature is over their
@@ -359,6 +374,7 @@ function decodeStatCacheFrom(source: ByteSource, bodyBytes: number, signature: B
       if (err === CUT_SHORT) throw err;
       return 'damaged: its header is not JSON';
     }
+    if (typeof header.rootSig !== 'string' || typeof header.rootFs !== 'string') return 'damaged: its header is not one';
     if (header.root !== root) return 'of another directory';
     const counts = [header.entries, header.dirs];
     if (!counts.every((n) => Number.isSafeInteger(n) && n >= 0) || header.entries * MIN_ENTRY_BYTES + header.dirs * MIN_TREE_BYTES > r.left)
@@ -389,6 +405,7 @@ function decodeStatCacheFrom(source: ByteSource, bodyBytes: number, signature: B
       if (flags & HAS_RDEV) e.rdev = r.f64();
       if (flags & IS_MOUNT) e.mount = true;
       if (flags & HAS_JSON_BYTES) e.jsonBytes = r.f64();
+      if (!wellFormed(e)) return 'damaged: an entry that cannot be one (a file without its digest, a size that is no count)';
       list[i] = e;
       entries.set(e.key, e);
     }

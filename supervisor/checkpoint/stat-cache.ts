@@ -173,6 +173,22 @@ export class StatCache {
     }
   }
 
+  /**
+   * Forgets root's seed and removes its copy on disk (a capture failed on it: capture-worker.ts
+   * runCheckpoint); the next capture of root reads every file. Errors removing the copy are
+   * ignored: a copy left is only read again, and fails the same way only if it is the cause.
+   */
+  drop(root: string, storeFd: number): void {
+    this.byRoot.delete(root);
+    this.onDisk.delete(root);
+    if (this.offered?.offer.root === root) this.offered = null;
+    try {
+      removeStatCache(storeFd, root);
+    } catch {
+      // a store that cannot be changed
+    }
+  }
+
   private saveLater(storeFd: number, offer: Offer): void {
     this.dropPending();
     // Under a mount id that a later mount may reuse, a copy could be taken for another image's files: none is kept.

@@ -6,6 +6,7 @@ import { createHash, generateKeyPairSync, sign, verify } from 'node:crypto';
 import {
   closeSync,
   constants,
+  mkdirSync,
   mkdtempSync,
   openSync,
   readdirSync,
@@ -32,7 +33,7 @@ import {
   touchStatCache,
 } from '../../../../supervisor/checkpoint/stat-cache-file.js';
 import type { CapturedEntry } from '../../../../supervisor/checkpoint/passes.js';
-import type { CaptureSeed } from '../../../../supervisor/checkpoint/stat-cache.js';
+import { StatCache, type CaptureSeed } from '../../../../supervisor/checkpoint/stat-cache.js';
 import type { DirTree } from '../../../../supervisor/checkpoint/trees.js';
 
 const sha = (s: string) => createHash('sha256').update(s).digest('hex');
@@ -93,6 +94,19 @@ function seedOf(list: CapturedEntry[], trees?: Map<string, DirTree>): CaptureSee
 describe('the stat cache file', () => {
   const { privateKey, publicKey } = generateKeyPairSync('ed25519');
   const signed = (body: Buffer, key = privateKey) => Buffer.concat([body, sign(null, createHash('sha256').update(body).digest(), key)]);
+  /** What loadStatCache says of these bytes as /work/ws's copy in a store of its own. */
+  const loadFrom = (bytes: Buffer) => {
+    const store = mkdtempSync(join(tmpdir(), 'sbx-stat-cache-'));
+    const fd = openSync(store, constants.O_RDONLY | constants.O_DIRECTORY);
+    try {
+      mkdirSync(join(store, 'index'));
+      writeFileSync(join(store, 'index', statCacheFileName('/work/ws')), bytes);
+      return loadStatCache(fd, '/work/ws', privateKey.export({ type: 'pkcs8', format: 'pem' }).toString());
+    } finally {
+      closeSync(fd);
+      rmSync(store, { recursive: true, force: true });
+    }
+  };
 
   it('reads back every kind of entry and the trees whose members are all entries, members as the same objects', () => {
     const list = entries();
@@ -155,6 +169,53 @@ describe('the stat cache file', () => {
     expect(members.readUInt32LE(at)).toBe(3);
     members.writeUInt32LE(0xffffffff, at);
     expect(decodeStatCache(signed(members), '/work/ws', publicKey)).toBeNull();
+  });
+
+  it('is no cache when signed but holding an entry no capture makes, or a header that is not one', () => {
+    const list = entries();
+    const decode = (l: CapturedEntry[], seed = seedOf(l)) => decodeStatCache(signed(encodeStatCache('/work/ws', seed)), '/work/ws', publicKey);
+    expect(decode(list)?.entries.size).toBe(8);
+    const bad = 'damaged: an entry that cannot be one (a file without its digest, a size that is no count)';
+    const cases: [string, (e: CapturedEntry[]) => void][] = [
+      ['a file without its digest', (l) => delete l[2]!.sha256],
+      ['a link without its target', (l) => delete l[3]!.target],
+      ['a device without its number', (l) => delete l[4]!.rdev],
+      ['a size that is NaN', (l) => (l[2]!.size = NaN)],
+      ['a size below 0', (l) => (l[2]!.size = -1)],
+      ['a fractional st_size', (l) => (l[2]!.stSize = 0.5)],
+      ['an infinite st_dev', (l) => (l[2]!.stDev = Infinity)],
+      ['manifest bytes that are NaN', (l) => (l[1]!.jsonBytes = NaN)],
+    ];
+    for (const [what, spoil] of cases) {
+      const l = entries();
+      spoil(l);
+      const body = encodeStatCache('/work/ws', seedOf(l));
+      const got = loadFrom(signed(body));
+      expect(got, what).toEqual({ rejected: bad });
+    }
+    expect(decode(list, { ...seedOf(list), rootSig: 7 as unknown as string })).toBeNull();
+    expect(loadFrom(signed(encodeStatCache('/work/ws', { ...seedOf(list), rootFs: {} as unknown as string })))).toEqual({
+      rejected: 'damaged: its header is not one',
+    });
+  });
+
+  it('is dropped, memory and disk, by StatCache.drop (a capture that failed on it): the next capture of its directory has no seed', () => {
+    const store = mkdtempSync(join(tmpdir(), 'sbx-stat-cache-'));
+    const fd = openSync(store, constants.O_RDONLY | constants.O_DIRECTORY);
+    try {
+      const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+      expect(saveStatCache(fd, '/work/ws', seedOf(entries()), pem, 0)).toBeGreaterThan(0);
+      const cache = new StatCache();
+      expect(cache.seed('/work/ws', { storeFd: fd, signingKeyPem: pem }).seed?.entries.size).toBe(8);
+      cache.drop('/work/ws', fd);
+      expect(cache.seed('/work/ws', { storeFd: fd, signingKeyPem: pem })).toEqual({ seed: undefined });
+      expect(loadStatCache(fd, '/work/ws', pem)).toEqual({ absent: true });
+      // A new thread (a new StatCache) finds no copy either.
+      expect(new StatCache().seed('/work/ws', { storeFd: fd, signingKeyPem: pem })).toEqual({});
+    } finally {
+      closeSync(fd);
+      rmSync(store, { recursive: true, force: true });
+    }
   });
 
   it('is written to index/ and read back with the signing key; kept to the most recently used copies; not written into the room to keep free', () => {
