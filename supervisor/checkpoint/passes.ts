@@ -266,7 +266,9 @@ class Capture {
     try {
       return fn();
     } catch (err) {
-      if (err instanceof StoreError || err instanceof ScanError) throw err;
+      // Only an errno error is the store's (a TypeError building trees is not, and is not
+      // named one: capture-worker.ts drops the stat cache's seed for it).
+      if (err instanceof StoreError || err instanceof ScanError || errnoCode(err) === undefined) throw err;
       const e = systemError(err);
       throw new StoreError('io', `${e.code ?? 'error'}: writing to the checkpoint store ${this.store.dir} failed: ${e.message}`);
     }

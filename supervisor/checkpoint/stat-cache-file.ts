@@ -344,14 +344,18 @@ const isCount = (n: number | undefined) => n === undefined || (Number.isInteger(
 
 /**
  * Whether a decoded entry is one a capture could have made (passes.ts entry()): a file with its
- * digest, a link with its target, a device with its number, counts that are counts. A signed
+ * digest, a link with its target, a device with its number, a mount point only a directory, the
+ * permission bits of its stat, counts that are counts. A signed
  * copy is still checked: one a bug wrote would otherwise fail every checkpoint of its directory.
  */
 function wellFormed(e: CapturedEntry): boolean {
   if (e.type === 'file' && e.sha256 === undefined) return false;
   if (e.type === 'symlink' && e.target === undefined) return false;
   if ((e.type === 'char' || e.type === 'block') && e.rdev === undefined) return false;
-  return [e.size, e.stSize, e.stRdev, e.stDev, e.rdev, e.jsonBytes].every(isCount);
+  if (e.mount && e.type !== 'dir') return false;
+  // The permission bits are those of the stat it was captured at (passes.ts: mode is st_mode & 07777).
+  if (e.mode !== (e.stMode & 0o7777)) return false;
+  return [e.size, e.stSize, e.stRdev, e.stDev, e.rdev].every(isCount);
 }
 
 /**
@@ -404,8 +408,11 @@ function decodeStatCacheFrom(source: ByteSource, bodyBytes: number, signature: B
       if (flags & HAS_TARGET) e.target = Buffer.from(r.blob());
       if (flags & HAS_RDEV) e.rdev = r.f64();
       if (flags & IS_MOUNT) e.mount = true;
-      if (flags & HAS_JSON_BYTES) e.jsonBytes = r.f64();
-      if (!wellFormed(e)) return 'damaged: an entry that cannot be one (a file without its digest, a size that is no count)';
+      // Its manifest entry's bytes are not taken: they count against checkpoint.maxManifestBytes
+      // with no check of their own (a wrong one failed every checkpoint, or let one past the
+      // bound); the walk counts each entry again (passes.ts entryJsonBytes).
+      if (flags & HAS_JSON_BYTES) r.f64();
+      if (!wellFormed(e)) return 'damaged: an entry that cannot be one (a file without its digest, a mode that is not its stat, a size that is no count)';
       list[i] = e;
       entries.set(e.key, e);
     }
@@ -414,6 +421,7 @@ function decodeStatCacheFrom(source: ByteSource, bodyBytes: number, signature: B
       const key = r.latin1();
       const id = r.sha256();
       const treeBytes = r.f64();
+      if (!isCount(treeBytes)) return 'damaged: a tree whose size is no count';
       const members: CapturedEntry[] = new Array<CapturedEntry>(r.count(4));
       for (let m = 0; m < members.length; m++) {
         const e = list[r.u32()];

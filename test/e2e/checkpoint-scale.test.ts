@@ -3,6 +3,7 @@
 // it); a file is counted at its size before it is read (a sparse file refused at once); the stat
 // cache keeps an unchanged file unread, never a racily clean or leased one.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { createHash, createPrivateKey, createPublicKey, sign } from 'node:crypto';
 import {
   chmodSync,
   closeSync,
@@ -32,6 +33,7 @@ import { mountState, unmountState } from '../helpers/state-tmpfs.js';
 import { json } from '../helpers/workspace.js';
 import { Helper } from '../helpers/child.js';
 import { storedManifest } from '../helpers/manifest.js';
+import { decodeStatCache, encodeStatCache } from '../../supervisor/checkpoint/stat-cache-file.js';
 
 /** Loop devices and mkfs.ext4, for a file system of whole-second timestamps. */
 const HAVE_LOOP_EXT4 = existsSync('/dev/loop-control') && spawnSync('sh', ['-c', 'command -v mkfs.ext4']).status === 0;
@@ -909,4 +911,51 @@ print('rewrote', flush=True)`;
       expect(manifest(result!.checkpoint_id).entries.find((e) => e.path === 'g')?.sha256).toBe(sha256(Buffer.from('CCCC\n')));
     },
   );
+});
+
+describe('a stat cache copy a capture fails on', () => {
+  let d: TestDaemon;
+  let ws: string;
+
+  beforeAll(async () => {
+    d = new TestDaemon();
+    ws = join(d.dir, 'ws');
+    ownWorkspace(ws);
+    mkdirSync(join(ws, 'docs'));
+    writeFileSync(join(ws, 'docs', 'readme'), 'read me\n');
+    writeFileSync(join(ws, 'f1'), 'FILE 1\n');
+    d.withConfig({ workspace: { paths: [ws] } });
+    await d.start();
+  }, 60_000);
+
+  afterAll(async () => {
+    if (d) await releaseWorkspace(d, ws);
+  }, 60_000);
+
+  it('(signed, well formed: a directory marked a mount point with entries under it, as a bug could write) fails one checkpoint, not every one: the seed and its copy are dropped, the next reads every file', async () => {
+    expect((await checkpoint(d, ws)).result).toMatchObject({ consistent: true, read: { files: 2 } });
+    const index = join(d.stateDir, 'checkpoints', 'index');
+    const [name] = readdirSync(index);
+    const copy = join(index, name!);
+    await d.terminate();
+    // The copy as the supervisor signed it, with docs/ marked a mount point, signed again with its key.
+    const privateKey = createPrivateKey(readFileSync(join(d.stateDir, 'receipt-key')));
+    const seed = decodeStatCache(readFileSync(copy), ws, createPublicKey(privateKey))!;
+    expect(seed.entries.get('docs')).toMatchObject({ type: 'dir' });
+    seed.entries.get('docs')!.mount = true;
+    const body = encodeStatCache(ws, seed);
+    writeFileSync(copy, Buffer.concat([body, sign(null, createHash('sha256').update(body).digest(), privateKey)]));
+    await d.start();
+    const failed = await checkpoint(d, ws);
+    expect(failed.status).toBe(125);
+    expect(failed.failure).toMatchObject({ code: 'CHECKPOINT_FAILED' });
+    expect(failed.failure!.message).toContain('is not under the directory walked before it');
+    expect(existsSync(copy)).toBe(false);
+    // The next checkpoint reads every file and writes a good copy; a restart starts from it.
+    expect((await checkpoint(d, ws)).result).toMatchObject({ consistent: true, read: { files: 2 } });
+    expect((await checkpoint(d, ws)).result).toMatchObject({ read: { files: 0 } });
+    await d.terminate();
+    await d.start();
+    expect((await checkpoint(d, ws)).result).toMatchObject({ consistent: true, read: { files: 0 } });
+  });
 });

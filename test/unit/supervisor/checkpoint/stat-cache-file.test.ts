@@ -87,6 +87,9 @@ function entries(): CapturedEntry[] {
   ];
 }
 
+/** What a copy gives back of entries: all but their manifest bytes (jsonBytes: the walk counts those again). */
+const asRead = (l: CapturedEntry[]) => l.map(({ jsonBytes: _countedAgain, ...e }) => e);
+
 function seedOf(list: CapturedEntry[], trees?: Map<string, DirTree>): CaptureSeed {
   return { entries: new Map(list.map((e) => [e.key, e])), trees, rootSig: 'dir:4096:16877:0:0:1:2:3:0', rootFs: '2049:31', boundary: { epoch: 'e', seq: 9 } };
 }
@@ -123,10 +126,11 @@ describe('the stat cache file', () => {
     expect(back!.storeId).toBeUndefined();
     expect(back!.presentIn).toBeUndefined();
     expect([back!.rootSig, back!.rootFs]).toEqual(['dir:4096:16877:0:0:1:2:3:0', '2049:31']);
-    expect([...back!.entries.values()]).toEqual(list);
+    expect([...back!.entries.values()]).toEqual(asRead(list));
+    expect(back!.entries.get('d/caf\xe9\xff')).not.toHaveProperty('jsonBytes');
     expect([...back!.trees!.keys()]).toEqual(['', 'd']);
     const d = back!.trees!.get('d')!;
-    expect(d).toEqual(trees.get('d'));
+    expect(d).toEqual({ ...trees.get('d'), members: asRead(trees.get('d')!.members) });
     expect(d.members.every((m) => back!.entries.get(m.key) === m)).toBe(true);
     expect(back!.trees!.get('')!.members[0]).toBe(back!.entries.get('d'));
   });
@@ -175,7 +179,7 @@ describe('the stat cache file', () => {
     const list = entries();
     const decode = (l: CapturedEntry[], seed = seedOf(l)) => decodeStatCache(signed(encodeStatCache('/work/ws', seed)), '/work/ws', publicKey);
     expect(decode(list)?.entries.size).toBe(8);
-    const bad = 'damaged: an entry that cannot be one (a file without its digest, a size that is no count)';
+    const bad = 'damaged: an entry that cannot be one (a file without its digest, a mode that is not its stat, a size that is no count)';
     const cases: [string, (e: CapturedEntry[]) => void][] = [
       ['a file without its digest', (l) => delete l[2]!.sha256],
       ['a link without its target', (l) => delete l[3]!.target],
@@ -184,7 +188,9 @@ describe('the stat cache file', () => {
       ['a size below 0', (l) => (l[2]!.size = -1)],
       ['a fractional st_size', (l) => (l[2]!.stSize = 0.5)],
       ['an infinite st_dev', (l) => (l[2]!.stDev = Infinity)],
-      ['manifest bytes that are NaN', (l) => (l[1]!.jsonBytes = NaN)],
+      ['a mode past the permission bits', (l) => (l[2]!.mode = 0xffffffff)],
+      ['a mode that is not its stat', (l) => (l[2]!.mode = 0o777)],
+      ['a mount point that is a file', (l) => (l[2]!.mount = true)],
     ];
     for (const [what, spoil] of cases) {
       const l = entries();
@@ -194,6 +200,15 @@ describe('the stat cache file', () => {
       expect(got, what).toEqual({ rejected: bad });
     }
     expect(decode(list, { ...seedOf(list), rootSig: 7 as unknown as string })).toBeNull();
+    // A tree's size that is no count.
+    const trees = new Map<string, DirTree>([['d', { members: [list[1]!, list[2]!, list[3]!], subtrees: [], id: sha('tree d'), bytes: NaN }]]);
+    expect(loadFrom(signed(encodeStatCache('/work/ws', seedOf(list, trees))))).toEqual({ rejected: 'damaged: a tree whose size is no count' });
+    // Manifest bytes are never taken from a copy (NaN, 2^52: the walk counts them again).
+    for (const jsonBytes of [NaN, 2 ** 52, 0]) {
+      const l = entries();
+      l[1]!.jsonBytes = jsonBytes;
+      expect(decode(l)?.entries.get('d/caf\xe9\xff'), String(jsonBytes)).not.toHaveProperty('jsonBytes');
+    }
     expect(loadFrom(signed(encodeStatCache('/work/ws', { ...seedOf(list), rootFs: {} as unknown as string })))).toEqual({
       rejected: 'damaged: its header is not one',
     });
@@ -226,7 +241,7 @@ describe('the stat cache file', () => {
       const list = entries();
       expect(saveStatCache(fd, '/ws/0', seedOf(list), pem, 0)).toBeGreaterThan(0);
       const loaded = loadStatCache(fd, '/ws/0', pem);
-      expect('seed' in loaded && [...loaded.seed.entries.values()]).toEqual(list);
+      expect('seed' in loaded && [...loaded.seed.entries.values()]).toEqual(asRead(list));
       expect(loadStatCache(fd, '/ws/1', pem)).toEqual({ absent: true });
       const other = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
       expect(loadStatCache(fd, '/ws/0', other)).toEqual({ rejected: 'not signed by this key, or damaged' });
@@ -284,7 +299,7 @@ describe('the stat cache file', () => {
       expect(onDisk.length).toBe(body.length + 64);
       expect(verify(null, createHash('sha256').update(body).digest(), publicKey, onDisk.subarray(body.length))).toBe(true);
       const loaded = loadStatCache(fd, '/ws/big', pem);
-      expect('seed' in loaded && [...loaded.seed.entries.values()]).toEqual(list);
+      expect('seed' in loaded && [...loaded.seed.entries.values()]).toEqual(asRead(list));
       expect('seed' in loaded && loaded.seed.trees?.get('d')?.members.length).toBe(30_000);
       // Read in chunks, so what is wrong is found where it is: each says why it is not used.
       const copy = join(store, 'index', statCacheFileName('/ws/big'));
