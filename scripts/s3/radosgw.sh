@@ -58,12 +58,12 @@ start_time() {
 }
 
 # Waits up to SECONDS for pid, which started at START, to exit (a zombie or gone); false if it
-# still runs. Not ours(): an exiting process has released its memory, so its cmdline reads empty,
-# well before it closes its files and becomes a zombie (seen under load: stop returned while the
-# OSD still ran). START keeps a reused pid from being waited on.
+# still runs. By its start time, never its cmdline: an exiting process has released its memory,
+# so its cmdline reads empty well before it becomes a zombie (seen under load: stop returned
+# while the OSD still ran).
 wait_exit() {
   local pid=$1 tenths=$(($2 * 10)) start=$3
-  while [ "$(start_time "$pid")" = "$start" ]; do
+  while ours "$pid" "$start"; do
     [ "$tenths" -gt 0 ] || return 1
     sleep 0.1
     tenths=$((tenths - 1))
