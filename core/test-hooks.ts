@@ -23,6 +23,10 @@ export const testHooks = Object.freeze({
   taskEarlyCheckpoint: env.SBX_TEST_TASK_EARLY_CHECKPOINT === '1',
   /** SBX_TEST_SHIM_STAYS_STOPPED=1: a stopped shim is never continued (as if stopped again at once), so its kill bound is reached. */
   shimStaysStopped: env.SBX_TEST_SHIM_STAYS_STOPPED === '1',
+  /** SBX_TEST_SHIM_KILL_GIVE_UP_MS=N: the kill bound of a shim that stays (supervisor/session/live.ts, default 10 s), so a test reaches it sooner. */
+  shimKillGiveUpMs: Number(env.SBX_TEST_SHIM_KILL_GIVE_UP_MS ?? 10_000),
+  /** SBX_TEST_SHIM_ANSWER_MS=N: how long a signal through a shim that stays waits for its answer (supervisor/session/spawn.ts, default 5 s). */
+  shimAnswerMs: Number(env.SBX_TEST_SHIM_ANSWER_MS ?? 5_000),
   /** SBX_TEST_SHIM_START_UNHEARD=1: a shim that stays is not heard saying "started", as when the command stopped it (kill -STOP $PPID) before it wrote that line. */
   shimStartUnheard: env.SBX_TEST_SHIM_START_UNHEARD === '1',
   /** SBX_TEST_SPAWN_TO_TRACK_MS=N: the event loop held N ms between a session's spawn and its tracking by the watches, as a loaded machine may (the command runs meanwhile). */

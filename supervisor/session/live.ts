@@ -31,8 +31,8 @@ import { handOffLeftovers } from './handoff.js';
 import { errnoCode } from '../../ipc/errno.js';
 import { systemError } from '../../ipc/errno.js';
 
-/** How long KILLs through a shim that stays (pty, subreaper mode) may take before cgroup.kill takes it too (no cgroup: the supervisor kills its tree). */
-const SHIM_KILL_GIVE_UP_MS = 10_000;
+/** How long KILLs through a shim that stays (pty, subreaper mode) may take before cgroup.kill takes it too (no cgroup: the supervisor kills its tree): 10 s (a test may set it: SBX_TEST_SHIM_KILL_GIVE_UP_MS). */
+const SHIM_KILL_GIVE_UP_MS = testHooks.shimKillGiveUpMs;
 
 export class LiveSession extends Session {
   readonly drains = new Map<StreamName, StreamDrain>();

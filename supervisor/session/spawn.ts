@@ -360,8 +360,8 @@ function encodeArgv(argv: string[]): Buffer {
 /** An unprivileged supervisor's argv pipe can be raised this far: the default /proc/sys/fs/pipe-max-size. */
 const PIPE_MAX_BYTES = 1024 * 1024;
 
-/** How long a signal through the shim waits for its "signaled" answer before it is taken as unanswered (ms). */
-const SHIM_ANSWER_MS = 5_000;
+/** How long a signal through the shim waits for its "signaled" answer before it is taken as unanswered (ms): 5 s (a test may set it: SBX_TEST_SHIM_ANSWER_MS). */
+const SHIM_ANSWER_MS = testHooks.shimAnswerMs;
 
 /**
  * Writes payload into the fresh, empty pipe whose write end is fd and closes fd, if it fits

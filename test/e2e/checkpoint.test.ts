@@ -29,7 +29,7 @@ import { manifestObjects, type Manifest } from '../../core/checkpoint/manifest.j
 import { PROGRAMS, sha256, TestDaemon, until, within } from '../helpers/daemon.js';
 import { json, WorkspaceRig } from '../helpers/workspace.js';
 import { storedManifest } from '../helpers/manifest.js';
-import { pythonTreeListing, removeTree, type ListedEntry } from '../helpers/workspace-trees.js';
+import { makeDeepTree, pythonTreeListing, removeTree, type ListedEntry } from '../helpers/workspace-trees.js';
 
 const MiB = 1024 * 1024;
 const SEED = Number(process.env.CK_SEED ?? randomInt(1, 2 ** 31));
@@ -65,10 +65,7 @@ function makeTree(ws: string): void {
   mkdirSync(join(ws, 'a'));
   writeFileSync(join(ws, 'a', 'b'), 'component order: a/b after a-b bytewise, before it by component\n');
   // 2,000 levels of "deep/" (10,000 bytes of path: past PATH_MAX), made without a long path.
-  expect(
-    spawnSync('sh', ['-c', `mkdir deep && cd deep && for i in $(seq ${DEEP - 1}); do mkdir deep && cd -P deep || exit 1; done; printf bottom > f`], { cwd: ws })
-      .status,
-  ).toBe(0);
+  makeDeepTree(ws, DEEP, { name: 'deep', content: 'bottom' });
 }
 
 /** Listing without mtimes (a manifest-to-listing comparison; restored trees compare mtimes too). */

@@ -232,7 +232,8 @@ describe('services and tasks', () => {
     const closed = JSON.parse((await daemon.sbx(['close', '--task', t])).stdout.toString()) as TaskReceipt;
     expect(closed.settle.terminated_ids).toEqual([sid]);
     expect(closed.sessions.map((s) => s.session_id)).not.toContain(kept);
-    expect(closed.complete).toBe(true);
+    // With its obligations, so that a close not complete says why.
+    expect({ complete: closed.complete, obligations: closed.obligations }).toEqual({ complete: true, obligations: [] });
     expect(await summary(kept)).toMatchObject({ state: 'running', service: { keep_after_close: true } });
     expect(pidsWithMarker(`${m}1`).length).toBe(1);
     expect((await daemon.sbx(['cancel', kept])).status).toBe(0);

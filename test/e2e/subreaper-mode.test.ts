@@ -218,7 +218,11 @@ describe('subreaper mode, a shim that stays stopped (SBX_TEST_SHIM_STAYS_STOPPED
   ] as const)(
     'stopped %s: past the kill bound the supervisor kills its tree: the session is unknown, nothing is left, the supervisor stops cleanly',
     async (_when, env, logLines) => {
-      const stuck = await new TestDaemon({ config: { cgroup: { mode: 'subreaper' } }, env: { SBX_TEST_SHIM_STAYS_STOPPED: '1', ...env } }).start();
+      // The shim's answer bound (5 s) and kill bound (10 s) cut to 1 s and 2 s: the same escalation, sooner.
+      const stuck = await new TestDaemon({
+        config: { cgroup: { mode: 'subreaper' } },
+        env: { SBX_TEST_SHIM_STAYS_STOPPED: '1', SBX_TEST_SHIM_ANSWER_MS: '1000', SBX_TEST_SHIM_KILL_GIVE_UP_MS: '2000', ...env },
+      }).start();
       const m = marker();
       const client = await stuck.client();
       try {
@@ -230,7 +234,7 @@ describe('subreaper mode, a shim that stays stopped (SBX_TEST_SHIM_STAYS_STOPPED
         });
         const row = await until(
           async () => (await client.ps(true)).sessions.find((s) => s.session_id === session_id && s.state === 'unknown'),
-          'the session to be unknown after the kill bound (10 s)',
+          'the session to be unknown after the kill bound (2 s here)',
           60_000,
         );
         expect(row.reason).toBe("the exec shim (the session's subreaper) died before reporting all descendants reaped");
