@@ -29,6 +29,7 @@ import { objectsAfter, objectsOf } from './object-list.js';
 import { StoreError } from '../../core/checkpoint/store.js';
 import { errnoCode, systemError } from '../../ipc/errno.js';
 import { testHooks } from '../../core/test-hooks.js';
+import { boundThisHeap, heapTick } from './heap-bound.js';
 
 export type { CaptureRequest, CaptureResult, CapturedEntry, RehashRequest, RehashResult, WorkerProgress, WorkerReply } from './passes.js';
 export { runCapture, runRehash } from './passes.js';
@@ -379,6 +380,7 @@ function readBackIn(store: LocalStoreFiles, req: ReadBackRequest): ReadBackResul
     }
     trees = new Set(objects.keys());
     for (const [sha, e] of mine.objects) {
+      heapTick();
       if (!look || look.has(sha)) objects.set(sha, e.size);
       else {
         trusted.objects++;
@@ -435,6 +437,7 @@ function toReply(err: unknown): WorkerReply<never> {
 
 if (parentPort && workerData && (workerData as { checkpointWorker?: boolean }).checkpointWorker) {
   const port = parentPort;
+  boundThisHeap();
   // One step at a time, in order; each answered by its id.
   port.on('message', ({ id, req }: { id: number; req: CheckpointWorkerRequest }) => {
     let reply: WorkerReply<unknown>;

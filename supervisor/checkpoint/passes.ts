@@ -22,6 +22,7 @@ import { type EntryLookup, readHinted, type SeedOverlay } from './hints.js';
 import { StoreError } from '../../core/checkpoint/store.js';
 import { errnoCode, systemError } from '../../ipc/errno.js';
 import { testHooks } from '../../core/test-hooks.js';
+import { heapTick } from './heap-bound.js';
 
 /*
  * Why a still pass proves a consistent state: every entry was unchanged from its capture (in an
@@ -842,6 +843,7 @@ export function runCapture(
       root = { mode: Number(rootSt.mode) & 0o7777, uid: Number(rootSt.uid), gid: Number(rootSt.gid), mtimeNs: rootSt.mtimeNs };
       const bound = frozen ? { deadlineMs: frozen.ms, startHrNs: frozen.startHrNs } : { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs };
       for (const e of walkTree(req.root, { ...bound, oneFileSystem: true, expectFs: req.expectFs })) {
+        heapTick();
         const old = from.get(e.path.toString('latin1'));
         if (old) found++;
         // From the seed (pass 1), a file's object must still be in the store (gc may have taken it).
@@ -1125,6 +1127,7 @@ export function runRehash(req: RehashRequest): RehashResult {
           if (!tree) bytes += size;
         } else judge(sha256, size, tree, g.read, g.bytes, g.sig);
       });
+      heapTick(whole.length);
     }
   } finally {
     store.close();

@@ -27,6 +27,7 @@ import type { EntryType } from '../../core/fs/walk.js';
 import type { CapturedEntry } from './passes.js';
 import type { DirTree } from './trees.js';
 import type { CaptureSeed } from './stat-cache.js';
+import { heapTick } from './heap-bound.js';
 
 /** The file's first bytes: its format, version 1. */
 const MAGIC = Buffer.from('SBXSTAT1');
@@ -280,6 +281,7 @@ function encodeStatCacheTo(w: Writer, root: string, seed: CaptureSeed): void {
   w.bytes(MAGIC);
   w.blob(Buffer.from(JSON.stringify(header)));
   for (const e of entries) {
+    heapTick();
     const flags =
       (e.sha256 !== undefined ? HAS_SHA256 : 0) |
       (e.target !== undefined ? HAS_TARGET : 0) |
@@ -386,6 +388,7 @@ function decodeStatCacheFrom(source: ByteSource, bodyBytes: number, signature: B
     const list: CapturedEntry[] = new Array<CapturedEntry>(header.entries);
     const entries = new Map<string, CapturedEntry>();
     for (let i = 0; i < header.entries; i++) {
+      heapTick();
       const flags = r.u8();
       const type = TYPES[r.u8()];
       if (type === undefined) return 'damaged: an entry of no known type';

@@ -4,6 +4,7 @@
 // same captured entries as at the last read-back checkpoint (and its subtrees the same trees)
 // keeps its tree without it being built again. Owns that building and its cache; not the format.
 import { toManifestEntry, type ManifestEntry } from '../../core/checkpoint/manifest.js';
+import { heapTick } from './heap-bound.js';
 import { MAX_TREE_BYTES, treeBytes, treeEntryJcs, treeId } from '../../core/checkpoint/tree.js';
 import { ScanError } from '../../core/fs/walk.js';
 import { showPath } from '../../core/fs/names.js';
@@ -96,6 +97,7 @@ export function storeTrees(entries: readonly CapturedEntry[], store: LocalStoreF
   };
   const frames: Frame[] = [{ key: '', members: [], subtrees: [] }];
   for (const c of entries) {
+    heapTick();
     const at = c.key.lastIndexOf('/');
     const parent = at < 0 ? '' : c.key.slice(0, at);
     while (frames[frames.length - 1].key !== parent) {

@@ -1,0 +1,67 @@
+// The checkpoint thread's heap kept near what it holds (in that thread only): V8 lets an old
+// generation grow to 1.1-4x what its last full GC left before it collects again (4 once the heap
+// cap is 2 GiB or more, as 1,000,000 files need), so a big checkpoint's peak was twice what the
+// thread held and more (docs/design/performance.md, "The heaps' growth"). Here the thread
+// collects itself once its heap grew by HEAP_GROWTH_PERCENT over what its last collection left.
+import { getHeapStatistics, setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+
+/** Growth over the live heap after a collection that makes the thread collect again, percent (V8's --heap-growing-percent, for this thread alone). */
+export const HEAP_GROWTH_PERCENT = 25;
+/** Below this much used heap the thread leaves collection to V8 (a small checkpoint pays nothing), bytes. */
+export const HEAP_BOUND_FLOOR_BYTES = 64 << 20;
+/** Work between two looks at the heap's size (an entry walked counts 1; v8.getHeapStatistics costs ~1 µs). */
+const TICKS_PER_LOOK = 1024;
+
+/** Whether this thread bounds its heap (boundThisHeap: the checkpoint thread; a test or sbx loading these modules does not). */
+let enabled = false;
+let ticks = 0;
+/** Used heap past which the next collection runs (bytes). */
+let limitBytes = HEAP_BOUND_FLOOR_BYTES;
+let collect: (() => void) | null = null;
+/** Collections run by the bound since this thread started (for tests and profiles). */
+let collections = 0;
+
+/**
+ * A full, blocking collection of this thread's heap. V8 gives it to a context made while
+ * --expose-gc is on (node's `v8.setFlagsFromString`, then `vm.runInNewContext('gc')`); the flag is
+ * turned off again at once, so no other context, in any thread, gets a `gc`.
+ */
+function collector(): () => void {
+  if (collect) return collect;
+  setFlagsFromString('--expose-gc');
+  try {
+    collect = runInNewContext('gc') as () => void;
+  } finally {
+    setFlagsFromString('--no-expose-gc');
+  }
+  return collect;
+}
+
+/**
+ * Counts `work` units (entries walked, objects read back); every TICKS_PER_LOOK of them looks at
+ * the used heap and, past the limit, collects it whole and sets the next limit to what is left
+ * live plus HEAP_GROWTH_PERCENT (never under HEAP_BOUND_FLOOR_BYTES). Only in the checkpoint
+ * thread, whose steps block by design: a collection pauses nothing else.
+ */
+export function heapTick(work = 1): void {
+  if (!enabled) return;
+  ticks += work;
+  if (ticks < TICKS_PER_LOOK) return;
+  ticks = 0;
+  if (getHeapStatistics().used_heap_size <= limitBytes) return;
+  collector()();
+  collections++;
+  const live = getHeapStatistics().used_heap_size;
+  limitBytes = Math.max(HEAP_BOUND_FLOOR_BYTES, Math.round(live * (1 + HEAP_GROWTH_PERCENT / 100)));
+}
+
+/** Makes heapTick bound this thread's heap: the checkpoint thread's start (capture-worker.ts), nowhere else. */
+export function boundThisHeap(): void {
+  enabled = true;
+}
+
+/** The collections the bound ran in this thread, and its limit now (bytes). */
+export function heapBoundState(): { collections: number; limitBytes: number } {
+  return { collections, limitBytes };
+}
