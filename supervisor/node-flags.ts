@@ -23,7 +23,7 @@ export const SUPERVISOR_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=
  */
 export function missingNodeFlags(execArgv: readonly string[] = process.execArgv, nodeOptions = process.env.NODE_OPTIONS ?? ''): string[] {
   const last = new Map<string, string>();
-  for (const arg of [...nodeOptions.split(/\s+/), ...execArgv]) {
+  for (const arg of [...nodeOptionsArgs(nodeOptions), ...execArgv]) {
     const { name, value } = parsed(arg);
     if (value !== undefined) last.set(name, value);
   }
@@ -35,6 +35,32 @@ export function missingNodeFlags(execArgv: readonly string[] = process.execArgv,
     // 0 is V8's "not set" (its own sizing): not a tighter cap.
     return numeric.test(want.value!) && numeric.test(got) ? Number(got) === 0 || Number(got) > Number(want.value) : got !== want.value;
   });
+}
+
+/**
+ * NODE_OPTIONS as node splits it (src/node_options.cc, ParseNodeOptionsEnvVar): arguments
+ * separated by spaces (a tab is part of one), double quotes join and are dropped, and inside
+ * them a backslash takes the next character as it is. `"--max-semi-space-size=2"` is the flag.
+ */
+export function nodeOptionsArgs(nodeOptions: string): string[] {
+  const args: string[] = [];
+  let inString = false;
+  let startNew = true;
+  for (let i = 0; i < nodeOptions.length; i++) {
+    let c = nodeOptions[i];
+    if (c === '\\' && inString && i + 1 < nodeOptions.length) c = nodeOptions[++i];
+    else if (c === ' ' && !inString) {
+      startNew = true;
+      continue;
+    } else if (c === '"') {
+      inString = !inString;
+      continue;
+    }
+    if (startNew) args.push(c);
+    else args[args.length - 1] += c;
+    startNew = false;
+  }
+  return args;
 }
 
 /** A flag's name (its _ as -: --max_semi_space_size is --max-semi-space-size) and its value after =, if any. */
