@@ -1301,7 +1301,7 @@ sub('checkpoint')
         : '';
     warn(
       `published to ${r.store}: ${n(r.scan.entries, 'entry', 'entries')}, ${n(r.scan.files, 'file')}, ${mib(r.scan.bytes)}; ${r.read ? `${r.read.files} read; ` : ''}${n(r.objects.written, 'new object')} (${mib(r.objects.bytes_written)})${uploaded}; ` +
-        `read back ${n(r.read_back.objects, 'object')}${readBackParts(r.read_back)} in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms`,
+        `read back ${n(r.read_back.objects, 'object')}${readBackParts(r.read_back)}${r.read_back.trees ? ` and ${n(r.read_back.trees.objects, 'tree')}` : ''} in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms`,
     );
     if (!r.consistent) {
       // A leased path never changed: a lease kept it shut, so it was not captured.

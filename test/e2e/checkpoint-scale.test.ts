@@ -338,13 +338,16 @@ describe('the stat cache and the read-back', () => {
     const retried = await checkpoint(d, ws);
     expect(retried.result).toMatchObject({ consistent: true, objects: { written: 1 }, read_back: { rehashed_objects: 1, trusted_objects: 0 } });
     expect(shaOf(retried.result!.checkpoint_id, 'f3')).toBe(sha256(Buffer.from('file 3\n')));
-    // sbx checkpoint's summary counts each object once: re-hashed, confirmed by its stat, or not looked at.
+    // sbx checkpoint's summary counts each object once: re-hashed, confirmed by its stat, or not looked at; then the
+    // trees (the flat workspace is one), so that objects and trees add up to what sbx verify counts.
     writeFileSync(join(ws, 'f1'), 'FILE 1 again\n');
     const human = await d.sbx(['checkpoint', '--workspace', ws]);
     expect(human.status, human.stderr.toString()).toBe(0);
-    expect(human.stderr.toString()).toContain(`read back ${FILES} objects (1 re-hashed, ${FILES - 1} confirmed by their stat) in `);
+    expect(human.stderr.toString()).toContain(`read back ${FILES} objects (1 re-hashed, ${FILES - 1} confirmed by their stat) and 1 tree in `);
     const unchanged = await d.sbx(['checkpoint', '--workspace', ws]);
-    expect(unchanged.stderr.toString()).toContain(`read back ${FILES} objects (0 re-hashed, ${FILES} under trees checked before, not looked at) in `);
+    expect(unchanged.stderr.toString()).toContain(
+      `read back ${FILES} objects (0 re-hashed, ${FILES} under trees checked before, not looked at) and 1 tree in `,
+    );
   });
 
   it('after a restart the stat cache is read from the store (no file read) and the read-back re-hashes every object once; a damaged, planted or removed copy is not used', async () => {
