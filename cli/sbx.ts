@@ -1233,7 +1233,7 @@ sub('status')
           ['uptime', `${uptimeText(status.uptime_s)} (since ${status.started_at}; machine up ${uptimeText(status.machine.uptime_s)})`],
           ...(status.workspaces ?? []).map((w) => [
             'workspace',
-            `${w.path} (${w.fs}): ${w.mode}, ${w.health}; ${w.events} events, ${w.unattributed_events} unattributed`,
+            `${w.path} (${w.fs}): ${w.mode}, ${w.health}; ${w.events} ${w.events === 1 ? 'event' : 'events'}, ${w.unattributed_events} unattributed`,
           ]),
           ...(status.workspace_unplaced_events
             ? [['unplaced', `${status.workspace_unplaced_events} events whose directory was gone before it could be named (in no workspace)`]]
@@ -1300,7 +1300,7 @@ sub('checkpoint')
         ? `, ${r.objects.uploaded} uploaded${r.objects.repaired ? ` (${r.objects.repaired} over bytes that failed their read-back)` : ''}`
         : '';
     warn(
-      `published to ${r.store}: ${n(r.scan.entries, 'entry', 'entries')}, ${n(r.scan.files, 'file')}, ${mib(r.scan.bytes)}; ${r.read ? `${r.read.files} read; ` : ''}${n(r.objects.written, 'new object')} (${mib(r.objects.bytes_written)})${uploaded}; ` +
+      `published to ${r.store}: ${n(r.scan.entries, 'entry', 'entries')}, ${n(r.scan.files, 'file')}, ${mib(r.scan.bytes)}; ${r.read ? `${r.read.files} read; ` : ''}${n(r.objects.written, 'new object')} (${mib(r.objects.bytes_written)})${r.trees ? ` and ${n(r.trees.written, 'new tree')}` : ''}${uploaded}; ` +
         `read back ${n(r.read_back.objects, 'object')}${readBackParts(r.read_back)}${r.read_back.trees ? ` and ${n(r.read_back.trees.objects, 'tree')}` : ''} in ${r.read_back.ms} ms; ${boundary}; ${r.duration_ms} ms`,
     );
     if (!r.consistent) {

@@ -344,6 +344,7 @@ describe('the stat cache and the read-back', () => {
     const human = await d.sbx(['checkpoint', '--workspace', ws]);
     expect(human.status, human.stderr.toString()).toBe(0);
     expect(human.stderr.toString()).toContain(`read back ${FILES} objects (1 re-hashed, ${FILES - 1} confirmed by their stat) and 1 tree in `);
+    expect(human.stderr.toString()).toMatch(/; 1 new object \([^)]*\) and 1 new tree; /);
     const unchanged = await d.sbx(['checkpoint', '--workspace', ws]);
     expect(unchanged.stderr.toString()).toContain(
       `read back ${FILES} objects (0 re-hashed, ${FILES} under trees checked before, not looked at) and 1 tree in `,
