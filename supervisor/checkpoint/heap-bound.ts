@@ -10,6 +10,8 @@ import { runInNewContext } from 'node:vm';
 export const HEAP_GROWTH_PERCENT = 25;
 /** Below this much used heap the thread leaves collection to V8 (a small checkpoint pays nothing), bytes. */
 export const HEAP_BOUND_FLOOR_BYTES = 64 << 20;
+/** Past this share of the heap's cap the bound leaves collection to V8 (a checkpoint about to fail on its cap burned twice the CPU otherwise). */
+const NEAR_CAP = 0.75;
 /** Work between two looks at the heap's size (an entry walked counts 1; v8.getHeapStatistics costs ~1 µs). */
 const TICKS_PER_LOOK = 1024;
 
@@ -24,8 +26,10 @@ let collections = 0;
 
 /**
  * A full, blocking collection of this thread's heap. V8 gives it to a context made while
- * --expose-gc is on (node's `v8.setFlagsFromString`, then `vm.runInNewContext('gc')`); the flag is
- * turned off again at once, so no other context, in any thread, gets a `gc`.
+ * --expose-gc is on (node's `v8.setFlagsFromString`, then `vm.runInNewContext('gc')`), and the
+ * flag is turned off again at once. V8's flags are the process's: a context another thread makes
+ * in that instant (a worker starting) gets a `gc` too, harmless since all of it is ours; it is
+ * taken once per checkpoint thread, at its start (boundThisHeap).
  */
 function collector(): () => void {
   if (collect) return collect;
@@ -49,7 +53,9 @@ export function heapTick(work = 1): void {
   ticks += work;
   if (ticks < TICKS_PER_LOOK) return;
   ticks = 0;
-  if (getHeapStatistics().used_heap_size <= limitBytes) return;
+  const heap = getHeapStatistics();
+  // Near its cap V8 collects on its own, often: a collection more would only cost CPU.
+  if (heap.used_heap_size <= limitBytes || heap.used_heap_size > heap.heap_size_limit * NEAR_CAP) return;
   collector()();
   collections++;
   const live = getHeapStatistics().used_heap_size;
@@ -59,6 +65,7 @@ export function heapTick(work = 1): void {
 /** Makes heapTick bound this thread's heap: the checkpoint thread's start (capture-worker.ts), nowhere else. */
 export function boundThisHeap(): void {
   enabled = true;
+  collector();
 }
 
 /** The collections the bound ran in this thread, and its limit now (bytes). */
