@@ -7,9 +7,9 @@ import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 
 /** Growth over the live heap after a collection that makes the thread collect again, percent (V8's --heap-growing-percent, for this thread alone). */
-export const HEAP_GROWTH_PERCENT = 25;
+const HEAP_GROWTH_PERCENT = 25;
 /** Below this much used heap the thread leaves collection to V8 (a small checkpoint pays nothing), bytes. */
-export const HEAP_BOUND_FLOOR_BYTES = 64 << 20;
+const HEAP_BOUND_FLOOR_BYTES = 64 << 20;
 /** Past this share of the heap's cap the bound leaves collection to V8 (a checkpoint about to fail on its cap burned twice the CPU otherwise). */
 const NEAR_CAP = 0.75;
 /** Work between two looks at the heap's size (an entry walked counts 1; v8.getHeapStatistics costs ~1 µs). */
