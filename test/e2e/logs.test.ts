@@ -402,7 +402,7 @@ describe('sbx logs without --follow on a live session', () => {
   it('a snapshot ends at the last wholly stored read of each stream: nothing "indexed": false, each stream contiguous from 0, a prefix of the final merge', async () => {
     const liveClient = await live.client();
     const stop = join(live.dir, 'live-snapshots.stop');
-    const script = 'while [ ! -e "$0" ]; do head -c 65536 /dev/zero | tr "\\0" o & head -c 65536 /dev/zero | tr "\\0" e >&2; wait; sleep 0.02; done';
+    const script = 'while [ ! -e "$0" ]; do head -c 16384 /dev/zero | tr "\\0" o & head -c 16384 /dev/zero | tr "\\0" e >&2; wait; sleep 0.02; done';
     const run = await live.sbx(['run', '--detach', '--', 'sh', '-c', script, stop]);
     expect(run.status).toBe(0);
     const id = run.stdout.toString().trim();
