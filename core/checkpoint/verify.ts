@@ -23,6 +23,9 @@ import { DigestSet } from './digest-set.js';
 import { rehashObject, treeReader, type CheckpointStore } from './store.js';
 import { TREE_CACHE_BYTES, TreeCache, walkTreeAsync, type WalkStep } from './tree.js';
 
+/** The most objects verify sizes its digest table for at once (2^23 slots, 128 MiB); past that it grows as needed. */
+const PRESIZE_MAX = 4_000_000;
+
 export interface CheckpointVerdict {
   /** Hex SHA-256 of the bytes given (the checkpoint id when they are the stored manifest). */
   id: string;
@@ -69,8 +72,9 @@ function diffEntries(original: Manifest, edited: Manifest): string[] {
  * publicKeyPem; with a store, publication and every object. expectId: the id it should have
  * (from its file name or the command line). A version 2 manifest's entries are walked from its
  * trees twice (tree.ts walkTree: counted and checked, then each object re-hashed once), never
- * held: memory grows with the depth and the widest directory, and about 21 bytes per distinct
- * object (DigestSet), not with the entries.
+ * held: memory grows with the depth and the widest directory, and 23-46 bytes per entry (a
+ * 16-byte slot per object at a load of 35-70%: DigestSet, sized for the entries at once), not with
+ * what the entries hold.
  */
 export async function verifyCheckpoint(
   bytes: Buffer,
@@ -134,7 +138,9 @@ export async function verifyCheckpoint(
   // First walk: its entries checked (version 1's were, with its head) and counted, and the objects to re-hash.
   const check = manifest.version === 2 ? new EntriesCheck() : null;
   const summary = check ? new EntriesSummary(manifest.unstable ?? []) : null;
-  const toHash = new DigestSet();
+  // Sized at once for every object its entries can name (a file each, a tree per directory and the
+  // root: at most entries + 1), up to PRESIZE_MAX; claimed in the second walk, not copied.
+  const toHash = new DigestSet(Math.min(entriesBound(manifest) + 1, PRESIZE_MAX));
   let totalObjects = 0;
   let totalBytes = 0;
   const counted = (sha: string, size: number) => {
@@ -165,20 +171,20 @@ export async function verifyCheckpoint(
   if (!published) problems.push(`checkpoint ${id} was never published in ${store.location}: its read-back did not complete (it claims nothing)`);
   else for (const p of checkPublished(published, id, publicKeyPem)) problems.push(`its published record in ${store.location}: ${p}`);
   // Second walk: each object re-hashed once, named by the first paths using it (at most 3) when it does not hold.
-  const hashed = new DigestSet();
   const failed = new Map<string, { paths: string[]; problem: (named: string) => string }>();
   onProgress?.({ objects: 0, totalObjects, bytes: 0, totalBytes });
-  const progress = () => onProgress?.({ objects: hashed.size, totalObjects, bytes: verdict.bytes, totalBytes });
+  let claimed = 0;
+  const progress = () => onProgress?.({ objects: ++claimed, totalObjects, bytes: verdict.bytes, totalBytes });
   const again = await walk(async (step) => {
     if ('tree' in step) {
       // The walk read it from the store and checked its bytes hash to its id (tree.ts checkTree).
-      if (!hashed.add(step.tree)) return;
+      if (!toHash.claim(step.tree)) return;
       verdict.objects++;
       verdict.bytes += step.size;
       return progress();
     }
     for (const [sha, size] of entryObjects(step.entry)) {
-      if (!hashed.add(sha)) {
+      if (!toHash.claim(sha)) {
         const f = failed.get(sha);
         if (f && f.paths.length < 3) f.paths.push(showEntryPath(step.entry));
         continue;

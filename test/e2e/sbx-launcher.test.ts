@@ -56,7 +56,7 @@ describe('the sbx launcher', () => {
     symlinkSync(SBX_BIN, join(link, 'sbx'));
     for (const bin of [SBX_BIN, join(link, 'sbx')]) {
       const { child, cmdline } = await running(bin);
-      expect(cmdline.slice(0, 3)).toEqual([process.execPath, join(ROOT, 'dist/cli/sbx.bundle.cjs'), 'run']);
+      expect(cmdline.slice(0, 4)).toEqual([process.execPath, '--max-semi-space-size=2', join(ROOT, 'dist/cli/sbx.bundle.cjs'), 'run']);
       child.kill('SIGKILL');
       await until(() => child.exitCode !== null || child.signalCode !== null, 'sbx to be gone');
     }
@@ -107,7 +107,7 @@ describe('the sbx launcher', () => {
     rmSync(join(copy, 'dist/cli/sbx.bundle.cjs'));
     const bin = join(copy, 'dist/cli/sbx');
     const { child, cmdline } = await running(bin);
-    expect(cmdline.slice(0, 3)).toEqual([process.execPath, join(copy, 'dist/cli/sbx.js'), 'run']);
+    expect(cmdline.slice(0, 4)).toEqual([process.execPath, '--max-semi-space-size=2', join(copy, 'dist/cli/sbx.js'), 'run']);
     child.kill('SIGKILL');
     await until(() => child.exitCode !== null || child.signalCode !== null, 'sbx to be gone');
     const r = spawnSync(bin, ['run', '--', 'sh', '-c', 'printf out; printf err >&2; exit 4'], { env: env() });
@@ -127,7 +127,7 @@ describe('the sbx launcher', () => {
     chmodSync(join(path, 'node'), 0o755);
     const pathEnv = { PATH: `${path}:${process.env.PATH ?? ''}` };
     const { child, cmdline } = await running(bin, pathEnv);
-    expect(cmdline.slice(0, 4)).toEqual([process.execPath, '--stack-size=900', join(copy, 'dist/cli/sbx.bundle.cjs'), 'run']);
+    expect(cmdline.slice(0, 5)).toEqual([process.execPath, '--stack-size=900', '--max-semi-space-size=2', join(copy, 'dist/cli/sbx.bundle.cjs'), 'run']);
     child.kill('SIGKILL');
     await until(() => child.exitCode !== null || child.signalCode !== null, 'sbx to be gone');
     const r = spawnSync(bin, ['run', '--', 'sh', '-c', 'printf out; exit 4'], { env: { ...env(), ...pathEnv } });
