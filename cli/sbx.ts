@@ -833,8 +833,12 @@ sub('verify')
     if (shape.kind === 'checkpoint') {
       const { verifyManifestCommand } = await import('./checkpoints.js');
       // A checkpoint id is read from the store: the one chosen, else the supervisor's (offlineStore).
+      // A file: its key from the state dir chosen, else the local supervisor's (verifyStateDir); its objects only from one chosen.
+      const found = bytes === null ? null : await verifyStateDir(g, o);
       const where =
-        bytes === null ? await offlineStore(g, o) : { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store };
+        bytes === null
+          ? await offlineStore(g, o)
+          : { stateDir: o.stateDir ?? found?.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store };
       return verifyManifestCommand(file, bytes, {
         ...where,
         key,
@@ -843,7 +847,10 @@ sub('verify')
         withStore: o.stateDir !== undefined || o.store !== undefined || Boolean(process.env.SBX_STATE_DIR),
       });
     }
-    const keyFile = key ?? join(o.stateDir ?? defaultStateDir(), 'receipt-key.pub');
+    // No state dir chosen: the local supervisor's, when one answers (its key, its sessions), else the default.
+    const found = await verifyStateDir(g, o);
+    const here = found?.stateDir ?? defaultStateDir();
+    const keyFile = key ?? join(o.stateDir ?? here, 'receipt-key.pub');
     let keyPem: string;
     try {
       keyPem = readFileSync(keyFile, 'utf8');
@@ -852,14 +859,13 @@ sub('verify')
     }
     if ((receipt as unknown as { kind?: string }).kind === 'task') {
       const { verifyTaskCommand } = await import('./tasks.js');
-      return verifyTaskCommand(receipt as unknown as TaskReceipt, keyPem, { stateDir: o.stateDir ?? defaultStateDir(), store: o.store, json: g.json });
+      return verifyTaskCommand(receipt as unknown as TaskReceipt, keyPem, { stateDir: o.stateDir ?? here, store: o.store ?? found?.store, json: g.json });
     }
     const problems = verifySignature(receipt, keyPem);
     const isClose = (receipt as unknown as { kind?: string }).kind === 'close';
-    // A session receipt's stored bytes are re-read from --state-dir, else from the default
-    // state dir ($SBX_STATE_DIR) when it holds that session, as a task receipt's are: an OK
-    // never rests on the signature alone while the bytes are at hand.
-    const here = defaultStateDir();
+    // A session receipt's stored bytes are re-read from --state-dir, else from the local
+    // supervisor's or the default state dir ($SBX_STATE_DIR) when it holds that session, as a
+    // task receipt's are: an OK never rests on the signature alone while the bytes are at hand.
     const stateDir =
       o.stateDir ?? (!isClose && typeof receipt.session_id === 'string' && existsSync(join(here, 'sessions', receipt.session_id)) ? here : undefined);
     if (stateDir && problems.length === 0) {
@@ -894,7 +900,7 @@ sub('verify')
     // Another key than the receipt's: say which one was taken when none was named.
     if (!key && !g.json && receipt.signature && problems.some((p) => p.includes('the key checked against'))) {
       warn(
-        `the key checked against is ${keyFile} (${o.stateDir ? 'in --state-dir' : "the default state dir's"}); a receipt from another supervisor needs its key: --public-key FILE or --state-dir DIR`,
+        `the key checked against is ${keyFile} (${o.stateDir ? 'in --state-dir' : found ? "the local supervisor's" : "the default state dir's"}); a receipt from another supervisor needs its key: --public-key FILE or --state-dir DIR`,
       );
     }
     process.exitCode = problems.length === 0 ? 0 : 1;
@@ -1345,6 +1351,19 @@ async function offlineStore(g: GlobalOptions, o: { stateDir?: string; store?: st
     );
   /** The socket the user named (--socket, $SBX_SOCKET), or undefined for the default one. */
   const named = g.socket ?? (process.env.SBX_SOCKET || undefined);
+  const asked = await supervisorStore(g);
+  if ('store' in asked) return asked.store;
+  if (named) fail(asked.failed);
+  return { stateDir: defaultStateDir(), stateDirGiven: false };
+}
+
+/**
+ * The state dir and store of the supervisor at --socket, $SBX_SOCKET or the default socket, as
+ * its status says (so one configured elsewhere is found), or why none answered within
+ * OFFLINE_STATUS_MS.
+ */
+async function supervisorStore(g: GlobalOptions): Promise<{ store: OfflineStore } | { failed: string }> {
+  const named = g.socket ?? (process.env.SBX_SOCKET || undefined);
   let status: StatusResult | null = null;
   try {
     const client = await SupervisorClient.connect({ ...endpointOf(g), clientName: 'sbx', connectTimeoutMs: OFFLINE_STATUS_MS });
@@ -1354,15 +1373,27 @@ async function offlineStore(g: GlobalOptions, o: { stateDir?: string; store?: st
       client.close();
     }
   } catch (err) {
-    if (named) fail(`${describe(err)} (give --state-dir DIR to read a stopped supervisor's store)`);
+    return { failed: `${describe(err)} (give --state-dir DIR to read a stopped supervisor's store)` };
   }
-  if (status === null) {
-    if (named) fail(`UNAVAILABLE: the supervisor at ${named} did not answer status within ${OFFLINE_STATUS_MS} ms (give --state-dir DIR)`);
-    return { stateDir: defaultStateDir(), stateDirGiven: false };
-  }
+  if (status === null)
+    return {
+      failed: `UNAVAILABLE: the supervisor at ${named ?? 'the default socket'} did not answer status within ${OFFLINE_STATUS_MS} ms (give --state-dir DIR)`,
+    };
   const own = join(status.state_dir, STATE.checkpointsDir);
   const store = status.checkpoint_store !== undefined && status.checkpoint_store !== own ? status.checkpoint_store : undefined;
-  return { stateDir: status.state_dir, stateDirGiven: false, ...(store !== undefined ? { store } : {}) };
+  return { store: { stateDir: status.state_dir, stateDirGiven: false, ...(store !== undefined ? { store } : {}) } };
+}
+
+/**
+ * The state dir a file given to sbx verify is checked against when none was chosen (--state-dir,
+ * --store, $SBX_STATE_DIR): the local supervisor's (supervisorStore), as `sbx verify ID` reads,
+ * so its key and stored bytes are found wherever it is configured; null when none answers (then
+ * the default state dir, as before).
+ */
+async function verifyStateDir(g: GlobalOptions, o: { stateDir?: string; store?: string }): Promise<OfflineStore | null> {
+  if (o.stateDir !== undefined || o.store !== undefined || process.env.SBX_STATE_DIR || remoteEndpoint(g)) return null;
+  const asked = await supervisorStore(g);
+  return 'store' in asked ? asked.store : null;
 }
 
 /** How long an offline command waits for the supervisor's status before it reads the default state dir. */

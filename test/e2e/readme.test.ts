@@ -63,7 +63,9 @@ describe("the README's agent workflow", () => {
     expect(block).toContain(WORKSPACE_IN_README);
     const cwd = join(daemon.dir, 'cli');
     mkdirSync(cwd);
-    const env = { PATH: `${dirname(SBX_BIN)}:${process.env.PATH}`, SBX_SOCKET: daemon.socketPath, SBX_STATE_DIR: daemon.stateDir };
+    // The supervisor named by its socket alone, as a user of one not at the default paths has it:
+    // sbx verify task.json finds its key and state dir through it (no $SBX_STATE_DIR).
+    const env = { PATH: `${dirname(SBX_BIN)}:${process.env.PATH}`, SBX_SOCKET: daemon.socketPath };
     const r = await within(run(['sh', '-c', block.replaceAll(WORKSPACE_IN_README, ws)], cwd, env), 'the CLI block', 60_000);
     expect(r.stderr).toBe('');
     const lines = r.stdout.split('\n');

@@ -62,6 +62,20 @@ describe('the sbx launcher', () => {
     }
   });
 
+  it("a --max-semi-space-size in NODE_OPTIONS is the user's: the launcher gives none (node's command line would override it)", async () => {
+    for (const options of ['--max-semi-space-size=8', '--trace-warnings "--max-semi-space-size=8"']) {
+      const { child, cmdline } = await running(SBX_BIN, { NODE_OPTIONS: options });
+      expect(cmdline.slice(0, 3), options).toEqual([process.execPath, join(ROOT, 'dist/cli/sbx.bundle.cjs'), 'run']);
+      child.kill('SIGKILL');
+      await until(() => child.exitCode !== null || child.signalCode !== null, 'sbx to be gone');
+    }
+    // Another flag there leaves the launcher's in place.
+    const { child, cmdline } = await running(SBX_BIN, { NODE_OPTIONS: '--max-old-space-size=512' });
+    expect(cmdline.slice(0, 4)).toEqual([process.execPath, '--max-semi-space-size=2', join(ROOT, 'dist/cli/sbx.bundle.cjs'), 'run']);
+    child.kill('SIGKILL');
+    await until(() => child.exitCode !== null || child.signalCode !== null, 'sbx to be gone');
+  });
+
   it('from the bundle: exact bytes on both streams, the exit status, arguments with spaces and a second --', () => {
     const r = spawnSync(SBX_BIN, ['run', '--', 'sh', '-c', 'printf "%s|" "$@"; printf err >&2; exit 7', 'sh', 'a b', '--', '-x'], { env: env() });
     expect(r.stdout.toString()).toBe('a b|--|-x|');
