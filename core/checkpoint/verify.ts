@@ -72,9 +72,9 @@ function diffEntries(original: Manifest, edited: Manifest): string[] {
  * publicKeyPem; with a store, publication and every object. expectId: the id it should have
  * (from its file name or the command line). A version 2 manifest's entries are walked from its
  * trees twice (tree.ts walkTree: counted and checked, then each object re-hashed once), never
- * held: memory grows with the depth and the widest directory, and 23-46 bytes per entry (a
- * 16-byte slot per object at a load of 35-70%: DigestSet, sized for the entries at once), not with
- * what the entries hold.
+ * held: memory grows with the depth and the widest directory, and 23-46 bytes per object (a
+ * 16-byte slot each at a load of 35-70%: DigestSet, sized for the entries at once), not with what
+ * the entries hold.
  */
 export async function verifyCheckpoint(
   bytes: Buffer,
@@ -138,8 +138,9 @@ export async function verifyCheckpoint(
   // First walk: its entries checked (version 1's were, with its head) and counted, and the objects to re-hash.
   const check = manifest.version === 2 ? new EntriesCheck() : null;
   const summary = check ? new EntriesSummary(manifest.unstable ?? []) : null;
-  // Sized at once for every object its entries can name (a file each, a tree per directory and the
-  // root: at most entries + 1), up to PRESIZE_MAX; claimed in the second walk, not copied.
+  // Sized at once for the objects its entries name (a file's object, a tree per directory and the
+  // root: entries + 1, up to PRESIZE_MAX; a chunked file's chunks grow it past that), then
+  // claimed in the second walk, not copied.
   const toHash = new DigestSet(Math.min(entriesBound(manifest) + 1, PRESIZE_MAX));
   let totalObjects = 0;
   let totalBytes = 0;
