@@ -844,7 +844,7 @@ sub('verify')
         key,
         json: g.json,
         // A state dir chosen (--state-dir, or $SBX_STATE_DIR as every other command takes it) or a store: its objects are checked too.
-        withStore: o.stateDir !== undefined || o.store !== undefined || Boolean(process.env.SBX_STATE_DIR),
+        withStore: storeChosen(o),
       });
     }
     // No state dir chosen: the local supervisor's, when one answers (its key, its sessions), else the default.
@@ -1343,8 +1343,7 @@ interface OfflineStore {
  * user named a supervisor, so its store is meant, not the default state dir's.
  */
 async function offlineStore(g: GlobalOptions, o: { stateDir?: string; store?: string }): Promise<OfflineStore> {
-  if (o.stateDir !== undefined || o.store !== undefined || process.env.SBX_STATE_DIR)
-    return { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store };
+  if (storeChosen(o)) return { stateDir: o.stateDir ?? defaultStateDir(), stateDirGiven: o.stateDir !== undefined, store: o.store };
   if (remoteEndpoint(g))
     fail(
       'INVALID_ARGUMENT: this command reads the checkpoint store directly, and the supervisor at --url (or $SBX_URL) keeps its store on its own machine: run it there (sbx bridge, or its shell), or give --store s3://bucket/prefix',
@@ -1355,6 +1354,11 @@ async function offlineStore(g: GlobalOptions, o: { stateDir?: string; store?: st
   if ('store' in asked) return asked.store;
   if (named) fail(asked.failed);
   return { stateDir: defaultStateDir(), stateDirGiven: false };
+}
+
+/** Whether the user chose where the store is: --state-dir, --store, or $SBX_STATE_DIR as every other command takes it. */
+function storeChosen(o: { stateDir?: string; store?: string }): boolean {
+  return o.stateDir !== undefined || o.store !== undefined || Boolean(process.env.SBX_STATE_DIR);
 }
 
 /**
@@ -1391,7 +1395,7 @@ async function supervisorStore(g: GlobalOptions): Promise<{ store: OfflineStore 
  * the default state dir, as before).
  */
 async function verifyStateDir(g: GlobalOptions, o: { stateDir?: string; store?: string }): Promise<OfflineStore | null> {
-  if (o.stateDir !== undefined || o.store !== undefined || process.env.SBX_STATE_DIR || remoteEndpoint(g)) return null;
+  if (storeChosen(o) || remoteEndpoint(g)) return null;
   const asked = await supervisorStore(g);
   return 'store' in asked ? asked.store : null;
 }

@@ -69,28 +69,16 @@ export class DigestSet {
 
   /** The slot holding key, or -1. */
   private find(key: Buffer): number {
-    let i = key.readUInt32BE(0) & (this.slots - 1);
-    for (;;) {
-      const at = i * KEY_BYTES;
-      if (this.table.readBigUInt64BE(at) === 0n && this.table.readBigUInt64BE(at + 8) === 0n) return -1;
-      if (this.table.compare(key, 0, KEY_BYTES, at, at + KEY_BYTES) === 0) return i;
-      i = (i + 1) & (this.slots - 1);
-    }
+    const slot = probe(this.table, this.slots, key);
+    return slot >= 0 ? slot : -1;
   }
 
   /** Puts key in table (slots of KEY_BYTES); false when it is there already. */
   private place(table: Buffer, slots: number, key: Buffer): boolean {
-    // A digest's bytes are uniform: its first four are the hash.
-    let i = key.readUInt32BE(0) & (slots - 1);
-    for (;;) {
-      const at = i * KEY_BYTES;
-      if (table.readBigUInt64BE(at) === 0n && table.readBigUInt64BE(at + 8) === 0n) {
-        key.copy(table, at);
-        return true;
-      }
-      if (table.compare(key, 0, KEY_BYTES, at, at + KEY_BYTES) === 0) return false;
-      i = (i + 1) & (slots - 1);
-    }
+    const slot = probe(table, slots, key);
+    if (slot >= 0) return false;
+    key.copy(table, (-slot - 1) * KEY_BYTES);
+    return true;
   }
 
   private grow(): void {
@@ -114,4 +102,16 @@ function keyOf(sha256Hex: string): Buffer {
 
 function isZero(key: Buffer): boolean {
   return key.every((b) => b === 0);
+}
+
+/** Linear probing from key's hash: the slot holding key, else -(the empty slot where it goes) - 1. */
+function probe(table: Buffer, slots: number, key: Buffer): number {
+  // A digest's bytes are uniform: its first four are the hash.
+  let i = key.readUInt32BE(0) & (slots - 1);
+  for (;;) {
+    const at = i * KEY_BYTES;
+    if (table.readBigUInt64BE(at) === 0n && table.readBigUInt64BE(at + 8) === 0n) return -i - 1;
+    if (table.compare(key, 0, KEY_BYTES, at, at + KEY_BYTES) === 0) return i;
+    i = (i + 1) & (slots - 1);
+  }
 }
