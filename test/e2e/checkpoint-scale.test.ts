@@ -28,6 +28,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult, Receipt, StatusResult } from '../../ipc/protocol.js';
 import { verifyStoredOutput } from '../../core/receipts/verify.js';
+import { racyMarginNs } from '../../core/fs/granule.js';
 import { PROGRAMS, sha256, TestDaemon, until } from '../helpers/daemon.js';
 import { mountState, unmountState } from '../helpers/state-tmpfs.js';
 import { json } from '../helpers/workspace.js';
@@ -63,7 +64,6 @@ async function releaseWorkspace(d: TestDaemon, ws: string): Promise<void> {
   await d.stop();
 }
 
-/** A chain of `levels` directories named name(i) under root, made through directory fds (deeper than PATH_MAX). */
 /**
  * A supervisor watching a workspace of `files` files (f0, f1...: "file i\n"), started once their
  * racy margin (100 ms for a nanosecond ctime, 1.01 s for one of whole milliseconds:
@@ -294,11 +294,15 @@ describe('the stat cache and the read-back', () => {
     });
 
     // Same size, mtime put back: the ctime moved, so it is read again. The watcher saw it
-    // change: it is read before the walk (once its racy margin passed), and one walk suffices.
+    // change: it is read before the walk, and one walk suffices. The checkpoint is asked once
+    // the file's racy margin passed: within it, the look reads it, waits out the margin and
+    // reads it again (read.files 2), which is what a machine that answers within 100 ms got.
     const f1 = join(ws, 'f1');
     const st = statSync(f1);
     writeFileSync(f1, 'FILE 1\n');
     utimesSync(f1, st.atime, st.mtime);
+    const { ctimeNs } = statSync(f1, { bigint: true });
+    await until(() => BigInt(Date.now()) * 1_000_000n > ctimeNs + racyMarginNs(ctimeNs), "f1's racy margin to pass");
     const changed = await checkpoint(d, ws);
     expect(changed.result).toMatchObject({
       consistent: true,
