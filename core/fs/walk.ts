@@ -220,7 +220,7 @@ export const SD = {
  */
 export function statDirRaw(
   dirFd: number,
-): { count: number; fields: number; stats: BigInt64Array; names: Buffer; nameStart: Uint32Array; nameEnd: Uint32Array } | null {
+): { count: number; fields: number; stats: BigInt64Array; names: Buffer; nameStart: Uint32Array; nameEnd: Uint32Array; words: Int32Array } | null {
   const sd = nativeStatDir();
   if (!sd) return null;
   return rawListing(sd(dirFd));
@@ -230,16 +230,25 @@ export function statDirRaw(
 function rawListing(r: ReturnType<NativeHelpers['statDir']>): NonNullable<ReturnType<typeof statDirRaw>> {
   const nameStart = new Uint32Array(r.count);
   const nameEnd = new Uint32Array(r.count);
+  // The stats as 32-bit words too: a field that fits in 32 bits (errno, mode, uid, gid, a
+  // link's target length) is read as a number (small32), with no BigInt made for it.
+  const words = new Int32Array(r.stats.buffer, r.stats.byteOffset, r.stats.length * 2);
   let pos = 0;
   for (let i = 0; i < r.count; i++) {
     const len = LITTLE_ENDIAN ? r.names.readUInt16LE(pos) : r.names.readUInt16BE(pos); // host order (statdir.c)
     nameStart[i] = pos + 2;
     nameEnd[i] = pos + 2 + len;
-    const tlen = Number(r.stats[i * r.fields + SD.targetLen]);
+    const tlen = small32(words, i * r.fields + SD.targetLen);
     pos += 2 + len + (tlen > 0 ? tlen : 0);
   }
-  return { count: r.count, fields: r.fields, stats: r.stats, names: r.names, nameStart, nameEnd };
+  return { count: r.count, fields: r.fields, stats: r.stats, names: r.names, nameStart, nameEnd, words };
 }
+
+/** The low 32-bit word of int64 field k of a native listing's stats (statDirRaw words): exact, signed, for a field whose value fits in 32 bits (errno, mode, a link's target length; uid and gid read `>>> 0`). */
+function small32(words: Int32Array, k: number): number {
+  return words[2 * k + LOW_WORD]!;
+}
+const LOW_WORD = LITTLE_ENDIAN ? 0 : 1;
 
 /** The native listing of several directories at once (NativeHelpers statDirs), or null without it. */
 let statDirs: NativeHelpers['statDirs'] | null | undefined;
@@ -361,7 +370,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
     let j = from;
     for (; j < raw.count && taken.length < AHEAD_BATCH && aheadFds + taken.length < AHEAD_MAX_FDS; j++) {
       const b = j * raw.fields;
-      if (raw.stats[b + SD.errno] !== 0n || (Number(raw.stats[b + SD.mode]) & S_IFMT) !== 0o040000) continue;
+      if (small32(raw.words, b + SD.errno) !== 0 || (small32(raw.words, b + SD.mode) & S_IFMT) !== 0o040000) continue;
       let fd = -1;
       try {
         fd = openDirAt(dir.fd, Buffer.from(raw.names.subarray(raw.nameStart[j], raw.nameEnd[j])));
@@ -440,22 +449,36 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
       }
       const i = dir.next++;
       const raw = dir.listing.raw;
-      const name = raw ? Buffer.from(raw.names.subarray(raw.nameStart[i], raw.nameEnd[i])) : dir.listing.names[i];
+      // A listed entry's path is one buffer made here, its name a view of its end (no copies in between).
+      let rel: Buffer;
+      let name: Buffer;
+      if (raw) {
+        const at = dir.rel.length === 0 ? 0 : dir.rel.length + 1;
+        rel = Buffer.allocUnsafe(at + raw.nameEnd[i]! - raw.nameStart[i]!);
+        if (at > 0) {
+          dir.rel.copy(rel, 0);
+          rel[at - 1] = 0x2f;
+        }
+        raw.names.copy(rel, at, raw.nameStart[i], raw.nameEnd[i]);
+        name = at === 0 ? rel : rel.subarray(at);
+      } else {
+        name = dir.listing.names[i]!;
+        rel = dir.rel.length === 0 ? name : Buffer.concat([dir.rel, SLASH, name]);
+      }
       // The clock read every DEADLINE_EVERY entries (each is µs of work; a clock read and its BigInt per entry cost ~5% of an unchanged walk).
       if (deadlineHrNs !== null && (entries & (DEADLINE_EVERY - 1)) === 0 && process.hrtime.bigint() >= deadlineHrNs) {
         throw new ScanError('scan_timeout', `scan_timeout: the scan passed its ${options.deadlineMs} ms deadline after ${entries} entries`);
       }
-      const rel = dir.rel.length === 0 ? name : Buffer.concat([dir.rel, SLASH, name]);
       // As listed (statDir): anything but a directory (opened below, as it is now) and a link
       // that was none any more when read (looked at again below) is yielded from the listing,
       // its fields read from the listing's arrays here, for this entry alone.
       if (raw) {
         const v = raw.stats;
         const b = i * raw.fields;
-        const errno = Number(v[b + SD.errno]);
-        const mode = Number(v[b + SD.mode]);
+        const errno = small32(raw.words, b + SD.errno);
+        const mode = small32(raw.words, b + SD.mode);
         /** A link's target length; -1 none; -2 no link any more when read (statdir.h SD_TARGET_LEN). */
-        const targetLen = Number(v[b + SD.targetLen]);
+        const targetLen = small32(raw.words, b + SD.targetLen);
         if (errno !== 0) {
           const code = errnoName(errno) ?? `errno ${errno}`;
           if (code === 'ENOENT') continue; // removed while the walk ran
@@ -470,8 +493,8 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
             depth: dir.depth,
             type: TYPE_OF_MODE[mode & S_IFMT] ?? 'unknown',
             mode,
-            uid: Number(v[b + SD.uid]),
-            gid: Number(v[b + SD.gid]),
+            uid: small32(raw.words, b + SD.uid) >>> 0,
+            gid: small32(raw.words, b + SD.gid) >>> 0,
             nlink: v[b + SD.nlink],
             dev: v[b + SD.dev],
             ino: v[b + SD.ino],
@@ -487,7 +510,7 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         }
       }
       // A directory: opened and listed ahead with its next siblings (readAhead), else as below.
-      if (raw && listMany && (Number(raw.stats[i * raw.fields + SD.mode]) & S_IFMT) === 0o040000) {
+      if (raw && listMany && (small32(raw.words, i * raw.fields + SD.mode) & S_IFMT) === 0o040000) {
         if (i >= dir.aheadTo) readAhead(dir, i);
         const ahead = dir.ahead?.get(i);
         if (ahead) {

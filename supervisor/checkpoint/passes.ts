@@ -19,6 +19,7 @@ import type { EntryFacts } from '../../core/checkpoint/manifest.js';
 import type { CaptureSeed } from './stat-cache.js';
 import { storeTrees, type CaptureTrees } from './trees.js';
 import { type EntryLookup, readHinted, type SeedOverlay } from './hints.js';
+import { WalkOrder } from './walk-order.js';
 import { StoreError } from '../../core/checkpoint/store.js';
 import { errnoCode, systemError } from '../../ipc/errno.js';
 import { testHooks } from '../../core/test-hooks.js';
@@ -842,9 +843,11 @@ export function runCapture(
       prevRootSig = rootSig;
       root = { mode: Number(rootSt.mode) & 0o7777, uid: Number(rootSt.uid), gid: Number(rootSt.gid), mtimeNs: rootSt.mtimeNs };
       const bound = frozen ? { deadlineMs: frozen.ms, startHrNs: frozen.startHrNs } : { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs };
+      // Looked up in the last walk's order (a map lookup per entry was a tenth of an unchanged walk).
+      const order = new WalkOrder(from);
       for (const e of walkTree(req.root, { ...bound, oneFileSystem: true, expectFs: req.expectFs })) {
         heapTick();
-        const old = from.get(e.path.toString('latin1'));
+        const old = order.find(e.path);
         if (old) found++;
         // From the seed (pass 1), a file's object must still be in the store (gc may have taken it).
         const kept =

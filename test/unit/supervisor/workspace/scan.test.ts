@@ -8,6 +8,7 @@ import {
   chmodSync,
   closeSync,
   constants,
+  lchownSync,
   lstatSync,
   lutimesSync,
   mkdirSync,
@@ -208,6 +209,78 @@ describe('walkTree', () => {
     writeFileSync(join(tree, 'locked', 'x'), '');
     chmodSync(base, 0o755);
     expect(scanInChild([], tree, 65534)).toEqual({ ok: false, code: 'EACCES', message: `EACCES: opening locked (depth 1) in ${tree} failed` });
+  });
+});
+
+describe("walkTree's fields from the native listing", () => {
+  it('are what lstat gives, for uid and gid past 2^31, a char device, a fifo, a link, names of 1 to 255 bytes of any byte, 1 to 3 levels down', () => {
+    const root = join(base, 'fields');
+    mkdirSync(root);
+    const all = Buffer.from(Array.from({ length: 254 }, (_, i) => i + 1).filter((b) => b !== 0x2f));
+    const names = [Buffer.from('a'), all.subarray(0, 200), Buffer.concat([all, Buffer.from('x')]).subarray(0, 255), Buffer.from([0xff, 0xfe, 0x80])];
+    const dirs = [Buffer.alloc(0), Buffer.from('d'), Buffer.concat([Buffer.from('d/'), all.subarray(100, 180)])];
+    for (const dir of dirs.slice(1)) mkdirSync(Buffer.concat([Buffer.from(`${root}/`), dir]));
+    const at = (dir: Buffer, name: Buffer) => Buffer.concat([Buffer.from(`${root}/`), dir.length ? Buffer.concat([dir, Buffer.from('/')]) : dir, name]);
+    for (const [k, dir] of dirs.entries()) {
+      for (const [j, name] of names.entries()) {
+        const p = at(dir, name);
+        if (j === 0) writeFileSync(p, 'x'.repeat(k * 1000 + 1));
+        else if (j === 1) symlinkSync(Buffer.concat([Buffer.from('target-'), name]), p);
+        else {
+          // Names of any bytes: python3 takes them as hex (node has no mknod).
+          const make = j === 2 ? `os.mknod(p, 0o20644, os.makedev(1, ${3 + k}))` : 'os.mkfifo(p)';
+          expect(spawnSync('python3', ['-c', `import os, sys; p = bytes.fromhex(sys.argv[1]); ${make}`, p.toString('hex')]).status).toBe(0);
+        }
+      }
+      const p = at(dir, names[0]!);
+      // Past 2^31 (a signed 32-bit read would turn them negative) and the largest that are ids.
+      lchownSync(p, 4294967294 - k, 2147483648 + k);
+    }
+    const want: unknown[] = [];
+    const walk = (rel: Buffer, depth: number) => {
+      const abs = Buffer.concat([Buffer.from(root), rel.length ? Buffer.concat([Buffer.from('/'), rel]) : rel]);
+      for (const name of readdirSync(abs, { encoding: 'buffer' }).sort(Buffer.compare)) {
+        const path = rel.length ? Buffer.concat([rel, Buffer.from('/'), name]) : name;
+        const st = lstatSync(Buffer.concat([abs, Buffer.from('/'), name]), { bigint: true });
+        want.push([
+          path.toString('hex'),
+          name.toString('hex'),
+          depth,
+          Number(st.mode),
+          Number(st.uid),
+          Number(st.gid),
+          st.nlink,
+          st.dev,
+          st.ino,
+          st.size,
+          st.blocks,
+          st.rdev,
+          st.mtimeNs,
+          st.ctimeNs,
+        ]);
+        if (st.isDirectory()) walk(path, depth + 1);
+      }
+    };
+    walk(Buffer.alloc(0), 1);
+    const got = [...walkTree(root)].map((e) => [
+      e.path.toString('hex'),
+      e.name.toString('hex'),
+      e.depth,
+      e.mode,
+      e.uid,
+      e.gid,
+      e.nlink,
+      e.dev,
+      e.ino,
+      e.size,
+      e.blocks,
+      e.rdev,
+      e.mtimeNs,
+      e.ctimeNs,
+    ]);
+    expect(got).toEqual(want);
+    expect(got.length).toBe(3 * 4 + 2);
+    expect(got.filter((g) => g[4] === 4294967294 && g[5] === 2147483648)).toHaveLength(1);
   });
 });
 

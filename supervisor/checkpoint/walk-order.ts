@@ -1,0 +1,67 @@
+// The last walk's entries in the order it found them, for the next walk of the same tree: an
+// unchanged tree is listed in the same order (each directory's entries as its file system keeps
+// them), so the entry after the last one found is tried first, its key compared with the path's
+// bytes in place; the lookup by key (a new latin1 string hashed per entry) only when it is not.
+import type { EntryLookup } from './hints.js';
+import type { CapturedEntry } from './passes.js';
+
+/** Entries past the expected one looked through for the one a lookup found (entries gone in between), before the order is given up until the next match. */
+const RESYNC_AHEAD = 16;
+
+/**
+ * What `from` holds, found by path in walk order. `find(path)` answers exactly what
+ * `from.get(path.toString('latin1'))` answers, in the order-following case without making the
+ * string. `from` must not change while it is used (taken whole at construction: two arrays of
+ * its size, 16 bytes an entry).
+ */
+export class WalkOrder {
+  private readonly keys: string[] = [];
+  private readonly entries: CapturedEntry[] = [];
+  private cursor = 0;
+  /** Lookups answered by the order (for tests and profiles); the rest went through `from`. */
+  inOrder = 0;
+
+  constructor(private readonly from: EntryLookup) {
+    if (from instanceof Map) {
+      for (const [k, e] of from as Map<string, CapturedEntry>) {
+        this.keys.push(k);
+        this.entries.push(e);
+      }
+    } else {
+      for (const k of from.keys()) {
+        this.keys.push(k);
+        this.entries.push(from.get(k)!);
+      }
+    }
+  }
+
+  /** The entry keyed by path's bytes (latin1: a char per byte), or undefined. */
+  find(path: Buffer): CapturedEntry | undefined {
+    const at = this.cursor;
+    if (at < this.keys.length && keyIs(this.keys[at]!, path)) {
+      this.cursor = at + 1;
+      this.inOrder++;
+      return this.entries[at];
+    }
+    const key = path.toString('latin1');
+    const found = this.from.get(key);
+    if (found === undefined) return undefined;
+    // Entries of the last walk gone since: the order goes on after the one found.
+    const end = Math.min(this.keys.length, at + RESYNC_AHEAD);
+    for (let j = at; j < end; j++) {
+      if (this.keys[j] === key) {
+        this.cursor = j + 1;
+        break;
+      }
+    }
+    return found;
+  }
+}
+
+/** Whether key (latin1: a char per byte) is path's bytes; compared from the end, where siblings differ. */
+function keyIs(key: string, path: Buffer): boolean {
+  let i = path.length;
+  if (key.length !== i) return false;
+  while (i-- > 0) if (key.charCodeAt(i) !== path[i]) return false;
+  return true;
+}
