@@ -122,6 +122,34 @@ export interface WalkOptions {
   startHrNs?: bigint;
   /** Do not descend into another file system (find -xdev, tar --one-file-system): a mount point is yielded as the directory it is, never entered. */
   oneFileSystem?: boolean;
+  /**
+   * Asked first of each entry taken from a directory's native listing (anything but a directory,
+   * and a link still one when read), before any object is made for it: true, and the entry is
+   * not yielded (the caller has it as it is). The row is the walk's own, valid only during the call.
+   */
+  keep?: (row: ListedRow) => boolean;
+}
+
+/**
+ * An entry of a directory's native listing as it is held there (WalkOptions.keep): one object
+ * per walk, moved to each entry in turn. Its path is dirRel, '/' (dirRel not empty) and
+ * names[nameStart, nameEnd); its lstat fields are stats[at + SD.*], those of 32 bits also
+ * small32(words, at + SD.*), the others int64Number(words, at + SD.*) as numbers.
+ */
+export interface ListedRow {
+  dirRel: Buffer;
+  names: Buffer;
+  nameStart: number;
+  nameEnd: number;
+  stats: BigInt64Array;
+  words: Int32Array;
+  at: number;
+  mode: number;
+  type: EntryType;
+  /** A link's target length (its bytes follow the name in names); -1 none. */
+  targetLen: number;
+  depth: number;
+  dirFd: number;
 }
 
 // Node has no openat/fstatat. Every call names `/proc/self/fd/<dirfd>/<name>`: the kernel
@@ -245,10 +273,46 @@ function rawListing(r: ReturnType<NativeHelpers['statDir']>): NonNullable<Return
 }
 
 /** The low 32-bit word of int64 field k of a native listing's stats (statDirRaw words): exact, signed, for a field whose value fits in 32 bits (errno, mode, a link's target length; uid and gid read `>>> 0`). */
-function small32(words: Int32Array, k: number): number {
+export function small32(words: Int32Array, k: number): number {
   return words[2 * k + LOW_WORD]!;
 }
 const LOW_WORD = LITTLE_ENDIAN ? 0 : 1;
+
+/** Int64 field k of a native listing's stats as a number, with no BigInt made: what Number() of the BigInt gives (exact up to 2^53, else the same nearest double). */
+export function int64Number(words: Int32Array, k: number): number {
+  return words[2 * k + 1 - LOW_WORD]! * 4294967296 + (words[2 * k + LOW_WORD]! >>> 0);
+}
+
+/** The entry a listed row is (ListedRow), at path rel, its name a view of rel's end. */
+export function listedEntry(row: ListedRow, rel: Buffer, name: Buffer): WalkEntry {
+  const v = row.stats;
+  const b = row.at;
+  // Every field named (one shape, no spread): the walk's commonest entry.
+  return {
+    path: rel,
+    name,
+    depth: row.depth,
+    type: row.type,
+    mode: row.mode,
+    uid: small32(row.words, b + SD.uid) >>> 0,
+    gid: small32(row.words, b + SD.gid) >>> 0,
+    nlink: v[b + SD.nlink],
+    dev: v[b + SD.dev],
+    ino: v[b + SD.ino],
+    size: v[b + SD.size],
+    blocks: v[b + SD.blocks],
+    rdev: v[b + SD.rdev],
+    mtimeNs: timeNsAt(v, b + SD.mtimeNs, b + SD.mtimeSec),
+    ctimeNs: timeNsAt(v, b + SD.ctimeNs, b + SD.ctimeSec),
+    linkTarget: row.targetLen >= 0 ? Buffer.from(row.names.subarray(row.nameEnd, row.nameEnd + row.targetLen)) : null,
+    dirFd: row.dirFd,
+  };
+}
+
+/** The type of an lstat st_mode (its S_IFMT bits). */
+export function typeOfMode(mode: number): EntryType {
+  return TYPE_OF_MODE[mode & S_IFMT] ?? 'unknown';
+}
 
 /** The native listing of several directories at once (NativeHelpers statDirs), or null without it. */
 let statDirs: NativeHelpers['statDirs'] | null | undefined;
@@ -414,6 +478,22 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
     aheadFds -= dir.ahead.size;
     dir.ahead = null;
   };
+  const keep = options.keep;
+  /** The listed entry at hand (ListedRow), one object for the whole walk. */
+  const row: ListedRow = {
+    dirRel: none,
+    names: none,
+    nameStart: 0,
+    nameEnd: 0,
+    stats: new BigInt64Array(0),
+    words: new Int32Array(0),
+    at: 0,
+    mode: 0,
+    type: 'unknown',
+    targetLen: -1,
+    depth: 0,
+    dirFd: -1,
+  };
   let pendingFd = -1; // a directory opened but not yet on the stack
   let rootDev = 0n;
   let entries = 0;
@@ -449,10 +529,41 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
       }
       const i = dir.next++;
       const raw = dir.listing.raw;
-      // A listed entry's path is one buffer made here, its name a view of its end (no copies in between).
+      // The clock read every DEADLINE_EVERY entries (each is µs of work; a clock read and its BigInt per entry cost ~5% of an unchanged walk).
+      if (deadlineHrNs !== null && (entries & (DEADLINE_EVERY - 1)) === 0 && process.hrtime.bigint() >= deadlineHrNs) {
+        throw new ScanError('scan_timeout', `scan_timeout: the scan passed its ${options.deadlineMs} ms deadline after ${entries} entries`);
+      }
+      // As listed (statDir): anything but a directory (opened below, as it is now) and a link
+      // that was none any more when read (looked at again below) is taken from the listing, its
+      // fields read from the listing's arrays, for this entry alone: offered to keep first, as
+      // the row, then made an entry with its path as one buffer (its name a view of its end).
       let rel: Buffer;
       let name: Buffer;
       if (raw) {
+        const b = i * raw.fields;
+        const errno = small32(raw.words, b + SD.errno);
+        const mode = small32(raw.words, b + SD.mode);
+        /** A link's target length; -1 none; -2 no link any more when read (statdir.h SD_TARGET_LEN). */
+        const targetLen = small32(raw.words, b + SD.targetLen);
+        const listed = errno === 0 && (mode & S_IFMT) !== 0o040000 && targetLen !== -2;
+        if (listed) {
+          row.dirRel = dir.rel;
+          row.names = raw.names;
+          row.nameStart = raw.nameStart[i]!;
+          row.nameEnd = raw.nameEnd[i]!;
+          row.stats = raw.stats;
+          row.words = raw.words;
+          row.at = b;
+          row.mode = mode;
+          row.type = typeOfMode(mode);
+          row.targetLen = targetLen;
+          row.depth = dir.depth;
+          row.dirFd = dir.fd;
+          if (keep?.(row)) {
+            entries++;
+            continue;
+          }
+        }
         const at = dir.rel.length === 0 ? 0 : dir.rel.length + 1;
         rel = Buffer.allocUnsafe(at + raw.nameEnd[i]! - raw.nameStart[i]!);
         if (at > 0) {
@@ -461,53 +572,19 @@ export function* walkTree(root: string, options: WalkOptions = {}): Generator<Wa
         }
         raw.names.copy(rel, at, raw.nameStart[i], raw.nameEnd[i]);
         name = at === 0 ? rel : rel.subarray(at);
-      } else {
-        name = dir.listing.names[i]!;
-        rel = dir.rel.length === 0 ? name : Buffer.concat([dir.rel, SLASH, name]);
-      }
-      // The clock read every DEADLINE_EVERY entries (each is µs of work; a clock read and its BigInt per entry cost ~5% of an unchanged walk).
-      if (deadlineHrNs !== null && (entries & (DEADLINE_EVERY - 1)) === 0 && process.hrtime.bigint() >= deadlineHrNs) {
-        throw new ScanError('scan_timeout', `scan_timeout: the scan passed its ${options.deadlineMs} ms deadline after ${entries} entries`);
-      }
-      // As listed (statDir): anything but a directory (opened below, as it is now) and a link
-      // that was none any more when read (looked at again below) is yielded from the listing,
-      // its fields read from the listing's arrays here, for this entry alone.
-      if (raw) {
-        const v = raw.stats;
-        const b = i * raw.fields;
-        const errno = small32(raw.words, b + SD.errno);
-        const mode = small32(raw.words, b + SD.mode);
-        /** A link's target length; -1 none; -2 no link any more when read (statdir.h SD_TARGET_LEN). */
-        const targetLen = small32(raw.words, b + SD.targetLen);
         if (errno !== 0) {
           const code = errnoName(errno) ?? `errno ${errno}`;
           if (code === 'ENOENT') continue; // removed while the walk ran
           throw scanError(Object.assign(new Error(code), { code }), 'lstat of', rel, dir.depth, root);
         }
-        if ((mode & S_IFMT) !== 0o040000 && targetLen !== -2) {
+        if (listed) {
           entries++;
-          // Every field named (one shape, no spread): the walk's commonest entry.
-          yield {
-            path: rel,
-            name,
-            depth: dir.depth,
-            type: TYPE_OF_MODE[mode & S_IFMT] ?? 'unknown',
-            mode,
-            uid: small32(raw.words, b + SD.uid) >>> 0,
-            gid: small32(raw.words, b + SD.gid) >>> 0,
-            nlink: v[b + SD.nlink],
-            dev: v[b + SD.dev],
-            ino: v[b + SD.ino],
-            size: v[b + SD.size],
-            blocks: v[b + SD.blocks],
-            rdev: v[b + SD.rdev],
-            mtimeNs: timeNsAt(v, b + SD.mtimeNs, b + SD.mtimeSec),
-            ctimeNs: timeNsAt(v, b + SD.ctimeNs, b + SD.ctimeSec),
-            linkTarget: targetLen >= 0 ? Buffer.from(raw.names.subarray(raw.nameEnd[i], raw.nameEnd[i] + targetLen)) : null,
-            dirFd: dir.fd,
-          };
+          yield listedEntry(row, rel, name);
           continue;
         }
+      } else {
+        name = dir.listing.names[i]!;
+        rel = dir.rel.length === 0 ? name : Buffer.concat([dir.rel, SLASH, name]);
       }
       // A directory: opened and listed ahead with its next siblings (readAhead), else as below.
       if (raw && listMany && (small32(raw.words, i * raw.fields + SD.mode) & S_IFMT) === 0o040000) {

@@ -7,12 +7,24 @@ import { createHash } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { appendFileSync, closeSync, constants, fstatSync, lstatSync, openSync, readFileSync, readSync, writeSync } from 'node:fs';
 import { faultPoint } from '../../core/fault.js';
-import { native } from '../../core/fs/native.js';
+import { native, TIME_OUT_OF_RANGE } from '../../core/fs/native.js';
 import { isRegular, readWholeAt, sameStat, statAfter, statBefore } from '../../core/fs/file-at.js';
 import { isUtf8 } from 'node:buffer';
 import { showPath } from '../../core/fs/names.js';
 import { racyMarginNs } from '../../core/fs/granule.js';
-import { checkFsIdentity, mountIdOf, pathAt, ScanError, walkTree, type FsIdentity, type WalkEntry } from '../../core/fs/walk.js';
+import {
+  checkFsIdentity,
+  int64Number,
+  mountIdOf,
+  pathAt,
+  ScanError,
+  SD,
+  small32,
+  walkTree,
+  type FsIdentity,
+  type ListedRow,
+  type WalkEntry,
+} from '../../core/fs/walk.js';
 import { type ListedObject, LocalStoreFiles, objectSigOf } from '../../core/checkpoint/local-store.js';
 import { writeAll } from '../../core/fs/durable.js';
 import type { EntryFacts } from '../../core/checkpoint/manifest.js';
@@ -192,7 +204,7 @@ function statFields(st: StatFacts): Pick<CapturedEntry, 'stMode' | 'stSize' | 'i
 }
 
 /** Whether the walked entry e is as c was captured: type, mode, owner, size, mtime, ctime, inode, rdev, device, and a link's target (git's index compares the same, but the device). */
-function sameAsCaptured(c: CapturedEntry, e: WalkEntry): boolean {
+export function sameAsCaptured(c: CapturedEntry, e: WalkEntry): boolean {
   return (
     c.ctimeNs === e.ctimeNs &&
     c.mtimeNs === e.mtimeNs &&
@@ -209,6 +221,32 @@ function sameAsCaptured(c: CapturedEntry, e: WalkEntry): boolean {
 }
 
 const EMPTY = Buffer.alloc(0);
+
+/**
+ * sameAsCaptured of c and the entry a listed row would be (walk.ts listedEntry), read from the
+ * listing in place: numbers from its 32-bit words, a BigInt made only for the inode and the two
+ * times (c's are BigInts), and those only once the rest matched. A link is never the same here
+ * (its target is compared as bytes: the entry does that), nor a time past int64 nanoseconds.
+ */
+export function sameAsListed(c: CapturedEntry, row: ListedRow): boolean {
+  const w = row.words;
+  const at = row.at;
+  return (
+    c.type === row.type &&
+    c.type !== 'symlink' &&
+    c.stMode === row.mode &&
+    c.stSize === int64Number(w, at + SD.size) &&
+    c.uid === small32(w, at + SD.uid) >>> 0 &&
+    c.gid === small32(w, at + SD.gid) >>> 0 &&
+    c.stRdev === int64Number(w, at + SD.rdev) &&
+    c.stDev === int64Number(w, at + SD.dev) &&
+    c.ino === row.stats[at + SD.ino] &&
+    c.mtimeNs === row.stats[at + SD.mtimeNs] &&
+    c.mtimeNs !== TIME_OUT_OF_RANGE &&
+    c.ctimeNs === row.stats[at + SD.ctimeNs] &&
+    c.ctimeNs !== TIME_OUT_OF_RANGE
+  );
+}
 
 /** A captured entry's path, bytes. */
 export function pathOf(c: CapturedEntry): Buffer {
@@ -845,7 +883,26 @@ export function runCapture(
       const bound = frozen ? { deadlineMs: frozen.ms, startHrNs: frozen.startHrNs } : { deadlineMs: req.deadlineMs, startHrNs: req.startHrNs };
       // Looked up in the last walk's order (a map lookup per entry was a tenth of an unchanged walk).
       const order = new WalkOrder(from);
-      for (const e of walkTree(req.root, { ...bound, oneFileSystem: true, expectFs: req.expectFs })) {
+      /**
+       * A listed entry that is the next of the last walk's, unchanged, is kept from its row, with
+       * no object made for it: the same test as below, where anything else goes (a link, one
+       * whose manifest bytes are not known yet, one read within its racy margin, with
+       * verifyContent, past the manifest's bound: there it is said).
+       */
+      const keepListed = (row: ListedRow): boolean => {
+        const old = order.next(row);
+        if (old === undefined || old.moved || old.jsonBytes === undefined || !sameAsListed(old, row) || cap.racy.has(old)) return false;
+        if (pass === 1 && old.type === 'file' && !seedObjectsKept && !store.hasOwnObject(old.sha256!)) return false;
+        if (manifestBytes + old.jsonBytes > maxManifest) return false;
+        heapTick();
+        order.advance();
+        found++;
+        manifestBytes += old.jsonBytes;
+        current.push(old);
+        return true;
+      };
+      const walk = { ...bound, oneFileSystem: true, expectFs: req.expectFs, keep: req.verifyContent ? undefined : keepListed };
+      for (const e of walkTree(req.root, walk)) {
         heapTick();
         const old = order.find(e.path);
         if (old) found++;

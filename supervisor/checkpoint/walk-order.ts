@@ -2,6 +2,7 @@
 // unchanged tree is listed in the same order (each directory's entries as its file system keeps
 // them), so the entry after the last one found is tried first, its key compared with the path's
 // bytes in place; the lookup by key (a new latin1 string hashed per entry) only when it is not.
+import type { ListedRow } from '../../core/fs/walk.js';
 import type { EntryLookup } from './hints.js';
 import type { CapturedEntry } from './passes.js';
 
@@ -35,6 +36,18 @@ export class WalkOrder {
     }
   }
 
+  /** The entry next in the last walk's order when its key is the listed row's path (its bytes compared in place, no path made), else undefined; the order stays where it is until advance(). */
+  next(row: ListedRow): CapturedEntry | undefined {
+    const at = this.cursor;
+    return at < this.keys.length && keyIsListed(this.keys[at]!, row) ? this.entries[at] : undefined;
+  }
+
+  /** Past the entry next() gave (taken as it is: find is not asked for it). */
+  advance(): void {
+    this.cursor++;
+    this.inOrder++;
+  }
+
   /** The entry keyed by path's bytes (latin1: a char per byte), or undefined. */
   find(path: Buffer): CapturedEntry | undefined {
     const at = this.cursor;
@@ -63,5 +76,20 @@ function keyIs(key: string, path: Buffer): boolean {
   let i = path.length;
   if (key.length !== i) return false;
   while (i-- > 0) if (key.charCodeAt(i) !== path[i]) return false;
+  return true;
+}
+
+/** Whether key is the listed row's path: its directory's path, '/', its name (ListedRow). */
+function keyIsListed(key: string, row: ListedRow): boolean {
+  const dir = row.dirRel;
+  const names = row.names;
+  const start = row.nameStart;
+  const nameLen = row.nameEnd - start;
+  const at = dir.length === 0 ? 0 : dir.length + 1;
+  if (key.length !== at + nameLen) return false;
+  for (let i = nameLen - 1; i >= 0; i--) if (key.charCodeAt(at + i) !== names[start + i]) return false;
+  if (at === 0) return true;
+  if (key.charCodeAt(at - 1) !== 0x2f) return false;
+  for (let i = dir.length - 1; i >= 0; i--) if (key.charCodeAt(i) !== dir[i]) return false;
   return true;
 }
