@@ -70,6 +70,24 @@ export class SeedOverlay implements EntryLookup {
     return { hidden, set: this.over };
   }
 
+  /** Every key and its entry: the seed's in the seed's order (one set here in its place, one deleted left out), then those new to the seed. */
+  forEachInOrder(visit: (key: string, entry: CapturedEntry) => void): void {
+    const over = this.over;
+    const removed = this.removed;
+    const base = this.base;
+    for (const [k, e] of base) {
+      if (over.size > 0) {
+        const v = over.get(k);
+        if (v !== undefined) {
+          visit(k, v);
+          continue;
+        }
+      }
+      if (removed.size === 0 || !removed.has(k)) visit(k, e);
+    }
+    if (this.added > 0) for (const [k, v] of over) if (!base.has(k)) visit(k, v);
+  }
+
   *keys(): IterableIterator<string> {
     // Collected first: a caller may delete() while it iterates.
     const over = [...this.over.keys()];

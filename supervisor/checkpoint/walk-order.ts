@@ -3,7 +3,7 @@
 // them), so the entry after the last one found is tried first, its key compared with the path's
 // bytes in place; the lookup by key (a new latin1 string hashed per entry) only when it is not.
 import type { ListedRow } from '../../core/fs/walk.js';
-import type { EntryLookup } from './hints.js';
+import { SeedOverlay, type EntryLookup } from './hints.js';
 import type { CapturedEntry } from './passes.js';
 
 /** Entries past the expected one looked through for the one a lookup found (entries gone in between), before the order is given up until the next match. */
@@ -28,6 +28,11 @@ export class WalkOrder {
         this.keys.push(k);
         this.entries.push(e);
       }
+    } else if (from instanceof SeedOverlay) {
+      from.forEachInOrder((k, e) => {
+        this.keys.push(k);
+        this.entries.push(e);
+      });
     } else {
       for (const k of from.keys()) {
         this.keys.push(k);

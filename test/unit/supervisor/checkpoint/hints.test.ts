@@ -1,6 +1,6 @@
 // The seed overlay the look before the walk makes (supervisor/checkpoint/hints.ts SeedOverlay):
 // the seed with changes over it, never copied, must answer as a copy of the seed changed the
-// same way would (get, size, keys), and never write the seed.
+// same way would (get, size, keys, forEachInOrder), and never write the seed.
 import { describe, expect, it } from 'vitest';
 import { SeedOverlay } from '../../../../supervisor/checkpoint/hints.js';
 import type { CapturedEntry } from '../../../../supervisor/checkpoint/passes.js';
@@ -40,6 +40,13 @@ describe('SeedOverlay', () => {
       for (let i = 0; i < 50; i++) expect(overlay.get(`k${i}`)).toBe(copy.get(`k${i}`));
       expect([...overlay.keys()].sort()).toEqual([...copy.keys()].sort());
       expect(new Set(overlay.keys()).size).toBe(overlay.size); // each key once
+      // forEachInOrder: the same keys and entries, the seed's kept in the seed's order.
+      const visited: [string, CapturedEntry][] = [];
+      overlay.forEachInOrder((k, e) => visited.push([k, e]));
+      expect(new Map(visited)).toEqual(copy);
+      expect(visited.length).toBe(copy.size);
+      const seedOrder = [...base.keys()].filter((k) => copy.has(k));
+      expect(visited.map(([k]) => k).filter((k) => base.has(k))).toEqual(seedOrder);
       expect(base).toEqual(baseCopy);
     }
   });
