@@ -1,7 +1,7 @@
 // The last walk's entries in the order it found them, for the next walk of the same tree: an
-// unchanged tree is listed in the same order (each directory's entries as its file system keeps
-// them), so the entry after the last one found is tried first, its key compared with the path's
-// bytes in place; the lookup by key (a new latin1 string hashed per entry) only when it is not.
+// unchanged tree is walked in the same order (the walk lists each directory's names sorted by
+// their bytes), so the entry after the last one found is tried first, its key compared with the
+// path's bytes in place; the lookup by key (a new latin1 string hashed per entry) only when not.
 import type { ListedRow } from '../../core/fs/walk.js';
 import { SeedOverlay, type EntryLookup } from './hints.js';
 import type { CapturedEntry } from './passes.js';
