@@ -1781,12 +1781,12 @@ export function isEntry(script: string | undefined, url: string): boolean {
   }
 }
 
-/** The read-back's objects split as the result counts them: re-hashed, confirmed by their file's stat, not looked at (under trees checked before). */
+/** The read-back's objects split as the result counts them: re-hashed, confirmed by their file's stat, trusted unread (under trees a read-back checked, unchanged since). */
 function readBackParts(rb: CheckpointResult['read_back']): string {
   if (rb.rehashed_objects === undefined) return '';
   const byStat = rb.objects - rb.rehashed_objects - (rb.trusted_objects ?? 0);
   const parts = [`${rb.rehashed_objects} re-hashed`];
   if (byStat > 0) parts.push(`${byStat} confirmed by their stat`);
-  if (rb.trusted_objects) parts.push(`${rb.trusted_objects} under trees checked before, not looked at`);
+  if (rb.trusted_objects) parts.push(`${rb.trusted_objects} trusted unread: under trees a read-back checked, unchanged since`);
   return ` (${parts.join(', ')})`;
 }

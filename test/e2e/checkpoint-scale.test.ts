@@ -351,7 +351,7 @@ describe('the stat cache and the read-back', () => {
     expect(human.stderr.toString()).toMatch(/; 1 new object \([^)]*\) and 1 new tree; /);
     const unchanged = await d.sbx(['checkpoint', '--workspace', ws]);
     expect(unchanged.stderr.toString()).toContain(
-      `read back ${FILES} objects (0 re-hashed, ${FILES} under trees checked before, not looked at) and 1 tree in `,
+      `read back ${FILES} objects (0 re-hashed, ${FILES} trusted unread: under trees a read-back checked, unchanged since) and 1 tree in `,
     );
   });
 
