@@ -30,7 +30,7 @@ import { writeAll } from '../../core/fs/durable.js';
 import type { EntryFacts } from '../../core/checkpoint/manifest.js';
 import type { CaptureSeed } from './stat-cache.js';
 import { storeTrees, type CaptureTrees } from './trees.js';
-import { type EntryLookup, readHinted, type SeedOverlay } from './hints.js';
+import { readHinted, type SeedOverlay } from './hints.js';
 import { WalkOrder } from './walk-order.js';
 import { StoreError } from '../../core/checkpoint/store.js';
 import { errnoCode, systemError } from '../../ipc/errno.js';
@@ -813,7 +813,7 @@ export function runCapture(
     if (seed && (rootFs === null || seed.rootFs !== rootFs)) seed = undefined;
     // Before any entry is looked at: what the stat cache may keep of this capture (stat-cache.ts offer).
     const startedAtNs = BigInt(Date.now()) * 1_000_000n;
-    let prev: EntryLookup | null = seed?.entries ?? new Map<string, CapturedEntry>();
+    let prev: ReadonlyMap<string, CapturedEntry> | SeedOverlay | null = seed?.entries ?? new Map<string, CapturedEntry>();
     /** Pass 1: what differs from the seed (read, new, gone, the root); 0 with a seed: the tree is the seed's, still since then. */
     let seedDiffers = 0;
     let entries: CapturedEntry[] = [];

@@ -3,7 +3,7 @@
 // their bytes), so the entry after the last one found is tried first, its key compared with the
 // path's bytes in place; the lookup by key (a new latin1 string hashed per entry) only when not.
 import type { ListedRow } from '../../core/fs/walk.js';
-import { SeedOverlay, type EntryLookup } from './hints.js';
+import { SeedOverlay } from './hints.js';
 import type { CapturedEntry } from './passes.js';
 
 /** Entries past the expected one looked through for the one a lookup found (entries gone in between), before the order is given up until the next match. */
@@ -22,23 +22,13 @@ export class WalkOrder {
   /** Lookups answered by the order (for tests and profiles); the rest went through `from`. */
   inOrder = 0;
 
-  constructor(private readonly from: EntryLookup) {
-    if (from instanceof Map) {
-      for (const [k, e] of from as Map<string, CapturedEntry>) {
-        this.keys.push(k);
-        this.entries.push(e);
-      }
-    } else if (from instanceof SeedOverlay) {
-      from.forEachInOrder((k, e) => {
-        this.keys.push(k);
-        this.entries.push(e);
-      });
-    } else {
-      for (const k of from.keys()) {
-        this.keys.push(k);
-        this.entries.push(from.get(k)!);
-      }
-    }
+  constructor(private readonly from: ReadonlyMap<string, CapturedEntry> | SeedOverlay) {
+    const take = (k: string, e: CapturedEntry) => {
+      this.keys.push(k);
+      this.entries.push(e);
+    };
+    if (from instanceof SeedOverlay) from.forEachInOrder(take);
+    else from.forEach((e, k) => take(k, e));
   }
 
   /** The entry next in the last walk's order when its key is the listed row's path (its bytes compared in place, no path made), else undefined; the order stays where it is until advance(). */
