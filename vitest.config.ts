@@ -1,7 +1,8 @@
 // The test run: every file under test/, in forks, two at a time on this 2-core machine (vitest's
-// default is cores - 1: one), slowest first (vitest's sequencer, from its cached durations);
+// default is cores - 1: one), slowest first (test/helpers/sequencer.ts);
 // then, alone, the files whose exact assertions other files' processes can disturb (ISOLATED).
 import { configDefaults, defineConfig } from 'vitest/config';
+import { SlowestFirst } from './test/helpers/sequencer.js';
 
 /**
  * Files that must run with no other test file beside them. escape.test.ts asserts a root
@@ -14,6 +15,13 @@ import { configDefaults, defineConfig } from 'vitest/config';
  * 14 s against its 10 s (CI of stop 65); alone, its slowest call here is a third of its deadline.
  */
 const ISOLATED = ['test/e2e/escape.test.ts', 'test/e2e/probes.test.ts', 'test/e2e/transport-faults.test.ts'];
+
+/**
+ * Files that replace a module for their own tests (vi.mock): each runs in a fork of its own. The
+ * others share their fork with the next file (isolate: false): a test file's own module runs
+ * anew, what it imports is loaded once per fork, and no fork is started per file.
+ */
+const MOCKING = ['test/unit/ipc/duration.test.ts', 'test/unit/supervisor/store/chunks.test.ts'];
 
 // Every node the run starts (the test files' forks, each supervisor, each sbx) would parse the CA
 // bundle NODE_EXTRA_CA_CERTS names first: this machine's sets one (~50 ms a start, measured with
@@ -28,8 +36,13 @@ export default defineConfig({
     hookTimeout: 60_000,
     pool: 'forks',
     maxWorkers: 2,
+    sequence: { sequencer: SlowestFirst },
     projects: [
-      { extends: true, test: { name: 'parallel', include: ['test/**/*.test.ts'], exclude: [...configDefaults.exclude, ...ISOLATED] } },
+      {
+        extends: true,
+        test: { name: 'parallel', include: ['test/**/*.test.ts'], exclude: [...configDefaults.exclude, ...ISOLATED, ...MOCKING], isolate: false },
+      },
+      { extends: true, test: { name: 'mocking', include: MOCKING } },
       // maxWorkers 1 at groupOrder 0: vitest runs these in a group of their own, after the others.
       { extends: true, test: { name: 'isolated', include: ISOLATED, maxWorkers: 1 } },
     ],
