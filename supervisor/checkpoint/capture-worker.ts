@@ -29,7 +29,7 @@ import { objectsAfter, objectsOf } from './object-list.js';
 import { StoreError } from '../../core/checkpoint/store.js';
 import { errnoCode, systemError } from '../../ipc/errno.js';
 import { testHooks } from '../../core/test-hooks.js';
-import { boundThisHeap, heapTick } from './heap-bound.js';
+import { boundThisHeap, heapTick, settleHeap } from './heap-bound.js';
 
 export type { CaptureRequest, CaptureResult, CapturedEntry, RehashRequest, RehashResult, WorkerProgress, WorkerReply } from './passes.js';
 export { runCapture, runRehash } from './passes.js';
@@ -120,6 +120,9 @@ interface FlushRequest {
 export type CheckpointWorkerRequest = CheckpointRequest | ReadBackRequest | FlushRequest;
 
 const SHOWN_UNSTABLE = 100;
+
+/** How long the thread waits with nothing to do before its idle work (settle: the stat cache to disk, the heap's garbage), ms. */
+const IDLE_WORK_MS = 500;
 
 /** Kept for the thread's life (it is kept: capture.ts): each workspace's last read-back capture, and the objects re-hashed. */
 const statCache = new StatCache();
@@ -438,8 +441,20 @@ function toReply(err: unknown): WorkerReply<never> {
 if (parentPort && workerData && (workerData as { checkpointWorker?: boolean }).checkpointWorker) {
   const port = parentPort;
   boundThisHeap();
+  /** The idle work after a step's answer (settle): not yet run while a step came before IDLE_WORK_MS. */
+  let idle: NodeJS.Timeout | null = null;
+  const settle = () => {
+    idle = null;
+    // The stat cache a read-back confirmed, to disk (stat-cache.ts flush), then the heap's garbage.
+    statCache.flush();
+    settleHeap();
+  };
   // One step at a time, in order; each answered by its id.
   port.on('message', ({ id, req }: { id: number; req: CheckpointWorkerRequest }) => {
+    if (idle) clearTimeout(idle);
+    idle = null;
+    // The stop's barrier: answered once the stat cache is written.
+    if (req.kind === 'flush') statCache.flush();
     let reply: WorkerReply<unknown>;
     try {
       reply = {
@@ -459,7 +474,8 @@ if (parentPort && workerData && (workerData as { checkpointWorker?: boolean }).c
       reply = toReply(err);
     }
     port.postMessage({ id, reply });
-    // The stat cache a read-back confirmed, to disk once the answer is on its way.
-    statCache.flush();
+    // Once the thread has had nothing to do for IDLE_WORK_MS: a checkpoint asked right after
+    // this answer (a task close after another checkpoint, a bench) does not wait for the write.
+    idle = setTimeout(settle, IDLE_WORK_MS);
   });
 }

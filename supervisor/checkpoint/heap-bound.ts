@@ -23,6 +23,10 @@ let limitBytes = HEAP_BOUND_FLOOR_BYTES;
 let collect: (() => void) | null = null;
 /** Collections run by the bound since this thread started (for tests and profiles). */
 let collections = 0;
+/** Used heap its last collection left (bytes; 0 before the first). */
+let liveBytes = 0;
+/** Growth over that which settleHeap collects in idle time, percent: a first checkpoint's garbage, not a steady one's. */
+const SETTLE_GROWTH_PERCENT = 50;
 
 /**
  * A full, blocking collection of this thread's heap. V8 gives it to a context made while
@@ -56,10 +60,28 @@ export function heapTick(work = 1): void {
   const heap = getHeapStatistics();
   // Near its cap V8 collects on its own, often: a collection more would only cost CPU.
   if (heap.used_heap_size <= limitBytes || heap.used_heap_size > heap.heap_size_limit * NEAR_CAP) return;
+  collectNow();
+}
+
+function collectNow(): void {
   collector()();
   collections++;
-  const live = getHeapStatistics().used_heap_size;
-  limitBytes = Math.max(HEAP_BOUND_FLOOR_BYTES, Math.round(live * (1 + HEAP_GROWTH_PERCENT / 100)));
+  liveBytes = getHeapStatistics().used_heap_size;
+  limitBytes = Math.max(HEAP_BOUND_FLOOR_BYTES, Math.round(liveBytes * (1 + HEAP_GROWTH_PERCENT / 100)));
+}
+
+/**
+ * In the thread's idle time (capture-worker.ts, after a step's answer): collects the heap whole
+ * when it holds more than HEAP_BOUND_FLOOR_BYTES and grew by SETTLE_GROWTH_PERCENT over what the
+ * last collection left, so that a big step's garbage (a first checkpoint's) is not collected in
+ * the middle of the next one. Returns whether it collected.
+ */
+export function settleHeap(): boolean {
+  if (!enabled) return false;
+  const used = getHeapStatistics().used_heap_size;
+  if (used <= HEAP_BOUND_FLOOR_BYTES || used <= liveBytes * (1 + SETTLE_GROWTH_PERCENT / 100)) return false;
+  collectNow();
+  return true;
 }
 
 /** Makes heapTick bound this thread's heap: the checkpoint thread's start (capture-worker.ts), nowhere else. */

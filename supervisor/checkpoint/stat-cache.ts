@@ -49,7 +49,7 @@ interface PendingSave {
 /**
  * Per workspace root: the last read-back checkpoint's entries. At most one offer waits for its
  * read-back. The disk's copy (stat-cache-file.ts) follows: written after a read-back passed
- * (flush, once its answer is sent), removed when one failed, read at the first capture of a
+ * (flush, in the thread's idle time once its answer is sent), removed when one failed, read at the first capture of a
  * root in this thread.
  */
 export class StatCache {
@@ -111,6 +111,10 @@ export class StatCache {
     },
   ): void {
     const { rootSig, rootFs, startedAtNs, vetted, boundary, presentIn } = capture;
+    // A write still waiting for root (flush runs in the thread's idle time) is of the seed this
+    // capture compared with, which the update below changes in place: never written now. This
+    // offer's read-back writes its own, or removes the copy.
+    if (this.pending?.root === root) this.dropPending();
     // The seed's entries passed this filter at their own offer, so they pass it now (a later start).
     // Only a file's content is captured beyond its stat; a directory's, link's or node's facts
     // are all in what the walk compares (the link's target read each time): never racy.
@@ -179,6 +183,7 @@ export class StatCache {
    * ignored: a copy left is only read again, and fails the same way only if it is the cause.
    */
   drop(root: string, storeFd: number): void {
+    if (this.pending?.root === root) this.dropPending();
     this.byRoot.delete(root);
     this.onDisk.delete(root);
     if (this.offered?.offer.root === root) this.offered = null;
@@ -190,6 +195,8 @@ export class StatCache {
   }
 
   private saveLater(storeFd: number, offer: Offer): void {
+    // Another root's write still waiting is done now; this root's was dropped at its offer.
+    if (this.pending && this.pending.root !== offer.root) this.flush();
     this.dropPending();
     // Under a mount id that a later mount may reuse, a copy could be taken for another image's files: none is kept.
     if (!fsIdSurvivesRemount(offer.seed.rootFs)) return;
@@ -208,8 +215,8 @@ export class StatCache {
   }
 
   /**
-   * Writes the seed confirmed last to disk (called once its read-back is answered: the write is
-   * not on the checkpoint's path). Returns its bytes; 0 when there was none to write or it was
+   * Writes the seed confirmed last to disk (called in the thread's idle time after its read-back
+   * was answered, or at the stop's barrier: the write is not on any checkpoint's path). Returns its bytes; 0 when there was none to write or it was
    * not written (the store's file system short of the room to keep free, or an error), and then
    * root has no copy on disk: the next thread or start reads every file of it.
    */

@@ -24,7 +24,7 @@ import {
   writeFileSync,
   writeSync,
 } from 'node:fs';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CheckpointResult, Receipt, StatusResult } from '../../ipc/protocol.js';
 import { verifyStoredOutput } from '../../core/receipts/verify.js';
@@ -52,6 +52,26 @@ async function checkpoint(d: TestDaemon, ws: string): Promise<{ status: number |
  * writes on /tmp's would be this daemon's events too, past workspace.maxQueuedEvents, and an
  * overflow leaves the workspace journal incomplete (no hints: two walks). Undo with releaseWorkspace.
  */
+/** The stat cache copies in d's store (checkpoints/index/*.bin, not one being written; none before the first is written). */
+function statCacheCopies(d: TestDaemon): string[] {
+  const index = join(d.stateDir, 'checkpoints', 'index');
+  // A copy being written is a dot file (a temp renamed into place).
+  return existsSync(index)
+    ? readdirSync(index)
+        .filter((name) => !name.startsWith('.'))
+        .map((name) => join(index, name))
+    : [];
+}
+
+/** Whether path is a file (not a link to one). */
+const isFileAt = (path: string) => existsSync(path) && lstatSync(path).isFile();
+
+/** The one stat cache copy in d's store, once the checkpoint thread wrote it (in its idle time after a read-back's answer). */
+async function statCacheCopy(d: TestDaemon): Promise<string> {
+  await until(() => statCacheCopies(d).length === 1, 'the stat cache copy to be written', 10_000);
+  return statCacheCopies(d)[0]!;
+}
+
 function ownWorkspace(ws: string): void {
   mkdirSync(ws);
   execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64m', 'tmpfs', ws]);
@@ -337,7 +357,7 @@ describe('the stat cache and the read-back', () => {
     expect(damaged.status).toBe(125);
     expect(damaged.failure).toMatchObject({ code: 'CHECKPOINT_FAILED', details: { stage: 'read_back', paths: ['f3'] } });
     // Nothing of it trusted: the stat cache is dropped, its copy on disk too (a restart now would read every file).
-    expect(readdirSync(join(d.stateDir, 'checkpoints', 'index'))).toEqual([]);
+    expect(statCacheCopies(d)).toEqual([]);
     // Set aside: the retry stores it again, and it reads back.
     const retried = await checkpoint(d, ws);
     expect(retried.result).toMatchObject({ consistent: true, objects: { written: 1 }, read_back: { rehashed_objects: 1, trusted_objects: 0 } });
@@ -356,11 +376,9 @@ describe('the stat cache and the read-back', () => {
   });
 
   it('after a restart the stat cache is read from the store (no file read) and the read-back re-hashes every object once; a damaged, planted or removed copy is not used', async () => {
-    const last = await checkpoint(d, ws); // answered after the last one's stat cache is written (one step at a time)
-    const index = join(d.stateDir, 'checkpoints', 'index');
-    const [name] = readdirSync(index);
-    expect(name).toMatch(/^[0-9a-f]{64}\.bin$/);
-    const copy = join(index, name);
+    const last = await checkpoint(d, ws);
+    const copy = await statCacheCopy(d);
+    expect(basename(copy)).toMatch(/^[0-9a-f]{64}\.bin$/);
     await d.terminate();
     // Changed while the supervisor was down: same size, mtime put back (the ctime moved).
     const f5 = join(ws, 'f5');
@@ -388,8 +406,8 @@ describe('the stat cache and the read-back', () => {
 
     // Each copy that is not this key's for this directory is read as no cache: every file read, two walks.
     const fromScratch = async (spoil: () => void) => {
-      await checkpoint(d, ws); // the copy written (the last checkpoint's flush done)
-      await d.terminate();
+      await checkpoint(d, ws);
+      await d.terminate(); // the copy written first (the checkpoint thread's stop waits for it)
       spoil();
       const logFrom = d.log().length;
       await d.start();
@@ -416,17 +434,16 @@ describe('the stat cache and the read-back', () => {
     });
     expect(linkLog).toContain('a symbolic link (never followed)');
     await checkpoint(d, ws);
-    expect(lstatSync(copy).isFile()).toBe(true); // the link replaced, not written through
-    const goneLog = await fromScratch(() => rmSync(index, { recursive: true }));
+    await until(() => isFileAt(copy), 'the copy written again: the link replaced, not written through');
+    const goneLog = await fromScratch(() => rmSync(dirname(copy), { recursive: true }));
     expect(goneLog).not.toContain(rejected); // none is not a copy refused
     await checkpoint(d, ws);
-    expect(readdirSync(index)).toEqual([name]);
+    expect(await statCacheCopy(d)).toBe(copy);
     // Removed while the supervisor runs (or pushed out by other directories' copies): the next
     // checkpoint, unchanged, writes it again, and a restart then starts from it.
     unlinkSync(copy);
     expect((await checkpoint(d, ws)).result).toMatchObject({ scan: { passes: 1 }, read: { files: 0 } });
-    await checkpoint(d, ws);
-    expect(lstatSync(copy).isFile()).toBe(true);
+    await until(() => isFileAt(copy), 'the copy written again');
     await d.terminate();
     await d.start();
     expect((await checkpoint(d, ws)).result).toMatchObject({ scan: { passes: 1 }, read: { files: 0 } });
@@ -942,9 +959,7 @@ describe('a stat cache copy a capture fails on', () => {
 
   it('(signed, well formed: a directory marked a mount point with entries under it, as a bug could write) fails one checkpoint, not every one: the seed and its copy are dropped, the next reads every file', async () => {
     expect((await checkpoint(d, ws)).result).toMatchObject({ consistent: true, read: { files: 2 } });
-    const index = join(d.stateDir, 'checkpoints', 'index');
-    const [name] = readdirSync(index);
-    const copy = join(index, name!);
+    const copy = await statCacheCopy(d);
     await d.terminate();
     // The copy as the supervisor signed it, with docs/ marked a mount point, signed again with its key.
     const privateKey = createPrivateKey(readFileSync(join(d.stateDir, 'receipt-key')));

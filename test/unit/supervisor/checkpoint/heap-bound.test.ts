@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
-import { heapBoundState, heapTick } from '../../../../supervisor/checkpoint/heap-bound.js';
+import { heapBoundState, heapTick, settleHeap } from '../../../../supervisor/checkpoint/heap-bound.js';
 import { ROOT } from '../../../helpers/daemon.js';
 
 const MODULE = pathToFileURL(join(ROOT, 'dist/supervisor/checkpoint/heap-bound.js')).href;
@@ -59,6 +59,38 @@ describe('the checkpoint thread’s heap bound', () => {
     console.log(`heap bound: bounded ${JSON.stringify(bounded)}; V8 alone ${JSON.stringify(unbounded)}`);
     expect(unbounded.collections).toBe(0);
     expect(typeof (globalThis as { gc?: unknown }).gc).toBe('undefined');
+  }, 60_000);
+
+  it("settles in idle time: collects a big step's garbage once (over 64 MiB used and 50% over what the last collection left), not again until it grew so again", async () => {
+    const code = `
+      const { parentPort, workerData } = require('node:worker_threads');
+      const { getHeapStatistics } = require('node:v8');
+      import(workerData.module).then(({ boundThisHeap, settleHeap, heapBoundState }) => {
+        boundThisHeap();
+        const small = settleHeap(); // under 64 MiB used: nothing
+        const live = [];
+        for (let i = 0; i < 40_000; i++) live.push(new Array(127).fill(i)); // ~40 MiB kept
+        let garbage = [];
+        for (let i = 0; i < 80_000; i++) garbage.push(new Array(127).fill(i)); // ~80 MiB, then dropped
+        garbage = null;
+        const before = getHeapStatistics().used_heap_size;
+        const first = settleHeap();
+        const after = getHeapStatistics().used_heap_size;
+        const again = settleHeap();
+        parentPort.postMessage({ small, first, again, beforeMiB: before / 1048576, afterMiB: after / 1048576, kept: live.length, ...heapBoundState() });
+      });
+    `;
+    const r = await new Promise<Record<string, number | boolean>>((resolve, reject) => {
+      const w = new Worker(code, { eval: true, workerData: { module: MODULE } });
+      w.once('message', (m) => {
+        resolve(m);
+        void w.terminate();
+      });
+      w.once('error', reject);
+    });
+    expect(r).toMatchObject({ small: false, first: true, again: false, collections: 1 });
+    expect(r.afterMiB as number).toBeLessThan((r.beforeMiB as number) / 2);
+    expect(settleHeap()).toBe(false); // not in a thread that did not ask for it
   }, 60_000);
 
   it('does nothing in a thread that did not ask for it (a test, sbx, the main thread importing the capture)', () => {

@@ -214,6 +214,75 @@ describe('the stat cache file', () => {
     });
   });
 
+  it("is written when the thread is idle (flush), never after the next capture of its directory was offered or failed, and another directory's waiting write is done first", () => {
+    const store = mkdtempSync(join(tmpdir(), 'sbx-stat-cache-'));
+    const fd = openSync(store, constants.O_RDONLY | constants.O_DIRECTORY);
+    try {
+      const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+      const cache = new StatCache();
+      let n = 0;
+      /** One capture of root offered (its entries `list`; the seed's map updated in place when `update`) and its read-back answered. */
+      const capture = (root: string, list: CapturedEntry[], passed: boolean, update?: Map<string, CapturedEntry>) => {
+        const id = `m${++n}`;
+        const changes = { hidden: [] as string[], set: new Map(list.map((e) => [e.key, e])) };
+        cache.offer(
+          id,
+          root,
+          list,
+          { dirs: new Map(), storeId: 's' },
+          {
+            rootSig: 'dir:4096:16877:0:0:1:2:3:0',
+            rootFs: '2049:u31:b',
+            startedAtNs: 1n << 62n,
+            vetted: new Set(),
+            boundary: null,
+            presentIn: { storeDir: store, gen: 0 },
+            kept: null,
+            update: update ? { seed: update, changes: changes as never } : null,
+            objects: undefined,
+            signingKeyPem: pem,
+            reserveBytes: 0,
+          },
+        );
+        cache.confirm(id, passed, fd);
+      };
+      const keysOnDisk = (root: string) => {
+        const l = loadStatCache(fd, root, pem);
+        return 'seed' in l ? [...l.seed.entries.keys()] : l;
+      };
+      const first = entries().slice(0, 4);
+      capture('/ws/a', first, true);
+      // Confirmed, not written until the thread is idle.
+      expect(loadStatCache(fd, '/ws/a', pem)).toEqual({ absent: true });
+      expect(cache.flush()).toBeGreaterThan(0);
+      expect(keysOnDisk('/ws/a')).toEqual(first.map((e) => e.key));
+      expect(cache.flush()).toBe(0);
+      // A second capture confirmed and waiting; a third offered over the seed's map (updated in
+      // place with an entry its read-back then refuses): the second's write is dropped, never
+      // written with the third's entries, and the refusal removes the copy.
+      capture('/ws/a', first, true);
+      const seedMap = cache.seed('/ws/a').seed!.entries;
+      capture('/ws/a', entries().slice(4, 6), false, seedMap);
+      expect(seedMap.size).toBeGreaterThan(first.length); // the map the waiting write held was changed
+      expect(cache.flush()).toBe(0);
+      expect(loadStatCache(fd, '/ws/a', pem)).toEqual({ absent: true });
+      // A capture of a failed directory (drop) takes its waiting write with it.
+      capture('/ws/b', first, true);
+      cache.drop('/ws/b', fd);
+      expect(cache.flush()).toBe(0);
+      expect(loadStatCache(fd, '/ws/b', pem)).toEqual({ absent: true });
+      // Another directory's capture confirmed while one waits: the waiting one is written first.
+      capture('/ws/c', first, true);
+      capture('/ws/d', first.slice(0, 2), true);
+      expect(keysOnDisk('/ws/c')).toEqual(first.map((e) => e.key));
+      expect(cache.flush()).toBeGreaterThan(0);
+      expect(keysOnDisk('/ws/d')).toEqual(first.slice(0, 2).map((e) => e.key));
+    } finally {
+      closeSync(fd);
+      rmSync(store, { recursive: true, force: true });
+    }
+  });
+
   it('is dropped, memory and disk, by StatCache.drop (a capture that failed on it): the next capture of its directory has no seed', () => {
     const store = mkdtempSync(join(tmpdir(), 'sbx-stat-cache-'));
     const fd = openSync(store, constants.O_RDONLY | constants.O_DIRECTORY);
