@@ -107,7 +107,7 @@ export class Closing {
    * it is answered, not written: the next close runs again.
    */
   close(
-    c: { sessions: () => Session[]; tasks: Tasks; taskNames: () => string[]; stopping: () => boolean },
+    c: { sessions: () => Session[]; tasks: Tasks; taskNames: () => string[]; stopping: () => boolean; checkpointsSettled: () => Promise<void> },
     timeoutMs: number,
     workspaces: string[],
   ): Promise<CloseReceipt> {
@@ -148,7 +148,11 @@ export class Closing {
         complete,
       });
       // Final only when complete: a session unknown, or a task incomplete, is retried by the next close.
-      if (complete) createFileDurable(this.receiptPath, JSON.stringify(receipt, null, 2) + '\n');
+      if (complete) {
+        // The checkpoint thread's idle write of its stat cache made first: a closed state dir is an archive.
+        await c.checkpointsSettled();
+        createFileDurable(this.receiptPath, JSON.stringify(receipt, null, 2) + '\n');
+      }
       this.log.info(
         { sessions: receipt.sessions.length, terminated: settle.terminated, tasks: tasks.length, complete },
         complete ? 'closed' : 'close incomplete: not final, close again',

@@ -157,7 +157,13 @@ export class Supervisor {
   close(timeoutMs: number, workspaces: string[]): Promise<CloseReceipt> {
     if (this.stop.signal.aborted) return Promise.reject(new SupervisorError('SHUTTING_DOWN', 'the supervisor is stopping'));
     return this.closing.close(
-      { sessions: () => [...this.sessions.all()], tasks: this.tasks, taskNames: () => this.taskNames(), stopping: () => this.stop.signal.aborted },
+      {
+        sessions: () => [...this.sessions.all()],
+        tasks: this.tasks,
+        taskNames: () => this.taskNames(),
+        stopping: () => this.stop.signal.aborted,
+        checkpointsSettled: () => this.checkpoints.settled(),
+      },
       timeoutMs,
       workspaces,
     );

@@ -131,6 +131,15 @@ export class CheckpointThread {
     });
   }
 
+  /**
+   * Resolves once every step posted before it is done and the thread's idle write of a confirmed
+   * stat cache (stat-cache.ts flush) is made, or after STOP_FLUSH_WAIT_MS: the sandbox close
+   * waits for it, so nothing is written in the state dir once its close receipt is.
+   */
+  async settled(): Promise<void> {
+    if (this.worker) await this.idle(this.worker, STOP_FLUSH_WAIT_MS);
+  }
+
   /** Ends the thread (a step it runs fails), what it froze thawed first and after; the next run starts another (and never freezes). */
   async stop(): Promise<void> {
     this.refuseFreezing();

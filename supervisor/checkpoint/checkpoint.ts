@@ -140,6 +140,11 @@ export class Checkpoints {
     return { instance, generation, boot_id: bootId, mode };
   }
 
+  /** Resolves once the checkpoint thread's steps and its idle write of the stat cache are done (capture.ts settled). */
+  settled(): Promise<void> {
+    return this.thread.settled();
+  }
+
   /** Ends the checkpoint thread (at shutdown), thawing what it froze. */
   stop(): Promise<void> {
     return this.thread.stop();
