@@ -17,11 +17,12 @@ import { SlowestFirst } from './test/helpers/sequencer.js';
 const ISOLATED = ['test/e2e/escape.test.ts', 'test/e2e/probes.test.ts', 'test/e2e/transport-faults.test.ts'];
 
 /**
- * Files that replace a module for their own tests (vi.mock): each runs in a fork of its own. The
+ * Files that replace a module or the clock for their own tests (vi.mock, vi.useFakeTimers): each
+ * runs in a fork of its own (test/unit/repo/sequencer.test.ts finds them all). The
  * others share their fork with the next file (isolate: false): a test file's own module runs
  * anew, what it imports is loaded once per fork, and no fork is started per file.
  */
-const MOCKING = ['test/unit/ipc/duration.test.ts', 'test/unit/supervisor/store/chunks.test.ts'];
+export const MOCKING = ['test/unit/ipc/duration.test.ts', 'test/unit/supervisor/store/chunks.test.ts'];
 
 // Every node the run starts (the test files' forks, each supervisor, each sbx) would parse the CA
 // bundle NODE_EXTRA_CA_CERTS names first: this machine's sets one (~50 ms a start, measured with

@@ -49,8 +49,8 @@ interface PendingSave {
 /**
  * Per workspace root: the last read-back checkpoint's entries. At most one offer waits for its
  * read-back. The disk's copy (stat-cache-file.ts) follows: written after a read-back passed
- * (flush, in the thread's idle time once its answer is sent), removed when one failed, read at the first capture of a
- * root in this thread.
+ * (flush, in the thread's idle time once its answer is sent), removed when one failed, read at
+ * the first capture of a root in this thread.
  */
 export class StatCache {
   private readonly byRoot = new Map<string, CaptureSeed>();
@@ -216,9 +216,10 @@ export class StatCache {
 
   /**
    * Writes the seed confirmed last to disk (called in the thread's idle time after its read-back
-   * was answered, or at the stop's barrier: the write is not on any checkpoint's path). Returns its bytes; 0 when there was none to write or it was
-   * not written (the store's file system short of the room to keep free, or an error), and then
-   * root has no copy on disk: the next thread or start reads every file of it.
+   * was answered, or at the stop's barrier: the write is not on any checkpoint's path). Returns
+   * its bytes; 0 when there was none to write or it was not written (the store's file system
+   * short of the room to keep free, or an error), and then root has no copy on disk: the next
+   * thread or start reads every file of it.
    */
   flush(): number {
     const p = this.pending;
